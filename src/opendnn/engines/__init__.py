@@ -1,0 +1,1 @@
+"""Engines: implementation strategies, one folder per family, in one ordered registry."""

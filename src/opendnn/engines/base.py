@@ -1,0 +1,143 @@
+"""What every engine is: identity, notes, knob space, support check, cost, build.
+
+An engine answers ``check_support(graph, target)`` without compiling anything, always
+with a reason when it declines. ``configs`` lists its knob settings for a graph, best
+first by its own cost model; ``build`` turns one config into an ``Executable`` (compiled
+kernels and launch grids). Executing does no work that could be done at build time.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from ..enums import BehaviorNote, NumericalNote
+
+
+@dataclasses.dataclass(frozen=True)
+class Support:
+    ok: bool
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+SUPPORTED = Support(True)
+
+
+def decline(reason: str) -> Support:
+    return Support(False, reason)
+
+
+@dataclasses.dataclass(frozen=True)
+class Knob:
+    """One tunable: its name, the values it may take, its default."""
+    name: str
+    values: tuple
+    default: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineConfig:
+    """An engine plus knob values: frozen, hashable, serializable."""
+    engine_id: int
+    engine_name: str
+    knobs: tuple = ()   # sorted (name, value) pairs
+
+    @property
+    def knob_dict(self) -> dict:
+        return dict(self.knobs)
+
+    def label(self) -> str:
+        if not self.knobs:
+            return f"{self.engine_name}#{self.engine_id}"
+        inner = ",".join(f"{k}={v}" for k, v in self.knobs)
+        return f"{self.engine_name}#{self.engine_id}{{{inner}}}"
+
+    def to_json(self) -> dict:
+        return {"engine_id": self.engine_id, "engine_name": self.engine_name,
+                "knobs": [[k, v] for k, v in self.knobs]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "EngineConfig":
+        return cls(d["engine_id"], d["engine_name"], tuple((k, v) for k, v in d["knobs"]))
+
+    @classmethod
+    def make(cls, engine, **knobs) -> "EngineConfig":
+        return cls(engine.id, engine.name, tuple(sorted(knobs.items())))
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """Where a plan is built for: 'cpu' (interpreter) or 'cuda' with its properties."""
+    device: str = "cpu"
+    name: str = "cpu"
+    capability: tuple = (0, 0)
+    num_sms: int = 1
+    peak_flops_fp16: float = 1e12     # dense tensor-core rate, FLOP/s
+    peak_flops_fp32: float = 1e11
+    bandwidth: float = 1e10           # bytes/s, read + write
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device == "cuda"
+
+    @property
+    def is_hopper(self) -> bool:
+        return self.capability[0] == 9
+
+
+class Executable:
+    """A built config: ``run(buffers, workspace, stream)``; ``workspace_size`` bytes."""
+    workspace_size: int = 0
+
+    def run(self, buffers: dict, workspace, stream=None) -> None:
+        raise NotImplementedError
+
+
+class Engine:
+    """Base engine. Subclasses set ``id``, ``name`` and implement the methods."""
+    id: int = -1
+    name: str = "engine"
+    behavior_notes: frozenset = frozenset()
+
+    def numerical_notes(self, graph, config: EngineConfig) -> frozenset:
+        return frozenset()
+
+    def check_support(self, graph, target: Target) -> Support:
+        raise NotImplementedError
+
+    def knob_space(self, graph=None) -> list[Knob]:
+        return []
+
+    def configs(self, graph, target: Target) -> list[EngineConfig]:
+        """Configs for this graph, best first (default: the default knobs)."""
+        return [EngineConfig.make(self, **{k.name: k.default for k in self.knob_space(graph)})]
+
+    def check_config(self, graph, config: EngineConfig, target: Target) -> Support:
+        """Whether a specific config (e.g. user-chosen knobs) applies."""
+        space = {k.name: k for k in self.knob_space(graph)}
+        for name, value in config.knobs:
+            if name not in space:
+                return decline(f"unknown knob {name!r}")
+            if value not in space[name].values:
+                return decline(f"knob {name}={value!r} not in {list(space[name].values)}")
+        return SUPPORTED
+
+    def estimate_seconds(self, graph, config: EngineConfig, target: Target) -> float:
+        return float("inf")
+
+    def workspace_size(self, graph, config: EngineConfig, target: Target) -> int:
+        return 0
+
+    def build(self, graph, config: EngineConfig, target: Target) -> Executable:
+        raise NotImplementedError
+
+
+def notes_json(notes) -> list[str]:
+    return sorted(n.name for n in notes)
+
+
+__all__ = ["Support", "SUPPORTED", "decline", "Knob", "EngineConfig", "Target", "Executable",
+           "Engine", "NumericalNote", "BehaviorNote", "notes_json", "json"]

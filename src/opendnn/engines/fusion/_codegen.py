@@ -1,0 +1,173 @@
+"""Triton source generation for fused pointwise graphs, reductions and epilogues.
+
+The iteration space ``S`` is the dims of the largest pointwise output. Every tensor is
+addressed in ``S`` through its strides (a broadcast dimension gets stride 0). Adjacent
+dimensions merge when every tensor is contiguous across them, so a packed problem becomes
+1-D and its loads are plain ``base + idx`` (vectorized). Shapes and strides are baked into
+the source as literals: the compiler turns index division into multiplies and shifts, and
+the launch passes only pointers and scalars. The source hash is the kernel cache key.
+
+Reductions split ``S`` into kept dims (the output's dims) and reduced dims. A program owns
+``BLOCK_KEPT`` outputs and walks the reduced extent in ``BLOCK_RED`` chunks, keeping a
+[BLOCK_KEPT, BLOCK_RED] accumulator per reduction that is folded once at the end. With
+``SPLIT > 1`` the reduced extent is cut into SPLIT slices whose partial results go to the
+workspace ([n_reductions, SPLIT, kept] float32) and a second kernel combines them.
+"""
+from __future__ import annotations
+
+import math
+
+from ...enums import DataType, PointwiseMode as M
+from ...ops.pointwise import DEFAULT_ATTRS, MODES
+from ...ops.reduction import TABLE as RED_TABLE
+
+TL_TYPE = {DataType.FLOAT: "tl.float32", DataType.DOUBLE: "tl.float64",
+           DataType.HALF: "tl.float16", DataType.BFLOAT16: "tl.bfloat16",
+           DataType.INT8: "tl.int8", DataType.UINT8: "tl.uint8", DataType.BOOLEAN: "tl.int1",
+           DataType.INT32: "tl.int32", DataType.INT64: "tl.int64"}
+
+
+def padded_strides(desc, rank: int) -> list[int]:
+    """Strides of ``desc`` seen in a rank-``rank`` space; broadcast dims get 0."""
+    pad = rank - len(desc.dims)
+    dims = [1] * pad + list(desc.dims)
+    strides = [0] * pad + list(desc.strides)
+    return [0 if d == 1 else s for d, s in zip(dims, strides)]
+
+
+def collapse(sizes: list, strides: dict, classes: list, pinned: set) -> tuple:
+    """Merge adjacent dims (outer i, inner i+1) when every tensor's stride satisfies
+    ``st[i] == st[i+1] * sizes[i+1]``, classes agree and neither dim is pinned. Size-1
+    dims are dropped. Returns (sizes, strides, classes, origin) with origin[k] the list of
+    original dims that merged into k."""
+    dims = [[i] for i in range(len(sizes)) if sizes[i] != 1 or i in pinned]
+    out_sizes = [sizes[d[0]] for d in dims]
+    out_strides = {u: [s[d[0]] for d in dims] for u, s in strides.items()}
+    out_classes = [classes[d[0]] for d in dims]
+    k = len(dims) - 2
+    while k >= 0:
+        i, j = k, k + 1
+        ok = (out_classes[i] == out_classes[j] and not (set(dims[i]) | set(dims[j])) & pinned
+              and all(st[i] == st[j] * out_sizes[j] for st in out_strides.values()))
+        if ok:
+            dims[i] = dims[i] + dims[j]
+            out_sizes[i] *= out_sizes[j]
+            for st in out_strides.values():
+                st[i] = st[j]
+                del st[j]
+            del dims[j], out_sizes[j], out_classes[j]
+        k -= 1
+    return out_sizes, out_strides, out_classes, dims
+
+
+def _lit(v) -> str:
+    v = float(v)
+    if math.isinf(v):
+        return "float('inf')" if v > 0 else "float('-inf')"
+    if math.isnan(v):
+        return "float('nan')"
+    return repr(v)
+
+
+class Emitter:
+    """Emits the statements computing every pointwise node of ``graph``.
+
+    ``load(uid)`` must return an expression for a graph input; ``index_of(axis)`` an
+    expression for the index along an original axis of S (for GEN_INDEX).
+    """
+
+    def __init__(self, graph, compute: str, load, index_of, indent: str = "    "):
+        self.graph, self.ct, self.load, self.index_of, self.ind = graph, compute, load, index_of, indent
+        self.lines: list[str] = []
+        self.var: dict = {}
+
+    def value(self, uid) -> str:
+        if uid not in self.var:
+            name = f"v{uid}"
+            self.lines.append(f"{self.ind}{name} = {self.load(uid)}")
+            self.var[uid] = name
+        return self.var[uid]
+
+    def emit_node(self, node) -> str:
+        out_uid = node.outputs["OUT_0"]
+        out = self.graph.tensors[out_uid]
+        name = f"v{out_uid}"
+        attrs = {**DEFAULT_ATTRS, **node.op_attrs()}
+        if node.mode == M.GEN_INDEX:
+            expr = f"({self.index_of(attrs['axis'], len(out.dims))}).to({self.ct})"
+        else:
+            spec = MODES[node.mode]
+            args = [self.value(u) for u in node.inputs.values()]
+            expr = spec.triton(*args, attrs)
+            if spec.boolean:
+                expr = f"({expr}).to({self.ct})"
+        if out.is_virtual and out.data_type in (DataType.HALF, DataType.BFLOAT16):
+            expr = f"({expr}).to({TL_TYPE[out.data_type]}).to({self.ct})"  # typed intermediate
+        self.lines.append(f"{self.ind}{name} = {expr}")
+        self.var[out_uid] = name
+        return name
+
+
+def store_expr(ptr: str, off: str, value: str, desc, mask: str) -> str:
+    return f"tl.store({ptr} + {off}, ({value}).to({TL_TYPE[desc.data_type]}), mask={mask})"
+
+
+def load_expr(ptr: str, off: str, mask: str, compute: str) -> str:
+    return f"tl.load({ptr} + {off}, mask={mask}, other=0).to({compute})"
+
+
+def index_decomposition(var: str, sizes: list, prefix: str, indent: str) -> list[str]:
+    """Lines splitting flat index ``var`` (row-major over ``sizes``) into ``{prefix}{k}``."""
+    if len(sizes) == 1:
+        return [f"{indent}{prefix}0 = {var}"]
+    lines = [f"{indent}_r = {var}"]
+    for k in range(len(sizes) - 1, 0, -1):
+        lines.append(f"{indent}{prefix}{k} = _r % {sizes[k]}")
+        lines.append(f"{indent}_r = _r // {sizes[k]}")
+    lines.append(f"{indent}{prefix}0 = _r")
+    return lines
+
+
+def offset_expr(idx_names: list, strides: list) -> str:
+    terms = []
+    for name, s in zip(idx_names, strides):
+        if s == 0:
+            continue
+        terms.append(name if s == 1 else f"{name} * {s}")
+    return " + ".join(terms) if terms else "0"
+
+
+COMBINE = {"add": "{a} + {b}", "mul": "{a} * {b}", "min": "tl.minimum({a}, {b})",
+           "max": "tl.maximum({a}, {b})"}
+FOLD = {"add": "tl.reduce({x}, {ax}, _add_combine)", "mul": "tl.reduce({x}, {ax}, _mul_combine)",
+        "min": "tl.reduce({x}, {ax}, _min_combine)", "max": "tl.reduce({x}, {ax}, _max_combine)"}
+PRE = {"x": "{x}", "abs": "tl.abs({x})", "square": "{x} * {x}",
+       "nonzero_or_one": "tl.where({x} == 0, 1.0, {x})"}
+
+# Combine functions for tl.reduce, defined in the generated module itself: tl.sum & co.
+# are @jit helpers of triton.language that exist only compiled, not in the interpreter.
+COMBINE_HELPERS = '''
+@triton.jit
+def _add_combine(a, b):
+    return a + b
+
+
+@triton.jit
+def _mul_combine(a, b):
+    return a * b
+
+
+@triton.jit
+def _min_combine(a, b):
+    return tl.minimum(a, b)
+
+
+@triton.jit
+def _max_combine(a, b):
+    return tl.maximum(a, b)
+'''
+
+
+def reduction_parts(mode):
+    pre, combine, ident, post = RED_TABLE[mode]
+    return pre, combine, ident, post

@@ -1,0 +1,109 @@
+"""The float64 reference engine: every node, computed in float64 with NumPy on the host.
+
+It is the ground truth the other engines are tested against, and the FALLBACK engine
+of the heuristics (always last). Inputs are read through their descriptors (any
+strides), every node runs in float64 in topological order, virtual tensors stay float64,
+and only the graph's outputs are rounded to their data types. Slow by design.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ...enums import DataType
+from ...ops import layout, matmul, pointwise, reduction, stats
+from ...runtime.buffers import logical_view
+from ..base import SUPPORTED, Engine, Executable, Support, Target
+
+
+def _read(buf, desc) -> np.ndarray:
+    if isinstance(buf, (int, float, bool)):
+        return np.full(desc.dims, float(buf), dtype=np.float64)
+    return logical_view(buf, desc).detach().to("cpu", torch.float64).numpy()
+
+
+def _write(buf, desc, value: np.ndarray) -> None:
+    view = logical_view(buf, desc)
+    src = torch.from_numpy(np.ascontiguousarray(np.broadcast_to(value, desc.dims)))
+    if desc.data_type == DataType.BOOLEAN:
+        src = src != 0
+    elif not desc.data_type.is_floating:
+        src = torch.trunc(src)
+    view.copy_(src.to(view.device, view.dtype))
+
+
+def run_graph(graph, read) -> dict:
+    """Evaluate ``graph`` in float64; ``read(uid)`` gives an input array. Returns all
+    tensors' values by uid."""
+    vals: dict = {}
+
+    def get(uid):
+        if uid not in vals:
+            vals[uid] = read(uid)
+        return vals[uid]
+
+    for n in graph.nodes:
+        if n.kind == "pointwise":
+            out = graph.tensors[n.outputs["OUT_0"]]
+            ins = [_expand(get(u), out.ndim) for u in n.inputs.values() if u is not None]
+            vals[out.uid] = pointwise.reference(n.mode, ins, n.op_attrs(), out.dims)
+        elif n.kind == "reduction":
+            y = graph.tensors[n.outputs["Y"]]
+            vals[y.uid] = reduction.reference(n.mode, get(n.inputs["X"]), y.dims)
+        elif n.kind == "genstats":
+            s, sq = stats.reference(get(n.inputs["X"]))
+            vals[n.outputs["SUM"]], vals[n.outputs["SQ_SUM"]] = s, sq
+        elif n.kind == "matmul":
+            vals[n.outputs["C"]] = matmul.reference(get(n.inputs["A"]), get(n.inputs["B"]))
+        elif n.kind == "reshape":
+            vals[n.outputs["Y"]] = layout.reshape(get(n.inputs["X"]),
+                                                  graph.tensors[n.outputs["Y"]].dims)
+        elif n.kind == "transpose":
+            vals[n.outputs["Y"]] = layout.transpose(get(n.inputs["X"]), n.permutation)
+        elif n.kind == "slice":
+            vals[n.outputs["Y"]] = layout.slice_(get(n.inputs["X"]), n.starts, n.ends)
+        elif n.kind == "concatenate":
+            vals[n.outputs["Y"]] = layout.concatenate([get(u) for u in n.inputs["X"]], n.axis)
+        else:  # check_support guarantees we never get here
+            raise NotImplementedError(n.kind)
+    return vals
+
+
+def _expand(a: np.ndarray, ndim: int) -> np.ndarray:
+    return a.reshape((1,) * (ndim - a.ndim) + a.shape) if a.ndim < ndim else a
+
+
+class _ReferenceExecutable(Executable):
+    def __init__(self, graph):
+        self.graph = graph
+        self.workspace_size = 0
+
+    def run(self, buffers, workspace, stream=None):
+        g = self.graph
+        vals = run_graph(g, lambda uid: _read(buffers[uid], g.tensors[uid]))
+        for uid in g.output_uids:
+            _write(buffers[uid], g.tensors[uid], vals[uid])
+
+
+class ReferenceEngine(Engine):
+    """float64 NumPy reference for every operation (FALLBACK; always last)."""
+    id = 0
+    name = "reference_f64"
+    KINDS = {"pointwise", "reduction", "genstats", "matmul", "reshape", "transpose", "slice",
+             "concatenate"}
+
+    def check_support(self, graph, target: Target) -> Support:
+        for n in graph.nodes:
+            if n.kind not in self.KINDS:
+                return Support(False, f"{n.label()} has no float64 reference yet")
+        for d in graph.tensors.values():
+            if d.data_type in (DataType.FP8_E4M3, DataType.FP8_E5M2) and not hasattr(
+                    torch, "float8_e4m3fn"):
+                return Support(False, "fp8 tensors need a torch with float8 types")
+        return SUPPORTED
+
+    def estimate_seconds(self, graph, config, target) -> float:
+        return 1e3  # always ranked last
+
+    def build(self, graph, config, target) -> Executable:
+        return _ReferenceExecutable(graph)

@@ -1,0 +1,22 @@
+"""The one ordered engine registry: fastest families first, the reference last."""
+from __future__ import annotations
+
+import functools
+
+
+@functools.lru_cache(maxsize=None)
+def engines() -> tuple:
+    from .fusion.engine import FusionEngine
+    from .reference.engine import ReferenceEngine
+    return (FusionEngine(), ReferenceEngine())
+
+
+def by_id(engine_id: int):
+    for e in engines():
+        if e.id == engine_id:
+            return e
+    return None
+
+
+def reference():
+    return engines()[-1]

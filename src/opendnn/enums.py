@@ -1,0 +1,153 @@
+"""Enumerations shared by every front door, with cuDNN's numbering where cuDNN has one.
+
+``DataType`` follows ``cudnnDataType_t``; ``NOT_SET`` is cudnn-frontend's "infer me".
+Pointwise and reduction modes follow ``cudnnPointwiseMode_t`` / ``cudnnReduceTensorOp_t``
+names. Every enum accepts its member name as a string through ``Enum[...]``.
+"""
+from __future__ import annotations
+
+import enum
+
+
+class DataType(enum.IntEnum):
+    NOT_SET = -1
+    FLOAT = 0
+    DOUBLE = 1
+    HALF = 2
+    INT8 = 3
+    INT32 = 4
+    UINT8 = 6
+    BFLOAT16 = 9
+    INT64 = 10
+    BOOLEAN = 11
+    FP8_E4M3 = 12
+    FP8_E5M2 = 13
+
+    @property
+    def is_floating(self) -> bool:
+        return self in _FLOATING
+
+    @property
+    def itemsize(self) -> int:
+        return _ITEMSIZE[self]
+
+
+_FLOATING = {DataType.FLOAT, DataType.DOUBLE, DataType.HALF, DataType.BFLOAT16,
+             DataType.FP8_E4M3, DataType.FP8_E5M2}
+_ITEMSIZE = {DataType.FLOAT: 4, DataType.DOUBLE: 8, DataType.HALF: 2, DataType.INT8: 1,
+             DataType.INT32: 4, DataType.UINT8: 1, DataType.BFLOAT16: 2, DataType.INT64: 8,
+             DataType.BOOLEAN: 1, DataType.FP8_E4M3: 1, DataType.FP8_E5M2: 1,
+             DataType.NOT_SET: 0}
+
+
+class HeurMode(enum.IntEnum):
+    """Heuristic modes: A is the instant cost model, B also reads measured results,
+    FALLBACK favours coverage (the float64 reference engine)."""
+    A = 0
+    B = 1
+    FALLBACK = 2
+
+
+class BuildPlanPolicy(enum.IntEnum):
+    HEURISTICS_CHOICE = 0
+    ALL = 1
+
+
+class NumericalNote(enum.IntEnum):
+    TENSOR_CORE = 0
+    DOWN_CONVERT_INPUTS = 1
+    REDUCED_PRECISION_REDUCTION = 2
+    FFT = 3
+    NONDETERMINISTIC = 4
+    WINOGRAD = 5
+    WINOGRAD_TILE_4x4 = 6
+    WINOGRAD_TILE_6x6 = 7
+    WINOGRAD_TILE_13x13 = 8
+    STRICT_NAN_PROP = 9
+
+
+class BehaviorNote(enum.IntEnum):
+    RUNTIME_COMPILATION = 0
+    REQUIRES_FILTER_INT8x32_REORDER = 1
+    REQUIRES_BIAS_INT8x32_REORDER = 2
+    SUPPORTS_CUDA_GRAPH_NATIVE_API = 3
+
+
+class NormForwardPhase(enum.IntEnum):
+    INFERENCE = 0
+    TRAINING = 1
+
+
+class ReductionMode(enum.IntEnum):
+    ADD = 0
+    MUL = 1
+    MIN = 2
+    MAX = 3
+    AMAX = 4
+    AVG = 5
+    NORM1 = 6
+    NORM2 = 7
+    MUL_NO_ZEROS = 8
+
+
+class ConvolutionMode(enum.IntEnum):
+    CONVOLUTION = 0
+    CROSS_CORRELATION = 1
+
+
+class DiagonalAlignment(enum.IntEnum):
+    TOP_LEFT = 0
+    BOTTOM_RIGHT = 1
+
+
+class PointwiseMode(enum.IntEnum):
+    ADD = 0
+    ADD_SQUARE = 5
+    DIV = 6
+    MAX = 3
+    MIN = 2
+    MOD = 7
+    MUL = 1
+    POW = 8
+    SUB = 9
+    ABS = 10
+    CEIL = 11
+    COS = 12
+    EXP = 13
+    FLOOR = 14
+    LOG = 15
+    NEG = 16
+    RSQRT = 17
+    SIN = 18
+    SQRT = 4
+    TAN = 19
+    ERF = 20
+    IDENTITY = 21
+    RECIPROCAL = 22
+    RELU_FWD = 100
+    TANH_FWD = 101
+    SIGMOID_FWD = 102
+    ELU_FWD = 103
+    GELU_FWD = 104
+    SOFTPLUS_FWD = 105
+    SWISH_FWD = 106
+    GELU_APPROX_TANH_FWD = 107
+    RELU_BWD = 200
+    TANH_BWD = 201
+    SIGMOID_BWD = 202
+    ELU_BWD = 203
+    GELU_BWD = 204
+    SOFTPLUS_BWD = 205
+    SWISH_BWD = 206
+    GELU_APPROX_TANH_BWD = 207
+    CMP_EQ = 300
+    CMP_NEQ = 301
+    CMP_GT = 302
+    CMP_GE = 303
+    CMP_LT = 304
+    CMP_LE = 305
+    LOGICAL_AND = 400
+    LOGICAL_OR = 401
+    LOGICAL_NOT = 402
+    GEN_INDEX = 501
+    BINARY_SELECT = 601

@@ -1,0 +1,271 @@
+"""The graph's operation methods, with cudnn-frontend's names and keyword arguments.
+
+Every method takes ``name=`` and ``compute_data_type=``, creates the node and its output
+tensors (virtual until a node-less consumer makes them outputs, or ``set_output(True)``),
+and returns the output tensor(s).
+"""
+from __future__ import annotations
+
+from ..enums import DataType, PointwiseMode as M, ReductionMode
+from ..errors import BadParamError, Status
+from ..ops.pointwise import MODES
+from . import nodes as N
+
+
+class BuilderMixin:
+    # ---- plumbing ---------------------------------------------------------------------
+    def _new_output(self, name: str):
+        return self.tensor(is_virtual=True, name=name)._mark_created()
+
+    def _add(self, node, outputs: dict):
+        node.outputs = outputs
+        self._nodes.append(node)
+        self._invalidate()
+        return node
+
+    def _check_tensor(self, t, op: str, role: str):
+        from .tensor import Tensor
+        if not isinstance(t, Tensor):
+            raise BadParamError(f"{role} must be a tensor of this graph, got {type(t).__name__}",
+                                op=op, status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+        if t._graph is not self:
+            raise BadParamError(f"{role} belongs to another graph", op=op, tensor=t.label(),
+                                status=Status.BAD_PARAM)
+        return t
+
+    def _pointwise(self, mode: M, inputs: list, name="", compute_data_type=DataType.NOT_SET,
+                   **attrs):
+        op = name or f"{MODES[mode].frontend}_{len(self._nodes)}"
+        ins = {}
+        for i, t in enumerate(inputs):
+            ins[f"IN_{i}"] = self._check_tensor(self._coerce(t, op), op, f"input {i}")
+        node = N.Pointwise(name=op, compute_data_type=self._ctype(compute_data_type),
+                           inputs=ins, mode=mode, **attrs)
+        out = self._new_output(f"{op}::OUT_0")
+        self._add(node, {"OUT_0": out})
+        return out
+
+    def _coerce(self, t, op):
+        """Python numbers become pass-by-value scalars (a convenience over the C++ API)."""
+        if isinstance(t, (int, float)) and not isinstance(t, bool):
+            return self.tensor(dim=[1], stride=[1], data_type=DataType.FLOAT,
+                               is_pass_by_value=True, name=f"{op}::scalar")._with_value(t)
+        return t
+
+    def _ctype(self, t):
+        from ..tensor import as_data_type
+        return as_data_type(t)
+
+    # ---- pointwise, unary ---------------------------------------------------------------
+    def _unary(mode):
+        def method(self, input, name="", compute_data_type=DataType.NOT_SET):
+            return self._pointwise(mode, [input], name, compute_data_type)
+        method.__name__ = MODES[mode].frontend
+        method.__doc__ = f"Pointwise {mode.name}: OUT = f(input), same dims as input."
+        return method
+
+    sqrt = _unary(M.SQRT)
+    tanh = _unary(M.TANH_FWD)
+    gelu = _unary(M.GELU_FWD)
+    gelu_approx_tanh = _unary(M.GELU_APPROX_TANH_FWD)
+    sigmoid = _unary(M.SIGMOID_FWD)
+    erf = _unary(M.ERF)
+    identity = _unary(M.IDENTITY)
+    exp = _unary(M.EXP)
+    log = _unary(M.LOG)
+    neg = _unary(M.NEG)
+    abs = _unary(M.ABS)
+    ceil = _unary(M.CEIL)
+    floor = _unary(M.FLOOR)
+    rsqrt = _unary(M.RSQRT)
+    reciprocal = _unary(M.RECIPROCAL)
+    sin = _unary(M.SIN)
+    cos = _unary(M.COS)
+    tan = _unary(M.TAN)
+    logical_not = _unary(M.LOGICAL_NOT)
+
+    def elu(self, input, alpha=None, name="", compute_data_type=DataType.NOT_SET):
+        return self._pointwise(M.ELU_FWD, [input], name, compute_data_type, elu_alpha=alpha)
+
+    def softplus(self, input, beta=None, name="", compute_data_type=DataType.NOT_SET):
+        return self._pointwise(M.SOFTPLUS_FWD, [input], name, compute_data_type,
+                               softplus_beta=beta)
+
+    def relu(self, input, negative_slope=None, lower_clip=None, upper_clip=None, name="",
+             compute_data_type=DataType.NOT_SET):
+        return self._pointwise(M.RELU_FWD, [input], name, compute_data_type,
+                               relu_lower_clip_slope=negative_slope, relu_lower_clip=lower_clip,
+                               relu_upper_clip=upper_clip)
+
+    def leaky_relu(self, input, negative_slope, name="", compute_data_type=DataType.NOT_SET):
+        return self._pointwise(M.RELU_FWD, [input], name, compute_data_type,
+                               relu_lower_clip_slope=negative_slope)
+
+    def swish(self, input, swish_beta=None, name="", compute_data_type=DataType.NOT_SET):
+        return self._pointwise(M.SWISH_FWD, [input], name, compute_data_type,
+                               swish_beta=swish_beta)
+
+    def gen_index(self, input, axis, name="", compute_data_type=DataType.NOT_SET):
+        return self._pointwise(M.GEN_INDEX, [input], name, compute_data_type, axis=int(axis))
+
+    # ---- pointwise, binary / ternary ------------------------------------------------------
+    def _binary(mode, a_name="a", b_name="b"):
+        def method(self, *args, name="", compute_data_type=DataType.NOT_SET, **kw):
+            vals = list(args) + [kw.pop(k) for k in (a_name, b_name) if k in kw]
+            if kw:
+                raise TypeError(f"{MODES[mode].frontend}() got unexpected arguments {list(kw)}")
+            if len(vals) != 2:
+                raise TypeError(f"{MODES[mode].frontend}() takes 2 tensors ({a_name}, {b_name})")
+            return self._pointwise(mode, vals, name, compute_data_type)
+        method.__name__ = MODES[mode].frontend
+        method.__doc__ = f"Pointwise {mode.name}({a_name}, {b_name}), inputs broadcast."
+        return method
+
+    add = _binary(M.ADD)
+    bias = _binary(M.ADD, "input", "bias")
+    mul = _binary(M.MUL)
+    scale = _binary(M.MUL, "input", "scale")
+    sub = _binary(M.SUB)
+    div = _binary(M.DIV)
+    add_square = _binary(M.ADD_SQUARE)
+    max = _binary(M.MAX, "input0", "input1")
+    min = _binary(M.MIN, "input0", "input1")
+    mod = _binary(M.MOD)
+    pow = _binary(M.POW)
+    logical_and = _binary(M.LOGICAL_AND)
+    logical_or = _binary(M.LOGICAL_OR)
+    cmp_eq = _binary(M.CMP_EQ, "input", "comparison")
+    cmp_neq = _binary(M.CMP_NEQ, "input", "comparison")
+    cmp_gt = _binary(M.CMP_GT, "input", "comparison")
+    cmp_ge = _binary(M.CMP_GE, "input", "comparison")
+    cmp_lt = _binary(M.CMP_LT, "input", "comparison")
+    cmp_le = _binary(M.CMP_LE, "input", "comparison")
+
+    def binary_select(self, input0, input1, mask, name="", compute_data_type=DataType.NOT_SET):
+        """OUT = mask ? input0 : input1."""
+        return self._pointwise(M.BINARY_SELECT, [input0, input1, mask], name, compute_data_type)
+
+    # ---- activation backward (loss = incoming gradient, input = forward input) ---------------
+    def _backward(mode):
+        def method(self, loss, input, name="", compute_data_type=DataType.NOT_SET, **attrs):
+            return self._pointwise(mode, [loss, input], name, compute_data_type, **attrs)
+        method.__name__ = MODES[mode].frontend
+        method.__doc__ = f"{mode.name}: DX = loss * f'(input)."
+        return method
+
+    tanh_backward = _backward(M.TANH_BWD)
+    sigmoid_backward = _backward(M.SIGMOID_BWD)
+    gelu_backward = _backward(M.GELU_BWD)
+    gelu_approx_tanh_backward = _backward(M.GELU_APPROX_TANH_BWD)
+
+    def relu_backward(self, loss, input, negative_slope=None, lower_clip=None, upper_clip=None,
+                      name="", compute_data_type=DataType.NOT_SET):
+        return self._pointwise(M.RELU_BWD, [loss, input], name, compute_data_type,
+                               relu_lower_clip_slope=negative_slope, relu_lower_clip=lower_clip,
+                               relu_upper_clip=upper_clip)
+
+    def leaky_relu_backward(self, loss, input, negative_slope, name="",
+                            compute_data_type=DataType.NOT_SET):
+        return self._pointwise(M.RELU_BWD, [loss, input], name, compute_data_type,
+                               relu_lower_clip_slope=negative_slope)
+
+    def elu_backward(self, loss, input, alpha=None, name="", compute_data_type=DataType.NOT_SET):
+        return self._pointwise(M.ELU_BWD, [loss, input], name, compute_data_type, elu_alpha=alpha)
+
+    def softplus_backward(self, loss, input, beta=None, name="",
+                          compute_data_type=DataType.NOT_SET):
+        return self._pointwise(M.SOFTPLUS_BWD, [loss, input], name, compute_data_type,
+                               softplus_beta=beta)
+
+    def swish_backward(self, loss, input, swish_beta=None, name="",
+                       compute_data_type=DataType.NOT_SET):
+        return self._pointwise(M.SWISH_BWD, [loss, input], name, compute_data_type,
+                               swish_beta=swish_beta)
+
+    # ---- reductions -------------------------------------------------------------------------
+    def reduction(self, input, mode, name="", compute_data_type=DataType.NOT_SET):
+        """Y = reduce(input); set Y's dims (size 1 on reduced axes) before validate()."""
+        op = name or f"reduction_{len(self._nodes)}"
+        if isinstance(mode, str):
+            mode = ReductionMode[mode.upper()]
+        elif not isinstance(mode, ReductionMode):
+            mode = ReductionMode[mode.name]
+        node = N.Reduction(name=op, compute_data_type=self._ctype(compute_data_type),
+                           inputs={"X": self._check_tensor(input, op, "input")}, mode=mode)
+        y = self._new_output(f"{op}::Y")
+        self._add(node, {"Y": y})
+        return y
+
+    def genstats(self, input, name="", compute_data_type=DataType.NOT_SET):
+        """[SUM, SQ_SUM] per channel (axis 1) of input."""
+        op = name or f"genstats_{len(self._nodes)}"
+        node = N.GenStats(name=op, compute_data_type=self._ctype(compute_data_type),
+                          inputs={"X": self._check_tensor(input, op, "input")})
+        s, sq = self._new_output(f"{op}::SUM"), self._new_output(f"{op}::SQ_SUM")
+        self._add(node, {"SUM": s, "SQ_SUM": sq})
+        return [s, sq]
+
+    # ---- matmul -------------------------------------------------------------------------------
+    def matmul(self, A, B, padding=0.0, name="", compute_data_type=DataType.NOT_SET):
+        """C[..., M, N] = A[..., M, K] @ B[..., K, N], batch dims broadcast."""
+        op = name or f"matmul_{len(self._nodes)}"
+        node = N.Matmul(name=op, compute_data_type=self._ctype(compute_data_type),
+                        inputs={"A": self._check_tensor(A, op, "A"),
+                                "B": self._check_tensor(B, op, "B")}, padding=float(padding))
+        c = self._new_output(f"{op}::C")
+        self._add(node, {"C": c})
+        return c
+
+    # ---- layout ----------------------------------------------------------------------------
+    def reshape(self, input, name="", compute_data_type=DataType.NOT_SET):
+        """Y with the same elements; set Y's dims before validate()."""
+        op = name or f"reshape_{len(self._nodes)}"
+        node = N.Reshape(name=op, compute_data_type=self._ctype(compute_data_type),
+                         inputs={"X": self._check_tensor(input, op, "input")})
+        y = self._new_output(f"{op}::Y")
+        self._add(node, {"Y": y})
+        return y
+
+    def transpose(self, input, permutation, name="", compute_data_type=DataType.NOT_SET):
+        op = name or f"transpose_{len(self._nodes)}"
+        node = N.Transpose(name=op, compute_data_type=self._ctype(compute_data_type),
+                           inputs={"X": self._check_tensor(input, op, "input")},
+                           permutation=tuple(int(p) for p in permutation))
+        y = self._new_output(f"{op}::Y")
+        self._add(node, {"Y": y})
+        return y
+
+    def slice(self, input, slices, name="", compute_data_type=DataType.NOT_SET):
+        """slices: one Python ``slice`` (unit step) or (start, end) pair per dimension."""
+        op = name or f"slice_{len(self._nodes)}"
+        t = self._check_tensor(input, op, "input")
+        starts, ends = [], []
+        for i, s in enumerate(slices):
+            if isinstance(s, slice):
+                if s.step not in (None, 1):
+                    raise BadParamError(f"slice step {s.step} on axis {i}: only unit steps",
+                                        op=op, tensor=t.label(), status=Status.NOT_SUPPORTED)
+                dim = t.dim[i] if t.dim else None
+                start, stop, _ = s.indices(dim) if dim is not None else (s.start or 0, s.stop, 1)
+                starts.append(start)
+                ends.append(stop)
+            else:
+                starts.append(int(s[0]))
+                ends.append(int(s[1]))
+        node = N.Slice(name=op, compute_data_type=self._ctype(compute_data_type),
+                       inputs={"X": t}, starts=tuple(starts), ends=tuple(ends))
+        y = self._new_output(f"{op}::Y")
+        self._add(node, {"Y": y})
+        return y
+
+    def concatenate(self, inputs, axis, in_place_index=None, name="",
+                    compute_data_type=DataType.NOT_SET):
+        op = name or f"concatenate_{len(self._nodes)}"
+        xs = [self._check_tensor(t, op, f"input {i}") for i, t in enumerate(inputs)]
+        node = N.Concatenate(name=op, compute_data_type=self._ctype(compute_data_type),
+                             inputs={"X": xs}, axis=int(axis), in_place_index=in_place_index)
+        y = self._new_output(f"{op}::Y")
+        self._add(node, {"Y": y})
+        return y
+
+    del _unary, _binary, _backward

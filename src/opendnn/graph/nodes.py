@@ -1,0 +1,383 @@
+"""Operation nodes: one dataclass per operation kind.
+
+Each node names its tensors by role (``inputs``/``outputs`` map role -> tensor; while
+the graph is being built the values are ``Tensor`` handles, in a validated graph they
+are uids). ``infer_properties`` fills in what the user left unset on the outputs;
+``validate`` checks the node against the frozen descriptors and raises a typed error
+naming the node, the tensor and the rule.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import ClassVar
+
+from ..enums import DataType, PointwiseMode, ReductionMode
+from ..errors import BadParamError, Status
+from ..ops.pointwise import MODES
+from ..tensor import TensorDesc, packed_strides, stride_order
+
+
+def broadcast_dims(shapes: list[list[int]]) -> list[int] | None:
+    """NumPy-style broadcast of dims lists (left-padded with 1); None if incompatible."""
+    rank = max(len(s) for s in shapes)
+    out = []
+    for i in range(rank):
+        sizes = {s[i - rank + len(s)] for s in shapes if i - rank + len(s) >= 0}
+        sizes.discard(1)
+        if len(sizes) > 1:
+            return None
+        out.append(sizes.pop() if sizes else 1)
+    return out
+
+
+def broadcastable(dims, to_dims) -> bool:
+    if len(dims) > len(to_dims):
+        return False
+    pad = [1] * (len(to_dims) - len(dims)) + list(dims)
+    return all(d == t or d == 1 for d, t in zip(pad, to_dims))
+
+
+@dataclasses.dataclass(eq=False)
+class Node:
+    """Base of all nodes. ``kind`` names the operation family."""
+    name: str = ""
+    compute_data_type: DataType = DataType.NOT_SET
+    inputs: dict = dataclasses.field(default_factory=dict)
+    outputs: dict = dataclasses.field(default_factory=dict)
+    kind: ClassVar[str] = "node"
+
+    # ---- identity -------------------------------------------------------------------
+    def label(self) -> str:
+        return f"{self.kind} '{self.name}'" if self.name else self.kind
+
+    def error(self, rule, tensor=None, status=Status.BAD_PARAM):
+        label = tensor.label() if hasattr(tensor, "label") else tensor
+        return BadParamError(rule, op=self.label(), tensor=label, status=status)
+
+    def input_tensors(self) -> list:
+        out = []
+        for v in self.inputs.values():
+            if isinstance(v, (list, tuple)):
+                out.extend(v)
+            elif v is not None:
+                out.append(v)
+        return out
+
+    def output_tensors(self) -> list:
+        return [v for v in self.outputs.values() if v is not None]
+
+    def attrs(self) -> dict:
+        """Operation attributes (JSON-able), everything but name, types and tensors."""
+        skip = {"name", "compute_data_type", "inputs", "outputs"}
+        out = {}
+        for f in dataclasses.fields(self):
+            if f.name in skip:
+                continue
+            v = getattr(self, f.name)
+            out[f.name] = v.name if hasattr(v, "name") and hasattr(v, "value") else v
+        return out
+
+    # ---- inference (builder tensors) -------------------------------------------------
+    def infer_properties(self, ctx) -> None:
+        """Fill unset output dims/strides/types. ``ctx`` gives the graph's defaults."""
+        like = self.first_input()
+        for out in self.output_tensors():
+            ctx.fill_type(out, like)
+            ctx.fill_strides(out, like)
+
+    def first_input(self):
+        for t in self.input_tensors():
+            if not t.is_pass_by_value:
+                return t
+        ts = self.input_tensors()
+        return ts[0] if ts else None
+
+    # ---- validation (frozen descriptors) ---------------------------------------------
+    def validate(self, desc) -> None:
+        """``desc(role_value)`` maps a uid to its TensorDesc."""
+
+
+# ======================================================================================
+@dataclasses.dataclass(eq=False)
+class Pointwise(Node):
+    """Elementwise ``OUT_0 = f(IN_0[, IN_1[, IN_2]])`` with broadcasting of inputs."""
+    mode: PointwiseMode = PointwiseMode.IDENTITY
+    relu_lower_clip: float | None = None
+    relu_upper_clip: float | None = None
+    relu_lower_clip_slope: float | None = None
+    elu_alpha: float | None = None
+    softplus_beta: float | None = None
+    swish_beta: float | None = None
+    axis: int | None = None
+    kind: ClassVar[str] = "pointwise"
+
+    def label(self) -> str:
+        return f"pointwise {self.mode.name} '{self.name}'" if self.name else f"pointwise {self.mode.name}"
+
+    def op_attrs(self) -> dict:
+        """Mode attributes with None meaning the cuDNN default."""
+        return {k: v for k, v in self.attrs().items() if k != "mode" and v is not None}
+
+    def infer_properties(self, ctx) -> None:
+        out = self.outputs["OUT_0"]
+        ins = [t for t in self.input_tensors()]
+        for t in ins:
+            if t.dim is None:
+                raise self.error("input dims are not set", t, Status.BAD_PARAM_NOT_FINALIZED)
+        if out.dim is None:
+            dims = broadcast_dims([t.dim for t in ins])
+            if dims is None:
+                raise self.error(f"input dims {[t.dim for t in ins]} do not broadcast",
+                                 ins[-1], Status.BAD_PARAM_SHAPE_MISMATCH)
+            out.dim = dims
+        full = [t for t in ins if not t.is_pass_by_value and t.dim == out.dim]
+        like = full[0] if full else self.first_input()
+        ctx.fill_type(out, like)
+        ctx.fill_strides(out, like)
+
+    def validate(self, desc) -> None:
+        spec = MODES[self.mode]
+        n_in = len([k for k in self.inputs if self.inputs[k] is not None])
+        if n_in != spec.arity:
+            raise self.error(f"needs {spec.arity} inputs, got {n_in}")
+        out = desc(self.outputs["OUT_0"])
+        for role, uid in self.inputs.items():
+            d = desc(uid)
+            if not broadcastable(d.dims, out.dims):
+                raise self.error(f"input dims {list(d.dims)} do not broadcast to output dims "
+                                 f"{list(out.dims)}", d.label(), Status.BAD_PARAM_SHAPE_MISMATCH)
+        if self.mode == PointwiseMode.GEN_INDEX:
+            if self.axis is None or not 0 <= self.axis < len(out.dims):
+                raise self.error(f"axis {self.axis} out of range for {len(out.dims)} dims",
+                                 out.label(), Status.BAD_PARAM_OUT_OF_BOUND)
+        if self.softplus_beta is not None and self.softplus_beta == 0:
+            raise self.error("softplus_beta must be nonzero")
+        if (self.relu_lower_clip is not None and self.relu_upper_clip is not None
+                and self.relu_upper_clip < self.relu_lower_clip):
+            raise self.error(f"relu upper clip {self.relu_upper_clip} < lower clip "
+                             f"{self.relu_lower_clip}")
+
+
+# ======================================================================================
+@dataclasses.dataclass(eq=False)
+class Reduction(Node):
+    """``Y = reduce_mode(X)`` over the axes where Y's dim is 1 and X's is not."""
+    mode: ReductionMode = ReductionMode.ADD
+    kind: ClassVar[str] = "reduction"
+
+    def infer_properties(self, ctx) -> None:
+        x, y = self.inputs["X"], self.outputs["Y"]
+        if y.dim is None:
+            raise self.error("output dims must be set: they say which axes are reduced "
+                             "(reduced axes have size 1)", y, Status.BAD_PARAM_NOT_FINALIZED)
+        ctx.fill_type(y, x)
+        ctx.fill_strides(y, x)
+
+    def validate(self, desc) -> None:
+        x, y = desc(self.inputs["X"]), desc(self.outputs["Y"])
+        if len(x.dims) != len(y.dims) or any(b != a and b != 1 for a, b in zip(x.dims, y.dims)):
+            raise self.error(f"output dims {list(y.dims)} must equal input dims {list(x.dims)} "
+                             "or be 1 on reduced axes", y.label(), Status.BAD_PARAM_SHAPE_MISMATCH)
+
+
+# ======================================================================================
+@dataclasses.dataclass(eq=False)
+class GenStats(Node):
+    """Per-channel ``SUM = sum(X)`` and ``SQ_SUM = sum(X^2)`` over all axes but axis 1."""
+    kind: ClassVar[str] = "genstats"
+
+    def infer_properties(self, ctx) -> None:
+        x = self.inputs["X"]
+        if len(x.dim) < 2:
+            raise self.error("input needs at least 2 dims (N, C, ...)", x,
+                             Status.BAD_PARAM_SHAPE_MISMATCH)
+        for role in ("SUM", "SQ_SUM"):
+            t = self.outputs[role]
+            if t.dim is None:
+                t.dim = [1, x.dim[1]] + [1] * (len(x.dim) - 2)
+            if t.data_type == DataType.NOT_SET:
+                t.data_type = DataType.FLOAT if ctx.io_type == DataType.NOT_SET else ctx.io_type
+            ctx.fill_strides(t, None)
+
+    def validate(self, desc) -> None:
+        x = desc(self.inputs["X"])
+        want = (1, x.dims[1]) + (1,) * (len(x.dims) - 2)
+        for role in ("SUM", "SQ_SUM"):
+            d = desc(self.outputs[role])
+            if d.dims != want:
+                raise self.error(f"{role} dims {list(d.dims)} must be {list(want)}", d.label(),
+                                 Status.BAD_PARAM_SHAPE_MISMATCH)
+
+
+# ======================================================================================
+@dataclasses.dataclass(eq=False)
+class Matmul(Node):
+    """``C[..., m, n] = sum_k A[..., m, k] B[..., k, n]``; batch dims broadcast."""
+    padding: float = 0.0
+    kind: ClassVar[str] = "matmul"
+
+    def infer_properties(self, ctx) -> None:
+        a, b, c = self.inputs["A"], self.inputs["B"], self.outputs["C"]
+        for t in (a, b):
+            if t.dim is None or len(t.dim) < 2:
+                raise self.error("needs at least 2 dims", t, Status.BAD_PARAM_SHAPE_MISMATCH)
+        if c.dim is None:
+            batch = broadcast_dims([a.dim[:-2] or [1], b.dim[:-2] or [1]])
+            if batch is None:
+                raise self.error(f"batch dims {a.dim[:-2]} and {b.dim[:-2]} do not broadcast", b,
+                                 Status.BAD_PARAM_SHAPE_MISMATCH)
+            rank = max(len(a.dim), len(b.dim))
+            c.dim = (batch + [a.dim[-2], b.dim[-1]])[-rank:] if rank > 2 else [a.dim[-2], b.dim[-1]]
+        ctx.fill_type(c, a)
+        ctx.fill_strides(c, None)
+
+    def validate(self, desc) -> None:
+        a, b, c = desc(self.inputs["A"]), desc(self.inputs["B"]), desc(self.outputs["C"])
+        if a.dims[-1] != b.dims[-2]:
+            raise self.error(f"inner dimensions differ: A is {list(a.dims)}, B is {list(b.dims)} "
+                             f"(A[-1]={a.dims[-1]} != B[-2]={b.dims[-2]})", b.label(),
+                             Status.BAD_PARAM_SHAPE_MISMATCH)
+        if c.dims[-2:] != (a.dims[-2], b.dims[-1]):
+            raise self.error(f"output dims {list(c.dims)} must end in [{a.dims[-2]}, {b.dims[-1]}]",
+                             c.label(), Status.BAD_PARAM_SHAPE_MISMATCH)
+        for t in (a, b):
+            if not broadcastable(t.dims[:-2], c.dims[:-2]):
+                raise self.error(f"batch dims {list(t.dims[:-2])} do not broadcast to "
+                                 f"{list(c.dims[:-2])}", t.label(), Status.BAD_PARAM_SHAPE_MISMATCH)
+        for t in (a, b, c):
+            if not t.data_type.is_floating:
+                raise self.error(f"data type {t.data_type.name} is not a floating type", t.label(),
+                                 Status.NOT_SUPPORTED_DATA_TYPE)
+
+
+# ======================================================================================
+@dataclasses.dataclass(eq=False)
+class Reshape(Node):
+    """``Y`` holds X's elements in row-major order under new dims (same count)."""
+    kind: ClassVar[str] = "reshape"
+
+    def infer_properties(self, ctx) -> None:
+        x, y = self.inputs["X"], self.outputs["Y"]
+        if y.dim is None:
+            raise self.error("output dims must be set for a reshape", y,
+                             Status.BAD_PARAM_NOT_FINALIZED)
+        ctx.fill_type(y, x)
+        ctx.fill_strides(y, None)
+
+    def validate(self, desc) -> None:
+        x, y = desc(self.inputs["X"]), desc(self.outputs["Y"])
+        if x.numel != y.numel:
+            raise self.error(f"element count changes from {x.numel} {list(x.dims)} to {y.numel} "
+                             f"{list(y.dims)}", y.label(), Status.BAD_PARAM_SHAPE_MISMATCH)
+
+
+@dataclasses.dataclass(eq=False)
+class Transpose(Node):
+    """``Y[i_p0, ..., i_pn] = X[i_0, ..., i_n]``: Y.dims[k] = X.dims[permutation[k]]."""
+    permutation: tuple = ()
+    kind: ClassVar[str] = "transpose"
+
+    def infer_properties(self, ctx) -> None:
+        x, y = self.inputs["X"], self.outputs["Y"]
+        perm = list(self.permutation)
+        if sorted(perm) != list(range(len(x.dim))):
+            raise self.error(f"permutation {perm} is not a permutation of {len(x.dim)} axes", x,
+                             Status.BAD_PARAM_OUT_OF_BOUND)
+        if y.dim is None:
+            y.dim = [x.dim[p] for p in perm]
+        ctx.fill_type(y, x)
+        ctx.fill_strides(y, None)
+
+    def validate(self, desc) -> None:
+        x, y = desc(self.inputs["X"]), desc(self.outputs["Y"])
+        want = tuple(x.dims[p] for p in self.permutation)
+        if y.dims != want:
+            raise self.error(f"output dims {list(y.dims)} must be {list(want)}", y.label(),
+                             Status.BAD_PARAM_SHAPE_MISMATCH)
+
+
+@dataclasses.dataclass(eq=False)
+class Slice(Node):
+    """``Y = X[start_0:end_0, ..., start_n:end_n]`` (unit step), copied."""
+    starts: tuple = ()
+    ends: tuple = ()
+    kind: ClassVar[str] = "slice"
+
+    def infer_properties(self, ctx) -> None:
+        x, y = self.inputs["X"], self.outputs["Y"]
+        if len(self.starts) != len(x.dim):
+            raise self.error(f"{len(self.starts)} slices for {len(x.dim)} dims", x,
+                             Status.BAD_PARAM_SHAPE_MISMATCH)
+        for s, e, d in zip(self.starts, self.ends, x.dim):
+            if not 0 <= s <= e <= d:
+                raise self.error(f"slice [{s}:{e}] out of range for dim {d}", x,
+                                 Status.BAD_PARAM_OUT_OF_BOUND)
+        if y.dim is None:
+            y.dim = [e - s for s, e in zip(self.starts, self.ends)]
+        ctx.fill_type(y, x)
+        ctx.fill_strides(y, x)
+
+    def validate(self, desc) -> None:
+        y = desc(self.outputs["Y"])
+        want = tuple(e - s for s, e in zip(self.starts, self.ends))
+        if y.dims != want:
+            raise self.error(f"output dims {list(y.dims)} must be {list(want)}", y.label(),
+                             Status.BAD_PARAM_SHAPE_MISMATCH)
+
+
+@dataclasses.dataclass(eq=False)
+class Concatenate(Node):
+    """``Y`` = inputs joined along ``axis``; ``in_place_index`` names an input already
+    stored in Y's memory (cuDNN's in-place concatenation)."""
+    axis: int = 0
+    in_place_index: int | None = None
+    kind: ClassVar[str] = "concatenate"
+
+    def infer_properties(self, ctx) -> None:
+        xs, y = self.inputs["X"], self.outputs["Y"]
+        if not xs:
+            raise self.error("needs at least one input")
+        rank = len(xs[0].dim)
+        if not 0 <= self.axis < rank:
+            raise self.error(f"axis {self.axis} out of range for {rank} dims", xs[0],
+                             Status.BAD_PARAM_OUT_OF_BOUND)
+        for t in xs:
+            if len(t.dim) != rank or any(a != b for i, (a, b) in enumerate(zip(t.dim, xs[0].dim))
+                                          if i != self.axis):
+                raise self.error(f"dims {t.dim} differ from {xs[0].dim} off the axis {self.axis}",
+                                 t, Status.BAD_PARAM_SHAPE_MISMATCH)
+        if y.dim is None:
+            y.dim = list(xs[0].dim)
+            y.dim[self.axis] = sum(t.dim[self.axis] for t in xs)
+        ctx.fill_type(y, xs[0])
+        ctx.fill_strides(y, xs[0])
+
+    def validate(self, desc) -> None:
+        xs = [desc(u) for u in self.inputs["X"]]
+        y = desc(self.outputs["Y"])
+        want = list(xs[0].dims)
+        want[self.axis] = sum(x.dims[self.axis] for x in xs)
+        if list(y.dims) != want:
+            raise self.error(f"output dims {list(y.dims)} must be {want}", y.label(),
+                             Status.BAD_PARAM_SHAPE_MISMATCH)
+        if self.in_place_index is not None and not 0 <= self.in_place_index < len(xs):
+            raise self.error(f"in_place_index {self.in_place_index} out of range",
+                             status=Status.BAD_PARAM_OUT_OF_BOUND)
+
+
+NODE_TYPES: dict[str, type[Node]] = {cls.kind: cls for cls in (
+    Pointwise, Reduction, GenStats, Matmul, Reshape, Transpose, Slice, Concatenate)}
+
+
+def infer_strides_like(dims, like: TensorDesc | None):
+    """Packed strides for ``dims`` in the stride order of ``like`` when ranks agree."""
+    if like is not None and like.stride is not None and len(like.stride) == len(dims) and like.dim:
+        # order from the reference tensor; broadcast (stride 0 / size 1) dims keep their place
+        order = stride_order(like.stride)
+        return list(packed_strides(dims, order))
+    return list(packed_strides(dims))
+
+
+def element_count(dims) -> int:
+    return math.prod(dims)

@@ -1,0 +1,124 @@
+"""Heuristics: which plans to try, in which order.
+
+- Mode A: every engine (but the reference) that takes the whole graph offers its configs;
+  all are ranked by the engines' analytical cost models (``estimate_seconds``: a roofline
+  from FLOPs, bytes and tile efficiency). If no engine takes the whole graph, the graph
+  is cut into pieces (greedily: extend the current piece with the next node in
+  topological order while some engine still takes it), and the plan chains each piece's
+  best config.
+- Mode B: mode A's list reordered by measured results from the autotune cache, when the
+  problem has been tuned on this device with this library and Triton version.
+- FALLBACK: the float64 reference engine on the whole graph.
+"""
+from __future__ import annotations
+
+from . import backends, log
+from .engines.base import Target
+from .engines.registry import engines, reference
+from .enums import HeurMode, NumericalNote
+from .plan import ExecutionPlan
+from .runtime import autotune
+
+CONFIGS_PER_ENGINE = 6
+
+
+def _fast_engines():
+    return [e for e in engines() if e is not reference()]
+
+
+def supporting(graph, target: Target) -> tuple[list, dict]:
+    """(engines that take ``graph`` whole, {engine name: reason} for those that decline)."""
+    ok, reasons = [], {}
+    for e in engines():
+        s = e.check_support(graph, target)
+        if s.ok:
+            ok.append(e)
+        else:
+            reasons[e.name] = s.reason
+            log.dispatch(f"{e.name} declines {graph.describe()}: {s.reason}")
+    return ok, reasons
+
+
+def _ranked_configs(graph, target, engs) -> list:
+    scored = []
+    for rank, e in enumerate(engs):
+        for i, c in enumerate(e.configs(graph, target)[:CONFIGS_PER_ENGINE]):
+            scored.append((e.estimate_seconds(graph, c, target), rank, i, c))
+    scored.sort(key=lambda t: t[:3])
+    return scored
+
+
+def partition(graph, target: Target) -> list | None:
+    """Cut ``graph`` into pieces each taken whole by a non-reference engine, or pieces
+    the reference must run. Returns [(subgraph, config)]."""
+    nodes = list(graph.nodes)
+    pieces, current = [], []
+
+    sub = graph.piece
+
+    def best(sg):
+        ranked = _ranked_configs(sg, target, [e for e in _fast_engines()
+                                              if e.check_support(sg, target).ok])
+        return ranked[0][3] if ranked else None
+
+    for n in nodes:
+        trial = current + [n]
+        if best(sub(trial)) is not None:
+            current = trial
+            continue
+        if current:
+            pieces.append(current)
+        current = [n]
+    if current:
+        pieces.append(current)
+    out = []
+    for ns in pieces:
+        sg = sub(ns)
+        cfg = best(sg)
+        if cfg is None:
+            if not reference().check_support(sg, target).ok:
+                return None
+            cfg = reference().configs(sg, target)[0]
+        out.append((sg, cfg))
+    return out
+
+
+def plans_for_mode(graph, mode: HeurMode, target: Target) -> tuple[list, dict]:
+    """Ranked ExecutionPlans for one mode, plus the reasons engines gave for declining."""
+    ok, reasons = supporting(graph, target)
+    if mode == HeurMode.FALLBACK:
+        ref = reference()
+        if ref in ok:
+            return [ExecutionPlan(graph, [(graph, ref.configs(graph, target)[0])], target,
+                                  "FALLBACK")], reasons
+        return [], reasons
+    fast = [e for e in ok if e is not reference()]
+    plans = [ExecutionPlan(graph, [(graph, c)], target, mode.name)
+             for _, _, _, c in _ranked_configs(graph, target, fast)]
+    if not plans:
+        pieces = partition(graph, target)
+        if pieces is not None and len(pieces) > 1:
+            plan = ExecutionPlan(graph, pieces, target, mode.name)
+            log.info(f"no engine takes the whole graph; partitioned into {len(pieces)} pieces: "
+                     f"{plan.describe()}")
+            plans = [plan]
+    if mode == HeurMode.B and plans:
+        plans = reorder_by_cache(graph, plans, target)
+    return plans, reasons
+
+
+def reorder_by_cache(graph, plans: list, target: Target) -> list:
+    hit = autotune.lookup(graph.key(), target.name)
+    if not hit:
+        return plans
+    pos = {name: i for i, name in enumerate(hit["order"])}
+    return sorted(plans, key=lambda p: pos.get(p.name, len(pos)))
+
+
+def allowed(plan: ExecutionPlan) -> bool:
+    """The global switches in ``opendnn.backends`` as a filter."""
+    if backends.deterministic and NumericalNote.NONDETERMINISTIC in plan.numerical_notes():
+        return False
+    if backends.workspace_limit is not None and plan.workspace_size > backends.workspace_limit:
+        return False
+    return True

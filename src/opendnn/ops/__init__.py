@@ -1,0 +1,1 @@
+"""Operation definitions: the math of each operation family and its float64 reference."""

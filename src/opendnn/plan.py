@@ -1,0 +1,142 @@
+"""Execution plans: one or more (subgraph, engine config) stages plus their workspace.
+
+A plan for a graph that one engine takes whole has one stage. When no engine takes the
+whole graph, the heuristics cut it into pieces; tensors that cross a cut become real
+buffers carved out of the workspace (their space comes first, 256-byte aligned), and the
+stages run in order. The workspace is ``boundary tensors + max(stage workspaces)``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from . import log
+from .engines.base import EngineConfig, Target
+from .engines.registry import by_id
+from .errors import GraphNotSupportedError, InternalError, Status
+
+ALIGN = 256
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+@dataclasses.dataclass
+class Stage:
+    graph: object                 # OpGraph of this piece
+    config: EngineConfig
+    executable: object = None
+
+
+class ExecutionPlan:
+    """A ranked candidate, then (after ``build``) a runnable plan."""
+
+    def __init__(self, graph, pieces: list, target: Target, origin: str = "A"):
+        self.graph = graph
+        self.target = target
+        self.origin = origin
+        self.stages = [Stage(g, c) for g, c in pieces]
+        self.boundaries = []          # (uid, offset, nbytes)
+        offset = 0
+        if len(self.stages) > 1:
+            for u in self._boundary_uids():
+                d = graph.tensors[u]
+                self.boundaries.append((u, offset, d.size_in_bytes))
+                offset += _align(d.size_in_bytes)
+        self._stage_ws_offset = offset
+        self.workspace_size = offset + max(
+            [self._engine(s).workspace_size(s.graph, s.config, target) for s in self.stages] or [0])
+        self.built = False
+        self.build_seconds = None
+
+    def _boundary_uids(self) -> list:
+        seen = []
+        for s in self.stages:
+            for u in s.graph.tensors:
+                if self.graph.tensors[u].is_virtual and u not in seen:
+                    seen.append(u)
+        return seen
+
+    @staticmethod
+    def _engine(stage: Stage):
+        e = by_id(stage.config.engine_id)
+        if e is None:
+            raise InternalError(f"engine id {stage.config.engine_id} is not registered")
+        return e
+
+    # ---- description ---------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        if len(self.stages) == 1:
+            return self.stages[0].config.label()
+        return "partition[" + " | ".join(s.config.label() for s in self.stages) + "]"
+
+    @property
+    def engine_names(self) -> list:
+        return [s.config.engine_name for s in self.stages]
+
+    def numerical_notes(self) -> frozenset:
+        out = set()
+        for s in self.stages:
+            out |= self._engine(s).numerical_notes(s.graph, s.config)
+        return frozenset(out)
+
+    def behavior_notes(self) -> frozenset:
+        out = set()
+        for s in self.stages:
+            out |= self._engine(s).behavior_notes
+        return frozenset(out)
+
+    def describe(self) -> str:
+        if len(self.stages) == 1:
+            return self.name
+        return "; ".join(f"piece {i}: {s.config.label()} takes [{s.graph.describe()}]"
+                         for i, s in enumerate(self.stages))
+
+    def to_json(self) -> dict:
+        return {"stages": [{"nodes": [n.name for n in s.graph.nodes],
+                            "node_index": [self.graph.nodes.index(n) for n in s.graph.nodes],
+                            "config": s.config.to_json()} for s in self.stages]}
+
+    # ---- build and run ---------------------------------------------------------------
+    def check_support(self):
+        for s in self.stages:
+            e = self._engine(s)
+            sup = e.check_support(s.graph, self.target)
+            if sup.ok:
+                sup = e.check_config(s.graph, s.config, self.target)
+            if not sup.ok:
+                return sup
+        from .engines.base import SUPPORTED
+        return SUPPORTED
+
+    def build(self) -> "ExecutionPlan":
+        if self.built:
+            return self
+        t0 = time.perf_counter()
+        for s in self.stages:
+            e = self._engine(s)
+            sup = e.check_support(s.graph, self.target)
+            if not sup.ok:
+                raise GraphNotSupportedError(f"plan {self.name} cannot be built",
+                                             reasons={e.name: sup.reason},
+                                             status=Status.NOT_SUPPORTED)
+            s.executable = e.build(s.graph, s.config, self.target)
+        self.built = True
+        self.build_seconds = time.perf_counter() - t0
+        log.info(f"built plan {self.name} in {self.build_seconds * 1e3:.2f} ms "
+                 f"(workspace {self.workspace_size} B)")
+        return self
+
+    def run(self, buffers: dict, workspace, stream=None) -> None:
+        if len(self.stages) == 1:
+            self.stages[0].executable.run(buffers, workspace, stream)
+            return
+        bufs = dict(buffers)
+        for uid, off, nbytes in self.boundaries:
+            d = self.graph.tensors[uid]
+            bufs[uid] = workspace[off:off + nbytes].view(d.torch_dtype)
+        ws = workspace[self._stage_ws_offset:] if workspace is not None else None
+        for s in self.stages:
+            s.executable.run(bufs, ws, stream)

@@ -1,0 +1,1 @@
+"""Runtime: dual-mode Triton launching, buffer binding, autotune caches."""

@@ -1,0 +1,222 @@
+"""Binding a variant pack (tensor or uid -> buffer) to the descriptors of a graph.
+
+A buffer may be a torch tensor, a NumPy array, any ``__dlpack__`` object (CuPy, JAX), or a
+raw integer device pointer. Every entry is checked against its descriptor: data type,
+device, and shape -- a torch tensor must either have the descriptor's dims and strides
+(strides of size-1 dimensions are ignored) or be a 1-D contiguous buffer holding at least
+the descriptor's span. Anything else is BAD_PARAM naming the tensor and the rule, never
+a silent misread.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import torch
+
+from ..enums import DataType
+from ..errors import BadParamError, Status
+from ..tensor import TensorDesc
+
+
+class RawPointer:
+    """A raw device or host address read through a descriptor (what cuDNN itself gets)."""
+
+    __slots__ = ("ptr", "dtype", "device", "_desc")
+
+    def __init__(self, ptr: int, desc: TensorDesc, device: torch.device):
+        self.ptr, self.dtype, self.device, self._desc = int(ptr), desc.torch_dtype, device, desc
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+    def as_tensor(self) -> torch.Tensor:
+        """A tensor view of the addressed memory (span elements, 1-D)."""
+        d = self._desc
+        n = d.span
+        if self.device.type == "cuda":
+            return _cuda_view(self.ptr, n, d.torch_dtype, self.device)
+        nbytes = n * d.data_type.itemsize
+        raw = (ctypes.c_uint8 * nbytes).from_address(self.ptr) if nbytes else bytearray()
+        u8 = torch.frombuffer(raw, dtype=torch.uint8) if nbytes else torch.empty(0, dtype=torch.uint8)
+        return u8.view(d.torch_dtype)
+
+
+def _cuda_view(ptr: int, n: int, dtype: torch.dtype, device) -> torch.Tensor:
+    class _Holder:
+        __cuda_array_interface__ = {"shape": (n * torch.empty((), dtype=dtype).element_size(),),
+                                    "typestr": "|u1", "data": (ptr, False), "version": 3}
+    return torch.as_tensor(_Holder(), device=device).view(dtype)
+
+
+def as_tensor(buf) -> torch.Tensor:
+    """Tensor view of a bound buffer (RawPointer or tensor)."""
+    return buf.as_tensor() if isinstance(buf, RawPointer) else buf
+
+
+def logical_view(buf, desc: TensorDesc) -> torch.Tensor:
+    """The buffer read as ``desc.dims`` with ``desc.strides``."""
+    t = as_tensor(buf)
+    return t.as_strided(desc.dims, desc.strides)
+
+
+def _convert(value, desc: TensorDesc, op: str, default_device):
+    """Turn one variant-pack value into a torch tensor or RawPointer, checking it."""
+    if isinstance(value, torch.Tensor):
+        t = value
+    elif isinstance(value, np.ndarray):
+        t = torch.from_numpy(value)
+    elif isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        if value == 0:
+            raise BadParamError("null pointer bound", op=op, tensor=desc.label(),
+                                status=Status.BAD_PARAM_NULL_POINTER)
+        return RawPointer(int(value), desc, default_device)
+    elif hasattr(value, "__dlpack__"):
+        t = torch.from_dlpack(value)
+    else:
+        raise BadParamError(f"cannot bind a {type(value).__name__}: expected a torch tensor, "
+                            "NumPy array, DLPack object or integer pointer", op=op,
+                            tensor=desc.label(), status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+    if t.dtype != desc.torch_dtype:
+        raise BadParamError(f"buffer data type {t.dtype} differs from the descriptor's "
+                            f"{desc.data_type.name}", op=op, tensor=desc.label(),
+                            status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+    if tuple(t.shape) == desc.dims:
+        if any(a != b for a, b, d in zip(t.stride(), desc.strides, desc.dims) if d > 1):
+            raise BadParamError(f"buffer strides {list(t.stride())} differ from the descriptor's "
+                                f"{list(desc.strides)}", op=op, tensor=desc.label(),
+                                status=Status.BAD_PARAM_SHAPE_MISMATCH)
+    elif t.dim() == 1 and t.is_contiguous():
+        if t.numel() < desc.span:
+            raise BadParamError(f"buffer holds {t.numel()} elements; the descriptor addresses "
+                                f"{desc.span}", op=op, tensor=desc.label(),
+                                status=Status.BAD_PARAM_SIZE_INSUFFICIENT)
+    elif t.numel() == desc.numel and t.is_contiguous() and desc.is_packed() and \
+            desc.strides == tuple(torch.empty(desc.dims, device="meta").stride()):
+        pass  # same elements in the same order, other shape (e.g. [M,N] vs [1,M,N])
+    else:
+        raise BadParamError(f"buffer shape {list(t.shape)} strides {list(t.stride())} disagree "
+                            f"with descriptor dims {list(desc.dims)} strides {list(desc.strides)}",
+                            op=op, tensor=desc.label(), status=Status.BAD_PARAM_SHAPE_MISMATCH)
+    return t
+
+
+def scalar_value(value, desc: TensorDesc, op: str) -> float:
+    """The host value of a pass-by-value tensor."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise BadParamError(f"pass-by-value tensor needs 1 element, got {value.numel()}",
+                                op=op, tensor=desc.label(), status=Status.BAD_PARAM_SHAPE_MISMATCH)
+        return value.item()
+    if isinstance(value, np.ndarray):
+        if value.size != 1:
+            raise BadParamError(f"pass-by-value array needs 1 element, got {value.size}",
+                                op=op, tensor=desc.label(), status=Status.BAD_PARAM_SHAPE_MISMATCH)
+        return value.item()
+    if isinstance(value, (int, float, bool, np.generic)):
+        return value.item() if isinstance(value, np.generic) else value
+    raise BadParamError(f"pass-by-value tensor needs a number, got {type(value).__name__}",
+                        op=op, tensor=desc.label(), status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+
+
+def bind(graph, variant_pack: dict, op: str, default_device) -> tuple[dict, torch.device]:
+    """Check ``variant_pack`` against ``graph`` (an OpGraph) and return (uid -> buffer or
+    host scalar, device). ``default_device`` places raw pointers."""
+    tensors = graph.tensors
+    bound: dict = {}
+    device = None
+    for key, value in variant_pack.items():
+        uid = key if isinstance(key, int) else getattr(key, "uid", None)
+        if uid is None or isinstance(key, bool):
+            raise BadParamError(f"variant pack key {key!r} is neither a graph tensor nor a uid",
+                                op=op, status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+        desc = tensors.get(uid)
+        if desc is None:
+            raise BadParamError(f"uid {uid} is not a tensor of this graph", op=op,
+                                tensor=getattr(key, "name", None) or f"uid {uid}",
+                                status=Status.BAD_PARAM)
+        if desc.is_virtual:
+            raise BadParamError("is virtual: it lives only inside the fused kernel and cannot "
+                                "be bound in the variant pack", op=op, tensor=desc.label(),
+                                status=Status.BAD_PARAM)
+        if uid in bound:
+            raise BadParamError("bound twice in the variant pack", op=op, tensor=desc.label(),
+                                status=Status.BAD_PARAM_DUPLICATED_ENTRIES)
+        if desc.is_pass_by_value:
+            bound[uid] = scalar_value(value, desc, op)
+            continue
+        if value is None:
+            raise BadParamError("bound to None", op=op, tensor=desc.label(),
+                                status=Status.BAD_PARAM_NULL_POINTER)
+        buf = _convert(value, desc, op, default_device)
+        dev = buf.device
+        if device is None:
+            device = dev
+        elif dev != device:
+            raise BadParamError(f"buffer is on {dev} but other buffers are on {device}", op=op,
+                                tensor=desc.label(), status=Status.BAD_PARAM)
+        bound[uid] = buf
+    for uid, desc in tensors.items():
+        if not desc.is_virtual and uid not in bound:
+            raise BadParamError("missing from the variant pack", op=op, tensor=desc.label(),
+                                status=Status.BAD_PARAM_NULL_POINTER)
+    if device is None:
+        device = torch.device(default_device)
+    return bound, device
+
+
+def check_no_aliasing(graph, bound: dict, op: str) -> None:
+    """A multi-node graph may not write memory it reads (cuDNN's in-place rule)."""
+    if len(graph.nodes) <= 1:
+        return
+    outs = set(graph.output_uids)
+    spans = []
+    for uid, buf in bound.items():
+        if isinstance(buf, (int, float, bool)):
+            continue
+        d = graph.tensors[uid]
+        start = buf.data_ptr()
+        spans.append((start, start + d.size_in_bytes, uid))
+    for s0, e0, u0 in spans:
+        if u0 not in outs or s0 == e0:
+            continue
+        for s1, e1, u1 in spans:
+            if u1 != u0 and s1 < e0 and s0 < e1:
+                raise BadParamError(f"output overlaps the memory of tensor "
+                                    f"'{graph.tensors[u1].label()}': a multi-node graph may "
+                                    "not run in place", op=op, tensor=graph.tensors[u0].label(),
+                                    status=Status.BAD_PARAM)
+
+
+def check_workspace(workspace, needed: int, device, op: str):
+    """Return the workspace as a uint8 tensor (or None when none is needed)."""
+    if needed == 0:
+        return None if workspace is None else as_bytes(workspace, op)
+    if workspace is None:
+        raise BadParamError(f"workspace of {needed} bytes is required, got None", op=op,
+                            status=Status.BAD_PARAM_SIZE_INSUFFICIENT)
+    ws = as_bytes(workspace, op)
+    if ws.numel() < needed:
+        raise BadParamError(f"workspace holds {ws.numel()} bytes; the plan needs {needed}",
+                            op=op, status=Status.BAD_PARAM_SIZE_INSUFFICIENT)
+    if ws.device != device:
+        raise BadParamError(f"workspace is on {ws.device}; the buffers are on {device}", op=op,
+                            status=Status.BAD_PARAM)
+    return ws
+
+
+def as_bytes(workspace, op: str) -> torch.Tensor:
+    t = workspace
+    if isinstance(t, np.ndarray):
+        t = torch.from_numpy(t)
+    elif not isinstance(t, torch.Tensor) and hasattr(t, "__dlpack__"):
+        t = torch.from_dlpack(t)
+    if not isinstance(t, torch.Tensor):
+        raise BadParamError(f"workspace must be a tensor, got {type(workspace).__name__}", op=op,
+                            status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+    if not t.is_contiguous():
+        raise BadParamError("workspace must be contiguous", op=op, status=Status.BAD_PARAM)
+    return t.view(-1).view(torch.uint8) if t.dtype != torch.uint8 else t.view(-1)
+
+
+DTYPE_BYTES = {dt: dt.itemsize for dt in DataType if dt != DataType.NOT_SET}

@@ -1,0 +1,162 @@
+"""One Triton source, two executions: compiled on CUDA tensors, interpreted on CPU tensors.
+
+``TRITON_INTERPRET`` is read when ``@triton.jit`` decorates, so a kernel that must run
+both ways keeps two wrappers of the same Python function: a ``JITFunction`` for CUDA and
+an ``InterpretedFunction`` for the CPU. ``DualKernel`` holds both.
+
+Generated sources (fusion, epilogues) are written to ``<cache>/kernels/<sha>.py`` and
+imported, because Triton reads a kernel's source with ``inspect``; the same source hash
+gives the same module, in this process and in later ones.
+
+``Launcher`` is what a plan keeps: at build time it compiles the CUDA kernel for the exact
+argument specialization (``warmup``), so executing a plan is a direct call into the
+compiled kernel's launcher with no argument binding or cache lookup. If a pointer at run
+time breaks the 16-byte alignment the kernel was specialized for, it takes Triton's
+ordinary path, which compiles the right variant.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import threading
+
+import torch
+import triton
+from triton.runtime.interpreter import InterpretedFunction
+from triton.runtime.jit import JITFunction
+
+from ..errors import InternalError, Status
+
+_HEADER = "import triton\nimport triton.language as tl\n\n"
+_lock = threading.Lock()
+_modules: dict[str, object] = {}
+
+
+def cache_dir() -> str:
+    root = os.environ.get("OPENDNN_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "opendnn")
+    os.makedirs(root, exist_ok=True)
+    return root
+
+
+class DualKernel:
+    """A Triton kernel wrapped both ways: ``compiled`` (JITFunction) for CUDA tensors and
+    ``interpreted`` (InterpretedFunction) for CPU tensors."""
+
+    def __init__(self, compiled, interpreted):
+        self.compiled = compiled if isinstance(compiled, JITFunction) else JITFunction(compiled)
+        self.interpreted = (interpreted if isinstance(interpreted, InterpretedFunction)
+                            else InterpretedFunction(interpreted))
+        self.name = getattr(self.compiled, "__name__", None) or self.compiled.fn.__name__
+
+    def __call__(self, grid, *args, **constexprs):
+        """Launch on whatever device the tensor arguments live (slow path)."""
+        target = self.compiled if _on_cuda(args) else self.interpreted
+        return target[grid](*args, **constexprs)
+
+
+def _exec_module(path: str, modname: str, interpret: bool):
+    """Import ``path`` as ``modname`` with Triton's interpreter switched on or off, so that
+    every ``@triton.jit`` in it (helpers included) decorates for that mode."""
+    old = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
+    try:
+        spec = importlib.util.spec_from_file_location(modname, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[modname] = mod
+        spec.loader.exec_module(mod)
+        return mod
+    finally:
+        if old is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = old
+
+
+def dual_module(path: str, modname: str):
+    """(compiled module, interpreted module) from one source file."""
+    key = f"{modname}@{path}"
+    with _lock:
+        if key not in _modules:
+            _modules[key] = (_exec_module(path, modname + "_compiled", False),
+                             _exec_module(path, modname + "_interpreted", True))
+        return _modules[key]
+
+
+def kernel_from_source(source: str, name: str) -> DualKernel:
+    """Import generated Triton source (without header) and wrap function ``name``."""
+    text = _HEADER + source
+    digest = hashlib.sha256(text.encode()).hexdigest()[:24]
+    folder = os.path.join(cache_dir(), "kernels")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"k_{digest}.py")
+    if not os.path.exists(path) or open(path).read() != text:
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    try:
+        comp, interp = dual_module(path, f"opendnn_generated_{digest}")
+    except SyntaxError as e:
+        raise InternalError(f"generated kernel {name} does not parse: {e}",
+                            status=Status.INTERNAL_ERROR_COMPILATION_FAILED) from e
+    return DualKernel(getattr(comp, name), getattr(interp, name))
+
+
+def _on_cuda(args) -> bool:
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            return a.is_cuda
+        if hasattr(a, "data_ptr") and hasattr(a, "device"):
+            return getattr(a.device, "type", a.device) == "cuda"
+    return False
+
+
+class Launcher:
+    """A kernel launch bound to a grid and to constexpr values, compiled ahead for CUDA.
+
+    ``arg_kinds`` marks each runtime argument 'ptr' or 'val'; pointers must have a
+    ``data_ptr()``. Call ``prepare_cuda(example_args)`` at plan build (``example_args``
+    may hold torch dtypes in place of pointers), then ``launch(args, stream)``.
+    """
+
+    __slots__ = ("kernel", "grid", "constexprs", "_compiled", "_ptr_positions", "_tail")
+
+    def __init__(self, kernel: DualKernel, grid: tuple, constexprs: dict):
+        self.kernel = kernel
+        self.grid = tuple(grid) + (1,) * (3 - len(grid))
+        self.constexprs = dict(constexprs)
+        self._compiled = None
+        self._ptr_positions = ()
+        self._tail = ()
+
+    def prepare_cuda(self, example_args: list) -> None:
+        """Compile for the current CUDA device without launching."""
+        k = self.kernel.compiled.warmup(*example_args, grid=self.grid, **self.constexprs)
+        if hasattr(k, "result"):
+            k = k.result()
+        k._init_handles()
+        self._compiled = k
+        self._ptr_positions = tuple(i for i, a in enumerate(example_args)
+                                    if isinstance(a, torch.dtype) or hasattr(a, "data_ptr"))
+        # run() wants every parameter, constexprs included, in signature order
+        names = [p.name for p in self.kernel.compiled.params]
+        n_rt = len(example_args)
+        self._tail = tuple(self.constexprs[n] for n in names[n_rt:])
+
+    def launch(self, args: list, stream=None) -> None:
+        compiled = self._compiled
+        if compiled is not None and _on_cuda(args):
+            for i in self._ptr_positions:
+                if args[i].data_ptr() & 15:
+                    break
+            else:
+                if stream is None:
+                    stream = torch.cuda.current_stream().cuda_stream
+                g = self.grid
+                compiled.run(g[0], g[1], g[2], stream, compiled.function, compiled.packed_metadata,
+                             None, None, None, *args, *self._tail)
+                return
+        self.kernel(self.grid, *args, **self.constexprs)
