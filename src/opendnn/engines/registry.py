@@ -7,8 +7,9 @@ import functools
 @functools.lru_cache(maxsize=None)
 def engines() -> tuple:
     from .fusion.engine import FusionEngine
+    from .matmul.engine import MatmulEngine
     from .reference.engine import ReferenceEngine
-    return (FusionEngine(), ReferenceEngine())
+    return (MatmulEngine(), FusionEngine(), ReferenceEngine())
 
 
 def by_id(engine_id: int):

@@ -42,9 +42,16 @@ class _Context:
 
     def __init__(self, io_type, intermediate_type, consumed: set):
         self.io_type, self.intermediate_type, self.consumed = io_type, intermediate_type, consumed
+        self.hint: dict = {}   # uid -> data type of the first real input it derives from
 
     def fill_type(self, t: Tensor, like: Tensor | None):
+        if like is not None and t.uid not in self.hint:
+            self.hint[t.uid] = self.hint.get(like.uid, like.data_type)
         if t.data_type != DataType.NOT_SET:
+            return
+        if like is not None and like.is_virtual and not t.is_virtual and \
+                self.io_type == DataType.NOT_SET:
+            t.data_type = self.hint.get(like.uid, DataType.FLOAT)  # e.g. gelu(matmul(bf16))
             return
         if t.is_virtual:
             t.data_type = (self.intermediate_type if self.intermediate_type != DataType.NOT_SET
@@ -176,6 +183,7 @@ class Graph(BuilderMixin):
                                         status=Status.BAD_PARAM_NOT_FINALIZED)
                 ctx.fill_strides(t, None)
                 ctx.fill_type(t, None)
+                ctx.hint[t.uid] = t.data_type
         for n in order:
             if n.compute_data_type == DataType.NOT_SET:
                 n.compute_data_type = (self.compute_data_type

@@ -142,9 +142,10 @@ class Launcher:
         self._ptr_positions = tuple(i for i, a in enumerate(example_args)
                                     if isinstance(a, torch.dtype) or hasattr(a, "data_ptr"))
         # run() wants every parameter, constexprs included, in signature order
-        names = [p.name for p in self.kernel.compiled.params]
+        params = self.kernel.compiled.params
         n_rt = len(example_args)
-        self._tail = tuple(self.constexprs[n] for n in names[n_rt:])
+        self._tail = tuple(self.constexprs[p.name] if p.name in self.constexprs else p.default
+                           for p in params[n_rt:])
 
     def launch(self, args: list, stream=None) -> None:
         compiled = self._compiled

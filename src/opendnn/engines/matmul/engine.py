@@ -1,0 +1,309 @@
+"""Triton matmul engine with a fused epilogue.
+
+Takes a graph of one matmul ``C = A @ B`` followed by any DAG of pointwise operations on
+C and on inputs that broadcast to C's dims (bias, scale, residual, activation, type
+conversion). The epilogue runs on the float32 accumulator tile in registers; only the
+graph's outputs are written. Batch dimensions collapse to at most two (b0, b1) with
+per-tensor strides (0 = broadcast).
+
+Knobs (see ``_kernels.MatmulKnobs``): tile sizes, grouped order, stages, warps, split-K
+(partials in the workspace, then a reduce kernel that runs the epilogue), persistent
+scheduling, TMA descriptors (Hopper). The cost model is the kernels' roofline estimate.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+from ... import backends
+from ...enums import BehaviorNote, DataType, NumericalNote, PointwiseMode
+from ...errors import BadParamError, Status
+from ...runtime.launch import DualKernel, Launcher, kernel_from_source
+from ..base import SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target, decline
+from ..fusion import _codegen as cg
+from . import _kernels as K
+
+OPERAND_TYPES = {DataType.FLOAT, DataType.HALF, DataType.BFLOAT16}
+EPILOGUE_TYPES = {DataType.FLOAT, DataType.HALF, DataType.BFLOAT16, DataType.INT8,
+                  DataType.UINT8, DataType.BOOLEAN}
+
+
+@dataclasses.dataclass
+class MatmulAnalysis:
+    node: object
+    a: object
+    b: object
+    c: object
+    epilogue: list            # pointwise nodes, topological
+    inputs: list              # epilogue input uids (tensors), broadcast to C
+    scalars: list             # pass-by-value uids
+    outputs: list             # non-virtual uids written by the epilogue (C included)
+    batch: list               # collapsed batch sizes (len 2)
+    bstrides: dict            # uid -> [s_b0, s_b1] for A, B and epilogue tensors
+    mnk: tuple
+
+
+def analyze(graph) -> MatmulAnalysis | str:
+    mms = [n for n in graph.nodes if n.kind == "matmul"]
+    if len(mms) != 1:
+        return f"needs exactly one matmul node, found {len(mms)}"
+    mm = mms[0]
+    others = [n for n in graph.nodes if n is not mm]
+    for n in others:
+        if n.kind != "pointwise":
+            return f"{n.label()} is not a pointwise epilogue operation"
+        if n.mode == PointwiseMode.GEN_INDEX:
+            return "gen_index in a matmul epilogue is not supported"
+    a, b, c = (graph.tensors[mm.inputs["A"]], graph.tensors[mm.inputs["B"]],
+               graph.tensors[mm.outputs["C"]])
+    if mm.inputs["A"] in graph.producers or mm.inputs["B"] in graph.producers:
+        return "matmul operands must be graph inputs (no prologue fusion)"
+    if a.data_type not in OPERAND_TYPES or b.data_type not in OPERAND_TYPES:
+        return f"operand types {a.data_type.name} x {b.data_type.name}: float, half, bfloat16 only"
+    if a.data_type != b.data_type:
+        return f"mixed operand types {a.data_type.name} x {b.data_type.name}"
+    cdims = list(c.dims)
+    inputs, scalars, outputs = [], [], []
+    for n in others:
+        out = graph.tensors[n.outputs["OUT_0"]]
+        if list(out.dims) != cdims:
+            return f"epilogue tensor '{out.label()}' has dims {list(out.dims)}, not C's {cdims}"
+        if out.data_type not in EPILOGUE_TYPES:
+            return f"epilogue tensor '{out.label()}' is {out.data_type.name}"
+        if not out.is_virtual:
+            outputs.append(out.uid)
+        for u in n.inputs.values():
+            d = graph.tensors[u]
+            if u in graph.producers:
+                continue
+            if d.is_pass_by_value:
+                scalars.append(u) if u not in scalars else None
+            elif u not in inputs:
+                if d.data_type not in EPILOGUE_TYPES:
+                    return f"epilogue input '{d.label()}' is {d.data_type.name}"
+                inputs.append(u)
+    if not c.is_virtual:
+        outputs.insert(0, c.uid)
+    rank = len(cdims)
+    nb = rank - 2
+    bsizes = cdims[:nb]
+    strides = {}
+    for d in [a, b] + [graph.tensors[u] for u in inputs + outputs]:
+        pad = cg.padded_strides(d, rank) if d is not a and d is not b else _operand_strides(d, rank)
+        strides[d.uid] = pad
+    # collapse drops size-1 dims and merges batch dims that every tensor walks contiguously
+    bs, cstr, _, _ = cg.collapse(bsizes, {u: s[:nb] for u, s in strides.items()}, ["b"] * nb,
+                                 set())
+    if len(bs) > 2:
+        return f"batch dims {bsizes} do not collapse to two dimensions for every tensor"
+    batch = ([1] * (2 - len(bs)) + bs)
+    bstrides = {u: ([0] * (2 - len(bs)) + st[:len(bs)]) for u, st in cstr.items()}
+    mnk = (a.dims[-2], b.dims[-1], a.dims[-1])
+    full = {u: bstrides[u] + strides[u][-2:] for u in strides}
+    return MatmulAnalysis(mm, a, b, c, others, inputs, scalars, outputs, batch, full, mnk)
+
+
+def _operand_strides(d, rank):
+    st = cg.padded_strides(d, rank)
+    return st[:-2] + list(d.strides[-2:])
+
+
+class MatmulEngine(Engine):
+    """Tiled tensor-core matmul (Triton) with a generated pointwise epilogue."""
+    id = 2
+    name = "triton_matmul"
+    behavior_notes = frozenset({BehaviorNote.RUNTIME_COMPILATION})
+
+    def check_support(self, graph, target: Target) -> Support:
+        a = analyze(graph)
+        return decline(a) if isinstance(a, str) else SUPPORTED
+
+    def numerical_notes(self, graph, config) -> frozenset:
+        a = analyze(graph)
+        if isinstance(a, str):
+            return frozenset()
+        notes = set()
+        if a.a.data_type != DataType.FLOAT or _tf32(a):
+            notes.add(NumericalNote.TENSOR_CORE)
+        if _tf32(a):
+            notes.add(NumericalNote.DOWN_CONVERT_INPUTS)
+        return frozenset(notes)
+
+    def knob_space(self, graph=None) -> list[Knob]:
+        fields = dataclasses.fields(K.MatmulKnobs)
+        space = K.knob_space()
+        out = []
+        for f in fields:
+            vals = sorted({getattr(k, f.name) for k in space} | {f.default})
+            out.append(Knob(f.name, tuple(vals), f.default))
+        return out
+
+    def configs(self, graph, target: Target) -> list[EngineConfig]:
+        a = analyze(graph)
+        if isinstance(a, str):
+            return []
+        out = []
+        for kn in K.knob_space():
+            if not self._knobs_ok(a, kn, target).ok:
+                continue
+            out.append(EngineConfig.make(self, **dataclasses.asdict(kn)))
+        out.sort(key=lambda c: self.estimate_seconds(graph, c, target))
+        return out
+
+    def _knobs_ok(self, a, kn, target) -> Support:
+        if not target.is_cuda and (kn.tma or kn.persistent or kn.warp_specialize):
+            return decline("TMA, persistent and warp-specialized kernels run compiled only")
+        if kn.tma:
+            if not target.is_hopper:
+                return decline("TMA descriptors need a Hopper GPU")
+            ok, why = K.tma_ok(a.bstrides[a.a.uid], a.bstrides[a.b.uid], a.a.data_type.itemsize)
+            if not ok:
+                return decline(why)
+        if kn.SPLIT_K > 1 and a.mnk[2] < kn.SPLIT_K * kn.BLOCK_K:
+            return decline(f"K={a.mnk[2]} too small for SPLIT_K={kn.SPLIT_K}")
+        return SUPPORTED
+
+    def check_config(self, graph, config, target) -> Support:
+        s = super().check_config(graph, config, target)
+        if not s.ok:
+            return s
+        a = analyze(graph)
+        try:
+            kn = K.MatmulKnobs(**config.knob_dict)
+            K.validate(kn)
+        except (TypeError, ValueError) as e:
+            return decline(f"invalid knobs: {e}")
+        return self._knobs_ok(a, kn, target)
+
+    def estimate_seconds(self, graph, config, target) -> float:
+        a = analyze(graph)
+        m, n, k = a.mnk
+        kn = K.MatmulKnobs(**config.knob_dict)
+        peak = target.peak_flops_fp16 if (a.a.data_type != DataType.FLOAT or _tf32(a)) \
+            else target.peak_flops_fp32
+        if a.a.data_type == DataType.FLOAT and _tf32(a):
+            peak /= 2
+        t = K.estimate_seconds(kn, m, n, k, a.batch[0] * a.batch[1], a.a.data_type.itemsize,
+                               peak, target.bandwidth, target.num_sms)
+        extra = sum(graph.tensors[u].numel * graph.tensors[u].data_type.itemsize
+                    for u in a.inputs + a.outputs)
+        return t + extra / target.bandwidth
+
+    def workspace_size(self, graph, config, target) -> int:
+        a = analyze(graph)
+        kn = K.MatmulKnobs(**config.knob_dict)
+        return K.workspace_bytes(kn, a.mnk[0], a.mnk[1], a.batch[0] * a.batch[1])
+
+    def build(self, graph, config, target) -> Executable:
+        return _MatmulExecutable(graph, analyze(graph), K.MatmulKnobs(**config.knob_dict), target,
+                                 self.workspace_size(graph, config, target))
+
+
+def _tf32(a: MatmulAnalysis) -> bool:
+    return a.a.data_type == DataType.FLOAT and bool(backends.allow_tf32)
+
+
+def epilogue(graph, a: MatmulAnalysis, mask: str = "mask2") -> tuple[list, str]:
+    """(params, body) of the epilogue: loads, pointwise nodes, stores."""
+    big = any(graph.tensors[u].span >= 2 ** 31 for u in a.inputs + a.outputs)
+    i64 = ".to(tl.int64)" if big else ""
+
+    def off(u):
+        sb0, sb1, sm, sn = a.bstrides[u]
+        terms = [f"b0{i64} * {sb0}" if sb0 else "", f"b1{i64} * {sb1}" if sb1 else "",
+                 f"offs_m{i64}[:, None] * {sm}" if sm else "",
+                 f"offs_n{i64}[None, :] * {sn}" if sn else ""]
+        terms = [t for t in terms if t] or ["0"]
+        return "(" + " + ".join(terms) + ")"
+
+    lines = ["mask2 = mask_m[:, None] & mask_n[None, :]"]
+    ptrs = {u: f"E{u}" for u in a.inputs + a.outputs}
+    em = cg.Emitter(graph, "tl.float32",
+                    lambda u: f"s{u}" if u in a.scalars else
+                    cg.load_expr(ptrs[u], off(u), mask, "tl.float32"),
+                    lambda axis, rank: "0", indent="")
+    em.var[a.c.uid] = "acc"
+    for n in a.epilogue:
+        em.emit_node(n)
+    lines += em.lines
+    for u in a.outputs:
+        lines.append(cg.store_expr(ptrs[u], off(u), em.var[u], graph.tensors[u], mask))
+    params = [ptrs[u] for u in a.inputs + a.outputs] + [f"s{u}" for u in a.scalars]
+    return params, "\n".join(lines) + "\n"
+
+
+class _MatmulExecutable(Executable):
+    def __init__(self, graph, a: MatmulAnalysis, kn, target: Target, workspace: int):
+        self.workspace_size = workspace
+        self.a, self.kn = a, kn
+        m, n, k = a.mnk
+        self.empty = m == 0 or n == 0 or a.batch[0] * a.batch[1] == 0
+        self.launches = []
+        if self.empty:
+            return
+        params, body = epilogue(graph, a)
+        tf32 = _tf32(a)
+        tag = f"mm_{graph.key()[:12]}"
+        src_c = K.matmul_source(tag, kn, epilogue_params=params, epilogue_body=body,
+                                allow_tf32=tf32, interpret=False)
+        src_i = K.matmul_source(tag, kn, epilogue_params=params, epilogue_body=body,
+                                allow_tf32=tf32, interpret=True)
+        kern = DualKernel(kernel_from_source(src_c, tag).compiled,
+                          kernel_from_source(src_i, tag).interpreted)
+        self.source = src_c
+        sa, sb = a.bstrides[a.a.uid], a.bstrides[a.b.uid]
+        ints = [m, n, k, a.batch[1], sa[0], sa[1], sa[2], sa[3], sb[0], sb[1], sb[2], sb[3]]
+        ep_args = [("buf", u) for u in a.inputs + a.outputs] + [("buf", u) for u in a.scalars]
+        ws = [("ws", None)] if kn.SPLIT_K > 1 else []
+        main_args = [("buf", a.a.uid), ("buf", a.b.uid)] + (ws if ws else ep_args) + \
+            [("int", v) for v in ints]
+        const = dict(K.launch_options(kn))
+        if kn.tma:
+            const.update(K.tma_flags(sa, sb))
+        grid = K.grid(kn, m, n, a.batch[0], a.batch[1], target.num_sms)
+        self._add(kern, grid, const, main_args, target, graph)
+        if kn.SPLIT_K > 1:
+            rname = f"{tag}_reduce"
+            rsrc = K.splitk_reduce_source(rname, kn, params, body)
+            rk = kernel_from_source(rsrc, rname)
+            rargs = ws + ep_args + [("int", m), ("int", n), ("int", a.batch[1])]
+            self._add(rk, K.reduce_grid(kn, m, n, a.batch[0], a.batch[1]),
+                      dict(K.reduce_launch_options(kn)), rargs, target, graph)
+
+    def _add(self, kern, grid, const, args, target, graph):
+        launcher = Launcher(kern, grid, const)
+        if target.is_cuda:
+            if self.kn.tma:
+                K.ensure_allocator()
+            example = []
+            for kind, key in args:
+                if kind == "buf":
+                    d = graph.tensors[key]
+                    example.append(1.5 if d.is_pass_by_value else d.torch_dtype)
+                elif kind == "ws":
+                    example.append(torch.float32)
+                else:
+                    example.append(key)
+            launcher.prepare_cuda(example)
+        self.launches.append((launcher, args))
+
+    def run(self, buffers, workspace, stream=None):
+        for launcher, args in self.launches:
+            vals = []
+            for kind, key in args:
+                if kind == "buf":
+                    vals.append(buffers[key])
+                elif kind == "ws":
+                    vals.append(workspace.view(torch.float32))
+                else:
+                    vals.append(key)
+            if self.kn.tma:
+                for v in vals[:2]:
+                    if v.data_ptr() % 16:
+                        raise BadParamError("operand is not 16-byte aligned; TMA plans need "
+                                            "aligned buffers", op="matmul",
+                                            status=Status.BAD_PARAM_MISALIGNED_POINTER)
+                K.ensure_allocator()
+            launcher.launch(vals, stream)
