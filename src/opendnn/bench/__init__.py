@@ -1,0 +1,1 @@
+"""The one benchmark runner: ``python -m opendnn.bench <family>``."""

@@ -1,0 +1,233 @@
+"""Benchmark runner: every opendnn engine against cuDNN/cuBLAS (through PyTorch) in the
+same run, on the same inputs.
+
+    python -m opendnn.bench [pointwise|reduction|matmul|latency|all] [--out DIR]
+
+For each case it prints ms, GB/s or TFLOP/s, the ratio to PyTorch (>1 = opendnn faster)
+and the fraction of the measured floor (copy bandwidth, cuBLAS 8192^3 rate measured at
+the start of the run), and writes ``bench/results/<gpu>-<date>.json`` with the device and
+library versions. Timing: triton.testing.do_bench medians after warm-up, random inputs.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+import time
+
+import torch
+
+from .. import __version__
+from . import shapes
+
+
+def bench(fn, rep=100):
+    from triton.testing import do_bench
+    return do_bench(fn, warmup=25, rep=rep, return_mode="median")
+
+
+class Runner:
+    def __init__(self):
+        import triton
+        self.rows = []
+        self.meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                     "triton": triton.__version__, "opendnn": __version__,
+                     "cudnn": torch.backends.cudnn.version(),
+                     "date": datetime.date.today().isoformat()}
+        a = torch.randn(1 << 28, device="cuda")
+        b = torch.empty_like(a)
+        ms = bench(lambda: b.copy_(a))
+        self.copy_gbs = 2 * a.numel() * 4 / ms / 1e6
+        del a, b
+        x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        y = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        self.mm_tflops = 2 * 8192 ** 3 / bench(lambda: x @ y) / 1e9
+        self.meta.update(copy_GBps=round(self.copy_gbs, 1), cublas_bf16_8192_TFLOPs=round(self.mm_tflops, 1))
+        print(f"floors: copy {self.copy_gbs:.0f} GB/s, cuBLAS bf16 8192^3 {self.mm_tflops:.0f} TFLOP/s")
+
+    def add(self, family, case, ms, ref_ms, *, nbytes=None, flops=None, ref_name="pytorch",
+            plan=""):
+        row = {"family": family, "case": case, "ms": round(ms, 5), "ref": ref_name,
+               "ref_ms": round(ref_ms, 5), "ratio": round(ref_ms / ms, 3), "plan": plan}
+        if nbytes:
+            row["GBps"] = round(nbytes / ms / 1e6, 1)
+            row["floor_frac"] = round(row["GBps"] / self.copy_gbs, 3)
+        if flops:
+            row["TFLOPs"] = round(flops / ms / 1e9, 1)
+            row["ref_TFLOPs"] = round(flops / ref_ms / 1e9, 1)
+            row["floor_frac"] = round(row["TFLOPs"] / self.mm_tflops, 3)
+        self.rows.append(row)
+        rate = f"{row['GBps']:8.0f} GB/s" if nbytes else f"{row['TFLOPs']:8.1f} TF/s"
+        print(f"{family:10s} {case:44s} {ms:9.4f} ms {rate}  {ref_name} {ref_ms:9.4f} ms  "
+              f"ratio {row['ratio']:5.2f}  floor {row['floor_frac']:.2f}", flush=True)
+
+    def save(self, out_dirs):
+        gpu = self.meta["device"].split()[1].lower() if " " in self.meta["device"] else "gpu"
+        name = f"{gpu}-{self.meta['date']}.json"
+        doc = {"meta": self.meta, "rows": self.rows}
+        for d in out_dirs:
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, name), "w") as f:
+                json.dump(doc, f, indent=1)
+        return name
+
+
+def _graph_exec(g, pack):
+    ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+    return lambda: g.execute(pack, ws)
+
+
+def run_pointwise(r: Runner):
+    import opendnn.frontend as cudnn
+    for shape in shapes.POINTWISE:
+        for dt in (torch.bfloat16, torch.float32):
+            ts = [torch.randn(shape, device="cuda", dtype=dt) for _ in range(5)]
+            out = torch.empty(shape, device="cuda", dtype=dt)
+            g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT,
+                              compute_data_type=cudnn.data_type.FLOAT)
+            a, b, c = (g.tensor_like(t) for t in ts[:3])
+            y = g.sigmoid(g.add(a, g.mul(b, c)))
+            g.build([cudnn.heur_mode.A])
+            fn = _graph_exec(g, {a: ts[0], b: ts[1], c: ts[2], y: out})
+            nbytes = 4 * out.numel() * out.element_size()
+            r.add("pointwise", f"sigmoid(a+b*c) {shape} {str(dt)[6:]}", bench(fn),
+                  bench(lambda: torch.sigmoid(ts[0] + ts[1] * ts[2])), nbytes=nbytes,
+                  ref_name="eager", plan=g.get_plan_name_at_index(0))
+            # six-op chain: sigmoid(relu(a*b + c) * d - e)... + identity-free
+            g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT,
+                              compute_data_type=cudnn.data_type.FLOAT)
+            a, b, c, d, e = (g.tensor_like(t) for t in ts)
+            y = g.tanh(g.sub(g.mul(g.relu(g.add(g.mul(a, b), c)), d), e))
+            g.build([cudnn.heur_mode.A])
+            fn = _graph_exec(g, {a: ts[0], b: ts[1], c: ts[2], d: ts[3], e: ts[4], y: out})
+            nbytes = 6 * out.numel() * out.element_size()
+            r.add("pointwise", f"tanh(relu(a*b+c)*d-e) {shape} {str(dt)[6:]}", bench(fn),
+                  bench(lambda: torch.tanh(torch.relu(ts[0] * ts[1] + ts[2]) * ts[3] - ts[4])),
+                  nbytes=nbytes, ref_name="eager", plan=g.get_plan_name_at_index(0))
+
+
+def run_reduction(r: Runner):
+    import opendnn.frontend as cudnn
+    for shape, out_shape in shapes.REDUCTION:
+        for dt in (torch.bfloat16, torch.float32):
+            x = torch.randn(shape, device="cuda", dtype=dt)
+            out = torch.empty(out_shape, device="cuda", dtype=torch.float32)
+            g = cudnn.pygraph(compute_data_type=cudnn.data_type.FLOAT)
+            tx = g.tensor_like(x)
+            y = g.reduction(tx, mode=cudnn.reduction_mode.ADD).set_dim(list(out_shape))
+            y.set_output(True).set_data_type(cudnn.data_type.FLOAT)
+            g.build([cudnn.heur_mode.A])
+            fn = _graph_exec(g, {tx: x, y: out})
+            dim = 1 if out_shape[1] == 1 else 0
+            nbytes = x.numel() * x.element_size() + out.numel() * 4
+            r.add("reduction", f"sum {shape}->{out_shape} {str(dt)[6:]}", bench(fn),
+                  bench(lambda: x.sum(dim, keepdim=True, dtype=torch.float32)), nbytes=nbytes,
+                  plan=g.get_plan_name_at_index(0))
+
+
+def run_matmul(r: Runner):
+    import opendnn.frontend as cudnn
+    cases = [(m, n, k, torch.bfloat16) for m, n, k in shapes.MATMUL] + \
+        [(8192, 8192, 8192, torch.float16)]
+    for m, n, k, dt in cases:
+        A = torch.randn(m, k, device="cuda", dtype=dt)
+        B = torch.randn(k, n, device="cuda", dtype=dt)
+        C = torch.empty(m, n, device="cuda", dtype=dt)
+        g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT,
+                          compute_data_type=cudnn.data_type.FLOAT)
+        ta, tb = g.tensor_like(A), g.tensor_like(B)
+        tc = g.matmul(ta, tb)
+        g.build([cudnn.heur_mode.A])
+        fn = _graph_exec(g, {ta: A, tb: B, tc: C})
+        r.add("matmul", f"{m}x{n}x{k} {str(dt)[6:]}", bench(fn), bench(lambda: A @ B),
+              flops=2 * m * n * k, ref_name="cuBLAS", plan=g.get_plan_name_at_index(0))
+    m = n = k = 8192
+    A = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    B = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    bias = torch.randn(1, n, device="cuda", dtype=torch.bfloat16)
+    C = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT,
+                      compute_data_type=cudnn.data_type.FLOAT)
+    ta, tb, tbias = g.tensor_like(A), g.tensor_like(B), g.tensor_like(bias)
+    y = g.gelu(g.bias(g.matmul(ta, tb), tbias))
+    g.build([cudnn.heur_mode.A])
+    fn = _graph_exec(g, {ta: A, tb: B, tbias: bias, y: C})
+    r.add("matmul", "matmul+bias+gelu 8192^3 bf16", bench(fn),
+          bench(lambda: torch.nn.functional.gelu(A @ B + bias)), flops=2 * m * n * k,
+          ref_name="torch mm->add->gelu", plan=g.get_plan_name_at_index(0))
+
+
+def run_latency(r: Runner):
+    """Plan build with the kernel already compiled, and execute()'s host time per call."""
+    import opendnn.frontend as cudnn
+    x = torch.randn(1024, device="cuda")
+    out = torch.empty_like(x)
+
+    def make():
+        g = cudnn.pygraph()
+        tx = g.tensor_like(x)
+        y = g.relu(tx)
+        return g, tx, y
+    g, tx, y = make()
+    g.build([cudnn.heur_mode.A])
+    builds = []
+    for _ in range(20):
+        g2, tx2, y2 = make()
+        t0 = time.perf_counter()
+        g2.build([cudnn.heur_mode.A])
+        builds.append((time.perf_counter() - t0) * 1e3)
+    builds.sort()
+    pack = {tx2: x, y2: out}
+    for _ in range(100):
+        g2.execute(pack, None)
+    torch.cuda.synchronize()
+    n = 2000
+    t0 = time.perf_counter()
+    for _ in range(n):
+        g2.execute(pack, None)
+    host_us = (time.perf_counter() - t0) / n * 1e6
+    torch.cuda.synchronize()
+    r.meta["plan_build_ms_median"] = round(builds[len(builds) // 2], 3)
+    r.meta["execute_host_us"] = round(host_us, 2)
+    print(f"latency    plan build (kernel compiled) {builds[len(builds) // 2]:.3f} ms median; "
+          f"execute() host {host_us:.1f} us/call")
+
+
+FAMILIES = {"pointwise": run_pointwise, "reduction": run_reduction, "matmul": run_matmul,
+            "latency": run_latency}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m opendnn.bench")
+    p.add_argument("family", nargs="?", default="all", choices=list(FAMILIES) + ["all"])
+    p.add_argument("--out", action="append", default=None, help="result folder(s)")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("opendnn.bench needs a CUDA GPU (the comparisons are against cuDNN/cuBLAS)")
+        return 2
+    r = Runner()
+    fams = list(FAMILIES) if args.family == "all" else [args.family]
+    for f in fams:
+        try:
+            FAMILIES[f](r)
+        except Exception as e:  # report and go on: one family's failure must not hide the rest
+            import traceback
+            traceback.print_exc()
+            r.meta.setdefault("errors", {})[f] = repr(e)
+    outs = args.out or [os.path.join("bench", "results")]
+    if os.environ.get("OUT"):
+        outs.append(os.environ["OUT"])
+    name = r.save(outs)
+    print(f"\nwrote {name}\n")
+    print(f"{'case':52s} {'ms':>9s} {'rate':>10s} {'ratio':>6s} {'floor':>6s}")
+    for row in r.rows:
+        rate = f"{row.get('GBps', row.get('TFLOPs'))}"
+        print(f"{row['family'][:6] + ' ' + row['case']:52s} {row['ms']:9.4f} {rate:>10s} "
+              f"{row['ratio']:6.2f} {row['floor_frac']:6.2f}")
+    return 1 if r.meta.get("errors") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
