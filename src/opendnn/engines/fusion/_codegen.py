@@ -128,13 +128,15 @@ def index_decomposition(var: str, sizes: list, prefix: str, indent: str) -> list
     return lines
 
 
-def offset_expr(idx_names: list, strides: list) -> str:
+def offset_expr(idx_names: list, strides: list, zero: str = "0") -> str:
+    """Sum of index * stride; ``zero`` (a tensor expression) when every stride is 0, so
+    pointers stay blocks of the right shape."""
     terms = []
     for name, s in zip(idx_names, strides):
         if s == 0:
             continue
         terms.append(name if s == 1 else f"{name} * {s}")
-    return " + ".join(terms) if terms else "0"
+    return " + ".join(terms) if terms else zero
 
 
 COMBINE = {"add": "{a} + {b}", "mul": "{a} * {b}", "min": "tl.minimum({a}, {b})",

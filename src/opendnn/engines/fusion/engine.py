@@ -298,7 +298,7 @@ def _pointwise_source(graph, a, sizes, strides, origin, big, sig, args, ptrs, sc
              f"{ind}mask = idx < {numel}"]
     lines += cg.index_decomposition("idx", sizes or [1], "i", ind)
     names = [f"i{k}" for k in range(len(sizes or [1]))]
-    offs = {u: cg.offset_expr(names, st) for u, st in strides.items()}
+    offs = {u: cg.offset_expr(names, st, "idx * 0") for u, st in strides.items()}
 
     def load(uid):
         if uid in scalars:
@@ -333,6 +333,12 @@ def _reduce_source(graph, a, sizes, strides, classes, origin, big, sig, args, pt
     if math.prod(a.space) == 0:
         red_n = 0 if kept_n else red_n
     BK, BR, split = knobs["BLOCK_KEPT"], knobs["BLOCK_RED"], knobs["SPLIT"]
+    # Tile orientation: the memory-contiguous axis goes last, where Triton's layouts
+    # vectorize. KA/RA are the broadcast suffixes that place kept and reduced indices.
+    kept_last = not _inner_is_reduced(graph, a)
+    KA, RA = ("[None, :]", "[:, None]") if kept_last else ("[:, None]", "[None, :]")
+    tile = "[BLOCK_RED, BLOCK_KEPT]" if kept_last else "[BLOCK_KEPT, BLOCK_RED]"
+    red_axis = 0 if kept_last else 1
     chunk = -(-max(red_n, 1) // split)
     chunk = -(-chunk // BR) * BR
     name = f"fused_reduce_{tag}"
@@ -352,21 +358,22 @@ def _reduce_source(graph, a, sizes, strides, classes, origin, big, sig, args, pt
     lines += cg.index_decomposition("kept", ksizes, "k", ind)
     knames = [f"k{j}" for j in range(len(ksizes))]
     rnames = [f"r{j}" for j in range(len(rsizes))]
-    koff = {u: cg.offset_expr(knames, [st[k] for k in kdims] or [0]) for u, st in strides.items()}
+    koff = {u: cg.offset_expr(knames, [st[k] for k in kdims] or [0], "kept * 0")
+            for u, st in strides.items()}
     roff = {u: cg.offset_expr(rnames, [st[k] for k in rdims] or [0]) for u, st in strides.items()}
     for r in a.reductions:
-        lines.append(f"{ind}acc{r.out_uid} = tl.full([BLOCK_KEPT, BLOCK_RED], {cg._lit(r.ident)}, "
-                     f"{ct})")
+        lines.append(f"{ind}acc{r.out_uid} = tl.full({tile}, {cg._lit(r.ident)}, {ct})")
     lines.append(f"{ind}lo = pid_s * {chunk}")
     lines.append(f"{ind}hi = tl.minimum(lo + {chunk}, {red_n})")
     lines.append(f"{ind}for start in range(lo, hi, BLOCK_RED):")
     lines.append(f"{ind2}rr = start + tl.arange(0, BLOCK_RED)")
-    lines.append(f"{ind2}mask = mask_k[:, None] & (rr < hi)[None, :]")
+    lines.append(f"{ind2}mask = mask_k{KA} & (rr < hi){RA}")
     lines += cg.index_decomposition("rr", rsizes, "r", ind2)
 
     def off(u):
-        return f"(({koff[u]})[:, None] + ({roff[u]})[None, :])" if koff[u] != "0" or roff[u] != "0" \
-            else "0"
+        k = f"({koff[u]}){KA}"
+        r = f"({roff[u]}){RA}" if roff[u] != "0" else f"(rr * 0){RA}"
+        return f"({k} + {r})"
 
     def load(uid):
         if uid in scalars:
@@ -378,9 +385,9 @@ def _reduce_source(graph, a, sizes, strides, classes, origin, big, sig, args, pt
         for k, dims in enumerate(origin):
             if dims == [s_axis]:
                 if k in kdims:
-                    return f"({knames[kdims.index(k)]}[:, None] + 0 * rr[None, :])"
-                return f"(0 * kept[:, None] + {rnames[rdims.index(k)]}[None, :])"
-        return "(0 * kept[:, None] + 0 * rr[None, :])"
+                    return f"({knames[kdims.index(k)]}{KA} + 0 * rr{RA})"
+                return f"(0 * kept{KA} + {rnames[rdims.index(k)]}{RA})"
+        return f"(0 * kept{KA} + 0 * rr{RA})"
 
     em = cg.Emitter(graph, ct, load, index_of, ind2)
     for n in a.pointwise:
@@ -397,7 +404,7 @@ def _reduce_source(graph, a, sizes, strides, classes, origin, big, sig, args, pt
     fin_lines = []
     for j, r in enumerate(a.reductions):
         fin_lines.append(f"{ind}res{r.out_uid} = " + cg.FOLD[r.combine].format(
-            x=f"acc{r.out_uid}", ax=1))
+            x=f"acc{r.out_uid}", ax=red_axis))
         if split == 1:
             val = _post(r, f"res{r.out_uid}", red_n)
             fin_lines.append(ind + cg.store_expr(ptrs[r.out_uid], f"({koff[r.out_uid]})", val,

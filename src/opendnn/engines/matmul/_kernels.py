@@ -203,7 +203,10 @@ class MatmulKnobs:
     * ``flatten``: persistent only -- ``tl.range(..., flatten=True)`` on the
       tile loop, letting the pipeliner fuse the tile and k loops.
     * ``warp_specialize``: ``tl.range(..., warp_specialize=True)`` on the k
-      loop (producer/consumer warp groups; TMA only in practice).
+      loop.  On Hopper with Triton 3.6 the pass only fires with TMA loads and
+      ``num_warps=4``: the kernel then runs 12 warps (one producer warp group
+      issuing TMA, two consumer warp groups doing wgmma); with num_warps=8
+      the attribute is silently ignored.
     * ``epilogue_subtile``: 1 or 2; with 2 the epilogue runs on two
       ``[BLOCK_M, BLOCK_N/2]`` halves (less register/shared-memory pressure
       in the store path).
@@ -261,6 +264,10 @@ def validate(knobs: MatmulKnobs) -> None:
         raise ValueError("epilogue_subtile=2 needs BLOCK_N >= 32")
     if knobs.flatten and not knobs.persistent:
         raise ValueError("flatten only applies to persistent kernels")
+    if knobs.warp_specialize and not (knobs.tma and knobs.epilogue_subtile == 1):
+        # Triton 3.6's Hopper warp-specialization pass only handles TMA loops
+        # (pointer loads and the subtiled epilogue crash the pass).
+        raise ValueError("warp_specialize needs tma=True and epilogue_subtile=1")
 
 
 # ---------------------------------------------------------------------------
@@ -281,7 +288,9 @@ def knob_space() -> list[MatmulKnobs]:
         K(128, 256, 64, 8, 3, 8, tma=True),
         K(128, 256, 64, 8, 4, 8, tma=True),
         K(128, 256, 64, 8, 3, 8, persistent=True, tma=True, epilogue_subtile=2),
-        K(128, 256, 64, 8, 3, 8, tma=True, warp_specialize=True),
+        K(128, 256, 64, 8, 3, 4, tma=True, warp_specialize=True),
+        K(128, 256, 64, 8, 4, 4, tma=True, warp_specialize=True),
+        K(128, 256, 64, 8, 3, 4, persistent=True, tma=True, warp_specialize=True),
         K(256, 128, 64, 8, 3, 8, tma=True),
         K(256, 128, 64, 8, 3, 8, persistent=True, tma=True),
         K(128, 256, 64, 8, 3, 8),
@@ -293,12 +302,16 @@ def knob_space() -> list[MatmulKnobs]:
         K(128, 128, 64, 8, 4, 8, tma=True),
         K(128, 128, 64, 8, 4, 4, tma=True),
         K(128, 128, 64, 8, 4, 8, persistent=True, tma=True),
+        K(128, 128, 64, 8, 4, 4, tma=True, warp_specialize=True),
         K(128, 128, 128, 8, 3, 8, tma=True),
         K(64, 256, 64, 8, 4, 4, tma=True),
         K(128, 128, 64, 8, 4, 8),
         K(128, 128, 64, 8, 4, 4),
         K(64, 128, 64, 8, 4, 4),
         K(64, 64, 64, 8, 4, 4),
+        # float32 operands (tf32): half the k depth to fit shared memory
+        K(128, 128, 32, 8, 4, 8, tma=True),
+        K(128, 64, 32, 8, 4, 4),
     ]
     skinny = [
         K(16, 64, 128, 1, 4, 4, SPLIT_K=4, tma=True),
@@ -710,11 +723,14 @@ def _tile_efficiency(k: MatmulKnobs, dtype_bytes: int) -> float:
     bm, bn = k.BLOCK_M, k.BLOCK_N
     inten = bm * bn / (bm + bn)
     eff = 0.84 * min(1.0, inten / 85.0) ** 0.35
-    warpgroups = max(1, k.num_warps // 4)
+    # warp specialization (Hopper, num_warps=4) adds a producer group and
+    # runs the MMA on two consumer warp groups
+    mma_warps = 2 * k.num_warps if k.warp_specialize else k.num_warps
+    warpgroups = max(1, mma_warps // 4)
     if bm // warpgroups < 64:
         eff *= 0.55
     # accumulator registers per thread; > ~200 spills
-    acc_regs = bm * bn / (32 * k.num_warps)
+    acc_regs = bm * bn / (32 * mma_warps)
     if acc_regs > 200:
         eff *= 0.3
     if k.tma:

@@ -1,0 +1,104 @@
+"""GPU checks of the core engines against the float64 reference (pytest -m gpu)."""
+import pytest
+import torch
+
+import opendnn.frontend as cudnn
+from opendnn.engines.matmul import _kernels as K
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+
+def _relerr(out, ref):
+    out, ref = out.double().cpu(), ref.double().cpu()
+    assert not torch.isnan(out).any(), "unwritten (NaN-poisoned) outputs"
+    return ((out - ref).norm() / max(ref.norm().item(), 1e-30)).item()
+
+
+@pytest.mark.parametrize("dt,tol", [(torch.float32, 1e-6), (torch.bfloat16, 1e-2),
+                                    (torch.float16, 2e-3)])
+@pytest.mark.parametrize("shape", [(8192, 8192), (3, 1, 17, 33), (1000, 1)])
+def test_fused_pointwise(dt, tol, shape):
+    ts = [torch.randn(shape, device="cuda", dtype=dt) for _ in range(3)]
+    out = torch.full(shape, float("nan"), device="cuda", dtype=dt)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    a, b, c = (g.tensor_like(t) for t in ts)
+    y = g.sigmoid(g.add(a, g.mul(b, c)))
+    g.build([cudnn.heur_mode.A])
+    assert g.get_plan_name_at_index(0).startswith("runtime_fusion")
+    g.execute({a: ts[0], b: ts[1], c: ts[2], y: out})
+    ref = torch.sigmoid(ts[0].double() + ts[1].double() * ts[2].double())
+    assert _relerr(out, ref) < tol
+
+
+@pytest.mark.parametrize("out_shape", [(4099, 1), (1, 515), (1, 1)])
+@pytest.mark.parametrize("mode", ["ADD", "MAX", "NORM2", "AVG"])
+def test_fused_reduction(out_shape, mode):
+    x = torch.randn(4099, 515, device="cuda")
+    out = torch.full(out_shape, float("nan"), device="cuda")
+    g = cudnn.pygraph()
+    tx = g.tensor_like(x)
+    y = g.reduction(tx, mode=cudnn.reduction_mode[mode]).set_dim(list(out_shape)).set_output(True)
+    g.build([cudnn.heur_mode.A])
+    g.execute({tx: x, y: out}, torch.empty(g.get_workspace_size(), device="cuda",
+                                           dtype=torch.uint8))
+    dims = [i for i, (a, b) in enumerate(zip(x.shape, out_shape)) if a != b]
+    xd = x.double()
+    ref = {"ADD": lambda: xd.sum(dims, keepdim=True), "MAX": lambda: xd.amax(dims, keepdim=True),
+           "NORM2": lambda: xd.square().sum(dims, keepdim=True).sqrt(),
+           "AVG": lambda: xd.mean(dims, keepdim=True)}[mode]()
+    assert _relerr(out, ref) < 1e-5
+
+
+@pytest.mark.parametrize("dt,tol", [(torch.bfloat16, 1e-2), (torch.float16, 2e-3),
+                                    (torch.float32, 1e-5)])
+@pytest.mark.parametrize("mnk", [(1, 1, 1), (17, 33, 65), (512, 384, 1000), (2048, 2048, 2048)])
+def test_matmul_every_config(dt, tol, mnk):
+    """Every knob config the engine offers on this GPU, against float64."""
+    m, n, k = mnk
+    A = torch.randn(2, m, k, device="cuda", dtype=dt)
+    B = torch.randn(1, k, n, device="cuda", dtype=dt)
+    bias = torch.randn(1, 1, n, device="cuda", dtype=dt)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    ta, tb, tbias = g.tensor_like(A), g.tensor_like(B), g.tensor_like(bias)
+    y = g.relu(g.bias(g.matmul(ta, tb), tbias))
+    g.build([cudnn.heur_mode.A])
+    ref = torch.relu(A.double() @ B.double() + bias.double())
+    g.build_plans(cudnn.build_plan_policy.ALL)
+    for i in range(g.get_execution_plan_count()):
+        out = torch.full((2, m, n), float("nan"), device="cuda", dtype=dt)
+        ws = torch.empty(g.get_workspace_size_plan_at_index(i), device="cuda", dtype=torch.uint8)
+        g.execute_plan_at_index({ta: A, tb: B, tbias: bias, y: out}, ws, i)
+        torch.cuda.synchronize()
+        err = _relerr(out, ref)
+        assert err < tol * (1 + (k > 512)), f"{g.get_plan_name_at_index(i)} err {err}"
+
+
+@pytest.mark.parametrize("knobs", K.knob_space()[:12])
+def test_matmul_knob_space_8192_slice(knobs):
+    """The top of the knob space (the configs the heuristics rank first) on a real size."""
+    import dataclasses
+    A = torch.randn(1024, 1536, device="cuda", dtype=torch.bfloat16)
+    B = torch.randn(1536, 768, device="cuda", dtype=torch.bfloat16)
+    out = torch.full((1024, 768), float("nan"), device="cuda", dtype=torch.bfloat16)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    ta, tb = g.tensor_like(A), g.tensor_like(B)
+    y = g.matmul(ta, tb)
+    g.create_execution_plan(2, dataclasses.asdict(knobs))
+    ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+    g.execute({ta: A, tb: B, y: out}, ws)
+    assert _relerr(out, A.double() @ B.double()) < 1e-2
+
+
+def test_cpu_and_gpu_in_one_process():
+    """One plan's kernel runs compiled on CUDA tensors and interpreted on CPU tensors."""
+    g = cudnn.pygraph()
+    x = torch.randn(33, 7, device="cuda")
+    tx = g.tensor_like(x)
+    y = g.gelu(tx)
+    g.build([cudnn.heur_mode.A])
+    for dev in ("cuda", "cpu"):
+        xi = x.to(dev)
+        out = torch.full_like(xi, float("nan"))
+        g.execute({tx: xi, y: out})
+        assert _relerr(out, torch.nn.functional.gelu(xi.double())) < 1e-6
