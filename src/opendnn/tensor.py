@@ -150,8 +150,13 @@ class TensorDesc:
 
     def is_packed(self) -> bool:
         """True when elements occupy exactly numel distinct, dense positions."""
-        order = stride_order(self.strides)
-        return self.strides == packed_strides(self.dims, order)
+        pairs = sorted((s, d) for d, s in zip(self.dims, self.strides) if d != 1)
+        running = 1
+        for s, d in pairs:
+            if s != running:
+                return False
+            running *= d
+        return True
 
     def has_overlap(self) -> bool:
         """True when two distinct indices address the same element (e.g. zero strides)."""

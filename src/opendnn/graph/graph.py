@@ -169,8 +169,7 @@ class Graph(BuilderMixin):
         # virtual-ness: unconsumed node outputs are graph outputs
         for n in nodes:
             for t in n.output_tensors():
-                if t.uid not in consumed:
-                    t.is_virtual = False
+                t.is_virtual = not (t.is_output or t.uid not in consumed)
         for t in used:
             if t.uid not in producer and t.is_virtual:
                 raise BadParamError("is virtual but no node produces it", op=op,

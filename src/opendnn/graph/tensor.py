@@ -60,6 +60,7 @@ class Tensor:
 
     def set_is_virtual(self, flag: bool) -> "Tensor":
         self.is_virtual = bool(flag)
+        self.is_output = not flag
         return self
 
     def set_is_pass_by_value(self, flag: bool) -> "Tensor":

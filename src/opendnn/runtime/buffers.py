@@ -70,7 +70,9 @@ def _convert(value, desc: TensorDesc, op: str, default_device):
         if value == 0:
             raise BadParamError("null pointer bound", op=op, tensor=desc.label(),
                                 status=Status.BAD_PARAM_NULL_POINTER)
-        return RawPointer(int(value), desc, default_device)
+        raw = RawPointer(int(value), desc, torch.device(default_device))
+        # the interpreter reads host memory through a tensor; compiled kernels take the pointer
+        return raw if raw.device.type == "cuda" else raw.as_tensor()
     elif hasattr(value, "__dlpack__"):
         t = torch.from_dlpack(value)
     else:
@@ -91,9 +93,9 @@ def _convert(value, desc: TensorDesc, op: str, default_device):
             raise BadParamError(f"buffer holds {t.numel()} elements; the descriptor addresses "
                                 f"{desc.span}", op=op, tensor=desc.label(),
                                 status=Status.BAD_PARAM_SIZE_INSUFFICIENT)
-    elif t.numel() == desc.numel and t.is_contiguous() and desc.is_packed() and \
-            desc.strides == tuple(torch.empty(desc.dims, device="meta").stride()):
-        pass  # same elements in the same order, other shape (e.g. [M,N] vs [1,M,N])
+    elif [d for d in t.shape if d != 1] == [d for d in desc.dims if d != 1] and \
+            t.is_contiguous() and desc.strides == tuple(torch.empty(desc.dims, device="meta").stride()):
+        pass  # the same dims but for size-1 ones (e.g. [M, N] bound to [1, M, N])
     else:
         raise BadParamError(f"buffer shape {list(t.shape)} strides {list(t.stride())} disagree "
                             f"with descriptor dims {list(desc.dims)} strides {list(desc.strides)}",
