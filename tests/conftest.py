@@ -1,0 +1,54 @@
+"""Test configuration: per-test seeded inputs, an isolated cache directory, clean switches."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from _util import Rng, seed_for  # noqa: E402
+
+
+def pytest_configure(config):
+    # Masked-off lanes of interpreted kernels compute on the `other=0` fill (log(0), 1/0):
+    # NumPy's warnings about those lanes are noise, not results.
+    config.addinivalue_line("filterwarnings",
+                            "ignore::RuntimeWarning:triton.runtime.interpreter")
+    config.addinivalue_line("filterwarnings",
+                            "ignore::DeprecationWarning:triton.runtime.interpreter")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_cache(tmp_path_factory):
+    """Generated kernels and autotune results go to a fresh directory for this session, so
+    a user's cache can neither help nor break the tests."""
+    d = tmp_path_factory.mktemp("opendnn-cache")
+    old = os.environ.get("OPENDNN_CACHE_DIR")
+    os.environ["OPENDNN_CACHE_DIR"] = str(d)
+    from opendnn.runtime import autotune
+    autotune.forget_memory()
+    yield d
+    if old is None:
+        os.environ.pop("OPENDNN_CACHE_DIR", None)
+    else:
+        os.environ["OPENDNN_CACHE_DIR"] = old
+    autotune.forget_memory()
+
+
+@pytest.fixture(autouse=True)
+def _clean_switches():
+    """Every test starts with opendnn.backends at its defaults and leaves it so."""
+    from opendnn import backends
+    saved = {k: getattr(backends, k) for k in ("benchmark", "deterministic", "allow_tf32",
+                                               "benchmark_limit", "workspace_limit")}
+    yield
+    for k, v in saved.items():
+        setattr(backends, k, v)
+
+
+@pytest.fixture
+def rng(request) -> Rng:
+    """Inputs drawn fresh for each test case; the seed is printed in every repro line."""
+    return Rng(seed_for(request.node.nodeid))

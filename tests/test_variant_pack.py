@@ -1,0 +1,291 @@
+"""Variant pack binding: what execute() accepts, and one test per rejection rule."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import opendnn.frontend as cudnn
+from opendnn.enums import DataType, HeurMode, ReductionMode
+from opendnn.errors import BadParamError, Status
+
+from _util import (FUSION_ID, REFERENCE_ID, assert_close, expect_error, repro, workspace)
+
+
+def _problem(rng, heur=(HeurMode.A,), name="vp"):
+    """y = relu(a * b + s) with a pass-by-value s; a [3, 4], b [1, 4] (broadcast)."""
+    g = cudnn.pygraph(name=name)
+    a, b = rng.rand((3, 4)), rng.rand((1, 4))
+    s = torch.tensor(0.25)
+    A = g.tensor_like(a, name="a")
+    B = g.tensor_like(b, name="b")
+    S = g.tensor_like(s, name="s")
+    mid = g.mul(A, B, name="mul")
+    mid.set_name("mid")
+    y = g.relu(g.add(mid, S, name="add"), name="act")
+    y.set_output(True).set_name("y")
+    g.build(list(heur))
+    want = torch.relu(a.double() * b.double() + 0.25)
+    return g, (A, B, S, y, mid), (a, b, s), want
+
+
+def _out():
+    return torch.full((3, 4), float("nan"))
+
+
+# ---- what binds ------------------------------------------------------------------------------
+@pytest.mark.parametrize("heur", [HeurMode.A, HeurMode.FALLBACK])
+def test_bind_by_tensor_and_by_uid(rng, heur):
+    g, (A, B, S, y, _), (a, b, s), want = _problem(rng, (heur,))
+    out = _out()
+    g.execute({A: a, B: b, S: s, y: out}, None)
+    assert_close(out, want, torch.float32, msg=repro("relu(a*b+s)", [(3, 4), (1, 4)], "float32",
+                                                     rng.seed, plan=g.get_plan_name_at_index(0)))
+    out2 = _out()
+    g.execute({A.get_uid(): a, B.get_uid(): b, S.get_uid(): 0.25, y.get_uid(): out2}, None)
+    assert torch.equal(out, out2)
+
+
+@pytest.mark.parametrize("heur", [HeurMode.A, HeurMode.FALLBACK])
+def test_bind_numpy_arrays(rng, heur):
+    g, (A, B, S, y, _), (a, b, s), want = _problem(rng, (heur,))
+    out = np.full((3, 4), np.nan, dtype=np.float32)
+    g.execute({A: a.numpy(), B: b.numpy(), S: np.float32(0.25), y: out}, None)
+    assert_close(torch.from_numpy(out), want, torch.float32)
+
+
+@pytest.mark.parametrize("engine_id", [FUSION_ID, REFERENCE_ID])
+def test_bind_raw_integer_pointers(rng, engine_id):
+    g, (A, B, S, y, _), (a, b, s), want = _problem(rng, (HeurMode.A,))
+    g.create_execution_plan(engine_id, {})
+    out = _out()
+    g.execute({A: a.data_ptr(), B: b.data_ptr(), S: s, y: out.data_ptr()}, None)
+    assert_close(out, want, torch.float32, msg=repro("raw pointers", [(3, 4)], "float32", rng.seed,
+                                                     engine=engine_id))
+
+
+def test_bind_1d_buffer_holding_the_span(rng):
+    """A non-packed descriptor bound to a flat buffer that covers its span."""
+    g = cudnn.pygraph()
+    base = rng.rand((6, 9))
+    view = base[1:5, 2:7]                            # dims (4, 5), strides (9, 1)
+    X = g.tensor([4, 5], [9, 1], DataType.FLOAT, name="x")
+    y = g.exp(X)
+    y.set_output(True)
+    g.build([HeurMode.A])
+    flat = base.reshape(-1)[1 * 9 + 2:]              # starts at view[0, 0]
+    out = _out().new_full((4, 5), float("nan"))
+    g.execute({X: flat, y: out}, None)
+    assert_close(out, view.double().exp(), torch.float32)
+
+
+def test_size_one_dim_strides_are_ignored(rng):
+    g = cudnn.pygraph()
+    x = rng.rand((3, 1))
+    X = g.tensor([3, 1], [1, 1], DataType.FLOAT, name="x")
+    y = g.neg(X)
+    y.set_output(True)
+    g.build([HeurMode.A])
+    odd = torch.empty_strided((3, 1), (1, 7)).copy_(x)      # stride 7 on the size-1 dim
+    out = torch.full((3, 1), float("nan"))
+    g.execute({X: odd, y: out}, None)
+    assert torch.equal(out, -x)
+
+
+def test_same_elements_other_shape_accepted(rng):
+    g = cudnn.pygraph()
+    x = rng.rand((3, 4))
+    X = g.tensor_like(x, name="x")
+    y = g.neg(X)
+    y.set_output(True)
+    g.build([HeurMode.A])
+    out = torch.full((1, 3, 4), float("nan"))
+    g.execute({X: x.reshape(1, 3, 4), y: out}, None)
+    assert torch.equal(out.reshape(3, 4), -x)
+
+
+# ---- rejections --------------------------------------------------------------------------------
+def test_missing_entry(rng):
+    g, (A, B, S, y, _), (a, b, s), _w = _problem(rng)
+    expect_error(BadParamError, Status.BAD_PARAM_NULL_POINTER,
+                 lambda: g.execute({A: a, S: s, y: _out()}, None), "execute 'vp'", "'b'",
+                 "missing")
+
+
+def test_binding_a_virtual_tensor(rng):
+    g, (A, B, S, y, mid), (a, b, s), _w = _problem(rng)
+    expect_error(BadParamError, Status.BAD_PARAM,
+                 lambda: g.execute({A: a, B: b, S: s, y: _out(), mid: _out()}, None),
+                 "execute 'vp'", "'mid'", "virtual")
+
+
+def test_unknown_uid(rng):
+    g, (A, B, S, y, _), (a, b, s), _w = _problem(rng)
+    expect_error(BadParamError, Status.BAD_PARAM,
+                 lambda: g.execute({A: a, B: b, S: s, y: _out(), 999: _out()}, None),
+                 "execute 'vp'", "uid 999", "not a tensor of this graph")
+
+
+def test_key_neither_tensor_nor_uid(rng):
+    g, (A, B, S, y, _), (a, b, s), _w = _problem(rng)
+    expect_error(BadParamError, Status.BAD_PARAM_ATTRIBUTE_TYPE,
+                 lambda: g.execute({A: a, B: b, S: s, y: _out(), "b": b}, None),
+                 "execute 'vp'", "'b'", "neither")
+
+
+def test_wrong_dtype(rng):
+    g, (A, B, S, y, _), (a, b, s), _w = _problem(rng)
+    expect_error(BadParamError, Status.BAD_PARAM_ATTRIBUTE_TYPE,
+                 lambda: g.execute({A: a.half(), B: b, S: s, y: _out()}, None),
+                 "execute 'vp'", "'a'", "torch.float16", "FLOAT")
+
+
+def test_wrong_shape(rng):
+    g, (A, B, S, y, _), (a, b, s), _w = _problem(rng)
+    expect_error(BadParamError, Status.BAD_PARAM_SHAPE_MISMATCH,
+                 lambda: g.execute({A: a, B: b, S: s, y: torch.empty(3, 5)}, None),
+                 "execute 'vp'", "'y'", "[3, 5]", "[3, 4]")
+
+
+def test_wrong_shape_with_the_same_element_count(rng):
+    """A [4, 3] buffer for a [3, 4] descriptor is a transposition in disguise: binding it
+    silently would misread it ("a torch tensor must either have the descriptor's dims and
+    strides or be a 1-D contiguous buffer")."""
+    g, (A, B, S, y, _), (a, b, s), _w = _problem(rng)
+    expect_error(BadParamError, Status.BAD_PARAM_SHAPE_MISMATCH,
+                 lambda: g.execute({A: a, B: b, S: s, y: torch.empty(4, 3)}, None),
+                 "execute 'vp'", "'y'", "[4, 3]", "[3, 4]")
+
+
+def test_buffer_strides_disagree(rng):
+    g, (A, B, S, y, _), (a, b, s), _w = _problem(rng)
+    at = a.t().contiguous().t()                     # shape (3, 4), strides (1, 3)
+    expect_error(BadParamError, Status.BAD_PARAM_SHAPE_MISMATCH,
+                 lambda: g.execute({A: at, B: b, S: s, y: _out()}, None),
+                 "execute 'vp'", "'a'", "strides [1, 3]")
+
+
+def test_buffer_on_another_device(rng):
+    g, (A, B, S, y, _), (a, b, s), _w = _problem(rng)
+    expect_error(BadParamError, Status.BAD_PARAM,
+                 lambda: g.execute({A: a, B: b, S: s, y: torch.empty(3, 4, device="meta")}, None),
+                 "execute 'vp'", "'y'", "meta")
+
+
+def test_duplicated_entry(rng):
+    g, (A, B, S, y, _), (a, b, s), _w = _problem(rng)
+    expect_error(BadParamError, Status.BAD_PARAM_DUPLICATED_ENTRIES,
+                 lambda: g.execute({A: a, A.get_uid(): a, B: b, S: s, y: _out()}, None),
+                 "execute 'vp'", "'a'", "twice")
+
+
+def test_none_buffer(rng):
+    g, (A, B, S, y, _), (a, b, s), _w = _problem(rng)
+    expect_error(BadParamError, Status.BAD_PARAM_NULL_POINTER,
+                 lambda: g.execute({A: a, B: None, S: s, y: _out()}, None),
+                 "execute 'vp'", "'b'", "None")
+
+
+def test_null_integer_pointer(rng):
+    g, (A, B, S, y, _), (a, b, s), _w = _problem(rng)
+    expect_error(BadParamError, Status.BAD_PARAM_NULL_POINTER,
+                 lambda: g.execute({A: a, B: 0, S: s, y: _out()}, None),
+                 "execute 'vp'", "'b'", "null pointer")
+
+
+def test_unbindable_object(rng):
+    g, (A, B, S, y, _), (a, b, s), _w = _problem(rng)
+    expect_error(BadParamError, Status.BAD_PARAM_ATTRIBUTE_TYPE,
+                 lambda: g.execute({A: a, B: [1.0] * 4, S: s, y: _out()}, None),
+                 "execute 'vp'", "'b'", "list")
+
+
+def test_pass_by_value_with_non_scalar(rng):
+    g, (A, B, S, y, _), (a, b, s), _w = _problem(rng)
+    expect_error(BadParamError, Status.BAD_PARAM_SHAPE_MISMATCH,
+                 lambda: g.execute({A: a, B: b, S: torch.ones(2), y: _out()}, None),
+                 "execute 'vp'", "'s'", "1 element")
+    expect_error(BadParamError, Status.BAD_PARAM_SHAPE_MISMATCH,
+                 lambda: g.execute({A: a, B: b, S: np.ones(3), y: _out()}, None),
+                 "execute 'vp'", "'s'", "1 element")
+    expect_error(BadParamError, Status.BAD_PARAM_ATTRIBUTE_TYPE,
+                 lambda: g.execute({A: a, B: b, S: "0.25", y: _out()}, None),
+                 "execute 'vp'", "'s'", "number")
+
+
+def test_flat_buffer_too_small(rng):
+    g, (A, B, S, y, _), (a, b, s), _w = _problem(rng)
+    expect_error(BadParamError, Status.BAD_PARAM_SIZE_INSUFFICIENT,
+                 lambda: g.execute({A: a, B: b, S: s, y: torch.empty(11)}, None),
+                 "execute 'vp'", "'y'", "11 elements", "12")
+
+
+def test_output_aliasing_an_input_in_a_multi_node_graph(rng):
+    g, (A, B, S, y, _), (a, b, s), _w = _problem(rng)
+    expect_error(BadParamError, Status.BAD_PARAM,
+                 lambda: g.execute({A: a, B: b, S: s, y: a}, None),
+                 "execute 'vp'", "'y'", "'a'", "in place")
+
+
+def _split_graph(rng):
+    g = cudnn.pygraph(name="ws")
+    x = rng.rand((3, 64))
+    X = g.tensor_like(x, name="x")
+    r = g.reduction(X, ReductionMode.ADD, name="sum")
+    r.set_dim([3, 1]).set_output(True).set_name("r")
+    g.validate()
+    g.create_execution_plan(FUSION_ID, {"SPLIT": 4, "BLOCK_RED": 8, "BLOCK_KEPT": 4})
+    return g, X, r, x
+
+
+def test_workspace_too_small(rng):
+    g, X, r, x = _split_graph(rng)
+    need = g.get_workspace_size()
+    assert need > 0
+    expect_error(BadParamError, Status.BAD_PARAM_SIZE_INSUFFICIENT,
+                 lambda: g.execute({X: x, r: torch.empty(3, 1)}, workspace(need - 1)),
+                 "execute 'ws'", f"{need - 1} bytes", str(need))
+    expect_error(BadParamError, Status.BAD_PARAM_SIZE_INSUFFICIENT,
+                 lambda: g.execute({X: x, r: torch.empty(3, 1)}, None), "execute 'ws'",
+                 "None")
+
+
+def test_workspace_non_contiguous_rejected(rng):
+    g, X, r, x = _split_graph(rng)
+    need = g.get_workspace_size()
+    ws = torch.empty(2 * need, dtype=torch.uint8)[::2]
+    expect_error(BadParamError, Status.BAD_PARAM,
+                 lambda: g.execute({X: x, r: torch.empty(3, 1)}, ws), "execute 'ws'",
+                 "contiguous")
+
+
+def test_workspace_of_another_dtype_is_bytes(rng):
+    g, X, r, x = _split_graph(rng)
+    need = g.get_workspace_size()
+    ws = torch.full(((need + 3) // 4,), float("nan"))          # float32 storage, enough bytes
+    out = torch.full((3, 1), float("nan"))
+    g.execute({X: x, r: out}, ws)
+    assert_close(out, x.double().sum(1, keepdim=True), torch.float32, n=64)
+
+
+def test_execute_before_build(rng):
+    g = cudnn.pygraph()
+    x = rng.rand((3, 4))
+    X = g.tensor_like(x)
+    y = g.exp(X)
+    y.set_output(True)
+    g.validate()
+    expect_error(BadParamError, Status.BAD_PARAM_NOT_FINALIZED,
+                 lambda: g.execute({X: x, y: _out()}, None), "graph", "build")
+
+
+def test_plan_index_out_of_range(rng):
+    g, (A, B, S, y, _), (a, b, s), _w = _problem(rng)
+    n = g.get_execution_plan_count()
+    expect_error(BadParamError, Status.BAD_PARAM_OUT_OF_BOUND,
+                 lambda: g.execute_plan_at_index({A: a, B: b, S: s, y: _out()}, None, n),
+                 "graph", f"plan index {n}")
+    for query in (g.get_plan_name_at_index, g.get_workspace_size_plan_at_index,
+                  g.build_plan_at_index, g.get_behavior_notes_for_plan_at_index):
+        expect_error(BadParamError, Status.BAD_PARAM_OUT_OF_BOUND, lambda: query(-1), "graph",
+                     "plan index -1")
