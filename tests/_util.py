@@ -451,6 +451,7 @@ REDUCE_SHAPES = [
     ((5, 37), (1, 37)),           # columns
     ((3, 4, 5), (3, 1, 1)),       # two trailing axes
     ((3, 4, 5), (1, 4, 1)),       # outer and inner axes
+    ((3, 4, 5), (3, 1, 5)),       # the middle axis
     ((3, 4, 5), (1, 1, 1)),       # all axes
     ((2, 3, 4, 5), (1, 3, 1, 1)),  # per channel
     ((4, 1, 3), (1, 1, 3)),       # size-one axis in the input

@@ -277,3 +277,9 @@ def test_frontend_module_surface():
     cudnn.set_stream(handle=h, stream=None)
     assert cudnn.get_stream(h) is None
     cudnn.destroy_handle(h)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA error path")
+def test_cuda_handle_without_a_gpu_is_rejected():
+    expect_error(BadParamError, Status.NOT_INITIALIZED, lambda: cudnn.create_handle("cuda"),
+                 "create_handle", "CUDA")

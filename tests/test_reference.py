@@ -337,3 +337,13 @@ def test_matmul_bias_relu_graph_vs_torch(rng):
     y.set_output(True)
     out = run_reference(g, {A: a, B: b, C: bias}, [y])[y]
     assert_close(out, torch.relu(a.double() @ b.double() + bias.double()), torch.float32, n=7)
+
+
+def test_slice_with_negative_python_indices(rng):
+    x = rng.rand((5, 7))
+    g = cudnn.pygraph()
+    X = g.tensor_like(x)
+    y = g.slice(X, [slice(-3, None), slice(1, -1)])
+    y.set_output(True)
+    out = run_reference(g, {X: x}, [y])[y]
+    assert torch.equal(out, x[-3:, 1:-1])

@@ -289,3 +289,32 @@ def test_plan_index_out_of_range(rng):
                   g.build_plan_at_index, g.get_behavior_notes_for_plan_at_index):
         expect_error(BadParamError, Status.BAD_PARAM_OUT_OF_BOUND, lambda: query(-1), "graph",
                      "plan index -1")
+
+
+def test_disjoint_interleaved_views_are_not_aliasing(rng):
+    """Input and output are column blocks of one buffer: their address ranges interleave,
+    but no element is shared, so this is not in-place."""
+    base = rng.rand((3, 8))
+    a = base[:, :4].clone()
+    g = cudnn.pygraph()
+    A = g.tensor_like(base[:, :4])
+    y = g.exp(g.neg(A))
+    y.set_output(True).set_stride([8, 1])
+    g.build([HeurMode.A])
+    g.execute({A: base[:, :4], y: base[:, 4:]}, None)
+    assert_close(base[:, 4:], torch.exp(-a.double()), torch.float32)
+    assert torch.equal(base[:, :4], a)
+
+
+def test_two_outputs_bound_to_one_buffer(rng):
+    x = rng.rand((3, 4))
+    g = cudnn.pygraph(name="two")
+    X = g.tensor_like(x)
+    y1 = g.exp(X)
+    y1.set_output(True).set_name("y1")
+    y2 = g.neg(y1)
+    y2.set_output(True).set_name("y2")
+    g.build([HeurMode.A])
+    buf = torch.empty(3, 4)
+    expect_error(BadParamError, Status.BAD_PARAM, lambda: g.execute({X: x, y1: buf, y2: buf}, None),
+                 "execute 'two'", "'y1'", "'y2'")

@@ -432,7 +432,8 @@ class Graph(BuilderMixin):
     def _filter(self, pred) -> "Graph":
         self._filters.append(pred)
         self._plans = [p for p in self._plans if pred(p)]
-        self._selected = None if self._selected is not None else None
+        built = [i for i, p in enumerate(self._plans) if p.built]
+        self._selected = built[0] if built else None
         return self
 
     def select_numeric_notes(self, notes) -> "Graph":
@@ -479,11 +480,18 @@ class Graph(BuilderMixin):
         g = plan.graph
         h = handle or self.handle
         op = f"execute '{self.name}'" if self.name else "execute"
-        bound, device = bind(g, variant_pack, op, (h.device if h else self._device()))
+        bound, device = bind(g, variant_pack, op, (h.device if h else self._device()),
+                             self._scalar_defaults())
         check_no_aliasing(g, bound, op)
         ws = check_workspace(workspace, plan.workspace_size, device, op)
         stream = h.cuda_stream() if (h is not None and device.type == "cuda") else None
         plan.run(bound, ws, stream)
+
+    def _scalar_defaults(self) -> dict:
+        """Values of pass-by-value tensors known at build time (tensor_like of a CPU
+        scalar, Python numbers given to an operation): used when the pack omits them."""
+        return {t.uid: t.value for t in self._tensors if t.is_pass_by_value and
+                t.value is not None}
 
     # ---- tuning -----------------------------------------------------------------------------
     def autotune(self, variant_pack: dict, workspace=None, handle=None, warmup: int = 3,

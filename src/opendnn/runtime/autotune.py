@@ -55,7 +55,15 @@ def _load() -> dict:
 def lookup(graph_key: str, device_name: str) -> dict | None:
     """{'order': [plan names fastest first], 'times_ms': [...]} or None."""
     with _lock:
-        return _load().get(problem_key(graph_key, device_name))
+        hit = _load().get(problem_key(graph_key, device_name))
+    if hit is None:
+        return None
+    if not (isinstance(hit, dict) and isinstance(hit.get("order"), list)
+            and all(isinstance(n, str) for n in hit["order"])):
+        warnings.warn(f"opendnn: ignoring a malformed autotune cache entry in {path()}",
+                      RuntimeWarning, stacklevel=2)
+        return None
+    return hit
 
 
 def store(graph_key: str, device_name: str, order: list[str], times_ms: list[float]) -> None:

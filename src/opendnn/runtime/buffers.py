@@ -121,9 +121,11 @@ def scalar_value(value, desc: TensorDesc, op: str) -> float:
                         op=op, tensor=desc.label(), status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
 
 
-def bind(graph, variant_pack: dict, op: str, default_device) -> tuple[dict, torch.device]:
+def bind(graph, variant_pack: dict, op: str, default_device,
+         scalar_defaults: dict | None = None) -> tuple[dict, torch.device]:
     """Check ``variant_pack`` against ``graph`` (an OpGraph) and return (uid -> buffer or
-    host scalar, device). ``default_device`` places raw pointers."""
+    host scalar, device). ``default_device`` places raw pointers; ``scalar_defaults``
+    gives pass-by-value tensors' values known at build time."""
     tensors = graph.tensors
     bound: dict = {}
     device = None
@@ -159,6 +161,10 @@ def bind(graph, variant_pack: dict, op: str, default_device) -> tuple[dict, torc
                                 tensor=desc.label(), status=Status.BAD_PARAM)
         bound[uid] = buf
     for uid, desc in tensors.items():
+        if desc.is_pass_by_value and uid not in bound and scalar_defaults and \
+                uid in scalar_defaults:
+            bound[uid] = scalar_defaults[uid]
+            continue
         if not desc.is_virtual and uid not in bound:
             raise BadParamError("missing from the variant pack", op=op, tensor=desc.label(),
                                 status=Status.BAD_PARAM_NULL_POINTER)
@@ -183,11 +189,28 @@ def check_no_aliasing(graph, bound: dict, op: str) -> None:
         if u0 not in outs or s0 == e0:
             continue
         for s1, e1, u1 in spans:
-            if u1 != u0 and s1 < e0 and s0 < e1:
+            if u1 != u0 and s1 < e0 and s0 < e1 and not _interleaved(
+                    graph.tensors[u0], graph.tensors[u1], s1 - s0):
                 raise BadParamError(f"output overlaps the memory of tensor "
                                     f"'{graph.tensors[u1].label()}': a multi-node graph may "
                                     "not run in place", op=op, tensor=graph.tensors[u0].label(),
                                     status=Status.BAD_PARAM)
+
+
+def _interleaved(a: TensorDesc, b: TensorDesc, byte_delta: int) -> bool:
+    """True when two same-layout views at ``byte_delta`` bytes apart provably share no
+    element (e.g. the even and odd columns of one buffer)."""
+    size = a.data_type.itemsize
+    if a.dims != b.dims or a.strides != b.strides or a.data_type != b.data_type or \
+            byte_delta % size or a.has_overlap():
+        return False
+    r = abs(byte_delta // size)
+    # a shared element needs r = sum k_i * stride_i with |k_i| < dims_i; with a
+    # non-overlapping layout the mixed-radix digits of r are forced, largest stride first
+    for s, d in sorted(((s, d) for s, d in zip(a.strides, a.dims) if d > 1 and s > 0),
+                       reverse=True):
+        r -= min(r // s, d - 1) * s
+    return r != 0
 
 
 def check_workspace(workspace, needed: int, device, op: str):

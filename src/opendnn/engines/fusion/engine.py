@@ -35,6 +35,51 @@ class Reduce:
 
 
 @dataclasses.dataclass
+class ViewPart:
+    """Y read straight from input ``src``: element y of Y is at
+    ``src + offset + sum(y_k * strides[k])``; for concatenation only where
+    ``start <= y[axis] < end`` (axis counted in Y's dims)."""
+    src: int
+    strides: list
+    offset: int = 0
+    axis: int | None = None
+    start: int = 0
+    end: int = 0
+
+
+def view_parts(graph, n) -> list | str:
+    """How a layout node's output reads its graph-input operand(s), or why it cannot."""
+    xs = n.inputs["X"] if n.kind == "concatenate" else [n.inputs["X"]]
+    for u in xs:
+        if u in graph.producers:
+            return (f"{n.label()} reads a tensor computed in the graph; layout operations "
+                    "fuse only on graph inputs")
+    y = graph.tensors[n.outputs["Y"]]
+    if n.kind == "transpose":
+        x = graph.tensors[xs[0]]
+        return [ViewPart(x.uid, [x.strides[p] for p in n.permutation])]
+    if n.kind == "slice":
+        x = graph.tensors[xs[0]]
+        return [ViewPart(x.uid, list(x.strides),
+                         sum(st * sd for st, sd in zip(n.starts, x.strides)))]
+    if n.kind == "reshape":
+        x = graph.tensors[xs[0]]
+        try:
+            st = torch.empty_strided(x.dims, x.strides, device="meta").view(y.dims).stride()
+        except RuntimeError:
+            return (f"reshape of '{x.label()}' (strides {list(x.strides)}) to {list(y.dims)} "
+                    "is not a view of its memory")
+        return [ViewPart(x.uid, list(st))]
+    parts, start = [], 0
+    for u in xs:
+        x = graph.tensors[u]
+        end = start + x.dims[n.axis]
+        parts.append(ViewPart(u, list(x.strides), -start * x.strides[n.axis], n.axis, start, end))
+        start = end
+    return parts
+
+
+@dataclasses.dataclass
 class Analysis:
     space: list                # S
     pointwise: list            # nodes in topological order
@@ -43,15 +88,23 @@ class Analysis:
     inputs: list               # non-virtual input uids (scalars included)
     outputs: list              # non-virtual pointwise output uids
     compute: str               # tl.float32 / tl.float64
-    pinned: set                # S axes that must stay separate (GEN_INDEX)
+    pinned: set                # S axes that must stay separate (GEN_INDEX, concat axis)
+    views: dict = dataclasses.field(default_factory=dict)   # layout output uid -> ViewPart list
+    direct: set = dataclasses.field(default_factory=set)    # inputs read without a view
 
 
 def analyze(graph) -> Analysis | str:
     """The fused kernel's structure, or the reason the graph does not fit."""
-    pw, reds = [], []
+    pw, reds, views, layout = [], [], {}, []
     for n in graph.nodes:
         if n.kind == "pointwise":
             pw.append(n)
+        elif n.kind in ("transpose", "slice", "reshape", "concatenate"):
+            parts = view_parts(graph, n)
+            if isinstance(parts, str):
+                return parts
+            views[n.outputs["Y"]] = parts
+            layout.append(n)
         elif n.kind == "reduction":
             from ...ops.reduction import TABLE
             pre, comb, ident, post = TABLE[n.mode]
@@ -61,7 +114,7 @@ def analyze(graph) -> Analysis | str:
             reds.append(Reduce(x, n.outputs["SUM"], "x", "add", 0.0, "y"))
             reds.append(Reduce(x, n.outputs["SQ_SUM"], "square", "add", 0.0, "y"))
         else:
-            return f"{n.label()} is not pointwise, reduction or genstats"
+            return f"{n.label()} is not pointwise, layout, reduction or genstats"
     for d in graph.tensors.values():
         if d.data_type not in SUPPORTED_TYPES:
             return (f"tensor '{d.label()}' is {d.data_type.name}: the fused kernel computes in "
@@ -72,11 +125,12 @@ def analyze(graph) -> Analysis | str:
             return "a reduction's result is consumed inside the graph (reductions must end it)"
     shapes = [list(graph.tensors[n.outputs["OUT_0"]].dims) for n in pw]
     shapes += [list(graph.tensors[r.in_uid].dims) for r in reds]
+    shapes += [list(graph.tensors[u].dims) for u in views]
     rank = max(len(s) for s in shapes)
     padded = [[1] * (rank - len(s)) + s for s in shapes]
     space = [0 if any(p[i] == 0 for p in padded) else max(p[i] for p in padded)
              for i in range(rank)]
-    outputs = []
+    outputs, pinned = [], set()
     for n in pw:
         d = graph.tensors[n.outputs["OUT_0"]]
         if not d.is_virtual:
@@ -84,6 +138,17 @@ def analyze(graph) -> Analysis | str:
                 return (f"output '{d.label()}' has dims {list(d.dims)}, not the iteration space "
                         f"{space}")
             outputs.append(d.uid)
+    for u in views:
+        d = graph.tensors[u]
+        if not d.is_virtual:
+            if list(d.dims) != space:
+                return f"output '{d.label()}' has dims {list(d.dims)}, not the iteration space {space}"
+            outputs.append(u)
+        if len(d.dims) != rank:
+            return f"layout output '{d.label()}' has rank {len(d.dims)}, not {rank}"
+    for n in layout:
+        if n.kind == "concatenate":
+            pinned.add(n.axis)
     for r in reds:
         if list(graph.tensors[r.in_uid].dims) != space:
             return f"reduction input dims {list(graph.tensors[r.in_uid].dims)} differ from {space}"
@@ -95,7 +160,6 @@ def analyze(graph) -> Analysis | str:
                 return "reductions with different output shapes cannot share one kernel"
         if len(kept) != rank:
             return f"reduction output rank {len(kept)} differs from the input rank {rank}"
-    pinned = set()
     for n in pw:
         if n.mode.name == "GEN_INDEX":
             out = graph.tensors[n.outputs["OUT_0"]]
@@ -106,8 +170,15 @@ def analyze(graph) -> Analysis | str:
     double = any(d.data_type == DataType.DOUBLE for d in graph.tensors.values()) or any(
         n.compute_data_type == DataType.DOUBLE for n in graph.nodes)
     inputs = [u for u in graph.input_uids]
+    direct = {u for n in graph.nodes if n.kind not in ("transpose", "slice", "reshape",
+                                                         "concatenate")
+              for u in graph.node_uids(n, "inputs")}
+    for u in direct & set(inputs):
+        d = graph.tensors[u]
+        if not d.is_pass_by_value and len(d.dims) > rank:
+            return f"input '{d.label()}' has more dims than the iteration space"
     return Analysis(space, pw, reds, kept, inputs, outputs,
-                    "tl.float64" if double else "tl.float32", pinned)
+                    "tl.float64" if double else "tl.float32", pinned, views, direct)
 
 
 class FusionEngine(Engine):
@@ -262,7 +333,12 @@ def _generate(graph, a: Analysis, knobs: dict):
     rank = len(a.space)
     tensors = [u for u in a.inputs if not graph.tensors[u].is_pass_by_value] + a.outputs
     red_outs = [r.out_uid for r in a.reductions]
-    strides = {u: cg.padded_strides(graph.tensors[u], rank) for u in tensors}
+    strides = {u: cg.padded_strides(graph.tensors[u], rank) for u in tensors
+               if u in a.direct or u in a.outputs}
+    for y, parts in a.views.items():
+        ydims = graph.tensors[y].dims
+        for i, part in enumerate(parts):
+            strides[(y, i)] = [0 if d == 1 else st for d, st in zip(ydims, part.strides)]
     if a.reductions:
         classes = ["kept" if a.kept[i] == a.space[i] and a.space[i] != 1 else "red"
                    for i in range(rank)]
@@ -273,7 +349,7 @@ def _generate(graph, a: Analysis, knobs: dict):
         classes = ["kept"] * rank
     sizes, cstrides, cclasses, origin = cg.collapse(list(a.space), strides, classes, a.pinned)
     numel = math.prod(a.space)
-    big = any(graph.tensors[u].span >= 2 ** 31 for u in strides) or numel >= 2 ** 31
+    big = any(graph.tensors[u].span >= 2 ** 31 for u in tensors) or numel >= 2 ** 31
     ptrs = {u: f"P{u}" for u in tensors + red_outs}
     scalars = [u for u in a.inputs if graph.tensors[u].is_pass_by_value]
     sig = [ptrs[u] for u in tensors + red_outs] + [f"s{u}" for u in scalars]
@@ -302,11 +378,6 @@ def _pointwise_source(graph, a, sizes, strides, origin, big, sig, args, ptrs, sc
     names = [f"i{k}" for k in range(len(sizes or [1]))]
     offs = {u: cg.offset_expr(names, st, "idx * 0") for u, st in strides.items()}
 
-    def load(uid):
-        if uid in scalars:
-            return f"s{uid}"
-        return cg.load_expr(ptrs[uid], f"({offs[uid]})", "mask", ct)
-
     def index_of(axis, out_rank):
         s_axis = axis + rank - out_rank
         for k, dims in enumerate(origin):
@@ -314,11 +385,19 @@ def _pointwise_source(graph, a, sizes, strides, origin, big, sig, args, ptrs, sc
                 return names[k]
         return "idx * 0"
 
+    def load(uid):
+        if uid in scalars:
+            return f"s{uid}"
+        if uid in a.views:
+            return _view_load(graph, a, uid, ptrs, lambda key: f"({offs[key]})", "mask", ct,
+                              index_of)
+        return cg.load_expr(ptrs[uid], f"({offs[uid]})", "mask", ct)
+
     em = cg.Emitter(graph, ct, load, index_of, ind)
     for n in a.pointwise:
         em.emit_node(n)
     for u in a.outputs:
-        em.lines.append(ind + cg.store_expr(ptrs[u], f"({offs[u]})", em.var[u], graph.tensors[u],
+        em.lines.append(ind + cg.store_expr(ptrs[u], f"({offs[u]})", em.value(u), graph.tensors[u],
                                             "mask"))
     src = "\n".join(lines + em.lines) + "\n"
     grid = (-(-numel // block) if math.prod(a.space) else 0,)
@@ -377,11 +456,6 @@ def _reduce_source(graph, a, sizes, strides, classes, origin, big, sig, args, pt
         r = f"({roff[u]}){RA}" if roff[u] != "0" else f"(rr * 0){RA}"
         return f"({k} + {r})"
 
-    def load(uid):
-        if uid in scalars:
-            return f"s{uid}"
-        return cg.load_expr(ptrs[uid], off(uid), "mask", ct)
-
     def index_of(axis, out_rank):
         s_axis = axis + rank - out_rank
         for k, dims in enumerate(origin):
@@ -391,11 +465,18 @@ def _reduce_source(graph, a, sizes, strides, classes, origin, big, sig, args, pt
                 return f"(0 * kept{KA} + {rnames[rdims.index(k)]}{RA})"
         return f"(0 * kept{KA} + 0 * rr{RA})"
 
+    def load(uid):
+        if uid in scalars:
+            return f"s{uid}"
+        if uid in a.views:
+            return _view_load(graph, a, uid, ptrs, off, "mask", ct, index_of)
+        return cg.load_expr(ptrs[uid], off(uid), "mask", ct)
+
     em = cg.Emitter(graph, ct, load, index_of, ind2)
     for n in a.pointwise:
         em.emit_node(n)
     for u in a.outputs:
-        em.lines.append(ind2 + cg.store_expr(ptrs[u], off(u), em.var[u], graph.tensors[u], "mask"))
+        em.lines.append(ind2 + cg.store_expr(ptrs[u], off(u), em.value(u), graph.tensors[u], "mask"))
     for r in a.reductions:
         x = em.value(r.in_uid)
         pre = cg.PRE[r.pre].format(x=x)
@@ -422,6 +503,22 @@ def _reduce_source(graph, a, sizes, strides, classes, origin, big, sig, args, pt
     if split > 1:
         extra = _finish_source(graph, a, kept_n, ksizes, knames, koff, ptrs, split, red_n, ct, tag)
     return src, name, args, grid, constexprs, extra
+
+
+def _view_load(graph, a, y, ptrs, off, mask, ct, index_of) -> str:
+    """Expression reading layout output ``y`` through its input(s)."""
+    parts = a.views[y]
+    rank_y = len(graph.tensors[y].dims)
+    expr = None
+    for i, part in enumerate(parts):
+        addr = f"{ptrs[part.src]} + {part.offset} + {off((y, i))}"
+        if part.axis is None:
+            return f"tl.load({addr}, mask={mask}, other=0).to({ct})"
+        ia = index_of(part.axis, rank_y)
+        cond = f"(({ia}) >= {part.start}) & (({ia}) < {part.end})"
+        load = f"tl.load({addr}, mask={mask} & {cond}, other=0).to({ct})"
+        expr = load if expr is None else f"tl.where({cond}, {load}, {expr})"
+    return expr
 
 
 def _post(r, val, count):

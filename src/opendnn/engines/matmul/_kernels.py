@@ -94,7 +94,11 @@ allocation per program for the descriptor, obtained through
 launching thread (it is a ContextVar) -- :func:`ensure_allocator` installs a
 torch-based one.  (The host-side ``TensorDescriptor`` alternative costs a
 Python object plus a ``cuTensorMapEncodeTiled`` per operand and call, and
-changes the kernel signature.)  TMA needs a 16-byte aligned base, 16-byte
+changes the kernel signature.)  Building a descriptor costs each CTA a
+global-memory write plus a fence before its first load (~1-2 us): negligible
+for persistent kernels (once per program) and long CTAs, but it made TMA
+lose to pointer loads for skinny split-K problems (measured: 16x4096x4096
+main kernel 42 us with TMA vs 21 us with cp.async).  TMA needs a 16-byte aligned base, 16-byte
 aligned leading/batch strides and a unit inner stride: see :func:`tma_ok`;
 the caller must also check ``data_ptr() % 16 == 0`` for both operands.
 In TMA mode the kernel has two more constexpr parameters, ``A_KCONTIG``
@@ -159,6 +163,18 @@ The body does its own loads/stores, e.g.::
 (use ``x.to(tl.int64) * stride`` rather than methods on parameters: an int
 argument equal to 1 is specialized to a constexpr by Triton).
 
+Rules for the body: it is pasted inside the persistent tile loop in
+persistent mode, so it must only assign its own temporaries (prefix them,
+e.g. ``ep_``) and never rebind kernel names (``A_b``, ``B_b``, ``num_pid_*``,
+``num_tiles``, ``k_tiles``, ``k_per_split``, ``a_desc``, ``b_desc``,
+``total``, the parameters).  Under ``InterpretedFunction`` without
+``TRITON_INTERPRET=1`` the ``@triton.jit`` helpers of triton.language
+(``tl.zeros``, ``tl.cdiv``, ``tl.sigmoid``, ``tl.sum``, ``tl.max``...) raise
+"Cannot call @triton.jit'd outside of the scope of a kernel": the generated
+code uses builtins only (``tl.full``, integer arithmetic), and an epilogue
+meant for the interpreter must do the same (``tl.exp``, ``tl.where``,
+``tl.maximum`` are builtins and fine).
+
 Dtypes: A/B float32 (``tl.dot(..., input_precision="tf32"|"ieee")`` by
 ``allow_tf32``), float16, bfloat16 (A and B of the same dtype).  With
 ``interpret=True`` both tiles are cast to float32 before ``tl.dot`` because
@@ -206,7 +222,9 @@ class MatmulKnobs:
       loop.  On Hopper with Triton 3.6 the pass only fires with TMA loads and
       ``num_warps=4``: the kernel then runs 12 warps (one producer warp group
       issuing TMA, two consumer warp groups doing wgmma); with num_warps=8
-      the attribute is silently ignored.
+      the attribute is silently ignored.  MEASURED BROKEN: on an H100 with
+      Triton 3.6 every such kernel left the output unwritten/NaN, so no
+      knob_space() entry uses it; kept only for newer Tritons.
     * ``epilogue_subtile``: 1 or 2; with 2 the epilogue runs on two
       ``[BLOCK_M, BLOCK_N/2]`` halves (less register/shared-memory pressure
       in the store path).
@@ -277,33 +295,38 @@ def validate(knobs: MatmulKnobs) -> None:
 def knob_space() -> list[MatmulKnobs]:
     """Candidate configurations, best Hopper (H100) configs first.
 
-    Order = measured ranking on an H100 (bench/matmul_tune.py,
-    bench/notes/matmul.md) for the large square bf16/fp16 problems, then
-    configs for mid-size, skinny (small M -> split-K) and fallback cases.
+    Order = measured on an H100 (bench/matmul_tune.py; numbers in
+    bench/notes/matmul.md): persistent TMA 128x256x64 / 8 warps leads on every
+    large bf16/fp16 problem (0.96-1.06x cuBLAS over three sessions; GROUP_M,
+    3 vs 4 stages, subtiling and flatten differ by less than the +-5 %
+    run-to-run noise; the plain 3-stage one had the best mean), then
+    non-persistent TMA, pointer (cp.async) configs for operands TMA cannot
+    read, mid-size tiles, float32-sized tiles, and skinny (small M, split-K)
+    configs, where pointer loads beat TMA (short CTAs cannot amortize the
+    in-kernel descriptor creation).  warp_specialize configs are absent:
+    Triton 3.6's Hopper auto-WS produced wrong results (see MatmulKnobs).
     """
     K = MatmulKnobs
     big = [
         K(128, 256, 64, 8, 3, 8, persistent=True, tma=True),
+        K(128, 256, 64, 8, 3, 8, persistent=True, tma=True, epilogue_subtile=2),
+        K(128, 256, 64, 8, 4, 8, persistent=True, tma=True, epilogue_subtile=2),
         K(128, 256, 64, 8, 3, 8, persistent=True, tma=True, flatten=True),
+        K(128, 256, 64, 4, 3, 8, persistent=True, tma=True),
         K(128, 256, 64, 8, 3, 8, tma=True),
         K(128, 256, 64, 8, 4, 8, tma=True),
-        K(128, 256, 64, 8, 3, 8, persistent=True, tma=True, epilogue_subtile=2),
-        K(128, 256, 64, 8, 3, 4, tma=True, warp_specialize=True),
-        K(128, 256, 64, 8, 4, 4, tma=True, warp_specialize=True),
-        K(128, 256, 64, 8, 3, 4, persistent=True, tma=True, warp_specialize=True),
-        K(256, 128, 64, 8, 3, 8, tma=True),
+        K(256, 128, 64, 8, 4, 8, tma=True),
         K(256, 128, 64, 8, 3, 8, persistent=True, tma=True),
-        K(128, 256, 64, 8, 3, 8),
+        # pointer loads (any strides / alignment)
         K(128, 256, 64, 8, 4, 8),
+        K(128, 256, 64, 8, 3, 8),
         K(128, 256, 64, 8, 3, 8, persistent=True),
         K(256, 128, 64, 8, 3, 8),
     ]
     mid = [
+        K(128, 128, 64, 8, 4, 8, persistent=True, tma=True),
         K(128, 128, 64, 8, 4, 8, tma=True),
         K(128, 128, 64, 8, 4, 4, tma=True),
-        K(128, 128, 64, 8, 4, 8, persistent=True, tma=True),
-        K(128, 128, 64, 8, 4, 4, tma=True, warp_specialize=True),
-        K(128, 128, 128, 8, 3, 8, tma=True),
         K(64, 256, 64, 8, 4, 4, tma=True),
         K(128, 128, 64, 8, 4, 8),
         K(128, 128, 64, 8, 4, 4),
@@ -314,15 +337,16 @@ def knob_space() -> list[MatmulKnobs]:
         K(128, 64, 32, 8, 4, 4),
     ]
     skinny = [
-        K(16, 64, 128, 1, 4, 4, SPLIT_K=4, tma=True),
-        K(16, 64, 128, 1, 4, 4, SPLIT_K=4),
-        K(16, 128, 128, 1, 4, 4, SPLIT_K=2, tma=True),
-        K(16, 32, 256, 1, 4, 4, SPLIT_K=2, tma=True),
-        K(16, 64, 256, 1, 3, 4, SPLIT_K=8, tma=True),
-        K(16, 64, 128, 1, 4, 4, tma=True),
-        K(32, 64, 128, 1, 4, 4, SPLIT_K=4, tma=True),
-        K(64, 64, 128, 1, 4, 4, SPLIT_K=2, tma=True),
+        K(16, 128, 64, 1, 4, 4, SPLIT_K=4),
+        K(16, 128, 128, 1, 3, 4, SPLIT_K=4),
         K(64, 128, 64, 8, 4, 4, SPLIT_K=4),
+        K(16, 64, 128, 1, 4, 4, SPLIT_K=4),
+        K(32, 128, 128, 1, 3, 4, SPLIT_K=4),
+        K(16, 64, 256, 1, 4, 4, SPLIT_K=4),
+        K(16, 256, 64, 1, 4, 4, SPLIT_K=8),
+        K(16, 128, 128, 1, 4, 4, SPLIT_K=2, tma=True),
+        K(16, 64, 128, 1, 4, 4),
+        K(16, 64, 128, 1, 4, 4, tma=True),
     ]
     return big + mid + skinny
 
@@ -722,7 +746,7 @@ def _tile_efficiency(k: MatmulKnobs, dtype_bytes: int) -> float:
     """
     bm, bn = k.BLOCK_M, k.BLOCK_N
     inten = bm * bn / (bm + bn)
-    eff = 0.84 * min(1.0, inten / 85.0) ** 0.35
+    eff = 0.75 * min(1.0, inten / 85.0) ** 0.35
     # warp specialization (Hopper, num_warps=4) adds a producer group and
     # runs the MMA on two consumer warp groups
     mma_warps = 2 * k.num_warps if k.warp_specialize else k.num_warps
@@ -757,8 +781,9 @@ def estimate_seconds(
     work items (wave quantization) and ``tile_time = 2*BM*BN*BK*k_steps /
     (peak_flops/num_sms * eff(tile))`` -- partial tiles at the M/N edges cost a
     full tile (tile efficiency); plus a per-tile prologue/epilogue latency.
-    memory: max(compulsory DRAM bytes / peak_bw, L2->SM bytes / (3.5*peak_bw)),
-    plus split-K workspace traffic.  ``peak_flops`` is the dense rate for the
+    memory: max(compulsory DRAM bytes / bw, L2->SM bytes / (3.5*bw)) with
+    ``bw = peak_bw * min(1, busy SMs / num_sms)``, plus split-K workspace
+    traffic and a second launch.  ``peak_flops`` is the dense rate for the
     operand dtype (tf32 for float32 with tf32 allowed).  Meant for ranking
     configs, not for absolute predictions.
     """
@@ -782,6 +807,9 @@ def estimate_seconds(
     # ctas sharing an SM split its rate
     tile_flops = 2.0 * k.BLOCK_M * k.BLOCK_N * k.BLOCK_K * max(k_steps, 0)
     per_tile_overhead = (0.35e-6 if k.persistent else 0.7e-6) + k.num_stages * 0.08e-6
+    if k.tma and not k.persistent:
+        # each CTA builds its two descriptors in global memory (+ fence) before the first load
+        per_tile_overhead += 1.5e-6
     t_compute = waves * (tile_flops * min(ctas, max(1, _cdiv(work, num_sms))) / sm_rate + per_tile_overhead)
     if k.persistent:
         # one program per slot; items per program = ceil(work / programs)
@@ -790,7 +818,10 @@ def estimate_seconds(
     out_bytes = 2 if dtype_bytes <= 2 else 4
     dram = (M * K + K * N) * dtype_bytes * batch + M * N * out_bytes * batch
     l2 = work * (k.BLOCK_M + k.BLOCK_N) * k.BLOCK_K * max(k_steps, 0) * dtype_bytes
-    t_mem = max(dram / peak_bw, l2 / (3.5 * peak_bw))
+    # one SM cannot pull more than ~1/num_sms of the DRAM bandwidth with a
+    # few stages in flight: too few work items leave bandwidth unused
+    bw = peak_bw * min(1.0, min(work, slots) / num_sms)
+    t_mem = max(dram / bw, l2 / (3.5 * bw))
     t = max(t_compute, t_mem) + 3e-6
     if k.SPLIT_K > 1:
         ws = 4.0 * k.SPLIT_K * batch * M * N

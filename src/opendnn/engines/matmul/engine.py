@@ -101,6 +101,8 @@ def analyze(graph) -> MatmulAnalysis | str:
     batch = ([1] * (2 - len(bs)) + bs)
     bstrides = {u: ([0] * (2 - len(bs)) + st[:len(bs)]) for u, st in cstr.items()}
     mnk = (a.dims[-2], b.dims[-1], a.dims[-1])
+    if batch[0] * batch[1] > 65535:
+        return f"batch count {batch[0] * batch[1]} exceeds the grid's 65535 limit"
     full = {u: bstrides[u] + strides[u][-2:] for u in strides}
     return MatmulAnalysis(mm, a, b, c, others, inputs, scalars, outputs, batch, full, mnk)
 
@@ -209,7 +211,7 @@ def _tf32(a: MatmulAnalysis) -> bool:
     return a.a.data_type == DataType.FLOAT and bool(backends.allow_tf32)
 
 
-def epilogue(graph, a: MatmulAnalysis, mask: str = "mask2") -> tuple[list, str]:
+def epilogue(graph, a: MatmulAnalysis, mask: str = "ep_mask") -> tuple[list, str]:
     """(params, body) of the epilogue: loads, pointwise nodes, stores."""
     big = any(graph.tensors[u].span >= 2 ** 31 for u in a.inputs + a.outputs)
     i64 = ".to(tl.int64)" if big else ""
@@ -222,7 +224,7 @@ def epilogue(graph, a: MatmulAnalysis, mask: str = "mask2") -> tuple[list, str]:
         terms = [t for t in terms if t] or ["0"]
         return "(" + " + ".join(terms) + ")"
 
-    lines = ["mask2 = mask_m[:, None] & mask_n[None, :]"]
+    lines = ["ep_mask = mask_m[:, None] & mask_n[None, :]"]
     ptrs = {u: f"E{u}" for u in a.inputs + a.outputs}
     em = cg.Emitter(graph, "tl.float32",
                     lambda u: f"s{u}" if u in a.scalars else

@@ -24,7 +24,7 @@ def _read(buf, desc) -> np.ndarray:
 
 def _write(buf, desc, value: np.ndarray) -> None:
     view = logical_view(buf, desc)
-    src = torch.from_numpy(np.ascontiguousarray(np.broadcast_to(value, desc.dims)))
+    src = torch.from_numpy(np.array(np.broadcast_to(value, desc.dims), dtype=np.float64))
     if desc.data_type == DataType.BOOLEAN:
         src = src != 0
     elif not desc.data_type.is_floating:
