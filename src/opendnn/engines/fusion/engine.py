@@ -205,11 +205,22 @@ class FusionEngine(Engine):
         return [EngineConfig.make(self, **k) for k in _choose_knobs(graph, a, target)]
 
     def estimate_seconds(self, graph, config, target) -> float:
+        """Bytes over bandwidth, slowed when the grid cannot fill the GPU (fewer than two
+        programs per SM), plus 3 us per launch."""
         moved = sum(graph.tensors[u].numel * graph.tensors[u].data_type.itemsize
                     for u in graph.tensors if not graph.tensors[u].is_virtual)
         k = config.knob_dict
+        a = analyze(graph)
+        if isinstance(a, str):
+            return float("inf")
+        if a.reductions:
+            kept_n = math.prod(a.kept)
+            programs = -(-kept_n // k["BLOCK_KEPT"]) * k["SPLIT"]
+        else:
+            programs = -(-math.prod(a.space) // k["BLOCK"])
+        fill = min(1.0, programs / (2.0 * target.num_sms))
         launches = 2 if k.get("SPLIT", 1) > 1 else 1
-        return moved / target.bandwidth + 3e-6 * launches + 1e-9 * k.get("BLOCK", 0) * 0
+        return moved / target.bandwidth / max(fill, 1e-3) + 3e-6 * launches
 
     def workspace_size(self, graph, config, target) -> int:
         a = analyze(graph)

@@ -167,6 +167,10 @@ class MatmulEngine(Engine):
             ok, why = K.tma_ok(a.bstrides[a.a.uid], a.bstrides[a.b.uid], a.a.data_type.itemsize)
             if not ok:
                 return decline(why)
+        smem = (kn.BLOCK_M + kn.BLOCK_N) * kn.BLOCK_K * a.a.data_type.itemsize * kn.num_stages
+        if target.is_cuda and smem > 220 * 1024:
+            return decline(f"{smem} bytes of shared memory for {kn.num_stages} stages of "
+                           f"{a.a.data_type.name} tiles exceed the 227 KB per block")
         if kn.SPLIT_K > 1 and a.mnk[2] < kn.SPLIT_K * kn.BLOCK_K:
             return decline(f"K={a.mnk[2]} too small for SPLIT_K={kn.SPLIT_K}")
         return SUPPORTED
@@ -218,10 +222,10 @@ def epilogue(graph, a: MatmulAnalysis, mask: str = "ep_mask") -> tuple[list, str
 
     def off(u):
         sb0, sb1, sm, sn = a.bstrides[u]
+        # the m and n terms stay even with stride 0: they give the pointer its tile shape
         terms = [f"b0{i64} * {sb0}" if sb0 else "", f"b1{i64} * {sb1}" if sb1 else "",
-                 f"offs_m{i64}[:, None] * {sm}" if sm else "",
-                 f"offs_n{i64}[None, :] * {sn}" if sn else ""]
-        terms = [t for t in terms if t] or ["0"]
+                 f"offs_m{i64}[:, None] * {sm}", f"offs_n{i64}[None, :] * {sn}"]
+        terms = [t for t in terms if t]
         return "(" + " + ".join(terms) + ")"
 
     lines = ["ep_mask = mask_m[:, None] & mask_n[None, :]"]
@@ -263,7 +267,8 @@ class _MatmulExecutable(Executable):
         ints = [m, n, k, a.batch[1], sa[0], sa[1], sa[2], sa[3], sb[0], sb[1], sb[2], sb[3]]
         ep_args = [("buf", u) for u in a.inputs + a.outputs] + [("buf", u) for u in a.scalars]
         ws = [("ws", None)] if kn.SPLIT_K > 1 else []
-        main_args = [("buf", a.a.uid), ("buf", a.b.uid)] + (ws if ws else ep_args) + \
+        # with split-K the main kernel takes WS first; its epilogue params go unused
+        main_args = [("buf", a.a.uid), ("buf", a.b.uid)] + ws + ep_args + \
             [("int", v) for v in ints]
         const = dict(K.launch_options(kn))
         if kn.tma:
