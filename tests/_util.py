@@ -116,6 +116,8 @@ def assert_close(actual, expected, dtype=None, n: int = 1, msg: str = "") -> Non
     result) with the tolerance of ``dtype`` (default: actual's dtype) and length ``n``.
     NaN must appear exactly where expected has NaN, infinities must match, and finite
     values satisfy |a - e| <= atol + rtol |e|."""
+    if not msg:   # still a reproduction: the test id decides the seed
+        msg = f"[repro] test={os.environ.get('PYTEST_CURRENT_TEST', '?')}"
     actual = torch.as_tensor(actual)
     expected = torch.as_tensor(expected)
     assert tuple(actual.shape) == tuple(expected.shape), \
@@ -211,14 +213,26 @@ def compare_plans(g, feeds: dict, outputs: list, index: int, ref_index: int, *, 
 
 def check_engine(g, feeds: dict, outputs: list, engine_id: int = FUSION_ID, knobs=None, *,
                  dtype=None, n: int = 1, msg: str = "", allow_nan: bool = False) -> dict:
-    """Force a plan of ``engine_id`` with ``knobs`` and compare it with the reference
-    engine on the same graph. Returns the engine's outputs."""
+    """Force a plan of ``engine_id`` with ``knobs`` (default: the engine's own first choice
+    for this graph on the CPU) and compare it with the reference engine on the same graph.
+    Returns the engine's outputs."""
     g.validate()
-    g.create_execution_plan(engine_id, knobs or {})
+    if knobs is None:
+        knobs = heuristic_knobs(g, engine_id)
+    g.create_execution_plan(engine_id, knobs)
     name = g.get_plan_name_at_index(0)
     g.create_execution_plan(REFERENCE_ID, {})
     assert g.get_plan_name_at_index(1) == name
     return compare_plans(g, feeds, outputs, 1, 0, dtype=dtype, n=n, msg=msg, allow_nan=allow_nan)
+
+
+def heuristic_knobs(g, engine_id: int) -> dict:
+    """The knobs the engine itself ranks first for ``g`` on the CPU (what heur_mode.A
+    would build when the engine takes the whole graph)."""
+    from opendnn.engines.base import Target
+    from opendnn.engines.registry import by_id
+    configs = by_id(engine_id).configs(g.op_graph, Target())
+    return configs[0].knob_dict if configs else {}
 
 
 def run_reference(g, feeds: dict, outputs: list, fill=float("nan")) -> dict:

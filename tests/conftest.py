@@ -52,3 +52,15 @@ def _clean_switches():
 def rng(request) -> Rng:
     """Inputs drawn fresh for each test case; the seed is printed in every repro line."""
     return Rng(seed_for(request.node.nodeid))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failing test that drew random inputs reports its seed and how to rerun it."""
+    outcome = yield
+    rep = outcome.get_result()
+    r = getattr(item, "funcargs", {}).get("rng")
+    if rep.failed and r is not None:
+        rep.sections.append(("repro", f"seed={r.seed} (OPENDNN_TEST_SEED="
+                             f"{os.environ.get('OPENDNN_TEST_SEED', '0')}); rerun: "
+                             f"PYTHONPATH=src python -m pytest '{item.nodeid}'"))

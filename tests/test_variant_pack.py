@@ -74,7 +74,7 @@ def test_bind_1d_buffer_holding_the_span(rng):
     y.set_output(True)
     g.build([HeurMode.A])
     flat = base.reshape(-1)[1 * 9 + 2:]              # starts at view[0, 0]
-    out = _out().new_full((4, 5), float("nan"))
+    out = torch.full((4, 5), float("nan"))
     g.execute({X: flat, y: out}, None)
     assert_close(out, view.double().exp(), torch.float32)
 
@@ -318,3 +318,19 @@ def test_two_outputs_bound_to_one_buffer(rng):
     buf = torch.empty(3, 4)
     expect_error(BadParamError, Status.BAD_PARAM, lambda: g.execute({X: x, y1: buf, y2: buf}, None),
                  "execute 'two'", "'y1'", "'y2'")
+
+
+def test_same_layout_views_that_share_elements_are_aliasing(rng):
+    """Rows of 5 in a pitch of 8: the view 6 elements further on shares elements with the
+    first one (out[0, 2] is x[1, 0]), so a multi-node graph may not write it."""
+    base = rng.rand((40,))
+    x = base.as_strided((3, 5), (8, 1), 0)
+    out = base.as_strided((3, 5), (8, 1), 6)
+    assert out[0, 2].data_ptr() == x[1, 0].data_ptr()
+    g = cudnn.pygraph(name="alias")
+    X = g.tensor_like(x, name="x")
+    y = g.exp(g.neg(X))
+    y.set_output(True).set_stride([8, 1]).set_name("y")
+    g.build([HeurMode.A])
+    expect_error(BadParamError, Status.BAD_PARAM, lambda: g.execute({X: x, y: out}, None),
+                 "execute 'alias'", "'y'", "'x'", "in place")

@@ -97,7 +97,8 @@ def plans_for_mode(graph, mode: HeurMode, target: Target) -> tuple[list, dict]:
              for _, _, _, c in _ranked_configs(graph, target, fast)]
     if not plans:
         pieces = partition(graph, target)
-        if pieces is not None and len(pieces) > 1:
+        fast_piece = pieces is not None and any(c.engine_id != reference().id for _, c in pieces)
+        if pieces is not None and len(pieces) > 1 and fast_piece:
             plan = ExecutionPlan(graph, pieces, target, mode.name)
             log.info(f"no engine takes the whole graph; partitioned into {len(pieces)} pieces: "
                      f"{plan.describe()}")

@@ -221,9 +221,23 @@ class Graph(BuilderMixin):
 
     @staticmethod
     def _toposort(nodes, producer, op):
+        """Kahn's order; among ready nodes the one with the smallest signature (kind,
+        attributes, where each input comes from) goes first, so the order -- and the
+        graph key -- does not depend on the order nodes were added in."""
         deps = {id(n): {id(producer[t.uid]) for t in n.input_tensors()
                         if t.uid in producer and producer[t.uid] is not n} for n in nodes}
-        done, order = set(), []
+        done, order, position = set(), [], {}
+
+        def signature(n):
+            ins = []
+            for t in n.input_tensors():
+                p = producer.get(t.uid)
+                ins.append(["node", position[id(p)], list(p.outputs).index(
+                    next(r for r, v in p.outputs.items() if v is not None and v.uid == t.uid))]
+                           if p is not None and p is not n else
+                           ["input", t.dim, t.stride, int(t.data_type), t.is_pass_by_value])
+            return json.dumps([n.kind, n.attrs(), ins], default=str)
+
         pending = list(nodes)
         while pending:
             ready = [n for n in pending if deps[id(n)] <= done]
@@ -231,10 +245,11 @@ class Graph(BuilderMixin):
                 names = ", ".join(n.label() for n in pending)
                 raise BadParamError(f"has a cycle through {names}", op=op,
                                     status=Status.BAD_PARAM)
-            for n in ready:
-                done.add(id(n))
-                order.append(n)
-            pending = [n for n in pending if id(n) not in done]
+            n = min(ready, key=signature)
+            done.add(id(n))
+            position[id(n)] = len(order)
+            order.append(n)
+            pending.remove(n)
         return order
 
     def _freeze(self, by_uid, op) -> dict:
@@ -490,8 +505,10 @@ class Graph(BuilderMixin):
     def _scalar_defaults(self) -> dict:
         """Values of pass-by-value tensors known at build time (tensor_like of a CPU
         scalar, Python numbers given to an operation): used when the pack omits them."""
-        return {t.uid: t.value for t in self._tensors if t.is_pass_by_value and
-                t.value is not None}
+        out = dict(getattr(self, "_restored_scalars", {}))
+        out.update({t.uid: t.value for t in self._tensors if t.is_pass_by_value and
+                    t.value is not None})
+        return out
 
     # ---- tuning -----------------------------------------------------------------------------
     def autotune(self, variant_pack: dict, workspace=None, handle=None, warmup: int = 3,
@@ -544,6 +561,7 @@ class Graph(BuilderMixin):
                "types": [self.io_data_type.name, self.intermediate_data_type.name,
                          self.compute_data_type.name],
                "plans": [p.to_json() for p in self._plans if p.built],
+               "scalars": {str(k): v for k, v in self._scalar_defaults().items()},
                "selected": 0 if self._selected is not None else None}
         return json.dumps(doc).encode()
 
@@ -558,6 +576,7 @@ class Graph(BuilderMixin):
             raise BadParamError(f"not a serialized opendnn graph: {e}", op="deserialize",
                                 status=Status.SERIALIZATION_VERSION_MISMATCH) from None
         self._nodes, self._tensors = [], []
+        self._restored_scalars = {int(k): v for k, v in doc.get("scalars", {}).items()}
         self.io_data_type, self.intermediate_data_type, self.compute_data_type = (
             DataType[n] for n in doc["types"])
         self._op_graph = g

@@ -205,12 +205,18 @@ def _interleaved(a: TensorDesc, b: TensorDesc, byte_delta: int) -> bool:
             byte_delta % size or a.has_overlap():
         return False
     r = abs(byte_delta // size)
-    # a shared element needs r = sum k_i * stride_i with |k_i| < dims_i; with a
-    # non-overlapping layout the mixed-radix digits of r are forced, largest stride first
-    for s, d in sorted(((s, d) for s, d in zip(a.strides, a.dims) if d > 1 and s > 0),
-                       reverse=True):
-        r -= min(r // s, d - 1) * s
-    return r != 0
+    axes = sorted(((s, d) for s, d in zip(a.strides, a.dims) if d > 1 and s > 0), reverse=True)
+
+    # A shared element needs r = sum k_i * stride_i with |k_i| < dims_i. In a
+    # non-overlapping layout each stride exceeds the reach of the smaller ones, so the
+    # remainder after the largest stride must be reached by digit floor(r/s) or that + 1.
+    def reachable(rem: int, i: int) -> bool:
+        if i == len(axes):
+            return rem == 0
+        s, d = axes[i]
+        q = rem // s
+        return any(abs(k) < d and reachable(rem - k * s, i + 1) for k in {q, q + 1})
+    return not reachable(r, 0)
 
 
 def check_workspace(workspace, needed: int, device, op: str):

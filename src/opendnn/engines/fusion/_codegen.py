@@ -93,7 +93,9 @@ class Emitter:
         out = self.graph.tensors[out_uid]
         name = f"v{out_uid}"
         attrs = {**DEFAULT_ATTRS, **node.op_attrs()}
-        if node.mode == M.GEN_INDEX:
+        if node.mode == M.GEN_INDEX and out.dims[attrs["axis"]] == 1:
+            expr = "0.0"  # a size-1 axis broadcasts: its index is 0 everywhere
+        elif node.mode == M.GEN_INDEX:
             expr = f"({self.index_of(attrs['axis'], len(out.dims))}).to({self.ct})"
         else:
             spec = MODES[node.mode]

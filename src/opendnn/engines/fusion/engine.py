@@ -116,6 +116,8 @@ def analyze(graph) -> Analysis | str:
         else:
             return f"{n.label()} is not pointwise, layout, reduction or genstats"
     for d in graph.tensors.values():
+        if d.is_pass_by_value and d.data_type in (DataType.INT32, DataType.INT64):
+            continue  # a host integer scalar enters the float compute as a float argument
         if d.data_type not in SUPPORTED_TYPES:
             return (f"tensor '{d.label()}' is {d.data_type.name}: the fused kernel computes in "
                     "floating point and handles only float, int8, uint8 and boolean tensors")
