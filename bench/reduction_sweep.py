@@ -14,19 +14,20 @@ for (shape, oshape), dt in itertools.product([((8192, 8192), (8192, 1)), ((8192,
     y.set_data_type(cudnn.data_type.FLOAT)
     g.validate()
     row = oshape[1] == 1
-    grid = ([(bk, br, sp, w) for bk in (1, 2, 4, 8) for br in (1024, 2048, 4096) for sp in (1,)
-             for w in (4, 8, 16) if bk * br <= 16384] if row else
-            [(bk, br, sp, w) for bk in (64, 128, 256) for br in (8, 16, 32, 64) for sp in (1, 4, 8, 16, 32)
-             for w in (4, 8) if bk * br <= 8192])
+    grid = ([(bk, br, sp, w, st) for bk in (1, 2, 4) for br in (1024, 2048, 4096) for sp in (1,)
+             for w in (8, 16) for st in (1, 2, 3, 4) if bk * br <= 16384] if row else
+            [(bk, br, sp, w, st) for bk in (64, 128, 256) for br in (8, 16, 32) for sp in (4, 8, 16)
+             for w in (4, 8) for st in (1, 2, 3, 4) if bk * br <= 8192])
     res = []
-    for bk, br, sp, w in grid:
+    for bk, br, sp, w, st in grid:
         g2 = cudnn.pygraph(); tx2 = g2.tensor_like(x)
         y2 = g2.reduction(tx2, mode=cudnn.reduction_mode.ADD).set_dim(list(oshape)).set_output(True)
         y2.set_data_type(cudnn.data_type.FLOAT)
-        g2.create_execution_plan(1, dict(BLOCK_KEPT=bk, BLOCK_RED=br, SPLIT=sp, num_warps=w))
+        g2.create_execution_plan(1, dict(BLOCK_KEPT=bk, BLOCK_RED=br, SPLIT=sp, num_warps=w, num_stages=st))
         ws = torch.empty(g2.get_workspace_size(), device="cuda", dtype=torch.uint8)
-        ms = do_bench(lambda: g2.execute({tx2: x, y2: out}, ws), warmup=10, rep=40, return_mode="median")
+        ms = do_bench(lambda: g2.execute({tx2: x, y2: out}, ws), warmup=5, rep=25, return_mode="median")
         gbs = (x.numel() * x.element_size()) / ms / 1e6
-        res.append((gbs, bk, br, sp, w))
+        res.append((gbs, bk, br, sp, w, st))
     res.sort(reverse=True)
-    print(shape, oshape, dt, "best:", [f"{g:.0f}GB/s bk{bk} br{br} sp{sp} w{w}" for g, bk, br, sp, w in res[:4]], flush=True)
+    print(shape, oshape, dt, "best:", [f"{g:.0f}GB/s bk{bk} br{br} sp{sp} w{w} st{st}"
+                                       for g, bk, br, sp, w, st in res[:4]], flush=True)

@@ -15,13 +15,11 @@ import math
 import os
 import zlib
 
-import numpy as np
 import pytest
 import torch
 
-import opendnn
 from opendnn.enums import DataType, HeurMode
-from opendnn.errors import BadParamError, GraphNotSupportedError, Status
+from opendnn.errors import Status
 
 REFERENCE_ID = 0
 REFERENCE_NAME = "reference_f64"
@@ -59,10 +57,6 @@ class Rng:
     def __init__(self, seed: int):
         self.seed = seed
         self.gen = torch.Generator().manual_seed(seed)
-
-    def uniform(self, shape, low, high, dtype=torch.float32) -> torch.Tensor:
-        x = torch.empty(tuple(shape), dtype=torch.float64).uniform_(low, high, generator=self.gen)
-        return x.to(dtype)
 
     def rand(self, shape, dtype=torch.float32, low=0.1, high=2.0, positive=False) -> torch.Tensor:
         """|x| in [low, high] with a random sign (or positive): never zero, never tiny."""

@@ -6,8 +6,6 @@ on one graph, runs both on the same fresh inputs with NaN-poisoned outputs, and 
 """
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
@@ -16,10 +14,10 @@ from opendnn.engines.fusion.engine import FusionEngine
 from opendnn.enums import DataType, HeurMode, ReductionMode
 from opendnn.errors import GraphNotSupportedError, Status
 
-from _util import (DT_TO_TORCH, EMPTY_IDENTITY, FLOAT_DTYPES, FUSION_ID, FUSION_NAME,
-                   MODE_CASES, MODE_IDS, REDUCE_SHAPES, TORCH_TO_DT, assert_close,
-                   check_engine, coarsest, compare_plans, expect_error, nhwc, reduce_input, reduced_count,
-                   repro, run_plan)
+from _util import (EMPTY_IDENTITY, FLOAT_DTYPES, FUSION_ID, FUSION_NAME, MODE_CASES, MODE_IDS,
+                   REDUCE_SHAPES, TORCH_TO_DT, assert_close, check_engine, coarsest,
+                   compare_plans, expect_error, nhwc, reduce_input, reduced_count, repro,
+                   run_plan)
 
 R = ReductionMode
 
@@ -519,7 +517,7 @@ def test_pointwise_knobs(knobs, rng):
                  msg=repro("elu(a/b)", [shape, (17, 1)], "float32", rng.seed, knobs=knobs))
 
 
-# ---- zero-size reductions --------------------------------------------------------------------------
+# ---- zero-size reductions -----------------------------------------------------------------------
 @pytest.mark.parametrize("mode", list(ReductionMode), ids=lambda m: m.name)
 def test_reduction_over_an_empty_axis(mode):
     g = _graph()
@@ -534,7 +532,8 @@ def test_reduction_over_an_empty_axis(mode):
     assert_close(out, want, torch.float32, msg=f"[repro] reduction {mode.name} of (3, 0)")
 
 
-@pytest.mark.parametrize("xdims,ydims", [((0, 5), (0, 1)), ((0, 5), (1, 5)), ((4, 0, 3), (4, 1, 1))])
+@pytest.mark.parametrize("xdims,ydims", [((0, 5), (0, 1)), ((0, 5), (1, 5)),
+                                         ((4, 0, 3), (4, 1, 1))])
 def test_reduction_zero_size(xdims, ydims):
     g = _graph()
     x = torch.empty(xdims)
@@ -548,7 +547,7 @@ def test_reduction_zero_size(xdims, ydims):
                  msg=f"[repro] sum {xdims}->{ydims}")
 
 
-# ---- what the engine declines ------------------------------------------------------------------------
+# ---- what the engine declines -------------------------------------------------------------------
 def _declines(g, frag):
     g.validate()
     s = FusionEngine().check_support(g.op_graph, g._target())
@@ -618,7 +617,7 @@ def test_knob_space_names():
         assert k.default in k.values
 
 
-# ---- more corners ------------------------------------------------------------------------------------
+# ---- more corners -------------------------------------------------------------------------------
 def test_gen_index_of_a_broadcast_input(rng):
     """gen_index of a [1, 5] tensor along axis 0 is 0 everywhere, even when the graph's
     iteration space is [3, 5] because another operand is bigger."""
@@ -755,7 +754,7 @@ def test_integer_pass_by_value_scalar(rng):
                  msg=repro("x*3 (int64 scalar)", [(3, 4)], "float32", rng.seed))
 
 
-# ---- layout operations (read through views of graph inputs) ------------------------------------------
+# ---- layout operations (read through views of graph inputs) -------------------------------------
 def _layout_case(rng, kind, dtype=torch.float32):
     """(graph, feeds, outputs, torch result) for one layout-in-fusion case."""
     g = _graph()
@@ -880,3 +879,22 @@ def test_declines_layout_of_a_computed_tensor(rng):
 def _against_last(g, feeds, y, msg):
     """Plan 0 against the reference plan at the end of the list."""
     return compare_plans(g, feeds, [y], 0, g.get_execution_plan_count() - 1, msg=msg)[y]
+
+
+def test_declines_gen_index_beyond_float32_exactness():
+    g = _graph()
+    X = g.tensor([2, 2 ** 24 + 2], [2 ** 24 + 2, 1], DataType.FLOAT)   # never allocated
+    y = g.gen_index(X, axis=1)
+    y.set_output(True)
+    _declines(g, "not exact in float32")
+
+
+def test_boolean_mask_in_arithmetic(rng):
+    x, m = rng.rand((5, 6)), rng.bools((5, 6))
+    g = _graph()
+    X, Mk = g.tensor_like(x), g.tensor_like(m)
+    y = g.add(g.mul(X, Mk), Mk)                  # bool reads as 1.0 / 0.0
+    y.set_output(True)
+    out = check_engine(g, {X: x, Mk: m}, [y], FUSION_ID,
+                       msg=repro("x*m+m", [(5, 6)], "float32,bool", rng.seed))[y]
+    assert_close(out, x.double() * m.double() + m.double(), torch.float32)

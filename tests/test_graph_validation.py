@@ -410,3 +410,12 @@ def test_adding_a_node_after_validate_revalidates():
     # set_output: it must be virtual again (not a buffer the user has to bind)
     assert y.get_is_virtual()
     assert g.op_graph.tensors[y.get_uid()].is_virtual
+
+
+def test_concatenate_in_place_index_out_of_range():
+    g = _g()
+    a = g.tensor([2, 3], [3, 1], F, name="a")
+    b = g.tensor([2, 4], [4, 1], F, name="b")
+    g.concatenate([a, b], axis=1, in_place_index=2, name="cat_ip")
+    expect_error(BadParamError, Status.BAD_PARAM_OUT_OF_BOUND, g.validate,
+                 "concatenate 'cat_ip'", "in_place_index 2")

@@ -330,7 +330,7 @@ def test_partition_plan_names_each_piece(rng):
     assert text.count("piece ") >= 2 and "rowmax" in text and "rowsum" in text
 
 
-# ---- graphs no fast engine supports ---------------------------------------------------------------
+# ---- graphs no fast engine supports -------------------------------------------------------------
 def _int32_graph(rng, nodes=1):
     a, b = rng.ints((4, 5), -30, 30), rng.ints((4, 5), -30, 30)
     g = cudnn.pygraph(name="ints")
@@ -458,7 +458,7 @@ def test_deserialize_rejects_foreign_bytes(blob):
                  lambda: cudnn.pygraph().deserialize(blob), "deserialize")
 
 
-# ---- autotune and its cache -----------------------------------------------------------------------
+# ---- autotune and its cache ---------------------------------------------------------------------
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENDNN_CACHE_DIR", str(tmp_path))
@@ -666,3 +666,50 @@ def test_serialize_keeps_python_number_scalars(rng):
     g2.execute({X.get_uid(): x, y.get_uid(): out}, None)
     assert_close(out, x.double() + 2.0, torch.float32,
                  msg=repro("deserialized x + 2.0", [(3, 4)], "float32", rng.seed))
+
+
+def test_partition_of_a_zero_size_graph(rng):
+    """An empty batch: the partitioned plan's boundary tensors hold nothing and its
+    workspace is 0 bytes; executing it with workspace None is a no-op, not a crash."""
+    x = torch.empty(0, 5)
+    g = cudnn.pygraph()
+    X = g.tensor_like(x)
+    m = g.reduction(X, ReductionMode.MAX)
+    m.set_dim([0, 1])
+    y = g.sub(X, m)
+    y.set_output(True)
+    g.build([HeurMode.A])
+    assert g.get_plan_name_at_index(0).startswith("partition[")
+    out = torch.empty(0, 5)
+    g.execute({X: x, y: out}, workspace(g.get_workspace_size()))
+    assert out.shape == (0, 5)
+
+
+def test_matmul_of_single_element_tensors(rng):
+    """tensor_like makes single-element CPU tensors pass-by-value: a [1, 1] x [1, 1]
+    matmul must still compute (whatever engine takes it)."""
+    a, b = rng.rand((1, 1)), rng.rand((1, 1))
+    g = cudnn.pygraph()
+    A, B = g.tensor_like(a), g.tensor_like(b)
+    c = g.matmul(A, B)
+    c.set_output(True)
+    g.build([HeurMode.A, HeurMode.FALLBACK])
+    for i in range(g.get_execution_plan_count()):
+        out = run_plan(g, {A: a, B: b}, [c], i, float("nan"))[c]
+        assert_close(out, a.double() @ b.double(), torch.float32,
+                     msg=repro("matmul", [(1, 1), (1, 1)], "float32", rng.seed,
+                               plan=g.get_plan_name_at_index(i)))
+
+
+def test_adding_a_node_after_build_drops_the_stale_plans(rng):
+    g, feeds, y, want = _pointwise_graph(rng)
+    g.build([HeurMode.A])
+    z = g.neg(y)
+    z.set_output(True)
+    expect_error(BadParamError, Status.BAD_PARAM_NOT_FINALIZED,
+                 lambda: g.execute({**feeds, y: torch.empty(6, 10)}, None), "no plan is built")
+    g.build([HeurMode.A])
+    outs = {t: torch.full((6, 10), float("nan")) for t in (y, z)}
+    g.execute({**feeds, **outs}, None)
+    assert_close(outs[y], want, torch.float32)
+    assert_close(outs[z], -want, torch.float32)

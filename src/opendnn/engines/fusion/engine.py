@@ -198,7 +198,8 @@ class FusionEngine(Engine):
                 Knob("BLOCK_KEPT", (1, 2, 4, 8, 16, 32, 64, 128, 256), 4),
                 Knob("BLOCK_RED", (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096), 1024),
                 Knob("SPLIT", (1, 2, 4, 8, 16, 32, 64, 128, 256), 1),
-                Knob("num_warps", (1, 2, 4, 8, 16), 4)]
+                Knob("num_warps", (1, 2, 4, 8, 16), 4),
+                Knob("num_stages", (1, 2, 3, 4, 5), 3)]
 
     def configs(self, graph, target: Target) -> list[EngineConfig]:
         a = analyze(graph)
@@ -511,7 +512,8 @@ def _reduce_source(graph, a, sizes, strides, classes, origin, big, sig, args, pt
     src = "\n".join(lines + fin_lines) + "\n"
     src = cg.COMBINE_HELPERS + "\n\n" + src
     grid = (-(-kept_n // BK) if kept_n and math.prod(a.kept) else 0, split)
-    constexprs = {"BLOCK_KEPT": BK, "BLOCK_RED": BR, "num_warps": knobs["num_warps"]}
+    constexprs = {"BLOCK_KEPT": BK, "BLOCK_RED": BR, "num_warps": knobs["num_warps"],
+                  "num_stages": knobs.get("num_stages", 3)}
     extra = None
     if split > 1:
         extra = _finish_source(graph, a, kept_n, ksizes, knames, koff, ptrs, split, red_n, ct, tag)
