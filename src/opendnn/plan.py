@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import time
 
+import torch
+
 from . import log
 from .engines.base import EngineConfig, Target
 from .engines.registry import by_id
@@ -136,7 +138,11 @@ class ExecutionPlan:
         bufs = dict(buffers)
         for uid, off, nbytes in self.boundaries:
             d = self.graph.tensors[uid]
-            bufs[uid] = workspace[off:off + nbytes].view(d.torch_dtype)
+            if nbytes == 0:   # an empty tensor crossing the cut: no workspace needed
+                device = next(b.device for b in buffers.values() if hasattr(b, "device"))
+                bufs[uid] = torch.empty(0, dtype=d.torch_dtype, device=device)
+            else:
+                bufs[uid] = workspace[off:off + nbytes].view(d.torch_dtype)
         ws = workspace[self._stage_ws_offset:] if workspace is not None else None
         for s in self.stages:
             s.executable.run(bufs, ws, stream)

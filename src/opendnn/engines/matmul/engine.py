@@ -60,6 +60,8 @@ def analyze(graph) -> MatmulAnalysis | str:
                graph.tensors[mm.outputs["C"]])
     if mm.inputs["A"] in graph.producers or mm.inputs["B"] in graph.producers:
         return "matmul operands must be graph inputs (no prologue fusion)"
+    if a.is_pass_by_value or b.is_pass_by_value:
+        return "matmul operands passed by value (host scalars) are not tiles in memory"
     if a.data_type not in OPERAND_TYPES or b.data_type not in OPERAND_TYPES:
         return f"operand types {a.data_type.name} x {b.data_type.name}: float, half, bfloat16 only"
     if a.data_type != b.data_type:
