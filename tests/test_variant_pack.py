@@ -334,3 +334,26 @@ def test_same_layout_views_that_share_elements_are_aliasing(rng):
     g.build([HeurMode.A])
     expect_error(BadParamError, Status.BAD_PARAM, lambda: g.execute({X: x, y: out}, None),
                  "execute 'alias'", "'y'", "'x'", "in place")
+
+
+def test_single_transpose_into_its_own_input_buffer_is_rejected():
+    """A non-pointwise node reading and writing one buffer would race on a GPU."""
+    base = torch.randn(16)
+    g = cudnn.pygraph()
+    x = g.tensor(dim=[4, 4], stride=[4, 1], data_type=cudnn.data_type.FLOAT, name="x")
+    y = g.transpose(x, [1, 0]).set_output(True).set_name("y")
+    g.build([cudnn.heur_mode.A])
+    with pytest.raises(BadParamError) as e:
+        g.execute({x: base, y: base})
+    assert e.value.status == Status.BAD_PARAM and "'y'" in str(e.value) and "in place" in str(e.value)
+
+
+def test_single_pointwise_node_in_place_on_identical_buffer_runs():
+    base = torch.randn(4, 5)
+    want = torch.relu(base.double())
+    g = cudnn.pygraph()
+    x = g.tensor_like(base, name="x")
+    y = g.relu(x).set_output(True)
+    g.build([cudnn.heur_mode.A])
+    g.execute({x: base, y: base})
+    assert torch.equal(base.double(), want)

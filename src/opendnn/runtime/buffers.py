@@ -174,10 +174,20 @@ def bind(graph, variant_pack: dict, op: str, default_device,
 
 
 def check_no_aliasing(graph, bound: dict, op: str) -> None:
-    """A multi-node graph may not write memory it reads (cuDNN's in-place rule)."""
-    if len(graph.nodes) <= 1:
-        return
+    """A graph may not write memory it reads (cuDNN's in-place rule). The one exception:
+    a single pointwise node whose output is exactly one of its inputs (same address,
+    same layout), which each element reads before it writes."""
     outs = set(graph.output_uids)
+    if len(graph.nodes) == 1 and graph.nodes[0].kind == "pointwise":
+        node_ins = set(graph.node_uids(graph.nodes[0], "inputs"))
+        exact = {(u0, u1) for u0 in outs for u1 in node_ins
+                 if u1 in bound and u0 in bound and not isinstance(bound[u1], (int, float))
+                 and bound[u0].data_ptr() == bound[u1].data_ptr()
+                 and graph.tensors[u0].strides == graph.tensors[u1].strides
+                 and graph.tensors[u0].dims == graph.tensors[u1].dims
+                 and graph.tensors[u0].data_type == graph.tensors[u1].data_type}
+    else:
+        exact = set()
     spans = []
     for uid, buf in bound.items():
         if isinstance(buf, (int, float, bool)):
@@ -189,12 +199,14 @@ def check_no_aliasing(graph, bound: dict, op: str) -> None:
         if u0 not in outs or s0 == e0:
             continue
         for s1, e1, u1 in spans:
-            if u1 != u0 and s1 < e0 and s0 < e1 and not _interleaved(
+            if u1 != u0 and s1 < e0 and s0 < e1 and (u0, u1) not in exact and not _interleaved(
                     graph.tensors[u0], graph.tensors[u1], s1 - s0):
+                rule = ("a multi-node graph may not run in place" if len(graph.nodes) > 1 else
+                        "only a pointwise node may run in place, and only on an identical "
+                        "buffer")
                 raise BadParamError(f"output overlaps the memory of tensor "
-                                    f"'{graph.tensors[u1].label()}': a multi-node graph may "
-                                    "not run in place", op=op, tensor=graph.tensors[u0].label(),
-                                    status=Status.BAD_PARAM)
+                                    f"'{graph.tensors[u1].label()}': {rule}", op=op,
+                                    tensor=graph.tensors[u0].label(), status=Status.BAD_PARAM)
 
 
 def _interleaved(a: TensorDesc, b: TensorDesc, byte_delta: int) -> bool:
