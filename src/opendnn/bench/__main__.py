@@ -36,11 +36,10 @@ class Runner:
                      "triton": triton.__version__, "opendnn": __version__,
                      "cudnn": torch.backends.cudnn.version(),
                      "date": datetime.date.today().isoformat()}
-        a = torch.randn(1 << 28, device="cuda")
-        b = torch.empty_like(a)
-        ms = bench(lambda: b.copy_(a))
-        self.copy_gbs = 2 * a.numel() * 4 / ms / 1e6
-        del a, b
+        src = torch.randn(1 << 28, device="cuda")
+        dst = torch.empty_like(src)
+        ms = bench(lambda: dst.copy_(src))
+        self.copy_gbs = 2 * src.numel() * 4 / ms / 1e6
         x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
         y = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
         self.mm_tflops = 2 * 8192 ** 3 / bench(lambda: x @ y) / 1e9

@@ -90,7 +90,7 @@ class OpGraph:
             fields = {f.name: f for f in dataclasses.fields(cls_)}
             attrs = {}
             for k, v in nd["attrs"].items():
-                ftype = fields[k].type if k in fields else None
+                fields[k].type if k in fields else None
                 attrs[k] = _decode_attr(cls_, k, v)
             node = cls_(name=nd["name"], compute_data_type=DataType[nd["compute_data_type"]],
                         inputs=dict(nd["inputs"]), outputs=dict(nd["outputs"]), **attrs)

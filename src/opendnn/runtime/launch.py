@@ -23,7 +23,6 @@ import sys
 import threading
 
 import torch
-import triton
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 

@@ -189,7 +189,6 @@ get 16-byte vector loads automatically; other strides are correct but slower.
 
 
 import dataclasses
-import math
 import textwrap
 
 __all__ = [

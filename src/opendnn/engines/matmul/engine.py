@@ -13,7 +13,6 @@ scheduling, TMA descriptors (Hopper). The cost model is the kernels' roofline es
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import torch
 

@@ -1,0 +1,359 @@
+"""The plan half of a graph's lifecycle, with cudnn-frontend's names: heuristics ->
+candidate plans -> support check -> build -> execute; plan queries, filters, autotuning
+and serialization. ``Graph`` mixes this in; validation and building live in graph.py."""
+from __future__ import annotations
+
+import json
+import time
+
+import torch
+
+from .. import backends, heuristics, log
+from ..engines.base import EngineConfig
+from ..engines.registry import by_id, engines
+from ..enums import BehaviorNote, BuildPlanPolicy, DataType, HeurMode, NumericalNote
+from ..errors import BadParamError, GraphNotSupportedError, Status
+from ..handle import Handle, target_for
+from ..plan import ExecutionPlan
+from ..runtime import autotune
+from ..runtime.buffers import bind, check_no_aliasing, check_workspace
+from .opgraph import OpGraph
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .graph import Graph
+
+FORMAT = "opendnn-graph-v1"
+
+
+class LifecycleMixin:
+    # ---- plans ------------------------------------------------------------------------------
+    def _target(self):
+        return target_for(str(self._device()))
+
+    def build_operation_graph(self) -> "Graph":
+        self.validate()
+        return self
+
+    def create_execution_plans(self, modes) -> "Graph":
+        """Candidate plans from the heuristic modes, concatenated in the order given."""
+        g = self.op_graph
+        if isinstance(modes, HeurMode) or not isinstance(modes, (list, tuple)):
+            modes = [modes]
+        plans, reasons, seen = [], {}, set()
+        for m in modes:
+            m = HeurMode(m) if not isinstance(m, HeurMode) else m
+            ps, rs = heuristics.plans_for_mode(g, m, self._target())
+            reasons.update(rs)
+            for p in ps:
+                if p.name not in seen:
+                    seen.add(p.name)
+                    plans.append(p)
+        self._plans = [p for p in plans if heuristics.allowed(p)]
+        self._reasons = reasons
+        for f in self._filters:
+            self._plans = [p for p in self._plans if f(p)]
+        self._selected = None
+        log.info(f"{len(self._plans)} candidate plans for {g.describe()}: "
+                 + ", ".join(p.name for p in self._plans[:8]))
+        return self
+
+    def check_support(self) -> "Graph":
+        """Drop candidates whose engines decline; raise if none is left."""
+        keep = []
+        for p in self._plans:
+            s = p.check_support()
+            if s.ok:
+                keep.append(p)
+            else:
+                self._reasons[p.name] = s.reason
+                log.dispatch(f"plan {p.name} not supported: {s.reason}")
+        self._plans = keep
+        if not keep:
+            raise GraphNotSupportedError(
+                f"no engine supports {self.op_graph.describe()}", reasons=self._reasons,
+                op=f"graph '{self.name}'" if self.name else "graph",
+                status=Status.NOT_SUPPORTED_GRAPH_PATTERN)
+        return self
+
+    def build_plans(self, policy=BuildPlanPolicy.HEURISTICS_CHOICE) -> "Graph":
+        if not self._plans:
+            self.check_support()
+        errors = {}
+        for i, p in enumerate(self._plans):
+            try:
+                p.build()
+            except GraphNotSupportedError as e:
+                errors[p.name] = e.rule
+                continue
+            if self._selected is None:
+                self._selected = i
+                log.info(f"selected plan {p.name} ({p.origin}): {p.describe()}")
+            if BuildPlanPolicy(policy) == BuildPlanPolicy.HEURISTICS_CHOICE:
+                break
+        if self._selected is None:
+            raise GraphNotSupportedError("no candidate plan could be built", reasons=errors,
+                                         status=Status.NOT_SUPPORTED)
+        return self
+
+    def build_plan_at_index(self, index: int) -> "Graph":
+        p = self._plan(index)
+        p.build()
+        if self._selected is None:
+            self._selected = index
+        return self
+
+    def build(self, modes=None) -> "Graph":
+        """The whole chain; with no modes, only validate (as cudnn-frontend)."""
+        self.validate()
+        if modes is None:
+            return self
+        self.build_operation_graph()
+        self.create_execution_plans(modes)
+        self.check_support()
+        self.build_plans(BuildPlanPolicy.HEURISTICS_CHOICE)
+        return self
+
+    def _plan(self, index: int) -> ExecutionPlan:
+        if not 0 <= index < len(self._plans):
+            raise BadParamError(f"plan index {index} out of range (0..{len(self._plans) - 1})",
+                                op="graph", status=Status.BAD_PARAM_OUT_OF_BOUND)
+        return self._plans[index]
+
+    # ---- plan queries -----------------------------------------------------------------------
+    def get_execution_plan_count(self) -> int:
+        return len(self._plans)
+
+    def get_workspace_size(self) -> int:
+        return self._selected_plan().workspace_size
+
+    def get_workspace_size_plan_at_index(self, index: int) -> int:
+        return self._plan(index).workspace_size
+
+    def get_plan_name_at_index(self, index: int) -> str:
+        return self._plan(index).name
+
+    def get_behavior_notes_for_plan_at_index(self, index: int) -> list:
+        return sorted(self._plan(index).behavior_notes())
+
+    def get_numerical_notes_for_plan_at_index(self, index: int) -> list:
+        return sorted(self._plan(index).numerical_notes())
+
+    def get_engine_count(self) -> int:
+        return len(engines())
+
+    def get_knobs_for_engine(self, engine_id: int) -> list:
+        e = by_id(engine_id)
+        if e is None:
+            raise BadParamError(f"no engine with id {engine_id}", op="get_knobs_for_engine",
+                                status=Status.BAD_PARAM_OUT_OF_BOUND)
+        return e.knob_space(self.op_graph)
+
+    def create_execution_plan(self, engine_id: int, knobs: dict | None = None) -> "Graph":
+        """Add (and select) a plan for a specific engine and knob values."""
+        e = by_id(engine_id)
+        if e is None:
+            raise BadParamError(f"no engine with id {engine_id}", op="create_execution_plan",
+                                status=Status.BAD_PARAM_OUT_OF_BOUND)
+        g, target = self.op_graph, self._target()
+        s = e.check_support(g, target)
+        base = {k.name: k.default for k in e.knob_space(g)}
+        base.update(knobs or {})
+        cfg = EngineConfig.make(e, **base)
+        if s.ok:
+            s = e.check_config(g, cfg, target)
+        if not s.ok:
+            raise GraphNotSupportedError("engine cannot run this graph", reasons={e.name: s.reason},
+                                         op="create_execution_plan",
+                                         status=Status.NOT_SUPPORTED)
+        plan = ExecutionPlan(g, [(g, cfg)], target, "user")
+        self._plans.insert(0, plan)
+        self._selected = None
+        plan.build()
+        self._selected = 0
+        return self
+
+    def _selected_plan(self) -> ExecutionPlan:
+        if self._selected is None:
+            raise BadParamError("no plan is built: call build([heur_mode.A]) or build_plans() "
+                                "first", op="graph", status=Status.BAD_PARAM_NOT_FINALIZED)
+        return self._plans[self._selected]
+
+    # ---- filters ----------------------------------------------------------------------------
+    def _filter(self, pred) -> "Graph":
+        self._filters.append(pred)
+        self._plans = [p for p in self._plans if pred(p)]
+        built = [i for i, p in enumerate(self._plans) if p.built]
+        self._selected = built[0] if built else None
+        return self
+
+    def select_numeric_notes(self, notes) -> "Graph":
+        want = {NumericalNote(n) if not isinstance(n, NumericalNote) else n for n in notes}
+        return self._filter(lambda p: want <= p.numerical_notes())
+
+    def deselect_numeric_notes(self, notes) -> "Graph":
+        bad = {NumericalNote(n) if not isinstance(n, NumericalNote) else n for n in notes}
+        return self._filter(lambda p: not (bad & p.numerical_notes()))
+
+    def select_behavior_notes(self, notes) -> "Graph":
+        want = {BehaviorNote(n) if not isinstance(n, BehaviorNote) else n for n in notes}
+        return self._filter(lambda p: want <= p.behavior_notes())
+
+    def deselect_behavior_notes(self, notes) -> "Graph":
+        bad = {BehaviorNote(n) if not isinstance(n, BehaviorNote) else n for n in notes}
+        return self._filter(lambda p: not (bad & p.behavior_notes()))
+
+    def deselect_engines(self, names) -> "Graph":
+        names = [names] if isinstance(names, str) else list(names)
+        return self._filter(lambda p: not any(s in e for s in names for e in p.engine_names)
+                            and not any(s in p.name for s in names))
+
+    def deselect_workspace_greater_than(self, nbytes: int) -> "Graph":
+        return self._filter(lambda p: p.workspace_size <= nbytes)
+
+    # ---- execution --------------------------------------------------------------------------
+    def execute(self, variant_pack: dict, workspace=None, handle: Handle | None = None) -> None:
+        """Run the selected plan. ``variant_pack`` maps graph tensors or uids to buffers."""
+        plan = self._selected_plan()
+        if backends.benchmark and not getattr(self, "_tuned", False) and len(self._plans) > 1:
+            self._benchmark_once(variant_pack, workspace, handle)
+            plan = self._selected_plan()
+        self._run(plan, variant_pack, workspace, handle)
+
+    def execute_plan_at_index(self, variant_pack: dict, workspace, index: int,
+                              handle: Handle | None = None) -> None:
+        plan = self._plan(index)
+        if not plan.built:
+            plan.build()
+        self._run(plan, variant_pack, workspace, handle)
+
+    def _run(self, plan: ExecutionPlan, variant_pack, workspace, handle) -> None:
+        g = plan.graph
+        h = handle or self.handle
+        op = f"execute '{self.name}'" if self.name else "execute"
+        bound, device = bind(g, variant_pack, op, (h.device if h else self._device()),
+                             self._scalar_defaults())
+        check_no_aliasing(g, bound, op)
+        ws = check_workspace(workspace, plan.workspace_size, device, op)
+        stream = h.cuda_stream() if (h is not None and device.type == "cuda") else None
+        plan.run(bound, ws, stream)
+
+    def _scalar_defaults(self) -> dict:
+        """Values of pass-by-value tensors known at build time (tensor_like of a CPU
+        scalar, Python numbers given to an operation): used when the pack omits them."""
+        out = dict(getattr(self, "_restored_scalars", {}))
+        out.update({t.uid: t.value for t in self._tensors if t.is_pass_by_value and
+                    t.value is not None})
+        return out
+
+    # ---- tuning -----------------------------------------------------------------------------
+    def autotune(self, variant_pack: dict, workspace=None, handle=None, warmup: int = 3,
+                 iters: int = 10) -> list:
+        """Time every candidate plan on the given buffers, reorder fastest first, persist.
+        Returns [(plan name, median ms)] fastest first."""
+        timings = []
+        for i, p in enumerate(self._plans):
+            try:
+                p.build()
+            except GraphNotSupportedError:
+                continue
+            if p.workspace_size > _nbytes(workspace):
+                continue
+            timings.append((_time_plan(lambda: self._run(p, variant_pack, workspace, handle),
+                                       variant_pack, warmup, iters), i))
+        if not timings:
+            raise GraphNotSupportedError("no plan could be timed", op="autotune",
+                                         status=Status.NOT_SUPPORTED)
+        timings.sort()
+        order = [i for _, i in timings] + [i for i in range(len(self._plans))
+                                           if i not in {j for _, j in timings}]
+        self._plans = [self._plans[i] for i in order]
+        self._selected = 0
+        self._tuned = True
+        names = [self._plans[k].name for k in range(len(timings))]
+        autotune.store(self.key(), self._target().name, names, [t for t, _ in timings])
+        log.info("autotune: " + ", ".join(f"{n} {t:.4f} ms" for n, (t, _) in zip(names, timings)))
+        return [(n, t) for n, (t, _) in zip(names, timings)]
+
+    def _benchmark_once(self, variant_pack, workspace, handle) -> None:
+        hit = autotune.lookup(self.key(), self._target().name)
+        self._tuned = True
+        if hit:
+            self._plans = heuristics.reorder_by_cache(self.op_graph, self._plans, self._target())
+            self._selected = None
+            self.build_plans()
+            return
+        limit = backends.benchmark_limit or len(self._plans)
+        keep = self._plans[limit:]
+        self._plans = self._plans[:limit]
+        self.autotune(variant_pack, workspace, handle)
+        self._plans += keep
+
+    # ---- serialization ----------------------------------------------------------------------
+    def serialize(self) -> bytes:
+        """JSON bytes of the validated graph and its built plans' configs."""
+        g = self.op_graph
+        doc = {"format": FORMAT, "graph": g.to_json(),
+               "types": [self.io_data_type.name, self.intermediate_data_type.name,
+                         self.compute_data_type.name],
+               "plans": [p.to_json() for p in self._plans if p.built],
+               "scalars": {str(k): v for k, v in self._scalar_defaults().items()},
+               "selected": 0 if self._selected is not None else None}
+        return json.dumps(doc).encode()
+
+    def deserialize(self, blob: bytes) -> "Graph":
+        """Restore a graph serialized by ``serialize`` and rebuild its plans."""
+        try:
+            doc = json.loads(bytes(blob).decode())
+            if doc.get("format") != FORMAT:
+                raise ValueError(f"format {doc.get('format')!r}")
+            g = OpGraph.from_json(doc["graph"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise BadParamError(f"not a serialized opendnn graph: {e}", op="deserialize",
+                                status=Status.SERIALIZATION_VERSION_MISMATCH) from None
+        self._nodes, self._tensors = [], []
+        self._restored_scalars = {int(k): v for k, v in doc.get("scalars", {}).items()}
+        self.io_data_type, self.intermediate_data_type, self.compute_data_type = (
+            DataType[n] for n in doc["types"])
+        self._op_graph = g
+        target = self._target()
+        self._plans = []
+        for pj in doc.get("plans", []):
+            pieces = []
+            for st in pj["stages"]:
+                nodes = [g.nodes[i] for i in st["node_index"]]
+                sub = g if len(pj["stages"]) == 1 else g.piece(nodes)
+                pieces.append((sub, EngineConfig.from_json(st["config"])))
+            self._plans.append(ExecutionPlan(g, pieces, target, "deserialized").build())
+        self._selected = 0 if self._plans else None
+        return self
+
+
+def _nbytes(workspace) -> int:
+    if workspace is None:
+        return 0
+    return workspace.numel() * workspace.element_size() if isinstance(workspace, torch.Tensor) \
+        else len(workspace)
+
+
+def _time_plan(fn, variant_pack, warmup, iters) -> float:
+    """Median milliseconds of ``fn`` (CUDA events on GPU buffers, wall clock on CPU)."""
+    on_cuda = any(isinstance(v, torch.Tensor) and v.is_cuda for v in variant_pack.values())
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(iters):
+        if on_cuda:
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    times.sort()
+    return times[len(times) // 2]
