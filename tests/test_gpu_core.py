@@ -102,3 +102,27 @@ def test_cpu_and_gpu_in_one_process():
         out = torch.full_like(xi, float("nan"))
         g.execute({tx: xi, y: out})
         assert _relerr(out, torch.nn.functional.gelu(xi.double())) < 1e-6
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16])
+def test_layout_ops_fused(dt):
+    """transpose -> relu, slice, concatenate and a view reshape, compiled on the GPU."""
+    x = torch.randn(257, 129, device="cuda", dtype=dt)
+    z = torch.randn(3, 129, device="cuda", dtype=dt)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tz = g.tensor_like(x), g.tensor_like(z)
+    t = g.relu(g.transpose(tx, [1, 0]))
+    s = g.slice(tx, [slice(5, 200), slice(1, 128)]).set_output(True)
+    c = g.concatenate([tx, tz], axis=0).set_output(True)
+    r = g.reshape(tx).set_dim([129, 257]).set_output(True)
+    g.build([cudnn.heur_mode.A])
+    outs = {t: torch.full((129, 257), float("nan"), device="cuda", dtype=dt),
+            s: torch.full((195, 127), float("nan"), device="cuda", dtype=dt),
+            c: torch.full((260, 129), float("nan"), device="cuda", dtype=dt),
+            r: torch.full((129, 257), float("nan"), device="cuda", dtype=dt)}
+    ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+    g.execute({tx: x, tz: z, **outs}, ws)
+    assert _relerr(outs[t], torch.relu(x.t().double())) == 0
+    assert _relerr(outs[s], x[5:200, 1:128]) == 0
+    assert _relerr(outs[c], torch.cat([x, z])) == 0
+    assert _relerr(outs[r], x.reshape(129, 257)) == 0
