@@ -135,7 +135,8 @@ class TensorDesc:
 
     @property
     def torch_dtype(self) -> torch.dtype:
-        return to_torch_dtype(self.data_type)
+        return _TO_TORCH[self.data_type] if self.data_type in _TO_TORCH else \
+            to_torch_dtype(self.data_type)
 
     @property
     def span(self) -> int:

@@ -233,11 +233,18 @@ class LifecycleMixin:
         h = handle or self.handle
         op = f"execute '{self.name}'" if self.name else "execute"
         bound, device = bind(g, variant_pack, op, (h.device if h else self._device()),
-                             self._scalar_defaults())
+                             self._scalar_defaults_cached())
         check_no_aliasing(g, bound, op)
         ws = check_workspace(workspace, plan.workspace_size, device, op)
         stream = h.cuda_stream() if (h is not None and device.type == "cuda") else None
         plan.run(bound, ws, stream)
+
+    def _scalar_defaults_cached(self) -> dict:
+        cache = getattr(self, "_scalars_cache", None)
+        if cache is None or cache[0] is not self._op_graph:
+            cache = (self._op_graph, self._scalar_defaults())
+            self._scalars_cache = cache
+        return cache[1]
 
     def _scalar_defaults(self) -> dict:
         """Values of pass-by-value tensors known at build time (tensor_like of a CPU

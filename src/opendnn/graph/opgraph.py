@@ -61,6 +61,10 @@ class OpGraph:
                 if not self.tensors[u].is_virtual]
 
     @cached_property
+    def output_uid_set(self) -> frozenset:
+        return frozenset(self.output_uids)
+
+    @cached_property
     def virtual_uids(self) -> list:
         return [u for u, d in self.tensors.items() if d.is_virtual]
 

@@ -62,6 +62,9 @@ def logical_view(buf, desc: TensorDesc) -> torch.Tensor:
 
 def _convert(value, desc: TensorDesc, op: str, default_device):
     """Turn one variant-pack value into a torch tensor or RawPointer, checking it."""
+    if type(value) is torch.Tensor and value.dtype == desc.torch_dtype and \
+            value.shape == desc.dims and value.stride() == desc.strides:
+        return value  # the common case, checked in one go
     if isinstance(value, torch.Tensor):
         t = value
     elif isinstance(value, np.ndarray):
@@ -177,36 +180,32 @@ def check_no_aliasing(graph, bound: dict, op: str) -> None:
     """A graph may not write memory it reads (cuDNN's in-place rule). The one exception:
     a single pointwise node whose output is exactly one of its inputs (same address,
     same layout), which each element reads before it writes."""
-    outs = set(graph.output_uids)
-    if len(graph.nodes) == 1 and graph.nodes[0].kind == "pointwise":
-        node_ins = set(graph.node_uids(graph.nodes[0], "inputs"))
-        exact = {(u0, u1) for u0 in outs for u1 in node_ins
-                 if u1 in bound and u0 in bound and not isinstance(bound[u1], (int, float))
-                 and bound[u0].data_ptr() == bound[u1].data_ptr()
-                 and graph.tensors[u0].strides == graph.tensors[u1].strides
-                 and graph.tensors[u0].dims == graph.tensors[u1].dims
-                 and graph.tensors[u0].data_type == graph.tensors[u1].data_type}
-    else:
-        exact = set()
     spans = []
     for uid, buf in bound.items():
         if isinstance(buf, (int, float, bool)):
             continue
-        d = graph.tensors[uid]
         start = buf.data_ptr()
-        spans.append((start, start + d.size_in_bytes, uid))
+        spans.append((start, start + graph.tensors[uid].size_in_bytes, uid))
+    outs = graph.output_uid_set
     for s0, e0, u0 in spans:
         if u0 not in outs or s0 == e0:
             continue
         for s1, e1, u1 in spans:
-            if u1 != u0 and s1 < e0 and s0 < e1 and (u0, u1) not in exact and not _interleaved(
-                    graph.tensors[u0], graph.tensors[u1], s1 - s0):
-                rule = ("a multi-node graph may not run in place" if len(graph.nodes) > 1 else
-                        "only a pointwise node may run in place, and only on an identical "
-                        "buffer")
-                raise BadParamError(f"output overlaps the memory of tensor "
-                                    f"'{graph.tensors[u1].label()}': {rule}", op=op,
-                                    tensor=graph.tensors[u0].label(), status=Status.BAD_PARAM)
+            if u1 == u0 or not (s1 < e0 and s0 < e1):
+                continue
+            d0, d1 = graph.tensors[u0], graph.tensors[u1]
+            if _exact_in_place(graph, d0, d1, s0 == s1) or _interleaved(d0, d1, s1 - s0):
+                continue
+            rule = ("a multi-node graph may not run in place" if len(graph.nodes) > 1 else
+                    "only a pointwise node may run in place, and only on an identical buffer")
+            raise BadParamError(f"output overlaps the memory of tensor '{d1.label()}': {rule}",
+                                op=op, tensor=d0.label(), status=Status.BAD_PARAM)
+
+
+def _exact_in_place(graph, out: TensorDesc, inp: TensorDesc, same_start: bool) -> bool:
+    return (same_start and len(graph.nodes) == 1 and graph.nodes[0].kind == "pointwise"
+            and out.dims == inp.dims and out.strides == inp.strides
+            and out.data_type == inp.data_type)
 
 
 def _interleaved(a: TensorDesc, b: TensorDesc, byte_delta: int) -> bool:

@@ -104,6 +104,12 @@ def kernel_from_source(source: str, name: str) -> DualKernel:
     return DualKernel(getattr(comp, name), getattr(interp, name))
 
 
+def _raw_stream(index) -> int:
+    """The current CUDA stream's handle (torch's C accessor: no Stream object built)."""
+    return torch._C._cuda_getCurrentRawStream(torch.cuda.current_device() if index is None
+                                              else index)
+
+
 def _on_cuda(args) -> bool:
     for a in args:
         if isinstance(a, torch.Tensor):
@@ -148,13 +154,14 @@ class Launcher:
 
     def launch(self, args: list, stream=None) -> None:
         compiled = self._compiled
-        if compiled is not None and _on_cuda(args):
+        first = args[self._ptr_positions[0]] if self._ptr_positions else None
+        if compiled is not None and first is not None and first.device.type == "cuda":
             for i in self._ptr_positions:
                 if args[i].data_ptr() & 15:
                     break
             else:
                 if stream is None:
-                    stream = torch.cuda.current_stream().cuda_stream
+                    stream = _raw_stream(first.device.index)
                 g = self.grid
                 compiled.run(g[0], g[1], g[2], stream, compiled.function, compiled.packed_metadata,
                              None, None, None, *args, *self._tail)
