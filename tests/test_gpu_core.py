@@ -126,3 +126,27 @@ def test_layout_ops_fused(dt):
     assert _relerr(outs[s], x[5:200, 1:128]) == 0
     assert _relerr(outs[c], torch.cat([x, z])) == 0
     assert _relerr(outs[r], x.reshape(129, 257)) == 0
+
+
+def test_pass_by_value_scalars_compiled():
+    """Host scalars (tensor_like of a CPU scalar, Python numbers) reach compiled kernels
+    as values, in a fused graph and in a matmul epilogue."""
+    x = torch.randn(1000, 33, device="cuda")
+    g = cudnn.pygraph()
+    tx, ts = g.tensor_like(x), g.tensor_like(torch.tensor(0.5))
+    y = g.add(g.mul(tx, ts), 2.0)
+    g.build([cudnn.heur_mode.A])
+    out = torch.full_like(x, float("nan"))
+    g.execute({tx: x, y: out}, None)
+    assert _relerr(out, x.double() * 0.5 + 2.0) < 1e-6
+    A = torch.randn(64, 48, device="cuda", dtype=torch.bfloat16)
+    B = torch.randn(48, 80, device="cuda", dtype=torch.bfloat16)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    ta, tb, tsc = g.tensor_like(A), g.tensor_like(B), g.tensor_like(torch.tensor(3.0))
+    y = g.scale(g.matmul(ta, tb), tsc)
+    g.build([cudnn.heur_mode.A])
+    assert g.get_plan_name_at_index(0).startswith("triton_matmul")
+    out = torch.full((64, 80), float("nan"), device="cuda", dtype=torch.bfloat16)
+    g.execute({ta: A, tb: B, y: out}, torch.empty(g.get_workspace_size(), device="cuda",
+                                                  dtype=torch.uint8))
+    assert _relerr(out, 3.0 * (A.double() @ B.double())) < 1e-2

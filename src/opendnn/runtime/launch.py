@@ -167,3 +167,47 @@ class Launcher:
                              None, None, None, *args, *self._tail)
                 return
         self.kernel(self.grid, *args, **self.constexprs)
+
+
+class LaunchList:
+    """The launches of a built plan stage, each with an argument template.
+
+    A template entry is ``("buf", uid)`` (a bound buffer, or the host value of a
+    pass-by-value tensor), ``("ws", torch dtype)`` (the workspace seen as that type) or
+    ``("int", value)`` (a constant). Kernels are compiled for CUDA when the stage is built.
+    """
+
+    def __init__(self):
+        self.launches: list = []
+
+    def add_launch(self, kernel: DualKernel, grid, constexprs: dict, args: list, graph,
+                   compile_cuda: bool) -> None:
+        launcher = Launcher(kernel, grid, constexprs)
+        if compile_cuda:
+            example = []
+            for kind, key in args:
+                if kind == "buf":
+                    d = graph.tensors[key]
+                    example.append(1.5 if d.is_pass_by_value else d.torch_dtype)
+                elif kind == "ws":
+                    example.append(key)
+                else:
+                    example.append(key)
+            launcher.prepare_cuda(example)
+        self.launches.append((launcher, args))
+
+    @staticmethod
+    def values(args: list, buffers: dict, workspace) -> list:
+        out = []
+        for kind, key in args:
+            if kind == "buf":
+                out.append(buffers[key])
+            elif kind == "ws":
+                out.append(workspace.view(key))
+            else:
+                out.append(key)
+        return out
+
+    def run_launches(self, buffers: dict, workspace, stream=None) -> None:
+        for launcher, args in self.launches:
+            launcher.launch(self.values(args, buffers, workspace), stream)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 from . import _codegen as cg
 
 
@@ -120,7 +122,7 @@ def _reduce_source(graph, a, sizes, strides, classes, origin, big, sig, args, pt
     sig2 = sig + (["WS"] if split > 1 else []) + ["BLOCK_KEPT: tl.constexpr",
                                                   "BLOCK_RED: tl.constexpr"]
     if split > 1:
-        args = args + [("ws", ct.endswith("64"))]
+        args = args + [("ws", _ws_dtype(ct))]
     itype = ".to(tl.int64)" if big else ""
     lines = ["@triton.jit", f"def {name}({', '.join(sig2)}):",
              f"{ind}pid = tl.program_id(0){itype}",
@@ -247,5 +249,10 @@ def _finish_source(graph, a, kept_n, ksizes, knames, koff, ptrs, split, red_n, c
                                          "mask_k"))
     src = "\n".join(lines) + "\n"
     block = 256
-    args = [("ws", ct.endswith("64"))] + [("buf", u) for u in outs]
+    args = [("ws", _ws_dtype(ct))] + [("buf", u) for u in outs]
     return src, name, args, (-(-kept_n // block),), {"BLOCK": block, "num_warps": 4}
+
+
+def _ws_dtype(compute: str):
+    """The workspace partials' type: the compute type."""
+    return torch.float64 if compute.endswith("64") else torch.float32

@@ -14,7 +14,7 @@ import math
 import torch
 
 from ...enums import BehaviorNote, DataType
-from ...runtime.launch import Launcher, kernel_from_source
+from ...runtime.launch import LaunchList, kernel_from_source
 from ..base import (SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target,
                     decline)
 from . import _kernels
@@ -290,41 +290,21 @@ def _snap(v, allowed):
 
 
 # ======================================================================================
-class _FusedExecutable(Executable):
+class _FusedExecutable(Executable, LaunchList):
     def __init__(self, graph, a: Analysis, knobs: dict, target: Target, workspace: int):
+        LaunchList.__init__(self)
         self.workspace_size = workspace
-        self.launches = []   # (Launcher, [(kind, key)])
         src, name, args, grid, constexprs, extra = _kernels.generate(graph, a, knobs)
         if grid[0] == 0:
             return
         kern = kernel_from_source(src, name)
         self.source = src
-        self._add(kern, grid, constexprs, args, target, graph)
+        self.add_launch(kern, grid, constexprs, args, graph, target.is_cuda)
         if extra is not None:
             fsrc, fname, fargs, fgrid, fconst = extra
-            self._add(kernel_from_source(fsrc, fname), fgrid, fconst, fargs, target, graph)
+            self.add_launch(kernel_from_source(fsrc, fname), fgrid, fconst, fargs, graph,
+                            target.is_cuda)
             self.source += "\n" + fsrc
 
-    def _add(self, kern, grid, constexprs, args, target, graph):
-        launcher = Launcher(kern, grid, constexprs)
-        if target.is_cuda:
-            example = []
-            for kind, key in args:
-                if kind == "buf":
-                    example.append(graph.tensors[key].torch_dtype)
-                elif kind == "ws":
-                    example.append(torch.float64 if key else torch.float32)
-                else:
-                    example.append(1.5)
-            launcher.prepare_cuda(example)
-        self.launches.append((launcher, args))
-
     def run(self, buffers, workspace, stream=None):
-        for launcher, args in self.launches:
-            vals = []
-            for kind, key in args:
-                if kind == "ws":
-                    vals.append(workspace.view(torch.float64 if key else torch.float32))
-                else:
-                    vals.append(buffers[key])
-            launcher.launch(vals, stream)
+        self.run_launches(buffers, workspace, stream)

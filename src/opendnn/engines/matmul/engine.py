@@ -19,7 +19,7 @@ import torch
 from ... import backends
 from ...enums import BehaviorNote, DataType, NumericalNote, PointwiseMode
 from ...errors import BadParamError, Status
-from ...runtime.launch import DualKernel, Launcher, kernel_from_source
+from ...runtime.launch import DualKernel, LaunchList, kernel_from_source
 from ..base import SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target, decline
 from ..fusion import _codegen as cg
 from . import _kernels as K
@@ -245,13 +245,13 @@ def epilogue(graph, a: MatmulAnalysis, mask: str = "ep_mask") -> tuple[list, str
     return params, "\n".join(lines) + "\n"
 
 
-class _MatmulExecutable(Executable):
+class _MatmulExecutable(Executable, LaunchList):
     def __init__(self, graph, a: MatmulAnalysis, kn, target: Target, workspace: int):
+        LaunchList.__init__(self)
         self.workspace_size = workspace
         self.a, self.kn = a, kn
         m, n, k = a.mnk
         self.empty = m == 0 or n == 0 or a.batch[0] * a.batch[1] == 0
-        self.launches = []
         if self.empty:
             return
         params, body = epilogue(graph, a)
@@ -267,7 +267,9 @@ class _MatmulExecutable(Executable):
         sa, sb = a.bstrides[a.a.uid], a.bstrides[a.b.uid]
         ints = [m, n, k, a.batch[1], sa[0], sa[1], sa[2], sa[3], sb[0], sb[1], sb[2], sb[3]]
         ep_args = [("buf", u) for u in a.inputs + a.outputs] + [("buf", u) for u in a.scalars]
-        ws = [("ws", None)] if kn.SPLIT_K > 1 else []
+        ws = [("ws", torch.float32)] if kn.SPLIT_K > 1 else []
+        if kn.tma and target.is_cuda:
+            K.ensure_allocator()
         # with split-K the main kernel takes WS first; its epilogue params go unused
         main_args = [("buf", a.a.uid), ("buf", a.b.uid)] + ws + ep_args + \
             [("int", v) for v in ints]
@@ -275,42 +277,18 @@ class _MatmulExecutable(Executable):
         if kn.tma:
             const.update(K.tma_flags(sa, sb))
         grid = K.grid(kn, m, n, a.batch[0], a.batch[1], target.num_sms)
-        self._add(kern, grid, const, main_args, target, graph)
+        self.add_launch(kern, grid, const, main_args, graph, target.is_cuda)
         if kn.SPLIT_K > 1:
             rname = f"{tag}_reduce"
             rsrc = K.splitk_reduce_source(rname, kn, params, body)
             rk = kernel_from_source(rsrc, rname)
             rargs = ws + ep_args + [("int", m), ("int", n), ("int", a.batch[1])]
-            self._add(rk, K.reduce_grid(kn, m, n, a.batch[0], a.batch[1]),
-                      dict(K.reduce_launch_options(kn)), rargs, target, graph)
-
-    def _add(self, kern, grid, const, args, target, graph):
-        launcher = Launcher(kern, grid, const)
-        if target.is_cuda:
-            if self.kn.tma:
-                K.ensure_allocator()
-            example = []
-            for kind, key in args:
-                if kind == "buf":
-                    d = graph.tensors[key]
-                    example.append(1.5 if d.is_pass_by_value else d.torch_dtype)
-                elif kind == "ws":
-                    example.append(torch.float32)
-                else:
-                    example.append(key)
-            launcher.prepare_cuda(example)
-        self.launches.append((launcher, args))
+            self.add_launch(rk, K.reduce_grid(kn, m, n, a.batch[0], a.batch[1]),
+                            dict(K.reduce_launch_options(kn)), rargs, graph, target.is_cuda)
 
     def run(self, buffers, workspace, stream=None):
         for launcher, args in self.launches:
-            vals = []
-            for kind, key in args:
-                if kind == "buf":
-                    vals.append(buffers[key])
-                elif kind == "ws":
-                    vals.append(workspace.view(torch.float32))
-                else:
-                    vals.append(key)
+            vals = self.values(args, buffers, workspace)
             if self.kn.tma:
                 for v in vals[:2]:
                     if v.data_ptr() % 16:
