@@ -110,12 +110,15 @@ class Emitter:
         return name
 
 
-def store_expr(ptr: str, off: str, value: str, desc, mask: str) -> str:
-    return f"tl.store({ptr} + {off}, ({value}).to({TL_TYPE[desc.data_type]}), mask={mask})"
+def store_expr(ptr: str, off: str, value: str, desc, mask: str | None) -> str:
+    """A store; ``mask`` None when the tile provably lies inside the tensor."""
+    m = f", mask={mask}" if mask else ""
+    return f"tl.store({ptr} + {off}, ({value}).to({TL_TYPE[desc.data_type]}){m})"
 
 
-def load_expr(ptr: str, off: str, mask: str, compute: str) -> str:
-    return f"tl.load({ptr} + {off}, mask={mask}, other=0).to({compute})"
+def load_expr(ptr: str, off: str, mask: str | None, compute: str) -> str:
+    m = f", mask={mask}, other=0" if mask else ""
+    return f"tl.load({ptr} + {off}{m}).to({compute})"
 
 
 def index_decomposition(var: str, sizes: list, prefix: str, indent: str) -> list[str]:
