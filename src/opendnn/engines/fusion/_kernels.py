@@ -175,8 +175,8 @@ def _reduce_source(graph, a, sizes, strides, classes, origin, big, sig, args, pt
         if uid in scalars:
             return f"s{uid}"
         if uid in a.views:
-            return _view_load(graph, a, uid, ptrs, off, mask, ct, index_of)
-        return cg.load_expr(ptrs[uid], off(uid), mask, ct)
+            return _view_load(graph, a, uid, ptrs, off, mask, ct, index_of, stream=True)
+        return cg.load_expr(ptrs[uid], off(uid), mask, ct, stream=True)
 
     em = cg.Emitter(graph, ct, load, index_of, ind2)
     for n in a.pointwise:
@@ -213,7 +213,7 @@ def _reduce_source(graph, a, sizes, strides, classes, origin, big, sig, args, pt
     return src, name, args, grid, constexprs, extra
 
 
-def _view_load(graph, a, y, ptrs, off, mask, ct, index_of) -> str:
+def _view_load(graph, a, y, ptrs, off, mask, ct, index_of, stream=False) -> str:
     """Expression reading layout output ``y`` through its input(s)."""
     parts = a.views[y]
     rank_y = len(graph.tensors[y].dims)
@@ -221,10 +221,10 @@ def _view_load(graph, a, y, ptrs, off, mask, ct, index_of) -> str:
     for i, part in enumerate(parts):
         addr = f"{ptrs[part.src]} + {part.offset} + {off((y, i))}"
         if part.axis is None:
-            return cg.load_expr(addr, "0", mask, ct)
+            return cg.load_expr(addr, "0", mask, ct, stream)
         ia = index_of(part.axis, rank_y)
         cond = f"(({ia}) >= {part.start}) & (({ia}) < {part.end})"
-        load = cg.load_expr(addr, "0", f"{mask} & {cond}" if mask else cond, ct)
+        load = cg.load_expr(addr, "0", f"{mask} & {cond}" if mask else cond, ct, stream)
         expr = load if expr is None else f"tl.where({cond}, {load}, {expr})"
     return expr
 
