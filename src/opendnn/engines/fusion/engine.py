@@ -195,8 +195,9 @@ class FusionEngine(Engine):
 
     def knob_space(self, graph=None) -> list[Knob]:
         return [Knob("BLOCK", (256, 512, 1024, 2048, 4096), 1024),
-                Knob("BLOCK_KEPT", (1, 2, 4, 8, 16, 32, 64, 128, 256), 4),
-                Knob("BLOCK_RED", (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096), 1024),
+                Knob("BLOCK_KEPT", (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024), 4),
+                Knob("BLOCK_RED", (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096),
+                     1024),
                 Knob("SPLIT", (1, 2, 4, 8, 16, 32, 64, 128, 256), 1),
                 Knob("num_warps", (1, 2, 4, 8, 16), 4),
                 Knob("num_stages", (1, 2, 3, 4, 5), 3)]
