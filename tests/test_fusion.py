@@ -851,18 +851,35 @@ def test_split_reduction_of_a_concatenation(rng):
     assert_close(out, want, torch.float32)
 
 
-def test_declines_reshape_that_is_not_a_view(rng):
-    x = rng.rand((6, 4)).t()                     # (4, 6) column-major: no flat view
+@pytest.mark.parametrize("shape,new", [((6, 4), (24,)), ((5, 3, 4), (6, 10)), ((4, 1, 6), (3, 8))])
+def test_reshape_that_is_not_a_view_copies_by_flat_index(rng, shape, new):
+    """A transposed input has no flat view: the fused kernel reads X at Y's row-major
+    flat index, unflattened over X's dims."""
+    x = rng.rand(tuple(reversed(shape))).permute(*reversed(range(len(shape))))
     g = _graph()
     X = g.tensor_like(x)
     r = g.reshape(X)
-    r.set_dim([24])
+    r.set_dim(list(new))
     y = g.neg(r)
     y.set_output(True)
-    _declines(g, "not a view")
+    out = check_engine(g, {X: x}, [y], FUSION_ID,
+                       msg=repro("neg(reshape(x^T))", [shape], "float32", rng.seed))
+    assert torch.equal(out[y], -x.reshape(new))
+
+
+def test_declines_non_view_reshape_into_a_reduction(rng):
+    x = rng.rand((6, 4)).t()
+    g = _graph()
+    X = g.tensor_like(x)
+    r = g.reshape(X)
+    r.set_dim([2, 12])
+    s = g.reduction(r, ReductionMode.ADD)
+    s.set_dim([2, 1])
+    s.set_output(True)
+    _declines(g, "not a view cannot feed a fused reduction")
     g.build([HeurMode.A, HeurMode.FALLBACK])
-    out = _against_last(g, {X: x}, y, repro("neg(reshape(x^T))", [(4, 6)], "float32", rng.seed))
-    assert torch.equal(out, -x.reshape(24))
+    out = _against_last(g, {X: x}, s, repro("sum(reshape(x^T))", [(4, 6)], "float32", rng.seed))
+    assert_close(out, x.reshape(2, 12).double().sum(1, keepdim=True), torch.float32, n=12)
 
 
 def test_declines_layout_of_a_computed_tensor(rng):

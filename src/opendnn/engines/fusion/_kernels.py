@@ -33,7 +33,8 @@ def generate(graph, a, knobs: dict):
     for y, parts in a.views.items():
         ydims = graph.tensors[y].dims
         for i, part in enumerate(parts):
-            strides[(y, i)] = [0 if d == 1 else st for d, st in zip(ydims, part.strides)]
+            if part.flat_dims is None:
+                strides[(y, i)] = [0 if d == 1 else st for d, st in zip(ydims, part.strides)]
     if a.reductions:
         classes = ["kept" if a.kept[i] == a.space[i] and a.space[i] != 1 else "red"
                    for i in range(rank)]
@@ -83,6 +84,9 @@ def _pointwise_source(graph, a, sizes, strides, origin, big, sig, args, ptrs, sc
     def load(uid):
         if uid in scalars:
             return f"s{uid}"
+        if uid in a.views and a.views[uid][0].flat_dims is not None:
+            part = a.views[uid][0]   # Y spans S, so idx is Y's row-major flat index
+            return cg.load_expr(ptrs[part.src], f"({_flat_offset('idx', part)})", "mask", ct)
         if uid in a.views:
             return _view_load(graph, a, uid, ptrs, lambda key: f"({offs[key]})", "mask", ct,
                               index_of)
@@ -211,6 +215,17 @@ def _reduce_source(graph, a, sizes, strides, classes, origin, big, sig, args, pt
     if split > 1:
         extra = _finish_source(graph, a, kept_n, ksizes, knames, koff, ptrs, split, red_n, ct, tag)
     return src, name, args, grid, constexprs, extra
+
+
+def _flat_offset(flat: str, part) -> str:
+    """X's element offset for row-major flat index ``flat`` over X's dims."""
+    terms, inner = [], 1
+    for d, st in reversed(list(zip(part.flat_dims, part.strides))):
+        if d != 1 and st != 0:
+            q = f"({flat} // {inner})" if inner != 1 else flat
+            terms.append(f"({q} % {d}) * {st}")
+        inner *= d
+    return " + ".join(terms) if terms else f"{flat} * 0"
 
 
 def _view_load(graph, a, y, ptrs, off, mask, ct, index_of, stream=False) -> str:

@@ -45,6 +45,7 @@ class ViewPart:
     axis: int | None = None
     start: int = 0
     end: int = 0
+    flat_dims: tuple | None = None   # reshape that is no view: X read by Y's flat index
 
 
 def view_parts(graph, n) -> list | str:
@@ -67,8 +68,8 @@ def view_parts(graph, n) -> list | str:
         try:
             st = torch.empty_strided(x.dims, x.strides, device="meta").view(y.dims).stride()
         except RuntimeError:
-            return (f"reshape of '{x.label()}' (strides {list(x.strides)}) to {list(y.dims)} "
-                    "is not a view of its memory")
+            # not a view: element f (row-major in Y) is X's element f (row-major in X)
+            return [ViewPart(x.uid, list(x.strides), flat_dims=tuple(x.dims))]
         return [ViewPart(x.uid, list(st))]
     parts, start = [], 0
     for u in xs:
@@ -151,6 +152,12 @@ def analyze(graph) -> Analysis | str:
     for n in layout:
         if n.kind == "concatenate":
             pinned.add(n.axis)
+        y = n.outputs["Y"]
+        if views[y][0].flat_dims is not None:
+            if reds:
+                return "a reshape that is not a view cannot feed a fused reduction"
+            if list(graph.tensors[y].dims) != space:
+                return "a reshape that is not a view must span the whole iteration space"
     for r in reds:
         if list(graph.tensors[r.in_uid].dims) != space:
             return f"reduction input dims {list(graph.tensors[r.in_uid].dims)} differ from {space}"
