@@ -9,6 +9,7 @@ that plus launch latency. Generated kernels are cached by source hash (see _code
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import torch
@@ -94,6 +95,7 @@ class Analysis:
     direct: set = dataclasses.field(default_factory=set)    # inputs read without a view
 
 
+@functools.lru_cache(maxsize=256)   # graphs are frozen; support, cost and build share it
 def analyze(graph) -> Analysis | str:
     """The fused kernel's structure, or the reason the graph does not fit."""
     pw, reds, views, layout = [], [], {}, []

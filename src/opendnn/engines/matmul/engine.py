@@ -13,6 +13,7 @@ scheduling, TMA descriptors (Hopper). The cost model is the kernels' roofline es
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 
@@ -44,6 +45,7 @@ class MatmulAnalysis:
     mnk: tuple
 
 
+@functools.lru_cache(maxsize=256)   # graphs are frozen; support, cost and build share it
 def analyze(graph) -> MatmulAnalysis | str:
     mms = [n for n in graph.nodes if n.kind == "matmul"]
     if len(mms) != 1:
