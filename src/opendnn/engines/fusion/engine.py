@@ -204,7 +204,8 @@ class FusionEngine(Engine):
 
     def knob_space(self, graph=None) -> list[Knob]:
         return [Knob("BLOCK", (256, 512, 1024, 2048, 4096), 1024),
-                Knob("BLOCK_KEPT", (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024), 4),
+                Knob("BLOCK_KEPT", (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096),
+                     4),
                 Knob("BLOCK_RED", (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096),
                      1024),
                 Knob("SPLIT", (1, 2, 4, 8, 16, 32, 64, 128, 256), 1),
