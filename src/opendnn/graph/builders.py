@@ -9,6 +9,7 @@ from __future__ import annotations
 from ..enums import DataType, PointwiseMode as M, ReductionMode
 from ..errors import BadParamError, Status
 from ..ops.pointwise import MODES
+from . import conv_nodes as CN
 from . import nodes as N
 
 
@@ -267,5 +268,80 @@ class BuilderMixin:
         y = self._new_output(f"{op}::Y")
         self._add(node, {"Y": y})
         return y
+
+    # ---- convolution ---------------------------------------------------------------------------
+    def _conv_params(self, t, op, padding, pre_padding, post_padding, stride, dilation):
+        if t.dim is None:
+            raise BadParamError("image dims must be set before adding a convolution", op=op,
+                                tensor=t.label(), status=Status.BAD_PARAM_NOT_FINALIZED)
+        nsp = len(t.dim) - 2
+
+        def vec(v, default, name):
+            if v is None:
+                return (default,) * nsp
+            if isinstance(v, int):
+                return (v,) * nsp
+            return tuple(int(a) for a in v)
+        if padding is not None and (pre_padding is not None or post_padding is not None):
+            raise BadParamError("give padding, or pre_padding and post_padding, not both", op=op,
+                                status=Status.BAD_PARAM)
+        pre = vec(pre_padding if padding is None else padding, 0, "pre_padding")
+        post = vec(post_padding if padding is None else padding, 0, "post_padding")
+        return dict(pre_padding=pre, post_padding=post, stride=vec(stride, 1, "stride"),
+                    dilation=vec(dilation, 1, "dilation"))
+
+    def _conv_mode(self, mode):
+        from ..enums import ConvolutionMode
+        if isinstance(mode, str):
+            return ConvolutionMode[mode.upper()]
+        return ConvolutionMode(int(mode)) if not isinstance(mode, ConvolutionMode) else mode
+
+    def conv_fprop(self, image, weight, padding=None, pre_padding=None, post_padding=None,
+                   stride=None, dilation=None, convolution_mode=None, compute_data_type=DataType.NOT_SET,
+                   name=""):
+        """Y [N, K, *out] = conv(image [N, C, *in], weight [K, C/G, *filt])."""
+        op = name or f"conv_fprop_{len(self._nodes)}"
+        x = self._check_tensor(image, op, "image")
+        w = self._check_tensor(weight, op, "weight")
+        node = CN.ConvFprop(name=op, compute_data_type=self._ctype(compute_data_type),
+                            inputs={"X": x, "W": w},
+                            convolution_mode=self._conv_mode(convolution_mode or 1),
+                            **self._conv_params(x, op, padding, pre_padding, post_padding,
+                                                stride, dilation))
+        y = self._new_output(f"{op}::Y")
+        self._add(node, {"Y": y})
+        return y
+
+    def conv_dgrad(self, loss, filter, padding=None, pre_padding=None, post_padding=None,
+                   stride=None, dilation=None, convolution_mode=None, compute_data_type=DataType.NOT_SET,
+                   name=""):
+        """DX = dgrad(loss = DY [N, K, *out], filter [K, C/G, *filt]); set DX's dims."""
+        op = name or f"conv_dgrad_{len(self._nodes)}"
+        dy = self._check_tensor(loss, op, "loss")
+        w = self._check_tensor(filter, op, "filter")
+        node = CN.ConvDgrad(name=op, compute_data_type=self._ctype(compute_data_type),
+                            inputs={"DY": dy, "W": w},
+                            convolution_mode=self._conv_mode(convolution_mode or 1),
+                            **self._conv_params(dy, op, padding, pre_padding, post_padding,
+                                                stride, dilation))
+        dx = self._new_output(f"{op}::DX")
+        self._add(node, {"DX": dx})
+        return dx
+
+    def conv_wgrad(self, image, loss, padding=None, pre_padding=None, post_padding=None,
+                   stride=None, dilation=None, convolution_mode=None, compute_data_type=DataType.NOT_SET,
+                   name=""):
+        """DW = wgrad(image X [N, C, *in], loss DY [N, K, *out]); set DW's dims."""
+        op = name or f"conv_wgrad_{len(self._nodes)}"
+        x = self._check_tensor(image, op, "image")
+        dy = self._check_tensor(loss, op, "loss")
+        node = CN.ConvWgrad(name=op, compute_data_type=self._ctype(compute_data_type),
+                            inputs={"X": x, "DY": dy},
+                            convolution_mode=self._conv_mode(convolution_mode or 1),
+                            **self._conv_params(x, op, padding, pre_padding, post_padding,
+                                                stride, dilation))
+        dw = self._new_output(f"{op}::DW")
+        self._add(node, {"DW": dw})
+        return dw
 
     del _unary, _binary, _backward

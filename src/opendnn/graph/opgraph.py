@@ -91,11 +91,7 @@ class OpGraph:
         nodes = []
         for nd in d["nodes"]:
             cls_ = NODE_TYPES[nd["kind"]]
-            fields = {f.name: f for f in dataclasses.fields(cls_)}
-            attrs = {}
-            for k, v in nd["attrs"].items():
-                fields[k].type if k in fields else None
-                attrs[k] = _decode_attr(cls_, k, v)
+            attrs = {k: _decode_attr(cls_, k, v) for k, v in nd["attrs"].items()}
             node = cls_(name=nd["name"], compute_data_type=DataType[nd["compute_data_type"]],
                         inputs=dict(nd["inputs"]), outputs=dict(nd["outputs"]), **attrs)
             nodes.append(node)
@@ -161,7 +157,9 @@ class OpGraph:
 
 
 def _decode_attr(cls_, key, value):
-    from ..enums import PointwiseMode, ReductionMode
+    from ..enums import ConvolutionMode, PointwiseMode, ReductionMode
+    if key == "convolution_mode" and isinstance(value, str):
+        return ConvolutionMode[value]
     if key == "mode" and isinstance(value, str):
         return (PointwiseMode if cls_.kind == "pointwise" else ReductionMode)[value]
     if isinstance(value, list):

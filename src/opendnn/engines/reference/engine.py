@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from ...enums import DataType
-from ...ops import layout, matmul, pointwise, reduction, stats
+from ...ops import conv, layout, matmul, pointwise, reduction, stats
 from ...runtime.buffers import logical_view
 from ..base import SUPPORTED, Engine, Executable, Support, Target
 
@@ -64,9 +64,28 @@ def run_graph(graph, read) -> dict:
             vals[n.outputs["Y"]] = layout.slice_(get(n.inputs["X"]), n.starts, n.ends)
         elif n.kind == "concatenate":
             vals[n.outputs["Y"]] = layout.concatenate([get(u) for u in n.inputs["X"]], n.axis)
+        elif n.kind == "conv_fprop":
+            vals[n.outputs["Y"]] = conv.fprop(get(n.inputs["X"]), get(n.inputs["W"]),
+                                              *_conv_args(n))
+        elif n.kind == "conv_dgrad":
+            dx = graph.tensors[n.outputs["DX"]]
+            pre, post, stride, dil, flip = _conv_args(n)
+            vals[dx.uid] = conv.dgrad(get(n.inputs["DY"]), get(n.inputs["W"]), dx.dims, pre,
+                                      post, stride, dil, flip)
+        elif n.kind == "conv_wgrad":
+            dw = graph.tensors[n.outputs["DW"]]
+            pre, post, stride, dil, flip = _conv_args(n)
+            vals[dw.uid] = conv.wgrad(get(n.inputs["X"]), get(n.inputs["DY"]), dw.dims, pre,
+                                      post, stride, dil, flip)
         else:  # check_support guarantees we never get here
             raise NotImplementedError(n.kind)
     return vals
+
+
+def _conv_args(n):
+    from ...enums import ConvolutionMode
+    return (n.pre_padding, n.post_padding, n.stride, n.dilation,
+            n.convolution_mode == ConvolutionMode.CONVOLUTION)
 
 
 def _expand(a: np.ndarray, ndim: int) -> np.ndarray:
@@ -90,7 +109,7 @@ class ReferenceEngine(Engine):
     id = 0
     name = "reference_f64"
     KINDS = {"pointwise", "reduction", "genstats", "matmul", "reshape", "transpose", "slice",
-             "concatenate"}
+             "concatenate", "conv_fprop", "conv_dgrad", "conv_wgrad"}
 
     def check_support(self, graph, target: Target) -> Support:
         for n in graph.nodes:
