@@ -305,7 +305,7 @@ class BuilderMixin:
         w = self._check_tensor(weight, op, "weight")
         node = CN.ConvFprop(name=op, compute_data_type=self._ctype(compute_data_type),
                             inputs={"X": x, "W": w},
-                            convolution_mode=self._conv_mode(convolution_mode or 1),
+                            convolution_mode=self._conv_mode(1 if convolution_mode is None else convolution_mode),
                             **self._conv_params(x, op, padding, pre_padding, post_padding,
                                                 stride, dilation))
         y = self._new_output(f"{op}::Y")
@@ -321,7 +321,7 @@ class BuilderMixin:
         w = self._check_tensor(filter, op, "filter")
         node = CN.ConvDgrad(name=op, compute_data_type=self._ctype(compute_data_type),
                             inputs={"DY": dy, "W": w},
-                            convolution_mode=self._conv_mode(convolution_mode or 1),
+                            convolution_mode=self._conv_mode(1 if convolution_mode is None else convolution_mode),
                             **self._conv_params(dy, op, padding, pre_padding, post_padding,
                                                 stride, dilation))
         dx = self._new_output(f"{op}::DX")
@@ -337,7 +337,7 @@ class BuilderMixin:
         dy = self._check_tensor(loss, op, "loss")
         node = CN.ConvWgrad(name=op, compute_data_type=self._ctype(compute_data_type),
                             inputs={"X": x, "DY": dy},
-                            convolution_mode=self._conv_mode(convolution_mode or 1),
+                            convolution_mode=self._conv_mode(1 if convolution_mode is None else convolution_mode),
                             **self._conv_params(x, op, padding, pre_padding, post_padding,
                                                 stride, dilation))
         dw = self._new_output(f"{op}::DW")
