@@ -18,16 +18,15 @@ import functools
 import torch
 
 from ... import backends
-from ...enums import BehaviorNote, DataType, NumericalNote, PointwiseMode
+from ...enums import BehaviorNote, DataType, NumericalNote
 from ...errors import BadParamError, Status
 from ...runtime.launch import DualKernel, LaunchList, kernel_from_source
 from ..base import SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target, decline
 from ..fusion import _codegen as cg
+from ..fusion import epilogue as fuse_epilogue
 from . import _kernels as K
 
 OPERAND_TYPES = {DataType.FLOAT, DataType.HALF, DataType.BFLOAT16}
-EPILOGUE_TYPES = {DataType.FLOAT, DataType.HALF, DataType.BFLOAT16, DataType.INT8,
-                  DataType.UINT8, DataType.BOOLEAN}
 
 
 @dataclasses.dataclass
@@ -36,10 +35,7 @@ class MatmulAnalysis:
     a: object
     b: object
     c: object
-    epilogue: list            # pointwise nodes, topological
-    inputs: list              # epilogue input uids (tensors), broadcast to C
-    scalars: list             # pass-by-value uids
-    outputs: list             # non-virtual uids written by the epilogue (C included)
+    ep: object                # fusion.epilogue.Epilogue: pointwise nodes after the matmul
     batch: list               # collapsed batch sizes (len 2)
     bstrides: dict            # uid -> [s_b0, s_b1] for A, B and epilogue tensors
     mnk: tuple
@@ -51,12 +47,6 @@ def analyze(graph) -> MatmulAnalysis | str:
     if len(mms) != 1:
         return f"needs exactly one matmul node, found {len(mms)}"
     mm = mms[0]
-    others = [n for n in graph.nodes if n is not mm]
-    for n in others:
-        if n.kind != "pointwise":
-            return f"{n.label()} is not a pointwise epilogue operation"
-        if n.mode == PointwiseMode.GEN_INDEX:
-            return "gen_index in a matmul epilogue is not supported"
     a, b, c = (graph.tensors[mm.inputs["A"]], graph.tensors[mm.inputs["B"]],
                graph.tensors[mm.outputs["C"]])
     if mm.inputs["A"] in graph.producers or mm.inputs["B"] in graph.producers:
@@ -67,28 +57,11 @@ def analyze(graph) -> MatmulAnalysis | str:
         return f"operand types {a.data_type.name} x {b.data_type.name}: float, half, bfloat16 only"
     if a.data_type != b.data_type:
         return f"mixed operand types {a.data_type.name} x {b.data_type.name}"
+    ep = fuse_epilogue.collect(graph, mm, c.uid)
+    if isinstance(ep, str):
+        return ep
     cdims = list(c.dims)
-    inputs, scalars, outputs = [], [], []
-    for n in others:
-        out = graph.tensors[n.outputs["OUT_0"]]
-        if list(out.dims) != cdims:
-            return f"epilogue tensor '{out.label()}' has dims {list(out.dims)}, not C's {cdims}"
-        if out.data_type not in EPILOGUE_TYPES:
-            return f"epilogue tensor '{out.label()}' is {out.data_type.name}"
-        if not out.is_virtual:
-            outputs.append(out.uid)
-        for u in n.inputs.values():
-            d = graph.tensors[u]
-            if u in graph.producers:
-                continue
-            if d.is_pass_by_value:
-                scalars.append(u) if u not in scalars else None
-            elif u not in inputs:
-                if d.data_type not in EPILOGUE_TYPES:
-                    return f"epilogue input '{d.label()}' is {d.data_type.name}"
-                inputs.append(u)
-    if not c.is_virtual:
-        outputs.insert(0, c.uid)
+    inputs, outputs = ep.inputs, ep.outputs
     rank = len(cdims)
     nb = rank - 2
     bsizes = cdims[:nb]
@@ -107,7 +80,7 @@ def analyze(graph) -> MatmulAnalysis | str:
     if batch[0] * batch[1] > 65535:
         return f"batch count {batch[0] * batch[1]} exceeds the grid's 65535 limit"
     full = {u: bstrides[u] + strides[u][-2:] for u in strides}
-    return MatmulAnalysis(mm, a, b, c, others, inputs, scalars, outputs, batch, full, mnk)
+    return MatmulAnalysis(mm, a, b, c, ep, batch, full, mnk)
 
 
 def _operand_strides(d, rank):
@@ -201,7 +174,7 @@ class MatmulEngine(Engine):
         t = K.estimate_seconds(kn, m, n, k, a.batch[0] * a.batch[1], a.a.data_type.itemsize,
                                peak, target.bandwidth, target.num_sms)
         extra = sum(graph.tensors[u].numel * graph.tensors[u].data_type.itemsize
-                    for u in a.inputs + a.outputs)
+                    for u in a.ep.inputs + a.ep.outputs)
         return t + extra / target.bandwidth
 
     def workspace_size(self, graph, config, target) -> int:
@@ -219,8 +192,8 @@ def _tf32(a: MatmulAnalysis) -> bool:
 
 
 def epilogue(graph, a: MatmulAnalysis, mask: str = "ep_mask") -> tuple[list, str]:
-    """(params, body) of the epilogue: loads, pointwise nodes, stores."""
-    big = any(graph.tensors[u].span >= 2 ** 31 for u in a.inputs + a.outputs)
+    """(params, body) of the epilogue on the [BLOCK_M, BLOCK_N] tile of batch (b0, b1)."""
+    big = any(graph.tensors[u].span >= 2 ** 31 for u in a.ep.inputs + a.ep.outputs)
     i64 = ".to(tl.int64)" if big else ""
 
     def off(u):
@@ -228,23 +201,10 @@ def epilogue(graph, a: MatmulAnalysis, mask: str = "ep_mask") -> tuple[list, str
         # the m and n terms stay even with stride 0: they give the pointer its tile shape
         terms = [f"b0{i64} * {sb0}" if sb0 else "", f"b1{i64} * {sb1}" if sb1 else "",
                  f"offs_m{i64}[:, None] * {sm}", f"offs_n{i64}[None, :] * {sn}"]
-        terms = [t for t in terms if t]
-        return "(" + " + ".join(terms) + ")"
+        return "(" + " + ".join(t for t in terms if t) + ")"
 
-    lines = ["ep_mask = mask_m[:, None] & mask_n[None, :]"]
-    ptrs = {u: f"E{u}" for u in a.inputs + a.outputs}
-    em = cg.Emitter(graph, "tl.float32",
-                    lambda u: f"s{u}" if u in a.scalars else
-                    cg.load_expr(ptrs[u], off(u), mask, "tl.float32"),
-                    lambda axis, rank: "0", indent="")
-    em.var[a.c.uid] = "acc"
-    for n in a.epilogue:
-        em.emit_node(n)
-    lines += em.lines
-    for u in a.outputs:
-        lines.append(cg.store_expr(ptrs[u], off(u), em.var[u], graph.tensors[u], mask))
-    params = [ptrs[u] for u in a.inputs + a.outputs] + [f"s{u}" for u in a.scalars]
-    return params, "\n".join(lines) + "\n"
+    params, body = fuse_epilogue.source(graph, a.ep, off, mask)
+    return params, "ep_mask = mask_m[:, None] & mask_n[None, :]\n" + body
 
 
 class _MatmulExecutable(Executable, LaunchList):
@@ -268,7 +228,7 @@ class _MatmulExecutable(Executable, LaunchList):
         self.source = src_c
         sa, sb = a.bstrides[a.a.uid], a.bstrides[a.b.uid]
         ints = [m, n, k, a.batch[1], sa[0], sa[1], sa[2], sa[3], sb[0], sb[1], sb[2], sb[3]]
-        ep_args = [("buf", u) for u in a.inputs + a.outputs] + [("buf", u) for u in a.scalars]
+        ep_args = fuse_epilogue.launch_args(a.ep)
         ws = [("ws", torch.float32)] if kn.SPLIT_K > 1 else []
         if kn.tma and target.is_cuda:
             K.ensure_allocator()

@@ -1,0 +1,84 @@
+"""Pointwise epilogues shared by the engines that end in a tile of float32 accumulators
+(matmul, convolution): which nodes fuse, which tensors they read and write, and the
+Triton code that applies them to the tile in registers.
+
+An epilogue is every pointwise node after the main operation whose output has the main
+output's dims; its other inputs broadcast to those dims (bias [1, K, 1, 1], a residual,
+a scale) or are host scalars. Only non-virtual tensors are stored.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ...enums import DataType, PointwiseMode
+from . import _codegen as cg
+
+EPILOGUE_TYPES = {DataType.FLOAT, DataType.HALF, DataType.BFLOAT16, DataType.INT8,
+                  DataType.UINT8, DataType.BOOLEAN}
+
+
+@dataclasses.dataclass
+class Epilogue:
+    acc_uid: int          # the main output, held in the accumulator tile
+    nodes: list           # pointwise nodes, topological
+    inputs: list          # tensors read (uids)
+    scalars: list         # pass-by-value uids
+    outputs: list         # tensors written (the main output first when it is real)
+
+
+def collect(graph, main, acc_uid: int) -> Epilogue | str:
+    """The epilogue of ``main`` in ``graph``, or why the other nodes do not fit."""
+    acc = graph.tensors[acc_uid]
+    nodes, inputs, scalars, outputs = [], [], [], []
+    for n in graph.nodes:
+        if n is main:
+            continue
+        if n.kind != "pointwise":
+            return f"{n.label()} is not a pointwise epilogue operation"
+        if n.mode == PointwiseMode.GEN_INDEX:
+            return f"gen_index in a {main.kind} epilogue is not supported"
+        out = graph.tensors[n.outputs["OUT_0"]]
+        if out.dims != acc.dims:
+            return f"epilogue tensor '{out.label()}' has dims {list(out.dims)}, not {list(acc.dims)}"
+        if out.data_type not in EPILOGUE_TYPES:
+            return f"epilogue tensor '{out.label()}' is {out.data_type.name}"
+        nodes.append(n)
+        if not out.is_virtual:
+            outputs.append(out.uid)
+        for u in n.inputs.values():
+            d = graph.tensors[u]
+            if u in graph.producers:
+                continue
+            if d.is_pass_by_value:
+                if u not in scalars:
+                    scalars.append(u)
+            elif u not in inputs:
+                if d.data_type not in EPILOGUE_TYPES:
+                    return f"epilogue input '{d.label()}' is {d.data_type.name}"
+                inputs.append(u)
+    if not acc.is_virtual:
+        outputs.insert(0, acc_uid)
+    return Epilogue(acc_uid, nodes, inputs, scalars, outputs)
+
+
+def source(graph, ep: Epilogue, off, mask: str = "ep_mask") -> tuple[list, str]:
+    """(kernel params, body lines) applying ``ep`` to ``acc``. ``off(uid)`` gives the tile
+    offset expression of a tensor; ``mask`` must be defined by the caller's kernel."""
+    ptrs = {u: f"E{u}" for u in ep.inputs + ep.outputs}
+    em = cg.Emitter(graph, "tl.float32",
+                    lambda u: f"s{u}" if u in ep.scalars else
+                    cg.load_expr(ptrs[u], off(u), mask, "tl.float32"),
+                    lambda axis, rank: "0", indent="")
+    em.var[ep.acc_uid] = "acc"
+    for n in ep.nodes:
+        em.emit_node(n)
+    lines = list(em.lines)
+    for u in ep.outputs:
+        lines.append(cg.store_expr(ptrs[u], off(u), em.var[u], graph.tensors[u], mask))
+    params = [ptrs[u] for u in ep.inputs + ep.outputs] + [f"s{u}" for u in ep.scalars]
+    return params, "\n".join(lines) + "\n"
+
+
+def launch_args(ep: Epilogue) -> list:
+    """The argument template entries matching ``source``'s params."""
+    return [("buf", u) for u in ep.inputs + ep.outputs] + [("buf", u) for u in ep.scalars]
