@@ -6,10 +6,11 @@ import functools
 
 @functools.lru_cache(maxsize=None)
 def engines() -> tuple:
+    from .conv.engine import ImplicitGemmEngine
     from .fusion.engine import FusionEngine
     from .matmul.engine import MatmulEngine
     from .reference.engine import ReferenceEngine
-    return (MatmulEngine(), FusionEngine(), ReferenceEngine())
+    return (ImplicitGemmEngine(), MatmulEngine(), FusionEngine(), ReferenceEngine())
 
 
 def by_id(engine_id: int):

@@ -271,16 +271,15 @@ class BuilderMixin:
 
     # ---- convolution ---------------------------------------------------------------------------
     def _conv_params(self, t, op, padding, pre_padding, post_padding, stride, dilation):
-        if t.dim is None:
-            raise BadParamError("image dims must be set before adding a convolution", op=op,
-                                tensor=t.label(), status=Status.BAD_PARAM_NOT_FINALIZED)
-        nsp = len(t.dim) - 2
+        """Per-axis parameters; an int means every axis. Left unset, they take cuDNN's
+        defaults (padding 0, stride 1, dilation 1) once the image's rank is known."""
+        nsp = len(t.dim) - 2 if t.dim is not None else None
 
         def vec(v, default, name):
             if v is None:
-                return (default,) * nsp
+                return (default,) * nsp if nsp is not None else ()
             if isinstance(v, int):
-                return (v,) * nsp
+                return (v,) * nsp if nsp is not None else (v,)
             return tuple(int(a) for a in v)
         if padding is not None and (pre_padding is not None or post_padding is not None):
             raise BadParamError("give padding, or pre_padding and post_padding, not both", op=op,

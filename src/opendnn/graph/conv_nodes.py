@@ -28,6 +28,16 @@ class _Conv(Node):
 
     ROLES: ClassVar[tuple] = ()   # (x role, w role, y role)
 
+    def _fill_defaults(self, nsp: int) -> None:
+        """Parameters given before the rank was known: empty -> default, one value -> all."""
+        for name, default in (("pre_padding", 0), ("post_padding", 0), ("stride", 1),
+                              ("dilation", 1)):
+            v = tuple(getattr(self, name))
+            if not v:
+                setattr(self, name, (default,) * nsp)
+            elif len(v) == 1 and nsp > 1:
+                setattr(self, name, v * nsp)
+
     def _check_params(self, nsp: int, tensor):
         for name in ("pre_padding", "post_padding", "stride", "dilation"):
             v = getattr(self, name)
@@ -101,6 +111,7 @@ class ConvFprop(_Conv):
         for t in (x, w):
             if t.dim is None:
                 raise self.error("dims are not set", t, Status.BAD_PARAM_NOT_FINALIZED)
+        self._fill_defaults(len(x.dim) - 2)
         if y.dim is None:
             if len(w.dim) != len(x.dim):
                 raise self.error(f"rank {len(w.dim)} differs from the image's {len(x.dim)}", w,
@@ -120,6 +131,7 @@ class ConvDgrad(_Conv):
 
     def infer_properties(self, ctx) -> None:
         dy, dx = self.inputs["DY"], self.outputs["DX"]
+        self._fill_defaults(len(dy.dim) - 2)
         if dx.dim is None:
             raise self.error("DX dims must be set (the image size is ambiguous with stride > 1)",
                              dx, Status.BAD_PARAM_NOT_FINALIZED)
@@ -135,6 +147,7 @@ class ConvWgrad(_Conv):
 
     def infer_properties(self, ctx) -> None:
         x, dw = self.inputs["X"], self.outputs["DW"]
+        self._fill_defaults(len(x.dim) - 2)
         if dw.dim is None:
             raise self.error("DW dims must be set (K, C / groups, filter dims)", dw,
                              Status.BAD_PARAM_NOT_FINALIZED)

@@ -104,7 +104,7 @@ def fprop_source(name: str, geo: ConvGeometry, kn: ConvKnobs, *, epilogue_params
         L.append(f"{ind}base{i} = {o[i]} * {geo.stride[i]} - {geo.pre[i]}")
     ws = geo.w_strides
     L.append(f"{ind}w_col = (g * {geo.k_per_group} + offs_n) * {ws[0]}")
-    L.append(f"{ind}acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)")
+    L.append(f"{ind}acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)")
     L.append(f"{ind}for it in range(0, {taps * cb}):")
     L.append(f"{ind2}t = it // {cb}")
     L.append(f"{ind2}c0 = (it % {cb}) * BLOCK_K")

@@ -1,0 +1,179 @@
+"""Implicit-GEMM convolution forward engine (Triton, tensor cores) with a fused epilogue.
+
+Takes a graph of one ``conv_fprop`` followed by any pointwise epilogue on Y-shaped tensors
+(bias [1, K, 1, 1], residual z, scale, activation, type conversion): the cuDNN
+CONV -> BIAS -> ACTIVATION and SCALE_BIAS_ADD patterns, in one kernel. Any layout of x,
+w and y (NCHW, NHWC, non-packed) is addressed through its strides; NHWC keeps the channel
+reduction contiguous. See ``_kernels`` for the index mapping.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import torch
+
+from ... import backends
+from ...enums import BehaviorNote, ConvolutionMode, DataType, NumericalNote
+from ...runtime.launch import DualKernel, LaunchList, kernel_from_source
+from ..base import SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target, decline
+from ..fusion import epilogue as fuse_epilogue
+from . import _kernels as K
+
+OPERAND_TYPES = {DataType.FLOAT, DataType.HALF, DataType.BFLOAT16}
+
+
+@dataclasses.dataclass
+class ConvAnalysis:
+    node: object
+    x: object
+    w: object
+    y: object
+    ep: fuse_epilogue.Epilogue
+    geo: K.ConvGeometry
+
+
+@functools.lru_cache(maxsize=256)   # graphs are frozen; support, cost and build share it
+def analyze(graph) -> ConvAnalysis | str:
+    convs = [n for n in graph.nodes if n.kind == "conv_fprop"]
+    if len(convs) != 1:
+        return f"needs exactly one conv_fprop node, found {len(convs)}"
+    cv = convs[0]
+    x, w, y = (graph.tensors[cv.inputs["X"]], graph.tensors[cv.inputs["W"]],
+               graph.tensors[cv.outputs["Y"]])
+    if cv.inputs["X"] in graph.producers or cv.inputs["W"] in graph.producers:
+        return "convolution operands must be graph inputs (prologue fusion is not built yet)"
+    if x.is_pass_by_value or w.is_pass_by_value:
+        return "convolution operands passed by value (host scalars) are not tiles in memory"
+    if x.data_type not in OPERAND_TYPES or w.data_type != x.data_type:
+        return f"operand types {x.data_type.name} x {w.data_type.name}: float, half or bfloat16, equal"
+    ep = fuse_epilogue.collect(graph, cv, y.uid)
+    if isinstance(ep, str):
+        return ep
+    groups = x.dims[1] // w.dims[1]
+    big = any(graph.tensors[u].span >= 2 ** 31 for u in [x.uid, w.uid] + ep.inputs + ep.outputs)
+    geo = K.ConvGeometry(
+        n=x.dims[0], c_per_group=w.dims[1], k_per_group=w.dims[0] // groups, groups=groups,
+        in_dims=tuple(x.dims[2:]), out_dims=tuple(y.dims[2:]), filt=tuple(w.dims[2:]),
+        pre=tuple(cv.pre_padding), stride=tuple(cv.stride), dilation=tuple(cv.dilation),
+        flip=cv.convolution_mode == ConvolutionMode.CONVOLUTION,
+        x_strides=tuple(x.strides), w_strides=tuple(w.strides), int64=big)
+    if geo.n * max(1, _prod(geo.out_dims)) == 0 or geo.k_per_group == 0:
+        return "empty convolution (a zero-size dimension): nothing for a kernel to do"
+    if groups > 65535:
+        return f"{groups} groups exceed the grid's 65535 limit"
+    return ConvAnalysis(cv, x, w, y, ep, geo)
+
+
+def _prod(v) -> int:
+    out = 1
+    for a in v:
+        out *= a
+    return out
+
+
+def _tf32(a: ConvAnalysis) -> bool:
+    return a.x.data_type == DataType.FLOAT and bool(backends.allow_tf32)
+
+
+class ImplicitGemmEngine(Engine):
+    """CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM: gather-on-the-fly GEMM, fused epilogue."""
+    id = 3
+    name = "conv_implicit_gemm"
+    behavior_notes = frozenset({BehaviorNote.RUNTIME_COMPILATION})
+
+    def check_support(self, graph, target: Target) -> Support:
+        a = analyze(graph)
+        return decline(a) if isinstance(a, str) else SUPPORTED
+
+    def numerical_notes(self, graph, config) -> frozenset:
+        a = analyze(graph)
+        if isinstance(a, str):
+            return frozenset()
+        notes = set()
+        if a.x.data_type != DataType.FLOAT or _tf32(a):
+            notes.add(NumericalNote.TENSOR_CORE)
+        if _tf32(a):
+            notes.add(NumericalNote.DOWN_CONVERT_INPUTS)
+        return frozenset(notes)
+
+    def knob_space(self, graph=None) -> list[Knob]:
+        space = K.knob_space()
+        return [Knob(f.name, tuple(sorted({getattr(k, f.name) for k in space} | {f.default})),
+                     f.default) for f in dataclasses.fields(K.ConvKnobs)]
+
+    def configs(self, graph, target: Target) -> list[EngineConfig]:
+        a = analyze(graph)
+        if isinstance(a, str):
+            return []
+        cands = K.knob_space() if target.is_cuda else [K.ConvKnobs(32, 32, 16, 4, 2)]
+        out = [EngineConfig.make(self, **dataclasses.asdict(k)) for k in cands
+               if self._fits(a, k, target)]
+        out.sort(key=lambda c: self.estimate_seconds(graph, c, target))
+        return out
+
+    def _fits(self, a, kn, target) -> bool:
+        smem = (kn.BLOCK_M + kn.BLOCK_N) * kn.BLOCK_K * a.x.data_type.itemsize * kn.num_stages
+        return not target.is_cuda or smem <= 220 * 1024
+
+    def check_config(self, graph, config, target) -> Support:
+        s = super().check_config(graph, config, target)
+        if not s.ok:
+            return s
+        kn = K.ConvKnobs(**config.knob_dict)
+        if not self._fits(analyze(graph), kn, target):
+            return decline("the tiles' pipeline stages exceed the shared memory of a block")
+        return SUPPORTED
+
+    def estimate_seconds(self, graph, config, target) -> float:
+        a = analyze(graph)
+        peak = target.peak_flops_fp16 if a.x.data_type != DataType.FLOAT else (
+            target.peak_flops_fp16 / 2 if _tf32(a) else target.peak_flops_fp32)
+        return K.estimate_seconds(a.geo, K.ConvKnobs(**config.knob_dict),
+                                  a.x.data_type.itemsize, peak, target.bandwidth, target.num_sms)
+
+    def build(self, graph, config, target) -> Executable:
+        return _ConvExecutable(graph, analyze(graph), K.ConvKnobs(**config.knob_dict), target)
+
+
+def epilogue(graph, a: ConvAnalysis) -> tuple[list, str]:
+    """Epilogue on the (pixels x channels) tile: y-shaped tensors addressed by
+    (nb, o_0.., g*K/G + offs_n)."""
+    d = len(a.geo.out_dims)
+    kg = a.geo.k_per_group
+
+    def off(u):
+        st = graph.tensors[u].strides
+        dims = graph.tensors[u].dims
+        rows = [f"nb * {st[0]}" if dims[0] != 1 else "nb * 0"]
+        rows += [f"o{i} * {st[2 + i]}" for i in range(d) if dims[2 + i] != 1]
+        col = f"(g * {kg} + offs_n) * {st[1] if dims[1] != 1 else 0}"
+        return f"(({' + '.join(rows)})[:, None] + ({col})[None, :])"
+
+    params, body = fuse_epilogue.source(graph, a.ep, off)
+    return params, "ep_mask = mask_m[:, None] & mask_n[None, :]\n" + body
+
+
+class _ConvExecutable(Executable, LaunchList):
+    def __init__(self, graph, a: ConvAnalysis, kn: K.ConvKnobs, target: Target):
+        LaunchList.__init__(self)
+        self.workspace_size = 0
+        params, body = epilogue(graph, a)
+        name = f"conv_fprop_{graph.key()[:12]}"
+        kw = dict(epilogue_params=params, epilogue_body=body, allow_tf32=_tf32(a),
+                  fp32_inputs=a.x.data_type == DataType.FLOAT)
+        src_c = K.fprop_source(name, a.geo, kn, interpret=False, **kw)
+        src_i = K.fprop_source(name, a.geo, kn, interpret=True, **kw)
+        kern = DualKernel(kernel_from_source(src_c, name).compiled,
+                          kernel_from_source(src_i, name).interpreted)
+        self.source = src_c
+        args = [("buf", a.x.uid), ("buf", a.w.uid)] + fuse_epilogue.launch_args(a.ep)
+        const = {"BLOCK_M": kn.BLOCK_M, "BLOCK_N": kn.BLOCK_N, "BLOCK_K": kn.BLOCK_K,
+                 "num_warps": kn.num_warps, "num_stages": kn.num_stages}
+        self.add_launch(kern, K.grid(a.geo, kn), const, args, graph, target.is_cuda)
+
+    def run(self, buffers, workspace, stream=None):
+        self.run_launches(buffers, workspace, stream)
+
+
+__all__ = ["ImplicitGemmEngine", "analyze", "torch"]

@@ -1,0 +1,112 @@
+"""The implicit-GEMM convolution engine against the float64 reference (interpreter):
+1-3-D, groups, depthwise, stride, dilation, asymmetric padding, both modes, NCHW / NHWC /
+non-packed layouts, fp32 / fp16 / bf16, and fused epilogues."""
+import pytest
+import torch
+
+import opendnn.frontend as cudnn
+from _util import assert_close, check_engine, repro
+from opendnn.engines.conv.engine import ImplicitGemmEngine
+
+CONV_ID = ImplicitGemmEngine.id
+TYPES = {torch.float32: cudnn.data_type.FLOAT, torch.float16: cudnn.data_type.HALF,
+         torch.bfloat16: cudnn.data_type.BFLOAT16}
+
+CASES = [  # (N, C, K, in, filt, stride, pre, post, dilation, groups)
+    (2, 4, 6, (11,), (3,), (2,), (1,), (0,), (1,), 2),
+    (1, 3, 5, (9, 7), (3, 2), (2, 1), (1, 0), (0, 1), (1, 2), 1),
+    (2, 6, 6, (8, 8), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 6),
+    (1, 2, 4, (5, 6, 4), (3, 2, 2), (1, 2, 1), (1, 0, 1), (1, 0, 1), (1, 1, 2), 2),
+    (3, 1, 1, (1, 1), (1, 1), (1, 1), (0, 0), (0, 0), (1, 1), 1),
+    (1, 33, 17, (5, 5), (1, 1), (1, 1), (0, 0), (0, 0), (1, 1), 1),
+]
+
+
+def _tensor(g, t):
+    """A graph tensor with t's dims, strides and type (never pass-by-value, unlike
+    tensor_like of a single-element CPU tensor)."""
+    return g.tensor(dim=list(t.shape), stride=list(t.stride()), data_type=TYPES[t.dtype])
+
+
+def _layout(t, layout):
+    if layout == "nhwc" and t.dim() == 4:
+        return t.to(memory_format=torch.channels_last)
+    if layout == "strided":            # every other element of a larger buffer
+        big = torch.randn(*t.shape[:-1], t.shape[-1] * 2, dtype=t.dtype)
+        view = big[..., ::2]
+        view.copy_(t)
+        return view
+    return t
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"c{i}" for i in range(len(CASES))])
+@pytest.mark.parametrize("layout", ["nchw", "nhwc", "strided"])
+@pytest.mark.parametrize("mode", ["CROSS_CORRELATION", "CONVOLUTION"])
+def test_fprop_against_reference(case, layout, mode):
+    n, c, k, sp, f, stride, pre, post, dil, groups = case
+    torch.manual_seed(len(sp) * 100 + c * 10 + k)
+    x = _layout(torch.randn(n, c, *sp), layout)
+    w = _layout(torch.randn(k, c // groups, *f), layout)
+    g = cudnn.pygraph()
+    tx, tw = _tensor(g, x), _tensor(g, w)
+    y = g.conv_fprop(tx, tw, pre_padding=list(pre), post_padding=list(post), stride=list(stride),
+                     dilation=list(dil), convolution_mode=cudnn.convolution_mode[mode])
+    y.set_output(True)
+    check_engine(g, {tx: x, tw: w}, [y], CONV_ID, n=(c // groups) * max(1, len(f)),
+                 msg=repro("conv_fprop", [tuple(x.shape), tuple(w.shape)], "float32", 0,
+                           layout=layout, mode=mode))
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.float16, torch.bfloat16])
+def test_fprop_bias_relu_epilogue_types(dt):
+    torch.manual_seed(7)
+    x = torch.randn(2, 8, 7, 9, dtype=dt).to(memory_format=torch.channels_last)
+    w = (torch.randn(12, 8, 3, 3, dtype=dt) * 0.2).to(memory_format=torch.channels_last)
+    b = torch.randn(1, 12, 1, 1, dtype=dt)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT,
+                      compute_data_type=cudnn.data_type.FLOAT)
+    tx, tw, tb = g.tensor_like(x), g.tensor_like(w), g.tensor_like(b)
+    y = g.relu(g.bias(g.conv_fprop(tx, tw, padding=[1, 1]), tb))
+    y.set_output(True)
+    out = check_engine(g, {tx: x, tw: w, tb: b}, [y], CONV_ID, n=72,
+                       msg=repro("relu(conv+bias)", [(2, 8, 7, 9)], str(dt), 7))
+    assert out[y].dtype == dt
+
+
+def test_fprop_scale_residual_and_two_outputs():
+    """y = relu(alpha * conv(x) + z): cuDNN's convolution_bias_activation pattern without
+    bias, with the raw convolution also written out."""
+    torch.manual_seed(3)
+    x, w = torch.randn(1, 5, 6, 6), torch.randn(7, 5, 3, 3)
+    z = torch.randn(1, 7, 4, 4)
+    g = cudnn.pygraph()
+    tx, tw, tz = g.tensor_like(x), g.tensor_like(w), g.tensor_like(z)
+    conv = g.conv_fprop(tx, tw)
+    conv.set_output(True)
+    y = g.relu(g.add(g.scale(conv, 0.5), tz))
+    y.set_output(True)
+    check_engine(g, {tx: x, tw: w, tz: z}, [conv, y], CONV_ID, n=45)
+
+
+def test_heuristics_pick_implicit_gemm_for_conv_bias_relu():
+    x, w, b = torch.randn(1, 4, 5, 5), torch.randn(4, 4, 3, 3), torch.randn(1, 4, 1, 1)
+    g = cudnn.pygraph()
+    tx, tw, tb = g.tensor_like(x), g.tensor_like(w), g.tensor_like(b)
+    y = g.relu(g.bias(g.conv_fprop(tx, tw, padding=[1, 1]), tb))
+    g.build([cudnn.heur_mode.A])
+    assert g.get_plan_name_at_index(0).startswith("conv_implicit_gemm")
+    out = torch.full((1, 4, 5, 5), float("nan"))
+    g.execute({tx: x, tw: w, tb: b, y: out})
+    ref = torch.relu(torch.nn.functional.conv2d(x.double(), w.double(), padding=1) + b.double())
+    assert_close(out, ref, torch.float32, n=36)
+
+
+def test_declines_computed_operands_with_a_reason():
+    x, w = torch.randn(1, 4, 5, 5), torch.randn(4, 4, 3, 3)
+    g = cudnn.pygraph()
+    tx, tw = g.tensor_like(x), g.tensor_like(w)
+    g.conv_fprop(g.relu(tx), tw).set_output(True)
+    g.validate()
+    s = ImplicitGemmEngine().check_support(g.op_graph, __import__(
+        "opendnn.engines.base", fromlist=["Target"]).Target())
+    assert not s.ok and "graph inputs" in s.reason
