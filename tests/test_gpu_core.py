@@ -150,3 +150,27 @@ def test_pass_by_value_scalars_compiled():
     g.execute({ta: A, tb: B, y: out}, torch.empty(g.get_workspace_size(), device="cuda",
                                                   dtype=torch.uint8))
     assert _relerr(out, 3.0 * (A.double() @ B.double())) < 1e-2
+
+
+@pytest.mark.parametrize("shape", [(8, 64, 56, 3, 1, 1), (4, 3, 224, 7, 2, 3),
+                                   (8, 256, 14, 1, 1, 0), (2, 32, 17, 3, 2, 1)])
+@pytest.mark.parametrize("dt,tol", [(torch.bfloat16, 1e-2), (torch.float32, 1e-5)])
+def test_conv_implicit_gemm_bias_relu(shape, dt, tol):
+    """ResNet-like layers, NHWC, against float64 (the heuristics' first plan)."""
+    n, c, h, f, s, p = shape
+    cl = torch.channels_last
+    x = torch.randn(n, c, h, h, device="cuda", dtype=dt).to(memory_format=cl)
+    w = (torch.randn(64, c, f, f, device="cuda", dtype=dt) * 0.1).to(memory_format=cl)
+    b = torch.randn(1, 64, 1, 1, device="cuda", dtype=dt)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tw, tb = g.tensor_like(x), g.tensor_like(w), g.tensor_like(b)
+    y = g.relu(g.bias(g.conv_fprop(tx, tw, padding=[p, p], stride=[s, s]), tb))
+    g.build([cudnn.heur_mode.A])
+    assert g.get_plan_name_at_index(0).startswith("conv_implicit_gemm")
+    g.validate()
+    out = torch.empty_strided(y.get_dim(), y.get_stride(), device="cuda", dtype=dt)
+    out.fill_(float("nan"))
+    g.execute({tx: x, tw: w, tb: b, y: out}, None)
+    ref = torch.relu(torch.nn.functional.conv2d(x.double(), w.double(), stride=s, padding=p)
+                     + b.double())
+    assert _relerr(out, ref) < tol

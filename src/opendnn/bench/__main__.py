@@ -194,8 +194,44 @@ def run_latency(r: Runner):
           f"execute() host {host_us:.1f} us/call")
 
 
+def run_conv(r: Runner):
+    """fprop and fused conv+bias+relu, NHWC bf16, against cuDNN through PyTorch."""
+    import torch.nn.functional as F
+    import opendnn.frontend as cudnn
+    n = shapes.CONV_N
+    cl = torch.channels_last
+    for name, c, k, h, f, s, p in shapes.CONV:
+        x = torch.randn(n, c, h, h, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
+        w = (torch.randn(k, c, f, f, device="cuda", dtype=torch.bfloat16) * 0.05).to(
+            memory_format=cl)
+        b = torch.randn(1, k, 1, 1, device="cuda", dtype=torch.bfloat16)
+        o = (h + 2 * p - f) // s + 1
+        flops = 2.0 * n * k * o * o * c * f * f
+        y = torch.empty(n, k, o, o, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
+        g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT,
+                          compute_data_type=cudnn.data_type.FLOAT)
+        tx, tw = g.tensor_like(x), g.tensor_like(w)
+        ty = g.conv_fprop(tx, tw, padding=[p, p], stride=[s, s])
+        ty.set_output(True)
+        g.build([cudnn.heur_mode.A])
+        fn = _graph_exec(g, {tx: x, tw: w, ty: y})
+        r.add("conv", f"fprop nhwc bf16 {name}", bench(fn),
+              bench(lambda: F.conv2d(x, w, stride=s, padding=p)), flops=flops, ref_name="cuDNN",
+              plan=g.get_plan_name_at_index(0))
+        g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT,
+                          compute_data_type=cudnn.data_type.FLOAT)
+        tx, tw, tb = g.tensor_like(x), g.tensor_like(w), g.tensor_like(b)
+        ty = g.relu(g.bias(g.conv_fprop(tx, tw, padding=[p, p], stride=[s, s]), tb))
+        g.build([cudnn.heur_mode.A])
+        fn = _graph_exec(g, {tx: x, tw: w, tb: b, ty: y})
+        bias = b.reshape(k)
+        r.add("conv", f"conv+bias+relu nhwc bf16 {name}", bench(fn),
+              bench(lambda: torch.relu_(F.conv2d(x, w, bias, stride=s, padding=p))), flops=flops,
+              ref_name="PyTorch unfused", plan=g.get_plan_name_at_index(0))
+
+
 FAMILIES = {"pointwise": run_pointwise, "reduction": run_reduction, "matmul": run_matmul,
-            "latency": run_latency}
+            "latency": run_latency, "conv": run_conv}
 
 
 def main(argv=None) -> int:
