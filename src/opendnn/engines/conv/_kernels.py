@@ -61,13 +61,14 @@ class ConvGeometry:
     int64: bool
 
 
-def _div_chain(var: str, sizes: list, names: list, ind: str) -> list[str]:
-    """Row-major split of ``var`` over ``sizes`` into ``names`` (outermost first)."""
-    lines = [f"{ind}_q = {var}"]
+def _div_chain(var: str, sizes: list, names: list, ind: str, tmp: str) -> list[str]:
+    """Row-major split of ``var`` over ``sizes`` into ``names`` (outermost first).
+    ``tmp`` must be unique per use: Triton rejects a name that changes type in a loop."""
+    lines = [f"{ind}{tmp} = {var}"]
     for name, size in zip(reversed(names[1:]), reversed(sizes[1:])):
-        lines.append(f"{ind}{name} = _q % {size}")
-        lines.append(f"{ind}_q = _q // {size}")
-    lines.append(f"{ind}{names[0]} = _q")
+        lines.append(f"{ind}{name} = {tmp} % {size}")
+        lines.append(f"{ind}{tmp} = {tmp} // {size}")
+    lines.append(f"{ind}{names[0]} = {tmp}")
     return lines
 
 
@@ -97,7 +98,7 @@ def fprop_source(name: str, geo: ConvGeometry, kn: ConvKnobs, *, epilogue_params
          f"{ind}mask_m = offs_m < {m_total}",
          f"{ind}offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
          f"{ind}mask_n = offs_n < {geo.k_per_group}"]
-    L += _div_chain("offs_m", [geo.n] + list(geo.out_dims), ["nb"] + o, ind)
+    L += _div_chain("offs_m", [geo.n] + list(geo.out_dims), ["nb"] + o, ind, "_qm")
     xs = geo.x_strides
     L.append(f"{ind}x_row = nb * {xs[0]} + g * {geo.c_per_group * xs[1]}")
     for i in range(d):
@@ -108,7 +109,7 @@ def fprop_source(name: str, geo: ConvGeometry, kn: ConvKnobs, *, epilogue_params
     L.append(f"{ind}for it in range(0, {taps * cb}):")
     L.append(f"{ind2}t = it // {cb}")
     L.append(f"{ind2}c0 = (it % {cb}) * BLOCK_K")
-    L += _div_chain("t", list(geo.filt), r, ind2)
+    L += _div_chain("t", list(geo.filt), r, ind2, "_qt")
     valid = ["mask_m"]
     x_off = ["x_row"]
     w_off = []
