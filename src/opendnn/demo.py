@@ -68,6 +68,37 @@ def main() -> int:
         gbs = 4 * t1.numel() * t1.element_size() / t_ours / 1e6
         print(f"   time  : opendnn {t_ours:.4f} ms ({gbs:.0f} GB/s), PyTorch eager "
               f"{t_torch:.4f} ms (ratio {t_torch / t_ours:.2f}x)")
+    hello = _load("03_hello_cudnn")
+    print("\n== seed: Hello, cuDNN (descriptor API, 64 7x7 filters, pad 3, stride 2)")
+    x, w, y = hello.main()
+    ref = torch.nn.functional.conv2d(x.double(), w.double(), stride=2, padding=3)
+    err = ((y.double() - ref).norm() / ref.norm()).item()
+    print(f"   check : relative error vs float64 = {err:.2e} "
+          f"{'OK' if err < 1e-5 else 'MISMATCH'}")
+    ok &= err < 1e-5
+    if gpu:
+        t_torch = _time_ms(lambda: torch.nn.functional.conv2d(x, w, stride=2, padding=3))
+        print(f"   time  : PyTorch/cuDNN {t_torch:.4f} ms (opendnn: `opendnn bench conv`)")
+
+    cbr = _load("04_conv_bias_relu")
+    x, w, b, y = cbr.main()
+    ref = torch.relu(torch.nn.functional.conv2d(x.double(), w.double(), padding=1) + b.double())
+    err = ((y.double() - ref).norm() / ref.norm()).item()
+    print("\n== seed: convolution_bias_activation_forward (conv + bias + relu, fp32)")
+    print(f"   check : relative error vs float64 = {err:.2e} {'OK' if err < 1e-5 else 'MISMATCH'}")
+    ok &= err < 1e-5
+
+    gcb = _load("05_graph_conv_bias_relu")
+    g, (x, w, b), out, pack, ws = gcb.main()
+    ref = torch.relu(torch.nn.functional.conv2d(x.double(), w.double(), padding=1) + b.double())
+    err = ((out.double() - ref).norm() / ref.norm()).item()
+    ok &= _report("seed: graph conv -> bias -> relu", g, err, 1e-2)
+    if gpu:
+        t_ours = _time_ms(lambda: g.execute(pack, ws))
+        bias = b.reshape(-1)
+        t_torch = _time_ms(lambda: torch.relu_(torch.nn.functional.conv2d(x, w, bias, padding=1)))
+        print(f"   time  : opendnn {t_ours:.4f} ms, PyTorch conv2d+relu {t_torch:.4f} ms "
+              f"(ratio {t_torch / t_ours:.2f}x)")
     print("\nall checks passed" if ok else "\nSOME CHECKS FAILED")
     return 0 if ok else 1
 

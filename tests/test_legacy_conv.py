@@ -1,0 +1,160 @@
+"""The descriptor API's convolution: results against PyTorch, algorithm queries, and one
+test per bad-input rule."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import opendnn.legacy as cudnn
+from opendnn.errors import BadParamError, GraphNotSupportedError, Status
+
+FLOAT = cudnn.DataType.FLOAT
+NCHW = cudnn.TensorFormat.NCHW
+
+
+def _problem(n=2, c=4, h=9, w=7, k=6, r=3, s=3, pad=(1, 1), stride=(2, 1), dil=(1, 1),
+             groups=1, fmt=NCHW):
+    handle = cudnn.create("cpu")
+    x_desc = cudnn.create_tensor_descriptor()
+    cudnn.set_tensor_4d_descriptor(x_desc, fmt, FLOAT, n, c, h, w)
+    w_desc = cudnn.create_filter_descriptor()
+    cudnn.set_filter_4d_descriptor(w_desc, FLOAT, fmt, k, c // groups, r, s)
+    conv = cudnn.create_convolution_descriptor()
+    cudnn.set_convolution_2d_descriptor(conv, pad[0], pad[1], stride[0], stride[1], dil[0],
+                                        dil[1], cudnn.ConvolutionMode.CROSS_CORRELATION, FLOAT)
+    cudnn.set_convolution_group_count(conv, groups)
+    dims = cudnn.get_convolution_2d_forward_output_dim(conv, x_desc, w_desc)
+    y_desc = cudnn.create_tensor_descriptor()
+    cudnn.set_tensor_4d_descriptor(y_desc, fmt, FLOAT, *dims)
+    cl = torch.channels_last if fmt == cudnn.TensorFormat.NHWC else torch.contiguous_format
+    x = torch.randn(n, c, h, w).to(memory_format=cl)
+    wt = torch.randn(k, c // groups, r, s).to(memory_format=cl)
+    y = torch.randn(*dims).to(memory_format=cl)
+    return handle, x_desc, w_desc, conv, y_desc, x, wt, y, dict(stride=stride, padding=pad,
+                                                               dilation=dil, groups=groups)
+
+
+@pytest.mark.parametrize("fmt", [NCHW, cudnn.TensorFormat.NHWC])
+@pytest.mark.parametrize("alpha,beta", [(1.0, 0.0), (0.5, 0.0), (1.0, 1.0), (2.0, -0.5)])
+def test_convolution_forward_with_blending(fmt, alpha, beta):
+    h, xd, wd, conv, yd, x, w, y, kw = _problem(groups=2, fmt=fmt)
+    y0 = y.clone()
+    algo = cudnn.get_convolution_forward_algorithm_v7(h, xd, wd, conv, yd, 1)[0].algo
+    cudnn.convolution_forward(h, alpha, xd, x, wd, w, conv, algo, None, 0, beta, yd, y)
+    want = alpha * F.conv2d(x.double(), w.double(), **kw) + beta * y0.double()
+    assert torch.allclose(y.double(), want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("mode", list(cudnn.ActivationMode))
+def test_bias_activation_forward_every_mode(mode):
+    h, xd, wd, conv, yd, x, w, y, kw = _problem(pad=(1, 0))
+    z = torch.randn_like(y)
+    bd = cudnn.create_tensor_descriptor()
+    cudnn.set_tensor_4d_descriptor(bd, NCHW, FLOAT, 1, 6, 1, 1)
+    b = torch.randn(1, 6, 1, 1)
+    act = cudnn.create_activation_descriptor()
+    cudnn.set_activation_descriptor(act, mode, cudnn.NanPropagation.NOT_PROPAGATE_NAN, 0.7)
+    cudnn.convolution_bias_activation_forward(h, 0.5, xd, x, wd, w, conv,
+                                              cudnn.ConvolutionFwdAlgo.IMPLICIT_GEMM, None, 0,
+                                              0.25, yd, z, bd, b, act, yd, y)
+    pre = 0.5 * F.conv2d(x.double(), w.double(), **kw) + 0.25 * z.double() + b.double()
+    want = {cudnn.ActivationMode.SIGMOID: torch.sigmoid, cudnn.ActivationMode.RELU: torch.relu,
+            cudnn.ActivationMode.TANH: torch.tanh,
+            cudnn.ActivationMode.CLIPPED_RELU: lambda t: t.clamp(0, 0.7),
+            cudnn.ActivationMode.ELU: lambda t: F.elu(t, 0.7),
+            cudnn.ActivationMode.IDENTITY: lambda t: t,
+            cudnn.ActivationMode.SWISH: F.silu}[mode](pre)
+    assert torch.allclose(y.double(), want, rtol=1e-5, atol=1e-4)
+
+
+def test_bias_activation_with_z_aliasing_y():
+    """cuDNN lets z be y (residual in place): y = relu(conv + y + bias)."""
+    h, xd, wd, conv, yd, x, w, y, kw = _problem()
+    y0 = y.clone()
+    bd = cudnn.create_tensor_descriptor()
+    cudnn.set_tensor_4d_descriptor(bd, NCHW, FLOAT, 1, 6, 1, 1)
+    b = torch.randn(1, 6, 1, 1)
+    act = cudnn.create_activation_descriptor()
+    cudnn.set_activation_descriptor(act, cudnn.ActivationMode.RELU, 0, 0.0)
+    cudnn.convolution_bias_activation_forward(h, 1.0, xd, x, wd, w, conv,
+                                              cudnn.ConvolutionFwdAlgo.IMPLICIT_GEMM, None, 0,
+                                              1.0, yd, y, bd, b, act, yd, y)
+    want = torch.relu(F.conv2d(x.double(), w.double(), **kw) + y0.double() + b.double())
+    assert torch.allclose(y.double(), want, rtol=1e-5, atol=1e-4)
+
+
+def test_algorithm_queries_rank_and_explain():
+    h, xd, wd, conv, yd, x, w, y, _ = _problem()
+    assert cudnn.get_convolution_forward_algorithm_max_count(h) == 8
+    perfs = cudnn.get_convolution_forward_algorithm_v7(h, xd, wd, conv, yd, 8)
+    assert len(perfs) == 8 and perfs[0].algo == cudnn.ConvolutionFwdAlgo.IMPLICIT_GEMM
+    assert perfs[0].status == Status.SUCCESS and perfs[0].time > 0
+    unsupported = [p for p in perfs if p.status != Status.SUCCESS]
+    assert unsupported and all(p.status == Status.NOT_SUPPORTED and p.reason for p in unsupported)
+    found = cudnn.find_convolution_forward_algorithm_ex(h, xd, x, wd, w, conv, yd, y, 8, None, 0)
+    assert found[0].status == Status.SUCCESS and found[0].time > 0
+    assert cudnn.get_convolution_forward_workspace_size(
+        h, xd, wd, conv, yd, cudnn.ConvolutionFwdAlgo.IMPLICIT_GEMM) == 0
+
+
+def test_unimplemented_algorithm_is_not_supported_with_reason():
+    h, xd, wd, conv, yd, x, w, y, _ = _problem()
+    with pytest.raises(GraphNotSupportedError) as e:
+        cudnn.convolution_forward(h, 1.0, xd, x, wd, w, conv, cudnn.ConvolutionFwdAlgo.FFT, None,
+                                  0, 0.0, yd, y)
+    assert "FFT" in str(e.value)
+
+
+@pytest.mark.parametrize("args,rule", [
+    ((-1, 0, 1, 1, 1, 1), "padding"), ((0, 0, 0, 1, 1, 1), "strides"),
+    ((0, 0, 1, 1, 0, 1), "dilations"),
+])
+def test_bad_convolution_descriptor(args, rule):
+    conv = cudnn.create_convolution_descriptor()
+    with pytest.raises(BadParamError) as e:
+        cudnn.set_convolution_2d_descriptor(conv, *args, cudnn.ConvolutionMode.CROSS_CORRELATION,
+                                            FLOAT)
+    assert e.value.status == Status.BAD_PARAM_OUT_OF_BOUND and rule in str(e.value)
+
+
+def test_group_count_that_does_not_match_channels():
+    h, xd, wd, conv, yd, x, w, y, _ = _problem()
+    cudnn.set_convolution_group_count(conv, 3)       # C=4 filters C=4: 4 != 4*3
+    with pytest.raises(BadParamError) as e:
+        cudnn.get_convolution_2d_forward_output_dim(conv, xd, wd)
+    assert e.value.status == Status.BAD_PARAM_SHAPE_MISMATCH and "group count" in str(e.value)
+
+
+def test_output_descriptor_that_disagrees_with_the_query():
+    h, xd, wd, conv, yd, x, w, y, _ = _problem()
+    cudnn.set_tensor_4d_descriptor(yd, NCHW, FLOAT, 2, 6, 9, 7)
+    with pytest.raises(BadParamError) as e:
+        cudnn.convolution_forward(h, 1.0, xd, x, wd, w, conv,
+                                  cudnn.ConvolutionFwdAlgo.IMPLICIT_GEMM, None, 0, 0.0, yd,
+                                  torch.empty(2, 6, 9, 7))
+    assert e.value.status == Status.BAD_PARAM_SHAPE_MISMATCH and "output-dim query" in str(e.value)
+
+
+def test_buffer_that_disagrees_with_its_descriptor():
+    h, xd, wd, conv, yd, x, w, y, _ = _problem()
+    with pytest.raises(BadParamError) as e:
+        cudnn.convolution_forward(h, 1.0, xd, x[:, :, :5], wd, w, conv,
+                                  cudnn.ConvolutionFwdAlgo.IMPLICIT_GEMM, None, 0, 0.0, yd, y)
+    assert e.value.status == Status.BAD_PARAM_SHAPE_MISMATCH and "'x'" in str(e.value)
+
+
+def test_descriptor_never_set():
+    h = cudnn.create("cpu")
+    xd, yd = cudnn.create_tensor_descriptor(), cudnn.create_tensor_descriptor()
+    wd = cudnn.create_filter_descriptor()
+    conv = cudnn.create_convolution_descriptor()
+    with pytest.raises(BadParamError) as e:
+        cudnn.get_convolution_2d_forward_output_dim(conv, xd, wd)
+    assert "never set" in str(e.value)
+
+
+def test_bad_tensor_descriptor_values():
+    d = cudnn.create_tensor_descriptor()
+    with pytest.raises(BadParamError):
+        cudnn.set_tensor_4d_descriptor(d, NCHW, FLOAT, 1, 0, 4, 4)
+    with pytest.raises(BadParamError):
+        cudnn.set_tensor_4d_descriptor_ex(d, FLOAT, 1, 2, 4, 4, 32, 16, -4, 1)
