@@ -110,3 +110,53 @@ def test_declines_computed_operands_with_a_reason():
     s = ImplicitGemmEngine().check_support(g.op_graph, __import__(
         "opendnn.engines.base", fromlist=["Target"]).Target())
     assert not s.ok and "graph inputs" in s.reason
+
+
+DGRAD_ID, WGRAD_ID = 4, 5
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"c{i}" for i in range(len(CASES))])
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("mode", ["CROSS_CORRELATION", "CONVOLUTION"])
+def test_dgrad_and_wgrad_against_reference(case, layout, mode):
+    n, c, k, sp, f, stride, pre, post, dil, groups = case
+    torch.manual_seed(len(sp) * 100 + c * 10 + k + 1)
+    x = _layout(torch.randn(n, c, *sp), layout)
+    w = _layout(torch.randn(k, c // groups, *f), layout)
+    from opendnn.ops.conv import output_dims
+    ydims = output_dims(x.shape, w.shape, pre, post, stride, dil)
+    dy = _layout(torch.randn(*ydims), layout)
+    params = dict(pre_padding=list(pre), post_padding=list(post), stride=list(stride),
+                  dilation=list(dil), convolution_mode=cudnn.convolution_mode[mode])
+
+    g = cudnn.pygraph()
+    tdy, tw = _tensor(g, dy), _tensor(g, w)
+    dx = g.conv_dgrad(tdy, tw, **params)
+    dx.set_dim(list(x.shape)).set_stride(list(x.stride())).set_output(True)
+    check_engine(g, {tdy: dy, tw: w}, [dx], DGRAD_ID, n=(k // groups) * max(1, len(f)),
+                 msg=repro("conv_dgrad", [tuple(dy.shape), tuple(w.shape)], "float32", 0,
+                           layout=layout, mode=mode))
+
+    g = cudnn.pygraph()
+    tx, tdy = _tensor(g, x), _tensor(g, dy)
+    dw = g.conv_wgrad(tx, tdy, **params)
+    dw.set_dim(list(w.shape)).set_stride(list(w.stride())).set_output(True)
+    check_engine(g, {tx: x, tdy: dy}, [dw], WGRAD_ID, n=n * max(1, len(sp)) * 4,
+                 msg=repro("conv_wgrad", [tuple(x.shape), tuple(dy.shape)], "float32", 0,
+                           layout=layout, mode=mode))
+
+
+@pytest.mark.parametrize("dt", [torch.float16, torch.bfloat16])
+def test_dgrad_with_relu_backward_epilogue(dt):
+    """DX = relu_backward(dgrad(DY, W), X): cuDNN's dgrad + drelu fusion."""
+    torch.manual_seed(11)
+    x = torch.randn(2, 6, 7, 7, dtype=dt).to(memory_format=torch.channels_last)
+    w = (torch.randn(8, 6, 3, 3, dtype=dt) * 0.2).to(memory_format=torch.channels_last)
+    dy = torch.randn(2, 8, 7, 7, dtype=dt).to(memory_format=torch.channels_last)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tdy, tw, tx = _tensor(g, dy), _tensor(g, w), _tensor(g, x)
+    dgrad = g.conv_dgrad(tdy, tw, padding=[1, 1])
+    dgrad.set_dim(list(x.shape)).set_stride(list(x.stride()))
+    out = g.relu_backward(dgrad, tx)
+    out.set_output(True).set_data_type(TYPES[dt])
+    check_engine(g, {tdy: dy, tw: w, tx: x}, [out], DGRAD_ID, n=72)

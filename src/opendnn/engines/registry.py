@@ -6,11 +6,13 @@ import functools
 
 @functools.lru_cache(maxsize=None)
 def engines() -> tuple:
-    from .conv.engine import ImplicitGemmEngine
+    from .conv.engine import (ImplicitGemmDgradEngine, ImplicitGemmEngine,
+                              ImplicitGemmWgradEngine)
     from .fusion.engine import FusionEngine
     from .matmul.engine import MatmulEngine
     from .reference.engine import ReferenceEngine
-    return (ImplicitGemmEngine(), MatmulEngine(), FusionEngine(), ReferenceEngine())
+    return (ImplicitGemmEngine(), ImplicitGemmDgradEngine(), ImplicitGemmWgradEngine(),
+            MatmulEngine(), FusionEngine(), ReferenceEngine())
 
 
 def by_id(engine_id: int):

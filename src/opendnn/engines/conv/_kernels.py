@@ -126,13 +126,7 @@ def fprop_source(name: str, geo: ConvGeometry, kn: ConvKnobs, *, epilogue_params
              f"mask=valid[:, None] & mask_c[None, :], other=0.0)")
     L.append(f"{ind2}b = tl.load(W + w_col[None, :] + (cc * {ws[1]})[:, None] + "
              f"{' + '.join(w_off)}, mask=mask_c[:, None] & mask_n[None, :], other=0.0)")
-    if interpret:   # the 3.6 interpreter's dot is wrong on bfloat16: widen there only
-        L.append(f"{ind2}acc += tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision='ieee')")
-    elif fp32_inputs:
-        prec = "tf32" if allow_tf32 else "ieee"
-        L.append(f"{ind2}acc += tl.dot(a, b, input_precision='{prec}')")
-    else:
-        L.append(f"{ind2}acc += tl.dot(a, b)")
+    L.append(ind2 + _dot_line(allow_tf32, interpret, fp32_inputs))
     for line in epilogue_body.strip("\n").split("\n"):
         L.append(ind + line)
     return "\n".join(L) + "\n"
@@ -167,3 +161,148 @@ def estimate_seconds(geo: ConvGeometry, kn: ConvKnobs, dtype_bytes: int, peak_fl
                             m_total * geo.k_per_group * geo.groups)
     small_tile = 0.6 if kn.BLOCK_M * kn.BLOCK_N < 64 * 64 else 0.85
     return max(flops / (peak_flops * small_tile * max(fill, 1e-3)), bytes_ / bandwidth) + 4e-6
+
+
+# ---- backward data -------------------------------------------------------------------------
+def dgrad_source(name: str, geo: ConvGeometry, kn: ConvKnobs, *, dy_strides: tuple,
+                 epilogue_params: list[str], epilogue_body: str, allow_tf32: bool,
+                 interpret: bool, fp32_inputs: bool) -> str:
+    """dx as an implicit GEMM over dx's pixels (see the module docstring):
+
+        M = N * prod(in), N_gemm = C/G, K_gemm = prod(filt) * K/G
+        A[m, (t, k)] = dy[n, g*K/G + k, o],  o_i = (i_i + pre_i - r_i*dil_i) / stride_i
+                       (0 unless that division is exact and o_i is inside dy)
+        B[(t, k), c] = w[g*K/G + k, c, r]
+    """
+    d = len(geo.in_dims)
+    m_total = geo.n * _prod(geo.in_dims)
+    taps = _prod(geo.filt)
+    kb = -(-geo.k_per_group // kn.BLOCK_K)
+    i64 = ".to(tl.int64)" if geo.int64 else ""
+    ind, ind2 = "    ", "        "
+    px = [f"o{i}" for i in range(d)]           # dx pixel coordinates (named o* for the epilogue)
+    r = [f"r{i}" for i in range(d)]
+    sig = ["DY", "W"] + epilogue_params + ["BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr",
+                                            "BLOCK_K: tl.constexpr"]
+    L = ["@triton.jit", f"def {name}({', '.join(sig)}):",
+         f"{ind}pid = tl.program_id(0)",
+         f"{ind}g = tl.program_id(1){i64}",
+         f"{ind}num_pid_n = {-(-geo.c_per_group // kn.BLOCK_N)}",
+         f"{ind}pid_m = pid // num_pid_n",
+         f"{ind}pid_n = pid % num_pid_n",
+         f"{ind}offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)){i64}",
+         f"{ind}mask_m = offs_m < {m_total}",
+         f"{ind}offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
+         f"{ind}mask_n = offs_n < {geo.c_per_group}"]
+    L += _div_chain("offs_m", [geo.n] + list(geo.in_dims), ["nb"] + px, ind, "_qm")
+    ds, ws = dy_strides, geo.w_strides
+    L.append(f"{ind}dy_row = nb * {ds[0]} + g * {geo.k_per_group * ds[1]}")
+    L.append(f"{ind}w_col = offs_n * {ws[1]}")   # the filter's C axis is per group already
+    L.append(f"{ind}acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)")
+    L.append(f"{ind}for it in range(0, {taps * kb}):")
+    L.append(f"{ind2}t = it // {kb}")
+    L.append(f"{ind2}k0 = (it % {kb}) * BLOCK_K")
+    L += _div_chain("t", list(geo.filt), r, ind2, "_qt")
+    valid, a_off, w_off = ["mask_m"], ["dy_row"], []
+    for i in range(d):
+        L.append(f"{ind2}num{i} = {px[i]} + {geo.pre[i]} - {r[i]} * {geo.dilation[i]}")
+        L.append(f"{ind2}q{i} = num{i} // {geo.stride[i]}")
+        if geo.stride[i] > 1:
+            valid.append(f"(num{i} % {geo.stride[i]} == 0)")
+        valid.append(f"(num{i} >= 0) & (q{i} < {geo.out_dims[i]})")
+        a_off.append(f"q{i} * {ds[2 + i]}")
+        fr = f"({geo.filt[i] - 1} - {r[i]})" if geo.flip else r[i]
+        w_off.append(f"{fr} * {ws[2 + i]}")
+    L.append(f"{ind2}valid = " + " & ".join(valid))
+    L.append(f"{ind2}kk = k0 + tl.arange(0, BLOCK_K)")
+    L.append(f"{ind2}mask_k = kk < {geo.k_per_group}")
+    L.append(f"{ind2}a = tl.load(DY + ({' + '.join(a_off)})[:, None] + (kk * {ds[1]})[None, :], "
+             f"mask=valid[:, None] & mask_k[None, :], other=0.0)")
+    L.append(f"{ind2}b = tl.load(W + w_col[None, :] + ((g * {geo.k_per_group} + kk) * {ws[0]})"
+             f"[:, None] + {' + '.join(w_off)}, mask=mask_k[:, None] & mask_n[None, :], "
+             "other=0.0)")
+    L.append(ind2 + _dot_line(allow_tf32, interpret, fp32_inputs))
+    for line in epilogue_body.strip("\n").split("\n"):
+        L.append(ind + line)
+    return "\n".join(L) + "\n"
+
+
+def dgrad_grid(geo: ConvGeometry, kn: ConvKnobs) -> tuple:
+    return (-(-geo.n * _prod(geo.in_dims) // kn.BLOCK_M) * -(-geo.c_per_group // kn.BLOCK_N),
+            geo.groups)
+
+
+# ---- backward filter -----------------------------------------------------------------------
+def wgrad_source(name: str, geo: ConvGeometry, kn: ConvKnobs, *, dy_strides: tuple,
+                 epilogue_params: list[str], epilogue_body: str, allow_tf32: bool,
+                 interpret: bool, fp32_inputs: bool) -> str:
+    """dw per filter tap as a GEMM over the output pixels (deterministic: each dw element
+    is summed by one program in a fixed order):
+
+        M = K/G, N_gemm = C/G, K_gemm = N * prod(out)   (one program per tap and tile)
+        A[k, (n, o)] = dy[n, g*K/G + k, o]
+        B[(n, o), c] = x[n, g*C/G + c, o*stride - pre + r*dil]   (0 in the padding)
+    """
+    d = len(geo.out_dims)
+    p_total = geo.n * _prod(geo.out_dims)
+    i64 = ".to(tl.int64)" if geo.int64 else ""
+    ind, ind2 = "    ", "        "
+    o = [f"o{i}" for i in range(d)]
+    r = [f"r{i}" for i in range(d)]
+    sig = ["X", "DY"] + epilogue_params + ["BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr",
+                                           "BLOCK_K: tl.constexpr"]
+    tiles_n = -(-geo.c_per_group // kn.BLOCK_N)
+    L = ["@triton.jit", f"def {name}({', '.join(sig)}):",
+         f"{ind}pid = tl.program_id(0)",
+         f"{ind}t = tl.program_id(1)",
+         f"{ind}g = tl.program_id(2){i64}",
+         f"{ind}pid_m = pid // {tiles_n}",
+         f"{ind}pid_n = pid % {tiles_n}",
+         f"{ind}offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
+         f"{ind}mask_m = offs_m < {geo.k_per_group}",
+         f"{ind}offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
+         f"{ind}mask_n = offs_n < {geo.c_per_group}"]
+    L += _div_chain("t", list(geo.filt), r, ind, "_qt")
+    ds, xs = dy_strides, geo.x_strides
+    L.append(f"{ind}dy_k = (g * {geo.k_per_group} + offs_m) * {ds[1]}")
+    L.append(f"{ind}x_c = (g * {geo.c_per_group} + offs_n) * {xs[1]}")
+    L.append(f"{ind}acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)")
+    L.append(f"{ind}for p0 in range(0, {p_total}, BLOCK_K):")
+    L.append(f"{ind2}pp = (p0 + tl.arange(0, BLOCK_K)){i64}")
+    L.append(f"{ind2}mask_p = pp < {p_total}")
+    L += _div_chain("pp", [geo.n] + list(geo.out_dims), ["nb"] + o, ind2, "_qp")
+    valid, b_off, a_off = ["mask_p"], [f"nb * {xs[0]}"], [f"nb * {ds[0]}"]
+    for i in range(d):
+        L.append(f"{ind2}h{i} = {o[i]} * {geo.stride[i]} - {geo.pre[i]} + {r[i]} * {geo.dilation[i]}")
+        valid.append(f"(h{i} >= 0) & (h{i} < {geo.in_dims[i]})")
+        b_off.append(f"h{i} * {xs[2 + i]}")
+        a_off.append(f"{o[i]} * {ds[2 + i]}")
+    L.append(f"{ind2}valid = " + " & ".join(valid))
+    L.append(f"{ind2}a = tl.load(DY + dy_k[:, None] + ({' + '.join(a_off)})[None, :], "
+             f"mask=mask_m[:, None] & mask_p[None, :], other=0.0)")
+    L.append(f"{ind2}b = tl.load(X + ({' + '.join(b_off)})[:, None] + x_c[None, :], "
+             f"mask=valid[:, None] & mask_n[None, :], other=0.0)")
+    L.append(ind2 + _dot_line(allow_tf32, interpret, fp32_inputs))
+    for line in epilogue_body.strip("\n").split("\n"):
+        L.append(ind + line)
+    return "\n".join(L) + "\n"
+
+
+def wgrad_grid(geo: ConvGeometry, kn: ConvKnobs) -> tuple:
+    return (-(-geo.k_per_group // kn.BLOCK_M) * -(-geo.c_per_group // kn.BLOCK_N),
+            _prod(geo.filt), geo.groups)
+
+
+def _dot_line(allow_tf32: bool, interpret: bool, fp32_inputs: bool) -> str:
+    if interpret:   # the 3.6 interpreter's dot is wrong on bfloat16: widen there only
+        return "acc += tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision='ieee')"
+    if fp32_inputs:
+        return f"acc += tl.dot(a, b, input_precision='{'tf32' if allow_tf32 else 'ieee'}')"
+    return "acc += tl.dot(a, b)"
+
+
+def _prod(v) -> int:
+    out = 1
+    for a in v:
+        out *= a
+    return out

@@ -11,8 +11,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-import torch
-
 from ... import backends
 from ...enums import BehaviorNote, ConvolutionMode, DataType, NumericalNote
 from ...runtime.launch import DualKernel, LaunchList, kernel_from_source
@@ -33,32 +31,42 @@ class ConvAnalysis:
     geo: K.ConvGeometry
 
 
-@functools.lru_cache(maxsize=256)   # graphs are frozen; support, cost and build share it
-def analyze(graph) -> ConvAnalysis | str:
-    convs = [n for n in graph.nodes if n.kind == "conv_fprop"]
+# role names per direction: (image, filter, gradient-or-output, output role)
+_ROLES = {"conv_fprop": ("X", "W", "Y", "Y"), "conv_dgrad": ("DX", "W", "DY", "DX"),
+          "conv_wgrad": ("X", "DW", "DY", "DW")}
+
+
+@functools.lru_cache(maxsize=512)   # graphs are frozen; support, cost and build share it
+def analyze(graph, kind: str = "conv_fprop") -> ConvAnalysis | str:
+    convs = [n for n in graph.nodes if n.kind == kind]
     if len(convs) != 1:
-        return f"needs exactly one conv_fprop node, found {len(convs)}"
+        return f"needs exactly one {kind} node, found {len(convs)}"
     cv = convs[0]
-    x, w, y = (graph.tensors[cv.inputs["X"]], graph.tensors[cv.inputs["W"]],
-               graph.tensors[cv.outputs["Y"]])
-    if cv.inputs["X"] in graph.producers or cv.inputs["W"] in graph.producers:
-        return "convolution operands must be graph inputs (prologue fusion is not built yet)"
-    if x.is_pass_by_value or w.is_pass_by_value:
-        return "convolution operands passed by value (host scalars) are not tiles in memory"
-    if x.data_type not in OPERAND_TYPES or w.data_type != x.data_type:
-        return f"operand types {x.data_type.name} x {w.data_type.name}: float, half or bfloat16, equal"
-    ep = fuse_epilogue.collect(graph, cv, y.uid)
+    xr, wr, yr, outr = _ROLES[kind]
+    role = {**cv.inputs, **cv.outputs}
+    x, w, y = (graph.tensors[role[r]] for r in (xr, wr, yr))
+    operands = [u for r, u in cv.inputs.items()]
+    if any(u in graph.producers for u in operands):
+        return f"{kind} operands must be graph inputs (prologue fusion is not built yet)"
+    if any(graph.tensors[u].is_pass_by_value for u in operands):
+        return f"{kind} operands passed by value (host scalars) are not tiles in memory"
+    types = {graph.tensors[u].data_type for u in operands}
+    if len(types) != 1 or not types <= OPERAND_TYPES:
+        return (f"operand types {sorted(t.name for t in types)}: one of float, half or "
+                "bfloat16 for all operands")
+    out_uid = role[outr]
+    ep = fuse_epilogue.collect(graph, cv, out_uid)
     if isinstance(ep, str):
         return ep
     groups = x.dims[1] // w.dims[1]
-    big = any(graph.tensors[u].span >= 2 ** 31 for u in [x.uid, w.uid] + ep.inputs + ep.outputs)
+    big = any(graph.tensors[u].span >= 2 ** 31 for u in operands + ep.inputs + ep.outputs)
     geo = K.ConvGeometry(
         n=x.dims[0], c_per_group=w.dims[1], k_per_group=w.dims[0] // groups, groups=groups,
         in_dims=tuple(x.dims[2:]), out_dims=tuple(y.dims[2:]), filt=tuple(w.dims[2:]),
         pre=tuple(cv.pre_padding), stride=tuple(cv.stride), dilation=tuple(cv.dilation),
         flip=cv.convolution_mode == ConvolutionMode.CONVOLUTION,
         x_strides=tuple(x.strides), w_strides=tuple(w.strides), int64=big)
-    if geo.n * max(1, _prod(geo.out_dims)) == 0 or geo.k_per_group == 0:
+    if _prod(x.dims) == 0 or _prod(y.dims) == 0 or _prod(w.dims) == 0:
         return "empty convolution (a zero-size dimension): nothing for a kernel to do"
     if groups > 65535:
         return f"{groups} groups exceed the grid's 65535 limit"
@@ -80,14 +88,18 @@ class ImplicitGemmEngine(Engine):
     """CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM: gather-on-the-fly GEMM, fused epilogue."""
     id = 3
     name = "conv_implicit_gemm"
+    kind = "conv_fprop"
     behavior_notes = frozenset({BehaviorNote.RUNTIME_COMPILATION})
 
+    def _analyze(self, graph):
+        return analyze(graph, self.kind)
+
     def check_support(self, graph, target: Target) -> Support:
-        a = analyze(graph)
+        a = self._analyze(graph)
         return decline(a) if isinstance(a, str) else SUPPORTED
 
     def numerical_notes(self, graph, config) -> frozenset:
-        a = analyze(graph)
+        a = self._analyze(graph)
         if isinstance(a, str):
             return frozenset()
         notes = set()
@@ -103,7 +115,7 @@ class ImplicitGemmEngine(Engine):
                      f.default) for f in dataclasses.fields(K.ConvKnobs)]
 
     def configs(self, graph, target: Target) -> list[EngineConfig]:
-        a = analyze(graph)
+        a = self._analyze(graph)
         if isinstance(a, str):
             return []
         cands = K.knob_space() if target.is_cuda else [K.ConvKnobs(32, 32, 16, 4, 2)]
@@ -121,59 +133,95 @@ class ImplicitGemmEngine(Engine):
         if not s.ok:
             return s
         kn = K.ConvKnobs(**config.knob_dict)
-        if not self._fits(analyze(graph), kn, target):
+        if not self._fits(self._analyze(graph), kn, target):
             return decline("the tiles' pipeline stages exceed the shared memory of a block")
         return SUPPORTED
 
     def estimate_seconds(self, graph, config, target) -> float:
-        a = analyze(graph)
+        a = self._analyze(graph)
         peak = target.peak_flops_fp16 if a.x.data_type != DataType.FLOAT else (
             target.peak_flops_fp16 / 2 if _tf32(a) else target.peak_flops_fp32)
         return K.estimate_seconds(a.geo, K.ConvKnobs(**config.knob_dict),
                                   a.x.data_type.itemsize, peak, target.bandwidth, target.num_sms)
 
     def build(self, graph, config, target) -> Executable:
-        return _ConvExecutable(graph, analyze(graph), K.ConvKnobs(**config.knob_dict), target)
+        return _ConvExecutable(graph, self._analyze(graph), K.ConvKnobs(**config.knob_dict),
+                               target, self.kind)
 
 
-def epilogue(graph, a: ConvAnalysis) -> tuple[list, str]:
-    """Epilogue on the (pixels x channels) tile: y-shaped tensors addressed by
-    (nb, o_0.., g*K/G + offs_n)."""
-    d = len(a.geo.out_dims)
-    kg = a.geo.k_per_group
+class ImplicitGemmDgradEngine(ImplicitGemmEngine):
+    """CUDNN_CONVOLUTION_BWD_DATA_ALGO_1-style implicit GEMM over dx pixels (deterministic)."""
+    id = 4
+    name = "conv_dgrad_implicit_gemm"
+    kind = "conv_dgrad"
 
-    def off(u):
-        st = graph.tensors[u].strides
-        dims = graph.tensors[u].dims
-        rows = [f"nb * {st[0]}" if dims[0] != 1 else "nb * 0"]
+
+class ImplicitGemmWgradEngine(ImplicitGemmEngine):
+    """Deterministic backward filter (CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1-style): one
+    program per (tap, tile), reducing over all pixels in a fixed order."""
+    id = 5
+    name = "conv_wgrad_implicit_gemm"
+    kind = "conv_wgrad"
+
+
+def epilogue(graph, a: ConvAnalysis, kind: str) -> tuple[list, str]:
+    """Epilogue on the output tile. fprop / dgrad tiles are (pixels x channels) addressed
+    by (nb, o_0.., g*per_group + offs_n); wgrad tiles are (filters x channels) of one tap
+    (g*K/G + offs_m, offs_n, r_0..)."""
+    d = len(a.geo.filt)
+
+    def off_pixels(u, per_group):
+        st, dims = graph.tensors[u].strides, graph.tensors[u].dims
+        rows = [f"nb * {st[0] if dims[0] != 1 else 0}"]
         rows += [f"o{i} * {st[2 + i]}" for i in range(d) if dims[2 + i] != 1]
-        col = f"(g * {kg} + offs_n) * {st[1] if dims[1] != 1 else 0}"
+        col = f"(g * {per_group} + offs_n) * {st[1] if dims[1] != 1 else 0}"
         return f"(({' + '.join(rows)})[:, None] + ({col})[None, :])"
 
+    def off_filter(u):
+        st, dims = graph.tensors[u].strides, graph.tensors[u].dims
+        row = f"(g * {a.geo.k_per_group} + offs_m) * {st[0] if dims[0] != 1 else 0}"
+        # in CONVOLUTION mode tap r of the image window is filter position filt - 1 - r
+        tap = [f"({a.geo.filt[i] - 1} - r{i})" if a.geo.flip else f"r{i}" for i in range(d)]
+        taps = " + ".join(f"{tap[i]} * {st[2 + i]}" for i in range(d) if dims[2 + i] != 1) or "0"
+        return f"(({row})[:, None] + (offs_n * {st[1] if dims[1] != 1 else 0})[None, :] + {taps})"
+
+    if kind == "conv_wgrad":
+        off = off_filter
+    else:
+        per = a.geo.k_per_group if kind == "conv_fprop" else a.geo.c_per_group
+        off = functools.partial(off_pixels, per_group=per)
     params, body = fuse_epilogue.source(graph, a.ep, off)
     return params, "ep_mask = mask_m[:, None] & mask_n[None, :]\n" + body
 
 
 class _ConvExecutable(Executable, LaunchList):
-    def __init__(self, graph, a: ConvAnalysis, kn: K.ConvKnobs, target: Target):
+    def __init__(self, graph, a: ConvAnalysis, kn: K.ConvKnobs, target: Target, kind: str):
         LaunchList.__init__(self)
         self.workspace_size = 0
-        params, body = epilogue(graph, a)
-        name = f"conv_fprop_{graph.key()[:12]}"
+        params, body = epilogue(graph, a, kind)
+        name = f"{kind}_{graph.key()[:12]}"
         kw = dict(epilogue_params=params, epilogue_body=body, allow_tf32=_tf32(a),
                   fp32_inputs=a.x.data_type == DataType.FLOAT)
-        src_c = K.fprop_source(name, a.geo, kn, interpret=False, **kw)
-        src_i = K.fprop_source(name, a.geo, kn, interpret=True, **kw)
+        if kind == "conv_fprop":
+            gen, grid, ins = K.fprop_source, K.grid(a.geo, kn), [a.x.uid, a.w.uid]
+        elif kind == "conv_dgrad":
+            kw["dy_strides"] = a.y.strides
+            gen, grid, ins = K.dgrad_source, K.dgrad_grid(a.geo, kn), [a.y.uid, a.w.uid]
+        else:
+            kw["dy_strides"] = a.y.strides
+            gen, grid, ins = K.wgrad_source, K.wgrad_grid(a.geo, kn), [a.x.uid, a.y.uid]
+        src_c = gen(name, a.geo, kn, interpret=False, **kw)
+        src_i = gen(name, a.geo, kn, interpret=True, **kw)
         kern = DualKernel(kernel_from_source(src_c, name).compiled,
                           kernel_from_source(src_i, name).interpreted)
         self.source = src_c
-        args = [("buf", a.x.uid), ("buf", a.w.uid)] + fuse_epilogue.launch_args(a.ep)
+        args = [("buf", u) for u in ins] + fuse_epilogue.launch_args(a.ep)
         const = {"BLOCK_M": kn.BLOCK_M, "BLOCK_N": kn.BLOCK_N, "BLOCK_K": kn.BLOCK_K,
                  "num_warps": kn.num_warps, "num_stages": kn.num_stages}
-        self.add_launch(kern, K.grid(a.geo, kn), const, args, graph, target.is_cuda)
+        self.add_launch(kern, grid, const, args, graph, target.is_cuda)
 
     def run(self, buffers, workspace, stream=None):
         self.run_launches(buffers, workspace, stream)
 
 
-__all__ = ["ImplicitGemmEngine", "analyze", "torch"]
+__all__ = ["ImplicitGemmEngine", "ImplicitGemmDgradEngine", "ImplicitGemmWgradEngine", "analyze"]
