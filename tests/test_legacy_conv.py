@@ -158,3 +158,68 @@ def test_bad_tensor_descriptor_values():
         cudnn.set_tensor_4d_descriptor(d, NCHW, FLOAT, 1, 0, 4, 4)
     with pytest.raises(BadParamError):
         cudnn.set_tensor_4d_descriptor_ex(d, FLOAT, 1, 2, 4, 4, 32, 16, -4, 1)
+
+
+def _backward_descs(fmt=NCHW, groups=2):
+    h, xd, wd, conv, yd, x, w, y, kw = _problem(groups=groups, fmt=fmt)
+    return h, xd, wd, conv, yd, x, w, torch.randn_like(y), kw
+
+
+@pytest.mark.parametrize("fmt", [NCHW, cudnn.TensorFormat.NHWC])
+@pytest.mark.parametrize("alpha,beta", [(1.0, 0.0), (0.5, 2.0)])
+def test_backward_data_and_filter(fmt, alpha, beta):
+    h, xd, wd, conv, yd, x, w, dy, kw = _backward_descs(fmt)
+    xr, wr = x.double().requires_grad_(True), w.double().requires_grad_(True)
+    F.conv2d(xr, wr, **kw).backward(dy.double())
+    dx0, dw0 = torch.randn_like(x), torch.randn_like(w)
+    dx, dw = dx0.clone(), dw0.clone()
+    algo_d = cudnn.get_convolution_backward_data_algorithm_v7(h, wd, yd, conv, xd, 1)[0]
+    assert algo_d.algo == cudnn.ConvolutionBwdDataAlgo.ALGO_1 and algo_d.status == Status.SUCCESS
+    cudnn.convolution_backward_data(h, alpha, wd, w, yd, dy, conv, algo_d.algo, None, 0, beta,
+                                    xd, dx)
+    assert torch.allclose(dx.double(), alpha * xr.grad + beta * dx0.double(), rtol=1e-5, atol=1e-4)
+    algo_f = cudnn.get_convolution_backward_filter_algorithm_v7(h, xd, yd, conv, wd, 1)[0]
+    assert algo_f.algo == cudnn.ConvolutionBwdFilterAlgo.ALGO_1
+    assert algo_f.determinism == cudnn.Determinism.DETERMINISTIC
+    cudnn.convolution_backward_filter(h, alpha, xd, x, yd, dy, conv, algo_f.algo, None, 0, beta,
+                                      wd, dw)
+    assert torch.allclose(dw.double(), alpha * wr.grad + beta * dw0.double(), rtol=1e-5, atol=1e-4)
+
+
+def test_backward_queries_and_find():
+    h, xd, wd, conv, yd, x, w, dy, _ = _backward_descs()
+    assert cudnn.get_convolution_backward_data_algorithm_max_count(h) == 6
+    assert cudnn.get_convolution_backward_filter_algorithm_max_count(h) == 7
+    perfs = cudnn.get_convolution_backward_filter_algorithm_v7(h, xd, yd, conv, wd, 7)
+    nd = [p for p in perfs if p.algo in (cudnn.ConvolutionBwdFilterAlgo.ALGO_0,
+                                          cudnn.ConvolutionBwdFilterAlgo.ALGO_3)]
+    assert all(p.determinism == cudnn.Determinism.NON_DETERMINISTIC for p in nd)
+    assert all(p.reason for p in perfs if p.status != Status.SUCCESS)
+    found = cudnn.find_convolution_backward_data_algorithm_ex(
+        h, wd, w, yd, dy, conv, xd, torch.empty_like(x), 6, None, 0)
+    assert found[0].status == Status.SUCCESS and found[0].time > 0
+    assert cudnn.get_convolution_backward_filter_workspace_size(
+        h, xd, yd, conv, wd, cudnn.ConvolutionBwdFilterAlgo.ALGO_1) == 0
+
+
+@pytest.mark.parametrize("beta", [0.0, 1.0])
+def test_backward_bias(beta):
+    h, xd, wd, conv, yd, x, w, dy, _ = _backward_descs()
+    bd = cudnn.create_tensor_descriptor()
+    cudnn.set_tensor_4d_descriptor(bd, NCHW, FLOAT, 1, 6, 1, 1)
+    db0 = torch.randn(1, 6, 1, 1)
+    db = db0.clone()
+    cudnn.convolution_backward_bias(h, 2.0, yd, dy, beta, bd, db)
+    want = 2.0 * dy.double().sum((0, 2, 3), keepdim=True) + beta * db0.double()
+    assert torch.allclose(db.double(), want, rtol=1e-5, atol=1e-4)
+
+
+def test_backward_dy_descriptor_that_disagrees():
+    h, xd, wd, conv, yd, x, w, dy, _ = _backward_descs()
+    bad = cudnn.create_tensor_descriptor()
+    cudnn.set_tensor_4d_descriptor(bad, NCHW, FLOAT, 2, 6, 4, 4)
+    with pytest.raises(BadParamError) as e:
+        cudnn.convolution_backward_data(h, 1.0, wd, w, bad, torch.randn(2, 6, 4, 4), conv,
+                                        cudnn.ConvolutionBwdDataAlgo.ALGO_1, None, 0, 0.0, xd,
+                                        torch.empty_like(x))
+    assert e.value.status == Status.BAD_PARAM_SHAPE_MISMATCH and "'dy'" in str(e.value)

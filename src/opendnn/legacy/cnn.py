@@ -203,71 +203,89 @@ def _apply_activation(g: Graph, t, act: ActivationDescriptor | None):
 
 
 # ---- plans ----------------------------------------------------------------------------------
-class _FwdCall:
-    """A built graph for one (descriptors, algorithm, blend shape) and its tensors."""
+class _ConvCall:
+    """A built graph for one (direction, descriptors, algorithm, blend shape).
 
-    def __init__(self, handle, x_desc, w_desc, conv, y_desc, algo, blend: bool, beta: bool,
-                 z_desc=None, b_desc=None, act=None, op="convolution_forward"):
-        out = _check_geometry(op, x_desc, w_desc, conv)
-        check(y_desc.is_set(), "output descriptor never set", op, "y")
-        check(list(y_desc.dims) == out, f"output descriptor dims {list(y_desc.dims)} disagree "
-              f"with the output-dim query {out}", op, "y", Status.BAD_PARAM_SHAPE_MISMATCH)
+    ``kind`` is conv_fprop (a = x, b = w, out = y), conv_dgrad (a = dy, b = w, out = dx) or
+    conv_wgrad (a = x, b = dy, out = dw). The result is ``act(alpha * conv + beta * prior
+    [+ alpha2 * z] [+ bias])``; unused terms are left out of the graph.
+    """
+
+    def __init__(self, handle, kind, a_desc, b_desc, conv, out_desc, algo, engine_id, blend,
+                 beta, op, z_desc=None, b_bias=None, act=None):
+        check(out_desc.is_set(), "output descriptor never set", op, "out")
+        if kind == "conv_fprop":
+            want, got, label = _check_geometry(op, a_desc, b_desc, conv), out_desc.dims, "y"
+        elif kind == "conv_dgrad":
+            want, got, label = _check_geometry(op, out_desc, b_desc, conv), a_desc.dims, "dy"
+        else:
+            want, got, label = _check_geometry(op, a_desc, out_desc, conv), b_desc.dims, "dy"
+        check(list(got) == want, f"descriptor dims {list(got)} disagree with the output-dim "
+              f"query {want}", op, label, Status.BAD_PARAM_SHAPE_MISMATCH)
         g = Graph(name=op, handle=handle, intermediate_data_type=DataType.FLOAT,
                   compute_data_type=DataType.FLOAT)
-        self.x = g.tensor(x_desc.dims, x_desc.strides, x_desc.data_type, name="x")
-        self.w = g.tensor(w_desc.dims, w_desc.strides, w_desc.data_type, name="w")
-        t = g.conv_fprop(self.x, self.w, pre_padding=list(conv.pre),
-                         post_padding=list(conv.post), stride=list(conv.stride),
-                         dilation=list(conv.dilation), convolution_mode=conv.mode, name="conv")
+        names = {"conv_fprop": ("x", "w", "y"), "conv_dgrad": ("dy", "w", "dx"),
+                 "conv_wgrad": ("x", "dy", "dw")}[kind]
+        self.a = g.tensor(a_desc.dims, a_desc.strides, a_desc.data_type, name=names[0])
+        self.b = g.tensor(b_desc.dims, b_desc.strides, b_desc.data_type, name=names[1])
+        params = dict(pre_padding=list(conv.pre), post_padding=list(conv.post),
+                      stride=list(conv.stride), dilation=list(conv.dilation),
+                      convolution_mode=conv.mode, name="conv")
+        t = getattr(g, kind)(self.a, self.b, **params)
+        if kind != "conv_fprop":
+            t.set_dim(list(out_desc.dims)).set_stride(list(out_desc.strides))
         scalar = dict(dim=[1], stride=[1], data_type=DataType.FLOAT, is_pass_by_value=True)
         self.alpha = self.beta = self.z = self.bias = None
         if blend:
             self.alpha = g.tensor(name="alpha", **scalar)
             t = g.scale(t, self.alpha)
-        if z_desc is not None:
-            self.z = g.tensor(z_desc.dims, z_desc.strides, z_desc.data_type, name="z")
-            self.beta = g.tensor(name="alpha2", **scalar)
+        if z_desc is not None or beta:
+            zd = z_desc if z_desc is not None else out_desc
+            self.z = g.tensor(zd.dims, zd.strides, zd.data_type,
+                              name="z" if z_desc is not None else "prior")
+            self.beta = g.tensor(name="alpha2" if z_desc is not None else "beta", **scalar)
             t = g.add(t, g.scale(self.z, self.beta))
-        elif beta:
-            self.z = g.tensor(y_desc.dims, y_desc.strides, y_desc.data_type, name="y_prior")
-            self.beta = g.tensor(name="beta", **scalar)
-            t = g.add(t, g.scale(self.z, self.beta))
-        if b_desc is not None:
-            self.bias = g.tensor(b_desc.dims, b_desc.strides, b_desc.data_type, name="bias")
+        if b_bias is not None:
+            self.bias = g.tensor(b_bias.dims, b_bias.strides, b_bias.data_type, name="bias")
             t = g.bias(t, self.bias)
         t = _apply_activation(g, t, act)
-        t.set_output(True).set_dim(list(y_desc.dims)).set_stride(list(y_desc.strides))
-        t.set_data_type(y_desc.data_type).set_name("y")
-        self.y = t
+        t.set_output(True).set_dim(list(out_desc.dims)).set_stride(list(out_desc.strides))
+        t.set_data_type(out_desc.data_type).set_name(names[2])
+        self.out = t
         self.graph = g
         g.validate()
-        self.algo = ConvolutionFwdAlgo(int(algo))
-        engine_id = _FWD_ENGINES.get(self.algo)
         if engine_id is None:
-            raise GraphNotSupportedError(f"algorithm {self.algo.name} is not implemented in "
-                                         "opendnn yet", op=op, status=Status.NOT_SUPPORTED)
+            raise GraphNotSupportedError(f"algorithm {algo.name} is not implemented in opendnn "
+                                         "yet", op=op, status=Status.NOT_SUPPORTED)
         g.create_execution_plans([HeurMode.A])
         cands = [i for i in range(g.get_execution_plan_count())
                  if g._plans[i].stages[0].config.engine_id == engine_id
                  and len(g._plans[i].stages) == 1]
         if not cands:
             reason = g._reasons.get(_engine_name(engine_id), "the engine declines this problem")
-            raise GraphNotSupportedError(f"algorithm {self.algo.name} does not support this "
+            raise GraphNotSupportedError(f"algorithm {algo.name} does not support this "
                                          f"problem: {reason}", op=op, status=Status.NOT_SUPPORTED)
         g.build_plan_at_index(cands[0])
         g._selected = cands[0]
         self.workspace_size = g.get_workspace_size()
+        self.engine_id = engine_id
 
-    def run(self, x, w, y, alpha, beta, workspace, z=None, bias=None):
-        pack = {self.x: x, self.w: w, self.y: y}
+    def run(self, a, b, out, alpha, beta, workspace, z=None, bias=None):
+        pack = {self.a: a, self.b: b, self.out: out}
         if self.alpha is not None:
             pack[self.alpha] = float(alpha)
         if self.z is not None:
-            pack[self.z] = z if z is not None else y.clone()
+            pack[self.z] = z if z is not None else out.clone()
             pack[self.beta] = float(beta)
         if self.bias is not None:
             pack[self.bias] = bias
         self.graph.execute(pack, workspace)
+
+    def estimate_ms(self) -> float:
+        plan = self.graph._selected_plan()
+        cfg = plan.stages[0].config
+        from ..engines.registry import by_id
+        return by_id(cfg.engine_id).estimate_seconds(plan.stages[0].graph, cfg, plan.target) * 1e3
 
 
 def _engine_name(engine_id: int) -> str:
@@ -278,18 +296,52 @@ def _engine_name(engine_id: int) -> str:
 _cache: dict = {}
 
 
-def _fwd_call(handle, x_desc, w_desc, conv, y_desc, algo, blend, beta, op, **extra) -> _FwdCall:
-    key = (str(getattr(handle, "device", None)), x_desc.desc().to_json().__repr__(),
-           w_desc.desc().to_json().__repr__(), conv.key(), y_desc.desc().to_json().__repr__(),
-           int(algo), blend, beta, op,
-           tuple((k, None if v is None else (v.desc().to_json().__repr__() if hasattr(v, "desc")
-                                             else (v.mode, v.nan_opt, v.coef, v.swish_beta)))
-                 for k, v in sorted(extra.items())))
+def _desc_key(d):
+    if d is None:
+        return None
+    if hasattr(d, "desc"):
+        return (d.dims, d.strides, int(d.data_type))
+    return (int(d.mode), int(d.nan_opt), d.coef, d.swish_beta)   # activation descriptor
+
+
+def conv_call(handle, kind, a_desc, b_desc, conv, out_desc, algo, engine_id, blend, beta, op,
+              **extra) -> _ConvCall:
+    """The cached built call for these descriptors (plans are reused across calls)."""
+    key = (str(getattr(handle, "device", None)), kind, _desc_key(a_desc), _desc_key(b_desc),
+           conv.key(), _desc_key(out_desc), int(algo), blend, beta, op,
+           tuple((k, _desc_key(v)) for k, v in sorted(extra.items())))
     call = _cache.get(key)
     if call is None:
-        call = _FwdCall(handle, x_desc, w_desc, conv, y_desc, algo, blend, beta, op=op, **extra)
+        call = _ConvCall(handle, kind, a_desc, b_desc, conv, out_desc, algo, engine_id, blend,
+                         beta, op, **extra)
         _cache[key] = call
     return call
+
+
+def perf_of(perf_cls, handle, kind, a_desc, b_desc, conv, out_desc, algo, engine_id, op,
+            determinism=lambda algo: Determinism.DETERMINISTIC):
+    """One algorithm's heuristic perf entry (status NOT_SUPPORTED with the reason)."""
+    det = determinism
+    try:
+        call = conv_call(handle, kind, a_desc, b_desc, conv, out_desc, algo, engine_id, False,
+                         False, op)
+    except GraphNotSupportedError as e:
+        return perf_cls(algo, Status.NOT_SUPPORTED, -1.0, 0, det(algo), conv.math_type, e.rule)
+    return perf_cls(algo, Status.SUCCESS, call.estimate_ms(), call.workspace_size, det(algo),
+                    conv.math_type)
+
+
+def measure(perfs: list, run_for, like, limit) -> list:
+    """find_*: time every supported algorithm (``run_for(algo)`` runs it once)."""
+    for p in perfs:
+        if p.status != Status.SUCCESS:
+            continue
+        if p.memory > limit:
+            p.status, p.reason = Status.BAD_PARAM_SIZE_INSUFFICIENT, "workspace too small"
+            continue
+        p.time = _time(lambda: run_for(p.algo), like)
+    perfs.sort(key=lambda p: (p.status != Status.SUCCESS, p.time))
+    return perfs
 
 
 # ---- algorithm queries ----------------------------------------------------------------------
@@ -297,26 +349,19 @@ def get_convolution_forward_algorithm_max_count(handle) -> int:
     return len(ConvolutionFwdAlgo)
 
 
-def _perf(handle, x_desc, w_desc, conv, y_desc, algo, op) -> ConvolutionFwdAlgoPerf:
-    try:
-        call = _fwd_call(handle, x_desc, w_desc, conv, y_desc, algo, False, False, op)
-    except GraphNotSupportedError as e:
-        return ConvolutionFwdAlgoPerf(algo, Status.NOT_SUPPORTED, -1.0, 0,
-                                      Determinism.DETERMINISTIC, conv.math_type, e.rule)
-    plan = call.graph._selected_plan()
-    est = plan.stages[0].config
-    from ..engines.registry import by_id
-    ms = by_id(est.engine_id).estimate_seconds(plan.stages[0].graph, est, plan.target) * 1e3
-    return ConvolutionFwdAlgoPerf(algo, Status.SUCCESS, ms, call.workspace_size,
-                                  Determinism.DETERMINISTIC, conv.math_type)
+def _fwd(handle, x_desc, w_desc, conv, y_desc, algo, blend, beta, op, **extra) -> _ConvCall:
+    algo = ConvolutionFwdAlgo(int(algo))
+    return conv_call(handle, "conv_fprop", x_desc, w_desc, conv, y_desc, algo,
+                     _FWD_ENGINES.get(algo), blend, beta, op, **extra)
 
 
 def get_convolution_forward_algorithm_v7(handle, x_desc, w_desc, conv, y_desc,
                                          requested: int) -> list:
     """Every algorithm ranked by the heuristic: supported ones first by estimated time."""
-    _check_geometry("get_convolution_forward_algorithm_v7", x_desc, w_desc, conv)
-    perfs = [_perf(handle, x_desc, w_desc, conv, y_desc, a, "get_convolution_forward_algorithm_v7")
-             for a in ConvolutionFwdAlgo]
+    op = "get_convolution_forward_algorithm_v7"
+    _check_geometry(op, x_desc, w_desc, conv)
+    perfs = [perf_of(ConvolutionFwdAlgoPerf, handle, "conv_fprop", x_desc, w_desc, conv, y_desc,
+                     a, _FWD_ENGINES.get(a), op) for a in ConvolutionFwdAlgo]
     perfs.sort(key=lambda p: (p.status != Status.SUCCESS, p.time))
     return perfs[:max(int(requested), 0)]
 
@@ -324,10 +369,7 @@ def get_convolution_forward_algorithm_v7(handle, x_desc, w_desc, conv, y_desc,
 def find_convolution_forward_algorithm(handle, x_desc, w_desc, conv, y_desc,
                                        requested: int) -> list:
     """Measured: allocates random buffers on the handle's device and times each algorithm."""
-    dev = handle.device
-    x = torch.randn(x_desc.desc().span, device=dev).to(x_desc.desc().torch_dtype)
-    w = torch.randn(w_desc.desc().span, device=dev).to(w_desc.desc().torch_dtype)
-    y = torch.empty(y_desc.desc().span, device=dev, dtype=y_desc.desc().torch_dtype)
+    x, w, y = (_random_buffer(d, handle) for d in (x_desc, w_desc, y_desc))
     return find_convolution_forward_algorithm_ex(handle, x_desc, x, w_desc, w, conv, y_desc, y,
                                                  requested, None, None)
 
@@ -337,19 +379,16 @@ def find_convolution_forward_algorithm_ex(handle, x_desc, x, w_desc, w, conv, y_
     """Measured on the given buffers, fastest first; algorithms needing more than
     ``workspace_size`` bytes report BAD_PARAM_SIZE_INSUFFICIENT."""
     op = "find_convolution_forward_algorithm_ex"
+    perfs = get_convolution_forward_algorithm_v7(handle, x_desc, w_desc, conv, y_desc, 99)
     limit = workspace_size if workspace_size is not None else float("inf")
-    out = []
-    for algo in ConvolutionFwdAlgo:
-        p = _perf(handle, x_desc, w_desc, conv, y_desc, algo, op)
-        if p.status == Status.SUCCESS:
-            if p.memory > limit:
-                p.status, p.reason = Status.BAD_PARAM_SIZE_INSUFFICIENT, "workspace too small"
-            else:
-                call = _fwd_call(handle, x_desc, w_desc, conv, y_desc, algo, False, False, op)
-                p.time = _time(lambda: call.run(x, w, y, 1.0, 0.0, workspace), y)
-        out.append(p)
-    out.sort(key=lambda p: (p.status != Status.SUCCESS, p.time))
-    return out[:max(int(requested), 0)]
+    measure(perfs, lambda a: _fwd(handle, x_desc, w_desc, conv, y_desc, a, False, False, op)
+            .run(x, w, y, 1.0, 0.0, workspace), y, limit)
+    return perfs[:max(int(requested), 0)]
+
+
+def _random_buffer(desc, handle):
+    d = desc.desc()
+    return torch.randn(d.span, device=handle.device).to(d.torch_dtype)
 
 
 def _time(fn, like, reps: int = 5) -> float:
@@ -369,17 +408,17 @@ def _time(fn, like, reps: int = 5) -> float:
 
 
 def get_convolution_forward_workspace_size(handle, x_desc, w_desc, conv, y_desc, algo) -> int:
-    return _fwd_call(handle, x_desc, w_desc, conv, y_desc, algo, False, False,
-                     "get_convolution_forward_workspace_size").workspace_size
+    return _fwd(handle, x_desc, w_desc, conv, y_desc, algo, False, False,
+                "get_convolution_forward_workspace_size").workspace_size
 
 
 # ---- execution ------------------------------------------------------------------------------
 def convolution_forward(handle, alpha, x_desc, x, w_desc, w, conv, algo, workspace,
                         workspace_size, beta, y_desc, y) -> None:
     """y = alpha * conv(x, w) + beta * y."""
-    call = _fwd_call(handle, x_desc, w_desc, conv, y_desc, algo, alpha != 1.0, beta != 0.0,
-                     "convolution_forward")
-    _check_ws(call, workspace, workspace_size, "convolution_forward")
+    call = _fwd(handle, x_desc, w_desc, conv, y_desc, algo, alpha != 1.0, beta != 0.0,
+                "convolution_forward")
+    check_ws(call, workspace, workspace_size, "convolution_forward")
     call.run(x, w, y, alpha, beta, workspace)
 
 
@@ -392,15 +431,15 @@ def convolution_bias_activation_forward(handle, alpha1, x_desc, x, w_desc, w, co
         len(w_desc.dims) - 2), f"bias must be [1, K, 1, ...], got {list(bias_desc.dims)}", op,
         "bias", Status.BAD_PARAM_SHAPE_MISMATCH)
     use_z = alpha2 != 0.0
-    call = _fwd_call(handle, x_desc, w_desc, conv, y_desc, algo, alpha1 != 1.0, False, op,
-                     z_desc=z_desc if use_z else None, b_desc=bias_desc, act=activation_desc)
-    _check_ws(call, workspace, workspace_size, op)
+    call = _fwd(handle, x_desc, w_desc, conv, y_desc, algo, alpha1 != 1.0, False, op,
+                z_desc=z_desc if use_z else None, b_bias=bias_desc, act=activation_desc)
+    check_ws(call, workspace, workspace_size, op)
     if use_z and z is not None and z.data_ptr() == y.data_ptr():
         z = z.clone()   # cuDNN allows z == y; a fused multi-node graph may not run in place
     call.run(x, w, y, alpha1, alpha2, workspace, z=z if use_z else None, bias=bias)
 
 
-def _check_ws(call, workspace, workspace_size, op) -> None:
+def check_ws(call, workspace, workspace_size, op) -> None:
     if call.workspace_size > (workspace_size or 0):
         raise BadParamError(f"workspace of {workspace_size} bytes; the algorithm needs "
                             f"{call.workspace_size}", op=op,

@@ -1,0 +1,230 @@
+"""Convolution backward in the descriptor API: backward data, backward filter and
+backward bias, with the same algorithm queries as the forward pass (see cnn.py).
+
+Algorithms implemented: backward data ALGO_1 (deterministic implicit GEMM over dx's
+pixels) and backward filter ALGO_1 (deterministic implicit GEMM, one program per tap and
+tile). The others report NOT_SUPPORTED with the reason until their engines exist.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+import torch
+
+from ..enums import DataType, HeurMode, ReductionMode
+from ..errors import Status
+from ..graph.graph import Graph
+from .cnn import _random_buffer, check_ws, conv_call, measure, perf_of
+from .common import Determinism, MathType, check
+
+
+class ConvolutionBwdDataAlgo(enum.IntEnum):
+    ALGO_0 = 0
+    ALGO_1 = 1
+    FFT = 2
+    FFT_TILING = 3
+    WINOGRAD = 4
+    WINOGRAD_NONFUSED = 5
+
+
+class ConvolutionBwdFilterAlgo(enum.IntEnum):
+    ALGO_0 = 0
+    ALGO_1 = 1
+    FFT = 2
+    ALGO_3 = 3
+    WINOGRAD = 4
+    WINOGRAD_NONFUSED = 5
+    FFT_TILING = 6
+
+
+_DATA_ENGINES = {ConvolutionBwdDataAlgo.ALGO_1: 4}
+_FILTER_ENGINES = {ConvolutionBwdFilterAlgo.ALGO_1: 5}
+# cuDNN's atomics-based algorithms (IntEnums compare by value: one set per enum)
+_NONDET_DATA = {ConvolutionBwdDataAlgo.ALGO_0}
+_NONDET_FILTER = {ConvolutionBwdFilterAlgo.ALGO_0, ConvolutionBwdFilterAlgo.ALGO_3}
+
+
+@dataclasses.dataclass
+class ConvolutionBwdDataAlgoPerf:
+    algo: ConvolutionBwdDataAlgo
+    status: Status
+    time: float
+    memory: int
+    determinism: Determinism
+    math_type: MathType
+    reason: str = ""
+
+
+@dataclasses.dataclass
+class ConvolutionBwdFilterAlgoPerf:
+    algo: ConvolutionBwdFilterAlgo
+    status: Status
+    time: float
+    memory: int
+    determinism: Determinism
+    math_type: MathType
+    reason: str = ""
+
+
+def _det_data(algo) -> Determinism:
+    return Determinism.NON_DETERMINISTIC if algo in _NONDET_DATA else Determinism.DETERMINISTIC
+
+
+def _det_filter(algo) -> Determinism:
+    return Determinism.NON_DETERMINISTIC if algo in _NONDET_FILTER else Determinism.DETERMINISTIC
+
+
+# ---- backward data ---------------------------------------------------------------------------
+def _data(handle, w_desc, dy_desc, conv, dx_desc, algo, blend, beta, op):
+    algo = ConvolutionBwdDataAlgo(int(algo))
+    return conv_call(handle, "conv_dgrad", dy_desc, w_desc, conv, dx_desc, algo,
+                     _DATA_ENGINES.get(algo), blend, beta, op)
+
+
+def get_convolution_backward_data_algorithm_max_count(handle) -> int:
+    return len(ConvolutionBwdDataAlgo)
+
+
+def get_convolution_backward_data_algorithm_v7(handle, w_desc, dy_desc, conv, dx_desc,
+                                               requested: int) -> list:
+    op = "get_convolution_backward_data_algorithm_v7"
+    perfs = [perf_of(ConvolutionBwdDataAlgoPerf, handle, "conv_dgrad", dy_desc, w_desc, conv,
+                     dx_desc, a, _DATA_ENGINES.get(a), op, _det_data)
+             for a in ConvolutionBwdDataAlgo]
+    perfs.sort(key=lambda p: (p.status != Status.SUCCESS, p.time))
+    return perfs[:max(int(requested), 0)]
+
+
+def find_convolution_backward_data_algorithm(handle, w_desc, dy_desc, conv, dx_desc,
+                                             requested: int) -> list:
+    w, dy, dx = (_random_buffer(d, handle) for d in (w_desc, dy_desc, dx_desc))
+    return find_convolution_backward_data_algorithm_ex(handle, w_desc, w, dy_desc, dy, conv,
+                                                       dx_desc, dx, requested, None, None)
+
+
+def find_convolution_backward_data_algorithm_ex(handle, w_desc, w, dy_desc, dy, conv, dx_desc,
+                                                dx, requested: int, workspace,
+                                                workspace_size) -> list:
+    op = "find_convolution_backward_data_algorithm_ex"
+    perfs = get_convolution_backward_data_algorithm_v7(handle, w_desc, dy_desc, conv, dx_desc, 99)
+    limit = workspace_size if workspace_size is not None else float("inf")
+    measure(perfs, lambda a: _data(handle, w_desc, dy_desc, conv, dx_desc, a, False, False, op)
+            .run(dy, w, dx, 1.0, 0.0, workspace), dx, limit)
+    return perfs[:max(int(requested), 0)]
+
+
+def get_convolution_backward_data_workspace_size(handle, w_desc, dy_desc, conv, dx_desc,
+                                                 algo) -> int:
+    return _data(handle, w_desc, dy_desc, conv, dx_desc, algo, False, False,
+                 "get_convolution_backward_data_workspace_size").workspace_size
+
+
+def convolution_backward_data(handle, alpha, w_desc, w, dy_desc, dy, conv, algo, workspace,
+                              workspace_size, beta, dx_desc, dx) -> None:
+    """dx = alpha * dgrad(dy, w) + beta * dx."""
+    op = "convolution_backward_data"
+    call = _data(handle, w_desc, dy_desc, conv, dx_desc, algo, alpha != 1.0, beta != 0.0, op)
+    check_ws(call, workspace, workspace_size, op)
+    call.run(dy, w, dx, alpha, beta, workspace)
+
+
+# ---- backward filter -------------------------------------------------------------------------
+def _filter(handle, x_desc, dy_desc, conv, dw_desc, algo, blend, beta, op):
+    algo = ConvolutionBwdFilterAlgo(int(algo))
+    return conv_call(handle, "conv_wgrad", x_desc, dy_desc, conv, dw_desc, algo,
+                     _FILTER_ENGINES.get(algo), blend, beta, op)
+
+
+def get_convolution_backward_filter_algorithm_max_count(handle) -> int:
+    return len(ConvolutionBwdFilterAlgo)
+
+
+def get_convolution_backward_filter_algorithm_v7(handle, x_desc, dy_desc, conv, dw_desc,
+                                                 requested: int) -> list:
+    op = "get_convolution_backward_filter_algorithm_v7"
+    perfs = [perf_of(ConvolutionBwdFilterAlgoPerf, handle, "conv_wgrad", x_desc, dy_desc, conv,
+                     dw_desc, a, _FILTER_ENGINES.get(a), op, _det_filter)
+             for a in ConvolutionBwdFilterAlgo]
+    perfs.sort(key=lambda p: (p.status != Status.SUCCESS, p.time))
+    return perfs[:max(int(requested), 0)]
+
+
+def find_convolution_backward_filter_algorithm(handle, x_desc, dy_desc, conv, dw_desc,
+                                               requested: int) -> list:
+    x, dy, dw = (_random_buffer(d, handle) for d in (x_desc, dy_desc, dw_desc))
+    return find_convolution_backward_filter_algorithm_ex(handle, x_desc, x, dy_desc, dy, conv,
+                                                         dw_desc, dw, requested, None, None)
+
+
+def find_convolution_backward_filter_algorithm_ex(handle, x_desc, x, dy_desc, dy, conv, dw_desc,
+                                                  dw, requested: int, workspace,
+                                                  workspace_size) -> list:
+    op = "find_convolution_backward_filter_algorithm_ex"
+    perfs = get_convolution_backward_filter_algorithm_v7(handle, x_desc, dy_desc, conv, dw_desc,
+                                                         99)
+    limit = workspace_size if workspace_size is not None else float("inf")
+    measure(perfs, lambda a: _filter(handle, x_desc, dy_desc, conv, dw_desc, a, False, False, op)
+            .run(x, dy, dw, 1.0, 0.0, workspace), dw, limit)
+    return perfs[:max(int(requested), 0)]
+
+
+def get_convolution_backward_filter_workspace_size(handle, x_desc, dy_desc, conv, dw_desc,
+                                                   algo) -> int:
+    return _filter(handle, x_desc, dy_desc, conv, dw_desc, algo, False, False,
+                   "get_convolution_backward_filter_workspace_size").workspace_size
+
+
+def convolution_backward_filter(handle, alpha, x_desc, x, dy_desc, dy, conv, algo, workspace,
+                                workspace_size, beta, dw_desc, dw) -> None:
+    """dw = alpha * wgrad(x, dy) + beta * dw."""
+    op = "convolution_backward_filter"
+    call = _filter(handle, x_desc, dy_desc, conv, dw_desc, algo, alpha != 1.0, beta != 0.0, op)
+    check_ws(call, workspace, workspace_size, op)
+    call.run(x, dy, dw, alpha, beta, workspace)
+
+
+# ---- backward bias ---------------------------------------------------------------------------
+_bias_cache: dict = {}
+
+
+def convolution_backward_bias(handle, alpha, dy_desc, dy, beta, db_desc, db) -> None:
+    """db = alpha * sum_{n, spatial} dy + beta * db (db is [1, K, 1, ...])."""
+    op = "convolution_backward_bias"
+    check(dy_desc.is_set() and db_desc.is_set(), "descriptor never set", op)
+    want = [1, dy_desc.dims[1]] + [1] * (len(dy_desc.dims) - 2)
+    check(list(db_desc.dims) == want, f"db dims {list(db_desc.dims)} must be {want}", op, "db",
+          Status.BAD_PARAM_SHAPE_MISMATCH)
+    key = (str(handle.device), dy_desc.dims, dy_desc.strides, int(dy_desc.data_type),
+           db_desc.dims, db_desc.strides, int(db_desc.data_type), beta != 0.0)
+    built = _bias_cache.get(key)
+    if built is None:
+        g = Graph(name=op, handle=handle, compute_data_type=DataType.FLOAT)
+        tdy = g.tensor(dy_desc.dims, dy_desc.strides, dy_desc.data_type, name="dy")
+        scalar = dict(dim=[1], stride=[1], data_type=DataType.FLOAT, is_pass_by_value=True)
+        ta = g.tensor(name="alpha", **scalar)
+        s = g.reduction(g.scale(tdy, ta), ReductionMode.ADD)
+        s.set_dim(want).set_stride(list(db_desc.strides)).set_data_type(DataType.FLOAT)
+        tb = prior = None
+        out = s
+        if beta != 0.0:
+            tb = g.tensor(name="beta", **scalar)
+            prior = g.tensor(db_desc.dims, db_desc.strides, db_desc.data_type, name="db_prior")
+            out = g.add(s, g.scale(prior, tb))
+        out.set_output(True).set_data_type(db_desc.data_type).set_name("db")
+        g.build([HeurMode.A, HeurMode.FALLBACK])
+        built = (g, tdy, ta, tb, prior, out)
+        _bias_cache[key] = built
+    g, tdy, ta, tb, prior, out = built
+    pack = {tdy: dy, ta: float(alpha), out: db}
+    if tb is not None:
+        pack[tb] = float(beta)
+        pack[prior] = db.clone()
+    ws = torch.empty(g.get_workspace_size(), dtype=torch.uint8, device=dy.device) \
+        if g.get_workspace_size() else None
+    g.execute(pack, ws)
+
+
+__all__ = [n for n in dir() if not n.startswith("_") and n not in (
+    "annotations", "dataclasses", "enum", "torch", "DataType", "HeurMode", "ReductionMode", "Graph",
+    "check", "conv_call", "measure", "perf_of", "check_ws")]
