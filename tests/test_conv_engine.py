@@ -160,3 +160,28 @@ def test_dgrad_with_relu_backward_epilogue(dt):
     out = g.relu_backward(dgrad, tx)
     out.set_output(True).set_data_type(TYPES[dt])
     check_engine(g, {tdy: dy, tw: w, tx: x}, [out], DGRAD_ID, n=72)
+
+
+GEMM_ID = 6
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"c{i}" for i in range(len(CASES))])
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("mode", ["CROSS_CORRELATION", "CONVOLUTION"])
+def test_gemm_engine_against_reference(case, layout, mode):
+    """im2col + matmul engine (or the direct GEMM for 1x1 convolutions)."""
+    n, c, k, sp, f, stride, pre, post, dil, groups = case
+    torch.manual_seed(len(sp) * 100 + c * 10 + k + 2)
+    x = _layout(torch.randn(n, c, *sp), layout)
+    w = _layout(torch.randn(k, c // groups, *f), layout)
+    b = torch.randn(1, k, *([1] * len(sp)))
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tw, tb = _tensor(g, x), _tensor(g, w), _tensor(g, b)
+    conv = g.conv_fprop(tx, tw, pre_padding=list(pre), post_padding=list(post),
+                        stride=list(stride), dilation=list(dil),
+                        convolution_mode=cudnn.convolution_mode[mode])
+    y = g.relu(g.bias(conv, tb))
+    y.set_output(True)
+    check_engine(g, {tx: x, tw: w, tb: b}, [y], GEMM_ID, n=(c // groups) * max(1, len(f)),
+                 msg=repro("conv_gemm", [tuple(x.shape), tuple(w.shape)], "float32", 0,
+                           layout=layout, mode=mode))

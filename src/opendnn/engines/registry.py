@@ -8,11 +8,12 @@ import functools
 def engines() -> tuple:
     from .conv.engine import (ImplicitGemmDgradEngine, ImplicitGemmEngine,
                               ImplicitGemmWgradEngine)
+    from .conv.gemm import GemmConvEngine
     from .fusion.engine import FusionEngine
     from .matmul.engine import MatmulEngine
     from .reference.engine import ReferenceEngine
-    return (ImplicitGemmEngine(), ImplicitGemmDgradEngine(), ImplicitGemmWgradEngine(),
-            MatmulEngine(), FusionEngine(), ReferenceEngine())
+    return (ImplicitGemmEngine(), GemmConvEngine(), ImplicitGemmDgradEngine(),
+            ImplicitGemmWgradEngine(), MatmulEngine(), FusionEngine(), ReferenceEngine())
 
 
 def by_id(engine_id: int):
