@@ -88,13 +88,15 @@ def test_fprop_scale_residual_and_two_outputs():
     check_engine(g, {tx: x, tw: w, tz: z}, [conv, y], CONV_ID, n=45)
 
 
-def test_heuristics_pick_implicit_gemm_for_conv_bias_relu():
+def test_heuristics_pick_a_fused_conv_engine_for_conv_bias_relu():
     x, w, b = torch.randn(1, 4, 5, 5), torch.randn(4, 4, 3, 3), torch.randn(1, 4, 1, 1)
     g = cudnn.pygraph()
     tx, tw, tb = g.tensor_like(x), g.tensor_like(w), g.tensor_like(b)
     y = g.relu(g.bias(g.conv_fprop(tx, tw, padding=[1, 1]), tb))
     g.build([cudnn.heur_mode.A])
-    assert g.get_plan_name_at_index(0).startswith("conv_implicit_gemm")
+    # one fused kernel, whichever convolution engine the cost model prefers (C=4: direct)
+    assert g.get_plan_name_at_index(0).split("#")[0] in ("conv_implicit_gemm", "conv_gemm",
+                                                         "conv_direct")
     out = torch.full((1, 4, 5, 5), float("nan"))
     g.execute({tx: x, tw: w, tb: b, y: out})
     ref = torch.relu(torch.nn.functional.conv2d(x.double(), w.double(), padding=1) + b.double())
@@ -185,3 +187,38 @@ def test_gemm_engine_against_reference(case, layout, mode):
     check_engine(g, {tx: x, tw: w, tb: b}, [y], GEMM_ID, n=(c // groups) * max(1, len(f)),
                  msg=repro("conv_gemm", [tuple(x.shape), tuple(w.shape)], "float32", 0,
                            layout=layout, mode=mode))
+
+
+DIRECT_ID = 7
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[1] // c[9] <= 16],
+                         ids=[f"c{i}" for i, c in enumerate(CASES) if c[1] // c[9] <= 16])
+@pytest.mark.parametrize("layout", ["nchw", "nhwc", "strided"])
+@pytest.mark.parametrize("mode", ["CROSS_CORRELATION", "CONVOLUTION"])
+def test_direct_engine_against_reference(case, layout, mode):
+    n, c, k, sp, f, stride, pre, post, dil, groups = case
+    torch.manual_seed(len(sp) * 100 + c * 10 + k + 3)
+    x = _layout(torch.randn(n, c, *sp), layout)
+    w = _layout(torch.randn(k, c // groups, *f), layout)
+    g = cudnn.pygraph()
+    tx, tw = _tensor(g, x), _tensor(g, w)
+    y = g.swish(g.conv_fprop(tx, tw, pre_padding=list(pre), post_padding=list(post),
+                             stride=list(stride), dilation=list(dil),
+                             convolution_mode=cudnn.convolution_mode[mode]))
+    y.set_output(True)
+    check_engine(g, {tx: x, tw: w}, [y], DIRECT_ID, n=(c // groups) * max(1, len(f)),
+                 msg=repro("conv_direct", [tuple(x.shape), tuple(w.shape)], "float32", 0,
+                           layout=layout, mode=mode))
+
+
+def test_direct_declines_wide_channels_with_reason():
+    from opendnn.engines.base import Target
+    from opendnn.engines.conv.direct import DirectConvEngine
+    g = cudnn.pygraph()
+    x = g.tensor(dim=[1, 64, 8, 8], data_type=cudnn.data_type.FLOAT)
+    w = g.tensor(dim=[8, 64, 3, 3], data_type=cudnn.data_type.FLOAT)
+    g.conv_fprop(x, w).set_output(True)
+    g.validate()
+    s = DirectConvEngine().check_support(g.op_graph, Target())
+    assert not s.ok and "small-channel" in s.reason

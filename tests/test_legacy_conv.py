@@ -86,8 +86,12 @@ def test_algorithm_queries_rank_and_explain():
     h, xd, wd, conv, yd, x, w, y, _ = _problem()
     assert cudnn.get_convolution_forward_algorithm_max_count(h) == 8
     perfs = cudnn.get_convolution_forward_algorithm_v7(h, xd, wd, conv, yd, 8)
-    assert len(perfs) == 8 and perfs[0].algo == cudnn.ConvolutionFwdAlgo.IMPLICIT_GEMM
-    assert perfs[0].status == Status.SUCCESS and perfs[0].time > 0
+    assert len(perfs) == 8 and perfs[0].status == Status.SUCCESS and perfs[0].time > 0
+    built = {cudnn.ConvolutionFwdAlgo.IMPLICIT_GEMM, cudnn.ConvolutionFwdAlgo.GEMM,
+             cudnn.ConvolutionFwdAlgo.DIRECT}
+    assert {p.algo for p in perfs if p.status == Status.SUCCESS} == built
+    times = [p.time for p in perfs if p.status == Status.SUCCESS]
+    assert times == sorted(times)
     unsupported = [p for p in perfs if p.status != Status.SUCCESS]
     assert unsupported and all(p.status == Status.NOT_SUPPORTED and p.reason for p in unsupported)
     found = cudnn.find_convolution_forward_algorithm_ex(h, xd, x, wd, w, conv, yd, y, 8, None, 0)

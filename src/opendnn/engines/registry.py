@@ -8,11 +8,12 @@ import functools
 def engines() -> tuple:
     from .conv.engine import (ImplicitGemmDgradEngine, ImplicitGemmEngine,
                               ImplicitGemmWgradEngine)
+    from .conv.direct import DirectConvEngine
     from .conv.gemm import GemmConvEngine
     from .fusion.engine import FusionEngine
     from .matmul.engine import MatmulEngine
     from .reference.engine import ReferenceEngine
-    return (ImplicitGemmEngine(), GemmConvEngine(), ImplicitGemmDgradEngine(),
+    return (ImplicitGemmEngine(), GemmConvEngine(), DirectConvEngine(), ImplicitGemmDgradEngine(),
             ImplicitGemmWgradEngine(), MatmulEngine(), FusionEngine(), ReferenceEngine())
 
 
