@@ -107,11 +107,11 @@ def test_declines_computed_operands_with_a_reason():
     x, w = torch.randn(1, 4, 5, 5), torch.randn(4, 4, 3, 3)
     g = cudnn.pygraph()
     tx, tw = g.tensor_like(x), g.tensor_like(w)
-    g.conv_fprop(g.relu(tx), tw).set_output(True)
+    g.conv_fprop(g.transpose(tx, [0, 1, 3, 2]), tw).set_output(True)
     g.validate()
     s = ImplicitGemmEngine().check_support(g.op_graph, __import__(
         "opendnn.engines.base", fromlist=["Target"]).Target())
-    assert not s.ok and "graph inputs" in s.reason
+    assert not s.ok and "not a pointwise prologue" in s.reason
 
 
 DGRAD_ID, WGRAD_ID = 4, 5
@@ -222,3 +222,36 @@ def test_direct_declines_wide_channels_with_reason():
     g.validate()
     s = DirectConvEngine().check_support(g.op_graph, Target())
     assert not s.ok and "small-channel" in s.reason
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("pad", [0, 1])
+def test_scale_bias_relu_prologue(layout, pad):
+    """conv(relu(x * scale + bias)) in one kernel: the previous layer's batch-norm apply
+    fused into the image load; the padding stays zero after the transform."""
+    torch.manual_seed(21 + pad)
+    x = _layout(torch.randn(2, 6, 7, 5), layout)
+    w = _layout(torch.randn(8, 6, 3, 3), layout)
+    sc, bi = torch.randn(1, 6, 1, 1), torch.randn(1, 6, 1, 1)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tw, ts, tb = _tensor(g, x), _tensor(g, w), _tensor(g, sc), _tensor(g, bi)
+    xin = g.relu(g.bias(g.scale(tx, ts), tb))
+    y = g.conv_fprop(xin, tw, padding=[pad, pad])
+    y.set_output(True)
+    out = check_engine(g, {tx: x, tw: w, ts: sc, tb: bi}, [y], CONV_ID, n=54)
+    ref = torch.nn.functional.conv2d(torch.relu(x.double() * sc.double() + bi.double()),
+                                     w.double(), padding=pad)
+    assert_close(out[y], ref, torch.float32, n=54)
+
+
+def test_prologue_with_an_extra_output_is_declined():
+    x, w = torch.randn(1, 4, 5, 5), torch.randn(4, 4, 3, 3)
+    g = cudnn.pygraph()
+    tx, tw = _tensor(g, x), _tensor(g, w)
+    act = g.relu(tx)
+    act.set_output(True)
+    g.conv_fprop(act, tw).set_output(True)
+    g.validate()
+    from opendnn.engines.base import Target
+    s = ImplicitGemmEngine().check_support(g.op_graph, Target())
+    assert not s.ok and "output" in s.reason

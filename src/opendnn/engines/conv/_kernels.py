@@ -73,7 +73,8 @@ def _div_chain(var: str, sizes: list, names: list, ind: str, tmp: str) -> list[s
 
 
 def fprop_source(name: str, geo: ConvGeometry, kn: ConvKnobs, *, epilogue_params: list[str],
-                 epilogue_body: str, allow_tf32: bool, interpret: bool, fp32_inputs: bool) -> str:
+                 epilogue_body: str, allow_tf32: bool, interpret: bool, fp32_inputs: bool,
+                 prologue_body: str = "") -> str:
     d = len(geo.out_dims)
     m_total = geo.n
     for o in geo.out_dims:
@@ -124,6 +125,8 @@ def fprop_source(name: str, geo: ConvGeometry, kn: ConvKnobs, *, epilogue_params
     L.append(f"{ind2}mask_c = cc < {geo.c_per_group}")
     L.append(f"{ind2}a = tl.load(X + ({' + '.join(x_off)})[:, None] + (cc * {xs[1]})[None, :], "
              f"mask=valid[:, None] & mask_c[None, :], other=0.0)")
+    for line in prologue_body.strip("\n").split("\n") if prologue_body else []:
+        L.append(ind2 + line)
     L.append(f"{ind2}b = tl.load(W + w_col[None, :] + (cc * {ws[1]})[:, None] + "
              f"{' + '.join(w_off)}, mask=mask_c[:, None] & mask_n[None, :], other=0.0)")
     L.append(ind2 + _dot_line(allow_tf32, interpret, fp32_inputs))

@@ -77,6 +77,8 @@ class DirectConvEngine(ImplicitGemmEngine):
         a = self._analyze(graph)
         if isinstance(a, str):
             return decline(a)
+        if a.prologue is not None:
+            return decline("the direct kernel has no prologue")
         if a.geo.c_per_group > MAX_CHANNELS:
             return decline(f"direct convolution is for depthwise and small-channel problems "
                            f"(C/G = {a.geo.c_per_group} > {MAX_CHANNELS}); tensor cores win "

@@ -22,13 +22,71 @@ OPERAND_TYPES = {DataType.FLOAT, DataType.HALF, DataType.BFLOAT16}
 
 
 @dataclasses.dataclass
+class Prologue:
+    """Pointwise nodes applied to the image before the convolution (e.g. the scale, bias
+    and ReLU of the previous layer's batch norm): inputs are the image itself,
+    per-channel tensors [1, C, 1, ...] and host scalars."""
+    nodes: list
+    out_uid: int          # the conv's X (virtual)
+    image: int            # the real input tensor
+    channel_inputs: list
+    scalars: list
+
+
+@dataclasses.dataclass
 class ConvAnalysis:
     node: object
-    x: object
+    x: object             # the image in memory (the prologue's input when there is one)
     w: object
     y: object
     ep: fuse_epilogue.Epilogue
     geo: K.ConvGeometry
+    prologue: Prologue | None = None
+
+
+def _prologue(graph, cv) -> Prologue | str | None:
+    x_uid = cv.inputs["X"]
+    if x_uid not in graph.producers:
+        return None
+    xd = graph.tensors[x_uid]
+    nodes, frontier, seen = [], [x_uid], set()
+    while frontier:
+        u = frontier.pop()
+        n = graph.producers.get(u)
+        if n is None or id(n) in seen:
+            continue
+        if n.kind != "pointwise":
+            return f"{n.label()} before the convolution is not a pointwise prologue"
+        seen.add(id(n))
+        nodes.append(n)
+        frontier.extend(n.inputs.values())
+    image, chans, scalars = None, [], []
+    inside = {id(n) for n in nodes}
+    for n in nodes:
+        out = graph.tensors[n.outputs["OUT_0"]]
+        if out.uid != x_uid and any(id(c) not in inside for c in graph.consumers.get(out.uid, [])):
+            return f"prologue tensor '{out.label()}' is also used outside the prologue"
+        if not out.is_virtual:
+            return f"prologue tensor '{out.label()}' is an output; the fused kernel never writes it"
+        for u in n.inputs.values():
+            if u in graph.producers:
+                continue
+            d = graph.tensors[u]
+            if d.is_pass_by_value:
+                scalars.append(u) if u not in scalars else None
+            elif d.dims == xd.dims:
+                if image not in (None, u):
+                    return "the prologue reads two full-size tensors; one image is supported"
+                image = u
+            elif list(d.dims) == [1, xd.dims[1]] + [1] * (len(xd.dims) - 2):
+                chans.append(u) if u not in chans else None
+            else:
+                return (f"prologue input '{d.label()}' is neither the image nor per-channel "
+                        f"[1, C, 1, ...]")
+    if image is None:
+        return "the prologue has no full-size image input"
+    order = [n for n in graph.nodes if id(n) in inside]     # topological
+    return Prologue(order, x_uid, image, chans, scalars)
 
 
 # role names per direction: (image, filter, gradient-or-output, output role)
@@ -45,9 +103,14 @@ def analyze(graph, kind: str = "conv_fprop") -> ConvAnalysis | str:
     xr, wr, yr, outr = _ROLES[kind]
     role = {**cv.inputs, **cv.outputs}
     x, w, y = (graph.tensors[role[r]] for r in (xr, wr, yr))
-    operands = [u for r, u in cv.inputs.items()]
+    pro = _prologue(graph, cv) if kind == "conv_fprop" else None
+    if isinstance(pro, str):
+        return pro
+    if pro is not None:
+        x = graph.tensors[pro.image]
+    operands = [pro.image if (pro and r == "X") else u for r, u in cv.inputs.items()]
     if any(u in graph.producers for u in operands):
-        return f"{kind} operands must be graph inputs (prologue fusion is not built yet)"
+        return f"{kind} operands must be graph inputs (only fprop fuses a pointwise prologue)"
     if any(graph.tensors[u].is_pass_by_value for u in operands):
         return f"{kind} operands passed by value (host scalars) are not tiles in memory"
     types = {graph.tensors[u].data_type for u in operands}
@@ -55,7 +118,7 @@ def analyze(graph, kind: str = "conv_fprop") -> ConvAnalysis | str:
         return (f"operand types {sorted(t.name for t in types)}: one of float, half or "
                 "bfloat16 for all operands")
     out_uid = role[outr]
-    ep = fuse_epilogue.collect(graph, cv, out_uid)
+    ep = fuse_epilogue.collect(graph, cv, out_uid, skip=pro.nodes if pro else ())
     if isinstance(ep, str):
         return ep
     groups = x.dims[1] // w.dims[1]
@@ -70,7 +133,7 @@ def analyze(graph, kind: str = "conv_fprop") -> ConvAnalysis | str:
         return "empty convolution (a zero-size dimension): nothing for a kernel to do"
     if groups > 65535:
         return f"{groups} groups exceed the grid's 65535 limit"
-    return ConvAnalysis(cv, x, w, y, ep, geo)
+    return ConvAnalysis(cv, x, w, y, ep, geo, pro)
 
 
 def _prod(v) -> int:
@@ -194,6 +257,30 @@ def epilogue(graph, a: ConvAnalysis, kind: str) -> tuple[list, str]:
     return params, "ep_mask = mask_m[:, None] & mask_n[None, :]\n" + body
 
 
+def prologue_source(graph, a: ConvAnalysis) -> tuple[list, str]:
+    """(params, body) transforming the loaded image slab ``a`` ([BLOCK_M, BLOCK_K], channels
+    ``cc`` of group ``g``) before the dot; padding stays zero after the transform."""
+    from ..fusion import _codegen as cg
+    pro, cgp = a.prologue, a.geo.c_per_group
+
+    def load(u):
+        if u == pro.image:
+            return "a.to(tl.float32)"
+        if u in pro.scalars:
+            return f"s{u}"
+        st = graph.tensors[u].strides[1]
+        return (f"tl.load(Q{u} + (g * {cgp} + cc) * {st}, mask=mask_c, other=0)"
+                f".to(tl.float32)[None, :]")
+    em = cg.Emitter(graph, "tl.float32", load, lambda axis, rank: "0", indent="")
+    for n in pro.nodes:
+        em.emit_node(n)
+    body = "\n".join(em.lines + [
+        f"a = tl.where(valid[:, None] & mask_c[None, :], {em.var[pro.out_uid]}, 0.0)"
+        f".to(a.dtype)"]) + "\n"
+    params = [f"Q{u}" for u in pro.channel_inputs] + [f"s{u}" for u in pro.scalars]
+    return params, body
+
+
 class _ConvExecutable(Executable, LaunchList):
     def __init__(self, graph, a: ConvAnalysis, kn: K.ConvKnobs, target: Target, kind: str):
         LaunchList.__init__(self)
@@ -204,6 +291,9 @@ class _ConvExecutable(Executable, LaunchList):
                   fp32_inputs=a.x.data_type == DataType.FLOAT)
         if kind == "conv_fprop":
             gen, grid, ins = K.fprop_source, K.grid(a.geo, kn), [a.x.uid, a.w.uid]
+            if a.prologue is not None:
+                pparams, kw["prologue_body"] = prologue_source(graph, a)
+                kw["epilogue_params"] = pparams + params
         elif kind == "conv_dgrad":
             kw["dy_strides"] = a.y.strides
             gen, grid, ins = K.dgrad_source, K.dgrad_grid(a.geo, kn), [a.y.uid, a.w.uid]
@@ -215,7 +305,9 @@ class _ConvExecutable(Executable, LaunchList):
         kern = DualKernel(kernel_from_source(src_c, name).compiled,
                           kernel_from_source(src_i, name).interpreted)
         self.source = src_c
-        args = [("buf", u) for u in ins] + fuse_epilogue.launch_args(a.ep)
+        pro_args = [("buf", u) for u in a.prologue.channel_inputs + a.prologue.scalars] \
+            if (kind == "conv_fprop" and a.prologue) else []
+        args = [("buf", u) for u in ins] + pro_args + fuse_epilogue.launch_args(a.ep)
         const = {"BLOCK_M": kn.BLOCK_M, "BLOCK_N": kn.BLOCK_N, "BLOCK_K": kn.BLOCK_K,
                  "num_warps": kn.num_warps, "num_stages": kn.num_stages}
         self.add_launch(kern, grid, const, args, graph, target.is_cuda)

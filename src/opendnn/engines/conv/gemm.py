@@ -57,6 +57,8 @@ def plan_gemm(graph) -> GemmPlan | str:
     a = analyze(graph, "conv_fprop")
     if isinstance(a, str):
         return a
+    if a.prologue is not None:
+        return "the explicit GEMM has no prologue (im2col would have to apply it)"
     geo = a.geo
     taps, cg, kg = math.prod(geo.filt), geo.c_per_group, geo.k_per_group
     ws = a.w.strides

@@ -26,12 +26,14 @@ class Epilogue:
     outputs: list         # tensors written (the main output first when it is real)
 
 
-def collect(graph, main, acc_uid: int) -> Epilogue | str:
-    """The epilogue of ``main`` in ``graph``, or why the other nodes do not fit."""
+def collect(graph, main, acc_uid: int, skip=()) -> Epilogue | str:
+    """The epilogue of ``main`` in ``graph`` (nodes in ``skip`` belong elsewhere, e.g. a
+    prologue), or why the other nodes do not fit."""
     acc = graph.tensors[acc_uid]
     nodes, inputs, scalars, outputs = [], [], [], []
+    skip_ids = {id(n) for n in skip}
     for n in graph.nodes:
-        if n is main:
+        if n is main or id(n) in skip_ids:
             continue
         if n.kind != "pointwise":
             return f"{n.label()} is not a pointwise epilogue operation"
