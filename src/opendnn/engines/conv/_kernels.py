@@ -72,34 +72,40 @@ def _div_chain(var: str, sizes: list, names: list, ind: str, tmp: str) -> list[s
     return lines
 
 
+def pixel_tile_header(name: str, inputs: list, params: list, constexprs: list,
+                      geo: ConvGeometry, pixel_dims, n_cols: int, kn: ConvKnobs) -> list[str]:
+    """The opening of a kernel whose tile is (output-like pixels x channels): signature,
+    program ids (axis 0 tiles, axis 1 the group), ``offs_m``/``mask_m`` over the pixels,
+    ``offs_n``/``mask_n`` over ``n_cols`` channels, and pixels split into nb, o_0.."""
+    i64 = ".to(tl.int64)" if geo.int64 else ""
+    ind = "    "
+    m_total = geo.n * _prod(pixel_dims)
+    sig = inputs + params + [f"{c}: tl.constexpr" for c in constexprs]
+    lines = ["@triton.jit", f"def {name}({', '.join(sig)}):",
+             f"{ind}pid = tl.program_id(0)",
+             f"{ind}g = tl.program_id(1){i64}",
+             f"{ind}num_pid_n = {-(-n_cols // kn.BLOCK_N)}",
+             f"{ind}pid_m = pid // num_pid_n",
+             f"{ind}pid_n = pid % num_pid_n",
+             f"{ind}offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)){i64}",
+             f"{ind}mask_m = offs_m < {m_total}",
+             f"{ind}offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
+             f"{ind}mask_n = offs_n < {n_cols}"]
+    names = ["nb"] + [f"o{i}" for i in range(len(pixel_dims))]
+    return lines + _div_chain("offs_m", [geo.n] + list(pixel_dims), names, ind, "_qm")
+
+
 def fprop_source(name: str, geo: ConvGeometry, kn: ConvKnobs, *, epilogue_params: list[str],
                  epilogue_body: str, allow_tf32: bool, interpret: bool, fp32_inputs: bool,
                  prologue_body: str = "") -> str:
     d = len(geo.out_dims)
-    m_total = geo.n
-    for o in geo.out_dims:
-        m_total *= o
-    taps = 1
-    for f in geo.filt:
-        taps *= f
+    taps = _prod(geo.filt)
     cb = -(-geo.c_per_group // kn.BLOCK_K)
-    i64 = ".to(tl.int64)" if geo.int64 else ""
     ind, ind2 = "    ", "        "
     o = [f"o{i}" for i in range(d)]
     r = [f"r{i}" for i in range(d)]
-    sig = ["X", "W"] + epilogue_params + ["BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr",
-                                           "BLOCK_K: tl.constexpr"]
-    L = ["@triton.jit", f"def {name}({', '.join(sig)}):",
-         f"{ind}pid = tl.program_id(0)",
-         f"{ind}g = tl.program_id(1){i64}",
-         f"{ind}num_pid_n = {-(-geo.k_per_group // kn.BLOCK_N)}",
-         f"{ind}pid_m = pid // num_pid_n",
-         f"{ind}pid_n = pid % num_pid_n",
-         f"{ind}offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)){i64}",
-         f"{ind}mask_m = offs_m < {m_total}",
-         f"{ind}offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
-         f"{ind}mask_n = offs_n < {geo.k_per_group}"]
-    L += _div_chain("offs_m", [geo.n] + list(geo.out_dims), ["nb"] + o, ind, "_qm")
+    L = pixel_tile_header(name, ["X", "W"], epilogue_params, ["BLOCK_M", "BLOCK_N", "BLOCK_K"],
+                          geo, geo.out_dims, geo.k_per_group, kn)
     xs = geo.x_strides
     L.append(f"{ind}x_row = nb * {xs[0]} + g * {geo.c_per_group * xs[1]}")
     for i in range(d):
@@ -178,26 +184,14 @@ def dgrad_source(name: str, geo: ConvGeometry, kn: ConvKnobs, *, dy_strides: tup
         B[(t, k), c] = w[g*K/G + k, c, r]
     """
     d = len(geo.in_dims)
-    m_total = geo.n * _prod(geo.in_dims)
+    geo.n * _prod(geo.in_dims)
     taps = _prod(geo.filt)
     kb = -(-geo.k_per_group // kn.BLOCK_K)
-    i64 = ".to(tl.int64)" if geo.int64 else ""
     ind, ind2 = "    ", "        "
     px = [f"o{i}" for i in range(d)]           # dx pixel coordinates (named o* for the epilogue)
     r = [f"r{i}" for i in range(d)]
-    sig = ["DY", "W"] + epilogue_params + ["BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr",
-                                            "BLOCK_K: tl.constexpr"]
-    L = ["@triton.jit", f"def {name}({', '.join(sig)}):",
-         f"{ind}pid = tl.program_id(0)",
-         f"{ind}g = tl.program_id(1){i64}",
-         f"{ind}num_pid_n = {-(-geo.c_per_group // kn.BLOCK_N)}",
-         f"{ind}pid_m = pid // num_pid_n",
-         f"{ind}pid_n = pid % num_pid_n",
-         f"{ind}offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)){i64}",
-         f"{ind}mask_m = offs_m < {m_total}",
-         f"{ind}offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
-         f"{ind}mask_n = offs_n < {geo.c_per_group}"]
-    L += _div_chain("offs_m", [geo.n] + list(geo.in_dims), ["nb"] + px, ind, "_qm")
+    L = pixel_tile_header(name, ["DY", "W"], epilogue_params, ["BLOCK_M", "BLOCK_N", "BLOCK_K"],
+                          geo, geo.in_dims, geo.c_per_group, kn)
     ds, ws = dy_strides, geo.w_strides
     L.append(f"{ind}dy_row = nb * {ds[0]} + g * {geo.k_per_group * ds[1]}")
     L.append(f"{ind}w_col = offs_n * {ws[1]}")   # the filter's C axis is per group already

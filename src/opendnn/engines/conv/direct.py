@@ -23,23 +23,12 @@ MAX_CHANNELS = 16
 def direct_source(name: str, geo: K.ConvGeometry, kn: K.ConvKnobs, *, epilogue_params: list,
                   epilogue_body: str) -> str:
     d = len(geo.out_dims)
-    m_total = geo.n * K._prod(geo.out_dims)
-    i64 = ".to(tl.int64)" if geo.int64 else ""
+    geo.n * K._prod(geo.out_dims)
     ind, ind2, ind3 = "    ", "        ", "            "
     o = [f"o{i}" for i in range(d)]
     r = [f"r{i}" for i in range(d)]
-    sig = ["X", "W"] + epilogue_params + ["BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr"]
-    L = ["@triton.jit", f"def {name}({', '.join(sig)}):",
-         f"{ind}pid = tl.program_id(0)",
-         f"{ind}g = tl.program_id(1){i64}",
-         f"{ind}num_pid_n = {-(-geo.k_per_group // kn.BLOCK_N)}",
-         f"{ind}pid_m = pid // num_pid_n",
-         f"{ind}pid_n = pid % num_pid_n",
-         f"{ind}offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)){i64}",
-         f"{ind}mask_m = offs_m < {m_total}",
-         f"{ind}offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
-         f"{ind}mask_n = offs_n < {geo.k_per_group}"]
-    L += K._div_chain("offs_m", [geo.n] + list(geo.out_dims), ["nb"] + o, ind, "_qm")
+    L = K.pixel_tile_header(name, ["X", "W"], epilogue_params, ["BLOCK_M", "BLOCK_N"], geo,
+                            geo.out_dims, geo.k_per_group, kn)
     xs, ws = geo.x_strides, geo.w_strides
     L.append(f"{ind}x_row = nb * {xs[0]} + g * {geo.c_per_group * xs[1]}")
     for i in range(d):
