@@ -295,52 +295,45 @@ class BuilderMixin:
             return ConvolutionMode[mode.upper()]
         return ConvolutionMode(int(mode)) if not isinstance(mode, ConvolutionMode) else mode
 
+    def _conv(self, cls, op, first, inputs: dict, out_role: str, padding, pre_padding,
+              post_padding, stride, dilation, convolution_mode, compute_data_type):
+        node = cls(name=op, compute_data_type=self._ctype(compute_data_type), inputs=inputs,
+                   convolution_mode=self._conv_mode(1 if convolution_mode is None
+                                                    else convolution_mode),
+                   **self._conv_params(first, op, padding, pre_padding, post_padding, stride,
+                                       dilation))
+        out = self._new_output(f"{op}::{out_role}")
+        self._add(node, {out_role: out})
+        return out
+
     def conv_fprop(self, image, weight, padding=None, pre_padding=None, post_padding=None,
-                   stride=None, dilation=None, convolution_mode=None, compute_data_type=DataType.NOT_SET,
-                   name=""):
+                   stride=None, dilation=None, convolution_mode=None,
+                   compute_data_type=DataType.NOT_SET, name=""):
         """Y [N, K, *out] = conv(image [N, C, *in], weight [K, C/G, *filt])."""
         op = name or f"conv_fprop_{len(self._nodes)}"
         x = self._check_tensor(image, op, "image")
         w = self._check_tensor(weight, op, "weight")
-        node = CN.ConvFprop(name=op, compute_data_type=self._ctype(compute_data_type),
-                            inputs={"X": x, "W": w},
-                            convolution_mode=self._conv_mode(1 if convolution_mode is None else convolution_mode),
-                            **self._conv_params(x, op, padding, pre_padding, post_padding,
-                                                stride, dilation))
-        y = self._new_output(f"{op}::Y")
-        self._add(node, {"Y": y})
-        return y
+        return self._conv(CN.ConvFprop, op, x, {"X": x, "W": w}, "Y", padding, pre_padding,
+                          post_padding, stride, dilation, convolution_mode, compute_data_type)
 
     def conv_dgrad(self, loss, filter, padding=None, pre_padding=None, post_padding=None,
-                   stride=None, dilation=None, convolution_mode=None, compute_data_type=DataType.NOT_SET,
-                   name=""):
+                   stride=None, dilation=None, convolution_mode=None,
+                   compute_data_type=DataType.NOT_SET, name=""):
         """DX = dgrad(loss = DY [N, K, *out], filter [K, C/G, *filt]); set DX's dims."""
         op = name or f"conv_dgrad_{len(self._nodes)}"
         dy = self._check_tensor(loss, op, "loss")
         w = self._check_tensor(filter, op, "filter")
-        node = CN.ConvDgrad(name=op, compute_data_type=self._ctype(compute_data_type),
-                            inputs={"DY": dy, "W": w},
-                            convolution_mode=self._conv_mode(1 if convolution_mode is None else convolution_mode),
-                            **self._conv_params(dy, op, padding, pre_padding, post_padding,
-                                                stride, dilation))
-        dx = self._new_output(f"{op}::DX")
-        self._add(node, {"DX": dx})
-        return dx
+        return self._conv(CN.ConvDgrad, op, dy, {"DY": dy, "W": w}, "DX", padding, pre_padding,
+                          post_padding, stride, dilation, convolution_mode, compute_data_type)
 
     def conv_wgrad(self, image, loss, padding=None, pre_padding=None, post_padding=None,
-                   stride=None, dilation=None, convolution_mode=None, compute_data_type=DataType.NOT_SET,
-                   name=""):
+                   stride=None, dilation=None, convolution_mode=None,
+                   compute_data_type=DataType.NOT_SET, name=""):
         """DW = wgrad(image X [N, C, *in], loss DY [N, K, *out]); set DW's dims."""
         op = name or f"conv_wgrad_{len(self._nodes)}"
         x = self._check_tensor(image, op, "image")
         dy = self._check_tensor(loss, op, "loss")
-        node = CN.ConvWgrad(name=op, compute_data_type=self._ctype(compute_data_type),
-                            inputs={"X": x, "DY": dy},
-                            convolution_mode=self._conv_mode(1 if convolution_mode is None else convolution_mode),
-                            **self._conv_params(x, op, padding, pre_padding, post_padding,
-                                                stride, dilation))
-        dw = self._new_output(f"{op}::DW")
-        self._add(node, {"DW": dw})
-        return dw
+        return self._conv(CN.ConvWgrad, op, x, {"X": x, "DY": dy}, "DW", padding, pre_padding,
+                          post_padding, stride, dilation, convolution_mode, compute_data_type)
 
     del _unary, _binary, _backward
