@@ -255,3 +255,24 @@ def test_prologue_with_an_extra_output_is_declined():
     from opendnn.engines.base import Target
     s = ImplicitGemmEngine().check_support(g.op_graph, Target())
     assert not s.ok and "output" in s.reason
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_conv_bias_genstats_fused(layout):
+    """y = conv(x) + bias and its batch-norm statistics (per-channel sum, sum of squares)
+    from one kernel plus a deterministic finishing pass."""
+    torch.manual_seed(31)
+    x = _layout(torch.randn(3, 5, 9, 7), layout)
+    w = _layout(torch.randn(6, 5, 3, 3), layout)
+    b = torch.randn(1, 6, 1, 1)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tw, tb = _tensor(g, x), _tensor(g, w), _tensor(g, b)
+    y = g.bias(g.conv_fprop(tx, tw, padding=[1, 1]), tb)
+    y.set_output(True)
+    s, sq = g.genstats(y)
+    s.set_output(True)
+    sq.set_output(True)
+    out = check_engine(g, {tx: x, tw: w, tb: b}, [y, s, sq], CONV_ID, n=45 * 63)
+    ref = torch.nn.functional.conv2d(x.double(), w.double(), padding=1) + b.double()
+    assert_close(out[s], ref.sum((0, 2, 3), keepdim=True), torch.float32, n=45 * 189)
+    assert_close(out[sq], (ref * ref).sum((0, 2, 3), keepdim=True), torch.float32, n=45 * 189)

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..fusion._codegen import COMBINE_HELPERS
+
 
 @dataclasses.dataclass(frozen=True)
 class ConvKnobs:
@@ -81,10 +83,11 @@ def pixel_tile_header(name: str, inputs: list, params: list, constexprs: list,
     ind = "    "
     m_total = geo.n * _prod(pixel_dims)
     sig = inputs + params + [f"{c}: tl.constexpr" for c in constexprs]
-    lines = ["@triton.jit", f"def {name}({', '.join(sig)}):",
+    lines = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(sig)}):",
              f"{ind}pid = tl.program_id(0)",
              f"{ind}g = tl.program_id(1){i64}",
              f"{ind}num_pid_n = {-(-n_cols // kn.BLOCK_N)}",
+             f"{ind}num_pid_m = {-(-m_total // kn.BLOCK_M)}",
              f"{ind}pid_m = pid // num_pid_n",
              f"{ind}pid_n = pid % num_pid_n",
              f"{ind}offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)){i64}",

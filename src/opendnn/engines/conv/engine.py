@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+import torch
+
 from ... import backends
 from ...enums import BehaviorNote, ConvolutionMode, DataType, NumericalNote
 from ...runtime.launch import DualKernel, LaunchList, kernel_from_source
@@ -118,7 +120,8 @@ def analyze(graph, kind: str = "conv_fprop") -> ConvAnalysis | str:
         return (f"operand types {sorted(t.name for t in types)}: one of float, half or "
                 "bfloat16 for all operands")
     out_uid = role[outr]
-    ep = fuse_epilogue.collect(graph, cv, out_uid, skip=pro.nodes if pro else ())
+    ep = fuse_epilogue.collect(graph, cv, out_uid, skip=pro.nodes if pro else (),
+                               allow_stats=kind == "conv_fprop")
     if isinstance(ep, str):
         return ep
     groups = x.dims[1] // w.dims[1]
@@ -200,6 +203,13 @@ class ImplicitGemmEngine(Engine):
             return decline("the tiles' pipeline stages exceed the shared memory of a block")
         return SUPPORTED
 
+    def workspace_size(self, graph, config, target) -> int:
+        a = self._analyze(graph)
+        if isinstance(a, str) or not a.ep.stats:
+            return 0
+        return 4 * 2 * len(a.ep.stats) * _stat_tiles(a, K.ConvKnobs(**config.knob_dict)) * \
+            a.geo.k_per_group * a.geo.groups
+
     def estimate_seconds(self, graph, config, target) -> float:
         a = self._analyze(graph)
         peak = target.peak_flops_fp16 if a.x.data_type != DataType.FLOAT else (
@@ -254,7 +264,41 @@ def epilogue(graph, a: ConvAnalysis, kind: str) -> tuple[list, str]:
         per = a.geo.k_per_group if kind == "conv_fprop" else a.geo.c_per_group
         off = functools.partial(off_pixels, per_group=per)
     params, body = fuse_epilogue.source(graph, a.ep, off)
+    if a.ep.stats:   # partial sums per pixel tile: WS[(stat, sum|sq), tile, channel]
+        k_total = a.geo.k_per_group * a.geo.groups
+        params = ["WS"] + params
+        for j in range(len(a.ep.stats)):
+            for w_, var in enumerate(("st_s", "st_q")):
+                body += (f"tl.store(WS + ({2 * j + w_} * num_pid_m + pid_m) * {k_total} + "
+                         f"g * {a.geo.k_per_group} + offs_n, {var}{j}, mask=mask_n)\n")
     return params, "ep_mask = mask_m[:, None] & mask_n[None, :]\n" + body
+
+
+def _stat_tiles(a: ConvAnalysis, kn: K.ConvKnobs) -> int:
+    return -(-a.geo.n * _prod(a.geo.out_dims) // kn.BLOCK_M)
+
+
+def stats_finish_source(graph, a: ConvAnalysis, kn: K.ConvKnobs) -> tuple:
+    """Sum the per-tile partials in a fixed order (deterministic) into SUM and SQ_SUM."""
+    from ..fusion import _codegen as cg
+    k_total = a.geo.k_per_group * a.geo.groups
+    tiles = _stat_tiles(a, kn)
+    name = f"conv_stats_{graph.key()[:12]}"
+    outs = [u for _, s_, q in a.ep.stats for u in (s_, q)]
+    lines = ["@triton.jit", f"def {name}(WS, {', '.join(f'O{u}' for u in outs)}, "
+             "BLOCK: tl.constexpr):",
+             "    ch = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
+             f"    mask = ch < {k_total}"]
+    for i, u in enumerate(outs):
+        lines += ["    acc = tl.full([BLOCK], 0.0, tl.float32)",
+                  f"    for t in range(0, {tiles}):",
+                  f"        acc += tl.load(WS + ({i} * {tiles} + t) * {k_total} + ch, mask=mask, "
+                  "other=0.0)",
+                  "    " + cg.store_expr(f"O{u}", f"ch * {graph.tensors[u].strides[1]}", "acc",
+                                         graph.tensors[u], "mask")]
+    args = [("ws", torch.float32)] + [("buf", u) for u in outs]
+    return "\n".join(lines) + "\n", name, (-(-k_total // 256),), {"BLOCK": 256,
+                                                                   "num_warps": 4}, args
 
 
 def prologue_source(graph, a: ConvAnalysis) -> tuple[list, str]:
@@ -307,10 +351,17 @@ class _ConvExecutable(Executable, LaunchList):
         self.source = src_c
         pro_args = [("buf", u) for u in a.prologue.channel_inputs + a.prologue.scalars] \
             if (kind == "conv_fprop" and a.prologue) else []
-        args = [("buf", u) for u in ins] + pro_args + fuse_epilogue.launch_args(a.ep)
+        ws_arg = [("ws", torch.float32)] if a.ep.stats else []
+        args = [("buf", u) for u in ins] + pro_args + ws_arg + fuse_epilogue.launch_args(a.ep)
         const = {"BLOCK_M": kn.BLOCK_M, "BLOCK_N": kn.BLOCK_N, "BLOCK_K": kn.BLOCK_K,
                  "num_warps": kn.num_warps, "num_stages": kn.num_stages}
         self.add_launch(kern, grid, const, args, graph, target.is_cuda)
+        if a.ep.stats:
+            fsrc, fname, fgrid, fconst, fargs = stats_finish_source(graph, a, kn)
+            self.add_launch(kernel_from_source(fsrc, fname), fgrid, fconst, fargs, graph,
+                            target.is_cuda)
+            self.workspace_size = 4 * 2 * len(a.ep.stats) * _stat_tiles(a, kn) * \
+                a.geo.k_per_group * a.geo.groups
 
     def run(self, buffers, workspace, stream=None):
         self.run_launches(buffers, workspace, stream)

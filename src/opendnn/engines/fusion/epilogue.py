@@ -24,16 +24,24 @@ class Epilogue:
     inputs: list          # tensors read (uids)
     scalars: list         # pass-by-value uids
     outputs: list         # tensors written (the main output first when it is real)
+    stats: list = dataclasses.field(default_factory=list)   # (input, SUM, SQ_SUM) uids
 
 
-def collect(graph, main, acc_uid: int, skip=()) -> Epilogue | str:
+def collect(graph, main, acc_uid: int, skip=(), allow_stats: bool = False) -> Epilogue | str:
     """The epilogue of ``main`` in ``graph`` (nodes in ``skip`` belong elsewhere, e.g. a
-    prologue), or why the other nodes do not fit."""
+    prologue), or why the other nodes do not fit. With ``allow_stats``, genstats nodes on
+    output-shaped tensors are collected too (per-channel sums of the tile)."""
     acc = graph.tensors[acc_uid]
-    nodes, inputs, scalars, outputs = [], [], [], []
+    nodes, inputs, scalars, outputs, stats = [], [], [], [], []
     skip_ids = {id(n) for n in skip}
     for n in graph.nodes:
         if n is main or id(n) in skip_ids:
+            continue
+        if n.kind == "genstats" and allow_stats:
+            src = graph.tensors[n.inputs["X"]]
+            if src.dims != acc.dims or (src.uid not in graph.producers and src.uid != acc_uid):
+                return f"genstats of '{src.label()}' is not over the {main.kind} output"
+            stats.append((src.uid, n.outputs["SUM"], n.outputs["SQ_SUM"]))
             continue
         if n.kind != "pointwise":
             return f"{n.label()} is not a pointwise epilogue operation"
@@ -60,7 +68,7 @@ def collect(graph, main, acc_uid: int, skip=()) -> Epilogue | str:
                 inputs.append(u)
     if not acc.is_virtual:
         outputs.insert(0, acc_uid)
-    return Epilogue(acc_uid, nodes, inputs, scalars, outputs)
+    return Epilogue(acc_uid, nodes, inputs, scalars, outputs, stats)
 
 
 def source(graph, ep: Epilogue, off, mask: str = "ep_mask") -> tuple[list, str]:
@@ -77,6 +85,11 @@ def source(graph, ep: Epilogue, off, mask: str = "ep_mask") -> tuple[list, str]:
     lines = list(em.lines)
     for u in ep.outputs:
         lines.append(cg.store_expr(ptrs[u], off(u), em.var[u], graph.tensors[u], mask))
+    for j, (src, _, _) in enumerate(ep.stats):
+        # column (channel) sums of the tile; the caller's kernel stores them as partials
+        lines.append(f"st_v{j} = tl.where({mask}, {em.value(src)}, 0.0)")
+        lines.append(f"st_s{j} = tl.reduce(st_v{j}, 0, _add_combine)")
+        lines.append(f"st_q{j} = tl.reduce(st_v{j} * st_v{j}, 0, _add_combine)")
     params = [ptrs[u] for u in ep.inputs + ep.outputs] + [f"s{u}" for u in ep.scalars]
     return params, "\n".join(lines) + "\n"
 
