@@ -276,3 +276,39 @@ def test_conv_bias_genstats_fused(layout):
     ref = torch.nn.functional.conv2d(x.double(), w.double(), padding=1) + b.double()
     assert_close(out[s], ref.sum((0, 2, 3), keepdim=True), torch.float32, n=45 * 189)
     assert_close(out[sq], (ref * ref).sum((0, 2, 3), keepdim=True), torch.float32, n=45 * 189)
+
+
+WINO_ID = 8
+
+
+@pytest.mark.parametrize("shape", [(2, 5, 9, 7, 6, 1), (1, 3, 8, 8, 4, 0), (1, 2, 1, 3, 3, 2),
+                                   (3, 7, 5, 6, 1, 1)])
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("mode", ["CROSS_CORRELATION", "CONVOLUTION"])
+def test_winograd_nonfused_against_reference(shape, layout, mode):
+    """F(2x2,3x3): odd output sizes (partial tiles), padding 0-2, with a bias+relu epilogue."""
+    n, c, h, w_, k, pad = shape
+    torch.manual_seed(n * 1000 + c * 100 + h * 10 + pad)
+    x = _layout(torch.randn(n, c, h, w_), layout)
+    w = _layout(torch.randn(k, c, 3, 3), layout)
+    b = torch.randn(1, k, 1, 1)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tw, tb = _tensor(g, x), _tensor(g, w), _tensor(g, b)
+    y = g.relu(g.bias(g.conv_fprop(tx, tw, padding=[pad, pad],
+                                   convolution_mode=cudnn.convolution_mode[mode]), tb))
+    y.set_output(True)
+    check_engine(g, {tx: x, tw: w, tb: b}, [y], WINO_ID, n=c * 9 * 4,
+                 msg=repro("winograd", [tuple(x.shape)], "float32", 0, layout=layout, mode=mode))
+
+
+def test_winograd_declines_strided_or_5x5_with_reasons():
+    from opendnn.engines.base import Target
+    from opendnn.engines.conv.winograd import WinogradNonfusedEngine
+    for wdims, stride, want in [([4, 4, 5, 5], 1, "3x3"), ([4, 4, 3, 3], 2, "stride 1")]:
+        g = cudnn.pygraph()
+        x = g.tensor(dim=[1, 4, 8, 8], data_type=cudnn.data_type.FLOAT)
+        w = g.tensor(dim=wdims, data_type=cudnn.data_type.FLOAT)
+        g.conv_fprop(x, w, stride=[stride, stride]).set_output(True)
+        g.validate()
+        s = WinogradNonfusedEngine().check_support(g.op_graph, Target())
+        assert not s.ok and want in s.reason

@@ -10,10 +10,12 @@ def engines() -> tuple:
                               ImplicitGemmWgradEngine)
     from .conv.direct import DirectConvEngine
     from .conv.gemm import GemmConvEngine
+    from .conv.winograd import WinogradNonfusedEngine
     from .fusion.engine import FusionEngine
     from .matmul.engine import MatmulEngine
     from .reference.engine import ReferenceEngine
-    return (ImplicitGemmEngine(), GemmConvEngine(), DirectConvEngine(), ImplicitGemmDgradEngine(),
+    return (ImplicitGemmEngine(), GemmConvEngine(), DirectConvEngine(), WinogradNonfusedEngine(),
+            ImplicitGemmDgradEngine(),
             ImplicitGemmWgradEngine(), MatmulEngine(), FusionEngine(), ReferenceEngine())
 
 

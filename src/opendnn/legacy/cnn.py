@@ -46,7 +46,7 @@ class ActivationMode(enum.IntEnum):
 # Which engine implements which algorithm; the others are not built yet and report
 # NOT_SUPPORTED with that reason.
 _FWD_ENGINES = {ConvolutionFwdAlgo.IMPLICIT_GEMM: 3, ConvolutionFwdAlgo.GEMM: 6,
-                ConvolutionFwdAlgo.DIRECT: 7}
+                ConvolutionFwdAlgo.DIRECT: 7, ConvolutionFwdAlgo.WINOGRAD_NONFUSED: 8}
 
 
 @dataclasses.dataclass
