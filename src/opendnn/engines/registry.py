@@ -10,11 +10,12 @@ def engines() -> tuple:
                               ImplicitGemmWgradEngine)
     from .conv.direct import DirectConvEngine
     from .conv.gemm import GemmConvEngine
-    from .conv.winograd import WinogradNonfusedEngine
+    from .conv.winograd import Winograd4x4NonfusedEngine, WinogradNonfusedEngine
     from .fusion.engine import FusionEngine
     from .matmul.engine import MatmulEngine
     from .reference.engine import ReferenceEngine
     return (ImplicitGemmEngine(), GemmConvEngine(), DirectConvEngine(), WinogradNonfusedEngine(),
+            Winograd4x4NonfusedEngine(),
             ImplicitGemmDgradEngine(),
             ImplicitGemmWgradEngine(), MatmulEngine(), FusionEngine(), ReferenceEngine())
 

@@ -35,9 +35,18 @@ from ..matmul.engine import MatmulEngine
 from ..fusion import epilogue as fuse_epilogue
 from .engine import analyze, epilogue
 
-BT = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]
-G = [[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]]
-AT = [[1, 1, 1, 0], [0, 1, -1, -1]]
+# Transform matrices per output tile size m (filter 3x3, input patch T = m + 2)
+MATRICES = {
+    2: dict(BT=[[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]],
+            G=[[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]],
+            AT=[[1, 1, 1, 0], [0, 1, -1, -1]]),
+    4: dict(BT=[[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+                [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]],
+            G=[[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+               [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]],
+            AT=[[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0],
+                [0, 1, -1, 8, -8, 1]]),
+}
 ALIGN = 256
 
 
@@ -48,20 +57,29 @@ def _al(n: int) -> int:
 @dataclasses.dataclass
 class WinoPlan:
     a: object
+    m: int                # output tile size (2 or 4)
     tiles: tuple          # (tiles_h, tiles_w)
     p: int                # N * tiles_h * tiles_w
     k: int
     c: int
     dt: torch.dtype
 
+    @property
+    def t(self) -> int:   # input patch size
+        return self.m + 2
+
+    @property
+    def e(self) -> int:   # GEMMs (grid positions)
+        return self.t * self.t
+
     def sizes(self) -> tuple:
         it = torch.empty((), dtype=self.dt).element_size()
-        return (_al(16 * self.k * self.c * it), _al(16 * self.p * self.c * it),
-                _al(16 * self.p * self.k * 4))
+        return (_al(self.e * self.k * self.c * it), _al(self.e * self.p * self.c * it),
+                _al(self.e * self.p * self.k * 4))
 
 
-@functools.lru_cache(maxsize=256)
-def plan_winograd(graph) -> WinoPlan | str:
+@functools.lru_cache(maxsize=512)
+def plan_winograd(graph, m: int = 2) -> WinoPlan | str:
     a = analyze(graph, "conv_fprop")
     if isinstance(a, str):
         return a
@@ -74,8 +92,8 @@ def plan_winograd(graph) -> WinoPlan | str:
         return "Winograd here takes one group"
     if a.prologue is not None or a.ep.stats:
         return "the Winograd engine fuses no prologue or statistics"
-    th, tw = (-(-o // 2) for o in geo.out_dims)
-    return WinoPlan(a, (th, tw), geo.n * th * tw, geo.k_per_group, geo.c_per_group,
+    th, tw = (-(-o // m) for o in geo.out_dims)
+    return WinoPlan(a, m, (th, tw), geo.n * th * tw, geo.k_per_group, geo.c_per_group,
                     a.x.torch_dtype)
 
 
@@ -83,8 +101,8 @@ def _gemm_graph(wp: WinoPlan):
     """M[e] = V[e] @ U[e]^T as a matmul graph over workspace matrices."""
     dt = wp.a.x.data_type
     g = Graph(intermediate_data_type=DataType.FLOAT, compute_data_type=DataType.FLOAT)
-    v = g.tensor([16, wp.p, wp.c], [wp.p * wp.c, wp.c, 1], dt, name="V")
-    u = g.tensor([16, wp.c, wp.k], [wp.k * wp.c, 1, wp.c], dt, name="U")
+    v = g.tensor([wp.e, wp.p, wp.c], [wp.p * wp.c, wp.c, 1], dt, name="V")
+    u = g.tensor([wp.e, wp.c, wp.k], [wp.k * wp.c, 1, wp.c], dt, name="U")
     m = g.matmul(v, u, name="winograd_gemm")
     m.set_output(True).set_data_type(DataType.FLOAT).set_stride([wp.p * wp.k, wp.k, 1])
     g.validate()
@@ -92,19 +110,26 @@ def _gemm_graph(wp: WinoPlan):
 
 
 class WinogradNonfusedEngine(Engine):
+    """F(2x2, 3x3): 16 GEMMs; exact up to the transforms' rounding."""
     id = 8
     name = "conv_winograd_nonfused"
+    tile = 2
     behavior_notes = frozenset({BehaviorNote.RUNTIME_COMPILATION})
 
+    def _plan(self, graph):
+        return plan_winograd(graph, self.tile)
+
     def check_support(self, graph, target: Target) -> Support:
-        wp = plan_winograd(graph)
+        wp = self._plan(graph)
         if isinstance(wp, str):
             return decline(wp)
         return MatmulEngine().check_support(_gemm_graph(wp)[0], target) or SUPPORTED
 
     def numerical_notes(self, graph, config) -> frozenset:
-        wp = plan_winograd(graph)
+        wp = self._plan(graph)
         notes = {NumericalNote.WINOGRAD}
+        if self.tile == 4:
+            notes.add(NumericalNote.WINOGRAD_TILE_4x4)
         if not isinstance(wp, str) and wp.a.x.data_type != DataType.FLOAT:
             notes |= {NumericalNote.TENSOR_CORE, NumericalNote.DOWN_CONVERT_INPUTS}
         return frozenset(notes)
@@ -113,30 +138,38 @@ class WinogradNonfusedEngine(Engine):
         return MatmulEngine().knob_space()
 
     def configs(self, graph, target):
-        wp = plan_winograd(graph)
+        wp = self._plan(graph)
         if isinstance(wp, str):
             return []
         return [dataclasses.replace(c, engine_id=self.id, engine_name=self.name)
                 for c in MatmulEngine().configs(_gemm_graph(wp)[0], target)]
 
     def check_config(self, graph, config, target) -> Support:
-        return MatmulEngine().check_config(_gemm_graph(plan_winograd(graph))[0], config, target)
+        return MatmulEngine().check_config(_gemm_graph(self._plan(graph))[0], config, target)
 
     def workspace_size(self, graph, config, target) -> int:
-        wp = plan_winograd(graph)
+        wp = self._plan(graph)
         return sum(wp.sizes()) + MatmulEngine().workspace_size(_gemm_graph(wp)[0], config,
                                                                target)
 
     def estimate_seconds(self, graph, config, target) -> float:
-        wp = plan_winograd(graph)
+        wp = self._plan(graph)
         gemm = MatmulEngine().estimate_seconds(_gemm_graph(wp)[0], config, target)
         return gemm + 2 * sum(wp.sizes()) / target.bandwidth + 9e-6   # 3 extra launches
 
     def build(self, graph, config, target) -> Executable:
-        wp = plan_winograd(graph)
+        wp = self._plan(graph)
         sg, v_uid, u_uid, m_uid = _gemm_graph(wp)
         return _WinoExecutable(graph, wp, MatmulEngine().build(sg, config, target),
                                (v_uid, u_uid, m_uid), target)
+
+
+class Winograd4x4NonfusedEngine(WinogradNonfusedEngine):
+    """F(4x4, 3x3): 36 GEMMs on 6x6 patches, 4x fewer multiplies; larger transform
+    coefficients round more (note WINOGRAD_TILE_4x4)."""
+    id = 9
+    name = "conv_winograd4x4_nonfused"
+    tile = 4
 
 
 def _lin(coeffs, names) -> str:
@@ -160,12 +193,13 @@ def _filter_source(wp: WinoPlan, name: str) -> str:
             rr, ss = (2 - r, 2 - s) if flip else (r, s)
             L.append(f"    g{r}{s} = tl.load(W + k * {ws[0]} + c * {ws[1]} + {rr * ws[2] + ss * ws[3]}"
                      ", mask=mask, other=0.0).to(tl.float32)")
-    for xi in range(4):       # t = G g  (4x3)
+    G, T = MATRICES[wp.m]["G"], wp.t
+    for xi in range(T):       # t = G g  (T x 3)
         for s in range(3):
             L.append(f"    t{xi}{s} = " + _lin(G[xi], [f"g{r}{s}" for r in range(3)]))
-    for xi in range(4):
-        for nu in range(4):
-            e = xi * 4 + nu
+    for xi in range(T):
+        for nu in range(T):
+            e = xi * T + nu
             L.append(f"    tl.store(U + {e * wp.k * wp.c} + i, "
                      f"{_lin(G[nu], [f't{xi}{s}' for s in range(3)])}.to(U.dtype.element_ty), "
                      "mask=mask)")
@@ -181,22 +215,23 @@ def _input_source(wp: WinoPlan, name: str) -> str:
          f"    p = i // {wp.c}", f"    c = i % {wp.c}",
          f"    tw_ = p % {tw}", f"    q = p // {tw}", f"    th_ = q % {th}", f"    nb = q // {th}",
          f"    base = nb * {xs[0]} + c * {xs[1]}"]
-    for a in range(4):
-        L.append(f"    h{a} = th_ * 2 - {geo.pre[0]} + {a}")
-        L.append(f"    w{a} = tw_ * 2 - {geo.pre[1]} + {a}")
-    for a in range(4):
-        for b in range(4):
+    BT, T, m = MATRICES[wp.m]["BT"], wp.t, wp.m
+    for a in range(T):
+        L.append(f"    h{a} = th_ * {m} - {geo.pre[0]} + {a}")
+        L.append(f"    w{a} = tw_ * {m} - {geo.pre[1]} + {a}")
+    for a in range(T):
+        for b in range(T):
             L.append(f"    d{a}{b} = tl.load(X + base + h{a} * {xs[2]} + w{b} * {xs[3]}, mask=mask "
                      f"& (h{a} >= 0) & (h{a} < {geo.in_dims[0]}) & (w{b} >= 0) & "
                      f"(w{b} < {geo.in_dims[1]}), other=0.0).to(tl.float32)")
-    for xi in range(4):       # t = B^T d
-        for b in range(4):
-            L.append(f"    t{xi}{b} = " + _lin(BT[xi], [f"d{a}{b}" for a in range(4)]))
-    for xi in range(4):
-        for nu in range(4):
-            e = xi * 4 + nu
+    for xi in range(T):       # t = B^T d
+        for b in range(T):
+            L.append(f"    t{xi}{b} = " + _lin(BT[xi], [f"d{a}{b}" for a in range(T)]))
+    for xi in range(T):
+        for nu in range(T):
+            e = xi * T + nu
             L.append(f"    tl.store(V + {e * wp.p * wp.c} + i, "
-                     f"{_lin(BT[nu], [f't{xi}{b}' for b in range(4)])}.to(V.dtype.element_ty), "
+                     f"{_lin(BT[nu], [f't{xi}{b}' for b in range(T)])}.to(V.dtype.element_ty), "
                      "mask=mask)")
     return "\n".join(L) + "\n"
 
@@ -218,17 +253,18 @@ def _output_source(graph, wp: WinoPlan, name: str, ep_params: list, ep_body: str
          f"{ind}tw_ = pp % {tw}", f"{ind}q = pp // {tw}", f"{ind}th_ = q % {th}",
          f"{ind}nb = q // {th}",
          f"{ind}mm = mask_p[:, None] & mask_n[None, :]"]
-    for e in range(16):
+    AT, T, m = MATRICES[wp.m]["AT"], wp.t, wp.m
+    for e in range(T * T):
         L.append(f"{ind}m{e} = tl.load(M + {e * wp.p * wp.k} + pp[:, None] * {wp.k} + "
                  "offs_n[None, :], mask=mm, other=0.0)")
-    for i in range(2):        # t = A^T m  (2x4)
-        for nu in range(4):
-            L.append(f"{ind}t{i}{nu} = " + _lin(AT[i], [f"m{xi * 4 + nu}" for xi in range(4)]))
-    for i in range(2):
-        for j in range(2):
-            L.append(f"{ind}acc = " + _lin(AT[j], [f"t{i}{nu}" for nu in range(4)]))
-            L.append(f"{ind}o0 = th_ * 2 + {i}")
-            L.append(f"{ind}o1 = tw_ * 2 + {j}")
+    for i in range(m):        # t = A^T m  (m x T)
+        for nu in range(T):
+            L.append(f"{ind}t{i}{nu} = " + _lin(AT[i], [f"m{xi * T + nu}" for xi in range(T)]))
+    for i in range(m):
+        for j in range(m):
+            L.append(f"{ind}acc = " + _lin(AT[j], [f"t{i}{nu}" for nu in range(T)]))
+            L.append(f"{ind}o0 = th_ * {m} + {i}")
+            L.append(f"{ind}o1 = tw_ * {m} + {j}")
             L.append(f"{ind}mask_m = mask_p & (o0 < {geo.out_dims[0]}) & (o1 < {geo.out_dims[1]})")
             for line in ep_body.strip("\n").split("\n"):
                 L.append(ind + line)
@@ -272,4 +308,4 @@ class _WinoExecutable(Executable, LaunchList):
         ol.launch(self.values(oa, buffers, m), stream)
 
 
-__all__ = ["WinogradNonfusedEngine"]
+__all__ = ["WinogradNonfusedEngine", "Winograd4x4NonfusedEngine"]
