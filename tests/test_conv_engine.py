@@ -315,3 +315,49 @@ def test_winograd_declines_strided_or_5x5_with_reasons():
         g.validate()
         s = WinogradNonfusedEngine().check_support(g.op_graph, Target())
         assert not s.ok and want in s.reason
+
+
+SPLIT_ID = 10
+
+
+@pytest.mark.parametrize("case", CASES[:4], ids=[f"c{i}" for i in range(4)])
+@pytest.mark.parametrize("split", [2, 4])
+def test_splitk_wgrad_against_reference(case, split):
+    n, c, k, sp, f, stride, pre, post, dil, groups = case
+    torch.manual_seed(len(sp) * 100 + c * 10 + k + 4)
+    x = torch.randn(n, c, *sp)
+    w = torch.randn(k, c // groups, *f)
+    from opendnn.ops.conv import output_dims
+    dy = torch.randn(*output_dims(x.shape, w.shape, pre, post, stride, dil))
+    g = cudnn.pygraph()
+    tx, tdy = _tensor(g, x), _tensor(g, dy)
+    dw = g.conv_wgrad(tx, tdy, pre_padding=list(pre), post_padding=list(post),
+                      stride=list(stride), dilation=list(dil))
+    dw.set_dim(list(w.shape)).set_output(True)
+    from _util import heuristic_knobs
+    g.validate()
+    knobs = {**heuristic_knobs(g, SPLIT_ID), "SPLIT": split}
+    check_engine(g, {tx: x, tdy: dy}, [dw], SPLIT_ID, knobs, n=n * 64,
+                 msg=repro("conv_wgrad_splitk", [tuple(x.shape)], "float32", 0, split=split))
+
+
+def test_splitk_wgrad_is_marked_and_deterministic_mode_skips_it(monkeypatch):
+    from opendnn import backends
+    x, dy = torch.randn(2, 4, 6, 6), torch.randn(2, 4, 4, 4)
+    g = cudnn.pygraph()
+    tx, tdy = _tensor(g, x), _tensor(g, dy)
+    dw = g.conv_wgrad(tx, tdy)
+    dw.set_dim([4, 4, 3, 3]).set_output(True)
+    g.build([cudnn.heur_mode.A])
+    names = [g.get_plan_name_at_index(i) for i in range(g.get_execution_plan_count())]
+    split = [i for i, nm in enumerate(names) if nm.startswith("conv_wgrad_splitk")]
+    assert split and cudnn.numerical_note.NONDETERMINISTIC in \
+        g.get_numerical_notes_for_plan_at_index(split[0])
+    monkeypatch.setattr(backends, "deterministic", True)
+    g2 = cudnn.pygraph()
+    tx, tdy = _tensor(g2, x), _tensor(g2, dy)
+    dw = g2.conv_wgrad(tx, tdy)
+    dw.set_dim([4, 4, 3, 3]).set_output(True)
+    g2.build([cudnn.heur_mode.A])
+    assert not any(g2.get_plan_name_at_index(i).startswith("conv_wgrad_splitk")
+                   for i in range(g2.get_execution_plan_count()))

@@ -10,6 +10,7 @@ def engines() -> tuple:
                               ImplicitGemmWgradEngine)
     from .conv.direct import DirectConvEngine
     from .conv.gemm import GemmConvEngine
+    from .conv.wgrad_split import SplitKWgradEngine
     from .conv.winograd import Winograd4x4NonfusedEngine, WinogradNonfusedEngine
     from .fusion.engine import FusionEngine
     from .matmul.engine import MatmulEngine
@@ -17,7 +18,8 @@ def engines() -> tuple:
     return (ImplicitGemmEngine(), GemmConvEngine(), DirectConvEngine(), WinogradNonfusedEngine(),
             Winograd4x4NonfusedEngine(),
             ImplicitGemmDgradEngine(),
-            ImplicitGemmWgradEngine(), MatmulEngine(), FusionEngine(), ReferenceEngine())
+            ImplicitGemmWgradEngine(), SplitKWgradEngine(), MatmulEngine(), FusionEngine(),
+            ReferenceEngine())
 
 
 def by_id(engine_id: int):

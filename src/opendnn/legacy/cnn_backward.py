@@ -39,7 +39,7 @@ class ConvolutionBwdFilterAlgo(enum.IntEnum):
 
 
 _DATA_ENGINES = {ConvolutionBwdDataAlgo.ALGO_1: 4}
-_FILTER_ENGINES = {ConvolutionBwdFilterAlgo.ALGO_1: 5}
+_FILTER_ENGINES = {ConvolutionBwdFilterAlgo.ALGO_1: 5, ConvolutionBwdFilterAlgo.ALGO_0: 10}
 # cuDNN's atomics-based algorithms (IntEnums compare by value: one set per enum)
 _NONDET_DATA = {ConvolutionBwdDataAlgo.ALGO_0}
 _NONDET_FILTER = {ConvolutionBwdFilterAlgo.ALGO_0, ConvolutionBwdFilterAlgo.ALGO_3}

@@ -235,7 +235,7 @@ def dgrad_grid(geo: ConvGeometry, kn: ConvKnobs) -> tuple:
 # ---- backward filter -----------------------------------------------------------------------
 def wgrad_source(name: str, geo: ConvGeometry, kn: ConvKnobs, *, dy_strides: tuple,
                  epilogue_params: list[str], epilogue_body: str, allow_tf32: bool,
-                 interpret: bool, fp32_inputs: bool) -> str:
+                 interpret: bool, fp32_inputs: bool, split: int = 1) -> str:
     """dw per filter tap as a GEMM over the output pixels (deterministic: each dw element
     is summed by one program in a fixed order):
 
@@ -267,7 +267,21 @@ def wgrad_source(name: str, geo: ConvGeometry, kn: ConvKnobs, *, dy_strides: tup
     L.append(f"{ind}dy_k = (g * {geo.k_per_group} + offs_m) * {ds[1]}")
     L.append(f"{ind}x_c = (g * {geo.c_per_group} + offs_n) * {xs[1]}")
     L.append(f"{ind}acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)")
-    L.append(f"{ind}for p0 in range(0, {p_total}, BLOCK_K):")
+    if split > 1:   # this program's slice of the pixels (programs along axis 0 by split)
+        chunk = -(-(-(-p_total // split)) // kn.BLOCK_K) * kn.BLOCK_K
+        L.append(f"{ind}sp = pid % {split}")
+        L.append(f"{ind}pid = pid // {split}")
+        L.append(f"{ind}pid_m = pid // {tiles_n}")
+        L.append(f"{ind}pid_n = pid % {tiles_n}")
+        L.append(f"{ind}offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)")
+        L.append(f"{ind}mask_m = offs_m < {geo.k_per_group}")
+        L.append(f"{ind}offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)")
+        L.append(f"{ind}mask_n = offs_n < {geo.c_per_group}")
+        L.append(f"{ind}dy_k = (g * {geo.k_per_group} + offs_m) * {ds[1]}")
+        L.append(f"{ind}x_c = (g * {geo.c_per_group} + offs_n) * {xs[1]}")
+        L.append(f"{ind}for p0 in range(sp * {chunk}, sp * {chunk} + {chunk}, BLOCK_K):")
+    else:
+        L.append(f"{ind}for p0 in range(0, {p_total}, BLOCK_K):")
     L.append(f"{ind2}pp = (p0 + tl.arange(0, BLOCK_K)){i64}")
     L.append(f"{ind2}mask_p = pp < {p_total}")
     L += _div_chain("pp", [geo.n] + list(geo.out_dims), ["nb"] + o, ind2, "_qp")
