@@ -361,3 +361,25 @@ def test_splitk_wgrad_is_marked_and_deterministic_mode_skips_it(monkeypatch):
     g2.build([cudnn.heur_mode.A])
     assert not any(g2.get_plan_name_at_index(i).startswith("conv_wgrad_splitk")
                    for i in range(g2.get_execution_plan_count()))
+
+
+PRECOMP_ID = 11
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"c{i}" for i in range(len(CASES))])
+@pytest.mark.parametrize("layout", ["nchw", "nhwc", "strided"])
+@pytest.mark.parametrize("mode", ["CROSS_CORRELATION", "CONVOLUTION"])
+def test_precomp_engine_against_reference(case, layout, mode):
+    n, c, k, sp, f, stride, pre, post, dil, groups = case
+    torch.manual_seed(len(sp) * 100 + c * 10 + k + 5)
+    x = _layout(torch.randn(n, c, *sp), layout)
+    w = _layout(torch.randn(k, c // groups, *f), layout)
+    g = cudnn.pygraph()
+    tx, tw = _tensor(g, x), _tensor(g, w)
+    y = g.elu(g.conv_fprop(tx, tw, pre_padding=list(pre), post_padding=list(post),
+                           stride=list(stride), dilation=list(dil),
+                           convolution_mode=cudnn.convolution_mode[mode]))
+    y.set_output(True)
+    check_engine(g, {tx: x, tw: w}, [y], PRECOMP_ID, n=(c // groups) * max(1, len(f)),
+                 msg=repro("conv_precomp", [tuple(x.shape), tuple(w.shape)], "float32", 0,
+                           layout=layout, mode=mode))

@@ -10,12 +10,13 @@ def engines() -> tuple:
                               ImplicitGemmWgradEngine)
     from .conv.direct import DirectConvEngine
     from .conv.gemm import GemmConvEngine
+    from .conv.precomp import PrecompGemmEngine
     from .conv.wgrad_split import SplitKWgradEngine
     from .conv.winograd import Winograd4x4NonfusedEngine, WinogradNonfusedEngine
     from .fusion.engine import FusionEngine
     from .matmul.engine import MatmulEngine
     from .reference.engine import ReferenceEngine
-    return (ImplicitGemmEngine(), GemmConvEngine(), DirectConvEngine(), WinogradNonfusedEngine(),
+    return (ImplicitGemmEngine(), PrecompGemmEngine(), GemmConvEngine(), DirectConvEngine(), WinogradNonfusedEngine(),
             Winograd4x4NonfusedEngine(),
             ImplicitGemmDgradEngine(),
             ImplicitGemmWgradEngine(), SplitKWgradEngine(), MatmulEngine(), FusionEngine(),

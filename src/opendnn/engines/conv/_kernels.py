@@ -100,35 +100,55 @@ def pixel_tile_header(name: str, inputs: list, params: list, constexprs: list,
 
 def fprop_source(name: str, geo: ConvGeometry, kn: ConvKnobs, *, epilogue_params: list[str],
                  epilogue_body: str, allow_tf32: bool, interpret: bool, fp32_inputs: bool,
-                 prologue_body: str = "") -> str:
+                 prologue_body: str = "", precomp: bool = False) -> str:
+    """``precomp``: read each pixel's base offset and coordinates from table PIX and each
+    tap's offsets from table TAP (see ``precomp_tables``) instead of computing them."""
     d = len(geo.out_dims)
     taps = _prod(geo.filt)
     cb = -(-geo.c_per_group // kn.BLOCK_K)
     ind, ind2 = "    ", "        "
     o = [f"o{i}" for i in range(d)]
     r = [f"r{i}" for i in range(d)]
-    L = pixel_tile_header(name, ["X", "W"], epilogue_params, ["BLOCK_M", "BLOCK_N", "BLOCK_K"],
+    inputs = ["X", "W", "PIX", "TAP"] if precomp else ["X", "W"]
+    L = pixel_tile_header(name, inputs, epilogue_params, ["BLOCK_M", "BLOCK_N", "BLOCK_K"],
                           geo, geo.out_dims, geo.k_per_group, kn)
     xs = geo.x_strides
-    L.append(f"{ind}x_row = nb * {xs[0]} + g * {geo.c_per_group * xs[1]}")
-    for i in range(d):
-        L.append(f"{ind}base{i} = {o[i]} * {geo.stride[i]} - {geo.pre[i]}")
+    if precomp:
+        L.append(f"{ind}pix = offs_m * {1 + d}")
+        L.append(f"{ind}x_row = tl.load(PIX + pix, mask=mask_m, other=0) + "
+                 f"g * {geo.c_per_group * xs[1]}")
+        for i in range(d):
+            L.append(f"{ind}base{i} = tl.load(PIX + pix + {1 + i}, mask=mask_m, other=0)")
+    else:
+        L.append(f"{ind}x_row = nb * {xs[0]} + g * {geo.c_per_group * xs[1]}")
+        for i in range(d):
+            L.append(f"{ind}base{i} = {o[i]} * {geo.stride[i]} - {geo.pre[i]}")
     ws = geo.w_strides
     L.append(f"{ind}w_col = (g * {geo.k_per_group} + offs_n) * {ws[0]}")
     L.append(f"{ind}acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)")
     L.append(f"{ind}for it in range(0, {taps * cb}):")
     L.append(f"{ind2}t = it // {cb}")
     L.append(f"{ind2}c0 = (it % {cb}) * BLOCK_K")
-    L += _div_chain("t", list(geo.filt), r, ind2, "_qt")
     valid = ["mask_m"]
     x_off = ["x_row"]
     w_off = []
-    for i in range(d):
-        L.append(f"{ind2}h{i} = base{i} + {r[i]} * {geo.dilation[i]}")
-        valid.append(f"(h{i} >= 0) & (h{i} < {geo.in_dims[i]})")
-        x_off.append(f"h{i} * {xs[2 + i]}")
-        fr = f"({geo.filt[i] - 1} - {r[i]})" if geo.flip else r[i]
-        w_off.append(f"{fr} * {ws[2 + i]}")
+    if precomp:
+        L.append(f"{ind2}tp = t * {2 + d}")
+        L.append(f"{ind2}xd = tl.load(TAP + tp)")
+        L.append(f"{ind2}wd = tl.load(TAP + tp + 1)")
+        x_off.append("xd")
+        w_off.append("wd")
+        for i in range(d):
+            L.append(f"{ind2}h{i} = base{i} + tl.load(TAP + tp + {2 + i})")
+            valid.append(f"(h{i} >= 0) & (h{i} < {geo.in_dims[i]})")
+    else:
+        L += _div_chain("t", list(geo.filt), r, ind2, "_qt")
+        for i in range(d):
+            L.append(f"{ind2}h{i} = base{i} + {r[i]} * {geo.dilation[i]}")
+            valid.append(f"(h{i} >= 0) & (h{i} < {geo.in_dims[i]})")
+            x_off.append(f"h{i} * {xs[2 + i]}")
+            fr = f"({geo.filt[i] - 1} - {r[i]})" if geo.flip else r[i]
+            w_off.append(f"{fr} * {ws[2 + i]}")
     L.append(f"{ind2}valid = " + " & ".join(valid))
     L.append(f"{ind2}cc = c0 + tl.arange(0, BLOCK_K)")
     L.append(f"{ind2}mask_c = cc < {geo.c_per_group}")
@@ -142,6 +162,28 @@ def fprop_source(name: str, geo: ConvGeometry, kn: ConvKnobs, *, epilogue_params
     for line in epilogue_body.strip("\n").split("\n"):
         L.append(ind + line)
     return "\n".join(L) + "\n"
+
+
+def precomp_tables(geo: ConvGeometry):
+    """(PIX, TAP) as int64 NumPy arrays: per output pixel m its x offset
+    nb*s_n + sum_i base_i*s_i and coordinates base_i = o_i*stride_i - pre_i; per filter tap
+    the x offset sum_i r_i*dil_i*s_i, the w offset (flipped in CONVOLUTION mode) and the
+    coordinate steps r_i*dil_i."""
+    import itertools
+
+    import numpy as np
+    d = len(geo.out_dims)
+    xs, ws = geo.x_strides, geo.w_strides
+    idx = np.indices([geo.n] + list(geo.out_dims)).reshape(d + 1, -1)
+    base = [idx[1 + i] * geo.stride[i] - geo.pre[i] for i in range(d)]
+    pix = np.stack([idx[0] * xs[0] + sum(b * xs[2 + i] for i, b in enumerate(base))] + base, 1)
+    taps = []
+    for r in itertools.product(*[range(f) for f in geo.filt]):
+        fr = [geo.filt[i] - 1 - r[i] if geo.flip else r[i] for i in range(d)]
+        taps.append([sum(r[i] * geo.dilation[i] * xs[2 + i] for i in range(d)),
+                     sum(fr[i] * ws[2 + i] for i in range(d))] +
+                    [r[i] * geo.dilation[i] for i in range(d)])
+    return pix.astype(np.int64).reshape(-1), np.asarray(taps, dtype=np.int64).reshape(-1)
 
 
 def grid(geo: ConvGeometry, kn: ConvKnobs) -> tuple:
