@@ -88,8 +88,10 @@ def test_algorithm_queries_rank_and_explain():
     perfs = cudnn.get_convolution_forward_algorithm_v7(h, xd, wd, conv, yd, 8)
     assert len(perfs) == 8 and perfs[0].status == Status.SUCCESS and perfs[0].time > 0
     built = {cudnn.ConvolutionFwdAlgo.IMPLICIT_GEMM, cudnn.ConvolutionFwdAlgo.GEMM,
-             cudnn.ConvolutionFwdAlgo.DIRECT, cudnn.ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM,
-             cudnn.ConvolutionFwdAlgo.WINOGRAD_NONFUSED}
+             cudnn.ConvolutionFwdAlgo.DIRECT, cudnn.ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM}
+    # stride (2, 1): Winograd declines, and says why
+    wino = next(p for p in perfs if p.algo == cudnn.ConvolutionFwdAlgo.WINOGRAD_NONFUSED)
+    assert wino.status == Status.NOT_SUPPORTED and "stride 1" in wino.reason
     assert {p.algo for p in perfs if p.status == Status.SUCCESS} == built
     times = [p.time for p in perfs if p.status == Status.SUCCESS]
     assert times == sorted(times)
