@@ -228,6 +228,27 @@ def run_conv(r: Runner):
         r.add("conv", f"conv+bias+relu nhwc bf16 {name}", bench(fn),
               bench(lambda: torch.relu_(F.conv2d(x, w, bias, stride=s, padding=p))), flops=flops,
               ref_name="PyTorch unfused", plan=g.get_plan_name_at_index(0))
+        dy = torch.randn(n, k, o, o, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
+        conv_bwd = torch.ops.aten.convolution_backward
+        for kind, mask in (("dgrad", [True, False, False]), ("wgrad", [False, True, False])):
+            g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT,
+                              compute_data_type=cudnn.data_type.FLOAT)
+            if kind == "dgrad":
+                a_, b_ = g.tensor_like(dy), g.tensor_like(w)
+                out_t = g.conv_dgrad(a_, b_, padding=[p, p], stride=[s, s])
+                like, pack = x, {a_: dy, b_: w}
+            else:
+                a_, b_ = g.tensor_like(x), g.tensor_like(dy)
+                out_t = g.conv_wgrad(a_, b_, padding=[p, p], stride=[s, s])
+                like, pack = w, {a_: x, b_: dy}
+            out_t.set_dim(list(like.shape)).set_stride(list(like.stride())).set_output(True)
+            g.build([cudnn.heur_mode.A])
+            buf = torch.empty_like(like)
+            fn = _graph_exec(g, {**pack, out_t: buf})
+            r.add("conv", f"{kind} nhwc bf16 {name}", bench(fn),
+                  bench(lambda: conv_bwd(dy, x, w, None, [s, s], [p, p], [1, 1], False, [0, 0], 1,
+                                         mask)), flops=flops, ref_name="cuDNN",
+                  plan=g.get_plan_name_at_index(0))
 
 
 FAMILIES = {"pointwise": run_pointwise, "reduction": run_reduction, "matmul": run_matmul,

@@ -1,0 +1,92 @@
+"""Every convolution engine on the GPU against float64 (pytest -m gpu)."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import opendnn.frontend as cudnn
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+SHAPES = [(8, 64, 28, 64, 3, 1, 1), (4, 3, 56, 32, 7, 2, 3), (8, 128, 14, 256, 1, 1, 0),
+          (2, 32, 15, 48, 3, 1, 1)]
+TOL = {torch.bfloat16: 1.5e-2, torch.float16: 3e-3, torch.float32: 1e-5}
+
+
+def _relerr(out, ref):
+    out = out.double()
+    assert not torch.isnan(out).any(), "unwritten (NaN-poisoned) outputs"
+    return ((out - ref).norm() / max(ref.norm().item(), 1e-30)).item()
+
+
+def _run(g, pack, outs, engine_id):
+    g.validate()
+    from opendnn.engines.registry import by_id
+    from opendnn.handle import target_for
+    e = by_id(engine_id)
+    target = target_for(str(torch.device("cuda", torch.cuda.current_device())))
+    sup = e.check_support(g.op_graph, target)
+    if not sup.ok:
+        pytest.skip(f"{e.name} declines: {sup.reason}")
+    g.create_execution_plan(engine_id, e.configs(g.op_graph, target)[0].knob_dict)
+    ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+    g.execute({**pack, **outs}, ws)
+    torch.cuda.synchronize()
+
+
+def _empty(t):
+    return torch.empty_strided(t.get_dim(), t.get_stride(), device="cuda",
+                               dtype={cudnn.data_type.FLOAT: torch.float32,
+                                      cudnn.data_type.BFLOAT16: torch.bfloat16,
+                                      cudnn.data_type.HALF: torch.float16}[t.get_data_type()]
+                               ).fill_(float("nan"))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("engine", [3, 11, 6, 7, 8, 9])
+def test_fprop_engines(shape, dt, engine):
+    n, c, h, k, f, s, p = shape
+    cl = torch.channels_last
+    x = torch.randn(n, c, h, h, device="cuda", dtype=dt).to(memory_format=cl)
+    w = (torch.randn(k, c, f, f, device="cuda", dtype=dt) * 0.1).to(memory_format=cl)
+    b = torch.randn(1, k, 1, 1, device="cuda", dtype=dt)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tw, tb = g.tensor_like(x), g.tensor_like(w), g.tensor_like(b)
+    y = g.relu(g.bias(g.conv_fprop(tx, tw, padding=[p, p], stride=[s, s]), tb))
+    y.set_output(True)
+    g.validate()
+    out = _empty(y)
+    _run(g, {tx: x, tw: w, tb: b}, {y: out}, engine)
+    ref = torch.relu(F.conv2d(x.double(), w.double(), stride=s, padding=p) + b.double())
+    tol = TOL[dt] * (4 if engine == 9 else 1)     # F(4x4) transforms round more
+    assert _relerr(out, ref) < tol
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("engine", [4, 5, 10])
+def test_backward_engines(shape, dt, engine):
+    n, c, h, k, f, s, p = shape
+    cl = torch.channels_last
+    x = torch.randn(n, c, h, h, device="cuda", dtype=dt).to(memory_format=cl)
+    w = (torch.randn(k, c, f, f, device="cuda", dtype=dt) * 0.1).to(memory_format=cl)
+    xd, wd = x.double().requires_grad_(True), w.double().requires_grad_(True)
+    yd = F.conv2d(xd, wd, stride=s, padding=p)
+    dy = torch.randn(yd.shape, device="cuda", dtype=dt).to(memory_format=cl)
+    yd.backward(dy.double())
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    if engine == 4:
+        tdy, tw = g.tensor_like(dy), g.tensor_like(w)
+        out_t = g.conv_dgrad(tdy, tw, padding=[p, p], stride=[s, s])
+        out_t.set_dim(list(x.shape)).set_stride(list(x.stride())).set_output(True)
+        pack, ref = {tdy: dy, tw: w}, xd.grad
+    else:
+        tx, tdy = g.tensor_like(x), g.tensor_like(dy)
+        out_t = g.conv_wgrad(tx, tdy, padding=[p, p], stride=[s, s])
+        out_t.set_dim(list(w.shape)).set_stride(list(w.stride())).set_output(True)
+        pack, ref = {tx: x, tdy: dy}, wd.grad
+    g.validate()
+    out = _empty(out_t)
+    _run(g, pack, {out_t: out}, engine)
+    assert _relerr(out, ref) < TOL[dt] * 2
