@@ -174,6 +174,27 @@ class LifecycleMixin:
         self._selected = 0
         return self
 
+    def build_plan_for_engine(self, engine_id: int) -> "Graph":
+        """Build and select the heuristics' best plan that one engine runs whole (what a
+        legacy call with an explicit algorithm asks for). NOT_SUPPORTED carries the
+        engine's reason."""
+        if not self._plans:
+            self.create_execution_plans([HeurMode.A])
+        for i, p in enumerate(self._plans):
+            if len(p.stages) == 1 and p.stages[0].config.engine_id == engine_id:
+                p.build()
+                self._selected = i
+                return self
+        e = by_id(engine_id)
+        reason = self._reasons.get(e.name, "the engine offers no plan for this graph")
+        raise GraphNotSupportedError(f"{e.name} does not support this problem: {reason}",
+                                     op=f"graph '{self.name}'" if self.name else "graph",
+                                     status=Status.NOT_SUPPORTED)
+
+    def selected_plan(self) -> ExecutionPlan:
+        """The plan ``execute`` runs (after build)."""
+        return self._selected_plan()
+
     def _selected_plan(self) -> ExecutionPlan:
         if self._selected is None:
             raise BadParamError("no plan is built: call build([heur_mode.A]) or build_plans() "

@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from ..enums import ConvolutionMode, DataType, HeurMode
+from ..enums import ConvolutionMode, DataType
 from ..errors import BadParamError, GraphNotSupportedError, Status
 from ..graph.graph import Graph
 from ..ops.conv import output_dims
@@ -259,16 +259,12 @@ class _ConvCall:
         if engine_id is None:
             raise GraphNotSupportedError(f"algorithm {algo.name} is not implemented in opendnn "
                                          "yet", op=op, status=Status.NOT_SUPPORTED)
-        g.create_execution_plans([HeurMode.A])
-        cands = [i for i in range(g.get_execution_plan_count())
-                 if g._plans[i].stages[0].config.engine_id == engine_id
-                 and len(g._plans[i].stages) == 1]
-        if not cands:
-            reason = g._reasons.get(_engine_name(engine_id), "the engine declines this problem")
+        try:
+            g.build_plan_for_engine(engine_id)
+        except GraphNotSupportedError as e:
             raise GraphNotSupportedError(f"algorithm {algo.name} does not support this "
-                                         f"problem: {reason}", op=op, status=Status.NOT_SUPPORTED)
-        g.build_plan_at_index(cands[0])
-        g._selected = cands[0]
+                                         f"problem: {e.rule}", op=op,
+                                         status=Status.NOT_SUPPORTED) from None
         self.workspace_size = g.get_workspace_size()
         self.engine_id = engine_id
 
@@ -284,15 +280,10 @@ class _ConvCall:
         self.graph.execute(pack, workspace)
 
     def estimate_ms(self) -> float:
-        plan = self.graph._selected_plan()
+        plan = self.graph.selected_plan()
         cfg = plan.stages[0].config
         from ..engines.registry import by_id
         return by_id(cfg.engine_id).estimate_seconds(plan.stages[0].graph, cfg, plan.target) * 1e3
-
-
-def _engine_name(engine_id: int) -> str:
-    from ..engines.registry import by_id
-    return by_id(engine_id).name
 
 
 _cache: dict = {}
