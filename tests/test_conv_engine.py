@@ -383,3 +383,36 @@ def test_precomp_engine_against_reference(case, layout, mode):
     check_engine(g, {tx: x, tw: w}, [y], PRECOMP_ID, n=(c // groups) * max(1, len(f)),
                  msg=repro("conv_precomp", [tuple(x.shape), tuple(w.shape)], "float32", 0,
                            layout=layout, mode=mode))
+
+
+def test_benchmark_mode_tunes_once_and_reuses_the_cache(tmp_path, monkeypatch):
+    """backends.benchmark: the first execute times the candidates and persists the order;
+    a fresh graph of the same problem (a later process) reuses it without timing."""
+    from opendnn import backends
+    from opendnn.runtime import autotune
+    monkeypatch.setenv("OPENDNN_CACHE_DIR", str(tmp_path))
+    autotune.forget_memory()
+    monkeypatch.setattr(backends, "benchmark", True)
+    x, w = torch.randn(1, 4, 6, 6), torch.randn(4, 4, 3, 3)
+
+    def make():
+        g = cudnn.pygraph()
+        tx, tw = _tensor(g, x), _tensor(g, w)
+        y = g.conv_fprop(tx, tw, padding=[1, 1])
+        y.set_output(True)
+        g.build([cudnn.heur_mode.A])
+        return g, tx, tw, y
+    g, tx, tw, y = make()
+    assert g.get_execution_plan_count() > 1
+    out = torch.full((1, 4, 6, 6), float("nan"))
+    g.execute({tx: x, tw: w, y: out}, torch.empty(1 << 20, dtype=torch.uint8))
+    hit = autotune.lookup(g.key(), g._target().name)
+    assert hit and hit["order"][0] == g.get_plan_name_at_index(0)
+    autotune.forget_memory()                      # a new process: read from disk
+    g2, tx, tw, y = make()
+    timed = []
+    monkeypatch.setattr(type(g2), "autotune", lambda self, *a, **k: timed.append(1))
+    out2 = torch.full((1, 4, 6, 6), float("nan"))
+    g2.execute({tx: x, tw: w, y: out2}, torch.empty(1 << 20, dtype=torch.uint8))
+    assert not timed and g2.get_plan_name_at_index(g2._selected) == hit["order"][0]
+    assert torch.allclose(out, out2)

@@ -230,3 +230,27 @@ def test_backward_dy_descriptor_that_disagrees():
                                         cudnn.ConvolutionBwdDataAlgo.ALGO_1, None, 0, 0.0, xd,
                                         torch.empty_like(x))
     assert e.value.status == Status.BAD_PARAM_SHAPE_MISMATCH and "'dy'" in str(e.value)
+
+
+def test_workspace_too_small_for_the_gemm_algorithm():
+    h, xd, wd, conv, yd, x, w, y, _ = _problem()
+    need = cudnn.get_convolution_forward_workspace_size(h, xd, wd, conv, yd,
+                                                        cudnn.ConvolutionFwdAlgo.GEMM)
+    assert need > 0                      # the im2col matrix lives in the workspace
+    small = torch.empty(need - 1, dtype=torch.uint8)
+    with pytest.raises(BadParamError) as e:
+        cudnn.convolution_forward(h, 1.0, xd, x, wd, w, conv, cudnn.ConvolutionFwdAlgo.GEMM,
+                                  small, need - 1, 0.0, yd, y)
+    assert e.value.status == Status.BAD_PARAM_SIZE_INSUFFICIENT
+    ws = torch.empty(need, dtype=torch.uint8)
+    cudnn.convolution_forward(h, 1.0, xd, x, wd, w, conv, cudnn.ConvolutionFwdAlgo.GEMM, ws, need,
+                              0.0, yd, y)
+    assert torch.isfinite(y).all()
+
+
+def test_find_honours_the_workspace_limit():
+    h, xd, wd, conv, yd, x, w, y, _ = _problem()
+    perfs = cudnn.find_convolution_forward_algorithm_ex(h, xd, x, wd, w, conv, yd, y, 8, None, 0)
+    gemm = next(p for p in perfs if p.algo == cudnn.ConvolutionFwdAlgo.GEMM)
+    assert gemm.status == Status.BAD_PARAM_SIZE_INSUFFICIENT and gemm.memory > 0
+    assert perfs[0].status == Status.SUCCESS and perfs[0].memory == 0
