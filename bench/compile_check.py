@@ -28,15 +28,18 @@ def compile_launches(exe, graph):
         fn = launcher.kernel.compiled
         params = [p.name for p in fn.params]
         sig, consts = {}, {}
-        if args is None:   # precomp: X, W, PIX, TAP, then the rest
-            kinds = ["x", "w", "i64", "i64"] + ["rest"] * (len(params) - 4)
+        if args is None:   # precomp: X, W, PIX, TAP, then the rest (tensors or scalars)
+            x_t = graph.tensors[exe.uids[0]].torch_dtype
+            rest = [graph.tensors[u] for u in exe.rest]
+            types = (["*" + TY[x_t], "*" + TY[x_t], "*i64", "*i64"] +
+                     ["fp32" if d.is_pass_by_value else "*" + TY[d.torch_dtype] for d in rest])
         for i, name in enumerate(params):
             if name in launcher.constexprs or fn.params[i].is_constexpr:
                 sig[name] = "constexpr"
                 consts[(i,)] = launcher.constexprs.get(name, fn.params[i].default)
                 continue
             if args is None:
-                sig[name] = "*fp32" if kinds[i] != "i64" else "*i64"
+                sig[name] = types[i]
                 continue
             kind, key = args[i]
             if kind == "buf":
@@ -56,6 +59,14 @@ def compile_launches(exe, graph):
 
 def graphs():
     cl = torch.channels_last
+    xi = torch.randint(-128, 128, (4, 16, 12, 12), dtype=torch.int8).to(memory_format=cl)
+    wi = torch.randint(-128, 128, (32, 16, 3, 3), dtype=torch.int8).to(memory_format=cl)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx = g.tensor(list(xi.shape), list(xi.stride()), cudnn.data_type.INT8)
+    tw = g.tensor(list(wi.shape), list(wi.stride()), cudnn.data_type.INT8)
+    y = g.scale(g.conv_fprop(tx, tw, padding=[1, 1]), 0.01)
+    y.set_output(True).set_data_type(cudnn.data_type.INT8)
+    yield "int8 fprop", g, [3, 11]
     for dt in (torch.bfloat16, torch.float32):
         x = torch.randn(4, 16, 12, 12, dtype=dt).to(memory_format=cl)
         w = torch.randn(32, 16, 3, 3, dtype=dt).to(memory_format=cl)

@@ -10,7 +10,7 @@ from opendnn.engines.conv.engine import ImplicitGemmEngine
 
 CONV_ID = ImplicitGemmEngine.id
 TYPES = {torch.float32: cudnn.data_type.FLOAT, torch.float16: cudnn.data_type.HALF,
-         torch.bfloat16: cudnn.data_type.BFLOAT16}
+         torch.bfloat16: cudnn.data_type.BFLOAT16, torch.int8: cudnn.data_type.INT8}
 
 CASES = [  # (N, C, K, in, filt, stride, pre, post, dilation, groups)
     (2, 4, 6, (11,), (3,), (2,), (1,), (0,), (1,), 2),
@@ -416,3 +416,24 @@ def test_benchmark_mode_tunes_once_and_reuses_the_cache(tmp_path, monkeypatch):
     g2.execute({tx: x, tw: w, y: out2}, torch.empty(1 << 20, dtype=torch.uint8))
     assert not timed and g2.get_plan_name_at_index(g2._selected) == hit["order"][0]
     assert torch.allclose(out, out2)
+
+
+@pytest.mark.parametrize("out_type", [cudnn.data_type.FLOAT, cudnn.data_type.INT8])
+@pytest.mark.parametrize("engine", [CONV_ID, PRECOMP_ID])
+def test_int8_forward_int32_accumulation(out_type, engine):
+    """int8 image and filter, exact int32 accumulation, scaled into float32 or int8 output
+    (rounded toward zero and saturated)."""
+    torch.manual_seed(41)
+    x = torch.randint(-128, 128, (2, 16, 7, 7), dtype=torch.int8).to(memory_format=torch.channels_last)
+    w = torch.randint(-128, 128, (8, 16, 3, 3), dtype=torch.int8).to(memory_format=torch.channels_last)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tw = _tensor(g, x), _tensor(g, w)
+    y = g.scale(g.conv_fprop(tx, tw, padding=[1, 1]), 1.0 / 256)
+    y.set_output(True).set_data_type(out_type)
+    out = check_engine(g, {tx: x, tw: w}, [y], engine, n=144)
+    exact = torch.nn.functional.conv2d(x.double(), w.double(), padding=1) / 256
+    if out_type == cudnn.data_type.INT8:
+        assert torch.equal(out[y], exact.trunc().clamp(-128, 127).to(torch.int8))
+        assert (exact.abs() > 127).any(), "the case must exercise saturation"
+    else:
+        assert torch.allclose(out[y].double(), exact, rtol=1e-6, atol=1e-6)

@@ -88,9 +88,15 @@ class _Conv(Node):
         x, w, y = (desc(self._uid(r)) for r in (xr, wr, yr))
         self._geometry(x.dims, w.dims, y.dims, (x.label(), w.label(), y.label()))
         for d in (x, w, y):
-            if d.data_type not in CONV_TYPES:
+            int8_ok = self.kind == "conv_fprop" and d.data_type == DataType.INT8
+            if d.data_type not in CONV_TYPES and not int8_ok:
                 raise self.error(f"data type {d.data_type.name} is not supported by "
-                                 "convolution", d.label(), Status.NOT_SUPPORTED_DATA_TYPE)
+                                 f"{self.kind} (int8 only in the forward pass)", d.label(),
+                                 Status.NOT_SUPPORTED_DATA_TYPE)
+        if self.kind == "conv_fprop" and (x.data_type == DataType.INT8) != (
+                w.data_type == DataType.INT8):
+            raise self.error("int8 convolution needs both image and filter in int8",
+                             w.label(), Status.NOT_SUPPORTED_DATA_TYPE)
 
     def _uid(self, role):
         return self.inputs[role] if role in self.inputs else self.outputs[role]

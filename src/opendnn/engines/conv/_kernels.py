@@ -100,9 +100,10 @@ def pixel_tile_header(name: str, inputs: list, params: list, constexprs: list,
 
 def fprop_source(name: str, geo: ConvGeometry, kn: ConvKnobs, *, epilogue_params: list[str],
                  epilogue_body: str, allow_tf32: bool, interpret: bool, fp32_inputs: bool,
-                 prologue_body: str = "", precomp: bool = False) -> str:
+                 prologue_body: str = "", precomp: bool = False, int8: bool = False) -> str:
     """``precomp``: read each pixel's base offset and coordinates from table PIX and each
-    tap's offsets from table TAP (see ``precomp_tables``) instead of computing them."""
+    tap's offsets from table TAP (see ``precomp_tables``) instead of computing them.
+    ``int8``: int8 operands, int32 accumulation (exact), float32 into the epilogue."""
     d = len(geo.out_dims)
     taps = _prod(geo.filt)
     cb = -(-geo.c_per_group // kn.BLOCK_K)
@@ -125,7 +126,8 @@ def fprop_source(name: str, geo: ConvGeometry, kn: ConvKnobs, *, epilogue_params
             L.append(f"{ind}base{i} = {o[i]} * {geo.stride[i]} - {geo.pre[i]}")
     ws = geo.w_strides
     L.append(f"{ind}w_col = (g * {geo.k_per_group} + offs_n) * {ws[0]}")
-    L.append(f"{ind}acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)")
+    L.append(f"{ind}acc = tl.full([BLOCK_M, BLOCK_N], 0, tl.int32)" if int8 else
+             f"{ind}acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)")
     L.append(f"{ind}for it in range(0, {taps * cb}):")
     L.append(f"{ind2}t = it // {cb}")
     L.append(f"{ind2}c0 = (it % {cb}) * BLOCK_K")
@@ -158,7 +160,14 @@ def fprop_source(name: str, geo: ConvGeometry, kn: ConvKnobs, *, epilogue_params
         L.append(ind2 + line)
     L.append(f"{ind2}b = tl.load(W + w_col[None, :] + (cc * {ws[1]})[:, None] + "
              f"{' + '.join(w_off)}, mask=mask_c[:, None] & mask_n[None, :], other=0.0)")
-    L.append(ind2 + _dot_line(allow_tf32, interpret, fp32_inputs))
+    if int8:
+        # per step |sum| <= BLOCK_K * 128^2 < 2^24: the interpreter's float32 dot is exact
+        L.append(ind2 + ("acc += tl.dot(a.to(tl.float32), b.to(tl.float32), "
+                         "input_precision='ieee').to(tl.int32)" if interpret else
+                         "acc += tl.dot(a, b, out_dtype=tl.int32)"))
+        L.append(f"{ind}acc = acc.to(tl.float32)")
+    else:
+        L.append(ind2 + _dot_line(allow_tf32, interpret, fp32_inputs))
     for line in epilogue_body.strip("\n").split("\n"):
         L.append(ind + line)
     return "\n".join(L) + "\n"

@@ -116,7 +116,10 @@ def analyze(graph, kind: str = "conv_fprop") -> ConvAnalysis | str:
     if any(graph.tensors[u].is_pass_by_value for u in operands):
         return f"{kind} operands passed by value (host scalars) are not tiles in memory"
     types = {graph.tensors[u].data_type for u in operands}
-    if len(types) != 1 or not types <= OPERAND_TYPES:
+    if types == {DataType.INT8} and kind == "conv_fprop":
+        if pro is not None:
+            return "int8 convolution takes no prologue"
+    elif len(types) != 1 or not types <= OPERAND_TYPES:
         return (f"operand types {sorted(t.name for t in types)}: one of float, half or "
                 "bfloat16 for all operands")
     out_uid = role[outr]
@@ -184,13 +187,16 @@ class ImplicitGemmEngine(Engine):
         a = self._analyze(graph)
         if isinstance(a, str):
             return []
-        cands = K.knob_space() if target.is_cuda else [K.ConvKnobs(32, 32, 16, 4, 2)]
+        cands = K.knob_space() if target.is_cuda else [
+            K.ConvKnobs(32, 32, 32 if a.x.data_type == DataType.INT8 else 16, 4, 2)]
         out = [EngineConfig.make(self, **dataclasses.asdict(k)) for k in cands
                if self._fits(a, k, target)]
         out.sort(key=lambda c: self.estimate_seconds(graph, c, target))
         return out
 
     def _fits(self, a, kn, target) -> bool:
+        if a.x.data_type == DataType.INT8 and kn.BLOCK_K < 32:
+            return False            # int8 tensor-core dots need K steps of 32 or more
         smem = (kn.BLOCK_M + kn.BLOCK_N) * kn.BLOCK_K * a.x.data_type.itemsize * kn.num_stages
         return not target.is_cuda or smem <= 220 * 1024
 
@@ -333,6 +339,8 @@ class _ConvExecutable(Executable, LaunchList):
         name = f"{kind}_{graph.key()[:12]}"
         kw = dict(epilogue_params=params, epilogue_body=body, allow_tf32=_tf32(a),
                   fp32_inputs=a.x.data_type == DataType.FLOAT)
+        if a.x.data_type == DataType.INT8:
+            kw["int8"] = True
         if kind == "conv_fprop":
             gen, grid, ins = K.fprop_source, K.grid(a.geo, kn), [a.x.uid, a.w.uid]
             if a.prologue is not None:

@@ -110,9 +110,17 @@ class Emitter:
         return name
 
 
+SATURATE = {DataType.INT8: (-128, 127), DataType.UINT8: (0, 255)}
+
+
 def store_expr(ptr: str, off: str, value: str, desc, mask: str | None) -> str:
-    """A store; ``mask`` None when the tile provably lies inside the tensor."""
+    """A store; ``mask`` None when the tile provably lies inside the tensor. Conversions to
+    int8 / uint8 saturate (then truncate toward zero), as the reference does: an
+    out-of-range value is clamped, never wrapped."""
     m = f", mask={mask}" if mask else ""
+    if desc.data_type in SATURATE:
+        lo, hi = SATURATE[desc.data_type]
+        value = f"tl.minimum(tl.maximum({value}, {float(lo)}), {float(hi)})"
     return f"tl.store({ptr} + {off}, ({value}).to({TL_TYPE[desc.data_type]}){m})"
 
 

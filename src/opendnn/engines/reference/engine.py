@@ -29,6 +29,10 @@ def _write(buf, desc, value: np.ndarray) -> None:
         src = src != 0
     elif not desc.data_type.is_floating:
         src = torch.trunc(src)
+        if desc.data_type == DataType.INT8:      # saturate, as the kernels do
+            src = src.clamp(-128, 127)
+        elif desc.data_type == DataType.UINT8:
+            src = src.clamp(0, 255)
     view.copy_(src.to(view.device, view.dtype))
 
 
