@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from ...enums import DataType
+from ...errors import InternalError
 from ...ops import conv, layout, matmul, pointwise, reduction, stats
 from ...runtime.buffers import logical_view
 from ..base import SUPPORTED, Engine, Executable, Support, Target
@@ -82,7 +83,7 @@ def run_graph(graph, read) -> dict:
             vals[dw.uid] = conv.wgrad(get(n.inputs["X"]), get(n.inputs["DY"]), dw.dims, pre,
                                       post, stride, dil, flip)
         else:  # check_support guarantees we never get here
-            raise NotImplementedError(n.kind)
+            raise InternalError(f"{n.label()} reached the reference without a definition")
     return vals
 
 
