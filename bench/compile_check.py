@@ -92,7 +92,7 @@ def graphs():
         tdy = g.tensor_like(torch.randn(4, 32, 12, 12, dtype=dt).to(memory_format=cl))
         dw = g.conv_wgrad(tx, tdy, padding=[1, 1])
         dw.set_dim([32, 16, 3, 3]).set_stride(list(w.stride())).set_output(True)
-        yield f"wgrad {dt}", g, [5, 10]
+        yield f"wgrad {dt}", g, [5, 10, 12]
         g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
         tx, tw, ts, tb = (g.tensor_like(t) for t in (x, w, torch.randn(1, 16, 1, 1),
                                                      torch.randn(1, 16, 1, 1)))

@@ -437,3 +437,30 @@ def test_int8_forward_int32_accumulation(out_type, engine):
         assert (exact.abs() > 127).any(), "the case must exercise saturation"
     else:
         assert torch.allclose(out[y].double(), exact, rtol=1e-6, atol=1e-6)
+
+
+GEMM_WGRAD_ID = 12
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[9] == 1],
+                         ids=[f"c{i}" for i, c in enumerate(CASES) if c[9] == 1])
+@pytest.mark.parametrize("mode", ["CROSS_CORRELATION", "CONVOLUTION"])
+def test_gemm_wgrad_against_reference(case, mode):
+    """im2col + one GEMM over (n, pixel) for dW; NHWC-packed dY, one group."""
+    n, c, k, sp, f, stride, pre, post, dil, groups = case
+    torch.manual_seed(len(sp) * 100 + c * 10 + k + 6)
+    x = _layout(torch.randn(n, c, *sp), "nhwc")
+    w = _layout(torch.randn(k, c, *f), "nhwc")
+    from opendnn.ops.conv import output_dims
+    dy = _layout(torch.randn(*output_dims(x.shape, w.shape, pre, post, stride, dil)), "nhwc")
+    if dy.dim() != 4:      # 1-D / 3-D: make dY (n, pixel)-uniform by hand (channels last)
+        perm = [0] + list(range(2, dy.dim())) + [1]
+        dy = dy.permute(*perm).contiguous().permute(0, dy.dim() - 1, *range(1, dy.dim() - 1))
+    g = cudnn.pygraph()
+    tx, tdy = _tensor(g, x), _tensor(g, dy)
+    dw = g.conv_wgrad(tx, tdy, pre_padding=list(pre), post_padding=list(post),
+                      stride=list(stride), dilation=list(dil),
+                      convolution_mode=cudnn.convolution_mode[mode])
+    dw.set_dim(list(w.shape)).set_stride(list(w.stride())).set_output(True)
+    check_engine(g, {tx: x, tdy: dy}, [dw], GEMM_WGRAD_ID, n=n * 64,
+                 msg=repro("conv_wgrad_gemm", [tuple(x.shape)], "float32", 0, mode=mode))

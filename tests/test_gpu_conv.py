@@ -65,7 +65,7 @@ def test_fprop_engines(shape, dt, engine):
 
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("engine", [4, 5, 10])
+@pytest.mark.parametrize("engine", [4, 5, 10, 12])
 def test_backward_engines(shape, dt, engine):
     n, c, h, k, f, s, p = shape
     cl = torch.channels_last

@@ -10,6 +10,7 @@ def engines() -> tuple:
                               ImplicitGemmWgradEngine)
     from .conv.direct import DirectConvEngine
     from .conv.gemm import GemmConvEngine
+    from .conv.gemm_wgrad import GemmWgradEngine
     from .conv.precomp import PrecompGemmEngine
     from .conv.wgrad_split import SplitKWgradEngine
     from .conv.winograd import Winograd4x4NonfusedEngine, WinogradNonfusedEngine
@@ -19,7 +20,7 @@ def engines() -> tuple:
     return (ImplicitGemmEngine(), PrecompGemmEngine(), GemmConvEngine(), DirectConvEngine(), WinogradNonfusedEngine(),
             Winograd4x4NonfusedEngine(),
             ImplicitGemmDgradEngine(),
-            ImplicitGemmWgradEngine(), SplitKWgradEngine(), MatmulEngine(), FusionEngine(),
+            ImplicitGemmWgradEngine(), SplitKWgradEngine(), GemmWgradEngine(), MatmulEngine(), FusionEngine(),
             ReferenceEngine())
 
 
