@@ -19,11 +19,11 @@ import functools
 import math
 
 
-from ...enums import BehaviorNote, DataType
+from ...enums import DataType
 from ...graph.graph import Graph
 from ...runtime.launch import LaunchList, kernel_from_source
-from ..base import SUPPORTED, Engine, Executable, Support, Target, decline
-from ..matmul.engine import MatmulEngine
+from ..base import Executable
+from ..matmul.delegate import MatmulDelegateEngine
 from .engine import analyze
 
 
@@ -131,44 +131,16 @@ def _synthetic(graph, gp: GemmPlan) -> tuple:
     return g.op_graph, mapping, ta.uid, tb.uid
 
 
-class GemmConvEngine(Engine):
+class GemmConvEngine(MatmulDelegateEngine):
     """im2col into the workspace + the Triton matmul engine (epilogue fused there)."""
     id = 6
     name = "conv_gemm"
-    behavior_notes = frozenset({BehaviorNote.RUNTIME_COMPILATION})
 
-    def check_support(self, graph, target: Target) -> Support:
+    def gemm_graph(self, graph):
         gp = plan_gemm(graph)
-        if isinstance(gp, str):
-            return decline(gp)
-        sg = _synthetic(graph, gp)[0]
-        s = MatmulEngine().check_support(sg, target)
-        return s if not s.ok else SUPPORTED
+        return gp if isinstance(gp, str) else _synthetic(graph, gp)[0]
 
-    def numerical_notes(self, graph, config) -> frozenset:
-        gp = plan_gemm(graph)
-        if isinstance(gp, str):
-            return frozenset()
-        sg = _synthetic(graph, gp)[0]
-        return MatmulEngine().numerical_notes(sg, config)
-
-    def knob_space(self, graph=None):
-        return MatmulEngine().knob_space()
-
-    def configs(self, graph, target):
-        gp = plan_gemm(graph)
-        if isinstance(gp, str):
-            return []
-        sg = _synthetic(graph, gp)[0]
-        return [dataclasses.replace(c, engine_id=self.id, engine_name=self.name)
-                for c in MatmulEngine().configs(sg, target)]
-
-    def check_config(self, graph, config, target) -> Support:
-        gp = plan_gemm(graph)
-        sg = _synthetic(graph, gp)[0]
-        return MatmulEngine().check_config(sg, config, target)
-
-    def _im2col_bytes(self, graph) -> int:
+    def extra_bytes(self, graph) -> int:
         gp = plan_gemm(graph)
         if gp.direct:
             return 0
@@ -176,25 +148,11 @@ class GemmConvEngine(Engine):
         return (geo.n * geo.groups * math.prod(geo.out_dims) * math.prod(geo.filt)
                 * geo.c_per_group * gp.a.x.data_type.itemsize)
 
-    def workspace_size(self, graph, config, target) -> int:
-        gp = plan_gemm(graph)
-        sg = _synthetic(graph, gp)[0]
-        col = -(-self._im2col_bytes(graph) // 256) * 256
-        return col + MatmulEngine().workspace_size(sg, config, target)
-
-    def estimate_seconds(self, graph, config, target) -> float:
-        gp = plan_gemm(graph)
-        sg = _synthetic(graph, gp)[0]
-        col = self._im2col_bytes(graph)
-        # im2col writes the matrix once and the GEMM reads it back: 2x its bytes
-        return MatmulEngine().estimate_seconds(sg, config, target) + 2 * col / target.bandwidth
-
     def build(self, graph, config, target) -> Executable:
         gp = plan_gemm(graph)
-        sg, mapping, a_uid, b_uid = _synthetic(graph, gp)
-        inner = MatmulEngine().build(sg, config, target)
-        return _GemmExecutable(graph, gp, inner, mapping, a_uid, b_uid,
-                               -(-self._im2col_bytes(graph) // 256) * 256, target)
+        _, mapping, a_uid, b_uid = _synthetic(graph, gp)
+        return _GemmExecutable(graph, gp, self.build_gemm(graph, config, target), mapping,
+                               a_uid, b_uid, self.workspace_prefix(graph), target)
 
 
 class _GemmExecutable(Executable, LaunchList):

@@ -9,15 +9,14 @@ scale or cast dW (host scalars only).
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 
-from ...enums import BehaviorNote, DataType
+from ...enums import DataType
 from ...graph.graph import Graph
 from ...runtime.launch import LaunchList, kernel_from_source
-from ..base import SUPPORTED, Engine, Executable, Support, Target, decline
-from ..matmul.engine import MatmulEngine
+from ..base import Executable
+from ..matmul.delegate import MatmulDelegateEngine
 from .engine import analyze
 from .gemm import GemmPlan, _im2col_source, _uniform
 
@@ -78,58 +77,25 @@ def _gemm_graph(graph, gp: GemmPlan, q_stride: int):
     return g.op_graph, mapping, tb.uid
 
 
-class GemmWgradEngine(Engine):
+class GemmWgradEngine(MatmulDelegateEngine):
     id = 12
     name = "conv_wgrad_gemm"
-    behavior_notes = frozenset({BehaviorNote.RUNTIME_COMPILATION})
 
-    def _plan(self, graph):
+    def gemm_graph(self, graph):
         p = plan_wgrad(graph)
-        return p if isinstance(p, str) else (p, _gemm_graph(graph, *p))
+        return p if isinstance(p, str) else _gemm_graph(graph, *p)[0]
 
-    def check_support(self, graph, target: Target) -> Support:
-        p = self._plan(graph)
-        if isinstance(p, str):
-            return decline(p)
-        s = MatmulEngine().check_support(p[1][0], target)
-        return s if not s.ok else SUPPORTED
-
-    def numerical_notes(self, graph, config):
-        p = self._plan(graph)
-        return frozenset() if isinstance(p, str) else MatmulEngine().numerical_notes(p[1][0],
-                                                                                      config)
-
-    def knob_space(self, graph=None):
-        return MatmulEngine().knob_space()
-
-    def configs(self, graph, target):
-        p = self._plan(graph)
-        if isinstance(p, str):
-            return []
-        return [dataclasses.replace(c, engine_id=self.id, engine_name=self.name)
-                for c in MatmulEngine().configs(p[1][0], target)]
-
-    def check_config(self, graph, config, target):
-        return MatmulEngine().check_config(self._plan(graph)[1][0], config, target)
-
-    def _col_bytes(self, graph) -> int:
-        geo = plan_wgrad(graph)[0].a.geo
-        return -(-geo.n * math.prod(geo.out_dims) * math.prod(geo.filt) * geo.c_per_group *
-                 plan_wgrad(graph)[0].a.x.data_type.itemsize // 256) * 256
-
-    def workspace_size(self, graph, config, target) -> int:
-        return self._col_bytes(graph) + MatmulEngine().workspace_size(
-            self._plan(graph)[1][0], config, target)
-
-    def estimate_seconds(self, graph, config, target) -> float:
-        sg = self._plan(graph)[1][0]
-        return MatmulEngine().estimate_seconds(sg, config, target) + \
-            2 * self._col_bytes(graph) / target.bandwidth
+    def extra_bytes(self, graph) -> int:
+        gp = plan_wgrad(graph)[0]
+        geo = gp.a.geo
+        return (geo.n * math.prod(geo.out_dims) * math.prod(geo.filt) * geo.c_per_group *
+                gp.a.x.data_type.itemsize)
 
     def build(self, graph, config, target) -> Executable:
-        (gp, _), (sg, mapping, b_uid) = self._plan(graph)
-        inner = MatmulEngine().build(sg, config, target)
-        return _Exec(graph, gp, inner, mapping, b_uid, self._col_bytes(graph), target)
+        gp, q_stride = plan_wgrad(graph)
+        _, mapping, b_uid = _gemm_graph(graph, gp, q_stride)
+        return _Exec(graph, gp, self.build_gemm(graph, config, target), mapping, b_uid,
+                     self.workspace_prefix(graph), target)
 
 
 class _Exec(Executable, LaunchList):

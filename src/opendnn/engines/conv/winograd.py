@@ -27,11 +27,11 @@ import functools
 
 import torch
 
-from ...enums import BehaviorNote, DataType, NumericalNote
+from ...enums import DataType, NumericalNote
 from ...graph.graph import Graph
 from ...runtime.launch import LaunchList, kernel_from_source
-from ..base import SUPPORTED, Engine, Executable, Support, Target, decline
-from ..matmul.engine import MatmulEngine
+from ..base import Executable
+from ..matmul.delegate import MatmulDelegateEngine
 from ..fusion import epilogue as fuse_epilogue
 from .engine import analyze, epilogue
 
@@ -109,58 +109,38 @@ def _gemm_graph(wp: WinoPlan):
     return g.op_graph, v.uid, u.uid, m.uid
 
 
-class WinogradNonfusedEngine(Engine):
+class WinogradNonfusedEngine(MatmulDelegateEngine):
     """F(2x2, 3x3): 16 GEMMs; exact up to the transforms' rounding."""
     id = 8
     name = "conv_winograd_nonfused"
     tile = 2
-    behavior_notes = frozenset({BehaviorNote.RUNTIME_COMPILATION})
+
+    def extra_launches(self, graph) -> int:
+        return 3      # filter transform, input transform, output transform
 
     def _plan(self, graph):
         return plan_winograd(graph, self.tile)
 
-    def check_support(self, graph, target: Target) -> Support:
+    def gemm_graph(self, graph):
         wp = self._plan(graph)
-        if isinstance(wp, str):
-            return decline(wp)
-        return MatmulEngine().check_support(_gemm_graph(wp)[0], target) or SUPPORTED
+        return wp if isinstance(wp, str) else _gemm_graph(wp)[0]
+
+    def extra_bytes(self, graph) -> int:
+        return sum(self._plan(graph).sizes())
 
     def numerical_notes(self, graph, config) -> frozenset:
-        wp = self._plan(graph)
         notes = {NumericalNote.WINOGRAD}
         if self.tile == 4:
             notes.add(NumericalNote.WINOGRAD_TILE_4x4)
+        wp = self._plan(graph)
         if not isinstance(wp, str) and wp.a.x.data_type != DataType.FLOAT:
             notes |= {NumericalNote.TENSOR_CORE, NumericalNote.DOWN_CONVERT_INPUTS}
         return frozenset(notes)
 
-    def knob_space(self, graph=None):
-        return MatmulEngine().knob_space()
-
-    def configs(self, graph, target):
-        wp = self._plan(graph)
-        if isinstance(wp, str):
-            return []
-        return [dataclasses.replace(c, engine_id=self.id, engine_name=self.name)
-                for c in MatmulEngine().configs(_gemm_graph(wp)[0], target)]
-
-    def check_config(self, graph, config, target) -> Support:
-        return MatmulEngine().check_config(_gemm_graph(self._plan(graph))[0], config, target)
-
-    def workspace_size(self, graph, config, target) -> int:
-        wp = self._plan(graph)
-        return sum(wp.sizes()) + MatmulEngine().workspace_size(_gemm_graph(wp)[0], config,
-                                                               target)
-
-    def estimate_seconds(self, graph, config, target) -> float:
-        wp = self._plan(graph)
-        gemm = MatmulEngine().estimate_seconds(_gemm_graph(wp)[0], config, target)
-        return gemm + 2 * sum(wp.sizes()) / target.bandwidth + 9e-6   # 3 extra launches
-
     def build(self, graph, config, target) -> Executable:
         wp = self._plan(graph)
-        sg, v_uid, u_uid, m_uid = _gemm_graph(wp)
-        return _WinoExecutable(graph, wp, MatmulEngine().build(sg, config, target),
+        _, v_uid, u_uid, m_uid = _gemm_graph(wp)
+        return _WinoExecutable(graph, wp, self.build_gemm(graph, config, target),
                                (v_uid, u_uid, m_uid), target)
 
 
