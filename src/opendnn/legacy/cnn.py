@@ -324,6 +324,50 @@ def perf_of(perf_cls, handle, kind, a_desc, b_desc, conv, out_desc, algo, engine
                     conv.math_type)
 
 
+@dataclasses.dataclass(frozen=True)
+class Direction:
+    """One convolution direction of the descriptor API: its graph node, algorithm enum,
+    the engines implementing the algorithms, its perf struct and determinism rule. The
+    public functions below are thin wrappers that keep cuDNN's argument orders."""
+    kind: str
+    algos: type
+    engines: dict
+    perf: type
+    determinism: object = staticmethod(lambda algo: Determinism.DETERMINISTIC)
+
+    def call(self, handle, a_desc, b_desc, conv, out_desc, algo, blend, beta, op, **extra):
+        algo = self.algos(int(algo))
+        return conv_call(handle, self.kind, a_desc, b_desc, conv, out_desc, algo,
+                         self.engines.get(algo), blend, beta, op, **extra)
+
+    def ranked(self, handle, a_desc, b_desc, conv, out_desc, requested, op) -> list:
+        perfs = [perf_of(self.perf, handle, self.kind, a_desc, b_desc, conv, out_desc, a,
+                         self.engines.get(a), op, self.determinism) for a in self.algos]
+        perfs.sort(key=lambda p: (p.status != Status.SUCCESS, p.time))
+        return perfs[:max(int(requested), 0)]
+
+    def find(self, handle, a_desc, a, b_desc, b, conv, out_desc, out, requested, workspace,
+             workspace_size, op) -> list:
+        perfs = self.ranked(handle, a_desc, b_desc, conv, out_desc, len(self.algos), op)
+        limit = workspace_size if workspace_size is not None else float("inf")
+        measure(perfs, lambda algo: self.call(handle, a_desc, b_desc, conv, out_desc, algo,
+                                              False, False, op)
+                .run(a, b, out, 1.0, 0.0, workspace), out, limit)
+        return perfs[:max(int(requested), 0)]
+
+    def random_find(self, handle, a_desc, b_desc, conv, out_desc, requested, op) -> list:
+        a, b, out = (_random_buffer(d, handle) for d in (a_desc, b_desc, out_desc))
+        return self.find(handle, a_desc, a, b_desc, b, conv, out_desc, out, requested, None,
+                         None, op)
+
+    def execute(self, handle, alpha, a_desc, a, b_desc, b, conv, algo, workspace,
+                workspace_size, beta, out_desc, out, op) -> None:
+        call = self.call(handle, a_desc, b_desc, conv, out_desc, algo, alpha != 1.0,
+                         beta != 0.0, op)
+        check_ws(call, workspace, workspace_size, op)
+        call.run(a, b, out, alpha, beta, workspace)
+
+
 def measure(perfs: list, run_for, like, limit) -> list:
     """find_*: time every supported algorithm (``run_for(algo)`` runs it once)."""
     for p in perfs:
@@ -342,10 +386,11 @@ def get_convolution_forward_algorithm_max_count(handle) -> int:
     return len(ConvolutionFwdAlgo)
 
 
+FORWARD = Direction("conv_fprop", ConvolutionFwdAlgo, _FWD_ENGINES, ConvolutionFwdAlgoPerf)
+
+
 def _fwd(handle, x_desc, w_desc, conv, y_desc, algo, blend, beta, op, **extra) -> _ConvCall:
-    algo = ConvolutionFwdAlgo(int(algo))
-    return conv_call(handle, "conv_fprop", x_desc, w_desc, conv, y_desc, algo,
-                     _FWD_ENGINES.get(algo), blend, beta, op, **extra)
+    return FORWARD.call(handle, x_desc, w_desc, conv, y_desc, algo, blend, beta, op, **extra)
 
 
 def get_convolution_forward_algorithm_v7(handle, x_desc, w_desc, conv, y_desc,
@@ -353,30 +398,22 @@ def get_convolution_forward_algorithm_v7(handle, x_desc, w_desc, conv, y_desc,
     """Every algorithm ranked by the heuristic: supported ones first by estimated time."""
     op = "get_convolution_forward_algorithm_v7"
     _check_geometry(op, x_desc, w_desc, conv)
-    perfs = [perf_of(ConvolutionFwdAlgoPerf, handle, "conv_fprop", x_desc, w_desc, conv, y_desc,
-                     a, _FWD_ENGINES.get(a), op) for a in ConvolutionFwdAlgo]
-    perfs.sort(key=lambda p: (p.status != Status.SUCCESS, p.time))
-    return perfs[:max(int(requested), 0)]
+    return FORWARD.ranked(handle, x_desc, w_desc, conv, y_desc, requested, op)
 
 
 def find_convolution_forward_algorithm(handle, x_desc, w_desc, conv, y_desc,
                                        requested: int) -> list:
     """Measured: allocates random buffers on the handle's device and times each algorithm."""
-    x, w, y = (_random_buffer(d, handle) for d in (x_desc, w_desc, y_desc))
-    return find_convolution_forward_algorithm_ex(handle, x_desc, x, w_desc, w, conv, y_desc, y,
-                                                 requested, None, None)
+    return FORWARD.random_find(handle, x_desc, w_desc, conv, y_desc, requested,
+                               "find_convolution_forward_algorithm")
 
 
 def find_convolution_forward_algorithm_ex(handle, x_desc, x, w_desc, w, conv, y_desc, y,
                                           requested: int, workspace, workspace_size) -> list:
     """Measured on the given buffers, fastest first; algorithms needing more than
     ``workspace_size`` bytes report BAD_PARAM_SIZE_INSUFFICIENT."""
-    op = "find_convolution_forward_algorithm_ex"
-    perfs = get_convolution_forward_algorithm_v7(handle, x_desc, w_desc, conv, y_desc, 99)
-    limit = workspace_size if workspace_size is not None else float("inf")
-    measure(perfs, lambda a: _fwd(handle, x_desc, w_desc, conv, y_desc, a, False, False, op)
-            .run(x, w, y, 1.0, 0.0, workspace), y, limit)
-    return perfs[:max(int(requested), 0)]
+    return FORWARD.find(handle, x_desc, x, w_desc, w, conv, y_desc, y, requested, workspace,
+                        workspace_size, "find_convolution_forward_algorithm_ex")
 
 
 def _random_buffer(desc, handle):
@@ -409,10 +446,8 @@ def get_convolution_forward_workspace_size(handle, x_desc, w_desc, conv, y_desc,
 def convolution_forward(handle, alpha, x_desc, x, w_desc, w, conv, algo, workspace,
                         workspace_size, beta, y_desc, y) -> None:
     """y = alpha * conv(x, w) + beta * y."""
-    call = _fwd(handle, x_desc, w_desc, conv, y_desc, algo, alpha != 1.0, beta != 0.0,
-                "convolution_forward")
-    check_ws(call, workspace, workspace_size, "convolution_forward")
-    call.run(x, w, y, alpha, beta, workspace)
+    FORWARD.execute(handle, alpha, x_desc, x, w_desc, w, conv, algo, workspace, workspace_size,
+                    beta, y_desc, y, "convolution_forward")
 
 
 def convolution_bias_activation_forward(handle, alpha1, x_desc, x, w_desc, w, conv, algo,

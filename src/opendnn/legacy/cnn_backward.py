@@ -15,7 +15,7 @@ import torch
 from ..enums import DataType, HeurMode, ReductionMode
 from ..errors import Status
 from ..graph.graph import Graph
-from .cnn import _random_buffer, check_ws, conv_call, measure, perf_of
+from .cnn import Direction
 from .common import Determinism, MathType, check
 
 
@@ -75,113 +75,84 @@ def _det_filter(algo) -> Determinism:
     return Determinism.NON_DETERMINISTIC if algo in _NONDET_FILTER else Determinism.DETERMINISTIC
 
 
-# ---- backward data ---------------------------------------------------------------------------
-def _data(handle, w_desc, dy_desc, conv, dx_desc, algo, blend, beta, op):
-    algo = ConvolutionBwdDataAlgo(int(algo))
-    return conv_call(handle, "conv_dgrad", dy_desc, w_desc, conv, dx_desc, algo,
-                     _DATA_ENGINES.get(algo), blend, beta, op)
+DATA = Direction("conv_dgrad", ConvolutionBwdDataAlgo, _DATA_ENGINES,
+                 ConvolutionBwdDataAlgoPerf, _det_data)
+FILTER = Direction("conv_wgrad", ConvolutionBwdFilterAlgo, _FILTER_ENGINES,
+                   ConvolutionBwdFilterAlgoPerf, _det_filter)
 
 
+# ---- backward data (graph operands: dy, w -> dx) ---------------------------------------------
 def get_convolution_backward_data_algorithm_max_count(handle) -> int:
     return len(ConvolutionBwdDataAlgo)
 
 
 def get_convolution_backward_data_algorithm_v7(handle, w_desc, dy_desc, conv, dx_desc,
                                                requested: int) -> list:
-    op = "get_convolution_backward_data_algorithm_v7"
-    perfs = [perf_of(ConvolutionBwdDataAlgoPerf, handle, "conv_dgrad", dy_desc, w_desc, conv,
-                     dx_desc, a, _DATA_ENGINES.get(a), op, _det_data)
-             for a in ConvolutionBwdDataAlgo]
-    perfs.sort(key=lambda p: (p.status != Status.SUCCESS, p.time))
-    return perfs[:max(int(requested), 0)]
+    return DATA.ranked(handle, dy_desc, w_desc, conv, dx_desc, requested,
+                       "get_convolution_backward_data_algorithm_v7")
 
 
 def find_convolution_backward_data_algorithm(handle, w_desc, dy_desc, conv, dx_desc,
                                              requested: int) -> list:
-    w, dy, dx = (_random_buffer(d, handle) for d in (w_desc, dy_desc, dx_desc))
-    return find_convolution_backward_data_algorithm_ex(handle, w_desc, w, dy_desc, dy, conv,
-                                                       dx_desc, dx, requested, None, None)
+    return DATA.random_find(handle, dy_desc, w_desc, conv, dx_desc, requested,
+                            "find_convolution_backward_data_algorithm")
 
 
 def find_convolution_backward_data_algorithm_ex(handle, w_desc, w, dy_desc, dy, conv, dx_desc,
                                                 dx, requested: int, workspace,
                                                 workspace_size) -> list:
-    op = "find_convolution_backward_data_algorithm_ex"
-    perfs = get_convolution_backward_data_algorithm_v7(handle, w_desc, dy_desc, conv, dx_desc, 99)
-    limit = workspace_size if workspace_size is not None else float("inf")
-    measure(perfs, lambda a: _data(handle, w_desc, dy_desc, conv, dx_desc, a, False, False, op)
-            .run(dy, w, dx, 1.0, 0.0, workspace), dx, limit)
-    return perfs[:max(int(requested), 0)]
+    return DATA.find(handle, dy_desc, dy, w_desc, w, conv, dx_desc, dx, requested, workspace,
+                     workspace_size, "find_convolution_backward_data_algorithm_ex")
 
 
 def get_convolution_backward_data_workspace_size(handle, w_desc, dy_desc, conv, dx_desc,
                                                  algo) -> int:
-    return _data(handle, w_desc, dy_desc, conv, dx_desc, algo, False, False,
-                 "get_convolution_backward_data_workspace_size").workspace_size
+    return DATA.call(handle, dy_desc, w_desc, conv, dx_desc, algo, False, False,
+                     "get_convolution_backward_data_workspace_size").workspace_size
 
 
 def convolution_backward_data(handle, alpha, w_desc, w, dy_desc, dy, conv, algo, workspace,
                               workspace_size, beta, dx_desc, dx) -> None:
     """dx = alpha * dgrad(dy, w) + beta * dx."""
-    op = "convolution_backward_data"
-    call = _data(handle, w_desc, dy_desc, conv, dx_desc, algo, alpha != 1.0, beta != 0.0, op)
-    check_ws(call, workspace, workspace_size, op)
-    call.run(dy, w, dx, alpha, beta, workspace)
+    DATA.execute(handle, alpha, dy_desc, dy, w_desc, w, conv, algo, workspace, workspace_size,
+                 beta, dx_desc, dx, "convolution_backward_data")
 
 
-# ---- backward filter -------------------------------------------------------------------------
-def _filter(handle, x_desc, dy_desc, conv, dw_desc, algo, blend, beta, op):
-    algo = ConvolutionBwdFilterAlgo(int(algo))
-    return conv_call(handle, "conv_wgrad", x_desc, dy_desc, conv, dw_desc, algo,
-                     _FILTER_ENGINES.get(algo), blend, beta, op)
-
-
+# ---- backward filter (graph operands: x, dy -> dw) -------------------------------------------
 def get_convolution_backward_filter_algorithm_max_count(handle) -> int:
     return len(ConvolutionBwdFilterAlgo)
 
 
 def get_convolution_backward_filter_algorithm_v7(handle, x_desc, dy_desc, conv, dw_desc,
                                                  requested: int) -> list:
-    op = "get_convolution_backward_filter_algorithm_v7"
-    perfs = [perf_of(ConvolutionBwdFilterAlgoPerf, handle, "conv_wgrad", x_desc, dy_desc, conv,
-                     dw_desc, a, _FILTER_ENGINES.get(a), op, _det_filter)
-             for a in ConvolutionBwdFilterAlgo]
-    perfs.sort(key=lambda p: (p.status != Status.SUCCESS, p.time))
-    return perfs[:max(int(requested), 0)]
+    return FILTER.ranked(handle, x_desc, dy_desc, conv, dw_desc, requested,
+                         "get_convolution_backward_filter_algorithm_v7")
 
 
 def find_convolution_backward_filter_algorithm(handle, x_desc, dy_desc, conv, dw_desc,
                                                requested: int) -> list:
-    x, dy, dw = (_random_buffer(d, handle) for d in (x_desc, dy_desc, dw_desc))
-    return find_convolution_backward_filter_algorithm_ex(handle, x_desc, x, dy_desc, dy, conv,
-                                                         dw_desc, dw, requested, None, None)
+    return FILTER.random_find(handle, x_desc, dy_desc, conv, dw_desc, requested,
+                              "find_convolution_backward_filter_algorithm")
 
 
 def find_convolution_backward_filter_algorithm_ex(handle, x_desc, x, dy_desc, dy, conv, dw_desc,
                                                   dw, requested: int, workspace,
                                                   workspace_size) -> list:
-    op = "find_convolution_backward_filter_algorithm_ex"
-    perfs = get_convolution_backward_filter_algorithm_v7(handle, x_desc, dy_desc, conv, dw_desc,
-                                                         99)
-    limit = workspace_size if workspace_size is not None else float("inf")
-    measure(perfs, lambda a: _filter(handle, x_desc, dy_desc, conv, dw_desc, a, False, False, op)
-            .run(x, dy, dw, 1.0, 0.0, workspace), dw, limit)
-    return perfs[:max(int(requested), 0)]
+    return FILTER.find(handle, x_desc, x, dy_desc, dy, conv, dw_desc, dw, requested, workspace,
+                       workspace_size, "find_convolution_backward_filter_algorithm_ex")
 
 
 def get_convolution_backward_filter_workspace_size(handle, x_desc, dy_desc, conv, dw_desc,
                                                    algo) -> int:
-    return _filter(handle, x_desc, dy_desc, conv, dw_desc, algo, False, False,
-                   "get_convolution_backward_filter_workspace_size").workspace_size
+    return FILTER.call(handle, x_desc, dy_desc, conv, dw_desc, algo, False, False,
+                       "get_convolution_backward_filter_workspace_size").workspace_size
 
 
 def convolution_backward_filter(handle, alpha, x_desc, x, dy_desc, dy, conv, algo, workspace,
                                 workspace_size, beta, dw_desc, dw) -> None:
     """dw = alpha * wgrad(x, dy) + beta * dw."""
-    op = "convolution_backward_filter"
-    call = _filter(handle, x_desc, dy_desc, conv, dw_desc, algo, alpha != 1.0, beta != 0.0, op)
-    check_ws(call, workspace, workspace_size, op)
-    call.run(x, dy, dw, alpha, beta, workspace)
+    FILTER.execute(handle, alpha, x_desc, x, dy_desc, dy, conv, algo, workspace, workspace_size,
+                   beta, dw_desc, dw, "convolution_backward_filter")
 
 
 # ---- backward bias ---------------------------------------------------------------------------
@@ -227,4 +198,4 @@ def convolution_backward_bias(handle, alpha, dy_desc, dy, beta, db_desc, db) -> 
 
 __all__ = [n for n in dir() if not n.startswith("_") and n not in (
     "annotations", "dataclasses", "enum", "torch", "DataType", "HeurMode", "ReductionMode", "Graph",
-    "check", "conv_call", "measure", "perf_of", "check_ws")]
+    "check", "Direction", "DATA", "FILTER")]
