@@ -98,6 +98,22 @@ def pixel_tile_header(name: str, inputs: list, params: list, constexprs: list,
     return lines + _div_chain("offs_m", [geo.n] + list(pixel_dims), names, ind, "_qm")
 
 
+def tap_lines(geo: ConvGeometry, ind: str, valid: list, x_off: list, w_off: list) -> list:
+    """Lines splitting tap ``t`` into r_0.. and computing the image coordinates h_i of that
+    tap for the tile's pixels (``base_i`` = o_i * stride - pre). Appends each axis's bounds
+    check to ``valid`` and its x / w offsets (filter flipped in CONVOLUTION mode)."""
+    d = len(geo.filt)
+    r = [f"r{i}" for i in range(d)]
+    lines = _div_chain("t", list(geo.filt), r, ind, "_qt")
+    for i in range(d):
+        lines.append(f"{ind}h{i} = base{i} + {r[i]} * {geo.dilation[i]}")
+        valid.append(f"(h{i} >= 0) & (h{i} < {geo.in_dims[i]})")
+        x_off.append(f"h{i} * {geo.x_strides[2 + i]}")
+        fr = f"({geo.filt[i] - 1} - {r[i]})" if geo.flip else r[i]
+        w_off.append(f"{fr} * {geo.w_strides[2 + i]}")
+    return lines
+
+
 def fprop_source(name: str, geo: ConvGeometry, kn: ConvKnobs, *, epilogue_params: list[str],
                  epilogue_body: str, allow_tf32: bool, interpret: bool, fp32_inputs: bool,
                  prologue_body: str = "", precomp: bool = False, int8: bool = False) -> str:
@@ -109,7 +125,7 @@ def fprop_source(name: str, geo: ConvGeometry, kn: ConvKnobs, *, epilogue_params
     cb = -(-geo.c_per_group // kn.BLOCK_K)
     ind, ind2 = "    ", "        "
     o = [f"o{i}" for i in range(d)]
-    r = [f"r{i}" for i in range(d)]
+    [f"r{i}" for i in range(d)]
     inputs = ["X", "W", "PIX", "TAP"] if precomp else ["X", "W"]
     L = pixel_tile_header(name, inputs, epilogue_params, ["BLOCK_M", "BLOCK_N", "BLOCK_K"],
                           geo, geo.out_dims, geo.k_per_group, kn)
@@ -144,13 +160,7 @@ def fprop_source(name: str, geo: ConvGeometry, kn: ConvKnobs, *, epilogue_params
             L.append(f"{ind2}h{i} = base{i} + tl.load(TAP + tp + {2 + i})")
             valid.append(f"(h{i} >= 0) & (h{i} < {geo.in_dims[i]})")
     else:
-        L += _div_chain("t", list(geo.filt), r, ind2, "_qt")
-        for i in range(d):
-            L.append(f"{ind2}h{i} = base{i} + {r[i]} * {geo.dilation[i]}")
-            valid.append(f"(h{i} >= 0) & (h{i} < {geo.in_dims[i]})")
-            x_off.append(f"h{i} * {xs[2 + i]}")
-            fr = f"({geo.filt[i] - 1} - {r[i]})" if geo.flip else r[i]
-            w_off.append(f"{fr} * {ws[2 + i]}")
+        L += tap_lines(geo, ind2, valid, x_off, w_off)
     L.append(f"{ind2}valid = " + " & ".join(valid))
     L.append(f"{ind2}cc = c0 + tl.arange(0, BLOCK_K)")
     L.append(f"{ind2}mask_c = cc < {geo.c_per_group}")

@@ -26,7 +26,7 @@ def direct_source(name: str, geo: K.ConvGeometry, kn: K.ConvKnobs, *, epilogue_p
     geo.n * K._prod(geo.out_dims)
     ind, ind2, ind3 = "    ", "        ", "            "
     o = [f"o{i}" for i in range(d)]
-    r = [f"r{i}" for i in range(d)]
+    [f"r{i}" for i in range(d)]
     L = K.pixel_tile_header(name, ["X", "W"], epilogue_params, ["BLOCK_M", "BLOCK_N"], geo,
                             geo.out_dims, geo.k_per_group, kn)
     xs, ws = geo.x_strides, geo.w_strides
@@ -36,14 +36,8 @@ def direct_source(name: str, geo: K.ConvGeometry, kn: K.ConvKnobs, *, epilogue_p
     L.append(f"{ind}w_col = (g * {geo.k_per_group} + offs_n) * {ws[0]}")
     L.append(f"{ind}acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)")
     L.append(f"{ind}for t in range(0, {K._prod(geo.filt)}):")
-    L += K._div_chain("t", list(geo.filt), r, ind2, "_qt")
     valid, x_off, w_off = ["mask_m"], ["x_row"], []
-    for i in range(d):
-        L.append(f"{ind2}h{i} = base{i} + {r[i]} * {geo.dilation[i]}")
-        valid.append(f"(h{i} >= 0) & (h{i} < {geo.in_dims[i]})")
-        x_off.append(f"h{i} * {xs[2 + i]}")
-        fr = f"({geo.filt[i] - 1} - {r[i]})" if geo.flip else r[i]
-        w_off.append(f"{fr} * {ws[2 + i]}")
+    L += K.tap_lines(geo, ind2, valid, x_off, w_off)
     L.append(f"{ind2}valid = " + " & ".join(valid))
     L.append(f"{ind2}xp = X + {' + '.join(x_off)}")
     L.append(f"{ind2}wp = W + w_col + {' + '.join(w_off)}")
