@@ -95,9 +95,9 @@ def main():
             results.append(res)
             print(f"{kind:6s} {name:18s} cuDNN {ref_ms:.4f} ms  best {best[0]:.4f} ms "
                   f"ratio {ref_ms / best[0]:.2f}  {best[1][:80]}", flush=True)
-    out = os.environ.get("OUT", "/tmp")
-    with open(os.path.join(out, "conv_sweep.json"), "w") as fh:
-        json.dump(results, fh, indent=1)
+            out = os.environ.get("OUT", "/tmp")     # written after every row: a cut run keeps
+            with open(os.path.join(out, f"conv_sweep_{'_'.join(args.kinds)}.json"), "w") as fh:
+                json.dump(results, fh, indent=1)
     return 0
 
 

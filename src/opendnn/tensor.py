@@ -124,6 +124,12 @@ class TensorDesc:
         if self.data_type == DataType.NOT_SET:
             raise BadParamError("data type is not set and could not be inferred", tensor=label,
                                 status=Status.BAD_PARAM_NOT_FINALIZED)
+        # derived values read on every execute: computed once (the descriptor is frozen)
+        numel = math.prod(self.dims)
+        span = 0 if numel == 0 else 1 + sum((d - 1) * s for d, s in zip(self.dims, self.strides))
+        object.__setattr__(self, "_span", span)
+        object.__setattr__(self, "_nbytes", span * self.data_type.itemsize)
+        object.__setattr__(self, "_torch", _TO_TORCH.get(self.data_type))
 
     @property
     def numel(self) -> int:
@@ -135,19 +141,17 @@ class TensorDesc:
 
     @property
     def torch_dtype(self) -> torch.dtype:
-        return _TO_TORCH[self.data_type] if self.data_type in _TO_TORCH else \
-            to_torch_dtype(self.data_type)
+        t = self._torch
+        return t if t is not None else to_torch_dtype(self.data_type)
 
     @property
     def span(self) -> int:
         """Elements from the first to one past the last addressed element."""
-        if self.numel == 0:
-            return 0
-        return 1 + sum((d - 1) * s for d, s in zip(self.dims, self.strides))
+        return self._span
 
     @property
     def size_in_bytes(self) -> int:
-        return self.span * self.data_type.itemsize
+        return self._nbytes
 
     def is_packed(self) -> bool:
         """True when elements occupy exactly numel distinct, dense positions."""

@@ -2,26 +2,30 @@
 from __future__ import annotations
 
 import functools
+import importlib
+
+# (module under opendnn.engines, class): the order is the registry's order
+ENGINE_CLASSES = (
+    ("conv.engine", "ImplicitGemmEngine"),
+    ("conv.precomp", "PrecompGemmEngine"),
+    ("conv.gemm", "GemmConvEngine"),
+    ("conv.direct", "DirectConvEngine"),
+    ("conv.winograd", "WinogradNonfusedEngine"),
+    ("conv.winograd", "Winograd4x4NonfusedEngine"),
+    ("conv.engine", "ImplicitGemmDgradEngine"),
+    ("conv.engine", "ImplicitGemmWgradEngine"),
+    ("conv.wgrad_split", "SplitKWgradEngine"),
+    ("conv.gemm_wgrad", "GemmWgradEngine"),
+    ("matmul.engine", "MatmulEngine"),
+    ("fusion.engine", "FusionEngine"),
+    ("reference.engine", "ReferenceEngine"),
+)
 
 
 @functools.lru_cache(maxsize=None)
 def engines() -> tuple:
-    from .conv.engine import (ImplicitGemmDgradEngine, ImplicitGemmEngine,
-                              ImplicitGemmWgradEngine)
-    from .conv.direct import DirectConvEngine
-    from .conv.gemm import GemmConvEngine
-    from .conv.gemm_wgrad import GemmWgradEngine
-    from .conv.precomp import PrecompGemmEngine
-    from .conv.wgrad_split import SplitKWgradEngine
-    from .conv.winograd import Winograd4x4NonfusedEngine, WinogradNonfusedEngine
-    from .fusion.engine import FusionEngine
-    from .matmul.engine import MatmulEngine
-    from .reference.engine import ReferenceEngine
-    return (ImplicitGemmEngine(), PrecompGemmEngine(), GemmConvEngine(), DirectConvEngine(), WinogradNonfusedEngine(),
-            Winograd4x4NonfusedEngine(),
-            ImplicitGemmDgradEngine(),
-            ImplicitGemmWgradEngine(), SplitKWgradEngine(), GemmWgradEngine(), MatmulEngine(), FusionEngine(),
-            ReferenceEngine())
+    return tuple(getattr(importlib.import_module(f"{__package__}.{mod}"), cls)()
+                 for mod, cls in ENGINE_CLASSES)
 
 
 def by_id(engine_id: int):
