@@ -115,6 +115,10 @@ class Engine:
         """Configs for this graph, best first (default: the default knobs)."""
         return [EngineConfig.make(self, **{k.name: k.default for k in self.knob_space(graph)})]
 
+    def complete_knobs(self, graph, knobs: dict) -> dict:
+        """``knobs`` with every knob left out set to its default (create_execution_plan)."""
+        return {**{k.name: k.default for k in self.knob_space(graph)}, **knobs}
+
     def check_config(self, graph, config: EngineConfig, target: Target) -> Support:
         """Whether a specific config (e.g. user-chosen knobs) applies."""
         space = {k.name: k for k in self.knob_space(graph)}

@@ -158,9 +158,7 @@ class LifecycleMixin:
                                 status=Status.BAD_PARAM_OUT_OF_BOUND)
         g, target = self.op_graph, self._target()
         s = e.check_support(g, target)
-        base = {k.name: k.default for k in e.knob_space(g)}
-        base.update(knobs or {})
-        cfg = EngineConfig.make(e, **base)
+        cfg = EngineConfig.make(e, **e.complete_knobs(g, dict(knobs or {})))
         if s.ok:
             s = e.check_config(g, cfg, target)
         if not s.ok:

@@ -19,6 +19,7 @@ from ...runtime.launch import DualKernel, LaunchList, kernel_from_source
 from ..base import SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target, decline
 from ..fusion import epilogue as fuse_epilogue
 from . import _kernels as K
+from . import tma
 
 OPERAND_TYPES = {DataType.FLOAT, DataType.HALF, DataType.BFLOAT16}
 
@@ -159,6 +160,7 @@ class ImplicitGemmEngine(Engine):
     name = "conv_implicit_gemm"
     kind = "conv_fprop"
     behavior_notes = frozenset({BehaviorNote.RUNTIME_COMPILATION})
+    tma_path = True     # configs naming TMA_* knobs take the NHWC fast path (tma.py)
 
     def _analyze(self, graph):
         return analyze(graph, self.kind)
@@ -180,8 +182,20 @@ class ImplicitGemmEngine(Engine):
 
     def knob_space(self, graph=None) -> list[Knob]:
         space = K.knob_space()
-        return [Knob(f.name, tuple(sorted({getattr(k, f.name) for k in space} | {f.default})),
-                     f.default) for f in dataclasses.fields(K.ConvKnobs)]
+        values = {f.name: ({getattr(k, f.name) for k in space} | {f.default}, f.default)
+                  for f in dataclasses.fields(K.ConvKnobs)}
+        if self.tma_path:
+            for name, vals in tma.knob_values().items():
+                old = values.get(name, (set(), vals[0]))
+                values[name] = (old[0] | set(vals), old[1])
+        return [Knob(n, tuple(sorted(v)), d) for n, (v, d) in values.items()]
+
+    def complete_knobs(self, graph, knobs: dict) -> dict:
+        """Defaults of the path the knobs choose: the TMA path's when any TMA_* is given."""
+        if self.tma_path and tma.is_tma(knobs):
+            return {**dataclasses.asdict(tma.T.TmaKnobs()), **knobs}
+        return {**{k.name: k.default for k in self.knob_space(graph)
+                   if k.name not in tma.KNOB_NAMES}, **knobs}
 
     def configs(self, graph, target: Target) -> list[EngineConfig]:
         a = self._analyze(graph)
@@ -191,6 +205,9 @@ class ImplicitGemmEngine(Engine):
             K.ConvKnobs(32, 32, 32 if a.x.data_type == DataType.INT8 else 16, 4, 2)]
         out = [EngineConfig.make(self, **dataclasses.asdict(k)) for k in cands
                if self._fits(a, k, target)]
+        if self.tma_path and target.is_cuda and target.capability >= (9, 0) and \
+                tma.unsupported(a) is None:
+            out += [EngineConfig.make(self, **dataclasses.asdict(k)) for k in tma.knobs(a)]
         out.sort(key=lambda c: self.estimate_seconds(graph, c, target))
         return out
 
@@ -204,7 +221,14 @@ class ImplicitGemmEngine(Engine):
         s = super().check_config(graph, config, target)
         if not s.ok:
             return s
-        kn = K.ConvKnobs(**config.knob_dict)
+        kd = config.knob_dict
+        if tma.is_tma(kd):
+            if "BLOCK_M" in kd:
+                return decline("BLOCK_M belongs to the gather path; the TMA path's M tile is "
+                               "TMA_IMGS x TMA_TH x TMA_TW")
+            why = tma.check(self._analyze(graph), tma.T.TmaKnobs(**kd))
+            return decline(why) if why else SUPPORTED
+        kn = K.ConvKnobs(**kd)
         if not self._fits(self._analyze(graph), kn, target):
             return decline("the tiles' pipeline stages exceed the shared memory of a block")
         return SUPPORTED
@@ -220,12 +244,18 @@ class ImplicitGemmEngine(Engine):
         a = self._analyze(graph)
         peak = target.peak_flops_fp16 if a.x.data_type != DataType.FLOAT else (
             target.peak_flops_fp16 / 2 if _tf32(a) else target.peak_flops_fp32)
-        return K.estimate_seconds(a.geo, K.ConvKnobs(**config.knob_dict),
+        kd = config.knob_dict
+        if tma.is_tma(kd):
+            return tma.estimate_seconds(a, tma.T.TmaKnobs(**kd), peak, target)
+        return K.estimate_seconds(a.geo, K.ConvKnobs(**kd),
                                   a.x.data_type.itemsize, peak, target.bandwidth, target.num_sms)
 
     def build(self, graph, config, target) -> Executable:
-        return _ConvExecutable(graph, self._analyze(graph), K.ConvKnobs(**config.knob_dict),
-                               target, self.kind)
+        a, kd = self._analyze(graph), config.knob_dict
+        if tma.is_tma(kd):
+            params, body = epilogue(graph, a, self.kind)
+            return tma.TmaExecutable(graph, a, tma.T.TmaKnobs(**kd), target, params, body)
+        return _ConvExecutable(graph, a, K.ConvKnobs(**kd), target, self.kind)
 
 
 class ImplicitGemmDgradEngine(ImplicitGemmEngine):
@@ -233,6 +263,7 @@ class ImplicitGemmDgradEngine(ImplicitGemmEngine):
     id = 4
     name = "conv_dgrad_implicit_gemm"
     kind = "conv_dgrad"
+    tma_path = False
 
 
 class ImplicitGemmWgradEngine(ImplicitGemmEngine):
@@ -241,6 +272,7 @@ class ImplicitGemmWgradEngine(ImplicitGemmEngine):
     id = 5
     name = "conv_wgrad_implicit_gemm"
     kind = "conv_wgrad"
+    tma_path = False
 
 
 def epilogue(graph, a: ConvAnalysis, kind: str) -> tuple[list, str]:

@@ -1,0 +1,104 @@
+"""The NHWC fast path of conv_implicit_gemm (TMA boxes, persistent grid) against the
+float64 reference, through the interpreter's tensor descriptors: stride 1 and 2, dilation,
+padding that the copy engine's zero fill supplies, partial boxes at every edge, both
+modes, fused epilogues; and each rule that keeps a problem off the path."""
+import pytest
+import torch
+
+import opendnn.frontend as cudnn
+from _util import check_engine, repro
+from opendnn.engines.base import EngineConfig, Target
+from opendnn.engines.conv.engine import ImplicitGemmEngine
+
+CONV_ID = ImplicitGemmEngine.id
+CL = torch.channels_last
+SMALL = dict(TMA_IMGS=1, TMA_TH=4, TMA_TW=8, BLOCK_N=32, BLOCK_K=16, num_warps=4,
+             num_stages=2)
+
+CASES = [  # (N, C, K, H, W, filt, stride, pad, dilation, knobs)
+    (2, 16, 24, 5, 7, 3, 1, 1, 1, SMALL),
+    (1, 8, 8, 9, 4, 1, 1, 0, 1, SMALL),
+    (3, 24, 20, 6, 6, 3, 1, 2, 2, dict(SMALL, TMA_IMGS=2, TMA_TH=4, TMA_TW=8)),
+    (1, 8, 40, 3, 3, 3, 1, 1, 1, dict(SMALL, TMA_IMGS=4, BLOCK_N=64)),
+    (1, 64, 16, 8, 6, 3, 2, 1, 1, dict(SMALL, BLOCK_K=64)),
+    (2, 64, 8, 10, 10, 5, 2, 2, 1, dict(SMALL, BLOCK_K=32)),
+    (1, 64, 8, 4, 4, 1, 2, 0, 1, dict(SMALL, BLOCK_K=64)),
+]
+
+
+def _problem(n, c, k, h, w, f, dt, seed):
+    torch.manual_seed(seed)
+    x = torch.randn(n, c, h, w, dtype=dt).to(memory_format=CL)
+    wt = (torch.randn(k, c, f, f, dtype=dt) * 0.2).to(memory_format=CL)
+    return x, wt
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"c{i}" for i in range(len(CASES))])
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("mode", ["CROSS_CORRELATION", "CONVOLUTION"])
+def test_tma_fprop_against_reference(case, dt, mode):
+    n, c, k, h, w, f, s, p, d, knobs = case
+    x, wt = _problem(n, c, k, h, w, f, dt, n * c + k)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tw = g.tensor_like(x), g.tensor_like(wt)
+    y = g.conv_fprop(tx, tw, padding=[p, p], stride=[s, s], dilation=[d, d],
+                     convolution_mode=cudnn.convolution_mode[mode])
+    y.set_output(True).set_data_type(cudnn.data_type.FLOAT)
+    check_engine(g, {tx: x, tw: wt}, [y], CONV_ID, knobs, n=c * f * f,
+                 msg=repro("conv_fprop tma", [tuple(x.shape), tuple(wt.shape)], str(dt),
+                           n * c + k, mode=mode))
+
+
+def test_tma_epilogue_bias_residual_relu_into_nchw():
+    x, wt = _problem(2, 16, 12, 6, 5, 3, torch.bfloat16, 5)
+    b = torch.randn(1, 12, 1, 1, dtype=torch.bfloat16)
+    z = torch.randn(2, 12, 6, 5, dtype=torch.bfloat16)          # NCHW residual
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT,
+                      compute_data_type=cudnn.data_type.FLOAT)
+    tx, tw, tb, tz = (g.tensor_like(t) for t in (x, wt, b, z))
+    y = g.relu(g.add(g.bias(g.conv_fprop(tx, tw, padding=[1, 1]), tb), tz))
+    y.set_output(True)
+    out = check_engine(g, {tx: x, tw: wt, tb: b, tz: z}, [y], CONV_ID, SMALL, n=144)
+    assert out[y].dtype == torch.bfloat16
+
+
+def _support(x, wt, **conv):
+    g = cudnn.pygraph()
+    tx, tw = g.tensor_like(x), g.tensor_like(wt)
+    g.conv_fprop(tx, tw, **conv).set_output(True)
+    g.validate()
+    e = ImplicitGemmEngine()
+    return e.check_config(g.op_graph, EngineConfig.make(e, **SMALL), Target())
+
+
+@pytest.mark.parametrize("change,reason", [
+    (dict(layout="nchw"), "packed NHWC image"),
+    (dict(dt=torch.float32), "half or bfloat16"),
+    (dict(c=4), "16-byte aligned rows"),
+    (dict(stride=3), "stride 1, or stride 2"),
+    (dict(stride=2, h=7), "even image height"),
+    (dict(stride=2, c=32), "multiple of 64"),
+    (dict(groups=2), "one group"),
+])
+def test_tma_path_declines_with_a_reason(change, reason):
+    dt = change.get("dt", torch.bfloat16)
+    c, h = change.get("c", 64), change.get("h", 8)
+    groups = change.get("groups", 1)
+    x = torch.randn(1, c, h, 8, dtype=dt)
+    wt = torch.randn(8, c // groups, 3, 3, dtype=dt)
+    if change.get("layout") != "nchw":
+        x, wt = x.to(memory_format=CL), wt.to(memory_format=CL)
+    sup = _support(x, wt, padding=[1, 1], stride=[change.get("stride", 1)] * 2)
+    assert not sup.ok and reason in sup.reason
+
+
+def test_tma_knobs_do_not_mix_with_the_gather_tile():
+    x = torch.randn(1, 16, 6, 6, dtype=torch.bfloat16).to(memory_format=CL)
+    wt = torch.randn(8, 16, 3, 3, dtype=torch.bfloat16).to(memory_format=CL)
+    g = cudnn.pygraph()
+    tx, tw = g.tensor_like(x), g.tensor_like(wt)
+    g.conv_fprop(tx, tw, padding=[1, 1]).set_output(True)
+    g.validate()
+    e = ImplicitGemmEngine()
+    sup = e.check_config(g.op_graph, EngineConfig.make(e, BLOCK_M=64, **SMALL), Target())
+    assert not sup.ok and "BLOCK_M belongs to the gather path" in sup.reason
