@@ -47,9 +47,13 @@ class Runner:
         print(f"floors: copy {self.copy_gbs:.0f} GB/s, cuBLAS bf16 8192^3 {self.mm_tflops:.0f} TFLOP/s")
 
     def add(self, family, case, ms, ref_ms, *, nbytes=None, flops=None, ref_name="pytorch",
-            plan=""):
+            plan="", **extra):
+        """One row; ``extra`` (e.g. eager timings, find costs) is stored as given."""
         row = {"family": family, "case": case, "ms": round(ms, 5), "ref": ref_name,
                "ref_ms": round(ref_ms, 5), "ratio": round(ref_ms / ms, 3), "plan": plan}
+        row.update({k: round(v, 5) if isinstance(v, float) else v for k, v in extra.items()})
+        if "eager_ms" in extra and "ref_eager_ms" in extra:
+            row["eager_ratio"] = round(extra["ref_eager_ms"] / extra["eager_ms"], 3)
         if nbytes:
             row["GBps"] = round(nbytes / ms / 1e6, 1)
             row["floor_frac"] = round(row["GBps"] / self.copy_gbs, 3)
@@ -59,12 +63,13 @@ class Runner:
             row["floor_frac"] = round(row["TFLOPs"] / self.mm_tflops, 3)
         self.rows.append(row)
         rate = f"{row['GBps']:8.0f} GB/s" if nbytes else f"{row['TFLOPs']:8.1f} TF/s"
+        eager = f"  eager {row['eager_ratio']:5.2f}" if "eager_ratio" in row else ""
         print(f"{family:10s} {case:44s} {ms:9.4f} ms {rate}  {ref_name} {ref_ms:9.4f} ms  "
-              f"ratio {row['ratio']:5.2f}  floor {row['floor_frac']:.2f}", flush=True)
+              f"ratio {row['ratio']:5.2f}  floor {row['floor_frac']:.2f}{eager}", flush=True)
 
-    def save(self, out_dirs):
+    def save(self, out_dirs, tag=""):
         gpu = self.meta["device"].split()[1].lower() if " " in self.meta["device"] else "gpu"
-        name = f"{gpu}-{self.meta['date']}.json"
+        name = f"{gpu}-{self.meta['date']}{'-' + tag if tag else ''}.json"
         doc = {"meta": self.meta, "rows": self.rows}
         for d in out_dirs:
             os.makedirs(d, exist_ok=True)
@@ -194,61 +199,11 @@ def run_latency(r: Runner):
           f"execute() host {host_us:.1f} us/call")
 
 
-def run_conv(r: Runner):
-    """fprop and fused conv+bias+relu, NHWC bf16, against cuDNN through PyTorch."""
-    import torch.nn.functional as F
-    import opendnn.frontend as cudnn
-    n = shapes.CONV_N
-    cl = torch.channels_last
-    for name, c, k, h, f, s, p in shapes.CONV:
-        x = torch.randn(n, c, h, h, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
-        w = (torch.randn(k, c, f, f, device="cuda", dtype=torch.bfloat16) * 0.05).to(
-            memory_format=cl)
-        b = torch.randn(1, k, 1, 1, device="cuda", dtype=torch.bfloat16)
-        o = (h + 2 * p - f) // s + 1
-        flops = 2.0 * n * k * o * o * c * f * f
-        y = torch.empty(n, k, o, o, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
-        g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT,
-                          compute_data_type=cudnn.data_type.FLOAT)
-        tx, tw = g.tensor_like(x), g.tensor_like(w)
-        ty = g.conv_fprop(tx, tw, padding=[p, p], stride=[s, s])
-        ty.set_output(True)
-        g.build([cudnn.heur_mode.A])
-        fn = _graph_exec(g, {tx: x, tw: w, ty: y})
-        r.add("conv", f"fprop nhwc bf16 {name}", bench(fn),
-              bench(lambda: F.conv2d(x, w, stride=s, padding=p)), flops=flops, ref_name="cuDNN",
-              plan=g.get_plan_name_at_index(0))
-        g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT,
-                          compute_data_type=cudnn.data_type.FLOAT)
-        tx, tw, tb = g.tensor_like(x), g.tensor_like(w), g.tensor_like(b)
-        ty = g.relu(g.bias(g.conv_fprop(tx, tw, padding=[p, p], stride=[s, s]), tb))
-        g.build([cudnn.heur_mode.A])
-        fn = _graph_exec(g, {tx: x, tw: w, tb: b, ty: y})
-        bias = b.reshape(k)
-        r.add("conv", f"conv+bias+relu nhwc bf16 {name}", bench(fn),
-              bench(lambda: torch.relu_(F.conv2d(x, w, bias, stride=s, padding=p))), flops=flops,
-              ref_name="PyTorch unfused", plan=g.get_plan_name_at_index(0))
-        dy = torch.randn(n, k, o, o, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
-        conv_bwd = torch.ops.aten.convolution_backward
-        for kind, mask in (("dgrad", [True, False, False]), ("wgrad", [False, True, False])):
-            g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT,
-                              compute_data_type=cudnn.data_type.FLOAT)
-            if kind == "dgrad":
-                a_, b_ = g.tensor_like(dy), g.tensor_like(w)
-                out_t = g.conv_dgrad(a_, b_, padding=[p, p], stride=[s, s])
-                like, pack = x, {a_: dy, b_: w}
-            else:
-                a_, b_ = g.tensor_like(x), g.tensor_like(dy)
-                out_t = g.conv_wgrad(a_, b_, padding=[p, p], stride=[s, s])
-                like, pack = w, {a_: x, b_: dy}
-            out_t.set_dim(list(like.shape)).set_stride(list(like.stride())).set_output(True)
-            g.build([cudnn.heur_mode.A])
-            buf = torch.empty_like(like)
-            fn = _graph_exec(g, {**pack, out_t: buf})
-            r.add("conv", f"{kind} nhwc bf16 {name}", bench(fn),
-                  bench(lambda: conv_bwd(dy, x, w, None, [s, s], [p, p], [1, 1], False, [0, 0], 1,
-                                         mask)), flops=flops, ref_name="cuDNN",
-                  plan=g.get_plan_name_at_index(0))
+def run_conv(r: Runner, args=None):
+    from .conv import run_conv as run
+    kinds = tuple(args.kinds.split(",")) if args and args.kinds else (
+        "fprop", "fused", "dgrad", "wgrad")
+    run(r, kinds, args.layers.split(",") if args and args.layers else None)
 
 
 FAMILIES = {"pointwise": run_pointwise, "reduction": run_reduction, "matmul": run_matmul,
@@ -259,6 +214,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m opendnn.bench")
     p.add_argument("family", nargs="?", default="all", choices=list(FAMILIES) + ["all"])
     p.add_argument("--out", action="append", default=None, help="result folder(s)")
+    p.add_argument("--kinds", default="", help="conv: comma list of fprop,fused,dgrad,wgrad")
+    p.add_argument("--layers", default="", help="conv: comma list of layer names")
+    p.add_argument("--tag", default="", help="suffix of the result file name")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("opendnn.bench needs a CUDA GPU (the comparisons are against cuDNN/cuBLAS)")
@@ -267,7 +225,7 @@ def main(argv=None) -> int:
     fams = list(FAMILIES) if args.family == "all" else [args.family]
     for f in fams:
         try:
-            FAMILIES[f](r)
+            FAMILIES[f](r, args) if f == "conv" else FAMILIES[f](r)
         except Exception as e:  # report and go on: one family's failure must not hide the rest
             import traceback
             traceback.print_exc()
@@ -275,13 +233,14 @@ def main(argv=None) -> int:
     outs = args.out or [os.path.join("bench", "results")]
     if os.environ.get("OUT"):
         outs.append(os.environ["OUT"])
-    name = r.save(outs)
+    name = r.save(outs, args.tag)
     print(f"\nwrote {name}\n")
-    print(f"{'case':52s} {'ms':>9s} {'rate':>10s} {'ratio':>6s} {'floor':>6s}")
+    print(f"{'case':52s} {'ms':>9s} {'rate':>10s} {'ratio':>6s} {'floor':>6s} {'eager':>6s}")
     for row in r.rows:
         rate = f"{row.get('GBps', row.get('TFLOPs'))}"
+        eager = f" {row['eager_ratio']:6.2f}" if "eager_ratio" in row else ""
         print(f"{row['family'][:6] + ' ' + row['case']:52s} {row['ms']:9.4f} {rate:>10s} "
-              f"{row['ratio']:6.2f} {row['floor_frac']:6.2f}")
+              f"{row['ratio']:6.2f} {row['floor_frac']:6.2f}{eager}")
     return 1 if r.meta.get("errors") else 0
 
 
