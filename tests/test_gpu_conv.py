@@ -90,3 +90,33 @@ def test_backward_engines(shape, dt, engine):
     out = _empty(out_t)
     _run(g, pack, {out_t: out}, engine)
     assert _relerr(out, ref) < TOL[dt] * 2
+
+
+TMA_SHAPES = [(8, 64, 28, 64, 3, 1, 1), (4, 128, 14, 96, 3, 2, 1), (8, 64, 13, 128, 1, 1, 0)]
+
+
+@pytest.mark.parametrize("shape", TMA_SHAPES)
+@pytest.mark.parametrize("cfg", range(9))
+def test_fprop_tma_path_every_config(shape, cfg):
+    """Each TMA knob set of conv_implicit_gemm on stride 1, stride 2 and an odd image."""
+    import dataclasses
+    from opendnn.engines.conv import _tma_kernels as T
+    n, c, h, k, f, s, p = shape
+    cl, dt = torch.channels_last, torch.bfloat16
+    kn = T.KNOB_SPACE[cfg]
+    if s == 2 and c % kn.BLOCK_K:
+        pytest.skip("stride 2 needs BLOCK_K | C")
+    x = torch.randn(n, c, h, h, device="cuda", dtype=dt).to(memory_format=cl)
+    w = (torch.randn(k, c, f, f, device="cuda", dtype=dt) * 0.1).to(memory_format=cl)
+    b = torch.randn(1, k, 1, 1, device="cuda", dtype=dt)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tw, tb = g.tensor_like(x), g.tensor_like(w), g.tensor_like(b)
+    y = g.relu(g.bias(g.conv_fprop(tx, tw, padding=[p, p], stride=[s, s]), tb))
+    y.set_output(True)
+    g.validate()
+    g.create_execution_plan(3, dataclasses.asdict(kn))
+    out = _empty(y)
+    g.execute({tx: x, tw: w, tb: b, y: out}, None)
+    torch.cuda.synchronize()
+    ref = torch.relu(F.conv2d(x.double(), w.double(), stride=s, padding=p) + b.double())
+    assert _relerr(out, ref) < TOL[dt]

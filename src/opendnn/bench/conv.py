@@ -59,7 +59,11 @@ def _fe_conv_bias_relu(x, w, b, y, s, p):
     g.build([fe.heur_mode.A, fe.heur_mode.FALLBACK])
     ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
     pack = {X: x, W: w, B: b, out: y}
-    return lambda: g.execute(pack, ws, handle=handle)
+
+    def run():   # on the current stream, so that a CUDA-graph capture records it
+        fe.set_stream(handle=handle, stream=torch.cuda.current_stream().cuda_stream)
+        g.execute(pack, ws, handle=handle)
+    return run
 
 
 def _graph(kind, x, w, b, dy, s, p):
@@ -118,6 +122,7 @@ def _opendnn(kind, x, w, b, dy, s, p):
 def run_conv(r, kinds=("fprop", "fused", "dgrad", "wgrad"), layers=None):
     torch.backends.cudnn.benchmark = True
     backends.benchmark = True
+    backends.benchmark_limit = 6          # the cost model's top six plans are timed
     n, cl = shapes.CONV_N, torch.channels_last
     bwd = torch.ops.aten.convolution_backward
     for name, c, k, h, f, s, p in shapes.CONV:

@@ -4,7 +4,6 @@ and serialization. ``Graph`` mixes this in; validation and building live in grap
 from __future__ import annotations
 
 import json
-import time
 
 import torch
 
@@ -15,7 +14,7 @@ from ..enums import BehaviorNote, BuildPlanPolicy, DataType, HeurMode, Numerical
 from ..errors import BadParamError, GraphNotSupportedError, Status
 from ..handle import Handle, target_for
 from ..plan import ExecutionPlan
-from ..runtime import autotune
+from ..runtime import autotune, timing
 from ..runtime.buffers import bind, check_no_aliasing, check_workspace
 from .opgraph import OpGraph
 
@@ -363,26 +362,7 @@ def _nbytes(workspace) -> int:
         else len(workspace)
 
 
-def _time_plan(fn, variant_pack, warmup, iters, batch: int = 8) -> float:
-    """Median milliseconds of ``fn``. On GPU buffers each sample is ``batch`` back-to-back
-    calls between two CUDA events (one call of a 10 us kernel would time the host's
-    launch as much as the kernel); on the CPU, wall clock per call."""
+def _time_plan(fn, variant_pack, warmup, iters) -> float:
+    """Median milliseconds of ``fn`` (see runtime.timing: kernel time on the GPU)."""
     on_cuda = any(isinstance(v, torch.Tensor) and v.is_cuda for v in variant_pack.values())
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iters):
-        if on_cuda:
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            for _ in range(batch):
-                fn()
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e) / batch)
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-    times.sort()
-    return times[len(times) // 2]
+    return timing.median_ms(fn, on_cuda, warmup, iters)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import time
 
 import torch
 
@@ -421,20 +420,10 @@ def _random_buffer(desc, handle):
     return torch.randn(d.span, device=handle.device).to(d.torch_dtype)
 
 
-def _time(fn, like, reps: int = 5) -> float:
-    fn()   # compile and warm
-    if like.is_cuda:
-        torch.cuda.synchronize()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(reps):
-            fn()
-        e.record()
-        e.synchronize()
-        return s.elapsed_time(e) / reps
-    t0 = time.perf_counter()
-    fn()
-    return (time.perf_counter() - t0) * 1e3
+def _time(fn, like) -> float:
+    """find_*'s measurement: one compiling call, then the median kernel time."""
+    from ..runtime import timing
+    return timing.median_ms(fn, like.is_cuda, warmup=1, iters=5, batch=4)
 
 
 def get_convolution_forward_workspace_size(handle, x_desc, w_desc, conv, y_desc, algo) -> int:
