@@ -96,7 +96,7 @@ TMA_SHAPES = [(8, 64, 28, 64, 3, 1, 1), (4, 128, 14, 96, 3, 2, 1), (8, 64, 13, 1
 
 
 @pytest.mark.parametrize("shape", TMA_SHAPES)
-@pytest.mark.parametrize("cfg", range(9))
+@pytest.mark.parametrize("cfg", range(11))
 def test_fprop_tma_path_every_config(shape, cfg):
     """Each TMA knob set of conv_implicit_gemm on stride 1, stride 2 and an odd image."""
     import dataclasses

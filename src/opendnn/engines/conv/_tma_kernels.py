@@ -49,7 +49,9 @@ KNOB_SPACE = (TmaKnobs(1, 8, 16, 64, 64, 4, 4), TmaKnobs(4, 4, 8, 128, 64, 4, 4)
               TmaKnobs(1, 16, 16, 128, 64, 8, 3), TmaKnobs(2, 8, 8, 128, 64, 8, 4),
               TmaKnobs(1, 8, 8, 128, 64, 4, 4), TmaKnobs(1, 8, 16, 128, 64, 8, 4),
               TmaKnobs(1, 4, 16, 128, 64, 4, 4), TmaKnobs(2, 8, 8, 64, 64, 4, 4),
-              TmaKnobs(1, 8, 16, 128, 128, 8, 3))
+              TmaKnobs(1, 8, 16, 128, 128, 8, 3),
+              # small-M layers (7x7 images): more, narrower tiles fill the 132 SMs
+              TmaKnobs(1, 8, 8, 64, 64, 4, 4), TmaKnobs(1, 8, 8, 64, 128, 4, 3))
 
 
 def unsupported(geo, x, w, y) -> str | None:
