@@ -12,6 +12,8 @@ ENGINE_CLASSES = (
     ("conv.direct", "DirectConvEngine"),
     ("conv.winograd", "WinogradNonfusedEngine"),
     ("conv.winograd", "Winograd4x4NonfusedEngine"),
+    ("conv.fft", "FftConvEngine"),
+    ("conv.fft", "FftTilingConvEngine"),
     ("conv.winograd_fused", "WinogradFusedEngine"),
     ("conv.engine", "ImplicitGemmDgradEngine"),
     ("conv.winograd_dgrad", "WinogradNonfusedDgradEngine"),
