@@ -202,7 +202,7 @@ def run_latency(r: Runner):
 def run_conv(r: Runner, args=None):
     from .conv import run_conv as run
     kinds = tuple(args.kinds.split(",")) if args and args.kinds else (
-        "fprop", "fused", "dgrad", "wgrad")
+        "fprop", "fused", "dgrad", "wgrad", "tf32")
     run(r, kinds, args.layers.split(",") if args and args.layers else None)
 
 
@@ -214,7 +214,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m opendnn.bench")
     p.add_argument("family", nargs="?", default="all", choices=list(FAMILIES) + ["all"])
     p.add_argument("--out", action="append", default=None, help="result folder(s)")
-    p.add_argument("--kinds", default="", help="conv: comma list of fprop,fused,dgrad,wgrad")
+    p.add_argument("--kinds", default="", help="conv: comma list of fprop,fused,dgrad,wgrad,tf32")
     p.add_argument("--layers", default="", help="conv: comma list of layer names")
     p.add_argument("--tag", default="", help="suffix of the result file name")
     args = p.parse_args(argv)

@@ -1,6 +1,7 @@
 """The ``conv`` benchmark family: ResNet-50 layers at N=32 (shapes.CONV).
 
 Per layer, NHWC bfloat16: fprop, dgrad, wgrad against cuDNN through PyTorch
+(and fprop in NCHW float32 with TF32 allowed on both sides, kind ``tf32``)
 (``torch.backends.cudnn.benchmark`` on), and conv + bias + relu against PyTorch's unfused
 sequence and against cudnn-frontend's fused graph when the ``cudnn`` module imports. Both
 sides run in benchmark mode: opendnn with ``backends.benchmark`` (the first execute times
@@ -71,7 +72,7 @@ def _graph(kind, x, w, b, dy, s, p):
     import opendnn.frontend as cudnn
     g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT,
                       compute_data_type=cudnn.data_type.FLOAT)
-    if kind in ("fprop", "fused"):
+    if kind in ("fprop", "fused", "tf32"):
         tx, tw = g.tensor_like(x), g.tensor_like(w)
         out = g.conv_fprop(tx, tw, padding=[p, p], stride=[s, s])
         pack = {tx: x, tw: w}
@@ -82,7 +83,7 @@ def _graph(kind, x, w, b, dy, s, p):
         out.set_output(True)
         o = (x.shape[2] + 2 * p - w.shape[2]) // s + 1
         like = torch.empty(x.shape[0], w.shape[0], o, o, device="cuda", dtype=x.dtype).to(
-            memory_format=torch.channels_last)
+            memory_format=torch.channels_last if kind != "tf32" else torch.contiguous_format)
     elif kind == "dgrad":
         a_, b_ = g.tensor_like(dy), g.tensor_like(w)
         out = g.conv_dgrad(a_, b_, padding=[p, p], stride=[s, s])
@@ -119,8 +120,9 @@ def _opendnn(kind, x, w, b, dy, s, p):
     return (lambda: g.execute(pack, ws)), name, cold, cached
 
 
-def run_conv(r, kinds=("fprop", "fused", "dgrad", "wgrad"), layers=None):
+def run_conv(r, kinds=("fprop", "fused", "dgrad", "wgrad", "tf32"), layers=None):
     torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = True
     backends.benchmark = True
     backends.benchmark_limit = 6          # the cost model's top six plans are timed
     n, cl = shapes.CONV_N, torch.channels_last
@@ -144,9 +146,13 @@ def run_conv(r, kinds=("fprop", "fused", "dgrad", "wgrad"), layers=None):
                                            [0, 0], 1, [True, False, False])),
             "wgrad": ("cuDNN", lambda: bwd(dy, x, w, None, [s, s], [p, p], [1, 1], False,
                                            [0, 0], 1, [False, True, False]))}
+        xf, wf = x.float().contiguous(), w.float().contiguous()      # NCHW float32
+        refs["tf32"] = ("cuDNN", lambda: F.conv2d(xf, wf, stride=s, padding=p))
         for kind in kinds:
+            backends.allow_tf32 = kind == "tf32"     # PyTorch's cuDNN default: TF32 allowed
             try:
-                fn, plan, cold, cached = _opendnn(kind, x, w, b, dy, s, p)
+                fn, plan, cold, cached = (_opendnn(kind, xf, wf, b, dy, s, p) if kind == "tf32"
+                                          else _opendnn(kind, x, w, b, dy, s, p))
             except Exception as e:   # noqa: BLE001 -- one case must not end the family
                 print(f"conv {kind} {name}: FAILED {type(e).__name__}: {str(e)[:200]}")
                 r.meta.setdefault("errors", {})[f"conv {kind} {name}"] = repr(e)[:300]
@@ -158,7 +164,8 @@ def run_conv(r, kinds=("fprop", "fused", "dgrad", "wgrad"), layers=None):
             if ms is None or ref_ms is None:
                 ms, ref_ms = extra["eager_ms"], extra["ref_eager_ms"]
                 extra["timing"] = "eager (capture failed)"
-            r.add("conv", f"{kind} nhwc bf16 {name}", ms, ref_ms, flops=flops,
+            label = "fprop nchw fp32/tf32" if kind == "tf32" else f"{kind} nhwc bf16"
+            r.add("conv", f"{label} {name}", ms, ref_ms, flops=flops,
                   ref_name=ref_name, plan=plan, **extra)
             if kind == "fused":
                 y = torch.empty_like(dy)
