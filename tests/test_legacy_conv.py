@@ -167,8 +167,8 @@ def test_bad_tensor_descriptor_values():
         cudnn.set_tensor_4d_descriptor_ex(d, FLOAT, 1, 2, 4, 4, 32, 16, -4, 1)
 
 
-def _backward_descs(fmt=NCHW, groups=2):
-    h, xd, wd, conv, yd, x, w, y, kw = _problem(groups=groups, fmt=fmt)
+def _backward_descs(fmt=NCHW, groups=2, stride=(2, 1)):
+    h, xd, wd, conv, yd, x, w, y, kw = _problem(groups=groups, fmt=fmt, stride=stride)
     return h, xd, wd, conv, yd, x, w, torch.randn_like(y), kw
 
 
@@ -254,3 +254,43 @@ def test_find_honours_the_workspace_limit():
     gemm = next(p for p in perfs if p.algo == cudnn.ConvolutionFwdAlgo.GEMM)
     assert gemm.status == Status.BAD_PARAM_SIZE_INSUFFICIENT and gemm.memory > 0
     assert perfs[0].status == Status.SUCCESS and perfs[0].memory == 0
+
+
+@pytest.mark.parametrize("algo", [cudnn.ConvolutionFwdAlgo.FFT, cudnn.ConvolutionFwdAlgo.FFT_TILING,
+                                  cudnn.ConvolutionFwdAlgo.WINOGRAD])
+def test_every_forward_algorithm_runs_on_a_problem_it_claims(algo):
+    """Stride 1, 3x3: the FFT, FFT-tiling and fused Winograd engines behind the enum."""
+    h, xd, wd, conv, yd, x, w, y, kw = _problem(stride=(1, 1), h=7, w=6)
+    y.fill_(float("nan"))
+    ws_size = cudnn.get_convolution_forward_workspace_size(h, xd, wd, conv, yd, algo)
+    cudnn.convolution_forward(h, 1.0, xd, x, wd, w, conv, algo,
+                              torch.empty(ws_size, dtype=torch.uint8), ws_size, 0.0, yd, y)
+    ref = F.conv2d(x.double(), w.double(), **kw)
+    assert torch.allclose(y.double(), ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("algo", [cudnn.ConvolutionBwdDataAlgo.ALGO_0,
+                                  cudnn.ConvolutionBwdDataAlgo.WINOGRAD,
+                                  cudnn.ConvolutionBwdDataAlgo.WINOGRAD_NONFUSED])
+def test_every_backward_data_algorithm_runs(algo):
+    h, xd, wd, conv, yd, x, w, dy, kw = _backward_descs(groups=1, stride=(1, 1))
+    xr = x.double().requires_grad_(True)
+    F.conv2d(xr, w.double(), **kw).backward(dy.double())
+    dx = torch.full_like(x, float("nan"))
+    ws_size = cudnn.get_convolution_backward_data_workspace_size(h, wd, yd, conv, xd, algo)
+    ws = torch.empty(ws_size, dtype=torch.uint8)
+    cudnn.convolution_backward_data(h, 1.0, wd, w, yd, dy, conv, algo, ws, ws_size, 0.0, xd, dx)
+    assert torch.allclose(dx.double(), xr.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_backward_filter_algo_3_uses_a_small_workspace():
+    h, xd, wd, conv, yd, x, w, dy, kw = _backward_descs(groups=1, stride=(1, 1))
+    wr = w.double().requires_grad_(True)
+    F.conv2d(x.double(), wr, **kw).backward(dy.double())
+    algo = cudnn.ConvolutionBwdFilterAlgo.ALGO_3
+    ws_size = cudnn.get_convolution_backward_filter_workspace_size(h, xd, yd, conv, wd, algo)
+    assert ws_size > 0
+    dw = torch.full_like(w, float("nan"))
+    cudnn.convolution_backward_filter(h, 1.0, xd, x, yd, dy, conv, algo,
+                                      torch.empty(ws_size, dtype=torch.uint8), ws_size, 0.0, wd, dw)
+    assert torch.allclose(dw.double(), wr.grad, rtol=1e-4, atol=1e-4)

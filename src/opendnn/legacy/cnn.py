@@ -45,8 +45,9 @@ class ActivationMode(enum.IntEnum):
 # Which engine implements which algorithm; the others are not built yet and report
 # NOT_SUPPORTED with that reason.
 _FWD_ENGINES = {ConvolutionFwdAlgo.IMPLICIT_GEMM: 3, ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM: 11,
-                ConvolutionFwdAlgo.GEMM: 6,
-                ConvolutionFwdAlgo.DIRECT: 7, ConvolutionFwdAlgo.WINOGRAD_NONFUSED: 8}
+                ConvolutionFwdAlgo.GEMM: 6, ConvolutionFwdAlgo.DIRECT: 7,
+                ConvolutionFwdAlgo.FFT: 13, ConvolutionFwdAlgo.FFT_TILING: 14,
+                ConvolutionFwdAlgo.WINOGRAD: 15, ConvolutionFwdAlgo.WINOGRAD_NONFUSED: 8}
 
 
 @dataclasses.dataclass

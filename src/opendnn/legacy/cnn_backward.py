@@ -1,9 +1,12 @@
 """Convolution backward in the descriptor API: backward data, backward filter and
 backward bias, with the same algorithm queries as the forward pass (see cnn.py).
 
-Algorithms implemented: backward data ALGO_1 (deterministic implicit GEMM over dx's
-pixels) and backward filter ALGO_1 (deterministic implicit GEMM, one program per tap and
-tile). The others report NOT_SUPPORTED with the reason until their engines exist.
+Algorithms implemented: backward data ALGO_0 (split-K with atomics, nondeterministic),
+ALGO_1 (deterministic implicit GEMM over dx's pixels), WINOGRAD (fused) and
+WINOGRAD_NONFUSED; backward filter ALGO_0 (split-K, nondeterministic), ALGO_1
+(deterministic implicit GEMM, one program per tap and tile) and ALGO_3 (split-K with index
+tables in the workspace, nondeterministic). FFT and FFT_TILING in both directions, and
+filter WINOGRAD_NONFUSED, report NOT_SUPPORTED with that reason.
 """
 from __future__ import annotations
 
@@ -38,8 +41,10 @@ class ConvolutionBwdFilterAlgo(enum.IntEnum):
     FFT_TILING = 6
 
 
-_DATA_ENGINES = {ConvolutionBwdDataAlgo.ALGO_1: 4}
-_FILTER_ENGINES = {ConvolutionBwdFilterAlgo.ALGO_1: 5, ConvolutionBwdFilterAlgo.ALGO_0: 10}
+_DATA_ENGINES = {ConvolutionBwdDataAlgo.ALGO_0: 17, ConvolutionBwdDataAlgo.ALGO_1: 4,
+                 ConvolutionBwdDataAlgo.WINOGRAD: 18, ConvolutionBwdDataAlgo.WINOGRAD_NONFUSED: 16}
+_FILTER_ENGINES = {ConvolutionBwdFilterAlgo.ALGO_0: 10, ConvolutionBwdFilterAlgo.ALGO_1: 5,
+                   ConvolutionBwdFilterAlgo.ALGO_3: 19}
 # cuDNN's atomics-based algorithms (IntEnums compare by value: one set per enum)
 _NONDET_DATA = {ConvolutionBwdDataAlgo.ALGO_0}
 _NONDET_FILTER = {ConvolutionBwdFilterAlgo.ALGO_0, ConvolutionBwdFilterAlgo.ALGO_3}
