@@ -713,3 +713,29 @@ def test_adding_a_node_after_build_drops_the_stale_plans(rng):
     g.execute({**feeds, **outs}, None)
     assert_close(outs[y], want, torch.float32)
     assert_close(outs[z], -want, torch.float32)
+
+
+def test_benchmark_mode_times_every_engine_before_runners_up(rng, cache_dir, monkeypatch):
+    """With a limit of three timed plans and two engines, both engines' best plans are
+    timed even when the cost model ranks three configs of one engine first."""
+    from opendnn.graph import lifecycle
+    from opendnn.plan import ExecutionPlan
+    g, feeds, y, want = _pointwise_graph(rng)
+    g.build([HeurMode.A, HeurMode.FALLBACK])
+    fusion = g._plans[0]
+    assert len({tuple(p.engine_names) for p in g._plans}) == 2
+    clones = []
+    for _ in range(3):           # three more plans of the first plan's engine, ranked first
+        clones.append(ExecutionPlan(fusion.graph, [(fusion.stages[0].graph,
+                                                    fusion.stages[0].config)], fusion.target))
+    g._plans = clones + g._plans
+    timed = []
+    monkeypatch.setattr(lifecycle, "_time_plan",
+                        lambda fn, pack, w, i: timed.append(fn) or float(len(timed)))
+    monkeypatch.setattr(backends, "benchmark", True)
+    monkeypatch.setattr(backends, "benchmark_limit", 3)
+    out = torch.full((6, 10), float("nan"))
+    g.execute({**feeds, y: out}, None)
+    names = {tuple(p.engine_names) for p in g._plans[:3]}
+    assert len(names) == 2, [p.name for p in g._plans[:3]]
+    assert_close(out, want, torch.float32)

@@ -310,8 +310,17 @@ class LifecycleMixin:
             self.build_plans()
             return
         limit = backends.benchmark_limit or len(self._plans)
-        keep = self._plans[limit:]
-        self._plans = self._plans[:limit]
+        # every engine's best plan first, then the runners-up: one engine's cost model
+        # being off (several configs ranked ahead of everything else) must not keep the
+        # other engines from being timed at all
+        firsts, rest, seen = [], [], set()
+        for p in self._plans:
+            eng = tuple(p.engine_names)
+            (rest if eng in seen else firsts).append(p)
+            seen.add(eng)
+        ordered = firsts + rest
+        keep = ordered[limit:]
+        self._plans = ordered[:limit]
         self.autotune(variant_pack, workspace, handle)
         self._plans += keep
 
