@@ -310,17 +310,19 @@ class LifecycleMixin:
             self.build_plans()
             return
         limit = backends.benchmark_limit or len(self._plans)
-        # every engine's best plan first, then the runners-up: one engine's cost model
-        # being off (several configs ranked ahead of everything else) must not keep the
-        # other engines from being timed at all
-        firsts, rest, seen = [], [], set()
-        for p in self._plans:
-            eng = tuple(p.engine_names)
-            (rest if eng in seen else firsts).append(p)
-            seen.add(eng)
-        ordered = firsts + rest
-        keep = ordered[limit:]
-        self._plans = ordered[:limit]
+        # the cost model's top `limit` plans, plus the best plan of every engine not among
+        # them: one engine's model being off (its configs ranked ahead of everything else)
+        # must not keep the other engines from being timed at all, nor crowd out the
+        # runners-up of the engine that is really fastest
+        top = self._plans[:limit]
+        seen = {tuple(p.engine_names) for p in top}
+        extra = []
+        for p in self._plans[limit:]:
+            if tuple(p.engine_names) not in seen:
+                seen.add(tuple(p.engine_names))
+                extra.append(p)
+        keep = [p for p in self._plans[limit:] if all(p is not q for q in extra)]
+        self._plans = top + extra
         self.autotune(variant_pack, workspace, handle)
         self._plans += keep
 
