@@ -23,7 +23,6 @@ def compile_launches(exe, graph):
     launches = list(getattr(exe, "launches", []))
     if hasattr(exe, "launcher"):
         launches.append((exe.launcher, None))
-    inner = getattr(exe, "inner", None) or getattr(exe, "gemm", None)
     for launcher, args in launches:
         fn = launcher.kernel.compiled
         params = [p.name for p in fn.params]
@@ -104,31 +103,39 @@ def graphs():
         yield f"prologue+genstats {dt}", g, [3]
 
 
-def main():
+def run_checks(graph_iter, limit=3, decline_fails=False) -> int:
+    """Build (sources only, CPU target) and compile for sm_90 the first ``limit`` configs
+    (None: all) of each (label, graph, engine ids); returns the failure count."""
     failures = 0
-    for label, g, engine_ids in graphs():
+    for label, g, engine_ids in graph_iter:
         g.validate()
         og = g.op_graph
         for eid in engine_ids:
             e = by_id(eid)
             sup = e.check_support(og, H100)
             if not sup.ok:
+                failures += decline_fails
                 print(f"{label:28s} {e.name:28s} declines: {sup.reason}")
                 continue
-            for cfg in e.configs(og, H100)[:3]:
+            for cfg in e.configs(og, H100)[:limit]:
                 try:
                     exe = e.build(og, cfg, Target())   # build generates sources (CPU target)
                     n = compile_launches(exe, og)
                     inner = getattr(exe, "inner", None) or getattr(exe, "gemm", None)
                     if inner is not None:
                         n += len(getattr(inner, "launches", []))
-                    print(f"{label:28s} {cfg.label()[:70]:70s} compiled {n} kernel(s)")
+                    print(f"{label:28s} {cfg.label()[:70]:70s} ws={exe.workspace_size:>8d} "
+                          f"compiled {n} kernel(s)")
                 except Exception:
                     failures += 1
                     print(f"{label:28s} {cfg.label()[:70]:70s} FAILED")
                     traceback.print_exc(limit=3)
     print("compile failures:", failures)
-    return 1 if failures else 0
+    return failures
+
+
+def main():
+    return 1 if run_checks(graphs()) else 0
 
 
 if __name__ == "__main__":

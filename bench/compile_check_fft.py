@@ -4,16 +4,13 @@ engines (whose graph list does not reach these two).
 Run: PYTHONPATH=src python bench/compile_check_fft.py"""
 import os
 import sys
-import traceback
 
 import torch
 
 import opendnn.frontend as cudnn
-from opendnn.engines.base import Target
-from opendnn.engines.registry import by_id
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compile_check import H100, compile_launches  # noqa: E402
+from compile_check import run_checks  # noqa: E402
 
 
 def graphs():
@@ -41,27 +38,7 @@ def graphs():
 
 
 def main():
-    failures = 0
-    for label, g, engine_ids in graphs():
-        g.validate()
-        og = g.op_graph
-        for eid in engine_ids:
-            e = by_id(eid)
-            sup = e.check_support(og, H100)
-            if not sup.ok:
-                print(f"{label:28s} {e.name:20s} declines: {sup.reason}")
-                continue
-            for cfg in e.configs(og, H100):
-                try:
-                    exe = e.build(og, cfg, Target())   # build generates sources (CPU target)
-                    n = compile_launches(exe, og)
-                    print(f"{label:28s} {cfg.label()[:40]:40s} compiled {n} kernel(s)")
-                except Exception:
-                    failures += 1
-                    print(f"{label:28s} {cfg.label()[:40]:40s} FAILED")
-                    traceback.print_exc(limit=3)
-    print("compile failures:", failures)
-    return 1 if failures else 0
+    return 1 if run_checks(graphs(), limit=None) else 0
 
 
 if __name__ == "__main__":

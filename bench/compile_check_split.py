@@ -5,15 +5,12 @@ both accumulation modes of #19 (into dw, into the workspace accumulator).
 Run: PYTHONPATH=src python bench/compile_check_split.py"""
 import os
 import sys
-import traceback
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import opendnn.frontend as cudnn  # noqa: E402
-from compile_check import H100, compile_launches  # noqa: E402
-from opendnn.engines.base import Target  # noqa: E402
-from opendnn.engines.registry import by_id  # noqa: E402
+from compile_check import run_checks  # noqa: E402
 
 TYPES = {torch.float32: cudnn.data_type.FLOAT, torch.float16: cudnn.data_type.HALF,
          torch.bfloat16: cudnn.data_type.BFLOAT16}
@@ -72,29 +69,7 @@ def graphs():
 
 
 def main():
-    failures = 0
-    for label, g, engine_ids in graphs():
-        g.validate()
-        og = g.op_graph
-        for eid in engine_ids:
-            e = by_id(eid)
-            sup = e.check_support(og, H100)
-            if not sup.ok:
-                failures += 1
-                print(f"{label:26s} {e.name:22s} declines: {sup.reason}")
-                continue
-            for cfg in e.configs(og, H100)[:3]:
-                try:
-                    exe = e.build(og, cfg, Target())   # sources only (CPU target)
-                    n = compile_launches(exe, og)
-                    print(f"{label:26s} {cfg.label()[:78]:78s} ws={exe.workspace_size:>7d} "
-                          f"compiled {n} kernel(s)")
-                except Exception:
-                    failures += 1
-                    print(f"{label:26s} {cfg.label()[:78]:78s} FAILED")
-                    traceback.print_exc(limit=3)
-    print("compile failures:", failures)
-    return 1 if failures else 0
+    return 1 if run_checks(graphs(), decline_fails=True) else 0
 
 
 if __name__ == "__main__":
