@@ -101,4 +101,4 @@ def test_tma_knobs_do_not_mix_with_the_gather_tile():
     g.validate()
     e = ImplicitGemmEngine()
     sup = e.check_config(g.op_graph, EngineConfig.make(e, BLOCK_M=64, **SMALL), Target())
-    assert not sup.ok and "BLOCK_M belongs to the gather path" in sup.reason
+    assert not sup.ok and "BLOCK_M belong(s) to the gather path" in sup.reason

@@ -55,7 +55,7 @@ class DirectConvEngine(ImplicitGemmEngine):
     id = 7
     name = "conv_direct"
     kind = "conv_fprop"
-    tma_path = False
+    tma_path = None
 
     def check_support(self, graph, target) -> Support:
         a = self._analyze(graph)

@@ -160,7 +160,7 @@ class ImplicitGemmEngine(Engine):
     name = "conv_implicit_gemm"
     kind = "conv_fprop"
     behavior_notes = frozenset({BehaviorNote.RUNTIME_COMPILATION})
-    tma_path = True     # configs naming TMA_* knobs take the NHWC fast path (tma.py)
+    tma_path = tma.FPROP    # configs naming TMA_* knobs take this NHWC fast path
 
     def _analyze(self, graph):
         return analyze(graph, self.kind)
@@ -184,18 +184,20 @@ class ImplicitGemmEngine(Engine):
         space = K.knob_space()
         values = {f.name: ({getattr(k, f.name) for k in space} | {f.default}, f.default)
                   for f in dataclasses.fields(K.ConvKnobs)}
-        if self.tma_path:
-            for name, vals in tma.knob_values().items():
+        if self.tma_path is not None:
+            for name, vals in self.tma_path.knob_values().items():
                 old = values.get(name, (set(), vals[0]))
                 values[name] = (old[0] | set(vals), old[1])
         return [Knob(n, tuple(sorted(v)), d) for n, (v, d) in values.items()]
 
     def complete_knobs(self, graph, knobs: dict) -> dict:
         """Defaults of the path the knobs choose: the TMA path's when any TMA_* is given."""
-        if self.tma_path and tma.is_tma(knobs):
-            return {**dataclasses.asdict(tma.T.TmaKnobs()), **knobs}
-        return {**{k.name: k.default for k in self.knob_space(graph)
-                   if k.name not in tma.KNOB_NAMES}, **knobs}
+        path = self.tma_path
+        if path is not None and path.is_tma(knobs):
+            return {**dataclasses.asdict(path.knob_class()), **knobs}
+        gather = {f.name for f in dataclasses.fields(K.ConvKnobs)}
+        return {**{k.name: k.default for k in self.knob_space(graph) if k.name in gather},
+                **knobs}
 
     def configs(self, graph, target: Target) -> list[EngineConfig]:
         a = self._analyze(graph)
@@ -210,9 +212,11 @@ class ImplicitGemmEngine(Engine):
                 or [K.ConvKnobs(64, 64, 16, 4, 2)]
         out = [EngineConfig.make(self, **dataclasses.asdict(k)) for k in cands
                if self._fits(a, k, target)]
-        if self.tma_path and target.is_cuda and target.capability >= (9, 0) and \
-                tma.unsupported(a) is None:
-            out += [EngineConfig.make(self, **dataclasses.asdict(k)) for k in tma.knobs(a)]
+        path = self.tma_path
+        if path is not None and target.is_cuda and target.capability >= (9, 0) and \
+                path.unsupported(a) is None:
+            out += [EngineConfig.make(self, **dataclasses.asdict(k))
+                    for k in path.knobs(a, target)]
         out.sort(key=lambda c: self.estimate_seconds(graph, c, target))
         return out
 
@@ -226,12 +230,13 @@ class ImplicitGemmEngine(Engine):
         s = super().check_config(graph, config, target)
         if not s.ok:
             return s
-        kd = config.knob_dict
-        if tma.is_tma(kd):
-            if "BLOCK_M" in kd:
-                return decline("BLOCK_M belongs to the gather path; the TMA path's M tile is "
-                               "TMA_IMGS x TMA_TH x TMA_TW")
-            why = tma.check(self._analyze(graph), tma.T.TmaKnobs(**kd))
+        kd, path = config.knob_dict, self.tma_path
+        if path is not None and path.is_tma(kd):
+            foreign = sorted(set(kd) - set(path.knob_names()))
+            if foreign:
+                return decline(f"{', '.join(foreign)} belong(s) to the gather path; the TMA "
+                               f"path's knobs are {', '.join(path.knob_names())}")
+            why = path.check(self._analyze(graph), path.knob_class(**kd))
             return decline(why) if why else SUPPORTED
         kn = K.ConvKnobs(**kd)
         if not self._fits(self._analyze(graph), kn, target):
@@ -239,8 +244,12 @@ class ImplicitGemmEngine(Engine):
         return SUPPORTED
 
     def workspace_size(self, graph, config, target) -> int:
-        a = self._analyze(graph)
-        if isinstance(a, str) or not a.ep.stats:
+        a, kd, path = self._analyze(graph), config.knob_dict, self.tma_path
+        if isinstance(a, str):
+            return 0
+        if path is not None and path.is_tma(kd):
+            return path.workspace_size(a, path.knob_class(**kd))
+        if not a.ep.stats:
             return 0
         return 4 * 2 * len(a.ep.stats) * _stat_tiles(a, K.ConvKnobs(**config.knob_dict)) * \
             a.geo.k_per_group * a.geo.groups
@@ -249,17 +258,17 @@ class ImplicitGemmEngine(Engine):
         a = self._analyze(graph)
         peak = target.peak_flops_fp16 if a.x.data_type != DataType.FLOAT else (
             target.peak_flops_fp16 / 2 if _tf32(a) else target.peak_flops_fp32)
-        kd = config.knob_dict
-        if tma.is_tma(kd):
-            return tma.estimate_seconds(a, tma.T.TmaKnobs(**kd), peak, target)
+        kd, path = config.knob_dict, self.tma_path
+        if path is not None and path.is_tma(kd):
+            return path.estimate_seconds(a, path.knob_class(**kd), peak, target)
         return K.estimate_seconds(a.geo, K.ConvKnobs(**kd),
                                   a.x.data_type.itemsize, peak, target.bandwidth, target.num_sms)
 
     def build(self, graph, config, target) -> Executable:
-        a, kd = self._analyze(graph), config.knob_dict
-        if tma.is_tma(kd):
+        a, kd, path = self._analyze(graph), config.knob_dict, self.tma_path
+        if path is not None and path.is_tma(kd):
             params, body = epilogue(graph, a, self.kind)
-            return tma.TmaExecutable(graph, a, tma.T.TmaKnobs(**kd), target, params, body)
+            return path.build(graph, a, path.knob_class(**kd), target, params, body)
         return _ConvExecutable(graph, a, K.ConvKnobs(**kd), target, self.kind)
 
 
@@ -268,7 +277,7 @@ class ImplicitGemmDgradEngine(ImplicitGemmEngine):
     id = 4
     name = "conv_dgrad_implicit_gemm"
     kind = "conv_dgrad"
-    tma_path = False
+    tma_path = None
 
 
 class ImplicitGemmWgradEngine(ImplicitGemmEngine):
@@ -277,7 +286,7 @@ class ImplicitGemmWgradEngine(ImplicitGemmEngine):
     id = 5
     name = "conv_wgrad_implicit_gemm"
     kind = "conv_wgrad"
-    tma_path = False
+    tma_path = None
 
 
 def epilogue(graph, a: ConvAnalysis, kind: str) -> tuple[list, str]:

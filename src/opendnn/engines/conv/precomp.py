@@ -24,7 +24,7 @@ class PrecompGemmEngine(ImplicitGemmEngine):
     id = 11
     name = "conv_implicit_precomp_gemm"
     kind = "conv_fprop"
-    tma_path = False
+    tma_path = None
 
     def estimate_seconds(self, graph, config, target) -> float:
         # the same tile work, but each step waits on its table loads before it can gather:
