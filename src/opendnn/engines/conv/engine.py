@@ -19,7 +19,7 @@ from ...runtime.launch import DualKernel, LaunchList, kernel_from_source
 from ..base import SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target, decline
 from ..fusion import epilogue as fuse_epilogue
 from . import _kernels as K
-from . import tma
+from . import tma, tma_wgrad
 
 OPERAND_TYPES = {DataType.FLOAT, DataType.HALF, DataType.BFLOAT16}
 
@@ -286,7 +286,7 @@ class ImplicitGemmWgradEngine(ImplicitGemmEngine):
     id = 5
     name = "conv_wgrad_implicit_gemm"
     kind = "conv_wgrad"
-    tma_path = None
+    tma_path = tma_wgrad.WGRAD
 
 
 def epilogue(graph, a: ConvAnalysis, kind: str) -> tuple[list, str]:

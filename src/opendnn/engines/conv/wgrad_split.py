@@ -34,6 +34,7 @@ class SplitKWgradEngine(ImplicitGemmWgradEngine):
     id = 10
     name = "conv_wgrad_splitk"
     kind = "conv_wgrad"
+    tma_path = None
 
     def numerical_notes(self, graph, config) -> frozenset:
         return super().numerical_notes(graph, config) | {NumericalNote.NONDETERMINISTIC}

@@ -1,0 +1,232 @@
+"""Backward filter, NHWC fast path: pixel boxes through TMA, split over the pixels.
+
+Per filter tap t = (r, s) the filter gradient is a GEMM whose reduction runs over the
+output pixels p = (n, oh, ow):
+
+    dw[k, t, c] = sum_p dy[p, k] * x[n, oh*stride + r*dil - pad_h, ow*stride + s*dil - pad_w, c]
+
+    M = K (filter rows), N = C (channels of tap t), reduction = N * OH * OW pixels
+
+A program owns one [BLOCK_M x BLOCK_N] tile of one tap and walks pixel boxes of
+IMGS x TH x TW output pixels. Each step is two tensor-memory copies: the box of dy,
+[IMGS, TH, TW, BLOCK_M] of a 4-D descriptor over dy [N, OH, OW, K], and the box of the
+image the tap shifts it to, [IMGS, TH, TW, BLOCK_N] at (n0, oh0 + r*dil - pad_h, ow0 +
+s*dil - pad_w, c0). The copy engine zero-fills coordinates outside a tensor (negative
+ones too), which is both the convolution's padding and the masking of partial boxes;
+the step is then ``acc += dy_box^T @ x_box``. For stride 2 the image is read through the
+5-D phase view [N, H/2, 2, W/2, 2C] as in the forward path (``_tma_kernels``); a box
+that runs past C there reads the other phase's channels into columns c >= C, which are
+never stored.
+
+The pixel reduction is long (25k-400k pixels for ResNet-50 at N=32) while K x C per tap
+is small, so the boxes are cut into SPLIT contiguous slices: program (slice, tap, tile).
+With SPLIT = 1 each program runs the epilogue on its own tile. Otherwise it stores a
+float32 partial to WS[slice, tap, K, C] and a second kernel sums the slices in a fixed
+order -- deterministic -- before the epilogue.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ..fusion._codegen import COMBINE_HELPERS
+
+
+@dataclasses.dataclass(frozen=True)
+class WgradTmaKnobs:
+    TMA_IMGS: int = 1
+    TMA_TH: int = 8
+    TMA_TW: int = 16
+    BLOCK_M: int = 128
+    BLOCK_N: int = 128
+    SPLIT: int = 1
+    num_warps: int = 8
+    num_stages: int = 4
+
+    @property
+    def box(self) -> int:
+        return self.TMA_IMGS * self.TMA_TH * self.TMA_TW
+
+
+# pixel boxes of 64 or 128 pixels shaped to divide the ResNet images (56, 28, 14, 7)
+BOXES = ((1, 8, 8), (1, 8, 16), (2, 8, 8), (2, 4, 8), (4, 4, 4), (8, 4, 4), (32, 2, 2),
+         (16, 2, 2), (16, 1, 8), (8, 1, 8))
+TILES = ((128, 128, 8, 4), (128, 64, 4, 4), (64, 128, 4, 4), (64, 64, 4, 4))
+SPLITS = tuple(range(1, 257))
+KNOB_SPACE = tuple(WgradTmaKnobs(i, h, w, bm, bn, 1, nw, st)
+                   for (i, h, w) in BOXES for (bm, bn, nw, st) in TILES)
+
+
+def unsupported(geo, x, dw, dy) -> str | None:
+    """Why the TMA path cannot take this problem (None when it can)."""
+    if len(geo.filt) != 2:
+        return "the TMA path is 2-D"
+    if geo.groups != 1:
+        return "the TMA path takes one group"
+    if x.data_type.name not in ("HALF", "BFLOAT16"):
+        return "the TMA path takes half or bfloat16 operands"
+    n, c, h, wd = x.dims
+    if x.strides != (h * wd * c, 1, wd * c, c):
+        return "the TMA path needs a packed NHWC image"
+    _, k, oh, ow = dy.dims
+    if dy.strides != (oh * ow * k, 1, ow * k, k):
+        return "the TMA path needs a packed NHWC dy"
+    item = x.data_type.itemsize
+    if (c * item) % 16 or (k * item) % 16:
+        return ("TMA needs 16-byte aligned rows: C and K times the element size must be "
+                "multiples of 16")
+    if geo.stride == (1, 1):
+        return None
+    if geo.stride != (2, 2) or geo.dilation != (1, 1):
+        return "the TMA path takes stride 1, or stride 2 without dilation"
+    if h % 2 or wd % 2:
+        return "stride 2 on the TMA path needs an even image height and width"
+    return None
+
+
+def fits(kn: WgradTmaKnobs, itemsize: int) -> bool:
+    smem = kn.box * (kn.BLOCK_M + kn.BLOCK_N) * itemsize * kn.num_stages
+    return smem <= 200 * 1024
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def boxes(geo, kn: WgradTmaKnobs) -> tuple:
+    """(boxes along n, oh, ow) covering the output pixels."""
+    oh, ow = geo.out_dims
+    return _cdiv(geo.n, kn.TMA_IMGS), _cdiv(oh, kn.TMA_TH), _cdiv(ow, kn.TMA_TW)
+
+
+def tiles(geo, kn: WgradTmaKnobs) -> int:
+    """Programs per slice: taps x K tiles x C tiles."""
+    return (geo.filt[0] * geo.filt[1] * _cdiv(geo.k_per_group, kn.BLOCK_M) *
+            _cdiv(geo.c_per_group, kn.BLOCK_N))
+
+
+def chunk(geo, kn: WgradTmaKnobs) -> int:
+    bn, bh, bw = boxes(geo, kn)
+    return _cdiv(bn * bh * bw, kn.SPLIT)
+
+
+def workspace_bytes(geo, kn: WgradTmaKnobs) -> int:
+    if kn.SPLIT == 1:
+        return 0
+    return 4 * kn.SPLIT * geo.filt[0] * geo.filt[1] * geo.k_per_group * geo.c_per_group
+
+
+def estimate_seconds(geo, kn: WgradTmaKnobs, itemsize: int, peak: float, bandwidth: float,
+                     num_sms: int) -> float:
+    """Roofline over the padded boxes and tiles with the last wave's idle SMs and the
+    pipeline's fill, plus the partials' round trip and the second launch when split."""
+    bn, bh, bw = boxes(geo, kn)
+    steps = chunk(geo, kn)
+    programs = tiles(geo, kn) * _cdiv(bn * bh * bw, steps)
+    flops = 2.0 * programs * steps * kn.box * kn.BLOCK_M * kn.BLOCK_N
+    waves = _cdiv(programs, num_sms)
+    fill = programs / (waves * num_sms)
+    pipe = steps / (steps + kn.num_stages)
+    oh, ow = geo.out_dims
+    bytes_ = itemsize * (geo.n * geo.in_dims[0] * geo.in_dims[1] * geo.c_per_group +
+                         geo.n * oh * ow * geo.k_per_group) + 2 * workspace_bytes(geo, kn)
+    launch = 3e-6 if kn.SPLIT == 1 else 5e-6
+    return max(flops / (peak * 0.8 * fill * pipe), bytes_ / bandwidth) + launch
+
+
+def best_split(geo, kn: WgradTmaKnobs, itemsize: int, peak: float, bandwidth: float,
+               num_sms: int) -> WgradTmaKnobs:
+    """``kn`` with the SPLIT the cost model likes best."""
+    bn, bh, bw = boxes(geo, kn)
+    cands = [dataclasses.replace(kn, SPLIT=s) for s in SPLITS if s <= bn * bh * bw]
+    return min(cands, key=lambda k: estimate_seconds(geo, k, itemsize, peak, bandwidth,
+                                                     num_sms))
+
+
+def ws_index(geo) -> str:
+    """Element offset of the tile (tap t, rows offs_m, cols offs_n) of slice ``sp``."""
+    taps, k, c = geo.filt[0] * geo.filt[1], geo.k_per_group, geo.c_per_group
+    return f"((sp * {taps} + t) * {k} + offs_m)[:, None] * {c} + offs_n[None, :]"
+
+
+def _tile_lines(geo, bm: int, bn: int, ind: str) -> list:
+    """From program id ``tile`` (within a slice): tap t -> r0, r1; offs_m/mask_m over K,
+    offs_n/mask_n over C; g = 0 (one group)."""
+    t_k, t_c = _cdiv(geo.k_per_group, bm), _cdiv(geo.c_per_group, bn)
+    return [f"{ind}ct = tile % {t_c}", f"{ind}_q = tile // {t_c}",
+            f"{ind}kt = _q % {t_k}", f"{ind}t = _q // {t_k}",
+            f"{ind}r0 = t // {geo.filt[1]}", f"{ind}r1 = t % {geo.filt[1]}",
+            f"{ind}offs_m = kt * {bm} + tl.arange(0, {bm})",
+            f"{ind}mask_m = offs_m < {geo.k_per_group}",
+            f"{ind}offs_n = ct * {bn} + tl.arange(0, {bn})",
+            f"{ind}mask_n = offs_n < {geo.c_per_group}", f"{ind}g = 0"]
+
+
+def source(name: str, geo, kn: WgradTmaKnobs, *, epilogue_params: list, epilogue_body: str,
+           interpret: bool) -> str:
+    """Kernel ``name(X, DY, <WS or epilogue params>)``; grid (SPLIT * tiles,)."""
+    n, (h, wd), c, k = geo.n, geo.in_dims, geo.c_per_group, geo.k_per_group
+    oh, ow = geo.out_dims
+    imgs, th, tw, bm, bn = kn.TMA_IMGS, kn.TMA_TH, kn.TMA_TW, kn.BLOCK_M, kn.BLOCK_N
+    b_n, b_h, b_w = boxes(geo, kn)
+    ph, pw = geo.pre
+    dh, dw = geo.dilation
+    ind, ind2 = "    ", "        "
+    params = ["WS"] if kn.SPLIT > 1 else list(epilogue_params)
+    L = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(['X', 'DY'] + params)}):",
+         f"{ind}dy_desc = tl.make_tensor_descriptor(DY, shape=[{n}, {oh}, {ow}, {k}], "
+         f"strides=[{oh * ow * k}, {ow * k}, {k}, 1], block_shape=[{imgs}, {th}, {tw}, {bm}])"]
+    if geo.stride == (1, 1):
+        L.append(f"{ind}x_desc = tl.make_tensor_descriptor(X, shape=[{n}, {h}, {wd}, {c}], "
+                 f"strides=[{h * wd * c}, {wd * c}, {c}, 1], "
+                 f"block_shape=[{imgs}, {th}, {tw}, {bn}])")
+    else:
+        L.append(f"{ind}x_desc = tl.make_tensor_descriptor(X, shape=[{n}, {h // 2}, 2, "
+                 f"{wd // 2}, {2 * c}], strides=[{h * wd * c}, {2 * wd * c}, {wd * c}, "
+                 f"{2 * c}, 1], block_shape=[{imgs}, {th}, 1, {tw}, {bn}])")
+    n_tiles = tiles(geo, kn)
+    L += [f"{ind}pid = tl.program_id(0)", f"{ind}tile = pid % {n_tiles}",
+          f"{ind}sp = pid // {n_tiles}"]
+    L += _tile_lines(geo, bm, bn, ind)
+    step = chunk(geo, kn)
+    L += [f"{ind}acc = tl.full([{bm}, {bn}], 0.0, tl.float32)",
+          f"{ind}for b in range(sp * {step}, tl.minimum(sp * {step} + {step}, "
+          f"{b_n * b_h * b_w})):",
+          f"{ind2}wb = b % {b_w}", f"{ind2}_b = b // {b_w}",
+          f"{ind2}hb = _b % {b_h}", f"{ind2}nbx = _b // {b_h}",
+          f"{ind2}d = dy_desc.load([nbx * {imgs}, hb * {th}, wb * {tw}, kt * {bm}])"
+          f".reshape({kn.box}, {bm})"]
+    if geo.stride == (1, 1):
+        L.append(f"{ind2}a = x_desc.load([nbx * {imgs}, hb * {th} + r0 * {dh} - {ph}, "
+                 f"wb * {tw} + r1 * {dw} - {pw}, ct * {bn}])")
+    else:   # tap offset e = r - pad = 2 * (e // 2) + e % 2; r + 2*pad keeps it non-negative
+        L += [f"{ind2}eh = r0 + {ph}", f"{ind2}ew = r1 + {pw}",
+              f"{ind2}a = x_desc.load([nbx * {imgs}, hb * {th} + eh // 2 - {ph}, eh % 2, "
+              f"wb * {tw} + ew // 2 - {pw}, (ew % 2) * {c} + ct * {bn}])"]
+    L.append(f"{ind2}a = a.reshape({kn.box}, {bn})")
+    if interpret:   # the 3.6 interpreter's dot is wrong on bfloat16: widen there only
+        L.append(f"{ind2}acc += tl.dot(tl.trans(d.to(tl.float32)), a.to(tl.float32), "
+                 "input_precision='ieee')")
+    else:
+        L.append(f"{ind2}acc = tl.dot(tl.trans(d), a, acc)")
+    if kn.SPLIT > 1:
+        L.append(f"{ind}tl.store(WS + {ws_index(geo)}, acc, "
+                 "mask=mask_m[:, None] & mask_n[None, :])")
+    else:
+        L += [ind + line for line in epilogue_body.strip("\n").split("\n")]
+    return "\n".join(L) + "\n"
+
+
+def reduce_source(name: str, geo, kn: WgradTmaKnobs, *, epilogue_params: list,
+                  epilogue_body: str) -> str:
+    """Kernel ``name(WS, <epilogue params>)``: dw tile = sum of the SPLIT partials, slice
+    0 first (a fixed order), then the epilogue. Grid (tiles,)."""
+    ind = "    "
+    L = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(['WS'] + epilogue_params)}):",
+         f"{ind}tile = tl.program_id(0)"]
+    L += _tile_lines(geo, kn.BLOCK_M, kn.BLOCK_N, ind)
+    L += [f"{ind}ws_mask = mask_m[:, None] & mask_n[None, :]",
+          f"{ind}acc = tl.full([{kn.BLOCK_M}, {kn.BLOCK_N}], 0.0, tl.float32)",
+          f"{ind}for sp in range(0, {kn.SPLIT}):",
+          f"{ind}    acc += tl.load(WS + {ws_index(geo)}, mask=ws_mask, other=0.0)"]
+    L += [ind + line for line in epilogue_body.strip("\n").split("\n")]
+    return "\n".join(L) + "\n"
