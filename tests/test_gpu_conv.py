@@ -120,3 +120,31 @@ def test_fprop_tma_path_every_config(shape, cfg):
     torch.cuda.synchronize()
     ref = torch.relu(F.conv2d(x.double(), w.double(), stride=s, padding=p) + b.double())
     assert _relerr(out, ref) < TOL[dt]
+
+
+@pytest.mark.parametrize("cfg", range(40))
+def test_wgrad_tma_path_every_config(cfg):
+    """Each TMA knob set of conv_wgrad_implicit_gemm, on stride 1, stride 2 or an odd image
+    in turn, with one slice (odd entries) or three summed slices (even entries)."""
+    import dataclasses
+    from opendnn.engines.conv import _tma_wgrad_kernels as T
+    n, c, h, k, f, s, p = TMA_SHAPES[cfg % 3]
+    cl, dt = torch.channels_last, torch.bfloat16
+    kn = dataclasses.replace(T.KNOB_SPACE[cfg], SPLIT=1 if cfg % 2 else 3)
+    x = torch.randn(n, c, h, h, device="cuda", dtype=dt).to(memory_format=cl)
+    w = torch.empty(k, c, f, f, device="cuda", dtype=dt).to(memory_format=cl)
+    xd, wd = x.double(), w.double().requires_grad_(True)
+    yd = F.conv2d(xd, wd, stride=s, padding=p)
+    dy = torch.randn(yd.shape, device="cuda", dtype=dt).to(memory_format=cl)
+    yd.backward(dy.double())
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tdy = g.tensor_like(x), g.tensor_like(dy)
+    dw = g.conv_wgrad(tx, tdy, padding=[p, p], stride=[s, s])
+    dw.set_dim(list(w.shape)).set_stride(list(w.stride())).set_output(True)
+    g.validate()
+    g.create_execution_plan(5, dataclasses.asdict(kn))
+    out = _empty(dw)
+    ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+    g.execute({tx: x, tdy: dy, dw: out}, ws)
+    torch.cuda.synchronize()
+    assert _relerr(out, wd.grad) < TOL[dt]
