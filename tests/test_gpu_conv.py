@@ -132,7 +132,7 @@ def test_wgrad_tma_path_every_config(cfg):
     cl, dt = torch.channels_last, torch.bfloat16
     kn = dataclasses.replace(T.KNOB_SPACE[cfg], SPLIT=1 if cfg % 2 else 3)
     x = torch.randn(n, c, h, h, device="cuda", dtype=dt).to(memory_format=cl)
-    w = torch.empty(k, c, f, f, device="cuda", dtype=dt).to(memory_format=cl)
+    w = torch.zeros(k, c, f, f, device="cuda", dtype=dt).to(memory_format=cl)
     xd, wd = x.double(), w.double().requires_grad_(True)
     yd = F.conv2d(xd, wd, stride=s, padding=p)
     dy = torch.randn(yd.shape, device="cuda", dtype=dt).to(memory_format=cl)
