@@ -3,6 +3,9 @@ bf16) against cuDNN in the same run: the best plan per layer and direction, its 
 and the runner-up. Writes conv_sweep.json to $OUT. Run on the GPU machine:
 
     PYTHONPATH=src python bench/conv_sweep.py [fprop|dgrad|wgrad ...] [--limit N]
+        [--engines 5,10] [--path tma|gather] [--layers l1_3x3_64,...]
+
+Times are CUDA-graph replays (kernel time; eager calls at these sizes measure the host).
 """
 import argparse
 import json
@@ -12,10 +15,10 @@ import time
 
 import torch
 import torch.nn.functional as F
-from triton.testing import do_bench
 
 import opendnn.frontend as cudnn
 from opendnn.bench import shapes
+from opendnn.bench.conv import bench_graph
 from opendnn.engines.registry import engines
 from opendnn.handle import target_for
 
@@ -45,12 +48,19 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("kinds", nargs="*", default=["fprop", "dgrad", "wgrad"])
     ap.add_argument("--limit", type=int, default=8, help="configs per engine")
+    ap.add_argument("--engines", default="", help="comma list of engine ids")
+    ap.add_argument("--path", default="all", choices=["all", "tma", "gather"])
+    ap.add_argument("--layers", default="", help="comma list of layer names")
     args = ap.parse_args()
     target = target_for(str(torch.device("cuda", torch.cuda.current_device())))
     by_id = {e.id: e for e in engines()}
     n, cl = shapes.CONV_N, torch.channels_last
     results = []
+    only = set(args.layers.split(",")) - {""}
+    pick = [int(e) for e in args.engines.split(",") if e]
     for name, c, k, h, f, s, p in shapes.CONV:
+        if only and name not in only:
+            continue
         x = torch.randn(n, c, h, h, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
         w = (torch.randn(k, c, f, f, device="cuda", dtype=torch.bfloat16) * 0.05).to(
             memory_format=cl)
@@ -64,16 +74,18 @@ def main():
                "wgrad": lambda: bwd(dy, x, w, None, [s, s], [p, p], [1, 1], False, [0, 0], 1,
                                     [False, True, False])}
         for kind in args.kinds:
-            ref_ms = do_bench(ref[kind], warmup=25, rep=100, return_mode="median")
+            ref_ms = bench_graph(ref[kind])
             rows = []
-            for eid in ENGINES[kind]:
+            for eid in pick or ENGINES[kind]:
                 g, pack, out_t, like = graph_for(kind, x, w, dy, s, p)
                 g.validate()
                 e = by_id[eid]
                 sup = e.check_support(g.op_graph, target)
                 if not sup.ok:
                     continue
-                for cfg in e.configs(g.op_graph, target)[:args.limit]:
+                cfgs = [c for c in e.configs(g.op_graph, target) if args.path == "all" or
+                        (args.path == "tma") == ("TMA_TH" in c.knob_dict)]
+                for cfg in cfgs[:args.limit]:
                     try:
                         g2, pack2, out2, like2 = graph_for(kind, x, w, dy, s, p)
                         t0 = time.perf_counter()
@@ -83,18 +95,20 @@ def main():
                                          dtype=torch.uint8)
                         buf = torch.empty_like(like2)
                         fn = lambda: g2.execute({**pack2, out2: buf}, ws)  # noqa: E731
-                        ms = do_bench(fn, warmup=10, rep=50, return_mode="median")
-                        rows.append((ms, cfg.label(), build_s))
+                        fn()
+                        ms = bench_graph(fn, rep=50)
+                        est = e.estimate_seconds(g2.op_graph, cfg, target) * 1e3
+                        rows.append((ms, cfg.label(), build_s, est))
                     except Exception as ex:   # a config that fails must not end the sweep
-                        rows.append((float("inf"), f"{cfg.label()} FAILED {ex!r}"[:200], 0))
+                        rows.append((float("inf"), f"{cfg.label()} FAILED {ex!r}"[:200], 0, 0))
             rows.sort()
-            best = rows[0] if rows else (float("inf"), "none", 0)
+            best = rows[0] if rows else (float("inf"), "none", 0, 0)
             res = {"layer": name, "kind": kind, "cudnn_ms": ref_ms, "best_ms": best[0],
                    "best": best[1], "ratio": ref_ms / best[0], "tflops": flops / best[0] / 1e9,
-                   "top": rows[:4]}
+                   "top": rows[:4], "all": rows}
             results.append(res)
             print(f"{kind:6s} {name:18s} cuDNN {ref_ms:.4f} ms  best {best[0]:.4f} ms "
-                  f"ratio {ref_ms / best[0]:.2f}  {best[1][:80]}", flush=True)
+                  f"ratio {ref_ms / best[0]:.2f}  {best[1][:80]} (est {best[3]:.4f})", flush=True)
             out = os.environ.get("OUT", "/tmp")     # written after every row: a cut run keeps
             with open(os.path.join(out, f"conv_sweep_{'_'.join(args.kinds)}.json"), "w") as fh:
                 json.dump(results, fh, indent=1)

@@ -52,7 +52,15 @@ BOXES = ((1, 8, 8), (1, 8, 16), (2, 8, 8), (2, 4, 8), (4, 4, 4), (8, 4, 4), (32,
          (16, 2, 2), (16, 1, 8), (8, 1, 8))
 TILES = ((128, 128, 8, 4), (128, 64, 4, 4), (64, 128, 4, 4), (64, 64, 4, 4))
 SPLITS = tuple(range(1, 257))
-KNOB_SPACE = tuple(WgradTmaKnobs(i, h, w, bm, bn, 1, nw, st)
+SMEM = 200 * 1024
+
+
+def _stages(box: int, bm: int, bn: int, most: int) -> int:
+    """The most pipeline stages (up to ``most``) whose 16-bit boxes fit in shared memory."""
+    return min(most, SMEM // (box * (bm + bn) * 2))
+
+
+KNOB_SPACE = tuple(WgradTmaKnobs(i, h, w, bm, bn, 1, nw, _stages(i * h * w, bm, bn, st))
                    for (i, h, w) in BOXES for (bm, bn, nw, st) in TILES)
 
 
@@ -84,8 +92,7 @@ def unsupported(geo, x, dw, dy) -> str | None:
 
 
 def fits(kn: WgradTmaKnobs, itemsize: int) -> bool:
-    smem = kn.box * (kn.BLOCK_M + kn.BLOCK_N) * itemsize * kn.num_stages
-    return smem <= 200 * 1024
+    return kn.box * (kn.BLOCK_M + kn.BLOCK_N) * itemsize * kn.num_stages <= SMEM
 
 
 def _cdiv(a: int, b: int) -> int:
