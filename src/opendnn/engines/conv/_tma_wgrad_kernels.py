@@ -50,7 +50,8 @@ class WgradTmaKnobs:
 # pixel boxes of 64 or 128 pixels shaped to divide the ResNet images (56, 28, 14, 7)
 BOXES = ((1, 8, 8), (1, 8, 16), (2, 8, 8), (2, 4, 8), (4, 4, 4), (8, 4, 4), (32, 2, 2),
          (16, 2, 2), (16, 1, 8), (8, 1, 8))
-TILES = ((128, 128, 8, 4), (128, 64, 4, 4), (64, 128, 4, 4), (64, 64, 4, 4))
+TILES = ((128, 128, 8, 4), (128, 64, 4, 4), (64, 128, 4, 4), (64, 64, 4, 4),
+         (128, 256, 8, 4))
 SPLITS = tuple(range(1, 257))
 SMEM = 200 * 1024
 
@@ -124,8 +125,10 @@ def workspace_bytes(geo, kn: WgradTmaKnobs) -> int:
 
 def estimate_seconds(geo, kn: WgradTmaKnobs, itemsize: int, peak: float, bandwidth: float,
                      num_sms: int) -> float:
-    """Roofline over the padded boxes and tiles with the last wave's idle SMs and the
-    pipeline's fill, plus the partials' round trip and the second launch when split."""
+    """Roofline over the padded boxes and tiles, with the last wave's idle SMs, the
+    pipeline's fill and the tile's tensor-core efficiency (64 x 64: ~0.55 of 128 x 128,
+    measured), plus the partials' round trip and the second launch when split. Few
+    programs cannot pull the full bandwidth: one SM streams ~1.5x its share."""
     bn, bh, bw = boxes(geo, kn)
     steps = chunk(geo, kn)
     programs = tiles(geo, kn) * _cdiv(bn * bh * bw, steps)
@@ -133,11 +136,16 @@ def estimate_seconds(geo, kn: WgradTmaKnobs, itemsize: int, peak: float, bandwid
     waves = _cdiv(programs, num_sms)
     fill = programs / (waves * num_sms)
     pipe = steps / (steps + kn.num_stages)
+    eff = 0.8 * min(1.0, kn.BLOCK_M * kn.BLOCK_N / (128 * 128)) ** 0.45
     oh, ow = geo.out_dims
-    bytes_ = itemsize * (geo.n * geo.in_dims[0] * geo.in_dims[1] * geo.c_per_group +
-                         geo.n * oh * ow * geo.k_per_group) + 2 * workspace_bytes(geo, kn)
+    dram = itemsize * (geo.n * geo.in_dims[0] * geo.in_dims[1] * geo.c_per_group +
+                       geo.n * oh * ow * geo.k_per_group)
+    ws = workspace_bytes(geo, kn)
+    active = min(1.0, 1.5 * programs / num_sms)
+    # partials that fit in L2 (50 MB on the H100) round-trip at about twice DRAM's rate
+    mem = (dram + ws * (1.0 if ws < 24e6 else 2.0)) / (bandwidth * active)
     launch = 3e-6 if kn.SPLIT == 1 else 5e-6
-    return max(flops / (peak * 0.8 * fill * pipe), bytes_ / bandwidth) + launch
+    return max(flops / (peak * eff * fill * pipe), mem) + launch
 
 
 def best_split(geo, kn: WgradTmaKnobs, itemsize: int, peak: float, bandwidth: float,
