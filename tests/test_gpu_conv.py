@@ -122,6 +122,38 @@ def test_fprop_tma_path_every_config(shape, cfg):
     assert _relerr(out, ref) < TOL[dt]
 
 
+# (N, C, H, K, filt, stride, pad) of dx [N, C, H, H]: stride 1; stride 2 on an odd dx
+# (phases of 8 and 7 rows); the ResNet stem at small N (C = 3: filter through pointers)
+DGRAD_TMA_SHAPES = [(8, 64, 28, 64, 3, 1, 1), (4, 64, 15, 128, 3, 2, 1),
+                    (2, 3, 56, 64, 7, 2, 3)]
+
+
+@pytest.mark.parametrize("shape", DGRAD_TMA_SHAPES)
+@pytest.mark.parametrize("cfg", range(10))
+def test_dgrad_tma_path_every_config(shape, cfg):
+    """Each TMA knob set of conv_dgrad_implicit_gemm (stride phases, pointer filter)."""
+    import dataclasses
+    from opendnn.engines.conv import _tma_dgrad_kernels as D
+    n, c, h, k, f, s, p = shape
+    cl, dt = torch.channels_last, torch.bfloat16
+    kn = D.KNOB_SPACE[cfg]
+    o = (h + 2 * p - f) // s + 1
+    w = (torch.randn(k, c, f, f, device="cuda", dtype=dt) * 0.1).to(memory_format=cl)
+    dy = torch.randn(n, k, o, o, device="cuda", dtype=dt).to(memory_format=cl)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tdy, tw = g.tensor_like(dy), g.tensor_like(w)
+    dx = g.conv_dgrad(tdy, tw, padding=[p, p], stride=[s, s])
+    dx.set_dim([n, c, h, h]).set_stride([h * h * c, 1, h * c, c]).set_output(True)
+    g.validate()
+    g.create_execution_plan(4, dataclasses.asdict(kn))
+    out = _empty(dx)
+    g.execute({tdy: dy, tw: w, dx: out}, None)
+    torch.cuda.synchronize()
+    ref = torch.nn.grad.conv2d_input((n, c, h, h), w.double(), dy.double(), stride=s,
+                                     padding=p)
+    assert _relerr(out, ref) < TOL[dt]
+
+
 @pytest.mark.parametrize("cfg", range(40))
 def test_wgrad_tma_path_every_config(cfg):
     """Each TMA knob set of conv_wgrad_implicit_gemm, on stride 1, stride 2 or an odd image

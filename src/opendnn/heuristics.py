@@ -39,6 +39,30 @@ def supporting(graph, target: Target) -> tuple[list, dict]:
     return ok, reasons
 
 
+# mode A's ranking by (graph key, target, switches the engines read): a fresh graph of a
+# problem seen before skips every engine's support checks and cost models
+_ranked: dict = {}
+RANKED_CACHE_SIZE = 512
+
+
+def _ranked_plans(graph, target: Target) -> tuple[list, dict]:
+    """Mode A: (configs best first, {engine name: reason} for the decliners)."""
+    key = (graph.key(), target, backends.allow_tf32)
+    hit = _ranked.get(key)
+    if hit is None:
+        ok, reasons = supporting(graph, target)
+        fast = [e for e in ok if e is not reference()]
+        hit = ([c for _, _, _, c in _ranked_configs(graph, target, fast)], reasons,
+               reference() in ok)
+        if len(_ranked) >= RANKED_CACHE_SIZE:
+            _ranked.pop(next(iter(_ranked)))
+        _ranked[key] = hit
+    elif log.dispatch_enabled():
+        for name, why in hit[1].items():
+            log.dispatch(f"{name} declines {graph.describe()}: {why}")
+    return hit
+
+
 def _ranked_configs(graph, target, engs) -> list:
     scored = []
     for rank, e in enumerate(engs):
@@ -85,16 +109,15 @@ def partition(graph, target: Target) -> list | None:
 
 def plans_for_mode(graph, mode: HeurMode, target: Target) -> tuple[list, dict]:
     """Ranked ExecutionPlans for one mode, plus the reasons engines gave for declining."""
-    ok, reasons = supporting(graph, target)
+    configs, reasons, ref_ok = _ranked_plans(graph, target)
+    reasons = dict(reasons)
     if mode == HeurMode.FALLBACK:
         ref = reference()
-        if ref in ok:
+        if ref_ok:
             return [ExecutionPlan(graph, [(graph, ref.configs(graph, target)[0])], target,
                                   "FALLBACK")], reasons
         return [], reasons
-    fast = [e for e in ok if e is not reference()]
-    plans = [ExecutionPlan(graph, [(graph, c)], target, mode.name)
-             for _, _, _, c in _ranked_configs(graph, target, fast)]
+    plans = [ExecutionPlan(graph, [(graph, c)], target, mode.name) for c in configs]
     if not plans:
         pieces = partition(graph, target)
         fast_piece = pieces is not None and any(c.engine_id != reference().id for _, c in pieces)

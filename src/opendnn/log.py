@@ -29,6 +29,11 @@ def info(msg: str) -> None:
         logger.info(msg)
 
 
+def dispatch_enabled() -> bool:
+    """Whether dispatch messages are logged (level 2): skip building costly ones if not."""
+    return _level() >= 2
+
+
 def dispatch(msg: str) -> None:
     if _level() >= 2:
         _ensure_handler()

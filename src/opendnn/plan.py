@@ -18,6 +18,44 @@ from .engines.registry import by_id
 from .errors import GraphNotSupportedError, InternalError, Status
 
 ALIGN = 256
+BUILT_CACHE_SIZE = 256
+
+
+class _Rebound:
+    """A built executable of an identical graph (same key) whose tensors carry other
+    uids: buffers are handed to it under the uids it was built with."""
+
+    def __init__(self, inner, pairs: list):
+        self.inner, self.pairs = inner, pairs
+        self.workspace_size = inner.workspace_size
+
+    def run(self, buffers: dict, workspace, stream=None) -> None:
+        b = dict(buffers)
+        for old, new in self.pairs:
+            if new in buffers:
+                b[old] = buffers[new]
+        self.inner.run(b, workspace, stream)
+
+
+# built executables of this process by (graph key, config, target, switches read at
+# build): a fresh graph of a problem already built (the benchmark cache's winner, a
+# framework re-creating its graphs) reuses the compiled kernels and launch set-up
+_built: dict = {}
+
+
+def _build_cached(engine, graph, config, target):
+    from . import backends
+    key = (graph.key(), config, target, backends.allow_tf32)
+    hit = _built.get(key)
+    if hit is None:
+        exe = engine.build(graph, config, target)
+        if len(_built) >= BUILT_CACHE_SIZE:
+            _built.pop(next(iter(_built)))
+        _built[key] = (exe, graph.canonical_uids)
+        return exe
+    exe, uids = hit
+    pairs = [(o, n) for o, n in zip(uids, graph.canonical_uids) if o != n]
+    return _Rebound(exe, pairs) if pairs else exe
 
 
 def _align(n: int) -> int:
@@ -124,7 +162,7 @@ class ExecutionPlan:
                 raise GraphNotSupportedError(f"plan {self.name} cannot be built",
                                              reasons={e.name: sup.reason},
                                              status=Status.NOT_SUPPORTED)
-            s.executable = e.build(s.graph, s.config, self.target)
+            s.executable = _build_cached(e, s.graph, s.config, self.target)
         self.built = True
         self.build_seconds = time.perf_counter() - t0
         log.info(f"built plan {self.name} in {self.build_seconds * 1e3:.2f} ms "

@@ -98,7 +98,17 @@ class OpGraph:
         return cls(tensors, tuple(nodes), d.get("name", ""))
 
     @cached_property
+    def canonical_uids(self) -> tuple:
+        """Tensor uids in order of first appearance over the nodes' inputs and outputs:
+        two graphs with the same key hold the same tensors at the same positions."""
+        return tuple(self._canonical[0])
+
+    @cached_property
     def _key(self) -> str:
+        return self._canonical[1]
+
+    @cached_property
+    def _canonical(self) -> tuple:
         # Canonical form: uids renumbered by first appearance, names dropped.
         order: dict = {}
         def canon(u):
@@ -114,7 +124,7 @@ class OpGraph:
             tensors.append([i, d.dims, d.strides, d.data_type.name, d.is_virtual,
                             d.is_pass_by_value])
         blob = json.dumps([nodes, tensors], sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:32]
+        return list(order), hashlib.sha256(blob.encode()).hexdigest()[:32]
 
     def key(self) -> str:
         return self._key

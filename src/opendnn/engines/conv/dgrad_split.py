@@ -52,6 +52,7 @@ class SplitKDgradEngine(ImplicitGemmDgradEngine):
     id = 17
     name = "conv_dgrad_splitk"
     kind = "conv_dgrad"
+    tma_path = None
 
     def numerical_notes(self, graph, config) -> frozenset:
         return super().numerical_notes(graph, config) | {NumericalNote.NONDETERMINISTIC}

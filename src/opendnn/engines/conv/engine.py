@@ -19,7 +19,7 @@ from ...runtime.launch import DualKernel, LaunchList, kernel_from_source
 from ..base import SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target, decline
 from ..fusion import epilogue as fuse_epilogue
 from . import _kernels as K
-from . import tma, tma_wgrad
+from . import tma, tma_dgrad, tma_wgrad
 
 OPERAND_TYPES = {DataType.FLOAT, DataType.HALF, DataType.BFLOAT16}
 
@@ -217,7 +217,14 @@ class ImplicitGemmEngine(Engine):
                 path.unsupported(a) is None:
             out += [EngineConfig.make(self, **dataclasses.asdict(k))
                     for k in path.knobs(a, target)]
-        out.sort(key=lambda c: self.estimate_seconds(graph, c, target))
+        est = {c: self.estimate_seconds(graph, c, target) for c in out}
+        out.sort(key=est.get)
+        if path is not None:   # each path's best first: a short list (heuristics keep an
+            firsts = []        # engine's top few) must not lose a path to the cost model
+            for want in (True, False):
+                firsts += [c for c in out if path.is_tma(c.knob_dict) == want][:1]
+            firsts.sort(key=est.get)
+            out = firsts + [c for c in out if c not in firsts]
         return out
 
     def _fits(self, a, kn, target) -> bool:
@@ -277,7 +284,22 @@ class ImplicitGemmDgradEngine(ImplicitGemmEngine):
     id = 4
     name = "conv_dgrad_implicit_gemm"
     kind = "conv_dgrad"
-    tma_path = None
+    tma_path = tma_dgrad.DGRAD
+
+    def estimate_seconds(self, graph, config, target) -> float:
+        """The gather path as the GEMM it runs: M = dx pixels, N = C, reduction = taps x
+        K -- every tap is walked for every pixel, so at stride s only 1/s^d of the work
+        is useful (the forward's model would count dy pixels and reduce over C)."""
+        kd = config.knob_dict
+        if self.tma_path is not None and self.tma_path.is_tma(kd):
+            return super().estimate_seconds(graph, config, target)
+        a = self._analyze(graph)
+        geo = dataclasses.replace(a.geo, out_dims=a.geo.in_dims, in_dims=a.geo.out_dims,
+                                  c_per_group=a.geo.k_per_group, k_per_group=a.geo.c_per_group)
+        peak = target.peak_flops_fp16 if a.y.data_type != DataType.FLOAT else (
+            target.peak_flops_fp16 / 2 if _tf32(a) else target.peak_flops_fp32)
+        return K.estimate_seconds(geo, K.ConvKnobs(**kd), a.y.data_type.itemsize, peak,
+                                  target.bandwidth, target.num_sms)
 
 
 class ImplicitGemmWgradEngine(ImplicitGemmEngine):

@@ -1,0 +1,165 @@
+"""The NHWC fast path of conv_dgrad_implicit_gemm (dy boxes through TMA descriptors, stride
+phases, persistent grid) against the float64 reference through the interpreter: stride 1
+with padding and dilation, strides 2 and 3 split into phases (some with no taps), odd dx
+sizes the forward's rounding leaves partly unused, partial boxes at every edge, K and C
+off the block sizes, the pointer-loaded filter for C = 3, both modes, a fused epilogue
+into NCHW; and each rule that keeps a problem off the path."""
+import types
+
+import pytest
+import torch
+
+import opendnn.frontend as cudnn
+from _util import check_engine, repro
+from opendnn.engines.base import EngineConfig, Target
+from opendnn.engines.conv import _tma_dgrad_kernels as D
+from opendnn.engines.conv import tma
+from opendnn.engines.conv.dgrad_split import SplitKDgradEngine
+from opendnn.engines.conv.engine import ImplicitGemmDgradEngine
+from opendnn.ops.conv import output_dims
+
+DGRAD_ID = ImplicitGemmDgradEngine.id
+CL = torch.channels_last
+H100 = Target("cuda", "H100", (9, 0), 132, 7.1e14, 5e13, 3e12)
+SMALL = dict(TMA_IMGS=1, TMA_TH=4, TMA_TW=8, BLOCK_N=32, BLOCK_K=16, num_warps=4,
+             num_stages=2)
+PTR = dict(SMALL, BLOCK_N=16)       # narrow channel blocks for the pointer-loaded filter
+
+CASES = [  # (N, C, K, H, W, filt, stride, pad, dilation, knobs): dx [N, C, H, W]
+    # stride 1: K = 24 is 1.5 blocks, 5x7 leaves partial row and column boxes
+    (2, 16, 24, 5, 7, 3, 1, 1, 1, SMALL),
+    (1, 8, 8, 9, 4, 1, 1, 0, 1, SMALL),
+    (3, 24, 24, 6, 6, 3, 1, 2, 2, dict(SMALL, TMA_IMGS=4)),      # 3 images in a box of 4
+    (1, 40, 8, 3, 3, 3, 1, 1, 1, dict(SMALL, BLOCK_N=64)),       # box and C block > dx
+    (1, 12, 16, 5, 6, 3, 1, 1, 1, PTR),     # C * 2 bytes = 24: filter through pointers
+    # stride 2: four phases
+    (1, 16, 16, 8, 6, 3, 2, 1, 1, SMALL),
+    (2, 16, 8, 9, 7, 3, 2, 1, 1, SMALL),    # odd dx: the last phase row/column is shorter
+    (1, 16, 8, 8, 8, 3, 2, 0, 1, SMALL),    # OH = 3: dx row / column 7 gets nothing
+    (1, 8, 16, 6, 7, 1, 2, 0, 1, SMALL),    # 1x1: three phases without taps (dx = 0)
+    (1, 3, 16, 9, 11, 7, 2, 3, 1, PTR),     # the ResNet stem, small: C = 3
+    # stride 3 (nine phases, 5x5 filter) and unequal strides
+    (1, 8, 16, 10, 8, 5, 3, 2, 1, SMALL),
+    (1, 8, 16, 7, 6, 3, (2, 1), 1, 1, SMALL),
+]
+
+
+def _pair(v):
+    return tuple(v) if isinstance(v, tuple) else (v, v)
+
+
+def _problem(n, c, k, h, w, f, stride, pad, dil, dt, seed):
+    """(dx template, w, dy): dx only gives the dgrad output its shape and NHWC strides."""
+    torch.manual_seed(seed)
+    x = torch.empty(n, c, h, w, dtype=dt).to(memory_format=CL)
+    wt = (torch.randn(k, c, f, f, dtype=dt) * 0.2).to(memory_format=CL)
+    ydims = output_dims(x.shape, wt.shape, [pad] * 2, [pad] * 2, _pair(stride), [dil] * 2)
+    dy = torch.randn(*ydims, dtype=dt).to(memory_format=CL)
+    return x, wt, dy
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"c{i}" for i in range(len(CASES))])
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("mode", ["CROSS_CORRELATION", "CONVOLUTION"])
+def test_tma_dgrad_against_reference(case, dt, mode):
+    n, c, k, h, w, f, s, p, d, knobs = case
+    seed = n * c + k + h
+    x, wt, dy = _problem(n, c, k, h, w, f, s, p, d, dt, seed)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tdy, tw = g.tensor_like(dy), g.tensor_like(wt)
+    dx = g.conv_dgrad(tdy, tw, padding=[p, p], stride=list(_pair(s)), dilation=[d, d],
+                      convolution_mode=cudnn.convolution_mode[mode])
+    dx.set_dim(list(x.shape)).set_stride(list(x.stride())).set_output(True)
+    dx.set_data_type(cudnn.data_type.FLOAT)
+    check_engine(g, {tdy: dy, tw: wt}, [dx], DGRAD_ID, knobs, n=k * f * f,
+                 msg=repro("conv_dgrad tma", [tuple(dy.shape), tuple(wt.shape)], str(dt),
+                           seed, mode=mode, stride=s, pad=p, dilation=d))
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_tma_dgrad_relu_backward_and_scale_into_nchw(stride):
+    """dx = 0.5 * relu_backward(dgrad(dy, w), x), stored bf16 into an NCHW tensor (dx is
+    written through the epilogue's pointers, so its layout is free)."""
+    _, wt, dy = _problem(2, 16, 8, 7, 6, 3, stride, 1, 1, torch.bfloat16, 7 + stride)
+    x = torch.randn(2, 16, 7, 6, dtype=torch.bfloat16)               # NCHW
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT,
+                      compute_data_type=cudnn.data_type.FLOAT)
+    tdy, tw, tx = g.tensor_like(dy), g.tensor_like(wt), g.tensor_like(x)
+    dgrad = g.conv_dgrad(tdy, tw, padding=[1, 1], stride=[stride, stride])
+    dgrad.set_dim(list(x.shape)).set_stride(list(x.stride()))
+    out = g.scale(g.relu_backward(dgrad, tx), 0.5)
+    out.set_output(True).set_data_type(cudnn.data_type.BFLOAT16)
+    got = check_engine(g, {tdy: dy, tw: wt, tx: x}, [out], DGRAD_ID, SMALL, n=72)
+    assert got[out].dtype == torch.bfloat16 and got[out].stride() == x.stride()
+
+
+@pytest.mark.parametrize("change,reason", [
+    (dict(dy_layout="nchw"), "packed NHWC dy"),
+    (dict(w_layout="nchw"), "packed KRSC"),
+    (dict(dt=torch.float32), "half or bfloat16"),
+    (dict(k=4), "K (dy's channels) * element size"),
+    (dict(stride=2, dilation=2), "stride > 1 only without dilation"),
+    (dict(groups=2), "one group"),
+    (dict(knobs=dict(TMA_IMGS=4, TMA_TH=16, TMA_TW=16, BLOCK_N=128, BLOCK_K=128,
+                     num_warps=8, num_stages=4)), "exceed shared memory"),
+    (dict(knobs=dict(SMALL, BLOCK_M=64)), "BLOCK_M belong(s) to the gather path"),
+])
+def test_tma_dgrad_declines_with_a_reason(change, reason):
+    dt = change.get("dt", torch.bfloat16)
+    k, groups = change.get("k", 16), change.get("groups", 1)
+    s, d = change.get("stride", 1), change.get("dilation", 1)
+    oh = (8 + 2 - d * 2 - 1) // s + 1
+    dy = torch.randn(1, k, oh, oh, dtype=dt)
+    wt = torch.randn(k, 16 // groups, 3, 3, dtype=dt)
+    if change.get("dy_layout") != "nchw":
+        dy = dy.to(memory_format=CL)
+    if change.get("w_layout") != "nchw":
+        wt = wt.to(memory_format=CL)
+    g = cudnn.pygraph()
+    tdy, tw = g.tensor_like(dy), g.tensor_like(wt)
+    dx = g.conv_dgrad(tdy, tw, padding=[1, 1], stride=[s, s], dilation=[d, d])
+    dx.set_dim([1, 16, 8, 8]).set_output(True)
+    g.validate()
+    e = ImplicitGemmDgradEngine()
+    sup = e.check_config(g.op_graph, EngineConfig.make(e, **change.get("knobs", SMALL)),
+                         Target())
+    assert not sup.ok and reason in sup.reason, sup.reason
+
+
+def test_tma_dgrad_declines_3d():
+    dy = torch.randn(1, 16, 4, 4, 4, dtype=torch.bfloat16).to(
+        memory_format=torch.channels_last_3d)
+    wt = torch.randn(16, 16, 3, 3, 3, dtype=torch.bfloat16).to(
+        memory_format=torch.channels_last_3d)
+    g = cudnn.pygraph()
+    tdy, tw = g.tensor_like(dy), g.tensor_like(wt)
+    g.conv_dgrad(tdy, tw, padding=[1, 1, 1]).set_dim([1, 16, 4, 4, 4]).set_output(True)
+    g.validate()
+    e = ImplicitGemmDgradEngine()
+    sup = e.check_config(g.op_graph, EngineConfig.make(e, **SMALL), Target())
+    assert not sup.ok and "2-D" in sup.reason
+
+
+def test_tma_configs_offered_on_hopper_by_engine_4_only():
+    """Engine 4 ranks TMA configs among its own on Hopper; split-K dgrad (engine 17, a
+    subclass) must not inherit the path."""
+    _, wt, dy = _problem(8, 64, 64, 14, 14, 3, 1, 1, 1, torch.bfloat16, 3)
+    g = cudnn.pygraph()
+    tdy, tw = g.tensor_like(dy), g.tensor_like(wt)
+    g.conv_dgrad(tdy, tw, padding=[1, 1]).set_dim([8, 64, 14, 14]).set_output(True)
+    g.validate()
+    cfgs = ImplicitGemmDgradEngine().configs(g.op_graph, H100)
+    assert sum(tma.is_tma(c.knob_dict) for c in cfgs) == len(D.KNOB_SPACE)
+    assert SplitKDgradEngine.tma_path is None
+    assert not any(tma.is_tma(c.knob_dict) for c in SplitKDgradEngine().configs(g.op_graph,
+                                                                               H100))
+
+
+@pytest.mark.parametrize("f,s,p", [(3, 2, 1), (1, 2, 0), (7, 2, 3), (5, 3, 2), (3, 1, 1)])
+def test_phase_taps_partition_the_filter(f, s, p):
+    """Every tap belongs to exactly one stride phase: the phases' counts sum to R * S."""
+    geo = types.SimpleNamespace(stride=(s, s), pre=(p, p), filt=(f, f))
+    taps = D.phase_taps(geo)
+    assert len(taps) == s * s and sum(taps) == f * f
+    if f == 1 and s == 2:
+        assert sorted(taps) == [0, 0, 0, 1]
