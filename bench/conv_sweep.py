@@ -110,7 +110,8 @@ def main():
             print(f"{kind:6s} {name:18s} cuDNN {ref_ms:.4f} ms  best {best[0]:.4f} ms "
                   f"ratio {ref_ms / best[0]:.2f}  {best[1][:80]} (est {best[3]:.4f})", flush=True)
             out = os.environ.get("OUT", "/tmp")     # written after every row: a cut run keeps
-            with open(os.path.join(out, f"conv_sweep_{'_'.join(args.kinds)}.json"), "w") as fh:
+            tag = "_".join(args.kinds + [args.engines.replace(",", "-") or "all", args.path])
+            with open(os.path.join(out, f"conv_sweep_{tag}.json"), "w") as fh:
                 json.dump(results, fh, indent=1)
     return 0
 
