@@ -50,8 +50,9 @@ class WgradTmaKnobs:
 # pixel boxes of 64 or 128 pixels shaped to divide the ResNet images (56, 28, 14, 7)
 BOXES = ((1, 8, 8), (1, 8, 16), (2, 8, 8), (2, 4, 8), (4, 4, 4), (8, 4, 4), (32, 2, 2),
          (16, 2, 2), (16, 1, 8), (8, 1, 8))
-TILES = ((128, 128, 8, 4), (128, 64, 4, 4), (64, 128, 4, 4), (64, 64, 4, 4),
-         (128, 256, 8, 4))
+# BLOCK_M and BLOCK_N are the boxes' inner (channel) extents: 256 of them (512 bytes) gave
+# wrong results on the H100 (Triton 3.6), as the forward path's 256-wide box store did
+TILES = ((128, 128, 8, 4), (128, 64, 4, 4), (64, 128, 4, 4), (64, 64, 4, 4))
 SPLITS = tuple(range(1, 257))
 SMEM = 200 * 1024
 
