@@ -16,6 +16,8 @@ CL = torch.channels_last
 SMALL = dict(TMA_IMGS=1, TMA_TH=4, TMA_TW=4, BLOCK_M=32, BLOCK_N=32, SPLIT=1, num_warps=4,
              num_stages=2)
 
+FLAT = dict(SMALL, TMA_TH=1, TMA_TW=16, FLAT=1)
+
 CASES = [  # (N, C, K, H, W, filt, stride, pad, dilation, knobs)
     (2, 16, 24, 5, 7, 3, 1, 1, 1, SMALL),
     (1, 8, 8, 9, 4, 1, 1, 0, 1, dict(SMALL, SPLIT=3)),
@@ -24,6 +26,12 @@ CASES = [  # (N, C, K, H, W, filt, stride, pad, dilation, knobs)
     (1, 16, 16, 8, 6, 3, 2, 1, 1, dict(SMALL, SPLIT=2)),
     (2, 24, 8, 10, 10, 5, 2, 2, 1, dict(SMALL, BLOCK_N=64)),          # one partial C tile
     (1, 8, 8, 4, 4, 1, 2, 0, 1, SMALL),
+    # flat pixel runs: x through a 2-D descriptor (1x1) or gathered (small C, any stride)
+    (2, 16, 8, 5, 3, 1, 1, 0, 1, FLAT),
+    (1, 8, 16, 6, 5, 1, 1, 0, 1, dict(FLAT, SPLIT=3)),
+    (2, 3, 16, 9, 9, 3, 2, 1, 1, FLAT),                                # the stem's C = 3
+    (1, 3, 8, 7, 7, 3, 1, 2, 2, dict(FLAT, SPLIT=2)),
+    (1, 5, 8, 6, 6, 1, 2, 0, 1, dict(FLAT, BLOCK_N=64)),
 ]
 
 
@@ -76,6 +84,15 @@ def test_tma_wgrad_scale_epilogue_bf16_and_workspace(split):
     assert ws == (0 if split == 1 else -(-4 * split * 9 * 16 * 16 // 256) * 256)
 
 
+def test_tma_wgrad_flat_gathers_from_an_nchw_image():
+    """The gather reads x through its strides: NCHW x, NHWC dy."""
+    x, dy = _problem(2, 3, 8, 7, 6, 3, 2, 1, 1, torch.bfloat16, 21)
+    x = x.contiguous()
+    g, tx, tdy, dw = _graph(x, dy, 8, 3, 3, 2, 1, 1)
+    dw.set_output(True).set_data_type(cudnn.data_type.FLOAT)
+    check_engine(g, {tx: x, tdy: dy}, [dw], WGRAD_ID, dict(FLAT, SPLIT=2), n=24)
+
+
 def _support(x, dy, knobs=SMALL, **conv):
     g = cudnn.pygraph()
     tx, tdy = g.tensor_like(x), g.tensor_like(dy)
@@ -95,6 +112,8 @@ def _support(x, dy, knobs=SMALL, **conv):
     (dict(stride=3), "stride 1, or stride 2"),
     (dict(stride=2, h=7), "even image height"),
     (dict(knobs=dict(SMALL, BLOCK_K=16)), "BLOCK_K belong(s) to the gather path"),
+    (dict(dy_layout="nchw", knobs=FLAT), "flat TMA path needs a packed NHWC dy"),
+    (dict(dt=torch.float32, knobs=FLAT), "half or bfloat16"),
 ])
 def test_tma_wgrad_declines_with_a_reason(change, reason):
     dt = change.get("dt", torch.bfloat16)

@@ -154,13 +154,17 @@ def test_dgrad_tma_path_every_config(shape, cfg):
     assert _relerr(out, ref) < TOL[dt]
 
 
-@pytest.mark.parametrize("cfg", range(40))
+@pytest.mark.parametrize("cfg", range(48))
 def test_wgrad_tma_path_every_config(cfg):
     """Each TMA knob set of conv_wgrad_implicit_gemm, on stride 1, stride 2 or an odd image
-    in turn, with one slice (odd entries) or three summed slices (even entries)."""
+    in turn (flat-run sets: a 1x1 layer or the C = 3 stem), with one slice (odd entries)
+    or three summed slices (even entries)."""
     import dataclasses
     from opendnn.engines.conv import _tma_wgrad_kernels as T
-    n, c, h, k, f, s, p = TMA_SHAPES[cfg % 3]
+    if T.KNOB_SPACE[cfg].FLAT:
+        n, c, h, k, f, s, p = [(8, 64, 13, 128, 1, 1, 0), (2, 3, 56, 64, 7, 2, 3)][cfg % 2]
+    else:
+        n, c, h, k, f, s, p = TMA_SHAPES[cfg % 3]
     cl, dt = torch.channels_last, torch.bfloat16
     kn = dataclasses.replace(T.KNOB_SPACE[cfg], SPLIT=1 if cfg % 2 else 3)
     x = torch.randn(n, c, h, h, device="cuda", dtype=dt).to(memory_format=cl)

@@ -41,6 +41,7 @@ class WgradTmaKnobs:
     SPLIT: int = 1
     num_warps: int = 8
     num_stages: int = 4
+    FLAT: int = 0         # 1: runs of TMA_TW flat pixels (_tma_wgrad_flat_kernels)
 
     @property
     def box(self) -> int:
@@ -63,7 +64,9 @@ def _stages(box: int, bm: int, bn: int, most: int) -> int:
 
 
 KNOB_SPACE = tuple(WgradTmaKnobs(i, h, w, bm, bn, 1, nw, _stages(i * h * w, bm, bn, st))
-                   for (i, h, w) in BOXES for (bm, bn, nw, st) in TILES)
+                   for (i, h, w) in BOXES for (bm, bn, nw, st) in TILES) + tuple(
+    WgradTmaKnobs(1, 1, run, bm, bn, 1, nw, _stages(run, bm, bn, st), FLAT=1)
+    for run in (64, 128) for (bm, bn, nw, st) in TILES)
 
 
 def unsupported(geo, x, dw, dy) -> str | None:
