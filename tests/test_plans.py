@@ -739,3 +739,43 @@ def test_benchmark_mode_times_every_engine_before_runners_up(rng, cache_dir, mon
     assert len(timed) == 4
     assert len({tuple(p.engine_names) for p in g._plans[:4]}) == 2
     assert_close(out, want, torch.float32)
+
+
+def test_a_fresh_graph_of_a_built_problem_reuses_its_executable(rng):
+    """Same key, other uids (a framework re-creating its graph): the plan reuses the built
+    kernels, rebound to the new uids, and computes the new graph's inputs."""
+    from opendnn import plan as plan_mod
+    g1, feeds1, y1, want1 = _pointwise_graph(rng)
+    g1.build([HeurMode.A])
+    x = rng.rand((6, 10))
+    g2 = cudnn.pygraph(name="pw")
+    A, B = g2.tensor_like(x, name="a").set_uid(101), g2.tensor_like(x, name="b").set_uid(102)
+    y2 = g2.tanh(g2.mul(A, B))
+    y2.set_output(True)
+    g2.validate()
+    assert g2.key() == g1.key() and A.get_uid() != [*feeds1][0].get_uid()
+    g2.build([HeurMode.A])
+    exe = g2._selected_plan().stages[0].executable
+    assert isinstance(exe, plan_mod._Rebound)
+    a, b = rng.rand((6, 10)), rng.rand((6, 10))
+    out = torch.full((6, 10), float("nan"))
+    g2.execute({A: a, B: b, y2: out}, None)
+    assert_close(out, torch.tanh(a.double() * b.double()), torch.float32)
+
+
+def test_benchmark_mode_builds_a_cached_winner_first(rng, cache_dir, monkeypatch):
+    """With the problem in the autotune cache, create_execution_plans puts the winner first
+    and the first execute times nothing."""
+    from opendnn.graph import lifecycle
+    g, feeds, y, want = _pointwise_graph(rng)
+    monkeypatch.setattr(backends, "benchmark", True)
+    g.build([HeurMode.A, HeurMode.FALLBACK])
+    winner = f"{REFERENCE_NAME}#0"
+    autotune.store(g.key(), "cpu", [winner], [0.001])
+    g2, feeds2, y2, want2 = _pointwise_graph(rng)
+    g2.build([HeurMode.A, HeurMode.FALLBACK])
+    assert g2.get_plan_name_at_index(0) == winner and g2._selected_plan().name == winner
+    monkeypatch.setattr(lifecycle, "_time_plan", lambda *a: pytest.fail("timed a plan"))
+    out = torch.full((6, 10), float("nan"))
+    g2.execute({**feeds2, y2: out}, None)
+    assert_close(out, want2, torch.float32)

@@ -132,6 +132,11 @@ class Engine:
     def estimate_seconds(self, graph, config: EngineConfig, target: Target) -> float:
         return float("inf")
 
+    def family(self, config: EngineConfig) -> str:
+        """Which of the engine's code paths ``config`` takes (benchmark mode times the
+        best config of every path, so one path's cost model cannot hide another)."""
+        return self.name
+
     def workspace_size(self, graph, config: EngineConfig, target: Target) -> int:
         return 0
 

@@ -320,11 +320,10 @@ class LifecycleMixin:
         # them: one engine's model being off (its configs ranked ahead of everything else)
         # must not keep the other engines from being timed at all, nor crowd out the
         # runners-up of the engine that is really fastest
-        # (an engine with two code paths -- e.g. gather and TMA -- names different knobs
-        # on each, and each path's best is timed)
+        # (an engine with several code paths -- gather, TMA boxes, TMA flat runs -- has
+        # each path's best timed: Engine.family)
         def family(p):
-            return tuple((s.config.engine_name, tuple(k for k, _ in s.config.knobs))
-                         for s in p.stages)
+            return tuple(by_id(s.config.engine_id).family(s.config) for s in p.stages)
         top = self._plans[:limit]
         seen = {family(p) for p in top}
         extra = []

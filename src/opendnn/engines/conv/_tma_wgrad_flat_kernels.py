@@ -24,6 +24,7 @@ The epilogue sees per-column taps: r0, r1 and offs_n (= c) are vectors over j.
 from __future__ import annotations
 
 from ..fusion._codegen import COMBINE_HELPERS
+from ._tma_wgrad_kernels import roofline
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -192,4 +193,4 @@ def estimate_seconds(geo, kn, x_desc: bool, itemsize: int, peak: float, bandwidt
         cols = _cdiv(columns(geo), kn.BLOCK_N) * kn.BLOCK_N
         mem += itemsize * pixels(geo) * cols * k_tiles / (4.0 * bandwidth * active)
     launch = 3e-6 if kn.SPLIT == 1 else 5e-6
-    return max(flops / (peak * eff * fill * pipe), mem) + launch
+    return roofline(flops / (peak * eff * fill * pipe), mem) + launch

@@ -190,6 +190,12 @@ class ImplicitGemmEngine(Engine):
                 values[name] = (old[0] | set(vals), old[1])
         return [Knob(n, tuple(sorted(v)), d) for n, (v, d) in values.items()]
 
+    def family(self, config) -> str:
+        kd, path = config.knob_dict, self.tma_path
+        if path is None or not path.is_tma(kd):
+            return f"{self.name}:gather"
+        return f"{self.name}:tma" + (":flat" if kd.get("FLAT") else "")
+
     def complete_knobs(self, graph, knobs: dict) -> dict:
         """Defaults of the path the knobs choose: the TMA path's when any TMA_* is given."""
         path = self.tma_path
@@ -221,8 +227,8 @@ class ImplicitGemmEngine(Engine):
         out.sort(key=est.get)
         if path is not None:   # each path's best first: a short list (heuristics keep an
             firsts = []        # engine's top few) must not lose a path to the cost model
-            for want in (True, False):
-                firsts += [c for c in out if path.is_tma(c.knob_dict) == want][:1]
+            for fam in dict.fromkeys(self.family(c) for c in out):
+                firsts += [c for c in out if self.family(c) == fam][:1]
             firsts.sort(key=est.get)
             out = firsts + [c for c in out if c not in firsts]
         return out
