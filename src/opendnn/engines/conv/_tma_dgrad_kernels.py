@@ -41,7 +41,7 @@ extent.
 from __future__ import annotations
 
 from ..fusion._codegen import COMBINE_HELPERS
-from ._tma_kernels import TmaKnobs
+from ._tma_kernels import TmaKnobs, common_unsupported
 
 # L2 feeds the SMs at roughly this multiple of the DRAM rate (an assumption, not yet
 # measured): it bounds tiles whose slab reuse is low (narrow BLOCK_N, e.g. C = 3)
@@ -65,12 +65,9 @@ KNOB_SPACE = (
 def unsupported(geo, dx, w, dy) -> str | None:
     """Why dgrad's TMA path cannot take this problem (None when it can); ``geo`` is the
     ConvGeometry, dx / w / dy the descriptors."""
-    if len(geo.filt) != 2:
-        return "the TMA path is 2-D"
-    if geo.groups != 1:
-        return "the TMA path takes one group"
-    if dy.data_type.name not in ("HALF", "BFLOAT16"):
-        return "the TMA path takes half or bfloat16 operands"
+    why = common_unsupported(geo, dy)
+    if why:
+        return why
     _, k, oh, ow = dy.dims
     if dy.strides != (oh * ow * k, 1, ow * k, k):
         return "dgrad's TMA path needs a packed NHWC dy"

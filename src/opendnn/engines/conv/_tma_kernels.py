@@ -54,15 +54,24 @@ KNOB_SPACE = (TmaKnobs(1, 8, 16, 64, 64, 4, 4), TmaKnobs(4, 4, 8, 128, 64, 4, 4)
               TmaKnobs(1, 8, 8, 64, 64, 4, 4), TmaKnobs(1, 8, 8, 64, 128, 4, 3))
 
 
-def unsupported(geo, x, w, y) -> str | None:
-    """Why the TMA path cannot take this problem (None when it can). ``geo`` is the
-    ConvGeometry, x/w/y the descriptors."""
+def common_unsupported(geo, operand) -> str | None:
+    """The rules every TMA path (forward, dgrad, wgrad) shares: 2-D, one group, 16-bit
+    operands (``operand``: the descriptor whose type decides)."""
     if len(geo.filt) != 2:
         return "the TMA path is 2-D"
     if geo.groups != 1:
         return "the TMA path takes one group"
-    if x.data_type.name not in ("HALF", "BFLOAT16"):
+    if operand.data_type.name not in ("HALF", "BFLOAT16"):
         return "the TMA path takes half or bfloat16 operands"
+    return None
+
+
+def unsupported(geo, x, w, y) -> str | None:
+    """Why the TMA path cannot take this problem (None when it can). ``geo`` is the
+    ConvGeometry, x/w/y the descriptors."""
+    why = common_unsupported(geo, x)
+    if why:
+        return why
     n, c, h, wd = x.dims
     if x.strides != (h * wd * c, 1, wd * c, c):
         return "the TMA path needs a packed NHWC image"

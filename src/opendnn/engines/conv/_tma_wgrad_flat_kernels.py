@@ -24,7 +24,8 @@ The epilogue sees per-column taps: r0, r1 and offs_n (= c) are vectors over j.
 from __future__ import annotations
 
 from ..fusion._codegen import COMBINE_HELPERS
-from ._tma_wgrad_kernels import roofline
+from ._tma_kernels import common_unsupported
+from ._tma_wgrad_kernels import roofline, sum_source
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -48,12 +49,9 @@ def x_by_descriptor(geo, x) -> bool:
 
 
 def unsupported(geo, x, dy) -> str | None:
-    if len(geo.filt) != 2:
-        return "the flat TMA path is 2-D"
-    if geo.groups != 1:
-        return "the flat TMA path takes one group"
-    if x.data_type.name not in ("HALF", "BFLOAT16"):
-        return "the flat TMA path takes half or bfloat16 operands"
+    why = common_unsupported(geo, x)
+    if why:
+        return why
     _, k, oh, ow = dy.dims
     if dy.strides != (oh * ow * k, 1, ow * k, k):
         return "the flat TMA path needs a packed NHWC dy"
@@ -147,20 +145,10 @@ def source(name: str, geo, kn, x_desc: bool, x_strides: tuple, *, epilogue_param
     return "\n".join(L) + "\n"
 
 
-def reduce_source(name: str, geo, kn, slices: int, *, epilogue_params: list,
-                  epilogue_body: str) -> str:
-    """Kernel ``name(WS, <epilogue params>)``: the ``slices`` partials summed in order,
-    then the epilogue. Grid (tiles,)."""
-    ind = "    "
-    L = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(['WS'] + epilogue_params)}):",
-         f"{ind}tile = tl.program_id(0)"]
-    L += _tile_lines(geo, kn.BLOCK_M, kn.BLOCK_N, ind)
-    L += [f"{ind}ws_mask = mask_m[:, None] & mask_n[None, :]",
-          f"{ind}acc = tl.full([{kn.BLOCK_M}, {kn.BLOCK_N}], 0.0, tl.float32)",
-          f"{ind}for sp in range(0, {slices}):",
-          f"{ind}    acc += tl.load(WS + {ws_index(geo)}, mask=ws_mask, other=0.0)"]
-    L += [ind + line for line in epilogue_body.strip("\n").split("\n")]
-    return "\n".join(L) + "\n"
+def reduce_source(name: str, geo, kn, slices: int, **kw) -> str:
+    """The ``slices`` partials summed in order, then the epilogue. Grid (tiles,)."""
+    return sum_source(name, _tile_lines(geo, kn.BLOCK_M, kn.BLOCK_N, "    "), ws_index(geo),
+                      kn.BLOCK_M, kn.BLOCK_N, slices, **kw)
 
 
 def workspace_bytes(geo, kn) -> int:

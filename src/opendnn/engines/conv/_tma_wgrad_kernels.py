@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..fusion._codegen import COMBINE_HELPERS
+from ._tma_kernels import common_unsupported
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,12 +72,9 @@ KNOB_SPACE = tuple(WgradTmaKnobs(i, h, w, bm, bn, 1, nw, _stages(i * h * w, bm, 
 
 def unsupported(geo, x, dw, dy) -> str | None:
     """Why the TMA path cannot take this problem (None when it can)."""
-    if len(geo.filt) != 2:
-        return "the TMA path is 2-D"
-    if geo.groups != 1:
-        return "the TMA path takes one group"
-    if x.data_type.name not in ("HALF", "BFLOAT16"):
-        return "the TMA path takes half or bfloat16 operands"
+    why = common_unsupported(geo, x)
+    if why:
+        return why
     n, c, h, wd = x.dims
     if x.strides != (h * wd * c, 1, wd * c, c):
         return "the TMA path needs a packed NHWC image"
@@ -243,17 +241,23 @@ def source(name: str, geo, kn: WgradTmaKnobs, *, epilogue_params: list, epilogue
     return "\n".join(L) + "\n"
 
 
-def reduce_source(name: str, geo, kn: WgradTmaKnobs, *, epilogue_params: list,
-                  epilogue_body: str) -> str:
-    """Kernel ``name(WS, <epilogue params>)``: dw tile = sum of the SPLIT partials, slice
-    0 first (a fixed order), then the epilogue. Grid (tiles,)."""
+def sum_source(name: str, tile_lines: list, ws_index: str, bm: int, bn: int, slices: int,
+               *, epilogue_params: list, epilogue_body: str) -> str:
+    """Kernel ``name(WS, <epilogue params>)``: the tile (``tile_lines`` define it from
+    program id ``tile``) is the sum of ``slices`` partials at ``ws_index``, slice 0 first
+    (a fixed order), then the epilogue. Grid (tiles,)."""
     ind = "    "
     L = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(['WS'] + epilogue_params)}):",
-         f"{ind}tile = tl.program_id(0)"]
-    L += _tile_lines(geo, kn.BLOCK_M, kn.BLOCK_N, ind)
+         f"{ind}tile = tl.program_id(0)"] + tile_lines
     L += [f"{ind}ws_mask = mask_m[:, None] & mask_n[None, :]",
-          f"{ind}acc = tl.full([{kn.BLOCK_M}, {kn.BLOCK_N}], 0.0, tl.float32)",
-          f"{ind}for sp in range(0, {kn.SPLIT}):",
-          f"{ind}    acc += tl.load(WS + {ws_index(geo)}, mask=ws_mask, other=0.0)"]
+          f"{ind}acc = tl.full([{bm}, {bn}], 0.0, tl.float32)",
+          f"{ind}for sp in range(0, {slices}):",
+          f"{ind}    acc += tl.load(WS + {ws_index}, mask=ws_mask, other=0.0)"]
     L += [ind + line for line in epilogue_body.strip("\n").split("\n")]
     return "\n".join(L) + "\n"
+
+
+def reduce_source(name: str, geo, kn: WgradTmaKnobs, **kw) -> str:
+    """The partials' sum for the box kernel (kn.SPLIT slices, kn's tile)."""
+    return sum_source(name, _tile_lines(geo, kn.BLOCK_M, kn.BLOCK_N, "    "), ws_index(geo),
+                      kn.BLOCK_M, kn.BLOCK_N, kn.SPLIT, **kw)
