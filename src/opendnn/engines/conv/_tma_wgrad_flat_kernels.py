@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from ..fusion._codegen import COMBINE_HELPERS
 from ._tma_kernels import common_unsupported
-from ._tma_wgrad_kernels import roofline, sum_source
+from ._tma_wgrad_kernels import roofline, step_and_finish, sum_source
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -132,16 +132,7 @@ def source(name: str, geo, kn, x_desc: bool, x_strides: tuple, *, epilogue_param
               f"{ind2}a = tl.load(X + (nb_ * {xs[0]} + oh_ * {geo.stride[0] * xs[2]} + "
               f"ow_ * {geo.stride[1] * xs[3]} - {geo.pre[0] * xs[2] + geo.pre[1] * xs[3]})"
               f"[:, None] + col_off[None, :], mask=ok, other=0.0)"]
-    if interpret:   # the 3.6 interpreter's dot is wrong on bfloat16: widen there only
-        L.append(f"{ind2}acc += tl.dot(tl.trans(d.to(tl.float32)), a.to(tl.float32), "
-                 "input_precision='ieee')")
-    else:
-        L.append(f"{ind2}acc = tl.dot(tl.trans(d), a, acc)")
-    if kn.SPLIT > 1:
-        L.append(f"{ind}tl.store(WS + {ws_index(geo)}, acc, "
-                 "mask=mask_m[:, None] & mask_n[None, :])")
-    else:
-        L += [ind + line for line in epilogue_body.strip("\n").split("\n")]
+    L += step_and_finish(interpret, kn.SPLIT > 1, ws_index(geo), epilogue_body)
     return "\n".join(L) + "\n"
 
 

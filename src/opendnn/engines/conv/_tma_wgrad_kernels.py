@@ -186,6 +186,19 @@ def _tile_lines(geo, bm: int, bn: int, ind: str) -> list:
             f"{ind}mask_n = offs_n < {geo.c_per_group}", f"{ind}g = 0"]
 
 
+def step_and_finish(interpret: bool, split: bool, ws_index: str, epilogue_body: str) -> list:
+    """The loop's last line, acc += d^T a (d: the dy run or box, a: x's), then after the
+    loop the partial's store (split) or the epilogue."""
+    if interpret:   # the 3.6 interpreter's dot is wrong on bfloat16: widen there only
+        dot = ("        acc += tl.dot(tl.trans(d.to(tl.float32)), a.to(tl.float32), "
+               "input_precision='ieee')")
+    else:
+        dot = "        acc = tl.dot(tl.trans(d), a, acc)"
+    if split:
+        return [dot, f"    tl.store(WS + {ws_index}, acc, mask=mask_m[:, None] & mask_n[None, :])"]
+    return [dot] + ["    " + line for line in epilogue_body.strip("\n").split("\n")]
+
+
 def source(name: str, geo, kn: WgradTmaKnobs, *, epilogue_params: list, epilogue_body: str,
            interpret: bool) -> str:
     """Kernel ``name(X, DY, <WS or epilogue params>)``; grid (SPLIT * tiles,)."""
@@ -228,16 +241,7 @@ def source(name: str, geo, kn: WgradTmaKnobs, *, epilogue_params: list, epilogue
               f"{ind2}a = x_desc.load([nbx * {imgs}, hb * {th} + eh // 2 - {ph}, eh % 2, "
               f"wb * {tw} + ew // 2 - {pw}, (ew % 2) * {c} + ct * {bn}])"]
     L.append(f"{ind2}a = a.reshape({kn.box}, {bn})")
-    if interpret:   # the 3.6 interpreter's dot is wrong on bfloat16: widen there only
-        L.append(f"{ind2}acc += tl.dot(tl.trans(d.to(tl.float32)), a.to(tl.float32), "
-                 "input_precision='ieee')")
-    else:
-        L.append(f"{ind2}acc = tl.dot(tl.trans(d), a, acc)")
-    if kn.SPLIT > 1:
-        L.append(f"{ind}tl.store(WS + {ws_index(geo)}, acc, "
-                 "mask=mask_m[:, None] & mask_n[None, :])")
-    else:
-        L += [ind + line for line in epilogue_body.strip("\n").split("\n")]
+    L += step_and_finish(interpret, kn.SPLIT > 1, ws_index(geo), epilogue_body)
     return "\n".join(L) + "\n"
 
 
