@@ -53,6 +53,20 @@ def _max_split(a, kn) -> int:
     return b[0] * b[1] * b[2]
 
 
+def _splits(total: int) -> list:
+    """The smallest SPLIT giving each distinct slice length over ``total`` steps: a larger
+    SPLIT with the same length runs the same programs with more workspace, so the cost
+    model never prefers it (and pricing each of 256 splits cost ~80 ms per problem)."""
+    seen, out = set(), []
+    for s in T.SPLITS:
+        if s > total:
+            break
+        if -(-total // s) not in seen:
+            seen.add(-(-total // s))
+            out.append(s)
+    return out
+
+
 class WgradTmaPath(TmaPath):
     knob_class = T.WgradTmaKnobs
     knob_space = T.KNOB_SPACE
@@ -74,8 +88,7 @@ class WgradTmaPath(TmaPath):
         for kn in self.knob_space:
             if _why(a, kn) is not None:
                 continue
-            cands = [dataclasses.replace(kn, SPLIT=s) for s in T.SPLITS
-                     if s <= _max_split(a, kn)]
+            cands = [dataclasses.replace(kn, SPLIT=s) for s in _splits(_max_split(a, kn))]
             kn = min(cands, key=lambda k: _estimate(a, k, peak, target))
             if self.fits(a, kn):
                 out.append(kn)
