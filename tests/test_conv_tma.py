@@ -102,3 +102,89 @@ def test_tma_knobs_do_not_mix_with_the_gather_tile():
     e = ImplicitGemmEngine()
     sup = e.check_config(g.op_graph, EngineConfig.make(e, BLOCK_M=64, **SMALL), Target())
     assert not sup.ok and "BLOCK_M belong(s) to the gather path" in sup.reason
+
+
+# ---- phase-packed images (PACK=1): small C and strided, any layout of x and w ---------------
+PACKED = dict(TMA_IMGS=1, TMA_TH=4, TMA_TW=8, BLOCK_N=32, BLOCK_K=16, num_warps=4,
+              num_stages=2, PACK=1)
+
+PACKED_CASES = [  # (N, C, K, H, W, filt, stride, pre, post, layout, knobs)
+    (2, 3, 16, 15, 13, (7, 7), (2, 2), (3, 3), (3, 3), "nhwc", PACKED),      # the stem
+    (1, 3, 8, 12, 12, (7, 7), (2, 2), (3, 3), (3, 3), "nchw", PACKED),
+    (2, 4, 12, 9, 10, (3, 3), (2, 2), (1, 1), (1, 1), "nchw", dict(PACKED, TMA_IMGS=2)),
+    (1, 3, 8, 8, 9, (5, 5), (1, 1), (2, 2), (2, 2), "nhwc", dict(PACKED, BLOCK_K=32)),
+    (2, 3, 20, 11, 7, (3, 5), (2, 1), (0, 2), (2, 1), "nchw", dict(PACKED, BLOCK_N=64)),
+    (1, 2, 8, 10, 10, (4, 4), (3, 3), (1, 2), (2, 0), "nhwc", PACKED),
+]
+
+
+@pytest.mark.parametrize("case", PACKED_CASES, ids=[f"p{i}" for i in range(len(PACKED_CASES))])
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("mode", ["CROSS_CORRELATION", "CONVOLUTION"])
+def test_tma_packed_fprop_against_reference(case, dt, mode):
+    n, c, k, h, w, f, s, pre, post, layout, knobs = case
+    torch.manual_seed(n * c + k + h)
+    x = torch.randn(n, c, h, w, dtype=dt)
+    wt = torch.randn(k, c, *f, dtype=dt) * 0.2
+    if layout == "nhwc":
+        x, wt = x.to(memory_format=CL), wt.to(memory_format=CL)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tw = g.tensor_like(x), g.tensor_like(wt)
+    y = g.conv_fprop(tx, tw, pre_padding=list(pre), post_padding=list(post), stride=list(s),
+                     convolution_mode=cudnn.convolution_mode[mode])
+    y.set_output(True).set_data_type(cudnn.data_type.FLOAT)
+    check_engine(g, {tx: x, tw: wt}, [y], CONV_ID, knobs, n=c * f[0] * f[1],
+                 msg=repro("conv_fprop tma packed", [tuple(x.shape), tuple(wt.shape)],
+                           str(dt), n * c + k + h, mode=mode))
+
+
+def test_tma_packed_bias_relu_epilogue_into_nchw():
+    torch.manual_seed(11)
+    x = torch.randn(2, 3, 14, 14, dtype=torch.bfloat16).to(memory_format=CL)
+    wt = (torch.randn(16, 3, 7, 7, dtype=torch.bfloat16) * 0.2).to(memory_format=CL)
+    b = torch.randn(1, 16, 1, 1, dtype=torch.bfloat16)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT,
+                      compute_data_type=cudnn.data_type.FLOAT)
+    tx, tw, tb = (g.tensor_like(t) for t in (x, wt, b))
+    y = g.relu(g.bias(g.conv_fprop(tx, tw, padding=[3, 3], stride=[2, 2]), tb))
+    y.set_output(True).set_stride([16 * 7 * 7, 7 * 7, 7, 1])
+    out = check_engine(g, {tx: x, tw: wt, tb: b}, [y], CONV_ID, PACKED, n=147)
+    assert out[y].dtype == torch.bfloat16
+
+
+def test_tma_packed_workspace_and_heuristic_configs():
+    """The stem's TMA configs on Hopper are packed ones, with a workspace holding xp and wp."""
+    from opendnn.engines.conv import tma_packed
+    x = torch.randn(32, 3, 224, 224, dtype=torch.bfloat16).to(memory_format=CL)
+    wt = torch.randn(64, 3, 7, 7, dtype=torch.bfloat16).to(memory_format=CL)
+    g = cudnn.pygraph()
+    tx, tw = g.tensor_like(x), g.tensor_like(wt)
+    g.conv_fprop(tx, tw, padding=[3, 3], stride=[2, 2]).set_output(True)
+    g.validate()
+    e = ImplicitGemmEngine()
+    h100 = Target("cuda", "H100", (9, 0), 132, 7.1e14, 5e13, 3e12)
+    tma = [c for c in e.configs(g.op_graph, h100) if "TMA_TH" in c.knob_dict]
+    assert tma and all(c.knob_dict["PACK"] == 1 for c in tma)
+    pk = tma_packed.packing(e._analyze(g.op_graph).geo, 2)
+    assert pk.geo.filt == (4, 4) and pk.geo.c_per_group == 16 and pk.geo.in_dims == (115, 115)
+    assert e.workspace_size(g.op_graph, tma[0], h100) == pk.workspace_bytes >= \
+        2 * 32 * 115 * 115 * 16
+
+
+@pytest.mark.parametrize("change,reason", [
+    (dict(dilation=2), "phase packing takes no dilation"),
+    (dict(c=32, stride=2), "it pays only up to 64"),
+    (dict(dt=torch.float32), "half or bfloat16"),
+])
+def test_tma_packed_declines(change, reason):
+    c, dt = change.get("c", 3), change.get("dt", torch.bfloat16)
+    x = torch.randn(1, c, 12, 12, dtype=dt).to(memory_format=CL)
+    wt = torch.randn(8, c, 3, 3, dtype=dt).to(memory_format=CL)
+    g = cudnn.pygraph()
+    tx, tw = g.tensor_like(x), g.tensor_like(wt)
+    g.conv_fprop(tx, tw, padding=[1, 1], stride=[change.get("stride", 1)] * 2,
+                 dilation=[change.get("dilation", 1)] * 2).set_output(True)
+    g.validate()
+    e = ImplicitGemmEngine()
+    sup = e.check_config(g.op_graph, EngineConfig.make(e, **PACKED), Target())
+    assert not sup.ok and reason in sup.reason

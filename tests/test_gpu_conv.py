@@ -122,6 +122,35 @@ def test_fprop_tma_path_every_config(shape, cfg):
     assert _relerr(out, ref) < TOL[dt]
 
 
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+@pytest.mark.parametrize("shape", [(4, 3, 56, 64, 7, 2, 3), (2, 3, 31, 32, 7, 2, 3),
+                                   (2, 4, 30, 48, 3, 2, 1)])
+@pytest.mark.parametrize("cfg", range(4))
+def test_fprop_tma_packed_every_config(layout, shape, cfg):
+    """Each phase-packed TMA config (the stem: C = 3, stride 2) with a bias + relu
+    epilogue, NHWC and NCHW operands, against float64."""
+    from opendnn.engines.conv import tma
+    n, c, h, k, f, s, p = shape
+    dt = torch.bfloat16
+    x = torch.randn(n, c, h, h, device="cuda", dtype=dt)
+    w = torch.randn(k, c, f, f, device="cuda", dtype=dt) * 0.1
+    if layout == "nhwc":
+        x, w = x.to(memory_format=torch.channels_last), w.to(memory_format=torch.channels_last)
+    b = torch.randn(1, k, 1, 1, device="cuda", dtype=dt)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tw, tb = g.tensor_like(x), g.tensor_like(w), g.tensor_like(b)
+    y = g.relu(g.bias(g.conv_fprop(tx, tw, padding=[p, p], stride=[s, s]), tb))
+    y.set_output(True)
+    g.validate()
+    g.create_execution_plan(3, tma.FPROP.knob_items(tma.PACKED_KNOBS[cfg]))
+    ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+    out = _empty(y)
+    g.execute({tx: x, tw: w, tb: b, y: out}, ws)
+    torch.cuda.synchronize()
+    ref = torch.relu(F.conv2d(x.double(), w.double(), stride=s, padding=p) + b.double())
+    assert _relerr(out, ref) < TOL[dt]
+
+
 # (N, C, H, K, filt, stride, pad) of dx [N, C, H, H]: stride 1; stride 2 on an odd dx
 # (phases of 8 and 7 rows); the ResNet stem at small N (C = 3: filter through pointers)
 DGRAD_TMA_SHAPES = [(8, 64, 28, 64, 3, 1, 1), (4, 64, 15, 128, 3, 2, 1),
@@ -184,3 +213,55 @@ def test_wgrad_tma_path_every_config(cfg):
     g.execute({tx: x, tdy: dy, dw: out}, ws)
     torch.cuda.synchronize()
     assert _relerr(out, wd.grad) < TOL[dt]
+
+
+def _pending_launchers(plan) -> int:
+    count = 0
+    for s in plan.stages:
+        exe = getattr(s.executable, "inner", s.executable)
+        for launcher, _ in getattr(exe, "launches", []):
+            count += launcher._pending is not None
+    return count
+
+
+def test_build_all_compiles_in_parallel():
+    """build_plans(ALL) (as benchmark mode's candidate build) runs under
+    parallel_compile: right after it the launchers hold compile futures, resolved at
+    each plan's first launch, and every plan still computes the convolution (each run
+    against float64)."""
+    cl = torch.channels_last
+    x = torch.randn(4, 40, 13, 13, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
+    w = (torch.randn(24, 40, 3, 3, device="cuda", dtype=torch.bfloat16) * 0.1).to(
+        memory_format=cl)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tw = g.tensor_like(x), g.tensor_like(w)
+    y = g.relu(g.conv_fprop(tx, tw, padding=[1, 1]))
+    y.set_output(True)
+    g.build([cudnn.heur_mode.A])
+    g.build_plans(cudnn.build_plan_policy.ALL)
+    plans = [p for p in g._plans if p.built]
+    assert len(plans) >= 2
+    assert sum(_pending_launchers(p) for p in plans) > 0, "nothing compiled asynchronously"
+    ref = F.relu(F.conv2d(x.double(), w.double(), padding=1))
+    ws = torch.empty(max(p.workspace_size for p in plans), device="cuda", dtype=torch.uint8)
+    for i, p in enumerate(g._plans):
+        if not p.built:
+            continue
+        out = _empty(y)
+        g.execute_plan_at_index({tx: x, tw: w, y: out}, ws, i)
+        torch.cuda.synchronize()
+        assert _pending_launchers(p) == 0
+        assert _relerr(out, ref) < TOL[torch.bfloat16], p.name
+
+
+def test_parallel_compile_error_raises_at_launch():
+    """A kernel that fails to compile inside parallel_compile raises Triton's error at
+    its first launch, not silently."""
+    from opendnn.runtime.launch import Launcher, kernel_from_source, parallel_compile
+    k = kernel_from_source("@triton.jit\ndef broken(X):\n    tl.static_assert(False, 'no')\n",
+                           "broken")
+    launcher = Launcher(k, (1,), {})
+    with parallel_compile():
+        launcher.prepare_cuda([torch.float32])
+    with pytest.raises(Exception, match="no|static"):
+        launcher.launch([torch.zeros(4, device="cuda")])

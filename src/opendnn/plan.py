@@ -13,9 +13,10 @@ import time
 import torch
 
 from . import log
-from .engines.base import EngineConfig, Target
+from .engines.base import SUPPORTED, EngineConfig, Target
 from .engines.registry import by_id
 from .errors import GraphNotSupportedError, InternalError, Status
+from .runtime.launch import parallel_compile
 
 ALIGN = 256
 BUILT_CACHE_SIZE = 256
@@ -58,6 +59,30 @@ def _build_cached(engine, graph, config, target):
     return _Rebound(exe, pairs) if pairs else exe
 
 
+# what an engine says about one stage -- its support (graph, then config) and its workspace
+# -- by (graph key, config, target, switches): pure functions of the problem, so a fresh
+# graph of a problem seen before (a framework re-creating its graphs each step) skips the
+# engines' checks and workspace models
+_facts: dict = {}
+FACTS_CACHE_SIZE = 4096
+
+
+def _stage_facts(engine, graph, config, target) -> tuple:
+    """(Support, workspace bytes or None when unsupported) of one stage, memoized."""
+    from . import backends
+    key = (graph.key(), config, target, backends.allow_tf32)
+    hit = _facts.get(key)
+    if hit is None:
+        sup = engine.check_support(graph, target)
+        if sup.ok:
+            sup = engine.check_config(graph, config, target)
+        hit = (sup, engine.workspace_size(graph, config, target) if sup.ok else None)
+        if len(_facts) >= FACTS_CACHE_SIZE:
+            _facts.pop(next(iter(_facts)))
+        _facts[key] = hit
+    return hit
+
+
 def _align(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
@@ -85,8 +110,7 @@ class ExecutionPlan:
                 self.boundaries.append((u, offset, d.size_in_bytes))
                 offset += _align(d.size_in_bytes)
         self._stage_ws_offset = offset
-        self.workspace_size = offset + max(
-            [self._engine(s).workspace_size(s.graph, s.config, target) for s in self.stages] or [0])
+        self._workspace = None
         self.built = False
         self.build_seconds = None
 
@@ -97,6 +121,18 @@ class ExecutionPlan:
                 if self.graph.tensors[u].is_virtual and u not in seen:
                     seen.append(u)
         return seen
+
+    @property
+    def workspace_size(self) -> int:
+        """Boundary tensors plus the largest stage workspace (computed on first use)."""
+        if self._workspace is None:
+            sizes = []
+            for s in self.stages:
+                sup, ws = _stage_facts(self._engine(s), s.graph, s.config, self.target)
+                sizes.append(ws if ws is not None else
+                             self._engine(s).workspace_size(s.graph, s.config, self.target))
+            self._workspace = self._stage_ws_offset + max(sizes or [0])
+        return self._workspace
 
     @staticmethod
     def _engine(stage: Stage):
@@ -142,27 +178,24 @@ class ExecutionPlan:
     # ---- build and run ---------------------------------------------------------------
     def check_support(self):
         for s in self.stages:
-            e = self._engine(s)
-            sup = e.check_support(s.graph, self.target)
-            if sup.ok:
-                sup = e.check_config(s.graph, s.config, self.target)
+            sup, _ = _stage_facts(self._engine(s), s.graph, s.config, self.target)
             if not sup.ok:
                 return sup
-        from .engines.base import SUPPORTED
         return SUPPORTED
 
     def build(self) -> "ExecutionPlan":
         if self.built:
             return self
         t0 = time.perf_counter()
-        for s in self.stages:
-            e = self._engine(s)
-            sup = e.check_support(s.graph, self.target)
-            if not sup.ok:
-                raise GraphNotSupportedError(f"plan {self.name} cannot be built",
-                                             reasons={e.name: sup.reason},
-                                             status=Status.NOT_SUPPORTED)
-            s.executable = _build_cached(e, s.graph, s.config, self.target)
+        with parallel_compile():      # the stages' kernels compile side by side
+            for s in self.stages:
+                e = self._engine(s)
+                sup = e.check_support(s.graph, self.target)
+                if not sup.ok:
+                    raise GraphNotSupportedError(f"plan {self.name} cannot be built",
+                                                 reasons={e.name: sup.reason},
+                                                 status=Status.NOT_SUPPORTED)
+                s.executable = _build_cached(e, s.graph, s.config, self.target)
         self.built = True
         self.build_seconds = time.perf_counter() - t0
         log.info(f"built plan {self.name} in {self.build_seconds * 1e3:.2f} ms "

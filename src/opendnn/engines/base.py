@@ -8,6 +8,7 @@ kernels and launch grids). Executing does no work that could be done at build ti
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from typing import Any
 
@@ -50,6 +51,10 @@ class EngineConfig:
         return dict(self.knobs)
 
     def label(self) -> str:
+        return self._label
+
+    @functools.cached_property
+    def _label(self) -> str:   # plans are named, sorted and matched by it: built once
         if not self.knobs:
             return f"{self.engine_name}#{self.engine_id}"
         inner = ",".join(f"{k}={v}" for k, v in self.knobs)

@@ -16,6 +16,7 @@ from ..handle import Handle, target_for
 from ..plan import ExecutionPlan
 from ..runtime import autotune, timing
 from ..runtime.buffers import bind, check_no_aliasing, check_workspace
+from ..runtime.launch import parallel_compile
 from .opgraph import OpGraph
 
 from typing import TYPE_CHECKING
@@ -86,17 +87,18 @@ class LifecycleMixin:
         if not self._plans:
             self.check_support()
         errors = {}
-        for i, p in enumerate(self._plans):
-            try:
-                p.build()
-            except GraphNotSupportedError as e:
-                errors[p.name] = e.rule
-                continue
-            if self._selected is None:
-                self._selected = i
-                log.info(f"selected plan {p.name} ({p.origin}): {p.describe()}")
-            if BuildPlanPolicy(policy) == BuildPlanPolicy.HEURISTICS_CHOICE:
-                break
+        with parallel_compile():      # with policy ALL, the plans compile side by side
+            for i, p in enumerate(self._plans):
+                try:
+                    p.build()
+                except GraphNotSupportedError as e:
+                    errors[p.name] = e.rule
+                    continue
+                if self._selected is None:
+                    self._selected = i
+                    log.info(f"selected plan {p.name} ({p.origin}): {p.describe()}")
+                if BuildPlanPolicy(policy) == BuildPlanPolicy.HEURISTICS_CHOICE:
+                    break
         if self._selected is None:
             raise GraphNotSupportedError("no candidate plan could be built", reasons=errors,
                                          status=Status.NOT_SUPPORTED)
@@ -284,10 +286,14 @@ class LifecycleMixin:
         """Time every candidate plan on the given buffers, reorder fastest first, persist.
         Returns [(plan name, median ms)] fastest first."""
         timings = []
+        with parallel_compile():      # every candidate's kernels compile side by side
+            for p in self._plans:
+                try:
+                    p.build()
+                except GraphNotSupportedError:
+                    continue
         for i, p in enumerate(self._plans):
-            try:
-                p.build()
-            except GraphNotSupportedError:
+            if not p.built:
                 continue
             if p.workspace_size > _nbytes(workspace):
                 continue

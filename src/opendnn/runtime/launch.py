@@ -13,6 +13,12 @@ argument specialization (``warmup``), so executing a plan is a direct call into 
 compiled kernel's launcher with no argument binding or cache lookup. If a pointer at run
 time breaks the 16-byte alignment the kernel was specialized for, it takes Triton's
 ordinary path, which compiles the right variant.
+
+``parallel_compile()`` makes those compilations asynchronous: inside it, ``prepare_cuda``
+hands the compile to a thread pool (Triton's ``AsyncCompileMode``; its passes and ptxas
+run outside the GIL) and the launcher waits for the result at its first launch. Building
+many plans at once (benchmark mode times several) then costs about the longest compile
+rather than their sum.
 """
 from __future__ import annotations
 
@@ -21,8 +27,12 @@ import importlib.util
 import os
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import torch
+import triton
+from triton.runtime import _async_compile
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
@@ -104,6 +114,29 @@ def kernel_from_source(source: str, name: str) -> DualKernel:
     return DualKernel(getattr(comp, name), getattr(interp, name))
 
 
+_pool: list = []
+
+
+def _compile_pool() -> ThreadPoolExecutor:
+    with _lock:
+        if not _pool:
+            _pool.append(ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1),
+                                            thread_name_prefix="opendnn-compile"))
+        return _pool[0]
+
+
+@contextmanager
+def parallel_compile():
+    """Compile every CUDA kernel prepared inside the block in a thread pool; the block's
+    end waits for all of them. Nested blocks join the outermost one. A kernel that fails
+    to compile raises at its launcher's first launch (with Triton's error)."""
+    if _async_compile.active_mode.get() is not None:
+        yield
+        return
+    with triton.AsyncCompileMode(_compile_pool(), ignore_errors=True):
+        yield
+
+
 def _raw_stream(index) -> int:
     """The current CUDA stream's handle (torch's C accessor: no Stream object built)."""
     return torch._C._cuda_getCurrentRawStream(torch.cuda.current_device() if index is None
@@ -127,13 +160,15 @@ class Launcher:
     may hold torch dtypes in place of pointers), then ``launch(args, stream)``.
     """
 
-    __slots__ = ("kernel", "grid", "constexprs", "_compiled", "_ptr_positions", "_tail")
+    __slots__ = ("kernel", "grid", "constexprs", "_compiled", "_pending", "_ptr_positions",
+                 "_tail")
 
     def __init__(self, kernel: DualKernel, grid: tuple, constexprs: dict):
         self.kernel = kernel
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
         self.constexprs = dict(constexprs)
         self._compiled = None
+        self._pending = None          # a compile running in parallel_compile's pool
         self._ptr_positions = ()
         self._tail = ()
 
@@ -141,9 +176,10 @@ class Launcher:
         """Compile for the current CUDA device without launching."""
         k = self.kernel.compiled.warmup(*example_args, grid=self.grid, **self.constexprs)
         if hasattr(k, "result"):
-            k = k.result()
-        k._init_handles()
-        self._compiled = k
+            self._pending = k
+        else:
+            k._init_handles()
+            self._compiled = k
         self._ptr_positions = tuple(i for i, a in enumerate(example_args)
                                     if isinstance(a, torch.dtype) or hasattr(a, "data_ptr"))
         # run() wants every parameter, constexprs included, in signature order
@@ -152,8 +188,16 @@ class Launcher:
         self._tail = tuple(self.constexprs[p.name] if p.name in self.constexprs else p.default
                            for p in params[n_rt:])
 
+    def _finish_compile(self):
+        k = self._pending.result()        # raises the compile's error, if any
+        k._init_handles()
+        self._compiled, self._pending = k, None
+        return k
+
     def launch(self, args: list, stream=None) -> None:
         compiled = self._compiled
+        if compiled is None and self._pending is not None:
+            compiled = self._finish_compile()
         first = args[self._ptr_positions[0]] if self._ptr_positions else None
         if compiled is not None and first is not None and first.device.type == "cuda":
             for i in self._ptr_positions:

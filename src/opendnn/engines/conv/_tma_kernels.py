@@ -128,8 +128,9 @@ def estimate_seconds(geo, kn: TmaKnobs, itemsize: int, peak: float, bandwidth: f
 
 
 def source(name: str, geo, kn: TmaKnobs, *, epilogue_params: list, epilogue_body: str,
-           interpret: bool) -> str:
-    """Kernel ``name(X, W, <epilogue params>, NUM_PROGS: constexpr)``."""
+           interpret: bool, w_offset: int = 0) -> str:
+    """Kernel ``name(X, W, <epilogue params>, NUM_PROGS: constexpr)``; the filter starts
+    ``w_offset`` elements after W (a packed filter in the workspace)."""
     n, (h, wd), c = geo.n, geo.in_dims, geo.c_per_group
     oh, ow = geo.out_dims
     r_, s_ = geo.filt
@@ -151,7 +152,8 @@ def source(name: str, geo, kn: TmaKnobs, *, epilogue_params: list, epilogue_body
         L.append(f"{ind}x_desc = tl.make_tensor_descriptor(X, shape=[{n}, {h // 2}, 2, "
                  f"{wd // 2}, {2 * c}], strides=[{h * wd * c}, {2 * wd * c}, {wd * c}, "
                  f"{2 * c}, 1], block_shape=[{imgs}, {th}, 1, {tw}, {bk}])")
-    L.append(f"{ind}w_desc = tl.make_tensor_descriptor(W, shape=[{k}, {r_ * s_}, {c}], "
+    w_ptr = f"W + {w_offset}" if w_offset else "W"
+    L.append(f"{ind}w_desc = tl.make_tensor_descriptor({w_ptr}, shape=[{k}, {r_ * s_}, {c}], "
              f"strides=[{r_ * s_ * c}, {c}, 1], block_shape=[{bn}, 1, {bk}])")
     L.append(f"{ind}g = 0")
     L.append(f"{ind}for tile in tl.range(tl.program_id(0), {t_n * t_h * t_w * t_k}, "

@@ -200,7 +200,7 @@ class ImplicitGemmEngine(Engine):
         """Defaults of the path the knobs choose: the TMA path's when any TMA_* is given."""
         path = self.tma_path
         if path is not None and path.is_tma(knobs):
-            return {**dataclasses.asdict(path.knob_class()), **knobs}
+            return {**path.knob_items(path.knob_class()), **knobs}
         gather = {f.name for f in dataclasses.fields(K.ConvKnobs)}
         return {**{k.name: k.default for k in self.knob_space(graph) if k.name in gather},
                 **knobs}
@@ -221,7 +221,7 @@ class ImplicitGemmEngine(Engine):
         path = self.tma_path
         if path is not None and target.is_cuda and target.capability >= (9, 0) and \
                 path.unsupported(a) is None:
-            out += [EngineConfig.make(self, **dataclasses.asdict(k))
+            out += [EngineConfig.make(self, **path.knob_items(k))
                     for k in path.knobs(a, target)]
         est = {c: self.estimate_seconds(graph, c, target) for c in out}
         out.sort(key=est.get)

@@ -5,6 +5,10 @@ A config of engine 3 whose knobs name ``TMA_TH`` takes this path; the heuristics
 such configs on Hopper for 2-D, one-group, half/bfloat16 problems in packed NHWC with a
 KRSC filter, stride 1 or 2, and epilogues without statistics or prologues. The buffers of
 x and w must be 16-byte aligned (checked at execute: BAD_PARAM_MISALIGNED_POINTER).
+
+Configs with ``PACK=1`` first repack the image and filter by stride phase into the
+workspace (``tma_packed``): small-channel strided problems the boxes cannot read directly
+(the stem, C = 3 at stride 2; any layout of x and w) become dense stride-1 ones.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from ...runtime.launch import DualKernel, LaunchList, kernel_from_source
 from ..base import Executable
 from ..fusion import epilogue as fuse_epilogue
 from . import _tma_kernels as T
+from . import tma_packed as P
 
 KNOB_NAMES = ("TMA_IMGS", "TMA_TH", "TMA_TW")
 
@@ -32,6 +37,10 @@ class TmaPath:
 
     def is_tma(self, knobs: dict) -> bool:
         return is_tma(knobs)
+
+    def knob_items(self, kn) -> dict:
+        """The knobs of config ``kn`` as its EngineConfig names them."""
+        return dataclasses.asdict(kn)
 
     def knob_names(self) -> tuple:
         return tuple(f.name for f in dataclasses.fields(self.knob_class))
@@ -74,7 +83,91 @@ class TmaPath:
         return _FpropExecutable(graph, a, kn, target, params, body)
 
 
-FPROP = TmaPath()
+@dataclasses.dataclass(frozen=True)
+class FpropTmaKnobs(T.TmaKnobs):
+    PACK: int = 0         # 1: phase-packed image and filter in the workspace (tma_packed)
+
+
+# packed stems: 16 channels, 4x4 taps -- 16 K steps of 16; the cost model orders them
+PACKED_KNOBS = (FpropTmaKnobs(1, 8, 16, 64, 16, 4, 4, PACK=1),
+                FpropTmaKnobs(1, 16, 16, 64, 16, 8, 4, PACK=1),
+                FpropTmaKnobs(1, 8, 16, 64, 32, 4, 4, PACK=1),
+                FpropTmaKnobs(2, 8, 16, 64, 16, 8, 4, PACK=1))
+
+
+class FpropTmaPath(TmaPath):
+    """The forward's path: boxes of x itself, or (PACK=1) of its phase-packed copy."""
+    knob_class = FpropTmaKnobs
+    knob_space = tuple(FpropTmaKnobs(**dataclasses.asdict(k)) for k in T.KNOB_SPACE) + \
+        PACKED_KNOBS
+
+    def knob_items(self, kn) -> dict:
+        d = dataclasses.asdict(kn)
+        if not d["PACK"]:
+            del d["PACK"]       # direct configs keep the names they always had
+        return d
+
+    @staticmethod
+    def _fused_rule(a) -> str | None:
+        if a.prologue is not None:
+            return "the TMA path takes no prologue (it never touches the image in registers)"
+        if a.ep.stats:
+            return "the TMA path writes no batch-norm statistics"
+        return None
+
+    @staticmethod
+    def _packing(a):
+        why = T.common_unsupported(a.geo, a.x)
+        return why if why else P.packing(a.geo, a.x.data_type.itemsize)
+
+    def unsupported(self, a) -> str | None:
+        why = self._fused_rule(a)
+        if why:
+            return why
+        direct = T.unsupported(a.geo, a.x, a.w, a.y)
+        pk = self._packing(a)
+        if direct is None or not isinstance(pk, str):
+            return None
+        return f"{direct}; phase packing: {pk}"
+
+    def fits(self, a, kn) -> bool:
+        if kn.PACK:
+            pk = self._packing(a)
+            return not isinstance(pk, str) and T.fits(kn, pk.geo, pk.itemsize)
+        return T.fits(kn, a.geo, a.x.data_type.itemsize)
+
+    def knobs(self, a, target) -> list:
+        """Direct boxes where x allows them, else the packed configs."""
+        direct = T.unsupported(a.geo, a.x, a.w, a.y) is None
+        return [k for k in self.knob_space if bool(k.PACK) != direct and self.fits(a, k)]
+
+    def check(self, a, kn) -> str | None:
+        why = self._fused_rule(a)
+        if why is None:
+            pk = self._packing(a)
+            why = (pk if kn.PACK and isinstance(pk, str) else
+                   None if kn.PACK else T.unsupported(a.geo, a.x, a.w, a.y))
+        if why is None and not self.fits(a, kn):
+            why = (f"TMA tiles {kn}: the pipeline stages exceed shared memory, or BLOCK_K "
+                   "does not divide C on the stride-2 path")
+        return why
+
+    def estimate_seconds(self, a, kn, peak: float, target) -> float:
+        if not kn.PACK:
+            return super().estimate_seconds(a, kn, peak, target)
+        return P.estimate_seconds(self._packing(a), kn, peak, target.bandwidth,
+                                  target.num_sms, a.x.size_in_bytes)
+
+    def workspace_size(self, a, kn) -> int:
+        return self._packing(a).workspace_bytes if kn.PACK else 0
+
+    def build(self, graph, a, kn, target, params: list, body: str) -> Executable:
+        if kn.PACK:
+            return _PackedFpropExecutable(graph, a, kn, self._packing(a), target, params, body)
+        return _FpropExecutable(graph, a, kn, target, params, body)
+
+
+FPROP = FpropTmaPath()
 
 
 class TmaExecutable(Executable, LaunchList):
@@ -99,6 +192,8 @@ class TmaExecutable(Executable, LaunchList):
 
     def run(self, buffers, workspace, stream=None):
         bufs = [buffers[u] for u in self.aligned]
+        if self.reads_workspace and workspace is not None:
+            bufs.append(workspace)
         if bufs[0].device.type == "cuda":
             ptr = 0
             for b in bufs:
@@ -111,6 +206,8 @@ class TmaExecutable(Executable, LaunchList):
             ensure_allocator()
         self.run_launches(buffers, workspace, stream)
 
+    reads_workspace = False     # True: descriptors cover the workspace too
+
 
 class _FpropExecutable(TmaExecutable):
     def __init__(self, graph, a, kn: T.TmaKnobs, target, params: list, body: str):
@@ -122,3 +219,22 @@ class _FpropExecutable(TmaExecutable):
         self.add_generated(name, lambda interp: T.source(
             name, a.geo, kn, epilogue_params=params, epilogue_body=body, interpret=interp),
             grid, const, args, graph)
+
+
+class _PackedFpropExecutable(TmaExecutable):
+    """Pack x and w into the workspace, then the TMA kernel on the packed problem."""
+    reads_workspace = True
+
+    def __init__(self, graph, a, kn, pk, target, params: list, body: str):
+        super().__init__("conv_fprop", (), target)
+        self.workspace_size = pk.workspace_bytes
+        key = graph.key()[:12]
+        P.pack_launches(self, graph, a, pk, key)
+        name = f"conv_tma_packed_{key}"
+        grid = T.grid(pk.geo, kn, target.num_sms if target.is_cuda else 1)
+        const = {"NUM_PROGS": grid[0], "num_warps": kn.num_warps, "num_stages": kn.num_stages}
+        ws = ("ws", a.x.torch_dtype)
+        args = [ws, ws] + fuse_epilogue.launch_args(a.ep)
+        self.add_generated(name, lambda interp: T.source(
+            name, pk.geo, kn, epilogue_params=params, epilogue_body=body, interpret=interp,
+            w_offset=pk.w_offset), grid, const, args, graph)
