@@ -4,6 +4,7 @@ import torch
 import torch.nn.functional as F
 
 import opendnn.frontend as cudnn
+from opendnn.enums import NumericalNote
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -251,7 +252,10 @@ def test_build_all_compiles_in_parallel():
         g.execute_plan_at_index({tx: x, tw: w, y: out}, ws, i)
         torch.cuda.synchronize()
         assert _pending_launchers(p) == 0
-        assert _relerr(out, ref) < TOL[torch.bfloat16], p.name
+        # Winograd's transforms add rounding (the every-engine tests allow 4x there too)
+        tol = TOL[torch.bfloat16] * (4 if NumericalNote.WINOGRAD in p.numerical_notes() else 1)
+        err = _relerr(out, ref)
+        assert err < tol, f"{p.name}: relative error {err:.3g}"
 
 
 def test_parallel_compile_error_raises_at_launch():

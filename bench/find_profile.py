@@ -1,0 +1,47 @@
+"""Where a cold benchmark-mode find spends its time (H100): one ResNet layer per process
+run, cProfile of the first execute, top entries by cumulative and by own time.
+Run: PYTHONPATH=src python bench/find_profile.py [layer] [kind]"""
+import cProfile
+import os
+import pstats
+import sys
+import tempfile
+import time
+
+import torch
+
+os.environ.setdefault("OPENDNN_CACHE_DIR", tempfile.mkdtemp())
+from opendnn import backends  # noqa: E402
+from opendnn.bench import conv as C, shapes  # noqa: E402
+
+
+def main(layer="l1_3x3_64", kind="fprop"):
+    name, c, k, h, f, s, p = next(t for t in shapes.CONV if t[0] == layer)
+    n, cl = shapes.CONV_N, torch.channels_last
+    x = torch.randn(n, c, h, h, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
+    w = torch.randn(k, c, f, f, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
+    b = torch.randn(1, k, 1, 1, device="cuda", dtype=torch.bfloat16)
+    o = (h + 2 * p - f) // s + 1
+    dy = torch.randn(n, k, o, o, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
+    backends.benchmark, backends.benchmark_limit = True, 6
+    import opendnn.frontend as cudnn
+    g, pack, out, buf = C._graph(kind, x, w, b, dy, s, p)
+    t0 = time.perf_counter()
+    g.build([cudnn.heur_mode.A])
+    t1 = time.perf_counter()
+    ws = torch.empty(max(g.get_workspace_size(), 1 << 20) * 4, device="cuda", dtype=torch.uint8)
+    prof = cProfile.Profile()
+    prof.enable()
+    g.execute({**pack, out: buf}, ws)
+    torch.cuda.synchronize()
+    prof.disable()
+    t2 = time.perf_counter()
+    print(f"{layer} {kind}: build {t1 - t0:.2f} s, first execute (find) {t2 - t1:.2f} s, "
+          f"{os.cpu_count()} cpus")
+    st = pstats.Stats(prof)
+    st.sort_stats("cumulative").print_stats(30)
+    st.sort_stats("tottime").print_stats(15)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
