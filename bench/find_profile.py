@@ -15,7 +15,36 @@ from opendnn import backends  # noqa: E402
 from opendnn.bench import conv as C, shapes  # noqa: E402
 
 
+def _instrument():
+    """Record the wall time of every Triton compile (any thread) and of every launcher's
+    first-launch finish (loading the module, building Triton's C launcher)."""
+    import threading
+    import triton.compiler
+    from opendnn.runtime import launch
+    rec = []
+    real_compile = triton.compiler.compile
+
+    def compile_(*a, **k):
+        t = time.perf_counter()
+        try:
+            return real_compile(*a, **k)
+        finally:
+            rec.append(("compile", threading.current_thread().name, t, time.perf_counter()))
+    triton.compiler.compile = compile_      # JITFunction binders import it from here
+    real_finish = launch.Launcher._finish_compile
+
+    def finish(self):
+        t = time.perf_counter()
+        try:
+            return real_finish(self)
+        finally:
+            rec.append(("finish", self.kernel.name, t, time.perf_counter()))
+    launch.Launcher._finish_compile = finish
+    return rec
+
+
 def main(layer="l1_3x3_64", kind="fprop"):
+    rec = _instrument()
     name, c, k, h, f, s, p = next(t for t in shapes.CONV if t[0] == layer)
     n, cl = shapes.CONV_N, torch.channels_last
     x = torch.randn(n, c, h, h, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
@@ -38,6 +67,16 @@ def main(layer="l1_3x3_64", kind="fprop"):
     t2 = time.perf_counter()
     print(f"{layer} {kind}: build {t1 - t0:.2f} s, first execute (find) {t2 - t1:.2f} s, "
           f"{os.cpu_count()} cpus")
+    kinds = {}
+    for what, who, a, b in rec:
+        k = kinds.setdefault(what, [0, 0.0, None, None])
+        k[0] += 1
+        k[1] += b - a
+        k[2] = a if k[2] is None else min(k[2], a)
+        k[3] = b if k[3] is None else max(k[3], b)
+    for what, (cnt, tot, a, b) in kinds.items():
+        print(f"  {what}: {cnt} calls, {tot:.2f} s summed, {b - a:.2f} s from first start to "
+              f"last end")
     st = pstats.Stats(prof)
     st.sort_stats("cumulative").print_stats(30)
     st.sort_stats("tottime").print_stats(15)

@@ -4,6 +4,7 @@ and serialization. ``Graph`` mixes this in; validation and building live in grap
 from __future__ import annotations
 
 import json
+import time
 
 import torch
 
@@ -286,12 +287,14 @@ class LifecycleMixin:
         """Time every candidate plan on the given buffers, reorder fastest first, persist.
         Returns [(plan name, median ms)] fastest first."""
         timings = []
+        t0 = time.perf_counter()
         with parallel_compile():      # every candidate's kernels compile side by side
             for p in self._plans:
                 try:
                     p.build()
                 except GraphNotSupportedError:
                     continue
+        t1 = time.perf_counter()
         for i, p in enumerate(self._plans):
             if not p.built:
                 continue
@@ -310,7 +313,9 @@ class LifecycleMixin:
         self._tuned = True
         names = [self._plans[k].name for k in range(len(timings))]
         autotune.store(self.key(), self._target().name, names, [t for t, _ in timings])
-        log.info("autotune: " + ", ".join(f"{n} {t:.4f} ms" for n, (t, _) in zip(names, timings)))
+        log.info(f"autotune: built {len(self._plans)} candidates in {t1 - t0:.2f} s, timed them "
+                 f"(first launches included) in {time.perf_counter() - t1:.2f} s: "
+                 + ", ".join(f"{n} {t:.4f} ms" for n, (t, _) in zip(names, timings)))
         return [(n, t) for n, (t, _) in zip(names, timings)]
 
     def _benchmark_once(self, variant_pack, workspace, handle) -> None:
