@@ -270,6 +270,8 @@ def test_every_forward_algorithm_runs_on_a_problem_it_claims(algo):
 
 
 @pytest.mark.parametrize("algo", [cudnn.ConvolutionBwdDataAlgo.ALGO_0,
+                                  cudnn.ConvolutionBwdDataAlgo.FFT,
+                                  cudnn.ConvolutionBwdDataAlgo.FFT_TILING,
                                   cudnn.ConvolutionBwdDataAlgo.WINOGRAD,
                                   cudnn.ConvolutionBwdDataAlgo.WINOGRAD_NONFUSED])
 def test_every_backward_data_algorithm_runs(algo):
@@ -294,3 +296,32 @@ def test_backward_filter_algo_3_uses_a_small_workspace():
     cudnn.convolution_backward_filter(h, 1.0, xd, x, yd, dy, conv, algo,
                                       torch.empty(ws_size, dtype=torch.uint8), ws_size, 0.0, wd, dw)
     assert torch.allclose(dw.double(), wr.grad, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("algo", [cudnn.ConvolutionBwdFilterAlgo.ALGO_0,
+                                  cudnn.ConvolutionBwdFilterAlgo.FFT,
+                                  cudnn.ConvolutionBwdFilterAlgo.FFT_TILING,
+                                  cudnn.ConvolutionBwdFilterAlgo.WINOGRAD_NONFUSED])
+def test_every_backward_filter_algorithm_runs(algo):
+    """Stride 1, 3x3: the FFT, FFT-tiling and non-fused Winograd backward filters behind
+    the enum, with alpha/beta blending into a prior dw."""
+    h, xd, wd, conv, yd, x, w, dy, kw = _backward_descs(groups=1, stride=(1, 1))
+    wr = w.double().requires_grad_(True)
+    F.conv2d(x.double(), wr, **kw).backward(dy.double())
+    prior = torch.randn_like(w)
+    dw = prior.clone()
+    ws_size = cudnn.get_convolution_backward_filter_workspace_size(h, xd, yd, conv, wd, algo)
+    cudnn.convolution_backward_filter(h, 0.5, xd, x, yd, dy, conv, algo,
+                                      torch.empty(ws_size, dtype=torch.uint8), ws_size, 2.0,
+                                      wd, dw)
+    want = 0.5 * wr.grad + 2.0 * prior.double()
+    assert torch.allclose(dw.double(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_backward_filter_winograd_fused_is_not_supported():
+    h, xd, wd, conv, yd, x, w, dy, kw = _backward_descs(groups=1, stride=(1, 1))
+    algo = cudnn.ConvolutionBwdFilterAlgo.WINOGRAD
+    with pytest.raises(GraphNotSupportedError) as e:
+        cudnn.get_convolution_backward_filter_workspace_size(h, xd, yd, conv, wd, algo)
+    assert e.value.status == Status.NOT_SUPPORTED
+    assert "WINOGRAD" in str(e.value) and "cuDNN implements none either" in str(e.value)

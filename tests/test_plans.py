@@ -734,10 +734,30 @@ def test_benchmark_mode_times_every_engine_before_runners_up(rng, cache_dir, mon
                         lambda fn, pack, w, i: timed.append(fn) or float(len(timed)))
     monkeypatch.setattr(backends, "benchmark", True)
     monkeypatch.setattr(backends, "benchmark_limit", 3)
+    monkeypatch.setattr(lifecycle, "EXTRA_MARGIN", float("inf"))
     out = torch.full((6, 10), float("nan"))
     g.execute({**feeds, y: out}, None)
     assert len(timed) == 4
     assert len({tuple(p.engine_names) for p in g._plans[:4]}) == 2
+    assert_close(out, want, torch.float32)
+
+
+def test_benchmark_mode_skips_engines_far_beyond_the_best_estimate(rng, monkeypatch):
+    """Another engine's best plan is timed only when its estimate is within EXTRA_MARGIN
+    of the best plan's (the reference engine's is far beyond the fused kernel's)."""
+    from opendnn.graph import lifecycle
+    g, feeds, y, want = _pointwise_graph(rng)
+    g.build([HeurMode.A, HeurMode.FALLBACK])
+    assert len({tuple(p.engine_names) for p in g._plans}) == 2
+    timed = []
+    monkeypatch.setattr(lifecycle, "_time_plan",
+                        lambda fn, pack, w, i: timed.append(fn) or float(len(timed)))
+    monkeypatch.setattr(backends, "benchmark", True)
+    monkeypatch.setattr(backends, "benchmark_limit", 1)
+    monkeypatch.setattr(lifecycle, "EXTRA_MARGIN", 1.0)
+    out = torch.full((6, 10), float("nan"))
+    g.execute({**feeds, y: out}, None)
+    assert len(timed) == 1
     assert_close(out, want, torch.float32)
 
 

@@ -335,13 +335,23 @@ class LifecycleMixin:
         # each path's best timed: Engine.family)
         def family(p):
             return tuple(by_id(s.config.engine_id).family(s.config) for s in p.stages)
+        # ... unless the model puts them beyond EXTRA_MARGIN times the best estimate:
+        # compiling a hopeless engine (an FFT pipeline for a 3x3 layer: seven kernels)
+        # would cost the find seconds and never win
+        def estimate(p):
+            return sum(by_id(s.config.engine_id).estimate_seconds(s.graph, s.config,
+                                                                  p.target) for s in p.stages)
         top = self._plans[:limit]
         seen = {family(p) for p in top}
-        extra = []
+        extra, far = [], []
+        best = estimate(top[0]) if top else 0.0
         for p in self._plans[limit:]:
             if family(p) not in seen:
                 seen.add(family(p))
-                extra.append(p)
+                (extra if estimate(p) <= EXTRA_MARGIN * best else far).append(p)
+        if far:
+            log.info(f"benchmark: not timing {', '.join(p.name for p in far)}: estimated "
+                     f"beyond {EXTRA_MARGIN}x the best plan")
         keep = [p for p in self._plans[limit:] if all(p is not q for q in extra)]
         self._plans = top + extra
         self.autotune(variant_pack, workspace, handle)
@@ -385,6 +395,9 @@ class LifecycleMixin:
             self._plans.append(ExecutionPlan(g, pieces, target, "deserialized").build())
         self._selected = 0 if self._plans else None
         return self
+
+
+EXTRA_MARGIN = 4.0   # benchmark mode times other engines' best plans within this of the best
 
 
 def _nbytes(workspace) -> int:

@@ -42,8 +42,8 @@ class ActivationMode(enum.IntEnum):
     SWISH = 6
 
 
-# Which engine implements which algorithm; the others are not built yet and report
-# NOT_SUPPORTED with that reason.
+# Which engine implements which algorithm. The one enum value without an engine is
+# backward filter WINOGRAD, which cuDNN documents as not implemented: NOT_SUPPORTED.
 _FWD_ENGINES = {ConvolutionFwdAlgo.IMPLICIT_GEMM: 3, ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM: 11,
                 ConvolutionFwdAlgo.GEMM: 6, ConvolutionFwdAlgo.DIRECT: 7,
                 ConvolutionFwdAlgo.FFT: 13, ConvolutionFwdAlgo.FFT_TILING: 14,
@@ -257,8 +257,9 @@ class _ConvCall:
         self.graph = g
         g.validate()
         if engine_id is None:
-            raise GraphNotSupportedError(f"algorithm {algo.name} is not implemented in opendnn "
-                                         "yet", op=op, status=Status.NOT_SUPPORTED)
+            raise GraphNotSupportedError(f"algorithm {algo.name} has no implementation "
+                                         "(cuDNN implements none either)", op=op,
+                                         status=Status.NOT_SUPPORTED)
         try:
             g.build_plan_for_engine(engine_id)
         except GraphNotSupportedError as e:

@@ -1,12 +1,14 @@
 """Convolution backward in the descriptor API: backward data, backward filter and
 backward bias, with the same algorithm queries as the forward pass (see cnn.py).
 
-Algorithms implemented: backward data ALGO_0 (split-K with atomics, nondeterministic),
-ALGO_1 (deterministic implicit GEMM over dx's pixels), WINOGRAD (fused) and
+Every algorithm of both enums is implemented: backward data ALGO_0 (split-K with atomics,
+nondeterministic), ALGO_1 (deterministic implicit GEMM over dx's pixels), FFT and
+FFT_TILING (the forward FFT on the rewritten problem), WINOGRAD (fused) and
 WINOGRAD_NONFUSED; backward filter ALGO_0 (split-K, nondeterministic), ALGO_1
-(deterministic implicit GEMM, one program per tap and tile) and ALGO_3 (split-K with index
-tables in the workspace, nondeterministic). FFT and FFT_TILING in both directions, and
-filter WINOGRAD_NONFUSED, report NOT_SUPPORTED with that reason.
+(deterministic implicit GEMM, one program per tap and tile), FFT and FFT_TILING (per-bin
+GEMMs over the batch), ALGO_3 (split-K with index tables in the workspace,
+nondeterministic) and WINOGRAD_NONFUSED (F(3x3, 2x2) transforms around 16 GEMMs). Filter
+WINOGRAD (fused) does not exist in cuDNN either: it reports NOT_SUPPORTED.
 """
 from __future__ import annotations
 
@@ -42,9 +44,12 @@ class ConvolutionBwdFilterAlgo(enum.IntEnum):
 
 
 _DATA_ENGINES = {ConvolutionBwdDataAlgo.ALGO_0: 17, ConvolutionBwdDataAlgo.ALGO_1: 4,
+                 ConvolutionBwdDataAlgo.FFT: 20, ConvolutionBwdDataAlgo.FFT_TILING: 21,
                  ConvolutionBwdDataAlgo.WINOGRAD: 18, ConvolutionBwdDataAlgo.WINOGRAD_NONFUSED: 16}
 _FILTER_ENGINES = {ConvolutionBwdFilterAlgo.ALGO_0: 10, ConvolutionBwdFilterAlgo.ALGO_1: 5,
-                   ConvolutionBwdFilterAlgo.ALGO_3: 19}
+                   ConvolutionBwdFilterAlgo.FFT: 22, ConvolutionBwdFilterAlgo.ALGO_3: 19,
+                   ConvolutionBwdFilterAlgo.WINOGRAD_NONFUSED: 24,
+                   ConvolutionBwdFilterAlgo.FFT_TILING: 23}
 # cuDNN's atomics-based algorithms (IntEnums compare by value: one set per enum)
 _NONDET_DATA = {ConvolutionBwdDataAlgo.ALGO_0}
 _NONDET_FILTER = {ConvolutionBwdFilterAlgo.ALGO_0, ConvolutionBwdFilterAlgo.ALGO_3}

@@ -15,10 +15,10 @@ time breaks the 16-byte alignment the kernel was specialized for, it takes Trito
 ordinary path, which compiles the right variant.
 
 ``parallel_compile()`` makes those compilations asynchronous: inside it, ``prepare_cuda``
-hands the compile to a thread pool (Triton's ``AsyncCompileMode``; its passes and ptxas
-run outside the GIL) and the launcher waits for the result at its first launch. Building
-many plans at once (benchmark mode times several) then costs about the longest compile
-rather than their sum.
+hands the compile to worker processes (``compile_pool``), or where none can run to a
+thread pool (Triton's ``AsyncCompileMode``), and the launcher collects the kernel at its
+first launch. Building many plans at once (benchmark mode times several) then costs
+about the longest compiles rather than their sum.
 """
 from __future__ import annotations
 
@@ -37,7 +37,9 @@ from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
 from ..errors import InternalError, Status
+from . import compile_pool
 
+COMPILE_TIMEOUT_S = 600     # a worker's compile beyond this is redone in the parent
 _HEADER = "import triton\nimport triton.language as tl\n\n"
 _lock = threading.Lock()
 _modules: dict[str, object] = {}
@@ -117,7 +119,7 @@ def kernel_from_source(source: str, name: str) -> DualKernel:
 _pool: list = []
 
 
-def _compile_pool() -> ThreadPoolExecutor:
+def _thread_pool() -> ThreadPoolExecutor:
     with _lock:
         if not _pool:
             _pool.append(ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1),
@@ -125,16 +127,60 @@ def _compile_pool() -> ThreadPoolExecutor:
         return _pool[0]
 
 
+_in_parallel = threading.local()
+
+
 @contextmanager
 def parallel_compile():
-    """Compile every CUDA kernel prepared inside the block in a thread pool; the block's
-    end waits for all of them. Nested blocks join the outermost one. A kernel that fails
-    to compile raises at its launcher's first launch (with Triton's error)."""
-    if _async_compile.active_mode.get() is not None:
+    """Compile every CUDA kernel prepared inside the block in parallel: in worker
+    processes, or in a thread pool (whose compiles the block's end waits for). Nested
+    blocks join the outermost one. A kernel that fails to compile raises at its
+    launcher's first launch (with Triton's error)."""
+    if getattr(_in_parallel, "on", False) or _async_compile.active_mode.get() is not None:
         yield
         return
-    with triton.AsyncCompileMode(_compile_pool(), ignore_errors=True):
+    if compile_pool.workers_wanted() > 0:
+        _in_parallel.on = True
+        try:
+            yield
+        finally:
+            _in_parallel.on = False
+        return
+    with triton.AsyncCompileMode(_thread_pool(), ignore_errors=True):
         yield
+
+
+class _Prefetch:
+    """A kernel a worker process is compiling into Triton's cache."""
+    __slots__ = ("future", "example")
+
+    def __init__(self, future, example):
+        self.future, self.example = future, example
+
+
+_target: list = []
+
+
+def _cuda_target() -> tuple:
+    if not _target:
+        from triton.runtime import driver
+        t = driver.active.get_current_target()
+        _target.append((t.arch, t.warp_size))
+    return _target[0]
+
+
+def _submit_to_workers(kernel: "DualKernel", example: list, grid: tuple, constexprs: dict):
+    """The in-memory kernel if Triton already has it, a _Prefetch when a worker took the
+    compile, None when the caller must compile itself."""
+    jit = kernel.compiled
+    k, spec = compile_pool.capture_spec(jit, example, grid, constexprs)
+    if k is not None:
+        return k
+    if spec is None:
+        return None
+    fut = compile_pool.submit(jit.fn.__code__.co_filename, jit.fn.__name__, spec,
+                              *_cuda_target())
+    return None if fut is None else _Prefetch(fut, example)
 
 
 def _raw_stream(index) -> int:
@@ -173,9 +219,14 @@ class Launcher:
         self._tail = ()
 
     def prepare_cuda(self, example_args: list) -> None:
-        """Compile for the current CUDA device without launching."""
-        k = self.kernel.compiled.warmup(*example_args, grid=self.grid, **self.constexprs)
-        if hasattr(k, "result"):
+        """Compile for the current CUDA device without launching (inside
+        ``parallel_compile``: start the compile; the first launch collects it)."""
+        k = None
+        if getattr(_in_parallel, "on", False):
+            k = _submit_to_workers(self.kernel, example_args, self.grid, self.constexprs)
+        if k is None:
+            k = self.kernel.compiled.warmup(*example_args, grid=self.grid, **self.constexprs)
+        if isinstance(k, _Prefetch) or hasattr(k, "result"):
             self._pending = k
         else:
             k._init_handles()
@@ -189,7 +240,17 @@ class Launcher:
                            for p in params[n_rt:])
 
     def _finish_compile(self):
-        k = self._pending.result()        # raises the compile's error, if any
+        p = self._pending
+        if isinstance(p, _Prefetch):
+            try:
+                p.future.result(timeout=COMPILE_TIMEOUT_S)
+            except TimeoutError:
+                pass
+            # from Triton's cache, or (the worker failed) compiled here: a genuine
+            # compile error raises now
+            k = self.kernel.compiled.warmup(*p.example, grid=self.grid, **self.constexprs)
+        else:
+            k = p.result()                # raises the compile's error, if any
         k._init_handles()
         self._compiled, self._pending = k, None
         return k

@@ -143,6 +143,22 @@ def analyze(graph, kind: str = "conv_fprop") -> ConvAnalysis | str:
     return ConvAnalysis(cv, x, w, y, ep, geo, pro)
 
 
+def dgrad_as_forward(a: ConvAnalysis) -> ConvAnalysis:
+    """The forward view of the 2-D dgrad ``a`` (stride 1, dilation 1, one group): image dy
+    [N, K, Ho, Wo], filter w as [C, K, R, S] (a strided view, same buffer), output dx
+    [N, C, H, W] with the dgrad's epilogue, pre padding R - 1 - pre (possibly negative),
+    mode toggled."""
+    g, w = a.geo, a.w
+    ws = w.strides
+    w_t = dataclasses.replace(w, dims=(w.dims[1], w.dims[0]) + tuple(w.dims[2:]),
+                              strides=(ws[1], ws[0]) + tuple(ws[2:]))
+    geo = dataclasses.replace(
+        g, c_per_group=g.k_per_group, k_per_group=g.c_per_group, in_dims=g.out_dims,
+        out_dims=g.in_dims, pre=tuple(f - 1 - p for f, p in zip(g.filt, g.pre)),
+        flip=not g.flip, x_strides=tuple(a.y.strides), w_strides=tuple(w_t.strides))
+    return dataclasses.replace(a, x=a.y, w=w_t, y=a.x, geo=geo)
+
+
 def _prod(v) -> int:
     out = 1
     for a in v:

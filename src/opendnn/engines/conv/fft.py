@@ -165,6 +165,12 @@ def plan_fft(graph, tile: int = 0, budget: int = TILING_WORKSPACE_BUDGET) -> Fft
     a = analyze(graph, "conv_fprop")
     if isinstance(a, str):
         return a
+    return fft_rules(a) or plan_from_analysis(a, tile, budget)
+
+
+def fft_rules(a: ConvAnalysis) -> str | None:
+    """Why the FFT engines cannot take the analysed convolution, or None. The rules hold
+    for any direction: the backward rewrites need stride 1 and dilation 1 too."""
     geo = a.geo
     if len(geo.filt) != 2:
         return f"the FFT engines take 2-D convolutions, not {len(geo.filt)}-D"
@@ -178,6 +184,14 @@ def plan_fft(graph, tile: int = 0, budget: int = TILING_WORKSPACE_BUDGET) -> Fft
         return f"FFT takes one group, got {geo.groups}"
     if a.prologue is not None or a.ep.stats:
         return "the FFT engines fuse no prologue or statistics"
+    return None
+
+
+def plan_from_analysis(a: ConvAnalysis, tile: int, budget: int) -> FftPlan | str:
+    """The sizes of the forward cross-correlation ``a`` (which passed ``fft_rules``; pre
+    padding may be negative, the image reads past x being zeros) for ``tile`` 0 (whole
+    image) or T, with chunks of at most ``budget`` bytes of buffers; or why not."""
+    geo = a.geo
     (r, s), (ho, wo) = geo.filt, geo.out_dims
     hp, wp = ho + r - 1, wo + s - 1       # >= r, s: analyze declines empty outputs
     if tile == 0:
@@ -236,8 +250,13 @@ class FftConvEngine(Engine):
     name = "conv_fft"
     behavior_notes = frozenset({BehaviorNote.RUNTIME_COMPILATION})
 
+    def _plan_for(self, graph, tile: int):
+        """The plan (or reason) for ``tile`` (0: the whole image); the backward FFT
+        engines override it with their rewritten problem."""
+        return plan_fft(graph, tile, TILING_WORKSPACE_BUDGET)
+
     def _plan(self, graph, config: EngineConfig | None = None):
-        return plan_fft(graph, 0, TILING_WORKSPACE_BUDGET)
+        return self._plan_for(graph, 0)
 
     def check_support(self, graph, target: Target) -> Support:
         p = self._plan(graph)
@@ -272,7 +291,7 @@ class FftTilingConvEngine(FftConvEngine):
 
     def _plan(self, graph, config: EngineConfig | None = None):
         tile = config.knob_dict.get("TILE", DEFAULT_TILE) if config else max(TILES)
-        return plan_fft(graph, tile, TILING_WORKSPACE_BUDGET)
+        return self._plan_for(graph, tile)
 
     def knob_space(self, graph=None) -> list[Knob]:
         return [Knob("TILE", TILES, DEFAULT_TILE)]
@@ -382,4 +401,5 @@ def _dual(src_compiled: str, src_interpreted: str, name: str) -> DualKernel:
                       kernel_from_source(src_interpreted, name).interpreted)
 
 
-__all__ = ["FftConvEngine", "FftTilingConvEngine", "plan_fft", "FftPlan"]
+__all__ = ["FftConvEngine", "FftTilingConvEngine", "plan_fft", "FftPlan", "fft_rules",
+           "plan_from_analysis"]

@@ -21,10 +21,9 @@ input, a bias, a type conversion) into their output stage.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 
-from .engine import analyze
+from .engine import analyze, dgrad_as_forward
 from .winograd import WinogradNonfusedEngine, WinoPlan
 from .winograd_fused import WinogradFusedEngine, winograd_rules
 
@@ -38,16 +37,8 @@ def plan_winograd_dgrad(graph) -> WinoPlan | str:
     why = winograd_rules(a, a.y.data_type)
     if why:
         return why
-    g, w = a.geo, a.w
-    ws = w.strides
-    w_t = dataclasses.replace(w, dims=(w.dims[1], w.dims[0]) + tuple(w.dims[2:]),
-                              strides=(ws[1], ws[0]) + tuple(ws[2:]))
-    geo = dataclasses.replace(g, c_per_group=g.k_per_group, k_per_group=g.c_per_group,
-                              in_dims=g.out_dims, out_dims=g.in_dims,
-                              pre=tuple(2 - p for p in g.pre), flip=not g.flip,
-                              x_strides=tuple(a.y.strides), w_strides=tuple(w_t.strides))
-    # the forward view: image dy, filter w_t, output dx (the dgrad's own epilogue)
-    fwd = dataclasses.replace(a, x=a.y, w=w_t, y=a.x, geo=geo)
+    fwd = dgrad_as_forward(a)     # image dy, filter w_t, output dx (the dgrad's epilogue)
+    g, geo = a.geo, fwd.geo
     th, tw = (-(-o // 2) for o in geo.out_dims)
     return WinoPlan(fwd, 2, (th, tw), g.n * th * tw, geo.k_per_group, geo.c_per_group,
                     a.y.torch_dtype)

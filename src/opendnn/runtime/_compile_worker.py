@@ -1,0 +1,79 @@
+"""A Triton compile worker: reads jobs (one JSON object per line) on stdin, compiles each
+into Triton's on-disk cache, answers one JSON line per job on stdout.
+
+Run by file path (``python _compile_worker.py``), never as part of the ``opendnn``
+package: it imports only Triton, so it starts in a fraction of a second, and it touches
+no GPU (Triton compiles for a target named in the job). A job is
+
+    {"path": kernel source file, "name": JIT function, "spec": Triton's specialization
+     data (JSON, as ``JITFunction`` hands its cache hooks), "arch": 90, "warp": 32}
+
+and the answer {"ok": true} or {"error": "<traceback>"}. The parent then asks Triton for
+the same kernel, and Triton finds it in the cache.
+"""
+import importlib.util
+import json
+import os
+import sys
+import traceback
+
+os.environ["TRITON_INTERPRET"] = "0"     # the kernel modules must decorate for compiling
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource, make_backend  # noqa: E402
+
+_modules: dict = {}
+
+
+def _function(path: str, name: str):
+    mod = _modules.get(path)
+    if mod is None:
+        spec = importlib.util.spec_from_file_location(
+            f"opendnn_worker_{len(_modules)}", path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
+        _modules[path] = mod
+    return getattr(mod, name)
+
+
+def _constexpr(value):
+    if isinstance(value, str) and tl.dtype.is_dtype(value):
+        return tl.dtype(value)
+    if isinstance(value, dict) and "constexpr" in value:
+        return tl.constexpr(value["constexpr"])
+    return value
+
+
+def _listify(v):
+    return tuple(_listify(x) for x in v) if isinstance(v, list) else v
+
+
+def compile_job(job: dict) -> None:
+    fn = _function(job["path"], job["name"])
+    d = json.loads(job["spec"])
+    constexprs = {tuple(k): _constexpr(v) for k, v in zip(d["constant_keys"], d["constant_vals"])}
+    attrs = {tuple(k): v for k, v in zip(d["attrs_keys"], d["attrs_vals"])}
+    signature = {k: _listify(v) for k, v in d["signature"].items()}
+    target = GPUTarget("cuda", job["arch"], job["warp"])
+    options = make_backend(target).parse_options(
+        {k: tuple(v) if isinstance(v, list) else v for k, v in d["options"].items()})
+    triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target,
+                   options=options.__dict__)
+
+
+def main() -> None:
+    for line in sys.stdin:
+        try:
+            compile_job(json.loads(line))
+            out = {"ok": True}
+        except Exception:   # noqa: BLE001 -- the parent raises it at the kernel's launch
+            out = {"error": traceback.format_exc(limit=6)}
+        sys.stdout.write(json.dumps(out) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
