@@ -40,6 +40,26 @@ def _instrument():
         finally:
             rec.append(("finish", self.kernel.name, t, time.perf_counter()))
     launch.Launcher._finish_compile = finish
+    from opendnn.runtime import compile_pool
+    real_submit = compile_pool.submit
+
+    def submit(*a, **k):
+        t = time.perf_counter()
+        fut = real_submit(*a, **k)
+        if fut is not None:
+            fut.add_done_callback(lambda f: rec.append(("worker job", a[1], t,
+                                                        time.perf_counter())))
+        return fut
+    compile_pool.submit = submit
+    real_init = triton.compiler.CompiledKernel._init_handles
+
+    def init(self):
+        t = time.perf_counter()
+        try:
+            return real_init(self)
+        finally:
+            rec.append(("init handles", self.name, t, time.perf_counter()))
+    triton.compiler.CompiledKernel._init_handles = init
     return rec
 
 
