@@ -225,13 +225,21 @@ def _pending_launchers(plan) -> int:
     return count
 
 
-def test_build_all_compiles_in_parallel():
-    """build_plans(ALL) (as benchmark mode's candidate build) runs under
-    parallel_compile: right after it the launchers hold compile futures, resolved at
-    each plan's first launch, and every plan still computes the convolution (each run
-    against float64)."""
+@pytest.mark.parametrize("workers", ["16", "0"])
+def test_build_all_compiles_in_parallel(workers, monkeypatch):
+    """build_plans(ALL) (as benchmark mode's candidate build) compiles under
+    parallel_compile: in worker processes (jobs submitted, kernels collected when the
+    build ends), or with workers off in threads (launchers hold futures until their first
+    launch); either way every plan computes the convolution (each run against float64)."""
+    from opendnn.runtime import compile_pool
+    monkeypatch.setenv("OPENDNN_COMPILE_WORKERS", workers)
+    compile_pool.shutdown()
+    jobs = []
+    real_submit = compile_pool.submit
+    monkeypatch.setattr(compile_pool, "submit", lambda *a: jobs.append(a[1]) or real_submit(*a))
     cl = torch.channels_last
-    x = torch.randn(4, 40, 13, 13, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
+    x = torch.randn(4, 40, 13, 13 + int(workers), device="cuda", dtype=torch.bfloat16).to(
+        memory_format=cl)
     w = (torch.randn(24, 40, 3, 3, device="cuda", dtype=torch.bfloat16) * 0.1).to(
         memory_format=cl)
     g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
@@ -242,7 +250,12 @@ def test_build_all_compiles_in_parallel():
     g.build_plans(cudnn.build_plan_policy.ALL)
     plans = [p for p in g._plans if p.built]
     assert len(plans) >= 2
-    assert sum(_pending_launchers(p) for p in plans) > 0, "nothing compiled asynchronously"
+    if workers == "0":
+        assert not jobs
+        assert sum(_pending_launchers(p) for p in plans) > 0, "nothing compiled in threads"
+    else:
+        assert jobs, "no kernel went to a compile worker"
+        assert sum(_pending_launchers(p) for p in plans[1:]) == 0, "left uncollected"
     ref = F.relu(F.conv2d(x.double(), w.double(), padding=1))
     ws = torch.empty(max(p.workspace_size for p in plans), device="cuda", dtype=torch.uint8)
     for i, p in enumerate(g._plans):
@@ -256,6 +269,7 @@ def test_build_all_compiles_in_parallel():
         tol = TOL[torch.bfloat16] * (4 if NumericalNote.WINOGRAD in p.numerical_notes() else 1)
         err = _relerr(out, ref)
         assert err < tol, f"{p.name}: relative error {err:.3g}"
+    compile_pool.shutdown()
 
 
 def test_parallel_compile_error_raises_at_launch():
@@ -264,8 +278,9 @@ def test_parallel_compile_error_raises_at_launch():
     from opendnn.runtime.launch import Launcher, kernel_from_source, parallel_compile
     k = kernel_from_source("@triton.jit\ndef broken(X):\n    tl.static_assert(False, 'no')\n",
                            "broken")
-    launcher = Launcher(k, (1,), {})
-    with parallel_compile():
-        launcher.prepare_cuda([torch.float32])
-    with pytest.raises(Exception, match="no|static"):
-        launcher.launch([torch.zeros(4, device="cuda")])
+    for workers in (False, True):
+        launcher = Launcher(k, (1,), {})
+        with parallel_compile(workers=workers):
+            launcher.prepare_cuda([torch.float32])
+        with pytest.raises(Exception, match="no|static"):
+            launcher.launch([torch.zeros(4, device="cuda")])

@@ -17,7 +17,7 @@ from ..handle import Handle, target_for
 from ..plan import ExecutionPlan
 from ..runtime import autotune, timing
 from ..runtime.buffers import bind, check_no_aliasing, check_workspace
-from ..runtime.launch import parallel_compile
+from ..runtime.launch import parallel_compile, start_compile_workers
 from .opgraph import OpGraph
 
 from typing import TYPE_CHECKING
@@ -62,6 +62,8 @@ class LifecycleMixin:
             # build_plans builds it and the first execute times nothing
             self._plans = heuristics.reorder_by_cache(g, self._plans, self._target())
             self._tuned = True
+        elif backends.benchmark and self._target().is_cuda:
+            start_compile_workers()   # the find will compile many plans: warm them up now
         log.info(f"{len(self._plans)} candidate plans for {g.describe()}: "
                  + ", ".join(p.name for p in self._plans[:8]))
         return self
@@ -88,7 +90,7 @@ class LifecycleMixin:
         if not self._plans:
             self.check_support()
         errors = {}
-        with parallel_compile():      # with policy ALL, the plans compile side by side
+        with parallel_compile(workers=BuildPlanPolicy(policy) == BuildPlanPolicy.ALL):
             for i, p in enumerate(self._plans):
                 try:
                     p.build()
@@ -288,7 +290,7 @@ class LifecycleMixin:
         Returns [(plan name, median ms)] fastest first."""
         timings = []
         t0 = time.perf_counter()
-        with parallel_compile():      # every candidate's kernels compile side by side
+        with parallel_compile(workers=True):   # every candidate's kernels side by side
             for p in self._plans:
                 try:
                     p.build()

@@ -63,16 +63,17 @@ def _serve(proc, jobs: queue.Queue) -> None:
                 jobs.get()[1].set_result({"error": "no compile worker left"})
 
 
-def _start() -> queue.Queue | None:
+def _start(target: tuple | None) -> queue.Queue | None:
     n = workers_wanted()
     if n == 0:
         return None
     jobs: queue.Queue = queue.Queue()
     env = dict(os.environ, TRITON_INTERPRET="0")
+    warm = [str(v) for v in target] if target else []
     started = 0
     for _ in range(n):
         try:
-            proc = subprocess.Popen([sys.executable, WORKER], stdin=subprocess.PIPE,
+            proc = subprocess.Popen([sys.executable, WORKER, *warm], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                     text=True, env=env)
         except OSError:
@@ -98,12 +99,21 @@ def shutdown() -> None:
         _state.clear()
 
 
+def start(arch: int, warp: int) -> None:
+    """Start the workers now (each warms up with a tiny compile for this target) if they
+    are not running: called as soon as plans for a CUDA device are listed, so the
+    workers are ready when the builds send their first kernels."""
+    with _lock:
+        if "jobs" not in _state:
+            _state["jobs"] = _start((arch, warp))
+
+
 def submit(path: str, name: str, spec: str, arch: int, warp: int) -> Future | None:
     """Queue one compile; the future's result is the worker's answer ({"ok": True} or
     {"error": text}). None when no worker can run (the caller compiles itself)."""
     with _lock:
         if "jobs" not in _state:
-            _state["jobs"] = _start()
+            _state["jobs"] = _start((arch, warp))
         jobs = _state["jobs"]
         if jobs is None:
             return None

@@ -131,23 +131,50 @@ _in_parallel = threading.local()
 
 
 @contextmanager
-def parallel_compile():
-    """Compile every CUDA kernel prepared inside the block in parallel: in worker
-    processes, or in a thread pool (whose compiles the block's end waits for). Nested
+def parallel_compile(workers: bool = False):
+    """Compile every CUDA kernel prepared inside the block in parallel: with ``workers``
+    (many plans: benchmark mode, build_plans(ALL)) in worker processes, collected at the
+    block's end; otherwise in a thread pool, each kernel collected at its first launch
+    (one plan's few kernels: a worker's start-up would cost more than it saves). Nested
     blocks join the outermost one. A kernel that fails to compile raises at its
     launcher's first launch (with Triton's error)."""
     if getattr(_in_parallel, "on", False) or _async_compile.active_mode.get() is not None:
         yield
         return
-    if compile_pool.workers_wanted() > 0:
-        _in_parallel.on = True
+    if workers and compile_pool.workers_wanted() > 0:
+        _in_parallel.on, _in_parallel.pending = True, []
         try:
             yield
         finally:
             _in_parallel.on = False
+            pending, _in_parallel.pending = _in_parallel.pending, []
+        _collect(pending)
         return
     with triton.AsyncCompileMode(_thread_pool(), ignore_errors=True):
         yield
+
+
+def _collect(launchers: list) -> None:
+    """Load the kernels the workers compiled (from Triton's cache; building Triton's C
+    launchers and loading modules mostly runs outside the GIL) on a few threads, on the
+    current device. A kernel that fails here raises at its launch instead."""
+    if not launchers:
+        return
+    device = torch.cuda.current_device()
+
+    def finish(launcher):
+        try:
+            with torch.cuda.device(device):
+                launcher._finish_compile()
+        except Exception:   # noqa: BLE001 -- left pending: its first launch raises it
+            pass
+    list(_thread_pool().map(finish, launchers))
+
+
+def start_compile_workers() -> None:
+    """Start the compile workers for the current CUDA device, if they are wanted."""
+    if compile_pool.workers_wanted() > 0:
+        compile_pool.start(*_cuda_target())
 
 
 class _Prefetch:
@@ -226,7 +253,10 @@ class Launcher:
             k = _submit_to_workers(self.kernel, example_args, self.grid, self.constexprs)
         if k is None:
             k = self.kernel.compiled.warmup(*example_args, grid=self.grid, **self.constexprs)
-        if isinstance(k, _Prefetch) or hasattr(k, "result"):
+        if isinstance(k, _Prefetch):
+            self._pending = k
+            _in_parallel.pending.append(self)
+        elif hasattr(k, "result"):
             self._pending = k
         else:
             k._init_handles()
@@ -241,6 +271,8 @@ class Launcher:
 
     def _finish_compile(self):
         p = self._pending
+        if p is None:                     # collected meanwhile by another thread
+            return self._compiled
         if isinstance(p, _Prefetch):
             try:
                 p.future.result(timeout=COMPILE_TIMEOUT_S)
