@@ -348,11 +348,17 @@ def epilogue(graph, a: ConvAnalysis, kind: str) -> tuple[list, str]:
     (g*K/G + offs_m, offs_n, r_0..)."""
     d = len(a.geo.filt)
 
+    def per_channel(u) -> bool:      # an input [1, K, 1, ...]: one row for every pixel
+        dims = graph.tensors[u].dims
+        return u not in a.ep.outputs and dims[0] == 1 and all(v == 1 for v in dims[2:])
+
     def off_pixels(u, per_group):
         st, dims = graph.tensors[u].strides, graph.tensors[u].dims
+        col = f"(g * {per_group} + offs_n) * {st[1] if dims[1] != 1 else 0}"
+        if per_channel(u):              # one row of BLOCK_N values, broadcast over pixels
+            return f"({col})[None, :]"
         rows = [f"nb * {st[0] if dims[0] != 1 else 0}"]
         rows += [f"o{i} * {st[2 + i]}" for i in range(d) if dims[2 + i] != 1]
-        col = f"(g * {per_group} + offs_n) * {st[1] if dims[1] != 1 else 0}"
         return f"(({' + '.join(rows)})[:, None] + ({col})[None, :])"
 
     def off_filter(u):
@@ -363,12 +369,14 @@ def epilogue(graph, a: ConvAnalysis, kind: str) -> tuple[list, str]:
         taps = " + ".join(f"{tap[i]} * {st[2 + i]}" for i in range(d) if dims[2 + i] != 1) or "0"
         return f"(({row})[:, None] + (offs_n * {st[1] if dims[1] != 1 else 0})[None, :] + {taps})"
 
+    load_mask = None
     if kind == "conv_wgrad":
         off = off_filter
     else:
         per = a.geo.k_per_group if kind == "conv_fprop" else a.geo.c_per_group
         off = functools.partial(off_pixels, per_group=per)
-    params, body = fuse_epilogue.source(graph, a.ep, off)
+        load_mask = (lambda u: "mask_n[None, :]" if per_channel(u) else "ep_mask")
+    params, body = fuse_epilogue.source(graph, a.ep, off, load_mask=load_mask)
     if a.ep.stats:   # partial sums per pixel tile: WS[(stat, sum|sq), tile, channel]
         k_total = a.geo.k_per_group * a.geo.groups
         params = ["WS"] + params

@@ -71,13 +71,17 @@ def collect(graph, main, acc_uid: int, skip=(), allow_stats: bool = False) -> Ep
     return Epilogue(acc_uid, nodes, inputs, scalars, outputs, stats)
 
 
-def source(graph, ep: Epilogue, off, mask: str = "ep_mask") -> tuple[list, str]:
+def source(graph, ep: Epilogue, off, mask: str = "ep_mask", load_mask=None) -> tuple[list, str]:
     """(kernel params, body lines) applying ``ep`` to ``acc``. ``off(uid)`` gives the tile
-    offset expression of a tensor; ``mask`` must be defined by the caller's kernel."""
+    offset expression of a tensor; ``mask`` must be defined by the caller's kernel.
+    ``load_mask(uid)``, when given, names the mask of an input's load instead (an input
+    broadcast along a tile axis -- a per-channel bias -- is loaded as one row, offset and
+    mask both of shape [1, BLOCK_N])."""
     ptrs = {u: f"E{u}" for u in ep.inputs + ep.outputs}
     em = cg.Emitter(graph, "tl.float32",
                     lambda u: f"s{u}" if u in ep.scalars else
-                    cg.load_expr(ptrs[u], off(u), mask, "tl.float32"),
+                    cg.load_expr(ptrs[u], off(u),
+                                 load_mask(u) if load_mask else mask, "tl.float32"),
                     lambda axis, rank: "0", indent="")
     em.var[ep.acc_uid] = "acc"
     for n in ep.nodes:
