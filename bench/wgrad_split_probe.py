@@ -16,7 +16,7 @@ BASE = [dict(TMA_IMGS=1, TMA_TH=8, TMA_TW=16, BLOCK_M=64, BLOCK_N=64, FLAT=0, nu
              num_stages=4),
         dict(TMA_IMGS=1, TMA_TH=1, TMA_TW=128, BLOCK_M=64, BLOCK_N=64, FLAT=1, num_warps=4,
              num_stages=4)]
-SPLITS = (66, 88, 132, 176, 256)
+SPLITS = (44, 66, 88, 132, 176, 264)
 
 
 def main(layer="l1_1x1_64_64"):

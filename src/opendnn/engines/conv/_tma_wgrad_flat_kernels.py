@@ -70,8 +70,8 @@ def steps(geo, kn) -> int:
     return _cdiv(pixels(geo), kn.TMA_TW)
 
 
-def ws_index(geo) -> str:
-    return f"(sp * {geo.k_per_group} + offs_m)[:, None] * {columns(geo)} + offs_n_j[None, :]"
+def ws_index(geo, sp: str = "sp") -> str:
+    return f"({sp} * {geo.k_per_group} + offs_m)[:, None] * {columns(geo)} + offs_n_j[None, :]"
 
 
 def _tile_lines(geo, bm: int, bn: int, ind: str) -> list:
@@ -138,8 +138,9 @@ def source(name: str, geo, kn, x_desc: bool, x_strides: tuple, *, epilogue_param
 
 def reduce_source(name: str, geo, kn, slices: int, **kw) -> str:
     """The ``slices`` partials summed in order, then the epilogue. Grid (tiles,)."""
-    return sum_source(name, _tile_lines(geo, kn.BLOCK_M, kn.BLOCK_N, "    "), ws_index(geo),
-                      kn.BLOCK_M, kn.BLOCK_N, slices, **kw)
+    return sum_source(name, _tile_lines(geo, kn.BLOCK_M, kn.BLOCK_N, "    "),
+                      ws_index(geo, "0"), geo.k_per_group * columns(geo), kn.BLOCK_M,
+                      kn.BLOCK_N, slices, **kw)
 
 
 def workspace_bytes(geo, kn) -> int:

@@ -167,10 +167,15 @@ def best_split(geo, kn: WgradTmaKnobs, itemsize: int, peak: float, bandwidth: fl
                                                      num_sms))
 
 
-def ws_index(geo) -> str:
+def ws_index(geo, sp: str = "sp") -> str:
     """Element offset of the tile (tap t, rows offs_m, cols offs_n) of slice ``sp``."""
     taps, k, c = geo.filt[0] * geo.filt[1], geo.k_per_group, geo.c_per_group
-    return f"((sp * {taps} + t) * {k} + offs_m)[:, None] * {c} + offs_n[None, :]"
+    return f"(({sp} * {taps} + t) * {k} + offs_m)[:, None] * {c} + offs_n[None, :]"
+
+
+def slice_elements(geo) -> int:
+    """Elements of one slice's partials (all taps, K x C)."""
+    return geo.filt[0] * geo.filt[1] * geo.k_per_group * geo.c_per_group
 
 
 def _tile_lines(geo, bm: int, bn: int, ind: str) -> list:
@@ -245,23 +250,41 @@ def source(name: str, geo, kn: WgradTmaKnobs, *, epilogue_params: list, epilogue
     return "\n".join(L) + "\n"
 
 
-def sum_source(name: str, tile_lines: list, ws_index: str, bm: int, bn: int, slices: int,
-               *, epilogue_params: list, epilogue_body: str) -> str:
+def sum_group(bm: int, bn: int, slices: int) -> int:
+    """Slices loaded at once by the partials' sum: a [G, bm, bn] block per step keeps
+    G loads in flight (one slice per step waited on L2 once per slice: 88 slices of a
+    64 x 64 dw took 21 us against 7.7 us of streaming)."""
+    return max(1, min(8192 // (bm * bn), _pow2(slices)))
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def sum_source(name: str, tile_lines: list, base_index: str, slice_stride: int, bm: int,
+               bn: int, slices: int, *, epilogue_params: list, epilogue_body: str) -> str:
     """Kernel ``name(WS, <epilogue params>)``: the tile (``tile_lines`` define it from
-    program id ``tile``) is the sum of ``slices`` partials at ``ws_index``, slice 0 first
-    (a fixed order), then the epilogue. Grid (tiles,)."""
+    program id ``tile``; ``base_index`` its offsets in slice 0) is the sum of ``slices``
+    partials ``slice_stride`` elements apart, then the epilogue. Each step adds the tree
+    sum of the next G slices (``sum_group``): a fixed order, deterministic. Grid (tiles,)."""
     ind = "    "
+    grp = sum_group(bm, bn, slices)
     L = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(['WS'] + epilogue_params)}):",
          f"{ind}tile = tl.program_id(0)"] + tile_lines
     L += [f"{ind}ws_mask = mask_m[:, None] & mask_n[None, :]",
+          f"{ind}ws_base = {base_index}",
           f"{ind}acc = tl.full([{bm}, {bn}], 0.0, tl.float32)",
-          f"{ind}for sp in range(0, {slices}):",
-          f"{ind}    acc += tl.load(WS + {ws_index}, mask=ws_mask, other=0.0)"]
+          f"{ind}for s0 in range(0, {slices}, {grp}):",
+          f"{ind}    sp = s0 + tl.arange(0, {grp})",
+          f"{ind}    blk = tl.load(WS + sp[:, None, None] * {slice_stride} + ws_base[None, :, :],"
+          f" mask=(sp < {slices})[:, None, None] & ws_mask[None, :, :], other=0.0)",
+          f"{ind}    acc += tl.reduce(blk, 0, _add_combine)"]
     L += [ind + line for line in epilogue_body.strip("\n").split("\n")]
     return "\n".join(L) + "\n"
 
 
 def reduce_source(name: str, geo, kn: WgradTmaKnobs, **kw) -> str:
     """The partials' sum for the box kernel (kn.SPLIT slices, kn's tile)."""
-    return sum_source(name, _tile_lines(geo, kn.BLOCK_M, kn.BLOCK_N, "    "), ws_index(geo),
-                      kn.BLOCK_M, kn.BLOCK_N, kn.SPLIT, **kw)
+    return sum_source(name, _tile_lines(geo, kn.BLOCK_M, kn.BLOCK_N, "    "),
+                      ws_index(geo, "0"), slice_elements(geo), kn.BLOCK_M, kn.BLOCK_N,
+                      kn.SPLIT, **kw)

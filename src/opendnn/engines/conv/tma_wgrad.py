@@ -26,8 +26,17 @@ from .tma import TmaExecutable, TmaPath
 
 MAX_WS_ELEMENTS = 2 ** 31     # int32 offsets into the partials
 # the partials' sum runs on small tiles so that every SM shares it (a program per
-# 128 x 128 tile left one SM summing 88 slices of l1_1x1_64_64: 40 us of a 50 us run)
-SUM_TILE = dict(BLOCK_M=16, BLOCK_N=32)
+# 128 x 128 tile left one SM summing 88 slices of l1_1x1_64_64: 40 us of a 50 us run);
+# the smallest dw (64 x 64) still needs 8 x 16 tiles for two programs per SM
+SUM_TILES = ((16, 32), (16, 16), (8, 16))
+
+
+def sum_tile(elements: int, num_sms: int) -> dict:
+    """The largest partials' sum tile giving every SM two programs (or the smallest)."""
+    for bm, bn in SUM_TILES:
+        if elements // (bm * bn) >= 2 * num_sms:
+            break
+    return dict(BLOCK_M=bm, BLOCK_N=bn)
 
 
 def _why(a, kn) -> str | None:
@@ -143,7 +152,10 @@ class _WgradExecutable(TmaExecutable):
         if split:
             # chunk rounding can leave the last slices empty: only the others run and are summed
             rname = f"wgrad_tma_sum_{tag}"
-            rkn = dataclasses.replace(kn, SPLIT=slices, **SUM_TILE)
+            elements = (a.geo.k_per_group * F.columns(a.geo) if kn.FLAT
+                        else T.slice_elements(a.geo))
+            rkn = dataclasses.replace(kn, SPLIT=slices, **sum_tile(
+                elements, target.num_sms if target.is_cuda else 1))
             if kn.FLAT:
                 def rmake(interp):
                     return F.reduce_source(rname, a.geo, rkn, slices, **kw)
@@ -152,5 +164,5 @@ class _WgradExecutable(TmaExecutable):
                 def rmake(interp):
                     return T.reduce_source(rname, a.geo, rkn, **kw)
                 r_tiles = T.tiles(a.geo, rkn)
-            self.add_generated(rname, rmake, (r_tiles,), {"num_warps": 1},
+            self.add_generated(rname, rmake, (r_tiles,), {"num_warps": 4},
                                [("ws", torch.float32)] + ep_args, graph)
