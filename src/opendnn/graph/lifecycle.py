@@ -90,7 +90,17 @@ class LifecycleMixin:
         if not self._plans:
             self.check_support()
         errors = {}
-        with parallel_compile(workers=BuildPlanPolicy(policy) == BuildPlanPolicy.ALL):
+        every = BuildPlanPolicy(policy) == BuildPlanPolicy.ALL
+        with parallel_compile(workers=every or self._will_benchmark()):
+            if not every and self._will_benchmark():
+                # the first execute will time these: their compiles start now, side by
+                # side with this build, and run while the caller prepares its buffers
+                timed, _ = self._benchmark_candidates()
+                for p in timed:
+                    try:
+                        p.build()
+                    except GraphNotSupportedError:
+                        continue
             for i, p in enumerate(self._plans):
                 try:
                     p.build()
@@ -106,6 +116,10 @@ class LifecycleMixin:
             raise GraphNotSupportedError("no candidate plan could be built", reasons=errors,
                                          status=Status.NOT_SUPPORTED)
         return self
+
+    def _will_benchmark(self) -> bool:
+        """Benchmark mode, a CUDA device, and no timed winner cached for the problem."""
+        return bool(backends.benchmark) and not self._tuned and self._target().is_cuda
 
     def build_plan_at_index(self, index: int) -> "Graph":
         p = self._plan(index)
@@ -328,6 +342,13 @@ class LifecycleMixin:
             self._selected = None
             self.build_plans()
             return
+        timed, rest = self._benchmark_candidates()
+        self._plans = timed
+        self.autotune(variant_pack, workspace, handle)
+        self._plans += rest
+
+    def _benchmark_candidates(self) -> tuple[list, list]:
+        """(plans benchmark mode times, the others) from the ranked candidates."""
         limit = backends.benchmark_limit or len(self._plans)
         # the cost model's top `limit` plans, plus the best plan of every engine not among
         # them: one engine's model being off (its configs ranked ahead of everything else)
@@ -354,10 +375,8 @@ class LifecycleMixin:
         if far:
             log.info(f"benchmark: not timing {', '.join(p.name for p in far)}: estimated "
                      f"beyond {EXTRA_MARGIN}x the best plan")
-        keep = [p for p in self._plans[limit:] if all(p is not q for q in extra)]
-        self._plans = top + extra
-        self.autotune(variant_pack, workspace, handle)
-        self._plans += keep
+        rest = [p for p in self._plans[limit:] if all(p is not q for q in extra)]
+        return top + extra, rest
 
     # ---- serialization ----------------------------------------------------------------------
     def serialize(self) -> bytes:
