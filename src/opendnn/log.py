@@ -29,6 +29,12 @@ def info(msg: str) -> None:
         logger.info(msg)
 
 
+def info_enabled() -> bool:
+    """Whether info messages are logged: skip formatting costly ones (plan lists, graph
+    descriptions) on paths that run for every fresh graph."""
+    return _level() >= 1
+
+
 def dispatch_enabled() -> bool:
     """Whether dispatch messages are logged (level 2): skip building costly ones if not."""
     return _level() >= 2

@@ -83,6 +83,18 @@ def _stage_facts(engine, graph, config, target) -> tuple:
     return hit
 
 
+def _graph_support(engine, graph, target):
+    """The engine's support of the whole stage graph (config aside), memoized as above."""
+    from . import backends
+    key = (graph.key(), None, target, backends.allow_tf32, engine.id)
+    hit = _facts.get(key)
+    if hit is None:
+        if len(_facts) >= FACTS_CACHE_SIZE:
+            _facts.pop(next(iter(_facts)))
+        hit = _facts[key] = engine.check_support(graph, target)
+    return hit
+
+
 def _align(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
@@ -190,7 +202,7 @@ class ExecutionPlan:
         with parallel_compile():      # the stages' kernels compile side by side
             for s in self.stages:
                 e = self._engine(s)
-                sup = e.check_support(s.graph, self.target)
+                sup = _graph_support(e, s.graph, self.target)
                 if not sup.ok:
                     raise GraphNotSupportedError(f"plan {self.name} cannot be built",
                                                  reasons={e.name: sup.reason},
@@ -198,8 +210,9 @@ class ExecutionPlan:
                 s.executable = _build_cached(e, s.graph, s.config, self.target)
         self.built = True
         self.build_seconds = time.perf_counter() - t0
-        log.info(f"built plan {self.name} in {self.build_seconds * 1e3:.2f} ms "
-                 f"(workspace {self.workspace_size} B)")
+        if log.info_enabled():
+            log.info(f"built plan {self.name} in {self.build_seconds * 1e3:.2f} ms "
+                     f"(workspace {self.workspace_size} B)")
         return self
 
     def run(self, buffers: dict, workspace, stream=None) -> None:

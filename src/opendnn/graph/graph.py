@@ -236,7 +236,7 @@ class Graph(BuilderMixin, LifecycleMixin):
                 names = ", ".join(n.label() for n in pending)
                 raise BadParamError(f"has a cycle through {names}", op=op,
                                     status=Status.BAD_PARAM)
-            n = min(ready, key=signature)
+            n = ready[0] if len(ready) == 1 else min(ready, key=signature)
             done.add(id(n))
             position[id(n)] = len(order)
             order.append(n)

@@ -64,8 +64,9 @@ class LifecycleMixin:
             self._tuned = True
         elif backends.benchmark and self._target().is_cuda:
             start_compile_workers()   # the find will compile many plans: warm them up now
-        log.info(f"{len(self._plans)} candidate plans for {g.describe()}: "
-                 + ", ".join(p.name for p in self._plans[:8]))
+        if log.info_enabled():
+            log.info(f"{len(self._plans)} candidate plans for {g.describe()}: "
+                     + ", ".join(p.name for p in self._plans[:8]))
         return self
 
     def check_support(self) -> "Graph":
@@ -109,7 +110,8 @@ class LifecycleMixin:
                     continue
                 if self._selected is None:
                     self._selected = i
-                    log.info(f"selected plan {p.name} ({p.origin}): {p.describe()}")
+                    if log.info_enabled():
+                        log.info(f"selected plan {p.name} ({p.origin}): {p.describe()}")
                 if BuildPlanPolicy(policy) == BuildPlanPolicy.HEURISTICS_CHOICE:
                     break
         if self._selected is None:
