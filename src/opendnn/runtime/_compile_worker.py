@@ -9,8 +9,7 @@ no GPU (Triton compiles for a target named in the job). A job is
      data (JSON, as ``JITFunction`` hands its cache hooks), "arch": 90, "warp": 32}
 
 and the answer {"ok": true} or {"error": "<traceback>"}. The parent then asks Triton for
-the same kernel, and Triton finds it in the cache -- with its C launcher, which the
-worker builds too where it can.
+the same kernel, and Triton finds it in the cache.
 """
 import importlib.util
 import json
@@ -61,20 +60,8 @@ def compile_job(job: dict) -> None:
     target = GPUTarget("cuda", job["arch"], job["warp"])
     options = make_backend(target).parse_options(
         {k: tuple(v) if isinstance(v, list) else v for k, v in d["options"].items()})
-    kernel = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target,
-                            options=options.__dict__)
-    _build_launcher(kernel)
-
-
-def _build_launcher(kernel) -> None:
-    """Build Triton's C launcher for the kernel's signature too (gcc, ~0.3 s per new
-    signature): it lands in Triton's cache, where the parent's loading finds it. Only a
-    head start: without a CUDA driver library here the parent builds it."""
-    try:
-        from triton.backends.nvidia.driver import CudaLauncher
-        CudaLauncher(kernel.src, kernel.metadata)
-    except Exception:   # noqa: BLE001
-        pass
+    triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target,
+                   options=options.__dict__)
 
 
 WARMUP = """
