@@ -74,27 +74,22 @@ def main():
                  for sp in (16, 32, 64) for st in (2, 3) for w in (8, 16)]
     kerns = {"tma": colsum_tma, "ptr": colsum_ptr}
     for name, br, bc, split, stages, w in variants:
-        kern = kerns[name]
-        if True:
-            if True:
-                if True:
-                    if True:
-                        rows = M // split
-                        if rows % br:
-                            continue
-                        p = torch.empty(split, N, device="cuda")
+        kern, rows = kerns[name], M // split
+        if rows % br:
+            continue
+        p = torch.empty(split, N, device="cuda")
 
-                        def fn():
-                            kern[(N // bc, split)](x, p, M, N, br, bc, rows, stages, num_warps=w)
-                            finish[(N // 256,)](p, y, N, split, 256)
-                        try:
-                            fn()
-                        except Exception as e:   # noqa: BLE001 -- a variant that fails
-                            print(name, br, bc, split, stages, w, "FAILED", str(e)[:80])
-                            continue
-                        assert torch.allclose(y, ref, rtol=1e-3, atol=1e-1), (name, br, bc)
-                        ms = do_bench(fn, warmup=10, rep=30, return_mode="median")
-                        res.append((nbytes / ms / 1e6, name, br, bc, split, stages, w))
+        def fn():
+            kern[(N // bc, split)](x, p, M, N, br, bc, rows, stages, num_warps=w)
+            finish[(N // 256,)](p, y, N, split, 256)
+        try:
+            fn()
+        except Exception as e:   # noqa: BLE001 -- a variant that fails is reported
+            print(name, br, bc, split, stages, w, "FAILED", str(e)[:80])
+            continue
+        assert torch.allclose(y, ref, rtol=1e-3, atol=1e-1), (name, br, bc)
+        ms = do_bench(fn, warmup=10, rep=30, return_mode="median")
+        res.append((nbytes / ms / 1e6, name, br, bc, split, stages, w))
     res.sort(reverse=True)
     for g, *cfg in res[:10]:
         print(f"{g:6.0f} GB/s  {g / copy:.2f} of copy  {cfg}")
