@@ -188,3 +188,54 @@ def test_tma_packed_declines(change, reason):
     e = ImplicitGemmEngine()
     sup = e.check_config(g.op_graph, EngineConfig.make(e, **PACKED), Target())
     assert not sup.ok and reason in sup.reason
+
+
+# ---- split reduction (SPLIT > 1): float32 partial tiles, summed in slice order ------------
+@pytest.mark.parametrize("case", [(2, 16, 24, 5, 7, 3, 1, 1, 2), (1, 64, 16, 8, 6, 3, 2, 1, 3),
+                                  (3, 8, 40, 3, 3, 3, 1, 1, 4), (1, 24, 20, 6, 6, 1, 1, 0, 3)],
+                         ids=["s1-split2", "s2-split3", "imgs-split4", "1x1-split3"])
+@pytest.mark.parametrize("mode", ["CROSS_CORRELATION", "CONVOLUTION"])
+def test_tma_split_fprop_against_reference(case, mode):
+    n, c, k, h, w, f, s, p, split = case
+    x, wt = _problem(n, c, k, h, w, f, torch.bfloat16, n * c + k + split)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tw = g.tensor_like(x), g.tensor_like(wt)
+    y = g.conv_fprop(tx, tw, padding=[p, p], stride=[s, s],
+                     convolution_mode=cudnn.convolution_mode[mode])
+    y.set_output(True).set_data_type(cudnn.data_type.FLOAT)
+    knobs = dict(SMALL, SPLIT=split, TMA_IMGS=2 if n > 1 else 1,
+                 BLOCK_K=64 if s == 2 else 16)
+    check_engine(g, {tx: x, tw: wt}, [y], CONV_ID, knobs, n=c * f * f,
+                 msg=repro("conv_fprop tma split", [tuple(x.shape), tuple(wt.shape)], "bf16",
+                           n * c + k + split, mode=mode))
+
+
+def test_tma_split_bias_relu_into_nchw_and_workspace():
+    from opendnn.engines.conv import _tma_kernels as T, tma
+    x, wt = _problem(2, 16, 12, 6, 5, 3, torch.bfloat16, 9)
+    b = torch.randn(1, 12, 1, 1, dtype=torch.bfloat16)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT,
+                      compute_data_type=cudnn.data_type.FLOAT)
+    tx, tw, tb = (g.tensor_like(t) for t in (x, wt, b))
+    y = g.relu(g.bias(g.conv_fprop(tx, tw, padding=[1, 1]), tb))
+    y.set_output(True).set_stride([12 * 30, 30, 5, 1])
+    knobs = dict(SMALL, SPLIT=3)
+    out = check_engine(g, {tx: x, tw: wt, tb: b}, [y], CONV_ID, knobs, n=144)
+    assert out[y].dtype == torch.bfloat16
+    e = ImplicitGemmEngine()
+    cfg = EngineConfig.make(e, **knobs)
+    kn = tma.FpropTmaKnobs(**knobs)
+    assert e.workspace_size(g.op_graph, cfg, Target()) == \
+        4 * 3 * T.tiles(e._analyze(g.op_graph).geo, kn) * kn.block_m * kn.BLOCK_N > 0
+
+
+def test_tma_split_declines_packed():
+    x = torch.randn(1, 3, 12, 12, dtype=torch.bfloat16).to(memory_format=CL)
+    wt = torch.randn(8, 3, 7, 7, dtype=torch.bfloat16).to(memory_format=CL)
+    g = cudnn.pygraph()
+    tx, tw = g.tensor_like(x), g.tensor_like(wt)
+    g.conv_fprop(tx, tw, padding=[3, 3], stride=[2, 2]).set_output(True)
+    g.validate()
+    e = ImplicitGemmEngine()
+    sup = e.check_config(g.op_graph, EngineConfig.make(e, **dict(PACKED, SPLIT=2)), Target())
+    assert not sup.ok and "SPLIT applies to the direct boxes" in sup.reason

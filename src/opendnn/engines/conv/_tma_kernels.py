@@ -104,27 +104,51 @@ def tiles(geo, kn: TmaKnobs) -> int:
             -(-geo.k_per_group // kn.BLOCK_N))
 
 
+def split_of(kn) -> int:
+    """Slices of the reduction (knob SPLIT of the forward's configs; 1 elsewhere)."""
+    return getattr(kn, "SPLIT", 1)
+
+
 def grid(geo, kn: TmaKnobs, num_sms: int) -> tuple:
-    return (max(1, min(num_sms, tiles(geo, kn))),)
+    return (max(1, min(num_sms, tiles(geo, kn) * split_of(kn))),)
+
+
+def partials_bytes(geo, kn: TmaKnobs) -> int:
+    """float32 partial tiles of a split reduction: [SPLIT, tiles, block_m, BLOCK_N]."""
+    s = split_of(kn)
+    return 0 if s == 1 else 4 * s * tiles(geo, kn) * kn.block_m * kn.BLOCK_N
+
+
+# L2 -> SM rate the boxes reach (H100): l4_3x3_512's best unsplit config moves 226 MB of
+# boxes (every 64-pixel tile re-reads its 1.2 MB filter slice) in 24 us
+L2_RATE = 9.5e12
 
 
 def estimate_seconds(geo, kn: TmaKnobs, itemsize: int, peak: float, bandwidth: float,
                      num_sms: int) -> float:
     """Roofline over the padded spatial boxes, with the last wave's idle SMs; the copy
-    engine's boxes run at ~0.9 of the tensor-core rate the gather path reaches (probe)."""
+    engine's boxes run at ~0.9 of the tensor-core rate the gather path reaches (probe).
+    Memory is the larger of DRAM (each tensor once) and the boxes every program pulls from
+    L2 -- small tiles on a large filter are L2-bound. A split reduction adds its partials'
+    round trip and a second launch."""
     oh, ow = geo.out_dims
     rs = geo.filt[0] * geo.filt[1]
     cb = -(-geo.c_per_group // kn.BLOCK_K)
-    n_tiles = tiles(geo, kn)
-    flops = 2.0 * n_tiles * kn.block_m * kn.BLOCK_N * rs * cb * kn.BLOCK_K
-    waves = -(-n_tiles // num_sms)
-    fill = n_tiles / (waves * num_sms)
-    steps = rs * cb                      # short reductions cannot hide the pipeline's fill
+    split = split_of(kn)
+    jobs = tiles(geo, kn) * split
+    steps = -(-rs * cb // split)         # short reductions cannot hide the pipeline's fill
+    flops = 2.0 * jobs * kn.block_m * kn.BLOCK_N * steps * kn.BLOCK_K
+    waves = -(-jobs // num_sms)
+    fill = jobs / (waves * num_sms)
     pipe = steps / (steps + kn.num_stages)
     bytes_ = itemsize * (geo.n * geo.in_dims[0] * geo.in_dims[1] * geo.c_per_group +
                          geo.k_per_group * rs * geo.c_per_group +
                          geo.n * oh * ow * geo.k_per_group)
-    return max(flops / (peak * 0.9 * fill * pipe), bytes_ / bandwidth) + 3e-6
+    l2 = itemsize * jobs * steps * (kn.block_m + kn.BLOCK_N) * kn.BLOCK_K
+    t = max(flops / (peak * 0.9 * fill * pipe), bytes_ / bandwidth, l2 / L2_RATE) + 3e-6
+    if split > 1:
+        t += 2 * partials_bytes(geo, kn) / bandwidth + 3e-6
+    return t
 
 
 def source(name: str, geo, kn: TmaKnobs, *, epilogue_params: list, epilogue_body: str,
@@ -142,7 +166,12 @@ def source(name: str, geo, kn: TmaKnobs, *, epilogue_params: list, epilogue_body
     ph, pw = geo.pre
     dh, dw = geo.dilation
     ind, ind2, ind3 = "    ", "        ", "            "
-    sig = ["X", "W"] + list(epilogue_params) + ["NUM_PROGS: tl.constexpr"]
+    split = split_of(kn)
+    its = r_ * s_ * cb
+    per = -(-its // split)
+    n_tiles = t_n * t_h * t_w * t_k
+    sig = ["X", "W"] + (["WS"] if split > 1 else list(epilogue_params)) + \
+        ["NUM_PROGS: tl.constexpr"]
     L = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(sig)}):"]
     if geo.stride == (1, 1):
         L.append(f"{ind}x_desc = tl.make_tensor_descriptor(X, shape=[{n}, {h}, {wd}, {c}], "
@@ -156,13 +185,15 @@ def source(name: str, geo, kn: TmaKnobs, *, epilogue_params: list, epilogue_body
     L.append(f"{ind}w_desc = tl.make_tensor_descriptor({w_ptr}, shape=[{k}, {r_ * s_}, {c}], "
              f"strides=[{r_ * s_ * c}, {c}, 1], block_shape=[{bn}, 1, {bk}])")
     L.append(f"{ind}g = 0")
-    L.append(f"{ind}for tile in tl.range(tl.program_id(0), {t_n * t_h * t_w * t_k}, "
-             "NUM_PROGS):")
-    L += [f"{ind2}kt = tile % {t_k}", f"{ind2}_pt = tile // {t_k}",
-          f"{ind2}wt = _pt % {t_w}", f"{ind2}_pt = _pt // {t_w}",
-          f"{ind2}ht = _pt % {t_h}", f"{ind2}nt = _pt // {t_h}",
-          f"{ind2}acc = tl.full([{bm}, {bn}], 0.0, tl.float32)",
-          f"{ind2}for it in range(0, {r_ * s_ * cb}):",
+    L.append(f"{ind}for job in tl.range(tl.program_id(0), {n_tiles * split}, NUM_PROGS):")
+    if split > 1:     # slices of one tile on neighbouring jobs; slice sl takes steps
+        L += [f"{ind2}sl = job % {split}", f"{ind2}tile = job // {split}",  # [sl*per, +per)
+              f"{ind2}it0 = sl * {per}", f"{ind2}it1 = tl.minimum(it0 + {per}, {its})"]
+    else:
+        L += [f"{ind2}tile = job", f"{ind2}it0 = 0", f"{ind2}it1 = {its}"]
+    L += _tile_coords(kn, t_k, t_w, t_h, ind2)
+    L += [f"{ind2}acc = tl.full([{bm}, {bn}], 0.0, tl.float32)",
+          f"{ind2}for it in range(it0, it1):",
           f"{ind3}t = it // {cb}", f"{ind3}c0 = (it % {cb}) * {bk}",
           f"{ind3}r = t // {s_}", f"{ind3}s = t % {s_}"]
     if geo.stride == (1, 1):
@@ -180,16 +211,63 @@ def source(name: str, geo, kn: TmaKnobs, *, epilogue_params: list, epilogue_body
                  "input_precision='ieee')")
     else:
         L.append(f"{ind3}acc = tl.dot(a, tl.trans(b), acc)")
-    # the epilogue's pixel and channel indices, rebuilt from the box coordinates
-    L += [f"{ind2}_i = tl.arange(0, {bm})",
-          f"{ind2}nb = nt * {imgs} + _i // {th * tw}",
-          f"{ind2}o0 = ht * {th} + (_i // {tw}) % {th}",
-          f"{ind2}o1 = wt * {tw} + _i % {tw}",
-          f"{ind2}mask_m = (nb < {n}) & (o0 < {oh}) & (o1 < {ow})",
-          f"{ind2}offs_n = kt * {bn} + tl.arange(0, {bn})",
-          f"{ind2}mask_n = offs_n < {k}"]
-    if geo.int64:
-        L.append(f"{ind2}nb = nb.to(tl.int64)")
-    for line in epilogue_body.strip("\n").split("\n"):
-        L.append(ind2 + line)
+    if split > 1:     # the float32 partial tile; sum_source adds the slices, epilogue
+        L += [f"{ind2}_i = tl.arange(0, {bm})", f"{ind2}_j = tl.arange(0, {bn})",
+              f"{ind2}tl.store(WS + ((sl * {n_tiles} + tile) * {bm} + _i)[:, None] * {bn} + "
+              f"_j[None, :], acc)"]
+        return "\n".join(L) + "\n"
+    L += _epilogue_lines(geo, kn, "tl.arange(0, {})".format(bm), ind2, epilogue_body)
     return "\n".join(L) + "\n"
+
+
+def _tile_coords(kn, t_k: int, t_w: int, t_h: int, ind: str) -> list:
+    """Tile id ``tile`` -> (nt, ht, wt) box and kt channel block (channels innermost)."""
+    return [f"{ind}kt = tile % {t_k}", f"{ind}_pt = tile // {t_k}",
+            f"{ind}wt = _pt % {t_w}", f"{ind}_pt = _pt // {t_w}",
+            f"{ind}ht = _pt % {t_h}", f"{ind}nt = _pt // {t_h}"]
+
+
+def _epilogue_lines(geo, kn, rows: str, ind: str, epilogue_body: str) -> list:
+    """The epilogue's pixel and channel indices, rebuilt from the box coordinates (rows
+    ``rows`` of the tile), then the epilogue."""
+    th, tw, bn = kn.TMA_TH, kn.TMA_TW, kn.BLOCK_N
+    oh, ow = geo.out_dims
+    L = [f"{ind}_i = {rows}",
+         f"{ind}nb = nt * {kn.TMA_IMGS} + _i // {th * tw}",
+         f"{ind}o0 = ht * {th} + (_i // {tw}) % {th}",
+         f"{ind}o1 = wt * {tw} + _i % {tw}",
+         f"{ind}mask_m = (nb < {geo.n}) & (o0 < {oh}) & (o1 < {ow})",
+         f"{ind}offs_n = kt * {bn} + tl.arange(0, {bn})",
+         f"{ind}mask_n = offs_n < {geo.k_per_group}"]
+    if geo.int64:
+        L.append(f"{ind}nb = nb.to(tl.int64)")
+    return L + [ind + line for line in epilogue_body.strip("\n").split("\n")]
+
+
+SUM_ROWS = 32    # partial-tile rows per program of the split sum
+
+
+def sum_source(name: str, geo, kn: TmaKnobs, *, epilogue_params: list,
+               epilogue_body: str) -> str:
+    """Kernel ``name(WS, <epilogue params>)``: rows [ch * SUM_ROWS, +SUM_ROWS) of one
+    output tile are the sum of its SPLIT partials (all loads issued at once, added in slice
+    order: deterministic), then the epilogue. Grid (tiles * block_m / SUM_ROWS,)."""
+    oh, ow = geo.out_dims
+    t_h, t_w = -(-oh // kn.TMA_TH), -(-ow // kn.TMA_TW)
+    t_n, t_k = -(-geo.n // kn.TMA_IMGS), -(-geo.k_per_group // kn.BLOCK_N)
+    n_tiles, bm, bn, rows = t_n * t_h * t_w * t_k, kn.block_m, kn.BLOCK_N, min(SUM_ROWS, kn.block_m)
+    ind = "    "
+    L = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(['WS'] + list(epilogue_params))}):",
+         f"{ind}pid = tl.program_id(0)", f"{ind}tile = pid // {bm // rows}",
+         f"{ind}_r = (pid % {bm // rows}) * {rows} + tl.arange(0, {rows})", f"{ind}g = 0"]
+    L += _tile_coords(kn, t_k, t_w, t_h, ind)
+    L += [f"{ind}_j = tl.arange(0, {bn})",
+          f"{ind}acc = tl.full([{rows}, {bn}], 0.0, tl.float32)"]
+    for sl in range(split_of(kn)):
+        L.append(f"{ind}acc += tl.load(WS + (({sl * n_tiles} + tile) * {bm} + _r)[:, None] * "
+                 f"{bn} + _j[None, :])")
+    return "\n".join(L + _epilogue_lines(geo, kn, "_r", ind, epilogue_body)) + "\n"
+
+
+def sum_grid(geo, kn: TmaKnobs) -> tuple:
+    return (tiles(geo, kn) * (kn.block_m // min(SUM_ROWS, kn.block_m)),)

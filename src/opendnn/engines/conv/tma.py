@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import torch
+
 from ...errors import BadParamError, Status
 from ...runtime.launch import DualKernel, LaunchList, kernel_from_source
 from ..base import Executable
@@ -86,6 +88,14 @@ class TmaPath:
 @dataclasses.dataclass(frozen=True)
 class FpropTmaKnobs(T.TmaKnobs):
     PACK: int = 0         # 1: phase-packed image and filter in the workspace (tma_packed)
+    SPLIT: int = 1        # >1: the reduction in slices, float32 partials summed in order
+
+
+# big tiles with the reduction split: few tiles of a long reduction (7x7 images, C = 512:
+# 64-pixel tiles re-read the 1.2 MB filter slice each and the run is L2-bound; 128-pixel
+# tiles halve that, and the split keeps the SMs full)
+SPLIT_KNOBS = tuple(FpropTmaKnobs(i, h, w, 128, 64, 8, 4, SPLIT=sp)
+                    for i, h, w in ((2, 8, 8), (1, 8, 16), (4, 4, 8)) for sp in (2, 3, 4))
 
 
 # packed stems: 16 channels, 4x4 taps -- 16 K steps of 16; the cost model orders them
@@ -99,12 +109,13 @@ class FpropTmaPath(TmaPath):
     """The forward's path: boxes of x itself, or (PACK=1) of its phase-packed copy."""
     knob_class = FpropTmaKnobs
     knob_space = tuple(FpropTmaKnobs(**dataclasses.asdict(k)) for k in T.KNOB_SPACE) + \
-        PACKED_KNOBS
+        PACKED_KNOBS + SPLIT_KNOBS
 
     def knob_items(self, kn) -> dict:
         d = dataclasses.asdict(kn)
-        if not d["PACK"]:
-            del d["PACK"]       # direct configs keep the names they always had
+        for name in ("PACK", "SPLIT"):   # unsplit direct configs keep the names they had
+            if d[name] == (0 if name == "PACK" else 1):
+                del d[name]
         return d
 
     @staticmethod
@@ -143,6 +154,8 @@ class FpropTmaPath(TmaPath):
 
     def check(self, a, kn) -> str | None:
         why = self._fused_rule(a)
+        if why is None and kn.PACK and kn.SPLIT > 1:
+            why = "SPLIT applies to the direct boxes, not to phase-packed images (PACK=1)"
         if why is None:
             pk = self._packing(a)
             why = (pk if kn.PACK and isinstance(pk, str) else
@@ -159,7 +172,7 @@ class FpropTmaPath(TmaPath):
                                   target.num_sms, a.x.size_in_bytes)
 
     def workspace_size(self, a, kn) -> int:
-        return self._packing(a).workspace_bytes if kn.PACK else 0
+        return self._packing(a).workspace_bytes if kn.PACK else T.partials_bytes(a.geo, kn)
 
     def build(self, graph, a, kn, target, params: list, body: str) -> Executable:
         if kn.PACK:
@@ -210,15 +223,28 @@ class TmaExecutable(Executable, LaunchList):
 
 
 class _FpropExecutable(TmaExecutable):
+    """One persistent launch; with SPLIT > 1 it writes float32 partial tiles to the
+    workspace and a second launch sums them in slice order and runs the epilogue."""
+
     def __init__(self, graph, a, kn: T.TmaKnobs, target, params: list, body: str):
         super().__init__("conv_fprop", (a.x.uid, a.w.uid), target)
+        split = T.split_of(kn)
+        self.workspace_size = T.partials_bytes(a.geo, kn)
         name = f"conv_tma_{graph.key()[:12]}"
         grid = T.grid(a.geo, kn, target.num_sms if target.is_cuda else 1)
         const = {"NUM_PROGS": grid[0], "num_warps": kn.num_warps, "num_stages": kn.num_stages}
-        args = [("buf", a.x.uid), ("buf", a.w.uid)] + fuse_epilogue.launch_args(a.ep)
+        ep_args = fuse_epilogue.launch_args(a.ep)
+        args = [("buf", a.x.uid), ("buf", a.w.uid)] + (
+            [("ws", torch.float32)] if split > 1 else ep_args)
         self.add_generated(name, lambda interp: T.source(
             name, a.geo, kn, epilogue_params=params, epilogue_body=body, interpret=interp),
             grid, const, args, graph)
+        if split > 1:
+            sname = f"conv_tma_sum_{graph.key()[:12]}"
+            self.add_generated(sname, lambda interp: T.sum_source(
+                sname, a.geo, kn, epilogue_params=params, epilogue_body=body),
+                T.sum_grid(a.geo, kn), {"num_warps": 4}, [("ws", torch.float32)] + ep_args,
+                graph)
 
 
 class _PackedFpropExecutable(TmaExecutable):
