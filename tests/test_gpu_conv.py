@@ -152,6 +152,31 @@ def test_fprop_tma_packed_every_config(layout, shape, cfg):
     assert _relerr(out, ref) < TOL[dt]
 
 
+@pytest.mark.parametrize("shape", [(8, 512, 7, 512, 3, 1, 1), (4, 128, 14, 96, 3, 2, 1)])
+@pytest.mark.parametrize("cfg", range(9))
+def test_fprop_tma_split_every_config(shape, cfg):
+    """Each split-reduction TMA config (float32 partials, summed in slice order, then the
+    bias + relu epilogue) on 7x7 images and a stride-2 layer, against float64."""
+    from opendnn.engines.conv import tma
+    n, c, h, k, f, s, p = shape
+    cl, dt = torch.channels_last, torch.bfloat16
+    x = torch.randn(n, c, h, h, device="cuda", dtype=dt).to(memory_format=cl)
+    w = (torch.randn(k, c, f, f, device="cuda", dtype=dt) * 0.05).to(memory_format=cl)
+    b = torch.randn(1, k, 1, 1, device="cuda", dtype=dt)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tw, tb = g.tensor_like(x), g.tensor_like(w), g.tensor_like(b)
+    y = g.relu(g.bias(g.conv_fprop(tx, tw, padding=[p, p], stride=[s, s]), tb))
+    y.set_output(True)
+    g.validate()
+    g.create_execution_plan(3, tma.FPROP.knob_items(tma.SPLIT_KNOBS[cfg]))
+    ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+    out = _empty(y)
+    g.execute({tx: x, tw: w, tb: b, y: out}, ws)
+    torch.cuda.synchronize()
+    ref = torch.relu(F.conv2d(x.double(), w.double(), stride=s, padding=p) + b.double())
+    assert _relerr(out, ref) < TOL[dt]
+
+
 # (N, C, H, K, filt, stride, pad) of dx [N, C, H, H]: stride 1; stride 2 on an odd dx
 # (phases of 8 and 7 rows); the ResNet stem at small N (C = 3: filter through pointers)
 DGRAD_TMA_SHAPES = [(8, 64, 28, 64, 3, 1, 1), (4, 64, 15, 128, 3, 2, 1),

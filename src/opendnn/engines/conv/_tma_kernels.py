@@ -119,18 +119,14 @@ def partials_bytes(geo, kn: TmaKnobs) -> int:
     return 0 if s == 1 else 4 * s * tiles(geo, kn) * kn.block_m * kn.BLOCK_N
 
 
-# L2 -> SM rate the boxes reach (H100): l4_3x3_512's best unsplit config moves 226 MB of
-# boxes (every 64-pixel tile re-reads its 1.2 MB filter slice) in 24 us
-L2_RATE = 9.5e12
-
-
 def estimate_seconds(geo, kn: TmaKnobs, itemsize: int, peak: float, bandwidth: float,
                      num_sms: int) -> float:
     """Roofline over the padded spatial boxes, with the last wave's idle SMs; the copy
     engine's boxes run at ~0.9 of the tensor-core rate the gather path reaches (probe).
-    Memory is the larger of DRAM (each tensor once) and the boxes every program pulls from
-    L2 -- small tiles on a large filter are L2-bound. A split reduction adds its partials'
-    round trip and a second launch."""
+    A split reduction adds its partials' round trip (through L2 when they fit) and a
+    second launch. Not modelled: the boxes every program pulls from L2 -- 64-pixel tiles
+    on l4_3x3_512 move 226 MB in 24 us, which is why 128-pixel tiles split 2 ways win
+    there (22.7 us) though this model ranks them behind."""
     oh, ow = geo.out_dims
     rs = geo.filt[0] * geo.filt[1]
     cb = -(-geo.c_per_group // kn.BLOCK_K)
@@ -144,10 +140,10 @@ def estimate_seconds(geo, kn: TmaKnobs, itemsize: int, peak: float, bandwidth: f
     bytes_ = itemsize * (geo.n * geo.in_dims[0] * geo.in_dims[1] * geo.c_per_group +
                          geo.k_per_group * rs * geo.c_per_group +
                          geo.n * oh * ow * geo.k_per_group)
-    l2 = itemsize * jobs * steps * (kn.block_m + kn.BLOCK_N) * kn.BLOCK_K
-    t = max(flops / (peak * 0.9 * fill * pipe), bytes_ / bandwidth, l2 / L2_RATE) + 3e-6
+    t = max(flops / (peak * 0.9 * fill * pipe), bytes_ / bandwidth) + 3e-6
     if split > 1:
-        t += 2 * partials_bytes(geo, kn) / bandwidth + 3e-6
+        ws = partials_bytes(geo, kn)
+        t += ws * (1.0 if ws < 24e6 else 2.0) / bandwidth + 3e-6
     return t
 
 
