@@ -19,7 +19,7 @@ from .enums import HeurMode, NumericalNote
 from .plan import ExecutionPlan
 from .runtime import autotune
 
-CONFIGS_PER_ENGINE = 6
+CONFIGS_PER_ENGINE = 8   # an engine with several code paths leads with each path's best
 
 
 def _fast_engines():
