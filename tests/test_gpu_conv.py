@@ -123,18 +123,13 @@ def test_fprop_tma_path_every_config(shape, cfg):
     assert _relerr(out, ref) < TOL[dt]
 
 
-@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
-@pytest.mark.parametrize("shape", [(4, 3, 56, 64, 7, 2, 3), (2, 3, 31, 32, 7, 2, 3),
-                                   (2, 4, 30, 48, 3, 2, 1)])
-@pytest.mark.parametrize("cfg", range(4))
-def test_fprop_tma_packed_every_config(layout, shape, cfg):
-    """Each phase-packed TMA config (the stem: C = 3, stride 2) with a bias + relu
-    epilogue, NHWC and NCHW operands, against float64."""
+def _fprop_bias_relu_with(knobs, shape, layout="nhwc", scale=0.1):
+    """conv + bias + relu (bf16) on the forward TMA config ``knobs`` against float64."""
     from opendnn.engines.conv import tma
     n, c, h, k, f, s, p = shape
     dt = torch.bfloat16
     x = torch.randn(n, c, h, h, device="cuda", dtype=dt)
-    w = torch.randn(k, c, f, f, device="cuda", dtype=dt) * 0.1
+    w = torch.randn(k, c, f, f, device="cuda", dtype=dt) * scale
     if layout == "nhwc":
         x, w = x.to(memory_format=torch.channels_last), w.to(memory_format=torch.channels_last)
     b = torch.randn(1, k, 1, 1, device="cuda", dtype=dt)
@@ -143,38 +138,32 @@ def test_fprop_tma_packed_every_config(layout, shape, cfg):
     y = g.relu(g.bias(g.conv_fprop(tx, tw, padding=[p, p], stride=[s, s]), tb))
     y.set_output(True)
     g.validate()
-    g.create_execution_plan(3, tma.FPROP.knob_items(tma.PACKED_KNOBS[cfg]))
+    g.create_execution_plan(3, tma.FPROP.knob_items(knobs))
     ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
     out = _empty(y)
     g.execute({tx: x, tw: w, tb: b, y: out}, ws)
     torch.cuda.synchronize()
     ref = torch.relu(F.conv2d(x.double(), w.double(), stride=s, padding=p) + b.double())
     assert _relerr(out, ref) < TOL[dt]
+
+
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+@pytest.mark.parametrize("shape", [(4, 3, 56, 64, 7, 2, 3), (2, 3, 31, 32, 7, 2, 3),
+                                   (2, 4, 30, 48, 3, 2, 1)])
+@pytest.mark.parametrize("cfg", range(4))
+def test_fprop_tma_packed_every_config(layout, shape, cfg):
+    """Each phase-packed TMA config (the stem: C = 3, stride 2), NHWC and NCHW operands."""
+    from opendnn.engines.conv import tma
+    _fprop_bias_relu_with(tma.PACKED_KNOBS[cfg], shape, layout)
 
 
 @pytest.mark.parametrize("shape", [(8, 512, 7, 512, 3, 1, 1), (4, 128, 14, 96, 3, 2, 1)])
 @pytest.mark.parametrize("cfg", range(9))
 def test_fprop_tma_split_every_config(shape, cfg):
-    """Each split-reduction TMA config (float32 partials, summed in slice order, then the
-    bias + relu epilogue) on 7x7 images and a stride-2 layer, against float64."""
+    """Each split-reduction TMA config (float32 partials summed in slice order, then the
+    epilogue) on 7x7 images and a stride-2 layer."""
     from opendnn.engines.conv import tma
-    n, c, h, k, f, s, p = shape
-    cl, dt = torch.channels_last, torch.bfloat16
-    x = torch.randn(n, c, h, h, device="cuda", dtype=dt).to(memory_format=cl)
-    w = (torch.randn(k, c, f, f, device="cuda", dtype=dt) * 0.05).to(memory_format=cl)
-    b = torch.randn(1, k, 1, 1, device="cuda", dtype=dt)
-    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
-    tx, tw, tb = g.tensor_like(x), g.tensor_like(w), g.tensor_like(b)
-    y = g.relu(g.bias(g.conv_fprop(tx, tw, padding=[p, p], stride=[s, s]), tb))
-    y.set_output(True)
-    g.validate()
-    g.create_execution_plan(3, tma.FPROP.knob_items(tma.SPLIT_KNOBS[cfg]))
-    ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
-    out = _empty(y)
-    g.execute({tx: x, tw: w, tb: b, y: out}, ws)
-    torch.cuda.synchronize()
-    ref = torch.relu(F.conv2d(x.double(), w.double(), stride=s, padding=p) + b.double())
-    assert _relerr(out, ref) < TOL[dt]
+    _fprop_bias_relu_with(tma.SPLIT_KNOBS[cfg], shape, scale=0.05)
 
 
 # (N, C, H, K, filt, stride, pad) of dx [N, C, H, H]: stride 1; stride 2 on an odd dx

@@ -65,16 +65,15 @@ import functools
 
 import torch
 
-from ...enums import BehaviorNote, DataType, NumericalNote
 from ...runtime.launch import DualKernel, LaunchList, kernel_from_source
-from ..base import SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target, decline
+from ..base import Executable, Target
 from ..fusion import epilogue as fuse_epilogue
 from . import _fft_kernels as FK
 from . import fft
 from ._fft_wgrad_kernels import wgrad_gemm_source
 from .engine import ConvAnalysis, analyze
-from .fft import (DEFAULT_TILE, DFT_EFFICIENCY, DFT_LANES, FFT_TYPES, GEMM_EFFICIENCY,
-                  LAUNCH_SECONDS, MAX_FFT_SIZE, NUM_WARPS, TILES, FftPlan, _al, _cdiv)
+from .fft import (DFT_EFFICIENCY, DFT_LANES, FFT_TYPES, GEMM_EFFICIENCY,
+                  LAUNCH_SECONDS, MAX_FFT_SIZE, NUM_WARPS, FftPlan, _al, _cdiv)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,35 +189,13 @@ def estimate_seconds(fp: FftWgradPlan, target: Target) -> float:
     return t + LAUNCH_SECONDS * (2 + 5 * fp.chunks)
 
 
-class FftWgradEngine(Engine):
-    """CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT: whole-image 2-D FFTs of x and dy, one complex
-    K x C GEMM per bin reducing over the batch."""
-    id = 22
-    name = "conv_wgrad_fft"
-    behavior_notes = frozenset({BehaviorNote.RUNTIME_COMPILATION})
+class _WgradPlan:
+    """The forward FFT engines' support, notes, configs and knobs, on the backward
+    filter's plan, cost and executable."""
 
-    def _plan(self, graph, config: EngineConfig | None = None):
+    def _plan_for(self, graph, tile: int):
         # the budget is read at call time, one switch for every FFT engine (tests lower it)
-        return plan_fft_wgrad(graph, 0, fft.TILING_WORKSPACE_BUDGET)
-
-    def check_support(self, graph, target: Target) -> Support:
-        p = self._plan(graph)
-        return decline(p) if isinstance(p, str) else SUPPORTED
-
-    def numerical_notes(self, graph, config) -> frozenset:
-        p = self._plan(graph, config)
-        if isinstance(p, str):
-            return frozenset()
-        notes = {NumericalNote.FFT, NumericalNote.TENSOR_CORE}
-        if p.a.x.data_type != DataType.FLOAT:
-            notes.add(NumericalNote.DOWN_CONVERT_INPUTS)
-        return frozenset(notes)
-
-    def configs(self, graph, target: Target) -> list[EngineConfig]:
-        return [] if isinstance(self._plan(graph), str) else [EngineConfig.make(self)]
-
-    def workspace_size(self, graph, config, target) -> int:
-        return self._plan(graph, config).workspace_bytes
+        return plan_fft_wgrad(graph, tile, fft.TILING_WORKSPACE_BUDGET)
 
     def estimate_seconds(self, graph, config, target) -> float:
         return estimate_seconds(self._plan(graph, config), target)
@@ -227,31 +204,18 @@ class FftWgradEngine(Engine):
         return _FftWgradExecutable(graph, self._plan(graph, config), target)
 
 
-class FftTilingWgradEngine(FftWgradEngine):
+class FftWgradEngine(_WgradPlan, fft.FftConvEngine):
+    """CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT: whole-image 2-D FFTs of x and dy, one complex
+    K x C GEMM per bin reducing over the batch."""
+    id = 22
+    name = "conv_wgrad_fft"
+
+
+class FftTilingWgradEngine(_WgradPlan, fft.FftTilingConvEngine):
     """CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING: overlap-save over T x T image tiles
     (knob TILE), the GEMM reducing over (image, tile) pairs."""
     id = 23
     name = "conv_wgrad_fft_tiling"
-
-    def _plan(self, graph, config: EngineConfig | None = None):
-        tile = config.knob_dict.get("TILE", DEFAULT_TILE) if config else max(TILES)
-        return plan_fft_wgrad(graph, tile, fft.TILING_WORKSPACE_BUDGET)
-
-    def knob_space(self, graph=None) -> list[Knob]:
-        return [Knob("TILE", TILES, DEFAULT_TILE)]
-
-    def configs(self, graph, target: Target) -> list[EngineConfig]:
-        out = [EngineConfig.make(self, TILE=t) for t in TILES]
-        out = [cfg for cfg in out if not isinstance(self._plan(graph, cfg), str)]
-        out.sort(key=lambda cfg: self.estimate_seconds(graph, cfg, target))
-        return out
-
-    def check_config(self, graph, config, target) -> Support:
-        s = super().check_config(graph, config, target)
-        if not s.ok:
-            return s
-        p = self._plan(graph, config)
-        return decline(p) if isinstance(p, str) else SUPPORTED
 
 
 def _epilogue(graph, fp: FftWgradPlan) -> tuple[list, str]:
