@@ -250,6 +250,35 @@ def expect_error(exc_type, status: Status, fn, *names):
     return e
 
 
+# ---- convolution tests: tensors with the layout a case names ------------------------------
+def conv_types():
+    import opendnn.frontend as cudnn
+    return {torch.float32: cudnn.data_type.FLOAT, torch.float16: cudnn.data_type.HALF,
+            torch.bfloat16: cudnn.data_type.BFLOAT16, torch.int8: cudnn.data_type.INT8}
+
+
+CONV_TYPES = conv_types()
+
+
+def graph_tensor(g, t):
+    """A graph tensor with t's dims, strides and type (never pass-by-value, unlike
+    tensor_like of a single-element CPU tensor)."""
+    return g.tensor(dim=list(t.shape), stride=list(t.stride()), data_type=CONV_TYPES[t.dtype])
+
+
+def with_layout(t, layout: str):
+    """``t`` as "nchw" (itself), "nhwc" (channels-last, 4-D) or "strided" (every other
+    element of a larger buffer whose other elements are garbage)."""
+    if layout == "nhwc" and t.dim() == 4:
+        return t.contiguous(memory_format=torch.channels_last)
+    if layout == "strided":
+        big = torch.randn(*t.shape[:-1], t.shape[-1] * 2, dtype=t.dtype)
+        view = big[..., ::2]
+        view.copy_(t)
+        return view
+    return t
+
+
 def nhwc(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous(memory_format=torch.channels_last)
 

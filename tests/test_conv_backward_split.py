@@ -8,6 +8,7 @@ import torch
 
 import opendnn.frontend as cudnn
 from _util import check_engine, expect_error, heuristic_knobs, repro, seed_for
+from _util import CONV_TYPES as TYPES, graph_tensor as _tensor, with_layout as _layout
 from opendnn.engines.base import Target
 from opendnn.engines.conv.dgrad_split import SplitKDgradEngine
 from opendnn.engines.conv.wgrad_precomp import PrecompSplitKWgradEngine
@@ -15,8 +16,6 @@ from opendnn.errors import BadParamError, Status
 from opendnn.ops.conv import output_dims
 
 DGRAD_SPLIT_ID, WGRAD_PRECOMP_ID = SplitKDgradEngine.id, PrecompSplitKWgradEngine.id
-TYPES = {torch.float32: cudnn.data_type.FLOAT, torch.float16: cudnn.data_type.HALF,
-         torch.bfloat16: cudnn.data_type.BFLOAT16}
 H100 = Target("cuda", "H100 (cost model only)", (9, 0), 132, 7.1e14, 5e13, 3e12)
 
 CASES = [  # (N, C, K, in, filt, stride, pre, post, dilation, groups, layout, mode, dtype)
@@ -37,19 +36,6 @@ IDS = ["1d-groups-s2", "2d-asym-dil-nhwc-f16", "depthwise-strided-bf16", "3d-gro
        "1x1-wide-nhwc", "2d-s2-conv-bf16"]
 
 
-def _tensor(g, t):
-    return g.tensor(dim=list(t.shape), stride=list(t.stride()), data_type=TYPES[t.dtype])
-
-
-def _layout(t, layout):
-    if layout == "nhwc" and t.dim() == 4:
-        return t.to(memory_format=torch.channels_last)
-    if layout == "strided":            # every other element of a larger buffer
-        big = torch.randn(*t.shape[:-1], t.shape[-1] * 2, dtype=t.dtype)
-        view = big[..., ::2]
-        view.copy_(t)
-        return view
-    return t
 
 
 def _problem(case, seed):

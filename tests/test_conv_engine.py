@@ -6,11 +6,10 @@ import torch
 
 import opendnn.frontend as cudnn
 from _util import assert_close, check_engine, repro
+from _util import CONV_TYPES as TYPES, graph_tensor as _tensor, with_layout as _layout
 from opendnn.engines.conv.engine import ImplicitGemmEngine
 
 CONV_ID = ImplicitGemmEngine.id
-TYPES = {torch.float32: cudnn.data_type.FLOAT, torch.float16: cudnn.data_type.HALF,
-         torch.bfloat16: cudnn.data_type.BFLOAT16, torch.int8: cudnn.data_type.INT8}
 
 CASES = [  # (N, C, K, in, filt, stride, pre, post, dilation, groups)
     (2, 4, 6, (11,), (3,), (2,), (1,), (0,), (1,), 2),
@@ -22,21 +21,6 @@ CASES = [  # (N, C, K, in, filt, stride, pre, post, dilation, groups)
 ]
 
 
-def _tensor(g, t):
-    """A graph tensor with t's dims, strides and type (never pass-by-value, unlike
-    tensor_like of a single-element CPU tensor)."""
-    return g.tensor(dim=list(t.shape), stride=list(t.stride()), data_type=TYPES[t.dtype])
-
-
-def _layout(t, layout):
-    if layout == "nhwc" and t.dim() == 4:
-        return t.to(memory_format=torch.channels_last)
-    if layout == "strided":            # every other element of a larger buffer
-        big = torch.randn(*t.shape[:-1], t.shape[-1] * 2, dtype=t.dtype)
-        view = big[..., ::2]
-        view.copy_(t)
-        return view
-    return t
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"c{i}" for i in range(len(CASES))])

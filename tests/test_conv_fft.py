@@ -11,14 +11,13 @@ import torch
 
 import opendnn.frontend as cudnn
 from _util import check_engine, repro
+from _util import graph_tensor as _tensor, with_layout as _layout
 from opendnn.engines.base import EngineConfig, Target
 from opendnn.engines.conv import fft
 from opendnn.engines.conv.fft import FftConvEngine, FftTilingConvEngine
 from opendnn.enums import NumericalNote
 
 FFT_ID, TILING_ID = FftConvEngine.id, FftTilingConvEngine.id
-TYPES = {torch.float32: cudnn.data_type.FLOAT, torch.float16: cudnn.data_type.HALF,
-         torch.bfloat16: cudnn.data_type.BFLOAT16, torch.int8: cudnn.data_type.INT8}
 H100 = Target("cuda", "NVIDIA H100 (cost model)", (9, 0), 132, 7.1e14, 5e13, 3e12)
 
 # engine id, knobs: the whole-image FFT, and 8x8 tiles so small images span several tiles
@@ -35,20 +34,6 @@ CASES = [  # (N, C, K, (H, W), (R, S), pre, post, layout, mode)
 ]
 
 
-def _tensor(g, t):
-    """A graph tensor with t's dims, strides and type (never pass-by-value)."""
-    return g.tensor(dim=list(t.shape), stride=list(t.stride()), data_type=TYPES[t.dtype])
-
-
-def _layout(t, layout):
-    if layout == "nhwc":
-        return t.to(memory_format=torch.channels_last)
-    if layout == "strided":            # every other element of a larger buffer
-        big = torch.randn(*t.shape[:-1], t.shape[-1] * 2, dtype=t.dtype)
-        view = big[..., ::2]
-        view.copy_(t)
-        return view
-    return t
 
 
 def _n(c, hw, rs, pre, post):

@@ -13,6 +13,7 @@ import torch
 
 import opendnn.frontend as cudnn
 from _util import check_engine, repro
+from _util import CONV_TYPES as TYPES, graph_tensor as _tensor, with_layout as _layout
 from opendnn.engines.base import EngineConfig, Target
 from opendnn.engines.conv import fft, fft_dgrad
 from opendnn.engines.conv.fft import FftConvEngine, FftTilingConvEngine
@@ -20,8 +21,6 @@ from opendnn.engines.conv.fft_dgrad import FftDgradEngine, FftTilingDgradEngine
 from opendnn.enums import NumericalNote
 
 FFT_ID, TILING_ID = FftDgradEngine.id, FftTilingDgradEngine.id
-TYPES = {torch.float32: cudnn.data_type.FLOAT, torch.float16: cudnn.data_type.HALF,
-         torch.bfloat16: cudnn.data_type.BFLOAT16}
 H100 = Target("cuda", "NVIDIA H100 (cost model)", (9, 0), 132, 7.1e14, 5e13, 3e12)
 
 ENGINES = [(FFT_ID, None), (TILING_ID, {"TILE": 8})]
@@ -37,20 +36,6 @@ CASES = [  # (N, C, K, dx (H, W), (R, S), pre, post, layout, mode)
 ]
 
 
-def _tensor(g, t):
-    """A graph tensor with t's dims, strides and type."""
-    return g.tensor(dim=list(t.shape), stride=list(t.stride()), data_type=TYPES[t.dtype])
-
-
-def _layout(t, layout):
-    if layout == "nhwc":
-        return t.contiguous(memory_format=torch.channels_last)
-    if layout == "strided":            # every other element of a larger buffer
-        big = torch.randn(*t.shape[:-1], t.shape[-1] * 2, dtype=t.dtype)
-        view = big[..., ::2]
-        view.copy_(t)
-        return view
-    return t
 
 
 def _dy_hw(hw, rs, pre, post):

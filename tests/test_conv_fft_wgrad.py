@@ -13,6 +13,7 @@ import torch
 
 import opendnn.frontend as cudnn
 from _util import REFERENCE_NAME, check_engine, repro, seed_for
+from _util import CONV_TYPES as TYPES, graph_tensor as _tensor, with_layout as _layout
 from opendnn.engines.base import EngineConfig, Target
 from opendnn.engines.conv import fft, fft_wgrad
 from opendnn.engines.conv.fft_wgrad import FftTilingWgradEngine, FftWgradEngine
@@ -20,8 +21,6 @@ from opendnn.enums import NumericalNote
 from opendnn.ops.conv import output_dims
 
 FFT_ID, TILING_ID = FftWgradEngine.id, FftTilingWgradEngine.id
-TYPES = {torch.float32: cudnn.data_type.FLOAT, torch.float16: cudnn.data_type.HALF,
-         torch.bfloat16: cudnn.data_type.BFLOAT16}
 H100 = Target("cuda", "NVIDIA H100 (cost model)", (9, 0), 132, 7.1e14, 5e13, 3e12)
 
 # engine id, knobs: the whole-image FFT, and 8x8 tiles so small images span several tiles
@@ -40,20 +39,6 @@ CASE_IDS = ["3x3-nchw", "3x5-asym-nhwc-f16-conv", "1x1-bf16-conv", "5x5-asym-str
             "1x3-h1-nhwc", "5x3-asym-strided-f16-conv"]
 
 
-def _tensor(g, t):
-    """A graph tensor with t's dims, strides and type."""
-    return g.tensor(dim=list(t.shape), stride=list(t.stride()), data_type=TYPES[t.dtype])
-
-
-def _layout(t, layout):
-    if layout == "nhwc":
-        return t.to(memory_format=torch.channels_last)
-    if layout == "strided":            # every other element of a larger buffer
-        big = torch.randn(*t.shape[:-1], t.shape[-1] * 2, dtype=t.dtype)
-        view = big[..., ::2]
-        view.copy_(t)
-        return view
-    return t
 
 
 def _n(n, hw, rs, pre, post):

@@ -17,6 +17,7 @@ import torch
 
 import opendnn.frontend as cudnn
 from _util import check_engine, repro
+from _util import CONV_TYPES as TYPES, graph_tensor as _tensor, with_layout as _layout
 from opendnn.engines.base import Target
 from opendnn.engines.conv.winograd_dgrad import WinogradFusedDgradEngine, WinogradNonfusedDgradEngine
 from opendnn.engines.conv.winograd_fused import WinogradFusedEngine
@@ -24,8 +25,6 @@ from opendnn.enums import NumericalNote
 
 FUSED, DGRAD_NONFUSED, DGRAD_FUSED = (WinogradFusedEngine.id, WinogradNonfusedDgradEngine.id,
                                       WinogradFusedDgradEngine.id)
-TYPES = {torch.float32: cudnn.data_type.FLOAT, torch.float16: cudnn.data_type.HALF,
-         torch.bfloat16: cudnn.data_type.BFLOAT16}
 SLACK = {torch.float32: 4, torch.float16: 16, torch.bfloat16: 16}
 
 
@@ -33,19 +32,6 @@ def _n(channels: int, dt) -> int:
     return 9 * channels * SLACK[dt]
 
 
-def _tensor(g, t):
-    return g.tensor(dim=list(t.shape), stride=list(t.stride()), data_type=TYPES[t.dtype])
-
-
-def _layout(t, layout):
-    if layout == "nhwc":
-        return t.contiguous(memory_format=torch.channels_last)
-    if layout == "strided":            # every other element of a larger buffer
-        big = torch.zeros(*t.shape[:-1], t.shape[-1] * 2, dtype=t.dtype)
-        view = big[..., ::2]
-        view.copy_(t)
-        return view
-    return t
 
 
 def _mode(m):

@@ -17,6 +17,7 @@ import math
 import pytest
 import torch
 from _util import check_engine, heuristic_knobs, repro, run_plan, seed_for
+from _util import CONV_TYPES as TYPES, graph_tensor as _tensor, with_layout as _layout
 
 import opendnn.frontend as cudnn
 from opendnn.engines.base import EngineConfig, Target
@@ -30,25 +31,10 @@ from opendnn.enums import NumericalNote
 from opendnn.ops.conv import output_dims
 
 ENGINE = WinogradNonfusedWgradEngine.id
-TYPES = {torch.float32: cudnn.data_type.FLOAT, torch.float16: cudnn.data_type.HALF,
-         torch.bfloat16: cudnn.data_type.BFLOAT16}
 SLACK = {torch.float32: 4, torch.float16: 16, torch.bfloat16: 16}
 H100 = Target("cuda", "H100 (cost model only)", (9, 0), 132, 7.1e14, 5e13, 3e12)
 
 
-def _tensor(g, t):
-    return g.tensor(dim=list(t.shape), stride=list(t.stride()), data_type=TYPES[t.dtype])
-
-
-def _layout(t, layout):
-    if layout == "nhwc":
-        return t.contiguous(memory_format=torch.channels_last)
-    if layout == "strided":            # every other element of a larger buffer
-        big = torch.zeros(*t.shape[:-1], t.shape[-1] * 2, dtype=t.dtype)
-        view = big[..., ::2]
-        view.copy_(t)
-        return view
-    return t
 
 
 def _problem(n, c, k, h, w, pre, post, dt, layout, seed, dw_layout=None):
