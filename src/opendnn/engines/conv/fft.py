@@ -211,6 +211,19 @@ def plan_from_analysis(a: ConvAnalysis, tile: int, budget: int) -> FftPlan | str
     return dataclasses.replace(one, chunk=_chunk_planes(one.planes, per_plane, budget))
 
 
+def stage_pricer(fp: FftPlan, target: Target) -> tuple:
+    """(stage(flops, bytes, peak=transform rate) -> seconds, the 3xTF32 GEMM rate): each
+    stage costs its flops at the measured rate or its bytes, whichever takes longer."""
+    lanes = max(fp.ax_w.p1 * fp.ax_w.p2, fp.ax_h.p1 * fp.ax_h.p2)
+    core = target.peak_flops_fp32 * DFT_EFFICIENCY * min(1.0, DFT_LANES / lanes)
+    dot = (target.peak_flops_fp16 / 6 if target.is_cuda else target.peak_flops_fp32) * \
+        GEMM_EFFICIENCY
+
+    def stage(flops, nbytes, peak=core):
+        return max(flops / peak, nbytes / target.bandwidth)
+    return stage, dot
+
+
 def estimate_seconds(fp: FftPlan, target: Target) -> float:
     """Roofline per stage (its flops at the measured transform or 3xTF32 GEMM rate, or its
     bytes, whichever takes longer), summed over the stages, plus the launches. Within
@@ -220,15 +233,8 @@ def estimate_seconds(fp: FftPlan, target: Target) -> float:
     n, c, k, half, bins = fp.n, fp.c, fp.k, fp.half, fp.bins
     (r, s), (h, w), oth = geo.filt, geo.in_dims, fp.out_tile[0]
     fw, fh = fp.ax_w.flops_per_row, fp.ax_h.flops_per_row
-    lanes = max(fp.ax_w.p1 * fp.ax_w.p2, fp.ax_h.p1 * fp.ax_h.p2)
-    core = target.peak_flops_fp32 * DFT_EFFICIENCY * min(1.0, DFT_LANES / lanes)
-    dot = (target.peak_flops_fp16 / 6 if target.is_cuda else target.peak_flops_fp32) * \
-        GEMM_EFFICIENCY
+    stage, dot = stage_pricer(fp, target)
     pc = fp.chunks * fp.chunk          # planes actually processed
-
-    def stage(flops, nbytes, peak=core):
-        return max(flops / peak, nbytes / target.bandwidth)
-
     x_read = isz * min(n * c * h * w, pc * c * fp.in_rows * fp.in_len)
     bm, bn, bc = fp.gemm_blocks()
     gemm_flops = 8.0 * bins * fp.chunks * (_cdiv(fp.chunk, bm) * bm) * (_cdiv(k, bn) * bn) * \

@@ -72,8 +72,7 @@ from . import _fft_kernels as FK
 from . import fft
 from ._fft_wgrad_kernels import wgrad_gemm_source
 from .engine import ConvAnalysis, analyze
-from .fft import (DFT_EFFICIENCY, DFT_LANES, FFT_TYPES, GEMM_EFFICIENCY,
-                  LAUNCH_SECONDS, MAX_FFT_SIZE, NUM_WARPS, FftPlan, _al, _cdiv)
+from .fft import (FFT_TYPES, LAUNCH_SECONDS, MAX_FFT_SIZE, NUM_WARPS, FftPlan, _al, _cdiv)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,15 +164,8 @@ def estimate_seconds(fp: FftWgradPlan, target: Target) -> float:
     (r, s), (h, w), (ho, wo) = geo.filt, geo.in_dims, geo.out_dims
     oth = fp.out_tile[0]
     fw, fh = fp.ax_w.flops_per_row, fp.ax_h.flops_per_row
-    lanes = max(fp.ax_w.p1 * fp.ax_w.p2, fp.ax_h.p1 * fp.ax_h.p2)
-    core = target.peak_flops_fp32 * DFT_EFFICIENCY * min(1.0, DFT_LANES / lanes)
-    dot = (target.peak_flops_fp16 / 6 if target.is_cuda else target.peak_flops_fp32) * \
-        GEMM_EFFICIENCY
+    stage, dot = fft.stage_pricer(fp, target)
     pc = fp.chunks * fp.chunk          # planes actually processed
-
-    def stage(flops, nbytes, peak=core):
-        return max(flops / peak, nbytes / target.bandwidth)
-
     x_read = isz * min(n * c * h * w, pc * c * fp.in_rows * fp.in_len)
     dy_read = isz * min(n * k * ho * wo, pc * k * oth * fp.out_tile[1])
     bm, bn, bp = fp.gemm_blocks()
