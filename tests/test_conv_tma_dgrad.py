@@ -13,7 +13,7 @@ import opendnn.frontend as cudnn
 from _util import check_engine, repro
 from opendnn.engines.base import EngineConfig, Target
 from opendnn.engines.conv import _tma_dgrad_kernels as D
-from opendnn.engines.conv import tma
+from opendnn.engines.conv import tma, tma_dgrad
 from opendnn.engines.conv.dgrad_split import SplitKDgradEngine
 from opendnn.engines.conv.engine import ImplicitGemmDgradEngine
 from opendnn.ops.conv import output_dims
@@ -41,6 +41,10 @@ CASES = [  # (N, C, K, H, W, filt, stride, pad, dilation, knobs): dx [N, C, H, W
     # stride 3 (nine phases, 5x5 filter) and unequal strides
     (1, 8, 16, 10, 8, 5, 3, 2, 1, SMALL),
     (1, 8, 16, 7, 6, 3, (2, 1), 1, 1, SMALL),
+    # two persistent programs per SM: on the interpreter's one "SM", two programs that
+    # take every other tile (of 3 images x 2 row boxes, or of 4 phases)
+    (3, 16, 24, 5, 7, 3, 1, 1, 1, dict(SMALL, PPS=2)),
+    (2, 16, 8, 9, 7, 3, 2, 1, 1, dict(SMALL, PPS=2)),
 ]
 
 
@@ -149,7 +153,7 @@ def test_tma_configs_offered_on_hopper_by_engine_4_only():
     g.conv_dgrad(tdy, tw, padding=[1, 1]).set_dim([8, 64, 14, 14]).set_output(True)
     g.validate()
     cfgs = ImplicitGemmDgradEngine().configs(g.op_graph, H100)
-    assert sum(tma.is_tma(c.knob_dict) for c in cfgs) == len(D.KNOB_SPACE)
+    assert sum(tma.is_tma(c.knob_dict) for c in cfgs) == len(tma_dgrad.DGRAD.knob_space)
     assert SplitKDgradEngine.tma_path is None
     assert not any(tma.is_tma(c.knob_dict) for c in SplitKDgradEngine().configs(g.op_graph,
                                                                                H100))
@@ -163,3 +167,29 @@ def test_phase_taps_partition_the_filter(f, s, p):
     assert len(taps) == s * s and sum(taps) == f * f
     if f == 1 and s == 2:
         assert sorted(taps) == [0, 0, 0, 1]
+
+
+def test_programs_per_sm_knob_label_grid_and_cost():
+    """PPS=1 keeps the labels configs had before the knob; PPS=2 doubles the persistent
+    grid (never past the tile count) and the cost model credits it only when there are
+    more tiles than SMs (2 x 7 x 4 x 4 phases = 224 tiles on 132 SMs; 8 tiles on 132)."""
+    path = tma_dgrad.DGRAD
+    one, two = D.DgradTmaKnobs(4, 4, 8, 128, 64, 8, 3), D.DgradTmaKnobs(4, 4, 8, 128, 64, 8, 3,
+                                                                         PPS=2)
+    assert "PPS" not in path.knob_items(one) and path.knob_items(two)["PPS"] == 2
+    big, small = [], []
+    for n, h, out in ((8, 56, big), (1, 14, small)):
+        _, wt, dy = _problem(n, 128, 128, h, h, 3, 2, 1, 1, torch.bfloat16, 0)
+        g = cudnn.pygraph()
+        tdy, tw = g.tensor_like(dy), g.tensor_like(wt)
+        g.conv_dgrad(tdy, tw, padding=[1, 1], stride=[2, 2]).set_dim(
+            [n, 128, h, h]).set_output(True)
+        g.validate()
+        e = ImplicitGemmDgradEngine()
+        a = e._analyze(g.op_graph)
+        for kn in (one, two):
+            out.append((D.grid(a.geo, kn, 132)[0],
+                        e.estimate_seconds(g.op_graph, EngineConfig.make(
+                            e, **path.knob_items(kn)), H100)))
+    assert big[0][0] == 132 and big[1][0] == 224 and big[1][1] < big[0][1]
+    assert small[0][0] == small[1][0] == 8 and small[1][1] == small[0][1]

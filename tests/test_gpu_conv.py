@@ -173,13 +173,14 @@ DGRAD_TMA_SHAPES = [(8, 64, 28, 64, 3, 1, 1), (4, 64, 15, 128, 3, 2, 1),
 
 
 @pytest.mark.parametrize("shape", DGRAD_TMA_SHAPES)
-@pytest.mark.parametrize("cfg", range(10))
+@pytest.mark.parametrize("cfg", range(15))
 def test_dgrad_tma_path_every_config(shape, cfg):
     """Each TMA knob set of conv_dgrad_implicit_gemm (stride phases, pointer filter)."""
     import dataclasses
     from opendnn.engines.conv import _tma_dgrad_kernels as D
     n, c, h, k, f, s, p = shape
     cl, dt = torch.channels_last, torch.bfloat16
+    assert len(D.KNOB_SPACE) == 15, "parametrize over every dgrad TMA config"
     kn = D.KNOB_SPACE[cfg]
     o = (h + 2 * p - f) // s + 1
     w = (torch.randn(k, c, f, f, device="cuda", dtype=dt) * 0.1).to(memory_format=cl)
@@ -195,6 +196,46 @@ def test_dgrad_tma_path_every_config(shape, cfg):
     torch.cuda.synchronize()
     ref = torch.nn.grad.conv2d_input((n, c, h, h), w.double(), dy.double(), stride=s,
                                      padding=p)
+    assert _relerr(out, ref) < TOL[dt]
+
+
+FLAT_SHAPES = [(8, 64, 14, 128, 3, 1), (4, 128, 7, 256, 1, 0), (3, 64, 9, 64, 3, 1),
+               (32, 512, 7, 512, 3, 1)]
+
+
+@pytest.mark.parametrize("kind", ["fprop", "dgrad"])
+@pytest.mark.parametrize("cfg", range(8))
+def test_flat_tma_tiles_every_config(kind, cfg):
+    """Each flat-row knob set (FLAT=1) of engines 3 and 4 on a shape in turn: 3x3 same
+    padding (masked rows at every image edge), 1x1, an odd 9x9 image, ResNet's l4."""
+    import dataclasses
+    from opendnn.engines.conv import tma
+    n, c, h, k, f, p = FLAT_SHAPES[cfg % len(FLAT_SHAPES)]
+    cl, dt = torch.channels_last, torch.bfloat16
+    kn = tma.flat_knobs(tma.FpropTmaKnobs)[cfg]
+    knobs = tma.drop_defaults(dataclasses.asdict(kn))
+    x = torch.randn(n, c, h, h, device="cuda", dtype=dt).to(memory_format=cl)
+    w = (torch.randn(k, c, f, f, device="cuda", dtype=dt) * 0.05).to(memory_format=cl)
+    dy = torch.randn(n, k, h, h, device="cuda", dtype=dt).to(memory_format=cl)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tw = g.tensor_like(w)
+    if kind == "fprop":
+        ta = g.tensor_like(x)
+        out_t = g.conv_fprop(ta, tw, padding=[p, p]).set_output(True)
+        feeds, eid = {ta: x, tw: w}, 3
+        ref = F.conv2d(x.double(), w.double(), padding=p)
+    else:
+        ta = g.tensor_like(dy)
+        out_t = g.conv_dgrad(ta, tw, padding=[p, p]).set_dim([n, c, h, h]).set_stride(
+            [h * h * c, 1, h * c, c]).set_output(True)
+        feeds, eid = {ta: dy, tw: w}, 4
+        ref = torch.nn.grad.conv2d_input((n, c, h, h), w.double(), dy.double(), padding=p)
+    g.validate()
+    g.create_execution_plan(eid, knobs)
+    ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+    out = _empty(out_t)
+    g.execute({**feeds, out_t: out}, ws)
+    torch.cuda.synchronize()
     assert _relerr(out, ref) < TOL[dt]
 
 

@@ -40,6 +40,8 @@ extent.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from ..fusion._codegen import COMBINE_HELPERS
 from ._tma_kernels import TmaKnobs, common_unsupported
 
@@ -47,19 +49,33 @@ from ._tma_kernels import TmaKnobs, common_unsupported
 # measured): it bounds tiles whose slab reuse is low (narrow BLOCK_N, e.g. C = 3)
 L2_RATE = 4.0
 
+@dataclasses.dataclass(frozen=True)
+class DgradTmaKnobs(TmaKnobs):
+    PPS: int = 1     # persistent programs per SM: 2 lets one tile's fill and epilogue run
+    #                  under another's dots (the reductions here are short: 2-18 steps)
+    FLAT: int = 0    # 1: tiles of TMA_TW flat dx pixel rows (_tma_flat_kernels)
+    SPLIT: int = 1   # >1 (flat tiles only): the reduction in slices, partials summed in order
+
+
 # chosen for the ResNet-50 dgrad layers (C 64..1024, K 64..2048, dx 56x56 .. 7x7), after
-# the forward probe's winners with the roles of C and K swapped; the cost model orders them
+# the forward probe's winners with the roles of C and K swapped, then PPS=2 variants of the
+# winners on layers with more tiles than SMs (bench/conv_sweep.py, 2026-11-22: l2_3x3_128
+# 20.9 -> 18.2 us, l2_3x3_128s2 34.8 -> 32.1 us); the cost model orders them
 KNOB_SPACE = (
-    TmaKnobs(1, 8, 16, 128, 64, 8, 4),      # C >= 128 on 28x28 and larger
-    TmaKnobs(1, 8, 16, 64, 64, 4, 4),       # C = 64 (layer 1)
-    TmaKnobs(1, 16, 16, 64, 64, 8, 3),      # C = 64, short reductions: big boxes
-    TmaKnobs(4, 4, 8, 128, 64, 8, 4),       # 14x14 and 7x7 images: several per tile
-    TmaKnobs(1, 8, 16, 128, 128, 8, 3),     # long reductions (K x taps) on 14x14
-    TmaKnobs(1, 8, 8, 128, 64, 4, 4),       # 7x7 images: more, smaller tiles
-    TmaKnobs(1, 8, 8, 64, 128, 4, 3),       # 7x7, K = 2048
+    DgradTmaKnobs(1, 8, 16, 128, 64, 8, 4),      # C >= 128 on 28x28 and larger
+    DgradTmaKnobs(1, 8, 16, 64, 64, 4, 4),       # C = 64 (layer 1)
+    DgradTmaKnobs(1, 16, 16, 64, 64, 8, 3),      # C = 64, short reductions: big boxes
+    DgradTmaKnobs(4, 4, 8, 128, 64, 8, 4),       # 14x14 and 7x7 images: several per tile
+    DgradTmaKnobs(1, 8, 16, 128, 128, 8, 3),     # long reductions (K x taps) on 14x14
+    DgradTmaKnobs(1, 8, 8, 128, 64, 4, 4),       # 7x7 images: more, smaller tiles
+    DgradTmaKnobs(1, 8, 8, 64, 128, 4, 3),       # 7x7, K = 2048
+    # two programs per SM, three stages (two fit in shared memory)
+    DgradTmaKnobs(4, 4, 8, 128, 64, 8, 3, PPS=2), DgradTmaKnobs(4, 4, 8, 128, 64, 4, 3, PPS=2),
+    DgradTmaKnobs(1, 8, 16, 128, 64, 8, 3, PPS=2), DgradTmaKnobs(2, 8, 8, 128, 64, 8, 3, PPS=2),
+    DgradTmaKnobs(4, 4, 8, 64, 64, 4, 3, PPS=2),
     # tiny C (the stem, C = 3): the filter through pointers, N = 16 or 32
-    TmaKnobs(1, 16, 16, 16, 64, 4, 4), TmaKnobs(1, 8, 16, 16, 64, 4, 4),
-    TmaKnobs(1, 8, 16, 32, 64, 4, 4))
+    DgradTmaKnobs(1, 16, 16, 16, 64, 4, 4), DgradTmaKnobs(1, 8, 16, 16, 64, 4, 4),
+    DgradTmaKnobs(1, 8, 16, 32, 64, 4, 4))
 
 
 def unsupported(geo, dx, w, dy) -> str | None:
@@ -88,7 +104,7 @@ def filter_by_descriptor(geo, itemsize: int) -> bool:
     return (geo.c_per_group * itemsize) % 16 == 0
 
 
-def fits(kn: TmaKnobs, geo, itemsize: int) -> bool:
+def fits(kn: DgradTmaKnobs, geo, itemsize: int) -> bool:
     smem = (kn.block_m + kn.BLOCK_N) * kn.BLOCK_K * itemsize * kn.num_stages
     return smem <= 200 * 1024
 
@@ -122,22 +138,24 @@ def tiles(geo, kn: TmaKnobs) -> int:
     return out
 
 
-def grid(geo, kn: TmaKnobs, num_sms: int) -> tuple:
-    return (max(1, min(num_sms, tiles(geo, kn))),)
+def grid(geo, kn: DgradTmaKnobs, num_sms: int) -> tuple:
+    return (max(1, min(num_sms * kn.PPS, tiles(geo, kn))),)
 
 
-def estimate_seconds(geo, kn: TmaKnobs, itemsize: int, peak: float, bandwidth: float,
+def estimate_seconds(geo, kn: DgradTmaKnobs, itemsize: int, peak: float, bandwidth: float,
                      num_sms: int) -> float:
     """Roofline over the padded boxes and only the real taps of each phase, with the last
-    wave's idle SMs, the pipeline's fill on short reductions, and the slabs' L2 traffic
-    (each step reads (BM + BN) x BK elements from L2)."""
+    wave's idle SMs, the pipeline's fill on short reductions (hidden in part when PPS
+    programs share an SM), and the slabs' L2 traffic (each step reads (BM + BN) x BK
+    elements from L2)."""
     n_tiles, taps = tiles(geo, kn), phase_taps(geo)
     steps = n_tiles // len(taps) * _cdiv(geo.k_per_group, kn.BLOCK_K) * sum(taps)  # all tiles
     flops = 2.0 * steps * kn.block_m * kn.BLOCK_N * kn.BLOCK_K
     waves = _cdiv(n_tiles, num_sms)
     fill = n_tiles / (waves * num_sms)
     per_tile = steps / n_tiles
-    pipe = per_tile / (per_tile + kn.num_stages) if per_tile else 1.0
+    sharing = max(1.0, min(kn.PPS, n_tiles / num_sms))
+    pipe = per_tile / (per_tile + kn.num_stages / sharing) if per_tile else 1.0
     slabs = steps * (kn.block_m + kn.BLOCK_N) * kn.BLOCK_K * itemsize
     (h, wd), (oh, ow) = geo.in_dims, geo.out_dims
     bytes_ = itemsize * (geo.n * oh * ow * geo.k_per_group +

@@ -210,9 +210,9 @@ class ImplicitGemmEngine(Engine):
         kd, path = config.knob_dict, self.tma_path
         if path is None or not path.is_tma(kd):
             return f"{self.name}:gather"
-        # the forward's split reduction is its own family: the cost model does not see the
+        # a split forward or dgrad reduction is its own family: the cost model does not see the
         # L2 traffic it saves, so its best config is timed alongside (wgrad splits always)
-        split = self.kind == "conv_fprop" and kd.get("SPLIT", 1) > 1
+        split = self.kind != "conv_wgrad" and kd.get("SPLIT", 1) > 1
         return f"{self.name}:tma" + (":flat" if kd.get("FLAT") else "") + \
             (":split" if split else "")
 

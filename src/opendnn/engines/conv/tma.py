@@ -20,6 +20,7 @@ from ...errors import BadParamError, Status
 from ...runtime.launch import DualKernel, LaunchList, kernel_from_source
 from ..base import Executable
 from ..fusion import epilogue as fuse_epilogue
+from . import _tma_flat_kernels as F
 from . import _tma_kernels as T
 from . import tma_packed as P
 
@@ -89,6 +90,7 @@ class TmaPath:
 class FpropTmaKnobs(T.TmaKnobs):
     PACK: int = 0         # 1: phase-packed image and filter in the workspace (tma_packed)
     SPLIT: int = 1        # >1: the reduction in slices, float32 partials summed in order
+    FLAT: int = 0         # 1: tiles of TMA_TW flat pixel rows (_tma_flat_kernels)
 
 
 # big tiles with the reduction split: few tiles of a long reduction (7x7 images, C = 512:
@@ -105,18 +107,36 @@ PACKED_KNOBS = (FpropTmaKnobs(1, 8, 16, 64, 16, 4, 4, PACK=1),
                 FpropTmaKnobs(2, 8, 16, 64, 16, 8, 4, PACK=1))
 
 
+def flat_knobs(cls) -> tuple:
+    """Flat-row tiles (TMA_IMGS = TMA_TH = 1, TMA_TW rows): 128 x 128 and narrower, whole
+    or split for the few tiles of 7x7 and 14x14 layers."""
+    return tuple(cls(1, 1, bm, bn, 64, nw, st, SPLIT=sp, FLAT=1)
+                 for bm, bn, nw, st, sp in ((128, 128, 8, 4, 1), (128, 64, 4, 4, 1),
+                                            (64, 128, 4, 4, 1), (128, 256, 8, 3, 1),
+                                            (128, 128, 8, 4, 2), (128, 128, 8, 4, 3),
+                                            (64, 128, 4, 4, 2), (128, 64, 4, 4, 2)))
+
+
+def drop_defaults(d: dict) -> dict:
+    """A config's knobs without PACK=0 / SPLIT=1 / FLAT=0 / PPS=1: box configs keep the
+    names they had before those knobs."""
+    default = {"PACK": 0, "SPLIT": 1, "FLAT": 0, "PPS": 1}
+    return {k: v for k, v in d.items() if k not in default or v != default[k]}
+
+
 class FpropTmaPath(TmaPath):
-    """The forward's path: boxes of x itself, or (PACK=1) of its phase-packed copy."""
+    """The forward's path: boxes of x itself, (PACK=1) of its phase-packed copy, or (FLAT=1)
+    flat pixel rows."""
     knob_class = FpropTmaKnobs
     knob_space = tuple(FpropTmaKnobs(**dataclasses.asdict(k)) for k in T.KNOB_SPACE) + \
-        PACKED_KNOBS + SPLIT_KNOBS
+        PACKED_KNOBS + SPLIT_KNOBS + flat_knobs(FpropTmaKnobs)
 
     def knob_items(self, kn) -> dict:
-        d = dataclasses.asdict(kn)
-        for name in ("PACK", "SPLIT"):   # unsplit direct configs keep the names they had
-            if d[name] == (0 if name == "PACK" else 1):
-                del d[name]
-        return d
+        return drop_defaults(dataclasses.asdict(kn))
+
+    @staticmethod
+    def _flat(a) -> str | None:
+        return F.unsupported(a.geo, "conv_fprop", a.x, a.w)
 
     @staticmethod
     def _fused_rule(a) -> str | None:
@@ -136,12 +156,15 @@ class FpropTmaPath(TmaPath):
         if why:
             return why
         direct = T.unsupported(a.geo, a.x, a.w, a.y)
-        pk = self._packing(a)
-        if direct is None or not isinstance(pk, str):
+        pk, flat = self._packing(a), self._flat(a)
+        if direct is None or not isinstance(pk, str) or flat is None:
             return None
-        return f"{direct}; phase packing: {pk}"
+        return f"{direct}; phase packing: {pk}; flat rows: {flat}"
 
     def fits(self, a, kn) -> bool:
+        if kn.FLAT:
+            return (kn.block_m + kn.BLOCK_N) * kn.BLOCK_K * a.x.data_type.itemsize * \
+                kn.num_stages <= 200 * 1024
         if kn.PACK:
             pk = self._packing(a)
             return not isinstance(pk, str) and T.fits(kn, pk.geo, pk.itemsize)
@@ -150,13 +173,19 @@ class FpropTmaPath(TmaPath):
     def knobs(self, a, target) -> list:
         """Direct boxes where x allows them, else the packed configs."""
         direct = T.unsupported(a.geo, a.x, a.w, a.y) is None
-        return [k for k in self.knob_space if bool(k.PACK) != direct and self.fits(a, k)]
+        flat = self._flat(a) is None
+        return [k for k in self.knob_space if self.fits(a, k) and
+                (flat if k.FLAT else bool(k.PACK) != direct)]
 
     def check(self, a, kn) -> str | None:
         why = self._fused_rule(a)
         if why is None and kn.PACK and kn.SPLIT > 1:
             why = "SPLIT applies to the direct boxes, not to phase-packed images (PACK=1)"
-        if why is None:
+        if why is None and kn.FLAT:
+            why = ("FLAT and PACK are two layouts of the image: a config takes one" if kn.PACK
+                   else "FLAT tiles are runs of TMA_TW pixels: TMA_IMGS and TMA_TH must be 1"
+                   if (kn.TMA_IMGS, kn.TMA_TH) != (1, 1) else self._flat(a))
+        elif why is None:
             pk = self._packing(a)
             why = (pk if kn.PACK and isinstance(pk, str) else
                    None if kn.PACK else T.unsupported(a.geo, a.x, a.w, a.y))
@@ -166,17 +195,24 @@ class FpropTmaPath(TmaPath):
         return why
 
     def estimate_seconds(self, a, kn, peak: float, target) -> float:
+        if kn.FLAT:
+            return F.estimate_seconds(a.geo, kn, "conv_fprop", a.x.data_type.itemsize, peak,
+                                      target.bandwidth, target.num_sms)
         if not kn.PACK:
             return super().estimate_seconds(a, kn, peak, target)
         return P.estimate_seconds(self._packing(a), kn, peak, target.bandwidth,
                                   target.num_sms, a.x.size_in_bytes)
 
     def workspace_size(self, a, kn) -> int:
+        if kn.FLAT:
+            return F.partials_bytes(a.geo, kn, "conv_fprop")
         return self._packing(a).workspace_bytes if kn.PACK else T.partials_bytes(a.geo, kn)
 
     def build(self, graph, a, kn, target, params: list, body: str) -> Executable:
         if kn.PACK:
             return _PackedFpropExecutable(graph, a, kn, self._packing(a), target, params, body)
+        if kn.FLAT:
+            return FlatExecutable(graph, a, kn, "conv_fprop", target, params, body)
         return _FpropExecutable(graph, a, kn, target, params, body)
 
 
@@ -264,3 +300,29 @@ class _PackedFpropExecutable(TmaExecutable):
         self.add_generated(name, lambda interp: T.source(
             name, pk.geo, kn, epilogue_params=params, epilogue_body=body, interpret=interp,
             w_offset=pk.w_offset), grid, const, args, graph)
+
+
+class FlatExecutable(TmaExecutable):
+    """Flat-row tiles of either direction (``kind``): one persistent launch, and with
+    SPLIT > 1 the partials' sum with the epilogue. Arguments (A, W): x or dy, then w."""
+
+    def __init__(self, graph, a, kn, kind: str, target, params: list, body: str):
+        streamed = a.x if kind == "conv_fprop" else a.y
+        super().__init__(kind, (streamed.uid, a.w.uid), target)
+        split = T.split_of(kn)
+        self.workspace_size = F.partials_bytes(a.geo, kn, kind)
+        name = f"{kind}_flat_{graph.key()[:12]}"
+        grid = F.grid(a.geo, kn, kind, target.num_sms if target.is_cuda else 1)
+        const = {"NUM_PROGS": grid[0], "num_warps": kn.num_warps, "num_stages": kn.num_stages}
+        ep_args = fuse_epilogue.launch_args(a.ep)
+        args = [("buf", streamed.uid), ("buf", a.w.uid)] + (
+            [("ws", torch.float32)] if split > 1 else ep_args)
+        self.add_generated(name, lambda interp: F.source(
+            name, a.geo, kn, kind, epilogue_params=params, epilogue_body=body,
+            interpret=interp), grid, const, args, graph)
+        if split > 1:
+            sname = f"{kind}_flat_sum_{graph.key()[:12]}"
+            self.add_generated(sname, lambda interp: F.sum_source(
+                sname, a.geo, kn, kind, epilogue_params=params, epilogue_body=body),
+                F.sum_grid(a.geo, kn, kind), {"num_warps": 4},
+                [("ws", torch.float32)] + ep_args, graph)

@@ -1,6 +1,10 @@
 """The NHWC fast path of ``conv_dgrad_implicit_gemm`` (CUDNN_CONVOLUTION_BWD_DATA_ALGO_1
-style): dy slabs fetched as TMA boxes, strided problems split into dense stride phases,
-persistent grid (kernel and math: ``_tma_dgrad_kernels``).
+style), two tilings:
+
+- boxes (``_tma_dgrad_kernels``): dy slabs fetched as TMA boxes, strided problems split
+  into dense stride phases, a persistent grid of one or two (knob PPS) programs per SM;
+- flat rows (``FLAT=1``, ``_tma_flat_kernels``): stride 1 with dx the size of dy, tiles
+  of consecutive dx pixels, the reduction optionally split (knob SPLIT).
 
 A config of engine 4 whose knobs name ``TMA_TH`` takes this path; the heuristics offer
 such configs on Hopper for 2-D, one-group, half/bfloat16 problems with a packed NHWC dy
@@ -12,25 +16,48 @@ through the epilogue's pointers. The buffers read through descriptors (dy, and w
 """
 from __future__ import annotations
 
+import dataclasses
+
 from ..base import Executable
 from ..fusion import epilogue as fuse_epilogue
 from . import _tma_dgrad_kernels as D
+from . import _tma_flat_kernels as F
 from . import tma
 
 
 class DgradTmaPath(tma.TmaPath):
     """Backward data's TMA path: ``a`` is the ConvAnalysis of ``analyze(graph,
-    "conv_dgrad")`` (x = dx, w = w, y = dy; geo.in_dims = dx's spatial dims)."""
-    knob_space = D.KNOB_SPACE
+    "conv_dgrad")`` (x = dx, w = w, y = dy; geo.in_dims = dx's spatial dims). Box tiles
+    by stride phase, or (FLAT=1, stride 1 and dx the size of dy) flat pixel rows."""
+    knob_class = D.DgradTmaKnobs
+    knob_space = D.KNOB_SPACE + tma.flat_knobs(D.DgradTmaKnobs)
+
+    def knob_items(self, kn) -> dict:
+        return tma.drop_defaults(dataclasses.asdict(kn))
+
+    @staticmethod
+    def _flat(a) -> str | None:
+        return F.unsupported(a.geo, "conv_dgrad", a.y, a.w)
 
     def unsupported(self, a) -> str | None:
-        return D.unsupported(a.geo, a.x, a.w, a.y)
+        boxes, flat = D.unsupported(a.geo, a.x, a.w, a.y), self._flat(a)
+        return None if boxes is None or flat is None else f"{boxes}; flat rows: {flat}"
 
     def fits(self, a, kn) -> bool:
         return D.fits(kn, a.geo, a.y.data_type.itemsize)
 
+    def knobs(self, a, target) -> list:
+        ok = {True: self._flat(a) is None, False: D.unsupported(a.geo, a.x, a.w, a.y) is None}
+        return [k for k in self.knob_space if ok[bool(k.FLAT)] and self.fits(a, k)]
+
     def check(self, a, kn) -> str | None:
-        why = self.unsupported(a)
+        if kn.FLAT:
+            why = ("FLAT tiles are runs of TMA_TW pixels: TMA_IMGS and TMA_TH must be 1"
+                   if (kn.TMA_IMGS, kn.TMA_TH) != (1, 1) else
+                   "PPS applies to the box tiles" if kn.PPS != 1 else self._flat(a))
+        else:
+            why = ("SPLIT applies to flat tiles (FLAT=1)" if kn.SPLIT != 1 else
+                   D.unsupported(a.geo, a.x, a.w, a.y))
         if why is None and not self.fits(a, kn):
             why = f"TMA tiles {kn}: the pipeline stages exceed shared memory"
         return why
@@ -39,10 +66,19 @@ class DgradTmaPath(tma.TmaPath):
         # the engine derives ``peak`` from a.x, which for dgrad is dx: a float32 dx (or a
         # float intermediate before a fused epilogue) would price these half-precision
         # dots at the CUDA-core rate
+        if kn.FLAT:
+            return F.estimate_seconds(a.geo, kn, "conv_dgrad", a.y.data_type.itemsize,
+                                      target.peak_flops_fp16, target.bandwidth,
+                                      target.num_sms)
         return D.estimate_seconds(a.geo, kn, a.y.data_type.itemsize, target.peak_flops_fp16,
                                   target.bandwidth, target.num_sms)
 
+    def workspace_size(self, a, kn) -> int:
+        return F.partials_bytes(a.geo, kn, "conv_dgrad") if kn.FLAT else 0
+
     def build(self, graph, a, kn, target, params: list, body: str) -> Executable:
+        if kn.FLAT:
+            return tma.FlatExecutable(graph, a, kn, "conv_dgrad", target, params, body)
         return _DgradExecutable(graph, a, kn, target, params, body)
 
 
