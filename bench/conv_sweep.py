@@ -3,7 +3,7 @@ bf16) against cuDNN in the same run: the best plan per layer and direction, its 
 and the runner-up. Writes conv_sweep.json to $OUT. Run on the GPU machine:
 
     PYTHONPATH=src python bench/conv_sweep.py [fprop|dgrad|wgrad ...] [--limit N]
-        [--engines 5,10] [--path tma|gather] [--layers l1_3x3_64,...]
+        [--engines 5,10] [--path tma|gather|flat] [--layers l1_3x3_64,...]
 
 Times are CUDA-graph replays (kernel time; eager calls at these sizes measure the host).
 """
@@ -49,7 +49,7 @@ def main():
     ap.add_argument("kinds", nargs="*", default=["fprop", "dgrad", "wgrad"])
     ap.add_argument("--limit", type=int, default=8, help="configs per engine")
     ap.add_argument("--engines", default="", help="comma list of engine ids")
-    ap.add_argument("--path", default="all", choices=["all", "tma", "gather"])
+    ap.add_argument("--path", default="all", choices=["all", "tma", "gather", "flat"])
     ap.add_argument("--layers", default="", help="comma list of layer names")
     args = ap.parse_args()
     target = target_for(str(torch.device("cuda", torch.cuda.current_device())))
@@ -84,7 +84,9 @@ def main():
                 if not sup.ok:
                     continue
                 cfgs = [c for c in e.configs(g.op_graph, target) if args.path == "all" or
-                        (args.path == "tma") == ("TMA_TH" in c.knob_dict)]
+                        (args.path == "flat" and c.knob_dict.get("FLAT")) or
+                        (args.path in ("tma", "gather") and
+                         (args.path == "tma") == ("TMA_TH" in c.knob_dict))]
                 for cfg in cfgs[:args.limit]:
                     try:
                         g2, pack2, out2, like2 = graph_for(kind, x, w, dy, s, p)

@@ -45,6 +45,9 @@ CASES = [  # (N, C, K, H, W, filt, stride, pad, dilation, knobs): dx [N, C, H, W
     # take every other tile (of 3 images x 2 row boxes, or of 4 phases)
     (3, 16, 24, 5, 7, 3, 1, 1, 1, dict(SMALL, PPS=2)),
     (2, 16, 8, 9, 7, 3, 2, 1, 1, dict(SMALL, PPS=2)),
+    # stride 1 reductions split 2 and 3 ways (float32 partials, the forward's sum kernel)
+    (2, 16, 24, 5, 7, 3, 1, 1, 1, dict(SMALL, SPLIT=2)),
+    (1, 24, 40, 6, 6, 3, 1, 2, 2, dict(SMALL, SPLIT=3)),
 ]
 
 
@@ -107,6 +110,7 @@ def test_tma_dgrad_relu_backward_and_scale_into_nchw(stride):
     (dict(knobs=dict(TMA_IMGS=4, TMA_TH=16, TMA_TW=16, BLOCK_N=128, BLOCK_K=128,
                      num_warps=8, num_stages=4)), "exceed shared memory"),
     (dict(knobs=dict(SMALL, BLOCK_M=64)), "BLOCK_M belong(s) to the gather path"),
+    (dict(stride=2, knobs=dict(SMALL, SPLIT=2)), "SPLIT on the box tiles takes stride 1"),
 ])
 def test_tma_dgrad_declines_with_a_reason(change, reason):
     dt = change.get("dt", torch.bfloat16)
@@ -153,7 +157,7 @@ def test_tma_configs_offered_on_hopper_by_engine_4_only():
     g.conv_dgrad(tdy, tw, padding=[1, 1]).set_dim([8, 64, 14, 14]).set_output(True)
     g.validate()
     cfgs = ImplicitGemmDgradEngine().configs(g.op_graph, H100)
-    assert sum(tma.is_tma(c.knob_dict) for c in cfgs) == len(tma_dgrad.DGRAD.knob_space)
+    assert sum(tma.is_tma(c.knob_dict) for c in cfgs) == len(D.KNOB_SPACE)   # no flat: 3x3
     assert SplitKDgradEngine.tma_path is None
     assert not any(tma.is_tma(c.knob_dict) for c in SplitKDgradEngine().configs(g.op_graph,
                                                                                H100))

@@ -173,15 +173,16 @@ DGRAD_TMA_SHAPES = [(8, 64, 28, 64, 3, 1, 1), (4, 64, 15, 128, 3, 2, 1),
 
 
 @pytest.mark.parametrize("shape", DGRAD_TMA_SHAPES)
-@pytest.mark.parametrize("cfg", range(15))
+@pytest.mark.parametrize("cfg", range(19))
 def test_dgrad_tma_path_every_config(shape, cfg):
-    """Each TMA knob set of conv_dgrad_implicit_gemm (stride phases, pointer filter)."""
+    """Each TMA knob set of conv_dgrad_implicit_gemm (stride phases, pointer filter; split
+    sets on a stride-1 layer)."""
     import dataclasses
     from opendnn.engines.conv import _tma_dgrad_kernels as D
-    n, c, h, k, f, s, p = shape
-    cl, dt = torch.channels_last, torch.bfloat16
-    assert len(D.KNOB_SPACE) == 15, "parametrize over every dgrad TMA config"
+    assert len(D.KNOB_SPACE) == 19, "parametrize over every dgrad TMA config"
     kn = D.KNOB_SPACE[cfg]
+    n, c, h, k, f, s, p = shape if kn.SPLIT == 1 else (4, 128, 7, 256, 3, 1, 1)
+    cl, dt = torch.channels_last, torch.bfloat16
     o = (h + 2 * p - f) // s + 1
     w = (torch.randn(k, c, f, f, device="cuda", dtype=dt) * 0.1).to(memory_format=cl)
     dy = torch.randn(n, k, o, o, device="cuda", dtype=dt).to(memory_format=cl)
@@ -192,7 +193,8 @@ def test_dgrad_tma_path_every_config(shape, cfg):
     g.validate()
     g.create_execution_plan(4, dataclasses.asdict(kn))
     out = _empty(dx)
-    g.execute({tdy: dy, tw: w, dx: out}, None)
+    ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+    g.execute({tdy: dy, tw: w, dx: out}, ws)
     torch.cuda.synchronize()
     ref = torch.nn.grad.conv2d_input((n, c, h, h), w.double(), dy.double(), stride=s,
                                      padding=p)
@@ -204,7 +206,7 @@ FLAT_SHAPES = [(8, 64, 14, 128, 3, 1), (4, 128, 7, 256, 1, 0), (3, 64, 9, 64, 3,
 
 
 @pytest.mark.parametrize("kind", ["fprop", "dgrad"])
-@pytest.mark.parametrize("cfg", range(8))
+@pytest.mark.parametrize("cfg", range(7))
 def test_flat_tma_tiles_every_config(kind, cfg):
     """Each flat-row knob set (FLAT=1) of engines 3 and 4 on a shape in turn: 3x3 same
     padding (masked rows at every image edge), 1x1, an odd 9x9 image, ResNet's l4."""

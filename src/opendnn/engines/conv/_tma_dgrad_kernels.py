@@ -54,7 +54,8 @@ class DgradTmaKnobs(TmaKnobs):
     PPS: int = 1     # persistent programs per SM: 2 lets one tile's fill and epilogue run
     #                  under another's dots (the reductions here are short: 2-18 steps)
     FLAT: int = 0    # 1: tiles of TMA_TW flat dx pixel rows (_tma_flat_kernels)
-    SPLIT: int = 1   # >1 (flat tiles only): the reduction in slices, partials summed in order
+    SPLIT: int = 1   # >1 (stride 1): the reduction in slices, float32 partials summed in
+    #                  slice order by a second kernel that runs the epilogue
 
 
 # chosen for the ResNet-50 dgrad layers (C 64..1024, K 64..2048, dx 56x56 .. 7x7), after
@@ -73,6 +74,10 @@ KNOB_SPACE = (
     DgradTmaKnobs(4, 4, 8, 128, 64, 8, 3, PPS=2), DgradTmaKnobs(4, 4, 8, 128, 64, 4, 3, PPS=2),
     DgradTmaKnobs(1, 8, 16, 128, 64, 8, 3, PPS=2), DgradTmaKnobs(2, 8, 8, 128, 64, 8, 3, PPS=2),
     DgradTmaKnobs(4, 4, 8, 64, 64, 4, 3, PPS=2),
+    # stride 1 with few tiles of a long reduction (7x7 images, K = 512): 128-pixel tiles
+    # split 2 or 3 ways (the forward's SPLIT_KNOBS: 8% on l4_3x3_512)
+    DgradTmaKnobs(4, 4, 8, 128, 64, 8, 4, SPLIT=2), DgradTmaKnobs(4, 4, 8, 128, 64, 8, 4, SPLIT=3),
+    DgradTmaKnobs(2, 8, 8, 128, 64, 8, 4, SPLIT=2), DgradTmaKnobs(2, 8, 8, 128, 64, 8, 4, SPLIT=3),
     # tiny C (the stem, C = 3): the filter through pointers, N = 16 or 32
     DgradTmaKnobs(1, 16, 16, 16, 64, 4, 4), DgradTmaKnobs(1, 8, 16, 16, 64, 4, 4),
     DgradTmaKnobs(1, 8, 16, 32, 64, 4, 4))
@@ -139,7 +144,28 @@ def tiles(geo, kn: TmaKnobs) -> int:
 
 
 def grid(geo, kn: DgradTmaKnobs, num_sms: int) -> tuple:
-    return (max(1, min(num_sms * kn.PPS, tiles(geo, kn))),)
+    return (max(1, min(num_sms * kn.PPS, tiles(geo, kn) * kn.SPLIT)),)
+
+
+def split_rule(geo, kn: DgradTmaKnobs) -> str | None:
+    """Why box config ``kn`` cannot split this problem's reduction (None when it can)."""
+    if kn.SPLIT == 1:
+        return None
+    if geo.stride != (1, 1):
+        return "SPLIT on the box tiles takes stride 1 (one phase per tile)"
+    if not filter_by_descriptor(geo, 2):
+        return "SPLIT on the box tiles needs the filter through its TMA descriptor"
+    return None
+
+
+def output_view(geo):
+    """dx's geometry as the forward's split sum (``_tma_kernels.sum_source``) reads it: the
+    tiles' pixels are dx's (in_dims) and their channels C."""
+    return dataclasses.replace(geo, out_dims=geo.in_dims, k_per_group=geo.c_per_group)
+
+
+def partials_bytes(geo, kn: DgradTmaKnobs) -> int:
+    return 0 if kn.SPLIT == 1 else 4 * kn.SPLIT * tiles(geo, kn) * kn.block_m * kn.BLOCK_N
 
 
 def estimate_seconds(geo, kn: DgradTmaKnobs, itemsize: int, peak: float, bandwidth: float,
@@ -148,8 +174,8 @@ def estimate_seconds(geo, kn: DgradTmaKnobs, itemsize: int, peak: float, bandwid
     wave's idle SMs, the pipeline's fill on short reductions (hidden in part when PPS
     programs share an SM), and the slabs' L2 traffic (each step reads (BM + BN) x BK
     elements from L2)."""
-    n_tiles, taps = tiles(geo, kn), phase_taps(geo)
-    steps = n_tiles // len(taps) * _cdiv(geo.k_per_group, kn.BLOCK_K) * sum(taps)  # all tiles
+    n_tiles, taps = tiles(geo, kn) * kn.SPLIT, phase_taps(geo)      # jobs
+    steps = n_tiles // len(taps) // kn.SPLIT * _cdiv(geo.k_per_group, kn.BLOCK_K) * sum(taps)
     flops = 2.0 * steps * kn.block_m * kn.BLOCK_N * kn.BLOCK_K
     waves = _cdiv(n_tiles, num_sms)
     fill = n_tiles / (waves * num_sms)
@@ -161,8 +187,10 @@ def estimate_seconds(geo, kn: DgradTmaKnobs, itemsize: int, peak: float, bandwid
     bytes_ = itemsize * (geo.n * oh * ow * geo.k_per_group +
                          geo.k_per_group * geo.filt[0] * geo.filt[1] * geo.c_per_group +
                          geo.n * h * wd * geo.c_per_group)
-    return max(flops / (peak * 0.9 * fill * pipe), bytes_ / bandwidth,
-               slabs / (L2_RATE * bandwidth * fill)) + 3e-6
+    t = max(flops / (peak * 0.9 * fill * pipe), bytes_ / bandwidth,
+            slabs / (L2_RATE * bandwidth * fill)) + 3e-6
+    ws = partials_bytes(geo, kn)      # the partials' round trip and the second launch
+    return t + (ws * (1.0 if ws < 24e6 else 2.0) / bandwidth + 3e-6 if ws else 0.0)
 
 
 def _axis_lines(ind: str, name: str, phase: str, st: int, pre: int, f: int) -> tuple:
@@ -189,17 +217,25 @@ def source(name: str, geo, kn: TmaKnobs, *, w_desc: bool, epilogue_params: list,
     bm, kb = kn.block_m, _cdiv(k, bk)
     t_n, t_h, t_w, n_ph, t_c = _tile_counts(geo, kn)
     ind, ind2, ind3 = "    ", "        ", "            "
-    sig = ["DY", "W"] + list(epilogue_params) + ["NUM_PROGS: tl.constexpr"]
+    split = kn.SPLIT
+    sig = ["DY", "W"] + (["WS"] if split > 1 else list(epilogue_params)) + \
+        ["NUM_PROGS: tl.constexpr"]
     L = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(sig)}):",
          f"{ind}dy_desc = tl.make_tensor_descriptor(DY, shape=[{n}, {oh}, {ow}, {k}], "
          f"strides=[{oh * ow * k}, {ow * k}, {k}, 1], block_shape=[{imgs}, {th}, {tw}, {bk}])"]
     if w_desc:
         L.append(f"{ind}w_desc = tl.make_tensor_descriptor(W, shape=[{k}, {r_ * s_}, {c}], "
                  f"strides=[{r_ * s_ * c}, {c}, 1], block_shape=[{bk}, 1, {bn}])")
+    n_tiles = t_n * t_h * t_w * n_ph * t_c
     L += [f"{ind}g = 0",
-          f"{ind}for tile in tl.range(tl.program_id(0), {t_n * t_h * t_w * n_ph * t_c}, "
-          "NUM_PROGS):",
-          f"{ind2}ct = tile % {t_c}", f"{ind2}_pt = tile // {t_c}"]
+          f"{ind}for job in tl.range(tl.program_id(0), {n_tiles * split}, NUM_PROGS):"]
+    if split > 1:      # stride 1: slice sl of the tile's r_ * s_ * kb steps
+        per = _cdiv(r_ * s_ * kb, split)
+        L += [f"{ind2}sl = job % {split}", f"{ind2}tile = job // {split}",
+              f"{ind2}it0 = sl * {per}", f"{ind2}it1 = tl.minimum(it0 + {per}, {r_ * s_ * kb})"]
+    else:
+        L += [f"{ind2}tile = job"]
+    L += [f"{ind2}ct = tile % {t_c}", f"{ind2}_pt = tile // {t_c}"]
     if n_ph > 1:
         L += [f"{ind2}phase = _pt % {n_ph}", f"{ind2}_pt = _pt // {n_ph}",
               f"{ind2}pa = phase // {sw}", f"{ind2}pb = phase % {sw}"]
@@ -229,7 +265,8 @@ def source(name: str, geo, kn: TmaKnobs, *, w_desc: bool, epilogue_params: list,
     if not w_desc:  # too small for cp.async, so prefetch one step ahead into registers
         L += [f"{ind2}kr = tl.arange(0, {bk})"] + step("0", "_0", ind2)
         L.append(f"{ind2}b_next = {w_load('_0', 'steps > 0')}")
-    L.append(f"{ind2}for it in range(0, steps):")
+    L.append(f"{ind2}for it in range(it0, it1):" if split > 1 else
+             f"{ind2}for it in range(0, steps):")
     L += step("it", "", ind3)
     L.append(f"{ind3}a = dy_desc.load([nt * {imgs}, ht * {th} + {r_off} - tu * {dh}, "
              f"wt * {tw} + {s_off} - tv * {dw}, k0]).reshape({bm}, {bk})")
@@ -243,6 +280,11 @@ def source(name: str, geo, kn: TmaKnobs, *, w_desc: bool, epilogue_params: list,
                  "input_precision='ieee')")
     else:
         L.append(f"{ind3}acc = tl.dot(a, b, acc)")
+    if split > 1:      # the float32 partial tile; _tma_kernels.sum_source finishes
+        L += [f"{ind2}_i = tl.arange(0, {bm})", f"{ind2}_j = tl.arange(0, {bn})",
+              f"{ind2}tl.store(WS + ((sl * {n_tiles} + tile) * {bm} + _i)[:, None] * {bn} + "
+              f"_j[None, :], acc)"]
+        return "\n".join(L) + "\n"
     # the epilogue's dx pixel and channel indices, rebuilt from the box and the phase
     o0 = f"ht * {th} + (_i // {tw}) % {th}"
     o1 = f"wt * {tw} + _i % {tw}"

@@ -18,7 +18,8 @@ and the pixel a tap reads sits at a constant distance from m:
 consecutive rows starting at m0 + dr * W + ds of the 2-D descriptor [M, channels] -- one
 copy, with rows that crossed an image edge (or wrapped into the neighbouring row or
 image) zeroed by a mask on the pixel coordinates (none for 1x1 unpadded filters, where A
-stays in shared memory). Unlike the spatial boxes of ``_tma_kernels`` (8 x 8 boxes hold
+stays in shared memory; the masked A goes through registers, which costs 1.6-1.8x on
+the H100, so the heuristics offer masked flat tiles on no problem). Unlike the spatial boxes of ``_tma_kernels`` (8 x 8 boxes hold
 a 7 x 7 image's 49 pixels in 64 rows, 16 x 16 boxes a 28 x 28 image in 1024 slots for
 784), every row of a flat tile but the last tile's tail is a real pixel.
 
@@ -89,8 +90,8 @@ def partials_bytes(geo, kn, kind: str) -> int:
 def estimate_seconds(geo, kn, kind: str, itemsize: int, peak: float, bandwidth: float,
                      num_sms: int) -> float:
     """The box path's roofline (``_tma_kernels.estimate_seconds``) over flat tiles: no
-    spatial padding, the last tile's tail only; the masked taps take A through registers
-    (priced as a tenth more than A straight from shared memory)."""
+    spatial padding, the last tile's tail only; masked taps take A through registers
+    (priced at the measured 1.7x of A straight from shared memory)."""
     rc, oc = _roles(geo, kind)
     rs = geo.filt[0] * geo.filt[1]
     split = split_of(kn)
@@ -99,13 +100,20 @@ def estimate_seconds(geo, kn, kind: str, itemsize: int, peak: float, bandwidth: 
     flops = 2.0 * jobs * kn.block_m * kn.BLOCK_N * steps * kn.BLOCK_K
     fill = jobs / (_cdiv(jobs, num_sms) * num_sms)
     pipe = steps / (steps + kn.num_stages)
-    masked = 1.1 if rs > 1 or any(geo.pre) else 1.0
+    slow = 1.7 if masked(geo) else 1.0
     bytes_ = itemsize * (pixels(geo) * (rc + oc) + rs * rc * oc)
-    t = max(flops * masked / (peak * 0.9 * fill * pipe), bytes_ / bandwidth) + 3e-6
+    t = max(flops * slow / (peak * 0.9 * fill * pipe), bytes_ / bandwidth) + 3e-6
     if split > 1:
         ws = partials_bytes(geo, kn, kind)
         t += ws * (1.0 if ws < 24e6 else 2.0) / bandwidth + 3e-6
     return t
+
+
+def masked(geo) -> bool:
+    """Whether some tap's rows need the mask (every filter but 1x1 unpadded). Masked tiles
+    take A through registers: measured 1.6-1.8x slower than the box path on ResNet's 3x3
+    layers (bench/notes/conv.md), so the heuristics offer flat tiles only unmasked."""
+    return tuple(geo.filt) != (1, 1) or any(geo.pre)
 
 
 def _shifts(geo, kind: str) -> tuple:
@@ -115,7 +123,7 @@ def _shifts(geo, kind: str) -> tuple:
         dr, ds = f"r * {dh} - {ph}", f"s * {dw} - {pw}"
     else:
         dr, ds = f"{ph} - r * {dh}", f"{pw} - s * {dw}"
-    return dr, ds, geo.filt != (1, 1) or any(geo.pre)
+    return dr, ds, masked(geo)
 
 
 def _coords(t_n: int, ind: str) -> list:

@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import dataclasses
 
+import torch
+
 from ..base import Executable
 from ..fusion import epilogue as fuse_epilogue
 from . import _tma_dgrad_kernels as D
 from . import _tma_flat_kernels as F
+from . import _tma_kernels as T
 from . import tma
 
 
@@ -47,8 +50,10 @@ class DgradTmaPath(tma.TmaPath):
         return D.fits(kn, a.geo, a.y.data_type.itemsize)
 
     def knobs(self, a, target) -> list:
-        ok = {True: self._flat(a) is None, False: D.unsupported(a.geo, a.x, a.w, a.y) is None}
-        return [k for k in self.knob_space if ok[bool(k.FLAT)] and self.fits(a, k)]
+        flat = self._flat(a) is None and not F.masked(a.geo)   # masked rows: slower (notes)
+        boxes = D.unsupported(a.geo, a.x, a.w, a.y) is None
+        return [k for k in self.knob_space if self.fits(a, k) and (
+            flat if k.FLAT else boxes and D.split_rule(a.geo, k) is None)]
 
     def check(self, a, kn) -> str | None:
         if kn.FLAT:
@@ -56,8 +61,7 @@ class DgradTmaPath(tma.TmaPath):
                    if (kn.TMA_IMGS, kn.TMA_TH) != (1, 1) else
                    "PPS applies to the box tiles" if kn.PPS != 1 else self._flat(a))
         else:
-            why = ("SPLIT applies to flat tiles (FLAT=1)" if kn.SPLIT != 1 else
-                   D.unsupported(a.geo, a.x, a.w, a.y))
+            why = D.unsupported(a.geo, a.x, a.w, a.y) or D.split_rule(a.geo, kn)
         if why is None and not self.fits(a, kn):
             why = f"TMA tiles {kn}: the pipeline stages exceed shared memory"
         return why
@@ -74,7 +78,8 @@ class DgradTmaPath(tma.TmaPath):
                                   target.bandwidth, target.num_sms)
 
     def workspace_size(self, a, kn) -> int:
-        return F.partials_bytes(a.geo, kn, "conv_dgrad") if kn.FLAT else 0
+        return (F.partials_bytes(a.geo, kn, "conv_dgrad") if kn.FLAT else
+                D.partials_bytes(a.geo, kn))
 
     def build(self, graph, a, kn, target, params: list, body: str) -> Executable:
         if kn.FLAT:
@@ -86,15 +91,26 @@ DGRAD = DgradTmaPath()
 
 
 class _DgradExecutable(tma.TmaExecutable):
-    """One persistent launch ``(DY, W, <epilogue buffers>)``; dx is an epilogue output."""
+    """One persistent launch ``(DY, W, <epilogue buffers>)``; dx is an epilogue output. With
+    SPLIT > 1 the launch writes float32 partial tiles to the workspace and the forward's
+    sum kernel (over dx's geometry) adds them in slice order and runs the epilogue."""
 
     def __init__(self, graph, a, kn, target, params: list, body: str):
         w_desc = D.filter_by_descriptor(a.geo, a.y.data_type.itemsize)
         super().__init__("conv_dgrad", (a.y.uid, a.w.uid) if w_desc else (a.y.uid,), target)
+        self.workspace_size = D.partials_bytes(a.geo, kn)
         name = f"conv_dgrad_tma_{graph.key()[:12]}"
         grid = D.grid(a.geo, kn, target.num_sms if target.is_cuda else 1)
         const = {"NUM_PROGS": grid[0], "num_warps": kn.num_warps, "num_stages": kn.num_stages}
-        args = [("buf", a.y.uid), ("buf", a.w.uid)] + fuse_epilogue.launch_args(a.ep)
+        ep_args = fuse_epilogue.launch_args(a.ep)
+        args = [("buf", a.y.uid), ("buf", a.w.uid)] + (
+            [("ws", torch.float32)] if kn.SPLIT > 1 else ep_args)
         self.add_generated(name, lambda interp: D.source(
             name, a.geo, kn, w_desc=w_desc, epilogue_params=params, epilogue_body=body,
             interpret=interp), grid, const, args, graph)
+        if kn.SPLIT > 1:
+            view, sname = D.output_view(a.geo), f"conv_dgrad_tma_sum_{graph.key()[:12]}"
+            self.add_generated(sname, lambda interp: T.sum_source(
+                sname, view, kn, epilogue_params=params, epilogue_body=body),
+                T.sum_grid(view, kn), {"num_warps": 4}, [("ws", torch.float32)] + ep_args,
+                graph)
