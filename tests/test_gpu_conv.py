@@ -201,15 +201,15 @@ def test_dgrad_tma_path_every_config(shape, cfg):
     assert _relerr(out, ref) < TOL[dt]
 
 
-FLAT_SHAPES = [(8, 64, 14, 128, 3, 1), (4, 128, 7, 256, 1, 0), (3, 64, 9, 64, 3, 1),
-               (32, 512, 7, 512, 3, 1)]
+FLAT_SHAPES = [(8, 64, 14, 128, 1, 0), (4, 128, 7, 256, 1, 0), (3, 64, 9, 64, 1, 0),
+               (32, 512, 7, 2048, 1, 0), (32, 1024, 14, 256, 1, 0)]
 
 
 @pytest.mark.parametrize("kind", ["fprop", "dgrad"])
 @pytest.mark.parametrize("cfg", range(7))
 def test_flat_tma_tiles_every_config(kind, cfg):
-    """Each flat-row knob set (FLAT=1) of engines 3 and 4 on a shape in turn: 3x3 same
-    padding (masked rows at every image edge), 1x1, an odd 9x9 image, ResNet's l4."""
+    """Each flat-row knob set (FLAT=1, 1x1 filters) of engines 3 and 4 on a shape in turn:
+    small and odd images, ResNet's l4 and l3 1x1 layers."""
     import dataclasses
     from opendnn.engines.conv import tma
     n, c, h, k, f, p = FLAT_SHAPES[cfg % len(FLAT_SHAPES)]

@@ -1,30 +1,24 @@
-"""Implicit GEMM over flat pixel rows, forward and backward data: the streamed operand (x,
-or dy) through a 2-D TMA descriptor, rows at a constant shift per filter tap.
+"""Implicit GEMM over flat pixel rows, forward and backward data of 1x1 unpadded stride-1
+convolutions: the streamed operand (x, or dy) through a 2-D TMA descriptor.
 
-For a stride-1 convolution whose output has the input's spatial size ("same" padding:
-3x3 pad 1, 1x1 pad 0, ...) both images share one row-major pixel index
+Such a convolution is a plain GEMM over the row-major pixel index m = (n * H + h) * W + w,
+M = N * H * W:
 
-    m = (n * H + h) * W + w,       M = N * H * W
+    fprop  y[m, k]  = sum_c x[m, c] * w[k, c]
+    dgrad  dx[m, c] = sum_k dy[m, k] * w[k, c]
 
-and the pixel a tap reads sits at a constant distance from m:
+so the A slab of a tile is the box of BM consecutive rows of the 2-D descriptor
+[M, channels]: unlike the spatial boxes of ``_tma_kernels`` (8 x 8 boxes hold a 7 x 7
+image's 49 pixels in 64 rows), every row but the last tile's tail is a real pixel.
 
-    fprop  y[m, k]  = sum_{r, s, c}  x[m + dr * W + ds, c] * w[k, r', s', c],
-                      dr = r * dil_h - pad_h,  ds = s * dil_w - pad_w
-    dgrad  dx[m, c] = sum_{r, s, k} dy[m + dr * W + ds, k] * w[k, r', s', c],
-                      dr = pad_h - r * dil_h,  ds = pad_w - s * dil_w
+Larger "same"-padded filters fit the same scheme -- tap (r, s) reads row m + dr * W + ds
+-- but rows whose shifted pixel leaves the image must then be zeroed, and the mask sends
+A through registers: tried on the H100 (2026-11-22), 1.6-1.8x slower than the boxes on
+ResNet's 3x3 layers, and wrong in some split configs where the interpreter agreed with
+the reference. The path therefore takes 1x1 unpadded filters only.
 
-(r', s') = (R-1-r, S-1-s) in CONVOLUTION mode, else (r, s); a term counts only when
-(h + dr, w + ds) lies inside the image. So the A slab of tap (r, s) is the box of BM
-consecutive rows starting at m0 + dr * W + ds of the 2-D descriptor [M, channels] -- one
-copy, with rows that crossed an image edge (or wrapped into the neighbouring row or
-image) zeroed by a mask on the pixel coordinates (none for 1x1 unpadded filters, where A
-stays in shared memory; the masked A goes through registers, which costs 1.6-1.8x on
-the H100, so the heuristics offer masked flat tiles on no problem). Unlike the spatial boxes of ``_tma_kernels`` (8 x 8 boxes hold
-a 7 x 7 image's 49 pixels in 64 rows, 16 x 16 boxes a 28 x 28 image in 1024 slots for
-784), every row of a flat tile but the last tile's tail is a real pixel.
-
-B is the KRSC filter as the 3-D descriptor [K, R*S, C]: box [BN, 1, BK] at (n0, tap, c0)
-transposed for the forward, [BK, 1, BN] at (k0, tap, c0) as is for dgrad. The grid is
+B is the 1x1 filter as the 2-D descriptor [K, C]: box [BN, BK] at (n0, c0) transposed
+for the forward, [BK, BN] at (k0, c0) as is for dgrad. The grid is
 persistent, output channel blocks innermost; with SPLIT > 1 each tile's reduction runs in
 slices whose float32 partials a second kernel sums in slice order (deterministic) before
 the epilogue, as on the box path.
@@ -52,11 +46,9 @@ def unsupported(geo, kind: str, streamed, w) -> str | None:
     why = common_unsupported(geo, streamed)
     if why:
         return why
-    if geo.stride != (1, 1):
-        return "the flat path takes stride 1 (a strided pixel is not a constant row shift)"
-    if tuple(geo.in_dims) != tuple(geo.out_dims):
-        return ("the flat path needs the output's spatial size to equal the input's "
-                "(same padding): only then is every tap a constant row shift")
+    if tuple(geo.filt) != (1, 1) or any(geo.pre) or geo.stride != (1, 1):
+        return ("the flat path takes 1x1 unpadded stride-1 filters (larger ones need masked "
+                "rows, measured slower than the box tiles)")
     n, ch, h, wd = streamed.dims
     if streamed.strides != (h * wd * ch, 1, wd * ch, ch):
         return f"the flat path needs a packed NHWC {streamed.name or 'image'}"
@@ -90,40 +82,20 @@ def partials_bytes(geo, kn, kind: str) -> int:
 def estimate_seconds(geo, kn, kind: str, itemsize: int, peak: float, bandwidth: float,
                      num_sms: int) -> float:
     """The box path's roofline (``_tma_kernels.estimate_seconds``) over flat tiles: no
-    spatial padding, the last tile's tail only; masked taps take A through registers
-    (priced at the measured 1.7x of A straight from shared memory)."""
+    spatial padding, the last tile's tail only."""
     rc, oc = _roles(geo, kind)
-    rs = geo.filt[0] * geo.filt[1]
     split = split_of(kn)
     jobs = tiles(geo, kn, kind) * split
-    steps = _cdiv(rs * _cdiv(rc, kn.BLOCK_K), split)
+    steps = _cdiv(_cdiv(rc, kn.BLOCK_K), split)
     flops = 2.0 * jobs * kn.block_m * kn.BLOCK_N * steps * kn.BLOCK_K
     fill = jobs / (_cdiv(jobs, num_sms) * num_sms)
     pipe = steps / (steps + kn.num_stages)
-    slow = 1.7 if masked(geo) else 1.0
-    bytes_ = itemsize * (pixels(geo) * (rc + oc) + rs * rc * oc)
-    t = max(flops * slow / (peak * 0.9 * fill * pipe), bytes_ / bandwidth) + 3e-6
+    bytes_ = itemsize * (pixels(geo) * (rc + oc) + rc * oc)
+    t = max(flops / (peak * 0.9 * fill * pipe), bytes_ / bandwidth) + 3e-6
     if split > 1:
         ws = partials_bytes(geo, kn, kind)
         t += ws * (1.0 if ws < 24e6 else 2.0) / bandwidth + 3e-6
     return t
-
-
-def masked(geo) -> bool:
-    """Whether some tap's rows need the mask (every filter but 1x1 unpadded). Masked tiles
-    take A through registers: measured 1.6-1.8x slower than the box path on ResNet's 3x3
-    layers (bench/notes/conv.md), so the heuristics offer flat tiles only unmasked."""
-    return tuple(geo.filt) != (1, 1) or any(geo.pre)
-
-
-def _shifts(geo, kind: str) -> tuple:
-    """The row and column shift expressions of tap (r, s) and whether any tap masks."""
-    (ph, pw), (dh, dw) = geo.pre, geo.dilation
-    if kind == "conv_fprop":
-        dr, ds = f"r * {dh} - {ph}", f"s * {dw} - {pw}"
-    else:
-        dr, ds = f"{ph} - r * {dh}", f"{pw} - s * {dw}"
-    return dr, ds, masked(geo)
 
 
 def _coords(t_n: int, ind: str) -> list:
@@ -147,25 +119,22 @@ def source(name: str, geo, kn, kind: str, *, epilogue_params: list, epilogue_bod
     """Kernel ``name(A, W, <epilogue params> | WS, NUM_PROGS: constexpr)``: A is x (fprop)
     or dy (dgrad), packed NHWC; W the KRSC filter. SPLIT > 1 writes partials to WS."""
     rc, oc = _roles(geo, kind)
-    r_, s_ = geo.filt
-    h, wd = geo.in_dims
     bm, bn, bk = kn.block_m, kn.BLOCK_N, kn.BLOCK_K
-    cb, m_all = _cdiv(rc, bk), pixels(geo)
+    its, m_all = _cdiv(rc, bk), pixels(geo)
     t_n = _cdiv(oc, bn)
     n_tiles, split = tiles(geo, kn, kind), split_of(kn)
-    its = r_ * s_ * cb
     per = _cdiv(its, split)
     ind, ind2, ind3 = "    ", "        ", "            "
     fprop = kind == "conv_fprop"
     sig = ["A", "W"] + (["WS"] if split > 1 else list(epilogue_params)) + \
         ["NUM_PROGS: tl.constexpr"]
     k_all, c_all = (oc, rc) if fprop else (rc, oc)
-    wblock = f"[{bn}, 1, {bk}]" if fprop else f"[{bk}, 1, {bn}]"
+    wblock = f"[{bn}, {bk}]" if fprop else f"[{bk}, {bn}]"
     L = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(sig)}):",
          f"{ind}a_desc = tl.make_tensor_descriptor(A, shape=[{m_all}, {rc}], "
          f"strides=[{rc}, 1], block_shape=[{bm}, {bk}])",
-         f"{ind}w_desc = tl.make_tensor_descriptor(W, shape=[{k_all}, {r_ * s_}, {c_all}], "
-         f"strides=[{r_ * s_ * c_all}, {c_all}, 1], block_shape={wblock})",
+         f"{ind}w_desc = tl.make_tensor_descriptor(W, shape=[{k_all}, {c_all}], "
+         f"strides=[{c_all}, 1], block_shape={wblock})",
          f"{ind}g = 0",
          f"{ind}for job in tl.range(tl.program_id(0), {n_tiles * split}, NUM_PROGS):"]
     if split > 1:
@@ -173,27 +142,13 @@ def source(name: str, geo, kn, kind: str, *, epilogue_params: list, epilogue_bod
               f"{ind2}it0 = sl * {per}", f"{ind2}it1 = tl.minimum(it0 + {per}, {its})"]
     else:
         L += [f"{ind2}tile = job", f"{ind2}it0 = 0", f"{ind2}it1 = {its}"]
-    dr, ds, masked = _shifts(geo, kind)
     L += _coords(t_n, ind2)
-    L.append(f"{ind2}_p = mt * {bm} + tl.arange(0, {bm})")
-    if masked:
-        L += [f"{ind2}ph_ = (_p // {wd}) % {h}", f"{ind2}pw_ = _p % {wd}"]
     L += [f"{ind2}acc = tl.full([{bm}, {bn}], 0.0, tl.float32)",
           f"{ind2}for it in range(it0, it1):",
-          f"{ind3}t = it // {cb}", f"{ind3}c0 = (it % {cb}) * {bk}",
-          f"{ind3}r = t // {s_}", f"{ind3}s = t % {s_}",
-          f"{ind3}dr = {dr}", f"{ind3}ds = {ds}",
-          f"{ind3}a = a_desc.load([mt * {bm} + dr * {wd} + ds, c0])"]
-    if masked:   # rows whose shifted pixel left the image (or wrapped into the next row)
-        L += [f"{ind3}hh = ph_ + dr", f"{ind3}ww = pw_ + ds",
-              f"{ind3}ok = (hh >= 0) & (hh < {h}) & (ww >= 0) & (ww < {wd})",
-              f"{ind3}a = tl.where(ok[:, None], a, tl.full([{bm}, {bk}], 0.0, a.dtype))"]
-    tap = f"{r_ * s_ - 1} - t" if geo.flip else "t"
-    if fprop:
-        L += [f"{ind3}b = w_desc.load([nt * {bn}, {tap}, c0]).reshape({bn}, {bk})",
-              f"{ind3}b = tl.trans(b)"]
-    else:
-        L.append(f"{ind3}b = w_desc.load([c0, {tap}, nt * {bn}]).reshape({bk}, {bn})")
+          f"{ind3}c0 = it * {bk}",
+          f"{ind3}a = a_desc.load([mt * {bm}, c0])"]
+    L.append(f"{ind3}b = tl.trans(w_desc.load([nt * {bn}, c0]))" if fprop else
+             f"{ind3}b = w_desc.load([c0, nt * {bn}])")
     if interpret:   # the 3.6 interpreter's dot is wrong on bfloat16: widen there only
         L.append(f"{ind3}acc += tl.dot(a.to(tl.float32), b.to(tl.float32), "
                  "input_precision='ieee')")

@@ -109,9 +109,7 @@ PACKED_KNOBS = (FpropTmaKnobs(1, 8, 16, 64, 16, 4, 4, PACK=1),
 
 def flat_knobs(cls) -> tuple:
     """Flat-row tiles (TMA_IMGS = TMA_TH = 1, TMA_TW rows): 128 x 128 and narrower, whole
-    or split for the few tiles of 7x7 and 14x14 layers. (128 x 256 tiles gave wrong
-    results on the H100 with masked rows -- a 3x3 layer -- where the interpreter agrees
-    with the reference: left out.)"""
+    or split for the few tiles of 7x7 and 14x14 layers."""
     return tuple(cls(1, 1, bm, bn, 64, nw, st, SPLIT=sp, FLAT=1)
                  for bm, bn, nw, st, sp in ((128, 128, 8, 4, 1), (128, 64, 4, 4, 1),
                                             (64, 128, 4, 4, 1), (128, 128, 8, 4, 2),
@@ -175,7 +173,7 @@ class FpropTmaPath(TmaPath):
     def knobs(self, a, target) -> list:
         """Direct boxes where x allows them, else the packed configs."""
         direct = T.unsupported(a.geo, a.x, a.w, a.y) is None
-        flat = self._flat(a) is None and not F.masked(a.geo)   # masked rows: slower (notes)
+        flat = self._flat(a) is None
         return [k for k in self.knob_space if self.fits(a, k) and
                 (flat if k.FLAT else bool(k.PACK) != direct)]
 

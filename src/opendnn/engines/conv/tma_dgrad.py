@@ -50,7 +50,7 @@ class DgradTmaPath(tma.TmaPath):
         return D.fits(kn, a.geo, a.y.data_type.itemsize)
 
     def knobs(self, a, target) -> list:
-        flat = self._flat(a) is None and not F.masked(a.geo)   # masked rows: slower (notes)
+        flat = self._flat(a) is None
         boxes = D.unsupported(a.geo, a.x, a.w, a.y) is None
         return [k for k in self.knob_space if self.fits(a, k) and (
             flat if k.FLAT else boxes and D.split_rule(a.geo, k) is None)]
