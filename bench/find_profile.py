@@ -1,5 +1,6 @@
 """Where a cold benchmark-mode find spends its time (H100): one ResNet layer per process
-run, cProfile of the first execute, top entries by cumulative and by own time.
+run, cProfile of the first execute, top entries by cumulative and by own time; then the
+same for the cached path (fresh graphs of the same problem, the winner from the cache).
 Run: PYTHONPATH=src python bench/find_profile.py [layer] [kind]"""
 import cProfile
 import os
@@ -100,6 +101,24 @@ def main(layer="l1_3x3_64", kind="fprop"):
     st = pstats.Stats(prof)
     st.sort_stats("cumulative").print_stats(30)
     st.sort_stats("tottime").print_stats(15)
+    # the cached path: a fresh graph of the same problem reads the winner from the cache
+    for rep in range(3):
+        g2, pack2, out2, buf2 = C._graph(kind, x, w, b, dy, s, p)
+        torch.cuda.synchronize()
+        prof = cProfile.Profile()
+        t0 = time.perf_counter()
+        prof.enable()
+        g2.build([cudnn.heur_mode.A])
+        t1 = time.perf_counter()
+        g2.execute({**pack2, out2: buf2}, ws)
+        prof.disable()
+        t2 = time.perf_counter()
+        torch.cuda.synchronize()
+        print(f"cached find {rep}: build {(t1 - t0) * 1e3:.2f} ms, execute {(t2 - t1) * 1e3:.2f} ms"
+              " (profiled)")
+    st = pstats.Stats(prof)
+    st.sort_stats("cumulative").print_stats(40)
+    st.sort_stats("tottime").print_stats(20)
 
 
 if __name__ == "__main__":
