@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -799,3 +801,25 @@ def test_benchmark_mode_builds_a_cached_winner_first(rng, cache_dir, monkeypatch
     out = torch.full((6, 10), float("nan"))
     g2.execute({**feeds2, y2: out}, None)
     assert_close(out, want2, torch.float32)
+
+
+@pytest.mark.parametrize("out_type,ok", [("BFLOAT16", True), ("FLOAT", False)])
+def test_matmul_flattened_config_counts_the_staged_output_tile(out_type, ok):
+    """A flattened persistent 128x256x64 matmul with 3 stages keeps its output tile in
+    shared memory beside the operand stages: 147456 + 65536 bytes fit a Hopper block with a
+    bfloat16 output, 147456 + 131072 do not with a float32 one (Triton refused it at
+    compile on the H100 with 278552 bytes): declined with the reason, not a failed build."""
+    from opendnn.engines.base import EngineConfig, Target
+    from opendnn.engines.matmul import _kernels as MK
+    from opendnn.engines.matmul.engine import MatmulEngine
+    h100 = Target("cuda", "H100", (9, 0), 132, 9.89e14, 6.7e13, 3.35e12)
+    a = torch.empty(1, 512, 512, dtype=torch.bfloat16)
+    g = cudnn.pygraph()
+    c = g.matmul(g.tensor_like(a), g.tensor_like(a))
+    c.set_output(True).set_data_type(cudnn.data_type[out_type])
+    g.validate()
+    kn = MK.MatmulKnobs(128, 256, 64, 8, 3, 8, persistent=True, tma=True, flatten=True)
+    e = MatmulEngine()
+    s = e.check_config(g.op_graph, EngineConfig.make(e, **dataclasses.asdict(kn)), h100)
+    assert s.ok == ok, s.reason
+    assert ok or "output tile" in s.reason
