@@ -174,14 +174,15 @@ def estimate_seconds(geo, kn: DgradTmaKnobs, itemsize: int, peak: float, bandwid
     wave's idle SMs, the pipeline's fill on short reductions (hidden in part when PPS
     programs share an SM), and the slabs' L2 traffic (each step reads (BM + BN) x BK
     elements from L2)."""
-    n_tiles, taps = tiles(geo, kn) * kn.SPLIT, phase_taps(geo)      # jobs
-    steps = n_tiles // len(taps) // kn.SPLIT * _cdiv(geo.k_per_group, kn.BLOCK_K) * sum(taps)
+    n_tiles, taps = tiles(geo, kn), phase_taps(geo)
+    jobs = n_tiles * kn.SPLIT
+    steps = n_tiles // len(taps) * _cdiv(geo.k_per_group, kn.BLOCK_K) * sum(taps)  # all tiles
     flops = 2.0 * steps * kn.block_m * kn.BLOCK_N * kn.BLOCK_K
-    waves = _cdiv(n_tiles, num_sms)
-    fill = n_tiles / (waves * num_sms)
-    per_tile = steps / n_tiles
-    sharing = max(1.0, min(kn.PPS, n_tiles / num_sms))
-    pipe = per_tile / (per_tile + kn.num_stages / sharing) if per_tile else 1.0
+    waves = _cdiv(jobs, num_sms)
+    fill = jobs / (waves * num_sms)
+    per_job = steps / jobs
+    sharing = max(1.0, min(kn.PPS, jobs / num_sms))
+    pipe = per_job / (per_job + kn.num_stages / sharing) if per_job else 1.0
     slabs = steps * (kn.block_m + kn.BLOCK_N) * kn.BLOCK_K * itemsize
     (h, wd), (oh, ow) = geo.in_dims, geo.out_dims
     bytes_ = itemsize * (geo.n * oh * ow * geo.k_per_group +

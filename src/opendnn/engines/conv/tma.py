@@ -239,6 +239,21 @@ class TmaExecutable(Executable, LaunchList):
         self.source = getattr(self, "source", "") + src_c
         self.add_launch(kern, grid, const, args, graph, self.cuda)
 
+    def add_persistent(self, graph, name: str, make_source, grid, kn, operands: tuple,
+                       ep_args: list, sum_source=None, sum_grid=None):
+        """The persistent launch ``name`` of ``make_source(interpret)`` over buffers
+        ``operands`` (uids). With ``sum_source`` (name -> source; a split reduction) the
+        launch writes float32 partial tiles to the workspace, and a second one, on grid
+        ``sum_grid``, sums them in slice order and runs the epilogue."""
+        const = {"NUM_PROGS": grid[0], "num_warps": kn.num_warps, "num_stages": kn.num_stages}
+        partials = [("ws", torch.float32)]
+        args = [("buf", u) for u in operands] + (partials if sum_source else ep_args)
+        self.add_generated(name, make_source, grid, const, args, graph)
+        if sum_source:
+            sname = f"{name}_sum"
+            self.add_generated(sname, lambda interp: sum_source(sname), sum_grid,
+                               {"num_warps": 4}, partials + ep_args, graph)
+
     def run(self, buffers, workspace, stream=None):
         bufs = [buffers[u] for u in self.aligned]
         if self.reads_workspace and workspace is not None:
@@ -264,23 +279,15 @@ class _FpropExecutable(TmaExecutable):
 
     def __init__(self, graph, a, kn: T.TmaKnobs, target, params: list, body: str):
         super().__init__("conv_fprop", (a.x.uid, a.w.uid), target)
-        split = T.split_of(kn)
         self.workspace_size = T.partials_bytes(a.geo, kn)
         name = f"conv_tma_{graph.key()[:12]}"
-        grid = T.grid(a.geo, kn, target.num_sms if target.is_cuda else 1)
-        const = {"NUM_PROGS": grid[0], "num_warps": kn.num_warps, "num_stages": kn.num_stages}
-        ep_args = fuse_epilogue.launch_args(a.ep)
-        args = [("buf", a.x.uid), ("buf", a.w.uid)] + (
-            [("ws", torch.float32)] if split > 1 else ep_args)
-        self.add_generated(name, lambda interp: T.source(
+        self.add_persistent(graph, name, lambda interp: T.source(
             name, a.geo, kn, epilogue_params=params, epilogue_body=body, interpret=interp),
-            grid, const, args, graph)
-        if split > 1:
-            sname = f"conv_tma_sum_{graph.key()[:12]}"
-            self.add_generated(sname, lambda interp: T.sum_source(
-                sname, a.geo, kn, epilogue_params=params, epilogue_body=body),
-                T.sum_grid(a.geo, kn), {"num_warps": 4}, [("ws", torch.float32)] + ep_args,
-                graph)
+            T.grid(a.geo, kn, target.num_sms if target.is_cuda else 1), kn,
+            (a.x.uid, a.w.uid), fuse_epilogue.launch_args(a.ep),
+            (lambda sname: T.sum_source(sname, a.geo, kn, epilogue_params=params,
+                                        epilogue_body=body)) if T.split_of(kn) > 1 else None,
+            T.sum_grid(a.geo, kn))
 
 
 class _PackedFpropExecutable(TmaExecutable):
@@ -309,20 +316,12 @@ class FlatExecutable(TmaExecutable):
     def __init__(self, graph, a, kn, kind: str, target, params: list, body: str):
         streamed = a.x if kind == "conv_fprop" else a.y
         super().__init__(kind, (streamed.uid, a.w.uid), target)
-        split = T.split_of(kn)
         self.workspace_size = F.partials_bytes(a.geo, kn, kind)
         name = f"{kind}_flat_{graph.key()[:12]}"
-        grid = F.grid(a.geo, kn, kind, target.num_sms if target.is_cuda else 1)
-        const = {"NUM_PROGS": grid[0], "num_warps": kn.num_warps, "num_stages": kn.num_stages}
-        ep_args = fuse_epilogue.launch_args(a.ep)
-        args = [("buf", streamed.uid), ("buf", a.w.uid)] + (
-            [("ws", torch.float32)] if split > 1 else ep_args)
-        self.add_generated(name, lambda interp: F.source(
+        self.add_persistent(graph, name, lambda interp: F.source(
             name, a.geo, kn, kind, epilogue_params=params, epilogue_body=body,
-            interpret=interp), grid, const, args, graph)
-        if split > 1:
-            sname = f"{kind}_flat_sum_{graph.key()[:12]}"
-            self.add_generated(sname, lambda interp: F.sum_source(
-                sname, a.geo, kn, kind, epilogue_params=params, epilogue_body=body),
-                F.sum_grid(a.geo, kn, kind), {"num_warps": 4},
-                [("ws", torch.float32)] + ep_args, graph)
+            interpret=interp), F.grid(a.geo, kn, kind, target.num_sms if target.is_cuda else 1),
+            kn, (streamed.uid, a.w.uid), fuse_epilogue.launch_args(a.ep),
+            (lambda sname: F.sum_source(sname, a.geo, kn, kind, epilogue_params=params,
+                                        epilogue_body=body)) if T.split_of(kn) > 1 else None,
+            F.sum_grid(a.geo, kn, kind))

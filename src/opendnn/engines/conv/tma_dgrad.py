@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import torch
-
 from ..base import Executable
 from ..fusion import epilogue as fuse_epilogue
 from . import _tma_dgrad_kernels as D
@@ -100,17 +98,11 @@ class _DgradExecutable(tma.TmaExecutable):
         super().__init__("conv_dgrad", (a.y.uid, a.w.uid) if w_desc else (a.y.uid,), target)
         self.workspace_size = D.partials_bytes(a.geo, kn)
         name = f"conv_dgrad_tma_{graph.key()[:12]}"
-        grid = D.grid(a.geo, kn, target.num_sms if target.is_cuda else 1)
-        const = {"NUM_PROGS": grid[0], "num_warps": kn.num_warps, "num_stages": kn.num_stages}
-        ep_args = fuse_epilogue.launch_args(a.ep)
-        args = [("buf", a.y.uid), ("buf", a.w.uid)] + (
-            [("ws", torch.float32)] if kn.SPLIT > 1 else ep_args)
-        self.add_generated(name, lambda interp: D.source(
+        view = D.output_view(a.geo)
+        self.add_persistent(graph, name, lambda interp: D.source(
             name, a.geo, kn, w_desc=w_desc, epilogue_params=params, epilogue_body=body,
-            interpret=interp), grid, const, args, graph)
-        if kn.SPLIT > 1:
-            view, sname = D.output_view(a.geo), f"conv_dgrad_tma_sum_{graph.key()[:12]}"
-            self.add_generated(sname, lambda interp: T.sum_source(
-                sname, view, kn, epilogue_params=params, epilogue_body=body),
-                T.sum_grid(view, kn), {"num_warps": 4}, [("ws", torch.float32)] + ep_args,
-                graph)
+            interpret=interp), D.grid(a.geo, kn, target.num_sms if target.is_cuda else 1), kn,
+            (a.y.uid, a.w.uid), fuse_epilogue.launch_args(a.ep),
+            (lambda sname: T.sum_source(sname, view, kn, epilogue_params=params,
+                                        epilogue_body=body)) if kn.SPLIT > 1 else None,
+            T.sum_grid(view, kn))
