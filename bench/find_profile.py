@@ -98,6 +98,9 @@ def main(layer="l1_3x3_64", kind="fprop"):
     for what, (cnt, tot, a, b) in kinds.items():
         print(f"  {what}: {cnt} calls, {tot:.2f} s summed, {b - a:.2f} s from first start to "
               f"last end")
+    print("timeline (s from build start):")
+    for what, who, a, b in sorted(rec, key=lambda r: r[2]):
+        print(f"  {a - t0:6.2f} {b - t0:6.2f}  {what:12s} {str(who)[:70]}")
     st = pstats.Stats(prof)
     st.sort_stats("cumulative").print_stats(30)
     st.sort_stats("tottime").print_stats(15)

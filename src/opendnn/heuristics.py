@@ -131,6 +131,50 @@ def plans_for_mode(graph, mode: HeurMode, target: Target) -> tuple[list, dict]:
     return plans, reasons
 
 
+# create_execution_plans' candidate list by (graph key, target, modes, the switches and the
+# autotune order it read), each plan's support included: a fresh graph of a problem seen
+# before (benchmark mode's cache hit, a framework re-creating its graphs every step) gets
+# its plans without ranking, filtering, reordering or re-checking them
+_lists: dict = {}
+LISTS_CACHE_SIZE = 512
+
+
+def candidate_plans(graph, modes: tuple, target: Target, order: tuple | None,
+                    reorder: bool) -> tuple:
+    """(plans of ``modes`` concatenated without repeats, allowed by ``backends`` and, with
+    ``reorder``, put in the autotune cache's ``order`` when there is one; {engine name:
+    reason} for the decliners). Single-stage lists are memoized with each plan's support
+    (see ``_lists``)."""
+    key = (graph.key(), target, modes, backends.allow_tf32, backends.deterministic,
+           backends.workspace_limit, order, reorder)
+    hit = _lists.get(key)
+    if hit is not None:
+        specs, reasons = hit
+        if log.dispatch_enabled():
+            for name, why in reasons.items():
+                log.dispatch(f"{name} declines {graph.describe()}: {why}")
+        return [ExecutionPlan(graph, [(graph, c)], target, origin, support)
+                for origin, c, support in specs], dict(reasons)
+    plans, reasons, seen = [], {}, set()
+    for m in modes:
+        ps, rs = plans_for_mode(graph, m, target)
+        reasons.update(rs)
+        for p in ps:
+            if p.name not in seen:
+                seen.add(p.name)
+                plans.append(p)
+    plans = [p for p in plans if allowed(p)]
+    if reorder and order is not None:
+        pos = {name: i for i, name in enumerate(order)}
+        plans.sort(key=lambda p: pos.get(p.name, len(pos)))
+    if all(len(p.stages) == 1 for p in plans):
+        if len(_lists) >= LISTS_CACHE_SIZE:
+            _lists.pop(next(iter(_lists)))
+        _lists[key] = ([(p.origin, p.stages[0].config, p.check_support()) for p in plans],
+                       dict(reasons))
+    return plans, reasons
+
+
 def reorder_by_cache(graph, plans: list, target: Target) -> list:
     hit = autotune.lookup(graph.key(), target.name)
     if not hit:

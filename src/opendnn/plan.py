@@ -44,9 +44,13 @@ class _Rebound:
 _built: dict = {}
 
 
-def _build_cached(engine, graph, config, target):
+def _built_key(graph, config, target) -> tuple:
     from . import backends
-    key = (graph.key(), config, target, backends.allow_tf32)
+    return (graph.key(), config, target, backends.allow_tf32)
+
+
+def _build_cached(engine, graph, config, target):
+    key = _built_key(graph, config, target)
     hit = _built.get(key)
     if hit is None:
         exe = engine.build(graph, config, target)
@@ -109,10 +113,12 @@ class Stage:
 class ExecutionPlan:
     """A ranked candidate, then (after ``build``) a runnable plan."""
 
-    def __init__(self, graph, pieces: list, target: Target, origin: str = "A"):
+    def __init__(self, graph, pieces: list, target: Target, origin: str = "A",
+                 support=None):
         self.graph = graph
         self.target = target
         self.origin = origin
+        self._support = support       # known already (a memoized candidate list)
         self.stages = [Stage(g, c) for g, c in pieces]
         self.boundaries = []          # (uid, offset, nbytes)
         offset = 0
@@ -189,6 +195,8 @@ class ExecutionPlan:
 
     # ---- build and run ---------------------------------------------------------------
     def check_support(self):
+        if self._support is not None:
+            return self._support
         for s in self.stages:
             sup, _ = _stage_facts(self._engine(s), s.graph, s.config, self.target)
             if not sup.ok:
@@ -199,15 +207,21 @@ class ExecutionPlan:
         if self.built:
             return self
         t0 = time.perf_counter()
-        with parallel_compile():      # the stages' kernels compile side by side
-            for s in self.stages:
-                e = self._engine(s)
-                sup = _graph_support(e, s.graph, self.target)
-                if not sup.ok:
-                    raise GraphNotSupportedError(f"plan {self.name} cannot be built",
-                                                 reasons={e.name: sup.reason},
-                                                 status=Status.NOT_SUPPORTED)
-                s.executable = _build_cached(e, s.graph, s.config, self.target)
+        for s in self.stages:
+            e = self._engine(s)
+            sup = _graph_support(e, s.graph, self.target)
+            if not sup.ok:
+                raise GraphNotSupportedError(f"plan {self.name} cannot be built",
+                                             reasons={e.name: sup.reason},
+                                             status=Status.NOT_SUPPORTED)
+        if all(_built_key(s.graph, s.config, self.target) in _built for s in self.stages):
+            for s in self.stages:     # built before in this process: nothing to compile
+                s.executable = _build_cached(self._engine(s), s.graph, s.config, self.target)
+        else:
+            with parallel_compile():      # the stages' kernels compile side by side
+                for s in self.stages:
+                    s.executable = _build_cached(self._engine(s), s.graph, s.config,
+                                                 self.target)
         self.built = True
         self.build_seconds = time.perf_counter() - t0
         if log.info_enabled():

@@ -3,6 +3,7 @@ candidate plans -> support check -> build -> execute; plan queries, filters, aut
 and serialization. ``Graph`` mixes this in; validation and building live in graph.py."""
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 
@@ -39,30 +40,24 @@ class LifecycleMixin:
 
     def create_execution_plans(self, modes) -> "Graph":
         """Candidate plans from the heuristic modes, concatenated in the order given."""
-        g = self.op_graph
+        g, target = self.op_graph, self._target()
         if isinstance(modes, HeurMode) or not isinstance(modes, (list, tuple)):
             modes = [modes]
-        plans, reasons, seen = [], {}, set()
-        for m in modes:
-            m = HeurMode(m) if not isinstance(m, HeurMode) else m
-            ps, rs = heuristics.plans_for_mode(g, m, self._target())
-            reasons.update(rs)
-            for p in ps:
-                if p.name not in seen:
-                    seen.add(p.name)
-                    plans.append(p)
-        self._plans = [p for p in plans if heuristics.allowed(p)]
-        self._reasons = reasons
+        modes = tuple(m if isinstance(m, HeurMode) else HeurMode(m) for m in modes)
+        # benchmark mode, problem already timed: the winner goes first, so that
+        # build_plans builds it and the first execute times nothing (mode B reads the
+        # same ranking for its own order)
+        hit = (autotune.lookup(g.key(), target.name)
+               if backends.benchmark or HeurMode.B in modes else None)
+        self._plans, self._reasons = heuristics.candidate_plans(
+            g, modes, target, tuple(hit["order"]) if hit else None,
+            reorder=bool(backends.benchmark))
+        hit = hit if backends.benchmark else None
         for f in self._filters:
             self._plans = [p for p in self._plans if f(p)]
         self._selected = None
-        self._tuned = False
-        if backends.benchmark and autotune.lookup(g.key(), self._target().name):
-            # benchmark mode, problem already timed: the winner goes first, so that
-            # build_plans builds it and the first execute times nothing
-            self._plans = heuristics.reorder_by_cache(g, self._plans, self._target())
-            self._tuned = True
-        elif backends.benchmark and self._target().is_cuda:
+        self._tuned = bool(hit)
+        if not hit and backends.benchmark and target.is_cuda:
             start_compile_workers()   # the find will compile many plans: warm them up now
         if log.info_enabled():
             log.info(f"{len(self._plans)} candidate plans for {g.describe()}: "
@@ -92,7 +87,10 @@ class LifecycleMixin:
             self.check_support()
         errors = {}
         every = BuildPlanPolicy(policy) == BuildPlanPolicy.ALL
-        with parallel_compile(workers=every or self._will_benchmark()):
+        # many plans at once go to the compile workers; one plan compiles its own kernels
+        # side by side (ExecutionPlan.build), or nothing at all when it was built before
+        many = every or self._will_benchmark()
+        with parallel_compile(workers=True) if many else contextlib.nullcontext():
             if not every and self._will_benchmark():
                 # the first execute will time these: their compiles start now, side by
                 # side with this build, and run while the caller prepares its buffers
