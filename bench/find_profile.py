@@ -77,7 +77,10 @@ def main(layer="l1_3x3_64", kind="fprop"):
     import opendnn.frontend as cudnn
     g, pack, out, buf = C._graph(kind, x, w, b, dy, s, p)
     t0 = time.perf_counter()
+    bprof = cProfile.Profile()
+    bprof.enable()
     g.build([cudnn.heur_mode.A])
+    bprof.disable()
     t1 = time.perf_counter()
     ws = torch.empty(max(g.get_workspace_size(), 1 << 20) * 4, device="cuda", dtype=torch.uint8)
     prof = cProfile.Profile()
@@ -89,18 +92,20 @@ def main(layer="l1_3x3_64", kind="fprop"):
     print(f"{layer} {kind}: build {t1 - t0:.2f} s, first execute (find) {t2 - t1:.2f} s, "
           f"{os.cpu_count()} cpus")
     kinds = {}
-    for what, who, a, b in rec:
+    for what, who, start, end in rec:
         k = kinds.setdefault(what, [0, 0.0, None, None])
         k[0] += 1
-        k[1] += b - a
-        k[2] = a if k[2] is None else min(k[2], a)
-        k[3] = b if k[3] is None else max(k[3], b)
-    for what, (cnt, tot, a, b) in kinds.items():
-        print(f"  {what}: {cnt} calls, {tot:.2f} s summed, {b - a:.2f} s from first start to "
-              f"last end")
+        k[1] += end - start
+        k[2] = start if k[2] is None else min(k[2], start)
+        k[3] = end if k[3] is None else max(k[3], end)
+    for what, (cnt, tot, start, end) in kinds.items():
+        print(f"  {what}: {cnt} calls, {tot:.2f} s summed, {end - start:.2f} s from first "
+              "start to last end")
     print("timeline (s from build start):")
-    for what, who, a, b in sorted(rec, key=lambda r: r[2]):
-        print(f"  {a - t0:6.2f} {b - t0:6.2f}  {what:12s} {str(who)[:70]}")
+    for what, who, start, end in sorted(rec, key=lambda r: r[2]):
+        print(f"  {start - t0:6.2f} {end - t0:6.2f}  {what:12s} {str(who)[:70]}")
+    print("build (the parent's part of the find):")
+    pstats.Stats(bprof).sort_stats("cumulative").print_stats(35)
     st = pstats.Stats(prof)
     st.sort_stats("cumulative").print_stats(30)
     st.sort_stats("tottime").print_stats(15)

@@ -15,7 +15,8 @@ Two timings per case, same inputs, same run:
 ``find_cold_s`` is build + the first benchmark-mode execute of a fresh problem (building
 compiles every candidate the execute then times); ``find_cached_ms`` is build + first
 execute of a fresh graph of the same problem, which reads the winner from the cache --
-host time until the kernels are queued (their GPU time is the ``ms`` column).
+host time until the kernels are queued (their GPU time is the ``ms`` column); ``timed``
+is what the find measured: {plan name: ms} of every candidate it timed.
 """
 from __future__ import annotations
 
@@ -118,6 +119,9 @@ def _opendnn(kind, x, w, b, dy, s, p):
     cached = (time.perf_counter() - t0) * 1e3
     torch.cuda.synchronize()
     name = g._selected_plan().name
+    from ..runtime import autotune
+    hit = autotune.lookup(g.key(), torch.cuda.get_device_name()) or {}
+    _opendnn.timed = dict(zip(hit.get("order", []), hit.get("times_ms", [])))
     return (lambda: g.execute(pack, ws)), name, cold, cached
 
 
@@ -160,7 +164,8 @@ def run_conv(r, kinds=("fprop", "fused", "dgrad", "wgrad", "tf32"), layers=None)
                 continue
             ref_name, ref_fn = refs[kind]
             extra = dict(eager_ms=bench_eager(fn), ref_eager_ms=bench_eager(ref_fn),
-                         find_cold_s=round(cold, 2), find_cached_ms=round(cached, 2))
+                         find_cold_s=round(cold, 2), find_cached_ms=round(cached, 2),
+                         timed=_opendnn.timed)
             ms, ref_ms = bench_graph(fn), bench_graph(ref_fn)
             if ms is None or ref_ms is None:
                 ms, ref_ms = extra["eager_ms"], extra["ref_eager_ms"]
