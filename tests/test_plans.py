@@ -739,7 +739,7 @@ def test_benchmark_mode_times_every_engine_before_runners_up(rng, cache_dir, mon
     monkeypatch.setattr(lifecycle, "EXTRA_MARGIN", float("inf"))
     out = torch.full((6, 10), float("nan"))
     g.execute({**feeds, y: out}, None)
-    assert len(timed) == 4
+    assert len(timed) == 4 * lifecycle.TIMING_ROUNDS
     assert len({tuple(p.engine_names) for p in g._plans[:4]}) == 2
     assert_close(out, want, torch.float32)
 
@@ -759,8 +759,26 @@ def test_benchmark_mode_skips_engines_far_beyond_the_best_estimate(rng, monkeypa
     monkeypatch.setattr(lifecycle, "EXTRA_MARGIN", 1.0)
     out = torch.full((6, 10), float("nan"))
     g.execute({**feeds, y: out}, None)
-    assert len(timed) == 1
+    assert len(timed) == 1 * lifecycle.TIMING_ROUNDS
     assert_close(out, want, torch.float32)
+
+
+def test_autotune_keeps_each_plans_best_round(rng, cache_dir, monkeypatch):
+    """Every candidate is timed once per round, rounds in turn; a plan disturbed in one
+    round (5 ms, then 1 ms) still beats a steady 2 ms plan, and the times reported and
+    stored are each plan's best round."""
+    from opendnn.graph import lifecycle
+    g, feeds, y, want = _pointwise_graph(rng)
+    g.build([HeurMode.A, HeurMode.FALLBACK])
+    names = [p.name for p in g._plans]
+    assert len(names) == 2 and lifecycle.TIMING_ROUNDS == 2
+    script = iter([5.0, 2.0, 1.0, 2.0])        # round 1: plan 0, plan 1; round 2: the same
+    monkeypatch.setattr(lifecycle, "_time_plan", lambda fn, pack, w, i: next(script))
+    out = torch.full((6, 10), float("nan"))
+    result = g.autotune({**feeds, y: out}, None)
+    assert result == [(names[0], 1.0), (names[1], 2.0)]
+    assert autotune.lookup(g.key(), "cpu")["order"] == names
+    assert autotune.lookup(g.key(), "cpu")["times_ms"] == [1.0, 2.0]
 
 
 def test_a_fresh_graph_of_a_built_problem_reuses_its_executable(rng):
@@ -823,3 +841,47 @@ def test_matmul_flattened_config_counts_the_staged_output_tile(out_type, ok):
     s = e.check_config(g.op_graph, EngineConfig.make(e, **dataclasses.asdict(kn)), h100)
     assert s.ok == ok, s.reason
     assert ok or "output tile" in s.reason
+
+
+def test_a_fresh_graph_after_a_find_gets_its_candidates_without_ranking(rng, cache_dir,
+                                                                         monkeypatch):
+    """Benchmark mode: after the find, a fresh graph of the same problem gets the candidate
+    list (the winner first, support known) from the memo -- no engine is ranked or
+    checked again -- and computes its own inputs."""
+    from opendnn import heuristics
+    monkeypatch.setattr(backends, "benchmark", True)
+    g, feeds, y, want = _pointwise_graph(rng)
+    g.build([HeurMode.A, HeurMode.FALLBACK])
+    g.execute({**feeds, y: torch.full((6, 10), float("nan"))}, None)     # the find
+    order = autotune.lookup(g.key(), "cpu")["order"]
+
+    def ranked_again(*a, **k):
+        raise AssertionError("the candidate list was ranked again")
+    monkeypatch.setattr(heuristics, "plans_for_mode", ranked_again)
+    monkeypatch.setattr(heuristics, "allowed", ranked_again)
+    g2, feeds2, y2, want2 = _pointwise_graph(rng)
+    g2.build([HeurMode.A, HeurMode.FALLBACK])
+    assert [p.name for p in g2._plans[:len(order)]] == order and g2._tuned
+    out = torch.full((6, 10), float("nan"))
+    g2.execute({**feeds2, y2: out}, None)
+    assert_close(out, want2, torch.float32)
+
+
+def test_the_candidate_memo_follows_the_switches(rng, monkeypatch):
+    """The memoized candidate list is per switch setting: a fresh graph gets the same list
+    as the first, a workspace limit no plan meets empties it (the build raises), and
+    lifting the limit brings the whole list back."""
+    g, feeds, y, want = _pointwise_graph(rng)
+    g.build([HeurMode.A, HeurMode.FALLBACK])
+    names = [p.name for p in g._plans]
+    g2, *_ = _pointwise_graph(rng)
+    g2.build([HeurMode.A, HeurMode.FALLBACK])
+    assert [p.name for p in g2._plans] == names
+    monkeypatch.setattr(backends, "workspace_limit", -1)
+    g3, *_ = _pointwise_graph(rng)
+    with pytest.raises(GraphNotSupportedError):
+        g3.build([HeurMode.A, HeurMode.FALLBACK])
+    monkeypatch.setattr(backends, "workspace_limit", None)
+    g4, *_ = _pointwise_graph(rng)
+    g4.build([HeurMode.A, HeurMode.FALLBACK])
+    assert [p.name for p in g4._plans] == names

@@ -253,6 +253,13 @@ def _pass_lines(geo: WinogradGeometry, xis, ind: str, ind2: str, in_registers: i
     return L
 
 
+# the fused kernel's dots run at 15-26 TFLOP/s on the H100 -- 2-4% of the tensor-core
+# peak -- on the ResNet-50 3x3 layers (bench/results/h100-2026-11-22-s6a.json: 117-232 us
+# where the implicit GEMMs take 19-27 us); the model said 35% until then and had
+# benchmark mode compile these kernels (3-4 s each) for every 3x3 layer
+DOT_EFFICIENCY = 0.03
+
+
 def grid(geo: WinogradGeometry, kn: WinogradKnobs) -> tuple:
     return (-(-geo.p // kn.BLOCK_P) * -(-geo.k // kn.BLOCK_K),)
 
@@ -265,7 +272,8 @@ def estimate_seconds(geo: WinogradGeometry, kn: WinogradKnobs, itemsize: int,
     - tensor cores: 16 dots per tile and channel, 2 * 16 * P * K * C = 2.25x fewer than
       the 2 * 36 * P * K * C of a direct 3x3, padded to the blocks; each dot is a small
       [BLOCK_P, BLOCK_C] x [BLOCK_C, BLOCK_K] whose operands come from registers (the
-      transform), so no asynchronous copy pipeline hides the gathers: at most ~35% of peak;
+      transform), chained sixteen deep, with nothing hiding the gathers and the kernel at
+      255 registers with spills: DOT_EFFICIENCY of peak (measured);
     - CUDA cores (float32 adds): the input transform (32 adds per patch and channel) is
       redone by every channel-block program, the output transform (24 per tile and output
       channel) once, the in-register filter transform (28 per channel pair) by every
@@ -290,5 +298,5 @@ def estimate_seconds(geo: WinogradGeometry, kn: WinogradKnobs, itemsize: int,
     out = geo.n * geo.k * geo.out_dims[0] * geo.out_dims[1]
     filt = (9 if kn.FILTER_IN_REGISTERS else 16) * geo.k * geo.c
     bytes_ = itemsize * (image + out + filt + filt * (tiles_p - 1) / 4)
-    compute = dot / (peak_dot * 0.35) + adds / peak_fp32
+    compute = dot / (peak_dot * DOT_EFFICIENCY) + adds / peak_fp32
     return max(compute / max(fill, 1e-3), bytes_ / bandwidth) + 4e-6

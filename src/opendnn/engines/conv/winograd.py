@@ -48,6 +48,7 @@ MATRICES = {
                 [0, 1, -1, 8, -8, 1]]),
 }
 ALIGN = 256
+OUTPUT_BLOCK_N = 32     # output channels per output-transform program
 
 
 def _al(n: int) -> int:
@@ -216,6 +217,16 @@ def _input_source(wp: WinoPlan, name: str) -> str:
     return "\n".join(L) + "\n"
 
 
+def output_block_m(m: int) -> int:
+    """Pixel rows of the output transform's [BLOCK_M, 32] tiles. The transform streams
+    over the T columns of M: a column's T tiles, then its m rows of A^T M, are live beside
+    the m * m float32 output accumulators; with 4 warps a tile costs BLOCK_M / 4
+    registers per thread. F(4x4): 22-26 tiles of 16 rows (~100 registers); F(2x2): ~10
+    of 32. (All 36 tiles of 64 rows at once spilled 13-20 KB per thread and took ptxas
+    3-5 s: bench/notes/conv.md, session 6.)"""
+    return 16 if m == 4 else 32
+
+
 def _output_source(graph, wp: WinoPlan, name: str, ep_params: list, ep_body: str) -> str:
     geo = wp.a.geo
     th, tw = wp.tiles
@@ -224,7 +235,7 @@ def _output_source(graph, wp: WinoPlan, name: str, ep_params: list, ep_body: str
     L = ["@triton.jit", f"def {name}({', '.join(sig)}):",
          f"{ind}pid = tl.program_id(0)",
          f"{ind}g = 0",
-         f"{ind}num_pid_n = {-(-wp.k // 32)}",
+         f"{ind}num_pid_n = {-(-wp.k // OUTPUT_BLOCK_N)}",
          f"{ind}pid_m = pid // num_pid_n", f"{ind}pid_n = pid % num_pid_n",
          f"{ind}pp = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)",
          f"{ind}mask_p = pp < {wp.p}",
@@ -234,15 +245,24 @@ def _output_source(graph, wp: WinoPlan, name: str, ep_params: list, ep_body: str
          f"{ind}nb = q // {th}",
          f"{ind}mm = mask_p[:, None] & mask_n[None, :]"]
     AT, T, m = MATRICES[wp.m]["AT"], wp.t, wp.m
-    for e in range(T * T):
-        L.append(f"{ind}m{e} = tl.load(M + {e * wp.p * wp.k} + pp[:, None] * {wp.k} + "
-                 "offs_n[None, :], mask=mm, other=0.0)")
-    for i in range(m):        # t = A^T m  (m x T)
-        for nu in range(T):
-            L.append(f"{ind}t{i}{nu} = " + _lin(AT[i], [f"m{xi * T + nu}" for xi in range(T)]))
+    started = set()
+    for nu in range(T):       # column nu of M: t = A^T M[:, nu], then Y += t A[nu, :]
+        for xi in range(T):
+            L.append(f"{ind}m{xi} = tl.load(M + {(xi * T + nu) * wp.p * wp.k} + "
+                     "pp[:, None] * " f"{wp.k} + offs_n[None, :], mask=mm, other=0.0)")
+        for i in range(m):
+            L.append(f"{ind}t{i} = " + _lin(AT[i], [f"m{xi}" for xi in range(T)]))
+        for i in range(m):
+            for j in range(m):
+                if AT[j][nu] == 0:
+                    continue
+                term = _lin([AT[j][nu]], [f"t{i}"])
+                L.append(f"{ind}y{i}{j} = " + (f"y{i}{j} + {term}" if (i, j) in started
+                                               else term))
+                started.add((i, j))
     for i in range(m):
         for j in range(m):
-            L.append(f"{ind}acc = " + _lin(AT[j], [f"t{i}{nu}" for nu in range(T)]))
+            L.append(f"{ind}acc = y{i}{j}")
             L.append(f"{ind}o0 = th_ * {m} + {i}")
             L.append(f"{ind}o1 = tw_ * {m} + {j}")
             L.append(f"{ind}mask_m = mask_p & (o0 < {geo.out_dims[0]}) & (o1 < {geo.out_dims[1]})")
@@ -271,9 +291,10 @@ class _WinoExecutable(Executable, LaunchList):
                         graph, cuda)
         params, body = epilogue(graph, a, "conv_fprop")
         osrc = _output_source(graph, wp, oname, params, body)
+        bm = output_block_m(wp.m)
         self.add_launch(kernel_from_source(osrc, oname),
-                        (-(-wp.p // 64) * -(-wp.k // 32),), {"BLOCK_M": 64, "BLOCK_N": 32,
-                                                             "num_warps": 4},
+                        (-(-wp.p // bm) * -(-wp.k // OUTPUT_BLOCK_N),),
+                        {"BLOCK_M": bm, "BLOCK_N": OUTPUT_BLOCK_N, "num_warps": 4},
                         [("ws", torch.float32)] + fuse_epilogue.launch_args(a.ep), graph, cuda)
 
     def run(self, buffers, workspace, stream=None):
