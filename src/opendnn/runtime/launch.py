@@ -52,15 +52,49 @@ def cache_dir() -> str:
     return root
 
 
+class _FromModule:
+    """A kernel function not imported yet: ``load()`` imports its module (generated source)
+    in one mode. A CUDA plan never imports the interpreted twin, a CPU plan never the
+    compiled one: each import executes the whole (often long) generated source."""
+    __slots__ = ("path", "modname", "name", "interpret")
+
+    def __init__(self, path: str, modname: str, name: str, interpret: bool):
+        self.path, self.modname, self.name, self.interpret = path, modname, name, interpret
+
+    def load(self):
+        try:
+            mod = module_for(self.path, self.modname, self.interpret)
+        except SyntaxError as e:
+            raise InternalError(f"generated kernel {self.name} does not parse: {e}",
+                                status=Status.INTERNAL_ERROR_COMPILATION_FAILED) from e
+        return getattr(mod, self.name)
+
+
 class DualKernel:
     """A Triton kernel wrapped both ways: ``compiled`` (JITFunction) for CUDA tensors and
-    ``interpreted`` (InterpretedFunction) for CPU tensors."""
+    ``interpreted`` (InterpretedFunction) for CPU tensors, each made on first use."""
 
     def __init__(self, compiled, interpreted):
-        self.compiled = compiled if isinstance(compiled, JITFunction) else JITFunction(compiled)
-        self.interpreted = (interpreted if isinstance(interpreted, InterpretedFunction)
-                            else InterpretedFunction(interpreted))
-        self.name = getattr(self.compiled, "__name__", None) or self.compiled.fn.__name__
+        self._compiled, self._interpreted = compiled, interpreted
+        c = compiled.fn if isinstance(compiled, JITFunction) else compiled
+        self.name = c.name if isinstance(c, _FromModule) else c.__name__
+
+    @property
+    def compiled(self) -> JITFunction:
+        c = self._compiled
+        if not isinstance(c, JITFunction):
+            c = c.load() if isinstance(c, _FromModule) else c
+            self._compiled = c = c if isinstance(c, JITFunction) else JITFunction(c)
+        return c
+
+    @property
+    def interpreted(self) -> InterpretedFunction:
+        i = self._interpreted
+        if not isinstance(i, InterpretedFunction):
+            i = i.load() if isinstance(i, _FromModule) else i
+            self._interpreted = i = (i if isinstance(i, InterpretedFunction)
+                                     else InterpretedFunction(i))
+        return i
 
     def __call__(self, grid, *args, **constexprs):
         """Launch on whatever device the tensor arguments live (slow path)."""
@@ -86,18 +120,20 @@ def _exec_module(path: str, modname: str, interpret: bool):
             os.environ["TRITON_INTERPRET"] = old
 
 
-def dual_module(path: str, modname: str):
-    """(compiled module, interpreted module) from one source file."""
-    key = f"{modname}@{path}"
+def module_for(path: str, modname: str, interpret: bool):
+    """``path`` imported once per process in one mode (``modname`` + _compiled or
+    _interpreted)."""
+    full = modname + ("_interpreted" if interpret else "_compiled")
+    key = f"{full}@{path}"
     with _lock:
         if key not in _modules:
-            _modules[key] = (_exec_module(path, modname + "_compiled", False),
-                             _exec_module(path, modname + "_interpreted", True))
+            _modules[key] = _exec_module(path, full, interpret)
         return _modules[key]
 
 
 def kernel_from_source(source: str, name: str) -> DualKernel:
-    """Import generated Triton source (without header) and wrap function ``name``."""
+    """Generated Triton source (without header) written to the kernel cache, and function
+    ``name`` of it wrapped both ways (each way imported on first use)."""
     text = _HEADER + source
     digest = hashlib.sha256(text.encode()).hexdigest()[:24]
     folder = os.path.join(cache_dir(), "kernels")
@@ -108,12 +144,9 @@ def kernel_from_source(source: str, name: str) -> DualKernel:
         with open(tmp, "w") as f:
             f.write(text)
         os.replace(tmp, path)
-    try:
-        comp, interp = dual_module(path, f"opendnn_generated_{digest}")
-    except SyntaxError as e:
-        raise InternalError(f"generated kernel {name} does not parse: {e}",
-                            status=Status.INTERNAL_ERROR_COMPILATION_FAILED) from e
-    return DualKernel(getattr(comp, name), getattr(interp, name))
+    modname = f"opendnn_generated_{digest}"
+    return DualKernel(_FromModule(path, modname, name, False),
+                      _FromModule(path, modname, name, True))
 
 
 _pool: list = []
