@@ -101,6 +101,8 @@ def main(layer="l1_3x3_64", kind="fprop"):
     for what, (cnt, tot, start, end) in kinds.items():
         print(f"  {what}: {cnt} calls, {tot:.2f} s summed, {end - start:.2f} s from first "
               "start to last end")
+    from opendnn.runtime import launch as L
+    print(f"  kernels compiled again in the parent (worker key differed): {L.KEY_MISSES}")
     print("timeline (s from build start):")
     for what, who, start, end in sorted(rec, key=lambda r: r[2]):
         print(f"  {start - t0:6.2f} {end - t0:6.2f}  {what:12s} {str(who)[:70]}")

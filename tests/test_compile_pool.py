@@ -44,7 +44,8 @@ def test_worker_compiles_into_triton_cache(pool):
     spec = _spec("add_one", {"X": "*fp32", "Y": "*fp32", "BLOCK": "constexpr"},
                  {(2,): 128})
     fut = compile_pool.submit(k.fn.__code__.co_filename, "add_one", spec, 90, 32)
-    assert fut.result(timeout=300) == {"ok": True}
+    ans = fut.result(timeout=300)
+    assert ans["ok"] is True and isinstance(ans["hash"], str)
     files = [f for _, _, fs in os.walk(pool) for f in fs]
     assert any(f.endswith(".cubin") for f in files), files
 

@@ -8,7 +8,8 @@ no GPU (Triton compiles for a target named in the job). A job is
     {"path": kernel source file, "name": JIT function, "spec": Triton's specialization
      data (JSON, as ``JITFunction`` hands its cache hooks), "arch": 90, "warp": 32}
 
-and the answer {"ok": true} or {"error": "<traceback>"}. The parent then asks Triton for
+and the answer {"ok": true, "hash": Triton's cache key of the kernel} or {"error":
+"<traceback>"}. The parent then asks Triton for
 the same kernel, and Triton finds it in the cache.
 """
 import importlib.util
@@ -51,7 +52,7 @@ def _listify(v):
     return tuple(_listify(x) for x in v) if isinstance(v, list) else v
 
 
-def compile_job(job: dict) -> None:
+def compile_job(job: dict) -> str:
     fn = _function(job["path"], job["name"])
     d = json.loads(job["spec"])
     constexprs = {tuple(k): _constexpr(v) for k, v in zip(d["constant_keys"], d["constant_vals"])}
@@ -60,8 +61,8 @@ def compile_job(job: dict) -> None:
     target = GPUTarget("cuda", job["arch"], job["warp"])
     options = make_backend(target).parse_options(
         {k: tuple(v) if isinstance(v, list) else v for k, v in d["options"].items()})
-    triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target,
-                   options=options.__dict__)
+    return triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target,
+                          options=options.__dict__).hash
 
 
 WARMUP = """
@@ -94,8 +95,7 @@ def main() -> None:
             pass
     for line in sys.stdin:
         try:
-            compile_job(json.loads(line))
-            out = {"ok": True}
+            out = {"ok": True, "hash": compile_job(json.loads(line))}
         except Exception:   # noqa: BLE001 -- the parent raises it at the kernel's launch
             out = {"error": traceback.format_exc(limit=6)}
         sys.stdout.write(json.dumps(out) + "\n")

@@ -36,10 +36,12 @@ from triton.runtime import _async_compile
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
+from .. import log
 from ..errors import InternalError, Status
 from . import compile_pool
 
 COMPILE_TIMEOUT_S = 600     # a worker's compile beyond this is redone in the parent
+KEY_MISSES: list = []       # kernels a worker compiled under a key the launch did not use
 _HEADER = "import triton\nimport triton.language as tl\n\n"
 _lock = threading.Lock()
 _modules: dict[str, object] = {}
@@ -308,12 +310,17 @@ class Launcher:
             return self._compiled
         if isinstance(p, _Prefetch):
             try:
-                p.future.result(timeout=COMPILE_TIMEOUT_S)
+                ans = p.future.result(timeout=COMPILE_TIMEOUT_S)
             except TimeoutError:
-                pass
+                ans = {}
             # from Triton's cache, or (the worker failed) compiled here: a genuine
             # compile error raises now
             k = self.kernel.compiled.warmup(*p.example, grid=self.grid, **self.constexprs)
+            if ans.get("hash") and ans["hash"] != getattr(k, "hash", None):
+                # the worker compiled another specialization: this one was compiled here
+                KEY_MISSES.append(self.kernel.name)
+                log.info(f"compile worker built {self.kernel.name} under another key than "
+                         "the one launched; compiled again in this process")
         else:
             k = p.result()                # raises the compile's error, if any
         k._init_handles()
