@@ -13,7 +13,9 @@ A job names the kernel's source file, its function and Triton's specialization d
 which the parent captures without compiling through Triton's ``jit_cache_hook``. The
 workers are an accelerator only: a kernel a worker fails to compile (one whose module
 cannot be imported alone, say) is compiled in the parent, where a genuine error raises.
-``OPENDNN_COMPILE_WORKERS=0`` turns the workers off (threads are used instead).
+``OPENDNN_COMPILE_WORKERS=0`` turns the workers off (threads are used instead). Workers
+store only the binary and its metadata (``TRITON_STORE_BINARY_ONLY``, which is not part
+of Triton's cache key): a kernel they compiled has no IRs in ``kernel.asm``.
 """
 from __future__ import annotations
 
@@ -68,7 +70,9 @@ def _start(target: tuple | None) -> queue.Queue | None:
     if n == 0:
         return None
     jobs: queue.Queue = queue.Queue()
-    env = dict(os.environ, TRITON_INTERPRET="0")
+    # binary only: the parent's cache hit then reads the cubin and its metadata, not the
+    # kernel's IRs (megabytes of text for the long generated kernels)
+    env = dict(os.environ, TRITON_INTERPRET="0", TRITON_STORE_BINARY_ONLY="1")
     warm = [str(v) for v in target] if target else []
     started = 0
     for _ in range(n):
