@@ -15,7 +15,8 @@ Two timings per case, same inputs, same run:
 ``find_cold_s`` is build + the first benchmark-mode execute of a fresh problem (building
 compiles every candidate the execute then times); ``find_cached_ms`` is build + first
 execute of a fresh graph of the same problem, which reads the winner from the cache --
-host time until the kernels are queued (their GPU time is the ``ms`` column); ``timed``
+host time until the kernels are queued (their GPU time is the ``ms`` column): the median
+of CACHED_SAMPLES fresh graphs, the slowest in ``find_cached_max_ms``; ``timed``
 is what the find measured: {plan name: ms} of every candidate it timed.
 """
 from __future__ import annotations
@@ -27,6 +28,8 @@ import torch.nn.functional as F
 
 from .. import backends
 from . import shapes
+
+CACHED_SAMPLES = 5    # fresh graphs per case timed on the cached path
 
 
 def bench_graph(fn, rep=100):
@@ -111,13 +114,17 @@ def _opendnn(kind, x, w, b, dy, s, p):
     g.execute(pack, ws)                   # ... and times them
     torch.cuda.synchronize()
     cold = time.perf_counter() - t0
-    g2, pack2, out2, buf2 = _graph(kind, x, w, b, dy, s, p)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    g2.build([cudnn.heur_mode.A])
-    g2.execute({**pack2, out2: buf2}, ws)
-    cached = (time.perf_counter() - t0) * 1e3
-    torch.cuda.synchronize()
+    samples = []
+    for _ in range(CACHED_SAMPLES):
+        g2, pack2, out2, buf2 = _graph(kind, x, w, b, dy, s, p)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        g2.build([cudnn.heur_mode.A])
+        g2.execute({**pack2, out2: buf2}, ws)
+        samples.append((time.perf_counter() - t0) * 1e3)
+        torch.cuda.synchronize()
+    _opendnn.cached_max = max(samples)
+    cached = sorted(samples)[len(samples) // 2]
     name = g._selected_plan().name
     from ..runtime import autotune
     hit = autotune.lookup(g.key(), torch.cuda.get_device_name()) or {}
@@ -165,6 +172,7 @@ def run_conv(r, kinds=("fprop", "fused", "dgrad", "wgrad", "tf32"), layers=None)
             ref_name, ref_fn = refs[kind]
             extra = dict(eager_ms=bench_eager(fn), ref_eager_ms=bench_eager(ref_fn),
                          find_cold_s=round(cold, 2), find_cached_ms=round(cached, 2),
+                         find_cached_max_ms=round(_opendnn.cached_max, 2),
                          timed=_opendnn.timed)
             ms, ref_ms = bench_graph(fn), bench_graph(ref_fn)
             if ms is None or ref_ms is None:
