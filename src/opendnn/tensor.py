@@ -105,31 +105,36 @@ class TensorDesc:
     is_pass_by_value: bool = False
 
     def __post_init__(self):
-        object.__setattr__(self, "dims", tuple(int(d) for d in self.dims))
-        object.__setattr__(self, "strides", tuple(int(s) for s in self.strides))
-        object.__setattr__(self, "data_type", DataType(self.data_type))
-        label = self.name or f"uid {self.uid}"
-        if not 1 <= len(self.dims) <= MAX_DIMS:
-            raise BadParamError(f"has {len(self.dims)} dimensions; 1 to {MAX_DIMS} allowed",
-                                tensor=label, status=Status.BAD_PARAM_OUT_OF_BOUND)
-        if len(self.strides) != len(self.dims):
-            raise BadParamError(f"{len(self.strides)} strides for {len(self.dims)} dimensions",
-                                tensor=label, status=Status.BAD_PARAM_SHAPE_MISMATCH)
-        if any(d < 0 for d in self.dims):
-            raise BadParamError(f"negative dimension in {self.dims}", tensor=label,
+        put = object.__setattr__
+        dims, strides = tuple(map(int, self.dims)), tuple(map(int, self.strides))
+        dt = self.data_type if type(self.data_type) is DataType else DataType(self.data_type)
+        put(self, "dims", dims)
+        put(self, "strides", strides)
+        put(self, "data_type", dt)
+        if not 1 <= len(dims) <= MAX_DIMS:
+            raise BadParamError(f"has {len(dims)} dimensions; 1 to {MAX_DIMS} allowed",
+                                tensor=self.label(), status=Status.BAD_PARAM_OUT_OF_BOUND)
+        if len(strides) != len(dims):
+            raise BadParamError(f"{len(strides)} strides for {len(dims)} dimensions",
+                                tensor=self.label(), status=Status.BAD_PARAM_SHAPE_MISMATCH)
+        if min(dims) < 0:
+            raise BadParamError(f"negative dimension in {dims}", tensor=self.label(),
                                 status=Status.BAD_PARAM_OUT_OF_BOUND)
-        if any(s < 0 for s in self.strides):
-            raise BadParamError(f"negative stride in {self.strides}", tensor=label,
+        if min(strides) < 0:
+            raise BadParamError(f"negative stride in {strides}", tensor=self.label(),
                                 status=Status.BAD_PARAM_OUT_OF_BOUND)
-        if self.data_type == DataType.NOT_SET:
-            raise BadParamError("data type is not set and could not be inferred", tensor=label,
-                                status=Status.BAD_PARAM_NOT_FINALIZED)
+        if dt == DataType.NOT_SET:
+            raise BadParamError("data type is not set and could not be inferred",
+                                tensor=self.label(), status=Status.BAD_PARAM_NOT_FINALIZED)
         # derived values read on every execute: computed once (the descriptor is frozen)
-        numel = math.prod(self.dims)
-        span = 0 if numel == 0 else 1 + sum((d - 1) * s for d, s in zip(self.dims, self.strides))
-        object.__setattr__(self, "_span", span)
-        object.__setattr__(self, "_nbytes", span * self.data_type.itemsize)
-        object.__setattr__(self, "_torch", _TO_TORCH.get(self.data_type))
+        span = 0
+        if 0 not in dims:
+            span = 1
+            for d, s in zip(dims, strides):
+                span += (d - 1) * s
+        put(self, "_span", span)
+        put(self, "_nbytes", span * dt.itemsize)
+        put(self, "_torch", _TO_TORCH.get(dt))
 
     @property
     def numel(self) -> int:
