@@ -165,8 +165,7 @@ def candidate_plans(graph, modes: tuple, target: Target, order: tuple | None,
                 plans.append(p)
     plans = [p for p in plans if allowed(p)]
     if reorder and order is not None:
-        pos = {name: i for i, name in enumerate(order)}
-        plans.sort(key=lambda p: pos.get(p.name, len(pos)))
+        plans = _in_order(plans, order)
     if all(len(p.stages) == 1 for p in plans):
         if len(_lists) >= LISTS_CACHE_SIZE:
             _lists.pop(next(iter(_lists)))
@@ -177,9 +176,12 @@ def candidate_plans(graph, modes: tuple, target: Target, order: tuple | None,
 
 def reorder_by_cache(graph, plans: list, target: Target) -> list:
     hit = autotune.lookup(graph.key(), target.name)
-    if not hit:
-        return plans
-    pos = {name: i for i, name in enumerate(hit["order"])}
+    return _in_order(plans, hit["order"]) if hit else plans
+
+
+def _in_order(plans: list, order) -> list:
+    """``plans`` with the names in ``order`` first, in that order; the rest keep theirs."""
+    pos = {name: i for i, name in enumerate(order)}
     return sorted(plans, key=lambda p: pos.get(p.name, len(pos)))
 
 
