@@ -114,6 +114,8 @@ def _support(x, dy, knobs=SMALL, **conv):
     (dict(knobs=dict(SMALL, BLOCK_K=16)), "BLOCK_K belong(s) to the gather path"),
     (dict(dy_layout="nchw", knobs=FLAT), "flat TMA path needs a packed NHWC dy"),
     (dict(dt=torch.float32, knobs=FLAT), "half or bfloat16"),
+    (dict(knobs=dict(FLAT, TMA_TW=128, BLOCK_M=64, BLOCK_N=128)),
+     "more than 64 registers per thread with 4 warps"),
 ])
 def test_tma_wgrad_declines_with_a_reason(change, reason):
     dt = change.get("dt", torch.bfloat16)

@@ -40,6 +40,17 @@ def pixels(geo) -> int:
     return geo.n * geo.out_dims[0] * geo.out_dims[1]
 
 
+# a gathered xcol run of TMA_TW x BLOCK_N elements lives in registers with its offsets and
+# masks: at 128 elements per thread (64x128 tiles, 128-pixel runs, 4 warps) ptxas spilled
+# 1.2 KB per thread and took 1.6-3.2 s (the stem's cold find); at 64 it spills <= 88 bytes
+GATHER_PER_THREAD = 64
+
+
+def gather_too_large(kn) -> bool:
+    """Whether a config's gathered xcol run needs more registers than a thread has."""
+    return kn.TMA_TW * kn.BLOCK_N > GATHER_PER_THREAD * 32 * kn.num_warps
+
+
 def x_by_descriptor(geo, x) -> bool:
     """Whether xcol is x itself, read through a 2-D descriptor."""
     n, c, h, wd = x.dims

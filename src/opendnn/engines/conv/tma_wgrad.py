@@ -40,7 +40,12 @@ def sum_tile(elements: int, num_sms: int) -> dict:
 
 
 def _why(a, kn) -> str | None:
-    return F.unsupported(a.geo, a.x, a.y) if kn.FLAT else T.unsupported(a.geo, a.x, a.w, a.y)
+    if not kn.FLAT:
+        return T.unsupported(a.geo, a.x, a.w, a.y)
+    if F.gather_too_large(kn) and not F.x_by_descriptor(a.geo, a.x):
+        return (f"flat runs of {kn.TMA_TW} gathered pixels x {kn.BLOCK_N} columns need more "
+                f"than {F.GATHER_PER_THREAD} registers per thread with {kn.num_warps} warps")
+    return F.unsupported(a.geo, a.x, a.y)
 
 
 def _estimate(a, kn, peak: float, target) -> float:
