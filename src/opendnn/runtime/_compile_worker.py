@@ -9,9 +9,8 @@ no GPU (Triton compiles for a target named in the job). A job is
      data (JSON, as ``JITFunction`` hands its cache hooks), "arch": 90, "warp": 32}
 
 and the answer {"ok": true, "hash": Triton's cache key of the kernel} or {"error":
-"<traceback>"}. The worker also builds Triton's C launcher for the kernel's signature.
-The parent then asks Triton for the same kernel and its launcher, and Triton finds both in
-the cache.
+"<traceback>"}. The parent then asks Triton for
+the same kernel, and Triton finds it in the cache.
 """
 import importlib.util
 import json
@@ -62,22 +61,8 @@ def compile_job(job: dict) -> str:
     target = GPUTarget("cuda", job["arch"], job["warp"])
     options = make_backend(target).parse_options(
         {k: tuple(v) if isinstance(v, list) else v for k, v in d["options"].items()})
-    src = ASTSource(fn, signature, constexprs, attrs)
-    kernel = triton.compile(src, target=target, options=options.__dict__)
-    build_launcher(src, kernel)
-    return kernel.hash
-
-
-def build_launcher(src, kernel) -> None:
-    """Build Triton's C launcher for the kernel's signature into Triton's cache, as the
-    parent's first launch would: a C compiler run of 0.3-0.5 s per new signature, which
-    the parent then finds built (its threads ran these one after another, holding the
-    GIL between compiler runs). Only a head start: any failure is the parent's to meet."""
-    try:
-        from triton.backends.nvidia.driver import CudaLauncher
-        CudaLauncher(src, kernel.metadata)
-    except Exception:   # noqa: BLE001 -- no CUDA driver here, say: the parent builds it
-        pass
+    return triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target,
+                          options=options.__dict__).hash
 
 
 WARMUP = """
