@@ -65,7 +65,8 @@ def main(layer="l3_3x3_256", kind="fused"):
         print(f"{layer} {kind} gc={'on' if gc_on else 'off'}: total median "
               f"{sorted(total)[len(total) // 2] * 1e6:.0f} us, max {max(total) * 1e6:.0f} us | "
               + ", ".join(f"{ph} {med.get(ph, 0):.0f}" for ph in PHASES)
-              + f" (validate x{len(_rec.get('validate', [])) // CACHED})")
+              + f" (validate x{len(_rec.get('validate', [])) // CACHED}); first five "
+              + " ".join(f"{t * 1e6:.0f}" for t in total[:5]))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ Two timings per case, same inputs, same run:
 compiles every candidate the execute then times); ``find_cached_ms`` is build + first
 execute of a fresh graph of the same problem, which reads the winner from the cache --
 host time until the kernels are queued (their GPU time is the ``ms`` column): the median
-of CACHED_SAMPLES fresh graphs, the slowest in ``find_cached_max_ms``; ``timed``
+of CACHED_SAMPLES fresh graphs, the slowest in ``find_cached_max_ms``, all of them in
+order in ``find_cached_samples_ms``; ``timed``
 is what the find measured: {plan name: ms} of every candidate it timed.
 """
 from __future__ import annotations
@@ -124,6 +125,7 @@ def _opendnn(kind, x, w, b, dy, s, p):
         samples.append((time.perf_counter() - t0) * 1e3)
         torch.cuda.synchronize()
     _opendnn.cached_max = max(samples)
+    _opendnn.cached_samples = [round(t, 3) for t in samples]
     cached = sorted(samples)[len(samples) // 2]
     name = g._selected_plan().name
     from ..runtime import autotune
@@ -173,6 +175,7 @@ def run_conv(r, kinds=("fprop", "fused", "dgrad", "wgrad", "tf32"), layers=None)
             extra = dict(eager_ms=bench_eager(fn), ref_eager_ms=bench_eager(ref_fn),
                          find_cold_s=round(cold, 2), find_cached_ms=round(cached, 2),
                          find_cached_max_ms=round(_opendnn.cached_max, 2),
+                         find_cached_samples_ms=_opendnn.cached_samples,
                          timed=_opendnn.timed)
             ms, ref_ms = bench_graph(fn), bench_graph(ref_fn)
             if ms is None or ref_ms is None:
