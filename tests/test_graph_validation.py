@@ -419,3 +419,45 @@ def test_concatenate_in_place_index_out_of_range():
     g.concatenate([a, b], axis=1, in_place_index=2, name="cat_ip")
     expect_error(BadParamError, Status.BAD_PARAM_OUT_OF_BOUND, g.validate,
                  "concatenate 'cat_ip'", "in_place_index 2")
+
+
+# ---- the validation memo: a graph re-created exactly takes the earlier outcome ----------
+def _conv_bias_relu(x_stride=None, name=""):
+    g = _g(name=name, intermediate_data_type=F, compute_data_type=F)
+    x = g.tensor([2, 8, 5, 5], x_stride or [200, 1, 40, 8], DataType.HALF, name="x")
+    w = g.tensor([4, 8, 3, 3], [72, 1, 24, 8], DataType.HALF, name="w")
+    b = g.tensor([1, 4, 1, 1], [4, 1, 1, 1], DataType.HALF, name="b")
+    y = g.relu(g.bias(g.conv_fprop(x, w, padding=[1, 1]), b))
+    y.set_output(True)
+    return g, y
+
+
+def test_a_graph_built_again_shares_the_first_validation():
+    g1, y1 = _conv_bias_relu(name="memo")
+    g1.validate()
+    g2, y2 = _conv_bias_relu(name="memo")
+    g2.validate()
+    assert g2.op_graph is g1.op_graph          # the frozen graph, shared
+    assert (y2.get_dim(), y2.get_stride(), y2.get_data_type(), y2.get_uid(),
+            y2.get_is_virtual()) == (y1.get_dim(), y1.get_stride(), y1.get_data_type(),
+                                     y1.get_uid(), y1.get_is_virtual())
+    assert [t.uid for t in g2._tensors] == [t.uid for t in g1._tensors]
+    assert [n.compute_data_type for n in g2._nodes] == [n.compute_data_type for n in g1._nodes]
+
+
+def test_a_graph_that_differs_in_one_stride_is_validated_afresh():
+    g1, _ = _conv_bias_relu(name="memo2")
+    g1.validate()
+    g2, _ = _conv_bias_relu(x_stride=[200, 25, 5, 1], name="memo2")    # NCHW x
+    g2.validate()
+    assert g2.op_graph is not g1.op_graph and g2.key() != g1.key()
+    assert g2.op_graph.tensors[g2._tensors[0].uid].strides == (200, 25, 5, 1)
+
+
+def test_an_invalid_graph_fails_every_time():
+    for _ in range(2):
+        g = _g(name="bad_again")
+        x = g.tensor([2, 3], [3, 1], F, name="x")
+        y = g.tensor([4, 3], [3, 1], F, name="y")
+        g.add(x, y, name="sum")
+        expect_error(BadParamError, Status.BAD_PARAM_SHAPE_MISMATCH, g.validate, "sum", "y")

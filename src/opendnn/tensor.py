@@ -170,13 +170,18 @@ class TensorDesc:
 
     def has_overlap(self) -> bool:
         """True when two distinct indices address the same element (e.g. zero strides)."""
+        known = self.__dict__.get("_overlap")
+        if known is not None:
+            return known
         pairs = sorted((s, d) for d, s in zip(self.dims, self.strides) if d > 1)
-        extent = 1
+        extent, overlap = 1, False
         for s, d in pairs:
             if s < extent:
-                return True
+                overlap = True
+                break
             extent = s * (d - 1) + extent
-        return False
+        object.__setattr__(self, "_overlap", overlap)   # frozen: computed once
+        return overlap
 
     def label(self) -> str:
         return self.name or f"uid {self.uid}"

@@ -12,13 +12,13 @@ A tensor that no node consumes is a graph output even without ``set_output``.
 """
 from __future__ import annotations
 
-import copy
 import json
+import os
 
 import torch
 
 from ..enums import DataType
-from ..errors import BadParamError, Status
+from ..errors import BadParamError, InternalError, Status
 from ..handle import Handle, default_handle
 from ..plan import ExecutionPlan
 from ..tensor import TensorDesc, as_data_type, packed_strides
@@ -27,6 +27,80 @@ from .lifecycle import LifecycleMixin
 from .nodes import infer_strides_like
 from .opgraph import OpGraph
 from .tensor import Tensor
+
+# frozen descriptors by their fields: a graph re-created with the same tensors (a
+# framework's every step, benchmark mode's cached find) shares them, and what they derive
+# once (span, bytes, overlap) with them
+_DESCS: dict = {}
+DESCS_CACHE_SIZE = 4096
+
+
+# validation outcomes by the graph's fingerprint (see Graph.validate)
+_VALIDATED: dict = {}
+VALIDATED_CACHE_SIZE = 1024
+# OPENDNN_CHECK_VALIDATION_MEMO=1: validate every graph in full and compare with the memo
+CHECK_MEMO = os.environ.get("OPENDNN_CHECK_VALIDATION_MEMO") == "1"
+
+
+def _fingerprint(graph) -> tuple:
+    """(everything validation reads, as a hashable tuple, or None when some attribute is
+    not hashable; the graph's tensors in order of first appearance)."""
+    pos: dict = {}
+    tensors: list = []
+
+    def at(t):
+        i = pos.get(id(t))
+        if i is None:
+            i = pos[id(t)] = len(tensors)
+            tensors.append(t)
+        return i
+    parts = [graph.name, graph.io_data_type, graph.intermediate_data_type,
+             graph.compute_data_type]
+    for n in graph._nodes:
+        roles = []
+        for side in (n.inputs, n.outputs):
+            for r, v in side.items():
+                if v is None:
+                    roles.append((r, None))
+                elif isinstance(v, (list, tuple)):
+                    roles.append((r, tuple(at(t) for t in v)))
+                else:
+                    roles.append((r, at(v)))
+            roles.append("|")
+        parts.append((type(n), n.name, n.compute_data_type, tuple(n.attrs().values()),
+                      tuple(roles)))
+    for t in tensors:
+        parts.append((None if t.dim is None else tuple(t.dim),
+                      None if t.stride is None else tuple(t.stride), t.data_type,
+                      t.uid if t._uid_assigned else None, t.is_output, t.is_virtual,
+                      t.is_pass_by_value, t.name))
+    fp = tuple(parts)
+    try:
+        hash(fp)
+    except TypeError:
+        return None, tensors
+    return fp, tensors
+
+
+def _record(graph, tensors: list) -> tuple:
+    """What validation decided: each tensor's inferred properties, each node's compute
+    type, and the frozen graph (immutable: graphs of one fingerprint share it)."""
+    return (tuple((t.uid, None if t.dim is None else tuple(t.dim),
+                   None if t.stride is None else tuple(t.stride), t.data_type, t.is_virtual)
+                  for t in tensors),
+            tuple(n.compute_data_type for n in graph._nodes), graph._op_graph)
+
+
+def _apply(rec: tuple, graph, tensors: list) -> None:
+    props, types, op_graph = rec
+    for t, (uid, dim, stride, dt, virtual) in zip(tensors, props):
+        t.uid, t._uid_assigned, t.data_type, t.is_virtual = uid, True, dt, virtual
+        t.dim = None if dim is None else list(dim)
+        t.stride = None if stride is None else list(stride)
+    for n, ct in zip(graph._nodes, types):
+        n.compute_data_type = ct
+    graph._op_graph = op_graph
+
 
 class _Context:
     """Graph-level defaults used while inferring properties."""
@@ -120,9 +194,33 @@ class Graph(BuilderMixin, LifecycleMixin):
 
     # ---- validation -----------------------------------------------------------------------
     def validate(self) -> "Graph":
-        """Check every rule, infer unset properties, freeze the graph."""
+        """Check every rule, infer unset properties, freeze the graph.
+
+        A graph built exactly as one validated before in this process (the same nodes,
+        attributes and tensor properties, tensor for tensor: a framework re-creating its
+        graph every step, benchmark mode's cached find) takes that validation's outcome
+        -- the inferred properties and the frozen graph -- without redoing it."""
         if self._op_graph is not None:
             return self
+        fp, tensors = _fingerprint(self)
+        hit = _VALIDATED.get(fp) if fp is not None else None
+        if hit is not None and not CHECK_MEMO:
+            _apply(hit, self, tensors)
+            return self
+        self._validate()
+        if hit is not None:        # CHECK_MEMO: the outcome must be the one recorded
+            now = _record(self, tensors)
+            if now[:2] != hit[:2] or now[2].key() != hit[2].key():
+                raise InternalError(f"validation memo of {self._op_graph.describe()} differs "
+                                    f"from a fresh validation: {hit[:2]} vs {now[:2]}")
+            return self
+        if fp is not None:
+            if len(_VALIDATED) >= VALIDATED_CACHE_SIZE:
+                _VALIDATED.pop(next(iter(_VALIDATED)))
+            _VALIDATED[fp] = _record(self, tensors)
+        return self
+
+    def _validate(self) -> None:
         op = f"graph '{self.name}'" if self.name else "graph"
         nodes = list(self._nodes)
         if not nodes:
@@ -190,14 +288,14 @@ class Graph(BuilderMixin, LifecycleMixin):
         descs = self._freeze(by_uid, op)
         frozen = []
         for n in order:
-            f = copy.copy(n)
+            f = object.__new__(type(n))       # a shallow copy (copy.copy, without its
+            f.__dict__.update(n.__dict__)     # reduce protocol: validate runs per graph)
             f.inputs = {r: ([t.uid for t in v] if isinstance(v, list) else v.uid)
                         for r, v in n.inputs.items() if v is not None}
             f.outputs = {r: v.uid for r, v in n.outputs.items() if v is not None}
             f.validate(lambda uid: descs[uid])
             frozen.append(f)
         self._op_graph = OpGraph(descs, tuple(frozen), self.name)
-        return self
 
     def _assign_uids(self, used):
         taken = {t.uid for t in used if t._uid_assigned and t.uid >= 0}
@@ -252,12 +350,19 @@ class Graph(BuilderMixin, LifecycleMixin):
                     raise BadParamError(f"uid {uid} is shared by tensors with dims {t.dim} and "
                                         f"{other.dim}", op=op, tensor=other.label(),
                                         status=Status.BAD_PARAM_DUPLICATED_ENTRIES)
-            stride = t.stride if t.stride is not None else list(packed_strides(t.dim))
-            try:
-                d = TensorDesc(tuple(t.dim), tuple(stride), t.data_type, uid, t.name,
-                               t.is_virtual, t.is_pass_by_value)
-            except BadParamError as e:
-                raise BadParamError(e.rule, op=op, tensor=t.label(), status=e.status) from None
+            stride = t.stride if t.stride is not None else packed_strides(t.dim)
+            fields = (tuple(t.dim), tuple(stride), t.data_type, uid, t.name, t.is_virtual,
+                      t.is_pass_by_value)
+            d = _DESCS.get(fields)
+            if d is None:
+                try:
+                    d = TensorDesc(*fields)
+                except BadParamError as e:
+                    raise BadParamError(e.rule, op=op, tensor=t.label(),
+                                        status=e.status) from None
+                if len(_DESCS) >= DESCS_CACHE_SIZE:
+                    _DESCS.pop(next(iter(_DESCS)))
+                _DESCS[fields] = d
             if d.is_pass_by_value and d.numel != 1:
                 raise BadParamError(f"pass-by-value tensor must have one element, has dims "
                                     f"{list(d.dims)}", op=op, tensor=d.label(),

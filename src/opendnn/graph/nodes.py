@@ -9,6 +9,7 @@ naming the node, the tensor and the rule.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 from typing import ClassVar
 
@@ -36,6 +37,9 @@ def broadcastable(dims, to_dims) -> bool:
         return False
     pad = [1] * (len(to_dims) - len(dims)) + list(dims)
     return all(d == t or d == 1 for d, t in zip(pad, to_dims))
+
+
+_ATTR_NAMES: dict = {}    # node class -> its attribute fields (attrs() runs per validate)
 
 
 @dataclasses.dataclass(eq=False)
@@ -69,13 +73,15 @@ class Node:
 
     def attrs(self) -> dict:
         """Operation attributes (JSON-able), everything but name, types and tensors."""
-        skip = {"name", "compute_data_type", "inputs", "outputs"}
+        names = _ATTR_NAMES.get(type(self))
+        if names is None:
+            skip = {"name", "compute_data_type", "inputs", "outputs"}
+            names = _ATTR_NAMES[type(self)] = tuple(f.name for f in dataclasses.fields(self)
+                                                    if f.name not in skip)
         out = {}
-        for f in dataclasses.fields(self):
-            if f.name in skip:
-                continue
-            v = getattr(self, f.name)
-            out[f.name] = v.name if hasattr(v, "name") and hasattr(v, "value") else v
+        for name in names:
+            v = getattr(self, name)
+            out[name] = v.name if isinstance(v, enum.Enum) else v
         return out
 
     # ---- inference (builder tensors) -------------------------------------------------
