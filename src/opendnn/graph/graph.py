@@ -13,7 +13,6 @@ A tensor that no node consumes is a graph output even without ``set_output``.
 from __future__ import annotations
 
 import json
-import os
 
 import torch
 
@@ -22,6 +21,7 @@ from ..errors import BadParamError, InternalError, Status
 from ..handle import Handle, default_handle
 from ..plan import ExecutionPlan
 from ..tensor import TensorDesc, as_data_type, packed_strides
+from . import memo
 from .builders import BuilderMixin
 from .lifecycle import LifecycleMixin
 from .nodes import infer_strides_like
@@ -33,73 +33,6 @@ from .tensor import Tensor
 # once (span, bytes, overlap) with them
 _DESCS: dict = {}
 DESCS_CACHE_SIZE = 4096
-
-
-# validation outcomes by the graph's fingerprint (see Graph.validate)
-_VALIDATED: dict = {}
-VALIDATED_CACHE_SIZE = 1024
-# OPENDNN_CHECK_VALIDATION_MEMO=1: validate every graph in full and compare with the memo
-CHECK_MEMO = os.environ.get("OPENDNN_CHECK_VALIDATION_MEMO") == "1"
-
-
-def _fingerprint(graph) -> tuple:
-    """(everything validation reads, as a hashable tuple, or None when some attribute is
-    not hashable; the graph's tensors in order of first appearance)."""
-    pos: dict = {}
-    tensors: list = []
-
-    def at(t):
-        i = pos.get(id(t))
-        if i is None:
-            i = pos[id(t)] = len(tensors)
-            tensors.append(t)
-        return i
-    parts = [graph.name, graph.io_data_type, graph.intermediate_data_type,
-             graph.compute_data_type]
-    for n in graph._nodes:
-        roles = []
-        for side in (n.inputs, n.outputs):
-            for r, v in side.items():
-                if v is None:
-                    roles.append((r, None))
-                elif isinstance(v, (list, tuple)):
-                    roles.append((r, tuple(at(t) for t in v)))
-                else:
-                    roles.append((r, at(v)))
-            roles.append("|")
-        parts.append((type(n), n.name, n.compute_data_type, tuple(n.attrs().values()),
-                      tuple(roles)))
-    for t in tensors:
-        parts.append((None if t.dim is None else tuple(t.dim),
-                      None if t.stride is None else tuple(t.stride), t.data_type,
-                      t.uid if t._uid_assigned else None, t.is_output, t.is_virtual,
-                      t.is_pass_by_value, t.name))
-    fp = tuple(parts)
-    try:
-        hash(fp)
-    except TypeError:
-        return None, tensors
-    return fp, tensors
-
-
-def _record(graph, tensors: list) -> tuple:
-    """What validation decided: each tensor's inferred properties, each node's compute
-    type, and the frozen graph (immutable: graphs of one fingerprint share it)."""
-    return (tuple((t.uid, None if t.dim is None else tuple(t.dim),
-                   None if t.stride is None else tuple(t.stride), t.data_type, t.is_virtual)
-                  for t in tensors),
-            tuple(n.compute_data_type for n in graph._nodes), graph._op_graph)
-
-
-def _apply(rec: tuple, graph, tensors: list) -> None:
-    props, types, op_graph = rec
-    for t, (uid, dim, stride, dt, virtual) in zip(tensors, props):
-        t.uid, t._uid_assigned, t.data_type, t.is_virtual = uid, True, dt, virtual
-        t.dim = None if dim is None else list(dim)
-        t.stride = None if stride is None else list(stride)
-    for n, ct in zip(graph._nodes, types):
-        n.compute_data_type = ct
-    graph._op_graph = op_graph
 
 
 class _Context:
@@ -202,22 +135,19 @@ class Graph(BuilderMixin, LifecycleMixin):
         -- the inferred properties and the frozen graph -- without redoing it."""
         if self._op_graph is not None:
             return self
-        fp, tensors = _fingerprint(self)
-        hit = _VALIDATED.get(fp) if fp is not None else None
-        if hit is not None and not CHECK_MEMO:
-            _apply(hit, self, tensors)
+        fp, tensors = memo.fingerprint(self)
+        hit = memo.lookup(fp)
+        if hit is not None and not memo.CHECK:
+            memo.apply(hit, self, tensors)
             return self
         self._validate()
-        if hit is not None:        # CHECK_MEMO: the outcome must be the one recorded
-            now = _record(self, tensors)
+        if hit is not None:        # memo.CHECK: the outcome must be the one recorded
+            now = memo.record(self, tensors)
             if now[:2] != hit[:2] or now[2].key() != hit[2].key():
                 raise InternalError(f"validation memo of {self._op_graph.describe()} differs "
                                     f"from a fresh validation: {hit[:2]} vs {now[:2]}")
             return self
-        if fp is not None:
-            if len(_VALIDATED) >= VALIDATED_CACHE_SIZE:
-                _VALIDATED.pop(next(iter(_VALIDATED)))
-            _VALIDATED[fp] = _record(self, tensors)
+        memo.store(fp, self, tensors)
         return self
 
     def _validate(self) -> None:
