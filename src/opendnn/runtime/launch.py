@@ -224,12 +224,17 @@ def _warm_triton_key() -> None:
     once per process) on a background thread. The first compile of a process needs it,
     and the collecting threads of a find each computed it at once, side by side (its
     cache does not lock): 0.4-0.5 s of the first find on the H100 host, after the
-    workers had finished."""
+    workers had finished. The thread then starts Triton's driver (its C utilities)."""
     from triton.runtime.cache import triton_key
+
+    def warm():
+        triton_key()
+        from triton.runtime import driver
+        driver.active.get_current_target()   # builds Triton's C utilities if not cached
     with _lock:
         if _key_warming:
             return
-        t = threading.Thread(target=triton_key, daemon=True, name="opendnn-triton-key")
+        t = threading.Thread(target=warm, daemon=True, name="opendnn-triton-key")
         t.start()
         _key_warming.append(t)
 
@@ -246,10 +251,12 @@ _target: list = []
 
 
 def _cuda_target() -> tuple:
+    """(arch, warp size) of the current CUDA device, as Triton's driver names it -- read
+    from torch: Triton's driver builds its C utilities on first use (a C compiler run of
+    ~0.8 s on a fresh machine), which the workers' start must not wait for."""
     if not _target:
-        from triton.runtime import driver
-        t = driver.active.get_current_target()
-        _target.append((t.arch, t.warp_size))
+        major, minor = torch.cuda.get_device_capability()
+        _target.append((major * 10 + minor, 32))
     return _target[0]
 
 
