@@ -87,16 +87,7 @@ def warm_up(arch: int, warp: int) -> None:
                    target=target, options=options.__dict__)
 
 
-# a find's first kernels wait on the parent (generating sources, Triton's C utilities),
-# which shares the cores with every worker's start-up: the workers yield to it
-NICE = 5
-
-
 def main() -> None:
-    try:
-        os.nice(NICE)
-    except OSError:
-        pass
     if len(sys.argv) == 3:
         try:
             warm_up(int(sys.argv[1]), int(sys.argv[2]))
