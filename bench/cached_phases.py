@@ -13,7 +13,7 @@ import torch
 
 os.environ.setdefault("OPENDNN_CACHE_DIR", tempfile.mkdtemp())
 from opendnn import backends  # noqa: E402
-from opendnn.bench import conv as C, shapes  # noqa: E402
+from opendnn.bench import conv as C  # noqa: E402
 from opendnn.graph.graph import Graph  # noqa: E402
 
 CACHED = 40
@@ -34,13 +34,7 @@ def _wrap(name):
 
 
 def main(layer="l3_3x3_256", kind="fused"):
-    name, c, k, h, f, s, p = next(t for t in shapes.CONV if t[0] == layer)
-    n, cl = shapes.CONV_N, torch.channels_last
-    x = torch.randn(n, c, h, h, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
-    w = torch.randn(k, c, f, f, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
-    b = torch.randn(1, k, 1, 1, device="cuda", dtype=torch.bfloat16)
-    o = (h + 2 * p - f) // s + 1
-    dy = torch.randn(n, k, o, o, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
+    x, w, b, dy, s, p = C.layer_tensors(layer)
     backends.benchmark, backends.benchmark_limit = True, 6
     import opendnn.frontend as cudnn
     ws = torch.empty(1 << 30, device="cuda", dtype=torch.uint8)

@@ -73,6 +73,20 @@ def _fe_conv_bias_relu(x, w, b, y, s, p):
     return run
 
 
+def layer_tensors(layer: str, w_scale: float = 1.0) -> tuple:
+    """(x, w, b, dy, stride, padding) of a ResNet layer in shapes.CONV at N = CONV_N:
+    NHWC bfloat16 x, w and dy on the GPU, bias [1, K, 1, 1]."""
+    _, c, k, h, f, s, p = next(t for t in shapes.CONV if t[0] == layer)
+    n, cl = shapes.CONV_N, torch.channels_last
+    x = torch.randn(n, c, h, h, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
+    w = (torch.randn(k, c, f, f, device="cuda", dtype=torch.bfloat16) * w_scale).to(
+        memory_format=cl)
+    b = torch.randn(1, k, 1, 1, device="cuda", dtype=torch.bfloat16)
+    o = (h + 2 * p - f) // s + 1
+    dy = torch.randn(n, k, o, o, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
+    return x, w, b, dy, s, p
+
+
 def _graph(kind, x, w, b, dy, s, p):
     """(graph, variant pack without the output, output tensor, a buffer like the output)."""
     import opendnn.frontend as cudnn
@@ -139,17 +153,13 @@ def run_conv(r, kinds=("fprop", "fused", "dgrad", "wgrad", "tf32"), layers=None)
     torch.backends.cudnn.allow_tf32 = True
     backends.benchmark = True
     backends.benchmark_limit = 6          # the cost model's top six plans are timed
-    n, cl = shapes.CONV_N, torch.channels_last
+    n = shapes.CONV_N
     bwd = torch.ops.aten.convolution_backward
     for name, c, k, h, f, s, p in shapes.CONV:
         if layers and name not in layers:
             continue
-        x = torch.randn(n, c, h, h, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
-        w = (torch.randn(k, c, f, f, device="cuda", dtype=torch.bfloat16) * 0.05).to(
-            memory_format=cl)
-        b = torch.randn(1, k, 1, 1, device="cuda", dtype=torch.bfloat16)
+        x, w, b, dy, s, p = layer_tensors(name, w_scale=0.05)
         o = (h + 2 * p - f) // s + 1
-        dy = torch.randn(n, k, o, o, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
         flops = 2.0 * n * k * o * o * c * f * f
         bias = b.reshape(k)
         refs = {
