@@ -5,6 +5,7 @@ copy): where the time goes and what a single launch gives. Variants, same run:
 - ``two``: partials + the finishing kernel (BC_F columns per program), as the engine;
 - ``incr``: as ``two`` with the tile's pointers advanced by increments (no per-step
   index math);
+- ``one``: one launch, no split: a program owns BC whole columns;
 - ``last``: one launch -- each program stores its partial, counts itself in a per-column-
   block counter, and the last one of a block sums the block's partials in slice order
   (deterministic) and resets the counter.
@@ -107,7 +108,24 @@ def main():
                             continue
                     ms = do_bench(fn, warmup=10, rep=40, return_mode="median")
                     res.append((nbytes / ms / 1e6, name, br, bc, split, w))
-    for name in ("part", "two", "incr", "last"):
+    # one launch without a split: each program owns BC whole columns (grid N / BC)
+    for br, bc in ((64, 32), (128, 32), (32, 32), (128, 16), (256, 16), (64, 16)):
+        for w in (2, 4, 8):
+            def fn():
+                part[(N // bc, 1)](x, y, N, br, bc, M, True, num_warps=w)
+            try:
+                y.fill_(float("nan"))
+                fn()
+                torch.cuda.synchronize()
+            except Exception as e:   # noqa: BLE001 -- reported
+                print("one", br, bc, w, "FAILED", str(e)[:100])
+                continue
+            if not torch.allclose(y, ref, rtol=1e-3, atol=1e-1):
+                print("one", br, bc, w, "WRONG")
+                continue
+            ms = do_bench(fn, warmup=10, rep=40, return_mode="median")
+            res.append((nbytes / ms / 1e6, "one", br, bc, 1, w))
+    for name in ("part", "two", "incr", "last", "one"):
         best = sorted((r for r in res if r[1] == name), reverse=True)[:3]
         for gbs, *cfg in best:
             print(f"{name:5s} {gbs:6.0f} GB/s  {gbs / copy:.3f} of copy  {cfg[1:]}")
