@@ -3,7 +3,8 @@ raise the partial read's ceiling (0.82 of the bench's copy floor in colsum_probe
 warp issues in order: in ``acc += tl.load(...)`` the next step's load waits for this
 step's data, so each warp has one tile in flight. ``DEPTH`` tiles are loaded ahead and
 carried through the loop. Variants: DEPTH 0-3, tile shapes, split, warps; the partial
-kernel alone, then with the finishing kernel. The copy floor is measured as the bench
+kernel alone, then with the finishing kernel; and slices that interleave row blocks
+(``part_interleaved``) instead of owning contiguous row ranges. The copy floor is measured as the bench
 does (1 GiB float32).
 Run (GPU): PYTHONPATH=src python bench/colsum_probe3.py"""
 import torch
@@ -61,6 +62,22 @@ def part(X, P, N: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, ROWS: tl.con
 
 
 @triton.jit
+def part_interleaved(X, P, N: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+                     ROWS: tl.constexpr, SPLIT: tl.constexpr):
+    """Slice s sums row blocks s, s + SPLIT, s + 2 SPLIT, ...: every program of the grid
+    walks the same band of rows at the same time (the page locality of row sums)."""
+    cb = tl.program_id(0)
+    rs = tl.program_id(1)
+    cols = cb * BC + tl.arange(0, BC)
+    ptrs = X + (rs * BR + tl.arange(0, BR))[:, None].to(tl.int64) * N + cols[None, :]
+    acc = tl.zeros([BR, BC], tl.float32)
+    for _ in range(0, ROWS, BR):
+        acc += tl.load(ptrs, eviction_policy="evict_first").to(tl.float32)
+        ptrs += BR * SPLIT * N
+    tl.store(P + rs * N + cols, tl.sum(acc, 0))
+
+
+@triton.jit
 def finish(P, Y, N: tl.constexpr, SPLIT: tl.constexpr, BC: tl.constexpr):
     cols = tl.program_id(0) * BC + tl.arange(0, BC)
     acc = tl.zeros([BC], tl.float32)
@@ -84,10 +101,10 @@ def main():
     print(f"copy {copy:.0f} GB/s (1 GiB float32, as the bench)")
     y = torch.empty(N, device="cuda")
     res = []
-    for br, bc in ((16, 64), (32, 64), (8, 128), (16, 128), (8, 64), (4, 256)):
-        for split in (4, 8, 16):
-            for w in (2, 4, 8):
-                for depth in (0, 1, 2, 3):
+    for br, bc in ((16, 64), (8, 128), (8, 64)):
+        for split in (4, 8):
+            for w in (2, 4):
+                for depth in (0, 3):
                     rows = M // split
                     if rows < 4 * br:
                         continue
@@ -109,9 +126,31 @@ def main():
                             continue
                         ms = do_bench(fn, warmup=10, rep=40, return_mode="median")
                         res.append((nbytes / ms / 1e6, name, depth, br, bc, split, w))
-    for name in ("part", "two"):
+    for br, bc in ((8, 64), (16, 64), (32, 64), (8, 128), (16, 128), (4, 256)):
+        for split in (4, 8, 16, 32):
+            for w in (2, 4, 8):
+                rows = M // split
+                p = torch.empty(split, N, device="cuda")
+                g = (N // bc, split)
+                runs = {"ipart": lambda: part_interleaved[g](x, p, N, br, bc, rows, split,
+                                                             num_warps=w),
+                        "itwo": lambda: (part_interleaved[g](x, p, N, br, bc, rows, split,
+                                                             num_warps=w),
+                                         finish[(N // 64,)](p, y, N, split, 64))}
+                for name, fn in runs.items():
+                    y.fill_(float("nan"))
+                    fn()
+                    torch.cuda.synchronize()
+                    if name == "itwo" and not torch.allclose(y, ref, rtol=1e-3, atol=1e-1):
+                        print(name, br, bc, split, w, "WRONG")
+                        continue
+                    ms = do_bench(fn, warmup=10, rep=40, return_mode="median")
+                    res.append((nbytes / ms / 1e6, name, 0, br, bc, split, w))
+    for name in ("part", "two", "ipart", "itwo"):
         for depth in (0, 1, 2, 3):
             best = sorted((r for r in res if r[1] == name and r[2] == depth), reverse=True)[:2]
+            if name.startswith("i") and depth:
+                continue
             for gbs, *cfg in best:
                 print(f"{name:5s} depth {depth}: {gbs:6.0f} GB/s  {gbs / copy:.3f} of copy  "
                       f"[BR, BC, split, warps] = {cfg[2:]}")
