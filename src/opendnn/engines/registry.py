@@ -29,6 +29,7 @@ ENGINE_CLASSES = (
     ("conv.fft_wgrad", "FftTilingWgradEngine"),
     ("conv.winograd_wgrad", "WinogradNonfusedWgradEngine"),
     ("matmul.engine", "MatmulEngine"),
+    ("softmax.engine", "SoftmaxEngine"),
     ("fusion.engine", "FusionEngine"),
     ("reference.engine", "ReferenceEngine"),
 )

@@ -11,6 +11,7 @@ from ..errors import BadParamError, Status
 from ..ops.pointwise import MODES
 from . import conv_nodes as CN
 from . import nodes as N
+from . import softmax_nodes as SN
 
 
 class BuilderMixin:
@@ -205,6 +206,29 @@ class BuilderMixin:
         s, sq = self._new_output(f"{op}::SUM"), self._new_output(f"{op}::SQ_SUM")
         self._add(node, {"SUM": s, "SQ_SUM": sq})
         return [s, sq]
+
+    # ---- softmax -------------------------------------------------------------------------------
+    def softmax(self, input, axis=-1, log=False, name="", compute_data_type=DataType.NOT_SET):
+        """Y = softmax(input) along ``axis`` (log-softmax with ``log``); Y has input's dims."""
+        op = name or f"softmax_{len(self._nodes)}"
+        node = SN.Softmax(name=op, compute_data_type=self._ctype(compute_data_type),
+                          inputs={"X": self._check_tensor(input, op, "input")},
+                          axis=int(axis), log=bool(log))
+        y = self._new_output(f"{op}::Y")
+        self._add(node, {"Y": y})
+        return y
+
+    def softmax_backward(self, loss, output, axis=-1, log=False, name="",
+                         compute_data_type=DataType.NOT_SET):
+        """DX from the gradient ``loss`` (DY) and the forward's ``output`` (Y)."""
+        op = name or f"softmax_backward_{len(self._nodes)}"
+        node = SN.SoftmaxBackward(name=op, compute_data_type=self._ctype(compute_data_type),
+                                  inputs={"DY": self._check_tensor(loss, op, "loss"),
+                                          "Y": self._check_tensor(output, op, "output")},
+                                  axis=int(axis), log=bool(log))
+        dx = self._new_output(f"{op}::DX")
+        self._add(node, {"DX": dx})
+        return dx
 
     # ---- matmul -------------------------------------------------------------------------------
     def matmul(self, A, B, padding=0.0, name="", compute_data_type=DataType.NOT_SET):

@@ -12,7 +12,7 @@ import torch
 
 from ...enums import DataType
 from ...errors import InternalError
-from ...ops import conv, layout, matmul, pointwise, reduction, stats
+from ...ops import conv, layout, matmul, pointwise, reduction, softmax, stats
 from ...runtime.buffers import logical_view
 from ..base import SUPPORTED, Engine, Executable, Support, Target
 
@@ -69,6 +69,13 @@ def run_graph(graph, read) -> dict:
             vals[n.outputs["Y"]] = layout.slice_(get(n.inputs["X"]), n.starts, n.ends)
         elif n.kind == "concatenate":
             vals[n.outputs["Y"]] = layout.concatenate([get(u) for u in n.inputs["X"]], n.axis)
+        elif n.kind == "softmax":
+            x = get(n.inputs["X"])
+            vals[n.outputs["Y"]] = softmax.forward(x, n.axis % x.ndim, n.log)
+        elif n.kind == "softmax_backward":
+            y = get(n.inputs["Y"])
+            vals[n.outputs["DX"]] = softmax.backward(get(n.inputs["DY"]), y, n.axis % y.ndim,
+                                                     n.log)
         elif n.kind == "conv_fprop":
             vals[n.outputs["Y"]] = conv.fprop(get(n.inputs["X"]), get(n.inputs["W"]),
                                               *_conv_args(n))
@@ -114,7 +121,8 @@ class ReferenceEngine(Engine):
     id = 0
     name = "reference_f64"
     KINDS = {"pointwise", "reduction", "genstats", "matmul", "reshape", "transpose", "slice",
-             "concatenate", "conv_fprop", "conv_dgrad", "conv_wgrad"}
+             "concatenate", "conv_fprop", "conv_dgrad", "conv_wgrad", "softmax",
+             "softmax_backward"}
 
     def check_support(self, graph, target: Target) -> Support:
         for n in graph.nodes:

@@ -1,0 +1,187 @@
+"""Triton sources of the softmax engine (the math is in ``ops/softmax.py``).
+
+A problem is R rows of L elements: the softmax axis is the row, every other index
+(row-major over the remaining dims) picks a row. Each tensor reaches a row through its
+own strides, so any layout works; the offsets are literals of the generated source.
+
+- One pass (``PASSES=1``): a program holds BLOCK_ROWS whole rows ([BLOCK_ROWS, BLOCK_L]
+  with BLOCK_L >= L) in registers: max, exp, sum and the store in one read of the input.
+- Two passes (``PASSES=2``, rows longer than a register tile): the row is cut into SPLIT
+  chunks, one program per (row, chunk). The first kernel streams its chunk in BLOCK_L
+  tiles keeping an online maximum m and sum s (s <- s exp(m - m') + sum exp(x - m') when
+  the maximum grows to m'), and stores (m, s) to the workspace; the second combines the
+  row's SPLIT pairs (M = max m_k, S = sum s_k exp(m_k - M)) and writes its chunk.
+  Backward's first kernel stores partial sums of dy * y (log-softmax: of dy).
+"""
+from __future__ import annotations
+
+from ..fusion._codegen import COMBINE_HELPERS, TL_TYPE, index_decomposition, offset_expr
+
+INT32_LIMIT = 2 ** 31 - 1
+
+
+def chunk(L: int, kn) -> int:
+    """Elements per (row, chunk) program of the two-pass kernels: a BLOCK_L multiple."""
+    per = -(-L // kn.SPLIT)
+    return -(-per // kn.BLOCK_L) * kn.BLOCK_L
+
+
+class Problem:
+    """Rows of one softmax node: R, L, and each tensor's (outer strides, axis stride)."""
+
+    def __init__(self, dims: tuple, axis: int, descs: dict):
+        self.axis = axis
+        self.L = dims[axis]
+        self.outer = [d for i, d in enumerate(dims) if i != axis] or [1]
+        self.R = 1
+        for d in self.outer:
+            self.R *= d
+        self.strides = {}
+        for role, d in descs.items():
+            st = [s for i, s in enumerate(d.strides) if i != axis] or [0]
+            self.strides[role] = (st, d.strides[axis])
+        self.types = {role: d.data_type for role, d in descs.items()}
+        self.big = any(d.span >= INT32_LIMIT for d in descs.values())
+
+    def row_offsets(self, var: str, indent: str) -> list[str]:
+        """Lines setting ``off_<ROLE>`` to each tensor's offset of row ``var``."""
+        lines = index_decomposition(var, self.outer, "i", indent)
+        names = [f"i{k}" for k in range(len(self.outer))]
+        for role, (st, _) in self.strides.items():
+            lines.append(f"{indent}off_{role} = {offset_expr(names, st, f'{var} * 0')}")
+        return lines
+
+
+def _row_index(big: bool, per_program: str) -> str:
+    pid = "tl.program_id(0).to(tl.int64)" if big else "tl.program_id(0)"
+    return f"{pid} * {per_program}" if per_program != "1" else pid
+
+
+def _load(p: Problem, role: str, cols: str, mask: str, other: str, tile2d: bool,
+          last: bool = True) -> str:
+    """A float32 load of a row tile; ``last`` (the data's last read) streams it past L2
+    (evict_first), the two-pass kernels' first read leaves it for the second."""
+    _, sa = p.strides[role]
+    off = f"off_{role}[:, None] + ({cols})[None, :] * {sa}" if tile2d else \
+        f"off_{role} + ({cols}) * {sa}"
+    ev = ', eviction_policy="evict_first"' if last else ""
+    return f"tl.load({role} + {off}, mask={mask}, other={other}{ev}).to(tl.float32)"
+
+
+def _store(p: Problem, role: str, cols: str, value: str, mask: str, tile2d: bool) -> str:
+    _, sa = p.strides[role]
+    off = f"off_{role}[:, None] + ({cols})[None, :] * {sa}" if tile2d else \
+        f"off_{role} + ({cols}) * {sa}"
+    return f"tl.store({role} + {off}, ({value}).to({TL_TYPE[p.types[role]]}), mask={mask})"
+
+
+# ---- one pass ------------------------------------------------------------------------------
+def one_pass_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str:
+    """One program per BLOCK_ROWS rows, whole rows in registers."""
+    ind = "    "
+    roles = ("DY", "Y", "DX") if backward else ("X", "Y")
+    br = kn.BLOCK_ROWS
+    L = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(roles)}):",
+         f"{ind}rows = {_row_index(p.big, str(br))} + tl.arange(0, {br})",
+         f"{ind}cols = tl.arange(0, {kn.BLOCK_L})",
+         f"{ind}mask = (rows < {p.R})[:, None] & (cols < {p.L})[None, :]"]
+    L += p.row_offsets("rows", ind)
+    if backward:
+        L += [f"{ind}dy = {_load(p, 'DY', 'cols', 'mask', '0.0', True)}",
+              f"{ind}y = {_load(p, 'Y', 'cols', 'mask', '0.0', True)}"]
+        if log:
+            L += [f"{ind}s = tl.reduce(dy, 1, _add_combine)",
+                  f"{ind}dx = dy - tl.exp(y) * s[:, None]"]
+        else:
+            L += [f"{ind}s = tl.reduce(dy * y, 1, _add_combine)",
+                  f"{ind}dx = y * (dy - s[:, None])"]
+        L.append(ind + _store(p, "DX", "cols", "dx", "mask", True))
+    else:
+        L += [f"{ind}x = {_load(p, 'X', 'cols', 'mask', NEG_INF, True)}",
+              f"{ind}m = tl.reduce(x, 1, _max_combine)",
+              f"{ind}e = tl.exp(x - m[:, None])",
+              f"{ind}s = tl.reduce(e, 1, _add_combine)"]
+        y = "x - m[:, None] - tl.log(s)[:, None]" if log else "e / s[:, None]"
+        L.append(ind + _store(p, "Y", "cols", y, "mask", True))
+    return "\n".join(L) + "\n"
+
+
+# ---- two passes ----------------------------------------------------------------------------
+def stats_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str:
+    """Per (row, chunk): the chunk's (max, sum of exp) -- or backward's partial sum."""
+    ind, ind2 = "    ", "        "
+    roles = ("DY", "Y") if backward else ("X",)
+    ch = chunk(p.L, kn)
+    L = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(roles)}, WS):",
+         f"{ind}row = {_row_index(p.big, '1')}",
+         f"{ind}sl = tl.program_id(1)"]
+    L += p.row_offsets("row", ind)
+    L.append(f"{ind}lo = sl * {ch}")
+    if backward:
+        L += [f"{ind}acc = tl.full([{kn.BLOCK_L}], 0.0, tl.float32)",
+              f"{ind}for start in range(lo, lo + {ch}, {kn.BLOCK_L}):",
+              f"{ind2}cols = start + tl.arange(0, {kn.BLOCK_L})",
+              f"{ind2}mask = cols < {p.L}",
+              f"{ind2}dy = {_load(p, 'DY', 'cols', 'mask', '0.0', False, False)}"]
+        if log:
+            L.append(f"{ind2}acc += dy")
+        else:
+            L += [f"{ind2}y = {_load(p, 'Y', 'cols', 'mask', '0.0', False, False)}",
+                  f"{ind2}acc += dy * y"]
+        L.append(f"{ind}tl.store(WS + row * {kn.SPLIT} + sl, tl.reduce(acc, 0, _add_combine))")
+    else:
+        # m = -inf until a finite element arrives: exp is shifted by 0 instead, so that
+        # (-inf) - (-inf) never makes a NaN of an empty prefix
+        L += [f"{ind}m = tl.reduce(tl.full([{kn.BLOCK_L}], {NEG_INF}, tl.float32), 0, _max_combine)",
+              f"{ind}acc = tl.reduce(tl.full([{kn.BLOCK_L}], 0.0, tl.float32), 0, _add_combine)",
+              f"{ind}for start in range(lo, lo + {ch}, {kn.BLOCK_L}):",
+              f"{ind2}cols = start + tl.arange(0, {kn.BLOCK_L})",
+              f"{ind2}x = {_load(p, 'X', 'cols', f'cols < {p.L}', NEG_INF, False, False)}",
+              f"{ind2}m_new = tl.maximum(m, tl.reduce(x, 0, _max_combine))",
+              f"{ind2}shift = tl.where(m_new == {NEG_INF}, 0.0, m_new)",
+              f"{ind2}acc = acc * tl.exp(m - shift) + tl.reduce(tl.exp(x - shift), 0, _add_combine)",
+              f"{ind2}m = m_new",
+              f"{ind}tl.store(WS + (row * {kn.SPLIT} + sl) * 2, m)",
+              f"{ind}tl.store(WS + (row * {kn.SPLIT} + sl) * 2 + 1, acc)"]
+    return "\n".join(L) + "\n"
+
+
+def write_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str:
+    """Per (row, chunk): combine the row's partials, write the chunk's output."""
+    ind, ind2 = "    ", "        "
+    roles = ("DY", "Y", "DX") if backward else ("X", "Y")
+    ch, sp = chunk(p.L, kn), kn.SPLIT
+    sp2 = 1 << max(0, (sp - 1).bit_length())
+    L = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(roles)}, WS):",
+         f"{ind}row = {_row_index(p.big, '1')}",
+         f"{ind}sl = tl.program_id(1)"]
+    L += p.row_offsets("row", ind)
+    L += [f"{ind}k = tl.arange(0, {sp2})",
+          f"{ind}kmask = k < {sp}"]
+    if backward:
+        L.append(f"{ind}s = tl.reduce(tl.load(WS + row * {sp} + k, mask=kmask, other=0.0), 0, _add_combine)")
+    else:
+        L += [f"{ind}ms = tl.load(WS + (row * {sp} + k) * 2, mask=kmask, other={NEG_INF})",
+              f"{ind}ss = tl.load(WS + (row * {sp} + k) * 2 + 1, mask=kmask, other=0.0)",
+              f"{ind}mx = tl.reduce(ms, 0, _max_combine)",
+              f"{ind}shift = tl.where(mx == {NEG_INF}, 0.0, mx)",
+              f"{ind}s = tl.reduce(ss * tl.exp(ms - shift), 0, _add_combine)"]
+        if log:
+            L.append(f"{ind}sub = mx + tl.log(s)")
+    L += [f"{ind}lo = sl * {ch}",
+          f"{ind}for start in range(lo, lo + {ch}, {kn.BLOCK_L}):",
+          f"{ind2}cols = start + tl.arange(0, {kn.BLOCK_L})",
+          f"{ind2}mask = cols < {p.L}"]
+    if backward:
+        L += [f"{ind2}dy = {_load(p, 'DY', 'cols', 'mask', '0.0', False)}",
+              f"{ind2}y = {_load(p, 'Y', 'cols', 'mask', '0.0', False)}"]
+        dx = "dy - tl.exp(y) * s" if log else "y * (dy - s)"
+        L.append(ind2 + _store(p, "DX", "cols", dx, "mask", False))
+    else:
+        L.append(f"{ind2}x = {_load(p, 'X', 'cols', 'mask', '0.0', False)}")
+        y = "x - sub" if log else "tl.exp(x - mx) / s"
+        L.append(ind2 + _store(p, "Y", "cols", y, "mask", False))
+    return "\n".join(L) + "\n"
+
+
+NEG_INF = 'float("-inf")'

@@ -1,0 +1,155 @@
+"""The softmax engine: softmax / log-softmax along any axis, forward and backward, as
+Triton kernels (one pass for rows that fit a register tile, two passes with an online
+maximum for longer rows; see ``_kernels``). It takes graphs of exactly one softmax or
+softmax_backward node with float32 / float16 / bfloat16 tensors of any strides.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from ...enums import BehaviorNote, DataType
+from ...runtime.launch import LaunchList, kernel_from_source
+from ..base import SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target, decline
+from . import _kernels as K
+
+TYPES = (DataType.FLOAT, DataType.HALF, DataType.BFLOAT16)
+MAX_TILE = 16384          # elements of one program's register tile (rows x BLOCK_L)
+POW2 = tuple(1 << i for i in range(15))
+
+
+@dataclasses.dataclass(frozen=True)
+class SoftmaxKnobs:
+    PASSES: int = 1         # 1: whole rows in registers; 2: statistics, then the output
+    BLOCK_L: int = 1024     # elements of a row per tile (PASSES=1: at least the row)
+    BLOCK_ROWS: int = 1     # rows per program (PASSES=1)
+    SPLIT: int = 1          # chunks per row, one program each (PASSES=2)
+    num_warps: int = 4
+
+
+def _node(graph):
+    return graph.nodes[0]
+
+
+def _problem(graph) -> K.Problem:
+    n = _node(graph)
+    roles = ("DY", "Y", "DX") if n.kind == "softmax_backward" else ("X", "Y")
+    uids = {**n.inputs, **n.outputs}
+    descs = {r: graph.tensors[uids[r]] for r in roles}
+    dims = descs["Y"].dims
+    return K.Problem(dims, n.axis % len(dims), descs)
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+class SoftmaxEngine(Engine):
+    """Softmax and log-softmax, forward and backward, along any axis."""
+    id = 25
+    name = "softmax"
+    behavior_notes = frozenset({BehaviorNote.RUNTIME_COMPILATION})
+
+    def check_support(self, graph, target: Target) -> Support:
+        if len(graph.nodes) != 1 or graph.nodes[0].kind not in ("softmax", "softmax_backward"):
+            return decline("takes one softmax or softmax_backward node alone")
+        for d in graph.tensors.values():
+            if d.data_type not in TYPES:
+                return decline(f"tensor {d.label()} is {d.data_type.name}: float32, float16 or "
+                               "bfloat16 only (float64 runs on the reference)")
+        return SUPPORTED
+
+    def knob_space(self, graph=None) -> list[Knob]:
+        return [Knob("PASSES", (1, 2), 1), Knob("BLOCK_L", POW2, 1024),
+                Knob("BLOCK_ROWS", POW2[:9], 1), Knob("SPLIT", tuple(range(1, 257)), 1),
+                Knob("num_warps", (1, 2, 4, 8, 16), 4)]
+
+    def check_config(self, graph, config: EngineConfig, target: Target) -> Support:
+        sup = super().check_config(graph, config, target)
+        if not sup.ok:
+            return sup
+        kn, p = SoftmaxKnobs(**config.knob_dict), _problem(graph)
+        if kn.PASSES == 1:
+            if kn.BLOCK_L < p.L:
+                return decline(f"one pass holds whole rows: BLOCK_L={kn.BLOCK_L} < row length "
+                               f"{p.L}")
+            if kn.BLOCK_L * kn.BLOCK_ROWS > MAX_TILE or kn.SPLIT != 1:
+                return decline(f"one pass: BLOCK_ROWS x BLOCK_L <= {MAX_TILE} and SPLIT=1")
+        elif kn.BLOCK_ROWS != 1 or kn.SPLIT > max(1, -(-p.L // kn.BLOCK_L)):
+            return decline("two passes: BLOCK_ROWS=1 and SPLIT at most the row's tiles "
+                           f"({max(1, -(-p.L // kn.BLOCK_L))})")
+        elif kn.BLOCK_L > MAX_TILE:
+            return decline(f"two passes: BLOCK_L <= {MAX_TILE}")
+        return SUPPORTED
+
+    def configs(self, graph, target: Target) -> list[EngineConfig]:
+        p = _problem(graph)
+        out = []
+        cap = MAX_TILE if target.is_cuda else 1024
+        if _pow2(p.L) <= cap:
+            bl = _pow2(max(p.L, 1))
+            br = max(1, min(256, (4096 if target.is_cuda else 256) // bl))
+            warps = max(1, min(16, bl * br // 512)) if target.is_cuda else 4
+            out.append(SoftmaxKnobs(1, bl, br, 1, warps))
+        bl = 4096 if target.is_cuda else 256
+        tiles = max(1, -(-p.L // bl))
+        split = max(1, min(256, tiles, _pow2(-(-2 * target.num_sms // max(p.R, 1)))))
+        if p.L > bl or not out:
+            out.append(SoftmaxKnobs(2, bl, 1, split, 8 if target.is_cuda else 4))
+        out.sort(key=lambda kn: self._estimate(p, kn, target))
+        return [EngineConfig.make(self, **dataclasses.asdict(kn)) for kn in out]
+
+    @staticmethod
+    def _estimate(p, kn, target) -> float:
+        item = sum(DataType(t).itemsize for t in p.types.values())
+        moved = p.R * p.L * item * (1.0 if kn.PASSES == 1 else 1.6)
+        programs = -(-p.R // kn.BLOCK_ROWS) if kn.PASSES == 1 else p.R * kn.SPLIT
+        fill = max(min(1.0, programs / (2.0 * target.num_sms)), 1e-3)
+        return moved / (target.bandwidth * fill) + 3e-6 * kn.PASSES
+
+    def estimate_seconds(self, graph, config, target) -> float:
+        return self._estimate(_problem(graph), SoftmaxKnobs(**config.knob_dict), target)
+
+    def workspace_size(self, graph, config, target) -> int:
+        kn = SoftmaxKnobs(**config.knob_dict)
+        if kn.PASSES == 1:
+            return 0
+        per = 1 if _node(graph).kind == "softmax_backward" else 2
+        return _problem(graph).R * kn.SPLIT * per * 4
+
+    def build(self, graph, config, target) -> Executable:
+        return _SoftmaxExecutable(graph, SoftmaxKnobs(**config.knob_dict), target,
+                                  self.workspace_size(graph, config, target))
+
+
+class _SoftmaxExecutable(Executable, LaunchList):
+    def __init__(self, graph, kn: SoftmaxKnobs, target, workspace: int):
+        LaunchList.__init__(self)
+        self.workspace_size = workspace
+        n, p = _node(graph), _problem(graph)
+        if p.R == 0 or p.L == 0:
+            return                                 # nothing to read or write
+        backward = n.kind == "softmax_backward"
+        roles = ("DY", "Y", "DX") if backward else ("X", "Y")
+        uids = {**n.inputs, **n.outputs}
+        bufs = [("buf", uids[r]) for r in roles]
+        tag = f"softmax_{graph.key()[:12]}"
+        const = {"num_warps": kn.num_warps}
+        if kn.PASSES == 1:
+            src = K.one_pass_source(tag, p, kn, backward, n.log)
+            self.add_launch(kernel_from_source(src, tag), (-(-p.R // kn.BLOCK_ROWS),), const,
+                            bufs, graph, target.is_cuda)
+            return
+        ws = [("ws", torch.float32)]
+        stats_roles = bufs[:2] if backward else bufs[:1]
+        for name, src, args in (
+                (f"{tag}_stats", K.stats_source(f"{tag}_stats", p, kn, backward, n.log),
+                 stats_roles + ws),
+                (f"{tag}_write", K.write_source(f"{tag}_write", p, kn, backward, n.log),
+                 bufs + ws)):
+            self.add_launch(kernel_from_source(src, name), (p.R, kn.SPLIT), const, args,
+                            graph, target.is_cuda)
+
+    def run(self, buffers, workspace, stream=None):
+        self.run_launches(buffers, workspace, stream)

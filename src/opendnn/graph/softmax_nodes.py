@@ -1,0 +1,82 @@
+"""Softmax graph nodes: ``Y = softmax(X)`` along one axis (log-softmax with ``log``) and
+its backward ``DX = softmax_backward(DY, Y)`` (see ``ops/softmax.py`` for the math)."""
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+from ..errors import Status
+from .nodes import NODE_TYPES, Node
+
+
+def _axis_error(node, axis: int, rank: int, t):
+    return node.error(f"axis {axis} is out of range for {rank} dims (allowed: {-rank} to "
+                      f"{rank - 1})", t, Status.BAD_PARAM_OUT_OF_BOUND)
+
+
+@dataclasses.dataclass(eq=False)
+class Softmax(Node):
+    """Y = softmax(X) along ``axis`` (negative counts from the end); Y has X's dims."""
+    axis: int = -1
+    log: bool = False
+    kind: ClassVar[str] = "softmax"
+
+    def infer_properties(self, ctx) -> None:
+        x, y = self.inputs["X"], self.outputs["Y"]
+        if x.dim is None:
+            raise self.error("input dims are not set", x, Status.BAD_PARAM_NOT_FINALIZED)
+        if not -len(x.dim) <= self.axis < len(x.dim):
+            raise _axis_error(self, self.axis, len(x.dim), x)
+        if y.dim is None:
+            y.dim = list(x.dim)
+        ctx.fill_type(y, x)
+        ctx.fill_strides(y, x)
+
+    def validate(self, desc) -> None:
+        x, y = desc(self.inputs["X"]), desc(self.outputs["Y"])
+        _same_dims(self, x, y, "Y")
+        _floating(self, (x, y))
+
+
+@dataclasses.dataclass(eq=False)
+class SoftmaxBackward(Node):
+    """DX = softmax_backward(DY, Y): the gradient through softmax (or log-softmax) along
+    ``axis`` from the forward's output Y; every tensor has Y's dims."""
+    axis: int = -1
+    log: bool = False
+    kind: ClassVar[str] = "softmax_backward"
+
+    def infer_properties(self, ctx) -> None:
+        dy, y, dx = self.inputs["DY"], self.inputs["Y"], self.outputs["DX"]
+        for t in (dy, y):
+            if t.dim is None:
+                raise self.error("input dims are not set", t, Status.BAD_PARAM_NOT_FINALIZED)
+        if not -len(y.dim) <= self.axis < len(y.dim):
+            raise _axis_error(self, self.axis, len(y.dim), y)
+        if dx.dim is None:
+            dx.dim = list(y.dim)
+        ctx.fill_type(dx, dy)
+        ctx.fill_strides(dx, dy)
+
+    def validate(self, desc) -> None:
+        dy, y, dx = desc(self.inputs["DY"]), desc(self.inputs["Y"]), desc(self.outputs["DX"])
+        _same_dims(self, y, dy, "DY")
+        _same_dims(self, y, dx, "DX")
+        _floating(self, (dy, y, dx))
+
+
+def _same_dims(node, a, b, role: str) -> None:
+    if a.dims != b.dims:
+        raise node.error(f"{role} dims {list(b.dims)} must equal {list(a.dims)}", b.label(),
+                         Status.BAD_PARAM_SHAPE_MISMATCH)
+
+
+def _floating(node, descs) -> None:
+    for d in descs:
+        if not d.data_type.is_floating:
+            raise node.error(f"data type {d.data_type.name} is not a floating type", d.label(),
+                             Status.NOT_SUPPORTED_DATA_TYPE)
+
+
+for _cls in (Softmax, SoftmaxBackward):
+    NODE_TYPES[_cls.kind] = _cls
