@@ -206,8 +206,13 @@ def run_conv(r: Runner, args=None):
     run(r, kinds, args.layers.split(",") if args and args.layers else None)
 
 
+def run_softmax(r: Runner):
+    from .softmax import run_softmax as run
+    run(r, bench)
+
+
 FAMILIES = {"pointwise": run_pointwise, "reduction": run_reduction, "matmul": run_matmul,
-            "latency": run_latency, "conv": run_conv}
+            "latency": run_latency, "conv": run_conv, "softmax": run_softmax}
 
 
 def main(argv=None) -> int:

@@ -1,0 +1,63 @@
+"""GPU checks of the softmax engine against float64 PyTorch (pytest -m gpu): the plan
+heuristics pick, and every config the engine lists, on long and short rows, a strided
+axis, forward and backward, softmax and log-softmax."""
+import pytest
+import torch
+
+import opendnn.frontend as cudnn
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
+
+
+def _relerr(out, ref):
+    out, ref = out.double().cpu(), ref.double().cpu()
+    assert not torch.isnan(out).any(), "unwritten (NaN-poisoned) outputs"
+    return ((out - ref).norm() / max(ref.norm().item(), 1e-30)).item()
+
+
+def _run_every_plan(g, pack, out, ref, tol):
+    g.build([cudnn.heur_mode.A])
+    assert g.get_plan_name_at_index(0).startswith("softmax")
+    names = []
+    for i in range(g.get_execution_plan_count()):
+        name = g.get_plan_name_at_index(i)
+        if not name.startswith("softmax"):
+            continue
+        g.build_plan_at_index(i)
+        ws = torch.empty(max(g.get_workspace_size_plan_at_index(i), 1), device="cuda",
+                         dtype=torch.uint8).fill_(255)
+        out.fill_(float("nan"))
+        g.execute_plan_at_index({**pack}, ws, i)
+        assert _relerr(out, ref) < tol, name
+        names.append(name)
+    return names
+
+
+@pytest.mark.parametrize("shape,axis", [((8192, 8192), -1), ((64, 65536), -1),
+                                        ((4, 262144), -1), ((32, 1000, 3), 1), ((7, 1), -1)])
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_forward_and_backward(shape, axis, dt, log):
+    x = torch.randn(shape, device="cuda", dtype=dt) * 3
+    xd = x.double()
+    ref = torch.log_softmax(xd, axis) if log else torch.softmax(xd, axis)
+    g = cudnn.pygraph()
+    tx = g.tensor_like(x)
+    ty = g.softmax(tx, axis=axis, log=log)
+    ty.set_output(True)
+    y = torch.empty_like(x)
+    _run_every_plan(g, {tx: x, ty: y}, y, ref, TOL[dt])
+    dy = torch.randn_like(x)
+    yd = ref.to(dt)
+    dyd, ydd = dy.double(), yd.double()
+    dref = (dyd - ydd.exp() * dyd.sum(axis, keepdim=True)) if log else \
+        ydd * (dyd - (dyd * ydd).sum(axis, keepdim=True))
+    g = cudnn.pygraph()
+    tdy, tyv = g.tensor_like(dy), g.tensor_like(yd)
+    tdx = g.softmax_backward(tdy, tyv, axis=axis, log=log)
+    tdx.set_output(True)
+    dx = torch.empty_like(x)
+    _run_every_plan(g, {tdy: dy, tyv: yd, tdx: dx}, dx, dref, TOL[dt] * 2)
