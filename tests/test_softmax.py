@@ -1,6 +1,6 @@
 """Softmax and log-softmax along any axis, forward and backward: the float64 reference
-against PyTorch; the softmax engine (both of its kernels: whole rows in registers, and
-two passes with an online maximum) against the reference through the interpreter, on
+against PyTorch; the softmax engine (both of its kernels: whole rows in registers, two
+loops over each row in one program, two passes with an online maximum) against the reference through the interpreter, on
 odd, size-one and empty dims, non-packed strides and every floating type; properties
 (rows sum to one, shift invariance, extreme inputs stay finite); each rule with its error."""
 import pytest
@@ -65,6 +65,8 @@ CASES = [  # (shape, axis, knobs: None = the engine's own choice)
     ((2, 3, 53), -1, dict(TWO, SPLIT=3)),           # three uneven chunks
     ((2, 70), -1, dict(TWO, SPLIT=4)),              # chunks of 32: the last is all padding
     ((6, 4), 0, dict(TWO, BLOCK_L=2, SPLIT=2)),
+    ((3, 70), -1, dict(TWO, PASSES=3, SPLIT=1)),    # both loops in one program per row
+    ((4, 5, 3), 1, dict(TWO, PASSES=3, SPLIT=1, BLOCK_L=2)),
 ]
 
 
@@ -119,7 +121,7 @@ def _engine_softmax(x, axis=-1, log=False, knobs=None):
     return check_engine(g, feeds, [y], ID, knobs, n=x.shape[axis])[y]
 
 
-@pytest.mark.parametrize("knobs", [None, dict(TWO, SPLIT=3)])
+@pytest.mark.parametrize("knobs", [None, dict(TWO, SPLIT=3), dict(TWO, PASSES=3, SPLIT=1)])
 def test_rows_sum_to_one_and_shifts_change_nothing(rng, knobs):
     x = rng.rand((5, 40), torch.float32, high=8.0)
     y = _engine_softmax(x, knobs=knobs)
@@ -128,7 +130,7 @@ def test_rows_sum_to_one_and_shifts_change_nothing(rng, knobs):
     assert_close(shifted, y, torch.float32, 40)
 
 
-@pytest.mark.parametrize("knobs", [None, dict(TWO, SPLIT=2)])
+@pytest.mark.parametrize("knobs", [None, dict(TWO, SPLIT=2), dict(TWO, PASSES=3, SPLIT=1)])
 def test_log_softmax_of_extreme_inputs_stays_finite(rng, knobs):
     x = rng.rand((3, 33), torch.float32) * 3e4      # exp overflows float32 without the max
     y = _engine_softmax(x, log=True, knobs=knobs)
@@ -168,6 +170,7 @@ def test_integer_input_is_rejected():
      "BLOCK_L=4 < row length 9"),
     (torch.float32, dict(TWO, SPLIT=2, BLOCK_ROWS=2), "two passes: BLOCK_ROWS=1"),
     (torch.float32, dict(TWO, SPLIT=2, BLOCK_L=16), "SPLIT at most the row's tiles (1)"),
+    (torch.float32, dict(TWO, PASSES=3, SPLIT=2), "two loops: BLOCK_ROWS=1, SPLIT=1"),
 ])
 def test_engine_declines_with_a_reason(dtype, knobs, reason):
     g, _, _ = _fwd_graph(torch.empty(3, 9, dtype=dtype), -1, False)

@@ -6,6 +6,10 @@ own strides, so any layout works; the offsets are literals of the generated sour
 
 - One pass (``PASSES=1``): a program holds BLOCK_ROWS whole rows ([BLOCK_ROWS, BLOCK_L]
   with BLOCK_L >= L) in registers: max, exp, sum and the store in one read of the input.
+- Two loops (``PASSES=3``, long rows, many of them): one program per row streams the row
+  twice in BLOCK_L tiles -- the online (max, sum), then the output. The rows in flight
+  (a few per SM, 128 KB each at 65536 bf16) fit in L2, so the second read mostly does not
+  reach DRAM.
 - Two passes (``PASSES=2``, rows longer than a register tile): the row is cut into SPLIT
   chunks, one program per (row, chunk). The first kernel streams its chunk in BLOCK_L
   tiles keeping an online maximum m and sum s (s <- s exp(m - m') + sum exp(x - m') when
@@ -103,6 +107,49 @@ def one_pass_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str
               f"{ind}s = tl.reduce(e, 1, _add_combine)"]
         y = "x - m[:, None] - tl.log(s)[:, None]" if log else "e / s[:, None]"
         L.append(ind + _store(p, "Y", "cols", y, "mask", True))
+    return "\n".join(L) + "\n"
+
+
+# ---- two loops in one program --------------------------------------------------------------
+def two_loop_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str:
+    """One program per row: statistics over the row, then the row's output."""
+    ind, ind2 = "    ", "        "
+    roles = ("DY", "Y", "DX") if backward else ("X", "Y")
+    span = -(-p.L // kn.BLOCK_L) * kn.BLOCK_L
+    loop = [f"{ind}for start in range(0, {span}, {kn.BLOCK_L}):",
+            f"{ind2}cols = start + tl.arange(0, {kn.BLOCK_L})",
+            f"{ind2}mask = cols < {p.L}"]
+    L = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(roles)}):",
+         f"{ind}row = {_row_index(p.big, '1')}"]
+    L += p.row_offsets("row", ind)
+    if backward:
+        L.append(f"{ind}acc = tl.full([{kn.BLOCK_L}], 0.0, tl.float32)")
+        L += loop + [f"{ind2}dy = {_load(p, 'DY', 'cols', 'mask', '0.0', False, False)}"]
+        if log:
+            L.append(f"{ind2}acc += dy")
+        else:
+            L += [f"{ind2}y = {_load(p, 'Y', 'cols', 'mask', '0.0', False, False)}",
+                  f"{ind2}acc += dy * y"]
+        L.append(f"{ind}s = tl.reduce(acc, 0, _add_combine)")
+        L += loop + [f"{ind2}dy = {_load(p, 'DY', 'cols', 'mask', '0.0', False)}",
+                     f"{ind2}y = {_load(p, 'Y', 'cols', 'mask', '0.0', False)}",
+                     ind2 + _store(p, "DX", "cols", "dy - tl.exp(y) * s" if log else
+                                   "y * (dy - s)", "mask", False)]
+    else:
+        L += [f"{ind}m = tl.reduce(tl.full([{kn.BLOCK_L}], {NEG_INF}, tl.float32), 0, "
+              "_max_combine)",
+              f"{ind}acc = tl.reduce(tl.full([{kn.BLOCK_L}], 0.0, tl.float32), 0, _add_combine)"]
+        L += loop + [f"{ind2}x = {_load(p, 'X', 'cols', 'mask', NEG_INF, False, False)}",
+                     f"{ind2}m_new = tl.maximum(m, tl.reduce(x, 0, _max_combine))",
+                     f"{ind2}shift = tl.where(m_new == {NEG_INF}, 0.0, m_new)",
+                     f"{ind2}acc = acc * tl.exp(m - shift) + "
+                     "tl.reduce(tl.exp(x - shift), 0, _add_combine)",
+                     f"{ind2}m = m_new"]
+        if log:
+            L.append(f"{ind}sub = m + tl.log(acc)")
+        L += loop + [f"{ind2}x = {_load(p, 'X', 'cols', 'mask', '0.0', False)}",
+                     ind2 + _store(p, "Y", "cols", "x - sub" if log else "tl.exp(x - m) / acc",
+                                   "mask", False)]
     return "\n".join(L) + "\n"
 
 
