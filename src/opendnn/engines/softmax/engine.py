@@ -17,6 +17,7 @@ from . import _kernels as K
 TYPES = (DataType.FLOAT, DataType.HALF, DataType.BFLOAT16)
 MAX_TILE = 16384          # elements of one program's register tile (rows x BLOCK_L)
 POW2 = tuple(1 << i for i in range(15))
+L2_BYTES = 40e6           # the part of the H100's 50 MB L2 that rows re-read may count on
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,18 +99,27 @@ class SoftmaxEngine(Engine):
             out.append(SoftmaxKnobs(1, bl, br, 1, warps))
         bl = 4096 if target.is_cuda else 256
         tiles = max(1, -(-p.L // bl))
-        split = max(1, min(256, tiles, _pow2(-(-2 * target.num_sms // max(p.R, 1)))))
+        split = max(1, min(256, tiles, _pow2(-(-16 * target.num_sms // max(p.R, 1)))))
         if p.L > bl or not out:
+            # measured on the H100 (bench/softmax_sweep.py): two kernels want 4096-wide
+            # tiles and a SPLIT that fills the GPU; one program per row wants 8192-wide
+            # tiles, 16 warps when it streams two tensors (backward)
             out.append(SoftmaxKnobs(2, bl, 1, split, 8 if target.is_cuda else 4))
-            out.append(SoftmaxKnobs(3, bl, 1, 1, 8 if target.is_cuda else 4))
+            two_loop_warps = (16 if _node(graph).kind == "softmax_backward" else 8)
+            out.append(SoftmaxKnobs(3, 2 * bl, 1, 1, two_loop_warps if target.is_cuda else 4))
         out.sort(key=lambda kn: self._estimate(p, kn, target))
         return [EngineConfig.make(self, **dataclasses.asdict(kn)) for kn in out]
 
     @staticmethod
     def _estimate(p, kn, target) -> float:
         item = sum(DataType(t).itemsize for t in p.types.values())
-        # the second read of PASSES=2 comes from DRAM, PASSES=3's mostly from L2
-        moved = p.R * p.L * item * {1: 1.0, 2: 1.6, 3: 1.15}[kn.PASSES]
+        # PASSES=2 reads its input twice from DRAM; PASSES=3's second read comes from L2
+        # while the rows in flight (one per SM) fit there, else from DRAM as well
+        reread = sum(t.itemsize for r, t in p.types.items() if r in ("X", "DY", "Y") and
+                     not (r == "Y" and "X" in p.types))
+        in_flight = min(p.R, target.num_sms) * p.L * reread
+        again = 1.15 if in_flight <= L2_BYTES else 1.8
+        moved = p.R * p.L * item * {1: 1.0, 2: 1.6, 3: again}[kn.PASSES]
         programs = -(-p.R // kn.BLOCK_ROWS) if kn.PASSES == 1 else p.R * kn.SPLIT
         fill = max(min(1.0, programs / (2.0 * target.num_sms)), 1e-3)
         return moved / (target.bandwidth * fill) + 3e-6 * (2 if kn.PASSES == 2 else 1)
