@@ -1,8 +1,9 @@
 """Softmax and log-softmax along any axis, forward and backward: the float64 reference
-against PyTorch; the softmax engine (both of its kernels: whole rows in registers, two
-loops over each row in one program, two passes with an online maximum) against the reference through the interpreter, on
-odd, size-one and empty dims, non-packed strides and every floating type; properties
-(rows sum to one, shift invariance, extreme inputs stay finite); each rule with its error."""
+against PyTorch; the softmax engine (its three kernels: whole rows in registers, two loops
+over each row in one program, two passes with an online maximum) against the reference
+through the interpreter, on odd, size-one and empty dims, non-packed strides and every
+floating type; properties (rows sum to one, shift invariance, extreme inputs stay
+finite); each rule with its error."""
 import pytest
 import torch
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 from ..fusion._codegen import COMBINE_HELPERS, TL_TYPE, index_decomposition, offset_expr
 
 INT32_LIMIT = 2 ** 31 - 1
+NEG_INF = 'float("-inf")'
 
 
 def chunk(L: int, kn) -> int:
@@ -110,6 +111,35 @@ def one_pass_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str
     return "\n".join(L) + "\n"
 
 
+# ---- the statistics loop (shared by the two-loop and two-pass kernels) ---------------------
+def _statistics(p: Problem, kn, backward: bool, log: bool, lo: str, hi: str) -> list[str]:
+    """Lines streaming row tiles [lo, hi) once (a first read: left in L2). Forward leaves
+    the online maximum ``m`` and the sum ``acc`` of exp(x - m); backward the partial sums
+    ``acc`` (a BLOCK_L vector) of dy * y (log-softmax: of dy)."""
+    ind, ind2 = "    ", "        "
+    head = [f"{ind}for start in range({lo}, {hi}, {kn.BLOCK_L}):",
+            f"{ind2}cols = start + tl.arange(0, {kn.BLOCK_L})",
+            f"{ind2}mask = cols < {p.L}"]
+    if backward:
+        L = [f"{ind}acc = tl.full([{kn.BLOCK_L}], 0.0, tl.float32)"] + head + \
+            [f"{ind2}dy = {_load(p, 'DY', 'cols', 'mask', '0.0', False, False)}"]
+        if log:
+            return L + [f"{ind2}acc += dy"]
+        return L + [f"{ind2}y = {_load(p, 'Y', 'cols', 'mask', '0.0', False, False)}",
+                    f"{ind2}acc += dy * y"]
+    # m = -inf until a finite element arrives: exp is shifted by 0 instead, so that
+    # (-inf) - (-inf) never makes a NaN of an empty prefix
+    return [f"{ind}m = tl.reduce(tl.full([{kn.BLOCK_L}], {NEG_INF}, tl.float32), 0, "
+            "_max_combine)",
+            f"{ind}acc = tl.reduce(tl.full([{kn.BLOCK_L}], 0.0, tl.float32), 0, "
+            "_add_combine)"] + head + [
+        f"{ind2}x = {_load(p, 'X', 'cols', 'mask', NEG_INF, False, False)}",
+        f"{ind2}m_new = tl.maximum(m, tl.reduce(x, 0, _max_combine))",
+        f"{ind2}shift = tl.where(m_new == {NEG_INF}, 0.0, m_new)",
+        f"{ind2}acc = acc * tl.exp(m - shift) + tl.reduce(tl.exp(x - shift), 0, _add_combine)",
+        f"{ind2}m = m_new"]
+
+
 # ---- two loops in one program --------------------------------------------------------------
 def two_loop_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str:
     """One program per row: statistics over the row, then the row's output."""
@@ -122,29 +152,14 @@ def two_loop_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str
     L = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(roles)}):",
          f"{ind}row = {_row_index(p.big, '1')}"]
     L += p.row_offsets("row", ind)
+    L += _statistics(p, kn, backward, log, "0", str(span))
     if backward:
-        L.append(f"{ind}acc = tl.full([{kn.BLOCK_L}], 0.0, tl.float32)")
-        L += loop + [f"{ind2}dy = {_load(p, 'DY', 'cols', 'mask', '0.0', False, False)}"]
-        if log:
-            L.append(f"{ind2}acc += dy")
-        else:
-            L += [f"{ind2}y = {_load(p, 'Y', 'cols', 'mask', '0.0', False, False)}",
-                  f"{ind2}acc += dy * y"]
         L.append(f"{ind}s = tl.reduce(acc, 0, _add_combine)")
         L += loop + [f"{ind2}dy = {_load(p, 'DY', 'cols', 'mask', '0.0', False)}",
                      f"{ind2}y = {_load(p, 'Y', 'cols', 'mask', '0.0', False)}",
                      ind2 + _store(p, "DX", "cols", "dy - tl.exp(y) * s" if log else
                                    "y * (dy - s)", "mask", False)]
     else:
-        L += [f"{ind}m = tl.reduce(tl.full([{kn.BLOCK_L}], {NEG_INF}, tl.float32), 0, "
-              "_max_combine)",
-              f"{ind}acc = tl.reduce(tl.full([{kn.BLOCK_L}], 0.0, tl.float32), 0, _add_combine)"]
-        L += loop + [f"{ind2}x = {_load(p, 'X', 'cols', 'mask', NEG_INF, False, False)}",
-                     f"{ind2}m_new = tl.maximum(m, tl.reduce(x, 0, _max_combine))",
-                     f"{ind2}shift = tl.where(m_new == {NEG_INF}, 0.0, m_new)",
-                     f"{ind2}acc = acc * tl.exp(m - shift) + "
-                     "tl.reduce(tl.exp(x - shift), 0, _add_combine)",
-                     f"{ind2}m = m_new"]
         if log:
             L.append(f"{ind}sub = m + tl.log(acc)")
         L += loop + [f"{ind2}x = {_load(p, 'X', 'cols', 'mask', '0.0', False)}",
@@ -156,7 +171,7 @@ def two_loop_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str
 # ---- two passes ----------------------------------------------------------------------------
 def stats_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str:
     """Per (row, chunk): the chunk's (max, sum of exp) -- or backward's partial sum."""
-    ind, ind2 = "    ", "        "
+    ind = "    "
     roles = ("DY", "Y") if backward else ("X",)
     ch = chunk(p.L, kn)
     L = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(roles)}, WS):",
@@ -164,31 +179,11 @@ def stats_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str:
          f"{ind}sl = tl.program_id(1)"]
     L += p.row_offsets("row", ind)
     L.append(f"{ind}lo = sl * {ch}")
+    L += _statistics(p, kn, backward, log, "lo", f"lo + {ch}")
     if backward:
-        L += [f"{ind}acc = tl.full([{kn.BLOCK_L}], 0.0, tl.float32)",
-              f"{ind}for start in range(lo, lo + {ch}, {kn.BLOCK_L}):",
-              f"{ind2}cols = start + tl.arange(0, {kn.BLOCK_L})",
-              f"{ind2}mask = cols < {p.L}",
-              f"{ind2}dy = {_load(p, 'DY', 'cols', 'mask', '0.0', False, False)}"]
-        if log:
-            L.append(f"{ind2}acc += dy")
-        else:
-            L += [f"{ind2}y = {_load(p, 'Y', 'cols', 'mask', '0.0', False, False)}",
-                  f"{ind2}acc += dy * y"]
         L.append(f"{ind}tl.store(WS + row * {kn.SPLIT} + sl, tl.reduce(acc, 0, _add_combine))")
     else:
-        # m = -inf until a finite element arrives: exp is shifted by 0 instead, so that
-        # (-inf) - (-inf) never makes a NaN of an empty prefix
-        L += [f"{ind}m = tl.reduce(tl.full([{kn.BLOCK_L}], {NEG_INF}, tl.float32), 0, _max_combine)",
-              f"{ind}acc = tl.reduce(tl.full([{kn.BLOCK_L}], 0.0, tl.float32), 0, _add_combine)",
-              f"{ind}for start in range(lo, lo + {ch}, {kn.BLOCK_L}):",
-              f"{ind2}cols = start + tl.arange(0, {kn.BLOCK_L})",
-              f"{ind2}x = {_load(p, 'X', 'cols', f'cols < {p.L}', NEG_INF, False, False)}",
-              f"{ind2}m_new = tl.maximum(m, tl.reduce(x, 0, _max_combine))",
-              f"{ind2}shift = tl.where(m_new == {NEG_INF}, 0.0, m_new)",
-              f"{ind2}acc = acc * tl.exp(m - shift) + tl.reduce(tl.exp(x - shift), 0, _add_combine)",
-              f"{ind2}m = m_new",
-              f"{ind}tl.store(WS + (row * {kn.SPLIT} + sl) * 2, m)",
+        L += [f"{ind}tl.store(WS + (row * {kn.SPLIT} + sl) * 2, m)",
               f"{ind}tl.store(WS + (row * {kn.SPLIT} + sl) * 2 + 1, acc)"]
     return "\n".join(L) + "\n"
 
@@ -206,7 +201,8 @@ def write_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str:
     L += [f"{ind}k = tl.arange(0, {sp2})",
           f"{ind}kmask = k < {sp}"]
     if backward:
-        L.append(f"{ind}s = tl.reduce(tl.load(WS + row * {sp} + k, mask=kmask, other=0.0), 0, _add_combine)")
+        L.append(f"{ind}s = tl.reduce(tl.load(WS + row * {sp} + k, mask=kmask, other=0.0), 0, "
+                 "_add_combine)")
     else:
         L += [f"{ind}ms = tl.load(WS + (row * {sp} + k) * 2, mask=kmask, other={NEG_INF})",
               f"{ind}ss = tl.load(WS + (row * {sp} + k) * 2 + 1, mask=kmask, other=0.0)",
@@ -231,4 +227,3 @@ def write_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str:
     return "\n".join(L) + "\n"
 
 
-NEG_INF = 'float("-inf")'
