@@ -61,3 +61,21 @@ def test_softmax_forward_and_backward(shape, axis, dt, log):
     tdx.set_output(True)
     dx = torch.empty_like(x)
     _run_every_plan(g, {tdy: dy, tyv: yd, tdx: dx}, dx, dref, TOL[dt] * 2)
+
+
+@pytest.mark.parametrize("mode", ["CHANNEL", "INSTANCE"])
+@pytest.mark.parametrize("algo", ["ACCURATE", "LOG"])
+def test_legacy_softmax_forward_with_blending(mode, algo):
+    import opendnn.legacy as L
+    dims = (8, 64, 14, 14)
+    x = torch.randn(dims, device="cuda").to(memory_format=torch.channels_last)
+    y = torch.randn(dims, device="cuda").to(memory_format=torch.channels_last)
+    prior = y.clone()
+    d = L.create_tensor_descriptor()
+    L.set_tensor_4d_descriptor(d, L.TensorFormat.NHWC, L.DataType.FLOAT, *dims)
+    L.softmax_forward(L.create("cuda"), L.SoftmaxAlgorithm[algo], L.SoftmaxMode[mode], 0.5,
+                      d, x, 2.0, d, y)
+    xd = x.double()
+    flat = xd.reshape(dims[0], -1) if mode == "INSTANCE" else xd
+    ref = (torch.log_softmax(flat, 1) if algo == "LOG" else torch.softmax(flat, 1))
+    assert _relerr(y, 0.5 * ref.reshape(dims) + 2.0 * prior.double()) < 1e-5
