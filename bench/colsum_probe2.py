@@ -10,10 +10,16 @@ copy): where the time goes and what a single launch gives. Variants, same run:
   block counter, and the last one of a block sums the block's partials in slice order
   (deterministic) and resets the counter.
 Run (GPU): PYTHONPATH=src python bench/colsum_probe2.py"""
+import os
+import sys
+
 import torch
 import triton
 import triton.language as tl
 from triton.testing import do_bench
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from colsum_probe import finish  # noqa: E402  (the partials' sum, shared by the probes)
 
 
 @triton.jit
@@ -34,15 +40,6 @@ def part(X, P, N: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, ROWS: tl.con
             acc += tl.load(X + rows[:, None].to(tl.int64) * N + cols[None, :],
                            eviction_policy="evict_first").to(tl.float32)
     tl.store(P + rs * N + cols, tl.sum(acc, 0))
-
-
-@triton.jit
-def finish(P, Y, N: tl.constexpr, SPLIT: tl.constexpr, BC: tl.constexpr):
-    cols = tl.program_id(0) * BC + tl.arange(0, BC)
-    acc = tl.zeros([BC], tl.float32)
-    for s in range(SPLIT):
-        acc += tl.load(P + s * N + cols)
-    tl.store(Y + cols, acc)
 
 
 @triton.jit

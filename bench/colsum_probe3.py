@@ -4,13 +4,19 @@ warp issues in order: in ``acc += tl.load(...)`` the next step's load waits for 
 step's data, so each warp has one tile in flight. ``DEPTH`` tiles are loaded ahead and
 carried through the loop. Variants: DEPTH 0-3, tile shapes, split, warps; the partial
 kernel alone, then with the finishing kernel; and slices that interleave row blocks
-(``part_interleaved``) instead of owning contiguous row ranges. The copy floor is measured as the bench
-does (1 GiB float32).
+(``part_interleaved``) instead of owning contiguous row ranges. The copy floor is measured
+as the bench does (1 GiB float32).
 Run (GPU): PYTHONPATH=src python bench/colsum_probe3.py"""
+import os
+import sys
+
 import torch
 import triton
 import triton.language as tl
 from triton.testing import do_bench
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from colsum_probe import finish  # noqa: E402  (the partials' sum, shared by the probes)
 
 
 @triton.jit
@@ -75,15 +81,6 @@ def part_interleaved(X, P, N: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
         acc += tl.load(ptrs, eviction_policy="evict_first").to(tl.float32)
         ptrs += BR * SPLIT * N
     tl.store(P + rs * N + cols, tl.sum(acc, 0))
-
-
-@triton.jit
-def finish(P, Y, N: tl.constexpr, SPLIT: tl.constexpr, BC: tl.constexpr):
-    cols = tl.program_id(0) * BC + tl.arange(0, BC)
-    acc = tl.zeros([BC], tl.float32)
-    for s in range(SPLIT):
-        acc += tl.load(P + s * N + cols)
-    tl.store(Y + cols, acc)
 
 
 def _copy_gbs() -> float:
