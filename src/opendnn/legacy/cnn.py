@@ -18,7 +18,7 @@ from ..enums import ConvolutionMode, DataType
 from ..errors import BadParamError, GraphNotSupportedError, Status
 from ..graph.graph import Graph
 from ..ops.conv import output_dims
-from .common import Determinism, MathType, NanPropagation, check
+from .common import SCALAR, Determinism, MathType, NanPropagation, check
 
 
 class ConvolutionFwdAlgo(enum.IntEnum):
@@ -236,16 +236,15 @@ class _ConvCall:
         t = getattr(g, kind)(self.a, self.b, **params)
         if kind != "conv_fprop":
             t.set_dim(list(out_desc.dims)).set_stride(list(out_desc.strides))
-        scalar = dict(dim=[1], stride=[1], data_type=DataType.FLOAT, is_pass_by_value=True)
         self.alpha = self.beta = self.z = self.bias = None
         if blend:
-            self.alpha = g.tensor(name="alpha", **scalar)
+            self.alpha = g.tensor(name="alpha", **SCALAR)
             t = g.scale(t, self.alpha)
         if z_desc is not None or beta:
             zd = z_desc if z_desc is not None else out_desc
             self.z = g.tensor(zd.dims, zd.strides, zd.data_type,
                               name="z" if z_desc is not None else "prior")
-            self.beta = g.tensor(name="alpha2" if z_desc is not None else "beta", **scalar)
+            self.beta = g.tensor(name="alpha2" if z_desc is not None else "beta", **SCALAR)
             t = g.add(t, g.scale(self.z, self.beta))
         if b_bias is not None:
             self.bias = g.tensor(b_bias.dims, b_bias.strides, b_bias.data_type, name="bias")

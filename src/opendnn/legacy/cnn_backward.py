@@ -21,7 +21,7 @@ from ..enums import DataType, HeurMode, ReductionMode
 from ..errors import Status
 from ..graph.graph import Graph
 from .cnn import Direction
-from .common import Determinism, MathType, check
+from .common import SCALAR, Determinism, MathType, check
 
 
 class ConvolutionBwdDataAlgo(enum.IntEnum):
@@ -182,14 +182,13 @@ def convolution_backward_bias(handle, alpha, dy_desc, dy, beta, db_desc, db) -> 
     if built is None:
         g = Graph(name=op, handle=handle, compute_data_type=DataType.FLOAT)
         tdy = g.tensor(dy_desc.dims, dy_desc.strides, dy_desc.data_type, name="dy")
-        scalar = dict(dim=[1], stride=[1], data_type=DataType.FLOAT, is_pass_by_value=True)
-        ta = g.tensor(name="alpha", **scalar)
+        ta = g.tensor(name="alpha", **SCALAR)
         s = g.reduction(g.scale(tdy, ta), ReductionMode.ADD)
         s.set_dim(want).set_stride(list(db_desc.strides)).set_data_type(DataType.FLOAT)
         tb = prior = None
         out = s
         if beta != 0.0:
-            tb = g.tensor(name="beta", **scalar)
+            tb = g.tensor(name="beta", **SCALAR)
             prior = g.tensor(db_desc.dims, db_desc.strides, db_desc.data_type, name="db_prior")
             out = g.add(s, g.scale(prior, tb))
         out.set_output(True).set_data_type(db_desc.data_type).set_name("db")

@@ -32,6 +32,11 @@ class NanPropagation(enum.IntEnum):
     PROPAGATE_NAN = 1
 
 
+# a host float of the call (alpha, beta) as a graph tensor: pass-by-value, so changing it
+# reuses the built plan
+SCALAR = dict(dim=[1], stride=[1], data_type=DataType.FLOAT, is_pass_by_value=True)
+
+
 def get_version() -> int:
     """cudnnGetVersion: the cuDNN-style API version this library offers."""
     return BACKEND_VERSION

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import enum
 
+import torch
+
 from ..enums import DataType, HeurMode
 from ..errors import GraphNotSupportedError, Status
 from ..graph.graph import Graph
-from .common import check
+from .common import SCALAR, check
 
 
 class SoftmaxAlgorithm(enum.IntEnum):
@@ -34,7 +36,6 @@ class SoftmaxMode(enum.IntEnum):
 
 
 _cache: dict = {}
-_SCALAR = dict(dim=[1], stride=[1], data_type=DataType.FLOAT, is_pass_by_value=True)
 
 
 def _rows(op: str, mode, descs: dict) -> tuple:
@@ -89,11 +90,11 @@ def _graph(handle, op, algo, mode, descs: dict, out: str, blend: bool, beta: boo
         t = g.softmax_backward(ins["dy"], ins["y"], axis=axis, log=log, name="softmax")
     alpha = beta_t = prior = None
     if blend:
-        alpha = g.tensor(name="alpha", **_SCALAR)
+        alpha = g.tensor(name="alpha", **SCALAR)
         t = g.scale(t, alpha)
     if beta:
         prior = g.tensor(dims, strides[out], descs[out].data_type, name=f"{out}_prior")
-        beta_t = g.tensor(name="beta", **_SCALAR)
+        beta_t = g.tensor(name="beta", **SCALAR)
         t = g.add(t, g.scale(prior, beta_t))
     t.set_output(True).set_dim(dims).set_stride(strides[out])
     t.set_data_type(descs[out].data_type).set_name(out)
@@ -103,7 +104,6 @@ def _graph(handle, op, algo, mode, descs: dict, out: str, blend: bool, beta: boo
 
 
 def _run(built, bufs: dict, out, alpha, beta) -> None:
-    import torch
     g, ins, t, ta, tb, prior, dims, strides = built
 
     def view(buf, name):       # the buffer as the node sees it (INSTANCE: rows of C*H*W)
@@ -118,8 +118,9 @@ def _run(built, bufs: dict, out, alpha, beta) -> None:
     if tb is not None:
         pack[prior] = view(out.clone(), name)
         pack[tb] = float(beta)
-    ws = torch.empty(g.get_workspace_size(), dtype=torch.uint8,
-                     device=out.device if isinstance(out, torch.Tensor) else "cpu")
+    # a workspace per call (the caching allocator makes it cheap): calls on two streams
+    # must not share the two-kernel path's partials
+    ws = torch.empty(g.get_workspace_size(), dtype=torch.uint8, device=pack[t].device)
     g.execute(pack, ws)
 
 
