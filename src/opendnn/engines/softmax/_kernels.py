@@ -57,6 +57,17 @@ class Problem:
         return lines
 
 
+def _row_head(name: str, params: list, p: Problem, chunked: bool) -> list[str]:
+    """The signature of a one-row-per-program kernel, its row (and chunk) index and each
+    tensor's row offset."""
+    ind = "    "
+    L = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(params)}):",
+         f"{ind}row = {_row_index(p.big, '1')}"]
+    if chunked:
+        L.append(f"{ind}sl = tl.program_id(1)")
+    return L + p.row_offsets("row", ind)
+
+
 def _row_index(big: bool, per_program: str) -> str:
     pid = "tl.program_id(0).to(tl.int64)" if big else "tl.program_id(0)"
     return f"{pid} * {per_program}" if per_program != "1" else pid
@@ -149,9 +160,7 @@ def two_loop_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str
     loop = [f"{ind}for start in range(0, {span}, {kn.BLOCK_L}):",
             f"{ind2}cols = start + tl.arange(0, {kn.BLOCK_L})",
             f"{ind2}mask = cols < {p.L}"]
-    L = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(roles)}):",
-         f"{ind}row = {_row_index(p.big, '1')}"]
-    L += p.row_offsets("row", ind)
+    L = _row_head(name, list(roles), p, False)
     L += _statistics(p, kn, backward, log, "0", str(span))
     if backward:
         L.append(f"{ind}s = tl.reduce(acc, 0, _add_combine)")
@@ -174,10 +183,7 @@ def stats_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str:
     ind = "    "
     roles = ("DY", "Y") if backward else ("X",)
     ch = chunk(p.L, kn)
-    L = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(roles)}, WS):",
-         f"{ind}row = {_row_index(p.big, '1')}",
-         f"{ind}sl = tl.program_id(1)"]
-    L += p.row_offsets("row", ind)
+    L = _row_head(name, [*roles, "WS"], p, True)
     L.append(f"{ind}lo = sl * {ch}")
     L += _statistics(p, kn, backward, log, "lo", f"lo + {ch}")
     if backward:
@@ -194,10 +200,7 @@ def write_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str:
     roles = ("DY", "Y", "DX") if backward else ("X", "Y")
     ch, sp = chunk(p.L, kn), kn.SPLIT
     sp2 = 1 << max(0, (sp - 1).bit_length())
-    L = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(roles)}, WS):",
-         f"{ind}row = {_row_index(p.big, '1')}",
-         f"{ind}sl = tl.program_id(1)"]
-    L += p.row_offsets("row", ind)
+    L = _row_head(name, [*roles, "WS"], p, True)
     L += [f"{ind}k = tl.arange(0, {sp2})",
           f"{ind}kmask = k < {sp}"]
     if backward:

@@ -112,11 +112,11 @@ class SoftmaxEngine(Engine):
 
     @staticmethod
     def _estimate(p, kn, target) -> float:
-        item = sum(DataType(t).itemsize for t in p.types.values())
-        # PASSES=2 reads its input twice from DRAM; PASSES=3's second read comes from L2
+        item = sum(t.itemsize for t in p.types.values())
+        # PASSES=2 reads its inputs twice from DRAM; PASSES=3's second read comes from L2
         # while the rows in flight (one per SM) fit there, else from DRAM as well
-        reread = sum(t.itemsize for r, t in p.types.items() if r in ("X", "DY", "Y") and
-                     not (r == "Y" and "X" in p.types))
+        inputs = ("X",) if "X" in p.types else ("DY", "Y")
+        reread = sum(p.types[r].itemsize for r in inputs)
         in_flight = min(p.R, target.num_sms) * p.L * reread
         again = 1.15 if in_flight <= L2_BYTES else 1.8
         moved = p.R * p.L * item * {1: 1.0, 2: 1.6, 3: again}[kn.PASSES]
