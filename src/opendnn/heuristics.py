@@ -153,8 +153,7 @@ def candidate_plans(graph, modes: tuple, target: Target, order: tuple | None,
         if log.dispatch_enabled():
             for name, why in reasons.items():
                 log.dispatch(f"{name} declines {graph.describe()}: {why}")
-        single = ExecutionPlan.single
-        return [single(graph, c, target, origin, support)
+        return [ExecutionPlan(graph, [(graph, c)], target, origin, support)
                 for origin, c, support in specs], dict(reasons)
     plans, reasons, seen = [], {}, set()
     for m in modes:

@@ -132,19 +132,6 @@ class ExecutionPlan:
         self.built = False
         self.build_seconds = None
 
-    @classmethod
-    def single(cls, graph, config: EngineConfig, target: Target, origin: str,
-               support) -> "ExecutionPlan":
-        """The one-stage plan ``ExecutionPlan(graph, [(graph, config)], target, origin,
-        support)``, made without the multi-stage bookkeeping (a memoized candidate list
-        makes dozens of these per fresh graph)."""
-        p = cls.__new__(cls)
-        p.graph, p.target, p.origin, p._support = graph, target, origin, support
-        p.stages = [Stage(graph, config)]
-        p.boundaries, p._stage_ws_offset, p._workspace = [], 0, None
-        p.built, p.build_seconds = False, None
-        return p
-
     def _boundary_uids(self) -> list:
         seen = []
         for s in self.stages:
