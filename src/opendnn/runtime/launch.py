@@ -196,7 +196,7 @@ def _collect(launchers: list) -> None:
     if not launchers:
         return
     device = torch.cuda.current_device()
-    for t in _key_warming:          # computed once, not by every collecting thread
+    for t in _warming:          # computed once, not by every collecting thread
         t.join()
 
     def finish(launcher):
@@ -210,16 +210,16 @@ def _collect(launchers: list) -> None:
 
 def start_compile_workers() -> None:
     """Start the compile workers for the current CUDA device, if they are wanted, and
-    compute Triton's own cache-key prefix meanwhile (see _warm_triton_key)."""
+    warm up Triton's own one-time pieces meanwhile (see _warm_triton)."""
     if compile_pool.workers_wanted() > 0:
-        _warm_triton_key()
+        _warm_triton()
         compile_pool.start(*_cuda_target())
 
 
-_key_warming: list = []
+_warming: list = []
 
 
-def _warm_triton_key() -> None:
+def _warm_triton() -> None:
     """Compute ``triton_key()`` (a hash of Triton's sources and its 400 MB libtriton.so,
     once per process) on a background thread. The first compile of a process needs it,
     and the collecting threads of a find each computed it at once, side by side (its
@@ -232,11 +232,11 @@ def _warm_triton_key() -> None:
         from triton.runtime import driver
         driver.active.get_current_target()   # builds Triton's C utilities if not cached
     with _lock:
-        if _key_warming:
+        if _warming:
             return
-        t = threading.Thread(target=warm, daemon=True, name="opendnn-triton-key")
+        t = threading.Thread(target=warm, daemon=True, name="opendnn-triton-warm-up")
         t.start()
-        _key_warming.append(t)
+        _warming.append(t)
 
 
 class _Prefetch:
