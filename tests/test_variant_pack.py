@@ -220,11 +220,38 @@ def test_flat_buffer_too_small(rng):
                  "execute 'vp'", "'y'", "11 elements", "12")
 
 
-def test_output_aliasing_an_input_in_a_multi_node_graph(rng):
-    g, (A, B, S, y, _), (a, b, s), _w = _problem(rng)
+@pytest.mark.parametrize("heur", [HeurMode.A, HeurMode.FALLBACK])
+def test_pointwise_graph_runs_in_place_over_an_input(rng, heur):
+    """cuDNN's add_tensor / op_tensor write C over an input: a pointwise-only graph with
+    one output may write over an identical input buffer (each element reads first)."""
+    g, (A, B, S, y, _), (a, b, s), want = _problem(rng, (heur,))
+    g.execute({A: a, B: b, S: s, y: a}, None)
+    torch.testing.assert_close(a.double(), want, rtol=1e-6, atol=1e-6)
+
+
+def test_in_place_output_of_a_graph_with_two_outputs_is_rejected(rng):
+    """With a second output (mid), a later stage could read a after y overwrote it."""
+    g = cudnn.pygraph(name="vp2")
+    a, b = rng.rand((3, 4)), rng.rand((1, 4))
+    A, B = g.tensor_like(a, name="a"), g.tensor_like(b, name="b")
+    mid = g.mul(A, B, name="mul").set_output(True).set_name("mid")
+    y = g.relu(g.add(mid, A, name="add"), name="act").set_output(True).set_name("y")
+    g.build([HeurMode.A])
     expect_error(BadParamError, Status.BAD_PARAM,
-                 lambda: g.execute({A: a, B: b, S: s, y: a}, None),
-                 "execute 'vp'", "'y'", "'a'", "in place")
+                 lambda: g.execute({A: a, B: b, mid: torch.empty(3, 4), y: a}, None),
+                 "execute 'vp2'", "'y'", "'a'", "in place")
+
+
+def test_in_place_output_that_a_node_reads_is_rejected(rng):
+    g = cudnn.pygraph(name="vp3")
+    a = rng.rand((3, 4))
+    A = g.tensor_like(a, name="a")
+    mid = g.exp(A, name="exp").set_output(True).set_name("mid")
+    y = g.neg(mid, name="neg").set_output(True).set_name("y")
+    g.build([HeurMode.A])
+    expect_error(BadParamError, Status.BAD_PARAM,
+                 lambda: g.execute({A: a, mid: a, y: torch.empty(3, 4)}, None),
+                 "execute 'vp3'", "'mid'", "'a'", "in place")
 
 
 def _split_graph(rng):

@@ -178,8 +178,9 @@ def bind(graph, variant_pack: dict, op: str, default_device,
 
 def check_no_aliasing(graph, bound: dict, op: str) -> None:
     """A graph may not write memory it reads (cuDNN's in-place rule). The one exception:
-    a single pointwise node whose output is exactly one of its inputs (same address,
-    same layout), which each element reads before it writes."""
+    a graph of pointwise nodes only, whose one output no node reads, written exactly over one
+    of its inputs (same address, same layout): each element is read before it is
+    written, and no other element reads it (cuDNN's in-place add_tensor / op_tensor)."""
     spans = []
     for uid, buf in bound.items():
         if isinstance(buf, (int, float, bool)):
@@ -196,16 +197,17 @@ def check_no_aliasing(graph, bound: dict, op: str) -> None:
             d0, d1 = graph.tensors[u0], graph.tensors[u1]
             if _exact_in_place(graph, d0, d1, s0 == s1) or _interleaved(d0, d1, s1 - s0):
                 continue
-            rule = ("a multi-node graph may not run in place" if len(graph.nodes) > 1 else
-                    "only a pointwise node may run in place, and only on an identical buffer")
+            rule = ("only a graph of pointwise nodes with one output, which no node reads, "
+                    "may run in place, and only on an identical buffer")
             raise BadParamError(f"output overlaps the memory of tensor '{d1.label()}': {rule}",
                                 op=op, tensor=d0.label(), status=Status.BAD_PARAM)
 
 
 def _exact_in_place(graph, out: TensorDesc, inp: TensorDesc, same_start: bool) -> bool:
-    return (same_start and len(graph.nodes) == 1 and graph.nodes[0].kind == "pointwise"
-            and out.dims == inp.dims and out.strides == inp.strides
-            and out.data_type == inp.data_type)
+    return (same_start and out.dims == inp.dims and out.strides == inp.strides
+            and out.data_type == inp.data_type and not out.has_overlap()
+            and len(graph.output_uids) == 1 and out.uid not in graph.consumers
+            and all(n.kind == "pointwise" for n in graph.nodes))
 
 
 def _interleaved(a: TensorDesc, b: TensorDesc, byte_delta: int) -> bool:

@@ -115,9 +115,13 @@ SATURATE = {DataType.INT8: (-128, 127), DataType.UINT8: (0, 255)}
 
 def store_expr(ptr: str, off: str, value: str, desc, mask: str | None) -> str:
     """A store; ``mask`` None when the tile provably lies inside the tensor. Conversions to
-    int8 / uint8 saturate (then truncate toward zero), as the reference does: an
+    int8 / uint8 / int32 saturate (then truncate toward zero), as the reference does: an
     out-of-range value is clamped, never wrapped."""
     m = f", mask={mask}" if mask else ""
+    if desc.data_type == DataType.INT32:     # float32 reaches 2^31 but not 2^31 - 1
+        v = f"tl.maximum({value}, -2147483648.0)"
+        return (f"tl.store({ptr} + {off}, tl.where({v} >= 2147483648.0, 2147483647, "
+                f"({v}).to(tl.int32)){m})")
     if desc.data_type in SATURATE:
         lo, hi = SATURATE[desc.data_type]
         value = f"tl.minimum(tl.maximum({value}, {float(lo)}), {float(hi)})"

@@ -121,9 +121,12 @@ def analyze(graph) -> Analysis | str:
     for d in graph.tensors.values():
         if d.is_pass_by_value and d.data_type in (DataType.INT32, DataType.INT64):
             continue  # a host integer scalar enters the float compute as a float argument
+        if d.data_type == DataType.INT32 and d.uid in graph.producers and not d.is_virtual:
+            continue  # an int32 result (e.g. indices) is stored from the float compute
         if d.data_type not in SUPPORTED_TYPES:
             return (f"tensor '{d.label()}' is {d.data_type.name}: the fused kernel computes in "
-                    "floating point and handles only float, int8, uint8 and boolean tensors")
+                    "floating point and handles only float, int8, uint8 and boolean tensors (and "
+                    "int32 results)")
     red_outs = {r.out_uid for r in reds}
     for u in red_outs:
         if graph.consumers.get(u):

@@ -34,6 +34,8 @@ def _write(buf, desc, value: np.ndarray) -> None:
             src = src.clamp(-128, 127)
         elif desc.data_type == DataType.UINT8:
             src = src.clamp(0, 255)
+        elif desc.data_type == DataType.INT32:
+            src = src.clamp(-2 ** 31, 2 ** 31 - 1)
     view.copy_(src.to(view.device, view.dtype))
 
 
