@@ -211,8 +211,14 @@ def run_softmax(r: Runner):
     run(r, bench)
 
 
+def run_elementwise(r: Runner):
+    from .elementwise import run_elementwise as run
+    run(r, bench)
+
+
 FAMILIES = {"pointwise": run_pointwise, "reduction": run_reduction, "matmul": run_matmul,
-            "latency": run_latency, "conv": run_conv, "softmax": run_softmax}
+            "latency": run_latency, "conv": run_conv, "softmax": run_softmax,
+            "elementwise": run_elementwise}
 
 
 def main(argv=None) -> int:
