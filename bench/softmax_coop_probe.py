@@ -1,0 +1,102 @@
+"""Probe: softmax over long rows (65536, 262144 bf16) with ONE read of the input. A row
+is cut into CHUNKS chunks held in registers by CHUNKS co-resident programs; each
+publishes its chunk's (max, sum of exp) to the workspace, bumps the row's arrival
+counter, waits until all CHUNKS arrived, combines the row's pairs and writes its chunk
+from registers. The grid is persistent (GROUPS x CHUNKS <= one program per SM), so every
+program of a row runs at once and the wait cannot deadlock. The counters are zeroed
+before each run (a 1 KB memset, timed with the kernel).
+Run (GPU): PYTHONPATH=src python bench/softmax_coop_probe.py"""
+import os
+
+import torch
+import triton
+import triton.language as tl
+from triton.testing import do_bench
+
+
+@triton.jit
+def coop(X, Y, WS, F, R, L: tl.constexpr, CH: tl.constexpr, CHUNKS: tl.constexpr,
+         GROUPS: tl.constexpr):
+    pid = tl.program_id(0)
+    g = pid // CHUNKS
+    c = pid % CHUNKS
+    cols = c * CH + tl.arange(0, CH)
+    k = tl.arange(0, CHUNKS)
+    for row in range(g, R, GROUPS):
+        base = row * L
+        x = tl.load(X + base + cols, eviction_policy="evict_first").to(tl.float32)
+        m = tl.max(x, 0)
+        s = tl.sum(tl.exp(x - m), 0)
+        tl.store(WS + (row * CHUNKS + c) * 2, m)
+        tl.store(WS + (row * CHUNKS + c) * 2 + 1, s)
+        tl.debug_barrier()
+        tl.atomic_add(F + row, 1, sem="release")
+        while tl.atomic_add(F + row, 0, sem="acquire") < CHUNKS:
+            pass
+        tl.debug_barrier()
+        ms = tl.load(WS + (row * CHUNKS + k) * 2, cache_modifier=".cg")
+        ss = tl.load(WS + (row * CHUNKS + k) * 2 + 1, cache_modifier=".cg")
+        mx = tl.max(ms, 0)
+        tot = tl.sum(ss * tl.exp(ms - mx), 0)
+        tl.store(Y + base + cols, (tl.exp(x - mx) / tot).to(tl.bfloat16))
+
+
+def _copy_gbs() -> float:
+    src = torch.randn(1 << 28, device="cuda")
+    dst = torch.empty_like(src)
+    return 2 * src.numel() * 4 / do_bench(lambda: dst.copy_(src), return_mode="median") / 1e6
+
+
+def main():
+    copy = _copy_gbs()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    print(f"copy {copy:.0f} GB/s, {sms} SMs")
+    res = []
+    for rows, width in ((1024, 65536), (256, 262144)):
+        x = torch.randn(rows, width, device="cuda", dtype=torch.bfloat16)
+        ref = torch.softmax(x.float(), -1)
+        y = torch.empty_like(x)
+        nb = 2 * x.numel() * 2
+        t = do_bench(lambda: torch.softmax(x, -1), return_mode="median")
+        print(f"{width}: torch {nb / t / 1e6:.0f} GB/s")
+        for ch in (8192, 16384, 32768):
+            chunks = width // ch
+            if chunks > 64 or chunks < 1:
+                continue
+            for per_sm in (1, 2):
+                groups = (sms * per_sm) // chunks
+                if groups < 1:
+                    continue
+                ws = torch.empty(rows * chunks * 2, device="cuda")
+                flags = torch.zeros(rows, device="cuda", dtype=torch.int32)
+                for w in (8, 16, 32):
+                    def fn():
+                        flags.zero_()
+                        coop[(groups * chunks,)](x, y, ws, flags, rows, width, ch, chunks,
+                                                 groups, num_warps=w)
+                    try:
+                        y.fill_(float("nan"))
+                        fn()
+                        torch.cuda.synchronize()
+                    except Exception as e:   # noqa: BLE001 -- reported
+                        print("FAILED", width, ch, per_sm, w, str(e)[:80])
+                        continue
+                    err = (y.float() - ref).abs().max().item()
+                    if not err < 1e-2:
+                        print("WRONG", width, ch, per_sm, w, err)
+                        continue
+                    ms = do_bench(fn, warmup=5, rep=30, return_mode="median")
+                    res.append((nb / ms / 1e6, width, ch, per_sm, w))
+                    print(f"  {width} CH={ch} per_sm={per_sm} warps={w}: "
+                          f"{nb / ms / 1e6:.0f} GB/s", flush=True)
+        del x, y, ref
+    with open(os.path.join(os.environ.get("OUT", "."), "softmax_coop_probe.txt"), "w") as f:
+        for r in sorted(res, reverse=True):
+            f.write(f"{r}\n")
+    for width in (65536, 262144):
+        for gbs, _, *cfg in sorted((r for r in res if r[1] == width), reverse=True)[:3]:
+            print(f"{width}: {gbs:6.0f} GB/s {gbs / copy:.3f} of copy [CH, per_sm, warps] = {cfg}")
+
+
+if __name__ == "__main__":
+    main()
