@@ -43,7 +43,12 @@ def generate(graph, a, knobs: dict):
             strides[u] = [s if c == "kept" else 0 for s, c in zip(st, classes)]
     else:
         classes = ["kept"] * rank
-    sizes, cstrides, cclasses, origin = cg.collapse(list(a.space), strides, classes, a.pinned)
+    perm = _memory_order(graph, a, rank, strides)
+    pinned = {k for k, axis in enumerate(perm) if axis in a.pinned}
+    sizes, cstrides, cclasses, origin = cg.collapse(
+        [a.space[i] for i in perm], {u: [st[i] for i in perm] for u, st in strides.items()},
+        [classes[i] for i in perm], pinned)
+    origin = [[perm[k] for k in dims] for dims in origin]
     numel = math.prod(a.space)
     big = any(graph.tensors[u].span >= 2 ** 31 for u in tensors) or numel >= 2 ** 31
     ptrs = {u: f"P{u}" for u in tensors + red_outs}
@@ -57,6 +62,17 @@ def generate(graph, a, knobs: dict):
                                  scalars, ct, knobs, tag)
     return _reduce_source(graph, a, sizes, cstrides, cclasses, origin, big, sig, args, ptrs,
                           scalars, ct, knobs, tag)
+
+
+def _memory_order(graph, a, rank: int, strides: dict) -> list:
+    """The iteration order of a pointwise kernel's flat index: the first output's axes
+    from its largest stride to its smallest, so that consecutive lanes store to
+    consecutive addresses whatever the layout (an NHWC output iterates C fastest). Reduction
+    kernels and views (whose flat index must be row-major) keep the logical order."""
+    if a.reductions or a.views or not a.outputs:
+        return list(range(rank))
+    st = strides[a.outputs[0]]
+    return sorted(range(rank), key=lambda i: (-st[i], i))
 
 
 def _pointwise_source(graph, a, sizes, strides, origin, big, sig, args, ptrs, scalars, ct,
