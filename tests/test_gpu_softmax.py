@@ -37,7 +37,8 @@ def _run_every_plan(g, pack, out, ref, tol):
 
 
 @pytest.mark.parametrize("shape,axis", [((8192, 8192), -1), ((64, 65536), -1),
-                                        ((4, 262144), -1), ((32, 1000, 3), 1), ((7, 1), -1)])
+                                        ((4, 262144), -1), ((32, 1000, 3), 1), ((7, 1), -1),
+                                        ((600, 9000), -1)])  # 264 programs walk the rows
 @pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("log", [False, True])
 def test_softmax_forward_and_backward(shape, axis, dt, log):

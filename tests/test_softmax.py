@@ -68,6 +68,8 @@ CASES = [  # (shape, axis, knobs: None = the engine's own choice)
     ((6, 4), 0, dict(TWO, BLOCK_L=2, SPLIT=2)),
     ((3, 70), -1, dict(TWO, PASSES=3, SPLIT=1)),    # both loops in one program per row
     ((4, 5, 3), 1, dict(TWO, PASSES=3, SPLIT=1, BLOCK_L=2)),
+    ((7, 70), -1, dict(TWO, PASSES=3, SPLIT=1, PROGRAMS=3)),    # 3 programs walk 7 rows
+    ((4, 5, 3), 1, dict(TWO, PASSES=3, SPLIT=1, BLOCK_L=2, PROGRAMS=2)),
 ]
 
 
@@ -172,6 +174,7 @@ def test_integer_input_is_rejected():
     (torch.float32, dict(TWO, SPLIT=2, BLOCK_ROWS=2), "two passes: BLOCK_ROWS=1"),
     (torch.float32, dict(TWO, SPLIT=2, BLOCK_L=16), "SPLIT at most the row's tiles (1)"),
     (torch.float32, dict(TWO, PASSES=3, SPLIT=2), "two loops: BLOCK_ROWS=1, SPLIT=1"),
+    (torch.float32, dict(TWO, SPLIT=1, PROGRAMS=4), "PROGRAMS (persistent programs) is a two-loop"),
 ])
 def test_engine_declines_with_a_reason(dtype, knobs, reason):
     g, _, _ = _fwd_graph(torch.empty(3, 9, dtype=dtype), -1, False)

@@ -28,6 +28,8 @@ class SoftmaxKnobs:
     BLOCK_ROWS: int = 1     # rows per program (PASSES=1)
     SPLIT: int = 1          # chunks per row, one program each (PASSES=2)
     num_warps: int = 4
+    PROGRAMS: int = 0       # PASSES=3: 0 = a program per row, else that many programs
+    #                         walking the rows (bounds the rows L2 must hold)
 
 
 def _node(graph):
@@ -65,13 +67,16 @@ class SoftmaxEngine(Engine):
     def knob_space(self, graph=None) -> list[Knob]:
         return [Knob("PASSES", (1, 2, 3), 1), Knob("BLOCK_L", POW2, 1024),
                 Knob("BLOCK_ROWS", POW2[:9], 1), Knob("SPLIT", tuple(range(1, 257)), 1),
-                Knob("num_warps", (1, 2, 4, 8, 16), 4)]
+                Knob("num_warps", (1, 2, 4, 8, 16), 4),
+                Knob("PROGRAMS", tuple(range(0, 4097)), 0)]
 
     def check_config(self, graph, config: EngineConfig, target: Target) -> Support:
         sup = super().check_config(graph, config, target)
         if not sup.ok:
             return sup
         kn, p = SoftmaxKnobs(**config.knob_dict), _problem(graph)
+        if kn.PROGRAMS and kn.PASSES != 3:
+            return decline("PROGRAMS (persistent programs) is a two-loop (PASSES=3) knob")
         if kn.PASSES == 1:
             if kn.BLOCK_L < p.L:
                 return decline(f"one pass holds whole rows: BLOCK_L={kn.BLOCK_L} < row length "
@@ -106,7 +111,11 @@ class SoftmaxEngine(Engine):
             # tiles, 16 warps when it streams two tensors (backward)
             out.append(SoftmaxKnobs(2, bl, 1, split, 8 if target.is_cuda else 4))
             two_loop_warps = (16 if _node(graph).kind == "softmax_backward" else 8)
-            out.append(SoftmaxKnobs(3, 2 * bl, 1, 1, two_loop_warps if target.is_cuda else 4))
+            # measured (bench/softmax_l2_probe.py, 65536-wide bf16): two programs per SM
+            # walking the rows beat a program per row by 11%
+            progs = 2 * target.num_sms if target.is_cuda and p.R > 2 * target.num_sms else 0
+            out.append(SoftmaxKnobs(3, 2 * bl, 1, 1, two_loop_warps if target.is_cuda else 4,
+                                    progs))
         out.sort(key=lambda kn: self._estimate(p, kn, target))
         return [EngineConfig.make(self, **dataclasses.asdict(kn)) for kn in out]
 
@@ -117,10 +126,11 @@ class SoftmaxEngine(Engine):
         # while the rows in flight (one per SM) fit there, else from DRAM as well
         inputs = ("X",) if "X" in p.types else ("DY", "Y")
         reread = sum(p.types[r].itemsize for r in inputs)
-        in_flight = min(p.R, target.num_sms) * p.L * reread
+        in_flight = min(p.R, kn.PROGRAMS or target.num_sms) * p.L * reread
         again = 1.15 if in_flight <= L2_BYTES else 1.8
         moved = p.R * p.L * item * {1: 1.0, 2: 1.6, 3: again}[kn.PASSES]
-        programs = -(-p.R // kn.BLOCK_ROWS) if kn.PASSES == 1 else p.R * kn.SPLIT
+        programs = -(-p.R // kn.BLOCK_ROWS) if kn.PASSES == 1 else (
+            kn.PROGRAMS or p.R * kn.SPLIT)
         fill = max(min(1.0, programs / (2.0 * target.num_sms)), 1e-3)
         return moved / (target.bandwidth * fill) + 3e-6 * (2 if kn.PASSES == 2 else 1)
 
@@ -155,8 +165,9 @@ class _SoftmaxExecutable(Executable, LaunchList):
         if kn.PASSES != 2:
             src = (K.one_pass_source if kn.PASSES == 1 else K.two_loop_source)(
                 tag, p, kn, backward, n.log)
-            self.add_launch(kernel_from_source(src, tag), (-(-p.R // kn.BLOCK_ROWS),), const,
-                            bufs, graph, target.is_cuda)
+            grid = kn.PROGRAMS or -(-p.R // kn.BLOCK_ROWS)
+            self.add_launch(kernel_from_source(src, tag), (grid,), const, bufs, graph,
+                            target.is_cuda)
             return
         ws = [("ws", torch.float32)]
         stats_roles = bufs[:2] if backward else bufs[:1]
