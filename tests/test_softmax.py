@@ -184,3 +184,35 @@ def test_engine_declines_with_a_reason(dtype, knobs, reason):
     if sup.ok:
         sup = e.check_config(g.op_graph, EngineConfig.make(e, **knobs), Target())
     assert not sup.ok and reason in sup.reason
+
+
+H100 = Target(device="cuda", name="H100", capability=(9, 0), num_sms=132, bandwidth=3.0e12)
+COOP = dict(PASSES=4, BLOCK_L=16384, BLOCK_ROWS=1, SPLIT=16, num_warps=16, PROGRAMS=256)
+
+
+@pytest.mark.parametrize("target,knobs,reason", [
+    (Target(), COOP, "needs a GPU"),
+    (H100, dict(COOP, SPLIT=8), "SPLIT must be the row's chunks (16)"),
+    (H100, dict(COOP, PROGRAMS=264), "a multiple of SPLIT=16"),
+    (H100, dict(COOP, PROGRAMS=272), "at most 264"),
+    (H100, dict(COOP, BLOCK_ROWS=2), "BLOCK_ROWS=1 and BLOCK_L <= 16384"),
+])
+def test_one_read_config_rules(target, knobs, reason):
+    """PASSES=4 (one read; a row's programs wait for each other) runs only where every
+    program of a row is resident at once: a GPU, a persistent grid of at most two
+    programs per SM. Its numbers are checked on the GPU (test_gpu_softmax.py)."""
+    g, _, _ = _fwd_graph(torch.empty(4, 262144), -1, False)
+    g.validate()
+    e = SoftmaxEngine()
+    sup = e.check_config(g.op_graph, EngineConfig.make(e, **knobs), target)
+    assert not sup.ok and reason in sup.reason
+
+
+def test_heuristics_take_one_read_for_the_longest_rows_on_a_gpu():
+    e = SoftmaxEngine()
+    for shape, passes in (((256, 262144), 4), ((1024, 65536), 3)):
+        g, _, _ = _fwd_graph(torch.empty(shape, dtype=torch.bfloat16), -1, False)
+        g.validate()
+        first = e.configs(g.op_graph, H100)[0].knob_dict
+        assert first["PASSES"] == passes, (shape, first)
+        assert e.check_config(g.op_graph, e.configs(g.op_graph, H100)[0], H100).ok

@@ -241,3 +241,76 @@ def write_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str:
     return "\n".join(L) + "\n"
 
 
+
+
+# ---- one read, cooperative -------------------------------------------------------------------
+def flags_offset(p: Problem, kn) -> int:
+    """Float32 index in the workspace of the rows' arrival counters (after the partials)."""
+    return p.R * kn.SPLIT * 2
+
+
+def zero_flags_source(name: str, p: Problem, kn) -> str:
+    """Zero the R arrival counters (a run must start from 0; the workspace is the user's)."""
+    off = flags_offset(p, kn)
+    return "\n".join([
+        "@triton.jit", f"def {name}(WS):",
+        "    i = tl.program_id(0) * 1024 + tl.arange(0, 1024)",
+        f"    tl.store(WS + {off} + i, tl.full([1024], 0.0, tl.float32), mask=i < {p.R})"]) + "\n"
+
+
+def coop_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str:
+    """PASSES=4: a row's SPLIT chunks are held in registers by SPLIT programs running at
+    once (PROGRAMS = groups x SPLIT, at most what the GPU keeps resident). Each publishes
+    its chunk's partials -- (max, sum of exp), or backward's sum of dy * y (dy) -- bumps
+    the row's counter and waits for all SPLIT, then combines them and writes its chunk
+    from registers: one read of the input. Group g takes rows g, g + groups, ..."""
+    ind, ind2 = "    ", "        "
+    roles = ("DY", "Y", "DX") if backward else ("X", "Y")
+    sp, bl = kn.SPLIT, kn.BLOCK_L
+    sp2 = 1 << max(0, (sp - 1).bit_length())
+    groups = kn.PROGRAMS // sp
+    per = 1 if backward else 2
+    flag = flags_offset(p, kn)
+    L = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(roles)}, WS):",
+         f"{ind}pid = {_row_index(p.big, '1')}",
+         f"{ind}grp = pid // {sp}",
+         f"{ind}sl = pid % {sp}",
+         f"{ind}cols = sl * {bl} + tl.arange(0, {bl})",
+         f"{ind}mask = cols < {p.L}",
+         f"{ind}k = tl.arange(0, {sp2})",
+         f"{ind}kmask = k < {sp}",
+         f"{ind}for row in range(grp, {p.R}, {groups}):"]
+    body = p.row_offsets("row", ind)
+    if backward:
+        body += [f"{ind}dy = {_load(p, 'DY', 'cols', 'mask', '0.0', False)}",
+                 f"{ind}y = {_load(p, 'Y', 'cols', 'mask', '0.0', False)}",
+                 f"{ind}part = tl.reduce({'dy' if log else 'dy * y'}, 0, _add_combine)",
+                 f"{ind}tl.store(WS + row * {sp} + sl, part)"]
+    else:
+        body += [f"{ind}x = {_load(p, 'X', 'cols', 'mask', NEG_INF, False)}",
+                 f"{ind}m = tl.reduce(x, 0, _max_combine)",
+                 f"{ind}shift = tl.where(m == {NEG_INF}, 0.0, m)",
+                 f"{ind}part = tl.reduce(tl.exp(x - shift), 0, _add_combine)",
+                 f"{ind}tl.store(WS + (row * {sp} + sl) * 2, m)",
+                 f"{ind}tl.store(WS + (row * {sp} + sl) * 2 + 1, part)"]
+    body += [f"{ind}tl.debug_barrier()",
+             f"{ind}tl.atomic_add(WS + {flag} + row, 1.0, sem=\"release\")",
+             f"{ind}while tl.atomic_add(WS + {flag} + row, 0.0, sem=\"acquire\") < {sp}:",
+             f"{ind2}pass",
+             f"{ind}tl.debug_barrier()"]
+    if backward:
+        body += [f"{ind}s = tl.reduce(tl.load(WS + row * {sp} + k, mask=kmask, other=0.0, "
+                 "cache_modifier=\".cg\"), 0, _add_combine)",
+                 ind + _store(p, "DX", "cols", "dy - tl.exp(y) * s" if log else "y * (dy - s)",
+                              "mask", False)]
+    else:
+        body += [f"{ind}ms = tl.load(WS + (row * {sp} + k) * {per}, mask=kmask, "
+                 f"other={NEG_INF}, cache_modifier=\".cg\")",
+                 f"{ind}ss = tl.load(WS + (row * {sp} + k) * {per} + 1, mask=kmask, other=0.0, "
+                 "cache_modifier=\".cg\")",
+                 f"{ind}mx = tl.reduce(ms, 0, _max_combine)",
+                 f"{ind}shift = tl.where(mx == {NEG_INF}, 0.0, mx)",
+                 f"{ind}s = tl.reduce(ss * tl.exp(ms - shift), 0, _add_combine)",
+                 ind + _store(p, "Y", "cols", "x - mx - tl.log(s)" if log else
+                              "tl.exp(x - mx) / s", "mask", False)]
+    return "\n".join(L + [ind + b for b in body]) + "\n"

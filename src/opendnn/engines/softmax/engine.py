@@ -23,13 +23,15 @@ L2_BYTES = 40e6           # the part of the H100's 50 MB L2 that rows re-read ma
 @dataclasses.dataclass(frozen=True)
 class SoftmaxKnobs:
     PASSES: int = 1         # 1: whole rows in registers; 2: statistics, then the output
-    #                         (two kernels); 3: both loops in one program per row
+    #                         (two kernels); 3: both loops in one program per row;
+    #                         4: one read, SPLIT co-resident programs per row (GPU only)
     BLOCK_L: int = 1024     # elements of a row per tile (PASSES=1: at least the row)
     BLOCK_ROWS: int = 1     # rows per program (PASSES=1)
     SPLIT: int = 1          # chunks per row, one program each (PASSES=2)
     num_warps: int = 4
     PROGRAMS: int = 0       # PASSES=3: 0 = a program per row, else that many programs
-    #                         walking the rows (bounds the rows L2 must hold)
+    #                         walking the rows (bounds the rows L2 must hold); PASSES=4:
+    #                         the persistent grid, a multiple of SPLIT
 
 
 def _node(graph):
@@ -49,6 +51,35 @@ def _pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
+COOP_BLOCK = 16384        # PASSES=4: elements per program (16 warps: 32 fp32 per thread)
+COOP_MAX_SPLIT = 64
+
+
+def _check_coop(p, kn, target) -> Support:
+    if not target.is_cuda:
+        return decline("one read (PASSES=4) needs a GPU: a row's programs wait for each other, "
+                       "and the interpreter runs programs one at a time")
+    if kn.BLOCK_ROWS != 1 or kn.BLOCK_L > COOP_BLOCK:
+        return decline(f"one read: BLOCK_ROWS=1 and BLOCK_L <= {COOP_BLOCK}")
+    if kn.SPLIT != -(-p.L // kn.BLOCK_L) or kn.SPLIT > COOP_MAX_SPLIT:
+        return decline(f"one read: SPLIT must be the row's chunks ({-(-p.L // kn.BLOCK_L)}) and "
+                       f"at most {COOP_MAX_SPLIT}")
+    if kn.PROGRAMS < kn.SPLIT or kn.PROGRAMS % kn.SPLIT or kn.PROGRAMS > 2 * target.num_sms:
+        return decline(f"one read: PROGRAMS must be a multiple of SPLIT={kn.SPLIT} and at most "
+                       f"{2 * target.num_sms} (two programs per SM, all resident at once)")
+    return SUPPORTED
+
+
+def _coop_knobs(p, target):
+    """The one-read config for rows of at least 4 chunks, or None."""
+    if not target.is_cuda:
+        return None
+    split = -(-p.L // COOP_BLOCK)
+    if split < 4 or split > COOP_MAX_SPLIT:
+        return None
+    return SoftmaxKnobs(4, COOP_BLOCK, 1, split, 16, (2 * target.num_sms // split) * split)
+
+
 class SoftmaxEngine(Engine):
     """Softmax and log-softmax, forward and backward, along any axis."""
     id = 25
@@ -65,7 +96,7 @@ class SoftmaxEngine(Engine):
         return SUPPORTED
 
     def knob_space(self, graph=None) -> list[Knob]:
-        return [Knob("PASSES", (1, 2, 3), 1), Knob("BLOCK_L", POW2, 1024),
+        return [Knob("PASSES", (1, 2, 3, 4), 1), Knob("BLOCK_L", POW2, 1024),
                 Knob("BLOCK_ROWS", POW2[:9], 1), Knob("SPLIT", tuple(range(1, 257)), 1),
                 Knob("num_warps", (1, 2, 4, 8, 16), 4),
                 Knob("PROGRAMS", tuple(range(0, 4097)), 0)]
@@ -75,6 +106,8 @@ class SoftmaxEngine(Engine):
         if not sup.ok:
             return sup
         kn, p = SoftmaxKnobs(**config.knob_dict), _problem(graph)
+        if kn.PASSES == 4:
+            return _check_coop(p, kn, target)
         if kn.PROGRAMS and kn.PASSES != 3:
             return decline("PROGRAMS (persistent programs) is a two-loop (PASSES=3) knob")
         if kn.PASSES == 1:
@@ -116,6 +149,9 @@ class SoftmaxEngine(Engine):
             progs = 2 * target.num_sms if target.is_cuda and p.R > 2 * target.num_sms else 0
             out.append(SoftmaxKnobs(3, 2 * bl, 1, 1, two_loop_warps if target.is_cuda else 4,
                                     progs))
+            coop = _coop_knobs(p, target)
+            if coop is not None:
+                out.append(coop)
         out.sort(key=lambda kn: self._estimate(p, kn, target))
         return [EngineConfig.make(self, **dataclasses.asdict(kn)) for kn in out]
 
@@ -128,17 +164,21 @@ class SoftmaxEngine(Engine):
         reread = sum(p.types[r].itemsize for r in inputs)
         in_flight = min(p.R, kn.PROGRAMS or target.num_sms) * p.L * reread
         again = 1.15 if in_flight <= L2_BYTES else 1.8
-        moved = p.R * p.L * item * {1: 1.0, 2: 1.6, 3: again}[kn.PASSES]
+        # PASSES=4 reads once but its programs wait for each other at every row: measured
+        # 0.66-0.70 of copy (bench/softmax_coop_probe.py), hence 1.3
+        moved = p.R * p.L * item * {1: 1.0, 2: 1.6, 3: again, 4: 1.3}[kn.PASSES]
         programs = -(-p.R // kn.BLOCK_ROWS) if kn.PASSES == 1 else (
             kn.PROGRAMS or p.R * kn.SPLIT)
         fill = max(min(1.0, programs / (2.0 * target.num_sms)), 1e-3)
-        return moved / (target.bandwidth * fill) + 3e-6 * (2 if kn.PASSES == 2 else 1)
+        return moved / (target.bandwidth * fill) + 3e-6 * (2 if kn.PASSES in (2, 4) else 1)
 
     def estimate_seconds(self, graph, config, target) -> float:
         return self._estimate(_problem(graph), SoftmaxKnobs(**config.knob_dict), target)
 
     def workspace_size(self, graph, config, target) -> int:
         kn = SoftmaxKnobs(**config.knob_dict)
+        if kn.PASSES == 4:
+            return (K.flags_offset(_problem(graph), kn) + _problem(graph).R) * 4
         if kn.PASSES != 2:
             return 0
         per = 1 if _node(graph).kind == "softmax_backward" else 2
@@ -162,6 +202,15 @@ class _SoftmaxExecutable(Executable, LaunchList):
         bufs = [("buf", uids[r]) for r in roles]
         tag = f"softmax_{graph.key()[:12]}"
         const = {"num_warps": kn.num_warps}
+        ws = [("ws", torch.float32)]
+        if kn.PASSES == 4:
+            zero = f"{tag}_zero"
+            self.add_launch(kernel_from_source(K.zero_flags_source(zero, p, kn), zero),
+                            (-(-p.R // 1024),), {"num_warps": 4}, ws, graph, target.is_cuda)
+            src = K.coop_source(f"{tag}_coop", p, kn, backward, n.log)
+            self.add_launch(kernel_from_source(src, f"{tag}_coop"), (kn.PROGRAMS,), const,
+                            bufs + ws, graph, target.is_cuda)
+            return
         if kn.PASSES != 2:
             src = (K.one_pass_source if kn.PASSES == 1 else K.two_loop_source)(
                 tag, p, kn, backward, n.log)
@@ -169,7 +218,6 @@ class _SoftmaxExecutable(Executable, LaunchList):
             self.add_launch(kernel_from_source(src, tag), (grid,), const, bufs, graph,
                             target.is_cuda)
             return
-        ws = [("ws", torch.float32)]
         stats_roles = bufs[:2] if backward else bufs[:1]
         for name, src, args in (
                 (f"{tag}_stats", K.stats_source(f"{tag}_stats", p, kn, backward, n.log),
