@@ -70,14 +70,16 @@ def _check_coop(p, kn, target) -> Support:
     return SUPPORTED
 
 
-def _coop_knobs(p, target):
-    """The one-read config for rows of at least 4 chunks, or None."""
+def _coop_knobs(p, target, backward: bool):
+    """The one-read config for rows of at least 4 chunks, or None. Backward holds two
+    tensors' chunks (dy and y), so its chunks are half as long."""
     if not target.is_cuda:
         return None
-    split = -(-p.L // COOP_BLOCK)
+    block = COOP_BLOCK // 2 if backward else COOP_BLOCK
+    split = -(-p.L // block)
     if split < 4 or split > COOP_MAX_SPLIT:
         return None
-    return SoftmaxKnobs(4, COOP_BLOCK, 1, split, 16, (2 * target.num_sms // split) * split)
+    return SoftmaxKnobs(4, block, 1, split, 16, (2 * target.num_sms // split) * split)
 
 
 class SoftmaxEngine(Engine):
@@ -149,7 +151,7 @@ class SoftmaxEngine(Engine):
             progs = 2 * target.num_sms if target.is_cuda and p.R > 2 * target.num_sms else 0
             out.append(SoftmaxKnobs(3, 2 * bl, 1, 1, two_loop_warps if target.is_cuda else 4,
                                     progs))
-            coop = _coop_knobs(p, target)
+            coop = _coop_knobs(p, target, _node(graph).kind == "softmax_backward")
             if coop is not None:
                 out.append(coop)
         out.sort(key=lambda kn: self._estimate(p, kn, target))
