@@ -147,8 +147,11 @@ class SoftmaxEngine(Engine):
             out.append(SoftmaxKnobs(2, bl, 1, split, 8 if target.is_cuda else 4))
             two_loop_warps = (16 if _node(graph).kind == "softmax_backward" else 8)
             # measured (bench/softmax_l2_probe.py, 65536-wide bf16): two programs per SM
-            # walking the rows beat a program per row by 11%
-            progs = 2 * target.num_sms if target.is_cuda and p.R > 2 * target.num_sms else 0
+            # walking the rows beat a program per row by 11% forward; backward re-reads two
+            # tensors, and a program per row measured best (2.6 TB/s; 264 programs: 2.3)
+            backward = _node(graph).kind == "softmax_backward"
+            progs = (2 * target.num_sms if target.is_cuda and not backward and
+                     p.R > 2 * target.num_sms else 0)
             out.append(SoftmaxKnobs(3, 2 * bl, 1, 1, two_loop_warps if target.is_cuda else 4,
                                     progs))
             coop = _coop_knobs(p, target, _node(graph).kind == "softmax_backward")
