@@ -41,6 +41,40 @@ def coop(X, Y, WS, F, R, L: tl.constexpr, CH: tl.constexpr, CHUNKS: tl.constexpr
         tl.store(Y + base + cols, (tl.exp(x - mx) / tot).to(tl.bfloat16))
 
 
+@triton.jit
+def coop_prefetch(X, Y, WS, F, R, L: tl.constexpr, CH: tl.constexpr, CHUNKS: tl.constexpr,
+                  GROUPS: tl.constexpr):
+    """As coop, but the next row's chunk is loaded before the wait (two chunks live)."""
+    pid = tl.program_id(0)
+    g = pid // CHUNKS
+    c = pid % CHUNKS
+    cols = c * CH + tl.arange(0, CH)
+    k = tl.arange(0, CHUNKS)
+    x = tl.load(X + g * L + cols, mask=(cols < L) & (g < R), other=0.0,
+                eviction_policy="evict_first").to(tl.float32)
+    for row in range(g, R, GROUPS):
+        base = row * L
+        m = tl.max(x, 0)
+        s = tl.sum(tl.exp(x - m), 0)
+        tl.store(WS + (row * CHUNKS + c) * 2, m)
+        tl.store(WS + (row * CHUNKS + c) * 2 + 1, s)
+        tl.debug_barrier()
+        tl.atomic_add(F + row, 1, sem="release")
+        nxt = row + GROUPS
+        x_next = tl.load(X + nxt * L + cols, mask=(cols < L) & (nxt < R), other=0.0,
+                         eviction_policy="evict_first").to(tl.float32)
+        while tl.atomic_add(F + row, 0, sem="acquire") < CHUNKS:
+            pass
+        tl.debug_barrier()
+        ms = tl.load(WS + (row * CHUNKS + k) * 2, cache_modifier=".cg")
+        ss = tl.load(WS + (row * CHUNKS + k) * 2 + 1, cache_modifier=".cg")
+        mx = tl.max(ms, 0)
+        tot = tl.sum(ss * tl.exp(ms - mx), 0)
+        tl.store(Y + base + cols, (tl.exp(x - mx) / tot).to(tl.bfloat16),
+                 eviction_policy="evict_first")
+        x = x_next
+
+
 def _copy_gbs() -> float:
     src = torch.randn(1 << 28, device="cuda")
     dst = torch.empty_like(src)
@@ -59,43 +93,45 @@ def main():
         nb = 2 * x.numel() * 2
         t = do_bench(lambda: torch.softmax(x, -1), return_mode="median")
         print(f"{width}: torch {nb / t / 1e6:.0f} GB/s")
-        for ch in (8192, 16384, 32768):
-            chunks = width // ch
-            if chunks > 64 or chunks < 1:
-                continue
-            for per_sm in (1, 2):
-                groups = (sms * per_sm) // chunks
-                if groups < 1:
-                    continue
-                ws = torch.empty(rows * chunks * 2, device="cuda")
-                flags = torch.zeros(rows, device="cuda", dtype=torch.int32)
-                for w in (8, 16, 32):
-                    def fn():
-                        flags.zero_()
-                        coop[(groups * chunks,)](x, y, ws, flags, rows, width, ch, chunks,
-                                                 groups, num_warps=w)
-                    try:
-                        y.fill_(float("nan"))
-                        fn()
-                        torch.cuda.synchronize()
-                    except Exception as e:   # noqa: BLE001 -- reported
-                        print("FAILED", width, ch, per_sm, w, str(e)[:80])
-                        continue
-                    err = (y.float() - ref).abs().max().item()
-                    if not err < 1e-2:
-                        print("WRONG", width, ch, per_sm, w, err)
-                        continue
-                    ms = do_bench(fn, warmup=5, rep=30, return_mode="median")
-                    res.append((nb / ms / 1e6, width, ch, per_sm, w))
-                    print(f"  {width} CH={ch} per_sm={per_sm} warps={w}: "
-                          f"{nb / ms / 1e6:.0f} GB/s", flush=True)
+        for kern in (coop, coop_prefetch):
+            for ch in (8192, 16384, 32768):
+              chunks = width // ch
+              if chunks > 64 or chunks < 1:
+                  continue
+              for per_sm in (1, 2):
+                  groups = (sms * per_sm) // chunks
+                  if groups < 1:
+                      continue
+                  ws = torch.empty(rows * chunks * 2, device="cuda")
+                  flags = torch.zeros(rows, device="cuda", dtype=torch.int32)
+                  for w in (8, 16, 32):
+                      def fn():
+                          flags.zero_()
+                          kern[(groups * chunks,)](x, y, ws, flags, rows, width, ch, chunks,
+                                                   groups, num_warps=w)
+                      try:
+                          y.fill_(float("nan"))
+                          fn()
+                          torch.cuda.synchronize()
+                      except Exception as e:   # noqa: BLE001 -- reported
+                          print("FAILED", width, ch, per_sm, w, str(e)[:80])
+                          continue
+                      err = (y.float() - ref).abs().max().item()
+                      if not err < 1e-2:
+                          print("WRONG", width, ch, per_sm, w, err)
+                          continue
+                      ms = do_bench(fn, warmup=5, rep=30, return_mode="median")
+                      res.append((nb / ms / 1e6, width, ch, per_sm, w, kern.fn.__name__))
+                      print(f"  {kern.fn.__name__} {width} CH={ch} per_sm={per_sm} warps={w}: "
+                            f"{nb / ms / 1e6:.0f} GB/s", flush=True)
         del x, y, ref
     with open(os.path.join(os.environ.get("OUT", "."), "softmax_coop_probe.txt"), "w") as f:
         for r in sorted(res, reverse=True):
             f.write(f"{r}\n")
     for width in (65536, 262144):
         for gbs, _, *cfg in sorted((r for r in res if r[1] == width), reverse=True)[:3]:
-            print(f"{width}: {gbs:6.0f} GB/s {gbs / copy:.3f} of copy [CH, per_sm, warps] = {cfg}")
+            print(f"{width}: {gbs:6.0f} GB/s {gbs / copy:.3f} of copy "
+                  f"[CH, per_sm, warps, kernel] = {cfg}")
 
 
 if __name__ == "__main__":
