@@ -81,6 +81,34 @@ def _copy_gbs() -> float:
     return 2 * src.numel() * 4 / do_bench(lambda: dst.copy_(src), return_mode="median") / 1e6
 
 
+def _measure(kern, x, y, ref, rows, width, ch, per_sm, w, sms, nb):
+    chunks = width // ch
+    groups = (sms * per_sm) // chunks
+    if chunks > 64 or groups < 1:
+        return None
+    ws = torch.empty(rows * chunks * 2, device="cuda")
+    flags = torch.zeros(rows, device="cuda", dtype=torch.int32)
+
+    def fn():
+        flags.zero_()
+        kern[(groups * chunks,)](x, y, ws, flags, rows, width, ch, chunks, groups, num_warps=w)
+    try:
+        y.fill_(float("nan"))
+        fn()
+        torch.cuda.synchronize()
+    except Exception as e:   # noqa: BLE001 -- reported
+        print("FAILED", width, ch, per_sm, w, str(e)[:80])
+        return None
+    err = (y.float() - ref).abs().max().item()
+    if not err < 1e-2:
+        print("WRONG", width, ch, per_sm, w, err)
+        return None
+    ms = do_bench(fn, warmup=5, rep=30, return_mode="median")
+    print(f"  {kern.fn.__name__} {width} CH={ch} per_sm={per_sm} warps={w}: "
+          f"{nb / ms / 1e6:.0f} GB/s", flush=True)
+    return (nb / ms / 1e6, width, ch, per_sm, w, kern.fn.__name__)
+
+
 def main():
     copy = _copy_gbs()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -95,41 +123,17 @@ def main():
         print(f"{width}: torch {nb / t / 1e6:.0f} GB/s")
         for kern in (coop, coop_prefetch):
             for ch in (8192, 16384, 32768):
-              chunks = width // ch
-              if chunks > 64 or chunks < 1:
-                  continue
-              for per_sm in (1, 2):
-                  groups = (sms * per_sm) // chunks
-                  if groups < 1:
-                      continue
-                  ws = torch.empty(rows * chunks * 2, device="cuda")
-                  flags = torch.zeros(rows, device="cuda", dtype=torch.int32)
-                  for w in (8, 16, 32):
-                      def fn():
-                          flags.zero_()
-                          kern[(groups * chunks,)](x, y, ws, flags, rows, width, ch, chunks,
-                                                   groups, num_warps=w)
-                      try:
-                          y.fill_(float("nan"))
-                          fn()
-                          torch.cuda.synchronize()
-                      except Exception as e:   # noqa: BLE001 -- reported
-                          print("FAILED", width, ch, per_sm, w, str(e)[:80])
-                          continue
-                      err = (y.float() - ref).abs().max().item()
-                      if not err < 1e-2:
-                          print("WRONG", width, ch, per_sm, w, err)
-                          continue
-                      ms = do_bench(fn, warmup=5, rep=30, return_mode="median")
-                      res.append((nb / ms / 1e6, width, ch, per_sm, w, kern.fn.__name__))
-                      print(f"  {kern.fn.__name__} {width} CH={ch} per_sm={per_sm} warps={w}: "
-                            f"{nb / ms / 1e6:.0f} GB/s", flush=True)
-        del x, y, ref
+                for per_sm in (1, 2):
+                    for w in (8, 16, 32):
+                        r = _measure(kern, x, y, ref, rows, width, ch, per_sm, w, sms, nb)
+                        if r is not None:
+                            res.append(r)
+        x = y = ref = None   # free before the next width
     with open(os.path.join(os.environ.get("OUT", "."), "softmax_coop_probe.txt"), "w") as f:
         for r in sorted(res, reverse=True):
             f.write(f"{r}\n")
     for width in (65536, 262144):
-        for gbs, _, *cfg in sorted((r for r in res if r[1] == width), reverse=True)[:3]:
+        for gbs, _, *cfg in sorted((r for r in res if r[1] == width), reverse=True)[:4]:
             print(f"{width}: {gbs:6.0f} GB/s {gbs / copy:.3f} of copy "
                   f"[CH, per_sm, warps, kernel] = {cfg}")
 
