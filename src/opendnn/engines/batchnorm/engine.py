@@ -138,7 +138,7 @@ class BatchNormEngine(Engine):
             # measured for column sums (bench/notes/fusion.md): wide kept blocks with
             # interleaved row slices; about four programs per SM
             bk = min(_pow2(p.K), 256 if cuda else 16)
-            br = max(1, (4096 if cuda else 64) // bk)
+            br = max(1, (4096 if cuda else 16) // bk)
             ar = max(1, (8192 if cuda else 64) // bk)
         else:
             bk = 1
