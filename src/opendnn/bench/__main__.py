@@ -211,8 +211,15 @@ def run_softmax(r: Runner):
     run(r, bench)
 
 
+# ---- batch norm (temporary family; folds into "norm") ----
+def run_batchnorm(r: Runner):
+    from .batchnorm import run_batchnorm as run
+    run(r, bench)
+
+
 FAMILIES = {"pointwise": run_pointwise, "reduction": run_reduction, "matmul": run_matmul,
             "latency": run_latency, "conv": run_conv, "softmax": run_softmax}
+FAMILIES["batchnorm"] = run_batchnorm   # batch norm
 
 
 def main(argv=None) -> int:

@@ -190,7 +190,8 @@ def stats_source(name: str, p: Problem, kn) -> str:
 
 
 # ---- 2. finish -------------------------------------------------------------------------------
-FINISH_BLOCK = 128
+FINISH_COLS = 16        # columns per finishing program: many programs share the partials
+FINISH_ROWS = 32        # partial rows summed per step ([FINISH_ROWS, FINISH_COLS] tiles)
 
 
 def finish_params(p: Problem) -> list:
@@ -206,18 +207,24 @@ def finish_params(p: Problem) -> list:
 def finish_source(name: str, p: Problem, kn) -> str:
     """Per block of columns: sum the partials, write the statistics and coefficients."""
     ind, ind2 = "    ", "        "
-    bf, sp, K, m = FINISH_BLOCK, kn.SPLIT, p.K, p.count
+    bf, sp, K, m = FINISH_COLS, kn.SPLIT, p.K, p.count
+    sb = min(FINISH_ROWS, 1 << max(0, (sp - 1).bit_length()))
     params = finish_params(p)
     tensors = [r for r in params if r not in ("WS", "EPSILON", "MOMENTUM")]
     km = f"(cols < {K})" if K % bf else None
     L = _head(name, params)
-    L.append(f"{ind}cols = tl.program_id(0) * {bf} + tl.arange(0, {bf})")
+    L += [f"{ind}cols = tl.program_id(0) * {bf} + tl.arange(0, {bf})",
+          f"{ind}sk = tl.arange(0, {sb})"]
     L += _kept(p, "cols", tensors, ind)
-    L += [f"{ind}s1 = tl.full([{bf}], 0.0, tl.float32)",
-          f"{ind}s2 = tl.full([{bf}], 0.0, tl.float32)",
-          f"{ind}for s in range(0, {sp}):",
-          f"{ind2}s1 += {_ld('WS', f's * {K} + cols', km)}",
-          f"{ind2}s2 += {_ld('WS', f'({sp} + s) * {K} + cols', km)}"]
+    # partial rows s0 + sk, in a fixed order: the sums are deterministic
+    tile = f"(s0 + sk < {sp})[:, None]" + (f" & {km}[None, :]" if km else "")
+    L += [f"{ind}acc1 = tl.full([{sb}, {bf}], 0.0, tl.float32)",
+          f"{ind}acc2 = tl.full([{sb}, {bf}], 0.0, tl.float32)",
+          f"{ind}for s0 in range(0, {sp}, {sb}):",
+          f"{ind2}acc1 += {_ld('WS', f'(s0 + sk)[:, None] * {K} + cols[None, :]', tile)}",
+          f"{ind2}acc2 += {_ld('WS', f'({sp} + s0 + sk)[:, None] * {K} + cols[None, :]', tile)}",
+          f"{ind}s1 = tl.reduce(acc1, 0, _add_combine)",
+          f"{ind}s2 = tl.reduce(acc2, 0, _add_combine)"]
     coef = f"{2 * sp * K}"
     inv_m = repr(1.0 / m) if m else "0.0"
     mk = f", mask={km}" if km else ""

@@ -135,18 +135,22 @@ class BatchNormEngine(Engine):
         p = _problem(graph)
         cuda = target.is_cuda
         if p.columns:
-            # measured for column sums (bench/notes/fusion.md): wide kept blocks with
-            # interleaved row slices; about four programs per SM
+            # NHWC: a tile of whole rows of up to 256 channels is one contiguous block (the
+            # column sums' best pattern, bench/notes/fusion.md: wide kept blocks, slices
+            # of interleaved row blocks); about two programs per SM
             bk = min(_pow2(p.K), 256 if cuda else 16)
-            br = max(1, (4096 if cuda else 16) // bk)
+            br = max(1, (8192 if cuda else 16) // bk)
             ar = max(1, (8192 if cuda else 64) // bk)
+            per_sm = 2
         else:
+            # NCHW: each channel's rows are contiguous runs of H x W elements
             bk = 1
             br = min(_pow2(max(p.R, 1)), 2048 if cuda else 64)
             ar = min(_pow2(max(p.R, 1)), 4096 if cuda else 64)
+            per_sm = 4
         blocks = _cdiv(max(p.K, 1), bk)
         nrb = max(1, _cdiv(p.R, br))
-        split = max(1, min(nrb, 1024, _cdiv(4 * target.num_sms, blocks))) if cuda else \
+        split = max(1, min(nrb, 1024, _cdiv(per_sm * target.num_sms, blocks))) if cuda else \
             max(1, min(nrb, 3))
         warps = (8 if bk * max(br, ar) >= 4096 else 4) if cuda else 4
         out = [BatchNormKnobs(bk, br, split, ar, warps)]
@@ -200,7 +204,7 @@ class _BatchNormExecutable(Executable, LaunchList):
                             target.is_cuda)
             name = f"{tag}_finish"
             self.add_launch(kernel_from_source(K.finish_source(name, p, kn), name),
-                            (_cdiv(p.K, K.FINISH_BLOCK),), {"num_warps": 4},
+                            (_cdiv(p.K, K.FINISH_COLS),), {"num_warps": 4},
                             args(K.finish_params(p)), graph, target.is_cuda)
         if p.R == 0:
             return
