@@ -141,6 +141,8 @@ CASES = [  # (shape, layout, per_activation, knobs: None = the engine's own choi
     ((3, 5, 4, 3), "nhwc", False, None),
     ((2, 7, 3, 5), "nhwc", False, dict(BLOCK_K=4, BLOCK_R=8, SPLIT=3, APPLY_R=16,
                                        num_warps=4)),       # masked tiles, three slices
+    ((3, 3, 5, 2), "nchw", False, dict(BLOCK_K=2, BLOCK_R=4, SPLIT=2, APPLY_R=8, REUSE=1,
+                                       num_warps=4)),       # the second pass last-first
     ((5, 3, 1, 1), "nchw", False, None),                    # no spatial dims to speak of
     ((4, 6), "nchw", False, None),                          # BatchNorm1d [N, C]
     ((3, 2, 3, 2), "nchw", True, None),                     # per activation

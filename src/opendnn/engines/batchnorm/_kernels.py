@@ -148,7 +148,7 @@ def _scalar(p: Problem, role: str) -> str:
 
 
 def _rows(p: Problem, start: str, br: int) -> str:
-    base = f"({start}).to(tl.int64)" if p.big else start
+    base = f"({start}).to(tl.int64)" if p.big else f"({start})"
     return f"{base} * {br} + tl.arange(0, {br})"
 
 
@@ -174,11 +174,12 @@ def stats_source(name: str, p: Problem, kn) -> str:
           f"{ind}for rb in range(sl, {nrb}, {sp}):",
           f"{ind2}rows = {_rows(p, 'rb', br)}"]
     L += _reduced(p, "rows", data, ind2)
-    L.append(f"{ind2}x = {_ld('X', _tile('X'), tile, p.stream)}")
+    evict = p.stream and not kn.REUSE
+    L.append(f"{ind2}x = {_ld('X', _tile('X'), tile, evict)}")
     d = "x - shift[None, :]"
     L.append(f"{ind2}d = {f'tl.where({tile}, {d}, 0.0)' if tile else d}")
     if backward:
-        L += [f"{ind2}dy = {_ld('DY', _tile('DY'), tile, p.stream)}",
+        L += [f"{ind2}dy = {_ld('DY', _tile('DY'), tile, evict)}",
               f"{ind2}acc1 += dy", f"{ind2}acc2 += dy * d"]
     else:
         L += [f"{ind2}acc1 += d", f"{ind2}acc2 += d * d"]
@@ -283,7 +284,8 @@ def apply_source(name: str, p: Problem, kn, split: int) -> str:
     data = [r for r in params if r in ("X", "DY", "DX", "Z", "YPRE", "OUT")]
     _, km, tile = _masks(p, ar, bk)
     L = _head(name, params)
-    L += [f"{ind}rows = {_rows(p, 'tl.program_id(0)', ar)}",
+    block = f"{-(-p.R // ar) - 1} - tl.program_id(0)" if kn.REUSE else "tl.program_id(0)"
+    L += [f"{ind}rows = {_rows(p, block, ar)}",
           f"{ind}cols = tl.program_id(1) * {bk} + tl.arange(0, {bk})"]
     stats = ("MEAN", "INV_VARIANCE", "SCALE", "BIAS") if p.kind == "batchnorm_inference" else ()
     L += _kept(p, "cols", tuple(data) + stats, ind)
