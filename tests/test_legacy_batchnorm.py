@@ -206,3 +206,14 @@ def test_a_buffer_that_does_not_match_its_descriptor_is_rejected():
             torch.empty(DIMS).to(memory_format=torch.channels_last), bn, scale, bias, mean,
             var, EPS)
     assert "strides" in str(e.value)
+
+
+def test_training_with_one_value_per_channel_is_rejected():
+    d = _desc(NCHW, (1, 4, 1, 1))
+    handle, bn = cudnn.create("cpu"), _bn(d, MODE.SPATIAL)
+    scale, bias, _, _ = _params(bn, 16)
+    expect_error(BadParamError, Status.BAD_PARAM_SHAPE_MISMATCH, lambda: (
+        cudnn.batch_normalization_forward_training(
+            handle, MODE.SPATIAL, 1.0, 0.0, d, torch.randn(1, 4, 1, 1), d,
+            torch.empty(1, 4, 1, 1), bn, scale, bias, 0.1, None, None, EPS)),
+        "more than one value per statistic")

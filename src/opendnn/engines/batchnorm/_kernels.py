@@ -73,13 +73,10 @@ class Problem:
             {r: [t[roles[r]].strides[i] for i in kept] for r in data + stats})
         self.rsizes, self.rstr = merge_axes(
             [x.dims[i] for i in red], {r: [t[roles[r]].strides[i] for i in red] for r in data})
-        self.K = 1
+        self.K = 1                       # zero when a kept dim is (nothing to compute)
         for d in self.ksizes:
             self.K *= d
-        self.R = self.count
-        if any(d == 0 for d in x.dims):
-            self.K = 0 if any(x.dims[i] == 0 for i in kept) else self.K
-            self.R = 0 if any(x.dims[i] == 0 for i in red) else self.R
+        self.R = self.count              # zero for an empty batch
         self.types = {r: t[u].data_type for r, u in roles.items()}
         self.by_value = {r: t[roles[r]].is_pass_by_value for r in ("EPSILON", "MOMENTUM")
                          if r in roles}
