@@ -222,8 +222,22 @@ def test_statistics_in_float32_for_half_data_and_python_scalars(rng):
     x = _input(rng, (4, 3, 2, 3), "nhwc", torch.bfloat16)
     scale, bias, rm, rv = _stats(rng, _cshape(x))
     g, feeds, outs = _training(x, scale, bias, rm, rv, eps=torch.tensor(1e-3),
-                               mom=torch.tensor(0.25), stat_dtype=torch.float32)
+                               mom=torch.tensor(0.25, dtype=torch.float64),
+                               stat_dtype=torch.float32)
     check_engine(g, feeds, outs, ID, None, n=24)
+
+
+def test_epsilon_as_a_double_scalar_tensor_bound_at_execution(rng):
+    """A pass-by-value epsilon of any type, its value given in the variant pack."""
+    x = _input(rng, (3, 4, 2, 2), "nhwc", torch.float16)
+    scale, bias, _, _ = _stats(rng, _cshape(x))
+    g = cudnn.pygraph()
+    tx, ts, tb = _t(g, x), _t(g, scale), _t(g, bias)
+    eps = g.tensor([1, 1, 1, 1], [1, 1, 1, 1], cudnn.data_type.DOUBLE, is_pass_by_value=True)
+    outs = [t for t in g.batchnorm(tx, ts, tb, None, None, eps, None) if t is not None]
+    for t in outs:
+        t.set_output(True)
+    check_engine(g, {tx: x, ts: scale, tb: bias, eps: 0.5}, outs, ID, None, n=12)
 
 
 def test_count_one_runs_inference_and_backward(rng):

@@ -113,7 +113,7 @@ class BatchNormEngine(Engine):
         if isinstance(pat, str):
             return decline(pat)
         for d in graph.tensors.values():
-            if d.data_type not in TYPES:
+            if d.data_type not in TYPES and not d.is_pass_by_value:   # scalars: host floats
                 return decline(f"tensor {d.label()} is {d.data_type.name}: float32, float16 or "
                                "bfloat16 only (float64 runs on the reference)")
         return SUPPORTED
