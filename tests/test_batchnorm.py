@@ -205,6 +205,24 @@ def test_fused_add_and_relu(rng, epilogue, layout):
                  ID, None)
 
 
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_backward_through_a_fused_relu_backward(rng, layout):
+    """dReLU + dBN: DY = relu_backward(loss, y) read in both passes, never stored."""
+    x = _input(rng, (3, 5, 3, 2), layout, torch.bfloat16)
+    loss, y = _input(rng, x.shape, layout, torch.bfloat16), _input(rng, x.shape, layout,
+                                                                    torch.bfloat16)
+    scale, _, mean, var = _stats(rng, _cshape(x))
+    inv = 1 / torch.sqrt(var + EPS)
+    g = cudnn.pygraph()
+    tl_, ty, tx, ts, tm, tv = (_t(g, t) for t in (loss, y, x, scale, mean, inv))
+    outs = g.batchnorm_backward(g.relu_backward(tl_, ty), tx, ts, tm, tv)
+    for t in outs:
+        t.set_output(True)
+    check_engine(g, {tl_: loss, ty: y, tx: x, ts: scale, tm: mean, tv: inv}, outs, ID, None,
+                 n=18)
+    assert g.get_plan_name_at_index(1).startswith("batchnorm#30")
+
+
 def test_fused_relu_keeps_the_batch_norm_output_when_asked(rng):
     x = _input(rng, (3, 4, 2, 2), "nhwc", torch.float32)
     scale, bias, _, _ = _stats(rng, _cshape(x))

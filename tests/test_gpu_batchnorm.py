@@ -158,6 +158,34 @@ def test_backward(shape, layout, dt):
     assert _relerr(db.reshape(-1), bd.grad) < 4 * TOL[dt]
 
 
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+def test_backward_through_fused_relu_backward(layout):
+    shape, dt = (32, 64, 28, 28), torch.bfloat16
+    x, loss, y = _x(shape, layout, dt), _x(shape, layout, dt, 0.0), _x(shape, layout, dt, 0.0)
+    scale, _ = _stat(shape[1])
+    xd = x.double().requires_grad_(True)
+    wd = scale.double().reshape(-1).requires_grad_(True)
+    bd = torch.zeros_like(wd).requires_grad_(True)
+    F.batch_norm(xd, None, None, wd, bd, True, MOM, EPS).backward(
+        loss.double() * (y.double() > 0))
+    mean = x.double().mean((0, 2, 3), keepdim=True).float()
+    inv = ((x.double().var((0, 2, 3), unbiased=False, keepdim=True) + EPS) ** -0.5).float()
+    g = cudnn.pygraph()
+    tl_, ty, tx, ts, tm, tv = (g.tensor_like(t) for t in (loss, y, x, scale, mean, inv))
+    tdx, tds, tdb = g.batchnorm_backward(g.relu_backward(tl_, ty), tx, ts, tm, tv)
+    for t in (tdx, tds, tdb):
+        t.set_output(True)
+    g.build([cudnn.heur_mode.A])
+    _plan_is_ours(g)
+    dx, ds, db = _nan_like(x), _nan_like(scale), _nan_like(scale)
+    ws = torch.empty(max(g.get_workspace_size(), 1), device="cuda", dtype=torch.uint8)
+    g.execute({tl_: loss, ty: y, tx: x, ts: scale, tm: mean, tv: inv, tdx: dx, tds: ds,
+               tdb: db}, ws)
+    assert _relerr(dx, xd.grad) < 4 * TOL[dt]
+    assert _relerr(ds.reshape(-1), wd.grad) < 4 * TOL[dt]
+    assert _relerr(db.reshape(-1), bd.grad) < 4 * TOL[dt]
+
+
 def test_per_activation_training():
     x = _x((64, 8, 5, 5), "nchw", torch.float32)
     scale, bias = _stat(8, (1, 8, 5, 5))

@@ -5,7 +5,8 @@ kernels, and autograd for the backward) in the same run on the same inputs.
 
 Bytes, as issue 4 counts them (the minimum a kernel must move, so ratios compare fairly):
 training forward and inference 2 x the input (read x, write y; training reads x twice),
-backward 3 x (read x and dy, write dx). Goals: training forward >= 1.5x PyTorch (0.254 ms,
+backward 3 x (read x and dy, write dx), backward with a fused relu_backward 4 x (read
+the loss and the activation too). Goals: training forward >= 1.5x PyTorch (0.254 ms,
 793 GB/s measured), inference near copy speed (PyTorch 1.93 TB/s)."""
 from __future__ import annotations
 
@@ -92,3 +93,23 @@ def run_batchnorm(r, bench):
     r.add("batchnorm", f"backward {case}", bench(fn),
           bench(lambda: torch.autograd.grad(out, (xr, wr, br), dy, retain_graph=True)),
           nbytes=3 * nbytes, plan=plan, ref_name="pytorch autograd")
+
+    # dReLU + dBN in one graph (ResNet's backward through bn -> relu)
+    yact = torch.randn_like(x)
+    g = cudnn.pygraph()
+    tl_, ty, tx, ts, tm, tv = (g.tensor_like(t) for t in (dy, yact, x, scale, mean, inv))
+    tdx, tds, tdb = g.batchnorm_backward(g.relu_backward(tl_, ty), tx, ts, tm, tv)
+    for t in (tdx, tds, tdb):
+        t.set_output(True).set_data_type(cudnn.data_type.FLOAT if t is not tdx
+                                         else cudnn.data_type.BFLOAT16)
+    g.build([cudnn.heur_mode.A])
+    fn, plan = _exec(g, {tl_: dy, ty: yact, tx: x, ts: scale, tm: mean, tv: inv,
+                         tdx: torch.empty_like(x), tds: torch.empty_like(scale),
+                         tdb: torch.empty_like(scale)})
+    mask = yact > 0
+
+    def ref():
+        d = torch.where(mask, dy, 0)
+        return torch.autograd.grad(out, (xr, wr, br), d, retain_graph=True)
+    r.add("batchnorm", f"backward+drelu {case}", bench(fn), bench(ref), nbytes=4 * nbytes,
+          plan=plan, ref_name="pytorch where->autograd")

@@ -18,7 +18,8 @@ Training forward, three launches:
      a = scale * inv_var, b = bias - mean * a to the workspace.
   3. normalize: y = a x + b, then the fused epilogue (+ z, relu), stored once.
 Inference is the normalize kernel alone, its coefficients computed per program. Backward
-is the same three steps: partial sums of dy and dy (x - mean); the finish writes
+is the same three steps (dy through a fused relu_backward where the graph has one, in
+both passes): partial sums of dy and dy (x - mean); the finish writes
 dbias = sum dy, dscale = inv_var sum dy (x - mean) and dx = a dy + b x + c with
 a = scale inv_var, b = -a inv_var dscale / m, c = -a dbias / m - b mean.
 """
@@ -149,16 +150,34 @@ def _rows(p: Problem, start: str, br: int) -> str:
     return f"{base} * {br} + tl.arange(0, {br})"
 
 
+def _dy(p: Problem, tile, evict: bool, ind: str) -> list:
+    """Lines loading ``dy`` (backward); through the fused relu_backward when there is one."""
+    from ...ops.pointwise import DEFAULT_ATTRS, MODES
+    lines = [f"{ind}dy = {_ld('DY', _tile('DY'), tile, evict)}"]
+    if p.has("YACT"):
+        mode, attrs = p.epilogue[0]
+        lines += [f"{ind}ya = {_ld('YACT', _tile('YACT'), tile, evict)}",
+                  f"{ind}dy = {MODES[mode].triton('dy', 'ya', {**DEFAULT_ATTRS, **attrs})}"]
+    return lines
+
+
 # ---- 1. statistics ---------------------------------------------------------------------------
+def stats_params(p: Problem) -> list:
+    if p.kind == "batchnorm_backward":
+        return ["DY", "X", "MEAN"] + (["YACT"] if p.has("YACT") else []) + ["WS"]
+    return ["X", "WS"]
+
+
 def stats_source(name: str, p: Problem, kn) -> str:
     """Per (column block, slice): partial column sums into WS[2, SPLIT, K]."""
     ind, ind2 = "    ", "        "
     bk, br, sp = kn.BLOCK_K, kn.BLOCK_R, kn.SPLIT
     backward = p.kind == "batchnorm_backward"
-    data = ("DY", "X") if backward else ("X",)
+    params = stats_params(p)
+    data = tuple(r for r in params if r in ("DY", "X", "YACT"))
     nrb = -(-p.R // br)
     _, km, tile = _masks(p, br, bk)
-    L = _head(name, [*data, *(["MEAN"] if backward else []), "WS"])
+    L = _head(name, params)
     L += [f"{ind}cols = tl.program_id(0) * {bk} + tl.arange(0, {bk})",
           f"{ind}sl = tl.program_id(1)"]
     L += _kept(p, "cols", data + (("MEAN",) if backward else ()), ind)
@@ -176,8 +195,7 @@ def stats_source(name: str, p: Problem, kn) -> str:
     d = "x - shift[None, :]"
     L.append(f"{ind2}d = {f'tl.where({tile}, {d}, 0.0)' if tile else d}")
     if backward:
-        L += [f"{ind2}dy = {_ld('DY', _tile('DY'), tile, evict)}",
-              f"{ind2}acc1 += dy", f"{ind2}acc2 += dy * d"]
+        L += _dy(p, tile, evict, ind2) + [f"{ind2}acc1 += dy", f"{ind2}acc2 += dy * d"]
     else:
         L += [f"{ind2}acc1 += d", f"{ind2}acc2 += d * d"]
     m = f", mask={km}" if km else ""
@@ -264,7 +282,7 @@ def finish_source(name: str, p: Problem, kn) -> str:
 # ---- 3. normalize (training and inference) / dx (backward) -----------------------------------
 def apply_params(p: Problem) -> list:
     if p.kind == "batchnorm_backward":
-        return ["DY", "X", "DX", "WS"]
+        return ["DY", "X", "DX"] + (["YACT"] if p.has("YACT") else []) + ["WS"]
     out = ["X"] + (["Z"] if p.has("Z") else []) + (["YPRE"] if p.has("YPRE") else []) + ["OUT"]
     if p.kind == "batchnorm_inference":
         return out + ["MEAN", "INV_VARIANCE", "SCALE", "BIAS"]
@@ -278,7 +296,7 @@ def apply_source(name: str, p: Problem, kn, split: int) -> str:
     ind = "    "
     ar, bk, K = kn.APPLY_R, kn.BLOCK_K, p.K
     params = apply_params(p)
-    data = [r for r in params if r in ("X", "DY", "DX", "Z", "YPRE", "OUT")]
+    data = [r for r in params if r in ("X", "DY", "DX", "Z", "YPRE", "OUT", "YACT")]
     _, km, tile = _masks(p, ar, bk)
     L = _head(name, params)
     block = f"{-(-p.R // ar) - 1} - tl.program_id(0)" if kn.REUSE else "tl.program_id(0)"
@@ -297,9 +315,9 @@ def apply_source(name: str, p: Problem, kn, split: int) -> str:
               f"{ind}b = {_ld('WS', f'{coef + K} + cols', km)}"]
     L.append(f"{ind}x = {_ld('X', _tile('X'), tile, True)}")
     if p.kind == "batchnorm_backward":
-        L += [f"{ind}c = {_ld('WS', f'{coef + 2 * K} + cols', km)}",
-              f"{ind}dy = {_ld('DY', _tile('DY'), tile, True)}",
-              f"{ind}v = a[None, :] * dy + b[None, :] * x + c[None, :]",
+        L.append(f"{ind}c = {_ld('WS', f'{coef + 2 * K} + cols', km)}")
+        L += _dy(p, tile, True, ind)
+        L += [f"{ind}v = a[None, :] * dy + b[None, :] * x + c[None, :]",
               ind + _st(p, "DX", _tile("DX"), "v", tile)]
         return "\n".join(L) + "\n"
     L.append(f"{ind}v = x * a[None, :] + b[None, :]")

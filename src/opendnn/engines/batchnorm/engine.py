@@ -5,7 +5,9 @@ layout: statistics are column sums there), float32 / float16 / bfloat16 data.
 It takes graphs of one batchnorm, batchnorm_inference or batchnorm_backward node; the
 forward kinds may be followed by a fused epilogue on their Y: an add of a residual Z
 (X's dims) and/or a relu (any of its clip / slope attributes), in that order, computed
-in the normalize pass (one read of x and z, one write of the output). The statistics
+in the normalize pass (one read of x and z, one write of the output). The backward may
+take its DY from a relu_backward(loss, input) fused into both of its passes (dReLU +
+dBN: the masked gradient is never stored). The statistics
 are deterministic: fixed-order partial sums in the workspace, no atomics.
 """
 from __future__ import annotations
@@ -40,15 +42,28 @@ class BatchNormKnobs:
 
 
 def _pattern(graph):
-    """(main node, epilogue [(mode, attrs)], final output uid, residual uid) or a reason."""
+    """(main node, fused [(mode, attrs)], final output uid, residual uid, relu_backward's
+    (loss, input) uids) or a reason. Forward kinds fuse an epilogue (add, relu) on Y; the
+    backward fuses a relu_backward that makes its DY (dReLU + dBN, one pass fewer)."""
     nodes = graph.nodes
+    if len(nodes) == 2 and nodes[0].kind == "pointwise" and \
+            nodes[0].mode == PointwiseMode.RELU_BWD and nodes[1].kind == "batchnorm_backward":
+        act, main = nodes
+        xdims = graph.tensors[main.inputs["X"]].dims
+        d = act.outputs["OUT_0"]
+        if main.inputs["DY"] != d or not graph.tensors[d].is_virtual:
+            return "a fused relu_backward must make batchnorm_backward's DY (virtual) alone"
+        loss, inp = act.inputs["IN_0"], act.inputs["IN_1"]
+        if any(graph.tensors[u].dims != xdims for u in (loss, inp)):
+            return "a fused relu_backward needs its loss and input with X's dims"
+        return main, [(act.mode, act.op_attrs())], None, None, (loss, inp)
     main = nodes[0]
     if main.kind not in KINDS:
         return "takes one batchnorm, batchnorm_inference or batchnorm_backward node"
     if len(nodes) == 1:
-        return main, [], main.outputs.get("Y"), None
+        return main, [], main.outputs.get("Y"), None, None
     if main.kind == "batchnorm_backward":
-        return "batchnorm_backward takes no fused operations"
+        return "batchnorm_backward fuses only a relu_backward making its DY"
     x = graph.tensors[main.inputs["X"]]
     cur, epi, z = main.outputs["Y"], [], None
     for i, n in enumerate(nodes[1:]):
@@ -69,14 +84,17 @@ def _pattern(graph):
             return "intermediate results of the fused epilogue must be virtual"
         epi.append((n.mode, n.op_attrs()))
         cur = n.outputs["OUT_0"]
-    return main, epi, cur, z
+    return main, epi, cur, z, None
 
 
 def _problem(graph) -> K.Problem:
-    main, epi, out, z = _pattern(graph)
+    main, epi, out, z, drelu = _pattern(graph)
     roles = {r: u for r, u in {**main.inputs, **main.outputs}.items() if u is not None}
     if main.kind == "batchnorm_backward":
         data = ("DY", "X", "DX")
+        if drelu is not None:       # DY is relu_backward(loss, input): read those instead
+            roles["DY"], roles["YACT"] = drelu
+            data += ("YACT",)
         stats = ("SCALE", "MEAN", "INV_VARIANCE", "DSCALE", "DBIAS")
     else:
         y = roles.pop("Y")
@@ -204,11 +222,10 @@ class _BatchNormExecutable(Executable, LaunchList):
         def args(params):
             return [("ws", torch.float32) if r == "WS" else ("buf", p.roles[r]) for r in params]
         if p.kind != "batchnorm_inference":
-            stats = ["DY", "X", "MEAN", "WS"] if p.kind == "batchnorm_backward" else ["X", "WS"]
             name = f"{tag}_stats"
             self.add_launch(kernel_from_source(K.stats_source(name, p, kn), name),
-                            (_cdiv(p.K, kn.BLOCK_K), kn.SPLIT), const, args(stats), graph,
-                            target.is_cuda)
+                            (_cdiv(p.K, kn.BLOCK_K), kn.SPLIT), const,
+                            args(K.stats_params(p)), graph, target.is_cuda)
             name = f"{tag}_finish"
             self.add_launch(kernel_from_source(K.finish_source(name, p, kn), name),
                             (_cdiv(p.K, K.FINISH_COLS),), {"num_warps": 4},
