@@ -174,11 +174,12 @@ class BatchNormEngine(Engine):
         split = max(1, min(nrb, 1024, _cdiv(per_sm * target.num_sms, blocks))) if cuda else \
             max(1, min(nrb, 3))
         warps = (8 if bk * max(br, ar) >= 4096 else 4) if cuda else 4
-        # x (and dy) larger than L2 are read twice; starting the second pass where the first
-        # ended saves up to an L2's worth of that re-read (not measured yet: the sweep
-        # compares REUSE 0 and 1)
-        reuse = int(cuda and p.kind != "batchnorm_inference")
-        out = [BatchNormKnobs(bk, br, split, ar, reuse, warps)]
+        # x (and dy) are read twice; starting the second pass where the first ended saves
+        # up to an L2's worth of the re-read (not measured yet: both configs are listed,
+        # REUSE=1 first, and the sweep compares them)
+        out = [BatchNormKnobs(bk, br, split, ar, 0, warps)]
+        if cuda and p.kind != "batchnorm_inference":
+            out.insert(0, BatchNormKnobs(bk, br, split, ar, 1, warps))
         return [EngineConfig.make(self, **dataclasses.asdict(kn)) for kn in out]
 
     def estimate_seconds(self, graph, config, target) -> float:
@@ -187,8 +188,10 @@ class BatchNormEngine(Engine):
         t = graph.tensors
         moved = sum(t[p.roles[r]].size_in_bytes for r in p.data)
         if p.kind != "batchnorm_inference":   # the statistics pass reads x (and dy) again
-            moved += sum(t[p.roles[r]].size_in_bytes
-                         for r in (("X", "DY") if p.kind == "batchnorm_backward" else ("X",)))
+            again = sum(t[p.roles[r]].size_in_bytes
+                        for r in (("X", "DY") if p.kind == "batchnorm_backward" else ("X",)))
+            # REUSE: the re-read starts with what is still in L2 (a budget of it)
+            moved += again - (min(again, K.STREAM_BYTES) if kn.REUSE else 0)
         programs = _cdiv(max(p.R, 1), kn.APPLY_R) * _cdiv(max(p.K, 1), kn.BLOCK_K)
         fill = max(min(1.0, programs / (2.0 * target.num_sms)), 1e-3)
         launches = 1 if p.kind == "batchnorm_inference" else 3
