@@ -16,7 +16,9 @@ Training forward, three launches:
   2. finish: per column, the SPLIT partials are summed in a fixed order (deterministic);
      it writes mean, inv_var, the running statistics, and the per-column coefficients
      a = scale * inv_var, b = bias - mean * a to the workspace.
-  3. normalize: y = a x + b, then the fused epilogue (+ z, relu), stored once.
+  3. normalize: y = a x + b, then the fused epilogue (+ z, relu), stored once. With
+     REUSE it walks the row blocks last-first: its first reads are what the statistics
+     pass read last, still in L2 (the statistics loads then skip evict_first).
 Inference is the normalize kernel alone, its coefficients computed per program. Backward
 is the same three steps (dy through a fused relu_backward where the graph has one, in
 both passes): partial sums of dy and dy (x - mean); the finish writes
