@@ -216,9 +216,14 @@ def run_elementwise(r: Runner):
     run(r, bench)
 
 
+def run_batchnorm(r: Runner):
+    from .batchnorm import run_batchnorm as run
+    run(r, bench)
+
+
 FAMILIES = {"pointwise": run_pointwise, "reduction": run_reduction, "matmul": run_matmul,
             "latency": run_latency, "conv": run_conv, "softmax": run_softmax,
-            "elementwise": run_elementwise}
+            "elementwise": run_elementwise, "batchnorm": run_batchnorm}
 
 
 def main(argv=None) -> int:

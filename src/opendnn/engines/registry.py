@@ -30,6 +30,7 @@ ENGINE_CLASSES = (
     ("conv.winograd_wgrad", "WinogradNonfusedWgradEngine"),
     ("matmul.engine", "MatmulEngine"),
     ("softmax.engine", "SoftmaxEngine"),
+    ("batchnorm.engine", "BatchNormEngine"),       # batch norm
     ("fusion.engine", "FusionEngine"),
     ("reference.engine", "ReferenceEngine"),
 )

@@ -12,6 +12,7 @@ from ..ops.pointwise import MODES
 from . import conv_nodes as CN
 from . import nodes as N
 from . import softmax_nodes as SN
+from . import batchnorm_nodes as BN
 
 
 class BuilderMixin:
@@ -229,6 +230,93 @@ class BuilderMixin:
         dx = self._new_output(f"{op}::DX")
         self._add(node, {"DX": dx})
         return dx
+
+    # ---- batch norm (engines/batchnorm) ---------------------------------------------------
+    def _bn_scalar(self, v, op, role):
+        """epsilon / momentum: a graph tensor, a Python number or a CPU one-element torch
+        tensor (both become pass-by-value scalars)."""
+        import torch
+        from .tensor import Tensor
+        if isinstance(v, Tensor):
+            return self._check_tensor(v, op, role)
+        if isinstance(v, torch.Tensor):
+            if v.numel() != 1 or v.device.type != "cpu":
+                raise BadParamError(f"{role} must be a graph tensor, a number or a CPU "
+                                    f"one-element tensor (got {v.numel()} elements on "
+                                    f"{v.device})", op=op, status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+            v = float(v.item())
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return self._coerce(float(v), f"{op}::{role}")
+        raise BadParamError(f"{role} must be a graph tensor or a number, got "
+                            f"{type(v).__name__}", op=op, status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+
+    def batchnorm(self, input, scale, bias, in_running_mean=None, in_running_var=None,
+                  epsilon=1e-5, momentum=None, peer_stats=(), name="",
+                  compute_data_type=DataType.NOT_SET):
+        """Training batch norm: [Y, MEAN, INV_VARIANCE, NEXT_RUNNING_MEAN, NEXT_RUNNING_VAR]
+        (the running outputs are None without running inputs). Statistics have scale's
+        dims: [1, C, 1, ...] (spatial) or [1, C, H, W, ...] (per activation)."""
+        op = name or f"batchnorm_{len(self._nodes)}"
+        if peer_stats:
+            raise BadParamError("peer_stats (statistics shared across GPUs) are not supported",
+                                op=op, status=Status.NOT_SUPPORTED)
+        running = (in_running_mean is not None, in_running_var is not None)
+        if running[0] != running[1]:
+            raise BadParamError("give both in_running_mean and in_running_var, or neither",
+                                op=op, status=Status.BAD_PARAM)
+        if running[0] and momentum is None:
+            raise BadParamError("running statistics need a momentum", op=op,
+                                status=Status.BAD_PARAM)
+        ins = {"X": self._check_tensor(input, op, "input"),
+               "SCALE": self._check_tensor(scale, op, "scale"),
+               "BIAS": self._check_tensor(bias, op, "bias"),
+               "EPSILON": self._bn_scalar(epsilon, op, "epsilon")}
+        outs = {r: self._new_output(f"{op}::{r}") for r in ("Y", "MEAN", "INV_VARIANCE")}
+        if running[0]:
+            ins["PREV_RUNNING_MEAN"] = self._check_tensor(in_running_mean, op, "in_running_mean")
+            ins["PREV_RUNNING_VAR"] = self._check_tensor(in_running_var, op, "in_running_var")
+            ins["MOMENTUM"] = self._bn_scalar(momentum, op, "momentum")
+            for r in ("NEXT_RUNNING_MEAN", "NEXT_RUNNING_VAR"):
+                outs[r] = self._new_output(f"{op}::{r}")
+        node = BN.BatchNorm(name=op, compute_data_type=self._ctype(compute_data_type),
+                            inputs=ins)
+        self._add(node, outs)
+        return [outs["Y"], outs["MEAN"], outs["INV_VARIANCE"], outs.get("NEXT_RUNNING_MEAN"),
+                outs.get("NEXT_RUNNING_VAR")]
+
+    def batchnorm_inference(self, input, mean, inv_variance, scale, bias, name="",
+                            compute_data_type=DataType.NOT_SET):
+        """Y = scale * (input - mean) * inv_variance + bias."""
+        op = name or f"batchnorm_inference_{len(self._nodes)}"
+        ins = {"X": self._check_tensor(input, op, "input"),
+               "MEAN": self._check_tensor(mean, op, "mean"),
+               "INV_VARIANCE": self._check_tensor(inv_variance, op, "inv_variance"),
+               "SCALE": self._check_tensor(scale, op, "scale"),
+               "BIAS": self._check_tensor(bias, op, "bias")}
+        node = BN.BatchNormInference(name=op, compute_data_type=self._ctype(compute_data_type),
+                                     inputs=ins)
+        y = self._new_output(f"{op}::Y")
+        self._add(node, {"Y": y})
+        return y
+
+    def batchnorm_backward(self, grad, input, scale, mean, inv_variance, peer_stats=(),
+                           name="", compute_data_type=DataType.NOT_SET):
+        """[DX, DSCALE, DBIAS] from grad (DY), the forward's input, scale and the saved
+        mean and inv_variance."""
+        op = name or f"batchnorm_backward_{len(self._nodes)}"
+        if peer_stats:
+            raise BadParamError("peer_stats (statistics shared across GPUs) are not supported",
+                                op=op, status=Status.NOT_SUPPORTED)
+        ins = {"DY": self._check_tensor(grad, op, "grad"),
+               "X": self._check_tensor(input, op, "input"),
+               "SCALE": self._check_tensor(scale, op, "scale"),
+               "MEAN": self._check_tensor(mean, op, "mean"),
+               "INV_VARIANCE": self._check_tensor(inv_variance, op, "inv_variance")}
+        node = BN.BatchNormBackward(name=op, compute_data_type=self._ctype(compute_data_type),
+                                    inputs=ins)
+        outs = {r: self._new_output(f"{op}::{r}") for r in ("DX", "DSCALE", "DBIAS")}
+        self._add(node, outs)
+        return [outs["DX"], outs["DSCALE"], outs["DBIAS"]]
 
     # ---- matmul -------------------------------------------------------------------------------
     def matmul(self, A, B, padding=0.0, name="", compute_data_type=DataType.NOT_SET):

@@ -11,8 +11,9 @@ import numpy as np
 import torch
 
 from ...enums import DataType
-from ...errors import InternalError
+from ...errors import BadParamError, InternalError, Status
 from ...ops import conv, layout, matmul, pointwise, reduction, softmax, stats
+from ...ops import batchnorm
 from ...runtime.buffers import logical_view
 from ..base import SUPPORTED, Engine, Executable, Support, Target
 
@@ -78,6 +79,9 @@ def run_graph(graph, read) -> dict:
             y = get(n.inputs["Y"])
             vals[n.outputs["DX"]] = softmax.backward(get(n.inputs["DY"]), y, n.axis % y.ndim,
                                                      n.log)
+        # ---- batch norm (engines/batchnorm) ----
+        elif n.kind in ("batchnorm", "batchnorm_inference", "batchnorm_backward"):
+            _batchnorm(n, get, vals)
         elif n.kind == "conv_fprop":
             vals[n.outputs["Y"]] = conv.fprop(get(n.inputs["X"]), get(n.inputs["W"]),
                                               *_conv_args(n))
@@ -94,6 +98,32 @@ def run_graph(graph, read) -> dict:
         else:  # check_support guarantees we never get here
             raise InternalError(f"{n.label()} reached the reference without a definition")
     return vals
+
+
+def _batchnorm(n, get, vals) -> None:
+    """The three batch-norm kinds (a missing optional role is None)."""
+    ins = {r: get(u) for r, u in n.inputs.items()}
+    if n.kind == "batchnorm_inference":
+        vals[n.outputs["Y"]] = batchnorm.forward_inference(
+            ins["X"], ins["MEAN"], ins["INV_VARIANCE"], ins["SCALE"], ins["BIAS"])
+        return
+    if n.kind == "batchnorm_backward":
+        outs = batchnorm.backward(ins["DY"], ins["X"], ins["SCALE"], ins["MEAN"],
+                                  ins["INV_VARIANCE"])
+        roles = ("DX", "DSCALE", "DBIAS")
+    else:
+        eps = float(ins["EPSILON"].reshape(-1)[0])
+        if not eps >= 0.0:
+            raise BadParamError(f"epsilon {eps} is below the minimum 0.0 (CUDNN_BN_MIN_EPSILON)",
+                                op=n.label(), tensor="EPSILON", status=Status.BAD_PARAM)
+        mom = ins.get("MOMENTUM")
+        outs = batchnorm.forward_training(
+            ins["X"], ins["SCALE"], ins["BIAS"], eps, ins.get("PREV_RUNNING_MEAN"),
+            ins.get("PREV_RUNNING_VAR"), None if mom is None else float(mom.reshape(-1)[0]))
+        roles = ("Y", "MEAN", "INV_VARIANCE", "NEXT_RUNNING_MEAN", "NEXT_RUNNING_VAR")
+    for r, v in zip(roles, outs):
+        if r in n.outputs:
+            vals[n.outputs[r]] = v
 
 
 def _conv_args(n):
@@ -124,7 +154,8 @@ class ReferenceEngine(Engine):
     name = "reference_f64"
     KINDS = {"pointwise", "reduction", "genstats", "matmul", "reshape", "transpose", "slice",
              "concatenate", "conv_fprop", "conv_dgrad", "conv_wgrad", "softmax",
-             "softmax_backward"}
+             "softmax_backward",
+             "batchnorm", "batchnorm_inference", "batchnorm_backward"}  # batch norm
 
     def check_support(self, graph, target: Target) -> Support:
         for n in graph.nodes:
