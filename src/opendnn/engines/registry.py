@@ -30,6 +30,8 @@ ENGINE_CLASSES = (
     ("conv.winograd_wgrad", "WinogradNonfusedWgradEngine"),
     ("matmul.engine", "MatmulEngine"),
     ("softmax.engine", "SoftmaxEngine"),
+    ("lrn.engine", "LrnEngine"),              # (branch lrn)
+    ("dropout.engine", "DropoutEngine"),      # (branch lrn)
     ("fusion.engine", "FusionEngine"),
     ("reference.engine", "ReferenceEngine"),
 )
