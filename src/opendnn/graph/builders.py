@@ -409,19 +409,20 @@ class BuilderMixin:
                                is_pass_by_value=True, name=f"{op}::{role}")._with_value(v)
         return self._check_tensor(v, op, role)
 
-    def dropout(self, input, probability, seed, offset=0, name="",
+    def dropout(self, input, probability, seed, offset=0, generate_mask=True, name="",
                 compute_data_type=DataType.NOT_SET):
         """[Y, MASK]: Y = input * MASK / (1 - probability); seed and offset are ints
-        (pass-by-value) or one-element int64 tensors. MASK is written only when marked
-        as an output."""
+        (pass-by-value) or one-element int64 tensors. MASK (0/1, input's type unless set)
+        is None with ``generate_mask=False``."""
         op = name or f"dropout_{len(self._nodes)}"
         node = DN.Dropout(name=op, compute_data_type=self._ctype(compute_data_type),
                           inputs={"X": self._check_tensor(input, op, "input"),
                                   "SEED": self._rng_scalar(seed, op, "SEED"),
                                   "OFFSET": self._rng_scalar(offset, op, "OFFSET")},
                           probability=float(probability))
-        y, mask = self._new_output(f"{op}::Y"), self._new_output(f"{op}::MASK")
-        self._add(node, {"Y": y, "MASK": mask})
+        y = self._new_output(f"{op}::Y")
+        mask = self._new_output(f"{op}::MASK") if generate_mask else None
+        self._add(node, {"Y": y, "MASK": mask} if generate_mask else {"Y": y})
         return [y, mask]
 
     def dropout_backward(self, loss, probability, seed, offset=0, name="",

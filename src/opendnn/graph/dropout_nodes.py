@@ -2,7 +2,7 @@
 
 - ``dropout``: Y = X * MASK / (1 - p) with MASK[i] = 1 where the uniform number of
   element i (Philox-4x32-10 of (SEED, OFFSET + i), i the element's row-major logical
-  index) is >= p; MASK (optional: virtual unless marked as an output) has X's dims;
+  index) is >= p; MASK (left out with the builder's generate_mask=False) has X's dims;
 - ``dropout_backward``: DX = DY * MASK / (1 - p), the mask regenerated from the same
   (SEED, OFFSET): nothing is stored between the two.
 

@@ -26,21 +26,27 @@ KEY_A, KEY_B = np.uint64(0x9E3779B9), np.uint64(0xBB67AE85)
 TO_UNIFORM = np.float32(4.6566127342e-10)
 
 
-def philox_word0(seed: int, counter: np.ndarray, rounds: int = 10) -> np.ndarray:
-    """Word 0 of Philox-4x32 for int64 ``counter`` (split into its two 32-bit halves) and
-    64-bit key ``seed``: uint32 values."""
-    seed_u = int(seed) & 0xFFFFFFFFFFFFFFFF
-    k0, k1 = np.uint64(seed_u & 0xFFFFFFFF), np.uint64(seed_u >> 32)
-    c = counter.astype(np.int64).view(np.uint64)
-    c0, c1 = c & _M32, (c >> np.uint64(32)) & _M32
-    c2 = np.zeros_like(c0)
-    c3 = np.zeros_like(c0)
+def philox4x32(key: int, c0, c1, c2, c3, rounds: int = 10) -> tuple:
+    """Philox-4x32 (Salmon et al., 2011) of uint32 counter words and a 64-bit key: the
+    four uint32 output words (as uint64 arrays)."""
+    key = int(key) & 0xFFFFFFFFFFFFFFFF
+    k0, k1 = np.uint64(key & 0xFFFFFFFF), np.uint64(key >> 32)
+    c0, c1, c2, c3 = (np.asarray(c, dtype=np.uint64) & _M32 for c in (c0, c1, c2, c3))
     for _ in range(rounds):
         p0, p2 = ROUND_A * c0, ROUND_B * c2          # < 2**64: exact in uint64
         c0, c2, c1, c3 = ((p2 >> np.uint64(32)) ^ c1 ^ k0, (p0 >> np.uint64(32)) ^ c3 ^ k1,
                           p2 & _M32, p0 & _M32)
         k0, k1 = (k0 + KEY_A) & _M32, (k1 + KEY_B) & _M32
-    return c0.astype(np.uint32)
+    return c0, c1, c2, c3
+
+
+def philox_word0(seed: int, counter: np.ndarray, rounds: int = 10) -> np.ndarray:
+    """Word 0 of Philox-4x32 for int64 ``counter`` (its two 32-bit halves in words 0 and
+    1, words 2 and 3 zero) and key ``seed``: uint32 values (Triton's tl.randint)."""
+    c = counter.astype(np.int64).view(np.uint64)
+    zero = np.zeros_like(c)
+    return philox4x32(seed, c & _M32, c >> np.uint64(32), zero, zero, rounds)[0].astype(
+        np.uint32)
 
 
 def uniform(seed: int, offset: int, shape) -> np.ndarray:

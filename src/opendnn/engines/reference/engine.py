@@ -110,7 +110,7 @@ def _lrn_or_dropout(n, get) -> dict:
             return {n.outputs["DX"]: dropout_ref.backward(get(n.inputs["DY"]), n.probability,
                                                           seed, offset)}
         y, m = dropout_ref.forward(get(n.inputs["X"]), n.probability, seed, offset)
-        return {n.outputs["Y"]: y, n.outputs["MASK"]: m}
+        return {n.outputs["Y"]: y, **({n.outputs["MASK"]: m} if "MASK" in n.outputs else {})}
     x = get(n.inputs["X"])
     axes = (1,) if n.kind.startswith("lrn") else tuple(range(2, x.ndim))
     args = (n.lrn_n, n.lrn_alpha, n.lrn_beta, n.lrn_k, axes)
