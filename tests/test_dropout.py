@@ -210,3 +210,85 @@ def test_integer_data_is_rejected():
     y.set_output(True).set_data_type(cudnn.data_type.FLOAT)
     expect_error(BadParamError, Status.NOT_SUPPORTED_DATA_TYPE, g.validate, "drop", "xi",
                  "not a floating type")
+
+
+# ---- the descriptor API ----------------------------------------------------------------------
+def _legacy_setup(p=0.4, seed=123, dims=(2, 3, 4, 5)):
+    import opendnn.legacy as L
+    h = L.create("cpu")
+    d = L.create_tensor_descriptor()
+    L.set_tensor_4d_descriptor(d, L.TensorFormat.NCHW, L.DataType.FLOAT, *dims)
+    states = torch.empty(L.dropout_get_states_size(h), dtype=torch.uint8)
+    desc = L.create_dropout_descriptor()
+    L.set_dropout_descriptor(desc, h, p, states, states.numel(), seed)
+    return L, h, d, desc, states
+
+
+def test_legacy_forward_backward_and_offsets_advance(rng):
+    L, h, d, desc, states = _legacy_setup()
+    x = rng.rand((2, 3, 4, 5))
+    size = L.dropout_get_reserve_space_size(d)
+    reserves = [torch.empty(size, dtype=torch.uint8) for _ in range(2)]
+    ys = []
+    for r in reserves:
+        y = torch.full_like(x, float("nan"))
+        L.dropout_forward(h, desc, d, x, d, y, r, size)
+        ys.append(y)
+    for i, y in enumerate(ys):       # call i used counters [120 i, 120 (i + 1))
+        m = torch.from_numpy(ref.mask(123, 120 * i, x.shape, 0.4))
+        assert_close(y, x.double() * m / 0.6, torch.float32)
+    assert (ys[0] == 0).ne(ys[1] == 0).any()                  # fresh masks each call
+    assert states.view(torch.int64).tolist() == [123, 240]
+    dy, dx = rng.rand(x.shape), torch.full_like(x, float("nan"))
+    L.dropout_backward(h, desc, d, dy, d, dx, reserves[0], size)
+    assert torch.equal(dx == 0, ys[0] == 0)
+    assert_close(dx, dy.double() * (ys[0] != 0) / 0.6, torch.float32)
+
+
+def test_legacy_descriptor_round_trip_restore_and_a_mask_sized_reserve(rng):
+    L, h, d, desc, states = _legacy_setup(0.25, 9)
+    p, st, seed = L.get_dropout_descriptor(desc, h)
+    assert (p, seed) == (0.25, 9) and st.data_ptr() == states.data_ptr()
+    x = rng.rand((2, 3, 4, 5))
+    big = torch.empty(x.numel(), dtype=torch.uint8)          # as cuDNN's mask would need
+    y1 = torch.empty_like(x)
+    L.dropout_forward(h, desc, d, x, d, y1, big, big.numel())
+    again = L.create_dropout_descriptor()                    # picks up the advanced states
+    L.restore_dropout_descriptor(again, h, 0.25, states, states.numel(), 9)
+    y2 = torch.empty_like(x)
+    L.dropout_forward(h, again, d, x, d, y2, big, big.numel())
+    m = torch.from_numpy(ref.mask(9, x.numel(), x.shape, 0.25))
+    assert_close(y2, x.double() * m / 0.75, torch.float32)
+
+
+def test_legacy_rules():
+    L, h, d, desc, states = _legacy_setup()
+    x = torch.ones(2, 3, 4, 5)
+    for p in (-0.5, 1.01):
+        expect_error(BadParamError, Status.BAD_PARAM_OUT_OF_BOUND,
+                     lambda: L.set_dropout_descriptor(desc, h, p, states, 16, 1),
+                     "set_dropout_descriptor", "dropout", "outside [0, 1]")
+    small = torch.empty(8, dtype=torch.uint8)
+    expect_error(BadParamError, Status.BAD_PARAM_SIZE_INSUFFICIENT,
+                 lambda: L.set_dropout_descriptor(desc, h, 0.5, small, 8, 1),
+                 "set_dropout_descriptor", "states", "below the 16 bytes needed")
+    expect_error(BadParamError, Status.BAD_PARAM_SIZE_INSUFFICIENT,
+                 lambda: L.set_dropout_descriptor(desc, h, 0.5, small, 16, 1),
+                 "set_dropout_descriptor", "states", "holds 8 bytes")
+    expect_error(BadParamError, Status.BAD_PARAM_SIZE_INSUFFICIENT,
+                 lambda: L.dropout_forward(h, desc, d, x, d, torch.empty_like(x), small, 8),
+                 "dropout_forward", "reserve_space", "below the 16 bytes needed")
+    expect_error(BadParamError, Status.BAD_PARAM_NULL_POINTER,
+                 lambda: L.dropout_backward(h, desc, d, x, d, torch.empty_like(x), None, 16),
+                 "dropout_backward", "reserve_space", "is NULL")
+    fresh = L.create_dropout_descriptor()
+    expect_error(BadParamError, Status.BAD_PARAM,
+                 lambda: L.dropout_forward(h, fresh, d, x, d, torch.empty_like(x),
+                                           torch.empty(16, dtype=torch.uint8), 16),
+                 "dropout_forward", "never set")
+    d2 = L.create_tensor_descriptor()
+    L.set_tensor_4d_descriptor(d2, L.TensorFormat.NCHW, L.DataType.FLOAT, 2, 3, 4, 6)
+    expect_error(BadParamError, Status.BAD_PARAM_SHAPE_MISMATCH,
+                 lambda: L.dropout_forward(h, desc, d, x, d2, torch.empty(2, 3, 4, 6),
+                                           torch.empty(16, dtype=torch.uint8), 16),
+                 "dropout_forward", "must equal [2, 3, 4, 5]")
