@@ -30,10 +30,10 @@ def _philox_uniform(seed, counter):
         _c2 = c2
         c0 = tl.umulhi(_c2, 0xCD9E8D57) ^ c1 ^ k0
         c2 = tl.umulhi(_c0, 0xD2511F53) ^ c3 ^ k1
-        c1 = _c2 * 0xCD9E8D57
-        c3 = _c0 * 0xD2511F53
-        k0 = k0 + 0x9E3779B9
-        k1 = k1 + 0xBB67AE85
+        c1 = tl.mul(_c2, 0xCD9E8D57, sanitize_overflow=False)
+        c3 = tl.mul(_c0, 0xD2511F53, sanitize_overflow=False)
+        k0 = tl.add(k0, 0x9E3779B9, sanitize_overflow=False)
+        k1 = tl.add(k1, 0xBB67AE85, sanitize_overflow=False)
     r = c0.to(tl.int32, bitcast=True)
     r = tl.where(r < 0, -r - 1, r)
     return r * 4.6566127342e-10
