@@ -211,8 +211,20 @@ def run_softmax(r: Runner):
     run(r, bench)
 
 
+# ---- lrn and dropout (branch lrn) ----
+def run_lrn(r: Runner):
+    from .lrn import run_lrn as run
+    run(r, bench)
+
+
+def run_dropout(r: Runner):
+    from .lrn import run_dropout as run
+    run(r, bench)
+
+
 FAMILIES = {"pointwise": run_pointwise, "reduction": run_reduction, "matmul": run_matmul,
-            "latency": run_latency, "conv": run_conv, "softmax": run_softmax}
+            "latency": run_latency, "conv": run_conv, "softmax": run_softmax,
+            "lrn": run_lrn, "dropout": run_dropout}
 
 
 def main(argv=None) -> int:
