@@ -140,10 +140,10 @@ def test_same_seed_same_mask_new_offset_new_mask_counters_shift():
     x = torch.ones(4096)
     m0 = _run(*_fwd(x, 0.5, 5, 0, torch.uint8))[1]
     assert torch.equal(m0, _run(*_fwd(x, 0.5, 5, 0, torch.uint8))[1])
-    m1 = _run(*_fwd(x, 0.5, 5, 4096, torch.uint8))[1]
+    m1 = _run(*_fwd(x, 0.5, 5, ref.counters(4096), torch.uint8))[1]
     assert (m0 != m1).float().mean() > 0.4                 # fresh draws
-    m2 = _run(*_fwd(x, 0.5, 5, 1000, torch.uint8))[1]
-    assert torch.equal(m2[:3096], m0[1000:])                # element i uses offset + i
+    m2 = _run(*_fwd(x, 0.5, 5, 250, torch.uint8))[1]
+    assert torch.equal(m2[:3096], m0[1000:])                # element i: offset + i // 4
     m3 = _run(*_fwd(x, 0.5, 6, 0, torch.uint8))[1]
     assert (m0 != m3).float().mean() > 0.4
 
@@ -234,11 +234,11 @@ def test_legacy_forward_backward_and_offsets_advance(rng):
         y = torch.full_like(x, float("nan"))
         L.dropout_forward(h, desc, d, x, d, y, r, size)
         ys.append(y)
-    for i, y in enumerate(ys):       # call i used counters [120 i, 120 (i + 1))
-        m = torch.from_numpy(ref.mask(123, 120 * i, x.shape, 0.4))
+    for i, y in enumerate(ys):       # call i used counters [30 i, 30 (i + 1))
+        m = torch.from_numpy(ref.mask(123, 30 * i, x.shape, 0.4))
         assert_close(y, x.double() * m / 0.6, torch.float32)
     assert (ys[0] == 0).ne(ys[1] == 0).any()                  # fresh masks each call
-    assert states.view(torch.int64).tolist() == [123, 240]
+    assert states.view(torch.int64).tolist() == [123, 60]
     dy, dx = rng.rand(x.shape), torch.full_like(x, float("nan"))
     L.dropout_backward(h, desc, d, dy, d, dx, reserves[0], size)
     assert torch.equal(dx == 0, ys[0] == 0)
@@ -257,7 +257,7 @@ def test_legacy_descriptor_round_trip_restore_and_a_mask_sized_reserve(rng):
     L.restore_dropout_descriptor(again, h, 0.25, states, states.numel(), 9)
     y2 = torch.empty_like(x)
     L.dropout_forward(h, again, d, x, d, y2, big, big.numel())
-    m = torch.from_numpy(ref.mask(9, x.numel(), x.shape, 0.25))
+    m = torch.from_numpy(ref.mask(9, ref.counters(x.numel()), x.shape, 0.25))
     assert_close(y2, x.double() * m / 0.75, torch.float32)
 
 
@@ -292,3 +292,13 @@ def test_legacy_rules():
                  lambda: L.dropout_forward(h, desc, d, x, d2, torch.empty(2, 3, 4, 6),
                                            torch.empty(16, dtype=torch.uint8), 16),
                  "dropout_forward", "must equal [2, 3, 4, 5]")
+
+
+def test_grouped_and_per_lane_streams_agree(rng):
+    """Row-major data shares one Philox evaluation per four lanes; other layouts select
+    their word per lane: the same mask either way, odd sizes and a ragged last group."""
+    x = rng.rand((3, 7, 5))
+    a = _run(*_fwd(x, 0.5, 31, 2, torch.uint8))[1]
+    b = _run(*_fwd(x.transpose(0, 2).contiguous().transpose(0, 2), 0.5, 31, 2, torch.uint8))[1]
+    assert torch.equal(a.contiguous(), b.contiguous())
+    assert np.array_equal(a.numpy(), ref.mask(31, 2, (3, 7, 5), 0.5).astype(np.uint8))

@@ -1,8 +1,9 @@
 """Dropout graph nodes (see ``ops/dropout.py`` for the random stream):
 
 - ``dropout``: Y = X * MASK / (1 - p) with MASK[i] = 1 where the uniform number of
-  element i (Philox-4x32-10 of (SEED, OFFSET + i), i the element's row-major logical
-  index) is >= p; MASK (left out with the builder's generate_mask=False) has X's dims;
+  element i (word i mod 4 of Philox-4x32-10 of (SEED, OFFSET + i // 4), i the element's
+  row-major logical index) is >= p; MASK (left out with the builder's
+  generate_mask=False) has X's dims;
 - ``dropout_backward``: DX = DY * MASK / (1 - p), the mask regenerated from the same
   (SEED, OFFSET): nothing is stored between the two.
 

@@ -8,9 +8,10 @@ The random stream is counter-based (Philox, ``ops/dropout.py``): a mask is a fun
 
 - ``states`` (``dropout_get_states_size`` = 16 bytes): two int64 words in the caller's
   buffer (device memory on a GPU), [seed, offset]. ``set_dropout_descriptor`` writes
-  [seed, 0]; every ``dropout_forward`` takes the current offset and advances it by the
-  element count on the device (stream-ordered, no host synchronization), so consecutive
-  calls draw fresh masks, as cuDNN's generator states do. ``restore_dropout_descriptor``
+  [seed, 0]; every ``dropout_forward`` takes the current offset and advances it on the
+  device by the Philox counters it consumed, ceil(n / 4) for n elements (stream-ordered,
+  no host synchronization), so consecutive calls draw fresh masks, as cuDNN's generator
+  states do. ``restore_dropout_descriptor``
   attaches states without resetting them.
 - ``reserve_space`` (``dropout_get_reserve_space_size`` = 16 bytes whatever x is): the
   forward records its [seed, offset] there; the backward regenerates the very same mask
@@ -29,6 +30,7 @@ import torch
 from ..enums import DataType, HeurMode
 from ..errors import Status
 from ..graph.graph import Graph
+from ..ops.dropout import counters
 from .common import check
 
 STATES_SIZE = 16      # bytes: int64 seed, int64 offset
@@ -144,13 +146,13 @@ def _check_desc(desc, op) -> None:
 def dropout_forward(handle, dropout_desc, x_desc, x, y_desc, y, reserve_space,
                     reserve_space_size) -> None:
     """y = x * mask / (1 - p); records (seed, offset) in reserve_space and advances the
-    states' offset by x's element count."""
+    states' offset by the counters used (ceil(elements / 4))."""
     op = "dropout_forward"
     _check_desc(dropout_desc, op)
     rec = _words(reserve_space, reserve_space_size, RESERVE_SIZE, op, "reserve_space")
     built = _graph(handle, op, dropout_desc.dropout, x_desc, y_desc)
     rec.copy_(dropout_desc.states)                      # device to device, stream-ordered
-    dropout_desc.states[1:2].add_(math.prod(x_desc.dims))
+    dropout_desc.states[1:2].add_(counters(math.prod(x_desc.dims)))
     _execute(built, x, y, rec)
 
 

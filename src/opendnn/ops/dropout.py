@@ -1,18 +1,20 @@
 """Dropout's random stream and the reference forward / backward.
 
-Element i (its row-major index over the logical dims, whatever the layout) draws the
-32-bit integer r_i = Philox-4x32-10(key = seed, counter = (lo32(offset + i),
-hi32(offset + i), 0, 0)) word 0 -- exactly what Triton's ``tl.randint(seed, offset + i)``
-computes, compiled or interpreted -- and turns it into a uniform float32 in [0, 1) as
-``tl.rand`` does: u_i = float32(r'_i) * 4.6566127342e-10, r'_i = r_i as int32 folded to
-non-negative (r < 0 -> -r - 1). The element is kept when u_i >= p (float32 compare):
+Element i (its row-major index over the logical dims, whatever the layout) takes word
+i mod 4 of Philox-4x32-10(key = seed, counter = (lo32(c), hi32(c), 0, 0)), c = offset +
+floor(i / 4) -- exactly the four words Triton's ``tl.randint4x(seed, c)`` gives, one
+Philox evaluation per four elements, as cuRAND's uniform4 does -- and turns it into a
+uniform float32 in [0, 1) as ``tl.rand`` does: u_i = float32(r'_i) * 4.6566127342e-10,
+r'_i = the word as int32 folded to non-negative (r < 0 -> -r - 1). The element is kept
+when u_i >= p (float32 compare):
 
     mask_i = [u_i >= p],   y_i = x_i * mask_i / (1 - p),   dx_i = dy_i * mask_i / (1 - p)
 
 (p = 1: everything dropped, y = 0.) The same (seed, offset) gives the same mask on every
 device and in the interpreter: the stream is integer arithmetic plus one float32 rounding.
-A forward over n elements consumes counters [offset, offset + n): the legacy API's states
-advance the offset by n per call, so consecutive calls draw fresh masks.
+A call over n elements consumes counters [offset, offset + ceil(n / 4)) (``counters``):
+the legacy API's states advance the offset by that much per call, so consecutive calls
+draw fresh masks.
 
 This NumPy Philox is the reference the Triton kernels are tested against (bit for bit).
 """
@@ -40,21 +42,26 @@ def philox4x32(key: int, c0, c1, c2, c3, rounds: int = 10) -> tuple:
     return c0, c1, c2, c3
 
 
-def philox_word0(seed: int, counter: np.ndarray, rounds: int = 10) -> np.ndarray:
-    """Word 0 of Philox-4x32 for int64 ``counter`` (its two 32-bit halves in words 0 and
-    1, words 2 and 3 zero) and key ``seed``: uint32 values (Triton's tl.randint)."""
-    c = counter.astype(np.int64).view(np.uint64)
+def counters(n: int) -> int:
+    """Philox counters a call over ``n`` elements consumes."""
+    return -(-int(n) // 4)
+
+
+def uniform_at(seed: int, offset: int, index: np.ndarray) -> np.ndarray:
+    """float32 uniforms in [0, 1) of the elements with logical indices ``index``."""
+    index = np.asarray(index, dtype=np.int64)
+    c = (index // 4 + np.int64(offset)).view(np.uint64)
     zero = np.zeros_like(c)
-    return philox4x32(seed, c & _M32, c >> np.uint64(32), zero, zero, rounds)[0].astype(
-        np.uint32)
+    words = philox4x32(seed, c & _M32, c >> np.uint64(32), zero, zero)
+    r = np.choose((index % 4).astype(np.int64), words).astype(np.uint32).view(np.int32)
+    r = np.where(r < 0, -(r.astype(np.int64)) - 1, r.astype(np.int64))
+    return r.astype(np.float32) * TO_UNIFORM
 
 
 def uniform(seed: int, offset: int, shape) -> np.ndarray:
     """float32 uniforms in [0, 1) of the elements of a tensor of ``shape`` (row-major)."""
     n = int(np.prod(shape, dtype=np.int64))
-    r = philox_word0(seed, np.arange(n, dtype=np.int64) + np.int64(offset)).view(np.int32)
-    r = np.where(r < 0, -(r.astype(np.int64)) - 1, r.astype(np.int64))
-    return (r.astype(np.float32) * TO_UNIFORM).reshape(shape)
+    return uniform_at(seed, offset, np.arange(n, dtype=np.int64)).reshape(shape)
 
 
 def mask(seed: int, offset: int, shape, p: float) -> np.ndarray:

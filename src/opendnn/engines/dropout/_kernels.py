@@ -1,10 +1,19 @@
 """Triton source of the dropout engine (the random stream is defined in ``ops/dropout.py``).
 
-One program per BLOCK elements. The elements are walked in the order of the data
-tensor's strides (largest first) so loads coalesce in any layout, while each element's
-Philox counter is OFFSET + its row-major *logical* index: the mask does not depend on
-the layout. SEED and OFFSET are read from one-element integer tensors (device memory),
-so a plan never changes when they do and no host synchronization is needed.
+One program per BLOCK elements, walked in the order of the data tensor's strides (largest
+first) so loads coalesce in any layout. Element i (its row-major *logical* index: the
+mask does not depend on the layout) takes word i mod 4 of Philox(SEED, OFFSET + i // 4).
+
+- When the walk is the logical order (row-major strides, e.g. packed NCHW), a program's
+  BLOCK lanes are BLOCK / 4 whole groups of four: one Philox evaluation per group, its
+  four words interleaved into the lanes (join + reshape). Ten Philox rounds cost about
+  a hundred integer instructions, which would bound the kernel well below DRAM
+  bandwidth if each element paid for its own evaluation.
+- Otherwise every lane evaluates its group's Philox and selects its word (the same
+  stream, four times the arithmetic).
+
+SEED and OFFSET are read from one-element integer tensors (device memory), so a plan never
+changes when they do and no host synchronization is needed.
 """
 from __future__ import annotations
 
@@ -12,12 +21,19 @@ from ..fusion._codegen import TL_TYPE, index_decomposition, offset_expr
 
 INT32_LIMIT = 2 ** 31 - 1
 
-# Triton's tl.rand (Philox-4x32-10, word 0, folded to [0, 1)) spelled out in the generated
-# module itself: tl.rand is an @jit helper of triton.language, which exists only compiled,
-# not in the interpreter. Bit for bit the stream of ops/dropout.py.
+# Triton's tl.randint4x + tl.rand's float conversion (Philox-4x32-10) spelled out in the
+# generated module itself: they are @jit helpers of triton.language, which exist only
+# compiled, not in the interpreter. Bit for bit the stream of ops/dropout.py.
 PHILOX_HELPER = '''
 @triton.jit
-def _philox_uniform(seed, counter):
+def _to_uniform(c):
+    r = c.to(tl.int32, bitcast=True)
+    r = tl.where(r < 0, -r - 1, r)
+    return r * 4.6566127342e-10
+
+
+@triton.jit
+def _philox4_uniform(seed, counter):
     seed = seed.to(tl.uint64)
     k0 = (seed & 0xFFFFFFFF).to(tl.uint32)
     k1 = ((seed >> 32) & 0xFFFFFFFF).to(tl.uint32)
@@ -34,11 +50,16 @@ def _philox_uniform(seed, counter):
         c3 = tl.mul(_c0, 0xD2511F53, sanitize_overflow=False)
         k0 = tl.add(k0, 0x9E3779B9, sanitize_overflow=False)
         k1 = tl.add(k1, 0xBB67AE85, sanitize_overflow=False)
-    r = c0.to(tl.int32, bitcast=True)
-    r = tl.where(r < 0, -r - 1, r)
-    return r * 4.6566127342e-10
+    return _to_uniform(c0), _to_uniform(c1), _to_uniform(c2), _to_uniform(c3)
 
 '''
+
+
+def logical_walk(dims: tuple, strides: tuple) -> bool:
+    """Whether walking by ``strides`` (largest first) visits elements in row-major order."""
+    order = sorted(range(len(dims)), key=lambda i: (-strides[i], i))
+    kept = [i for i in order if dims[i] != 1]
+    return kept == sorted(kept)
 
 
 def source(name: str, dims: tuple, descs: dict, data: str, out: str, mask_role: str | None,
@@ -50,7 +71,11 @@ def source(name: str, dims: tuple, descs: dict, data: str, out: str, mask_role: 
     for d in dims:
         total *= d
     big = total >= INT32_LIMIT // 2 or any(d.span >= INT32_LIMIT for d in descs.values())
-    order = sorted(range(rank), key=lambda i: (-descs[data].strides[i], i))
+    strides = descs[data].strides
+    grouped = logical_walk(dims, strides)
+    # a grouped walk must follow the logical order exactly, size-one dims included
+    order = list(range(rank)) if grouped else \
+        sorted(range(rank), key=lambda i: (-strides[i], i))
     params = [data, "SEED", "OFFSET", out] + ([mask_role] if mask_role else [])
     pid = "tl.program_id(0).to(tl.int64)" if big else "tl.program_id(0)"
     L = [PHILOX_HELPER, "@triton.jit", f"def {name}({', '.join(params)}):",
@@ -60,17 +85,28 @@ def source(name: str, dims: tuple, descs: dict, data: str, out: str, mask_role: 
     for k, i in enumerate(order):
         L.append(f"{ind}i{i} = w{k}")
     names = [f"i{i}" for i in range(rank)]
-    row_major, acc = [0] * rank, 1
-    for i in reversed(range(rank)):
-        row_major[i] = acc
-        acc *= dims[i]
     for role in params:
         if role in descs:
             L.append(f"{ind}off_{role} = {offset_expr(names, descs[role].strides, 'e * 0')}")
-    L += [f"{ind}logical = ({offset_expr(names, row_major, 'e * 0')}).to(tl.int64)",
-          f"{ind}seed = tl.load(SEED).to(tl.int64)",
-          f"{ind}counter = tl.load(OFFSET).to(tl.int64) + logical",
-          f"{ind}keep = _philox_uniform(seed, counter) >= {float(p)!r}",
+    L += [f"{ind}seed = tl.load(SEED).to(tl.int64)",
+          f"{ind}base = tl.load(OFFSET).to(tl.int64)"]
+    if grouped:
+        q, half = block // 4, block // 2
+        L += [f"{ind}q = ({pid} * {q} + tl.arange(0, {q})).to(tl.int64)",
+              f"{ind}u0, u1, u2, u3 = _philox4_uniform(seed, base + q)",
+              f"{ind}u02 = tl.reshape(tl.join(u0, u2), [{half}])",
+              f"{ind}u13 = tl.reshape(tl.join(u1, u3), [{half}])",
+              f"{ind}u = tl.reshape(tl.join(u02, u13), [{block}])"]
+    else:
+        row_major, acc = [0] * rank, 1
+        for i in reversed(range(rank)):
+            row_major[i] = acc
+            acc *= dims[i]
+        L += [f"{ind}logical = ({offset_expr(names, row_major, 'e * 0')}).to(tl.int64)",
+              f"{ind}u0, u1, u2, u3 = _philox4_uniform(seed, base + (logical >> 2))",
+              f"{ind}w = logical & 3",
+              f"{ind}u = tl.where(w == 0, u0, tl.where(w == 1, u1, tl.where(w == 2, u2, u3)))"]
+    L += [f"{ind}keep = u >= {float(p)!r}",
           f"{ind}v = tl.load({data} + off_{data}, mask=emask, other=0.0, "
           'eviction_policy="evict_first").to(tl.float32)',
           f"{ind}v = v * tl.where(keep, {float(scale)!r}, 0.0)",
