@@ -11,7 +11,7 @@ import torch.nn.functional as F
 import opendnn.frontend as cudnn
 from _util import (TORCH_TO_DT, assert_close, check_engine, expect_error, nhwc, repro,
                    run_reference, with_layout)
-from opendnn.engines.base import Target
+from opendnn.engines.base import EngineConfig, Target
 from opendnn.engines.lrn.engine import LrnEngine
 from opendnn.errors import BadParamError, Status
 
@@ -142,6 +142,20 @@ def test_backward_against_reference(rng, case, dtype, kind):
                  msg=repro(kind, [shape], str(dtype), rng.seed, layout=layout, n=n))
 
 
+@pytest.mark.parametrize("case", CASES, ids=[f"c{i}" for i in range(len(CASES))])
+@pytest.mark.parametrize("passes", [1, 2])
+def test_lrn_backward_both_schedules(rng, case, passes):
+    """PASSES=1 recomputes each neighbour's S from x, PASSES=2 goes through the workspace:
+    both against the reference, whatever the heuristic's choice for the window."""
+    shape, layout, n = case
+    x = _layout(rng.rand(shape, torch.float32, high=3.0), layout)
+    ins = {"DY": _layout(rng.rand(shape, torch.float32), layout), "X": x,
+           "Y": torch_lrn(x.double(), n, 0.8, 0.75, 1.5).float()}
+    g, feeds, outs = _graph("lrn_backward", ins, dict(P, lrn_n=n))
+    check_engine(g, feeds, outs, ID, dict(PASSES=passes, BLOCK=128, num_warps=4), n=n * n,
+                 msg=repro("lrn_backward", [shape], "float32", rng.seed, passes=passes))
+
+
 def test_mixed_layouts_and_a_float32_output(rng):
     """X in NHWC, MEANS packed NCHW, Y float32 with its own strides; small BLOCK knobs."""
     shape = (2, 3, 4, 5)
@@ -149,7 +163,7 @@ def test_mixed_layouts_and_a_float32_output(rng):
     m = rng.rand(shape, torch.bfloat16, high=0.5)
     g, feeds, (y,) = _graph("div_norm", {"X": x, "MEANS": m}, P, torch.float32)
     y.set_stride([1, 2, 6, 24])
-    check_engine(g, feeds, [y], ID, dict(BLOCK=64, num_warps=2), n=25)
+    check_engine(g, feeds, [y], ID, dict(PASSES=1, BLOCK=64, num_warps=2), n=25)
 
 
 @pytest.mark.parametrize("kind", ["lrn", "lrn_backward", "div_norm", "div_norm_backward"])
@@ -206,6 +220,30 @@ def test_rank_dims_and_types_are_checked():
     g.lrn(xi, name="li").set_data_type(cudnn.data_type.FLOAT)
     expect_error(BadParamError, Status.NOT_SUPPORTED_DATA_TYPE, g.validate, "li", "xi",
                  "not a floating type")
+
+
+@pytest.mark.parametrize("kind,passes,reason", [
+    ("lrn", 2, "the forward is one kernel: PASSES=1"),
+    ("div_norm_backward", 1, "needs the workspace: PASSES=2"),
+])
+def test_engine_declines_a_schedule_with_a_reason(kind, passes, reason):
+    x = torch.empty(1, 2, 3, 3)
+    ins = {"X": x} if kind == "lrn" else {"DY": x, "X": x, "MEANS": x}
+    g, _, _ = _graph(kind, ins, P)
+    g.validate()
+    e = LrnEngine()
+    sup = e.check_config(g.op_graph, EngineConfig.make(e, PASSES=passes, BLOCK=1024,
+                                                        num_warps=4), Target())
+    assert not sup.ok and reason in sup.reason
+
+
+def test_heuristic_schedule_follows_the_window():
+    x = torch.empty(1, 20, 3, 3)
+    for n, first in ((5, 1), (9, 2)):
+        g, _, _ = _graph("lrn_backward", {"DY": x, "X": x, "Y": x}, dict(P, lrn_n=n))
+        g.validate()
+        assert [c.knob_dict["PASSES"] for c in LrnEngine().configs(g.op_graph, Target())] == \
+            [first, 3 - first]
 
 
 def test_engine_declines_float64_and_other_nodes_with_a_reason():

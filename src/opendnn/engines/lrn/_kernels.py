@@ -154,3 +154,33 @@ def grad_source(name: str, p: Problem, block: int, means: bool) -> str:
     if means:
         L.append(ind + p.store("DMEANS", "-dd"))
     return "\n".join(L) + "\n"
+
+
+def recompute_source(name: str, p: Problem, block: int) -> str:
+    """LRN backward in one kernel (cross-channel only): for each channel c of the mirrored
+    window, S_c again from its own window of x (n^2 loads per element, from L1/L2), then
+    dx = dy P - 2 alpha beta / n * x * sum_c dy_c x_c S_c^(-beta-1). No workspace."""
+    ind, ind2, ind3 = "    ", "        ", "            "
+    (a,) = p.axes
+    size, sx, sdy = p.dims[a], p.strides["X"][a], p.strides["DY"][a]
+    L = p.head(name, ["DY", "X", "DX"], block)
+    L += [f"{ind}t = tl.full([{block}], 0.0, tl.float32)",
+          f"{ind}pw = tl.full([{block}], 0.0, tl.float32)",
+          f"{ind}for o in range({-p.hi}, {p.lo + 1}):",
+          f"{ind2}okc = emask & (i{a} + o >= 0) & (i{a} + o < {size})",
+          f"{ind2}acc = tl.full([{block}], 0.0, tl.float32)",
+          f"{ind2}for o2 in range({-p.lo}, {p.hi + 1}):",
+          f"{ind3}ok = okc & (i{a} + o + o2 >= 0) & (i{a} + o + o2 < {size})",
+          f"{ind3}v = tl.load(X + off_X + (o + o2) * {sx}, mask=ok, other=0.0).to(tl.float32)",
+          f"{ind3}acc += v * v",
+          f"{ind2}s = {float(p.k)!r} + {float(p.coef)!r} * acc",
+          f"{ind2}ps = tl.exp2({-float(p.beta)!r} * tl.log2(s))",
+          f"{ind2}pw = tl.where(o == 0, ps, pw)",
+          f"{ind2}dyc = tl.load(DY + off_DY + o * {sdy}, mask=okc, other=0.0).to(tl.float32)",
+          f"{ind2}xc = tl.load(X + off_X + o * {sx}, mask=okc, other=0.0).to(tl.float32)",
+          f"{ind2}t += dyc * xc * ps / s",
+          f"{ind}d = {p.load('X', 'emask', last=True)}",
+          f"{ind}dy = {p.load('DY', 'emask', last=True)}",
+          f"{ind}dd = dy * pw - {2.0 * p.beta * p.coef!r} * d * t",
+          ind + p.store("DX", "dd")]
+    return "\n".join(L) + "\n"

@@ -7,7 +7,9 @@ bfloat16 tensors of any strides (NCHW, NHWC, NCDHW, NDHWC, strided views).
 Cost: the forward reads x (and means) once from DRAM and writes y; the window's other
 n - 1 (LRN) or n^s - 1 (divisive) loads of each element hit L1/L2. The backward's first
 kernel reads dy and x and writes 8 bytes per element of float32 workspace; its second
-reads them back with x and dy and writes dx (and dmeans).
+reads them back with x and dy and writes dx (and dmeans). LRN's backward also has a
+one-kernel form (``PASSES=1``) that recomputes each neighbour's S from x instead (n^2
+cached loads per element, no workspace): the default for windows up to 8 channels.
 """
 from __future__ import annotations
 
@@ -25,11 +27,13 @@ KINDS = ("lrn", "lrn_backward", "div_norm", "div_norm_backward")
 ROLES = {"lrn": ("X", "Y"), "lrn_backward": ("DY", "X", "DX"),
          "div_norm": ("X", "MEANS", "Y"),
          "div_norm_backward": ("DY", "X", "MEANS", "DX", "DMEANS")}
-MAX_WINDOW = 4096      # window elements per output (16^3 for a 5-D divisive norm)
+RECOMPUTE_MAX_N = 8   # LRN backward windows the one-kernel form takes by default
 
 
 @dataclasses.dataclass(frozen=True)
 class LrnKnobs:
+    PASSES: int = 1         # backward: 1 recomputes neighbours' S (LRN only), 2 uses the
+    #                         workspace (two kernels); forward: 1
     BLOCK: int = 1024       # elements per program
     num_warps: int = 4
 
@@ -61,22 +65,46 @@ class LrnEngine(Engine):
         return SUPPORTED
 
     def knob_space(self, graph=None) -> list[Knob]:
-        return [Knob("BLOCK", (64, 128, 256, 512, 1024, 2048, 4096), 1024),
+        return [Knob("PASSES", (1, 2), 1),
+                Knob("BLOCK", (64, 128, 256, 512, 1024, 2048, 4096), 1024),
                 Knob("num_warps", (1, 2, 4, 8), 4)]
 
+    def check_config(self, graph, config: EngineConfig, target: Target) -> Support:
+        sup = super().check_config(graph, config, target)
+        if not sup.ok:
+            return sup
+        kind, passes = _node(graph).kind, LrnKnobs(**config.knob_dict).PASSES
+        if kind in ("lrn", "div_norm") and passes != 1:
+            return decline("the forward is one kernel: PASSES=1")
+        if kind == "div_norm_backward" and passes != 2:
+            return decline("divisive normalization's backward needs the workspace: PASSES=2 "
+                           "(recomputing a box's neighbours costs n^(2s) loads)")
+        return SUPPORTED
+
     def configs(self, graph, target: Target) -> list[EngineConfig]:
-        kn = LrnKnobs(1024, 4) if target.is_cuda else LrnKnobs(1024, 4)
-        return [EngineConfig.make(self, **dataclasses.asdict(kn))]
+        kind = _node(graph).kind
+        options = [1] if kind in ("lrn", "div_norm") else [2] if kind == "div_norm_backward" \
+            else ([1, 2] if graph.nodes[0].lrn_n <= RECOMPUTE_MAX_N else [2, 1])
+        return [EngineConfig.make(self, **dataclasses.asdict(LrnKnobs(passes, 1024, 4)))
+                for passes in options]
+
+    def family(self, config: EngineConfig) -> str:
+        return f"{self.name}-passes{config.knob_dict.get('PASSES', 1)}"
 
     def estimate_seconds(self, graph, config, target) -> float:
         p = _problem(graph)
         item = sum(t.itemsize for t in p.types.values())
-        backward = _node(graph).kind.endswith("backward")
-        moved = p.total * (item + (24 if backward else 0))
-        return moved / target.bandwidth + (6e-6 if backward else 3e-6)
+        kn = LrnKnobs(**config.knob_dict)
+        extra = 0.0
+        if _node(graph).kind.endswith("backward"):
+            # PASSES=2: 8 bytes of workspace written and read back, x and dy read twice;
+            # PASSES=1: n^2 + n loads per element from L1/L2, priced as 1/16 byte each
+            extra = 16 + 2 * item if kn.PASSES == 2 else p.n * (p.n + 1) * item / 16
+        return p.total * (item + extra) / target.bandwidth + 3e-6 * kn.PASSES
 
     def workspace_size(self, graph, config, target) -> int:
-        if not _node(graph).kind.endswith("backward"):
+        if not _node(graph).kind.endswith("backward") or \
+                LrnKnobs(**config.knob_dict).PASSES == 1:
             return 0
         return 2 * 4 * _problem(graph).total
 
@@ -100,8 +128,9 @@ class _LrnExecutable(Executable, LaunchList):
 
         def args(roles):
             return [("buf", uids[r]) for r in roles]
-        if not n.kind.endswith("backward"):
-            src = K.forward_source(tag, p, kn.BLOCK, means)
+        if not n.kind.endswith("backward") or kn.PASSES == 1:
+            src = K.recompute_source(tag, p, kn.BLOCK) if n.kind == "lrn_backward" else \
+                K.forward_source(tag, p, kn.BLOCK, means)
             self.add_launch(kernel_from_source(src, tag), grid, const, args(ROLES[n.kind]),
                             graph, target.is_cuda)
             return
