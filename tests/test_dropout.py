@@ -261,6 +261,15 @@ def test_legacy_descriptor_round_trip_restore_and_a_mask_sized_reserve(rng):
     assert_close(y2, x.double() * m / 0.75, torch.float32)
 
 
+def test_legacy_in_place(rng):
+    L, h, d, desc, states = _legacy_setup(0.5, 4)
+    x = rng.rand((2, 3, 4, 5))
+    want = x.double() * torch.from_numpy(ref.mask(4, 0, x.shape, 0.5)) / 0.5
+    r = torch.empty(16, dtype=torch.uint8)
+    L.dropout_forward(h, desc, d, x, d, x, r, 16)
+    assert_close(x, want, torch.float32)
+
+
 def test_legacy_rules():
     L, h, d, desc, states = _legacy_setup()
     x = torch.ones(2, 3, 4, 5)

@@ -18,7 +18,8 @@ The random stream is counter-based (Philox, ``ops/dropout.py``): a mask is a fun
   from them. cuDNN keeps the mask itself there and asks for more; any reserve space at
   least 16 bytes long works, so a buffer sized for cuDNN's mask works too.
 
-Buffers are torch tensors; sizes are checked against what the caller says and against
+In-place calls (y is x, dx is dy) work on a copy of the input. Buffers are torch
+tensors; sizes are checked against what the caller says and against
 the buffers themselves (BAD_PARAM with the rule).
 """
 from __future__ import annotations
@@ -135,6 +136,9 @@ def _graph(handle, op, p, d_in, d_out):
 
 def _execute(built, src, dst, words) -> None:
     g, t_in, seed, offset, out = built
+    if isinstance(src, torch.Tensor) and isinstance(dst, torch.Tensor) and \
+            src.untyped_storage().data_ptr() == dst.untyped_storage().data_ptr():
+        src = src.clone()          # in place (y is x): the graph API forbids aliasing
     g.execute({t_in: src, out: dst, seed: words[0:1], offset: words[1:2]}, None)
 
 
