@@ -238,7 +238,7 @@ def test_legacy_forward_backward_and_offsets_advance(rng):
         m = torch.from_numpy(ref.mask(123, 30 * i, x.shape, 0.4))
         assert_close(y, x.double() * m / 0.6, torch.float32)
     assert (ys[0] == 0).ne(ys[1] == 0).any()                  # fresh masks each call
-    assert states.view(torch.int64).tolist() == [123, 60]
+    assert states.view(torch.int64).tolist() == [123, 0, 60, 0]
     dy, dx = rng.rand(x.shape), torch.full_like(x, float("nan"))
     L.dropout_backward(h, desc, d, dy, d, dx, reserves[0], size)
     assert torch.equal(dx == 0, ys[0] == 0)
@@ -265,8 +265,8 @@ def test_legacy_in_place(rng):
     L, h, d, desc, states = _legacy_setup(0.5, 4)
     x = rng.rand((2, 3, 4, 5))
     want = x.double() * torch.from_numpy(ref.mask(4, 0, x.shape, 0.5)) / 0.5
-    r = torch.empty(16, dtype=torch.uint8)
-    L.dropout_forward(h, desc, d, x, d, x, r, 16)
+    r = torch.empty(32, dtype=torch.uint8)
+    L.dropout_forward(h, desc, d, x, d, x, r, 32)
     assert_close(x, want, torch.float32)
 
 
@@ -275,31 +275,31 @@ def test_legacy_rules():
     x = torch.ones(2, 3, 4, 5)
     for p in (-0.5, 1.01):
         expect_error(BadParamError, Status.BAD_PARAM_OUT_OF_BOUND,
-                     lambda: L.set_dropout_descriptor(desc, h, p, states, 16, 1),
+                     lambda: L.set_dropout_descriptor(desc, h, p, states, 32, 1),
                      "set_dropout_descriptor", "dropout", "outside [0, 1]")
-    small = torch.empty(8, dtype=torch.uint8)
-    expect_error(BadParamError, Status.BAD_PARAM_SIZE_INSUFFICIENT,
-                 lambda: L.set_dropout_descriptor(desc, h, 0.5, small, 8, 1),
-                 "set_dropout_descriptor", "states", "below the 16 bytes needed")
+    small = torch.empty(16, dtype=torch.uint8)
     expect_error(BadParamError, Status.BAD_PARAM_SIZE_INSUFFICIENT,
                  lambda: L.set_dropout_descriptor(desc, h, 0.5, small, 16, 1),
-                 "set_dropout_descriptor", "states", "holds 8 bytes")
+                 "set_dropout_descriptor", "states", "below the 32 bytes needed")
     expect_error(BadParamError, Status.BAD_PARAM_SIZE_INSUFFICIENT,
-                 lambda: L.dropout_forward(h, desc, d, x, d, torch.empty_like(x), small, 8),
-                 "dropout_forward", "reserve_space", "below the 16 bytes needed")
+                 lambda: L.set_dropout_descriptor(desc, h, 0.5, small, 32, 1),
+                 "set_dropout_descriptor", "states", "holds 16 bytes")
+    expect_error(BadParamError, Status.BAD_PARAM_SIZE_INSUFFICIENT,
+                 lambda: L.dropout_forward(h, desc, d, x, d, torch.empty_like(x), small, 16),
+                 "dropout_forward", "reserve_space", "below the 32 bytes needed")
     expect_error(BadParamError, Status.BAD_PARAM_NULL_POINTER,
-                 lambda: L.dropout_backward(h, desc, d, x, d, torch.empty_like(x), None, 16),
+                 lambda: L.dropout_backward(h, desc, d, x, d, torch.empty_like(x), None, 32),
                  "dropout_backward", "reserve_space", "is NULL")
     fresh = L.create_dropout_descriptor()
     expect_error(BadParamError, Status.BAD_PARAM,
                  lambda: L.dropout_forward(h, fresh, d, x, d, torch.empty_like(x),
-                                           torch.empty(16, dtype=torch.uint8), 16),
+                                           torch.empty(32, dtype=torch.uint8), 32),
                  "dropout_forward", "never set")
     d2 = L.create_tensor_descriptor()
     L.set_tensor_4d_descriptor(d2, L.TensorFormat.NCHW, L.DataType.FLOAT, 2, 3, 4, 6)
     expect_error(BadParamError, Status.BAD_PARAM_SHAPE_MISMATCH,
                  lambda: L.dropout_forward(h, desc, d, x, d2, torch.empty(2, 3, 4, 6),
-                                           torch.empty(16, dtype=torch.uint8), 16),
+                                           torch.empty(32, dtype=torch.uint8), 32),
                  "dropout_forward", "must equal [2, 3, 4, 5]")
 
 

@@ -175,7 +175,7 @@ def test_legacy_lrn_and_dropout_on_the_device():
         L.dropout_forward(h, desc, d, x, d, out, reserve, reserve.numel())
         m = ref.mask(99, call * ref.counters(x.numel()), dims, 0.2)
         assert _relerr(out, x.double() * torch.from_numpy(m).cuda() / 0.8) < 1e-6
-    assert states.view(torch.int64).tolist() == [99, 2 * ref.counters(x.numel())]
+    assert states.view(torch.int64).tolist() == [99, 0, 2 * ref.counters(x.numel()), 0]
     dx = torch.empty_like(x)
     L.dropout_backward(h, desc, d, x, d, dx, reserve, reserve.numel())
     assert torch.equal(dx == 0, out == 0)

@@ -6,17 +6,20 @@
 The random stream is counter-based (Philox, ``ops/dropout.py``): a mask is a function of
 (seed, offset) alone, so nothing of it is stored.
 
-- ``states`` (``dropout_get_states_size`` = 16 bytes): two int64 words in the caller's
-  buffer (device memory on a GPU), [seed, offset]. ``set_dropout_descriptor`` writes
-  [seed, 0]; every ``dropout_forward`` takes the current offset and advances it on the
-  device by the Philox counters it consumed, ceil(n / 4) for n elements (stream-ordered,
-  no host synchronization), so consecutive calls draw fresh masks, as cuDNN's generator
+- ``states`` (``dropout_get_states_size`` = 32 bytes): int64 words in the caller's
+  buffer (device memory on a GPU), [seed, 0, offset, 0] -- seed and offset 16 bytes
+  apart, so that both pointers keep the alignment the compiled kernel is specialized
+  for. ``set_dropout_descriptor`` writes [seed, 0, 0, 0]; every ``dropout_forward``
+  takes the current offset and advances it on the device by the Philox counters it
+  consumed, ceil(n / 4) for n elements (stream-ordered, no host synchronization), so
+  consecutive calls draw fresh masks, as cuDNN's generator
   states do. ``restore_dropout_descriptor``
   attaches states without resetting them.
-- ``reserve_space`` (``dropout_get_reserve_space_size`` = 16 bytes whatever x is): the
-  forward records its [seed, offset] there; the backward regenerates the very same mask
-  from them. cuDNN keeps the mask itself there and asks for more; any reserve space at
-  least 16 bytes long works, so a buffer sized for cuDNN's mask works too.
+- ``reserve_space`` (``dropout_get_reserve_space_size`` = 32 bytes whatever x is): the
+  forward copies the states' words there; the backward regenerates the very same mask
+  from them. cuDNN keeps the mask itself there and asks for more; any reserve space of at
+  least 32 bytes works, so a buffer sized for cuDNN's mask works too (x of 256 elements
+  or more).
 
 In-place calls (y is x, dx is dy) work on a copy of the input. Buffers are torch
 tensors; sizes are checked against what the caller says and against
@@ -34,8 +37,8 @@ from ..graph.graph import Graph
 from ..ops.dropout import counters
 from .common import check
 
-STATES_SIZE = 16      # bytes: int64 seed, int64 offset
-RESERVE_SIZE = 16     # bytes: the forward's int64 seed and offset
+STATES_SIZE = 32      # bytes: int64 [seed, 0, offset, 0]
+RESERVE_SIZE = 32     # bytes: the forward's copy of the states
 
 
 class DropoutDescriptor:
@@ -91,10 +94,11 @@ def _set(desc, op, dropout, states, states_size, seed) -> torch.Tensor:
 
 
 def set_dropout_descriptor(desc, handle, dropout, states, states_size, seed) -> None:
-    """cudnnSetDropoutDescriptor: probability ``dropout`` and states [seed, 0]."""
+    """cudnnSetDropoutDescriptor: probability ``dropout`` and states [seed, 0, 0, 0]."""
     words = _set(desc, "set_dropout_descriptor", dropout, states, states_size, seed)
     v = int(seed) & 0xFFFFFFFFFFFFFFFF
-    words.copy_(torch.tensor([v - (1 << 64) if v >= 1 << 63 else v, 0], dtype=torch.int64))
+    words.copy_(torch.tensor([v - (1 << 64) if v >= 1 << 63 else v, 0, 0, 0],
+                             dtype=torch.int64))
 
 
 def restore_dropout_descriptor(desc, handle, dropout, states, states_size, seed) -> None:
@@ -139,7 +143,7 @@ def _execute(built, src, dst, words) -> None:
     if isinstance(src, torch.Tensor) and isinstance(dst, torch.Tensor) and \
             src.untyped_storage().data_ptr() == dst.untyped_storage().data_ptr():
         src = src.clone()          # in place (y is x): the graph API forbids aliasing
-    g.execute({t_in: src, out: dst, seed: words[0:1], offset: words[1:2]}, None)
+    g.execute({t_in: src, out: dst, seed: words[0:1], offset: words[2:3]}, None)
 
 
 def _check_desc(desc, op) -> None:
@@ -156,7 +160,7 @@ def dropout_forward(handle, dropout_desc, x_desc, x, y_desc, y, reserve_space,
     rec = _words(reserve_space, reserve_space_size, RESERVE_SIZE, op, "reserve_space")
     built = _graph(handle, op, dropout_desc.dropout, x_desc, y_desc)
     rec.copy_(dropout_desc.states)                      # device to device, stream-ordered
-    dropout_desc.states[1:2].add_(counters(math.prod(x_desc.dims)))
+    dropout_desc.states[2:3].add_(counters(math.prod(x_desc.dims)))
     _execute(built, x, y, rec)
 
 

@@ -99,9 +99,11 @@ class _DropoutExecutable(Executable, LaunchList):
     def run(self, buffers, workspace, stream=None):
         if self.host_rng and self.launches:
             dev = buffers[self.data_uid].device
-            vals = [_int64(buffers[u]) for u in self.host_rng]
+            # two words apart: each pointer 16-byte aligned, as the kernel was compiled for
+            vals = [w for u in self.host_rng for w in (_int64(buffers[u]), 0)]
             t = torch.tensor(vals, dtype=torch.int64).to(dev, non_blocking=True)
-            buffers = {**buffers, **{u: t[i:i + 1] for i, u in enumerate(self.host_rng)}}
+            buffers = {**buffers, **{u: t[2 * i:2 * i + 1]
+                                     for i, u in enumerate(self.host_rng)}}
         self.run_launches(buffers, workspace, stream)
 
 
