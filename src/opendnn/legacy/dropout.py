@@ -12,9 +12,8 @@ The random stream is counter-based (Philox, ``ops/dropout.py``): a mask is a fun
   for. ``set_dropout_descriptor`` writes [seed, 0, 0, 0]; every ``dropout_forward``
   takes the current offset and advances it on the device by the Philox counters it
   consumed, ceil(n / 4) for n elements (stream-ordered, no host synchronization), so
-  consecutive calls draw fresh masks, as cuDNN's generator
-  states do. ``restore_dropout_descriptor``
-  attaches states without resetting them.
+  consecutive calls draw fresh masks, as cuDNN's generator states do.
+  ``restore_dropout_descriptor`` attaches states without resetting them.
 - ``reserve_space`` (``dropout_get_reserve_space_size`` = 32 bytes whatever x is): the
   forward copies the states' words there; the backward regenerates the very same mask
   from them. cuDNN keeps the mask itself there and asks for more; any reserve space of at
@@ -22,8 +21,8 @@ The random stream is counter-based (Philox, ``ops/dropout.py``): a mask is a fun
   or more).
 
 In-place calls (y is x, dx is dy) work on a copy of the input. Buffers are torch
-tensors; sizes are checked against what the caller says and against
-the buffers themselves (BAD_PARAM with the rule).
+tensors; sizes are checked against what the caller says and against the buffers
+themselves (BAD_PARAM with the rule).
 """
 from __future__ import annotations
 
