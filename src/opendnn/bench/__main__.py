@@ -221,9 +221,20 @@ def run_batchnorm(r: Runner):
     run(r, bench)
 
 
+def run_lrn(r: Runner):
+    from .lrn import run_lrn as run
+    run(r, bench)
+
+
+def run_dropout(r: Runner):
+    from .lrn import run_dropout as run
+    run(r, bench)
+
+
 FAMILIES = {"pointwise": run_pointwise, "reduction": run_reduction, "matmul": run_matmul,
             "latency": run_latency, "conv": run_conv, "softmax": run_softmax,
-            "elementwise": run_elementwise, "batchnorm": run_batchnorm}
+            "elementwise": run_elementwise, "batchnorm": run_batchnorm,
+            "lrn": run_lrn, "dropout": run_dropout}
 
 
 def main(argv=None) -> int:

@@ -30,7 +30,9 @@ ENGINE_CLASSES = (
     ("conv.winograd_wgrad", "WinogradNonfusedWgradEngine"),
     ("matmul.engine", "MatmulEngine"),
     ("softmax.engine", "SoftmaxEngine"),
-    ("batchnorm.engine", "BatchNormEngine"),       # batch norm
+    ("batchnorm.engine", "BatchNormEngine"),
+    ("lrn.engine", "LrnEngine"),            
+    ("dropout.engine", "DropoutEngine"),    
     ("fusion.engine", "FusionEngine"),
     ("reference.engine", "ReferenceEngine"),
 )

@@ -13,6 +13,8 @@ from . import conv_nodes as CN
 from . import nodes as N
 from . import softmax_nodes as SN
 from . import batchnorm_nodes as BN
+from . import dropout_nodes as DN
+from . import lrn_nodes as LN
 
 
 class BuilderMixin:
@@ -447,5 +449,82 @@ class BuilderMixin:
         dy = self._check_tensor(loss, op, "loss")
         return self._conv(CN.ConvWgrad, op, x, {"X": x, "DY": dy}, "DW", padding, pre_padding,
                           post_padding, stride, dilation, convolution_mode, compute_data_type)
+
+    # ---- lrn, divisive normalization, dropout (branch lrn) --------------------------------
+    def _lrn_node(self, cls, op, ins: dict, outs: tuple, lrn_n, lrn_alpha, lrn_beta, lrn_k,
+                  compute_data_type):
+        ins = {r: self._check_tensor(t, op, r) for r, t in ins.items()}
+        node = cls(name=op, compute_data_type=self._ctype(compute_data_type), inputs=ins,
+                   lrn_n=int(lrn_n), lrn_alpha=float(lrn_alpha), lrn_beta=float(lrn_beta),
+                   lrn_k=float(lrn_k))
+        made = {r: self._new_output(f"{op}::{r}") for r in outs}
+        self._add(node, made)
+        return made[outs[0]] if len(outs) == 1 else [made[r] for r in outs]
+
+    def lrn(self, input, lrn_n=5, lrn_alpha=1e-4, lrn_beta=0.75, lrn_k=2.0, name="",
+            compute_data_type=DataType.NOT_SET):
+        """Y = input / (k + alpha/n sum_{n channels} input^2)^beta (cross-channel LRN)."""
+        op = name or f"lrn_{len(self._nodes)}"
+        return self._lrn_node(LN.Lrn, op, {"X": input}, ("Y",), lrn_n, lrn_alpha, lrn_beta,
+                              lrn_k, compute_data_type)
+
+    def lrn_backward(self, loss, input, output, lrn_n=5, lrn_alpha=1e-4, lrn_beta=0.75,
+                     lrn_k=2.0, name="", compute_data_type=DataType.NOT_SET):
+        """DX of cross-channel LRN from loss (DY), the forward's input X and output Y."""
+        op = name or f"lrn_backward_{len(self._nodes)}"
+        return self._lrn_node(LN.LrnBackward, op, {"DY": loss, "X": input, "Y": output},
+                              ("DX",), lrn_n, lrn_alpha, lrn_beta, lrn_k, compute_data_type)
+
+    def divisive_normalization(self, input, means, lrn_n=5, lrn_alpha=1e-4, lrn_beta=0.75,
+                               lrn_k=2.0, name="", compute_data_type=DataType.NOT_SET):
+        """Y = (input - means) / (k + alpha/n^s sum_{spatial box} (input - means)^2)^beta."""
+        op = name or f"div_norm_{len(self._nodes)}"
+        return self._lrn_node(LN.DivNorm, op, {"X": input, "MEANS": means}, ("Y",), lrn_n,
+                              lrn_alpha, lrn_beta, lrn_k, compute_data_type)
+
+    def divisive_normalization_backward(self, loss, input, means, lrn_n=5, lrn_alpha=1e-4,
+                                        lrn_beta=0.75, lrn_k=2.0, name="",
+                                        compute_data_type=DataType.NOT_SET):
+        """[DX, DMEANS] of divisive normalization from loss (DY), input and means."""
+        op = name or f"div_norm_backward_{len(self._nodes)}"
+        return self._lrn_node(LN.DivNormBackward, op, {"DY": loss, "X": input, "MEANS": means},
+                              ("DX", "DMEANS"), lrn_n, lrn_alpha, lrn_beta, lrn_k,
+                              compute_data_type)
+
+    def _rng_scalar(self, v, op, role):
+        if isinstance(v, int) and not isinstance(v, bool):
+            return self.tensor(dim=[1], stride=[1], data_type=DataType.INT64,
+                               is_pass_by_value=True, name=f"{op}::{role}")._with_value(v)
+        return self._check_tensor(v, op, role)
+
+    def dropout(self, input, probability, seed, offset=0, generate_mask=True, name="",
+                compute_data_type=DataType.NOT_SET):
+        """[Y, MASK]: Y = input * MASK / (1 - probability); seed and offset are ints
+        (pass-by-value) or one-element int64 tensors. MASK (0/1, input's type unless set)
+        is None with ``generate_mask=False``."""
+        op = name or f"dropout_{len(self._nodes)}"
+        node = DN.Dropout(name=op, compute_data_type=self._ctype(compute_data_type),
+                          inputs={"X": self._check_tensor(input, op, "input"),
+                                  "SEED": self._rng_scalar(seed, op, "SEED"),
+                                  "OFFSET": self._rng_scalar(offset, op, "OFFSET")},
+                          probability=float(probability))
+        y = self._new_output(f"{op}::Y")
+        mask = self._new_output(f"{op}::MASK") if generate_mask else None
+        self._add(node, {"Y": y, "MASK": mask} if generate_mask else {"Y": y})
+        return [y, mask]
+
+    def dropout_backward(self, loss, probability, seed, offset=0, name="",
+                         compute_data_type=DataType.NOT_SET):
+        """DX = loss * MASK / (1 - probability), MASK regenerated from (seed, offset)."""
+        op = name or f"dropout_backward_{len(self._nodes)}"
+        node = DN.DropoutBackward(name=op, compute_data_type=self._ctype(compute_data_type),
+                                  inputs={"DY": self._check_tensor(loss, op, "loss"),
+                                          "SEED": self._rng_scalar(seed, op, "SEED"),
+                                          "OFFSET": self._rng_scalar(offset, op, "OFFSET")},
+                                  probability=float(probability))
+        dx = self._new_output(f"{op}::DX")
+        self._add(node, {"DX": dx})
+        return dx
+    # ---- end of the lrn branch's section ----------------------------------------------------
 
     del _unary, _binary, _backward

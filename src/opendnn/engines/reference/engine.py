@@ -14,6 +14,7 @@ from ...enums import DataType
 from ...errors import BadParamError, InternalError, Status
 from ...ops import conv, layout, matmul, pointwise, reduction, softmax, stats
 from ...ops import batchnorm
+from ...ops import dropout as dropout_ref, lrn as lrn_ref
 from ...runtime.buffers import logical_view
 from ..base import SUPPORTED, Engine, Executable, Support, Target
 
@@ -95,6 +96,8 @@ def run_graph(graph, read) -> dict:
             pre, post, stride, dil, flip = _conv_args(n)
             vals[dw.uid] = conv.wgrad(get(n.inputs["X"]), get(n.inputs["DY"]), dw.dims, pre,
                                       post, stride, dil, flip)
+        elif n.kind in LRN_KINDS or n.kind in DROPOUT_KINDS:
+            vals.update(_lrn_or_dropout(n, get))
         else:  # check_support guarantees we never get here
             raise InternalError(f"{n.label()} reached the reference without a definition")
     return vals
@@ -126,6 +129,33 @@ def _batchnorm(n, get, vals) -> None:
             vals[n.outputs[r]] = v
 
 
+# ---- lrn, divisive normalization, dropout ---------------------------------------
+LRN_KINDS = ("lrn", "lrn_backward", "div_norm", "div_norm_backward")
+DROPOUT_KINDS = ("dropout", "dropout_backward")
+
+
+def _lrn_or_dropout(n, get) -> dict:
+    """{uid: value} of one lrn / divisive normalization / dropout node's outputs."""
+    if n.kind in DROPOUT_KINDS:
+        seed, offset = (int(get(n.inputs[r]).reshape(-1)[0]) for r in ("SEED", "OFFSET"))
+        if n.kind == "dropout_backward":
+            return {n.outputs["DX"]: dropout_ref.backward(get(n.inputs["DY"]), n.probability,
+                                                          seed, offset)}
+        y, m = dropout_ref.forward(get(n.inputs["X"]), n.probability, seed, offset)
+        return {n.outputs["Y"]: y, **({n.outputs["MASK"]: m} if "MASK" in n.outputs else {})}
+    x = get(n.inputs["X"])
+    axes = (1,) if n.kind.startswith("lrn") else tuple(range(2, x.ndim))
+    args = (n.lrn_n, n.lrn_alpha, n.lrn_beta, n.lrn_k, axes)
+    means = get(n.inputs["MEANS"]) if "MEANS" in n.inputs else None
+    if n.kind in ("lrn", "div_norm"):
+        return {n.outputs["Y"]: lrn_ref.forward(x, *args, means=means)}
+    dd = lrn_ref.backward(get(n.inputs["DY"]), x, *args, means=means)
+    out = {n.outputs["DX"]: dd}
+    if "DMEANS" in n.outputs:
+        out[n.outputs["DMEANS"]] = -dd
+    return out
+
+
 def _conv_args(n):
     from ...enums import ConvolutionMode
     return (n.pre_padding, n.post_padding, n.stride, n.dilation,
@@ -154,8 +184,8 @@ class ReferenceEngine(Engine):
     name = "reference_f64"
     KINDS = {"pointwise", "reduction", "genstats", "matmul", "reshape", "transpose", "slice",
              "concatenate", "conv_fprop", "conv_dgrad", "conv_wgrad", "softmax",
-             "softmax_backward",
-             "batchnorm", "batchnorm_inference", "batchnorm_backward"}  # batch norm
+             "softmax_backward", "batchnorm", "batchnorm_inference",
+             "batchnorm_backward"} | set(LRN_KINDS) | set(DROPOUT_KINDS)
 
     def check_support(self, graph, target: Target) -> Support:
         for n in graph.nodes:
