@@ -450,7 +450,7 @@ class BuilderMixin:
         return self._conv(CN.ConvWgrad, op, x, {"X": x, "DY": dy}, "DW", padding, pre_padding,
                           post_padding, stride, dilation, convolution_mode, compute_data_type)
 
-    # ---- lrn, divisive normalization, dropout (branch lrn) --------------------------------
+    # ---- lrn, divisive normalization, dropout ----------------------------------------------
     def _lrn_node(self, cls, op, ins: dict, outs: tuple, lrn_n, lrn_alpha, lrn_beta, lrn_k,
                   compute_data_type):
         ins = {r: self._check_tensor(t, op, r) for r, t in ins.items()}
