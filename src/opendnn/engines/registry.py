@@ -30,6 +30,8 @@ ENGINE_CLASSES = (
     ("conv.winograd_wgrad", "WinogradNonfusedWgradEngine"),
     ("matmul.engine", "MatmulEngine"),
     ("softmax.engine", "SoftmaxEngine"),
+    ("pool.engine", "PoolEngine"),                # pooling (resample) forward
+    ("pool.engine", "PoolBackwardEngine"),        # pooling (resample) backward
     ("fusion.engine", "FusionEngine"),
     ("reference.engine", "ReferenceEngine"),
 )

@@ -13,6 +13,7 @@ import torch
 from ...enums import DataType
 from ...errors import InternalError
 from ...ops import conv, layout, matmul, pointwise, reduction, softmax, stats
+from ...ops import pool
 from ...runtime.buffers import logical_view
 from ..base import SUPPORTED, Engine, Executable, Support, Target
 
@@ -76,6 +77,8 @@ def run_graph(graph, read) -> dict:
             y = get(n.inputs["Y"])
             vals[n.outputs["DX"]] = softmax.backward(get(n.inputs["DY"]), y, n.axis % y.ndim,
                                                      n.log)
+        elif n.kind in ("resample", "resample_backward"):   # pooling
+            _pool(n, graph, get, vals)
         elif n.kind == "conv_fprop":
             vals[n.outputs["Y"]] = conv.fprop(get(n.inputs["X"]), get(n.inputs["W"]),
                                               *_conv_args(n))
@@ -92,6 +95,22 @@ def run_graph(graph, read) -> dict:
         else:  # check_support guarantees we never get here
             raise InternalError(f"{n.label()} reached the reference without a definition")
     return vals
+
+
+def _pool(n, graph, get, vals) -> None:
+    geo = (n.window, n.stride, n.pre_padding, n.post_padding)
+    if n.kind == "resample":
+        y, idx = pool.forward(get(n.inputs["X"]), n.resample_mode, *geo, n.nan_propagation)
+        vals[n.outputs["Y"]] = y
+        if "Index" in n.outputs:
+            vals[n.outputs["Index"]] = idx.astype(np.float64)
+        return
+    dx = graph.tensors[n.outputs["DX"]]
+    idx = None
+    if n.is_max:
+        idx = get(n.inputs["Index"]) if "Index" in n.inputs else pool.forward(
+            get(n.inputs["X"]), n.resample_mode, *geo, n.nan_propagation)[1]
+    vals[dx.uid] = pool.backward(get(n.inputs["DY"]), dx.dims, n.resample_mode, *geo, idx)
 
 
 def _conv_args(n):
@@ -122,7 +141,7 @@ class ReferenceEngine(Engine):
     name = "reference_f64"
     KINDS = {"pointwise", "reduction", "genstats", "matmul", "reshape", "transpose", "slice",
              "concatenate", "conv_fprop", "conv_dgrad", "conv_wgrad", "softmax",
-             "softmax_backward"}
+             "softmax_backward", "resample", "resample_backward"}
 
     def check_support(self, graph, target: Target) -> Support:
         for n in graph.nodes:
