@@ -3,6 +3,7 @@ on the same core as the graph API. See ../shared/docs/API.md §2."""
 from .cnn import *  # noqa: F401,F403
 from .cnn_backward import *  # noqa: F401,F403
 from .softmax import *  # noqa: F401,F403
+from .pooling import *  # noqa: F401,F403  (pooling)
 from .cnn import ActivationMode, ConvolutionFwdAlgo, ConvolutionFwdAlgoPerf  # noqa: F401
 from .common import *  # noqa: F401,F403
 from .common import (Determinism, MathType, NanPropagation, TensorFormat,  # noqa: F401
