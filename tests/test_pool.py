@@ -381,3 +381,16 @@ def test_engine_declines_with_a_reason(dtype, knobs, reason):
     if sup.ok:
         sup = e.check_config(g.op_graph, EngineConfig.make(e, **knobs), Target())
     assert not sup.ok and reason in sup.reason
+
+
+def test_serialized_graph_runs_the_same(rng):
+    x = rng.rand((2, 3, 6, 6), torch.float32)
+    g, feeds, y, idx = _fwd_graph(x, "MAXPOOL", (3, 3), (2, 2), (1, 1), (1, 1), index=True)
+    g.build([cudnn.heur_mode.A])
+    g2 = cudnn.pygraph().deserialize(g.serialize())
+    assert g2.get_plan_name_at_index(0) == g.get_plan_name_at_index(0)
+    assert g2.op_graph.nodes[0].resample_mode == M.MAXPOOL
+    a = _run(g, feeds, [y, idx], 0)
+    b = _run(g2, {tx.get_uid(): v for tx, v in feeds.items()},
+             [y, idx], 0)
+    assert torch.equal(a[y], b[y]) and torch.equal(a[idx], b[idx])

@@ -211,8 +211,15 @@ def run_softmax(r: Runner):
     run(r, bench)
 
 
+# ---- pooling ----------------------------------------------------------------------------
+def run_pool(r: Runner):
+    from .pool import run_pool as run
+    run(r, bench)
+
+
 FAMILIES = {"pointwise": run_pointwise, "reduction": run_reduction, "matmul": run_matmul,
-            "latency": run_latency, "conv": run_conv, "softmax": run_softmax}
+            "latency": run_latency, "conv": run_conv, "softmax": run_softmax,
+            "pool": run_pool}
 
 
 def main(argv=None) -> int:
