@@ -394,3 +394,19 @@ def test_serialized_graph_runs_the_same(rng):
     b = _run(g2, {tx.get_uid(): v for tx, v in feeds.items()},
              [y, idx], 0)
     assert torch.equal(a[y], b[y]) and torch.equal(a[idx], b[idx])
+
+
+@pytest.mark.parametrize("nan", [True, False])
+def test_max_backward_from_x_follows_the_nan_option(rng, nan):
+    """The argmax recomputed from X takes the forward's NaN rule: with propagation a NaN
+    wins its windows (and takes their gradient), without it the NaN is passed over."""
+    x = rng.rand((1, 2, 6, 6), torch.float32)
+    x[0, 0, 2, 2] = float("nan")
+    dy = rng.rand((1, 2, 3, 3), torch.float32)
+    g = cudnn.pygraph()
+    tdy, tx = _tensor(g, dy), _tensor(g, x)
+    dx = g.resample_backward(tdy, M.MAXPOOL, 3, 2, padding=1, input=tx, nan_propagation=nan)
+    dx.set_output(True)
+    got = check_engine(g, {tdy: dy, tx: x}, [dx], BWD, None, n=4)[dx]
+    # the NaN at (2, 2) lies in window (1, 1) alone (rows and columns 1..3)
+    assert (float(got[0, 0, 2, 2]) != 0.0) == nan

@@ -274,10 +274,12 @@ class BuilderMixin:
 
     def resample_backward(self, loss, mode, window, stride=None, padding=None,
                           pre_padding=None, post_padding=None, index=None, input=None,
-                          output=None, name="", compute_data_type=DataType.NOT_SET):
+                          output=None, nan_propagation=True, name="",
+                          compute_data_type=DataType.NOT_SET):
         """DX [N, C, *in] from ``loss`` (DY [N, C, *out]). MAXPOOL needs the forward's
-        ``index`` or its ``input`` X (``output`` Y is optional); the average modes need
-        neither. DX takes X's dims, or must be set when X is not given."""
+        ``index`` or its ``input`` X (``output`` Y is optional; the argmax recomputed from
+        X follows ``nan_propagation`` as the forward did); the average modes need neither.
+        DX takes X's dims, or must be set when X is not given."""
         op = name or f"resample_backward_{len(self._nodes)}"
         ins = {"DY": self._check_tensor(loss, op, "loss")}
         for role, t, arg in (("Index", index, "index"), ("X", input, "input"),
@@ -285,9 +287,9 @@ class BuilderMixin:
             if t is not None:
                 ins[role] = self._check_tensor(t, op, arg)
         node = PN.ResampleBackward(name=op, compute_data_type=self._ctype(compute_data_type),
-                                   inputs=ins, **self._pool_attrs(op, mode, window, stride,
-                                                                  padding, pre_padding,
-                                                                  post_padding))
+                                   inputs=ins, nan_propagation=bool(nan_propagation),
+                                   **self._pool_attrs(op, mode, window, stride, padding,
+                                                      pre_padding, post_padding))
         dx = self._new_output(f"{op}::DX")
         self._add(node, {"DX": dx})
         return dx

@@ -164,12 +164,12 @@ def _graph(handle, op, pdesc, descs: dict, out: str, blend: bool, beta: bool):
     ins = {n: g.tensor(list(descs[n].dims), list(descs[n].strides), descs[n].data_type,
                        name=n) for n in read}
     geo = dict(window=pdesc.window, stride=pdesc.stride, padding=pdesc.padding)
+    nan = pdesc.nan_opt == NanPropagation.PROPAGATE_NAN
     if forward:
-        t, _ = g.resample(ins["x"], mode, name="pool", nan_propagation=pdesc.nan_opt ==
-                          NanPropagation.PROPAGATE_NAN, **geo)
+        t, _ = g.resample(ins["x"], mode, name="pool", nan_propagation=nan, **geo)
     else:
         t = g.resample_backward(ins["dy"], mode, input=ins.get("x"), output=ins.get("y"),
-                                name="pool", **geo)
+                                nan_propagation=nan, name="pool", **geo)
         t.set_dim(list(descs["dx"].dims)).set_stride(list(descs["dx"].strides))
     alpha = beta_t = prior = None
     if blend:
