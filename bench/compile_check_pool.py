@@ -1,7 +1,8 @@
 """Compile the pooling engines' kernels (#34 forward, #35 backward) for sm_90 on a machine
 with no GPU, with the helpers of ``compile_check.py``: max (with and without the Index)
 and both average modes, forward and backward (from the Index and from X), NCHW / NHWC,
-2-D and 3-D, bf16 / fp32, every config the engines list.
+2-D and 3-D, global pooling (run-time window loops), bf16 / fp32, every config the
+engines list.
 Run: PYTHONPATH=src python bench/compile_check_pool.py"""
 import os
 import sys
@@ -23,7 +24,8 @@ def _tensor(g, t, dt=None):
 def graphs():
     cases = (((64, 256, 56, 56), (3, 3), (2, 2), (1, 1)),
              ((8, 3, 33, 47), (2, 2), (2, 2), (0, 0)),
-             ((2, 16, 9, 10, 11), (3, 3, 3), (2, 2, 2), (1, 1, 1)))
+             ((2, 16, 9, 10, 11), (3, 3, 3), (2, 2, 2), (1, 1, 1)),
+             ((8, 512, 14, 14), (14, 14), (1, 1), (0, 0)))       # global: run-time loops
     for dt in (torch.bfloat16, torch.float32):
         for shape, w, s, p in cases:
             for fmt in ("nchw", "nhwc"):
@@ -44,7 +46,7 @@ def graphs():
                         g = cudnn.pygraph()
                         kw = {}
                         if source == "index":
-                            kw["index"] = _tensor(g, y, cudnn.data_type.INT8)
+                            kw["index"] = _tensor(g, y, tix.get_data_type())
                         elif source == "x":
                             kw["input"] = _tensor(g, x)
                         dx = g.resample_backward(_tensor(g, y), M[mode], w, s, padding=p, **kw)

@@ -67,10 +67,11 @@ def _layout(x, layout):
 CASES = [((32, 64, 56, 56), (3, 3), (2, 2), (1, 1)),
          ((8, 3, 33, 47), (2, 2), (2, 2), (0, 0)),
          ((4, 20, 7, 7), (7, 7), (1, 1), (0, 0)),               # global pooling
+         ((4, 24, 14, 13), (12, 9), (2, 1), (3, 4)),            # run-time window loops
          ((2, 16, 9, 10, 11), (3, 3, 3), (2, 2, 2), (1, 1, 1))]
 
 
-@pytest.mark.parametrize("case", CASES, ids=["56x56", "odd", "global", "3d"])
+@pytest.mark.parametrize("case", CASES, ids=["56x56", "odd", "global", "big", "3d"])
 @pytest.mark.parametrize("layout", ["nchw", "nhwc", "strided"])
 @pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32, torch.float16])
 @pytest.mark.parametrize("mode", ["MAXPOOL", "AVGPOOL_INCLUDE_PADDING",
@@ -90,7 +91,7 @@ def test_forward_and_backward_every_config(case, layout, dt, mode):
     pack = {tx: x, ty: y}
     if tix is not None:
         ix = torch.empty_strided(tix.get_dim(), tix.get_stride(), device="cuda",
-                                 dtype=torch.int8)
+                                 dtype=torch.int8 if math.prod(w) <= 128 else torch.int32)
         pack[tix] = ix
 
     def check_fwd(i):

@@ -5,7 +5,7 @@ against PyTorch (values, argmax, autograd gradients, NaN propagation); the pooli
 through the interpreter on odd, size-one and empty dims, whole-input windows, strides
 beyond the window, asymmetric padding, NCHW / NHWC / non-packed strides and every
 floating type; properties (max backward routes each gradient to its argmax, the average
-modes keep the gradient's sum); each rule with its error."""
+modes keep the gradient's sum). The rules and their errors: test_pool_rules.py."""
 import math
 
 import pytest
@@ -13,11 +13,10 @@ import torch
 import torch.nn.functional as F
 
 import opendnn.frontend as cudnn
-from _util import (TORCH_TO_DT, assert_close, check_engine, expect_error, repro,
-                   run_reference, workspace)
-from opendnn.engines.base import EngineConfig, Target
+from _util import (TORCH_TO_DT, assert_close, check_engine, repro, run_reference,
+                   workspace)
+from opendnn.engines.base import Target
 from opendnn.engines.pool.engine import PoolBackwardEngine, PoolEngine
-from opendnn.errors import BadParamError, Status
 
 FWD, BWD = PoolEngine.id, PoolBackwardEngine.id
 MODES = ["MAXPOOL", "AVGPOOL_INCLUDE_PADDING", "AVGPOOL_EXCLUDE_PADDING"]
@@ -287,102 +286,6 @@ def test_gradient_sum_is_kept(rng, mode):
     assert_close(got.double().sum(), dy.double().sum(), torch.float32, 49)
 
 
-# ---- bad input -------------------------------------------------------------------------------
-def _graph_error(status, rule, tensor="x", shape=(2, 3, 6, 6), mode="MAXPOOL",
-                 window=(3, 3), stride=(2, 2), pre=(1, 1), post=(1, 1), dtype=None,
-                 y_dims=None, index_type=None):
-    g = cudnn.pygraph()
-    x = g.tensor(list(shape), list(torch.empty(shape).stride()) if 0 not in shape else
-                 [1] * len(shape), dtype or cudnn.data_type.FLOAT, name="x")
-    y, idx = g.resample(x, M[mode], window, stride, pre_padding=pre, post_padding=post,
-                        generate_index=index_type is not None, name="pool")
-    y.set_name("y").set_data_type(cudnn.data_type.FLOAT)
-    if y_dims is not None:
-        y.set_dim(list(y_dims))
-    if index_type is not None:
-        idx.set_name("idx").set_data_type(index_type)
-    expect_error(BadParamError, status, g.validate, "resample 'pool'", tensor, rule)
-
-
-@pytest.mark.parametrize("kw,status,rule", [
-    (dict(mode="NEAREST"), Status.NOT_SUPPORTED, "NEAREST is not a pooling mode"),
-    (dict(shape=(2, 3), window=(), stride=(), pre=(), post=()), Status.NOT_SUPPORTED_SHAPE,
-     "rank 2"),
-    (dict(window=(3,) * 3), Status.BAD_PARAM_SHAPE_MISMATCH, "window has 3 values"),
-    (dict(window=(0, 3), pre=(0, 0), post=(0, 0)), Status.BAD_PARAM_OUT_OF_BOUND,
-     "window [0, 3] must be >= 1"),
-    (dict(stride=(2, 0)), Status.BAD_PARAM_OUT_OF_BOUND, "stride [2, 0] must be >= 1"),
-    (dict(pre=(-1, 0)), Status.BAD_PARAM_OUT_OF_BOUND, "pre_padding [-1, 0] must be >= 0"),
-    (dict(post=(1, 3)), Status.BAD_PARAM_OUT_OF_BOUND, "must be smaller than the window"),
-    (dict(window=(9, 3)), Status.BAD_PARAM_OUT_OF_BOUND, "larger than the padded input"),
-    (dict(shape=(2, 3, 0, 6)), Status.BAD_PARAM_OUT_OF_BOUND, "spatial dims [0, 6]"),
-    (dict(y_dims=(2, 3, 4, 4), tensor="y"), Status.BAD_PARAM_SHAPE_MISMATCH,
-     "disagree with the pooling output [2, 3, 3, 3]"),
-    (dict(dtype=cudnn.data_type.INT32), Status.NOT_SUPPORTED_DATA_TYPE,
-     "INT32 is not a floating type"),
-    (dict(index_type=cudnn.data_type.FLOAT, tensor="idx"), Status.NOT_SUPPORTED_DATA_TYPE,
-     "not an integer type"),
-    (dict(shape=(1, 1, 20, 20), window=(12, 12), index_type=cudnn.data_type.INT8,
-          tensor="idx"), Status.NOT_SUPPORTED_DATA_TYPE, "cannot hold the window's 144"),
-])
-def test_forward_rules(kw, status, rule):
-    _graph_error(status, rule, **kw)
-
-
-def _bwd_error(status, rule, tensor, mode="MAXPOOL", index=False, x_dims=(2, 3, 6, 6),
-               dy_dims=(2, 3, 3, 3), set_dx=True, use_x=False):
-    g = cudnn.pygraph()
-    f = cudnn.data_type.FLOAT
-    dy = g.tensor(list(dy_dims), list(torch.empty(dy_dims).stride()), f, name="dy")
-    ix = g.tensor(list(dy_dims), list(torch.empty(dy_dims).stride()), cudnn.data_type.INT8,
-                  name="idx") if index else None
-    x = g.tensor(list(x_dims), list(torch.empty(x_dims).stride()), f, name="x") \
-        if use_x else None
-    dx = g.resample_backward(dy, M[mode], (3, 3), (2, 2), padding=1, index=ix, input=x,
-                             name="poolb")
-    dx.set_name("dx")
-    if set_dx:
-        dx.set_dim([2, 3, 6, 6])
-    expect_error(BadParamError, status, g.validate, "resample_backward 'poolb'", tensor, rule)
-
-
-@pytest.mark.parametrize("kw,status,rule", [
-    (dict(tensor="dy"), Status.BAD_PARAM_NOT_FINALIZED, "needs the forward's Index or"),
-    (dict(tensor="dx", set_dx=False, index=True), Status.BAD_PARAM_NOT_FINALIZED,
-     "DX dims must be set"),
-    (dict(tensor="idx", mode="AVGPOOL_INCLUDE_PADDING", index=True), Status.BAD_PARAM,
-     "for MAXPOOL only"),
-    (dict(tensor="dy", index=True, dy_dims=(2, 3, 4, 4)), Status.BAD_PARAM_SHAPE_MISMATCH,
-     "DY dims [2, 3, 4, 4] disagree"),
-    (dict(tensor="x", use_x=True, x_dims=(2, 3, 6, 5)), Status.BAD_PARAM_SHAPE_MISMATCH,
-     "X dims [2, 3, 6, 5] must equal DX dims"),
-])
-def test_backward_rules(kw, status, rule):
-    _bwd_error(status, rule, **kw)
-
-
-def test_padding_and_pre_padding_together_are_rejected():
-    g = cudnn.pygraph()
-    x = g.tensor([1, 1, 4, 4], [16, 16, 4, 1], cudnn.data_type.FLOAT)
-    with pytest.raises(BadParamError, match="give padding, or pre_padding"):
-        g.resample(x, M.MAXPOOL, 2, 2, padding=0, pre_padding=0, name="p")
-
-
-@pytest.mark.parametrize("dtype,knobs,reason", [
-    (torch.float64, None, "float64 runs on the reference"),
-    (torch.float32, dict(BLOCK_P=4096, BLOCK_C=8, num_warps=4), "BLOCK_P x BLOCK_C"),
-])
-def test_engine_declines_with_a_reason(dtype, knobs, reason):
-    g, _, _, _ = _fwd_graph(torch.empty(1, 2, 5, 5, dtype=dtype), "MAXPOOL", (2, 2), (1, 1),
-                            (0, 0), (0, 0))
-    g.validate()
-    e = PoolEngine()
-    sup = e.check_support(g.op_graph, Target())
-    if sup.ok:
-        sup = e.check_config(g.op_graph, EngineConfig.make(e, **knobs), Target())
-    assert not sup.ok and reason in sup.reason
-
-
 def test_serialized_graph_runs_the_same(rng):
     x = rng.rand((2, 3, 6, 6), torch.float32)
     g, feeds, y, idx = _fwd_graph(x, "MAXPOOL", (3, 3), (2, 2), (1, 1), (1, 1), index=True)
@@ -410,3 +313,20 @@ def test_max_backward_from_x_follows_the_nan_option(rng, nan):
     got = check_engine(g, {tdy: dy, tx: x}, [dx], BWD, None, n=4)[dx]
     # the NaN at (2, 2) lies in window (1, 1) alone (rows and columns 1..3)
     assert (float(got[0, 0, 2, 2]) != 0.0) == nan
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_large_windows_loop_at_run_time(rng, mode):
+    """A 9x9 window (81 offsets > UNROLL) walks its offsets in a run-time loop; stride 1
+    makes the backward's candidate windows 81 as well."""
+    x = _layout(rng.rand((1, 3, 11, 10), torch.float32), "nhwc")
+    g, feeds, y, idx = _fwd_graph(x, mode, (9, 9), (1, 1), (4, 0), (0, 3),
+                                  index=mode == "MAXPOOL")
+    if idx is None:
+        check_engine(g, feeds, [y], FWD, None, n=81)
+    else:
+        _check_with_index(g, feeds, y, idx, None, 81)
+    dy = rng.rand(y.get_dim(), torch.float32)
+    g, feeds, dx = _bwd_graph(dy, x, mode, (9, 9), (1, 1), (4, 0), (0, 3),
+                              use_x=mode == "MAXPOOL")
+    check_engine(g, feeds, [dx], BWD, None, n=81)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from ...enums import ResampleMode
 from ..fusion._codegen import TL_TYPE
-from ._kernels import Problem, channel_mask, offset, tile_head, tile_mask
+from ._kernels import Problem, channel_mask, loop, offset, tile_head, tile_mask
 
 
 def backward_source(name: str, p: Problem, kn, index_role: str | None) -> str:
@@ -34,9 +34,12 @@ def backward_source(name: str, p: Problem, kn, index_role: str | None) -> str:
     for a in range(p.nsp):
         L.append(f"{ind}t{a} = q{a + 1} + {p.pre[a]}")
     depth, ok = ind, "pmask"
+    trips = 1
+    for w, s in zip(p.window, p.stride):
+        trips *= -(-w // s)
     for a in range(p.nsp):
         w, s = p.window[a], p.stride[a]
-        L += [f"{depth}for j{a} in tl.static_range({-(-w // s)}):",
+        L += [f"{depth}for j{a} in {loop(-(-w // s), trips)}:",
               f"{depth}    o{a} = t{a} // {s} - j{a}",
               f"{depth}    k{a} = t{a} - o{a} * {s}",
               f"{depth}    ok{a} = {ok} & (o{a} >= 0) & (o{a} < {p.out[a]}) & (k{a} < {w})"]

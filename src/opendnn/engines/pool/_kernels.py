@@ -2,7 +2,8 @@
 
 A program owns a tile of BLOCK_P output pixels (flat over N and the output's spatial
 axes) x BLOCK_C channels. It walks the window (``tl.static_range`` over each axis, so the
-window's loads are independent and issued together), loading for every offset the
+window's loads are independent and issued together; windows of more than UNROLL offsets,
+global pooling say, loop at run time instead), loading for every offset the
 [BLOCK_P, BLOCK_C] input elements it covers: with channels innermost (NHWC) those are
 BLOCK_C contiguous elements per pixel (vector loads); with BLOCK_C = 1 (NCHW) a block of
 pixels of one channel. Overlapping windows re-read their shared inputs from L1/L2, so
@@ -31,6 +32,13 @@ from ..fusion._codegen import TL_TYPE, index_decomposition
 
 INT32_LIMIT = 2 ** 31 - 1
 NEG_INF = 'float("-inf")'
+UNROLL = 64          # window offsets (backward: candidate windows) unrolled at most
+
+
+def loop(count: int, total: int) -> str:
+    """The loop header over ``count`` values: unrolled while the nest's ``total`` trips
+    stay within UNROLL (independent loads in flight), a run-time loop beyond."""
+    return f"tl.static_range({count})" if total <= UNROLL else f"range({count})"
 
 
 class Problem:
@@ -132,7 +140,7 @@ def forward_source(name: str, p: Problem, kn, write_y: bool, index_role: str | N
     depth = ind
     ok = "pmask"
     for a in range(p.nsp):
-        L += [f"{depth}for k{a} in tl.static_range({p.window[a]}):",
+        L += [f"{depth}for k{a} in {loop(p.window[a], p.volume)}:",
               f"{depth}    i{a} = s{a} + k{a}",
               f"{depth}    ok{a} = {ok} & (i{a} >= 0) & (i{a} < {p.inp[a]})"]
         ok = f"ok{a}"
