@@ -8,6 +8,7 @@ bfloat16 data; each takes a graph of exactly its one node.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from ...enums import BehaviorNote, DataType
 from ...runtime.launch import LaunchList, kernel_from_source
@@ -95,7 +96,11 @@ class _PoolBase(Engine):
         return [PoolKnobs(1024, 1, 4), PoolKnobs(512, 1, 4), PoolKnobs(2048, 1, 8)]
 
     def _estimate(self, graph, p: K.Problem, kn: PoolKnobs, space, target) -> float:
+        """Every tensor read or written once from DRAM (overlapping windows re-read from
+        L1/L2), plus the argmax's workspace written and read; a GPU not filled by the
+        programs runs proportionally slower."""
         moved = sum(d.numel * d.data_type.itemsize for d in graph.tensors.values())
+        moved += 2 * self.workspace_size(graph, None, target)
         programs = -(-p.pixels(space) // kn.BLOCK_P) * -(-p.C // kn.BLOCK_C)
         fill = max(min(1.0, programs / (2.0 * target.num_sms)), 1e-3)
         return moved / (target.bandwidth * fill) + 3e-6
@@ -133,18 +138,11 @@ class PoolBackwardEngine(_PoolBase):
         if not n.is_max or "Index" in n.inputs:
             return 0
         p = _problem(graph)
-        return p.N * p.C * _prod(p.out) * K.index_type(p.volume).itemsize
+        return p.N * p.C * math.prod(p.out) * K.index_type(p.volume).itemsize
 
     def build(self, graph, config, target) -> Executable:
         return _PoolExecutable(graph, PoolKnobs(**config.knob_dict), target,
                                self.workspace_size(graph, config, target))
-
-
-def _prod(v) -> int:
-    out = 1
-    for a in v:
-        out *= a
-    return out
 
 
 class _PoolExecutable(Executable, LaunchList):
