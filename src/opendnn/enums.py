@@ -151,3 +151,16 @@ class PointwiseMode(enum.IntEnum):
     LOGICAL_NOT = 402
     GEN_INDEX = 501
     BINARY_SELECT = 601
+
+
+# ---- pooling (resample) ------------------------------------------------------------------
+class ResampleMode(enum.IntEnum):
+    """``cudnnResampleMode_t`` (cuDNN's numbers; AVGPOOL is INCLUDE_PADDING's alias).
+    The pooling nodes take MAXPOOL and the two AVGPOOL modes; NEAREST and BILINEAR are
+    named so that cuDNN's values convert, and are NOT_SUPPORTED."""
+    NEAREST = 0
+    BILINEAR = 1
+    AVGPOOL_INCLUDE_PADDING = 2
+    AVGPOOL = 2
+    MAXPOOL = 3
+    AVGPOOL_EXCLUDE_PADDING = 4

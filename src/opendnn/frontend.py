@@ -17,6 +17,7 @@ from .enums import NormForwardPhase as norm_forward_phase  # noqa: F401
 from .enums import NumericalNote as numerical_note  # noqa: F401
 from .enums import PointwiseMode as pointwise_mode  # noqa: F401
 from .enums import ReductionMode as reduction_mode  # noqa: F401
+from .enums import ResampleMode as resample_mode  # noqa: F401  (pooling)
 from .errors import BadParamError, ExecutionFailedError  # noqa: F401
 from .errors import GraphNotSupportedError as cudnnGraphNotSupportedError  # noqa: F401
 from .errors import get_last_error_string  # noqa: F401

@@ -231,10 +231,15 @@ def run_dropout(r: Runner):
     run(r, bench)
 
 
+def run_pool(r: Runner):
+    from .pool import run_pool as run
+    run(r, bench)
+
+
 FAMILIES = {"pointwise": run_pointwise, "reduction": run_reduction, "matmul": run_matmul,
             "latency": run_latency, "conv": run_conv, "softmax": run_softmax,
             "elementwise": run_elementwise, "batchnorm": run_batchnorm,
-            "lrn": run_lrn, "dropout": run_dropout}
+            "lrn": run_lrn, "dropout": run_dropout, "pool": run_pool}
 
 
 def main(argv=None) -> int:

@@ -31,8 +31,10 @@ ENGINE_CLASSES = (
     ("matmul.engine", "MatmulEngine"),
     ("softmax.engine", "SoftmaxEngine"),
     ("batchnorm.engine", "BatchNormEngine"),
-    ("lrn.engine", "LrnEngine"),            
-    ("dropout.engine", "DropoutEngine"),    
+    ("lrn.engine", "LrnEngine"),
+    ("dropout.engine", "DropoutEngine"),
+    ("pool.engine", "PoolEngine"),                # pooling (resample) forward
+    ("pool.engine", "PoolBackwardEngine"),        # pooling (resample) backward
     ("fusion.engine", "FusionEngine"),
     ("reference.engine", "ReferenceEngine"),
 )

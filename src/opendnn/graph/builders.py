@@ -15,6 +15,7 @@ from . import softmax_nodes as SN
 from . import batchnorm_nodes as BN
 from . import dropout_nodes as DN
 from . import lrn_nodes as LN
+from . import pool_nodes as PN
 
 
 class BuilderMixin:
@@ -319,6 +320,68 @@ class BuilderMixin:
         outs = {r: self._new_output(f"{op}::{r}") for r in ("DX", "DSCALE", "DBIAS")}
         self._add(node, outs)
         return [outs["DX"], outs["DSCALE"], outs["DBIAS"]]
+    # ---- pooling (resample) -----------------------------------------------------------------
+    def _pool_attrs(self, op, mode, window, stride, padding, pre_padding, post_padding):
+        from ..enums import ResampleMode
+        if isinstance(mode, str):
+            mode = ResampleMode[mode.upper()]
+        elif not isinstance(mode, ResampleMode):
+            mode = ResampleMode(int(mode))
+        if padding is not None and (pre_padding is not None or post_padding is not None):
+            raise BadParamError("give padding, or pre_padding and post_padding, not both", op=op,
+                                status=Status.BAD_PARAM)
+
+        def vec(v):
+            if v is None:
+                return ()
+            return (int(v),) if isinstance(v, int) else tuple(int(a) for a in v)
+        pre = vec(pre_padding if padding is None else padding)
+        post = vec(post_padding if padding is None else padding)
+        return dict(resample_mode=mode, window=vec(window), stride=vec(stride),
+                    pre_padding=pre, post_padding=post)
+
+    def resample(self, input, mode, window, stride=None, padding=None, pre_padding=None,
+                 post_padding=None, generate_index=False, nan_propagation=True, name="",
+                 compute_data_type=DataType.NOT_SET):
+        """[Y, Index] = pool(input [N, C, *in]) -> Y [N, C, *out]; Index (MAXPOOL with
+        ``generate_index``: each output's window offset of its maximum, int8 unless set)
+        is None otherwise. An int window / stride / padding stands for every axis."""
+        op = name or f"resample_{len(self._nodes)}"
+        node = PN.Resample(name=op, compute_data_type=self._ctype(compute_data_type),
+                           inputs={"X": self._check_tensor(input, op, "input")},
+                           generate_index=bool(generate_index),
+                           nan_propagation=bool(nan_propagation),
+                           **self._pool_attrs(op, mode, window, stride, padding, pre_padding,
+                                              post_padding))
+        y = self._new_output(f"{op}::Y")
+        outs = {"Y": y}
+        index = None
+        if node.is_max and generate_index:
+            index = outs["Index"] = self._new_output(f"{op}::Index")
+        self._add(node, outs)
+        return [y, index]
+
+    def resample_backward(self, loss, mode, window, stride=None, padding=None,
+                          pre_padding=None, post_padding=None, index=None, input=None,
+                          output=None, nan_propagation=True, name="",
+                          compute_data_type=DataType.NOT_SET):
+        """DX [N, C, *in] from ``loss`` (DY [N, C, *out]). MAXPOOL needs the forward's
+        ``index`` or its ``input`` X (``output`` Y is optional; the argmax recomputed from
+        X follows ``nan_propagation`` as the forward did); the average modes need neither.
+        DX takes X's dims, or must be set when X is not given."""
+        op = name or f"resample_backward_{len(self._nodes)}"
+        ins = {"DY": self._check_tensor(loss, op, "loss")}
+        for role, t, arg in (("Index", index, "index"), ("X", input, "input"),
+                             ("Y", output, "output")):
+            if t is not None:
+                ins[role] = self._check_tensor(t, op, arg)
+        node = PN.ResampleBackward(name=op, compute_data_type=self._ctype(compute_data_type),
+                                   inputs=ins, nan_propagation=bool(nan_propagation),
+                                   **self._pool_attrs(op, mode, window, stride, padding,
+                                                      pre_padding, post_padding))
+        dx = self._new_output(f"{op}::DX")
+        self._add(node, {"DX": dx})
+        return dx
 
     # ---- matmul -------------------------------------------------------------------------------
     def matmul(self, A, B, padding=0.0, name="", compute_data_type=DataType.NOT_SET):

@@ -15,6 +15,7 @@ from ...errors import BadParamError, InternalError, Status
 from ...ops import conv, layout, matmul, pointwise, reduction, softmax, stats
 from ...ops import batchnorm
 from ...ops import dropout as dropout_ref, lrn as lrn_ref
+from ...ops import pool
 from ...runtime.buffers import logical_view
 from ..base import SUPPORTED, Engine, Executable, Support, Target
 
@@ -83,6 +84,8 @@ def run_graph(graph, read) -> dict:
         # ---- batch norm (engines/batchnorm) ----
         elif n.kind in ("batchnorm", "batchnorm_inference", "batchnorm_backward"):
             _batchnorm(n, get, vals)
+        elif n.kind in ("resample", "resample_backward"):   # pooling
+            _pool(n, graph, get, vals)
         elif n.kind == "conv_fprop":
             vals[n.outputs["Y"]] = conv.fprop(get(n.inputs["X"]), get(n.inputs["W"]),
                                               *_conv_args(n))
@@ -156,6 +159,22 @@ def _lrn_or_dropout(n, get) -> dict:
     return out
 
 
+def _pool(n, graph, get, vals) -> None:
+    geo = (n.window, n.stride, n.pre_padding, n.post_padding)
+    if n.kind == "resample":
+        y, idx = pool.forward(get(n.inputs["X"]), n.resample_mode, *geo, n.nan_propagation)
+        vals[n.outputs["Y"]] = y
+        if "Index" in n.outputs:
+            vals[n.outputs["Index"]] = idx.astype(np.float64)
+        return
+    dx = graph.tensors[n.outputs["DX"]]
+    idx = None
+    if n.is_max:
+        idx = get(n.inputs["Index"]) if "Index" in n.inputs else pool.forward(
+            get(n.inputs["X"]), n.resample_mode, *geo, n.nan_propagation)[1]
+    vals[dx.uid] = pool.backward(get(n.inputs["DY"]), dx.dims, n.resample_mode, *geo, idx)
+
+
 def _conv_args(n):
     from ...enums import ConvolutionMode
     return (n.pre_padding, n.post_padding, n.stride, n.dilation,
@@ -185,7 +204,8 @@ class ReferenceEngine(Engine):
     KINDS = {"pointwise", "reduction", "genstats", "matmul", "reshape", "transpose", "slice",
              "concatenate", "conv_fprop", "conv_dgrad", "conv_wgrad", "softmax",
              "softmax_backward", "batchnorm", "batchnorm_inference",
-             "batchnorm_backward"} | set(LRN_KINDS) | set(DROPOUT_KINDS)
+             "batchnorm_backward", "resample", "resample_backward"} | set(LRN_KINDS) | \
+        set(DROPOUT_KINDS)
 
     def check_support(self, graph, target: Target) -> Support:
         for n in graph.nodes:
