@@ -30,6 +30,7 @@ ENGINE_CLASSES = (
     ("conv.winograd_wgrad", "WinogradNonfusedWgradEngine"),
     ("matmul.engine", "MatmulEngine"),
     ("softmax.engine", "SoftmaxEngine"),
+    ("norm.engine", "NormEngine"),                   # norm section
     ("fusion.engine", "FusionEngine"),
     ("reference.engine", "ReferenceEngine"),
 )
