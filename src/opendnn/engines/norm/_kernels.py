@@ -81,7 +81,8 @@ class Problem:
         lines = index_decomposition(var, self.outer, "ri", indent)
         idx = [f"ri{k}" for k in range(len(self.outer))]
         for n in names:
-            lines.append(f"{indent}off_{n} = {offset_expr(idx, self.row_strides[n], f'{var} * 0')}")
+            off = offset_expr(idx, self.row_strides[n], f"{var} * 0")
+            lines.append(f"{indent}off_{n} = {off}")
         return lines
 
     def col_offsets(self, var: str, names, indent: str) -> list[str]:
@@ -89,7 +90,8 @@ class Problem:
         lines = index_decomposition(var, self.inner, "ci", indent)
         idx = [f"ci{k}" for k in range(len(self.inner))]
         for n in names:
-            lines.append(f"{indent}coff_{n} = {offset_expr(idx, self.col_strides[n], f'{var} * 0')}")
+            off = offset_expr(idx, self.col_strides[n], f"{var} * 0")
+            lines.append(f"{indent}coff_{n} = {off}")
         return lines
 
 
