@@ -245,6 +245,8 @@ class BuilderMixin:
         if hasattr(epsilon, "shape") and not hasattr(epsilon, "_graph"):   # a torch tensor
             epsilon = self.tensor_like(epsilon, name=f"{op}::epsilon")
         eps = self._check_tensor(self._coerce(epsilon, op), op, "epsilon")
+        if eps.name == f"{op}::scalar":
+            eps.set_name(f"{op}::epsilon")
         if eps.dim is not None and len(eps.dim) and all(d == 1 for d in eps.dim):
             eps.set_is_pass_by_value(True)    # a [1, 1, 1, 1] CPU tensor: a host scalar
         ins = {"X": self._check_tensor(input, op, "input"),
