@@ -1,7 +1,7 @@
 """Benchmark runner: every opendnn engine against cuDNN/cuBLAS (through PyTorch) in the
 same run, on the same inputs.
 
-    python -m opendnn.bench [pointwise|reduction|matmul|latency|all] [--out DIR]
+    python -m opendnn.bench [pointwise|reduction|matmul|latency|norm|all] [--out DIR]
 
 For each case it prints ms, GB/s or TFLOP/s, the ratio to PyTorch (>1 = opendnn faster)
 and the fraction of the measured floor (copy bandwidth, cuBLAS 8192^3 rate measured at
@@ -211,8 +211,15 @@ def run_softmax(r: Runner):
     run(r, bench)
 
 
+# ---- norm section ----
+def run_norm(r: Runner):
+    from .norm import run_norm as run
+    run(r, bench)
+
+
 FAMILIES = {"pointwise": run_pointwise, "reduction": run_reduction, "matmul": run_matmul,
-            "latency": run_latency, "conv": run_conv, "softmax": run_softmax}
+            "latency": run_latency, "conv": run_conv, "softmax": run_softmax,
+            "norm": run_norm}
 
 
 def main(argv=None) -> int:
