@@ -75,6 +75,13 @@ def torch_forward(kind, x, w, b, eps=1e-5, groups=1):
     """PyTorch's result (float64 in, float64 out) for the same parameters."""
     if kind in ("layernorm", "rmsnorm"):
         axes = [i for i, d in enumerate(w.shape) if d != 1]
+        if not axes:   # every element its own row: normalized over a new axis of size one
+            xs, wv = x.unsqueeze(-1), w.reshape(1)
+            bv = b.reshape(1) if b is not None else None
+            if kind == "layernorm":
+                return F.layer_norm(xs, (1,), wv, bv, eps).squeeze(-1)
+            y = F.rms_norm(xs, (1,), wv, eps).squeeze(-1)
+            return y + bv if bv is not None else y
         perm = [i for i in range(x.dim()) if i not in axes] + axes
         xp = x.permute(perm)
         norm_shape = [x.shape[i] for i in axes]

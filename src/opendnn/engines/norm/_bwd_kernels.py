@@ -22,9 +22,13 @@ def _names(rms: bool) -> list[str]:
 def _stats(rms: bool, mask: str | None, indent: str) -> list[str]:
     m = f"mask={mask}, other=0.0" if mask else ""
     lines = [f"{indent}rstd = tl.load(INV_VARIANCE + off_INV_VARIANCE, {m}).to(tl.float32)"]
-    lines.append(f"{indent}mean = 0.0" if rms else
-                 f"{indent}mean = tl.load(MEAN + off_MEAN, {m}).to(tl.float32)")
+    if not rms:     # RMS norm: no mean at all (x is xh / rstd)
+        lines.append(f"{indent}mean = tl.load(MEAN + off_MEAN, {m}).to(tl.float32)")
     return lines
+
+
+def _centered(rms: bool, e: str = "") -> str:
+    return "x" if rms else f"(x - mean{e})"
 
 
 def _dx(p: Problem, rms: bool, tile2d: bool, indent: str, between=()) -> list[str]:
@@ -32,7 +36,7 @@ def _dx(p: Problem, rms: bool, tile2d: bool, indent: str, between=()) -> list[st
     dx, with ``between`` (defining c1, c2) after xh and g; leave xh."""
     e = "[:, None]" if tile2d else ""
     c2 = "" if rms else f" - c2{e}"
-    return [f"{indent}xh = tl.where(mask, (x - mean{e}) * rstd{e}, 0.0)",
+    return [f"{indent}xh = tl.where(mask, {_centered(rms, e)} * rstd{e}, 0.0)",
             f"{indent}g = dy * w", *between,
             f"{indent}dx = rstd{e} * (g{c2} - xh * c1{e})",
             indent + store(p, "DX", tile2d, "dx", "mask")]
@@ -90,7 +94,7 @@ def stats_source(name: str, p: Problem, kn, rms: bool) -> str:
     L += [f"{IND2}dy = {load(p, 'DY', False, 'mask')}",
           f"{IND2}x = {load(p, 'X', False, 'mask')}",
           f"{IND2}w = {load_param(p, 'SCALE', False, 'cmask', 'mask')}",
-          f"{IND2}xh = tl.where(mask, (x - mean) * rstd, 0.0)",
+          f"{IND2}xh = tl.where(mask, {_centered(rms)} * rstd, 0.0)",
           f"{IND2}acc1 += dy * w * xh",
           f"{IND2}acc2 += dy * w",
           f"{IND}tl.store(WS + (row * {sp} + sl) * 2, tl.reduce(acc1, 0, _add_combine))",

@@ -126,8 +126,13 @@ def load_param(p: Problem, name: str, tile2d: bool, cmask: str, mask: str) -> st
     return f"tl.load({ptr(name, tile2d, False)}, mask={m}, other=0.0).to(tl.float32)"
 
 
-def store(p: Problem, name: str, tile2d: bool, value: str, mask: str) -> str:
-    return f"tl.store({ptr(name, tile2d)}, ({value}).to({TL_TYPE[p.types[name]]}), mask={mask})"
+def store(p: Problem, name: str, tile2d: bool, value: str, mask: str,
+          stream: bool = False) -> str:
+    """A store; ``stream`` (the long-row loops) asks L2 to drop the line first, so that
+    the output does not push out the input rows the loop reads a second time."""
+    ev = ', eviction_policy="evict_first"' if stream else ""
+    return (f"tl.store({ptr(name, tile2d)}, ({value}).to({TL_TYPE[p.types[name]]}), "
+            f"mask={mask}{ev})")
 
 
 def stat_store(p: Problem, name: str, value: str, mask: str | None) -> str:
@@ -202,7 +207,7 @@ def _y_lines(p: Problem, f: FwdSpec, tile2d: bool, xc: str, rstd: str, indent: s
     lines.append(f"{indent}y = {y}")
     lines += _epilogue(f, tile2d, indent)
     if f.store_y:
-        lines.append(indent + store(p, "Y", tile2d, "y", "mask"))
+        lines.append(indent + store(p, "Y", tile2d, "y", "mask", not tile2d))
     return lines
 
 
@@ -264,7 +269,7 @@ def fwd_loop_source(name: str, p: Problem, kn, f: FwdSpec) -> str:
               f"{IND2}acc_q += d * d"]
     L.append(f"{IND}q = tl.reduce(acc_q, 0, _add_combine) / {p.L}")
     if f.rms:
-        L += [f"{IND}mean = 0.0", f"{IND}ms = q"]
+        L.append(f"{IND}ms = q")
     else:
         L += [f"{IND}s = tl.reduce(acc_s, 0, _add_combine) / {p.L}",
               f"{IND}mean = k + s",
@@ -276,7 +281,7 @@ def fwd_loop_source(name: str, p: Problem, kn, f: FwdSpec) -> str:
           f"{IND2}mask = cmask"]
     L += p.col_offsets("cols", [n for n in names if n not in f.stats()], IND2)
     L += _x_lines(p, f, False, "mask", True, IND2, False)
-    L += _y_lines(p, f, False, "(x - mean)", "rstd", IND2)
+    L += _y_lines(p, f, False, "x" if f.rms else "(x - mean)", "rstd", IND2)
     if f.training:
         if not f.rms:
             L.append(IND + stat_store(p, "MEAN", "mean", None))

@@ -54,6 +54,14 @@ def _pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
+def _per_sm(kn: NormKnobs) -> int:
+    """Programs of the long-row loop one SM holds at once, from a register estimate
+    (about 3 float32 values per element of the tile a thread owns, plus 24)."""
+    threads = 32 * kn.num_warps
+    regs = 3 * max(1, kn.BLOCK_L // threads) + 24
+    return max(1, min(64 // kn.num_warps, 65536 // (threads * regs)))
+
+
 def _analyze(graph) -> Analysis | str:
     """The norm node, its fused neighbours and the problem, or why the graph does not fit."""
     norms = [n for n in graph.nodes if n.kind in FORWARD + BACKWARD]
@@ -182,6 +190,8 @@ class NormEngine(Engine):
             tiles = -(-p.R // br)
             progs = max(1, min(tiles, 4096, sms * max(1, 32 // warps)))
             out.append(NormKnobs(1, bl, br, 1, progs if a.backward else 1, warps))
+            if cuda and warps >= 8 and not a.backward:   # for autotuning: fewer warps
+                out.append(NormKnobs(1, bl, br, 1, 1, warps // 2))
         bl = 4096 if cuda else 256
         if p.L > bl or not out:
             if a.backward:
@@ -191,7 +201,11 @@ class NormEngine(Engine):
                 groups = max(1, min(4096, p.R // p.G or 1, -(-4 * sms // blocks)))
                 out.append(NormKnobs(2, bl, 1, split, groups, 8 if cuda else 4))
             else:
-                for b, w in ((2 * bl, 16), (bl, 8)) if cuda else ((bl, 4),):
+                # rows of 128K+ elements: the widest tile, one program per SM, the fewest
+                # rows in flight (their tails stay in L2 for the backwards second loop)
+                tiles = ((4 * bl, 16), (2 * bl, 16), (bl, 8)) if p.L >= 131072 else \
+                    ((2 * bl, 16), (bl, 8))
+                for b, w in tiles if cuda else ((bl, 4),):
                     out.append(NormKnobs(2, b, 1, 1, 1, w))
         out.sort(key=lambda kn: self._estimate(a, kn, target))
         return [EngineConfig.make(self, **dataclasses.asdict(kn)) for kn in out]
@@ -206,7 +220,7 @@ class NormEngine(Engine):
             moved = full * sum(item[n] for n in big)
             if kn.PATH == 2:     # the second read: from L2 for the rows still there
                 reread = full * sum(item[n] for n in ("X", "R") if n in item)
-                in_flight = min(p.R, 2 * target.num_sms) * p.L * item["X"]
+                in_flight = min(p.R, _per_sm(kn) * target.num_sms) * p.L * item["X"]
                 moved += reread * (1.0 - 0.85 * min(1.0, L2_BYTES / max(in_flight, 1)))
             programs = -(-p.R // kn.BLOCK_ROWS) if kn.PATH == 1 else p.R
             launches = 1
