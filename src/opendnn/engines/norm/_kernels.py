@@ -29,8 +29,8 @@ from __future__ import annotations
 import math
 
 from ...ops import norm as N
-from ..fusion._codegen import (COMBINE_HELPERS, TL_TYPE, collapse, index_decomposition,
-                               offset_expr, padded_strides)
+from ..fusion._codegen import (COMBINE_HELPERS, TL_TYPE, collapse, offset_expr,
+                               padded_strides)
 
 INT32_LIMIT = 2 ** 31 - 1
 IND, IND2, IND3 = "    ", "        ", "            "
@@ -78,7 +78,7 @@ class Problem:
     # ---- offsets ------------------------------------------------------------------------
     def row_offsets(self, var: str, names, indent: str) -> list[str]:
         """Lines setting ``off_<name>`` to each tensor's offset of row(s) ``var``."""
-        lines = index_decomposition(var, self.outer, "ri", indent)
+        lines = _decompose(var, self.outer, "ri", indent)
         idx = [f"ri{k}" for k in range(len(self.outer))]
         for n in names:
             off = offset_expr(idx, self.row_strides[n], f"{var} * 0")
@@ -87,12 +87,26 @@ class Problem:
 
     def col_offsets(self, var: str, names, indent: str) -> list[str]:
         """Lines setting ``coff_<name>`` to each tensor's offset of column(s) ``var``."""
-        lines = index_decomposition(var, self.inner, "ci", indent)
+        lines = _decompose(var, self.inner, "ci", indent)
         idx = [f"ci{k}" for k in range(len(self.inner))]
         for n in names:
             off = offset_expr(idx, self.col_strides[n], f"{var} * 0")
             lines.append(f"{indent}coff_{n} = {off}")
         return lines
+
+
+def _decompose(var: str, sizes: list, prefix: str, indent: str) -> list[str]:
+    """Lines splitting flat index ``var`` (row-major over ``sizes``) into ``{prefix}{k}``,
+    through a temporary of its own: rows (scalars) and columns (vectors) are split in
+    the same kernel, and a loop may not change a variable's type."""
+    if len(sizes) == 1:
+        return [f"{indent}{prefix}0 = {var}"]
+    tmp = f"_{prefix}"
+    lines = [f"{indent}{tmp} = {var}"]
+    for k in range(len(sizes) - 1, 0, -1):
+        lines += [f"{indent}{prefix}{k} = {tmp} % {sizes[k]}",
+                  f"{indent}{tmp} = {tmp} // {sizes[k]}"]
+    return lines + [f"{indent}{prefix}0 = {tmp}"]
 
 
 def header(name: str, params: list) -> list[str]:
