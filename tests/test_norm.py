@@ -14,6 +14,7 @@ from opendnn.engines.norm.engine import NormEngine
 
 ID = NormEngine.id
 LOOP = dict(PATH=2, BLOCK_L=16, BLOCK_ROWS=1, SPLIT=1, PROGRAMS=1, num_warps=4)
+SPLIT3 = dict(PATH=3, BLOCK_L=8, BLOCK_ROWS=1, SPLIT=3, PROGRAMS=1, num_warps=4)
 
 
 def _inputs(rng, kind, shape, dtype, axes=None, bias=True):
@@ -66,11 +67,14 @@ CASES = [  # (kind, shape, layer-norm axes or None, knobs: None = the engine's c
     ("layernorm", (3, 1), None, None),                 # rows of one element
     ("rmsnorm", (6, 33), None, None),
     ("rmsnorm", (6, 33), None, dict(LOOP, BLOCK_L=8)),
+    ("layernorm", (5, 37), None, SPLIT3),              # split rows, two kernels
+    ("rmsnorm", (6, 33), None, SPLIT3),
     ("rmsnorm", (2, 5, 9), (1, 2), None),
     ("instancenorm", (2, 3, 4, 5), None, None),
     ("instancenorm", (2, 3, 1, 1), None, None),        # one element per instance
     ("groupnorm", (2, 6, 3, 5), None, None),
     ("groupnorm", (3, 6, 7), None, dict(LOOP, BLOCK_L=4)),
+    ("groupnorm", (3, 6, 7), None, dict(SPLIT3, BLOCK_L=4)),   # the last chunk: padding
 ]
 
 
@@ -87,7 +91,7 @@ def test_forward_against_reference(rng, case, dtype):
 
 
 BWD = dict(PATH=2, BLOCK_L=2, BLOCK_ROWS=1, SPLIT=2, PROGRAMS=2, num_warps=4)
-BWD_CASES = ([c[:3] + (None,) for c in CASES] + [c[:3] + (BWD,) for c in CASES if c[3]] +
+BWD_CASES = ([c[:3] + (None,) for c in CASES] + [c[:3] + (BWD,) for c in CASES if c[3] and c[3]["PATH"] == 2] +
              [("layernorm", (7, 37), None, dict(PATH=1, BLOCK_L=64, BLOCK_ROWS=2, SPLIT=1,
                                                 PROGRAMS=3, num_warps=4))])
 

@@ -13,6 +13,7 @@ from opendnn.engines.norm.engine import NormEngine
 
 ID = NormEngine.id
 LOOP = dict(PATH=2, BLOCK_L=8, BLOCK_ROWS=1, SPLIT=1, PROGRAMS=1, num_warps=4)
+SPLIT3 = dict(LOOP, PATH=3, SPLIT=2)
 
 EPILOGUES = {
     "relu": lambda g, y, c: g.relu(y),
@@ -78,7 +79,7 @@ CASES = [  # (kind, residual, keep the sum, epilogue, keep Y)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-{c[3]}-{i}" for i, c in enumerate(CASES)])
-@pytest.mark.parametrize("knobs", [None, LOOP], ids=["rows", "loop"])
+@pytest.mark.parametrize("knobs", [None, LOOP, SPLIT3], ids=["rows", "loop", "split"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_fused_forward_against_reference(rng, case, knobs, dtype):
     kind, residual, keep_sum, epilogue, keep_y = case

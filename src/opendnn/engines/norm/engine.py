@@ -8,14 +8,16 @@ another residual, ...; ``fusion.epilogue``) -- all in one kernel, Y then virtual
 Tensors are float32 / float16 / bfloat16 of any strides.
 
 Knobs: PATH 1 holds whole rows in registers (BLOCK_ROWS rows of BLOCK_L >= L); PATH 2
-takes long rows (forward: two loops per row; backward: statistics, column blocks).
-SPLIT: chunks per row in the backward statistics kernel; PROGRAMS: persistent programs
+takes long rows (forward: two loops per row; backward: statistics, column blocks); PATH 3
+(forward) splits rows into SPLIT chunks over two kernels. SPLIT: chunks per row (backward
+statistics kernel, forward PATH 3); PROGRAMS: persistent programs
 (backward PATH 1) or row groups (backward PATH 2) whose DSCALE / DBIAS partials the
 finishing kernel sums in order (deterministic).
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from ...enums import BehaviorNote, DataType, PointwiseMode
 from ...ops import norm as N
@@ -33,10 +35,10 @@ L2_BYTES = 40e6           # the part of the H100's 50 MB L2 that re-read rows ma
 
 @dataclasses.dataclass(frozen=True)
 class NormKnobs:
-    PATH: int = 1           # 1: whole rows in registers; 2: long rows
+    PATH: int = 1           # 1: whole rows in registers; 2: long rows; 3: split forward
     BLOCK_L: int = 1024     # elements of a row per tile (PATH=1: at least the row)
     BLOCK_ROWS: int = 1     # rows per tile (PATH=1)
-    SPLIT: int = 1          # backward PATH=2: chunks per row of the statistics kernel
+    SPLIT: int = 1          # chunks per row (backward PATH=2, forward PATH=3)
     PROGRAMS: int = 1       # backward: persistent programs (PATH=1) / row groups (PATH=2)
     num_warps: int = 4
 
@@ -62,6 +64,7 @@ def _per_sm(kn: NormKnobs) -> int:
     return max(1, min(64 // kn.num_warps, 65536 // (threads * regs)))
 
 
+@functools.lru_cache(maxsize=64)      # keyed by the (frozen) graph object
 def _analyze(graph) -> Analysis | str:
     """The norm node, its fused neighbours and the problem, or why the graph does not fit."""
     norms = [n for n in graph.nodes if n.kind in FORWARD + BACKWARD]
@@ -151,7 +154,7 @@ class NormEngine(Engine):
         return SUPPORTED
 
     def knob_space(self, graph=None) -> list[Knob]:
-        return [Knob("PATH", (1, 2), 1), Knob("BLOCK_L", POW2, 1024),
+        return [Knob("PATH", (1, 2, 3), 1), Knob("BLOCK_L", POW2, 1024),
                 Knob("BLOCK_ROWS", POW2[:9], 1), Knob("SPLIT", tuple(range(1, 257)), 1),
                 Knob("PROGRAMS", tuple(range(1, 4097)), 1),
                 Knob("num_warps", (1, 2, 4, 8, 16), 4)]
@@ -171,10 +174,12 @@ class NormEngine(Engine):
             if a.backward and (p.G != 1 or p.S != 1):
                 return decline("backward PATH=1 takes layer / RMS norm (parameters shared "
                                "by every row); group / instance norm take PATH=2")
+        elif kn.PATH == 3 and a.backward:
+            return decline("PATH=3 is a forward path")
         elif kn.BLOCK_L > MAX_TILE or kn.BLOCK_ROWS != 1:
-            return decline(f"PATH=2: BLOCK_ROWS=1 and BLOCK_L <= {MAX_TILE}")
-        elif a.backward and kn.SPLIT > max(1, -(-p.L // kn.BLOCK_L)):
-            return decline("PATH=2: SPLIT at most the row's tiles "
+            return decline(f"PATH={kn.PATH}: BLOCK_ROWS=1 and BLOCK_L <= {MAX_TILE}")
+        elif kn.SPLIT > max(1, -(-p.L // kn.BLOCK_L)) and (a.backward or kn.PATH == 3):
+            return decline(f"PATH={kn.PATH}: SPLIT at most the row's tiles "
                            f"({max(1, -(-p.L // kn.BLOCK_L))})")
         return SUPPORTED
 
@@ -207,6 +212,11 @@ class NormEngine(Engine):
                     ((2 * bl, 16), (bl, 8))
                 for b, w in tiles if cuda else ((bl, 4),):
                     out.append(NormKnobs(2, b, 1, 1, 1, w))
+                if cuda:     # two kernels, chunks filling the GPU (softmax's measured best
+                    #          for 262144-wide rows; the cost model ranks it)
+                    tiles = max(1, -(-p.L // bl))
+                    split = max(1, min(256, tiles, _pow2(-(-16 * sms // max(p.R, 1)))))
+                    out.append(NormKnobs(3, bl, 1, split, 1, 8))
         out.sort(key=lambda kn: self._estimate(a, kn, target))
         return [EngineConfig.make(self, **dataclasses.asdict(kn)) for kn in out]
 
@@ -222,8 +232,10 @@ class NormEngine(Engine):
                 reread = full * sum(item[n] for n in ("X", "R") if n in item)
                 in_flight = min(p.R, _per_sm(kn) * target.num_sms) * p.L * item["X"]
                 moved += reread * (1.0 - 0.85 * min(1.0, L2_BYTES / max(in_flight, 1)))
-            programs = -(-p.R // kn.BLOCK_ROWS) if kn.PATH == 1 else p.R
-            launches = 1
+            if kn.PATH == 3:     # the second read from DRAM
+                moved += full * sum(item[n] for n in ("X", "R") if n in item)
+            programs = {1: -(-p.R // kn.BLOCK_ROWS), 2: p.R, 3: p.R * kn.SPLIT}[kn.PATH]
+            launches = 2 if kn.PATH == 3 else 1
         else:
             moved = full * (item["DY"] + item["X"] + item["DX"])
             if kn.PATH == 1:
@@ -244,9 +256,9 @@ class NormEngine(Engine):
 
     def workspace_size(self, graph, config, target) -> int:
         a = _analyze(graph)
-        if not a.backward:
-            return 0
         kn, p = NormKnobs(**config.knob_dict), a.problem
+        if not a.backward:
+            return p.R * kn.SPLIT * 2 * 4 if kn.PATH == 3 else 0
         if kn.PATH == 1:
             return 2 * kn.PROGRAMS * p.L * 4
         return (p.R * kn.SPLIT * 2 + 2 * kn.PROGRAMS * p.G * p.L) * 4

@@ -10,6 +10,7 @@ from ...runtime.launch import LaunchList, kernel_from_source
 from ..base import Executable
 from . import _bwd_kernels as KB
 from . import _kernels as K
+from . import _split_kernels as KS
 
 FINISH_BLOCK = 1024
 
@@ -25,7 +26,15 @@ class NormExecutable(Executable, LaunchList):
         self.graph, self.target, self.const = graph, target, {"num_warps": kn.num_warps}
         if a.backward:
             self._backward(a, kn)
-        elif p.R > 0:
+        elif kn.PATH == 3:
+            names, f, ws = a.spec.names(), a.spec, ("ws", torch.float32)
+            first = [n for n in ("X", "R", "XS") if n in names]
+            self._add(KS.stats_source(f"{self.tag}_stats", p, kn, f), f"{self.tag}_stats",
+                      (p.R, kn.SPLIT), [("buf", a.uids[n]) for n in first] + [ws])
+            args = [("buf", a.uids[n]) for n in f.params()]
+            self._add(KS.write_source(f"{self.tag}_write", p, kn, f), f"{self.tag}_write",
+                      (p.R, kn.SPLIT), args[:len(names)] + [ws] + args[len(names):])
+        else:
             src = (K.fwd_rows_source if kn.PATH == 1 else K.fwd_loop_source)(
                 self.tag, p, kn, a.spec)
             grid = (-(-p.R // kn.BLOCK_ROWS),) if kn.PATH == 1 else (p.R,)
