@@ -79,8 +79,9 @@ CASES = [  # (kind, residual, keep the sum, epilogue, keep Y)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-{c[3]}-{i}" for i, c in enumerate(CASES)])
-@pytest.mark.parametrize("knobs", [None, LOOP, SPLIT3], ids=["rows", "loop", "split"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("knobs,dtype", [(None, torch.float32), (None, torch.bfloat16),
+                                          (LOOP, torch.bfloat16), (SPLIT3, torch.float32)],
+                         ids=["rows-f32", "rows-bf16", "loop-bf16", "split-f32"])
 def test_fused_forward_against_reference(rng, case, knobs, dtype):
     kind, residual, keep_sum, epilogue, keep_y = case
     shape = (5, 4, 6) if kind == "groupnorm" else (5, 24)

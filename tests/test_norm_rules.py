@@ -172,3 +172,19 @@ def test_backward_group_norm_declines_the_rows_path(rng):
     sup = e.check_config(g.op_graph, cfg, Target())
     assert not sup.ok and "group / instance norm take PATH=2" in sup.reason
     run_reference(g, feeds, outs)      # the graph itself is fine
+
+
+def test_serialize_deserialize_execute_by_uid(rng):
+    """A group norm graph (its groups attribute, its float epsilon) survives the round
+    trip, and the restored plan computes the same output."""
+    x, w, b = rng.rand((2, 6, 5)), rng.rand((1, 6, 1)), rng.rand((1, 6, 1))
+    g, feeds, outs = forward_graph("groupnorm", x, w, b, 1e-3, groups=3)
+    g.build([cudnn.heur_mode.A])
+    assert g.get_plan_name_at_index(0).startswith("norm#26")
+    first = {t: torch.full(t.get_dim(), float("nan")) for t in outs}
+    g.execute({**feeds, **first}, None)
+    g2 = cudnn.pygraph().deserialize(g.serialize())
+    again = {t.get_uid(): torch.full(t.get_dim(), float("nan")) for t in outs}
+    g2.execute({**{t.get_uid(): v for t, v in feeds.items()}, **again}, None)
+    for t in outs:
+        assert torch.equal(first[t], again[t.get_uid()])
