@@ -131,6 +131,21 @@ def test_nhwc_and_strided_layouts(rng, kind):
     check_engine(g, feeds, outs, ID, None, n=4 * _row_length(kind, shape, groups))
 
 
+@pytest.mark.parametrize("kind,knobs", [("groupnorm", None), ("groupnorm", BWD),
+                                        ("instancenorm", None)])
+def test_channels_last_backward_walks_memory_order(rng, kind, knobs):
+    """NHWC X: the kernels' columns follow memory (spatial outer, channel inner), and the
+    finishing kernel finds each channel's partials there."""
+    shape = (2, 6, 3, 5)
+    groups = _groups(kind, shape)
+    x, w, _ = _inputs(rng, kind, shape, torch.float32)
+    x = x.contiguous(memory_format=torch.channels_last)
+    mean, inv = (t.float() for t in torch_stats(kind, x, w, 1e-5, groups))
+    dy = rng.rand(shape, torch.float32).contiguous(memory_format=torch.channels_last)
+    g, feeds, outs = backward_graph(kind, dy, x, w, mean, inv, groups)
+    check_engine(g, feeds, outs, ID, knobs, n=4 * _row_length(kind, shape, groups))
+
+
 @pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
 def test_inference_writes_no_statistics(rng, kind):
     x, w, b = _inputs(rng, kind, (4, 9), torch.float32)

@@ -10,6 +10,7 @@ then the parameter partials [2, NG, G, L]; the ``rows`` path only [2, NP, 1, L].
 """
 from __future__ import annotations
 
+from . import _kernels as K
 from ._kernels import (IND, IND2, Problem, chunk, header, load, load_param, pid_expr, store)
 
 TERMS = ("DY", "X", "SCALE", "MEAN", "INV_VARIANCE", "DX")
@@ -167,7 +168,13 @@ def finish_source(name: str, p: Problem, block: int, parts: int, base: int,
             L.append(f"{IND}tl.store({o} + coff_{o}, {vals[o]}.to("
                      f"{_tl(p, o)}), mask=cmask)")
         return "\n".join(L) + "\n"
+    # the partials are indexed by the kernels' column j: channel pch and spatial position
+    # s (canonical order) sit at j = pch jstride[2] + sum_k s_k jstride[3 + k]
     cg = p.L // p.S
+    spatial = list(p.geo.view[3:]) or [1]
+    sdec = [ln.replace(IND, IND2 + "    ", 1) for ln in
+            K._decompose("s", spatial, "si", IND)]
+    sj = " + ".join([f"si{k} * {p.jstride.get(3 + k, 0)}" for k in range(len(spatial))])
     L += [f"{IND}q = {pid_expr(p)}",
           f"{IND}grp = q // {cg}",
           f"{IND}pch = q % {cg}",
@@ -176,8 +183,9 @@ def finish_source(name: str, p: Problem, block: int, parts: int, base: int,
           f"{IND}for i in range(0, {parts}):",
           f"{IND2}for s0 in range(0, {p.S}, {block}):",
           f"{IND2}    s = s0 + {ar}",
-          f"{IND2}    smask = s < {p.S}",
-          f"{IND2}    at = WS + {base} + (i * {p.G} + grp) * {p.L} + pch * {p.S} + s",
+          f"{IND2}    smask = s < {p.S}"] + sdec + [
+          f"{IND2}    at = WS + {base} + (i * {p.G} + grp) * {p.L} + pch * "
+          f"{p.jstride.get(2, 0)} + {sj}",
           f"{IND2}    acc_w += tl.load(at, mask=smask, other=0.0)",
           f"{IND2}    acc_b += tl.load(at + {total}, mask=smask, other=0.0)"]
     vals = {"DSCALE": "acc_w", "DBIAS": "acc_b"}

@@ -57,8 +57,18 @@ class Problem:
                 p = padded_strides(d, rank)
                 s = [p[0], p[1] * view[2], p[1]] + p[2:] if grouped else p
             st[name] = [0 if v == 1 else x for v, x in zip(view, s)]
-        classes = [1 if i in geo.axes else 0 for i in range(len(view))]
-        sizes, strides, cls, _ = collapse(view, st, classes, set())
+        # columns walk X's memory order (the normalized axes by falling stride), so that
+        # consecutive lanes read consecutive addresses in any layout (NHWC group norm);
+        # rows keep the view's order (the backward's row = n G + g needs it)
+        outer = [i for i in range(len(view)) if i not in geo.axes]
+        inner = sorted(geo.axes, key=lambda i: -abs(st["X"][i]))
+        order = outer + inner
+        self.jstride = {}              # normalized view axis -> its stride in column space
+        for k, i in enumerate(inner):
+            self.jstride[i] = math.prod(view[j] for j in inner[k + 1:])
+        classes = [1 if i in geo.axes else 0 for i in order]
+        st = {n: [v[i] for i in order] for n, v in st.items()}
+        sizes, strides, cls, _ = collapse([view[i] for i in order], st, classes, set())
         self.outer = [s for s, c in zip(sizes, cls) if c == 0] or [1]
         self.inner = [s for s, c in zip(sizes, cls) if c == 1] or [1]
         self.row_strides = {n: [x for x, c in zip(v, cls) if c == 0] or [0]
