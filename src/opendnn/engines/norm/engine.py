@@ -192,11 +192,18 @@ class NormEngine(Engine):
             bl = _pow2(max(p.L, 1))
             br = max(1, min(256, (4096 if cuda else 256) // bl))
             warps = max(1, min(16, bl * br // 512)) if cuda else 4
-            tiles = -(-p.R // br)
-            progs = max(1, min(tiles, 4096, sms * max(1, 32 // warps)))
-            out.append(NormKnobs(1, bl, br, 1, progs if a.backward else 1, warps))
-            if cuda and warps >= 8 and not a.backward:   # for autotuning: fewer warps
-                out.append(NormKnobs(1, bl, br, 1, 1, warps // 2))
+            if a.backward:   # persistent: as many programs as the SMs hold at once
+                tiles = -(-p.R // br)
+                threads = 32 * warps
+                regs = 7 * max(1, bl * br // threads) + 32    # ~7 live values per element
+                per_sm = max(1, min(64 // warps, 65536 // (threads * regs)))
+                for k in (1, 2) if cuda else (1,):            # 2: for autotuning
+                    progs = max(1, min(tiles, 4096, k * per_sm * sms))
+                    out.append(NormKnobs(1, bl, br, 1, progs, warps))
+            else:
+                out.append(NormKnobs(1, bl, br, 1, 1, warps))
+                if cuda and warps >= 8:                       # for autotuning: fewer warps
+                    out.append(NormKnobs(1, bl, br, 1, 1, warps // 2))
         bl = 4096 if cuda else 256
         if p.L > bl or not out:
             if a.backward:
@@ -208,8 +215,9 @@ class NormEngine(Engine):
             else:
                 # rows of 128K+ elements: the widest tile, one program per SM, the fewest
                 # rows in flight (their tails stay in L2 for the backwards second loop)
-                tiles = ((4 * bl, 16), (2 * bl, 16), (bl, 8)) if p.L >= 131072 else \
-                    ((2 * bl, 16), (bl, 8))
+                # (the softmax sweep: 8192-wide tiles with 8 warps for 65536-wide rows)
+                tiles = ((4 * bl, 16), (2 * bl, 8), (2 * bl, 16), (bl, 8)) \
+                    if p.L >= 131072 else ((2 * bl, 8), (2 * bl, 16), (bl, 8))
                 for b, w in tiles if cuda else ((bl, 4),):
                     out.append(NormKnobs(2, b, 1, 1, 1, w))
                 if cuda:     # two kernels, chunks filling the GPU (softmax's measured best
