@@ -2,7 +2,8 @@
 
 A problem is R rows of L elements (``ops.norm.Geometry``): X is seen in the geometry's
 view (group / instance norm insert the group axis), its axes split into row axes and
-normalized (column) axes, and adjacent axes merge where every tensor allows it. Every
+normalized (column) axes -- the columns ordered by X's strides, so that lanes walk
+memory -- and adjacent axes merge where every tensor allows it. Every
 tensor reaches element (row, column) through its own strides -- row part + column part,
 literals of the generated source -- so any layout works, and a parameter (SCALE, BIAS)
 or statistic broadcasts by stride 0.
@@ -14,6 +15,8 @@ Forward:
   sums (x - k, k = the row's first element, so the variance does not cancel), then the
   output, walking the row backwards so that the tiles read last in the first loop -- the
   ones still in L2 -- are read first.
+- ``split`` (``_split_kernels``): SPLIT chunks per row over two kernels (partial sums,
+  then the output), for few very long rows.
 Backward (xh = (x - mean) r, g = dy scale, c1 = mean(g xh), c2 = mean(g)):
 - ``rows``: NP persistent programs each take row tiles t = pid, pid + NP, ...: dx in
   registers, and DSCALE / DBIAS partials (column sums of dy xh and dy) kept in registers
@@ -33,7 +36,7 @@ from ..fusion._codegen import (COMBINE_HELPERS, TL_TYPE, collapse, offset_expr,
                                padded_strides)
 
 INT32_LIMIT = 2 ** 31 - 1
-IND, IND2, IND3 = "    ", "        ", "            "
+IND, IND2 = "    ", "        "
 
 
 class Problem:
