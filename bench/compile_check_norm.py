@@ -29,6 +29,11 @@ def graphs():
                              else (shape[0], 1), dtype=torch.float32)
             g, _, _ = backward_graph(kind, x, x, w, st, st, groups)
             yield f"{kind}_bwd {shape} {dt}", g, [26]
+        x = torch.empty(4, 64, 16, 16, dtype=dt).contiguous(memory_format=torch.channels_last)
+        w = torch.empty(1, 64, 1, 1, dtype=dt)
+        st = torch.empty(4, 8, 1, 1)
+        g, _, _ = backward_graph("groupnorm", x, x, w, st, st, 8)
+        yield f"groupnorm_bwd NHWC {dt}", g, [26]
         x = torch.empty(256, 4096, dtype=dt)
         w = torch.empty(1, 4096, dtype=dt)
         g = cudnn.pygraph()
