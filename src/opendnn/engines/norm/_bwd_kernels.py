@@ -54,8 +54,9 @@ def rows_source(name: str, p: Problem, kn, rms: bool, programs: int) -> str:
         f"{IND}cols = {cols}",
         f"{IND}cmask = cols < {p.L}"]
     L += p.col_offsets("cols", ["DY", "X", "SCALE", "DX"], IND)
-    L += [f"{IND}w = {load_param(p, 'SCALE', True, 'cmask', 'cmask')}",
-          f"{IND}dw = tl.full([{bl}], 0.0, tl.float32)",
+    # SCALE is loaded in the loop (an L1 / L2 hit), not held: with dw and db carried
+    # through the loop a held copy made 8192-wide rows spill (ptxas, sm_90, 16 warps)
+    L += [f"{IND}dw = tl.full([{bl}], 0.0, tl.float32)",
           f"{IND}db = tl.full([{bl}], 0.0, tl.float32)",
           f"{IND}for t in range(pid, {nt}, {programs}):",
           f"{IND2}rows = t * {br} + tl.arange(0, {br})",
@@ -63,7 +64,8 @@ def rows_source(name: str, p: Problem, kn, rms: bool, programs: int) -> str:
           f"{IND2}mask = rmask[:, None] & cmask[None, :]"]
     L += p.row_offsets("rows", [n for n in names if n != "SCALE"], IND2)
     L += [f"{IND2}dy = {load(p, 'DY', True, 'mask')}",
-          f"{IND2}x = {load(p, 'X', True, 'mask')}"]
+          f"{IND2}x = {load(p, 'X', True, 'mask')}",
+          f"{IND2}w = {load_param(p, 'SCALE', True, 'cmask', 'cmask')}"]
     L += _stats(rms, "rmask", IND2)
     L += _dx(p, rms, True, IND2, [f"{IND2}c1 = tl.reduce(g * xh, 1, _add_combine) / {p.L}",
                                   f"{IND2}c2 = tl.reduce(g, 1, _add_combine) / {p.L}"])

@@ -58,9 +58,11 @@ def _pow2(n: int) -> int:
 
 def _per_sm(kn: NormKnobs) -> int:
     """Programs of the long-row loop one SM holds at once, from a register estimate
-    (about 3 float32 values per element of the tile a thread owns, plus 24)."""
+    (ptxas, sm_90: 128 registers for 16 or 32 elements a thread, 80 for 16 with 8 warps;
+    the loop's loads are pipelined)."""
     threads = 32 * kn.num_warps
-    regs = 3 * max(1, kn.BLOCK_L // threads) + 24
+    regs = 128 if kn.BLOCK_L // threads >= 16 and kn.num_warps >= 8 and \
+        kn.BLOCK_L >= 8192 else 80
     return max(1, min(64 // kn.num_warps, 65536 // (threads * regs)))
 
 
@@ -157,7 +159,7 @@ class NormEngine(Engine):
         return [Knob("PATH", (1, 2, 3), 1), Knob("BLOCK_L", POW2, 1024),
                 Knob("BLOCK_ROWS", POW2[:9], 1), Knob("SPLIT", tuple(range(1, 257)), 1),
                 Knob("PROGRAMS", tuple(range(1, 4097)), 1),
-                Knob("num_warps", (1, 2, 4, 8, 16), 4)]
+                Knob("num_warps", (1, 2, 4, 8, 16, 32), 4)]
 
     def check_config(self, graph, config: EngineConfig, target: Target) -> Support:
         sup = super().check_config(graph, config, target)
@@ -193,9 +195,12 @@ class NormEngine(Engine):
             br = max(1, min(256, (4096 if cuda else 256) // bl))
             warps = max(1, min(16, bl * br // 512)) if cuda else 4
             if a.backward:   # persistent: as many programs as the SMs hold at once
+                # 8 elements a thread: ptxas (sm_90) gives the 8192-wide tile 62 registers
+                # with 32 warps, 128 and 340 bytes of spills with 16
+                warps = max(1, min(32, bl * br // 256)) if cuda else 4
                 tiles = -(-p.R // br)
                 threads = 32 * warps
-                regs = 7 * max(1, bl * br // threads) + 32    # ~7 live values per element
+                regs = 7 * max(1, bl * br // threads) + 8     # ~7 live values per element
                 per_sm = max(1, min(64 // warps, 65536 // (threads * regs)))
                 for k in (1, 2) if cuda else (1,):            # 2: for autotuning
                     progs = max(1, min(tiles, 4096, k * per_sm * sms))
@@ -207,16 +212,20 @@ class NormEngine(Engine):
         bl = 4096 if cuda else 256
         if p.L > bl or not out:
             if a.backward:
+                # 8192-wide tiles with 32 warps (8 elements a thread): the column kernel
+                # took 164 registers with 4096 and 8 warps, one 16 KB tile per SM in flight
+                bl = 2 * bl if cuda else bl
                 tiles = max(1, -(-p.L // bl))
                 split = max(1, min(256, tiles, _pow2(-(-4 * sms // max(p.R, 1)))))
                 blocks = tiles * p.G
-                groups = max(1, min(4096, p.R // p.G or 1, -(-4 * sms // blocks)))
-                out.append(NormKnobs(2, bl, 1, split, groups, 8 if cuda else 4))
+                groups = max(1, min(4096, p.R // p.G or 1, -(-2 * sms // blocks)))
+                out.append(NormKnobs(2, bl, 1, split, groups, 32 if cuda else 4))
             else:
                 # rows of 128K+ elements: the widest tile, one program per SM, the fewest
                 # rows in flight (their tails stay in L2 for the backwards second loop)
                 # (the softmax sweep: 8192-wide tiles with 8 warps for 65536-wide rows)
-                tiles = ((4 * bl, 16), (2 * bl, 8), (2 * bl, 16), (bl, 8)) \
+                # (16384-wide tiles spill: ptxas, sm_90)
+                tiles = ((2 * bl, 16), (2 * bl, 8), (bl, 8)) \
                     if p.L >= 131072 else ((2 * bl, 8), (2 * bl, 16), (bl, 8))
                 for b, w in tiles if cuda else ((bl, 4),):
                     out.append(NormKnobs(2, b, 1, 1, 1, w))
