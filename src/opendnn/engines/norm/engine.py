@@ -207,8 +207,12 @@ class NormEngine(Engine):
                     out.append(NormKnobs(1, bl, br, 1, progs, warps))
             else:
                 out.append(NormKnobs(1, bl, br, 1, 1, warps))
-                if cuda and warps >= 8:                       # for autotuning: fewer warps
+                # for autotuning: fewer warps; twice the rows (SCALE / BIAS read half as
+                # often from L2)
+                if cuda and warps >= 8:
                     out.append(NormKnobs(1, bl, br, 1, 1, warps // 2))
+                    if 2 * bl * br <= MAX_TILE and p.R > 2 * br * sms:
+                        out.append(NormKnobs(1, bl, 2 * br, 1, 1, warps))
         bl = 4096 if cuda else 256
         if p.L > bl or not out:
             if a.backward:
