@@ -1,7 +1,8 @@
 """Benchmark runner: every opendnn engine against cuDNN/cuBLAS (through PyTorch) in the
 same run, on the same inputs.
 
-    python -m opendnn.bench [pointwise|reduction|matmul|latency|all] [--out DIR]
+    python -m opendnn.bench [pointwise|reduction|matmul|latency|conv|softmax|norm|pool|
+                             elementwise|lrn|dropout|all] [--out DIR]
 
 For each case it prints ms, GB/s or TFLOP/s, the ratio to PyTorch (>1 = opendnn faster)
 and the fraction of the measured floor (copy bandwidth, cuBLAS 8192^3 rate measured at
@@ -216,11 +217,6 @@ def run_elementwise(r: Runner):
     run(r, bench)
 
 
-def run_batchnorm(r: Runner):
-    from .batchnorm import run_batchnorm as run
-    run(r, bench)
-
-
 def run_lrn(r: Runner):
     from .lrn import run_lrn as run
     run(r, bench)
@@ -236,10 +232,18 @@ def run_pool(r: Runner):
     run(r, bench)
 
 
+def run_norm(r: Runner):
+    """Layer / RMS norm rows, then batch norm's."""
+    from .batchnorm import run_batchnorm
+    from .norm import run_norm as run
+    run(r, bench)
+    run_batchnorm(r, bench)
+
+
 FAMILIES = {"pointwise": run_pointwise, "reduction": run_reduction, "matmul": run_matmul,
             "latency": run_latency, "conv": run_conv, "softmax": run_softmax,
-            "elementwise": run_elementwise, "batchnorm": run_batchnorm,
-            "lrn": run_lrn, "dropout": run_dropout, "pool": run_pool}
+            "elementwise": run_elementwise,
+            "lrn": run_lrn, "dropout": run_dropout, "pool": run_pool, "norm": run_norm}
 
 
 def main(argv=None) -> int:

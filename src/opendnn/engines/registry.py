@@ -35,6 +35,7 @@ ENGINE_CLASSES = (
     ("dropout.engine", "DropoutEngine"),
     ("pool.engine", "PoolEngine"),                # pooling (resample) forward
     ("pool.engine", "PoolBackwardEngine"),        # pooling (resample) backward
+    ("norm.engine", "NormEngine"),
     ("fusion.engine", "FusionEngine"),
     ("reference.engine", "ReferenceEngine"),
 )

@@ -16,6 +16,7 @@ from . import batchnorm_nodes as BN
 from . import dropout_nodes as DN
 from . import lrn_nodes as LN
 from . import pool_nodes as PN
+from . import norm_nodes as NN
 
 
 class BuilderMixin:
@@ -382,6 +383,110 @@ class BuilderMixin:
         dx = self._new_output(f"{op}::DX")
         self._add(node, {"DX": dx})
         return dx
+    # ---- normalization (layer, RMS, instance, group norm; see ops/norm.py) ------------------
+    def _norm_forward(self, cls, phase, input, scale, bias, epsilon, name, compute_data_type,
+                      **attrs):
+        from ..enums import NormForwardPhase
+        op = name or f"{cls.kind}_{len(self._nodes)}"
+        if isinstance(phase, str):
+            phase = NormForwardPhase[phase.upper()]
+        training = NormForwardPhase(int(phase)) == NormForwardPhase.TRAINING
+        if epsilon is None:
+            raise BadParamError("needs an epsilon (a float or a pass-by-value tensor)", op=op,
+                                status=Status.BAD_PARAM_NULL_POINTER)
+        if hasattr(epsilon, "shape") and not hasattr(epsilon, "_graph"):   # a torch tensor
+            epsilon = self.tensor_like(epsilon, name=f"{op}::epsilon")
+        eps = self._check_tensor(self._coerce(epsilon, op), op, "epsilon")
+        if eps.name == f"{op}::scalar":
+            eps.set_name(f"{op}::epsilon")
+        if eps.dim is not None and len(eps.dim) and all(d == 1 for d in eps.dim):
+            eps.set_is_pass_by_value(True)    # a [1, 1, 1, 1] CPU tensor: a host scalar
+        ins = {"X": self._check_tensor(input, op, "input"),
+               "SCALE": self._check_tensor(scale, op, "scale"), "EPSILON": eps}
+        if bias is not None:
+            ins["BIAS"] = self._check_tensor(bias, op, "bias")
+        node = cls(name=op, compute_data_type=self._ctype(compute_data_type), inputs=ins,
+                   training=training, **attrs)
+        outs = {"Y": self._new_output(f"{op}::Y")}
+        if training:
+            if cls.NORM != "rms":
+                outs["MEAN"] = self._new_output(f"{op}::MEAN")
+            outs["INV_VARIANCE"] = self._new_output(f"{op}::INV_VARIANCE")
+        self._add(node, outs)
+        return outs
+
+    def _norm_backward(self, cls, grad, input, scale, mean, inv_variance, has_dbias, name,
+                       compute_data_type, **attrs):
+        op = name or f"{cls.kind}_{len(self._nodes)}"
+        ins = {"DY": self._check_tensor(grad, op, "grad"),
+               "X": self._check_tensor(input, op, "input"),
+               "SCALE": self._check_tensor(scale, op, "scale"),
+               "INV_VARIANCE": self._check_tensor(inv_variance, op, "inv_variance")}
+        if mean is not None:
+            ins["MEAN"] = self._check_tensor(mean, op, "mean")
+        elif cls.NORM != "rms":
+            raise BadParamError("needs the forward's mean", op=op,
+                                status=Status.BAD_PARAM_NULL_POINTER)
+        node = cls(name=op, compute_data_type=self._ctype(compute_data_type), inputs=ins,
+                   **attrs)
+        outs = {"DX": self._new_output(f"{op}::DX"), "DSCALE": self._new_output(f"{op}::DSCALE")}
+        if has_dbias:
+            outs["DBIAS"] = self._new_output(f"{op}::DBIAS")
+        self._add(node, outs)
+        return [outs["DX"], outs["DSCALE"], outs.get("DBIAS")]
+
+    def layernorm(self, norm_forward_phase, input, scale, bias, epsilon, name="",
+                  compute_data_type=DataType.NOT_SET):
+        """[Y, MEAN, INV_VARIANCE] (the last two None at INFERENCE): normalized over the
+        axes where scale's dim is not 1."""
+        o = self._norm_forward(NN.LayerNorm, norm_forward_phase, input, scale, bias, epsilon,
+                               name, compute_data_type)
+        return [o["Y"], o.get("MEAN"), o.get("INV_VARIANCE")]
+
+    def layernorm_backward(self, grad, input, scale, mean, inv_variance, name="",
+                           compute_data_type=DataType.NOT_SET):
+        """[DX, DSCALE, DBIAS]."""
+        return self._norm_backward(NN.LayerNormBackward, grad, input, scale, mean,
+                                   inv_variance, True, name, compute_data_type)
+
+    def rmsnorm(self, norm_forward_phase, input, scale, bias=None, epsilon=None, name="",
+                compute_data_type=DataType.NOT_SET):
+        """[Y, INV_VARIANCE] (None at INFERENCE); bias optional."""
+        o = self._norm_forward(NN.RMSNorm, norm_forward_phase, input, scale, bias, epsilon,
+                               name, compute_data_type)
+        return [o["Y"], o.get("INV_VARIANCE")]
+
+    def rmsnorm_backward(self, grad, input, scale, inv_variance, has_dbias=False, name="",
+                         compute_data_type=DataType.NOT_SET):
+        """[DX, DSCALE, DBIAS or None]."""
+        return self._norm_backward(NN.RMSNormBackward, grad, input, scale, None, inv_variance,
+                                   has_dbias, name, compute_data_type)
+
+    def instancenorm(self, norm_forward_phase, input, scale, bias, epsilon, name="",
+                     compute_data_type=DataType.NOT_SET):
+        """[Y, MEAN, INV_VARIANCE]: each (n, c) over the spatial axes; scale [1, C, 1, ...]."""
+        o = self._norm_forward(NN.InstanceNorm, norm_forward_phase, input, scale, bias,
+                               epsilon, name, compute_data_type)
+        return [o["Y"], o.get("MEAN"), o.get("INV_VARIANCE")]
+
+    def instancenorm_backward(self, grad, input, scale, mean, inv_variance, name="",
+                              compute_data_type=DataType.NOT_SET):
+        return self._norm_backward(NN.InstanceNormBackward, grad, input, scale, mean,
+                                   inv_variance, True, name, compute_data_type)
+
+    def groupnorm(self, norm_forward_phase, input, scale, bias, epsilon, groups, name="",
+                  compute_data_type=DataType.NOT_SET):
+        """[Y, MEAN, INV_VARIANCE]: each (n, group) over (C/groups, spatial); per-channel
+        scale and bias [1, C, 1, ...]; statistics [N, groups, 1, ...]."""
+        o = self._norm_forward(NN.GroupNorm, norm_forward_phase, input, scale, bias, epsilon,
+                               name, compute_data_type, groups=int(groups))
+        return [o["Y"], o.get("MEAN"), o.get("INV_VARIANCE")]
+
+    def groupnorm_backward(self, grad, input, scale, mean, inv_variance, groups, name="",
+                           compute_data_type=DataType.NOT_SET):
+        return self._norm_backward(NN.GroupNormBackward, grad, input, scale, mean,
+                                   inv_variance, True, name, compute_data_type,
+                                   groups=int(groups))
 
     # ---- matmul -------------------------------------------------------------------------------
     def matmul(self, A, B, padding=0.0, name="", compute_data_type=DataType.NOT_SET):

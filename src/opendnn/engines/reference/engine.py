@@ -101,6 +101,8 @@ def run_graph(graph, read) -> dict:
                                       post, stride, dil, flip)
         elif n.kind in LRN_KINDS or n.kind in DROPOUT_KINDS:
             vals.update(_lrn_or_dropout(n, get))
+        elif n.kind in _NORM_KINDS:
+            _norm(graph, n, get, vals)
         else:  # check_support guarantees we never get here
             raise InternalError(f"{n.label()} reached the reference without a definition")
     return vals
@@ -173,6 +175,36 @@ def _pool(n, graph, get, vals) -> None:
         idx = get(n.inputs["Index"]) if "Index" in n.inputs else pool.forward(
             get(n.inputs["X"]), n.resample_mode, *geo, n.nan_propagation)[1]
     vals[dx.uid] = pool.backward(get(n.inputs["DY"]), dx.dims, n.resample_mode, *geo, idx)
+# ---- norm section ----------------------------------------------------------------------------
+_NORM_KINDS = {"layernorm", "rmsnorm", "instancenorm", "groupnorm", "layernorm_backward",
+               "rmsnorm_backward", "instancenorm_backward", "groupnorm_backward"}
+
+
+def _norm(graph, n, get, vals) -> None:
+    """A layer / RMS / instance / group norm node, forward or backward (ops/norm.py)."""
+    from ...errors import BadParamError, Status
+    from ...ops import norm
+    x, s = graph.tensors[n.inputs["X"]], graph.tensors[n.inputs["SCALE"]]
+    geo = norm.geometry(n.NORM, x.dims, s.dims, getattr(n, "groups", 1))
+    rms = n.NORM == norm.RMS
+    if n.kind.endswith("_backward"):
+        mean = get(n.inputs["MEAN"]) if "MEAN" in n.inputs else None
+        dx, ds, db = norm.backward(geo, get(n.inputs["DY"]), get(x.uid), get(s.uid), mean,
+                                   get(n.inputs["INV_VARIANCE"]), rms)
+        for role, v in (("DX", dx), ("DSCALE", ds), ("DBIAS", db)):
+            if role in n.outputs:
+                vals[n.outputs[role]] = v
+        return
+    eps = float(np.asarray(get(n.inputs["EPSILON"])).reshape(-1)[0])
+    why = norm.check_epsilon(eps)
+    if why:
+        raise BadParamError(why, op=n.label(), tensor=graph.tensors[n.inputs["EPSILON"]].label(),
+                            status=Status.BAD_PARAM)
+    bias = get(n.inputs["BIAS"]) if "BIAS" in n.inputs else None
+    y, mean, inv = norm.forward(geo, get(x.uid), get(s.uid), bias, eps, rms)
+    for role, v in (("Y", y), ("MEAN", mean), ("INV_VARIANCE", inv)):
+        if role in n.outputs:
+            vals[n.outputs[role]] = v
 
 
 def _conv_args(n):
@@ -205,7 +237,7 @@ class ReferenceEngine(Engine):
              "concatenate", "conv_fprop", "conv_dgrad", "conv_wgrad", "softmax",
              "softmax_backward", "batchnorm", "batchnorm_inference",
              "batchnorm_backward", "resample", "resample_backward"} | set(LRN_KINDS) | \
-        set(DROPOUT_KINDS)
+        set(DROPOUT_KINDS) | _NORM_KINDS
 
     def check_support(self, graph, target: Target) -> Support:
         for n in graph.nodes:

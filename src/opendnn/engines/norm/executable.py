@@ -1,0 +1,79 @@
+"""A built norm plan: its generated kernels, grids and argument templates (the engine
+and the kernels' layout: ``engine.py``, ``_kernels.py``)."""
+from __future__ import annotations
+
+import torch
+
+from ...errors import BadParamError, Status
+from ...ops import norm as N
+from ...runtime.launch import LaunchList, kernel_from_source
+from ..base import Executable
+from . import _bwd_kernels as KB
+from . import _kernels as K
+from . import _split_kernels as KS
+
+FINISH_BLOCK = 1024
+
+
+class NormExecutable(Executable, LaunchList):
+    def __init__(self, graph, a, kn, target, workspace: int):
+        LaunchList.__init__(self)
+        self.workspace_size = workspace
+        self.eps_uid = a.uids.get("EPS")
+        self.op = a.node.label()
+        p = a.problem
+        self.tag = f"norm_{graph.key()[:12]}"
+        self.graph, self.target, self.const = graph, target, {"num_warps": kn.num_warps}
+        if a.backward:
+            self._backward(a, kn)
+        elif kn.PATH == 3:
+            names, f, ws = a.spec.names(), a.spec, ("ws", torch.float32)
+            first = [n for n in ("X", "R", "XS") if n in names]
+            self._add(KS.stats_source(f"{self.tag}_stats", p, kn, f), f"{self.tag}_stats",
+                      (p.R, kn.SPLIT), [("buf", a.uids[n]) for n in first] + [ws])
+            args = [("buf", a.uids[n]) for n in f.params()]
+            self._add(KS.write_source(f"{self.tag}_write", p, kn, f), f"{self.tag}_write",
+                      (p.R, kn.SPLIT), args[:len(names)] + [ws] + args[len(names):])
+        else:
+            src = (K.fwd_rows_source if kn.PATH == 1 else K.fwd_loop_source)(
+                self.tag, p, kn, a.spec)
+            grid = (-(-p.R // kn.BLOCK_ROWS),) if kn.PATH == 1 else (p.R,)
+            self._add(src, self.tag, grid, [("buf", a.uids[n]) for n in a.spec.params()])
+
+    def _add(self, src: str, name: str, grid, args, warps: int | None = None) -> None:
+        if any(g == 0 for g in grid):
+            return
+        const = self.const if warps is None else {"num_warps": warps}
+        self.add_launch(kernel_from_source(src, name), grid, const, args, self.graph,
+                        self.target.is_cuda)
+
+    def _backward(self, a, kn) -> None:
+        p, rms, tag = a.problem, a.node.NORM == N.RMS, self.tag
+        names = KB._names(rms)
+        bufs = {n: ("buf", a.uids[n]) for n in names}
+        ws = ("ws", torch.float32)
+        if kn.PATH == 1:
+            src = KB.rows_source(f"{tag}_rows", p, kn, rms, kn.PROGRAMS)
+            self._add(src, f"{tag}_rows", (kn.PROGRAMS,), [bufs[n] for n in names] + [ws])
+            parts, base = kn.PROGRAMS, 0
+        else:
+            stats = [n for n in names if n != "DX"]
+            self._add(KB.stats_source(f"{tag}_stats", p, kn, rms), f"{tag}_stats",
+                      (p.R, kn.SPLIT), [bufs[n] for n in stats] + [ws])
+            self._add(KB.cols_source(f"{tag}_cols", p, kn, rms, kn.PROGRAMS), f"{tag}_cols",
+                      (-(-p.L // kn.BLOCK_L), p.G, kn.PROGRAMS), [bufs[n] for n in names] + [ws])
+            parts, base = kn.PROGRAMS, p.R * kn.SPLIT * 2
+        outs = [n for n in ("DSCALE", "DBIAS") if n in a.uids]
+        block = FINISH_BLOCK if self.target.is_cuda else 64
+        grouped = not (p.G == 1 and p.S == 1)
+        grid = (p.G * (p.L // p.S),) if grouped else (-(-p.L // block),)
+        src = KB.finish_source(f"{tag}_finish", p, block, parts, base, outs)
+        self._add(src, f"{tag}_finish", grid, [("buf", a.uids[n]) for n in outs] + [ws],
+                  4 if self.target.is_cuda else 4)
+
+    def run(self, buffers, workspace, stream=None):
+        if self.eps_uid is not None:
+            why = N.check_epsilon(buffers[self.eps_uid])
+            if why:
+                raise BadParamError(why, op=self.op, tensor="EPSILON", status=Status.BAD_PARAM)
+        self.run_launches(buffers, workspace, stream)
