@@ -79,7 +79,10 @@ CASES = [((32, 64, 56, 56), (3, 3), (2, 2), (1, 1)),
 def test_forward_and_backward_every_config(case, layout, dt, mode):
     shape, w, s, p = case
     x = _layout(torch.randn(shape, device="cuda", dtype=dt), layout)
-    xr = x.double().requires_grad_(True)
+    # the reference runs on the CPU: on the H100 (torch 2.11) PyTorch's CUDA avg_pool2d
+    # backward of channels-last float64 with padding differs from its own CPU result by
+    # up to 0.93 (session 8), while ours matches the CPU to 1e-7
+    xr = x.double().cpu().requires_grad_(True)
     ref, pt_idx = _torch_pool(xr, mode, w, s, p)
     g = cudnn.pygraph()
     tx = g.tensor_like(x)
@@ -100,13 +103,13 @@ def test_forward_and_backward_every_config(case, layout, dt, mode):
             ix.fill_(-1)
         _execute(g, pack, i)
         if mode == "MAXPOOL":           # exact: the maximum is one of the inputs
-            assert torch.equal(y.double(), ref.detach().to(dt).double())
+            assert torch.equal(y.double().cpu(), ref.detach().to(dt).double())
             assert int(ix.min()) >= 0 and int(ix.max()) < math.prod(w)
         else:
             assert _relerr(y, ref.detach()) < TOL[dt]
     _every_plan(g, "pool", check_fwd)
     dy = _layout(torch.randn(ref.shape, device="cuda", dtype=dt), layout)
-    ref.backward(dy.double())
+    ref.backward(dy.double().cpu())
     sources = ("index", "x") if mode == "MAXPOOL" else (None,)
     for source in sources:
         g = cudnn.pygraph()
