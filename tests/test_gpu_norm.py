@@ -16,10 +16,16 @@ pytestmark = [pytest.mark.gpu,
 TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
 
 
+# DX of rows of one element is 0 exactly, computed as rstd * (dy - mean(dy) - ...) with
+# rstd = 1/sqrt(eps) = 316: on the GPU (fused multiply-adds) it lands at ~1e-5, float32
+# rounding amplified by rstd. The floor of the relative error is that scale.
+ZERO_FLOOR = 1e-3
+
+
 def _relerr(out, ref):
     out, ref = out.double().cpu(), ref.double().cpu()
     assert not torch.isnan(out).any(), "unwritten (NaN-poisoned) outputs"
-    return ((out - ref).norm() / max(ref.norm().item(), 1e-6)).item()   # DX of rows of one: 0
+    return ((out - ref).norm() / max(ref.norm().item(), ZERO_FLOOR)).item()
 
 
 def _run_every_plan(g, feeds, outs, refs, tol):
