@@ -19,7 +19,7 @@ and computes from x. y and dy may be the same buffer as dx / y as in cuDNN (in p
 """
 from __future__ import annotations
 
-from .cnn import ActivationMode
+from .cnn import ActivationMode, _apply_activation
 from .common import NanPropagation, Status, check
 from .tensor_ops import call, same_dims
 
@@ -42,18 +42,9 @@ def _is_nan(g, x):
 
 def _forward_body(act, mode):
     def body(g, t):
-        x = t["x"]
-        if mode == ActivationMode.SIGMOID:
-            return g.sigmoid(x)
-        if mode == ActivationMode.TANH:
-            return g.tanh(x)
-        if mode == ActivationMode.ELU:
-            return g.elu(x, alpha=act.coef)
-        if mode == ActivationMode.SWISH:
-            return g.swish(x, swish_beta=act.swish_beta)
-        y = g.relu(x) if mode == ActivationMode.RELU else g.relu(x, upper_clip=act.coef)
-        if act.nan_opt == NanPropagation.NOT_PROPAGATE_NAN:   # fmax(NaN, 0) = 0
-            y = g.binary_select(t["zero"], y, _is_nan(g, x))
+        y = _apply_activation(g, t["x"], act)
+        if _relu_like(mode) and act.nan_opt == NanPropagation.NOT_PROPAGATE_NAN:
+            y = g.binary_select(t["zero"], y, _is_nan(g, t["x"]))   # fmax(NaN, 0) = 0
         return y
     return body
 

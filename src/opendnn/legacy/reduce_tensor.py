@@ -25,16 +25,8 @@ from ..graph.graph import Graph
 from .common import SCALAR, NanPropagation, Status, check
 
 
-class ReduceTensorOp(enum.IntEnum):
-    ADD = 0
-    MUL = 1
-    MIN = 2
-    MAX = 3
-    AMAX = 4
-    AVG = 5
-    NORM1 = 6
-    NORM2 = 7
-    MUL_NO_ZEROS = 8
+# cudnnReduceTensorOp_t has the graph's reduction modes, with the same numbers
+ReduceTensorOp = ReductionMode
 
 
 class ReduceTensorIndices(enum.IntEnum):
@@ -123,7 +115,7 @@ class _Reduce:
                   compute_data_type=DataType.FLOAT)
         self.a = g.tensor(list(a_desc.dims), list(a_desc.strides), a_desc.data_type, name="A")
         cdims, cstr = list(c_desc.dims), list(c_desc.strides)
-        r = g.reduction(self.a, ReductionMode(int(desc.op)), name="reduce")
+        r = g.reduction(self.a, desc.op, name="reduce")
         r.set_dim(cdims)
         self.alpha = self.beta = self.prior = self.idx = None
         t = r
