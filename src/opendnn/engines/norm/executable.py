@@ -12,7 +12,8 @@ from . import _bwd_kernels as KB
 from . import _kernels as K
 from . import _split_kernels as KS
 
-FINISH_BLOCK = 1024
+FINISH_BLOCK = 64        # columns per finishing program: L / 64 programs (128 at 8192)
+GROUPED_FINISH_BLOCK = 1024   # group / instance norm: spatial positions per step
 
 
 class NormExecutable(Executable, LaunchList):
@@ -64,8 +65,9 @@ class NormExecutable(Executable, LaunchList):
                       (-(-p.L // kn.BLOCK_L), p.G, kn.PROGRAMS), [bufs[n] for n in names] + [ws])
             parts, base = kn.PROGRAMS, p.R * kn.SPLIT * 2
         outs = [n for n in ("DSCALE", "DBIAS") if n in a.uids]
-        block = FINISH_BLOCK if self.target.is_cuda else 64
         grouped = not (p.G == 1 and p.S == 1)
+        block = (GROUPED_FINISH_BLOCK if grouped else FINISH_BLOCK) if self.target.is_cuda \
+            else 64
         grid = (p.G * (p.L // p.S),) if grouped else (-(-p.L // block),)
         src = KB.finish_source(f"{tag}_finish", p, block, parts, base, outs)
         self._add(src, f"{tag}_finish", grid, [("buf", a.uids[n]) for n in outs] + [ws],
