@@ -70,16 +70,20 @@ def _check_coop(p, kn, target) -> Support:
     return SUPPORTED
 
 
-def _coop_knobs(p, target, backward: bool):
-    """The one-read config for rows of at least 4 chunks, or None. Backward holds two
-    tensors' chunks (dy and y), so its chunks are half as long."""
+def _coop_knobs(p, target, backward: bool, log: bool):
+    """The one-read config for rows of at least 4 chunks, or None. Softmax backward holds
+    two tensors' chunks (dy and y), so its chunks are half as long; log-softmax backward
+    measured best with full chunks and 8 warps (bench/softmax_coop_sweep.py, 262144-wide
+    bf16: 2.56 TB/s against 2.35 with half chunks and 16 warps)."""
     if not target.is_cuda:
         return None
-    block = COOP_BLOCK // 2 if backward else COOP_BLOCK
+    block, warps = (COOP_BLOCK // 2, 16) if backward and not log else (COOP_BLOCK, 16)
+    if backward and log:
+        warps = 8
     split = -(-p.L // block)
     if split < 4 or split > COOP_MAX_SPLIT:
         return None
-    return SoftmaxKnobs(4, block, 1, split, 16, (2 * target.num_sms // split) * split)
+    return SoftmaxKnobs(4, block, 1, split, warps, (2 * target.num_sms // split) * split)
 
 
 class SoftmaxEngine(Engine):
@@ -154,7 +158,7 @@ class SoftmaxEngine(Engine):
                      p.R > 2 * target.num_sms else 0)
             out.append(SoftmaxKnobs(3, 2 * bl, 1, 1, two_loop_warps if target.is_cuda else 4,
                                     progs))
-            coop = _coop_knobs(p, target, _node(graph).kind == "softmax_backward")
+            coop = _coop_knobs(p, target, backward, _node(graph).log)
             if coop is not None:
                 out.append(coop)
         out.sort(key=lambda kn: self._estimate(p, kn, target))
