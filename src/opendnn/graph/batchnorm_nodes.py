@@ -18,12 +18,6 @@ from ..tensor import packed_strides
 from .nodes import NODE_TYPES, Node
 
 
-def _need_dims(node, tensors) -> None:
-    for t in tensors:
-        if t is not None and t.dim is None:
-            raise node.error("input dims are not set", t, Status.BAD_PARAM_NOT_FINALIZED)
-
-
 def _fill_stats(ctx, t, like) -> None:
     """A statistics output takes ``like``'s dims (S) and packed strides."""
     if t is None:
@@ -100,12 +94,8 @@ class BatchNorm(_BatchNormBase):
 
     def infer_properties(self, ctx) -> None:
         x, scale = self.inputs["X"], self.inputs["SCALE"]
-        _need_dims(self, self.input_tensors())
-        y = self.outputs["Y"]
-        if y.dim is None:
-            y.dim = list(x.dim)
-        ctx.fill_type(y, x)
-        ctx.fill_strides(y, x)
+        self.need_dims(self.input_tensors())
+        ctx.fill_like(self.outputs["Y"], x)
         for r in ("MEAN", "INV_VARIANCE", "NEXT_RUNNING_MEAN", "NEXT_RUNNING_VAR"):
             _fill_stats(ctx, self.outputs.get(r), scale)
 
@@ -122,12 +112,8 @@ class BatchNormInference(_BatchNormBase):
 
     def infer_properties(self, ctx) -> None:
         x = self.inputs["X"]
-        _need_dims(self, self.input_tensors())
-        y = self.outputs["Y"]
-        if y.dim is None:
-            y.dim = list(x.dim)
-        ctx.fill_type(y, x)
-        ctx.fill_strides(y, x)
+        self.need_dims(self.input_tensors())
+        ctx.fill_like(self.outputs["Y"], x)
 
     def validate(self, desc) -> None:
         self._check(desc)
@@ -142,12 +128,8 @@ class BatchNormBackward(_BatchNormBase):
 
     def infer_properties(self, ctx) -> None:
         x, scale = self.inputs["X"], self.inputs["SCALE"]
-        _need_dims(self, self.input_tensors())
-        dx = self.outputs["DX"]
-        if dx.dim is None:
-            dx.dim = list(x.dim)
-        ctx.fill_type(dx, self.inputs["DY"])
-        ctx.fill_strides(dx, x)
+        self.need_dims(self.input_tensors())
+        ctx.fill_like(self.outputs["DX"], x, self.inputs["DY"])
         for r in ("DSCALE", "DBIAS"):
             _fill_stats(ctx, self.outputs.get(r), scale)
 

@@ -33,17 +33,10 @@ class _DropoutBase(Node):
 
     def infer_properties(self, ctx) -> None:
         x = self.inputs[self.DATA]
-        for t in (x, self.inputs["SEED"], self.inputs["OFFSET"]):
-            if t.dim is None:
-                raise self.error("input dims are not set", t, Status.BAD_PARAM_NOT_FINALIZED)
+        self.need_dims((x, self.inputs["SEED"], self.inputs["OFFSET"]))
         for r in self.OUT:
-            out = self.outputs.get(r)
-            if out is None:
-                continue
-            if out.dim is None:
-                out.dim = list(x.dim)
-            ctx.fill_type(out, x)
-            ctx.fill_strides(out, x)
+            if self.outputs.get(r) is not None:
+                ctx.fill_like(self.outputs[r], x)
 
     def validate(self, desc) -> None:
         p = self.probability

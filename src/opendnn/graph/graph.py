@@ -65,6 +65,14 @@ class _Context:
         if t.stride is None and t.dim is not None:
             t.stride = infer_strides_like(t.dim, like)
 
+    def fill_like(self, t: Tensor, like: Tensor, type_like: Tensor | None = None):
+        """An output shaped as ``like``: its dims (unless set) and layout, and the type of
+        ``type_like`` (default: ``like``)."""
+        if t.dim is None:
+            t.dim = list(like.dim)
+        self.fill_type(t, type_like if type_like is not None else like)
+        self.fill_strides(t, like)
+
 
 class Graph(BuilderMixin, LifecycleMixin):
     """An operation graph (cudnn-frontend's ``pygraph``)."""

@@ -33,9 +33,7 @@ class _LrnBase(Node):
 
     def infer_properties(self, ctx) -> None:
         ins = [self.inputs[r] for r in self.IN]
-        for t in ins:
-            if t.dim is None:
-                raise self.error("input dims are not set", t, Status.BAD_PARAM_NOT_FINALIZED)
+        self.need_dims(ins)
         x = self.inputs["X"]
         for r in self.OUT:
             out = self.outputs[r]

@@ -59,6 +59,12 @@ class Node:
         label = tensor.label() if hasattr(tensor, "label") else tensor
         return BadParamError(rule, op=self.label(), tensor=label, status=status)
 
+    def need_dims(self, tensors) -> None:
+        """Every given tensor (None skipped) has its dims set, else NOT_FINALIZED."""
+        for t in tensors:
+            if t is not None and t.dim is None:
+                raise self.error("input dims are not set", t, Status.BAD_PARAM_NOT_FINALIZED)
+
     def input_tensors(self) -> list:
         out = []
         for v in self.inputs.values():
@@ -128,9 +134,7 @@ class Pointwise(Node):
     def infer_properties(self, ctx) -> None:
         out = self.outputs["OUT_0"]
         ins = [t for t in self.input_tensors()]
-        for t in ins:
-            if t.dim is None:
-                raise self.error("input dims are not set", t, Status.BAD_PARAM_NOT_FINALIZED)
+        self.need_dims(ins)
         if out.dim is None:
             dims = broadcast_dims([t.dim for t in ins])
             if dims is None:

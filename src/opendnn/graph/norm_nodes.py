@@ -39,11 +39,6 @@ class _Norm(Node):
                              "mean)", x, Status.BAD_PARAM_SHAPE_MISMATCH)
         return geo
 
-    def _need_dims(self, tensors) -> None:
-        for t in tensors:
-            if t is not None and t.dim is None:
-                raise self.error("input dims are not set", t, Status.BAD_PARAM_NOT_FINALIZED)
-
     @staticmethod
     def _fill(ctx, t, dims, like, float_default: bool) -> None:
         if t is None:
@@ -75,7 +70,7 @@ class NormForward(_Norm):
 
     def infer_properties(self, ctx) -> None:
         x, s, b, e = (self.inputs.get(r) for r in ("X", "SCALE", "BIAS", "EPSILON"))
-        self._need_dims([x, s, b, e])
+        self.need_dims([x, s, b, e])
         geo = self._geometry(x, s)
         if e.value is not None and N.check_epsilon(e.value):
             raise self.error(N.check_epsilon(e.value), e, Status.BAD_PARAM)
@@ -112,7 +107,7 @@ class NormBackward(_Norm):
 
     def infer_properties(self, ctx) -> None:
         dy, x, s = (self.inputs[r] for r in ("DY", "X", "SCALE"))
-        self._need_dims([dy, x, s] + [self.inputs.get(r) for r in STAT_ROLES])
+        self.need_dims([dy, x, s] + [self.inputs.get(r) for r in STAT_ROLES])
         self._geometry(x, s)
         self._fill(ctx, self.outputs["DX"], x.dim, dy, False)
         for role in ("DSCALE", "DBIAS"):

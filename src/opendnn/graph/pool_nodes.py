@@ -128,8 +128,7 @@ class Resample(_Pool):
 
     def infer_properties(self, ctx) -> None:
         x, y = self.inputs["X"], self.outputs["Y"]
-        if x.dim is None:
-            raise self.error("input dims are not set", x, Status.BAD_PARAM_NOT_FINALIZED)
+        self.need_dims([x])
         self._fill_defaults(len(x.dim) - 2)
         if y.dim is None:
             y.dim = self._check(x.dim, x.label())
@@ -162,8 +161,7 @@ class ResampleBackward(_Pool):
 
     def infer_properties(self, ctx) -> None:
         dy, dx = self.inputs["DY"], self.outputs["DX"]
-        if dy.dim is None:
-            raise self.error("input dims are not set", dy, Status.BAD_PARAM_NOT_FINALIZED)
+        self.need_dims([dy])
         self._fill_defaults(len(dy.dim) - 2)
         x = self.inputs.get("X")
         if dx.dim is None:

@@ -22,15 +22,11 @@ class Softmax(Node):
     kind: ClassVar[str] = "softmax"
 
     def infer_properties(self, ctx) -> None:
-        x, y = self.inputs["X"], self.outputs["Y"]
-        if x.dim is None:
-            raise self.error("input dims are not set", x, Status.BAD_PARAM_NOT_FINALIZED)
+        x = self.inputs["X"]
+        self.need_dims([x])
         if not -len(x.dim) <= self.axis < len(x.dim):
             raise _axis_error(self, self.axis, len(x.dim), x)
-        if y.dim is None:
-            y.dim = list(x.dim)
-        ctx.fill_type(y, x)
-        ctx.fill_strides(y, x)
+        ctx.fill_like(self.outputs["Y"], x)
 
     def validate(self, desc) -> None:
         x, y = desc(self.inputs["X"]), desc(self.outputs["Y"])
@@ -48,9 +44,7 @@ class SoftmaxBackward(Node):
 
     def infer_properties(self, ctx) -> None:
         dy, y, dx = self.inputs["DY"], self.inputs["Y"], self.outputs["DX"]
-        for t in (dy, y):
-            if t.dim is None:
-                raise self.error("input dims are not set", t, Status.BAD_PARAM_NOT_FINALIZED)
+        self.need_dims((dy, y))
         if not -len(y.dim) <= self.axis < len(y.dim):
             raise _axis_error(self, self.axis, len(y.dim), y)
         if dx.dim is None:
