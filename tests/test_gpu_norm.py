@@ -69,7 +69,9 @@ def _grads(kind, x, w, b, dy, groups):
 
 CASES = [("layernorm", (8192, 8192), 1), ("layernorm", (64, 65536), 1),
          ("layernorm", (4, 262144), 1), ("layernorm", (37, 1000), 1), ("layernorm", (7, 1), 1),
+         ("layernorm", (37, 40000), 1),       # one read: 5 chunks, the last partial
          ("rmsnorm", (8192, 8192), 1), ("rmsnorm", (16, 262144), 1), ("rmsnorm", (33, 3000), 1),
+         ("rmsnorm", (5, 20000), 1),
          ("instancenorm", (4, 32, 64, 64), 1), ("groupnorm", (8, 64, 32, 32), 32),
          ("groupnorm", (2, 12, 300, 300), 3)]
 
@@ -99,10 +101,11 @@ def test_forward_and_backward(case, dt):
                     zero_atol=8 * 2 ** -23 * inv.max().item() * dy.abs().max().item())
 
 
-def test_fused_residual_layernorm_gelu():
-    shape = (4096, 4096)
+@pytest.mark.parametrize("shape", [(4096, 4096), (48, 70000)])
+def test_fused_residual_layernorm_gelu(shape):
+    L = shape[1]
     x, r = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    w, b = (torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    w, b = (torch.randn(1, L, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     g = cudnn.pygraph()
     tx, tr, tw, tb = (g.tensor_like(t) for t in (x, r, w, b))
     y, m, v = g.layernorm(cudnn.norm_forward_phase.TRAINING, g.add(tx, tr), tw, tb, 1e-5)
@@ -111,9 +114,44 @@ def test_fused_residual_layernorm_gelu():
     for t in (m, v):
         t.set_output(True).set_data_type(cudnn.data_type.FLOAT)
     s = (x.double() + r.double())
-    ref = F.gelu(F.layer_norm(s, (4096,), w[0].double(), b[0].double(), 1e-5))
+    ref = F.gelu(F.layer_norm(s, (L,), w[0].double(), b[0].double(), 1e-5))
     mean = s.mean(-1, keepdim=True)
     inv = 1 / torch.sqrt(s.var(-1, unbiased=False, keepdim=True) + 1e-5)
     names = _run_every_plan(g, {tx: x, tr: r, tw: w, tb: b}, [out, m, v], [ref, mean, inv],
                             1e-2)
     assert len(g._plans) >= 1 and names
+
+
+@pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("rows,programs,prefetch", [(29, 24, 1), (29, 264, 0), (3, 264, 1)])
+def test_one_read_path_knobs(kind, rows, programs, prefetch):
+    """PATH=4 with 12 chunks of 256 (the last partial), few or more groups than rows,
+    with and without PREFETCH, forward and backward."""
+    shape, dt = (rows, 2900), torch.bfloat16
+    x = (torch.randn(shape, device="cuda") * 2 + 0.5).to(dt)
+    w, dy = torch.randn(1, 2900, device="cuda").to(dt), torch.randn(shape, device="cuda").to(dt)
+    b = torch.randn(1, 2900, device="cuda").to(dt) if kind == "layernorm" else None
+    yref, grads = _grads(kind, x, w, b, dy, 1)
+    mean, inv = torch_stats(kind, x.cpu(), w.cpu(), 1e-5, 1)
+    knobs = dict(PATH=4, BLOCK_L=256, BLOCK_ROWS=1, SPLIT=12, PROGRAMS=programs,
+                 num_warps=4, PREFETCH=prefetch)
+    for bwd in (False, True):
+        if bwd:
+            g, feeds, outs = backward_graph(kind, dy, x, w, mean.float().cuda(),
+                                            inv.float().cuda(), 1, has_dbias=b is not None)
+            refs = grads
+        else:
+            g, feeds, outs = forward_graph(kind, x, w, b, 1e-5, 1)
+            refs = [yref] + ([inv] if kind == "rmsnorm" else [mean, inv])
+        g.validate()
+        g.build_operation_graph()
+        g.create_execution_plan(26, knobs)
+        g.check_support()
+        g.build_plans()
+        ws = torch.empty(max(g.get_workspace_size(), 1), device="cuda",
+                         dtype=torch.uint8).fill_(255)
+        bufs = {t: torch.empty_strided(t.get_dim(), t.get_stride(), device="cuda",
+                                       dtype=_dtype(t)).fill_(float("nan")) for t in outs}
+        g.execute({**feeds, **bufs}, ws)
+        for t, ref in zip(outs, refs):
+            assert _close(bufs[t], ref, 3e-2, None), f"backward={bwd} {t.get_name()}"

@@ -15,6 +15,7 @@ from opendnn.engines.norm.engine import NormEngine
 ID = NormEngine.id
 LOOP = dict(PATH=2, BLOCK_L=16, BLOCK_ROWS=1, SPLIT=1, PROGRAMS=1, num_warps=4)
 SPLIT3 = dict(PATH=3, BLOCK_L=8, BLOCK_ROWS=1, SPLIT=3, PROGRAMS=1, num_warps=4)
+COOP = dict(PATH=4, BLOCK_L=64, BLOCK_ROWS=1, SPLIT=1, PROGRAMS=2, num_warps=4, PREFETCH=1)
 
 
 def _inputs(rng, kind, shape, dtype, axes=None, bias=True):
@@ -75,6 +76,11 @@ CASES = [  # (kind, shape, layer-norm axes or None, knobs: None = the engine's c
     ("groupnorm", (2, 6, 3, 5), None, None),
     ("groupnorm", (3, 6, 7), None, dict(LOOP, BLOCK_L=4)),
     ("groupnorm", (3, 6, 7), None, dict(SPLIT3, BLOCK_L=4)),   # the last chunk: padding
+    # one read (PATH=4): on the CPU a row is one chunk (SPLIT=1; chunks of one row wait for
+    # each other: GPU only, test_gpu_norm.py); 2 persistent programs prefetching rows
+    ("layernorm", (5, 37), None, COOP),
+    ("rmsnorm", (6, 33), None, dict(COOP, PREFETCH=0)),
+    ("layernorm", (4, 6, 2, 3), (1,), dict(COOP, BLOCK_L=8)),   # strided rows
 ]
 
 
@@ -91,7 +97,8 @@ def test_forward_against_reference(rng, case, dtype):
 
 
 BWD = dict(PATH=2, BLOCK_L=2, BLOCK_ROWS=1, SPLIT=2, PROGRAMS=2, num_warps=4)
-BWD_CASES = ([c[:3] + (None,) for c in CASES if not (c[3] and c[3]["PATH"] == 3)] +
+BWD_CASES = ([c[:3] + (None,) for c in CASES if not (c[3] and c[3]["PATH"] in (3, 4))] +
+             [c for c in CASES if c[3] and c[3]["PATH"] == 4] +
              [c[:3] + (BWD,) for c in CASES if c[3] and c[3]["PATH"] == 2] +
              [("layernorm", (7, 37), None, dict(PATH=1, BLOCK_L=64, BLOCK_ROWS=2, SPLIT=1,
                                                 PROGRAMS=3, num_warps=4))])

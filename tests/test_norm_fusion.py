@@ -14,6 +14,7 @@ from opendnn.engines.norm.engine import NormEngine
 ID = NormEngine.id
 LOOP = dict(PATH=2, BLOCK_L=8, BLOCK_ROWS=1, SPLIT=1, PROGRAMS=1, num_warps=4)
 SPLIT3 = dict(LOOP, PATH=3, SPLIT=2)
+COOP = dict(LOOP, PATH=4, BLOCK_L=32, PROGRAMS=2, PREFETCH=1)
 
 EPILOGUES = {
     "relu": lambda g, y, c: g.relu(y),
@@ -80,8 +81,9 @@ CASES = [  # (kind, residual, keep the sum, epilogue, keep Y)
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-{c[3]}-{i}" for i, c in enumerate(CASES)])
 @pytest.mark.parametrize("knobs,dtype", [(None, torch.float32), (None, torch.bfloat16),
-                                          (LOOP, torch.bfloat16), (SPLIT3, torch.float32)],
-                         ids=["rows-f32", "rows-bf16", "loop-bf16", "split-f32"])
+                                          (LOOP, torch.bfloat16), (SPLIT3, torch.float32),
+                                          (COOP, torch.bfloat16)],
+                         ids=["rows-f32", "rows-bf16", "loop-bf16", "split-f32", "coop-bf16"])
 def test_fused_forward_against_reference(rng, case, knobs, dtype):
     kind, residual, keep_sum, epilogue, keep_y = case
     shape = (5, 4, 6) if kind == "groupnorm" else (5, 24)

@@ -161,6 +161,39 @@ def test_engine_declines_configs_with_a_reason(knobs, reason):
     assert not sup.ok and reason in sup.reason
 
 
+H100 = Target(device="cuda", name="h100", capability=(9, 0), num_sms=132)
+COOP = dict(PATH=4, BLOCK_L=8, BLOCK_ROWS=1, SPLIT=5, PROGRAMS=10, num_warps=4, PREFETCH=1)
+
+
+@pytest.mark.parametrize("knobs,target,reason", [
+    (COOP, Target(), "PATH=4 with SPLIT > 1 needs a GPU"),
+    (dict(COOP, SPLIT=4, PROGRAMS=8), H100, "SPLIT must be the row's chunks (5)"),
+    (dict(COOP, PROGRAMS=12), H100, "PROGRAMS must be a multiple of SPLIT=5"),
+    (dict(COOP, PROGRAMS=270), H100, "at most 264"),
+    (dict(COOP, BLOCK_ROWS=2), H100, "PATH=4: BLOCK_ROWS=1"),
+    (dict(PATH=1, BLOCK_L=64, BLOCK_ROWS=1, SPLIT=1, PROGRAMS=1, num_warps=4, PREFETCH=1),
+     Target(), "PREFETCH is a PATH=4 (one read) knob"),
+])
+def test_one_read_path_declines_configs_with_a_reason(knobs, target, reason):
+    g, _, _ = forward_graph("layernorm", torch.ones(3, 37), torch.ones(1, 37),
+                            torch.ones(1, 37))
+    g.validate()
+    e = NormEngine()
+    sup = e.check_config(g.op_graph, EngineConfig.make(e, **knobs), target)
+    assert not sup.ok and reason in sup.reason, sup.reason
+
+
+def test_one_read_path_takes_no_group_norm_backward(rng):
+    x, w = rng.rand((2, 4, 3)), rng.rand((1, 4, 1))
+    mean, inv = (t.float() for t in torch_stats("groupnorm", x, w, groups=2))
+    g, _, _ = backward_graph("groupnorm", x, x, w, mean, inv, 2)
+    g.validate()
+    e = NormEngine()
+    sup = e.check_config(g.op_graph, EngineConfig.make(e, **dict(COOP, SPLIT=1, PROGRAMS=1)),
+                         H100)
+    assert not sup.ok and "backward PATH=4 takes layer / RMS norm" in sup.reason
+
+
 def test_backward_group_norm_declines_the_rows_path(rng):
     x, w = rng.rand((2, 4, 3)), rng.rand((1, 4, 1))
     mean, inv = (t.float() for t in torch_stats("groupnorm", x, w, groups=2))

@@ -190,6 +190,32 @@ def _max_combine(a, b):
 '''
 
 
+# ---- cooperative kernels (programs of one row meeting through a counter) ---------------------
+def zero_flags_source(name: str, offset: int, count: int) -> str:
+    """A kernel zeroing ``count`` float32 arrival counters at WS[offset:]: a cooperative
+    run must start from 0, and the workspace is the user's (grid: ceil(count / 1024))."""
+    return "\n".join([
+        "@triton.jit", f"def {name}(WS):",
+        "    i = tl.program_id(0) * 1024 + tl.arange(0, 1024)",
+        f"    tl.store(WS + {offset} + i, tl.full([1024], 0.0, tl.float32), mask=i < {count})"]) \
+        + "\n"
+
+
+def arrive(counter: str, indent: str) -> list[str]:
+    """Lines publishing the partials this program stored just before (a barrier: every
+    thread's store is issued) and counting it in at ``counter`` (release)."""
+    return [f"{indent}tl.debug_barrier()",
+            f"{indent}tl.atomic_add({counter}, 1.0, sem=\"release\")"]
+
+
+def wait(counter: str, count: int, indent: str) -> list[str]:
+    """Lines spinning until ``count`` programs have arrived at ``counter`` (acquire): the
+    partials they published are then visible (read them with cache_modifier=".cg")."""
+    return [f"{indent}while tl.atomic_add({counter}, 0.0, sem=\"acquire\") < {count}:",
+            f"{indent}    pass",
+            f"{indent}tl.debug_barrier()"]
+
+
 def reduction_parts(mode):
     pre, combine, ident, post = RED_TABLE[mode]
     return pre, combine, ident, post

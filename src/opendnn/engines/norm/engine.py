@@ -9,10 +9,12 @@ Tensors are float32 / float16 / bfloat16 of any strides.
 
 Knobs: PATH 1 holds whole rows in registers (BLOCK_ROWS rows of BLOCK_L >= L); PATH 2
 takes long rows (forward: two loops per row; backward: statistics, column blocks); PATH 3
-(forward) splits rows into SPLIT chunks over two kernels. SPLIT: chunks per row (backward
-statistics kernel, forward PATH 3); PROGRAMS: persistent programs
-(backward PATH 1) or row groups (backward PATH 2) whose DSCALE / DBIAS partials the
-finishing kernel sums in order (deterministic).
+(forward) splits rows into SPLIT chunks over two kernels; PATH 4 (GPU only) reads long
+rows once, a row's SPLIT chunks held by co-resident programs (``_coop_kernels``). SPLIT:
+chunks per row (backward statistics kernel, PATH 3 and 4); PROGRAMS: persistent programs
+(backward PATH 1, PATH 4) or row groups (backward PATH 2) whose DSCALE / DBIAS partials
+the finishing kernel sums in order (deterministic); PREFETCH (PATH 4): the next row's
+loads are issued before waiting for the row's other chunks.
 """
 from __future__ import annotations
 
@@ -23,12 +25,16 @@ from ...enums import BehaviorNote, DataType, PointwiseMode
 from ...ops import norm as N
 from ..base import SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target, decline
 from ..fusion import epilogue as fe
+from . import _coop_kernels as KC
 from . import _kernels as K
 
 TYPES = (DataType.FLOAT, DataType.HALF, DataType.BFLOAT16)
 FORWARD = ("layernorm", "rmsnorm", "instancenorm", "groupnorm")
 BACKWARD = tuple(f"{k}_backward" for k in FORWARD)
 MAX_TILE = 16384          # elements of one program's register tile
+COOP_COST = (1.3, 1.1)    # PATH=4 time factor without / with PREFETCH (softmax probe: 0.66-0.70
+#                           of copy without)
+COOP_MAX_SPLIT = 64       # PATH=4: chunks per row (the partials are gathered as a vector)
 POW2 = tuple(1 << i for i in range(15))
 L2_BYTES = 40e6           # the part of the H100's 50 MB L2 that re-read rows may count on
 
@@ -39,8 +45,10 @@ class NormKnobs:
     BLOCK_L: int = 1024     # elements of a row per tile (PATH=1: at least the row)
     BLOCK_ROWS: int = 1     # rows per tile (PATH=1)
     SPLIT: int = 1          # chunks per row (backward PATH=2, forward PATH=3)
-    PROGRAMS: int = 1       # backward: persistent programs (PATH=1) / row groups (PATH=2)
+    PROGRAMS: int = 1       # backward: persistent programs (PATH=1) / row groups (PATH=2);
+    #                         PATH=4: row groups x SPLIT, all resident at once
     num_warps: int = 4
+    PREFETCH: int = 0       # PATH=4: load the next row while waiting for the others
 
 
 @dataclasses.dataclass
@@ -139,6 +147,38 @@ def _epilogue_inputs(graph, ep, n, pro) -> str | None:
     return None
 
 
+def _coop_knobs(a: Analysis, target: Target) -> NormKnobs | None:
+    """The one-read config (PATH=4) for rows of 4 to 64 chunks on a GPU, or None."""
+    p = a.problem
+    if not target.is_cuda or (a.backward and (p.G != 1 or p.S != 1)):
+        return None
+    block, warps, per_sm = (4096, 16, 1) if a.backward else (8192, 16, 2)
+    split = -(-p.L // block)
+    if split < 4 or split > COOP_MAX_SPLIT:
+        return None
+    return NormKnobs(4, block, 1, split, (per_sm * target.num_sms // split) * split, warps, 1)
+
+
+def _check_coop(a: Analysis, kn: NormKnobs, target: Target) -> Support:
+    p = a.problem
+    if not target.is_cuda and kn.SPLIT > 1:
+        return decline("PATH=4 with SPLIT > 1 needs a GPU: a row's programs wait for each "
+                       "other, and the interpreter runs programs one at a time")
+    if a.backward and (p.G != 1 or p.S != 1):
+        return decline("backward PATH=4 takes layer / RMS norm; group / instance norm take "
+                       "PATH=2")
+    if kn.BLOCK_ROWS != 1 or kn.BLOCK_L > MAX_TILE:
+        return decline(f"PATH=4: BLOCK_ROWS=1 and BLOCK_L <= {MAX_TILE}")
+    chunks = -(-p.L // kn.BLOCK_L)
+    if kn.SPLIT != chunks or kn.SPLIT > COOP_MAX_SPLIT:
+        return decline(f"PATH=4: SPLIT must be the row's chunks ({chunks}) and at most "
+                       f"{COOP_MAX_SPLIT}")
+    if kn.PROGRAMS % kn.SPLIT or not kn.SPLIT <= kn.PROGRAMS <= 2 * max(target.num_sms, 1):
+        return decline(f"PATH=4: PROGRAMS must be a multiple of SPLIT={kn.SPLIT} and at most "
+                       f"{2 * target.num_sms} (two programs per SM, all resident at once)")
+    return SUPPORTED
+
+
 class NormEngine(Engine):
     """Layer / RMS / instance / group norm, forward (with fusion) and backward."""
     id = 26
@@ -156,10 +196,10 @@ class NormEngine(Engine):
         return SUPPORTED
 
     def knob_space(self, graph=None) -> list[Knob]:
-        return [Knob("PATH", (1, 2, 3), 1), Knob("BLOCK_L", POW2, 1024),
+        return [Knob("PATH", (1, 2, 3, 4), 1), Knob("BLOCK_L", POW2, 1024),
                 Knob("BLOCK_ROWS", POW2[:9], 1), Knob("SPLIT", tuple(range(1, 257)), 1),
                 Knob("PROGRAMS", tuple(range(1, 4097)), 1),
-                Knob("num_warps", (1, 2, 4, 8, 16, 32), 4)]
+                Knob("num_warps", (1, 2, 4, 8, 16, 32), 4), Knob("PREFETCH", (0, 1), 0)]
 
     def check_config(self, graph, config: EngineConfig, target: Target) -> Support:
         sup = super().check_config(graph, config, target)
@@ -167,6 +207,10 @@ class NormEngine(Engine):
             return sup
         kn, a = NormKnobs(**config.knob_dict), _analyze(graph)
         p = a.problem
+        if kn.PREFETCH and kn.PATH != 4:
+            return decline("PREFETCH is a PATH=4 (one read) knob")
+        if kn.PATH == 4:
+            return _check_coop(a, kn, target)
         if kn.PATH == 1:
             if kn.BLOCK_L < p.L:
                 return decline(f"PATH=1 holds whole rows: BLOCK_L={kn.BLOCK_L} < row length "
@@ -238,6 +282,9 @@ class NormEngine(Engine):
                     tiles = max(1, -(-p.L // bl))
                     split = max(1, min(256, tiles, _pow2(-(-16 * sms // max(p.R, 1)))))
                     out.append(NormKnobs(3, bl, 1, split, 1, 8))
+        coop = _coop_knobs(a, target)
+        if coop is not None:
+            out.append(coop)
         out.sort(key=lambda kn: self._estimate(a, kn, target))
         return [EngineConfig.make(self, **dataclasses.asdict(kn)) for kn in out]
 
@@ -255,17 +302,23 @@ class NormEngine(Engine):
                 moved += reread * (1.0 - 0.85 * min(1.0, L2_BYTES / max(in_flight, 1)))
             if kn.PATH == 3:     # the second read from DRAM
                 moved += full * sum(item[n] for n in ("X", "R") if n in item)
-            programs = {1: -(-p.R // kn.BLOCK_ROWS), 2: p.R, 3: p.R * kn.SPLIT}[kn.PATH]
-            launches = 2 if kn.PATH == 3 else 1
+            programs = {1: -(-p.R // kn.BLOCK_ROWS), 2: p.R, 3: p.R * kn.SPLIT,
+                        4: kn.PROGRAMS}[kn.PATH]
+            launches = 2 if kn.PATH in (3, 4) else 1
         else:
             moved = full * (item["DY"] + item["X"] + item["DX"])
             if kn.PATH == 1:
                 moved += 2 * kn.PROGRAMS * p.L * 4 * 2
                 programs = kn.PROGRAMS
+            elif kn.PATH == 4:
+                moved += 2 * kn.PROGRAMS // kn.SPLIT * p.L * 4 * 2
+                programs = kn.PROGRAMS
             else:
                 moved += full * (item["DY"] + item["X"]) + 2 * kn.PROGRAMS * p.G * p.L * 8
                 programs = min(p.R * kn.SPLIT, -(-p.L // kn.BLOCK_L) * p.G * kn.PROGRAMS)
             launches = 2 if kn.PATH == 1 else 3
+        if kn.PATH == 4:    # programs wait for each other at every row
+            moved *= COOP_COST[kn.PREFETCH]
         fill = max(min(1.0, programs / (1.0 * target.num_sms)), 1e-3)
         return moved / (target.bandwidth * fill) + 3e-6 * launches
 
@@ -278,6 +331,8 @@ class NormEngine(Engine):
     def workspace_size(self, graph, config, target) -> int:
         a = _analyze(graph)
         kn, p = NormKnobs(**config.knob_dict), a.problem
+        if kn.PATH == 4:
+            return KC.workspace_floats(p, kn, a.backward) * 4
         if not a.backward:
             return p.R * kn.SPLIT * 2 * 4 if kn.PATH == 3 else 0
         if kn.PATH == 1:

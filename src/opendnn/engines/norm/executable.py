@@ -8,7 +8,9 @@ from ...errors import BadParamError, Status
 from ...ops import norm as N
 from ...runtime.launch import LaunchList, kernel_from_source
 from ..base import Executable
+from ..fusion._codegen import zero_flags_source
 from . import _bwd_kernels as KB
+from . import _coop_kernels as KC
 from . import _kernels as K
 from . import _split_kernels as KS
 
@@ -25,8 +27,17 @@ class NormExecutable(Executable, LaunchList):
         p = a.problem
         self.tag = f"norm_{graph.key()[:12]}"
         self.graph, self.target, self.const = graph, target, {"num_warps": kn.num_warps}
+        if kn.PATH == 4:
+            self._add(zero_flags_source(f"{self.tag}_zero", KC.flags_offset(p, kn), p.R),
+                      f"{self.tag}_zero", (-(-p.R // 1024),), [("ws", torch.float32)], 4)
         if a.backward:
             self._backward(a, kn)
+        elif kn.PATH == 4:
+            names, f = a.spec.names(), a.spec
+            args = [("buf", a.uids[n]) for n in f.params()]
+            self._add(KC.fwd_source(f"{self.tag}_coop", p, kn, f), f"{self.tag}_coop",
+                      (kn.PROGRAMS,), args[:len(names)] + [("ws", torch.float32)] +
+                      args[len(names):])
         elif kn.PATH == 3:
             names, f, ws = a.spec.names(), a.spec, ("ws", torch.float32)
             first = [n for n in ("X", "R", "XS") if n in names]
@@ -57,6 +68,10 @@ class NormExecutable(Executable, LaunchList):
             src = KB.rows_source(f"{tag}_rows", p, kn, rms, kn.PROGRAMS)
             self._add(src, f"{tag}_rows", (kn.PROGRAMS,), [bufs[n] for n in names] + [ws])
             parts, base = kn.PROGRAMS, 0
+        elif kn.PATH == 4:
+            self._add(KC.bwd_source(f"{tag}_coop", p, kn, rms), f"{tag}_coop", (kn.PROGRAMS,),
+                      [bufs[n] for n in names] + [ws])
+            parts, base = kn.PROGRAMS // kn.SPLIT, KC.params_offset(p, kn)
         else:
             stats = [n for n in names if n != "DX"]
             self._add(KB.stats_source(f"{tag}_stats", p, kn, rms), f"{tag}_stats",

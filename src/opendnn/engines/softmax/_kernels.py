@@ -19,7 +19,8 @@ own strides, so any layout works; the offsets are literals of the generated sour
 """
 from __future__ import annotations
 
-from ..fusion._codegen import COMBINE_HELPERS, TL_TYPE, index_decomposition, offset_expr
+from ..fusion._codegen import (COMBINE_HELPERS, TL_TYPE, arrive, index_decomposition,
+                               offset_expr, wait)
 
 INT32_LIMIT = 2 ** 31 - 1
 NEG_INF = 'float("-inf")'
@@ -249,22 +250,13 @@ def flags_offset(p: Problem, kn) -> int:
     return p.R * kn.SPLIT * 2
 
 
-def zero_flags_source(name: str, p: Problem, kn) -> str:
-    """Zero the R arrival counters (a run must start from 0; the workspace is the user's)."""
-    off = flags_offset(p, kn)
-    return "\n".join([
-        "@triton.jit", f"def {name}(WS):",
-        "    i = tl.program_id(0) * 1024 + tl.arange(0, 1024)",
-        f"    tl.store(WS + {off} + i, tl.full([1024], 0.0, tl.float32), mask=i < {p.R})"]) + "\n"
-
-
 def coop_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str:
     """PASSES=4: a row's SPLIT chunks are held in registers by SPLIT programs running at
     once (PROGRAMS = groups x SPLIT, at most what the GPU keeps resident). Each publishes
     its chunk's partials -- (max, sum of exp), or backward's sum of dy * y (dy) -- bumps
     the row's counter and waits for all SPLIT, then combines them and writes its chunk
     from registers: one read of the input. Group g takes rows g, g + groups, ..."""
-    ind, ind2 = "    ", "        "
+    ind = "    "
     roles = ("DY", "Y", "DX") if backward else ("X", "Y")
     sp, bl = kn.SPLIT, kn.BLOCK_L
     sp2 = 1 << max(0, (sp - 1).bit_length())
@@ -293,11 +285,7 @@ def coop_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str:
                  f"{ind}part = tl.reduce(tl.exp(x - shift), 0, _add_combine)",
                  f"{ind}tl.store(WS + (row * {sp} + sl) * 2, m)",
                  f"{ind}tl.store(WS + (row * {sp} + sl) * 2 + 1, part)"]
-    body += [f"{ind}tl.debug_barrier()",
-             f"{ind}tl.atomic_add(WS + {flag} + row, 1.0, sem=\"release\")",
-             f"{ind}while tl.atomic_add(WS + {flag} + row, 0.0, sem=\"acquire\") < {sp}:",
-             f"{ind2}pass",
-             f"{ind}tl.debug_barrier()"]
+    body += arrive(f"WS + {flag} + row", ind) + wait(f"WS + {flag} + row", sp, ind)
     if backward:
         body += [f"{ind}s = tl.reduce(tl.load(WS + row * {sp} + k, mask=kmask, other=0.0, "
                  "cache_modifier=\".cg\"), 0, _add_combine)",

@@ -11,6 +11,7 @@ import torch
 
 from ...enums import BehaviorNote, DataType
 from ...runtime.launch import LaunchList, kernel_from_source
+from ..fusion._codegen import zero_flags_source
 from ..base import SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target, decline
 from . import _kernels as K
 
@@ -214,7 +215,8 @@ class _SoftmaxExecutable(Executable, LaunchList):
         ws = [("ws", torch.float32)]
         if kn.PASSES == 4:
             zero = f"{tag}_zero"
-            self.add_launch(kernel_from_source(K.zero_flags_source(zero, p, kn), zero),
+            src = zero_flags_source(zero, K.flags_offset(p, kn), p.R)
+            self.add_launch(kernel_from_source(src, zero),
                             (-(-p.R // 1024),), {"num_warps": 4}, ws, graph, target.is_cuda)
             src = K.coop_source(f"{tag}_coop", p, kn, backward, n.log)
             self.add_launch(kernel_from_source(src, f"{tag}_coop"), (kn.PROGRAMS,), const,

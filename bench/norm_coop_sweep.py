@@ -1,0 +1,114 @@
+"""Sweep of the norm engine's one-read path (PATH=4) for long rows, layer norm and RMS
+norm, forward and backward, bf16: chunk length, warps, programs per SM and PREFETCH,
+against the engine's heuristic choice in the same run (issue 4's goals: forward >= 2.0
+TB/s at 262144, backward >= 2.4). Each config's Y / DX is checked against PyTorch.
+Run (GPU): PYTHONPATH=src python bench/norm_coop_sweep.py [quick]"""
+import sys
+
+import torch
+import torch.nn.functional as F
+from triton.testing import do_bench
+
+import opendnn.bench.norm as N
+import opendnn.frontend as cudnn
+
+SMS = torch.cuda.get_device_properties(0).multi_processor_count
+GRID = [(b, w, pre, per) for b in (4096, 8192, 16384) for w in (8, 16) for pre in (0, 1)
+        for per in (1, 2)]
+QUICK = [(4096, 16, 1, 2), (4096, 16, 0, 2), (4096, 8, 1, 2), (8192, 16, 1, 1),
+         (8192, 16, 0, 1), (4096, 16, 1, 1)]
+
+
+def _run(kind, bwd, x, w, b, dy, mean, rstd, knobs):
+    orig, seen = N._build, {}
+
+    def build(g, cd, pack):
+        if knobs is None:
+            fn, name = orig(g, cd, pack)
+        else:
+            g.validate()
+            g.build_operation_graph()
+            g.create_execution_plan(26, knobs)
+            g.check_support()
+            g.build_plans()
+            ws = torch.empty(max(g.get_workspace_size(), 1), device="cuda", dtype=torch.uint8)
+            fn, name = (lambda: g.execute(pack, ws)), g.get_plan_name_at_index(0)
+        seen["pack"] = pack
+        return fn, name
+    N._build = build
+    try:
+        if bwd:
+            fn, name = N._backward(cudnn, kind, dy, x, w, mean, rstd)
+        else:
+            fn, name = N._forward(cudnn, kind, x, w, b if kind == "layernorm" else None)
+    finally:
+        N._build = orig
+    fn()
+    torch.cuda.synchronize()
+    out = [v for k, v in seen["pack"].items() if v.shape == x.shape and v is not x and
+           v is not dy][0]
+    return fn, name, out
+
+
+def main():
+    quick = "quick" in sys.argv
+    res = []
+    for R, L in ((512, 262144), (2048, 65536)):
+        x = torch.randn(R, L, device="cuda", dtype=torch.bfloat16)
+        dy = torch.randn_like(x)
+        w = torch.randn(1, L, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(1, L, device="cuda", dtype=torch.bfloat16)
+        xf = x.float()
+        for kind in ("layernorm", "rmsnorm"):
+            if kind == "layernorm":
+                mean = xf.mean(1, keepdim=True)
+                var = xf.var(1, unbiased=False, keepdim=True)
+                want_y = F.layer_norm(xf, (L,), w[0].float(), b[0].float(), 1e-5)
+            else:
+                mean = torch.zeros(R, 1, device="cuda")
+                var = (xf * xf).mean(1, keepdim=True)
+                want_y = F.rms_norm(xf, (L,), w[0].float(), 1e-5)
+            rstd = torch.rsqrt(var + 1e-5)
+            xr = xf.clone().requires_grad_(True)
+            (F.layer_norm(xr, (L,), w[0].float(), None, 1e-5) if kind == "layernorm" else
+             F.rms_norm(xr, (L,), w[0].float(), 1e-5)).backward(dy.float())
+            want_dx = xr.grad
+            for bwd in (False, True):
+                nb = (3 if bwd else 2) * x.numel() * 2
+                want = want_dx if bwd else want_y
+                grid = [None] + (QUICK if quick or L == 65536 else GRID)
+                for cfg in grid:
+                    kn = None
+                    if cfg is not None:
+                        block, warps, pre, per = cfg
+                        split = -(-L // block)
+                        if split > 64 or per * SMS < split:
+                            continue
+                        kn = dict(PATH=4, BLOCK_L=block, BLOCK_ROWS=1, SPLIT=split,
+                                  PROGRAMS=(per * SMS // split) * split, num_warps=warps,
+                                  PREFETCH=pre)
+                    try:
+                        fn, name, out = _run(kind, bwd, x, w, b, dy, mean, rstd, kn)
+                        err = ((out.float() - want).abs().max() / want.abs().max()).item()
+                        ms = do_bench(fn, warmup=5, rep=30, return_mode="median")
+                    except Exception as e:   # noqa: BLE001 -- reported
+                        print(f"  {kind} {L} bwd={bwd} {cfg}: FAILED {str(e)[:100]}")
+                        continue
+                    gbs = nb / ms / 1e6
+                    res.append((gbs, kind, L, bwd, cfg, err))
+                    print(f"  {kind} {L} bwd={bwd} {cfg or name}: {gbs:.0f} GB/s "
+                          f"rel.err {err:.1e}", flush=True)
+    print("\nbest (GB/s, kind, L, backward, (block, warps, prefetch, per_sm), rel.err):")
+    for kind in ("layernorm", "rmsnorm"):
+        for L in (262144, 65536):
+            for bwd in (False, True):
+                sel = [r for r in res if r[1] == kind and r[2] == L and r[3] == bwd]
+                heur = [r for r in sel if r[4] is None]
+                best = sorted((r for r in sel if r[4] is not None), key=lambda r: -r[0])[:2]
+                h = f"heuristic {heur[0][0]:.0f}" if heur else "heuristic --"
+                print(f"{kind:9s} {L:6d} {'bwd' if bwd else 'fwd'} {h} | " +
+                      " | ".join(f"{r[0]:.0f} {r[4]} err {r[5]:.0e}" for r in best))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,179 @@
+"""Triton sources of the norm engine's one-read path (``PATH=4``, GPU only; layout:
+``_kernels``).
+
+A row's SPLIT chunks of BLOCK_L elements are held in registers by SPLIT programs running
+at once; PROGRAMS = groups x SPLIT persistent programs, group g taking rows g, g + groups,
+... and program (g, k) always chunk k -- its columns never change, so it holds SCALE /
+BIAS for the whole run. For each row a program computes its chunk's partials, stores
+them to the workspace, counts itself in at the row's counter (release), loads the next
+row's chunk (PREFETCH=1: the loads are in flight while it waits), spins until all SPLIT
+arrived (acquire), combines the partials and writes its chunk from registers: the input
+is read once.
+
+Forward partials, chunk k of n_k elements: layer norm (mean m_k, M2_k = sum (x - m_k)^2,
+from registers, so no cancellation), combined as Chan et al.:
+    mean = sum n_k m_k / L,   var = sum (M2_k + n_k (m_k - mean)^2) / L;
+RMS norm sum x^2. Backward partials: sum g xh and sum g (g = dy scale), the terms of
+dx = r (g - c2 - xh c1); a program also sums dy xh and dy over its rows for its columns
+(DSCALE / DBIAS partials [2, groups, L], added in order by the finishing kernel).
+
+Workspace (float32): partials [R, SPLIT, 2], counters [R], then (backward) the parameter
+partials.
+"""
+from __future__ import annotations
+
+import re
+
+from ..fusion._codegen import arrive, wait
+from ._bwd_kernels import _centered, _names, _stats
+from ._kernels import (IND, IND2, FwdSpec, Problem, _y_lines, header, pid_expr,
+                       stat_store, store)
+
+
+def flags_offset(p: Problem, kn) -> int:
+    """Float32 index of the rows' counters in the workspace (after the partials)."""
+    return p.R * kn.SPLIT * 2
+
+
+def params_offset(p: Problem, kn) -> int:
+    """Float32 index of the backward's DSCALE / DBIAS partials (after the counters)."""
+    return flags_offset(p, kn) + p.R
+
+
+def workspace_floats(p: Problem, kn, backward: bool) -> int:
+    groups = kn.PROGRAMS // kn.SPLIT
+    return params_offset(p, kn) + (2 * groups * p.L if backward else 0)
+
+
+def _head(name: str, p: Problem, kn, params: list, col_names: list) -> list[str]:
+    """Signature, the program's group and chunk, its columns and their offsets."""
+    sp, bl = kn.SPLIT, kn.BLOCK_L
+    sp2 = 1 << max(0, (sp - 1).bit_length())
+    ar = f"tl.arange(0, {bl})" + (".to(tl.int64)" if p.big else "")
+    L = header(name, params) + [
+        f"{IND}pid = {pid_expr(p)}",
+        f"{IND}grp = pid // {sp}",
+        f"{IND}sl = pid % {sp}",
+        f"{IND}cols = sl * {bl} + {ar}",
+        f"{IND}cmask = cols < {p.L}",
+        f"{IND}kk = tl.arange(0, {sp2})",
+        f"{IND}kmask = kk < {sp}",
+        f"{IND}mask = cmask"]
+    return L + p.col_offsets("cols", col_names, IND)
+
+
+def _next_offsets(p: Problem, var: str, names: list, indent: str) -> list[str]:
+    """Row offsets of row ``var`` as ``noff_<name>`` (the prefetched row's)."""
+    return [re.sub(r"^(\s*)off_", r"\1noff_", ln) for ln in p.row_offsets(var, names, indent)]
+
+
+def _fetch(p: Problem, loads: dict, prefix: str, row: str, indent: str) -> list[str]:
+    """Lines loading each ``loads`` entry (variable -> tensor names summed) at row ``row``
+    (offsets ``{prefix}off_<name>``), zero past the last row."""
+    out = []
+    for var, names in loads.items():
+        terms = [f"tl.load({n} + {prefix}off_{n} + coff_{n}, mask=cmask & ({row} < {p.R}), "
+                 f"other=0.0, eviction_policy=\"evict_first\").to(tl.float32)" for n in names]
+        out.append(f"{indent}{var} = {' + '.join(terms)}")
+    return out
+
+
+def _partials(sp: int, a: str, b: str | None, indent: str) -> list[str]:
+    out = [f"{indent}tl.store(WS + (row * {sp} + sl) * 2, {a})"]
+    return out + ([f"{indent}tl.store(WS + (row * {sp} + sl) * 2 + 1, {b})"] if b else [])
+
+
+def _gather(sp: int, indent: str) -> list[str]:
+    """The row's SPLIT partial pairs as vectors pa, pb (L2 reads: other SMs wrote them)."""
+    at = f"WS + (row * {sp} + kk) * 2"
+    return [f"{indent}pa = tl.load({at}, mask=kmask, other=0.0, cache_modifier=\".cg\")",
+            f"{indent}pb = tl.load({at} + 1, mask=kmask, other=0.0, cache_modifier=\".cg\")"]
+
+
+def _loop(p: Problem, kn, loads: dict, row_names: list, prefetch: bool,
+          before_wait: list, after_wait: list) -> list[str]:
+    """The row loop: ``before_wait`` computes and stores the partials, ``after_wait``
+    combines them and writes. Without PREFETCH the loads open each iteration."""
+    groups, sp = kn.PROGRAMS // kn.SPLIT, kn.SPLIT
+    flag = f"WS + {flags_offset(p, kn)} + row"
+    L = []
+    names = sorted({n for v in loads.values() for n in v})
+    if prefetch:
+        L += _next_offsets(p, "grp", names, IND) + _fetch(p, loads, "n", "grp", IND)
+    L.append(f"{IND}for row in range(grp, {p.R}, {groups}):")
+    L += p.row_offsets("row", row_names, IND2)
+    if not prefetch:
+        L += _fetch(p, loads, "", "row", IND2)
+    L += before_wait + arrive(flag, IND2)
+    if prefetch:
+        nxt = {f"{v}_next": n for v, n in loads.items()}
+        L += [f"{IND2}nrow = row + {groups}"] + _next_offsets(p, "nrow", names, IND2) + \
+            _fetch(p, nxt, "n", "nrow", IND2)
+    L += wait(flag, sp, IND2) + after_wait
+    if prefetch:
+        L += [f"{IND2}{v} = {v}_next" for v in loads]
+    return L
+
+
+def fwd_source(name: str, p: Problem, kn, f: FwdSpec) -> str:
+    """Forward, one read: a program per (row group, chunk); see the module docstring."""
+    sp, bl, I2 = kn.SPLIT, kn.BLOCK_L, IND2
+    names = f.names()
+    params = f.params()
+    params = params[:len(names)] + ["WS"] + params[len(names):]
+    L = _head(name, p, kn, params, [n for n in names if n not in f.stats()])
+    src = ["X"] + (["R"] if f.residual else [])
+    L.append(f"{IND}nk = tl.minimum(tl.maximum({p.L} - kk * {bl}, 0), {bl}).to(tl.float32)")
+    L.append(f"{IND}n_here = tl.minimum({p.L} - sl * {bl}, {bl}).to(tl.float32)")
+    before = [I2 + store(p, "XS", False, "x", "cmask")] if f.store_sum else []
+    if f.rms:
+        before += _partials(sp, "tl.reduce(x * x, 0, _add_combine)", None, I2)
+        after = _gather(sp, I2) + [f"{I2}ms = tl.reduce(pa, 0, _add_combine) / {p.L}"]
+        xc = "x"
+    else:
+        before += [f"{I2}m_here = tl.reduce(x, 0, _add_combine) / n_here",
+                   f"{I2}d = tl.where(cmask, x - m_here, 0.0)"]
+        before += _partials(sp, "m_here", "tl.reduce(d * d, 0, _add_combine)", I2)
+        after = _gather(sp, I2) + [
+            f"{I2}mean = tl.reduce(nk * pa, 0, _add_combine) / {p.L}",
+            f"{I2}dm = tl.where(kmask, pa - mean, 0.0)",
+            f"{I2}ms = tl.reduce(pb + nk * dm * dm, 0, _add_combine) / {p.L}"]
+        xc = "(x - mean)"
+    after.append(f"{I2}rstd = 1.0 / tl.sqrt(ms + EPS)")
+    after += _y_lines(p, f, False, xc, "rstd", I2)
+    if f.training:
+        if not f.rms:
+            after.append(I2 + stat_store(p, "MEAN", "mean", "sl == 0"))
+        after.append(I2 + stat_store(p, "INV_VARIANCE", "rstd", "sl == 0"))
+    L += _loop(p, kn, {"x": src}, names, kn.PREFETCH, before, after)
+    return "\n".join(L) + "\n"
+
+
+def bwd_source(name: str, p: Problem, kn, rms: bool) -> str:
+    """Backward (layer / RMS norm), one read: dx, and DSCALE / DBIAS partials per group."""
+    sp, I2 = kn.SPLIT, IND2
+    groups = kn.PROGRAMS // sp
+    names = _names(rms)
+    L = _head(name, p, kn, names + ["WS"], ["DY", "X", "SCALE", "DX"])
+    L += [f"{IND}w = tl.load(SCALE + coff_SCALE, mask=cmask, other=0.0).to(tl.float32)",
+          f"{IND}dw = tl.full([{kn.BLOCK_L}], 0.0, tl.float32)",
+          f"{IND}db = tl.full([{kn.BLOCK_L}], 0.0, tl.float32)"]
+    before = _stats(rms, None, I2) + [
+        f"{I2}xh = tl.where(cmask, {_centered(rms)} * rstd, 0.0)",
+        f"{I2}g = dy * w"]
+    before += _partials(sp, "tl.reduce(g * xh, 0, _add_combine)",
+                        "tl.reduce(g, 0, _add_combine)", I2)
+    before += [f"{I2}dw += dy * xh", f"{I2}db += dy"]
+    c2 = "" if rms else " - c2"
+    after = _gather(sp, I2) + [
+        f"{I2}c1 = tl.reduce(pa, 0, _add_combine) / {p.L}",
+        f"{I2}c2 = tl.reduce(pb, 0, _add_combine) / {p.L}",
+        I2 + store(p, "DX", False, f"rstd * (g{c2} - xh * c1)", "cmask", True)]
+    row_names = [n for n in names if n != "SCALE"]
+    L += _loop(p, kn, {"dy": ["DY"], "x": ["X"]}, row_names, kn.PREFETCH, before, after)
+    base = params_offset(p, kn)
+    L += [f"{IND}out = WS + {base} + grp * {p.L} + cols",
+          f"{IND}tl.store(out, dw, mask=cmask)",
+          f"{IND}tl.store(out + {groups * p.L}, db, mask=cmask)"]
+    return "\n".join(L) + "\n"
+
