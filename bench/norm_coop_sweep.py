@@ -33,7 +33,7 @@ def _run(kind, bwd, x, w, b, dy, mean, rstd, knobs):
             g.build_plans()
             ws = torch.empty(max(g.get_workspace_size(), 1), device="cuda", dtype=torch.uint8)
             fn, name = (lambda: g.execute(pack, ws)), g.get_plan_name_at_index(0)
-        seen["pack"] = pack
+        seen["pack"], seen["g"] = pack, g
         return fn, name
     N._build = build
     try:
@@ -47,7 +47,11 @@ def _run(kind, bwd, x, w, b, dy, mean, rstd, knobs):
     torch.cuda.synchronize()
     out = [v for k, v in seen["pack"].items() if v.shape == x.shape and v is not x and
            v is not dy][0]
-    return fn, name, out
+    regs = []
+    for launcher, _ in seen["g"]._plans[0].stages[0].executable.launches:
+        k = launcher._compiled
+        regs.append(f"{k.n_regs}r{'+spill' if k.n_spills else ''}" if k is not None else "?")
+    return fn, f"{name if knobs is None else ''} regs {'/'.join(regs)}", out
 
 
 def main():
@@ -82,7 +86,7 @@ def main():
                     if cfg is not None:
                         block, warps, pre, per = cfg
                         split = -(-L // block)
-                        if split > 64 or per * SMS < split:
+                        if split > 64 or per * SMS < split or (bwd and block > 8192):
                             continue
                         kn = dict(PATH=4, BLOCK_L=block, BLOCK_ROWS=1, SPLIT=split,
                                   PROGRAMS=(per * SMS // split) * split, num_warps=warps,
@@ -96,7 +100,7 @@ def main():
                         continue
                     gbs = nb / ms / 1e6
                     res.append((gbs, kind, L, bwd, cfg, err))
-                    print(f"  {kind} {L} bwd={bwd} {cfg or name}: {gbs:.0f} GB/s "
+                    print(f"  {kind} {L} bwd={bwd} {cfg} {name}: {gbs:.0f} GB/s "
                           f"rel.err {err:.1e}", flush=True)
     print("\nbest (GB/s, kind, L, backward, (block, warps, prefetch, per_sm), rel.err):")
     for kind in ("layernorm", "rmsnorm"):

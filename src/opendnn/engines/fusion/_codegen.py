@@ -216,6 +216,27 @@ def wait(counter: str, count: int, indent: str) -> list[str]:
             f"{indent}tl.debug_barrier()"]
 
 
+def publish(ws: str, slot: str, value: str, tag: str, indent: str) -> list[str]:
+    """Lines storing float32 scalar ``value`` to int64 word ``slot`` of ``ws`` (an int64
+    pointer) with ``tag`` (a positive int64) in its low half: one 64-bit relaxed exchange,
+    so that a reader who sees the tag sees the value -- no fence, no counter."""
+    return [f"{indent}_bits = {value}.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF",
+            f"{indent}tl.atomic_xchg({ws} + {slot}, (_bits << 32) | {tag}, sem=\"relaxed\")"]
+
+
+def gather(var: str, ws: str, slots: str, mask: str, tag: str, indent: str) -> list[str]:
+    """Lines loading the words ``slots`` (a vector) of ``ws`` until every one under
+    ``mask`` carries ``tag`` (volatile loads: L2, re-read each time), then their values as
+    the float32 vector ``var`` (0 under the mask)."""
+    load = f"tl.load({ws} + {slots}, mask={mask}, other=0, volatile=True)"
+    late = f"tl.where({mask} & ((_w & 0xFFFFFFFF) != {tag}), 1, 0)"
+    return [f"{indent}_w = {load}",
+            f"{indent}while tl.reduce({late}, 0, _max_combine) > 0:",
+            f"{indent}    _w = {load}",
+            f"{indent}{var} = tl.where({mask}, (_w >> 32).to(tl.int32).to(tl.float32, "
+            "bitcast=True), 0.0)"]
+
+
 def reduction_parts(mode):
     pre, combine, ident, post = RED_TABLE[mode]
     return pre, combine, ident, post

@@ -3,12 +3,13 @@
 
 A row's SPLIT chunks of BLOCK_L elements are held in registers by SPLIT programs running
 at once; PROGRAMS = groups x SPLIT persistent programs, group g taking rows g, g + groups,
-... and program (g, k) always chunk k -- its columns never change, so it holds SCALE /
-BIAS for the whole run. For each row a program computes its chunk's partials, stores
-them to the workspace, counts itself in at the row's counter (release), loads the next
-row's chunk (PREFETCH=1: the loads are in flight while it waits), spins until all SPLIT
-arrived (acquire), combines the partials and writes its chunk from registers: the input
-is read once.
+... and program (g, k) always chunk k. For each row a program computes its chunk's
+partials and publishes each as one 64-bit word, (float32 bits << 32) | (row + 1): a reader
+that sees the row's tag sees the value, so there is no fence and no counter (a release
+fence would wait for the program's outstanding output stores). It then loads the next
+row's chunk (PREFETCH=1: in flight while it waits), polls the row's SPLIT words until all
+carry the tag, combines them and writes its chunk from registers: the input is read once.
+A tiny kernel zeroes the words before each run.
 
 Forward partials, chunk k of n_k elements: layer norm (mean m_k, M2_k = sum (x - m_k)^2,
 from registers, so no cancellation), combined as Chan et al.:
@@ -17,27 +18,28 @@ RMS norm sum x^2. Backward partials: sum g xh and sum g (g = dy scale), the term
 dx = r (g - c2 - xh c1); a program also sums dy xh and dy over its rows for its columns
 (DSCALE / DBIAS partials [2, groups, L], added in order by the finishing kernel).
 
-Workspace (float32): partials [R, SPLIT, 2], counters [R], then (backward) the parameter
+Workspace: tagged partials [R, SPLIT, 2] (int64), then (backward) the float32 parameter
 partials.
 """
 from __future__ import annotations
 
 import re
 
-from ..fusion._codegen import arrive, wait
+from ..fusion._codegen import gather, publish
 from ._bwd_kernels import _centered, _names, _stats
 from ._kernels import (IND, IND2, FwdSpec, Problem, _y_lines, header, pid_expr,
                        stat_store, store)
 
 
-def flags_offset(p: Problem, kn) -> int:
-    """Float32 index of the rows' counters in the workspace (after the partials)."""
-    return p.R * kn.SPLIT * 2
+def partial_floats(p: Problem, kn) -> int:
+    """Float32 words of the tagged partials [R, SPLIT, 2] (int64 each): the kernel that
+    zeroes them before each run covers this many."""
+    return p.R * kn.SPLIT * 2 * 2
 
 
 def params_offset(p: Problem, kn) -> int:
-    """Float32 index of the backward's DSCALE / DBIAS partials (after the counters)."""
-    return flags_offset(p, kn) + p.R
+    """Float32 index of the backward's DSCALE / DBIAS partials (after the partials)."""
+    return partial_floats(p, kn)
 
 
 def workspace_floats(p: Problem, kn, backward: bool) -> int:
@@ -58,7 +60,8 @@ def _head(name: str, p: Problem, kn, params: list, col_names: list) -> list[str]
         f"{IND}cmask = cols < {p.L}",
         f"{IND}kk = tl.arange(0, {sp2})",
         f"{IND}kmask = kk < {sp}",
-        f"{IND}mask = cmask"]
+        f"{IND}mask = cmask",
+        f"{IND}WSI = WS.to(tl.pointer_type(tl.int64))"]
     return L + p.col_offsets("cols", col_names, IND)
 
 
@@ -79,37 +82,39 @@ def _fetch(p: Problem, loads: dict, prefix: str, row: str, indent: str) -> list[
 
 
 def _partials(sp: int, a: str, b: str | None, indent: str) -> list[str]:
-    out = [f"{indent}tl.store(WS + (row * {sp} + sl) * 2, {a})"]
-    return out + ([f"{indent}tl.store(WS + (row * {sp} + sl) * 2 + 1, {b})"] if b else [])
+    """Publish this chunk's partials (tagged with row + 1)."""
+    out = publish("WSI", f"(row * {sp} + sl) * 2", a, "tag", indent)
+    return out + (publish("WSI", f"(row * {sp} + sl) * 2 + 1", b, "tag", indent) if b else [])
 
 
-def _gather(sp: int, indent: str) -> list[str]:
-    """The row's SPLIT partial pairs as vectors pa, pb (L2 reads: other SMs wrote them)."""
-    at = f"WS + (row * {sp} + kk) * 2"
-    return [f"{indent}pa = tl.load({at}, mask=kmask, other=0.0, cache_modifier=\".cg\")",
-            f"{indent}pb = tl.load({at} + 1, mask=kmask, other=0.0, cache_modifier=\".cg\")"]
+def _gather(sp: int, indent: str, both: bool = True) -> list[str]:
+    """The row's SPLIT partial pairs as vectors pa, pb, once every chunk published them."""
+    at = f"(row * {sp} + kk) * 2"
+    out = gather("pa", "WSI", at, "kmask", "tag", indent)
+    return out + (gather("pb", "WSI", f"{at} + 1", "kmask", "tag", indent) if both else [])
 
 
 def _loop(p: Problem, kn, loads: dict, row_names: list, prefetch: bool,
           before_wait: list, after_wait: list) -> list[str]:
-    """The row loop: ``before_wait`` computes and stores the partials, ``after_wait``
-    combines them and writes. Without PREFETCH the loads open each iteration."""
-    groups, sp = kn.PROGRAMS // kn.SPLIT, kn.SPLIT
-    flag = f"WS + {flags_offset(p, kn)} + row"
+    """The row loop: ``before_wait`` computes and publishes the partials, ``after_wait``
+    waits for the row's others, combines them and writes. Without PREFETCH the loads open
+    each iteration."""
+    groups = kn.PROGRAMS // kn.SPLIT
     L = []
     names = sorted({n for v in loads.values() for n in v})
     if prefetch:
         L += _next_offsets(p, "grp", names, IND) + _fetch(p, loads, "n", "grp", IND)
     L.append(f"{IND}for row in range(grp, {p.R}, {groups}):")
     L += p.row_offsets("row", row_names, IND2)
+    L.append(f"{IND2}tag = row + 1")
     if not prefetch:
         L += _fetch(p, loads, "", "row", IND2)
-    L += before_wait + arrive(flag, IND2)
+    L += before_wait
     if prefetch:
         nxt = {f"{v}_next": n for v, n in loads.items()}
         L += [f"{IND2}nrow = row + {groups}"] + _next_offsets(p, "nrow", names, IND2) + \
             _fetch(p, nxt, "n", "nrow", IND2)
-    L += wait(flag, sp, IND2) + after_wait
+    L += after_wait
     if prefetch:
         L += [f"{IND2}{v} = {v}_next" for v in loads]
     return L
@@ -128,7 +133,7 @@ def fwd_source(name: str, p: Problem, kn, f: FwdSpec) -> str:
     before = [I2 + store(p, "XS", False, "x", "cmask")] if f.store_sum else []
     if f.rms:
         before += _partials(sp, "tl.reduce(x * x, 0, _add_combine)", None, I2)
-        after = _gather(sp, I2) + [f"{I2}ms = tl.reduce(pa, 0, _add_combine) / {p.L}"]
+        after = _gather(sp, I2, False) + [f"{I2}ms = tl.reduce(pa, 0, _add_combine) / {p.L}"]
         xc = "x"
     else:
         before += [f"{I2}m_here = tl.reduce(x, 0, _add_combine) / n_here",

@@ -28,8 +28,9 @@ class NormExecutable(Executable, LaunchList):
         self.tag = f"norm_{graph.key()[:12]}"
         self.graph, self.target, self.const = graph, target, {"num_warps": kn.num_warps}
         if kn.PATH == 4:
-            self._add(zero_flags_source(f"{self.tag}_zero", KC.flags_offset(p, kn), p.R),
-                      f"{self.tag}_zero", (-(-p.R // 1024),), [("ws", torch.float32)], 4)
+            words = KC.partial_floats(p, kn)
+            self._add(zero_flags_source(f"{self.tag}_zero", 0, words), f"{self.tag}_zero",
+                      (-(-words // 1024),), [("ws", torch.float32)], 4)
         if a.backward:
             self._backward(a, kn)
         elif kn.PATH == 4:
