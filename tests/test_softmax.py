@@ -70,6 +70,10 @@ CASES = [  # (shape, axis, knobs: None = the engine's own choice)
     ((4, 5, 3), 1, dict(TWO, PASSES=3, SPLIT=1, BLOCK_L=2)),
     ((7, 70), -1, dict(TWO, PASSES=3, SPLIT=1, PROGRAMS=3)),    # 3 programs walk 7 rows
     ((4, 5, 3), 1, dict(TWO, PASSES=3, SPLIT=1, BLOCK_L=2, PROGRAMS=2)),
+    # one read (PASSES=4): on the CPU one chunk per row (chunks of a row wait for each
+    # other: GPU only, test_gpu_softmax.py); 2 persistent programs, tagged partials
+    ((5, 70), -1, dict(TWO, PASSES=4, BLOCK_L=128, SPLIT=1, PROGRAMS=2, PREFETCH=1)),
+    ((4, 5, 3), 1, dict(TWO, PASSES=4, BLOCK_L=8, SPLIT=1, PROGRAMS=2, PREFETCH=0)),
 ]
 
 
@@ -191,7 +195,8 @@ COOP = dict(PASSES=4, BLOCK_L=16384, BLOCK_ROWS=1, SPLIT=16, num_warps=16, PROGR
 
 
 @pytest.mark.parametrize("target,knobs,reason", [
-    (Target(), COOP, "needs a GPU"),
+    (Target(), COOP, "SPLIT > 1 needs a GPU"),
+    (Target(), dict(COOP, PASSES=3, SPLIT=1, PROGRAMS=1, PREFETCH=1), "PREFETCH is a one-read"),
     (H100, dict(COOP, SPLIT=8), "SPLIT must be the row's chunks (16)"),
     (H100, dict(COOP, PROGRAMS=264), "a multiple of SPLIT=16"),
     (H100, dict(COOP, PROGRAMS=272), "at most 264"),

@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 
 from ..fusion._codegen import gather, publish
-from ._bwd_kernels import _centered, _names, _stats
+from ._bwd_kernels import _centered, _names
 from ._kernels import (IND, IND2, FwdSpec, Problem, _y_lines, header, pid_expr,
                        stat_store, store)
 
@@ -71,10 +71,15 @@ def _next_offsets(p: Problem, var: str, names: list, indent: str) -> list[str]:
 
 
 def _fetch(p: Problem, loads: dict, prefix: str, row: str, indent: str) -> list[str]:
-    """Lines loading each ``loads`` entry (variable -> tensor names summed) at row ``row``
-    (offsets ``{prefix}off_<name>``), zero past the last row."""
+    """Lines loading each ``loads`` entry (variable -> tensor names summed; a str: a
+    per-row statistic, one scalar) at row ``row`` (offsets ``{prefix}off_<name>``), zero
+    past the last row."""
     out = []
     for var, names in loads.items():
+        if isinstance(names, str):
+            out.append(f"{indent}{var} = tl.load({names} + {prefix}off_{names}, "
+                       f"mask={row} < {p.R}, other=0.0).to(tl.float32)")
+            continue
         terms = [f"tl.load({n} + {prefix}off_{n} + coff_{n}, mask=cmask & ({row} < {p.R}), "
                  f"other=0.0, eviction_policy=\"evict_first\").to(tl.float32)" for n in names]
         out.append(f"{indent}{var} = {' + '.join(terms)}")
@@ -101,7 +106,7 @@ def _loop(p: Problem, kn, loads: dict, row_names: list, prefetch: bool,
     each iteration."""
     groups = kn.PROGRAMS // kn.SPLIT
     L = []
-    names = sorted({n for v in loads.values() for n in v})
+    names = sorted({n for v in loads.values() for n in ([v] if isinstance(v, str) else v)})
     if prefetch:
         L += _next_offsets(p, "grp", names, IND) + _fetch(p, loads, "n", "grp", IND)
     L.append(f"{IND}for row in range(grp, {p.R}, {groups}):")
@@ -163,7 +168,7 @@ def bwd_source(name: str, p: Problem, kn, rms: bool) -> str:
     L += [f"{IND}w = tl.load(SCALE + coff_SCALE, mask=cmask, other=0.0).to(tl.float32)",
           f"{IND}dw = tl.full([{kn.BLOCK_L}], 0.0, tl.float32)",
           f"{IND}db = tl.full([{kn.BLOCK_L}], 0.0, tl.float32)"]
-    before = _stats(rms, None, I2) + [
+    before = [
         f"{I2}xh = tl.where(cmask, {_centered(rms)} * rstd, 0.0)",
         f"{I2}g = dy * w"]
     before += _partials(sp, "tl.reduce(g * xh, 0, _add_combine)",
@@ -175,7 +180,8 @@ def bwd_source(name: str, p: Problem, kn, rms: bool) -> str:
         f"{I2}c2 = tl.reduce(pb, 0, _add_combine) / {p.L}",
         I2 + store(p, "DX", False, f"rstd * (g{c2} - xh * c1)", "cmask", True)]
     row_names = [n for n in names if n != "SCALE"]
-    L += _loop(p, kn, {"dy": ["DY"], "x": ["X"]}, row_names, kn.PREFETCH, before, after)
+    loads = {"dy": ["DY"], "x": ["X"], "rstd": "INV_VARIANCE", **({} if rms else {"mean": "MEAN"})}
+    L += _loop(p, kn, loads, row_names, kn.PREFETCH, before, after)
     base = params_offset(p, kn)
     L += [f"{IND}out = WS + {base} + grp * {p.L} + cols",
           f"{IND}tl.store(out, dw, mask=cmask)",

@@ -152,7 +152,14 @@ def _coop_knobs(a: Analysis, target: Target) -> NormKnobs | None:
     p = a.problem
     if not target.is_cuda or (a.backward and (p.G != 1 or p.S != 1)):
         return None
-    block, warps, per_sm = (4096, 16, 1) if a.backward else (8192, 16, 2)
+    # bench/norm_coop_sweep.py (bf16, 2048 x 65536 and 512 x 262144): forward best with
+    # 16384-element chunks and 8 warps (2.18 / 2.48 TB/s layer / RMS norm at 262144; at
+    # 65536 the two-loop path is faster), backward with 8192 and 16 warps at 65536 (2.23 /
+    # 2.28), 8 warps at 262144 (1.84 / 1.91); one program per SM, PREFETCH on
+    long = p.L >= 131072
+    if not a.backward and not long:
+        return None
+    block, warps, per_sm = (8192, 8 if long else 16, 1) if a.backward else (16384, 8, 1)
     split = -(-p.L // block)
     if split < 4 or split > COOP_MAX_SPLIT:
         return None

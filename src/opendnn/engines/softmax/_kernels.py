@@ -19,8 +19,8 @@ own strides, so any layout works; the offsets are literals of the generated sour
 """
 from __future__ import annotations
 
-from ..fusion._codegen import (COMBINE_HELPERS, TL_TYPE, arrive, index_decomposition,
-                               offset_expr, wait)
+from ..fusion._codegen import (COMBINE_HELPERS, TL_TYPE, gather, index_decomposition,
+                               offset_expr, publish)
 
 INT32_LIMIT = 2 ** 31 - 1
 NEG_INF = 'float("-inf")'
@@ -245,25 +245,39 @@ def write_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str:
 
 
 # ---- one read, cooperative -------------------------------------------------------------------
-def flags_offset(p: Problem, kn) -> int:
-    """Float32 index in the workspace of the rows' arrival counters (after the partials)."""
-    return p.R * kn.SPLIT * 2
+def partial_floats(p: Problem, kn) -> int:
+    """Float32 words of the tagged partials [R, SPLIT, 2] (int64 each), zeroed before each
+    run."""
+    return p.R * kn.SPLIT * 2 * 2
+
+
+def _coop_fetch(p: Problem, roles, prefix: str, row: str, suffix: str, backward: bool,
+                indent: str) -> list[str]:
+    other = "0.0" if backward else NEG_INF
+    out = []
+    for r in roles:
+        _, sa = p.strides[r]
+        out.append(f"{indent}{r.lower()}{suffix} = tl.load({r} + {prefix}off_{r} + cols * {sa}, "
+                   f"mask=mask & ({row} < {p.R}), other={other}, "
+                   "eviction_policy=\"evict_first\").to(tl.float32)")
+    return out
 
 
 def coop_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str:
     """PASSES=4: a row's SPLIT chunks are held in registers by SPLIT programs running at
     once (PROGRAMS = groups x SPLIT, at most what the GPU keeps resident). Each publishes
-    its chunk's partials -- (max, sum of exp), or backward's sum of dy * y (dy) -- bumps
-    the row's counter and waits for all SPLIT, then combines them and writes its chunk
-    from registers: one read of the input. Group g takes rows g, g + groups, ..."""
+    its chunk's partials -- (max, sum of exp), or backward's sum of dy * y (dy) -- as
+    64-bit words tagged with row + 1 (no fence, no counter: ``fusion._codegen.publish``),
+    with PREFETCH loads the next row's chunk, polls the row's words until all SPLIT carry
+    the tag, then combines them and writes its chunk from registers: one read of the
+    input. Group g takes rows g, g + groups, ..."""
     ind = "    "
-    roles = ("DY", "Y", "DX") if backward else ("X", "Y")
+    roles = ("DY", "Y") if backward else ("X",)
     sp, bl = kn.SPLIT, kn.BLOCK_L
     sp2 = 1 << max(0, (sp - 1).bit_length())
     groups = kn.PROGRAMS // sp
-    per = 1 if backward else 2
-    flag = flags_offset(p, kn)
-    L = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(roles)}, WS):",
+    L = [COMBINE_HELPERS, "@triton.jit",
+         f"def {name}({', '.join(roles + (('DX',) if backward else ('Y',)))}, WS):",
          f"{ind}pid = {_row_index(p.big, '1')}",
          f"{ind}grp = pid // {sp}",
          f"{ind}sl = pid % {sp}",
@@ -271,34 +285,43 @@ def coop_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str:
          f"{ind}mask = cols < {p.L}",
          f"{ind}k = tl.arange(0, {sp2})",
          f"{ind}kmask = k < {sp}",
-         f"{ind}for row in range(grp, {p.R}, {groups}):"]
-    body = p.row_offsets("row", ind)
+         f"{ind}WSI = WS.to(tl.pointer_type(tl.int64))"]
+    if kn.PREFETCH:
+        L += [ln.replace("off_", "noff_") for ln in p.row_offsets("grp", ind)]
+        L += _coop_fetch(p, roles, "n", "grp", "", backward, ind)
+    L.append(f"{ind}for row in range(grp, {p.R}, {groups}):")
+    body = p.row_offsets("row", ind) + [f"{ind}tag = row + 1"]
+    if not kn.PREFETCH:
+        body += _coop_fetch(p, roles, "", "row", "", backward, ind)
+    slot = f"(row * {sp} + sl) * 2"
     if backward:
-        body += [f"{ind}dy = {_load(p, 'DY', 'cols', 'mask', '0.0', False)}",
-                 f"{ind}y = {_load(p, 'Y', 'cols', 'mask', '0.0', False)}",
-                 f"{ind}part = tl.reduce({'dy' if log else 'dy * y'}, 0, _add_combine)",
-                 f"{ind}tl.store(WS + row * {sp} + sl, part)"]
+        body.append(f"{ind}part = tl.reduce({'dy' if log else 'dy * y'}, 0, _add_combine)")
+        body += publish("WSI", slot, "part", "tag", ind)
     else:
-        body += [f"{ind}x = {_load(p, 'X', 'cols', 'mask', NEG_INF, False)}",
-                 f"{ind}m = tl.reduce(x, 0, _max_combine)",
+        body += [f"{ind}m = tl.reduce(x, 0, _max_combine)",
                  f"{ind}shift = tl.where(m == {NEG_INF}, 0.0, m)",
-                 f"{ind}part = tl.reduce(tl.exp(x - shift), 0, _add_combine)",
-                 f"{ind}tl.store(WS + (row * {sp} + sl) * 2, m)",
-                 f"{ind}tl.store(WS + (row * {sp} + sl) * 2 + 1, part)"]
-    body += arrive(f"WS + {flag} + row", ind) + wait(f"WS + {flag} + row", sp, ind)
+                 f"{ind}part = tl.reduce(tl.exp(x - shift), 0, _add_combine)"]
+        body += publish("WSI", slot, "m", "tag", ind) + \
+            publish("WSI", f"{slot} + 1", "part", "tag", ind)
+    if kn.PREFETCH:
+        body.append(f"{ind}nrow = row + {groups}")
+        body += [ln.replace("off_", "noff_") for ln in p.row_offsets("nrow", ind)]
+        body += _coop_fetch(p, roles, "n", "nrow", "_next", backward, ind)
+    at = f"(row * {sp} + k) * 2"
     if backward:
-        body += [f"{ind}s = tl.reduce(tl.load(WS + row * {sp} + k, mask=kmask, other=0.0, "
-                 "cache_modifier=\".cg\"), 0, _add_combine)",
+        body += gather("ps", "WSI", at, "kmask", "tag", ind)
+        body += [f"{ind}s = tl.reduce(ps, 0, _add_combine)",
                  ind + _store(p, "DX", "cols", "dy - tl.exp(y) * s" if log else "y * (dy - s)",
                               "mask", False)]
     else:
-        body += [f"{ind}ms = tl.load(WS + (row * {sp} + k) * {per}, mask=kmask, "
-                 f"other={NEG_INF}, cache_modifier=\".cg\")",
-                 f"{ind}ss = tl.load(WS + (row * {sp} + k) * {per} + 1, mask=kmask, other=0.0, "
-                 "cache_modifier=\".cg\")",
+        body += gather("ms", "WSI", at, "kmask", "tag", ind)
+        body += gather("ss", "WSI", f"{at} + 1", "kmask", "tag", ind)
+        body += [f"{ind}ms = tl.where(kmask, ms, {NEG_INF})",
                  f"{ind}mx = tl.reduce(ms, 0, _max_combine)",
                  f"{ind}shift = tl.where(mx == {NEG_INF}, 0.0, mx)",
                  f"{ind}s = tl.reduce(ss * tl.exp(ms - shift), 0, _add_combine)",
                  ind + _store(p, "Y", "cols", "x - mx - tl.log(s)" if log else
                               "tl.exp(x - mx) / s", "mask", False)]
+    if kn.PREFETCH:
+        body += [f"{ind}{r.lower()} = {r.lower()}_next" for r in roles]
     return "\n".join(L + [ind + b for b in body]) + "\n"

@@ -33,6 +33,7 @@ class SoftmaxKnobs:
     PROGRAMS: int = 0       # PASSES=3: 0 = a program per row, else that many programs
     #                         walking the rows (bounds the rows L2 must hold); PASSES=4:
     #                         the persistent grid, a multiple of SPLIT
+    PREFETCH: int = 0       # PASSES=4: load the next row while waiting for the others
 
 
 def _node(graph):
@@ -57,15 +58,15 @@ COOP_MAX_SPLIT = 64
 
 
 def _check_coop(p, kn, target) -> Support:
-    if not target.is_cuda:
-        return decline("one read (PASSES=4) needs a GPU: a row's programs wait for each other, "
-                       "and the interpreter runs programs one at a time")
+    if not target.is_cuda and kn.SPLIT > 1:
+        return decline("one read (PASSES=4) with SPLIT > 1 needs a GPU: a row's programs wait "
+                       "for each other, and the interpreter runs programs one at a time")
     if kn.BLOCK_ROWS != 1 or kn.BLOCK_L > COOP_BLOCK:
         return decline(f"one read: BLOCK_ROWS=1 and BLOCK_L <= {COOP_BLOCK}")
     if kn.SPLIT != -(-p.L // kn.BLOCK_L) or kn.SPLIT > COOP_MAX_SPLIT:
         return decline(f"one read: SPLIT must be the row's chunks ({-(-p.L // kn.BLOCK_L)}) and "
                        f"at most {COOP_MAX_SPLIT}")
-    if kn.PROGRAMS < kn.SPLIT or kn.PROGRAMS % kn.SPLIT or kn.PROGRAMS > 2 * target.num_sms:
+    if kn.PROGRAMS % kn.SPLIT or not kn.SPLIT <= kn.PROGRAMS <= 2 * max(target.num_sms, 1):
         return decline(f"one read: PROGRAMS must be a multiple of SPLIT={kn.SPLIT} and at most "
                        f"{2 * target.num_sms} (two programs per SM, all resident at once)")
     return SUPPORTED
@@ -106,13 +107,15 @@ class SoftmaxEngine(Engine):
         return [Knob("PASSES", (1, 2, 3, 4), 1), Knob("BLOCK_L", POW2, 1024),
                 Knob("BLOCK_ROWS", POW2[:9], 1), Knob("SPLIT", tuple(range(1, 257)), 1),
                 Knob("num_warps", (1, 2, 4, 8, 16), 4),
-                Knob("PROGRAMS", tuple(range(0, 4097)), 0)]
+                Knob("PROGRAMS", tuple(range(0, 4097)), 0), Knob("PREFETCH", (0, 1), 0)]
 
     def check_config(self, graph, config: EngineConfig, target: Target) -> Support:
         sup = super().check_config(graph, config, target)
         if not sup.ok:
             return sup
         kn, p = SoftmaxKnobs(**config.knob_dict), _problem(graph)
+        if kn.PREFETCH and kn.PASSES != 4:
+            return decline("PREFETCH is a one-read (PASSES=4) knob")
         if kn.PASSES == 4:
             return _check_coop(p, kn, target)
         if kn.PROGRAMS and kn.PASSES != 3:
@@ -188,7 +191,7 @@ class SoftmaxEngine(Engine):
     def workspace_size(self, graph, config, target) -> int:
         kn = SoftmaxKnobs(**config.knob_dict)
         if kn.PASSES == 4:
-            return (K.flags_offset(_problem(graph), kn) + _problem(graph).R) * 4
+            return K.partial_floats(_problem(graph), kn) * 4
         if kn.PASSES != 2:
             return 0
         per = 1 if _node(graph).kind == "softmax_backward" else 2
@@ -215,9 +218,9 @@ class _SoftmaxExecutable(Executable, LaunchList):
         ws = [("ws", torch.float32)]
         if kn.PASSES == 4:
             zero = f"{tag}_zero"
-            src = zero_flags_source(zero, K.flags_offset(p, kn), p.R)
-            self.add_launch(kernel_from_source(src, zero),
-                            (-(-p.R // 1024),), {"num_warps": 4}, ws, graph, target.is_cuda)
+            words = K.partial_floats(p, kn)
+            self.add_launch(kernel_from_source(zero_flags_source(zero, 0, words), zero),
+                            (-(-words // 1024),), {"num_warps": 4}, ws, graph, target.is_cuda)
             src = K.coop_source(f"{tag}_coop", p, kn, backward, n.log)
             self.add_launch(kernel_from_source(src, f"{tag}_coop"), (kn.PROGRAMS,), const,
                             bufs + ws, graph, target.is_cuda)
