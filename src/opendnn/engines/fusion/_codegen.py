@@ -237,6 +237,24 @@ def gather(var: str, ws: str, slots: str, mask: str, tag: str, indent: str) -> l
             "bitcast=True), 0.0)"]
 
 
+def gather_pairs(a: str, b: str, ws: str, base: str, mask: str, tag: str,
+                 indent: str) -> list[str]:
+    """``gather`` of word pairs (base, base + 1) for a vector ``base``: one [n, 2] load per
+    poll (one L2 round trip for both), then the float32 vectors ``a`` and ``b``."""
+    slots = f"({base})[:, None] + tl.arange(0, 2)[None, :]"
+    m2 = f"({mask})[:, None]"
+    load = f"tl.load({ws} + {slots}, mask={m2}, other=0, volatile=True)"
+    late = f"tl.where({m2} & ((_w & 0xFFFFFFFF) != {tag}), 1, 0)"
+    return [f"{indent}_w = {load}",
+            f"{indent}while tl.reduce(tl.reduce({late}, 1, _max_combine), 0, _max_combine) > 0:",
+            f"{indent}    _w = {load}",
+            f"{indent}_v = tl.where({m2}, (_w >> 32).to(tl.int32).to(tl.float32, bitcast=True), "
+            "0.0)",
+            f"{indent}_c = tl.arange(0, 2)[None, :]",
+            f"{indent}{a} = tl.reduce(tl.where(_c == 0, _v, 0.0), 1, _add_combine)",
+            f"{indent}{b} = tl.reduce(tl.where(_c == 1, _v, 0.0), 1, _add_combine)"]
+
+
 def reduction_parts(mode):
     pre, combine, ident, post = RED_TABLE[mode]
     return pre, combine, ident, post

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 
-from ..fusion._codegen import gather, publish
+from ..fusion._codegen import gather, gather_pairs, publish
 from ._bwd_kernels import _centered, _names
 from ._kernels import (IND, IND2, FwdSpec, Problem, _y_lines, header, pid_expr,
                        stat_store, store)
@@ -95,8 +95,9 @@ def _partials(sp: int, a: str, b: str | None, indent: str) -> list[str]:
 def _gather(sp: int, indent: str, both: bool = True) -> list[str]:
     """The row's SPLIT partial pairs as vectors pa, pb, once every chunk published them."""
     at = f"(row * {sp} + kk) * 2"
-    out = gather("pa", "WSI", at, "kmask", "tag", indent)
-    return out + (gather("pb", "WSI", f"{at} + 1", "kmask", "tag", indent) if both else [])
+    if both:
+        return gather_pairs("pa", "pb", "WSI", at, "kmask", "tag", indent)
+    return gather("pa", "WSI", at, "kmask", "tag", indent)
 
 
 def _loop(p: Problem, kn, loads: dict, row_names: list, prefetch: bool,

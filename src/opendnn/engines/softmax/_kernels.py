@@ -19,8 +19,8 @@ own strides, so any layout works; the offsets are literals of the generated sour
 """
 from __future__ import annotations
 
-from ..fusion._codegen import (COMBINE_HELPERS, TL_TYPE, gather, index_decomposition,
-                               offset_expr, publish)
+from ..fusion._codegen import (COMBINE_HELPERS, TL_TYPE, gather, gather_pairs,
+                               index_decomposition, offset_expr, publish)
 
 INT32_LIMIT = 2 ** 31 - 1
 NEG_INF = 'float("-inf")'
@@ -314,8 +314,7 @@ def coop_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str:
                  ind + _store(p, "DX", "cols", "dy - tl.exp(y) * s" if log else "y * (dy - s)",
                               "mask", False)]
     else:
-        body += gather("ms", "WSI", at, "kmask", "tag", ind)
-        body += gather("ss", "WSI", f"{at} + 1", "kmask", "tag", ind)
+        body += gather_pairs("ms", "ss", "WSI", at, "kmask", "tag", ind)
         body += [f"{ind}ms = tl.where(kmask, ms, {NEG_INF})",
                  f"{ind}mx = tl.reduce(ms, 0, _max_combine)",
                  f"{ind}shift = tl.where(mx == {NEG_INF}, 0.0, mx)",

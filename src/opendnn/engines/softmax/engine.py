@@ -73,19 +73,19 @@ def _check_coop(p, kn, target) -> Support:
 
 
 def _coop_knobs(p, target, backward: bool, log: bool):
-    """The one-read config for rows of at least 4 chunks, or None. Softmax backward holds
-    two tensors' chunks (dy and y), so its chunks are half as long; log-softmax backward
-    measured best with full chunks and 8 warps (bench/softmax_coop_sweep.py, 262144-wide
-    bf16: 2.56 TB/s against 2.35 with half chunks and 16 warps)."""
+    """The one-read config for rows of 4 to 64 chunks on a GPU, or None (measured:
+    bench/softmax_coop_sweep.py at 256 x 262144 bf16). Backward holds two tensors' chunks
+    (dy and y), so its chunks are half as long."""
     if not target.is_cuda:
         return None
-    block, warps = (COOP_BLOCK // 2, 16) if backward and not log else (COOP_BLOCK, 16)
-    if backward and log:
-        warps = 8
+    # session 9 sweep, tagged partials: forward 16384-element chunks (2.02 / 2.23 TB/s
+    # softmax / log), backward 8192 (2.65 with PREFETCH / 2.44 without); 8 warps, two
+    # programs per SM throughout
+    block, prefetch = (COOP_BLOCK // 2, 0 if log else 1) if backward else (COOP_BLOCK, 0)
     split = -(-p.L // block)
     if split < 4 or split > COOP_MAX_SPLIT:
         return None
-    return SoftmaxKnobs(4, block, 1, split, warps, (2 * target.num_sms // split) * split)
+    return SoftmaxKnobs(4, block, 1, split, 8, (2 * target.num_sms // split) * split, prefetch)
 
 
 class SoftmaxEngine(Engine):
