@@ -80,3 +80,43 @@ def test_legacy_softmax_forward_with_blending(mode, algo):
     flat = xd.reshape(dims[0], -1) if mode == "INSTANCE" else xd
     ref = (torch.log_softmax(flat, 1) if algo == "LOG" else torch.softmax(flat, 1))
     assert _relerr(y, 0.5 * ref.reshape(dims) + 2.0 * prior.double()) < 1e-5
+
+
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("rows,programs,prefetch", [(300, 24, 1), (300, 264, 0), (3, 264, 1)])
+def test_one_read_path_knobs(log, rows, programs, prefetch):
+    """PASSES=4 with 12 chunks of 256 (the last partial), few or more groups than rows,
+    with and without PREFETCH, forward and backward, run four times on one workspace (the
+    programs meet through it: a race would show as a wrong row)."""
+    x = torch.randn(rows, 2900, device="cuda", dtype=torch.bfloat16) * 3
+    xd = x.double()
+    ref = torch.log_softmax(xd, -1) if log else torch.softmax(xd, -1)
+    dy = torch.randn_like(x)
+    yd = ref.to(torch.bfloat16)
+    dyd, ydd = dy.double(), yd.double()
+    dref = (dyd - ydd.exp() * dyd.sum(-1, keepdim=True)) if log else \
+        ydd * (dyd - (dyd * ydd).sum(-1, keepdim=True))
+    knobs = dict(PASSES=4, BLOCK_L=256, BLOCK_ROWS=1, SPLIT=12, num_warps=4,
+                 PROGRAMS=programs, PREFETCH=prefetch)
+    for backward in (False, True):
+        g = cudnn.pygraph()
+        if backward:
+            tdy, tyv = g.tensor_like(dy), g.tensor_like(yd)
+            out = g.softmax_backward(tdy, tyv, axis=-1, log=log)
+            pack, want = {tdy: dy, tyv: yd}, dref
+        else:
+            tx = g.tensor_like(x)
+            out = g.softmax(tx, axis=-1, log=log)
+            pack, want = {tx: x}, ref
+        out.set_output(True)
+        g.validate()
+        g.build_operation_graph()
+        g.create_execution_plan(25, knobs)
+        g.check_support()
+        g.build_plans()
+        ws = torch.empty(max(g.get_workspace_size(), 1), device="cuda",
+                         dtype=torch.uint8).fill_(255)
+        for rep in range(4):
+            res = torch.full_like(x, float("nan"))
+            g.execute({**pack, out: res}, ws)
+            assert _relerr(res, want) < 2e-2, f"backward={backward} run {rep}"

@@ -224,6 +224,14 @@ def publish(ws: str, slot: str, value: str, tag: str, indent: str) -> list[str]:
             f"{indent}tl.atomic_xchg({ws} + {slot}, (_bits << 32) | {tag}, sem=\"relaxed\")"]
 
 
+def _reload(load: str, indent: str) -> list[str]:
+    """After the poll: a barrier, then the words loaded again. A small vector is held in
+    several copies (threads, warps) and the poll's reduction looks at one of each; a
+    thread's own copy may predate the tag. Once one thread saw it, every later load does
+    (the words do not change again in the run)."""
+    return [f"{indent}tl.debug_barrier()", f"{indent}_w = {load}"]
+
+
 def gather(var: str, ws: str, slots: str, mask: str, tag: str, indent: str) -> list[str]:
     """Lines loading the words ``slots`` (a vector) of ``ws`` until every one under
     ``mask`` carries ``tag`` (volatile loads: L2, re-read each time), then their values as
@@ -232,7 +240,7 @@ def gather(var: str, ws: str, slots: str, mask: str, tag: str, indent: str) -> l
     late = f"tl.where({mask} & ((_w & 0xFFFFFFFF) != {tag}), 1, 0)"
     return [f"{indent}_w = {load}",
             f"{indent}while tl.reduce({late}, 0, _max_combine) > 0:",
-            f"{indent}    _w = {load}",
+            f"{indent}    _w = {load}"] + _reload(load, indent) + [
             f"{indent}{var} = tl.where({mask}, (_w >> 32).to(tl.int32).to(tl.float32, "
             "bitcast=True), 0.0)"]
 
@@ -247,7 +255,7 @@ def gather_pairs(a: str, b: str, ws: str, base: str, mask: str, tag: str,
     late = f"tl.where({m2} & ((_w & 0xFFFFFFFF) != {tag}), 1, 0)"
     return [f"{indent}_w = {load}",
             f"{indent}while tl.reduce(tl.reduce({late}, 1, _max_combine), 0, _max_combine) > 0:",
-            f"{indent}    _w = {load}",
+            f"{indent}    _w = {load}"] + _reload(load, indent) + [
             f"{indent}_v = tl.where({m2}, (_w >> 32).to(tl.int32).to(tl.float32, bitcast=True), "
             "0.0)",
             f"{indent}_c = tl.arange(0, 2)[None, :]",
