@@ -119,4 +119,6 @@ def test_one_read_path_knobs(log, rows, programs, prefetch):
         for rep in range(4):
             res = torch.full_like(x, float("nan"))
             g.execute({**pack, out: res}, ws)
-            assert _relerr(res, want) < 2e-2, f"backward={backward} run {rep}"
+            assert not torch.isnan(res).any(), f"backward={backward} run {rep}: unwritten"
+            rows_err = (res.double() - want).norm(dim=-1) / want.norm(dim=-1).clamp_min(1e-30)
+            assert rows_err.max().item() < 2e-2, f"backward={backward} run {rep}"
