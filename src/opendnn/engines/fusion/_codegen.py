@@ -224,43 +224,54 @@ def publish(ws: str, slot: str, value: str, tag: str, indent: str) -> list[str]:
             f"{indent}tl.atomic_xchg({ws} + {slot}, (_bits << 32) | {tag}, sem=\"relaxed\")"]
 
 
-def _reload(load: str, indent: str) -> list[str]:
-    """After the poll: a barrier, then the words loaded again. A small vector is held in
-    several copies (threads, warps) and the poll's reduction looks at one of each; a
-    thread's own copy may predate the tag. Once one thread saw it, every later load does
-    (the words do not change again in the run)."""
-    return [f"{indent}tl.debug_barrier()", f"{indent}_w = {load}"]
+def poll(ws: str, slots: list, mask: str, tag: str, reduce: str, outs: list,
+         indent: str) -> list[str]:
+    """Lines loading the int64 words ``slots`` (vector expressions, one per published
+    value) of ``ws`` until every one under ``mask`` carries ``tag``, combining them as they
+    come: the values decode to ``_v0, _v1, ...`` (0 where masked) and ``reduce`` -- one
+    ``tl.reduce`` over a tuple whose first member is the vector ``_late`` -- sets ``_n``
+    (words not yet published) and ``outs``. The check and the values must come from the
+    same reduction: a small vector is held in several copies (threads, warps), a
+    reduction reads one of each, and a copy it did not read may predate the tag."""
+    loads = [f"{indent}_w{k} = tl.load({ws} + {sl}, mask={mask}, other=0, volatile=True)"
+             for k, sl in enumerate(slots)]
+    late = " | ".join(f"((_w{k} & 0xFFFFFFFF) != {tag})" for k in range(len(slots)))
+    body = [f"{indent}_v{k} = tl.where({mask}, (_w{k} >> 32).to(tl.int32).to(tl.float32, "
+            "bitcast=True), 0.0)" for k in range(len(slots))]
+    body += [f"{indent}_late = tl.where({mask} & ({late}), 1, 0)",
+             f"{indent}_n, {', '.join(outs)} = {reduce}"]
+    inner = [indent + "    " + ln[len(indent):] for ln in loads + body]
+    return loads + body + [f"{indent}while _n > 0:"] + inner
 
 
-def gather(var: str, ws: str, slots: str, mask: str, tag: str, indent: str) -> list[str]:
-    """Lines loading the words ``slots`` (a vector) of ``ws`` until every one under
-    ``mask`` carries ``tag`` (volatile loads: L2, re-read each time), then their values as
-    the float32 vector ``var`` (0 under the mask)."""
-    load = f"tl.load({ws} + {slots}, mask={mask}, other=0, volatile=True)"
-    late = f"tl.where({mask} & ((_w & 0xFFFFFFFF) != {tag}), 1, 0)"
-    return [f"{indent}_w = {load}",
-            f"{indent}while tl.reduce({late}, 0, _max_combine) > 0:",
-            f"{indent}    _w = {load}"] + _reload(load, indent) + [
-            f"{indent}{var} = tl.where({mask}, (_w >> 32).to(tl.int32).to(tl.float32, "
-            "bitcast=True), 0.0)"]
+# combine functions for ``poll``'s reductions: (not yet published, values...)
+POLL_HELPERS = '''
+@triton.jit
+def _poll_add1(l1, a1, l2, a2):
+    return tl.maximum(l1, l2), a1 + a2
 
 
-def gather_pairs(a: str, b: str, ws: str, base: str, mask: str, tag: str,
-                 indent: str) -> list[str]:
-    """``gather`` of word pairs (base, base + 1) for a vector ``base``: one [n, 2] load per
-    poll (one L2 round trip for both), then the float32 vectors ``a`` and ``b``."""
-    slots = f"({base})[:, None] + tl.arange(0, 2)[None, :]"
-    m2 = f"({mask})[:, None]"
-    load = f"tl.load({ws} + {slots}, mask={m2}, other=0, volatile=True)"
-    late = f"tl.where({m2} & ((_w & 0xFFFFFFFF) != {tag}), 1, 0)"
-    return [f"{indent}_w = {load}",
-            f"{indent}while tl.reduce(tl.reduce({late}, 1, _max_combine), 0, _max_combine) > 0:",
-            f"{indent}    _w = {load}"] + _reload(load, indent) + [
-            f"{indent}_v = tl.where({m2}, (_w >> 32).to(tl.int32).to(tl.float32, bitcast=True), "
-            "0.0)",
-            f"{indent}_c = tl.arange(0, 2)[None, :]",
-            f"{indent}{a} = tl.reduce(tl.where(_c == 0, _v, 0.0), 1, _add_combine)",
-            f"{indent}{b} = tl.reduce(tl.where(_c == 1, _v, 0.0), 1, _add_combine)"]
+@triton.jit
+def _poll_add2(l1, a1, b1, l2, a2, b2):
+    return tl.maximum(l1, l2), a1 + a2, b1 + b2
+
+
+@triton.jit
+def _poll_softmax(l1, m1, s1, l2, m2, s2):
+    # (max, sum of exp(x - max)) pairs; -inf maxima (empty or masked) shift by 0
+    m = tl.maximum(m1, m2)
+    sh = tl.where(m == float("-inf"), 0.0, m)
+    return tl.maximum(l1, l2), m, s1 * tl.exp(m1 - sh) + s2 * tl.exp(m2 - sh)
+
+
+@triton.jit
+def _poll_chan(l1, n1, m1, q1, l2, n2, m2, q2):
+    # (count, mean, sum of squared deviations) triples, Chan et al.; count 0 = empty
+    n = n1 + n2
+    r = tl.where(n > 0, n2 / tl.maximum(n, 1.0), 0.0)
+    d = m2 - m1
+    return tl.maximum(l1, l2), n, m1 + d * r, q1 + q2 + d * d * n1 * r
+'''
 
 
 def reduction_parts(mode):

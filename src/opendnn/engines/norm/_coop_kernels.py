@@ -8,12 +8,13 @@ partials and publishes each as one 64-bit word, (float32 bits << 32) | (row + 1)
 that sees the row's tag sees the value, so there is no fence and no counter (a release
 fence would wait for the program's outstanding output stores). It then loads the next
 row's chunk (PREFETCH=1: in flight while it waits), polls the row's SPLIT words until all
-carry the tag, combines them and writes its chunk from registers: the input is read once.
+carry the tag -- combining them in the same reduction that checks the tags
+(``fusion._codegen.poll``) -- and writes its chunk from registers: the input is read once.
 A tiny kernel zeroes the words before each run.
 
 Forward partials, chunk k of n_k elements: layer norm (mean m_k, M2_k = sum (x - m_k)^2,
-from registers, so no cancellation), combined as Chan et al.:
-    mean = sum n_k m_k / L,   var = sum (M2_k + n_k (m_k - mean)^2) / L;
+from registers, so no cancellation), combined pairwise as Chan et al. (n = n_a + n_b,
+d = m_b - m_a: mean = m_a + d n_b / n, M2 = M2_a + M2_b + d^2 n_a n_b / n), var = M2 / L;
 RMS norm sum x^2. Backward partials: sum g xh and sum g (g = dy scale), the terms of
 dx = r (g - c2 - xh c1); a program also sums dy xh and dy over its rows for its columns
 (DSCALE / DBIAS partials [2, groups, L], added in order by the finishing kernel).
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import re
 
-from ..fusion._codegen import gather, gather_pairs, publish
+from ..fusion._codegen import POLL_HELPERS, poll, publish
 from ._bwd_kernels import _centered, _names
 from ._kernels import (IND, IND2, FwdSpec, Problem, _y_lines, header, pid_expr,
                        stat_store, store)
@@ -52,7 +53,7 @@ def _head(name: str, p: Problem, kn, params: list, col_names: list) -> list[str]
     sp, bl = kn.SPLIT, kn.BLOCK_L
     sp2 = 1 << max(0, (sp - 1).bit_length())
     ar = f"tl.arange(0, {bl})" + (".to(tl.int64)" if p.big else "")
-    L = header(name, params) + [
+    L = [POLL_HELPERS] + header(name, params) + [
         f"{IND}pid = {pid_expr(p)}",
         f"{IND}grp = pid // {sp}",
         f"{IND}sl = pid % {sp}",
@@ -92,12 +93,10 @@ def _partials(sp: int, a: str, b: str | None, indent: str) -> list[str]:
     return out + (publish("WSI", f"(row * {sp} + sl) * 2 + 1", b, "tag", indent) if b else [])
 
 
-def _gather(sp: int, indent: str, both: bool = True) -> list[str]:
-    """The row's SPLIT partial pairs as vectors pa, pb, once every chunk published them."""
-    at = f"(row * {sp} + kk) * 2"
-    if both:
-        return gather_pairs("pa", "pb", "WSI", at, "kmask", "tag", indent)
-    return gather("pa", "WSI", at, "kmask", "tag", indent)
+def _poll(sp: int, words: int, reduce: str, outs: list, indent: str) -> list[str]:
+    """Wait for the row's SPLIT chunks (``words`` per chunk), combining them (``poll``)."""
+    slots = [f"(row * {sp} + kk) * 2 + {k}" for k in range(words)]
+    return poll("WSI", slots, "kmask", "tag", reduce, outs, indent)
 
 
 def _loop(p: Problem, kn, loads: dict, row_names: list, prefetch: bool,
@@ -139,16 +138,15 @@ def fwd_source(name: str, p: Problem, kn, f: FwdSpec) -> str:
     before = [I2 + store(p, "XS", False, "x", "cmask")] if f.store_sum else []
     if f.rms:
         before += _partials(sp, "tl.reduce(x * x, 0, _add_combine)", None, I2)
-        after = _gather(sp, I2, False) + [f"{I2}ms = tl.reduce(pa, 0, _add_combine) / {p.L}"]
+        after = _poll(sp, 1, "tl.reduce((_late, _v0), 0, _poll_add1)", ["q"], I2) + [
+            f"{I2}ms = q / {p.L}"]
         xc = "x"
     else:
         before += [f"{I2}m_here = tl.reduce(x, 0, _add_combine) / n_here",
                    f"{I2}d = tl.where(cmask, x - m_here, 0.0)"]
         before += _partials(sp, "m_here", "tl.reduce(d * d, 0, _add_combine)", I2)
-        after = _gather(sp, I2) + [
-            f"{I2}mean = tl.reduce(nk * pa, 0, _add_combine) / {p.L}",
-            f"{I2}dm = tl.where(kmask, pa - mean, 0.0)",
-            f"{I2}ms = tl.reduce(pb + nk * dm * dm, 0, _add_combine) / {p.L}"]
+        after = _poll(sp, 2, "tl.reduce((_late, nk, _v0, _v1), 0, _poll_chan)",
+                      ["_cnt", "mean", "q"], I2) + [f"{I2}ms = q / {p.L}"]
         xc = "(x - mean)"
     after.append(f"{I2}rstd = 1.0 / tl.sqrt(ms + EPS)")
     after += _y_lines(p, f, False, xc, "rstd", I2)
@@ -176,9 +174,9 @@ def bwd_source(name: str, p: Problem, kn, rms: bool) -> str:
                         "tl.reduce(g, 0, _add_combine)", I2)
     before += [f"{I2}dw += dy * xh", f"{I2}db += dy"]
     c2 = "" if rms else " - c2"
-    after = _gather(sp, I2) + [
-        f"{I2}c1 = tl.reduce(pa, 0, _add_combine) / {p.L}",
-        f"{I2}c2 = tl.reduce(pb, 0, _add_combine) / {p.L}",
+    after = _poll(sp, 2, "tl.reduce((_late, _v0, _v1), 0, _poll_add2)", ["c1", "c2"], I2) + [
+        f"{I2}c1 = c1 / {p.L}",
+        f"{I2}c2 = c2 / {p.L}",
         I2 + store(p, "DX", False, f"rstd * (g{c2} - xh * c1)", "cmask", True)]
     row_names = [n for n in names if n != "SCALE"]
     loads = {"dy": ["DY"], "x": ["X"], "rstd": "INV_VARIANCE", **({} if rms else {"mean": "MEAN"})}

@@ -19,8 +19,8 @@ own strides, so any layout works; the offsets are literals of the generated sour
 """
 from __future__ import annotations
 
-from ..fusion._codegen import (COMBINE_HELPERS, TL_TYPE, gather, gather_pairs,
-                               index_decomposition, offset_expr, publish)
+from ..fusion._codegen import (COMBINE_HELPERS, POLL_HELPERS, TL_TYPE, index_decomposition,
+                               offset_expr, poll, publish)
 
 INT32_LIMIT = 2 ** 31 - 1
 NEG_INF = 'float("-inf")'
@@ -269,14 +269,14 @@ def coop_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str:
     its chunk's partials -- (max, sum of exp), or backward's sum of dy * y (dy) -- as
     64-bit words tagged with row + 1 (no fence, no counter: ``fusion._codegen.publish``),
     with PREFETCH loads the next row's chunk, polls the row's words until all SPLIT carry
-    the tag, then combines them and writes its chunk from registers: one read of the
-    input. Group g takes rows g, g + groups, ..."""
+    the tag, combining them in the same reduction (``poll``), and writes its chunk from
+    registers: one read of the input. Group g takes rows g, g + groups, ..."""
     ind = "    "
     roles = ("DY", "Y") if backward else ("X",)
     sp, bl = kn.SPLIT, kn.BLOCK_L
     sp2 = 1 << max(0, (sp - 1).bit_length())
     groups = kn.PROGRAMS // sp
-    L = [COMBINE_HELPERS, "@triton.jit",
+    L = [COMBINE_HELPERS, POLL_HELPERS, "@triton.jit",
          f"def {name}({', '.join(roles + (('DX',) if backward else ('Y',)))}, WS):",
          f"{ind}pid = {_row_index(p.big, '1')}",
          f"{ind}grp = pid // {sp}",
@@ -309,17 +309,15 @@ def coop_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str:
         body += _coop_fetch(p, roles, "n", "nrow", "_next", backward, ind)
     at = f"(row * {sp} + k) * 2"
     if backward:
-        body += gather("ps", "WSI", at, "kmask", "tag", ind)
-        body += [f"{ind}s = tl.reduce(ps, 0, _add_combine)",
-                 ind + _store(p, "DX", "cols", "dy - tl.exp(y) * s" if log else "y * (dy - s)",
+        body += poll("WSI", [at], "kmask", "tag", "tl.reduce((_late, _v0), 0, _poll_add1)",
+                     ["s"], ind)
+        body += [ind + _store(p, "DX", "cols", "dy - tl.exp(y) * s" if log else "y * (dy - s)",
                               "mask", False)]
     else:
-        body += gather_pairs("ms", "ss", "WSI", at, "kmask", "tag", ind)
-        body += [f"{ind}ms = tl.where(kmask, ms, {NEG_INF})",
-                 f"{ind}mx = tl.reduce(ms, 0, _max_combine)",
-                 f"{ind}shift = tl.where(mx == {NEG_INF}, 0.0, mx)",
-                 f"{ind}s = tl.reduce(ss * tl.exp(ms - shift), 0, _add_combine)",
-                 ind + _store(p, "Y", "cols", "x - mx - tl.log(s)" if log else
+        red = (f"tl.reduce((_late, tl.where(kmask, _v0, {NEG_INF}), _v1), 0, "
+               "_poll_softmax)")
+        body += poll("WSI", [at, f"{at} + 1"], "kmask", "tag", red, ["mx", "s"], ind)
+        body += [ind + _store(p, "Y", "cols", "x - mx - tl.log(s)" if log else
                               "tl.exp(x - mx) / s", "mask", False)]
     if kn.PREFETCH:
         body += [f"{ind}{r.lower()} = {r.lower()}_next" for r in roles]
