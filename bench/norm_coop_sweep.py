@@ -15,8 +15,8 @@ import opendnn.frontend as cudnn
 SMS = torch.cuda.get_device_properties(0).multi_processor_count
 GRID = [(b, w, pre, per) for b in (4096, 8192, 16384) for w in (8, 16) for pre in (0, 1)
         for per in (1, 2)]
-QUICK = [(4096, 8, 1, 2), (8192, 16, 1, 1), (8192, 8, 1, 1), (8192, 8, 0, 2),
-         (16384, 8, 1, 1), (16384, 8, 0, 2)]
+QUICK = [(4096, 8, 1, 2), (4096, 4, 1, 2), (8192, 16, 1, 1), (8192, 8, 1, 1),
+         (8192, 8, 0, 1), (8192, 8, 0, 2), (16384, 8, 1, 1), (16384, 8, 0, 2)]
 
 
 def _run(kind, bwd, x, w, b, dy, mean, rstd, knobs):

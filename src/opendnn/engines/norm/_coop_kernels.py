@@ -73,17 +73,20 @@ def _next_offsets(p: Problem, var: str, names: list, indent: str) -> list[str]:
 
 def _fetch(p: Problem, loads: dict, prefix: str, row: str, indent: str) -> list[str]:
     """Lines loading each ``loads`` entry (variable -> tensor names summed; a str: a
-    per-row statistic, one scalar) at row ``row`` (offsets ``{prefix}off_<name>``), zero
-    past the last row."""
+    per-row statistic, one float32 scalar) at row ``row`` (offsets ``{prefix}off_<name>``),
+    zero past the last row. A vector of one tensor stays in its storage type as
+    ``<var>_raw`` (a bfloat16 row held across the wait takes half the registers); a sum
+    is float32."""
     out = []
     for var, names in loads.items():
         if isinstance(names, str):
             out.append(f"{indent}{var} = tl.load({names} + {prefix}off_{names}, "
                        f"mask={row} < {p.R}, other=0.0).to(tl.float32)")
             continue
+        cvt = ".to(tl.float32)" if len(names) > 1 else ""
         terms = [f"tl.load({n} + {prefix}off_{n} + coff_{n}, mask=cmask & ({row} < {p.R}), "
-                 f"other=0.0, eviction_policy=\"evict_first\").to(tl.float32)" for n in names]
-        out.append(f"{indent}{var} = {' + '.join(terms)}")
+                 f"other=0.0, eviction_policy=\"evict_first\"){cvt}" for n in names]
+        out.append(f"{indent}{var}_raw = {' + '.join(terms)}")
     return out
 
 
@@ -114,6 +117,8 @@ def _loop(p: Problem, kn, loads: dict, row_names: list, prefetch: bool,
     L.append(f"{IND2}tag = row + 1")
     if not prefetch:
         L += _fetch(p, loads, "", "row", IND2)
+    L += [f"{IND2}{v} = {v}_raw.to(tl.float32)" for v, n in loads.items()
+          if not isinstance(n, str)]
     L += before_wait
     if prefetch:
         nxt = {f"{v}_next": n for v, n in loads.items()}
@@ -121,7 +126,8 @@ def _loop(p: Problem, kn, loads: dict, row_names: list, prefetch: bool,
             _fetch(p, nxt, "n", "nrow", IND2)
     L += after_wait
     if prefetch:
-        L += [f"{IND2}{v} = {v}_next" for v in loads]
+        L += [f"{IND2}{v}_raw = {v}_next_raw" if not isinstance(n, str) else
+              f"{IND2}{v} = {v}_next" for v, n in loads.items()]
     return L
 
 
@@ -164,10 +170,11 @@ def bwd_source(name: str, p: Problem, kn, rms: bool) -> str:
     groups = kn.PROGRAMS // sp
     names = _names(rms)
     L = _head(name, p, kn, names + ["WS"], ["DY", "X", "SCALE", "DX"])
-    L += [f"{IND}w = tl.load(SCALE + coff_SCALE, mask=cmask, other=0.0).to(tl.float32)",
-          f"{IND}dw = tl.full([{kn.BLOCK_L}], 0.0, tl.float32)",
+    L += [f"{IND}dw = tl.full([{kn.BLOCK_L}], 0.0, tl.float32)",
           f"{IND}db = tl.full([{kn.BLOCK_L}], 0.0, tl.float32)"]
+    # SCALE is read again for every row (an L1 / L2 hit) rather than held across the wait
     before = [
+        f"{I2}w = tl.load(SCALE + coff_SCALE, mask=cmask, other=0.0).to(tl.float32)",
         f"{I2}xh = tl.where(cmask, {_centered(rms)} * rstd, 0.0)",
         f"{I2}g = dy * w"]
     before += _partials(sp, "tl.reduce(g * xh, 0, _add_combine)",
