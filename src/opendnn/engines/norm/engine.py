@@ -152,14 +152,19 @@ def _coop_knobs(a: Analysis, target: Target) -> NormKnobs | None:
     p = a.problem
     if not target.is_cuda or (a.backward and (p.G != 1 or p.S != 1)):
         return None
-    # bench/norm_coop_sweep.py (bf16, 2048 x 65536 and 512 x 262144): forward best with
-    # 16384-element chunks and 8 warps (2.18 / 2.48 TB/s layer / RMS norm at 262144; at
-    # 65536 the two-loop path is faster), backward with 8192 and 16 warps at 65536 (2.23 /
-    # 2.28), 8 warps at 262144 (1.84 / 1.91); one program per SM, PREFETCH on
+    # bench/norm_coop_sweep.py (bf16, 2048 x 65536 and 512 x 262144; PREFETCH on): forward
+    # best with 16384-element chunks, 8 warps, a program per SM (2.10 / 2.48 TB/s layer /
+    # RMS norm at 262144; at 65536 the two-loop path is as fast for layer norm), backward
+    # with 8192 and 8 warps at 65536 (2.29 / 2.33), 4096 with 4 warps, two programs per
+    # SM at 262144 (1.68 / 1.72: its 255 registers allow two; 32-chunk groups of one
+    # program per SM measured 1.4)
     long = p.L >= 131072
     if not a.backward and not long:
         return None
-    block, warps, per_sm = (8192, 8 if long else 16, 1) if a.backward else (16384, 8, 1)
+    if a.backward:
+        block, warps, per_sm = (4096, 4, 2) if long else (8192, 8, 1)
+    else:
+        block, warps, per_sm = 16384, 8, 1
     split = -(-p.L // block)
     if split < 4 or split > COOP_MAX_SPLIT:
         return None
