@@ -2,7 +2,8 @@
 norm, forward and backward, bf16: chunk length, warps, programs per SM and PREFETCH,
 against the engine's heuristic choice in the same run (issue 4's goals: forward >= 2.0
 TB/s at 262144, backward >= 2.4). Each config's Y / DX is checked against PyTorch.
-Run (GPU): PYTHONPATH=src python bench/norm_coop_sweep.py [quick]"""
+Run (GPU): PYTHONPATH=src python bench/norm_coop_sweep.py [quick] [8192: backward at
+8192 x 8192, 2-4 chunks a row, against the heuristic's one-pass plan]"""
 import sys
 
 import torch
@@ -15,6 +16,8 @@ import opendnn.frontend as cudnn
 SMS = torch.cuda.get_device_properties(0).multi_processor_count
 GRID = [(b, w, pre, per) for b in (4096, 8192, 16384) for w in (8, 16) for pre in (0, 1)
         for per in (1, 2)]
+SHORT = [(4096, 8, 1, 1), (4096, 4, 1, 2), (2048, 4, 1, 2), (2048, 8, 1, 2), (2048, 4, 1, 1),
+         (4096, 8, 1, 2)]      # 8192-wide rows: 2 or 4 chunks
 QUICK = [(4096, 8, 1, 2), (4096, 4, 1, 2), (8192, 16, 1, 1), (8192, 8, 1, 1),
          (8192, 8, 0, 1), (8192, 8, 0, 2), (16384, 8, 1, 1), (16384, 8, 0, 2)]
 
@@ -57,7 +60,8 @@ def _run(kind, bwd, x, w, b, dy, mean, rstd, knobs):
 def main():
     quick = "quick" in sys.argv
     res = []
-    for R, L in ((512, 262144), (2048, 65536)):
+    shapes = ((8192, 8192),) if "8192" in sys.argv else ((512, 262144), (2048, 65536))
+    for R, L in shapes:
         x = torch.randn(R, L, device="cuda", dtype=torch.bfloat16)
         dy = torch.randn_like(x)
         w = torch.randn(1, L, device="cuda", dtype=torch.bfloat16)
@@ -77,10 +81,11 @@ def main():
             (F.layer_norm(xr, (L,), w[0].float(), None, 1e-5) if kind == "layernorm" else
              F.rms_norm(xr, (L,), w[0].float(), 1e-5)).backward(dy.float())
             want_dx = xr.grad
-            for bwd in (False, True):
+            for bwd in (False, True) if L != 8192 else (True,):
                 nb = (3 if bwd else 2) * x.numel() * 2
                 want = want_dx if bwd else want_y
-                grid = [None] + (QUICK if quick or L == 65536 else GRID)
+                grid = [None] + (SHORT if L == 8192 else
+                                 QUICK if quick or L == 65536 else GRID)
                 for cfg in grid:
                     kn = None
                     if cfg is not None:
@@ -106,7 +111,7 @@ def main():
                           f"rel.err {err:.1e}", flush=True)
     print("\nbest (GB/s, kind, L, backward, (block, warps, prefetch, per_sm), rel.err):")
     for kind in ("layernorm", "rmsnorm"):
-        for L in (262144, 65536):
+        for L in (262144, 65536, 8192):
             for bwd in (False, True):
                 sel = [r for r in res if r[1] == kind and r[2] == L and r[3] == bwd]
                 heur = [r for r in sel if r[4] is None]
