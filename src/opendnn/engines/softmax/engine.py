@@ -78,14 +78,21 @@ def _coop_knobs(p, target, backward: bool, log: bool):
     (dy and y), so its chunks are half as long."""
     if not target.is_cuda:
         return None
-    # session 9 sweep, tagged partials: forward 16384-element chunks (2.02 / 2.23 TB/s
-    # softmax / log), backward 8192 (2.65 with PREFETCH / 2.44 without); 8 warps, two
-    # programs per SM throughout
-    block, prefetch = (COOP_BLOCK // 2, 0 if log else 1) if backward else (COOP_BLOCK, 0)
+    # session 9 sweeps (tagged partials): forward 16384-element chunks, 8 warps, two
+    # programs per SM (1.94-2.02 / 2.17-2.23 TB/s softmax / log); softmax backward 8192,
+    # 8 warps, two per SM, PREFETCH (2.51-2.65); log-softmax backward 16384, 16 warps, one
+    # per SM, PREFETCH (2.49; 8192 x 8 without PREFETCH: 2.22-2.44 over three runs)
+    if backward and log:
+        block, warps, per_sm, prefetch = COOP_BLOCK, 16, 1, 1
+    elif backward:
+        block, warps, per_sm, prefetch = COOP_BLOCK // 2, 8, 2, 1
+    else:
+        block, warps, per_sm, prefetch = COOP_BLOCK, 8, 2, 0
     split = -(-p.L // block)
     if split < 4 or split > COOP_MAX_SPLIT:
         return None
-    return SoftmaxKnobs(4, block, 1, split, 8, (2 * target.num_sms // split) * split, prefetch)
+    programs = (per_sm * target.num_sms // split) * split
+    return SoftmaxKnobs(4, block, 1, split, warps, programs, prefetch)
 
 
 class SoftmaxEngine(Engine):
