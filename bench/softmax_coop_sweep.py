@@ -34,18 +34,28 @@ def _want(x, y, dy, log, backward):
 
 
 def main():
+    """argv: ``logbwd`` / ``bwd`` / ``fwd`` / ``logfwd`` picks one case (default all four);
+    ``long`` only 8192- and 16384-element chunks; ``repeat=N`` times each config, N runs
+    interleaved (run-to-run spread is several percent)."""
+    import sys
+    args = sys.argv[1:]
+    cases = [(lg, bw) for lg in (False, True) for bw in (False, True)
+             if not args or not any(a in ("fwd", "bwd", "logfwd", "logbwd") for a in args)
+             or ("log" if lg else "") + ("bwd" if bw else "fwd") in args]
+    repeat = int(next((a.split("=")[1] for a in args if a.startswith("repeat=")), 1))
+    blocks = (8192, 16384) if "long" in args else (4096, 8192, 16384)
     R, L = 256, 262144
     x = torch.randn(R, L, device="cuda", dtype=torch.bfloat16)
     dy = torch.randn_like(x)
     res = []
-    grid = [None] + [(b, w, s, f) for b in (4096, 8192, 16384) for w in (8, 16)
+    grid = [None] + [(b, w, s, f) for b in blocks for w in (8, 16)
                      for s in (1, 2) for f in (0, 1)]
-    for log in (False, True):
+    for log, backward in cases:
         y = torch.log_softmax(x.float(), -1) if log else torch.softmax(x.float(), -1)
         y = y.to(torch.bfloat16)
-        for backward in (False, True):
+        if True:
             want = _want(x, y, dy, log, backward)
-            for cfg in grid:
+            for cfg in grid * repeat:
                 kn = None
                 if cfg is not None:
                     block, warps, per_sm, pre = cfg
@@ -84,11 +94,17 @@ def main():
                 res.append((nb / ms / 1e6, log, backward, cfg, err))
                 print(f"  log={log} bwd={backward} {cfg} {name}: {nb / ms / 1e6:.0f} GB/s "
                       f"err {err:.1e}", flush=True)
-    print("\nbest (GB/s, (block, warps, per_sm, prefetch), rel.err):")
+    print("\nbest medians (GB/s, (block, warps, per_sm, prefetch), rel.err):")
     for log in (False, True):
         for backward in (False, True):
             sel = [r for r in res if r[1] == log and r[2] == backward]
+            if not sel:
+                continue
             heur = [r for r in sel if r[3] is None]
+            med = {}
+            for r in sel:
+                med.setdefault(r[3], []).append(r)
+            sel = [sorted(v, key=lambda r: r[0])[len(v) // 2] for v in med.values()]
             best = sorted((r for r in sel if r[3] is not None), key=lambda r: -r[0])[:3]
             print(f"log={log} bwd={backward}: heuristic "
                   f"{heur[0][0] if heur else 0:.0f} | " +
