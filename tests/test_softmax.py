@@ -221,3 +221,10 @@ def test_heuristics_take_one_read_for_the_longest_rows_on_a_gpu():
         first = e.configs(g.op_graph, H100)[0].knob_dict
         assert first["PASSES"] == passes, (shape, first)
         assert e.check_config(g.op_graph, e.configs(g.op_graph, H100)[0], H100).ok
+    y = torch.empty(256, 262144, dtype=torch.bfloat16)
+    for log in (False, True):        # the backward too (log: one program per SM)
+        g, _, _ = _bwd_graph(y, y, -1, log)
+        g.validate()
+        first = e.configs(g.op_graph, H100)[0]
+        assert first.knob_dict["PASSES"] == 4, (log, first)
+        assert e.check_config(g.op_graph, first, H100).ok

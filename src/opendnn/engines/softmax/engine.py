@@ -189,7 +189,10 @@ class SoftmaxEngine(Engine):
         moved = p.R * p.L * item * {1: 1.0, 2: 1.6, 3: again, 4: 1.3}[kn.PASSES]
         programs = -(-p.R // kn.BLOCK_ROWS) if kn.PASSES == 1 else (
             kn.PROGRAMS or p.R * kn.SPLIT)
-        fill = max(min(1.0, programs / (2.0 * target.num_sms)), 1e-3)
+        # PASSES=4 runs its persistent grid at once, one or two programs per SM (its own
+        # choice, from the registers): it fills the GPU with a program per SM
+        per_sm = 1.0 if kn.PASSES == 4 else 2.0
+        fill = max(min(1.0, programs / (per_sm * target.num_sms)), 1e-3)
         return moved / (target.bandwidth * fill) + 3e-6 * (2 if kn.PASSES in (2, 4) else 1)
 
     def estimate_seconds(self, graph, config, target) -> float:
