@@ -122,3 +122,29 @@ def test_one_read_path_knobs(log, rows, programs, prefetch):
             assert not torch.isnan(res).any(), f"backward={backward} run {rep}: unwritten"
             rows_err = (res.double() - want).norm(dim=-1) / want.norm(dim=-1).clamp_min(1e-30)
             assert rows_err.max().item() < 2e-2, f"backward={backward} run {rep}"
+
+
+@pytest.mark.parametrize("log", [False, True])
+def test_one_read_path_chunks_of_minus_infinity(log):
+    """A chunk of -inf only next to values near -1000: its programs' exponentials are 0 and
+    must stay 0 (not 0 x exp(1000)); the row's result is the reference's."""
+    x = torch.randn(5, 2900, device="cuda") - 1000.0
+    x[:, :256] = float("-inf")
+    x[:, 700:800] = float("-inf")
+    ref = torch.log_softmax(x.double(), -1) if log else torch.softmax(x.double(), -1)
+    g = cudnn.pygraph()
+    tx = g.tensor_like(x)
+    out = g.softmax(tx, axis=-1, log=log)
+    out.set_output(True)
+    g.validate()
+    g.build_operation_graph()
+    g.create_execution_plan(25, dict(PASSES=4, BLOCK_L=256, BLOCK_ROWS=1, SPLIT=12,
+                                     num_warps=4, PROGRAMS=24, PREFETCH=1))
+    g.check_support()
+    g.build_plans()
+    ws = torch.empty(max(g.get_workspace_size(), 1), device="cuda", dtype=torch.uint8)
+    res = torch.full_like(x, float("nan"))
+    g.execute({tx: x, out: res}, ws)
+    finite = torch.isfinite(ref)
+    assert torch.equal(torch.isfinite(res), finite.cpu().to(res.device))
+    assert _relerr(res[finite], ref[finite]) < 1e-5

@@ -300,7 +300,8 @@ def coop_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str:
     else:
         body += [f"{ind}m = tl.reduce(x, 0, _max_combine)",
                  f"{ind}shift = tl.where(m == {NEG_INF}, 0.0, m)",
-                 f"{ind}part = tl.reduce(tl.exp(x - shift), 0, _add_combine)"]
+                 f"{ind}e = tl.exp(x - shift)",
+                 f"{ind}part = tl.reduce(e, 0, _add_combine)"]
         body += publish("WSI", slot, "m", "tag", ind) + \
             publish("WSI", f"{slot} + 1", "part", "tag", ind)
     if kn.PREFETCH:
@@ -317,8 +318,12 @@ def coop_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str:
         red = (f"tl.reduce((_late, tl.where(kmask, _v0, {NEG_INF}), _v1), 0, "
                "_poll_softmax)")
         body += poll("WSI", [at, f"{at} + 1"], "kmask", "tag", red, ["mx", "s"], ind)
+        # softmax: y = e exp(shift - mx) / s, the exponentials already taken (one per
+        # element, not two: the exp unit was what held softmax below log-softmax here);
+        # a chunk of -inf only has e = 0 and must not meet exp(0 - mx) = inf
+        scale = f"tl.where(m == {NEG_INF}, 0.0, tl.exp(shift - mx) / s)"
         body += [ind + _store(p, "Y", "cols", "x - mx - tl.log(s)" if log else
-                              "tl.exp(x - mx) / s", "mask", False)]
+                              f"e * {scale}", "mask", False)]
     if kn.PREFETCH:
         body += [f"{ind}{r.lower()} = {r.lower()}_next" for r in roles]
     return "\n".join(L + [ind + b for b in body]) + "\n"
