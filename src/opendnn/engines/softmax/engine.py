@@ -79,7 +79,8 @@ def _coop_knobs(p, target, backward: bool, log: bool):
     if not target.is_cuda:
         return None
     # session 9 sweeps (tagged partials): forward 16384-element chunks, 8 warps, two
-    # programs per SM (1.94-2.02 / 2.17-2.23 TB/s softmax / log); softmax backward 8192,
+    # programs per SM (softmax with its exponentials reused and PREFETCH 2.45 TB/s, 2.12
+    # without; log-softmax 2.17-2.23 without, PREFETCH slower); softmax backward 8192,
     # 8 warps, two per SM, PREFETCH (2.51-2.65); log-softmax backward 16384, 16 warps, one
     # per SM, PREFETCH (2.49; 8192 x 8 without PREFETCH: 2.22-2.44 over three runs)
     if backward and log:
@@ -87,7 +88,7 @@ def _coop_knobs(p, target, backward: bool, log: bool):
     elif backward:
         block, warps, per_sm, prefetch = COOP_BLOCK // 2, 8, 2, 1
     else:
-        block, warps, per_sm, prefetch = COOP_BLOCK, 8, 2, 0
+        block, warps, per_sm, prefetch = COOP_BLOCK, 8, 2, 0 if log else 1
     split = -(-p.L // block)
     if split < 4 or split > COOP_MAX_SPLIT:
         return None
