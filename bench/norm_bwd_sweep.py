@@ -1,5 +1,5 @@
 """Sweep of the norm engine's one-pass backward (PATH=1) at 8192 x 8192 bf16: rows per
-tile, warps and persistent programs, layer norm and RMS norm (issue 4's goal: >= 2.4 TB/s
+tile, warps, persistent programs and PREFETCH, layer norm and RMS norm (issue 4's goal: >= 2.4 TB/s
 counting dy, x and dx once).
 Run (GPU): PYTHONPATH=src python bench/norm_bwd_sweep.py"""
 import torch
@@ -26,12 +26,13 @@ def main():
         fn, plan = _backward(cudnn, kind, dy, x, w, mean, rstd)
         ms = do_bench(fn, warmup=10, rep=50, return_mode="median")
         print(f"{kind} heuristic {plan}: {nb / ms / 1e6:.0f} GB/s", flush=True)
-        for br, warps in ((1, 32), (1, 16), (2, 32), (1, 8)):
-            for progs in (SMS, 2 * SMS, 3 * SMS, 4 * SMS):
+        for br, warps, pre in ((1, 32, 0), (1, 32, 1), (2, 32, 0), (2, 32, 1)):
+            for progs in (SMS, 2 * SMS):
                 orig = N._build
 
                 def build(g, cd, pack, _k=dict(PATH=1, BLOCK_L=L, BLOCK_ROWS=br, SPLIT=1,
-                                               PROGRAMS=progs, num_warps=warps)):
+                                               PROGRAMS=progs, num_warps=warps,
+                                               PREFETCH=pre)):
                     g.validate()
                     g.build_operation_graph()
                     g.create_execution_plan(26, _k)
@@ -46,8 +47,8 @@ def main():
                     f2()
                     torch.cuda.synchronize()
                     ms = do_bench(f2, warmup=10, rep=50, return_mode="median")
-                    res.append((nb / ms / 1e6, kind, br, warps, progs))
-                    print(f"  {kind} rows {br} warps {warps} programs {progs}: "
+                    res.append((nb / ms / 1e6, kind, br, warps, progs, pre))
+                    print(f"  {kind} rows {br} warps {warps} programs {progs} prefetch {pre}: "
                           f"{nb / ms / 1e6:.0f} GB/s", flush=True)
                 except Exception as e:   # noqa: BLE001 -- reported
                     print(f"  {kind} rows {br} warps {warps} programs {progs}: {str(e)[:90]}")
@@ -55,7 +56,8 @@ def main():
                     N._build = orig
     for kind in ("layernorm", "rmsnorm"):
         for r in sorted((r for r in res if r[1] == kind), reverse=True)[:3]:
-            print(f"{kind}: {r[0]:.0f} GB/s rows {r[2]} warps {r[3]} programs {r[4]}")
+            print(f"{kind}: {r[0]:.0f} GB/s rows {r[2]} warps {r[3]} programs {r[4]} "
+                  f"prefetch {r[5]}")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ def _report(src, target=None, options=None):
     err = subprocess.run([PTXAS, "-arch=sm_90a", "-v", f.name, "-o", os.devnull],
                          capture_output=True, text=True).stderr
     os.unlink(f.name)
-    if src.fn.__name__.endswith("_coop"):
+    if src.fn.__name__.endswith(("_coop", "_rows")):
         LAST["info"] = " | ".join(ln.split(":")[-1].strip() for ln in err.splitlines()
                                   if "registers" in ln or "spill" in ln)
     return k

@@ -101,7 +101,11 @@ BWD_CASES = ([c[:3] + (None,) for c in CASES if not (c[3] and c[3]["PATH"] in (3
              [c for c in CASES if c[3] and c[3]["PATH"] == 4] +
              [c[:3] + (BWD,) for c in CASES if c[3] and c[3]["PATH"] == 2] +
              [("layernorm", (7, 37), None, dict(PATH=1, BLOCK_L=64, BLOCK_ROWS=2, SPLIT=1,
-                                                PROGRAMS=3, num_warps=4))])
+                                                PROGRAMS=3, num_warps=4)),
+              ("layernorm", (7, 37), None, dict(PATH=1, BLOCK_L=64, BLOCK_ROWS=2, SPLIT=1,
+                                                PROGRAMS=3, num_warps=4, PREFETCH=1)),
+              ("rmsnorm", (9, 20), None, dict(PATH=1, BLOCK_L=32, BLOCK_ROWS=1, SPLIT=1,
+                                              PROGRAMS=2, num_warps=4, PREFETCH=1))])
 
 
 @pytest.mark.parametrize("case", BWD_CASES, ids=[f"{c[0]}{i}" for i, c in enumerate(BWD_CASES)])

@@ -172,7 +172,7 @@ COOP = dict(PATH=4, BLOCK_L=8, BLOCK_ROWS=1, SPLIT=5, PROGRAMS=10, num_warps=4, 
     (dict(COOP, PROGRAMS=270), H100, "at most 264"),
     (dict(COOP, BLOCK_ROWS=2), H100, "PATH=4: BLOCK_ROWS=1"),
     (dict(PATH=1, BLOCK_L=64, BLOCK_ROWS=1, SPLIT=1, PROGRAMS=1, num_warps=4, PREFETCH=1),
-     Target(), "PREFETCH is a PATH=4 (one read) knob"),
+     Target(), "PREFETCH is a knob of PATH=4 and of the backward's PATH=1"),
 ])
 def test_one_read_path_declines_configs_with_a_reason(knobs, target, reason):
     g, _, _ = forward_graph("layernorm", torch.ones(3, 37), torch.ones(1, 37),

@@ -58,23 +58,45 @@ def rows_source(name: str, p: Problem, kn, rms: bool, programs: int) -> str:
     # SCALE is loaded in the loop (an L1 / L2 hit), not held: with dw and db carried
     # through the loop a held copy made 8192-wide rows spill (ptxas, sm_90, 16 warps)
     L += [f"{IND}dw = tl.full([{bl}], 0.0, tl.float32)",
-          f"{IND}db = tl.full([{bl}], 0.0, tl.float32)",
-          f"{IND}for t in range(pid, {nt}, {programs}):",
+          f"{IND}db = tl.full([{bl}], 0.0, tl.float32)"]
+    if kn.PREFETCH:     # the next tile's dy and x load while this one is computed
+        L += _tile_fetch(p, "pid", br, "n", "_raw", IND)
+    L += [f"{IND}for t in range(pid, {nt}, {programs}):",
           f"{IND2}rows = t * {br} + tl.arange(0, {br})",
           f"{IND2}rmask = rows < {p.R}",
           f"{IND2}mask = rmask[:, None] & cmask[None, :]"]
     L += p.row_offsets("rows", [n for n in names if n != "SCALE"], IND2)
-    L += [f"{IND2}dy = {load(p, 'DY', True, 'mask')}",
-          f"{IND2}x = {load(p, 'X', True, 'mask')}",
-          f"{IND2}w = {load_param(p, 'SCALE', True, 'cmask', 'cmask')}"]
+    if kn.PREFETCH:
+        L += [f"{IND2}dy = dy_raw.to(tl.float32)", f"{IND2}x = x_raw.to(tl.float32)"]
+        L += _tile_fetch(p, f"t + {programs}", br, "n", "_next", IND2)
+    else:
+        L += [f"{IND2}dy = {load(p, 'DY', True, 'mask')}",
+              f"{IND2}x = {load(p, 'X', True, 'mask')}"]
+    L += [f"{IND2}w = {load_param(p, 'SCALE', True, 'cmask', 'cmask')}"]
     L += _stats(rms, "rmask", IND2)
     L += _dx(p, rms, True, IND2, [f"{IND2}c1 = tl.reduce(g * xh, 1, _add_combine) / {p.L}",
                                   f"{IND2}c2 = tl.reduce(g, 1, _add_combine) / {p.L}"])
+    if kn.PREFETCH:
+        L += [f"{IND2}dy_raw = dy_next", f"{IND2}x_raw = x_next"]
     L += [f"{IND2}dw += tl.reduce(dy * xh, 0, _add_combine)",
           f"{IND2}db += tl.reduce(dy, 0, _add_combine)",
           f"{IND}tl.store(WS + pid * {p.L} + cols, dw, mask=cmask)",
           f"{IND}tl.store(WS + ({programs} + pid) * {p.L} + cols, db, mask=cmask)"]
     return "\n".join(L) + "\n"
+
+
+def _tile_fetch(p: Problem, tile: str, br: int, prefix: str, suffix: str,
+                indent: str) -> list[str]:
+    """Lines loading dy and x of row tile ``tile`` in their storage type as
+    ``dy{suffix}``, ``x{suffix}`` (offsets ``{prefix}off_*``; zero past the last row)."""
+    L = [f"{indent}nrows = ({tile}) * {br} + tl.arange(0, {br})",
+         f"{indent}nmask = (nrows < {p.R})[:, None] & cmask[None, :]"]
+    L += [ln.replace(f"{indent}off_", f"{indent}{prefix}off_")
+          for ln in p.row_offsets("nrows", ["DY", "X"], indent)]
+    for n in ("DY", "X"):
+        L.append(f"{indent}{n.lower()}{suffix} = tl.load({n} + {prefix}off_{n}[:, None] + "
+                 f"coff_{n}[None, :], mask=nmask, other=0.0, eviction_policy=\"evict_first\")")
+    return L
 
 
 def stats_source(name: str, p: Problem, kn, rms: bool) -> str:

@@ -48,7 +48,8 @@ class NormKnobs:
     PROGRAMS: int = 1       # backward: persistent programs (PATH=1) / row groups (PATH=2);
     #                         PATH=4: row groups x SPLIT, all resident at once
     num_warps: int = 4
-    PREFETCH: int = 0       # PATH=4: load the next row while waiting for the others
+    PREFETCH: int = 0       # PATH=4: load the next row while waiting for the others;
+    #                         backward PATH=1: load the next row tile during this one
 
 
 @dataclasses.dataclass
@@ -219,8 +220,8 @@ class NormEngine(Engine):
             return sup
         kn, a = NormKnobs(**config.knob_dict), _analyze(graph)
         p = a.problem
-        if kn.PREFETCH and kn.PATH != 4:
-            return decline("PREFETCH is a PATH=4 (one read) knob")
+        if kn.PREFETCH and not (kn.PATH == 4 or (kn.PATH == 1 and a.backward)):
+            return decline("PREFETCH is a knob of PATH=4 and of the backward's PATH=1")
         if kn.PATH == 4:
             return _check_coop(a, kn, target)
         if kn.PATH == 1:
