@@ -36,7 +36,7 @@ def main():
                 rows.append((us, ev.key[-24:], ev.count // 20))
             nb = 3 * x.numel() * 2
             print(f"{kind} bwd {R}x{L} {plan[:60]}: {total:.1f} us/run "
-                  f"({nb / total / 1e6:.0f} GB/s if back to back)")
+                  f"({nb / total / 1e3:.0f} GB/s if back to back)")
             for us, k, c in sorted(rows, reverse=True):
                 print(f"    {us:8.1f} us  x{c}  {k}")
 

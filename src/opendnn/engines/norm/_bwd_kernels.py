@@ -14,7 +14,7 @@ from . import _kernels as K
 from ._kernels import (IND, IND2, Problem, chunk, header, load, load_param, pid_expr, store)
 
 TERMS = ("DY", "X", "SCALE", "MEAN", "INV_VARIANCE", "DX")
-FINISH_PARTS = 32       # partial rows per step of the finishing kernel (layer / RMS norm)
+FINISH_PARTS = 64       # at most this many partial rows per step of the finishing kernel
 
 
 def _names(rms: bool) -> list[str]:
@@ -185,7 +185,7 @@ def finish_source(name: str, p: Problem, block: int, parts: int, base: int,
         # [PARTS_BLOCK x block] tiles of partials, summed down the tile: a handful of
         # dependent steps instead of one load latency per partial row (at 8192 x 8192 the
         # one-row loop over 132-264 partials cost 30-50% of the backward's time)
-        pb = FINISH_PARTS
+        pb = min(FINISH_PARTS, 1 << max(0, (parts - 1).bit_length()))
         L += [f"{IND}acc_w = tl.full([{block}], 0.0, tl.float32)",
               f"{IND}acc_b = tl.full([{block}], 0.0, tl.float32)",
               f"{IND}for i0 in range(0, {parts}, {pb}):",
