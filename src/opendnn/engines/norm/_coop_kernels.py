@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 
-from ..fusion._codegen import POLL_HELPERS, TL_TYPE, poll, publish
+from ..fusion._codegen import POLL_HELPERS, poll, publish
 from ._bwd_kernels import _centered, _names
 from ._kernels import (IND, IND2, FwdSpec, Problem, _y_lines, header, pid_expr,
                        stat_store, store)
@@ -38,20 +38,14 @@ def partial_floats(p: Problem, kn) -> int:
     return p.R * kn.SPLIT * 2 * 2
 
 
-def zero_floats(p: Problem, kn, backward: bool) -> int:
-    """Float32 words zeroed before each run: the tagged partials, then (backward) one
-    arrival counter per chunk."""
-    return partial_floats(p, kn) + (kn.SPLIT if backward else 0)
-
-
 def params_offset(p: Problem, kn) -> int:
-    """Float32 index of the backward's DSCALE / DBIAS partials (after the counters)."""
-    return zero_floats(p, kn, True)
+    """Float32 index of the backward's DSCALE / DBIAS partials (after the partials)."""
+    return partial_floats(p, kn)
 
 
 def workspace_floats(p: Problem, kn, backward: bool) -> int:
     groups = kn.PROGRAMS // kn.SPLIT
-    return zero_floats(p, kn, backward) + (2 * groups * p.L if backward else 0)
+    return params_offset(p, kn) + (2 * groups * p.L if backward else 0)
 
 
 def _head(name: str, p: Problem, kn, params: list, col_names: list) -> list[str]:
@@ -170,14 +164,12 @@ def fwd_source(name: str, p: Problem, kn, f: FwdSpec) -> str:
     return "\n".join(L) + "\n"
 
 
-def bwd_source(name: str, p: Problem, kn, rms: bool, outs: list) -> str:
-    """Backward (layer / RMS norm), one read: dx; each program's DSCALE / DBIAS partials
-    for its chunk's columns, and the last of a chunk's programs to finish (a counter per
-    chunk) adds the chunk's partials in group order (deterministic) into ``outs``."""
+def bwd_source(name: str, p: Problem, kn, rms: bool) -> str:
+    """Backward (layer / RMS norm), one read: dx, and DSCALE / DBIAS partials per group."""
     sp, I2 = kn.SPLIT, IND2
     groups = kn.PROGRAMS // sp
     names = _names(rms)
-    L = _head(name, p, kn, names + outs + ["WS"], ["DY", "X", "SCALE", "DX"] + outs)
+    L = _head(name, p, kn, names + ["WS"], ["DY", "X", "SCALE", "DX"])
     L += [f"{IND}dw = tl.full([{kn.BLOCK_L}], 0.0, tl.float32)",
           f"{IND}db = tl.full([{kn.BLOCK_L}], 0.0, tl.float32)"]
     # SCALE is read again for every row (an L1 / L2 hit) rather than held across the wait
@@ -199,21 +191,6 @@ def bwd_source(name: str, p: Problem, kn, rms: bool, outs: list) -> str:
     base = params_offset(p, kn)
     L += [f"{IND}out = WS + {base} + grp * {p.L} + cols",
           f"{IND}tl.store(out, dw, mask=cmask)",
-          f"{IND}tl.store(out + {groups * p.L}, db, mask=cmask)",
-          f"{IND}tl.debug_barrier()",
-          f"{IND}arrived = tl.atomic_add(WS + {partial_floats(p, kn)} + sl, 1.0, sem=\"acq_rel\")",
-          f"{IND}if arrived == {groups - 1}.0:",
-          f"{IND2}tl.debug_barrier()",
-          f"{IND2}acc_w = tl.full([{kn.BLOCK_L}], 0.0, tl.float32)",
-          f"{IND2}acc_b = tl.full([{kn.BLOCK_L}], 0.0, tl.float32)",
-          f"{IND2}for gi in range(0, {groups}):",
-          f"{IND2}    at = WS + {base} + gi * {p.L} + cols",
-          f"{IND2}    acc_w += tl.load(at, mask=cmask, other=0.0, cache_modifier=\".cg\")",
-          f"{IND2}    acc_b += tl.load(at + {groups * p.L}, mask=cmask, other=0.0, "
-          "cache_modifier=\".cg\")"]
-    vals = {"DSCALE": "acc_w", "DBIAS": "acc_b"}
-    for o in outs:
-        L.append(f"{IND2}tl.store({o} + coff_{o}, {vals[o]}.to({TL_TYPE[p.types[o]]}), "
-                 "mask=cmask)")
+          f"{IND}tl.store(out + {groups * p.L}, db, mask=cmask)"]
     return "\n".join(L) + "\n"
 

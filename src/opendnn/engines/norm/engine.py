@@ -334,7 +334,7 @@ class NormEngine(Engine):
             else:
                 moved += full * (item["DY"] + item["X"]) + 2 * kn.PROGRAMS * p.G * p.L * 8
                 programs = min(p.R * kn.SPLIT, -(-p.L // kn.BLOCK_L) * p.G * kn.PROGRAMS)
-            launches = 2 if kn.PATH in (1, 4) else 3
+            launches = 2 if kn.PATH == 1 else 3
         if kn.PATH == 4:    # programs wait for each other at every row
             moved *= COOP_COST[kn.PREFETCH]
         fill = max(min(1.0, programs / (1.0 * target.num_sms)), 1e-3)

@@ -35,7 +35,7 @@ class NormExecutable(Executable, LaunchList):
         self.tag = f"norm_{graph.key()[:12]}"
         self.graph, self.target, self.const = graph, target, {"num_warps": kn.num_warps}
         if kn.PATH == 4:
-            words = KC.zero_floats(p, kn, a.backward)
+            words = KC.partial_floats(p, kn)
             self._add(zero_flags_source(f"{self.tag}_zero", 0, words), f"{self.tag}_zero",
                       (-(-words // 1024),), [("ws", torch.float32)], 4)
         if a.backward:
@@ -76,12 +76,10 @@ class NormExecutable(Executable, LaunchList):
             src = KB.rows_source(f"{tag}_rows", p, kn, rms, kn.PROGRAMS)
             self._add(src, f"{tag}_rows", (kn.PROGRAMS,), [bufs[n] for n in names] + [ws])
             parts, base = kn.PROGRAMS, 0
-        elif kn.PATH == 4:     # DSCALE / DBIAS finished in the kernel itself
-            outs = [n for n in ("DSCALE", "DBIAS") if n in a.uids]
-            self._add(KC.bwd_source(f"{tag}_coop", p, kn, rms, outs), f"{tag}_coop",
-                      (kn.PROGRAMS,), [bufs[n] for n in names] +
-                      [("buf", a.uids[n]) for n in outs] + [ws])
-            return
+        elif kn.PATH == 4:
+            self._add(KC.bwd_source(f"{tag}_coop", p, kn, rms), f"{tag}_coop", (kn.PROGRAMS,),
+                      [bufs[n] for n in names] + [ws])
+            parts, base = kn.PROGRAMS // kn.SPLIT, KC.params_offset(p, kn)
         else:
             stats = [n for n in names if n != "DX"]
             self._add(KB.stats_source(f"{tag}_stats", p, kn, rms), f"{tag}_stats",
