@@ -1,0 +1,182 @@
+"""Triton source of the attention engine's forward (flash attention; the math is in
+``ops/attention.py``).
+
+One program per (BLOCK_M query rows, batch x head). It holds its Q tile, walks the K / V
+tiles of its key range in BLOCK_N steps and keeps the online softmax in registers, in
+base 2 (c = attn_scale log2 e):
+
+    s_ij = c q_i . k_j (+ log2 e bias_ij), masked to -inf
+    m' = max(m, max_j s_ij),  p_ij = 2^(s_ij - m'),  alpha = 2^(m - m')
+    l <- alpha l + sum_j p_ij,  acc <- alpha acc + P' V,  m <- m'
+    O = acc / l,   Stats = (m + log2 l) / log2 e   (natural-log logsumexp)
+
+P' is P with dropout applied (kept elements scaled by 1 / (1 - p)); l sums P itself.
+Grouped-query heads: head h reads K / V head h // (H / H_kv). A row with no key left
+(padding, a band that excludes every key) writes O = 0 and Stats = -inf.
+
+Masks, key j of query i kept when (shift = kv_len - q_len for bottom-right alignment,
+else 0; kv_len, q_len the batch's lengths with a padding mask, else S_kv, S_q):
+    j < kv_len,   j - (i + shift) <= RIGHT,   (i + shift) - j < LEFT
+(RIGHT = 0: causal.) Key tiles wholly outside the band are not visited.
+
+Dropout: element (b, h, i, j) takes the Philox stream of ``ops/dropout.py`` at logical
+index ((b H + h) S_q + i) S_kv + j: word idx mod 4 of Philox(SEED, OFFSET + idx // 4).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ..dropout._kernels import PHILOX_HELPER
+from ..fusion._codegen import COMBINE_HELPERS, TL_TYPE
+
+LOG2E = 1.4426950408889634
+INT32_LIMIT = 2 ** 31 - 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """Shapes, strides and options of one sdpa forward. Strides are (b, h, s, d) for Q,
+    K, V, O, (b, h, s_q, s_kv) for BIAS (0 where it broadcasts), (b, h, s_q) for STATS."""
+    B: int
+    H: int
+    HKV: int
+    SQ: int
+    SKV: int
+    D: int
+    DV: int
+    q: tuple
+    k: tuple
+    v: tuple
+    o: tuple
+    dtype: object                      # DataType of Q / K / V (P is cast to it for P V)
+    out_dtype: object                  # DataType of O
+    stats: tuple | None = None
+    bias: tuple | None = None
+    bias_dtype: object = None
+    right: int | None = None           # band bounds (None: unbounded)
+    left: int | None = None
+    bottom_right: bool = False
+    padding: bool = False              # SEQ_Q / SEQ_KV tensors [B] (any int type)
+    dropout: bool = False              # P_DROP (float), SEED, OFFSET tensors
+
+    @property
+    def big(self) -> bool:
+        return self.B * self.H * max(self.SQ, 1) * max(self.SKV, 1) >= INT32_LIMIT or any(
+            s * n >= INT32_LIMIT for t in (self.q, self.k, self.v, self.o) for s, n in
+            zip(t, (self.B, self.H, max(self.SQ, self.SKV), self.DV)))
+
+    def params(self) -> list[str]:
+        out = ["Q", "K", "V", "O"] + (["STATS"] if self.stats else [])
+        out += ["BIAS"] if self.bias else []
+        out += ["SEQ_Q", "SEQ_KV"] if self.padding else []
+        out += ["SEED", "OFFSET", "P_DROP"] if self.dropout else []
+        return out + ["SCALE"]
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def _off(var_b: str, var_h: str, st: tuple) -> str:
+    return f"{var_b} * {st[0]} + {var_h} * {st[1]}"
+
+
+def fwd_source(name: str, p: Problem, kn, interpret: bool) -> str:
+    """The forward kernel (grid: (ceil(S_q / BLOCK_M), B H)). ``interpret``: dots in
+    float32 (Triton 3.6's interpreter gets low-precision dots wrong)."""
+    bm, bn = kn.BLOCK_M, kn.BLOCK_N
+    bd, bdv = max(16, _pow2(p.D)), max(16, _pow2(p.DV))     # tl.dot: K, N >= 16
+    I, I2 = "    ", "        "
+    dt = TL_TYPE[p.dtype]
+    pid = "tl.program_id(1).to(tl.int64)" if p.big else "tl.program_id(1)"
+    L = [COMBINE_HELPERS, PHILOX_HELPER if p.dropout else "", "@triton.jit",
+         f"def {name}({', '.join(p.params())}):",
+         f"{I}pid_m = tl.program_id(0)",
+         f"{I}bh = {pid}",
+         f"{I}b = bh // {p.H}",
+         f"{I}h = bh % {p.H}",
+         f"{I}hk = h // {p.H // p.HKV}",
+         f"{I}offs_m = pid_m * {bm} + tl.arange(0, {bm})",
+         f"{I}offs_d = tl.arange(0, {bd})",
+         f"{I}offs_dv = tl.arange(0, {bdv})",
+         f"{I}dmask = offs_d < {p.D}",
+         f"{I}dvmask = offs_dv < {p.DV}"]
+    if p.padding:
+        L += [f"{I}q_len = tl.load(SEQ_Q + b).to(tl.int32)",
+              f"{I}kv_len = tl.load(SEQ_KV + b).to(tl.int32)"]
+    else:
+        L += [f"{I}q_len = {p.SQ}", f"{I}kv_len = {p.SKV}"]
+    L.append(f"{I}shift = kv_len - q_len" if p.bottom_right else f"{I}shift = 0")
+    qs, ks, vs, os_ = p.q, p.k, p.v, p.o
+    L += [f"{I}rmask = offs_m < q_len",
+          f"{I}q = tl.load(Q + {_off('b', 'h', qs)} + offs_m[:, None] * {qs[2]} + "
+          f"offs_d[None, :] * {qs[3]}, mask=rmask[:, None] & dmask[None, :], other=0.0)"]
+    if interpret:
+        L.append(f"{I}q = q.to(tl.float32)")
+    # the key range: [lo, hi), whole BLOCK_N tiles, clipped to the band of the tile's rows
+    L += [f"{I}lo = 0", f"{I}hi = kv_len"]
+    if p.right is not None:
+        L.append(f"{I}hi = tl.minimum(hi, tl.minimum(pid_m * {bm} + {bm}, q_len) + shift + "
+                 f"{p.right})")
+    if p.left is not None:
+        L.append(f"{I}lo = tl.maximum(0, pid_m * {bm} + shift - {p.left} + 1) // {bn} * {bn}")
+    L += [f"{I}c = SCALE * {LOG2E}",
+          f"{I}m_i = tl.full([{bm}], float(\"-inf\"), tl.float32)",
+          f"{I}l_i = tl.full([{bm}], 0.0, tl.float32)",
+          f"{I}acc = tl.full([{bm}, {bdv}], 0.0, tl.float32)",
+          f"{I}k_base = K + {_off('b', 'hk', ks)}",
+          f"{I}v_base = V + {_off('b', 'hk', vs)}"]
+    if p.dropout:
+        L += [f"{I}seed = tl.load(SEED).to(tl.int64)",
+              f"{I}doff = tl.load(OFFSET).to(tl.int64)",
+              f"{I}keep_scale = 1.0 / (1.0 - P_DROP)",
+              f"{I}row_idx = (bh.to(tl.int64) * {p.SQ} + offs_m.to(tl.int64)) * {p.SKV}"]
+    L += [f"{I}for start in range(lo, hi, {bn}):",
+          f"{I2}offs_n = start + tl.arange(0, {bn})",
+          f"{I2}nmask = offs_n < kv_len",
+          f"{I2}kt = tl.load(k_base + offs_n[None, :] * {ks[2]} + offs_d[:, None] * {ks[3]}, "
+          "mask=nmask[None, :] & dmask[:, None], other=0.0)"]
+    if interpret:
+        L.append(f"{I2}kt = kt.to(tl.float32)")
+    L.append(f"{I2}s = tl.dot(q, kt) * c")
+    if p.bias:
+        bs = p.bias
+        L.append(f"{I2}s += tl.load(BIAS + {_off('b', 'h', bs)} + offs_m[:, None] * {bs[2]} + "
+                 f"offs_n[None, :] * {bs[3]}, mask=rmask[:, None] & nmask[None, :], "
+                 f"other=0.0).to(tl.float32) * {LOG2E}")
+    keep = "nmask[None, :] & rmask[:, None]"
+    if p.right is not None:
+        keep += f" & (offs_n[None, :] - (offs_m[:, None] + shift) <= {p.right})"
+    if p.left is not None:
+        keep += f" & ((offs_m[:, None] + shift) - offs_n[None, :] < {p.left})"
+    L += [f"{I2}s = tl.where({keep}, s, float(\"-inf\"))",
+          f"{I2}m_new = tl.maximum(m_i, tl.reduce(s, 1, _max_combine))",
+          f"{I2}m_safe = tl.where(m_new == float(\"-inf\"), 0.0, m_new)",
+          f"{I2}pr = tl.exp2(s - m_safe[:, None])",
+          f"{I2}alpha = tl.exp2(m_i - m_safe)",
+          f"{I2}l_i = l_i * alpha + tl.reduce(pr, 1, _add_combine)",
+          f"{I2}m_i = m_new"]
+    if p.dropout:
+        L += [f"{I2}idx = row_idx[:, None] + offs_n[None, :].to(tl.int64)",
+              f"{I2}u0, u1, u2, u3 = _philox4_uniform(seed, doff + (idx >> 2))",
+              f"{I2}sel = idx & 3",
+              f"{I2}u = tl.where(sel == 0, u0, tl.where(sel == 1, u1, tl.where(sel == 2, u2, "
+              "u3)))",
+              f"{I2}pr = tl.where(u >= P_DROP, pr * keep_scale, 0.0)"]
+    L += [f"{I2}vt = tl.load(v_base + offs_n[:, None] * {vs[2]} + offs_dv[None, :] * {vs[3]}, "
+          "mask=nmask[:, None] & dvmask[None, :], other=0.0)"]
+    if interpret:
+        L += [f"{I2}acc = acc * alpha[:, None] + tl.dot(pr, vt.to(tl.float32))"]
+    else:
+        L += [f"{I2}acc = acc * alpha[:, None] + tl.dot(pr.to({dt}), vt)"]
+    L += [f"{I}l_safe = tl.where(l_i == 0.0, 1.0, l_i)",
+          f"{I}o = acc / l_safe[:, None]",
+          f"{I}tl.store(O + {_off('b', 'h', os_)} + offs_m[:, None] * {os_[2]} + offs_dv[None, :]"
+          f" * {os_[3]}, o.to({TL_TYPE[p.out_dtype]}), "
+          f"mask=(offs_m < {p.SQ})[:, None] & dvmask[None, :])"]
+    if p.stats:
+        st = p.stats
+        L += [f"{I}lse = tl.where(l_i == 0.0, float(\"-inf\"), (m_i + tl.log2(l_safe)) / {LOG2E})",
+              f"{I}tl.store(STATS + {_off('b', 'h', st)} + offs_m * {st[2]}, lse, "
+              f"mask=offs_m < {p.SQ})"]
+    return "\n".join(L) + "\n"
