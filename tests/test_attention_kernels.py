@@ -1,4 +1,5 @@
-"""The attention engine's forward kernel (flash attention) through the interpreter,
+"""The attention engine's kernels (flash attention forward and backward) through the
+interpreter,
 launched directly on small shapes against a float64 PyTorch computation written here:
 every mask kind, grouped-query heads, bias, padding, dropout (the ops/dropout.py stream),
 odd lengths, BSHD strides."""
@@ -48,9 +49,9 @@ def _ref(q, k, v, scale, bias=None, right=None, left=None, br=False, seq_q=None,
         if left is not None:
             m &= (i + shift) - j < left
         keep[b, 0] = m
-    s = s.masked_fill(~keep, float("-inf"))
-    lse = torch.logsumexp(s, -1)
-    pr = torch.exp(s - lse[..., None]).nan_to_num(0.0)
+    lse = torch.logsumexp(s.detach().masked_fill(~keep, float("-inf")), -1)
+    # a finite fill keeps autograd free of NaN; fully masked rows are zeroed after
+    pr = torch.softmax(s.masked_fill(~keep, -1e30), -1) * keep
     if drop is not None:
         pr = pr * drop[1] / (1 - drop[0])
     o = pr @ v
@@ -146,3 +147,70 @@ def test_forward_dropout_uses_the_dropout_stream():
     keep = torch.from_numpy(D.uniform_at(seed, offset, idx) >= np.float32(p))
     o, st = _run(q, k, v, 0.25, drop=(seed, offset, p))
     _check(o, st, *_ref(q, k, v, 0.25, drop=(p, keep.double())), 1e-4)
+
+
+def _run_bwd(q, k, v, o, stats, do, scale, bias=None, right=None, left=None, br=False,
+             seq_q=None, seq_kv=None, drop=None, kn=Kn()):
+    from opendnn.engines.attention import _bwd_kernels as KB
+    B, H, SQ, Dh = q.shape
+    HKV, SKV, DV = k.shape[1], k.shape[2], v.shape[3]
+    dq, dk, dv = (torch.full_like(t, float("nan")) for t in (q, k, v))
+    p = K.Problem(B, H, HKV, SQ, SKV, Dh, DV, tuple(q.stride()), tuple(k.stride()),
+                  tuple(v.stride()), tuple(o.stride()), DT[q.dtype], DT[q.dtype],
+                  stats=tuple(stats.stride()) + (0,),
+                  bias=None if bias is None else tuple(
+                      0 if n == 1 else st for n, st in zip(bias.shape, bias.stride())),
+                  bias_dtype=None if bias is None else DT[bias.dtype], right=right, left=left,
+                  bottom_right=br, padding=seq_q is not None, dropout=drop is not None)
+    g = KB.Grads(tuple(do.stride()), tuple(dq.stride()), tuple(dk.stride()), tuple(dv.stride()),
+                 DT[do.dtype], DT[q.dtype], DT[k.dtype], DT[v.dtype])
+    ws = torch.full((B * H * SQ,), float("nan"))
+    extra = [bias] if bias is not None else []
+    extra += [seq_q, seq_kv] if seq_q is not None else []
+    if drop is not None:
+        extra += [torch.tensor([drop[0]], dtype=torch.int64), torch.tensor([drop[1]]),
+                  float(drop[2])]
+    extra.append(float(scale))
+    kernel_from_source(KB.delta_source("attn_delta_t", p, g, kn), "attn_delta_t")(
+        (math.ceil(SQ / kn.BLOCK_M), B * H), o, do, ws)
+    kernel_from_source(KB.dkdv_source("attn_dkdv_t", p, g, kn, True), "attn_dkdv_t")(
+        (math.ceil(SKV / kn.BLOCK_N), B * HKV), q, k, v, do, stats, dk, dv, ws, *extra)
+    kernel_from_source(KB.dq_source("attn_dq_t", p, g, kn, True), "attn_dq_t")(
+        (math.ceil(SQ / kn.BLOCK_M), B * H), q, k, v, do, stats, dq, ws, *extra)
+    return dq, dk, dv
+
+
+BWD_CASES = CASES + [
+    (2, 2, 2, 20, 24, 16, 16, dict(pad=True, right=0, br=True, bias=True)),
+    (1, 2, 2, 18, 21, 16, 16, dict(drop=True)),
+]
+
+
+@pytest.mark.parametrize("case", BWD_CASES, ids=[str(i) for i in range(len(BWD_CASES))])
+def test_backward_against_autograd(case):
+    B, H, HKV, SQ, SKV, Dh, DV, kw = case
+    kw = dict(kw)
+    q, k, v = _qkv(B, H, HKV, SQ, SKV, Dh, DV)
+    scale = 1 / math.sqrt(Dh)
+    if kw.pop("pad", False):
+        kw["seq_q"] = torch.tensor([SQ, 5], dtype=torch.int32)
+        kw["seq_kv"] = torch.tensor([SKV, 9], dtype=torch.int32)
+    if kw.pop("bias", False):
+        kw["bias"] = torch.randn(1, H, SQ, SKV)
+    ref_kw = dict(kw)
+    if kw.pop("drop", False):
+        pdrop, seed, offset = 0.25, 99, 3
+        idx = np.arange(B * H * SQ * SKV).reshape(B, H, SQ, SKV)
+        keep = torch.from_numpy(D.uniform_at(seed, offset, idx) >= np.float32(pdrop))
+        kw["drop"] = (seed, offset, pdrop)
+        ref_kw["drop"] = (pdrop, keep.double())
+    o, st = _run(q, k, v, scale, **kw)
+    do = torch.randn_like(o)
+    qr, kr, vr = (t.double().requires_grad_(True) for t in (q, k, v))
+    ro, _ = _ref(qr, kr, vr, scale, **ref_kw)
+    ro.backward(do.double())
+    dq, dk, dv = _run_bwd(q, k, v, o, st, do, scale, **kw)
+    for got, want in ((dq, qr.grad), (dk, kr.grad), (dv, vr.grad)):
+        assert not torch.isnan(got).any()
+        assert torch.allclose(got.double(), want, atol=1e-4, rtol=1e-4), \
+            (got.double() - want).abs().max()

@@ -81,6 +81,46 @@ def _off(var_b: str, var_h: str, st: tuple) -> str:
     return f"{var_b} * {st[0]} + {var_h} * {st[1]}"
 
 
+def lengths(p: Problem, I: str) -> list[str]:
+    """Lines setting q_len, kv_len (the batch's, with a padding mask) and the diagonal's
+    shift (bottom-right alignment: kv_len - q_len)."""
+    if p.padding:
+        L = [f"{I}q_len = tl.load(SEQ_Q + b).to(tl.int32)",
+             f"{I}kv_len = tl.load(SEQ_KV + b).to(tl.int32)"]
+    else:
+        L = [f"{I}q_len = {p.SQ}", f"{I}kv_len = {p.SKV}"]
+    return L + [f"{I}shift = kv_len - q_len" if p.bottom_right else f"{I}shift = 0"]
+
+
+def keep_expr(p: Problem, m: str, n: str) -> str:
+    """The kept-(query, key) predicate over offs_m / offs_n broadcast by ``m`` / ``n``
+    (``[:, None]``, ``[None, :]`` or swapped for a transposed tile)."""
+    keep = f"nmask{n} & rmask{m}"
+    if p.right is not None:
+        keep += f" & (offs_n{n} - (offs_m{m} + shift) <= {p.right})"
+    if p.left is not None:
+        keep += f" & ((offs_m{m} + shift) - offs_n{n} < {p.left})"
+    return keep
+
+
+def dropout_setup(p: Problem, I: str) -> list[str]:
+    return [f"{I}seed = tl.load(SEED).to(tl.int64)",
+            f"{I}doff = tl.load(OFFSET).to(tl.int64)",
+            f"{I}keep_scale = 1.0 / (1.0 - P_DROP)",
+            f"{I}bh64 = (b * {p.H} + h).to(tl.int64)"]
+
+
+def dropout_keep(p: Problem, I: str, m: str, n: str) -> list[str]:
+    """Lines setting ``kept`` for the tile (element (b, h, i, j): Philox word idx mod 4 at
+    counter OFFSET + idx // 4, idx = ((b H + h) S_q + i) S_kv + j)."""
+    return [f"{I}idx = (bh64 * {p.SQ} + offs_m.to(tl.int64)){m} * {p.SKV} + "
+            f"offs_n.to(tl.int64){n}",
+            f"{I}u0, u1, u2, u3 = _philox4_uniform(seed, doff + (idx >> 2))",
+            f"{I}sel = idx & 3",
+            f"{I}u = tl.where(sel == 0, u0, tl.where(sel == 1, u1, tl.where(sel == 2, u2, u3)))",
+            f"{I}kept = u >= P_DROP"]
+
+
 def fwd_source(name: str, p: Problem, kn, interpret: bool) -> str:
     """The forward kernel (grid: (ceil(S_q / BLOCK_M), B H)). ``interpret``: dots in
     float32 (Triton 3.6's interpreter gets low-precision dots wrong)."""
@@ -101,12 +141,7 @@ def fwd_source(name: str, p: Problem, kn, interpret: bool) -> str:
          f"{I}offs_dv = tl.arange(0, {bdv})",
          f"{I}dmask = offs_d < {p.D}",
          f"{I}dvmask = offs_dv < {p.DV}"]
-    if p.padding:
-        L += [f"{I}q_len = tl.load(SEQ_Q + b).to(tl.int32)",
-              f"{I}kv_len = tl.load(SEQ_KV + b).to(tl.int32)"]
-    else:
-        L += [f"{I}q_len = {p.SQ}", f"{I}kv_len = {p.SKV}"]
-    L.append(f"{I}shift = kv_len - q_len" if p.bottom_right else f"{I}shift = 0")
+    L += lengths(p, I)
     qs, ks, vs, os_ = p.q, p.k, p.v, p.o
     L += [f"{I}rmask = offs_m < q_len",
           f"{I}q = tl.load(Q + {_off('b', 'h', qs)} + offs_m[:, None] * {qs[2]} + "
@@ -127,10 +162,7 @@ def fwd_source(name: str, p: Problem, kn, interpret: bool) -> str:
           f"{I}k_base = K + {_off('b', 'hk', ks)}",
           f"{I}v_base = V + {_off('b', 'hk', vs)}"]
     if p.dropout:
-        L += [f"{I}seed = tl.load(SEED).to(tl.int64)",
-              f"{I}doff = tl.load(OFFSET).to(tl.int64)",
-              f"{I}keep_scale = 1.0 / (1.0 - P_DROP)",
-              f"{I}row_idx = (bh.to(tl.int64) * {p.SQ} + offs_m.to(tl.int64)) * {p.SKV}"]
+        L += dropout_setup(p, I)
     L += [f"{I}for start in range(lo, hi, {bn}):",
           f"{I2}offs_n = start + tl.arange(0, {bn})",
           f"{I2}nmask = offs_n < kv_len",
@@ -144,12 +176,7 @@ def fwd_source(name: str, p: Problem, kn, interpret: bool) -> str:
         L.append(f"{I2}s += tl.load(BIAS + {_off('b', 'h', bs)} + offs_m[:, None] * {bs[2]} + "
                  f"offs_n[None, :] * {bs[3]}, mask=rmask[:, None] & nmask[None, :], "
                  f"other=0.0).to(tl.float32) * {LOG2E}")
-    keep = "nmask[None, :] & rmask[:, None]"
-    if p.right is not None:
-        keep += f" & (offs_n[None, :] - (offs_m[:, None] + shift) <= {p.right})"
-    if p.left is not None:
-        keep += f" & ((offs_m[:, None] + shift) - offs_n[None, :] < {p.left})"
-    L += [f"{I2}s = tl.where({keep}, s, float(\"-inf\"))",
+    L += [f"{I2}s = tl.where({keep_expr(p, '[:, None]', '[None, :]')}, s, float(\"-inf\"))",
           f"{I2}m_new = tl.maximum(m_i, tl.reduce(s, 1, _max_combine))",
           f"{I2}m_safe = tl.where(m_new == float(\"-inf\"), 0.0, m_new)",
           f"{I2}pr = tl.exp2(s - m_safe[:, None])",
@@ -157,12 +184,8 @@ def fwd_source(name: str, p: Problem, kn, interpret: bool) -> str:
           f"{I2}l_i = l_i * alpha + tl.reduce(pr, 1, _add_combine)",
           f"{I2}m_i = m_new"]
     if p.dropout:
-        L += [f"{I2}idx = row_idx[:, None] + offs_n[None, :].to(tl.int64)",
-              f"{I2}u0, u1, u2, u3 = _philox4_uniform(seed, doff + (idx >> 2))",
-              f"{I2}sel = idx & 3",
-              f"{I2}u = tl.where(sel == 0, u0, tl.where(sel == 1, u1, tl.where(sel == 2, u2, "
-              "u3)))",
-              f"{I2}pr = tl.where(u >= P_DROP, pr * keep_scale, 0.0)"]
+        L += dropout_keep(p, I2, "[:, None]", "[None, :]")
+        L.append(f"{I2}pr = tl.where(kept, pr * keep_scale, 0.0)")
     L += [f"{I2}vt = tl.load(v_base + offs_n[:, None] * {vs[2]} + offs_dv[None, :] * {vs[3]}, "
           "mask=nmask[:, None] & dvmask[None, :], other=0.0)"]
     if interpret:

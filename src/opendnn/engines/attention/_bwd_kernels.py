@@ -1,0 +1,214 @@
+"""Triton sources of the attention engine's backward (flash attention, deterministic: no
+atomics; layout and masks: ``_kernels``).
+
+With P = softmax(S) recomputed from the forward's Stats (P_ij = exp(s_ij - lse_i)), Z the
+dropout mask and r = 1 / (1 - p) (Z = 1, r = 1 without dropout):
+
+    dV = (r Z o P)^T dO,   dP = r Z o (dO V^T),   delta_i = sum_d dO_id O_id
+    dS = P o (dP - delta),   dQ = scale dS K,   dK = scale dS^T Q
+
+Three kernels: ``delta`` (a program per query tile) stores delta to the workspace;
+``dkdv`` (a program per key tile of one K / V head) walks the query tiles of every query
+head of its group that the mask lets see the tile, summing dK and dV in registers (the
+group's heads in order: deterministic); ``dq`` (a program per query tile) walks the key
+tiles as the forward does. Tiles are computed in base 2 like the forward.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ..dropout._kernels import PHILOX_HELPER
+from ..fusion._codegen import COMBINE_HELPERS, TL_TYPE
+from ._kernels import (LOG2E, Problem, _off, _pow2, dropout_keep, dropout_setup, keep_expr,
+                       lengths)
+
+
+@dataclasses.dataclass(frozen=True)
+class Grads:
+    """Strides (b, h, s, d) of dO, dQ, dK, dV and their data types."""
+    do: tuple
+    dq: tuple
+    dk: tuple
+    dv: tuple
+    do_dtype: object
+    dq_dtype: object
+    dk_dtype: object
+    dv_dtype: object
+
+
+def _params(p: Problem, names: list) -> list[str]:
+    out = list(names)
+    out += ["BIAS"] if p.bias else []
+    out += ["SEQ_Q", "SEQ_KV"] if p.padding else []
+    out += ["SEED", "OFFSET", "P_DROP"] if p.dropout else []
+    return out + ["SCALE"]
+
+
+def _head(name: str, p: Problem, params: list, kv_program: bool) -> list[str]:
+    I = "    "
+    bd, bdv = max(16, _pow2(p.D)), max(16, _pow2(p.DV))
+    L = [COMBINE_HELPERS, PHILOX_HELPER if p.dropout else "", "@triton.jit",
+         f"def {name}({', '.join(params)}):",
+         f"{I}pid = tl.program_id(0)",
+         f"{I}bh = tl.program_id(1)"]
+    if kv_program:     # bh indexes (b, K / V head)
+        L += [f"{I}b = bh // {p.HKV}", f"{I}hk = bh % {p.HKV}"]
+    else:
+        L += [f"{I}b = bh // {p.H}", f"{I}h = bh % {p.H}", f"{I}hk = h // {p.H // p.HKV}"]
+    L += [f"{I}offs_d = tl.arange(0, {bd})",
+          f"{I}offs_dv = tl.arange(0, {bdv})",
+          f"{I}dmask = offs_d < {p.D}",
+          f"{I}dvmask = offs_dv < {p.DV}",
+          f"{I}c = SCALE * {LOG2E}"]
+    return L + lengths(p, I)
+
+
+def delta_source(name: str, p: Problem, g: Grads, kn) -> str:
+    """WS[(b H + h) S_q + i] = sum_d dO O (float32); grid (ceil(S_q / BLOCK_M), B H)."""
+    I, bm = "    ", kn.BLOCK_M
+    bdv = max(16, _pow2(p.DV))
+    L = [COMBINE_HELPERS, "@triton.jit", f"def {name}(O, DO, WS):",
+         f"{I}bh = tl.program_id(1)",
+         f"{I}b = bh // {p.H}",
+         f"{I}h = bh % {p.H}",
+         f"{I}offs_dv = tl.arange(0, {bdv})",
+         f"{I}dvmask = offs_dv < {p.DV}",
+         f"{I}offs_m = tl.program_id(0) * {bm} + tl.arange(0, {bm})",
+          f"{I}m2 = (offs_m < {p.SQ})[:, None] & dvmask[None, :]",
+          f"{I}o = tl.load(O + {_off('b', 'h', p.o)} + offs_m[:, None] * {p.o[2]} + "
+          f"offs_dv[None, :] * {p.o[3]}, mask=m2, other=0.0).to(tl.float32)",
+          f"{I}do = tl.load(DO + {_off('b', 'h', g.do)} + offs_m[:, None] * {g.do[2]} + "
+          f"offs_dv[None, :] * {g.do[3]}, mask=m2, other=0.0).to(tl.float32)",
+          f"{I}tl.store(WS + bh * {p.SQ} + offs_m, tl.reduce(o * do, 1, _add_combine), "
+          f"mask=offs_m < {p.SQ})"]
+    return "\n".join(L) + "\n"
+
+
+def _loads_q_side(p: Problem, g: Grads, I: str, interpret: bool) -> list[str]:
+    """Q, dO tiles of head h at offs_m, their lse (base 2) and delta."""
+    L = [f"{I}rmask = offs_m < q_len",
+         f"{I}q = tl.load(Q + {_off('b', 'h', p.q)} + offs_m[:, None] * {p.q[2]} + "
+         f"offs_d[None, :] * {p.q[3]}, mask=rmask[:, None] & dmask[None, :], other=0.0)",
+         f"{I}do = tl.load(DO + {_off('b', 'h', g.do)} + offs_m[:, None] * {g.do[2]} + "
+         f"offs_dv[None, :] * {g.do[3]}, mask=rmask[:, None] & dvmask[None, :], other=0.0)",
+         f"{I}lse = tl.load(STATS + {_off('b', 'h', p.stats)} + offs_m * {p.stats[2]}, "
+         f"mask=rmask, other=0.0) * {LOG2E}",
+         f"{I}lse = tl.where(lse == float(\"-inf\"), 0.0, lse)",
+         f"{I}dl = tl.load(WS + (b * {p.H} + h) * {p.SQ} + offs_m, mask=rmask, other=0.0)"]
+    if interpret:
+        L += [f"{I}q = q.to(tl.float32)", f"{I}do = do.to(tl.float32)"]
+    return L
+
+
+def _loads_kv_side(p: Problem, I: str, interpret: bool) -> list[str]:
+    L = [f"{I}nmask = offs_n < kv_len",
+         f"{I}k = tl.load(K + {_off('b', 'hk', p.k)} + offs_n[:, None] * {p.k[2]} + "
+         f"offs_d[None, :] * {p.k[3]}, mask=nmask[:, None] & dmask[None, :], other=0.0)",
+         f"{I}v = tl.load(V + {_off('b', 'hk', p.v)} + offs_n[:, None] * {p.v[2]} + "
+         f"offs_dv[None, :] * {p.v[3]}, mask=nmask[:, None] & dvmask[None, :], other=0.0)"]
+    if interpret:
+        L += [f"{I}k = k.to(tl.float32)", f"{I}v = v.to(tl.float32)"]
+    return L
+
+
+def _scores_t(p: Problem, I: str) -> list[str]:
+    """pT [BLOCK_N, BLOCK_M] = P^T of the tile (0 where masked)."""
+    L = [f"{I}st = tl.dot(k, tl.trans(q)) * c"]
+    if p.bias:
+        bs = p.bias
+        L.append(f"{I}st += tl.load(BIAS + {_off('b', 'h', bs)} + offs_m[None, :] * {bs[2]} + "
+                 f"offs_n[:, None] * {bs[3]}, mask=rmask[None, :] & nmask[:, None], "
+                 f"other=0.0).to(tl.float32) * {LOG2E}")
+    return L + [f"{I}pt = tl.where({keep_expr(p, '[None, :]', '[:, None]')}, "
+                "tl.exp2(st - lse[None, :]), 0.0)"]
+
+
+def dkdv_source(name: str, p: Problem, g: Grads, kn, interpret: bool) -> str:
+    """dK, dV of one key tile of K / V head hk; grid (ceil(S_kv / BLOCK_N), B H_kv)."""
+    I, I2, I3 = "    ", "        ", "            "
+    bm, bn = kn.BLOCK_M, kn.BLOCK_N
+    bdv = max(16, _pow2(p.DV))
+    bd = max(16, _pow2(p.D))
+    dt = TL_TYPE[p.dtype]
+    L = _head(name, p, _params(p, ["Q", "K", "V", "DO", "STATS", "DK", "DV", "WS"]), True)
+    L += [f"{I}offs_n = pid * {bn} + tl.arange(0, {bn})"]
+    L += _loads_kv_side(p, I, interpret)
+    L += [f"{I}dk = tl.full([{bn}, {bd}], 0.0, tl.float32)",
+          f"{I}dv = tl.full([{bn}, {bdv}], 0.0, tl.float32)",
+          # the query rows that may see this key tile: i >= j - shift - RIGHT,
+          # i < j - shift + LEFT
+          f"{I}lo = 0", f"{I}hi = q_len"]
+    if p.right is not None:
+        L.append(f"{I}lo = tl.maximum(0, pid * {bn} - shift - {p.right}) // {bm} * {bm}")
+    if p.left is not None:
+        L.append(f"{I}hi = tl.minimum(hi, pid * {bn} + {bn} - 1 - shift + {p.left})")
+    L.append(f"{I}for gi in range(0, {p.H // p.HKV}):")
+    L.append(f"{I2}h = hk * {p.H // p.HKV} + gi")
+    if p.dropout:
+        L += dropout_setup(p, I2)
+    L.append(f"{I2}for start in range(lo, hi, {bm}):")
+    L.append(f"{I3}offs_m = start + tl.arange(0, {bm})")
+    L += _loads_q_side(p, g, I3, interpret)
+    L += _scores_t(p, I3)
+    pdrop = "pt"
+    if p.dropout:
+        L += dropout_keep(p, I3, "[None, :]", "[:, None]")
+        L.append(f"{I3}pdt = tl.where(kept, pt * keep_scale, 0.0)")
+        pdrop = "pdt"
+    cast = "" if interpret else f".to({dt})"
+    L += [f"{I3}dv += tl.dot({pdrop}{cast}, do)",
+          f"{I3}dpt = tl.dot(v, tl.trans(do))"]
+    if p.dropout:
+        L.append(f"{I3}dpt = tl.where(kept, dpt * keep_scale, 0.0)")
+    L += [f"{I3}dst = pt * (dpt - dl[None, :])",
+          f"{I3}dk += tl.dot(dst{cast}, q)"]
+    L += [f"{I}dk = dk * SCALE",
+          f"{I}tl.store(DK + {_off('b', 'hk', g.dk)} + offs_n[:, None] * {g.dk[2]} + "
+          f"offs_d[None, :] * {g.dk[3]}, dk.to({TL_TYPE[g.dk_dtype]}), "
+          f"mask=(offs_n < {p.SKV})[:, None] & dmask[None, :])",
+          f"{I}tl.store(DV + {_off('b', 'hk', g.dv)} + offs_n[:, None] * {g.dv[2]} + "
+          f"offs_dv[None, :] * {g.dv[3]}, dv.to({TL_TYPE[g.dv_dtype]}), "
+          f"mask=(offs_n < {p.SKV})[:, None] & dvmask[None, :])"]
+    return "\n".join(L) + "\n"
+
+
+def dq_source(name: str, p: Problem, g: Grads, kn, interpret: bool) -> str:
+    """dQ of one query tile of head h; grid (ceil(S_q / BLOCK_M), B H)."""
+    I, I2 = "    ", "        "
+    bm, bn = kn.BLOCK_M, kn.BLOCK_N
+    bd = max(16, _pow2(p.D))
+    dt = TL_TYPE[p.dtype]
+    L = _head(name, p, _params(p, ["Q", "K", "V", "DO", "STATS", "DQ", "WS"]), False)
+    L += [f"{I}offs_m = pid * {bm} + tl.arange(0, {bm})"]
+    L += _loads_q_side(p, g, I, interpret)
+    L += [f"{I}dq = tl.full([{bm}, {bd}], 0.0, tl.float32)", f"{I}lo = 0", f"{I}hi = kv_len"]
+    if p.right is not None:
+        L.append(f"{I}hi = tl.minimum(hi, tl.minimum(pid * {bm} + {bm}, q_len) + shift + "
+                 f"{p.right})")
+    if p.left is not None:
+        L.append(f"{I}lo = tl.maximum(0, pid * {bm} + shift - {p.left} + 1) // {bn} * {bn}")
+    if p.dropout:
+        L += dropout_setup(p, I)
+    L += [f"{I}for start in range(lo, hi, {bn}):",
+          f"{I2}offs_n = start + tl.arange(0, {bn})"]
+    L += _loads_kv_side(p, I2, interpret)
+    L.append(f"{I2}s = tl.dot(q, tl.trans(k)) * c")
+    if p.bias:
+        bs = p.bias
+        L.append(f"{I2}s += tl.load(BIAS + {_off('b', 'h', bs)} + offs_m[:, None] * {bs[2]} + "
+                 f"offs_n[None, :] * {bs[3]}, mask=rmask[:, None] & nmask[None, :], "
+                 f"other=0.0).to(tl.float32) * {LOG2E}")
+    L += [f"{I2}pr = tl.where({keep_expr(p, '[:, None]', '[None, :]')}, "
+          "tl.exp2(s - lse[:, None]), 0.0)",
+          f"{I2}dp = tl.dot(do, tl.trans(v))"]
+    if p.dropout:
+        L += dropout_keep(p, I2, "[:, None]", "[None, :]")
+        L.append(f"{I2}dp = tl.where(kept, dp * keep_scale, 0.0)")
+    cast = "" if interpret else f".to({dt})"
+    L += [f"{I2}ds = pr * (dp - dl[:, None])",
+          f"{I2}dq += tl.dot(ds{cast}, k)",
+          f"{I}dq = dq * SCALE",
+          f"{I}tl.store(DQ + {_off('b', 'h', g.dq)} + offs_m[:, None] * {g.dq[2]} + "
+          f"offs_d[None, :] * {g.dq[3]}, dq.to({TL_TYPE[g.dq_dtype]}), "
+          f"mask=(offs_m < {p.SQ})[:, None] & dmask[None, :])"]
+    return "\n".join(L) + "\n"
