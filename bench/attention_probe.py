@@ -3,7 +3,7 @@ launched directly: B=4, H=16, D=128 bf16, S in {1024, 4096}, causal and not, ove
 tiles / warps / stages, against PyTorch's scaled_dot_product_attention with the cuDNN and
 the flash backends in the same run (issue 5's goal: >= 0.9x cuDNN forward). Each config's
 output is checked against the cuDNN backend's.
-Run (GPU): PYTHONPATH=src python bench/attention_probe.py"""
+Run (GPU): PYTHONPATH=src python bench/attention_probe.py [bwd]"""
 import dataclasses
 import math
 
@@ -66,5 +66,74 @@ def main():
                       f"{flops / ms / 1e9:.0f} TFLOP/s  max err {err:.3f}", flush=True)
 
 
+def backward():
+    """Backward at S=4096 (D=128, causal and not): delta + dK/dV + dQ kernels, against
+    the cuDNN and flash backends' backward (FLOPs: 2.5x the forward's)."""
+    from opendnn.engines.attention import _bwd_kernels as KB
+    B, H, Dh, S = 4, 16, 128, 4096
+    for causal in (False, True):
+        q, k, v = (torch.randn(B, H, S, Dh, device="cuda", dtype=torch.bfloat16,
+                               requires_grad=True) for _ in range(3))
+        do = torch.randn(B, H, S, Dh, device="cuda", dtype=torch.bfloat16)
+        flops = 2.5 * 4 * B * H * S * S * Dh * (0.5 if causal else 1.0)
+        grads = None
+        for name, be in (("cudnn", SDPBackend.CUDNN_ATTENTION),
+                         ("flash", SDPBackend.FLASH_ATTENTION)):
+            with sdpa_kernel(be):
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                g = torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
+                grads = g if grads is None else grads
+                ms = do_bench(lambda: torch.autograd.grad(out, (q, k, v), do,
+                                                          retain_graph=True), warmup=10, rep=50)
+            print(f"bwd S={S} causal={causal} torch-{name}: {ms:.3f} ms "
+                  f"{flops / ms / 1e9:.0f} TFLOP/s", flush=True)
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=causal).detach()
+        qd, kd, vd = (t.detach() for t in (q, k, v))
+        st = torch.empty(B, H, S, device="cuda", dtype=torch.float32)
+        p = K.Problem(B, H, H, S, S, Dh, Dh, qd.stride(), kd.stride(), vd.stride(),
+                      o.stride(), DataType.BFLOAT16, DataType.BFLOAT16,
+                      stats=tuple(st.stride()) + (0,), right=0 if causal else None)
+        fsrc = K.fwd_source("attn_probe_f", p, Kn(128, 64), interpret=False)
+        fk = kernel_from_source(fsrc, "attn_probe_f").compiled
+        fk[(S // 128, B * H)](qd, kd, vd, o, st, 1 / math.sqrt(Dh), num_warps=8, num_stages=3)
+        dq, dk, dv = (torch.empty_like(t) for t in (qd, kd, vd))
+        gr = KB.Grads(do.stride(), dq.stride(), dk.stride(), dv.stride(), DataType.BFLOAT16,
+                      DataType.BFLOAT16, DataType.BFLOAT16, DataType.BFLOAT16)
+        ws = torch.empty(B * H * S, device="cuda", dtype=torch.float32)
+        for bm, bn, warps, stages in ((64, 64, 4, 2), (64, 128, 8, 2), (128, 64, 8, 2),
+                                      (64, 64, 4, 3), (32, 128, 4, 2)):
+            kn = Kn(bm, bn)
+            try:
+                dk_k = kernel_from_source(KB.dkdv_source("attn_dkdv_p", p, gr, kn, False),
+                                          "attn_dkdv_p").compiled
+                dq_k = kernel_from_source(KB.dq_source("attn_dq_p", p, gr, kn, False),
+                                          "attn_dq_p").compiled
+                dl_k = kernel_from_source(KB.delta_source("attn_dl_p", p, gr, kn),
+                                          "attn_dl_p").compiled
+                sc = 1 / math.sqrt(Dh)
+
+                def fn():
+                    dl_k[(S // bm, B * H)](o, do, ws, num_warps=4)
+                    dk_k[(S // bn, B * H)](qd, kd, vd, do, st, dk, dv, ws, sc,
+                                           num_warps=warps, num_stages=stages)
+                    dq_k[(S // bm, B * H)](qd, kd, vd, do, st, dq, ws, sc,
+                                           num_warps=warps, num_stages=stages)
+                fn()
+                torch.cuda.synchronize()
+                err = max(((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
+                          for a, b in zip((dq, dk, dv), grads))
+                ms = do_bench(fn, warmup=10, rep=50)
+            except Exception as e:   # noqa: BLE001 -- reported
+                print(f"  bwd {bm}x{bn} w{warps} s{stages}: FAILED {str(e)[:120]}")
+                continue
+            print(f"  opendnn bwd {bm}x{bn} w{warps} s{stages}: {ms:.3f} ms "
+                  f"{flops / ms / 1e9:.0f} TFLOP/s  rel err {err:.3f}", flush=True)
+
+
 if __name__ == "__main__":
-    main()
+    import sys
+    if "bwd" in sys.argv:
+        backward()
+    else:
+        main()
