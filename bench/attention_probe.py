@@ -13,6 +13,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 from opendnn.engines.attention import _kernels as K
+from opendnn.engines.matmul._kernels import ensure_allocator
 from opendnn.enums import DataType
 from opendnn.runtime.launch import kernel_from_source
 
@@ -21,9 +22,11 @@ from opendnn.runtime.launch import kernel_from_source
 class Kn:
     BLOCK_M: int
     BLOCK_N: int
+    TMA: int = 0
 
 
 def main():
+    ensure_allocator()
     B, H, Dh = 4, 16, 128
     for S in (1024, 4096):
         for causal in (False, True):
@@ -45,9 +48,10 @@ def main():
             p = K.Problem(B, H, H, S, S, Dh, Dh, q.stride(), k.stride(), v.stride(),
                           o.stride(), DataType.BFLOAT16, DataType.BFLOAT16,
                           stats=tuple(st.stride()) + (0,), right=0 if causal else None)
-            for bm, bn, warps, stages in ((128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3),
-                                          (128, 128, 8, 2), (64, 64, 4, 3), (128, 32, 4, 4)):
-                src = K.fwd_source("attn_probe", p, Kn(bm, bn), interpret=False)
+            for bm, bn, warps, stages, tma in (
+                    (128, 64, 8, 3, 0), (64, 64, 4, 3, 0), (128, 64, 8, 3, 1), (128, 128, 8, 3, 1),
+                    (64, 64, 4, 3, 1), (128, 64, 8, 4, 1), (128, 128, 8, 2, 1)):
+                src = K.fwd_source("attn_probe", p, Kn(bm, bn, tma), interpret=False)
                 kern = kernel_from_source(src, "attn_probe").compiled
                 grid = (math.ceil(S / bm), B * H)
 
@@ -60,9 +64,9 @@ def main():
                     err = ((o.float() - ref.float()).abs().max()).item()
                     ms = do_bench(fn, warmup=10, rep=50)
                 except Exception as e:   # noqa: BLE001 -- reported
-                    print(f"  {bm}x{bn} w{warps} s{stages}: FAILED {str(e)[:120]}")
+                    print(f"  {bm}x{bn} w{warps} s{stages} tma{tma}: FAILED {str(e)[:120]}")
                     continue
-                print(f"  opendnn {bm}x{bn} w{warps} s{stages}: {ms:.3f} ms "
+                print(f"  opendnn {bm}x{bn} w{warps} s{stages} tma{tma}: {ms:.3f} ms "
                       f"{flops / ms / 1e9:.0f} TFLOP/s  max err {err:.3f}", flush=True)
 
 

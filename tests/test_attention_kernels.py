@@ -133,6 +133,7 @@ def test_forward_padding_and_bias():
     seq_q = torch.tensor([20, 7, 1], dtype=torch.int32)
     seq_kv = torch.tensor([24, 3, 11], dtype=torch.int32)
     bias = torch.randn(1, 2, 20, 24)                          # broadcast over batch
+    bias[0, 1, 3:9, :16] = float("-inf")                      # an additive mask: whole tiles
     for br in (False, True):
         o, st = _run(q, k, v, 0.25, bias=bias, seq_q=seq_q, seq_kv=seq_kv, right=0, br=br)
         ro, rl = _ref(q, k, v, 0.25, bias=bias, seq_q=seq_q, seq_kv=seq_kv, right=0, br=br)

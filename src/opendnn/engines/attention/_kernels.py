@@ -121,9 +121,70 @@ def dropout_keep(p: Problem, I: str, m: str, n: str) -> list[str]:
             f"{I}kept = u >= P_DROP"]
 
 
+def _fwd_step(p: Problem, kn, masked: bool, interpret: bool, tma: bool, dt: str,
+              I2: str) -> list[str]:
+    """One key tile of the forward loop; ``masked``: the tile may hold masked keys."""
+    bn = kn.BLOCK_N
+    ks, vs = p.k, p.v
+    bd, bdv = max(16, _pow2(p.D)), max(16, _pow2(p.DV))
+    kmask = "nmask[None, :] & dmask[:, None]" if masked else \
+        ("dmask[:, None]" if bd != p.D else None)
+    vmask = "nmask[:, None] & dvmask[None, :]" if masked else \
+        ("dvmask[None, :]" if bdv != p.DV else None)
+    L = [f"{I2}offs_n = start + tl.arange(0, {bn})"]
+    if masked:
+        L.append(f"{I2}nmask = offs_n < kv_len")
+    if tma:
+        L.append(f"{I2}kt = tl.trans(k_desc.load([start, 0]))")
+    else:
+        m = f", mask={kmask}, other=0.0" if kmask else ""
+        L.append(f"{I2}kt = tl.load(k_base + offs_n[None, :] * {ks[2]} + offs_d[:, None] * "
+                 f"{ks[3]}{m})")
+    if interpret:
+        L.append(f"{I2}kt = kt.to(tl.float32)")
+    L.append(f"{I2}s = tl.dot(q, kt) * c")
+    if p.bias:
+        bs = p.bias
+        bmask = "rmask[:, None] & nmask[None, :]" if masked else "rmask[:, None]"
+        L.append(f"{I2}s += tl.load(BIAS + {_off('b', 'h', bs)} + offs_m[:, None] * {bs[2]} + "
+                 f"offs_n[None, :] * {bs[3]}, mask={bmask}, "
+                 f"other=0.0).to(tl.float32) * {LOG2E}")
+    if masked:
+        L.append(f"{I2}s = tl.where({keep_expr(p, '[:, None]', '[None, :]')}, s, "
+                 "float(\"-inf\"))")
+        L += [f"{I2}m_new = tl.maximum(m_i, tl.reduce(s, 1, _max_combine))",
+              f"{I2}m_safe = tl.where(m_new == float(\"-inf\"), 0.0, m_new)"]
+    elif p.bias:    # every key kept, but a bias may hold -inf (an additive mask)
+        L += [f"{I2}m_new = tl.maximum(m_i, tl.reduce(s, 1, _max_combine))",
+              f"{I2}m_safe = tl.where(m_new == float(\"-inf\"), 0.0, m_new)"]
+    else:   # every key kept: the maximum is finite
+        L += [f"{I2}m_new = tl.maximum(m_i, tl.reduce(s, 1, _max_combine))",
+              f"{I2}m_safe = m_new"]
+    L += [f"{I2}pr = tl.exp2(s - m_safe[:, None])",
+          f"{I2}alpha = tl.exp2(m_i - m_safe)",
+          f"{I2}l_i = l_i * alpha + tl.reduce(pr, 1, _add_combine)",
+          f"{I2}m_i = m_new"]
+    if p.dropout:
+        L += dropout_keep(p, I2, "[:, None]", "[None, :]")
+        L.append(f"{I2}pr = tl.where(kept, pr * keep_scale, 0.0)")
+    if tma:
+        L.append(f"{I2}vt = v_desc.load([start, 0])")
+    else:
+        m = f", mask={vmask}, other=0.0" if vmask else ""
+        L.append(f"{I2}vt = tl.load(v_base + offs_n[:, None] * {vs[2]} + offs_dv[None, :] * "
+                 f"{vs[3]}{m})")
+    if interpret:
+        L.append(f"{I2}acc = acc * alpha[:, None] + tl.dot(pr, vt.to(tl.float32))")
+    else:
+        L.append(f"{I2}acc = acc * alpha[:, None] + tl.dot(pr.to({dt}), vt)")
+    return L
+
+
 def fwd_source(name: str, p: Problem, kn, interpret: bool) -> str:
     """The forward kernel (grid: (ceil(S_q / BLOCK_M), B H)). ``interpret``: dots in
-    float32 (Triton 3.6's interpreter gets low-precision dots wrong)."""
+    float32 (Triton 3.6's interpreter gets low-precision dots wrong). ``kn.TMA``: K / V
+    tiles through tensor descriptors (compiled only)."""
+    tma = bool(getattr(kn, "TMA", 0)) and not interpret
     bm, bn = kn.BLOCK_M, kn.BLOCK_N
     bd, bdv = max(16, _pow2(p.D)), max(16, _pow2(p.DV))     # tl.dot: K, N >= 16
     I, I2 = "    ", "        "
@@ -155,43 +216,35 @@ def fwd_source(name: str, p: Problem, kn, interpret: bool) -> str:
                  f"{p.right})")
     if p.left is not None:
         L.append(f"{I}lo = tl.maximum(0, pid_m * {bm} + shift - {p.left} + 1) // {bn} * {bn}")
+    # [mid_lo, mid_hi): tiles every row keeps whole -- no mask arithmetic there
+    L += [f"{I}mid_lo = lo", f"{I}mid_hi = tl.maximum(lo, kv_len // {bn} * {bn})"]
+    if p.right is not None:
+        L.append(f"{I}mid_hi = tl.maximum(lo, tl.minimum(mid_hi, (pid_m * {bm} + shift + "
+                 f"{p.right} + 1) // {bn} * {bn}))")
+    if p.left is not None:
+        L.append(f"{I}mid_lo = tl.minimum(mid_hi, tl.maximum(lo, (pid_m * {bm} + {bm} - 1 + "
+                 f"shift - {p.left} + {bn}) // {bn} * {bn}))")
     L += [f"{I}c = SCALE * {LOG2E}",
           f"{I}m_i = tl.full([{bm}], float(\"-inf\"), tl.float32)",
           f"{I}l_i = tl.full([{bm}], 0.0, tl.float32)",
           f"{I}acc = tl.full([{bm}, {bdv}], 0.0, tl.float32)",
           f"{I}k_base = K + {_off('b', 'hk', ks)}",
           f"{I}v_base = V + {_off('b', 'hk', vs)}"]
+    if tma:
+        L += [f"{I}k_desc = tl.make_tensor_descriptor(k_base, shape=[{p.SKV}, {p.D}], "
+              f"strides=[{ks[2]}, 1], block_shape=[{bn}, {bd}])",
+              f"{I}v_desc = tl.make_tensor_descriptor(v_base, shape=[{p.SKV}, {p.DV}], "
+              f"strides=[{vs[2]}, 1], block_shape=[{bn}, {bdv}])"]
     if p.dropout:
         L += dropout_setup(p, I)
-    L += [f"{I}for start in range(lo, hi, {bn}):",
-          f"{I2}offs_n = start + tl.arange(0, {bn})",
-          f"{I2}nmask = offs_n < kv_len",
-          f"{I2}kt = tl.load(k_base + offs_n[None, :] * {ks[2]} + offs_d[:, None] * {ks[3]}, "
-          "mask=nmask[None, :] & dmask[:, None], other=0.0)"]
-    if interpret:
-        L.append(f"{I2}kt = kt.to(tl.float32)")
-    L.append(f"{I2}s = tl.dot(q, kt) * c")
-    if p.bias:
-        bs = p.bias
-        L.append(f"{I2}s += tl.load(BIAS + {_off('b', 'h', bs)} + offs_m[:, None] * {bs[2]} + "
-                 f"offs_n[None, :] * {bs[3]}, mask=rmask[:, None] & nmask[None, :], "
-                 f"other=0.0).to(tl.float32) * {LOG2E}")
-    L += [f"{I2}s = tl.where({keep_expr(p, '[:, None]', '[None, :]')}, s, float(\"-inf\"))",
-          f"{I2}m_new = tl.maximum(m_i, tl.reduce(s, 1, _max_combine))",
-          f"{I2}m_safe = tl.where(m_new == float(\"-inf\"), 0.0, m_new)",
-          f"{I2}pr = tl.exp2(s - m_safe[:, None])",
-          f"{I2}alpha = tl.exp2(m_i - m_safe)",
-          f"{I2}l_i = l_i * alpha + tl.reduce(pr, 1, _add_combine)",
-          f"{I2}m_i = m_new"]
-    if p.dropout:
-        L += dropout_keep(p, I2, "[:, None]", "[None, :]")
-        L.append(f"{I2}pr = tl.where(kept, pr * keep_scale, 0.0)")
-    L += [f"{I2}vt = tl.load(v_base + offs_n[:, None] * {vs[2]} + offs_dv[None, :] * {vs[3]}, "
-          "mask=nmask[:, None] & dvmask[None, :], other=0.0)"]
-    if interpret:
-        L += [f"{I2}acc = acc * alpha[:, None] + tl.dot(pr, vt.to(tl.float32))"]
-    else:
-        L += [f"{I2}acc = acc * alpha[:, None] + tl.dot(pr.to({dt}), vt)"]
+    for lo_, hi_, masked in (("lo", "mid_lo", True), ("mid_lo", "mid_hi", False),
+                             ("mid_hi", "hi", True)):
+        if masked and lo_ == "lo" and p.left is None:
+            continue                   # no lower band: nothing below mid_lo
+        L.append(f"{I}for start in range({lo_}, {hi_}, {bn}):")
+        L += _fwd_step(p, kn, masked, interpret, tma, dt, I2)
+    L += [f"{I}l_i = tl.where(rmask, l_i, 0.0)",     # rows past the batch's q_len: O = 0
+          f"{I}acc = tl.where(rmask[:, None], acc, 0.0)"]
     L += [f"{I}l_safe = tl.where(l_i == 0.0, 1.0, l_i)",
           f"{I}o = acc / l_safe[:, None]",
           f"{I}tl.store(O + {_off('b', 'h', os_)} + offs_m[:, None] * {os_[2]} + offs_dv[None, :]"
