@@ -169,6 +169,18 @@ def workspace(nbytes: int):
     return torch.full((nbytes,), 255, dtype=torch.uint8)
 
 
+def plan_with_knobs(g, engine_id: int, knobs: dict, device: str = "cuda") -> torch.Tensor:
+    """Build ``g``'s one plan of engine ``engine_id`` with ``knobs``; its workspace (at
+    least one byte, poisoned with 0xFF) on ``device``."""
+    g.validate()
+    g.build_operation_graph()
+    g.create_execution_plan(engine_id, knobs)
+    g.check_support()
+    g.build_plans()
+    return torch.full((max(g.get_workspace_size(), 1),), 255, dtype=torch.uint8,
+                      device=device)
+
+
 def run_plan(g, feeds: dict, outputs: list, index: int, fill) -> dict:
     """Execute plan ``index`` of ``g`` with fresh output buffers poisoned with ``fill``."""
     bufs = {t: alloc_output(t, fill) for t in outputs}

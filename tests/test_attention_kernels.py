@@ -58,19 +58,24 @@ def _ref(q, k, v, scale, bias=None, right=None, left=None, br=False, seq_q=None,
     return o, lse
 
 
+def _problem(q, k, v, o, stats, bias, right, left, br, seq_q, drop) -> K.Problem:
+    B, H, SQ, Dh = q.shape
+    bst = None if bias is None else tuple(0 if n == 1 else st
+                                          for n, st in zip(bias.shape, bias.stride()))
+    return K.Problem(B, H, k.shape[1], SQ, k.shape[2], Dh, v.shape[3], tuple(q.stride()),
+                     tuple(k.stride()), tuple(v.stride()), tuple(o.stride()), DT[q.dtype],
+                     DT[q.dtype], stats=tuple(stats.stride()) + (0,), bias=bst,
+                     bias_dtype=None if bias is None else DT[bias.dtype], right=right,
+                     left=left, bottom_right=br, padding=seq_q is not None,
+                     dropout=drop is not None)
+
+
 def _run(q, k, v, scale, bias=None, right=None, left=None, br=False, seq_q=None,
          seq_kv=None, drop=None, kn=Kn()):
     B, H, SQ, Dh = q.shape
-    HKV, SKV, DV = k.shape[1], k.shape[2], v.shape[3]
-    o = torch.full((B, H, SQ, DV), float("nan"), dtype=q.dtype)
+    o = torch.full((B, H, SQ, v.shape[3]), float("nan"), dtype=q.dtype)
     stats = torch.full((B, H, SQ), float("nan"), dtype=torch.float32)
-    p = K.Problem(B, H, HKV, SQ, SKV, Dh, DV, tuple(q.stride()), tuple(k.stride()),
-                  tuple(v.stride()), tuple(o.stride()), DT[q.dtype], DT[q.dtype],
-                  stats=tuple(stats.stride()) + (0,),
-                  bias=None if bias is None else tuple(
-                      0 if n == 1 else st for n, st in zip(bias.shape, bias.stride())),
-                  bias_dtype=None if bias is None else DT[bias.dtype], right=right, left=left,
-                  bottom_right=br, padding=seq_q is not None, dropout=drop is not None)
+    p = _problem(q, k, v, o, stats, bias, right, left, br, seq_q, drop)
     src = K.fwd_source("attn_fwd_test", p, kn, interpret=True)
     kern = kernel_from_source(src, "attn_fwd_test")
     args = [q, k, v, o, stats]
@@ -154,15 +159,9 @@ def _run_bwd(q, k, v, o, stats, do, scale, bias=None, right=None, left=None, br=
              seq_q=None, seq_kv=None, drop=None, kn=Kn()):
     from opendnn.engines.attention import _bwd_kernels as KB
     B, H, SQ, Dh = q.shape
-    HKV, SKV, DV = k.shape[1], k.shape[2], v.shape[3]
+    HKV, SKV = k.shape[1], k.shape[2]
     dq, dk, dv = (torch.full_like(t, float("nan")) for t in (q, k, v))
-    p = K.Problem(B, H, HKV, SQ, SKV, Dh, DV, tuple(q.stride()), tuple(k.stride()),
-                  tuple(v.stride()), tuple(o.stride()), DT[q.dtype], DT[q.dtype],
-                  stats=tuple(stats.stride()) + (0,),
-                  bias=None if bias is None else tuple(
-                      0 if n == 1 else st for n, st in zip(bias.shape, bias.stride())),
-                  bias_dtype=None if bias is None else DT[bias.dtype], right=right, left=left,
-                  bottom_right=br, padding=seq_q is not None, dropout=drop is not None)
+    p = _problem(q, k, v, o, stats, bias, right, left, br, seq_q, drop)
     g = KB.Grads(tuple(do.stride()), tuple(dq.stride()), tuple(dk.stride()), tuple(dv.stride()),
                  DT[do.dtype], DT[q.dtype], DT[k.dtype], DT[v.dtype])
     ws = torch.full((B * H * SQ,), float("nan"))

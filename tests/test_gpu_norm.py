@@ -9,6 +9,7 @@ import torch.nn.functional as F
 import opendnn.frontend as cudnn
 from _norm_cases import (backward_graph, forward_graph, param_shape, torch_forward,
                          torch_stats)
+from _util import plan_with_knobs
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -143,13 +144,7 @@ def test_one_read_path_knobs(kind, rows, programs, prefetch):
         else:
             g, feeds, outs = forward_graph(kind, x, w, b, 1e-5, 1)
             refs = [yref] + ([inv] if kind == "rmsnorm" else [mean, inv])
-        g.validate()
-        g.build_operation_graph()
-        g.create_execution_plan(26, knobs)
-        g.check_support()
-        g.build_plans()
-        ws = torch.empty(max(g.get_workspace_size(), 1), device="cuda",
-                         dtype=torch.uint8).fill_(255)
+        ws = plan_with_knobs(g, 26, knobs)
         for rep in range(4):       # the programs meet through the workspace: run it again
             bufs = {t: torch.empty_strided(t.get_dim(), t.get_stride(), device="cuda",
                                            dtype=_dtype(t)).fill_(float("nan")) for t in outs}

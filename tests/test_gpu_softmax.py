@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import opendnn.frontend as cudnn
+from _util import plan_with_knobs
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -109,13 +110,7 @@ def test_one_read_path_knobs(log, rows, programs, prefetch):
             out = g.softmax(tx, axis=-1, log=log)
             pack, want = {tx: x}, ref
         out.set_output(True)
-        g.validate()
-        g.build_operation_graph()
-        g.create_execution_plan(25, knobs)
-        g.check_support()
-        g.build_plans()
-        ws = torch.empty(max(g.get_workspace_size(), 1), device="cuda",
-                         dtype=torch.uint8).fill_(255)
+        ws = plan_with_knobs(g, 25, knobs)
         for rep in range(4):
             res = torch.full_like(x, float("nan"))
             g.execute({**pack, out: res}, ws)
@@ -136,13 +131,8 @@ def test_one_read_path_chunks_of_minus_infinity(log):
     tx = g.tensor_like(x)
     out = g.softmax(tx, axis=-1, log=log)
     out.set_output(True)
-    g.validate()
-    g.build_operation_graph()
-    g.create_execution_plan(25, dict(PASSES=4, BLOCK_L=256, BLOCK_ROWS=1, SPLIT=12,
+    ws = plan_with_knobs(g, 25, dict(PASSES=4, BLOCK_L=256, BLOCK_ROWS=1, SPLIT=12,
                                      num_warps=4, PROGRAMS=24, PREFETCH=1))
-    g.check_support()
-    g.build_plans()
-    ws = torch.empty(max(g.get_workspace_size(), 1), device="cuda", dtype=torch.uint8)
     res = torch.full_like(x, float("nan"))
     g.execute({tx: x, out: res}, ws)
     finite = torch.isfinite(ref)

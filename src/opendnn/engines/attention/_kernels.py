@@ -152,14 +152,11 @@ def _fwd_step(p: Problem, kn, masked: bool, interpret: bool, tma: bool, dt: str,
     if masked:
         L.append(f"{I2}s = tl.where({keep_expr(p, '[:, None]', '[None, :]')}, s, "
                  "float(\"-inf\"))")
-        L += [f"{I2}m_new = tl.maximum(m_i, tl.reduce(s, 1, _max_combine))",
-              f"{I2}m_safe = tl.where(m_new == float(\"-inf\"), 0.0, m_new)"]
-    elif p.bias:    # every key kept, but a bias may hold -inf (an additive mask)
-        L += [f"{I2}m_new = tl.maximum(m_i, tl.reduce(s, 1, _max_combine))",
-              f"{I2}m_safe = tl.where(m_new == float(\"-inf\"), 0.0, m_new)"]
-    else:   # every key kept: the maximum is finite
-        L += [f"{I2}m_new = tl.maximum(m_i, tl.reduce(s, 1, _max_combine))",
-              f"{I2}m_safe = m_new"]
+    L.append(f"{I2}m_new = tl.maximum(m_i, tl.reduce(s, 1, _max_combine))")
+    # a row's maximum may be -inf where keys are masked or a bias holds -inf (an additive
+    # mask); where every key is kept and there is no bias it is finite
+    L.append(f"{I2}m_safe = tl.where(m_new == float(\"-inf\"), 0.0, m_new)" if masked or p.bias
+             else f"{I2}m_safe = m_new")
     L += [f"{I2}pr = tl.exp2(s - m_safe[:, None])",
           f"{I2}alpha = tl.exp2(m_i - m_safe)",
           f"{I2}l_i = l_i * alpha + tl.reduce(pr, 1, _add_combine)",
