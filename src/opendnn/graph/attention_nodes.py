@@ -112,7 +112,7 @@ class _SdpaBase(Node):
         """Bias, padding, scale, dropout and the band against Q and K."""
         b, h_q, s_q, _ = q.dims
         s_kv = k.dims[2]
-        attrs = f"{self.label()} attributes"
+        attrs = None      # attribute rules name no tensor
         if "BIAS" in self.inputs:
             d = desc(self.inputs["BIAS"])
             if len(d.dims) != 4 or d.dims[0] not in (1, b) or d.dims[1] not in (1, h_q) \
@@ -164,8 +164,9 @@ class _SdpaBase(Node):
                                  desc(self.inputs[rng[0]]).label(), Status.BAD_PARAM)
             return
         if not (isinstance(p, (int, float)) and math.isfinite(p) and 0.0 <= p < 1.0):
-            raise self.error(f"dropout probability {p} is outside [0, 1) (p = 1 has no "
-                             "scale 1 / (1 - p))", attrs, Status.BAD_PARAM_OUT_OF_BOUND)
+            why = " (p = 1 leaves no scale 1 / (1 - p))" if p == 1 else ""
+            raise self.error(f"dropout probability {p} is outside [0, 1){why}", attrs,
+                             Status.BAD_PARAM_OUT_OF_BOUND)
         if len(rng) != 2:
             raise self.error("dropout needs a SEED and an OFFSET", attrs,
                              Status.BAD_PARAM_NULL_POINTER)
@@ -207,7 +208,7 @@ class Sdpa(_SdpaBase):
         self._floating([o])
         if self.generate_stats != ("STATS" in self.outputs):
             raise self.error("STATS is an output exactly when generate_stats is True",
-                             f"{self.label()} attributes", Status.BAD_PARAM)
+                             None, Status.BAD_PARAM)
         if "STATS" in self.outputs:
             _check_stats(self, desc(self.outputs["STATS"]), (b, h_q, s_q, 1))
 
