@@ -96,6 +96,8 @@ class ConvolutionMode(enum.IntEnum):
 
 
 class DiagonalAlignment(enum.IntEnum):
+    """Where sdpa's diagonal starts (cudnn-frontend's ``diagonal_alignment``): TOP_LEFT
+    at (0, 0); BOTTOM_RIGHT shifted right by s_kv - s_q (ops/attention.py)."""
     TOP_LEFT = 0
     BOTTOM_RIGHT = 1
 

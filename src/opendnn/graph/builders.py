@@ -12,11 +12,12 @@ from ..ops.pointwise import MODES
 from . import conv_nodes as CN
 from . import nodes as N
 from . import softmax_nodes as SN
+from .builders_attention import AttentionBuilderMixin   # attention (sdpa) section
 from .builders_norm import NormBuilderMixin
 from .builders_ops import OpsBuilderMixin
 
 
-class BuilderMixin(NormBuilderMixin, OpsBuilderMixin):
+class BuilderMixin(NormBuilderMixin, OpsBuilderMixin, AttentionBuilderMixin):
     # ---- plumbing ---------------------------------------------------------------------
     def _new_output(self, name: str):
         return self.tensor(is_virtual=True, name=name)._mark_created()

@@ -103,6 +103,8 @@ def run_graph(graph, read) -> dict:
             vals.update(_lrn_or_dropout(n, get))
         elif n.kind in _NORM_KINDS:
             _norm(graph, n, get, vals)
+        elif n.kind in ATTENTION_KINDS:
+            vals.update(_attention(n, graph, get))
         else:  # check_support guarantees we never get here
             raise InternalError(f"{n.label()} reached the reference without a definition")
     return vals
@@ -207,6 +209,54 @@ def _norm(graph, n, get, vals) -> None:
             vals[n.outputs[role]] = v
 
 
+# ---- attention section (sdpa, sdpa_backward; ops/attention.py) ---------------------------
+ATTENTION_KINDS = ("sdpa", "sdpa_backward")
+
+
+def _attention(n, graph, get) -> dict:
+    """{uid: value} of an sdpa / sdpa_backward node's outputs. Sequence lengths, the
+    scale, the seed and the offset are read like any input (pass-by-value or not)."""
+    from ...ops import attention
+    q, k, v = (get(n.inputs[r]) for r in ("Q", "K", "V"))
+    b, h_q, s_q, _ = q.shape
+    s_kv = k.shape[2]
+    masking = attention.Masking(n.diagonal_alignment, n.diagonal_band_left_bound,
+                                n.diagonal_band_right_bound, n.use_padding_mask)
+    lengths = {}
+    for role, most in (("SEQ_LEN_Q", s_q), ("SEQ_LEN_KV", s_kv)):
+        if role in n.inputs:
+            lens = get(n.inputs[role]).reshape(-1)
+            bad = [int(x) for x in lens if not 0 <= x <= most]
+            if bad:
+                raise BadParamError(f"sequence lengths {bad} are outside [0, {most}]",
+                                    op=n.label(), tensor=graph.tensors[n.inputs[role]].label(),
+                                    status=Status.BAD_PARAM_OUT_OF_BOUND)
+            lengths[role] = lens.astype(np.int64)
+    keep = attention.batch_mask(masking, b, s_q, s_kv, lengths.get("SEQ_LEN_Q"),
+                                lengths.get("SEQ_LEN_KV"))
+    scale = float(get(n.inputs["ATTN_SCALE"]).reshape(-1)[0]) if "ATTN_SCALE" in n.inputs \
+        else 1.0
+    bias = get(n.inputs["BIAS"]) if "BIAS" in n.inputs else None
+    p, drop = 0.0, None
+    if n.dropout_probability is not None:
+        p = n.dropout_probability
+        seed, offset = (int(get(n.inputs[r]).reshape(-1)[0]) for r in ("SEED", "OFFSET"))
+        drop = attention.dropout_keep(seed, offset, p, (b, h_q, s_q, s_kv))
+    if n.kind == "sdpa":
+        o, stats = attention.forward(q, k, v, keep, scale, bias, drop, p)
+        out = {n.outputs["O"]: o}
+        if "STATS" in n.outputs:
+            out[n.outputs["STATS"]] = stats
+        return out
+    dq, dk, dv, dbias = attention.backward(
+        q, k, v, get(n.inputs["O"]), get(n.inputs["DO"]), get(n.inputs["STATS"]), keep, scale,
+        bias, drop, p)
+    out = {n.outputs["DQ"]: dq, n.outputs["DK"]: dk, n.outputs["DV"]: dv}
+    if "DBIAS" in n.outputs:
+        out[n.outputs["DBIAS"]] = dbias
+    return out
+
+
 def _conv_args(n):
     from ...enums import ConvolutionMode
     return (n.pre_padding, n.post_padding, n.stride, n.dilation,
@@ -237,7 +287,7 @@ class ReferenceEngine(Engine):
              "concatenate", "conv_fprop", "conv_dgrad", "conv_wgrad", "softmax",
              "softmax_backward", "batchnorm", "batchnorm_inference",
              "batchnorm_backward", "resample", "resample_backward"} | set(LRN_KINDS) | \
-        set(DROPOUT_KINDS) | _NORM_KINDS
+        set(DROPOUT_KINDS) | _NORM_KINDS | set(ATTENTION_KINDS)
 
     def check_support(self, graph, target: Target) -> Support:
         for n in graph.nodes:

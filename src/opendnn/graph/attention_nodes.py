@@ -1,0 +1,259 @@
+"""Scaled-dot-product attention graph nodes, forward (``sdpa``) and backward
+(``sdpa_backward``); the math, the mask and the dropout stream are in ``ops/attention.py``.
+
+Forward roles: Q [B, Hq, Sq, Dqk], K [B, Hk, Skv, Dqk], V [B, Hv, Skv, Dv] (any
+strides: BHSD, BSHD, interleaved), optional BIAS [B or 1, Hq or 1, Sq, Skv],
+SEQ_LEN_Q / SEQ_LEN_KV [B, 1, 1, 1] integers (exactly with ``use_padding_mask``),
+ATTN_SCALE (a one-element pass-by-value float; absent: 1), SEED / OFFSET (one-element
+int32 / int64, host or device; exactly with dropout) -> O [B, Hq, Sq, Dv] (Q's type
+and stride order unless set) and, with ``generate_stats``, STATS [B, Hq, Sq, 1]
+float32 (packed). Backward roles: the forward's inputs plus O, DO [B, Hq, Sq, Dv] and
+STATS -> DQ, DK, DV (dims, type and stride order of Q, K, V) and optional DBIAS
+(BIAS's dims).
+
+Rules (each a typed error naming the node, the tensor and the rule): Q, K, V of rank
+4, one data type among half, bfloat16 and float (the float32 graph runs on the
+reference engine only); equal batch sizes; Hk and Hv dividing Hq; Q's and K's head
+dims equal; head dims multiples of 8 in [8, 256]; K's and V's sequence lengths equal;
+band bounds None or non-negative ints; dropout probability in [0, 1).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import ClassVar
+
+from ..enums import DataType, DiagonalAlignment
+from ..errors import Status
+from .nodes import NODE_TYPES, Node
+
+IO_TYPES = (DataType.HALF, DataType.BFLOAT16, DataType.FLOAT)
+INTEGER = (DataType.INT32, DataType.INT64)
+MAX_HEAD_DIM = 256
+
+
+@dataclasses.dataclass(eq=False)
+class _SdpaBase(Node):
+    """The attributes and rules the forward and backward share."""
+    diagonal_alignment: DiagonalAlignment = DiagonalAlignment.TOP_LEFT
+    diagonal_band_left_bound: int | None = None
+    diagonal_band_right_bound: int | None = None
+    use_padding_mask: bool = False
+    dropout_probability: float | None = None
+    kind: ClassVar[str] = "sdpa_base"
+
+    def __post_init__(self):      # deserialized graphs give the alignment by name
+        if isinstance(self.diagonal_alignment, str):
+            self.diagonal_alignment = DiagonalAlignment[self.diagonal_alignment]
+
+    # ---- shared inference ----------------------------------------------------------------
+    def _need_qkv(self):
+        q, k, v = (self.inputs[r] for r in ("Q", "K", "V"))
+        self.need_dims(self.input_tensors())
+        for t in (q, k, v):
+            if len(t.dim) != 4:
+                raise self._rank_error(t, t.dim)
+        return q, k, v
+
+    def _rank_error(self, t, dims):
+        return self.error(f"needs 4 dims [B, H, S, D], got {list(dims)}", t,
+                          Status.BAD_PARAM_SHAPE_MISMATCH)
+
+    # ---- shared validation ---------------------------------------------------------------
+    def _dims(self, d, want, role: str) -> None:
+        if d.dims != tuple(want):
+            raise self.error(f"{role} dims {list(d.dims)} must be {list(want)}", d.label(),
+                             Status.BAD_PARAM_SHAPE_MISMATCH)
+
+    def _floating(self, descs) -> None:
+        for d in descs:
+            if d is not None and not d.data_type.is_floating:
+                raise self.error(f"data type {d.data_type.name} is not a floating type",
+                                 d.label(), Status.NOT_SUPPORTED_DATA_TYPE)
+
+    def _check_qkv(self, desc):
+        """Q, K, V against each other; returns (q, k, v) descriptors."""
+        q, k, v = (desc(self.inputs[r]) for r in ("Q", "K", "V"))
+        for d in (q, k, v):
+            if len(d.dims) != 4:
+                raise self._rank_error(d.label(), d.dims)
+        for d in (q, k, v):
+            if d.data_type not in IO_TYPES:
+                raise self.error(f"data type {d.data_type.name} is not half, bfloat16 or "
+                                 "float", d.label(), Status.NOT_SUPPORTED_DATA_TYPE)
+        for d in (k, v):
+            if d.data_type != q.data_type:
+                raise self.error(f"Q, K and V must have one data type: Q is "
+                                 f"{q.data_type.name}, {d.label()} is {d.data_type.name}",
+                                 d.label(), Status.BAD_PARAM)
+        b, h_q, _, d_qk = q.dims
+        for d, role in ((k, "K"), (v, "V")):
+            if d.dims[0] != b:
+                raise self.error(f"{role} batch size {d.dims[0]} differs from Q's {b}",
+                                 d.label(), Status.BAD_PARAM_SHAPE_MISMATCH)
+            if d.dims[1] < 1 or h_q % d.dims[1]:
+                raise self.error(f"{role} head count {d.dims[1]} does not divide Q's head "
+                                 f"count {h_q} (grouped-query attention needs whole groups)",
+                                 d.label(), Status.BAD_PARAM_SHAPE_MISMATCH)
+        if k.dims[3] != d_qk:
+            raise self.error(f"K head dim {k.dims[3]} differs from Q's {d_qk}", k.label(),
+                             Status.BAD_PARAM_SHAPE_MISMATCH)
+        if v.dims[2] != k.dims[2]:
+            raise self.error(f"V sequence length {v.dims[2]} differs from K's {k.dims[2]}",
+                             v.label(), Status.BAD_PARAM_SHAPE_MISMATCH)
+        for d, role in ((q, "Q"), (v, "V")):
+            hd = d.dims[3]
+            if hd % 8 or not 8 <= hd <= MAX_HEAD_DIM:
+                raise self.error(f"{role} head dim {hd} must be a multiple of 8 in [8, "
+                                 f"{MAX_HEAD_DIM}]", d.label(), Status.NOT_SUPPORTED_SHAPE)
+        return q, k, v
+
+    def _check_options(self, desc, q, k) -> None:
+        """Bias, padding, scale, dropout and the band against Q and K."""
+        b, h_q, s_q, _ = q.dims
+        s_kv = k.dims[2]
+        attrs = None      # attribute rules name no tensor
+        if "BIAS" in self.inputs:
+            d = desc(self.inputs["BIAS"])
+            if len(d.dims) != 4 or d.dims[0] not in (1, b) or d.dims[1] not in (1, h_q) \
+                    or d.dims[2:] != (s_q, s_kv):
+                raise self.error(f"BIAS dims {list(d.dims)} must be [1 or {b}, 1 or {h_q}, "
+                                 f"{s_q}, {s_kv}]", d.label(), Status.BAD_PARAM_SHAPE_MISMATCH)
+            self._floating([d])
+        lengths = [r for r in ("SEQ_LEN_Q", "SEQ_LEN_KV") if r in self.inputs]
+        if self.use_padding_mask and len(lengths) != 2:
+            raise self.error("use_padding_mask needs both seq_len_q and seq_len_kv", attrs,
+                             Status.BAD_PARAM_NULL_POINTER)
+        if not self.use_padding_mask and lengths:
+            raise self.error("seq_len_q / seq_len_kv are given only with use_padding_mask",
+                             desc(self.inputs[lengths[0]]).label(), Status.BAD_PARAM)
+        for r in lengths:
+            d = desc(self.inputs[r])
+            self._dims(d, (b, 1, 1, 1), r)
+            if d.data_type not in INTEGER:
+                raise self.error(f"{r} must be int32 or int64, is {d.data_type.name}",
+                                 d.label(), Status.NOT_SUPPORTED_DATA_TYPE)
+        if "ATTN_SCALE" in self.inputs:
+            d = desc(self.inputs["ATTN_SCALE"])
+            if d.numel != 1 or not d.is_pass_by_value or not d.data_type.is_floating:
+                raise self.error("ATTN_SCALE must be a one-element pass-by-value float (is "
+                                 f"{d.data_type.name} {list(d.dims)}"
+                                 f"{'' if d.is_pass_by_value else ', in device memory'})",
+                                 d.label(), Status.BAD_PARAM)
+        self._check_dropout(desc, attrs)
+        if not isinstance(self.diagonal_alignment, DiagonalAlignment):
+            raise self.error(f"diagonal_alignment {self.diagonal_alignment!r} is not a "
+                             "DiagonalAlignment", attrs, Status.BAD_PARAM_ATTRIBUTE_TYPE)
+        for side in ("left", "right"):
+            v = getattr(self, f"diagonal_band_{side}_bound")
+            if v is None:
+                continue
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise self.error(f"diagonal_band_{side}_bound {v!r} is not an int", attrs,
+                                 Status.BAD_PARAM_ATTRIBUTE_TYPE)
+            if v < 0:
+                raise self.error(f"diagonal_band_{side}_bound {v} is negative", attrs,
+                                 Status.BAD_PARAM_OUT_OF_BOUND)
+
+    def _check_dropout(self, desc, attrs) -> None:
+        p = self.dropout_probability
+        rng = [r for r in ("SEED", "OFFSET") if r in self.inputs]
+        if p is None:
+            if rng:
+                raise self.error("SEED / OFFSET are given only with dropout",
+                                 desc(self.inputs[rng[0]]).label(), Status.BAD_PARAM)
+            return
+        if not (isinstance(p, (int, float)) and math.isfinite(p) and 0.0 <= p < 1.0):
+            why = " (p = 1 leaves no scale 1 / (1 - p))" if p == 1 else ""
+            raise self.error(f"dropout probability {p} is outside [0, 1){why}", attrs,
+                             Status.BAD_PARAM_OUT_OF_BOUND)
+        if len(rng) != 2:
+            raise self.error("dropout needs a SEED and an OFFSET", attrs,
+                             Status.BAD_PARAM_NULL_POINTER)
+        for r in rng:
+            d = desc(self.inputs[r])
+            if d.numel != 1 or d.data_type not in INTEGER:
+                raise self.error(f"{r} must be one int32/int64 element (is "
+                                 f"{d.data_type.name} {list(d.dims)})", d.label(),
+                                 Status.BAD_PARAM)
+
+
+@dataclasses.dataclass(eq=False)
+class Sdpa(_SdpaBase):
+    """[O, STATS] = sdpa(Q, K, V, ...); STATS only with ``generate_stats``."""
+    generate_stats: bool = True
+    kind: ClassVar[str] = "sdpa"
+
+    def infer_properties(self, ctx) -> None:
+        q, k, v = self._need_qkv()
+        o = self.outputs["O"]
+        if o.dim is None:
+            o.dim = [q.dim[0], q.dim[1], q.dim[2], v.dim[3]]
+        ctx.fill_type(o, q)
+        ctx.fill_strides(o, q)
+        st = self.outputs.get("STATS")
+        if st is not None:
+            if st.dim is None:
+                st.dim = [q.dim[0], q.dim[1], q.dim[2], 1]
+            if st.data_type == DataType.NOT_SET:
+                st.data_type = DataType.FLOAT
+            ctx.fill_strides(st, None)
+
+    def validate(self, desc) -> None:
+        q, k, v = self._check_qkv(desc)
+        self._check_options(desc, q, k)
+        b, h_q, s_q, _ = q.dims
+        o = desc(self.outputs["O"])
+        self._dims(o, (b, h_q, s_q, v.dims[3]), "O")
+        self._floating([o])
+        if self.generate_stats != ("STATS" in self.outputs):
+            raise self.error("STATS is an output exactly when generate_stats is True",
+                             None, Status.BAD_PARAM)
+        if "STATS" in self.outputs:
+            _check_stats(self, desc(self.outputs["STATS"]), (b, h_q, s_q, 1))
+
+
+@dataclasses.dataclass(eq=False)
+class SdpaBackward(_SdpaBase):
+    """[DQ, DK, DV] (and DBIAS) = sdpa_backward(Q, K, V, O, DO, STATS, ...)."""
+    use_deterministic_algorithm: bool = False
+    kind: ClassVar[str] = "sdpa_backward"
+
+    def infer_properties(self, ctx) -> None:
+        q, k, v = self._need_qkv()
+        for out, like in (("DQ", q), ("DK", k), ("DV", v), ("DBIAS", self.inputs.get("BIAS"))):
+            t = self.outputs.get(out)
+            if t is not None and like is not None:
+                ctx.fill_like(t, like)
+
+    def validate(self, desc) -> None:
+        q, k, v = self._check_qkv(desc)
+        self._check_options(desc, q, k)
+        b, h_q, s_q, _ = q.dims
+        o_dims = (b, h_q, s_q, v.dims[3])
+        for role in ("O", "DO"):
+            d = desc(self.inputs[role])
+            self._dims(d, o_dims, role)
+            self._floating([d])
+        _check_stats(self, desc(self.inputs["STATS"]), (b, h_q, s_q, 1))
+        for role, like in (("DQ", q), ("DK", k), ("DV", v)):
+            d = desc(self.outputs[role])
+            self._dims(d, like.dims, role)
+            self._floating([d])
+        if "DBIAS" in self.outputs:
+            d = desc(self.outputs["DBIAS"])
+            if "BIAS" not in self.inputs:
+                raise self.error("DBIAS needs a BIAS", d.label(), Status.BAD_PARAM_NULL_POINTER)
+            self._dims(d, desc(self.inputs["BIAS"]).dims, "DBIAS")
+            self._floating([d])
+
+
+def _check_stats(node, d, want) -> None:
+    node._dims(d, want, "STATS")
+    if d.data_type != DataType.FLOAT:
+        raise node.error(f"STATS must be float32, is {d.data_type.name}", d.label(),
+                         Status.NOT_SUPPORTED_DATA_TYPE)
+
+
+for _cls in (Sdpa, SdpaBackward):
+    NODE_TYPES[_cls.kind] = _cls

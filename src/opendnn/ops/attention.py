@@ -1,0 +1,172 @@
+"""Scaled-dot-product attention, forward and backward: the float64 reference.
+
+Shapes: q [B, Hq, Sq, Dqk], k [B, Hk, Skv, Dqk], v [B, Hv, Skv, Dv], with Hk and Hv
+dividing Hq (grouped-query / multi-query attention: q head h reads k head
+h // (Hq / Hk) and v head h // (Hq / Hv), i.e. k and v heads repeated in place);
+bias broadcastable as [B or 1, Hq or 1, Sq, Skv]. Forward, per (b, h):
+
+    S = scale * q k^T + bias                                        [Sq, Skv]
+    S[i, j] = -inf where keep(b)[i, j] is False                     (the mask below)
+    Stats_i = m_i + log(sum_j exp(S_ij - m_i)),  m_i = max_j S_ij   (natural log)
+    P = exp(S - Stats)                                              (softmax of S)
+    O = (P * M / (1 - p)) v                                         (dropout on P)
+
+Stats is the logsumexp of the scaled, biased, masked scores -- before dropout, which
+the backward needs to rebuild P. A row with no kept key (a padded query row, a band
+that excludes every key) has Stats = -inf and O = 0: what cuDNN's kernels write for
+padded rows (its own reference divides by max(l, 1); its kernels store LSE = -inf),
+rather than the NaN of softmax over nothing. Its gradients are 0.
+
+The mask keep(b) [Sq, Skv] (heads share it), with row i (query) and column j (key):
+
+    shift  = 0 (TOP_LEFT) or Lkv - Lq (BOTTOM_RIGHT: the last query row meets the
+             last key column), where Lq, Lkv are batch b's actual lengths
+             seq_len_q[b], seq_len_kv[b] with the padding mask, else Sq, Skv
+    right bound R:  keep j <= i + shift + R      (cuDNN: "masks columns beyond
+                                                  row_idx + right_bound"; R = 0: causal)
+    left bound L:   keep j >  i + shift - L      (cuDNN: "masks columns at or before
+                                                  row_idx - left_bound": a window of
+                                                  L keys ending at the diagonal)
+    padding:        keep i < Lq and j < Lkv
+
+Dropout: element (b, h, i, j) has the row-major index n = ((b Hq + h) Sq + i) Skv + j
+over [B, Hq, Sq, Skv] (the maximum lengths, padding or not) and the uniform
+u_n = ops.dropout.uniform_at(seed, offset, n): word n mod 4 of Philox-4x32-10 of
+(seed, offset + n // 4). M_n = [u_n >= p] (float32 compare). The Triton kernels
+generate exactly this stream, forward and backward, so the backward sees the
+forward's mask without storing it.
+
+Backward (FlashAttention-2's, from the forward's O and Stats), per (b, h):
+
+    P   = exp(S - Stats) on kept entries, 0 elsewhere (and on rows with Stats = -inf)
+    dP  = (dO v^T) * M / (1 - p)
+    D_i = sum_d dO_id O_id                    (= sum_j P_ij dP_ij)
+    dS  = P * (dP - D)
+    dBias = dS summed over the axes the bias broadcasts over
+    dQ  = scale * dS k,   dK = scale * dS^T q,   dV = (P * M / (1 - p))^T dO
+    (dK, dV summed over the q heads that share a k / v head)
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..enums import DiagonalAlignment
+from . import dropout as _dropout
+
+
+@dataclasses.dataclass(frozen=True)
+class Masking:
+    """What decides keep(b): the diagonal alignment, the band bounds (None: unbounded)
+    and whether per-batch sequence lengths apply (the padding mask)."""
+    alignment: DiagonalAlignment = DiagonalAlignment.TOP_LEFT
+    left_bound: int | None = None
+    right_bound: int | None = None
+    padding: bool = False
+
+
+def score_mask(masking: Masking, s_q: int, s_kv: int, len_q: int | None = None,
+               len_kv: int | None = None) -> np.ndarray:
+    """keep(b) [s_q, s_kv] (bool) of one batch entry whose actual lengths are
+    ``len_q`` / ``len_kv`` (used with ``masking.padding``; default: s_q, s_kv)."""
+    lq = s_q if len_q is None or not masking.padding else int(len_q)
+    lkv = s_kv if len_kv is None or not masking.padding else int(len_kv)
+    i = np.arange(s_q, dtype=np.int64)[:, None]
+    j = np.arange(s_kv, dtype=np.int64)[None, :]
+    keep = np.ones((s_q, s_kv), dtype=bool)
+    if masking.padding:
+        keep &= (i < lq) & (j < lkv)
+    shift = lkv - lq if masking.alignment == DiagonalAlignment.BOTTOM_RIGHT else 0
+    if masking.right_bound is not None:
+        keep &= j <= i + shift + masking.right_bound
+    if masking.left_bound is not None:
+        keep &= j > i + shift - masking.left_bound
+    return keep
+
+
+def batch_mask(masking: Masking, batch: int, s_q: int, s_kv: int, seq_len_q=None,
+               seq_len_kv=None) -> np.ndarray:
+    """keep [batch, 1, s_q, s_kv] (bool); ``seq_len_q`` / ``seq_len_kv``: per-batch
+    lengths (any shape with ``batch`` elements), needed with the padding mask."""
+    lq = [None] * batch if seq_len_q is None else np.asarray(seq_len_q).reshape(-1)
+    lkv = [None] * batch if seq_len_kv is None else np.asarray(seq_len_kv).reshape(-1)
+    out = np.empty((batch, 1, s_q, s_kv), dtype=bool)
+    for b in range(batch):
+        out[b, 0] = score_mask(masking, s_q, s_kv, lq[b], lkv[b])
+    return out
+
+
+def dropout_keep(seed: int, offset: int, p: float, shape) -> np.ndarray:
+    """M [B, Hq, Sq, Skv]: 1.0 where the element is kept, 0.0 where dropped (the
+    row-major Philox stream of ops.dropout)."""
+    return _dropout.mask(seed, offset, tuple(shape), p)
+
+
+def _repeat_heads(x: np.ndarray, h_q: int) -> np.ndarray:
+    """[B, H, S, D] -> [B, Hq, S, D]: each head repeated Hq / H times in place."""
+    return np.repeat(x, h_q // x.shape[1], axis=1) if x.shape[1] != h_q else x
+
+
+def _sum_groups(x: np.ndarray, h: int) -> np.ndarray:
+    """[B, Hq, S, D] -> [B, h, S, D]: the sum over each group of Hq / h heads."""
+    b, h_q, s, d = x.shape
+    return x.reshape(b, h, h_q // h, s, d).sum(axis=2) if h != h_q else x
+
+
+def _scores(q, k, keep, scale, bias) -> np.ndarray:
+    """S [B, Hq, Sq, Skv] with masked entries at -inf."""
+    s = scale * np.matmul(q, np.swapaxes(_repeat_heads(k, q.shape[1]), -1, -2))
+    if bias is not None:
+        s = s + bias
+    if keep is not None:
+        s = np.where(keep, s, -np.inf)
+    return s
+
+
+def forward(q, k, v, keep=None, scale: float = 1.0, bias=None, drop=None,
+            p: float = 0.0) -> tuple:
+    """(O [B, Hq, Sq, Dv], Stats [B, Hq, Sq, 1]) in float64. ``keep``: bool,
+    broadcastable to [B, Hq, Sq, Skv] (None: everything kept); ``drop``: the dropout
+    keep mask M [B, Hq, Sq, Skv] (None: no dropout) with probability ``p``."""
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        s = _scores(q, k, keep, scale, bias)
+        m = s.max(axis=-1, keepdims=True, initial=-np.inf)
+        m = np.where(np.isfinite(m), m, 0.0)          # an all -inf row: exp(-inf) = 0
+        e = np.exp(s - m)
+        total = e.sum(axis=-1, keepdims=True)
+        stats = m + np.log(total)                      # total = 0: -inf
+        prob = np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+        if drop is not None:
+            prob = prob * drop * _dropout.scale(p)
+        o = np.matmul(prob, _repeat_heads(v, q.shape[1]))
+    return o, stats
+
+
+def backward(q, k, v, o, do, stats, keep=None, scale: float = 1.0, bias=None, drop=None,
+             p: float = 0.0, bias_shape=None) -> tuple:
+    """(dQ, dK, dV, dBias) in float64 from the forward's inputs, its O and Stats and
+    the gradient dO [B, Hq, Sq, Dv]; dBias (of ``bias_shape``, default the bias's
+    shape) is None without a bias."""
+    h_q = q.shape[1]
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = _scores(q, k, keep, scale, bias)
+        live = np.isfinite(stats) | np.isnan(stats)  # Stats = -inf: a row with no key
+        prob = np.where(live, np.exp(s - np.where(live, stats, 0.0)), 0.0)
+        v_rep = _repeat_heads(v, h_q)
+        dp = np.matmul(do, np.swapaxes(v_rep, -1, -2))
+        kept = prob
+        if drop is not None:
+            dp = dp * drop * _dropout.scale(p)
+            kept = prob * drop * _dropout.scale(p)
+        delta = (do * o).sum(axis=-1, keepdims=True)
+        ds = prob * (dp - delta)
+        dq = scale * np.matmul(ds, _repeat_heads(k, h_q))
+        dk = _sum_groups(scale * np.matmul(np.swapaxes(ds, -1, -2), q), k.shape[1])
+        dv = _sum_groups(np.matmul(np.swapaxes(kept, -1, -2), do), v.shape[1])
+    dbias = None
+    if bias is not None:
+        shape = tuple(bias_shape if bias_shape is not None else np.shape(bias))
+        axes = tuple(a for a in range(4) if shape[a] == 1 and ds.shape[a] != 1)
+        dbias = ds.sum(axis=axes, keepdims=True) if axes else ds
+    return dq, dk, dv, dbias

@@ -1,0 +1,228 @@
+"""Attention cases shared by the reference tests (and the engine tests to come): the
+case table, inputs, the graphs, and the PyTorch ground truth.
+
+The expected mask is written here from cudnn-frontend's documented statements, not
+from ops/attention.py: the right bound "masks columns beyond row_idx + right_bound",
+the left bound "masks columns at or before row_idx - left_bound", BOTTOM_RIGHT shifts
+the diagonal by s_kv - s_q (per batch, the actual lengths, with the padding mask), and
+the padding mask drops rows >= seq_len_q[b] and columns >= seq_len_kv[b].
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import opendnn.frontend as cudnn
+from _util import TORCH_TO_DT, graph_tensor
+from opendnn.ops import dropout as dropout_ref
+
+TL = cudnn.diagonal_alignment.TOP_LEFT
+BR = cudnn.diagonal_alignment.BOTTOM_RIGHT
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    id: str
+    b: int = 2
+    h_q: int = 4
+    h_k: int = 2
+    h_v: int | None = None          # default: h_k
+    s_q: int = 17
+    s_kv: int = 17
+    d: int = 16
+    d_v: int | None = None          # default: d
+    align: object = TL
+    left: int | None = None
+    right: int | None = None
+    lens: tuple | None = None       # (seq_len_q per batch, seq_len_kv per batch)
+    bias: str | None = None         # "bh", "1h", "b1", "11": the bias's first two dims
+    scale: float | None = 0.25
+    layout: str = "bhsd"            # or "bshd": q/k/v stored [B, S, H, D]
+    dtype: torch.dtype = torch.float32
+    p: float | None = None          # dropout probability
+
+    @property
+    def hv(self) -> int:
+        return self.h_k if self.h_v is None else self.h_v
+
+    @property
+    def dv(self) -> int:
+        return self.d if self.d_v is None else self.d_v
+
+
+CASES = [
+    Case("plain", h_k=4),
+    Case("causal_tl", right=0),
+    Case("causal_tl_rect", s_q=5, right=0),
+    Case("causal_br", s_q=5, align=BR, right=0),
+    Case("causal_br_sq_gt_skv", s_q=17, s_kv=5, align=BR, right=0),
+    Case("band_tl", left=4, right=2),
+    Case("band_br", s_q=9, s_kv=20, align=BR, left=3, right=1),
+    Case("window_only", left=5),
+    Case("empty_band", s_q=5, s_kv=7, left=0, right=0),
+    Case("padding", lens=((17, 9), (12, 17))),
+    Case("padding_br_causal", lens=((3, 17), (10, 0)), align=BR, right=0),
+    Case("padding_br_band", lens=((5, 12), (9, 16)), align=BR, left=4, right=0),
+    Case("padding_tl_causal_rect", s_q=6, s_kv=11, lens=((6, 2), (4, 11)), right=0),
+    Case("gqa", h_q=6, h_k=2, right=0),
+    Case("mqa", h_q=4, h_k=1),
+    Case("kv_heads_differ", h_q=4, h_k=2, h_v=1),
+    Case("bias_bh", bias="bh", right=0),
+    Case("bias_1h", bias="1h"),
+    Case("bias_b1", bias="b1", left=3),
+    Case("bias_11", bias="11", lens=((9, 17), (17, 5))),
+    Case("s1", b=1, s_q=1, s_kv=1),
+    Case("decode_br", s_q=1, s_kv=100, align=BR, right=0, d=8),
+    Case("s100_causal", b=1, h_q=2, s_q=100, s_kv=100, right=0, d=8),
+    Case("d8", d=8, s_q=3, s_kv=9),
+    Case("d24_dv40", d=24, d_v=40, right=0),
+    Case("d128_dv64", b=1, h_q=2, d=128, d_v=64, s_q=5, s_kv=7),
+    Case("d256", b=1, h_q=2, h_k=1, d=256, s_q=3, s_kv=5),
+    Case("bshd", layout="bshd", h_q=6, h_k=3, right=0, bias="1h"),
+    Case("bshd_padding", layout="bshd", lens=((4, 17), (17, 8)), align=BR, right=0),
+    Case("no_scale", scale=None, s_q=7, s_kv=9),
+    Case("fp16", dtype=torch.float16, right=0),
+    Case("bf16", dtype=torch.bfloat16, s_q=9, s_kv=13, align=BR, right=0, bias="1h"),
+]
+
+
+def _stored(t: torch.Tensor, layout: str) -> torch.Tensor:
+    """``t`` [B, H, S, D] as a view of [B, S, H, D] memory when layout is "bshd"."""
+    return t.transpose(1, 2).contiguous().transpose(1, 2) if layout == "bshd" else t
+
+
+def inputs(rng, c: Case) -> dict:
+    """q, k, v (maybe BSHD-strided), bias, seq_len_q / seq_len_kv (int32 [B, 1, 1, 1])."""
+    out = {"q": rng.rand((c.b, c.h_q, c.s_q, c.d), c.dtype),
+           "k": rng.rand((c.b, c.h_k, c.s_kv, c.d), c.dtype),
+           "v": rng.rand((c.b, c.hv, c.s_kv, c.dv), c.dtype)}
+    out = {n: _stored(t, c.layout) for n, t in out.items()}
+    if c.bias:
+        out["bias"] = rng.rand((c.b if c.bias[0] == "b" else 1, c.h_q if c.bias[1] == "h"
+                                else 1, c.s_q, c.s_kv), c.dtype)
+    if c.lens:
+        for name, vals in zip(("seq_len_q", "seq_len_kv"), c.lens):
+            out[name] = torch.tensor(vals, dtype=torch.int32).reshape(c.b, 1, 1, 1)
+    return out
+
+
+def expected_keep(c: Case) -> torch.Tensor:
+    """keep [B, 1, Sq, Skv] (bool) from the documented rules (see the module docstring)."""
+    rows = torch.arange(c.s_q).reshape(-1, 1)
+    cols = torch.arange(c.s_kv).reshape(1, -1)
+    out = torch.ones(c.b, 1, c.s_q, c.s_kv, dtype=torch.bool)
+    for b in range(c.b):
+        lq, lkv = (c.lens[0][b], c.lens[1][b]) if c.lens else (c.s_q, c.s_kv)
+        keep = (rows < lq) & (cols < lkv)
+        shift = lkv - lq if c.align == BR else 0
+        if c.right is not None:
+            keep &= ~(cols > rows + shift + c.right)
+        if c.left is not None:
+            keep &= ~(cols <= rows + shift - c.left)
+        out[b, 0] = keep
+    return out
+
+
+def dropout_mask(seed: int, offset: int, p: float, shape) -> torch.Tensor:
+    """1.0 / 0.0 [B, Hq, Sq, Skv] from the Philox stream at row-major indices."""
+    u = dropout_ref.uniform_at(seed, offset, np.arange(math.prod(shape), dtype=np.int64))
+    return torch.from_numpy((u >= np.float32(p)).astype(np.float64)).reshape(shape)
+
+
+def torch_sdpa(q, k, v, keep, scale, bias=None, drop=None, p=0.0):
+    """(O, Stats) in float64 with autograd: softmax(scale q k^T + bias, masked) with
+    dropout, k / v heads repeated; rows without a kept key give O = 0, Stats = -inf
+    (and zero gradients: they never reach the softmax)."""
+    h_q = q.shape[1]
+    kk = k.repeat_interleave(h_q // k.shape[1], 1)
+    vv = v.repeat_interleave(h_q // v.shape[1], 1)
+    s = scale * (q @ kk.transpose(-1, -2))
+    if bias is not None:
+        s = s + bias
+    keep = keep.expand(s.shape)
+    live = keep.any(-1, keepdim=True)
+    s = torch.where(live, s.masked_fill(~keep, -math.inf), torch.zeros_like(s))
+    lse = torch.logsumexp(s, -1, keepdim=True)
+    prob = torch.where(live, torch.exp(s - lse), torch.zeros_like(s))
+    if drop is not None:
+        prob = prob * drop / (1.0 - p)
+    return prob @ vv, torch.where(live, lse, torch.full_like(lse, -math.inf))
+
+
+def torch_math_sdpa(q, k, v, keep, scale, bias=None):
+    """O from torch.nn.functional.scaled_dot_product_attention (float64 math path, an
+    explicit additive mask); rows without a kept key are set to 0 (PyTorch gives NaN)."""
+    mask = torch.zeros(keep.shape, dtype=torch.float64).masked_fill(~keep, -math.inf)
+    if bias is not None:
+        mask = mask + bias
+    gqa = k.shape[1] == v.shape[1]
+    if not gqa:
+        k = k.repeat_interleave(q.shape[1] // k.shape[1], 1)
+        v = v.repeat_interleave(q.shape[1] // v.shape[1], 1)
+    o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=gqa)
+    live = keep.expand(q.shape[0], q.shape[1], -1, -1).any(-1, keepdim=True)
+    return torch.where(live, o, torch.zeros_like(o))
+
+
+def _tensors(g, c: Case, x: dict) -> dict:
+    t = {n: graph_tensor(g, x[n]).set_name(n) for n in ("q", "k", "v", "bias") if n in x}
+    for n in ("seq_len_q", "seq_len_kv"):
+        if n in x:
+            t[n] = g.tensor(list(x[n].shape), list(x[n].stride()), cudnn.data_type.INT32, name=n)
+    return t
+
+
+def _rng(g, v, name: str, feeds: dict):
+    """A seed / offset: a Python int (pass-by-value) or a one-element int64 tensor (a
+    graph tensor fed from the variant pack, as cudnn-frontend's samples pass them)."""
+    if isinstance(v, int):
+        return v
+    t = g.tensor(list(v.shape), list(v.stride()), cudnn.data_type.INT64, name=name)
+    feeds[t] = v
+    return t
+
+
+def _kwargs(c: Case, t: dict, seed, offset) -> dict:
+    kw = dict(attn_scale=c.scale, bias=t.get("bias"), diagonal_alignment=c.align,
+              diagonal_band_left_bound=c.left, diagonal_band_right_bound=c.right)
+    if c.lens:
+        kw.update(use_padding_mask=True, seq_len_q=t["seq_len_q"], seq_len_kv=t["seq_len_kv"])
+    if c.p is not None:
+        kw["dropout"] = (c.p, seed, offset)
+    return kw
+
+
+def forward_graph(c: Case, x: dict, generate_stats=True, seed=1234, offset=0):
+    """(graph, feeds, [O, Stats or None]) of an sdpa node over ``x`` (from inputs)."""
+    g = cudnn.pygraph()
+    t = _tensors(g, c, x)
+    feeds = {t[n]: x[n] for n in t}
+    seed, offset = _rng(g, seed, "seed", feeds), _rng(g, offset, "offset", feeds)
+    o, st = g.sdpa(t["q"], t["k"], t["v"], generate_stats=generate_stats, name="sdpa",
+                   **_kwargs(c, t, seed, offset))
+    o.set_output(True)
+    if st is not None:
+        st.set_output(True)
+    return g, feeds, [o, st]
+
+
+def backward_graph(c: Case, x: dict, o, stats, do, with_dbias=False, seed=1234, offset=0):
+    """(graph, feeds, [dQ, dK, dV] + [dBias]) of an sdpa_backward node."""
+    g = cudnn.pygraph()
+    t = _tensors(g, c, x)
+    feeds = {t[n]: x[n] for n in t}
+    seed, offset = _rng(g, seed, "seed", feeds), _rng(g, offset, "offset", feeds)
+    to, tdo = graph_tensor(g, o).set_name("o"), graph_tensor(g, do).set_name("dO")
+    tst = g.tensor(list(stats.shape), list(stats.stride()), cudnn.data_type.FLOAT, name="stats")
+    dbias = g.tensor(name="dBias", data_type=TORCH_TO_DT[c.dtype]) if with_dbias else None
+    grads = g.sdpa_backward(t["q"], t["k"], t["v"], to, tdo, tst, dBias=dbias,
+                            name="sdpa_backward", **_kwargs(c, t, seed, offset))
+    outs = grads + ([dbias] if with_dbias else [])
+    for o_ in outs:
+        o_.set_output(True)
+    feeds.update({to: o, tdo: do, tst: stats})
+    return g, feeds, outs
