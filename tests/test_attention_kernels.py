@@ -67,7 +67,7 @@ def _problem(q, k, v, o, stats, bias, right, left, br, seq_q, drop) -> K.Problem
                      DT[q.dtype], stats=tuple(stats.stride()) + (0,), bias=bst,
                      bias_dtype=None if bias is None else DT[bias.dtype], right=right,
                      left=left, bottom_right=br, padding=seq_q is not None,
-                     dropout=drop is not None)
+                     dropout=drop is not None, p_drop=drop[2] if drop else 0.0)
 
 
 def _run(q, k, v, scale, bias=None, right=None, left=None, br=False, seq_q=None,
@@ -84,8 +84,7 @@ def _run(q, k, v, scale, bias=None, right=None, left=None, br=False, seq_q=None,
     if seq_q is not None:
         args += [seq_q, seq_kv]
     if drop is not None:
-        args += [torch.tensor([drop[0]], dtype=torch.int64), torch.tensor([drop[1]]),
-                 float(drop[2])]
+        args += [torch.tensor([drop[0]], dtype=torch.int64), torch.tensor([drop[1]])]
     args.append(float(scale))
     kern((math.ceil(SQ / kn.BLOCK_M), B * H), *args)
     return o, stats
@@ -168,8 +167,7 @@ def _run_bwd(q, k, v, o, stats, do, scale, bias=None, right=None, left=None, br=
     extra = [bias] if bias is not None else []
     extra += [seq_q, seq_kv] if seq_q is not None else []
     if drop is not None:
-        extra += [torch.tensor([drop[0]], dtype=torch.int64), torch.tensor([drop[1]]),
-                  float(drop[2])]
+        extra += [torch.tensor([drop[0]], dtype=torch.int64), torch.tensor([drop[1]])]
     extra.append(float(scale))
     kernel_from_source(KB.delta_source("attn_delta_t", p, g, kn), "attn_delta_t")(
         (math.ceil(SQ / kn.BLOCK_M), B * H), o, do, ws)

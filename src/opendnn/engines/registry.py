@@ -36,6 +36,7 @@ ENGINE_CLASSES = (
     ("pool.engine", "PoolEngine"),                # pooling (resample) forward
     ("pool.engine", "PoolBackwardEngine"),        # pooling (resample) backward
     ("norm.engine", "NormEngine"),
+    ("attention.engine", "AttentionEngine"),
     ("fusion.engine", "FusionEngine"),
     ("reference.engine", "ReferenceEngine"),
 )

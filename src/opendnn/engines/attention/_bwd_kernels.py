@@ -40,7 +40,7 @@ def _params(p: Problem, names: list) -> list[str]:
     out = list(names)
     out += ["BIAS"] if p.bias else []
     out += ["SEQ_Q", "SEQ_KV"] if p.padding else []
-    out += ["SEED", "OFFSET", "P_DROP"] if p.dropout else []
+    out += ["SEED", "OFFSET"] if p.dropout else []
     return out + ["SCALE"]
 
 

@@ -20,7 +20,8 @@ else 0; kv_len, q_len the batch's lengths with a padding mask, else S_kv, S_q):
 (RIGHT = 0: causal.) Key tiles wholly outside the band are not visited.
 
 Dropout: element (b, h, i, j) takes the Philox stream of ``ops/dropout.py`` at logical
-index ((b H + h) S_q + i) S_kv + j: word idx mod 4 of Philox(SEED, OFFSET + idx // 4).
+index ((b H + h) S_q + i) S_kv + j: word idx mod 4 of Philox(SEED, OFFSET + idx // 4),
+kept when its float32 uniform is >= p (a literal of the source, as 1 / (1 - p)).
 """
 from __future__ import annotations
 
@@ -57,7 +58,11 @@ class Problem:
     left: int | None = None
     bottom_right: bool = False
     padding: bool = False              # SEQ_Q / SEQ_KV tensors [B] (any int type)
-    dropout: bool = False              # P_DROP (float), SEED, OFFSET tensors
+    seq_strides: tuple = (1, 1)        # their batch strides
+    dropout: bool = False              # SEED, OFFSET (device tensors or host values)
+    p_drop: float = 0.0
+    seed_host: bool = False            # SEED / OFFSET passed by value (a kernel scalar)
+    offset_host: bool = False
 
     @property
     def big(self) -> bool:
@@ -69,7 +74,7 @@ class Problem:
         out = ["Q", "K", "V", "O"] + (["STATS"] if self.stats else [])
         out += ["BIAS"] if self.bias else []
         out += ["SEQ_Q", "SEQ_KV"] if self.padding else []
-        out += ["SEED", "OFFSET", "P_DROP"] if self.dropout else []
+        out += ["SEED", "OFFSET"] if self.dropout else []
         return out + ["SCALE"]
 
 
@@ -85,8 +90,9 @@ def lengths(p: Problem, I: str) -> list[str]:
     """Lines setting q_len, kv_len (the batch's, with a padding mask) and the diagonal's
     shift (bottom-right alignment: kv_len - q_len)."""
     if p.padding:
-        L = [f"{I}q_len = tl.load(SEQ_Q + b).to(tl.int32)",
-             f"{I}kv_len = tl.load(SEQ_KV + b).to(tl.int32)"]
+        sq, skv = p.seq_strides
+        L = [f"{I}q_len = tl.load(SEQ_Q + b * {sq}).to(tl.int32)",
+             f"{I}kv_len = tl.load(SEQ_KV + b * {skv}).to(tl.int32)"]
     else:
         L = [f"{I}q_len = {p.SQ}", f"{I}kv_len = {p.SKV}"]
     return L + [f"{I}shift = kv_len - q_len" if p.bottom_right else f"{I}shift = 0"]
@@ -104,9 +110,11 @@ def keep_expr(p: Problem, m: str, n: str) -> str:
 
 
 def dropout_setup(p: Problem, I: str) -> list[str]:
-    return [f"{I}seed = tl.load(SEED).to(tl.int64)",
-            f"{I}doff = tl.load(OFFSET).to(tl.int64)",
-            f"{I}keep_scale = 1.0 / (1.0 - P_DROP)",
+    seed = "SEED" if p.seed_host else "tl.load(SEED)"
+    off = "OFFSET" if p.offset_host else "tl.load(OFFSET)"
+    return [f"{I}seed = {seed}.to(tl.int64)",
+            f"{I}doff = {off}.to(tl.int64)",
+            f"{I}keep_scale = {1.0 / (1.0 - p.p_drop)!r}",
             f"{I}bh64 = (b * {p.H} + h).to(tl.int64)"]
 
 
@@ -118,7 +126,7 @@ def dropout_keep(p: Problem, I: str, m: str, n: str) -> list[str]:
             f"{I}u0, u1, u2, u3 = _philox4_uniform(seed, doff + (idx >> 2))",
             f"{I}sel = idx & 3",
             f"{I}u = tl.where(sel == 0, u0, tl.where(sel == 1, u1, tl.where(sel == 2, u2, u3)))",
-            f"{I}kept = u >= P_DROP"]
+            f"{I}kept = u >= {float(p.p_drop)!r}"]
 
 
 def _fwd_step(p: Problem, kn, masked: bool, interpret: bool, tma: bool, dt: str,

@@ -1,0 +1,203 @@
+"""The attention engine: scaled-dot-product attention forward and backward as Triton
+flash-attention kernels (``_kernels``, ``_bwd_kernels``; the math is in
+``ops/attention.py``).
+
+It takes a graph of one ``sdpa`` or ``sdpa_backward`` node alone, Q / K / V half or
+bfloat16 of any strides (BHSD, BSHD), every mask the node offers (causal and bands in
+either alignment, padding by per-batch lengths, an additive bias), grouped-query heads
+(K and V with one head count), dropout from the dropout engine's Philox stream and
+Stats. The backward is deterministic (no atomics): dK / dV by key tile, dQ by query
+tile, both recomputing P from Stats. Nothing of size S_q x S_kv is stored.
+
+Knobs: BLOCK_M (query rows per program), BLOCK_N (keys per step), num_warps,
+num_stages, TMA (forward: K / V tiles through tensor descriptors).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+from ...enums import BehaviorNote, DataType, DiagonalAlignment
+from ...runtime.launch import LaunchList, kernel_from_source
+from ..base import SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target, decline
+from . import _bwd_kernels as KB
+from . import _kernels as K
+
+TYPES = (DataType.HALF, DataType.BFLOAT16)
+KINDS = ("sdpa", "sdpa_backward")
+
+
+@dataclasses.dataclass(frozen=True)
+class AttnKnobs:
+    BLOCK_M: int = 64
+    BLOCK_N: int = 64
+    num_warps: int = 4
+    num_stages: int = 3
+    TMA: int = 0
+
+
+def _strides(d, n: int = 4) -> tuple:
+    """Strides of ``d`` with 0 for size-one dims (a broadcast bias / statistic)."""
+    return tuple(0 if size == 1 else st for size, st in zip(d.dims, d.strides))[:n]
+
+
+def _problem(graph) -> K.Problem:
+    n = graph.nodes[0]
+    t = {r: graph.tensors[u] for r, u in {**n.inputs, **n.outputs}.items()}
+    q, k, v = t["Q"], t["K"], t["V"]
+    o = t["O"]
+    stats = t.get("STATS")
+    bias = t.get("BIAS")
+    seed, off = t.get("SEED"), t.get("OFFSET")
+    p = n.dropout_probability or 0.0
+    return K.Problem(
+        q.dims[0], q.dims[1], k.dims[1], q.dims[2], k.dims[2], q.dims[3], v.dims[3],
+        tuple(q.strides), tuple(k.strides), tuple(v.strides), tuple(o.strides),
+        q.data_type, o.data_type,
+        stats=None if stats is None else tuple(stats.strides),
+        bias=None if bias is None else _strides(bias), bias_dtype=bias and bias.data_type,
+        right=n.diagonal_band_right_bound, left=n.diagonal_band_left_bound,
+        bottom_right=n.diagonal_alignment == DiagonalAlignment.BOTTOM_RIGHT,
+        padding=n.use_padding_mask,
+        seq_strides=(t["SEQ_LEN_Q"].strides[0], t["SEQ_LEN_KV"].strides[0])
+        if n.use_padding_mask else (1, 1),
+        dropout=p > 0.0, p_drop=p,
+        seed_host=bool(seed is not None and seed.is_pass_by_value),
+        offset_host=bool(off is not None and off.is_pass_by_value))
+
+
+def _grads(graph) -> KB.Grads:
+    n = graph.nodes[0]
+    t = {r: graph.tensors[u] for r, u in {**n.inputs, **n.outputs}.items()}
+    return KB.Grads(*(tuple(t[r].strides) for r in ("DO", "DQ", "DK", "DV")),
+                    *(t[r].data_type for r in ("DO", "DQ", "DK", "DV")))
+
+
+class AttentionEngine(Engine):
+    """Flash attention, forward and backward."""
+    id = 40
+    name = "attention"
+    behavior_notes = frozenset({BehaviorNote.RUNTIME_COMPILATION})
+
+    def check_support(self, graph, target: Target) -> Support:
+        if len(graph.nodes) != 1 or graph.nodes[0].kind not in KINDS:
+            return decline("takes one sdpa or sdpa_backward node alone")
+        n = graph.nodes[0]
+        t = {r: graph.tensors[u] for r, u in {**n.inputs, **n.outputs}.items()}
+        for r in ("Q", "K", "V", "O") + (("DO", "DQ", "DK", "DV") if n.kind != "sdpa" else ()):
+            if t[r].data_type not in TYPES:
+                return decline(f"tensor {t[r].label()} is {t[r].data_type.name}: half or "
+                               "bfloat16 only (float32 runs on the reference)")
+        if t["K"].dims[1] != t["V"].dims[1]:
+            return decline("K and V with different head counts run on the reference")
+        if "DBIAS" in t:
+            return decline("dBias is not computed by the attention engine yet (the reference "
+                           "computes it)")
+        if n.kind == "sdpa_backward" and "ATTN_SCALE" in t and \
+                not t["ATTN_SCALE"].is_pass_by_value:
+            return decline("ATTN_SCALE must be passed by value")
+        return SUPPORTED
+
+    def knob_space(self, graph=None) -> list[Knob]:
+        return [Knob("BLOCK_M", (16, 32, 64, 128), 64), Knob("BLOCK_N", (16, 32, 64, 128), 64),
+                Knob("num_warps", (1, 2, 4, 8), 4), Knob("num_stages", (1, 2, 3, 4), 3),
+                Knob("TMA", (0, 1), 0)]
+
+    def check_config(self, graph, config: EngineConfig, target: Target) -> Support:
+        sup = super().check_config(graph, config, target)
+        if not sup.ok:
+            return sup
+        kn, p = AttnKnobs(**config.knob_dict), _problem(graph)
+        if kn.TMA:
+            if not target.is_cuda or graph.nodes[0].kind != "sdpa":
+                return decline("TMA: the forward on a GPU only")
+            if p.k[3] != 1 or p.v[3] != 1 or (p.k[2] * 2) % 16 or (p.v[2] * 2) % 16:
+                return decline("TMA: K and V need unit head-dim strides and 16-byte rows")
+        return SUPPORTED
+
+    def configs(self, graph, target: Target) -> list[EngineConfig]:
+        p = _problem(graph)
+        fwd = graph.nodes[0].kind == "sdpa"
+        if not target.is_cuda:
+            out = [AttnKnobs(16, 16, 4, 1)]
+        elif fwd:
+            # bench/attention_probe.py (H100, D=128 bf16): 128 x 64 with 8 warps best for
+            # long non-causal rows (504 TFLOP/s at S=4096), 64 x 64 with 4 warps for short
+            # or masked ones (457 causal at 4096, 400 at 1024)
+            big = p.SQ >= 2048 and p.right is None and p.D > 64
+            out = [AttnKnobs(128, 64, 8, 3), AttnKnobs(64, 64, 4, 3)]
+            if not big:
+                out.reverse()
+        else:
+            # 64 x 64, 4 warps, 2 stages: 407 / 353 TFLOP/s (S=4096, non-causal / causal)
+            out = [AttnKnobs(64, 64, 4, 2), AttnKnobs(64, 64, 4, 3)]
+        return [EngineConfig.make(self, **dataclasses.asdict(kn)) for kn in out]
+
+    def estimate_seconds(self, graph, config, target) -> float:
+        p = _problem(graph)
+        frac = 0.5 if p.right is not None else 1.0
+        flops = 4.0 * p.B * p.H * p.SQ * p.SKV * max(p.D, p.DV) * frac
+        if graph.nodes[0].kind != "sdpa":
+            flops *= 2.5
+        return flops / (0.6 * target.peak_flops_fp16) + 5e-6
+
+    def workspace_size(self, graph, config, target) -> int:
+        if graph.nodes[0].kind == "sdpa":
+            return 0
+        p = _problem(graph)
+        return p.B * p.H * p.SQ * 4           # delta = rowsum(dO o O), float32
+
+    def build(self, graph, config, target) -> Executable:
+        return _AttnExecutable(graph, AttnKnobs(**config.knob_dict), target,
+                               self.workspace_size(graph, config, target))
+
+
+class _AttnExecutable(Executable, LaunchList):
+    def __init__(self, graph, kn: AttnKnobs, target, workspace: int):
+        LaunchList.__init__(self)
+        self.workspace_size = workspace
+        n, p = graph.nodes[0], _problem(graph)
+        if p.B * p.H * p.SQ == 0 or (n.kind != "sdpa" and p.B * p.HKV * p.SKV == 0):
+            return
+        uids = {**n.inputs, **n.outputs}
+        tag = f"attn_{graph.key()[:12]}"
+        const = {"num_warps": kn.num_warps, "num_stages": kn.num_stages}
+        cuda = target.is_cuda
+        if kn.TMA and cuda:
+            from ..matmul._kernels import ensure_allocator
+            ensure_allocator()
+        extra = [("buf", uids["BIAS"])] if p.bias else []
+        extra += [("buf", uids["SEQ_LEN_Q"]), ("buf", uids["SEQ_LEN_KV"])] if p.padding else []
+        extra += [("buf", uids["SEED"]), ("buf", uids["OFFSET"])] if p.dropout else []
+        extra.append(("buf", uids["ATTN_SCALE"]) if "ATTN_SCALE" in uids else ("int", 1.0))
+        buf = {r: ("buf", uids[r]) for r in uids}
+        gq = (math.ceil(p.SQ / kn.BLOCK_M), p.B * p.H)
+        if n.kind == "sdpa":
+            args = [buf["Q"], buf["K"], buf["V"], buf["O"]] + \
+                ([buf["STATS"]] if p.stats else []) + extra
+            # the interpreter's source differs (float32 dots): built for the plan's device
+            src = K.fwd_source(tag, p, kn, interpret=not cuda)
+            self.add_launch(kernel_from_source(src, tag), gq, const, args, graph, cuda)
+            return
+        g, ws = _grads(graph), ("ws", torch.float32)
+        gk = (math.ceil(p.SKV / kn.BLOCK_N), p.B * p.HKV)
+        for name, src, grid, args, warps in (
+                ("delta", KB.delta_source(f"{tag}_delta", p, g, kn), gq,
+                 [buf["O"], buf["DO"], ws], 4),
+                ("dkdv", KB.dkdv_source(f"{tag}_dkdv", p, g, kn, not cuda), gk,
+                 [buf[r] for r in ("Q", "K", "V", "DO", "STATS", "DK", "DV")] + [ws] + extra,
+                 kn.num_warps),
+                ("dq", KB.dq_source(f"{tag}_dq", p, g, kn, not cuda), gq,
+                 [buf[r] for r in ("Q", "K", "V", "DO", "STATS", "DQ")] + [ws] + extra,
+                 kn.num_warps)):
+            if 0 in grid:
+                continue
+            c = dict(const, num_warps=warps)
+            self.add_launch(kernel_from_source(src, f"{tag}_{name}"), grid, c, args, graph,
+                            cuda)
+
+    def run(self, buffers, workspace, stream=None):
+        self.run_launches(buffers, workspace, stream)
+

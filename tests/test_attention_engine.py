@@ -1,0 +1,54 @@
+"""The attention engine (flash attention, engine 40) against the float64 reference
+through the interpreter: every case of tests/_attention_cases.py in bfloat16 (float16 for
+one), forward (O and Stats) and backward (dQ, dK, dV), dropout included; what it
+declines, with the reason."""
+import dataclasses
+
+import pytest
+import torch
+
+from _attention_cases import CASES, backward_graph, forward_graph, inputs
+from _util import check_engine, repro, run_reference
+from opendnn.engines.attention.engine import AttentionEngine
+from opendnn.engines.base import Target
+
+ID = AttentionEngine.id
+RUN = [dataclasses.replace(c, dtype=torch.float16 if c.id == "plain" else torch.bfloat16)
+       for c in CASES if c.id != "kv_heads_differ"]
+RUN += [dataclasses.replace(CASES[1], id="dropout", dtype=torch.bfloat16, p=0.25),
+        dataclasses.replace(CASES[13], id="dropout_gqa_padding", dtype=torch.bfloat16, p=0.5,
+                            lens=((17, 9), (12, 17)))]
+
+
+@pytest.mark.parametrize("c", RUN, ids=[c.id for c in RUN])
+def test_engine_against_reference(rng, c):
+    x = inputs(rng, c)
+    g, feeds, outs = forward_graph(c, x, seed=77, offset=5)
+    got = check_engine(g, feeds, outs, ID, n=c.s_kv, msg=repro("sdpa", [c], str(c.dtype),
+                                                              rng.seed))
+    o, st = got[outs[0]], got[outs[1]]
+    do = rng.rand(tuple(o.shape), c.dtype)
+    g, feeds, outs = backward_graph(c, x, o, st, do, seed=77, offset=5)
+    check_engine(g, feeds, outs, ID, n=c.s_q + c.s_kv,
+                 msg=repro("sdpa_backward", [c], str(c.dtype), rng.seed))
+
+
+def test_declines_float32_differing_kv_heads_and_dbias(rng):
+    e = AttentionEngine()
+    c = CASES[0]
+    g, _, _ = forward_graph(c, inputs(rng, c))
+    g.validate()
+    assert "half or bfloat16 only" in e.check_support(g.op_graph, Target()).reason
+    c = dataclasses.replace(next(x for x in CASES if x.id == "kv_heads_differ"),
+                            dtype=torch.bfloat16)
+    g, _, _ = forward_graph(c, inputs(rng, c))
+    g.validate()
+    assert "different head counts" in e.check_support(g.op_graph, Target()).reason
+    c = dataclasses.replace(CASES[16], dtype=torch.bfloat16)     # bias
+    x = inputs(rng, c)
+    g, feeds, outs = forward_graph(c, x)
+    got = run_reference(g, feeds, outs)
+    o, st = got[outs[0]], got[outs[1]]
+    g, _, _ = backward_graph(c, x, o, st, torch.ones_like(o), with_dbias=True)
+    g.validate()
+    assert "dBias is not computed" in e.check_support(g.op_graph, Target()).reason
