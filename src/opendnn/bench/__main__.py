@@ -240,10 +240,16 @@ def run_norm(r: Runner):
     run_batchnorm(r, bench)
 
 
+def run_attention(r: Runner):
+    from .attention import run_attention as run
+    run(r, bench)
+
+
 FAMILIES = {"pointwise": run_pointwise, "reduction": run_reduction, "matmul": run_matmul,
             "latency": run_latency, "conv": run_conv, "softmax": run_softmax,
             "elementwise": run_elementwise,
-            "lrn": run_lrn, "dropout": run_dropout, "pool": run_pool, "norm": run_norm}
+            "lrn": run_lrn, "dropout": run_dropout, "pool": run_pool, "norm": run_norm,
+            "attention": run_attention}
 
 
 def main(argv=None) -> int:

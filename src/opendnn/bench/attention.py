@@ -1,0 +1,92 @@
+"""The ``attention`` benchmark family: sdpa forward and backward, B=4, H=16, bf16, S in
+{1024, 4096, 8192, 16384}, head dims 64 and 128, causal and not (issue 5's goals:
+forward >= 0.9x cuDNN, backward >= 0.8x cuDNN, faster than the flash backend
+everywhere), against PyTorch's scaled_dot_product_attention with the cuDNN backend (the
+row's reference) and the flash backend in the same run, on the same inputs.
+
+FLOPs: forward 4 B H S^2 D (halved when causal), backward 2.5x that. Each row also
+records the flash backend's time and opendnn's peak memory above its inputs and outputs
+(``extra_MiB``: the workspace and anything else the plan allocates; nothing S x S)."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+SEQS = (1024, 4096, 8192, 16384)
+DIMS = (64, 128)
+
+
+def _torch(q, k, v, do, causal, backend):
+    from torch.nn.attention import sdpa_kernel
+    qr, kr, vr = (t.detach().requires_grad_(True) for t in (q, k, v))
+    with sdpa_kernel(backend):
+        out = F.scaled_dot_product_attention(qr, kr, vr, is_causal=causal)
+
+    def fwd():
+        with sdpa_kernel(backend):
+            F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    def bwd():
+        torch.autograd.grad(out, (qr, kr, vr), do, retain_graph=True)
+    return fwd, bwd
+
+
+def _ours(cudnn, q, k, v, do, causal):
+    """(forward, backward) callables of opendnn plans, their plan names, extra MiB."""
+    B, H, S, D = q.shape
+    g = cudnn.pygraph()
+    tq, tk, tv = (g.tensor_like(t) for t in (q, k, v))
+    o, st = g.sdpa(tq, tk, tv, attn_scale=1 / math.sqrt(D),
+                   diagonal_band_right_bound=0 if causal else None, generate_stats=True)
+    o.set_output(True)
+    st.set_output(True).set_data_type(cudnn.data_type.FLOAT)
+    ob, stb = torch.empty_like(q), torch.empty(B, H, S, 1, device="cuda")
+    g.build([cudnn.heur_mode.A])
+    ws = torch.empty(max(g.get_workspace_size(), 1), device="cuda", dtype=torch.uint8)
+    pack = {tq: q, tk: k, tv: v, o: ob, st: stb}
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    g.execute(pack, ws)
+    torch.cuda.synchronize()
+    extra = (torch.cuda.max_memory_allocated() - base) / 2 ** 20 + ws.numel() / 2 ** 20
+    gb = cudnn.pygraph()
+    t = {n: gb.tensor_like(x) for n, x in (("q", q), ("k", k), ("v", v), ("o", ob),
+                                             ("do", do))}
+    tst = gb.tensor_like(stb)
+    dq, dk, dv = gb.sdpa_backward(t["q"], t["k"], t["v"], t["o"], t["do"], tst,
+                                  attn_scale=1 / math.sqrt(D),
+                                  diagonal_band_right_bound=0 if causal else None)
+    for x in (dq, dk, dv):
+        x.set_output(True)
+    gb.build([cudnn.heur_mode.A])
+    wsb = torch.empty(max(gb.get_workspace_size(), 1), device="cuda", dtype=torch.uint8)
+    packb = {t["q"]: q, t["k"]: k, t["v"]: v, t["o"]: ob, t["do"]: do, tst: stb,
+             dq: torch.empty_like(q), dk: torch.empty_like(k), dv: torch.empty_like(v)}
+    return ((lambda: g.execute(pack, ws)), (lambda: gb.execute(packb, wsb)),
+            g.get_plan_name_at_index(0), gb.get_plan_name_at_index(0), extra)
+
+
+def run_attention(r, bench):
+    import opendnn.frontend as cudnn
+    from torch.nn.attention import SDPBackend
+    B, H = 4, 16
+    for S in SEQS:
+        for D in DIMS:
+            for causal in (False, True):
+                q, k, v, do = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16)
+                               for _ in range(4))
+                fl = 4.0 * B * H * S * S * D * (0.5 if causal else 1.0)
+                fwd, bwd, pf, pb, extra = _ours(cudnn, q, k, v, do, causal)
+                cf, cb = _torch(q, k, v, do, causal, SDPBackend.CUDNN_ATTENTION)
+                ff, fb = _torch(q, k, v, do, causal, SDPBackend.FLASH_ATTENTION)
+                tag = f"S={S} D={D}{' causal' if causal else ''} bf16"
+                flash_f, flash_b = bench(ff), bench(fb)
+                r.add("attention", f"fwd {tag}", bench(fwd), bench(cf), flops=fl,
+                      ref_name="cudnn", plan=pf, flash_ms=flash_f, extra_MiB=extra)
+                r.add("attention", f"bwd {tag}", bench(bwd), bench(cb), flops=2.5 * fl,
+                      ref_name="cudnn", plan=pb, flash_ms=flash_b)
+                del q, k, v, do
+                torch.cuda.empty_cache()

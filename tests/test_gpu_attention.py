@@ -1,0 +1,96 @@
+"""GPU checks of the attention engine (pytest -m gpu): every plan the engine lists,
+forward (O, Stats) and backward (dQ, dK, dV), bfloat16 / float16, against float64
+PyTorch (tests/_attention_cases.torch_sdpa with autograd): sequence lengths 1, 17 and
+1000, head dims 32-256, every mask kind, GQA / MQA, bias, padding, BSHD, and dropout
+(the mask from ops/dropout.py's stream: forward and backward use the same one)."""
+
+import pytest
+import torch
+
+import opendnn.frontend as cudnn
+from _attention_cases import (BR, Case, backward_graph, dropout_mask, expected_keep,
+                              forward_graph, inputs, torch_sdpa)
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+B16 = torch.bfloat16
+CASES = [
+    Case("s1000_d128", b=2, h_q=4, h_k=4, s_q=1000, s_kv=1000, d=128, dtype=B16),
+    Case("s1000_causal_gqa_d64", b=1, h_q=8, h_k=2, s_q=1000, s_kv=1000, d=64, right=0,
+         dtype=B16),
+    Case("s17_d32", b=3, h_q=2, h_k=1, s_q=17, s_kv=17, d=32, dtype=torch.float16),
+    Case("s1_decode_br_d256", b=2, h_q=4, h_k=1, s_q=1, s_kv=300, d=256, align=BR, right=0,
+         dtype=B16),
+    Case("band_br_d96", b=1, h_q=2, h_k=2, s_q=200, s_kv=333, d=96, align=BR, left=50,
+         right=3, dtype=B16),
+    Case("padding_bias_d192", b=2, h_q=2, h_k=2, s_q=130, s_kv=250, d=192, right=0,
+         lens=((130, 77), (250, 100)), bias="1h", dtype=B16),
+    Case("bshd_d128", b=2, h_q=4, h_k=2, s_q=300, s_kv=300, d=128, layout="bshd", dtype=B16),
+    Case("dropout_d64", b=2, h_q=2, h_k=2, s_q=257, s_kv=257, d=64, right=0, p=0.2,
+         dtype=B16),
+]
+SEED, OFFSET = 2024, 17
+
+
+def _dt(t):
+    return {cudnn.data_type.FLOAT: torch.float32, cudnn.data_type.HALF: torch.float16,
+            cudnn.data_type.BFLOAT16: torch.bfloat16}[t.get_data_type()]
+
+
+def _relerr(out, ref):
+    out, ref = out.double().cpu(), ref.double().cpu()
+    assert not torch.isnan(out).any(), "unwritten (NaN-poisoned) outputs"
+    fin = torch.isfinite(ref)
+    assert torch.equal(torch.isfinite(out), fin), "masked rows differ"
+    return ((out[fin] - ref[fin]).norm() / max(ref[fin].norm().item(), 1e-12)).item()
+
+
+def _every_plan(g, feeds, outs, refs, tol):
+    g.build([cudnn.heur_mode.A])
+    assert g.get_plan_name_at_index(0).startswith("attention"), g.get_plan_name_at_index(0)
+    got = None
+    for i in range(g.get_execution_plan_count()):
+        name = g.get_plan_name_at_index(i)
+        if not name.startswith("attention"):
+            continue
+        g.build_plan_at_index(i)
+        ws = torch.full((max(g.get_workspace_size_plan_at_index(i), 1),), 255,
+                        dtype=torch.uint8, device="cuda")
+        bufs = {t: torch.empty_strided(t.get_dim(), t.get_stride(), device="cuda",
+                                       dtype=_dt(t)).fill_(float("nan")) for t in outs}
+        g.execute_plan_at_index({**feeds, **bufs}, ws, i)
+        for t, ref in zip(outs, refs):
+            err = _relerr(bufs[t], ref)
+            assert err < tol, f"{name} {t.get_name()}: relative error {err:.2e}"
+        got = got or bufs
+    return got
+
+
+@pytest.mark.parametrize("c", CASES, ids=[c.id for c in CASES])
+def test_forward_and_backward(rng, c):
+    x = inputs(rng, c)
+    xc = {n: t.cuda() for n, t in x.items()}
+    keep = expected_keep(c)
+    shape = (c.b, c.h_q, c.s_q, c.s_kv)
+    drop = dropout_mask(SEED, OFFSET, c.p, shape) if c.p else None
+    q, k, v = (x[n].double().requires_grad_(True) for n in ("q", "k", "v"))
+    bias = x["bias"].double() if "bias" in x else None
+    ro, rst = torch_sdpa(q, k, v, keep, c.scale, bias, drop, c.p or 0.0)
+    g, feeds, outs = forward_graph(c, xc, seed=SEED, offset=OFFSET)
+    got = _every_plan(g, feeds, outs, [ro.detach(), rst.detach()], 1e-2)
+    o, st = got[outs[0]], got[outs[1]]
+    do = rng.rand(tuple(o.shape), c.dtype)
+    ro.backward(do.double())
+    g, feeds, outs = backward_graph(c, xc, o, st, do.cuda(), seed=SEED, offset=OFFSET)
+    _every_plan(g, feeds, outs, [q.grad, k.grad, v.grad], 2e-2)
+
+
+def test_dropout_masks_keep_the_fraction_and_match_between_passes(rng):
+    """p = 0.5 over 2 x 4 x 512 x 512: the stream keeps a fraction within 6 sigma of 1/2,
+    and the engine's forward and backward agree with float64 PyTorch using that mask."""
+    c = Case("frac", b=2, h_q=4, h_k=4, s_q=512, s_kv=512, d=64, p=0.5, dtype=B16)
+    m = dropout_mask(SEED, OFFSET, 0.5, (2, 4, 512, 512))
+    n = m.numel()
+    assert abs(m.mean().item() - 0.5) < 6 * (0.25 / n) ** 0.5
+    test_forward_and_backward(rng, c)      # the engine's O and grads use exactly this mask
