@@ -75,6 +75,30 @@ def _grads(graph) -> KB.Grads:
                     *(t[r].data_type for r in ("DO", "DQ", "DK", "DV")))
 
 
+SMEM_LIMIT = 227 * 1024      # bytes of shared memory a program may use (H100)
+
+
+def _smem(p: K.Problem, kn: AttnKnobs, fwd: bool) -> int:
+    """Shared memory estimate: num_stages buffered K / V tiles (backward: Q / dO tiles
+    too) of 2-byte elements, plus the resident tiles."""
+    bd, bdv = max(16, K._pow2(p.D)), max(16, K._pow2(p.DV))
+    tile = max(kn.BLOCK_M, kn.BLOCK_N)
+    per_stage = (kn.BLOCK_N if fwd else tile) * (bd + bdv) * 2
+    # calibrated: D = 256, 64 x 64, 3 stages asked for 262144 bytes (forward, H100)
+    return kn.num_stages * per_stage + tile * (bd + bdv) * 2 * (1 if fwd else 2)
+
+
+def _fit(p: K.Problem, kn: AttnKnobs, fwd: bool) -> AttnKnobs:
+    """``kn`` with fewer stages, then narrower tiles, until its shared memory fits (head
+    dims 192-256: a 64 x 64 tile with 3 stages needed 262 KB, the H100 has 227)."""
+    while _smem(p, kn, fwd) > SMEM_LIMIT and kn.num_stages > 1:
+        kn = dataclasses.replace(kn, num_stages=kn.num_stages - 1)
+    while _smem(p, kn, fwd) > SMEM_LIMIT and max(kn.BLOCK_M, kn.BLOCK_N) > 16:
+        kn = dataclasses.replace(kn, BLOCK_M=max(16, kn.BLOCK_M // 2),
+                                 BLOCK_N=max(16, kn.BLOCK_N // 2))
+    return kn
+
+
 class AttentionEngine(Engine):
     """Flash attention, forward and backward."""
     id = 40
@@ -110,6 +134,11 @@ class AttentionEngine(Engine):
         if not sup.ok:
             return sup
         kn, p = AttnKnobs(**config.knob_dict), _problem(graph)
+        fwd = graph.nodes[0].kind == "sdpa"
+        if target.is_cuda and _smem(p, kn, fwd) > SMEM_LIMIT:
+            return decline(f"{kn.num_stages} stages of {kn.BLOCK_M} x {kn.BLOCK_N} tiles at head "
+                           f"dims {p.D} / {p.DV} need ~{_smem(p, kn, fwd) // 1024} KB of shared "
+                           f"memory (limit {SMEM_LIMIT // 1024} KB)")
         if kn.TMA:
             if not target.is_cuda or graph.nodes[0].kind != "sdpa":
                 return decline("TMA: the forward on a GPU only")
@@ -133,7 +162,10 @@ class AttentionEngine(Engine):
         else:
             # 64 x 64, 4 warps, 2 stages: 407 / 353 TFLOP/s (S=4096, non-causal / causal)
             out = [AttnKnobs(64, 64, 4, 2), AttnKnobs(64, 64, 4, 3)]
-        return [EngineConfig.make(self, **dataclasses.asdict(kn)) for kn in out]
+        if target.is_cuda:
+            out = [_fit(p, kn, fwd) for kn in out]
+        return [EngineConfig.make(self, **dataclasses.asdict(kn))
+                for kn in dict.fromkeys(out)]
 
     def estimate_seconds(self, graph, config, target) -> float:
         p = _problem(graph)
