@@ -52,3 +52,17 @@ def test_declines_float32_differing_kv_heads_and_dbias(rng):
     g, _, _ = backward_graph(c, x, o, st, torch.ones_like(o), with_dbias=True)
     g.validate()
     assert "dBias is not computed" in e.check_support(g.op_graph, Target()).reason
+
+
+def test_configs_fit_the_shared_memory_and_oversized_ones_are_declined(rng):
+    from opendnn.engines.base import EngineConfig
+    h100 = Target(device="cuda", name="H100", capability=(9, 0), num_sms=132)
+    c = dataclasses.replace(CASES[0], d=256, dtype=torch.bfloat16)
+    g, _, _ = forward_graph(c, inputs(rng, c))
+    g.validate()
+    e = AttentionEngine()
+    for cfg in e.configs(g.op_graph, h100):
+        assert e.check_config(g.op_graph, cfg, h100).ok, cfg
+    big = EngineConfig.make(e, BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3, TMA=0)
+    sup = e.check_config(g.op_graph, big, h100)
+    assert not sup.ok and "shared memory" in sup.reason
