@@ -210,7 +210,8 @@ def forward_graph(c: Case, x: dict, generate_stats=True, seed=1234, offset=0):
     return g, feeds, [o, st]
 
 
-def backward_graph(c: Case, x: dict, o, stats, do, with_dbias=False, seed=1234, offset=0):
+def backward_graph(c: Case, x: dict, o, stats, do, with_dbias=False, seed=1234, offset=0,
+                   deterministic=False):
     """(graph, feeds, [dQ, dK, dV] + [dBias]) of an sdpa_backward node."""
     g = cudnn.pygraph()
     t = _tensors(g, c, x)
@@ -220,7 +221,8 @@ def backward_graph(c: Case, x: dict, o, stats, do, with_dbias=False, seed=1234, 
     tst = g.tensor(list(stats.shape), list(stats.stride()), cudnn.data_type.FLOAT, name="stats")
     dbias = g.tensor(name="dBias", data_type=TORCH_TO_DT[c.dtype]) if with_dbias else None
     grads = g.sdpa_backward(t["q"], t["k"], t["v"], to, tdo, tst, dBias=dbias,
-                            name="sdpa_backward", **_kwargs(c, t, seed, offset))
+                            name="sdpa_backward", use_deterministic_algorithm=deterministic,
+                            **_kwargs(c, t, seed, offset))
     outs = grads + ([dbias] if with_dbias else [])
     for o_ in outs:
         o_.set_output(True)

@@ -66,3 +66,40 @@ def test_configs_fit_the_shared_memory_and_oversized_ones_are_declined(rng):
     big = EngineConfig.make(e, BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3, TMA=0)
     sup = e.check_config(g.op_graph, big, h100)
     assert not sup.ok and "shared memory" in sup.reason
+
+
+ATOMIC = dict(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=1, TMA=0, DQ_ATOMIC=1)
+
+
+@pytest.mark.parametrize("cid", ["gqa", "padding_br_causal", "band_br", "bias_bh"])
+def test_backward_with_atomic_dq_against_reference(rng, cid):
+    """DQ_ATOMIC=1: dQ added by the dK / dV kernel (atomics), NONDETERMINISTIC."""
+    c = dataclasses.replace(next(x for x in CASES if x.id == cid), dtype=torch.bfloat16)
+    x = inputs(rng, c)
+    g, feeds, outs = forward_graph(c, x)
+    got = run_reference(g, feeds, outs)
+    o, st = got[outs[0]].to(c.dtype), got[outs[1]]
+    do = rng.rand(tuple(o.shape), c.dtype)
+    g, feeds, outs = backward_graph(c, x, o, st, do)
+    check_engine(g, feeds, outs, ID, ATOMIC, n=c.s_q + c.s_kv,
+                 msg=repro("sdpa_backward", [c], "atomic", rng.seed))
+    from opendnn.engines.base import EngineConfig
+    from opendnn.enums import NumericalNote
+    e = AttentionEngine()
+    assert NumericalNote.NONDETERMINISTIC in e.numerical_notes(
+        g.op_graph, EngineConfig.make(e, **ATOMIC))
+
+
+def test_deterministic_request_declines_atomic_dq(rng):
+    from opendnn.engines.base import EngineConfig
+    c = dataclasses.replace(CASES[0], dtype=torch.bfloat16)
+    x = inputs(rng, c)
+    g, feeds, outs = forward_graph(c, x)
+    got = run_reference(g, feeds, outs)
+    g, _, _ = backward_graph(c, x, got[outs[0]].to(c.dtype), got[outs[1]],
+                             torch.ones_like(x["q"]), deterministic=True)
+    g.validate()
+    e = AttentionEngine()
+    sup = e.check_config(g.op_graph, EngineConfig.make(e, **ATOMIC), Target())
+    assert not sup.ok and "deterministic" in sup.reason
+    assert all(not cfg.knob_dict.get("DQ_ATOMIC") for cfg in e.configs(g.op_graph, Target()))

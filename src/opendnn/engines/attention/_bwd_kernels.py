@@ -12,6 +12,11 @@ Three kernels: ``delta`` (a program per query tile) stores delta to the workspac
 head of its group that the mask lets see the tile, summing dK and dV in registers (the
 group's heads in order: deterministic); ``dq`` (a program per query tile) walks the key
 tiles as the forward does. Tiles are computed in base 2 like the forward.
+
+DQ_ATOMIC=1 (nondeterministic, faster: P and dP are computed once, not twice): the dK /
+dV kernel also adds each tile's dS K into a float32 dQ accumulator in the workspace with
+atomics (the order of the additions varies run to run), zeroed by the delta kernel, and
+a small kernel scales and converts it to DQ.
 """
 from __future__ import annotations
 
@@ -81,7 +86,46 @@ def delta_source(name: str, p: Problem, g: Grads, kn) -> str:
           f"offs_dv[None, :] * {g.do[3]}, mask=m2, other=0.0).to(tl.float32)",
           f"{I}tl.store(WS + bh * {p.SQ} + offs_m, tl.reduce(o * do, 1, _add_combine), "
           f"mask=offs_m < {p.SQ})"]
+    if getattr(kn, "DQ_ATOMIC", 0):    # this tile's rows of the float32 dQ accumulator
+        bd = max(16, _pow2(p.D))
+        L += [f"{I}offs_d = tl.arange(0, {bd})",
+              f"{I}at = WS + {dq_base(p)} + (bh * {p.SQ} + offs_m)[:, None] * {bd} + "
+              "offs_d[None, :]",
+              f"{I}tl.store(at, tl.full([{bm}, {bd}], 0.0, tl.float32), "
+              f"mask=(offs_m < {p.SQ})[:, None])"]
     return "\n".join(L) + "\n"
+
+
+def dq_base(p: Problem) -> int:
+    """Float32 index of the atomic variant's dQ accumulator [B, H, S_q, pow2(D)] in the
+    workspace (after delta)."""
+    return p.B * p.H * p.SQ
+
+
+def workspace_floats(p: Problem, kn) -> int:
+    n = dq_base(p)
+    if getattr(kn, "DQ_ATOMIC", 0):
+        n += p.B * p.H * p.SQ * max(16, _pow2(p.D))
+    return n
+
+
+def dq_convert_source(name: str, p: Problem, g: Grads, kn) -> str:
+    """DQ = SCALE x the float32 accumulator, in DQ's type; grid (ceil(S_q / BLOCK_M), B H)."""
+    I, bm = "    ", kn.BLOCK_M
+    bd = max(16, _pow2(p.D))
+    return "\n".join([
+        "@triton.jit", f"def {name}(DQ, WS, SCALE):",
+        f"{I}bh = tl.program_id(1)",
+        f"{I}b = bh // {p.H}",
+        f"{I}h = bh % {p.H}",
+        f"{I}offs_m = tl.program_id(0) * {bm} + tl.arange(0, {bm})",
+        f"{I}offs_d = tl.arange(0, {bd})",
+        f"{I}m2 = (offs_m < {p.SQ})[:, None] & (offs_d < {p.D})[None, :]",
+        f"{I}acc = tl.load(WS + {dq_base(p)} + (bh * {p.SQ} + offs_m)[:, None] * {bd} + "
+        "offs_d[None, :], mask=m2, other=0.0)",
+        f"{I}tl.store(DQ + {_off('b', 'h', g.dq)} + offs_m[:, None] * {g.dq[2]} + "
+        f"offs_d[None, :] * {g.dq[3]}, (acc * SCALE).to({TL_TYPE[g.dq_dtype]}), mask=m2)"]) \
+        + "\n"
 
 
 def _loads_q_side(p: Problem, g: Grads, I: str, interpret: bool) -> list[str]:
@@ -162,6 +206,11 @@ def dkdv_source(name: str, p: Problem, g: Grads, kn, interpret: bool) -> str:
         L.append(f"{I3}dpt = tl.where(kept, dpt * keep_scale, 0.0)")
     L += [f"{I3}dst = pt * (dpt - dl[None, :])",
           f"{I3}dk += tl.dot(dst{cast}, q)"]
+    if getattr(kn, "DQ_ATOMIC", 0):     # dQ += dS K into the float32 accumulator
+        L += [f"{I3}dqp = tl.dot(tl.trans(dst{cast}), k)",
+              f"{I3}tl.atomic_add(WS + {dq_base(p)} + ((b * {p.H} + h) * {p.SQ} + "
+              f"offs_m)[:, None] * {bd} + offs_d[None, :], dqp, "
+              "mask=rmask[:, None] & dmask[None, :], sem=\"relaxed\")"]
     L += [f"{I}dk = dk * SCALE",
           f"{I}tl.store(DK + {_off('b', 'hk', g.dk)} + offs_n[:, None] * {g.dk[2]} + "
           f"offs_d[None, :] * {g.dk[3]}, dk.to({TL_TYPE[g.dk_dtype]}), "

@@ -6,11 +6,13 @@ It takes a graph of one ``sdpa`` or ``sdpa_backward`` node alone, Q / K / V half
 bfloat16 of any strides (BHSD, BSHD), every mask the node offers (causal and bands in
 either alignment, padding by per-batch lengths, an additive bias), grouped-query heads
 (K and V with one head count), dropout from the dropout engine's Philox stream and
-Stats. The backward is deterministic (no atomics): dK / dV by key tile, dQ by query
-tile, both recomputing P from Stats. Nothing of size S_q x S_kv is stored.
+Stats. The backward's default is deterministic (no atomics): dK / dV by key tile, dQ by
+query tile, both recomputing P from Stats. Nothing of size S_q x S_kv is stored.
 
 Knobs: BLOCK_M (query rows per program), BLOCK_N (keys per step), num_warps,
-num_stages, TMA (forward: K / V tiles through tensor descriptors).
+num_stages, TMA (forward: K / V tiles through tensor descriptors), DQ_ATOMIC (backward:
+dQ accumulated with atomics by the dK / dV kernel -- faster, note NONDETERMINISTIC; not
+offered when the node sets use_deterministic_algorithm).
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import math
 
 import torch
 
-from ...enums import BehaviorNote, DataType, DiagonalAlignment
+from ...enums import BehaviorNote, DataType, DiagonalAlignment, NumericalNote
 from ...runtime.launch import LaunchList, kernel_from_source
 from ..base import SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target, decline
 from . import _bwd_kernels as KB
@@ -36,6 +38,7 @@ class AttnKnobs:
     num_warps: int = 4
     num_stages: int = 3
     TMA: int = 0
+    DQ_ATOMIC: int = 0      # backward: dQ by atomics from the dK / dV kernel (nondeterministic)
 
 
 def _strides(d, n: int = 4) -> tuple:
@@ -127,7 +130,7 @@ class AttentionEngine(Engine):
     def knob_space(self, graph=None) -> list[Knob]:
         return [Knob("BLOCK_M", (16, 32, 64, 128), 64), Knob("BLOCK_N", (16, 32, 64, 128), 64),
                 Knob("num_warps", (1, 2, 4, 8), 4), Knob("num_stages", (1, 2, 3, 4), 3),
-                Knob("TMA", (0, 1), 0)]
+                Knob("TMA", (0, 1), 0), Knob("DQ_ATOMIC", (0, 1), 0)]
 
     def check_config(self, graph, config: EngineConfig, target: Target) -> Support:
         sup = super().check_config(graph, config, target)
@@ -135,6 +138,11 @@ class AttentionEngine(Engine):
             return sup
         kn, p = AttnKnobs(**config.knob_dict), _problem(graph)
         fwd = graph.nodes[0].kind == "sdpa"
+        if kn.DQ_ATOMIC and fwd:
+            return decline("DQ_ATOMIC is a backward knob")
+        if kn.DQ_ATOMIC and graph.nodes[0].use_deterministic_algorithm:
+            return decline("DQ_ATOMIC adds dQ with atomics (nondeterministic); the node asks "
+                           "for a deterministic algorithm")
         if target.is_cuda and _smem(p, kn, fwd) > SMEM_LIMIT:
             return decline(f"{kn.num_stages} stages of {kn.BLOCK_M} x {kn.BLOCK_N} tiles at head "
                            f"dims {p.D} / {p.DV} need ~{_smem(p, kn, fwd) // 1024} KB of shared "
@@ -160,26 +168,34 @@ class AttentionEngine(Engine):
             if not big:
                 out.reverse()
         else:
-            # 64 x 64, 4 warps, 2 stages: 407 / 353 TFLOP/s (S=4096, non-causal / causal)
+            # 64 x 64, 4 warps, 2 stages: 407 / 353 TFLOP/s (S=4096, non-causal / causal);
+            # the atomic-dQ variant listed too unless the node asks for determinism
             out = [AttnKnobs(64, 64, 4, 2), AttnKnobs(64, 64, 4, 3)]
+            if not graph.nodes[0].use_deterministic_algorithm:
+                out.append(AttnKnobs(64, 64, 4, 2, DQ_ATOMIC=1))
         if target.is_cuda:
             out = [_fit(p, kn, fwd) for kn in out]
         return [EngineConfig.make(self, **dataclasses.asdict(kn))
                 for kn in dict.fromkeys(out)]
 
+    def numerical_notes(self, graph, config) -> frozenset:
+        if config.knob_dict.get("DQ_ATOMIC"):
+            return frozenset({NumericalNote.NONDETERMINISTIC})
+        return frozenset()
+
     def estimate_seconds(self, graph, config, target) -> float:
         p = _problem(graph)
         frac = 0.5 if p.right is not None else 1.0
         flops = 4.0 * p.B * p.H * p.SQ * p.SKV * max(p.D, p.DV) * frac
-        if graph.nodes[0].kind != "sdpa":
-            flops *= 2.5
+        if graph.nodes[0].kind != "sdpa":     # the atomic variant computes P, dP once
+            flops *= 2.0 if config.knob_dict.get("DQ_ATOMIC") else 2.5
         return flops / (0.6 * target.peak_flops_fp16) + 5e-6
 
     def workspace_size(self, graph, config, target) -> int:
         if graph.nodes[0].kind == "sdpa":
             return 0
-        p = _problem(graph)
-        return p.B * p.H * p.SQ * 4           # delta = rowsum(dO o O), float32
+        # delta = rowsum(dO o O), and the atomic variant's float32 dQ accumulator
+        return KB.workspace_floats(_problem(graph), AttnKnobs(**config.knob_dict)) * 4
 
     def build(self, graph, config, target) -> Executable:
         return _AttnExecutable(graph, AttnKnobs(**config.knob_dict), target,
@@ -215,15 +231,20 @@ class _AttnExecutable(Executable, LaunchList):
             return
         g, ws = _grads(graph), ("ws", torch.float32)
         gk = (math.ceil(p.SKV / kn.BLOCK_N), p.B * p.HKV)
-        for name, src, grid, args, warps in (
-                ("delta", KB.delta_source(f"{tag}_delta", p, g, kn), gq,
-                 [buf["O"], buf["DO"], ws], 4),
-                ("dkdv", KB.dkdv_source(f"{tag}_dkdv", p, g, kn, not cuda), gk,
-                 [buf[r] for r in ("Q", "K", "V", "DO", "STATS", "DK", "DV")] + [ws] + extra,
-                 kn.num_warps),
-                ("dq", KB.dq_source(f"{tag}_dq", p, g, kn, not cuda), gq,
-                 [buf[r] for r in ("Q", "K", "V", "DO", "STATS", "DQ")] + [ws] + extra,
-                 kn.num_warps)):
+        launches = [
+            ("delta", KB.delta_source(f"{tag}_delta", p, g, kn), gq,
+             [buf["O"], buf["DO"], ws], 4),
+            ("dkdv", KB.dkdv_source(f"{tag}_dkdv", p, g, kn, not cuda), gk,
+             [buf[r] for r in ("Q", "K", "V", "DO", "STATS", "DK", "DV")] + [ws] + extra,
+             kn.num_warps)]
+        if kn.DQ_ATOMIC:
+            launches.append(("dqconv", KB.dq_convert_source(f"{tag}_dqconv", p, g, kn), gq,
+                             [buf["DQ"], ws, extra[-1]], 4))
+        else:
+            launches.append(("dq", KB.dq_source(f"{tag}_dq", p, g, kn, not cuda), gq,
+                             [buf[r] for r in ("Q", "K", "V", "DO", "STATS", "DQ")] + [ws] +
+                             extra, kn.num_warps))
+        for name, src, grid, args, warps in launches:
             if 0 in grid:
                 continue
             c = dict(const, num_warps=warps)
