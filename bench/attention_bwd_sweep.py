@@ -44,15 +44,16 @@ def main():
             outs = [torch.empty_like(x) for x in (q, k, v)]
             for gt in grads:
                 gt.set_output(True)
-            g.validate()
-            g.build_operation_graph()
-            g.create_execution_plan(40, kn)
-            g.check_support()
-            g.build_plans()
-            ws = torch.empty(max(g.get_workspace_size(), 1), device="cuda", dtype=torch.uint8)
             pack = {t["q"]: q, t["k"]: k, t["v"]: v, t["o"]: o, t["do"]: do, t["st"]: lse,
                     **dict(zip(grads, outs))}
             try:
+                g.validate()
+                g.build_operation_graph()
+                g.create_execution_plan(40, kn)
+                g.check_support()
+                g.build_plans()
+                ws = torch.empty(max(g.get_workspace_size(), 1), device="cuda",
+                                 dtype=torch.uint8)
                 g.execute(pack, ws)
                 torch.cuda.synchronize()
                 err = max(((a.float() - b.float()).norm() / b.float().norm()).item()

@@ -11,8 +11,9 @@ query tile, both recomputing P from Stats. Nothing of size S_q x S_kv is stored.
 
 Knobs: BLOCK_M (query rows per program), BLOCK_N (keys per step), num_warps,
 num_stages, TMA (forward: K / V tiles through tensor descriptors), DQ_ATOMIC (backward:
-dQ accumulated with atomics by the dK / dV kernel -- faster, note NONDETERMINISTIC; not
-offered when the node sets use_deterministic_algorithm).
+dQ accumulated with float32 atomics by the dK / dV kernel, note NONDETERMINISTIC; refused
+when the node sets use_deterministic_algorithm; measured half as fast as the split, so
+only on request).
 """
 from __future__ import annotations
 
@@ -168,14 +169,10 @@ class AttentionEngine(Engine):
             if not big:
                 out.reverse()
         else:
-            # 64 x 64, 4 warps, 2 stages: 407 / 353 TFLOP/s (S=4096, non-causal / causal);
-            # the atomic-dQ variant listed too unless the node asks for determinism
+            # 64 x 64, 4 warps, 2 stages: 403 / 353 TFLOP/s (S=4096, non-causal / causal).
+            # The atomic-dQ variant (DQ_ATOMIC=1, 64 x 64 with 8 warps: no spills) measured
+            # 197: it is not listed (bench/attention_bwd_sweep.py)
             out = [AttnKnobs(64, 64, 4, 2), AttnKnobs(64, 64, 4, 3)]
-            if not graph.nodes[0].use_deterministic_algorithm:
-                # ptxas (sm_90): the atomic dK / dV kernel spills 512 B at 64 x 64 with 4
-                # warps, none with 8 or at 32 x 128 with 8
-                out += [AttnKnobs(64, 64, 8, 2, DQ_ATOMIC=1), AttnKnobs(32, 128, 8, 2,
-                                                                         DQ_ATOMIC=1)]
         if target.is_cuda:
             out = [_fit(p, kn, fwd) for kn in out]
         return [EngineConfig.make(self, **dataclasses.asdict(kn))
@@ -190,8 +187,8 @@ class AttentionEngine(Engine):
         p = _problem(graph)
         frac = 0.5 if p.right is not None else 1.0
         flops = 4.0 * p.B * p.H * p.SQ * p.SKV * max(p.D, p.DV) * frac
-        if graph.nodes[0].kind != "sdpa":     # the atomic variant computes P, dP once
-            flops *= 2.0 if config.knob_dict.get("DQ_ATOMIC") else 2.5
+        if graph.nodes[0].kind != "sdpa":
+            flops *= 2.5 * (2.0 if config.knob_dict.get("DQ_ATOMIC") else 1.0)   # measured
         return flops / (0.6 * target.peak_flops_fp16) + 5e-6
 
     def workspace_size(self, graph, config, target) -> int:
