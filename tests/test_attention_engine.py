@@ -33,7 +33,21 @@ def test_engine_against_reference(rng, c):
                  msg=repro("sdpa_backward", [c], str(c.dtype), rng.seed))
 
 
-def test_declines_float32_differing_kv_heads_and_dbias(rng):
+@pytest.mark.parametrize("cid", ["bias_bh", "bias_1h", "bias_b1", "bias_11"])
+def test_dbias_against_reference(rng, cid):
+    """dBias summed over the axes the bias broadcasts over (padding and a band too)."""
+    c = dataclasses.replace(next(x for x in CASES if x.id == cid), dtype=torch.bfloat16)
+    x = inputs(rng, c)
+    g, feeds, outs = forward_graph(c, x)
+    got = run_reference(g, feeds, outs)
+    o, st = got[outs[0]].to(c.dtype), got[outs[1]]
+    do = rng.rand(tuple(o.shape), c.dtype)
+    g, feeds, outs = backward_graph(c, x, o, st, do, with_dbias=True)
+    check_engine(g, feeds, outs, ID, n=c.s_q + c.s_kv + c.b * c.h_q,
+                 msg=repro("sdpa_backward", [c], "dbias", rng.seed))
+
+
+def test_declines_float32_and_differing_kv_heads(rng):
     e = AttentionEngine()
     c = CASES[0]
     g, _, _ = forward_graph(c, inputs(rng, c))
@@ -44,14 +58,6 @@ def test_declines_float32_differing_kv_heads_and_dbias(rng):
     g, _, _ = forward_graph(c, inputs(rng, c))
     g.validate()
     assert "different head counts" in e.check_support(g.op_graph, Target()).reason
-    c = dataclasses.replace(CASES[16], dtype=torch.bfloat16)     # bias
-    x = inputs(rng, c)
-    g, feeds, outs = forward_graph(c, x)
-    got = run_reference(g, feeds, outs)
-    o, st = got[outs[0]], got[outs[1]]
-    g, _, _ = backward_graph(c, x, o, st, torch.ones_like(o), with_dbias=True)
-    g.validate()
-    assert "dBias is not computed" in e.check_support(g.op_graph, Target()).reason
 
 
 def test_configs_fit_the_shared_memory_and_oversized_ones_are_declined(rng):

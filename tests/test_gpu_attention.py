@@ -1,7 +1,7 @@
 """GPU checks of the attention engine (pytest -m gpu): every plan the engine lists,
 forward (O, Stats) and backward (dQ, dK, dV), bfloat16 / float16, against float64
 PyTorch (tests/_attention_cases.torch_sdpa with autograd): sequence lengths 1, 17 and
-1000, head dims 32-256, every mask kind, GQA / MQA, bias, padding, BSHD, and dropout
+1000, head dims 32-256, every mask kind, GQA / MQA, bias (and dBias), padding, BSHD, dropout
 (the mask from ops/dropout.py's stream: forward and backward use the same one)."""
 
 import pytest
@@ -75,15 +75,17 @@ def test_forward_and_backward(rng, c):
     shape = (c.b, c.h_q, c.s_q, c.s_kv)
     drop = dropout_mask(SEED, OFFSET, c.p, shape) if c.p else None
     q, k, v = (x[n].double().requires_grad_(True) for n in ("q", "k", "v"))
-    bias = x["bias"].double() if "bias" in x else None
+    bias = x["bias"].double().requires_grad_(True) if "bias" in x else None
     ro, rst = torch_sdpa(q, k, v, keep, c.scale, bias, drop, c.p or 0.0)
     g, feeds, outs = forward_graph(c, xc, seed=SEED, offset=OFFSET)
     got = _every_plan(g, feeds, outs, [ro.detach(), rst.detach()], 1e-2)
     o, st = got[outs[0]], got[outs[1]]
     do = rng.rand(tuple(o.shape), c.dtype)
     ro.backward(do.double())
-    g, feeds, outs = backward_graph(c, xc, o, st, do.cuda(), seed=SEED, offset=OFFSET)
-    _every_plan(g, feeds, outs, [q.grad, k.grad, v.grad], 2e-2)
+    g, feeds, outs = backward_graph(c, xc, o, st, do.cuda(), with_dbias=bias is not None,
+                                    seed=SEED, offset=OFFSET)
+    _every_plan(g, feeds, outs, [q.grad, k.grad, v.grad] + ([bias.grad] if bias is not None
+                                                             else []), 2e-2)
 
 
 def test_dropout_masks_keep_the_fraction_and_match_between_passes(rng):

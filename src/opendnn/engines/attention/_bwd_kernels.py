@@ -39,6 +39,10 @@ class Grads:
     dq_dtype: object
     dk_dtype: object
     dv_dtype: object
+    dbias: tuple | None = None         # DBIAS strides (b, h, s_q, s_kv), its type and the
+    dbias_dtype: object = None         # bias's batch / head sizes (1: broadcast, summed)
+    bias_b: int = 1
+    bias_h: int = 1
 
 
 def _params(p: Problem, names: list) -> list[str]:
@@ -260,4 +264,51 @@ def dq_source(name: str, p: Problem, g: Grads, kn, interpret: bool) -> str:
           f"{I}tl.store(DQ + {_off('b', 'h', g.dq)} + offs_m[:, None] * {g.dq[2]} + "
           f"offs_d[None, :] * {g.dq[3]}, dq.to({TL_TYPE[g.dq_dtype]}), "
           f"mask=(offs_m < {p.SQ})[:, None] & dmask[None, :])"]
+    return "\n".join(L) + "\n"
+
+
+def dbias_source(name: str, p: Problem, g: Grads, kn, interpret: bool) -> str:
+    """DBIAS = dS summed over the batches / heads the bias broadcasts over (in a fixed
+    order: deterministic), one program per (query tile, key tile, bias batch x head);
+    P and dP recomputed from Stats. Grid (ceil(S_q / BLOCK_M), ceil(S_kv / BLOCK_N),
+    bias_b bias_h)."""
+    I, I2, I3 = "    ", "        ", "            "
+    bm, bn = kn.BLOCK_M, kn.BLOCK_N
+    bd, bdv = max(16, _pow2(p.D)), max(16, _pow2(p.DV))
+    nb, nh = (p.B if g.bias_b == 1 else 1), (p.H if g.bias_h == 1 else 1)
+    params = _params(p, ["Q", "K", "V", "DO", "STATS", "DBIAS", "WS"])
+    L = [COMBINE_HELPERS, PHILOX_HELPER if p.dropout else "", "@triton.jit",
+         f"def {name}({', '.join(params)}):",
+         f"{I}offs_m = tl.program_id(0) * {bm} + tl.arange(0, {bm})",
+         f"{I}offs_n = tl.program_id(1) * {bn} + tl.arange(0, {bn})",
+         f"{I}bb = tl.program_id(2) // {g.bias_h}",
+         f"{I}hh = tl.program_id(2) % {g.bias_h}",
+         f"{I}offs_d = tl.arange(0, {bd})",
+         f"{I}offs_dv = tl.arange(0, {bdv})",
+         f"{I}dmask = offs_d < {p.D}",
+         f"{I}dvmask = offs_dv < {p.DV}",
+         f"{I}c = SCALE * {LOG2E}",
+         f"{I}acc = tl.full([{bm}, {bn}], 0.0, tl.float32)",
+         f"{I}for bi in range(0, {nb}):",
+         f"{I2}b = {'bi' if g.bias_b == 1 else 'bb'}",
+         f"{I2}for hi_ in range(0, {nh}):",
+         f"{I3}h = {'hi_' if g.bias_h == 1 else 'hh'}",
+         f"{I3}hk = h // {p.H // p.HKV}"]
+    L += lengths(p, I3) + _loads_q_side(p, g, I3, interpret) + _loads_kv_side(p, I3, interpret)
+    bs = p.bias
+    L += [f"{I3}s = tl.dot(q, tl.trans(k)) * c",
+          f"{I3}s += tl.load(BIAS + {_off('b', 'h', bs)} + offs_m[:, None] * {bs[2]} + "
+          f"offs_n[None, :] * {bs[3]}, mask=rmask[:, None] & nmask[None, :], "
+          f"other=0.0).to(tl.float32) * {LOG2E}",
+          f"{I3}pr = tl.where({keep_expr(p, '[:, None]', '[None, :]')}, "
+          "tl.exp2(s - lse[:, None]), 0.0)",
+          f"{I3}dp = tl.dot(do, tl.trans(v))"]
+    if p.dropout:
+        L += dropout_setup(p, I3) + dropout_keep(p, I3, "[:, None]", "[None, :]")
+        L.append(f"{I3}dp = tl.where(kept, dp * keep_scale, 0.0)")
+    db = g.dbias
+    L += [f"{I3}acc += pr * (dp - dl[:, None])",
+          f"{I}tl.store(DBIAS + bb * {db[0]} + hh * {db[1]} + offs_m[:, None] * {db[2]} + "
+          f"offs_n[None, :] * {db[3]}, acc.to({TL_TYPE[g.dbias_dtype]}), "
+          f"mask=(offs_m < {p.SQ})[:, None] & (offs_n < {p.SKV})[None, :])"]
     return "\n".join(L) + "\n"

@@ -7,7 +7,9 @@ bfloat16 of any strides (BHSD, BSHD), every mask the node offers (causal and ban
 either alignment, padding by per-batch lengths, an additive bias), grouped-query heads
 (K and V with one head count), dropout from the dropout engine's Philox stream and
 Stats. The backward's default is deterministic (no atomics): dK / dV by key tile, dQ by
-query tile, both recomputing P from Stats. Nothing of size S_q x S_kv is stored.
+query tile, and dBias (when asked) by (query tile, key tile), each recomputing P from
+Stats; dBias sums dS over the batches / heads the bias broadcasts over in a fixed order.
+Nothing of size S_q x S_kv is stored but dBias itself.
 
 Knobs: BLOCK_M (query rows per program), BLOCK_N (keys per step), num_warps,
 num_stages, TMA (forward: K / V tiles through tensor descriptors), DQ_ATOMIC (backward:
@@ -75,8 +77,12 @@ def _problem(graph) -> K.Problem:
 def _grads(graph) -> KB.Grads:
     n = graph.nodes[0]
     t = {r: graph.tensors[u] for r, u in {**n.inputs, **n.outputs}.items()}
+    db = t.get("DBIAS")
+    extra = {} if db is None else dict(
+        dbias=tuple(db.strides), dbias_dtype=db.data_type, bias_b=db.dims[0],
+        bias_h=db.dims[1])
     return KB.Grads(*(tuple(t[r].strides) for r in ("DO", "DQ", "DK", "DV")),
-                    *(t[r].data_type for r in ("DO", "DQ", "DK", "DV")))
+                    *(t[r].data_type for r in ("DO", "DQ", "DK", "DV")), **extra)
 
 
 SMEM_LIMIT = 227 * 1024      # bytes of shared memory a program may use (H100)
@@ -120,9 +126,6 @@ class AttentionEngine(Engine):
                                "bfloat16 only (float32 runs on the reference)")
         if t["K"].dims[1] != t["V"].dims[1]:
             return decline("K and V with different head counts run on the reference")
-        if "DBIAS" in t:
-            return decline("dBias is not computed by the attention engine yet (the reference "
-                           "computes it)")
         if n.kind == "sdpa_backward" and "ATTN_SCALE" in t and \
                 not t["ATTN_SCALE"].is_pass_by_value:
             return decline("ATTN_SCALE must be passed by value")
@@ -244,6 +247,12 @@ class _AttnExecutable(Executable, LaunchList):
             launches.append(("dq", KB.dq_source(f"{tag}_dq", p, g, kn, not cuda), gq,
                              [buf[r] for r in ("Q", "K", "V", "DO", "STATS", "DQ")] + [ws] +
                              extra, kn.num_warps))
+        if g.dbias is not None:     # dS summed over the bias's broadcast axes
+            launches.append((
+                "dbias", KB.dbias_source(f"{tag}_dbias", p, g, kn, not cuda),
+                (gq[0], math.ceil(p.SKV / kn.BLOCK_N), g.bias_b * g.bias_h),
+                [buf[r] for r in ("Q", "K", "V", "DO", "STATS", "DBIAS")] + [ws] + extra,
+                kn.num_warps))
         for name, src, grid, args, warps in launches:
             if 0 in grid:
                 continue
