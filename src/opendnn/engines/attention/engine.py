@@ -252,7 +252,7 @@ class _AttnExecutable(Executable, LaunchList):
                 "dbias", KB.dbias_source(f"{tag}_dbias", p, g, kn, not cuda),
                 (gq[0], math.ceil(p.SKV / kn.BLOCK_N), g.bias_b * g.bias_h),
                 [buf[r] for r in ("Q", "K", "V", "DO", "STATS", "DBIAS")] + [ws] + extra,
-                kn.num_warps))
+                8 if cuda else kn.num_warps))    # ptxas: 1 KB of spills with 4 warps
         for name, src, grid, args, warps in launches:
             if 0 in grid:
                 continue
