@@ -20,6 +20,15 @@ RUN += [dataclasses.replace(CASES[1], id="dropout", dtype=torch.bfloat16, p=0.25
                             lens=((17, 9), (12, 17)))]
 
 
+def _backward_inputs(rng, c):
+    """(inputs, O, Stats, dO): the forward by the reference, a random dO."""
+    x = inputs(rng, c)
+    g, feeds, outs = forward_graph(c, x)
+    got = run_reference(g, feeds, outs)
+    o = got[outs[0]].to(c.dtype)
+    return x, o, got[outs[1]], rng.rand(tuple(o.shape), c.dtype)
+
+
 @pytest.mark.parametrize("c", RUN, ids=[c.id for c in RUN])
 def test_engine_against_reference(rng, c):
     x = inputs(rng, c)
@@ -37,11 +46,7 @@ def test_engine_against_reference(rng, c):
 def test_dbias_against_reference(rng, cid):
     """dBias summed over the axes the bias broadcasts over (padding and a band too)."""
     c = dataclasses.replace(next(x for x in CASES if x.id == cid), dtype=torch.bfloat16)
-    x = inputs(rng, c)
-    g, feeds, outs = forward_graph(c, x)
-    got = run_reference(g, feeds, outs)
-    o, st = got[outs[0]].to(c.dtype), got[outs[1]]
-    do = rng.rand(tuple(o.shape), c.dtype)
+    x, o, st, do = _backward_inputs(rng, c)
     g, feeds, outs = backward_graph(c, x, o, st, do, with_dbias=True)
     check_engine(g, feeds, outs, ID, n=c.s_q + c.s_kv + c.b * c.h_q,
                  msg=repro("sdpa_backward", [c], "dbias", rng.seed))
@@ -81,11 +86,7 @@ ATOMIC = dict(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=1, TMA=0, DQ_ATOMI
 def test_backward_with_atomic_dq_against_reference(rng, cid):
     """DQ_ATOMIC=1: dQ added by the dK / dV kernel (atomics), NONDETERMINISTIC."""
     c = dataclasses.replace(next(x for x in CASES if x.id == cid), dtype=torch.bfloat16)
-    x = inputs(rng, c)
-    g, feeds, outs = forward_graph(c, x)
-    got = run_reference(g, feeds, outs)
-    o, st = got[outs[0]].to(c.dtype), got[outs[1]]
-    do = rng.rand(tuple(o.shape), c.dtype)
+    x, o, st, do = _backward_inputs(rng, c)
     g, feeds, outs = backward_graph(c, x, o, st, do)
     check_engine(g, feeds, outs, ID, ATOMIC, n=c.s_q + c.s_kv,
                  msg=repro("sdpa_backward", [c], "atomic", rng.seed))
@@ -99,11 +100,8 @@ def test_backward_with_atomic_dq_against_reference(rng, cid):
 def test_deterministic_request_declines_atomic_dq(rng):
     from opendnn.engines.base import EngineConfig
     c = dataclasses.replace(CASES[0], dtype=torch.bfloat16)
-    x = inputs(rng, c)
-    g, feeds, outs = forward_graph(c, x)
-    got = run_reference(g, feeds, outs)
-    g, _, _ = backward_graph(c, x, got[outs[0]].to(c.dtype), got[outs[1]],
-                             torch.ones_like(x["q"]), deterministic=True)
+    x, o, st, do = _backward_inputs(rng, c)
+    g, _, _ = backward_graph(c, x, o, st, do, deterministic=True)
     g.validate()
     e = AttentionEngine()
     sup = e.check_config(g.op_graph, EngineConfig.make(e, **ATOMIC), Target())

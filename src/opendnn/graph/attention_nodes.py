@@ -59,18 +59,6 @@ class _SdpaBase(Node):
         return self.error(f"needs 4 dims [B, H, S, D], got {list(dims)}", t,
                           Status.BAD_PARAM_SHAPE_MISMATCH)
 
-    # ---- shared validation ---------------------------------------------------------------
-    def _dims(self, d, want, role: str) -> None:
-        if d.dims != tuple(want):
-            raise self.error(f"{role} dims {list(d.dims)} must be {list(want)}", d.label(),
-                             Status.BAD_PARAM_SHAPE_MISMATCH)
-
-    def _floating(self, descs) -> None:
-        for d in descs:
-            if d is not None and not d.data_type.is_floating:
-                raise self.error(f"data type {d.data_type.name} is not a floating type",
-                                 d.label(), Status.NOT_SUPPORTED_DATA_TYPE)
-
     def _check_qkv(self, desc):
         """Q, K, V against each other; returns (q, k, v) descriptors."""
         q, k, v = (desc(self.inputs[r]) for r in ("Q", "K", "V"))
@@ -119,7 +107,7 @@ class _SdpaBase(Node):
                     or d.dims[2:] != (s_q, s_kv):
                 raise self.error(f"BIAS dims {list(d.dims)} must be [1 or {b}, 1 or {h_q}, "
                                  f"{s_q}, {s_kv}]", d.label(), Status.BAD_PARAM_SHAPE_MISMATCH)
-            self._floating([d])
+            self.need_floating([d])
         lengths = [r for r in ("SEQ_LEN_Q", "SEQ_LEN_KV") if r in self.inputs]
         if self.use_padding_mask and len(lengths) != 2:
             raise self.error("use_padding_mask needs both seq_len_q and seq_len_kv", attrs,
@@ -129,7 +117,7 @@ class _SdpaBase(Node):
                              desc(self.inputs[lengths[0]]).label(), Status.BAD_PARAM)
         for r in lengths:
             d = desc(self.inputs[r])
-            self._dims(d, (b, 1, 1, 1), r)
+            self.need_shape(d, (b, 1, 1, 1), r)
             if d.data_type not in INTEGER:
                 raise self.error(f"{r} must be int32 or int64, is {d.data_type.name}",
                                  d.label(), Status.NOT_SUPPORTED_DATA_TYPE)
@@ -204,8 +192,8 @@ class Sdpa(_SdpaBase):
         self._check_options(desc, q, k)
         b, h_q, s_q, _ = q.dims
         o = desc(self.outputs["O"])
-        self._dims(o, (b, h_q, s_q, v.dims[3]), "O")
-        self._floating([o])
+        self.need_shape(o, (b, h_q, s_q, v.dims[3]), "O")
+        self.need_floating([o])
         if self.generate_stats != ("STATS" in self.outputs):
             raise self.error("STATS is an output exactly when generate_stats is True",
                              None, Status.BAD_PARAM)
@@ -233,23 +221,23 @@ class SdpaBackward(_SdpaBase):
         o_dims = (b, h_q, s_q, v.dims[3])
         for role in ("O", "DO"):
             d = desc(self.inputs[role])
-            self._dims(d, o_dims, role)
-            self._floating([d])
+            self.need_shape(d, o_dims, role)
+            self.need_floating([d])
         _check_stats(self, desc(self.inputs["STATS"]), (b, h_q, s_q, 1))
         for role, like in (("DQ", q), ("DK", k), ("DV", v)):
             d = desc(self.outputs[role])
-            self._dims(d, like.dims, role)
-            self._floating([d])
+            self.need_shape(d, like.dims, role)
+            self.need_floating([d])
         if "DBIAS" in self.outputs:
             d = desc(self.outputs["DBIAS"])
             if "BIAS" not in self.inputs:
                 raise self.error("DBIAS needs a BIAS", d.label(), Status.BAD_PARAM_NULL_POINTER)
-            self._dims(d, desc(self.inputs["BIAS"]).dims, "DBIAS")
-            self._floating([d])
+            self.need_shape(d, desc(self.inputs["BIAS"]).dims, "DBIAS")
+            self.need_floating([d])
 
 
 def _check_stats(node, d, want) -> None:
-    node._dims(d, want, "STATS")
+    node.need_shape(d, want, "STATS")
     if d.data_type != DataType.FLOAT:
         raise node.error(f"STATS must be float32, is {d.data_type.name}", d.label(),
                          Status.NOT_SUPPORTED_DATA_TYPE)

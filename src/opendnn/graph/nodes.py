@@ -65,6 +65,19 @@ class Node:
             if t is not None and t.dim is None:
                 raise self.error("input dims are not set", t, Status.BAD_PARAM_NOT_FINALIZED)
 
+    def need_shape(self, d, want, role: str) -> None:
+        """Descriptor ``d`` (tensor ``role``) has dims ``want``, else SHAPE_MISMATCH."""
+        if d.dims != tuple(want):
+            raise self.error(f"{role} dims {list(d.dims)} must be {list(want)}", d.label(),
+                             Status.BAD_PARAM_SHAPE_MISMATCH)
+
+    def need_floating(self, descs) -> None:
+        """Every given descriptor (None skipped) has a floating type."""
+        for d in descs:
+            if d is not None and not d.data_type.is_floating:
+                raise self.error(f"data type {d.data_type.name} is not a floating type",
+                                 d.label(), Status.NOT_SUPPORTED_DATA_TYPE)
+
     def input_tensors(self) -> list:
         out = []
         for v in self.inputs.values():

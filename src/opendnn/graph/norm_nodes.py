@@ -50,17 +50,6 @@ class _Norm(Node):
         ctx.fill_type(t, like)
         ctx.fill_strides(t, None if float_default else like)
 
-    def _check(self, d, want, role: str) -> None:
-        if d.dims != tuple(want):
-            raise self.error(f"{role} dims {list(d.dims)} must be {list(want)}", d.label(),
-                             Status.BAD_PARAM_SHAPE_MISMATCH)
-
-    def _floating(self, descs) -> None:
-        for d in descs:
-            if d is not None and not d.data_type.is_floating:
-                raise self.error(f"data type {d.data_type.name} is not a floating type",
-                                 d.label(), Status.NOT_SUPPORTED_DATA_TYPE)
-
 
 @dataclasses.dataclass(eq=False)
 class NormForward(_Norm):
@@ -83,7 +72,7 @@ class NormForward(_Norm):
         geo = self._geometry(x, s)
         b = desc(self.inputs["BIAS"]) if "BIAS" in self.inputs else None
         if b is not None:
-            self._check(b, s.dims, "BIAS")
+            self.need_shape(b, s.dims, "BIAS")
         if "BIAS" not in self.inputs and self.NORM != N.RMS:
             raise self.error("needs a BIAS", None, Status.BAD_PARAM_NULL_POINTER)
         e = desc(self.inputs["EPSILON"])
@@ -91,13 +80,13 @@ class NormForward(_Norm):
             raise self.error("EPSILON must be a one-element pass-by-value tensor (a Python "
                              "float, or tensor_like of a CPU scalar)", e.label(), Status.BAD_PARAM)
         y = desc(self.outputs["Y"])
-        self._check(y, x.dims, "Y")
+        self.need_shape(y, x.dims, "Y")
         stats = [desc(self.outputs[r]) for r in STAT_ROLES if r in self.outputs]
         if self.training != bool(stats):
             raise self.error("MEAN / INV_VARIANCE are outputs exactly in the TRAINING phase")
         for d in stats:
-            self._check(d, geo.stats_dims, d.label())
-        self._floating([x, s, b, e, y, *stats])
+            self.need_shape(d, geo.stats_dims, d.label())
+        self.need_floating([x, s, b, e, y, *stats])
 
 
 @dataclasses.dataclass(eq=False)
@@ -116,16 +105,16 @@ class NormBackward(_Norm):
     def validate(self, desc) -> None:
         dy, x, s = (desc(self.inputs[r]) for r in ("DY", "X", "SCALE"))
         geo = self._geometry(x, s)
-        self._check(dy, x.dims, "DY")
+        self.need_shape(dy, x.dims, "DY")
         stats = [desc(self.inputs[r]) for r in STAT_ROLES if r in self.inputs]
         for d in stats:
-            self._check(d, geo.stats_dims, d.label())
+            self.need_shape(d, geo.stats_dims, d.label())
         dx = desc(self.outputs["DX"])
-        self._check(dx, x.dims, "DX")
+        self.need_shape(dx, x.dims, "DX")
         grads = [desc(self.outputs[r]) for r in ("DSCALE", "DBIAS") if r in self.outputs]
         for d in grads:
-            self._check(d, s.dims, d.label())
-        self._floating([dy, x, s, dx, *stats, *grads])
+            self.need_shape(d, s.dims, d.label())
+        self.need_floating([dy, x, s, dx, *stats, *grads])
 
 
 @dataclasses.dataclass(eq=False)
@@ -178,6 +167,7 @@ class GroupNormBackward(NormBackward):
 
 FORWARD_KINDS = ("layernorm", "rmsnorm", "instancenorm", "groupnorm")
 BACKWARD_KINDS = tuple(f"{k}_backward" for k in FORWARD_KINDS)
+
 
 for _cls in (LayerNorm, LayerNormBackward, RMSNorm, RMSNormBackward, InstanceNorm,
              InstanceNormBackward, GroupNorm, GroupNormBackward):

@@ -113,13 +113,6 @@ class _Pool(Node):
                              f"{volume} offsets", d.label(), Status.NOT_SUPPORTED_DATA_TYPE)
 
 
-def _floating(node, descs) -> None:
-    for d in descs:
-        if not d.data_type.is_floating:
-            raise node.error(f"data type {d.data_type.name} is not a floating type", d.label(),
-                             Status.NOT_SUPPORTED_DATA_TYPE)
-
-
 @dataclasses.dataclass(eq=False)
 class Resample(_Pool):
     """Y (and Index) = pool(X)."""
@@ -147,7 +140,7 @@ class Resample(_Pool):
         x, y = desc(self.inputs["X"]), desc(self.outputs["Y"])
         want = self._check(x.dims, x.label())
         self._check_output(want, y, "Y")
-        _floating(self, (x, y))
+        self.need_floating((x, y))
         if "Index" in self.outputs:
             idx = desc(self.outputs["Index"])
             self._check_output(want, idx, "Index")
@@ -187,7 +180,7 @@ class ResampleBackward(_Pool):
                                      Status.BAD_PARAM_SHAPE_MISMATCH)
                 if role == "Y":
                     self._check_output(want, d, "Y")
-        _floating(self, floats)
+        self.need_floating(floats)
         if "Index" in self.inputs:
             idx = desc(self.inputs["Index"])
             if not self.is_max:

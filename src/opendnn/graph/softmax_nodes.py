@@ -8,7 +8,6 @@ from typing import ClassVar
 from ..errors import Status
 from .nodes import NODE_TYPES, Node
 
-
 def _axis_error(node, axis: int, rank: int, t):
     return node.error(f"axis {axis} is out of range for {rank} dims (allowed: {-rank} to "
                       f"{rank - 1})", t, Status.BAD_PARAM_OUT_OF_BOUND)
@@ -31,7 +30,7 @@ class Softmax(Node):
     def validate(self, desc) -> None:
         x, y = desc(self.inputs["X"]), desc(self.outputs["Y"])
         _same_dims(self, x, y, "Y")
-        _floating(self, (x, y))
+        self.need_floating((x, y))
 
 
 @dataclasses.dataclass(eq=False)
@@ -56,20 +55,13 @@ class SoftmaxBackward(Node):
         dy, y, dx = desc(self.inputs["DY"]), desc(self.inputs["Y"]), desc(self.outputs["DX"])
         _same_dims(self, y, dy, "DY")
         _same_dims(self, y, dx, "DX")
-        _floating(self, (dy, y, dx))
+        self.need_floating((dy, y, dx))
 
 
 def _same_dims(node, a, b, role: str) -> None:
     if a.dims != b.dims:
         raise node.error(f"{role} dims {list(b.dims)} must equal {list(a.dims)}", b.label(),
                          Status.BAD_PARAM_SHAPE_MISMATCH)
-
-
-def _floating(node, descs) -> None:
-    for d in descs:
-        if not d.data_type.is_floating:
-            raise node.error(f"data type {d.data_type.name} is not a floating type", d.label(),
-                             Status.NOT_SUPPORTED_DATA_TYPE)
 
 
 for _cls in (Softmax, SoftmaxBackward):
