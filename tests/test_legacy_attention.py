@@ -42,6 +42,7 @@ class Case:
     sm_scaler: float = 0.7
     fill: float | None = None
     dtype: torch.dtype = torch.float32
+    device: str = "cpu"
 
     @property
     def m_kv(self):
@@ -67,13 +68,14 @@ def _seq_desc(case, t, m, vect, lens):
 
 def _pack(case, canon):
     """canonical [N, M, T, V] -> the packed buffer in the case's axis order."""
-    return canon.permute([CANON[a] for a in case.axes]).contiguous().reshape(-1)
+    return canon.permute([CANON[a] for a in case.axes]).contiguous().reshape(-1).to(
+        case.device)
 
 
 def _unpack(case, buf, shape):
     order = [CANON[a] for a in case.axes]
     inv = [order.index(i) for i in range(4)]
-    return buf.view([shape[i] for i in order]).permute(inv)
+    return buf.cpu().view([shape[i] for i in order]).permute(inv)
 
 
 def _window(case, g):
@@ -136,8 +138,7 @@ def run(case, seed=0, curr_idx=None, add_grad=False):
     attn = cudnn.create_attn_descriptor()
     mode = (QMAP.QUERYMAP_ONE_TO_ONE if case.one_to_one else QMAP.QUERYMAP_ALL_TO_ONE) | \
         (QMAP.ENABLE_PROJ_BIASES if case.biases else QMAP.DISABLE_PROJ_BIASES)
-    dt = cudnn.DataType.HALF if case.dtype == torch.half else cudnn.DataType.FLOAT
-    cudnn.set_attn_descriptor(attn, mode, case.heads, case.sm_scaler, dt,
+    cudnn.set_attn_descriptor(attn, mode, case.heads, case.sm_scaler, case.dtype,
                               cudnn.DataType.FLOAT, cudnn.MathType.DEFAULT_MATH, None, None,
                               case.q_size, case.k_size, case.v_size, case.q_proj,
                               case.k_proj, case.v_proj, case.o_proj, case.t_q + 1,
@@ -157,7 +158,7 @@ def run(case, seed=0, curr_idx=None, add_grad=False):
     canon["r"] = torch.randn(*shapes["q"], generator=g, dtype=torch.float64).to(case.dtype)
     bufs = {k: _pack(case, canon[k]) for k in "qkvr"}
     w_size, ws_size, rs_size = cudnn.get_multi_head_attn_buffers(h, attn)
-    weights = torch.empty(w_size, dtype=torch.uint8)
+    weights = torch.empty(w_size, dtype=torch.uint8, device=case.device)
     w64 = {}
     for kind, name in ((WK.Q_WEIGHTS, "q"), (WK.K_WEIGHTS, "k"), (WK.V_WEIGHTS, "v"),
                        (WK.O_WEIGHTS, "o"), (WK.Q_BIASES, "qb"), (WK.K_BIASES, "kb"),
@@ -169,14 +170,15 @@ def run(case, seed=0, curr_idx=None, add_grad=False):
         assert list(view.shape) == list(desc.dims) and list(view.stride()) == list(desc.strides)
         val = torch.randn(*view.shape, generator=g, dtype=torch.float64) * 0.5
         view.copy_(val.to(case.dtype))
-        w64[name] = view.double().clone()
+        w64[name] = view.double().cpu()
     lo, hi = _window(case, g)
     training = curr_idx is None
-    work = torch.empty(ws_size, dtype=torch.uint8)
-    reserve = torch.full((rs_size,), 255, dtype=torch.uint8) if training else None
-    out = torch.full((descs["o"].numel,), float("nan"), dtype=case.dtype)
-    dev_q, dev_kv = torch.tensor(lens_q, dtype=torch.int32), torch.tensor(lens_kv,
-                                                                           dtype=torch.int32)
+    work = torch.empty(ws_size, dtype=torch.uint8, device=case.device)
+    reserve = torch.full((rs_size,), 255, dtype=torch.uint8, device=case.device) \
+        if training else None
+    out = torch.full((descs["o"].numel,), float("nan"), dtype=case.dtype, device=case.device)
+    dev_q = torch.tensor(lens_q, dtype=torch.int32, device=case.device)
+    dev_kv = torch.tensor(lens_kv, dtype=torch.int32, device=case.device)
     cudnn.multi_head_attn_forward(
         h, attn, -1 if curr_idx is None else curr_idx, lo, hi, dev_q, dev_kv, descs["q"],
         bufs["q"], bufs["r"] if case.residual else None, descs["k"], bufs["k"], descs["v"],
@@ -194,7 +196,13 @@ def run(case, seed=0, curr_idx=None, add_grad=False):
     idx = -1 if curr_idx is None else curr_idx
     steps = slice(None) if idx < 0 else slice(idx, idx + 1)
     sel_valid = valid[:, :, steps].expand_as(got[:, :, steps])
-    tol = dict(dtype=case.dtype, n=4 * max(case.q_size, case.t_kv, case.heads * case.v_len))
+    n_terms = 4 * max(case.q_size, case.t_kv, case.heads * case.v_len)
+    if case.dtype != torch.float32:
+        # the graphs round each stage's result (Q', K', V', H_cat, dH, dQ' ...) to the data
+        # type, and a bias gradient sums terms far larger than itself (dbk is 0 in exact
+        # arithmetic): four chained stages, each within the dtype's tolerance
+        n_terms *= 16
+    tol = dict(dtype=case.dtype, n=n_terms)
     assert_close(got[:, :, steps][sel_valid].double(),
                  want[:, :, steps].expand_as(got[:, :, steps])[sel_valid].detach(), **tol)
     untouched = got[:, :, steps][~sel_valid]
@@ -222,7 +230,7 @@ def run(case, seed=0, curr_idx=None, add_grad=False):
     for name, want_g in zip("qkv", grads[:3]):
         assert_close(_unpack(case, d[name], shapes[name]).double(), want_g, **tol)
 
-    dweights = torch.empty(w_size, dtype=torch.uint8)
+    dweights = torch.empty(w_size, dtype=torch.uint8, device=case.device)
     base = {}
     for kind, name in ((WK.Q_WEIGHTS, "q"), (WK.K_WEIGHTS, "k"), (WK.V_WEIGHTS, "v"),
                        (WK.O_WEIGHTS, "o"), (WK.Q_BIASES, "qb"), (WK.K_BIASES, "kb"),
@@ -232,7 +240,7 @@ def run(case, seed=0, curr_idx=None, add_grad=False):
             start = torch.randn(*view.shape, generator=g) if add_grad else \
                 torch.full(view.shape, float("nan"))
             view.copy_(start.to(case.dtype))
-            base[name] = view.double().clone()
+            base[name] = view.double().cpu()
     mode_w = cudnn.WgradMode.ADD if add_grad else cudnn.WgradMode.SET
     cudnn.multi_head_attn_backward_weights(
         h, attn, mode_w, descs["q"], bufs["q"], descs["k"], bufs["k"], descs["v"], bufs["v"],
@@ -241,7 +249,7 @@ def run(case, seed=0, curr_idx=None, add_grad=False):
     for name, want_g in zip(names, grads[3:]):
         _, view = cudnn.get_multi_head_attn_weights(h, attn, WK[_KIND[name]], w_size, dweights)
         expect = want_g + base[name] if add_grad else want_g
-        assert_close(view.double(), expect, **tol)
+        assert_close(view.double().cpu(), expect, **tol)
 
 
 _KIND = {"q": "Q_WEIGHTS", "k": "K_WEIGHTS", "v": "V_WEIGHTS", "o": "O_WEIGHTS",
@@ -283,3 +291,10 @@ def test_inference_one_step(curr_idx, window):
 
 def test_inference_all_steps():
     run(Case(m=2, one_to_one=True, lens="random"), seed=7, curr_idx=-1)
+
+
+@pytest.mark.parametrize("dtype", [torch.half, torch.bfloat16])
+@pytest.mark.parametrize("name", ["beams_all_to_one", "beams_one_to_one", "causal"])
+def test_low_precision(name, dtype):
+    """half / bfloat16: the Triton matmul and attention engines (interpreted on the CPU)."""
+    run(dataclasses.replace(CASES[name], dtype=dtype), seed=11)
