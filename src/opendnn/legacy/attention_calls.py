@@ -75,8 +75,7 @@ def _unproject(handle, dxp, block, heads: int, dest) -> None:
 def _setup(op, attn_desc, descs, bufs, devs, work_space_size, work_space, reserve_size,
            reserve, need_reserve: bool):
     p = _problem(op, attn_desc, descs)
-    names = list(descs)
-    views = {nm: _seq_view(bufs[nm], descs[nm], op, nm) for nm in names if nm in bufs}
+    views = {nm: _seq_view(buf, descs[nm], op, bname) for nm, (bname, buf) in bufs.items()}
     if devs is not None:
         _dev_lengths(devs[0], p.lens_q, op, devs[2])
         _dev_lengths(devs[1], p.lens_kv, op, devs[3])
@@ -107,7 +106,8 @@ def multi_head_attn_forward(handle, attn_desc, curr_idx, lo_win_idx, hi_win_idx,
     a = attn_desc
     training = reserve_space is not None
     descs = {"q_desc": q_desc, "k_desc": k_desc, "v_desc": v_desc, "o_desc": o_desc}
-    bufs = {"q_desc": queries, "k_desc": keys, "v_desc": values, "o_desc": out}
+    bufs = {"q_desc": ("queries", queries), "k_desc": ("keys", keys),
+            "v_desc": ("values", values), "o_desc": ("out", out)}
     p, views, work, res = _setup(op, a, descs, bufs, (dev_seq_lengths_qo, dev_seq_lengths_kv,
                                  "dev_seq_lengths_qo", "dev_seq_lengths_kv"),
                                  work_space_size_in_bytes, work_space,
@@ -180,7 +180,8 @@ def multi_head_attn_backward_data(handle, attn_desc, lo_win_idx, hi_win_idx,
     op = "multi_head_attn_backward_data"
     a = attn_desc
     descs = {"dq_desc": dq_desc, "dk_desc": dk_desc, "dv_desc": dv_desc, "do_desc": do_desc}
-    bufs = {"dq_desc": dqueries, "dk_desc": dkeys, "dv_desc": dvalues, "do_desc": dout}
+    bufs = {"dq_desc": ("dqueries", dqueries), "dk_desc": ("dkeys", dkeys),
+            "dv_desc": ("dvalues", dvalues), "do_desc": ("dout", dout)}
     p, views, work, res = _setup(op, a, descs, bufs, (dev_seq_lengths_dqdo,
                                  dev_seq_lengths_dkdv, "dev_seq_lengths_dqdo",
                                  "dev_seq_lengths_dkdv"), work_space_size_in_bytes,
@@ -245,7 +246,8 @@ def multi_head_attn_backward_weights(handle, attn_desc, add_grad, q_desc, querie
     check(mode is not None, f"add_grad {add_grad!r} is not a WgradMode (ADD, SET)", op,
           "add_grad", Status.BAD_PARAM_OUT_OF_BOUND)
     descs = {"q_desc": q_desc, "k_desc": k_desc, "v_desc": v_desc, "do_desc": do_desc}
-    bufs = {"q_desc": queries, "k_desc": keys, "v_desc": values, "do_desc": dout}
+    bufs = {"q_desc": ("queries", queries), "k_desc": ("keys", keys),
+            "v_desc": ("values", values), "do_desc": ("dout", dout)}
     p, views, work, res = _setup(op, a, descs, bufs, None,
                                  work_space_size_in_bytes, work_space,
                                  reserve_space_size_in_bytes, reserve_space, True)
