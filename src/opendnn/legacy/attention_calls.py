@@ -40,7 +40,8 @@ import torch
 from ..errors import Status
 from ..tensor import to_torch_dtype
 from . import attention_graphs as AG
-from .attention import WgradMode, buffer_sizes, check_weights
+from .attention import WgradMode
+from .attention_buffers import buffer_sizes, check_weights
 from .attention_graphs import _Carve, _dev_lengths, _problem, _seq_view, _space, _window
 from .common import check
 
