@@ -13,6 +13,8 @@ import torch
 
 import opendnn.legacy as cudnn
 from _util import assert_close
+from opendnn.ops.attention import dropout_keep
+from opendnn.ops.dropout import mask as dropout_mask
 
 AX = cudnn.SeqDataAxis
 WK = cudnn.MultiHeadAttnWeightKind
@@ -42,6 +44,8 @@ class Case:
     axes: tuple = (AX.BATCH, AX.BEAM, AX.TIME, AX.VECT)
     sm_scaler: float = 0.7
     fill: float | None = None
+    attn_drop: float = 0.0            # dropout probabilities (training only)
+    post_drop: float = 0.0
     dtype: torch.dtype = torch.float32
     device: str = "cpu"
 
@@ -101,8 +105,21 @@ def _lengths(case, g, count, t):
     return [t] + [int(x) for x in rest]
 
 
-def _reference(case, x, w, lo, hi, lens_kv):
-    """float64 model; x: Q, K, V, R canonical; w: {kind: per-head tensors or None}."""
+def _attn_mask(case, seed):
+    """The attention dropout's keep mask [N, M, H, T_q, T_kv]: the Philox stream of
+    ops.dropout over the sdpa graph's [B, H, R, T_kv] (B = N * M_kv K/V sequences, row
+    r = (beam within the K/V sequence) * T_q + t)."""
+    b, share = case.n * case.m_kv, case.m // case.m_kv
+    keep = torch.from_numpy(dropout_keep(seed, 0, case.attn_drop,
+                                         (b, case.heads, share * case.t_q, case.t_kv)))
+    keep = keep.view(case.n, case.m_kv, case.heads, share, case.t_q, case.t_kv)
+    return keep.permute(0, 1, 3, 2, 4, 5).reshape(case.n, case.m, case.heads, case.t_q,
+                                                  case.t_kv).double()
+
+
+def _reference(case, x, w, lo, hi, lens_kv, training, seeds=(1, 2)):
+    """float64 model; x: Q, K, V, R canonical; w: {kind: per-head tensors or None};
+    seeds: of the attention and output dropouts (their first call: offset 0)."""
     q, k, v = x["q"], x["k"], x["v"]
     heads = []
     mask = torch.zeros(case.t_q, case.t_kv, dtype=torch.bool)
@@ -123,6 +140,8 @@ def _reference(case, x, w, lo, hi, lens_kv):
         s = case.sm_scaler * qh @ kh.transpose(-1, -2)
         s = s.masked_fill(~keep_h, float("-inf"))
         prob = torch.softmax(s, -1).nan_to_num(0.0)      # a row without keys: y = 0
+        if case.attn_drop and training:
+            prob = prob * _attn_mask(case, seeds[0])[:, :, h] / (1 - case.attn_drop)
         heads.append(prob @ vh)
     if w["o"] is None:
         out = torch.cat(heads, -1)
@@ -130,6 +149,9 @@ def _reference(case, x, w, lo, hi, lens_kv):
         out = sum(heads[h] @ w["o"][h] for h in range(case.heads))
         if case.biases:
             out = out + w["ob"][0]
+    if case.post_drop and training:
+        keep = torch.from_numpy(dropout_mask(seeds[1], 0, tuple(out.shape), case.post_drop))
+        out = out * keep.double() / (1 - case.post_drop)
     return out + x["r"] if case.residual else out
 
 
@@ -139,8 +161,16 @@ def run(case, seed=0, curr_idx=None, add_grad=False):
     attn = cudnn.create_attn_descriptor()
     mode = (QMAP.QUERYMAP_ONE_TO_ONE if case.one_to_one else QMAP.QUERYMAP_ALL_TO_ONE) | \
         (QMAP.ENABLE_PROJ_BIASES if case.biases else QMAP.DISABLE_PROJ_BIASES)
+    drops = []
+    for p_drop, seed in ((case.attn_drop, 1), (case.post_drop, 2)):
+        d = None
+        if p_drop:
+            d = cudnn.create_dropout_descriptor()
+            states = torch.empty(4, dtype=torch.int64, device=case.device)
+            cudnn.set_dropout_descriptor(d, h, p_drop, states, 32, seed)
+        drops.append(d)
     cudnn.set_attn_descriptor(attn, mode, case.heads, case.sm_scaler, case.dtype,
-                              cudnn.DataType.FLOAT, cudnn.MathType.DEFAULT_MATH, None, None,
+                              cudnn.DataType.FLOAT, cudnn.MathType.DEFAULT_MATH, *drops,
                               case.q_size, case.k_size, case.v_size, case.q_proj,
                               case.k_proj, case.v_proj, case.o_proj, case.t_q + 1,
                               case.t_kv, case.n + 1, case.m)
@@ -188,11 +218,16 @@ def run(case, seed=0, curr_idx=None, add_grad=False):
         bufs["v"], descs["o"], out, w_size, weights, ws_size, work,
         rs_size if training else 0, reserve)
 
+    counts = (case.n * case.m * case.heads * case.t_q * case.t_kv,
+              case.n * case.m * case.t_q * case.o_len)
+    for d, count in zip(drops, counts):   # a training forward advances the offset
+        if d is not None:
+            assert int(d.states[2]) == (-(-count // 4) if training else 0)
     x = {k: canon[k].double().requires_grad_(k in "qkv") for k in "qkvr"}
     for val in w64.values():
         if val is not None:
             val.requires_grad_(True)
-    want = _reference(case, x, w64, lo, hi, lens_kv)
+    want = _reference(case, x, w64, lo, hi, lens_kv, training)
     got = _unpack(case, out, shapes["o"])
     valid = (torch.arange(case.t_q).view(1, 1, -1) <
              torch.tensor(lens_q).view(case.n, case.m, 1)).unsqueeze(-1)
@@ -301,3 +336,15 @@ def test_inference_all_steps():
 def test_low_precision(name, dtype):
     """half / bfloat16: the Triton matmul and attention engines (interpreted on the CPU)."""
     run(dataclasses.replace(CASES[name], dtype=dtype), seed=11)
+
+
+@pytest.mark.parametrize("attn_drop,post_drop", [(0.3, 0.0), (0.0, 0.25), (0.3, 0.25)])
+def test_dropout(attn_drop, post_drop):
+    """Dropout on the attention probabilities and on the output (before the residual),
+    from the dropout descriptors' streams; the backward reuses the forward's masks."""
+    run(Case(m=2, window="random", lens="random", biases=True, residual=True,
+             attn_drop=attn_drop, post_drop=post_drop), seed=13)
+
+
+def test_dropout_inference_is_off():
+    run(Case(attn_drop=0.5, post_drop=0.5, biases=True), seed=17, curr_idx=-1)

@@ -91,12 +91,14 @@ def test_dropout_descriptors():
     _set_attn_error(Status.BAD_PARAM_DESCRIPTOR_TYPE, "attn_dropout_desc",
                     attn_dropout_desc=object())
     drop = cudnn.create_dropout_descriptor()
+    _set_attn_error(Status.BAD_PARAM_NOT_FINALIZED, "post_dropout_desc",
+                    post_dropout_desc=drop)
     states = torch.zeros(4, dtype=torch.int64)
-    cudnn.set_dropout_descriptor(drop, cudnn.create(), 0.1, states, 32, 7)
+    cudnn.set_dropout_descriptor(drop, cudnn.create(), 1.0, states, 32, 7)
     _set_attn_error(Status.NOT_SUPPORTED, "post_dropout_desc", GraphNotSupportedError,
                     post_dropout_desc=drop)
-    cudnn.set_dropout_descriptor(drop, cudnn.create(), 0.0, states, 32, 7)
-    _attn(attn_dropout_desc=drop)
+    cudnn.set_dropout_descriptor(drop, cudnn.create(), 0.1, states, 32, 7)
+    _attn(attn_dropout_desc=drop, post_dropout_desc=drop)
 
 
 def test_attn_descriptor_roundtrip_and_unset():

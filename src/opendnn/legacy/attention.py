@@ -1,6 +1,6 @@
 """cuDNN's multi-head attention descriptors: the attention descriptor, the sequence data
-descriptor, the buffer sizes and the packed weight layout (the calls that run the model
-are in ``attention_run.py``).
+descriptor and the packed weight layout (``attention_buffers.py`` has the buffer sizes
+and the weight views, ``attention_calls.py`` the calls that run the model).
 
 The model (cuDNN's ``cudnnMultiHeadAttnForward``), for one query vector q_t of a
 sequence, its keys K and values V (the K/V sequence the query's beam maps to) and the
@@ -10,10 +10,16 @@ heads h = 0 .. n_heads-1:
     K'_h = K   Wk[h] (+ bk[h])          [T_kv, k_proj] (k_proj_size 0: K'_h = K)
     V'_h = V   Wv[h] (+ bv[h])          [T_kv, v_proj] (v_proj_size 0: V'_h = V)
     a_h  = softmax_j(sm_scaler * q'_h . K'_h[j])   over keys lo[t] <= j < hi[t], j < L_kv
-    y_h  = sum_j a_h[j] V'_h[j]                                       [v_len]
-    out_t = sum_h y_h Wo[h] (+ bo) (+ residual_t)   (o_proj_size 0: out_t = [y_0 .. y_H-1])
+    y_h  = sum_j D_a[j] a_h[j] V'_h[j]                                [v_len]
+    z_t  = sum_h y_h Wo[h] (+ bo)                   (o_proj_size 0: z_t = [y_0 .. y_H-1])
+    out_t = D_o z_t (+ residual_t)
 
-with lengths after projection q_len = q_proj_size or q_size (likewise k_len, v_len) and
+where D_a, D_o are the attention and output dropouts (attn_dropout_desc,
+post_dropout_desc; training-mode forwards only): 0 with probability p, else 1 / (1 - p),
+drawn from the descriptor's Philox stream (``ops/dropout.py``) over the logical elements
+of the attention's [B, H, R, T_kv] probabilities and of z [N, M, T_q, o_len] (see
+``attention_calls.py`` for B and R); each call advances the descriptor's offset. With
+lengths after projection q_len = q_proj_size or q_size (likewise k_len, v_len) and
 the output length o_len = o_proj_size or n_heads * v_len. q_len must equal k_len.
 
 Sequence data (``SeqDataDescriptor``): 4 axes TIME, BATCH, BEAM, VECT, packed in the
@@ -187,9 +193,13 @@ def _int(v, op, name, low, what):
 def _dropout(d, op, name):
     check(d is None or isinstance(d, DropoutDescriptor), f"{name} must be None or a dropout "
           f"descriptor, got {type(d).__name__}", op, name, Status.BAD_PARAM_DESCRIPTOR_TYPE)
-    if d is not None and d.dropout > 0.0:
-        raise _unsupported(f"{name}: dropout inside multi-head attention (p = {d.dropout}) is "
-                           "not supported; give None or a descriptor with probability 0", op)
+    if d is None:
+        return
+    check(d.states is not None, "the dropout descriptor was never set "
+          "(set_dropout_descriptor)", op, name, Status.BAD_PARAM_NOT_FINALIZED)
+    if d.dropout >= 1.0:
+        raise _unsupported(f"{name}: dropout probability {d.dropout} leaves no scale "
+                           "1 / (1 - p); it must be below 1", op)
 
 
 def set_attn_descriptor(desc, attn_mode, n_heads, sm_scaler, data_type, compute_prec,
@@ -201,8 +211,9 @@ def set_attn_descriptor(desc, attn_mode, n_heads, sm_scaler, data_type, compute_
     QUERYMAP / PROJ_BIASES flags; n_heads, q/k/v sizes, the maximum lengths, batch and
     beam sizes >= 1; projection sizes >= 0 (0: no projection); sm_scaler finite and >= 0;
     q_len == k_len after the projections; compute_prec FLOAT (or HALF with HALF data);
-    a known math_type. NOT_SUPPORTED: data types other than half, bfloat16, float; dropout
-    descriptors with a probability above 0."""
+    a known math_type; dropout descriptors None or set. NOT_SUPPORTED: data types other
+    than half, bfloat16, float; a dropout probability of 1. The dropout descriptors are read
+    (probability, generator states) at every training-mode forward."""
     op = "set_attn_descriptor"
     check(isinstance(desc, AttnDescriptor), "needs a descriptor from create_attn_descriptor",
           op, "attn_desc", Status.BAD_PARAM_DESCRIPTOR_TYPE)

@@ -16,26 +16,37 @@ def _check_attn(desc, op) -> None:
           "never set (set_attn_descriptor)", op, "attn_desc", Status.BAD_PARAM_NOT_FINALIZED)
 
 
+KINDS = {"stats": "float32", "rng": "int64"}       # pieces not of the data type
+ITEM = {"float32": 4, "int64": 8}
+
+
 def buffer_sizes(desc) -> tuple:
-    """(workspace bytes, reserve bytes, {name: (offset, numel, dtype)} of each) at the
-    descriptor's maxima; see ``attention_run`` for what each piece holds."""
+    """(workspace bytes, reserve bytes, {"work" | "reserve": {name: (byte offset, numel,
+    kind)}}) at the descriptor's maxima. Reserve: the projections qp, kp, vp, the heads'
+    outputs hcat, the softmax statistics, the dropout words rng (attention seed, 0,
+    offset, 0, then the output dropout's), the backward's dqp, dkp, dvp. Workspace: the
+    output before its padding is restored (o), before the output dropout (y), the masked
+    dout (do) and after the output dropout (dod), dH (dh), packed inputs of the weight
+    gradients (pack) and, in inference, the projections and heads' outputs (i_*)."""
     item = to_torch_dtype(desc.data_type).itemsize
     n, m, h = desc.max_batch_size, desc.max_beam_size, desc.n_heads
     m_kv = m if desc.one_to_one else 1
     qo, kv = n * m * desc.qo_max_seq_length, n * m_kv * desc.kv_max_seq_length
     reserve = {"qp": qo * h * desc.q_len, "kp": kv * h * desc.k_len, "vp": kv * h * desc.v_len,
-               "hcat": qo * h * desc.v_len, "stats": qo * h, "dqp": qo * h * desc.q_len,
-               "dkp": kv * h * desc.k_len, "dvp": kv * h * desc.v_len}
+               "hcat": qo * h * desc.v_len, "stats": qo * h, "rng": 8,
+               "dqp": qo * h * desc.q_len, "dkp": kv * h * desc.k_len,
+               "dvp": kv * h * desc.v_len}
     widest = max(desc.q_size, desc.k_size, desc.v_size, h * desc.v_len) + 1
-    work = {"o": qo * desc.o_len, "do": qo * desc.o_len, "dh": qo * h * desc.v_len,
-            "pack": max(qo, kv) * widest, **{f"i_{k}": v for k, v in reserve.items()
-                                             if not k.startswith("d")}}
+    work = {"o": qo * desc.o_len, "y": qo * desc.o_len, "do": qo * desc.o_len,
+            "dod": qo * desc.o_len, "dh": qo * h * desc.v_len, "pack": max(qo, kv) * widest,
+            **{f"i_{k}": reserve[k] for k in ("qp", "kp", "vp", "hcat")}}
 
     def lay(pieces):
         out, off = {}, 0
         for name, numel in pieces.items():
-            out[name] = (off, numel, "float32" if name.endswith("stats") else "data")
-            off += _aligned(numel * (4 if name.endswith("stats") else item))
+            kind = KINDS.get(name, "data")
+            out[name] = (off, numel, kind)
+            off += _aligned(numel * ITEM.get(kind, item))
         return off, out
     w_size, w_map = lay(work)
     r_size, r_map = lay(reserve)

@@ -38,6 +38,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import Status
+from ..ops.dropout import counters
 from ..tensor import to_torch_dtype
 from . import attention_graphs as AG
 from .attention import WgradMode
@@ -146,17 +147,22 @@ def multi_head_attn_forward(handle, attn_desc, curr_idx, lo_win_idx, hi_win_idx,
     rows = (p.m // p.m_kv) * ts
     mk = AG.masks(p, win, rows, dev)
     stats = res("stats", b, h, rows, 1) if training else None
+    attn_drop, post_drop = _rng(a, res, b * h * rows * p.t_kv, p.n * p.m * ts * a.o_len,
+                                record=True) if training else (None, None)
     AG.sdpa(handle, a.sm_scaler, mk, AG.heads(qp, b, h), AG.heads(kp, b, h),
-            AG.heads(vp, b, h), AG.heads(hcat, b, h), stats)
+            AG.heads(vp, b, h), AG.heads(hcat, b, h), stats, drop=attn_drop)
     dest_o = o[:, :, steps.start:steps.stop]
     valid = _valid(p.lens_q, p.n, p.m, steps, dev)
     full = bool(valid.all())
     y = dest_o if full else work("o", p.n, p.m, ts, a.o_len)
-    if "o" in blocks:
-        wo = blocks["o"]
-        rows_o = h * a.v_len
-        bias = wo[rows_o:rows_o + 1].view(1, 1, 1, -1) if a.biases else None
-        AG.matmul(handle, hcat, wo[:rows_o].view(1, 1, rows_o, -1), y, bias=bias, resid=resid)
+    if post_drop is not None:            # z = H_cat Wo + bo, then y = D_o z + residual
+        z = hcat
+        if "o" in blocks:
+            z = work("y", p.n, p.m, ts, a.o_len)
+            _out_projection(handle, a, blocks["o"], hcat, z)
+        AG.dropout(handle, *post_drop, z, y, resid=resid)
+    elif "o" in blocks:
+        _out_projection(handle, a, blocks["o"], hcat, y, resid)
     elif resid is not None:
         torch.add(hcat, resid, out=y)
     else:
@@ -165,6 +171,33 @@ def multi_head_attn_forward(handle, attn_desc, curr_idx, lo_win_idx, hi_win_idx,
         fill = dest_o if o_desc.padding_fill is None else torch.full_like(
             y, o_desc.padding_fill)
         dest_o.copy_(torch.where(valid.unsqueeze(-1), y, fill))
+
+
+def _out_projection(handle, a, wo, hcat, dest, resid=None) -> None:
+    rows_o = a.n_heads * a.v_len
+    bias = wo[rows_o:rows_o + 1].view(1, 1, 1, -1) if a.biases else None
+    AG.matmul(handle, hcat, wo[:rows_o].view(1, 1, rows_o, -1), dest, bias=bias, resid=resid)
+
+
+def _rng(a, res, attn_count: int, post_count: int, record: bool) -> tuple:
+    """((p, seed, offset) or None for the attention dropout, the same for the output
+    dropout): seed and offset are words of the reserve space. ``record`` (the training
+    forward): copy each descriptor's states [seed, 0, offset, 0] there first and advance
+    the descriptor's offset by the Philox counters the call consumes, as dropout_forward
+    does; the backward calls read the recorded words."""
+    words = res("rng", 8)
+    out = []
+    for i, (d, count) in enumerate(((a.attn_dropout_desc, attn_count),
+                                    (a.post_dropout_desc, post_count))):
+        if d is None or d.dropout == 0.0:
+            out.append(None)
+            continue
+        w = words[4 * i:4 * i + 4]
+        if record:
+            w.copy_(d.states)
+            d.states[2:3].add_(counters(count))
+        out.append((d.dropout, w[0:1], w[2:3]))
+    return tuple(out)
 
 
 def multi_head_attn_backward_data(handle, attn_desc, lo_win_idx, hi_win_idx,
@@ -192,22 +225,24 @@ def multi_head_attn_backward_data(handle, attn_desc, lo_win_idx, hi_win_idx,
     win = _window(op, lo_win_idx, hi_win_idx, p, steps)
     blocks = check_weights(a, weights, weight_size_in_bytes, op)
     h, dev = a.n_heads, dq.device
-    dom = _masked_dout(p, work, do, a.o_len, dev)
+    b = p.n * p.m_kv
+    rows = (p.m // p.m_kv) * p.t_q
+    attn_drop, post_drop = _rng(a, res, 0, 0, record=False)
+    dom = _masked_dout(p, work, do, a.o_len, dev, post_drop, handle)
     if "o" in blocks:
         rows_o = h * a.v_len
         dh = work("dh", p.n, p.m, p.t_q, rows_o)
         AG.matmul(handle, dom, blocks["o"][:rows_o].t().unsqueeze(0).unsqueeze(0), dh)
     else:
         dh = dom
-    b = p.n * p.m_kv
-    rows = (p.m // p.m_kv) * p.t_q
     mk = AG.masks(p, win, rows, dev)
     saved = _saved(p, res, a)
     grads = [res("dqp", *saved["qp"].shape), res("dkp", *saved["kp"].shape),
              res("dvp", *saved["vp"].shape)]
     AG.sdpa(handle, a.sm_scaler, mk, *(AG.heads(saved[x], b, h) for x in ("qp", "kp", "vp",
                                                                          "hcat")),
-            res("stats", b, h, rows, 1), grads=[AG.heads(x, b, h) for x in [dh] + grads])
+            res("stats", b, h, rows, 1), grads=[AG.heads(x, b, h) for x in [dh] + grads],
+            drop=attn_drop)
     for dxp, name, dest in zip(grads, "qkv", (dq, dk, dv)):
         _unproject(handle, dxp, blocks.get(name), h, dest)
     return dqueries, dkeys, dvalues
@@ -221,12 +256,17 @@ def _saved(p, res, a) -> dict:
             "hcat": res("hcat", p.n, p.m, p.t_q, h * a.v_len)}
 
 
-def _masked_dout(p, work, do, o_len, dev) -> torch.Tensor:
-    """dout packed [N, M, T_q, o_len] with the vectors beyond each length zeroed."""
+def _masked_dout(p, work, do, o_len, dev, post_drop, handle) -> torch.Tensor:
+    """dout packed [N, M, T_q, o_len] with the vectors beyond each length zeroed, then
+    through the output dropout's gradient (the forward's mask) when there is one: dz."""
     dom = work("do", p.n, p.m, p.t_q, o_len)
     valid = _valid(p.lens_q, p.n, p.m, range(p.t_q), dev).unsqueeze(-1)
     dom.copy_(torch.where(valid, do, torch.zeros((), dtype=do.dtype, device=dev)))
-    return dom
+    if post_drop is None:
+        return dom
+    dz = work("dod", p.n, p.m, p.t_q, o_len)
+    AG.dropout(handle, *post_drop, dom, dz, backward=True)
+    return dz
 
 
 def multi_head_attn_backward_weights(handle, attn_desc, add_grad, q_desc, queries, k_desc,
@@ -265,7 +305,8 @@ def multi_head_attn_backward_weights(handle, attn_desc, add_grad, q_desc, querie
     for name, block in grads.items():
         if name == "o":
             x, lengths, m, t = saved["hcat"], p.lens_q, p.m, p.t_q
-            dy = _masked_dout(p, work, views["do_desc"], a.o_len, dev)
+            dy = _masked_dout(p, work, views["do_desc"], a.o_len, dev,
+                              _rng(a, res, 0, 0, record=False)[1], handle)
         else:
             (x, lengths, m, t), dy = xs[name], dxp[name]
         tokens, size = p.n * m * t, x.shape[-1]

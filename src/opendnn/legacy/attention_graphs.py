@@ -120,7 +120,7 @@ class _Carve:
 
     def __call__(self, name, *shape):
         offset, numel, kind = self.layout[name]
-        dt = torch.float32 if kind == "float32" else self.dtype
+        dt = {"float32": torch.float32, "int64": torch.int64}.get(kind, self.dtype)
         count = 1
         for s in shape:
             count *= s
@@ -185,6 +185,34 @@ def matmul(handle, a, b, c, bias=None, resid=None) -> None:
     pack = dict(zip(ins, bufs))
     pack[t] = c
     _run(g, pack, c.device)
+
+
+def dropout(handle, p: float, seed, offset, x, dest, resid=None, backward=False) -> None:
+    """dest = x * mask / (1 - p) (+ resid): the dropout (or, ``backward``, its gradient,
+    the same mask) over x's logical elements from (seed, offset) one-element int64
+    tensors, through a cached graph."""
+    key = ("dropout", str(handle.device), float(p), backward, _sig(x), _sig(dest),
+           _sig(resid))
+    hit = _cache.get(key)
+    if hit is None:
+        g = _new_graph(handle, "multi_head_attn_dropout")
+        ins = [_gt(g, x, "x"), _gt(g, seed, "seed"), _gt(g, offset, "offset")]
+        if backward:
+            t = g.dropout_backward(ins[0], float(p), ins[1], ins[2], name="dropout_backward")
+        else:
+            t = g.dropout(ins[0], float(p), ins[1], ins[2], generate_mask=False,
+                          name="dropout")[0]
+        if resid is not None:
+            ins.append(_gt(g, resid, "residual"))
+            t = g.add(t, ins[-1], name="add_residual")
+        t.set_output(True).set_dim(list(dest.shape)).set_stride(list(dest.stride()))
+        t.set_data_type(as_data_type(dest.dtype)).set_name("dest")
+        g.build([HeurMode.A, HeurMode.FALLBACK])
+        hit = _cache[key] = (g, ins, t)
+    g, ins, t = hit
+    pack = dict(zip(ins, [x, seed, offset] + ([resid] if resid is not None else [])))
+    pack[t] = dest
+    _run(g, pack, dest.device)
 
 
 def _band(win: tuple, t_kv: int):
@@ -257,17 +285,23 @@ def masks(p: Problem, win: tuple, rows: int, device) -> Masks:
     return Masks(band, bias, lens_q, lens_kv)
 
 
-def sdpa(handle, scale, mk: Masks, q, k, v, o, stats=None, grads=None) -> None:
+def sdpa(handle, scale, mk: Masks, q, k, v, o, stats=None, grads=None, drop=None) -> None:
     """The attention graph: forward (o, stats) or, with ``grads`` = (dO, dQ, dK, dV),
-    the backward from the forward's o and stats. Views are [B, H, S, D]."""
-    tensors = (q, k, v, o, stats) + tuple(grads or ())
+    the backward from the forward's o and stats. Views are [B, H, S, D]. ``drop``:
+    (probability, seed, offset), seed and offset one-element int64 tensors, or None."""
+    rng = () if drop is None else (drop[1], drop[2])
+    tensors = (q, k, v, o, stats) + tuple(grads or ()) + rng
     key = ("sdpa", str(handle.device), float(scale), mk.key(), grads is None,
+           None if drop is None else float(drop[0]),
            tuple(_sig(t) for t in tensors) + tuple(_sig(t) for t in mk.bufs().values()))
     hit = _cache.get(key)
     if hit is None:
         g = _new_graph(handle, "multi_head_attn_sdpa")
         ins = {r: _gt(g, t, r) for r, t in (("q", q), ("k", k), ("v", v))}
         kw = mk.kwargs(g, ins)
+        if drop is not None:
+            ins["seed"], ins["offset"] = _gt(g, drop[1], "seed"), _gt(g, drop[2], "offset")
+            kw["dropout"] = (float(drop[0]), ins["seed"], ins["offset"])
         if grads is None:
             out, st = g.sdpa(ins["q"], ins["k"], ins["v"], attn_scale=float(scale),
                              generate_stats=stats is not None, name="sdpa", **kw)
@@ -289,6 +323,8 @@ def sdpa(handle, scale, mk: Masks, q, k, v, o, stats=None, grads=None) -> None:
         hit = _cache[key] = (g, ins, outs)
     g, ins, outs = hit
     vals = {"q": q, "k": k, "v": v, "o": o, "stats": stats, **mk.bufs()}
+    if drop is not None:
+        vals.update(seed=drop[1], offset=drop[2])
     if grads is not None:
         vals.update(zip(("do", "dq", "dk", "dv"), grads))
     pack = {t: vals[r] for r, t in {**ins, **outs}.items() if t is not None}
