@@ -14,20 +14,29 @@ Forward, for the selected query time steps (all with curr_idx < 0, else curr_idx
    causal is L = None, R = 0) and otherwise an additive bias [1, 1, R, T_kv] of 0 / -inf
    (the flash kernels and the reference both take -inf as a mask). Keys beyond a K/V
    sequence's length are the padding mask (seq_len_kv). A row whose window holds no key
-   gives y = 0. The heads' outputs land in H_cat [N, M, T_q, H * v_len].
+   gives y = 0. The heads' outputs land in H_cat [N, M, T_q, H * v_len]. Training with
+   an attention dropout: the sdpa node's dropout (probability, seed, offset) on P.
 3. output, one ``matmul`` graph: out = H_cat Wo (+ bo) (+ residuals), or H_cat (+
-   residuals) without an output projection. Query vectors beyond their sequence's length
-   are left as they were, or set to o_desc's padding fill.
+   residuals) without an output projection; with an output dropout (training) z = H_cat
+   Wo (+ bo) first, then a ``dropout`` graph: out = D_o z (+ residuals). Query vectors
+   beyond their sequence's length are left as they were, or set to o_desc's padding fill.
+
+Dropout streams: a training forward copies each dropout descriptor's states [seed, 0,
+offset, 0] into the reserve space, then advances the descriptor's offset by the Philox
+counters it uses (ceil(elements / 4): B * H * R * T_kv for the attention, N * M * T_q *
+o_len for the output), as dropout_forward does; the backward calls replay the recorded
+words, so they see the forward's masks. Inference forwards apply no dropout.
 
 Backward data (from the training forward's reserve space: Q', K', V', H_cat, Stats):
-dO with padded vectors zeroed; dH_cat = dO Wo^T (``matmul``); dQ', dK', dV' by
-``sdpa_backward`` (kept in the reserve space); dQ = dQ' Wq^T, dK = dK' Wk^T, dV = dV' Wv^T
-(``matmul``; a disabled projection sums its heads). As in cuDNN, dqueries holds no
-residual term: add dout to it when the residuals were the queries.
+dO with padded vectors zeroed, then through the output dropout's mask (dz); dH_cat =
+dz Wo^T (``matmul``); dQ', dK', dV' by ``sdpa_backward`` (kept in the reserve space); dQ =
+dQ' Wq^T, dK = dK' Wk^T, dV = dV' Wv^T (``matmul``; a disabled projection sums its
+heads). As in cuDNN, dqueries holds no residual term: add dout to it when the residuals
+were the queries. Gradients of padded vectors are 0.
 
 Backward weights: [X | 1]^T dX' (``matmul`` over all tokens, X packed with a column of
 ones when biases are enabled) is the weight block and its bias row at once; for O,
-[H_cat | 1]^T dO. WgradMode.SET writes the blocks, ADD adds to them.
+[H_cat | 1]^T dz. WgradMode.SET writes the blocks, ADD adds to them.
 
 Half and bfloat16 run on the Triton engines (matmul, attention); float32 graphs on the
 float64 reference. Layout moves (packing, head copies, padding fills, the head sum of a
