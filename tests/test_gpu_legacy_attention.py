@@ -22,6 +22,10 @@ LARGE = {
                                     o_proj=0, one_to_one=True, window="causal",
                                     lens="random",
                                     axes=(AX.TIME, AX.BATCH, AX.BEAM, AX.VECT)),
+    "large_odd_heads": Case(heads=5, n=2, m=2, t_q=50, t_kv=45, q_size=30, k_size=20,
+                            v_size=24, q_proj=12, k_proj=12, v_proj=20, o_proj=30,
+                            biases=True, residual=True, window="band", lens="random",
+                            attn_drop=0.2, post_drop=0.1),
 }
 
 

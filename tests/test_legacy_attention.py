@@ -307,6 +307,10 @@ CASES = {
     "band": Case(window="band", t_q=4, t_kv=5, biases=True),
     "time_outer": Case(axes=(AX.TIME, AX.BATCH, AX.BEAM, AX.VECT), m=2, lens="random",
                        window="random"),
+    "odd_head_dims": Case(q_proj=5, k_proj=5, v_proj=3, heads=3, m=2, biases=True,
+                          residual=True, window="random", lens="random"),
+    "odd_unprojected": Case(q_size=6, k_size=6, v_size=5, q_proj=0, k_proj=0, v_proj=0,
+                            o_proj=0, lens="random", window="causal", t_q=4),
     "beam_outer_fill": Case(axes=(AX.BEAM, AX.TIME, AX.BATCH, AX.VECT), m=2, one_to_one=True,
                             lens="random", fill=-3.0),
 }
@@ -332,7 +336,8 @@ def test_inference_all_steps():
 
 
 @pytest.mark.parametrize("dtype", [torch.half, torch.bfloat16])
-@pytest.mark.parametrize("name", ["beams_all_to_one", "beams_one_to_one", "causal"])
+@pytest.mark.parametrize("name", ["beams_all_to_one", "beams_one_to_one", "causal",
+                                  "odd_head_dims"])
 def test_low_precision(name, dtype):
     """half / bfloat16: the Triton matmul and attention engines (interpreted on the CPU)."""
     run(dataclasses.replace(CASES[name], dtype=dtype), seed=11)

@@ -242,8 +242,10 @@ def test_forward_descriptor_rules(setup):
 
 
 def test_forward_head_dims_of_the_attention():
-    s = Setup(q_proj_size=4, k_proj_size=4)
-    s.error(Status.NOT_SUPPORTED_SHAPE, "q_len", exc=GraphNotSupportedError)
+    s = Setup(q_proj_size=264, k_proj_size=264)
+    s.error(Status.NOT_SUPPORTED_SHAPE, "q_len", "256", exc=GraphNotSupportedError)
+    s = Setup(v_proj_size=257)
+    s.error(Status.NOT_SUPPORTED_SHAPE, "v_len", "256", exc=GraphNotSupportedError)
 
 
 def test_forward_argument_rules(setup):

@@ -16,6 +16,11 @@ def _check_attn(desc, op) -> None:
           "never set (set_attn_descriptor)", op, "attn_desc", Status.BAD_PARAM_NOT_FINALIZED)
 
 
+def pad8(size: int) -> int:
+    """A head dim rounded up to the attention's multiple of 8."""
+    return (size + 7) // 8 * 8
+
+
 KINDS = {"stats": "float32", "rng": "int64"}       # pieces not of the data type
 ITEM = {"float32": 4, "int64": 8}
 
@@ -27,7 +32,9 @@ def buffer_sizes(desc) -> tuple:
     offset, 0, then the output dropout's), the backward's dqp, dkp, dvp. Workspace: the
     output before its padding is restored (o), before the output dropout (y), the masked
     dout (do) and after the output dropout (dod), dH (dh), packed inputs of the weight
-    gradients (pack) and, in inference, the projections and heads' outputs (i_*)."""
+    gradients (pack) and, in inference, the projections and heads' outputs (i_*). Pieces
+    ending in 8 are the zero-padded copies the attention reads when a head dim is not a
+    multiple of 8."""
     item = to_torch_dtype(desc.data_type).itemsize
     n, m, h = desc.max_batch_size, desc.max_beam_size, desc.n_heads
     m_kv = m if desc.one_to_one else 1
@@ -40,6 +47,16 @@ def buffer_sizes(desc) -> tuple:
     work = {"o": qo * desc.o_len, "y": qo * desc.o_len, "do": qo * desc.o_len,
             "dod": qo * desc.o_len, "dh": qo * h * desc.v_len, "pack": max(qo, kv) * widest,
             **{f"i_{k}": reserve[k] for k in ("qp", "kp", "vp", "hcat")}}
+    # head dims not a multiple of 8: the attention runs on zero-padded copies
+    qk8, v8 = pad8(desc.q_len), pad8(desc.v_len)
+    padded = {}
+    if qk8 != desc.q_len:
+        padded.update(qp8=qo * h * qk8, kp8=kv * h * qk8, dqp8=qo * h * qk8, dkp8=kv * h * qk8)
+    if v8 != desc.v_len:
+        padded.update(vp8=kv * h * v8, hcat8=qo * h * v8, dvp8=kv * h * v8)
+        work["dh8"] = qo * h * v8
+    reserve.update(padded)
+    work.update({f"i_{k}": v for k, v in padded.items() if not k.startswith("d")})
 
     def lay(pieces):
         out, off = {}, 0

@@ -16,6 +16,9 @@ Forward, for the selected query time steps (all with curr_idx < 0, else curr_idx
    sequence's length are the padding mask (seq_len_kv). A row whose window holds no key
    gives y = 0. The heads' outputs land in H_cat [N, M, T_q, H * v_len]. Training with
    an attention dropout: the sdpa node's dropout (probability, seed, offset) on P.
+   Head dims (q_len, v_len up to 256) that are not a multiple of 8, the sdpa node's
+   rule, run on copies of Q', K', V' with every head zero-padded to one (zero columns
+   change no score and give output columns of zeros, dropped again).
 3. output, one ``matmul`` graph: out = H_cat Wo (+ bo) (+ residuals), or H_cat (+
    residuals) without an output projection; with an output dropout (training) z = H_cat
    Wo (+ bo) first, then a ``dropout`` graph: out = D_o z (+ residuals). Query vectors
@@ -51,7 +54,7 @@ from ..ops.dropout import counters
 from ..tensor import to_torch_dtype
 from . import attention_graphs as AG
 from .attention import WgradMode
-from .attention_buffers import buffer_sizes, check_weights
+from .attention_buffers import buffer_sizes, check_weights, pad8
 from .attention_graphs import _Carve, _dev_lengths, _problem, _seq_view, _space, _window
 from .common import check
 
@@ -158,8 +161,13 @@ def multi_head_attn_forward(handle, attn_desc, curr_idx, lo_win_idx, hi_win_idx,
     stats = res("stats", b, h, rows, 1) if training else None
     attn_drop, post_drop = _rng(a, res, b * h * rows * p.t_kv, p.n * p.m * ts * a.o_len,
                                 record=True) if training else (None, None)
-    AG.sdpa(handle, a.sm_scaler, mk, AG.heads(qp, b, h), AG.heads(kp, b, h),
-            AG.heads(vp, b, h), AG.heads(hcat, b, h), stats, drop=attn_drop)
+    hc8 = _piece8(store, pre + "hcat8", hcat, h, a.v_len)
+    AG.sdpa(handle, a.sm_scaler, mk, AG.heads(AG.padded(store, pre + "qp8", qp, h, a.q_len),
+                                              b, h),
+            AG.heads(AG.padded(store, pre + "kp8", kp, h, a.k_len), b, h),
+            AG.heads(AG.padded(store, pre + "vp8", vp, h, a.v_len), b, h),
+            AG.heads(hc8, b, h), stats, drop=attn_drop)
+    AG.compact(hc8, h, a.v_len, hcat)
     dest_o = o[:, :, steps.start:steps.stop]
     valid = _valid(p.lens_q, p.n, p.m, steps, dev)
     full = bool(valid.all())
@@ -246,13 +254,18 @@ def multi_head_attn_backward_data(handle, attn_desc, lo_win_idx, hi_win_idx,
         dh = dom
     mk = AG.masks(p, win, rows, dev)
     saved = _saved(p, res, a)
+    lens = {"q": a.q_len, "k": a.k_len, "v": a.v_len, "qp": a.q_len, "kp": a.k_len,
+            "vp": a.v_len, "hcat": a.v_len}
+    ins = [_piece8(res, x + "8", saved[x], h, lens[x]) for x in ("qp", "kp", "vp", "hcat")]
     grads = [res("dqp", *saved["qp"].shape), res("dkp", *saved["kp"].shape),
              res("dvp", *saved["vp"].shape)]
-    AG.sdpa(handle, a.sm_scaler, mk, *(AG.heads(saved[x], b, h) for x in ("qp", "kp", "vp",
-                                                                         "hcat")),
-            res("stats", b, h, rows, 1), grads=[AG.heads(x, b, h) for x in [dh] + grads],
+    grads8 = [_piece8(res, f"d{x}p8", g, h, lens[x]) for g, x in zip(grads, "qkv")]
+    dh8 = AG.padded(work, "dh8", dh, h, a.v_len)
+    AG.sdpa(handle, a.sm_scaler, mk, *(AG.heads(x, b, h) for x in ins),
+            res("stats", b, h, rows, 1), grads=[AG.heads(x, b, h) for x in [dh8] + grads8],
             drop=attn_drop)
-    for dxp, name, dest in zip(grads, "qkv", (dq, dk, dv)):
+    for dxp8, dxp, name, dest in zip(grads8, grads, "qkv", (dq, dk, dv)):
+        AG.compact(dxp8, h, lens[name], dxp)
         _unproject(handle, dxp, blocks.get(name), h, dest)
     return dqueries, dkeys, dvalues
 
@@ -263,6 +276,15 @@ def _saved(p, res, a) -> dict:
             "kp": res("kp", p.n, p.m_kv, p.t_kv, h * a.k_len),
             "vp": res("vp", p.n, p.m_kv, p.t_kv, h * a.v_len),
             "hcat": res("hcat", p.n, p.m, p.t_q, h * a.v_len)}
+
+
+def _piece8(store, name, like, h, size):
+    """``like`` [..., H * size] when size is a multiple of 8, else the piece ``name`` of
+    the store with every head padded to the next multiple of 8 (the forward's padded
+    copies, or room for an output of the attention)."""
+    if size % 8 == 0:
+        return like
+    return store(name, *like.shape[:-1], h * pad8(size))
 
 
 def _masked_dout(p, work, do, o_len, dev, post_drop, handle) -> torch.Tensor:

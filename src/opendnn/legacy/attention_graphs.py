@@ -66,10 +66,9 @@ def _problem(op, a, descs: dict) -> Problem:
     check(q.dims[M] <= a.max_beam_size, f"BEAM {q.dims[M]} exceeds max_beam_size "
           f"{a.max_beam_size}", op, nq, Status.BAD_PARAM_OUT_OF_BOUND)
     for what, size in (("q_len", a.q_len), ("v_len", a.v_len)):
-        if size % 8 or not 8 <= size <= 256:
-            raise _unsupported(f"{op}: per-head {what} {size} must be a multiple of 8 in [8, "
-                               "256] (the sdpa node's head dims)", op,
-                               Status.NOT_SUPPORTED_SHAPE)
+        if size > 256:
+            raise _unsupported(f"{op}: per-head {what} {size} exceeds 256 (the sdpa node's "
+                               "largest head dim)", op, Status.NOT_SUPPORTED_SHAPE)
     return Problem(q.dims[N], q.dims[M], m_kv, q.dims[T], k.dims[T], q.seq_lengths,
                    k.seq_lengths)
 
@@ -329,6 +328,29 @@ def sdpa(handle, scale, mk: Masks, q, k, v, o, stats=None, grads=None, drop=None
         vals.update(zip(("do", "dq", "dk", "dv"), grads))
     pack = {t: vals[r] for r, t in {**ins, **outs}.items() if t is not None}
     _run(g, pack, q.device)
+
+
+def padded(store, name, x, h: int, size: int) -> torch.Tensor:
+    """x [..., H * size] as the attention reads it: x itself when size is a multiple of
+    8, else its copy ``store(name)`` [..., H * pad8(size)] with every head's columns
+    zero-padded (zero columns change no dot product and give zero output columns)."""
+    width = (size + 7) // 8 * 8
+    if width == size:
+        return x
+    out = store(name, *x.shape[:-1], h * width)
+    cols = out.view(*x.shape[:-1], h, width)
+    cols[..., size:].zero_()
+    cols[..., :size].copy_(x.view(*x.shape[:-1], h, size))
+    return out
+
+
+def compact(x8, h: int, size: int, dest) -> None:
+    """dest [..., H * size] = the first ``size`` columns of every head of x8 (no-op when
+    x8 is dest)."""
+    if x8 is not dest:
+        width = x8.shape[-1] // h
+        dest.view(*dest.shape[:-1], h, size).copy_(x8.view(*x8.shape[:-1], h, width)[
+            ..., :size])
 
 
 def heads(x, b: int, h: int) -> torch.Tensor:
