@@ -90,7 +90,8 @@ def _window(case, g):
     if case.window == "causal":
         return [0] * t_q, [t + 1 for t in range(t_q)]
     if case.window == "band":        # keys t-1 .. t+1
-        return [max(0, t - 1) for t in range(t_q)], [min(t_kv, t + 2) for t in range(t_q)]
+        return [min(t_kv, max(0, t - 1)) for t in range(t_q)], \
+            [min(t_kv, t + 2) for t in range(t_q)]
     lo = [int(torch.randint(0, t_kv, (1,), generator=g)) for _ in range(t_q)]
     hi = [int(torch.randint(x, t_kv + 2, (1,), generator=g)) for x in lo]
     lo[0], hi[0] = 2, 2              # an empty window
