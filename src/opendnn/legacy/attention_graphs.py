@@ -261,21 +261,35 @@ class Masks:
         return {"bias": self.bias, "lens_q": self.lens_q, "lens_kv": self.lens_kv}
 
 
+_biases: dict = {}        # window biases by (window, rows, T_kv, device): built once
+
+
+def _window_bias(win: tuple, rows: int, t_kv: int, device) -> torch.Tensor:
+    """[1, 1, rows, T_kv] float32: 0 inside row r's window (step r mod len(win)), -inf
+    outside."""
+    key = (win, rows, t_kv, str(device))
+    hit = _biases.get(key)
+    if hit is None:
+        keep = torch.zeros(rows, t_kv, dtype=torch.bool)
+        for r in range(rows):
+            lo, hi = win[r % len(win)]
+            keep[r, lo:hi] = True
+        bias = torch.zeros(1, 1, rows, t_kv, dtype=torch.float32)
+        hit = bias.masked_fill_(~keep, float("-inf")).to(device)
+        if len(_biases) >= 64:
+            _biases.pop(next(iter(_biases)))
+        _biases[key] = hit
+    return hit
+
+
 def masks(p: Problem, win: tuple, rows: int, device) -> Masks:
     """The window of every query row (row r is step r mod len(win)) and the key lengths."""
     band, bias = None, None
     full = all(lo == 0 and hi == p.t_kv for lo, hi in win)
     if not full:
         band = _band(win, p.t_kv) if rows == len(win) else None
-        if band is None or band == (None, None):
-            band = None
-            keep = torch.zeros(rows, p.t_kv, dtype=torch.bool)
-            for r in range(rows):
-                lo, hi = win[r % len(win)]
-                keep[r, lo:hi] = True
-            bias = torch.zeros(1, 1, rows, p.t_kv, dtype=torch.float32)
-            bias.masked_fill_(~keep, float("-inf"))
-            bias = bias.to(device)
+        if band is None:
+            bias = _window_bias(win, rows, p.t_kv, device)
     lens_q = lens_kv = None
     if any(x < p.t_kv for x in p.lens_kv):
         b = p.n * p.m_kv
