@@ -10,6 +10,10 @@ from .batchnorm import *  # noqa: F401,F403
 from .lrn import *  # noqa: F401,F403
 from .dropout import *  # noqa: F401,F403
 from .pooling import *  # noqa: F401,F403
+# ---- multi-head attention (legacy-mha) ----
+from .attention import *  # noqa: F401,F403
+from .attention_buffers import *  # noqa: F401,F403
+from .attention_calls import *  # noqa: F401,F403
 from .cnn import ActivationMode, ConvolutionFwdAlgo, ConvolutionFwdAlgoPerf  # noqa: F401
 from .common import *  # noqa: F401,F403
 from .common import (Determinism, MathType, NanPropagation, TensorFormat,  # noqa: F401
