@@ -24,8 +24,8 @@ import dataclasses
 
 from ..dropout._kernels import PHILOX_HELPER
 from ..fusion._codegen import COMBINE_HELPERS, TL_TYPE
-from ._kernels import (LOG2E, Problem, _off, _pow2, dropout_keep, dropout_setup, keep_expr,
-                       lengths)
+from ._kernels import (LOG2E, Problem, _off, _pow2, bias_term, dropout_keep, dropout_setup,
+                       keep_expr, lengths)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,12 +163,24 @@ def _scores_t(p: Problem, I: str) -> list[str]:
     """pT [BLOCK_N, BLOCK_M] = P^T of the tile (0 where masked)."""
     L = [f"{I}st = tl.dot(k, tl.trans(q)) * c"]
     if p.bias:
-        bs = p.bias
-        L.append(f"{I}st += tl.load(BIAS + {_off('b', 'h', bs)} + offs_m[None, :] * {bs[2]} + "
-                 f"offs_n[:, None] * {bs[3]}, mask=rmask[None, :] & nmask[:, None], "
-                 f"other=0.0).to(tl.float32) * {LOG2E}")
+        L.append(f"{I}st += {bias_term(p, '[None, :]', '[:, None]')}")
     return L + [f"{I}pt = tl.where({keep_expr(p, '[None, :]', '[:, None]')}, "
                 "tl.exp2(st - lse[None, :]), 0.0)"]
+
+
+def _p_and_dp(p: Problem, I: str) -> list[str]:
+    """pr = P and dp = dP (dropout applied) of the [BLOCK_M, BLOCK_N] tile, recomputed
+    from q, k, v, dO and Stats (the dQ and dBias kernels)."""
+    L = [f"{I}s = tl.dot(q, tl.trans(k)) * c"]
+    if p.bias:
+        L.append(f"{I}s += {bias_term(p, '[:, None]', '[None, :]')}")
+    L += [f"{I}pr = tl.where({keep_expr(p, '[:, None]', '[None, :]')}, "
+          "tl.exp2(s - lse[:, None]), 0.0)",
+          f"{I}dp = tl.dot(do, tl.trans(v))"]
+    if p.dropout:
+        L += dropout_keep(p, I, "[:, None]", "[None, :]")
+        L.append(f"{I}dp = tl.where(kept, dp * keep_scale, 0.0)")
+    return L
 
 
 def dkdv_source(name: str, p: Problem, g: Grads, kn, interpret: bool) -> str:
@@ -245,18 +257,7 @@ def dq_source(name: str, p: Problem, g: Grads, kn, interpret: bool) -> str:
     L += [f"{I}for start in range(lo, hi, {bn}):",
           f"{I2}offs_n = start + tl.arange(0, {bn})"]
     L += _loads_kv_side(p, I2, interpret)
-    L.append(f"{I2}s = tl.dot(q, tl.trans(k)) * c")
-    if p.bias:
-        bs = p.bias
-        L.append(f"{I2}s += tl.load(BIAS + {_off('b', 'h', bs)} + offs_m[:, None] * {bs[2]} + "
-                 f"offs_n[None, :] * {bs[3]}, mask=rmask[:, None] & nmask[None, :], "
-                 f"other=0.0).to(tl.float32) * {LOG2E}")
-    L += [f"{I2}pr = tl.where({keep_expr(p, '[:, None]', '[None, :]')}, "
-          "tl.exp2(s - lse[:, None]), 0.0)",
-          f"{I2}dp = tl.dot(do, tl.trans(v))"]
-    if p.dropout:
-        L += dropout_keep(p, I2, "[:, None]", "[None, :]")
-        L.append(f"{I2}dp = tl.where(kept, dp * keep_scale, 0.0)")
+    L += _p_and_dp(p, I2)
     cast = "" if interpret else f".to({dt})"
     L += [f"{I2}ds = pr * (dp - dl[:, None])",
           f"{I2}dq += tl.dot(ds{cast}, k)",
@@ -295,17 +296,9 @@ def dbias_source(name: str, p: Problem, g: Grads, kn, interpret: bool) -> str:
          f"{I3}h = {'hi_' if g.bias_h == 1 else 'hh'}",
          f"{I3}hk = h // {p.H // p.HKV}"]
     L += lengths(p, I3) + _loads_q_side(p, g, I3, interpret) + _loads_kv_side(p, I3, interpret)
-    bs = p.bias
-    L += [f"{I3}s = tl.dot(q, tl.trans(k)) * c",
-          f"{I3}s += tl.load(BIAS + {_off('b', 'h', bs)} + offs_m[:, None] * {bs[2]} + "
-          f"offs_n[None, :] * {bs[3]}, mask=rmask[:, None] & nmask[None, :], "
-          f"other=0.0).to(tl.float32) * {LOG2E}",
-          f"{I3}pr = tl.where({keep_expr(p, '[:, None]', '[None, :]')}, "
-          "tl.exp2(s - lse[:, None]), 0.0)",
-          f"{I3}dp = tl.dot(do, tl.trans(v))"]
     if p.dropout:
-        L += dropout_setup(p, I3) + dropout_keep(p, I3, "[:, None]", "[None, :]")
-        L.append(f"{I3}dp = tl.where(kept, dp * keep_scale, 0.0)")
+        L += dropout_setup(p, I3)
+    L += _p_and_dp(p, I3)
     db = g.dbias
     L += [f"{I3}acc += pr * (dp - dl[:, None])",
           f"{I}tl.store(DBIAS + bb * {db[0]} + hh * {db[1]} + offs_m[:, None] * {db[2]} + "

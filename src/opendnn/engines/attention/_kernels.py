@@ -98,6 +98,15 @@ def lengths(p: Problem, I: str) -> list[str]:
     return L + [f"{I}shift = kv_len - q_len" if p.bottom_right else f"{I}shift = 0"]
 
 
+def bias_term(p: Problem, m: str, n: str, key_mask: bool = True) -> str:
+    """The bias tile over offs_m / offs_n broadcast by ``m`` / ``n``, in base 2 (x log2 e);
+    ``key_mask``: keys past kv_len are masked too (the tile may cross it)."""
+    bs = p.bias
+    mask = f"rmask{m} & nmask{n}" if key_mask else f"rmask{m}"
+    return (f"tl.load(BIAS + {_off('b', 'h', bs)} + offs_m{m} * {bs[2]} + offs_n{n} * {bs[3]}, "
+            f"mask={mask}, other=0.0).to(tl.float32) * {LOG2E}")
+
+
 def keep_expr(p: Problem, m: str, n: str) -> str:
     """The kept-(query, key) predicate over offs_m / offs_n broadcast by ``m`` / ``n``
     (``[:, None]``, ``[None, :]`` or swapped for a transposed tile)."""
@@ -152,11 +161,7 @@ def _fwd_step(p: Problem, kn, masked: bool, interpret: bool, tma: bool, dt: str,
         L.append(f"{I2}kt = kt.to(tl.float32)")
     L.append(f"{I2}s = tl.dot(q, kt) * c")
     if p.bias:
-        bs = p.bias
-        bmask = "rmask[:, None] & nmask[None, :]" if masked else "rmask[:, None]"
-        L.append(f"{I2}s += tl.load(BIAS + {_off('b', 'h', bs)} + offs_m[:, None] * {bs[2]} + "
-                 f"offs_n[None, :] * {bs[3]}, mask={bmask}, "
-                 f"other=0.0).to(tl.float32) * {LOG2E}")
+        L.append(f"{I2}s += {bias_term(p, '[:, None]', '[None, :]', masked)}")
     if masked:
         L.append(f"{I2}s = tl.where({keep_expr(p, '[:, None]', '[None, :]')}, s, "
                  "float(\"-inf\"))")
