@@ -155,3 +155,17 @@ def notes_json(notes) -> list[str]:
 
 __all__ = ["Support", "SUPPORTED", "decline", "Knob", "EngineConfig", "Target", "Executable",
            "Engine", "NumericalNote", "BehaviorNote", "notes_json", "json"]
+
+
+def one_read_grid(label: str, split: int, chunks: int, max_split: int, programs: int,
+                  num_sms: int) -> Support:
+    """The grid rules of a one-read cooperative path (softmax PASSES=4, norm PATH=4): a row
+    is SPLIT = ``chunks`` programs (at most ``max_split``) that wait for each other, so the
+    persistent grid is a multiple of SPLIT of at most two programs per SM."""
+    if split != chunks or split > max_split:
+        return decline(f"{label}: SPLIT must be the row's chunks ({chunks}) and at most "
+                       f"{max_split}")
+    if programs % split or not split <= programs <= 2 * max(num_sms, 1):
+        return decline(f"{label}: PROGRAMS must be a multiple of SPLIT={split} and at most "
+                       f"{2 * num_sms} (two programs per SM, all resident at once)")
+    return SUPPORTED

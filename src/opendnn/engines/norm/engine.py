@@ -23,7 +23,8 @@ import functools
 
 from ...enums import BehaviorNote, DataType, PointwiseMode
 from ...ops import norm as N
-from ..base import SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target, decline
+from ..base import (SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target,
+                    decline, one_read_grid)
 from ..fusion import epilogue as fe
 from . import _coop_kernels as KC
 from . import _kernels as K
@@ -182,14 +183,8 @@ def _check_coop(a: Analysis, kn: NormKnobs, target: Target) -> Support:
                        "PATH=2")
     if kn.BLOCK_ROWS != 1 or kn.BLOCK_L > MAX_TILE:
         return decline(f"PATH=4: BLOCK_ROWS=1 and BLOCK_L <= {MAX_TILE}")
-    chunks = -(-p.L // kn.BLOCK_L)
-    if kn.SPLIT != chunks or kn.SPLIT > COOP_MAX_SPLIT:
-        return decline(f"PATH=4: SPLIT must be the row's chunks ({chunks}) and at most "
-                       f"{COOP_MAX_SPLIT}")
-    if kn.PROGRAMS % kn.SPLIT or not kn.SPLIT <= kn.PROGRAMS <= 2 * max(target.num_sms, 1):
-        return decline(f"PATH=4: PROGRAMS must be a multiple of SPLIT={kn.SPLIT} and at most "
-                       f"{2 * target.num_sms} (two programs per SM, all resident at once)")
-    return SUPPORTED
+    return one_read_grid("PATH=4", kn.SPLIT, -(-p.L // kn.BLOCK_L), COOP_MAX_SPLIT,
+                         kn.PROGRAMS, target.num_sms)
 
 
 class NormEngine(Engine):

@@ -12,7 +12,8 @@ import torch
 from ...enums import BehaviorNote, DataType
 from ...runtime.launch import LaunchList, kernel_from_source
 from ..fusion._codegen import zero_flags_source
-from ..base import SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target, decline
+from ..base import (SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target,
+                    decline, one_read_grid)
 from . import _kernels as K
 
 TYPES = (DataType.FLOAT, DataType.HALF, DataType.BFLOAT16)
@@ -63,13 +64,8 @@ def _check_coop(p, kn, target) -> Support:
                        "for each other, and the interpreter runs programs one at a time")
     if kn.BLOCK_ROWS != 1 or kn.BLOCK_L > COOP_BLOCK:
         return decline(f"one read: BLOCK_ROWS=1 and BLOCK_L <= {COOP_BLOCK}")
-    if kn.SPLIT != -(-p.L // kn.BLOCK_L) or kn.SPLIT > COOP_MAX_SPLIT:
-        return decline(f"one read: SPLIT must be the row's chunks ({-(-p.L // kn.BLOCK_L)}) and "
-                       f"at most {COOP_MAX_SPLIT}")
-    if kn.PROGRAMS % kn.SPLIT or not kn.SPLIT <= kn.PROGRAMS <= 2 * max(target.num_sms, 1):
-        return decline(f"one read: PROGRAMS must be a multiple of SPLIT={kn.SPLIT} and at most "
-                       f"{2 * target.num_sms} (two programs per SM, all resident at once)")
-    return SUPPORTED
+    return one_read_grid("one read", kn.SPLIT, -(-p.L // kn.BLOCK_L), COOP_MAX_SPLIT,
+                         kn.PROGRAMS, target.num_sms)
 
 
 def _coop_knobs(p, target, backward: bool, log: bool):
