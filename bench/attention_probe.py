@@ -3,7 +3,7 @@ launched directly: B=4, H=16, D=128 bf16, S in {1024, 4096}, causal and not, ove
 tiles / warps / stages, against PyTorch's scaled_dot_product_attention with the cuDNN and
 the flash backends in the same run (issue 5's goal: >= 0.9x cuDNN forward). Each config's
 output is checked against the cuDNN backend's.
-Run (GPU): PYTHONPATH=src python bench/attention_probe.py [bwd]"""
+Run (GPU): PYTHONPATH=src python bench/attention_probe.py [bwd | ws]"""
 import dataclasses
 import math
 
@@ -23,13 +23,22 @@ class Kn:
     BLOCK_M: int
     BLOCK_N: int
     TMA: int = 0
+    WS: int = 0
 
 
-def main():
+FWD_CONFIGS = ((128, 64, 8, 3, 0, 0), (64, 64, 4, 3, 0, 0), (128, 64, 8, 3, 1, 0),
+               (128, 128, 8, 3, 1, 0), (64, 64, 4, 3, 1, 0), (128, 64, 8, 4, 1, 0),
+               (128, 128, 8, 2, 1, 0))
+WS_CONFIGS = ((128, 64, 8, 3, 0, 0), (128, 64, 4, 2, 1, 1), (128, 64, 4, 3, 1, 1),
+              (128, 128, 4, 2, 1, 1), (128, 128, 4, 3, 1, 1), (128, 64, 8, 3, 1, 1),
+              (128, 128, 8, 2, 1, 1), (64, 64, 4, 3, 1, 1))
+
+
+def main(configs=FWD_CONFIGS, causals=(False, True)):
     ensure_allocator()
     B, H, Dh = 4, 16, 128
     for S in (1024, 4096):
-        for causal in (False, True):
+        for causal in causals:
             q, k, v = (torch.randn(B, H, S, Dh, device="cuda", dtype=torch.bfloat16)
                        for _ in range(3))
             flops = 4 * B * H * S * S * Dh * (0.5 if causal else 1.0)
@@ -48,10 +57,8 @@ def main():
             p = K.Problem(B, H, H, S, S, Dh, Dh, q.stride(), k.stride(), v.stride(),
                           o.stride(), DataType.BFLOAT16, DataType.BFLOAT16,
                           stats=tuple(st.stride()) + (0,), right=0 if causal else None)
-            for bm, bn, warps, stages, tma in (
-                    (128, 64, 8, 3, 0), (64, 64, 4, 3, 0), (128, 64, 8, 3, 1), (128, 128, 8, 3, 1),
-                    (64, 64, 4, 3, 1), (128, 64, 8, 4, 1), (128, 128, 8, 2, 1)):
-                src = K.fwd_source("attn_probe", p, Kn(bm, bn, tma), interpret=False)
+            for bm, bn, warps, stages, tma, ws in configs:
+                src = K.fwd_source("attn_probe", p, Kn(bm, bn, tma, ws), interpret=False)
                 kern = kernel_from_source(src, "attn_probe").compiled
                 grid = (math.ceil(S / bm), B * H)
 
@@ -64,9 +71,9 @@ def main():
                     err = ((o.float() - ref.float()).abs().max()).item()
                     ms = do_bench(fn, warmup=10, rep=50)
                 except Exception as e:   # noqa: BLE001 -- reported
-                    print(f"  {bm}x{bn} w{warps} s{stages} tma{tma}: FAILED {str(e)[:120]}")
+                    print(f"  {bm}x{bn} w{warps} s{stages} tma{tma} ws{ws}: FAILED {str(e)[:120]}")
                     continue
-                print(f"  opendnn {bm}x{bn} w{warps} s{stages} tma{tma}: {ms:.3f} ms "
+                print(f"  opendnn {bm}x{bn} w{warps} s{stages} tma{tma} ws{ws}: {ms:.3f} ms "
                       f"{flops / ms / 1e9:.0f} TFLOP/s  max err {err:.3f}", flush=True)
 
 
@@ -139,5 +146,7 @@ if __name__ == "__main__":
     import sys
     if "bwd" in sys.argv:
         backward()
+    elif "ws" in sys.argv:
+        main(WS_CONFIGS, causals=(False,))
     else:
         main()
