@@ -3,7 +3,7 @@ launched directly: B=4, H=16, D=128 bf16, S in {1024, 4096}, causal and not, ove
 tiles / warps / stages, against PyTorch's scaled_dot_product_attention with the cuDNN and
 the flash backends in the same run (issue 5's goal: >= 0.9x cuDNN forward). Each config's
 output is checked against the cuDNN backend's.
-Run (GPU): PYTHONPATH=src python bench/attention_probe.py [bwd | ws]"""
+Run (GPU): PYTHONPATH=src python bench/attention_probe.py [bwd]"""
 import dataclasses
 import math
 
@@ -29,9 +29,6 @@ class Kn:
 FWD_CONFIGS = ((128, 64, 8, 3, 0, 0), (64, 64, 4, 3, 0, 0), (128, 64, 8, 3, 1, 0),
                (128, 128, 8, 3, 1, 0), (64, 64, 4, 3, 1, 0), (128, 64, 8, 4, 1, 0),
                (128, 128, 8, 2, 1, 0))
-WS_CONFIGS = ((128, 64, 8, 3, 0, 0), (128, 64, 4, 2, 1, 1), (128, 64, 4, 3, 1, 1),
-              (128, 128, 4, 2, 1, 1), (128, 128, 4, 3, 1, 1), (128, 64, 8, 3, 1, 1),
-              (128, 128, 8, 2, 1, 1), (64, 64, 4, 3, 1, 1))
 
 
 def main(configs=FWD_CONFIGS, causals=(False, True)):
@@ -146,7 +143,5 @@ if __name__ == "__main__":
     import sys
     if "bwd" in sys.argv:
         backward()
-    elif "ws" in sys.argv:
-        main(WS_CONFIGS, causals=(False,))
     else:
         main()

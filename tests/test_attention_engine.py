@@ -109,17 +109,3 @@ def test_deterministic_request_declines_atomic_dq(rng):
     assert all(not cfg.knob_dict.get("DQ_ATOMIC") for cfg in e.configs(g.op_graph, Target()))
 
 
-def test_warp_specialization_rules(rng):
-    from opendnn.engines.base import EngineConfig
-    h100 = Target(device="cuda", name="H100", capability=(9, 0), num_sms=132)
-    e = AttentionEngine()
-    for cid, ws_ok in (("plain", True), ("causal_tl", False)):
-        c = dataclasses.replace(next(x for x in CASES if x.id == cid), dtype=torch.bfloat16)
-        g, _, _ = forward_graph(c, inputs(rng, c))
-        g.validate()
-        cfg = EngineConfig.make(e, BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2, TMA=1,
-                                WS=1)
-        sup = e.check_config(g.op_graph, cfg, h100)
-        assert sup.ok == ws_ok and (ws_ok or "warp-specialization" in sup.reason), sup.reason
-        no_tma = EngineConfig.make(e, BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2, WS=1)
-        assert "needs TMA=1" in e.check_config(g.op_graph, no_tma, h100).reason

@@ -193,8 +193,7 @@ def _fwd_step(p: Problem, kn, masked: bool, interpret: bool, tma: bool, dt: str,
 def fwd_source(name: str, p: Problem, kn, interpret: bool) -> str:
     """The forward kernel (grid: (ceil(S_q / BLOCK_M), B H)). ``interpret``: dots in
     float32 (Triton 3.6's interpreter gets low-precision dots wrong). ``kn.TMA``: Q / K / V
-    tiles through tensor descriptors (compiled only); ``kn.WS``: the unmasked key loop
-    warp-specialized (Hopper; needs TMA)."""
+    tiles through tensor descriptors (compiled only)."""
     tma = bool(getattr(kn, "TMA", 0)) and not interpret
     bm, bn = kn.BLOCK_M, kn.BLOCK_N
     bd, bdv = max(16, _pow2(p.D)), max(16, _pow2(p.DV))     # tl.dot: K, N >= 16
@@ -216,8 +215,7 @@ def fwd_source(name: str, p: Problem, kn, interpret: bool) -> str:
     L += lengths(p, I)
     qs, ks, vs, os_ = p.q, p.k, p.v, p.o
     L.append(f"{I}rmask = offs_m < q_len")
-    if tma:   # Q through a descriptor too: Triton 3.6's Hopper warp specialization rejects
-        #       (an assertion in WSLowerToken) a kernel whose Q tile is a pointer load
+    if tma:
         L += [f"{I}q_desc = tl.make_tensor_descriptor(Q + {_off('b', 'h', qs)}, "
               f"shape=[{p.SQ}, {p.D}], strides=[{qs[2]}, 1], block_shape=[{kn.BLOCK_M}, {bd}])",
               f"{I}q = q_desc.load([pid_m * {kn.BLOCK_M}, 0])"]
@@ -258,10 +256,7 @@ def fwd_source(name: str, p: Problem, kn, interpret: bool) -> str:
                              ("mid_hi", "hi", True)):
         if masked and lo_ == "lo" and p.left is None:
             continue                   # no lower band: nothing below mid_lo
-        if tma and getattr(kn, "WS", 0) and not masked:
-            L.append(f"{I}for start in tl.range({lo_}, {hi_}, {bn}, warp_specialize=True):")
-        else:
-            L.append(f"{I}for start in range({lo_}, {hi_}, {bn}):")
+        L.append(f"{I}for start in range({lo_}, {hi_}, {bn}):")
         L += _fwd_step(p, kn, masked, interpret, tma, dt, I2)
     L += [f"{I}l_i = tl.where(rmask, l_i, 0.0)",     # rows past the batch's q_len: O = 0
           f"{I}acc = tl.where(rmask[:, None], acc, 0.0)"]

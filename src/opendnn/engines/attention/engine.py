@@ -12,11 +12,15 @@ Stats; dBias sums dS over the batches / heads the bias broadcasts over in a fixe
 Nothing of size S_q x S_kv is stored but dBias itself.
 
 Knobs: BLOCK_M (query rows per program), BLOCK_N (keys per step), num_warps,
-num_stages, TMA (forward: Q / K / V tiles through tensor descriptors), WS (with TMA: the
-unmasked key loop warp-specialized; compiles on sm_90, not yet measured), DQ_ATOMIC (backward:
+num_stages, TMA (forward: Q / K / V tiles through tensor descriptors), DQ_ATOMIC (backward:
 dQ accumulated with float32 atomics by the dK / dV kernel, note NONDETERMINISTIC; refused
 when the node sets use_deterministic_algorithm; measured half as fast as the split, so
 only on request).
+
+Not offered: Triton 3.6's Hopper warp specialization (``tl.range(..., warp_specialize=True)``
+on the unmasked key loop). On the H100 it gave wrong outputs at 4 warps (max abs error
+0.24-0.54 against cuDNN, NaN with 3 stages) and was slower than the plain loop at 8 warps
+(bench/notes/attention.md, session 10).
 """
 from __future__ import annotations
 
@@ -43,7 +47,6 @@ class AttnKnobs:
     num_stages: int = 3
     TMA: int = 0
     DQ_ATOMIC: int = 0      # backward: dQ by atomics from the dK / dV kernel (nondeterministic)
-    WS: int = 0             # forward with TMA: the unmasked key loop warp-specialized
 
 
 def _strides(d, n: int = 4) -> tuple:
@@ -136,7 +139,7 @@ class AttentionEngine(Engine):
     def knob_space(self, graph=None) -> list[Knob]:
         return [Knob("BLOCK_M", (16, 32, 64, 128), 64), Knob("BLOCK_N", (16, 32, 64, 128), 64),
                 Knob("num_warps", (1, 2, 4, 8), 4), Knob("num_stages", (1, 2, 3, 4), 3),
-                Knob("TMA", (0, 1), 0), Knob("DQ_ATOMIC", (0, 1), 0), Knob("WS", (0, 1), 0)]
+                Knob("TMA", (0, 1), 0), Knob("DQ_ATOMIC", (0, 1), 0)]
 
     def check_config(self, graph, config: EngineConfig, target: Target) -> Support:
         sup = super().check_config(graph, config, target)
@@ -153,11 +156,6 @@ class AttentionEngine(Engine):
             return decline(f"{kn.num_stages} stages of {kn.BLOCK_M} x {kn.BLOCK_N} tiles at head "
                            f"dims {p.D} / {p.DV} need ~{_smem(p, kn, fwd) // 1024} KB of shared "
                            f"memory (limit {SMEM_LIMIT // 1024} KB)")
-        if kn.WS and not kn.TMA:
-            return decline("WS (warp specialization) needs TMA=1")
-        if kn.WS and (p.right is not None or p.left is not None):
-            return decline("WS: Triton 3.6's warp-specialization pass fails on banded / causal "
-                           "kernels (a dominance assertion at compile time)")
         if kn.TMA:
             if not target.is_cuda or graph.nodes[0].kind != "sdpa":
                 return decline("TMA: the forward on a GPU only")
