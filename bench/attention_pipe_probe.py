@@ -2,8 +2,10 @@
 intra-warpgroup overlap, written as a software-pipelined loop) let Triton 3.6 overlap the
 exponentials with the tensor cores? Hand-written non-causal forward kernels (B=4, H=16,
 D=128, bf16, S in {1024, 4096}), against PyTorch's cuDNN backend in the same run.
-Variants: PIPE (next tile's scores issued first), FOLD (scale folded into the exponent:
-exp2(s c - m) as one FMA, the row maximum taken on raw scores).
+Variants: PIPE (next tile's scores issued first), FOLD=1 (scale folded into the exponent:
+exp2(s c - m) as one FMA, the row maximum taken on raw scores), FOLD=2 (and lazy
+rescaling: the reference maximum moves only when it rises by more than 8 in log2 units).
+Session 10: PIPE=1 never faster (Triton waits on each dot before the next).
 Run (GPU): PYTHONPATH=src python bench/attention_pipe_probe.py"""
 import math
 
@@ -23,6 +25,16 @@ def _step(q, kt, v, m_i, l_i, acc, c, FOLD: tl.constexpr):
 
 @triton.jit
 def _soft(s, v, m_i, l_i, acc, c, FOLD: tl.constexpr):
+    if FOLD == 2:     # lazy rescaling: a row's reference maximum moves only when its
+        #               maximum rises by more than 8 (p <= 256); acc rescaled only then
+        m_row = tl.max(s, 1) * c
+        m_new = tl.where(m_row > m_i + 8.0, m_row, m_i)
+        p = tl.exp2(s * c - m_new[:, None])
+        l_i = l_i * tl.exp2(m_i - m_new) + tl.sum(p, 1)
+        if tl.max((m_new > m_i).to(tl.int32), 0) > 0:
+            acc = acc * tl.exp2(m_i - m_new)[:, None]
+        acc = tl.dot(p.to(tl.bfloat16), v, acc)
+        return m_new, l_i, acc
     if FOLD:
         m_new = tl.maximum(m_i, tl.max(s, 1) * c)
         p = tl.exp2(s * c - m_new[:, None])
@@ -79,10 +91,10 @@ def main():
         rows.append(f"S={S} cudnn {ms:.3f} ms {flops / ms / 1e9:.0f} TFLOP/s")
         print(rows[-1], flush=True)
         o = torch.empty_like(q)
-        for bm, bn, warps, stages in ((128, 64, 8, 3), (128, 64, 8, 2), (128, 128, 8, 2),
-                                      (128, 128, 8, 3), (128, 64, 4, 3), (64, 64, 4, 3)):
-            for pipe in (0, 1):
-                for fold in (0, 1):
+        for bm, bn, warps, stages in ((128, 64, 8, 3), (128, 128, 8, 2), (128, 128, 8, 3),
+                                      (64, 64, 4, 3), (64, 128, 4, 2), (64, 64, 4, 4)):
+            for pipe in (0,):
+                for fold in (0, 1, 2):
                     def fn():
                         fwd[(S // bm, B * H)](q, k, v, o, 1 / math.sqrt(Dh), S, Dh, bm, bn,
                                               pipe, fold, num_warps=warps, num_stages=stages)
