@@ -85,6 +85,8 @@ CASES = [
     Case("bshd", layout="bshd", h_q=6, h_k=3, right=0, bias="1h"),
     Case("bshd_padding", layout="bshd", lens=((4, 17), (17, 8)), align=BR, right=0),
     Case("no_scale", scale=None, s_q=7, s_kv=9),
+    Case("neg_scale", scale=-0.3, s_q=33, s_kv=70),          # Q negated, |c| folded
+    Case("zero_scale_causal", scale=0.0, s_q=20, s_kv=37, right=0),
     Case("fp16", dtype=torch.float16, right=0),
     Case("bf16", dtype=torch.bfloat16, s_q=9, s_kv=13, align=BR, right=0, bias="1h"),
 ]

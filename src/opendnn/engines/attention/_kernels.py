@@ -10,6 +10,10 @@ base 2 (c = attn_scale log2 e):
     l <- alpha l + sum_j p_ij,  acc <- alpha acc + P' V,  m <- m'
     O = acc / l,   Stats = (m + log2 l) / log2 e   (natural-log logsumexp)
 
+Tiles without masked keys or bias (the bulk) take the row maximum on raw scores and fold
+c into the exponent, p_ij = 2^(q_i . k_j c - m'), one FMA per score (c > 0: a negative
+attn_scale negates Q, exactly, and uses |c|).
+
 P' is P with dropout applied (kept elements scaled by 1 / (1 - p)); l sums P itself.
 Grouped-query heads: head h reads K / V head h // (H / H_kv). A row with no key left
 (padding, a band that excludes every key) writes O = 0 and Stats = -inf.
@@ -159,18 +163,19 @@ def _fwd_step(p: Problem, kn, masked: bool, interpret: bool, tma: bool, dt: str,
                  f"{ks[3]}{m})")
     if interpret:
         L.append(f"{I2}kt = kt.to(tl.float32)")
-    L.append(f"{I2}s = tl.dot(q, kt) * c")
+    fold = not masked and not p.bias    # scale folded into the exponent: one FMA
+    L.append(f"{I2}s = tl.dot(q, kt)" if fold else f"{I2}s = tl.dot(q, kt) * c")
     if p.bias:
         L.append(f"{I2}s += {bias_term(p, '[:, None]', '[None, :]', masked)}")
     if masked:
         L.append(f"{I2}s = tl.where({keep_expr(p, '[:, None]', '[None, :]')}, s, "
                  "float(\"-inf\"))")
-    L.append(f"{I2}m_new = tl.maximum(m_i, tl.reduce(s, 1, _max_combine))")
+    L.append(f"{I2}m_new = tl.maximum(m_i, tl.reduce(s, 1, _max_combine){' * c' if fold else ''})")
     # a row's maximum may be -inf where keys are masked or a bias holds -inf (an additive
     # mask); where every key is kept and there is no bias it is finite
     L.append(f"{I2}m_safe = tl.where(m_new == float(\"-inf\"), 0.0, m_new)" if masked or p.bias
              else f"{I2}m_safe = m_new")
-    L += [f"{I2}pr = tl.exp2(s - m_safe[:, None])",
+    L += [f"{I2}pr = tl.exp2({'s * c' if fold else 's'} - m_safe[:, None])",
           f"{I2}alpha = tl.exp2(m_i - m_safe)",
           f"{I2}l_i = l_i * alpha + tl.reduce(pr, 1, _add_combine)",
           f"{I2}m_i = m_new"]
@@ -239,7 +244,10 @@ def fwd_source(name: str, p: Problem, kn, interpret: bool) -> str:
     if p.left is not None:
         L.append(f"{I}mid_lo = tl.minimum(mid_hi, tl.maximum(lo, (pid_m * {bm} + {bm} - 1 + "
                  f"shift - {p.left} + {bn}) // {bn} * {bn}))")
-    L += [f"{I}c = SCALE * {LOG2E}",
+    # c = |scale| log2(e) > 0 with Q negated (exactly) for a negative scale: the row
+    # maximum of raw scores times c is then the maximum of scaled ones (the folded tiles)
+    L += [f"{I}q = tl.where(SCALE < 0, -q, q)",
+          f"{I}c = tl.abs(SCALE * {LOG2E})",
           f"{I}m_i = tl.full([{bm}], float(\"-inf\"), tl.float32)",
           f"{I}l_i = tl.full([{bm}], 0.0, tl.float32)",
           f"{I}acc = tl.full([{bm}, {bdv}], 0.0, tl.float32)",
