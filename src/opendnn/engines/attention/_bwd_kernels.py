@@ -159,68 +159,28 @@ def _loads_kv_side(p: Problem, I: str, interpret: bool) -> list[str]:
     return L
 
 
-def _scores_t(p: Problem, I: str, masked: bool = True) -> list[str]:
-    """pT [BLOCK_N, BLOCK_M] = P^T of the tile (0 where masked); ``masked=False``: a tile
-    every (query, key) pair of which is kept."""
+def _scores_t(p: Problem, I: str) -> list[str]:
+    """pT [BLOCK_N, BLOCK_M] = P^T of the tile (0 where masked)."""
     L = [f"{I}st = tl.dot(k, tl.trans(q)) * c"]
     if p.bias:
         L.append(f"{I}st += {bias_term(p, '[None, :]', '[:, None]')}")
-    if not masked:
-        return L + [f"{I}pt = tl.exp2(st - lse[None, :])"]
     return L + [f"{I}pt = tl.where({keep_expr(p, '[None, :]', '[:, None]')}, "
                 "tl.exp2(st - lse[None, :]), 0.0)"]
 
 
-def _p_and_dp(p: Problem, I: str, masked: bool = True) -> list[str]:
+def _p_and_dp(p: Problem, I: str) -> list[str]:
     """pr = P and dp = dP (dropout applied) of the [BLOCK_M, BLOCK_N] tile, recomputed
-    from q, k, v, dO and Stats (the dQ and dBias kernels); ``masked`` as ``_scores_t``."""
+    from q, k, v, dO and Stats (the dQ and dBias kernels)."""
     L = [f"{I}s = tl.dot(q, tl.trans(k)) * c"]
     if p.bias:
         L.append(f"{I}s += {bias_term(p, '[:, None]', '[None, :]')}")
-    pr = "tl.exp2(s - lse[:, None])"
-    if masked:
-        pr = f"tl.where({keep_expr(p, '[:, None]', '[None, :]')}, {pr}, 0.0)"
-    L += [f"{I}pr = {pr}",
+    L += [f"{I}pr = tl.where({keep_expr(p, '[:, None]', '[None, :]')}, "
+          "tl.exp2(s - lse[:, None]), 0.0)",
           f"{I}dp = tl.dot(do, tl.trans(v))"]
     if p.dropout:
         L += dropout_keep(p, I, "[:, None]", "[None, :]")
         L.append(f"{I}dp = tl.where(kept, dp * keep_scale, 0.0)")
     return L
-
-
-def _kv_mid(p: Problem, bm: int, bn: int) -> list[str]:
-    """[mid_lo, mid_hi): the query tiles (starts, multiples of BLOCK_M within [lo, hi))
-    whose every row sees every key of this program's key tile -- none when the key tile
-    crosses kv_len. A row i sees key j when j <= i + shift + RIGHT and i < j - shift +
-    LEFT; [mid_lo, mid_hi) holds only whole tiles below q_len."""
-    I = "    "
-    n0 = f"pid * {bn}"
-    L = [f"{I}mid_lo = lo"]
-    if p.right is not None:     # rows i >= n0 + bn - 1 - shift - RIGHT see the whole tile
-        L.append(f"{I}mid_lo = tl.maximum(lo, (tl.maximum({n0} + {bn - 1} - shift - {p.right}"
-                 f", 0) + {bm - 1}) // {bm} * {bm})")
-    L += [f"{I}mid_lo = tl.where({n0} + {bn} <= kv_len, tl.minimum(mid_lo, hi), hi)",
-          f"{I}mid_hi = q_len // {bm} * {bm}"]
-    if p.left is not None:      # tiles starting at or below n0 - shift + LEFT - bm
-        L.append(f"{I}mid_hi = tl.minimum(mid_hi, tl.maximum({n0} - shift + {p.left}, 0) "
-                 f"// {bm} * {bm})")
-    return L + [f"{I}mid_hi = tl.maximum(mid_lo, tl.minimum(mid_hi, hi))"]
-
-
-def _q_mid(p: Problem, bm: int, bn: int) -> list[str]:
-    """[mid_lo, mid_hi): the key tiles every row of this program's query tile keeps whole
-    (the forward's, none when the query tile crosses q_len)."""
-    I = "    "
-    m0 = f"pid * {bm}"
-    L = [f"{I}mid_lo = lo", f"{I}mid_hi = tl.maximum(lo, kv_len // {bn} * {bn})"]
-    if p.right is not None:
-        L.append(f"{I}mid_hi = tl.maximum(lo, tl.minimum(mid_hi, ({m0} + shift + {p.right} + 1)"
-                 f" // {bn} * {bn}))")
-    if p.left is not None:
-        L.append(f"{I}mid_lo = tl.minimum(mid_hi, tl.maximum(lo, ({m0} + {bm - 1} + shift - "
-                 f"{p.left} + {bn}) // {bn} * {bn}))")
-    return L + [f"{I}mid_lo = tl.where({m0} + {bm} <= q_len, mid_lo, hi)",
-                f"{I}mid_hi = tl.where({m0} + {bm} <= q_len, mid_hi, hi)"]
 
 
 def dkdv_source(name: str, p: Problem, g: Grads, kn, interpret: bool) -> str:
@@ -242,34 +202,31 @@ def dkdv_source(name: str, p: Problem, g: Grads, kn, interpret: bool) -> str:
         L.append(f"{I}lo = tl.maximum(0, pid * {bn} - shift - {p.right}) // {bm} * {bm}")
     if p.left is not None:
         L.append(f"{I}hi = tl.minimum(hi, pid * {bn} + {bn} - 1 - shift + {p.left})")
-    L += _kv_mid(p, bm, bn)
     L.append(f"{I}for gi in range(0, {p.H // p.HKV}):")
     L.append(f"{I2}h = hk * {p.H // p.HKV} + gi")
     if p.dropout:
         L += dropout_setup(p, I2)
+    L.append(f"{I2}for start in range(lo, hi, {bm}):")
+    L.append(f"{I3}offs_m = start + tl.arange(0, {bm})")
+    L += _loads_q_side(p, g, I3, interpret)
+    L += _scores_t(p, I3)
+    pdrop = "pt"
+    if p.dropout:
+        L += dropout_keep(p, I3, "[None, :]", "[:, None]")
+        L.append(f"{I3}pdt = tl.where(kept, pt * keep_scale, 0.0)")
+        pdrop = "pdt"
     cast = "" if interpret else f".to({dt})"
-    for lo_, hi_, masked in (("lo", "mid_lo", True), ("mid_lo", "mid_hi", False),
-                             ("mid_hi", "hi", True)):
-        L.append(f"{I2}for start in range({lo_}, {hi_}, {bm}):")
-        L.append(f"{I3}offs_m = start + tl.arange(0, {bm})")
-        L += _loads_q_side(p, g, I3, interpret)
-        L += _scores_t(p, I3, masked)
-        pdrop = "pt"
-        if p.dropout:
-            L += dropout_keep(p, I3, "[None, :]", "[:, None]")
-            L.append(f"{I3}pdt = tl.where(kept, pt * keep_scale, 0.0)")
-            pdrop = "pdt"
-        L += [f"{I3}dv += tl.dot({pdrop}{cast}, do)",
-              f"{I3}dpt = tl.dot(v, tl.trans(do))"]
-        if p.dropout:
-            L.append(f"{I3}dpt = tl.where(kept, dpt * keep_scale, 0.0)")
-        L += [f"{I3}dst = pt * (dpt - dl[None, :])",
-              f"{I3}dk += tl.dot(dst{cast}, q)"]
-        if getattr(kn, "DQ_ATOMIC", 0):     # dQ += dS K into the float32 accumulator
-            L += [f"{I3}dqp = tl.dot(tl.trans(dst{cast}), k)",
-                  f"{I3}tl.atomic_add(WS + {dq_base(p)} + ((b * {p.H} + h) * {p.SQ} + "
-                  f"offs_m)[:, None] * {bd} + offs_d[None, :], dqp, "
-                  "mask=rmask[:, None] & dmask[None, :], sem=\"relaxed\")"]
+    L += [f"{I3}dv += tl.dot({pdrop}{cast}, do)",
+          f"{I3}dpt = tl.dot(v, tl.trans(do))"]
+    if p.dropout:
+        L.append(f"{I3}dpt = tl.where(kept, dpt * keep_scale, 0.0)")
+    L += [f"{I3}dst = pt * (dpt - dl[None, :])",
+          f"{I3}dk += tl.dot(dst{cast}, q)"]
+    if getattr(kn, "DQ_ATOMIC", 0):     # dQ += dS K into the float32 accumulator
+        L += [f"{I3}dqp = tl.dot(tl.trans(dst{cast}), k)",
+              f"{I3}tl.atomic_add(WS + {dq_base(p)} + ((b * {p.H} + h) * {p.SQ} + "
+              f"offs_m)[:, None] * {bd} + offs_d[None, :], dqp, "
+              "mask=rmask[:, None] & dmask[None, :], sem=\"relaxed\")"]
     L += [f"{I}dk = dk * SCALE",
           f"{I}tl.store(DK + {_off('b', 'hk', g.dk)} + offs_n[:, None] * {g.dk[2]} + "
           f"offs_d[None, :] * {g.dk[3]}, dk.to({TL_TYPE[g.dk_dtype]}), "
@@ -297,17 +254,14 @@ def dq_source(name: str, p: Problem, g: Grads, kn, interpret: bool) -> str:
         L.append(f"{I}lo = tl.maximum(0, pid * {bm} + shift - {p.left} + 1) // {bn} * {bn}")
     if p.dropout:
         L += dropout_setup(p, I)
-    L += _q_mid(p, bm, bn)
+    L += [f"{I}for start in range(lo, hi, {bn}):",
+          f"{I2}offs_n = start + tl.arange(0, {bn})"]
+    L += _loads_kv_side(p, I2, interpret)
+    L += _p_and_dp(p, I2)
     cast = "" if interpret else f".to({dt})"
-    for lo_, hi_, masked in (("lo", "mid_lo", True), ("mid_lo", "mid_hi", False),
-                             ("mid_hi", "hi", True)):
-        L += [f"{I}for start in range({lo_}, {hi_}, {bn}):",
-              f"{I2}offs_n = start + tl.arange(0, {bn})"]
-        L += _loads_kv_side(p, I2, interpret)
-        L += _p_and_dp(p, I2, masked)
-        L += [f"{I2}ds = pr * (dp - dl[:, None])",
-              f"{I2}dq += tl.dot(ds{cast}, k)"]
-    L += [f"{I}dq = dq * SCALE",
+    L += [f"{I2}ds = pr * (dp - dl[:, None])",
+          f"{I2}dq += tl.dot(ds{cast}, k)",
+          f"{I}dq = dq * SCALE",
           f"{I}tl.store(DQ + {_off('b', 'h', g.dq)} + offs_m[:, None] * {g.dq[2]} + "
           f"offs_d[None, :] * {g.dq[3]}, dq.to({TL_TYPE[g.dq_dtype]}), "
           f"mask=(offs_m < {p.SQ})[:, None] & dmask[None, :])"]
