@@ -1,6 +1,7 @@
 """Backward configs of the attention engine through the graph API (B=4, H=16, D=128,
 bf16, S=4096, causal and not): the deterministic split (dK / dV, then dQ) against the
-atomic-dQ variant, against PyTorch's cuDNN backend in the same run; gradients checked
+atomic-dQ variant (TMA=1: one bulk reduction per tile) and the split with the dQ kernel
+on its own tiles, against PyTorch's cuDNN backend in the same run; gradients checked
 against the cuDNN backend's. Run (GPU): PYTHONPATH=src python bench/attention_bwd_sweep.py"""
 import math
 
@@ -11,11 +12,17 @@ from triton.testing import do_bench
 
 import opendnn.frontend as cudnn
 
-CONFIGS = [dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2, TMA=0, DQ_ATOMIC=0),
-           dict(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=2, TMA=0, DQ_ATOMIC=1),
-           dict(BLOCK_M=32, BLOCK_N=128, num_warps=8, num_stages=2, TMA=0, DQ_ATOMIC=1),
-           dict(BLOCK_M=64, BLOCK_N=128, num_warps=8, num_stages=2, TMA=0, DQ_ATOMIC=1),
-           dict(BLOCK_M=32, BLOCK_N=64, num_warps=4, num_stages=2, TMA=0, DQ_ATOMIC=1)]
+_SPLIT = dict(TMA=0, DQ_ATOMIC=0)
+_TMA_ATOMIC = dict(TMA=1, DQ_ATOMIC=1)
+CONFIGS = [dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2, **_SPLIT),
+           dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2, DQ_BLOCK_M=128,
+                DQ_BLOCK_N=64, DQ_WARPS=8, DQ_STAGES=3, **_SPLIT),
+           dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2, **_TMA_ATOMIC),
+           dict(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=2, **_TMA_ATOMIC),
+           dict(BLOCK_M=64, BLOCK_N=128, num_warps=8, num_stages=2, **_TMA_ATOMIC),
+           dict(BLOCK_M=64, BLOCK_N=128, num_warps=8, num_stages=3, **_TMA_ATOMIC),
+           dict(BLOCK_M=32, BLOCK_N=128, num_warps=8, num_stages=2, **_TMA_ATOMIC),
+           dict(BLOCK_M=32, BLOCK_N=64, num_warps=4, num_stages=3, **_TMA_ATOMIC)]
 
 
 def main():
@@ -62,9 +69,9 @@ def main():
             except Exception as e:   # noqa: BLE001 -- reported
                 print(f"  {kn}: FAILED {str(e)[:100]}")
                 continue
-            print(f"  {kn['BLOCK_M']}x{kn['BLOCK_N']} w{kn['num_warps']} "
-                  f"atomic={kn['DQ_ATOMIC']}: {fl / ms / 1e9:.0f} TFLOP/s rel err {err:.1e}",
-                  flush=True)
+            print(f"  {kn['BLOCK_M']}x{kn['BLOCK_N']} w{kn['num_warps']} s{kn['num_stages']} "
+                  f"atomic={kn['DQ_ATOMIC']} tma={kn['TMA']} dq={kn.get('DQ_BLOCK_M', 0)}: "
+                  f"{ms:.3f} ms {fl / ms / 1e9:.0f} TFLOP/s rel err {err:.1e}", flush=True)
 
 
 if __name__ == "__main__":

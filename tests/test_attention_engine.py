@@ -109,3 +109,43 @@ def test_deterministic_request_declines_atomic_dq(rng):
     assert all(not cfg.knob_dict.get("DQ_ATOMIC") for cfg in e.configs(g.op_graph, Target()))
 
 
+
+
+SPLIT_DQ = dict(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=1, TMA=0, DQ_BLOCK_M=32,
+                DQ_BLOCK_N=16, DQ_WARPS=2, DQ_STAGES=1)
+
+
+@pytest.mark.parametrize("cid", ["plain", "padding_br_causal", "band_br"])
+def test_backward_with_own_dq_tiles_against_reference(rng, cid):
+    """DQ_BLOCK_M / DQ_BLOCK_N / DQ_WARPS / DQ_STAGES: the dQ kernel on its own tiles."""
+    c = dataclasses.replace(next(x for x in CASES if x.id == cid), dtype=torch.bfloat16)
+    x, o, st, do = _backward_inputs(rng, c)
+    g, feeds, outs = backward_graph(c, x, o, st, do)
+    check_engine(g, feeds, outs, ID, SPLIT_DQ, n=c.s_q + c.s_kv,
+                 msg=repro("sdpa_backward", [c], "split dq", rng.seed))
+
+
+def test_dq_knob_and_backward_tma_rules(rng):
+    from opendnn.engines.base import EngineConfig
+    h100 = Target(device="cuda", name="H100", capability=(9, 0), num_sms=132)
+    e = AttentionEngine()
+    c = dataclasses.replace(CASES[0], dtype=torch.bfloat16)
+    x, o, st, do = _backward_inputs(rng, c)
+    g, _, _ = backward_graph(c, x, o, st, do)
+    g.validate()
+    gf, _, _ = forward_graph(c, inputs(rng, c))
+    gf.validate()
+
+    def reason(graph, target, **kw):
+        return e.check_config(graph.op_graph, EngineConfig.make(e, **kw), target).reason
+    assert "DQ_ATOMIC=0" in reason(g, h100, **dict(ATOMIC, DQ_BLOCK_M=32))
+    assert "DQ_ATOMIC=0" in reason(gf, h100, BLOCK_M=64, BLOCK_N=64, DQ_WARPS=8)
+    assert "bulk reduction" in reason(g, h100, BLOCK_M=64, BLOCK_N=64, TMA=1)
+    assert "on a GPU only" in reason(g, Target(), **dict(ATOMIC, TMA=1))
+    assert e.check_config(g.op_graph, EngineConfig.make(e, **dict(ATOMIC, TMA=1)), h100).ok
+    cd = dataclasses.replace(CASES[0], d=256, dtype=torch.bfloat16)
+    x, o, st, do = _backward_inputs(rng, cd)
+    g2, _, _ = backward_graph(cd, x, o, st, do)
+    g2.validate()
+    assert "dQ kernel: 4 stages" in reason(g2, h100, BLOCK_M=16, BLOCK_N=16, num_stages=1,
+                                           DQ_BLOCK_M=128, DQ_BLOCK_N=128, DQ_STAGES=4)

@@ -13,10 +13,12 @@ head of its group that the mask lets see the tile, summing dK and dV in register
 group's heads in order: deterministic); ``dq`` (a program per query tile) walks the key
 tiles as the forward does. Tiles are computed in base 2 like the forward.
 
-DQ_ATOMIC=1 (nondeterministic, faster: P and dP are computed once, not twice): the dK /
-dV kernel also adds each tile's dS K into a float32 dQ accumulator in the workspace with
-atomics (the order of the additions varies run to run), zeroed by the delta kernel, and
-a small kernel scales and converts it to DQ.
+DQ_ATOMIC=1 (nondeterministic: P and dP are computed once, not twice): the dK / dV
+kernel also adds each tile's dS K into a float32 dQ accumulator in the workspace (the
+order of the additions varies run to run), zeroed by the delta kernel, and a small kernel
+scales and converts it to DQ. With TMA=1 the addition is one bulk reduction per tile
+through a tensor descriptor (cp.reduce.async.bulk on Hopper); without, float32 atomics per
+element.
 """
 from __future__ import annotations
 
@@ -102,8 +104,8 @@ def delta_source(name: str, p: Problem, g: Grads, kn) -> str:
 
 def dq_base(p: Problem) -> int:
     """Float32 index of the atomic variant's dQ accumulator [B, H, S_q, pow2(D)] in the
-    workspace (after delta)."""
-    return p.B * p.H * p.SQ
+    workspace (after delta; 128-byte aligned for the TMA unit)."""
+    return (p.B * p.H * p.SQ + 31) // 32 * 32
 
 
 def workspace_floats(p: Problem, kn) -> int:
@@ -202,6 +204,10 @@ def dkdv_source(name: str, p: Problem, g: Grads, kn, interpret: bool) -> str:
         L.append(f"{I}lo = tl.maximum(0, pid * {bn} - shift - {p.right}) // {bm} * {bm}")
     if p.left is not None:
         L.append(f"{I}hi = tl.minimum(hi, pid * {bn} + {bn} - 1 - shift + {p.left})")
+    tma = bool(getattr(kn, "TMA", 0)) and not interpret
+    if getattr(kn, "DQ_ATOMIC", 0) and tma:   # rows past S_q are clipped by the TMA unit
+        L.append(f"{I}dq_desc = tl.make_tensor_descriptor(WS + {dq_base(p)}, shape=[{p.B * p.H}"
+                 f", {p.SQ}, {bd}], strides=[{p.SQ * bd}, {bd}, 1], block_shape=[1, {bm}, {bd}])")
     L.append(f"{I}for gi in range(0, {p.H // p.HKV}):")
     L.append(f"{I2}h = hk * {p.H // p.HKV} + gi")
     if p.dropout:
@@ -222,7 +228,10 @@ def dkdv_source(name: str, p: Problem, g: Grads, kn, interpret: bool) -> str:
         L.append(f"{I3}dpt = tl.where(kept, dpt * keep_scale, 0.0)")
     L += [f"{I3}dst = pt * (dpt - dl[None, :])",
           f"{I3}dk += tl.dot(dst{cast}, q)"]
-    if getattr(kn, "DQ_ATOMIC", 0):     # dQ += dS K into the float32 accumulator
+    if getattr(kn, "DQ_ATOMIC", 0) and tma:    # dQ += dS K: one bulk reduction (TMA)
+        L += [f"{I3}dqp = tl.dot(tl.trans(dst{cast}), k)",
+              f"{I3}dq_desc.atomic_add([b * {p.H} + h, start, 0], dqp.reshape(1, {bm}, {bd}))"]
+    elif getattr(kn, "DQ_ATOMIC", 0):     # dQ += dS K, float32 atomics per element
         L += [f"{I3}dqp = tl.dot(tl.trans(dst{cast}), k)",
               f"{I3}tl.atomic_add(WS + {dq_base(p)} + ((b * {p.H} + h) * {p.SQ} + "
               f"offs_m)[:, None] * {bd} + offs_d[None, :], dqp, "

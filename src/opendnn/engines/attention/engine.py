@@ -47,6 +47,17 @@ class AttnKnobs:
     num_stages: int = 3
     TMA: int = 0
     DQ_ATOMIC: int = 0      # backward: dQ by atomics from the dK / dV kernel (nondeterministic)
+    DQ_BLOCK_M: int = 0     # backward, split: the dQ kernel's own tiles, warps and stages
+    DQ_BLOCK_N: int = 0     # (0: those of the dK / dV kernel)
+    DQ_WARPS: int = 0
+    DQ_STAGES: int = 0
+
+    def dq(self) -> "AttnKnobs":
+        """The knobs the dQ kernel runs with."""
+        return dataclasses.replace(
+            self, BLOCK_M=self.DQ_BLOCK_M or self.BLOCK_M, BLOCK_N=self.DQ_BLOCK_N or
+            self.BLOCK_N, num_warps=self.DQ_WARPS or self.num_warps,
+            num_stages=self.DQ_STAGES or self.num_stages)
 
 
 def _strides(d, n: int = 4) -> tuple:
@@ -114,6 +125,13 @@ def _fit(p: K.Problem, kn: AttnKnobs, fwd: bool) -> AttnKnobs:
     return kn
 
 
+def _fit_dq(p: K.Problem, kn: AttnKnobs) -> AttnKnobs:
+    """``kn`` with its dQ kernel's tiles / stages fitted as ``_fit`` does."""
+    d = _fit(p, kn.dq(), False)
+    return dataclasses.replace(kn, DQ_BLOCK_M=d.BLOCK_M, DQ_BLOCK_N=d.BLOCK_N,
+                               DQ_STAGES=d.num_stages)
+
+
 class AttentionEngine(Engine):
     """Flash attention, forward and backward."""
     id = 40
@@ -139,7 +157,10 @@ class AttentionEngine(Engine):
     def knob_space(self, graph=None) -> list[Knob]:
         return [Knob("BLOCK_M", (16, 32, 64, 128), 64), Knob("BLOCK_N", (16, 32, 64, 128), 64),
                 Knob("num_warps", (1, 2, 4, 8), 4), Knob("num_stages", (1, 2, 3, 4), 3),
-                Knob("TMA", (0, 1), 0), Knob("DQ_ATOMIC", (0, 1), 0)]
+                Knob("TMA", (0, 1), 0), Knob("DQ_ATOMIC", (0, 1), 0),
+                Knob("DQ_BLOCK_M", (0, 16, 32, 64, 128), 0),
+                Knob("DQ_BLOCK_N", (0, 16, 32, 64, 128), 0),
+                Knob("DQ_WARPS", (0, 1, 2, 4, 8), 0), Knob("DQ_STAGES", (0, 1, 2, 3, 4), 0)]
 
     def check_config(self, graph, config: EngineConfig, target: Target) -> Support:
         sup = super().check_config(graph, config, target)
@@ -152,15 +173,21 @@ class AttentionEngine(Engine):
         if kn.DQ_ATOMIC and graph.nodes[0].use_deterministic_algorithm:
             return decline("DQ_ATOMIC adds dQ with atomics (nondeterministic); the node asks "
                            "for a deterministic algorithm")
-        if target.is_cuda and _smem(p, kn, fwd) > SMEM_LIMIT:
-            return decline(f"{kn.num_stages} stages of {kn.BLOCK_M} x {kn.BLOCK_N} tiles at head "
-                           f"dims {p.D} / {p.DV} need ~{_smem(p, kn, fwd) // 1024} KB of shared "
-                           f"memory (limit {SMEM_LIMIT // 1024} KB)")
-        if kn.TMA:
-            if not target.is_cuda or graph.nodes[0].kind != "sdpa":
-                return decline("TMA: the forward on a GPU only")
-            if any(t[3] != 1 or (t[2] * 2) % 16 for t in (p.q, p.k, p.v)):
-                return decline("TMA: Q, K and V need unit head-dim strides and 16-byte rows")
+        dq_set = kn.DQ_BLOCK_M or kn.DQ_BLOCK_N or kn.DQ_WARPS or kn.DQ_STAGES
+        if dq_set and (fwd or kn.DQ_ATOMIC):
+            return decline("DQ_BLOCK_M / DQ_BLOCK_N / DQ_WARPS / DQ_STAGES set the split "
+                           "backward's dQ kernel (DQ_ATOMIC=0)")
+        for what, k in (("", kn),) + ((("dQ kernel: ", kn.dq()),) if dq_set else ()):
+            if target.is_cuda and _smem(p, k, fwd) > SMEM_LIMIT:
+                return decline(f"{what}{k.num_stages} stages of {k.BLOCK_M} x {k.BLOCK_N} tiles "
+                               f"at head dims {p.D} / {p.DV} need ~{_smem(p, k, fwd) // 1024} KB "
+                               f"of shared memory (limit {SMEM_LIMIT // 1024} KB)")
+        if kn.TMA and not target.is_cuda:
+            return decline("TMA: on a GPU only")
+        if kn.TMA and fwd and any(t[3] != 1 or (t[2] * 2) % 16 for t in (p.q, p.k, p.v)):
+            return decline("TMA: Q, K and V need unit head-dim strides and 16-byte rows")
+        if kn.TMA and not fwd and not kn.DQ_ATOMIC:
+            return decline("TMA in the backward: the atomic dQ's bulk reduction (DQ_ATOMIC=1)")
         return SUPPORTED
 
     def configs(self, graph, target: Target) -> list[EngineConfig]:
@@ -183,6 +210,7 @@ class AttentionEngine(Engine):
             out = [AttnKnobs(64, 64, 4, 2), AttnKnobs(64, 64, 4, 3)]
         if target.is_cuda:
             out = [_fit(p, kn, fwd) for kn in out]
+            out = [kn if kn.dq() == kn else _fit_dq(p, kn) for kn in out]
         return [EngineConfig.make(self, **dataclasses.asdict(kn))
                 for kn in dict.fromkeys(out)]
 
@@ -249,9 +277,11 @@ class _AttnExecutable(Executable, LaunchList):
             launches.append(("dqconv", KB.dq_convert_source(f"{tag}_dqconv", p, g, kn), gq,
                              [buf["DQ"], ws, extra[-1]], 4))
         else:
-            launches.append(("dq", KB.dq_source(f"{tag}_dq", p, g, kn, not cuda), gq,
+            kq = kn.dq()
+            launches.append(("dq", KB.dq_source(f"{tag}_dq", p, g, kq, not cuda),
+                             (math.ceil(p.SQ / kq.BLOCK_M), p.B * p.H),
                              [buf[r] for r in ("Q", "K", "V", "DO", "STATS", "DQ")] + [ws] +
-                             extra, kn.num_warps))
+                             extra, (kq.num_warps, kq.num_stages)))
         if g.dbias is not None:     # dS summed over the bias's broadcast axes
             launches.append((
                 "dbias", KB.dbias_source(f"{tag}_dbias", p, g, kn, not cuda),
@@ -261,7 +291,8 @@ class _AttnExecutable(Executable, LaunchList):
         for name, src, grid, args, warps in launches:
             if 0 in grid:
                 continue
-            c = dict(const, num_warps=warps)
+            c = dict(const, num_warps=warps) if isinstance(warps, int) else \
+                dict(num_warps=warps[0], num_stages=warps[1])
             self.add_launch(kernel_from_source(src, f"{tag}_{name}"), grid, c, args, graph,
                             cuda)
 
