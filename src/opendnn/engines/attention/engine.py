@@ -105,13 +105,17 @@ SMEM_LIMIT = 227 * 1024      # bytes of shared memory a program may use (H100)
 
 
 def _smem(p: K.Problem, kn: AttnKnobs, fwd: bool) -> int:
-    """Shared memory estimate: num_stages buffered K / V tiles (backward: Q / dO tiles
-    too) of 2-byte elements, plus the resident tiles."""
+    """Shared memory estimate of 2-byte tiles: num_stages buffered streamed tiles plus the
+    resident ones. Forward: K / V of BLOCK_N rows streamed, Q resident. Backward, the
+    larger of its kernels: dK / dV streams Q / dO (BLOCK_M rows) past resident K / V
+    (BLOCK_N rows), dQ the other way round."""
     bd, bdv = max(16, K._pow2(p.D)), max(16, K._pow2(p.DV))
-    tile = max(kn.BLOCK_M, kn.BLOCK_N)
-    per_stage = (kn.BLOCK_N if fwd else tile) * (bd + bdv) * 2
-    # calibrated: D = 256, 64 x 64, 3 stages asked for 262144 bytes (forward, H100)
-    return kn.num_stages * per_stage + tile * (bd + bdv) * 2 * (1 if fwd else 2)
+    row = (bd + bdv) * 2
+    if fwd:   # calibrated: D = 256, 64 x 64, 3 stages asked for 262144 bytes (H100)
+        return kn.num_stages * kn.BLOCK_N * row + max(kn.BLOCK_M, kn.BLOCK_N) * row
+    # measured to fit (H100, D = 128): dK / dV 64 x 128 and dQ 128 x 64, 3 stages
+    return max(kn.num_stages * kn.BLOCK_M * row + 2 * kn.BLOCK_N * row,
+               kn.num_stages * kn.BLOCK_N * row + 2 * kn.BLOCK_M * row)
 
 
 def _fit(p: K.Problem, kn: AttnKnobs, fwd: bool) -> AttnKnobs:
