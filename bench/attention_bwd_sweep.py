@@ -14,15 +14,15 @@ import opendnn.frontend as cudnn
 
 _SPLIT = dict(TMA=0, DQ_ATOMIC=0)
 _TMA_ATOMIC = dict(TMA=1, DQ_ATOMIC=1)
+_DQ = dict(DQ_BLOCK_M=128, DQ_BLOCK_N=64, DQ_WARPS=8, DQ_STAGES=3)
 CONFIGS = [dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2, **_SPLIT),
+           dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2, **_DQ, **_SPLIT),
            dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2, DQ_BLOCK_M=128,
-                DQ_BLOCK_N=64, DQ_WARPS=8, DQ_STAGES=3, **_SPLIT),
-           dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2, **_TMA_ATOMIC),
-           dict(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=2, **_TMA_ATOMIC),
+                DQ_BLOCK_N=32, DQ_WARPS=8, DQ_STAGES=3, **_SPLIT),
+           dict(BLOCK_M=64, BLOCK_N=128, num_warps=8, num_stages=3, **_DQ, **_SPLIT),
+           dict(BLOCK_M=32, BLOCK_N=64, num_warps=4, num_stages=3, **_DQ, **_SPLIT),
            dict(BLOCK_M=64, BLOCK_N=128, num_warps=8, num_stages=2, **_TMA_ATOMIC),
-           dict(BLOCK_M=64, BLOCK_N=128, num_warps=8, num_stages=3, **_TMA_ATOMIC),
-           dict(BLOCK_M=32, BLOCK_N=128, num_warps=8, num_stages=2, **_TMA_ATOMIC),
-           dict(BLOCK_M=32, BLOCK_N=64, num_warps=4, num_stages=3, **_TMA_ATOMIC)]
+           dict(BLOCK_M=64, BLOCK_N=128, num_warps=8, num_stages=3, **_TMA_ATOMIC)]
 
 
 def main():

@@ -104,26 +104,29 @@ def _grads(graph) -> KB.Grads:
 SMEM_LIMIT = 227 * 1024      # bytes of shared memory a program may use (H100)
 
 
-def _smem(p: K.Problem, kn: AttnKnobs, fwd: bool) -> int:
+def _smem(p: K.Problem, kn: AttnKnobs, fwd: bool, dq_only: bool = False) -> int:
     """Shared memory estimate of 2-byte tiles: num_stages buffered streamed tiles plus the
     resident ones. Forward: K / V of BLOCK_N rows streamed, Q resident. Backward, the
-    larger of its kernels: dK / dV streams Q / dO (BLOCK_M rows) past resident K / V
-    (BLOCK_N rows), dQ the other way round."""
+    larger of its kernels (``dq_only``: the dQ kernel's): dK / dV streams Q / dO (BLOCK_M
+    rows) past resident K / V (BLOCK_N rows); dQ (with DQ_ATOMIC=0) the other way round."""
     bd, bdv = max(16, K._pow2(p.D)), max(16, K._pow2(p.DV))
     row = (bd + bdv) * 2
     if fwd:   # calibrated: D = 256, 64 x 64, 3 stages asked for 262144 bytes (H100)
         return kn.num_stages * kn.BLOCK_N * row + max(kn.BLOCK_M, kn.BLOCK_N) * row
     # measured to fit (H100, D = 128): dK / dV 64 x 128 and dQ 128 x 64, 3 stages
-    return max(kn.num_stages * kn.BLOCK_M * row + 2 * kn.BLOCK_N * row,
-               kn.num_stages * kn.BLOCK_N * row + 2 * kn.BLOCK_M * row)
+    dkdv = kn.num_stages * kn.BLOCK_M * row + 2 * kn.BLOCK_N * row
+    dq = kn.num_stages * kn.BLOCK_N * row + 2 * kn.BLOCK_M * row
+    if dq_only:
+        return dq
+    return dkdv if kn.DQ_ATOMIC or kn.dq() != kn else max(dkdv, dq)
 
 
-def _fit(p: K.Problem, kn: AttnKnobs, fwd: bool) -> AttnKnobs:
+def _fit(p: K.Problem, kn: AttnKnobs, fwd: bool, dq_only: bool = False) -> AttnKnobs:
     """``kn`` with fewer stages, then narrower tiles, until its shared memory fits (head
     dims 192-256: a 64 x 64 tile with 3 stages needed 262 KB, the H100 has 227)."""
-    while _smem(p, kn, fwd) > SMEM_LIMIT and kn.num_stages > 1:
+    while _smem(p, kn, fwd, dq_only) > SMEM_LIMIT and kn.num_stages > 1:
         kn = dataclasses.replace(kn, num_stages=kn.num_stages - 1)
-    while _smem(p, kn, fwd) > SMEM_LIMIT and max(kn.BLOCK_M, kn.BLOCK_N) > 16:
+    while _smem(p, kn, fwd, dq_only) > SMEM_LIMIT and max(kn.BLOCK_M, kn.BLOCK_N) > 16:
         kn = dataclasses.replace(kn, BLOCK_M=max(16, kn.BLOCK_M // 2),
                                  BLOCK_N=max(16, kn.BLOCK_N // 2))
     return kn
@@ -131,7 +134,7 @@ def _fit(p: K.Problem, kn: AttnKnobs, fwd: bool) -> AttnKnobs:
 
 def _fit_dq(p: K.Problem, kn: AttnKnobs) -> AttnKnobs:
     """``kn`` with its dQ kernel's tiles / stages fitted as ``_fit`` does."""
-    d = _fit(p, kn.dq(), False)
+    d = _fit(p, kn.dq(), False, True)
     return dataclasses.replace(kn, DQ_BLOCK_M=d.BLOCK_M, DQ_BLOCK_N=d.BLOCK_N,
                                DQ_STAGES=d.num_stages)
 
@@ -181,10 +184,12 @@ class AttentionEngine(Engine):
         if dq_set and (fwd or kn.DQ_ATOMIC):
             return decline("DQ_BLOCK_M / DQ_BLOCK_N / DQ_WARPS / DQ_STAGES set the split "
                            "backward's dQ kernel (DQ_ATOMIC=0)")
-        for what, k in (("", kn),) + ((("dQ kernel: ", kn.dq()),) if dq_set else ()):
-            if target.is_cuda and _smem(p, k, fwd) > SMEM_LIMIT:
+        for what, k, only in (("", kn, False),) + ((("dQ kernel: ", kn.dq(), True),)
+                                                    if dq_set else ()):
+            need = _smem(p, k, fwd, only)
+            if target.is_cuda and need > SMEM_LIMIT:
                 return decline(f"{what}{k.num_stages} stages of {k.BLOCK_M} x {k.BLOCK_N} tiles "
-                               f"at head dims {p.D} / {p.DV} need ~{_smem(p, k, fwd) // 1024} KB "
+                               f"at head dims {p.D} / {p.DV} need ~{need // 1024} KB "
                                f"of shared memory (limit {SMEM_LIMIT // 1024} KB)")
         if kn.TMA and not target.is_cuda:
             return decline("TMA: on a GPU only")
