@@ -96,3 +96,38 @@ def test_dropout_masks_keep_the_fraction_and_match_between_passes(rng):
     n = m.numel()
     assert abs(m.mean().item() - 0.5) < 6 * (0.25 / n) ** 0.5
     test_forward_and_backward(rng, c)      # the engine's O and grads use exactly this mask
+
+
+ATOMIC_CASES = [c for c in CASES if c.id in ("s1000_causal_gqa_d64", "padding_bias_d192",
+                                             "s17_d32")]
+
+
+@pytest.mark.parametrize("tma", [0, 1])
+@pytest.mark.parametrize("c", ATOMIC_CASES, ids=[c.id for c in ATOMIC_CASES])
+def test_backward_with_atomic_dq(rng, c, tma):
+    """DQ_ATOMIC=1 (not listed: slower), per-element atomics (TMA=0) and one bulk
+    reduction per tile (TMA=1), against float64 PyTorch."""
+    x = inputs(rng, c)
+    xc = {n: t.cuda() for n, t in x.items()}
+    q, k, v = (x[n].double().requires_grad_(True) for n in ("q", "k", "v"))
+    bias = x["bias"].double().requires_grad_(True) if "bias" in x else None
+    ro, rst = torch_sdpa(q, k, v, expected_keep(c), c.scale, bias)
+    do = rng.rand(tuple(ro.shape), c.dtype)
+    ro.backward(do.double())
+    o = ro.detach().to(c.dtype).cuda()
+    g, feeds, outs = backward_graph(c, xc, o, rst.detach().float().cuda(), do.cuda(),
+                                    with_dbias=bias is not None)
+    g.validate()
+    g.build_operation_graph()
+    g.create_execution_plan(40, dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2,
+                                     TMA=tma, DQ_ATOMIC=1))
+    g.check_support()
+    g.build_plans()
+    ws = torch.full((max(g.get_workspace_size(), 1),), 255, dtype=torch.uint8, device="cuda")
+    bufs = {t: torch.empty_strided(t.get_dim(), t.get_stride(), device="cuda",
+                                   dtype=_dt(t)).fill_(float("nan")) for t in outs}
+    g.execute({**feeds, **bufs}, ws)
+    refs = [q.grad, k.grad, v.grad] + ([bias.grad] if bias is not None else [])
+    for t, ref in zip(outs, refs):
+        err = _relerr(bufs[t], ref)
+        assert err < 2e-2, f"{c.id} tma={tma} {t.get_name()}: relative error {err:.2e}"

@@ -213,10 +213,13 @@ class AttentionEngine(Engine):
             if not big:
                 out.reverse()
         else:
-            # 64 x 64, 4 warps, 2 stages: 403 / 353 TFLOP/s (S=4096, non-causal / causal).
-            # The atomic-dQ variant (DQ_ATOMIC=1, 64 x 64 with 8 warps: no spills) measured
-            # 197: it is not listed (bench/attention_bwd_sweep.py)
-            out = [AttnKnobs(64, 64, 4, 2), AttnKnobs(64, 64, 4, 3)]
+            # bench/attention_bwd_sweep.py (H100, S=4096, D=128): dK / dV on 64 x 64 tiles
+            # with 4 warps, 2 stages, dQ on 128 x 64 with 8 warps, 3 stages: 400-402 / 351
+            # TFLOP/s non-causal / causal (399 / 340 with dQ on the 64 x 64 tiles). The
+            # atomic-dQ variant is not listed: 197 with per-element atomics, 384 with TMA
+            # bulk reductions (64 x 128, 8 warps, 3 stages)
+            out = [AttnKnobs(64, 64, 4, 2, DQ_BLOCK_M=128, DQ_BLOCK_N=64, DQ_WARPS=8,
+                             DQ_STAGES=3), AttnKnobs(64, 64, 4, 2), AttnKnobs(64, 64, 4, 3)]
         if target.is_cuda:
             out = [_fit(p, kn, fwd) for kn in out]
             out = [kn if kn.dq() == kn else _fit_dq(p, kn) for kn in out]
