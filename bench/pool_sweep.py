@@ -47,7 +47,8 @@ def _sweep(label, g, engine_id, pack, layout):
     rank = next((i for i, (_, n) in enumerate(res) if n == first), None)
     for gbs, name in res[:4]:
         print(f"{label:44s} {gbs:6.0f} GB/s {name}")
-    print(f"{label:44s} heuristic's first {first}: rank {rank} of {len(res)}", flush=True)
+    at = f" ({res[rank][0]:.0f} GB/s)" if rank is not None else ""
+    print(f"{label:44s} heuristic's first {first}: rank {rank} of {len(res)}{at}", flush=True)
 
 
 def main(layouts):
