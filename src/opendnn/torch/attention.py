@@ -282,7 +282,7 @@ def _as_4d(t: torch.Tensor) -> torch.Tensor:
         return t.reshape(1, 1, *t.shape)
     if t.dim() == 3:
         return t.unsqueeze(0)
-    return t.reshape(-1, *t.shape[-3:])
+    return t.reshape(math.prod(t.shape[:-3]), *t.shape[-3:])
 
 
 def _bias(mask, q, q4, s: int) -> torch.Tensor:
@@ -307,7 +307,7 @@ def _bias(mask, q, q4, s: int) -> torch.Tensor:
                    f"{list(full)}", "attn_mask", Status.BAD_PARAM_SHAPE_MISMATCH) from None
     m = mask.reshape((1,) * (len(full) - mask.dim()) + tuple(mask.shape))
     if m.dim() > 4:     # flattened batch dims: broadcast them, keep the head dim's size
-        m = m.expand(*full[:-3], *m.shape[-3:]).reshape(-1, *m.shape[-3:])
+        m = m.expand(*full[:-3], *m.shape[-3:]).reshape(math.prod(full[:-3]), *m.shape[-3:])
     elif m.dim() < 4:
         m = m.reshape((1,) * (4 - m.dim()) + tuple(m.shape))
     return m.expand(m.shape[0], m.shape[1], q4.shape[2], s)
