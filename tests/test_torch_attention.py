@@ -233,3 +233,24 @@ def test_compile_fullgraph(rng):
     assert_close(got.detach(), want.detach(), torch.float16, n=72)
     for g, rg in zip(grads, rgrads):
         assert_close(g, rg, torch.float16, n=12)
+
+
+def test_autocast_cpu(rng):
+    """Under CPU autocast (bfloat16) float32 q / k / v and a float mask run in bfloat16,
+    as PyTorch's sdpa does; gradients come back in float32. The op alone casts too."""
+    q, k, v = (t.requires_grad_() for t in _qkv(rng, dtype=torch.float32))
+    mask = rng.rand((4, 5), torch.float32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        o = sdpa(q, k, v, attn_mask=mask)
+        want_dtype = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).dtype
+        direct, stats = torch.ops.opendnn.sdpa(q, k, v, None, 0.0, False, 0.5, None)
+    assert o.dtype == want_dtype == direct.dtype == torch.bfloat16
+    assert stats.dtype == torch.float32
+    low = [t.detach().bfloat16().double().requires_grad_() for t in (q, k, v)]
+    ref = F.scaled_dot_product_attention(*low, attn_mask=mask.bfloat16().double())
+    assert_close(o, ref, torch.bfloat16, n=5)
+    grads = torch.autograd.grad(o.float().sum(), (q, k, v))
+    rgrads = torch.autograd.grad(ref.sum(), low)
+    for g, rg in zip(grads, rgrads):
+        assert g.dtype == torch.float32
+        assert_close(g, rg, torch.bfloat16, n=9)

@@ -231,3 +231,27 @@ def test_compile_fullgraph(rng):
     gg, = torch.autograd.grad(got, x)
     assert_close(got.detach(), want.detach().double(), torch.float32, n=54)
     assert_close(gg, gw.double(), torch.float32, n=9)
+
+
+def test_softmax_autocast_policy(rng):
+    """The CUDA autocast kernel's policy, registered for CPU autocast for this test: a
+    half / bfloat16 input gives a float32 result (PyTorch's fp32_set_opt_dtype); an
+    explicit dtype is kept; gradients come back in the input's type."""
+    from opendnn.torch.softmax import autocast_kernel
+    lib = torch.library.Library("opendnn", "IMPL")
+    lib.impl("softmax", autocast_kernel("cpu"), "AutocastCPU")
+    try:
+        x = rng.rand((3, 17), torch.bfloat16, high=4.0).requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = log_softmax(x, 1)
+            kept = softmax(x.detach(), 1, dtype=torch.bfloat16)
+        assert y.dtype == torch.float32 and kept.dtype == torch.bfloat16
+        xr = x.detach().double().requires_grad_()
+        yr = F.log_softmax(xr, 1)
+        assert_close(y, yr, torch.float32, n=17)
+        g, = torch.autograd.grad(y.sum(), x)
+        gr, = torch.autograd.grad(yr.sum(), xr)
+        assert g.dtype == torch.bfloat16
+        assert_close(g, gr, torch.bfloat16, n=17)
+    finally:
+        lib._destroy()

@@ -33,8 +33,10 @@ The functional layer maps PyTorch's arguments onto those:
 Declined (GraphNotSupportedError, for ``enable()`` to hand to PyTorch): float32 / float64
 inputs (the attention engines take half and bfloat16; float32 would run on the float64
 host reference), head dims E / Ev not multiples of 8 in [8, 256], Hk != Hv, dropout_p = 1,
-leading dims that differ between q, k and v (broadcast batches). Under autocast (CUDA)
-the op runs in the autocast type, as PyTorch's autocast runs sdpa in lower precision.
+leading dims that differ between q, k and v (broadcast batches). Under autocast (CPU
+or CUDA) q, k, v and a float mask are cast to the autocast type, as PyTorch's autocast
+runs sdpa in lower precision (in the functional layer, and for direct calls of the op by
+an Autocast kernel, ``autocast_kernel``).
 """
 from __future__ import annotations
 
@@ -256,23 +258,30 @@ def _backward(ctx, grad, _grad_stats):
 sdpa_op.register_autograd(_backward, setup_context=_setup)
 
 
-def _autocast(device_type: str):
-    """sdpa under autocast: floating inputs in the autocast type (half or bfloat16)."""
-    key = getattr(torch._C.DispatchKey, "Autocast" + torch._C._dispatch_key_for_device(
-        device_type))
+def _autocast_cast(device_type: str, tensors) -> list:
+    """Floating tensors of ``device_type`` in the autocast type (None stays None)."""
+    dt = torch.get_autocast_dtype(device_type)
+    return [t.to(dt) if isinstance(t, torch.Tensor) and t.is_floating_point() and
+            t.device.type == device_type else t for t in tensors]
+
+
+def autocast_kernel(device_type: str):
+    """sdpa under autocast (PyTorch's lower-precision list on CPU and CUDA): q, k, v and
+    a float bias in the autocast type."""
+    key = getattr(torch._C.DispatchKey,
+                  "Autocast" + torch._C._dispatch_key_for_device(device_type))
 
     def kernel(q, k, v, bias, dropout_p, is_causal, scale, rng):
-        dt = torch.get_autocast_dtype(device_type)
-        cast = [t.to(dt) if t is not None and t.is_floating_point() and
-                t.device.type == device_type else t for t in (q, k, v, bias)]
+        q, k, v, bias = _autocast_cast(device_type, (q, k, v, bias))
         with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(key)):
-            return torch.ops.opendnn.sdpa(*cast, dropout_p, is_causal, scale, rng)
-    torch.library.impl("opendnn::sdpa", "Autocast" +
-                       torch._C._dispatch_key_for_device(device_type))(kernel)
+            return torch.ops.opendnn.sdpa(q, k, v, bias, dropout_p, is_causal, scale, rng)
+    return kernel
 
 
-if torch._C._is_autocast_available("cuda"):
-    _autocast("cuda")
+for _device in ("cpu", "cuda"):
+    if torch._C._is_autocast_available(_device):
+        torch.library.impl("opendnn::sdpa", "Autocast" + torch._C._dispatch_key_for_device(
+            _device))(autocast_kernel(_device))
 
 
 # ---- torch.nn.functional.scaled_dot_product_attention ----------------------------------------
@@ -317,12 +326,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                                  is_causal=False, scale=None, enable_gqa=False) -> torch.Tensor:
     """softmax(query key^T * scale + mask) value, with dropout on the probabilities."""
     dev = getattr(query, "device", None)
-    if dev is not None and dev.type == "cuda" and torch.is_autocast_enabled("cuda"):
-        dt = torch.get_autocast_dtype("cuda")
-        query, key, value = (t.to(dt) if isinstance(t, torch.Tensor) and t.is_floating_point()
-                             else t for t in (query, key, value))
-        if isinstance(attn_mask, torch.Tensor) and attn_mask.is_floating_point():
-            attn_mask = attn_mask.to(dt)
+    if dev is not None and dev.type in ("cpu", "cuda") and torch.is_autocast_enabled(dev.type):
+        query, key, value, attn_mask = _autocast_cast(dev.type, (query, key, value, attn_mask))
     check_qkv(query, key, value)
     lead = [t.shape[:-3] for t in (query, key, value)]
     if not lead[0] == lead[1] == lead[2]:

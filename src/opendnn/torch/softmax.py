@@ -13,8 +13,9 @@ Custom ops (namespace ``opendnn``):
       softmax:      dx = y (dy - sum_dim(dy y))
       log-softmax:  dx = dy - exp(y) sum_dim(dy)
 
-Autograd saves y (not x). Under CUDA autocast the forward runs in float32, as PyTorch's
-autocast runs softmax and log_softmax (``torch.library.register_autocast``). A 0-dim input
+Autograd saves y (not x). Under CUDA autocast a half / bfloat16 input gives a float32
+result (read in its own type, computed and written in float32), PyTorch's autocast policy
+for softmax and log_softmax (an AutocastCUDA kernel: ``autocast_kernel``). A 0-dim input
 is one element (softmax 1, log-softmax 0); zero-size inputs give empty outputs without
 a graph.
 """
@@ -124,8 +125,26 @@ def _backward(ctx, grad):
 
 
 softmax_op.register_autograd(_backward, setup_context=_setup)
-if torch._C._is_autocast_available("cuda"):
-    torch.library.register_autocast("opendnn::softmax", "cuda", torch.float32)
+
+
+def autocast_kernel(device_type: str):
+    """PyTorch's autocast policy for softmax / log_softmax ("fp32_set_opt_dtype"): with
+    no ``dtype``, a float16 / bfloat16 input is read as it is and the result computed and
+    written in float32 (no cast of the input)."""
+    key = getattr(torch._C.DispatchKey,
+                  "Autocast" + torch._C._dispatch_key_for_device(device_type))
+
+    def kernel(x, dim, log, dtype):
+        if dtype is None and x.dtype in (torch.float16, torch.bfloat16) and \
+                x.device.type == device_type:
+            dtype = torch.float32
+        with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(key)):
+            return torch.ops.opendnn.softmax(x, dim, log, dtype)
+    return kernel
+
+
+if torch._C._is_autocast_available("cuda"):      # CPU autocast leaves softmax alone
+    torch.library.impl("opendnn::softmax", "AutocastCUDA")(autocast_kernel("cuda"))
 
 
 def _implicit_dim(name: str, ndim: int, stacklevel: int) -> int:
