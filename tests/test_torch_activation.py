@@ -82,6 +82,14 @@ def test_extremes():
         assert_close(getattr(A, name)(x), getattr(F, name)(x.double()), torch.float32)
 
 
+def test_kinks():
+    """Gradients exactly at the kinks (0, +-1, +-3, 6, softplus's threshold) are
+    PyTorch's: which side each boundary belongs to."""
+    x = torch.tensor([-6.0, -3.0, -1.0, 0.0, 1.0, 3.0, 6.0, 10.0, 20.0])
+    for name, kw in CASES + [("softplus", dict(beta=0.5, threshold=5.0))]:
+        _check(name, kw, x)
+
+
 @pytest.mark.parametrize("name,kw", [("relu", {}), ("relu6", {}),
                                      ("leaky_relu", dict(negative_slope=0.1)),
                                      ("elu", dict(alpha=1.3)), ("silu", {}), ("mish", {}),

@@ -254,3 +254,13 @@ def test_autocast_cpu(rng):
     for g, rg in zip(grads, rgrads):
         assert g.dtype == torch.float32
         assert_close(g, rg, torch.bfloat16, n=9)
+
+
+def test_broadcast_gradient(rng):
+    """out.sum()'s gradient has zero strides (an expanded one): read as it is."""
+    q, k, v = (t.requires_grad_() for t in _qkv(rng))
+    grads = torch.autograd.grad(sdpa(q, k, v).sum(), (q, k, v))
+    ref = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    rgrads = torch.autograd.grad(F.scaled_dot_product_attention(*ref).sum(), ref)
+    for g, rg in zip(grads, rgrads):
+        assert_close(g, rg, torch.float16, n=9)

@@ -25,7 +25,8 @@ The kinds and their math (x the input, y the output, dy the incoming gradient):
     mish     y = x tanh(softplus(x));  dx = dy (t + x sigmoid(x) (1 - t^2)), t = tanh(sp(x))
     hardsigmoid  y = min(max(x + 3, 0), 6) / 6;  dx = dy / 6 where -3 < x < 3, else 0
     hardswish    y = x min(max(x + 3, 0), 6) / 6;
-                 dx = 0 (x < -3), dy (x / 3 + 1/2) (x <= 3), dy (x > 3)
+                 dx = 0 (x <= -3), dy (x / 3 + 1/2) (-3 < x < 3), dy (x >= 3)
+                 (PyTorch's open interval: at x = 3 the gradient is dy)
 
 ``inplace=True`` has PyTorch's semantics: y is written over the input, which is returned.
 Under autograd (the input requires grad) an ``autograd.Function`` marks the input dirty.
@@ -136,8 +137,8 @@ def _mish_bwd(g, dy, x, a):
 
 def _hardswish_bwd(g, dy, x, a):
     ramp = g.mul(dy, g.add(g.div(x, 3.0), 0.5))
-    upper = g.binary_select(ramp, dy, g.cmp_le(x, 3.0))
-    return g.binary_select(0.0, upper, g.cmp_lt(x, -3.0))
+    upper = g.binary_select(ramp, dy, g.cmp_lt(x, 3.0))
+    return g.binary_select(0.0, upper, g.cmp_le(x, -3.0))
 
 
 def _elu_bwd_from_output(g, dy, y, a):
