@@ -177,6 +177,7 @@ def test_declined(rng):
     expect_error(ns, Status.NOT_SUPPORTED, lambda: sdpa(q, k, v, dropout_p=1.0), "dropout_p")
     q, k, v = _qkv(rng, (2, 2, 4, 8), (1, 2, 5, 8))
     expect_error(ns, Status.NOT_SUPPORTED_SHAPE, lambda: sdpa(q, k, v), "leading dims")
+    expect_error(ns, Status.NOT_SUPPORTED_SHAPE, lambda: sdpa(q, k[0], v[0]), "ranks")
 
 
 def test_bad_arguments(rng):
@@ -201,8 +202,8 @@ def test_bad_arguments(rng):
                  "key head dim")
     expect_error(bp, Status.BAD_PARAM_SHAPE_MISMATCH, lambda: sdpa(q, k, v[:, :, :3]),
                  "value length")
-    expect_error(bp, Status.BAD_PARAM_SHAPE_MISMATCH, lambda: sdpa(q, k[0], v),
-                 "one rank")
+    expect_error(bp, Status.BAD_PARAM_SHAPE_MISMATCH, lambda: sdpa(q, k[0, 0, 0], v),
+                 "at least 2")
     expect_error(bp, Status.BAD_PARAM, lambda: torch.ops.opendnn.sdpa(
         q, k, v, None, 0.5, False, 1.0, None), "rng")
 

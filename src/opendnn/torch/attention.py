@@ -33,7 +33,7 @@ The functional layer maps PyTorch's arguments onto those:
 Declined (GraphNotSupportedError, for ``enable()`` to hand to PyTorch): float32 / float64
 inputs (the attention engines take half and bfloat16; float32 would run on the float64
 host reference), head dims E / Ev not multiples of 8 in [8, 256], Hk != Hv, dropout_p = 1,
-leading dims that differ between q, k and v (broadcast batches). Under autocast (CPU
+ranks or leading dims that differ between q, k and v (broadcast batches). Under autocast (CPU
 or CUDA) q, k, v and a float mask are cast to the autocast type, as PyTorch's autocast
 runs sdpa in lower precision (in the functional layer, and for direct calls of the op by
 an Autocast kernel, ``autocast_kernel``).
@@ -70,9 +70,12 @@ def check_qkv(q, k, v, op: str = OP) -> None:
         if not isinstance(t, torch.Tensor):
             raise _bad(f"{r} must be a torch.Tensor, got {type(t).__name__}", r,
                        Status.BAD_PARAM_ATTRIBUTE_TYPE, op)
-        if t.dim() < 2 or t.dim() != q.dim():
-            raise _bad(f"{r} has {t.dim()} dims; query, key and value need one rank >= 2",
-                       r, Status.BAD_PARAM_SHAPE_MISMATCH, op)
+        if t.dim() < 2:
+            raise _bad(f"{r} has {t.dim()} dims; at least 2 (..., S, D)", r,
+                       Status.BAD_PARAM_SHAPE_MISMATCH, op)
+        if t.dim() != q.dim():
+            raise _declined(f"{r} has {t.dim()} dims, query {q.dim()}: ranks that broadcast "
+                            "are not supported", r, Status.NOT_SUPPORTED_SHAPE, op)
         if t.device != q.device:
             raise _bad(f"{r} is on {t.device}, query on {q.device}", r, op=op)
     if not q.dtype == k.dtype == v.dtype:
