@@ -25,6 +25,7 @@ from typing import Optional, Sequence
 import torch
 from torch._prims_common import suggest_memory_format
 
+from ..enums import DataType
 from ..errors import BadParamError, GraphNotSupportedError, Status
 from ..tensor import as_data_type
 from . import _graphs
@@ -45,6 +46,17 @@ def mark_output(t, buf: torch.Tensor):
     """Make graph tensor ``t`` an output with ``buf``'s dims, strides and type."""
     return t.set_output(True).set_dim(list(buf.shape)).set_stride(list(buf.stride())) \
         .set_data_type(as_data_type(buf.dtype))
+
+
+def compute_type(dtype: torch.dtype) -> dict:
+    """Builder keywords for a node on ``dtype`` operands: float64 computes in float64 (the
+    graph's default intermediate and compute type is float32)."""
+    return {"compute_data_type": DataType.DOUBLE} if dtype == torch.float64 else {}
+
+
+def keep_precision(t, dtype: torch.dtype):
+    """A virtual intermediate ``t`` of a float64 graph stays float64 (not float32)."""
+    return t.set_data_type(DataType.DOUBLE) if dtype == torch.float64 else t
 
 
 def check_inputs(op: str, tensors: dict) -> None:
@@ -130,7 +142,8 @@ def sum_to_size(x: torch.Tensor, size: Sequence[int]) -> torch.Tensor:
 
     def build(g):
         tx = graph_tensor(g, x, "x")
-        return {"x": tx, "y": mark_output(g.reduction(tx, "ADD"), view)}
+        return {"x": tx, "y": mark_output(g.reduction(tx, "ADD", **compute_type(x.dtype)),
+                                          view)}
     run_graph(op, ("opendnn.sum_to_size", _graphs.meta(x), tuple(keep)), x.device, build,
               {"x": x, "y": view})
     return out
@@ -216,10 +229,10 @@ def _gemm(op, a, b, bias, c) -> None:
     def build(g):
         ta, tb = graph_tensor(g, a, "a"), graph_tensor(g, b, "b")
         t = {"a": ta, "b": tb}
-        out = g.matmul(ta, tb)
+        out = g.matmul(ta, tb, **compute_type(a.dtype))
         if bias is not None:
             t["bias"] = graph_tensor(g, bias, "bias")
-            out = g.bias(out, t["bias"])
+            out = g.bias(keep_precision(out, a.dtype), t["bias"], **compute_type(a.dtype))
         t["c"] = mark_output(out, c)
         return t
     key = ("opendnn.gemm", _graphs.meta(a), _graphs.meta(b), _graphs.meta(bias),
