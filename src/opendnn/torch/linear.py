@@ -333,15 +333,9 @@ register_lower_precision_autocast("linear")
 
 # ---- functional ----------------------------------------------------------------------------
 def linear(input, weight, bias=None):
-    """``torch.nn.functional.linear``: y = input @ weight^T + bias (weight [out, in] or
-    [in], bias [out] or a scalar then)."""
-    if not isinstance(weight, torch.Tensor) or weight.dim() not in (1, 2):
-        raise BadParamError(f"weight must be 1-D or 2-D, got "
-                            f"{getattr(weight, 'shape', type(weight).__name__)}", op="linear",
-                            tensor="weight", status=Status.BAD_PARAM_SHAPE_MISMATCH)
-    if weight.dim() == 1:       # y = input @ weight (+ bias): one output feature, squeezed
-        b = None if bias is None else bias.reshape(1)
-        return linear_op(input, weight.unsqueeze(0), b).squeeze(-1)
+    """``torch.nn.functional.linear``: y [..., out] = input [..., in] @ weight[out, in]^T
+    + bias [out]."""
+    check_inputs("linear", {"input": input, "weight": weight, "bias": bias})
     return linear_op(input, weight, bias)
 
 
@@ -351,6 +345,7 @@ def matmul(input, other, *, out=None):
     if out is not None:
         raise GraphNotSupportedError("out= is not supported (opendnn returns a new tensor)",
                                      op="matmul", status=Status.NOT_SUPPORTED)
+    check_inputs("matmul", {"input": input, "other": other})
     if input.dim() == 0 or other.dim() == 0:
         raise BadParamError(f"both arguments need at least 1 dim, got {list(input.shape)} and "
                             f"{list(other.shape)}", op="matmul",
