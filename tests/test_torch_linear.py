@@ -132,12 +132,25 @@ def test_torch_compile_fullgraph_traces_an_mlp():
 def test_autocast_casts_to_the_autocast_dtype():
     torch.manual_seed(8)
     x, w, b = _t(3, 5), _t(4, 5), _t(4)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        y, c = L.linear(x, w, b), L.matmul(x, w.t())
+    with torch.autocast("cpu", dtype=torch.bfloat16):   # mixed input types are cast too
+        y, c = L.linear(x.to(torch.bfloat16), w, b), L.matmul(x, w.t())
     assert y.dtype == c.dtype == torch.bfloat16
     lo = [t.to(torch.bfloat16).double() for t in (x, w, b)]
     assert_close(y, F.linear(*lo), torch.bfloat16, 5)
     assert_close(c, lo[0] @ lo[1].t(), torch.bfloat16, 5)
+
+
+def test_autocast_inside_torch_compile():
+    torch.manual_seed(9)
+    x, w = _t(3, 5), _t(4, 5)
+
+    def f(x, w):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return L.linear(x, w)
+    y = torch.compile(f, fullgraph=True, backend="aot_eager")(x, w)
+    assert y.dtype == torch.bfloat16
+    assert_close(y, F.linear(x.to(torch.bfloat16).double(), w.to(torch.bfloat16).double()),
+                 torch.bfloat16, 5)
 
 
 def test_allow_tf32_reaches_the_matmul_plan():

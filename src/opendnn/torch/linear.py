@@ -332,10 +332,18 @@ register_lower_precision_autocast("linear")
 
 
 # ---- functional ----------------------------------------------------------------------------
+def _tensors(op, **ts) -> None:
+    """Tensor arguments are tensors (dtypes are the op's to check: autocast casts them)."""
+    for role, t in ts.items():
+        if not isinstance(t, torch.Tensor):
+            raise BadParamError(f"{role} must be a tensor, got {type(t).__name__}", op=op,
+                                tensor=role, status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+
+
 def linear(input, weight, bias=None):
     """``torch.nn.functional.linear``: y [..., out] = input [..., in] @ weight[out, in]^T
     + bias [out]."""
-    check_inputs("linear", {"input": input, "weight": weight, "bias": bias})
+    _tensors("linear", input=input, weight=weight)
     return linear_op(input, weight, bias)
 
 
@@ -345,7 +353,7 @@ def matmul(input, other, *, out=None):
     if out is not None:
         raise GraphNotSupportedError("out= is not supported (opendnn returns a new tensor)",
                                      op="matmul", status=Status.NOT_SUPPORTED)
-    check_inputs("matmul", {"input": input, "other": other})
+    _tensors("matmul", input=input, other=other)
     if input.dim() == 0 or other.dim() == 0:
         raise BadParamError(f"both arguments need at least 1 dim, got {list(input.shape)} and "
                             f"{list(other.shape)}", op="matmul",
