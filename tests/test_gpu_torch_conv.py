@@ -163,7 +163,9 @@ def test_linear_and_matmul_match_pytorch(dtype):
     a = torch.randn(4, 1, 256, 384, device="cuda").to(dtype)
     m = (torch.randn(6, 384, 320, device="cuda") * 0.05).to(dtype)
     _check(L.matmul, torch.matmul, (a, m), dtype, f"matmul broadcast {dtype}")
-    _check(L.matmul, torch.matmul, (a.transpose(-1, -2)[0], m[:2]), dtype, f"matmul t {dtype}")
+    # column-major operands: [2, 320, 384] @ [384, 256]
+    _check(L.matmul, torch.matmul, (m[:2].transpose(-1, -2), a[0, 0].t()), dtype,
+           f"matmul transposed {dtype}")
 
 
 def test_opcheck_on_cuda():
