@@ -216,6 +216,38 @@ def test_fallback_to_pytorch_logged_once(rng, monkeypatch, opendnn_log):
     assert len(asked) == 3
 
 
+def test_declined_memory_limits(rng, monkeypatch):
+    """Unkeyable calls are asked every time; the memory per caller is bounded."""
+    asked = []
+    monkeypatch.setattr(OF, "relu", _declining(asked))
+    monkeypatch.setattr(E, "DECLINED_PER_CALLER", 2)
+    a = rng.rand((4,))
+    with E.enable():
+        for n in (1, 2, 3, 1):              # 3 evicts everything: 1 is asked again
+            F.relu(a[:n])
+        table_size = len(E._declined["torch.nn.functional.relu"])
+    assert len(asked) == 4 and table_size == 2         # {3, 1}
+    asked.clear()
+    calls = []
+    with E.enable():                        # a dict argument: no key, never remembered
+        for _ in range(2):
+            E.attempt("test", _declining(calls), (a, {"unhashable": 1}), None, lambda: 0)
+    assert len(calls) == 2
+
+
+def _declining(calls):
+    def fake(*args, **kwargs):
+        calls.append(args)
+        raise GraphNotSupportedError("declined (test)", op="fake")
+    return fake
+
+
+def test_bad_arguments_get_pytorch_errors(rng):
+    a = rng.rand((2, 3))
+    with E.enable(), pytest.raises(TypeError):
+        torch.softmax(a)                    # no dim: the adapter hands it to PyTorch
+
+
 def test_fallback_keeps_autograd(rng, monkeypatch):
     monkeypatch.setattr(OF, "linear", lambda *a, **k: (_ for _ in ()).throw(
         GraphNotSupportedError("no", op="linear")))
@@ -285,6 +317,15 @@ def test_switch_under_another_mode(rng, monkeypatch):
     with E.enable():
         F.relu(a)
     assert len(calls["relu"]) == 3 and not E.is_enabled()
+
+
+def test_switch_survives_an_emptied_stack(rng):
+    E.enable()
+    torch.overrides._pop_mode()             # someone else popped our mode
+    assert not E.is_enabled()
+    with E.enable():
+        assert E.is_enabled()
+    assert not E.is_enabled()
 
 
 def test_switch_is_per_thread(rng, monkeypatch):

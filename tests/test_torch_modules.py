@@ -363,11 +363,14 @@ def test_multihead_attention_pytorch_paths(rng, monkeypatch, opendnn_log):
     ref, mod = _mha_pair(rng, EMBED, HEADS, batch_first=True, add_bias_kv=True,
                          add_zero_attn=True)
     close(mod(q, q, q, need_weights=False)[0], ref(q, q, q, need_weights=False)[0])
+    ref, mod = _mha_pair(rng, EMBED, HEADS, batch_first=True, add_zero_attn=True)
+    close(mod(q, q, q, need_weights=False)[0], ref(q, q, q, need_weights=False)[0])
     assert sdpa == []
     reasons = {(c, r.split("=")[0]): n for (c, r), n in E.fallbacks().items()}
     assert reasons == {("MultiheadAttention", "need_weights"): 2,
-                       ("MultiheadAttention", "add_bias_kv"): 1}
-    assert len([m for m in opendnn_log if "falls back" in m]) == 2
+                       ("MultiheadAttention", "add_bias_kv"): 1,
+                       ("MultiheadAttention", "add_zero_attn"): 1}
+    assert len([m for m in opendnn_log if "falls back" in m]) == 3
 
 
 def test_multihead_attention_declined_attention(rng, monkeypatch):
