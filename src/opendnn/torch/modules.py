@@ -17,6 +17,10 @@ PyTorch (``enable.attempt``). Other errors (bad arguments) propagate. Module-lev
 effects happen once either way (BatchNorm's ``num_batches_tracked``); OF declines before
 it writes anything. ``MultiheadAttention`` is in ``modules_attention``.
 
+Differences from PyTorch by design: Dropout's mask comes from opendnn's kernel (seeded
+from PyTorch's generator): the same distribution, not PyTorch's mask bit for bit. The
+drop-ins add no state of their own, so ``convert`` can change a module's class in place.
+
 ``DROP_IN`` maps each PyTorch class to its drop-in (``convert`` uses it).
 """
 from __future__ import annotations
