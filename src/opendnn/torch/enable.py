@@ -16,6 +16,13 @@ Python. Calls of the functions in ``ROUTED`` -- the ``torch.nn.functional`` func
 users reach them by (``torch.conv2d`` is ``F.conv2d``; ``nn.Sigmoid`` calls
 ``torch.sigmoid``; ``F.sigmoid`` calls ``Tensor.sigmoid``; ``x @ w`` is ``Tensor.matmul``;
 ``torch.softmax(x, dim, dtype)``) -- go to OF; everything else goes to PyTorch untouched.
+Routed: F.conv1d/2d/3d, linear, batch_norm, layer_norm, group_norm, instance_norm,
+rms_norm, max_pool1d/2d/3d, avg_pool1d/2d/3d, adaptive_avg_pool2d, relu, relu6, hardtanh,
+elu, leaky_relu, gelu, silu, softplus, softmax, log_softmax, dropout,
+scaled_dot_product_attention (and mish, hardswish, hardsigmoid, adaptive_avg_pool1d/3d
+when OF has them); torch.* and Tensor.* relu, sigmoid, tanh, matmul, softmax,
+log_softmax. Not routed: in-place aliases (``torch.relu_``), ``F.pad``, transposed
+convolutions and everything else OF does not implement.
 Only plain tensors (``torch.Tensor`` / ``nn.Parameter``, not subclasses such as DTensor
 or FakeTensor) of a floating type on CPU or CUDA are routed, never calls with ``out=``,
 and nothing while ``torch.compile`` traces (its own backend maps graphs to opendnn).
@@ -38,7 +45,7 @@ Threads: PyTorch keeps the torch-function mode stack per thread, so the switch i
 thread: ``enable()`` in one thread routes that thread's calls only (not DataLoader
 workers', not other threads'). The decline memory and fallback counts are shared by all
 threads (guarded by a lock). On CPU the autograd engine runs backward in the calling
-thread, so Python-level torch calls of OF's backward are routed too (to OF).
+thread, so routed functions that OF's backward calls from Python go to OF as well.
 Cost: with the switch on, every torch call from Python pays one Python-level mode call.
 """
 from __future__ import annotations
@@ -200,8 +207,13 @@ _F_NAMES = (
     "scaled_dot_product_attention").split()
 
 
+# Routed too when the functional layer has them (same signatures as F's).
+_F_OPTIONAL = "mish hardswish hardsigmoid adaptive_avg_pool1d adaptive_avg_pool3d".split()
+
+
 def _routes() -> dict:
-    r = {getattr(F, n): _Route(f"torch.nn.functional.{n}", n) for n in _F_NAMES}
+    names = _F_NAMES + [n for n in _F_OPTIONAL if hasattr(OF, n)]
+    r = {getattr(F, n): _Route(f"torch.nn.functional.{n}", n) for n in names}
     for owner, prefix in ((torch, "torch"), (torch.Tensor, "torch.Tensor")):
         for n in ("relu", "sigmoid", "tanh", "matmul"):
             r[getattr(owner, n)] = _Route(f"{prefix}.{n}", n)
