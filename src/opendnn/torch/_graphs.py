@@ -10,6 +10,12 @@ at a graph's first execution and keeps the winner; ``deterministic`` and ``allow
 are part of the key, since they change which plans exist.
 
 A graph runs on the device of its tensors, on PyTorch's current stream there.
+
+The float64 reference engine (FALLBACK) is taken only for problems with a float64
+tensor, where it is the engine that computes them. For any other problem a plan that
+would run a piece on the reference raises GraphNotSupportedError naming why the fast
+engines declined: the callers (``enable()``, the modules, the compile backend) then run
+PyTorch's own function, and say so in the log, rather than a silently slow path.
 """
 from __future__ import annotations
 
@@ -21,10 +27,13 @@ from typing import Callable
 import torch
 
 from .. import backends
+from ..engines.reference.engine import ReferenceEngine
 from ..enums import DataType, HeurMode
+from ..errors import GraphNotSupportedError, Status
 from ..graph.graph import Graph
 from ..handle import default_handle
 
+REFERENCE_ID = ReferenceEngine.id
 CACHE_SIZE = 4096          # graphs kept (least recently used dropped first)
 _cache: OrderedDict = OrderedDict()
 _lock = threading.Lock()
@@ -61,12 +70,27 @@ def built(key: tuple, device: torch.device, build: Callable[[Graph], dict]) -> B
               intermediate_data_type=DataType.FLOAT, compute_data_type=DataType.FLOAT)
     tensors = build(g)
     g.build([HeurMode.A, HeurMode.FALLBACK])
+    _refuse_reference(g, str(key[0]))
     b = Built(g, tensors, int(g.get_workspace_size()), device)
     with _lock:
         _cache[full] = b
         while len(_cache) > CACHE_SIZE:
             _cache.popitem(last=False)
     return b
+
+
+def _refuse_reference(g: Graph, op: str) -> None:
+    """GraphNotSupportedError when the chosen plan runs a piece on the reference engine
+    and no tensor of the graph is float64."""
+    stages = g._selected_plan().stages
+    if all(s.config.engine_id != REFERENCE_ID for s in stages):
+        return
+    if any(t.data_type == DataType.DOUBLE for t in g.op_graph.tensors.values()):
+        return
+    reasons = {k: v for k, v in g._reasons.items() if not k.startswith("reference")}
+    raise GraphNotSupportedError(
+        "no fast engine takes this problem (only the float64 reference would, slowly)",
+        reasons=reasons, op=op, status=Status.NOT_SUPPORTED)
 
 
 def run(b: Built, buffers: dict) -> None:
