@@ -38,7 +38,7 @@ _lib = torch.library.Library("opendnn", "FRAGMENT")   # kept: the op lives while
 _ONES: dict = {}
 
 
-# ---- helpers shared with norm.py ---------------------------------------------------------
+# ---- helpers shared with norm.py ----------------------------------------------------------
 def desc(g, t: torch.Tensor, name: str, dims=None):
     """A graph tensor with ``t``'s dims (or ``dims``, a view of it), strides and type."""
     v = t if dims is None else t.view(dims)
@@ -92,7 +92,7 @@ def _check(op: str, x, params: dict) -> None:
                                 status=Status.BAD_PARAM)
 
 
-# ---- training forward: a mutating op (Library) with an Autograd kernel ----------------------
+# ---- training forward: a mutating op (Library) with an Autograd kernel --------------------
 _lib.define("batch_norm_train(Tensor input, Tensor? weight, Tensor? bias, "
             "Tensor(a!)? running_mean, Tensor(b!)? running_var, float momentum, float eps) "
             "-> (Tensor, Tensor, Tensor)")
@@ -224,7 +224,7 @@ def _(grad_output, input, weight, save_mean, save_invstd):
     return torch.empty_like(input), input.new_empty(c, dtype=dt), input.new_empty(c, dtype=dt)
 
 
-# ---- inference forward and backward --------------------------------------------------------
+# ---- inference forward and backward -------------------------------------------------------
 def _eval_graph(op, x, weight, bias, rm, rv, dy=None):
     """The fused inference graph (``dy`` None) or its backward's."""
     sd = _sd(x)
@@ -340,7 +340,7 @@ def _eval_backward(ctx, dy):
 batch_norm_eval.register_autograd(_eval_backward, setup_context=_eval_setup)
 
 
-# ---- the functional function ---------------------------------------------------------------
+# ---- the functional function --------------------------------------------------------------
 def batch_norm(input: torch.Tensor, running_mean: torch.Tensor | None,
                running_var: torch.Tensor | None, weight: torch.Tensor | None = None,
                bias: torch.Tensor | None = None, training: bool = False,

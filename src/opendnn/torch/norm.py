@@ -40,7 +40,7 @@ from .batchnorm import batch_norm, batch_norm_eval, constant, desc, output, stat
 TRAINING = NormForwardPhase.TRAINING
 
 
-# ---- one forward / backward for the four kinds -------------------------------------------
+# ---- one forward / backward for the four kinds --------------------------------------------
 def _geometry(kind: str, x: torch.Tensor, shape_or_groups) -> tuple:
     """(parameter shape, scale dims in X's rank, statistics buffer shape, statistics dims
     in X's rank) for norm ``kind`` of ``x``."""
@@ -167,7 +167,7 @@ def _autocast_float32(op) -> None:
         register(op, "cuda", torch.float32)
 
 
-# ---- layer norm ------------------------------------------------------------------------------
+# ---- layer norm ---------------------------------------------------------------------------
 @torch.library.custom_op("opendnn::layer_norm", mutates_args=())
 def layer_norm_op(input: torch.Tensor, normalized_shape: list[int],
                   weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float
@@ -213,7 +213,7 @@ layer_norm_op.register_autograd(_ln_backward, setup_context=_ln_setup)
 _autocast_float32(layer_norm_op)
 
 
-# ---- RMS norm --------------------------------------------------------------------------------
+# ---- RMS norm -----------------------------------------------------------------------------
 @torch.library.custom_op("opendnn::rms_norm", mutates_args=())
 def rms_norm_op(input: torch.Tensor, normalized_shape: list[int], weight: torch.Tensor | None,
                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -258,7 +258,7 @@ rms_norm_op.register_autograd(_rms_backward, setup_context=_rms_setup)
 _autocast_float32(rms_norm_op)
 
 
-# ---- group and instance norm -----------------------------------------------------------------
+# ---- group and instance norm --------------------------------------------------------------
 @torch.library.custom_op("opendnn::group_norm", mutates_args=())
 def group_norm_op(input: torch.Tensor, num_groups: int, weight: torch.Tensor | None,
                   bias: torch.Tensor | None, eps: float
@@ -387,7 +387,7 @@ def _(running_mean, running_var, mean, rstd, momentum, eps, count):
     return None
 
 
-# ---- argument checks and the functional functions -------------------------------------------
+# ---- argument checks and the functional functions -----------------------------------------
 def _need(cond: bool, op: str, tensor: str | None, rule: str,
           status: Status = Status.BAD_PARAM_SHAPE_MISMATCH) -> None:
     if not cond:

@@ -42,7 +42,7 @@ MAX, INCLUDE, EXCLUDE = (ResampleMode.MAXPOOL, ResampleMode.AVGPOOL_INCLUDE_PADD
                          ResampleMode.AVGPOOL_EXCLUDE_PADDING)
 
 
-# ---- layouts and the graphs ------------------------------------------------------------------
+# ---- layouts and the graphs ---------------------------------------------------------------
 def channels_last(x: torch.Tensor) -> bool:
     """Whether ``x`` keeps its channels innermost (NHWC-like: stride 1 on C)."""
     return x.dim() >= 3 and x.shape[1] > 1 and x.stride(1) == 1 and not x.is_contiguous()
@@ -133,7 +133,7 @@ def _backward(op, dy, x_shape, cl, mode, window, stride, pre, post, x=None, inde
     return dx
 
 
-# ---- custom ops --------------------------------------------------------------------------------
+# ---- custom ops ---------------------------------------------------------------------------
 @torch.library.custom_op("opendnn::max_pool", mutates_args=())
 def max_pool(input: torch.Tensor, window: list[int], stride: list[int], pre_padding: list[int],
              post_padding: list[int]) -> torch.Tensor:
@@ -272,7 +272,7 @@ def _avg_backward(ctx, dy):
 avg_pool.register_autograd(_avg_backward, setup_context=_avg_setup)
 
 
-# ---- arguments and the functional functions ------------------------------------------------------
+# ---- arguments and the functional functions -----------------------------------------------
 def _bad(op, rule, status=Status.BAD_PARAM, tensor=None):
     return BadParamError(rule, op=op, tensor=tensor, status=status)
 
