@@ -250,6 +250,20 @@ def test_zero_rows(fn):
     assert x.grad.shape == x.shape
 
 
+@pytest.mark.parametrize("call", [
+    lambda f, x, w: f.batch_norm(x, None, None, w, None, True),
+    lambda f, x, w: f.batch_norm(x, w - 1, w, w, None, False),
+    lambda f, x, w: f.layer_norm(x, [5]), lambda f, x, w: f.rms_norm(x, [4, 5]),
+    lambda f, x, w: f.group_norm(x, 3, w), lambda f, x, w: f.instance_norm(x, weight=w)])
+def test_expanded_output_gradient(rng, call):
+    """loss = y.sum() hands the backward a gradient of stride 0 everywhere."""
+    x, w = rng.rand((2, 3, 4, 5), F32), rng.rand((3,), F32, positive=True)
+    ours, refs = leaf(x), leaf(x.double())
+    call(N, ours, w).sum().backward()
+    call(F, refs, w.double()).sum().backward()
+    assert_close(ours.grad, refs.grad, F32, 40)
+
+
 # ---- custom ops: opcheck, torch.compile ---------------------------------------------------
 def _opcheck_cases():
     g = torch.Generator().manual_seed(7)

@@ -152,6 +152,17 @@ def test_zero_batch(fn):
     assert x.grad.shape == x.shape
 
 
+@pytest.mark.parametrize("call", [lambda f, x: f.max_pool2d(x, 3, 2, 1),
+                                  lambda f, x: f.avg_pool2d(x, 3, 2, 1, divisor_override=2),
+                                  lambda f, x: f.adaptive_avg_pool2d(x, 1)])
+def test_expanded_output_gradient(rng, call):
+    """loss = y.sum() hands the backward a gradient of stride 0 everywhere."""
+    x, xr = _pair(rng, (2, 3, 5, 6), F32, "cl")
+    call(P, x).sum().backward()
+    call(F, xr).sum().backward()
+    assert_close(x.grad, xr.grad, F32, 9)
+
+
 # ---- custom ops: opcheck, torch.compile ---------------------------------------------------
 def _opcheck_cases():
     g = torch.Generator().manual_seed(5)

@@ -101,10 +101,10 @@ _lib.define("batch_norm_train(Tensor input, Tensor? weight, Tensor? bias, "
 def _train_impl(x, weight, bias, running_mean, running_var, momentum, eps):
     c, sd, st = x.shape[1], _sd(x), stats_dtype(x)
     y = torch.empty_like(x)
-    mean = torch.zeros(c, dtype=st, device=x.device)
-    invstd = torch.zeros(c, dtype=st, device=x.device)
+    mean = torch.empty(c, dtype=st, device=x.device)
+    invstd = torch.empty(c, dtype=st, device=x.device)
     if x.numel() == 0:           # PyTorch: empty output, running buffers untouched
-        return y, mean, invstd
+        return y, mean.zero_(), invstd.zero_()
     w = weight if weight is not None else constant(1.0, (c,), st, x.device)
     b = bias if bias is not None else constant(0.0, (c,), st, x.device)
     running = running_mean is not None
@@ -194,10 +194,10 @@ def batch_norm_backward(grad_output: torch.Tensor, input: torch.Tensor,
     c, sd = x.shape[1], _sd(x)
     w = weight if weight is not None else constant(1.0, (c,), save_mean.dtype, x.device)
     dx = torch.empty_like(x)
-    dw = torch.zeros(c, dtype=w.dtype, device=x.device)
-    db = torch.zeros(c, dtype=w.dtype, device=x.device)
+    dw = torch.empty(c, dtype=w.dtype, device=x.device)
+    db = torch.empty(c, dtype=w.dtype, device=x.device)
     if x.numel() == 0:
-        return dx, dw, db
+        return dx, dw.zero_(), db.zero_()
     key = ("opendnn.batch_norm_backward", _graphs.meta(dy), _graphs.meta(x), _graphs.meta(w),
            _graphs.meta(save_mean), _graphs.meta(save_invstd))
 
@@ -295,10 +295,10 @@ def batch_norm_eval_backward(grad_output: torch.Tensor, input: torch.Tensor,
     c, sd = x.shape[1], _sd(x)
     dt = weight.dtype if weight is not None else running_var.dtype
     dx = torch.empty_like(x)
-    dw = torch.zeros(c, dtype=dt, device=x.device)
-    db = torch.zeros(c, dtype=dt, device=x.device)
+    dw = torch.empty(c, dtype=dt, device=x.device)
+    db = torch.empty(c, dtype=dt, device=x.device)
     if x.numel() == 0:
-        return dx, dw, db
+        return dx, dw.zero_(), db.zero_()
     key, make = _eval_graph("opendnn.batch_norm_eval_backward", x, weight, None,
                             running_mean, running_var, dy)
 

@@ -62,10 +62,10 @@ def _forward(kind, x, w, b, eps, attr):
     st = stats_dtype(x)
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device) if kind in ("layer", "rms") \
         else torch.empty_like(x)
-    mean = None if kind == "rms" else torch.zeros(stats, dtype=st, device=x.device)
-    rstd = torch.zeros(stats, dtype=st, device=x.device)
+    mean = None if kind == "rms" else torch.empty(stats, dtype=st, device=x.device)
+    rstd = torch.empty(stats, dtype=st, device=x.device)
     if x.numel() == 0:
-        return y, mean, rstd
+        return y, None if mean is None else mean.zero_(), rstd.zero_()
     w = w if w is not None else constant(1.0, pshape, x.dtype, x.device)
     if b is None and kind != "rms":
         b = constant(0.0, pshape, x.dtype, x.device)
@@ -107,10 +107,10 @@ def _backward(kind, dy, x, w, mean, rstd, attr):
     pshape, sdims, stats, stdims = _geometry(kind, x, attr)
     w = w if w is not None else constant(1.0, pshape, x.dtype, x.device)
     dx = torch.empty_like(x)
-    dw = torch.zeros(pshape, dtype=w.dtype, device=x.device)
-    db = None if kind == "rms" else torch.zeros(pshape, dtype=w.dtype, device=x.device)
+    dw = torch.empty(pshape, dtype=w.dtype, device=x.device)
+    db = None if kind == "rms" else torch.empty(pshape, dtype=w.dtype, device=x.device)
     if x.numel() == 0:
-        return dx, dw, db
+        return dx, dw.zero_(), None if db is None else db.zero_()
     key = (f"opendnn.{kind}_norm_backward", _graphs.meta(dy), _graphs.meta(x),
            _graphs.meta(w), _graphs.meta(mean), _graphs.meta(rstd), tuple(sdims))
 
