@@ -33,39 +33,9 @@ from ..enums import ReductionMode
 from ..errors import BadParamError, Status
 from ..legacy.common import SCALAR
 from . import _graphs
+from ._bind import constant, desc, output, stats_dtype
 
 _lib = torch.library.Library("opendnn", "FRAGMENT")   # kept: the op lives while it does
-_ONES: dict = {}
-
-
-# ---- helpers shared with norm.py ----------------------------------------------------------
-def desc(g, t: torch.Tensor, name: str, dims=None):
-    """A graph tensor with ``t``'s dims (or ``dims``, a view of it), strides and type."""
-    v = t if dims is None else t.view(dims)
-    return g.tensor(list(v.shape) or [1], list(v.stride()) or [1], v.dtype, name=name)
-
-
-def output(t, like: torch.Tensor, name: str, dims=None):
-    """Mark graph tensor ``t`` an output described like the buffer ``like`` (or its view)."""
-    v = like if dims is None else like.view(dims)
-    return t.set_output(True).set_dim(list(v.shape)).set_stride(list(v.stride())) \
-        .set_data_type(v.dtype).set_name(name)
-
-
-def constant(value: float, shape, dtype, device) -> torch.Tensor:
-    """A kept tensor of ``value`` (the ones / zeros standing in for a None weight or bias);
-    never handed to the user, only read by graphs."""
-    key = (value, tuple(shape), dtype, str(device))
-    t = _ONES.get(key)
-    if t is None:
-        if len(_ONES) > 256:
-            _ONES.clear()
-        t = _ONES[key] = torch.full(tuple(shape), value, dtype=dtype, device=device)
-    return t
-
-
-def stats_dtype(x: torch.Tensor) -> torch.dtype:
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
 def _sd(x) -> list:
