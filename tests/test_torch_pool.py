@@ -229,7 +229,7 @@ BAD = [  # (error, status, op, tensor or None, call, PyTorch refuses it too)
      lambda f: f.avg_pool2d(X, 3, 2, 1, ceil_mode=True), False),
     (GraphNotSupportedError, Status.NOT_SUPPORTED, "adaptive_avg_pool2d", None,
      lambda f: f.adaptive_avg_pool2d(X, 4), False),
-    (BadParamError, Status.NOT_SUPPORTED_DATA_TYPE, "max_pool2d", "input",
+    (GraphNotSupportedError, Status.NOT_SUPPORTED_DATA_TYPE, "max_pool2d", "input",
      lambda f: f.max_pool2d(X.long(), 2), False),
 ]
 

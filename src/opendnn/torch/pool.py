@@ -9,11 +9,12 @@ q = max(p, (o - 1) s + k - n - p) after (ceil_mode's extra windows read past the
 
 - max: y = max over the window's real elements (padding never wins), NaN propagates. The
   argmax is the first maximum in window order, as PyTorch's (ties go to the first; with
-  several NaN PyTorch's index is the last NaN's, opendnn's the first's: only
-  ``return_indices`` shows it). When autograd will need it, the forward also writes the
-  argmax as a window offset (int8 for windows up to 128 elements, else int32) and the
-  backward routes dy through it; ``return_indices`` turns the offsets into PyTorch's flat
-  indices into the input plane (int64, a few index operations in PyTorch).
+  several NaN in a window PyTorch's index is the last NaN's, opendnn's the first's: the
+  indices and where that window's gradient goes differ, y does not). When autograd will
+  need it, the forward also writes the argmax as a window offset (int8 for windows up to
+  128 elements, else int32) and the backward routes dy through it; ``return_indices``
+  turns the offsets into PyTorch's flat indices into the input plane (int64, a few index
+  operations in PyTorch).
   ``opendnn::max_pool`` (no offsets) recomputes the argmax from x in its backward.
 - avg: the sum of the window's real elements over a divisor. count_include_pad: k^d
   (AVGPOOL_INCLUDE_PADDING), else the real elements (EXCLUDE). With ceil_mode PyTorch's
@@ -23,7 +24,8 @@ q = max(p, (o - 1) s + k - n - p) after (ceil_mode's extra windows read past the
 - adaptive_avg_pool: windows of n / o with stride n / o when o divides n (ResNet's global
   pooling: o = 1); other sizes are GraphNotSupportedError.
 
-Not supported (GraphNotSupportedError, naming the operation): dilation > 1.
+Not supported (GraphNotSupportedError, naming the operation, for ``enable()`` to fall back
+on): dilation > 1, integer data (PyTorch pools integers on the CPU), and the cases above.
 Outputs keep the input's layout (channels-innermost in, channels-innermost out).
 """
 from __future__ import annotations
@@ -58,9 +60,10 @@ def _batched(op, x: torch.Tensor, nsp: int) -> tuple[torch.Tensor, bool]:
     if x.dim() not in (nsp + 1, nsp + 2):
         raise _bad(op, f"expected a {nsp + 1}-D or {nsp + 2}-D (batched) input, got "
                    f"{x.dim()}-D {list(x.shape)}", Status.BAD_PARAM_SHAPE_MISMATCH, "input")
-    if not x.is_floating_point():
-        raise _bad(op, f"is {x.dtype}: a floating type is needed",
-                   Status.NOT_SUPPORTED_DATA_TYPE, "input")
+    if not x.is_floating_point():      # PyTorch pools integers too: not an error of the call
+        raise GraphNotSupportedError(f"is {x.dtype}: the pooling engines take floating data",
+                                     op=op, tensor="input",
+                                     status=Status.NOT_SUPPORTED_DATA_TYPE)
     unbatched = x.dim() == nsp + 1
     x = x.unsqueeze(0) if unbatched else x
     if any(d == 0 for d in x.shape[1:]):
