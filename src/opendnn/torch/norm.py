@@ -20,8 +20,9 @@ r = 1 / sqrt(var + eps) (biased variance) and xh = (x - mean) r,
 
 Backward (dx, dw, db) by the norm engine's backward nodes. A None weight / bias is a
 kept tensor of ones / zeros (its gradient is not returned). Saved statistics are float32
-(float64 for float64 input). Under CUDA autocast, layer, RMS and group norm run in
-float32 (``register_autocast``), as PyTorch's do; instance norm runs in its input's type.
+(float64 for float64 input). Under CUDA autocast, layer and group norm run in float32
+(``register_autocast``), as PyTorch's do; RMS and instance norm return their input's type
+(PyTorch 2.11 on the H100 did the same for rms_norm; the kernels compute in float32).
 Double backward is not implemented. Layer / RMS norm outputs are contiguous (PyTorch's);
 group / instance norm keep the input's layout (channels_last in, channels_last out).
 """
