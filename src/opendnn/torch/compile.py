@@ -112,6 +112,8 @@ def backend(gm: torch.fx.GraphModule, example_inputs) -> torch.fx.GraphModule:
             if c == ALREADY:
                 report.routed.append((node.name, str(node.target)))
             else:
+                if node.op == "call_module":
+                    c = f"{type(gm.get_submodule(node.target)).__name__} module: not routed"
                 report.left.append((node.name, target_name(node), c))
             continue
         name, args, kwargs = c

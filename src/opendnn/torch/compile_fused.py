@@ -273,9 +273,11 @@ def _norm_graph(norm, x, weight, bias, spec):
     if (weight is not None and weight.dtype != x.dtype) or (
             bias is not None and bias.dtype != x.dtype):
         raise _declined("weight / bias data types differ from the input's", op)
+    # the norm nodes take a scale and a bias always: ones / zeros stand in for None
     scale = (torch.ones(pshape, dtype=x.dtype, device=x.device) if weight is None
              else weight.reshape(pshape))
-    shift = None if bias is None else bias.reshape(pshape)
+    shift = (torch.zeros(pshape, dtype=x.dtype, device=x.device) if bias is None
+             else bias.reshape(pshape))
     y = torch.empty(xs.shape, dtype=x.dtype, device=x.device)
     eps = float(spec["eps"])
     key = ("opendnn.compile.norm_act", norm, spec.get("num_groups"), eps,
@@ -283,19 +285,19 @@ def _norm_graph(norm, x, weight, bias, spec):
            _graphs.meta(shift), _graphs.meta(y))
 
     def build(g):
-        roles = {"x": _tensor(g, xs, "x"), "s": _tensor(g, scale, "scale")}
-        tb = roles["b"] = None if shift is None else _tensor(g, shift, "bias")
+        roles = {"x": _tensor(g, xs, "x"), "s": _tensor(g, scale, "scale"),
+                 "b": _tensor(g, shift, "bias")}
         if norm == "layer_norm":
-            out = g.layernorm(NormForwardPhase.INFERENCE, roles["x"], roles["s"], tb, eps)[0]
+            out = g.layernorm(NormForwardPhase.INFERENCE, roles["x"], roles["s"], roles["b"],
+                              eps)[0]
         else:
-            out = g.groupnorm(NormForwardPhase.INFERENCE, roles["x"], roles["s"], tb, eps,
-                              groups=spec["num_groups"])[0]
+            out = g.groupnorm(NormForwardPhase.INFERENCE, roles["x"], roles["s"], roles["b"],
+                              eps, groups=spec["num_groups"])[0]
         roles["y"] = _act_node(g, out, spec["act"], spec["act_kw"])
         _mark_output(roles["y"], y)
-        return {k: v for k, v in roles.items() if v is not None}
+        return roles
     built = _graphs.built(key, x.device, build)
-    _graphs.run(built, {"x": xs, "s": scale, "y": y,
-                        **({"b": shift} if shift is not None else {})})
+    _graphs.run(built, {"x": xs, "s": scale, "b": shift, "y": y})
     return y.view(x.shape)
 
 
