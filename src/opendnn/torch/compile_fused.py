@@ -16,7 +16,13 @@ for float64 weights), W' then rounded to W's data type (so bf16 / fp16 weights s
 extra rounding that eager BN, applied to the conv's output, does not); b' stays float32,
 added to the float32 accumulator. It is kept per weight set and recomputed when any of
 the six tensors changes (identity, storage pointer or version counter: an optimizer
-step or a ``load_state_dict`` copy bumps the version).
+step or a ``load_state_dict`` copy bumps the version; writes through ``.data``, which has
+its own version counter, are not seen).
+
+Autocast (read at call time): conv and linear operands are cast as autocast casts them
+(floating tensors other than float64 to the autocast type, so b' is rounded too); norms
+run in float32 on CUDA, as CUDA autocast runs them; on other devices a norm chain under
+autocast runs unfused.
 
 The graphs (``_graphs.built`` keys them by problem, each built once):
   conv:   Y = act(conv_fprop(X, W) + bias[1, K, 1, ...])       (conv engine's epilogue)
@@ -46,6 +52,18 @@ def needs_grad(*tensors) -> bool:
     """Whether autograd records through these tensors now."""
     return torch.is_grad_enabled() and any(
         isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+
+
+def _autocast(*tensors, to=None):
+    """The operands as autocast would give them to a lower-precision op (conv, linear:
+    floating tensors other than float64 to the autocast type), or to ``to`` (norms, which
+    CUDA autocast runs in float32); unchanged when autocast is off."""
+    dev = next(t for t in tensors if t is not None).device.type
+    if not torch.is_autocast_enabled(dev):
+        return tensors
+    dt = to or torch.get_autocast_dtype(dev)
+    return tuple(t.to(dt) if t is not None and t.is_floating_point() and
+                 t.dtype != torch.float64 else t for t in tensors)
 
 
 def _activate(y, act, act_kw):
@@ -152,7 +170,7 @@ def conv_act(x, w, b, spec):
     dilation, groups, act (an ACTIVATIONS name or None), act_kw."""
     if not needs_grad(x, w, b):
         try:
-            return _conv_graph(x, w, b, spec)
+            return _conv_graph(*_autocast(x, w, b), spec)
         except GraphNotSupportedError as err:
             note_fallback("fused conv+activation", err)
     if b is not None and b.dtype != w.dtype:     # a folded bias (float32)
@@ -247,7 +265,7 @@ def linear_act(x, w, b, spec):
     """act(linear(x, w, b)); ``spec``: act, act_kw."""
     if not needs_grad(x, w, b):
         try:
-            return _linear_graph(x, w, b, spec["act"], spec["act_kw"])
+            return _linear_graph(*_autocast(x, w, b), spec["act"], spec["act_kw"])
         except GraphNotSupportedError as err:
             note_fallback("fused linear+activation", err)
     return _activate(ROUTED["linear"](x, w, b), spec["act"], spec["act_kw"])
@@ -305,9 +323,12 @@ def norm_act(x, weight, bias, spec):
     """act(layer_norm(x) | group_norm(x)); ``spec``: norm, normalized_shape or num_groups,
     eps, act, act_kw."""
     norm = spec["norm"]
-    if not needs_grad(x, weight, bias):
+    # under autocast: CUDA runs layer / group norm in float32; other devices' lists
+    # differ, so there the chain runs unfused (each operation's own autocast rule)
+    autocast = torch.is_autocast_enabled(x.device.type)
+    if not needs_grad(x, weight, bias) and (not autocast or x.is_cuda):
         try:
-            return _norm_graph(norm, x, weight, bias, spec)
+            return _norm_graph(norm, *_autocast(x, weight, bias, to=torch.float32), spec)
         except GraphNotSupportedError as err:
             note_fallback(f"fused {norm}+activation", err)
     second = spec["normalized_shape"] if norm == "layer_norm" else spec["num_groups"]
