@@ -1,7 +1,7 @@
 """GPU checks of the ``opendnn`` torch.compile backend (pytest -m gpu): a ResNet-style
 CNN (bf16 channels_last, and fp32 under bf16 autocast) and a transformer block in
-inference, fused (conv + BN folding, conv / linear + activation, norm + activation,
-attention) with no fused graph declined; fp32 training through the compiled model; the
+inference, fused (conv + BN folding, conv + residual add + activation, linear +
+activation, attention) with no fused graph declined; fp32 training through the compiled model; the
 default backend (inductor) over opendnn's functional layer."""
 import copy
 
@@ -91,7 +91,8 @@ def test_cnn_inference_fused(mode):
         out = cm(x)
     assert _relerr(out, ref) < 3e-2
     kinds = oc.last_report().fused_kinds()
-    assert kinds.count("conv+batch_norm+relu") == 5 and kinds.count("conv+batch_norm") == 2
+    assert kinds.count("conv+batch_norm+relu") == 5, kinds
+    assert kinds.count("conv+batch_norm+add+relu") == 2, kinds
     assert _fused_fallbacks() == {}
 
 

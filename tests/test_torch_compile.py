@@ -157,6 +157,11 @@ class Block(nn.Module):
         c = 4
         if kind == "conv3d_bn":
             self.conv, self.bn = nn.Conv3d(c, 6, 3, padding=1), nn.BatchNorm3d(6)
+        elif kind in ("conv_bn_add_relu", "conv_bn_iadd_inplace_relu"):
+            self.conv, self.bn = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
+            self.relu = nn.ReLU(inplace=True)
+        elif kind == "conv_add_tanh":
+            self.conv = nn.Conv2d(c, c, 1)
         elif kind == "conv_gelu_tanh_groups_stride":
             self.conv = nn.Conv2d(c, 6, 3, stride=2, padding=1, groups=2)
         elif kind == "conv_same_silu_channels_last":
@@ -174,6 +179,14 @@ class Block(nn.Module):
         k = self.kind
         if k == "conv3d_bn":
             return self.bn(self.conv(x))
+        if k == "conv_bn_add_relu":
+            return F.relu(x + self.bn(self.conv(x)))
+        if k == "conv_bn_iadd_inplace_relu":        # torchvision's BasicBlock ending
+            out = self.bn(self.conv(x))
+            out += x
+            return self.relu(out)
+        if k == "conv_add_tanh":
+            return torch.tanh(torch.add(self.conv(x), x))
         if k == "conv_gelu_tanh_groups_stride":
             return F.gelu(self.conv(x), approximate="tanh")
         if k == "conv_same_silu_channels_last":
@@ -189,6 +202,9 @@ class Block(nn.Module):
 
 BLOCKS = {  # kind: (input shape, fused pattern, graph key)
     "conv3d_bn": ((1, 4, 3, 4, 3), "conv+batch_norm", "conv_act"),
+    "conv_bn_add_relu": ((2, 4, 3, 3), "conv+batch_norm+add+relu", "conv_act"),
+    "conv_bn_iadd_inplace_relu": ((1, 4, 3, 4), "conv+batch_norm+add+relu", "conv_act"),
+    "conv_add_tanh": ((1, 4, 3, 3), "conv+add+tanh", "conv_act"),
     "conv_gelu_tanh_groups_stride": ((2, 4, 5, 5), "conv+gelu", "conv_act"),
     "conv_same_silu_channels_last": ((1, 4, 5, 6), "conv+silu", "conv_act"),
     "linear_silu": ((2, 3, 4), "linear+silu", "linear_act"),
@@ -276,6 +292,21 @@ def test_unsupported_ops_stay_pytorch():
     assert "torch.cumsum" in left and "_operator.add" in left, rep.summary()
     assert left["torch.cumsum"] == "no opendnn operation for this function"
     assert [op for _, op in rep.routed] == ["matmul", "sigmoid", "tanh"], rep.summary()
+
+
+def test_inplace_add_into_the_residual_is_not_fused():
+    """z += conv(x) mutates z: the conv's epilogue must not absorb that add."""
+    def fn(x, w, z):
+        z += F.conv2d(x, w, padding=1)
+        return torch.relu(z)
+    x, w, z = torch.randn(1, 2, 3, 3), torch.randn(2, 2, 3, 3), torch.randn(1, 2, 3, 3)
+    z2 = z.clone()
+    with torch.no_grad():
+        out = torch.compile(fn, backend="opendnn", fullgraph=True)(x, w, z)
+        ref = fn(x, w, z2)
+    torch.testing.assert_close(out, ref, **TOL)
+    torch.testing.assert_close(z, z2, **TOL)
+    assert oc.last_report().fused == []
 
 
 def test_declined_op_falls_back_to_pytorch_logged_once(monkeypatch):

@@ -5,9 +5,10 @@ A pattern is a chain whose inner values have one user each (the next link), so n
 outside the chain sees them and replacing the chain by its last value changes nothing
 else. Non-tensor arguments (stride, eps, ...) must be constants of the graph.
 
-- ``conv+batch_norm[+act]``: conv2d / conv3d -> batch_norm(training=False, running
-  statistics given) [-> act]: BN folded into the conv (inference), ``conv_bn_act``.
-- ``conv+act``: conv2d / conv3d (bias or not) -> act, ``conv_act``.
+- ``conv[+batch_norm][+add][+act]`` (at least one link): conv2d / conv3d (bias or not)
+  [-> batch_norm(training=False, running statistics given)] [-> + z, a residual of the
+  output's shape] [-> act]: BN folded into the conv (inference), the residual and the
+  activation in its epilogue (ResNet's conv-bn-add-relu); ``conv_bn_act`` / ``conv_act``.
 - ``linear+act``: linear (bias or not) -> act, ``linear_act``.
 - ``layer_norm+act`` / ``group_norm+act``: the norm engine's epilogue, ``norm_act``.
 - ``attention``: matmul(q, k.transpose(-2, -1)) [* c | / c] [+ float mask] ->
@@ -76,7 +77,38 @@ def _act_after(node, canon):
     return user, name, {}
 
 
+def _bn_after(node, canon):
+    """(bn node, params) when node's only user is an eval-mode batch_norm of it."""
+    user = _only_user(node)
+    hit = user is not None and _call(user, canon, ("batch_norm",))
+    if not hit or hit[1]["input"] is not node:
+        return None
+    q = hit[1]
+    if (q["training"] is False and isinstance(q["running_mean"], Node)
+            and isinstance(q["running_var"], Node) and _tensor_or_none(q["weight"])
+            and _tensor_or_none(q["bias"]) and _const([q["eps"], q["momentum"]])):
+        return user, q
+    return None
+
+
+def _residual_after(node):
+    """(add node, z) when node's only user adds a same-shaped tensor z to it (``+``,
+    ``+=``, torch.add / Tensor.add without alpha)."""
+    user = _only_user(node)
+    args = user is not None and _binary(user, *_RESIDUAL)
+    if not args or node not in args or args[0] is args[1]:
+        return None
+    if user.target in (operator.iadd, "add_") and args[0] is not node:
+        return None            # z += y mutates z, which others may read
+    z = args[1] if args[0] is node else args[0]
+    yv, zv = _value(node), _value(z)
+    if not isinstance(z, Node) or yv is None or zv is None or zv.shape != yv.shape:
+        return None
+    return user, z
+
+
 def _conv(node, canon):
+    """conv [-> batch_norm (eval)] [-> + residual] [-> act], at least one link after."""
     hit = _call(node, canon, ("conv2d", "conv3d"))
     if not hit:
         return None
@@ -87,29 +119,33 @@ def _conv(node, canon):
         return None
     spec = {"conv": name, "stride": p["stride"], "padding": p["padding"],
             "dilation": p["dilation"], "groups": p["groups"], "act": None, "act_kw": {}}
-    bn_node = _only_user(node)
-    bn = bn_node is not None and _call(bn_node, canon, ("batch_norm",))
-    if bn and bn[1]["input"] is node:
-        q = bn[1]
-        if (q["training"] is False and isinstance(q["running_mean"], Node)
-                and isinstance(q["running_var"], Node) and _tensor_or_none(q["weight"])
-                and _tensor_or_none(q["bias"]) and _const([q["eps"], q["momentum"]])):
-            spec.update(eps=q["eps"], momentum=q["momentum"])
-            chain, kind = [node, bn_node], "conv+batch_norm"
-            act = _act_after(bn_node, canon)
-            if act:
-                chain.append(act[0])
-                spec.update(act=act[1], act_kw=act[2])
-                kind += f"+{act[1]}"
-            return Group(kind, chain, CF.conv_bn_act,
-                         (p["input"], p["weight"], p["bias"], q["running_mean"],
-                          q["running_var"], q["weight"], q["bias"], spec))
-    act = _act_after(node, canon)
-    if not act:
+    chain, kind, tail = [node], ["conv"], node
+    bn = _bn_after(node, canon)
+    if bn:
+        spec.update(eps=bn[1]["eps"], momentum=bn[1]["momentum"])
+        chain.append(bn[0])
+        kind.append("batch_norm")
+        tail = bn[0]
+    res = _residual_after(tail)
+    if res:
+        chain.append(res[0])
+        kind.append("add")
+        tail = res[0]
+    act = _act_after(tail, canon)
+    if act:
+        chain.append(act[0])
+        kind.append(act[1])
+        spec.update(act=act[1], act_kw=act[2])
+    if len(chain) == 1:
         return None
-    spec.update(act=act[1], act_kw=act[2])
-    return Group(f"conv+{act[1]}", [node, act[0]], CF.conv_act,
-                 (p["input"], p["weight"], p["bias"], spec))
+    z = res[1] if res else None
+    if bn:
+        q = bn[1]
+        return Group("+".join(kind), chain, CF.conv_bn_act,
+                     (p["input"], p["weight"], p["bias"], q["running_mean"],
+                      q["running_var"], q["weight"], q["bias"], z, spec))
+    return Group("+".join(kind), chain, CF.conv_act, (p["input"], p["weight"], p["bias"], z,
+                                                      spec))
 
 
 def _linear(node, canon):
@@ -167,6 +203,7 @@ def _binary(node, fns, methods):
 _MUL = ((operator.mul, torch.mul), ("mul",))
 _DIV = ((operator.truediv, torch.div), ("div",))
 _ADD = ((operator.add, torch.add), ("add",))
+_RESIDUAL = ((operator.add, operator.iadd, torch.add), ("add", "add_"))
 
 
 def _transposed(node):

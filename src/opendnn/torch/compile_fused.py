@@ -25,7 +25,7 @@ run in float32 on CUDA, as CUDA autocast runs them; on other devices a norm chai
 autocast runs unfused.
 
 The graphs (``_graphs.built`` keys them by problem, each built once):
-  conv:   Y = act(conv_fprop(X, W) + bias[1, K, 1, ...])       (conv engine's epilogue)
+  conv:   Y = act(conv_fprop(X, W) + bias[1, K, 1, ...] [+ Z])  (conv engine's epilogue)
   linear: Y[M, N] = act(X[M, K] @ W^T[K, N] + bias[1, N])      (matmul engine's epilogue)
   norm:   Y = act(layernorm(X[rows, L]) | groupnorm(X))        (norm engine's epilogue, at
           INFERENCE: no statistics written)
@@ -118,7 +118,7 @@ def _conv_padding(padding, nd, w, dilation):
     return pad, pad
 
 
-def _conv_graph(x, w, b, spec):
+def _conv_graph(x, w, b, z, spec):
     op = "fused conv+bias+activation"
     stride, padding, dilation = spec["stride"], spec["padding"], spec["dilation"]
     act, act_kw = spec["act"], spec["act_kw"]
@@ -132,6 +132,9 @@ def _conv_graph(x, w, b, spec):
         raise _declined(f"input {x.dtype} and weight {w.dtype} differ", op)
     if x.numel() == 0 or w.numel() == 0:
         raise _declined("zero-size convolution", op)
+    if z is not None and z.dtype != x.dtype:
+        raise _declined(f"residual {z.dtype} and input {x.dtype} differ (PyTorch would "
+                        "promote the sum)", op)
     stride, dilation = _ntuple(stride, nd), _ntuple(dilation, nd)
     if padding == "same" and any(s != 1 for s in stride):
         raise _declined("padding='same' with a stride other than 1", op)
@@ -145,9 +148,12 @@ def _conv_graph(x, w, b, spec):
     last = x.is_contiguous(memory_format=fmt) and not x.is_contiguous()
     y = torch.empty(shape, dtype=x.dtype, device=x.device,
                     memory_format=fmt if last else torch.contiguous_format)
+    if z is not None and z.shape != y.shape:
+        raise _declined(f"residual {list(z.shape)} for output {list(y.shape)}", op)
     b4 = None if b is None else b.view(1, -1, *([1] * nd))
     key = ("opendnn.compile.conv_act", pre, post, stride, dilation, _act_key(act, act_kw),
-           _graphs.meta(x), _graphs.meta(w), _graphs.meta(b4), _graphs.meta(y))
+           _graphs.meta(x), _graphs.meta(w), _graphs.meta(b4), _graphs.meta(z),
+           _graphs.meta(y))
 
     def build(g):
         tx, tw = _tensor(g, x, "x"), _tensor(g, w, "w")
@@ -157,27 +163,31 @@ def _conv_graph(x, w, b, spec):
         if b4 is not None:
             roles["b"] = _tensor(g, b4, "b")
             out = g.add(out, roles["b"])
+        if z is not None:
+            roles["z"] = _tensor(g, z, "z")
+            out = g.add(out, roles["z"])
         roles["y"] = _act_node(g, out, act, act_kw)
         _mark_output(roles["y"], y)
         return roles
     built = _graphs.built(key, x.device, build)
-    _graphs.run(built, {"x": x, "w": w, "y": y, **({"b": b4} if b4 is not None else {})})
+    feeds = {"x": x, "w": w, "y": y, "b": b4, "z": z}
+    _graphs.run(built, {k: v for k, v in feeds.items() if v is not None})
     return y
 
 
-def conv_act(x, w, b, spec):
-    """act(conv(x, w) + b); ``spec``: conv (``conv2d``/``conv3d``), stride, padding,
+def conv_act(x, w, b, z, spec):
+    """act(conv(x, w) + b [+ z]); ``spec``: conv (``conv2d``/``conv3d``), stride, padding,
     dilation, groups, act (an ACTIVATIONS name or None), act_kw."""
-    if not needs_grad(x, w, b):
+    if not needs_grad(x, w, b, z):
         try:
-            return _conv_graph(*_autocast(x, w, b), spec)
+            return _conv_graph(*_autocast(x, w, b), z, spec)
         except GraphNotSupportedError as err:
             note_fallback("fused conv+activation", err)
     if b is not None and b.dtype != w.dtype:     # a folded bias (float32)
         b = b.to(w.dtype)
     y = ROUTED[spec["conv"]](x, w, b, spec["stride"], spec["padding"], spec["dilation"],
                              spec["groups"])
-    return _activate(y, spec["act"], spec["act_kw"])
+    return _activate(y if z is None else y + z, spec["act"], spec["act_kw"])
 
 
 # ---- conv + batch norm folding ------------------------------------------------------------------
@@ -220,16 +230,16 @@ def folded(w, b, mean, var, gamma, beta, eps):
     return wf, bias
 
 
-def conv_bn_act(x, w, b, mean, var, gamma, beta, spec):
-    """act(batch_norm(conv(x, w) + b)) with BN in eval mode; ``spec`` as conv_act's plus
-    ``eps`` and ``momentum``."""
-    if not needs_grad(x, w, b, mean, var, gamma, beta):
+def conv_bn_act(x, w, b, mean, var, gamma, beta, z, spec):
+    """act(batch_norm(conv(x, w) + b) [+ z]) with BN in eval mode; ``spec`` as
+    conv_act's plus ``eps`` and ``momentum``."""
+    if not needs_grad(x, w, b, mean, var, gamma, beta, z):
         wf, bf = folded(w, b, mean, var, gamma, beta, spec["eps"])
-        return conv_act(x, wf, bf, spec)
+        return conv_act(x, wf, bf, z, spec)
     y = ROUTED[spec["conv"]](x, w, b, spec["stride"], spec["padding"], spec["dilation"],
                              spec["groups"])
     y = ROUTED["batch_norm"](y, mean, var, gamma, beta, False, spec["momentum"], spec["eps"])
-    return _activate(y, spec["act"], spec["act_kw"])
+    return _activate(y if z is None else y + z, spec["act"], spec["act_kw"])
 
 
 # ---- linear + bias + activation ----------------------------------------------------------------
