@@ -96,6 +96,18 @@ def test_cnn_inference_folds_and_fuses(_fresh):
     _no_fallbacks()
 
 
+def test_dynamic_shapes_fold_and_fuse():
+    """dynamic=True: BN's eps and momentum arrive as SymFloats; batch sizes vary."""
+    model = _randomize_bn(SmallCNN()).eval()
+    cm = torch.compile(model, backend="opendnn", fullgraph=True, dynamic=True)
+    with torch.no_grad():
+        for n in (2, 3):
+            x = torch.randn(n, 3, 4, 4)
+            torch.testing.assert_close(cm(x), model(x), **TOL)
+    assert oc.last_report().fused_kinds() == ["conv+batch_norm+relu", "conv+relu"]
+    _no_fallbacks()
+
+
 def test_bn_fold_is_cached_and_follows_weight_updates(_fresh, monkeypatch):
     model = _randomize_bn(SmallCNN()).eval()
     x = torch.randn(1, 3, 4, 4)

@@ -3,7 +3,8 @@
 
 A pattern is a chain whose inner values have one user each (the next link), so nothing
 outside the chain sees them and replacing the chain by its last value changes nothing
-else. Non-tensor arguments (stride, eps, ...) must be constants of the graph.
+else. Non-tensor arguments (stride, padding, ...) must be constants of the graph, except
+the norms' eps and momentum, which ``dynamic=True`` makes SymFloats (passed through).
 
 - ``conv[+batch_norm][+add][+act]`` (at least one link): conv2d / conv3d (bias or not)
   [-> batch_norm(training=False, running statistics given)] [-> + z, a residual of the
@@ -61,6 +62,35 @@ def _only_user(node):
     return next(iter(node.users)) if len(node.users) == 1 else None
 
 
+def _value(node):
+    """The fake tensor dynamo traced for a node, when its shape is static (the patterns
+    that compare shapes leave symbolic ones alone rather than add guards)."""
+    v = node.meta.get("example_value") if isinstance(node, Node) else None
+    if not isinstance(v, torch.Tensor) or not all(type(d) is int for d in v.shape):
+        return None
+    return v
+
+
+def _number(v) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def _binary(node, fns, methods):
+    if node.op == "call_function" and node.target in fns:
+        ok = len(node.args) == 2 and not node.kwargs
+    elif node.op == "call_method" and node.target in methods:
+        ok = len(node.args) == 2 and not node.kwargs
+    else:
+        return None
+    return node.args if ok else None
+
+
+_MUL = ((operator.mul, torch.mul), ("mul",))
+_DIV = ((operator.truediv, torch.div), ("div",))
+_ADD = ((operator.add, torch.add), ("add",))
+_RESIDUAL = ((operator.add, operator.iadd, torch.add), ("add", "add_"))
+
+
 def _act_after(node, canon):
     """(act node, name, kwargs) when node's only user is a supported activation of it."""
     user = _only_user(node)
@@ -86,8 +116,8 @@ def _bn_after(node, canon):
     q = hit[1]
     if (q["training"] is False and isinstance(q["running_mean"], Node)
             and isinstance(q["running_var"], Node) and _tensor_or_none(q["weight"])
-            and _tensor_or_none(q["bias"]) and _const([q["eps"], q["momentum"]])):
-        return user, q
+            and _tensor_or_none(q["bias"])):
+        return user, q          # eps, momentum: constants, or SymFloats under dynamic=True
     return None
 
 
@@ -122,7 +152,6 @@ def _conv(node, canon):
     chain, kind, tail = [node], ["conv"], node
     bn = _bn_after(node, canon)
     if bn:
-        spec.update(eps=bn[1]["eps"], momentum=bn[1]["momentum"])
         chain.append(bn[0])
         kind.append("batch_norm")
         tail = bn[0]
@@ -143,7 +172,8 @@ def _conv(node, canon):
         q = bn[1]
         return Group("+".join(kind), chain, CF.conv_bn_act,
                      (p["input"], p["weight"], p["bias"], q["running_mean"],
-                      q["running_var"], q["weight"], q["bias"], z, spec))
+                      q["running_var"], q["weight"], q["bias"], z, q["eps"], q["momentum"],
+                      spec))
     return Group("+".join(kind), chain, CF.conv_act, (p["input"], p["weight"], p["bias"], z,
                                                       spec))
 
@@ -169,43 +199,18 @@ def _norm(node, canon):
     second = "normalized_shape" if name == "layer_norm" else "num_groups"
     act = _act_after(node, canon)
     if not act or not (isinstance(p["input"], Node) and _tensor_or_none(p["weight"])
-                       and _tensor_or_none(p["bias"]) and _const([p[second], p["eps"]])):
+                       and _tensor_or_none(p["bias"]) and _const(p[second])):
         return None
     value = tuple(p[second]) if name == "layer_norm" and isinstance(p[second], list | tuple) \
         else p[second]
     if name == "layer_norm" and isinstance(value, int):
         value = (value,)
-    spec = {"norm": name, second: value, "eps": p["eps"], "act": act[1], "act_kw": act[2]}
+    spec = {"norm": name, second: value, "act": act[1], "act_kw": act[2]}
     return Group(f"{name}+{act[1]}", [node, act[0]], CF.norm_act,
-                 (p["input"], p["weight"], p["bias"], spec))
+                 (p["input"], p["weight"], p["bias"], p["eps"], spec))
 
 
 # ---- attention ---------------------------------------------------------------------------------
-def _value(node):
-    v = node.meta.get("example_value") if isinstance(node, Node) else None
-    return v if isinstance(v, torch.Tensor) else None
-
-
-def _number(v) -> bool:
-    return isinstance(v, numbers.Real) and not isinstance(v, bool)
-
-
-def _binary(node, fns, methods):
-    if node.op == "call_function" and node.target in fns:
-        ok = len(node.args) == 2 and not node.kwargs
-    elif node.op == "call_method" and node.target in methods:
-        ok = len(node.args) == 2 and not node.kwargs
-    else:
-        return None
-    return node.args if ok else None
-
-
-_MUL = ((operator.mul, torch.mul), ("mul",))
-_DIV = ((operator.truediv, torch.div), ("div",))
-_ADD = ((operator.add, torch.add), ("add",))
-_RESIDUAL = ((operator.add, operator.iadd, torch.add), ("add", "add_"))
-
-
 def _transposed(node):
     """k when node is k.transpose(-2, -1) (of its last two dims)."""
     if node.op == "call_method" and node.target == "transpose" or (

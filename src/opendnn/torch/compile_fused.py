@@ -230,15 +230,15 @@ def folded(w, b, mean, var, gamma, beta, eps):
     return wf, bias
 
 
-def conv_bn_act(x, w, b, mean, var, gamma, beta, z, spec):
+def conv_bn_act(x, w, b, mean, var, gamma, beta, z, eps, momentum, spec):
     """act(batch_norm(conv(x, w) + b) [+ z]) with BN in eval mode; ``spec`` as
-    conv_act's plus ``eps`` and ``momentum``."""
+    conv_act's."""
     if not needs_grad(x, w, b, mean, var, gamma, beta, z):
-        wf, bf = folded(w, b, mean, var, gamma, beta, spec["eps"])
+        wf, bf = folded(w, b, mean, var, gamma, beta, eps)
         return conv_act(x, wf, bf, z, spec)
     y = ROUTED[spec["conv"]](x, w, b, spec["stride"], spec["padding"], spec["dilation"],
                              spec["groups"])
-    y = ROUTED["batch_norm"](y, mean, var, gamma, beta, False, spec["momentum"], spec["eps"])
+    y = ROUTED["batch_norm"](y, mean, var, gamma, beta, False, momentum, eps)
     return _activate(y if z is None else y + z, spec["act"], spec["act_kw"])
 
 
@@ -282,7 +282,7 @@ def linear_act(x, w, b, spec):
 
 
 # ---- norm + activation ---------------------------------------------------------------------
-def _norm_graph(norm, x, weight, bias, spec):
+def _norm_graph(norm, x, weight, bias, eps, spec):
     op = f"fused {norm}+activation"
     if x.numel() == 0:
         raise _declined("zero-size input", op)
@@ -307,7 +307,7 @@ def _norm_graph(norm, x, weight, bias, spec):
     shift = (torch.zeros(pshape, dtype=x.dtype, device=x.device) if bias is None
              else bias.reshape(pshape))
     y = torch.empty(xs.shape, dtype=x.dtype, device=x.device)
-    eps = float(spec["eps"])
+    eps = float(eps)
     key = ("opendnn.compile.norm_act", norm, spec.get("num_groups"), eps,
            _act_key(spec["act"], spec["act_kw"]), _graphs.meta(xs), _graphs.meta(scale),
            _graphs.meta(shift), _graphs.meta(y))
@@ -329,20 +329,21 @@ def _norm_graph(norm, x, weight, bias, spec):
     return y.view(x.shape)
 
 
-def norm_act(x, weight, bias, spec):
+def norm_act(x, weight, bias, eps, spec):
     """act(layer_norm(x) | group_norm(x)); ``spec``: norm, normalized_shape or num_groups,
-    eps, act, act_kw."""
+    act, act_kw."""
     norm = spec["norm"]
     # under autocast: CUDA runs layer / group norm in float32; other devices' lists
     # differ, so there the chain runs unfused (each operation's own autocast rule)
     autocast = torch.is_autocast_enabled(x.device.type)
     if not needs_grad(x, weight, bias) and (not autocast or x.is_cuda):
         try:
-            return _norm_graph(norm, *_autocast(x, weight, bias, to=torch.float32), spec)
+            return _norm_graph(norm, *_autocast(x, weight, bias, to=torch.float32), eps,
+                               spec)
         except GraphNotSupportedError as err:
             note_fallback(f"fused {norm}+activation", err)
     second = spec["normalized_shape"] if norm == "layer_norm" else spec["num_groups"]
-    y = ROUTED[norm](x, second, weight, bias, spec["eps"])
+    y = ROUTED[norm](x, second, weight, bias, eps)
     return _activate(y, spec["act"], spec["act_kw"])
 
 
