@@ -329,7 +329,6 @@ def test_declined_op_falls_back_to_pytorch_logged_once(monkeypatch):
     handler = logging.Handler()
     handler.emit = records.append
     logger = logging.getLogger("opendnn")
-    monkeypatch.setattr(logger, "level", logging.DEBUG)
     monkeypatch.setattr(logger, "handlers", [handler])
     monkeypatch.setenv("OPENDNN_LOG", "info")
 
@@ -337,8 +336,13 @@ def test_declined_op_falls_back_to_pytorch_logged_once(monkeypatch):
         return F.relu(x + 1.0)      # relu alone: routed, not fused
     x = torch.randn(3, 4)
     cf = torch.compile(fn, backend="opendnn", fullgraph=True)
-    for _ in range(3):
-        torch.testing.assert_close(cf(x), fn(x), rtol=0, atol=0)
+    level = logger.level
+    logger.setLevel(logging.DEBUG)
+    try:
+        for _ in range(3):
+            torch.testing.assert_close(cf(x), fn(x), rtol=0, atol=0)
+    finally:
+        logger.setLevel(level)
     assert list(oc.runtime_fallbacks().values()) == [3]
     (op, reason), = oc.runtime_fallbacks()
     assert op == "relu" and "test: relu declined" in reason
