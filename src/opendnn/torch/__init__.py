@@ -9,3 +9,13 @@ from . import functional  # noqa: E402  (the custom operations register on impor
 from .convert import convert, revert  # noqa: E402
 from .enable import clear_fallbacks, disable, enable, fallbacks, is_enabled  # noqa: E402
 from .modules import *  # noqa: E402,F401,F403
+
+
+def __getattr__(name):
+    """``opendnn.torch.compile`` (the torch.compile backend; it imports torch._dynamo, about
+    a second) loads on first use; ``torch.compile(backend="opendnn")`` finds it through the
+    package's torch_dynamo_backends entry point."""
+    if name == "compile":
+        import importlib
+        return importlib.import_module(".compile", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
