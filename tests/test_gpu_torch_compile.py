@@ -133,12 +133,19 @@ def test_cnn_training_fp32_matches_eager():
     model = _net().train()
     eager = copy.deepcopy(model)
     x = torch.randn(8, 3, 64, 64, device="cuda")
-    out, ref = torch.compile(model, backend="opendnn", fullgraph=True)(x), eager(x)
-    assert _relerr(out, ref) < 5e-3                 # TF32 convolutions on both sides
-    out.square().mean().backward()
-    ref.square().mean().backward()
+    # float32 on both sides: PyTorch's cuDNN convolutions default to TF32, opendnn's only
+    # with opendnn.backends.allow_tf32 (measured: a 5.8e-2 stem.weight gradient gap)
+    tf32 = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        out, ref = torch.compile(model, backend="opendnn", fullgraph=True)(x), eager(x)
+        assert _relerr(out, ref) < 1e-4
+        out.square().mean().backward()
+        ref.square().mean().backward()
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32
     for (name, p), q in zip(model.named_parameters(), eager.parameters()):
-        assert _relerr(p.grad, q.grad) < 2e-2, name
+        assert _relerr(p.grad, q.grad) < 1e-3, name
 
 
 def test_default_backend_inductor_traces_opendnn_functional():

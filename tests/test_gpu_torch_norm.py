@@ -163,14 +163,16 @@ def test_max_pool_resnet(dtype, cl):
     lambda f, x: f.max_pool3d(x.unflatten(2, (4, -1)), 2, ceil_mode=True)])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_pools(call, dtype):
+    # the reference runs on the CPU: PyTorch 2.11's CUDA avg_pool2d backward of
+    # channels-last float64 with padding is wrong (rel. error 1.19 here; tests/test_gpu_pool.py)
     x = _x((32, 256, 32, 32), dtype, True)
-    xo, xr = x.clone().requires_grad_(), x.double().requires_grad_()
+    xo, xr = x.clone().requires_grad_(), x.double().cpu().requires_grad_()
     y, y_ref = call(P, xo), call(F, xr)
-    _close(y, y_ref, dtype, "y")
+    _close(y.cpu(), y_ref, dtype, "y")
     dy = torch.randn_like(y)
     y.backward(dy)
-    y_ref.backward(dy.double())
-    _close(xo.grad, xr.grad, dtype, "dx")
+    y_ref.backward(dy.double().cpu())
+    _close(xo.grad.cpu(), xr.grad, dtype, "dx")
 
 
 def test_torch_compile_inductor():
