@@ -5,9 +5,9 @@ layer with ``torch.nn.functional``'s signatures, drop-in modules, ``convert(mode
 Every operation runs a kept opendnn graph per problem (``_graphs``): the same engines,
 heuristics, plans and ``opendnn.backends`` switches as the graph API.
 """
-from . import functional  # noqa: E402  (the custom operations register on import)
-from .convert import convert, revert  # noqa: E402
-from .enable import clear_fallbacks, disable, enable, fallbacks, is_enabled  # noqa: E402
+from . import functional  # noqa: E402,F401  (the custom operations register on import)
+from .convert import convert, revert  # noqa: E402,F401
+from .enable import clear_fallbacks, disable, enable, fallbacks, is_enabled  # noqa: E402,F401
 from .modules import *  # noqa: E402,F401,F403
 
 

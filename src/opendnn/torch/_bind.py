@@ -8,17 +8,23 @@ import torch
 _CONSTANTS: dict = {}
 
 
-def desc(g, t: torch.Tensor, name: str, dims=None):
-    """A graph tensor with ``t``'s dims (or ``dims``, a view of it), strides and type."""
+def graph_tensor(g, t: torch.Tensor, name: str, dims=None):
+    """A graph tensor with ``t``'s dims (or ``dims``, a view of it), strides and type; a
+    0-dim ``t`` as one element. Not ``tensor_like``: a one-element CPU tensor stays in
+    memory rather than becoming pass-by-value."""
     v = t if dims is None else t.view(dims)
     return g.tensor(list(v.shape) or [1], list(v.stride()) or [1], v.dtype, name=name)
 
 
-def output(t, like: torch.Tensor, name: str, dims=None):
-    """Mark graph tensor ``t`` an output described like the buffer ``like`` (or its view)."""
+def mark_output(gt, like: torch.Tensor, name: str | None = None, dims=None):
+    """Mark graph tensor ``gt`` an output written into the buffer ``like`` (or its view)."""
     v = like if dims is None else like.view(dims)
-    return t.set_output(True).set_dim(list(v.shape)).set_stride(list(v.stride())) \
-        .set_data_type(v.dtype).set_name(name)
+    gt.set_output(True).set_dim(list(v.shape) or [1]).set_stride(list(v.stride()) or [1])
+    gt.set_data_type(v.dtype)
+    return gt if name is None else gt.set_name(name)
+
+
+desc, output = graph_tensor, mark_output     # the names the norm / pool operations use
 
 
 def constant(value: float, shape, dtype, device) -> torch.Tensor:

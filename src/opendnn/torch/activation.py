@@ -49,26 +49,13 @@ import torch
 from ..enums import DataType
 from ..errors import BadParamError, GraphNotSupportedError, Status
 from . import _graphs
+from ._bind import graph_tensor, mark_output  # noqa: F401  (used by the other families)
 
 FLOATING = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 INF = math.inf
 
 
 # ---- graph plumbing -----------------------------------------------------------------------
-def graph_tensor(g, t: torch.Tensor, name: str):
-    """A graph tensor with ``t``'s dims, strides and type (a 0-dim ``t`` as one element).
-    Not tensor_like: a one-element CPU tensor must stay in memory, not pass-by-value."""
-    return g.tensor(dim=list(t.shape) or [1], stride=list(t.stride()) or [1],
-                    data_type=t.dtype, name=name)
-
-
-def mark_output(gt, t: torch.Tensor):
-    """Graph tensor ``gt`` is an output written into buffer ``t``."""
-    gt.set_output(True).set_dim(list(t.shape) or [1]).set_stride(list(t.stride()) or [1])
-    gt.set_data_type(t.dtype)
-    return gt
-
-
 def use_double(g, t: torch.Tensor) -> None:
     """float64 data computes (and keeps intermediates) in float64."""
     if t.dtype == torch.float64:

@@ -27,27 +27,14 @@ from torch._prims_common import suggest_memory_format
 
 from ..enums import DataType
 from ..errors import BadParamError, GraphNotSupportedError, Status
-from ..tensor import as_data_type
 from . import _graphs
+from ._bind import graph_tensor, mark_output  # noqa: F401  (conv.py uses them too)
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 _lib = torch.library.Library("opendnn", "FRAGMENT")
 
 
 # ---- helpers shared with conv.py ------------------------------------------------------------
-def graph_tensor(g, t: torch.Tensor, name: str):
-    """A graph tensor with ``t``'s dims, strides and type (never pass-by-value, unlike
-    ``tensor_like`` of a one-element CPU tensor)."""
-    return g.tensor(dim=list(t.shape), stride=list(t.stride()), data_type=as_data_type(t.dtype),
-                    name=name)
-
-
-def mark_output(t, buf: torch.Tensor):
-    """Make graph tensor ``t`` an output with ``buf``'s dims, strides and type."""
-    return t.set_output(True).set_dim(list(buf.shape)).set_stride(list(buf.stride())) \
-        .set_data_type(as_data_type(buf.dtype))
-
-
 def compute_type(dtype: torch.dtype) -> dict:
     """Builder keywords for a node on ``dtype`` operands: float64 computes in float64 (the
     graph's default intermediate and compute type is float32)."""
