@@ -72,8 +72,8 @@ class EmoNet(nn.Module):
     def __init__(self, n_expression: int = 8, n_reg: int = 2, width: int = 64,
                  input_size: int = 256):
         super().__init__()
-        if input_size < 32 or input_size & (input_size - 1):
-            raise ValueError(f"input_size must be a power of two >= 32, got {input_size}")
+        if input_size < 16 or input_size & (input_size - 1):
+            raise ValueError(f"input_size must be a power of two >= 16, got {input_size}")
         w = width
         self.input_size = input_size
         self.conv1 = nn.Conv2d(3, w, kernel_size=7, stride=2, padding=3)
