@@ -35,7 +35,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from opendnn.torch import _graphs
+from opendnn.graph.graph import Graph
 from opendnn.torch.convert import convert
 
 E = importlib.import_module("opendnn.torch.enable")
@@ -84,6 +84,18 @@ def check_grads(model: nn.Module, ref: nn.Module, tol: float) -> None:
         assert err < tol, f"grad of {name}: {err:.2e}"
 
 
+def spy_executions(monkeypatch) -> list:
+    """The names of the opendnn graphs executed from now on (every path runs one)."""
+    runs = []
+    real = Graph.execute
+
+    def execute(self, *args, **kwargs):
+        runs.append(self.name)
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(Graph, "execute", execute)
+    return runs
+
+
 def _randomize_buffers(model: nn.Module, gen: torch.Generator) -> None:
     """Running statistics away from (0, 1), so that eval mode does real work."""
     with torch.no_grad():
@@ -123,19 +135,29 @@ def test_resnet_layout_is_torchvisions():
             converted.load_state_dict(theirs.state_dict())
 
 
-@pytest.mark.parametrize("fmt", [torch.contiguous_format, torch.channels_last],
-                         ids=["nchw", "channels_last"])
-def test_tiny_resnet_inference(fmt):
+@pytest.mark.parametrize("how,fmt", [("converted", torch.contiguous_format),
+                                     ("converted", torch.channels_last),
+                                     ("enabled", torch.channels_last)],
+                         ids=["converted-nchw", "converted-channels_last",
+                              "enabled-channels_last"])
+def test_tiny_resnet_inference(how, fmt, monkeypatch):
+    """Eval mode (running statistics randomized): the converted model, and PyTorch's own
+    model under enable() (its F.conv2d / batch_norm / relu / pool / linear calls routed)."""
     gen = torch.Generator().manual_seed(1)
     torch.manual_seed(1)
     ref = resnet.tiny_resnet().eval()
     _randomize_buffers(ref, gen)
     ref = ref.to(memory_format=fmt)
-    model = convert(copy.deepcopy(ref))
+    model = convert(copy.deepcopy(ref)) if how == "converted" else ref
     x = torch.randn(2, 3, 16, 16, generator=gen).to(memory_format=fmt)
+    runs = spy_executions(monkeypatch)
     with torch.no_grad():
-        y, y_ref = model(x), ref(x)
+        with E.enable() if how == "enabled" else E.disable():
+            y = model(x)
+        n_runs = len(runs)
+        y_ref = ref(x)
     assert E.fallbacks() == {}
+    assert n_runs >= 8, f"only {n_runs} opendnn graphs ran"
     assert y.shape == (2, 10) and relerr(y, y_ref) < FP32_TOL
 
 
@@ -274,10 +296,7 @@ def _check_compiled(backend: str, converted: bool, monkeypatch):
     model = copy.deepcopy(ref)
     if converted:
         convert(model)
-    runs = []
-    real_run = _graphs.run
-    monkeypatch.setattr(_graphs, "run", lambda b, buffers: (runs.append(b.graph.name),
-                                                            real_run(b, buffers))[1])
+    runs = spy_executions(monkeypatch)
     x = torch.randn(4, 3, 16, 16).to(memory_format=torch.channels_last)
     y = _compiled_step(model, x, backend)
     y_ref = ref(x)
@@ -316,10 +335,7 @@ def test_inference_under_opendnn_backend(monkeypatch):
     ref = resnet.tiny_resnet().eval()
     _randomize_buffers(ref, gen)
     ref = ref.to(memory_format=torch.channels_last)
-    runs = []
-    real_run = _graphs.run
-    monkeypatch.setattr(_graphs, "run", lambda b, buffers: (runs.append(b.graph.name),
-                                                            real_run(b, buffers))[1])
+    runs = spy_executions(monkeypatch)
     x = torch.randn(2, 3, 16, 16, generator=gen).to(memory_format=torch.channels_last)
     torch._dynamo.reset()
     compiled = torch.compile(copy.deepcopy(ref), backend="opendnn", fullgraph=True)
