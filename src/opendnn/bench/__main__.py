@@ -2,7 +2,10 @@
 same run, on the same inputs.
 
     python -m opendnn.bench [pointwise|reduction|matmul|latency|conv|softmax|norm|pool|
-                             elementwise|lrn|dropout|all] [--out DIR]
+                             elementwise|lrn|dropout|models|all] [--out DIR]
+
+(models: whole networks in images/s; OPENDNN_BENCH_MODELS=train,infer64,infer1,emonet
+picks its cases -- see bench/models.py)
 
 For each case it prints ms, GB/s or TFLOP/s, the ratio to PyTorch (>1 = opendnn faster)
 and the fraction of the measured floor (copy bandwidth, cuBLAS 8192^3 rate measured at
@@ -245,11 +248,18 @@ def run_attention(r: Runner):
     run(r, bench)
 
 
+# ---- models family (issue 6: whole networks) ----
+def run_models(r: Runner):
+    from .models import run_models as run
+    run(r, bench)
+
+
 FAMILIES = {"pointwise": run_pointwise, "reduction": run_reduction, "matmul": run_matmul,
             "latency": run_latency, "conv": run_conv, "softmax": run_softmax,
             "elementwise": run_elementwise,
             "lrn": run_lrn, "dropout": run_dropout, "pool": run_pool, "norm": run_norm,
-            "attention": run_attention}
+            "attention": run_attention,
+            "models": run_models}     # models family (issue 6)
 
 
 def main(argv=None) -> int:
