@@ -526,3 +526,9 @@ EMPTY_IDENTITY = {_R.ADD: 0.0, _R.MUL: 1.0, _R.MIN: float("inf"), _R.MAX: float(
 def reduced_count(xdims, ydims) -> int:
     """Number of input elements folded into one output element."""
     return math.prod(a for a, b in zip(xdims, ydims) if b == 1 and a != 1)
+
+
+def close_f32(actual, expected, what=""):
+    """float32 engines against PyTorch: relative 1e-4 of the values' magnitude."""
+    scale = max(1.0, float(expected.detach().abs().max())) if expected.numel() else 1.0
+    torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4 * scale, msg=what)

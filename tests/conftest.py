@@ -1,6 +1,7 @@
 """Test configuration: per-test seeded inputs, an isolated cache directory, clean switches."""
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -64,3 +65,22 @@ def pytest_runtest_makereport(item, call):
         rep.sections.append(("repro", f"seed={r.seed} (OPENDNN_TEST_SEED="
                              f"{os.environ.get('OPENDNN_TEST_SEED', '0')}); rerun: "
                              f"PYTHONPATH=src python -m pytest '{item.nodeid}'"))
+
+
+@pytest.fixture
+def opendnn_log(monkeypatch):
+    """The messages opendnn logs at OPENDNN_LOG=info during the test."""
+    monkeypatch.setenv("OPENDNN_LOG", "info")
+    records: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    logger, handler = logging.getLogger("opendnn"), Keep()
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    yield records
+    logger.removeHandler(handler)
+    logger.setLevel(level)

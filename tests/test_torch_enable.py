@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import copy
 import importlib
-import logging
 import threading
 
 import pytest
 import torch
 import torch.nn as nn
+from _util import close_f32 as close
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
@@ -28,31 +28,6 @@ def _clean_state():
     while E.is_enabled():
         E.disable()
     E.clear_fallbacks()
-
-
-@pytest.fixture
-def opendnn_log(monkeypatch):
-    """The messages opendnn logs at OPENDNN_LOG=info during the test."""
-    monkeypatch.setenv("OPENDNN_LOG", "info")
-    records: list[str] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record):
-            records.append(record.getMessage())
-
-    logger, handler = logging.getLogger("opendnn"), Keep()
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
-    yield records
-    logger.removeHandler(handler)
-    logger.setLevel(level)
-
-
-def close(actual, expected, what=""):
-    """float32 engines against PyTorch: relative 1e-4 of the values' magnitude."""
-    scale = max(1.0, float(expected.detach().abs().max())) if expected.numel() else 1.0
-    torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4 * scale, msg=what)
 
 
 def spy(monkeypatch, *names):
