@@ -102,6 +102,31 @@ def run(b: Built, buffers: dict) -> None:
     b.graph.execute(pack, ws)
 
 
+def direct(op):
+    """``op`` (a ``torch.library`` custom op) as a callable that runs its implementation
+    itself when nothing needs PyTorch's dispatcher -- not compiling, no autocast, only
+    plain tensors, and no input tensor that needs a gradient -- and goes through ``op``
+    otherwise. The dispatcher's wrappers (autograd, redispatch, the dynamo guard) were
+    about three quarters of an eager call's host time (bench/notes/torch.md); the
+    results are the same either way (the implementation is what ``op`` runs)."""
+    fn = op._init_fn
+    plain = (torch.Tensor, torch.nn.Parameter)
+
+    def call(*args):
+        grad = torch.is_grad_enabled()
+        for a in args:
+            if isinstance(a, torch.Tensor) and (type(a) not in plain or
+                                                (grad and a.requires_grad)):
+                return op(*args)
+        if torch.compiler.is_compiling() or torch.is_autocast_enabled("cuda") or \
+                torch.is_autocast_enabled("cpu"):
+            return op(*args)
+        return fn(*args)
+    call.op = op
+    call.__doc__ = fn.__doc__
+    return call
+
+
 def clear() -> None:
     """Drop every kept graph (tests; after changing engines' registrations)."""
     with _lock:

@@ -284,7 +284,7 @@ def _apply(op: str, x, kind: str, args: tuple, inplace: bool = False) -> torch.T
     check_input(op, x)
     args = [float(a) for a in args]
     if not inplace:
-        return torch.ops.opendnn.activation(x, kind, args)
+        return _activation_direct(x, kind, args)
     if torch.is_grad_enabled() and x.requires_grad:
         if x.is_leaf:
             raise BadParamError("a leaf tensor that requires grad cannot be modified in "
@@ -372,6 +372,9 @@ def hardswish(input: torch.Tensor, inplace: bool = False) -> torch.Tensor:
     """input * min(max(input + 3, 0), 6) / 6."""
     return _apply("hardswish", input, "hardswish", (), inplace)
 
+
+# eager calls that need no dispatcher skip it (_graphs.direct; the op stays registered)
+_activation_direct = _graphs.direct(activation_op)
 
 __all__ = ["relu", "relu6", "hardtanh", "leaky_relu", "elu", "gelu", "silu", "sigmoid", "tanh",
            "softplus", "mish", "hardsigmoid", "hardswish"]

@@ -342,4 +342,8 @@ def batch_norm(input: torch.Tensor, running_mean: torch.Tensor | None,
     return batch_norm_eval(input, weight, bias, running_mean, running_var, float(eps))
 
 
+# eager calls that need no dispatcher skip it (_graphs.direct; the ops stay registered)
+batch_norm_eval = _graphs.direct(batch_norm_eval)
+
+
 __all__ = ["batch_norm"]

@@ -365,3 +365,7 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """``torch.nn.functional.conv3d``: input [N, C, D, H, W] or [C, D, H, W], weight
     [K, C/groups, T, R, S]; channels_last_3d in, channels_last_3d out."""
     return _conv("conv3d", 3, input, weight, bias, stride, padding, dilation, groups)
+
+
+# eager calls that need no dispatcher skip it (_graphs.direct; the ops stay registered)
+conv_forward = _graphs.direct(conv_forward)
