@@ -23,12 +23,11 @@ class Kn:
     BLOCK_M: int
     BLOCK_N: int
     TMA: int = 0
-    WS: int = 0
 
 
-FWD_CONFIGS = ((128, 64, 8, 3, 0, 0), (64, 64, 4, 3, 0, 0), (128, 64, 8, 3, 1, 0),
-               (128, 128, 8, 3, 1, 0), (64, 64, 4, 3, 1, 0), (128, 64, 8, 4, 1, 0),
-               (128, 128, 8, 2, 1, 0))
+FWD_CONFIGS = ((128, 64, 8, 3, 0), (64, 64, 4, 3, 0), (128, 64, 8, 3, 1),
+               (128, 128, 8, 3, 1), (64, 64, 4, 3, 1), (128, 64, 8, 4, 1),
+               (128, 128, 8, 2, 1))
 
 
 def main(configs=FWD_CONFIGS, causals=(False, True)):
@@ -54,8 +53,8 @@ def main(configs=FWD_CONFIGS, causals=(False, True)):
             p = K.Problem(B, H, H, S, S, Dh, Dh, q.stride(), k.stride(), v.stride(),
                           o.stride(), DataType.BFLOAT16, DataType.BFLOAT16,
                           stats=tuple(st.stride()) + (0,), right=0 if causal else None)
-            for bm, bn, warps, stages, tma, ws in configs:
-                src = K.fwd_source("attn_probe", p, Kn(bm, bn, tma, ws), interpret=False)
+            for bm, bn, warps, stages, tma in configs:
+                src = K.fwd_source("attn_probe", p, Kn(bm, bn, tma), interpret=False)
                 kern = kernel_from_source(src, "attn_probe").compiled
                 grid = (math.ceil(S / bm), B * H)
 
@@ -68,9 +67,9 @@ def main(configs=FWD_CONFIGS, causals=(False, True)):
                     err = ((o.float() - ref.float()).abs().max()).item()
                     ms = do_bench(fn, warmup=10, rep=50)
                 except Exception as e:   # noqa: BLE001 -- reported
-                    print(f"  {bm}x{bn} w{warps} s{stages} tma{tma} ws{ws}: FAILED {str(e)[:120]}")
+                    print(f"  {bm}x{bn} w{warps} s{stages} tma{tma}: FAILED {str(e)[:120]}")
                     continue
-                print(f"  opendnn {bm}x{bn} w{warps} s{stages} tma{tma} ws{ws}: {ms:.3f} ms "
+                print(f"  opendnn {bm}x{bn} w{warps} s{stages} tma{tma}: {ms:.3f} ms "
                       f"{flops / ms / 1e9:.0f} TFLOP/s  max err {err:.3f}", flush=True)
 
 
