@@ -111,8 +111,8 @@ def test_zero_size_dims():
 def test_opcheck_each_custom_op():
     torch.manual_seed(6)
     torch.library.opcheck(L.linear_op.op, (_t(2, 3, 5), _t(4, 5), _t(4)))
-    torch.library.opcheck(L.matmul_op, (_t(2, 1, 3, 5), _t(4, 5, 2)))
-    torch.library.opcheck(L.sum_to_size, (_t(2, 3, 4), [3, 1]))
+    torch.library.opcheck(L.matmul_op.op, (_t(2, 1, 3, 5), _t(4, 5, 2)))
+    torch.library.opcheck(L.sum_to_size.op, (_t(2, 3, 4), [3, 1]))
 
 
 def test_torch_compile_fullgraph_traces_an_mlp():

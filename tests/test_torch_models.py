@@ -35,7 +35,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from opendnn.graph.graph import Graph
+from opendnn.torch import _graphs
 from opendnn.torch.convert import convert
 
 E = importlib.import_module("opendnn.torch.enable")
@@ -87,12 +87,12 @@ def check_grads(model: nn.Module, ref: nn.Module, tol: float) -> None:
 def spy_executions(monkeypatch) -> list:
     """The names of the opendnn graphs executed from now on (every path runs one)."""
     runs = []
-    real = Graph.execute
+    real = _graphs.run
 
-    def execute(self, *args, **kwargs):
-        runs.append(self.name)
-        return real(self, *args, **kwargs)
-    monkeypatch.setattr(Graph, "execute", execute)
+    def run(b, buffers):
+        runs.append(b.graph.name)
+        return real(b, buffers)
+    monkeypatch.setattr(_graphs, "run", run)
     return runs
 
 

@@ -237,9 +237,12 @@ def test_softmax_autocast_policy(rng):
     """The CUDA autocast kernel's policy, registered for CPU autocast for this test: a
     half / bfloat16 input gives a float32 result (PyTorch's fp32_set_opt_dtype); an
     explicit dtype is kept; gradients come back in the input's type."""
-    from opendnn.torch.softmax import autocast_kernel
+    from opendnn.torch import _graphs
+    from opendnn.torch.softmax import _autocast_rule, autocast_kernel
     lib = torch.library.Library("opendnn", "IMPL")
     lib.impl("softmax", autocast_kernel("cpu"), "AutocastCPU")
+    old = _graphs.AUTOCAST.get("opendnn::softmax")      # eager calls skip the dispatcher
+    _graphs.AUTOCAST["opendnn::softmax"] = lambda a, d: _autocast_rule(a, d, ("cpu",))
     try:
         x = rng.rand((3, 17), torch.bfloat16, high=4.0).requires_grad_()
         with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -255,3 +258,6 @@ def test_softmax_autocast_policy(rng):
         assert_close(g, gr, torch.bfloat16, n=17)
     finally:
         lib._destroy()
+        _graphs.AUTOCAST.pop("opendnn::softmax")
+        if old is not None:
+            _graphs.AUTOCAST["opendnn::softmax"] = old

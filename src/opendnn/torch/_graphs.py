@@ -32,6 +32,7 @@ from ..enums import DataType, HeurMode
 from ..errors import GraphNotSupportedError, Status
 from ..graph.graph import Graph
 from ..handle import default_handle
+from ..runtime.buffers import _exact_in_place
 
 REFERENCE_ID = ReferenceEngine.id
 CACHE_SIZE = 4096          # graphs kept (least recently used dropped first)
@@ -46,6 +47,7 @@ class Built:
     tensors: dict
     workspace: int
     device: torch.device
+    runner: "_Runner | None" = None
 
 
 def meta(t: torch.Tensor | None) -> tuple | None:
@@ -95,32 +97,168 @@ def _refuse_reference(g: Graph, op: str) -> None:
 
 def run(b: Built, buffers: dict) -> None:
     """Execute ``b`` with ``buffers`` ({role name: torch tensor or Python number}); a
-    workspace of the plan's size is taken from PyTorch's caching allocator per call."""
+    workspace of the plan's size is taken from PyTorch's caching allocator per call.
+
+    The first call goes through ``Graph.execute`` (every variant-pack rule checked, the
+    benchmark-mode search); later calls take ``b.runner``: the same checks of data type,
+    shape, strides, device and overlap, done against the descriptors read once."""
+    r, g = b.runner, b.graph
+    if r is not None and r.plan is g._plans[g._selected] and \
+            not (backends.benchmark and not getattr(g, "_tuned", False)) and \
+            r.run(buffers, b.workspace, b.device):
+        return
     pack = {b.tensors[name]: value for name, value in buffers.items()}
     ws = (torch.empty(b.workspace, dtype=torch.uint8, device=b.device)
           if b.workspace else None)
     b.graph.execute(pack, ws)
+    b.runner = _Runner(b, buffers)
+
+
+class _Runner:
+    """A built graph's selected plan with its variant pack's checks precomputed by role."""
+
+    def __init__(self, b: Built, buffers: dict):
+        g = b.graph
+        self.plan = g._plans[g._selected]
+        og = self.plan.graph
+        self.scalars = dict(g._scalar_defaults_cached())
+        self.entries, self.spans = [], []
+        outs = og.output_uid_set
+        for name in buffers:
+            d = og.tensors[b.tensors[name].uid]
+            self.entries.append((name, d.uid, d.is_pass_by_value, d.dims, d.strides,
+                                 d.torch_dtype))
+            if not d.is_pass_by_value and d.size_in_bytes:
+                self.spans.append((name, d.size_in_bytes, d.uid in outs))
+        # (output, input) positions that may share one buffer exactly (in-place pointwise)
+        descs = [og.tensors[b.tensors[n].uid] for n, _, _ in self.spans]
+        self.in_place = {(i, j) for i, (_, _, out) in enumerate(self.spans) if out
+                         for j in range(len(descs))
+                         if j != i and _exact_in_place(og, descs[i], descs[j], True)}
+
+    def run(self, buffers: dict, workspace: int, device) -> bool:
+        """Launch the plan, or False (nothing run) when a buffer breaks a check: the
+        caller then takes the full path, which raises the rule's error."""
+        if len(buffers) != len(self.entries):
+            return False
+        bound = dict(self.scalars)
+        for name, uid, by_value, dims, strides, dtype in self.entries:
+            v = buffers.get(name)
+            if by_value:
+                if type(v) not in (float, int, bool):
+                    return False
+            elif type(v) not in _PLAIN or v.dtype != dtype or v.device != device or \
+                    v.shape != dims or v.stride() != strides:
+                return False
+            bound[uid] = v
+        spans = self.spans
+        if len(spans) > 1:         # no output may overlap another buffer
+            ptr = [buffers[n].data_ptr() for n, _, _ in spans]
+            for i, (_, n0, out) in enumerate(spans):
+                if out:
+                    s0 = ptr[i]
+                    for j, (_, n1, _) in enumerate(spans):
+                        if j != i and ptr[j] < s0 + n0 and s0 < ptr[j] + n1 and not (
+                                ptr[j] == s0 and (i, j) in self.in_place):
+                            return False
+        ws = torch.empty(workspace, dtype=torch.uint8, device=device) if workspace else None
+        self.plan.run(bound, ws, None)
+        return True
+
+
+# autocast rules of the custom ops, by qualified name, mirroring their Autocast kernels
+# in the dispatcher: rule(args, device type) -> the arguments the kernel passes on, or
+# None where the rule does not apply (``lower``: conv, linear, matmul, sdpa; ``to(cuda,
+# float32)``: layer / group norm; softmax has its own)
+AUTOCAST: dict = {}
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def lower(args: tuple, dev: str) -> tuple:
+    """PyTorch's lower-precision rule: floating tensors of ``dev`` other than float64 in
+    the autocast type."""
+    dt = torch.get_autocast_dtype(dev)
+    return tuple(a.to(dt) if isinstance(a, torch.Tensor) and a.is_floating_point() and
+                 a.dtype != torch.float64 and a.device.type == dev else a for a in args)
+
+
+def to(device_type: str, dtype: torch.dtype):
+    """The rule of ``torch.library.register_autocast(op, device_type, dtype)``."""
+    def rule(args: tuple, dev: str) -> tuple | None:
+        if dev != device_type:
+            return None
+        return tuple(a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point()
+                     and a.device.type == dev else a for a in args)
+    return rule
+
+
+def _function(op):
+    """An autograd Function running ``op``'s implementation, setup_context and backward
+    themselves: what the dispatcher's generated Function does, less the redispatch."""
+    init, setup, backward = op._init_fn, op._setup_context_fn, op._backward_fn
+
+    def forward(*args):
+        return init(*args)
+
+    def setup_context(ctx, inputs, output):
+        setup(ctx=ctx, inputs=inputs, output=output)
+    return type(f"Eager_{op._name}", (torch.autograd.Function,), {
+        "forward": staticmethod(forward), "setup_context": staticmethod(setup_context),
+        "backward": staticmethod(lambda ctx, *grads: backward(ctx, *grads))})
+
+
+def eager(*tensors) -> bool:
+    """True when a call with these tensors (None allowed) needs none of the dispatcher's
+    modes: not compiling, and only plain tensors or parameters."""
+    return not torch.compiler.is_compiling() and all(
+        t is None or type(t) in _PLAIN for t in tensors)
 
 
 def direct(op):
-    """``op`` (a ``torch.library`` custom op) as a callable that runs its implementation
-    itself when nothing needs PyTorch's dispatcher -- not compiling, no autocast, only
-    plain tensors, and no input tensor that needs a gradient -- and goes through ``op``
-    otherwise. The dispatcher's wrappers (autograd, redispatch, the dynamo guard) were
-    about three quarters of an eager call's host time (bench/notes/torch.md); the
-    results are the same either way (the implementation is what ``op`` runs)."""
-    fn = op._init_fn
-    plain = (torch.Tensor, torch.nn.Parameter)
+    """``op`` (a ``torch.library`` custom op) as a callable that, in eager mode, does what
+    the dispatcher would do without it: casts under autocast by the op's rule
+    (``AUTOCAST``), records autograd through an equivalent Function when an input needs a
+    gradient, and calls the implementation. It goes through ``op`` when compiling, for
+    tensor subclasses (fake tensors, functorch wrappers), for tensors inside lists, for
+    calls that leave defaulted arguments out, and for in-place ops under autograd (an op
+    that writes its inputs bumps their version counters, as the dispatcher does). The
+    dispatcher's wrappers were most of an eager call's host time (bench/notes/torch.md);
+    the results are the same either way (the implementation is what ``op`` runs)."""
+    fn, qual = op._init_fn, op._qualname
+    nargs = len(op._opoverload._schema.arguments)
+    fwd = _function(op) if op._backward_fn is not None else None
+    mutated = [i for i, a in enumerate(op._opoverload._schema.arguments)
+               if a.alias_info is not None and a.alias_info.is_write]
 
     def call(*args):
-        grad = torch.is_grad_enabled()
-        for a in args:
-            if isinstance(a, torch.Tensor) and (type(a) not in plain or
-                                                (grad and a.requires_grad)):
-                return op(*args)
-        if torch.compiler.is_compiling() or torch.is_autocast_enabled("cuda") or \
-                torch.is_autocast_enabled("cpu"):
+        if len(args) != nargs or torch.compiler.is_compiling():
             return op(*args)
+        grad, dev = False, None
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                if type(a) not in _PLAIN:
+                    return op(*args)
+                grad = grad or a.requires_grad
+                dev = dev or a.device.type
+            elif isinstance(a, (list, tuple)) and any(isinstance(e, torch.Tensor) for e in a):
+                return op(*args)
+        grad = grad and torch.is_grad_enabled()
+        if mutated:           # written in place: version counters bumped, as ADInplaceOrView
+            if grad:
+                return op(*args)
+            for i in mutated:
+                if args[i] is not None:
+                    torch.autograd.graph.increment_version(args[i])
+            return fn(*args)
+        rule = AUTOCAST.get(qual)
+        if rule is not None and dev is not None and torch.is_autocast_enabled(dev):
+            cast = rule(args, dev)
+            if cast is not None:
+                with torch.autocast(dev, enabled=False):
+                    return (fwd.apply(*cast) if grad and fwd is not None else
+                            op(*cast) if grad else fn(*cast))
+        if grad:
+            return fwd.apply(*args) if fwd is not None else op(*args)
         return fn(*args)
     call.op = op
     call.__doc__ = fn.__doc__

@@ -138,6 +138,7 @@ def _autocast_float32(op) -> None:
     register = getattr(torch.library, "register_autocast", None)
     if register is not None:       # PyTorch >= 2.5; before it, the input's type is kept
         register(op, "cuda", torch.float32)
+        _graphs.AUTOCAST[op._qualname] = _graphs.to("cuda", torch.float32)
 
 
 # ---- layer norm ---------------------------------------------------------------------------
@@ -359,3 +360,12 @@ def instance_norm_update_running(running_mean: torch.Tensor, running_var: torch.
 @instance_norm_update_running.register_fake
 def _(running_mean, running_var, mean, rstd, momentum, eps, count):
     return None
+
+
+# eager calls skip the dispatcher (_graphs.direct; the ops stay registered)
+(layer_norm_op, layer_norm_backward, rms_norm_op, rms_norm_backward, group_norm_op,
+ group_norm_backward, instance_norm_op, instance_norm_backward,
+ instance_norm_update_running) = map(_graphs.direct, (
+     layer_norm_op, layer_norm_backward, rms_norm_op, rms_norm_backward, group_norm_op,
+     group_norm_backward, instance_norm_op, instance_norm_backward,
+     instance_norm_update_running))

@@ -244,3 +244,10 @@ def _avg_backward(ctx, dy):
 
 
 avg_pool.register_autograd(_avg_backward, setup_context=_avg_setup)
+
+
+# eager calls skip the dispatcher (_graphs.direct; the ops stay registered)
+(max_pool, max_pool_backward, max_pool_with_index, max_pool_index_backward, avg_pool,
+ avg_pool_backward) = map(_graphs.direct, (
+     max_pool, max_pool_backward, max_pool_with_index, max_pool_index_backward, avg_pool,
+     avg_pool_backward))

@@ -252,7 +252,7 @@ def _setup(ctx, inputs, output):
 
 def _backward(ctx, grad):
     x, = ctx.saved_tensors
-    return torch.ops.opendnn.activation_backward(grad, x, ctx.kind, ctx.args, False), None, None
+    return activation_backward_op(grad, x, ctx.kind, ctx.args, False), None, None
 
 
 activation_op.register_autograd(_backward, setup_context=_setup)
@@ -267,7 +267,7 @@ class _InPlace(torch.autograd.Function):
         ctx.kind, ctx.args = kind, list(args)
         ctx.from_output = _output_decides(kind, args)
         saved = None if ctx.from_output else x.clone()
-        torch.ops.opendnn.activation_(x, kind, list(args))
+        activation_inplace_op(x, kind, list(args))
         ctx.mark_dirty(x)
         ctx.save_for_backward(x if ctx.from_output else saved)
         return x
@@ -275,8 +275,8 @@ class _InPlace(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         saved, = ctx.saved_tensors
-        return (torch.ops.opendnn.activation_backward(grad, saved, ctx.kind, ctx.args,
-                                                      ctx.from_output), None, None)
+        return (activation_backward_op(grad, saved, ctx.kind, ctx.args, ctx.from_output),
+                None, None)
 
 
 # ---- torch.nn.functional's activations ---------------------------------------------------------
@@ -297,7 +297,7 @@ def _apply(op: str, x, kind: str, args: tuple, inplace: bool = False) -> torch.T
                 "needs the input, which the in-place write destroys (PyTorch refuses it "
                 "too); use inplace=False", op=op, tensor="input")
         return _InPlace.apply(x, kind, tuple(args))
-    torch.ops.opendnn.activation_(x, kind, args)
+    activation_inplace_op(x, kind, args)
     return x
 
 
@@ -373,8 +373,10 @@ def hardswish(input: torch.Tensor, inplace: bool = False) -> torch.Tensor:
     return _apply("hardswish", input, "hardswish", (), inplace)
 
 
-# eager calls that need no dispatcher skip it (_graphs.direct; the op stays registered)
+# eager calls skip the dispatcher (_graphs.direct; the ops stay registered)
 _activation_direct = _graphs.direct(activation_op)
+activation_inplace_op, activation_backward_op = map(
+    _graphs.direct, (activation_inplace_op, activation_backward_op))
 
 __all__ = ["relu", "relu6", "hardtanh", "leaky_relu", "elu", "gelu", "silu", "sigmoid", "tanh",
            "softplus", "mish", "hardsigmoid", "hardswish"]

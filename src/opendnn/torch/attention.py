@@ -253,7 +253,7 @@ def _setup(ctx, inputs, output):
 def _backward(ctx, grad, _grad_stats):
     q, k, v, out, stats, bias, rng = ctx.saved_tensors
     bias_grad = bool(ctx.has_bias and ctx.needs_input_grad[3])
-    dq, dk, dv, dbias = torch.ops.opendnn.sdpa_backward(
+    dq, dk, dv, dbias = sdpa_backward_op(
         grad, q, k, v, out, stats, bias, ctx.p, ctx.is_causal, ctx.scale, rng, bias_grad)
     return dq, dk, dv, dbias if bias_grad else None, None, None, None, None
 
@@ -285,6 +285,10 @@ for _device in ("cpu", "cuda"):
     if torch._C._is_autocast_available(_device):
         torch.library.impl("opendnn::sdpa", "Autocast" + torch._C._dispatch_key_for_device(
             _device))(autocast_kernel(_device))
+_graphs.AUTOCAST["opendnn::sdpa"] = lambda args, dev: (*_autocast_cast(dev, args[:4]),
+                                                       *args[4:])
+# eager calls skip the dispatcher (_graphs.direct; the ops stay registered)
+sdpa_op, sdpa_backward_op = map(_graphs.direct, (sdpa_op, sdpa_backward_op))
 
 
 # ---- torch.nn.functional.scaled_dot_product_attention ----------------------------------------
@@ -345,7 +349,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     q4, k4, v4 = (_as_4d(t) for t in (query, key, value))
     bias = None if attn_mask is None else _bias(attn_mask, query, q4, key.shape[-2])
     rng = draw_rng(query.device) if p > 0.0 else None
-    out, _ = torch.ops.opendnn.sdpa(q4, k4, v4, bias, p, bool(is_causal), scale, rng)
+    out, _ = sdpa_op(q4, k4, v4, bias, p, bool(is_causal), scale, rng)
     return out.reshape(*query.shape[:-1], value.shape[-1])
 
 

@@ -118,35 +118,52 @@ _lib.impl("batch_norm_train", _train_impl, "CompositeExplicitAutograd")
 torch.library.register_fake("opendnn::batch_norm_train", _train_fake, lib=_lib)
 
 
+def _saved(ctx, x, weight, bias, out):
+    y, mean, invstd = out
+    ctx.save_for_backward(x, weight, mean, invstd)
+    ctx.has_bias = bias is not None
+    ctx.mark_non_differentiable(mean, invstd)
+    return y, mean, invstd
+
+
 class _TrainFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, running_mean, running_var, momentum, eps):
         with torch._C._AutoDispatchBelowAutograd():
-            y, mean, invstd = torch.ops.opendnn.batch_norm_train(
-                x, weight, bias, running_mean, running_var, momentum, eps)
-        ctx.save_for_backward(x, weight, mean, invstd)
-        ctx.has_bias = bias is not None
-        ctx.mark_non_differentiable(mean, invstd)
-        return y, mean, invstd
+            return _saved(ctx, x, weight, bias, torch.ops.opendnn.batch_norm_train(
+                x, weight, bias, running_mean, running_var, momentum, eps))
 
     @staticmethod
     def backward(ctx, dy, _dmean, _dinvstd):
         x, weight, mean, invstd = ctx.saved_tensors
-        dx, dw, db = torch.ops.opendnn.batch_norm_backward(dy, x, weight, mean, invstd)
+        dx, dw, db = batch_norm_backward(dy, x, weight, mean, invstd)
         return (dx, dw if weight is not None else None, db if ctx.has_bias else None,
                 None, None, None, None)
 
 
-def _train_autograd(x, weight, bias, running_mean, running_var, momentum, eps):
+class _TrainEager(_TrainFunction):
+    """_TrainFunction calling the implementation itself (eager: no dispatcher)."""
+    @staticmethod
+    def forward(ctx, x, weight, bias, running_mean, running_var, momentum, eps):
+        return _saved(ctx, x, weight, bias,
+                      _train_impl(x, weight, bias, running_mean, running_var, momentum, eps))
+
+
+def _train_autograd(x, weight, bias, running_mean, running_var, momentum, eps,
+                    eager: bool = False):
+    """The Autograd kernel of batch_norm_train; ``eager``: the same without the
+    dispatcher (``_graphs.direct``'s rule: not compiling, plain tensors)."""
     if running_mean is not None:      # the version counters of the mutated buffers
         torch.autograd.graph.increment_version(running_mean)
         torch.autograd.graph.increment_version(running_var)
+    args = (x, weight, bias, running_mean, running_var, momentum, eps)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad
                                        for t in (x, weight, bias)):
-        return _TrainFunction.apply(x, weight, bias, running_mean, running_var, momentum, eps)
+        return (_TrainEager if eager else _TrainFunction).apply(*args)
+    if eager:
+        return _train_impl(*args)
     with torch._C._AutoDispatchBelowAutograd():
-        return torch.ops.opendnn.batch_norm_train(x, weight, bias, running_mean, running_var,
-                                                  momentum, eps)
+        return torch.ops.opendnn.batch_norm_train(*args)
 
 
 _lib.impl("batch_norm_train", _train_autograd, "Autograd")
@@ -332,9 +349,11 @@ def batch_norm(input: torch.Tensor, running_mean: torch.Tensor | None,
         if running_mean is not None and momentum is None:
             raise BadParamError("momentum must be a number when running statistics are "
                                 "updated", op=op, status=Status.BAD_PARAM)
-        return torch.ops.opendnn.batch_norm_train(
-            input, weight, bias, running_mean, running_var,
-            float(momentum) if momentum is not None else 0.0, float(eps))[0]
+        args = (input, weight, bias, running_mean, running_var,
+                float(momentum) if momentum is not None else 0.0, float(eps))
+        if _graphs.eager(input, weight, bias, running_mean, running_var):
+            return _train_autograd(*args, eager=True)[0]
+        return torch.ops.opendnn.batch_norm_train(*args)[0]
     if running_mean is None:
         raise BadParamError("running_mean and running_var must be given in evaluation mode "
                             "(training=False)", op=op, tensor="running_mean",
@@ -343,7 +362,8 @@ def batch_norm(input: torch.Tensor, running_mean: torch.Tensor | None,
 
 
 # eager calls that need no dispatcher skip it (_graphs.direct; the ops stay registered)
-batch_norm_eval = _graphs.direct(batch_norm_eval)
+batch_norm_eval, batch_norm_eval_backward, batch_norm_backward = map(
+    _graphs.direct, (batch_norm_eval, batch_norm_eval_backward, batch_norm_backward))
 
 
 __all__ = ["batch_norm"]

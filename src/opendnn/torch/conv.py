@@ -368,4 +368,5 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
 
 
 # eager calls that need no dispatcher skip it (_graphs.direct; the ops stay registered)
-conv_forward = _graphs.direct(conv_forward)
+conv_forward, conv_backward_input, conv_backward_weight = map(
+    _graphs.direct, (conv_forward, conv_backward_input, conv_backward_weight))

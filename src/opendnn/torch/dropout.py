@@ -125,7 +125,7 @@ def _setup(ctx, inputs, output):
 
 def _backward(ctx, grad):
     rng, = ctx.saved_tensors
-    return torch.ops.opendnn.dropout_backward(grad, ctx.p, rng), None, None
+    return dropout_backward_op(grad, ctx.p, rng), None, None
 
 
 dropout_op.register_autograd(_backward, setup_context=_setup)
@@ -137,7 +137,7 @@ class _InPlace(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, p, rng):
-        torch.ops.opendnn.dropout_(x, p, rng)
+        dropout_inplace_op(x, p, rng)
         ctx.mark_dirty(x)
         ctx.save_for_backward(rng)
         ctx.p = p
@@ -146,7 +146,12 @@ class _InPlace(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         rng, = ctx.saved_tensors
-        return torch.ops.opendnn.dropout_backward(grad, ctx.p, rng), None, None
+        return dropout_backward_op(grad, ctx.p, rng), None, None
+
+
+# eager calls skip the dispatcher (_graphs.direct; the ops stay registered)
+dropout_op, dropout_inplace_op, dropout_backward_op = map(
+    _graphs.direct, (dropout_op, dropout_inplace_op, dropout_backward_op))
 
 
 def dropout(input: torch.Tensor, p: float = 0.5, training: bool = True,
@@ -159,14 +164,14 @@ def dropout(input: torch.Tensor, p: float = 0.5, training: bool = True,
         return input
     rng = draw_rng(input.device)
     if not inplace:
-        return torch.ops.opendnn.dropout(input, p, rng)
+        return dropout_op(input, p, rng)
     if torch.is_grad_enabled() and input.requires_grad:
         if input.is_leaf:
             raise BadParamError("a leaf tensor that requires grad cannot be modified in "
                                 "place (inplace=True)", op="dropout", tensor="input",
                                 status=Status.BAD_PARAM)
         return _InPlace.apply(input, p, rng)
-    torch.ops.opendnn.dropout_(input, p, rng)
+    dropout_inplace_op(input, p, rng)
     return input
 
 

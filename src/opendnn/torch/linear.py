@@ -109,6 +109,7 @@ def register_lower_precision_autocast(name: str) -> None:
             with torch.autocast(_dev, enabled=False):
                 return getattr(torch.ops.opendnn, name).default(*cast)
         _lib.impl(name, kernel, key)
+    _graphs.AUTOCAST[f"opendnn::{name}"] = _graphs.lower
 
 
 # ---- sum_to_size ----------------------------------------------------------------------------
@@ -356,4 +357,4 @@ def matmul(input, other, *, out=None):
 
 
 # eager calls that need no dispatcher skip it (_graphs.direct; the ops stay registered)
-linear_op = _graphs.direct(linear_op)
+linear_op, matmul_op, sum_to_size = map(_graphs.direct, (linear_op, matmul_op, sum_to_size))

@@ -35,7 +35,6 @@ import math
 import torch
 
 from ..errors import BadParamError, GraphNotSupportedError, Status
-from . import _graphs
 from ._pool_ops import avg_pool, max_pool, max_pool_with_index
 
 
@@ -234,9 +233,6 @@ def adaptive_avg_pool3d(input, output_size):
     input's)."""
     return _adaptive_avg("adaptive_avg_pool3d", 3, input, output_size)
 
-
-# eager calls that need no dispatcher skip it (_graphs.direct; the ops stay registered)
-max_pool, avg_pool = _graphs.direct(max_pool), _graphs.direct(avg_pool)
 
 __all__ = ["max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d",
            "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d"]

@@ -120,7 +120,7 @@ def _setup(ctx, inputs, output):
 
 def _backward(ctx, grad):
     y, = ctx.saved_tensors
-    dx = torch.ops.opendnn.softmax_backward(grad, y, ctx.dim, ctx.log, ctx.input_dtype)
+    dx = softmax_backward_op(grad, y, ctx.dim, ctx.log, ctx.input_dtype)
     return dx, None, None, None
 
 
@@ -135,16 +135,25 @@ def autocast_kernel(device_type: str):
                   "Autocast" + torch._C._dispatch_key_for_device(device_type))
 
     def kernel(x, dim, log, dtype):
-        if dtype is None and x.dtype in (torch.float16, torch.bfloat16) and \
-                x.device.type == device_type:
-            dtype = torch.float32
         with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(key)):
-            return torch.ops.opendnn.softmax(x, dim, log, dtype)
+            return torch.ops.opendnn.softmax(*_autocast_rule((x, dim, log, dtype),
+                                                             device_type, (device_type,)))
     return kernel
+
+
+def _autocast_rule(args: tuple, dev: str, on: tuple = ("cuda",)) -> tuple:
+    """The kernel's policy as ``_graphs.direct`` applies it (on devices ``on``)."""
+    x, dim, log, dtype = args
+    if dtype is None and x.dtype in (torch.float16, torch.bfloat16) and dev in on:
+        dtype = torch.float32
+    return x, dim, log, dtype
 
 
 if torch._C._is_autocast_available("cuda"):      # CPU autocast leaves softmax alone
     torch.library.impl("opendnn::softmax", "AutocastCUDA")(autocast_kernel("cuda"))
+    _graphs.AUTOCAST["opendnn::softmax"] = _autocast_rule
+# eager calls skip the dispatcher (_graphs.direct; the ops stay registered)
+softmax_op, softmax_backward_op = map(_graphs.direct, (softmax_op, softmax_backward_op))
 
 
 def _implicit_dim(name: str, ndim: int, stacklevel: int) -> int:
@@ -160,7 +169,7 @@ def _apply(name: str, log: bool, input, dim, stacklevel: int, dtype) -> torch.Te
     if dim is None:
         dim = _implicit_dim(name, input.dim(), stacklevel + 1)
     _check_dim(name, input, dim)
-    return torch.ops.opendnn.softmax(input, dim, log, dtype)
+    return softmax_op(input, dim, log, dtype)
 
 
 def softmax(input: torch.Tensor, dim: int | None = None, _stacklevel: int = 3,
