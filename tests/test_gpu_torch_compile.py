@@ -159,3 +159,64 @@ def test_default_backend_inductor_traces_opendnn_functional():
             torch.randn(32, device="cuda"), torch.randn(10, 32 * 64, device="cuda"))
     out = torch.compile(fn, fullgraph=True)(*args)
     assert _relerr(out, fn(*args)) < 1e-4
+
+
+def _tf32_off():
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    return saved
+
+
+def test_reduce_overhead_trains_as_default_mode():
+    """mode="reduce-overhead" (AOTAutograd + CUDA-graph trees over the rewritten graph):
+    three fp32 SGD steps from the same weights give the default mode's losses, parameters
+    and running statistics (the batch norms' in-place updates are not lost in the
+    graphs), and eval outputs after training agree; nothing falls back."""
+    runs = {}
+    base = _net().train()
+    x = torch.randn(8, 3, 64, 64, device="cuda").contiguous(memory_format=torch.channels_last)
+    target = torch.randint(0, 10, (8,), device="cuda")
+    saved = _tf32_off()
+    try:
+        for mode in ("default", "reduce-overhead"):
+            raw = copy.deepcopy(base)
+            model = torch.compile(raw, backend="opendnn", mode=mode)
+            opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+            losses = []
+            for _ in range(3):
+                loss = F.cross_entropy(model(x), target)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                losses.append(loss.item())
+            model.eval()
+            with torch.no_grad():
+                y = model(x).clone()
+            runs[mode] = (torch.tensor(losses), raw.state_dict(), y)
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+    (l0, s0, y0), (l1, s1, y1) = runs["default"], runs["reduce-overhead"]
+    torch.testing.assert_close(l1, l0, rtol=1e-4, atol=0.0)
+    for name, v in s0.items():
+        if v.is_floating_point():
+            assert _relerr(s1[name], v) < 1e-3, name
+            if "running" in name:
+                assert not torch.equal(v, base.state_dict()[name]), f"{name} never updated"
+        else:
+            assert torch.equal(s1[name], v), name
+    assert _relerr(y1, y0) < 1e-3
+    assert oc.runtime_fallbacks() == {}, oc.runtime_fallbacks()
+
+
+def test_reduce_overhead_inference_bf16():
+    """Eval, bf16 channels_last, no_grad: the CUDA-graphed model against the default
+    mode's fused graphs, on repeated calls with fresh inputs (the graph's static input
+    buffers are refilled each replay)."""
+    model = _net().to(torch.bfloat16).to(memory_format=torch.channels_last)
+    default = torch.compile(copy.deepcopy(model), backend="opendnn")
+    graphed = torch.compile(copy.deepcopy(model), backend="opendnn", mode="reduce-overhead")
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(4, 3, 64, 64, device="cuda", dtype=torch.bfloat16).contiguous(
+                memory_format=torch.channels_last)
+            assert _relerr(graphed(x).clone(), default(x)) < 1e-2

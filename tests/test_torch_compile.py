@@ -396,3 +396,26 @@ def test_default_backend_aot_eager_traces_opendnn_functional():
     g, = torch.autograd.grad((out * ref.detach()).sum(), x)
     r, = torch.autograd.grad((ref * ref.detach()).sum(), x)
     torch.testing.assert_close(g, r, **TOL)
+
+
+def test_modes(_fresh):
+    """mode=None / "default" / "reduce-overhead" are accepted (reduce-overhead needs CUDA
+    inputs for its graphs: CPU inputs run as the default mode, same results); any other
+    mode, or options, is a typed error naming torch.compile and the rule."""
+    from opendnn.errors import BadParamError, Status
+    from _util import expect_error
+    model = _randomize_bn(SmallCNN()).eval()
+    x = torch.randn(2, 3, 4, 4)
+    with torch.no_grad():
+        ref = model(x)
+        for mode in ("default", "reduce-overhead"):
+            torch._dynamo.reset()
+            out = torch.compile(model, backend="opendnn", mode=mode, fullgraph=True)(x)
+            torch.testing.assert_close(out, ref, **TOL)
+    gm = torch.fx.symbolic_trace(model)
+    expect_error(BadParamError, Status.BAD_PARAM,
+                 lambda: oc.backend(gm, [x], mode="max-autotune"), "torch.compile",
+                 "max-autotune")
+    expect_error(BadParamError, Status.BAD_PARAM,
+                 lambda: oc.backend(gm, [x], options={"x": 1}), "torch.compile", "options")
+    _no_fallbacks()

@@ -1,13 +1,16 @@
 """The ``models`` benchmark family: whole networks in images/s, issue 6's acceptance run.
 
 ResNet-50 (torchvision's, random weights; examples/resnet.py where torchvision is
-missing), 224x224, channels_last, four ways in the same run on the same inputs:
+missing), 224x224, channels_last, five ways in the same run on the same inputs:
 
     pytorch eager     PyTorch with cuDNN (torch.backends.cudnn.benchmark on: cuDNN's best)
     inductor          torch.compile(model) (default backend and mode)
     opendnn eager     opendnn.torch.convert(model) (heuristic plans; backends.benchmark off)
     opendnn compile   torch.compile(model, backend="opendnn") (when opendnn.torch.compile
                       is importable)
+    opendnn compile cudagraphs
+                      torch.compile(model, backend="opendnn", mode="reduce-overhead"):
+                      the same graphs replayed as CUDA graphs
 
 Cases (``OPENDNN_BENCH_MODELS``, a comma list, picks some; default all):
 
@@ -99,7 +102,9 @@ def _compile_backend_available() -> bool:
 
 
 def variants(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """The four ways to run ``model`` (each on its own copy), opendnn's last."""
+    """The ways to run ``model`` (each on its own copy), opendnn's last: PyTorch eager,
+    inductor, opendnn eager (converted), opendnn's compile backend, and the backend's
+    "reduce-overhead" mode (CUDA graphs)."""
     import opendnn.torch as odt
     out = [("pytorch eager", copy.deepcopy(model))]
     torch._dynamo.reset()
@@ -108,6 +113,8 @@ def variants(model: nn.Module) -> list[tuple[str, nn.Module]]:
     if _compile_backend_available():
         importlib.import_module("opendnn.torch.compile")    # registers backend "opendnn"
         out.append(("opendnn compile", torch.compile(copy.deepcopy(model), backend="opendnn")))
+        out.append(("opendnn compile cudagraphs", torch.compile(
+            copy.deepcopy(model), backend="opendnn", mode="reduce-overhead")))
     return out
 
 

@@ -26,6 +26,13 @@ Passes, in order:
    counted in ``runtime_fallbacks()``). Fused chains fall back the same way, to unfused.
 5. Everything else (reshapes, adds, indexing, ...) stays PyTorch.
 
+Modes (``torch.compile(model, backend="opendnn", mode=...)``): ``None`` / ``"default"``
+return the rewritten graph, run eagerly. ``"reduce-overhead"`` hands it on to PyTorch's
+``cudagraphs`` backend: AOTAutograd splits forward and backward (every opendnn operation
+is a custom op with a fake implementation and an autograd formula, so both trace; fused
+chains trace unfused) and CUDA-graph trees replay each, so a step costs one launch per
+graph instead of Python per operation. Inputs not on CUDA run as in the default mode.
+
 ``last_report()`` tells what the last compilation did: nodes routed, groups fused, and
 nodes left to PyTorch with the reason; ``OPENDNN_LOG=info`` logs it.
 """
@@ -38,6 +45,7 @@ import torch
 from torch.fx.node import map_arg
 
 from .. import log
+from ..errors import BadParamError, Status
 from . import compile_fuse
 from .compile_ops import (ROUTED, canonical, lower_modules, reset_fallbacks,  # noqa: F401
                           runtime_fallbacks, target_name)
@@ -87,8 +95,19 @@ def reports() -> list:
         return list(_reports)
 
 
-def backend(gm: torch.fx.GraphModule, example_inputs) -> torch.fx.GraphModule:
-    """Rewrite dynamo's FX graph ``gm`` (see the module docstring) and return it."""
+MODES = (None, "default", "reduce-overhead")
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs, mode: str | None = None,
+            options: dict | None = None):
+    """Rewrite dynamo's FX graph ``gm`` (see the module docstring) and return it, or, in
+    mode "reduce-overhead", its CUDA-graphed form."""
+    if mode not in MODES:
+        raise BadParamError(f"mode {mode!r} is not one of {MODES[1:]}", op="torch.compile",
+                            status=Status.BAD_PARAM)
+    if options:
+        raise BadParamError(f"the opendnn backend takes no options, got {sorted(options)}",
+                            op="torch.compile", status=Status.BAD_PARAM)
     report = Report()
     graph = gm.graph
     report.modules = [(n.name, str(t)) for n, t in lower_modules(gm).items()]
@@ -130,6 +149,10 @@ def backend(gm: torch.fx.GraphModule, example_inputs) -> torch.fx.GraphModule:
         del _reports[:-KEEP_REPORTS]
     if log.info_enabled():
         log.info(report.summary())
+    if mode == "reduce-overhead" and any(isinstance(t, torch.Tensor) and t.is_cuda
+                                         for t in example_inputs):
+        from torch._dynamo.backends.cudagraphs import cudagraphs
+        return cudagraphs(gm, example_inputs)
     return gm
 
 

@@ -49,7 +49,11 @@ ACTIVATIONS = ("relu", "gelu", "silu", "sigmoid", "tanh")
 
 
 def needs_grad(*tensors) -> bool:
-    """Whether autograd records through these tensors now."""
+    """Whether the chain must run unfused: autograd records through these tensors now, or
+    they are traced (fake / functional tensors under AOTAutograd: the fused graph runs
+    only on real buffers; the unfused operations are custom ops that trace)."""
+    if not _graphs.eager(*(t for t in tensors if isinstance(t, torch.Tensor))):
+        return True
     return torch.is_grad_enabled() and any(
         isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
 
