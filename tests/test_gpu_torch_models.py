@@ -182,22 +182,26 @@ def deviation(curve, ref) -> float:
 @pytest.mark.parametrize("arch", ["resnet18", "resnet50"])
 @pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "bf16_autocast"])
 def test_resnet_training_curve(arch, autocast):
-    """50 steps: fp32 within 2e-3 of PyTorch's fp32 curve; bf16 autocast within
-    max(2e-2, 3x PyTorch's bf16 autocast deviation) of PyTorch's fp32 curve."""
+    """STEPS steps against PyTorch's float64 curve: opendnn's deviation at most
+    max(2e-3, 3x) PyTorch's own deviation in the same precision (fp32, or bf16 autocast).
+    A randomly initialised ResNet is chaotic: fp32 rounding alone moves PyTorch's fp32
+    gradients ~2% from float64's (bench/grad_check.py), and curves drift apart over 50
+    steps, so the bound scales with PyTorch's own drift."""
     batches = data()
     start = make_resnet(arch).to(memory_format=CL)
     model = convert(copy.deepcopy(start))
     curve = train_curve(model, batches, autocast)
     assert E.fallbacks() == {}
-    ref = train_curve(copy.deepcopy(start), batches, False)
-    assert ref[-1] < ref[0], "the reference did not learn: the comparison says little"
-    if autocast:
-        own = deviation(train_curve(copy.deepcopy(start), batches, True), ref)
-        bound = max(2e-2, 3 * own)
-    else:
-        bound = 2e-3
-    dev = deviation(curve, ref)
-    assert dev < bound, f"loss curves: opendnn {curve}\nPyTorch {ref}\n{dev:.2e} >= {bound:.2e}"
+    exact = train_curve(copy.deepcopy(start).double(),
+                        [(x.double(), t) for x, t in batches], False)
+    k = len(batches)
+    assert sum(exact[-k:]) < sum(exact[:k]), "the reference did not learn: the comparison " \
+        "says little"
+    own = deviation(train_curve(copy.deepcopy(start), batches, autocast), exact)
+    bound = max(2e-3, 3 * own)
+    dev = deviation(curve, exact)
+    assert dev < bound, f"loss curves: opendnn {curve}\nfloat64 {exact}\n{dev:.2e} >= " \
+        f"{bound:.2e} (PyTorch's own deviation {own:.2e})"
 
 
 # ---------------------------------------------------------------- transformer block
@@ -242,7 +246,7 @@ def make_emonet(dtype, fmt, n):
     torch.manual_seed(3)
     size = EMONET["size"]
     exact = rounded(example("emonet").EmoNet(n_expression=8, width=EMONET["width"],
-                                             input_size=size).to(DEVICE), dtype)
+                                             input_size=size).to(DEVICE), dtype).double()
     same = copy.deepcopy(exact).to(dtype).to(memory_format=fmt)
     x = torch.randn(n, 3, size, size, device=DEVICE).to(dtype)
     return exact, same, convert(copy.deepcopy(same)), x
@@ -253,11 +257,12 @@ def make_emonet(dtype, fmt, n):
                          ids=["fp32-nchw", "bf16-channels_last"])
 def test_emonet_training_forward_backward(dtype, fmt):
     """N=8 at 256x256, train mode: output, input gradient, every parameter's gradient
-    (check_grads: the biases before instance / batch norm have zero gradients)."""
+    against float64 PyTorch on the same rounded weights (check_grads: the biases before
+    instance / batch norm have zero gradients), within twice PyTorch's own error."""
     exact, same, model, x = make_emonet(dtype, fmt, EMONET["batch"])
     dy = torch.randn(EMONET["batch"], 10, device=DEVICE)
     results = []
-    for m, dt in ((exact, torch.float32), (same, dtype), (model, dtype)):
+    for m, dt in ((exact, torch.float64), (same, dtype), (model, dtype)):
         xi = x.to(dt).to(memory_format=fmt if dt == dtype else torch.contiguous_format)
         xi.requires_grad_()
         y = m(xi)
@@ -279,7 +284,7 @@ def test_emonet_benchmark_mode_bf16():
         m.eval()
     x = x.to(memory_format=CL)
     with torch.no_grad():
-        y_ref, y_same = exact(x.float()), same(x)
+        y_ref, y_same = exact(x.double()), same(x)
         backends.benchmark = False
         y_off = model(x)
         backends.benchmark = True
