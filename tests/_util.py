@@ -11,6 +11,7 @@ Rules these helpers enforce (DESIGN.md "Testing"):
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import zlib
@@ -532,3 +533,35 @@ def close_f32(actual, expected, what=""):
     """float32 engines against PyTorch: relative 1e-4 of the values' magnitude."""
     scale = max(1.0, float(expected.detach().abs().max())) if expected.numel() else 1.0
     torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4 * scale, msg=what)
+
+
+# ---- opendnn.torch tests: the examples as modules, PyTorch's reference in true float32 ------
+EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples")
+
+
+def load_example(name: str):
+    """examples/<name>.py as a module (the examples folder is not a package)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"opendnn_example_{name}",
+                                                  os.path.join(EXAMPLES, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@contextlib.contextmanager
+def true_fp32_and_clean():
+    """TF32 off for PyTorch (opendnn's allow_tf32 is off by default), and enable()'s
+    fallback log cleared before and after, enable() switched off after."""
+    from opendnn.torch import enable as E
+    saved = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    E.clear_fallbacks()
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+        while E.is_enabled():
+            E.disable()
+        E.clear_fallbacks()
+

@@ -27,7 +27,6 @@ from __future__ import annotations
 import copy
 import importlib
 import importlib.util
-import os
 
 import pytest
 import torch
@@ -35,13 +34,13 @@ import torch.nn as nn
 
 from opendnn import backends
 from opendnn.torch.convert import convert
+from _util import load_example, true_fp32_and_clean
 
 E = importlib.import_module("opendnn.torch.enable")
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
-EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples")
 TOL = {torch.float32: 1e-4, torch.bfloat16: 3e-2, torch.float16: 5e-3}
 DEVICE = "cuda"
 BATCH, SIZE, CLASSES, STEPS = 16, 128, 10, 50           # ResNet
@@ -50,24 +49,13 @@ EMONET = dict(size=256, width=64, batch=8, bench_batch=32)
 CL = torch.channels_last
 
 
-def example(name: str):
-    spec = importlib.util.spec_from_file_location(f"opendnn_example_{name}",
-                                                  os.path.join(EXAMPLES, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+example = load_example
 
 
 @pytest.fixture(autouse=True)
 def _true_fp32_and_clean():
-    saved = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    E.clear_fallbacks()
-    yield
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
-    while E.is_enabled():
-        E.disable()
-    E.clear_fallbacks()
+    with true_fp32_and_clean():
+        yield
 
 
 def relerr(ours, ref) -> float:

@@ -9,6 +9,7 @@ import torch
 import torch.nn as nn
 
 from opendnn.torch.convert import convert
+from _util import true_fp32_and_clean
 
 E = importlib.import_module("opendnn.torch.enable")
 
@@ -21,14 +22,8 @@ TOL = {torch.float32: 1e-4, torch.bfloat16: 3e-2, torch.float16: 5e-3}
 @pytest.fixture(autouse=True)
 def _no_tf32_and_clean():
     """PyTorch's reference in true float32 (opendnn's allow_tf32 is off by default)."""
-    saved = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    E.clear_fallbacks()
-    yield
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
-    while E.is_enabled():
-        E.disable()
-    E.clear_fallbacks()
+    with true_fp32_and_clean():
+        yield
 
 
 def _relerr(out, ref):

@@ -144,9 +144,9 @@ def test_opcheck_each_custom_op():
     params = ([2, 1], [1, 0], [0, 1], [1, 2], 2)
     y = C.conv_forward(x, w, b, *params)
     torch.library.opcheck(C.conv_forward.op, (x, w, b) + params)
-    torch.library.opcheck(C.conv_backward_input.op, (torch.randn_like(y), w, list(x.shape)) + params)
-    torch.library.opcheck(C.conv_backward_weight.op,
-                          (torch.randn_like(y), x, list(w.shape)) + params)
+    dy = torch.randn_like(y)
+    torch.library.opcheck(C.conv_backward_input.op, (dy, w, list(x.shape)) + params)
+    torch.library.opcheck(C.conv_backward_weight.op, (dy, x, list(w.shape)) + params)
 
 
 def test_torch_compile_fullgraph_traces_forward_and_backward():

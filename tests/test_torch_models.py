@@ -37,24 +37,16 @@ import torch.nn as nn
 
 from opendnn.torch import _graphs
 from opendnn.torch.convert import convert
+from _util import load_example
 
 E = importlib.import_module("opendnn.torch.enable")
-EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples")
 STEPS = 3
 FP32_TOL = 1e-4
 COMPILE_BACKEND_MISSING = importlib.util.find_spec("opendnn.torch.compile") is None
 
 
-def example(name: str):
-    """examples/<name>.py as a module (the examples folder is not a package)."""
-    spec = importlib.util.spec_from_file_location(f"opendnn_example_{name}",
-                                                  os.path.join(EXAMPLES, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-resnet, emonet, transformer = example("resnet"), example("emonet"), example("transformer_block")
+resnet, emonet, transformer = (load_example(n) for n in ("resnet", "emonet",
+                                                         "transformer_block"))
 
 
 @pytest.fixture(autouse=True)

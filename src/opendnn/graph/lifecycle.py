@@ -122,6 +122,12 @@ class LifecycleMixin:
         """Benchmark mode, a CUDA device, and no timed winner cached for the problem."""
         return bool(backends.benchmark) and not self._tuned and self._target().is_cuda
 
+    def tunes_at_execute(self) -> bool:
+        """Whether the next ``execute`` times the candidate plans first (benchmark mode,
+        not yet tuned, more than one plan)."""
+        return bool(backends.benchmark) and not getattr(self, "_tuned", False) and \
+            len(self._plans) > 1
+
     def build_plan_at_index(self, index: int) -> "Graph":
         p = self._plan(index)
         p.build()
@@ -260,7 +266,7 @@ class LifecycleMixin:
     def execute(self, variant_pack: dict, workspace=None, handle: Handle | None = None) -> None:
         """Run the selected plan. ``variant_pack`` maps graph tensors or uids to buffers."""
         plan = self._selected_plan()
-        if backends.benchmark and not getattr(self, "_tuned", False) and len(self._plans) > 1:
+        if self.tunes_at_execute():
             self._benchmark_once(variant_pack, workspace, handle)
             plan = self._selected_plan()
         self._run(plan, variant_pack, workspace, handle)

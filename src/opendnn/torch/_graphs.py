@@ -103,15 +103,15 @@ def run(b: Built, buffers: dict) -> None:
     benchmark-mode search); later calls take ``b.runner``: the same checks of data type,
     shape, strides, device and overlap, done against the descriptors read once."""
     r, g = b.runner, b.graph
-    if r is not None and r.plan is g._plans[g._selected] and \
-            not (backends.benchmark and not getattr(g, "_tuned", False)) and \
+    if r is not None and r.plan is g._plans[g._selected] and not g.tunes_at_execute() and \
             r.run(buffers, b.workspace, b.device):
         return
     pack = {b.tensors[name]: value for name, value in buffers.items()}
     ws = (torch.empty(b.workspace, dtype=torch.uint8, device=b.device)
           if b.workspace else None)
     b.graph.execute(pack, ws)
-    b.runner = _Runner(b, buffers)
+    if r is None or r.plan is not g._plans[g._selected]:    # first run, or a new plan
+        b.runner = _Runner(b, buffers)
 
 
 class _Runner:

@@ -188,17 +188,32 @@ def _grad_check(op, dy, x_shape, w_shape, stride, pre, post, dilation, groups, r
                             status=Status.BAD_PARAM_SHAPE_MISMATCH)
 
 
+def _dgrad_out(dy, weight, input_size, stride, pre, post, dilation, groups):
+    """(op name, the empty dx) after the argument checks (implementation and fake)."""
+    op = _name(len(input_size))
+    _grad_check(op, dy, input_size, weight.shape, stride, pre, post, dilation, groups,
+                {"grad_output": dy, "weight": weight})
+    return op, torch.empty(list(input_size), dtype=dy.dtype, device=dy.device,
+                           memory_format=memory_format(dy, weight))
+
+
+def _wgrad_out(dy, x, weight_size, stride, pre, post, dilation, groups):
+    """(op name, the empty dw) after the argument checks (implementation and fake)."""
+    op = _name(x.dim())
+    _grad_check(op, dy, x.shape, weight_size, stride, pre, post, dilation, groups,
+                {"grad_output": dy, "input": x})
+    return op, torch.empty(list(weight_size), dtype=dy.dtype, device=dy.device,
+                           memory_format=memory_format(x, dy))
+
+
 @torch.library.custom_op("opendnn::conv_backward_input", mutates_args=())
 def conv_backward_input(grad_output: torch.Tensor, weight: torch.Tensor,
                         input_size: Sequence[int], stride: Sequence[int],
                         pre_padding: Sequence[int], post_padding: Sequence[int],
                         dilation: Sequence[int], groups: int) -> torch.Tensor:
     """dx [input_size] from dy [N, K, *out] and weight [K, C/groups, *f]."""
-    op = _name(len(input_size))
-    _grad_check(op, grad_output, input_size, weight.shape, stride, pre_padding, post_padding,
-                dilation, groups, {"grad_output": grad_output, "weight": weight})
-    dx = torch.empty(list(input_size), dtype=grad_output.dtype, device=grad_output.device,
-                     memory_format=memory_format(grad_output, weight))
+    op, dx = _dgrad_out(grad_output, weight, input_size, stride, pre_padding, post_padding,
+                        dilation, groups)
     if dx.numel() == 0:
         return dx
     if grad_output.numel() == 0 or weight.numel() == 0:
@@ -217,11 +232,8 @@ def conv_backward_input(grad_output: torch.Tensor, weight: torch.Tensor,
 
 @conv_backward_input.register_fake
 def _(grad_output, weight, input_size, stride, pre_padding, post_padding, dilation, groups):
-    _grad_check(_name(len(input_size)), grad_output, input_size, weight.shape, stride,
-                pre_padding, post_padding, dilation, groups,
-                {"grad_output": grad_output, "weight": weight})
-    return torch.empty(list(input_size), dtype=grad_output.dtype, device=grad_output.device,
-                       memory_format=memory_format(grad_output, weight))
+    return _dgrad_out(grad_output, weight, input_size, stride, pre_padding, post_padding,
+                      dilation, groups)[1]
 
 
 def _dgrad_setup(ctx, inputs, output):
@@ -250,11 +262,8 @@ def conv_backward_weight(grad_output: torch.Tensor, x: torch.Tensor,
                          pre_padding: Sequence[int], post_padding: Sequence[int],
                          dilation: Sequence[int], groups: int) -> torch.Tensor:
     """dw [weight_size] from dy [N, K, *out] and x [N, C, *in]."""
-    op = _name(x.dim())
-    _grad_check(op, grad_output, x.shape, weight_size, stride, pre_padding, post_padding,
-                dilation, groups, {"grad_output": grad_output, "input": x})
-    dw = torch.empty(list(weight_size), dtype=grad_output.dtype, device=grad_output.device,
-                     memory_format=memory_format(x, grad_output))
+    op, dw = _wgrad_out(grad_output, x, weight_size, stride, pre_padding, post_padding,
+                        dilation, groups)
     if dw.numel() == 0:
         return dw
     if grad_output.numel() == 0 or x.numel() == 0:
@@ -273,10 +282,8 @@ def conv_backward_weight(grad_output: torch.Tensor, x: torch.Tensor,
 
 @conv_backward_weight.register_fake
 def _(grad_output, x, weight_size, stride, pre_padding, post_padding, dilation, groups):
-    _grad_check(_name(x.dim()), grad_output, x.shape, weight_size, stride, pre_padding,
-                post_padding, dilation, groups, {"grad_output": grad_output, "input": x})
-    return torch.empty(list(weight_size), dtype=grad_output.dtype, device=grad_output.device,
-                       memory_format=memory_format(x, grad_output))
+    return _wgrad_out(grad_output, x, weight_size, stride, pre_padding, post_padding,
+                      dilation, groups)[1]
 
 
 def _wgrad_setup(ctx, inputs, output):

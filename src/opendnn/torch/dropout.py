@@ -65,14 +65,16 @@ def _run(kind: str, data: torch.Tensor, out: torch.Tensor, p: float, rng: torch.
     _graphs.run(b, {"data": data, "seed": seed, "offset": offset, "out": out})
 
 
-def _forward(x: torch.Tensor, p: float, rng: torch.Tensor, op: str) -> torch.Tensor:
-    check_input(op, x)
+def _forward(x: torch.Tensor, p: float, rng: torch.Tensor, op: str,
+             kind: str = "opendnn.dropout", role: str = "input") -> torch.Tensor:
+    """x (or, ``kind`` "opendnn.dropout_backward", dy) * mask(rng) / (1 - p), new tensor."""
+    check_input(op, x, role)
     p = _check_p(op, p)
     _check_rng(op, x, rng)
     y = torch.empty_like(x)
     if x.numel():
-        _run("opendnn.dropout", x.reshape(1) if x.dim() == 0 else x,
-             y.view(1) if x.dim() == 0 else y, p, rng)
+        _run(kind, x.reshape(1) if x.dim() == 0 else x, y.view(1) if x.dim() == 0 else y, p,
+             rng)
     return y
 
 
@@ -102,15 +104,8 @@ def _(x, p, rng):
 @torch.library.custom_op("opendnn::dropout_backward", mutates_args=())
 def dropout_backward_op(grad: torch.Tensor, p: float, rng: torch.Tensor) -> torch.Tensor:
     """dx [grad's shape and layout] = grad * mask(rng) / (1 - p), the forward's mask."""
-    op = "opendnn::dropout_backward"
-    check_input(op, grad, "grad")
-    p = _check_p(op, p)
-    _check_rng(op, grad, rng)
-    dx = torch.empty_like(grad)
-    if grad.numel():
-        _run("opendnn.dropout_backward", grad.reshape(1) if grad.dim() == 0 else grad,
-             dx.view(1) if grad.dim() == 0 else dx, p, rng)
-    return dx
+    return _forward(grad, p, rng, "opendnn::dropout_backward", "opendnn.dropout_backward",
+                    "grad")
 
 
 @dropout_backward_op.register_fake
