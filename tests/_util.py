@@ -553,7 +553,8 @@ def load_example(name: str):
 def true_fp32_and_clean():
     """TF32 off for PyTorch (opendnn's allow_tf32 is off by default), and enable()'s
     fallback log cleared before and after, enable() switched off after."""
-    from opendnn.torch import enable as E
+    import importlib
+    E = importlib.import_module("opendnn.torch.enable")   # the module, not the function
     saved = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     E.clear_fallbacks()
