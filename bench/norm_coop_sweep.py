@@ -3,7 +3,8 @@ norm, forward and backward, bf16: chunk length, warps, programs per SM and PREFE
 against the engine's heuristic choice in the same run (issue 4's goals: forward >= 2.0
 TB/s at 262144, backward >= 2.4). Each config's Y / DX is checked against PyTorch.
 Run (GPU): PYTHONPATH=src python bench/norm_coop_sweep.py [quick] [8192: backward at
-8192 x 8192, 2-4 chunks a row, against the heuristic's one-pass plan]"""
+8192 x 8192, 2-4 chunks a row, against the heuristic's one-pass plan] [chunk: backward
+with chunks shorter than their tile, so that the groups fill every SM]"""
 import sys
 
 import torch
@@ -18,6 +19,11 @@ GRID = [(b, w, pre, per) for b in (4096, 8192, 16384) for w in (8, 16) for pre i
         for per in (1, 2)]
 SHORT = [(4096, 8, 1, 1), (4096, 4, 1, 2), (2048, 4, 1, 2), (2048, 8, 1, 2), (2048, 4, 1, 1),
          (4096, 8, 1, 2)]      # 8192-wide rows: 2 or 4 chunks
+# CHUNK below the tile: SPLIT x groups filling all 132 SMs (block, warps, prefetch, per_sm,
+# chunk); 65536: 11 x 12 or 12 x 11 programs, 262144: 33 x 4 or 44 x 3 (session 12)
+CHUNKS = {65536: [(8192, 8, 1, 1), (8192, 8, 1, 1, 5958), (8192, 8, 1, 1, 5462),
+                  (4096, 4, 1, 2, 2731), (4096, 4, 1, 2, 2979)],
+          262144: [(4096, 4, 1, 2), (8192, 8, 1, 1, 7944), (8192, 8, 1, 1, 5958)]}
 QUICK = [(4096, 8, 1, 2), (4096, 4, 1, 2), (8192, 16, 1, 1), (8192, 8, 1, 1),
          (8192, 8, 0, 1), (8192, 8, 0, 2), (16384, 8, 1, 1), (16384, 8, 0, 2)]
 
@@ -81,21 +87,22 @@ def main():
             (F.layer_norm(xr, (L,), w[0].float(), None, 1e-5) if kind == "layernorm" else
              F.rms_norm(xr, (L,), w[0].float(), 1e-5)).backward(dy.float())
             want_dx = xr.grad
-            for bwd in (False, True) if L != 8192 else (True,):
+            for bwd in (False, True) if L != 8192 and "chunk" not in sys.argv else (True,):
                 nb = (3 if bwd else 2) * x.numel() * 2
                 want = want_dx if bwd else want_y
-                grid = [None] + (SHORT if L == 8192 else
+                grid = [None] + (SHORT if L == 8192 else CHUNKS[L] if "chunk" in sys.argv else
                                  QUICK if quick or L == 65536 else GRID)
                 for cfg in grid:
                     kn = None
                     if cfg is not None:
-                        block, warps, pre, per = cfg
-                        split = -(-L // block)
+                        block, warps, pre, per = cfg[:4]
+                        chunk = cfg[4] if len(cfg) > 4 else 0
+                        split = -(-L // (chunk or block))
                         if split > 64 or per * SMS < split or (bwd and block > 8192):
                             continue
                         kn = dict(PATH=4, BLOCK_L=block, BLOCK_ROWS=1, SPLIT=split,
                                   PROGRAMS=(per * SMS // split) * split, num_warps=warps,
-                                  PREFETCH=pre)
+                                  PREFETCH=pre, CHUNK=chunk)
                     try:
                         fn, name, out = _run(kind, bwd, x, w, b, dy, mean, rstd, kn)
                         err = ((out.float() - want).abs().max() / want.abs().max()).item()

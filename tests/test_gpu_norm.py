@@ -124,10 +124,11 @@ def test_fused_residual_layernorm_gelu(shape):
 
 
 @pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
-@pytest.mark.parametrize("rows,programs,prefetch", [(29, 24, 1), (29, 264, 0), (3, 264, 1)])
-def test_one_read_path_knobs(kind, rows, programs, prefetch):
+@pytest.mark.parametrize("rows,programs,prefetch,chunk", [
+    (29, 24, 1, 0), (29, 264, 0, 0), (3, 264, 1, 0), (29, 132, 1, 243)])
+def test_one_read_path_knobs(kind, rows, programs, prefetch, chunk):
     """PATH=4 with 12 chunks of 256 (the last partial), few or more groups than rows,
-    with and without PREFETCH, forward and backward."""
+    with and without PREFETCH, forward and backward; 12 chunks of 243 in 256 tiles."""
     shape, dt = (rows, 2900), torch.bfloat16
     x = (torch.randn(shape, device="cuda") * 2 + 0.5).to(dt)
     w, dy = torch.randn(1, 2900, device="cuda").to(dt), torch.randn(shape, device="cuda").to(dt)
@@ -135,7 +136,7 @@ def test_one_read_path_knobs(kind, rows, programs, prefetch):
     yref, grads = _grads(kind, x, w, b, dy, 1)
     mean, inv = torch_stats(kind, x.cpu(), w.cpu(), 1e-5, 1)
     knobs = dict(PATH=4, BLOCK_L=256, BLOCK_ROWS=1, SPLIT=12, PROGRAMS=programs,
-                 num_warps=4, PREFETCH=prefetch)
+                 num_warps=4, PREFETCH=prefetch, CHUNK=chunk)
     for bwd in (False, True):
         if bwd:
             g, feeds, outs = backward_graph(kind, dy, x, w, mean.float().cuda(),

@@ -1,6 +1,7 @@
 """Every rule of the norm nodes with its typed error (naming the node, the tensor and the
 rule), epsilon as a float, a CPU scalar tensor or a variant-pack value, and the engine's
 reasons for declining."""
+import dataclasses
 import math
 
 import pytest
@@ -10,7 +11,7 @@ import opendnn.frontend as cudnn
 from _norm_cases import TRAINING, backward_graph, forward_graph, torch_stats
 from _util import check_engine, expect_error, run_reference
 from opendnn.engines.base import EngineConfig, Target
-from opendnn.engines.norm.engine import NormEngine
+from opendnn.engines.norm.engine import NormEngine, _coop_backward_knobs
 from opendnn.errors import BadParamError, Status
 
 FLOAT = cudnn.data_type.FLOAT
@@ -173,6 +174,10 @@ COOP = dict(PATH=4, BLOCK_L=8, BLOCK_ROWS=1, SPLIT=5, PROGRAMS=10, num_warps=4, 
     (dict(COOP, BLOCK_ROWS=2), H100, "PATH=4: BLOCK_ROWS=1"),
     (dict(PATH=1, BLOCK_L=64, BLOCK_ROWS=1, SPLIT=1, PROGRAMS=1, num_warps=4, PREFETCH=1),
      Target(), "PREFETCH is a knob of PATH=4 and of the backward's PATH=1"),
+    (dict(COOP, CHUNK=9), H100, "CHUNK=9 is a knob of PATH=4, at most BLOCK_L=8"),
+    (dict(PATH=2, BLOCK_L=64, BLOCK_ROWS=1, SPLIT=1, PROGRAMS=1, num_warps=4, CHUNK=40),
+     H100, "CHUNK=40 is a knob of PATH=4"),
+    (dict(COOP, CHUNK=6, SPLIT=5), H100, "SPLIT must be the row's chunks (7)"),
 ])
 def test_one_read_path_declines_configs_with_a_reason(knobs, target, reason):
     g, _, _ = forward_graph("layernorm", torch.ones(3, 37), torch.ones(1, 37),
@@ -221,3 +226,23 @@ def test_serialize_deserialize_execute_by_uid(rng):
     g2.execute({**{t.get_uid(): v for t, v in feeds.items()}, **again}, None)
     for t in outs:
         assert torch.equal(first[t], again[t.get_uid()])
+
+
+@pytest.mark.parametrize("L,split,chunk,programs", [
+    (65536, 8, 0, 128),         # 16 groups of 8 full chunks
+    (262144, 33, 7944, 132),    # 4 groups of 33 chunks fill the 132 SMs (32 would leave 4)
+    (100000, 13, 7696, 130),    # equal chunks, not 12 full ones and a short last
+])
+def test_backward_one_read_choice_fills_the_sms(L, split, chunk, programs):
+    """The backward's one-read config keeps the most rows in flight (groups = SMs // SPLIT),
+    then the most programs; the engine accepts it for an H100 and its chunks cover L."""
+    kn = _coop_backward_knobs(L, 132)
+    assert (kn.SPLIT, kn.CHUNK, kn.PROGRAMS, kn.BLOCK_L) == (split, chunk, programs, 8192)
+    assert (kn.CHUNK or kn.BLOCK_L) * kn.SPLIT >= L > (kn.CHUNK or kn.BLOCK_L) * (split - 1)
+    x = torch.ones(2, L)
+    g, _, _ = backward_graph("layernorm", x, x, torch.ones(1, L), torch.ones(2, 1),
+                             torch.ones(2, 1))
+    g.validate()
+    e = NormEngine()
+    sup = e.check_config(g.op_graph, EngineConfig.make(e, **dataclasses.asdict(kn)), H100)
+    assert sup.ok, sup.reason

@@ -1,16 +1,16 @@
 """Triton sources of the norm engine's one-read path (``PATH=4``, GPU only; layout:
 ``_kernels``).
 
-A row's SPLIT chunks of BLOCK_L elements are held in registers by SPLIT programs running
-at once; PROGRAMS = groups x SPLIT persistent programs, group g taking rows g, g + groups,
-... and program (g, k) always chunk k. For each row a program computes its chunk's
-partials and publishes each as one 64-bit word, (float32 bits << 32) | (row + 1): a reader
-that sees the row's tag sees the value, so there is no fence and no counter (a release
-fence would wait for the program's outstanding output stores). It then loads the next
-row's chunk (PREFETCH=1: in flight while it waits), polls the row's SPLIT words until all
-carry the tag -- combining them in the same reduction that checks the tags
-(``fusion._codegen.poll``) -- and writes its chunk from registers: the input is read once.
-A tiny kernel zeroes the words before each run.
+A row's SPLIT chunks of CHUNK elements (a BLOCK_L tile, masked past CHUNK) are held in
+registers by SPLIT programs running at once; PROGRAMS = groups x SPLIT persistent
+programs, group g taking rows g, g + groups, ... and program (g, k) always chunk k. For
+each row a program computes its chunk's partials and publishes each as one 64-bit word,
+(float32 bits << 32) | (row + 1): a reader that sees the row's tag sees the value, so
+there is no fence and no counter (a release fence would wait for the program's outstanding
+output stores). It then loads the next row's chunk (PREFETCH=1: in flight while it waits),
+polls the row's SPLIT words until all carry the tag -- combining them in the same
+reduction that checks the tags (``fusion._codegen.poll``) -- and writes its chunk from
+registers: the input is read once. A tiny kernel zeroes the words before each run.
 
 Forward partials, chunk k of n_k elements: layer norm (mean m_k, M2_k = sum (x - m_k)^2,
 from registers, so no cancellation), combined pairwise as Chan et al. (n = n_a + n_b,
@@ -32,6 +32,11 @@ from ._kernels import (IND, IND2, FwdSpec, Problem, _y_lines, header, pid_expr,
                        stat_store, store)
 
 
+def chunk(kn) -> int:
+    """Elements of a row per program: CHUNK, or BLOCK_L when it is 0."""
+    return kn.CHUNK or kn.BLOCK_L
+
+
 def partial_floats(p: Problem, kn) -> int:
     """Float32 words of the tagged partials [R, SPLIT, 2] (int64 each): the kernel that
     zeroes them before each run covers this many."""
@@ -50,15 +55,15 @@ def workspace_floats(p: Problem, kn, backward: bool) -> int:
 
 def _head(name: str, p: Problem, kn, params: list, col_names: list) -> list[str]:
     """Signature, the program's group and chunk, its columns and their offsets."""
-    sp, bl = kn.SPLIT, kn.BLOCK_L
+    sp, bl, ch = kn.SPLIT, kn.BLOCK_L, chunk(kn)
     sp2 = 1 << max(0, (sp - 1).bit_length())
     ar = f"tl.arange(0, {bl})" + (".to(tl.int64)" if p.big else "")
     L = [POLL_HELPERS] + header(name, params) + [
         f"{IND}pid = {pid_expr(p)}",
         f"{IND}grp = pid // {sp}",
         f"{IND}sl = pid % {sp}",
-        f"{IND}cols = sl * {bl} + {ar}",
-        f"{IND}cmask = cols < {p.L}",
+        f"{IND}cols = sl * {ch} + {ar}",
+        f"{IND}cmask = (cols < {p.L})" + (f" & ({ar} < {ch})" if ch < bl else ""),
         f"{IND}kk = tl.arange(0, {sp2})",
         f"{IND}kmask = kk < {sp}",
         f"{IND}mask = cmask",
@@ -133,7 +138,7 @@ def _loop(p: Problem, kn, loads: dict, row_names: list, prefetch: bool,
 
 def fwd_source(name: str, p: Problem, kn, f: FwdSpec) -> str:
     """Forward, one read: a program per (row group, chunk); see the module docstring."""
-    sp, bl, I2 = kn.SPLIT, kn.BLOCK_L, IND2
+    sp, bl, I2 = kn.SPLIT, chunk(kn), IND2
     names = f.names()
     params = f.params()
     params = params[:len(names)] + ["WS"] + params[len(names):]

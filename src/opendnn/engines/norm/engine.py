@@ -51,6 +51,8 @@ class NormKnobs:
     num_warps: int = 4
     PREFETCH: int = 0       # PATH=4: load the next row while waiting for the others;
     #                         backward PATH=1: load the next row tile during this one
+    CHUNK: int = 0          # PATH=4: elements of a row per program (0: BLOCK_L); less than
+    #                         BLOCK_L lets SPLIT x groups fill every SM (132 = 12 x 11)
 
 
 @dataclasses.dataclass
@@ -156,21 +158,41 @@ def _coop_knobs(a: Analysis, target: Target) -> NormKnobs | None:
         return None
     # bench/norm_coop_sweep.py (bf16, 2048 x 65536 and 512 x 262144; PREFETCH on): forward
     # best with 16384-element chunks, 8 warps, a program per SM (2.10 / 2.48 TB/s layer /
-    # RMS norm at 262144; at 65536 the two-loop path is as fast for layer norm), backward
-    # with 8192 and 8 warps at 65536 (2.29 / 2.33), 4096 with 4 warps, two programs per
-    # SM at 262144 (1.68 / 1.72: its 255 registers allow two; 32-chunk groups of one
-    # program per SM measured 1.4)
+    # RMS norm at 262144; at 65536 the two-loop path is as fast for layer norm); the
+    # backward's choice is below
     long = p.L >= 131072
     if not a.backward and not long:
         return None
     if a.backward:
-        block, warps, per_sm = (4096, 4, 2) if long else (8192, 8, 1)
-    else:
-        block, warps, per_sm = 16384, 8, 1
+        return _coop_backward_knobs(p.L, target.num_sms)
+    block, warps, per_sm = 16384, 8, 1
     split = -(-p.L // block)
     if split < 4 or split > COOP_MAX_SPLIT:
         return None
     return NormKnobs(4, block, 1, split, (per_sm * target.num_sms // split) * split, warps, 1)
+
+
+def _coop_backward_knobs(L: int, sms: int) -> NormKnobs | None:
+    """The backward's one-read config: chunks of at most 8192 elements, 8 warps, a program
+    per SM. bench/norm_coop_sweep.py chunk (session 12, bf16): a row step takes about the
+    same time whatever its chunk (the programs' meeting, not the bytes, sets it), so the
+    rate follows the rows in flight -- the groups, SMs // SPLIT -- times L. Chunks shorter
+    than 8192 that leave the groups as many fill the SMs: 262144 in 33 chunks of 7944
+    (4 x 33 = 132 programs) read 1.79 / 1.82 TB/s layer / RMS, against 1.71 / 1.74 for
+    64 chunks of 4096 (two per SM); at 65536 eight chunks (16 groups) read 2.29, eleven
+    of 5958 (12 groups) 1.78."""
+    least = -(-L // 8192)
+    if least > COOP_MAX_SPLIT or sms < least:
+        return None
+    best = max(range(least, min(COOP_MAX_SPLIT, sms) + 1),
+               key=lambda s: (sms // s, (sms // s) * s))
+    chunk = -(-L // best)
+    chunk = -(-chunk // 8) * 8                   # 16-byte aligned chunks of bf16
+    split = -(-L // chunk)
+    if split < 4:
+        return None
+    return NormKnobs(4, 8192, 1, split, (sms // best) * split, 8, 1,
+                     0 if chunk == 8192 else chunk)
 
 
 def _check_coop(a: Analysis, kn: NormKnobs, target: Target) -> Support:
@@ -183,8 +205,9 @@ def _check_coop(a: Analysis, kn: NormKnobs, target: Target) -> Support:
                        "PATH=2")
     if kn.BLOCK_ROWS != 1 or kn.BLOCK_L > MAX_TILE:
         return decline(f"PATH=4: BLOCK_ROWS=1 and BLOCK_L <= {MAX_TILE}")
-    return one_read_grid("PATH=4", kn.SPLIT, -(-p.L // kn.BLOCK_L), COOP_MAX_SPLIT,
-                         kn.PROGRAMS, target.num_sms)
+    chunks = -(-p.L // (kn.CHUNK or kn.BLOCK_L))
+    return one_read_grid("PATH=4", kn.SPLIT, chunks, COOP_MAX_SPLIT, kn.PROGRAMS,
+                         target.num_sms)
 
 
 class NormEngine(Engine):
@@ -207,7 +230,8 @@ class NormEngine(Engine):
         return [Knob("PATH", (1, 2, 3, 4), 1), Knob("BLOCK_L", POW2, 1024),
                 Knob("BLOCK_ROWS", POW2[:9], 1), Knob("SPLIT", tuple(range(1, 257)), 1),
                 Knob("PROGRAMS", tuple(range(1, 4097)), 1),
-                Knob("num_warps", (1, 2, 4, 8, 16, 32), 4), Knob("PREFETCH", (0, 1), 0)]
+                Knob("num_warps", (1, 2, 4, 8, 16, 32), 4), Knob("PREFETCH", (0, 1), 0),
+                Knob("CHUNK", tuple(range(0, MAX_TILE + 1)), 0)]
 
     def check_config(self, graph, config: EngineConfig, target: Target) -> Support:
         sup = super().check_config(graph, config, target)
@@ -217,6 +241,9 @@ class NormEngine(Engine):
         p = a.problem
         if kn.PREFETCH and not (kn.PATH == 4 or (kn.PATH == 1 and a.backward)):
             return decline("PREFETCH is a knob of PATH=4 and of the backward's PATH=1")
+        if kn.CHUNK and (kn.PATH != 4 or kn.CHUNK > kn.BLOCK_L):
+            return decline(f"CHUNK={kn.CHUNK} is a knob of PATH=4, at most BLOCK_L="
+                           f"{kn.BLOCK_L}")
         if kn.PATH == 4:
             return _check_coop(a, kn, target)
         if kn.PATH == 1:
