@@ -3,8 +3,8 @@ norm, forward and backward, bf16: chunk length, warps, programs per SM and PREFE
 against the engine's heuristic choice in the same run (issue 4's goals: forward >= 2.0
 TB/s at 262144, backward >= 2.4). Each config's Y / DX is checked against PyTorch.
 Run (GPU): PYTHONPATH=src python bench/norm_coop_sweep.py [quick] [8192: backward at
-8192 x 8192, 2-4 chunks a row, against the heuristic's one-pass plan] [chunk: backward
-with chunks shorter than their tile, so that the groups fill every SM]"""
+8192 x 8192, 2-4 chunks a row, against the heuristic's one-pass plan] [chunk: chunks shorter
+than their tile, and PREFETCH=2]"""
 import sys
 
 import torch
@@ -19,11 +19,11 @@ GRID = [(b, w, pre, per) for b in (4096, 8192, 16384) for w in (8, 16) for pre i
         for per in (1, 2)]
 SHORT = [(4096, 8, 1, 1), (4096, 4, 1, 2), (2048, 4, 1, 2), (2048, 8, 1, 2), (2048, 4, 1, 1),
          (4096, 8, 1, 2)]      # 8192-wide rows: 2 or 4 chunks
-# CHUNK below the tile: SPLIT x groups filling all 132 SMs (block, warps, prefetch, per_sm,
-# chunk); 65536: 11 x 12 or 12 x 11 programs, 262144: 33 x 4 or 44 x 3 (session 12)
-CHUNKS = {65536: [(8192, 8, 1, 1), (8192, 8, 1, 1, 5958), (8192, 8, 1, 1, 5462),
-                  (4096, 4, 1, 2, 2731), (4096, 4, 1, 2, 2979)],
-          262144: [(4096, 4, 1, 2), (8192, 8, 1, 1, 7944), (8192, 8, 1, 1, 5958)]}
+# session 12: (block, warps, prefetch, per_sm, chunk); chunks below the tile let SPLIT x
+# groups fill all 132 SMs (262144: 33 x 4); PREFETCH 2 loads the next row first
+CHUNKS = {65536: [(8192, 8, 1, 1), (8192, 8, 2, 1)],
+          262144: [(8192, 8, 1, 1, 7944), (8192, 8, 2, 1, 7944), (4096, 4, 2, 2)]}
+FWD_CHUNKS = [(16384, 8, 1, 1), (16384, 8, 2, 1)]     # PREFETCH 2: the next row loaded first
 QUICK = [(4096, 8, 1, 2), (4096, 4, 1, 2), (8192, 16, 1, 1), (8192, 8, 1, 1),
          (8192, 8, 0, 1), (8192, 8, 0, 2), (16384, 8, 1, 1), (16384, 8, 0, 2)]
 
@@ -87,10 +87,11 @@ def main():
             (F.layer_norm(xr, (L,), w[0].float(), None, 1e-5) if kind == "layernorm" else
              F.rms_norm(xr, (L,), w[0].float(), 1e-5)).backward(dy.float())
             want_dx = xr.grad
-            for bwd in (False, True) if L != 8192 and "chunk" not in sys.argv else (True,):
+            for bwd in (False, True) if L != 8192 else (True,):
                 nb = (3 if bwd else 2) * x.numel() * 2
                 want = want_dx if bwd else want_y
-                grid = [None] + (SHORT if L == 8192 else CHUNKS[L] if "chunk" in sys.argv else
+                grid = [None] + (SHORT if L == 8192 else
+                                 (CHUNKS[L] if bwd else FWD_CHUNKS) if "chunk" in sys.argv else
                                  QUICK if quick or L == 65536 else GRID)
                 for cfg in grid:
                     kn = None

@@ -125,10 +125,11 @@ def test_fused_residual_layernorm_gelu(shape):
 
 @pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
 @pytest.mark.parametrize("rows,programs,prefetch,chunk", [
-    (29, 24, 1, 0), (29, 264, 0, 0), (3, 264, 1, 0), (29, 132, 1, 243)])
+    (29, 24, 1, 0), (29, 264, 0, 0), (3, 264, 1, 0), (29, 132, 1, 243), (29, 24, 2, 0)])
 def test_one_read_path_knobs(kind, rows, programs, prefetch, chunk):
     """PATH=4 with 12 chunks of 256 (the last partial), few or more groups than rows,
-    with and without PREFETCH, forward and backward; 12 chunks of 243 in 256 tiles."""
+    with and without PREFETCH (1 and 2), forward and backward; 12 chunks of 243 in 256
+    tiles."""
     shape, dt = (rows, 2900), torch.bfloat16
     x = (torch.randn(shape, device="cuda") * 2 + 0.5).to(dt)
     w, dy = torch.randn(1, 2900, device="cuda").to(dt), torch.randn(shape, device="cuda").to(dt)

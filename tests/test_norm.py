@@ -82,6 +82,7 @@ CASES = [  # (kind, shape, layer-norm axes or None, knobs: None = the engine's c
     ("rmsnorm", (6, 33), None, dict(COOP, PREFETCH=0)),
     ("layernorm", (4, 6, 2, 3), (1,), dict(COOP, BLOCK_L=8)),   # strided rows
     ("layernorm", (5, 37), None, dict(COOP, CHUNK=40)),        # a chunk short of its tile
+    ("rmsnorm", (6, 33), None, dict(COOP, PREFETCH=2)),        # the next row loaded first
 ]
 
 

@@ -228,16 +228,30 @@ def test_serialize_deserialize_execute_by_uid(rng):
         assert torch.equal(first[t], again[t.get_uid()])
 
 
-@pytest.mark.parametrize("L,split,chunk,programs", [
-    (65536, 8, 0, 128),         # 16 groups of 8 full chunks
-    (262144, 33, 7944, 132),    # 4 groups of 33 chunks fill the 132 SMs (32 would leave 4)
-    (100000, 13, 7696, 130),    # equal chunks, not 12 full ones and a short last
+def test_prefetch_2_is_a_one_read_knob():
+    x = torch.ones(3, 37)
+    g, _, _ = backward_graph("layernorm", x, x, torch.ones(1, 37), torch.ones(3, 1),
+                             torch.ones(3, 1))
+    g.validate()
+    e = NormEngine()
+    kn = dict(PATH=1, BLOCK_L=64, BLOCK_ROWS=1, SPLIT=1, PROGRAMS=1, num_warps=4, PREFETCH=2)
+    sup = e.check_config(g.op_graph, EngineConfig.make(e, **kn), Target())
+    assert not sup.ok and "PREFETCH=2 (the next row loaded before this row's partials) is " \
+        "a knob of PATH=4" in sup.reason, sup.reason
+
+
+@pytest.mark.parametrize("L,split,chunk,programs,prefetch", [
+    (65536, 8, 0, 128, 2),          # 16 groups of 8 full chunks, the next row loaded first
+    (262144, 33, 7944, 132, 1),     # 4 groups of 33 chunks fill the 132 SMs (32 leave 4)
+    (100000, 13, 7696, 130, 1),     # equal chunks, not 12 full ones and a short last
 ])
-def test_backward_one_read_choice_fills_the_sms(L, split, chunk, programs):
+def test_backward_one_read_choice_fills_the_sms(L, split, chunk, programs, prefetch):
     """The backward's one-read config keeps the most rows in flight (groups = SMs // SPLIT),
-    then the most programs; the engine accepts it for an H100 and its chunks cover L."""
+    then the most programs; PREFETCH=2 only with few, full chunks. The engine accepts it
+    for an H100 and its chunks cover L."""
     kn = _coop_backward_knobs(L, 132)
-    assert (kn.SPLIT, kn.CHUNK, kn.PROGRAMS, kn.BLOCK_L) == (split, chunk, programs, 8192)
+    assert (kn.SPLIT, kn.CHUNK, kn.PROGRAMS, kn.BLOCK_L, kn.PREFETCH) == \
+        (split, chunk, programs, 8192, prefetch)
     assert (kn.CHUNK or kn.BLOCK_L) * kn.SPLIT >= L > (kn.CHUNK or kn.BLOCK_L) * (split - 1)
     x = torch.ones(2, L)
     g, _, _ = backward_graph("layernorm", x, x, torch.ones(1, L), torch.ones(2, 1),

@@ -107,16 +107,20 @@ def _poll(sp: int, words: int, reduce: str, outs: list, indent: str) -> list[str
     return poll("WSI", slots, "kmask", "tag", reduce, outs, indent)
 
 
-def _loop(p: Problem, kn, loads: dict, row_names: list, prefetch: bool,
+def _loop(p: Problem, kn, loads: dict, row_names: list, prefetch: int,
           before_wait: list, after_wait: list) -> list[str]:
     """The row loop: ``before_wait`` computes and publishes the partials, ``after_wait``
     waits for the row's others, combines them and writes. Without PREFETCH the loads open
-    each iteration."""
+    each iteration; PREFETCH=1 issues the next row's loads after this row's partials,
+    PREFETCH=2 before them (at the top of the step)."""
     groups = kn.PROGRAMS // kn.SPLIT
     L = []
     names = sorted({n for v in loads.values() for n in ([v] if isinstance(v, str) else v)})
     if prefetch:
         L += _next_offsets(p, "grp", names, IND) + _fetch(p, loads, "n", "grp", IND)
+    nxt = {f"{v}_next": n for v, n in loads.items()}
+    fetch_next = [f"{IND2}nrow = row + {groups}"] + _next_offsets(p, "nrow", names, IND2) + \
+        _fetch(p, nxt, "n", "nrow", IND2)
     L.append(f"{IND}for row in range(grp, {p.R}, {groups}):")
     L += p.row_offsets("row", row_names, IND2)
     L.append(f"{IND2}tag = row + 1")
@@ -124,11 +128,11 @@ def _loop(p: Problem, kn, loads: dict, row_names: list, prefetch: bool,
         L += _fetch(p, loads, "", "row", IND2)
     L += [f"{IND2}{v} = {v}_raw.to(tl.float32)" for v, n in loads.items()
           if not isinstance(n, str)]
+    if prefetch == 2:
+        L += fetch_next
     L += before_wait
-    if prefetch:
-        nxt = {f"{v}_next": n for v, n in loads.items()}
-        L += [f"{IND2}nrow = row + {groups}"] + _next_offsets(p, "nrow", names, IND2) + \
-            _fetch(p, nxt, "n", "nrow", IND2)
+    if prefetch == 1:
+        L += fetch_next
     L += after_wait
     if prefetch:
         L += [f"{IND2}{v}_raw = {v}_next_raw" if not isinstance(n, str) else

@@ -33,8 +33,8 @@ TYPES = (DataType.FLOAT, DataType.HALF, DataType.BFLOAT16)
 FORWARD = ("layernorm", "rmsnorm", "instancenorm", "groupnorm")
 BACKWARD = tuple(f"{k}_backward" for k in FORWARD)
 MAX_TILE = 16384          # elements of one program's register tile
-COOP_COST = (1.3, 1.1)    # PATH=4 time factor without / with PREFETCH (softmax probe: 0.66-0.70
-#                           of copy without)
+COOP_COST = (1.3, 1.1, 1.0)  # PATH=4 time factor by PREFETCH (softmax probe: 0.66-0.70 of
+#                              copy without; PREFETCH=2 ~10% faster than 1 where chosen)
 COOP_MAX_SPLIT = 64       # PATH=4: chunks per row (the partials are gathered as a vector)
 POW2 = tuple(1 << i for i in range(15))
 L2_BYTES = 40e6           # the part of the H100's 50 MB L2 that re-read rows may count on
@@ -49,8 +49,9 @@ class NormKnobs:
     PROGRAMS: int = 1       # backward: persistent programs (PATH=1) / row groups (PATH=2);
     #                         PATH=4: row groups x SPLIT, all resident at once
     num_warps: int = 4
-    PREFETCH: int = 0       # PATH=4: load the next row while waiting for the others;
-    #                         backward PATH=1: load the next row tile during this one
+    PREFETCH: int = 0       # PATH=4: load the next row while waiting for the others (2:
+    #                         before this row's partials); backward PATH=1: load the next
+    #                         row tile during this one
     CHUNK: int = 0          # PATH=4: elements of a row per program (0: BLOCK_L); less than
     #                         BLOCK_L lets SPLIT x groups fill every SM (132 = 12 x 11)
 
@@ -158,18 +159,28 @@ def _coop_knobs(a: Analysis, target: Target) -> NormKnobs | None:
         return None
     # bench/norm_coop_sweep.py (bf16, 2048 x 65536 and 512 x 262144; PREFETCH on): forward
     # best with 16384-element chunks, 8 warps, a program per SM (2.10 / 2.48 TB/s layer /
-    # RMS norm at 262144; at 65536 the two-loop path is as fast for layer norm); the
+    # RMS norm at 262144); at 65536 (4 chunks) with PREFETCH=2 (``_prefetch``); the
     # backward's choice is below
-    long = p.L >= 131072
-    if not a.backward and not long:
-        return None
     if a.backward:
         return _coop_backward_knobs(p.L, target.num_sms)
     block, warps, per_sm = 16384, 8, 1
     split = -(-p.L // block)
-    if split < 4 or split > COOP_MAX_SPLIT:
+    if p.L < 65536 or split > COOP_MAX_SPLIT:
         return None
-    return NormKnobs(4, block, 1, split, (per_sm * target.num_sms // split) * split, warps, 1)
+    return NormKnobs(4, block, 1, split, (per_sm * target.num_sms // split) * split, warps,
+                     _prefetch(split, p.L % block == 0))
+
+
+def _prefetch(split: int, full: bool) -> int:
+    """PREFETCH for the one-read path. bench/norm_coop_sweep.py chunk (session 12, bf16):
+    loading the next row first (2) pays with few chunks a row -- 2048 x 65536 forward
+    (4 x 16384) 2.50 / 2.62 TB/s layer / RMS against 2.30 / 2.53 with 1 (and 2.25 / 2.11
+    for the two-loop path), backward (8 x 8192) 2.41 / 2.46 against 2.32 / 2.34 -- and
+    not with many: at 262144 forward 2.07 / 2.50 against 2.09 / 2.48, backward (33 x
+    7944) 1.65 / 1.73 against 1.80 / 1.82 (ptxas spills). Chunks not all full (masks
+    that vary by chunk) take more registers: ptxas spills there with 2 (a 49160-wide
+    forward: 712 bytes), so those keep 1."""
+    return 2 if split <= 8 and full else 1
 
 
 def _coop_backward_knobs(L: int, sms: int) -> NormKnobs | None:
@@ -191,7 +202,8 @@ def _coop_backward_knobs(L: int, sms: int) -> NormKnobs | None:
     split = -(-L // chunk)
     if split < 4:
         return None
-    return NormKnobs(4, 8192, 1, split, (sms // best) * split, 8, 1,
+    pre = _prefetch(split, chunk == 8192 and L % 8192 == 0)
+    return NormKnobs(4, 8192, 1, split, (sms // best) * split, 8, pre,
                      0 if chunk == 8192 else chunk)
 
 
@@ -230,7 +242,7 @@ class NormEngine(Engine):
         return [Knob("PATH", (1, 2, 3, 4), 1), Knob("BLOCK_L", POW2, 1024),
                 Knob("BLOCK_ROWS", POW2[:9], 1), Knob("SPLIT", tuple(range(1, 257)), 1),
                 Knob("PROGRAMS", tuple(range(1, 4097)), 1),
-                Knob("num_warps", (1, 2, 4, 8, 16, 32), 4), Knob("PREFETCH", (0, 1), 0),
+                Knob("num_warps", (1, 2, 4, 8, 16, 32), 4), Knob("PREFETCH", (0, 1, 2), 0),
                 Knob("CHUNK", tuple(range(0, MAX_TILE + 1)), 0)]
 
     def check_config(self, graph, config: EngineConfig, target: Target) -> Support:
@@ -241,6 +253,9 @@ class NormEngine(Engine):
         p = a.problem
         if kn.PREFETCH and not (kn.PATH == 4 or (kn.PATH == 1 and a.backward)):
             return decline("PREFETCH is a knob of PATH=4 and of the backward's PATH=1")
+        if kn.PREFETCH == 2 and kn.PATH != 4:
+            return decline("PREFETCH=2 (the next row loaded before this row's partials) is "
+                           "a knob of PATH=4")
         if kn.CHUNK and (kn.PATH != 4 or kn.CHUNK > kn.BLOCK_L):
             return decline(f"CHUNK={kn.CHUNK} is a knob of PATH=4, at most BLOCK_L="
                            f"{kn.BLOCK_L}")
