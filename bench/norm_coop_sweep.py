@@ -22,7 +22,9 @@ SHORT = [(4096, 8, 1, 1), (4096, 4, 1, 2), (2048, 4, 1, 2), (2048, 8, 1, 2), (20
 # session 12: (block, warps, prefetch, per_sm, chunk); chunks below the tile let SPLIT x
 # groups fill all 132 SMs (262144: 33 x 4); PREFETCH 2 loads the next row first
 CHUNKS = {65536: [(8192, 8, 1, 1), (8192, 8, 2, 1)],
-          262144: [(8192, 8, 1, 1, 7944), (8192, 8, 2, 1, 7944), (4096, 4, 2, 2)]}
+          262144: [(8192, 8, 1, 1, 7944), (8192, 8, 2, 1, 7944), (4096, 4, 2, 2),
+                   (8192, 8, 2, 1), (8192, 8, 1, 1), (4096, 8, 2, 2), (4096, 8, 1, 2),
+                   (8192, 8, 1, 1, 8000), (8192, 8, 1, 1, 8064), (8192, 8, 1, 1, 8128)]}
 FWD_CHUNKS = [(16384, 8, 1, 1), (16384, 8, 2, 1)]     # PREFETCH 2: the next row loaded first
 QUICK = [(4096, 8, 1, 2), (4096, 4, 1, 2), (8192, 16, 1, 1), (8192, 8, 1, 1),
          (8192, 8, 0, 1), (8192, 8, 0, 2), (16384, 8, 1, 1), (16384, 8, 0, 2)]
@@ -66,7 +68,8 @@ def _run(kind, bwd, x, w, b, dy, mean, rstd, knobs):
 def main():
     quick = "quick" in sys.argv
     res = []
-    shapes = ((8192, 8192),) if "8192" in sys.argv else ((512, 262144), (2048, 65536))
+    shapes = ((8192, 8192),) if "8192" in sys.argv else ((512, 262144),) if "262144" in \
+        sys.argv else ((512, 262144), (2048, 65536))
     for R, L in shapes:
         x = torch.randn(R, L, device="cuda", dtype=torch.bfloat16)
         dy = torch.randn_like(x)
