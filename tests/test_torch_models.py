@@ -172,7 +172,7 @@ def test_tiny_resnet_50_step_curve():
     gen = torch.Generator().manual_seed(5)
     torch.manual_seed(5)
     start = resnet.tiny_resnet().to(memory_format=torch.channels_last)
-    x = torch.randn(4, 3, 16, 16, generator=gen).to(memory_format=torch.channels_last)
+    x = torch.randn(4, 3, 8, 8, generator=gen).to(memory_format=torch.channels_last)
     target = torch.randint(0, 10, (4,), generator=gen)
     ours = _train(convert(copy.deepcopy(start)), x, target, 50)
     assert E.fallbacks() == {}
