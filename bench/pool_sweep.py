@@ -16,9 +16,13 @@ SHAPE = (64, 256, 56, 56)
 
 
 def _tiles(layout):
+    """(BLOCK_P, BLOCK_C, warps, BLOCK_W): NCHW takes plane tiles (rows x BLOCK_W of the
+    last axis, session 12) and the flat pixel tiles the engine lists after them."""
     if layout == "nchw":
-        return [(bp, 1, w) for bp in (256, 512, 1024, 2048, 4096) for w in (2, 4, 8)]
-    return [(bp, bc, w) for bc in (16, 32, 64, 128, 256) for bp in (4, 8, 16, 32, 64, 128)
+        return [(bp, 1, w, bw) for bw in (16, 32, 64) for bp in (8, 16, 32, 64, 128)
+                for w in (4, 8) if 512 <= bp * bw <= 4096] + \
+            [(bp, 1, w, 0) for bp, w in ((256, 4), (512, 8), (1024, 4))]
+    return [(bp, bc, w, 0) for bc in (16, 32, 64, 128, 256) for bp in (4, 8, 16, 32, 64, 128)
             for w in (2, 4, 8) if 512 <= bp * bc <= 8192]
 
 
@@ -31,8 +35,8 @@ def _sweep(label, g, engine_id, pack, layout):
     g.build([cudnn.heur_mode.A])
     first = g.get_plan_name_at_index(0)
     res = []
-    for bp, bc, w in _tiles(layout):
-        knobs = dict(BLOCK_P=bp, BLOCK_C=bc, num_warps=w)
+    for bp, bc, w, bw in _tiles(layout):
+        knobs = dict(BLOCK_P=bp, BLOCK_C=bc, num_warps=w, BLOCK_W=bw)
         try:
             g.create_execution_plan(engine_id, knobs)
         except Exception as e:   # noqa: BLE001 -- a config the engine declines

@@ -170,6 +170,11 @@ CASES = [  # (shape, layout, window, stride, pre, post, knobs of the forward / b
     ((2, 4, 5, 6, 4), "nhwc", (2, 3, 2), (2, 1, 2), (1, 1, 0), (1, 1, 1), None),   # 3-D
     ((3, 2, 11), "nchw", (3,), (2,), (1,), (1,), dict(BLOCK_P=4, BLOCK_C=1,
                                                       num_warps=4)),        # 1-D
+    ((2, 3, 7, 13), "nchw", (3, 3), (2, 2), (1, 1), (1, 1), dict(BLOCK_P=4, BLOCK_C=1,
+                                                                num_warps=4, BLOCK_W=4)),
+    ((2, 3, 7, 9), "nchw", (3, 3), (2, 2), (1, 1), (1, 1), dict(BLOCK_P=16, BLOCK_C=1,
+                                                               num_warps=4)),   # flat
+    ((2, 3, 5, 6, 7), "nchw", (2, 3, 2), (2, 1, 2), (1, 1, 0), (1, 1, 1), None),  # 3-D planes
 ]
 CASE_IDS = [f"c{i}" for i in range(len(CASES))]
 

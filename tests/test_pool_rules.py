@@ -98,6 +98,10 @@ def test_padding_and_pre_padding_together_are_rejected():
 @pytest.mark.parametrize("dtype,knobs,reason", [
     (torch.float64, None, "float64 runs on the reference"),
     (torch.float32, dict(BLOCK_P=4096, BLOCK_C=8, num_warps=4), "BLOCK_P x BLOCK_C"),
+    (torch.float32, dict(BLOCK_P=8, BLOCK_C=2, num_warps=4, BLOCK_W=8),
+     "plane tiles (BLOCK_W=8) hold one channel a row: BLOCK_C must be 1, not 2"),
+    (torch.float32, dict(BLOCK_P=1024, BLOCK_C=1, num_warps=4, BLOCK_W=32),
+     "BLOCK_P x BLOCK_W = 32768 > 16384"),
 ])
 def test_engine_declines_with_a_reason(dtype, knobs, reason):
     x = torch.empty(1, 2, 5, 5, dtype=dtype)

@@ -1,7 +1,7 @@
 """The ``pool`` benchmark family: max and average pooling, 3x3 stride 2 padding 1 and 2x2
-stride 2, NHWC 64x256x56x56 bfloat16 (ResNet's first pooling, widened), forward and
-backward, against PyTorch's kernels (``F.max_pool2d`` / ``F.avg_pool2d`` and their aten
-backwards, channels-last) in the same run on the same inputs.
+stride 2, 64x256x56x56 bfloat16 (ResNet's first pooling, widened), NHWC then NCHW, forward
+and backward, against PyTorch's kernels (``F.max_pool2d`` / ``F.avg_pool2d`` and their
+aten backwards, same memory format) in the same run on the same inputs.
 
 Bytes counted: forward reads x and writes y (and the int8 Index when asked); backward
 reads dy (and the Index, or x when the argmax is recomputed) and writes dx. The issue's
@@ -30,10 +30,11 @@ def run_pool(r, bench):
     import opendnn.frontend as cudnn
     mode_of = {"max": cudnn.resample_mode.MAXPOOL,
                "avg": cudnn.resample_mode.AVGPOOL_INCLUDE_PADDING}
-    x = torch.randn(SHAPE, device="cuda", dtype=torch.bfloat16).contiguous(
-        memory_format=torch.channels_last)
-    for kind, w, s, p in CASES:
-        mode, tag = mode_of[kind], f"{kind} {w}x{w} s{s} p{p} NHWC {SHAPE} bf16"
+    base = torch.randn(SHAPE, device="cuda", dtype=torch.bfloat16)
+    for layout, kind, w, s, p in [(lay, *c) for lay in ("NHWC", "NCHW") for c in CASES]:
+        fmt = torch.channels_last if layout == "NHWC" else torch.contiguous_format
+        x = base.contiguous(memory_format=fmt)
+        mode, tag = mode_of[kind], f"{kind} {w}x{w} s{s} p{p} {layout} {SHAPE} bf16"
         index_modes = (False, True) if kind == "max" else (False,)
         for with_index in index_modes:
             g = cudnn.pygraph()
@@ -43,7 +44,7 @@ def run_pool(r, bench):
             ty.set_output(True)
             g.validate()
             y = torch.empty(ty.get_dim(), device="cuda", dtype=torch.bfloat16).contiguous(
-                memory_format=torch.channels_last)
+                memory_format=fmt)
             pack = {tx: x, ty: y}
             if with_index:
                 ix = torch.empty_strided(tix.get_dim(), tix.get_stride(), device="cuda",

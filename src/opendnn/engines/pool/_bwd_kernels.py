@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from ...enums import ResampleMode
 from ..fusion._codegen import TL_TYPE
-from ._kernels import Problem, channel_mask, loop, offset, tile_head, tile_mask
+from ._kernels import (Problem, chan, channel_mask, loop, offset, px, tile_head, tile_mask,
+                       tile_shape)
 
 
 def backward_source(name: str, p: Problem, kn, index_role: str | None) -> str:
@@ -27,10 +28,11 @@ def backward_source(name: str, p: Problem, kn, index_role: str | None) -> str:
     params = ["DY"] + ([index_role] if index_role else []) + ["DX"]
     L = tile_head(name, params, p, kn, p.inp)
     cm = channel_mask(p, kn)
-    L.append(f"{ind}cdy = (c * {p.strides['DY'][1]})[None, :]")
+    sdy, sdx = p.strides["DY"][1], p.strides["DX"][1]
+    L.append(f"{ind}cdy = {chan(kn, f'c * {sdy}')}")
     if index_role:
-        L.append(f"{ind}cix = (c * {p.strides[index_role][1]})[None, :]")
-    L.append(f"{ind}acc = tl.full([{kn.BLOCK_P}, {kn.BLOCK_C}], 0.0, tl.float32)")
+        L.append(f"{ind}cix = {chan(kn, f'c * {p.strides[index_role][1]}')}")
+    L.append(f"{ind}acc = tl.full({tile_shape(kn)}, 0.0, tl.float32)")
     for a in range(p.nsp):
         L.append(f"{ind}t{a} = q{a + 1} + {p.pre[a]}")
     depth, ok = ind, "pmask"
@@ -46,14 +48,14 @@ def backward_source(name: str, p: Problem, kn, index_role: str | None) -> str:
         ok = f"ok{a}"
         depth += "    "
     osp = [f"o{a}" for a in range(p.nsp)]
-    mask = tile_mask(ok, cm)
-    L.append(f"{depth}g = tl.load(DY + ({offset(p, 'DY', 'q0', osp)})[:, None] + cdy, "
+    mask = tile_mask(kn, ok, cm)
+    L.append(f"{depth}g = tl.load(DY + {px(kn, offset(p, 'DY', 'q0', osp))} + cdy, "
              f"mask={mask}, other=0.0).to(tl.float32)")
     if p.is_max:
         ks = [f"k{a}" for a in range(p.nsp)]
-        L += [f"{depth}ix = tl.load({index_role} + ({offset(p, index_role, 'q0', osp)})"
-              f"[:, None] + cix, mask={mask}, other=-1).to(tl.int32)",
-              f"{depth}acc += tl.where(ix == ({p.flat_window(ks)})[:, None], g, 0.0)"]
+        L += [f"{depth}ix = tl.load({index_role} + {px(kn, offset(p, index_role, 'q0', osp))}"
+              f" + cix, mask={mask}, other=-1).to(tl.int32)",
+              f"{depth}acc += tl.where(ix == {px(kn, p.flat_window(ks))}, g, 0.0)"]
     elif p.mode == ResampleMode.AVGPOOL_INCLUDE_PADDING:
         L.append(f"{depth}acc += g")
     else:
@@ -63,11 +65,11 @@ def backward_source(name: str, p: Problem, kn, index_role: str | None) -> str:
             counts.append(f"(tl.minimum({st} + {p.window[a]}, {p.inp[a]}) - "
                           f"tl.maximum({st}, 0))")
         L += [f"{depth}cnt = ({' * '.join(counts)}).to(tl.float32)",
-              f"{depth}acc += g / tl.maximum(cnt, 1.0)[:, None]"]
+              f"{depth}acc += g / {px(kn, 'tl.maximum(cnt, 1.0)')}"]
     if p.mode == ResampleMode.AVGPOOL_INCLUDE_PADDING:
         L.append(f"{ind}acc = acc * {1.0 / p.volume!r}")
     isp = [f"q{a + 1}" for a in range(p.nsp)]
-    L.append(f"{ind}tl.store(DX + ({offset(p, 'DX', 'q0', isp)})[:, None] + "
-             f"(c * {p.strides['DX'][1]})[None, :], acc.to({TL_TYPE[p.types['DX']]}), "
-             f"mask={tile_mask('pmask', cm)})")
+    L.append(f"{ind}tl.store(DX + {px(kn, offset(p, 'DX', 'q0', isp))} + "
+             f"{chan(kn, f'c * {sdx}')}, "
+             f"acc.to({TL_TYPE[p.types['DX']]}), mask={tile_mask(kn, 'pmask', cm)})")
     return "\n".join(L) + "\n"

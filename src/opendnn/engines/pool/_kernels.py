@@ -88,14 +88,61 @@ def offset(p: Problem, role: str, n: str, sp: list[str]) -> str:
     return " + ".join(terms)
 
 
+def plane(kn) -> bool:
+    """Whether ``kn`` tiles planes: [BLOCK_P rows, BLOCK_W columns] of the last spatial
+    axis, each row one (n, c, leading spatial indices) -- NCHW-like tensors, with no
+    per-element index division -- rather than [BLOCK_P pixels, BLOCK_C channels]."""
+    return getattr(kn, "BLOCK_W", 0) > 0
+
+
+def px(kn, expr: str) -> str:
+    """A per-pixel expression spread over the tile: [BLOCK_P, 1] in pixel x channel tiles
+    (plane tiles' index vectors are already 2-D)."""
+    return f"({expr})" if plane(kn) else f"({expr})[:, None]"
+
+
+def chan(kn, expr: str) -> str:
+    """A per-channel expression spread over the tile: [1, BLOCK_C]."""
+    return f"({expr})" if plane(kn) else f"({expr})[None, :]"
+
+
+def tile_shape(kn) -> str:
+    return f"[{kn.BLOCK_P}, {kn.BLOCK_W if plane(kn) else kn.BLOCK_C}]"
+
+
+def grid_size(p: Problem, kn, space) -> int:
+    """Programs of a launch over ``space`` (the output's spatial dims forward, the
+    input's backward)."""
+    if plane(kn):
+        rows = p.N * p.C * math.prod(space[:-1])
+        return -(-rows // kn.BLOCK_P) * -(-space[-1] // kn.BLOCK_W)
+    return -(-p.pixels(space) // kn.BLOCK_P) * -(-p.C // kn.BLOCK_C)
+
+
 def tile_head(name: str, params: list, p: Problem, kn, space) -> list[str]:
     """Signature, program -> (pixel block, channel block), the pixel decomposition into
-    ``n``, ``q1``.. (spatial indices over ``space``) and the channel vector ``c``."""
+    ``n``, ``q1``.. (spatial indices over ``space``) and the channel vector ``c``; plane
+    tiles: program -> (row block, column block), ``q0`` (n), ``c`` and the leading
+    spatial indices per row ([BLOCK_P, 1]), the last axis's ``q{nsp}`` per column
+    ([1, BLOCK_W]) and the tile's ``pmask``."""
     ind = "    "
     bp, bc = kn.BLOCK_P, kn.BLOCK_C
-    npb, ncb = -(-p.pixels(space) // bp), -(-p.C // bc)
     pid = "tl.program_id(0).to(tl.int64)" if p.big else "tl.program_id(0)"
     L = ["@triton.jit", f"def {name}({', '.join(params)}):", f"{ind}pid = {pid}"]
+    if plane(kn):
+        bw, last = kn.BLOCK_W, p.nsp
+        nwb = -(-space[-1] // bw)
+        sizes = [p.N, p.C, *space[:-1]]
+        L += [f"{ind}rb = pid // {nwb}", f"{ind}wb = pid % {nwb}",
+              f"{ind}rows = rb * {bp} + tl.arange(0, {bp})"]
+        L += index_decomposition("rows", sizes, "r", ind)
+        L += [f"{ind}q0 = r0[:, None]", f"{ind}c = r1[:, None]"]
+        L += [f"{ind}q{a} = r{a + 1}[:, None]" for a in range(1, last)]
+        L += [f"{ind}q{last} = (wb * {bw} + tl.arange(0, {bw}))[None, :]",
+              f"{ind}pmask = (rows < {math.prod(sizes)})[:, None] & "
+              f"(q{last} < {space[-1]})"]
+        return L
+    npb, ncb = -(-p.pixels(space) // bp), -(-p.C // bc)
     if bc > 1:
         L += [f"{ind}pb = pid // {ncb}", f"{ind}cb = pid % {ncb}"]
     else:
@@ -110,11 +157,11 @@ def tile_head(name: str, params: list, p: Problem, kn, space) -> list[str]:
 def channel_mask(p: Problem, kn) -> str | None:
     """A [1, BLOCK_C] mask when the channel blocks overhang C, else None (full tiles keep
     the mask constant along channels: vector loads)."""
-    return None if p.C % kn.BLOCK_C == 0 else "(c < %d)[None, :]" % p.C
+    return None if plane(kn) or p.C % kn.BLOCK_C == 0 else "(c < %d)[None, :]" % p.C
 
 
-def tile_mask(pixel_mask: str, cmask: str | None) -> str:
-    return f"({pixel_mask})[:, None]" + (f" & {cmask}" if cmask else "")
+def tile_mask(kn, pixel_mask: str, cmask: str | None) -> str:
+    return px(kn, pixel_mask) + (f" & {cmask}" if cmask else "")
 
 
 def forward_source(name: str, p: Problem, kn, write_y: bool, index_role: str | None) -> str:
@@ -125,10 +172,10 @@ def forward_source(name: str, p: Problem, kn, write_y: bool, index_role: str | N
     L = tile_head(name, params, p, kn, p.out)
     cm = channel_mask(p, kn)
     sx = p.strides["X"]
-    L.append(f"{ind}cx = (c * {sx[1]})[None, :]")
+    L.append(f"{ind}cx = {chan(kn, f'c * {sx[1]}')}")
     for a in range(p.nsp):
         L.append(f"{ind}s{a} = q{a + 1} * {p.stride[a]} - {p.pre[a]}")
-    shape = f"[{kn.BLOCK_P}, {kn.BLOCK_C}]"
+    shape = tile_shape(kn)
     with_index = p.is_max and index_role is not None
     if p.is_max:
         L.append(f"{ind}m = tl.full({shape}, {NEG_INF}, tl.float32)")
@@ -146,13 +193,13 @@ def forward_source(name: str, p: Problem, kn, write_y: bool, index_role: str | N
         ok = f"ok{a}"
         depth += "    "
     sp = [f"i{a}" for a in range(p.nsp)]
-    L.append(f"{depth}v = tl.load(X + ({offset(p, 'X', 'q0', sp)})[:, None] + cx, "
-             f"mask={tile_mask(ok, cm)}, other={NEG_INF if p.is_max else '0.0'})"
+    L.append(f"{depth}v = tl.load(X + {px(kn, offset(p, 'X', 'q0', sp))} + cx, "
+             f"mask={tile_mask(kn, ok, cm)}, other={NEG_INF if p.is_max else '0.0'})"
              ".to(tl.float32)")
     if not p.is_max:
         L.append(f"{depth}acc += v")
     elif with_index:
-        real = f"({ok})[:, None]"
+        real = px(kn, ok)
         if p.nan:
             L.append(f"{depth}take = {real} & ((v > m) | (idx < 0) | ((v != v) & (m == m)))")
         else:
@@ -174,14 +221,14 @@ def forward_source(name: str, p: Problem, kn, write_y: bool, index_role: str | N
         counts = [f"(tl.minimum(s{a} + {p.window[a]}, {p.inp[a]}) - tl.maximum(s{a}, 0))"
                   for a in range(p.nsp)]
         L.append(f"{ind}cnt = ({' * '.join(counts)}).to(tl.float32)")
-        result = "acc / cnt[:, None]"
+        result = f"acc / {px(kn, 'cnt')}"
     out_sp = [f"q{a + 1}" for a in range(p.nsp)]
-    smask = tile_mask("pmask", cm)
+    smask = tile_mask(kn, "pmask", cm)
     for role, value in ((("Y", result),) if write_y else ()) + (
             ((index_role, "idx"),) if with_index else ()):
         st = p.strides[role]
-        L.append(f"{ind}tl.store({role} + ({offset(p, role, 'q0', out_sp)})[:, None] + "
-                 f"(c * {st[1]})[None, :], ({value}).to({TL_TYPE[p.types[role]]}), "
+        L.append(f"{ind}tl.store({role} + {px(kn, offset(p, role, 'q0', out_sp))} + "
+                 f"{chan(kn, f'c * {st[1]}')}, ({value}).to({TL_TYPE[p.types[role]]}), "
                  f"mask={smask})")
     return "\n".join(L) + "\n"
 

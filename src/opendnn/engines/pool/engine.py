@@ -28,6 +28,7 @@ class PoolKnobs:
     BLOCK_P: int = 32        # pixels per program (flat over N and the spatial axes)
     BLOCK_C: int = 64        # channels per program (1: one channel's pixels, NCHW)
     num_warps: int = 4
+    BLOCK_W: int = 0         # > 0: plane tiles, BLOCK_P rows x BLOCK_W of the last axis
 
 
 def _pow2(n: int) -> int:
@@ -69,7 +70,7 @@ class _PoolBase(Engine):
 
     def knob_space(self, graph=None) -> list[Knob]:
         return [Knob("BLOCK_P", POW2[:13], 32), Knob("BLOCK_C", POW2[:9], 64),
-                Knob("num_warps", (1, 2, 4, 8, 16), 4)]
+                Knob("num_warps", (1, 2, 4, 8, 16), 4), Knob("BLOCK_W", (0,) + POW2[:11], 0)]
 
     def check_config(self, graph, config: EngineConfig, target: Target) -> Support:
         sup = super().check_config(graph, config, target)
@@ -78,14 +79,24 @@ class _PoolBase(Engine):
         kn = PoolKnobs(**config.knob_dict)
         if kn.BLOCK_P * kn.BLOCK_C > MAX_TILE:
             return decline(f"BLOCK_P x BLOCK_C = {kn.BLOCK_P * kn.BLOCK_C} > {MAX_TILE}")
+        if kn.BLOCK_W and kn.BLOCK_C != 1:
+            return decline(f"plane tiles (BLOCK_W={kn.BLOCK_W}) hold one channel a row: "
+                           f"BLOCK_C must be 1, not {kn.BLOCK_C}")
+        if kn.BLOCK_P * max(kn.BLOCK_W, 1) > MAX_TILE:
+            return decline(f"BLOCK_P x BLOCK_W = {kn.BLOCK_P * kn.BLOCK_W} > {MAX_TILE}")
         return SUPPORTED
 
     def _tiles(self, p: K.Problem, role: str, target: Target) -> list[PoolKnobs]:
-        """Candidate tiles, the preferred first: channels-innermost tensors take up to 64
-        channels (one 128-byte line of bf16) per pixel; others one channel's pixels."""
+        """Candidate tiles, the preferred first: channels-innermost tensors take up to 128
+        channels per pixel; others rows of one channel's planes (BLOCK_W of the last
+        spatial axis), or flat blocks of one channel's pixels."""
+        space = p.out if role == "X" else p.inp
+        bw = min(_pow2(space[-1]), 64)
         if not target.is_cuda:           # the interpreter: few, large programs
-            bc = min(_pow2(p.C), 16) if p.channels_fast(role) else 1
-            return [PoolKnobs(max(1, 256 // bc), bc, 4)]
+            if p.channels_fast(role):
+                bc = min(_pow2(p.C), 16)
+                return [PoolKnobs(max(1, 256 // bc), bc, 4)]
+            return [PoolKnobs(max(1, 256 // bw), 1, 4, bw)]
         if p.channels_fast(role):
             # bench/pool_sweep.py nhwc (H100, 64x256x56x56 bf16, session 10): 1024-element
             # tiles of 128 channels x 8 pixels were in or near the top four of every case
@@ -97,12 +108,12 @@ class _PoolBase(Engine):
                 out.append(PoolKnobs(4, 256, 8))
             out.append(PoolKnobs(max(1, 2048 // bc), bc, 4))
             return out
-        # bench/pool_sweep.py nchw (session 12): forward 512 pixels x 8 warps ranked first or
-        # second in the cases it was listed for (1024 x 4 ranked 2nd-8th of 15); backward
-        # 1024 x 4 ranked 0th-6th, within 2% of each case's best
-        if role == "X":
-            return [PoolKnobs(512, 1, 8), PoolKnobs(256, 1, 4), PoolKnobs(1024, 1, 4)]
-        return [PoolKnobs(1024, 1, 4), PoolKnobs(512, 1, 4), PoolKnobs(2048, 1, 8)]
+        # one channel's planes: rows of the last spatial axis (no per-element index
+        # division), then the flat pixel tiles (bench/pool_sweep.py nchw, session 12:
+        # forward 512 pixels x 8 warps, backward 1024 x 4 were first or near it)
+        flat = PoolKnobs(512, 1, 8) if role == "X" else PoolKnobs(1024, 1, 4)
+        return [PoolKnobs(max(1, 1024 // bw), 1, 4, bw), PoolKnobs(max(1, 2048 // bw), 1, 8, bw),
+                PoolKnobs(max(1, 512 // bw), 1, 4, bw), flat]
 
     def _estimate(self, graph, p: K.Problem, kn: PoolKnobs, space, target) -> float:
         """Every tensor read or written once from DRAM (overlapping windows re-read from
@@ -110,7 +121,7 @@ class _PoolBase(Engine):
         programs runs proportionally slower."""
         moved = sum(d.numel * d.data_type.itemsize for d in graph.tensors.values())
         moved += 2 * self.workspace_size(graph, None, target)
-        programs = -(-p.pixels(space) // kn.BLOCK_P) * -(-p.C // kn.BLOCK_C)
+        programs = K.grid_size(p, kn, space)
         fill = max(min(1.0, programs / (2.0 * target.num_sms)), 1e-3)
         return moved / (target.bandwidth * fill) + 3e-6
 
@@ -166,7 +177,7 @@ class _PoolExecutable(Executable, LaunchList):
             return                                 # nothing to read or write
 
         def grid(space):
-            return (-(-p.pixels(space) // kn.BLOCK_P) * -(-p.C // kn.BLOCK_C),)
+            return (K.grid_size(p, kn, space),)
         if n.kind == "resample":
             index = "Index" if "Index" in uids else None
             src = K.forward_source(tag, p, kn, True, index)
