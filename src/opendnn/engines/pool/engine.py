@@ -86,10 +86,12 @@ class _PoolBase(Engine):
             return decline(f"BLOCK_P x BLOCK_W = {kn.BLOCK_P * kn.BLOCK_W} > {MAX_TILE}")
         return SUPPORTED
 
-    def _tiles(self, p: K.Problem, role: str, target: Target) -> list[PoolKnobs]:
+    def _tiles(self, p: K.Problem, role: str, target: Target,
+               from_x: bool = False) -> list[PoolKnobs]:
         """Candidate tiles, the preferred first: channels-innermost tensors take up to 128
         channels per pixel; others rows of one channel's planes (BLOCK_W of the last
-        spatial axis), or flat blocks of one channel's pixels."""
+        spatial axis), or flat blocks of one channel's pixels. ``from_x``: a max backward
+        that recomputes the argmax."""
         space = p.out if role == "X" else p.inp
         bw = min(_pow2(space[-1]), 64)
         if not target.is_cuda:           # the interpreter: few, large programs
@@ -108,12 +110,16 @@ class _PoolBase(Engine):
                 out.append(PoolKnobs(4, 256, 8))
             out.append(PoolKnobs(max(1, 2048 // bc), bc, 4))
             return out
-        # one channel's planes: rows of the last spatial axis (no per-element index
-        # division), then the flat pixel tiles (bench/pool_sweep.py nchw, session 12:
-        # forward 512 pixels x 8 warps, backward 1024 x 4 were first or near it)
-        flat = PoolKnobs(512, 1, 8) if role == "X" else PoolKnobs(1024, 1, 4)
-        return [PoolKnobs(max(1, 1024 // bw), 1, 4, bw), PoolKnobs(max(1, 2048 // bw), 1, 8, bw),
-                PoolKnobs(max(1, 512 // bw), 1, 4, bw), flat]
+        # bench/pool_sweep.py nchw (session 12): forward, flat blocks of one channel's
+        # pixels (512 x 8 warps 1708 GB/s for max 3x3 s2, 256 x 4 1699; plane tiles at most
+        # 1411); backward, plane tiles of 32 rows x 64 (average 3x3 1172 / 2x2 2457, max
+        # 2x2 from the Index 2047, max 3x3 691 GB/s; flat 1024 x 4: 1104 / 2263 / 1985 /
+        # 683), except max from X, whose argmax pass runs the same tile forward
+        flat = [PoolKnobs(512, 1, 8), PoolKnobs(256, 1, 4), PoolKnobs(1024, 1, 4)]
+        planes = [PoolKnobs(max(1, 2048 // bw), 1, 4, bw), PoolKnobs(max(1, 4096 // bw), 1, 4, bw)]
+        if role == "X":
+            return flat
+        return flat[2:] + planes if from_x else planes + flat[2:]
 
     def _estimate(self, graph, p: K.Problem, kn: PoolKnobs, space, target) -> float:
         """Every tensor read or written once from DRAM (overlapping windows re-read from
@@ -133,8 +139,10 @@ class _PoolBase(Engine):
     def configs(self, graph, target: Target) -> list[EngineConfig]:
         p = _problem(graph)
         role = "X" if self.KIND == "resample" else "DX"
+        n = graph.nodes[0]
+        from_x = role == "DX" and n.is_max and "Index" not in n.inputs
         return [EngineConfig.make(self, **dataclasses.asdict(kn))
-                for kn in self._tiles(p, role, target)]
+                for kn in self._tiles(p, role, target, from_x)]
 
 
 class PoolEngine(_PoolBase):
