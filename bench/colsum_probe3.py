@@ -17,6 +17,7 @@ from triton.testing import do_bench
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from colsum_probe import finish  # noqa: E402  (the partials' sum, shared by the probes)
+from probe_common import copy_gbs  # noqa: E402
 
 
 @triton.jit
@@ -83,14 +84,8 @@ def part_interleaved(X, P, N: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
     tl.store(P + rs * N + cols, tl.sum(acc, 0))
 
 
-def _copy_gbs() -> float:
-    src = torch.randn(1 << 28, device="cuda")
-    dst = torch.empty_like(src)
-    return 2 * src.numel() * 4 / do_bench(lambda: dst.copy_(src), return_mode="median") / 1e6
-
-
 def main():
-    copy = _copy_gbs()
+    copy = copy_gbs()
     M = N = 8192
     x = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
     ref = x.float().sum(0)

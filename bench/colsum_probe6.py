@@ -15,11 +15,15 @@ Each variant's result is checked (first run and after timing). The copy floor is
 measured as the bench does (1 GiB float32).
 Run (GPU): PYTHONPATH=src python bench/colsum_probe6.py"""
 import os
+import sys
 
 import torch
 import triton
 import triton.language as tl
 from triton.testing import do_bench
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from probe_common import copy_gbs  # noqa: E402
 
 
 @triton.jit
@@ -70,12 +74,6 @@ def last(X, A, Y, C, N: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
                                           sem="relaxed"))
 
 
-def _copy_gbs() -> float:
-    src = torch.randn(1 << 28, device="cuda")
-    dst = torch.empty_like(src)
-    return 2 * src.numel() * 4 / do_bench(lambda: dst.copy_(src), return_mode="median") / 1e6
-
-
 def _configs(M, N):
     out = []
     for bc in (256, 512, 1024, 2048, 4096, 8192):
@@ -94,7 +92,7 @@ def _configs(M, N):
 def main():
     triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8,
                                                                  device="cuda"))
-    copy = _copy_gbs()
+    copy = copy_gbs()
     M = N = 8192
     x = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
     ref = x.double().sum(0).float()

@@ -65,6 +65,16 @@ def _run(kind, bwd, x, w, b, dy, mean, rstd, knobs):
     return fn, f"{name if knobs is None else ''} regs {'/'.join(regs)}", out
 
 
+def row_stats(kind, xf):
+    """The forward's saved statistics of float32 rows ``xf``: (mean, 1 / sqrt(var + eps)),
+    the mean zero for RMS norm (its variance is the mean square)."""
+    if kind == "layernorm":
+        mean, var = xf.mean(1, keepdim=True), xf.var(1, unbiased=False, keepdim=True)
+    else:
+        mean, var = torch.zeros(xf.shape[0], 1, device=xf.device), (xf * xf).mean(1, keepdim=True)
+    return mean, torch.rsqrt(var + 1e-5)
+
+
 def main():
     quick = "quick" in sys.argv
     res = []
@@ -77,15 +87,9 @@ def main():
         b = torch.randn(1, L, device="cuda", dtype=torch.bfloat16)
         xf = x.float()
         for kind in ("layernorm", "rmsnorm"):
-            if kind == "layernorm":
-                mean = xf.mean(1, keepdim=True)
-                var = xf.var(1, unbiased=False, keepdim=True)
-                want_y = F.layer_norm(xf, (L,), w[0].float(), b[0].float(), 1e-5)
-            else:
-                mean = torch.zeros(R, 1, device="cuda")
-                var = (xf * xf).mean(1, keepdim=True)
-                want_y = F.rms_norm(xf, (L,), w[0].float(), 1e-5)
-            rstd = torch.rsqrt(var + 1e-5)
+            mean, rstd = row_stats(kind, xf)
+            want_y = (F.layer_norm(xf, (L,), w[0].float(), b[0].float(), 1e-5)
+                      if kind == "layernorm" else F.rms_norm(xf, (L,), w[0].float(), 1e-5))
             xr = xf.clone().requires_grad_(True)
             (F.layer_norm(xr, (L,), w[0].float(), None, 1e-5) if kind == "layernorm" else
              F.rms_norm(xr, (L,), w[0].float(), 1e-5)).backward(dy.float())

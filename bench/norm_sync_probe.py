@@ -42,13 +42,7 @@ def main():
         w = torch.randn(1, L, device="cuda", dtype=torch.bfloat16)
         xf = x.float()
         for kind in ("layernorm", "rmsnorm"):
-            if kind == "layernorm":
-                mean = xf.mean(1, keepdim=True)
-                var = xf.var(1, unbiased=False, keepdim=True)
-            else:
-                mean = torch.zeros(R, 1, device="cuda")
-                var = (xf * xf).mean(1, keepdim=True)
-            rstd = torch.rsqrt(var + 1e-5)
+            mean, rstd = S.row_stats(kind, xf)
             row = []
             for name, (poll, partials) in VARIANTS.items():
                 KC._poll, KC._partials = poll, partials

@@ -7,11 +7,15 @@ program of a row runs at once and the wait cannot deadlock. The counters are zer
 before each run (a 1 KB memset, timed with the kernel).
 Run (GPU): PYTHONPATH=src python bench/softmax_coop_probe.py"""
 import os
+import sys
 
 import torch
 import triton
 import triton.language as tl
 from triton.testing import do_bench
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from probe_common import copy_gbs  # noqa: E402
 
 
 @triton.jit
@@ -75,12 +79,6 @@ def coop_prefetch(X, Y, WS, F, R, L: tl.constexpr, CH: tl.constexpr, CHUNKS: tl.
         x = x_next
 
 
-def _copy_gbs() -> float:
-    src = torch.randn(1 << 28, device="cuda")
-    dst = torch.empty_like(src)
-    return 2 * src.numel() * 4 / do_bench(lambda: dst.copy_(src), return_mode="median") / 1e6
-
-
 def _measure(kern, x, y, ref, rows, width, ch, per_sm, w, sms, nb):
     chunks = width // ch
     groups = (sms * per_sm) // chunks
@@ -110,7 +108,7 @@ def _measure(kern, x, y, ref, rows, width, ch, per_sm, w, sms, nb):
 
 
 def main():
-    copy = _copy_gbs()
+    copy = copy_gbs()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     print(f"copy {copy:.0f} GB/s, {sms} SMs")
     res = []

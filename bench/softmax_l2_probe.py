@@ -7,11 +7,15 @@ evict_first), and a persistent grid of G programs walking the rows (G bounds the
 flight, so G x row bytes is what L2 must hold between the two reads).
 Run (GPU): PYTHONPATH=src python bench/softmax_l2_probe.py"""
 import os
+import sys
 
 import torch
 import triton
 import triton.language as tl
 from triton.testing import do_bench
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from probe_common import copy_gbs  # noqa: E402
 
 
 @triton.jit
@@ -41,14 +45,8 @@ def two_loop(X, Y, R, G, L: tl.constexpr, BLOCK: tl.constexpr,
                 tl.store(Y + base + cols, y)
 
 
-def _copy_gbs() -> float:
-    src = torch.randn(1 << 28, device="cuda")
-    dst = torch.empty_like(src)
-    return 2 * src.numel() * 4 / do_bench(lambda: dst.copy_(src), return_mode="median") / 1e6
-
-
 def main():
-    copy = _copy_gbs()
+    copy = copy_gbs()
     print(f"copy {copy:.0f} GB/s")
     res = []
     for rows, width in ((1024, 65536), (256, 262144)):
