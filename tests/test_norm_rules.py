@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import opendnn.frontend as cudnn
-from _norm_cases import TRAINING, backward_graph, forward_graph, torch_stats
+from _norm_cases import TRAINING, backward_graph, forward_graph, param_shape, torch_stats
 from _util import check_engine, expect_error, run_reference
 from opendnn.engines.base import EngineConfig, Target
 from opendnn.engines.norm.engine import NormEngine, _coop_backward_knobs
@@ -260,3 +260,20 @@ def test_backward_one_read_choice_fills_the_sms(L, split, chunk, programs, prefe
     e = NormEngine()
     sup = e.check_config(g.op_graph, EngineConfig.make(e, **dataclasses.asdict(kn)), H100)
     assert sup.ok, sup.reason
+
+
+@pytest.mark.parametrize("kind,shape,groups,first", [
+    ("layernorm", (2048, 65536), 1, (4, 2)),          # one read from 65536, next row first
+    ("rmsnorm", (512, 262144), 1, (4, 1)),            # 16 chunks: PREFETCH=1
+    ("groupnorm", (4, 64, 128, 128), 8, (4, 1)),      # PREFETCH=2 measured on layer / RMS only
+    ("instancenorm", (4, 64, 256, 256), 1, (2, 0)),   # 65536-long rows keep the two loops
+])
+def test_forward_first_choice_on_an_h100(kind, shape, groups, first):
+    x = torch.empty(shape, dtype=torch.bfloat16)
+    if len(shape) == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+    w = torch.empty(param_shape(kind, shape), dtype=torch.bfloat16)
+    g, _, _ = forward_graph(kind, x, w, w if kind != "rmsnorm" else None, 1e-5, groups)
+    g.validate()
+    kn = NormEngine().configs(g.op_graph, H100)[0].knob_dict
+    assert (kn["PATH"], kn["PREFETCH"]) == first, kn

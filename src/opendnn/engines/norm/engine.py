@@ -165,10 +165,13 @@ def _coop_knobs(a: Analysis, target: Target) -> NormKnobs | None:
         return _coop_backward_knobs(p.L, target.num_sms)
     block, warps, per_sm = 16384, 8, 1
     split = -(-p.L // block)
-    if p.L < 65536 or split > COOP_MAX_SPLIT:
+    # from 65536 measured for layer / RMS norm only (session 12); instance / group norm
+    # rows (strided when channels-last) keep the earlier threshold
+    if p.L < (65536 if p.G == 1 and p.S == 1 else 131072) or split > COOP_MAX_SPLIT:
         return None
+    plain = p.G == 1 and p.S == 1          # layer / RMS norm: what PREFETCH=2 was measured on
     return NormKnobs(4, block, 1, split, (per_sm * target.num_sms // split) * split, warps,
-                     _prefetch(split, p.L % block == 0))
+                     _prefetch(split, p.L % block == 0 and plain))
 
 
 def _prefetch(split: int, full: bool) -> int:
