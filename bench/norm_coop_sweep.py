@@ -4,7 +4,7 @@ against the engine's heuristic choice in the same run (issue 4's goals: forward 
 TB/s at 262144, backward >= 2.4). Each config's Y / DX is checked against PyTorch.
 Run (GPU): PYTHONPATH=src python bench/norm_coop_sweep.py [quick] [8192: backward at
 8192 x 8192, 2-4 chunks a row, against the heuristic's one-pass plan] [chunk: chunks shorter
-than their tile, and PREFETCH=2]"""
+than their tile, and PREFETCH=2] [bwd: the backward only] [262144: that width only]"""
 import sys
 
 import torch
@@ -22,9 +22,8 @@ SHORT = [(4096, 8, 1, 1), (4096, 4, 1, 2), (2048, 4, 1, 2), (2048, 8, 1, 2), (20
 # session 12: (block, warps, prefetch, per_sm, chunk); chunks below the tile let SPLIT x
 # groups fill all 132 SMs (262144: 33 x 4); PREFETCH 2 loads the next row first
 CHUNKS = {65536: [(8192, 8, 1, 1), (8192, 8, 2, 1)],
-          262144: [(8192, 8, 1, 1, 7944), (8192, 8, 2, 1, 7944), (4096, 4, 2, 2),
-                   (8192, 8, 2, 1), (8192, 8, 1, 1), (4096, 8, 2, 2), (4096, 8, 1, 2),
-                   (8192, 8, 1, 1, 8000), (8192, 8, 1, 1, 8064), (8192, 8, 1, 1, 8128)]}
+          262144: [(8192, 8, 1, 1, 7944), (8192, 8, 2, 1, 7944), (8192, 8, 1, 1, 8128),
+                   (8192, 8, 2, 1, 8128), (8192, 8, 2, 1, 8064)]}
 FWD_CHUNKS = [(16384, 8, 1, 1), (16384, 8, 2, 1)]     # PREFETCH 2: the next row loaded first
 QUICK = [(4096, 8, 1, 2), (4096, 4, 1, 2), (8192, 16, 1, 1), (8192, 8, 1, 1),
          (8192, 8, 0, 1), (8192, 8, 0, 2), (16384, 8, 1, 1), (16384, 8, 0, 2)]
@@ -97,6 +96,8 @@ def main():
             for bwd in (False, True) if L != 8192 else (True,):
                 nb = (3 if bwd else 2) * x.numel() * 2
                 want = want_dx if bwd else want_y
+                if "chunk" in sys.argv and "bwd" in sys.argv and not bwd:
+                    continue
                 grid = [None] + (SHORT if L == 8192 else
                                  (CHUNKS[L] if bwd else FWD_CHUNKS) if "chunk" in sys.argv else
                                  QUICK if quick or L == 65536 else GRID)
