@@ -50,6 +50,20 @@ def finish(P, Y, N: tl.constexpr, SPLIT: tl.constexpr, BC: tl.constexpr):
     tl.store(Y + cols, acc)
 
 
+@triton.jit
+def tile_sum(X, cb, rs, N: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+              ROWS: tl.constexpr, SPLIT: tl.constexpr):
+    """Column sums of column block ``cb`` over the row blocks rs, rs + SPLIT, ... (BR x BC
+    tiles, ROWS rows in all): probe 4's interleaved slices."""
+    cols = cb * BC + tl.arange(0, BC)
+    ptrs = X + (rs * BR + tl.arange(0, BR))[:, None].to(tl.int64) * N + cols[None, :]
+    acc = tl.zeros([BR, BC], tl.float32)
+    for _ in range(0, ROWS, BR):
+        acc += tl.load(ptrs, eviction_policy="evict_first").to(tl.float32)
+        ptrs += BR * SPLIT * N
+    return tl.sum(acc, 0)
+
+
 def main():
     triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8,
                                                                  device="cuda"))

@@ -16,7 +16,7 @@ import triton.language as tl
 from triton.testing import do_bench
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from colsum_probe import finish  # noqa: E402  (the partials' sum, shared by the probes)
+from colsum_probe import finish, tile_sum  # noqa: E402  (shared by the probes)
 from probe_common import copy_gbs  # noqa: E402
 
 
@@ -26,12 +26,7 @@ def ipart(X, P, N: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
     cb = tl.program_id(0)
     rs = tl.program_id(1)
     cols = cb * BC + tl.arange(0, BC)
-    ptrs = X + (rs * BR + tl.arange(0, BR))[:, None].to(tl.int64) * N + cols[None, :]
-    acc = tl.zeros([BR, BC], tl.float32)
-    for _ in range(0, ROWS, BR):
-        acc += tl.load(ptrs, eviction_policy="evict_first").to(tl.float32)
-        ptrs += BR * SPLIT * N
-    tl.store(P + rs * N + cols, tl.sum(acc, 0))
+    tl.store(P + rs * N + cols, tile_sum(X, cb, rs, N, BR, BC, ROWS, SPLIT))
 
 
 @triton.jit
@@ -40,12 +35,7 @@ def lastpart(X, P, Y, C, N: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
     cb = tl.program_id(0)
     rs = tl.program_id(1)
     cols = cb * BC + tl.arange(0, BC)
-    ptrs = X + (rs * BR + tl.arange(0, BR))[:, None].to(tl.int64) * N + cols[None, :]
-    acc = tl.zeros([BR, BC], tl.float32)
-    for _ in range(0, ROWS, BR):
-        acc += tl.load(ptrs, eviction_policy="evict_first").to(tl.float32)
-        ptrs += BR * SPLIT * N
-    tl.store(P + rs * N + cols, tl.sum(acc, 0))
+    tl.store(P + rs * N + cols, tile_sum(X, cb, rs, N, BR, BC, ROWS, SPLIT))
     tl.debug_barrier()
     old = tl.atomic_add(C + cb, 1, sem="acq_rel")
     if old % SPLIT == SPLIT - 1:

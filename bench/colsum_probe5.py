@@ -21,7 +21,7 @@ from triton.testing import do_bench
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from colsum_probe import finish  # noqa: E402  (the partials' sum, shared by the probes)
-from probe_common import copy_gbs  # noqa: E402
+from probe_common import colsum_input  # noqa: E402
 
 
 @triton.jit
@@ -54,14 +54,10 @@ def tcsum(X, P, N: tl.constexpr, BK: tl.constexpr, BC: tl.constexpr, ROWS: tl.co
 def main():
     triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8,
                                                                  device="cuda"))
-    copy = copy_gbs()
     M = N = 8192
-    x = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
-    ref = x.double().sum(0).float()
-    nbytes = x.numel() * 2
+    copy, x, ref, nbytes = colsum_input(M, N)
     tms = do_bench(lambda: x.sum(0, dtype=torch.float32), return_mode="median")
-    print(f"copy {copy:.0f} GB/s (1 GiB float32, as the bench); torch colsum "
-          f"{nbytes / tms / 1e6:.0f} GB/s")
+    print(f"torch colsum {nbytes / tms / 1e6:.0f} GB/s")
     y = torch.empty(N, device="cuda")
     res = []
     cfgs = []

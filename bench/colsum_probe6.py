@@ -23,19 +23,8 @@ import triton.language as tl
 from triton.testing import do_bench
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from probe_common import copy_gbs  # noqa: E402
-
-
-@triton.jit
-def _tile_sum(X, cb, rs, N: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
-              ROWS: tl.constexpr, SPLIT: tl.constexpr):
-    cols = cb * BC + tl.arange(0, BC)
-    ptrs = X + (rs * BR + tl.arange(0, BR))[:, None].to(tl.int64) * N + cols[None, :]
-    acc = tl.zeros([BR, BC], tl.float32)
-    for _ in range(0, ROWS, BR):
-        acc += tl.load(ptrs, eviction_policy="evict_first").to(tl.float32)
-        ptrs += BR * SPLIT * N
-    return tl.sum(acc, 0)
+from colsum_probe import tile_sum  # noqa: E402  (shared by the probes)
+from probe_common import colsum_input  # noqa: E402
 
 
 @triton.jit
@@ -43,7 +32,7 @@ def atom(X, Y, N: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, ROWS: tl.con
          SPLIT: tl.constexpr):
     cb = tl.program_id(0)
     rs = tl.program_id(1)
-    s = _tile_sum(X, cb, rs, N, BR, BC, ROWS, SPLIT)
+    s = tile_sum(X, cb, rs, N, BR, BC, ROWS, SPLIT)
     tl.atomic_add(Y + cb * BC + tl.arange(0, BC), s, sem="relaxed")
 
 
@@ -52,7 +41,7 @@ def tma(X, Y, N: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, ROWS: tl.cons
         SPLIT: tl.constexpr):
     cb = tl.program_id(0)
     rs = tl.program_id(1)
-    s = _tile_sum(X, cb, rs, N, BR, BC, ROWS, SPLIT)
+    s = tile_sum(X, cb, rs, N, BR, BC, ROWS, SPLIT)
     W: tl.constexpr = 256 if BC > 256 else BC
     d = tl.make_tensor_descriptor(Y, shape=[N // W, W], strides=[W, 1],
                                   block_shape=[BC // W, W])
@@ -64,7 +53,7 @@ def last(X, A, Y, C, N: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
          ROWS: tl.constexpr, SPLIT: tl.constexpr):
     cb = tl.program_id(0)
     rs = tl.program_id(1)
-    s = _tile_sum(X, cb, rs, N, BR, BC, ROWS, SPLIT)
+    s = tile_sum(X, cb, rs, N, BR, BC, ROWS, SPLIT)
     cols = cb * BC + tl.arange(0, BC)
     tl.atomic_add(A + cols, s, sem="relaxed")
     tl.debug_barrier()   # every thread's adds precede the counter's release
@@ -92,12 +81,8 @@ def _configs(M, N):
 def main():
     triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8,
                                                                  device="cuda"))
-    copy = copy_gbs()
     M = N = 8192
-    x = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
-    ref = x.double().sum(0).float()
-    nbytes = x.numel() * 2
-    print(f"copy {copy:.0f} GB/s (1 GiB float32, as the bench)")
+    copy, x, ref, nbytes = colsum_input(M, N)
     y = torch.empty(N, device="cuda")
     acc = torch.zeros(N, device="cuda")
     cfgs = _configs(M, N)

@@ -18,7 +18,7 @@ from triton.testing import do_bench
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from colsum_probe import finish  # noqa: E402  (the partials' sum, shared by the probes)
-from probe_common import copy_gbs  # noqa: E402
+from probe_common import colsum_input  # noqa: E402
 
 
 @triton.jit
@@ -37,12 +37,8 @@ def rpart(X, P, N: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, K: tl.const
 
 
 def main():
-    copy = copy_gbs()
     M = N = 8192
-    x = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
-    ref = x.double().sum(0).float()
-    nbytes = x.numel() * 2
-    print(f"copy {copy:.0f} GB/s (1 GiB float32, as the bench)")
+    copy, x, ref, nbytes = colsum_input(M, N)
     y = torch.empty(N, device="cuda")
     res = []
     for br, bc, split in ((32, 64, 8), (16, 64, 8), (16, 128, 8), (2, 1024, 128),

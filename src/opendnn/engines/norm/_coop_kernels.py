@@ -118,9 +118,11 @@ def _loop(p: Problem, kn, loads: dict, row_names: list, prefetch: int,
     names = sorted({n for v in loads.values() for n in ([v] if isinstance(v, str) else v)})
     if prefetch:
         L += _next_offsets(p, "grp", names, IND) + _fetch(p, loads, "n", "grp", IND)
-    nxt = {f"{v}_next": n for v, n in loads.items()}
-    fetch_next = [f"{IND2}nrow = row + {groups}"] + _next_offsets(p, "nrow", names, IND2) + \
-        _fetch(p, nxt, "n", "nrow", IND2)
+    fetch_next = []
+    if prefetch:
+        nxt = {f"{v}_next": n for v, n in loads.items()}
+        fetch_next = [f"{IND2}nrow = row + {groups}"] + \
+            _next_offsets(p, "nrow", names, IND2) + _fetch(p, nxt, "n", "nrow", IND2)
     L.append(f"{IND}for row in range(grp, {p.R}, {groups}):")
     L += p.row_offsets("row", row_names, IND2)
     L.append(f"{IND2}tag = row + 1")
