@@ -149,3 +149,36 @@ def test_dq_knob_and_backward_tma_rules(rng):
     g2.validate()
     assert "dQ kernel: 4 stages" in reason(g2, h100, BLOCK_M=16, BLOCK_N=16, num_stages=1,
                                            DQ_BLOCK_M=128, DQ_BLOCK_N=128, DQ_STAGES=4)
+
+
+def _first_choice(backward: bool, s: int, d: int, causal: bool) -> dict:
+    """The heuristic's first config on an H100 for B=4, H=16, S=s, head dim d, bf16."""
+    import opendnn.frontend as cudnn
+    h100 = Target(device="cuda", name="H100", capability=(9, 0), num_sms=132)
+    g = cudnn.pygraph()
+    q, k, v, o, do = (g.tensor([4, 16, s, d], data_type=cudnn.data_type.BFLOAT16)
+                      for _ in range(5))
+    band = dict(attn_scale=0.125, diagonal_band_right_bound=0 if causal else None)
+    if backward:
+        st = g.tensor([4, 16, s, 1], data_type=cudnn.data_type.FLOAT)
+        for t in g.sdpa_backward(q, k, v, o, do, st, **band):
+            t.set_output(True)
+    else:
+        g.sdpa(q, k, v, generate_stats=False, **band)[0].set_output(True)
+    g.validate()
+    return AttentionEngine().configs(g.op_graph, h100)[0].knob_dict
+
+
+@pytest.mark.parametrize("backward,s,d,causal,tile", [
+    (False, 4096, 128, False, (128, 64, 8, 3)), (False, 4096, 128, True, (64, 64, 4, 3)),
+    (False, 1024, 64, False, (64, 64, 4, 3)), (False, 4096, 64, False, (128, 64, 4, 3)),
+    (False, 4096, 64, True, (64, 64, 4, 4)), (False, 16384, 64, True, (128, 64, 8, 4)),
+    (True, 4096, 128, False, (64, 64, 4, 2)), (True, 4096, 128, True, (32, 64, 4, 4)),
+    (True, 4096, 64, False, (32, 128, 4, 3)), (True, 16384, 64, True, (32, 64, 4, 4))])
+def test_h100_first_choices(backward, s, d, causal, tile):
+    """The tiles the H100 sweeps chose (bench/notes/attention.md, sessions 9-13)."""
+    kn = _first_choice(backward, s, d, causal)
+    assert (kn["BLOCK_M"], kn["BLOCK_N"], kn["num_warps"], kn["num_stages"]) == tile, kn
+    if backward:
+        assert (kn["DQ_BLOCK_M"], kn["DQ_BLOCK_N"]) == (128, 64), kn
+        assert kn["DQ_WARPS"] == (4 if d == 64 and not causal else 8), kn

@@ -60,6 +60,42 @@ class AttnKnobs:
             num_stages=self.DQ_STAGES or self.num_stages)
 
 
+def _forward_tiles(p: K.Problem) -> list[AttnKnobs]:
+    """The forward's configs, first choice first. bench/attention_probe.py (H100, D=128
+    bf16): 128 x 64 with 8 warps best for long non-causal rows (504 TFLOP/s at S=4096), 64
+    x 64 with 4 warps for short or masked ones (457 causal at 4096, 400 at 1024). Head dim
+    64 (bench/attention_bwd_sweep.py d64 fwd, session 13): at S=16384 128 x 64 with 8
+    warps and 4 stages, 430 / 425 TFLOP/s non-causal / causal against 406 / 393 for 64 x
+    64 (but 319 at S=4096 non-causal); at S=4096 128 x 64 with 4 warps non-causal (417
+    against 411), 64 x 64 with 4 stages causal (365 against 359)."""
+    causal = p.right is not None
+    if max(p.D, p.DV) <= 64 and p.SQ >= 2048:
+        first = (AttnKnobs(128, 64, 8, 4) if p.SQ >= 8192 else
+                 AttnKnobs(64, 64, 4, 4) if causal else AttnKnobs(128, 64, 4, 3))
+        return [first, AttnKnobs(64, 64, 4, 3), AttnKnobs(128, 64, 8, 3)]
+    out = [AttnKnobs(128, 64, 8, 3), AttnKnobs(64, 64, 4, 3)]
+    return out if p.SQ >= 2048 and not causal and p.D > 64 else out[::-1]
+
+
+def _backward_tiles(p: K.Problem) -> list[AttnKnobs]:
+    """The backward's configs, first choice first. bench/attention_bwd_sweep.py (H100,
+    S=4096, D=128): dK / dV on 64 x 64 tiles with 4 warps, 2 stages, dQ on 128 x 64 with 8
+    warps, 3 stages: 400-402 / 351 TFLOP/s non-causal / causal (399 / 340 with dQ on the 64
+    x 64 tiles). Session 13 (d64 / d128, S=4096 and 16384, two runs): 32-row query tiles
+    pay where the dK / dV accumulators leave room -- causal, 32 x 64 with 4 stages (head
+    dim 128: 362 / 415 against 357 / 406; 64: 295-305 / 332-345 against 276-277 /
+    315-328); head dim 64 non-causal, 32 x 128 with dQ on 4 warps (360-364 / 370-384
+    against 333-335 / 351-352). The atomic-dQ variant is not listed: 197 with per-element
+    atomics, 384 with TMA bulk reductions (64 x 128, 8 warps, 3 stages)."""
+    dq8 = dict(DQ_BLOCK_M=128, DQ_BLOCK_N=64, DQ_WARPS=8, DQ_STAGES=3)
+    out = [AttnKnobs(64, 64, 4, 2, **dq8), AttnKnobs(64, 64, 4, 2), AttnKnobs(64, 64, 4, 3)]
+    if p.right is not None and max(p.D, p.DV) <= 128:
+        out.insert(0, AttnKnobs(32, 64, 4, 4, **dq8))
+    elif max(p.D, p.DV) <= 64:
+        out.insert(0, AttnKnobs(32, 128, 4, 3, **{**dq8, "DQ_WARPS": 4}))
+    return out
+
+
 def _strides(d, n: int = 4) -> tuple:
     """Strides of ``d`` with 0 for size-one dims (a broadcast bias / statistic)."""
     return tuple(0 if size == 1 else st for size, st in zip(d.dims, d.strides))[:n]
@@ -205,21 +241,9 @@ class AttentionEngine(Engine):
         if not target.is_cuda:
             out = [AttnKnobs(16, 16, 4, 1)]
         elif fwd:
-            # bench/attention_probe.py (H100, D=128 bf16): 128 x 64 with 8 warps best for
-            # long non-causal rows (504 TFLOP/s at S=4096), 64 x 64 with 4 warps for short
-            # or masked ones (457 causal at 4096, 400 at 1024)
-            big = p.SQ >= 2048 and p.right is None and p.D > 64
-            out = [AttnKnobs(128, 64, 8, 3), AttnKnobs(64, 64, 4, 3)]
-            if not big:
-                out.reverse()
+            out = _forward_tiles(p)
         else:
-            # bench/attention_bwd_sweep.py (H100, S=4096, D=128): dK / dV on 64 x 64 tiles
-            # with 4 warps, 2 stages, dQ on 128 x 64 with 8 warps, 3 stages: 400-402 / 351
-            # TFLOP/s non-causal / causal (399 / 340 with dQ on the 64 x 64 tiles). The
-            # atomic-dQ variant is not listed: 197 with per-element atomics, 384 with TMA
-            # bulk reductions (64 x 128, 8 warps, 3 stages)
-            out = [AttnKnobs(64, 64, 4, 2, DQ_BLOCK_M=128, DQ_BLOCK_N=64, DQ_WARPS=8,
-                             DQ_STAGES=3), AttnKnobs(64, 64, 4, 2), AttnKnobs(64, 64, 4, 3)]
+            out = _backward_tiles(p)
         if target.is_cuda:
             out = [_fit(p, kn, fwd) for kn in out]
             out = [kn if kn.dq() == kn else _fit_dq(p, kn) for kn in out]
