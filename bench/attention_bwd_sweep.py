@@ -4,7 +4,7 @@ atomic-dQ variant (TMA=1: one bulk reduction per tile) and the split with the dQ
 on its own tiles, against PyTorch's cuDNN backend in the same run; gradients checked
 against the cuDNN backend's. Run (GPU): PYTHONPATH=src python bench/attention_bwd_sweep.py
 [d64 | d128: that head dim, S 4096 and 16384, 32-row query tiles, wider key tiles (session
-13) [fwd: forward tiles too]]"""
+13) [fwd: forward tiles too (with Stats) [nobwd: forward only, S 4096 / 8192 / 16384]]]"""
 import math
 import sys
 
@@ -59,11 +59,12 @@ def forward(B, H, S, D, causal):
     for kn in FWD:
         g = cudnn.pygraph()
         tq, tk, tv = (g.tensor_like(x) for x in (q, k, v))
-        o, _ = g.sdpa(tq, tk, tv, generate_stats=False, attn_scale=1 / math.sqrt(D),
+        o, st = g.sdpa(tq, tk, tv, generate_stats=True, attn_scale=1 / math.sqrt(D),
                       diagonal_band_right_bound=0 if causal else None)
         o.set_output(True)
+        st.set_output(True)       # the training forward, as the bench family times it
         out = torch.empty_like(q)
-        pack = {tq: q, tk: k, tv: v, o: out}
+        pack = {tq: q, tk: k, tv: v, o: out, st: torch.empty(B, H, S, 1, device="cuda")}
         ws0 = torch.empty(1, device="cuda", dtype=torch.uint8)
         try:
             g.validate()
@@ -87,11 +88,12 @@ def main():
     for d, configs in ((64, D64), (128, D128)):
         if f"d{d}" not in sys.argv:
             continue
-        for S in (4096, 16384):
+        for S in (4096, 8192, 16384) if "nobwd" in sys.argv else (4096, 16384):
             for causal in (False, True):
                 if "fwd" in sys.argv:
                     forward(B, H, S, d, causal)
-                backward(B, H, S, d, causal, configs)
+                if "nobwd" not in sys.argv:
+                    backward(B, H, S, d, causal, configs)
     if "d64" in sys.argv or "d128" in sys.argv:
         return
     for causal in (False, True):

@@ -171,8 +171,8 @@ def _first_choice(backward: bool, s: int, d: int, causal: bool) -> dict:
 
 @pytest.mark.parametrize("backward,s,d,causal,tile", [
     (False, 4096, 128, False, (128, 64, 8, 3)), (False, 4096, 128, True, (64, 64, 4, 3)),
-    (False, 1024, 64, False, (64, 64, 4, 3)), (False, 4096, 64, False, (128, 64, 4, 3)),
-    (False, 4096, 64, True, (64, 64, 4, 4)), (False, 16384, 64, True, (128, 64, 8, 4)),
+    (False, 1024, 64, False, (64, 64, 4, 3)), (False, 4096, 64, False, (64, 64, 4, 3)),
+    (False, 8192, 64, False, (128, 64, 8, 3)), (False, 16384, 64, True, (128, 64, 4, 4)),
     (True, 4096, 128, False, (64, 64, 4, 2)), (True, 4096, 128, True, (32, 64, 4, 4)),
     (True, 4096, 64, False, (32, 128, 4, 3)), (True, 16384, 64, True, (32, 64, 4, 4))])
 def test_h100_first_choices(backward, s, d, causal, tile):

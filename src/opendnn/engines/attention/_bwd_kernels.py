@@ -27,7 +27,7 @@ import dataclasses
 from ..dropout._kernels import PHILOX_HELPER
 from ..fusion._codegen import COMBINE_HELPERS, TL_TYPE
 from ._kernels import (LOG2E, Problem, _off, _pow2, bias_term, dropout_keep, dropout_setup,
-                       keep_expr, lengths)
+                       keep_expr, lengths, query_tile)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +60,7 @@ def _head(name: str, p: Problem, params: list, kv_program: bool) -> list[str]:
     bd, bdv = max(16, _pow2(p.D)), max(16, _pow2(p.DV))
     L = [COMBINE_HELPERS, PHILOX_HELPER if p.dropout else "", "@triton.jit",
          f"def {name}({', '.join(params)}):",
-         f"{I}pid = tl.program_id(0)",
+         f"{I}pid = {'tl.program_id(0)' if kv_program else query_tile(p)}",
          f"{I}bh = tl.program_id(1)"]
     if kv_program:     # bh indexes (b, K / V head)
         L += [f"{I}b = bh // {p.HKV}", f"{I}hk = bh % {p.HKV}"]

@@ -195,6 +195,14 @@ def _fwd_step(p: Problem, kn, masked: bool, interpret: bool, tma: bool, dt: str,
     return L
 
 
+def query_tile(p: Problem) -> str:
+    """The program's query tile. With a right band bound (causal) a later tile sees more
+    keys, so the grid runs tiles last to first: the longest start first and the wave's
+    tail is short ones."""
+    return ("tl.num_programs(0) - 1 - tl.program_id(0)" if p.right is not None else
+            "tl.program_id(0)")
+
+
 def fwd_source(name: str, p: Problem, kn, interpret: bool) -> str:
     """The forward kernel (grid: (ceil(S_q / BLOCK_M), B H)). ``interpret``: dots in
     float32 (Triton 3.6's interpreter gets low-precision dots wrong). ``kn.TMA``: Q / K / V
@@ -207,7 +215,7 @@ def fwd_source(name: str, p: Problem, kn, interpret: bool) -> str:
     pid = "tl.program_id(1).to(tl.int64)" if p.big else "tl.program_id(1)"
     L = [COMBINE_HELPERS, PHILOX_HELPER if p.dropout else "", "@triton.jit",
          f"def {name}({', '.join(p.params())}):",
-         f"{I}pid_m = tl.program_id(0)",
+         f"{I}pid_m = {query_tile(p)}",
          f"{I}bh = {pid}",
          f"{I}b = bh // {p.H}",
          f"{I}h = bh % {p.H}",

@@ -64,15 +64,14 @@ def _forward_tiles(p: K.Problem) -> list[AttnKnobs]:
     """The forward's configs, first choice first. bench/attention_probe.py (H100, D=128
     bf16): 128 x 64 with 8 warps best for long non-causal rows (504 TFLOP/s at S=4096), 64
     x 64 with 4 warps for short or masked ones (457 causal at 4096, 400 at 1024). Head dim
-    64 (bench/attention_bwd_sweep.py d64 fwd, session 13): at S=16384 128 x 64 with 8
-    warps and 4 stages, 430 / 425 TFLOP/s non-causal / causal against 406 / 393 for 64 x
-    64 (but 319 at S=4096 non-causal); at S=4096 128 x 64 with 4 warps non-causal (417
-    against 411), 64 x 64 with 4 stages causal (365 against 359)."""
+    64 with Stats (bench/attention_bwd_sweep.py d64 fwd nobwd, session 13): from S=8192
+    128 x 64 tiles, non-causal with 8 warps (427 / 433 TFLOP/s at 8192 / 16384 against 387
+    for 64 x 64), causal with 4 warps and 4 stages (383 / 405 against 376 / 377; 8 warps:
+    317 / 342); below 8192 64 x 64 stays best (419 / 362 at 4096)."""
     causal = p.right is not None
-    if max(p.D, p.DV) <= 64 and p.SQ >= 2048:
-        first = (AttnKnobs(128, 64, 8, 4) if p.SQ >= 8192 else
-                 AttnKnobs(64, 64, 4, 4) if causal else AttnKnobs(128, 64, 4, 3))
-        return [first, AttnKnobs(64, 64, 4, 3), AttnKnobs(128, 64, 8, 3)]
+    if max(p.D, p.DV) <= 64 and p.SQ >= 8192:
+        first = AttnKnobs(128, 64, 4, 4) if causal else AttnKnobs(128, 64, 8, 3)
+        return [first, AttnKnobs(64, 64, 4, 3)]
     out = [AttnKnobs(128, 64, 8, 3), AttnKnobs(64, 64, 4, 3)]
     return out if p.SQ >= 2048 and not causal and p.D > 64 else out[::-1]
 
