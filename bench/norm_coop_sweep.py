@@ -4,7 +4,8 @@ against the engine's heuristic choice in the same run (issue 4's goals: forward 
 TB/s at 262144, backward >= 2.4). Each config's Y / DX is checked against PyTorch.
 Run (GPU): PYTHONPATH=src python bench/norm_coop_sweep.py [quick] [8192: backward at
 8192 x 8192, 2-4 chunks a row, against the heuristic's one-pass plan] [chunk: chunks shorter
-than their tile, and PREFETCH=2] [bwd: the backward only] [262144: that width only]"""
+than their tile, and PREFETCH=2] [lag: the backward's late meeting] [bwd: the backward only]
+[262144: that width only]"""
 import sys
 
 import torch
@@ -24,6 +25,12 @@ SHORT = [(4096, 8, 1, 1), (4096, 4, 1, 2), (2048, 4, 1, 2), (2048, 8, 1, 2), (20
 CHUNKS = {65536: [(8192, 8, 1, 1), (8192, 8, 2, 1)],
           262144: [(8192, 8, 1, 1, 7944), (8192, 8, 2, 1, 7944), (8192, 8, 1, 1, 8128),
                    (8192, 8, 2, 1, 8128), (8192, 8, 2, 1, 8064)]}
+# session 13: (block, warps, prefetch, per_sm, chunk, lag): the meeting one step late
+LAGS = {65536: [(8192, 8, 2, 1, 0, 0)] + [(8192, 8, 0, 1, 0, g) for g in (1, 2)],
+        131072: [(8192, 8, p, 1, 0, 0) for p in (1, 2)] + [(8192, 8, 0, 1, 0, 2)],
+        262144: [(8192, 8, 1, 1, 7944, 0), (8192, 8, 1, 1, 0, 0)] +
+        [(b, w, 0, per, c, g) for g in (1, 2) for b, w, per, c in
+         ((8192, 8, 1, 7944), (8192, 8, 1, 0), (4096, 4, 2, 0))]}
 FWD_CHUNKS = [(16384, 8, 1, 1), (16384, 8, 2, 1)]     # PREFETCH 2: the next row loaded first
 QUICK = [(4096, 8, 1, 2), (4096, 4, 1, 2), (8192, 16, 1, 1), (8192, 8, 1, 1),
          (8192, 8, 0, 1), (8192, 8, 0, 2), (16384, 8, 1, 1), (16384, 8, 0, 2)]
@@ -78,7 +85,8 @@ def main():
     quick = "quick" in sys.argv
     res = []
     shapes = ((8192, 8192),) if "8192" in sys.argv else ((512, 262144),) if "262144" in \
-        sys.argv else ((512, 262144), (2048, 65536))
+        sys.argv else ((512, 262144), (2048, 65536)) + (((1024, 131072),) if "lag" in sys.argv
+                                                          else ())
     for R, L in shapes:
         x = torch.randn(R, L, device="cuda", dtype=torch.bfloat16)
         dy = torch.randn_like(x)
@@ -98,7 +106,9 @@ def main():
                 want = want_dx if bwd else want_y
                 if "chunk" in sys.argv and "bwd" in sys.argv and not bwd:
                     continue
-                grid = [None] + (SHORT if L == 8192 else
+                if "lag" in sys.argv and not bwd:
+                    continue
+                grid = [None] + (SHORT if L == 8192 else LAGS[L] if "lag" in sys.argv else
                                  (CHUNKS[L] if bwd else FWD_CHUNKS) if "chunk" in sys.argv else
                                  QUICK if quick or L == 65536 else GRID)
                 for cfg in grid:
@@ -106,12 +116,13 @@ def main():
                     if cfg is not None:
                         block, warps, pre, per = cfg[:4]
                         chunk = cfg[4] if len(cfg) > 4 else 0
+                        lag = cfg[5] if len(cfg) > 5 else 0
                         split = -(-L // (chunk or block))
                         if split > 64 or per * SMS < split or (bwd and block > 8192):
                             continue
                         kn = dict(PATH=4, BLOCK_L=block, BLOCK_ROWS=1, SPLIT=split,
                                   PROGRAMS=(per * SMS // split) * split, num_warps=warps,
-                                  PREFETCH=pre, CHUNK=chunk)
+                                  PREFETCH=pre, CHUNK=chunk, LAG=lag)
                     try:
                         fn, name, out = _run(kind, bwd, x, w, b, dy, mean, rstd, kn)
                         err = ((out.float() - want).abs().max() / want.abs().max()).item()
@@ -127,7 +138,7 @@ def main():
                           f"rel.err {err:.1e}", flush=True)
     print("\nbest (GB/s, kind, L, backward, (block, warps, prefetch, per_sm), rel.err):")
     for kind in ("layernorm", "rmsnorm"):
-        for L in (262144, 65536, 8192):
+        for L in (262144, 131072, 65536, 8192):
             for bwd in (False, True):
                 sel = [r for r in res if r[1] == kind and r[2] == L and r[3] == bwd]
                 heur = [r for r in sel if r[4] is None]

@@ -124,12 +124,14 @@ def test_fused_residual_layernorm_gelu(shape):
 
 
 @pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
-@pytest.mark.parametrize("rows,programs,prefetch,chunk", [
-    (29, 24, 1, 0), (29, 264, 0, 0), (3, 264, 1, 0), (29, 132, 1, 243), (29, 24, 2, 0)])
-def test_one_read_path_knobs(kind, rows, programs, prefetch, chunk):
+@pytest.mark.parametrize("rows,programs,prefetch,chunk,lag", [
+    (29, 24, 1, 0, 0), (29, 264, 0, 0, 0), (3, 264, 1, 0, 0), (29, 132, 1, 243, 0),
+    (29, 24, 2, 0, 0), (29, 24, 0, 0, 1), (29, 24, 0, 0, 2), (3, 264, 0, 0, 2),
+    (29, 132, 0, 243, 2)])
+def test_one_read_path_knobs(kind, rows, programs, prefetch, chunk, lag):
     """PATH=4 with 12 chunks of 256 (the last partial), few or more groups than rows,
     with and without PREFETCH (1 and 2), forward and backward; 12 chunks of 243 in 256
-    tiles."""
+    tiles; the backward's meeting a row late (LAG 1 and 2)."""
     shape, dt = (rows, 2900), torch.bfloat16
     x = (torch.randn(shape, device="cuda") * 2 + 0.5).to(dt)
     w, dy = torch.randn(1, 2900, device="cuda").to(dt), torch.randn(shape, device="cuda").to(dt)
@@ -137,8 +139,8 @@ def test_one_read_path_knobs(kind, rows, programs, prefetch, chunk):
     yref, grads = _grads(kind, x, w, b, dy, 1)
     mean, inv = torch_stats(kind, x.cpu(), w.cpu(), 1e-5, 1)
     knobs = dict(PATH=4, BLOCK_L=256, BLOCK_ROWS=1, SPLIT=12, PROGRAMS=programs,
-                 num_warps=4, PREFETCH=prefetch, CHUNK=chunk)
-    for bwd in (False, True):
+                 num_warps=4, PREFETCH=prefetch, CHUNK=chunk, LAG=lag)
+    for bwd in (False, True) if not lag else (True,):
         if bwd:
             g, feeds, outs = backward_graph(kind, dy, x, w, mean.float().cuda(),
                                             inv.float().cuda(), 1, has_dbias=b is not None)

@@ -107,7 +107,12 @@ BWD_CASES = ([c[:3] + (None,) for c in CASES if not (c[3] and c[3]["PATH"] in (3
               ("layernorm", (7, 37), None, dict(PATH=1, BLOCK_L=64, BLOCK_ROWS=2, SPLIT=1,
                                                 PROGRAMS=3, num_warps=4, PREFETCH=1)),
               ("rmsnorm", (9, 20), None, dict(PATH=1, BLOCK_L=32, BLOCK_ROWS=1, SPLIT=1,
-                                              PROGRAMS=2, num_warps=4, PREFETCH=1))])
+                                              PROGRAMS=2, num_warps=4, PREFETCH=1)),
+              # the one-read meeting one row late, loading at the top of the step or ahead
+              ("layernorm", (7, 37), None, dict(COOP, PREFETCH=0, LAG=1)),
+              ("rmsnorm", (5, 33), None, dict(COOP, PREFETCH=0, LAG=2)),
+              ("layernorm", (4, 6, 2, 3), (1,), dict(COOP, BLOCK_L=8, PREFETCH=0, LAG=2)),
+              ("layernorm", (1, 37), None, dict(COOP, PREFETCH=0, LAG=2))])
 
 
 @pytest.mark.parametrize("case", BWD_CASES, ids=[f"{c[0]}{i}" for i, c in enumerate(BWD_CASES)])

@@ -178,6 +178,7 @@ COOP = dict(PATH=4, BLOCK_L=8, BLOCK_ROWS=1, SPLIT=5, PROGRAMS=10, num_warps=4, 
     (dict(PATH=2, BLOCK_L=64, BLOCK_ROWS=1, SPLIT=1, PROGRAMS=1, num_warps=4, CHUNK=40),
      H100, "CHUNK=40 is a knob of PATH=4"),
     (dict(COOP, CHUNK=6, SPLIT=5), H100, "SPLIT must be the row's chunks (7)"),
+    (dict(COOP, PREFETCH=0, LAG=1), H100, "LAG=1 is a knob of the backward's PATH=4"),
 ])
 def test_one_read_path_declines_configs_with_a_reason(knobs, target, reason):
     g, _, _ = forward_graph("layernorm", torch.ones(3, 37), torch.ones(1, 37),
@@ -186,6 +187,21 @@ def test_one_read_path_declines_configs_with_a_reason(knobs, target, reason):
     e = NormEngine()
     sup = e.check_config(g.op_graph, EngineConfig.make(e, **knobs), target)
     assert not sup.ok and reason in sup.reason, sup.reason
+
+
+def test_lag_is_a_backward_knob_without_prefetch(rng):
+    x, w = rng.rand((3, 37)), rng.rand((1, 37))
+    mean, inv = (t.float() for t in torch_stats("layernorm", x, w))
+    g, _, _ = backward_graph("layernorm", x, x, w, mean, inv)
+    g.validate()
+    e = NormEngine()
+    sup = e.check_config(g.op_graph, EngineConfig.make(e, **dict(COOP, LAG=2)), H100)
+    assert not sup.ok and "with PREFETCH=0 (LAG=2 loads ahead itself)" in sup.reason
+    for kn in (dict(PATH=1, BLOCK_L=64, BLOCK_ROWS=1, SPLIT=1, PROGRAMS=1, num_warps=4, LAG=1),
+               dict(PATH=2, BLOCK_L=64, BLOCK_ROWS=1, SPLIT=1, PROGRAMS=1, num_warps=4, LAG=2)):
+        sup = e.check_config(g.op_graph, EngineConfig.make(e, **kn), Target())
+        assert not sup.ok and f"LAG={kn['LAG']} is a knob of the backward's PATH=4" in \
+            sup.reason, sup.reason
 
 
 def test_one_read_path_takes_no_group_norm_backward(rng):
@@ -240,18 +256,19 @@ def test_prefetch_2_is_a_one_read_knob():
         "a knob of PATH=4" in sup.reason, sup.reason
 
 
-@pytest.mark.parametrize("L,split,chunk,programs,prefetch", [
-    (65536, 8, 0, 128, 2),          # 16 groups of 8 full chunks, the next row loaded first
-    (262144, 33, 7944, 132, 1),     # 4 groups of 33 chunks fill the 132 SMs (32 leave 4)
-    (100000, 13, 7696, 130, 1),     # equal chunks, not 12 full ones and a short last
+@pytest.mark.parametrize("L,split,chunk,programs,prefetch,lag", [
+    (65536, 8, 0, 128, 2, 0),       # 16 groups of 8 full chunks, the next row loaded first
+    (262144, 32, 0, 128, 0, 2),     # 4 groups of 32 full chunks, the meeting a row late
+    (200000, 26, 7696, 130, 1, 0),  # chunks not all full: the earlier choice
+    (100000, 13, 7696, 130, 1, 0),  # equal chunks, not 12 full ones and a short last
 ])
-def test_backward_one_read_choice_fills_the_sms(L, split, chunk, programs, prefetch):
+def test_backward_one_read_choice_fills_the_sms(L, split, chunk, programs, prefetch, lag):
     """The backward's one-read config keeps the most rows in flight (groups = SMs // SPLIT),
-    then the most programs; PREFETCH=2 only with few, full chunks. The engine accepts it
-    for an H100 and its chunks cover L."""
+    then the most programs; PREFETCH=2 with few full chunks, LAG=2 with many. The engine
+    accepts it for an H100 and its chunks cover L."""
     kn = _coop_backward_knobs(L, 132)
-    assert (kn.SPLIT, kn.CHUNK, kn.PROGRAMS, kn.BLOCK_L, kn.PREFETCH) == \
-        (split, chunk, programs, 8192, prefetch)
+    assert (kn.SPLIT, kn.CHUNK, kn.PROGRAMS, kn.BLOCK_L, kn.PREFETCH, kn.LAG) == \
+        (split, chunk, programs, 8192, prefetch, lag)
     assert (kn.CHUNK or kn.BLOCK_L) * kn.SPLIT >= L > (kn.CHUNK or kn.BLOCK_L) * (split - 1)
     x = torch.ones(2, L)
     g, _, _ = backward_graph("layernorm", x, x, torch.ones(1, L), torch.ones(2, 1),

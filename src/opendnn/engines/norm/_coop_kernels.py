@@ -38,9 +38,11 @@ def chunk(kn) -> int:
 
 
 def partial_floats(p: Problem, kn) -> int:
-    """Float32 words of the tagged partials [R, SPLIT, 2] (int64 each): the kernel that
-    zeroes them before each run covers this many."""
-    return p.R * kn.SPLIT * 2 * 2
+    """Float32 words of the tagged partials [R (+ groups with LAG), SPLIT, 2] (int64
+    each): the kernel that zeroes them before each run covers this many. LAG's last step
+    publishes a row past the last (zeros) into the spare rows."""
+    rows = p.R + (kn.PROGRAMS // kn.SPLIT if getattr(kn, "LAG", 0) else 0)
+    return rows * kn.SPLIT * 2 * 2
 
 
 def params_offset(p: Problem, kn) -> int:
@@ -101,10 +103,11 @@ def _partials(sp: int, a: str, b: str | None, indent: str) -> list[str]:
     return out + (publish("WSI", f"(row * {sp} + sl) * 2 + 1", b, "tag", indent) if b else [])
 
 
-def _poll(sp: int, words: int, reduce: str, outs: list, indent: str) -> list[str]:
+def _poll(sp: int, words: int, reduce: str, outs: list, indent: str,
+          row: str = "row", tag: str = "tag") -> list[str]:
     """Wait for the row's SPLIT chunks (``words`` per chunk), combining them (``poll``)."""
-    slots = [f"(row * {sp} + kk) * 2 + {k}" for k in range(words)]
-    return poll("WSI", slots, "kmask", "tag", reduce, outs, indent)
+    slots = [f"({row} * {sp} + kk) * 2 + {k}" for k in range(words)]
+    return poll("WSI", slots, "kmask", tag, reduce, outs, indent)
 
 
 def _loop(p: Problem, kn, loads: dict, row_names: list, prefetch: int,
@@ -198,10 +201,72 @@ def bwd_source(name: str, p: Problem, kn, rms: bool) -> str:
         I2 + store(p, "DX", False, f"rstd * (g{c2} - xh * c1)", "cmask", True)]
     row_names = [n for n in names if n != "SCALE"]
     loads = {"dy": ["DY"], "x": ["X"], "rstd": "INV_VARIANCE", **({} if rms else {"mean": "MEAN"})}
-    L += _loop(p, kn, loads, row_names, kn.PREFETCH, before, after)
+    if kn.LAG:
+        L += _lag_loop(p, kn, loads, row_names, before, rms)
+    else:
+        L += _loop(p, kn, loads, row_names, kn.PREFETCH, before, after)
     base = params_offset(p, kn)
     L += [f"{IND}out = WS + {base} + grp * {p.L} + cols",
           f"{IND}tl.store(out, dw, mask=cmask)",
           f"{IND}tl.store(out + {groups * p.L}, db, mask=cmask)"]
     return "\n".join(L) + "\n"
 
+
+
+def _lag_loop(p: Problem, kn, loads: dict, row_names: list, partials: list,
+              rms: bool) -> list[str]:
+    """The backward's row loop with the meeting one step late (LAG): step t computes and
+    publishes row t's partials, then waits for row t - 1's (published a whole step ago by
+    every program, so a program that ran a little behind no longer stalls the others) and
+    writes row t - 1's dx from its bf16 values, held since. LAG=1 loads row t at the top
+    of step t; LAG=2 loads it during step t - 1, before that step's wait (three rows
+    held). The last step publishes a row past the last (masked loads: zeros) into spare
+    rows of the workspace."""
+    sp, groups, I, I2 = kn.SPLIT, kn.PROGRAMS // kn.SPLIT, IND, IND2
+    vec = [v for v, n in loads.items() if not isinstance(n, str)]
+    stat = [v for v, n in loads.items() if isinstance(n, str)]
+    names = sorted({n for v in loads.values() for n in ([v] if isinstance(v, str) else v)})
+    ahead = kn.LAG == 2
+
+    def partial_lines(indent):     # row ``row``'s partials from ``<v>_raw`` and stats
+        out = [f"{indent}tag = row + 1"] + [f"{indent}{v} = {v}_raw.to(tl.float32)"
+                                            for v in vec]
+        return out + [indent + ln[len(I2):] for ln in partials]
+
+    def shift(indent):
+        return [f"{indent}p_{v} = {v}" for v in stat] + \
+            [f"{indent}p_{v}_raw = {v}_raw" for v in vec] + [f"{indent}prow = row"]
+
+    def fetch_next(indent):        # row + groups into ``<v>_next(_raw)``
+        nxt = {f"{v}_next": n for v, n in loads.items()}
+        return [f"{indent}nrow = row + {groups}"] + _next_offsets(p, "nrow", names, indent) + \
+            _fetch(p, nxt, "n", "nrow", indent)
+
+    c2 = "" if rms else " - c2"
+    xh = "p_x" if rms else "(p_x - p_mean)"
+    finish = [f"{I2}ptag = prow + 1"]
+    finish += _poll(sp, 2, "tl.reduce((_late, _v0, _v1), 0, _poll_add2)", ["c1", "c2"], I2,
+                    "prow", "ptag")
+    finish += [f"{I2}p_{v} = p_{v}_raw.to(tl.float32)" for v in vec]
+    finish += [re.sub(r"\boff_", "p_off_", ln) for ln in p.row_offsets("prow", ["DX"], I2)]
+    finish += [f"{I2}w = tl.load(SCALE + coff_SCALE, mask=cmask, other=0.0).to(tl.float32)",
+               f"{I2}p_xh = tl.where(cmask, {xh} * p_rstd, 0.0)",
+               f"{I2}c1 = c1 / {p.L}",
+               f"{I2}c2 = c2 / {p.L}",
+               I2 + store(p, "DX", False, f"p_rstd * (p_dy * w{c2} - p_xh * c1)", "cmask",
+                          True).replace("+ off_DX", "+ p_off_DX")]
+
+    L = [f"{I}row = grp"] + p.row_offsets("row", row_names, I) + _fetch(p, loads, "", "row", I)
+    L += partial_lines(I) + shift(I)
+    if ahead:
+        L += fetch_next(I)
+    L.append(f"{I}for row in range(grp + {groups}, {p.R + groups}, {groups}):")
+    if ahead:
+        L += [f"{I2}{v}_raw = {v}_next_raw" for v in vec] + \
+            [f"{I2}{v} = {v}_next" for v in stat]
+    else:
+        L += p.row_offsets("row", row_names, I2) + _fetch(p, loads, "", "row", I2)
+    L += partial_lines(I2)
+    if ahead:
+        L += fetch_next(I2)
+    return L + finish + shift(I2)
