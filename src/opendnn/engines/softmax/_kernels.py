@@ -121,7 +121,8 @@ def one_pass_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str
               f"{ind}m = tl.reduce(x, 1, _max_combine)",
               f"{ind}e = tl.exp(x - m[:, None])",
               f"{ind}s = tl.reduce(e, 1, _add_combine)"]
-        y = "x - m[:, None] - tl.log(s)[:, None]" if log else "e / s[:, None]"
+        # a reciprocal a row and a multiply an element, not a division an element
+        y = "x - m[:, None] - tl.log(s)[:, None]" if log else "e * (1.0 / s)[:, None]"
         L.append(ind + _store(p, "Y", "cols", y, "mask", True))
     return "\n".join(L) + "\n"
 
