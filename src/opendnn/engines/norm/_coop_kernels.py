@@ -10,7 +10,9 @@ there is no fence and no counter (a release fence would wait for the program's o
 output stores). It then loads the next row's chunk (PREFETCH=1: in flight while it waits),
 polls the row's SPLIT words until all carry the tag -- combining them in the same
 reduction that checks the tags (``fusion._codegen.poll``) -- and writes its chunk from
-registers: the input is read once. A tiny kernel zeroes the words before each run.
+registers: the input is read once. A tiny kernel zeroes the words before each run. The
+backward can meet a row late (LAG): it publishes row t's partials before waiting for
+row t - 1's, so a program a little behind the others no longer stalls them every row.
 
 Forward partials, chunk k of n_k elements: layer norm (mean m_k, M2_k = sum (x - m_k)^2,
 from registers, so no cancellation), combined pairwise as Chan et al. (n = n_a + n_b,
