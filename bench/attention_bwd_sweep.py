@@ -14,6 +14,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 import opendnn.frontend as cudnn
+from probe_common import planned  # bench/ (the script's folder)
 
 _SPLIT = dict(TMA=0, DQ_ATOMIC=0)
 _TMA_ATOMIC = dict(TMA=1, DQ_ATOMIC=1)
@@ -65,17 +66,12 @@ def forward(B, H, S, D, causal):
         st.set_output(True)       # the training forward, as the bench family times it
         out = torch.empty_like(q)
         pack = {tq: q, tk: k, tv: v, o: out, st: torch.empty(B, H, S, 1, device="cuda")}
-        ws0 = torch.empty(1, device="cuda", dtype=torch.uint8)
         try:
-            g.validate()
-            g.build_operation_graph()
-            g.create_execution_plan(40, kn)
-            g.check_support()
-            g.build_plans()
-            g.execute(pack, ws0)
+            fn = planned(g, 40, kn, pack)
+            fn()
             torch.cuda.synchronize()
             err = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
-            ms = do_bench(lambda: g.execute(pack, ws0))
+            ms = do_bench(fn)
         except Exception as e:   # noqa: BLE001 -- reported
             print(f"  {kn}: FAILED {str(e)[:100]}")
             continue
@@ -132,18 +128,12 @@ def backward(B, H, S, D, causal, configs):
         pack = {t["q"]: q, t["k"]: k, t["v"]: v, t["o"]: o, t["do"]: do, t["st"]: lse,
                 **dict(zip(grads, outs))}
         try:
-            g.validate()
-            g.build_operation_graph()
-            g.create_execution_plan(40, kn)
-            g.check_support()
-            g.build_plans()
-            ws = torch.empty(max(g.get_workspace_size(), 1), device="cuda",
-                             dtype=torch.uint8)
-            g.execute(pack, ws)
+            fn = planned(g, 40, kn, pack)
+            fn()
             torch.cuda.synchronize()
             err = max(((a.float() - b.float()).norm() / b.float().norm()).item()
                       for a, b in zip(outs, ref))
-            ms = do_bench(lambda: g.execute(pack, ws))
+            ms = do_bench(fn)
         except Exception as e:   # noqa: BLE001 -- reported
             print(f"  {kn}: FAILED {str(e)[:100]}")
             continue

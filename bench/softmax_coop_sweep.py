@@ -7,21 +7,13 @@ import torch
 from triton.testing import do_bench
 
 import opendnn.frontend as cudnn
+from probe_common import planned  # bench/ (the script's folder)
 
 SMS = torch.cuda.get_device_properties(0).multi_processor_count
 
 
 def _plan(g, pack, knobs):
-    g.validate()
-    g.build_operation_graph()
-    if knobs is None:
-        g.create_execution_plans([cudnn.heur_mode.A])
-    else:
-        g.create_execution_plan(25, knobs)
-    g.check_support()
-    g.build_plans()
-    ws = torch.empty(max(g.get_workspace_size(), 1), device="cuda", dtype=torch.uint8)
-    return lambda: g.execute(pack, ws)
+    return planned(g, 25, knobs, pack)
 
 
 def _want(x, y, dy, log, backward):

@@ -6,6 +6,7 @@ import torch
 from triton.testing import do_bench
 
 import opendnn.frontend as cudnn
+from probe_common import planned  # bench/ (the script's folder)
 
 
 def main():
@@ -59,18 +60,10 @@ def short():
             t = g.softmax(ta, axis=-1, log=log)
             t.set_output(True)
             out = torch.empty_like(x)
-            g.validate()
-            g.build_operation_graph()
-            if knobs is None:
-                g.create_execution_plans([cudnn.heur_mode.A])
-            else:
-                g.create_execution_plan(25, knobs)
-            g.check_support()
-            g.build_plans()
-            ws = torch.empty(max(g.get_workspace_size(), 1), device="cuda", dtype=torch.uint8)
-            g.execute({ta: x, t: out}, ws)
+            fn = planned(g, 25, knobs, {ta: x, t: out})
+            fn()
             err = (out.float() - want).abs().max().item()
-            ms = do_bench(lambda: g.execute({ta: x, t: out}, ws), return_mode="median")
+            ms = do_bench(fn, return_mode="median")
             name = knobs or g.get_plan_name_at_index(0)
             print(f"{'log_' if log else ''}softmax fwd 8192^2 {name}: "
                   f"{2 * x.numel() * 2 / ms / 1e6:.0f} GB/s max err {err:.1e}", flush=True)
