@@ -170,6 +170,15 @@ def workspace(nbytes: int):
     return torch.full((nbytes,), 255, dtype=torch.uint8)
 
 
+def fresh_plan_caches(monkeypatch) -> None:
+    """Empty the process's caches of built plans and of engine facts (opendnn.plan) for
+    one test: they key on graph, knobs and target, not on module settings a test patches
+    (a workspace budget), so a plan built earlier in the worker would be handed back."""
+    from opendnn import plan
+    monkeypatch.setattr(plan, "_built", {})
+    monkeypatch.setattr(plan, "_facts", {})
+
+
 def plan_with_knobs(g, engine_id: int, knobs: dict, device: str = "cuda") -> torch.Tensor:
     """Build ``g``'s one plan of engine ``engine_id`` with ``knobs``; its workspace (at
     least one byte, poisoned with 0xFF) on ``device``."""

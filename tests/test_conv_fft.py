@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import opendnn.frontend as cudnn
-from _util import check_engine, repro
+from _util import check_engine, fresh_plan_caches, repro
 from _util import graph_tensor as _tensor, with_layout as _layout
 from opendnn.engines.base import EngineConfig, Target
 from opendnn.engines.conv import fft
@@ -100,6 +100,7 @@ def test_tiling_in_chunks_of_one_tile(monkeypatch):
     cfg = EngineConfig.make(FftTilingConvEngine(), TILE=8)
     whole = fft.plan_fft(g.op_graph, 8, fft.TILING_WORKSPACE_BUDGET)
     monkeypatch.setattr(fft, "TILING_WORKSPACE_BUDGET", 1)
+    fresh_plan_caches(monkeypatch)     # plans built before used the budget
     chunked = FftTilingConvEngine()._plan(g.op_graph, cfg)
     assert whole.chunks == 1 and chunked.chunk == 1 and chunked.chunks == whole.planes == 8
     assert chunked.workspace_bytes < whole.workspace_bytes

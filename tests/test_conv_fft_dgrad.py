@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import opendnn.frontend as cudnn
-from _util import check_engine, repro
+from _util import check_engine, fresh_plan_caches, repro
 from _util import CONV_TYPES as TYPES, graph_tensor as _tensor, with_layout as _layout
 from opendnn.engines.base import EngineConfig, Target
 from opendnn.engines.conv import fft, fft_dgrad
@@ -141,6 +141,7 @@ def test_tiling_in_chunks_of_one_tile(monkeypatch):
     cfg = EngineConfig.make(FftTilingDgradEngine(), TILE=8)
     whole = fft_dgrad.plan_fft_dgrad(g.op_graph, 8, fft.TILING_WORKSPACE_BUDGET)
     monkeypatch.setattr(fft, "TILING_WORKSPACE_BUDGET", 1)
+    fresh_plan_caches(monkeypatch)     # plans built before used the budget
     chunked = FftTilingDgradEngine()._plan(g.op_graph, cfg)
     assert whole.chunks == 1 and chunked.chunk == 1 and chunked.chunks == whole.planes == 2
     assert chunked.workspace_bytes < whole.workspace_bytes

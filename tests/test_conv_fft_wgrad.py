@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import opendnn.frontend as cudnn
-from _util import REFERENCE_NAME, check_engine, repro, seed_for
+from _util import REFERENCE_NAME, check_engine, fresh_plan_caches, repro, seed_for
 from _util import CONV_TYPES as TYPES, graph_tensor as _tensor, with_layout as _layout
 from opendnn.engines.base import EngineConfig, Target
 from opendnn.engines.conv import fft, fft_wgrad
@@ -107,6 +107,7 @@ def test_planes_in_chunks_full_and_partial(engine, monkeypatch):
     per_plane = 4 * (max(b["RX"], b["RD"]) + b["X"] + b["D"])
     per_chunk = 2 if tile == 0 else 5
     monkeypatch.setattr(fft, "TILING_WORKSPACE_BUDGET", per_chunk * per_plane)
+    fresh_plan_caches(monkeypatch)     # plans built before used the budget
     cfg = EngineConfig.make(e, **(engine[1] or {}))
     p = e._plan(g.op_graph, cfg)
     assert p.chunk == per_chunk and p.chunks == 2 + (tile != 0) and p.chunks * p.chunk > p.planes
