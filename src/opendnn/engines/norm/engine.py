@@ -34,7 +34,8 @@ FORWARD = ("layernorm", "rmsnorm", "instancenorm", "groupnorm")
 BACKWARD = tuple(f"{k}_backward" for k in FORWARD)
 MAX_TILE = 16384          # elements of one program's register tile
 COOP_COST = (1.3, 1.1, 1.0)  # PATH=4 time factor by PREFETCH (softmax probe: 0.66-0.70 of
-#                              copy without; PREFETCH=2 ~10% faster than 1 where chosen)
+#                              copy without; PREFETCH=2 ~10% faster than 1 where chosen;
+#                              LAG=2 costs as PREFETCH=2)
 COOP_MAX_SPLIT = 64       # PATH=4: chunks per row (the partials are gathered as a vector)
 POW2 = tuple(1 << i for i in range(15))
 L2_BYTES = 40e6           # the part of the H100's 50 MB L2 that re-read rows may count on
@@ -386,8 +387,8 @@ class NormEngine(Engine):
                 moved += full * (item["DY"] + item["X"]) + 2 * kn.PROGRAMS * p.G * p.L * 8
                 programs = min(p.R * kn.SPLIT, -(-p.L // kn.BLOCK_L) * p.G * kn.PROGRAMS)
             launches = 2 if kn.PATH == 1 else 3
-        if kn.PATH == 4:    # programs wait for each other at every row
-            moved *= COOP_COST[kn.PREFETCH]
+        if kn.PATH == 4:    # programs wait for each other at every row (LAG: a row late)
+            moved *= COOP_COST[2 if kn.LAG == 2 else kn.PREFETCH]
         fill = max(min(1.0, programs / (1.0 * target.num_sms)), 1e-3)
         return moved / (target.bandwidth * fill) + 3e-6 * launches
 
