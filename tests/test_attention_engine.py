@@ -169,16 +169,93 @@ def _first_choice(backward: bool, s: int, d: int, causal: bool) -> dict:
     return AttentionEngine().configs(g.op_graph, h100)[0].knob_dict
 
 
-@pytest.mark.parametrize("backward,s,d,causal,tile", [
-    (False, 4096, 128, False, (128, 64, 8, 3)), (False, 4096, 128, True, (64, 64, 4, 3)),
-    (False, 1024, 64, False, (64, 64, 4, 3)), (False, 4096, 64, False, (64, 64, 4, 3)),
-    (False, 8192, 64, False, (128, 64, 8, 3)), (False, 16384, 64, True, (128, 64, 4, 4)),
-    (True, 4096, 128, False, (64, 64, 4, 2)), (True, 4096, 128, True, (32, 64, 4, 4)),
-    (True, 4096, 64, False, (32, 128, 4, 3)), (True, 16384, 64, True, (32, 64, 4, 4))])
-def test_h100_first_choices(backward, s, d, causal, tile):
-    """The tiles the H100 sweeps chose (bench/notes/attention.md, sessions 9-13)."""
+GLUON = (128, 128, 4, 2)
+
+
+@pytest.mark.parametrize("backward,s,d,causal,tile,pingpong", [
+    (False, 4096, 128, False, GLUON, 0), (False, 4096, 128, True, GLUON, 0),
+    (False, 8192, 128, False, GLUON, 1), (False, 8192, 128, True, GLUON, 0),
+    (False, 1024, 64, False, (64, 64, 4, 3), 0), (False, 4096, 64, False, GLUON, 0),
+    (False, 16384, 64, True, GLUON, 0),
+    (True, 4096, 128, False, (64, 64, 4, 2), 0), (True, 4096, 128, True, (32, 64, 4, 4), 0),
+    (True, 4096, 64, False, (32, 128, 4, 3), 0), (True, 16384, 64, True, (32, 64, 4, 4), 0)])
+def test_h100_first_choices(backward, s, d, causal, tile, pingpong):
+    """The tiles the H100 sweeps chose (bench/notes/attention.md, sessions 9-13): the Gluon
+    forward first where it covers the problem, but for short rows at head dim 64."""
     kn = _first_choice(backward, s, d, causal)
     assert (kn["BLOCK_M"], kn["BLOCK_N"], kn["num_warps"], kn["num_stages"]) == tile, kn
+    assert (kn["GLUON"], kn["PINGPONG"]) == (int(tile == GLUON), pingpong), kn
     if backward:
         assert (kn["DQ_BLOCK_M"], kn["DQ_BLOCK_N"]) == (128, 64), kn
         assert kn["DQ_WARPS"] == (4 if d == 64 and not causal else 8), kn
+
+
+def _gluon_reason(knobs: dict, target=None, backward=False, d=128, **kw) -> str:
+    """Why engine 40 declines ``knobs`` for a B=2, H=4, S=256 bf16 sdpa (kw: sdpa args)."""
+    import opendnn.frontend as cudnn
+    from opendnn.engines.base import EngineConfig
+    h100 = Target(device="cuda", name="H100", capability=(9, 0), num_sms=132)
+    g = cudnn.pygraph()
+    q, k, v, o, do = (g.tensor([2, 4, 256, d], data_type=cudnn.data_type.BFLOAT16)
+                      for _ in range(5))
+    if backward:
+        st = g.tensor([2, 4, 256, 1], data_type=cudnn.data_type.FLOAT)
+        for t in g.sdpa_backward(q, k, v, o, do, st, attn_scale=0.125):
+            t.set_output(True)
+    else:
+        g.sdpa(q, k, v, attn_scale=0.125, **kw)[0].set_output(True)
+    g.validate()
+    e = AttentionEngine()
+    sup = e.check_config(g.op_graph, EngineConfig.make(e, **knobs), target or h100)
+    return "" if sup.ok else sup.reason
+
+
+GLUON_KNOBS = dict(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2, GLUON=1)
+
+
+def test_gluon_forward_rules():
+    """GLUON=1: each rule of the Gluon forward declines with its reason; the plain case
+    and a causal one are accepted on a Hopper target."""
+    assert _gluon_reason(GLUON_KNOBS) == ""
+    assert _gluon_reason(GLUON_KNOBS, diagonal_band_right_bound=0) == ""
+    assert _gluon_reason(dict(GLUON_KNOBS, PINGPONG=1)) == ""
+    for knobs, target, backward, d, kw, reason in [
+        (GLUON_KNOBS, Target(), False, 128, {}, "a Hopper GPU"),
+        (GLUON_KNOBS, Target(device="cuda", capability=(8, 0)), False, 128, {},
+         "a Hopper GPU"),
+        (GLUON_KNOBS, None, True, 128, {}, "GLUON is a forward knob"),
+        (dict(GLUON_KNOBS, BLOCK_M=64), None, False, 128, {}, "BLOCK_M=128, num_warps=4"),
+        (dict(GLUON_KNOBS, num_stages=4), None, False, 128, {}, "num_stages 2 or 3"),
+        (GLUON_KNOBS, None, False, 96, {}, "head dims 64 or 128"),
+        (GLUON_KNOBS, None, False, 128, dict(diagonal_band_right_bound=0,
+                                             diagonal_band_left_bound=8), "no bias"),
+        (dict(BLOCK_M=64, BLOCK_N=64, PINGPONG=1), None, False, 128, {},
+         "PINGPONG is a knob of the Gluon forward"),
+    ]:
+        got = _gluon_reason(knobs, target, backward, d, **kw)
+        assert reason in got, (knobs, got)
+
+
+def test_gluon_forward_declines_unpacked_and_unlisted():
+    """Q in BSHD strides is not one 2-D TMA view: declined, and not listed; a bias
+    leaves the Triton configs only."""
+    import opendnn.frontend as cudnn
+    h100 = Target(device="cuda", name="H100", capability=(9, 0), num_sms=132)
+    for variant in ("bshd", "bias"):
+        g = cudnn.pygraph()
+        if variant == "bshd":
+            dims, strides = [2, 4, 256, 128], [256 * 4 * 128, 128, 4 * 128, 1]
+            q, k, v = (g.tensor(dims, strides, cudnn.data_type.BFLOAT16) for _ in range(3))
+            kw = {}
+        else:
+            q, k, v = (g.tensor([2, 4, 256, 128], data_type=cudnn.data_type.BFLOAT16)
+                       for _ in range(3))
+            kw = dict(bias=g.tensor([1, 4, 256, 256], data_type=cudnn.data_type.BFLOAT16))
+        g.sdpa(q, k, v, attn_scale=0.125, **kw)[0].set_output(True)
+        g.validate()
+        e = AttentionEngine()
+        assert not any(c.knob_dict.get("GLUON") for c in e.configs(g.op_graph, h100))
+        if variant == "bshd":
+            from opendnn.engines.base import EngineConfig
+            sup = e.check_config(g.op_graph, EngineConfig.make(e, **GLUON_KNOBS), h100)
+            assert not sup.ok and "packed B, H, S, D" in sup.reason

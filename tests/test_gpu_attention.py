@@ -2,7 +2,8 @@
 forward (O, Stats) and backward (dQ, dK, dV), bfloat16 / float16, against float64
 PyTorch (tests/_attention_cases.torch_sdpa with autograd): sequence lengths 1, 17 and
 1000, head dims 32-256, every mask kind, GQA / MQA, bias (and dBias), padding, BSHD, dropout
-(the mask from ops/dropout.py's stream: forward and backward use the same one)."""
+(the mask from ops/dropout.py's stream: forward and backward use the same one); the
+Gluon forward (GLUON=1) with each of its knobs."""
 
 import pytest
 import torch
@@ -131,3 +132,46 @@ def test_backward_with_atomic_dq(rng, c, tma):
     for t, ref in zip(outs, refs):
         err = _relerr(bufs[t], ref)
         assert err < 2e-2, f"{c.id} tma={tma} {t.get_name()}: relative error {err:.2e}"
+
+
+GLUON_CASES = [
+    Case("gl_s1000_d128", b=2, h_q=4, h_k=4, s_q=1000, s_kv=1000, d=128, dtype=B16),
+    Case("gl_s1024_causal_gqa_d128", b=1, h_q=8, h_k=2, s_q=1024, s_kv=1024, d=128, right=0,
+         dtype=B16),
+    Case("gl_s80_causal_d64", b=3, h_q=2, h_k=2, s_q=80, s_kv=80, d=64, right=0,
+         dtype=torch.float16),
+    Case("gl_s384_mqa_d64", b=2, h_q=4, h_k=1, s_q=384, s_kv=384, d=64, scale=None,
+         dtype=B16),
+]
+GLUON_KNOBS = [dict(BLOCK_M=128, BLOCK_N=n, num_warps=4, num_stages=st, GLUON=1, PINGPONG=pp)
+               for n, st, pp in ((128, 2, 0), (128, 2, 1), (64, 3, 0), (128, 3, 0))]
+
+
+@pytest.mark.parametrize("knobs", GLUON_KNOBS, ids=lambda k: "n{BLOCK_N}s{num_stages}p{PINGPONG}"
+                         .format(**k))
+@pytest.mark.parametrize("c", GLUON_CASES, ids=[c.id for c in GLUON_CASES])
+def test_gluon_forward(rng, c, knobs):
+    """The warp-specialized Gluon forward against float64 PyTorch: tails (S=1000, 80),
+    causal, GQA / MQA, half and bfloat16, with and without Stats (without: the workspace
+    takes them), each knob combination; run twice on one NaN-poisoned workspace."""
+    x = inputs(rng, c)
+    xc = {n: t.cuda() for n, t in x.items()}
+    q, k, v = (x[n].double() for n in ("q", "k", "v"))
+    ro, rst = torch_sdpa(q, k, v, expected_keep(c), c.scale)
+    for stats in (True, False):
+        g, feeds, outs = forward_graph(c, xc, generate_stats=stats)
+        outs = [t for t in outs if t is not None]
+        g.validate()
+        g.build_operation_graph()
+        g.create_execution_plan(40, knobs)
+        g.check_support()
+        g.build_plans()
+        ws = torch.full((max(g.get_workspace_size(), 1),), 255, dtype=torch.uint8,
+                        device="cuda")
+        for _ in range(2):
+            bufs = {t: torch.empty_strided(t.get_dim(), t.get_stride(), device="cuda",
+                                           dtype=_dt(t)).fill_(float("nan")) for t in outs}
+            g.execute({**feeds, **bufs}, ws)
+            for t, ref in zip(outs, [ro, rst]):
+                err = _relerr(bufs[t], ref)
+                assert err < 1e-2, f"{c.id} {knobs} stats={stats} {t.get_name()}: {err:.2e}"

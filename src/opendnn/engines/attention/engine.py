@@ -17,13 +17,21 @@ dQ accumulated with float32 atomics by the dK / dV kernel, note NONDETERMINISTIC
 when the node sets use_deterministic_algorithm; measured half as fast as the split, so
 only on request).
 
-Not offered: Triton 3.6's Hopper warp specialization (``tl.range(..., warp_specialize=True)``
-on the unmasked key loop). On the H100 it gave wrong outputs at 4 warps (max abs error
+GLUON=1 (forward, Hopper): the FlashAttention-3-style kernel of ``_gluon_kernels`` --
+a TMA producer warp and two consumer warpgroups with asynchronous wgmma, written in Gluon
+-- for packed BHSD half / bfloat16, head dims 64 and 128, no mask or a causal one, GQA,
+any length; PINGPONG alternates its warpgroups' GEMM issues. Listed first where it
+applies (0.9-1.1x cuDNN at head dim 128 in bench/gluon_attn_probe.py); the Triton kernel
+covers everything else and the CPU.
+
+Not offered: Triton 3.6's automatic Hopper warp specialization (``tl.range(...,
+warp_specialize=True)``). On the H100 it gave wrong outputs at 4 warps (max abs error
 0.24-0.54 against cuDNN, NaN with 3 stages) and was slower than the plain loop at 8 warps
 (bench/notes/attention.md, session 10).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 
@@ -34,6 +42,8 @@ from ...runtime.launch import LaunchList, kernel_from_source
 from ..base import SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target, decline
 from . import _bwd_kernels as KB
 from . import _kernels as K
+
+TORCH_TYPES = {DataType.HALF: torch.float16, DataType.BFLOAT16: torch.bfloat16}
 
 TYPES = (DataType.HALF, DataType.BFLOAT16)
 KINDS = ("sdpa", "sdpa_backward")
@@ -51,6 +61,8 @@ class AttnKnobs:
     DQ_BLOCK_N: int = 0     # (0: those of the dK / dV kernel)
     DQ_WARPS: int = 0
     DQ_STAGES: int = 0
+    GLUON: int = 0          # forward: the warp-specialized Gluon kernel (``_gluon_kernels``;
+    PINGPONG: int = 0       # Hopper only; BLOCK_M 128, 4 warps), its warpgroups alternating
 
     def dq(self) -> "AttnKnobs":
         """The knobs the dQ kernel runs with."""
@@ -93,6 +105,57 @@ def _backward_tiles(p: K.Problem) -> list[AttnKnobs]:
     elif max(p.D, p.DV) <= 64:
         out.insert(0, AttnKnobs(32, 128, 4, 3, **{**dq8, "DQ_WARPS": 4}))
     return out
+
+
+def _gluon():
+    """The Gluon kernels' module, imported on first use (Gluon's import is not free)."""
+    from . import _gluon_kernels
+    return _gluon_kernels
+
+
+def _gluon_first(p: K.Problem) -> AttnKnobs:
+    """The Gluon forward's config: 128-key tiles, 2 stages; ping-pong only where it won
+    (head dim 128 from S=8192 without a mask: 634 against 600 TFLOP/s at 8192)."""
+    pp = int(max(p.D, p.DV) > 64 and p.SQ >= 8192 and p.right is None)
+    return AttnKnobs(128, 128, 4, 2, GLUON=1, PINGPONG=pp)
+
+
+def _check_gluon(graph, p: K.Problem, kn: AttnKnobs, target: Target) -> Support:
+    """The rules of the Gluon forward (GLUON=1): what its kernel covers today."""
+    n = graph.nodes[0]
+    t = {r: graph.tensors[u] for r, u in {**n.inputs, **n.outputs}.items()}
+    H, HKV, S, D = p.H, p.HKV, p.SQ, p.D
+    packed = (H * S * D, S * D, D, 1)
+    if not kn.GLUON:
+        return decline("PINGPONG is a knob of the Gluon forward (GLUON=1)")
+    if n.kind != "sdpa":
+        return decline("GLUON is a forward knob")
+    if not (target.is_cuda and target.is_hopper):
+        return decline("GLUON: a Hopper GPU (sm_90: TMA, wgmma, warp specialization)")
+    if (kn.BLOCK_M, kn.num_warps) != (128, 4) or kn.BLOCK_N not in (64, 128) or \
+            kn.num_stages not in (2, 3) or kn.TMA or kn.DQ_ATOMIC or kn.dq() != kn:
+        return decline("GLUON: BLOCK_M=128, num_warps=4, BLOCK_N 64 or 128, num_stages 2 "
+                       "or 3, no TMA / DQ knobs")
+    need = _gluon().smem_bytes(D, kn.BLOCK_N, kn.num_stages) if D in (64, 128) else 0
+    if need > SMEM_LIMIT:
+        return decline(f"GLUON: {kn.num_stages} stages of {kn.BLOCK_N} keys at head dim {D} "
+                       f"need {need // 1024} KB of shared memory (limit {SMEM_LIMIT // 1024})")
+    if p.dtype not in TYPES or p.out_dtype != p.dtype:
+        return decline("GLUON: Q, K, V and O of one type, half or bfloat16")
+    if D != p.DV or D not in (64, 128) or S != p.SKV:
+        return decline(f"GLUON: head dims 64 or 128 (Q / K {D}, V {p.DV}) and as many keys "
+                       f"as queries ({S} / {p.SKV})")
+    if p.q != packed or p.o != packed or p.k != (HKV * S * D, S * D, D, 1) or p.v != p.k or \
+            (p.stats and p.stats[:3] != (H * S, S, 1)):
+        return decline("GLUON: Q, K, V, O (and Stats) packed B, H, S, D (one 2-D TMA view)")
+    if p.bias or p.dropout or p.padding or p.left is not None or p.right not in (None, 0):
+        return decline("GLUON: no bias, dropout, padding or band; a causal mask (right "
+                       "bound 0) or none")
+    if "ATTN_SCALE" in t and not t["ATTN_SCALE"].is_pass_by_value:
+        return decline("GLUON: ATTN_SCALE passed by value")
+    if max(p.H, p.HKV) * p.B * S * D >= K.INT32_LIMIT:    # row offsets times D, in int32
+        return decline("GLUON: Q / K / V / O of 2^31 elements or more")
+    return SUPPORTED
 
 
 def _strides(d, n: int = 4) -> tuple:
@@ -202,7 +265,8 @@ class AttentionEngine(Engine):
                 Knob("TMA", (0, 1), 0), Knob("DQ_ATOMIC", (0, 1), 0),
                 Knob("DQ_BLOCK_M", (0, 16, 32, 64, 128), 0),
                 Knob("DQ_BLOCK_N", (0, 16, 32, 64, 128), 0),
-                Knob("DQ_WARPS", (0, 1, 2, 4, 8), 0), Knob("DQ_STAGES", (0, 1, 2, 3, 4), 0)]
+                Knob("DQ_WARPS", (0, 1, 2, 4, 8), 0), Knob("DQ_STAGES", (0, 1, 2, 3, 4), 0),
+                Knob("GLUON", (0, 1), 0), Knob("PINGPONG", (0, 1), 0)]
 
     def check_config(self, graph, config: EngineConfig, target: Target) -> Support:
         sup = super().check_config(graph, config, target)
@@ -210,6 +274,8 @@ class AttentionEngine(Engine):
             return sup
         kn, p = AttnKnobs(**config.knob_dict), _problem(graph)
         fwd = graph.nodes[0].kind == "sdpa"
+        if kn.GLUON or kn.PINGPONG:
+            return _check_gluon(graph, p, kn, target)
         if kn.DQ_ATOMIC and fwd:
             return decline("DQ_ATOMIC is a backward knob")
         if kn.DQ_ATOMIC and graph.nodes[0].use_deterministic_algorithm:
@@ -246,6 +312,13 @@ class AttentionEngine(Engine):
         if target.is_cuda:
             out = [_fit(p, kn, fwd) for kn in out]
             out = [kn if kn.dq() == kn else _fit_dq(p, kn) for kn in out]
+        if fwd and target.is_cuda:
+            g = _gluon_first(p)
+            if _check_gluon(graph, p, g, target).ok:
+                # bench/gluon_attn_probe.py (session 13): 0.90-1.10x cuDNN at head dim 128,
+                # 0.91-0.99x at 64 from S=4096; the Triton kernel stays ahead below 2048 at 64
+                short = max(p.D, p.DV) <= 64 and p.SQ < 2048
+                out = out[:1] + [g] + out[1:] if short else [g] + out
         return [EngineConfig.make(self, **dataclasses.asdict(kn))
                 for kn in dict.fromkeys(out)]
 
@@ -264,7 +337,8 @@ class AttentionEngine(Engine):
 
     def workspace_size(self, graph, config, target) -> int:
         if graph.nodes[0].kind == "sdpa":
-            return 0
+            p = _problem(graph)    # the Gluon kernel always writes Stats: here when not asked
+            return p.B * p.H * p.SQ * 4 if config.knob_dict.get("GLUON") and not p.stats else 0
         # delta = rowsum(dO o O), and the atomic variant's float32 dQ accumulator
         return KB.workspace_floats(_problem(graph), AttnKnobs(**config.knob_dict)) * 4
 
@@ -281,6 +355,9 @@ class _AttnExecutable(Executable, LaunchList):
         if p.B * p.H * p.SQ == 0 or (n.kind != "sdpa" and p.B * p.HKV * p.SKV == 0):
             return
         uids = {**n.inputs, **n.outputs}
+        if kn.GLUON:
+            self.gluon = (uids, p, kn)
+            return
         tag = f"attn_{graph.key()[:12]}"
         const = {"num_warps": kn.num_warps, "num_stages": kn.num_stages}
         cuda = target.is_cuda
@@ -331,6 +408,19 @@ class _AttnExecutable(Executable, LaunchList):
             self.add_launch(kernel_from_source(src, f"{tag}_{name}"), grid, c, args, graph,
                             cuda)
 
+    gluon = None
+
     def run(self, buffers, workspace, stream=None):
-        self.run_launches(buffers, workspace, stream)
+        if self.gluon is None:
+            self.run_launches(buffers, workspace, stream)
+            return
+        uids, p, kn = self.gluon
+        stats = buffers[uids["STATS"]] if p.stats else workspace.view(torch.float32)
+        scale = float(buffers[uids["ATTN_SCALE"]]) if "ATTN_SCALE" in uids else 1.0
+        dims = (p.B, p.H, p.HKV, p.SQ, p.D, TORCH_TYPES[p.dtype])
+        args = [buffers[uids[r]] for r in ("Q", "K", "V", "O")]
+        ctx = torch.cuda.ExternalStream(stream) if stream else contextlib.nullcontext()
+        with ctx:
+            _gluon().forward(*args, stats, dims, scale, kn.BLOCK_N, kn.num_stages,
+                      bool(kn.PINGPONG), p.right is not None)
 
