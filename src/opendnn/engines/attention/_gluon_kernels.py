@@ -365,22 +365,25 @@ class _Base:
 
 
 def _desc(t, rows: int, d: int, block: int, dtype) -> TensorDescriptor:
-    base = t if isinstance(t, torch.Tensor) else _Base(t.data_ptr(), dtype)
     layout = gl.NVMMASharedLayout.get_default_for([block, d], GL_TYPES[dtype])
-    return TensorDescriptor(base, [rows, d], [d, 1], [block, d], layout)
+    return TensorDescriptor(_Base(t.data_ptr(), dtype), [rows, d], [d, 1], [block, d], layout)
 
 
-def forward(q, k, v, o, stats, dims: tuple, scale: float, block_n: int, stages: int,
-            pingpong: bool, causal: bool) -> None:
-    """Launch the forward on the current stream. q / k / v / o: contiguous [B, H(kv), S, D]
-    buffers of torch type ``dims[5]``; stats: float32 [B, H, S] (written); dims = (B, H,
-    H_kv, S, D, dtype)."""
+def prepare(q, k, v, o, stats, dims: tuple, scale: float, block_n: int, stages: int,
+            pingpong: bool, causal: bool):
+    """The forward's launch as a callable (on the current stream), its TMA descriptors
+    built once: q / k / v / o contiguous [B, H(kv), S, D] buffers of torch type
+    ``dims[5]``, stats float32 [B, H, S] (written); dims = (B, H, H_kv, S, D, dtype). It
+    holds the buffers' addresses, not the buffers."""
     B, H, HKV, S, D, dtype = dims
     qd = _desc(q, B * H * S, D, ROWS // 2, dtype)
     od = _desc(o, B * H * S, D, ROWS // 2, dtype)
     kd = _desc(k, B * HKV * S, D, block_n, dtype)
     vd = _desc(v, B * HKV * S, D, block_n, dtype)
-    attn_fwd_ws[(triton.cdiv(S, ROWS), B * H)](
-        qd, kd, vd, od, o, stats, S, H // HKV, scale, BLOCK_N=block_n, HEAD_D=D,
-        NUM_STAGES=stages, PINGPONG=pingpong, CAUSAL=causal, TAIL=S % ROWS != 0,
-        CONSUMER_REGS=CONSUMER_REGS, num_warps=4, maxnreg=MAXNREG)
+    args = (qd, kd, vd, od, _Base(o.data_ptr(), dtype), _Base(stats.data_ptr(), torch.float32),
+            S, H // HKV, scale)
+    consts = dict(BLOCK_N=block_n, HEAD_D=D, NUM_STAGES=stages, PINGPONG=pingpong,
+                  CAUSAL=causal, TAIL=S % ROWS != 0, CONSUMER_REGS=CONSUMER_REGS,
+                  num_warps=4, maxnreg=MAXNREG)
+    grid = (triton.cdiv(S, ROWS), B * H)
+    return lambda: attn_fwd_ws[grid](*args, **consts)
