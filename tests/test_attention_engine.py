@@ -176,13 +176,14 @@ GLUON = (128, 128, 4, 2)
     (False, 4096, 128, False, GLUON, 0), (False, 4096, 128, True, GLUON, 0),
     (False, 8192, 128, False, GLUON, 1), (False, 8192, 128, True, GLUON, 0),
     (False, 1024, 64, False, (64, 64, 4, 3), 0), (False, 1024, 128, True, (64, 64, 4, 3), 0),
+    (False, 1024, 128, False, GLUON, 0),
     (False, 4096, 64, False, GLUON, 0),
     (False, 16384, 64, True, GLUON, 0),
     (True, 4096, 128, False, (64, 64, 4, 2), 0), (True, 4096, 128, True, (32, 64, 4, 4), 0),
     (True, 4096, 64, False, (32, 128, 4, 3), 0), (True, 16384, 64, True, (32, 64, 4, 4), 0)])
 def test_h100_first_choices(backward, s, d, causal, tile, pingpong):
     """The tiles the H100 sweeps chose (bench/notes/attention.md, sessions 9-13): the Gluon
-    forward first where it covers the problem, but for short rows (launch-bound)."""
+    forward first where it covers the problem, but for short rows at head dim 64 or causal."""
     kn = _first_choice(backward, s, d, causal)
     assert (kn["BLOCK_M"], kn["BLOCK_N"], kn["num_warps"], kn["num_stages"]) == tile, kn
     assert (kn["GLUON"], kn["PINGPONG"]) == (int(tile == GLUON), pingpong), kn

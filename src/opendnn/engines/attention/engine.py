@@ -31,7 +31,6 @@ warp_specialize=True)``). On the H100 it gave wrong outputs at 4 warps (max abs 
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 
@@ -316,10 +315,12 @@ class AttentionEngine(Engine):
             g = _gluon_first(p)
             if _check_gluon(graph, p, g, target).ok:
                 # bench/gluon_attn_probe.py (session 13): 0.90-1.10x cuDNN at head dim 128,
-                # 0.91-0.99x at 64 from S=4096. Below S=2048 the kernel (~70 us) is shorter
-                # than its launch through Triton's JIT entry (s13 bench: 0.43x at S=1024,
-                # host-bound): the Triton kernel stays first there
-                out = out[:1] + [g] + out[1:] if p.SQ < 2048 else [g] + out
+                # 0.91-0.99x at 64 from S=4096. At S=1024 (bench/gluon_launch_probe.py, the
+                # compiled kernel launched directly) it wins at head dim 128 without a mask
+                # (0.92x against 0.69x) but not at 64 (0.84x against 0.92x) nor causal
+                # (0.25x against 0.78x in the engine, 0.9x in the probe: not understood)
+                first = p.SQ >= 2048 or (max(p.D, p.DV) > 64 and p.right is None)
+                out = [g] + out if first else out[:1] + [g] + out[1:]
         return [EngineConfig.make(self, **dataclasses.asdict(kn))
                 for kn in dict.fromkeys(out)]
 
@@ -426,6 +427,5 @@ class _AttnExecutable(Executable, LaunchList):
                                                   kn.num_stages, bool(kn.PINGPONG),
                                                   p.right is not None)
             self._gluon_key = key
-        with torch.cuda.ExternalStream(stream) if stream else contextlib.nullcontext():
-            self._gluon_launch()
+        self._gluon_launch(stream)
 
