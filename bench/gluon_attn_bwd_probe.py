@@ -93,11 +93,7 @@ arguments typed by ``mangle_type`` strings from descriptors over CPU tensors) an
 Triton's bundled ptxas for sm_90a (registers, spills, setmaxnreg), as bench/gluon_attn_probe.py.
 """
 import math
-import os
-import re
-import subprocess
 import sys
-import tempfile
 import traceback
 
 import torch
@@ -113,10 +109,12 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-LOG2E = gl.constexpr(1.4426950408889634)
-CONSUMER_REGS = 240   # per consumer thread (setmaxnreg)
+# the forward's constants and K / V ring producer (src/opendnn/engines/attention)
+from probe_common import gluon_compile_offline, ptxas_report  # noqa: E402 (bench/)
+from opendnn.engines.attention._gluon_kernels import (  # noqa: E402
+    CONSUMER_REGS, LOG2E, MAXNREG, stream_kv)
+
 PRODUCER_REGS = 24    # per producer thread (2 x 128 x 240 + 128 x 24 <= 64K)
-MAXNREG = 168         # launch bound: 3 warpgroups x 128 threads x 168 <= 64K registers
 KEY_TILE = 128        # kernel A: keys per program (two consumer warpgroups of 64)
 Q_TILE = 128          # kernel B: query rows per program (two consumer warpgroups of 64)
 WG_ROWS = 64
@@ -352,23 +350,14 @@ def _dq_producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_sme
     """Producer warp: Q and dO tiles of both consumers, then K_j, V_j, j < n_tiles."""
     WG_M: gl.constexpr = q_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
-    kv_bytes: gl.constexpr = k_desc.block_type.nbytes
     for wg in gl.static_range(2):
         mbarrier.expect(q_bars.index(wg), 2 * q_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(q_desc, [q_row + wg * WG_M, 0], q_bars.index(wg),
                                         q_smem.index(wg))
         tma.async_copy_global_to_shared(do_desc, [q_row + wg * WG_M, 0], q_bars.index(wg),
                                         do_smem.index(wg))
-    for j in range(n_tiles):
-        slot = j % NUM_STAGES
-        phase = (j // NUM_STAGES) & 1
-        row = kv_row + j * BLOCK_N
-        mbarrier.wait(k_empty.index(slot), phase ^ 1)
-        mbarrier.expect(k_ready.index(slot), kv_bytes)
-        tma.async_copy_global_to_shared(k_desc, [row, 0], k_ready.index(slot), k_smem.index(slot))
-        mbarrier.wait(v_empty.index(slot), phase ^ 1)
-        mbarrier.expect(v_ready.index(slot), kv_bytes)
-        tma.async_copy_global_to_shared(v_desc, [row, 0], v_ready.index(slot), v_smem.index(slot))
+    stream_kv(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, kv_row,
+              n_tiles, BLOCK_N, NUM_STAGES)
 
 
 @gluon.jit
@@ -635,51 +624,6 @@ def prepare_bwd(q, k, v, o, do, lse, scale, causal, name):
 # --------------------------------------------------------------------------------------------
 # Offline compilation (no GPU)
 # --------------------------------------------------------------------------------------------
-PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
-
-
-def _compile_offline(fn, args, consts, opts):
-    """Compile a Gluon kernel for sm_90a without a GPU; returns the CompiledKernel."""
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.runtime.jit import mangle_type
-
-    sig, constexprs, attrs = {}, {}, {}
-    pos = 0
-    for i, name in enumerate(fn.arg_names):
-        if name in consts:
-            sig[name] = "constexpr"
-            constexprs[(i, )] = consts[name]
-            continue
-        a = args[pos]
-        pos += 1
-        sig[name] = mangle_type(a)
-        if isinstance(a, torch.Tensor):
-            attrs[(i, )] = [["tt.divisibility", 16]]
-    src = GluonASTSource(fn, sig, constexprs, attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
-
-
-def _ptxas_report(ptx):
-    """Registers / spill stores / spill loads of every entry in ``ptx`` + setmaxnreg values."""
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "k.ptx")
-        with open(path, "w") as f:
-            f.write(ptx)
-        r = subprocess.run([PTXAS, "-arch=sm_90a", "-v", path, "-o", os.devnull],
-                           capture_output=True, text=True)
-    out = r.stdout + r.stderr
-    if r.returncode != 0:
-        return "ptxas failed: " + out.strip()[-2000:]
-    regs = re.findall(r"Used (\d+) registers", out)
-    spill = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out)
-    spill = ",".join(f"{a}/{b}" for a, b in spill)
-    setmax = sorted({int(n) for n in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)",
-                                                ptx)})
-    extra = f" setmaxnreg={setmax}" if setmax else ""
-    return f"ptxas regs={','.join(regs)} spill st/ld bytes={spill}{extra}"
-
-
 def compile_only():
     """Compile every kernel variant for sm_90a (D = 128 and 64, causal and not; kv_group is a
     runtime argument) and print shared memory and the ptxas report."""
@@ -690,9 +634,9 @@ def compile_only():
         lse = torch.empty(B, H, S, dtype=torch.float32)
         tag = f"D={D:3d} delta"
         try:
-            ck = _compile_offline(attn_bwd_delta, [q, q, lse, B * H * S],
+            ck = gluon_compile_offline(attn_bwd_delta, [q, q, lse, B * H * S],
                                   dict(HEAD_D=D, BLOCK=64), dict(num_warps=4))
-            print(f"{tag:45s} {_ptxas_report(ck.asm['ptx'])}", flush=True)
+            print(f"{tag:45s} {ptxas_report(ck.asm['ptx'])}", flush=True)
         except Exception as e:  # noqa: BLE001 - report and go on
             print(f"{tag} FAILED: {type(e).__name__}: {e}"[:3000], flush=True)
             traceback.print_exc()
@@ -711,9 +655,9 @@ def compile_only():
                     tag = (f"D={D:3d} {kname:6s} {blk}={key[1][0]:3d} st={key[1][1]} "
                            f"causal={int(causal)}")
                     try:
-                        ck = _compile_offline(fn, args, consts, opts)
+                        ck = gluon_compile_offline(fn, args, consts, opts)
                         print(f"{tag:45s} smem={ck.metadata.shared:6d} "
-                              f"{_ptxas_report(ck.asm['ptx'])}", flush=True)
+                              f"{ptxas_report(ck.asm['ptx'])}", flush=True)
                     except Exception as e:  # noqa: BLE001 - report and go on
                         print(f"{tag} FAILED: {type(e).__name__}: {e}"[:3000], flush=True)
                         traceback.print_exc()

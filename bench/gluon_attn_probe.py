@@ -143,11 +143,7 @@ CPU tensors for that (only dtype, block shape and layout matter). ptxas from the
 wheel then reports registers / spills.
 """
 import math
-import os
-import re
-import subprocess
 import sys
-import tempfile
 import traceback
 
 import torch
@@ -164,6 +160,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 # The shared device helpers, the constants and the warp-specialized kernel (stage 2) live
 # in the engine (src/opendnn/engines/attention/_gluon_kernels.py); stage 1 stays here.
+from probe_common import gluon_compile_offline, ptxas_report  # noqa: E402 (bench/)
 from opendnn.engines.attention._gluon_kernels import (  # noqa: E402
     LOG2E, _epilogue, _softmax_step, attn_fwd_ws)
 
@@ -358,54 +355,6 @@ def prepare(q, k, v, sm_scale, name, causal=False):
 # --------------------------------------------------------------------------------------------
 # Offline compilation (no GPU)
 # --------------------------------------------------------------------------------------------
-PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
-
-
-def _compile_offline(fn, args, consts, opts):
-    """Compile a Gluon kernel for sm_90a without a GPU; returns the CompiledKernel."""
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.runtime.jit import mangle_type
-
-    names = fn.arg_names
-    sig, constexprs, attrs = {}, {}, {}
-    pos = 0
-    for i, name in enumerate(names):
-        if name in consts:
-            sig[name] = "constexpr"
-            constexprs[(i, )] = consts[name]
-            continue
-        a = args[pos]
-        pos += 1
-        sig[name] = mangle_type(a)
-        if isinstance(a, torch.Tensor):
-            attrs[(i, )] = [["tt.divisibility", 16]]
-    src = GluonASTSource(fn, sig, constexprs, attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
-
-
-def _ptxas_report(ptx):
-    """Registers / spill stores / spill loads / smem of every entry in ``ptx``."""
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "k.ptx")
-        with open(path, "w") as f:
-            f.write(ptx)
-        r = subprocess.run([PTXAS, "-arch=sm_90a", "-v", path, "-o", os.devnull],
-                           capture_output=True, text=True)
-    out = r.stdout + r.stderr
-    if r.returncode != 0:
-        return "ptxas failed: " + out.strip()[-2000:]
-    regs = re.findall(r"Used (\d+) registers", out)
-    spill = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out)
-    spill = ",".join(f"{a}/{b}" for a, b in spill)
-    # Warp-specialized kernels: ptxas reports the launch bound (maxnreg); the per-partition
-    # budgets are the setmaxnreg.{inc,dec} values Triton emitted.
-    setmax = sorted({int(n) for n in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)",
-                                                ptx)})
-    extra = f" setmaxnreg={setmax}" if setmax else ""
-    return f"ptxas regs={','.join(regs)} spill st/ld bytes={spill}{extra}"
-
-
 def compile_only():
     """Compile every config for sm_90a and print the ptxas report: D=128 and D=64; stage 2
     also causal / non-causal, with and without a key/query tail (S=1000 instead of 1024), and
@@ -427,9 +376,9 @@ def compile_only():
                     args, _, tail = _make_args(q, kv, kv, q, lse, 0.1, kind, cfg)
                     fn, consts, opts = _kernel_and_consts(kind, cfg, D, num_warps, causal,
                                                           tail)
-                    ck = _compile_offline(fn, args, consts, opts)
+                    ck = gluon_compile_offline(fn, args, consts, opts)
                     print(f"{tag} smem={ck.metadata.shared:6d} "
-                          f"{_ptxas_report(ck.asm['ptx'])}", flush=True)
+                          f"{ptxas_report(ck.asm['ptx'])}", flush=True)
                 except Exception as e:  # noqa: BLE001 - report and go on
                     print(f"{tag} FAILED: {type(e).__name__}: {e}"[:3000], flush=True)
                     traceback.print_exc()

@@ -1,5 +1,11 @@
 """Helpers shared by the GPU probes in bench/."""
+import os
+import re
+import subprocess
+import tempfile
+
 import torch
+import triton
 from triton.testing import do_bench
 
 
@@ -33,3 +39,53 @@ def planned(g, engine_id: int, knobs, pack):
     g.build_plans()
     ws = torch.empty(max(g.get_workspace_size(), 1), device="cuda", dtype=torch.uint8)
     return lambda: g.execute(pack, ws)
+
+
+PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+
+
+def gluon_compile_offline(fn, args, consts, opts):
+    """Compile Gluon kernel ``fn`` for sm_90a without a GPU (``args``: its runtime arguments,
+    TMA descriptors built on CPU tensors; ``consts``: constexprs by name; ``opts``: launch
+    options); returns the CompiledKernel."""
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import mangle_type
+
+    names = fn.arg_names
+    sig, constexprs, attrs = {}, {}, {}
+    pos = 0
+    for i, name in enumerate(names):
+        if name in consts:
+            sig[name] = "constexpr"
+            constexprs[(i, )] = consts[name]
+            continue
+        a = args[pos]
+        pos += 1
+        sig[name] = mangle_type(a)
+        if isinstance(a, torch.Tensor):
+            attrs[(i, )] = [["tt.divisibility", 16]]
+    src = GluonASTSource(fn, sig, constexprs, attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
+
+
+def ptxas_report(ptx):
+    """Registers / spill stores / spill loads / smem of every entry in ``ptx``."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "k.ptx")
+        with open(path, "w") as f:
+            f.write(ptx)
+        r = subprocess.run([PTXAS, "-arch=sm_90a", "-v", path, "-o", os.devnull],
+                           capture_output=True, text=True)
+    out = r.stdout + r.stderr
+    if r.returncode != 0:
+        return "ptxas failed: " + out.strip()[-2000:]
+    regs = re.findall(r"Used (\d+) registers", out)
+    spill = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out)
+    spill = ",".join(f"{a}/{b}" for a, b in spill)
+    # Warp-specialized kernels: ptxas reports the launch bound (maxnreg); the per-partition
+    # budgets are the setmaxnreg.{inc,dec} values Triton emitted.
+    setmax = sorted({int(n) for n in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)",
+                                                ptx)})
+    extra = f" setmaxnreg={setmax}" if setmax else ""
+    return f"ptxas regs={','.join(regs)} spill st/ld bytes={spill}{extra}"

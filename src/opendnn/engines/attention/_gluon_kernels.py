@@ -129,16 +129,25 @@ def _ws_producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars,
     """Producer warp: Q tiles of both consumers, then K_j, V_j for key tiles 0..n_tiles-1
     (the CTA's key range: the same n_tiles both consumers iterate over)."""
     WG_M: gl.constexpr = q_desc.block_type.shape[0]
-    kv_bytes: gl.constexpr = k_desc.block_type.nbytes
     for wg in gl.static_range(2):
         mbarrier.expect(q_bars.index(wg), q_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(q_desc, [q_row + wg * WG_M, 0], q_bars.index(wg),
                                         q_smem.index(wg))
+    stream_kv(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, kv_row,
+              n_tiles, BLOCK_N, NUM_STAGES)
+
+
+@gluon.jit
+def stream_kv(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, kv_row,
+              n_tiles, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr):
+    """A producer's K_j, V_j (rows kv_row + j BLOCK_N, j < n_tiles) into the ring: each slot
+    waited empty (inverted phase: the first pass over a fresh ring does not wait), then
+    loaded against its ready barrier's byte count."""
+    kv_bytes: gl.constexpr = k_desc.block_type.nbytes
     for j in range(n_tiles):
         slot = j % NUM_STAGES
         phase = (j // NUM_STAGES) & 1
         row = kv_row + j * BLOCK_N
-        # Inverted phase: the first pass over a fresh ring does not wait.
         mbarrier.wait(k_empty.index(slot), phase ^ 1)
         mbarrier.expect(k_ready.index(slot), kv_bytes)
         tma.async_copy_global_to_shared(k_desc, [row, 0], k_ready.index(slot), k_smem.index(slot))

@@ -99,6 +99,13 @@ def _fetch(p: Problem, loads: dict, prefix: str, row: str, indent: str) -> list[
     return out
 
 
+def _fetch_next(p: Problem, loads: dict, names: list, groups: int, indent: str) -> list[str]:
+    """Lines loading row ``row + groups`` (the group's next) into ``<var>_next(_raw)``."""
+    nxt = {f"{v}_next": n for v, n in loads.items()}
+    return [f"{indent}nrow = row + {groups}"] + _next_offsets(p, "nrow", names, indent) + \
+        _fetch(p, nxt, "n", "nrow", indent)
+
+
 def _partials(sp: int, a: str, b: str | None, indent: str) -> list[str]:
     """Publish this chunk's partials (tagged with row + 1)."""
     out = publish("WSI", f"(row * {sp} + sl) * 2", a, "tag", indent)
@@ -123,11 +130,7 @@ def _loop(p: Problem, kn, loads: dict, row_names: list, prefetch: int,
     names = sorted({n for v in loads.values() for n in ([v] if isinstance(v, str) else v)})
     if prefetch:
         L += _next_offsets(p, "grp", names, IND) + _fetch(p, loads, "n", "grp", IND)
-    fetch_next = []
-    if prefetch:
-        nxt = {f"{v}_next": n for v, n in loads.items()}
-        fetch_next = [f"{IND2}nrow = row + {groups}"] + \
-            _next_offsets(p, "nrow", names, IND2) + _fetch(p, nxt, "n", "nrow", IND2)
+    fetch_next = _fetch_next(p, loads, names, groups, IND2) if prefetch else []
     L.append(f"{IND}for row in range(grp, {p.R}, {groups}):")
     L += p.row_offsets("row", row_names, IND2)
     L.append(f"{IND2}tag = row + 1")
@@ -239,11 +242,6 @@ def _lag_loop(p: Problem, kn, loads: dict, row_names: list, partials: list,
         return [f"{indent}p_{v} = {v}" for v in stat] + \
             [f"{indent}p_{v}_raw = {v}_raw" for v in vec] + [f"{indent}prow = row"]
 
-    def fetch_next(indent):        # row + groups into ``<v>_next(_raw)``
-        nxt = {f"{v}_next": n for v, n in loads.items()}
-        return [f"{indent}nrow = row + {groups}"] + _next_offsets(p, "nrow", names, indent) + \
-            _fetch(p, nxt, "n", "nrow", indent)
-
     c2 = "" if rms else " - c2"
     xh = "p_x" if rms else "(p_x - p_mean)"
     finish = [f"{I2}ptag = prow + 1"]
@@ -261,7 +259,7 @@ def _lag_loop(p: Problem, kn, loads: dict, row_names: list, partials: list,
     L = [f"{I}row = grp"] + p.row_offsets("row", row_names, I) + _fetch(p, loads, "", "row", I)
     L += partial_lines(I) + shift(I)
     if ahead:
-        L += fetch_next(I)
+        L += _fetch_next(p, loads, names, groups, I)
     L.append(f"{I}for row in range(grp + {groups}, {p.R + groups}, {groups}):")
     if ahead:
         L += [f"{I2}{v}_raw = {v}_next_raw" for v in vec] + \
@@ -270,5 +268,5 @@ def _lag_loop(p: Problem, kn, loads: dict, row_names: list, partials: list,
         L += p.row_offsets("row", row_names, I2) + _fetch(p, loads, "", "row", I2)
     L += partial_lines(I2)
     if ahead:
-        L += fetch_next(I2)
+        L += _fetch_next(p, loads, names, groups, I2)
     return L + finish + shift(I2)
