@@ -110,7 +110,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 # the forward's constants and K / V ring producer (src/opendnn/engines/attention)
-from probe_common import gluon_compile_offline, ptxas_report  # noqa: E402 (bench/)
+from probe_common import (compile_report, gluon_compile_offline,  # noqa: E402
+                          lse_reference, ptxas_report)
 from opendnn.engines.attention._gluon_kernels import (  # noqa: E402
     CONSUMER_REGS, LOG2E, MAXNREG, stream_kv)
 
@@ -654,35 +655,12 @@ def compile_only():
                     blk = "BLOCK_M" if kname[0] == "A" else "BLOCK_N"
                     tag = (f"D={D:3d} {kname:6s} {blk}={key[1][0]:3d} st={key[1][1]} "
                            f"causal={int(causal)}")
-                    try:
-                        ck = gluon_compile_offline(fn, args, consts, opts)
-                        print(f"{tag:45s} smem={ck.metadata.shared:6d} "
-                              f"{ptxas_report(ck.asm['ptx'])}", flush=True)
-                    except Exception as e:  # noqa: BLE001 - report and go on
-                        print(f"{tag} FAILED: {type(e).__name__}: {e}"[:3000], flush=True)
-                        traceback.print_exc()
+                    compile_report(f"{tag:45s}", fn, args, consts, opts)
 
 
 # --------------------------------------------------------------------------------------------
 # GPU harness
 # --------------------------------------------------------------------------------------------
-def lse_reference(q, k, scale, causal=False, chunk=1024):
-    """fp32 natural-log LSE of the scaled scores, over chunks of ``chunk`` query rows (k has
-    q's heads). Top-left causal mask."""
-    B, H, S, D = q.shape
-    out = torch.empty(B, H, S, device=q.device, dtype=torch.float32)
-    kf = k.float()
-    cols = torch.arange(S, device=q.device)
-    for i in range(0, S, chunk):
-        s = torch.matmul(q[:, :, i:i + chunk].float(), kf.transpose(-1, -2)) * scale
-        if causal:
-            rows = torch.arange(i, min(i + chunk, S), device=q.device)
-            s.masked_fill_(cols[None, :] > rows[:, None], float("-inf"))
-        out[:, :, i:i + chunk] = torch.logsumexp(s, dim=-1)
-        del s
-    return out
-
-
 def _rel(a, b):
     """(relative error in norm, max |a - b| / max |b|)."""
     d = (a.float() - b.float())

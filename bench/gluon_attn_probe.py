@@ -144,7 +144,6 @@ wheel then reports registers / spills.
 """
 import math
 import sys
-import traceback
 
 import torch
 import triton
@@ -160,7 +159,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 # The shared device helpers, the constants and the warp-specialized kernel (stage 2) live
 # in the engine (src/opendnn/engines/attention/_gluon_kernels.py); stage 1 stays here.
-from probe_common import gluon_compile_offline, ptxas_report  # noqa: E402 (bench/)
+from probe_common import compile_report, lse_reference  # noqa: E402 (bench/)
 from opendnn.engines.attention._gluon_kernels import (  # noqa: E402
     LOG2E, _epilogue, _softmax_step, attn_fwd_ws)
 
@@ -372,38 +371,14 @@ def compile_only():
                 kv = torch.empty(B, H_kv, S, D, dtype=torch.bfloat16)
                 lse = torch.empty(B, H, S, dtype=torch.float32)
                 tag = f"D={D:3d} {name:20s} causal={int(causal)} S={S:4d} gqa={H // H_kv}"
-                try:
-                    args, _, tail = _make_args(q, kv, kv, q, lse, 0.1, kind, cfg)
-                    fn, consts, opts = _kernel_and_consts(kind, cfg, D, num_warps, causal,
-                                                          tail)
-                    ck = gluon_compile_offline(fn, args, consts, opts)
-                    print(f"{tag} smem={ck.metadata.shared:6d} "
-                          f"{ptxas_report(ck.asm['ptx'])}", flush=True)
-                except Exception as e:  # noqa: BLE001 - report and go on
-                    print(f"{tag} FAILED: {type(e).__name__}: {e}"[:3000], flush=True)
-                    traceback.print_exc()
+                args, _, tail = _make_args(q, kv, kv, q, lse, 0.1, kind, cfg)
+                fn, consts, opts = _kernel_and_consts(kind, cfg, D, num_warps, causal, tail)
+                compile_report(tag, fn, args, consts, opts)
 
 
 # --------------------------------------------------------------------------------------------
 # GPU harness
 # --------------------------------------------------------------------------------------------
-def lse_reference(q, k, sm_scale, causal=False, chunk=1024):
-    """fp32 natural-log LSE, computed over chunks of `chunk` query rows (all heads at once);
-    k must already have q's heads (repeat_interleave for GQA). Top-left causal mask."""
-    B, H, S, D = q.shape
-    out = torch.empty(B, H, S, device=q.device, dtype=torch.float32)
-    kf = k.float()
-    cols = torch.arange(S, device=q.device)
-    for i in range(0, S, chunk):
-        s = torch.matmul(q[:, :, i:i + chunk].float(), kf.transpose(-1, -2)) * sm_scale
-        if causal:
-            rows = torch.arange(i, min(i + chunk, S), device=q.device)
-            s.masked_fill_(cols[None, :] > rows[:, None], float("-inf"))
-        out[:, :, i:i + chunk] = torch.logsumexp(s, dim=-1)
-        del s
-    return out
-
-
 def _check(q, k, v, sm_scale, causal, name, ref, lse_ref):
     """Run config ``name`` once; returns (launch, text with errors and OK/WRONG)."""
     launch, o, lse = prepare(q, k, v, sm_scale, name, causal)

@@ -3,6 +3,7 @@ import os
 import re
 import subprocess
 import tempfile
+import traceback
 
 import torch
 import triton
@@ -89,3 +90,32 @@ def ptxas_report(ptx):
                                                 ptx)})
     extra = f" setmaxnreg={setmax}" if setmax else ""
     return f"ptxas regs={','.join(regs)} spill st/ld bytes={spill}{extra}"
+
+
+def compile_report(tag: str, fn, args, consts, opts) -> None:
+    """Compile ``fn`` offline for sm_90a and print ``tag``, its shared memory and the
+    ptxas report, or the failure (and go on)."""
+    try:
+        ck = gluon_compile_offline(fn, args, consts, opts)
+        print(f"{tag} smem={ck.metadata.shared:6d} {ptxas_report(ck.asm['ptx'])}", flush=True)
+    except Exception as e:  # noqa: BLE001 - report and go on
+        print(f"{tag} FAILED: {type(e).__name__}: {e}"[:3000], flush=True)
+        traceback.print_exc()
+
+
+def lse_reference(q, k, scale, causal=False, chunk=1024):
+    """float32 natural-log logsumexp of the scaled scores q k^T [B, H, S], over chunks of
+    ``chunk`` query rows (never S x S for all heads at once); k has q's heads. Top-left
+    causal mask."""
+    B, H, S, D = q.shape
+    out = torch.empty(B, H, S, device=q.device, dtype=torch.float32)
+    kf = k.float()
+    cols = torch.arange(S, device=q.device)
+    for i in range(0, S, chunk):
+        s = torch.matmul(q[:, :, i:i + chunk].float(), kf.transpose(-1, -2)) * scale
+        if causal:
+            rows = torch.arange(i, min(i + chunk, S), device=q.device)
+            s.masked_fill_(cols[None, :] > rows[:, None], float("-inf"))
+        out[:, :, i:i + chunk] = torch.logsumexp(s, dim=-1)
+        del s
+    return out
