@@ -151,8 +151,9 @@ def test_dq_knob_and_backward_tma_rules(rng):
                                            DQ_BLOCK_M=128, DQ_BLOCK_N=128, DQ_STAGES=4)
 
 
-def _first_choice(backward: bool, s: int, d: int, causal: bool) -> dict:
-    """The heuristic's first config on an H100 for B=4, H=16, S=s, head dim d, bf16."""
+def _first_choice(backward: bool, s: int, d: int, causal: bool, index: int = 0) -> dict:
+    """The heuristic's config ``index`` (0: first) on an H100 for B=4, H=16, S=s, head dim d,
+    bf16."""
     import opendnn.frontend as cudnn
     h100 = Target(device="cuda", name="H100", capability=(9, 0), num_sms=132)
     g = cudnn.pygraph()
@@ -166,7 +167,7 @@ def _first_choice(backward: bool, s: int, d: int, causal: bool) -> dict:
     else:
         g.sdpa(q, k, v, generate_stats=False, **band)[0].set_output(True)
     g.validate()
-    return AttentionEngine().configs(g.op_graph, h100)[0].knob_dict
+    return AttentionEngine().configs(g.op_graph, h100)[index].knob_dict
 
 
 GLUON = (128, 128, 4, 2)
@@ -182,9 +183,10 @@ GLUON = (128, 128, 4, 2)
     (True, 4096, 128, False, (64, 64, 4, 2), 0), (True, 4096, 128, True, (32, 64, 4, 4), 0),
     (True, 4096, 64, False, (32, 128, 4, 3), 0), (True, 16384, 64, True, (32, 64, 4, 4), 0)])
 def test_h100_first_choices(backward, s, d, causal, tile, pingpong):
-    """The tiles the H100 sweeps chose (bench/notes/attention.md, sessions 9-13): the Gluon
-    forward first where it covers the problem, but for short rows at head dim 64 or causal."""
-    kn = _first_choice(backward, s, d, causal)
+    """The tiles the H100 sweeps chose (bench/notes/attention.md, sessions 9-14): the Gluon
+    forward first where it covers the problem, but for short rows at head dim 64 or causal;
+    the Gluon backward first, then the Triton split's best tiles."""
+    kn = _first_choice(backward, s, d, causal, index=int(backward))
     assert (kn["BLOCK_M"], kn["BLOCK_N"], kn["num_warps"], kn["num_stages"]) == tile, kn
     assert (kn["GLUON"], kn["PINGPONG"]) == (int(tile == GLUON), pingpong), kn
     if backward:
@@ -192,17 +194,30 @@ def test_h100_first_choices(backward, s, d, causal, tile, pingpong):
         assert kn["DQ_WARPS"] == (4 if d == 64 and not causal else 8), kn
 
 
-def _gluon_reason(knobs: dict, target=None, backward=False, d=128, **kw) -> str:
-    """Why engine 40 declines ``knobs`` for a B=2, H=4, S=256 bf16 sdpa (kw: sdpa args)."""
+@pytest.mark.parametrize("s,d,causal,stages,dq_n,dq_stages", [
+    (1024, 128, False, 2, 64, 3), (8192, 128, True, 3, 64, 3), (4096, 64, False, 4, 128, 2),
+    (16384, 64, True, 4, 128, 2)])
+def test_h100_gluon_backward_first(s, d, causal, stages, dq_n, dq_stages):
+    """The Gluon backward is listed first on an H100 (bench/gluon_attn_bwd_probe.py, session
+    14: 0.87-1.85x cuDNN): dK / dV 64 x 128 keys, dQ 128 rows; stages per head dim / mask."""
+    kn = _first_choice(True, s, d, causal)
+    assert (kn["GLUON"], kn["BLOCK_M"], kn["BLOCK_N"], kn["num_warps"]) == (1, 64, 128, 4), kn
+    assert (kn["num_stages"], kn["DQ_BLOCK_N"], kn["DQ_STAGES"]) == (stages, dq_n, dq_stages)
+    assert (kn["DQ_BLOCK_M"], kn["DQ_WARPS"], kn["PINGPONG"]) == (128, 4, 0), kn
+
+
+def _gluon_reason(knobs: dict, target=None, backward=False, d=128, s=256, **kw) -> str:
+    """Why engine 40 declines ``knobs`` for a B=2, H=4, S=s bf16 sdpa or sdpa_backward (kw:
+    the node's arguments)."""
     import opendnn.frontend as cudnn
     from opendnn.engines.base import EngineConfig
     h100 = Target(device="cuda", name="H100", capability=(9, 0), num_sms=132)
     g = cudnn.pygraph()
-    q, k, v, o, do = (g.tensor([2, 4, 256, d], data_type=cudnn.data_type.BFLOAT16)
+    q, k, v, o, do = (g.tensor([2, 4, s, d], data_type=cudnn.data_type.BFLOAT16)
                       for _ in range(5))
     if backward:
-        st = g.tensor([2, 4, 256, 1], data_type=cudnn.data_type.FLOAT)
-        for t in g.sdpa_backward(q, k, v, o, do, st, attn_scale=0.125):
+        st = g.tensor([2, 4, s, 1], data_type=cudnn.data_type.FLOAT)
+        for t in g.sdpa_backward(q, k, v, o, do, st, attn_scale=0.125, **kw):
             t.set_output(True)
     else:
         g.sdpa(q, k, v, attn_scale=0.125, **kw)[0].set_output(True)
@@ -225,7 +240,7 @@ def test_gluon_forward_rules():
         (GLUON_KNOBS, Target(), False, 128, {}, "a Hopper GPU"),
         (GLUON_KNOBS, Target(device="cuda", capability=(8, 0)), False, 128, {},
          "a Hopper GPU"),
-        (GLUON_KNOBS, None, True, 128, {}, "GLUON is a forward knob"),
+        (GLUON_KNOBS, None, True, 128, {}, "GLUON backward: BLOCK_M=64, BLOCK_N=128"),
         (dict(GLUON_KNOBS, BLOCK_M=64), None, False, 128, {}, "BLOCK_M=128, num_warps=4"),
         (dict(GLUON_KNOBS, num_stages=4), None, False, 128, {}, "num_stages 2 or 3"),
         (GLUON_KNOBS, None, False, 96, {}, "head dims 64 or 128"),
@@ -236,6 +251,82 @@ def test_gluon_forward_rules():
     ]:
         got = _gluon_reason(knobs, target, backward, d, **kw)
         assert reason in got, (knobs, got)
+
+
+GLUON_BWD = dict(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=2, DQ_BLOCK_M=128,
+                 DQ_BLOCK_N=64, DQ_WARPS=4, DQ_STAGES=3, GLUON=1)
+
+
+def test_gluon_backward_rules():
+    """GLUON=1 on sdpa_backward: each rule of the Gluon backward declines with its reason;
+    plain, causal and MQA-free cases are accepted on a Hopper target."""
+    assert _gluon_reason(GLUON_BWD, backward=True) == ""
+    assert _gluon_reason(GLUON_BWD, backward=True, diagonal_band_right_bound=0) == ""
+    assert _gluon_reason(dict(GLUON_BWD, num_stages=4, DQ_BLOCK_N=128, DQ_STAGES=2), None,
+                         True, 64) == ""
+    for knobs, d, s, kw, reason in [
+        (dict(GLUON_BWD, PINGPONG=1), 128, 256, {}, "PINGPONG is a knob of the Gluon forward"),
+        (dict(GLUON_BWD, BLOCK_M=128), 128, 256, {}, "GLUON backward: BLOCK_M=64"),
+        (dict(GLUON_BWD, DQ_STAGES=1), 128, 256, {}, "DQ_STAGES 2 or 3"),
+        (dict(GLUON_BWD, DQ_BLOCK_N=32), 128, 256, {}, "DQ_BLOCK_N 64 or 128"),
+        (dict(GLUON_BWD, DQ_ATOMIC=1), 128, 256, {}, "no TMA / DQ_ATOMIC"),
+        (dict(GLUON_BWD, DQ_BLOCK_N=128, DQ_STAGES=3), 128, 256, {},
+         "need 256 KB of shared memory"),
+        (GLUON_BWD, 96, 256, {}, "head dims 64 or 128"),
+        (GLUON_BWD, 128, 200, {}, "a multiple of 128 (200)"),
+        (GLUON_BWD, 128, 256, dict(diagonal_band_right_bound=4), "no bias, dropout"),
+    ]:
+        got = _gluon_reason(knobs, None, True, d, s, **kw)
+        assert reason in got, (knobs, got)
+    assert "a Hopper GPU" in _gluon_reason(GLUON_BWD, Target(), True)
+
+
+def test_gluon_backward_declines_strided_gradients():
+    """dO in BSHD strides is not one 2-D TMA view: the Gluon backward declines it and the
+    heuristic lists only the Triton split."""
+    import opendnn.frontend as cudnn
+    from opendnn.engines.base import EngineConfig
+    h100 = Target(device="cuda", name="H100", capability=(9, 0), num_sms=132)
+    g = cudnn.pygraph()
+    dims, bshd = [2, 4, 256, 128], [256 * 4 * 128, 128, 4 * 128, 1]
+    q, k, v, o = (g.tensor(dims, data_type=cudnn.data_type.BFLOAT16) for _ in range(4))
+    do = g.tensor(dims, bshd, cudnn.data_type.BFLOAT16)
+    st = g.tensor([2, 4, 256, 1], data_type=cudnn.data_type.FLOAT)
+    for t in g.sdpa_backward(q, k, v, o, do, st, attn_scale=0.125):
+        t.set_output(True)
+    g.validate()
+    e = AttentionEngine()
+    sup = e.check_config(g.op_graph, EngineConfig.make(e, **GLUON_BWD), h100)
+    assert not sup.ok and "Q, O, DO, DQ, K, V, DK, DV (and Stats) packed" in sup.reason
+    assert not any(c.knob_dict.get("GLUON") for c in e.configs(g.op_graph, h100))
+
+
+def test_gluon_declines_misaligned_buffers_at_execute():
+    """A buffer the Gluon kernels read through TMA descriptors must be 16-byte aligned:
+    BAD_PARAM_MISALIGNED_POINTER naming the tensor, raised before anything launches (the
+    check runs on CPU buffers here, the plan built for a Hopper target)."""
+    import opendnn.frontend as cudnn
+    from opendnn.engines.base import EngineConfig
+    from opendnn.errors import BadParamError, Status
+    h100 = Target(device="cuda", name="H100", capability=(9, 0), num_sms=132)
+    g = cudnn.pygraph()
+    q, k, v = (g.tensor([1, 2, 128, 64], data_type=cudnn.data_type.BFLOAT16, name=n)
+               for n in ("q", "k", "v"))
+    o, _ = g.sdpa(q, k, v, attn_scale=0.125, generate_stats=False)
+    o.set_output(True).set_name("o")
+    g.validate()
+    e = AttentionEngine()
+    cfg = EngineConfig.make(e, **GLUON_KNOBS)
+    ex = e.build(g.op_graph, cfg, h100)
+    raw = torch.zeros(2 * 128 * 64 + 1, dtype=torch.bfloat16)
+    buffers = {t.uid: raw[:-1] for t in (q, k, v, o)}
+    buffers[k.uid] = raw[1:]                  # 2 bytes past an aligned address
+    ws = torch.zeros(e.workspace_size(g.op_graph, cfg, h100), dtype=torch.uint8)
+    with pytest.raises(BadParamError) as err:
+        ex.run(buffers, ws)
+    assert err.value.status == Status.BAD_PARAM_MISALIGNED_POINTER
+    assert "tensor 'k'" in str(err.value) and "16-byte aligned" in str(err.value)
+    assert "sdpa" in str(err.value)
 
 
 def test_gluon_forward_declines_unpacked_and_unlisted():

@@ -3,7 +3,7 @@ forward (O, Stats) and backward (dQ, dK, dV), bfloat16 / float16, against float6
 PyTorch (tests/_attention_cases.torch_sdpa with autograd): sequence lengths 1, 17 and
 1000, head dims 32-256, every mask kind, GQA / MQA, bias (and dBias), padding, BSHD, dropout
 (the mask from ops/dropout.py's stream: forward and backward use the same one); the
-Gluon forward (GLUON=1) with each of its knobs."""
+Gluon forward and backward (GLUON=1) with each of their knobs."""
 
 import pytest
 import torch
@@ -175,3 +175,47 @@ def test_gluon_forward(rng, c, knobs):
             for t, ref in zip(outs, [ro, rst]):
                 err = _relerr(bufs[t], ref)
                 assert err < 1e-2, f"{c.id} {knobs} stats={stats} {t.get_name()}: {err:.2e}"
+
+
+GLUON_BWD_CASES = [
+    Case("glb_s1024_causal_gqa_d128", b=1, h_q=8, h_k=2, s_q=1024, s_kv=1024, d=128, right=0,
+         dtype=B16),
+    Case("glb_s512_d128", b=2, h_q=4, h_k=4, s_q=512, s_kv=512, d=128, dtype=B16),
+    Case("glb_s256_causal_d64_half", b=3, h_q=2, h_k=2, s_q=256, s_kv=256, d=64, right=0,
+         dtype=torch.float16),
+    Case("glb_s384_mqa_d64", b=2, h_q=4, h_k=1, s_q=384, s_kv=384, d=64, scale=0.125,
+         dtype=B16),
+]
+GLUON_BWD_KNOBS = [dict(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=st, DQ_BLOCK_M=128,
+                        DQ_BLOCK_N=n, DQ_WARPS=4, DQ_STAGES=dst, GLUON=1)
+                   for st, n, dst in ((2, 64, 3), (3, 64, 2), (4, 128, 2))]
+
+
+@pytest.mark.parametrize("knobs", GLUON_BWD_KNOBS,
+                         ids=lambda k: "s{num_stages}n{DQ_BLOCK_N}s{DQ_STAGES}".format(**k))
+@pytest.mark.parametrize("c", GLUON_BWD_CASES, ids=[c.id for c in GLUON_BWD_CASES])
+def test_gluon_backward(rng, c, knobs):
+    """The warp-specialized Gluon backward against float64 PyTorch: causal, GQA / MQA, half
+    and bfloat16, head dims 64 and 128, each knob set (those that fit head dim 128's shared
+    memory); run twice on one NaN-poisoned workspace with new gradient buffers."""
+    x = inputs(rng, c)
+    xc = {n: t.cuda() for n, t in x.items()}
+    q, k, v = (x[n].double().requires_grad_(True) for n in ("q", "k", "v"))
+    ro, rst = torch_sdpa(q, k, v, expected_keep(c), c.scale)
+    do = rng.rand(tuple(ro.shape), c.dtype)
+    ro.backward(do.double())
+    o = ro.detach().to(c.dtype).cuda()
+    g, feeds, outs = backward_graph(c, xc, o, rst.detach().float().cuda(), do.cuda())
+    g.validate()
+    g.build_operation_graph()
+    g.create_execution_plan(40, knobs)
+    g.check_support()
+    g.build_plans()
+    ws = torch.full((max(g.get_workspace_size(), 1),), 255, dtype=torch.uint8, device="cuda")
+    for _ in range(2):
+        bufs = {t: torch.empty_strided(t.get_dim(), t.get_stride(), device="cuda",
+                                       dtype=_dt(t)).fill_(float("nan")) for t in outs}
+        g.execute({**feeds, **bufs}, ws)
+        for t, ref in zip(outs, [q.grad, k.grad, v.grad]):
+            err = _relerr(bufs[t], ref)
+            assert err < 2e-2, f"{c.id} {knobs} {t.get_name()}: relative error {err:.2e}"

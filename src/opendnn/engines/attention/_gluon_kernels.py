@@ -47,7 +47,8 @@ LN2 = gl.constexpr(0.6931471805599453)
 CONSUMER_REGS = 240       # per consumer thread; the producer warp gets 24
 MAXNREG = 168             # launch limit: 12 warps x 128 threads x 168 <= 64K registers
 ROWS = 128                # query rows per program (two consumer warpgroups of 64)
-GL_TYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
+GL_TYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16,
+            torch.float32: gl.float32}
 
 
 def smem_bytes(d: int, block_n: int, stages: int) -> int:
@@ -365,8 +366,9 @@ def attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, seq_len, kv_grou
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
-class _Base:
-    """A bound buffer (raw pointer or DLPack object) as TMA descriptors take it."""
+class Base:
+    """A bound buffer (raw pointer or DLPack object) as TMA descriptors and Triton's launcher
+    take it: an address and a torch type."""
 
     def __init__(self, ptr: int, dtype):
         self._ptr, self.dtype = ptr, dtype
@@ -375,43 +377,47 @@ class _Base:
         return self._ptr
 
 
-def _desc(t, rows: int, d: int, block: int, dtype) -> TensorDescriptor:
-    layout = gl.NVMMASharedLayout.get_default_for([block, d], GL_TYPES[dtype])
-    return TensorDescriptor(_Base(t.data_ptr(), dtype), [rows, d], [d, 1], [block, d], layout)
+def desc(t, shape: list, block: list, dtype) -> TensorDescriptor:
+    """A TMA descriptor over the packed 2-D [rows, D] (or 1-D [n]) view of buffer ``t``."""
+    layout = gl.NVMMASharedLayout.get_default_for(block, GL_TYPES[dtype])
+    strides = [shape[1], 1] if len(shape) == 2 else [1]
+    return TensorDescriptor(Base(t.data_ptr(), dtype), shape, strides, block, layout)
 
 
-def prepare(q, k, v, o, stats, dims: tuple, scale: float, block_n: int, stages: int,
-            pingpong: bool, causal: bool):
-    """The forward's launch as a callable (on the current stream), its TMA descriptors
-    built once: q / k / v / o contiguous [B, H(kv), S, D] buffers of torch type
-    ``dims[5]``, stats float32 [B, H, S] (written); dims = (B, H, H_kv, S, D, dtype). It
-    holds the buffers' addresses, not the buffers."""
-    B, H, HKV, S, D, dtype = dims
-    qd = _desc(q, B * H * S, D, ROWS // 2, dtype)
-    od = _desc(o, B * H * S, D, ROWS // 2, dtype)
-    kd = _desc(k, B * HKV * S, D, block_n, dtype)
-    vd = _desc(v, B * HKV * S, D, block_n, dtype)
-    args = (qd, kd, vd, od, _Base(o.data_ptr(), dtype), _Base(stats.data_ptr(), torch.float32),
-            S, H // HKV, scale)
-    consts = dict(BLOCK_N=block_n, HEAD_D=D, NUM_STAGES=stages, PINGPONG=pingpong,
-                  CAUSAL=causal, TAIL=S % ROWS != 0, CONSUMER_REGS=CONSUMER_REGS,
-                  num_warps=4, maxnreg=MAXNREG)
-    grid = (triton.cdiv(S, ROWS), B * H)
-    tail = tuple(consts[n] for n in ("BLOCK_N", "HEAD_D", "NUM_STAGES", "PINGPONG", "CAUSAL",
-                                     "TAIL", "CONSUMER_REGS"))
+def launcher(fn, grid: tuple, args: tuple, consts: dict):
+    """``fn[grid](*args, **consts)`` as a callable on a stream. The first call goes through
+    Triton's JIT entry (compiling, or finding the kernel in its cache); later ones call the
+    compiled kernel directly -- the JIT's binder and its descriptor type strings cost more
+    than the kernel at S=1024 (bench/gluon_launch_probe.py)."""
+    tail = tuple(consts[n] for n in fn.arg_names if n in consts)
+    g = tuple(grid) + (1, ) * (3 - len(grid))
     compiled = []
 
     def launch(stream=None):
-        """The first launch goes through Triton's JIT entry (compiling, or finding the
-        kernel in its cache); later ones call the compiled kernel directly -- the JIT's
-        binder and its descriptor type strings cost more than the kernel at S=1024."""
         if not compiled:
             with torch.cuda.ExternalStream(stream) if stream else _nullcontext():
-                compiled.append(attn_fwd_ws[grid](*args, **consts))
+                compiled.append(fn[grid](*args, **consts))
             return
         k = compiled[0]
         if stream is None:
             stream = torch._C._cuda_getCurrentRawStream(torch.cuda.current_device())
-        k.run(grid[0], grid[1], 1, stream, k.function, k.packed_metadata, None, None, None,
-              *args, *tail)
+        k.run(*g, stream, k.function, k.packed_metadata, None, None, None, *args, *tail)
     return launch
+
+
+def prepare(q, k, v, o, stats, dims: tuple, scale: float, block_n: int, stages: int,
+            pingpong: bool, causal: bool):
+    """The forward's launch as a callable (on a stream), its TMA descriptors built once: q /
+    k / v / o contiguous [B, H(kv), S, D] buffers of torch type ``dims[5]``, stats float32
+    [B, H, S] (written); dims = (B, H, H_kv, S, D, dtype). It holds the buffers' addresses,
+    not the buffers."""
+    B, H, HKV, S, D, dtype = dims
+    nq, nk = B * H * S, B * HKV * S
+    args = (desc(q, [nq, D], [ROWS // 2, D], dtype), desc(k, [nk, D], [block_n, D], dtype),
+            desc(v, [nk, D], [block_n, D], dtype), desc(o, [nq, D], [ROWS // 2, D], dtype),
+            Base(o.data_ptr(), dtype), Base(stats.data_ptr(), torch.float32),
+            S, H // HKV, scale)
+    consts = dict(BLOCK_N=block_n, HEAD_D=D, NUM_STAGES=stages, PINGPONG=pingpong,
+                  CAUSAL=causal, TAIL=S % ROWS != 0, CONSUMER_REGS=CONSUMER_REGS,
+                  num_warps=4, maxnreg=MAXNREG)
+    return launcher(attn_fwd_ws, (triton.cdiv(S, ROWS), B * H), args, consts)

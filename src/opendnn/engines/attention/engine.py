@@ -17,12 +17,14 @@ dQ accumulated with float32 atomics by the dK / dV kernel, note NONDETERMINISTIC
 when the node sets use_deterministic_algorithm; measured half as fast as the split, so
 only on request).
 
-GLUON=1 (forward, Hopper): the FlashAttention-3-style kernel of ``_gluon_kernels`` --
-a TMA producer warp and two consumer warpgroups with asynchronous wgmma, written in Gluon
--- for packed BHSD half / bfloat16, head dims 64 and 128, no mask or a causal one, GQA,
-any length; PINGPONG alternates its warpgroups' GEMM issues. Listed first where it
-applies (0.9-1.1x cuDNN at head dim 128 in bench/gluon_attn_probe.py); the Triton kernel
-covers everything else and the CPU.
+GLUON=1 (Hopper): the FlashAttention-3-style kernels of ``_gluon_kernels`` (forward) and
+``_gluon_bwd_kernels`` (backward) -- a TMA producer warp and two consumer warpgroups with
+asynchronous wgmma, written in Gluon -- for packed BHSD half / bfloat16, head dims 64 and
+128, no mask or a causal one, GQA; the forward any length (PINGPONG alternates its
+warpgroups' GEMM issues), the backward lengths a multiple of 128 (deterministic: dK / dV by
+key tile, dQ by query tile). Listed first where they apply (forward 0.9-1.2x cuDNN from
+S=4096, backward 0.87-1.85x from S=1024, bench/notes/attention.md); the Triton kernels
+cover everything else and the CPU.
 
 Not offered: Triton 3.6's automatic Hopper warp specialization (``tl.range(...,
 warp_specialize=True)``). On the H100 it gave wrong outputs at 4 warps (max abs error
@@ -37,6 +39,7 @@ import math
 import torch
 
 from ...enums import BehaviorNote, DataType, DiagonalAlignment, NumericalNote
+from ...errors import BadParamError, Status
 from ...runtime.launch import LaunchList, kernel_from_source
 from ..base import SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target, decline
 from . import _bwd_kernels as KB
@@ -60,8 +63,8 @@ class AttnKnobs:
     DQ_BLOCK_N: int = 0     # (0: those of the dK / dV kernel)
     DQ_WARPS: int = 0
     DQ_STAGES: int = 0
-    GLUON: int = 0          # forward: the warp-specialized Gluon kernel (``_gluon_kernels``;
-    PINGPONG: int = 0       # Hopper only; BLOCK_M 128, 4 warps), its warpgroups alternating
+    GLUON: int = 0          # the warp-specialized Gluon kernels (Hopper only; forward BLOCK_M
+    PINGPONG: int = 0       # 128, backward 64 x 128 and dQ 128); forward: warpgroups alternate
 
     def dq(self) -> "AttnKnobs":
         """The knobs the dQ kernel runs with."""
@@ -107,9 +110,15 @@ def _backward_tiles(p: K.Problem) -> list[AttnKnobs]:
 
 
 def _gluon():
-    """The Gluon kernels' module, imported on first use (Gluon's import is not free)."""
+    """The Gluon forward's module, imported on first use (Gluon's import is not free)."""
     from . import _gluon_kernels
     return _gluon_kernels
+
+
+def _gluon_bwd():
+    """The Gluon backward's module, imported on first use."""
+    from . import _gluon_bwd_kernels
+    return _gluon_bwd_kernels
 
 
 def _gluon_first(p: K.Problem) -> AttnKnobs:
@@ -119,34 +128,77 @@ def _gluon_first(p: K.Problem) -> AttnKnobs:
     return AttnKnobs(128, 128, 4, 2, GLUON=1, PINGPONG=pp)
 
 
+def _gluon_backward_first(p: K.Problem) -> AttnKnobs:
+    """The Gluon backward's config (bench/gluon_attn_bwd_probe.py, H100, session 14, three
+    configs at S 1024-8192): head dim 128, dQ on 64-key tiles with 3 stages, dK / dV with 2
+    stages (3 for causal masks: 0.934 against 0.914 of cuDNN at 8192); head dim 64, dQ on
+    128-key tiles with 2 stages, dK / dV with 4 (0.917 against 0.836-0.893 at 8192)."""
+    if max(p.D, p.DV) > 64:
+        return AttnKnobs(64, 128, 4, 3 if p.right is not None else 2, DQ_BLOCK_M=128,
+                         DQ_BLOCK_N=64, DQ_WARPS=4, DQ_STAGES=3, GLUON=1)
+    return AttnKnobs(64, 128, 4, 4, DQ_BLOCK_M=128, DQ_BLOCK_N=128, DQ_WARPS=4, DQ_STAGES=2,
+                     GLUON=1)
+
+
+def _gluon_knob_rule(fwd: bool, p: K.Problem, kn: AttnKnobs) -> str:
+    """Why the Gluon kernels do not take knobs ``kn`` ('' when they do)."""
+    D = p.D
+    if fwd:
+        if (kn.BLOCK_M, kn.num_warps) != (128, 4) or kn.BLOCK_N not in (64, 128) or \
+                kn.num_stages not in (2, 3) or kn.TMA or kn.DQ_ATOMIC or kn.dq() != kn:
+            return ("GLUON: BLOCK_M=128, num_warps=4, BLOCK_N 64 or 128, num_stages 2 or 3, "
+                    "no TMA / DQ knobs")
+        need = _gluon().smem_bytes(D, kn.BLOCK_N, kn.num_stages) if D in (64, 128) else 0
+        what = f"{kn.num_stages} stages of {kn.BLOCK_N} keys"
+    else:
+        if kn.PINGPONG:
+            return "PINGPONG is a knob of the Gluon forward"
+        if (kn.BLOCK_M, kn.BLOCK_N, kn.num_warps, kn.DQ_BLOCK_M, kn.DQ_WARPS) != \
+                (64, 128, 4, 128, 4) or kn.num_stages not in (2, 3, 4) or kn.TMA or \
+                kn.DQ_ATOMIC or kn.DQ_BLOCK_N not in (64, 128) or kn.DQ_STAGES not in (2, 3):
+            return ("GLUON backward: BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages 2-4 "
+                    "(dK / dV); DQ_BLOCK_M=128, DQ_WARPS=4, DQ_BLOCK_N 64 or 128, DQ_STAGES 2 "
+                    "or 3 (dQ); no TMA / DQ_ATOMIC")
+        need = _gluon_bwd().smem_bytes(D, kn.BLOCK_M, kn.num_stages, kn.DQ_BLOCK_N,
+                                       kn.DQ_STAGES) if D in (64, 128) else 0
+        what = f"{kn.num_stages} / {kn.DQ_STAGES} stages"
+    if need > SMEM_LIMIT:
+        return (f"GLUON: {what} at head dim {D} need {need // 1024} KB of shared memory "
+                f"(limit {SMEM_LIMIT // 1024})")
+    return ""
+
+
 def _check_gluon(graph, p: K.Problem, kn: AttnKnobs, target: Target) -> Support:
-    """The rules of the Gluon forward (GLUON=1): what its kernel covers today."""
+    """The rules of the Gluon kernels (GLUON=1): what they cover today."""
     n = graph.nodes[0]
+    fwd = n.kind == "sdpa"
     t = {r: graph.tensors[u] for r, u in {**n.inputs, **n.outputs}.items()}
     H, HKV, S, D = p.H, p.HKV, p.SQ, p.D
-    packed = (H * S * D, S * D, D, 1)
+    packed, packed_kv = (H * S * D, S * D, D, 1), (HKV * S * D, S * D, D, 1)
     if not kn.GLUON:
         return decline("PINGPONG is a knob of the Gluon forward (GLUON=1)")
-    if n.kind != "sdpa":
-        return decline("GLUON is a forward knob")
     if not (target.is_cuda and target.is_hopper):
         return decline("GLUON: a Hopper GPU (sm_90: TMA, wgmma, warp specialization)")
-    if (kn.BLOCK_M, kn.num_warps) != (128, 4) or kn.BLOCK_N not in (64, 128) or \
-            kn.num_stages not in (2, 3) or kn.TMA or kn.DQ_ATOMIC or kn.dq() != kn:
-        return decline("GLUON: BLOCK_M=128, num_warps=4, BLOCK_N 64 or 128, num_stages 2 "
-                       "or 3, no TMA / DQ knobs")
-    need = _gluon().smem_bytes(D, kn.BLOCK_N, kn.num_stages) if D in (64, 128) else 0
-    if need > SMEM_LIMIT:
-        return decline(f"GLUON: {kn.num_stages} stages of {kn.BLOCK_N} keys at head dim {D} "
-                       f"need {need // 1024} KB of shared memory (limit {SMEM_LIMIT // 1024})")
-    if p.dtype not in TYPES or p.out_dtype != p.dtype:
-        return decline("GLUON: Q, K, V and O of one type, half or bfloat16")
+    why = _gluon_knob_rule(fwd, p, kn)
+    if why:
+        return decline(why)
+    types = {p.dtype, p.out_dtype} if fwd else \
+        {t[r].data_type for r in ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV")}
+    if len(types) != 1 or p.dtype not in TYPES:
+        return decline("GLUON: Q, K, V and O (and the gradients) of one type, half or "
+                       "bfloat16")
     if D != p.DV or D not in (64, 128) or S != p.SKV:
         return decline(f"GLUON: head dims 64 or 128 (Q / K {D}, V {p.DV}) and as many keys "
                        f"as queries ({S} / {p.SKV})")
-    if p.q != packed or p.o != packed or p.k != (HKV * S * D, S * D, D, 1) or p.v != p.k or \
+    if not fwd and S % 128:
+        return decline(f"GLUON backward: sequence lengths a multiple of 128 ({S})")
+    rows = ("Q", "O") + (() if fwd else ("DO", "DQ"))
+    kv = ("K", "V") + (() if fwd else ("DK", "DV"))
+    if any(tuple(t[r].strides) != packed for r in rows) or \
+            any(tuple(t[r].strides) != packed_kv for r in kv) or \
             (p.stats and p.stats[:3] != (H * S, S, 1)):
-        return decline("GLUON: Q, K, V, O (and Stats) packed B, H, S, D (one 2-D TMA view)")
+        return decline(f"GLUON: {', '.join(rows + kv)} (and Stats) packed B, H, S, D "
+                       "(one 2-D TMA view)")
     if p.bias or p.dropout or p.padding or p.left is not None or p.right not in (None, 0):
         return decline("GLUON: no bias, dropout, padding or band; a causal mask (right "
                        "bound 0) or none")
@@ -321,6 +373,12 @@ class AttentionEngine(Engine):
                 # (0.25x against 0.78x in the engine, 0.9x in the probe: not understood)
                 first = p.SQ >= 2048 or (max(p.D, p.DV) > 64 and p.right is None)
                 out = [g] + out if first else out[:1] + [g] + out[1:]
+        elif target.is_cuda:
+            g = _gluon_backward_first(p)
+            if _check_gluon(graph, p, g, target).ok:
+                # bench/gluon_attn_bwd_probe.py (session 14): 0.87-1.85x cuDNN at S 1024-8192
+                # against 0.76-0.98x for the Triton split
+                out = [g] + out
         return [EngineConfig.make(self, **dataclasses.asdict(kn))
                 for kn in dict.fromkeys(out)]
 
@@ -358,7 +416,8 @@ class _AttnExecutable(Executable, LaunchList):
             return
         uids = {**n.inputs, **n.outputs}
         if kn.GLUON:
-            self.gluon = (uids, p, kn)
+            self.gluon, self.op = (uids, p, kn), n.kind
+            self.labels = {r: graph.tensors[u].label() for r, u in uids.items()}
             return
         tag = f"attn_{graph.key()[:12]}"
         const = {"num_warps": kn.num_warps, "num_stages": kn.num_stages}
@@ -412,20 +471,45 @@ class _AttnExecutable(Executable, LaunchList):
 
     gluon = _gluon_key = _gluon_launch = None
 
+    def _gluon_buffers(self, buffers, workspace) -> dict:
+        """Role -> bound buffer of the Gluon kernels; the workspace takes the forward's
+        Stats when not asked for and the backward's delta. Each must be 16-byte aligned (a
+        TMA descriptor's base)."""
+        uids, p, kn = self.gluon
+        roles = ("Q", "K", "V", "O", "STATS", "DO", "DQ", "DK", "DV")
+        bufs = {r: buffers[uids[r]] for r in roles if r in uids}
+        if "DO" in uids:
+            bufs["DELTA"] = workspace
+        elif not p.stats:
+            bufs["STATS"] = workspace
+        for r, b in bufs.items():
+            if b.data_ptr() % 16:
+                what = "the buffer" if r in uids else "the workspace"
+                raise BadParamError(f"{what} is not 16-byte aligned; the Gluon kernels read it "
+                                    "through TMA descriptors", op=self.op,
+                                    tensor=self.labels.get(r),
+                                    status=Status.BAD_PARAM_MISALIGNED_POINTER)
+        return bufs
+
     def run(self, buffers, workspace, stream=None):
         if self.gluon is None:
             self.run_launches(buffers, workspace, stream)
             return
         uids, p, kn = self.gluon
-        stats = buffers[uids["STATS"]] if p.stats else workspace.view(torch.float32)
+        b = self._gluon_buffers(buffers, workspace)
         scale = float(buffers[uids["ATTN_SCALE"]]) if "ATTN_SCALE" in uids else 1.0
-        args = [buffers[uids[r]] for r in ("Q", "K", "V", "O")] + [stats]
-        key = tuple(a.data_ptr() for a in args) + (scale,)
+        key = tuple(x.data_ptr() for x in b.values()) + (scale,)
         if self._gluon_key != key:     # TMA descriptors for these addresses, built once
             dims = (p.B, p.H, p.HKV, p.SQ, p.D, TORCH_TYPES[p.dtype])
-            self._gluon_launch = _gluon().prepare(*args, dims, scale, kn.BLOCK_N,
-                                                  kn.num_stages, bool(kn.PINGPONG),
-                                                  p.right is not None)
+            causal = p.right is not None
+            if "DO" in b:
+                cfg = ((kn.BLOCK_M, kn.num_stages), (kn.DQ_BLOCK_N, kn.DQ_STAGES))
+                self._gluon_launch = _gluon_bwd().prepare(
+                    *(b[r] for r in ("Q", "K", "V", "O", "DO", "STATS", "DQ", "DK", "DV",
+                                     "DELTA")), dims, scale, cfg, causal)
+            else:
+                self._gluon_launch = _gluon().prepare(
+                    *(b[r] for r in ("Q", "K", "V", "O", "STATS")), dims, scale, kn.BLOCK_N,
+                    kn.num_stages, bool(kn.PINGPONG), causal)
             self._gluon_key = key
         self._gluon_launch(stream)
-

@@ -1,0 +1,69 @@
+"""Session 14: host time per execute() of engine 40's plans (Gluon forward / backward and the
+Triton kernels) on a problem so small the GPU never holds the host back, and the time per
+call of the Gluon launch callable alone. Explains short-row ratios where launch cost is
+not hidden behind the previous kernel (causal S=1024 D=128 read 0.25x through the engine).
+Run (GPU): PYTHONPATH=src:bench python bench/gluon_host_probe.py"""
+import math
+import time
+
+import torch
+
+import opendnn.frontend as cudnn
+from probe_common import planned
+
+FWD_GLUON = dict(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2, GLUON=1)
+FWD_TRITON = dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3)
+BWD_GLUON = dict(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=2, DQ_BLOCK_M=128,
+                 DQ_BLOCK_N=64, DQ_WARPS=4, DQ_STAGES=3, GLUON=1)
+BWD_TRITON = dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2)
+
+
+def per_call_us(fn, n=2000):
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / n * 1e6
+
+
+def main():
+    B, H, S, D = 1, 1, 128, 128
+    q, k, v, do = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16)
+                   for _ in range(4))
+    out, lse = torch.empty_like(q), torch.empty(B, H, S, 1, device="cuda")
+    for causal in (False, True):
+        for name, kn in (("fwd gluon", FWD_GLUON), ("fwd triton", FWD_TRITON)):
+            g = cudnn.pygraph()
+            tq, tk, tv = (g.tensor_like(t) for t in (q, k, v))
+            o, st = g.sdpa(tq, tk, tv, attn_scale=1 / math.sqrt(D), generate_stats=True,
+                           diagonal_band_right_bound=0 if causal else None)
+            o.set_output(True)
+            st.set_output(True)
+            run = planned(g, 40, kn, {tq: q, tk: k, tv: v, o: out, st: lse})
+            print(f"causal={int(causal)} {name:11s} execute {per_call_us(run):6.1f} us/call",
+                  flush=True)
+        for name, kn in (("bwd gluon", BWD_GLUON), ("bwd triton", BWD_TRITON)):
+            g = cudnn.pygraph()
+            tq, tk, tv, to, tdo = (g.tensor_like(t) for t in (q, k, v, out, do))
+            tst = g.tensor_like(lse)
+            grads = g.sdpa_backward(tq, tk, tv, to, tdo, tst, attn_scale=1 / math.sqrt(D),
+                                    diagonal_band_right_bound=0 if causal else None)
+            bufs = [torch.empty_like(q) for _ in grads]
+            for t in grads:
+                t.set_output(True)
+            pack = {tq: q, tk: k, tv: v, to: out, tdo: do, tst: lse,
+                    **dict(zip(grads, bufs))}
+            run = planned(g, 40, kn, pack)
+            print(f"causal={int(causal)} {name:11s} execute {per_call_us(run):6.1f} us/call",
+                  flush=True)
+    from opendnn.engines.attention import _gluon_kernels as G
+    launch = G.prepare(q, k, v, out, lse, (B, H, H, S, D, torch.bfloat16), 0.1, 128, 2, False,
+                       True)
+    print(f"gluon forward launch callable alone {per_call_us(launch):6.1f} us/call")
+
+
+if __name__ == "__main__":
+    main()
