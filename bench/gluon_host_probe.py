@@ -65,5 +65,50 @@ def main():
     print(f"gluon forward launch callable alone {per_call_us(launch):6.1f} us/call")
 
 
+
+
+def short_causal():
+    """B=4, H=16, S=1024, D=128 causal forward: cuDNN, the Gluon launch callable alone and
+    execute() of the Gluon plan, each by do_bench; then the kernel times the profiler saw."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from triton.testing import do_bench
+
+    from opendnn.engines.attention import _gluon_kernels as G
+    B, H, S, D = 4, 16, 1024, 128
+    q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    out, lse = torch.empty_like(q), torch.empty(B, H, S, 1, device="cuda")
+    fl = 4 * B * H * S * S * D * 0.5
+    for causal in (True, False):
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            ms_c = do_bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+        launch = G.prepare(q, k, v, out, lse, (B, H, H, S, D, torch.bfloat16), 1 / math.sqrt(D),
+                           128, 2, False, causal)
+        launch()
+        ms_l = do_bench(launch)
+        g = cudnn.pygraph()
+        tq, tk, tv = (g.tensor_like(t) for t in (q, k, v))
+        o, st = g.sdpa(tq, tk, tv, attn_scale=1 / math.sqrt(D), generate_stats=True,
+                       diagonal_band_right_bound=0 if causal else None)
+        o.set_output(True)
+        st.set_output(True)
+        run = planned(g, 40, FWD_GLUON, {tq: q, tk: k, tv: v, o: out, st: lse})
+        run()
+        ms_e = do_bench(run)
+        f = fl * (1 if causal else 2) / 1e9
+        print(f"S=1024 D=128 causal={int(causal)}: cudnn {ms_c * 1e3:.1f} us ({f / ms_c:.0f} "
+              f"TFLOP/s), launch alone {ms_l * 1e3:.1f} us ({ms_c / ms_l:.2f}x), execute "
+              f"{ms_e * 1e3:.1f} us ({ms_c / ms_e:.2f}x)", flush=True)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(20):
+                run()
+            torch.cuda.synchronize()
+        for e in prof.key_averages():
+            if e.device_type == torch.autograd.DeviceType.CUDA and e.count >= 20:
+                print(f"    kernel {e.key[:50]:50s} x{e.count} avg "
+                      f"{e.device_time_total / e.count:.1f} us", flush=True)
+
+
 if __name__ == "__main__":
     main()
+    short_causal()

@@ -6,7 +6,8 @@ row's reference) and the flash backend in the same run, on the same inputs.
 
 FLOPs: forward 4 B H S^2 D (halved when causal), backward 2.5x that. Each row also
 records the flash backend's time and opendnn's peak memory above its inputs and outputs
-(``extra_MiB``: the workspace and anything else the plan allocates; nothing S x S)."""
+(``extra_MiB``, forward and backward: the workspace and anything else the plan allocates;
+nothing S x S)."""
 from __future__ import annotations
 
 import math
@@ -46,12 +47,7 @@ def _ours(cudnn, q, k, v, do, causal):
     g.build([cudnn.heur_mode.A])
     ws = torch.empty(max(g.get_workspace_size(), 1), device="cuda", dtype=torch.uint8)
     pack = {tq: q, tk: k, tv: v, o: ob, st: stb}
-    torch.cuda.synchronize()
-    base = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    g.execute(pack, ws)
-    torch.cuda.synchronize()
-    extra = (torch.cuda.max_memory_allocated() - base) / 2 ** 20 + ws.numel() / 2 ** 20
+    extra = _extra_mib(lambda: g.execute(pack, ws), ws)
     gb = cudnn.pygraph()
     t = {n: gb.tensor_like(x) for n, x in (("q", q), ("k", k), ("v", v), ("o", ob),
                                              ("do", do))}
@@ -65,8 +61,19 @@ def _ours(cudnn, q, k, v, do, causal):
     wsb = torch.empty(max(gb.get_workspace_size(), 1), device="cuda", dtype=torch.uint8)
     packb = {t["q"]: q, t["k"]: k, t["v"]: v, t["o"]: ob, t["do"]: do, tst: stb,
              dq: torch.empty_like(q), dk: torch.empty_like(k), dv: torch.empty_like(v)}
+    extra_b = _extra_mib(lambda: gb.execute(packb, wsb), wsb)
     return ((lambda: g.execute(pack, ws)), (lambda: gb.execute(packb, wsb)),
-            g.get_plan_name_at_index(0), gb.get_plan_name_at_index(0), extra)
+            g.get_plan_name_at_index(0), gb.get_plan_name_at_index(0), extra, extra_b)
+
+
+def _extra_mib(run, ws) -> float:
+    """MiB ``run`` allocates at its peak beyond what is allocated, plus its workspace."""
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    run()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base) / 2 ** 20 + ws.numel() / 2 ** 20
 
 
 def run_attention(r, bench):
@@ -79,7 +86,7 @@ def run_attention(r, bench):
                 q, k, v, do = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16)
                                for _ in range(4))
                 fl = 4.0 * B * H * S * S * D * (0.5 if causal else 1.0)
-                fwd, bwd, pf, pb, extra = _ours(cudnn, q, k, v, do, causal)
+                fwd, bwd, pf, pb, extra, extra_b = _ours(cudnn, q, k, v, do, causal)
                 cf, cb = _torch(q, k, v, do, causal, SDPBackend.CUDNN_ATTENTION)
                 ff, fb = _torch(q, k, v, do, causal, SDPBackend.FLASH_ATTENTION)
                 tag = f"S={S} D={D}{' causal' if causal else ''} bf16"
@@ -87,6 +94,6 @@ def run_attention(r, bench):
                 r.add("attention", f"fwd {tag}", bench(fwd), bench(cf), flops=fl,
                       ref_name="cudnn", plan=pf, flash_ms=flash_f, extra_MiB=extra)
                 r.add("attention", f"bwd {tag}", bench(bwd), bench(cb), flops=2.5 * fl,
-                      ref_name="cudnn", plan=pb, flash_ms=flash_b)
+                      ref_name="cudnn", plan=pb, flash_ms=flash_b, extra_MiB=extra_b)
                 del q, k, v, do
                 torch.cuda.empty_cache()

@@ -384,11 +384,42 @@ def desc(t, shape: list, block: list, dtype) -> TensorDescriptor:
     return TensorDescriptor(Base(t.data_ptr(), dtype), shape, strides, block, layout)
 
 
+def _encoded(k, args: tuple):
+    """A launch of compiled kernel ``k`` on arguments ``args`` with its TMA descriptors
+    encoded once (Triton's launcher encodes every descriptor on every call: ~2-3 us each,
+    5-8 per kernel here), or None where Triton's launcher is not laid out as in 3.6 (then
+    ``k.run`` does the work)."""
+    try:
+        from triton.backends.nvidia.driver import make_tensordesc_arg
+        run = k.run
+        cells = dict(zip(run.launch.__code__.co_freevars,
+                         (c.cell_contents for c in run.launch.__closure__)))
+        raw, idx, meta = cells["launcher"], cells["tensordesc_indices"], cells["tensordesc_meta"]
+        if run.global_scratch_size or run.profile_scratch_size or run.num_ctas != 1:
+            return None
+    except (ImportError, AttributeError, KeyError, TypeError):
+        return None
+    final, t = [], 0
+    for i, a in enumerate(args):
+        if i in idx:
+            final.extend(make_tensordesc_arg(a, meta[t]))
+            t += 1
+        else:
+            final.append(a)
+    head = (k.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
+            k.packed_metadata, None, None, None)
+
+    def launch(g, stream):
+        raw(*g, stream, *head, *final)
+    return launch
+
+
 def launcher(fn, grid: tuple, args: tuple, consts: dict):
     """``fn[grid](*args, **consts)`` as a callable on a stream. The first call goes through
     Triton's JIT entry (compiling, or finding the kernel in its cache); later ones call the
-    compiled kernel directly -- the JIT's binder and its descriptor type strings cost more
-    than the kernel at S=1024 (bench/gluon_launch_probe.py)."""
+    compiled kernel's C launcher directly with the TMA descriptors encoded once -- the JIT's
+    binder and its descriptor handling cost more than the kernel at S=1024
+    (bench/gluon_launch_probe.py, bench/gluon_host_probe.py)."""
     tail = tuple(consts[n] for n in fn.arg_names if n in consts)
     g = tuple(grid) + (1, ) * (3 - len(grid))
     compiled = []
@@ -396,12 +427,14 @@ def launcher(fn, grid: tuple, args: tuple, consts: dict):
     def launch(stream=None):
         if not compiled:
             with torch.cuda.ExternalStream(stream) if stream else _nullcontext():
-                compiled.append(fn[grid](*args, **consts))
+                k = fn[grid](*args, **consts)
+            direct = _encoded(k, tuple(args) + tail)
+            compiled.append(direct or (lambda g, stream: k.run(
+                *g, stream, k.function, k.packed_metadata, None, None, None, *args, *tail)))
             return
-        k = compiled[0]
         if stream is None:
             stream = torch._C._cuda_getCurrentRawStream(torch.cuda.current_device())
-        k.run(*g, stream, k.function, k.packed_metadata, None, None, None, *args, *tail)
+        compiled[0](g, stream)
     return launch
 
 

@@ -48,6 +48,7 @@ from . import _kernels as K
 TORCH_TYPES = {DataType.HALF: torch.float16, DataType.BFLOAT16: torch.bfloat16}
 
 TYPES = (DataType.HALF, DataType.BFLOAT16)
+GLUON_ROLES = ("Q", "K", "V", "O", "STATS", "DO", "DQ", "DK", "DV")
 KINDS = ("sdpa", "sdpa_backward")
 
 
@@ -122,8 +123,13 @@ def _gluon_bwd():
 
 
 def _gluon_first(p: K.Problem) -> AttnKnobs:
-    """The Gluon forward's config: 128-key tiles, 2 stages; ping-pong only where it won
-    (head dim 128 from S=8192 without a mask: 634 against 600 TFLOP/s at 8192)."""
+    """The Gluon forward's config: 128-key tiles, 2 stages; ping-pong where it won (head dim
+    128 at S=8192 without a mask: 634 against 600 TFLOP/s). From S=16384 without a mask, 3
+    stages and no ping-pong (bench/gluon_fwd_sweep.py, session 14, two runs under the
+    power cap: 663 / 638 TFLOP/s at head dim 128 against 651 / 585 with ping-pong; 476 /
+    441 at 64 against 454 / 395)."""
+    if p.SQ >= 16384 and p.right is None:
+        return AttnKnobs(128, 128, 4, 3, GLUON=1)
     pp = int(max(p.D, p.DV) > 64 and p.SQ >= 8192 and p.right is None)
     return AttnKnobs(128, 128, 4, 2, GLUON=1, PINGPONG=pp)
 
@@ -367,11 +373,10 @@ class AttentionEngine(Engine):
             g = _gluon_first(p)
             if _check_gluon(graph, p, g, target).ok:
                 # bench/gluon_attn_probe.py (session 13): 0.90-1.10x cuDNN at head dim 128,
-                # 0.91-0.99x at 64 from S=4096. At S=1024 (bench/gluon_launch_probe.py, the
-                # compiled kernel launched directly) it wins at head dim 128 without a mask
-                # (0.92x against 0.69x) but not at 64 (0.84x against 0.92x) nor causal
-                # (0.25x against 0.78x in the engine, 0.9x in the probe: not understood)
-                first = p.SQ >= 2048 or (max(p.D, p.DV) > 64 and p.right is None)
+                # 0.91-0.99x at 64 from S=4096. At S=1024 it wins at head dim 128 (0.92x
+                # against 0.69x; causal 0.89-0.91x against 0.76x, bench/gluon_host_probe.py
+                # session 14) but not at 64 (0.84x against 0.92x)
+                first = p.SQ >= 2048 or max(p.D, p.DV) > 64
                 out = [g] + out if first else out[:1] + [g] + out[1:]
         elif target.is_cuda:
             g = _gluon_backward_first(p)
@@ -473,43 +478,45 @@ class _AttnExecutable(Executable, LaunchList):
 
     def _gluon_buffers(self, buffers, workspace) -> dict:
         """Role -> bound buffer of the Gluon kernels; the workspace takes the forward's
-        Stats when not asked for and the backward's delta. Each must be 16-byte aligned (a
-        TMA descriptor's base)."""
+        Stats when not asked for and the backward's delta."""
         uids, p, kn = self.gluon
-        roles = ("Q", "K", "V", "O", "STATS", "DO", "DQ", "DK", "DV")
-        bufs = {r: buffers[uids[r]] for r in roles if r in uids}
+        bufs = {r: buffers[u] for r, u in uids.items() if r in GLUON_ROLES}
         if "DO" in uids:
             bufs["DELTA"] = workspace
         elif not p.stats:
             bufs["STATS"] = workspace
-        for r, b in bufs.items():
-            if b.data_ptr() % 16:
+        return bufs
+
+    def _gluon_prepare(self, b: dict, scale: float):
+        """The Gluon launch for buffers ``b``: each must be 16-byte aligned (a TMA
+        descriptor's base), checked here, once per set of addresses."""
+        uids, p, kn = self.gluon
+        for r, x in b.items():
+            if x.data_ptr() % 16:
                 what = "the buffer" if r in uids else "the workspace"
                 raise BadParamError(f"{what} is not 16-byte aligned; the Gluon kernels read it "
                                     "through TMA descriptors", op=self.op,
                                     tensor=self.labels.get(r),
                                     status=Status.BAD_PARAM_MISALIGNED_POINTER)
-        return bufs
+        dims = (p.B, p.H, p.HKV, p.SQ, p.D, TORCH_TYPES[p.dtype])
+        causal = p.right is not None
+        if "DO" in b:
+            cfg = ((kn.BLOCK_M, kn.num_stages), (kn.DQ_BLOCK_N, kn.DQ_STAGES))
+            return _gluon_bwd().prepare(*(b[r] for r in ("Q", "K", "V", "O", "DO", "STATS", "DQ",
+                                                         "DK", "DV", "DELTA")),
+                                        dims, scale, cfg, causal)
+        return _gluon().prepare(*(b[r] for r in ("Q", "K", "V", "O", "STATS")), dims, scale,
+                                kn.BLOCK_N, kn.num_stages, bool(kn.PINGPONG), causal)
 
     def run(self, buffers, workspace, stream=None):
         if self.gluon is None:
             self.run_launches(buffers, workspace, stream)
             return
-        uids, p, kn = self.gluon
+        uids = self.gluon[0]
         b = self._gluon_buffers(buffers, workspace)
         scale = float(buffers[uids["ATTN_SCALE"]]) if "ATTN_SCALE" in uids else 1.0
         key = tuple(x.data_ptr() for x in b.values()) + (scale,)
         if self._gluon_key != key:     # TMA descriptors for these addresses, built once
-            dims = (p.B, p.H, p.HKV, p.SQ, p.D, TORCH_TYPES[p.dtype])
-            causal = p.right is not None
-            if "DO" in b:
-                cfg = ((kn.BLOCK_M, kn.num_stages), (kn.DQ_BLOCK_N, kn.DQ_STAGES))
-                self._gluon_launch = _gluon_bwd().prepare(
-                    *(b[r] for r in ("Q", "K", "V", "O", "DO", "STATS", "DQ", "DK", "DV",
-                                     "DELTA")), dims, scale, cfg, causal)
-            else:
-                self._gluon_launch = _gluon().prepare(
-                    *(b[r] for r in ("Q", "K", "V", "O", "STATS")), dims, scale, kn.BLOCK_N,
-                    kn.num_stages, bool(kn.PINGPONG), causal)
+            self._gluon_launch = self._gluon_prepare(b, scale)
             self._gluon_key = key
         self._gluon_launch(stream)

@@ -1,0 +1,60 @@
+"""Session 14: the Gluon forward's knobs at the bench rows that missed 0.9x cuDNN (S=16384
+D=128 non-causal: 0.84x in s14-attn against 0.97x in s13; S=1024 D=128 causal), each
+config timed through execute() between two cuDNN timings, twice, with the GPU clocks read
+after each. Run (GPU): PYTHONPATH=src:bench python bench/gluon_fwd_sweep.py"""
+import math
+import subprocess
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from triton.testing import do_bench
+
+import opendnn.frontend as cudnn
+from probe_common import planned
+
+
+def clocks() -> str:
+    q = "clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active"
+    return subprocess.run(["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader"],
+                          capture_output=True, text=True).stdout.strip()
+
+
+def main():
+    B, H = 4, 16
+    knobs = [dict(BLOCK_N=n, num_stages=st, PINGPONG=pp)
+             for n, st, pp in ((128, 2, 1), (128, 2, 0), (64, 3, 0), (64, 3, 1), (128, 3, 0))]
+    for S, D, causal in ((16384, 128, False), (1024, 128, True), (16384, 64, False)):
+        q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16)
+                   for _ in range(3))
+        fl = 4 * B * H * S * S * D * (0.5 if causal else 1) / 1e9
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            def ref():
+                F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            ref()
+        out, lse = torch.empty_like(q), torch.empty(B, H, S, 1, device="cuda")
+        for rep in range(2):
+            for kn in knobs:
+                g = cudnn.pygraph()
+                tq, tk, tv = (g.tensor_like(t) for t in (q, k, v))
+                o, st = g.sdpa(tq, tk, tv, attn_scale=1 / math.sqrt(D), generate_stats=True,
+                               diagonal_band_right_bound=0 if causal else None)
+                o.set_output(True)
+                st.set_output(True)
+                run = planned(g, 40, dict(BLOCK_M=128, num_warps=4, GLUON=1, **kn),
+                              {tq: q, tk: k, tv: v, o: out, st: lse})
+                run()
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    c0 = do_bench(ref)
+                ms = do_bench(run)
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    c1 = do_bench(ref)
+                c = (c0 + c1) / 2
+                print(f"S={S} D={D} causal={int(causal)} rep{rep} n{kn['BLOCK_N']} "
+                      f"st{kn['num_stages']} pp{kn['PINGPONG']}: {fl / ms:.0f} TFLOP/s, cudnn "
+                      f"{fl / c0:.0f}/{fl / c1:.0f}, ratio {c / ms:.3f} | {clocks()}",
+                      flush=True)
+
+
+if __name__ == "__main__":
+    main()
