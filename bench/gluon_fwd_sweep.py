@@ -20,11 +20,11 @@ def clocks() -> str:
                           capture_output=True, text=True).stdout.strip()
 
 
-def main():
+def main(problems=((16384, 128, False), (1024, 128, True), (16384, 64, False))):
     B, H = 4, 16
     knobs = [dict(BLOCK_N=n, num_stages=st, PINGPONG=pp)
              for n, st, pp in ((128, 2, 1), (128, 2, 0), (64, 3, 0), (64, 3, 1), (128, 3, 0))]
-    for S, D, causal in ((16384, 128, False), (1024, 128, True), (16384, 64, False)):
+    for S, D, causal in problems:
         q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16)
                    for _ in range(3))
         fl = 4 * B * H * S * S * D * (0.5 if causal else 1) / 1e9
@@ -57,4 +57,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+    # optional problems "S,D,causal" (e.g. 1024,64,1)
+    args = [tuple(int(x) for x in a.split(",")) for a in sys.argv[1:]]
+    main([(s, d, bool(c)) for s, d, c in args] if args else main.__defaults__[0])
