@@ -4,7 +4,8 @@ atomic-dQ variant (TMA=1: one bulk reduction per tile) and the split with the dQ
 on its own tiles, against PyTorch's cuDNN backend in the same run; gradients checked
 against the cuDNN backend's. Run (GPU): PYTHONPATH=src python bench/attention_bwd_sweep.py
 [d64 | d128: that head dim, S 4096 and 16384, 32-row query tiles, wider key tiles (session
-13) [fwd: forward tiles too (with Stats) [nobwd: forward only, S 4096 / 8192 / 16384]]]"""
+13) [fwd: forward tiles too (with Stats) [nobwd: forward only, S 4096 / 8192 / 16384]]]
+| s1024: forward tiles at S=1024, causal head dims 64 / 128 and head dim 64 unmasked"""
 import math
 import sys
 
@@ -81,6 +82,11 @@ def forward(B, H, S, D, causal):
 
 def main():
     B, H = 4, 16
+    if "s1024" in sys.argv:     # session 14: the short rows' forward tiles (0.87-0.89x)
+        for d in (64, 128):
+            forward(B, H, 1024, d, True)
+        forward(B, H, 1024, 64, False)
+        return
     for d, configs in ((64, D64), (128, D128)):
         if f"d{d}" not in sys.argv:
             continue

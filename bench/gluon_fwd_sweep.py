@@ -22,9 +22,11 @@ def clocks() -> str:
 
 def main(problems=((16384, 128, False), (1024, 128, True), (16384, 64, False))):
     B, H = 4, 16
-    knobs = [dict(BLOCK_N=n, num_stages=st, PINGPONG=pp)
-             for n, st, pp in ((128, 2, 1), (128, 2, 0), (64, 3, 0), (64, 3, 1), (128, 3, 0))]
+    base = [dict(BLOCK_N=n, num_stages=st, PINGPONG=pp)
+            for n, st, pp in ((128, 2, 1), (128, 2, 0), (64, 3, 0), (64, 3, 1), (128, 3, 0))]
     for S, D, causal in problems:
+        # causal: also query tiles longest first across heads (LPT=1, session 14)
+        knobs = base + ([dict(kn, LPT=1) for kn in base[1:3] + base[4:]] if causal else [])
         q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16)
                    for _ in range(3))
         fl = 4 * B * H * S * S * D * (0.5 if causal else 1) / 1e9
@@ -51,7 +53,8 @@ def main(problems=((16384, 128, False), (1024, 128, True), (16384, 64, False))):
                     c1 = do_bench(ref)
                 c = (c0 + c1) / 2
                 print(f"S={S} D={D} causal={int(causal)} rep{rep} n{kn['BLOCK_N']} "
-                      f"st{kn['num_stages']} pp{kn['PINGPONG']}: {fl / ms:.0f} TFLOP/s, cudnn "
+                      f"st{kn['num_stages']} pp{kn['PINGPONG']} lpt{kn.get('LPT', 0)}: "
+                      f"{fl / ms:.0f} TFLOP/s, cudnn "
                       f"{fl / c0:.0f}/{fl / c1:.0f}, ratio {c / ms:.3f} | {clocks()}",
                       flush=True)
 

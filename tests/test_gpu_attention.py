@@ -152,18 +152,20 @@ GLUON_KNOBS = [dict(BLOCK_M=128, BLOCK_N=n, num_warps=4, num_stages=st, GLUON=1,
 @pytest.mark.parametrize("c", GLUON_CASES, ids=[c.id for c in GLUON_CASES])
 def test_gluon_forward(rng, c, knobs):
     """The warp-specialized Gluon forward against float64 PyTorch: tails (S=1000, 80),
-    causal, GQA / MQA, half and bfloat16, with and without Stats (without: the workspace
-    takes them), each knob combination; run twice on one NaN-poisoned workspace."""
+    causal (query tiles in either order: LPT 0 / 1), GQA / MQA, half and bfloat16, with and
+    without Stats (without: the workspace takes them), each knob combination; run twice on
+    one NaN-poisoned workspace."""
     x = inputs(rng, c)
     xc = {n: t.cuda() for n, t in x.items()}
     q, k, v = (x[n].double() for n in ("q", "k", "v"))
     ro, rst = torch_sdpa(q, k, v, expected_keep(c), c.scale)
-    for stats in (True, False):
+    lpt = (False, True) if c.right == 0 else (False, )
+    for stats, order in ((s, o) for s in (True, False) for o in lpt):
         g, feeds, outs = forward_graph(c, xc, generate_stats=stats)
         outs = [t for t in outs if t is not None]
         g.validate()
         g.build_operation_graph()
-        g.create_execution_plan(40, knobs)
+        g.create_execution_plan(40, dict(knobs, LPT=int(order)))
         g.check_support()
         g.build_plans()
         ws = torch.full((max(g.get_workspace_size(), 1),), 255, dtype=torch.uint8,
@@ -174,7 +176,8 @@ def test_gluon_forward(rng, c, knobs):
             g.execute({**feeds, **bufs}, ws)
             for t, ref in zip(outs, [ro, rst]):
                 err = _relerr(bufs[t], ref)
-                assert err < 1e-2, f"{c.id} {knobs} stats={stats} {t.get_name()}: {err:.2e}"
+                assert err < 1e-2, (f"{c.id} {knobs} lpt={order} stats={stats} "
+                                    f"{t.get_name()}: {err:.2e}")
 
 
 GLUON_BWD_CASES = [

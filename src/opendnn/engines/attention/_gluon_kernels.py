@@ -308,7 +308,7 @@ def _ws_consumer1(args, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
 def attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, seq_len, kv_group, sm_scale,
                 BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr,
                 PINGPONG: gl.constexpr, CAUSAL: gl.constexpr, TAIL: gl.constexpr,
-                CONSUMER_REGS: gl.constexpr):
+                CONSUMER_REGS: gl.constexpr, LPT: gl.constexpr = False):
     """Warp-specialized FA3-style forward; q_desc/o_desc blocks are [64, D] (one per
     consumer warpgroup), a CTA covers 128 query rows. Launch with num_warps=4 on the grid
     (cdiv(S, 128), B * H). Query head bh reads K/V head bh // kv_group (GQA). CAUSAL: top-left
@@ -319,11 +319,17 @@ def attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, seq_len, kv_grou
     gl.static_assert(WG_M == 64, "one consumer warpgroup = 64 query rows")
     gl.static_assert(BLOCK_M % BLOCK_N == 0, "the diagonal must fall on key-tile edges")
     dtype: gl.constexpr = q_desc.dtype
-    pid_m = gl.program_id(0)
-    if CAUSAL:
-        # Longest first: program 0 of every head takes the last (largest) query tile.
-        pid_m = gl.num_programs(0) - 1 - pid_m
-    bh = gl.program_id(1)
+    if LPT:
+        # Grid (B H, tiles): the hardware dispatches x fastest, so every head's longest
+        # query tile goes first, the one-tile ones last (longest processing time first).
+        bh = gl.program_id(0)
+        pid_m = gl.num_programs(1) - 1 - gl.program_id(1)
+    else:
+        pid_m = gl.program_id(0)
+        if CAUSAL:
+            # Longest first within a head: program 0 takes the last (largest) query tile.
+            pid_m = gl.num_programs(0) - 1 - pid_m
+        bh = gl.program_id(1)
     q_pos = pid_m * BLOCK_M
     q_row = bh * seq_len + q_pos
     kv_row = (bh // kv_group) * seq_len
@@ -439,7 +445,7 @@ def launcher(fn, grid: tuple, args: tuple, consts: dict):
 
 
 def prepare(q, k, v, o, stats, dims: tuple, scale: float, block_n: int, stages: int,
-            pingpong: bool, causal: bool):
+            pingpong: bool, causal: bool, lpt: bool = False):
     """The forward's launch as a callable (on a stream), its TMA descriptors built once: q /
     k / v / o contiguous [B, H(kv), S, D] buffers of torch type ``dims[5]``, stats float32
     [B, H, S] (written); dims = (B, H, H_kv, S, D, dtype). It holds the buffers' addresses,
@@ -451,6 +457,7 @@ def prepare(q, k, v, o, stats, dims: tuple, scale: float, block_n: int, stages: 
             Base(o.data_ptr(), dtype), Base(stats.data_ptr(), torch.float32),
             S, H // HKV, scale)
     consts = dict(BLOCK_N=block_n, HEAD_D=D, NUM_STAGES=stages, PINGPONG=pingpong,
-                  CAUSAL=causal, TAIL=S % ROWS != 0, CONSUMER_REGS=CONSUMER_REGS,
+                  CAUSAL=causal, TAIL=S % ROWS != 0, CONSUMER_REGS=CONSUMER_REGS, LPT=lpt,
                   num_warps=4, maxnreg=MAXNREG)
-    return launcher(attn_fwd_ws, (triton.cdiv(S, ROWS), B * H), args, consts)
+    tiles = triton.cdiv(S, ROWS)
+    return launcher(attn_fwd_ws, (B * H, tiles) if lpt else (tiles, B * H), args, consts)

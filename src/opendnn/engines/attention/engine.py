@@ -66,6 +66,7 @@ class AttnKnobs:
     DQ_STAGES: int = 0
     GLUON: int = 0          # the warp-specialized Gluon kernels (Hopper only; forward BLOCK_M
     PINGPONG: int = 0       # 128, backward 64 x 128 and dQ 128); forward: warpgroups alternate
+    LPT: int = 0            # Gluon forward, causal: query tiles longest first across heads
 
     def dq(self) -> "AttnKnobs":
         """The knobs the dQ kernel runs with."""
@@ -157,8 +158,8 @@ def _gluon_knob_rule(fwd: bool, p: K.Problem, kn: AttnKnobs) -> str:
         need = _gluon().smem_bytes(D, kn.BLOCK_N, kn.num_stages) if D in (64, 128) else 0
         what = f"{kn.num_stages} stages of {kn.BLOCK_N} keys"
     else:
-        if kn.PINGPONG:
-            return "PINGPONG is a knob of the Gluon forward"
+        if kn.PINGPONG or kn.LPT:
+            return "PINGPONG and LPT are knobs of the Gluon forward"
         if (kn.BLOCK_M, kn.BLOCK_N, kn.num_warps, kn.DQ_BLOCK_M, kn.DQ_WARPS) != \
                 (64, 128, 4, 128, 4) or kn.num_stages not in (2, 3, 4) or kn.TMA or \
                 kn.DQ_ATOMIC or kn.DQ_BLOCK_N not in (64, 128) or kn.DQ_STAGES not in (2, 3):
@@ -182,7 +183,7 @@ def _check_gluon(graph, p: K.Problem, kn: AttnKnobs, target: Target) -> Support:
     H, HKV, S, D = p.H, p.HKV, p.SQ, p.D
     packed, packed_kv = (H * S * D, S * D, D, 1), (HKV * S * D, S * D, D, 1)
     if not kn.GLUON:
-        return decline("PINGPONG is a knob of the Gluon forward (GLUON=1)")
+        return decline("PINGPONG and LPT are knobs of the Gluon forward (GLUON=1)")
     if not (target.is_cuda and target.is_hopper):
         return decline("GLUON: a Hopper GPU (sm_90: TMA, wgmma, warp specialization)")
     why = _gluon_knob_rule(fwd, p, kn)
@@ -208,6 +209,8 @@ def _check_gluon(graph, p: K.Problem, kn: AttnKnobs, target: Target) -> Support:
     if p.bias or p.dropout or p.padding or p.left is not None or p.right not in (None, 0):
         return decline("GLUON: no bias, dropout, padding or band; a causal mask (right "
                        "bound 0) or none")
+    if kn.LPT and p.right is None:
+        return decline("LPT orders causal query tiles (longest first); this node has no mask")
     if "ATTN_SCALE" in t and not t["ATTN_SCALE"].is_pass_by_value:
         return decline("GLUON: ATTN_SCALE passed by value")
     if max(p.H, p.HKV) * p.B * S * D >= K.INT32_LIMIT:    # row offsets times D, in int32
@@ -323,7 +326,7 @@ class AttentionEngine(Engine):
                 Knob("DQ_BLOCK_M", (0, 16, 32, 64, 128), 0),
                 Knob("DQ_BLOCK_N", (0, 16, 32, 64, 128), 0),
                 Knob("DQ_WARPS", (0, 1, 2, 4, 8), 0), Knob("DQ_STAGES", (0, 1, 2, 3, 4), 0),
-                Knob("GLUON", (0, 1), 0), Knob("PINGPONG", (0, 1), 0)]
+                Knob("GLUON", (0, 1), 0), Knob("PINGPONG", (0, 1), 0), Knob("LPT", (0, 1), 0)]
 
     def check_config(self, graph, config: EngineConfig, target: Target) -> Support:
         sup = super().check_config(graph, config, target)
@@ -331,7 +334,7 @@ class AttentionEngine(Engine):
             return sup
         kn, p = AttnKnobs(**config.knob_dict), _problem(graph)
         fwd = graph.nodes[0].kind == "sdpa"
-        if kn.GLUON or kn.PINGPONG:
+        if kn.GLUON or kn.PINGPONG or kn.LPT:
             return _check_gluon(graph, p, kn, target)
         if kn.DQ_ATOMIC and fwd:
             return decline("DQ_ATOMIC is a backward knob")
@@ -506,7 +509,8 @@ class _AttnExecutable(Executable, LaunchList):
                                                          "DK", "DV", "DELTA")),
                                         dims, scale, cfg, causal)
         return _gluon().prepare(*(b[r] for r in ("Q", "K", "V", "O", "STATS")), dims, scale,
-                                kn.BLOCK_N, kn.num_stages, bool(kn.PINGPONG), causal)
+                                kn.BLOCK_N, kn.num_stages, bool(kn.PINGPONG), causal,
+                                bool(kn.LPT))
 
     def run(self, buffers, workspace, stream=None):
         if self.gluon is None:
