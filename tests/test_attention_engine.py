@@ -177,7 +177,7 @@ GLUON = (128, 128, 4, 2)
     (False, 4096, 128, False, GLUON, 0), (False, 4096, 128, True, GLUON, 0),
     (False, 8192, 128, False, GLUON, 1), (False, 8192, 128, True, GLUON, 0),
     (False, 1024, 64, False, (64, 64, 4, 3), 0), (False, 1024, 128, True, GLUON, 0),
-    (False, 16384, 128, False, (128, 128, 4, 3), 0), (False, 1024, 64, True, (64, 64, 4, 3), 0),
+    (False, 16384, 128, False, (128, 128, 4, 3), 0), (False, 1024, 64, True, GLUON, 0),
     (False, 1024, 128, False, GLUON, 0),
     (False, 4096, 64, False, GLUON, 0),
     (False, 16384, 64, True, GLUON, 0),
@@ -189,6 +189,7 @@ def test_h100_first_choices(backward, s, d, causal, tile, pingpong):
     the Gluon backward first, then the Triton split's best tiles."""
     kn = _first_choice(backward, s, d, causal, index=int(backward))
     assert (kn["BLOCK_M"], kn["BLOCK_N"], kn["num_warps"], kn["num_stages"]) == tile, kn
+    assert kn["LPT"] == int(causal and s <= 2048 and kn["GLUON"] == 1), kn
     assert (kn["GLUON"], kn["PINGPONG"]) == (int(tile[:2] == (128, 128)), pingpong), kn
     if backward:
         assert (kn["DQ_BLOCK_M"], kn["DQ_BLOCK_N"]) == (128, 64), kn

@@ -128,11 +128,14 @@ def _gluon_first(p: K.Problem) -> AttnKnobs:
     128 at S=8192 without a mask: 634 against 600 TFLOP/s). From S=16384 without a mask, 3
     stages and no ping-pong (bench/gluon_fwd_sweep.py, session 14, two runs under the
     power cap: 663 / 638 TFLOP/s at head dim 128 against 651 / 585 with ping-pong; 476 /
-    441 at 64 against 454 / 395)."""
+    441 at 64 against 454 / 395). Causal up to S=2048, the query tiles longest first
+    across heads (LPT; at S=1024 head dim 64: 203-205 TFLOP/s against 185-187, at 128 even;
+    from S=4096 it loses the heads' K / V in L2: 469-480 against 525-536 at 4096)."""
     if p.SQ >= 16384 and p.right is None:
         return AttnKnobs(128, 128, 4, 3, GLUON=1)
     pp = int(max(p.D, p.DV) > 64 and p.SQ >= 8192 and p.right is None)
-    return AttnKnobs(128, 128, 4, 2, GLUON=1, PINGPONG=pp)
+    lpt = int(p.right is not None and p.SQ <= 2048)
+    return AttnKnobs(128, 128, 4, 2, GLUON=1, PINGPONG=pp, LPT=lpt)
 
 
 def _gluon_backward_first(p: K.Problem) -> AttnKnobs:
@@ -378,8 +381,9 @@ class AttentionEngine(Engine):
                 # bench/gluon_attn_probe.py (session 13): 0.90-1.10x cuDNN at head dim 128,
                 # 0.91-0.99x at 64 from S=4096. At S=1024 it wins at head dim 128 (0.92x
                 # against 0.69x; causal 0.89-0.91x against 0.76x, bench/gluon_host_probe.py
-                # session 14) but not at 64 (0.84x against 0.92x)
-                first = p.SQ >= 2048 or max(p.D, p.DV) > 64
+                # session 14) and causal at 64 with LPT (0.89-0.91x against 0.88x), but not
+                # at 64 without a mask (0.85x against 0.93x, bench/gluon_fwd_sweep.py)
+                first = p.SQ >= 2048 or max(p.D, p.DV) > 64 or p.right is not None
                 out = [g] + out if first else out[:1] + [g] + out[1:]
         elif target.is_cuda:
             g = _gluon_backward_first(p)
