@@ -2,7 +2,6 @@
 D=128 non-causal: 0.84x in s14-attn against 0.97x in s13; S=1024 D=128 causal), each
 config timed through execute() between two cuDNN timings, twice, with the GPU clocks read
 after each. Run (GPU): PYTHONPATH=src:bench python bench/gluon_fwd_sweep.py"""
-import math
 import subprocess
 
 import torch
@@ -10,8 +9,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
-import opendnn.frontend as cudnn
-from probe_common import planned
+from probe_common import sdpa_forward
 
 
 def clocks() -> str:
@@ -37,14 +35,8 @@ def main(problems=((16384, 128, False), (1024, 128, True), (16384, 64, False))):
         out, lse = torch.empty_like(q), torch.empty(B, H, S, 1, device="cuda")
         for rep in range(2):
             for kn in knobs:
-                g = cudnn.pygraph()
-                tq, tk, tv = (g.tensor_like(t) for t in (q, k, v))
-                o, st = g.sdpa(tq, tk, tv, attn_scale=1 / math.sqrt(D), generate_stats=True,
-                               diagonal_band_right_bound=0 if causal else None)
-                o.set_output(True)
-                st.set_output(True)
-                run = planned(g, 40, dict(BLOCK_M=128, num_warps=4, GLUON=1, **kn),
-                              {tq: q, tk: k, tv: v, o: out, st: lse})
+                run = sdpa_forward(q, k, v, out, lse, causal,
+                                   dict(BLOCK_M=128, num_warps=4, GLUON=1, **kn))
                 run()
                 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                     c0 = do_bench(ref)

@@ -9,7 +9,7 @@ import time
 import torch
 
 import opendnn.frontend as cudnn
-from probe_common import planned
+from probe_common import planned, sdpa_forward
 
 FWD_GLUON = dict(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2, GLUON=1)
 FWD_TRITON = dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3)
@@ -36,13 +36,7 @@ def main():
     out, lse = torch.empty_like(q), torch.empty(B, H, S, 1, device="cuda")
     for causal in (False, True):
         for name, kn in (("fwd gluon", FWD_GLUON), ("fwd triton", FWD_TRITON)):
-            g = cudnn.pygraph()
-            tq, tk, tv = (g.tensor_like(t) for t in (q, k, v))
-            o, st = g.sdpa(tq, tk, tv, attn_scale=1 / math.sqrt(D), generate_stats=True,
-                           diagonal_band_right_bound=0 if causal else None)
-            o.set_output(True)
-            st.set_output(True)
-            run = planned(g, 40, kn, {tq: q, tk: k, tv: v, o: out, st: lse})
+            run = sdpa_forward(q, k, v, out, lse, causal, kn)
             print(f"causal={int(causal)} {name:11s} execute {per_call_us(run):6.1f} us/call",
                   flush=True)
         for name, kn in (("bwd gluon", BWD_GLUON), ("bwd triton", BWD_TRITON)):
@@ -86,13 +80,7 @@ def short_causal():
                            128, 2, False, causal)
         launch()
         ms_l = do_bench(launch)
-        g = cudnn.pygraph()
-        tq, tk, tv = (g.tensor_like(t) for t in (q, k, v))
-        o, st = g.sdpa(tq, tk, tv, attn_scale=1 / math.sqrt(D), generate_stats=True,
-                       diagonal_band_right_bound=0 if causal else None)
-        o.set_output(True)
-        st.set_output(True)
-        run = planned(g, 40, FWD_GLUON, {tq: q, tk: k, tv: v, o: out, st: lse})
+        run = sdpa_forward(q, k, v, out, lse, causal, FWD_GLUON)
         run()
         ms_e = do_bench(run)
         f = fl * (1 if causal else 2) / 1e9

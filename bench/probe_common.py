@@ -42,6 +42,22 @@ def planned(g, engine_id: int, knobs, pack):
     return lambda: g.execute(pack, ws)
 
 
+def sdpa_forward(q, k, v, out, lse, causal: bool, knobs):
+    """A training-forward sdpa graph (O and Stats) of q / k / v [B, H, S, D] (attn_scale
+    1 / sqrt(D), causal: top-left mask) built with engine 40's ``knobs`` (None: the
+    heuristics' mode A), writing ``out`` and ``lse`` [B, H, S, 1]; returns the run callable."""
+    import math
+
+    import opendnn.frontend as cudnn
+    g = cudnn.pygraph()
+    tq, tk, tv = (g.tensor_like(t) for t in (q, k, v))
+    o, st = g.sdpa(tq, tk, tv, attn_scale=1 / math.sqrt(q.shape[-1]), generate_stats=True,
+                   diagonal_band_right_bound=0 if causal else None)
+    o.set_output(True)
+    st.set_output(True)
+    return planned(g, 40, knobs, {tq: q, tk: k, tv: v, o: out, st: lse})
+
+
 PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
 
 

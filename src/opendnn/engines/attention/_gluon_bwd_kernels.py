@@ -40,8 +40,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from ._gluon_kernels import (CONSUMER_REGS, LOG2E, MAXNREG, ROWS, Base, desc, launcher,
-                             stream_kv)
+from ._gluon_kernels import (CONSUMER_REGS, LOG2E, MAXNREG, ROWS, Base, desc, kv_ring,
+                             launcher, stream_kv)
 
 PRODUCER_REGS = 24    # per producer thread (2 x 128 x 240 + 128 x 24 <= 64K)
 WG_ROWS = 64          # keys (dK / dV) or query rows (dQ) per consumer warpgroup
@@ -423,20 +423,10 @@ def attn_bwd_dq(q_desc, do_desc, k_desc, v_desc, dq_desc, lse_ptr, delta_ptr, se
 
     q_smem = gl.allocate_shared_memory(dtype, [2, WG_M, HEAD_D], q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, [2, WG_M, HEAD_D], do_desc.layout)
-    k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_D], k_desc.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_D], v_desc.layout)
+    k_smem, v_smem, k_ready, v_ready, k_empty, v_empty = kv_ring(k_desc, v_desc, NUM_STAGES)
     q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    k_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    v_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(2):
         mbarrier.init(q_bars.index(i), count=1)
-    for i in gl.static_range(NUM_STAGES):
-        mbarrier.init(k_ready.index(i), count=1)
-        mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=2)
-        mbarrier.init(v_empty.index(i), count=2)
 
     cargs = (dq_desc, q_smem, do_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
              v_empty, lse_ptr, delta_ptr, q_row, q_pos, n_tiles, sm_scale)

@@ -139,6 +139,27 @@ def _ws_producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars,
 
 
 @gluon.jit
+def kv_ring(k_desc, v_desc, NUM_STAGES: gl.constexpr):
+    """The K / V ring of NUM_STAGES slots of the descriptors' blocks and its barriers:
+    (k_smem, v_smem, k_ready, v_ready, k_empty, v_empty); ready barriers take the producer's
+    TMA bytes (count 1), empty ones one arrive per consumer warpgroup (count 2)."""
+    k_smem = gl.allocate_shared_memory(k_desc.dtype, [NUM_STAGES] + k_desc.block_type.shape,
+                                       k_desc.layout)
+    v_smem = gl.allocate_shared_memory(v_desc.dtype, [NUM_STAGES] + v_desc.block_type.shape,
+                                       v_desc.layout)
+    k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=2)
+        mbarrier.init(v_empty.index(i), count=2)
+    return k_smem, v_smem, k_ready, v_ready, k_empty, v_empty
+
+
+@gluon.jit
 def stream_kv(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, kv_row,
               n_tiles, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr):
     """A producer's K_j, V_j (rows kv_row + j BLOCK_N, j < n_tiles) into the ring: each slot
@@ -341,22 +362,12 @@ def attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, seq_len, kv_grou
         n_tiles = gl.cdiv(seq_len, BLOCK_N)
 
     q_smem = gl.allocate_shared_memory(dtype, [2, WG_M, HEAD_D], q_desc.layout)
-    k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_D], k_desc.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_D], v_desc.layout)
+    k_smem, v_smem, k_ready, v_ready, k_empty, v_empty = kv_ring(k_desc, v_desc, NUM_STAGES)
     q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     pp_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    k_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    v_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(2):
         mbarrier.init(q_bars.index(i), count=1)
         mbarrier.init(pp_bars.index(i), count=1)
-    for i in gl.static_range(NUM_STAGES):
-        mbarrier.init(k_ready.index(i), count=1)
-        mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=2)
-        mbarrier.init(v_empty.index(i), count=2)
     if PINGPONG:
         # Warpgroup 0 gets the first turn on the tensor cores.
         mbarrier.arrive(pp_bars.index(0), count=1)
