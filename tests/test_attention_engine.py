@@ -328,7 +328,7 @@ def test_gluon_declines_misaligned_buffers_at_execute():
     raw = torch.zeros(2 * 128 * 64 + 1, dtype=torch.bfloat16)
     buffers = {t.uid: raw[:-1] for t in (q, k, v, o)}
     buffers[k.uid] = raw[1:]                  # 2 bytes past an aligned address
-    buffers[ex.gluon[0]["ATTN_SCALE"]] = torch.tensor(0.125)    # passed by value
+    buffers[ex.scale_uid] = torch.tensor(0.125)    # passed by value
     ws = torch.zeros(e.workspace_size(g.op_graph, cfg, h100), dtype=torch.uint8)
     with pytest.raises(BadParamError) as err:
         ex.run(buffers, ws)

@@ -41,7 +41,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 
 from ._gluon_kernels import (CONSUMER_REGS, LOG2E, MAXNREG, ROWS, Base, desc, kv_ring,
-                             launcher, stream_kv)
+                             launcher, operand_layout, stream_kv, wgmma_layout)
 
 PRODUCER_REGS = 24    # per producer thread (2 x 128 x 240 + 128 x 24 <= 64K)
 WG_ROWS = 64          # keys (dK / dV) or query rows (dQ) per consumer warpgroup
@@ -154,12 +154,9 @@ def _dkdv_consumer(dk_desc, dv_desc, q_smem, do_smem, lse_smem, dl_smem, k_smem,
     BLOCK_M: gl.constexpr = q_smem.type.shape[1]
     WG_N: gl.constexpr = k_smem.type.shape[1]
     dtype: gl.constexpr = q_smem.dtype
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_M, 16])
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_D, 16])
-    op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout,
-                                                  k_width=2)
+    s_layout: gl.constexpr = wgmma_layout(BLOCK_M)
+    acc_layout: gl.constexpr = wgmma_layout(HEAD_D)
+    op_layout: gl.constexpr = operand_layout(acc_layout)
     qk_scale = sm_scale * LOG2E
     key0 = k_pos + WG * WG_N
     k_tile = k_smem.index(WG)
@@ -333,12 +330,9 @@ def _dq_consumer(dq_desc, q_smem, do_smem, k_smem, v_smem, q_bars, k_ready, v_re
     WG_M: gl.constexpr = q_smem.type.shape[1]
     BLOCK_N: gl.constexpr = k_smem.type.shape[1]
     dtype: gl.constexpr = q_smem.dtype
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_D, 16])
-    op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout,
-                                                  k_width=2)
+    s_layout: gl.constexpr = wgmma_layout(BLOCK_N)
+    acc_layout: gl.constexpr = wgmma_layout(HEAD_D)
+    op_layout: gl.constexpr = operand_layout(acc_layout)
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     my_row = q_row + WG * WG_M
     my_pos = q_pos + WG * WG_M

@@ -51,6 +51,20 @@ GL_TYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16,
             torch.float32: gl.float32}
 
 
+@gluon.constexpr_function
+def wgmma_layout(n):
+    """The register layout of one warpgroup's [64, n] float32 wgmma accumulator."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                     instr_shape=[16, n, 16])
+
+
+@gluon.constexpr_function
+def operand_layout(acc_layout):
+    """The layout of a 2-byte wgmma A operand held in registers, for accumulator layout
+    ``acc_layout`` (P or dS entering the second GEMM)."""
+    return gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+
+
 def smem_bytes(d: int, block_n: int, stages: int) -> int:
     """Shared memory of one program: the two Q tiles and the K / V ring (2-byte types)."""
     return 2 * (ROWS * d + 2 * stages * block_n * d)
@@ -235,11 +249,9 @@ def _ws_consumer(o_desc, o_ptr, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready
     WG_M: gl.constexpr = q_smem.type.shape[1]
     dtype: gl.constexpr = o_desc.dtype
     HAS_MASK: gl.constexpr = CAUSAL or TAIL
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_D, 16])
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    s_layout: gl.constexpr = wgmma_layout(BLOCK_N)
+    o_layout: gl.constexpr = wgmma_layout(HEAD_D)
+    p_layout: gl.constexpr = operand_layout(o_layout)
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
 

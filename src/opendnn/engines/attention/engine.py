@@ -48,7 +48,10 @@ from . import _kernels as K
 TORCH_TYPES = {DataType.HALF: torch.float16, DataType.BFLOAT16: torch.bfloat16}
 
 TYPES = (DataType.HALF, DataType.BFLOAT16)
-GLUON_ROLES = ("Q", "K", "V", "O", "STATS", "DO", "DQ", "DK", "DV")
+# the Gluon launches' buffers in their order (``_gluon_kernels.prepare``,
+# ``_gluon_bwd_kernels.prepare``); DELTA (and STATS when not asked for) is the workspace
+GLUON_FWD_ROLES = ("Q", "K", "V", "O", "STATS")
+GLUON_BWD_ROLES = ("Q", "K", "V", "O", "DO", "STATS", "DQ", "DK", "DV", "DELTA")
 KINDS = ("sdpa", "sdpa_backward")
 
 
@@ -428,8 +431,13 @@ class _AttnExecutable(Executable, LaunchList):
             return
         uids = {**n.inputs, **n.outputs}
         if kn.GLUON:
-            self.gluon, self.op = (uids, p, kn), n.kind
-            self.labels = {r: graph.tensors[u].label() for r, u in uids.items()}
+            # The buffers in the order the Gluon launch takes them, None for the workspace
+            # (the backward's delta; the forward's Stats when not asked for)
+            roles = GLUON_BWD_ROLES if n.kind != "sdpa" else GLUON_FWD_ROLES
+            self.gluon, self.op = (p, kn, tuple(uids.get(r) for r in roles)), n.kind
+            self.labels = tuple(graph.tensors[uids[r]].label() if r in uids else None
+                                for r in roles)
+            self.scale_uid = uids.get("ATTN_SCALE")
             return
         tag = f"attn_{graph.key()[:12]}"
         const = {"num_warps": kn.num_warps, "num_stages": kn.num_stages}
@@ -483,48 +491,32 @@ class _AttnExecutable(Executable, LaunchList):
 
     gluon = _gluon_key = _gluon_launch = None
 
-    def _gluon_buffers(self, buffers, workspace) -> dict:
-        """Role -> bound buffer of the Gluon kernels; the workspace takes the forward's
-        Stats when not asked for and the backward's delta."""
-        uids, p, kn = self.gluon
-        bufs = {r: buffers[u] for r, u in uids.items() if r in GLUON_ROLES}
-        if "DO" in uids:
-            bufs["DELTA"] = workspace
-        elif not p.stats:
-            bufs["STATS"] = workspace
-        return bufs
-
-    def _gluon_prepare(self, b: dict, scale: float):
-        """The Gluon launch for buffers ``b``: each must be 16-byte aligned (a TMA
-        descriptor's base), checked here, once per set of addresses."""
-        uids, p, kn = self.gluon
-        for r, x in b.items():
+    def _gluon_prepare(self, bufs: list, scale: float):
+        """The Gluon launch for ``bufs`` (in the launch's order): each must be 16-byte
+        aligned (a TMA descriptor's base), checked here, once per set of addresses."""
+        p, kn, _ = self.gluon
+        for x, label in zip(bufs, self.labels):
             if x.data_ptr() % 16:
-                what = "the buffer" if r in uids else "the workspace"
+                what = "the buffer" if label else "the workspace"
                 raise BadParamError(f"{what} is not 16-byte aligned; the Gluon kernels read it "
-                                    "through TMA descriptors", op=self.op,
-                                    tensor=self.labels.get(r),
+                                    "through TMA descriptors", op=self.op, tensor=label,
                                     status=Status.BAD_PARAM_MISALIGNED_POINTER)
         dims = (p.B, p.H, p.HKV, p.SQ, p.D, TORCH_TYPES[p.dtype])
         causal = p.right is not None
-        if "DO" in b:
+        if self.op != "sdpa":
             cfg = ((kn.BLOCK_M, kn.num_stages), (kn.DQ_BLOCK_N, kn.DQ_STAGES))
-            return _gluon_bwd().prepare(*(b[r] for r in ("Q", "K", "V", "O", "DO", "STATS", "DQ",
-                                                         "DK", "DV", "DELTA")),
-                                        dims, scale, cfg, causal)
-        return _gluon().prepare(*(b[r] for r in ("Q", "K", "V", "O", "STATS")), dims, scale,
-                                kn.BLOCK_N, kn.num_stages, bool(kn.PINGPONG), causal,
-                                bool(kn.LPT))
+            return _gluon_bwd().prepare(*bufs, dims, scale, cfg, causal)
+        return _gluon().prepare(*bufs, dims, scale, kn.BLOCK_N, kn.num_stages,
+                                bool(kn.PINGPONG), causal, bool(kn.LPT))
 
     def run(self, buffers, workspace, stream=None):
         if self.gluon is None:
             self.run_launches(buffers, workspace, stream)
             return
-        uids = self.gluon[0]
-        b = self._gluon_buffers(buffers, workspace)
-        scale = float(buffers[uids["ATTN_SCALE"]]) if "ATTN_SCALE" in uids else 1.0
-        key = tuple(x.data_ptr() for x in b.values()) + (scale,)
+        bufs = [workspace if u is None else buffers[u] for u in self.gluon[2]]
+        scale = 1.0 if self.scale_uid is None else float(buffers[self.scale_uid])
+        key = tuple(x.data_ptr() for x in bufs) + (scale,)
         if self._gluon_key != key:     # TMA descriptors for these addresses, built once
-            self._gluon_launch = self._gluon_prepare(b, scale)
+            self._gluon_launch = self._gluon_prepare(bufs, scale)
             self._gluon_key = key
         self._gluon_launch(stream)
