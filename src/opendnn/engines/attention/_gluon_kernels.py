@@ -22,9 +22,11 @@ kv_group (grouped-query heads). ``gl.warp_specialize`` forks
   per consumer on its empty barrier (count 2) once the wgmma reading it retired.
   PINGPONG passes a turn token through two mbarriers so the warpgroups alternate their
   GEMM issues (one's softmax overlaps the other's GEMMs).
-CAUSAL (top-left, S_q = S_kv): query tiles run longest first; both consumers walk the
-program's union of key tiles (so every empty barrier gets both arrives), unmasked tiles
-first, then the diagonal ones masked. TAIL (S % 128 != 0): keys past S masked (TMA
+CAUSAL (top-left, S_q = S_kv): query tiles run longest first (LPT: across heads); both
+consumers take every key tile of the program (so every empty barrier gets both arrives):
+unmasked tiles first, then the diagonal ones masked, and (without PINGPONG) the tiles past
+a warpgroup's last row -- warpgroup 0's half of the diagonal with 64-key tiles -- handed
+back unread. TAIL (S % 128 != 0): keys past S masked (TMA
 zero-fills them), O / Stats written with masked stores (a TMA store would spill into the
 next head's rows of the 2-D view).
 """
@@ -283,6 +285,12 @@ def _ws_consumer(o_desc, o_ptr, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready
         p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale)
     p_op = gl.convert_layout(p.to(dtype), p_layout)
 
+    # Key tiles this warpgroup reads: the CTA's, or (CAUSAL without PINGPONG, whose turns
+    # need both warpgroups on every tile) up to the one holding its own last row's key.
+    n_own = n_tiles
+    if CAUSAL and not PINGPONG:
+        n_own = gl.cdiv(gl.minimum(my_pos + WG_M, seq_len), BLOCK_N)
+        n_own = gl.minimum(gl.maximum(n_own, 1), n_tiles)
     if HAS_MASK:
         # Key tiles every row of this warpgroup keeps entirely: below the diagonal (CAUSAL:
         # last key (n+1)*BLOCK_N - 1 <= first row my_pos) and inside the sequence (TAIL).
@@ -297,7 +305,7 @@ def _ws_consumer(o_desc, o_ptr, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready
                 j, q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, pp_bars,
                 s, acc, p_op, m_i, l_i, qk_scale, my_pos, seq_len,
                 WG, NUM_STAGES, PINGPONG, False, CAUSAL, s_layout, row_o, p_layout)
-        for j in range(gl.maximum(n_full, 1), n_tiles):
+        for j in range(gl.maximum(n_full, 1), n_own):
             s, acc, p_op, m_i, l_i = _ws_step(
                 j, q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, pp_bars,
                 s, acc, p_op, m_i, l_i, qk_scale, my_pos, seq_len,
@@ -309,7 +317,7 @@ def _ws_consumer(o_desc, o_ptr, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready
                 s, acc, p_op, m_i, l_i, qk_scale, my_pos, seq_len,
                 WG, NUM_STAGES, PINGPONG, False, CAUSAL, s_layout, row_o, p_layout)
 
-    lj = n_tiles - 1
+    lj = n_own - 1
     lslot = lj % NUM_STAGES
     mbarrier.wait(v_ready.index(lslot), (lj // NUM_STAGES) & 1)
     acc = warpgroup_mma(p_op, v_smem.index(lslot), acc, is_async=True)
@@ -317,6 +325,16 @@ def _ws_consumer(o_desc, o_ptr, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready
     mbarrier.arrive(v_empty.index(lslot), count=1)
     # (PINGPONG: the last P V is issued without a turn; the other warpgroup's last turn only
     # needs our arrive from turn n_tiles - 1, which already happened.)
+    for j in range(n_own, n_tiles):
+        # Key tiles past this warpgroup's last row (causal, 64-key tiles: warpgroup 0's half
+        # of the diagonal) are handed back unread. Waiting for them to land first keeps the
+        # arrive on the use the other warpgroup reads, not on the slot's previous one.
+        slot = j % NUM_STAGES
+        phase = (j // NUM_STAGES) & 1
+        mbarrier.wait(k_ready.index(slot), phase)
+        mbarrier.arrive(k_empty.index(slot), count=1)
+        mbarrier.wait(v_ready.index(slot), phase)
+        mbarrier.arrive(v_empty.index(slot), count=1)
     _epilogue(acc, m_i, l_i, q_tile, o_desc, o_ptr, lse_ptr, my_row, my_pos, seq_len, WG_M,
               HEAD_D, TAIL, o_layout, s_layout)
 
