@@ -133,12 +133,16 @@ def _gluon_first(p: K.Problem) -> AttnKnobs:
     power cap: 663 / 638 TFLOP/s at head dim 128 against 651 / 585 with ping-pong; 476 /
     441 at 64 against 454 / 395). Causal up to S=2048, the query tiles longest first
     across heads (LPT; at S=1024 head dim 64: 203-205 TFLOP/s against 185-187, at 128 even;
-    from S=4096 it loses the heads' K / V in L2: 469-480 against 525-536 at 4096)."""
+    from S=4096 it loses the heads' K / V in L2: 469-480 against 525-536 at 4096), on
+    64-key tiles with 3 stages, where warpgroup 0 skips its fully masked half of the
+    diagonal (210-211 / 304-305 TFLOP/s at head dims 64 / 128 against 205-206 / 290-293 on
+    128-key tiles)."""
     if p.SQ >= 16384 and p.right is None:
         return AttnKnobs(128, 128, 4, 3, GLUON=1)
+    if p.right is not None and p.SQ <= 2048:
+        return AttnKnobs(128, 64, 4, 3, GLUON=1, LPT=1)
     pp = int(max(p.D, p.DV) > 64 and p.SQ >= 8192 and p.right is None)
-    lpt = int(p.right is not None and p.SQ <= 2048)
-    return AttnKnobs(128, 128, 4, 2, GLUON=1, PINGPONG=pp, LPT=lpt)
+    return AttnKnobs(128, 128, 4, 2, GLUON=1, PINGPONG=pp)
 
 
 def _gluon_backward_first(p: K.Problem) -> AttnKnobs:
@@ -384,7 +388,7 @@ class AttentionEngine(Engine):
                 # bench/gluon_attn_probe.py (session 13): 0.90-1.10x cuDNN at head dim 128,
                 # 0.91-0.99x at 64 from S=4096. At S=1024 it wins at head dim 128 (0.92x
                 # against 0.69x; causal 0.89-0.91x against 0.76x, bench/gluon_host_probe.py
-                # session 14) and causal at 64 with LPT (0.89-0.91x against 0.88x), but not
+                # session 14) and causal at 64 with LPT (0.92-0.93x against 0.88x), but not
                 # at 64 without a mask (0.85x against 0.93x, bench/gluon_fwd_sweep.py)
                 first = p.SQ >= 2048 or max(p.D, p.DV) > 64 or p.right is not None
                 out = [g] + out if first else out[:1] + [g] + out[1:]
