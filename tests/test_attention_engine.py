@@ -172,13 +172,14 @@ def _first_choice(backward: bool, s: int, d: int, causal: bool, index: int = 0) 
 
 GLUON = (128, 128, 4, 2)
 GLUON_SHORT_CAUSAL = (128, 64, 4, 3)     # causal up to S=2048: 64-key tiles, LPT
+GLUON_LONG = (128, 128, 4, 3)            # from S=16384 without a mask: 3 stages
 
 
 @pytest.mark.parametrize("backward,s,d,causal,tile,pingpong", [
     (False, 4096, 128, False, GLUON, 0), (False, 4096, 128, True, GLUON, 0),
     (False, 8192, 128, False, GLUON, 1), (False, 8192, 128, True, GLUON, 0),
     (False, 1024, 64, False, (64, 64, 4, 3), 0), (False, 1024, 128, True, GLUON_SHORT_CAUSAL, 0),
-    (False, 16384, 128, False, (128, 128, 4, 3), 0), (False, 1024, 64, True, GLUON_SHORT_CAUSAL, 0),
+    (False, 16384, 128, False, GLUON_LONG, 0), (False, 1024, 64, True, GLUON_SHORT_CAUSAL, 0),
     (False, 1024, 128, False, GLUON, 0),
     (False, 4096, 64, False, GLUON, 0),
     (False, 16384, 64, True, GLUON, 0),
@@ -191,7 +192,7 @@ def test_h100_first_choices(backward, s, d, causal, tile, pingpong):
     kn = _first_choice(backward, s, d, causal, index=int(backward))
     assert (kn["BLOCK_M"], kn["BLOCK_N"], kn["num_warps"], kn["num_stages"]) == tile, kn
     assert kn["LPT"] == int(causal and s <= 2048 and kn["GLUON"] == 1), kn
-    assert (kn["GLUON"], kn["PINGPONG"]) == (int(tile in (GLUON, GLUON_SHORT_CAUSAL)),
+    assert (kn["GLUON"], kn["PINGPONG"]) == (int(tile in (GLUON, GLUON_SHORT_CAUSAL, GLUON_LONG)),
                                              pingpong), kn
     if backward:
         assert (kn["DQ_BLOCK_M"], kn["DQ_BLOCK_N"]) == (128, 64), kn
