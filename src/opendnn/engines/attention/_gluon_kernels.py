@@ -287,8 +287,10 @@ def _ws_consumer(o_desc, o_ptr, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready
 
     # Key tiles this warpgroup reads: the CTA's, or (CAUSAL without PINGPONG, whose turns
     # need both warpgroups on every tile) up to the one holding its own last row's key.
+    # (With 128-key tiles both warpgroups need every tile: the plain loop is compiled.)
+    SKIP: gl.constexpr = CAUSAL and not PINGPONG and BLOCK_N < 2 * WG_M
     n_own = n_tiles
-    if CAUSAL and not PINGPONG:
+    if SKIP:
         n_own = gl.cdiv(gl.minimum(my_pos + WG_M, seq_len), BLOCK_N)
         n_own = gl.minimum(gl.maximum(n_own, 1), n_tiles)
     if HAS_MASK:
@@ -325,16 +327,17 @@ def _ws_consumer(o_desc, o_ptr, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready
     mbarrier.arrive(v_empty.index(lslot), count=1)
     # (PINGPONG: the last P V is issued without a turn; the other warpgroup's last turn only
     # needs our arrive from turn n_tiles - 1, which already happened.)
-    for j in range(n_own, n_tiles):
-        # Key tiles past this warpgroup's last row (causal, 64-key tiles: warpgroup 0's half
-        # of the diagonal) are handed back unread. Waiting for them to land first keeps the
-        # arrive on the use the other warpgroup reads, not on the slot's previous one.
-        slot = j % NUM_STAGES
-        phase = (j // NUM_STAGES) & 1
-        mbarrier.wait(k_ready.index(slot), phase)
-        mbarrier.arrive(k_empty.index(slot), count=1)
-        mbarrier.wait(v_ready.index(slot), phase)
-        mbarrier.arrive(v_empty.index(slot), count=1)
+    if SKIP:
+        for j in range(n_own, n_tiles):
+            # Key tiles past this warpgroup's last row (causal, 64-key tiles: warpgroup 0's half
+            # of the diagonal) are handed back unread. Waiting for them to land first keeps the
+            # arrive on the use the other warpgroup reads, not on the slot's previous one.
+            slot = j % NUM_STAGES
+            phase = (j // NUM_STAGES) & 1
+            mbarrier.wait(k_ready.index(slot), phase)
+            mbarrier.arrive(k_empty.index(slot), count=1)
+            mbarrier.wait(v_ready.index(slot), phase)
+            mbarrier.arrive(v_empty.index(slot), count=1)
     _epilogue(acc, m_i, l_i, q_tile, o_desc, o_ptr, lse_ptr, my_row, my_pos, seq_len, WG_M,
               HEAD_D, TAIL, o_layout, s_layout)
 
