@@ -17,7 +17,7 @@ demo: $(STAMP)
 	$(PY) -m opendnn.demo
 
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 tests
+	$(PY) -m pytest -q -n 2 --dist worksteal tests
 
 bench: $(STAMP)
 	$(PY) -m opendnn.bench all

@@ -455,6 +455,8 @@ def test_genstats(layout, dtype, rng):
     dict(SPLIT=4, BLOCK_RED=8, BLOCK_KEPT=4),
     dict(SPLIT=2, BLOCK_RED=16, BLOCK_KEPT=1),
     dict(SPLIT=8, BLOCK_RED=8, BLOCK_KEPT=64, num_warps=2),
+    dict(SPLIT=3, BLOCK_RED=8, BLOCK_KEPT=2),      # slices of 4 and 3 tiles, the last masked
+    dict(SPLIT=6, BLOCK_RED=2, BLOCK_KEPT=4),
 ], ids=lambda k: "-".join(f"{a}{b}" for a, b in k.items()))
 def test_split_reduction_by_forced_knobs(mode, knobs, rng):
     shape = (5, 77)
@@ -916,3 +918,28 @@ def test_boolean_mask_in_arithmetic(rng):
     out = check_engine(g, {X: x, Mk: m}, [y], FUSION_ID,
                        msg=repro("x*m+m", [(5, 6)], "float32,bool", rng.seed))[y]
     assert_close(out, x.double() * m.double() + m.double(), torch.float32)
+
+
+@pytest.mark.parametrize("dtype,shape,want", [
+    # [8 x 2048] bf16 tiles ([4 x 2048] float32), two programs per SM: 4 column blocks
+    # x 66 slices on 132 SMs (bench/notes/fusion.md, probe 9)
+    (torch.bfloat16, (8192, 8192), dict(BLOCK_KEPT=2048, BLOCK_RED=8, SPLIT=66, num_warps=8)),
+    (torch.float32, (8192, 8192), dict(BLOCK_KEPT=2048, BLOCK_RED=4, SPLIT=66, num_warps=8)),
+    # few rows: the partials stay under ~4% of the input's bytes
+    (torch.float32, (64, 4096), dict(BLOCK_KEPT=2048, BLOCK_RED=4, SPLIT=2, num_warps=8)),
+    # many column blocks fill the GPU without a split
+    (torch.bfloat16, (16, 1 << 20), dict(BLOCK_KEPT=2048, BLOCK_RED=8, SPLIT=1, num_warps=8)),
+], ids=["bf16-8192", "fp32-8192", "fp32-64rows", "bf16-wide"])
+def test_h100_column_sum_knobs(dtype, shape, want):
+    from opendnn.engines.base import Target
+    h100 = Target(device="cuda", name="H100", capability=(9, 0), num_sms=132)
+    g = _graph()
+    dt = DataType.BFLOAT16 if dtype == torch.bfloat16 else DataType.FLOAT
+    X = g.tensor(dim=list(shape), stride=[shape[1], 1], data_type=dt)
+    y = g.reduction(X, ReductionMode.ADD)
+    y.set_dim([1, shape[1]]).set_output(True)
+    g.validate()
+    configs = FusionEngine().configs(g.op_graph, h100)
+    assert {k: v for k, v in configs[0].knob_dict.items() if k in want} == want
+    if want["SPLIT"] > 1:       # the unsplit grid is offered second (benchmark mode)
+        assert configs[1].knob_dict["SPLIT"] == 1

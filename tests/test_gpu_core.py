@@ -50,6 +50,47 @@ def test_fused_reduction(out_shape, mode):
     assert _relerr(out, ref) < 1e-5
 
 
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shape", [(8192, 8192), (1001, 3000), (64, 4096), (5, 70000)])
+def test_column_sums_every_config(dt, shape):
+    """Column sums (the kept axis contiguous): interleaved slices of a balanced grid, the
+    finish launched as a programmatic dependent; every plan the heuristics offer, twice
+    (the second run finds the first run's partials in the workspace)."""
+    x = torch.randn(shape, device="cuda", dtype=dt)
+    g = cudnn.pygraph(compute_data_type=cudnn.data_type.FLOAT)
+    tx = g.tensor_like(x)
+    y = g.reduction(tx, mode=cudnn.reduction_mode.ADD).set_dim([1, shape[1]])
+    y.set_output(True).set_data_type(cudnn.data_type.FLOAT)
+    g.build([cudnn.heur_mode.A])
+    g.build_plans(cudnn.build_plan_policy.ALL)
+    ref = x.double().sum(0, keepdim=True)
+    for i in range(g.get_execution_plan_count()):
+        ws = torch.full((max(g.get_workspace_size_plan_at_index(i), 1),), 255,
+                        device="cuda", dtype=torch.uint8)
+        for _ in range(2):
+            out = torch.full((1, shape[1]), float("nan"), device="cuda")
+            g.execute_plan_at_index({tx: x, y: out}, ws, i)
+            torch.cuda.synchronize()
+            assert _relerr(out, ref) < 1e-6, g.get_plan_name_at_index(i)
+
+
+def test_genstats_columns_nhwc():
+    """Two reductions in one kernel (sum and sum of squares per channel, NHWC)."""
+    x = torch.randn(64, 96, 56, 56, device="cuda").to(memory_format=torch.channels_last)
+    g = cudnn.pygraph(compute_data_type=cudnn.data_type.FLOAT)
+    tx = g.tensor_like(x)
+    s, sq = g.genstats(tx)
+    s.set_output(True)
+    sq.set_output(True)
+    g.build([cudnn.heur_mode.A])
+    outs = {t: torch.full((1, 96, 1, 1), float("nan"), device="cuda") for t in (s, sq)}
+    ws = torch.empty(max(g.get_workspace_size(), 1), device="cuda", dtype=torch.uint8)
+    g.execute({tx: x, **outs}, ws)
+    xd = x.double()
+    assert _relerr(outs[s], xd.sum((0, 2, 3), keepdim=True)) < 1e-6
+    assert _relerr(outs[sq], (xd * xd).sum((0, 2, 3), keepdim=True)) < 1e-6
+
+
 @pytest.mark.parametrize("dt,tol", [(torch.bfloat16, 1e-2), (torch.float16, 2e-3),
                                     (torch.float32, 1e-5)])
 @pytest.mark.parametrize("mnk", [(1, 1, 1), (17, 33, 65), (512, 384, 1000), (2048, 2048, 2048)])

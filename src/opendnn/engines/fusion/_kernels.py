@@ -135,15 +135,18 @@ def _reduce_source(graph, a, sizes, strides, classes, origin, big, sig, args, pt
     KA, RA = ("[None, :]", "[:, None]") if kept_last else ("[:, None]", "[None, :]")
     tile = "[BLOCK_RED, BLOCK_KEPT]" if kept_last else "[BLOCK_KEPT, BLOCK_RED]"
     red_axis = 0 if kept_last else 1
-    chunk = -(-max(red_n, 1) // split)
-    chunk = -(-chunk // BR) * BR
     name = f"fused_reduce_{tag}"
     ind, ind2 = "    ", "        "
     sig2 = sig + (["WS"] if split > 1 else []) + ["BLOCK_KEPT: tl.constexpr",
                                                   "BLOCK_RED: tl.constexpr"]
     if split > 1:
         args = args + [("ws", _ws_dtype(ct))]
-    itype = ".to(tl.int64)" if big else ""
+    # Column tiles index in int64 even when int32 would do: with int32 offsets ptxas
+    # interleaves the tile's loads with the adds (two 16-byte loads in flight per thread,
+    # not eight) and an [8 x 2048] bf16 column sum read at 0.65 of copy instead of 0.81
+    # (bench/colsum_engine_isolate.py; notes/fusion.md, probe 9). Row tiles keep int32:
+    # int64 took the bf16 row sum from 0.89 to 0.84.
+    itype = ".to(tl.int64)" if big or kept_last else ""
     lines = ["@triton.jit", f"def {name}({', '.join(sig2)}):",
              f"{ind}pid = tl.program_id(0){itype}",
              f"{ind}pid_s = tl.program_id(1){itype}",
@@ -162,15 +165,16 @@ def _reduce_source(graph, a, sizes, strides, classes, origin, big, sig, args, pt
     # Bounds are literals (or a literal multiple of pid_s) and the mask compares with a
     # literal: Triton's alignment analysis then proves the mask constant over 16-byte
     # groups and vectorizes the loads (a runtime bound makes them element-wise).
-    # Slices of the reduced range are disjoint; the last one may overrun, masked.
-    lines.append(f"{ind}lo = pid_s * {chunk}" if split > 1 else f"{ind}lo = 0")
-    lines.append(f"{ind}for start in range(lo, lo + {chunk}, BLOCK_RED):" if split > 1
-                 else f"{ind}for start in range(0, {chunk}, BLOCK_RED):")
+    # Slice s takes the reduced blocks s, s + SPLIT, s + 2 SPLIT, ...: every program walks
+    # the same band of the input at once (probes 4 and 9 of bench/notes/fusion.md read
+    # column sums 2-4% faster so than with one contiguous range per slice).
+    lines.append(f"{ind}for start in range(pid_s * BLOCK_RED, {red_n}, {split} * BLOCK_RED):"
+                 if split > 1 else f"{ind}for start in range(0, {red_n}, BLOCK_RED):")
     lines.append(f"{ind2}rr = start + tl.arange(0, BLOCK_RED)")
-    # Tiles that provably stay inside (sizes divisible by the blocks, no overrunning
-    # slice) need no masks at all: fewer instructions per element on the hot loop.
+    # Tiles that provably stay inside (sizes divisible by the blocks) need no masks at
+    # all: fewer instructions per element on the hot loop.
     full_k = kept_n % BK == 0
-    full_r = chunk * split == red_n
+    full_r = red_n % BR == 0
     mask = None if (full_k and full_r) else "mask"
     kmask = None if full_k else "mask_k"
     if mask:
@@ -269,27 +273,43 @@ def _post(r, val, count):
 
 
 def _finish_source(graph, a, kept_n, ksizes, knames, koff, ptrs, split, red_n, ct, tag):
+    """The split's finishing kernel: each program loads the SPLIT partials of BLOCK outputs
+    as one [SPLIT (rounded up to a power of two), BLOCK] tile, so the finish costs one L2
+    round trip. On the GPU it is launched as a programmatic dependent of the partial kernel
+    (PDL): it becomes resident while the partial kernel runs and waits in
+    ``griddepcontrol.wait`` for the partial kernel's end and its writes, so the launch
+    gap is hidden (probe 9: 1.5 us of the ~2 us a plain second launch costs)."""
     name = f"fused_finish_{tag}"
     ind = "    "
     outs = [r.out_uid for r in a.reductions]
-    lines = ["@triton.jit",
+    gp = 1 << (split - 1).bit_length()
+    block = max(1, min(256, 8192 // gp))
+    lines = [_PDL_GUARD, cg.COMBINE_HELPERS, "", "@triton.jit",
              f"def {name}(WS, {', '.join(ptrs[u] for u in outs)}, BLOCK: tl.constexpr):",
+             f"{ind}if _COMPILED:",
+             f"{ind}    tl.extra.cuda.gdc_wait()",
              f"{ind}kept = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
-             f"{ind}mask_k = kept < {kept_n}"]
+             f"{ind}mask_k = kept < {kept_n}",
+             f"{ind}sl = tl.arange(0, {gp})",
+             f"{ind}mask = (sl < {split})[:, None] & mask_k[None, :]"]
     lines += cg.index_decomposition("kept", ksizes, "k", ind)
     for j, r in enumerate(a.reductions):
-        lines.append(f"{ind}acc = tl.full([BLOCK], {cg._lit(r.ident)}, {ct})")
-        lines.append(f"{ind}for s in tl.static_range({split}):")
-        lines.append(f"{ind}    part = tl.load(WS + ({j} * {split} + s) * {kept_n} + kept, "
-                     f"mask=mask_k, other={cg._lit(r.ident)})")
-        lines.append(f"{ind}    acc = " + cg.COMBINE[r.combine].format(a="acc", b="part"))
+        lines.append(f"{ind}part = tl.load(WS + ({j} * {split} + sl[:, None]) * {kept_n} "
+                     f"+ kept[None, :], mask=mask, other={cg._lit(r.ident)})")
+        lines.append(f"{ind}acc = " + cg.FOLD[r.combine].format(x="part", ax=0))
         lines.append(ind + cg.store_expr(ptrs[r.out_uid], f"({koff[r.out_uid]})",
                                          _post(r, "acc", red_n), graph.tensors[r.out_uid],
                                          "mask_k"))
     src = "\n".join(lines) + "\n"
-    block = 256
     args = [("ws", _ws_dtype(ct))] + [("buf", u) for u in outs]
     return src, name, args, (-(-kept_n // block),), {"BLOCK": block, "num_warps": 4}
+
+
+# griddepcontrol exists only compiled: the interpreted copy of a module skips it.
+_PDL_GUARD = """import os
+
+_COMPILED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") != "1")
+"""
 
 
 def _ws_dtype(compute: str):

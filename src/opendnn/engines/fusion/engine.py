@@ -211,7 +211,7 @@ class FusionEngine(Engine):
                      4),
                 Knob("BLOCK_RED", (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096),
                      1024),
-                Knob("SPLIT", (1, 2, 4, 8, 16, 32, 64, 128, 256), 1),
+                Knob("SPLIT", tuple(range(1, 1025)), 1),
                 Knob("num_warps", (1, 2, 4, 8, 16), 4),
                 Knob("num_stages", (1, 2, 3, 4, 5), 3)]
 
@@ -268,16 +268,18 @@ def _choose_knobs(graph, a: Analysis, target: Target) -> list[dict]:
     red_n = numel // max(kept_n, 1) if numel else 0
     inner_red = _kernels.inner_is_reduced(graph, a)
     # Measured on the H100 (bench/reduction_sweep.py, 8192^2 sums): rows want one long
-    # row per program with 16 warps (2.41 TB/s bf16, 2.75 fp32); columns want 64 kept
-    # columns x 16 rows per step, the rows split 8 ways (2.21 / 2.60 TB/s).
+    # row per program with 16 warps (2.41 TB/s bf16, 2.75 fp32); columns: _column_knobs.
     if inner_red:
         bred = min(_pow2_ceil(max(red_n, 1)), 2048 if not cpu else 1024)
         bkept = max(1, min((1024 if cpu else 2048) // bred, _pow2_ceil(max(kept_n, 1))))
         warps = 4 if cpu else (16 if bred >= 2048 else 8 if bred >= 1024 else 4)
-    else:
+    elif cpu:
         bkept = min(_pow2_ceil(max(kept_n, 1)), 64)
-        bred = max(8, min((1024 if cpu else 1024) // bkept, 16, _pow2_ceil(max(red_n, 1))))
+        bred = max(8, min(1024 // bkept, 16, _pow2_ceil(max(red_n, 1))))
         warps = 4
+    else:
+        k = _column_knobs(graph, a, kept_n, red_n, target)
+        return [k] + ([{**k, "SPLIT": 1}] if k["SPLIT"] > 1 else [])
     bkept = _snap(bkept, (1, 2, 4, 8, 16, 32, 64, 128, 256))
     bred = _snap(bred, (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096))
     programs = -(-kept_n // bkept)
@@ -289,6 +291,31 @@ def _choose_knobs(graph, a: Analysis, target: Target) -> list[dict]:
     if split > 1:
         out.append(dict(BLOCK_KEPT=bkept, BLOCK_RED=bred, SPLIT=1, num_warps=warps))
     return out
+
+
+def _column_knobs(graph, a: Analysis, kept_n: int, red_n: int, target: Target) -> dict:
+    """Column-style reductions on the GPU (the kept axis is the contiguous one).
+
+    Measured on the H100 (bench/colsum_probe8.py, notes/fusion.md probe 9): wide tiles
+    (2048 kept columns, 4 KB of each row) and a grid of two programs per SM, every SM
+    given the same share of slices, read at 0.84 of copy before the finish; the finish
+    then costs one L2 round trip (see ``_kernels._finish_source``)."""
+    reads = [graph.tensors[u].data_type.itemsize for u in a.inputs
+             if not graph.tensors[u].is_pass_by_value]
+    item = max(reads, default=4)
+    # one accumulator tile per reduction, one loaded tile per input: keep them in registers
+    tile = (16384 if item <= 2 else 8192) // max(1, len(a.reductions), len(reads))
+    bkept = min(_pow2_ceil(max(kept_n, 1)), 2048)
+    # narrow blocks (few kept columns) take at most 64 rows a step: more slices instead
+    bred = max(1, min(tile // bkept, 64, _pow2_ceil(max(red_n, 1))))
+    programs = -(-kept_n // bkept)
+    split = 1
+    if programs < 2 * target.num_sms and red_n >= 8 * bred:
+        # partials at most ~4% of the input's bytes; every slice at least 4 tiles
+        split = max(1, min(round(2 * target.num_sms / programs), red_n // (4 * bred),
+                           red_n * item // 100, 1024))
+    return dict(BLOCK_KEPT=bkept, BLOCK_RED=bred, SPLIT=split,
+                num_warps=8 if bkept * bred >= 4096 else 4)
 
 
 def _pow2_ceil(n: int) -> int:
@@ -316,6 +343,8 @@ class _FusedExecutable(Executable, LaunchList):
         self.add_launch(kern, grid, constexprs, args, graph, target.is_cuda)
         if extra is not None:
             fsrc, fname, fargs, fgrid, fconst = extra
+            if target.is_cuda:     # a programmatic dependent launch: see _finish_source
+                fconst = {**fconst, "launch_pdl": True}
             self.add_launch(kernel_from_source(fsrc, fname), fgrid, fconst, fargs, graph,
                             target.is_cuda)
             self.source += "\n" + fsrc
