@@ -2,6 +2,7 @@
 D=128 non-causal: 0.84x in s14-attn against 0.97x in s13; S=1024 D=128 causal), each
 config timed through execute() between two cuDNN timings, twice, with the GPU clocks read
 after each. Run (GPU): PYTHONPATH=src:bench python bench/gluon_fwd_sweep.py"""
+import os
 import subprocess
 
 import torch
@@ -22,9 +23,15 @@ def main(problems=((16384, 128, False), (1024, 128, True), (16384, 64, False))):
     B, H = 4, 16
     base = [dict(BLOCK_N=n, num_stages=st, PINGPONG=pp)
             for n, st, pp in ((128, 2, 1), (128, 2, 0), (64, 3, 0), (64, 3, 1), (128, 3, 0))]
+    only = os.environ.get("ONLY")      # e.g. ONLY=PERSIST,LPT: configs with those knobs set
     for S, D, causal in problems:
         # causal: also query tiles longest first across heads (LPT=1, session 14)
         knobs = base + ([dict(kn, LPT=1) for kn in base[1:3] + base[4:]] if causal else [])
+        # the persistent forward (session 15)
+        knobs += [dict(BLOCK_N=n, num_stages=st, PINGPONG=0, PERSIST=1)
+                  for n, st in ((64, 3), (64, 2), (128, 2))]
+        if only:
+            knobs = [kn for kn in knobs if any(kn.get(n) for n in only.split(","))]
         q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16)
                    for _ in range(3))
         fl = 4 * B * H * S * S * D * (0.5 if causal else 1) / 1e9
@@ -45,7 +52,8 @@ def main(problems=((16384, 128, False), (1024, 128, True), (16384, 64, False))):
                     c1 = do_bench(ref)
                 c = (c0 + c1) / 2
                 print(f"S={S} D={D} causal={int(causal)} rep{rep} n{kn['BLOCK_N']} "
-                      f"st{kn['num_stages']} pp{kn['PINGPONG']} lpt{kn.get('LPT', 0)}: "
+                      f"st{kn['num_stages']} pp{kn['PINGPONG']} lpt{kn.get('LPT', 0)} "
+                      f"persist{kn.get('PERSIST', 0)}: "
                       f"{fl / ms:.0f} TFLOP/s, cudnn "
                       f"{fl / c0:.0f}/{fl / c1:.0f}, ratio {c / ms:.3f} | {clocks()}",
                       flush=True)

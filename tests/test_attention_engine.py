@@ -242,6 +242,11 @@ def test_gluon_forward_rules():
     assert _gluon_reason(GLUON_KNOBS, diagonal_band_right_bound=0) == ""
     assert _gluon_reason(dict(GLUON_KNOBS, PINGPONG=1)) == ""
     assert _gluon_reason(dict(GLUON_KNOBS, LPT=1), diagonal_band_right_bound=0) == ""
+    assert _gluon_reason(dict(GLUON_KNOBS, PERSIST=1)) == ""
+    assert _gluon_reason(dict(GLUON_KNOBS, PERSIST=1, BLOCK_N=64, num_stages=3), None, False,
+                         64, diagonal_band_right_bound=0) == ""
+    assert "PERSIST: sequence lengths a multiple of 128 (200)" in _gluon_reason(
+        dict(GLUON_KNOBS, PERSIST=1), None, False, 128, 200)
     for knobs, target, backward, d, kw, reason in [
         (GLUON_KNOBS, Target(), False, 128, {}, "a Hopper GPU"),
         (GLUON_KNOBS, Target(device="cuda", capability=(8, 0)), False, 128, {},
@@ -253,10 +258,19 @@ def test_gluon_forward_rules():
         (GLUON_KNOBS, None, False, 128, dict(diagonal_band_right_bound=0,
                                              diagonal_band_left_bound=8), "no bias"),
         (dict(BLOCK_M=64, BLOCK_N=64, PINGPONG=1), None, False, 128, {},
-         "PINGPONG and LPT are knobs of the Gluon forward"),
+         "PINGPONG, LPT and PERSIST are knobs of the Gluon forward"),
         (dict(BLOCK_M=64, BLOCK_N=64, LPT=1), None, False, 128, {},
-         "PINGPONG and LPT are knobs of the Gluon forward"),
+         "PINGPONG, LPT and PERSIST are knobs of the Gluon forward"),
         (dict(GLUON_KNOBS, LPT=1), None, False, 128, {}, "this node has no mask"),
+        (dict(BLOCK_M=64, BLOCK_N=64, PERSIST=1), None, False, 128, {},
+         "PINGPONG, LPT and PERSIST are knobs of the Gluon forward"),
+        (dict(GLUON_KNOBS, PERSIST=1, PINGPONG=1), None, False, 128, {},
+         "PERSIST: no PINGPONG, and no LPT"),
+        (dict(GLUON_KNOBS, PERSIST=1, LPT=1), None, False, 128,
+         dict(diagonal_band_right_bound=0), "PERSIST: no PINGPONG, and no LPT"),
+        # the persistent kernel adds an O tile per warpgroup to the shared memory
+        (dict(GLUON_KNOBS, PERSIST=1, num_stages=3), None, False, 128, {},
+         "need 256 KB of shared memory"),
     ]:
         got = _gluon_reason(knobs, target, backward, d, **kw)
         assert reason in got, (knobs, got)
@@ -274,8 +288,8 @@ def test_gluon_backward_rules():
     assert _gluon_reason(dict(GLUON_BWD, num_stages=4, DQ_BLOCK_N=128, DQ_STAGES=2), None,
                          True, 64) == ""
     for knobs, d, s, kw, reason in [
-        (dict(GLUON_BWD, PINGPONG=1), 128, 256, {}, "PINGPONG and LPT are knobs of the Gluon"),
-        (dict(GLUON_BWD, LPT=1), 128, 256, {}, "PINGPONG and LPT are knobs of the Gluon"),
+        (dict(GLUON_BWD, PINGPONG=1), 128, 256, {}, "PINGPONG, LPT and PERSIST are knobs of the Gluon"),
+        (dict(GLUON_BWD, LPT=1), 128, 256, {}, "PINGPONG, LPT and PERSIST are knobs of the Gluon"),
         (dict(GLUON_BWD, BLOCK_M=128), 128, 256, {}, "GLUON backward: BLOCK_M=64"),
         (dict(GLUON_BWD, DQ_STAGES=1), 128, 256, {}, "DQ_STAGES 2 or 3"),
         (dict(GLUON_BWD, DQ_BLOCK_N=32), 128, 256, {}, "DQ_BLOCK_N 64 or 128"),

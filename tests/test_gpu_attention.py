@@ -180,6 +180,51 @@ def test_gluon_forward(rng, c, knobs):
                                     f"{t.get_name()}: {err:.2e}")
 
 
+# more query tiles than the H100's 132 SMs: each persistent program takes several
+PERSIST_CASES = [
+    Case("gp_s2048_causal_gqa_d64", b=2, h_q=8, h_k=2, s_q=2048, s_kv=2048, d=64, right=0,
+         dtype=B16),
+    Case("gp_s1024_causal_d128_fp16", b=4, h_q=10, h_k=5, s_q=1024, s_kv=1024, d=128, right=0,
+         dtype=torch.float16),
+    Case("gp_s512_mqa_d128", b=3, h_q=12, h_k=1, s_q=512, s_kv=512, d=128, scale=0.125,
+         dtype=B16),
+    Case("gp_s256_causal_d64_few", b=1, h_q=3, h_k=3, s_q=256, s_kv=256, d=64, right=0,
+         dtype=B16),
+]
+PERSIST_KNOBS = [dict(BLOCK_M=128, BLOCK_N=n, num_warps=4, num_stages=st, GLUON=1, PERSIST=1)
+                 for n, st in ((64, 3), (128, 2), (64, 2))]
+
+
+@pytest.mark.parametrize("knobs", PERSIST_KNOBS, ids=lambda k: "n{BLOCK_N}s{num_stages}"
+                         .format(**k))
+@pytest.mark.parametrize("c", PERSIST_CASES, ids=[c.id for c in PERSIST_CASES])
+def test_gluon_persistent_forward(rng, c, knobs):
+    """The persistent Gluon forward (PERSIST=1) against float64 PyTorch: causal and not,
+    GQA / MQA, both head dims and types, more query tiles than SMs (and fewer); with and
+    without Stats, run twice on one NaN-poisoned workspace."""
+    x = inputs(rng, c)
+    xc = {n: t.cuda() for n, t in x.items()}
+    q, k, v = (x[n].double() for n in ("q", "k", "v"))
+    ro, rst = torch_sdpa(q, k, v, expected_keep(c), c.scale)
+    for stats in (True, False):
+        g, feeds, outs = forward_graph(c, xc, generate_stats=stats)
+        outs = [t for t in outs if t is not None]
+        g.validate()
+        g.build_operation_graph()
+        g.create_execution_plan(40, knobs)
+        g.check_support()
+        g.build_plans()
+        ws = torch.full((max(g.get_workspace_size(), 1),), 255, dtype=torch.uint8,
+                        device="cuda")
+        for _ in range(2):
+            bufs = {t: torch.empty_strided(t.get_dim(), t.get_stride(), device="cuda",
+                                           dtype=_dt(t)).fill_(float("nan")) for t in outs}
+            g.execute({**feeds, **bufs}, ws)
+            for t, ref in zip(outs, [ro, rst]):
+                err = _relerr(bufs[t], ref)
+                assert err < 1e-2, f"{c.id} {knobs} stats={stats} {t.get_name()}: {err:.2e}"
+
+
 GLUON_BWD_CASES = [
     Case("glb_s1024_causal_gqa_d128", b=1, h_q=8, h_k=2, s_q=1024, s_kv=1024, d=128, right=0,
          dtype=B16),

@@ -177,14 +177,15 @@ def kv_ring(k_desc, v_desc, NUM_STAGES: gl.constexpr):
 
 @gluon.jit
 def stream_kv(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, kv_row,
-              n_tiles, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr):
+              n_tiles, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, base=0):
     """A producer's K_j, V_j (rows kv_row + j BLOCK_N, j < n_tiles) into the ring: each slot
     waited empty (inverted phase: the first pass over a fresh ring does not wait), then
-    loaded against its ready barrier's byte count."""
+    loaded against its ready barrier's byte count. ``base``: the ring uses before these
+    (a persistent program's earlier query tiles)."""
     kv_bytes: gl.constexpr = k_desc.block_type.nbytes
     for j in range(n_tiles):
-        slot = j % NUM_STAGES
-        phase = (j // NUM_STAGES) & 1
+        slot = (base + j) % NUM_STAGES
+        phase = ((base + j) // NUM_STAGES) & 1
         row = kv_row + j * BLOCK_N
         mbarrier.wait(k_empty.index(slot), phase ^ 1)
         mbarrier.expect(k_ready.index(slot), kv_bytes)
@@ -199,13 +200,14 @@ def _ws_step(j, q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, pp_b
              s, acc, p_op, m_i, l_i, qk_scale, q_pos, seq_len,
              WG: gl.constexpr, NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr,
              MASK: gl.constexpr, CAUSAL: gl.constexpr, s_layout: gl.constexpr,
-             row_o: gl.constexpr, p_layout: gl.constexpr):
+             row_o: gl.constexpr, p_layout: gl.constexpr, base=0):
     """One main-loop iteration j >= 1 of a consumer: S_j = Q K_j^T and acc += P_{j-1} V_{j-1}
-    in flight together, softmax of S_j (masked when MASK) overlapping the P V wgmma."""
-    slot = j % NUM_STAGES
-    phase = (j // NUM_STAGES) & 1
-    pslot = (j - 1) % NUM_STAGES
-    pphase = ((j - 1) // NUM_STAGES) & 1
+    in flight together, softmax of S_j (masked when MASK) overlapping the P V wgmma. Key
+    tile j sits in ring use base + j (``base``: a persistent program's earlier uses)."""
+    slot = (base + j) % NUM_STAGES
+    phase = ((base + j) // NUM_STAGES) & 1
+    pslot = (base + j - 1) % NUM_STAGES
+    pphase = ((base + j - 1) // NUM_STAGES) & 1
     if PINGPONG:
         # Warpgroup WG's k-th turn (k = j here) completes phase j of pp_bars[WG].
         mbarrier.wait(pp_bars.index(WG), j & 1)

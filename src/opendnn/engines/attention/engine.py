@@ -70,6 +70,7 @@ class AttnKnobs:
     GLUON: int = 0          # the warp-specialized Gluon kernels (Hopper only; forward BLOCK_M
     PINGPONG: int = 0       # 128, backward 64 x 128 and dQ 128); forward: warpgroups alternate
     LPT: int = 0            # Gluon forward, causal: query tiles longest first across heads
+    PERSIST: int = 0        # Gluon forward: one program per SM over a list of query tiles
 
     def dq(self) -> "AttnKnobs":
         """The knobs the dQ kernel runs with."""
@@ -120,6 +121,12 @@ def _gluon():
     return _gluon_kernels
 
 
+def _gluon_persist():
+    """The persistent Gluon forward's module, imported on first use."""
+    from . import _gluon_persist_kernels
+    return _gluon_persist_kernels
+
+
 def _gluon_bwd():
     """The Gluon backward's module, imported on first use."""
     from . import _gluon_bwd_kernels
@@ -165,11 +172,15 @@ def _gluon_knob_rule(fwd: bool, p: K.Problem, kn: AttnKnobs) -> str:
                 kn.num_stages not in (2, 3) or kn.TMA or kn.DQ_ATOMIC or kn.dq() != kn:
             return ("GLUON: BLOCK_M=128, num_warps=4, BLOCK_N 64 or 128, num_stages 2 or 3, "
                     "no TMA / DQ knobs")
-        need = _gluon().smem_bytes(D, kn.BLOCK_N, kn.num_stages) if D in (64, 128) else 0
+        if kn.PERSIST and (kn.PINGPONG or kn.LPT):
+            return ("PERSIST: no PINGPONG, and no LPT (the persistent programs take the "
+                    "longest query tiles first themselves)")
+        mod = _gluon_persist() if kn.PERSIST else _gluon()
+        need = mod.smem_bytes(D, kn.BLOCK_N, kn.num_stages) if D in (64, 128) else 0
         what = f"{kn.num_stages} stages of {kn.BLOCK_N} keys"
     else:
-        if kn.PINGPONG or kn.LPT:
-            return "PINGPONG and LPT are knobs of the Gluon forward"
+        if kn.PINGPONG or kn.LPT or kn.PERSIST:
+            return "PINGPONG, LPT and PERSIST are knobs of the Gluon forward"
         if (kn.BLOCK_M, kn.BLOCK_N, kn.num_warps, kn.DQ_BLOCK_M, kn.DQ_WARPS) != \
                 (64, 128, 4, 128, 4) or kn.num_stages not in (2, 3, 4) or kn.TMA or \
                 kn.DQ_ATOMIC or kn.DQ_BLOCK_N not in (64, 128) or kn.DQ_STAGES not in (2, 3):
@@ -193,7 +204,7 @@ def _check_gluon(graph, p: K.Problem, kn: AttnKnobs, target: Target) -> Support:
     H, HKV, S, D = p.H, p.HKV, p.SQ, p.D
     packed, packed_kv = (H * S * D, S * D, D, 1), (HKV * S * D, S * D, D, 1)
     if not kn.GLUON:
-        return decline("PINGPONG and LPT are knobs of the Gluon forward (GLUON=1)")
+        return decline("PINGPONG, LPT and PERSIST are knobs of the Gluon forward (GLUON=1)")
     if not (target.is_cuda and target.is_hopper):
         return decline("GLUON: a Hopper GPU (sm_90: TMA, wgmma, warp specialization)")
     why = _gluon_knob_rule(fwd, p, kn)
@@ -209,6 +220,8 @@ def _check_gluon(graph, p: K.Problem, kn: AttnKnobs, target: Target) -> Support:
                        f"as queries ({S} / {p.SKV})")
     if not fwd and S % 128:
         return decline(f"GLUON backward: sequence lengths a multiple of 128 ({S})")
+    if kn.PERSIST and S % 128:
+        return decline(f"PERSIST: sequence lengths a multiple of 128 ({S})")
     rows = ("Q", "O") + (() if fwd else ("DO", "DQ"))
     kv = ("K", "V") + (() if fwd else ("DK", "DV"))
     if any(tuple(t[r].strides) != packed for r in rows) or \
@@ -336,7 +349,8 @@ class AttentionEngine(Engine):
                 Knob("DQ_BLOCK_M", (0, 16, 32, 64, 128), 0),
                 Knob("DQ_BLOCK_N", (0, 16, 32, 64, 128), 0),
                 Knob("DQ_WARPS", (0, 1, 2, 4, 8), 0), Knob("DQ_STAGES", (0, 1, 2, 3, 4), 0),
-                Knob("GLUON", (0, 1), 0), Knob("PINGPONG", (0, 1), 0), Knob("LPT", (0, 1), 0)]
+                Knob("GLUON", (0, 1), 0), Knob("PINGPONG", (0, 1), 0), Knob("LPT", (0, 1), 0),
+                Knob("PERSIST", (0, 1), 0)]
 
     def check_config(self, graph, config: EngineConfig, target: Target) -> Support:
         sup = super().check_config(graph, config, target)
@@ -344,7 +358,7 @@ class AttentionEngine(Engine):
             return sup
         kn, p = AttnKnobs(**config.knob_dict), _problem(graph)
         fwd = graph.nodes[0].kind == "sdpa"
-        if kn.GLUON or kn.PINGPONG or kn.LPT:
+        if kn.GLUON or kn.PINGPONG or kn.LPT or kn.PERSIST:
             return _check_gluon(graph, p, kn, target)
         if kn.DQ_ATOMIC and fwd:
             return decline("DQ_ATOMIC is a backward knob")
@@ -442,6 +456,7 @@ class _AttnExecutable(Executable, LaunchList):
             self.labels = tuple(graph.tensors[uids[r]].label() if r in uids else None
                                 for r in roles)
             self.scale_uid = uids.get("ATTN_SCALE")
+            self.num_sms = target.num_sms
             return
         tag = f"attn_{graph.key()[:12]}"
         const = {"num_warps": kn.num_warps, "num_stages": kn.num_stages}
@@ -510,6 +525,9 @@ class _AttnExecutable(Executable, LaunchList):
         if self.op != "sdpa":
             cfg = ((kn.BLOCK_M, kn.num_stages), (kn.DQ_BLOCK_N, kn.DQ_STAGES))
             return _gluon_bwd().prepare(*bufs, dims, scale, cfg, causal)
+        if kn.PERSIST:
+            return _gluon_persist().prepare(*bufs, dims, scale, kn.BLOCK_N, kn.num_stages,
+                                            causal, self.num_sms)
         return _gluon().prepare(*bufs, dims, scale, kn.BLOCK_N, kn.num_stages,
                                 bool(kn.PINGPONG), causal, bool(kn.LPT))
 
