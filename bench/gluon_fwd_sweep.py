@@ -29,7 +29,7 @@ def main(problems=((16384, 128, False), (1024, 128, True), (16384, 64, False))):
         knobs = base + ([dict(kn, LPT=1) for kn in base[1:3] + base[4:]] if causal else [])
         # the persistent forward (session 15)
         knobs += [dict(BLOCK_N=n, num_stages=st, PINGPONG=0, PERSIST=1)
-                  for n, st in ((64, 3), (64, 2), (128, 2))]
+                  for n, st in ((64, 3), (64, 2), (128, 2)) + (((128, 3),) if D == 64 else ())]
         if only:
             knobs = [kn for kn in knobs if any(kn.get(n) for n in only.split(","))]
         q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16)

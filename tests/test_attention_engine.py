@@ -171,8 +171,8 @@ def _first_choice(backward: bool, s: int, d: int, causal: bool, index: int = 0) 
 
 
 GLUON = (128, 128, 4, 2)
-GLUON_SHORT_CAUSAL = (128, 64, 4, 3)     # causal up to S=2048: 64-key tiles, LPT
-GLUON_LONG = (128, 128, 4, 3)            # from S=16384 without a mask: 3 stages
+GLUON_SHORT_CAUSAL = (128, 64, 4, 3)     # causal up to S=2048: persistent, 64-key tiles
+GLUON_LONG = (128, 128, 4, 3)            # without a mask from S=16384 (head dim 64: 4096)
 
 
 @pytest.mark.parametrize("backward,s,d,causal,tile,pingpong", [
@@ -180,18 +180,19 @@ GLUON_LONG = (128, 128, 4, 3)            # from S=16384 without a mask: 3 stages
     (False, 8192, 128, False, GLUON, 1), (False, 8192, 128, True, GLUON, 0),
     (False, 1024, 64, False, (64, 64, 4, 3), 0), (False, 1024, 128, True, GLUON_SHORT_CAUSAL, 0),
     (False, 16384, 128, False, GLUON_LONG, 0), (False, 1024, 64, True, GLUON_SHORT_CAUSAL, 0),
-    (False, 1024, 128, False, GLUON, 0),
-    (False, 4096, 64, False, GLUON, 0),
+    (False, 1024, 128, False, GLUON, 0), (False, 2048, 64, True, GLUON_LONG, 0),
+    (False, 4096, 64, False, GLUON_LONG, 0), (False, 2048, 128, True, GLUON_SHORT_CAUSAL, 0),
     (False, 16384, 64, True, GLUON, 0),
     (True, 4096, 128, False, (64, 64, 4, 2), 0), (True, 4096, 128, True, (32, 64, 4, 4), 0),
     (True, 4096, 64, False, (32, 128, 4, 3), 0), (True, 16384, 64, True, (32, 64, 4, 4), 0)])
 def test_h100_first_choices(backward, s, d, causal, tile, pingpong):
-    """The tiles the H100 sweeps chose (bench/notes/attention.md, sessions 9-14): the Gluon
+    """The tiles the H100 sweeps chose (bench/notes/attention.md, sessions 9-15): the Gluon
     forward first where it covers the problem, but for short rows at head dim 64 or causal;
     the Gluon backward first, then the Triton split's best tiles."""
     kn = _first_choice(backward, s, d, causal, index=int(backward))
     assert (kn["BLOCK_M"], kn["BLOCK_N"], kn["num_warps"], kn["num_stages"]) == tile, kn
-    assert kn["LPT"] == int(causal and s <= 2048 and kn["GLUON"] == 1), kn
+    assert kn["LPT"] == 0, kn
+    assert kn["PERSIST"] == int(causal and s <= 2048 and kn["GLUON"] == 1), kn
     assert (kn["GLUON"], kn["PINGPONG"]) == (int(tile in (GLUON, GLUON_SHORT_CAUSAL, GLUON_LONG)),
                                              pingpong), kn
     if backward:

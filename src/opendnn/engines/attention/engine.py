@@ -21,8 +21,9 @@ GLUON=1 (Hopper): the FlashAttention-3-style kernels of ``_gluon_kernels`` (forw
 ``_gluon_bwd_kernels`` (backward) -- a TMA producer warp and two consumer warpgroups with
 asynchronous wgmma, written in Gluon -- for packed BHSD half / bfloat16, head dims 64 and
 128, no mask or a causal one, GQA; the forward any length (PINGPONG alternates its
-warpgroups' GEMM issues), the backward lengths a multiple of 128 (deterministic: dK / dV by
-key tile, dQ by query tile). Listed first where they apply (forward 0.9-1.2x cuDNN from
+warpgroups' GEMM issues; PERSIST, lengths a multiple of 128: one program per SM over the
+query tiles, ``_gluon_persist_kernels``), the backward lengths a multiple of 128
+(deterministic: dK / dV by key tile, dQ by query tile). Listed first where they apply (forward 0.9-1.2x cuDNN from
 S=4096, backward 0.87-1.85x from S=1024, bench/notes/attention.md); the Triton kernels
 cover everything else and the CPU.
 
@@ -138,16 +139,19 @@ def _gluon_first(p: K.Problem) -> AttnKnobs:
     128 at S=8192 without a mask: 634 against 600 TFLOP/s). From S=16384 without a mask, 3
     stages and no ping-pong (bench/gluon_fwd_sweep.py, session 14, two runs under the
     power cap: 663 / 638 TFLOP/s at head dim 128 against 651 / 585 with ping-pong; 476 /
-    441 at 64 against 454 / 395). Causal up to S=2048, the query tiles longest first
-    across heads (LPT; at S=1024 head dim 64: 203-205 TFLOP/s against 185-187, at 128 even;
-    from S=4096 it loses the heads' K / V in L2: 469-480 against 525-536 at 4096), on
-    64-key tiles with 3 stages, where warpgroup 0 skips its fully masked half of the
-    diagonal (210-211 / 304-305 TFLOP/s at head dims 64 / 128 against 205-206 / 290-293 on
-    128-key tiles)."""
-    if p.SQ >= 16384 and p.right is None:
-        return AttnKnobs(128, 128, 4, 3, GLUON=1)
+    441 at 64 against 454 / 395); head dim 64 without a mask takes 3 stages from S=4096 too
+    (session 15: 450-452 against 434-435 at 4096).
+    Causal up to S=2048: the persistent forward (PERSIST, session 15,
+    results/probes/gluon_fwd_sweep-s15-persist*.txt): at S=1024 on 64-key tiles with 3
+    stages, 224-228 / 314-315 TFLOP/s at head dims 64 / 128 against 206-209 / 302-306 for
+    the per-tile grid with LPT; at S=2048 head dim 128 the same (452-454 against 427-431),
+    head dim 64 on 128-key tiles (312 against 302-308). From S=4096 the per-tile grid wins
+    (head dim 128: 540-554 against 510-512; 64 at 8192: 420 against 371-375)."""
     if p.right is not None and p.SQ <= 2048:
-        return AttnKnobs(128, 64, 4, 3, GLUON=1, LPT=1)
+        n = 128 if p.SQ > 1024 and max(p.D, p.DV) <= 64 else 64
+        return AttnKnobs(128, n, 4, 3, GLUON=1, PERSIST=1)
+    if (p.SQ >= 16384 or (p.SQ >= 4096 and max(p.D, p.DV) <= 64)) and p.right is None:
+        return AttnKnobs(128, 128, 4, 3, GLUON=1)
     pp = int(max(p.D, p.DV) > 64 and p.SQ >= 8192 and p.right is None)
     return AttnKnobs(128, 128, 4, 2, GLUON=1, PINGPONG=pp)
 
