@@ -233,59 +233,36 @@ def _ws_step(j, q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, pp_b
 
 
 @gluon.jit
-def _ws_consumer(o_desc, o_ptr, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
-                 v_empty, pp_bars, lse_ptr, q_row, q_pos, seq_len, n_tiles, sm_scale,
-                 WG: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
-                 NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr, CAUSAL: gl.constexpr,
-                 TAIL: gl.constexpr):
-    """Consumer warpgroup WG (0 or 1): 64 query rows, S = Q K^T, softmax, O += P V.
-
-    Same schedule as stage 1 but the ring is filled by the producer warp; a slot is handed
-    back with ``mbarrier.arrive`` on k_empty / v_empty once the wgmma reading it retired.
-    With PINGPONG, warpgroup WG waits for pp_bars[WG] before issuing its GEMMs of a tile and
-    signals pp_bars[1 - WG] right after issuing them, so the two warpgroups alternate on the
-    tensor cores (one does softmax while the other's GEMMs run).
-
-    Both warpgroups iterate over the CTA's key tiles 0..n_tiles-1 (so both arrive once per
-    tile on every empty barrier and take the same number of ping-pong turns); only the split
-    between unmasked tiles [0, n_full) and masked tiles [n_full, n_tiles) is per warpgroup.
-    """
-    WG_M: gl.constexpr = q_smem.type.shape[1]
-    dtype: gl.constexpr = o_desc.dtype
+def _ws_tile(q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, pp_bars, s, acc, m_i,
+             l_i, qk_scale, my_pos, seq_len, n_tiles, WG: gl.constexpr,
+             NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr, CAUSAL: gl.constexpr,
+             TAIL: gl.constexpr, s_layout: gl.constexpr, row_o: gl.constexpr,
+             p_layout: gl.constexpr, base=0):
+    """A consumer's pass over one query tile's key tiles up to the last P V: S_0 and its
+    softmax, then ``_ws_step`` for tiles 1.. (unmasked ones first). Key tile j sits in
+    ring use base + j. Returns (s, acc, p_op, m_i, l_i, n_own): n_own key tiles were read;
+    the last P V (``_ws_last_pv``) is still to do."""
+    WG_M: gl.constexpr = s.shape[0]
+    BLOCK_N: gl.constexpr = s.shape[1]
     HAS_MASK: gl.constexpr = CAUSAL or TAIL
-    s_layout: gl.constexpr = wgmma_layout(BLOCK_N)
-    o_layout: gl.constexpr = wgmma_layout(HEAD_D)
-    p_layout: gl.constexpr = operand_layout(o_layout)
-    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-
-    my_row = q_row + WG * WG_M
-    my_pos = q_pos + WG * WG_M
-    qk_scale = sm_scale * LOG2E
-    q_tile = q_smem.index(WG)
-
-    m_i = gl.full([WG_M], float("-inf"), gl.float32, row_s)
-    l_i = gl.zeros([WG_M], gl.float32, row_s)
-    acc = gl.zeros([WG_M, HEAD_D], gl.float32, o_layout)
-    s = gl.zeros([WG_M, BLOCK_N], gl.float32, s_layout)
-
-    mbarrier.wait(q_bars.index(WG), 0)
     # Tile 0: S_0 and its softmax (masked whenever any tile can be: it is the diagonal tile
     # of the first query tile; the mask is exact on a fully kept tile).
+    slot0 = base % NUM_STAGES
     if PINGPONG:
         mbarrier.wait(pp_bars.index(WG), 0)
-    mbarrier.wait(k_ready.index(0), 0)
-    s = warpgroup_mma(q_tile, k_smem.index(0).permute((1, 0)), s, use_acc=False, is_async=True)
+    mbarrier.wait(k_ready.index(slot0), (base // NUM_STAGES) & 1)
+    s = warpgroup_mma(q_tile, k_smem.index(slot0).permute((1, 0)), s, use_acc=False,
+                      is_async=True)
     if PINGPONG:
         mbarrier.arrive(pp_bars.index(1 - WG), count=1)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-    mbarrier.arrive(k_empty.index(0), count=1)
+    mbarrier.arrive(k_empty.index(slot0), count=1)
     if HAS_MASK:
         sm = _apply_mask(s, 0, my_pos, seq_len, CAUSAL, s_layout)
         p, alpha, m_i, l_i = _softmax_step(sm, m_i, l_i, qk_scale, True)
     else:
         p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale)
-    p_op = gl.convert_layout(p.to(dtype), p_layout)
+    p_op = gl.convert_layout(p.to(q_tile.dtype), p_layout)
 
     # Key tiles this warpgroup reads: the CTA's, or (CAUSAL without PINGPONG, whose turns
     # need both warpgroups on every tile) up to the one holding its own last row's key.
@@ -308,20 +285,27 @@ def _ws_consumer(o_desc, o_ptr, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready
             s, acc, p_op, m_i, l_i = _ws_step(
                 j, q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, pp_bars,
                 s, acc, p_op, m_i, l_i, qk_scale, my_pos, seq_len,
-                WG, NUM_STAGES, PINGPONG, False, CAUSAL, s_layout, row_o, p_layout)
+                WG, NUM_STAGES, PINGPONG, False, CAUSAL, s_layout, row_o, p_layout, base)
         for j in range(gl.maximum(n_full, 1), n_own):
             s, acc, p_op, m_i, l_i = _ws_step(
                 j, q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, pp_bars,
                 s, acc, p_op, m_i, l_i, qk_scale, my_pos, seq_len,
-                WG, NUM_STAGES, PINGPONG, True, CAUSAL, s_layout, row_o, p_layout)
+                WG, NUM_STAGES, PINGPONG, True, CAUSAL, s_layout, row_o, p_layout, base)
     else:
         for j in range(1, n_tiles):
             s, acc, p_op, m_i, l_i = _ws_step(
                 j, q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, pp_bars,
                 s, acc, p_op, m_i, l_i, qk_scale, my_pos, seq_len,
-                WG, NUM_STAGES, PINGPONG, False, CAUSAL, s_layout, row_o, p_layout)
+                WG, NUM_STAGES, PINGPONG, False, CAUSAL, s_layout, row_o, p_layout, base)
+    return s, acc, p_op, m_i, l_i, n_own
 
-    lj = n_own - 1
+
+@gluon.jit
+def _ws_last_pv(v_smem, v_ready, v_empty, k_ready, k_empty, p_op, acc, n_own, n_tiles,
+                NUM_STAGES: gl.constexpr, SKIP: gl.constexpr, base=0):
+    """The last P V of a consumer's query tile (key tile n_own - 1), then (SKIP) the key
+    tiles past its last row handed back unread; returns acc."""
+    lj = base + n_own - 1
     lslot = lj % NUM_STAGES
     mbarrier.wait(v_ready.index(lslot), (lj // NUM_STAGES) & 1)
     acc = warpgroup_mma(p_op, v_smem.index(lslot), acc, is_async=True)
@@ -334,12 +318,57 @@ def _ws_consumer(o_desc, o_ptr, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready
             # Key tiles past this warpgroup's last row (causal, 64-key tiles: warpgroup 0's half
             # of the diagonal) are handed back unread. Waiting for them to land first keeps the
             # arrive on the use the other warpgroup reads, not on the slot's previous one.
-            slot = j % NUM_STAGES
-            phase = (j // NUM_STAGES) & 1
+            slot = (base + j) % NUM_STAGES
+            phase = ((base + j) // NUM_STAGES) & 1
             mbarrier.wait(k_ready.index(slot), phase)
             mbarrier.arrive(k_empty.index(slot), count=1)
             mbarrier.wait(v_ready.index(slot), phase)
             mbarrier.arrive(v_empty.index(slot), count=1)
+    return acc
+
+
+@gluon.jit
+def _ws_consumer(o_desc, o_ptr, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
+                 v_empty, pp_bars, lse_ptr, q_row, q_pos, seq_len, n_tiles, sm_scale,
+                 WG: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
+                 NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr, CAUSAL: gl.constexpr,
+                 TAIL: gl.constexpr):
+    """Consumer warpgroup WG (0 or 1): 64 query rows, S = Q K^T, softmax, O += P V.
+
+    Same schedule as stage 1 but the ring is filled by the producer warp; a slot is handed
+    back with ``mbarrier.arrive`` on k_empty / v_empty once the wgmma reading it retired.
+    With PINGPONG, warpgroup WG waits for pp_bars[WG] before issuing its GEMMs of a tile and
+    signals pp_bars[1 - WG] right after issuing them, so the two warpgroups alternate on the
+    tensor cores (one does softmax while the other's GEMMs run).
+
+    Both warpgroups iterate over the CTA's key tiles 0..n_tiles-1 (so both arrive once per
+    tile on every empty barrier and take the same number of ping-pong turns); only the split
+    between unmasked tiles [0, n_full) and masked tiles [n_full, n_tiles) is per warpgroup.
+    """
+    WG_M: gl.constexpr = q_smem.type.shape[1]
+    s_layout: gl.constexpr = wgmma_layout(BLOCK_N)
+    o_layout: gl.constexpr = wgmma_layout(HEAD_D)
+    p_layout: gl.constexpr = operand_layout(o_layout)
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+
+    my_row = q_row + WG * WG_M
+    my_pos = q_pos + WG * WG_M
+    qk_scale = sm_scale * LOG2E
+    q_tile = q_smem.index(WG)
+
+    m_i = gl.full([WG_M], float("-inf"), gl.float32, row_s)
+    l_i = gl.zeros([WG_M], gl.float32, row_s)
+    acc = gl.zeros([WG_M, HEAD_D], gl.float32, o_layout)
+    s = gl.zeros([WG_M, BLOCK_N], gl.float32, s_layout)
+
+    mbarrier.wait(q_bars.index(WG), 0)
+    s, acc, p_op, m_i, l_i, n_own = _ws_tile(
+        q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, pp_bars, s, acc, m_i,
+        l_i, qk_scale, my_pos, seq_len, n_tiles, WG, NUM_STAGES, PINGPONG, CAUSAL, TAIL,
+        s_layout, row_o, p_layout)
+    acc = _ws_last_pv(v_smem, v_ready, v_empty, k_ready, k_empty, p_op, acc, n_own, n_tiles,
+                      NUM_STAGES, CAUSAL and not PINGPONG and BLOCK_N < 2 * WG_M)
     _epilogue(acc, m_i, l_i, q_tile, o_desc, o_ptr, lse_ptr, my_row, my_pos, seq_len, WG_M,
               HEAD_D, TAIL, o_layout, s_layout)
 

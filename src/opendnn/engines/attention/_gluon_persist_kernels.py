@@ -20,13 +20,11 @@ import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier,
-                                                              tma, warpgroup_mma,
-                                                              warpgroup_mma_wait)
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
-from ._gluon_kernels import (CONSUMER_REGS, LN2, LOG2E, MAXNREG, ROWS, Base, _apply_mask,
-                             _softmax_step, _ws_step, desc, kv_ring, launcher, operand_layout,
-                             stream_kv, wgmma_layout)
+from ._gluon_kernels import (CONSUMER_REGS, LN2, LOG2E, MAXNREG, ROWS, Base, _ws_last_pv,
+                             _ws_tile, desc, kv_ring, launcher, operand_layout, stream_kv,
+                             wgmma_layout)
 
 
 def smem_bytes(d: int, block_n: int, stages: int) -> int:
@@ -88,7 +86,6 @@ def _p_consumer(o_desc, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready
     p_layout: gl.constexpr = operand_layout(o_layout)
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-    SKIP: gl.constexpr = CAUSAL and BLOCK_N < 2 * WG_M
     qk_scale = sm_scale * LOG2E
     q_tile = q_smem.index(WG)
     o_tile = o_smem.index(WG)
@@ -104,55 +101,14 @@ def _p_consumer(o_desc, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready
             acc = gl.zeros([WG_M, HEAD_D], gl.float32, o_layout)
             s = gl.zeros([WG_M, BLOCK_N], gl.float32, s_layout)
             mbarrier.wait(q_bars.index(WG), count & 1)
-            slot = base % NUM_STAGES
-            mbarrier.wait(k_ready.index(slot), (base // NUM_STAGES) & 1)
-            s = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), s, use_acc=False,
-                              is_async=True)
-            s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-            mbarrier.arrive(k_empty.index(slot), count=1)
-            if CAUSAL:
-                sm = _apply_mask(s, 0, my_pos, seq_len, CAUSAL, s_layout)
-                p, alpha, m_i, l_i = _softmax_step(sm, m_i, l_i, qk_scale, True)
-            else:
-                p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale)
-            p_op = gl.convert_layout(p.to(dtype), p_layout)
-            n_own = n_tiles
-            if SKIP:
-                n_own = gl.minimum(gl.maximum(gl.cdiv(my_pos + WG_M, BLOCK_N), 1), n_tiles)
-            if CAUSAL:
-                n_full = (my_pos + 1) // BLOCK_N
-                for j in range(1, n_full):
-                    s, acc, p_op, m_i, l_i = _ws_step(
-                        j, q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, q_bars,
-                        s, acc, p_op, m_i, l_i, qk_scale, my_pos, seq_len,
-                        WG, NUM_STAGES, False, False, CAUSAL, s_layout, row_o, p_layout, base)
-                for j in range(gl.maximum(n_full, 1), n_own):
-                    s, acc, p_op, m_i, l_i = _ws_step(
-                        j, q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, q_bars,
-                        s, acc, p_op, m_i, l_i, qk_scale, my_pos, seq_len,
-                        WG, NUM_STAGES, False, True, CAUSAL, s_layout, row_o, p_layout, base)
-            else:
-                for j in range(1, n_tiles):
-                    s, acc, p_op, m_i, l_i = _ws_step(
-                        j, q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, q_bars,
-                        s, acc, p_op, m_i, l_i, qk_scale, my_pos, seq_len,
-                        WG, NUM_STAGES, False, False, CAUSAL, s_layout, row_o, p_layout, base)
+            s, acc, p_op, m_i, l_i, n_own = _ws_tile(
+                q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, q_bars, s, acc,
+                m_i, l_i, qk_scale, my_pos, seq_len, n_tiles, WG, NUM_STAGES, False, CAUSAL,
+                False, s_layout, row_o, p_layout, base)
             # every Q K^T of this tile has retired: the producer may load the next Q
             mbarrier.arrive(q_empty.index(WG), count=1)
-            lj = base + n_own - 1
-            lslot = lj % NUM_STAGES
-            mbarrier.wait(v_ready.index(lslot), (lj // NUM_STAGES) & 1)
-            acc = warpgroup_mma(p_op, v_smem.index(lslot), acc, is_async=True)
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-            mbarrier.arrive(v_empty.index(lslot), count=1)
-            if SKIP:
-                for j in range(n_own, n_tiles):   # past this warpgroup's last row: unread
-                    slot = (base + j) % NUM_STAGES
-                    phase = ((base + j) // NUM_STAGES) & 1
-                    mbarrier.wait(k_ready.index(slot), phase)
-                    mbarrier.arrive(k_empty.index(slot), count=1)
-                    mbarrier.wait(v_ready.index(slot), phase)
-                    mbarrier.arrive(v_empty.index(slot), count=1)
+            acc = _ws_last_pv(v_smem, v_ready, v_empty, k_ready, k_empty, p_op, acc, n_own,
+                              n_tiles, NUM_STAGES, CAUSAL and BLOCK_N < 2 * WG_M, base)
             l_o = gl.convert_layout(l_i, row_o)
             o = acc / gl.expand_dims(l_o, 1)
             rows = gl.arange(0, WG_M, layout=row_s)

@@ -23,9 +23,9 @@ asynchronous wgmma, written in Gluon -- for packed BHSD half / bfloat16, head di
 128, no mask or a causal one, GQA; the forward any length (PINGPONG alternates its
 warpgroups' GEMM issues; PERSIST, lengths a multiple of 128: one program per SM over the
 query tiles, ``_gluon_persist_kernels``), the backward lengths a multiple of 128
-(deterministic: dK / dV by key tile, dQ by query tile). Listed first where they apply (forward 0.9-1.2x cuDNN from
-S=4096, backward 0.87-1.85x from S=1024, bench/notes/attention.md); the Triton kernels
-cover everything else and the CPU.
+(deterministic: dK / dV by key tile, dQ by query tile). Listed first where they apply
+(forward 0.93-1.9x cuDNN, backward 0.84-1.36x, bench/notes/attention.md); the Triton
+kernels cover everything else and the CPU.
 
 Not offered: Triton 3.6's automatic Hopper warp specialization (``tl.range(...,
 warp_specialize=True)``). On the H100 it gave wrong outputs at 4 warps (max abs error
