@@ -943,3 +943,22 @@ def test_h100_column_sum_knobs(dtype, shape, want):
     assert {k: v for k, v in configs[0].knob_dict.items() if k in want} == want
     if want["SPLIT"] > 1:       # the unsplit grid is offered second (benchmark mode)
         assert configs[1].knob_dict["SPLIT"] == 1
+
+
+def test_h100_column_knobs_are_in_the_knob_space():
+    """Five float32 inputs shrink the column tile (8192 / 5 elements): every config offered
+    for an H100 stays inside the knob space (powers of two), so check_config accepts it (a
+    batch norm backward's statistics once got BLOCK_RED=25)."""
+    from opendnn.engines.base import Target
+    h100 = Target(device="cuda", name="H100", capability=(9, 0), num_sms=132)
+    g = _graph()
+    a, b, c, d, e = (g.tensor(dim=[256, 64, 7, 7], stride=[64 * 49, 1, 64 * 7, 64],
+                              data_type=DataType.FLOAT) for _ in range(5))
+    y = g.reduction(g.sub(g.add(g.mul(a, b), g.mul(c, d)), e), ReductionMode.ADD)
+    y.set_dim([1, 64, 1, 1]).set_output(True)
+    g.validate()
+    eng = FusionEngine()
+    configs = eng.configs(g.op_graph, h100)
+    assert configs
+    for cfg in configs:
+        assert eng.check_config(g.op_graph, cfg, h100).ok, cfg

@@ -304,7 +304,7 @@ def _column_knobs(graph, a: Analysis, kept_n: int, red_n: int, target: Target) -
              if not graph.tensors[u].is_pass_by_value]
     item = max(reads, default=4)
     # one accumulator tile per reduction, one loaded tile per input: keep them in registers
-    tile = (16384 if item <= 2 else 8192) // max(1, len(a.reductions), len(reads))
+    tile = _pow2_floor((16384 if item <= 2 else 8192) // max(1, len(a.reductions), len(reads)))
     bkept = min(_pow2_ceil(max(kept_n, 1)), 2048)
     # narrow blocks (few kept columns) take at most 64 rows a step: more slices instead
     bred = max(1, min(tile // bkept, 64, _pow2_ceil(max(red_n, 1))))
