@@ -1,0 +1,296 @@
+"""Draft (session 15, compiled offline only; not yet run on a GPU): the nondeterministic
+Gluon backward -- the engine's dK / dV kernel (src/opendnn/engines/attention/
+_gluon_bwd_kernels.py) also computing dQ, so that P and dP are computed once.
+
+Per (key tile, query tile) each consumer warpgroup w already holds dS_w^T (its 64 keys x
+64 queries) after dK's operand is formed; here it also stores dS_w^T (bf16) to shared
+memory and issues dQ_w = dS_w K_w (A: the shared tile transposed, B: its resident K tile),
+then adds dQ_w into a float32 dQ workspace with float32 atomics (Triton 3.6 emits
+``atom.global.add.v2/v4.f32`` on sm_90 for 2 / 4 contiguous elements a thread; the wgmma
+accumulator layout gives 2). dQ = attn_scale * workspace, converted after. 5 GEMMs of work
+instead of the deterministic pair's 7; nondeterministic (the atomics' order).
+
+    PYTHONPATH=src:bench python bench/gluon_attn_bwd_nd.py compile   # offline: ptxas report
+    PYTHONPATH=src:bench python bench/gluon_attn_bwd_nd.py           # GPU: check and time
+
+GPU mode: B=4 H=16, S in (1024, 4096, 8192), D in (64, 128), causal and not: gradients
+against cuDNN's (relative error), time against cuDNN and the deterministic Gluon backward.
+"""
+import sys
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier,
+                                                              tma, warpgroup_mma,
+                                                              warpgroup_mma_wait)
+
+from opendnn.engines.attention._gluon_bwd_kernels import (CONSUMER_REGS, LOG2E, MAXNREG,
+                                                          PRODUCER_REGS, ROWS, WG_ROWS, Base,
+                                                          _dkdv_producer, attn_bwd_delta, desc,
+                                                          launcher, operand_layout,
+                                                          wgmma_layout)
+
+
+@gluon.jit
+def _nd_step(it, q_pos, q_row, key0, k_tile, v_tile, ds_tile, q_smem, do_smem, lse_smem,
+             dl_smem, q_ready, do_ready, empty, dk, dv, st, dpt, dq_ptr, qk_scale,
+             NUM_STAGES: gl.constexpr, MASK: gl.constexpr, s_layout: gl.constexpr,
+             op_layout: gl.constexpr, acc_layout: gl.constexpr):
+    """``_gluon_bwd_kernels._dkdv_step`` plus this warpgroup's dQ partial for query rows
+    q_row.. (rows of the 2-D [B H S, D] view), added into dq_ptr (float32)."""
+    BLOCK_M: gl.constexpr = st.shape[1]
+    HEAD_D: gl.constexpr = dk.shape[1]
+    dtype: gl.constexpr = k_tile.dtype
+    col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
+    slot = it % NUM_STAGES
+    phase = (it // NUM_STAGES) & 1
+    q_tile = q_smem.index(slot)
+    do_tile = do_smem.index(slot)
+    mbarrier.wait(q_ready.index(slot), phase)
+    st = warpgroup_mma(k_tile, q_tile.permute((1, 0)), st, use_acc=False, is_async=True)
+    mbarrier.wait(do_ready.index(slot), phase)
+    dpt = warpgroup_mma(v_tile, do_tile.permute((1, 0)), dpt, use_acc=False, is_async=True)
+    lse2 = lse_smem.index(slot).load(col_s) * LOG2E
+    st = warpgroup_mma_wait(num_outstanding=1, deps=(st, ))
+    if MASK:
+        keys = key0 + gl.arange(0, st.shape[0], layout=gl.SliceLayout(1, s_layout))
+        qrys = q_pos + gl.arange(0, BLOCK_M, layout=col_s)
+        keep = gl.expand_dims(qrys, 0) >= gl.expand_dims(keys, 1)
+        st = gl.where(keep, st, float("-inf"))
+    pt = gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0))
+    p_op = gl.convert_layout(pt.to(dtype), op_layout)
+    dv = warpgroup_mma(p_op, do_tile, dv, is_async=True)
+    delta = dl_smem.index(slot).load(col_s)
+    dpt = warpgroup_mma_wait(num_outstanding=1, deps=(dpt, ))      # dV stays in flight
+    dst = pt * (dpt - gl.expand_dims(delta, 0))
+    ds16 = dst.to(dtype)
+    ds_op = gl.convert_layout(ds16, op_layout)
+    dk = warpgroup_mma(ds_op, q_tile, dk, is_async=True)
+    # dS_w^T to shared memory (the previous step's dQ wgmma retired: waited below), then
+    # dQ_w = dS_w K_w with the stored tile transposed as the A operand. The dQ accumulator
+    # is live only once dV and dK retired (their register operands P^T, dS^T then dead):
+    # at head dim 128, dK + dV + dQ + both operands at once spill ~1 KB (ptxas).
+    ds_tile.store(ds16)
+    fence_async_shared()
+    dv, dk, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, p_op, ds_op))
+    mbarrier.arrive(empty.index(slot), count=1)     # the dQ wgmmas read K, not the ring
+    # 64 columns of dQ at a time: a whole [64, 128] partial and its addresses beside dK and
+    # dV spill at head dim 128 (ptxas)
+    dq_layout: gl.constexpr = wgmma_layout(64)
+    rows = q_row + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dq_layout))
+    cols = gl.arange(0, 64, layout=gl.SliceLayout(0, dq_layout))
+    offs = gl.expand_dims(rows * HEAD_D, 1) + gl.expand_dims(cols, 0)
+    for c0 in gl.static_range(0, HEAD_D, 64):
+        dq = gl.zeros([BLOCK_M, 64], gl.float32, dq_layout)
+        dq = warpgroup_mma(ds_tile.permute((1, 0)), k_tile.slice(c0, 64, dim=1), dq,
+                           use_acc=False, is_async=True)
+        dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq, ))
+        gl.atomic_add(dq_ptr + c0 + offs, dq, sem="relaxed")
+    return dk, dv, st, dpt
+
+
+@gluon.jit
+def _nd_consumer(dk_desc, dv_desc, q_smem, do_smem, lse_smem, dl_smem, k_smem, v_smem,
+                 ds_smem, kv_bars, q_ready, do_ready, empty, kv_row, k_pos, bh_kv, seq_len,
+                 kv_group, q_first, n_q, dq_ptr, sm_scale, WG: gl.constexpr,
+                 HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+    """``_gluon_bwd_kernels._dkdv_consumer`` with ``_nd_step``."""
+    BLOCK_M: gl.constexpr = q_smem.type.shape[1]
+    WG_N: gl.constexpr = k_smem.type.shape[1]
+    dtype: gl.constexpr = q_smem.dtype
+    s_layout: gl.constexpr = wgmma_layout(BLOCK_M)
+    acc_layout: gl.constexpr = wgmma_layout(HEAD_D)
+    op_layout: gl.constexpr = operand_layout(acc_layout)
+    qk_scale = sm_scale * LOG2E
+    key0 = k_pos + WG * WG_N
+    k_tile = k_smem.index(WG)
+    v_tile = v_smem.index(WG)
+    ds_tile = ds_smem.index(WG)
+    dk = gl.zeros([WG_N, HEAD_D], gl.float32, acc_layout)
+    dv = gl.zeros([WG_N, HEAD_D], gl.float32, acc_layout)
+    st = gl.zeros([WG_N, BLOCK_M], gl.float32, s_layout)
+    dpt = gl.zeros([WG_N, BLOCK_M], gl.float32, s_layout)
+    mbarrier.wait(kv_bars.index(WG), 0)
+    it = 0
+    for gi in range(kv_group):
+        h_row = (bh_kv * kv_group + gi) * seq_len
+        if CAUSAL:
+            q_mid = gl.minimum(q_first + (2 * WG_N) // BLOCK_M, n_q)
+            for qi in range(q_first, q_mid):
+                dk, dv, st, dpt = _nd_step(
+                    it, qi * BLOCK_M, h_row + qi * BLOCK_M, key0, k_tile, v_tile, ds_tile,
+                    q_smem, do_smem, lse_smem, dl_smem, q_ready, do_ready, empty, dk, dv, st,
+                    dpt, dq_ptr, qk_scale, NUM_STAGES, True, s_layout, op_layout, acc_layout)
+                it += 1
+            for qi in range(q_mid, n_q):
+                dk, dv, st, dpt = _nd_step(
+                    it, qi * BLOCK_M, h_row + qi * BLOCK_M, key0, k_tile, v_tile, ds_tile,
+                    q_smem, do_smem, lse_smem, dl_smem, q_ready, do_ready, empty, dk, dv, st,
+                    dpt, dq_ptr, qk_scale, NUM_STAGES, False, s_layout, op_layout, acc_layout)
+                it += 1
+        else:
+            for qi in range(0, n_q):
+                dk, dv, st, dpt = _nd_step(
+                    it, qi * BLOCK_M, h_row + qi * BLOCK_M, key0, k_tile, v_tile, ds_tile,
+                    q_smem, do_smem, lse_smem, dl_smem, q_ready, do_ready, empty, dk, dv, st,
+                    dpt, dq_ptr, qk_scale, NUM_STAGES, False, s_layout, op_layout, acc_layout)
+                it += 1
+    k_tile.store((dk * sm_scale).to(dtype))
+    v_tile.store(dv.to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(dk_desc, [kv_row + WG * WG_N, 0], k_tile)
+    tma.async_copy_shared_to_global(dv_desc, [kv_row + WG * WG_N, 0], v_tile)
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def _nd_consumer0(args, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+    _nd_consumer(*args, 0, HEAD_D, NUM_STAGES, CAUSAL)
+
+
+@gluon.jit
+def _nd_consumer1(args, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+    _nd_consumer(*args, 1, HEAD_D, NUM_STAGES, CAUSAL)
+
+
+@gluon.jit
+def attn_bwd_dkdvq(q_desc, do_desc, lse_desc, dl_desc, k_desc, v_desc, dk_desc, dv_desc,
+                   dq_ptr, seq_len, kv_group, sm_scale, HEAD_D: gl.constexpr,
+                   NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                   CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+    """``_gluon_bwd_kernels.attn_bwd_dkdv`` plus dQ into the float32 buffer dq_ptr (zeroed
+    before; [B H S, D]); grid (S / 128, B H_kv), num_warps=4."""
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
+    WG_N: gl.constexpr = k_desc.block_type.shape[0]
+    gl.static_assert(WG_N == 64, "one consumer warpgroup = 64 keys")
+    gl.static_assert((2 * WG_N) % BLOCK_M == 0, "query tiles must tile the key tile")
+    dtype: gl.constexpr = q_desc.dtype
+    k_pos = gl.program_id(0) * (2 * WG_N)
+    bh_kv = gl.program_id(1)
+    kv_row = bh_kv * seq_len + k_pos
+    n_q = seq_len // BLOCK_M
+    if CAUSAL:
+        q_first = k_pos // BLOCK_M
+    else:
+        q_first = 0
+    q_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_D], q_desc.layout)
+    do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_D], do_desc.layout)
+    lse_smem = gl.allocate_shared_memory(gl.float32, [NUM_STAGES, BLOCK_M], lse_desc.layout)
+    dl_smem = gl.allocate_shared_memory(gl.float32, [NUM_STAGES, BLOCK_M], dl_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [2, WG_N, HEAD_D], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [2, WG_N, HEAD_D], v_desc.layout)
+    ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([WG_N, BLOCK_M], dtype)
+    ds_smem = gl.allocate_shared_memory(dtype, [2, WG_N, BLOCK_M], ds_layout)
+    kv_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    q_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    do_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
+        mbarrier.init(kv_bars.index(i), count=1)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(q_ready.index(i), count=1)
+        mbarrier.init(do_ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)
+    cargs = (dk_desc, dv_desc, q_smem, do_smem, lse_smem, dl_smem, k_smem, v_smem, ds_smem,
+             kv_bars, q_ready, do_ready, empty, kv_row, k_pos, bh_kv, seq_len, kv_group,
+             q_first, n_q, dq_ptr, sm_scale)
+    gl.warp_specialize([
+        (_nd_consumer0, (cargs, HEAD_D, NUM_STAGES, CAUSAL)),
+        (_nd_consumer1, (cargs, HEAD_D, NUM_STAGES, CAUSAL)),
+        (_dkdv_producer, (q_desc, do_desc, lse_desc, dl_desc, k_desc, v_desc, q_smem, do_smem,
+                          lse_smem, dl_smem, k_smem, v_smem, kv_bars, q_ready, do_ready,
+                          empty, kv_row, bh_kv, seq_len, kv_group, q_first, n_q,
+                          NUM_STAGES)),
+    ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+def prepare(q, k, v, o, do, stats, dq, dk, dv, delta, dq_acc, dims: tuple, scale: float,
+            stages: int, causal: bool, launch=launcher):
+    """delta, dK / dV / dQ-accumulate and the dQ conversion as one callable (q / o / do / dq
+    [B, H, S, D], k / v / dk / dv [B, H_kv, S, D], stats / delta float32 [B, H, S], dq_acc
+    float32 [B, H, S, D])."""
+    B, H, HKV, S, D, dtype = dims
+    nq, nk, f32, wg = B * H * S, B * HKV * S, torch.float32, WG_ROWS
+    args = (desc(q, [nq, D], [64, D], dtype), desc(do, [nq, D], [64, D], dtype),
+            desc(stats, [nq], [64], f32), desc(delta, [nq], [64], f32),
+            desc(k, [nk, D], [wg, D], dtype), desc(v, [nk, D], [wg, D], dtype),
+            desc(dk, [nk, D], [wg, D], dtype), desc(dv, [nk, D], [wg, D], dtype),
+            Base(dq_acc.data_ptr(), f32), S, H // HKV, scale)
+    runs = [launch(attn_bwd_delta, (triton.cdiv(nq, 64), ),
+                   (Base(o.data_ptr(), dtype), Base(do.data_ptr(), dtype),
+                    Base(delta.data_ptr(), f32), nq), dict(HEAD_D=D, BLOCK=64, num_warps=4)),
+            launch(attn_bwd_dkdvq, (S // ROWS, B * HKV), args,
+                   dict(HEAD_D=D, NUM_STAGES=stages, CAUSAL=causal,
+                        CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, num_warps=4,
+                        maxnreg=MAXNREG))]
+
+    def run(stream=None):
+        dq_acc.zero_()
+        for r in runs:
+            r(stream)
+        torch.mul(dq_acc, scale, out=dq_acc)
+        dq.copy_(dq_acc)
+    return run
+
+
+def compile_only():
+    """Offline (no GPU): compile attn_bwd_dkdvq for sm_90a at both head dims and stages
+    2-3, causal and not; print shared memory and the ptxas report (spills)."""
+    from probe_common import gluon_compile_offline, ptxas_report
+    for D in (64, 128):
+        for stages in (2, 3):
+            for causal in (False, True):
+                B, H, S = 1, 4, 1024
+                q = torch.empty(B, H, S, D, dtype=torch.bfloat16)
+                st = torch.empty(B, H, S, dtype=torch.float32)
+                captured = []
+                prepare(q, q, q, q, q, st, q, q, q, st, q.float(), (B, H, H, S, D, q.dtype),
+                        0.1, stages, causal,
+                        launch=lambda fn, grid, a, c: captured.append((fn, a, c)))
+                fn, a, c = captured[1]
+                opts = {k: c.pop(k) for k in ("num_warps", "maxnreg")}
+                tag = f"D={D} stages={stages} causal={int(causal)}"
+                try:
+                    ck = gluon_compile_offline(fn, list(a), c, opts)
+                    print(f"{tag}: smem={ck.metadata.shared} {ptxas_report(ck.asm['ptx'])}",
+                          flush=True)
+                except Exception as e:  # noqa: BLE001 -- reported, the next config goes on
+                    print(f"{tag}: FAILED {type(e).__name__}: {str(e)[:2000]}", flush=True)
+
+
+def main():
+    from triton.testing import do_bench
+
+    from gluon_attn_bwd_probe import _rel, cudnn_backward, gluon_backward
+    from probe_common import lse_reference
+    B, H = 4, 16
+    for S in (1024, 4096, 8192):
+        for D in (64, 128):
+            for causal in (False, True):
+                q, k, v, do = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16)
+                               for _ in range(4))
+                scale = D ** -0.5
+                out, ref, cudnn_run = cudnn_backward(q, k, v, do, scale, causal)
+                lse = lse_reference(q, k, scale, causal)
+                dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
+                delta = torch.empty(B, H, S, device="cuda")
+                acc = torch.empty(B, H, S, D, device="cuda")
+                stages = 2 if D == 128 else 3
+                run = prepare(q, k, v, out, do, lse, dq, dk, dv, delta, acc,
+                              (B, H, H, S, D, q.dtype), scale, stages, causal)
+                run()
+                torch.cuda.synchronize()
+                errs = [_rel(g, r)[0] for g, r in zip((dq, dk, dv), ref)]
+                det, *_ = gluon_backward(q, k, v, out, do, lse, scale, causal,
+                                         ((64, stages), (64, 3)))
+                fl = 2.5 * 4 * B * H * S * S * D * (0.5 if causal else 1) / 1e9
+                t_nd, t_det, t_c = (do_bench(f) for f in (run, det, cudnn_run))
+                print(f"S={S} D={D} causal={int(causal)}: rel err dq/dk/dv "
+                      f"{errs[0]:.1e}/{errs[1]:.1e}/{errs[2]:.1e}  nondet {fl / t_nd:.0f}  "
+                      f"det {fl / t_det:.0f}  cudnn {fl / t_c:.0f} TFLOP/s", flush=True)
+
+
+if __name__ == "__main__":
+    compile_only() if sys.argv[1:] == ["compile"] else main()
