@@ -1,5 +1,5 @@
-"""Draft (session 15, compiled offline only; not yet run on a GPU): the nondeterministic
-Gluon backward -- the engine's dK / dV kernel (src/opendnn/engines/attention/
+"""Draft (session 15; correct on its first H100 run, slower than the deterministic kernels:
+results/probes/gluon_attn_bwd_nd-s15.txt): the nondeterministic Gluon backward -- the engine's dK / dV kernel (src/opendnn/engines/attention/
 _gluon_bwd_kernels.py) also computing dQ, so that P and dP are computed once.
 
 Per (key tile, query tile) each consumer warpgroup w already holds dS_w^T (its 64 keys x
