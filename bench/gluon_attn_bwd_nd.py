@@ -1,6 +1,7 @@
 """Draft (session 15; correct on its first H100 run, slower than the deterministic kernels:
-results/probes/gluon_attn_bwd_nd-s15.txt): the nondeterministic Gluon backward -- the engine's dK / dV kernel (src/opendnn/engines/attention/
-_gluon_bwd_kernels.py) also computing dQ, so that P and dP are computed once.
+results/probes/gluon_attn_bwd_nd-s15.txt): the nondeterministic Gluon backward -- the
+engine's dK / dV kernel (src/opendnn/engines/attention/_gluon_bwd_kernels.py) also
+computing dQ, so that P and dP are computed once.
 
 Per (key tile, query tile) each consumer warpgroup w already holds dS_w^T (its 64 keys x
 64 queries) after dK's operand is formed; here it also stores dS_w^T (bf16) to shared
@@ -78,16 +79,21 @@ def _nd_step(it, q_pos, q_row, key0, k_tile, v_tile, ds_tile, q_smem, do_smem, l
     mbarrier.arrive(empty.index(slot), count=1)     # the dQ wgmmas read K, not the ring
     # 64 columns of dQ at a time: a whole [64, 128] partial and its addresses beside dK and
     # dV spill at head dim 128 (ptxas)
+    # The partial goes to the atomics in a blocked layout of 4 contiguous columns a thread:
+    # from the wgmma layout (2 columns a thread, not provably contiguous to Gluon) every
+    # add was a scalar `atom.global.add.f32` (64 a thread a step at head dim 64); with 4
+    # they are `atom.global.add.v4.f32` (16), the price a trip through shared memory.
     dq_layout: gl.constexpr = wgmma_layout(64)
-    rows = q_row + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dq_layout))
-    cols = gl.arange(0, 64, layout=gl.SliceLayout(0, dq_layout))
+    at_layout: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [4, 1], [1, 0])
+    rows = q_row + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, at_layout))
+    cols = gl.arange(0, 64, layout=gl.SliceLayout(0, at_layout))
     offs = gl.expand_dims(rows * HEAD_D, 1) + gl.expand_dims(cols, 0)
     for c0 in gl.static_range(0, HEAD_D, 64):
         dq = gl.zeros([BLOCK_M, 64], gl.float32, dq_layout)
         dq = warpgroup_mma(ds_tile.permute((1, 0)), k_tile.slice(c0, 64, dim=1), dq,
                            use_acc=False, is_async=True)
         dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq, ))
-        gl.atomic_add(dq_ptr + c0 + offs, dq, sem="relaxed")
+        gl.atomic_add(dq_ptr + c0 + offs, gl.convert_layout(dq, at_layout), sem="relaxed")
     return dk, dv, st, dpt
 
 
