@@ -29,60 +29,31 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from opendnn.engines.attention._gluon_bwd_kernels import (CONSUMER_REGS, LOG2E, MAXNREG,
                                                           PRODUCER_REGS, ROWS, WG_ROWS, Base,
-                                                          _dkdv_producer, attn_bwd_delta, desc,
-                                                          launcher, operand_layout,
-                                                          wgmma_layout)
+                                                          _dkdv_producer, _dkdv_step,
+                                                          attn_bwd_delta, desc, launcher,
+                                                          operand_layout, wgmma_layout)
 
 
 @gluon.jit
 def _nd_step(it, q_pos, q_row, key0, k_tile, v_tile, ds_tile, q_smem, do_smem, lse_smem,
              dl_smem, q_ready, do_ready, empty, dk, dv, st, dpt, dq_ptr, qk_scale,
              NUM_STAGES: gl.constexpr, MASK: gl.constexpr, s_layout: gl.constexpr,
-             op_layout: gl.constexpr, acc_layout: gl.constexpr):
+             op_layout: gl.constexpr):
     """``_gluon_bwd_kernels._dkdv_step`` plus this warpgroup's dQ partial for query rows
     q_row.. (rows of the 2-D [B H S, D] view), added into dq_ptr (float32)."""
     BLOCK_M: gl.constexpr = st.shape[1]
     HEAD_D: gl.constexpr = dk.shape[1]
-    dtype: gl.constexpr = k_tile.dtype
-    col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
-    slot = it % NUM_STAGES
-    phase = (it // NUM_STAGES) & 1
-    q_tile = q_smem.index(slot)
-    do_tile = do_smem.index(slot)
-    mbarrier.wait(q_ready.index(slot), phase)
-    st = warpgroup_mma(k_tile, q_tile.permute((1, 0)), st, use_acc=False, is_async=True)
-    mbarrier.wait(do_ready.index(slot), phase)
-    dpt = warpgroup_mma(v_tile, do_tile.permute((1, 0)), dpt, use_acc=False, is_async=True)
-    lse2 = lse_smem.index(slot).load(col_s) * LOG2E
-    st = warpgroup_mma_wait(num_outstanding=1, deps=(st, ))
-    if MASK:
-        keys = key0 + gl.arange(0, st.shape[0], layout=gl.SliceLayout(1, s_layout))
-        qrys = q_pos + gl.arange(0, BLOCK_M, layout=col_s)
-        keep = gl.expand_dims(qrys, 0) >= gl.expand_dims(keys, 1)
-        st = gl.where(keep, st, float("-inf"))
-    pt = gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0))
-    p_op = gl.convert_layout(pt.to(dtype), op_layout)
-    dv = warpgroup_mma(p_op, do_tile, dv, is_async=True)
-    delta = dl_smem.index(slot).load(col_s)
-    dpt = warpgroup_mma_wait(num_outstanding=1, deps=(dpt, ))      # dV stays in flight
-    dst = pt * (dpt - gl.expand_dims(delta, 0))
-    ds16 = dst.to(dtype)
-    ds_op = gl.convert_layout(ds16, op_layout)
-    dk = warpgroup_mma(ds_op, q_tile, dk, is_async=True)
-    # dS_w^T to shared memory (the previous step's dQ wgmma retired: waited below), then
-    # dQ_w = dS_w K_w with the stored tile transposed as the A operand. The dQ accumulator
-    # is live only once dV and dK retired (their register operands P^T, dS^T then dead):
-    # at head dim 128, dK + dV + dQ + both operands at once spill ~1 KB (ptxas).
-    ds_tile.store(ds16)
+    dk, dv, st, dpt, ds_op = _dkdv_step(
+        it, q_pos, key0, k_tile, v_tile, q_smem, do_smem, lse_smem, dl_smem, q_ready,
+        do_ready, empty, dk, dv, st, dpt, qk_scale, NUM_STAGES, MASK, s_layout, op_layout)
+    # dS_w^T to shared memory (every wgmma of the step retired, the previous dQ ones too),
+    # then dQ_w = dS_w K_w with the stored tile transposed as the A operand, 64 columns of
+    # dQ at a time (a whole [64, 128] partial and its addresses beside dK and dV spill at
+    # head dim 128). The partial reaches the atomics in a blocked layout of 4 contiguous
+    # columns a thread: `atom.global.add.v4.f32`, 16 a thread a step at head dim 64 (from
+    # the wgmma layout at most 2 columns a thread), the price a trip through shared memory.
+    ds_tile.store(ds_op)
     fence_async_shared()
-    dv, dk, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, p_op, ds_op))
-    mbarrier.arrive(empty.index(slot), count=1)     # the dQ wgmmas read K, not the ring
-    # 64 columns of dQ at a time: a whole [64, 128] partial and its addresses beside dK and
-    # dV spill at head dim 128 (ptxas)
-    # The partial goes to the atomics in a blocked layout of 4 contiguous columns a thread:
-    # from the wgmma layout (2 columns a thread, not provably contiguous to Gluon) every
-    # add was a scalar `atom.global.add.f32` (64 a thread a step at head dim 64); with 4
-    # they are `atom.global.add.v4.f32` (16), the price a trip through shared memory.
     dq_layout: gl.constexpr = wgmma_layout(64)
     at_layout: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [4, 1], [1, 0])
     rows = q_row + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, at_layout))
@@ -128,20 +99,20 @@ def _nd_consumer(dk_desc, dv_desc, q_smem, do_smem, lse_smem, dl_smem, k_smem, v
                 dk, dv, st, dpt = _nd_step(
                     it, qi * BLOCK_M, h_row + qi * BLOCK_M, key0, k_tile, v_tile, ds_tile,
                     q_smem, do_smem, lse_smem, dl_smem, q_ready, do_ready, empty, dk, dv, st,
-                    dpt, dq_ptr, qk_scale, NUM_STAGES, True, s_layout, op_layout, acc_layout)
+                    dpt, dq_ptr, qk_scale, NUM_STAGES, True, s_layout, op_layout)
                 it += 1
             for qi in range(q_mid, n_q):
                 dk, dv, st, dpt = _nd_step(
                     it, qi * BLOCK_M, h_row + qi * BLOCK_M, key0, k_tile, v_tile, ds_tile,
                     q_smem, do_smem, lse_smem, dl_smem, q_ready, do_ready, empty, dk, dv, st,
-                    dpt, dq_ptr, qk_scale, NUM_STAGES, False, s_layout, op_layout, acc_layout)
+                    dpt, dq_ptr, qk_scale, NUM_STAGES, False, s_layout, op_layout)
                 it += 1
         else:
             for qi in range(0, n_q):
                 dk, dv, st, dpt = _nd_step(
                     it, qi * BLOCK_M, h_row + qi * BLOCK_M, key0, k_tile, v_tile, ds_tile,
                     q_smem, do_smem, lse_smem, dl_smem, q_ready, do_ready, empty, dk, dv, st,
-                    dpt, dq_ptr, qk_scale, NUM_STAGES, False, s_layout, op_layout, acc_layout)
+                    dpt, dq_ptr, qk_scale, NUM_STAGES, False, s_layout, op_layout)
                 it += 1
     k_tile.store((dk * sm_scale).to(dtype))
     v_tile.store(dv.to(dtype))

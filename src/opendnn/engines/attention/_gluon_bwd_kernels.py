@@ -113,7 +113,8 @@ def _dkdv_step(it, q_pos, key0, k_tile, v_tile, q_smem, do_smem, lse_smem, dl_sm
                op_layout: gl.constexpr):
     """One query tile (ring iteration ``it``, query rows q_pos..) for this warpgroup's 64
     keys key0..: S^T, dP^T async together; P^T while dP^T runs; dV += P^T dO issued before
-    dP^T is waited for; dS^T; dK += dS^T Q; retire all and hand the slot back."""
+    dP^T is waited for; dS^T; dK += dS^T Q; retire all and hand the slot back. Returns
+    (dk, dv, st, dpt, ds_op): ds_op is dS^T in Q's type (for a dQ partial; unused here)."""
     BLOCK_M: gl.constexpr = st.shape[1]
     dtype: gl.constexpr = k_tile.dtype
     col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
@@ -142,7 +143,7 @@ def _dkdv_step(it, q_pos, key0, k_tile, v_tile, q_smem, do_smem, lse_smem, dl_sm
     dk = warpgroup_mma(ds_op, q_tile, dk, is_async=True)
     dv, dk, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, p_op, ds_op))
     mbarrier.arrive(empty.index(slot), count=1)
-    return dk, dv, st, dpt
+    return dk, dv, st, dpt, ds_op
 
 
 @gluon.jit
@@ -172,13 +173,13 @@ def _dkdv_consumer(dk_desc, dv_desc, q_smem, do_smem, lse_smem, dl_smem, k_smem,
         q_mid = gl.minimum(q_first + (2 * WG_N) // BLOCK_M, n_q)
         for gi in range(kv_group):
             for qi in range(q_first, q_mid):
-                dk, dv, st, dpt = _dkdv_step(
+                dk, dv, st, dpt, _ = _dkdv_step(
                     it, qi * BLOCK_M, key0, k_tile, v_tile, q_smem, do_smem, lse_smem,
                     dl_smem, q_ready, do_ready, empty, dk, dv, st, dpt, qk_scale,
                     NUM_STAGES, True, s_layout, op_layout)
                 it += 1
             for qi in range(q_mid, n_q):
-                dk, dv, st, dpt = _dkdv_step(
+                dk, dv, st, dpt, _ = _dkdv_step(
                     it, qi * BLOCK_M, key0, k_tile, v_tile, q_smem, do_smem, lse_smem,
                     dl_smem, q_ready, do_ready, empty, dk, dv, st, dpt, qk_scale,
                     NUM_STAGES, False, s_layout, op_layout)
@@ -186,7 +187,7 @@ def _dkdv_consumer(dk_desc, dv_desc, q_smem, do_smem, lse_smem, dl_smem, k_smem,
     else:
         for gi in range(kv_group):
             for qi in range(0, n_q):
-                dk, dv, st, dpt = _dkdv_step(
+                dk, dv, st, dpt, _ = _dkdv_step(
                     it, qi * BLOCK_M, key0, k_tile, v_tile, q_smem, do_smem, lse_smem,
                     dl_smem, q_ready, do_ready, empty, dk, dv, st, dpt, qk_scale,
                     NUM_STAGES, False, s_layout, op_layout)

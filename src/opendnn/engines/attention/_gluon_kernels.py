@@ -519,6 +519,15 @@ def launcher(fn, grid: tuple, args: tuple, consts: dict):
     return launch
 
 
+def fwd_descs(q, k, v, o, dims: tuple, block_n: int) -> tuple:
+    """The forward's TMA descriptors: Q and O in [64, D] blocks (one per consumer
+    warpgroup), K and V in [block_n, D] blocks, over the packed 2-D [rows, D] views."""
+    B, H, HKV, S, D, dtype = dims
+    nq, nk = B * H * S, B * HKV * S
+    return (desc(q, [nq, D], [ROWS // 2, D], dtype), desc(k, [nk, D], [block_n, D], dtype),
+            desc(v, [nk, D], [block_n, D], dtype), desc(o, [nq, D], [ROWS // 2, D], dtype))
+
+
 def prepare(q, k, v, o, stats, dims: tuple, scale: float, block_n: int, stages: int,
             pingpong: bool, causal: bool, lpt: bool = False):
     """The forward's launch as a callable (on a stream), its TMA descriptors built once: q /
@@ -526,11 +535,8 @@ def prepare(q, k, v, o, stats, dims: tuple, scale: float, block_n: int, stages: 
     [B, H, S] (written); dims = (B, H, H_kv, S, D, dtype). It holds the buffers' addresses,
     not the buffers."""
     B, H, HKV, S, D, dtype = dims
-    nq, nk = B * H * S, B * HKV * S
-    args = (desc(q, [nq, D], [ROWS // 2, D], dtype), desc(k, [nk, D], [block_n, D], dtype),
-            desc(v, [nk, D], [block_n, D], dtype), desc(o, [nq, D], [ROWS // 2, D], dtype),
-            Base(o.data_ptr(), dtype), Base(stats.data_ptr(), torch.float32),
-            S, H // HKV, scale)
+    args = fwd_descs(q, k, v, o, dims, block_n) + (
+        Base(o.data_ptr(), dtype), Base(stats.data_ptr(), torch.float32), S, H // HKV, scale)
     consts = dict(BLOCK_N=block_n, HEAD_D=D, NUM_STAGES=stages, PINGPONG=pingpong,
                   CAUSAL=causal, TAIL=S % ROWS != 0, CONSUMER_REGS=CONSUMER_REGS, LPT=lpt,
                   num_warps=4, maxnreg=MAXNREG)

@@ -23,7 +23,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
 from ._gluon_kernels import (CONSUMER_REGS, LN2, LOG2E, MAXNREG, ROWS, Base, _ws_last_pv,
-                             _ws_tile, desc, kv_ring, launcher, operand_layout, stream_kv,
+                             _ws_tile, fwd_descs, kv_ring, launcher, operand_layout, stream_kv,
                              wgmma_layout)
 
 
@@ -171,12 +171,9 @@ def prepare(q, k, v, o, stats, dims: tuple, scale: float, block_n: int, stages: 
     """As ``_gluon_kernels.prepare`` (S a multiple of 128), on min(tiles, num_sms)
     persistent programs."""
     B, H, HKV, S, D, dtype = dims
-    nq, nk = B * H * S, B * HKV * S
     n_m = triton.cdiv(S, ROWS)
-    args = (desc(q, [nq, D], [ROWS // 2, D], dtype), desc(k, [nk, D], [block_n, D], dtype),
-            desc(v, [nk, D], [block_n, D], dtype), desc(o, [nq, D], [ROWS // 2, D], dtype),
-            Base(stats.data_ptr(), torch.float32),
-            S, H // HKV, scale, n_m, B * H)
+    args = fwd_descs(q, k, v, o, dims, block_n) + (
+        Base(stats.data_ptr(), torch.float32), S, H // HKV, scale, n_m, B * H)
     consts = dict(BLOCK_N=block_n, HEAD_D=D, NUM_STAGES=stages, CAUSAL=causal,
                   CONSUMER_REGS=CONSUMER_REGS, num_warps=4, maxnreg=MAXNREG)
     return launcher(attn_fwd_persistent, (min(n_m * B * H, num_sms),), args, consts)
