@@ -1,15 +1,23 @@
-"""Draft (session 15; correct on its first H100 run, slower than the deterministic kernels:
-results/probes/gluon_attn_bwd_nd-s15.txt): the nondeterministic Gluon backward -- the
-engine's dK / dV kernel (src/opendnn/engines/attention/_gluon_bwd_kernels.py) also
-computing dQ, so that P and dP are computed once.
+"""Draft: the nondeterministic Gluon backward -- the engine's dK / dV kernel
+(src/opendnn/engines/attention/_gluon_bwd_kernels.py) also computing dQ, so that P and dP
+are computed once: 5 GEMMs of work instead of the deterministic pair's 7.
 
-Per (key tile, query tile) each consumer warpgroup w already holds dS_w^T (its 64 keys x
-64 queries) after dK's operand is formed; here it also stores dS_w^T (bf16) to shared
-memory and issues dQ_w = dS_w K_w (A: the shared tile transposed, B: its resident K tile),
-then adds dQ_w into a float32 dQ workspace with float32 atomics (Triton 3.6 emits
-``atom.global.add.v2/v4.f32`` on sm_90 for 2 / 4 contiguous elements a thread; the wgmma
-accumulator layout gives 2). dQ = attn_scale * workspace, converted after. 5 GEMMs of work
-instead of the deterministic pair's 7; nondeterministic (the atomics' order).
+Session 16 layout (FlashAttention 3's): per (key tile, query tile) both consumer
+warpgroups store their dS_w^T (64 keys x BLOCK_M queries, Q's type) into a double-buffered
+shared ring and meet on an mbarrier (``ds_ready``, one arrive each); then each computes one
+half of the step's dQ tile over all 128 keys,
+    dQ_half = sum_w dS_w K_w   (A: the stored tiles transposed; B: the resident K tiles),
+-- the rows WG*64.. when BLOCK_M = 128, the columns WG*D/2.. when BLOCK_M = 64 -- writes it
+to a float32 shared tile and adds it into the float32 dQ workspace with one TMA reduce-add
+(``cp.reduce.async.bulk.tensor ... add.f32``), asynchronous: the consumer goes on. Gluon
+3.6 exposes no TMA reduce, but its builder has ``create_async_tma_reduce``
+(``tma_reduce_add`` below). dQ = attn_scale x workspace, converted after.
+Session 15's version (per-warpgroup partials by float32 atomics from registers) was
+correct but slower than the deterministic pair: results/probes/gluon_attn_bwd_nd-s15.txt.
+
+Double buffering of dS is what makes one barrier enough: a warpgroup writing stage s at
+step it has passed ``ds_ready`` of step it-1, so the other warpgroup had arrived there, after
+retiring its dQ wgmma of step it-2, the last reader of stage s.
 
     PYTHONPATH=src:bench python bench/gluon_attn_bwd_nd.py compile   # offline: ptxas report
     PYTHONPATH=src:bench python bench/gluon_attn_bwd_nd.py           # GPU: check and time
@@ -21,7 +29,9 @@ import sys
 
 import torch
 import triton
+from triton._C.libtriton import ir
 from triton.experimental import gluon
+from triton.experimental.gluon.language._core import builtin
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier,
                                                               tma, warpgroup_mma,
@@ -34,45 +44,70 @@ from opendnn.engines.attention._gluon_bwd_kernels import (CONSUMER_REGS, LOG2E, 
                                                           operand_layout, wgmma_layout)
 
 
+@builtin
+def tma_reduce_add(tensor_desc, coord, src, _semantic=None):
+    """global[coord .. + block] += src (shared), one TMA bulk reduce, asynchronous (waited
+    for by ``tma.store_wait`` as a TMA store is)."""
+    coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+    _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD,
+                                              tensor_desc.handle, coord, src.handle)
+
+
 @gluon.jit
-def _nd_step(it, q_pos, q_row, key0, k_tile, v_tile, ds_tile, q_smem, do_smem, lse_smem,
-             dl_smem, q_ready, do_ready, empty, dk, dv, st, dpt, dq_ptr, qk_scale,
-             NUM_STAGES: gl.constexpr, MASK: gl.constexpr, s_layout: gl.constexpr,
-             op_layout: gl.constexpr):
-    """``_gluon_bwd_kernels._dkdv_step`` plus this warpgroup's dQ partial for query rows
-    q_row.. (rows of the 2-D [B H S, D] view), added into dq_ptr (float32)."""
+def _nd_step(it, q_pos, q_row, key0, k_smem, k_tile, v_tile, ds_smem, ds_ready, dq_smem,
+             dq_desc, q_smem, do_smem, lse_smem, dl_smem, q_ready, do_ready, empty, dk, dv,
+             st, dpt, qk_scale, WG: gl.constexpr, NUM_STAGES: gl.constexpr,
+             MASK: gl.constexpr, s_layout: gl.constexpr, op_layout: gl.constexpr):
+    """``_gluon_bwd_kernels._dkdv_step``, then this warpgroup's half of the step's dQ tile
+    (query rows q_row.. of the 2-D [B H S, D] view) into the workspace by TMA reduce."""
     BLOCK_M: gl.constexpr = st.shape[1]
     HEAD_D: gl.constexpr = dk.shape[1]
     dk, dv, st, dpt, ds_op = _dkdv_step(
         it, q_pos, key0, k_tile, v_tile, q_smem, do_smem, lse_smem, dl_smem, q_ready,
         do_ready, empty, dk, dv, st, dpt, qk_scale, NUM_STAGES, MASK, s_layout, op_layout)
-    # dS_w^T to shared memory (every wgmma of the step retired, the previous dQ ones too),
-    # then dQ_w = dS_w K_w with the stored tile transposed as the A operand, 64 columns of
-    # dQ at a time (a whole [64, 128] partial and its addresses beside dK and dV spill at
-    # head dim 128). The partial reaches the atomics in a blocked layout of 4 contiguous
-    # columns a thread: `atom.global.add.v4.f32`, 16 a thread a step at head dim 64 (from
-    # the wgmma layout at most 2 columns a thread), the price a trip through shared memory.
-    ds_tile.store(ds_op)
+    s2 = it % 2
+    ds_smem.index(2 * s2 + WG).store(ds_op)
     fence_async_shared()
-    dq_layout: gl.constexpr = wgmma_layout(64)
-    at_layout: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [4, 1], [1, 0])
-    rows = q_row + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, at_layout))
-    cols = gl.arange(0, 64, layout=gl.SliceLayout(0, at_layout))
-    offs = gl.expand_dims(rows * HEAD_D, 1) + gl.expand_dims(cols, 0)
-    for c0 in gl.static_range(0, HEAD_D, 64):
-        dq = gl.zeros([BLOCK_M, 64], gl.float32, dq_layout)
-        dq = warpgroup_mma(ds_tile.permute((1, 0)), k_tile.slice(c0, 64, dim=1), dq,
-                           use_acc=False, is_async=True)
-        dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq, ))
-        gl.atomic_add(dq_ptr + c0 + offs, gl.convert_layout(dq, at_layout), sem="relaxed")
+    gl.thread_barrier()
+    mbarrier.arrive(ds_ready.index(s2), count=1)
+    mbarrier.wait(ds_ready.index(s2), (it // 2) & 1)
+    ds0 = ds_smem.index(2 * s2)
+    ds1 = ds_smem.index(2 * s2 + 1)
+    if BLOCK_M == 128:
+        # rows WG*64 .. +63 of the query tile, every column
+        dq = gl.zeros([64, HEAD_D], gl.float32, wgmma_layout(HEAD_D))
+        dq = warpgroup_mma(ds0.slice(WG * 64, 64, dim=1).permute((1, 0)), k_smem.index(0),
+                           dq, use_acc=False, is_async=True)
+        dq = warpgroup_mma(ds1.slice(WG * 64, 64, dim=1).permute((1, 0)), k_smem.index(1),
+                           dq, is_async=True)
+        r0 = q_row + WG * 64
+        c0 = 0
+    else:
+        # every row, columns WG*D/2 .. of the query tile
+        HALF: gl.constexpr = HEAD_D // 2
+        dq = gl.zeros([64, HALF], gl.float32, wgmma_layout(HALF))
+        dq = warpgroup_mma(ds0.permute((1, 0)), k_smem.index(0).slice(WG * HALF, HALF, dim=1),
+                           dq, use_acc=False, is_async=True)
+        dq = warpgroup_mma(ds1.permute((1, 0)), k_smem.index(1).slice(WG * HALF, HALF, dim=1),
+                           dq, is_async=True)
+        r0 = q_row
+        c0 = WG * HALF
+    dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq, ))
+    tma.store_wait(pendings=0)          # the previous step's reduce has read dq_smem
+    gl.thread_barrier()
+    dq_smem.store(dq)
+    fence_async_shared()
+    gl.thread_barrier()
+    tma_reduce_add(dq_desc, [r0, c0], dq_smem)
     return dk, dv, st, dpt
 
 
 @gluon.jit
-def _nd_consumer(dk_desc, dv_desc, q_smem, do_smem, lse_smem, dl_smem, k_smem, v_smem,
-                 ds_smem, kv_bars, q_ready, do_ready, empty, kv_row, k_pos, bh_kv, seq_len,
-                 kv_group, q_first, n_q, dq_ptr, sm_scale, WG: gl.constexpr,
-                 HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+def _nd_consumer(dk_desc, dv_desc, dq_desc, q_smem, do_smem, lse_smem, dl_smem, k_smem,
+                 v_smem, ds_smem, dq_smem, kv_bars, ds_ready, k_free, q_ready, do_ready,
+                 empty, kv_row, k_pos, bh_kv, seq_len, kv_group, q_first, n_q, sm_scale,
+                 WG: gl.constexpr, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr,
+                 CAUSAL: gl.constexpr):
     """``_gluon_bwd_kernels._dkdv_consumer`` with ``_nd_step``."""
     BLOCK_M: gl.constexpr = q_smem.type.shape[1]
     WG_N: gl.constexpr = k_smem.type.shape[1]
@@ -84,12 +119,13 @@ def _nd_consumer(dk_desc, dv_desc, q_smem, do_smem, lse_smem, dl_smem, k_smem, v
     key0 = k_pos + WG * WG_N
     k_tile = k_smem.index(WG)
     v_tile = v_smem.index(WG)
-    ds_tile = ds_smem.index(WG)
+    dq_tile = dq_smem.index(WG)
     dk = gl.zeros([WG_N, HEAD_D], gl.float32, acc_layout)
     dv = gl.zeros([WG_N, HEAD_D], gl.float32, acc_layout)
     st = gl.zeros([WG_N, BLOCK_M], gl.float32, s_layout)
     dpt = gl.zeros([WG_N, BLOCK_M], gl.float32, s_layout)
-    mbarrier.wait(kv_bars.index(WG), 0)
+    mbarrier.wait(kv_bars.index(0), 0)      # dQ reads both warpgroups' K tiles
+    mbarrier.wait(kv_bars.index(1), 0)
     it = 0
     for gi in range(kv_group):
         h_row = (bh_kv * kv_group + gi) * seq_len
@@ -97,23 +133,30 @@ def _nd_consumer(dk_desc, dv_desc, q_smem, do_smem, lse_smem, dl_smem, k_smem, v
             q_mid = gl.minimum(q_first + (2 * WG_N) // BLOCK_M, n_q)
             for qi in range(q_first, q_mid):
                 dk, dv, st, dpt = _nd_step(
-                    it, qi * BLOCK_M, h_row + qi * BLOCK_M, key0, k_tile, v_tile, ds_tile,
-                    q_smem, do_smem, lse_smem, dl_smem, q_ready, do_ready, empty, dk, dv, st,
-                    dpt, dq_ptr, qk_scale, NUM_STAGES, True, s_layout, op_layout)
+                    it, qi * BLOCK_M, h_row + qi * BLOCK_M, key0, k_smem, k_tile, v_tile,
+                    ds_smem, ds_ready, dq_tile, dq_desc, q_smem, do_smem, lse_smem, dl_smem,
+                    q_ready, do_ready, empty, dk, dv, st, dpt, qk_scale, WG, NUM_STAGES,
+                    True, s_layout, op_layout)
                 it += 1
             for qi in range(q_mid, n_q):
                 dk, dv, st, dpt = _nd_step(
-                    it, qi * BLOCK_M, h_row + qi * BLOCK_M, key0, k_tile, v_tile, ds_tile,
-                    q_smem, do_smem, lse_smem, dl_smem, q_ready, do_ready, empty, dk, dv, st,
-                    dpt, dq_ptr, qk_scale, NUM_STAGES, False, s_layout, op_layout)
+                    it, qi * BLOCK_M, h_row + qi * BLOCK_M, key0, k_smem, k_tile, v_tile,
+                    ds_smem, ds_ready, dq_tile, dq_desc, q_smem, do_smem, lse_smem, dl_smem,
+                    q_ready, do_ready, empty, dk, dv, st, dpt, qk_scale, WG, NUM_STAGES,
+                    False, s_layout, op_layout)
                 it += 1
         else:
             for qi in range(0, n_q):
                 dk, dv, st, dpt = _nd_step(
-                    it, qi * BLOCK_M, h_row + qi * BLOCK_M, key0, k_tile, v_tile, ds_tile,
-                    q_smem, do_smem, lse_smem, dl_smem, q_ready, do_ready, empty, dk, dv, st,
-                    dpt, dq_ptr, qk_scale, NUM_STAGES, False, s_layout, op_layout)
+                    it, qi * BLOCK_M, h_row + qi * BLOCK_M, key0, k_smem, k_tile, v_tile,
+                    ds_smem, ds_ready, dq_tile, dq_desc, q_smem, do_smem, lse_smem, dl_smem,
+                    q_ready, do_ready, empty, dk, dv, st, dpt, qk_scale, WG, NUM_STAGES,
+                    False, s_layout, op_layout)
                 it += 1
+    # The other warpgroup's last dQ wgmma reads this warpgroup's K tile: meet before the
+    # tile takes dK.
+    mbarrier.arrive(k_free, count=1)
+    mbarrier.wait(k_free, 0)
     k_tile.store((dk * sm_scale).to(dtype))
     v_tile.store(dv.to(dtype))
     fence_async_shared()
@@ -134,11 +177,12 @@ def _nd_consumer1(args, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: 
 
 @gluon.jit
 def attn_bwd_dkdvq(q_desc, do_desc, lse_desc, dl_desc, k_desc, v_desc, dk_desc, dv_desc,
-                   dq_ptr, seq_len, kv_group, sm_scale, HEAD_D: gl.constexpr,
+                   dq_desc, seq_len, kv_group, sm_scale, HEAD_D: gl.constexpr,
                    NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
-    """``_gluon_bwd_kernels.attn_bwd_dkdv`` plus dQ into the float32 buffer dq_ptr (zeroed
-    before; [B H S, D]); grid (S / 128, B H_kv), num_warps=4."""
+    """``_gluon_bwd_kernels.attn_bwd_dkdv`` plus dQ added into the float32 workspace of
+    dq_desc (zeroed before; [B H S, D], block [64, D] or [64, D / 2]); grid (S / 128,
+    B H_kv), num_warps=4."""
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
     WG_N: gl.constexpr = k_desc.block_type.shape[0]
     gl.static_assert(WG_N == 64, "one consumer warpgroup = 64 keys")
@@ -159,20 +203,26 @@ def attn_bwd_dkdvq(q_desc, do_desc, lse_desc, dl_desc, k_desc, v_desc, dk_desc, 
     k_smem = gl.allocate_shared_memory(dtype, [2, WG_N, HEAD_D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [2, WG_N, HEAD_D], v_desc.layout)
     ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([WG_N, BLOCK_M], dtype)
-    ds_smem = gl.allocate_shared_memory(dtype, [2, WG_N, BLOCK_M], ds_layout)
+    ds_smem = gl.allocate_shared_memory(dtype, [4, WG_N, BLOCK_M], ds_layout)
+    dq_smem = gl.allocate_shared_memory(gl.float32, [2] + dq_desc.block_type.shape,
+                                        dq_desc.layout)
     kv_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    k_free = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
     q_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     do_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(2):
         mbarrier.init(kv_bars.index(i), count=1)
+        mbarrier.init(ds_ready.index(i), count=2)
+    mbarrier.init(k_free.index(0), count=2)
     for i in gl.static_range(NUM_STAGES):
         mbarrier.init(q_ready.index(i), count=1)
         mbarrier.init(do_ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=2)
-    cargs = (dk_desc, dv_desc, q_smem, do_smem, lse_smem, dl_smem, k_smem, v_smem, ds_smem,
-             kv_bars, q_ready, do_ready, empty, kv_row, k_pos, bh_kv, seq_len, kv_group,
-             q_first, n_q, dq_ptr, sm_scale)
+    cargs = (dk_desc, dv_desc, dq_desc, q_smem, do_smem, lse_smem, dl_smem, k_smem, v_smem,
+             ds_smem, dq_smem, kv_bars, ds_ready, k_free.index(0), q_ready, do_ready, empty,
+             kv_row, k_pos, bh_kv, seq_len, kv_group, q_first, n_q, sm_scale)
     gl.warp_specialize([
         (_nd_consumer0, (cargs, HEAD_D, NUM_STAGES, CAUSAL)),
         (_nd_consumer1, (cargs, HEAD_D, NUM_STAGES, CAUSAL)),
@@ -184,17 +234,19 @@ def attn_bwd_dkdvq(q_desc, do_desc, lse_desc, dl_desc, k_desc, v_desc, dk_desc, 
 
 
 def prepare(q, k, v, o, do, stats, dq, dk, dv, delta, dq_acc, dims: tuple, scale: float,
-            stages: int, causal: bool, launch=launcher):
+            cfg: tuple, causal: bool, launch=launcher):
     """delta, dK / dV / dQ-accumulate and the dQ conversion as one callable (q / o / do / dq
     [B, H, S, D], k / v / dk / dv [B, H_kv, S, D], stats / delta float32 [B, H, S], dq_acc
-    float32 [B, H, S, D])."""
+    float32 [B, H, S, D]); cfg = (BLOCK_M, stages)."""
     B, H, HKV, S, D, dtype = dims
+    bm, stages = cfg
     nq, nk, f32, wg = B * H * S, B * HKV * S, torch.float32, WG_ROWS
-    args = (desc(q, [nq, D], [64, D], dtype), desc(do, [nq, D], [64, D], dtype),
-            desc(stats, [nq], [64], f32), desc(delta, [nq], [64], f32),
+    dq_block = [64, D] if bm == 128 else [64, D // 2]
+    args = (desc(q, [nq, D], [bm, D], dtype), desc(do, [nq, D], [bm, D], dtype),
+            desc(stats, [nq], [bm], f32), desc(delta, [nq], [bm], f32),
             desc(k, [nk, D], [wg, D], dtype), desc(v, [nk, D], [wg, D], dtype),
             desc(dk, [nk, D], [wg, D], dtype), desc(dv, [nk, D], [wg, D], dtype),
-            Base(dq_acc.data_ptr(), f32), S, H // HKV, scale)
+            desc(dq_acc, [nq, D], dq_block, f32), S, H // HKV, scale)
     runs = [launch(attn_bwd_delta, (triton.cdiv(nq, 64), ),
                    (Base(o.data_ptr(), dtype), Base(do.data_ptr(), dtype),
                     Base(delta.data_ptr(), f32), nq), dict(HEAD_D=D, BLOCK=64, num_warps=4)),
@@ -209,30 +261,39 @@ def prepare(q, k, v, o, do, stats, dq, dk, dv, delta, dq_acc, dims: tuple, scale
             r(stream)
         torch.mul(dq_acc, scale, out=dq_acc)
         dq.copy_(dq_acc)
+    run.kernel = runs[1]
     return run
 
 
+CONFIGS = {64: ((128, 2), (64, 2), (64, 3)), 128: ((64, 2), )}
+
+
 def compile_only():
-    """Offline (no GPU): compile attn_bwd_dkdvq for sm_90a at both head dims and stages
-    2-3, causal and not; print shared memory and the ptxas report (spills)."""
+    """Offline (no GPU): compile attn_bwd_dkdvq for sm_90a at both head dims and each
+    config, causal and not; print shared memory and the ptxas report (spills)."""
+    import os
     from probe_common import gluon_compile_offline, ptxas_report
     for D in (64, 128):
-        for stages in (2, 3):
+        for cfg in CONFIGS[D]:
             for causal in (False, True):
                 B, H, S = 1, 4, 1024
                 q = torch.empty(B, H, S, D, dtype=torch.bfloat16)
                 st = torch.empty(B, H, S, dtype=torch.float32)
                 captured = []
                 prepare(q, q, q, q, q, st, q, q, q, st, q.float(), (B, H, H, S, D, q.dtype),
-                        0.1, stages, causal,
+                        0.1, cfg, causal,
                         launch=lambda fn, grid, a, c: captured.append((fn, a, c)))
                 fn, a, c = captured[1]
                 opts = {k: c.pop(k) for k in ("num_warps", "maxnreg")}
-                tag = f"D={D} stages={stages} causal={int(causal)}"
+                tag = f"D={D} cfg={cfg} causal={int(causal)}"
                 try:
                     ck = gluon_compile_offline(fn, list(a), c, opts)
                     print(f"{tag}: smem={ck.metadata.shared} {ptxas_report(ck.asm['ptx'])}",
                           flush=True)
+                    if os.environ.get("PTX_DUMP"):
+                        with open(f"{os.environ['PTX_DUMP']}-{D}-{cfg[0]}-{cfg[1]}-"
+                                  f"{int(causal)}.ptx", "w") as f:
+                            f.write(ck.asm["ptx"])
                 except Exception as e:  # noqa: BLE001 -- reported, the next config goes on
                     print(f"{tag}: FAILED {type(e).__name__}: {str(e)[:2000]}", flush=True)
 
@@ -253,23 +314,33 @@ def main(problems=None):
         scale = D ** -0.5
         out, ref, cudnn_run = cudnn_backward(q, k, v, do, scale, causal)
         lse = lse_reference(q, k, scale, causal)
-        dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
         delta = torch.empty(B, H, S, device="cuda")
         acc = torch.empty(B, H, S, D, device="cuda")
-        stages = 2 if D == 128 else 3
-        run = prepare(q, k, v, out, do, lse, dq, dk, dv, delta, acc, (B, H, H, S, D, q.dtype),
-                      scale, stages, causal)
-        run()
-        torch.cuda.synchronize()
-        errs = [_rel(g, r)[0] for g, r in zip((dq, dk, dv), ref)]
         # the engine's first choice of the deterministic Gluon backward
-        cfg = ((64, 2), (64, 3)) if D == 128 else ((64, 4), (128, 2))
-        det, *_ = gluon_backward(q, k, v, out, do, lse, scale, causal, cfg)
+        dcfg = ((64, 2), (64, 3)) if D == 128 else ((64, 4), (128, 2))
+        det, *_ = gluon_backward(q, k, v, out, do, lse, scale, causal, dcfg)
         fl = 2.5 * 4 * B * H * S * S * D * (0.5 if causal else 1) / 1e9
-        t_nd, t_det, t_c = (do_bench(f) for f in (run, det, cudnn_run))
-        print(f"S={S} D={D} causal={int(causal)}: rel err dq/dk/dv "
-              f"{errs[0]:.1e}/{errs[1]:.1e}/{errs[2]:.1e}  nondet {fl / t_nd:.0f}  "
-              f"det {fl / t_det:.0f}  cudnn {fl / t_c:.0f} TFLOP/s", flush=True)
+        t_det, t_c = do_bench(det), do_bench(cudnn_run)
+        print(f"S={S} D={D} causal={int(causal)}: det {fl / t_det:.0f}  "
+              f"cudnn {fl / t_c:.0f} TFLOP/s", flush=True)
+        for cfg in CONFIGS[D]:
+            dq, dk, dv = (torch.full_like(t, float("nan")) for t in (q, k, v))
+            acc.fill_(float("nan"))
+            try:
+                run = prepare(q, k, v, out, do, lse, dq, dk, dv, delta, acc,
+                              (B, H, H, S, D, q.dtype), scale, cfg, causal)
+                run()
+                torch.cuda.synchronize()
+            except Exception as e:  # noqa: BLE001 -- reported, the next config goes on
+                print(f"  cfg={cfg}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
+                continue
+            errs = [_rel(g, r)[0] for g, r in zip((dq, dk, dv), ref)]
+            t_nd = do_bench(run)
+            t_k = do_bench(run.kernel)
+            print(f"  cfg={cfg}: rel err dq/dk/dv {errs[0]:.1e}/{errs[1]:.1e}/{errs[2]:.1e}"
+                  f"  nondet {fl / t_nd:.0f} TFLOP/s ({t_nd:.3f} ms, kernel {t_k:.3f}, "
+                  f"det {t_det:.3f})",
+                  flush=True)
 
 
 if __name__ == "__main__":
