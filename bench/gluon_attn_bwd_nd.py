@@ -39,9 +39,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from opendnn.engines.attention._gluon_bwd_kernels import (CONSUMER_REGS, LOG2E, MAXNREG,
                                                           PRODUCER_REGS, ROWS, WG_ROWS, Base,
-                                                          _dkdv_producer, _dkdv_step,
-                                                          attn_bwd_delta, desc, launcher,
-                                                          operand_layout, wgmma_layout)
+                                                          _dkdv_producer, _dkdv_step, desc,
+                                                          launcher, operand_layout,
+                                                          wgmma_layout)
 
 
 @builtin
@@ -57,48 +57,72 @@ def tma_reduce_add(tensor_desc, coord, src, _semantic=None):
 def _nd_step(it, q_pos, q_row, key0, k_smem, k_tile, v_tile, ds_smem, ds_ready, dq_smem,
              dq_desc, q_smem, do_smem, lse_smem, dl_smem, q_ready, do_ready, empty, dk, dv,
              st, dpt, qk_scale, WG: gl.constexpr, NUM_STAGES: gl.constexpr,
-             MASK: gl.constexpr, s_layout: gl.constexpr, op_layout: gl.constexpr):
-    """``_gluon_bwd_kernels._dkdv_step``, then this warpgroup's half of the step's dQ tile
-    (query rows q_row.. of the 2-D [B H S, D] view) into the workspace by TMA reduce."""
+             MASK: gl.constexpr, PAIR: gl.constexpr, s_layout: gl.constexpr,
+             op_layout: gl.constexpr):
+    """``_gluon_bwd_kernels._dkdv_step``, then dQ into the workspace by TMA reduce (query
+    rows q_row.. of the 2-D [B H S, D] view). PAIR: this warpgroup's half of the columns of
+    dS K over both warpgroups' keys (the two meet on ``ds_ready``); else its own keys'
+    partial dS_w K_w, every column. A dQ accumulator of st's shape reuses st's registers (S^T
+    and dP^T are issued with use_acc=False), and dP^T's for a second half."""
     BLOCK_M: gl.constexpr = st.shape[1]
     HEAD_D: gl.constexpr = dk.shape[1]
     dk, dv, st, dpt, ds_op = _dkdv_step(
         it, q_pos, key0, k_tile, v_tile, q_smem, do_smem, lse_smem, dl_smem, q_ready,
         do_ready, empty, dk, dv, st, dpt, qk_scale, NUM_STAGES, MASK, s_layout, op_layout)
-    s2 = it % 2
-    ds_smem.index(2 * s2 + WG).store(ds_op)
-    fence_async_shared()
-    gl.thread_barrier()
-    mbarrier.arrive(ds_ready.index(s2), count=1)
-    mbarrier.wait(ds_ready.index(s2), (it // 2) & 1)
-    ds0 = ds_smem.index(2 * s2)
-    ds1 = ds_smem.index(2 * s2 + 1)
-    if BLOCK_M == 128:
-        # rows WG*64 .. +63 of the query tile, every column
-        dq = gl.zeros([64, HEAD_D], gl.float32, wgmma_layout(HEAD_D))
-        dq = warpgroup_mma(ds0.slice(WG * 64, 64, dim=1).permute((1, 0)), k_smem.index(0),
-                           dq, use_acc=False, is_async=True)
-        dq = warpgroup_mma(ds1.slice(WG * 64, 64, dim=1).permute((1, 0)), k_smem.index(1),
-                           dq, is_async=True)
-        r0 = q_row + WG * 64
-        c0 = 0
-    else:
-        # every row, columns WG*D/2 .. of the query tile
+    if PAIR:
         HALF: gl.constexpr = HEAD_D // 2
-        dq = gl.zeros([64, HALF], gl.float32, wgmma_layout(HALF))
-        dq = warpgroup_mma(ds0.permute((1, 0)), k_smem.index(0).slice(WG * HALF, HALF, dim=1),
-                           dq, use_acc=False, is_async=True)
-        dq = warpgroup_mma(ds1.permute((1, 0)), k_smem.index(1).slice(WG * HALF, HALF, dim=1),
-                           dq, is_async=True)
-        r0 = q_row
+        s2 = it % 2
+        ds_smem.index(2 * s2 + WG).store(ds_op)
+        fence_async_shared()
+        gl.thread_barrier()
+        mbarrier.arrive(ds_ready.index(s2), count=1)
+        mbarrier.wait(ds_ready.index(s2), (it // 2) & 1)
+        if HALF == BLOCK_M:
+            acc = st
+        else:
+            acc = gl.zeros([64, HALF], gl.float32, wgmma_layout(HALF))
+        dq = warpgroup_mma(ds_smem.index(2 * s2).permute((1, 0)),
+                           k_smem.index(0).slice(WG * HALF, HALF, dim=1), acc, use_acc=False,
+                           is_async=True)
+        dq = warpgroup_mma(ds_smem.index(2 * s2 + 1).permute((1, 0)),
+                           k_smem.index(1).slice(WG * HALF, HALF, dim=1), dq, is_async=True)
+        dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq, ))
+        tma.store_wait(pendings=0)          # the previous step's reduce has read dq_smem
+        gl.thread_barrier()
+        dq_smem.store(dq)
+        if HALF == BLOCK_M:
+            st = dq
         c0 = WG * HALF
-    dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq, ))
-    tma.store_wait(pendings=0)          # the previous step's reduce has read dq_smem
-    gl.thread_barrier()
-    dq_smem.store(dq)
+    else:
+        ds_tile = ds_smem.index(WG)
+        ds_tile.store(ds_op)
+        fence_async_shared()
+        gl.thread_barrier()
+        if HEAD_D == 2 * BLOCK_M:
+            lo = warpgroup_mma(ds_tile.permute((1, 0)), k_tile.slice(0, BLOCK_M, dim=1), st,
+                               use_acc=False, is_async=True)
+            hi = warpgroup_mma(ds_tile.permute((1, 0)), k_tile.slice(BLOCK_M, BLOCK_M, dim=1),
+                               dpt, use_acc=False, is_async=True)
+            lo, hi = warpgroup_mma_wait(num_outstanding=0, deps=(lo, hi))
+            tma.store_wait(pendings=0)
+            gl.thread_barrier()
+            dq_smem.slice(0, BLOCK_M, dim=1).store(lo)
+            dq_smem.slice(BLOCK_M, BLOCK_M, dim=1).store(hi)
+            st = lo
+            dpt = hi
+        else:
+            gl.static_assert(HEAD_D == BLOCK_M, "PAIR=0 takes D = BLOCK_M or 2 BLOCK_M")
+            dq = warpgroup_mma(ds_tile.permute((1, 0)), k_tile, st, use_acc=False,
+                               is_async=True)
+            dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq, ))
+            tma.store_wait(pendings=0)
+            gl.thread_barrier()
+            dq_smem.store(dq)
+            st = dq
+        c0 = 0
     fence_async_shared()
     gl.thread_barrier()
-    tma_reduce_add(dq_desc, [r0, c0], dq_smem)
+    tma_reduce_add(dq_desc, [q_row, c0], dq_smem)
     return dk, dv, st, dpt
 
 
@@ -107,7 +131,7 @@ def _nd_consumer(dk_desc, dv_desc, dq_desc, q_smem, do_smem, lse_smem, dl_smem, 
                  v_smem, ds_smem, dq_smem, kv_bars, ds_ready, k_free, q_ready, do_ready,
                  empty, kv_row, k_pos, bh_kv, seq_len, kv_group, q_first, n_q, sm_scale,
                  WG: gl.constexpr, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr,
-                 CAUSAL: gl.constexpr):
+                 CAUSAL: gl.constexpr, PAIR: gl.constexpr):
     """``_gluon_bwd_kernels._dkdv_consumer`` with ``_nd_step``."""
     BLOCK_M: gl.constexpr = q_smem.type.shape[1]
     WG_N: gl.constexpr = k_smem.type.shape[1]
@@ -124,8 +148,11 @@ def _nd_consumer(dk_desc, dv_desc, dq_desc, q_smem, do_smem, lse_smem, dl_smem, 
     dv = gl.zeros([WG_N, HEAD_D], gl.float32, acc_layout)
     st = gl.zeros([WG_N, BLOCK_M], gl.float32, s_layout)
     dpt = gl.zeros([WG_N, BLOCK_M], gl.float32, s_layout)
-    mbarrier.wait(kv_bars.index(0), 0)      # dQ reads both warpgroups' K tiles
-    mbarrier.wait(kv_bars.index(1), 0)
+    if PAIR:
+        mbarrier.wait(kv_bars.index(0), 0)      # dQ reads both warpgroups' K tiles
+        mbarrier.wait(kv_bars.index(1), 0)
+    else:
+        mbarrier.wait(kv_bars.index(WG), 0)
     it = 0
     for gi in range(kv_group):
         h_row = (bh_kv * kv_group + gi) * seq_len
@@ -136,14 +163,14 @@ def _nd_consumer(dk_desc, dv_desc, dq_desc, q_smem, do_smem, lse_smem, dl_smem, 
                     it, qi * BLOCK_M, h_row + qi * BLOCK_M, key0, k_smem, k_tile, v_tile,
                     ds_smem, ds_ready, dq_tile, dq_desc, q_smem, do_smem, lse_smem, dl_smem,
                     q_ready, do_ready, empty, dk, dv, st, dpt, qk_scale, WG, NUM_STAGES,
-                    True, s_layout, op_layout)
+                    True, PAIR, s_layout, op_layout)
                 it += 1
             for qi in range(q_mid, n_q):
                 dk, dv, st, dpt = _nd_step(
                     it, qi * BLOCK_M, h_row + qi * BLOCK_M, key0, k_smem, k_tile, v_tile,
                     ds_smem, ds_ready, dq_tile, dq_desc, q_smem, do_smem, lse_smem, dl_smem,
                     q_ready, do_ready, empty, dk, dv, st, dpt, qk_scale, WG, NUM_STAGES,
-                    False, s_layout, op_layout)
+                    False, PAIR, s_layout, op_layout)
                 it += 1
         else:
             for qi in range(0, n_q):
@@ -151,12 +178,13 @@ def _nd_consumer(dk_desc, dv_desc, dq_desc, q_smem, do_smem, lse_smem, dl_smem, 
                     it, qi * BLOCK_M, h_row + qi * BLOCK_M, key0, k_smem, k_tile, v_tile,
                     ds_smem, ds_ready, dq_tile, dq_desc, q_smem, do_smem, lse_smem, dl_smem,
                     q_ready, do_ready, empty, dk, dv, st, dpt, qk_scale, WG, NUM_STAGES,
-                    False, s_layout, op_layout)
+                    False, PAIR, s_layout, op_layout)
                 it += 1
-    # The other warpgroup's last dQ wgmma reads this warpgroup's K tile: meet before the
-    # tile takes dK.
-    mbarrier.arrive(k_free, count=1)
-    mbarrier.wait(k_free, 0)
+    if PAIR:
+        # The other warpgroup's last dQ wgmma reads this warpgroup's K tile: meet before
+        # the tile takes dK.
+        mbarrier.arrive(k_free, count=1)
+        mbarrier.wait(k_free, 0)
     k_tile.store((dk * sm_scale).to(dtype))
     v_tile.store(dv.to(dtype))
     fence_async_shared()
@@ -166,22 +194,190 @@ def _nd_consumer(dk_desc, dv_desc, dq_desc, q_smem, do_smem, lse_smem, dl_smem, 
 
 
 @gluon.jit
-def _nd_consumer0(args, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
-    _nd_consumer(*args, 0, HEAD_D, NUM_STAGES, CAUSAL)
+def _dq_flush(dq, dq_smem, dq_desc, row, col):
+    """dQ tile ``dq`` (retired) -> dq_smem -> workspace[row.., col..] += by TMA reduce."""
+    tma.store_wait(pendings=0)          # the previous reduce has read dq_smem
+    gl.thread_barrier()
+    dq_smem.store(dq)
+    fence_async_shared()
+    gl.thread_barrier()
+    tma_reduce_add(dq_desc, [row, col], dq_smem)
 
 
 @gluon.jit
-def _nd_consumer1(args, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
-    _nd_consumer(*args, 1, HEAD_D, NUM_STAGES, CAUSAL)
+def _nd_pipe_step(it, q_pos, q_row, prev_row, key0, k_smem, k_tile, v_tile, ds_smem,
+                  ds_ready, dq_smem, dq_desc, q_smem, do_smem, lse_smem, dl_smem, q_ready,
+                  do_ready, empty, dk, dv, st, dpt, dq, qk_scale, WG: gl.constexpr,
+                  NUM_STAGES: gl.constexpr, MASK: gl.constexpr, PAIR: gl.constexpr,
+                  s_layout: gl.constexpr, op_layout: gl.constexpr):
+    """``_dkdv_step`` with dQ software-pipelined: the previous step's dQ wgmma (left in
+    flight) is retired and flushed once this step's S^T and dP^T are issued; dS^T goes to
+    shared memory while dK runs; this step's dQ wgmma is issued and left in flight."""
+    BLOCK_M: gl.constexpr = st.shape[1]
+    HEAD_D: gl.constexpr = dk.shape[1]
+    dtype: gl.constexpr = k_tile.dtype
+    col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
+    slot = it % NUM_STAGES
+    phase = (it // NUM_STAGES) & 1
+    q_tile = q_smem.index(slot)
+    do_tile = do_smem.index(slot)
+    if PAIR:
+        c0: gl.constexpr = WG * (HEAD_D // 2)
+    else:
+        c0: gl.constexpr = 0
+    mbarrier.wait(q_ready.index(slot), phase)
+    st = warpgroup_mma(k_tile, q_tile.permute((1, 0)), st, use_acc=False, is_async=True)
+    mbarrier.wait(do_ready.index(slot), phase)
+    dpt = warpgroup_mma(v_tile, do_tile.permute((1, 0)), dpt, use_acc=False, is_async=True)
+    dq = warpgroup_mma_wait(num_outstanding=2, deps=(dq, ))        # the previous dQ
+    _dq_flush(dq, dq_smem, dq_desc, prev_row, c0)
+    lse2 = lse_smem.index(slot).load(col_s) * LOG2E
+    st = warpgroup_mma_wait(num_outstanding=1, deps=(st, ))
+    if MASK:
+        keys = key0 + gl.arange(0, st.shape[0], layout=gl.SliceLayout(1, s_layout))
+        qrys = q_pos + gl.arange(0, BLOCK_M, layout=col_s)
+        keep = gl.expand_dims(qrys, 0) >= gl.expand_dims(keys, 1)
+        st = gl.where(keep, st, float("-inf"))
+    pt = gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0))
+    p_op = gl.convert_layout(pt.to(dtype), op_layout)
+    dv = warpgroup_mma(p_op, do_tile, dv, is_async=True)
+    delta = dl_smem.index(slot).load(col_s)
+    dpt = warpgroup_mma_wait(num_outstanding=1, deps=(dpt, ))      # dV stays in flight
+    dst = pt * (dpt - gl.expand_dims(delta, 0))
+    ds_op = gl.convert_layout(dst.to(dtype), op_layout)
+    dk = warpgroup_mma(ds_op, q_tile, dk, is_async=True)
+    if PAIR:
+        s2 = it % 2
+        ds_smem.index(2 * s2 + WG).store(ds_op)
+    else:
+        ds_smem.index(WG).store(ds_op)
+    fence_async_shared()
+    gl.thread_barrier()
+    if PAIR:
+        mbarrier.arrive(ds_ready.index(s2), count=1)
+    dv, dk, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, p_op, ds_op))
+    mbarrier.arrive(empty.index(slot), count=1)
+    if PAIR:
+        HALF: gl.constexpr = HEAD_D // 2
+        mbarrier.wait(ds_ready.index(s2), (it // 2) & 1)
+        dq = warpgroup_mma(ds_smem.index(2 * s2).permute((1, 0)),
+                           k_smem.index(0).slice(c0, HALF, dim=1), dq, use_acc=False,
+                           is_async=True)
+        dq = warpgroup_mma(ds_smem.index(2 * s2 + 1).permute((1, 0)),
+                           k_smem.index(1).slice(c0, HALF, dim=1), dq, is_async=True)
+    else:
+        dq = warpgroup_mma(ds_smem.index(WG).permute((1, 0)), k_tile, dq, use_acc=False,
+                           is_async=True)
+    return dk, dv, st, dpt, dq
+
+
+@gluon.jit
+def _nd_pipe_consumer(dk_desc, dv_desc, dq_desc, q_smem, do_smem, lse_smem, dl_smem, k_smem,
+                      v_smem, ds_smem, dq_smem, kv_bars, ds_ready, k_free, q_ready, do_ready,
+                      empty, kv_row, k_pos, bh_kv, seq_len, kv_group, q_first, n_q, sm_scale,
+                      WG: gl.constexpr, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr,
+                      CAUSAL: gl.constexpr, PAIR: gl.constexpr):
+    """``_nd_consumer`` with ``_nd_pipe_step``. The first flush adds a zero tile (the
+    carried dQ wgmma's initial value) to the first query tile's rows."""
+    BLOCK_M: gl.constexpr = q_smem.type.shape[1]
+    WG_N: gl.constexpr = k_smem.type.shape[1]
+    dtype: gl.constexpr = q_smem.dtype
+    s_layout: gl.constexpr = wgmma_layout(BLOCK_M)
+    acc_layout: gl.constexpr = wgmma_layout(HEAD_D)
+    op_layout: gl.constexpr = operand_layout(acc_layout)
+    DQ_N: gl.constexpr = HEAD_D // 2 if PAIR else HEAD_D
+    qk_scale = sm_scale * LOG2E
+    key0 = k_pos + WG * WG_N
+    k_tile = k_smem.index(WG)
+    v_tile = v_smem.index(WG)
+    dq_tile = dq_smem.index(WG)
+    dk = gl.zeros([WG_N, HEAD_D], gl.float32, acc_layout)
+    dv = gl.zeros([WG_N, HEAD_D], gl.float32, acc_layout)
+    st = gl.zeros([WG_N, BLOCK_M], gl.float32, s_layout)
+    dpt = gl.zeros([WG_N, BLOCK_M], gl.float32, s_layout)
+    if PAIR:
+        mbarrier.wait(kv_bars.index(0), 0)      # dQ reads both warpgroups' K tiles
+        mbarrier.wait(kv_bars.index(1), 0)
+    else:
+        mbarrier.wait(kv_bars.index(WG), 0)
+    # The loop carries dQ as an in-flight wgmma: start from one of zeros (0 x K).
+    dq_layout: gl.constexpr = wgmma_layout(DQ_N)
+    dq = gl.zeros([64, DQ_N], gl.float32, dq_layout)
+    zero_op = gl.zeros([64, WG_N], dtype, operand_layout(dq_layout))
+    dq = warpgroup_mma(zero_op, k_tile.slice(0, DQ_N, dim=1), dq, use_acc=False,
+                       is_async=True)
+    it = 0
+    prev = (bh_kv * kv_group) * seq_len + q_first * BLOCK_M
+    for gi in range(kv_group):
+        h_row = (bh_kv * kv_group + gi) * seq_len
+        if CAUSAL:
+            q_mid = gl.minimum(q_first + (2 * WG_N) // BLOCK_M, n_q)
+            for qi in range(q_first, q_mid):
+                dk, dv, st, dpt, dq = _nd_pipe_step(
+                    it, qi * BLOCK_M, h_row + qi * BLOCK_M, prev, key0, k_smem, k_tile,
+                    v_tile, ds_smem, ds_ready, dq_tile, dq_desc, q_smem, do_smem, lse_smem,
+                    dl_smem, q_ready, do_ready, empty, dk, dv, st, dpt, dq, qk_scale, WG,
+                    NUM_STAGES, True, PAIR, s_layout, op_layout)
+                prev = h_row + qi * BLOCK_M
+                it += 1
+            for qi in range(q_mid, n_q):
+                dk, dv, st, dpt, dq = _nd_pipe_step(
+                    it, qi * BLOCK_M, h_row + qi * BLOCK_M, prev, key0, k_smem, k_tile,
+                    v_tile, ds_smem, ds_ready, dq_tile, dq_desc, q_smem, do_smem, lse_smem,
+                    dl_smem, q_ready, do_ready, empty, dk, dv, st, dpt, dq, qk_scale, WG,
+                    NUM_STAGES, False, PAIR, s_layout, op_layout)
+                prev = h_row + qi * BLOCK_M
+                it += 1
+        else:
+            for qi in range(0, n_q):
+                dk, dv, st, dpt, dq = _nd_pipe_step(
+                    it, qi * BLOCK_M, h_row + qi * BLOCK_M, prev, key0, k_smem, k_tile,
+                    v_tile, ds_smem, ds_ready, dq_tile, dq_desc, q_smem, do_smem, lse_smem,
+                    dl_smem, q_ready, do_ready, empty, dk, dv, st, dpt, dq, qk_scale, WG,
+                    NUM_STAGES, False, PAIR, s_layout, op_layout)
+                prev = h_row + qi * BLOCK_M
+                it += 1
+    dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq, ))
+    _dq_flush(dq, dq_tile, dq_desc, prev, WG * DQ_N if PAIR else 0)
+    if PAIR:
+        mbarrier.arrive(k_free, count=1)
+        mbarrier.wait(k_free, 0)
+    k_tile.store((dk * sm_scale).to(dtype))
+    v_tile.store(dv.to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(dk_desc, [kv_row + WG * WG_N, 0], k_tile)
+    tma.async_copy_shared_to_global(dv_desc, [kv_row + WG * WG_N, 0], v_tile)
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def _nd_consumer_any(args, WG: gl.constexpr, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr,
+                     CAUSAL: gl.constexpr, PAIR: gl.constexpr, PIPE: gl.constexpr):
+    if PIPE:
+        _nd_pipe_consumer(*args, WG, HEAD_D, NUM_STAGES, CAUSAL, PAIR)
+    else:
+        _nd_consumer(*args, WG, HEAD_D, NUM_STAGES, CAUSAL, PAIR)
+
+
+@gluon.jit
+def _nd_consumer0(args, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                  PAIR: gl.constexpr, PIPE: gl.constexpr):
+    _nd_consumer_any(args, 0, HEAD_D, NUM_STAGES, CAUSAL, PAIR, PIPE)
+
+
+@gluon.jit
+def _nd_consumer1(args, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                  PAIR: gl.constexpr, PIPE: gl.constexpr):
+    _nd_consumer_any(args, 1, HEAD_D, NUM_STAGES, CAUSAL, PAIR, PIPE)
 
 
 @gluon.jit
 def attn_bwd_dkdvq(q_desc, do_desc, lse_desc, dl_desc, k_desc, v_desc, dk_desc, dv_desc,
                    dq_desc, seq_len, kv_group, sm_scale, HEAD_D: gl.constexpr,
-                   NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                   CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+                   NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, PAIR: gl.constexpr,
+                   PIPE: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
     """``_gluon_bwd_kernels.attn_bwd_dkdv`` plus dQ added into the float32 workspace of
-    dq_desc (zeroed before; [B H S, D], block [64, D] or [64, D / 2]); grid (S / 128,
+    dq_desc (zeroed before; [B H S, D], block [64, D / 2] under PAIR, else [64, D]); grid (S / 128,
     B H_kv), num_warps=4."""
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
     WG_N: gl.constexpr = k_desc.block_type.shape[0]
@@ -203,7 +399,7 @@ def attn_bwd_dkdvq(q_desc, do_desc, lse_desc, dl_desc, k_desc, v_desc, dk_desc, 
     k_smem = gl.allocate_shared_memory(dtype, [2, WG_N, HEAD_D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [2, WG_N, HEAD_D], v_desc.layout)
     ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([WG_N, BLOCK_M], dtype)
-    ds_smem = gl.allocate_shared_memory(dtype, [4, WG_N, BLOCK_M], ds_layout)
+    ds_smem = gl.allocate_shared_memory(dtype, [4 if PAIR else 2, WG_N, BLOCK_M], ds_layout)
     dq_smem = gl.allocate_shared_memory(gl.float32, [2] + dq_desc.block_type.shape,
                                         dq_desc.layout)
     kv_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
@@ -224,8 +420,8 @@ def attn_bwd_dkdvq(q_desc, do_desc, lse_desc, dl_desc, k_desc, v_desc, dk_desc, 
              ds_smem, dq_smem, kv_bars, ds_ready, k_free.index(0), q_ready, do_ready, empty,
              kv_row, k_pos, bh_kv, seq_len, kv_group, q_first, n_q, sm_scale)
     gl.warp_specialize([
-        (_nd_consumer0, (cargs, HEAD_D, NUM_STAGES, CAUSAL)),
-        (_nd_consumer1, (cargs, HEAD_D, NUM_STAGES, CAUSAL)),
+        (_nd_consumer0, (cargs, HEAD_D, NUM_STAGES, CAUSAL, PAIR, PIPE)),
+        (_nd_consumer1, (cargs, HEAD_D, NUM_STAGES, CAUSAL, PAIR, PIPE)),
         (_dkdv_producer, (q_desc, do_desc, lse_desc, dl_desc, k_desc, v_desc, q_smem, do_smem,
                           lse_smem, dl_smem, k_smem, v_smem, kv_bars, q_ready, do_ready,
                           empty, kv_row, bh_kv, seq_len, kv_group, q_first, n_q,
@@ -233,39 +429,73 @@ def attn_bwd_dkdvq(q_desc, do_desc, lse_desc, dl_desc, k_desc, v_desc, dk_desc, 
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 
+@gluon.jit
+def attn_bwd_delta_zero(o_ptr, do_ptr, delta_ptr, acc_ptr, n_rows, HEAD_D: gl.constexpr,
+                        BLOCK: gl.constexpr):
+    """``attn_bwd_delta`` that also zeroes the rows' float32 dQ workspace."""
+    TPW_D: gl.constexpr = HEAD_D // 8
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // TPW_D, TPW_D], [4, 1], [1, 0])
+    rows = gl.program_id(0) * BLOCK + gl.arange(0, BLOCK, layout=gl.SliceLayout(1, layout))
+    cols = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, layout))
+    offs = gl.expand_dims(rows * HEAD_D, 1) + gl.expand_dims(cols, 0)
+    mask = gl.expand_dims(rows < n_rows, 1)
+    o = gl.load(o_ptr + offs, mask=mask, other=0.0).to(gl.float32)
+    do = gl.load(do_ptr + offs, mask=mask, other=0.0).to(gl.float32)
+    gl.store(delta_ptr + rows, gl.sum(o * do, axis=1), mask=rows < n_rows)
+    gl.store(acc_ptr + offs, gl.zeros([BLOCK, HEAD_D], gl.float32, layout), mask=mask)
+
+
+@gluon.jit
+def attn_bwd_dq_convert(acc_ptr, dq_ptr, n_rows, scale, HEAD_D: gl.constexpr,
+                        BLOCK: gl.constexpr):
+    """dQ = scale x workspace in dQ's type, rows of the 2-D [B H S, D] view."""
+    TPW_D: gl.constexpr = HEAD_D // 4
+    layout: gl.constexpr = gl.BlockedLayout([1, 4], [32 // TPW_D, TPW_D], [4, 1], [1, 0])
+    rows = gl.program_id(0) * BLOCK + gl.arange(0, BLOCK, layout=gl.SliceLayout(1, layout))
+    cols = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, layout))
+    offs = gl.expand_dims(rows * HEAD_D, 1) + gl.expand_dims(cols, 0)
+    mask = gl.expand_dims(rows < n_rows, 1)
+    acc = gl.load(acc_ptr + offs, mask=mask, other=0.0)
+    gl.store(dq_ptr + offs, (acc * scale).to(dq_ptr.dtype.element_ty), mask=mask)
+
+
 def prepare(q, k, v, o, do, stats, dq, dk, dv, delta, dq_acc, dims: tuple, scale: float,
             cfg: tuple, causal: bool, launch=launcher):
-    """delta, dK / dV / dQ-accumulate and the dQ conversion as one callable (q / o / do / dq
-    [B, H, S, D], k / v / dk / dv [B, H_kv, S, D], stats / delta float32 [B, H, S], dq_acc
-    float32 [B, H, S, D]); cfg = (BLOCK_M, stages)."""
+    """delta (+ zeroing), dK / dV / dQ-accumulate and the dQ conversion as one callable (q /
+    o / do / dq [B, H, S, D], k / v / dk / dv [B, H_kv, S, D], stats / delta float32 [B, H,
+    S], dq_acc float32 [B, H, S, D]); cfg = (BLOCK_M, stages, PAIR, PIPE)."""
     B, H, HKV, S, D, dtype = dims
-    bm, stages = cfg
+    bm, stages, pair, pipe = cfg
     nq, nk, f32, wg = B * H * S, B * HKV * S, torch.float32, WG_ROWS
-    dq_block = [64, D] if bm == 128 else [64, D // 2]
+    dq_block = [64, D // 2] if pair else [64, D]
     args = (desc(q, [nq, D], [bm, D], dtype), desc(do, [nq, D], [bm, D], dtype),
             desc(stats, [nq], [bm], f32), desc(delta, [nq], [bm], f32),
             desc(k, [nk, D], [wg, D], dtype), desc(v, [nk, D], [wg, D], dtype),
             desc(dk, [nk, D], [wg, D], dtype), desc(dv, [nk, D], [wg, D], dtype),
             desc(dq_acc, [nq, D], dq_block, f32), S, H // HKV, scale)
-    runs = [launch(attn_bwd_delta, (triton.cdiv(nq, 64), ),
+    acc = Base(dq_acc.data_ptr(), f32)
+    runs = [launch(attn_bwd_delta_zero, (triton.cdiv(nq, 64), ),
                    (Base(o.data_ptr(), dtype), Base(do.data_ptr(), dtype),
-                    Base(delta.data_ptr(), f32), nq), dict(HEAD_D=D, BLOCK=64, num_warps=4)),
+                    Base(delta.data_ptr(), f32), acc, nq),
+                   dict(HEAD_D=D, BLOCK=64, num_warps=4)),
             launch(attn_bwd_dkdvq, (S // ROWS, B * HKV), args,
-                   dict(HEAD_D=D, NUM_STAGES=stages, CAUSAL=causal,
+                   dict(HEAD_D=D, NUM_STAGES=stages, CAUSAL=causal, PAIR=pair, PIPE=pipe,
                         CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, num_warps=4,
-                        maxnreg=MAXNREG))]
+                        maxnreg=MAXNREG)),
+            launch(attn_bwd_dq_convert, (triton.cdiv(nq, 64), ),
+                   (acc, Base(dq.data_ptr(), dtype), nq, scale),
+                   dict(HEAD_D=D, BLOCK=64, num_warps=4))]
 
     def run(stream=None):
-        dq_acc.zero_()
         for r in runs:
             r(stream)
-        torch.mul(dq_acc, scale, out=dq_acc)
-        dq.copy_(dq_acc)
     run.kernel = runs[1]
     return run
 
 
-CONFIGS = {64: ((128, 2), (64, 2), (64, 3)), 128: ((64, 2), )}
+# (BLOCK_M, stages, PAIR, PIPE) per head dim
+CONFIGS = {64: ((64, 4, 1, 0), (64, 4, 1, 1), (64, 4, 0, 1), (64, 2, 0, 1)),
+           128: ((64, 2, 1, 0), (64, 2, 1, 1))}
 
 
 def compile_only():
@@ -321,8 +551,9 @@ def main(problems=None):
         det, *_ = gluon_backward(q, k, v, out, do, lse, scale, causal, dcfg)
         fl = 2.5 * 4 * B * H * S * S * D * (0.5 if causal else 1) / 1e9
         t_det, t_c = do_bench(det), do_bench(cudnn_run)
+        parts = "/".join(f"{do_bench(r):.3f}" for r in det.runs)
         print(f"S={S} D={D} causal={int(causal)}: det {fl / t_det:.0f}  "
-              f"cudnn {fl / t_c:.0f} TFLOP/s", flush=True)
+              f"cudnn {fl / t_c:.0f} TFLOP/s; det delta/dkdv/dq {parts} ms", flush=True)
         for cfg in CONFIGS[D]:
             dq, dk, dv = (torch.full_like(t, float("nan")) for t in (q, k, v))
             acc.fill_(float("nan"))
