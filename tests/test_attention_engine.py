@@ -151,9 +151,10 @@ def test_dq_knob_and_backward_tma_rules(rng):
                                            DQ_BLOCK_M=128, DQ_BLOCK_N=128, DQ_STAGES=4)
 
 
-def _first_choice(backward: bool, s: int, d: int, causal: bool, index: int = 0) -> dict:
+def _first_choice(backward: bool, s: int, d: int, causal: bool, index: int = 0,
+                  deterministic: bool = True) -> dict:
     """The heuristic's config ``index`` (0: first) on an H100 for B=4, H=16, S=s, head dim d,
-    bf16."""
+    bf16 (a backward node with use_deterministic_algorithm=``deterministic``)."""
     import opendnn.frontend as cudnn
     h100 = Target(device="cuda", name="H100", capability=(9, 0), num_sms=132)
     g = cudnn.pygraph()
@@ -162,7 +163,8 @@ def _first_choice(backward: bool, s: int, d: int, causal: bool, index: int = 0) 
     band = dict(attn_scale=0.125, diagonal_band_right_bound=0 if causal else None)
     if backward:
         st = g.tensor([4, 16, s, 1], data_type=cudnn.data_type.FLOAT)
-        for t in g.sdpa_backward(q, k, v, o, do, st, **band):
+        for t in g.sdpa_backward(q, k, v, o, do, st, use_deterministic_algorithm=deterministic,
+                                 **band):
             t.set_output(True)
     else:
         g.sdpa(q, k, v, generate_stats=False, **band)[0].set_output(True)
@@ -188,7 +190,8 @@ GLUON_LONG = (128, 128, 4, 3)            # without a mask from S=16384 (head dim
 def test_h100_first_choices(backward, s, d, causal, tile, pingpong):
     """The tiles the H100 sweeps chose (bench/notes/attention.md, sessions 9-15): the Gluon
     forward first where it covers the problem, but for short rows at head dim 64 or causal;
-    the Gluon backward first, then the Triton split's best tiles."""
+    the Gluon backward first, then the Triton split's best tiles (a deterministic backward
+    node: test_h100_nondeterministic_gluon_backward_order has the other kind)."""
     kn = _first_choice(backward, s, d, causal, index=int(backward))
     assert (kn["BLOCK_M"], kn["BLOCK_N"], kn["num_warps"], kn["num_stages"]) == tile, kn
     assert kn["LPT"] == 0, kn
@@ -210,6 +213,38 @@ def test_h100_gluon_backward_first(s, d, causal, stages, dq_n, dq_stages):
     assert (kn["GLUON"], kn["BLOCK_M"], kn["BLOCK_N"], kn["num_warps"]) == (1, 64, 128, 4), kn
     assert (kn["num_stages"], kn["DQ_BLOCK_N"], kn["DQ_STAGES"]) == (stages, dq_n, dq_stages)
     assert (kn["DQ_BLOCK_M"], kn["DQ_WARPS"], kn["PINGPONG"]) == (128, 4, 0), kn
+
+
+ND_BWD = dict(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=2, DQ_ATOMIC=1, GLUON=1)
+
+
+@pytest.mark.parametrize("s,d,causal", [(4096, 128, False), (8192, 128, True),
+                                        (4096, 64, False), (1024, 64, True)])
+def test_h100_nondeterministic_gluon_backward_order(s, d, causal):
+    """A backward node that allows nondeterminism (the frontend's default) lists the Gluon
+    TMA-reduce dQ kernel (DQ_ATOMIC=1, note NONDETERMINISTIC) first at head dim 128, where
+    the H100 measured it faster than the deterministic pair (bench/gluon_attn_bwd_nd.py,
+    session 16), and second at head dim 64, where it was not; a deterministic node never."""
+    at = 0 if d == 128 else 1
+    nd = _first_choice(True, s, d, causal, index=at, deterministic=False)
+    assert {k: nd[k] for k in ND_BWD} == dict(ND_BWD, num_stages=2 if d == 128 else 4), nd
+    assert (nd["DQ_BLOCK_M"], nd["DQ_BLOCK_N"], nd["DQ_WARPS"], nd["DQ_STAGES"]) == (0,) * 4
+    det = _first_choice(True, s, d, causal, index=1 - at, deterministic=False)
+    assert (det["GLUON"], det["DQ_ATOMIC"], det["DQ_BLOCK_M"]) == (1, 0, 128), det
+    assert det == _first_choice(True, s, d, causal)
+    import opendnn.frontend as cudnn
+    h100 = Target(device="cuda", name="H100", capability=(9, 0), num_sms=132)
+    g = cudnn.pygraph()
+    q, k, v, o, do = (g.tensor([4, 16, s, d], data_type=cudnn.data_type.BFLOAT16)
+                      for _ in range(5))
+    st = g.tensor([4, 16, s, 1], data_type=cudnn.data_type.FLOAT)
+    for t in g.sdpa_backward(q, k, v, o, do, st, attn_scale=0.125,
+                             use_deterministic_algorithm=True):
+        t.set_output(True)
+    g.validate()
+    e = AttentionEngine()
+    assert not any(c.knob_dict["GLUON"] and c.knob_dict["DQ_ATOMIC"]
+                   for c in e.configs(g.op_graph, h100))
 
 
 def _gluon_reason(knobs: dict, target=None, backward=False, d=128, s=256, **kw) -> str:
@@ -288,13 +323,26 @@ def test_gluon_backward_rules():
     assert _gluon_reason(GLUON_BWD, backward=True, diagonal_band_right_bound=0) == ""
     assert _gluon_reason(dict(GLUON_BWD, num_stages=4, DQ_BLOCK_N=128, DQ_STAGES=2), None,
                          True, 64) == ""
+    for stages, d in ((2, 128), (3, 128), (4, 64)):
+        assert _gluon_reason(dict(ND_BWD, num_stages=stages), None, True, d,
+                             diagonal_band_right_bound=0) == ""
     for knobs, d, s, kw, reason in [
-        (dict(GLUON_BWD, PINGPONG=1), 128, 256, {}, "PINGPONG, LPT and PERSIST are knobs of the Gluon"),
+        (dict(GLUON_BWD, PINGPONG=1), 128, 256, {},
+         "PINGPONG, LPT and PERSIST are knobs of the Gluon"),
         (dict(GLUON_BWD, LPT=1), 128, 256, {}, "PINGPONG, LPT and PERSIST are knobs of the Gluon"),
         (dict(GLUON_BWD, BLOCK_M=128), 128, 256, {}, "GLUON backward: BLOCK_M=64"),
         (dict(GLUON_BWD, DQ_STAGES=1), 128, 256, {}, "DQ_STAGES 2 or 3"),
         (dict(GLUON_BWD, DQ_BLOCK_N=32), 128, 256, {}, "DQ_BLOCK_N 64 or 128"),
-        (dict(GLUON_BWD, DQ_ATOMIC=1), 128, 256, {}, "no TMA / DQ_ATOMIC"),
+        (dict(GLUON_BWD, DQ_ATOMIC=1), 128, 256, {}, "DQ_ATOMIC=1: BLOCK_M=64, BLOCK_N=128"),
+        (dict(ND_BWD, num_stages=1), 128, 256, {}, "DQ_ATOMIC=1: BLOCK_M=64, BLOCK_N=128"),
+        (dict(ND_BWD, BLOCK_N=64), 128, 256, {}, "DQ_ATOMIC=1: BLOCK_M=64, BLOCK_N=128"),
+        (dict(ND_BWD, TMA=1), 128, 256, {}, "no TMA or DQ_BLOCK_M"),
+        (dict(ND_BWD, DQ_STAGES=2), 128, 256, {}, "no TMA or DQ_BLOCK_M"),
+        (dict(ND_BWD, PINGPONG=1), 128, 256, {}, "PINGPONG, LPT and PERSIST are knobs"),
+        (dict(ND_BWD, num_stages=4), 128, 256, {},
+         "DQ_ATOMIC=1 with 4 stages at head dim 128 need 258 KB of shared memory"),
+        (ND_BWD, 128, 256, dict(use_deterministic_algorithm=True),
+         "DQ_ATOMIC adds dQ by TMA reductions (nondeterministic); the node asks"),
         (dict(GLUON_BWD, DQ_BLOCK_N=128, DQ_STAGES=3), 128, 256, {},
          "need 256 KB of shared memory"),
         (GLUON_BWD, 96, 256, {}, "head dims 64 or 128"),

@@ -246,6 +246,23 @@ def test_gluon_backward(rng, c, knobs):
     """The warp-specialized Gluon backward against float64 PyTorch: causal, GQA / MQA, half
     and bfloat16, head dims 64 and 128, each knob set (those that fit head dim 128's shared
     memory); run twice on one NaN-poisoned workspace with new gradient buffers."""
+    _check_gluon_backward(rng, c, knobs)
+
+
+ND_STAGES = [(c, st) for c in GLUON_BWD_CASES for st in ((2, 3) if c.d == 128 else (2, 4))]
+
+
+@pytest.mark.parametrize("c,stages", ND_STAGES, ids=[f"{c.id}-s{st}" for c, st in ND_STAGES])
+def test_gluon_nondeterministic_backward(rng, c, stages):
+    """The Gluon backward with dQ added by TMA reductions from the dK / dV kernel
+    (DQ_ATOMIC=1, note NONDETERMINISTIC) on the same cases. The workspace holds dQ's
+    float32 accumulator: NaN-poisoned before the first run, holding the first run's sums
+    at the second (the delta kernel zeroes it each run)."""
+    _check_gluon_backward(rng, c, dict(BLOCK_M=64, BLOCK_N=128, num_warps=4,
+                                       num_stages=stages, DQ_ATOMIC=1, GLUON=1))
+
+
+def _check_gluon_backward(rng, c, knobs):
     x = inputs(rng, c)
     xc = {n: t.cuda() for n, t in x.items()}
     q, k, v = (x[n].double().requires_grad_(True) for n in ("q", "k", "v"))

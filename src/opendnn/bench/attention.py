@@ -4,7 +4,9 @@ forward >= 0.9x cuDNN, backward >= 0.8x cuDNN, faster than the flash backend
 everywhere), against PyTorch's scaled_dot_product_attention with the cuDNN backend (the
 row's reference) and the flash backend in the same run, on the same inputs.
 
-FLOPs: forward 4 B H S^2 D (halved when causal), backward 2.5x that. Each row also
+FLOPs: forward 4 B H S^2 D (halved when causal), backward 2.5x that. Two backward rows:
+``bwd`` (the frontend's default, nondeterminism allowed) and ``bwd det``
+(use_deterministic_algorithm=True). Each row also
 records the flash backend's time and opendnn's peak memory above its inputs and outputs
 (``extra_MiB``, forward and backward: the workspace and anything else the plan allocates;
 nothing S x S)."""
@@ -34,8 +36,32 @@ def _torch(q, k, v, do, causal, backend):
     return fwd, bwd
 
 
+def _backward(cudnn, q, k, v, ob, stb, do, causal, deterministic):
+    """(callable, plan name, extra MiB) of an opendnn sdpa_backward plan (heuristic A) for
+    a node with use_deterministic_algorithm=``deterministic``."""
+    D = q.shape[-1]
+    gb = cudnn.pygraph()
+    t = {n: gb.tensor_like(x) for n, x in (("q", q), ("k", k), ("v", v), ("o", ob),
+                                             ("do", do))}
+    tst = gb.tensor_like(stb)
+    dq, dk, dv = gb.sdpa_backward(t["q"], t["k"], t["v"], t["o"], t["do"], tst,
+                                  attn_scale=1 / math.sqrt(D),
+                                  diagonal_band_right_bound=0 if causal else None,
+                                  use_deterministic_algorithm=deterministic)
+    for x in (dq, dk, dv):
+        x.set_output(True)
+    gb.build([cudnn.heur_mode.A])
+    wsb = torch.empty(max(gb.get_workspace_size(), 1), device="cuda", dtype=torch.uint8)
+    packb = {t["q"]: q, t["k"]: k, t["v"]: v, t["o"]: ob, t["do"]: do, tst: stb,
+             dq: torch.empty_like(q), dk: torch.empty_like(k), dv: torch.empty_like(v)}
+    extra_b = _extra_mib(lambda: gb.execute(packb, wsb), wsb)
+    return (lambda: gb.execute(packb, wsb)), gb.get_plan_name_at_index(0), extra_b
+
+
 def _ours(cudnn, q, k, v, do, causal):
-    """(forward, backward) callables of opendnn plans, their plan names, extra MiB."""
+    """Callables of opendnn plans -- forward, backward (nondeterminism allowed, the
+    frontend's default), backward with use_deterministic_algorithm -- with plan names and
+    extra MiB."""
     B, H, S, D = q.shape
     g = cudnn.pygraph()
     tq, tk, tv = (g.tensor_like(t) for t in (q, k, v))
@@ -48,22 +74,8 @@ def _ours(cudnn, q, k, v, do, causal):
     ws = torch.empty(max(g.get_workspace_size(), 1), device="cuda", dtype=torch.uint8)
     pack = {tq: q, tk: k, tv: v, o: ob, st: stb}
     extra = _extra_mib(lambda: g.execute(pack, ws), ws)
-    gb = cudnn.pygraph()
-    t = {n: gb.tensor_like(x) for n, x in (("q", q), ("k", k), ("v", v), ("o", ob),
-                                             ("do", do))}
-    tst = gb.tensor_like(stb)
-    dq, dk, dv = gb.sdpa_backward(t["q"], t["k"], t["v"], t["o"], t["do"], tst,
-                                  attn_scale=1 / math.sqrt(D),
-                                  diagonal_band_right_bound=0 if causal else None)
-    for x in (dq, dk, dv):
-        x.set_output(True)
-    gb.build([cudnn.heur_mode.A])
-    wsb = torch.empty(max(gb.get_workspace_size(), 1), device="cuda", dtype=torch.uint8)
-    packb = {t["q"]: q, t["k"]: k, t["v"]: v, t["o"]: ob, t["do"]: do, tst: stb,
-             dq: torch.empty_like(q), dk: torch.empty_like(k), dv: torch.empty_like(v)}
-    extra_b = _extra_mib(lambda: gb.execute(packb, wsb), wsb)
-    return ((lambda: g.execute(pack, ws)), (lambda: gb.execute(packb, wsb)),
-            g.get_plan_name_at_index(0), gb.get_plan_name_at_index(0), extra, extra_b)
+    bwd = [_backward(cudnn, q, k, v, ob, stb, do, causal, det) for det in (False, True)]
+    return (lambda: g.execute(pack, ws)), g.get_plan_name_at_index(0), extra, bwd
 
 
 def _extra_mib(run, ws) -> float:
@@ -95,15 +107,16 @@ def run_attention(r, bench):
                 q, k, v, do = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16)
                                for _ in range(4))
                 fl = 4.0 * B * H * S * S * D * (0.5 if causal else 1.0)
-                fwd, bwd, pf, pb, extra, extra_b = _ours(cudnn, q, k, v, do, causal)
+                fwd, pf, extra, bwds = _ours(cudnn, q, k, v, do, causal)
                 cf, cb = _torch(q, k, v, do, causal, SDPBackend.CUDNN_ATTENTION)
                 ff, fb = _torch(q, k, v, do, causal, SDPBackend.FLASH_ATTENTION)
                 tag = f"S={S} D={D}{' causal' if causal else ''} bf16"
                 flash_f, flash_b = bench(ff), bench(fb)
                 r.add("attention", f"fwd {tag}", *_alternating(bench, fwd, cf), flops=fl,
                       ref_name="cudnn", plan=pf, flash_ms=flash_f, extra_MiB=extra)
-                r.add("attention", f"bwd {tag}", *_alternating(bench, bwd, cb),
-                      flops=2.5 * fl, ref_name="cudnn", plan=pb, flash_ms=flash_b,
-                      extra_MiB=extra_b)
+                for kind, (bwd, pb, extra_b) in zip(("bwd", "bwd det"), bwds):
+                    r.add("attention", f"{kind} {tag}", *_alternating(bench, bwd, cb),
+                          flops=2.5 * fl, ref_name="cudnn", plan=pb, flash_ms=flash_b,
+                          extra_MiB=extra_b)
                 del q, k, v, do
                 torch.cuda.empty_cache()

@@ -51,8 +51,10 @@ WG_ROWS = 64          # keys (dK / dV) or query rows (dQ) per consumer warpgroup
 # Delta kernel: delta[r] = sum_d dO[r, d] O[r, d] (fp32), rows of the 2-D [B H S, D] view
 # --------------------------------------------------------------------------------------------
 @gluon.jit
-def attn_bwd_delta(o_ptr, do_ptr, delta_ptr, n_rows, HEAD_D: gl.constexpr,
-                   BLOCK: gl.constexpr):
+def attn_bwd_delta(o_ptr, do_ptr, delta_ptr, acc_ptr, n_rows, HEAD_D: gl.constexpr,
+                   BLOCK: gl.constexpr, ZERO: gl.constexpr):
+    """ZERO: also zero the rows' float32 [rows, D] dQ accumulator at acc_ptr (the
+    nondeterministic backward's; unused otherwise)."""
     TPW_D: gl.constexpr = HEAD_D // 8
     layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // TPW_D, TPW_D], [4, 1], [1, 0])
     rows = gl.program_id(0) * BLOCK + gl.arange(0, BLOCK, layout=gl.SliceLayout(1, layout))
@@ -62,6 +64,8 @@ def attn_bwd_delta(o_ptr, do_ptr, delta_ptr, n_rows, HEAD_D: gl.constexpr,
     o = gl.load(o_ptr + offs, mask=mask, other=0.0).to(gl.float32)
     do = gl.load(do_ptr + offs, mask=mask, other=0.0).to(gl.float32)
     gl.store(delta_ptr + rows, gl.sum(o * do, axis=1), mask=rows < n_rows)
+    if ZERO:
+        gl.store(acc_ptr + offs, gl.zeros([BLOCK, HEAD_D], gl.float32, layout), mask=mask)
 
 
 # --------------------------------------------------------------------------------------------
@@ -107,14 +111,13 @@ def _dkdv_producer(q_desc, do_desc, lse_desc, dl_desc, k_desc, v_desc, q_smem, d
 
 
 @gluon.jit
-def _dkdv_step(it, q_pos, key0, k_tile, v_tile, q_smem, do_smem, lse_smem, dl_smem, q_ready,
-               do_ready, empty, dk, dv, st, dpt, qk_scale,
-               NUM_STAGES: gl.constexpr, MASK: gl.constexpr, s_layout: gl.constexpr,
-               op_layout: gl.constexpr):
+def _dkdv_issue(it, q_pos, key0, k_tile, v_tile, q_smem, do_smem, lse_smem, dl_smem, q_ready,
+                do_ready, dk, dv, st, dpt, qk_scale, NUM_STAGES: gl.constexpr,
+                MASK: gl.constexpr, s_layout: gl.constexpr, op_layout: gl.constexpr):
     """One query tile (ring iteration ``it``, query rows q_pos..) for this warpgroup's 64
     keys key0..: S^T, dP^T async together; P^T while dP^T runs; dV += P^T dO issued before
-    dP^T is waited for; dS^T; dK += dS^T Q; retire all and hand the slot back. Returns
-    (dk, dv, st, dpt, ds_op): ds_op is dS^T in Q's type (for a dQ partial; unused here)."""
+    dP^T is waited for; dS^T; dK += dS^T Q issued. Returns (dk, dv, st, dpt, p_op, ds_op)
+    with dV and dK in flight (``_dkdv_retire``); ds_op is dS^T in Q's type."""
     BLOCK_M: gl.constexpr = st.shape[1]
     dtype: gl.constexpr = k_tile.dtype
     col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
@@ -141,9 +144,28 @@ def _dkdv_step(it, q_pos, key0, k_tile, v_tile, q_smem, do_smem, lse_smem, dl_sm
     dst = pt * (dpt - gl.expand_dims(delta, 0))
     ds_op = gl.convert_layout(dst.to(dtype), op_layout)
     dk = warpgroup_mma(ds_op, q_tile, dk, is_async=True)
+    return dk, dv, st, dpt, p_op, ds_op
+
+
+@gluon.jit
+def _dkdv_retire(it, empty, dk, dv, p_op, ds_op, NUM_STAGES: gl.constexpr):
+    """Retire step ``it``'s dV and dK and hand its ring slot back."""
     dv, dk, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, p_op, ds_op))
-    mbarrier.arrive(empty.index(slot), count=1)
-    return dk, dv, st, dpt, ds_op
+    mbarrier.arrive(empty.index(it % NUM_STAGES), count=1)
+    return dk, dv
+
+
+@gluon.jit
+def _dkdv_step(it, q_pos, key0, k_tile, v_tile, q_smem, do_smem, lse_smem, dl_smem, q_ready,
+               do_ready, empty, dk, dv, st, dpt, qk_scale,
+               NUM_STAGES: gl.constexpr, MASK: gl.constexpr, s_layout: gl.constexpr,
+               op_layout: gl.constexpr):
+    """``_dkdv_issue`` then ``_dkdv_retire``: one query tile, every wgmma retired."""
+    dk, dv, st, dpt, p_op, ds_op = _dkdv_issue(
+        it, q_pos, key0, k_tile, v_tile, q_smem, do_smem, lse_smem, dl_smem, q_ready,
+        do_ready, dk, dv, st, dpt, qk_scale, NUM_STAGES, MASK, s_layout, op_layout)
+    dk, dv = _dkdv_retire(it, empty, dk, dv, p_op, ds_op, NUM_STAGES)
+    return dk, dv, st, dpt
 
 
 @gluon.jit
@@ -173,13 +195,13 @@ def _dkdv_consumer(dk_desc, dv_desc, q_smem, do_smem, lse_smem, dl_smem, k_smem,
         q_mid = gl.minimum(q_first + (2 * WG_N) // BLOCK_M, n_q)
         for gi in range(kv_group):
             for qi in range(q_first, q_mid):
-                dk, dv, st, dpt, _ = _dkdv_step(
+                dk, dv, st, dpt = _dkdv_step(
                     it, qi * BLOCK_M, key0, k_tile, v_tile, q_smem, do_smem, lse_smem,
                     dl_smem, q_ready, do_ready, empty, dk, dv, st, dpt, qk_scale,
                     NUM_STAGES, True, s_layout, op_layout)
                 it += 1
             for qi in range(q_mid, n_q):
-                dk, dv, st, dpt, _ = _dkdv_step(
+                dk, dv, st, dpt = _dkdv_step(
                     it, qi * BLOCK_M, key0, k_tile, v_tile, q_smem, do_smem, lse_smem,
                     dl_smem, q_ready, do_ready, empty, dk, dv, st, dpt, qk_scale,
                     NUM_STAGES, False, s_layout, op_layout)
@@ -187,7 +209,7 @@ def _dkdv_consumer(dk_desc, dv_desc, q_smem, do_smem, lse_smem, dl_smem, k_smem,
     else:
         for gi in range(kv_group):
             for qi in range(0, n_q):
-                dk, dv, st, dpt, _ = _dkdv_step(
+                dk, dv, st, dpt = _dkdv_step(
                     it, qi * BLOCK_M, key0, k_tile, v_tile, q_smem, do_smem, lse_smem,
                     dl_smem, q_ready, do_ready, empty, dk, dv, st, dpt, qk_scale,
                     NUM_STAGES, False, s_layout, op_layout)
@@ -468,7 +490,8 @@ def prepare(q, k, v, o, do, stats, dq, dk, dv, delta, dims: tuple, scale: float,
                 num_warps=4, maxnreg=MAXNREG)
     runs = [launcher(attn_bwd_delta, (triton.cdiv(nq, 64), ),
                      (Base(o.data_ptr(), dtype), Base(do.data_ptr(), dtype),
-                      Base(delta.data_ptr(), f32), nq), dict(HEAD_D=D, BLOCK=64, num_warps=4)),
+                      Base(delta.data_ptr(), f32), Base(delta.data_ptr(), f32), nq),
+                     dict(HEAD_D=D, BLOCK=64, ZERO=False, num_warps=4)),
             launcher(attn_bwd_dkdv, (S // ROWS, B * HKV), args_a,
                      dict(HEAD_D=D, NUM_STAGES=sa, **regs)),
             launcher(attn_bwd_dq, (S // ROWS, B * H), args_b,

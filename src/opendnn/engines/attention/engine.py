@@ -14,8 +14,8 @@ Nothing of size S_q x S_kv is stored but dBias itself.
 Knobs: BLOCK_M (query rows per program), BLOCK_N (keys per step), num_warps,
 num_stages, TMA (forward: Q / K / V tiles through tensor descriptors), DQ_ATOMIC (backward:
 dQ accumulated with float32 atomics by the dK / dV kernel, note NONDETERMINISTIC; refused
-when the node sets use_deterministic_algorithm; measured half as fast as the split, so
-only on request).
+when the node sets use_deterministic_algorithm; the Triton form measured half as fast as
+the split, so only on request; the Gluon form below is the faster at head dim 128).
 
 GLUON=1 (Hopper): the FlashAttention-3-style kernels of ``_gluon_kernels`` (forward) and
 ``_gluon_bwd_kernels`` (backward) -- a TMA producer warp and two consumer warpgroups with
@@ -23,7 +23,10 @@ asynchronous wgmma, written in Gluon -- for packed BHSD half / bfloat16, head di
 128, no mask or a causal one, GQA; the forward any length (PINGPONG alternates its
 warpgroups' GEMM issues; PERSIST, lengths a multiple of 128: one program per SM over the
 query tiles, ``_gluon_persist_kernels``), the backward lengths a multiple of 128
-(deterministic: dK / dV by key tile, dQ by query tile). Listed first where they apply
+(deterministic: dK / dV by key tile, dQ by query tile; with DQ_ATOMIC=1 nondeterministic,
+``_gluon_bwd_nd_kernels``: dQ added by TMA reductions from the dK / dV kernel, first at head
+dim 128 where it is the faster, refused under use_deterministic_algorithm). Listed first
+where they apply
 (forward 0.93-1.9x cuDNN, backward 0.84-1.36x, bench/notes/attention.md); the Triton
 kernels cover everything else and the CPU.
 
@@ -134,6 +137,12 @@ def _gluon_bwd():
     return _gluon_bwd_kernels
 
 
+def _gluon_bwd_nd():
+    """The nondeterministic Gluon backward's module, imported on first use."""
+    from . import _gluon_bwd_nd_kernels
+    return _gluon_bwd_nd_kernels
+
+
 def _gluon_first(p: K.Problem) -> AttnKnobs:
     """The Gluon forward's config: 128-key tiles, 2 stages; ping-pong where it won (head dim
     128 at S=8192 without a mask: 634 against 600 TFLOP/s). From S=16384 without a mask, 3
@@ -168,6 +177,12 @@ def _gluon_backward_first(p: K.Problem) -> AttnKnobs:
                      GLUON=1)
 
 
+def _gluon_nd_first(p: K.Problem) -> AttnKnobs:
+    """The nondeterministic Gluon backward's config (bench/gluon_attn_bwd_nd.py, H100,
+    session 16): 2 stages at head dim 128 (3 barely fit), 4 at head dim 64."""
+    return AttnKnobs(64, 128, 4, 2 if max(p.D, p.DV) > 64 else 4, DQ_ATOMIC=1, GLUON=1)
+
+
 def _gluon_knob_rule(fwd: bool, p: K.Problem, kn: AttnKnobs) -> str:
     """Why the Gluon kernels do not take knobs ``kn`` ('' when they do)."""
     D = p.D
@@ -182,6 +197,17 @@ def _gluon_knob_rule(fwd: bool, p: K.Problem, kn: AttnKnobs) -> str:
         mod = _gluon_persist() if kn.PERSIST else _gluon()
         need = mod.smem_bytes(D, kn.BLOCK_N, kn.num_stages) if D in (64, 128) else 0
         what = f"{kn.num_stages} stages of {kn.BLOCK_N} keys"
+    elif kn.DQ_ATOMIC:
+        if kn.PINGPONG or kn.LPT or kn.PERSIST:
+            return "PINGPONG, LPT and PERSIST are knobs of the Gluon forward"
+        if (kn.BLOCK_M, kn.BLOCK_N, kn.num_warps) != (64, 128, 4) or \
+                kn.num_stages not in (2, 3, 4) or kn.TMA or \
+                (kn.DQ_BLOCK_M, kn.DQ_BLOCK_N, kn.DQ_WARPS, kn.DQ_STAGES) != (0, 0, 0, 0):
+            return ("GLUON backward, DQ_ATOMIC=1: BLOCK_M=64, BLOCK_N=128, num_warps=4, "
+                    "num_stages 2-4; no TMA or DQ_BLOCK_M / DQ_BLOCK_N / DQ_WARPS / "
+                    "DQ_STAGES (no dQ kernel)")
+        need = _gluon_bwd_nd().smem_bytes(D, kn.num_stages) if D in (64, 128) else 0
+        what = f"DQ_ATOMIC=1 with {kn.num_stages} stages"
     else:
         if kn.PINGPONG or kn.LPT or kn.PERSIST:
             return "PINGPONG, LPT and PERSIST are knobs of the Gluon forward"
@@ -224,6 +250,9 @@ def _check_gluon(graph, p: K.Problem, kn: AttnKnobs, target: Target) -> Support:
                        f"as queries ({S} / {p.SKV})")
     if not fwd and S % 128:
         return decline(f"GLUON backward: sequence lengths a multiple of 128 ({S})")
+    if kn.DQ_ATOMIC and n.use_deterministic_algorithm:
+        return decline("DQ_ATOMIC adds dQ by TMA reductions (nondeterministic); the node asks "
+                       "for a deterministic algorithm")
     if kn.PERSIST and S % 128:
         return decline(f"PERSIST: sequence lengths a multiple of 128 ({S})")
     rows = ("Q", "O") + (() if fwd else ("DO", "DQ"))
@@ -416,6 +445,12 @@ class AttentionEngine(Engine):
                 # bench/gluon_attn_bwd_probe.py (session 14): 0.87-1.85x cuDNN at S 1024-8192
                 # against 0.76-0.98x for the Triton split
                 out = [g] + out
+            nd = _gluon_nd_first(p)
+            if _check_gluon(graph, p, nd, target).ok:
+                # bench/gluon_attn_bwd_nd.py (session 16): at head dim 128 1.02-1.09x the
+                # deterministic pair; at 64 0.97-0.99x, so second there
+                at = 0 if max(p.D, p.DV) > 64 else 1
+                out = out[:at] + [nd] + out[at:]
         return [EngineConfig.make(self, **dataclasses.asdict(kn))
                 for kn in dict.fromkeys(out)]
 
@@ -428,8 +463,9 @@ class AttentionEngine(Engine):
         p = _problem(graph)
         frac = 0.5 if p.right is not None else 1.0
         flops = 4.0 * p.B * p.H * p.SQ * p.SKV * max(p.D, p.DV) * frac
-        if graph.nodes[0].kind != "sdpa":
-            flops *= 2.5 * (2.0 if config.knob_dict.get("DQ_ATOMIC") else 1.0)   # measured
+        if graph.nodes[0].kind != "sdpa":   # measured: the Triton atomic dQ, half as fast
+            kd = config.knob_dict
+            flops *= 2.5 * (2.0 if kd.get("DQ_ATOMIC") and not kd.get("GLUON") else 1.0)
         return flops / (0.6 * target.peak_flops_fp16) + 5e-6
 
     def workspace_size(self, graph, config, target) -> int:
@@ -526,6 +562,13 @@ class _AttnExecutable(Executable, LaunchList):
                                     status=Status.BAD_PARAM_MISALIGNED_POINTER)
         dims = (p.B, p.H, p.HKV, p.SQ, p.D, TORCH_TYPES[p.dtype])
         causal = p.right is not None
+        if self.op != "sdpa" and kn.DQ_ATOMIC:
+            # the workspace: delta, then dQ's float32 accumulator (128-byte aligned)
+            ws = bufs[-1].data_ptr()
+            delta = _gluon_bwd().Base(ws, torch.float32)
+            acc = _gluon_bwd().Base(ws + 4 * KB.dq_base(p), torch.float32)
+            return _gluon_bwd_nd().prepare(*bufs[:-1], delta, acc, dims, scale,
+                                           kn.num_stages, causal)
         if self.op != "sdpa":
             cfg = ((kn.BLOCK_M, kn.num_stages), (kn.DQ_BLOCK_N, kn.DQ_STAGES))
             return _gluon_bwd().prepare(*bufs, dims, scale, cfg, causal)

@@ -1,0 +1,278 @@
+"""Gluon kernels of the attention engine's nondeterministic backward (``GLUON=1,
+DQ_ATOMIC=1`` on an ``sdpa_backward`` node; GPU only, Hopper): the deterministic dK / dV
+kernel of ``_gluon_bwd_kernels`` also computing dQ, so that P and dP are computed once --
+5 GEMMs of work where the deterministic pair does 7 (FlashAttention 3's layout).
+
+Math (as ``_gluon_bwd_kernels``; c = attn_scale log2 e):
+    dQ_i = attn_scale sum_j dS_ij K_j   over every key tile j, each program adding its own
+the key tiles' share into a float32 workspace W ([B H S, D], zeroed by the delta kernel);
+``attn_bwd_dq_convert`` writes dQ = attn_scale W in Q's type after. The order of the adds
+across programs is the hardware's: dQ's bits may differ between runs (NONDETERMINISTIC);
+dK and dV are deterministic.
+
+``attn_bwd_dkdvq``: grid (S / 128, B H_kv), two consumer warpgroups of 64 keys and a TMA
+producer warp (``_dkdv_producer``). Per query tile (64 rows), each consumer warpgroup w:
+    dK / dV step issued (``_dkdv_issue``); dS_w^T (64 keys x 64 queries, Q's type) stored
+    into a double-buffered shared ring while dK runs; arrive on ``ds_ready``; retire;
+    wait for the other warpgroup's arrive; then its half of the tile's dQ columns over all
+    128 keys: dQ[:, w D/2 ..] = dS_0 K_0[:, w D/2 ..] + dS_1 K_1[:, w D/2 ..]
+    (A: the stored tiles transposed; B: the resident K tiles), through a float32 shared
+    tile into W by one TMA reduce-add (``cp.reduce.async.bulk.tensor .add.f32``),
+    asynchronous: the next step starts while it drains.
+Double buffering dS makes one barrier enough: a warpgroup writing buffer s at step it has
+passed ``ds_ready`` of step it-1, which the other warpgroup arrived on after retiring its
+dQ wgmma of step it-2, the buffer's last reader. At head dim 128 the dQ accumulator reuses
+S^T's registers (S^T is issued with use_acc=False). Before a warpgroup's K tile takes its
+dK, the two meet once more (``k_free``): the other's last dQ wgmma reads it.
+
+H100, B=4 H=16 S=4096 bf16 (bench/gluon_attn_bwd_nd.py, session 16): head dim 128 492 /
+436 TFLOP/s (causal) against 466 / 425 for the deterministic pair; head dim 64 385 / 340
+against 390 / 350 (the dQ step's latency chain -- barrier, wgmma, shared store, reduce --
+costs ~0.6 us a step, nearly the deterministic dQ kernel's whole time at that head dim).
+Gluon 3.6 exposes no TMA reduce; its builder does (``tma_reduce_add``).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+from triton._C.libtriton import ir
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language._core import builtin
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier,
+                                                              tma, warpgroup_mma,
+                                                              warpgroup_mma_wait)
+
+from ._gluon_bwd_kernels import (CONSUMER_REGS, LOG2E, MAXNREG, PRODUCER_REGS, ROWS, WG_ROWS,
+                                 Base, _dkdv_issue, _dkdv_producer, _dkdv_retire,
+                                 attn_bwd_delta, desc, launcher, operand_layout, wgmma_layout)
+
+
+@builtin
+def tma_reduce_add(tensor_desc, coord, src, _semantic=None):
+    """global[coord .. + block] += src (a shared tile), one TMA bulk reduction, asynchronous:
+    ``tma.store_wait`` waits for it as for a TMA store."""
+    coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+    _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD,
+                                              tensor_desc.handle, coord, src.handle)
+
+
+@gluon.jit
+def attn_bwd_dq_convert(acc_ptr, dq_ptr, n_rows, scale, HEAD_D: gl.constexpr,
+                        BLOCK: gl.constexpr):
+    """dQ = scale x W in dQ's type, BLOCK rows of the 2-D [B H S, D] views a program."""
+    TPW_D: gl.constexpr = HEAD_D // 4
+    layout: gl.constexpr = gl.BlockedLayout([1, 4], [32 // TPW_D, TPW_D], [4, 1], [1, 0])
+    rows = gl.program_id(0) * BLOCK + gl.arange(0, BLOCK, layout=gl.SliceLayout(1, layout))
+    cols = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, layout))
+    offs = gl.expand_dims(rows * HEAD_D, 1) + gl.expand_dims(cols, 0)
+    mask = gl.expand_dims(rows < n_rows, 1)
+    acc = gl.load(acc_ptr + offs, mask=mask, other=0.0)
+    gl.store(dq_ptr + offs, (acc * scale).to(dq_ptr.dtype.element_ty), mask=mask)
+
+
+@gluon.jit
+def _nd_step(it, q_pos, q_row, key0, k_smem, k_tile, v_tile, ds_smem, ds_ready, dq_smem,
+             dq_desc, q_smem, do_smem, lse_smem, dl_smem, q_ready, do_ready, empty, dk, dv,
+             st, dpt, qk_scale, WG: gl.constexpr, NUM_STAGES: gl.constexpr,
+             MASK: gl.constexpr, s_layout: gl.constexpr, op_layout: gl.constexpr):
+    """One query tile (rows q_row.. of the 2-D view): the dK / dV step, then this
+    warpgroup's half of the tile's dQ columns into W (module docstring)."""
+    BLOCK_M: gl.constexpr = st.shape[1]
+    HALF: gl.constexpr = dk.shape[1] // 2
+    dk, dv, st, dpt, p_op, ds_op = _dkdv_issue(
+        it, q_pos, key0, k_tile, v_tile, q_smem, do_smem, lse_smem, dl_smem, q_ready,
+        do_ready, dk, dv, st, dpt, qk_scale, NUM_STAGES, MASK, s_layout, op_layout)
+    buf = it % 2
+    ds_smem.index(2 * buf + WG).store(ds_op)
+    fence_async_shared()
+    gl.thread_barrier()
+    mbarrier.arrive(ds_ready.index(buf), count=1)
+    dk, dv = _dkdv_retire(it, empty, dk, dv, p_op, ds_op, NUM_STAGES)
+    mbarrier.wait(ds_ready.index(buf), (it // 2) & 1)
+    if HALF == BLOCK_M:
+        acc = st
+    else:
+        acc = gl.zeros([BLOCK_M, HALF], gl.float32, wgmma_layout(HALF))
+    dq = warpgroup_mma(ds_smem.index(2 * buf).permute((1, 0)),
+                       k_smem.index(0).slice(WG * HALF, HALF, dim=1), acc, use_acc=False,
+                       is_async=True)
+    dq = warpgroup_mma(ds_smem.index(2 * buf + 1).permute((1, 0)),
+                       k_smem.index(1).slice(WG * HALF, HALF, dim=1), dq, is_async=True)
+    dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq, ))
+    tma.store_wait(pendings=0)          # the previous step's reduction has read dq_smem
+    gl.thread_barrier()
+    dq_smem.store(dq)
+    fence_async_shared()
+    gl.thread_barrier()
+    tma_reduce_add(dq_desc, [q_row, WG * HALF], dq_smem)
+    if HALF == BLOCK_M:
+        st = dq
+    return dk, dv, st, dpt
+
+
+@gluon.jit
+def _nd_consumer(dk_desc, dv_desc, dq_desc, q_smem, do_smem, lse_smem, dl_smem, k_smem,
+                 v_smem, ds_smem, dq_smem, kv_bars, ds_ready, k_free, q_ready, do_ready,
+                 empty, kv_row, k_pos, bh_kv, seq_len, kv_group, q_first, n_q, sm_scale,
+                 WG: gl.constexpr, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr,
+                 CAUSAL: gl.constexpr):
+    """Consumer warpgroup WG: keys k_pos + 64 WG .. +63 (``_dkdv_consumer`` with dQ)."""
+    BLOCK_M: gl.constexpr = q_smem.type.shape[1]
+    WG_N: gl.constexpr = k_smem.type.shape[1]
+    dtype: gl.constexpr = q_smem.dtype
+    s_layout: gl.constexpr = wgmma_layout(BLOCK_M)
+    acc_layout: gl.constexpr = wgmma_layout(HEAD_D)
+    op_layout: gl.constexpr = operand_layout(acc_layout)
+    qk_scale = sm_scale * LOG2E
+    key0 = k_pos + WG * WG_N
+    k_tile = k_smem.index(WG)
+    v_tile = v_smem.index(WG)
+    dq_tile = dq_smem.index(WG)
+    dk = gl.zeros([WG_N, HEAD_D], gl.float32, acc_layout)
+    dv = gl.zeros([WG_N, HEAD_D], gl.float32, acc_layout)
+    st = gl.zeros([WG_N, BLOCK_M], gl.float32, s_layout)
+    dpt = gl.zeros([WG_N, BLOCK_M], gl.float32, s_layout)
+    mbarrier.wait(kv_bars.index(0), 0)      # dQ reads both warpgroups' K tiles
+    mbarrier.wait(kv_bars.index(1), 0)
+    it = 0
+    for gi in range(kv_group):
+        h_row = (bh_kv * kv_group + gi) * seq_len
+        q_mid = q_first
+        if CAUSAL:
+            # query tiles holding queries k_pos .. k_pos + 127 (the diagonal band): masked
+            q_mid = gl.minimum(q_first + (2 * WG_N) // BLOCK_M, n_q)
+            for qi in range(q_first, q_mid):
+                dk, dv, st, dpt = _nd_step(
+                    it, qi * BLOCK_M, h_row + qi * BLOCK_M, key0, k_smem, k_tile, v_tile,
+                    ds_smem, ds_ready, dq_tile, dq_desc, q_smem, do_smem, lse_smem, dl_smem,
+                    q_ready, do_ready, empty, dk, dv, st, dpt, qk_scale, WG, NUM_STAGES,
+                    True, s_layout, op_layout)
+                it += 1
+        for qi in range(q_mid, n_q):
+            dk, dv, st, dpt = _nd_step(
+                it, qi * BLOCK_M, h_row + qi * BLOCK_M, key0, k_smem, k_tile, v_tile,
+                ds_smem, ds_ready, dq_tile, dq_desc, q_smem, do_smem, lse_smem, dl_smem,
+                q_ready, do_ready, empty, dk, dv, st, dpt, qk_scale, WG, NUM_STAGES, False,
+                s_layout, op_layout)
+            it += 1
+    mbarrier.arrive(k_free, count=1)
+    mbarrier.wait(k_free, 0)
+    k_tile.store((dk * sm_scale).to(dtype))
+    v_tile.store(dv.to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(dk_desc, [kv_row + WG * WG_N, 0], k_tile)
+    tma.async_copy_shared_to_global(dv_desc, [kv_row + WG * WG_N, 0], v_tile)
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def _nd_consumer0(args, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+    _nd_consumer(*args, 0, HEAD_D, NUM_STAGES, CAUSAL)
+
+
+@gluon.jit
+def _nd_consumer1(args, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+    _nd_consumer(*args, 1, HEAD_D, NUM_STAGES, CAUSAL)
+
+
+@gluon.jit
+def attn_bwd_dkdvq(q_desc, do_desc, lse_desc, dl_desc, k_desc, v_desc, dk_desc, dv_desc,
+                   dq_desc, seq_len, kv_group, sm_scale, HEAD_D: gl.constexpr,
+                   NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                   CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+    """dK, dV of 128 keys of one K / V head and their dQ share added into W (grid (S / 128,
+    B H_kv), num_warps=4). q / do blocks [64, D], lse / delta [64], k / v / dk / dv
+    [64, D], dq_desc: W, float32 blocks [64, D / 2]."""
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
+    WG_N: gl.constexpr = k_desc.block_type.shape[0]
+    gl.static_assert(WG_N == 64, "one consumer warpgroup = 64 keys")
+    gl.static_assert(BLOCK_M == 64, "one query tile = one wgmma M of dQ")
+    dtype: gl.constexpr = q_desc.dtype
+    k_pos = gl.program_id(0) * (2 * WG_N)
+    bh_kv = gl.program_id(1)
+    kv_row = bh_kv * seq_len + k_pos
+    n_q = seq_len // BLOCK_M
+    if CAUSAL:
+        q_first = k_pos // BLOCK_M
+    else:
+        q_first = 0
+    q_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_D], q_desc.layout)
+    do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_D], do_desc.layout)
+    lse_smem = gl.allocate_shared_memory(gl.float32, [NUM_STAGES, BLOCK_M], lse_desc.layout)
+    dl_smem = gl.allocate_shared_memory(gl.float32, [NUM_STAGES, BLOCK_M], dl_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [2, WG_N, HEAD_D], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [2, WG_N, HEAD_D], v_desc.layout)
+    ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([WG_N, BLOCK_M], dtype)
+    ds_smem = gl.allocate_shared_memory(dtype, [4, WG_N, BLOCK_M], ds_layout)
+    dq_smem = gl.allocate_shared_memory(gl.float32, [2] + dq_desc.block_type.shape,
+                                        dq_desc.layout)
+    kv_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    k_free = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+    q_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    do_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
+        mbarrier.init(kv_bars.index(i), count=1)
+        mbarrier.init(ds_ready.index(i), count=2)
+    mbarrier.init(k_free.index(0), count=2)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(q_ready.index(i), count=1)
+        mbarrier.init(do_ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)
+    cargs = (dk_desc, dv_desc, dq_desc, q_smem, do_smem, lse_smem, dl_smem, k_smem, v_smem,
+             ds_smem, dq_smem, kv_bars, ds_ready, k_free.index(0), q_ready, do_ready, empty,
+             kv_row, k_pos, bh_kv, seq_len, kv_group, q_first, n_q, sm_scale)
+    gl.warp_specialize([
+        (_nd_consumer0, (cargs, HEAD_D, NUM_STAGES, CAUSAL)),
+        (_nd_consumer1, (cargs, HEAD_D, NUM_STAGES, CAUSAL)),
+        (_dkdv_producer, (q_desc, do_desc, lse_desc, dl_desc, k_desc, v_desc, q_smem, do_smem,
+                          lse_smem, dl_smem, k_smem, v_smem, kv_bars, q_ready, do_ready,
+                          empty, kv_row, bh_kv, seq_len, kv_group, q_first, n_q,
+                          NUM_STAGES)),
+    ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+def smem_bytes(d: int, stages: int) -> int:
+    """Shared memory of ``attn_bwd_dkdvq`` (2-byte types, 64-row query tiles): the Q / dO
+    ring with its Stats / delta rows, K / V, the dS ring, the two float32 dQ tiles and the
+    barriers (ptxas: 116160 bytes at head dim 64 with 2 stages, 198080 at 128)."""
+    return stages * WG_ROWS * (4 * d + 8) + 8 * WG_ROWS * d + 8 * WG_ROWS * WG_ROWS + \
+        4 * WG_ROWS * d + 512
+
+
+def prepare(q, k, v, o, do, stats, dq, dk, dv, delta, acc, dims: tuple, scale: float,
+            stages: int, causal: bool, launch=launcher):
+    """The nondeterministic backward's three launches (delta + zeroing W, dK / dV / dQ into
+    W, dQ from W) as one callable on a stream, their TMA descriptors built once. q / o / do
+    / dq packed [B, H, S, D], k / v / dk / dv packed [B, H_kv, S, D] buffers of torch type
+    dims[5]; stats (read), delta (written) float32 [B, H, S]; acc: W, float32 [B H S, D],
+    128-byte aligned; dims = (B, H, H_kv, S, D, dtype). Holds addresses, not buffers."""
+    B, H, HKV, S, D, dtype = dims
+    nq, nk, f32, wg = B * H * S, B * HKV * S, torch.float32, WG_ROWS
+
+    def rows(t, n, block):
+        return desc(t, [n, D], [block, D], dtype)
+
+    args = (rows(q, nq, wg), rows(do, nq, wg), desc(stats, [nq], [wg], f32),
+            desc(delta, [nq], [wg], f32), rows(k, nk, wg), rows(v, nk, wg), rows(dk, nk, wg),
+            rows(dv, nk, wg), desc(acc, [nq, D], [wg, D // 2], f32), S, H // HKV, scale)
+    w = Base(acc.data_ptr(), f32)
+    runs = [launch(attn_bwd_delta, (triton.cdiv(nq, 64), ),
+                   (Base(o.data_ptr(), dtype), Base(do.data_ptr(), dtype),
+                    Base(delta.data_ptr(), f32), w, nq),
+                   dict(HEAD_D=D, BLOCK=64, ZERO=True, num_warps=4)),
+            launch(attn_bwd_dkdvq, (S // ROWS, B * HKV), args,
+                   dict(HEAD_D=D, NUM_STAGES=stages, CAUSAL=causal,
+                        CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, num_warps=4,
+                        maxnreg=MAXNREG)),
+            launch(attn_bwd_dq_convert, (triton.cdiv(nq, 64), ),
+                   (w, Base(dq.data_ptr(), dtype), nq, scale),
+                   dict(HEAD_D=D, BLOCK=64, num_warps=4))]
+
+    def run(stream=None):
+        for r in runs:
+            r(stream)
+    run.runs = runs      # each launch on its own, for probes
+    return run
