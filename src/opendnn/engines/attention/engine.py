@@ -447,8 +447,9 @@ class AttentionEngine(Engine):
                 out = [g] + out
             nd = _gluon_nd_first(p)
             if _check_gluon(graph, p, nd, target).ok:
-                # bench/gluon_attn_bwd_nd.py (session 16): at head dim 128 1.02-1.09x the
-                # deterministic pair; at 64 0.97-0.99x, so second there
+                # bench/results/h100-2026-11-23-s16-attn.json: at head dim 128 1.05-1.16x
+                # the deterministic pair (0.97x S=1024 causal); at 64 0.97-0.99x
+                # (bench/gluon_attn_bwd_nd.py), so second there
                 at = 0 if max(p.D, p.DV) > 64 else 1
                 out = out[:at] + [nd] + out[at:]
         return [EngineConfig.make(self, **dataclasses.asdict(kn))
