@@ -237,27 +237,16 @@ def _dkdv_consumer1(args, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr,
 
 
 @gluon.jit
-def attn_bwd_dkdv(q_desc, do_desc, lse_desc, dl_desc, k_desc, v_desc, dk_desc, dv_desc,
-                  seq_len, kv_group, sm_scale,
-                  HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                  CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
-    """dK, dV of 128 keys of one K/V head (grid (S / 128, B H_kv), num_warps=4). q/do
-    blocks [BLOCK_M, D], lse / delta rank-1 blocks [BLOCK_M] over flat fp32 [B H S],
-    k/v/dk/dv blocks [64, D]."""
+def _dkdv_buffers(q_desc, do_desc, lse_desc, dl_desc, k_desc, v_desc,
+                  NUM_STAGES: gl.constexpr):
+    """The dK / dV program's shared memory and barriers, initialized: the Q / dO ring
+    (with Stats / delta rows), both warpgroups' K / V tiles, ``kv_bars`` (one per
+    warpgroup), ``q_ready`` / ``do_ready`` (the producer's TMA) and ``empty`` (one arrive
+    per consumer)."""
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
+    HEAD_D: gl.constexpr = q_desc.block_type.shape[1]
     WG_N: gl.constexpr = k_desc.block_type.shape[0]
-    gl.static_assert(WG_N == 64, "one consumer warpgroup = 64 keys")
-    gl.static_assert((2 * WG_N) % BLOCK_M == 0, "query tiles must tile the key tile")
     dtype: gl.constexpr = q_desc.dtype
-    k_pos = gl.program_id(0) * (2 * WG_N)
-    bh_kv = gl.program_id(1)
-    kv_row = bh_kv * seq_len + k_pos
-    n_q = seq_len // BLOCK_M
-    if CAUSAL:
-        q_first = k_pos // BLOCK_M
-    else:
-        q_first = 0
-
     q_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_D], q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_D], do_desc.layout)
     lse_smem = gl.allocate_shared_memory(gl.float32, [NUM_STAGES, BLOCK_M], lse_desc.layout)
@@ -274,6 +263,32 @@ def attn_bwd_dkdv(q_desc, do_desc, lse_desc, dl_desc, k_desc, v_desc, dk_desc, d
         mbarrier.init(q_ready.index(i), count=1)
         mbarrier.init(do_ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=2)
+    return q_smem, do_smem, lse_smem, dl_smem, k_smem, v_smem, kv_bars, q_ready, do_ready, empty
+
+
+@gluon.jit
+def attn_bwd_dkdv(q_desc, do_desc, lse_desc, dl_desc, k_desc, v_desc, dk_desc, dv_desc,
+                  seq_len, kv_group, sm_scale,
+                  HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                  CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+    """dK, dV of 128 keys of one K/V head (grid (S / 128, B H_kv), num_warps=4). q/do
+    blocks [BLOCK_M, D], lse / delta rank-1 blocks [BLOCK_M] over flat fp32 [B H S],
+    k/v/dk/dv blocks [64, D]."""
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
+    WG_N: gl.constexpr = k_desc.block_type.shape[0]
+    gl.static_assert(WG_N == 64, "one consumer warpgroup = 64 keys")
+    gl.static_assert((2 * WG_N) % BLOCK_M == 0, "query tiles must tile the key tile")
+    k_pos = gl.program_id(0) * (2 * WG_N)
+    bh_kv = gl.program_id(1)
+    kv_row = bh_kv * seq_len + k_pos
+    n_q = seq_len // BLOCK_M
+    if CAUSAL:
+        q_first = k_pos // BLOCK_M
+    else:
+        q_first = 0
+
+    q_smem, do_smem, lse_smem, dl_smem, k_smem, v_smem, kv_bars, q_ready, do_ready, empty = \
+        _dkdv_buffers(q_desc, do_desc, lse_desc, dl_desc, k_desc, v_desc, NUM_STAGES)
 
     cargs = (dk_desc, dv_desc, q_smem, do_smem, lse_smem, dl_smem, k_smem, v_smem, kv_bars,
              q_ready, do_ready, empty, kv_row, k_pos, kv_group, q_first, n_q, sm_scale)

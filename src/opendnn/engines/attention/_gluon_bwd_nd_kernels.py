@@ -46,7 +46,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 
 from ._gluon_bwd_kernels import (CONSUMER_REGS, LOG2E, MAXNREG, PRODUCER_REGS, ROWS, WG_ROWS,
-                                 Base, _dkdv_issue, _dkdv_producer, _dkdv_retire,
+                                 Base, _dkdv_buffers, _dkdv_issue, _dkdv_producer,
+                                 _dkdv_retire,
                                  attn_bwd_delta, desc, launcher, operand_layout, wgmma_layout)
 
 
@@ -199,30 +200,17 @@ def attn_bwd_dkdvq(q_desc, do_desc, lse_desc, dl_desc, k_desc, v_desc, dk_desc, 
         q_first = k_pos // BLOCK_M
     else:
         q_first = 0
-    q_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_D], q_desc.layout)
-    do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_D], do_desc.layout)
-    lse_smem = gl.allocate_shared_memory(gl.float32, [NUM_STAGES, BLOCK_M], lse_desc.layout)
-    dl_smem = gl.allocate_shared_memory(gl.float32, [NUM_STAGES, BLOCK_M], dl_desc.layout)
-    k_smem = gl.allocate_shared_memory(dtype, [2, WG_N, HEAD_D], k_desc.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [2, WG_N, HEAD_D], v_desc.layout)
+    q_smem, do_smem, lse_smem, dl_smem, k_smem, v_smem, kv_bars, q_ready, do_ready, empty = \
+        _dkdv_buffers(q_desc, do_desc, lse_desc, dl_desc, k_desc, v_desc, NUM_STAGES)
     ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([WG_N, BLOCK_M], dtype)
     ds_smem = gl.allocate_shared_memory(dtype, [4, WG_N, BLOCK_M], ds_layout)
     dq_smem = gl.allocate_shared_memory(gl.float32, [2] + dq_desc.block_type.shape,
                                         dq_desc.layout)
-    kv_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     k_free = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
-    q_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    do_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(2):
-        mbarrier.init(kv_bars.index(i), count=1)
         mbarrier.init(ds_ready.index(i), count=2)
     mbarrier.init(k_free.index(0), count=2)
-    for i in gl.static_range(NUM_STAGES):
-        mbarrier.init(q_ready.index(i), count=1)
-        mbarrier.init(do_ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=2)
     cargs = (dk_desc, dv_desc, dq_desc, q_smem, do_smem, lse_smem, dl_smem, k_smem, v_smem,
              ds_smem, dq_smem, kv_bars, ds_ready, k_free.index(0), q_ready, do_ready, empty,
              kv_row, k_pos, bh_kv, seq_len, kv_group, q_first, n_q, sm_scale)
