@@ -222,10 +222,10 @@ ND_BWD = dict(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=2, DQ_ATOMIC=1, G
                                         (4096, 64, False), (1024, 64, True)])
 def test_h100_nondeterministic_gluon_backward_order(s, d, causal):
     """A backward node that allows nondeterminism (the frontend's default) lists the Gluon
-    TMA-reduce dQ kernel (DQ_ATOMIC=1, note NONDETERMINISTIC) first at head dim 128, where
-    the H100 measured it faster than the deterministic pair (bench/gluon_attn_bwd_nd.py,
-    session 16), and second at head dim 64, where it was not; a deterministic node never."""
-    at = 0 if d == 128 else 1
+    TMA-reduce dQ kernel (DQ_ATOMIC=1, note NONDETERMINISTIC) first, the H100 measured it
+    faster than the deterministic pair (bench/gluon_attn_bwd_nd.py, session 16), and the
+    deterministic pair second; a deterministic node never lists it."""
+    at = 0
     nd = _first_choice(True, s, d, causal, index=at, deterministic=False)
     assert {k: nd[k] for k in ND_BWD} == dict(ND_BWD, num_stages=2 if d == 128 else 4), nd
     assert (nd["DQ_BLOCK_M"], nd["DQ_BLOCK_N"], nd["DQ_WARPS"], nd["DQ_STAGES"]) == (0,) * 4

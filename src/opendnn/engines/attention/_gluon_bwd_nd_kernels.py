@@ -25,11 +25,11 @@ dQ wgmma of step it-2, the buffer's last reader. At head dim 128 the dQ accumula
 S^T's registers (S^T is issued with use_acc=False). Before a warpgroup's K tile takes its
 dK, the two meet once more (``k_free``): the other's last dQ wgmma reads it.
 
-H100, B=4 H=16 bf16, S 1024-16384 (bench/results/h100-2026-11-23-s16-attn.json, same run):
-head dim 128 387-542 TFLOP/s, 1.05-1.16x the deterministic pair (0.97x at S=1024 causal)
-and 0.95-1.03x cuDNN. Head dim 64 (bench/gluon_attn_bwd_nd.py): 0.97-0.99x the pair -- the
-dQ step's latency chain (barrier, wgmma, shared store, reduce) costs ~0.6 us a step, nearly
-the deterministic dQ kernel's whole time there -- so the engine lists it second at 64.
+H100, B=4 H=16 bf16, S 1024-16384 (bench/gluon_attn_bwd_nd.py, session 16): 1.02-1.09x
+the deterministic pair at head dim 64 (4 stages), 1.05-1.16x at 128 (2 stages; 0.97x at
+S=1024 causal). Storing dS^T while dK runs, rather than after, turned head dim 64 from
+0.97-0.99x into a gain: the dQ step's chain (barrier, wgmma, shared store, reduce) is
+latency on a ~1 us step there.
 W costs 4 B H S D bytes of workspace (512 MiB at S=16384, D=128; the pair needs 4 MiB).
 Gluon 3.6 exposes no TMA reduce; its builder does (``tma_reduce_add``).
 """

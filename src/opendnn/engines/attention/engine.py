@@ -24,9 +24,9 @@ asynchronous wgmma, written in Gluon -- for packed BHSD half / bfloat16, head di
 warpgroups' GEMM issues; PERSIST, lengths a multiple of 128: one program per SM over the
 query tiles, ``_gluon_persist_kernels``), the backward lengths a multiple of 128
 (deterministic: dK / dV by key tile, dQ by query tile; with DQ_ATOMIC=1 nondeterministic,
-``_gluon_bwd_nd_kernels``: dQ added by TMA reductions from the dK / dV kernel, first at head
-dim 128 where it is the faster, refused under use_deterministic_algorithm). Listed first
-where they apply
+``_gluon_bwd_nd_kernels``: dQ added by TMA reductions from the dK / dV kernel, listed
+first, 1.02-1.16x the deterministic pair; refused under use_deterministic_algorithm).
+Listed first where they apply
 (forward 0.93-1.9x cuDNN, backward 0.84-1.36x, bench/notes/attention.md); the Triton
 kernels cover everything else and the CPU.
 
@@ -447,11 +447,9 @@ class AttentionEngine(Engine):
                 out = [g] + out
             nd = _gluon_nd_first(p)
             if _check_gluon(graph, p, nd, target).ok:
-                # bench/results/h100-2026-11-23-s16-attn.json: at head dim 128 1.05-1.16x
-                # the deterministic pair (0.97x S=1024 causal); at 64 0.97-0.99x
-                # (bench/gluon_attn_bwd_nd.py), so second there
-                at = 0 if max(p.D, p.DV) > 64 else 1
-                out = out[:at] + [nd] + out[at:]
+                # bench/gluon_attn_bwd_nd.py (session 16): 1.02-1.09x the deterministic
+                # pair at head dim 64, 1.05-1.16x at 128 (0.97x at S=1024 causal)
+                out = [nd] + out
         return [EngineConfig.make(self, **dataclasses.asdict(kn))
                 for kn in dict.fromkeys(out)]
 
