@@ -233,18 +233,23 @@ def test_h100_nondeterministic_gluon_backward_order(s, d, causal):
     assert (det["GLUON"], det["DQ_ATOMIC"], det["DQ_BLOCK_M"]) == (1, 0, 128), det
     assert det == _first_choice(True, s, d, causal)
     import opendnn.frontend as cudnn
+    from opendnn.enums import NumericalNote
     h100 = Target(device="cuda", name="H100", capability=(9, 0), num_sms=132)
-    g = cudnn.pygraph()
-    q, k, v, o, do = (g.tensor([4, 16, s, d], data_type=cudnn.data_type.BFLOAT16)
-                      for _ in range(5))
-    st = g.tensor([4, 16, s, 1], data_type=cudnn.data_type.FLOAT)
-    for t in g.sdpa_backward(q, k, v, o, do, st, attn_scale=0.125,
-                             use_deterministic_algorithm=True):
-        t.set_output(True)
-    g.validate()
-    e = AttentionEngine()
-    assert not any(c.knob_dict["GLUON"] and c.knob_dict["DQ_ATOMIC"]
-                   for c in e.configs(g.op_graph, h100))
+    for deterministic in (False, True):
+        g = cudnn.pygraph()
+        q, k, v, o, do = (g.tensor([4, 16, s, d], data_type=cudnn.data_type.BFLOAT16)
+                          for _ in range(5))
+        st = g.tensor([4, 16, s, 1], data_type=cudnn.data_type.FLOAT)
+        for t in g.sdpa_backward(q, k, v, o, do, st, attn_scale=0.125,
+                                 use_deterministic_algorithm=deterministic):
+            t.set_output(True)
+        g.validate()
+        e = AttentionEngine()
+        cfgs = e.configs(g.op_graph, h100)
+        nd = [c for c in cfgs if c.knob_dict["GLUON"] and c.knob_dict["DQ_ATOMIC"]]
+        assert len(nd) == int(not deterministic), cfgs
+        for c in nd:
+            assert e.numerical_notes(g.op_graph, c) == {NumericalNote.NONDETERMINISTIC}
 
 
 def _gluon_reason(knobs: dict, target=None, backward=False, d=128, s=256, **kw) -> str:
