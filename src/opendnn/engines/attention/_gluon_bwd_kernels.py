@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import torch
 import triton
+from triton._C.libtriton import ir
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language._core import builtin
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier,
                                                               tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
@@ -168,12 +170,82 @@ def _dkdv_step(it, q_pos, key0, k_tile, v_tile, q_smem, do_smem, lse_smem, dl_sm
     return dk, dv, st, dpt
 
 
+@builtin
+def tma_reduce_add(tensor_desc, coord, src, _semantic=None):
+    """global[coord .. + block] += src (a shared tile), one TMA bulk reduction, asynchronous:
+    ``tma.store_wait`` waits for it as for a TMA store."""
+    coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+    _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD,
+                                              tensor_desc.handle, coord, src.handle)
+
+
+@gluon.jit
+def _nd_step(it, q_pos, q_row, key0, k_smem, k_tile, v_tile, ds_smem, ds_ready, dq_smem,
+             dq_desc, q_smem, do_smem, lse_smem, dl_smem, q_ready, do_ready, empty, dk, dv,
+             st, dpt, qk_scale, WG: gl.constexpr, NUM_STAGES: gl.constexpr,
+             MASK: gl.constexpr, s_layout: gl.constexpr, op_layout: gl.constexpr):
+    """One query tile (rows q_row.. of the 2-D view): the dK / dV step, then this
+    warpgroup's half of the tile's dQ columns into W (module docstring)."""
+    BLOCK_M: gl.constexpr = st.shape[1]
+    HALF: gl.constexpr = dk.shape[1] // 2
+    dk, dv, st, dpt, p_op, ds_op = _dkdv_issue(
+        it, q_pos, key0, k_tile, v_tile, q_smem, do_smem, lse_smem, dl_smem, q_ready,
+        do_ready, dk, dv, st, dpt, qk_scale, NUM_STAGES, MASK, s_layout, op_layout)
+    buf = it % 2
+    ds_smem.index(2 * buf + WG).store(ds_op)
+    fence_async_shared()
+    gl.thread_barrier()
+    mbarrier.arrive(ds_ready.index(buf), count=1)
+    dk, dv = _dkdv_retire(it, empty, dk, dv, p_op, ds_op, NUM_STAGES)
+    mbarrier.wait(ds_ready.index(buf), (it // 2) & 1)
+    if HALF == BLOCK_M:
+        acc = st
+    else:
+        acc = gl.zeros([BLOCK_M, HALF], gl.float32, wgmma_layout(HALF))
+    dq = warpgroup_mma(ds_smem.index(2 * buf).permute((1, 0)),
+                       k_smem.index(0).slice(WG * HALF, HALF, dim=1), acc, use_acc=False,
+                       is_async=True)
+    dq = warpgroup_mma(ds_smem.index(2 * buf + 1).permute((1, 0)),
+                       k_smem.index(1).slice(WG * HALF, HALF, dim=1), dq, is_async=True)
+    dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq, ))
+    tma.store_wait(pendings=0)          # the previous step's reduction has read dq_smem
+    gl.thread_barrier()
+    dq_smem.store(dq)
+    fence_async_shared()
+    gl.thread_barrier()
+    tma_reduce_add(dq_desc, [q_row, WG * HALF], dq_smem)
+    if HALF == BLOCK_M:
+        st = dq
+    return dk, dv, st, dpt
+
+
+@gluon.jit
+def _consumer_step(it, qi, h_row, key0, k_smem, k_tile, v_tile, q_smem, do_smem, lse_smem,
+                   dl_smem, q_ready, do_ready, empty, dk, dv, st, dpt, qk_scale, nd,
+                   WG: gl.constexpr, NUM_STAGES: gl.constexpr, MASK: gl.constexpr,
+                   ND: gl.constexpr, s_layout: gl.constexpr, op_layout: gl.constexpr):
+    """Query tile qi: ``_dkdv_step``, or under ND ``_nd_step`` (its buffers in ``nd``)."""
+    BLOCK_M: gl.constexpr = st.shape[1]
+    if ND:
+        dq_desc, ds_smem, dq_smem, ds_ready = nd[0], nd[1], nd[2], nd[3]
+        return _nd_step(it, qi * BLOCK_M, h_row + qi * BLOCK_M, key0, k_smem, k_tile, v_tile,
+                        ds_smem, ds_ready, dq_smem.index(WG), dq_desc, q_smem, do_smem,
+                        lse_smem, dl_smem, q_ready, do_ready, empty, dk, dv, st, dpt,
+                        qk_scale, WG, NUM_STAGES, MASK, s_layout, op_layout)
+    else:
+        return _dkdv_step(it, qi * BLOCK_M, key0, k_tile, v_tile, q_smem, do_smem, lse_smem,
+                          dl_smem, q_ready, do_ready, empty, dk, dv, st, dpt, qk_scale,
+                          NUM_STAGES, MASK, s_layout, op_layout)
+
+
 @gluon.jit
 def _dkdv_consumer(dk_desc, dv_desc, q_smem, do_smem, lse_smem, dl_smem, k_smem, v_smem,
                    kv_bars, q_ready, do_ready, empty, kv_row, k_pos, kv_group, q_first, n_q,
-                   sm_scale, WG: gl.constexpr, HEAD_D: gl.constexpr,
-                   NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
-    """Consumer warpgroup WG: keys k_pos + 64 WG .. +63 of the program's key tile."""
+                   sm_scale, nd, WG: gl.constexpr, HEAD_D: gl.constexpr,
+                   NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, ND: gl.constexpr):
+    """Consumer warpgroup WG: keys k_pos + 64 WG .. +63 of the program's key tile. ND (the
+    nondeterministic kernel, ``_gluon_bwd_nd_kernels``): also dQ into W each step, nd =
+    (dq_desc, ds_smem, dq_smem, ds_ready, k_free, bh_kv, seq_len)."""
     BLOCK_M: gl.constexpr = q_smem.type.shape[1]
     WG_N: gl.constexpr = k_smem.type.shape[1]
     dtype: gl.constexpr = q_smem.dtype
@@ -188,32 +260,38 @@ def _dkdv_consumer(dk_desc, dv_desc, q_smem, do_smem, lse_smem, dl_smem, k_smem,
     dv = gl.zeros([WG_N, HEAD_D], gl.float32, acc_layout)
     st = gl.zeros([WG_N, BLOCK_M], gl.float32, s_layout)
     dpt = gl.zeros([WG_N, BLOCK_M], gl.float32, s_layout)
-    mbarrier.wait(kv_bars.index(WG), 0)
+    if ND:
+        mbarrier.wait(kv_bars.index(0), 0)      # dQ reads both warpgroups' K tiles
+        mbarrier.wait(kv_bars.index(1), 0)
+    else:
+        mbarrier.wait(kv_bars.index(WG), 0)
     it = 0
+    q_mid = q_first
     if CAUSAL:
         # query tiles holding queries k_pos .. k_pos + 127 (the diagonal band): masked
         q_mid = gl.minimum(q_first + (2 * WG_N) // BLOCK_M, n_q)
-        for gi in range(kv_group):
+    for gi in range(kv_group):
+        if ND:
+            h_row = (nd[5] * kv_group + gi) * nd[6]      # first row of query head h
+        else:
+            h_row = 0
+        if CAUSAL:
             for qi in range(q_first, q_mid):
-                dk, dv, st, dpt = _dkdv_step(
-                    it, qi * BLOCK_M, key0, k_tile, v_tile, q_smem, do_smem, lse_smem,
-                    dl_smem, q_ready, do_ready, empty, dk, dv, st, dpt, qk_scale,
-                    NUM_STAGES, True, s_layout, op_layout)
+                dk, dv, st, dpt = _consumer_step(
+                    it, qi, h_row, key0, k_smem, k_tile, v_tile, q_smem, do_smem, lse_smem,
+                    dl_smem, q_ready, do_ready, empty, dk, dv, st, dpt, qk_scale, nd, WG,
+                    NUM_STAGES, True, ND, s_layout, op_layout)
                 it += 1
-            for qi in range(q_mid, n_q):
-                dk, dv, st, dpt = _dkdv_step(
-                    it, qi * BLOCK_M, key0, k_tile, v_tile, q_smem, do_smem, lse_smem,
-                    dl_smem, q_ready, do_ready, empty, dk, dv, st, dpt, qk_scale,
-                    NUM_STAGES, False, s_layout, op_layout)
-                it += 1
-    else:
-        for gi in range(kv_group):
-            for qi in range(0, n_q):
-                dk, dv, st, dpt = _dkdv_step(
-                    it, qi * BLOCK_M, key0, k_tile, v_tile, q_smem, do_smem, lse_smem,
-                    dl_smem, q_ready, do_ready, empty, dk, dv, st, dpt, qk_scale,
-                    NUM_STAGES, False, s_layout, op_layout)
-                it += 1
+        for qi in range(q_mid, n_q):
+            dk, dv, st, dpt = _consumer_step(
+                it, qi, h_row, key0, k_smem, k_tile, v_tile, q_smem, do_smem, lse_smem,
+                dl_smem, q_ready, do_ready, empty, dk, dv, st, dpt, qk_scale, nd, WG,
+                NUM_STAGES, False, ND, s_layout, op_layout)
+            it += 1
+    if ND:
+        # The other warpgroup's last dQ wgmma reads this warpgroup's K tile: meet first.
+        mbarrier.arrive(nd[4], count=1)
+        mbarrier.wait(nd[4], 0)
     # Epilogue: every wgmma of this warpgroup retired (wait(0) in the last step), and the
     # other warpgroup never reads this warpgroup's K / V tiles -> reuse them for dK / dV.
     k_tile.store((dk * sm_scale).to(dtype))
@@ -226,14 +304,14 @@ def _dkdv_consumer(dk_desc, dv_desc, q_smem, do_smem, lse_smem, dl_smem, k_smem,
 
 @gluon.jit
 def _dkdv_consumer0(args, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr,
-                    CAUSAL: gl.constexpr):
-    _dkdv_consumer(*args, 0, HEAD_D, NUM_STAGES, CAUSAL)
+                    CAUSAL: gl.constexpr, ND: gl.constexpr):
+    _dkdv_consumer(*args, 0, HEAD_D, NUM_STAGES, CAUSAL, ND)
 
 
 @gluon.jit
 def _dkdv_consumer1(args, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr,
-                    CAUSAL: gl.constexpr):
-    _dkdv_consumer(*args, 1, HEAD_D, NUM_STAGES, CAUSAL)
+                    CAUSAL: gl.constexpr, ND: gl.constexpr):
+    _dkdv_consumer(*args, 1, HEAD_D, NUM_STAGES, CAUSAL, ND)
 
 
 @gluon.jit
@@ -291,10 +369,10 @@ def attn_bwd_dkdv(q_desc, do_desc, lse_desc, dl_desc, k_desc, v_desc, dk_desc, d
         _dkdv_buffers(q_desc, do_desc, lse_desc, dl_desc, k_desc, v_desc, NUM_STAGES)
 
     cargs = (dk_desc, dv_desc, q_smem, do_smem, lse_smem, dl_smem, k_smem, v_smem, kv_bars,
-             q_ready, do_ready, empty, kv_row, k_pos, kv_group, q_first, n_q, sm_scale)
+             q_ready, do_ready, empty, kv_row, k_pos, kv_group, q_first, n_q, sm_scale, ())
     gl.warp_specialize([
-        (_dkdv_consumer0, (cargs, HEAD_D, NUM_STAGES, CAUSAL)),
-        (_dkdv_consumer1, (cargs, HEAD_D, NUM_STAGES, CAUSAL)),
+        (_dkdv_consumer0, (cargs, HEAD_D, NUM_STAGES, CAUSAL, False)),
+        (_dkdv_consumer1, (cargs, HEAD_D, NUM_STAGES, CAUSAL, False)),
         (_dkdv_producer, (q_desc, do_desc, lse_desc, dl_desc, k_desc, v_desc, q_smem, do_smem,
                           lse_smem, dl_smem, k_smem, v_smem, kv_bars, q_ready, do_ready,
                           empty, kv_row, bh_kv, seq_len, kv_group, q_first, n_q,

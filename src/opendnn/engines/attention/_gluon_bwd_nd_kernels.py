@@ -31,33 +31,20 @@ S=1024 causal). Storing dS^T while dK runs, rather than after, turned head dim 6
 0.97-0.99x into a gain: the dQ step's chain (barrier, wgmma, shared store, reduce) is
 latency on a ~1 us step there.
 W costs 4 B H S D bytes of workspace (512 MiB at S=16384, D=128; the pair needs 4 MiB).
-Gluon 3.6 exposes no TMA reduce; its builder does (``tma_reduce_add``).
+Gluon 3.6 exposes no TMA reduce; its builder does (``_gluon_bwd_kernels.tma_reduce_add``).
+The per-step work (``_nd_step``) and the consumer are ``_gluon_bwd_kernels``' (ND=True).
 """
 from __future__ import annotations
 
 import torch
 import triton
-from triton._C.libtriton import ir
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language._core import builtin
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier,
-                                                              tma, warpgroup_mma,
-                                                              warpgroup_mma_wait)
+from triton.experimental.gluon.language.nvidia.hopper import (mbarrier)
 
-from ._gluon_bwd_kernels import (CONSUMER_REGS, LOG2E, MAXNREG, PRODUCER_REGS, ROWS, WG_ROWS,
-                                 Base, _dkdv_buffers, _dkdv_issue, _dkdv_producer,
-                                 _dkdv_retire,
-                                 attn_bwd_delta, desc, launcher, operand_layout, wgmma_layout)
-
-
-@builtin
-def tma_reduce_add(tensor_desc, coord, src, _semantic=None):
-    """global[coord .. + block] += src (a shared tile), one TMA bulk reduction, asynchronous:
-    ``tma.store_wait`` waits for it as for a TMA store."""
-    coord = _semantic._convert_to_ir_values(coord, require_i64=False)
-    _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD,
-                                              tensor_desc.handle, coord, src.handle)
+from ._gluon_bwd_kernels import (CONSUMER_REGS, MAXNREG, PRODUCER_REGS, ROWS, WG_ROWS, Base,
+                                 _dkdv_buffers, _dkdv_consumer0, _dkdv_consumer1,
+                                 _dkdv_producer, attn_bwd_delta, desc, launcher)
 
 
 @gluon.jit
@@ -72,111 +59,6 @@ def attn_bwd_dq_convert(acc_ptr, dq_ptr, n_rows, scale, HEAD_D: gl.constexpr,
     mask = gl.expand_dims(rows < n_rows, 1)
     acc = gl.load(acc_ptr + offs, mask=mask, other=0.0)
     gl.store(dq_ptr + offs, (acc * scale).to(dq_ptr.dtype.element_ty), mask=mask)
-
-
-@gluon.jit
-def _nd_step(it, q_pos, q_row, key0, k_smem, k_tile, v_tile, ds_smem, ds_ready, dq_smem,
-             dq_desc, q_smem, do_smem, lse_smem, dl_smem, q_ready, do_ready, empty, dk, dv,
-             st, dpt, qk_scale, WG: gl.constexpr, NUM_STAGES: gl.constexpr,
-             MASK: gl.constexpr, s_layout: gl.constexpr, op_layout: gl.constexpr):
-    """One query tile (rows q_row.. of the 2-D view): the dK / dV step, then this
-    warpgroup's half of the tile's dQ columns into W (module docstring)."""
-    BLOCK_M: gl.constexpr = st.shape[1]
-    HALF: gl.constexpr = dk.shape[1] // 2
-    dk, dv, st, dpt, p_op, ds_op = _dkdv_issue(
-        it, q_pos, key0, k_tile, v_tile, q_smem, do_smem, lse_smem, dl_smem, q_ready,
-        do_ready, dk, dv, st, dpt, qk_scale, NUM_STAGES, MASK, s_layout, op_layout)
-    buf = it % 2
-    ds_smem.index(2 * buf + WG).store(ds_op)
-    fence_async_shared()
-    gl.thread_barrier()
-    mbarrier.arrive(ds_ready.index(buf), count=1)
-    dk, dv = _dkdv_retire(it, empty, dk, dv, p_op, ds_op, NUM_STAGES)
-    mbarrier.wait(ds_ready.index(buf), (it // 2) & 1)
-    if HALF == BLOCK_M:
-        acc = st
-    else:
-        acc = gl.zeros([BLOCK_M, HALF], gl.float32, wgmma_layout(HALF))
-    dq = warpgroup_mma(ds_smem.index(2 * buf).permute((1, 0)),
-                       k_smem.index(0).slice(WG * HALF, HALF, dim=1), acc, use_acc=False,
-                       is_async=True)
-    dq = warpgroup_mma(ds_smem.index(2 * buf + 1).permute((1, 0)),
-                       k_smem.index(1).slice(WG * HALF, HALF, dim=1), dq, is_async=True)
-    dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq, ))
-    tma.store_wait(pendings=0)          # the previous step's reduction has read dq_smem
-    gl.thread_barrier()
-    dq_smem.store(dq)
-    fence_async_shared()
-    gl.thread_barrier()
-    tma_reduce_add(dq_desc, [q_row, WG * HALF], dq_smem)
-    if HALF == BLOCK_M:
-        st = dq
-    return dk, dv, st, dpt
-
-
-@gluon.jit
-def _nd_consumer(dk_desc, dv_desc, dq_desc, q_smem, do_smem, lse_smem, dl_smem, k_smem,
-                 v_smem, ds_smem, dq_smem, kv_bars, ds_ready, k_free, q_ready, do_ready,
-                 empty, kv_row, k_pos, bh_kv, seq_len, kv_group, q_first, n_q, sm_scale,
-                 WG: gl.constexpr, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr,
-                 CAUSAL: gl.constexpr):
-    """Consumer warpgroup WG: keys k_pos + 64 WG .. +63 (``_dkdv_consumer`` with dQ)."""
-    BLOCK_M: gl.constexpr = q_smem.type.shape[1]
-    WG_N: gl.constexpr = k_smem.type.shape[1]
-    dtype: gl.constexpr = q_smem.dtype
-    s_layout: gl.constexpr = wgmma_layout(BLOCK_M)
-    acc_layout: gl.constexpr = wgmma_layout(HEAD_D)
-    op_layout: gl.constexpr = operand_layout(acc_layout)
-    qk_scale = sm_scale * LOG2E
-    key0 = k_pos + WG * WG_N
-    k_tile = k_smem.index(WG)
-    v_tile = v_smem.index(WG)
-    dq_tile = dq_smem.index(WG)
-    dk = gl.zeros([WG_N, HEAD_D], gl.float32, acc_layout)
-    dv = gl.zeros([WG_N, HEAD_D], gl.float32, acc_layout)
-    st = gl.zeros([WG_N, BLOCK_M], gl.float32, s_layout)
-    dpt = gl.zeros([WG_N, BLOCK_M], gl.float32, s_layout)
-    mbarrier.wait(kv_bars.index(0), 0)      # dQ reads both warpgroups' K tiles
-    mbarrier.wait(kv_bars.index(1), 0)
-    it = 0
-    for gi in range(kv_group):
-        h_row = (bh_kv * kv_group + gi) * seq_len
-        q_mid = q_first
-        if CAUSAL:
-            # query tiles holding queries k_pos .. k_pos + 127 (the diagonal band): masked
-            q_mid = gl.minimum(q_first + (2 * WG_N) // BLOCK_M, n_q)
-            for qi in range(q_first, q_mid):
-                dk, dv, st, dpt = _nd_step(
-                    it, qi * BLOCK_M, h_row + qi * BLOCK_M, key0, k_smem, k_tile, v_tile,
-                    ds_smem, ds_ready, dq_tile, dq_desc, q_smem, do_smem, lse_smem, dl_smem,
-                    q_ready, do_ready, empty, dk, dv, st, dpt, qk_scale, WG, NUM_STAGES,
-                    True, s_layout, op_layout)
-                it += 1
-        for qi in range(q_mid, n_q):
-            dk, dv, st, dpt = _nd_step(
-                it, qi * BLOCK_M, h_row + qi * BLOCK_M, key0, k_smem, k_tile, v_tile,
-                ds_smem, ds_ready, dq_tile, dq_desc, q_smem, do_smem, lse_smem, dl_smem,
-                q_ready, do_ready, empty, dk, dv, st, dpt, qk_scale, WG, NUM_STAGES, False,
-                s_layout, op_layout)
-            it += 1
-    mbarrier.arrive(k_free, count=1)
-    mbarrier.wait(k_free, 0)
-    k_tile.store((dk * sm_scale).to(dtype))
-    v_tile.store(dv.to(dtype))
-    fence_async_shared()
-    tma.async_copy_shared_to_global(dk_desc, [kv_row + WG * WG_N, 0], k_tile)
-    tma.async_copy_shared_to_global(dv_desc, [kv_row + WG * WG_N, 0], v_tile)
-    tma.store_wait(pendings=0)
-
-
-@gluon.jit
-def _nd_consumer0(args, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
-    _nd_consumer(*args, 0, HEAD_D, NUM_STAGES, CAUSAL)
-
-
-@gluon.jit
-def _nd_consumer1(args, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
-    _nd_consumer(*args, 1, HEAD_D, NUM_STAGES, CAUSAL)
 
 
 @gluon.jit
@@ -211,12 +93,12 @@ def attn_bwd_dkdvq(q_desc, do_desc, lse_desc, dl_desc, k_desc, v_desc, dk_desc, 
     for i in gl.static_range(2):
         mbarrier.init(ds_ready.index(i), count=2)
     mbarrier.init(k_free.index(0), count=2)
-    cargs = (dk_desc, dv_desc, dq_desc, q_smem, do_smem, lse_smem, dl_smem, k_smem, v_smem,
-             ds_smem, dq_smem, kv_bars, ds_ready, k_free.index(0), q_ready, do_ready, empty,
-             kv_row, k_pos, bh_kv, seq_len, kv_group, q_first, n_q, sm_scale)
+    nd = (dq_desc, ds_smem, dq_smem, ds_ready, k_free.index(0), bh_kv, seq_len)
+    cargs = (dk_desc, dv_desc, q_smem, do_smem, lse_smem, dl_smem, k_smem, v_smem, kv_bars,
+             q_ready, do_ready, empty, kv_row, k_pos, kv_group, q_first, n_q, sm_scale, nd)
     gl.warp_specialize([
-        (_nd_consumer0, (cargs, HEAD_D, NUM_STAGES, CAUSAL)),
-        (_nd_consumer1, (cargs, HEAD_D, NUM_STAGES, CAUSAL)),
+        (_dkdv_consumer0, (cargs, HEAD_D, NUM_STAGES, CAUSAL, True)),
+        (_dkdv_consumer1, (cargs, HEAD_D, NUM_STAGES, CAUSAL, True)),
         (_dkdv_producer, (q_desc, do_desc, lse_desc, dl_desc, k_desc, v_desc, q_smem, do_smem,
                           lse_smem, dl_smem, k_smem, v_smem, kv_bars, q_ready, do_ready,
                           empty, kv_row, bh_kv, seq_len, kv_group, q_first, n_q,
