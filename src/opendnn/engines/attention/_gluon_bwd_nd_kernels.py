@@ -40,7 +40,7 @@ import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (mbarrier)
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from ._gluon_bwd_kernels import (CONSUMER_REGS, MAXNREG, PRODUCER_REGS, ROWS, WG_ROWS, Base,
                                  _dkdv_buffers, _dkdv_consumer0, _dkdv_consumer1,
