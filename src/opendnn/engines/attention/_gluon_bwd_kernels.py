@@ -22,7 +22,10 @@ tiles of every head of the GQA group, per tile:
 The producer warp loads K / V once, then Q + its Stats row (``q_ready``) and dO + its delta
 row (``do_ready``) into a ring; ``empty`` (count 2) takes one arrive per consumer. Causal
 (top-left): query tiles from the key tile's diagonal on; the 128 / BLOCK_M tiles across the
-diagonal masked, the rest unmasked.
+diagonal masked, the rest unmasked. With ND=True (``_gluon_bwd_nd_kernels.attn_bwd_dkdvq``,
+nondeterministic) each step also adds dQ into a float32 workspace: ``_nd_step`` stores dS^T
+to shared memory, and after both warpgroups have, each adds half the dQ columns by a TMA
+reduce-add (``tma_reduce_add``).
 
 ``attn_bwd_dq``: one program per 128 query rows of one head, grid (S / 128, B H): the
 forward's kernel with dQ += dS K_j in place of O += P V_j; K_j, V_j streamed through the
