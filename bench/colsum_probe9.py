@@ -134,6 +134,8 @@ class Case:
             br, bc, g, w = cfg
             self.g, self.nb = g, M // br
             self.grid = (N // bc, g)
+        elif kind == "engine":
+            self.g, self.grid, self.fn = 1, (1,), None
         else:
             self.g, self.grid = 1, (M,)
         self.p = torch.empty(self.g, N, device=dev)
@@ -145,6 +147,11 @@ class Case:
 
     def launch(self, x, y, ts=False, finish_too=True):
         N = x.shape[1]
+        if self.kind == "engine":
+            if self.fn is None or self.fn[1] is not x or self.fn[2] is not y:
+                self.fn = (engine_plan(x, y, self.cfg), x, y)
+            self.fn[0]()
+            return
         if self.kind == "short":
             r, br, bc, w = self.cfg
             short[self.grid](x, self.p, self.t, N, r, br, bc, self.el, ts, num_warps=w)
@@ -159,6 +166,25 @@ class Case:
             finish[(N // self.fb,)](self.p, y, self.g, N, self.gp, self.fb, self.pdl, **kw)
 
 
+def engine_plan(x, y, knobs):
+    """The runtime-fusion engine's column sum of x into y with ``knobs``: a callable."""
+    import opendnn.frontend as cudnn
+
+    from probe_common import planned
+    g = cudnn.pygraph(compute_data_type=cudnn.data_type.FLOAT)
+    tx = g.tensor_like(x)
+    ty = g.reduction(tx, mode=cudnn.reduction_mode.ADD).set_dim([1, x.shape[1]])
+    ty.set_output(True).set_data_type(cudnn.data_type.FLOAT)
+    return planned(g, 1, knobs, {tx: x, ty: y.view(1, -1)})
+
+
+# the engine's own kernels in the short-program regime: SPLIT = rows / (BLOCK_RED x steps)
+ENGINE = [dict(BLOCK_KEPT=128, BLOCK_RED=16, SPLIT=128, num_warps=4),
+          dict(BLOCK_KEPT=128, BLOCK_RED=64, SPLIT=128, num_warps=8),
+          dict(BLOCK_KEPT=256, BLOCK_RED=16, SPLIT=128, num_warps=4),
+          dict(BLOCK_KEPT=256, BLOCK_RED=32, SPLIT=64, num_warps=8)]
+
+
 def cases(M, N, dev, nsm):
     out = [Case("static [8x2048] g%d w8 (engine)" % (2 * nsm // 4), M, N, dev, "static",
                 (8, 2048, 2 * nsm // 4, 8))]
@@ -167,6 +193,12 @@ def cases(M, N, dev, nsm):
     for cfg in SHORT[:3]:
         out.append(Case("short R%d [%dx%d] w%d evict_last" % cfg, M, N, dev, "short", cfg,
                         el=True))
+    if dev == "cuda":
+        out.append(Case("engine heuristic", M, N, dev, "engine", None))
+        for k in ENGINE:      # SPLIT scales with the rows: the same steps per program
+            k = {**k, "SPLIT": k["SPLIT"] * M // 8192}
+            out.append(Case("engine %(BLOCK_KEPT)dx%(BLOCK_RED)d split %(SPLIT)d "
+                            "w%(num_warps)d" % k, M, N, dev, "engine", k))
     return out
 
 
@@ -188,7 +220,9 @@ def cpu_check():
     ref = x.double().sum(0)
     small = [(64, 16, 128, 4), (32, 32, 128, 4), (64, 8, 256, 8)]
     for c in [Case("static", M, N, "cpu", "static", (8, 128, 3, 4))] + \
-             [Case(str(cfg), M, N, "cpu", "short", cfg) for cfg in small]:
+             [Case(str(cfg), M, N, "cpu", "short", cfg) for cfg in small] + \
+             [Case("engine", M, N, "cpu", "engine", dict(BLOCK_KEPT=128, BLOCK_RED=16,
+                                                         SPLIT=4, num_warps=4))]:
         y = torch.full((N,), float("nan"))
         c.launch(x, y)
         err = (y.double() - ref).abs().max().item()
@@ -229,11 +263,14 @@ def main():
                             return_mode="median") * 1e-3
         if not ok:
             continue
-        alone = do_bench(lambda: c8.launch(xs[8192], y, finish_too=False), warmup=10, rep=60,
-                         return_mode="median") * 1e-3
-        c8.launch(xs[8192], y, ts=True, finish_too=False)
-        torch.cuda.synchronize()
-        kus, idle = idle_fraction(c8.t)
+        if c8.kind == "engine":       # its own launches: no partial alone, no timestamps
+            alone, kus, idle = t[8192], float("nan"), float("nan")
+        else:
+            alone = do_bench(lambda: c8.launch(xs[8192], y, finish_too=False), warmup=10,
+                             rep=60, return_mode="median") * 1e-3
+            c8.launch(xs[8192], y, ts=True, finish_too=False)
+            torch.cuda.synchronize()
+            kus, idle = idle_fraction(c8.t)
         b = {M: xs[M].numel() * 2 for M in t}
         a = (t[16384] - t[8192]) / (b[16384] - b[8192])
         c0 = t[8192] - a * b[8192]

@@ -38,7 +38,8 @@ def planned(g, engine_id: int, knobs, pack):
         g.create_execution_plan(engine_id, knobs)
     g.check_support()
     g.build_plans()
-    ws = torch.empty(max(g.get_workspace_size(), 1), device="cuda", dtype=torch.uint8)
+    dev = next(iter(pack.values())).device
+    ws = torch.empty(max(g.get_workspace_size(), 1), device=dev, dtype=torch.uint8)
     return lambda: g.execute(pack, ws)
 
 
