@@ -124,7 +124,7 @@ SHORT = [(64, 16, 128, 4), (64, 32, 128, 4), (64, 64, 128, 8), (64, 16, 256, 4),
 class Case:
     """One way to sum the columns of x [M, N] into y [N]: ``launch(x, y, ts)``."""
 
-    def __init__(self, name, M, N, dev, kind, cfg, pdl=True, el=False):
+    def __init__(self, name, M, N, dev, kind, cfg, pdl=True, el=False, fb=64):
         self.name, self.kind, self.cfg, self.pdl, self.el = name, kind, cfg, pdl, el
         if kind == "short":
             r, br, bc, w = cfg
@@ -140,7 +140,7 @@ class Case:
             self.g, self.grid = 1, (M,)
         self.p = torch.empty(self.g, N, device=dev)
         self.gp = triton.next_power_of_2(self.g)
-        self.fb = max(1, min(64, 8192 // self.gp))
+        self.fb = max(1, min(fb, 8192 // self.gp))
         self.t = torch.zeros(self.grid[0] * (self.grid[1] if len(self.grid) > 1 else 1) * 3,
                              dtype=torch.int64, device=dev)
         self.pdl = pdl and dev == "cuda"
@@ -193,6 +193,8 @@ def cases(M, N, dev, nsm):
     for cfg in SHORT[:3]:
         out.append(Case("short R%d [%dx%d] w%d evict_last" % cfg, M, N, dev, "short", cfg,
                         el=True))
+        out.append(Case("short R%d [%dx%d] w%d finish 32 cols" % cfg, M, N, dev, "short",
+                        cfg, fb=32))
     if dev == "cuda":
         out.append(Case("engine heuristic", M, N, dev, "engine", None))
         for k in ENGINE:      # SPLIT scales with the rows: the same steps per program
