@@ -962,3 +962,69 @@ def test_h100_column_knobs_are_in_the_knob_space():
     assert configs
     for cfg in configs:
         assert eng.check_config(g.op_graph, cfg, h100).ok, cfg
+
+
+# ---- found by bench/fuzz_fusion.py (session 17) ----------------------------------------------
+def _fused_1d(build, out_dtype=torch.float32, n=4, **gkw):
+    """A graph ``build(g) -> (y, feeds)`` run by a forced fusion plan; y's values."""
+    g = _graph(**gkw)
+    y, feeds = build(g)
+    y.set_output(True).set_data_type(out_dtype)
+    g.validate()
+    g.create_execution_plan(FUSION_ID, {})
+    out = torch.full((n,), float("nan"), dtype=out_dtype)
+    g.execute({**feeds, y: out}, None)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["int_exponent", "logical_or", "bool_mask", "gen_index_1"])
+def test_scalars_of_every_kind_enter_the_float_compute(kind):
+    """A Python int, a float used by a logical op, a boolean mask scalar and the index of
+    a size-1 axis all used to reach the kernel raw (int32, Python float, bool)."""
+    x = torch.tensor([0.0, 1.0, 2.0, 0.5])
+
+    def build(g):
+        X = g.tensor_like(x if kind != "gen_index_1" else x[None])
+        feeds = {X: x if kind != "gen_index_1" else x[None]}
+        if kind == "int_exponent":
+            return g.pow(X, 3), feeds
+        if kind == "logical_or":
+            S = g.tensor_like(torch.tensor(1.0))
+            return g.logical_or(X, S), {**feeds, S: torch.tensor(1.0)}
+        if kind == "bool_mask":
+            M = g.tensor_like(torch.tensor(True))
+            return g.binary_select(X, X, M), {**feeds, M: torch.tensor(True)}
+        return g.logical_or(g.gen_index(X, axis=0), X), feeds
+    want = {"int_exponent": x ** 3, "logical_or": torch.ones(4), "bool_mask": x,
+            "gen_index_1": (x != 0).float()}[kind]
+    assert_close(_fused_1d(build), want.double(), torch.float32, msg=kind)
+
+
+def test_bfloat16_outputs_round_to_nearest_even():
+    """float32 -> bfloat16 rounds to nearest even (the interpreter's own cast truncates),
+    and a float64 compute reaches bfloat16 through float32 (it used to bit-cast)."""
+    xc = torch.tensor([0.7694, 1.999, -0.7694, 1.01171875])
+    out = _fused_1d(lambda g: (lambda X: (g.identity(X), {X: xc}))(g.tensor_like(xc)),
+                    torch.bfloat16)
+    assert out.tolist() == xc.bfloat16().tolist()
+    xb = torch.tensor([1.5, -0.75, 3.0, 0.25], dtype=torch.bfloat16)
+    out = _fused_1d(lambda g: (lambda X: (g.identity(X), {X: xb}))(g.tensor_like(xb)),
+                    torch.bfloat16, compute_data_type=DataType.DOUBLE)
+    assert out.tolist() == xb.tolist()
+    # a virtual bfloat16 intermediate is rounded the same way
+    out = _fused_1d(lambda g: (lambda X: (g.neg(g.neg(X).set_data_type(DataType.BFLOAT16)),
+                                          {X: xc}))(g.tensor_like(xc)))
+    assert out.tolist() == xc.bfloat16().float().tolist()
+
+
+def test_pow_of_zero_exponent_or_unit_base_is_one_and_fmod_is_exact():
+    a = torch.tensor([0.0, float("inf"), float("nan"), 1.0])
+    b = torch.tensor([0.0, 0.0, 0.0, float("inf")])
+    out = _fused_1d(lambda g: (lambda A, B: (g.pow(A, B), {A: a, B: b}))(
+        g.tensor_like(a), g.tensor_like(b)))
+    assert out.tolist() == [1.0, 1.0, 1.0, 1.0]
+    am = torch.tensor([2.1, 1.5, -3.0, 7.0])
+    bm = torch.tensor([0.7, float("inf"), float("-inf"), 2.5])
+    out = _fused_1d(lambda g: (lambda A, B: (g.mod(A, B), {A: am, B: bm}))(
+        g.tensor_like(am), g.tensor_like(bm)))
+    assert out.tolist() == torch.fmod(am, bm).tolist()

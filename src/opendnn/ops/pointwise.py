@@ -95,13 +95,19 @@ def _t_pow(a, b):
     mag = f"tl.exp2(({b}) * tl.log2(tl.abs({a})))"
     odd = f"(tl.floor(({b}) * 0.5) * 2.0 != tl.floor({b}))"
     integral = f"(tl.floor({b}) == ({b}))"
-    return (f"tl.where(({a}) >= 0, {mag}, tl.where({integral}, "
-            f"tl.where({odd}, -{mag}, {mag}), float('nan')))")
+    # C's pow: x ** 0 and 1 ** y are 1 for every x, y (NaN and inf included)
+    return (f"tl.where((({b}) == 0) | (({a}) == 1), 1.0, tl.where(({a}) >= 0, {mag}, "
+            f"tl.where({integral}, tl.where({odd}, -{mag}, {mag}), float('nan'))))")
 
 
 def _t_fmod(a, b):
-    q = f"(({a}) / ({b}))"
-    return f"(({a}) - tl.where({q} >= 0, tl.floor({q}), tl.ceil({q})) * ({b}))"
+    # in float64, where a - trunc(a / b) * b is exact for float32 operands (in float32 a
+    # quotient rounded onto an integer gives a result off by |b|); fmod(x, +-inf) = x
+    a64, b64 = f"(({a}).to(tl.float64))", f"(({b}).to(tl.float64))"
+    q = f"({a64} / {b64})"
+    r = f"({a64} - tl.where({q} >= 0, tl.floor({q}), tl.ceil({q})) * {b64})"
+    fin = f"(tl.abs({a}) < float('inf'))"
+    return f"tl.where((tl.abs({b}) == float('inf')) & {fin}, ({a}), {r}).to(({a}).dtype)"
 
 
 @dataclasses.dataclass(frozen=True)

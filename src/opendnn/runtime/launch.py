@@ -42,7 +42,30 @@ from . import compile_pool
 
 COMPILE_TIMEOUT_S = 600     # a worker's compile beyond this is redone in the parent
 KEY_MISSES: list = []       # kernels a worker compiled under a key the launch did not use
-_HEADER = "import triton\nimport triton.language as tl\n\n"
+_HEADER = '''import os
+
+import triton
+import triton.language as tl
+
+# False in the interpreted copy of a module (TRITON_INTERPRET=1 while it is imported)
+_COMPILED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") != "1")
+
+
+@triton.jit
+def _to_bf16(v):
+    # float -> bfloat16, rounded to nearest even. Compiled: one cvt.rn. Interpreted, by
+    # bits: Triton 3.6's interpreter truncates float32 and bit-casts float64.
+    x = v.to(tl.float32)
+    if _COMPILED:
+        r = x.to(tl.bfloat16)
+    else:
+        b = x.to(tl.uint32, bitcast=True)
+        r = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+        r = tl.where(x != x, x.to(tl.bfloat16), r)
+    return r
+
+
+'''
 _lock = threading.Lock()
 _modules: dict[str, object] = {}
 
@@ -379,8 +402,9 @@ class LaunchList:
     """The launches of a built plan stage, each with an argument template.
 
     A template entry is ``("buf", uid)`` (a bound buffer, or the host value of a
-    pass-by-value tensor), ``("ws", torch dtype)`` (the workspace seen as that type) or
-    ``("int", value)`` (a constant). Kernels are compiled for CUDA when the stage is built.
+    pass-by-value tensor), ``("float", uid)`` (a pass-by-value tensor's value as a Python
+    float), ``("ws", torch dtype)`` (the workspace seen as that type) or ``("int", value)``
+    (a constant). Kernels are compiled for CUDA when the stage is built.
     """
 
     def __init__(self):
@@ -392,7 +416,7 @@ class LaunchList:
         if compile_cuda:
             example = []
             for kind, key in args:
-                if kind == "buf":
+                if kind in ("buf", "float"):
                     d = graph.tensors[key]
                     example.append(1.5 if d.is_pass_by_value else d.torch_dtype)
                 elif kind == "ws":
@@ -408,6 +432,8 @@ class LaunchList:
         for kind, key in args:
             if kind == "buf":
                 out.append(buffers[key])
+            elif kind == "float":         # a host scalar entering a float compute
+                out.append(float(buffers[key]))
             elif kind == "ws":
                 out.append(workspace.view(key))
             else:

@@ -94,7 +94,7 @@ class Emitter:
         name = f"v{out_uid}"
         attrs = {**DEFAULT_ATTRS, **node.op_attrs()}
         if node.mode == M.GEN_INDEX and out.dims[attrs["axis"]] == 1:
-            expr = "0.0"  # a size-1 axis broadcasts: its index is 0 everywhere
+            expr = f"tl.full([1], 0, {self.ct})"  # a size-1 axis: its index is 0
         elif node.mode == M.GEN_INDEX:
             expr = f"({self.index_of(attrs['axis'], len(out.dims))}).to({self.ct})"
         else:
@@ -103,7 +103,9 @@ class Emitter:
             expr = spec.triton(*args, attrs)
             if spec.boolean:
                 expr = f"({expr}).to({self.ct})"
-        if out.is_virtual and out.data_type in (DataType.HALF, DataType.BFLOAT16):
+        if out.is_virtual and out.data_type == DataType.BFLOAT16:
+            expr = f"_to_bf16({expr}).to({self.ct})"  # typed intermediate, rounded
+        elif out.is_virtual and out.data_type == DataType.HALF:
             expr = f"({expr}).to({TL_TYPE[out.data_type]}).to({self.ct})"  # typed intermediate
         self.lines.append(f"{self.ind}{name} = {expr}")
         self.var[out_uid] = name
@@ -125,6 +127,8 @@ def store_expr(ptr: str, off: str, value: str, desc, mask: str | None) -> str:
     if desc.data_type in SATURATE:
         lo, hi = SATURATE[desc.data_type]
         value = f"tl.minimum(tl.maximum({value}, {float(lo)}), {float(hi)})"
+    if desc.data_type == DataType.BFLOAT16:     # _to_bf16: launch.py's kernel header
+        return f"tl.store({ptr} + {off}, _to_bf16({value}){m})"
     return f"tl.store({ptr} + {off}, ({value}).to({TL_TYPE[desc.data_type]}){m})"
 
 

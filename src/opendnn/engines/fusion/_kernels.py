@@ -54,7 +54,9 @@ def generate(graph, a, knobs: dict):
     ptrs = {u: f"P{u}" for u in tensors + red_outs}
     scalars = [u for u in a.inputs if graph.tensors[u].is_pass_by_value]
     sig = [ptrs[u] for u in tensors + red_outs] + [f"s{u}" for u in scalars]
-    args = [("buf", u) for u in tensors + red_outs] + [("buf", u) for u in scalars]
+    # scalars enter the float compute as floats (the interpreter makes a Python int an
+    # int32 and cannot pass a bool at all)
+    args = [("buf", u) for u in tensors + red_outs] + [("float", u) for u in scalars]
     ct = a.compute
     tag = graph.key()[:12]
     if not a.reductions:
@@ -99,7 +101,7 @@ def _pointwise_source(graph, a, sizes, strides, origin, big, sig, args, ptrs, sc
 
     def load(uid):
         if uid in scalars:
-            return f"s{uid}"
+            return f"(s{uid} + tl.full([1], 0, {ct}))"
         if uid in a.views and a.views[uid][0].flat_dims is not None:
             part = a.views[uid][0]   # Y spans S, so idx is Y's row-major flat index
             return cg.load_expr(ptrs[part.src], f"({_flat_offset('idx', part)})", "mask", ct)
@@ -197,7 +199,7 @@ def _reduce_source(graph, a, sizes, strides, classes, origin, big, sig, args, pt
 
     def load(uid):
         if uid in scalars:
-            return f"s{uid}"
+            return f"(s{uid} + tl.full([1], 0, {ct}))"
         if uid in a.views:
             return _view_load(graph, a, uid, ptrs, off, mask, ct, index_of, stream=True)
         return cg.load_expr(ptrs[uid], off(uid), mask, ct, stream=True)
@@ -284,7 +286,7 @@ def _finish_source(graph, a, kept_n, ksizes, knames, koff, ptrs, split, red_n, c
     outs = [r.out_uid for r in a.reductions]
     gp = 1 << (split - 1).bit_length()
     block = max(1, min(256, 8192 // gp))
-    lines = [_PDL_GUARD, cg.COMBINE_HELPERS, "", "@triton.jit",
+    lines = [cg.COMBINE_HELPERS, "", "@triton.jit",
              f"def {name}(WS, {', '.join(ptrs[u] for u in outs)}, BLOCK: tl.constexpr):",
              f"{ind}if _COMPILED:",
              f"{ind}    tl.extra.cuda.gdc_wait()",
@@ -304,12 +306,6 @@ def _finish_source(graph, a, kept_n, ksizes, knames, koff, ptrs, split, red_n, c
     args = [("ws", _ws_dtype(ct))] + [("buf", u) for u in outs]
     return src, name, args, (-(-kept_n // block),), {"BLOCK": block, "num_warps": 4}
 
-
-# griddepcontrol exists only compiled: the interpreted copy of a module skips it.
-_PDL_GUARD = """import os
-
-_COMPILED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") != "1")
-"""
 
 
 def _ws_dtype(compute: str):

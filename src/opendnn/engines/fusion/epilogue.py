@@ -79,7 +79,7 @@ def source(graph, ep: Epilogue, off, mask: str = "ep_mask", load_mask=None) -> t
     mask both of shape [1, BLOCK_N])."""
     ptrs = {u: f"E{u}" for u in ep.inputs + ep.outputs}
     em = cg.Emitter(graph, "tl.float32",
-                    lambda u: f"s{u}" if u in ep.scalars else
+                    lambda u: f"(s{u} + tl.full([1], 0, tl.float32))" if u in ep.scalars else
                     cg.load_expr(ptrs[u], off(u),
                                  load_mask(u) if load_mask else mask, "tl.float32"),
                     lambda axis, rank: "0", indent="")
