@@ -19,14 +19,16 @@ and computes from x. y and dy may be the same buffer as dx / y as in cuDNN (in p
 """
 from __future__ import annotations
 
-from .cnn import ActivationMode, _apply_activation
-from .common import NanPropagation, Status, check
+from .cnn import ActivationDescriptor, ActivationMode, _apply_activation
+from .common import NanPropagation, Status, as_float, buffer, check
 from .tensor_ops import call, same_dims
 
 
 def _check_mode(op, act) -> ActivationMode:
-    check(act is not None, "activation descriptor is None", op)
-    mode = ActivationMode(act.mode)
+    check(act is not None, "activation descriptor is None", op, "activation_desc")
+    check(isinstance(act, ActivationDescriptor), f"needs an activation descriptor, got "
+          f"{type(act).__name__}", op, "activation_desc")
+    mode = act.mode
     check(mode != ActivationMode.IDENTITY, "IDENTITY is only for "
           "convolution_bias_activation_forward (as in cuDNN)", op, None, Status.BAD_PARAM)
     return mode
@@ -79,9 +81,11 @@ def activation_forward(handle, activation_desc, alpha, x_desc, x, beta, y_desc, 
     for n, d in (("x", x_desc), ("y", y_desc)):
         check(d.is_set(), "descriptor was never set", op, n)
     same_dims(op, {"x": x_desc, "y": y_desc})
+    alpha, beta = as_float(op, "alpha", alpha), as_float(op, "beta", beta)
+    x, y = buffer(op, "x", x, x_desc, handle), buffer(op, "y", y, y_desc, handle)
     zero = _relu_like(mode) and activation_desc.nan_opt == NanPropagation.NOT_PROPAGATE_NAN
     c = call(handle, op, {"x": x_desc, "y": y_desc}, "y", _forward_body(activation_desc, mode),
-             float(alpha) != 1.0, float(beta) != 0.0, key=_key(activation_desc),
+             alpha != 1.0, beta != 0.0, key=_key(activation_desc),
              scalars=("zero",) if zero else ())
     c.run({"x": x, **({"zero": 0.0} if zero else {})}, y, alpha, beta)
 
@@ -96,9 +100,12 @@ def activation_backward(handle, activation_desc, alpha, y_desc, y, dy_desc, dy, 
     for n, d in descs.items():
         check(d.is_set(), "descriptor was never set", op, n)
     same_dims(op, descs)
-    check(y is not None, "y is None", op, "y", Status.BAD_PARAM_NULL_POINTER)
+    alpha, beta = as_float(op, "alpha", alpha), as_float(op, "beta", beta)
+    buffer(op, "y", y, y_desc, handle)       # checked, not read
+    dy, x = buffer(op, "dy", dy, dy_desc, handle), buffer(op, "x", x, x_desc, handle)
+    dx = buffer(op, "dx", dx, dx_desc, handle)
     c = call(handle, op, {"dy": dy_desc, "x": x_desc, "dx": dx_desc}, "dx",
-             _backward_body(activation_desc, mode), float(alpha) != 1.0, float(beta) != 0.0,
+             _backward_body(activation_desc, mode), alpha != 1.0, beta != 0.0,
              key=_key(activation_desc))
     c.run({"dy": dy, "x": x}, dx, alpha, beta)
 

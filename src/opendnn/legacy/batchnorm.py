@@ -24,7 +24,7 @@ import torch
 from ..enums import DataType, HeurMode
 from ..graph.graph import Graph
 from ..tensor import nchw_strides
-from .common import SCALAR, check
+from .common import SCALAR, as_enum, as_float, buffer, check, prior
 
 
 class BatchNormMode(enum.IntEnum):
@@ -37,8 +37,8 @@ BN_MIN_EPSILON = 0.0
 _cache: dict = {}
 
 
-def _bn_dims(x_desc, mode) -> tuple:
-    if BatchNormMode(mode) == BatchNormMode.PER_ACTIVATION:
+def _bn_dims(x_desc, mode: BatchNormMode) -> tuple:
+    if mode == BatchNormMode.PER_ACTIVATION:
         return (1,) + tuple(x_desc.dims[1:])
     return (1, x_desc.dims[1]) + (1,) * (len(x_desc.dims) - 2)
 
@@ -51,7 +51,7 @@ def derive_bn_tensor_descriptor(derived_bn_desc, x_desc, mode):
     check(x_desc.is_set(), "descriptor was never set", op, "x_desc")
     check(len(x_desc.dims) in (4, 5), f"x needs 4 or 5 dims, has {len(x_desc.dims)}", op,
           "x_desc")
-    dims = _bn_dims(x_desc, mode)
+    dims = _bn_dims(x_desc, as_enum(op, "mode", BatchNormMode, mode))
     derived_bn_desc.data_type = (DataType.DOUBLE if x_desc.data_type == DataType.DOUBLE
                                  else DataType.FLOAT)
     derived_bn_desc.dims, derived_bn_desc.strides = dims, tuple(nchw_strides(dims))
@@ -61,7 +61,7 @@ def derive_bn_tensor_descriptor(derived_bn_desc, x_desc, mode):
 def _check(op, mode, data: dict, bn: dict, epsilon) -> None:
     """Descriptors set, data descriptors alike (4 or 5 dims), bn descriptors shaped for
     ``mode``, epsilon at least the minimum."""
-    mode = BatchNormMode(mode)
+    mode = as_enum(op, "mode", BatchNormMode, mode)
     for name, d in {**data, **bn}.items():
         check(d.is_set(), "descriptor was never set", op, name)
     first_name, first = next(iter(data.items()))
@@ -75,7 +75,7 @@ def _check(op, mode, data: dict, bn: dict, epsilon) -> None:
         check(tuple(d.dims) == want, f"dims {list(d.dims)} must be {list(want)} for mode "
               f"{mode.name} and x dims {list(first.dims)} (derive_bn_tensor_descriptor)", op,
               name)
-    eps = float(epsilon)
+    eps = as_float(op, "epsilon", epsilon)
     check(eps >= BN_MIN_EPSILON, f"epsilon {eps} is below the minimum {BN_MIN_EPSILON} "
           "(CUDNN_BN_MIN_EPSILON)", op, "epsilon")
 
@@ -124,7 +124,7 @@ def _execute(g, tensors: dict, bufs: dict, scalars: dict, blend: dict) -> None:
             pack[tensors[f"{name}_alpha"]] = float(alpha)
         if f"{name}_beta" in tensors:
             pack[tensors[f"{name}_beta"]] = float(beta)
-            pack[tensors[f"{name}_prior"]] = bufs[name].clone()
+            pack[tensors[f"{name}_prior"]] = prior(bufs[name])
     device = next(b.device for b in bufs.values() if isinstance(b, torch.Tensor))
     ws = torch.empty(g.get_workspace_size(), dtype=torch.uint8, device=device)
     g.execute(pack, ws)
@@ -137,7 +137,13 @@ def batch_normalization_forward_inference(handle, mode, alpha, beta, x_desc, x, 
     op = "batch_normalization_forward_inference"
     bn = bn_scale_bias_mean_var_desc
     _check(op, mode, {"x": x_desc, "y": y_desc}, {"bn_scale_bias_mean_var_desc": bn}, epsilon)
-    blend = (float(alpha) != 1.0, float(beta) != 0.0)
+    alpha, beta = as_float(op, "alpha", alpha), as_float(op, "beta", beta)
+    blend = (alpha != 1.0, beta != 0.0)
+    x, y = buffer(op, "x", x, x_desc, handle), buffer(op, "y", y, y_desc, handle)
+    bn_scale = buffer(op, "bn_scale", bn_scale, bn, handle)
+    bn_bias = buffer(op, "bn_bias", bn_bias, bn, handle)
+    estimated_mean = buffer(op, "estimated_mean", estimated_mean, bn, handle)
+    estimated_variance = buffer(op, "estimated_variance", estimated_variance, bn, handle)
 
     def make(g):
         t = {n: _tensor(g, d, n) for n, d in (("x", x_desc), ("scale", bn), ("bias", bn),
@@ -171,10 +177,21 @@ def batch_normalization_forward_training(handle, mode, alpha, beta, x_desc, x, y
           "neither", op, "result_running_variance")
     check((result_save_mean is None) == (result_save_inv_variance is None), "give both save "
           "buffers or neither", op, "result_save_inv_variance")
-    factor = float(exponential_average_factor)
+    factor = as_float(op, "exponential_average_factor", exponential_average_factor)
     check(not running or 0.0 <= factor <= 1.0, f"exponential_average_factor {factor} must be "
           "within [0, 1]", op, "exponential_average_factor")
-    blend = (float(alpha) != 1.0, float(beta) != 0.0)
+    alpha, beta = as_float(op, "alpha", alpha), as_float(op, "beta", beta)
+    blend = (alpha != 1.0, beta != 0.0)
+    x, y = buffer(op, "x", x, x_desc, handle), buffer(op, "y", y, y_desc, handle)
+    bn_scale = buffer(op, "bn_scale", bn_scale, bn, handle)
+    bn_bias = buffer(op, "bn_bias", bn_bias, bn, handle)
+    result_running_mean, result_running_variance, result_save_mean, \
+        result_save_inv_variance = (
+            buffer(op, n, b, bn, handle, optional=True) for n, b in (
+                ("result_running_mean", result_running_mean),
+                ("result_running_variance", result_running_variance),
+                ("result_save_mean", result_save_mean),
+                ("result_save_inv_variance", result_save_inv_variance)))
 
     def make(g):
         t = {n: _tensor(g, bn, n) for n in ("scale", "bias")}
@@ -193,11 +210,10 @@ def batch_normalization_forward_training(handle, mode, alpha, beta, x_desc, x, y
         return t
     g, t = _build(_key(op, handle, mode, {"x": x_desc, "y": y_desc, "bn": bn}, blend,
                        running), handle, make)
-    like = bn_scale if isinstance(bn_scale, torch.Tensor) else x
     save_mean, save_inv = result_save_mean, result_save_inv_variance
     if save_mean is None:
-        save_mean = torch.empty_strided(bn.dims, bn.strides, dtype=like.dtype,
-                                        device=like.device)
+        save_mean = torch.empty_strided(bn.dims, bn.strides, dtype=bn_scale.dtype,
+                                        device=bn_scale.device)
         save_inv = torch.empty_like(save_mean)
     bufs = {"x": x, "y": y, "scale": bn_scale, "bias": bn_bias, "save_mean": save_mean,
             "save_inv": save_inv}
@@ -220,6 +236,18 @@ def batch_normalization_backward(handle, mode, alpha_data_diff, beta_data_diff,
            {"d_bn_scale_bias_desc": bn}, epsilon)
     check((saved_mean is None) == (saved_inv_variance is None), "give both saved statistics "
           "or neither", op, "saved_inv_variance")
+    alpha_data_diff = as_float(op, "alpha_data_diff", alpha_data_diff)
+    beta_data_diff = as_float(op, "beta_data_diff", beta_data_diff)
+    alpha_param_diff = as_float(op, "alpha_param_diff", alpha_param_diff)
+    beta_param_diff = as_float(op, "beta_param_diff", beta_param_diff)
+    x, dy = buffer(op, "x", x, x_desc, handle), buffer(op, "dy", dy, dy_desc, handle)
+    dx = buffer(op, "dx", dx, dx_desc, handle)
+    bn_scale = buffer(op, "bn_scale", bn_scale, bn, handle)
+    result_bn_scale_diff = buffer(op, "result_bn_scale_diff", result_bn_scale_diff, bn, handle)
+    result_bn_bias_diff = buffer(op, "result_bn_bias_diff", result_bn_bias_diff, bn, handle)
+    saved_mean = buffer(op, "saved_mean", saved_mean, bn, handle, optional=True)
+    saved_inv_variance = buffer(op, "saved_inv_variance", saved_inv_variance, bn, handle,
+                                optional=True)
     if saved_mean is None:
         saved_mean = torch.empty_strided(bn.dims, bn.strides, dtype=bn_scale.dtype,
                                          device=bn_scale.device)
@@ -229,8 +257,8 @@ def batch_normalization_backward(handle, mode, alpha_data_diff, beta_data_diff,
             handle, mode, 1.0, 0.0, x_desc, x, dx_desc, scratch, bn, bn_scale,
             torch.zeros_like(bn_scale), 0.0, None, None, epsilon, saved_mean,
             saved_inv_variance)
-    data = (float(alpha_data_diff) != 1.0, float(beta_data_diff) != 0.0)
-    param = (float(alpha_param_diff) != 1.0, float(beta_param_diff) != 0.0)
+    data = (alpha_data_diff != 1.0, beta_data_diff != 0.0)
+    param = (alpha_param_diff != 1.0, beta_param_diff != 0.0)
 
     def make(g):
         t = {n: _tensor(g, d, n) for n, d in (("x", x_desc), ("dy", dy_desc), ("scale", bn),

@@ -18,7 +18,9 @@ from ..enums import ConvolutionMode, DataType
 from ..errors import BadParamError, GraphNotSupportedError, Status
 from ..graph.graph import Graph
 from ..ops.conv import output_dims
-from .common import SCALAR, Determinism, MathType, NanPropagation, check
+from .common import (SCALAR, Determinism, MathType, NanPropagation, as_enum, as_float, as_int,
+                     as_ints, buffer, check)
+from .tensor import TensorDescriptor
 
 
 class ConvolutionFwdAlgo(enum.IntEnum):
@@ -102,7 +104,10 @@ def set_convolution_2d_descriptor(desc, pad_h, pad_w, u, v, dilation_h, dilation
 def set_convolution_nd_descriptor(desc, array_length, pads, strides, dilations, mode,
                                   compute_type) -> None:
     op = "set_convolution_nd_descriptor"
+    array_length = as_int(op, "array_length", array_length)
     check(1 <= array_length <= 3, f"array_length {array_length} must be 1..3", op)
+    pads, strides = as_ints(op, "pads", pads), as_ints(op, "strides", strides)
+    dilations = as_ints(op, "dilations", dilations)
     check(len(pads) == len(strides) == len(dilations) == array_length,
           "pads, strides and dilations need array_length values each", op)
     check(all(p >= 0 for p in pads), f"padding {list(pads)} must be >= 0", op,
@@ -111,23 +116,31 @@ def set_convolution_nd_descriptor(desc, array_length, pads, strides, dilations, 
           status=Status.BAD_PARAM_OUT_OF_BOUND)
     check(all(d >= 1 for d in dilations), f"dilations {list(dilations)} must be >= 1", op,
           status=Status.BAD_PARAM_OUT_OF_BOUND)
-    desc.pre = desc.post = tuple(int(p) for p in pads)
-    desc.stride, desc.dilation = tuple(int(s) for s in strides), tuple(int(d) for d in dilations)
-    desc.mode = ConvolutionMode(int(mode))
-    desc.compute_type = DataType(int(compute_type))
+    mode = as_enum(op, "mode", ConvolutionMode, mode)
+    compute_type = as_enum(op, "compute_type", DataType, compute_type)
+    desc.pre = desc.post = pads
+    desc.stride, desc.dilation = strides, dilations
+    desc.mode, desc.compute_type = mode, compute_type
 
 
 def set_convolution_group_count(desc, group_count: int) -> None:
-    check(group_count >= 1, f"group count {group_count} must be >= 1",
-          "set_convolution_group_count", status=Status.BAD_PARAM_OUT_OF_BOUND)
-    desc.group_count = int(group_count)
+    op = "set_convolution_group_count"
+    group_count = as_int(op, "group_count", group_count)
+    check(group_count >= 1, f"group count {group_count} must be >= 1", op,
+          status=Status.BAD_PARAM_OUT_OF_BOUND)
+    desc.group_count = group_count
 
 
 def set_convolution_math_type(desc, math_type) -> None:
-    desc.math_type = MathType(int(math_type))
+    desc.math_type = as_enum("set_convolution_math_type", "math_type", MathType, math_type)
 
 
 def get_convolution_2d_descriptor(desc) -> tuple:
+    """(pad_h, pad_w, u, v, dilation_h, dilation_w, mode, compute_type)."""
+    op = "get_convolution_2d_descriptor"
+    check(len(desc.stride) > 0, "convolution descriptor was never set", op)
+    check(len(desc.stride) == 2, f"not a 2-D convolution descriptor (it has "
+          f"{len(desc.stride)} spatial dims)", op, status=Status.BAD_PARAM_SHAPE_MISMATCH)
     return (desc.pre[0], desc.pre[1], desc.stride[0], desc.stride[1], desc.dilation[0],
             desc.dilation[1], desc.mode, desc.compute_type)
 
@@ -158,9 +171,10 @@ def get_convolution_2d_forward_output_dim(conv, x_desc, w_desc) -> tuple:
 
 
 def get_convolution_nd_forward_output_dim(conv, x_desc, w_desc, nb_dims: int) -> list:
-    out = _check_geometry("get_convolution_nd_forward_output_dim", x_desc, w_desc, conv)
-    check(nb_dims == len(out), f"nb_dims {nb_dims} != {len(out)}",
-          "get_convolution_nd_forward_output_dim")
+    op = "get_convolution_nd_forward_output_dim"
+    out = _check_geometry(op, x_desc, w_desc, conv)
+    nb_dims = as_int(op, "nb_dims", nb_dims)
+    check(nb_dims == len(out), f"nb_dims {nb_dims} != {len(out)}", op)
     return out
 
 
@@ -174,13 +188,14 @@ def destroy_activation_descriptor(desc) -> None:
 
 
 def set_activation_descriptor(desc, mode, relu_nan_opt, coef: float) -> None:
-    desc.mode = ActivationMode(int(mode))
-    desc.nan_opt = NanPropagation(int(relu_nan_opt))
-    desc.coef = float(coef)
+    op = "set_activation_descriptor"
+    mode = as_enum(op, "mode", ActivationMode, mode)
+    nan_opt = as_enum(op, "relu_nan_opt", NanPropagation, relu_nan_opt)
+    desc.mode, desc.nan_opt, desc.coef = mode, nan_opt, as_float(op, "coef", coef)
 
 
 def set_activation_descriptor_swish_beta(desc, swish_beta: float) -> None:
-    desc.swish_beta = float(swish_beta)
+    desc.swish_beta = as_float("set_activation_descriptor_swish_beta", "swish_beta", swish_beta)
 
 
 def get_activation_descriptor(desc) -> tuple:
@@ -226,8 +241,7 @@ class _ConvCall:
               f"query {want}", op, label, Status.BAD_PARAM_SHAPE_MISMATCH)
         g = Graph(name=op, handle=handle, intermediate_data_type=DataType.FLOAT,
                   compute_data_type=DataType.FLOAT)
-        names = {"conv_fprop": ("x", "w", "y"), "conv_dgrad": ("dy", "w", "dx"),
-                 "conv_wgrad": ("x", "dy", "dw")}[kind]
+        names = _NAMES[kind]
         self.a = g.tensor(a_desc.dims, a_desc.strides, a_desc.data_type, name=names[0])
         self.b = g.tensor(b_desc.dims, b_desc.strides, b_desc.data_type, name=names[1])
         params = dict(pre_padding=list(conv.pre), post_padding=list(conv.post),
@@ -287,6 +301,15 @@ class _ConvCall:
 
 
 _cache: dict = {}
+# the operands' names per direction: (a, b, out)
+_NAMES = {"conv_fprop": ("x", "w", "y"), "conv_dgrad": ("dy", "w", "dx"),
+          "conv_wgrad": ("x", "dy", "dw")}
+
+
+def _check_set(op, kind, a_desc, b_desc, out_desc) -> None:
+    for name, d in zip(_NAMES[kind], (a_desc, b_desc, out_desc)):
+        check(isinstance(d, TensorDescriptor) and d.is_set(), "descriptor was never set", op,
+              name)
 
 
 def _desc_key(d):
@@ -300,6 +323,16 @@ def _desc_key(d):
 def conv_call(handle, kind, a_desc, b_desc, conv, out_desc, algo, engine_id, blend, beta, op,
               **extra) -> _ConvCall:
     """The cached built call for these descriptors (plans are reused across calls)."""
+    _check_set(op, kind, a_desc, b_desc, out_desc)
+    for name, d in extra.items():
+        if name == "act":
+            check(d is None or isinstance(d, ActivationDescriptor), f"needs an activation "
+                  f"descriptor or None, got {type(d).__name__}", op, "activation_desc")
+        else:
+            check(d is None or isinstance(d, TensorDescriptor) and d.is_set(),
+                  "descriptor was never set", op, {"z_desc": "z", "b_bias": "bias"}[name])
+    check(isinstance(conv, ConvolutionDescriptor), f"needs a convolution descriptor, got "
+          f"{type(conv).__name__}", op, "conv_desc")
     key = (str(getattr(handle, "device", None)), kind, _desc_key(a_desc), _desc_key(b_desc),
            conv.key(), _desc_key(out_desc), int(algo), blend, beta, op,
            tuple((k, _desc_key(v)) for k, v in sorted(extra.items())))
@@ -336,7 +369,7 @@ class Direction:
     determinism: object = staticmethod(lambda algo: Determinism.DETERMINISTIC)
 
     def call(self, handle, a_desc, b_desc, conv, out_desc, algo, blend, beta, op, **extra):
-        algo = self.algos(int(algo))
+        algo = as_enum(op, "algo", self.algos, algo)
         return conv_call(handle, self.kind, a_desc, b_desc, conv, out_desc, algo,
                          self.engines.get(algo), blend, beta, op, **extra)
 
@@ -344,24 +377,34 @@ class Direction:
         perfs = [perf_of(self.perf, handle, self.kind, a_desc, b_desc, conv, out_desc, a,
                          self.engines.get(a), op, self.determinism) for a in self.algos]
         perfs.sort(key=lambda p: (p.status != Status.SUCCESS, p.time))
-        return perfs[:max(int(requested), 0)]
+        return perfs[:max(as_int(op, "requested", requested), 0)]
 
     def find(self, handle, a_desc, a, b_desc, b, conv, out_desc, out, requested, workspace,
              workspace_size, op) -> list:
+        requested = as_int(op, "requested", requested)
+        names = _NAMES[self.kind]
+        a, b, out = (buffer(op, n, t, d, handle) for n, t, d in
+                     zip(names, (a, b, out), (a_desc, b_desc, out_desc)))
         perfs = self.ranked(handle, a_desc, b_desc, conv, out_desc, len(self.algos), op)
-        limit = workspace_size if workspace_size is not None else float("inf")
+        limit = float("inf") if workspace_size is None else as_int(op, "workspace_size",
+                                                                   workspace_size)
         measure(perfs, lambda algo: self.call(handle, a_desc, b_desc, conv, out_desc, algo,
                                               False, False, op)
                 .run(a, b, out, 1.0, 0.0, workspace), out, limit)
-        return perfs[:max(int(requested), 0)]
+        return perfs[:max(requested, 0)]
 
     def random_find(self, handle, a_desc, b_desc, conv, out_desc, requested, op) -> list:
+        _check_set(op, self.kind, a_desc, b_desc, out_desc)
         a, b, out = (_random_buffer(d, handle) for d in (a_desc, b_desc, out_desc))
         return self.find(handle, a_desc, a, b_desc, b, conv, out_desc, out, requested, None,
                          None, op)
 
     def execute(self, handle, alpha, a_desc, a, b_desc, b, conv, algo, workspace,
                 workspace_size, beta, out_desc, out, op) -> None:
+        alpha, beta = as_float(op, "alpha", alpha), as_float(op, "beta", beta)
+        names = _NAMES[self.kind]
+        a, b, out = (buffer(op, n, t, d, handle) for n, t, d in
+                     zip(names, (a, b, out), (a_desc, b_desc, out_desc)))
         call = self.call(handle, a_desc, b_desc, conv, out_desc, algo, alpha != 1.0,
                          beta != 0.0, op)
         check_ws(call, workspace, workspace_size, op)
@@ -445,20 +488,29 @@ def convolution_bias_activation_forward(handle, alpha1, x_desc, x, w_desc, w, co
                                         bias_desc, bias, activation_desc, y_desc, y) -> None:
     """y = act(alpha1 * conv(x, w) + alpha2 * z + bias), in one fused kernel."""
     op = "convolution_bias_activation_forward"
-    check(bias_desc.is_set() and list(bias_desc.dims) == [1, w_desc.dims[0]] + [1] * (
-        len(w_desc.dims) - 2), f"bias must be [1, K, 1, ...], got {list(bias_desc.dims)}", op,
-        "bias", Status.BAD_PARAM_SHAPE_MISMATCH)
+    alpha1, alpha2 = as_float(op, "alpha1", alpha1), as_float(op, "alpha2", alpha2)
+    for name, d in (("w", w_desc), ("bias", bias_desc)):
+        check(isinstance(d, TensorDescriptor) and d.is_set(), "descriptor was never set", op,
+              name)
+    check(list(bias_desc.dims) == [1, w_desc.dims[0]] + [1] * (len(w_desc.dims) - 2),
+          f"bias must be [1, K, 1, ...], got {list(bias_desc.dims)}", op, "bias",
+          Status.BAD_PARAM_SHAPE_MISMATCH)
     use_z = alpha2 != 0.0
+    x, w = buffer(op, "x", x, x_desc, handle), buffer(op, "w", w, w_desc, handle)
+    y, bias = buffer(op, "y", y, y_desc, handle), buffer(op, "bias", bias, bias_desc, handle)
+    z = buffer(op, "z", z, z_desc, handle) if use_z else None
     call = _fwd(handle, x_desc, w_desc, conv, y_desc, algo, alpha1 != 1.0, False, op,
                 z_desc=z_desc if use_z else None, b_bias=bias_desc, act=activation_desc)
     check_ws(call, workspace, workspace_size, op)
-    if use_z and z is not None and z.data_ptr() == y.data_ptr():
+    if use_z and z.data_ptr() == y.data_ptr():
         z = z.clone()   # cuDNN allows z == y; a fused multi-node graph may not run in place
     call.run(x, w, y, alpha1, alpha2, workspace, z=z if use_z else None, bias=bias)
 
 
 def check_ws(call, workspace, workspace_size, op) -> None:
-    if call.workspace_size > (workspace_size or 0):
+    workspace_size = 0 if workspace_size is None else as_int(op, "workspace_size",
+                                                             workspace_size)
+    if call.workspace_size > workspace_size:
         raise BadParamError(f"workspace of {workspace_size} bytes; the algorithm needs "
                             f"{call.workspace_size}", op=op,
                             status=Status.BAD_PARAM_SIZE_INSUFFICIENT)

@@ -21,7 +21,7 @@ from ..enums import DataType, HeurMode, ReductionMode
 from ..errors import Status
 from ..graph.graph import Graph
 from .cnn import Direction
-from .common import SCALAR, Determinism, MathType, check
+from .common import SCALAR, Determinism, MathType, as_float, buffer, check
 
 
 class ConvolutionBwdDataAlgo(enum.IntEnum):
@@ -172,7 +172,10 @@ _bias_cache: dict = {}
 def convolution_backward_bias(handle, alpha, dy_desc, dy, beta, db_desc, db) -> None:
     """db = alpha * sum_{n, spatial} dy + beta * db (db is [1, K, 1, ...])."""
     op = "convolution_backward_bias"
-    check(dy_desc.is_set() and db_desc.is_set(), "descriptor never set", op)
+    for name, d in (("dy", dy_desc), ("db", db_desc)):
+        check(d.is_set(), "descriptor was never set", op, name)
+    alpha, beta = as_float(op, "alpha", alpha), as_float(op, "beta", beta)
+    dy, db = buffer(op, "dy", dy, dy_desc, handle), buffer(op, "db", db, db_desc, handle)
     want = [1, dy_desc.dims[1]] + [1] * (len(dy_desc.dims) - 2)
     check(list(db_desc.dims) == want, f"db dims {list(db_desc.dims)} must be {want}", op, "db",
           Status.BAD_PARAM_SHAPE_MISMATCH)
@@ -207,4 +210,4 @@ def convolution_backward_bias(handle, alpha, dy_desc, dy, beta, db_desc, db) -> 
 
 __all__ = [n for n in dir() if not n.startswith("_") and n not in (
     "annotations", "dataclasses", "enum", "torch", "DataType", "HeurMode", "ReductionMode", "Graph",
-    "check", "Direction", "DATA", "FILTER")]
+    "check", "as_float", "buffer", "Direction", "DATA", "FILTER")]

@@ -34,7 +34,7 @@ from ..enums import DataType, HeurMode
 from ..errors import Status
 from ..graph.graph import Graph
 from ..ops.dropout import counters
-from .common import check
+from .common import as_float, as_int, buffer, check
 
 STATES_SIZE = 32      # bytes: int64 [seed, 0, offset, 0]
 RESERVE_SIZE = 32     # bytes: the forward's copy of the states
@@ -71,10 +71,11 @@ def _words(buf, size, need: int, op: str, name: str) -> torch.Tensor:
     check(buf is not None, "is NULL", op, name, Status.BAD_PARAM_NULL_POINTER)
     check(isinstance(buf, torch.Tensor), f"must be a torch tensor, got {type(buf).__name__}",
           op, name, Status.BAD_PARAM)
-    check(int(size) >= need, f"{name}_size {size} is below the {need} bytes needed", op, name,
+    size = as_int(op, f"{name}_size", size)
+    check(size >= need, f"{name}_size {size} is below the {need} bytes needed", op, name,
           Status.BAD_PARAM_SIZE_INSUFFICIENT)
     nbytes = buf.numel() * buf.element_size()
-    check(nbytes >= int(size), f"the buffer holds {nbytes} bytes, fewer than the {size} "
+    check(nbytes >= size, f"the buffer holds {nbytes} bytes, fewer than the {size} "
           "given", op, name, Status.BAD_PARAM_SIZE_INSUFFICIENT)
     check(buf.is_contiguous() and buf.data_ptr() % 8 == 0,
           "must be a contiguous, 8-byte aligned buffer", op, name, Status.BAD_PARAM)
@@ -84,18 +85,18 @@ def _words(buf, size, need: int, op: str, name: str) -> torch.Tensor:
 def _set(desc, op, dropout, states, states_size, seed) -> torch.Tensor:
     check(isinstance(desc, DropoutDescriptor), "needs a descriptor from "
           "create_dropout_descriptor", op)
-    p = float(dropout)
+    p = as_float(op, "dropout", dropout)
     check(math.isfinite(p) and 0.0 <= p <= 1.0, f"dropout {dropout} is outside [0, 1]", op,
           "dropout", Status.BAD_PARAM_OUT_OF_BOUND)
     words = _words(states, states_size, STATES_SIZE, op, "states")
-    desc.dropout, desc.seed, desc.states = p, int(seed), words
+    desc.dropout, desc.seed, desc.states = p, as_int(op, "seed", seed), words
     return words
 
 
 def set_dropout_descriptor(desc, handle, dropout, states, states_size, seed) -> None:
     """cudnnSetDropoutDescriptor: probability ``dropout`` and states [seed, 0, 0, 0]."""
     words = _set(desc, "set_dropout_descriptor", dropout, states, states_size, seed)
-    v = int(seed) & 0xFFFFFFFFFFFFFFFF
+    v = desc.seed & 0xFFFFFFFFFFFFFFFF
     words.copy_(torch.tensor([v - (1 << 64) if v >= 1 << 63 else v, 0, 0, 0],
                              dtype=torch.int64))
 
@@ -158,6 +159,7 @@ def dropout_forward(handle, dropout_desc, x_desc, x, y_desc, y, reserve_space,
     _check_desc(dropout_desc, op)
     rec = _words(reserve_space, reserve_space_size, RESERVE_SIZE, op, "reserve_space")
     built = _graph(handle, op, dropout_desc.dropout, x_desc, y_desc)
+    x, y = buffer(op, "x", x, x_desc, handle), buffer(op, "y", y, y_desc, handle)
     rec.copy_(dropout_desc.states)                      # device to device, stream-ordered
     dropout_desc.states[2:3].add_(counters(math.prod(x_desc.dims)))
     _execute(built, x, y, rec)
@@ -169,7 +171,9 @@ def dropout_backward(handle, dropout_desc, dy_desc, dy, dx_desc, dx, reserve_spa
     op = "dropout_backward"
     _check_desc(dropout_desc, op)
     rec = _words(reserve_space, reserve_space_size, RESERVE_SIZE, op, "reserve_space")
-    _execute(_graph(handle, op, dropout_desc.dropout, dy_desc, dx_desc), dy, dx, rec)
+    built = _graph(handle, op, dropout_desc.dropout, dy_desc, dx_desc)
+    dy, dx = buffer(op, "dy", dy, dy_desc, handle), buffer(op, "dx", dx, dx_desc, handle)
+    _execute(built, dy, dx, rec)
 
 
 __all__ = ["DropoutDescriptor", "create_dropout_descriptor", "destroy_dropout_descriptor",

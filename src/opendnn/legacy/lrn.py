@@ -25,7 +25,7 @@ from ..enums import DataType, HeurMode
 from ..errors import Status
 from ..graph.graph import Graph
 from ..ops import lrn as ref
-from .common import SCALAR, check
+from .common import SCALAR, as_float, as_int, buffer, check, prior
 
 
 class LRNMode(enum.IntEnum):
@@ -55,7 +55,10 @@ def set_lrn_descriptor(desc, lrn_n, lrn_alpha, lrn_beta, lrn_k) -> None:
     """cudnnSetLRNDescriptor; BAD_PARAM when a value is outside cuDNN's range."""
     op = "set_lrn_descriptor"
     check(isinstance(desc, LRNDescriptor), "needs a descriptor from create_lrn_descriptor", op)
-    check(int(lrn_n) == lrn_n and ref.MIN_N <= lrn_n <= ref.MAX_N,
+    lrn_n = as_int(op, "lrn_n", lrn_n)
+    lrn_alpha, lrn_beta = as_float(op, "lrn_alpha", lrn_alpha), as_float(op, "lrn_beta", lrn_beta)
+    lrn_k = as_float(op, "lrn_k", lrn_k)
+    check(ref.MIN_N <= lrn_n <= ref.MAX_N,
           f"lrn_n={lrn_n} is outside [CUDNN_LRN_MIN_N={ref.MIN_N}, "
           f"CUDNN_LRN_MAX_N={ref.MAX_N}]", op, "lrn_n")
     check(math.isfinite(lrn_k) and lrn_k >= ref.MIN_K,
@@ -63,8 +66,7 @@ def set_lrn_descriptor(desc, lrn_n, lrn_alpha, lrn_beta, lrn_k) -> None:
     check(math.isfinite(lrn_beta) and lrn_beta >= ref.MIN_BETA,
           f"lrn_beta={lrn_beta} is below CUDNN_LRN_MIN_BETA={ref.MIN_BETA}", op, "lrn_beta")
     check(math.isfinite(lrn_alpha), f"lrn_alpha={lrn_alpha} is not finite", op, "lrn_alpha")
-    desc.lrn_n, desc.lrn_alpha = int(lrn_n), float(lrn_alpha)
-    desc.lrn_beta, desc.lrn_k = float(lrn_beta), float(lrn_k)
+    desc.lrn_n, desc.lrn_alpha, desc.lrn_beta, desc.lrn_k = lrn_n, lrn_alpha, lrn_beta, lrn_k
 
 
 def get_lrn_descriptor(desc) -> tuple:
@@ -138,7 +140,7 @@ def _run(built, bufs: dict, outs: dict, alpha, beta) -> None:
     for o, b in outs.items():
         pack[results[o]] = b
         if tb is not None:
-            pack[priors[o]] = b.clone()
+            pack[priors[o]] = prior(b)
     if ta is not None:
         pack[ta] = float(alpha)
     if tb is not None:
@@ -153,38 +155,39 @@ def _overlaps(a, b) -> bool:
     return sa.data_ptr() == sb.data_ptr() and a.device == b.device
 
 
-def _blend_flags(alpha, beta) -> tuple:
-    return float(alpha) != 1.0, float(beta) != 0.0
-
-
-def _check_lrn(op, norm_desc, mode, mode_type, names: dict) -> None:
+def _check_lrn(op, handle, norm_desc, mode, mode_type, alpha, beta, bufs: dict) -> tuple:
+    """(alpha, beta, {name: tensor}) after checking the descriptor, the mode, the scalars
+    and the buffers (``bufs``: name -> (buffer, its descriptor))."""
     check(isinstance(norm_desc, LRNDescriptor), "needs an LRN descriptor", op, "norm_desc")
     try:
         mode_type(mode)
     except ValueError:
         check(False, f"mode {mode!r} is not one of {[m.name for m in mode_type]}", op, "mode")
-    for name, b in names.items():
-        check(b is not None, "is NULL", op, name, Status.BAD_PARAM_NULL_POINTER)
+    alpha, beta = as_float(op, "alpha", alpha), as_float(op, "beta", beta)
+    return alpha, beta, {n: buffer(op, n, b, d, handle) for n, (b, d) in bufs.items()}
 
 
 def lrn_cross_channel_forward(handle, norm_desc, lrn_mode, alpha, x_desc, x, beta, y_desc,
                               y) -> None:
     """y = alpha * LRN(x) + beta * y across the channel dim (1)."""
     op = "lrn_cross_channel_forward"
-    _check_lrn(op, norm_desc, lrn_mode, LRNMode, {"x": x, "y": y})
-    built = _graph(handle, op, norm_desc, {"x": x_desc, "y": y_desc}, ("y",),
-                   *_blend_flags(alpha, beta))
-    _run(built, {"x": x}, {"y": y}, alpha, beta)
+    alpha, beta, b = _check_lrn(op, handle, norm_desc, lrn_mode, LRNMode, alpha, beta,
+                                {"x": (x, x_desc), "y": (y, y_desc)})
+    built = _graph(handle, op, norm_desc, {"x": x_desc, "y": y_desc}, ("y",), alpha != 1.0,
+                   beta != 0.0)
+    _run(built, {"x": b["x"]}, {"y": b["y"]}, alpha, beta)
 
 
 def lrn_cross_channel_backward(handle, norm_desc, lrn_mode, alpha, y_desc, y, dy_desc, dy,
                                x_desc, x, beta, dx_desc, dx) -> None:
     """dx = alpha * (gradient of LRN at x from dy) + beta * dx."""
     op = "lrn_cross_channel_backward"
-    _check_lrn(op, norm_desc, lrn_mode, LRNMode, {"y": y, "dy": dy, "x": x, "dx": dx})
+    alpha, beta, b = _check_lrn(op, handle, norm_desc, lrn_mode, LRNMode, alpha, beta,
+                                {"y": (y, y_desc), "dy": (dy, dy_desc), "x": (x, x_desc),
+                                 "dx": (dx, dx_desc)})
     built = _graph(handle, op, norm_desc, {"x": x_desc, "y": y_desc, "dy": dy_desc,
-                                           "dx": dx_desc}, ("dx",), *_blend_flags(alpha, beta))
-    _run(built, {"x": x, "y": y, "dy": dy}, {"dx": dx}, alpha, beta)
+                                           "dx": dx_desc}, ("dx",), alpha != 1.0, beta != 0.0)
+    _run(built, {"x": b["x"], "y": b["y"], "dy": b["dy"]}, {"dx": b["dx"]}, alpha, beta)
 
 
 def divisive_normalization_forward(handle, norm_desc, mode, alpha, x_desc, x, means, temp,
@@ -192,11 +195,13 @@ def divisive_normalization_forward(handle, norm_desc, mode, alpha, x_desc, x, me
     """y = alpha * (x - means) / (k + lrn_alpha/n^s box_sum((x - means)^2))^lrn_beta
     + beta * y; means, temp and temp2 share x_desc."""
     op = "divisive_normalization_forward"
-    _check_lrn(op, norm_desc, mode, DivNormMode, {"x": x, "means": means, "temp": temp,
-                                                  "temp2": temp2, "y": y})
+    alpha, beta, b = _check_lrn(op, handle, norm_desc, mode, DivNormMode, alpha, beta,
+                                {"x": (x, x_desc), "means": (means, x_desc),
+                                 "temp": (temp, x_desc), "temp2": (temp2, x_desc),
+                                 "y": (y, y_desc)})
     built = _graph(handle, op, norm_desc, {"x": x_desc, "means": x_desc, "y": y_desc},
-                   ("y",), *_blend_flags(alpha, beta))
-    _run(built, {"x": x, "means": means}, {"y": y}, alpha, beta)
+                   ("y",), alpha != 1.0, beta != 0.0)
+    _run(built, {"x": b["x"], "means": b["means"]}, {"y": b["y"]}, alpha, beta)
 
 
 def divisive_normalization_backward(handle, norm_desc, mode, alpha, x_desc, x, means, dy,
@@ -204,14 +209,16 @@ def divisive_normalization_backward(handle, norm_desc, mode, alpha, x_desc, x, m
     """dx = alpha * dd + beta * dx and dmeans = -alpha * dd + beta * dmeans, dd the
     gradient at x - means from dy; means, dy, temp, temp2 share x_desc, dmeans dx_desc."""
     op = "divisive_normalization_backward"
-    _check_lrn(op, norm_desc, mode, DivNormMode, {"x": x, "means": means, "dy": dy,
-                                                  "temp": temp, "temp2": temp2, "dx": dx,
-                                                  "dmeans": dmeans})
+    alpha, beta, b = _check_lrn(op, handle, norm_desc, mode, DivNormMode, alpha, beta,
+                                {"x": (x, x_desc), "means": (means, x_desc),
+                                 "dy": (dy, x_desc), "temp": (temp, x_desc),
+                                 "temp2": (temp2, x_desc), "dx": (dx, dx_desc),
+                                 "dmeans": (dmeans, dx_desc)})
     built = _graph(handle, op, norm_desc, {"x": x_desc, "means": x_desc, "dy": x_desc,
-                                           "dx": dx_desc}, ("dx", "dmeans"),
-                   *_blend_flags(alpha, beta))
-    _run(built, {"x": x, "means": means, "dy": dy}, {"dx": dx, "dmeans": dmeans}, alpha,
-         beta)
+                                           "dx": dx_desc}, ("dx", "dmeans"), alpha != 1.0,
+                   beta != 0.0)
+    _run(built, {"x": b["x"], "means": b["means"], "dy": b["dy"]},
+         {"dx": b["dx"], "dmeans": b["dmeans"]}, alpha, beta)
 
 
 __all__ = ["LRNMode", "DivNormMode", "LRNDescriptor", "create_lrn_descriptor",

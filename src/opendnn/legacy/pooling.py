@@ -22,7 +22,8 @@ import torch
 from ..enums import DataType, HeurMode, ResampleMode
 from ..graph.graph import Graph
 from ..ops.pool import output_size
-from .common import SCALAR, NanPropagation, Status, check
+from .common import (SCALAR, NanPropagation, Status, as_enum, as_float, as_int, as_ints,
+                     buffer, check, prior)
 
 
 class PoolingMode(enum.IntEnum):
@@ -69,14 +70,15 @@ def set_pooling_2d_descriptor(desc, mode, max_pooling_nan_opt, window_h, window_
 def set_pooling_nd_descriptor(desc, mode, nan_opt, nb_dims, window, padding, stride) -> None:
     """Window, padding and stride of ``nb_dims`` (1-3) spatial axes."""
     op = "set_pooling_nd_descriptor"
-    check(1 <= int(nb_dims) <= 3, f"nb_dims {nb_dims} must be 1..3 (spatial axes)", op,
+    nb_dims = as_int(op, "nb_dims", nb_dims)
+    check(1 <= nb_dims <= 3, f"nb_dims {nb_dims} must be 1..3 (spatial axes)", op,
           status=Status.BAD_PARAM_OUT_OF_BOUND)
-    check(len(window) == len(padding) == len(stride) == int(nb_dims),
+    window, padding = as_ints(op, "window", window), as_ints(op, "padding", padding)
+    stride = as_ints(op, "stride", stride)
+    check(len(window) == len(padding) == len(stride) == nb_dims,
           f"window, padding and stride need nb_dims={nb_dims} values each (got "
           f"{len(window)}, {len(padding)}, {len(stride)})", op,
           status=Status.BAD_PARAM_SHAPE_MISMATCH)
-    window, padding = tuple(int(w) for w in window), tuple(int(p) for p in padding)
-    stride = tuple(int(s) for s in stride)
     check(all(w >= 1 for w in window), f"window {list(window)} must be >= 1", op,
           status=Status.BAD_PARAM_OUT_OF_BOUND)
     check(all(s >= 1 for s in stride), f"stride {list(stride)} must be >= 1", op,
@@ -85,7 +87,8 @@ def set_pooling_nd_descriptor(desc, mode, nan_opt, nb_dims, window, padding, str
           status=Status.BAD_PARAM_OUT_OF_BOUND)
     check(all(p < w for p, w in zip(padding, window)), f"padding {list(padding)} must be "
           f"smaller than the window {list(window)}", op, status=Status.BAD_PARAM_OUT_OF_BOUND)
-    desc.mode, desc.nan_opt = PoolingMode(int(mode)), NanPropagation(int(nan_opt))
+    desc.mode = as_enum(op, "mode", PoolingMode, mode)
+    desc.nan_opt = as_enum(op, "max_pooling_nan_opt", NanPropagation, nan_opt)
     desc.window, desc.padding, desc.stride = window, padding, stride
 
 
@@ -97,11 +100,12 @@ def get_pooling_2d_descriptor(desc) -> tuple:
 
 def get_pooling_nd_descriptor(desc, nb_dims_requested: int | None = None) -> tuple:
     """(mode, nan_opt, nb_dims, window, padding, stride)."""
+    op = "get_pooling_nd_descriptor"
     n = len(desc.window)
-    check(desc.is_set(), "descriptor was never set", "get_pooling_nd_descriptor")
-    check(nb_dims_requested is None or int(nb_dims_requested) >= n,
-          f"nb_dims_requested {nb_dims_requested} < the descriptor's {n}",
-          "get_pooling_nd_descriptor", status=Status.BAD_PARAM_OUT_OF_BOUND)
+    check(desc.is_set(), "descriptor was never set", op)
+    check(nb_dims_requested is None or as_int(op, "nb_dims_requested", nb_dims_requested) >= n,
+          f"nb_dims_requested {nb_dims_requested} < the descriptor's {n}", op,
+          status=Status.BAD_PARAM_OUT_OF_BOUND)
     return desc.mode, desc.nan_opt, n, list(desc.window), list(desc.padding), list(desc.stride)
 
 
@@ -129,8 +133,8 @@ def get_pooling_2d_forward_output_dim(desc, x_desc) -> tuple:
 
 def get_pooling_nd_forward_output_dim(desc, x_desc, nb_dims) -> list:
     op = "get_pooling_nd_forward_output_dim"
-    check(int(nb_dims) == len(x_desc.dims), f"nb_dims {nb_dims} differs from the input's "
-          f"{len(x_desc.dims)} dims", op, "x", Status.BAD_PARAM_SHAPE_MISMATCH)
+    check(as_int(op, "nb_dims", nb_dims) == len(x_desc.dims), f"nb_dims {nb_dims} differs "
+          f"from the input's {len(x_desc.dims)} dims", op, "x", Status.BAD_PARAM_SHAPE_MISMATCH)
     return _output_dims(op, desc, x_desc)
 
 
@@ -171,31 +175,31 @@ def _graph(handle, op, pdesc, descs: dict, out: str, blend: bool, beta: bool):
         t = g.resample_backward(ins["dy"], mode, input=ins.get("x"), output=ins.get("y"),
                                 nan_propagation=nan, name="pool", **geo)
         t.set_dim(list(descs["dx"].dims)).set_stride(list(descs["dx"].strides))
-    alpha = beta_t = prior = None
+    alpha = beta_t = prior_t = None
     if blend:
         alpha = g.tensor(name="alpha", **SCALAR)
         t = g.scale(t, alpha)
     d_out = descs[out]
     if beta:
-        prior = g.tensor(list(d_out.dims), list(d_out.strides), d_out.data_type,
+        prior_t = g.tensor(list(d_out.dims), list(d_out.strides), d_out.data_type,
                          name=f"{out}_prior")
         beta_t = g.tensor(name="beta", **SCALAR)
-        t = g.add(t, g.scale(prior, beta_t))
+        t = g.add(t, g.scale(prior_t, beta_t))
     t.set_output(True).set_dim(list(d_out.dims)).set_stride(list(d_out.strides))
     t.set_data_type(d_out.data_type).set_name(out)
     g.build([HeurMode.A, HeurMode.FALLBACK])
-    hit = _cache[key] = (g, ins, t, alpha, beta_t, prior)
+    hit = _cache[key] = (g, ins, t, alpha, beta_t, prior_t)
     return hit
 
 
 def _run(built, bufs: dict, out, alpha, beta) -> None:
-    g, ins, t, ta, tb, prior = built
+    g, ins, t, ta, tb, prior_t = built
     pack = {ins[n]: b for n, b in bufs.items() if n in ins}
     pack[t] = out
     if ta is not None:
         pack[ta] = float(alpha)
     if tb is not None:
-        pack[prior] = out.clone()
+        pack[prior_t] = prior(out)
         pack[tb] = float(beta)
     ws = torch.empty(g.get_workspace_size(), dtype=torch.uint8, device=out.device)
     g.execute(pack, ws)
@@ -203,17 +207,24 @@ def _run(built, bufs: dict, out, alpha, beta) -> None:
 
 def pooling_forward(handle, pooling_desc, alpha, x_desc, x, beta, y_desc, y) -> None:
     """y = alpha * pool(x) + beta * y."""
-    built = _graph(handle, "pooling_forward", pooling_desc, {"x": x_desc, "y": y_desc}, "y",
-                   float(alpha) != 1.0, float(beta) != 0.0)
+    op = "pooling_forward"
+    alpha, beta = as_float(op, "alpha", alpha), as_float(op, "beta", beta)
+    x, y = buffer(op, "x", x, x_desc, handle), buffer(op, "y", y, y_desc, handle)
+    built = _graph(handle, op, pooling_desc, {"x": x_desc, "y": y_desc}, "y", alpha != 1.0,
+                   beta != 0.0)
     _run(built, {"x": x}, y, alpha, beta)
 
 
 def pooling_backward(handle, pooling_desc, alpha, y_desc, y, dy_desc, dy, x_desc, x, beta,
                      dx_desc, dx) -> None:
     """dx = alpha * (the gradient of pool at x, given dy) + beta * dx."""
-    built = _graph(handle, "pooling_backward", pooling_desc,
+    op = "pooling_backward"
+    alpha, beta = as_float(op, "alpha", alpha), as_float(op, "beta", beta)
+    y, dy = buffer(op, "y", y, y_desc, handle), buffer(op, "dy", dy, dy_desc, handle)
+    x, dx = buffer(op, "x", x, x_desc, handle), buffer(op, "dx", dx, dx_desc, handle)
+    built = _graph(handle, op, pooling_desc,
                    {"x": x_desc, "y": y_desc, "dy": dy_desc, "dx": dx_desc}, "dx",
-                   float(alpha) != 1.0, float(beta) != 0.0)
+                   alpha != 1.0, beta != 0.0)
     _run(built, {"x": x, "y": y, "dy": dy}, dx, alpha, beta)
 
 

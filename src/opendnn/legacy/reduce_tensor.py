@@ -22,7 +22,8 @@ import torch
 
 from ..enums import DataType, HeurMode, ReductionMode
 from ..graph.graph import Graph
-from .common import SCALAR, NanPropagation, Status, check
+from .common import (SCALAR, NanPropagation, Status, as_enum, as_float, as_int, buffer, check,
+                     prior)
 
 
 # cudnnReduceTensorOp_t has the graph's reduction modes, with the same numbers
@@ -65,21 +66,19 @@ def set_reduce_tensor_descriptor(desc, reduce_tensor_op, reduce_tensor_comp_type
                                  reduce_tensor_nan_opt, reduce_tensor_indices,
                                  reduce_tensor_indices_type) -> None:
     op = "set_reduce_tensor_descriptor"
-    try:
-        rop = ReduceTensorOp(int(reduce_tensor_op))
-    except ValueError:
-        check(False, f"unknown reduce op {reduce_tensor_op!r}", op)
-    comp = DataType(int(reduce_tensor_comp_type))
+    rop = as_enum(op, "reduce_tensor_op", ReduceTensorOp, reduce_tensor_op)
+    comp = as_enum(op, "reduce_tensor_comp_type", DataType, reduce_tensor_comp_type)
     check(comp in (DataType.FLOAT, DataType.DOUBLE, DataType.HALF, DataType.BFLOAT16),
           f"compute type {comp.name} is not a floating type", op)
-    ind = ReduceTensorIndices(int(reduce_tensor_indices))
+    nan_opt = as_enum(op, "reduce_tensor_nan_opt", NanPropagation, reduce_tensor_nan_opt)
+    ind = as_enum(op, "reduce_tensor_indices", ReduceTensorIndices, reduce_tensor_indices)
     check(ind == ReduceTensorIndices.NO_INDICES or
           rop in (ReduceTensorOp.MIN, ReduceTensorOp.MAX, ReduceTensorOp.AMAX),
           f"indices are computed only for MIN, MAX and AMAX, not {rop.name}", op)
-    itype = IndicesType(int(reduce_tensor_indices_type))
+    itype = as_enum(op, "reduce_tensor_indices_type", IndicesType, reduce_tensor_indices_type)
     check(itype == IndicesType.INDICES_32BIT, f"indices type {itype.name} is not supported "
           "(32-bit only, as cuDNN)", op, None, Status.NOT_SUPPORTED)
-    desc.op, desc.comp_type, desc.nan_opt = rop, comp, NanPropagation(int(reduce_tensor_nan_opt))
+    desc.op, desc.comp_type, desc.nan_opt = rop, comp, nan_opt
     desc.indices, desc.indices_type = ind, itype
 
 
@@ -163,7 +162,7 @@ class _Reduce:
         if self.alpha is not None:
             pack[self.alpha] = float(alpha)
         if self.prior is not None:
-            pack[self.prior] = C.clone()    # a reduction may not run in place
+            pack[self.prior] = prior(C)     # a reduction may not run in place
             pack[self.beta] = float(beta)
         if self.idx is not None:
             pack[self.idx] = indices
@@ -206,19 +205,25 @@ def reduce_tensor(handle, reduce_tensor_desc, indices, indices_size_in_bytes, wo
                   workspace_size_in_bytes, alpha, a_desc, A, beta, c_desc, C) -> None:
     """C = alpha * reduce(A) + beta * C, and the flattened indices when the descriptor asks."""
     op = "reduce_tensor"
-    built = _built(handle, op, reduce_tensor_desc, a_desc, c_desc, float(alpha) != 1.0,
-                   float(beta) != 0.0)
+    alpha, beta = as_float(op, "alpha", alpha), as_float(op, "beta", beta)
+    A, C = buffer(op, "A", A, a_desc, handle), buffer(op, "C", C, c_desc, handle)
+    built = _built(handle, op, reduce_tensor_desc, a_desc, c_desc, alpha != 1.0, beta != 0.0)
     if built.idx is not None:
         need = get_reduction_indices_size(handle, reduce_tensor_desc, a_desc, c_desc)
-        check(indices is not None, "indices buffer is None", op, "indices",
-              Status.BAD_PARAM_NULL_POINTER)
-        check(indices_size_in_bytes >= need, f"indices size {indices_size_in_bytes} bytes is "
-              f"below the {need} this problem needs", op, "indices",
+        indices = buffer(op, "indices", indices)
+        size = as_int(op, "indices_size_in_bytes", indices_size_in_bytes)
+        check(size >= need, f"indices size {size} bytes is below the {need} this problem "
+              "needs", op, "indices", Status.BAD_PARAM_SIZE_INSUFFICIENT)
+        check(indices.dtype == torch.int32, f"indices must be int32, not {indices.dtype}", op,
+              "indices", Status.BAD_PARAM_ATTRIBUTE_TYPE)
+        check(indices.is_contiguous(), "indices must be a contiguous buffer", op, "indices",
+              Status.BAD_PARAM_SHAPE_MISMATCH)
+        check(indices.numel() * 4 >= need, f"the indices buffer holds {indices.numel() * 4} "
+              f"bytes, fewer than the {need} needed", op, "indices",
               Status.BAD_PARAM_SIZE_INSUFFICIENT)
-        check(isinstance(indices, torch.Tensor) and indices.dtype == torch.int32,
-              "indices must be an int32 tensor", op, "indices")
         indices = indices.view(-1)[:need // 4].view(list(c_desc.dims))
     ws_need = built.graph.get_workspace_size()
+    workspace_size_in_bytes = as_int(op, "workspace_size_in_bytes", workspace_size_in_bytes)
     check(workspace_size_in_bytes >= ws_need, f"workspace size {workspace_size_in_bytes} bytes "
           f"is below the {ws_need} this problem needs", op, "workspace",
           Status.BAD_PARAM_SIZE_INSUFFICIENT)

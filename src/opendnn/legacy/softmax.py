@@ -21,7 +21,7 @@ import torch
 from ..enums import DataType, HeurMode
 from ..errors import GraphNotSupportedError, Status
 from ..graph.graph import Graph
-from .common import SCALAR, check
+from .common import SCALAR, as_enum, as_float, buffer, check, prior
 
 
 class SoftmaxAlgorithm(enum.IntEnum):
@@ -46,7 +46,7 @@ def _rows(op: str, mode, descs: dict) -> tuple:
               name, Status.BAD_PARAM_SHAPE_MISMATCH)
         check(len(d.dims) >= 2, f"needs at least 2 dims (N, C, ...), has {len(d.dims)}", op,
               name, Status.BAD_PARAM_SHAPE_MISMATCH)
-    if SoftmaxMode(mode) == SoftmaxMode.CHANNEL:
+    if mode == SoftmaxMode.CHANNEL:
         return list(first.dims), {n: list(d.strides) for n, d in descs.items()}, 1
     n, per = first.dims[0], 1
     for size in first.dims[1:]:
@@ -73,13 +73,15 @@ def _rows(op: str, mode, descs: dict) -> tuple:
 def _graph(handle, op, algo, mode, descs: dict, out: str, blend: bool, beta: bool):
     for name, d in descs.items():
         check(d.is_set(), "descriptor was never set", op, name)
+    algo = as_enum(op, "algo", SoftmaxAlgorithm, algo)
+    mode = as_enum(op, "mode", SoftmaxMode, mode)
     key = (op, str(handle.device), int(algo), int(mode), blend, beta,
            tuple((n, d.dims, d.strides, int(d.data_type)) for n, d in descs.items()))
     hit = _cache.get(key)
     if hit is not None:
         return hit
     dims, strides, axis = _rows(op, mode, descs)
-    log = SoftmaxAlgorithm(algo) == SoftmaxAlgorithm.LOG
+    log = algo == SoftmaxAlgorithm.LOG
     g = Graph(name=op, handle=handle, intermediate_data_type=DataType.FLOAT,
               compute_data_type=DataType.FLOAT)
     ins = {n: g.tensor(dims, strides[n], d.data_type, name=n) for n, d in descs.items()
@@ -88,26 +90,37 @@ def _graph(handle, op, algo, mode, descs: dict, out: str, blend: bool, beta: boo
         t = g.softmax(ins["x"], axis=axis, log=log, name="softmax")
     else:
         t = g.softmax_backward(ins["dy"], ins["y"], axis=axis, log=log, name="softmax")
-    alpha = beta_t = prior = None
+    alpha = beta_t = prior_t = None
     if blend:
         alpha = g.tensor(name="alpha", **SCALAR)
         t = g.scale(t, alpha)
     if beta:
-        prior = g.tensor(dims, strides[out], descs[out].data_type, name=f"{out}_prior")
+        prior_t = g.tensor(dims, strides[out], descs[out].data_type, name=f"{out}_prior")
         beta_t = g.tensor(name="beta", **SCALAR)
-        t = g.add(t, g.scale(prior, beta_t))
+        t = g.add(t, g.scale(prior_t, beta_t))
     t.set_output(True).set_dim(dims).set_stride(strides[out])
     t.set_data_type(descs[out].data_type).set_name(out)
+    # INSTANCE mode: the layout (dims, strides of the dims > 1) a buffer must have to be
+    # viewed as the node's [N, C*H*W] rows
+    layouts = None if mode == SoftmaxMode.CHANNEL else {
+        n: (d.dims, _significant(d.strides, d.dims)) for n, d in descs.items()}
     g.build([HeurMode.A, HeurMode.FALLBACK])
-    hit = _cache[key] = (g, ins, t, alpha, beta_t, prior, dims, strides)
+    hit = _cache[key] = (g, ins, t, alpha, beta_t, prior_t, dims, strides, layouts)
     return hit
 
 
-def _run(built, bufs: dict, out, alpha, beta) -> None:
-    g, ins, t, ta, tb, prior, dims, strides = built
+def _significant(strides, dims) -> tuple:
+    return tuple(s for s, size in zip(strides, dims) if size > 1)
 
-    def view(buf, name):       # the buffer as the node sees it (INSTANCE: rows of C*H*W)
-        if not isinstance(buf, torch.Tensor) or list(buf.shape) == dims:
+
+def _run(built, bufs: dict, out, alpha, beta) -> None:
+    g, ins, t, ta, tb, prior_t, dims, strides, layouts = built
+
+    def view(buf, name):
+        """INSTANCE mode: a buffer laid out as its descriptor says, viewed as the node's
+        rows; any other buffer is bound as it is (the binding refuses it unless it fits)."""
+        if layouts is None or layouts[name] != (tuple(buf.shape),
+                                                _significant(buf.stride(), buf.shape)):
             return buf
         return buf.as_strided(dims, strides[name])
     pack = {ins[n]: view(b, n) for n, b in bufs.items() if n in ins}
@@ -116,7 +129,7 @@ def _run(built, bufs: dict, out, alpha, beta) -> None:
     if ta is not None:
         pack[ta] = float(alpha)
     if tb is not None:
-        pack[prior] = view(out.clone(), name)
+        pack[prior_t] = view(prior(out), name)
         pack[tb] = float(beta)
     # a workspace per call (the caching allocator makes it cheap): calls on two streams
     # must not share the two-kernel path's partials
@@ -127,8 +140,10 @@ def _run(built, bufs: dict, out, alpha, beta) -> None:
 def softmax_forward(handle, algo, mode, alpha, x_desc, x, beta, y_desc, y) -> None:
     """y = alpha * softmax(x) + beta * y over C (CHANNEL) or C x spatial (INSTANCE)."""
     op = "softmax_forward"
-    built = _graph(handle, op, algo, mode, {"x": x_desc, "y": y_desc}, "y",
-                   float(alpha) != 1.0, float(beta) != 0.0)
+    alpha, beta = as_float(op, "alpha", alpha), as_float(op, "beta", beta)
+    x, y = buffer(op, "x", x, x_desc, handle), buffer(op, "y", y, y_desc, handle)
+    built = _graph(handle, op, algo, mode, {"x": x_desc, "y": y_desc}, "y", alpha != 1.0,
+                   beta != 0.0)
     _run(built, {"x": x}, y, alpha, beta)
 
 
@@ -136,8 +151,11 @@ def softmax_backward(handle, algo, mode, alpha, y_desc, y, dy_desc, dy, beta, dx
                      dx) -> None:
     """dx = alpha * (gradient through softmax / log-softmax from y and dy) + beta * dx."""
     op = "softmax_backward"
+    alpha, beta = as_float(op, "alpha", alpha), as_float(op, "beta", beta)
+    y, dy = buffer(op, "y", y, y_desc, handle), buffer(op, "dy", dy, dy_desc, handle)
+    dx = buffer(op, "dx", dx, dx_desc, handle)
     built = _graph(handle, op, algo, mode, {"y": y_desc, "dy": dy_desc, "dx": dx_desc}, "dx",
-                   float(alpha) != 1.0, float(beta) != 0.0)
+                   alpha != 1.0, beta != 0.0)
     _run(built, {"y": y, "dy": dy}, dx, alpha, beta)
 
 

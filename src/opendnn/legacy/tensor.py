@@ -1,9 +1,11 @@
 """Tensor and filter descriptors (cudnnTensorDescriptor_t, cudnnFilterDescriptor_t)."""
 from __future__ import annotations
 
+import math
+
 from ..enums import DataType
-from ..tensor import TensorDesc, as_data_type, nchw_strides, nhwc_strides
-from .common import TensorFormat, check
+from ..tensor import TensorDesc, nchw_strides, nhwc_strides
+from .common import TensorFormat, as_dtype, as_enum, as_int, as_ints, check
 
 
 class TensorDescriptor:
@@ -35,20 +37,37 @@ def destroy_tensor_descriptor(desc) -> None:
     desc.data_type = None
 
 
-def _set(desc, op, data_type, dims, strides):
-    dims = tuple(int(d) for d in dims)
+# cuDNN's descriptors hold int dims and strides; sizes in bytes are 64-bit
+INT32_MAX, INT64_MAX = 2 ** 31 - 1, 2 ** 63 - 1
+
+
+def _strides_for(op, format, dims) -> tuple:
+    fmt = as_enum(op, "format", TensorFormat, format)
+    return nhwc_strides(dims) if fmt == TensorFormat.NHWC else nchw_strides(dims)
+
+
+def _set(desc, op, data_type, dims, strides=None, format=TensorFormat.NCHW):
+    """Check and store dims, strides (packed in ``format`` when None) and the data type."""
+    dims = as_ints(op, "dims", dims)
     check(all(d > 0 for d in dims), f"dims {list(dims)} must be positive", op)
+    check(all(d <= INT32_MAX for d in dims), f"dims {list(dims)} exceed the int32 range of "
+          f"a descriptor ({INT32_MAX})", op)
+    strides = _strides_for(op, format, dims) if strides is None else \
+        as_ints(op, "strides", strides)
     check(len(strides) == len(dims), f"{len(strides)} strides for {len(dims)} dims", op)
     check(all(s > 0 for s in strides), f"strides {list(strides)} must be positive", op)
-    desc.data_type = as_data_type(data_type)
-    check(desc.data_type != DataType.NOT_SET, "data type must be set", op)
-    desc.dims, desc.strides = dims, tuple(int(s) for s in strides)
+    check(all(s <= INT32_MAX for s in strides), f"strides {list(strides)} exceed the int32 "
+          f"range of a descriptor ({INT32_MAX})", op)
+    data_type = as_dtype(op, "data_type", data_type)
+    check(data_type != DataType.NOT_SET, "data type must be set", op)
+    span = 1 + sum((d - 1) * s for d, s in zip(dims, strides))
+    check(math.prod(dims) <= INT64_MAX and span * data_type.itemsize <= INT64_MAX,
+          f"dims {list(dims)} with strides {list(strides)} address more than 2^63 bytes", op)
+    desc.data_type, desc.dims, desc.strides = data_type, dims, strides
 
 
 def set_tensor_4d_descriptor(desc, format, data_type, n, c, h, w) -> None:
-    dims = (n, c, h, w)
-    strides = nhwc_strides(dims) if TensorFormat(format) == TensorFormat.NHWC else nchw_strides(dims)
-    _set(desc, "set_tensor_4d_descriptor", data_type, dims, strides)
+    _set(desc, "set_tensor_4d_descriptor", data_type, (n, c, h, w), format=format)
 
 
 def set_tensor_4d_descriptor_ex(desc, data_type, n, c, h, w, n_stride, c_stride, h_stride,
@@ -57,15 +76,23 @@ def set_tensor_4d_descriptor_ex(desc, data_type, n, c, h, w, n_stride, c_stride,
          (n_stride, c_stride, h_stride, w_stride))
 
 
+def _nb_dims(op, nb_dims, dims, low, high) -> None:
+    n = as_int(op, "nb_dims", nb_dims)
+    dims = as_ints(op, "dims", dims)
+    check(low <= n <= high and len(dims) == n, f"nb_dims {n} must be {low}..{high} and "
+          f"match {len(dims)} dims", op)
+
+
 def set_tensor_nd_descriptor(desc, data_type, nb_dims, dims, strides) -> None:
-    check(3 <= nb_dims <= 8 and len(dims) == nb_dims, f"nb_dims {nb_dims} must be 3..8 and "
-          f"match {len(dims)} dims", "set_tensor_nd_descriptor")
-    _set(desc, "set_tensor_nd_descriptor", data_type, dims, strides)
+    op = "set_tensor_nd_descriptor"
+    _nb_dims(op, nb_dims, dims, 3, 8)
+    _set(desc, op, data_type, dims, strides)
 
 
 def set_tensor_nd_descriptor_ex(desc, format, data_type, nb_dims, dims) -> None:
-    strides = nhwc_strides(dims) if TensorFormat(format) == TensorFormat.NHWC else nchw_strides(dims)
-    set_tensor_nd_descriptor(desc, data_type, nb_dims, dims, strides)
+    op = "set_tensor_nd_descriptor_ex"
+    _nb_dims(op, nb_dims, dims, 3, 8)
+    _set(desc, op, data_type, dims, format=format)
 
 
 def get_tensor_4d_descriptor(desc) -> tuple:
@@ -92,18 +119,16 @@ def destroy_filter_descriptor(desc) -> None:
 
 
 def set_filter_4d_descriptor(desc, data_type, format, k, c, h, w) -> None:
-    dims = (k, c, h, w)
-    desc.format = TensorFormat(format)
-    strides = nhwc_strides(dims) if desc.format == TensorFormat.NHWC else nchw_strides(dims)
-    _set(desc, "set_filter_4d_descriptor", data_type, dims, strides)
+    op = "set_filter_4d_descriptor"
+    _set(desc, op, data_type, (k, c, h, w), format=format)
+    desc.format = as_enum(op, "format", TensorFormat, format)
 
 
 def set_filter_nd_descriptor(desc, data_type, format, nb_dims, dims) -> None:
-    check(3 <= nb_dims <= 5 and len(dims) == nb_dims, f"nb_dims {nb_dims} must be 3..5 and "
-          f"match {len(dims)} dims", "set_filter_nd_descriptor")
-    desc.format = TensorFormat(format)
-    strides = nhwc_strides(dims) if desc.format == TensorFormat.NHWC else nchw_strides(dims)
-    _set(desc, "set_filter_nd_descriptor", data_type, dims, strides)
+    op = "set_filter_nd_descriptor"
+    _nb_dims(op, nb_dims, dims, 3, 5)
+    _set(desc, op, data_type, dims, format=format)
+    desc.format = as_enum(op, "format", TensorFormat, format)
 
 
 def get_filter_4d_descriptor(desc) -> tuple:

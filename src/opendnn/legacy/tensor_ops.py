@@ -22,7 +22,7 @@ import torch
 
 from ..enums import DataType, HeurMode
 from ..graph.graph import Graph
-from .common import SCALAR, NanPropagation, Status, check
+from .common import SCALAR, NanPropagation, Status, as_enum, as_float, buffer, check
 
 
 class OpTensorOp(enum.IntEnum):
@@ -51,15 +51,12 @@ def destroy_op_tensor_descriptor(desc) -> None:
 
 def set_op_tensor_descriptor(desc, op_tensor_op, op_tensor_comp_type, op_tensor_nan_opt) -> None:
     op = "set_op_tensor_descriptor"
-    try:
-        desc.op = OpTensorOp(int(op_tensor_op))
-    except ValueError:
-        check(False, f"unknown op {op_tensor_op!r} (ADD, MUL, MIN, MAX, SQRT, NOT)", op)
-    comp = DataType(int(op_tensor_comp_type))
+    kind = as_enum(op, "op_tensor_op", OpTensorOp, op_tensor_op)
+    comp = as_enum(op, "op_tensor_comp_type", DataType, op_tensor_comp_type)
     check(comp in (DataType.FLOAT, DataType.DOUBLE, DataType.HALF, DataType.BFLOAT16),
           f"compute type {comp.name} is not a floating type", op)
-    desc.comp_type = comp
-    desc.nan_opt = NanPropagation(int(op_tensor_nan_opt))
+    nan_opt = as_enum(op, "op_tensor_nan_opt", NanPropagation, op_tensor_nan_opt)
+    desc.op, desc.comp_type, desc.nan_opt = kind, comp, nan_opt
 
 
 def get_op_tensor_descriptor(desc) -> tuple:
@@ -147,17 +144,19 @@ def _broadcasts(op, name, a, c) -> None:
 def set_tensor(handle, y_desc, y, value_ptr) -> None:
     """cudnnSetTensor: every element of y becomes ``value_ptr`` (a Python number)."""
     op = "set_tensor"
+    value, y = as_float(op, "value_ptr", value_ptr), buffer(op, "y", y, y_desc, handle)
     c = call(handle, op, {"y": y_desc}, "y", lambda g, t: g.identity(t["value"]), False, False,
              scalars=("value",))
-    c.run({"value": float(value_ptr)}, y)
+    c.run({"value": value}, y)
 
 
 def scale_tensor(handle, y_desc, y, alpha) -> None:
     """cudnnScaleTensor: y = alpha * y, in place."""
     op = "scale_tensor"
+    alpha, y = as_float(op, "alpha", alpha), buffer(op, "y", y, y_desc, handle)
     c = call(handle, op, {"y_in": y_desc, "y": y_desc}, "y",
              lambda g, t: g.scale(t["y_in"], t["alpha_s"]), False, False, scalars=("alpha_s",))
-    c.run({"y_in": y, "alpha_s": float(alpha)}, y)
+    c.run({"y_in": y, "alpha_s": alpha}, y)
 
 
 def add_tensor(handle, alpha, a_desc, A, beta, c_desc, C) -> None:
@@ -166,8 +165,10 @@ def add_tensor(handle, alpha, a_desc, A, beta, c_desc, C) -> None:
     for n, d in (("A", a_desc), ("C", c_desc)):
         check(d.is_set(), "descriptor was never set", op, n)
     _broadcasts(op, "A", a_desc, c_desc)
+    alpha, beta = as_float(op, "alpha", alpha), as_float(op, "beta", beta)
+    A, C = buffer(op, "A", A, a_desc, handle), buffer(op, "C", C, c_desc, handle)
     c = call(handle, op, {"A": a_desc, "C": c_desc}, "C", lambda g, t: g.identity(t["A"]),
-             float(alpha) != 1.0, float(beta) != 0.0)
+             alpha != 1.0, beta != 0.0)
     c.run({"A": A}, C, alpha, beta)
 
 
@@ -186,6 +187,10 @@ def op_tensor(handle, op_desc, alpha1, a_desc, A, alpha2, b_desc, B, beta, c_des
     same_dims(op, {"C": c_desc, "A": a_desc})
     if not unary:
         _broadcasts(op, "B", b_desc, c_desc)
+    alpha1, beta = as_float(op, "alpha1", alpha1), as_float(op, "beta", beta)
+    A, C = buffer(op, "A", A, a_desc, handle), buffer(op, "C", C, c_desc, handle)
+    if not unary:
+        alpha2, B = as_float(op, "alpha2", alpha2), buffer(op, "B", B, b_desc, handle)
 
     def body(g, t):
         a = g.scale(t["A"], t["alpha1"])
@@ -197,11 +202,11 @@ def op_tensor(handle, op_desc, alpha1, a_desc, A, alpha2, b_desc, B, beta, c_des
         return {OpTensorOp.ADD: g.add, OpTensorOp.MUL: g.mul, OpTensorOp.MIN: g.min,
                 OpTensorOp.MAX: g.max}[kind](a, b)
     scalars = ("alpha1",) if unary else ("alpha1", "alpha2")
-    c = call(handle, op, descs, "C", body, False, float(beta) != 0.0, key=(int(kind),),
+    c = call(handle, op, descs, "C", body, False, beta != 0.0, key=(int(kind),),
              scalars=scalars)
-    bufs = {"A": A, "alpha1": float(alpha1)}
+    bufs = {"A": A, "alpha1": alpha1}
     if not unary:
-        bufs.update(B=B, alpha2=float(alpha2))
+        bufs.update(B=B, alpha2=alpha2)
     c.run(bufs, C, 1.0, beta)
 
 
@@ -212,8 +217,10 @@ def transform_tensor(handle, alpha, x_desc, x, beta, y_desc, y) -> None:
     for n, d in (("x", x_desc), ("y", y_desc)):
         check(d.is_set(), "descriptor was never set", op, n)
     same_dims(op, {"x": x_desc, "y": y_desc})
+    alpha, beta = as_float(op, "alpha", alpha), as_float(op, "beta", beta)
+    x, y = buffer(op, "x", x, x_desc, handle), buffer(op, "y", y, y_desc, handle)
     c = call(handle, op, {"x": x_desc, "y": y_desc}, "y", lambda g, t: g.identity(t["x"]),
-             float(alpha) != 1.0, float(beta) != 0.0)
+             alpha != 1.0, beta != 0.0)
     c.run({"x": x}, y, alpha, beta)
 
 
