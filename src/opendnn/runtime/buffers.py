@@ -6,6 +6,10 @@ device, and shape -- a torch tensor must either have the descriptor's dims and s
 (strides of size-1 dimensions are ignored) or be a 1-D contiguous buffer holding at least
 the descriptor's span. Anything else is BAD_PARAM naming the tensor and the rule, never
 a silent misread.
+
+Buffers must live where the handle runs (a meta tensor holds no data and is refused); raw
+pointers must lie in the 64-bit address space and be aligned to the element size, as must
+NumPy data. A pass-by-value tensor takes a host number, converted to the descriptor's type.
 """
 from __future__ import annotations
 
@@ -16,7 +20,15 @@ import torch
 
 from ..enums import DataType
 from ..errors import BadParamError, Status
+from ..handle import default_handle
 from ..tensor import TensorDesc
+
+# No process maps the first 64 KiB (Linux's default vm.mmap_min_addr; CUDA's virtual
+# addresses are far higher): a pointer there is a null pointer plus an offset.
+_LOWEST_POINTER = 1 << 16
+_INT_RANGE = {DataType.INT8: (-2 ** 7, 2 ** 7 - 1), DataType.UINT8: (0, 2 ** 8 - 1),
+              DataType.INT32: (-2 ** 31, 2 ** 31 - 1), DataType.INT64: (-2 ** 63, 2 ** 63 - 1),
+              DataType.BOOLEAN: (0, 1)}
 
 
 class RawPointer:
@@ -60,32 +72,42 @@ def logical_view(buf, desc: TensorDesc) -> torch.Tensor:
     return t.as_strided(desc.dims, desc.strides)
 
 
-def _convert(value, desc: TensorDesc, op: str, default_device):
+def _convert(value, desc: TensorDesc, op: str, device: torch.device):
     """Turn one variant-pack value into a torch tensor or RawPointer, checking it."""
     if type(value) is torch.Tensor and value.dtype == desc.torch_dtype and \
-            value.shape == desc.dims and value.stride() == desc.strides:
+            value.shape == desc.dims and value.stride() == desc.strides and \
+            not value.requires_grad:
         return value  # the common case, checked in one go
     if isinstance(value, torch.Tensor):
-        t = value
+        # written as raw memory, as cuDNN does: autograd neither sees nor refuses the write
+        # (detach shares the storage, so outputs still land in the caller's tensor)
+        t = value.detach() if value.requires_grad else value
     elif isinstance(value, np.ndarray):
-        t = torch.from_numpy(value)
+        t = _import(torch.from_numpy, value, f"NumPy array of dtype {value.dtype} strides "
+                    f"{list(value.strides)}", op, desc.label())
     elif isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        if value == 0:
-            raise BadParamError("null pointer bound", op=op, tensor=desc.label(),
-                                status=Status.BAD_PARAM_NULL_POINTER)
-        raw = RawPointer(int(value), desc, torch.device(default_device))
+        raw = RawPointer(_check_pointer(int(value), desc, op), desc, device)
         # the interpreter reads host memory through a tensor; compiled kernels take the pointer
         return raw if raw.device.type == "cuda" else raw.as_tensor()
     elif hasattr(value, "__dlpack__"):
-        t = torch.from_dlpack(value)
+        t = _import(torch.from_dlpack, value, f"{type(value).__name__} (DLPack)", op,
+                    desc.label())
     else:
         raise BadParamError(f"cannot bind a {type(value).__name__}: expected a torch tensor, "
                             "NumPy array, DLPack object or integer pointer", op=op,
                             tensor=desc.label(), status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+    if t.layout != torch.strided:
+        raise BadParamError(f"buffer layout {t.layout} is not dense: a strided tensor is "
+                            "required", op=op, tensor=desc.label(),
+                            status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
     if t.dtype != desc.torch_dtype:
         raise BadParamError(f"buffer data type {t.dtype} differs from the descriptor's "
                             f"{desc.data_type.name}", op=op, tensor=desc.label(),
                             status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+    if t.data_ptr() % t.element_size():
+        raise BadParamError(f"buffer address {t.data_ptr():#x} is not aligned to its "
+                            f"{t.element_size()}-byte {desc.data_type.name} elements", op=op,
+                            tensor=desc.label(), status=Status.BAD_PARAM_MISALIGNED_POINTER)
     if tuple(t.shape) == desc.dims:
         if any(a != b for a, b, d in zip(t.stride(), desc.strides, desc.dims) if d > 1):
             raise BadParamError(f"buffer strides {list(t.stride())} differ from the descriptor's "
@@ -106,32 +128,98 @@ def _convert(value, desc: TensorDesc, op: str, default_device):
     return t
 
 
-def scalar_value(value, desc: TensorDesc, op: str) -> float:
-    """The host value of a pass-by-value tensor."""
+def _import(convert, value, what: str, op: str, tensor: str | None) -> torch.Tensor:
+    """``convert(value)`` (torch.from_numpy, torch.from_dlpack), its refusals made typed."""
+    try:
+        return convert(value)
+    except (TypeError, ValueError, RuntimeError, BufferError) as e:
+        reason = str(e).split(". ")[0].rstrip(".")
+        raise BadParamError(f"cannot view a {what} as a tensor: {reason}", op=op, tensor=tensor,
+                            status=Status.BAD_PARAM_ATTRIBUTE_TYPE) from None
+
+
+def _check_pointer(ptr: int, desc: TensorDesc, op: str) -> int:
+    """A raw address, refused when it cannot be one: outside 64 bits, null (or in the
+    never-mapped first 64 KiB), or not aligned to the element size (a kernel would read
+    across elements, and write past the end of the buffer)."""
+    if not 0 <= ptr < 2 ** 64:
+        raise BadParamError(f"pointer {ptr:#x} is outside the 64-bit address space", op=op,
+                            tensor=desc.label(), status=Status.BAD_PARAM_OUT_OF_BOUND)
+    if ptr < _LOWEST_POINTER:
+        rule = ("null pointer bound" if ptr == 0 else
+                f"pointer {ptr:#x} lies in the never-mapped first 64 KiB (a null pointer "
+                "plus an offset)")
+        raise BadParamError(rule, op=op, tensor=desc.label(),
+                            status=Status.BAD_PARAM_NULL_POINTER)
+    size = desc.data_type.itemsize
+    if ptr % size:
+        raise BadParamError(f"pointer {ptr:#x} is not aligned to the {size}-byte "
+                            f"{desc.data_type.name} elements", op=op, tensor=desc.label(),
+                            status=Status.BAD_PARAM_MISALIGNED_POINTER)
+    return ptr
+
+
+def scalar_value(value, desc: TensorDesc, op: str):
+    """The host value of a pass-by-value tensor, as the descriptor's type: a float for a
+    floating type, an int for an integer one, a bool for BOOLEAN."""
+    dt = desc.data_type
+    if type(value) is float and dt.is_floating:
+        return value  # the common case
     if isinstance(value, torch.Tensor):
+        if value.device.type != "cpu":
+            raise BadParamError(f"pass-by-value tensor needs a host value: a CPU tensor or a "
+                                f"number, got a tensor on {value.device}", op=op,
+                                tensor=desc.label(), status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
         if value.numel() != 1:
             raise BadParamError(f"pass-by-value tensor needs 1 element, got {value.numel()}",
                                 op=op, tensor=desc.label(), status=Status.BAD_PARAM_SHAPE_MISMATCH)
-        return value.item()
-    if isinstance(value, np.ndarray):
+        value = value.item()
+    elif isinstance(value, np.ndarray):
         if value.size != 1:
             raise BadParamError(f"pass-by-value array needs 1 element, got {value.size}",
                                 op=op, tensor=desc.label(), status=Status.BAD_PARAM_SHAPE_MISMATCH)
-        return value.item()
-    if isinstance(value, (int, float, bool, np.generic)):
-        return value.item() if isinstance(value, np.generic) else value
-    raise BadParamError(f"pass-by-value tensor needs a number, got {type(value).__name__}",
-                        op=op, tensor=desc.label(), status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+        value = value.item()
+    elif isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, bool):
+        if dt == DataType.BOOLEAN:
+            return value
+    elif isinstance(value, (int, float)) and dt.is_floating:
+        try:
+            return float(value)
+        except OverflowError:
+            raise BadParamError(f"{value} is beyond the range of a float", op=op,
+                                tensor=desc.label(),
+                                status=Status.BAD_PARAM_OUT_OF_BOUND) from None
+    elif isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
+        lo, hi = _INT_RANGE.get(dt, (0, -1))
+        if not lo <= value <= hi:
+            raise BadParamError(f"{value} is outside the range [{lo}, {hi}] of "
+                                f"{dt.name}", op=op, tensor=desc.label(),
+                                status=Status.BAD_PARAM_OUT_OF_BOUND)
+        return bool(value) if dt == DataType.BOOLEAN else int(value)
+    if isinstance(value, (int, float, bool)):
+        rule = f"a {type(value).__name__} ({value!r}) is not a value of type {dt.name}"
+    else:
+        rule = f"pass-by-value tensor needs a number, got {type(value).__name__}"
+    raise BadParamError(rule, op=op, tensor=desc.label(), status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
 
 
 def bind(graph, variant_pack: dict, op: str, default_device,
          scalar_defaults: dict | None = None) -> tuple[dict, torch.device]:
     """Check ``variant_pack`` against ``graph`` (an OpGraph) and return (uid -> buffer or
-    host scalar, device). ``default_device`` places raw pointers; ``scalar_defaults``
-    gives pass-by-value tensors' values known at build time."""
+    host scalar, device). ``default_device`` is the handle's device; it places raw pointers.
+    ``scalar_defaults`` gives pass-by-value tensors' values known at build time.
+
+    Every buffer must be on the handle's device. One exception keeps the CPU usable on a GPU
+    machine: when the handle's device is the process default (no handle was given), a pack
+    that lies wholly on another device runs there (CPU tensors in the interpreter)."""
     tensors = graph.tensors
     bound: dict = {}
-    device = None
+    handle_device = default_device if isinstance(default_device, torch.device) else \
+        torch.device(default_device)
+    on_handle = None           # a tensor whose buffer is on the handle's device
+    elsewhere = None           # (tensor, device) of the first buffer on another device
     for key, value in variant_pack.items():
         uid = key if isinstance(key, int) else getattr(key, "uid", None)
         if uid is None or isinstance(key, bool):
@@ -155,13 +243,19 @@ def bind(graph, variant_pack: dict, op: str, default_device,
         if value is None:
             raise BadParamError("bound to None", op=op, tensor=desc.label(),
                                 status=Status.BAD_PARAM_NULL_POINTER)
-        buf = _convert(value, desc, op, default_device)
+        buf = _convert(value, desc, op, handle_device)
         dev = buf.device
-        if device is None:
-            device = dev
-        elif dev != device:
-            raise BadParamError(f"buffer is on {dev} but other buffers are on {device}", op=op,
-                                tensor=desc.label(), status=Status.BAD_PARAM)
+        if dev != handle_device:
+            # a handle other than the process default's binds (asked only off the hot path)
+            if dev.type == "meta" or on_handle is not None or \
+                    (elsewhere is not None and dev != elsewhere[1]) or \
+                    handle_device != default_handle().device:
+                _device_mismatch(desc, dev, handle_device, on_handle, elsewhere, op)
+            elsewhere = elsewhere or (desc, dev)
+        elif elsewhere is not None:
+            _device_mismatch(elsewhere[0], elsewhere[1], handle_device, desc, None, op)
+        else:
+            on_handle = desc
         bound[uid] = buf
     for uid, desc in tensors.items():
         if desc.is_pass_by_value and uid not in bound and scalar_defaults and \
@@ -171,9 +265,21 @@ def bind(graph, variant_pack: dict, op: str, default_device,
         if not desc.is_virtual and uid not in bound:
             raise BadParamError("missing from the variant pack", op=op, tensor=desc.label(),
                                 status=Status.BAD_PARAM_NULL_POINTER)
-    if device is None:
-        device = torch.device(default_device)
-    return bound, device
+    return bound, elsewhere[1] if elsewhere is not None else handle_device
+
+
+def _device_mismatch(desc: TensorDesc, dev, handle_device, on_handle, elsewhere, op: str):
+    """Raise for ``desc``'s buffer on ``dev``, naming the tensor that is out of place."""
+    if dev.type == "meta":
+        rule = "buffer is on the meta device, which holds no data to read or write"
+    elif handle_device != default_handle().device:
+        rule = f"buffer is on {dev} but the handle's device is {handle_device}"
+    elif on_handle is not None:
+        rule = (f"buffer is on {dev} but tensor '{on_handle.label()}' is on the handle's "
+                f"device {handle_device}")
+    else:
+        rule = f"buffer is on {dev} but tensor '{elsewhere[0].label()}' is on {elsewhere[1]}"
+    raise BadParamError(rule, op=op, tensor=desc.label(), status=Status.BAD_PARAM)
 
 
 def check_no_aliasing(graph, bound: dict, op: str) -> None:
@@ -243,22 +349,24 @@ def check_workspace(workspace, needed: int, device, op: str):
     if ws.numel() < needed:
         raise BadParamError(f"workspace holds {ws.numel()} bytes; the plan needs {needed}",
                             op=op, status=Status.BAD_PARAM_SIZE_INSUFFICIENT)
-    if ws.device != device:
+    if device is not None and ws.device != device:
         raise BadParamError(f"workspace is on {ws.device}; the buffers are on {device}", op=op,
                             status=Status.BAD_PARAM)
     return ws
 
 
 def as_bytes(workspace, op: str) -> torch.Tensor:
+    """The workspace (a tensor, NumPy array or DLPack object) as flat uint8 bytes."""
     t = workspace
     if isinstance(t, np.ndarray):
-        t = torch.from_numpy(t)
+        t = _import(torch.from_numpy, t, f"workspace NumPy array of dtype {t.dtype} strides "
+                    f"{list(t.strides)}", op, None)
     elif not isinstance(t, torch.Tensor) and hasattr(t, "__dlpack__"):
-        t = torch.from_dlpack(t)
+        t = _import(torch.from_dlpack, t, f"workspace {type(t).__name__} (DLPack)", op, None)
     if not isinstance(t, torch.Tensor):
         raise BadParamError(f"workspace must be a tensor, got {type(workspace).__name__}", op=op,
                             status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
-    if not t.is_contiguous():
+    if t.layout != torch.strided or not t.is_contiguous():
         raise BadParamError("workspace must be contiguous", op=op, status=Status.BAD_PARAM)
     return t.view(-1).view(torch.uint8) if t.dtype != torch.uint8 else t.view(-1)
 
