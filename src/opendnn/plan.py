@@ -15,7 +15,7 @@ import torch
 from . import log
 from .engines.base import SUPPORTED, EngineConfig, Target
 from .engines.registry import by_id
-from .errors import GraphNotSupportedError, InternalError, Status
+from .errors import BadParamError, GraphNotSupportedError, InternalError, Status
 from .runtime.launch import parallel_compile
 
 ALIGN = 256
@@ -97,6 +97,25 @@ def _graph_support(engine, graph, target):
             _facts.pop(next(iter(_facts)))
         hit = _facts[key] = engine.check_support(graph, target)
     return hit
+
+
+def role_error(rule: str, node_index: int, role: str, kind: str,
+               status: Status = Status.BAD_PARAM) -> BadParamError:
+    """The error a built executable raises about tensor ``role`` of node ``node_index`` of
+    the graph it was built for. An executable serves every graph of one key, whatever
+    its names, so it names neither: ``ExecutionPlan.run`` names the node and the tensor
+    of the plan's own graph."""
+    e = BadParamError(rule, op=kind, tensor=role, status=status)
+    e.node_index, e.role = node_index, role
+    return e
+
+
+def _relabel(e: BadParamError, graph) -> BadParamError:
+    """``e`` (from ``role_error``) naming the node and tensor of ``graph``."""
+    n = graph.nodes[e.node_index]
+    uid = n.inputs.get(e.role, n.outputs.get(e.role))
+    tensor = graph.tensors[uid].label() if isinstance(uid, int) else e.role
+    return BadParamError(e.rule, op=n.label(), tensor=tensor, status=e.status)
 
 
 def _align(n: int) -> int:
@@ -231,7 +250,12 @@ class ExecutionPlan:
 
     def run(self, buffers: dict, workspace, stream=None) -> None:
         if len(self.stages) == 1:
-            self.stages[0].executable.run(buffers, workspace, stream)
+            try:
+                self.stages[0].executable.run(buffers, workspace, stream)
+            except BadParamError as e:
+                if not hasattr(e, "role"):
+                    raise
+                raise _relabel(e, self.stages[0].graph) from None
             return
         bufs = dict(buffers)
         for uid, off, nbytes in self.boundaries:
@@ -243,4 +267,9 @@ class ExecutionPlan:
                 bufs[uid] = workspace[off:off + nbytes].view(d.torch_dtype)
         ws = workspace[self._stage_ws_offset:] if workspace is not None else None
         for s in self.stages:
-            s.executable.run(bufs, ws, stream)
+            try:
+                s.executable.run(bufs, ws, stream)
+            except BadParamError as e:
+                if not hasattr(e, "role"):
+                    raise
+                raise _relabel(e, s.graph) from None

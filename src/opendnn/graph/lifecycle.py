@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import operator
 import time
+from collections.abc import Iterable, Mapping
 
 import torch
 
@@ -13,13 +15,14 @@ from .. import backends, heuristics, log
 from ..engines.base import EngineConfig
 from ..engines.registry import by_id, engines
 from ..enums import BehaviorNote, BuildPlanPolicy, DataType, HeurMode, NumericalNote
-from ..errors import BadParamError, GraphNotSupportedError, Status
+from ..errors import BadParamError, GraphNotSupportedError, OpenDNNError, Status
 from ..handle import Handle, target_for
 from ..plan import ExecutionPlan
 from ..runtime import autotune, timing
-from ..runtime.buffers import bind, check_no_aliasing, check_workspace
+from ..runtime.buffers import as_bytes, bind, check_no_aliasing, check_workspace
 from ..runtime.launch import parallel_compile, start_compile_workers
 from .opgraph import OpGraph
+from .tensor import Tensor
 
 from typing import TYPE_CHECKING
 
@@ -32,7 +35,11 @@ FORMAT = "opendnn-graph-v1"
 class LifecycleMixin:
     # ---- plans ------------------------------------------------------------------------------
     def _target(self):
+        _check_handle(self.handle, self._label())
         return target_for(str(self._device()))
+
+    def _label(self) -> str:
+        return f"graph '{self.name}'" if self.name else "graph"
 
     def build_operation_graph(self) -> "Graph":
         self.validate()
@@ -43,8 +50,10 @@ class LifecycleMixin:
         g, target = self.op_graph, self._target()
         if isinstance(modes, HeurMode) or not isinstance(modes, (list, tuple)):
             modes = [modes]
-        modes = self._modes = tuple(m if isinstance(m, HeurMode) else HeurMode(m)
-                                    for m in modes)
+        op = "create_execution_plans"
+        if not modes:
+            raise BadParamError("needs at least one heur_mode", op=op, status=Status.BAD_PARAM)
+        modes = self._modes = tuple(_as_enum(HeurMode, m, op, "heur_mode") for m in modes)
         # benchmark mode, problem already timed: the winner goes first, so that
         # build_plans builds it and the first execute times nothing (mode B reads the
         # same ranking for its own order)
@@ -84,10 +93,11 @@ class LifecycleMixin:
         return self
 
     def build_plans(self, policy=BuildPlanPolicy.HEURISTICS_CHOICE) -> "Graph":
+        policy = _as_enum(BuildPlanPolicy, policy, "build_plans", "build_plan_policy")
         if not self._plans:
             self.check_support()
         errors = {}
-        every = BuildPlanPolicy(policy) == BuildPlanPolicy.ALL
+        every = policy == BuildPlanPolicy.ALL
         # many plans at once go to the compile workers; one plan compiles its own kernels
         # side by side (ExecutionPlan.build), or nothing at all when it was built before
         many = every or self._will_benchmark()
@@ -111,7 +121,7 @@ class LifecycleMixin:
                     self._selected = i
                     if log.info_enabled():
                         log.info(f"selected plan {p.name} ({p.origin}): {p.describe()}")
-                if BuildPlanPolicy(policy) == BuildPlanPolicy.HEURISTICS_CHOICE:
+                if policy == BuildPlanPolicy.HEURISTICS_CHOICE:
                     break
         if self._selected is None:
             raise GraphNotSupportedError("no candidate plan could be built", reasons=errors,
@@ -129,8 +139,8 @@ class LifecycleMixin:
             len(self._plans) > 1
 
     def build_plan_at_index(self, index: int) -> "Graph":
-        p = self._plan(index)
-        p.build()
+        index = self._plan_index(index)
+        self._plans[index].build()
         if self._selected is None:
             self._selected = index
         return self
@@ -147,10 +157,16 @@ class LifecycleMixin:
         return self
 
     def _plan(self, index: int) -> ExecutionPlan:
+        return self._plans[self._plan_index(index)]
+
+    def _plan_index(self, index) -> int:
+        """``index`` checked: an integer (not a bool) within the candidate list."""
+        if type(index) is not int:
+            index = _as_int(index, self._label(), "plan index")
         if not 0 <= index < len(self._plans):
             raise BadParamError(f"plan index {index} out of range (0..{len(self._plans) - 1})",
-                                op="graph", status=Status.BAD_PARAM_OUT_OF_BOUND)
-        return self._plans[index]
+                                op=self._label(), status=Status.BAD_PARAM_OUT_OF_BOUND)
+        return index
 
     # ---- plan queries -----------------------------------------------------------------------
     def get_execution_plan_count(self) -> int:
@@ -175,21 +191,20 @@ class LifecycleMixin:
         return len(engines())
 
     def get_knobs_for_engine(self, engine_id: int) -> list:
-        e = by_id(engine_id)
-        if e is None:
-            raise BadParamError(f"no engine with id {engine_id}", op="get_knobs_for_engine",
-                                status=Status.BAD_PARAM_OUT_OF_BOUND)
-        return e.knob_space(self.op_graph)
+        return _engine(engine_id, "get_knobs_for_engine").knob_space(self.op_graph)
 
     def create_execution_plan(self, engine_id: int, knobs: dict | None = None) -> "Graph":
         """Add (and select) a plan for a specific engine and knob values."""
-        e = by_id(engine_id)
-        if e is None:
-            raise BadParamError(f"no engine with id {engine_id}", op="create_execution_plan",
-                                status=Status.BAD_PARAM_OUT_OF_BOUND)
+        op = "create_execution_plan"
+        e = _engine(engine_id, op)
+        if knobs is None:
+            knobs = {}
+        if not isinstance(knobs, Mapping) or not all(isinstance(k, str) for k in knobs):
+            raise BadParamError(f"knobs must map knob names (str) to values, got {knobs!r:.60}",
+                                op=op, status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
         g, target = self.op_graph, self._target()
         s = e.check_support(g, target)
-        cfg = EngineConfig.make(e, **e.complete_knobs(g, dict(knobs or {})))
+        cfg = EngineConfig.make(e, **e.complete_knobs(g, dict(knobs)))
         if s.ok:
             s = e.check_config(g, cfg, target)
         if not s.ok:
@@ -232,6 +247,9 @@ class LifecycleMixin:
 
     # ---- filters ----------------------------------------------------------------------------
     def _filter(self, pred) -> "Graph":
+        """Keep the candidates ``pred`` accepts, now and after every later
+        create_execution_plans (callers check their arguments first: a filter that
+        raised would break every later build)."""
         self._filters.append(pred)
         self._plans = [p for p in self._plans if pred(p)]
         built = [i for i, p in enumerate(self._plans) if p.built]
@@ -239,32 +257,43 @@ class LifecycleMixin:
         return self
 
     def select_numeric_notes(self, notes) -> "Graph":
-        want = {NumericalNote(n) if not isinstance(n, NumericalNote) else n for n in notes}
+        want = _notes(NumericalNote, notes, "select_numeric_notes")
         return self._filter(lambda p: want <= p.numerical_notes())
 
     def deselect_numeric_notes(self, notes) -> "Graph":
-        bad = {NumericalNote(n) if not isinstance(n, NumericalNote) else n for n in notes}
+        bad = _notes(NumericalNote, notes, "deselect_numeric_notes")
         return self._filter(lambda p: not (bad & p.numerical_notes()))
 
     def select_behavior_notes(self, notes) -> "Graph":
-        want = {BehaviorNote(n) if not isinstance(n, BehaviorNote) else n for n in notes}
+        want = _notes(BehaviorNote, notes, "select_behavior_notes")
         return self._filter(lambda p: want <= p.behavior_notes())
 
     def deselect_behavior_notes(self, notes) -> "Graph":
-        bad = {BehaviorNote(n) if not isinstance(n, BehaviorNote) else n for n in notes}
+        bad = _notes(BehaviorNote, notes, "deselect_behavior_notes")
         return self._filter(lambda p: not (bad & p.behavior_notes()))
 
     def deselect_engines(self, names) -> "Graph":
-        names = [names] if isinstance(names, str) else list(names)
+        op = "deselect_engines"
+        names = [names] if isinstance(names, str) else _items(names, op, "engine names")
+        if not all(isinstance(s, str) for s in names):
+            raise BadParamError(f"engine names must be strings, got {names!r:.60}", op=op,
+                                status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
         return self._filter(lambda p: not any(s in e for s in names for e in p.engine_names)
                             and not any(s in p.name for s in names))
 
     def deselect_workspace_greater_than(self, nbytes: int) -> "Graph":
+        op = "deselect_workspace_greater_than"
+        nbytes = _as_int(nbytes, op, "workspace limit")
+        if nbytes < 0:
+            raise BadParamError(f"workspace limit {nbytes} is negative", op=op,
+                                status=Status.BAD_PARAM_OUT_OF_BOUND)
         return self._filter(lambda p: p.workspace_size <= nbytes)
 
     # ---- execution --------------------------------------------------------------------------
     def execute(self, variant_pack: dict, workspace=None, handle: Handle | None = None) -> None:
         """Run the selected plan. ``variant_pack`` maps graph tensors or uids to buffers."""
+        if type(variant_pack) is not dict:
+            _check_pack(variant_pack, self._op("execute"))
         plan = self._selected_plan()
         if self.tunes_at_execute():
             self._benchmark_once(variant_pack, workspace, handle)
@@ -273,15 +302,23 @@ class LifecycleMixin:
 
     def execute_plan_at_index(self, variant_pack: dict, workspace, index: int,
                               handle: Handle | None = None) -> None:
+        if type(variant_pack) is not dict:
+            _check_pack(variant_pack, self._op("execute_plan_at_index"))
         plan = self._plan(index)
         if not plan.built:
             plan.build()
         self._run(plan, variant_pack, workspace, handle)
 
-    def _run(self, plan: ExecutionPlan, variant_pack, workspace, handle) -> None:
+    def _op(self, what: str) -> str:
+        return f"{what} '{self.name}'" if self.name else what
+
+    def _run(self, plan: ExecutionPlan, variant_pack, workspace, handle,
+             op: str | None = None) -> None:
         g = plan.graph
-        h = handle or self.handle
-        op = f"execute '{self.name}'" if self.name else "execute"
+        h = handle if handle is not None else self.handle
+        op = op or (f"execute '{self.name}'" if self.name else "execute")
+        if h is not None and (type(h) is not Handle or h.device.type == "meta"):
+            _check_handle(h, op)
         bound, device = bind(g, variant_pack, op, (h.device if h else self._device()),
                              self._scalar_defaults_cached())
         check_no_aliasing(g, bound, op)
@@ -299,16 +336,24 @@ class LifecycleMixin:
     def _scalar_defaults(self) -> dict:
         """Values of pass-by-value tensors known at build time (tensor_like of a CPU
         scalar, Python numbers given to an operation): used when the pack omits them."""
-        out = dict(getattr(self, "_restored_scalars", {}))
-        out.update({t.uid: t.value for t in self._tensors if t.is_pass_by_value and
-                    t.value is not None})
-        return out
+        return {t.uid: t.value for t in self._tensors if t.is_pass_by_value and
+                t.value is not None}
 
     # ---- tuning -----------------------------------------------------------------------------
     def autotune(self, variant_pack: dict, workspace=None, handle=None, warmup: int = 3,
                  iters: int = 10) -> list:
         """Time every candidate plan on the given buffers, reorder fastest first, persist.
-        Returns [(plan name, ms)] fastest first (ms: the least of the rounds' medians)."""
+        Returns [(plan name, ms)] fastest first (ms: the least of the rounds' medians).
+        Plans that need more workspace than given are not timed; when none fits, the
+        workspace is refused as ``execute`` would refuse it."""
+        op = self._op("autotune")
+        _check_pack(variant_pack, op)
+        _check_handle(handle, op)
+        if not self._plans:
+            raise BadParamError("there are no candidate plans: call build([heur_mode...]) or "
+                                "create_execution_plans first", op=op,
+                                status=Status.BAD_PARAM_NOT_FINALIZED)
+        have = 0 if workspace is None else as_bytes(workspace, op).numel()
         t0 = time.perf_counter()
         with parallel_compile(workers=True):   # every candidate's kernels side by side
             for p in self._plans:
@@ -317,15 +362,19 @@ class LifecycleMixin:
                 except GraphNotSupportedError:
                     continue
         t1 = time.perf_counter()
+        built = [p for p in self._plans if p.built]
         runnable = [(i, p) for i, p in enumerate(self._plans)
-                    if p.built and p.workspace_size <= _nbytes(workspace)]
+                    if p.built and p.workspace_size <= have]
+        if built and not runnable:
+            # the smallest need is more than ``have``: this raises SIZE_INSUFFICIENT
+            check_workspace(workspace, min(p.workspace_size for p in built), None, op)
         # TIMING_ROUNDS passes over the candidates, each plan's time the least of its
         # rounds' medians: a disturbance (another process on the GPU, a clock change)
         # during one plan's samples costs that plan one round, not its place
         best: dict = {}
         for r in range(TIMING_ROUNDS):
             for i, p in runnable:
-                ms = _time_plan(lambda: self._run(p, variant_pack, workspace, handle),
+                ms = _time_plan(lambda: self._run(p, variant_pack, workspace, handle, op),
                                 variant_pack, warmup if r == 0 else 1,
                                 max(1, iters // TIMING_ROUNDS))
                 best[i] = min(best.get(i, ms), ms)
@@ -410,31 +459,58 @@ class LifecycleMixin:
         return json.dumps(doc).encode()
 
     def deserialize(self, blob: bytes) -> "Graph":
-        """Restore a graph serialized by ``serialize`` and rebuild its plans."""
+        """Restore a graph serialized by ``serialize`` and rebuild its plans. The graph is
+        validated as ``build`` validates one (dataflow by uid, no cycle, every node's
+        rules against its tensors); each plan's stages must cover the graph in dataflow
+        order. A malformed document is SERIALIZATION_VERSION_MISMATCH, a graph that breaks
+        a rule the rule's error; either way this graph is left as it was."""
+        types, og, scalars, plans = _parse_document(blob)
+        saved = dict(self.__dict__)
         try:
-            doc = json.loads(bytes(blob).decode())
-            if doc.get("format") != FORMAT:
-                raise ValueError(f"format {doc.get('format')!r}")
-            g = OpGraph.from_json(doc["graph"])
-        except (ValueError, KeyError, TypeError) as e:
-            raise BadParamError(f"not a serialized opendnn graph: {e}", op="deserialize",
-                                status=Status.SERIALIZATION_VERSION_MISMATCH) from None
-        self._nodes, self._tensors = [], []
-        self._restored_scalars = {int(k): v for k, v in doc.get("scalars", {}).items()}
-        self.io_data_type, self.intermediate_data_type, self.compute_data_type = (
-            DataType[n] for n in doc["types"])
-        self._op_graph = g
-        target = self._target()
-        self._plans = []
-        for pj in doc.get("plans", []):
-            pieces = []
-            for st in pj["stages"]:
-                nodes = [g.nodes[i] for i in st["node_index"]]
-                sub = g if len(pj["stages"]) == 1 else g.piece(nodes)
-                pieces.append((sub, EngineConfig.from_json(st["config"])))
-            self._plans.append(ExecutionPlan(g, pieces, target, "deserialized").build())
-        self._selected = 0 if self._plans else None
+            self._restore(types, og, scalars, plans)
+        except BaseException as e:
+            self.__dict__.clear()
+            self.__dict__.update(saved)
+            if isinstance(e, BadParamError) and e.op != "deserialize":
+                raise BadParamError(e.rule, op=f"deserialize: {e.op}" if e.op else "deserialize",
+                                    tensor=e.tensor, status=e.status) from None
+            if isinstance(e, _MALFORMED) and not isinstance(e, OpenDNNError):
+                raise BadParamError(f"malformed graph: {_reason(e)}", op="deserialize",
+                                    status=Status.SERIALIZATION_VERSION_MISMATCH) from None
+            raise
         return self
+
+    def _restore(self, types, og: OpGraph, scalars: dict, plans: list) -> None:
+        """Make this graph the document's: its tensors and nodes as builder objects, then
+        ``validate`` (the checks ``build`` runs), then the plans on the validated graph."""
+        tensors = {u: Tensor(self, d.dims, d.strides, d.data_type, d.is_virtual,
+                             d.is_pass_by_value, d.name, u,
+                             scalars.get(u) if d.is_pass_by_value else None)
+                   for u, d in og.tensors.items()}
+        nodes = []
+        for f in og.nodes:
+            n = object.__new__(type(f))           # the builder node: roles hold Tensors
+            n.__dict__.update(f.__dict__)
+            n.inputs = {r: [tensors[u] for u in v] if isinstance(v, list) else tensors[v]
+                        for r, v in f.inputs.items()}
+            n.outputs = {r: tensors[u] for r, u in f.outputs.items()}
+            for t in n.outputs.values():
+                t.is_output = not t.is_virtual
+            nodes.append(n)
+        self._nodes, self._tensors = nodes, list(tensors.values())
+        self.io_data_type, self.intermediate_data_type, self.compute_data_type = types
+        self._invalidate()
+        self._reasons = {}
+        self.validate()
+        g = self._op_graph
+        # the document's node i in the validated graph (its order may differ): a node is
+        # known by its outputs, each of which one node alone produces
+        at = {tuple(sorted(OpGraph.node_uids(n, "outputs"))): i for i, n in enumerate(g.nodes)}
+        order = [at[tuple(sorted(OpGraph.node_uids(f, "outputs")))] for f in og.nodes]
+        target = self._target()
+        self._plans = [_restore_plan(g, order, stages, k, target)
+                       for k, stages in enumerate(plans)]
+        self._selected = 0 if self._plans else None
 
 
 TIMING_ROUNDS = 2   # autotune's passes over the candidates (see autotune)
@@ -447,11 +523,195 @@ TIMING_ROUNDS = 2   # autotune's passes over the candidates (see autotune)
 EXTRA_MARGIN = 2.0
 
 
-def _nbytes(workspace) -> int:
-    if workspace is None:
-        return 0
-    return workspace.numel() * workspace.element_size() if isinstance(workspace, torch.Tensor) \
-        else len(workspace)
+def _check_pack(variant_pack, op: str) -> None:
+    if not isinstance(variant_pack, Mapping):
+        raise BadParamError(f"variant pack must be a mapping (graph tensor or uid -> buffer), "
+                            f"got {type(variant_pack).__name__}", op=op,
+                            status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+
+
+def _check_handle(handle, op: str) -> None:
+    """None, or a Handle on a device kernels can run on."""
+    if handle is None:
+        return
+    if not isinstance(handle, Handle):
+        raise BadParamError(f"handle must be an opendnn Handle (cudnn.create_handle()), got "
+                            f"{type(handle).__name__}", op=op,
+                            status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+    if handle.device.type == "meta":
+        raise BadParamError("handle is on the meta device, where nothing can run", op=op,
+                            status=Status.BAD_PARAM)
+
+
+def _as_int(value, op: str, what: str) -> int:
+    """``value`` as an int: Python and NumPy integers; bool, float and str are refused."""
+    if not isinstance(value, bool):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    raise BadParamError(f"{what} must be an integer, got {type(value).__name__} {value!r:.40}",
+                        op=op, status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+
+
+def _as_enum(cls, value, op: str, what: str):
+    """``value`` as a member of ``cls`` (a member or its integer value, not a bool)."""
+    if isinstance(value, cls):
+        return value
+    if not isinstance(value, bool):
+        try:
+            return cls(operator.index(value))
+        except (TypeError, ValueError):
+            pass
+    names = ", ".join(m.name for m in cls)
+    raise BadParamError(f"{value!r:.40} is not a {what} (one of {names})", op=op,
+                        status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+
+
+def _items(values, op: str, what: str) -> list:
+    """A list of ``values`` (any iterable but a string)."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise BadParamError(f"{what} must be a list, got {type(values).__name__}", op=op,
+                            status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+    return list(values)
+
+
+def _notes(cls, notes, op: str) -> frozenset:
+    """A note filter's argument: one note or a list of them."""
+    if isinstance(notes, cls):
+        return frozenset([notes])
+    return frozenset(_as_enum(cls, n, op, cls.__name__) for n in _items(notes, op, "notes"))
+
+
+def _engine(engine_id, op: str):
+    """The registered engine with id ``engine_id`` (an integer, not a bool)."""
+    try:
+        e = None if isinstance(engine_id, bool) else by_id(operator.index(engine_id))
+    except TypeError:
+        e = None
+    if e is None:
+        raise BadParamError(f"no engine with id {engine_id!r:.40}", op=op,
+                            status=Status.BAD_PARAM_OUT_OF_BOUND)
+    return e
+
+
+# what a malformed document raises while it is read
+_MALFORMED = (ValueError, KeyError, IndexError, TypeError, AttributeError)
+
+
+def _json_kind(value) -> str:
+    kinds = {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+             int: "a number", float: "a number", type(None): "null"}
+    return kinds.get(type(value), type(value).__name__)
+
+
+def _data_type(name) -> DataType:
+    if not isinstance(name, str) or name not in DataType.__members__:
+        raise ValueError(f"{name!r:.40} is not a data type name")
+    return DataType[name]
+
+
+def _reason(e: BaseException) -> str:
+    if isinstance(e, KeyError):
+        return f"missing or unknown key {e}"
+    return str(e) or type(e).__name__
+
+
+def _parse_document(blob) -> tuple:
+    """(data types, OpGraph, {uid: scalar}, [[(node indices, EngineConfig)] per plan]) of a
+    serialized graph; SERIALIZATION_VERSION_MISMATCH naming what is malformed."""
+    where = "document"
+    try:
+        doc = json.loads(bytes(blob).decode())
+        if not isinstance(doc, dict):
+            raise ValueError(f"{_json_kind(doc)}, not an object")
+        if doc.get("format") != FORMAT:
+            raise ValueError(f"format {doc.get('format')!r} is not {FORMAT!r}")
+        where = "'types'"
+        names = doc["types"]
+        if not isinstance(names, list) or len(names) != 3:
+            raise ValueError(f"{names!r:.60} is not a list of 3 data type names")
+        types = tuple(_data_type(n) for n in names)
+        where = "'graph'"
+        og = OpGraph.from_json(doc["graph"])
+        where = "'scalars'"
+        scalars = {}
+        raw = doc.get("scalars", {})
+        if not isinstance(raw, dict):
+            raise ValueError(f"{_json_kind(raw)}, not an object")
+        for k, v in raw.items():
+            if not k.isdigit():
+                raise ValueError(f"key {k!r:.40} is not a uid")
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ValueError(f"the value of uid {k} is {v!r:.40}, not a number")
+            scalars[int(k)] = v
+        where = "'plans'"
+        plans = doc.get("plans", [])
+        if not isinstance(plans, list):
+            raise ValueError(f"{_json_kind(plans)}, not a list")
+        out = []
+        for k, pj in enumerate(plans):
+            where = f"plan {k}"
+            stages = []
+            for st in pj["stages"]:
+                index = st["node_index"]
+                if not isinstance(index, list) or not all(type(i) is int for i in index):
+                    raise ValueError(f"node_index {index!r:.60} is not a list of integers")
+                cfg = EngineConfig.from_json(st["config"])
+                if type(cfg.engine_id) is not int or by_id(cfg.engine_id) is None:
+                    raise ValueError(f"engine id {cfg.engine_id!r:.40} is not registered")
+                for name, value in cfg.knobs:
+                    if not isinstance(name, str) or not isinstance(
+                            value, (int, float, str, type(None))):
+                        raise ValueError(f"knob {name!r:.40} = {value!r:.40} is not a name "
+                                         "and a number")
+                stages.append((index, cfg))
+            if not stages:
+                raise ValueError("has no stages")
+            out.append(stages)
+    except OpenDNNError as e:       # a descriptor's own rule (a negative dimension)
+        raise BadParamError(e.rule, op="deserialize", tensor=e.tensor,
+                            status=e.status) from None
+    except _MALFORMED as e:
+        raise BadParamError(f"malformed {where}: {_reason(e)}", op="deserialize",
+                            status=Status.SERIALIZATION_VERSION_MISMATCH) from None
+    return types, og, scalars, out
+
+
+def _restore_plan(g: OpGraph, order: list, stages: list, k: int, target) -> ExecutionPlan:
+    """Plan ``k`` of a document on the validated graph ``g`` (``order[i]``: the position
+    of the document's node i in ``g``), checked and built."""
+    def malformed(rule):
+        return BadParamError(f"plan {k}: {rule}", op="deserialize",
+                             status=Status.SERIALIZATION_VERSION_MISMATCH)
+    stage_of: dict = {}
+    for j, (index, _) in enumerate(stages):
+        for i in index:
+            if not 0 <= i < len(order):
+                raise malformed(f"node index {i} out of range (0..{len(order) - 1})")
+            if order[i] in stage_of:
+                raise malformed(f"node index {i} is in two stages")
+            stage_of[order[i]] = j
+    if len(stage_of) != len(order):
+        raise malformed(f"its stages take {len(stage_of)} of the graph's {len(order)} nodes")
+    position = {id(n): i for i, n in enumerate(g.nodes)}
+    for n in g.nodes:                      # a stage reads only what earlier stages wrote
+        for u in OpGraph.node_uids(n, "inputs"):
+            p = g.producers.get(u)
+            if p is not None and stage_of[position[id(p)]] > stage_of[position[id(n)]]:
+                raise malformed(f"{n.label()} runs in a stage before the one that "
+                                f"produces its input '{g.tensors[u].label()}'")
+    pieces = []
+    for index, cfg in stages:              # each piece's nodes in the graph's (dataflow) order
+        nodes = [g.nodes[i] for i in sorted(order[i] for i in index)]
+        pieces.append((g if len(stages) == 1 else g.piece(nodes), cfg))
+    plan = ExecutionPlan(g, pieces, target, "deserialized")
+    sup = plan.check_support()
+    if not sup.ok:
+        raise GraphNotSupportedError(f"plan {plan.name} cannot run here",
+                                     reasons={plan.name: sup.reason}, op="deserialize",
+                                     status=Status.NOT_SUPPORTED)
+    return plan.build()
 
 
 def _time_plan(fn, variant_pack, warmup, iters) -> float:

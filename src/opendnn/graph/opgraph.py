@@ -86,11 +86,38 @@ class OpGraph:
 
     @classmethod
     def from_json(cls, d: dict) -> "OpGraph":
+        """The graph ``to_json`` wrote, as read: every uid a node names is one of the
+        tensors; the rules of a valid graph are ``Graph.validate``'s to check. Raises
+        ValueError (or KeyError, TypeError) saying what is malformed."""
         from ..enums import DataType
-        tensors = {t["uid"]: TensorDesc.from_json(t) for t in d["tensors"]}
+        if not isinstance(d, dict):
+            raise ValueError(f"a {type(d).__name__}, not an object")
+        tensors: dict = {}
+        for t in d["tensors"]:
+            uid = t["uid"]
+            if type(uid) is not int or uid < 0:
+                raise ValueError(f"tensor uid {uid!r:.40} is not a non-negative integer")
+            if uid in tensors:
+                raise ValueError(f"two tensors have uid {uid}")
+            if t["data_type"] not in DataType.__members__:
+                raise ValueError(f"tensor uid {uid}: {t['data_type']!r:.40} is not a data "
+                                 "type name")
+            tensors[uid] = TensorDesc.from_json(t)
         nodes = []
         for nd in d["nodes"]:
-            cls_ = NODE_TYPES[nd["kind"]]
+            cls_ = NODE_TYPES.get(nd["kind"])
+            if cls_ is None:
+                raise ValueError(f"unknown node kind {nd['kind']!r:.40}")
+            for side in ("inputs", "outputs"):
+                if not isinstance(nd[side], dict):
+                    raise ValueError(f"node {nd['name']!r:.40}: {side} is not an object")
+                for role, v in nd[side].items():
+                    for u in (v if isinstance(v, list) and side == "inputs" else [v]):
+                        if type(u) is not int or u not in tensors:
+                            raise ValueError(f"node {nd['name']!r:.40}: {side[:-1]} {role} "
+                                             f"is uid {u!r:.40}, not a tensor of the graph")
+            if not nd["outputs"]:
+                raise ValueError(f"node {nd['name']!r:.40} has no outputs")
             attrs = {k: _decode_attr(cls_, k, v) for k, v in nd["attrs"].items()}
             node = cls_(name=nd["name"], compute_data_type=DataType[nd["compute_data_type"]],
                         inputs=dict(nd["inputs"]), outputs=dict(nd["outputs"]), **attrs)

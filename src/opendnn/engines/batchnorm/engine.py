@@ -17,7 +17,7 @@ import dataclasses
 import torch
 
 from ...enums import BehaviorNote, DataType, PointwiseMode
-from ...errors import BadParamError, Status
+from ...plan import role_error
 from ...runtime.launch import LaunchList, kernel_from_source
 from ..base import SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target, decline
 from . import _kernels as K
@@ -215,7 +215,10 @@ class _BatchNormExecutable(Executable, LaunchList):
         LaunchList.__init__(self)
         self.workspace_size = workspace
         p = _problem(graph)
-        self.label = graph.nodes[0].label()
+        # an error names the node and tensor by position and role (plan.role_error): the
+        # executable serves every graph of this key, whatever its names
+        main = _pattern(graph)[0]
+        self.node = (graph.nodes.index(main), main.kind)
         self.eps_uid = p.roles.get("EPSILON") if p.by_value.get("EPSILON") else None
         if p.K == 0:
             return                                   # no statistics, no elements
@@ -244,7 +247,7 @@ class _BatchNormExecutable(Executable, LaunchList):
         if self.eps_uid is not None:
             eps = float(buffers[self.eps_uid])
             if not eps >= BN_MIN_EPSILON:
-                raise BadParamError(f"epsilon {eps} is below the minimum {BN_MIN_EPSILON} "
-                                    "(CUDNN_BN_MIN_EPSILON)", op=self.label, tensor="EPSILON",
-                                    status=Status.BAD_PARAM)
+                raise role_error(f"epsilon {eps} is below the minimum {BN_MIN_EPSILON} "
+                                 "(CUDNN_BN_MIN_EPSILON)", self.node[0], "EPSILON",
+                                 self.node[1])
         self.run_launches(buffers, workspace, stream)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ...errors import BadParamError, Status
 from ...ops import norm as N
+from ...plan import role_error
 from ...runtime.launch import LaunchList, kernel_from_source
 from ..base import Executable
 from ..fusion._codegen import zero_flags_source
@@ -30,7 +30,9 @@ class NormExecutable(Executable, LaunchList):
         LaunchList.__init__(self)
         self.workspace_size = workspace
         self.eps_uid = a.uids.get("EPS")
-        self.op = a.node.label()
+        # an error names the node and tensor by position and role (plan.role_error): the
+        # executable serves every graph of this key, whatever its names
+        self.node = (graph.nodes.index(a.node), a.node.kind)
         p = a.problem
         self.tag = f"norm_{graph.key()[:12]}"
         self.graph, self.target, self.const = graph, target, {"num_warps": kn.num_warps}
@@ -100,5 +102,5 @@ class NormExecutable(Executable, LaunchList):
         if self.eps_uid is not None:
             why = N.check_epsilon(buffers[self.eps_uid])
             if why:
-                raise BadParamError(why, op=self.op, tensor="EPSILON", status=Status.BAD_PARAM)
+                raise role_error(why, self.node[0], "EPSILON", self.node[1])
         self.run_launches(buffers, workspace, stream)
