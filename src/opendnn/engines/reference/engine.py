@@ -16,6 +16,7 @@ from ...ops import conv, layout, matmul, pointwise, reduction, softmax, stats
 from ...ops import batchnorm
 from ...ops import dropout as dropout_ref, lrn as lrn_ref
 from ...ops import pool
+from ...plan import role_error
 from ...runtime.buffers import logical_view
 from ..base import SUPPORTED, Engine, Executable, Support, Target
 
@@ -52,62 +53,73 @@ def run_graph(graph, read) -> dict:
             vals[uid] = read(uid)
         return vals[uid]
 
-    for n in graph.nodes:
-        if n.kind == "pointwise":
-            out = graph.tensors[n.outputs["OUT_0"]]
-            ins = [_expand(get(u), out.ndim) for u in n.inputs.values() if u is not None]
-            vals[out.uid] = pointwise.reference(n.mode, ins, n.op_attrs(), out.dims)
-        elif n.kind == "reduction":
-            y = graph.tensors[n.outputs["Y"]]
-            vals[y.uid] = reduction.reference(n.mode, get(n.inputs["X"]), y.dims)
-        elif n.kind == "genstats":
-            s, sq = stats.reference(get(n.inputs["X"]))
-            vals[n.outputs["SUM"]], vals[n.outputs["SQ_SUM"]] = s, sq
-        elif n.kind == "matmul":
-            vals[n.outputs["C"]] = matmul.reference(get(n.inputs["A"]), get(n.inputs["B"]))
-        elif n.kind == "reshape":
-            vals[n.outputs["Y"]] = layout.reshape(get(n.inputs["X"]),
-                                                  graph.tensors[n.outputs["Y"]].dims)
-        elif n.kind == "transpose":
-            vals[n.outputs["Y"]] = layout.transpose(get(n.inputs["X"]), n.permutation)
-        elif n.kind == "slice":
-            vals[n.outputs["Y"]] = layout.slice_(get(n.inputs["X"]), n.starts, n.ends)
-        elif n.kind == "concatenate":
-            vals[n.outputs["Y"]] = layout.concatenate([get(u) for u in n.inputs["X"]], n.axis)
-        elif n.kind == "softmax":
-            x = get(n.inputs["X"])
-            vals[n.outputs["Y"]] = softmax.forward(x, n.axis % x.ndim, n.log)
-        elif n.kind == "softmax_backward":
-            y = get(n.inputs["Y"])
-            vals[n.outputs["DX"]] = softmax.backward(get(n.inputs["DY"]), y, n.axis % y.ndim,
-                                                     n.log)
-        # ---- batch norm (engines/batchnorm) ----
-        elif n.kind in ("batchnorm", "batchnorm_inference", "batchnorm_backward"):
-            _batchnorm(n, get, vals)
-        elif n.kind in ("resample", "resample_backward"):   # pooling
-            _pool(n, graph, get, vals)
-        elif n.kind == "conv_fprop":
-            vals[n.outputs["Y"]] = conv.fprop(get(n.inputs["X"]), get(n.inputs["W"]),
-                                              *_conv_args(n))
-        elif n.kind == "conv_dgrad":
-            dx = graph.tensors[n.outputs["DX"]]
-            pre, post, stride, dil, flip = _conv_args(n)
-            vals[dx.uid] = conv.dgrad(get(n.inputs["DY"]), get(n.inputs["W"]), dx.dims, pre,
-                                      post, stride, dil, flip)
-        elif n.kind == "conv_wgrad":
-            dw = graph.tensors[n.outputs["DW"]]
-            pre, post, stride, dil, flip = _conv_args(n)
-            vals[dw.uid] = conv.wgrad(get(n.inputs["X"]), get(n.inputs["DY"]), dw.dims, pre,
-                                      post, stride, dil, flip)
-        elif n.kind in LRN_KINDS or n.kind in DROPOUT_KINDS:
-            vals.update(_lrn_or_dropout(n, get))
-        elif n.kind in _NORM_KINDS:
-            _norm(graph, n, get, vals)
-        elif n.kind in ATTENTION_KINDS:
-            vals.update(_attention(n, graph, get))
-        else:  # check_support guarantees we never get here
-            raise InternalError(f"{n.label()} reached the reference without a definition")
+    for i, n in enumerate(graph.nodes):
+        try:
+            _node(graph, n, get, vals)
+        except BadParamError as e:
+            if getattr(e, "node_index", None) == -1:   # from role_error: which node it was
+                e.node_index = i
+            raise
     return vals
+
+
+def _node(graph, n, get, vals) -> None:
+    """Evaluate node ``n`` into ``vals``. Errors about a node's tensors are raised by role
+    (``role_error``): this executable serves every graph of one key, whatever its names."""
+    if n.kind == "pointwise":
+        out = graph.tensors[n.outputs["OUT_0"]]
+        ins = [_expand(get(u), out.ndim) for u in n.inputs.values() if u is not None]
+        vals[out.uid] = pointwise.reference(n.mode, ins, n.op_attrs(), out.dims)
+    elif n.kind == "reduction":
+        y = graph.tensors[n.outputs["Y"]]
+        vals[y.uid] = reduction.reference(n.mode, get(n.inputs["X"]), y.dims)
+    elif n.kind == "genstats":
+        s, sq = stats.reference(get(n.inputs["X"]))
+        vals[n.outputs["SUM"]], vals[n.outputs["SQ_SUM"]] = s, sq
+    elif n.kind == "matmul":
+        vals[n.outputs["C"]] = matmul.reference(get(n.inputs["A"]), get(n.inputs["B"]))
+    elif n.kind == "reshape":
+        vals[n.outputs["Y"]] = layout.reshape(get(n.inputs["X"]),
+                                              graph.tensors[n.outputs["Y"]].dims)
+    elif n.kind == "transpose":
+        vals[n.outputs["Y"]] = layout.transpose(get(n.inputs["X"]), n.permutation)
+    elif n.kind == "slice":
+        vals[n.outputs["Y"]] = layout.slice_(get(n.inputs["X"]), n.starts, n.ends)
+    elif n.kind == "concatenate":
+        vals[n.outputs["Y"]] = layout.concatenate([get(u) for u in n.inputs["X"]], n.axis)
+    elif n.kind == "softmax":
+        x = get(n.inputs["X"])
+        vals[n.outputs["Y"]] = softmax.forward(x, n.axis % x.ndim, n.log)
+    elif n.kind == "softmax_backward":
+        y = get(n.inputs["Y"])
+        vals[n.outputs["DX"]] = softmax.backward(get(n.inputs["DY"]), y, n.axis % y.ndim,
+                                                 n.log)
+    # ---- batch norm (engines/batchnorm) ----
+    elif n.kind in ("batchnorm", "batchnorm_inference", "batchnorm_backward"):
+        _batchnorm(n, get, vals)
+    elif n.kind in ("resample", "resample_backward"):   # pooling
+        _pool(n, graph, get, vals)
+    elif n.kind == "conv_fprop":
+        vals[n.outputs["Y"]] = conv.fprop(get(n.inputs["X"]), get(n.inputs["W"]),
+                                          *_conv_args(n))
+    elif n.kind == "conv_dgrad":
+        dx = graph.tensors[n.outputs["DX"]]
+        pre, post, stride, dil, flip = _conv_args(n)
+        vals[dx.uid] = conv.dgrad(get(n.inputs["DY"]), get(n.inputs["W"]), dx.dims, pre,
+                                  post, stride, dil, flip)
+    elif n.kind == "conv_wgrad":
+        dw = graph.tensors[n.outputs["DW"]]
+        pre, post, stride, dil, flip = _conv_args(n)
+        vals[dw.uid] = conv.wgrad(get(n.inputs["X"]), get(n.inputs["DY"]), dw.dims, pre,
+                                  post, stride, dil, flip)
+    elif n.kind in LRN_KINDS or n.kind in DROPOUT_KINDS:
+        vals.update(_lrn_or_dropout(n, get))
+    elif n.kind in _NORM_KINDS:
+        _norm(graph, n, get, vals)
+    elif n.kind in ATTENTION_KINDS:
+        vals.update(_attention(n, graph, get))
+    else:  # check_support guarantees we never get here
+        raise InternalError(f"{n.label()} reached the reference without a definition")
 
 
 def _batchnorm(n, get, vals) -> None:
@@ -124,8 +136,8 @@ def _batchnorm(n, get, vals) -> None:
     else:
         eps = float(ins["EPSILON"].reshape(-1)[0])
         if not eps >= 0.0:
-            raise BadParamError(f"epsilon {eps} is below the minimum 0.0 (CUDNN_BN_MIN_EPSILON)",
-                                op=n.label(), tensor="EPSILON", status=Status.BAD_PARAM)
+            raise role_error(f"epsilon {eps} is below the minimum 0.0 (CUDNN_BN_MIN_EPSILON)",
+                             -1, "EPSILON", n.kind)
         mom = ins.get("MOMENTUM")
         outs = batchnorm.forward_training(
             ins["X"], ins["SCALE"], ins["BIAS"], eps, ins.get("PREV_RUNNING_MEAN"),
@@ -184,7 +196,6 @@ _NORM_KINDS = {"layernorm", "rmsnorm", "instancenorm", "groupnorm", "layernorm_b
 
 def _norm(graph, n, get, vals) -> None:
     """A layer / RMS / instance / group norm node, forward or backward (ops/norm.py)."""
-    from ...errors import BadParamError, Status
     from ...ops import norm
     x, s = graph.tensors[n.inputs["X"]], graph.tensors[n.inputs["SCALE"]]
     geo = norm.geometry(n.NORM, x.dims, s.dims, getattr(n, "groups", 1))
@@ -200,8 +211,7 @@ def _norm(graph, n, get, vals) -> None:
     eps = float(np.asarray(get(n.inputs["EPSILON"])).reshape(-1)[0])
     why = norm.check_epsilon(eps)
     if why:
-        raise BadParamError(why, op=n.label(), tensor=graph.tensors[n.inputs["EPSILON"]].label(),
-                            status=Status.BAD_PARAM)
+        raise role_error(why, -1, "EPSILON", n.kind)
     bias = get(n.inputs["BIAS"]) if "BIAS" in n.inputs else None
     y, mean, inv = norm.forward(geo, get(x.uid), get(s.uid), bias, eps, rms)
     for role, v in (("Y", y), ("MEAN", mean), ("INV_VARIANCE", inv)):
@@ -228,9 +238,8 @@ def _attention(n, graph, get) -> dict:
             lens = get(n.inputs[role]).reshape(-1)
             bad = [int(x) for x in lens if not 0 <= x <= most]
             if bad:
-                raise BadParamError(f"sequence lengths {bad} are outside [0, {most}]",
-                                    op=n.label(), tensor=graph.tensors[n.inputs[role]].label(),
-                                    status=Status.BAD_PARAM_OUT_OF_BOUND)
+                raise role_error(f"sequence lengths {bad} are outside [0, {most}]", -1, role,
+                                 n.kind, Status.BAD_PARAM_OUT_OF_BOUND)
             lengths[role] = lens.astype(np.int64)
     keep = attention.batch_mask(masking, b, s_q, s_kv, lengths.get("SEQ_LEN_Q"),
                                 lengths.get("SEQ_LEN_KV"))
