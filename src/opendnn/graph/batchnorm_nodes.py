@@ -10,6 +10,7 @@ tensors).
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import ClassVar
 
 from ..errors import Status
@@ -90,14 +91,30 @@ class BatchNorm(_BatchNormBase):
     STATS: ClassVar[tuple] = ("SCALE", "BIAS", "MEAN", "INV_VARIANCE", "PREV_RUNNING_MEAN",
                               "PREV_RUNNING_VAR", "NEXT_RUNNING_MEAN", "NEXT_RUNNING_VAR")
     SCALARS: ClassVar[tuple] = ("EPSILON", "MOMENTUM")
+    VALUE_ROLES: ClassVar[tuple] = SCALARS
     TRAINING: ClassVar[bool] = True
 
     def infer_properties(self, ctx) -> None:
         x, scale = self.inputs["X"], self.inputs["SCALE"]
         self.need_dims(self.input_tensors())
+        self._check_values()
         ctx.fill_like(self.outputs["Y"], x)
         for r in ("MEAN", "INV_VARIANCE", "NEXT_RUNNING_MEAN", "NEXT_RUNNING_VAR"):
             _fill_stats(ctx, self.outputs.get(r), scale)
+
+    def _check_values(self) -> None:
+        """The legacy API's rules on the host values known now (pass-by-value scalars):
+        epsilon finite, momentum (the exponential average factor) in [0, 1]. Epsilon below
+        CUDNN_BN_MIN_EPSILON (0) is the engine's check when the plan runs, for host and
+        device values alike."""
+        eps, mom = self.inputs["EPSILON"], self.inputs.get("MOMENTUM")
+        e = getattr(eps, "value", None)
+        if e is not None and not (isinstance(e, (int, float)) and math.isfinite(e)):
+            raise self.error(f"epsilon {e} must be finite", eps, Status.BAD_PARAM)
+        m = getattr(mom, "value", None)
+        if m is not None and not (isinstance(m, (int, float)) and 0.0 <= m <= 1.0):
+            raise self.error(f"momentum {m} must be within [0, 1] (the exponential average "
+                             "factor)", mom, Status.BAD_PARAM)
 
     def validate(self, desc) -> None:
         self._check(desc)

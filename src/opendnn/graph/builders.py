@@ -12,6 +12,7 @@ from ..ops.pointwise import MODES
 from . import conv_nodes as CN
 from . import nodes as N
 from . import softmax_nodes as SN
+from .tensor import as_enum, as_float, as_int, as_ints, as_type
 from .builders_attention import AttentionBuilderMixin   # attention (sdpa) section
 from .builders_norm import NormBuilderMixin
 from .builders_ops import OpsBuilderMixin
@@ -44,7 +45,7 @@ class BuilderMixin(NormBuilderMixin, OpsBuilderMixin, AttentionBuilderMixin):
         ins = {}
         for i, t in enumerate(inputs):
             ins[f"IN_{i}"] = self._check_tensor(self._coerce(t, op), op, f"input {i}")
-        node = N.Pointwise(name=op, compute_data_type=self._ctype(compute_data_type),
+        node = N.Pointwise(name=op, compute_data_type=self._ctype(compute_data_type, op),
                            inputs=ins, mode=mode, **attrs)
         out = self._new_output(f"{op}::OUT_0")
         self._add(node, {"OUT_0": out})
@@ -57,9 +58,10 @@ class BuilderMixin(NormBuilderMixin, OpsBuilderMixin, AttentionBuilderMixin):
                                is_pass_by_value=True, name=f"{op}::scalar")._with_value(t)
         return t
 
-    def _ctype(self, t):
-        from ..tensor import as_data_type
-        return as_data_type(t)
+    def _ctype(self, t, op: str | None = None):
+        """A compute data type, the error naming node ``op`` (else the graph)."""
+        where = f"node '{op}'" if op else (f"graph '{self.name}'" if self.name else "graph")
+        return as_type(t, where, "compute_data_type")
 
     # ---- pointwise, unary ---------------------------------------------------------------
     def _unary(mode):
@@ -111,7 +113,9 @@ class BuilderMixin(NormBuilderMixin, OpsBuilderMixin, AttentionBuilderMixin):
                                swish_beta=swish_beta)
 
     def gen_index(self, input, axis, name="", compute_data_type=DataType.NOT_SET):
-        return self._pointwise(M.GEN_INDEX, [input], name, compute_data_type, axis=int(axis))
+        op = name or f"gen_index_{len(self._nodes)}"
+        return self._pointwise(M.GEN_INDEX, [input], op, compute_data_type,
+                               axis=as_int(axis, f"pointwise GEN_INDEX '{op}'", "axis"))
 
     # ---- pointwise, binary / ternary ------------------------------------------------------
     def _binary(mode, a_name="a", b_name="b"):
@@ -191,11 +195,8 @@ class BuilderMixin(NormBuilderMixin, OpsBuilderMixin, AttentionBuilderMixin):
     def reduction(self, input, mode, name="", compute_data_type=DataType.NOT_SET):
         """Y = reduce(input); set Y's dims (size 1 on reduced axes) before validate()."""
         op = name or f"reduction_{len(self._nodes)}"
-        if isinstance(mode, str):
-            mode = ReductionMode[mode.upper()]
-        elif not isinstance(mode, ReductionMode):
-            mode = ReductionMode[mode.name]
-        node = N.Reduction(name=op, compute_data_type=self._ctype(compute_data_type),
+        mode = as_enum(ReductionMode, mode, f"reduction '{op}'", "mode", ints=False)
+        node = N.Reduction(name=op, compute_data_type=self._ctype(compute_data_type, op),
                            inputs={"X": self._check_tensor(input, op, "input")}, mode=mode)
         y = self._new_output(f"{op}::Y")
         self._add(node, {"Y": y})
@@ -204,7 +205,7 @@ class BuilderMixin(NormBuilderMixin, OpsBuilderMixin, AttentionBuilderMixin):
     def genstats(self, input, name="", compute_data_type=DataType.NOT_SET):
         """[SUM, SQ_SUM] per channel (axis 1) of input."""
         op = name or f"genstats_{len(self._nodes)}"
-        node = N.GenStats(name=op, compute_data_type=self._ctype(compute_data_type),
+        node = N.GenStats(name=op, compute_data_type=self._ctype(compute_data_type, op),
                           inputs={"X": self._check_tensor(input, op, "input")})
         s, sq = self._new_output(f"{op}::SUM"), self._new_output(f"{op}::SQ_SUM")
         self._add(node, {"SUM": s, "SQ_SUM": sq})
@@ -214,9 +215,9 @@ class BuilderMixin(NormBuilderMixin, OpsBuilderMixin, AttentionBuilderMixin):
     def softmax(self, input, axis=-1, log=False, name="", compute_data_type=DataType.NOT_SET):
         """Y = softmax(input) along ``axis`` (log-softmax with ``log``); Y has input's dims."""
         op = name or f"softmax_{len(self._nodes)}"
-        node = SN.Softmax(name=op, compute_data_type=self._ctype(compute_data_type),
+        node = SN.Softmax(name=op, compute_data_type=self._ctype(compute_data_type, op),
                           inputs={"X": self._check_tensor(input, op, "input")},
-                          axis=int(axis), log=bool(log))
+                          axis=as_int(axis, f"softmax '{op}'", "axis"), log=bool(log))
         y = self._new_output(f"{op}::Y")
         self._add(node, {"Y": y})
         return y
@@ -225,10 +226,11 @@ class BuilderMixin(NormBuilderMixin, OpsBuilderMixin, AttentionBuilderMixin):
                          compute_data_type=DataType.NOT_SET):
         """DX from the gradient ``loss`` (DY) and the forward's ``output`` (Y)."""
         op = name or f"softmax_backward_{len(self._nodes)}"
-        node = SN.SoftmaxBackward(name=op, compute_data_type=self._ctype(compute_data_type),
+        node = SN.SoftmaxBackward(name=op, compute_data_type=self._ctype(compute_data_type, op),
                                   inputs={"DY": self._check_tensor(loss, op, "loss"),
                                           "Y": self._check_tensor(output, op, "output")},
-                                  axis=int(axis), log=bool(log))
+                                  axis=as_int(axis, f"softmax_backward '{op}'", "axis"),
+                                  log=bool(log))
         dx = self._new_output(f"{op}::DX")
         self._add(node, {"DX": dx})
         return dx
@@ -237,9 +239,10 @@ class BuilderMixin(NormBuilderMixin, OpsBuilderMixin, AttentionBuilderMixin):
     def matmul(self, A, B, padding=0.0, name="", compute_data_type=DataType.NOT_SET):
         """C[..., M, N] = A[..., M, K] @ B[..., K, N], batch dims broadcast."""
         op = name or f"matmul_{len(self._nodes)}"
-        node = N.Matmul(name=op, compute_data_type=self._ctype(compute_data_type),
+        node = N.Matmul(name=op, compute_data_type=self._ctype(compute_data_type, op),
                         inputs={"A": self._check_tensor(A, op, "A"),
-                                "B": self._check_tensor(B, op, "B")}, padding=float(padding))
+                                "B": self._check_tensor(B, op, "B")},
+                        padding=as_float(padding, f"matmul '{op}'", "padding"))
         c = self._new_output(f"{op}::C")
         self._add(node, {"C": c})
         return c
@@ -248,7 +251,7 @@ class BuilderMixin(NormBuilderMixin, OpsBuilderMixin, AttentionBuilderMixin):
     def reshape(self, input, name="", compute_data_type=DataType.NOT_SET):
         """Y with the same elements; set Y's dims before validate()."""
         op = name or f"reshape_{len(self._nodes)}"
-        node = N.Reshape(name=op, compute_data_type=self._ctype(compute_data_type),
+        node = N.Reshape(name=op, compute_data_type=self._ctype(compute_data_type, op),
                          inputs={"X": self._check_tensor(input, op, "input")})
         y = self._new_output(f"{op}::Y")
         self._add(node, {"Y": y})
@@ -256,31 +259,53 @@ class BuilderMixin(NormBuilderMixin, OpsBuilderMixin, AttentionBuilderMixin):
 
     def transpose(self, input, permutation, name="", compute_data_type=DataType.NOT_SET):
         op = name or f"transpose_{len(self._nodes)}"
-        node = N.Transpose(name=op, compute_data_type=self._ctype(compute_data_type),
+        node = N.Transpose(name=op, compute_data_type=self._ctype(compute_data_type, op),
                            inputs={"X": self._check_tensor(input, op, "input")},
-                           permutation=tuple(int(p) for p in permutation))
+                           permutation=tuple(as_ints(permutation, f"transpose '{op}'",
+                                                     "permutation")))
         y = self._new_output(f"{op}::Y")
         self._add(node, {"Y": y})
         return y
 
     def slice(self, input, slices, name="", compute_data_type=DataType.NOT_SET):
-        """slices: one Python ``slice`` (unit step) or (start, end) pair per dimension."""
+        """slices: one Python ``slice`` (unit step) or (start, end) pair per dimension. A
+        ``slice`` with negative bounds needs input's dims set first (to resolve them)."""
         op = name or f"slice_{len(self._nodes)}"
         t = self._check_tensor(input, op, "input")
+        label = f"slice '{op}'"
+        if isinstance(slices, (str, bytes, slice)) or not hasattr(slices, "__iter__"):
+            raise BadParamError(f"slices must be a sequence of one slice or (start, end) pair "
+                                f"per dimension, got {slices!r}", op=label, tensor=t.label(),
+                                status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+        def bound(v, what):
+            return None if v is None else as_int(v, label, what, t.label())
         starts, ends = [], []
         for i, s in enumerate(slices):
             if isinstance(s, slice):
-                if s.step not in (None, 1):
+                if bound(s.step, f"slice {i} step") not in (None, 1):
                     raise BadParamError(f"slice step {s.step} on axis {i}: only unit steps",
-                                        op=op, tensor=t.label(), status=Status.NOT_SUPPORTED)
-                dim = t.dim[i] if t.dim else None
-                start, stop, _ = s.indices(dim) if dim is not None else (s.start or 0, s.stop, 1)
-                starts.append(start)
-                ends.append(stop)
+                                        op=label, tensor=t.label(), status=Status.NOT_SUPPORTED)
+                start, stop = bound(s.start, f"slice {i} start"), bound(s.stop, f"slice {i} stop")
+                dim = t.dim[i] if t.dim is not None and i < len(t.dim) else None
+                if dim is not None:
+                    start, stop, _ = slice(start, stop).indices(dim)
+                elif (start or 0) < 0 or (stop or 0) < 0:
+                    raise BadParamError(f"slice {i} {s}: negative bounds count from the end of "
+                                        "a dim not set yet (set input's dims before slice())",
+                                        op=label, tensor=t.label(),
+                                        status=Status.BAD_PARAM_NOT_FINALIZED)
+                starts.append(start or 0)
+                ends.append(stop)          # None: to the end (Slice resolves it)
             else:
-                starts.append(int(s[0]))
-                ends.append(int(s[1]))
-        node = N.Slice(name=op, compute_data_type=self._ctype(compute_data_type),
+                if isinstance(s, (str, bytes)) or not hasattr(s, "__len__") or len(s) != 2:
+                    step = " (a step is not supported)" if hasattr(s, "__len__") and \
+                        len(s) == 3 else ""
+                    raise BadParamError(f"slice {i} must be a slice or a (start, end) pair, got "
+                                        f"{s!r}{step}", op=label, tensor=t.label(),
+                                        status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+                starts.append(bound(s[0], f"slice {i} start"))
+                ends.append(bound(s[1], f"slice {i} end"))
+        node = N.Slice(name=op, compute_data_type=self._ctype(compute_data_type, op),
                        inputs={"X": t}, starts=tuple(starts), ends=tuple(ends))
         y = self._new_output(f"{op}::Y")
         self._add(node, {"Y": y})
@@ -290,45 +315,51 @@ class BuilderMixin(NormBuilderMixin, OpsBuilderMixin, AttentionBuilderMixin):
                     compute_data_type=DataType.NOT_SET):
         op = name or f"concatenate_{len(self._nodes)}"
         xs = [self._check_tensor(t, op, f"input {i}") for i, t in enumerate(inputs)]
-        node = N.Concatenate(name=op, compute_data_type=self._ctype(compute_data_type),
-                             inputs={"X": xs}, axis=int(axis), in_place_index=in_place_index)
+        node = N.Concatenate(name=op, compute_data_type=self._ctype(compute_data_type, op),
+                             inputs={"X": xs}, axis=as_int(axis, f"concatenate '{op}'", "axis"),
+                             in_place_index=None if in_place_index is None else as_int(
+                                 in_place_index, f"concatenate '{op}'", "in_place_index"))
         y = self._new_output(f"{op}::Y")
         self._add(node, {"Y": y})
         return y
 
     # ---- convolution ---------------------------------------------------------------------------
-    def _conv_params(self, t, op, padding, pre_padding, post_padding, stride, dilation):
+    def _conv_params(self, kind, t, op, padding, pre_padding, post_padding, stride, dilation):
         """Per-axis parameters; an int means every axis. Left unset, they take cuDNN's
         defaults (padding 0, stride 1, dilation 1) once the image's rank is known."""
         nsp = len(t.dim) - 2 if t.dim is not None else None
+        label = f"{kind} '{op}'"
 
         def vec(v, default, name):
             if v is None:
                 return (default,) * nsp if nsp is not None else ()
-            if isinstance(v, int):
+            if not hasattr(v, "__iter__") or isinstance(v, (str, bytes)):
+                v = as_int(v, label, name)
                 return (v,) * nsp if nsp is not None else (v,)
-            return tuple(int(a) for a in v)
+            return tuple(as_ints(v, label, name))
         if padding is not None and (pre_padding is not None or post_padding is not None):
-            raise BadParamError("give padding, or pre_padding and post_padding, not both", op=op,
-                                status=Status.BAD_PARAM)
-        pre = vec(pre_padding if padding is None else padding, 0, "pre_padding")
-        post = vec(post_padding if padding is None else padding, 0, "post_padding")
+            raise BadParamError("give padding, or pre_padding and post_padding, not both",
+                                op=label, status=Status.BAD_PARAM)
+        pre = vec(pre_padding if padding is None else padding, 0,
+                  "pre_padding" if padding is None else "padding")
+        post = vec(post_padding if padding is None else padding, 0,
+                   "post_padding" if padding is None else "padding")
         return dict(pre_padding=pre, post_padding=post, stride=vec(stride, 1, "stride"),
                     dilation=vec(dilation, 1, "dilation"))
 
-    def _conv_mode(self, mode):
+    def _conv_mode(self, mode, label):
         from ..enums import ConvolutionMode
-        if isinstance(mode, str):
-            return ConvolutionMode[mode.upper()]
-        return ConvolutionMode(int(mode)) if not isinstance(mode, ConvolutionMode) else mode
+        return as_enum(ConvolutionMode, mode, label, "convolution_mode")
 
     def _conv(self, cls, op, first, inputs: dict, out_role: str, padding, pre_padding,
               post_padding, stride, dilation, convolution_mode, compute_data_type):
-        node = cls(name=op, compute_data_type=self._ctype(compute_data_type), inputs=inputs,
+        label = f"{cls.kind} '{op}'"
+        node = cls(name=op, compute_data_type=self._ctype(compute_data_type, op),
+                   inputs=inputs,
                    convolution_mode=self._conv_mode(1 if convolution_mode is None
-                                                    else convolution_mode),
-                   **self._conv_params(first, op, padding, pre_padding, post_padding, stride,
-                                       dilation))
+                                                    else convolution_mode, label),
+                   **self._conv_params(cls.kind, first, op, padding, pre_padding, post_padding,
+                                       stride, dilation))
         out = self._new_output(f"{op}::{out_role}")
         self._add(node, {out_role: out})
         return out

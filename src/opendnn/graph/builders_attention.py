@@ -12,6 +12,7 @@ from __future__ import annotations
 from ..enums import DataType, DiagonalAlignment
 from ..errors import BadParamError, Status
 from . import attention_nodes as AN
+from .tensor import as_enum
 
 
 class AttentionBuilderMixin:
@@ -43,10 +44,8 @@ class AttentionBuilderMixin:
             raise self._attn_error(op, "use_alibi_mask is not supported", Status.NOT_SUPPORTED)
         if rng_dump is not None:
             raise self._attn_error(op, "rng_dump is not supported", Status.NOT_SUPPORTED)
-        if isinstance(diagonal_alignment, str):
-            diagonal_alignment = DiagonalAlignment[diagonal_alignment.upper()]
-        elif not isinstance(diagonal_alignment, DiagonalAlignment):
-            diagonal_alignment = DiagonalAlignment(int(diagonal_alignment))
+        diagonal_alignment = as_enum(DiagonalAlignment, diagonal_alignment, op,
+                                     "diagonal_alignment")
         if use_causal_mask and use_causal_mask_bottom_right:
             raise self._attn_error(op, "use_causal_mask and use_causal_mask_bottom_right "
                                    "contradict each other")
@@ -123,7 +122,7 @@ class AttentionBuilderMixin:
                                   use_causal_mask_bottom_right, sliding_window_length,
                                   diagonal_alignment, diagonal_band_left_bound,
                                   diagonal_band_right_bound, dropout, rng_dump)
-        node = AN.Sdpa(name=op, compute_data_type=self._ctype(compute_data_type), inputs=ins,
+        node = AN.Sdpa(name=op, compute_data_type=self._ctype(compute_data_type, op), inputs=ins,
                        generate_stats=stats, **attrs)
         outs = {"O": self._new_output(f"{op}::O")}
         if stats:
@@ -157,7 +156,7 @@ class AttentionBuilderMixin:
                                   use_causal_mask_bottom_right, sliding_window_length,
                                   diagonal_alignment, diagonal_band_left_bound,
                                   diagonal_band_right_bound, dropout, rng_dump)
-        node = AN.SdpaBackward(name=op, compute_data_type=self._ctype(compute_data_type),
+        node = AN.SdpaBackward(name=op, compute_data_type=self._ctype(compute_data_type, op),
                                inputs=ins,
                                use_deterministic_algorithm=bool(use_deterministic_algorithm),
                                **attrs)

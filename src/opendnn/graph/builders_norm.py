@@ -6,6 +6,7 @@ from ..enums import DataType
 from ..errors import BadParamError, Status
 from . import batchnorm_nodes as BN
 from . import norm_nodes as NN
+from .tensor import as_enum, as_int
 
 
 class NormBuilderMixin:
@@ -24,7 +25,7 @@ class NormBuilderMixin:
                                     f"{v.device})", op=op, status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
             v = float(v.item())
         if isinstance(v, (int, float)) and not isinstance(v, bool):
-            return self._coerce(float(v), f"{op}::{role}")
+            return self._coerce(float(v), op).set_name(f"{op}::{role}")
         raise BadParamError(f"{role} must be a graph tensor or a number, got "
                             f"{type(v).__name__}", op=op, status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
 
@@ -56,7 +57,7 @@ class NormBuilderMixin:
             ins["MOMENTUM"] = self._bn_scalar(momentum, op, "momentum")
             for r in ("NEXT_RUNNING_MEAN", "NEXT_RUNNING_VAR"):
                 outs[r] = self._new_output(f"{op}::{r}")
-        node = BN.BatchNorm(name=op, compute_data_type=self._ctype(compute_data_type),
+        node = BN.BatchNorm(name=op, compute_data_type=self._ctype(compute_data_type, op),
                             inputs=ins)
         self._add(node, outs)
         return [outs["Y"], outs["MEAN"], outs["INV_VARIANCE"], outs.get("NEXT_RUNNING_MEAN"),
@@ -71,7 +72,7 @@ class NormBuilderMixin:
                "INV_VARIANCE": self._check_tensor(inv_variance, op, "inv_variance"),
                "SCALE": self._check_tensor(scale, op, "scale"),
                "BIAS": self._check_tensor(bias, op, "bias")}
-        node = BN.BatchNormInference(name=op, compute_data_type=self._ctype(compute_data_type),
+        node = BN.BatchNormInference(name=op, compute_data_type=self._ctype(compute_data_type, op),
                                      inputs=ins)
         y = self._new_output(f"{op}::Y")
         self._add(node, {"Y": y})
@@ -90,7 +91,7 @@ class NormBuilderMixin:
                "SCALE": self._check_tensor(scale, op, "scale"),
                "MEAN": self._check_tensor(mean, op, "mean"),
                "INV_VARIANCE": self._check_tensor(inv_variance, op, "inv_variance")}
-        node = BN.BatchNormBackward(name=op, compute_data_type=self._ctype(compute_data_type),
+        node = BN.BatchNormBackward(name=op, compute_data_type=self._ctype(compute_data_type, op),
                                     inputs=ins)
         outs = {r: self._new_output(f"{op}::{r}") for r in ("DX", "DSCALE", "DBIAS")}
         self._add(node, outs)
@@ -100,9 +101,8 @@ class NormBuilderMixin:
                       **attrs):
         from ..enums import NormForwardPhase
         op = name or f"{cls.kind}_{len(self._nodes)}"
-        if isinstance(phase, str):
-            phase = NormForwardPhase[phase.upper()]
-        training = NormForwardPhase(int(phase)) == NormForwardPhase.TRAINING
+        phase = as_enum(NormForwardPhase, phase, f"{cls.kind} '{op}'", "norm_forward_phase")
+        training = phase == NormForwardPhase.TRAINING
         if epsilon is None:
             raise BadParamError("needs an epsilon (a float or a pass-by-value tensor)", op=op,
                                 status=Status.BAD_PARAM_NULL_POINTER)
@@ -117,7 +117,7 @@ class NormBuilderMixin:
                "SCALE": self._check_tensor(scale, op, "scale"), "EPSILON": eps}
         if bias is not None:
             ins["BIAS"] = self._check_tensor(bias, op, "bias")
-        node = cls(name=op, compute_data_type=self._ctype(compute_data_type), inputs=ins,
+        node = cls(name=op, compute_data_type=self._ctype(compute_data_type, op), inputs=ins,
                    training=training, **attrs)
         outs = {"Y": self._new_output(f"{op}::Y")}
         if training:
@@ -139,7 +139,7 @@ class NormBuilderMixin:
         elif cls.NORM != "rms":
             raise BadParamError("needs the forward's mean", op=op,
                                 status=Status.BAD_PARAM_NULL_POINTER)
-        node = cls(name=op, compute_data_type=self._ctype(compute_data_type), inputs=ins,
+        node = cls(name=op, compute_data_type=self._ctype(compute_data_type, op), inputs=ins,
                    **attrs)
         outs = {"DX": self._new_output(f"{op}::DX"), "DSCALE": self._new_output(f"{op}::DSCALE")}
         if has_dbias:
@@ -191,11 +191,13 @@ class NormBuilderMixin:
         """[Y, MEAN, INV_VARIANCE]: each (n, group) over (C/groups, spatial); per-channel
         scale and bias [1, C, 1, ...]; statistics [N, groups, 1, ...]."""
         o = self._norm_forward(NN.GroupNorm, norm_forward_phase, input, scale, bias, epsilon,
-                               name, compute_data_type, groups=int(groups))
+                               name, compute_data_type,
+                               groups=as_int(groups, f"groupnorm '{name}'", "groups"))
         return [o["Y"], o.get("MEAN"), o.get("INV_VARIANCE")]
 
     def groupnorm_backward(self, grad, input, scale, mean, inv_variance, groups, name="",
                            compute_data_type=DataType.NOT_SET):
         return self._norm_backward(NN.GroupNormBackward, grad, input, scale, mean,
                                    inv_variance, True, name, compute_data_type,
-                                   groups=int(groups))
+                                   groups=as_int(groups, f"groupnorm_backward '{name}'",
+                                                 "groups"))

@@ -7,28 +7,30 @@ from ..errors import BadParamError, Status
 from . import dropout_nodes as DN
 from . import lrn_nodes as LN
 from . import pool_nodes as PN
+from .tensor import as_enum, as_float, as_int, as_ints
 
 
 class OpsBuilderMixin:
     # ---- pooling (resample) -----------------------------------------------------------------
     def _pool_attrs(self, op, mode, window, stride, padding, pre_padding, post_padding):
         from ..enums import ResampleMode
-        if isinstance(mode, str):
-            mode = ResampleMode[mode.upper()]
-        elif not isinstance(mode, ResampleMode):
-            mode = ResampleMode(int(mode))
+        mode = as_enum(ResampleMode, mode, op, "mode")
         if padding is not None and (pre_padding is not None or post_padding is not None):
             raise BadParamError("give padding, or pre_padding and post_padding, not both", op=op,
                                 status=Status.BAD_PARAM)
 
-        def vec(v):
+        def vec(v, name):
             if v is None:
                 return ()
-            return (int(v),) if isinstance(v, int) else tuple(int(a) for a in v)
-        pre = vec(pre_padding if padding is None else padding)
-        post = vec(post_padding if padding is None else padding)
-        return dict(resample_mode=mode, window=vec(window), stride=vec(stride),
-                    pre_padding=pre, post_padding=post)
+            if not hasattr(v, "__iter__") or isinstance(v, (str, bytes)):
+                return (as_int(v, op, name),)
+            return tuple(as_ints(v, op, name))
+        pre = vec(pre_padding if padding is None else padding,
+                  "pre_padding" if padding is None else "padding")
+        post = vec(post_padding if padding is None else padding,
+                   "post_padding" if padding is None else "padding")
+        return dict(resample_mode=mode, window=vec(window, "window"),
+                    stride=vec(stride, "stride"), pre_padding=pre, post_padding=post)
 
     def resample(self, input, mode, window, stride=None, padding=None, pre_padding=None,
                  post_padding=None, generate_index=False, nan_propagation=True, name="",
@@ -37,12 +39,12 @@ class OpsBuilderMixin:
         ``generate_index``: each output's window offset of its maximum, int8 unless set)
         is None otherwise. An int window / stride / padding stands for every axis."""
         op = name or f"resample_{len(self._nodes)}"
-        node = PN.Resample(name=op, compute_data_type=self._ctype(compute_data_type),
+        node = PN.Resample(name=op, compute_data_type=self._ctype(compute_data_type, op),
                            inputs={"X": self._check_tensor(input, op, "input")},
                            generate_index=bool(generate_index),
                            nan_propagation=bool(nan_propagation),
-                           **self._pool_attrs(op, mode, window, stride, padding, pre_padding,
-                                              post_padding))
+                           **self._pool_attrs(f"resample '{op}'", mode, window, stride,
+                                              padding, pre_padding, post_padding))
         y = self._new_output(f"{op}::Y")
         outs = {"Y": y}
         index = None
@@ -65,10 +67,11 @@ class OpsBuilderMixin:
                              ("Y", output, "output")):
             if t is not None:
                 ins[role] = self._check_tensor(t, op, arg)
-        node = PN.ResampleBackward(name=op, compute_data_type=self._ctype(compute_data_type),
+        node = PN.ResampleBackward(name=op, compute_data_type=self._ctype(compute_data_type, op),
                                    inputs=ins, nan_propagation=bool(nan_propagation),
-                                   **self._pool_attrs(op, mode, window, stride, padding,
-                                                      pre_padding, post_padding))
+                                   **self._pool_attrs(f"resample_backward '{op}'", mode,
+                                                      window, stride, padding, pre_padding,
+                                                      post_padding))
         dx = self._new_output(f"{op}::DX")
         self._add(node, {"DX": dx})
         return dx
@@ -76,9 +79,12 @@ class OpsBuilderMixin:
     def _lrn_node(self, cls, op, ins: dict, outs: tuple, lrn_n, lrn_alpha, lrn_beta, lrn_k,
                   compute_data_type):
         ins = {r: self._check_tensor(t, op, r) for r, t in ins.items()}
-        node = cls(name=op, compute_data_type=self._ctype(compute_data_type), inputs=ins,
-                   lrn_n=int(lrn_n), lrn_alpha=float(lrn_alpha), lrn_beta=float(lrn_beta),
-                   lrn_k=float(lrn_k))
+        label = f"{cls.kind} '{op}'"
+        node = cls(name=op, compute_data_type=self._ctype(compute_data_type, op), inputs=ins,
+                   lrn_n=as_int(lrn_n, label, "lrn_n"),
+                   lrn_alpha=as_float(lrn_alpha, label, "lrn_alpha"),
+                   lrn_beta=as_float(lrn_beta, label, "lrn_beta"),
+                   lrn_k=as_float(lrn_k, label, "lrn_k"))
         made = {r: self._new_output(f"{op}::{r}") for r in outs}
         self._add(node, made)
         return made[outs[0]] if len(outs) == 1 else [made[r] for r in outs]
@@ -125,11 +131,12 @@ class OpsBuilderMixin:
         (pass-by-value) or one-element int64 tensors. MASK (0/1, input's type unless set)
         is None with ``generate_mask=False``."""
         op = name or f"dropout_{len(self._nodes)}"
-        node = DN.Dropout(name=op, compute_data_type=self._ctype(compute_data_type),
+        node = DN.Dropout(name=op, compute_data_type=self._ctype(compute_data_type, op),
                           inputs={"X": self._check_tensor(input, op, "input"),
                                   "SEED": self._rng_scalar(seed, op, "SEED"),
                                   "OFFSET": self._rng_scalar(offset, op, "OFFSET")},
-                          probability=float(probability))
+                          probability=as_float(probability, f"dropout '{op}'",
+                                               "probability"))
         y = self._new_output(f"{op}::Y")
         mask = self._new_output(f"{op}::MASK") if generate_mask else None
         self._add(node, {"Y": y, "MASK": mask} if generate_mask else {"Y": y})
@@ -139,11 +146,13 @@ class OpsBuilderMixin:
                          compute_data_type=DataType.NOT_SET):
         """DX = loss * MASK / (1 - probability), MASK regenerated from (seed, offset)."""
         op = name or f"dropout_backward_{len(self._nodes)}"
-        node = DN.DropoutBackward(name=op, compute_data_type=self._ctype(compute_data_type),
+        node = DN.DropoutBackward(name=op, compute_data_type=self._ctype(compute_data_type, op),
                                   inputs={"DY": self._check_tensor(loss, op, "loss"),
                                           "SEED": self._rng_scalar(seed, op, "SEED"),
                                           "OFFSET": self._rng_scalar(offset, op, "OFFSET")},
-                                  probability=float(probability))
+                                  probability=as_float(probability,
+                                                       f"dropout_backward '{op}'",
+                                                       "probability"))
         dx = self._new_output(f"{op}::DX")
         self._add(node, {"DX": dx})
         return dx

@@ -125,6 +125,10 @@ class ConvFprop(_Conv):
             self._check_params(len(x.dim) - 2, x)
             y.dim = output_dims(x.dim, w.dim, self.pre_padding, self.post_padding,
                                 self.stride, self.dilation)
+            if any(o < 1 for o in y.dim[2:]):
+                raise self.error(f"output spatial dims {y.dim[2:]} are empty: the dilated "
+                                 f"filter {list(w.dim[2:])} is larger than the padded image",
+                                 x, Status.BAD_PARAM_OUT_OF_BOUND)
         ctx.fill_type(y, x)
         ctx.fill_strides(y, x)
 

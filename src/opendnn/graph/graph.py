@@ -20,13 +20,13 @@ from ..enums import DataType
 from ..errors import BadParamError, InternalError, Status
 from ..handle import Handle, default_handle
 from ..plan import ExecutionPlan
-from ..tensor import TensorDesc, as_data_type, packed_strides
+from ..tensor import TensorDesc, packed_strides
 from . import memo
 from .builders import BuilderMixin
 from .lifecycle import LifecycleMixin
-from .nodes import infer_strides_like
+from .nodes import check_compute_type, infer_strides_like
 from .opgraph import OpGraph
-from .tensor import Tensor
+from .tensor import Tensor, as_type
 
 # frozen descriptors by their fields: a graph re-created with the same tensors (a
 # framework's every step, benchmark mode's cached find) shares them, and what they derive
@@ -81,9 +81,15 @@ class Graph(BuilderMixin, LifecycleMixin):
                  intermediate_data_type=DataType.NOT_SET, compute_data_type=DataType.NOT_SET,
                  handle: Handle | None = None):
         self.name = name
-        self.io_data_type = as_data_type(io_data_type)
-        self.intermediate_data_type = as_data_type(intermediate_data_type)
-        self.compute_data_type = as_data_type(compute_data_type)
+        op = f"graph '{name}'" if name else "graph"
+        self.io_data_type = as_type(io_data_type, op, "io_data_type")
+        self.intermediate_data_type = as_type(intermediate_data_type, op,
+                                              "intermediate_data_type")
+        self.compute_data_type = as_type(compute_data_type, op, "compute_data_type")
+        if handle is not None and not isinstance(handle, Handle):
+            raise BadParamError(f"handle must be an opendnn Handle (cudnn.create_handle()), "
+                                f"got {type(handle).__name__}", op=op,
+                                status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
         self.handle = handle
         self._nodes: list = []
         self._tensors: list[Tensor] = []
@@ -191,6 +197,7 @@ class Graph(BuilderMixin, LifecycleMixin):
                     raise BadParamError(f"in-place {n.kind} is not allowed (output overwrites "
                                         "an input it still reads)", op=n.label(),
                                         tensor=by_uid[u][0].label(), status=Status.BAD_PARAM)
+        self._check_pass_by_value(producer, used)
         order = self._toposort(nodes, producer, op)
         consumed = {t.uid for n in nodes for t in n.input_tensors()}
         # virtual-ness: unconsumed node outputs are graph outputs
@@ -210,11 +217,34 @@ class Graph(BuilderMixin, LifecycleMixin):
                 ctx.fill_strides(t, None)
                 ctx.fill_type(t, None)
                 ctx.hint[t.uid] = t.data_type
+        # the graph's inputs, checked before a node reads them: handles of one uid agree;
+        # rank, dims and strides; a pass-by-value tensor has one element
+        for uid, ts in by_uid.items():
+            if uid in producer:
+                continue
+            for other in ts[1:]:
+                self._check_twins(uid, ts[0], other, op)
+            d = self._desc(ts[0], op)
+            if d.is_pass_by_value and d.numel != 1:
+                reader = next(n.label() for n in nodes if any(t.uid == uid for t in
+                                                                n.input_tensors()))
+                raise BadParamError(f"pass-by-value tensor must have one element, has dims "
+                                    f"{list(d.dims)}", op=reader, tensor=d.label(),
+                                    status=Status.BAD_PARAM_SHAPE_MISMATCH)
+        check_compute_type(self.compute_data_type, op)
         for n in order:
             if n.compute_data_type == DataType.NOT_SET:
                 n.compute_data_type = (self.compute_data_type
                                        if self.compute_data_type != DataType.NOT_SET
                                        else DataType.FLOAT)
+            check_compute_type(n.compute_data_type, n.label())
+            for t in n.output_tensors():      # what a twin declares, the node's output has
+                for twin in by_uid[t.uid]:
+                    if twin is not t:
+                        t.dim = t.dim or twin.dim
+                        t.stride = t.stride or twin.stride
+                        if t.data_type == DataType.NOT_SET:
+                            t.data_type = twin.data_type
             n.infer_properties(ctx)
             for t in n.output_tensors():
                 for twin in by_uid[t.uid]:
@@ -234,6 +264,16 @@ class Graph(BuilderMixin, LifecycleMixin):
             f.validate(lambda uid: descs[uid])
             frozen.append(f)
         self._op_graph = OpGraph(descs, tuple(frozen), self.name)
+
+    @staticmethod
+    def _check_pass_by_value(producer, used) -> None:
+        """A pass-by-value tensor is a host scalar the caller supplies: no node writes one
+        (an output is written to memory; a host number cannot be)."""
+        for t in used:
+            if t.is_pass_by_value and t.uid in producer:
+                raise BadParamError("a node output cannot be pass-by-value (a host scalar is "
+                                    "an input the caller supplies)", op=producer[t.uid].label(),
+                                    tensor=t.label(), status=Status.BAD_PARAM)
 
     def _assign_uids(self, used):
         taken = {t.uid for t in used if t._uid_assigned and t.uid >= 0}
@@ -279,33 +319,46 @@ class Graph(BuilderMixin, LifecycleMixin):
             pending.remove(n)
         return order
 
+    @staticmethod
+    def _desc(t: Tensor, op) -> TensorDesc:
+        """The frozen descriptor of ``t`` (shared by equal fields); its rules (rank 1 to 8,
+        dims and strides non-negative, one stride per dim) raise naming ``t``."""
+        stride = t.stride if t.stride is not None else packed_strides(t.dim)
+        fields = (tuple(t.dim), tuple(stride), t.data_type, t.uid, t.name, t.is_virtual,
+                  t.is_pass_by_value)
+        d = _DESCS.get(fields)
+        if d is None:
+            try:
+                d = TensorDesc(*fields)
+            except BadParamError as e:
+                raise BadParamError(e.rule, op=op, tensor=t.label(), status=e.status) from None
+            if len(_DESCS) >= DESCS_CACHE_SIZE:
+                _DESCS.pop(next(iter(_DESCS)))
+            _DESCS[fields] = d
+        return d
+
+    @staticmethod
+    def _check_twins(uid, t: Tensor, other: Tensor, op) -> None:
+        """Two handles of one uid are one tensor: every property set on both must agree."""
+        def seq(v):
+            return None if v is None else list(v)
+        for what, a, b in (("dims", seq(t.dim), seq(other.dim)),
+                           ("strides", seq(t.stride), seq(other.stride)),
+                           ("data type", t.data_type.name, other.data_type.name),
+                           ("pass-by-value", t.is_pass_by_value, other.is_pass_by_value)):
+            if a is not None and b is not None and a != b:
+                raise BadParamError(f"uid {uid} is shared by tensors '{t.label()}' and "
+                                    f"'{other.label()}' with {what} {a} and {b}", op=op,
+                                    tensor=other.label(),
+                                    status=Status.BAD_PARAM_DUPLICATED_ENTRIES)
+
     def _freeze(self, by_uid, op) -> dict:
         descs = {}
         for uid, ts in by_uid.items():
             t = ts[0]
             for other in ts[1:]:
-                if (other.dim or t.dim) != (t.dim or other.dim):
-                    raise BadParamError(f"uid {uid} is shared by tensors with dims {t.dim} and "
-                                        f"{other.dim}", op=op, tensor=other.label(),
-                                        status=Status.BAD_PARAM_DUPLICATED_ENTRIES)
-            stride = t.stride if t.stride is not None else packed_strides(t.dim)
-            fields = (tuple(t.dim), tuple(stride), t.data_type, uid, t.name, t.is_virtual,
-                      t.is_pass_by_value)
-            d = _DESCS.get(fields)
-            if d is None:
-                try:
-                    d = TensorDesc(*fields)
-                except BadParamError as e:
-                    raise BadParamError(e.rule, op=op, tensor=t.label(),
-                                        status=e.status) from None
-                if len(_DESCS) >= DESCS_CACHE_SIZE:
-                    _DESCS.pop(next(iter(_DESCS)))
-                _DESCS[fields] = d
-            if d.is_pass_by_value and d.numel != 1:
-                raise BadParamError(f"pass-by-value tensor must have one element, has dims "
-                                    f"{list(d.dims)}", op=op, tensor=d.label(),
-                                    status=Status.BAD_PARAM_SHAPE_MISMATCH)
-            descs[uid] = d
+                self._check_twins(uid, t, other, op)
+            descs[uid] = self._desc(t, op)
         for n in self._nodes:
             for t in n.output_tensors():
                 d = descs[t.uid]

@@ -2,8 +2,9 @@
 takes that validation's outcome instead of redoing it.
 
 A graph's fingerprint is everything ``Graph.validate`` reads -- the graph's name and data
-types; per node its class, name, compute type, attributes and which tensor fills each
-role; per tensor (in order of first appearance) its dims, strides, data type, uid if
+types; per node its class, name, compute type, attributes, which tensor fills each role
+and the host values of the scalars validation checks (``VALUE_ROLES``: epsilon,
+momentum); per tensor (in order of first appearance) its dims, strides, data type, uid if
 set, output / virtual / pass-by-value flags and name. Equal fingerprints validate alike,
 so the outcome -- every tensor's inferred properties and uid, every node's compute type,
 and the frozen ``OpGraph`` (immutable, shared) -- is recorded after a successful
@@ -46,8 +47,9 @@ def fingerprint(graph) -> tuple:
                 else:
                     roles.append((r, at(v)))
             roles.append("|")
+        values = tuple(getattr(n.inputs.get(r), "value", None) for r in n.VALUE_ROLES)
         parts.append((type(n), n.name, n.compute_data_type, tuple(n.attrs().values()),
-                      tuple(roles)))
+                      tuple(roles), values))
     for t in tensors:
         parts.append((None if t.dim is None else tuple(t.dim),
                       None if t.stride is None else tuple(t.stride), t.data_type,

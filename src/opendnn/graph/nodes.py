@@ -15,7 +15,7 @@ from typing import ClassVar
 
 from ..enums import DataType, PointwiseMode, ReductionMode
 from ..errors import BadParamError, Status
-from ..ops.pointwise import MODES
+from ..ops.pointwise import DEFAULT_ATTRS, MODES
 from ..tensor import TensorDesc, packed_strides, stride_order
 
 
@@ -41,6 +41,30 @@ def broadcastable(dims, to_dims) -> bool:
 
 _ATTR_NAMES: dict = {}    # node class -> its attribute fields (attrs() runs per validate)
 
+# compute types some engine honours: every engine computes in float32 (float64 for DOUBLE);
+# HALF and BFLOAT16 ask for no more precision than that
+COMPUTE_TYPES = (DataType.NOT_SET, DataType.FLOAT, DataType.DOUBLE, DataType.HALF,
+                 DataType.BFLOAT16)
+
+
+def check_compute_type(ct, op: str) -> None:
+    """Refuse a compute type no engine honours (integer, boolean, fp8)."""
+    if ct not in COMPUTE_TYPES:
+        raise BadParamError(f"compute_data_type {ct.name} is not honoured by any engine (they "
+                            "compute in float32, or float64 for DOUBLE): use FLOAT, DOUBLE, "
+                            "HALF or BFLOAT16", op=op, status=Status.NOT_SUPPORTED_DATA_TYPE)
+
+
+def is_real(v) -> bool:
+    """A number an attribute can hold (not a bool, a string or a sequence)."""
+    if isinstance(v, (bool, str, bytes)):
+        return False
+    try:
+        float(v)
+    except (TypeError, ValueError, RuntimeError):
+        return False
+    return True
+
 
 @dataclasses.dataclass(eq=False)
 class Node:
@@ -50,6 +74,8 @@ class Node:
     inputs: dict = dataclasses.field(default_factory=dict)
     outputs: dict = dataclasses.field(default_factory=dict)
     kind: ClassVar[str] = "node"
+    # pass-by-value roles whose host values validation checks (in the memo's fingerprint)
+    VALUE_ROLES: ClassVar[tuple] = ()
 
     # ---- identity -------------------------------------------------------------------
     def label(self) -> str:
@@ -160,6 +186,15 @@ class Pointwise(Node):
         ctx.fill_strides(out, like)
 
     def validate(self, desc) -> None:
+        for name in FLOAT_ATTRS:
+            v = getattr(self, name)
+            if v is not None and not is_real(v):
+                raise self.error(f"{name} must be a number, got {v!r} ({type(v).__name__})",
+                                 status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+        if self.axis is not None and (isinstance(self.axis, bool) or
+                                      not isinstance(self.axis, int)):
+            raise self.error(f"axis must be an int, got {self.axis!r}",
+                             status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
         spec = MODES[self.mode]
         n_in = len([k for k in self.inputs if self.inputs[k] is not None])
         if n_in != spec.arity:
@@ -169,7 +204,8 @@ class Pointwise(Node):
             d = desc(uid)
             if not broadcastable(d.dims, out.dims):
                 raise self.error(f"input dims {list(d.dims)} do not broadcast to output dims "
-                                 f"{list(out.dims)}", d.label(), Status.BAD_PARAM_SHAPE_MISMATCH)
+                                 f"{list(out.dims)} (of '{out.label()}')", d.label(),
+                                 Status.BAD_PARAM_SHAPE_MISMATCH)
         if self.mode == PointwiseMode.GEN_INDEX:
             if self.axis is None or not 0 <= self.axis < len(out.dims):
                 raise self.error(f"axis {self.axis} out of range for {len(out.dims)} dims",
@@ -322,7 +358,8 @@ class Transpose(Node):
 
 @dataclasses.dataclass(eq=False)
 class Slice(Node):
-    """``Y = X[start_0:end_0, ..., start_n:end_n]`` (unit step), copied."""
+    """``Y = X[start_0:end_0, ..., start_n:end_n]`` (unit step), copied. An end of None
+    (a ``slice`` given before X's dims were set) is X's dim."""
     starts: tuple = ()
     ends: tuple = ()
     kind: ClassVar[str] = "slice"
@@ -332,6 +369,7 @@ class Slice(Node):
         if len(self.starts) != len(x.dim):
             raise self.error(f"{len(self.starts)} slices for {len(x.dim)} dims", x,
                              Status.BAD_PARAM_SHAPE_MISMATCH)
+        self.ends = tuple(d if e is None else e for e, d in zip(self.ends, x.dim))
         for s, e, d in zip(self.starts, self.ends, x.dim):
             if not 0 <= s <= e <= d:
                 raise self.error(f"slice [{s}:{e}] out of range for dim {d}", x,
@@ -384,10 +422,16 @@ class Concatenate(Node):
         if list(y.dims) != want:
             raise self.error(f"output dims {list(y.dims)} must be {want}", y.label(),
                              Status.BAD_PARAM_SHAPE_MISMATCH)
-        if self.in_place_index is not None and not 0 <= self.in_place_index < len(xs):
-            raise self.error(f"in_place_index {self.in_place_index} out of range",
+        ipi = self.in_place_index
+        if ipi is not None and (isinstance(ipi, bool) or not isinstance(ipi, int)):
+            raise self.error(f"in_place_index must be an int or None, got {ipi!r}",
+                             status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+        if ipi is not None and not 0 <= ipi < len(xs):
+            raise self.error(f"in_place_index {ipi} out of range",
                              status=Status.BAD_PARAM_OUT_OF_BOUND)
 
+
+FLOAT_ATTRS = tuple(k for k in DEFAULT_ATTRS if k != "axis")   # Pointwise's number attributes
 
 NODE_TYPES: dict[str, type[Node]] = {cls.kind: cls for cls in (
     Pointwise, Reduction, GenStats, Matmul, Reshape, Transpose, Slice, Concatenate)}

@@ -56,6 +56,7 @@ class NormForward(_Norm):
     """Y = normalize(X) * SCALE + BIAS; MEAN and INV_VARIANCE saved in training."""
     training: bool = True
     kind: ClassVar[str] = "norm"
+    VALUE_ROLES: ClassVar[tuple] = ("EPSILON",)
 
     def infer_properties(self, ctx) -> None:
         x, s, b, e = (self.inputs.get(r) for r in ("X", "SCALE", "BIAS", "EPSILON"))
