@@ -2,7 +2,7 @@
 same run, on the same inputs.
 
     python -m opendnn.bench [pointwise|reduction|matmul|latency|conv|softmax|norm|pool|
-                             elementwise|lrn|dropout|models|all] [--out DIR]
+                             elementwise|lrn|dropout|models|core|all|F1,F2,...] [--out DIR]
 
 (models: whole networks in images/s; OPENDNN_BENCH_MODELS=train,infer64,infer1,emonet
 picks its cases -- see bench/models.py)
@@ -264,17 +264,23 @@ FAMILIES = {"pointwise": run_pointwise, "reduction": run_reduction, "matmul": ru
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m opendnn.bench")
-    p.add_argument("family", nargs="?", default="all", choices=list(FAMILIES) + ["all"])
+    p.add_argument("family", nargs="?", default="all",
+                   help="all, core (issue 2's acceptance: pointwise,reduction,matmul,latency), "
+                        "or a comma list of: " + ",".join(FAMILIES))
     p.add_argument("--out", action="append", default=None, help="result folder(s)")
     p.add_argument("--kinds", default="", help="conv: comma list of fprop,fused,dgrad,wgrad,tf32")
     p.add_argument("--layers", default="", help="conv: comma list of layer names")
     p.add_argument("--tag", default="", help="suffix of the result file name")
     args = p.parse_args(argv)
+    fams = {"all": list(FAMILIES), "core": ["pointwise", "reduction", "matmul", "latency"]
+            }.get(args.family, args.family.split(","))
+    bad = [f for f in fams if f not in FAMILIES]
+    if bad:
+        p.error(f"unknown family {', '.join(bad)} (choose from all, core, {', '.join(FAMILIES)})")
     if not torch.cuda.is_available():
         print("opendnn.bench needs a CUDA GPU (the comparisons are against cuDNN/cuBLAS)")
         return 2
     r = Runner()
-    fams = list(FAMILIES) if args.family == "all" else [args.family]
     for f in fams:
         try:
             FAMILIES[f](r, args) if f == "conv" else FAMILIES[f](r)
