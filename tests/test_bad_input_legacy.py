@@ -313,3 +313,32 @@ def test_unknown_enum_values(op):
     e = expect_error(BadParamError, Status.BAD_PARAM, fn, op.strip(), f"'{arg}'",
                      f"unknown {arg}")
     assert type(e) is BadParamError and e.op == op.strip() and e.tensor == arg
+
+
+# ---- the handle: every call that takes one refuses None or another object first -----------------
+def _handle_calls(h):
+    d, x, y = _desc(DIMS), torch.randn(DIMS), torch.empty(DIMS)
+    return {
+        "softmax_forward": lambda: cudnn.softmax_forward(
+            h, cudnn.SoftmaxAlgorithm.ACCURATE, cudnn.SoftmaxMode.CHANNEL, 1.0, d, x, 0.0, d, y),
+        "add_tensor": lambda: cudnn.add_tensor(h, 1.0, d, x, 1.0, d, y),
+        "scale_tensor": lambda: cudnn.scale_tensor(h, d, y, 2.0),
+        "set_tensor": lambda: cudnn.set_tensor(h, d, y, 2.0),
+        "convolution_forward": lambda: cudnn.convolution_forward(
+            h, 1.0, d, x, _filter((2, 3, 3, 3)), W, _conv(), 0, None, 0, 0.0, d, y),
+        "dropout_get_states_size": lambda: cudnn.dropout_get_states_size(h),
+    }
+
+
+@pytest.mark.parametrize("call", list(_handle_calls(H)))
+@pytest.mark.parametrize("bad,what", [(None, "NULL (None)"), ("cpu", "a str")])
+def test_calls_refuse_a_missing_handle(call, bad, what):
+    expect_error(BadParamError, Status.BAD_PARAM, _handle_calls(bad)[call], call,
+                 f"handle is {what}")
+
+
+def test_handle_keyword_is_checked_too():
+    expect_error(BadParamError, Status.BAD_PARAM,
+                 lambda: cudnn.dropout_get_states_size(handle=None), "dropout_get_states_size",
+                 "handle is NULL")
+    assert cudnn.dropout_get_states_size(handle=H) > 0

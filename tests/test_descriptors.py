@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 
 import numpy as np
@@ -137,10 +138,21 @@ def test_as_data_type_accepts_enum_torch_name_int(value, want):
     assert as_data_type(value) == want
 
 
-@pytest.mark.parametrize("value", ["float17", torch.complex64, object()])
+class _Foreign(enum.Enum):
+    FLOAT = 0
+    COMPLEX = 1
+
+
+@pytest.mark.parametrize("value", ["float17", torch.complex64, object(), _Foreign.COMPLEX])
 def test_as_data_type_rejects_unknown(value):
     with pytest.raises(BadParamError):
         as_data_type(value)
+
+
+def test_as_data_type_foreign_enum_by_name():
+    assert as_data_type(_Foreign.FLOAT) == DataType.FLOAT
+    with pytest.raises(BadParamError, match="_Foreign.COMPLEX names no data type"):
+        as_data_type(_Foreign.COMPLEX)
 
 
 def test_data_type_itemsize_and_torch_round_trip():

@@ -145,6 +145,26 @@ def test_cpu_and_gpu_in_one_process():
         assert _relerr(out, torch.nn.functional.gelu(xi.double())) < 1e-6
 
 
+def test_explicit_cuda_handle_refuses_cpu_buffers():
+    """Without a handle a wholly-CPU pack runs on the CPU (above); with an explicit CUDA
+    handle, even the process default's device, every buffer must be on it."""
+    from opendnn.errors import BadParamError, Status
+    g = cudnn.pygraph(name="g_h")
+    x = torch.randn(5, 3)
+    tx = g.tensor_like(x, name="x_in")
+    y = g.relu(tx)
+    y.set_output(True).set_name("y_out")
+    g.build([cudnn.heur_mode.A])
+    h = cudnn.create_handle()
+    with pytest.raises(BadParamError) as e:
+        g.execute({tx: x, y: torch.empty(5, 3)}, None, handle=h)
+    assert e.value.status == Status.BAD_PARAM and "x_in" in str(e.value) and \
+        "the handle's device is cuda" in str(e.value), str(e.value)
+    out = torch.full((5, 3), float("nan"), device="cuda")
+    g.execute({tx: x.cuda(), y: out}, None, handle=h)
+    assert torch.equal(out.cpu(), x.relu())
+
+
 @pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16])
 def test_layout_ops_fused(dt):
     """transpose -> relu, slice, concatenate and a view reshape, compiled on the GPU."""

@@ -52,7 +52,11 @@ def as_data_type(value) -> DataType:
         except KeyError:
             raise BadParamError(f"unknown data type name {value!r}") from None
     if hasattr(value, "name") and hasattr(value, "value"):  # another enum with our names
-        return DataType[value.name]
+        try:
+            return DataType[str(value.name).upper()]
+        except KeyError:
+            raise BadParamError(f"{type(value).__name__}.{value.name} names no data type "
+                                f"(one of {', '.join(DataType.__members__)})") from None
     try:
         return DataType(int(value))
     except (TypeError, ValueError):

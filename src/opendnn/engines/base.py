@@ -31,6 +31,20 @@ def decline(reason: str) -> Support:
     return Support(False, reason)
 
 
+def operands_in_memory(graph, allowed: tuple = (), nodes=None) -> Support:
+    """Declines naming the first operand of ``nodes`` (default: every node) passed by value
+    (a host scalar, not a tile in memory) whose role is not in ``allowed`` (e.g. EPSILON);
+    else SUPPORTED."""
+    for n in graph.nodes if nodes is None else nodes:
+        for role, uids in n.inputs.items():
+            for u in uids if isinstance(uids, (list, tuple)) else (uids,):
+                d = graph.tensors[u]
+                if d.is_pass_by_value and role not in allowed:
+                    return decline(f"{n.label()} {role} '{d.label()}' is passed by value (a "
+                                   "host scalar): this engine loads its operands from memory")
+    return SUPPORTED
+
+
 @dataclasses.dataclass(frozen=True)
 class Knob:
     """One tunable: its name, the values it may take, its default."""

@@ -320,7 +320,7 @@ class LifecycleMixin:
         if h is not None and (type(h) is not Handle or h.device.type == "meta"):
             _check_handle(h, op)
         bound, device = bind(g, variant_pack, op, (h.device if h else self._device()),
-                             self._scalar_defaults_cached())
+                             self._scalar_defaults_cached(), explicit=h is not None)
         check_no_aliasing(g, bound, op)
         ws = check_workspace(workspace, plan.workspace_size, device, op)
         stream = h.cuda_stream() if (h is not None and device.type == "cuda") else None

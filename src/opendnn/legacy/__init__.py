@@ -21,3 +21,7 @@ from .common import (Determinism, MathType, NanPropagation, TensorFormat,  # noq
 from .tensor import *  # noqa: F401,F403
 from ..enums import ConvolutionMode, DataType  # noqa: F401
 from ..errors import Status, get_error_string  # noqa: F401
+
+from .common import guard_handles as _guard_handles
+
+_guard_handles(globals())   # every call taking a handle refuses None or a non-handle first

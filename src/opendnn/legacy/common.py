@@ -128,6 +128,34 @@ def as_dtype(op: str, name: str, value) -> DataType:
         raise BadParamError(e.rule, op=op, tensor=name, status=e.status) from None
 
 
+def check_handle(op: str, handle) -> None:
+    """cuDNN's first rule of every call taking a handle: it is a live handle from
+    ``create()`` (NULL or another object is BAD_PARAM)."""
+    if not isinstance(handle, Handle):
+        what = "NULL (None)" if handle is None else f"a {type(handle).__name__}"
+        raise BadParamError(f"handle is {what}: pass the Handle that create() returned",
+                            op=op, status=Status.BAD_PARAM)
+
+
+def guard_handles(namespace: dict) -> None:
+    """Wraps every public function of ``namespace`` with a ``handle`` parameter so that
+    ``check_handle`` runs before anything else (the package's names, in __init__)."""
+    import functools
+    import inspect
+    for name, fn in list(namespace.items()):
+        if name.startswith("_") or not inspect.isfunction(fn):
+            continue
+        sig = inspect.signature(fn).parameters
+        params = list(sig)
+        if "handle" not in params or sig["handle"].default is not inspect.Parameter.empty:
+            continue          # no handle, or an optional one (internal helpers)
+
+        def guarded(*args, __fn=fn, __name=name, __at=params.index("handle"), **kw):
+            check_handle(__name, args[__at] if len(args) > __at else kw.get("handle"))
+            return __fn(*args, **kw)
+        namespace[name] = functools.wraps(fn)(guarded)
+
+
 def buffer(op: str, name: str, buf, desc=None, handle=None, optional: bool = False):
     """A call's buffer as a torch tensor, checked before any use.
 

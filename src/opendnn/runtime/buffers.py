@@ -206,14 +206,16 @@ def scalar_value(value, desc: TensorDesc, op: str):
 
 
 def bind(graph, variant_pack: dict, op: str, default_device,
-         scalar_defaults: dict | None = None) -> tuple[dict, torch.device]:
+         scalar_defaults: dict | None = None, explicit: bool = False
+         ) -> tuple[dict, torch.device]:
     """Check ``variant_pack`` against ``graph`` (an OpGraph) and return (uid -> buffer or
     host scalar, device). ``default_device`` is the handle's device; it places raw pointers.
     ``scalar_defaults`` gives pass-by-value tensors' values known at build time.
+    ``explicit``: the caller gave a handle (to the graph or to execute).
 
     Every buffer must be on the handle's device. One exception keeps the CPU usable on a GPU
-    machine: when the handle's device is the process default (no handle was given), a pack
-    that lies wholly on another device runs there (CPU tensors in the interpreter)."""
+    machine: when no handle was given (the process default's device), a pack that lies
+    wholly on another device runs there (CPU tensors in the interpreter)."""
     tensors = graph.tensors
     bound: dict = {}
     handle_device = default_device if isinstance(default_device, torch.device) else \
@@ -249,11 +251,11 @@ def bind(graph, variant_pack: dict, op: str, default_device,
             # a handle other than the process default's binds (asked only off the hot path)
             if dev.type == "meta" or on_handle is not None or \
                     (elsewhere is not None and dev != elsewhere[1]) or \
-                    handle_device != default_handle().device:
-                _device_mismatch(desc, dev, handle_device, on_handle, elsewhere, op)
+                    explicit or handle_device != default_handle().device:
+                _device_mismatch(desc, dev, handle_device, on_handle, elsewhere, op, explicit)
             elsewhere = elsewhere or (desc, dev)
         elif elsewhere is not None:
-            _device_mismatch(elsewhere[0], elsewhere[1], handle_device, desc, None, op)
+            _device_mismatch(elsewhere[0], elsewhere[1], handle_device, desc, None, op, explicit)
         else:
             on_handle = desc
         bound[uid] = buf
@@ -268,11 +270,12 @@ def bind(graph, variant_pack: dict, op: str, default_device,
     return bound, elsewhere[1] if elsewhere is not None else handle_device
 
 
-def _device_mismatch(desc: TensorDesc, dev, handle_device, on_handle, elsewhere, op: str):
+def _device_mismatch(desc: TensorDesc, dev, handle_device, on_handle, elsewhere, op: str,
+                     explicit: bool = False):
     """Raise for ``desc``'s buffer on ``dev``, naming the tensor that is out of place."""
     if dev.type == "meta":
         rule = "buffer is on the meta device, which holds no data to read or write"
-    elif handle_device != default_handle().device:
+    elif explicit or handle_device != default_handle().device:
         rule = f"buffer is on {dev} but the handle's device is {handle_device}"
     elif on_handle is not None:
         rule = (f"buffer is on {dev} but tensor '{on_handle.label()}' is on the handle's "

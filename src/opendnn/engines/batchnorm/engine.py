@@ -19,7 +19,8 @@ import torch
 from ...enums import BehaviorNote, DataType, PointwiseMode
 from ...plan import role_error
 from ...runtime.launch import LaunchList, kernel_from_source
-from ..base import SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target, decline
+from ..base import (SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target,
+                    decline, operands_in_memory)
 from . import _kernels as K
 
 TYPES = (DataType.FLOAT, DataType.HALF, DataType.BFLOAT16)
@@ -130,6 +131,10 @@ class BatchNormEngine(Engine):
         pat = _pattern(graph)
         if isinstance(pat, str):
             return decline(pat)
+        mem = operands_in_memory(graph, ("EPSILON", "MOMENTUM"),
+                                 [n for n in graph.nodes if n.kind.startswith("batchnorm")])
+        if not mem:
+            return mem
         for d in graph.tensors.values():
             if d.data_type not in TYPES and not d.is_pass_by_value:   # scalars: host floats
                 return decline(f"tensor {d.label()} is {d.data_type.name}: float32, float16 or "

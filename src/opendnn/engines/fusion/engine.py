@@ -106,6 +106,10 @@ def analyze(graph) -> Analysis | str:
             parts = view_parts(graph, n)
             if isinstance(parts, str):
                 return parts
+            pbv = [p.src for p in parts if graph.tensors[p.src].is_pass_by_value]
+            if pbv:
+                return (f"{n.label()} reads '{graph.tensors[pbv[0]].label()}', which is passed "
+                        "by value (a host scalar): a view reads its input from memory")
             views[n.outputs["Y"]] = parts
             layout.append(n)
         elif n.kind == "reduction":

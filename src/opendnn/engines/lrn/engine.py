@@ -19,7 +19,8 @@ import torch
 
 from ...enums import BehaviorNote, DataType
 from ...runtime.launch import LaunchList, kernel_from_source
-from ..base import SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target, decline
+from ..base import (SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target,
+                    decline, operands_in_memory)
 from . import _kernels as K
 
 TYPES = (DataType.FLOAT, DataType.HALF, DataType.BFLOAT16)
@@ -58,6 +59,9 @@ class LrnEngine(Engine):
         if len(graph.nodes) != 1 or graph.nodes[0].kind not in KINDS:
             return decline("takes one lrn, lrn_backward, div_norm or div_norm_backward node "
                            "alone")
+        mem = operands_in_memory(graph)
+        if not mem:
+            return mem
         for d in graph.tensors.values():
             if d.data_type not in TYPES:
                 return decline(f"tensor {d.label()} is {d.data_type.name}: float32, float16 or "

@@ -245,6 +245,9 @@ class NormEngine(Engine):
         if isinstance(a, str):
             return decline(a)
         for name, d in a.problem.descs.items():
+            if d.is_pass_by_value and not name.startswith("E"):
+                return decline(f"{a.node.label()} operand '{d.label()}' is passed by value (a "
+                               "host scalar): the norm kernels load it from memory")
             if d.data_type not in TYPES and not name.startswith("E"):
                 return decline(f"tensor {d.label()} is {d.data_type.name}: float32, float16 or "
                                "bfloat16 only (float64 runs on the reference)")

@@ -13,7 +13,8 @@ import math
 from ...enums import BehaviorNote, DataType
 from ...runtime.launch import LaunchList, kernel_from_source
 from ...tensor import packed_strides, stride_order, to_torch_dtype
-from ..base import SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target, decline
+from ..base import (SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target,
+                    decline, operands_in_memory)
 from . import _bwd_kernels as B
 from . import _kernels as K
 
@@ -59,6 +60,9 @@ class _PoolBase(Engine):
     def check_support(self, graph, target: Target) -> Support:
         if len(graph.nodes) != 1 or graph.nodes[0].kind != self.KIND:
             return decline(f"takes one {self.KIND} node alone")
+        mem = operands_in_memory(graph)
+        if not mem:
+            return mem
         n = graph.nodes[0]
         for role, uid in {**n.inputs, **n.outputs}.items():
             d = graph.tensors[uid]

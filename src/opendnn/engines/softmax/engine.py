@@ -13,7 +13,7 @@ from ...enums import BehaviorNote, DataType
 from ...runtime.launch import LaunchList, kernel_from_source
 from ..fusion._codegen import zero_flags_source
 from ..base import (SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target,
-                    decline, one_read_grid)
+                    decline, operands_in_memory, one_read_grid)
 from . import _kernels as K
 
 TYPES = (DataType.FLOAT, DataType.HALF, DataType.BFLOAT16)
@@ -101,6 +101,9 @@ class SoftmaxEngine(Engine):
     def check_support(self, graph, target: Target) -> Support:
         if len(graph.nodes) != 1 or graph.nodes[0].kind not in ("softmax", "softmax_backward"):
             return decline("takes one softmax or softmax_backward node alone")
+        mem = operands_in_memory(graph)
+        if not mem:
+            return mem
         for d in graph.tensors.values():
             if d.data_type not in TYPES:
                 return decline(f"tensor {d.label()} is {d.data_type.name}: float32, float16 or "
