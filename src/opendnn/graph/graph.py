@@ -240,19 +240,11 @@ class Graph(BuilderMixin, LifecycleMixin):
             check_compute_type(n.compute_data_type, n.label())
             for t in n.output_tensors():      # what a twin declares, the node's output has
                 for twin in by_uid[t.uid]:
-                    if twin is not t:
-                        t.dim = t.dim or twin.dim
-                        t.stride = t.stride or twin.stride
-                        if t.data_type == DataType.NOT_SET:
-                            t.data_type = twin.data_type
+                    _adopt(t, twin)
             n.infer_properties(ctx)
-            for t in n.output_tensors():
+            for t in n.output_tensors():      # and what was inferred, every twin has
                 for twin in by_uid[t.uid]:
-                    if twin is not t:
-                        twin.dim = twin.dim or t.dim
-                        twin.stride = twin.stride or t.stride
-                        if twin.data_type == DataType.NOT_SET:
-                            twin.data_type = t.data_type
+                    _adopt(twin, t)
         descs = self._freeze(by_uid, op)
         frozen = []
         for n in order:
@@ -377,3 +369,13 @@ class Graph(BuilderMixin, LifecycleMixin):
     def key(self) -> str:
         """Hash of everything that decides how the graph runs (for caches)."""
         return self.op_graph.key()
+
+
+def _adopt(t, twin) -> None:
+    """``t`` takes the dims, strides and data type ``twin`` (a graph tensor of the same uid)
+    declares where ``t`` leaves them unset."""
+    if twin is not t:
+        t.dim = t.dim or twin.dim
+        t.stride = t.stride or twin.stride
+        if t.data_type == DataType.NOT_SET:
+            t.data_type = twin.data_type
