@@ -23,8 +23,8 @@ def _load(name):
 
 
 def _time_ms(fn) -> float:
-    from triton.testing import do_bench
-    return do_bench(fn, warmup=25, rep=100, return_mode="median")
+    from .bench.timing import bench
+    return bench(fn)
 
 
 def _report(title, g, err, tol):

@@ -10,7 +10,9 @@ picks its cases -- see bench/models.py)
 For each case it prints ms, GB/s or TFLOP/s, the ratio to PyTorch (>1 = opendnn faster)
 and the fraction of the measured floor (copy bandwidth, cuBLAS 8192^3 rate measured at
 the start of the run), and writes ``bench/results/<gpu>-<date>.json`` with the device and
-library versions. Timing: triton.testing.do_bench medians after warm-up, random inputs.
+library versions. Timing: medians of CUDA-event times after warm-up, on random inputs, the
+L2 emptied before each timed call by reading a 256 MB buffer (``--flush dirty`` writes it
+instead, as triton's do_bench does; bench/timing.py says why the default reads).
 """
 from __future__ import annotations
 
@@ -24,12 +26,8 @@ import time
 import torch
 
 from .. import __version__
-from . import shapes
-
-
-def bench(fn, rep=100):
-    from triton.testing import do_bench
-    return do_bench(fn, warmup=25, rep=rep, return_mode="median")
+from . import shapes, timing
+from .timing import bench
 
 
 class Runner:
@@ -39,7 +37,8 @@ class Runner:
         self.meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                      "triton": triton.__version__, "opendnn": __version__,
                      "cudnn": torch.backends.cudnn.version(),
-                     "date": datetime.date.today().isoformat()}
+                     "date": datetime.date.today().isoformat(),
+                     "flush": timing.flush_mode()}
         src = torch.randn(1 << 28, device="cuda")
         dst = torch.empty_like(src)
         ms = bench(lambda: dst.copy_(src))
@@ -271,7 +270,11 @@ def main(argv=None) -> int:
     p.add_argument("--kinds", default="", help="conv: comma list of fprop,fused,dgrad,wgrad,tf32")
     p.add_argument("--layers", default="", help="conv: comma list of layer names")
     p.add_argument("--tag", default="", help="suffix of the result file name")
+    p.add_argument("--flush", default="clean", choices=timing.MODES,
+                   help="empty the L2 before each timed call by reading (clean) or writing "
+                        "(dirty, do_bench's way) a 256 MB buffer")
     args = p.parse_args(argv)
+    timing.set_flush(args.flush)
     fams = {"all": list(FAMILIES), "core": ["pointwise", "reduction", "matmul", "latency"]
             }.get(args.family, args.family.split(","))
     bad = [f for f in fams if f not in FAMILIES]

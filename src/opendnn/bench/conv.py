@@ -11,7 +11,8 @@ Two timings per case, same inputs, same run:
 - ``ms``/``ref_ms``: CUDA-graph replays (``do_bench_cudagraph``): the GPU time of the
   kernels with the host's launch cost removed -- at 10-30 us per layer, an eager loop
   measures the host as much as the kernel;
-- ``eager_ms``/``ref_eager_ms``: plain calls as a user makes them (``do_bench``).
+- ``eager_ms``/``ref_eager_ms``: plain calls as a user makes them (the runner's timer,
+  bench/timing.py).
 ``find_cold_s`` is build + the first benchmark-mode execute of a fresh problem (building
 compiles every candidate the execute then times); ``find_cached_ms`` is build + first
 execute of a fresh graph of the same problem, which reads the winner from the cache --
@@ -44,8 +45,8 @@ def bench_graph(fn, rep=100):
 
 
 def bench_eager(fn, rep=100):
-    from triton.testing import do_bench
-    return do_bench(fn, warmup=25, rep=rep, return_mode="median")
+    from .timing import bench
+    return bench(fn, rep=rep)
 
 
 def _fe_conv_bias_relu(x, w, b, y, s, p):

@@ -250,7 +250,7 @@ def run_emonet(r) -> None:
 
 
 def run_models(r, bench=None) -> None:
-    """Entry point of the family (``bench``, the runner's do_bench, is not used: whole
+    """Entry point of the family (``bench``, the runner's timer, is not used: whole
     steps are timed with CUDA events over ITERS steps)."""
     chosen = os.environ.get("OPENDNN_BENCH_MODELS", "train,infer64,infer1,emonet")
     cases = [c.strip() for c in chosen.split(",") if c.strip()]
