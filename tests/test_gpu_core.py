@@ -235,3 +235,27 @@ def test_conv_implicit_gemm_bias_relu(shape, dt, tol):
     ref = torch.relu(torch.nn.functional.conv2d(x.double(), w.double(), stride=s, padding=p)
                      + b.double())
     assert _relerr(out, ref) < tol
+
+
+@pytest.mark.parametrize("reduce", [False, True])
+def test_pass_by_value_scalars_keep_double_precision(reduce):
+    """A float64 compute takes host scalars as doubles: 0.1 rounded to float32 would be off
+    by 1.5e-9 relative, far above float64 rounding."""
+    x = torch.randn(1000, 33, device="cuda", dtype=torch.float64)
+    g = cudnn.pygraph(io_data_type=cudnn.data_type.DOUBLE,
+                      intermediate_data_type=cudnn.data_type.DOUBLE,
+                      compute_data_type=cudnn.data_type.DOUBLE)
+    tx, ts = g.tensor_like(x), g.tensor_like(torch.tensor(0.1, dtype=torch.float64))
+    y = g.add(g.mul(tx, ts), 1.0 / 3.0)
+    ref = x * 0.1 + 1.0 / 3.0
+    if reduce:
+        y = g.reduction(y, mode=cudnn.reduction_mode.ADD).set_dim([1, 33])
+        y.set_data_type(cudnn.data_type.DOUBLE)
+        ref = ref.sum(0, keepdim=True)
+    y.set_output(True)
+    g.build([cudnn.heur_mode.A])
+    assert g.get_plan_name_at_index(0).startswith("runtime_fusion")
+    out = torch.full(ref.shape, float("nan"), device="cuda", dtype=torch.float64)
+    g.execute({tx: x, y: out}, torch.empty(g.get_workspace_size(), device="cuda",
+                                           dtype=torch.uint8))
+    assert _relerr(out, ref) < 1e-13

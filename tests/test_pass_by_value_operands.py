@@ -109,3 +109,25 @@ def test_fusion_still_takes_pointwise_scalars():
     g.validate()
     assert [e for e in engines() if e.name == "runtime_fusion"][0].check_support(
         g.op_graph, g._target()).ok
+
+
+@pytest.mark.parametrize("reduce", [False, True])
+def test_double_compute_takes_scalars_as_doubles(reduce):
+    """A float64 fused kernel (interpreted here; compiled in test_gpu_core) takes a host
+    scalar at full precision: 0.1 rounded to float32 would be 1.5e-9 off, relative."""
+    x = torch.randn(50, 33, dtype=torch.float64)
+    g = cudnn.pygraph(io_data_type=DataType.DOUBLE, intermediate_data_type=DataType.DOUBLE,
+                      compute_data_type=DataType.DOUBLE)
+    tx, ts = g.tensor_like(x), g.tensor_like(torch.tensor(0.1, dtype=torch.float64))
+    y = g.add(g.mul(tx, ts), 1.0 / 3.0)
+    ref = x * 0.1 + 1.0 / 3.0
+    if reduce:
+        y = g.reduction(y, mode=cudnn.reduction_mode.ADD).set_dim([1, 33])
+        y.set_data_type(DataType.DOUBLE)
+        ref = ref.sum(0, keepdim=True)
+    y.set_output(True)
+    g.build([HeurMode.A])
+    assert g.get_plan_name_at_index(0).startswith("runtime_fusion")
+    out = torch.full(ref.shape, float("nan"), dtype=torch.float64)
+    g.execute({tx: x, y: out}, torch.empty(g.get_workspace_size(), dtype=torch.uint8))
+    assert ((out - ref).norm() / ref.norm()).item() < 1e-13

@@ -53,11 +53,13 @@ def generate(graph, a, knobs: dict):
     big = any(graph.tensors[u].span >= 2 ** 31 for u in tensors) or numel >= 2 ** 31
     ptrs = {u: f"P{u}" for u in tensors + red_outs}
     scalars = [u for u in a.inputs if graph.tensors[u].is_pass_by_value]
-    sig = [ptrs[u] for u in tensors + red_outs] + [f"s{u}" for u in scalars]
-    # scalars enter the float compute as floats (the interpreter makes a Python int an
-    # int32 and cannot pass a bool at all)
-    args = [("buf", u) for u in tensors + red_outs] + [("float", u) for u in scalars]
     ct = a.compute
+    # scalars enter the float compute as floats (the interpreter makes a Python int an
+    # int32 and cannot pass a bool at all); a float64 compute annotates them, or the
+    # compiled kernel would take them as float32 (a Python float's default) and round them
+    note = ": tl.float64" if ct == "tl.float64" else ""
+    sig = [ptrs[u] for u in tensors + red_outs] + [f"s{u}{note}" for u in scalars]
+    args = [("buf", u) for u in tensors + red_outs] + [("float", u) for u in scalars]
     tag = graph.key()[:12]
     if not a.reductions:
         return _pointwise_source(graph, a, sizes, cstrides, origin, big, sig, args, ptrs,
