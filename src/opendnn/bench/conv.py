@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 from .. import backends
 from . import shapes
+from .timing import bench as bench_eager
 
 CACHED_SAMPLES = 5    # fresh graphs per case timed on the cached path
 
@@ -42,11 +43,6 @@ def bench_graph(fn, rep=100):
     except Exception as e:     # noqa: BLE001 -- reported, the eager timing still stands
         print(f"    (graph capture failed: {type(e).__name__}: {str(e)[:120]})")
         return None
-
-
-def bench_eager(fn, rep=100):
-    from .timing import bench
-    return bench(fn, rep=rep)
 
 
 def _fe_conv_bias_relu(x, w, b, y, s, p):

@@ -47,22 +47,8 @@ def _flush() -> None:
         buf.zero_()
 
 
-def bench(fn, rep: float = 100, warmup: float = 25) -> float:
-    """Median milliseconds of ``fn()`` between two CUDA events, the L2 emptied before each."""
-    fn()
-    torch.cuda.synchronize()
-    probe = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-             for _ in range(5)]
-    for a, b in probe:
-        _flush()
-        a.record()
-        fn()
-        b.record()
-    torch.cuda.synchronize()
-    est = max(sorted(a.elapsed_time(b) for a, b in probe)[2], 1e-3)
-    for _ in range(max(1, int(warmup / est))):
-        fn()
-    n = max(10, min(1000, int(rep / est)))
+def _median(fn, n: int) -> float:
+    """Median ms of ``n`` calls of ``fn``, each between two events after a flush."""
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
               for _ in range(n)]
     for a, b in events:
@@ -73,3 +59,12 @@ def bench(fn, rep: float = 100, warmup: float = 25) -> float:
     torch.cuda.synchronize()
     times = sorted(a.elapsed_time(b) for a, b in events)
     return times[len(times) // 2]
+
+
+def bench(fn, rep: float = 100, warmup: float = 25) -> float:
+    """Median milliseconds of ``fn()`` between two CUDA events, the L2 emptied before each."""
+    fn()
+    est = max(_median(fn, 5), 1e-3)
+    for _ in range(max(1, int(warmup / est))):
+        fn()
+    return _median(fn, max(10, min(1000, int(rep / est))))
