@@ -12,6 +12,12 @@ sys.path.insert(0, os.path.dirname(__file__))
 from _util import Rng, seed_for  # noqa: E402
 
 
+def pytest_addoption(parser):
+    parser.addoption("--reliability-budget", type=int, default=1,
+                     help="multiplies the case counts of tests/reliability (the fuzzer, the "
+                          "concurrency and leak tests); CI runs 1")
+
+
 def pytest_configure(config):
     # Masked-off lanes of interpreted kernels compute on the `other=0` fill (log(0), 1/0):
     # NumPy's warnings about those lanes are noise, not results.
@@ -54,7 +60,10 @@ def _clean_switches():
     """Every test starts with opendnn.backends at its defaults and leaves it so."""
     from opendnn import backends
     saved = {k: getattr(backends, k) for k in ("benchmark", "deterministic", "allow_tf32",
-                                               "benchmark_limit", "workspace_limit")}
+                                               "benchmark_limit", "workspace_limit",
+                                               "plan_cache_size", "kernel_cache_size",
+                                               "legacy_cache_size", "disk_cache_max_bytes",
+                                               "disk_cache_max_age_days")}
     yield
     for k, v in saved.items():
         setattr(backends, k, v)

@@ -7,6 +7,15 @@
 - ``allow_tf32``: float32 matmul/convolution may round inputs to TF32 on tensor cores.
 - ``benchmark_limit``: at most this many candidates are timed (0 = all).
 - ``workspace_limit``: plans needing more workspace bytes are skipped (None = no limit).
+
+Bounds on what a process and its on-disk cache keep (least recently used goes first):
+
+- ``plan_cache_size``: built executables (compiled kernels and launch set-up) per process.
+- ``kernel_cache_size``: generated kernel modules imported per process.
+- ``legacy_cache_size``: graphs the descriptor API keeps per call kind.
+- ``disk_cache_max_bytes`` / ``disk_cache_max_age_days``: what ``opendnn cache trim``
+  (and the sweep a process runs once, in the background, when it first writes the cache)
+  keeps of the generated kernels on disk.
 """
 import sys
 import threading
@@ -17,6 +26,11 @@ deterministic: bool = False
 allow_tf32: bool = False
 benchmark_limit: int = 10
 workspace_limit: int | None = None
+plan_cache_size: int = 256
+kernel_cache_size: int = 1024
+legacy_cache_size: int = 256
+disk_cache_max_bytes: int = 1 << 30
+disk_cache_max_age_days: float = 30.0
 
 
 def _start_workers() -> None:
