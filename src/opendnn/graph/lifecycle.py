@@ -21,6 +21,7 @@ from ..plan import ExecutionPlan
 from ..runtime import autotune, timing
 from ..runtime.buffers import as_bytes, bind, check_no_aliasing, check_workspace
 from ..runtime.launch import parallel_compile, start_compile_workers
+from ..runtime.scratch import timing_buffers
 from .opgraph import OpGraph
 from .tensor import Tensor
 
@@ -314,9 +315,15 @@ class LifecycleMixin:
 
     def _run(self, plan: ExecutionPlan, variant_pack, workspace, handle,
              op: str | None = None) -> None:
+        op = op or (f"execute '{self.name}'" if self.name else "execute")
+        bound, ws, stream = self._prepare(plan, variant_pack, workspace, handle, op)
+        plan.run(bound, ws, stream)
+
+    def _prepare(self, plan: ExecutionPlan, variant_pack, workspace, handle, op: str):
+        """(bound buffers, workspace, stream) for running ``plan``: the pack bound and
+        checked against the plan's graph, the workspace against the plan's need."""
         g = plan.graph
         h = handle if handle is not None else self.handle
-        op = op or (f"execute '{self.name}'" if self.name else "execute")
         if h is not None and (type(h) is not Handle or h.device.type == "meta"):
             _check_handle(h, op)
         bound, device = bind(g, variant_pack, op, (h.device if h else self._device()),
@@ -324,7 +331,7 @@ class LifecycleMixin:
         check_no_aliasing(g, bound, op)
         ws = check_workspace(workspace, plan.workspace_size, device, op)
         stream = h.cuda_stream() if (h is not None and device.type == "cuda") else None
-        plan.run(bound, ws, stream)
+        return bound, ws, stream
 
     def _scalar_defaults_cached(self) -> dict:
         cache = getattr(self, "_scalars_cache", None)
@@ -368,14 +375,18 @@ class LifecycleMixin:
         if built and not runnable:
             # the smallest need is more than ``have``: this raises SIZE_INSUFFICIENT
             check_workspace(workspace, min(p.workspace_size for p in built), None, op)
+        # the candidates run on the caller's inputs, and on scratch outputs wherever an
+        # output overlaps an input (in place, or blending with beta): timing must not apply
+        # the graph to the caller's data once per run (runtime/scratch.py)
+        runs = {i: self._timing_run(p, variant_pack, workspace, handle, op)
+                for i, p in runnable}
         # TIMING_ROUNDS passes over the candidates, each plan's time the least of its
         # rounds' medians: a disturbance (another process on the GPU, a clock change)
         # during one plan's samples costs that plan one round, not its place
         best: dict = {}
         for r in range(TIMING_ROUNDS):
             for i, p in runnable:
-                ms = _time_plan(lambda: self._run(p, variant_pack, workspace, handle, op),
-                                variant_pack, warmup if r == 0 else 1,
+                ms = _time_plan(runs[i], variant_pack, warmup if r == 0 else 1,
                                 max(1, iters // TIMING_ROUNDS))
                 best[i] = min(best.get(i, ms), ms)
         timings = [(ms, i) for i, ms in best.items()]
@@ -394,6 +405,13 @@ class LifecycleMixin:
                  f"(first launches included) in {time.perf_counter() - t1:.2f} s: "
                  + ", ".join(f"{n} {t:.4f} ms" for n, (t, _) in zip(names, timings)))
         return [(n, t) for n, (t, _) in zip(names, timings)]
+
+    def _timing_run(self, plan: ExecutionPlan, variant_pack, workspace, handle, op: str):
+        """A call running ``plan`` once as timing runs it: the pack bound and checked as
+        ``execute`` checks it, outputs that overlap an input replaced by scratch."""
+        bound, ws, stream = self._prepare(plan, variant_pack, workspace, handle, op)
+        scratch = timing_buffers(plan.graph, bound)
+        return lambda: plan.run(scratch, ws, stream)
 
     def _benchmark_once(self, variant_pack, workspace, handle) -> None:
         hit = autotune.lookup(self.key(), self._target().name)

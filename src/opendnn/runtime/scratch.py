@@ -1,0 +1,59 @@
+"""Buffers the library owns for timing candidates (benchmark mode, ``autotune``, find).
+
+Timing a candidate runs it many times (warm-ups plus timed samples). Run on the caller's
+buffers, a graph that reads what it writes -- an in-place pointwise graph (``y = x * 2``
+with ``y`` bound to ``x``), a descriptor-API call blending with ``beta != 0`` (``C =
+alpha * A + beta * C``) -- would be applied once per run: ``scale_tensor`` by 2 timed 29
+times leaves ``y * 2**29``. So every output whose memory overlaps an input's is timed on a
+fresh buffer of the same layout instead, and the winner then runs once on the caller's
+buffers. Inputs are only read, so they are timed where they are; an output that overlaps
+nothing is timed in place (each run writes the same values, and the winner's final run
+writes them again).
+
+Scratch outputs are left uninitialised: what an output holds before the call is not read
+when the output overlaps no input, and the inputs it overlapped are the caller's, read
+where they are.
+"""
+from __future__ import annotations
+
+import torch
+
+from .buffers import as_tensor
+
+
+def _span(buf) -> tuple[int, int] | None:
+    """[first byte, last byte + 1) of a bound buffer, or None for a host scalar / empty."""
+    if isinstance(buf, (int, float, bool)):
+        return None
+    t = as_tensor(buf) if not isinstance(buf, torch.Tensor) else buf
+    if t.numel() == 0:
+        return None
+    extent = 1 + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride()))
+    start = t.data_ptr()
+    return start, start + extent * t.element_size()
+
+
+def _fresh_like(buf) -> torch.Tensor:
+    """An uninitialised buffer with ``buf``'s dtype, device, shape and strides."""
+    t = as_tensor(buf) if not isinstance(buf, torch.Tensor) else buf
+    extent = 1 + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride())) \
+        if t.numel() else 0
+    flat = torch.empty(extent, dtype=t.dtype, device=t.device)
+    return flat.as_strided(t.shape, t.stride())
+
+
+def timing_buffers(graph, bound: dict) -> dict:
+    """``bound`` (uid -> buffer of ``graph``'s variant pack, as ``buffers.bind`` returns it)
+    with every output that overlaps an input replaced by a scratch buffer of its layout."""
+    outputs = graph.output_uid_set
+    spans = {u: _span(b) for u, b in bound.items()}
+    inputs = [(u, s) for u, s in spans.items() if s is not None and u not in outputs]
+    out = dict(bound)
+    for u in outputs:
+        s = spans.get(u)
+        if s is None:
+            continue
+        if any(s[0] < e and b < s[1] and bound[u].device == bound[v].device
+               for v, (b, e) in inputs):
+            out[u] = _fresh_like(bound[u])
+    return out
