@@ -7,6 +7,7 @@ import contextlib
 import json
 import operator
 import time
+import warnings
 from collections.abc import Iterable, Mapping
 
 import torch
@@ -66,6 +67,10 @@ class LifecycleMixin:
         hit = hit if backends.benchmark else None
         for f in self._filters:
             self._plans = [p for p in self._plans if f(p)]
+        self._stale = bool(hit) and not _names_a_candidate(hit, self._plans)
+        if self._stale:
+            _warn_stale(g, target, hit)
+            hit = None
         self._selected = None
         self._tuned = bool(hit)
         if not hit and backends.benchmark and target.is_cuda:
@@ -416,6 +421,10 @@ class LifecycleMixin:
     def _benchmark_once(self, variant_pack, workspace, handle) -> None:
         hit = autotune.lookup(self.key(), self._target().name)
         self._tuned = True
+        if hit and not _names_a_candidate(hit, self._plans):
+            if not getattr(self, "_stale", False):    # warned when the plans were made
+                _warn_stale(self.op_graph, self._target(), hit)
+            hit = None
         if hit:
             self._plans = heuristics.reorder_by_cache(self.op_graph, self._plans, self._target())
             self._selected = None
@@ -539,6 +548,18 @@ TIMING_ROUNDS = 2   # autotune's passes over the candidates (see autotune)
 # pipelines beyond 2x never won and cost the find seconds of compiling (their F(4x4)
 # transforms 1.5-2.5 s each). bench/results/h100-2026-11-22-s6b.json, bench/notes/conv.md
 EXTRA_MARGIN = 2.0
+
+
+def _names_a_candidate(hit: dict, plans: list) -> bool:
+    """Whether an autotune cache entry names at least one of the candidate plans."""
+    names = set(hit["order"])
+    return any(p.name in names for p in plans)
+
+
+def _warn_stale(graph, target, hit: dict) -> None:
+    warnings.warn(f"opendnn: the autotune cache entry for {graph.describe()} on {target.name} "
+                  f"names no plan among the candidates ({', '.join(hit['order'][:3])}): "
+                  "tuning again", RuntimeWarning, stacklevel=4)
 
 
 def _check_pack(variant_pack, op: str) -> None:
