@@ -103,3 +103,26 @@ def test_a_cached_entry_naming_no_candidate_is_tuned_again_with_a_warning():
     assert torch.equal(x, torch.arange(1.0, 7.0).reshape(2, 3) * 2)
     hit = autotune.lookup(key, target)
     assert hit and hit["order"][0] != "an_engine_that_does_not_exist#0", hit
+
+
+def test_find_ex_with_y_over_x_times_without_touching_x():
+    """find-Ex may write y (cuDNN's contract), but a y that overlaps x must not be written:
+    x is what every timed run reads."""
+    backends.benchmark = False
+    h = legacy.create("cpu")
+    x = torch.randn(1, 4, 5, 5)
+    before = x.clone()
+    xd = _desc(x.shape)
+    wd = legacy.create_filter_descriptor()
+    legacy.set_filter_4d_descriptor(wd, legacy.DataType.FLOAT, legacy.TensorFormat.NCHW,
+                                    4, 4, 1, 1)
+    conv = legacy.create_convolution_descriptor()
+    legacy.set_convolution_2d_descriptor(conv, 0, 0, 1, 1, 1, 1,
+                                         legacy.ConvolutionMode.CROSS_CORRELATION,
+                                         legacy.DataType.FLOAT)
+    w = torch.randn(4, 4, 1, 1)
+    ws = torch.empty(1 << 20, dtype=torch.uint8)
+    perfs = legacy.find_convolution_forward_algorithm_ex(h, xd, x, wd, w, conv, xd, x, 8, ws,
+                                                         ws.numel())
+    assert perfs and perfs[0].status == legacy.Status.SUCCESS, perfs
+    assert torch.equal(x, before), _repro("find_ex_with_y_over_x")

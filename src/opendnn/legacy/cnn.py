@@ -18,6 +18,7 @@ from ..enums import ConvolutionMode, DataType
 from ..errors import BadParamError, GraphNotSupportedError, Status
 from ..graph.graph import Graph
 from ..ops.conv import output_dims
+from ..runtime.scratch import fresh_like, overlaps
 from .common import (SCALAR, Determinism, MathType, NanPropagation, as_enum, as_float, as_int,
                      as_ints, buffer, check)
 from .tensor import TensorDescriptor
@@ -388,6 +389,8 @@ class Direction:
         perfs = self.ranked(handle, a_desc, b_desc, conv, out_desc, len(self.algos), op)
         limit = float("inf") if workspace_size is None else as_int(op, "workspace_size",
                                                                    workspace_size)
+        if overlaps(out, a) or overlaps(out, b):
+            out = fresh_like(out)     # timed runs must not overwrite what they read
         measure(perfs, lambda algo: self.call(handle, a_desc, b_desc, conv, out_desc, algo,
                                               False, False, op)
                 .run(a, b, out, 1.0, 0.0, workspace), out, limit)
@@ -454,7 +457,9 @@ def find_convolution_forward_algorithm(handle, x_desc, w_desc, conv, y_desc,
 def find_convolution_forward_algorithm_ex(handle, x_desc, x, w_desc, w, conv, y_desc, y,
                                           requested: int, workspace, workspace_size) -> list:
     """Measured on the given buffers, fastest first; algorithms needing more than
-    ``workspace_size`` bytes report BAD_PARAM_SIZE_INSUFFICIENT."""
+    ``workspace_size`` bytes report BAD_PARAM_SIZE_INSUFFICIENT. As in cuDNN, ``y`` is
+    written by the timed runs and holds no defined result afterwards (a ``y`` that overlaps
+    ``x`` or ``w`` is left alone: the runs write a buffer of the library's instead)."""
     return FORWARD.find(handle, x_desc, x, w_desc, w, conv, y_desc, y, requested, workspace,
                         workspace_size, "find_convolution_forward_algorithm_ex")
 

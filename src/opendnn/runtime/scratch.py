@@ -33,13 +33,20 @@ def _span(buf) -> tuple[int, int] | None:
     return start, start + extent * t.element_size()
 
 
-def _fresh_like(buf) -> torch.Tensor:
+def fresh_like(buf) -> torch.Tensor:
     """An uninitialised buffer with ``buf``'s dtype, device, shape and strides."""
     t = as_tensor(buf) if not isinstance(buf, torch.Tensor) else buf
     extent = 1 + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride())) \
         if t.numel() else 0
     flat = torch.empty(extent, dtype=t.dtype, device=t.device)
     return flat.as_strided(t.shape, t.stride())
+
+
+def overlaps(a, b) -> bool:
+    """Whether two buffers (tensors or raw pointers) on one device share a byte."""
+    sa, sb = _span(a), _span(b)
+    return sa is not None and sb is not None and a.device == b.device and \
+        sa[0] < sb[1] and sb[0] < sa[1]
 
 
 def timing_buffers(graph, bound: dict) -> dict:
@@ -55,5 +62,5 @@ def timing_buffers(graph, bound: dict) -> dict:
             continue
         if any(s[0] < e and b < s[1] and bound[u].device == bound[v].device
                for v, (b, e) in inputs):
-            out[u] = _fresh_like(bound[u])
+            out[u] = fresh_like(bound[u])
     return out
