@@ -20,7 +20,8 @@ from ..errors import BadParamError, GraphNotSupportedError, OpenDNNError, Status
 from ..handle import Handle, target_for
 from ..plan import ExecutionPlan
 from ..runtime import autotune, timing
-from ..runtime.buffers import as_bytes, bind, check_no_aliasing, check_workspace
+from ..runtime.buffers import (as_bytes, bind, check_no_aliasing, check_workspace,
+                               mark_written)
 from ..runtime.launch import parallel_compile, start_compile_workers
 from ..runtime.scratch import timing_buffers
 from .opgraph import OpGraph
@@ -334,7 +335,8 @@ class LifecycleMixin:
         bound, device = bind(g, variant_pack, op, (h.device if h else self._device()),
                              self._scalar_defaults_cached(), explicit=h is not None)
         check_no_aliasing(g, bound, op)
-        ws = check_workspace(workspace, plan.workspace_size, device, op)
+        ws = check_workspace(workspace, plan.workspace_size, device, op, g, bound)
+        mark_written(g, bound)      # autograd sees the outputs' raw writes
         stream = h.cuda_stream() if (h is not None and device.type == "cuda") else None
         return bound, ws, stream
 

@@ -82,7 +82,7 @@ def activation_forward(handle, activation_desc, alpha, x_desc, x, beta, y_desc, 
         check(d.is_set(), "descriptor was never set", op, n)
     same_dims(op, {"x": x_desc, "y": y_desc})
     alpha, beta = as_float(op, "alpha", alpha), as_float(op, "beta", beta)
-    x, y = buffer(op, "x", x, x_desc, handle), buffer(op, "y", y, y_desc, handle)
+    x, y = buffer(op, "x", x, x_desc, handle), buffer(op, "y", y, y_desc, handle, output=True)
     zero = _relu_like(mode) and activation_desc.nan_opt == NanPropagation.NOT_PROPAGATE_NAN
     c = call(handle, op, {"x": x_desc, "y": y_desc}, "y", _forward_body(activation_desc, mode),
              alpha != 1.0, beta != 0.0, key=_key(activation_desc),
@@ -103,7 +103,7 @@ def activation_backward(handle, activation_desc, alpha, y_desc, y, dy_desc, dy, 
     alpha, beta = as_float(op, "alpha", alpha), as_float(op, "beta", beta)
     buffer(op, "y", y, y_desc, handle)       # checked, not read
     dy, x = buffer(op, "dy", dy, dy_desc, handle), buffer(op, "x", x, x_desc, handle)
-    dx = buffer(op, "dx", dx, dx_desc, handle)
+    dx = buffer(op, "dx", dx, dx_desc, handle, output=True)
     c = call(handle, op, {"dy": dy_desc, "x": x_desc, "dx": dx_desc}, "dx",
              _backward_body(activation_desc, mode), alpha != 1.0, beta != 0.0,
              key=_key(activation_desc))

@@ -139,7 +139,7 @@ def batch_normalization_forward_inference(handle, mode, alpha, beta, x_desc, x, 
     _check(op, mode, {"x": x_desc, "y": y_desc}, {"bn_scale_bias_mean_var_desc": bn}, epsilon)
     alpha, beta = as_float(op, "alpha", alpha), as_float(op, "beta", beta)
     blend = (alpha != 1.0, beta != 0.0)
-    x, y = buffer(op, "x", x, x_desc, handle), buffer(op, "y", y, y_desc, handle)
+    x, y = buffer(op, "x", x, x_desc, handle), buffer(op, "y", y, y_desc, handle, output=True)
     bn_scale = buffer(op, "bn_scale", bn_scale, bn, handle)
     bn_bias = buffer(op, "bn_bias", bn_bias, bn, handle)
     estimated_mean = buffer(op, "estimated_mean", estimated_mean, bn, handle)
@@ -182,12 +182,12 @@ def batch_normalization_forward_training(handle, mode, alpha, beta, x_desc, x, y
           "within [0, 1]", op, "exponential_average_factor")
     alpha, beta = as_float(op, "alpha", alpha), as_float(op, "beta", beta)
     blend = (alpha != 1.0, beta != 0.0)
-    x, y = buffer(op, "x", x, x_desc, handle), buffer(op, "y", y, y_desc, handle)
+    x, y = buffer(op, "x", x, x_desc, handle), buffer(op, "y", y, y_desc, handle, output=True)
     bn_scale = buffer(op, "bn_scale", bn_scale, bn, handle)
     bn_bias = buffer(op, "bn_bias", bn_bias, bn, handle)
     result_running_mean, result_running_variance, result_save_mean, \
         result_save_inv_variance = (
-            buffer(op, n, b, bn, handle, optional=True) for n, b in (
+            buffer(op, n, b, bn, handle, optional=True, output=True) for n, b in (
                 ("result_running_mean", result_running_mean),
                 ("result_running_variance", result_running_variance),
                 ("result_save_mean", result_save_mean),
@@ -241,10 +241,12 @@ def batch_normalization_backward(handle, mode, alpha_data_diff, beta_data_diff,
     alpha_param_diff = as_float(op, "alpha_param_diff", alpha_param_diff)
     beta_param_diff = as_float(op, "beta_param_diff", beta_param_diff)
     x, dy = buffer(op, "x", x, x_desc, handle), buffer(op, "dy", dy, dy_desc, handle)
-    dx = buffer(op, "dx", dx, dx_desc, handle)
+    dx = buffer(op, "dx", dx, dx_desc, handle, output=True)
     bn_scale = buffer(op, "bn_scale", bn_scale, bn, handle)
-    result_bn_scale_diff = buffer(op, "result_bn_scale_diff", result_bn_scale_diff, bn, handle)
-    result_bn_bias_diff = buffer(op, "result_bn_bias_diff", result_bn_bias_diff, bn, handle)
+    result_bn_scale_diff = buffer(op, "result_bn_scale_diff", result_bn_scale_diff, bn, handle,
+                                  output=True)
+    result_bn_bias_diff = buffer(op, "result_bn_bias_diff", result_bn_bias_diff, bn, handle,
+                                 output=True)
     saved_mean = buffer(op, "saved_mean", saved_mean, bn, handle, optional=True)
     saved_inv_variance = buffer(op, "saved_inv_variance", saved_inv_variance, bn, handle,
                                 optional=True)

@@ -406,7 +406,7 @@ class Direction:
                 workspace_size, beta, out_desc, out, op) -> None:
         alpha, beta = as_float(op, "alpha", alpha), as_float(op, "beta", beta)
         names = _NAMES[self.kind]
-        a, b, out = (buffer(op, n, t, d, handle) for n, t, d in
+        a, b, out = (buffer(op, n, t, d, handle, output=n == names[2]) for n, t, d in
                      zip(names, (a, b, out), (a_desc, b_desc, out_desc)))
         call = self.call(handle, a_desc, b_desc, conv, out_desc, algo, alpha != 1.0,
                          beta != 0.0, op)
@@ -502,7 +502,8 @@ def convolution_bias_activation_forward(handle, alpha1, x_desc, x, w_desc, w, co
           Status.BAD_PARAM_SHAPE_MISMATCH)
     use_z = alpha2 != 0.0
     x, w = buffer(op, "x", x, x_desc, handle), buffer(op, "w", w, w_desc, handle)
-    y, bias = buffer(op, "y", y, y_desc, handle), buffer(op, "bias", bias, bias_desc, handle)
+    y = buffer(op, "y", y, y_desc, handle, output=True)
+    bias = buffer(op, "bias", bias, bias_desc, handle)
     z = buffer(op, "z", z, z_desc, handle) if use_z else None
     call = _fwd(handle, x_desc, w_desc, conv, y_desc, algo, alpha1 != 1.0, False, op,
                 z_desc=z_desc if use_z else None, b_bias=bias_desc, act=activation_desc)

@@ -181,7 +181,8 @@ def convolution_backward_bias(handle, alpha, dy_desc, dy, beta, db_desc, db) -> 
     for name, d in (("dy", dy_desc), ("db", db_desc)):
         check(d.is_set(), "descriptor was never set", op, name)
     alpha, beta = as_float(op, "alpha", alpha), as_float(op, "beta", beta)
-    dy, db = buffer(op, "dy", dy, dy_desc, handle), buffer(op, "db", db, db_desc, handle)
+    dy = buffer(op, "dy", dy, dy_desc, handle)
+    db = buffer(op, "db", db, db_desc, handle, output=True)
     want = [1, dy_desc.dims[1]] + [1] * (len(dy_desc.dims) - 2)
     check(list(db_desc.dims) == want, f"db dims {list(db_desc.dims)} must be {want}", op, "db",
           Status.BAD_PARAM_SHAPE_MISMATCH)

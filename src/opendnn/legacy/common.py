@@ -13,7 +13,7 @@ from .. import BACKEND_VERSION
 from ..enums import ConvolutionMode, DataType  # noqa: F401  (re-exported names)
 from ..errors import BadParamError, Status, get_error_string  # noqa: F401
 from ..handle import Handle
-from ..runtime.buffers import RawPointer
+from ..runtime.buffers import RawPointer, check_writable, from_numpy
 from ..tensor import as_data_type
 
 
@@ -156,14 +156,16 @@ def guard_handles(namespace: dict) -> None:
         namespace[name] = functools.wraps(fn)(guarded)
 
 
-def buffer(op: str, name: str, buf, desc=None, handle=None, optional: bool = False):
+def buffer(op: str, name: str, buf, desc=None, handle=None, optional: bool = False,
+           output: bool = False):
     """A call's buffer as a torch tensor, checked before any use.
 
     Torch tensors pass as they are; NumPy arrays and DLPack objects become tensors sharing
     their memory; an integer pointer (with ``desc``, the buffer's descriptor) becomes a
     1-D view of the descriptor's span on the handle's device, as the graph API reads it.
-    None (unless ``optional``), meta tensors and other objects are BAD_PARAM. Shape, data
-    type and device are left to the graph's binding, which names the rule.
+    None (unless ``optional``), meta tensors and other objects are BAD_PARAM, as is a
+    read-only NumPy array or ``np.memmap`` given as an ``output`` (the call writes it).
+    Shape, data type and device are left to the graph's binding, which names the rule.
     """
     if isinstance(buf, torch.Tensor):
         if buf.is_meta:
@@ -177,8 +179,10 @@ def buffer(op: str, name: str, buf, desc=None, handle=None, optional: bool = Fal
                             status=Status.BAD_PARAM_NULL_POINTER)
     kind = type(buf).__name__
     if isinstance(buf, np.ndarray) or hasattr(buf, "__dlpack__"):
+        if output:
+            check_writable(buf, op, name, "output")
         try:
-            t = torch.from_numpy(buf) if isinstance(buf, np.ndarray) else torch.from_dlpack(buf)
+            t = from_numpy(buf) if isinstance(buf, np.ndarray) else torch.from_dlpack(buf)
         except (TypeError, ValueError, RuntimeError, BufferError) as e:
             raise BadParamError(f"cannot read the {kind} as a tensor: {e}", op=op, tensor=name,
                                 status=Status.BAD_PARAM_ATTRIBUTE_TYPE) from None

@@ -159,7 +159,7 @@ def dropout_forward(handle, dropout_desc, x_desc, x, y_desc, y, reserve_space,
     _check_desc(dropout_desc, op)
     rec = _words(reserve_space, reserve_space_size, RESERVE_SIZE, op, "reserve_space")
     built = _graph(handle, op, dropout_desc.dropout, x_desc, y_desc)
-    x, y = buffer(op, "x", x, x_desc, handle), buffer(op, "y", y, y_desc, handle)
+    x, y = buffer(op, "x", x, x_desc, handle), buffer(op, "y", y, y_desc, handle, output=True)
     rec.copy_(dropout_desc.states)                      # device to device, stream-ordered
     dropout_desc.states[2:3].add_(counters(math.prod(x_desc.dims)))
     _execute(built, x, y, rec)
@@ -172,7 +172,8 @@ def dropout_backward(handle, dropout_desc, dy_desc, dy, dx_desc, dx, reserve_spa
     _check_desc(dropout_desc, op)
     rec = _words(reserve_space, reserve_space_size, RESERVE_SIZE, op, "reserve_space")
     built = _graph(handle, op, dropout_desc.dropout, dy_desc, dx_desc)
-    dy, dx = buffer(op, "dy", dy, dy_desc, handle), buffer(op, "dx", dx, dx_desc, handle)
+    dy = buffer(op, "dy", dy, dy_desc, handle)
+    dx = buffer(op, "dx", dx, dx_desc, handle, output=True)
     _execute(built, dy, dx, rec)
 
 

@@ -164,7 +164,8 @@ def _check_lrn(op, handle, norm_desc, mode, mode_type, alpha, beta, bufs: dict) 
     except ValueError:
         check(False, f"mode {mode!r} is not one of {[m.name for m in mode_type]}", op, "mode")
     alpha, beta = as_float(op, "alpha", alpha), as_float(op, "beta", beta)
-    return alpha, beta, {n: buffer(op, n, b, d, handle) for n, (b, d) in bufs.items()}
+    return alpha, beta, {n: buffer(op, n, b, d, handle, output=n in ("y", "dx", "dmeans"))
+                         for n, (b, d) in bufs.items()}
 
 
 def lrn_cross_channel_forward(handle, norm_desc, lrn_mode, alpha, x_desc, x, beta, y_desc,

@@ -209,7 +209,7 @@ def pooling_forward(handle, pooling_desc, alpha, x_desc, x, beta, y_desc, y) -> 
     """y = alpha * pool(x) + beta * y."""
     op = "pooling_forward"
     alpha, beta = as_float(op, "alpha", alpha), as_float(op, "beta", beta)
-    x, y = buffer(op, "x", x, x_desc, handle), buffer(op, "y", y, y_desc, handle)
+    x, y = buffer(op, "x", x, x_desc, handle), buffer(op, "y", y, y_desc, handle, output=True)
     built = _graph(handle, op, pooling_desc, {"x": x_desc, "y": y_desc}, "y", alpha != 1.0,
                    beta != 0.0)
     _run(built, {"x": x}, y, alpha, beta)
@@ -221,7 +221,8 @@ def pooling_backward(handle, pooling_desc, alpha, y_desc, y, dy_desc, dy, x_desc
     op = "pooling_backward"
     alpha, beta = as_float(op, "alpha", alpha), as_float(op, "beta", beta)
     y, dy = buffer(op, "y", y, y_desc, handle), buffer(op, "dy", dy, dy_desc, handle)
-    x, dx = buffer(op, "x", x, x_desc, handle), buffer(op, "dx", dx, dx_desc, handle)
+    x = buffer(op, "x", x, x_desc, handle)
+    dx = buffer(op, "dx", dx, dx_desc, handle, output=True)
     built = _graph(handle, op, pooling_desc,
                    {"x": x_desc, "y": y_desc, "dy": dy_desc, "dx": dx_desc}, "dx",
                    alpha != 1.0, beta != 0.0)

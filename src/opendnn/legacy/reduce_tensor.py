@@ -206,11 +206,11 @@ def reduce_tensor(handle, reduce_tensor_desc, indices, indices_size_in_bytes, wo
     """C = alpha * reduce(A) + beta * C, and the flattened indices when the descriptor asks."""
     op = "reduce_tensor"
     alpha, beta = as_float(op, "alpha", alpha), as_float(op, "beta", beta)
-    A, C = buffer(op, "A", A, a_desc, handle), buffer(op, "C", C, c_desc, handle)
+    A, C = buffer(op, "A", A, a_desc, handle), buffer(op, "C", C, c_desc, handle, output=True)
     built = _built(handle, op, reduce_tensor_desc, a_desc, c_desc, alpha != 1.0, beta != 0.0)
     if built.idx is not None:
         need = get_reduction_indices_size(handle, reduce_tensor_desc, a_desc, c_desc)
-        indices = buffer(op, "indices", indices)
+        indices = buffer(op, "indices", indices, output=True)
         size = as_int(op, "indices_size_in_bytes", indices_size_in_bytes)
         check(size >= need, f"indices size {size} bytes is below the {need} this problem "
               "needs", op, "indices", Status.BAD_PARAM_SIZE_INSUFFICIENT)

@@ -141,7 +141,7 @@ def softmax_forward(handle, algo, mode, alpha, x_desc, x, beta, y_desc, y) -> No
     """y = alpha * softmax(x) + beta * y over C (CHANNEL) or C x spatial (INSTANCE)."""
     op = "softmax_forward"
     alpha, beta = as_float(op, "alpha", alpha), as_float(op, "beta", beta)
-    x, y = buffer(op, "x", x, x_desc, handle), buffer(op, "y", y, y_desc, handle)
+    x, y = buffer(op, "x", x, x_desc, handle), buffer(op, "y", y, y_desc, handle, output=True)
     built = _graph(handle, op, algo, mode, {"x": x_desc, "y": y_desc}, "y", alpha != 1.0,
                    beta != 0.0)
     _run(built, {"x": x}, y, alpha, beta)
@@ -153,7 +153,7 @@ def softmax_backward(handle, algo, mode, alpha, y_desc, y, dy_desc, dy, beta, dx
     op = "softmax_backward"
     alpha, beta = as_float(op, "alpha", alpha), as_float(op, "beta", beta)
     y, dy = buffer(op, "y", y, y_desc, handle), buffer(op, "dy", dy, dy_desc, handle)
-    dx = buffer(op, "dx", dx, dx_desc, handle)
+    dx = buffer(op, "dx", dx, dx_desc, handle, output=True)
     built = _graph(handle, op, algo, mode, {"y": y_desc, "dy": dy_desc, "dx": dx_desc}, "dx",
                    alpha != 1.0, beta != 0.0)
     _run(built, {"y": y, "dy": dy}, dx, alpha, beta)

@@ -144,7 +144,8 @@ def _broadcasts(op, name, a, c) -> None:
 def set_tensor(handle, y_desc, y, value_ptr) -> None:
     """cudnnSetTensor: every element of y becomes ``value_ptr`` (a Python number)."""
     op = "set_tensor"
-    value, y = as_float(op, "value_ptr", value_ptr), buffer(op, "y", y, y_desc, handle)
+    value = as_float(op, "value_ptr", value_ptr)
+    y = buffer(op, "y", y, y_desc, handle, output=True)
     c = call(handle, op, {"y": y_desc}, "y", lambda g, t: g.identity(t["value"]), False, False,
              scalars=("value",))
     c.run({"value": value}, y)
@@ -153,7 +154,7 @@ def set_tensor(handle, y_desc, y, value_ptr) -> None:
 def scale_tensor(handle, y_desc, y, alpha) -> None:
     """cudnnScaleTensor: y = alpha * y, in place."""
     op = "scale_tensor"
-    alpha, y = as_float(op, "alpha", alpha), buffer(op, "y", y, y_desc, handle)
+    alpha, y = as_float(op, "alpha", alpha), buffer(op, "y", y, y_desc, handle, output=True)
     c = call(handle, op, {"y_in": y_desc, "y": y_desc}, "y",
              lambda g, t: g.scale(t["y_in"], t["alpha_s"]), False, False, scalars=("alpha_s",))
     c.run({"y_in": y, "alpha_s": alpha}, y)
@@ -166,7 +167,7 @@ def add_tensor(handle, alpha, a_desc, A, beta, c_desc, C) -> None:
         check(d.is_set(), "descriptor was never set", op, n)
     _broadcasts(op, "A", a_desc, c_desc)
     alpha, beta = as_float(op, "alpha", alpha), as_float(op, "beta", beta)
-    A, C = buffer(op, "A", A, a_desc, handle), buffer(op, "C", C, c_desc, handle)
+    A, C = buffer(op, "A", A, a_desc, handle), buffer(op, "C", C, c_desc, handle, output=True)
     c = call(handle, op, {"A": a_desc, "C": c_desc}, "C", lambda g, t: g.identity(t["A"]),
              alpha != 1.0, beta != 0.0)
     c.run({"A": A}, C, alpha, beta)
@@ -188,7 +189,7 @@ def op_tensor(handle, op_desc, alpha1, a_desc, A, alpha2, b_desc, B, beta, c_des
     if not unary:
         _broadcasts(op, "B", b_desc, c_desc)
     alpha1, beta = as_float(op, "alpha1", alpha1), as_float(op, "beta", beta)
-    A, C = buffer(op, "A", A, a_desc, handle), buffer(op, "C", C, c_desc, handle)
+    A, C = buffer(op, "A", A, a_desc, handle), buffer(op, "C", C, c_desc, handle, output=True)
     if not unary:
         alpha2, B = as_float(op, "alpha2", alpha2), buffer(op, "B", B, b_desc, handle)
 
@@ -218,7 +219,7 @@ def transform_tensor(handle, alpha, x_desc, x, beta, y_desc, y) -> None:
         check(d.is_set(), "descriptor was never set", op, n)
     same_dims(op, {"x": x_desc, "y": y_desc})
     alpha, beta = as_float(op, "alpha", alpha), as_float(op, "beta", beta)
-    x, y = buffer(op, "x", x, x_desc, handle), buffer(op, "y", y, y_desc, handle)
+    x, y = buffer(op, "x", x, x_desc, handle), buffer(op, "y", y, y_desc, handle, output=True)
     c = call(handle, op, {"x": x_desc, "y": y_desc}, "y", lambda g, t: g.identity(t["x"]),
              alpha != 1.0, beta != 0.0)
     c.run({"x": x}, y, alpha, beta)

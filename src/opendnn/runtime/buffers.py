@@ -10,10 +10,18 @@ a silent misread.
 Buffers must live where the handle runs (a meta tensor holds no data and is refused); raw
 pointers must lie in the 64-bit address space and be aligned to the element size, as must
 NumPy data. A pass-by-value tensor takes a host number, converted to the descriptor's type.
+
+Writes the library makes are raw memory writes, so what PyTorch and NumPy would check for
+an in-place write is checked here: an output (or workspace) that is a read-only NumPy
+array or ``np.memmap`` is refused (a read-only mapping would fault), a workspace may share
+no byte with a bound buffer, and every torch tensor a run writes has its autograd version
+counter bumped (``mark_written``), so that a tensor autograd saved and a run overwrote
+fails backward with PyTorch's "modified by an inplace operation" error.
 """
 from __future__ import annotations
 
 import ctypes
+import warnings
 
 import numpy as np
 import torch
@@ -72,8 +80,9 @@ def logical_view(buf, desc: TensorDesc) -> torch.Tensor:
     return t.as_strided(desc.dims, desc.strides)
 
 
-def _convert(value, desc: TensorDesc, op: str, device: torch.device):
-    """Turn one variant-pack value into a torch tensor or RawPointer, checking it."""
+def _convert(value, desc: TensorDesc, op: str, device: torch.device, output: bool = False):
+    """Turn one variant-pack value into a torch tensor or RawPointer, checking it
+    (``output``: the run writes it)."""
     if type(value) is torch.Tensor and value.dtype == desc.torch_dtype and \
             value.shape == desc.dims and value.stride() == desc.strides and \
             not value.requires_grad:
@@ -83,7 +92,9 @@ def _convert(value, desc: TensorDesc, op: str, device: torch.device):
         # (detach shares the storage, so outputs still land in the caller's tensor)
         t = value.detach() if value.requires_grad else value
     elif isinstance(value, np.ndarray):
-        t = _import(torch.from_numpy, value, f"NumPy array of dtype {value.dtype} strides "
+        if output:
+            check_writable(value, op, desc.label(), "output")
+        t = _import(from_numpy, value, f"NumPy array of dtype {value.dtype} strides "
                     f"{list(value.strides)}", op, desc.label())
     elif isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         raw = RawPointer(_check_pointer(int(value), desc, op), desc, device)
@@ -126,6 +137,28 @@ def _convert(value, desc: TensorDesc, op: str, device: torch.device):
                             f"with descriptor dims {list(desc.dims)} strides {list(desc.strides)}",
                             op=op, tensor=desc.label(), status=Status.BAD_PARAM_SHAPE_MISMATCH)
     return t
+
+
+def check_writable(value, op: str, tensor: str | None, role: str) -> None:
+    """BAD_PARAM when ``value`` is a NumPy array whose memory may not be written: ``role``
+    (an output, the workspace) is written, and torch's view of a read-only array would
+    write it anyway (into a read-only ``np.memmap``: a segmentation fault)."""
+    if isinstance(value, np.ndarray) and not value.flags.writeable:
+        what = ("np.memmap opened read-only" if isinstance(value, np.memmap) else
+                "read-only NumPy array")
+        raise BadParamError(f"{role} is a {what}: it is written, so its memory must be "
+                            "writable (read-only is allowed for inputs only)", op=op,
+                            tensor=tensor, status=Status.BAD_PARAM)
+
+
+def from_numpy(array: np.ndarray) -> torch.Tensor:
+    """``torch.from_numpy``, without its warning that writing a read-only array is undefined:
+    the arrays it sees read-only are inputs (``check_writable`` refused the others)."""
+    if array.flags.writeable:
+        return torch.from_numpy(array)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "The given NumPy array is not writable")
+        return torch.from_numpy(array)
 
 
 def _import(convert, value, what: str, op: str, tensor: str | None) -> torch.Tensor:
@@ -216,7 +249,7 @@ def bind(graph, variant_pack: dict, op: str, default_device,
     Every buffer must be on the handle's device. One exception keeps the CPU usable on a GPU
     machine: when no handle was given (the process default's device), a pack that lies
     wholly on another device runs there (CPU tensors in the interpreter)."""
-    tensors = graph.tensors
+    tensors, outputs = graph.tensors, graph.output_uid_set
     bound: dict = {}
     handle_device = default_device if isinstance(default_device, torch.device) else \
         torch.device(default_device)
@@ -245,7 +278,7 @@ def bind(graph, variant_pack: dict, op: str, default_device,
         if value is None:
             raise BadParamError("bound to None", op=op, tensor=desc.label(),
                                 status=Status.BAD_PARAM_NULL_POINTER)
-        buf = _convert(value, desc, op, handle_device)
+        buf = _convert(value, desc, op, handle_device, uid in outputs)
         dev = buf.device
         if dev != handle_device:
             # a handle other than the process default's binds (asked only off the hot path)
@@ -268,6 +301,19 @@ def bind(graph, variant_pack: dict, op: str, default_device,
             raise BadParamError("missing from the variant pack", op=op, tensor=desc.label(),
                                 status=Status.BAD_PARAM_NULL_POINTER)
     return bound, elsewhere[1] if elsewhere is not None else handle_device
+
+
+def mark_written(graph, bound: dict) -> None:
+    """Bump the autograd version counter of every torch tensor bound to an output of
+    ``graph``, as PyTorch's in-place operations do; call it once the call's checks have
+    passed, before the run. A tensor autograd saved for a backward (``y = tanh(x)``
+    saves y) and then overwritten here makes that backward raise "modified by an inplace
+    operation" instead of computing gradients from the new values. A view shares its
+    base's counter, a detached tensor its source's; inference tensors have none (PyTorch
+    skips them)."""
+    written = [b for u in graph.output_uid_set if isinstance(b := bound.get(u), torch.Tensor)]
+    if written:
+        torch.autograd.graph.increment_version(written)
 
 
 def _device_mismatch(desc: TensorDesc, dev, handle_device, on_handle, elsewhere, op: str,
@@ -341,8 +387,13 @@ def _interleaved(a: TensorDesc, b: TensorDesc, byte_delta: int) -> bool:
     return not reachable(r, 0)
 
 
-def check_workspace(workspace, needed: int, device, op: str):
-    """Return the workspace as a uint8 tensor (or None when none is needed)."""
+def check_workspace(workspace, needed: int, device, op: str, graph=None,
+                    bound: dict | None = None):
+    """Return the workspace as a uint8 tensor (or None when none is needed). With
+    ``graph`` and ``bound`` (uid -> buffer, as ``bind`` returns it), the ``needed`` bytes
+    the plan uses may share none with a bound buffer: a plan writes its workspace while it
+    reads its inputs and writes its outputs (FFT and Winograd plans computed on their own
+    scratch). Byte ranges are compared, not elements: one comparison per buffer."""
     if needed == 0:
         return None if workspace is None else as_bytes(workspace, op)
     if workspace is None:
@@ -355,13 +406,55 @@ def check_workspace(workspace, needed: int, device, op: str):
     if device is not None and ws.device != device:
         raise BadParamError(f"workspace is on {ws.device}; the buffers are on {device}", op=op,
                             status=Status.BAD_PARAM)
+    if bound:
+        start = ws.data_ptr()
+        for uid, buf in bound.items():
+            if isinstance(buf, (int, float, bool)):
+                continue
+            desc = graph.tensors[uid]
+            b0 = buf.data_ptr()
+            common = min(start + needed, b0 + desc.size_in_bytes) - max(start, b0)
+            if common > 0:
+                _overlap(op, "workspace", desc.label(), common)
     return ws
+
+
+def byte_span(t: torch.Tensor) -> tuple[int, int]:
+    """[first byte, one past the last byte) that ``t`` addresses (an empty one for none)."""
+    start = t.data_ptr()
+    if t.numel() == 0:
+        return start, start
+    extent = 1 + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride()))
+    return start, start + extent * t.element_size()
+
+
+def check_disjoint(space: torch.Tensor, nbytes: int, buffers: dict, op: str,
+                   name: str) -> None:
+    """BAD_PARAM when the first ``nbytes`` bytes of ``space`` (a workspace or reserve
+    space the call writes) share a byte with one of ``buffers`` ({name: tensor}) on its
+    device."""
+    s0 = space.data_ptr()
+    s1 = s0 + nbytes
+    for label, buf in buffers.items():
+        if buf is None or buf.device != space.device:
+            continue
+        b0, b1 = byte_span(as_tensor(buf))
+        common = min(s1, b1) - max(s0, b0)
+        if common > 0:
+            _overlap(op, name, label, common)
+
+
+def _overlap(op: str, name: str, label: str, common: int):
+    raise BadParamError(f"{name} overlaps the memory of tensor '{label}' ({common} bytes in "
+                        f"common): the call writes its {name}, so it may share no byte with "
+                        "a buffer it reads or writes", op=op, status=Status.BAD_PARAM)
 
 
 def as_bytes(workspace, op: str) -> torch.Tensor:
     """The workspace (a tensor, NumPy array or DLPack object) as flat uint8 bytes."""
     t = workspace
     if isinstance(t, np.ndarray):
+        check_writable(t, op, None, "workspace")
         t = _import(torch.from_numpy, t, f"workspace NumPy array of dtype {t.dtype} strides "
                     f"{list(t.strides)}", op, None)
     elif not isinstance(t, torch.Tensor) and hasattr(t, "__dlpack__"):
