@@ -2,23 +2,31 @@
 
 The cache is one JSON file per user (``<cache>/autotune-v1.json``), keyed by graph key,
 device name, opendnn version and Triton version, so a result never crosses a library or
-device change. A corrupt or foreign file is ignored with a warning, never a crash, and
-is rewritten on the next store.
+device change. It is a ``cache_files.JsonStore``: ``store`` merges its entry into the
+file under an exclusive lock on ``autotune-v1.json.lock`` (re-read, merge, write a
+temporary, fsync, rename), so processes tuning at once keep each other's results, and a
+writer killed at any moment leaves the last complete file. ``lookup`` re-reads the file
+when it changed, so it sees what other processes stored since.
+
+A file that cannot be read (truncated, not JSON, the wrong shape, a directory or a FIFO
+in its place) is ignored with a ``RuntimeWarning``, never a crash, and is rewritten on
+the next store; a malformed entry (not a dict with a list of plan names under
+``order``) is dropped with a warning and the others kept. When the file cannot be
+written the results are kept for the process, with a warning.
 """
 from __future__ import annotations
 
-import json
 import os
 import threading
-import warnings
 
 import triton
 
 from .. import __version__
-from .launch import cache_dir
+from . import cache_files
+from .launch import cache_dir, maintain_once
 
 _lock = threading.Lock()
-_memory: dict | None = None
+_stores: dict[str, cache_files.JsonStore] = {}
 FORMAT = "opendnn-autotune-v1"
 
 
@@ -26,60 +34,44 @@ def path() -> str:
     return os.path.join(cache_dir(), "autotune-v1.json")
 
 
+def valid_entry(entry) -> bool:
+    """Whether ``entry`` is usable: a dict whose 'order' is a list of plan names."""
+    return isinstance(entry, dict) and isinstance(entry.get("order"), list) and \
+        all(isinstance(n, str) for n in entry["order"])
+
+
+def _store() -> cache_files.JsonStore:
+    p = path()
+    with _lock:
+        s = _stores.get(p)
+        if s is None:
+            s = _stores[p] = cache_files.JsonStore(p, FORMAT, valid_entry, "autotune cache")
+        return s
+
+
 def problem_key(graph_key: str, device_name: str) -> str:
     return f"{graph_key}|{device_name}|opendnn-{__version__}|triton-{triton.__version__}"
 
 
-def _load() -> dict:
-    global _memory
-    if _memory is not None:
-        return _memory
-    p = path()
-    data: dict = {}
-    if os.path.exists(p):
-        try:
-            with open(p) as f:
-                raw = json.load(f)
-            if not isinstance(raw, dict) or raw.get("format") != FORMAT or \
-                    not isinstance(raw.get("entries"), dict):
-                raise ValueError("not an opendnn autotune cache")
-            data = raw["entries"]
-        except (OSError, ValueError) as e:
-            warnings.warn(f"opendnn: ignoring unreadable autotune cache {p}: {e}", RuntimeWarning,
-                          stacklevel=3)
-            data = {}
-    _memory = data
-    return data
-
-
 def lookup(graph_key: str, device_name: str) -> dict | None:
     """{'order': [plan names fastest first], 'times_ms': [...]} or None."""
-    with _lock:
-        hit = _load().get(problem_key(graph_key, device_name))
-    if hit is None:
-        return None
-    if not (isinstance(hit, dict) and isinstance(hit.get("order"), list)
-            and all(isinstance(n, str) for n in hit["order"])):
-        warnings.warn(f"opendnn: ignoring a malformed autotune cache entry in {path()}",
-                      RuntimeWarning, stacklevel=2)
-        return None
-    return hit
+    return _store().get(problem_key(graph_key, device_name))
 
 
 def store(graph_key: str, device_name: str, order: list[str], times_ms: list[float]) -> None:
-    with _lock:
-        data = _load()
-        data[problem_key(graph_key, device_name)] = {"order": list(order),
-                                                     "times_ms": [round(t, 6) for t in times_ms]}
-        p = path()
-        tmp = f"{p}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            json.dump({"format": FORMAT, "entries": data}, f)
-        os.replace(tmp, p)
+    """Record a problem's ranking, merged into the file with what other processes stored."""
+    entry = {"order": [str(n) for n in order],
+             "times_ms": [round(float(t), 6) for t in times_ms]}
+    _store().update({problem_key(graph_key, device_name): entry})
+    maintain_once()
+
+
+def entries() -> dict:
+    """Every valid entry of the file (``opendnn cache show``)."""
+    return _store().entries()
 
 
 def forget_memory() -> None:
     """Drop the in-process copy so the next lookup rereads the file (tests, restarts)."""
-    global _memory
     with _lock:
-        _memory = None
+        _stores.clear()

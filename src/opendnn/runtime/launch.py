@@ -4,9 +4,25 @@
 both ways keeps two wrappers of the same Python function: a ``JITFunction`` for CUDA and
 an ``InterpretedFunction`` for the CPU. ``DualKernel`` holds both.
 
-Generated sources (fusion, epilogues) are written to ``<cache>/kernels/<sha>.py`` and
+Generated sources (fusion, epilogues) are written to ``<cache>/kernels/k_<sha>.py`` and
 imported, because Triton reads a kernel's source with ``inspect``; the same source hash
-gives the same module, in this process and in later ones.
+gives the same module, in this process and in later ones. The cache folder is
+``$OPENDNN_CACHE_DIR``, else ``$XDG_CACHE_HOME/opendnn`` (``~/.cache/opendnn``). Every
+file is written under a temporary name of its own and renamed into place
+(``cache_files``), so threads and processes writing the same kernel at once are safe. A
+folder that cannot be used (read-only, uncreatable, a file in its place) is replaced for
+the process by a temporary folder removed at exit, with one ``RuntimeWarning``: the
+kernels must live in real files. The first write of a process starts a background
+thread that sweeps orphaned temporaries and trims the kernel files to
+``backends.disk_cache_max_bytes`` / ``disk_cache_max_age_days`` (``opendnn cache trim``
+does it on demand). Imported kernel modules are kept least recently used first, at most
+``backends.kernel_cache_size`` of them; an evicted module leaves ``sys.modules``, and
+kernels that still reference it keep working.
+
+Threads: Triton's interpreter keeps global state (it patches ``triton.language`` for the
+kernel it runs), and importing a module in one mode flips ``TRITON_INTERPRET`` for the
+whole process. Both happen under ``interpreter_lock``: interpreted launches run one at a
+time, and no import decorates while another mode's import or an interpreted launch runs.
 
 ``Launcher`` is what a plan keeps: at build time it compiles the CUDA kernel for the exact
 argument specialization (``warmup``), so executing a plan is a direct call into the
@@ -22,11 +38,16 @@ about the longest compiles rather than their sum.
 """
 from __future__ import annotations
 
+import atexit
 import hashlib
+import importlib.machinery
 import importlib.util
 import os
+import shutil
 import sys
+import tempfile
 import threading
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
@@ -36,9 +57,9 @@ from triton.runtime import _async_compile
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
-from .. import log
+from .. import backends, log
 from ..errors import InternalError, Status
-from . import compile_pool
+from . import cache_files, compile_pool, kernel_math
 
 COMPILE_TIMEOUT_S = 600     # a worker's compile beyond this is redone in the parent
 KEY_MISSES: list = []       # kernels a worker compiled under a key the launch did not use
@@ -67,28 +88,123 @@ def _to_bf16(v):
 
 '''
 _lock = threading.Lock()
-_modules: dict[str, object] = {}
+# Held by every interpreted launch and every import of a generated module (see the module
+# docstring); reentrant: an import may happen inside a launch's argument preparation.
+interpreter_lock = threading.RLock()
+_modules: OrderedDict[str, object] = OrderedDict()   # least recently used first
+_folders: dict[str, tuple[str, str]] = {}             # configured -> (cache, kernels) used
+_folders_lock = threading.Lock()
+_fallback: list = []                                  # this process's temporary folder
+_maintained: list = []
+
+
+def configured_cache_dir() -> str:
+    """The cache folder the environment names (it may not be usable: see cache_dir)."""
+    return os.environ.get("OPENDNN_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "opendnn")
 
 
 def cache_dir() -> str:
-    root = os.environ.get("OPENDNN_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "opendnn")
-    os.makedirs(root, exist_ok=True)
-    return root
+    """The cache folder in use: the configured one, or this process's temporary folder
+    when the configured one cannot be written (warned once)."""
+    return _resolve()[0]
+
+
+def kernel_dir() -> str:
+    """The folder generated kernels are written to (``<cache_dir>/kernels`` unless that
+    cannot be written)."""
+    return _resolve()[1]
+
+
+def _resolve() -> tuple[str, str]:
+    want = configured_cache_dir()
+    got = _folders.get(want)
+    if got is None:
+        with _folders_lock:
+            got = _folders.get(want)
+            if got is None:
+                got = _folders[want] = _usable_folders(want)
+    return got
+
+
+def _usable_folders(root: str) -> tuple[str, str]:
+    reason = cache_files.usable_dir(root)
+    if reason is not None:
+        fallback = _fallback_dir(root, reason)
+        return fallback, os.path.join(fallback, "kernels")
+    kernels = os.path.join(root, "kernels")
+    reason = cache_files.usable_dir(kernels)
+    if reason is not None:
+        return root, os.path.join(_fallback_dir(kernels, reason), "kernels")
+    return root, kernels
+
+
+def _fallback_dir(failed: str, reason: str) -> str:
+    """This process's temporary cache folder (made once, removed at exit), with a warning
+    naming the folder that failed and why."""
+    if not _fallback:
+        try:
+            d = tempfile.mkdtemp(prefix="opendnn-cache-")
+        except OSError as e:
+            raise InternalError(f"no usable cache folder: {failed} ({reason}), and no "
+                                f"temporary folder either ({e})",
+                                status=Status.INTERNAL_ERROR) from e
+        os.makedirs(os.path.join(d, "kernels"), exist_ok=True)
+        atexit.register(shutil.rmtree, d, True)
+        _fallback.append(d)
+    cache_files.warn(f"cache folder {failed} cannot be used ({reason}); this process "
+                     f"uses {_fallback[0]} instead (removed at exit)", stacklevel=6)
+    return _fallback[0]
+
+
+def _kernels_failed(folder: str, reason: str) -> str:
+    """A write into ``folder`` failed after it was found usable: later kernels of this
+    process go to the temporary folder."""
+    with _folders_lock:
+        want = configured_cache_dir()
+        cache, kernels = _folders.get(want) or (want, folder)
+        if kernels == folder:
+            kernels = os.path.join(_fallback_dir(folder, reason), "kernels")
+            _folders[want] = (cache, kernels)
+        return kernels
+
+
+def maintain_once() -> None:
+    """Sweep orphaned temporaries and trim the kernel files, once per process, on a
+    background thread (called at the process's first write to the cache)."""
+    if _maintained:
+        return
+    with _lock:
+        if _maintained:
+            return
+        _maintained.append(True)
+    cache, kernels = _resolve()
+    max_bytes, max_age = backends.disk_cache_max_bytes, backends.disk_cache_max_age_days
+
+    def run():
+        try:
+            cache_files.sweep_temporaries([cache, kernels])
+            cache_files.trim(kernels, max_bytes, max_age)
+        except Exception as e:   # noqa: BLE001 -- housekeeping must never break a run
+            log.info(f"cache maintenance of {cache} failed: {e}")
+    threading.Thread(target=run, daemon=True, name="opendnn-cache-trim").start()
 
 
 class _FromModule:
     """A kernel function not imported yet: ``load()`` imports its module (generated source)
     in one mode. A CUDA plan never imports the interpreted twin, a CPU plan never the
-    compiled one: each import executes the whole (often long) generated source."""
-    __slots__ = ("path", "modname", "name", "interpret")
+    compiled one: each import executes the whole (often long) generated source. It keeps
+    the source, to write the file again if it was removed meanwhile (``opendnn cache
+    clear`` or ``trim`` in another process)."""
+    __slots__ = ("path", "modname", "name", "interpret", "data")
 
-    def __init__(self, path: str, modname: str, name: str, interpret: bool):
+    def __init__(self, path: str, modname: str, name: str, interpret: bool, data: bytes):
         self.path, self.modname, self.name, self.interpret = path, modname, name, interpret
+        self.data = data
 
     def load(self):
         try:
-            mod = module_for(self.path, self.modname, self.interpret)
+            mod = module_for(self.path, self.modname, self.interpret, self.data)
         except SyntaxError as e:
             raise InternalError(f"generated kernel {self.name} does not parse: {e}",
                                 status=Status.INTERNAL_ERROR_COMPILATION_FAILED) from e
@@ -122,56 +238,115 @@ class DualKernel:
         return i
 
     def __call__(self, grid, *args, **constexprs):
-        """Launch on whatever device the tensor arguments live (slow path)."""
-        target = self.compiled if _on_cuda(args) else self.interpreted
-        return target[grid](*args, **constexprs)
+        """Launch on whatever device the tensor arguments live (slow path). Interpreted
+        launches hold ``interpreter_lock``: the interpreter's state is process-wide."""
+        if _on_cuda(args):
+            return self.compiled[grid](*args, **constexprs)
+        target = self.interpreted
+        with interpreter_lock:
+            return target[grid](*args, **constexprs)
+
+
+class _SourceLoader(importlib.machinery.SourceFileLoader):
+    """Imports a generated kernel without writing bytecode: compiling its Python is
+    nothing next to Triton's compile, and the kernel folder then holds only files written
+    atomically (``cache_files``)."""
+
+    def set_data(self, path, data, *, _mode=0o666):
+        pass
 
 
 def _exec_module(path: str, modname: str, interpret: bool):
     """Import ``path`` as ``modname`` with Triton's interpreter switched on or off, so that
-    every ``@triton.jit`` in it (helpers included) decorates for that mode."""
-    old = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
-    try:
-        spec = importlib.util.spec_from_file_location(modname, path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[modname] = mod
-        spec.loader.exec_module(mod)
-        return mod
-    finally:
-        if old is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = old
+    every ``@triton.jit`` in it (helpers included) decorates for that mode. Holds
+    ``interpreter_lock``: ``TRITON_INTERPRET`` is process-wide."""
+    want = "1" if interpret else "0"
+    with interpreter_lock:
+        old = os.environ.get("TRITON_INTERPRET")
+        if (old == "1") != interpret:
+            os.environ["TRITON_INTERPRET"] = want
+        try:
+            spec = importlib.util.spec_from_file_location(
+                modname, path, loader=_SourceLoader(modname, path))
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[modname] = mod
+            spec.loader.exec_module(mod)
+            if interpret:
+                # the interpreter reads each function's source at its first launch; read
+                # it now, while the file is surely there (trim may remove it later)
+                for v in list(vars(mod).values()):
+                    if isinstance(v, InterpretedFunction):
+                        v.rewrite()
+            return mod
+        finally:
+            if old is None:
+                os.environ.pop("TRITON_INTERPRET", None)
+            else:
+                os.environ["TRITON_INTERPRET"] = old
 
 
-def module_for(path: str, modname: str, interpret: bool):
+def module_for(path: str, modname: str, interpret: bool, data: bytes | None = None):
     """``path`` imported once per process in one mode (``modname`` + _compiled or
-    _interpreted)."""
+    _interpreted). With ``data`` (the file's expected bytes) a missing or changed file is
+    written again first. The modules are kept least recently used first, at most
+    ``backends.kernel_cache_size``."""
     full = modname + ("_interpreted" if interpret else "_compiled")
     key = f"{full}@{path}"
-    with _lock:
-        if key not in _modules:
-            _modules[key] = _exec_module(path, full, interpret)
-        return _modules[key]
+    with interpreter_lock:
+        mod = _modules.get(key)
+        if mod is not None:
+            _modules.move_to_end(key)
+            return mod
+        if data is not None:
+            path = _ensure_file(path, data)
+        mod = _modules[key] = _exec_module(path, full, interpret)
+        limit = max(1, int(backends.kernel_cache_size))
+        while len(_modules) > limit:
+            old_key, old = _modules.popitem(last=False)
+            name = old_key.split("@", 1)[0]
+            if sys.modules.get(name) is old:
+                del sys.modules[name]
+        return mod
+
+
+def _ensure_file(path: str, data: bytes) -> str:
+    """The path of a file holding ``data``: ``path``, or the same name in the process's
+    temporary folder when ``path`` cannot be written. Read problems are warnings."""
+    try:
+        if cache_files.same_content(path, data):
+            cache_files.touch(path)
+            return path
+    except OSError as e:
+        cache_files.warn(f"cannot read the cached kernel {path} ({type(e).__name__}: "
+                         f"{e.strerror or e}); writing it again", stacklevel=4)
+    folder = os.path.dirname(path)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        cache_files.atomic_write(path, data, durable=False)
+    except OSError as e:
+        # a partly written kernel is never used: the content is compared before each
+        # import, so the rename need not be durable
+        folder = _kernels_failed(folder, f"{type(e).__name__}: {e.strerror or e}")
+        path = os.path.join(folder, os.path.basename(path))
+        try:
+            os.makedirs(folder, exist_ok=True)
+            cache_files.atomic_write(path, data, durable=False)
+        except OSError as e2:
+            raise InternalError(f"cannot write the generated kernel {path}: {e2}",
+                                status=Status.INTERNAL_ERROR) from e2
+    maintain_once()
+    return path
 
 
 def kernel_from_source(source: str, name: str) -> DualKernel:
     """Generated Triton source (without header) written to the kernel cache, and function
     ``name`` of it wrapped both ways (each way imported on first use)."""
-    text = _HEADER + source
-    digest = hashlib.sha256(text.encode()).hexdigest()[:24]
-    folder = os.path.join(cache_dir(), "kernels")
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, f"k_{digest}.py")
-    if not os.path.exists(path) or open(path).read() != text:
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
+    data = (_HEADER + kernel_math.helpers_for(source) + source).encode()
+    digest = hashlib.sha256(data).hexdigest()[:24]
+    path = _ensure_file(os.path.join(kernel_dir(), f"k_{digest}.py"), data)
     modname = f"opendnn_generated_{digest}"
-    return DualKernel(_FromModule(path, modname, name, False),
-                      _FromModule(path, modname, name, True))
+    return DualKernel(_FromModule(path, modname, name, False, data),
+                      _FromModule(path, modname, name, True, data))
 
 
 _pool: list = []
