@@ -298,3 +298,41 @@ def test_legacy_workspace_overlapping_x_is_refused():
                                    torch.empty(1, 3, 6, 6))
     assert "convolution_forward" in e.value.op and "workspace" in e.value.rule and \
         "'x'" in e.value.rule, f"{_repro('legacy_workspace')}: {e.value}"
+
+
+@pytest.mark.parametrize("offset", [64, 128], ids=["overlapping", "beside"])
+def test_legacy_attention_work_space_overlapping_queries_is_refused(offset):
+    """multi_head_attn_forward carves its work space into the projections and the heads'
+    outputs: a work space sharing bytes with the queries would overwrite them mid-call.
+    One starting right after them is fine."""
+    h = legacy.create("cpu")
+    attn = legacy.create_attn_descriptor()
+    mode = legacy.AttnQueryMap.QUERYMAP_ALL_TO_ONE | legacy.AttnQueryMap.DISABLE_PROJ_BIASES
+    legacy.set_attn_descriptor(attn, mode, 1, 0.5, legacy.DataType.FLOAT,
+                               legacy.DataType.FLOAT, legacy.MathType.DEFAULT_MATH, None, None,
+                               8, 8, 8, 8, 8, 8, 8, 4, 4, 1, 1)
+    axes = (legacy.SeqDataAxis.BATCH, legacy.SeqDataAxis.BEAM, legacy.SeqDataAxis.TIME,
+            legacy.SeqDataAxis.VECT)
+    seq = legacy.create_seq_data_descriptor()
+    dims = [0] * 4
+    dims[legacy.SeqDataAxis.TIME], dims[legacy.SeqDataAxis.BATCH] = 4, 1
+    dims[legacy.SeqDataAxis.BEAM], dims[legacy.SeqDataAxis.VECT] = 1, 8
+    legacy.set_seq_data_descriptor(seq, torch.float32, 4, dims, axes, 1, [4], None)
+    w_size, ws_size, _ = legacy.get_multi_head_attn_buffers(h, attn)
+    weights = torch.randn(w_size // 4) * 0.3
+    arena = torch.randn(32 + ws_size // 4)          # queries, then the work space after them
+    queries = arena[:32]
+    keys, values, out = torch.randn(32), torch.randn(32), torch.empty(32)
+    lens = torch.tensor([4], dtype=torch.int32)
+    def call():
+        legacy.multi_head_attn_forward(h, attn, -1, [0] * 4, [4] * 4, lens, lens, seq, queries,
+                                       None, seq, keys, seq, values, seq, out, w_size,
+                                       weights, ws_size, arena.view(torch.uint8)[offset:])
+    if offset == 128:                       # the queries end at byte 128
+        call()
+        assert torch.isfinite(out).all(), _repro("attention_work_space")
+        return
+    with pytest.raises(BadParamError) as e:
+        call()
+    assert e.value.op == "multi_head_attn_forward" and "work_space" in e.value.rule and \
+        "'queries'" in e.value.rule, f"{_repro('attention_work_space')}: {e.value}"

@@ -51,6 +51,7 @@ import torch
 
 from ..errors import Status
 from ..ops.dropout import counters
+from ..runtime.buffers import check_disjoint
 from ..tensor import to_torch_dtype
 from . import attention_graphs as AG
 from .attention import WgradMode
@@ -95,12 +96,18 @@ def _setup(op, attn_desc, descs, bufs, devs, work_space_size, work_space, reserv
         _dev_lengths(devs[1], p.lens_kv, op, devs[3])
     w_need, r_need, layout = buffer_sizes(attn_desc)
     dtype = to_torch_dtype(attn_desc.data_type)
-    work = _Carve(_space(work_space, work_space_size, w_need, op, "work_space"),
-                  layout["work"], dtype)
-    res = None
-    if need_reserve or reserve is not None:
-        res = _Carve(_space(reserve, reserve_size, r_need, op, "reserve_space"),
-                     layout["reserve"], dtype)
+    work_raw = _space(work_space, work_space_size, w_need, op, "work_space")
+    with_reserve = need_reserve or reserve is not None
+    res_raw = _space(reserve, reserve_size, r_need, op, "reserve_space") if with_reserve \
+        else None
+    # the spaces are written: neither may share a byte with a sequence buffer or the other
+    named = {bname: views[nm] for nm, (bname, _) in bufs.items()}
+    if res_raw is not None:
+        check_disjoint(res_raw, r_need, named, op, "reserve_space")
+    if work_raw is not None:
+        check_disjoint(work_raw, w_need, {**named, "reserve_space": res_raw}, op, "work_space")
+    work = _Carve(work_raw, layout["work"], dtype)
+    res = _Carve(res_raw, layout["reserve"], dtype) if with_reserve else None
     return p, views, work, res
 
 
