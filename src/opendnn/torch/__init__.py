@@ -3,7 +3,11 @@ layer with ``torch.nn.functional``'s signatures, drop-in modules, ``convert(mode
 ``enable()`` (routing ``torch.nn.functional`` calls) and a ``torch.compile`` backend.
 
 Every operation runs a kept opendnn graph per problem (``_graphs``): the same engines,
-heuristics, plans and ``opendnn.backends`` switches as the graph API.
+heuristics, plans and ``opendnn.backends`` switches as the graph API. PyTorch's
+determinism switches, ``torch.use_deterministic_algorithms(True)`` and
+``torch.backends.cudnn.deterministic = True``, act as ``opendnn.backends.deterministic``:
+plans with the NONDETERMINISTIC note (split-K convolution backward, attention backward
+adding dQ with atomics) are left out, and switching them takes effect at the next call.
 """
 from . import functional  # noqa: E402,F401  (the custom operations register on import)
 from .convert import convert, revert  # noqa: E402,F401

@@ -7,7 +7,12 @@ graph, ranks its engines (heuristics A, then FALLBACK) and builds the chosen pla
 later call with that key binds its buffers to the kept graph and executes it. The switches
 in ``opendnn.backends`` apply as in the graph API: ``benchmark`` times the candidate plans
 at a graph's first execution and keeps the winner; ``deterministic`` and ``allow_tf32``
-are part of the key, since they change which plans exist.
+are part of the key, since they change which plans exist. PyTorch's own determinism
+switches, ``torch.use_deterministic_algorithms(True)`` (warn_only too) and
+``torch.backends.cudnn.deterministic = True``, count as ``backends.deterministic``
+(``deterministic()``): the graph deselects plans with the NONDETERMINISTIC note (split-K
+convolution backward, attention backward adding dQ by atomics), as cuDNN does for
+PyTorch.
 
 A graph runs on the device of its tensors, on PyTorch's current stream there.
 
@@ -28,7 +33,7 @@ import torch
 
 from .. import backends
 from ..engines.reference.engine import ReferenceEngine
-from ..enums import DataType, HeurMode
+from ..enums import DataType, HeurMode, NumericalNote
 from ..errors import GraphNotSupportedError, Status
 from ..graph.graph import Graph
 from ..handle import default_handle
@@ -57,12 +62,22 @@ def meta(t: torch.Tensor | None) -> tuple | None:
     return (tuple(t.shape), tuple(t.stride()), t.dtype, str(t.device))
 
 
+def deterministic() -> bool:
+    """Whether NONDETERMINISTIC plans are kept out: ``opendnn.backends.deterministic``,
+    ``torch.use_deterministic_algorithms(True)`` or ``torch.backends.cudnn.deterministic``
+    (PyTorch's switches, which its own cuDNN calls honour)."""
+    return bool(backends.deterministic or torch.are_deterministic_algorithms_enabled()
+                or torch.backends.cudnn.deterministic)
+
+
 def built(key: tuple, device: torch.device, build: Callable[[Graph], dict]) -> Built:
     """The kept graph for ``key``, made on first use: ``build(g)`` adds the nodes to the
     empty graph ``g`` (on ``device``; FLOAT intermediates and compute) and returns its
-    tensors by role name, outputs marked. Raises the graph's typed errors (e.g.
-    GraphNotSupportedError) when no engine takes the problem; nothing is kept then."""
-    full = (key, backends.deterministic, backends.allow_tf32)
+    tensors by role name, outputs marked. Under ``deterministic()`` the graph deselects
+    NONDETERMINISTIC plans (one kept graph per setting). Raises the graph's typed errors
+    (e.g. GraphNotSupportedError) when no engine takes the problem; nothing is kept then."""
+    det = deterministic()
+    full = (key, det, backends.allow_tf32)
     with _lock:
         hit = _cache.get(full)
         if hit is not None:
@@ -71,6 +86,8 @@ def built(key: tuple, device: torch.device, build: Callable[[Graph], dict]) -> B
     g = Graph(name=str(key[0]), handle=default_handle(str(device)),
               intermediate_data_type=DataType.FLOAT, compute_data_type=DataType.FLOAT)
     tensors = build(g)
+    if det:
+        g.deselect_numeric_notes([NumericalNote.NONDETERMINISTIC])
     g.build([HeurMode.A, HeurMode.FALLBACK])
     _refuse_reference(g, str(key[0]))
     b = Built(g, tensors, int(g.get_workspace_size()), device)
