@@ -392,8 +392,8 @@ def check_workspace(workspace, needed: int, device, op: str, graph=None,
     """Return the workspace as a uint8 tensor (or None when none is needed). With
     ``graph`` and ``bound`` (uid -> buffer, as ``bind`` returns it), the ``needed`` bytes
     the plan uses may share none with a bound buffer: a plan writes its workspace while it
-    reads its inputs and writes its outputs (FFT and Winograd plans computed on their own
-    scratch). Byte ranges are compared, not elements: one comparison per buffer."""
+    reads its inputs and writes its outputs (an FFT or Winograd plan would compute on its
+    own scratch). Byte ranges are compared, not elements: one comparison per buffer."""
     if needed == 0:
         return None if workspace is None else as_bytes(workspace, op)
     if workspace is None:
