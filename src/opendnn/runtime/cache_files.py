@@ -128,9 +128,15 @@ def usable_dir(path: str) -> str | None:
     """None when ``path`` is (or could be made) a directory this process can write, else
     the reason it cannot be used. Writes and removes a probe file."""
     try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        return f"{type(e).__name__}: {e.strerror or e}"
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        return "it exists and is not a folder"
+    try:
         os.makedirs(path, exist_ok=True)
-        if not os.path.isdir(path):
-            return "not a directory"
         fd, probe = _probe(path)
         os.close(fd)
         os.unlink(probe)
@@ -253,7 +259,7 @@ class JsonStore:
             raw = json.loads(read_regular(self.path))
             if not isinstance(raw, dict) or raw.get("format") != self.format or \
                     not isinstance(raw.get("entries"), dict):
-                raise ValueError(f"not a {self.format} document")
+                raise ValueError(f"not a document of format {self.format}")
         except FileNotFoundError:
             return {}
         except (OSError, ValueError, RecursionError, MemoryError) as e:
@@ -263,10 +269,11 @@ class JsonStore:
                                            f"{self.path} ({reason})")
             return {}
         good = {k: v for k, v in raw["entries"].items() if self.valid(v)}
-        if len(good) < len(raw["entries"]):
-            self._warn_once(("records", sig), f"dropped {len(raw['entries']) - len(good)} "
-                                              f"malformed entries of the {self.what} "
-                                              f"{self.path}")
+        bad = len(raw["entries"]) - len(good)
+        if bad:
+            self._warn_once(("records", sig), f"dropped {bad} malformed "
+                                              f"entr{'y' if bad == 1 else 'ies'} of the "
+                                              f"{self.what} {self.path}")
         return good
 
     def _warn_once(self, key, message: str) -> None:
