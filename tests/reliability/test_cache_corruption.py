@@ -236,12 +236,15 @@ def test_a_malformed_record_is_dropped_alone(request, tmp_path, monkeypatch):
     assert autotune.lookup("new", "cpu")["order"] == ["plan-b"], _repro(request)
 
 
+# ``c = ...; c.to(...)`` runs only as the interpreter rewrites it (each assignment made a
+# tensor), and the rewrite reads the kernel's source at its first launch
 KERNEL = '''
 @triton.jit
 def shift_{tag}(X, Y, N, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < N
-    tl.store(Y + offs, tl.load(X + offs, mask=mask) + {tag}.0, mask=mask)
+    c = {tag}.0
+    tl.store(Y + offs, tl.load(X + offs, mask=mask) + c.to(tl.float32), mask=mask)
 '''
 
 
@@ -271,3 +274,25 @@ def test_a_kernel_path_that_is_not_a_file(request, tmp_path, monkeypatch, what):
     assert error is None, where + f": raised {type(error).__name__}: {error}"
     assert torch.equal(result, x + tag), where + ": wrong result"
     assert _opendnn_warnings(seen), where + ": no RuntimeWarning about the kernel file"
+
+
+def test_kernel_files_removed_under_a_running_process(request, tmp_path, monkeypatch):
+    """``opendnn cache clear`` (or a trim) in another process removes the kernel files of
+    this one: a kernel made before is written again at its import, and a kernel imported
+    before is launched from the source kept in memory."""
+    import shutil
+    monkeypatch.setenv("OPENDNN_CACHE_DIR", str(tmp_path))
+    tags = [random.randrange(1 << 20) for _ in range(2)]
+    not_imported = launch.kernel_from_source(KERNEL.format(tag=tags[0]), f"shift_{tags[0]}")
+    imported = launch.kernel_from_source(KERNEL.format(tag=tags[1]), f"shift_{tags[1]}")
+    imported.interpreted                        # imported, not launched yet
+    shutil.rmtree(tmp_path / "kernels")
+    x = torch.arange(12, dtype=torch.float32)
+    for kern, tag in zip((not_imported, imported), tags):
+        where = _repro(request, tag=tag)
+        y = torch.empty_like(x)
+        try:
+            kern((1,), x, y, 12, BLOCK=16)
+        except Exception as e:   # noqa: BLE001 -- reported with the reproduction
+            pytest.fail(f"{where}: raised {type(e).__name__}: {str(e)[:300]}")
+        assert torch.equal(y, x + tag), where + ": wrong result"

@@ -42,6 +42,7 @@ import atexit
 import hashlib
 import importlib.machinery
 import importlib.util
+import linecache
 import os
 import shutil
 import sys
@@ -271,12 +272,6 @@ def _exec_module(path: str, modname: str, interpret: bool):
             mod = importlib.util.module_from_spec(spec)
             sys.modules[modname] = mod
             spec.loader.exec_module(mod)
-            if interpret:
-                # the interpreter reads each function's source at its first launch; read
-                # it now, while the file is surely there (trim may remove it later)
-                for v in list(vars(mod).values()):
-                    if isinstance(v, InterpretedFunction):
-                        v.rewrite()
             return mod
         finally:
             if old is None:
@@ -299,6 +294,10 @@ def module_for(path: str, modname: str, interpret: bool, data: bytes | None = No
             return mod
         if data is not None:
             path = _ensure_file(path, data)
+            # Triton reads a kernel's source with inspect (the interpreter only at the
+            # kernel's first launch): kept in linecache with no mtime, which linecache
+            # never invalidates, it stays readable if the file is trimmed or cleared
+            linecache.cache[path] = (len(data), None, data.decode().splitlines(True), path)
         mod = _modules[key] = _exec_module(path, full, interpret)
         limit = max(1, int(backends.kernel_cache_size))
         while len(_modules) > limit:
