@@ -17,6 +17,7 @@ starts with a one-line reproduction.
 """
 from __future__ import annotations
 
+import linecache
 import os
 import random
 import select
@@ -240,6 +241,7 @@ def test_processes_keep_each_others_tuning(request, tmp_path, monkeypatch):
                 _repro(request, trial=trial) + f": a lookup made before the other processes "
                 f"stored sees only {seen} afterwards")
             assert autotune.lookup("problem-12", "cpu")["order"] == ["plan-12", "reference"]
+        request.node.user_properties.append(("entries_found_per_trial", found))
     finally:
         for p in procs:
             p.stdin.close()
@@ -360,6 +362,9 @@ def test_imported_modules_are_bounded(request, cache):
     assert len(launch._modules) <= 3, (_repro(request, base=base)
                                        + f": {len(launch._modules)} modules kept, limit 3")
     assert len(generated) <= 3, _repro(request, base=base) + f": {len(generated)} in sys.modules"
+    sources = [p for p, e in linecache.cache.items()
+               if p.startswith(launch.kernel_dir()) and len(e) == 4 and e[1] is None]
+    assert len(sources) <= 3, _repro(request, base=base) + f": {len(sources)} sources kept"
     y = torch.empty_like(x)
     kernels[0]((1,), x, y, 10, BLOCK=16)           # its module was evicted long ago
     assert torch.equal(y, x * 2 + base), _repro(request, base=base) + ": evicted kernel broke"

@@ -305,6 +305,13 @@ def module_for(path: str, modname: str, interpret: bool, data: bytes | None = No
             name = old_key.split("@", 1)[0]
             if sys.modules.get(name) is old:
                 del sys.modules[name]
+            # its source too, unless the other mode's module of the file is still kept
+            # (a kernel still referenced was read already, or reads the file again)
+            source = getattr(old, "__file__", None)
+            if not any(getattr(m, "__file__", None) == source for m in _modules.values()):
+                entry = linecache.cache.get(source)
+                if entry is not None and len(entry) == 4 and entry[1] is None:
+                    linecache.cache.pop(source, None)
         return mod
 
 
