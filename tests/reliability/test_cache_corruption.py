@@ -258,7 +258,10 @@ def test_a_kernel_path_that_is_not_a_file(request, tmp_path, monkeypatch, what):
     digest = hashlib.sha256((launch._HEADER + source).encode()).hexdigest()[:24]
     path = os.path.join(tmp_path, "kernels", f"k_{digest}.py")
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    os.mkfifo(path) if what == "fifo" else os.makedirs(path)
+    if what == "fifo":
+        os.mkfifo(path)
+    else:
+        os.makedirs(path)
     x = torch.arange(12, dtype=torch.float32)
 
     def op():

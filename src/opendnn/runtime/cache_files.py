@@ -224,6 +224,10 @@ class JsonStore:
     def update(self, items: dict) -> bool:
         """Merge ``items`` into the document on disk. False (with a warning) when it could
         not be written: the entries are then kept for this process only."""
+        try:                        # the folder may have been cleared meanwhile
+            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        except OSError:
+            pass                    # the write below fails and says why
         with self._lock, file_lock(self.path):
             entries = self._read()
             entries.update(items)
