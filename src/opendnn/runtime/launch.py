@@ -90,7 +90,7 @@ def _to_bf16(v):
 '''
 _lock = threading.Lock()
 # Held by every interpreted launch and every import of a generated module (see the module
-# docstring); reentrant: an import may happen inside a launch's argument preparation.
+# docstring); reentrant: module_for holds it around _exec_module, which takes it too.
 interpreter_lock = threading.RLock()
 _modules: OrderedDict[str, object] = OrderedDict()   # least recently used first
 _folders: dict[str, tuple[str, str]] = {}             # configured -> (cache, kernels) used
