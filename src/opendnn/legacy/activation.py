@@ -66,6 +66,8 @@ def _backward_body(act, mode):
               g.relu_backward(dy, x, upper_clip=act.coef))
         if act.nan_opt == NanPropagation.PROPAGATE_NAN:        # NaN in x gives NaN in dx
             dx = g.binary_select(x, dx, _is_nan(g, x))
+        else:   # NaN in x is max(NaN, 0) = 0: the clipped side (relu_backward passes dy)
+            dx = g.binary_select(t["zero"], dx, _is_nan(g, x))
         return dx
     return body
 
@@ -104,10 +106,11 @@ def activation_backward(handle, activation_desc, alpha, y_desc, y, dy_desc, dy, 
     buffer(op, "y", y, y_desc, handle)       # checked, not read
     dy, x = buffer(op, "dy", dy, dy_desc, handle), buffer(op, "x", x, x_desc, handle)
     dx = buffer(op, "dx", dx, dx_desc, handle, output=True)
+    zero = _relu_like(mode) and activation_desc.nan_opt == NanPropagation.NOT_PROPAGATE_NAN
     c = call(handle, op, {"dy": dy_desc, "x": x_desc, "dx": dx_desc}, "dx",
              _backward_body(activation_desc, mode), alpha != 1.0, beta != 0.0,
-             key=_key(activation_desc))
-    c.run({"dy": dy, "x": x}, dx, alpha, beta)
+             key=_key(activation_desc), scalars=("zero",) if zero else ())
+    c.run({"dy": dy, "x": x, **({"zero": 0.0} if zero else {})}, dx, alpha, beta)
 
 
 __all__ = ["activation_forward", "activation_backward"]

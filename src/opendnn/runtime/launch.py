@@ -60,7 +60,7 @@ from triton.runtime.jit import JITFunction
 
 from .. import backends, log
 from ..errors import InternalError, Status
-from . import cache_files, compile_pool
+from . import cache_files, compile_pool, kernel_math
 
 COMPILE_TIMEOUT_S = 600     # a worker's compile beyond this is redone in the parent
 KEY_MISSES: list = []       # kernels a worker compiled under a key the launch did not use
@@ -347,7 +347,7 @@ def _ensure_file(path: str, data: bytes) -> str:
 def kernel_from_source(source: str, name: str) -> DualKernel:
     """Generated Triton source (without header) written to the kernel cache, and function
     ``name`` of it wrapped both ways (each way imported on first use)."""
-    data = (_HEADER + source).encode()
+    data = (_HEADER + kernel_math.helpers_for(source) + source).encode()
     digest = hashlib.sha256(data).hexdigest()[:24]
     path = _ensure_file(os.path.join(kernel_dir(), f"k_{digest}.py"), data)
     modname = f"opendnn_generated_{digest}"
