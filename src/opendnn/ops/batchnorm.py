@@ -48,10 +48,11 @@ def forward_training(x, scale, bias, eps, running_mean=None, running_var=None,
     scale's shape; the running outputs are None without running inputs."""
     axes = reduced_axes(x.shape, scale.shape)
     m = count(x.shape, scale.shape)
-    mean = x.mean(axis=axes, keepdims=True)
-    var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
-    inv_var = 1.0 / np.sqrt(var + eps)
-    y = scale * (x - mean) * inv_var + bias
+    with np.errstate(invalid="ignore", over="ignore"):    # inf - inf: NaN is the answer
+        mean = x.mean(axis=axes, keepdims=True)
+        var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
+        inv_var = 1.0 / np.sqrt(var + eps)
+        y = scale * (x - mean) * inv_var + bias
     next_mean = next_var = None
     if running_mean is not None:
         with np.errstate(divide="ignore", invalid="ignore"):

@@ -109,8 +109,12 @@ def forward(geo: Geometry, x, scale, bias, eps: float, rms: bool):
         if rms:
             mu = np.zeros(geo.stats_view)
             ms = (xv * xv).mean(axis=geo.axes, keepdims=True)
-        else:
-            mu = xv.mean(axis=geo.axes, keepdims=True)
+        else:   # shifted by the row's first element (0 if inf or NaN): a constant row's
+            # mean is exact, as the kernels' is
+            first = xv[tuple(slice(0, 1) if i in geo.axes else slice(None)
+                             for i in range(xv.ndim))]
+            k = np.where(np.isfinite(first), first, 0.0)
+            mu = k + (xv - k).mean(axis=geo.axes, keepdims=True)
             ms = ((xv - mu) ** 2).mean(axis=geo.axes, keepdims=True)
         inv = 1.0 / np.sqrt(ms + eps)
         y = (xv - mu) * inv * sv

@@ -16,6 +16,10 @@ Training forward, three launches:
   2. finish: per column, the SPLIT partials are summed in a fixed order (deterministic);
      it writes mean, inv_var, the running statistics, and the per-column coefficients
      a = scale * inv_var, b = bias - mean * a to the workspace.
+  Sums beyond float32's range (|x - shift| beyond ~2^63): a statistics program whose
+  column sums come out inf or NaN takes its slice again in units of 2^-80 and flags those
+  columns (WS[2, SPLIT, K], after the two partial rows); the finish brings a flagged
+  column's other partials to those units (the norm engine's rescue, ``norm._kernels``).
   3. normalize: y = a x + b, then the fused epilogue (+ z, relu), stored once. With
      REUSE it walks the row blocks last-first: its first reads are what the statistics
      pass read last, still in L2 (the statistics loads then skip evict_first).
@@ -28,6 +32,7 @@ a = scale inv_var, b = -a inv_var dscale / m, c = -a dbias / m - b mean.
 from __future__ import annotations
 
 from ..fusion._codegen import COMBINE_HELPERS, TL_TYPE, index_decomposition, offset_expr
+from ..norm._kernels import SCALE, UNSCALE, finite_shift
 
 INT32_LIMIT = 2 ** 31 - 1
 STREAM_BYTES = 30e6      # x larger than this does not stay in L2 between the passes
@@ -171,7 +176,8 @@ def stats_params(p: Problem) -> list:
 
 
 def stats_source(name: str, p: Problem, kn) -> str:
-    """Per (column block, slice): partial column sums into WS[2, SPLIT, K]."""
+    """Per (column block, slice): partial column sums into WS[2, SPLIT, K] (and, for the
+    forward, overflow flags into WS[2, SPLIT, K] after them)."""
     ind, ind2 = "    ", "        "
     bk, br, sp = kn.BLOCK_K, kn.BLOCK_R, kn.SPLIT
     backward = p.kind == "batchnorm_backward"
@@ -185,8 +191,8 @@ def stats_source(name: str, p: Problem, kn) -> str:
     L += _kept(p, "cols", data + (("MEAN",) if backward else ()), ind)
     if backward:
         L.append(f"{ind}shift = {_ld('MEAN', 'ko_MEAN', km)}")
-    else:   # x of row 0 (reduced offset 0) per column
-        L.append(f"{ind}shift = {_ld('X', 'ko_X', km)}")
+    else:   # x of row 0 (reduced offset 0) per column; 0 where inf or NaN
+        L.append(f"{ind}shift = {finite_shift(_ld('X', 'ko_X', km))}")
     L += [f"{ind}acc1 = tl.full([{br}, {bk}], 0.0, tl.float32)",
           f"{ind}acc2 = tl.full([{br}, {bk}], 0.0, tl.float32)",
           f"{ind}for rb in range(sl, {nrb}, {sp}):",
@@ -201,9 +207,28 @@ def stats_source(name: str, p: Problem, kn) -> str:
     else:
         L += [f"{ind2}acc1 += d", f"{ind2}acc2 += d * d"]
     m = f", mask={km}" if km else ""
-    L += [f"{ind}tl.store(WS + sl * {p.K} + cols, tl.reduce(acc1, 0, _add_combine){m})",
-          f"{ind}tl.store(WS + ({sp} + sl) * {p.K} + cols, "
-          f"tl.reduce(acc2, 0, _add_combine){m})"]
+    L += [f"{ind}s1 = tl.reduce(acc1, 0, _add_combine)",
+          f"{ind}s2 = tl.reduce(acc2, 0, _add_combine)"]
+    if not backward:
+        ind3 = ind2 + "    "
+        L += [f"{ind}over = ~(s2 < float('inf'))",
+              f"{ind}flag = tl.where(over, 0.0, 0.0)",
+              f"{ind}if tl.reduce(over.to(tl.int32), 0, _max_combine) > 0:",
+              f"{ind2}acc1 = tl.full([{br}, {bk}], 0.0, tl.float32)",
+              f"{ind2}acc2 = tl.full([{br}, {bk}], 0.0, tl.float32)",
+              f"{ind2}for rb in range(sl, {nrb}, {sp}):",
+              f"{ind3}rows = {_rows(p, 'rb', br)}"]
+        L += _reduced(p, "rows", data, ind3)
+        L.append(f"{ind3}x = {_ld('X', _tile('X'), tile, evict)}")
+        d = f"x * {SCALE} - shift[None, :] * {SCALE}"
+        L += [f"{ind3}d = {f'tl.where({tile}, {d}, 0.0)' if tile else d}",
+              f"{ind3}acc1 += d", f"{ind3}acc2 += d * d",
+              f"{ind2}s1 = tl.where(over, tl.reduce(acc1, 0, _add_combine), s1)",
+              f"{ind2}s2 = tl.where(over, tl.reduce(acc2, 0, _add_combine), s2)",
+              f"{ind2}flag = tl.where(over, 1.0, 0.0)",
+              f"{ind}tl.store(WS + ({2 * sp} + sl) * {p.K} + cols, flag{m})"]
+    L += [f"{ind}tl.store(WS + sl * {p.K} + cols, s1{m})",
+          f"{ind}tl.store(WS + ({sp} + sl) * {p.K} + cols, s2{m})"]
     return "\n".join(L) + "\n"
 
 
@@ -243,7 +268,7 @@ def finish_source(name: str, p: Problem, kn) -> str:
           f"{ind2}acc2 += {_ld('WS', f'({sp} + s0 + sk)[:, None] * {K} + cols[None, :]', tile)}",
           f"{ind}s1 = tl.reduce(acc1, 0, _add_combine)",
           f"{ind}s2 = tl.reduce(acc2, 0, _add_combine)"]
-    coef = f"{2 * sp * K}"
+    coef = f"{3 * sp * K}"
     inv_m = repr(1.0 / m) if m else "0.0"
     mk = f", mask={km}" if km else ""
     if p.kind == "batchnorm_backward":
@@ -259,10 +284,34 @@ def finish_source(name: str, p: Problem, kn) -> str:
               f"{ind}tl.store(WS + {coef} + {K} + cols, b{mk})",
               f"{ind}tl.store(WS + {coef} + {2 * K} + cols, c{mk})"]
         return "\n".join(L) + "\n"
-    L += [f"{ind}m1 = s1 * {inv_m}",
-          f"{ind}mean = {_ld('X', 'ko_X', km)} + m1",
-          f"{ind}var = tl.maximum(s2 * {inv_m} - m1 * m1, 0.0)",
+    flags = f"(s0 + sk)[:, None] * {K} + {2 * sp * K} + cols[None, :]"
+    L += [f"{ind}shift = {finite_shift(_ld('X', 'ko_X', km))}",
+          f"{ind}m1 = s1 * {inv_m}",
+          f"{ind}mean = shift + m1",
+          f"{ind}var = tl.maximum(s2 * {inv_m} - m1 * m1, 0.0, "
+          f"propagate_nan=tl.PropagateNan.ALL)",
           f"{ind}inv = 1.0 / tl.sqrt_rn(var + {_scalar(p, 'EPSILON')})",
+          # columns some slice took in 2^-80 units: every partial brought to them
+          f"{ind}accf = tl.full([{sb}, {bf}], 0.0, tl.float32)",
+          f"{ind}for s0 in range(0, {sp}, {sb}):",
+          f"{ind2}accf = tl.maximum(accf, {_ld('WS', flags, tile)})",
+          f"{ind}fl = tl.reduce(accf, 0, _max_combine) > 0",
+          f"{ind}if tl.reduce(fl.to(tl.int32), 0, _max_combine) > 0:",
+          f"{ind2}acc1 = tl.full([{sb}, {bf}], 0.0, tl.float32)",
+          f"{ind2}acc2 = tl.full([{sb}, {bf}], 0.0, tl.float32)",
+          f"{ind2}for s0 in range(0, {sp}, {sb}):",
+          f"{ind2}    f = {_ld('WS', flags, tile)} > 0",
+          f"{ind2}    v1 = {_ld('WS', f'(s0 + sk)[:, None] * {K} + cols[None, :]', tile)}",
+          f"{ind2}    v2 = {_ld('WS', f'({sp} + s0 + sk)[:, None] * {K} + cols[None, :]', tile)}",
+          f"{ind2}    acc1 += tl.where(f, v1, v1 * {SCALE})",
+          f"{ind2}    acc2 += tl.where(f, v2, v2 * {SCALE} * {SCALE})",
+          f"{ind2}m1s = tl.reduce(acc1, 0, _add_combine) * {inv_m}",
+          f"{ind2}var_s = tl.maximum(tl.reduce(acc2, 0, _add_combine) * {inv_m} - m1s * m1s, "
+          f"0.0, propagate_nan=tl.PropagateNan.ALL)",
+          f"{ind2}mean = tl.where(fl, shift + m1s * {UNSCALE}, mean)",
+          f"{ind2}inv = tl.where(fl, tl.where(var_s == 0, 1.0 / tl.sqrt_rn("
+          f"{_scalar(p, 'EPSILON')} + 0.0 * var_s), {SCALE} / tl.sqrt_rn(var_s)), inv)",
+          f"{ind2}var = tl.where(fl, var_s * {UNSCALE} * {UNSCALE}, var)",
           ind + _st(p, "MEAN", "ko_MEAN", "mean", km),
           ind + _st(p, "INV_VARIANCE", "ko_INV_VARIANCE", "inv", km)]
     if p.has("PREV_RUNNING_MEAN"):
@@ -307,7 +356,7 @@ def apply_source(name: str, p: Problem, kn, split: int) -> str:
     stats = ("MEAN", "INV_VARIANCE", "SCALE", "BIAS") if p.kind == "batchnorm_inference" else ()
     L += _kept(p, "cols", tuple(data) + stats, ind)
     L += _reduced(p, "rows", data, ind)
-    coef = 2 * split * K
+    coef = 3 * split * K
     if p.kind == "batchnorm_inference":
         L += [f"{ind}a = {_ld('SCALE', 'ko_SCALE', km)} * "
               f"{_ld('INV_VARIANCE', 'ko_INV_VARIANCE', km)}",

@@ -208,7 +208,7 @@ class BatchNormEngine(Engine):
             return 0
         kn = BatchNormKnobs(**config.knob_dict)
         coefs = 3 if p.kind == "batchnorm_backward" else 2
-        return (2 * kn.SPLIT + coefs) * p.K * 4
+        return (3 * kn.SPLIT + coefs) * p.K * 4     # partials, overflow flags, coefficients
 
     def build(self, graph, config, target) -> Executable:
         return _BatchNormExecutable(graph, BatchNormKnobs(**config.knob_dict), target,

@@ -10,7 +10,11 @@ or statistic broadcasts by stride 0.
 
 Forward:
 - ``rows`` (FWD rows in registers): a program holds BLOCK_ROWS whole rows
-  ([BLOCK_ROWS, BLOCK_L], BLOCK_L >= L): mean, centered variance, output, one read.
+  ([BLOCK_ROWS, BLOCK_L], BLOCK_L >= L): mean (shifted by the row's first element, so a
+  constant row's is exact), centered variance, output, one read.
+- every forward path: a row whose statistics overflow float32 (|x - mean| beyond ~2^63,
+  sums of values near 3.4e38) is redone in units of 2^-80 (``_rows_rescue``,
+  ``_loop_rescue``, the split's flagged chunks); the common case pays one comparison.
 - ``loop`` (long rows): one program per row streams it twice in BLOCK_L tiles: shifted
   sums (x - k, k = the row's first element, so the variance does not cancel), then the
   output, walking the row backwards so that the tiles read last in the first loop -- the
@@ -32,6 +36,7 @@ from __future__ import annotations
 import math
 
 from ...ops import norm as N
+from ...runtime.kernel_math import cast
 from ..fusion._codegen import (COMBINE_HELPERS, TL_TYPE, collapse, offset_expr,
                                padded_strides)
 
@@ -158,13 +163,13 @@ def store(p: Problem, name: str, tile2d: bool, value: str, mask: str,
     """A store; ``stream`` (the long-row loops) asks L2 to drop the line first, so that
     the output does not push out the input rows the loop reads a second time."""
     ev = ', eviction_policy="evict_first"' if stream else ""
-    return (f"tl.store({ptr(name, tile2d)}, ({value}).to({TL_TYPE[p.types[name]]}), "
+    return (f"tl.store({ptr(name, tile2d)}, {cast(value, TL_TYPE[p.types[name]])}, "
             f"mask={mask}{ev})")
 
 
 def stat_store(p: Problem, name: str, value: str, mask: str | None) -> str:
     m = f", mask={mask}" if mask else ""
-    return f"tl.store({name} + off_{name}, ({value}).to({TL_TYPE[p.types[name]]}){m})"
+    return f"tl.store({name} + off_{name}, {cast(value, TL_TYPE[p.types[name]])}{m})"
 
 
 def chunk(L: int, block: int, split: int) -> int:
@@ -254,17 +259,102 @@ def fwd_rows_source(name: str, p: Problem, kn, f: FwdSpec) -> str:
     L += _x_lines(p, f, True, "mask", True, IND, True)
     if f.rms:
         L += [f"{IND}xc = x", f"{IND}ms = tl.reduce(x * x, 1, _add_combine) / {p.L}"]
-    else:
-        L += [f"{IND}mean = tl.reduce(x, 1, _add_combine) / {p.L}",
+    else:   # the mean shifted by the row's first element: exact for a constant row
+        k = "tl.load(X + off_X, mask=rmask, other=0.0).to(tl.float32)"
+        if f.residual:
+            k += " + tl.load(R + off_R, mask=rmask, other=0.0).to(tl.float32)"
+        L += [f"{IND}k = {finite_shift(k)}",
+              f"{IND}mean = k + tl.reduce(tl.where(mask, x - k[:, None], 0.0), 1, "
+              f"_add_combine) / {p.L}",
               f"{IND}xc = tl.where(mask, x - mean[:, None], 0.0)",
               f"{IND}ms = tl.reduce(xc * xc, 1, _add_combine) / {p.L}"]
     L.append(f"{IND}rstd = 1.0 / tl.sqrt(ms + EPS)")
-    L += _y_lines(p, f, True, "xc", "rstd[:, None]", IND)
+    L += _rows_rescue(p, f)
+    L += _y_lines(p, f, True, "xc", "ry[:, None]", IND)
     if f.training:
         if not f.rms:
             L.append(IND + stat_store(p, "MEAN", "mean", "rmask"))
         L.append(IND + stat_store(p, "INV_VARIANCE", "rstd", "rmask"))
     return "\n".join(L) + "\n"
+
+
+# ---- statistics beyond float32's range ---------------------------------------------------
+# |x - mean| beyond ~2^63 overflows its square (and a sum of values near 3.4e38 the sum):
+# a row whose statistics come out inf or NaN is redone in units of SCALE (2^-80, exact),
+# where x^2 <= 2^98 and the variance's smallest terms (< 2^-46) are negligible. eps
+# vanishes in those units (eps 2^-160 underflows): a constant row (variance 0) gets
+# 1 / sqrt(eps) itself. A row holding inf or NaN is redone too and stays NaN.
+SCALE, UNSCALE = "8.271806125530277e-25", "1.2089258196146292e+24"     # 2^-80, 2^80
+
+
+def _scaled_stats(ms: str, indent: str) -> list[str]:
+    """Lines turning ``ms``, the scaled variance, into ``ry`` (1 / sqrt(ms), applied to
+    scaled centered values) and ``rstd`` (the statistic, in the data's units)."""
+    return [f"{indent}ry_s = tl.where({ms} == 0, 0.0, 1.0 / tl.sqrt({ms}))",
+            f"{indent}rstd_s = tl.where({ms} == 0, 1.0 / tl.sqrt(EPS + 0.0 * {ms}), "
+            f"ry_s * {SCALE})"]
+
+
+def finite_shift(k: str) -> str:
+    """The shift ``k`` (a row's first element), 0 when it is inf or NaN: x - inf would
+    make the mean NaN where PyTorch's is inf."""
+    return f"tl.where(tl.abs({k}) < float('inf'), {k}, 0.0)"
+
+
+def _rows_rescue(p: Problem, f: FwdSpec) -> list[str]:
+    """The rows path: ``ry`` (the inverse deviation applied to ``xc``) and, for rows whose
+    statistics overflowed, ``xc``, ``mean``, ``rstd`` recomputed from x in SCALE units."""
+    I2 = IND2
+    L = [f"{IND}ry = rstd",
+         f"{IND}over = ~(ms < float('inf'))",
+         f"{IND}if tl.reduce(over.to(tl.int32), 0, _max_combine) > 0:",
+         f"{I2}xs = x * {SCALE}"]
+    if f.rms:
+        L += [f"{I2}xcs = xs", f"{I2}ms_s = tl.reduce(xs * xs, 1, _add_combine) / {p.L}"]
+    else:
+        L += [f"{I2}ks = k * {SCALE}",
+              f"{I2}mean_s = ks + tl.reduce(tl.where(mask, xs - ks[:, None], 0.0), 1, "
+              f"_add_combine) / {p.L}",
+              f"{I2}xcs = tl.where(mask, xs - mean_s[:, None], 0.0)",
+              f"{I2}ms_s = tl.reduce(xcs * xcs, 1, _add_combine) / {p.L}",
+              f"{I2}mean = tl.where(over, mean_s * {UNSCALE}, mean)"]
+    L += _scaled_stats("ms_s", I2)
+    L += [f"{I2}xc = tl.where(over[:, None], xcs, xc)",
+          f"{I2}ry = tl.where(over, ry_s, ry)",
+          f"{I2}rstd = tl.where(over, rstd_s, rstd)"]
+    return L
+
+
+def _loop_rescue(p: Problem, f: FwdSpec, bl: int, nt: int, ar: str, names) -> list[str]:
+    """The long-row path: ``sc`` (1, or SCALE for a redone row) and ``ry`` (the inverse
+    deviation applied to ``x sc - mean sc``); a row whose statistics overflowed is read
+    once more, its shifted sums taken in SCALE units."""
+    I2, I3 = IND2, IND2 + "    "
+    L = [f"{IND}ry = rstd",
+         f"{IND}sc = tl.where(rstd == rstd, 1.0, 1.0)",
+         f"{IND}if ~(q < float('inf')):",
+         f"{I2}acc_s = tl.full([{bl}], 0.0, tl.float32)",
+         f"{I2}acc_q = tl.full([{bl}], 0.0, tl.float32)",
+         f"{I2}for start in range(0, {nt * bl}, {bl}):",
+         f"{I3}cols = start + {ar}",
+         f"{I3}cmask = cols < {p.L}",
+         f"{I3}mask = cmask"]
+    L += p.col_offsets("cols", [n for n in ("X", "R") if n in names], I3)
+    L += _x_lines(p, f, False, "mask", False, I3, False)
+    if f.rms:
+        L += [f"{I3}xs = x * {SCALE}", f"{I3}acc_q += xs * xs",
+              f"{I2}ms_s = tl.reduce(acc_q, 0, _add_combine) / {p.L}"]
+    else:
+        L += [f"{I3}d = tl.where(cmask, x * {SCALE} - k * {SCALE}, 0.0)",
+              f"{I3}acc_s += d",
+              f"{I3}acc_q += d * d",
+              f"{I2}q_s = tl.reduce(acc_q, 0, _add_combine) / {p.L}",
+              f"{I2}s_s = tl.reduce(acc_s, 0, _add_combine) / {p.L}",
+              f"{I2}mean = k + s_s * {UNSCALE}",
+              f"{I2}ms_s = tl.maximum(q_s - s_s * s_s, 0.0, propagate_nan=tl.PropagateNan.ALL)"]
+    L += _scaled_stats("ms_s", I2)
+    L += [f"{I2}ry = ry_s", f"{I2}rstd = rstd_s", f"{I2}sc = sc * {SCALE}"]
+    return L
 
 
 def fwd_loop_source(name: str, p: Problem, kn, f: FwdSpec) -> str:
@@ -279,7 +369,7 @@ def fwd_loop_source(name: str, p: Problem, kn, f: FwdSpec) -> str:
         k = "tl.load(X + off_X).to(tl.float32)"
         if f.residual:
             k += " + tl.load(R + off_R).to(tl.float32)"
-        L.append(f"{IND}k = {k}")
+        L.append(f"{IND}k = {finite_shift(k)}")
     L += [f"{IND}acc_s = tl.full([{bl}], 0.0, tl.float32)",
           f"{IND}acc_q = tl.full([{bl}], 0.0, tl.float32)",
           f"{IND}for start in range(0, {nt * bl}, {bl}):",
@@ -300,15 +390,16 @@ def fwd_loop_source(name: str, p: Problem, kn, f: FwdSpec) -> str:
     else:
         L += [f"{IND}s = tl.reduce(acc_s, 0, _add_combine) / {p.L}",
               f"{IND}mean = k + s",
-              f"{IND}ms = tl.maximum(q - s * s, 0.0)"]
-    L += [f"{IND}rstd = 1.0 / tl.sqrt(ms + EPS)",
-          f"{IND}for i in range(0, {nt}):",
+              f"{IND}ms = tl.maximum(q - s * s, 0.0, propagate_nan=tl.PropagateNan.ALL)"]
+    L.append(f"{IND}rstd = 1.0 / tl.sqrt(ms + EPS)")
+    L += _loop_rescue(p, f, bl, nt, ar, names)
+    L += [f"{IND}for i in range(0, {nt}):",
           f"{IND2}cols = ({nt - 1} - i) * {bl} + {ar}",
           f"{IND2}cmask = cols < {p.L}",
           f"{IND2}mask = cmask"]
     L += p.col_offsets("cols", [n for n in names if n not in f.stats()], IND2)
     L += _x_lines(p, f, False, "mask", True, IND2, False)
-    L += _y_lines(p, f, False, "x" if f.rms else "(x - mean)", "rstd", IND2)
+    L += _y_lines(p, f, False, "x * sc" if f.rms else "(x * sc - mean * sc)", "ry", IND2)
     if f.training:
         if not f.rms:
             L.append(IND + stat_store(p, "MEAN", "mean", None))

@@ -407,7 +407,7 @@ class NormEngine(Engine):
         if kn.PATH == 4:
             return KC.workspace_floats(p, kn, a.backward) * 4
         if not a.backward:
-            return p.R * kn.SPLIT * 2 * 4 if kn.PATH == 3 else 0
+            return p.R * kn.SPLIT * 3 * 4 if kn.PATH == 3 else 0
         if kn.PATH == 1:
             return 2 * kn.PROGRAMS * p.L * 4
         return (p.R * kn.SPLIT * 2 + 2 * kn.PROGRAMS * p.G * p.L) * 4

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from ..fusion._codegen import (COMBINE_HELPERS, POLL_HELPERS, TL_TYPE, index_decomposition,
                                offset_expr, poll, publish)
+from ...runtime.kernel_math import cast
 
 INT32_LIMIT = 2 ** 31 - 1
 NEG_INF = 'float("-inf")'
@@ -91,7 +92,7 @@ def _store(p: Problem, role: str, cols: str, value: str, mask: str, tile2d: bool
     _, sa = p.strides[role]
     off = f"off_{role}[:, None] + ({cols})[None, :] * {sa}" if tile2d else \
         f"off_{role} + ({cols}) * {sa}"
-    return (f"tl.store({role} + {off}, ({value}).to({TL_TYPE[p.types[role]]}), mask={mask}, "
+    return (f"tl.store({role} + {off}, {cast(value, TL_TYPE[p.types[role]])}, mask={mask}, "
             'eviction_policy="evict_first")')
 
 
