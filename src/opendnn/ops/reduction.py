@@ -3,7 +3,10 @@
 Modes (cuDNN's ``cudnnReduceTensorOp_t``): ADD sum, MUL product, MIN, MAX, AMAX max |x|,
 AVG mean, NORM1 sum |x|, NORM2 sqrt(sum x^2), MUL_NO_ZEROS product of the nonzero
 elements. An empty reduction gives the identity (0 for sums, 1 for products, +inf / -inf
-for MIN / MAX, 0 for AMAX, NaN for AVG of nothing).
+for MIN / MAX, 0 for AMAX, NaN for AVG of nothing), taken in the output's type: into a
+BOOLEAN output MAX of nothing is False and MIN of nothing True (the identities of
+torch.any / torch.all; -inf would be a nonzero value, True), the others as their
+float identity converts (AVG's NaN is True).
 
 Each mode is a pre-map ``f`` on elements, a combine ``(+, *, min, max)`` and a post-map
 ``g`` on the combined value: ``Y = g(combine_i f(X_i))``. Engines use the same table.
@@ -12,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..enums import ReductionMode as R
+from ..enums import DataType, ReductionMode as R
 
 # mode -> (pre-map name, combine, identity, post-map name)
 TABLE = {
@@ -28,10 +31,21 @@ TABLE = {
 }
 
 
-def reference(mode: R, x: np.ndarray, out_dims) -> np.ndarray:
-    """float64 reference; ``out_dims`` has 1 on the reduced axes."""
+def identity(mode: R, data_type=None) -> float:
+    """The value a reduction of nothing starts from, in the output type ``data_type``
+    (None: float): a BOOLEAN output's MAX starts from False, its MIN from True."""
+    ident = TABLE[mode][2]
+    if data_type == DataType.BOOLEAN and TABLE[mode][1] in ("max", "min"):
+        return 1.0 if ident > 0 else 0.0
+    return ident
+
+
+def reference(mode: R, x: np.ndarray, out_dims, data_type=None) -> np.ndarray:
+    """float64 reference; ``out_dims`` has 1 on the reduced axes; ``data_type`` is the
+    output's (an empty reduction's identity depends on it)."""
     axes = tuple(i for i, (a, b) in enumerate(zip(x.shape, out_dims)) if b == 1 and a != 1)
-    pre, combine, ident, post = TABLE[mode]
+    pre, combine, _, post = TABLE[mode]
+    ident = identity(mode, data_type)
     v = {"x": x, "abs": np.abs(x), "square": x * x,
          "nonzero_or_one": np.where(x == 0, 1.0, x)}[pre]
     if x.size == 0 or any(x.shape[a] == 0 for a in axes):

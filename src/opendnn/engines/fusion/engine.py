@@ -113,8 +113,11 @@ def analyze(graph) -> Analysis | str:
             views[n.outputs["Y"]] = parts
             layout.append(n)
         elif n.kind == "reduction":
-            from ...ops.reduction import TABLE
+            from ...ops.reduction import TABLE, identity
             pre, comb, ident, post = TABLE[n.mode]
+            x, y = graph.tensors[n.inputs["X"]], graph.tensors[n.outputs["Y"]]
+            if any(a == 0 and b == 1 for a, b in zip(x.dims, y.dims)):
+                ident = identity(n.mode, y.data_type)   # nothing to reduce: in Y's type
             reds.append(Reduce(n.inputs["X"], n.outputs["Y"], pre, comb, ident, post))
         elif n.kind == "genstats":
             x = n.inputs["X"]

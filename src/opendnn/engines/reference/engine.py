@@ -72,7 +72,7 @@ def _node(graph, n, get, vals) -> None:
         vals[out.uid] = pointwise.reference(n.mode, ins, n.op_attrs(), out.dims)
     elif n.kind == "reduction":
         y = graph.tensors[n.outputs["Y"]]
-        vals[y.uid] = reduction.reference(n.mode, get(n.inputs["X"]), y.dims)
+        vals[y.uid] = reduction.reference(n.mode, get(n.inputs["X"]), y.dims, y.data_type)
     elif n.kind == "genstats":
         s, sq = stats.reference(get(n.inputs["X"]))
         vals[n.outputs["SUM"]], vals[n.outputs["SQ_SUM"]] = s, sq
