@@ -46,8 +46,8 @@ def compile_launches(exe, graph):
                 sig[name] = "fp32" if d is None or d.is_pass_by_value else "*" + TY[d.torch_dtype]
             elif kind == "ws":
                 sig[name] = "*" + TY[key]
-            else:
-                sig[name] = "i32"
+            else:   # an integer: Triton types it i64 when it does not fit i32
+                sig[name] = "i64" if not -2 ** 31 <= key < 2 ** 31 else "i32"
         opts = {k: v for k, v in launcher.constexprs.items() if k in ("num_warps", "num_stages")}
         src = triton.compiler.ASTSource(fn=fn, signature=sig,
                                         constexprs={params[k[0]]: v for k, v in consts.items()})
@@ -103,6 +103,42 @@ def graphs():
         yield f"prologue+genstats {dt}", g, [3]
 
 
+def fusion_graphs():
+    """Runtime-fusion kernels (sizes as runtime arguments): pointwise with a count that is
+    not a multiple of 16 (sizes passed in units), broadcast, layout views, row and column
+    reductions (the column one split, with its finishing kernel)."""
+    F = cudnn.data_type.FLOAT
+    for dt in (torch.bfloat16, torch.float32):
+        x = torch.randn(3, 1000, dtype=dt)
+        g = cudnn.pygraph(intermediate_data_type=F, compute_data_type=F)
+        y = g.relu(g.mul(g.tensor_like(x), g.tensor_like(x)))
+        y.set_output(True).set_data_type(F)
+        yield f"fusion pointwise {dt}", g, [1]
+        x = torch.randn(4, 24, 7, 7, dtype=dt).to(memory_format=torch.channels_last)
+        g = cudnn.pygraph(intermediate_data_type=F, compute_data_type=F)
+        y = g.add(g.tensor_like(x), g.tensor_like(torch.randn(1, 24, 1, 1, dtype=dt)))
+        y.set_output(True)
+        yield f"fusion broadcast nhwc {dt}", g, [1]
+        x = torch.randn(6, 40, 24, dtype=dt)
+        g = cudnn.pygraph(intermediate_data_type=F, compute_data_type=F)
+        tx = g.tensor_like(torch.randn(6, 24, 40, dtype=dt))
+        tz = g.tensor_like(torch.randn(6, 42, 24, dtype=dt))
+        y = g.add(g.transpose(tx, [0, 2, 1]), g.slice(tz, [(0, 6), (2, 42), (0, 24)]))
+        y.set_output(True)
+        yield f"fusion slice+transpose {dt}", g, [1]
+        g = cudnn.pygraph(intermediate_data_type=F, compute_data_type=F)
+        tx = g.tensor_like(x)
+        c = g.concatenate([tx, g.tensor_like(torch.randn(6, 40, 8, dtype=dt))], axis=2)
+        g.relu(c).set_output(True)
+        yield f"fusion concatenate {dt}", g, [1]
+        for name, dims in (("rows", [4096, 1]), ("columns", [1, 1000])):
+            g = cudnn.pygraph(intermediate_data_type=F, compute_data_type=F)
+            tx = g.tensor_like(torch.randn(4096, 1000, dtype=dt))
+            y = g.reduction(g.relu(tx), mode=cudnn.reduction_mode.AVG)
+            y.set_dim(dims).set_output(True).set_data_type(F)
+            yield f"fusion {name} mean {dt}", g, [1]
+
+
 def run_checks(graph_iter, limit=3, decline_fails=False) -> int:
     """Build (sources only, CPU target) and compile for sm_90 the first ``limit`` configs
     (None: all) of each (label, graph, engine ids); returns the failure count."""
@@ -135,7 +171,7 @@ def run_checks(graph_iter, limit=3, decline_fails=False) -> int:
 
 
 def main():
-    return 1 if run_checks(graphs()) else 0
+    return 1 if run_checks(graphs()) + run_checks(fusion_graphs()) else 0
 
 
 if __name__ == "__main__":
