@@ -326,7 +326,7 @@ def test_max_min_propagate_nan_when_compiled():
         assert "propagate_nan=tl.PropagateNan.ALL" in MODES[mode].triton("a", "b", DEFAULT_ATTRS)
 
 
-# ---- 3. norms at extreme magnitudes ---------------------------------------------------------------
+# ---- 3. norms at extreme magnitudes --------------------------------------------------------------
 def _norm_rows(length: int, seed: int) -> torch.Tensor:
     """Rows of x in float32: 1e20-scaled, 1e-20-scaled, +-3e38 (sums overflow), a
     constant 5e37 row (variance 0), a nearly constant 1e30 row, a row led by inf."""

@@ -91,7 +91,8 @@ def _gelu_tanh_grad(x):
     # PyTorch's order of operations, so that its zeros and NaNs come out the same (1 + t
     # is 0 in the tail, x^2 overflows first for float32)
     t = np.tanh(SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x)))
-    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * (SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * (x * x)))
+    return (0.5 * (1.0 + t)
+            + 0.5 * x * (1.0 - t * t) * (SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * (x * x))))
 
 
 def _swish_grad(x, beta):
@@ -243,9 +244,11 @@ MODES: dict[M, ModeSpec] = {
                             lambda dy, x, _: (f"({dy} * ((1.0 - {_t_sigmoid(x)}) * "
                                               f"{_t_sigmoid(x)}))"), "sigmoid_backward"),
     # x <= 0 selects the exponential side: a NaN x gives dy, as PyTorch's elu_backward
-    M.ELU_BWD: ModeSpec(2, lambda dy, x, at: np.where(x <= 0, dy * at["elu_alpha"] * np.exp(np.where(x <= 0, x, 0.0)), dy),
-                        lambda dy, x, at: f"tl.where({x} <= 0, {dy} * {_f(at['elu_alpha'])} * "
-                                          f"tl.exp(tl.where({x} <= 0, {x}, 0.0)), {dy})", "elu_backward"),
+    M.ELU_BWD: ModeSpec(
+        2, lambda dy, x, at: np.where(x <= 0, dy * at["elu_alpha"] * np.exp(np.where(x <= 0, x, 0.0)),
+                                      dy),
+        lambda dy, x, at: (f"tl.where({x} <= 0, {dy} * {_f(at['elu_alpha'])} * "
+                           f"tl.exp(tl.where({x} <= 0, {x}, 0.0)), {dy})"), "elu_backward"),
     M.GELU_BWD: ModeSpec(
         2, lambda dy, x, _: dy * (0.5 * (1 + _erf(x / math.sqrt(2))) + x * _phi(x)),
         lambda dy, x, _: (f"({dy} * (0.5 * (1.0 + tl.erf({x} * {_f(1 / math.sqrt(2))})) + {x} * "
