@@ -18,6 +18,7 @@ from .engines.registry import engines, reference
 from .enums import HeurMode, NumericalNote
 from .plan import ExecutionPlan
 from .runtime import autotune
+from .runtime.lru import LRU, plan_cache_size
 
 CONFIGS_PER_ENGINE = 8   # an engine with several code paths leads with each path's best
 
@@ -39,10 +40,14 @@ def supporting(graph, target: Target) -> tuple[list, dict]:
     return ok, reasons
 
 
+# Memoized lists hold a problem's candidates (a few configs per engine, their support):
+# twice as many problems as built plans are kept (backends.plan_cache_size), least
+# recently used dropped first.
+LISTS_PER_PLAN = 2
+
 # mode A's ranking by (graph key, target, switches the engines read): a fresh graph of a
 # problem seen before skips every engine's support checks and cost models
-_ranked: dict = {}
-RANKED_CACHE_SIZE = 512
+_ranked = LRU(lambda: LISTS_PER_PLAN * plan_cache_size())
 
 
 def _ranked_plans(graph, target: Target) -> tuple[list, dict]:
@@ -54,8 +59,6 @@ def _ranked_plans(graph, target: Target) -> tuple[list, dict]:
         fast = [e for e in ok if e is not reference()]
         hit = ([c for _, _, _, c in _ranked_configs(graph, target, fast)], reasons,
                reference() in ok)
-        if len(_ranked) >= RANKED_CACHE_SIZE:
-            _ranked.pop(next(iter(_ranked)))
         _ranked[key] = hit
     elif log.dispatch_enabled():
         for name, why in hit[1].items():
@@ -135,8 +138,7 @@ def plans_for_mode(graph, mode: HeurMode, target: Target) -> tuple[list, dict]:
 # autotune order it read), each plan's support included: a fresh graph of a problem seen
 # before (benchmark mode's cache hit, a framework re-creating its graphs every step) gets
 # its plans without ranking, filtering, reordering or re-checking them
-_lists: dict = {}
-LISTS_CACHE_SIZE = 512
+_lists = LRU(lambda: LISTS_PER_PLAN * plan_cache_size())
 
 
 def candidate_plans(graph, modes: tuple, target: Target, order: tuple | None,
@@ -167,8 +169,6 @@ def candidate_plans(graph, modes: tuple, target: Target, order: tuple | None,
     if reorder and order is not None:
         plans = _in_order(plans, order)
     if all(len(p.stages) == 1 for p in plans):
-        if len(_lists) >= LISTS_CACHE_SIZE:
-            _lists.pop(next(iter(_lists)))
         _lists[key] = ([(p.origin, p.stages[0].config, p.check_support()) for p in plans],
                        dict(reasons))
     return plans, reasons

@@ -17,9 +17,12 @@ from .engines.base import SUPPORTED, EngineConfig, Target
 from .engines.registry import by_id
 from .errors import BadParamError, GraphNotSupportedError, InternalError, Status
 from .runtime.launch import parallel_compile
+from .runtime.lru import LRU, plan_cache_size
 
 ALIGN = 256
-BUILT_CACHE_SIZE = 256
+# engine facts kept per built plan: a problem has a support fact per engine and one
+# (support, workspace) fact per candidate config
+FACTS_PER_PLAN = 16
 
 
 class _Rebound:
@@ -40,8 +43,9 @@ class _Rebound:
 
 # built executables of this process by (graph key, config, target, switches read at
 # build): a fresh graph of a problem already built (the benchmark cache's winner, a
-# framework re-creating its graphs) reuses the compiled kernels and launch set-up
-_built: dict = {}
+# framework re-creating its graphs) reuses the compiled kernels and launch set-up. At
+# most ``backends.plan_cache_size``, least recently used dropped first.
+_built = LRU(plan_cache_size)
 
 
 def _built_key(graph, config, target) -> tuple:
@@ -54,8 +58,6 @@ def _build_cached(engine, graph, config, target):
     hit = _built.get(key)
     if hit is None:
         exe = engine.build(graph, config, target)
-        if len(_built) >= BUILT_CACHE_SIZE:
-            _built.pop(next(iter(_built)))
         _built[key] = (exe, graph.canonical_uids)
         return exe
     exe, uids = hit
@@ -66,9 +68,9 @@ def _build_cached(engine, graph, config, target):
 # what an engine says about one stage -- its support (graph, then config) and its workspace
 # -- by (graph key, config, target, switches): pure functions of the problem, so a fresh
 # graph of a problem seen before (a framework re-creating its graphs each step) skips the
-# engines' checks and workspace models
-_facts: dict = {}
-FACTS_CACHE_SIZE = 4096
+# engines' checks and workspace models. At most FACTS_PER_PLAN x plan_cache_size, least
+# recently used dropped first.
+_facts = LRU(lambda: FACTS_PER_PLAN * plan_cache_size())
 
 
 def _stage_facts(engine, graph, config, target) -> tuple:
@@ -81,8 +83,6 @@ def _stage_facts(engine, graph, config, target) -> tuple:
         if sup.ok:
             sup = engine.check_config(graph, config, target)
         hit = (sup, engine.workspace_size(graph, config, target) if sup.ok else None)
-        if len(_facts) >= FACTS_CACHE_SIZE:
-            _facts.pop(next(iter(_facts)))
         _facts[key] = hit
     return hit
 
@@ -93,8 +93,6 @@ def _graph_support(engine, graph, target):
     key = (graph.key(), None, target, backends.allow_tf32, engine.id)
     hit = _facts.get(key)
     if hit is None:
-        if len(_facts) >= FACTS_CACHE_SIZE:
-            _facts.pop(next(iter(_facts)))
         hit = _facts[key] = engine.check_support(graph, target)
     return hit
 

@@ -20,6 +20,7 @@ from ..enums import DataType
 from ..errors import BadParamError, InternalError, Status
 from ..handle import Handle, default_handle
 from ..plan import ExecutionPlan
+from ..runtime.lru import LRU, plan_cache_size
 from ..tensor import TensorDesc, packed_strides
 from . import memo
 from .builders import BuilderMixin
@@ -30,9 +31,10 @@ from .tensor import Tensor, as_type
 
 # frozen descriptors by their fields: a graph re-created with the same tensors (a
 # framework's every step, benchmark mode's cached find) shares them, and what they derive
-# once (span, bytes, overlap) with them
-_DESCS: dict = {}
-DESCS_CACHE_SIZE = 4096
+# once (span, bytes, overlap) with them. At most DESCS_PER_PLAN x plan_cache_size, least
+# recently used dropped first.
+DESCS_PER_PLAN = 16
+_DESCS = LRU(lambda: DESCS_PER_PLAN * plan_cache_size())
 
 
 class _Context:
@@ -324,8 +326,6 @@ class Graph(BuilderMixin, LifecycleMixin):
                 d = TensorDesc(*fields)
             except BadParamError as e:
                 raise BadParamError(e.rule, op=op, tensor=t.label(), status=e.status) from None
-            if len(_DESCS) >= DESCS_CACHE_SIZE:
-                _DESCS.pop(next(iter(_DESCS)))
             _DESCS[fields] = d
         return d
 

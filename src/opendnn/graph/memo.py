@@ -16,8 +16,12 @@ from __future__ import annotations
 
 import os
 
-_OUTCOMES: dict = {}
-CACHE_SIZE = 1024
+from ..runtime.lru import LRU, plan_cache_size
+
+# graphs' outcomes kept per built plan (a framework re-creates several graphs per problem:
+# forward, backward, each shape of a bucket); least recently used dropped first
+OUTCOMES_PER_PLAN = 4
+_OUTCOMES = LRU(lambda: OUTCOMES_PER_PLAN * plan_cache_size())
 # OPENDNN_CHECK_VALIDATION_MEMO=1: validate every graph in full and compare with the memo
 CHECK = os.environ.get("OPENDNN_CHECK_VALIDATION_MEMO") == "1"
 
@@ -92,6 +96,4 @@ def lookup(fp):
 def store(fp, graph, tensors: list) -> None:
     if fp is None:
         return
-    if len(_OUTCOMES) >= CACHE_SIZE:
-        _OUTCOMES.pop(next(iter(_OUTCOMES)))
     _OUTCOMES[fp] = record(graph, tensors)

@@ -10,12 +10,13 @@ import torch
 from ..enums import DataType, HeurMode
 from ..errors import Status
 from ..graph.graph import Graph
+from ..runtime.lru import LRU, legacy_cache_size
 from ..tensor import as_data_type, to_torch_dtype
 from .attention import AttnDescriptor, SeqDataAxis, SeqDataDescriptor, _unsupported
 from .common import check
 
 T, N, M, V = SeqDataAxis.TIME, SeqDataAxis.BATCH, SeqDataAxis.BEAM, SeqDataAxis.VECT
-_cache: dict = {}
+_cache = LRU(legacy_cache_size)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,7 +262,10 @@ class Masks:
         return {"bias": self.bias, "lens_q": self.lens_q, "lens_kv": self.lens_kv}
 
 
-_biases: dict = {}        # window biases by (window, rows, T_kv, device): built once
+# window biases by (window, rows, T_kv, device): built once; device tensors, so at most
+# BIASES_KEPT even when more graphs are kept
+BIASES_KEPT = 64
+_biases = LRU(lambda: min(BIASES_KEPT, legacy_cache_size()))
 
 
 def _window_bias(win: tuple, rows: int, t_kv: int, device) -> torch.Tensor:
@@ -276,8 +280,6 @@ def _window_bias(win: tuple, rows: int, t_kv: int, device) -> torch.Tensor:
             keep[r, lo:hi] = True
         bias = torch.zeros(1, 1, rows, t_kv, dtype=torch.float32)
         hit = bias.masked_fill_(~keep, float("-inf")).to(device)
-        if len(_biases) >= 64:
-            _biases.pop(next(iter(_biases)))
         _biases[key] = hit
     return hit
 

@@ -23,6 +23,7 @@ import torch
 
 from ..enums import DataType, HeurMode
 from ..graph.graph import Graph
+from ..runtime.lru import LRU, legacy_cache_size
 from ..tensor import nchw_strides
 from .common import SCALAR, as_enum, as_float, buffer, check, prior
 
@@ -34,7 +35,7 @@ class BatchNormMode(enum.IntEnum):
 
 
 BN_MIN_EPSILON = 0.0
-_cache: dict = {}
+_cache = LRU(legacy_cache_size)
 
 
 def _bn_dims(x_desc, mode: BatchNormMode) -> tuple:

@@ -18,6 +18,7 @@ from ..enums import ConvolutionMode, DataType
 from ..errors import BadParamError, GraphNotSupportedError, Status
 from ..graph.graph import Graph
 from ..ops.conv import output_dims
+from ..runtime.lru import LRU, legacy_cache_size
 from ..runtime.scratch import fresh_like, overlaps
 from .common import (SCALAR, Determinism, MathType, NanPropagation, as_enum, as_float, as_int,
                      as_ints, buffer, check)
@@ -301,7 +302,7 @@ class _ConvCall:
         return by_id(cfg.engine_id).estimate_seconds(plan.stages[0].graph, cfg, plan.target) * 1e3
 
 
-_cache: dict = {}
+_cache = LRU(legacy_cache_size)
 # the operands' names per direction: (a, b, out)
 _NAMES = {"conv_fprop": ("x", "w", "y"), "conv_dgrad": ("dy", "w", "dx"),
           "conv_wgrad": ("x", "dy", "dw")}

@@ -20,6 +20,7 @@ import torch
 from ..enums import DataType, HeurMode, ReductionMode
 from ..errors import Status
 from ..graph.graph import Graph
+from ..runtime.lru import LRU, legacy_cache_size
 from .cnn import Direction
 from .common import SCALAR, Determinism, MathType, as_float, buffer, check
 
@@ -172,7 +173,7 @@ def convolution_backward_filter(handle, alpha, x_desc, x, dy_desc, dy, conv, alg
 
 
 # ---- backward bias ---------------------------------------------------------------------------
-_bias_cache: dict = {}
+_bias_cache = LRU(legacy_cache_size)
 
 
 def convolution_backward_bias(handle, alpha, dy_desc, dy, beta, db_desc, db) -> None:

@@ -34,6 +34,7 @@ from ..enums import DataType, HeurMode
 from ..errors import Status
 from ..graph.graph import Graph
 from ..ops.dropout import counters
+from ..runtime.lru import LRU, legacy_cache_size
 from .common import as_float, as_int, buffer, check
 
 STATES_SIZE = 32      # bytes: int64 [seed, 0, offset, 0]
@@ -111,7 +112,7 @@ def get_dropout_descriptor(desc, handle) -> tuple:
     return desc.dropout, desc.states, desc.seed
 
 
-_cache: dict = {}
+_cache = LRU(legacy_cache_size)
 
 
 def _graph(handle, op, p, d_in, d_out):

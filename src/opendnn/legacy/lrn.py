@@ -25,6 +25,7 @@ from ..enums import DataType, HeurMode
 from ..errors import Status
 from ..graph.graph import Graph
 from ..ops import lrn as ref
+from ..runtime.lru import LRU, legacy_cache_size
 from .common import SCALAR, as_float, as_int, buffer, check, prior
 
 
@@ -78,7 +79,7 @@ def destroy_lrn_descriptor(desc) -> None:
     """cudnnDestroyLRNDescriptor (nothing to free)."""
 
 
-_cache: dict = {}
+_cache = LRU(legacy_cache_size)
 
 
 def _graph(handle, op, norm_desc, descs: dict, outs: tuple, blend: bool, beta: bool):

@@ -22,6 +22,7 @@ import torch
 from ..enums import DataType, HeurMode, ResampleMode
 from ..graph.graph import Graph
 from ..ops.pool import output_size
+from ..runtime.lru import LRU, legacy_cache_size
 from .common import (SCALAR, NanPropagation, Status, as_enum, as_float, as_int, as_ints,
                      buffer, check, prior)
 
@@ -138,7 +139,7 @@ def get_pooling_nd_forward_output_dim(desc, x_desc, nb_dims) -> list:
     return _output_dims(op, desc, x_desc)
 
 
-_cache: dict = {}
+_cache = LRU(legacy_cache_size)
 
 
 def _graph(handle, op, pdesc, descs: dict, out: str, blend: bool, beta: bool):

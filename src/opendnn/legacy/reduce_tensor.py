@@ -22,6 +22,7 @@ import torch
 
 from ..enums import DataType, HeurMode, ReductionMode
 from ..graph.graph import Graph
+from ..runtime.lru import LRU, legacy_cache_size
 from .common import (SCALAR, NanPropagation, Status, as_enum, as_float, as_int, buffer, check,
                      prior)
 
@@ -169,7 +170,7 @@ class _Reduce:
         self.graph.execute(pack, workspace)
 
 
-_cache: dict = {}
+_cache = LRU(legacy_cache_size)
 
 
 def _built(handle, op, desc, a_desc, c_desc, blend, beta) -> _Reduce:

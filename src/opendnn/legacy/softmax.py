@@ -21,6 +21,7 @@ import torch
 from ..enums import DataType, HeurMode
 from ..errors import GraphNotSupportedError, Status
 from ..graph.graph import Graph
+from ..runtime.lru import LRU, legacy_cache_size
 from .common import SCALAR, as_enum, as_float, buffer, check, prior
 
 
@@ -35,7 +36,7 @@ class SoftmaxMode(enum.IntEnum):
     CHANNEL = 1
 
 
-_cache: dict = {}
+_cache = LRU(legacy_cache_size)
 
 
 def _rows(op: str, mode, descs: dict) -> tuple:

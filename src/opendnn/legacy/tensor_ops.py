@@ -22,6 +22,7 @@ import torch
 
 from ..enums import DataType, HeurMode
 from ..graph.graph import Graph
+from ..runtime.lru import LRU, legacy_cache_size
 from .common import SCALAR, NanPropagation, Status, as_enum, as_float, buffer, check
 
 
@@ -109,7 +110,7 @@ class PointwiseCall:
                            if ws else None)
 
 
-_cache: dict = {}
+_cache = LRU(legacy_cache_size)
 
 
 def call(handle, op, descs: dict, out: str, body, blend: bool, beta: bool, key=(),

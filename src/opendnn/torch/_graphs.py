@@ -25,8 +25,6 @@ PyTorch's own function, and say so in the log, rather than a silently slow path.
 from __future__ import annotations
 
 import dataclasses
-import threading
-from collections import OrderedDict
 from typing import Callable
 
 import torch
@@ -38,11 +36,13 @@ from ..errors import GraphNotSupportedError, Status
 from ..graph.graph import Graph
 from ..handle import default_handle
 from ..runtime.buffers import _exact_in_place
+from ..runtime.lru import LRU, plan_cache_size
 
 REFERENCE_ID = ReferenceEngine.id
-CACHE_SIZE = 4096          # graphs kept (least recently used dropped first)
-_cache: OrderedDict = OrderedDict()
-_lock = threading.Lock()
+# graphs kept: a model's every layer and pass (forward, both backward), per shape it
+# meets, each holding its built plan; least recently used dropped first
+GRAPHS_PER_PLAN = 16
+_cache = LRU(lambda: GRAPHS_PER_PLAN * plan_cache_size())
 
 
 @dataclasses.dataclass
@@ -78,11 +78,9 @@ def built(key: tuple, device: torch.device, build: Callable[[Graph], dict]) -> B
     (e.g. GraphNotSupportedError) when no engine takes the problem; nothing is kept then."""
     det = deterministic()
     full = (key, det, backends.allow_tf32)
-    with _lock:
-        hit = _cache.get(full)
-        if hit is not None:
-            _cache.move_to_end(full)
-            return hit
+    hit = _cache.get(full)
+    if hit is not None:
+        return hit
     g = Graph(name=str(key[0]), handle=default_handle(str(device)),
               intermediate_data_type=DataType.FLOAT, compute_data_type=DataType.FLOAT)
     tensors = build(g)
@@ -91,10 +89,7 @@ def built(key: tuple, device: torch.device, build: Callable[[Graph], dict]) -> B
     g.build([HeurMode.A, HeurMode.FALLBACK])
     _refuse_reference(g, str(key[0]))
     b = Built(g, tensors, int(g.get_workspace_size()), device)
-    with _lock:
-        _cache[full] = b
-        while len(_cache) > CACHE_SIZE:
-            _cache.popitem(last=False)
+    _cache[full] = b
     return b
 
 
@@ -284,5 +279,4 @@ def direct(op):
 
 def clear() -> None:
     """Drop every kept graph (tests; after changing engines' registrations)."""
-    with _lock:
-        _cache.clear()
+    _cache.clear()

@@ -34,13 +34,13 @@ The graphs (``_graphs.built`` keys them by problem, each built once):
 from __future__ import annotations
 
 import math
-import threading
 import weakref
 
 import torch
 
 from ..enums import NormForwardPhase
 from ..errors import GraphNotSupportedError
+from ..runtime.lru import LRU, plan_cache_size
 from . import _graphs
 from . import functional as OF
 from .compile_ops import ROUTED, note_fallback
@@ -195,9 +195,10 @@ def conv_act(x, w, b, z, spec):
 
 
 # ---- conv + batch norm folding ------------------------------------------------------------------
+# ids of the six tensors -> (their states, W', b'): device tensors, so at most
+# FOLD_CACHE_SIZE even when more plans are kept; least recently used dropped first
 FOLD_CACHE_SIZE = 256
-_fold_lock = threading.Lock()
-_folds: dict = {}          # ids of the six tensors -> (their states, W', b')
+_folds = LRU(lambda: min(FOLD_CACHE_SIZE, plan_cache_size()))
 
 
 def _state(t):
@@ -213,8 +214,7 @@ def folded(w, b, mean, var, gamma, beta, eps):
     """(W', b') of conv + eval BN (module docstring), cached per weight set."""
     tensors = (w, b, mean, var, gamma, beta)
     key = tuple(id(t) for t in tensors) + (float(eps),)
-    with _fold_lock:
-        hit = _folds.get(key)
+    hit = _folds.get(key)
     if hit is not None and all(_alive(s, t) for s, t in zip(hit[0], tensors)):
         return hit[1], hit[2]
     with torch.no_grad():
@@ -227,10 +227,7 @@ def folded(w, b, mean, var, gamma, beta, eps):
             shift = shift + beta.to(ct)
         bias = shift if b is None else b.to(ct) * s + shift
         wf = (w.to(ct) * s.view(-1, *([1] * (w.dim() - 1)))).to(w.dtype)
-    with _fold_lock:
-        _folds[key] = (tuple(_state(t) for t in tensors), wf, bias)
-        while len(_folds) > FOLD_CACHE_SIZE:
-            _folds.pop(next(iter(_folds)))
+    _folds[key] = (tuple(_state(t) for t in tensors), wf, bias)
     return wf, bias
 
 
