@@ -154,7 +154,7 @@ def test_legacy_activation_forward_infinities(mode):
     """activation_forward (the descriptor API) with RELU / CLIPPED_RELU: -inf gives 0,
     +inf gives +inf / the clip, NaN propagates (PROPAGATE_NAN)."""
     import opendnn.legacy as legacy
-    h = legacy.create()
+    h = legacy.create("cpu")
     act = legacy.create_activation_descriptor()
     legacy.set_activation_descriptor(act, getattr(legacy.ActivationMode, mode),
                                      legacy.NanPropagation.PROPAGATE_NAN, 6.0)

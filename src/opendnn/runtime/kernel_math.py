@@ -23,11 +23,11 @@ Accuracy (float32 and float64, checked against PyTorch by tests/reliability):
 - ``_pw_sigmoid_grad(x)`` = s (1 - s) = e / (1 + e)^2, never 1 - s by subtraction.
 - ``_pw_fmod(a, b)``: C's fmod, exact, its sign that of a (+-0 included). In float64,
   steps x -= n y_k with y_k = |b| 2^k, n = floor(x / y_k) < 2^52 (k from the exponents of
-  x and |b|, whose quotient may overflow): n y_k is
-  formed exactly as p + err (Dekker's product of 26-bit halves), x - p is exact
-  (Sterbenz: p is within a factor 2 of x) and so is the remainder, which is
-  representable; n is never too small and at most one too large, which the next line
-  corrects. Each step takes 51 bits off the exponent gap of x and |b|: 6 steps cover
+  x and |b|, whose quotient may overflow): the remainder x - n y_k is representable,
+  so one fma gives it exactly (compiled); the interpreter, whose NumPy has no fma, forms
+  n y_k as p + err (Dekker's product of 26-bit halves; compiled, FMA contraction of
+  x - p would break it) with x - p exact (Sterbenz: p is within a factor 2 of x); n is
+  never too small and at most one too large, which the next line corrects. Each step takes 51 bits off the exponent gap of x and |b|: 6 steps cover
   float32 operands (gap at most 277), 43 float64 ones (2097).
 """
 from __future__ import annotations
@@ -139,18 +139,20 @@ def _pw_fmod(a, b):
         k2 = (k - k1) // 2
         yk = y * _pw_pow2(k1) * _pw_pow2(k2) * _pw_pow2(k - k1 - k2)
         n = tl.floor(x / yk)
-        # n yk = p + err exactly (Dekker's product; halves of at most 26 bits)
-        nh = tl.floor(n * 1.4901161193847656e-08) * 67108864.0
-        nl = n - nh
-        big = yk > 1e300
-        t = tl.where(big, yk * 7.888609052210118e-31, yk)
-        c = 134217729.0 * t
-        yh = c - (c - t)
-        yh = tl.where(big, yh * 1.2676506002282294e+30, yh)
-        yl = yk - yh
-        p = n * yk
-        err = (((nh * yh - p) + nh * yl) + nl * yh) + nl * yl
-        x = (x - p) - err
+        if _COMPILED:   # one rounding of the exact x - n yk, which is representable
+            x = tl.fma(-n, yk, x)
+        else:           # NumPy has no fma: n yk = p + err exactly (Dekker's product)
+            nh = tl.floor(n * 1.4901161193847656e-08) * 67108864.0
+            nl = n - nh
+            big = yk > 1e300
+            t = tl.where(big, yk * 7.888609052210118e-31, yk)
+            c = 134217729.0 * t
+            yh = c - (c - t)
+            yh = tl.where(big, yh * 1.2676506002282294e+30, yh)
+            yl = yk - yh
+            p = n * yk
+            err = (((nh * yh - p) + nh * yl) + nl * yh) + nl * yl
+            x = (x - p) - err
         x = tl.where(x < 0, x + yk, x)
     x = tl.where(x >= y, x - y, x)
     r = tl.where(a < 0, x * -1.0, x)

@@ -237,8 +237,10 @@ def offset_expr(idx_names: list, strides: list, zero: str = "0") -> str:
     return " + ".join(terms) if terms else zero
 
 
-COMBINE = {"add": "{a} + {b}", "mul": "{a} * {b}", "min": "tl.minimum({a}, {b})",
-           "max": "tl.maximum({a}, {b})"}
+# min / max propagate NaN, as torch.amin / amax (compiled, Triton's default drops it)
+COMBINE = {"add": "{a} + {b}", "mul": "{a} * {b}",
+           "min": "tl.minimum({a}, {b}, propagate_nan=tl.PropagateNan.ALL)",
+           "max": "tl.maximum({a}, {b}, propagate_nan=tl.PropagateNan.ALL)"}
 FOLD = {"add": "tl.reduce({x}, {ax}, _add_combine)", "mul": "tl.reduce({x}, {ax}, _mul_combine)",
         "min": "tl.reduce({x}, {ax}, _min_combine)", "max": "tl.reduce({x}, {ax}, _max_combine)"}
 PRE = {"x": "{x}", "abs": "tl.abs({x})", "square": "{x} * {x}",
@@ -259,12 +261,12 @@ def _mul_combine(a, b):
 
 @triton.jit
 def _min_combine(a, b):
-    return tl.minimum(a, b)
+    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
 
 
 @triton.jit
 def _max_combine(a, b):
-    return tl.maximum(a, b)
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
 '''
 
 
