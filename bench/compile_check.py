@@ -139,6 +139,21 @@ def fusion_graphs():
             yield f"fusion {name} mean {dt}", g, [1]
 
 
+def matmul_graphs():
+    """Matmuls with a pointwise epilogue whose strides are runtime arguments (bias and
+    residual: a broadcast row, an odd row pitch passed in units)."""
+    F = cudnn.data_type.FLOAT
+    for dt in (torch.bfloat16, torch.float16):
+        for m, n, k in ((1000, 520, 264), (4096, 4096, 4096)):
+            a, b = torch.randn(m, k, dtype=dt), torch.randn(k, n, dtype=dt)
+            g = cudnn.pygraph(intermediate_data_type=F, compute_data_type=F)
+            c = g.matmul(g.tensor_like(a), g.tensor_like(b))
+            y = g.add(g.relu(g.add(c, g.tensor_like(torch.randn(1, n, dtype=dt)))),
+                      g.tensor_like(torch.randn(m, n, dtype=dt)))
+            y.set_output(True).set_data_type(dt)
+            yield f"matmul+epilogue {dt} {m}x{n}x{k}", g, [2]
+
+
 def run_checks(graph_iter, limit=3, decline_fails=False) -> int:
     """Build (sources only, CPU target) and compile for sm_90 the first ``limit`` configs
     (None: all) of each (label, graph, engine ids); returns the failure count."""
@@ -171,7 +186,8 @@ def run_checks(graph_iter, limit=3, decline_fails=False) -> int:
 
 
 def main():
-    return 1 if run_checks(graphs()) + run_checks(fusion_graphs()) else 0
+    return 1 if (run_checks(graphs()) + run_checks(fusion_graphs())
+                 + run_checks(matmul_graphs())) else 0
 
 
 if __name__ == "__main__":

@@ -199,20 +199,30 @@ def _tf32(a: MatmulAnalysis) -> bool:
     return a.a.data_type == DataType.FLOAT and bool(backends.allow_tf32)
 
 
-def epilogue(graph, a: MatmulAnalysis, mask: str = "ep_mask") -> tuple[list, str]:
-    """(params, body) of the epilogue on the [BLOCK_M, BLOCK_N] tile of batch (b0, b1)."""
+def epilogue(graph, a: MatmulAnalysis, mask: str = "ep_mask") -> tuple[list, str, list]:
+    """(params, body, launch args) of the epilogue on the [BLOCK_M, BLOCK_N] tile of batch
+    (b0, b1). The epilogue tensors' batch strides are runtime parameters
+    (``_codegen.Sizes``), so that problems differing in M or the batch sizes share the
+    kernel; their row and column strides stay literals: as parameters, a bf16
+    8192 x 1000 x 1024 matmul + bias + relu + residual took 114 us instead of 106 (H100,
+    persistent TMA config), the tile's addresses costing more than the shared source saves."""
     big = any(graph.tensors[u].span >= 2 ** 31 for u in a.ep.inputs + a.ep.outputs)
     i64 = ".to(tl.int64)" if big else ""
+    sz = cg.Sizes(big)
 
     def off(u):
-        sb0, sb1, sm, sn = a.bstrides[u]
+        sb0, sb1, sm, sn = (sz(f"es{u}_{j}", v, align=True) if j < 2 else v
+                            for j, v in enumerate(a.bstrides[u]))
         # the m and n terms stay even with stride 0: they give the pointer its tile shape
-        terms = [f"b0{i64} * {sb0}" if sb0 else "", f"b1{i64} * {sb1}" if sb1 else "",
+        terms = [f"b0{i64} * {sb0}" if sb0 != "0" else "",
+                 f"b1{i64} * {sb1}" if sb1 != "0" else "",
                  f"offs_m{i64}[:, None] * {sm}", f"offs_n{i64}[None, :] * {sn}"]
         return "(" + " + ".join(t for t in terms if t) + ")"
 
     params, body = fuse_epilogue.source(graph, a.ep, off, mask)
-    return params, "ep_mask = mask_m[:, None] & mask_n[None, :]\n" + body
+    head = "".join(line + "\n" for line in sz.prologue(""))
+    return (params + sz.params(), head + "ep_mask = mask_m[:, None] & mask_n[None, :]\n" + body,
+            fuse_epilogue.launch_args(a.ep) + sz.args())
 
 
 class _MatmulExecutable(Executable, LaunchList):
@@ -224,19 +234,20 @@ class _MatmulExecutable(Executable, LaunchList):
         self.empty = m == 0 or n == 0 or a.batch[0] * a.batch[1] == 0
         if self.empty:
             return
-        params, body = epilogue(graph, a)
+        params, body, ep_args = epilogue(graph, a)
         tf32 = _tf32(a)
-        tag = f"mm_{graph.key()[:12]}"
-        src_c = K.matmul_source(tag, kn, epilogue_params=params, epilogue_body=body,
-                                allow_tf32=tf32, interpret=False)
-        src_i = K.matmul_source(tag, kn, epilogue_params=params, epilogue_body=body,
-                                allow_tf32=tf32, interpret=True)
-        kern = DualKernel(kernel_from_source(src_c, tag).compiled,
-                          kernel_from_source(src_i, tag).interpreted)
+        # kernels named by their source's digest: the source holds no size of the problem
+        src_c, name_c = cg.name_by_digest(K.matmul_source(
+            "mm", kn, epilogue_params=params, epilogue_body=body, allow_tf32=tf32,
+            interpret=False), "mm")
+        src_i, name_i = cg.name_by_digest(K.matmul_source(
+            "mm", kn, epilogue_params=params, epilogue_body=body, allow_tf32=tf32,
+            interpret=True), "mm")
+        kern = DualKernel(kernel_from_source(src_c, name_c).compiled,
+                          kernel_from_source(src_i, name_i).interpreted)
         self.source = src_c
         sa, sb = a.bstrides[a.a.uid], a.bstrides[a.b.uid]
         ints = [m, n, k, a.batch[1], sa[0], sa[1], sa[2], sa[3], sb[0], sb[1], sb[2], sb[3]]
-        ep_args = fuse_epilogue.launch_args(a.ep)
         ws = [("ws", torch.float32)] if kn.SPLIT_K > 1 else []
         if kn.tma and target.is_cuda:
             K.ensure_allocator()
@@ -249,8 +260,8 @@ class _MatmulExecutable(Executable, LaunchList):
         grid = K.grid(kn, m, n, a.batch[0], a.batch[1], target.num_sms)
         self.add_launch(kern, grid, const, main_args, graph, target.is_cuda)
         if kn.SPLIT_K > 1:
-            rname = f"{tag}_reduce"
-            rsrc = K.splitk_reduce_source(rname, kn, params, body)
+            rsrc, rname = cg.name_by_digest(
+                K.splitk_reduce_source("mm_reduce", kn, params, body), "mm_reduce")
             rk = kernel_from_source(rsrc, rname)
             rargs = ws + ep_args + [("int", m), ("int", n), ("int", a.batch[1])]
             self.add_launch(rk, K.reduce_grid(kn, m, n, a.batch[0], a.batch[1]),
