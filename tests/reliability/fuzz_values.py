@@ -74,7 +74,7 @@ import torch.nn.functional as F  # noqa: E402
 import opendnn.frontend as cudnn  # noqa: E402
 from opendnn.enums import DataType, PointwiseMode as M, ReductionMode as R  # noqa: E402
 
-from _util import DT_TO_TORCH, TORCH_TO_DT, heuristic_knobs, run_plan  # noqa: E402
+from _util import TORCH_TO_DT, heuristic_knobs, run_plan  # noqa: E402
 
 FAMILIES = ("pointwise", "reduction", "norm", "softmax")
 ENGINES = {"pointwise": 1, "reduction": 1, "norm": 26, "softmax": 25}   # fast engine ids

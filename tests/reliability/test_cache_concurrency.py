@@ -31,19 +31,14 @@ import time
 import pytest
 import torch
 
-import opendnn
 import opendnn.torch.functional as F
 from opendnn import backends
 from opendnn.runtime import autotune, launch
 
-SRC = os.path.dirname(os.path.dirname(opendnn.__file__))   # the opendnn under test
+from _reliability import SRC, repro  # noqa: E402
 
 
-def _repro(request, **params) -> str:
-    budget = request.config.getoption("--reliability-budget")
-    extra = " ".join(f"{k}={v}" for k, v in params.items())
-    return (f"repro: PYTHONPATH={SRC} python -m pytest '{request.node.nodeid}' "
-            f"--reliability-budget={budget} [{extra}]")
+_repro = repro
 
 
 @pytest.fixture

@@ -10,15 +10,7 @@ from opendnn import backends
 from opendnn.runtime import autotune
 
 
-@pytest.fixture(autouse=True)
-def _benchmark(tmp_path, monkeypatch):
-    """Benchmark mode on, with an empty autotune cache of this test's own."""
-    monkeypatch.setenv("OPENDNN_CACHE_DIR", str(tmp_path))
-    autotune.forget_memory()
-    backends.benchmark = True
-    yield
-    backends.benchmark = False
-    autotune.forget_memory()
+pytestmark = pytest.mark.usefixtures("benchmark_mode")   # tests/reliability/conftest.py
 
 
 def _desc(dims):

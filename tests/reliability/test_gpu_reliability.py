@@ -8,21 +8,9 @@ import torch
 
 import opendnn.frontend as cudnn
 import opendnn.legacy as legacy
-from opendnn import backends
-from opendnn.runtime import autotune
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
-
-
-@pytest.fixture
-def benchmark_mode(tmp_path, monkeypatch):
-    monkeypatch.setenv("OPENDNN_CACHE_DIR", str(tmp_path))
-    autotune.forget_memory()
-    backends.benchmark = True
-    yield
-    backends.benchmark = False
-    autotune.forget_memory()
 
 
 def _desc(dims, dtype=legacy.DataType.FLOAT):

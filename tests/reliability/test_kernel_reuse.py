@@ -14,18 +14,16 @@ with a one-line reproduction.
 from __future__ import annotations
 
 import hashlib
-import os
 import random
 
 import pytest
 import torch
 
-import opendnn
 import opendnn.frontend as cudnn
 from opendnn.engines.fusion import engine as fusion_engine
 from opendnn.enums import DataType, HeurMode, ReductionMode
 
-SRC = os.path.dirname(os.path.dirname(opendnn.__file__))   # the opendnn under test
+from _reliability import repro  # noqa: E402
 F = DataType.FLOAT
 SHAPES_PER_BUDGET = 12
 # sources allowed per graph: the alignment unit (1 or >= 16, 2, 4, 8) times, for the
@@ -34,11 +32,7 @@ MAX_SOURCES = {"pointwise": 4, "broadcast": 4, "transpose": 4, "slice": 4,
                "row_max": 8, "column_min": 8}
 
 
-def _repro(request, **params) -> str:
-    budget = request.config.getoption("--reliability-budget")
-    extra = " ".join(f"{k}={v}" for k, v in params.items())
-    return (f"repro: PYTHONPATH={SRC} python -m pytest '{request.node.nodeid}' "
-            f"--reliability-budget={budget} [{extra}]")
+_repro = repro
 
 
 @pytest.fixture

@@ -20,7 +20,6 @@ import sys
 import pytest
 import torch
 
-import opendnn
 import opendnn.frontend as cudnn
 import opendnn.legacy as legacy
 import opendnn.torch.functional as OF
@@ -34,7 +33,7 @@ from opendnn.torch import _graphs
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/statm"),
                                 reason="reads the resident set from /proc/self/statm")
 
-SRC = os.path.dirname(os.path.dirname(opendnn.__file__))   # the opendnn under test
+from _reliability import repro  # noqa: E402
 F = DataType.FLOAT
 EXECUTES = 10_000
 SHAPES = 2_000
@@ -43,11 +42,7 @@ SLACK_MB = 6.0            # allocator noise: arenas, free lists, torch's CPU cac
 PER_ENTRY_MB = 0.25       # what one kept entry may hold (graph, plan, launch set-up)
 
 
-def _repro(request, **params) -> str:
-    budget = request.config.getoption("--reliability-budget")
-    extra = " ".join(f"{k}={v}" for k, v in params.items())
-    return (f"repro: PYTHONPATH={SRC} python -m pytest '{request.node.nodeid}' "
-            f"--reliability-budget={budget} [{extra}]")
+_repro = repro
 
 
 def _count(request, full: int) -> int:

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 import opendnn.frontend as cudnn
 from opendnn.enums import DataType, PointwiseMode as M, ReductionMode as R
 
-from _norm_cases import TRAINING, forward_graph, torch_forward, torch_stats
+from _norm_cases import forward_graph, torch_forward, torch_stats
 from _util import FUSION_ID, REFERENCE_ID, TORCH_TO_DT, fills_for, heuristic_knobs, run_plan
 
 INF, NAN = math.inf, math.nan
