@@ -41,6 +41,22 @@ from _reliability import SRC, repro  # noqa: E402
 _repro = repro
 
 
+def _race(threads: int, work) -> bool:
+    """Run ``work(t)`` on ``threads`` threads released together; True if one still runs
+    after 300 s (a hang)."""
+    start = threading.Barrier(threads)
+
+    def run(t):
+        start.wait()
+        work(t)
+    pool = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
+    for p in pool:
+        p.start()
+    for p in pool:
+        p.join(timeout=300)
+    return any(p.is_alive() for p in pool)
+
+
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     """A fresh cache folder for the test, and no autotune results in memory."""
@@ -64,12 +80,10 @@ def test_threads_first_calls(request, cache):
     budget = request.config.getoption("--reliability-budget")
     threads, per_thread = 8, 24 * budget
     base = random.randrange(1, 1 << 20)            # problems new to this process
-    start = threading.Barrier(threads)
     failures: list[str] = []
 
     def work(t: int):
         gen = torch.Generator().manual_seed(base + t)
-        start.wait()
         for i in range(per_thread):
             index = base + (t // 2) * per_thread + i
             lo, hi = _bounds(index)
@@ -85,12 +99,7 @@ def test_threads_first_calls(request, cache):
                 failures.append(f"thread {t} call {i} bounds ({lo}, {hi}): max error "
                                 f"{(y - want).abs().max().item()}")
 
-    pool = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
-    for p in pool:
-        p.start()
-    for p in pool:
-        p.join(timeout=300)
-    assert not any(p.is_alive() for p in pool), _repro(request, base=base) + ": a thread hangs"
+    assert not _race(threads, work), _repro(request, base=base) + ": a thread hangs"
     assert not failures, (_repro(request, base=base, threads=threads, per_thread=per_thread)
                           + f": {len(failures)} of {threads * per_thread} calls failed; "
                           + "; ".join(failures[:5]))
@@ -104,11 +113,9 @@ def test_threads_share_the_interpreter(request, cache):
     x = torch.linspace(-4, 4, 257)
     want = torch.tanh(x)
     F.tanh(x)                                      # built once; the threads only launch
-    start = threading.Barrier(threads)
     failures: list[str] = []
 
     def work(t: int):
-        start.wait()
         for i in range(calls):
             try:
                 y = F.tanh(x)
@@ -119,11 +126,7 @@ def test_threads_share_the_interpreter(request, cache):
                 failures.append(f"thread {t} call {i}: max error "
                                 f"{(y - want).abs().max().item()}")
 
-    pool = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
-    for p in pool:
-        p.start()
-    for p in pool:
-        p.join(timeout=300)
+    assert not _race(threads, work), _repro(request) + ": a thread hangs"
     assert not failures, (_repro(request, threads=threads, calls=calls)
                           + f": {len(failures)} of {threads * calls} launches failed; "
                           + "; ".join(failures[:5]))
@@ -150,13 +153,11 @@ def test_imports_decorate_for_their_mode(request, cache):
     folder.mkdir(parents=True)
     path = folder / "affine.py"
     path.write_text("import triton\nimport triton.language as tl\n" + KERNEL.format(tag=1))
-    start = threading.Barrier(threads)
     failures: list[str] = []
 
     def work(t: int):
         interpret = t % 2 == 1
         want = InterpretedFunction if interpret else JITFunction
-        start.wait()
         for i in range(per_thread):
             try:
                 mod = launch._exec_module(str(path), f"opendnn_test_import_{t}_{i}", interpret)
@@ -169,11 +170,7 @@ def test_imports_decorate_for_their_mode(request, cache):
                 failures.append(f"thread {t} import {i} (interpret={interpret}): "
                                 f"decorated as {got.__name__}")
 
-    pool = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
-    for p in pool:
-        p.start()
-    for p in pool:
-        p.join(timeout=300)
+    assert not _race(threads, work), _repro(request) + ": a thread hangs"
     assert not failures, (_repro(request, threads=threads, per_thread=per_thread)
                           + f": {len(failures)} of {threads * per_thread} imports wrong; "
                           + "; ".join(failures[:5]))

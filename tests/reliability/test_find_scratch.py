@@ -4,10 +4,11 @@ beta != 0, comes out as if it had run once (runtime/scratch.py)."""
 import pytest
 import torch
 
-import opendnn.frontend as cudnn
 import opendnn.legacy as legacy
 from opendnn import backends
 from opendnn.runtime import autotune
+
+from _reliability import doubling_graph
 
 
 pytestmark = pytest.mark.usefixtures("benchmark_mode")   # tests/reliability/conftest.py
@@ -49,19 +50,9 @@ def test_in_place_activation_forward_in_benchmark_mode_applies_once():
     torch.testing.assert_close(x, want, msg=_repro("activation_forward"))
 
 
-def _in_place_graph(x):
-    g = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT,
-                      compute_data_type=cudnn.data_type.FLOAT)
-    t = g.tensor_like(x)
-    y = g.mul(a=t, b=g.tensor_like(torch.tensor(2.0)))
-    y.set_output(True).set_data_type(cudnn.data_type.FLOAT)
-    g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-    return g, t, y
-
-
 def test_in_place_graph_in_benchmark_mode_applies_once():
     x = torch.arange(1.0, 7.0).reshape(2, 3)
-    g, t, y = _in_place_graph(x)
+    g, t, y = doubling_graph(x)
     assert g.get_execution_plan_count() > 1, "needs candidates to time"
     ws = torch.empty(g.get_workspace_size(), dtype=torch.uint8)
     g.execute({t: x, y: x}, ws)
@@ -72,7 +63,7 @@ def test_in_place_graph_in_benchmark_mode_applies_once():
 def test_autotune_of_an_in_place_graph_leaves_the_input_alone():
     backends.benchmark = False
     x = torch.arange(1.0, 7.0).reshape(2, 3)
-    g, t, y = _in_place_graph(x)
+    g, t, y = doubling_graph(x)
     ws = torch.empty(max(g.get_workspace_size_plan_at_index(i)
                          for i in range(g.get_execution_plan_count())), dtype=torch.uint8)
     g.autotune({t: x, y: x}, ws)
@@ -84,12 +75,12 @@ def test_autotune_of_an_in_place_graph_leaves_the_input_alone():
 
 def test_a_cached_entry_naming_no_candidate_is_tuned_again_with_a_warning():
     x = torch.arange(1.0, 7.0).reshape(2, 3)
-    g, t, y = _in_place_graph(x)
+    g, t, y = doubling_graph(x)
     key = g.key()
     target = g._target().name
     autotune.store(key, target, ["an_engine_that_does_not_exist#0"], [0.001])
     with pytest.warns(RuntimeWarning, match="names no plan"):
-        g2, t2, y2 = _in_place_graph(x)
+        g2, t2, y2 = doubling_graph(x)
     assert g2.tunes_at_execute(), "a stale entry must not count as tuned"
     g2.execute({t2: x, y2: x}, torch.empty(g2.get_workspace_size(), dtype=torch.uint8))
     assert torch.equal(x, torch.arange(1.0, 7.0).reshape(2, 3) * 2)

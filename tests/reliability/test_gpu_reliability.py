@@ -9,6 +9,8 @@ import torch
 import opendnn.frontend as cudnn
 import opendnn.legacy as legacy
 
+from _reliability import doubling_graph
+
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
@@ -44,12 +46,7 @@ def test_in_place_activation_in_benchmark_mode_applies_once(benchmark_mode):
 def test_in_place_graph_in_benchmark_mode_applies_once(benchmark_mode):
     x = torch.arange(1.0, 1.0 + 64 * 33, device="cuda").reshape(64, 33)
     want = x * 2
-    g = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT,
-                      compute_data_type=cudnn.data_type.FLOAT)
-    t = g.tensor_like(x)
-    y = g.mul(a=t, b=g.tensor_like(torch.tensor(2.0)))
-    y.set_output(True).set_data_type(cudnn.data_type.FLOAT)
-    g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    g, t, y = doubling_graph(x)
     ws = torch.empty(g.get_workspace_size(), dtype=torch.uint8, device="cuda")
     g.execute({t: x, y: x}, ws)
     torch.cuda.synchronize()

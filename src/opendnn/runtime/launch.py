@@ -48,7 +48,6 @@ import shutil
 import sys
 import tempfile
 import threading
-from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
@@ -61,6 +60,7 @@ from triton.runtime.jit import JITFunction
 from .. import backends, log
 from ..errors import InternalError, Status
 from . import cache_files, compile_pool, kernel_math
+from .lru import LRU
 
 COMPILE_TIMEOUT_S = 600     # a worker's compile beyond this is redone in the parent
 KEY_MISSES: list = []       # kernels a worker compiled under a key the launch did not use
@@ -92,7 +92,6 @@ _lock = threading.Lock()
 # Held by every interpreted launch and every import of a generated module (see the module
 # docstring); reentrant: module_for holds it around _exec_module, which takes it too.
 interpreter_lock = threading.RLock()
-_modules: OrderedDict[str, object] = OrderedDict()   # least recently used first
 _folders: dict[str, tuple[str, str]] = {}             # configured -> (cache, kernels) used
 _folders_lock = threading.Lock()
 _fallback: list = []                                  # this process's temporary folder
@@ -290,7 +289,6 @@ def module_for(path: str, modname: str, interpret: bool, data: bytes | None = No
     with interpreter_lock:
         mod = _modules.get(key)
         if mod is not None:
-            _modules.move_to_end(key)
             return mod
         if data is not None:
             path = _ensure_file(path, data)
@@ -299,20 +297,25 @@ def module_for(path: str, modname: str, interpret: bool, data: bytes | None = No
             # never invalidates, it stays readable if the file is trimmed or cleared
             linecache.cache[path] = (len(data), None, data.decode().splitlines(True), path)
         mod = _modules[key] = _exec_module(path, full, interpret)
-        limit = max(1, int(backends.kernel_cache_size))
-        while len(_modules) > limit:
-            old_key, old = _modules.popitem(last=False)
-            name = old_key.split("@", 1)[0]
-            if sys.modules.get(name) is old:
-                del sys.modules[name]
-            # its source too, unless the other mode's module of the file is still kept
-            # (a kernel still referenced was read already, or reads the file again)
-            source = getattr(old, "__file__", None)
-            if not any(getattr(m, "__file__", None) == source for m in _modules.values()):
-                entry = linecache.cache.get(source)
-                if entry is not None and len(entry) == 4 and entry[1] is None:
-                    linecache.cache.pop(source, None)
         return mod
+
+
+def _forget_module(key: str, mod) -> None:
+    """An imported kernel module dropped from ``_modules``: out of ``sys.modules``, and its
+    source out of ``linecache`` unless the other mode's module of the file is still kept
+    (a kernel still referenced was read already, or reads the file again)."""
+    name = key.split("@", 1)[0]
+    if sys.modules.get(name) is mod:
+        del sys.modules[name]
+    source = getattr(mod, "__file__", None)
+    if not any(getattr(m, "__file__", None) == source for m in _modules.values()):
+        entry = linecache.cache.get(source)
+        if entry is not None and len(entry) == 4 and entry[1] is None:
+            linecache.cache.pop(source, None)
+
+
+# imported kernel modules by mode and path, least recently used dropped first
+_modules = LRU(lambda: max(1, int(backends.kernel_cache_size)), on_evict=_forget_module)
 
 
 def _ensure_file(path: str, data: bytes) -> str:

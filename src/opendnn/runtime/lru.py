@@ -19,12 +19,28 @@ class LRU:
 
     ``get`` and ``[]`` count as a use; ``in``, ``len`` and iteration do not. Iteration
     (``keys``, ``values``, ``items``, ``for k in cache``) walks a snapshot, oldest first.
+    ``on_evict(key, value)``, when given, is called for each entry the bound drops, after
+    the cache's lock is released (it may read the cache).
     """
 
-    def __init__(self, size: Callable[[], int]):
+    def __init__(self, size: Callable[[], int],
+                 on_evict: Callable[[object, object], None] | None = None):
         self._size = size
+        self._on_evict = on_evict
         self._data: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
+
+    def _trim(self, bound: int) -> list:
+        """Drop the oldest entries beyond ``bound`` (lock held); returns them."""
+        dropped = []
+        while len(self._data) > bound:
+            dropped.append(self._data.popitem(last=False))
+        return dropped
+
+    def _evicted(self, dropped: list) -> None:
+        if self._on_evict is not None:
+            for key, value in dropped:
+                self._on_evict(key, value)
 
     def get(self, key, default=None):
         with self._lock:
@@ -46,8 +62,8 @@ class LRU:
         with self._lock:
             self._data[key] = value
             self._data.move_to_end(key)
-            while len(self._data) > bound:
-                self._data.popitem(last=False)
+            dropped = self._trim(bound)
+        self._evicted(dropped)
 
     def setdefault(self, key, value):
         """The value kept for ``key``, or ``value`` kept and returned (one lock: two
@@ -58,9 +74,9 @@ class LRU:
                 self._data.move_to_end(key)
                 return self._data[key]
             self._data[key] = value
-            while len(self._data) > bound:
-                self._data.popitem(last=False)
-            return value
+            dropped = self._trim(bound)
+        self._evicted(dropped)
+        return value
 
     def pop(self, key, *default):
         with self._lock:

@@ -18,27 +18,22 @@ from __future__ import annotations
 
 import torch
 
-from .buffers import as_tensor
+from .buffers import as_tensor, byte_span
 
 
 def _span(buf) -> tuple[int, int] | None:
     """[first byte, last byte + 1) of a bound buffer, or None for a host scalar / empty."""
     if isinstance(buf, (int, float, bool)):
         return None
-    t = as_tensor(buf) if not isinstance(buf, torch.Tensor) else buf
-    if t.numel() == 0:
-        return None
-    extent = 1 + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride()))
-    start = t.data_ptr()
-    return start, start + extent * t.element_size()
+    start, end = byte_span(as_tensor(buf))
+    return (start, end) if end > start else None
 
 
 def fresh_like(buf) -> torch.Tensor:
     """An uninitialised buffer with ``buf``'s dtype, device, shape and strides."""
-    t = as_tensor(buf) if not isinstance(buf, torch.Tensor) else buf
-    extent = 1 + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride())) \
-        if t.numel() else 0
-    flat = torch.empty(extent, dtype=t.dtype, device=t.device)
+    t = as_tensor(buf)
+    start, end = byte_span(t)
+    flat = torch.empty((end - start) // t.element_size(), dtype=t.dtype, device=t.device)
     return flat.as_strided(t.shape, t.stride())
 
 
