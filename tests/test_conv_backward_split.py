@@ -10,8 +10,8 @@ import opendnn.frontend as cudnn
 from _util import check_engine, expect_error, heuristic_knobs, repro, seed_for
 from _util import CONV_TYPES as TYPES, graph_tensor as _tensor, with_layout as _layout
 from opendnn.engines.base import Target
-from opendnn.engines.conv.dgrad_split import SplitKDgradEngine
-from opendnn.engines.conv.wgrad_precomp import PrecompSplitKWgradEngine
+from opendnn.engines.conv.split_k.dgrad import SplitKDgradEngine
+from opendnn.engines.conv.split_k.wgrad_precomp import PrecompSplitKWgradEngine
 from opendnn.errors import BadParamError, Status
 from opendnn.ops.conv import output_dims
 

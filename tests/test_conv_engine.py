@@ -7,7 +7,7 @@ import torch
 import opendnn.frontend as cudnn
 from _util import assert_close, check_engine, repro
 from _util import CONV_TYPES as TYPES, graph_tensor as _tensor, with_layout as _layout
-from opendnn.engines.conv.engine import ImplicitGemmEngine
+from opendnn.engines.conv.implicit_gemm.engine import ImplicitGemmEngine
 
 CONV_ID = ImplicitGemmEngine.id
 
@@ -198,7 +198,7 @@ def test_direct_engine_against_reference(case, layout, mode):
 
 def test_direct_declines_wide_channels_with_reason():
     from opendnn.engines.base import Target
-    from opendnn.engines.conv.direct import DirectConvEngine
+    from opendnn.engines.conv.direct.engine import DirectConvEngine
     g = cudnn.pygraph()
     x = g.tensor(dim=[1, 64, 8, 8], data_type=cudnn.data_type.FLOAT)
     w = g.tensor(dim=[8, 64, 3, 3], data_type=cudnn.data_type.FLOAT)
@@ -290,7 +290,7 @@ def test_winograd_nonfused_against_reference(shape, layout, mode, engine):
 
 def test_winograd_declines_strided_or_5x5_with_reasons():
     from opendnn.engines.base import Target
-    from opendnn.engines.conv.winograd import WinogradNonfusedEngine
+    from opendnn.engines.conv.winograd.engine import WinogradNonfusedEngine
     for wdims, stride, want in [([4, 4, 5, 5], 1, "3x3"), ([4, 4, 3, 3], 2, "stride 1")]:
         g = cudnn.pygraph()
         x = g.tensor(dim=[1, 4, 8, 8], data_type=cudnn.data_type.FLOAT)

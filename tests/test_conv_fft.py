@@ -13,8 +13,8 @@ import opendnn.frontend as cudnn
 from _util import check_engine, fresh_plan_caches, repro
 from _util import graph_tensor as _tensor, with_layout as _layout
 from opendnn.engines.base import EngineConfig, Target
-from opendnn.engines.conv import fft
-from opendnn.engines.conv.fft import FftConvEngine, FftTilingConvEngine
+from opendnn.engines.conv.fft import engine as fft
+from opendnn.engines.conv.fft.engine import FftConvEngine, FftTilingConvEngine
 from opendnn.enums import NumericalNote
 
 FFT_ID, TILING_ID = FftConvEngine.id, FftTilingConvEngine.id

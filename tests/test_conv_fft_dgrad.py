@@ -15,9 +15,10 @@ import opendnn.frontend as cudnn
 from _util import check_engine, fresh_plan_caches, repro
 from _util import CONV_TYPES as TYPES, graph_tensor as _tensor, with_layout as _layout
 from opendnn.engines.base import EngineConfig, Target
-from opendnn.engines.conv import fft, fft_dgrad
-from opendnn.engines.conv.fft import FftConvEngine, FftTilingConvEngine
-from opendnn.engines.conv.fft_dgrad import FftDgradEngine, FftTilingDgradEngine
+from opendnn.engines.conv.fft import engine as fft
+from opendnn.engines.conv.fft import dgrad as fft_dgrad
+from opendnn.engines.conv.fft.engine import FftConvEngine, FftTilingConvEngine
+from opendnn.engines.conv.fft.dgrad import FftDgradEngine, FftTilingDgradEngine
 from opendnn.enums import NumericalNote
 
 FFT_ID, TILING_ID = FftDgradEngine.id, FftTilingDgradEngine.id

@@ -15,8 +15,9 @@ import opendnn.frontend as cudnn
 from _util import REFERENCE_NAME, check_engine, fresh_plan_caches, repro, seed_for
 from _util import CONV_TYPES as TYPES, graph_tensor as _tensor, with_layout as _layout
 from opendnn.engines.base import EngineConfig, Target
-from opendnn.engines.conv import fft, fft_wgrad
-from opendnn.engines.conv.fft_wgrad import FftTilingWgradEngine, FftWgradEngine
+from opendnn.engines.conv.fft import engine as fft
+from opendnn.engines.conv.fft import wgrad as fft_wgrad
+from opendnn.engines.conv.fft.wgrad import FftTilingWgradEngine, FftWgradEngine
 from opendnn.enums import NumericalNote
 from opendnn.ops.conv import output_dims
 

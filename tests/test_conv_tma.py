@@ -8,7 +8,7 @@ import torch
 import opendnn.frontend as cudnn
 from _util import check_engine, repro
 from opendnn.engines.base import EngineConfig, Target
-from opendnn.engines.conv.engine import ImplicitGemmEngine
+from opendnn.engines.conv.implicit_gemm.engine import ImplicitGemmEngine
 
 CONV_ID = ImplicitGemmEngine.id
 CL = torch.channels_last
@@ -154,7 +154,7 @@ def test_tma_packed_bias_relu_epilogue_into_nchw():
 
 def test_tma_packed_workspace_and_heuristic_configs():
     """The stem's TMA configs on Hopper are packed ones, with a workspace holding xp and wp."""
-    from opendnn.engines.conv import tma_packed
+    from opendnn.engines.conv.tma import packed as tma_packed
     x = torch.randn(32, 3, 224, 224, dtype=torch.bfloat16).to(memory_format=CL)
     wt = torch.randn(64, 3, 7, 7, dtype=torch.bfloat16).to(memory_format=CL)
     g = cudnn.pygraph()
@@ -211,7 +211,8 @@ def test_tma_split_fprop_against_reference(case, mode):
 
 
 def test_tma_split_bias_relu_into_nchw_and_workspace():
-    from opendnn.engines.conv import _tma_kernels as T, tma
+    from opendnn.engines.conv.tma import _kernels as T
+    from opendnn.engines.conv.tma import engine as tma
     x, wt = _problem(2, 16, 12, 6, 5, 3, torch.bfloat16, 9)
     b = torch.randn(1, 12, 1, 1, dtype=torch.bfloat16)
     g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT,

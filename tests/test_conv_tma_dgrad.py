@@ -12,10 +12,11 @@ import torch
 import opendnn.frontend as cudnn
 from _util import check_engine, repro
 from opendnn.engines.base import EngineConfig, Target
-from opendnn.engines.conv import _tma_dgrad_kernels as D
-from opendnn.engines.conv import tma, tma_dgrad
-from opendnn.engines.conv.dgrad_split import SplitKDgradEngine
-from opendnn.engines.conv.engine import ImplicitGemmDgradEngine
+from opendnn.engines.conv.tma import _dgrad_kernels as D
+from opendnn.engines.conv.tma import engine as tma
+from opendnn.engines.conv.tma import dgrad as tma_dgrad
+from opendnn.engines.conv.split_k.dgrad import SplitKDgradEngine
+from opendnn.engines.conv.implicit_gemm.engine import ImplicitGemmDgradEngine
 from opendnn.ops.conv import output_dims
 
 DGRAD_ID = ImplicitGemmDgradEngine.id

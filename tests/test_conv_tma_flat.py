@@ -9,8 +9,8 @@ import torch
 import opendnn.frontend as cudnn
 from _util import check_engine, repro
 from opendnn.engines.base import EngineConfig, Target
-from opendnn.engines.conv import _tma_flat_kernels as F
-from opendnn.engines.conv.engine import ImplicitGemmDgradEngine, ImplicitGemmEngine
+from opendnn.engines.conv.tma import _flat_kernels as F
+from opendnn.engines.conv.implicit_gemm.engine import ImplicitGemmDgradEngine, ImplicitGemmEngine
 
 CL = torch.channels_last
 H100 = Target("cuda", "H100", (9, 0), 132, 7.1e14, 5e13, 3e12)

@@ -9,7 +9,7 @@ import torch
 import opendnn.frontend as cudnn
 from _util import check_engine, repro
 from opendnn.engines.base import EngineConfig, Target
-from opendnn.engines.conv.engine import ImplicitGemmWgradEngine
+from opendnn.engines.conv.implicit_gemm.engine import ImplicitGemmWgradEngine
 
 WGRAD_ID = ImplicitGemmWgradEngine.id
 CL = torch.channels_last

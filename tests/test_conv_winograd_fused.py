@@ -19,8 +19,8 @@ import opendnn.frontend as cudnn
 from _util import check_engine, repro
 from _util import CONV_TYPES as TYPES, graph_tensor as _tensor, with_layout as _layout
 from opendnn.engines.base import Target
-from opendnn.engines.conv.winograd_dgrad import WinogradFusedDgradEngine, WinogradNonfusedDgradEngine
-from opendnn.engines.conv.winograd_fused import WinogradFusedEngine
+from opendnn.engines.conv.winograd.dgrad import WinogradFusedDgradEngine, WinogradNonfusedDgradEngine
+from opendnn.engines.conv.winograd.fused import WinogradFusedEngine
 from opendnn.enums import NumericalNote
 
 FUSED, DGRAD_NONFUSED, DGRAD_FUSED = (WinogradFusedEngine.id, WinogradNonfusedDgradEngine.id,

@@ -21,8 +21,8 @@ from _util import CONV_TYPES as TYPES, graph_tensor as _tensor, with_layout as _
 
 import opendnn.frontend as cudnn
 from opendnn.engines.base import EngineConfig, Target
-from opendnn.engines.conv.winograd import MATRICES
-from opendnn.engines.conv.winograd_wgrad import (
+from opendnn.engines.conv.winograd.engine import MATRICES
+from opendnn.engines.conv.winograd.wgrad import (
     WGRAD_MATRICES,
     WinogradNonfusedWgradEngine,
     plan_winograd_wgrad,

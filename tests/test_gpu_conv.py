@@ -101,7 +101,7 @@ TMA_SHAPES = [(8, 64, 28, 64, 3, 1, 1), (4, 128, 14, 96, 3, 2, 1), (8, 64, 13, 1
 def test_fprop_tma_path_every_config(shape, cfg):
     """Each TMA knob set of conv_implicit_gemm on stride 1, stride 2 and an odd image."""
     import dataclasses
-    from opendnn.engines.conv import _tma_kernels as T
+    from opendnn.engines.conv.tma import _kernels as T
     n, c, h, k, f, s, p = shape
     cl, dt = torch.channels_last, torch.bfloat16
     kn = T.KNOB_SPACE[cfg]
@@ -125,7 +125,7 @@ def test_fprop_tma_path_every_config(shape, cfg):
 
 def _fprop_bias_relu_with(knobs, shape, layout="nhwc", scale=0.1):
     """conv + bias + relu (bf16) on the forward TMA config ``knobs`` against float64."""
-    from opendnn.engines.conv import tma
+    from opendnn.engines.conv.tma import engine as tma
     n, c, h, k, f, s, p = shape
     dt = torch.bfloat16
     x = torch.randn(n, c, h, h, device="cuda", dtype=dt)
@@ -153,7 +153,7 @@ def _fprop_bias_relu_with(knobs, shape, layout="nhwc", scale=0.1):
 @pytest.mark.parametrize("cfg", range(4))
 def test_fprop_tma_packed_every_config(layout, shape, cfg):
     """Each phase-packed TMA config (the stem: C = 3, stride 2), NHWC and NCHW operands."""
-    from opendnn.engines.conv import tma
+    from opendnn.engines.conv.tma import engine as tma
     _fprop_bias_relu_with(tma.PACKED_KNOBS[cfg], shape, layout)
 
 
@@ -162,7 +162,7 @@ def test_fprop_tma_packed_every_config(layout, shape, cfg):
 def test_fprop_tma_split_every_config(shape, cfg):
     """Each split-reduction TMA config (float32 partials summed in slice order, then the
     epilogue) on 7x7 images and a stride-2 layer."""
-    from opendnn.engines.conv import tma
+    from opendnn.engines.conv.tma import engine as tma
     _fprop_bias_relu_with(tma.SPLIT_KNOBS[cfg], shape, scale=0.05)
 
 
@@ -178,7 +178,7 @@ def test_dgrad_tma_path_every_config(shape, cfg):
     """Each TMA knob set of conv_dgrad_implicit_gemm (stride phases, pointer filter; split
     sets on a stride-1 layer)."""
     import dataclasses
-    from opendnn.engines.conv import _tma_dgrad_kernels as D
+    from opendnn.engines.conv.tma import _dgrad_kernels as D
     assert len(D.KNOB_SPACE) == 19, "parametrize over every dgrad TMA config"
     kn = D.KNOB_SPACE[cfg]
     n, c, h, k, f, s, p = shape if kn.SPLIT == 1 else (4, 128, 7, 256, 3, 1, 1)
@@ -211,7 +211,7 @@ def test_flat_tma_tiles_every_config(kind, cfg):
     """Each flat-row knob set (FLAT=1, 1x1 filters) of engines 3 and 4 on a shape in turn:
     small and odd images, ResNet's l4 and l3 1x1 layers."""
     import dataclasses
-    from opendnn.engines.conv import tma
+    from opendnn.engines.conv.tma import engine as tma
     n, c, h, k, f, p = FLAT_SHAPES[cfg % len(FLAT_SHAPES)]
     cl, dt = torch.channels_last, torch.bfloat16
     kn = tma.flat_knobs(tma.FpropTmaKnobs)[cfg]
@@ -247,7 +247,7 @@ def test_wgrad_tma_path_every_config(cfg):
     in turn (flat-run sets: a 1x1 layer or the C = 3 stem), with one slice (odd entries)
     or three summed slices (even entries)."""
     import dataclasses
-    from opendnn.engines.conv import _tma_wgrad_kernels as T
+    from opendnn.engines.conv.tma import _wgrad_kernels as T
     if T.KNOB_SPACE[cfg].FLAT:
         n, c, h, k, f, s, p = [(8, 64, 13, 128, 1, 1, 0), (2, 3, 56, 64, 7, 2, 3)][cfg % 2]
     else:

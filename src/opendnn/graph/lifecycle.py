@@ -1,6 +1,9 @@
 """The plan half of a graph's lifecycle, with cudnn-frontend's names: heuristics ->
 candidate plans -> support check -> build -> execute; plan queries, filters, autotuning
-and serialization. ``Graph`` mixes this in; validation and building live in graph.py."""
+and serialization. ``Graph`` (graph.py) mixes this in and owns construction and
+validation; the mixin works on what the host provides (``validate()``, ``op_graph``,
+``handle``, the tensors and the data types) and never imports graph.py, so the dependency
+runs one way: graph.py -> lifecycle.py -> plans, engines, runtime."""
 from __future__ import annotations
 
 import contextlib
@@ -9,6 +12,7 @@ import operator
 import time
 import warnings
 from collections.abc import Iterable, Mapping
+from typing import Self
 
 import torch
 
@@ -27,11 +31,6 @@ from ..runtime.scratch import timing_buffers
 from .opgraph import OpGraph
 from .tensor import Tensor
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .graph import Graph
-
 FORMAT = "opendnn-graph-v1"
 
 
@@ -44,11 +43,11 @@ class LifecycleMixin:
     def _label(self) -> str:
         return f"graph '{self.name}'" if self.name else "graph"
 
-    def build_operation_graph(self) -> "Graph":
+    def build_operation_graph(self) -> Self:
         self.validate()
         return self
 
-    def create_execution_plans(self, modes) -> "Graph":
+    def create_execution_plans(self, modes) -> Self:
         """Candidate plans from the heuristic modes, concatenated in the order given."""
         g, target = self.op_graph, self._target()
         if isinstance(modes, HeurMode) or not isinstance(modes, (list, tuple)):
@@ -81,7 +80,7 @@ class LifecycleMixin:
                      + ", ".join(p.name for p in self._plans[:8]))
         return self
 
-    def check_support(self) -> "Graph":
+    def check_support(self) -> Self:
         """Drop candidates whose engines decline; raise if none is left."""
         keep = []
         for p in self._plans:
@@ -99,7 +98,7 @@ class LifecycleMixin:
                 status=Status.NOT_SUPPORTED_GRAPH_PATTERN)
         return self
 
-    def build_plans(self, policy=BuildPlanPolicy.HEURISTICS_CHOICE) -> "Graph":
+    def build_plans(self, policy=BuildPlanPolicy.HEURISTICS_CHOICE) -> Self:
         policy = _as_enum(BuildPlanPolicy, policy, "build_plans", "build_plan_policy")
         if not self._plans:
             self.check_support()
@@ -145,14 +144,14 @@ class LifecycleMixin:
         return bool(backends.benchmark) and not getattr(self, "_tuned", False) and \
             len(self._plans) > 1
 
-    def build_plan_at_index(self, index: int) -> "Graph":
+    def build_plan_at_index(self, index: int) -> Self:
         index = self._plan_index(index)
         self._plans[index].build()
         if self._selected is None:
             self._selected = index
         return self
 
-    def build(self, modes=None) -> "Graph":
+    def build(self, modes=None) -> Self:
         """The whole chain; with no modes, only validate (as cudnn-frontend)."""
         self.validate()
         if modes is None:
@@ -200,7 +199,7 @@ class LifecycleMixin:
     def get_knobs_for_engine(self, engine_id: int) -> list:
         return _engine(engine_id, "get_knobs_for_engine").knob_space(self.op_graph)
 
-    def create_execution_plan(self, engine_id: int, knobs: dict | None = None) -> "Graph":
+    def create_execution_plan(self, engine_id: int, knobs: dict | None = None) -> Self:
         """Add (and select) a plan for a specific engine and knob values."""
         op = "create_execution_plan"
         e = _engine(engine_id, op)
@@ -225,7 +224,7 @@ class LifecycleMixin:
         self._selected = 0
         return self
 
-    def build_plan_for_engine(self, engine_id: int) -> "Graph":
+    def build_plan_for_engine(self, engine_id: int) -> Self:
         """Build and select the heuristics' best plan that one engine runs whole (what a
         legacy call with an explicit algorithm asks for). NOT_SUPPORTED carries the
         engine's reason."""
@@ -253,7 +252,7 @@ class LifecycleMixin:
         return self._plans[self._selected]
 
     # ---- filters ----------------------------------------------------------------------------
-    def _filter(self, pred) -> "Graph":
+    def _filter(self, pred) -> Self:
         """Keep the candidates ``pred`` accepts, now and after every later
         create_execution_plans (callers check their arguments first: a filter that
         raised would break every later build)."""
@@ -263,23 +262,23 @@ class LifecycleMixin:
         self._selected = built[0] if built else None
         return self
 
-    def select_numeric_notes(self, notes) -> "Graph":
+    def select_numeric_notes(self, notes) -> Self:
         want = _notes(NumericalNote, notes, "select_numeric_notes")
         return self._filter(lambda p: want <= p.numerical_notes())
 
-    def deselect_numeric_notes(self, notes) -> "Graph":
+    def deselect_numeric_notes(self, notes) -> Self:
         bad = _notes(NumericalNote, notes, "deselect_numeric_notes")
         return self._filter(lambda p: not (bad & p.numerical_notes()))
 
-    def select_behavior_notes(self, notes) -> "Graph":
+    def select_behavior_notes(self, notes) -> Self:
         want = _notes(BehaviorNote, notes, "select_behavior_notes")
         return self._filter(lambda p: want <= p.behavior_notes())
 
-    def deselect_behavior_notes(self, notes) -> "Graph":
+    def deselect_behavior_notes(self, notes) -> Self:
         bad = _notes(BehaviorNote, notes, "deselect_behavior_notes")
         return self._filter(lambda p: not (bad & p.behavior_notes()))
 
-    def deselect_engines(self, names) -> "Graph":
+    def deselect_engines(self, names) -> Self:
         op = "deselect_engines"
         names = [names] if isinstance(names, str) else _items(names, op, "engine names")
         if not all(isinstance(s, str) for s in names):
@@ -288,7 +287,7 @@ class LifecycleMixin:
         return self._filter(lambda p: not any(s in e for s in names for e in p.engine_names)
                             and not any(s in p.name for s in names))
 
-    def deselect_workspace_greater_than(self, nbytes: int) -> "Graph":
+    def deselect_workspace_greater_than(self, nbytes: int) -> Self:
         op = "deselect_workspace_greater_than"
         nbytes = _as_int(nbytes, op, "workspace limit")
         if nbytes < 0:
@@ -487,7 +486,7 @@ class LifecycleMixin:
                "selected": 0 if self._selected is not None else None}
         return json.dumps(doc).encode()
 
-    def deserialize(self, blob: bytes) -> "Graph":
+    def deserialize(self, blob: bytes) -> Self:
         """Restore a graph serialized by ``serialize`` and rebuild its plans. The graph is
         validated as ``build`` validates one (dataflow by uid, no cycle, every node's
         rules against its tensors); each plan's stages must cover the graph in dataflow

@@ -1,0 +1,282 @@
+"""Implicit-GEMM convolution forward engine (Triton, tensor cores) with a fused epilogue.
+
+Takes a graph of one ``conv_fprop`` followed by any pointwise epilogue on Y-shaped tensors
+(bias [1, K, 1, 1], residual z, scale, activation, type conversion): the cuDNN
+CONV -> BIAS -> ACTIVATION and SCALE_BIAS_ADD patterns, in one kernel. Any layout of x,
+w and y (NCHW, NHWC, non-packed) is addressed through its strides; NHWC keeps the channel
+reduction contiguous. See ``_kernels`` for the index mapping.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from ....enums import BehaviorNote, DataType, NumericalNote
+from ....runtime.launch import DualKernel, LaunchList, kernel_from_source
+from ...base import (
+    SUPPORTED,
+    Engine,
+    EngineConfig,
+    Executable,
+    Knob,
+    Support,
+    Target,
+    decline,
+)
+from ...fusion import epilogue as fuse_epilogue
+from ..analysis import ConvAnalysis, analyze, epilogue, prod, prologue_source, tf32
+from ..tma import dgrad as tma_dgrad
+from ..tma import engine as tma
+from ..tma import wgrad as tma_wgrad
+from . import _kernels as K
+
+
+class ImplicitGemmEngine(Engine):
+    """CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM: gather-on-the-fly GEMM, fused epilogue."""
+    id = 3
+    name = "conv_implicit_gemm"
+    kind = "conv_fprop"
+    behavior_notes = frozenset({BehaviorNote.RUNTIME_COMPILATION})
+    tma_path = tma.FPROP    # configs naming TMA_* knobs take this NHWC fast path
+
+    def _analyze(self, graph):
+        return analyze(graph, self.kind)
+
+    def check_support(self, graph, target: Target) -> Support:
+        a = self._analyze(graph)
+        return decline(a) if isinstance(a, str) else SUPPORTED
+
+    def numerical_notes(self, graph, config) -> frozenset:
+        a = self._analyze(graph)
+        if isinstance(a, str):
+            return frozenset()
+        notes = set()
+        if a.x.data_type != DataType.FLOAT or tf32(a):
+            notes.add(NumericalNote.TENSOR_CORE)
+        if tf32(a):
+            notes.add(NumericalNote.DOWN_CONVERT_INPUTS)
+        return frozenset(notes)
+
+    def knob_space(self, graph=None) -> list[Knob]:
+        space = K.knob_space()
+        values = {f.name: ({getattr(k, f.name) for k in space} | {f.default}, f.default)
+                  for f in dataclasses.fields(K.ConvKnobs)}
+        if self.tma_path is not None:
+            for name, vals in self.tma_path.knob_values().items():
+                old = values.get(name, (set(), vals[0]))
+                values[name] = (old[0] | set(vals), old[1])
+        return [Knob(n, tuple(sorted(v)), d) for n, (v, d) in values.items()]
+
+    def family(self, config) -> str:
+        kd, path = config.knob_dict, self.tma_path
+        if path is None or not path.is_tma(kd):
+            return f"{self.name}:gather"
+        # a split forward or dgrad reduction is its own family: the cost model does not see the
+        # L2 traffic it saves, so its best config is timed alongside (wgrad splits always)
+        split = self.kind != "conv_wgrad" and kd.get("SPLIT", 1) > 1
+        return f"{self.name}:tma" + (":flat" if kd.get("FLAT") else "") + \
+            (":split" if split else "")
+
+    def complete_knobs(self, graph, knobs: dict) -> dict:
+        """Defaults of the path the knobs choose: the TMA path's when any TMA_* is given."""
+        path = self.tma_path
+        if path is not None and path.is_tma(knobs):
+            return {**path.knob_items(path.knob_class()), **knobs}
+        gather = {f.name for f in dataclasses.fields(K.ConvKnobs)}
+        return {**{k.name: k.default for k in self.knob_space(graph) if k.name in gather},
+                **knobs}
+
+    def configs(self, graph, target: Target) -> list[EngineConfig]:
+        a = self._analyze(graph)
+        if isinstance(a, str):
+            return []
+        cands = K.knob_space() if target.is_cuda else [
+            K.ConvKnobs(32, 32, 32 if a.x.data_type == DataType.INT8 else 16, 4, 2)]
+        if target.is_cuda and a.x.data_type == DataType.FLOAT and not tf32(a):
+            # IEEE float32 dots run on the CUDA cores: a 128x128 float32 tile spills (the
+            # FFT helper measured 8.5 ms against a 0.18 ms estimate on a ResNet 3x3 layer)
+            cands = [k for k in cands if k.BLOCK_M * k.BLOCK_N <= 64 * 64 and k.BLOCK_K <= 32] \
+                or [K.ConvKnobs(64, 64, 16, 4, 2)]
+        out = [EngineConfig.make(self, **dataclasses.asdict(k)) for k in cands
+               if self._fits(a, k, target)]
+        path = self.tma_path
+        if path is not None and target.is_cuda and target.capability >= (9, 0) and \
+                path.unsupported(a) is None:
+            out += [EngineConfig.make(self, **path.knob_items(k))
+                    for k in path.knobs(a, target)]
+        est = {c: self.estimate_seconds(graph, c, target) for c in out}
+        out.sort(key=est.get)
+        if path is not None:   # each path's best first: a short list (heuristics keep an
+            firsts = []        # engine's top few) must not lose a path to the cost model
+            for fam in dict.fromkeys(self.family(c) for c in out):
+                firsts += [c for c in out if self.family(c) == fam][:1]
+            firsts.sort(key=est.get)
+            out = firsts + [c for c in out if c not in firsts]
+        return out
+
+    def _fits(self, a, kn, target) -> bool:
+        if a.x.data_type == DataType.INT8 and kn.BLOCK_K < 32:
+            return False            # int8 tensor-core dots need K steps of 32 or more
+        smem = (kn.BLOCK_M + kn.BLOCK_N) * kn.BLOCK_K * a.x.data_type.itemsize * kn.num_stages
+        return not target.is_cuda or smem <= 220 * 1024
+
+    def check_config(self, graph, config, target) -> Support:
+        s = super().check_config(graph, config, target)
+        if not s.ok:
+            return s
+        kd, path = config.knob_dict, self.tma_path
+        if path is not None and path.is_tma(kd):
+            foreign = sorted(set(kd) - set(path.knob_names()))
+            if foreign:
+                return decline(f"{', '.join(foreign)} belong(s) to the gather path; the TMA "
+                               f"path's knobs are {', '.join(path.knob_names())}")
+            why = path.check(self._analyze(graph), path.knob_class(**kd))
+            return decline(why) if why else SUPPORTED
+        kn = K.ConvKnobs(**kd)
+        if not self._fits(self._analyze(graph), kn, target):
+            return decline("the tiles' pipeline stages exceed the shared memory of a block")
+        return SUPPORTED
+
+    def workspace_size(self, graph, config, target) -> int:
+        a, kd, path = self._analyze(graph), config.knob_dict, self.tma_path
+        if isinstance(a, str):
+            return 0
+        if path is not None and path.is_tma(kd):
+            return path.workspace_size(a, path.knob_class(**kd))
+        if not a.ep.stats:
+            return 0
+        return 4 * 2 * len(a.ep.stats) * _stat_tiles(a, K.ConvKnobs(**config.knob_dict)) * \
+            a.geo.k_per_group * a.geo.groups
+
+    def estimate_seconds(self, graph, config, target) -> float:
+        a = self._analyze(graph)
+        peak = target.peak_flops_fp16 if a.x.data_type != DataType.FLOAT else (
+            target.peak_flops_fp16 / 2 if tf32(a) else target.peak_flops_fp32)
+        kd, path = config.knob_dict, self.tma_path
+        if path is not None and path.is_tma(kd):
+            return path.estimate_seconds(a, path.knob_class(**kd), peak, target)
+        return K.estimate_seconds(a.geo, K.ConvKnobs(**kd),
+                                  a.x.data_type.itemsize, peak, target.bandwidth, target.num_sms)
+
+    def build(self, graph, config, target) -> Executable:
+        a, kd, path = self._analyze(graph), config.knob_dict, self.tma_path
+        if path is not None and path.is_tma(kd):
+            params, body = epilogue(graph, a, self.kind)
+            return path.build(graph, a, path.knob_class(**kd), target, params, body)
+        return _ConvExecutable(graph, a, K.ConvKnobs(**kd), target, self.kind)
+
+
+class ImplicitGemmDgradEngine(ImplicitGemmEngine):
+    """CUDNN_CONVOLUTION_BWD_DATA_ALGO_1-style implicit GEMM over dx pixels (deterministic)."""
+    id = 4
+    name = "conv_dgrad_implicit_gemm"
+    kind = "conv_dgrad"
+    tma_path = tma_dgrad.DGRAD
+
+    def estimate_seconds(self, graph, config, target) -> float:
+        """The gather path as the GEMM it runs: M = dx pixels, N = C, reduction = taps x
+        K -- every tap is walked for every pixel, so at stride s only 1/s^d of the work
+        is useful (the forward's model would count dy pixels and reduce over C)."""
+        kd = config.knob_dict
+        if self.tma_path is not None and self.tma_path.is_tma(kd):
+            return super().estimate_seconds(graph, config, target)
+        a = self._analyze(graph)
+        geo = dataclasses.replace(a.geo, out_dims=a.geo.in_dims, in_dims=a.geo.out_dims,
+                                  c_per_group=a.geo.k_per_group, k_per_group=a.geo.c_per_group)
+        peak = target.peak_flops_fp16 if a.y.data_type != DataType.FLOAT else (
+            target.peak_flops_fp16 / 2 if tf32(a) else target.peak_flops_fp32)
+        return K.estimate_seconds(geo, K.ConvKnobs(**kd), a.y.data_type.itemsize, peak,
+                                  target.bandwidth, target.num_sms)
+
+
+class ImplicitGemmWgradEngine(ImplicitGemmEngine):
+    """Deterministic backward filter (CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1-style): one
+    program per (tap, tile), reducing over all pixels in a fixed order."""
+    id = 5
+    name = "conv_wgrad_implicit_gemm"
+    kind = "conv_wgrad"
+    tma_path = tma_wgrad.WGRAD
+    # measured on the H100 (ResNet-50 layers, N=32, bf16): the gather path's strided dy
+    # slabs and per-pixel index math run 1.9-3.1x slower than its roofline says
+    GATHER_SLOWDOWN = 2.5
+
+    def estimate_seconds(self, graph, config, target) -> float:
+        t = super().estimate_seconds(graph, config, target)
+        if self.tma_path is not None and self.tma_path.is_tma(config.knob_dict):
+            return t
+        return t * self.GATHER_SLOWDOWN
+
+
+def _stat_tiles(a: ConvAnalysis, kn: K.ConvKnobs) -> int:
+    return -(-a.geo.n * prod(a.geo.out_dims) // kn.BLOCK_M)
+
+
+def stats_finish_source(graph, a: ConvAnalysis, kn: K.ConvKnobs) -> tuple:
+    """Sum the per-tile partials in a fixed order (deterministic) into SUM and SQ_SUM."""
+    from ...fusion import _codegen as cg
+    k_total = a.geo.k_per_group * a.geo.groups
+    tiles = _stat_tiles(a, kn)
+    name = f"conv_stats_{graph.key()[:12]}"
+    outs = [u for _, s_, q in a.ep.stats for u in (s_, q)]
+    lines = ["@triton.jit", f"def {name}(WS, {', '.join(f'O{u}' for u in outs)}, "
+             "BLOCK: tl.constexpr):",
+             "    ch = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
+             f"    mask = ch < {k_total}"]
+    for i, u in enumerate(outs):
+        lines += ["    acc = tl.full([BLOCK], 0.0, tl.float32)",
+                  f"    for t in range(0, {tiles}):",
+                  f"        acc += tl.load(WS + ({i} * {tiles} + t) * {k_total} + ch, mask=mask, "
+                  "other=0.0)",
+                  "    " + cg.store_expr(f"O{u}", f"ch * {graph.tensors[u].strides[1]}", "acc",
+                                         graph.tensors[u], "mask")]
+    args = [("ws", torch.float32)] + [("buf", u) for u in outs]
+    return "\n".join(lines) + "\n", name, (-(-k_total // 256),), {"BLOCK": 256,
+                                                                   "num_warps": 4}, args
+
+
+class _ConvExecutable(Executable, LaunchList):
+    def __init__(self, graph, a: ConvAnalysis, kn: K.ConvKnobs, target: Target, kind: str):
+        LaunchList.__init__(self)
+        self.workspace_size = 0
+        params, body = epilogue(graph, a, kind)
+        name = f"{kind}_{graph.key()[:12]}"
+        kw = dict(epilogue_params=params, epilogue_body=body, allow_tf32=tf32(a),
+                  fp32_inputs=a.x.data_type == DataType.FLOAT)
+        if a.x.data_type == DataType.INT8:
+            kw["int8"] = True
+        if kind == "conv_fprop":
+            gen, grid, ins = K.fprop_source, K.grid(a.geo, kn), [a.x.uid, a.w.uid]
+            if a.prologue is not None:
+                pparams, kw["prologue_body"] = prologue_source(graph, a)
+                kw["epilogue_params"] = pparams + params
+        elif kind == "conv_dgrad":
+            kw["dy_strides"] = a.y.strides
+            gen, grid, ins = K.dgrad_source, K.dgrad_grid(a.geo, kn), [a.y.uid, a.w.uid]
+        else:
+            kw["dy_strides"] = a.y.strides
+            gen, grid, ins = K.wgrad_source, K.wgrad_grid(a.geo, kn), [a.x.uid, a.y.uid]
+        src_c = gen(name, a.geo, kn, interpret=False, **kw)
+        src_i = gen(name, a.geo, kn, interpret=True, **kw)
+        kern = DualKernel(kernel_from_source(src_c, name).compiled,
+                          kernel_from_source(src_i, name).interpreted)
+        self.source = src_c
+        pro_args = [("buf", u) for u in a.prologue.channel_inputs + a.prologue.scalars] \
+            if (kind == "conv_fprop" and a.prologue) else []
+        ws_arg = [("ws", torch.float32)] if a.ep.stats else []
+        args = [("buf", u) for u in ins] + pro_args + ws_arg + fuse_epilogue.launch_args(a.ep)
+        const = {"BLOCK_M": kn.BLOCK_M, "BLOCK_N": kn.BLOCK_N, "BLOCK_K": kn.BLOCK_K,
+                 "num_warps": kn.num_warps, "num_stages": kn.num_stages}
+        self.add_launch(kern, grid, const, args, graph, target.is_cuda)
+        if a.ep.stats:
+            fsrc, fname, fgrid, fconst, fargs = stats_finish_source(graph, a, kn)
+            self.add_launch(kernel_from_source(fsrc, fname), fgrid, fconst, fargs, graph,
+                            target.is_cuda)
+            self.workspace_size = 4 * 2 * len(a.ep.stats) * _stat_tiles(a, kn) * \
+                a.geo.k_per_group * a.geo.groups
+
+    def run(self, buffers, workspace, stream=None):
+        self.run_launches(buffers, workspace, stream)
+
+
+__all__ = ["ImplicitGemmEngine", "ImplicitGemmDgradEngine", "ImplicitGemmWgradEngine"]

@@ -1,0 +1,290 @@
+"""Backward filter, NHWC fast path: pixel boxes through TMA, split over the pixels.
+
+Per filter tap t = (r, s) the filter gradient is a GEMM whose reduction runs over the
+output pixels p = (n, oh, ow):
+
+    dw[k, t, c] = sum_p dy[p, k] * x[n, oh*stride + r*dil - pad_h, ow*stride + s*dil - pad_w, c]
+
+    M = K (filter rows), N = C (channels of tap t), reduction = N * OH * OW pixels
+
+A program owns one [BLOCK_M x BLOCK_N] tile of one tap and walks pixel boxes of
+IMGS x TH x TW output pixels. Each step is two tensor-memory copies: the box of dy,
+[IMGS, TH, TW, BLOCK_M] of a 4-D descriptor over dy [N, OH, OW, K], and the box of the
+image the tap shifts it to, [IMGS, TH, TW, BLOCK_N] at (n0, oh0 + r*dil - pad_h, ow0 +
+s*dil - pad_w, c0). The copy engine zero-fills coordinates outside a tensor (negative
+ones too), which is both the convolution's padding and the masking of partial boxes;
+the step is then ``acc += dy_box^T @ x_box``. For stride 2 the image is read through the
+5-D phase view [N, H/2, 2, W/2, 2C] as in the forward path (``_tma_kernels``); a box
+that runs past C there reads the other phase's channels into columns c >= C, which are
+never stored.
+
+The pixel reduction is long (25k-400k pixels for ResNet-50 at N=32) while K x C per tap
+is small, so the boxes are cut into SPLIT contiguous slices: program (slice, tap, tile).
+With SPLIT = 1 each program runs the epilogue on its own tile. Otherwise it stores a
+float32 partial to WS[slice, tap, K, C] and a second kernel sums the slices in a fixed
+order -- deterministic -- before the epilogue.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ...fusion._codegen import COMBINE_HELPERS
+from ._kernels import common_unsupported
+
+
+@dataclasses.dataclass(frozen=True)
+class WgradTmaKnobs:
+    TMA_IMGS: int = 1
+    TMA_TH: int = 8
+    TMA_TW: int = 16
+    BLOCK_M: int = 128
+    BLOCK_N: int = 128
+    SPLIT: int = 1
+    num_warps: int = 8
+    num_stages: int = 4
+    FLAT: int = 0         # 1: runs of TMA_TW flat pixels (_tma_wgrad_flat_kernels)
+
+    @property
+    def box(self) -> int:
+        return self.TMA_IMGS * self.TMA_TH * self.TMA_TW
+
+
+# pixel boxes of 64 or 128 pixels shaped to divide the ResNet images (56, 28, 14, 7)
+BOXES = ((1, 8, 8), (1, 8, 16), (2, 8, 8), (2, 4, 8), (4, 4, 4), (8, 4, 4), (32, 2, 2),
+         (16, 2, 2), (16, 1, 8), (8, 1, 8))
+# BLOCK_M and BLOCK_N are the boxes' inner (channel) extents: 256 of them (512 bytes) gave
+# wrong results on the H100 (Triton 3.6), as the forward path's 256-wide box store did
+TILES = ((128, 128, 8, 4), (128, 64, 4, 4), (64, 128, 4, 4), (64, 64, 4, 4))
+SPLITS = tuple(range(1, 257))
+SMEM = 200 * 1024
+
+
+def _stages(box: int, bm: int, bn: int, most: int) -> int:
+    """The most pipeline stages (up to ``most``) whose 16-bit boxes fit in shared memory."""
+    return min(most, SMEM // (box * (bm + bn) * 2))
+
+
+KNOB_SPACE = tuple(WgradTmaKnobs(i, h, w, bm, bn, 1, nw, _stages(i * h * w, bm, bn, st))
+                   for (i, h, w) in BOXES for (bm, bn, nw, st) in TILES) + tuple(
+    WgradTmaKnobs(1, 1, run, bm, bn, 1, nw, _stages(run, bm, bn, st), FLAT=1)
+    for run in (64, 128) for (bm, bn, nw, st) in TILES)
+
+
+def unsupported(geo, x, dw, dy) -> str | None:
+    """Why the TMA path cannot take this problem (None when it can)."""
+    why = common_unsupported(geo, x)
+    if why:
+        return why
+    n, c, h, wd = x.dims
+    if x.strides != (h * wd * c, 1, wd * c, c):
+        return "the TMA path needs a packed NHWC image"
+    _, k, oh, ow = dy.dims
+    if dy.strides != (oh * ow * k, 1, ow * k, k):
+        return "the TMA path needs a packed NHWC dy"
+    item = x.data_type.itemsize
+    if (c * item) % 16 or (k * item) % 16:
+        return ("TMA needs 16-byte aligned rows: C and K times the element size must be "
+                "multiples of 16")
+    if geo.stride == (1, 1):
+        return None
+    if geo.stride != (2, 2) or geo.dilation != (1, 1):
+        return "the TMA path takes stride 1, or stride 2 without dilation"
+    if h % 2 or wd % 2:
+        return "stride 2 on the TMA path needs an even image height and width"
+    return None
+
+
+def fits(kn: WgradTmaKnobs, itemsize: int) -> bool:
+    return kn.box * (kn.BLOCK_M + kn.BLOCK_N) * itemsize * kn.num_stages <= SMEM
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def boxes(geo, kn: WgradTmaKnobs) -> tuple:
+    """(boxes along n, oh, ow) covering the output pixels."""
+    oh, ow = geo.out_dims
+    return _cdiv(geo.n, kn.TMA_IMGS), _cdiv(oh, kn.TMA_TH), _cdiv(ow, kn.TMA_TW)
+
+
+def tiles(geo, kn: WgradTmaKnobs) -> int:
+    """Programs per slice: taps x K tiles x C tiles."""
+    return (geo.filt[0] * geo.filt[1] * _cdiv(geo.k_per_group, kn.BLOCK_M) *
+            _cdiv(geo.c_per_group, kn.BLOCK_N))
+
+
+def chunk(geo, kn: WgradTmaKnobs) -> int:
+    bn, bh, bw = boxes(geo, kn)
+    return _cdiv(bn * bh * bw, kn.SPLIT)
+
+
+def workspace_bytes(geo, kn: WgradTmaKnobs) -> int:
+    if kn.SPLIT == 1:
+        return 0
+    return 4 * kn.SPLIT * geo.filt[0] * geo.filt[1] * geo.k_per_group * geo.c_per_group
+
+
+def estimate_seconds(geo, kn: WgradTmaKnobs, itemsize: int, peak: float, bandwidth: float,
+                     num_sms: int) -> float:
+    """Roofline over the padded boxes and tiles, with the last wave's idle SMs, the
+    pipeline's fill and the tile's tensor-core efficiency (64 x 64: ~0.55 of 128 x 128,
+    measured), plus the partials' round trip and the second launch when split. Few
+    programs cannot pull the full bandwidth: one SM streams ~1.5x its share."""
+    bn, bh, bw = boxes(geo, kn)
+    steps = chunk(geo, kn)
+    programs = tiles(geo, kn) * _cdiv(bn * bh * bw, steps)
+    flops = 2.0 * programs * steps * kn.box * kn.BLOCK_M * kn.BLOCK_N
+    waves = _cdiv(programs, num_sms)
+    fill = programs / (waves * num_sms)
+    pipe = steps / (steps + kn.num_stages)
+    # x 0.85: the transposed dy box reaches the tensor cores through registers (Triton 3.6
+    # folds a 4-D box's reshape or its transpose into shared-memory views, not both)
+    eff = 0.85 * 0.8 * min(1.0, kn.BLOCK_M * kn.BLOCK_N / (128 * 128)) ** 0.45
+    oh, ow = geo.out_dims
+    dram = itemsize * (geo.n * geo.in_dims[0] * geo.in_dims[1] * geo.c_per_group +
+                       geo.n * oh * ow * geo.k_per_group)
+    ws = workspace_bytes(geo, kn)
+    active = min(1.0, 1.5 * programs / num_sms)
+    # partials that fit in L2 (50 MB on the H100) round-trip at about twice DRAM's rate
+    mem = (dram + ws * (1.0 if ws < 24e6 else 2.0)) / (bandwidth * active)
+    launch = 3e-6 if kn.SPLIT == 1 else 5e-6
+    return roofline(flops / (peak * eff * fill * pipe), mem) + launch
+
+
+def roofline(compute: float, memory: float) -> float:
+    """max(compute, memory), plus a tenth of the smaller: overlap is never perfect, and
+    among memory-bound configs the one wasting fewer tensor-core cycles ranks first."""
+    return max(compute, memory) + 0.1 * min(compute, memory)
+
+
+def best_split(geo, kn: WgradTmaKnobs, itemsize: int, peak: float, bandwidth: float,
+               num_sms: int) -> WgradTmaKnobs:
+    """``kn`` with the SPLIT the cost model likes best."""
+    bn, bh, bw = boxes(geo, kn)
+    cands = [dataclasses.replace(kn, SPLIT=s) for s in SPLITS if s <= bn * bh * bw]
+    return min(cands, key=lambda k: estimate_seconds(geo, k, itemsize, peak, bandwidth,
+                                                     num_sms))
+
+
+def ws_index(geo, sp: str = "sp") -> str:
+    """Element offset of the tile (tap t, rows offs_m, cols offs_n) of slice ``sp``."""
+    taps, k, c = geo.filt[0] * geo.filt[1], geo.k_per_group, geo.c_per_group
+    return f"(({sp} * {taps} + t) * {k} + offs_m)[:, None] * {c} + offs_n[None, :]"
+
+
+def slice_elements(geo) -> int:
+    """Elements of one slice's partials (all taps, K x C)."""
+    return geo.filt[0] * geo.filt[1] * geo.k_per_group * geo.c_per_group
+
+
+def _tile_lines(geo, bm: int, bn: int, ind: str) -> list:
+    """From program id ``tile`` (within a slice): tap t -> r0, r1; offs_m/mask_m over K,
+    offs_n/mask_n over C; g = 0 (one group)."""
+    t_k, t_c = _cdiv(geo.k_per_group, bm), _cdiv(geo.c_per_group, bn)
+    return [f"{ind}ct = tile % {t_c}", f"{ind}_q = tile // {t_c}",
+            f"{ind}kt = _q % {t_k}", f"{ind}t = _q // {t_k}",
+            f"{ind}r0 = t // {geo.filt[1]}", f"{ind}r1 = t % {geo.filt[1]}",
+            f"{ind}offs_m = kt * {bm} + tl.arange(0, {bm})",
+            f"{ind}mask_m = offs_m < {geo.k_per_group}",
+            f"{ind}offs_n = ct * {bn} + tl.arange(0, {bn})",
+            f"{ind}mask_n = offs_n < {geo.c_per_group}", f"{ind}g = 0"]
+
+
+def step_and_finish(interpret: bool, split: bool, ws_index: str, epilogue_body: str) -> list:
+    """The loop's last line, acc += d^T a (d: the dy run or box, a: x's), then after the
+    loop the partial's store (split) or the epilogue."""
+    if interpret:   # the 3.6 interpreter's dot is wrong on bfloat16: widen there only
+        dot = ("        acc += tl.dot(tl.trans(d.to(tl.float32)), a.to(tl.float32), "
+               "input_precision='ieee')")
+    else:
+        dot = "        acc = tl.dot(tl.trans(d), a, acc)"
+    if split:
+        return [dot, f"    tl.store(WS + {ws_index}, acc, mask=mask_m[:, None] & mask_n[None, :])"]
+    return [dot] + ["    " + line for line in epilogue_body.strip("\n").split("\n")]
+
+
+def source(name: str, geo, kn: WgradTmaKnobs, *, epilogue_params: list, epilogue_body: str,
+           interpret: bool) -> str:
+    """Kernel ``name(X, DY, <WS or epilogue params>)``; grid (SPLIT * tiles,)."""
+    n, (h, wd), c, k = geo.n, geo.in_dims, geo.c_per_group, geo.k_per_group
+    oh, ow = geo.out_dims
+    imgs, th, tw, bm, bn = kn.TMA_IMGS, kn.TMA_TH, kn.TMA_TW, kn.BLOCK_M, kn.BLOCK_N
+    b_n, b_h, b_w = boxes(geo, kn)
+    ph, pw = geo.pre
+    dh, dw = geo.dilation
+    ind, ind2 = "    ", "        "
+    params = ["WS"] if kn.SPLIT > 1 else list(epilogue_params)
+    L = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(['X', 'DY'] + params)}):",
+         f"{ind}dy_desc = tl.make_tensor_descriptor(DY, shape=[{n}, {oh}, {ow}, {k}], "
+         f"strides=[{oh * ow * k}, {ow * k}, {k}, 1], block_shape=[{imgs}, {th}, {tw}, {bm}])"]
+    if geo.stride == (1, 1):
+        L.append(f"{ind}x_desc = tl.make_tensor_descriptor(X, shape=[{n}, {h}, {wd}, {c}], "
+                 f"strides=[{h * wd * c}, {wd * c}, {c}, 1], "
+                 f"block_shape=[{imgs}, {th}, {tw}, {bn}])")
+    else:
+        L.append(f"{ind}x_desc = tl.make_tensor_descriptor(X, shape=[{n}, {h // 2}, 2, "
+                 f"{wd // 2}, {2 * c}], strides=[{h * wd * c}, {2 * wd * c}, {wd * c}, "
+                 f"{2 * c}, 1], block_shape=[{imgs}, {th}, 1, {tw}, {bn}])")
+    n_tiles = tiles(geo, kn)
+    L += [f"{ind}pid = tl.program_id(0)", f"{ind}tile = pid % {n_tiles}",
+          f"{ind}sp = pid // {n_tiles}"]
+    L += _tile_lines(geo, bm, bn, ind)
+    step = chunk(geo, kn)
+    L += [f"{ind}acc = tl.full([{bm}, {bn}], 0.0, tl.float32)",
+          f"{ind}for b in range(sp * {step}, tl.minimum(sp * {step} + {step}, "
+          f"{b_n * b_h * b_w})):",
+          f"{ind2}wb = b % {b_w}", f"{ind2}_b = b // {b_w}",
+          f"{ind2}hb = _b % {b_h}", f"{ind2}nbx = _b // {b_h}",
+          f"{ind2}d = dy_desc.load([nbx * {imgs}, hb * {th}, wb * {tw}, kt * {bm}])"
+          f".reshape({kn.box}, {bm})"]
+    if geo.stride == (1, 1):
+        L.append(f"{ind2}a = x_desc.load([nbx * {imgs}, hb * {th} + r0 * {dh} - {ph}, "
+                 f"wb * {tw} + r1 * {dw} - {pw}, ct * {bn}])")
+    else:   # tap offset e = r - pad = 2 * (e // 2) + e % 2; r + 2*pad keeps it non-negative
+        L += [f"{ind2}eh = r0 + {ph}", f"{ind2}ew = r1 + {pw}",
+              f"{ind2}a = x_desc.load([nbx * {imgs}, hb * {th} + eh // 2 - {ph}, eh % 2, "
+              f"wb * {tw} + ew // 2 - {pw}, (ew % 2) * {c} + ct * {bn}])"]
+    L.append(f"{ind2}a = a.reshape({kn.box}, {bn})")
+    L += step_and_finish(interpret, kn.SPLIT > 1, ws_index(geo), epilogue_body)
+    return "\n".join(L) + "\n"
+
+
+def sum_group(bm: int, bn: int, slices: int) -> int:
+    """Slices loaded at once by the partials' sum: a [G, bm, bn] block per step keeps
+    G loads in flight (one slice per step waited on L2 once per slice: 88 slices of a
+    64 x 64 dw took 21 us against 7.7 us of streaming)."""
+    return max(1, min(8192 // (bm * bn), _pow2(slices)))
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def sum_source(name: str, tile_lines: list, base_index: str, slice_stride: int, bm: int,
+               bn: int, slices: int, *, epilogue_params: list, epilogue_body: str) -> str:
+    """Kernel ``name(WS, <epilogue params>)``: the tile (``tile_lines`` define it from
+    program id ``tile``; ``base_index`` its offsets in slice 0) is the sum of ``slices``
+    partials ``slice_stride`` elements apart, then the epilogue. Each step adds the tree
+    sum of the next G slices (``sum_group``): a fixed order, deterministic. Grid (tiles,)."""
+    ind = "    "
+    grp = sum_group(bm, bn, slices)
+    L = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(['WS'] + epilogue_params)}):",
+         f"{ind}tile = tl.program_id(0)"] + tile_lines
+    L += [f"{ind}ws_mask = mask_m[:, None] & mask_n[None, :]",
+          f"{ind}ws_base = {base_index}",
+          f"{ind}acc = tl.full([{bm}, {bn}], 0.0, tl.float32)",
+          f"{ind}for s0 in range(0, {slices}, {grp}):",
+          f"{ind}    sp = s0 + tl.arange(0, {grp})",
+          f"{ind}    blk = tl.load(WS + sp[:, None, None] * {slice_stride} + ws_base[None, :, :],"
+          f" mask=(sp < {slices})[:, None, None] & ws_mask[None, :, :], other=0.0)",
+          f"{ind}    acc += tl.reduce(blk, 0, _add_combine)"]
+    L += [ind + line for line in epilogue_body.strip("\n").split("\n")]
+    return "\n".join(L) + "\n"
+
+
+def reduce_source(name: str, geo, kn: WgradTmaKnobs, **kw) -> str:
+    """The partials' sum for the box kernel (kn.SPLIT slices, kn's tile)."""
+    return sum_source(name, _tile_lines(geo, kn.BLOCK_M, kn.BLOCK_N, "    "),
+                      ws_index(geo, "0"), slice_elements(geo), kn.BLOCK_M, kn.BLOCK_N,
+                      kn.SPLIT, **kw)
