@@ -20,7 +20,7 @@ fallback to PyTorch is allowed anywhere. Every model shares one input size per f
 
 Runtime: the first call of each new layer shape compiles Triton kernels (ResNet-50: a
 few minutes for fwd + dgrad + wgrad in two data types). Run a family at a time, e.g.
-``pytest -m gpu tests/test_gpu_torch_models.py -k resnet18``.
+``pytest -m gpu tests/torch/test_gpu_torch_models.py -k resnet18``.
 """
 from __future__ import annotations
 

@@ -164,7 +164,7 @@ def test_max_pool_resnet(dtype, cl):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_pools(call, dtype):
     # the reference runs on the CPU: PyTorch 2.11's CUDA avg_pool2d backward of
-    # channels-last float64 with padding is wrong (rel. error 1.19 here; tests/test_gpu_pool.py)
+    # channels-last float64 with padding is wrong (rel. error 1.19 here; tests/pool/test_gpu_pool.py)
     x = _x((32, 256, 32, 32), dtype, True)
     xo, xr = x.clone().requires_grad_(), x.double().cpu().requires_grad_()
     y, y_ref = call(P, xo), call(F, xr)

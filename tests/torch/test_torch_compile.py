@@ -384,7 +384,7 @@ def test_call_module_graphs_from_symbolic_trace(_fresh):
 def test_default_backend_aot_eager_traces_opendnn_functional():
     """torch.compile with a default backend over opendnn's functional layer: AOTAutograd
     traces its custom ops through their fake implementations (CPU; inductor's C++ build
-    takes ~40 s on a 2-core CI box: tests/test_gpu_torch_compile.py runs inductor)."""
+    takes ~40 s on a 2-core CI box: tests/torch/test_gpu_torch_compile.py runs inductor)."""
     def fn(x, w, b, lw):
         y = OF.relu(OF.conv2d(x, w, b, padding=1))
         return OF.softmax(OF.linear(y.flatten(1), lw), dim=-1)

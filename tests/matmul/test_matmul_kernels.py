@@ -20,7 +20,7 @@ triton = pytest.importorskip("triton")
 from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_KPATH = os.path.join(_HERE, "..", "src", "opendnn", "engines", "matmul", "_kernels.py")
+_KPATH = os.path.join(_HERE, "..", "..", "src", "opendnn", "engines", "matmul", "_kernels.py")
 
 
 def _load_kernels_module():

@@ -62,7 +62,7 @@ def test_cache_show_counts_entries_files_and_bytes(tmp_path, monkeypatch, capsys
     assert cli.main(["cache", "show"]) == 0
     out = capsys.readouterr().out
     repro = ("repro: python -m pytest "
-             "tests/test_cli.py::test_cache_show_counts_entries_files_and_bytes")
+             "tests/core/test_cli.py::test_cache_show_counts_entries_files_and_bytes")
     assert str(root) in out and "2 autotune entries" in out, f"{repro}: {out}"
     assert "2 generated kernel files" in out and f"{total} bytes" in out, f"{repro}: {out}"
 
@@ -76,7 +76,7 @@ def test_cache_clear_removes_entries_and_kernels(tmp_path, monkeypatch, capsys):
     (root / "notes.txt").write_text("not ours")
     assert cli.main(["cache", "clear"]) == 0
     repro = ("repro: python -m pytest "
-             "tests/test_cli.py::test_cache_clear_removes_entries_and_kernels")
+             "tests/core/test_cli.py::test_cache_clear_removes_entries_and_kernels")
     assert sorted(p.name for p in root.iterdir()) == ["notes.txt"], \
         f"{repro}: left {sorted(p.name for p in root.iterdir())}"
     assert autotune.lookup("problem-a", "cpu") is None, repro
@@ -86,7 +86,7 @@ def test_cache_trim_by_size_and_age_least_recently_used_first(tmp_path, monkeypa
     import opendnn.cli as cli
     root = _cache_folder(tmp_path, monkeypatch)
     repro = ("repro: python -m pytest "
-             "tests/test_cli.py::test_cache_trim_by_size_and_age_least_recently_used_first")
+             "tests/core/test_cli.py::test_cache_trim_by_size_and_age_least_recently_used_first")
     files = {name: _kernel_file(root, name, 100, age)
              for name, age in [("k_new.py", 0), ("k_day.py", 1), ("k_week.py", 7),
                                ("k_month.py", 40)]}
@@ -114,7 +114,7 @@ def test_cache_trim_defaults_come_from_backends(tmp_path, monkeypatch, capsys):
     assert cli.main(["cache", "trim"]) == 0
     left = sorted(p.name for p in (root / "kernels").iterdir())
     assert left == ["k_0.py", "k_1.py"], ("repro: python -m pytest "
-                                          "tests/test_cli.py::test_cache_trim_defaults_come_"
+                                          "tests/core/test_cli.py::test_cache_trim_defaults_come_"
                                           f"from_backends: left {left}")
 
 
@@ -153,4 +153,4 @@ def test_a_process_trims_and_sweeps_once_when_it_first_writes(tmp_path, monkeypa
     state = {p: os.path.exists(p) for p in (old, recent, orphan, young)}
     assert state == {old: False, recent: True, orphan: False, young: True}, (
         "repro: python -m pytest "
-        f"tests/test_cli.py::test_a_process_trims_and_sweeps_once_when_it_first_writes: {state}")
+        f"tests/core/test_cli.py::test_a_process_trims_and_sweeps_once_when_it_first_writes: {state}")
