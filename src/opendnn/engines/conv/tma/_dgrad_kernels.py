@@ -59,8 +59,8 @@ class DgradTmaKnobs(TmaKnobs):
 
 
 # chosen for the ResNet-50 dgrad layers (C 64..1024, K 64..2048, dx 56x56 .. 7x7), after
-# the forward probe's winners with the roles of C and K swapped, then PPS=2 variants of the
-# winners on layers with more tiles than SMs (bench/conv_sweep.py, 2026-11-22: l2_3x3_128
+# the forward's winners with the roles of C and K swapped, then PPS=2 variants of the
+# winners on layers with more tiles than SMs (bench/conv_sweep.py: l2_3x3_128
 # 20.9 -> 18.2 us, l2_3x3_128s2 34.8 -> 32.1 us); the cost model orders them
 KNOB_SPACE = (
     DgradTmaKnobs(1, 8, 16, 128, 64, 8, 4),      # C >= 128 on 28x28 and larger

@@ -43,7 +43,7 @@ class TmaKnobs:
         return self.TMA_IMGS * self.TMA_TH * self.TMA_TW
 
 
-# measured on the H100 (bench/conv_tma_probe.py, ResNet-50 layers at N=32): every entry
+# measured on the H100 (ResNet-50 layers at N=32, bench/conv_sweep.py): every entry
 # won at least one layer; the cost model orders them per problem
 KNOB_SPACE = (TmaKnobs(1, 8, 16, 64, 64, 4, 4), TmaKnobs(4, 4, 8, 128, 64, 4, 4),
               TmaKnobs(1, 16, 16, 128, 64, 8, 3), TmaKnobs(2, 8, 8, 128, 64, 8, 4),
@@ -122,7 +122,7 @@ def partials_bytes(geo, kn: TmaKnobs) -> int:
 def estimate_seconds(geo, kn: TmaKnobs, itemsize: int, peak: float, bandwidth: float,
                      num_sms: int) -> float:
     """Roofline over the padded spatial boxes, with the last wave's idle SMs; the copy
-    engine's boxes run at ~0.9 of the tensor-core rate the gather path reaches (probe).
+    engine's boxes run at ~0.9 of the tensor-core rate the gather path reaches (measured).
     A split reduction adds its partials' round trip (through L2 when they fit) and a
     second launch. Not modelled: the boxes every program pulls from L2 -- 64-pixel tiles
     on l4_3x3_512 move 226 MB in 24 us, which is why 128-pixel tiles split 2 ways win

@@ -82,7 +82,7 @@ def knob_space() -> list[WinogradKnobs]:
     of fewer than 16 * num_warps rows is computed twice or more; hence BLOCK_P = 16 *
     num_warps. Then each [BLOCK_P, BLOCK_K] float32 accumulator costs BLOCK_K / 2
     registers per thread, and 16 of them (or 16 / PASSES + 4 output tiles with PASSES
-    sweeps) must stay near 128. Measured with ptxas for sm_90 (bench/compile_check_winograd.py)
+    sweeps) must stay near 128. Measured with ptxas for sm_90 (bench/compile_check.py winograd)
     these still reach the 255-register limit with a few bytes to a few hundred bytes of
     spills; BLOCK_C = 32 spills kilobytes."""
     out = []
@@ -254,7 +254,7 @@ def _pass_lines(geo: WinogradGeometry, xis, ind: str, ind2: str, in_registers: i
 
 
 # the fused kernel's dots run at 15-26 TFLOP/s on the H100 -- 2-4% of the tensor-core
-# peak -- on the ResNet-50 3x3 layers (bench/results/h100-2026-11-22-s6a.json: 117-232 us
+# peak -- on the ResNet-50 3x3 layers (117-232 us
 # where the implicit GEMMs take 19-27 us); the model said 35% until then and had
 # benchmark mode compile these kernels (3-4 s each) for every 3x3 layer
 DOT_EFFICIENCY = 0.03

@@ -223,7 +223,7 @@ def output_block_m(m: int) -> int:
     the m * m float32 output accumulators; with 4 warps a tile costs BLOCK_M / 4
     registers per thread. F(4x4): 22-26 tiles of 16 rows (~100 registers); F(2x2): ~10
     of 32. (All 36 tiles of 64 rows at once spilled 13-20 KB per thread and took ptxas
-    3-5 s: bench/notes/conv.md, session 6.)"""
+    3-5 s: docs/design/conv.md.)"""
     return 16 if m == 4 else 32
 
 
