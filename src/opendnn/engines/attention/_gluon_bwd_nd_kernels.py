@@ -25,7 +25,7 @@ dQ wgmma of step it-2, the buffer's last reader. At head dim 128 the dQ accumula
 S^T's registers (S^T is issued with use_acc=False). Before a warpgroup's K tile takes its
 dK, the two meet once more (``k_free``): the other's last dQ wgmma reads it.
 
-H100, B=4 H=16 bf16, S 1024-16384 (bench/gluon_attn_bwd_nd.py, session 16): 1.02-1.09x
+H100, B=4 H=16 bf16, S 1024-16384 (docs/design/attention.md): 1.02-1.09x
 the deterministic pair at head dim 64 (4 stages), 1.05-1.16x at 128 (2 stages; 0.97x at
 S=1024 causal). Storing dS^T while dK runs, rather than after, turned head dim 64 from
 0.97-0.99x into a gain: the dQ step's chain (barrier, wgmma, shared store, reduce) is
@@ -146,5 +146,5 @@ def prepare(q, k, v, o, do, stats, dq, dk, dv, delta, acc, dims: tuple, scale: f
     def run(stream=None):
         for r in runs:
             r(stream)
-    run.runs = runs      # each launch on its own, for probes
+    run.runs = runs      # each launch on its own, to time the kernels apart
     return run

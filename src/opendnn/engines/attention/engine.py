@@ -26,14 +26,14 @@ query tiles, ``_gluon_persist_kernels``), the backward lengths a multiple of 128
 (deterministic: dK / dV by key tile, dQ by query tile; with DQ_ATOMIC=1 nondeterministic,
 ``_gluon_bwd_nd_kernels``: dQ added by TMA reductions from the dK / dV kernel, listed
 first, 1.02-1.16x the deterministic pair; refused under use_deterministic_algorithm).
-Listed first where they apply
-(forward 0.93-1.9x cuDNN, backward 0.84-1.36x, bench/notes/attention.md); the Triton
-kernels cover everything else and the CPU.
+Listed first where they apply (H100: forward 0.92-1.13x cuDNN, backward 0.94-1.08x,
+deterministic 0.89-1.04x; docs/design/attention.md); the Triton kernels cover everything
+else and the CPU.
 
 Not offered: Triton 3.6's automatic Hopper warp specialization (``tl.range(...,
 warp_specialize=True)``). On the H100 it gave wrong outputs at 4 warps (max abs error
 0.24-0.54 against cuDNN, NaN with 3 stages) and was slower than the plain loop at 8 warps
-(bench/notes/attention.md, session 10).
+(docs/design/attention.md).
 """
 from __future__ import annotations
 
@@ -85,13 +85,13 @@ class AttnKnobs:
 
 
 def _forward_tiles(p: K.Problem) -> list[AttnKnobs]:
-    """The forward's configs, first choice first. bench/attention_probe.py (H100, D=128
-    bf16): 128 x 64 with 8 warps best for long non-causal rows (504 TFLOP/s at S=4096), 64
-    x 64 with 4 warps for short or masked ones (457 causal at 4096, 400 at 1024). Head dim
-    64 with Stats (bench/attention_bwd_sweep.py d64 fwd nobwd, session 13): from S=8192
-    128 x 64 tiles, non-causal with 8 warps (427 / 433 TFLOP/s at 8192 / 16384 against 387
-    for 64 x 64), causal with 4 warps and 4 stages (383 / 405 against 376 / 377; 8 warps:
-    317 / 342); below 8192 64 x 64 stays best (419 / 362 at 4096)."""
+    """The forward's configs, first choice first. Measured on the H100 (D=128 bf16): 128
+    x 64 with 8 warps best for long non-causal rows (504 TFLOP/s at S=4096), 64 x 64 with
+    4 warps for short or masked ones (457 causal at 4096, 400 at 1024). Head dim 64, timed
+    with Stats written: from S=8192 128 x 64 tiles, non-causal with 8 warps (427 / 433
+    TFLOP/s at 8192 / 16384 against 387 for 64 x 64), causal with 4 warps and 4 stages (383
+    / 405 against 376 / 377; 8 warps: 317 / 342); below 8192 64 x 64 stays best (419 / 362
+    at 4096)."""
     causal = p.right is not None
     if max(p.D, p.DV) <= 64 and p.SQ >= 8192:
         first = AttnKnobs(128, 64, 4, 4) if causal else AttnKnobs(128, 64, 8, 3)
@@ -101,10 +101,10 @@ def _forward_tiles(p: K.Problem) -> list[AttnKnobs]:
 
 
 def _backward_tiles(p: K.Problem) -> list[AttnKnobs]:
-    """The backward's configs, first choice first. bench/attention_bwd_sweep.py (H100,
-    S=4096, D=128): dK / dV on 64 x 64 tiles with 4 warps, 2 stages, dQ on 128 x 64 with 8
-    warps, 3 stages: 400-402 / 351 TFLOP/s non-causal / causal (399 / 340 with dQ on the 64
-    x 64 tiles). Session 13 (d64 / d128, S=4096 and 16384, two runs): 32-row query tiles
+    """The backward's configs, first choice first. Measured on the H100 (S=4096, D=128):
+    dK / dV on 64 x 64 tiles with 4 warps, 2 stages, dQ on 128 x 64 with 8 warps, 3
+    stages: 400-402 / 351 TFLOP/s non-causal / causal (399 / 340 with dQ on the 64 x 64
+    tiles). At S=4096 and 16384 (head dims 64 and 128, two runs): 32-row query tiles
     pay where the dK / dV accumulators leave room -- causal, 32 x 64 with 4 stages (head
     dim 128: 362 / 415 against 357 / 406; 64: 295-305 / 332-345 against 276-277 /
     315-328); head dim 64 non-causal, 32 x 128 with dQ on 4 warps (360-364 / 370-384
@@ -146,12 +146,10 @@ def _gluon_bwd_nd():
 def _gluon_first(p: K.Problem) -> AttnKnobs:
     """The Gluon forward's config: 128-key tiles, 2 stages; ping-pong where it won (head dim
     128 at S=8192 without a mask: 634 against 600 TFLOP/s). From S=16384 without a mask, 3
-    stages and no ping-pong (bench/gluon_fwd_sweep.py, session 14, two runs under the
-    power cap: 663 / 638 TFLOP/s at head dim 128 against 651 / 585 with ping-pong; 476 /
-    441 at 64 against 454 / 395); head dim 64 without a mask takes 3 stages from S=4096 too
-    (session 15: 450-452 against 434-435 at 4096).
-    Causal up to S=2048: the persistent forward (PERSIST, session 15,
-    results/probes/gluon_fwd_sweep-s15-persist*.txt): at S=1024 on 64-key tiles with 3
+    stages and no ping-pong (H100, two runs under the power cap: 663 / 638 TFLOP/s at head
+    dim 128 against 651 / 585 with ping-pong; 476 / 441 at 64 against 454 / 395); head dim
+    64 without a mask takes 3 stages from S=4096 too (450-452 against 434-435 at 4096).
+    Causal up to S=2048: the persistent forward (PERSIST): at S=1024 on 64-key tiles with 3
     stages, 224-228 / 314-315 TFLOP/s at head dims 64 / 128 against 206-209 / 302-306 for
     the per-tile grid with LPT; at S=2048 head dim 128 the same (452-454 against 427-431),
     head dim 64 on 128-key tiles (312 against 302-308). From S=4096 the per-tile grid wins
@@ -166,10 +164,10 @@ def _gluon_first(p: K.Problem) -> AttnKnobs:
 
 
 def _gluon_backward_first(p: K.Problem) -> AttnKnobs:
-    """The Gluon backward's config (bench/gluon_attn_bwd_probe.py, H100, session 14, three
-    configs at S 1024-8192): head dim 128, dQ on 64-key tiles with 3 stages, dK / dV with 2
-    stages (3 for causal masks: 0.934 against 0.914 of cuDNN at 8192); head dim 64, dQ on
-    128-key tiles with 2 stages, dK / dV with 4 (0.917 against 0.836-0.893 at 8192)."""
+    """The Gluon backward's config (H100, the best of three configs at S 1024-8192): head
+    dim 128, dQ on 64-key tiles with 3 stages, dK / dV with 2 stages (3 for causal masks:
+    0.934 against 0.914 of cuDNN at 8192); head dim 64, dQ on 128-key tiles with 2 stages,
+    dK / dV with 4 (0.917 against 0.836-0.893 at 8192)."""
     if max(p.D, p.DV) > 64:
         return AttnKnobs(64, 128, 4, 3 if p.right is not None else 2, DQ_BLOCK_M=128,
                          DQ_BLOCK_N=64, DQ_WARPS=4, DQ_STAGES=3, GLUON=1)
@@ -178,8 +176,8 @@ def _gluon_backward_first(p: K.Problem) -> AttnKnobs:
 
 
 def _gluon_nd_first(p: K.Problem) -> AttnKnobs:
-    """The nondeterministic Gluon backward's config (bench/gluon_attn_bwd_nd.py, H100,
-    session 16): 2 stages at head dim 128 (3 barely fit), 4 at head dim 64."""
+    """The nondeterministic Gluon backward's config (H100): 2 stages at head dim 128 (3
+    barely fit), 4 at head dim 64."""
     return AttnKnobs(64, 128, 4, 2 if max(p.D, p.DV) > 64 else 4, DQ_ATOMIC=1, GLUON=1)
 
 
@@ -432,23 +430,23 @@ class AttentionEngine(Engine):
         if fwd and target.is_cuda:
             g = _gluon_first(p)
             if _check_gluon(graph, p, g, target).ok:
-                # bench/gluon_attn_probe.py (session 13): 0.90-1.10x cuDNN at head dim 128,
-                # 0.91-0.99x at 64 from S=4096. At S=1024 it wins at head dim 128 (0.92x
-                # against 0.69x; causal 0.89-0.91x against 0.76x, bench/gluon_host_probe.py
-                # session 14) and causal at 64 with LPT (0.92-0.93x against 0.88x), but not
-                # at 64 without a mask (0.85x against 0.93x, bench/gluon_fwd_sweep.py)
+                # H100: 0.90-1.10x cuDNN at head dim 128, 0.91-0.99x at 64 from S=4096.
+                # At S=1024 it wins at head dim 128 (0.92x against the Triton kernel's
+                # 0.69x; causal 0.89-0.91x against 0.76x) and causal at 64 (0.92-0.93x
+                # against 0.88x), but not at 64 without a mask (0.85x against 0.93x);
+                # docs/design/attention.md
                 first = p.SQ >= 2048 or max(p.D, p.DV) > 64 or p.right is not None
                 out = [g] + out if first else out[:1] + [g] + out[1:]
         elif target.is_cuda:
             g = _gluon_backward_first(p)
             if _check_gluon(graph, p, g, target).ok:
-                # bench/gluon_attn_bwd_probe.py (session 14): 0.87-1.85x cuDNN at S 1024-8192
-                # against 0.76-0.98x for the Triton split
+                # H100: 0.87-1.85x cuDNN at S 1024-8192 against 0.76-0.98x for the
+                # Triton split
                 out = [g] + out
             nd = _gluon_nd_first(p)
             if _check_gluon(graph, p, nd, target).ok:
-                # bench/gluon_attn_bwd_nd.py (session 16): 1.02-1.09x the deterministic
-                # pair at head dim 64, 1.05-1.16x at 128 (0.97x at S=1024 causal)
+                # H100: 1.02-1.09x the deterministic pair at head dim 64, 1.05-1.16x at
+                # 128 (0.97x at S=1024 causal)
                 out = [nd] + out
         return [EngineConfig.make(self, **dataclasses.asdict(kn))
                 for kn in dict.fromkeys(out)]

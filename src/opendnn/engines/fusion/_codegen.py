@@ -208,7 +208,7 @@ def store_expr(ptr: str, off: str, value: str, desc, mask: str | None) -> str:
 
 def load_expr(ptr: str, off: str, mask: str | None, compute: str, stream: bool = False) -> str:
     """A load; ``stream`` marks data read exactly once (evict it first from L2: measured
-    +9% read bandwidth for bf16 reductions on the H100, bench/rowsum_probe.py)."""
+    +9% read bandwidth for bf16 reductions on the H100, docs/design/fusion.md)."""
     m = f", mask={mask}, other=0" if mask else ""
     e = ', eviction_policy="evict_first"' if stream else ""
     return f"tl.load({ptr} + {off}{m}{e}).to({compute})"

@@ -184,8 +184,8 @@ def _reduce_source(graph, a, sizes, strides, classes, origin, big, sig, args, pt
     # hoisted: 26). Other column tiles index in int64 even when int32 would do: with int32
     # offsets ptxas interleaves the tile's loads with the adds (two 16-byte loads in flight
     # per thread, not eight) and an [8 x 2048] bf16 column sum read at 0.65 of copy instead
-    # of 0.81 (bench/colsum_engine_isolate.py; notes/fusion.md, probe 9). Row tiles keep
-    # int32: int64 took the bf16 row sum from 0.89 to 0.84.
+    # of 0.81 (H100; docs/design/fusion.md). Row tiles keep int32: int64 took the bf16 row
+    # sum from 0.89 to 0.84.
     hoist = kept_last and len(rdims) == 1 and not big
     itype = ".to(tl.int64)" if big or (kept_last and not hoist) else ""
     lines = [f"{ind}pid = tl.program_id(0){itype}",
@@ -212,8 +212,8 @@ def _reduce_source(graph, a, sizes, strides, classes, origin, big, sig, args, pt
     for r in a.reductions:
         lines.append(f"{ind}acc{r.out_uid} = tl.full({tile}, {cg._lit(r.ident)}, {ct})")
     # Slice s takes the reduced blocks s, s + SPLIT, s + 2 SPLIT, ...: every program walks
-    # the same band of the input at once (probes 4 and 9 of bench/notes/fusion.md read
-    # column sums 2-4% faster so than with one contiguous range per slice).
+    # the same band of the input at once (bf16 column sums read 2-4% faster so than with
+    # one contiguous range per slice; docs/design/fusion.md).
     # A reduced extent within one block (the usual row: BLOCK_RED is its power of two) is
     # one step of constant bounds, which the compiler unrolls: with the extent as the
     # bound, a loop stays (bf16 row sums of 128 and 4104: +15% and +6% time).
@@ -357,7 +357,7 @@ def _finish_source(graph, a, kept_n, ksizes, kdims, strides, ptrs, split, red_n,
     round trip. On the GPU it is launched as a programmatic dependent of the partial kernel
     (PDL): it becomes resident while the partial kernel runs and waits in
     ``griddepcontrol.wait`` for the partial kernel's end and its writes, so the launch
-    gap is hidden (probe 9: 1.5 us of the ~2 us a plain second launch costs)."""
+    gap is hidden (H100: 1.5 us of the ~2 us a plain second launch costs)."""
     ind = "    "
     outs = [r.out_uid for r in a.reductions]
     gp = 1 << (split - 1).bit_length()

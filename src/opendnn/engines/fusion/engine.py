@@ -274,8 +274,8 @@ def _choose_knobs(graph, a: Analysis, target: Target) -> list[dict]:
     kept_n = math.prod(k for k in a.kept)
     red_n = numel // max(kept_n, 1) if numel else 0
     inner_red = _kernels.inner_is_reduced(graph, a)
-    # Measured on the H100 (bench/reduction_sweep.py, 8192^2 sums): rows want one long
-    # row per program with 16 warps (2.41 TB/s bf16, 2.75 fp32); columns: _column_knobs.
+    # Measured on the H100 (8192^2 sums, docs/design/fusion.md): rows want one long row
+    # per program with 16 warps (2.41 TB/s bf16, 2.75 fp32); columns: _column_knobs.
     if inner_red:
         bred = min(_pow2_ceil(max(red_n, 1)), 2048 if not cpu else 1024)
         bkept = max(1, min((1024 if cpu else 2048) // bred, _pow2_ceil(max(kept_n, 1))))
@@ -303,10 +303,10 @@ def _choose_knobs(graph, a: Analysis, target: Target) -> list[dict]:
 def _column_knobs(graph, a: Analysis, kept_n: int, red_n: int, target: Target) -> dict:
     """Column-style reductions on the GPU (the kept axis is the contiguous one).
 
-    Measured on the H100 (bench/colsum_probe8.py, notes/fusion.md probe 9): wide tiles
-    (2048 kept columns, 4 KB of each row) and a grid of two programs per SM, every SM
-    given the same share of slices, read at 0.84 of copy before the finish; the finish
-    then costs one L2 round trip (see ``_kernels._finish_source``)."""
+    Measured on the H100 (docs/design/fusion.md): wide tiles (2048 kept columns, 4 KB of
+    each row) and a grid of two programs per SM, every SM given the same share of slices,
+    read at 0.84 of copy before the finish; the finish then costs one L2 round trip (see
+    ``_kernels._finish_source``)."""
     reads = [graph.tensors[u].data_type.itemsize for u in a.inputs
              if not graph.tensors[u].is_pass_by_value]
     item = max(reads, default=4)

@@ -294,16 +294,16 @@ def validate(knobs: MatmulKnobs) -> None:
 def knob_space() -> list[MatmulKnobs]:
     """Candidate configurations, best Hopper (H100) configs first.
 
-    Order = measured on an H100 (bench/matmul_tune.py; numbers in
-    bench/notes/matmul.md): persistent TMA 128x256x64 / 8 warps leads on every
-    large bf16/fp16 problem (0.96-1.06x cuBLAS over three sessions; GROUP_M,
-    3 vs 4 stages, subtiling and flatten differ by less than the +-5 %
-    run-to-run noise; the plain 3-stage one had the best mean), then
-    non-persistent TMA, pointer (cp.async) configs for operands TMA cannot
-    read, mid-size tiles, float32-sized tiles, and skinny (small M, split-K)
-    configs, where pointer loads beat TMA (short CTAs cannot amortize the
-    in-kernel descriptor creation).  warp_specialize configs are absent:
-    Triton 3.6's Hopper auto-WS produced wrong results (see MatmulKnobs).
+    Order = measured on an H100 (numbers in docs/design/matmul.md):
+    persistent TMA 128x256x64 / 8 warps leads on every large bf16/fp16 problem
+    (0.96-1.06x cuBLAS over three sweeps; GROUP_M, 3 vs 4 stages, subtiling
+    and flatten differ by less than the +-5 % run-to-run noise; the plain
+    3-stage one had the best mean), then non-persistent TMA, pointer (cp.async)
+    configs for operands TMA cannot read, mid-size tiles, float32-sized tiles,
+    and skinny (small M, split-K) configs, where pointer loads beat TMA (short
+    CTAs cannot amortize the in-kernel descriptor creation).  warp_specialize
+    configs are absent: Triton 3.6's Hopper auto-WS produced wrong results (see
+    MatmulKnobs).
     """
     K = MatmulKnobs
     big = [
