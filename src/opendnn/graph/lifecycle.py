@@ -547,7 +547,7 @@ TIMING_ROUNDS = 2   # autotune's passes over the candidates (see autotune)
 # ResNet-50 runs every winner's estimate was within 1.57x of the best estimate (mostly
 # within 1.35x: split tiles, wgrad's explicit GEMM); the multi-kernel Winograd / FFT
 # pipelines beyond 2x never won and cost the find seconds of compiling (their F(4x4)
-# transforms 1.5-2.5 s each). bench/results/h100-2026-11-22-s6b.json, bench/notes/conv.md
+# transforms 1.5-2.5 s each). Measured on the H100's ResNet-50 finds: docs/design/runtime.md
 EXTRA_MARGIN = 2.0
 
 

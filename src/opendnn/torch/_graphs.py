@@ -234,7 +234,7 @@ def direct(op):
     tensor subclasses (fake tensors, functorch wrappers), for tensors inside lists, for
     calls that leave defaulted arguments out, and for in-place ops under autograd (an op
     that writes its inputs bumps their version counters, as the dispatcher does). The
-    dispatcher's wrappers were most of an eager call's host time (bench/notes/torch.md);
+    dispatcher's wrappers were most of an eager call's host time (docs/design/torch.md);
     the results are the same either way (the implementation is what ``op`` runs)."""
     fn, qual = op._init_fn, op._qualname
     nargs = len(op._opoverload._schema.arguments)

@@ -162,8 +162,8 @@ class BatchNormEngine(Engine):
         cuda = target.is_cuda
         if p.columns:
             # NHWC: a tile of whole rows of up to 256 channels is one contiguous block (the
-            # column sums' best pattern, bench/notes/fusion.md: wide kept blocks, slices
-            # of interleaved row blocks); about two programs per SM
+            # column sums' best pattern on the H100, docs/design/fusion.md: wide kept
+            # blocks, slices of interleaved row blocks); about two programs per SM
             bk = min(_pow2(p.K), 256 if cuda else 16)
             br = max(1, (8192 if cuda else 16) // bk)
             ar = max(1, (8192 if cuda else 64) // bk)
@@ -181,7 +181,7 @@ class BatchNormEngine(Engine):
         warps = (8 if bk * max(br, ar) >= 4096 else 4) if cuda else 4
         # x (and dy) are read twice; starting the second pass where the first ended saves
         # up to an L2's worth of the re-read (not measured yet: both configs are listed,
-        # REUSE=1 first, and the sweep compares them)
+        # REUSE=1 first, so that benchmark mode can choose; docs/design/batchnorm.md)
         out = [BatchNormKnobs(bk, br, split, ar, 0, warps)]
         if cuda and p.kind != "batchnorm_inference":
             out.insert(0, BatchNormKnobs(bk, br, split, ar, 1, warps))

@@ -33,9 +33,9 @@ TYPES = (DataType.FLOAT, DataType.HALF, DataType.BFLOAT16)
 FORWARD = ("layernorm", "rmsnorm", "instancenorm", "groupnorm")
 BACKWARD = tuple(f"{k}_backward" for k in FORWARD)
 MAX_TILE = 16384          # elements of one program's register tile
-COOP_COST = (1.3, 1.1, 1.0)  # PATH=4 time factor by PREFETCH (softmax probe: 0.66-0.70 of
-#                              copy without; PREFETCH=2 ~10% faster than 1 where chosen;
-#                              LAG=2 costs as PREFETCH=2)
+COOP_COST = (1.3, 1.1, 1.0)  # PATH=4 time factor by PREFETCH (H100: the one-read softmax
+#                              read 0.66-0.70 of copy without; PREFETCH=2 ~10% faster than
+#                              1 where chosen; LAG=2 costs as PREFETCH=2; docs/design/norm.md)
 COOP_MAX_SPLIT = 64       # PATH=4: chunks per row (the partials are gathered as a vector)
 POW2 = tuple(1 << i for i in range(15))
 L2_BYTES = 40e6           # the part of the H100's 50 MB L2 that re-read rows may count on
@@ -161,16 +161,16 @@ def _coop_knobs(a: Analysis, target: Target) -> NormKnobs | None:
     p = a.problem
     if not target.is_cuda or (a.backward and (p.G != 1 or p.S != 1)):
         return None
-    # bench/norm_coop_sweep.py (bf16, 2048 x 65536 and 512 x 262144; PREFETCH on): forward
-    # best with 16384-element chunks, 8 warps, a program per SM (2.10 / 2.48 TB/s layer /
-    # RMS norm at 262144); at 65536 (4 chunks) with PREFETCH=2 (``_prefetch``); the
-    # backward's choice is below
+    # measured on the H100 (bf16, 2048 x 65536 and 512 x 262144; PREFETCH on): the forward
+    # is best with 16384-element chunks, 8 warps, a program per SM (2.10 / 2.48 TB/s layer
+    # / RMS norm at 262144); at 65536 (4 chunks) with PREFETCH=2 (``_prefetch``); the
+    # backward's choice is below (docs/design/norm.md)
     if a.backward:
         return _coop_backward_knobs(p.L, target.num_sms)
     block, warps, per_sm = 16384, 8, 1
     split = -(-p.L // block)
-    # from 65536 measured for layer / RMS norm only (session 12); instance / group norm
-    # rows (strided when channels-last) keep the earlier threshold
+    # from 65536 measured for layer / RMS norm only; instance / group norm rows (strided
+    # when channels-last) keep the earlier threshold
     if p.L < (65536 if p.G == 1 and p.S == 1 else 131072) or split > COOP_MAX_SPLIT:
         return None
     plain = p.G == 1 and p.S == 1          # layer / RMS norm: what PREFETCH=2 was measured on
@@ -179,7 +179,7 @@ def _coop_knobs(a: Analysis, target: Target) -> NormKnobs | None:
 
 
 def _prefetch(split: int, full: bool) -> int:
-    """PREFETCH for the one-read path. bench/norm_coop_sweep.py chunk (session 12, bf16):
+    """PREFETCH for the one-read path. Measured on the H100 (bf16, docs/design/norm.md):
     loading the next row first (2) pays with few chunks a row -- 2048 x 65536 forward
     (4 x 16384) 2.50 / 2.62 TB/s layer / RMS against 2.30 / 2.53 with 1 (and 2.25 / 2.11
     for the two-loop path), backward (8 x 8192) 2.41 / 2.46 against 2.32 / 2.34 -- and
@@ -192,7 +192,7 @@ def _prefetch(split: int, full: bool) -> int:
 
 def _coop_backward_knobs(L: int, sms: int) -> NormKnobs | None:
     """The backward's one-read config: chunks of at most 8192 elements, 8 warps, a program
-    per SM. bench/norm_coop_sweep.py chunk (session 12, bf16): a row step takes about the
+    per SM. Measured on the H100 (bf16, docs/design/norm.md): a row step takes about the
     same time whatever its chunk (the programs' meeting, not the bytes, sets it), so the
     rate follows the rows in flight -- the groups, SMs // SPLIT -- times L. Chunks shorter
     than 8192 that leave the groups as many fill the SMs: 262144 in 33 chunks of 7944
@@ -205,9 +205,9 @@ def _coop_backward_knobs(L: int, sms: int) -> NormKnobs | None:
     best = max(range(least, min(COOP_MAX_SPLIT, sms) + 1),
                key=lambda s: (sms // s, (sms // s) * s))
     if least > 8 and L % 8192 == 0:
-        # bench/norm_coop_sweep.py lag (session 13): many full chunks take the meeting a
-        # row late with the next row loaded ahead (LAG=2): 262144 in 32 x 8192 read 2.44
-        # / 2.43 TB/s layer / RMS, against 1.81 / 1.82 for 33 x 7944 with PREFETCH=1
+        # many full chunks take the meeting a row late with the next row loaded ahead
+        # (LAG=2): on the H100 262144 in 32 x 8192 read 2.44 / 2.43 TB/s layer / RMS,
+        # against 1.81 / 1.82 for 33 x 7944 with PREFETCH=1 (docs/design/norm.md)
         return NormKnobs(4, 8192, 1, least, (sms // least) * least, 8, 0, 0, 2)
     chunk = -(-L // best)
     chunk = -(-chunk // 8) * 8                   # 16-byte aligned chunks of bf16
@@ -314,8 +314,8 @@ class NormEngine(Engine):
                 threads = 32 * warps
                 regs = 7 * max(1, bl * br // threads) + 8     # ~7 live values per element
                 per_sm = max(1, min(64 // warps, 65536 // (threads * regs)))
-                # 8192-element tiles (32 warps): the next tile prefetched (norm_bwd_sweep,
-                # 8192 x 8192 bf16: 2.40 / 2.65 TB/s layer / RMS norm against 2.26 / 2.42)
+                # 8192-element tiles (32 warps): the next tile prefetched (H100, 8192 x
+                # 8192 bf16: 2.40 / 2.65 TB/s layer / RMS norm against 2.26 / 2.42)
                 pre = 1 if cuda and warps == 32 else 0
                 for k in (1, 2) if cuda else (1,):            # 2: for autotuning
                     progs = max(1, min(tiles, 4096, k * per_sm * sms))
@@ -344,7 +344,7 @@ class NormEngine(Engine):
             else:
                 # rows of 128K+ elements: the widest tile, one program per SM, the fewest
                 # rows in flight (their tails stay in L2 for the backwards second loop)
-                # (the softmax sweep: 8192-wide tiles with 8 warps for 65536-wide rows)
+                # (as measured for softmax: 8192-wide tiles, 8 warps for 65536-wide rows)
                 # (16384-wide tiles spill: ptxas, sm_90)
                 tiles = ((2 * bl, 16), (2 * bl, 8), (bl, 8)) \
                     if p.L >= 131072 else ((2 * bl, 8), (2 * bl, 16), (bl, 8))

@@ -104,21 +104,22 @@ class _PoolBase(Engine):
                 return [PoolKnobs(max(1, 256 // bc), bc, 4)]
             return [PoolKnobs(max(1, 256 // bw), 1, 4, bw)]
         if p.channels_fast(role):
-            # bench/pool_sweep.py nhwc (H100, 64x256x56x56 bf16, session 10): 1024-element
-            # tiles of 128 channels x 8 pixels were in or near the top four of every case
-            # (max / average, forward / backward, 3x3 s2 and 2x2 s2); the earlier first
-            # choice, 32 x 64, ranked 7th-29th of 63
+            # a sweep of every tile on the H100 (NHWC 64x256x56x56 bf16, docs/design/pool.md):
+            # 1024-element tiles of 128 channels x 8 pixels were in or near the top four of
+            # every case (max / average, forward / backward, 3x3 s2 and 2x2 s2); the earlier
+            # first choice, 32 x 64, ranked 7th-29th of 63
             bc = min(_pow2(p.C), 128)
             out = [PoolKnobs(max(1, 1024 // bc), bc, 4)]
             if p.C >= 256:
                 out.append(PoolKnobs(4, 256, 8))
             out.append(PoolKnobs(max(1, 2048 // bc), bc, 4))
             return out
-        # bench/pool_sweep.py nchw (session 12): forward, flat blocks of one channel's
-        # pixels (512 x 8 warps 1708 GB/s for max 3x3 s2, 256 x 4 1699; plane tiles at most
-        # 1411); backward, plane tiles of 32 rows x 64 (average 3x3 1172 / 2x2 2457, max
-        # 2x2 from the Index 2047, max 3x3 691 GB/s; flat 1024 x 4: 1104 / 2263 / 1985 /
-        # 683), except max from X, whose argmax pass runs the same tile forward
+        # the NCHW sweep on the H100 (docs/design/pool.md): forward, flat blocks of one
+        # channel's pixels (512 x 8 warps 1708 GB/s for max 3x3 s2, 256 x 4 1699; plane
+        # tiles at most 1411); backward, plane tiles of 32 rows x 64 (average 3x3 1172 /
+        # 2x2 2457, max 2x2 from the Index 2047, max 3x3 691 GB/s; flat 1024 x 4: 1104 /
+        # 2263 / 1985 / 683), except max from X, whose argmax pass runs the same tile
+        # forward
         flat = [PoolKnobs(512, 1, 8), PoolKnobs(256, 1, 4), PoolKnobs(1024, 1, 4)]
         planes = [PoolKnobs(max(1, 2048 // bw), 1, 4, bw), PoolKnobs(max(1, 4096 // bw), 1, 4, bw)]
         if role == "X":

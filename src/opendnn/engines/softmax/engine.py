@@ -69,13 +69,13 @@ def _check_coop(p, kn, target) -> Support:
 
 
 def _coop_knobs(p, target, backward: bool, log: bool):
-    """The one-read config for rows of 4 to 64 chunks on a GPU, or None (measured:
-    bench/softmax_coop_sweep.py at 256 x 262144 bf16). Backward holds two tensors' chunks
+    """The one-read config for rows of 4 to 64 chunks on a GPU, or None (measured on the
+    H100 at 256 x 262144 bf16; docs/design/softmax.md). Backward holds two tensors' chunks
     (dy and y), so its chunks are half as long."""
     if not target.is_cuda:
         return None
-    # session 9 sweeps (tagged partials): forward 16384-element chunks, 8 warps, two
-    # programs per SM (softmax with its exponentials reused and PREFETCH 2.45 TB/s, 2.12
+    # the H100 sweeps of the tagged-partial kernels: forward 16384-element chunks, 8 warps,
+    # two programs per SM (softmax with its exponentials reused and PREFETCH 2.45 TB/s, 2.12
     # without; log-softmax 2.17-2.23 without, PREFETCH slower); softmax backward 8192,
     # 8 warps, two per SM, PREFETCH (2.51-2.65); log-softmax backward 16384, 16 warps, one
     # per SM, PREFETCH (2.49; 8192 x 8 without PREFETCH: 2.22-2.44 over three runs)
@@ -156,12 +156,12 @@ class SoftmaxEngine(Engine):
         tiles = max(1, -(-p.L // bl))
         split = max(1, min(256, tiles, _pow2(-(-16 * target.num_sms // max(p.R, 1)))))
         if p.L > bl or not out:
-            # measured on the H100 (bench/softmax_sweep.py): two kernels want 4096-wide
+            # measured on the H100 (a sweep of every config): two kernels want 4096-wide
             # tiles and a SPLIT that fills the GPU; one program per row wants 8192-wide
             # tiles, 16 warps when it streams two tensors (backward)
             out.append(SoftmaxKnobs(2, bl, 1, split, 8 if target.is_cuda else 4))
             two_loop_warps = (16 if _node(graph).kind == "softmax_backward" else 8)
-            # measured (bench/softmax_l2_probe.py, 65536-wide bf16): two programs per SM
+            # measured on the H100 (65536-wide bf16): two programs per SM
             # walking the rows beat a program per row by 11% forward; backward re-reads two
             # tensors, and a program per row measured best (2.6 TB/s; 264 programs: 2.3)
             backward = _node(graph).kind == "softmax_backward"
@@ -184,8 +184,8 @@ class SoftmaxEngine(Engine):
         reread = sum(p.types[r].itemsize for r in inputs)
         in_flight = min(p.R, kn.PROGRAMS or target.num_sms) * p.L * reread
         again = 1.15 if in_flight <= L2_BYTES else 1.8
-        # PASSES=4 reads once but its programs wait for each other at every row: measured
-        # 0.66-0.70 of copy (bench/softmax_coop_probe.py), hence 1.3
+        # PASSES=4 reads once but its programs wait for each other at every row: its first
+        # version measured 0.66-0.70 of copy on the H100 (docs/design/softmax.md), hence 1.3
         moved = p.R * p.L * item * {1: 1.0, 2: 1.6, 3: again, 4: 1.3}[kn.PASSES]
         programs = -(-p.R // kn.BLOCK_ROWS) if kn.PASSES == 1 else (
             kn.PROGRAMS or p.R * kn.SPLIT)
