@@ -1,6 +1,6 @@
 """Seeded, randomized fuzzer of BAD input for opendnn's error contract.
 
-The contract (API.md, DESIGN.md "Errors"): every invalid descriptor, graph, variant pack or
+The contract (opendnn.errors): every invalid descriptor, graph, variant pack or
 workspace raises a typed error (an ``OpenDNNError`` -- ``BadParamError`` is a ValueError,
 ``GraphNotSupportedError`` -- or a ValueError) whose message names the operation, the
 tensor and the rule; nothing is silently wrong; no raw Python error (TypeError, KeyError,
@@ -30,6 +30,7 @@ Outcomes:
 Everything runs in one process, sequentially; probes that may kill the process (raw
 garbage pointers) run one at a time in a child process. CPU only.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,8 +61,7 @@ from opendnn.errors import InternalError, OpenDNNError
 warnings.filterwarnings("ignore")
 torch.set_num_threads(1)
 
-SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src",
-                   "opendnn")
+SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src", "opendnn")
 F = DT.FLOAT
 A = HeurMode.A
 FUSION_ID, REFERENCE_ID = 1, 0
@@ -70,13 +70,13 @@ FUSION_ID, REFERENCE_ID = 1, 0
 # ==== probes and their outcome ===============================================================
 @dataclass
 class Probe:
-    what: str                    # the mutation, with the values drawn
-    run: object                  # callable: performs the whole call chain
-    tensor: object = None        # a tensor name (or tuple of names) the message must contain
-    op: str | None = None        # an operation name the message must contain
-    valid: bool = False          # the input may be legal: returning is VALID, not SILENT
-    rule: tuple = ()             # words of which the message must contain one (the rule)
-    isolate: bool = False        # may kill the process: run in a child
+    what: str  # the mutation, with the values drawn
+    run: object  # callable: performs the whole call chain
+    tensor: object = None  # a tensor name (or tuple of names) the message must contain
+    op: str | None = None  # an operation name the message must contain
+    valid: bool = False  # the input may be legal: returning is VALID, not SILENT
+    rule: tuple = ()  # words of which the message must contain one (the rule)
+    isolate: bool = False  # may kill the process: run in a child
 
 
 class Silent(Exception):
@@ -94,6 +94,7 @@ def family(cat: str, n: int = 6):
     def deco(fn):
         FAMILIES.append((cat, fn.__name__, n, fn))
         return fn
+
     return deco
 
 
@@ -109,7 +110,7 @@ def _where(f) -> str:
         return "?"
     fn = f.filename
     if fn.startswith(SRC):
-        fn = "src/opendnn" + fn[len(SRC):]
+        fn = "src/opendnn" + fn[len(SRC) :]
     else:
         for marker in ("site-packages/", "lib/python"):
             if marker in fn:
@@ -121,16 +122,28 @@ def _where(f) -> str:
 def classify(p: Probe, exc: BaseException | None) -> dict:
     """-> {outcome, exc, msg, origin, lib, missing}."""
     if exc is None:
-        return dict(outcome="VALID" if p.valid else "BUG-SILENT", exc="", msg="(returned)",
-                    origin="", lib="", missing=[])
+        return dict(
+            outcome="VALID" if p.valid else "BUG-SILENT",
+            exc="",
+            msg="(returned)",
+            origin="",
+            lib="",
+            missing=[],
+        )
     if isinstance(exc, Hang):
-        return dict(outcome="HANG/CRASH", exc="timeout", msg=str(exc), origin="", lib="",
-                    missing=[])
+        return dict(
+            outcome="HANG/CRASH", exc="timeout", msg=str(exc), origin="", lib="", missing=[]
+        )
     if isinstance(exc, Silent):
         return dict(outcome="BUG-SILENT", exc="", msg=str(exc), origin="", lib="", missing=[])
     lib, last = _frames(exc)
-    r = dict(exc=type(exc).__name__, msg=str(exc).replace("\n", " ")[:400],
-             origin=_where(last), lib=_where(lib[-1]) if lib else "", missing=[])
+    r = dict(
+        exc=type(exc).__name__,
+        msg=str(exc).replace("\n", " ")[:400],
+        origin=_where(last),
+        lib=_where(lib[-1]) if lib else "",
+        missing=[],
+    )
     if not lib and not isinstance(exc, OpenDNNError):
         r["outcome"] = "HARNESS"
         r["tb"] = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-1500:]
@@ -143,14 +156,18 @@ def classify(p: Probe, exc: BaseException | None) -> dict:
         if names and not any(n in msg for n in names):
             r["missing"].append(f"tensor {' or '.join(names)}")
         if not (exc.rule or "").strip() or (
-                p.rule and not any(w.lower() in msg.lower() for w in p.rule)):
+            p.rule and not any(w.lower() in msg.lower() for w in p.rule)
+        ):
             r["missing"].append("rule" + (f" (one of {list(p.rule)})" if p.rule else ""))
         if isinstance(exc, InternalError):
             r["missing"].append("category (INTERNAL_ERROR for bad input)")
         r["outcome"] = "WEAK" if r["missing"] else "OK"
         return r
-    foreign = last is not None and not last.filename.startswith(SRC) and any(
-        k in last.filename for k in ("/torch/", "/numpy/", "/triton/"))
+    foreign = (
+        last is not None
+        and not last.filename.startswith(SRC)
+        and any(k in last.filename for k in ("/torch/", "/numpy/", "/triton/"))
+    )
     if isinstance(exc, ValueError) and not foreign:
         # a plain ValueError (allowed type) raised by Python itself (int(), an enum lookup)
         # on the library's behalf: typed, but the message cannot name the op or the tensor
@@ -165,6 +182,7 @@ def classify(p: Probe, exc: BaseException | None) -> dict:
 def alarm(seconds: int):
     def handler(signum, frame):
         raise Hang(f"no answer after {seconds} s")
+
     old = signal.signal(signal.SIGALRM, handler)
     signal.alarm(seconds)
     try:
@@ -182,7 +200,7 @@ def run_probe(p: Probe, timeout: int) -> dict:
             p.run()
     except (KeyboardInterrupt, SystemExit):
         raise
-    except BaseException as e:      # noqa: BLE001 -- classifying is the point
+    except BaseException as e:  # noqa: BLE001 -- classifying is the point
         exc = e
     r = classify(p, exc)
     r["seconds"] = round(time.perf_counter() - t0, 2)
@@ -199,8 +217,9 @@ def rand_buf(d, poison=False) -> torch.Tensor:
     n = max(d.span, 1)
     dt = d.torch_dtype
     if dt.is_floating_point:
-        flat = torch.full((n,), float("nan")) if poison else \
-            torch.rand(n, generator=_GEN) * 1.9 + 0.1
+        flat = (
+            torch.full((n,), float("nan")) if poison else torch.rand(n, generator=_GEN) * 1.9 + 0.1
+        )
         flat = flat.to(dt)
     elif dt == torch.bool:
         flat = torch.randint(0, 2, (n,), generator=_GEN).bool()
@@ -244,9 +263,15 @@ def run_named(g, T: dict, bufs: dict, modes=(A, HeurMode.FALLBACK)):
     """build + execute with the *unmutated* problem's buffers, bound by tensor name."""
     g.build(list(modes))
     pack = {T[n]: b for n, b in bufs.items() if n in T}
-    n = g.get_workspace_size()     # huge dims may ask for terabytes: give a small one
-    g.execute(pack, torch.empty(n, dtype=torch.uint8) if 0 < n < 1 << 26 else
-              torch.empty(64, dtype=torch.uint8) if n else None)
+    n = g.get_workspace_size()  # huge dims may ask for terabytes: give a small one
+    g.execute(
+        pack,
+        torch.empty(n, dtype=torch.uint8)
+        if 0 < n < 1 << 26
+        else torch.empty(64, dtype=torch.uint8)
+        if n
+        else None,
+    )
 
 
 # ==== base problems (frontend) ==================================================================
@@ -304,10 +329,20 @@ def b_ln():
 def b_bn():
     g = cudnn.pygraph(name="g_bn")
     x = g.tensor([2, 3, 2, 2], [12, 4, 2, 1], F, name="x_in")
-    st = {n: g.tensor([1, 3, 1, 1], [3, 1, 1, 1], F, name=n)
-          for n in ("scale_in", "bias_in", "rmean_in", "rvar_in")}
-    outs = g.batchnorm(x, st["scale_in"], st["bias_in"], st["rmean_in"], st["rvar_in"],
-                       epsilon=1e-5, momentum=0.1, name="bn_n")
+    st = {
+        n: g.tensor([1, 3, 1, 1], [3, 1, 1, 1], F, name=n)
+        for n in ("scale_in", "bias_in", "rmean_in", "rvar_in")
+    }
+    outs = g.batchnorm(
+        x,
+        st["scale_in"],
+        st["bias_in"],
+        st["rmean_in"],
+        st["rvar_in"],
+        epsilon=1e-5,
+        momentum=0.1,
+        name="bn_n",
+    )
     names = ("y_out", "mean_out", "iv_out", "nrm_out", "nrv_out")
     T = dict(x_in=x, **st)
     for t, n in zip(outs, names):
@@ -336,16 +371,36 @@ def b_sdpa():
 
 
 BASES = dict(pw=b_pw, red=b_red, mm=b_mm, conv=b_conv, ln=b_ln, bn=b_bn, sm=b_sm, sdpa=b_sdpa)
-INPUTS = dict(pw=["x_in", "s_in"], red=["x_in"], mm=["a_in", "b_in", "bias_in"],
-              conv=["x_in", "w_in"], ln=["x_in", "scale_in", "bias_in"],
-              bn=["x_in", "scale_in", "bias_in", "rmean_in", "rvar_in"], sm=["x_in"],
-              sdpa=["q_in", "k_in", "v_in"])
-OUTPUTS = dict(pw=["y_out"], red=["y_out"], mm=["y_out"], conv=["y_out"],
-               ln=["y_out", "mean_out", "iv_out"],
-               bn=["y_out", "mean_out", "iv_out", "nrm_out", "nrv_out"], sm=["y_out"],
-               sdpa=["o_out", "stats_out"])
-NODE = dict(pw="mul_n", red="red_n", mm="mm_n", conv="conv_n", ln="ln_n", bn="bn_n",
-            sm="sm_n", sdpa="sdpa_n")
+INPUTS = dict(
+    pw=["x_in", "s_in"],
+    red=["x_in"],
+    mm=["a_in", "b_in", "bias_in"],
+    conv=["x_in", "w_in"],
+    ln=["x_in", "scale_in", "bias_in"],
+    bn=["x_in", "scale_in", "bias_in", "rmean_in", "rvar_in"],
+    sm=["x_in"],
+    sdpa=["q_in", "k_in", "v_in"],
+)
+OUTPUTS = dict(
+    pw=["y_out"],
+    red=["y_out"],
+    mm=["y_out"],
+    conv=["y_out"],
+    ln=["y_out", "mean_out", "iv_out"],
+    bn=["y_out", "mean_out", "iv_out", "nrm_out", "nrv_out"],
+    sm=["y_out"],
+    sdpa=["o_out", "stats_out"],
+)
+NODE = dict(
+    pw="mul_n",
+    red="red_n",
+    mm="mm_n",
+    conv="conv_n",
+    ln="ln_n",
+    bn="bn_n",
+    sm="sm_n",
+    sdpa="sdpa_n",
+)
 
 _BUILT: dict = {}
 
@@ -392,6 +447,7 @@ def pick(r, seq):
 def overlaps(dims, strides) -> bool:
     """Two distinct indices address one element (brute force over the small dims)."""
     import itertools
+
     seen = set()
     for idx in itertools.product(*[range(n) for n in dims]):
         off = sum(i * s for i, s in zip(idx, strides))
@@ -423,6 +479,7 @@ def t_neg_dim(r):
         d[k] = v
         T[name].set_dim(d)
         run_named(g, T, good_bufs(base))
+
     return Probe(f"{base}: {name}.dim[{k}] = {v}", run, tensor=name)
 
 
@@ -442,6 +499,7 @@ def t_zero_dim(r):
             if base == "red":
                 T[o].set_dim([0 if k == 0 else 4, 1])
         run_graph(g)
+
     return Probe(f"{base}: {name}.dim[{k}] = 0 (run with a matching pack)", run, valid=True)
 
 
@@ -450,7 +508,7 @@ def t_huge_dim(r):
     base = pick(r, list(BASES))
     name = pick(r, INPUTS[base])
     k = r.randrange(len(BASES[base]()[1][name].get_dim()))
-    v = pick(r, [2 ** 31, 2 ** 40, 2 ** 63 - 1, 2 ** 64 + 3, 10 ** 30])
+    v = pick(r, [2**31, 2**40, 2**63 - 1, 2**64 + 3, 10**30])
 
     def run():
         g, T = fresh(base)
@@ -458,8 +516,10 @@ def t_huge_dim(r):
         d[k] = v
         T[name].set_dim(d).set_stride(packed(d))
         run_named(g, T, good_bufs(base))
-    return Probe(f"{base}: {name}.dim[{k}] = {v} (packed strides), executed with the "
-                 "original buffers", run)
+
+    return Probe(
+        f"{base}: {name}.dim[{k}] = {v} (packed strides), executed with the original buffers", run
+    )
 
 
 @family("tensor", 8)
@@ -474,6 +534,7 @@ def t_stride_len(r):
         n = len(t.get_dim()) if t.get_dim() else 4
         t.set_stride([1] * max(n + delta, 0))
         run_named(g, T, good_bufs(base))
+
     return Probe(f"{base}: {name} gets len(dims){delta:+d} strides", run, tensor=name)
 
 
@@ -490,6 +551,7 @@ def t_neg_stride(r):
         s[k] = v
         T[name].set_stride(s)
         run_named(g, T, good_bufs(base))
+
     return Probe(f"{base}: {name}.stride[{k}] = {v}", run, tensor=name)
 
 
@@ -504,9 +566,14 @@ def t_overlap_out(r):
         g.validate()
         d = T[name].get_dim()
         if all(x == 1 for x in d):
-            raise Silent("skip: size-1 output cannot overlap")   # not applicable
-        st = [0] * len(d) if kind == "zero" else [1] * len(d) if kind == "ones" else \
-            [max(s // 2, 1) if i == 0 else s for i, s in enumerate(packed(d))]
+            raise Silent("skip: size-1 output cannot overlap")  # not applicable
+        st = (
+            [0] * len(d)
+            if kind == "zero"
+            else [1] * len(d)
+            if kind == "ones"
+            else [max(s // 2, 1) if i == 0 else s for i, s in enumerate(packed(d))]
+        )
         if not overlaps(d, st):
             raise Silent("skip: these strides do not overlap for these dims")
         g2, T2 = fresh(base)
@@ -514,6 +581,7 @@ def t_overlap_out(r):
         if base == "red":
             T2[name].set_dim([4, 1])
         run_graph(g2)
+
     return Probe(f"{base}: output {name} strides overlap ({kind})", run, tensor=name)
 
 
@@ -529,6 +597,7 @@ def t_overlap_in(r):
         d = T[name].get_dim()
         T[name].set_stride([0] * len(d) if kind == "zero" else [1] * len(d))
         run_graph(g)
+
     return Probe(f"{base}: input {name} strides all {kind}", run, tensor=name, valid=True)
 
 
@@ -542,11 +611,26 @@ def t_many_dims(r):
         g, T = fresh(base)
         T[name].set_dim([1] * n).set_stride([1] * n)
         run_named(g, T, good_bufs(base))
+
     return Probe(f"{base}: {name} gets {n} dims", run, tensor=name)
 
 
-_BAD_TYPES = [999, -7, "FOO", "", "float ", torch.complex64, torch.int16, 3.7, True, None,
-              object(), [DT.FLOAT], np.float32, np.dtype("float16")]
+_BAD_TYPES = [
+    999,
+    -7,
+    "FOO",
+    "",
+    "float ",
+    torch.complex64,
+    torch.int16,
+    3.7,
+    True,
+    None,
+    object(),
+    [DT.FLOAT],
+    np.float32,
+    np.dtype("float16"),
+]
 
 
 @family("tensor", 14)
@@ -565,6 +649,7 @@ def t_bad_dtype(r):
         else:
             got = g.tensor(t.get_dim(), t.get_stride(), v, name=name + "_2").get_data_type()
         raise Silent(f"data type {v!r} accepted as {DT(got).name}")
+
     return Probe(f"{base}: {name} {how} {v!r}", run, op=None, tensor=None)
 
 
@@ -573,20 +658,35 @@ def t_exotic_dtype(r):
     """Every DataType on an input: must run or be refused with a typed error."""
     base = pick(r, ["pw", "red", "mm", "conv", "ln", "sm", "sdpa", "bn"])
     name = pick(r, INPUTS[base])
-    dt = pick(r, [DT.BOOLEAN, DT.INT8, DT.UINT8, DT.INT32, DT.INT64, DT.FP8_E4M3, DT.FP8_E5M2,
-                  DT.DOUBLE, DT.HALF, DT.BFLOAT16])
+    dt = pick(
+        r,
+        [
+            DT.BOOLEAN,
+            DT.INT8,
+            DT.UINT8,
+            DT.INT32,
+            DT.INT64,
+            DT.FP8_E4M3,
+            DT.FP8_E5M2,
+            DT.DOUBLE,
+            DT.HALF,
+            DT.BFLOAT16,
+        ],
+    )
 
     def run():
         g, T = fresh(base)
         T[name].set_data_type(dt)
         run_graph(g)
+
     return Probe(f"{base}: input {name} is {dt.name}", run, tensor=name, valid=True)
 
 
 @family("tensor", 8)
 def t_dup_uid(r):
-    variant = pick(r, ["other_dtype", "other_strides", "same", "input_is_mid", "other_pbv",
-                       "out_is_other_in"])
+    variant = pick(
+        r, ["other_dtype", "other_strides", "same", "input_is_mid", "other_pbv", "out_is_other_in"]
+    )
 
     def run():
         g, T = fresh("pw")
@@ -605,9 +705,11 @@ def t_dup_uid(r):
             g.build([A])
             d = g.op_graph.tensors[77]
             if variant != "same":
-                raise Silent(f"two tensors with uid 77 ({variant}) accepted; the graph keeps "
-                             f"{d.data_type.name} strides {list(d.strides)} "
-                             f"pbv={d.is_pass_by_value}")
+                raise Silent(
+                    f"two tensors with uid 77 ({variant}) accepted; the graph keeps "
+                    f"{d.data_type.name} strides {list(d.strides)} "
+                    f"pbv={d.is_pass_by_value}"
+                )
             run_graph(g)
         elif variant == "input_is_mid":
             s.set_uid(501)
@@ -617,9 +719,15 @@ def t_dup_uid(r):
             T["y_out"].set_uid(600)
             x.set_uid(600)
             run_graph(g)
-    return Probe(f"pw: duplicate uid ({variant})", run, valid=(variant == "same"),
-                 tensor={"other_dtype": "z_twin", "other_strides": "z_twin",
-                         "other_pbv": "z_twin"}.get(variant))
+
+    return Probe(
+        f"pw: duplicate uid ({variant})",
+        run,
+        valid=(variant == "same"),
+        tensor={"other_dtype": "z_twin", "other_strides": "z_twin", "other_pbv": "z_twin"}.get(
+            variant
+        ),
+    )
 
 
 @family("tensor", 8)
@@ -633,36 +741,55 @@ def t_names(r):
         run_graph(g)
         g2 = cudnn.pygraph(name=v if isinstance(v, str) else "g")
         g2.deserialize(g.serialize())
+
     return Probe(f"pw: tensor names set to {v!r:.30} (legal or typed error)", run, valid=True)
 
 
 @family("tensor", 12)
 def t_setter_types(r):
-    what = pick(r, ["set_dim(None)", "set_dim(5)", "set_dim('234')", "set_dim([2, 3.5, 4])",
-                    "set_dim([2, '3', 4])", "set_stride(None)", "set_stride([12, 4, 1.9])",
-                    "set_uid(None)", "set_uid('u1')", "set_uid(2.7)", "tensor(dim=5)",
-                    "tensor(dim=[2, 3.5, 4])", "tensor(dim=[2, 'a', 4])",
-                    "tensor(stride=[12, 'x', 1])"])
+    what = pick(
+        r,
+        [
+            "set_dim(None)",
+            "set_dim(5)",
+            "set_dim('234')",
+            "set_dim([2, 3.5, 4])",
+            "set_dim([2, '3', 4])",
+            "set_stride(None)",
+            "set_stride([12, 4, 1.9])",
+            "set_uid(None)",
+            "set_uid('u1')",
+            "set_uid(2.7)",
+            "tensor(dim=5)",
+            "tensor(dim=[2, 3.5, 4])",
+            "tensor(dim=[2, 'a', 4])",
+            "tensor(stride=[12, 'x', 1])",
+        ],
+    )
 
     def run():
         g, T = fresh("pw")
         x = T["x_in"]
         if what.startswith("tensor("):
-            arg = what[len("tensor("):-1]
+            arg = what[len("tensor(") : -1]
             kw = eval("dict(" + arg + ")")
             kw.setdefault("dim", [2, 3, 4])
             kw.setdefault("stride", [12, 4, 1])
             t = g.tensor(data_type=F, name="t_new", **kw)
             g.exp(t, name="exp_new").set_output(True).set_name("y2_out")
             g.validate()
-            raise Silent(f"{what} accepted: descriptor dims "
-                         f"{list(g.op_graph.tensors[t.get_uid()].dims)} strides "
-                         f"{list(g.op_graph.tensors[t.get_uid()].strides)}")
+            raise Silent(
+                f"{what} accepted: descriptor dims "
+                f"{list(g.op_graph.tensors[t.get_uid()].dims)} strides "
+                f"{list(g.op_graph.tensors[t.get_uid()].strides)}"
+            )
         eval("x." + what)
         if what == "set_dim([2, '3', 4])":
             return
-        raise Silent(f"{what} accepted: dim={x.get_dim()} stride={x.get_stride()} "
-                     f"uid={x.get_uid()}")
+        raise Silent(
+            f"{what} accepted: dim={x.get_dim()} stride={x.get_stride()} uid={x.get_uid()}"
+        )
+
     return Probe(f"pw: x_in.{what}", run, tensor=None, valid=what in ("set_dim([2, '3', 4])",))
 
 
@@ -679,8 +806,8 @@ def g_cycle(r):
             t = g.relu(t, name=f"n{i}") if i % 2 == 0 else g.exp(t, name=f"n{i}")
         t.set_uid(5)
         run_graph(g)
-    return Probe(f"cycle through {n} nodes (last output gets the input's uid)", run,
-                 op="g_cyc")
+
+    return Probe(f"cycle through {n} nodes (last output gets the input's uid)", run, op="g_cyc")
 
 
 @family("graph", 6)
@@ -704,6 +831,7 @@ def g_dup_producer(r):
             T["c_mid"].set_uid(902)
             y2.set_uid(902)
         run_graph(g)
+
     return Probe(f"mm: two producers of one uid ({kind}, same name {same_name})", run)
 
 
@@ -718,6 +846,7 @@ def g_inplace_multi(r):
         T[inp].set_uid(700)
         T[out].set_uid(700)
         run_graph(g)
+
     return Probe(f"{base}: output {out} shares uid with input {inp}", run)
 
 
@@ -730,6 +859,7 @@ def g_virtual_input(r):
         g, T = fresh(base)
         T[name].set_is_virtual(True)
         run_graph(g)
+
     return Probe(f"{base}: input {name} marked virtual", run, tensor=name)
 
 
@@ -755,55 +885,115 @@ def g_pbv_output(r):
         pack = auto_pack(g)
         g.execute(pack, workspace_for(g))
         d = g.op_graph.tensors[y.get_uid()]
-        raise Silent(f"a pass-by-value output ({kind}) was accepted; after execute the pack "
-                     f"holds {pack.get(y.get_uid())!r} for it (pbv={d.is_pass_by_value})")
-    return Probe(f"pass-by-value tensor as a node output ({kind})", run, tensor="y_out"
-                 if kind != "intermediate" else "m_mid")
+        raise Silent(
+            f"a pass-by-value output ({kind}) was accepted; after execute the pack "
+            f"holds {pack.get(y.get_uid())!r} for it (pbv={d.is_pass_by_value})"
+        )
+
+    return Probe(
+        f"pass-by-value tensor as a node output ({kind})",
+        run,
+        tensor="y_out" if kind != "intermediate" else "m_mid",
+    )
 
 
 @family("graph", 16)
 def g_shape_mismatch(r):
     base = pick(r, list(BASES))
     choices = {
-        "pw": [("s_in", [1, 4, 1]), ("s_in", [2, 3, 5]), ("x_in", [3, 4, 4]),
-               ("y_out", [2, 3, 5]), ("y_out", [2, 3])],
+        "pw": [
+            ("s_in", [1, 4, 1]),
+            ("s_in", [2, 3, 5]),
+            ("x_in", [3, 4, 4]),
+            ("y_out", [2, 3, 5]),
+            ("y_out", [2, 3]),
+        ],
         "red": [("y_out", [4, 6, 1]), ("y_out", [3, 1]), ("y_out", [2, 1]), ("y_out", [8])],
-        "mm": [("b_in", [1, 6, 3]), ("a_in", [2, 4, 5]), ("b_in", [5, 3]),
-               ("bias_in", [1, 1, 4]), ("c_mid", [1, 4, 4]), ("a_in", [5])],
-        "conv": [("w_in", [3, 3, 3, 3]), ("w_in", [3, 1, 3, 3]), ("w_in", [3, 2, 9, 9]),
-                 ("y_out", [1, 3, 4, 4]), ("w_in", [3, 2, 3]), ("x_in", [1, 2, 5, 5, 5]),
-                 ("w_in", [3, 0, 3, 3])],
-        "ln": [("scale_in", [1, 7]), ("bias_in", [1, 4]), ("mean_out", [2, 8]),
-               ("scale_in", [8]), ("x_in", [2, 8, 1, 1, 1])],
-        "bn": [("scale_in", [1, 4, 1, 1]), ("rvar_in", [1, 3, 2, 1]), ("x_in", [2, 3]),
-               ("y_out", [2, 3, 2, 3]), ("x_in", [1, 3, 1, 1])],
+        "mm": [
+            ("b_in", [1, 6, 3]),
+            ("a_in", [2, 4, 5]),
+            ("b_in", [5, 3]),
+            ("bias_in", [1, 1, 4]),
+            ("c_mid", [1, 4, 4]),
+            ("a_in", [5]),
+        ],
+        "conv": [
+            ("w_in", [3, 3, 3, 3]),
+            ("w_in", [3, 1, 3, 3]),
+            ("w_in", [3, 2, 9, 9]),
+            ("y_out", [1, 3, 4, 4]),
+            ("w_in", [3, 2, 3]),
+            ("x_in", [1, 2, 5, 5, 5]),
+            ("w_in", [3, 0, 3, 3]),
+        ],
+        "ln": [
+            ("scale_in", [1, 7]),
+            ("bias_in", [1, 4]),
+            ("mean_out", [2, 8]),
+            ("scale_in", [8]),
+            ("x_in", [2, 8, 1, 1, 1]),
+        ],
+        "bn": [
+            ("scale_in", [1, 4, 1, 1]),
+            ("rvar_in", [1, 3, 2, 1]),
+            ("x_in", [2, 3]),
+            ("y_out", [2, 3, 2, 3]),
+            ("x_in", [1, 3, 1, 1]),
+        ],
         "sm": [("y_out", [2, 6]), ("y_out", [5, 2]), ("y_out", [10])],
-        "sdpa": [("k_in", [1, 2, 4, 16]), ("v_in", [1, 2, 5, 8]), ("k_in", [1, 3, 4, 8]),
-                 ("q_in", [1, 2, 4, 7]), ("q_in", [2, 4, 8]), ("stats_out", [1, 2, 4, 2]),
-                 ("k_in", [2, 2, 4, 8])],
+        "sdpa": [
+            ("k_in", [1, 2, 4, 16]),
+            ("v_in", [1, 2, 5, 8]),
+            ("k_in", [1, 3, 4, 8]),
+            ("q_in", [1, 2, 4, 7]),
+            ("q_in", [2, 4, 8]),
+            ("stats_out", [1, 2, 4, 2]),
+            ("k_in", [2, 2, 4, 8]),
+        ],
     }
     name, dims = pick(r, choices[base])
-    related = {"pw": ("x_in", "s_in"), "mm": ("a_in", "b_in", "bias_in", "c_mid"),
-               "conv": ("x_in", "w_in"), "ln": ("x_in", "scale_in", "bias_in"),
-               "bn": ("x_in", "scale_in"), "sm": ("x_in",), "sdpa": ("q_in", "k_in", "v_in"),
-               "red": ("x_in",)}[base]
+    related = {
+        "pw": ("x_in", "s_in"),
+        "mm": ("a_in", "b_in", "bias_in", "c_mid"),
+        "conv": ("x_in", "w_in"),
+        "ln": ("x_in", "scale_in", "bias_in"),
+        "bn": ("x_in", "scale_in"),
+        "sm": ("x_in",),
+        "sdpa": ("q_in", "k_in", "v_in"),
+        "red": ("x_in",),
+    }[base]
 
     def run():
         g, T = fresh(base)
         T[name].set_dim(dims).set_stride(packed(dims))
         run_named(g, T, {n: b for n, b in good_bufs(base).items() if n != name})
+
     return Probe(f"{base}: {name}.dim = {dims}", run, tensor=(name,) + related)
 
 
 @family("graph", 16)
 def g_attr_conv(r):
-    kw = pick(r, [dict(padding=[-1, 1]), dict(padding=[1, 1, 1]), dict(stride=[0, 1]),
-                  dict(stride=[-2, 1]), dict(dilation=[0, 1]), dict(padding=1.5),
-                  dict(padding="a"), dict(padding=[1, 1], pre_padding=[0, 0]),
-                  dict(convolution_mode=7), dict(convolution_mode="FOO"),
-                  dict(stride=[1]), dict(padding=[4, 4]), dict(dilation=[5, 5]),
-                  dict(padding=None, stride=None, dilation=[1, 1, 1, 1]),
-                  dict(padding=[True, 1]), dict(stride=(2.5, 1))])
+    kw = pick(
+        r,
+        [
+            dict(padding=[-1, 1]),
+            dict(padding=[1, 1, 1]),
+            dict(stride=[0, 1]),
+            dict(stride=[-2, 1]),
+            dict(dilation=[0, 1]),
+            dict(padding=1.5),
+            dict(padding="a"),
+            dict(padding=[1, 1], pre_padding=[0, 0]),
+            dict(convolution_mode=7),
+            dict(convolution_mode="FOO"),
+            dict(stride=[1]),
+            dict(padding=[4, 4]),
+            dict(dilation=[5, 5]),
+            dict(padding=None, stride=None, dilation=[1, 1, 1, 1]),
+            dict(padding=[True, 1]),
+            dict(stride=(2.5, 1)),
+        ],
+    )
     which = pick(r, ["conv_fprop", "conv_dgrad", "conv_wgrad"])
 
     def run():
@@ -821,9 +1011,11 @@ def g_attr_conv(r):
             y = g.conv_wgrad(x, dy, name="cv_n", **args).set_dim([3, 2, 3, 3])
         y.set_output(True).set_name("y_out")
         run_graph(g)
+
     # one value stands for every spatial axis (conv_nodes._fill_defaults): stride=[1] is legal
-    legal = (kw in (dict(padding=[4, 4]), dict(dilation=[5, 5])) and which == "conv_fprop") \
-        or kw == dict(stride=[1])
+    legal = (
+        kw in (dict(padding=[4, 4]), dict(dilation=[5, 5])) and which == "conv_fprop"
+    ) or kw == dict(stride=[1])
     return Probe(f"{which} with {kw}", run, op="cv_n", valid=legal)
 
 
@@ -842,50 +1034,101 @@ def g_attr_softmax(r):
             y = g.softmax(x, axis=axis, name="smx_n")
         y.set_output(True).set_name("y_out")
         run_graph(g)
-    return Probe(f"softmax{'_backward' if backward else ''} axis={axis!r}", run, op="smx_n",
-                 tensor=None)
+
+    return Probe(
+        f"softmax{'_backward' if backward else ''} axis={axis!r}", run, op="smx_n", tensor=None
+    )
 
 
 @family("graph", 10)
 def g_attr_transpose(r):
-    perm = pick(r, [[0, 1], [0, 1, 2, 3], [0, 0, 1], [2, 1, -1], [0, 1, 3], ["a", 1, 0],
-                    [0.5, 1, 2], None, [2, 1, 0, 0]])
+    perm = pick(
+        r,
+        [
+            [0, 1],
+            [0, 1, 2, 3],
+            [0, 0, 1],
+            [2, 1, -1],
+            [0, 1, 3],
+            ["a", 1, 0],
+            [0.5, 1, 2],
+            None,
+            [2, 1, 0, 0],
+        ],
+    )
 
     def run():
         g = cudnn.pygraph(name="g_tp")
         x = g.tensor([2, 3, 4], [12, 4, 1], F, name="x_in")
         g.transpose(x, perm, name="tp_n").set_output(True).set_name("y_out")
         run_graph(g)
+
     return Probe(f"transpose permutation={perm!r}", run, op="tp_n")
 
 
 @family("graph", 14)
 def g_attr_slice(r):
-    sl = pick(r, [[(0, 2), (3, 9)], [(-1, 2), (0, 6)], [(3, 1), (0, 6)], [(0, 2)],
-                  [(0, 2), (0, 6), (0, 1)], [2, 3], [(0,), (0, 6)], [(0, 2, 5), (0, 6)],
-                  [slice(None), slice(None)], [slice(-10, 100), slice(2, 1)], [(0, 4.5), (0, 6)],
-                  [("a", 2), (0, 6)], None, [slice(0, 4, -1), slice(None)]])
+    sl = pick(
+        r,
+        [
+            [(0, 2), (3, 9)],
+            [(-1, 2), (0, 6)],
+            [(3, 1), (0, 6)],
+            [(0, 2)],
+            [(0, 2), (0, 6), (0, 1)],
+            [2, 3],
+            [(0,), (0, 6)],
+            [(0, 2, 5), (0, 6)],
+            [slice(None), slice(None)],
+            [slice(-10, 100), slice(2, 1)],
+            [(0, 4.5), (0, 6)],
+            [("a", 2), (0, 6)],
+            None,
+            [slice(0, 4, -1), slice(None)],
+        ],
+    )
     no_dims = r.random() < 0.3
 
     def run():
         g = cudnn.pygraph(name="g_sl")
         x = g.tensor([4, 6], [6, 1], F, name="x_in")
-        if no_dims:          # slice given before x's dims are known (set afterwards)
+        if no_dims:  # slice given before x's dims are known (set afterwards)
             x.dim = None
         g.slice(x, sl, name="sl_n").set_output(True).set_name("y_out")
         if no_dims:
             x.set_dim([4, 6])
         run_graph(g)
-    ok = sl is not None and len(sl) == 2 and all(isinstance(s, slice) for s in sl) and \
-        sl[0] == slice(None)
-    return Probe(f"slice {sl!r}{' (x dims set after slice())' if no_dims else ''}", run,
-                 op="sl_n", valid=ok)
+
+    ok = (
+        sl is not None
+        and len(sl) == 2
+        and all(isinstance(s, slice) for s in sl)
+        and sl[0] == slice(None)
+    )
+    return Probe(
+        f"slice {sl!r}{' (x dims set after slice())' if no_dims else ''}", run, op="sl_n", valid=ok
+    )
 
 
 @family("graph", 12)
 def g_attr_concat(r):
-    case = pick(r, ["axis_out", "axis_neg", "off_axis", "rank", "empty", "ip_str", "ip_neg",
-                    "ip_len", "dtype_mix", "axis_str", "single", "out_dims"])
+    case = pick(
+        r,
+        [
+            "axis_out",
+            "axis_neg",
+            "off_axis",
+            "rank",
+            "empty",
+            "ip_str",
+            "ip_neg",
+            "ip_len",
+            "dtype_mix",
+            "axis_str",
+            "single",
+            "out_dims",
+        ],
+    )
 
     def run():
         g = cudnn.pygraph(name="g_cat")
@@ -919,15 +1162,26 @@ def g_attr_concat(r):
         if case == "out_dims":
             y.set_dim([2, 8]).set_stride([8, 1])
         run_graph(g)
+
     # mixed input types are converted by the fused copy (checked: values are right)
-    return Probe(f"concatenate: {case}", run, op="cat_n",
-                 valid=case in ("single", "dtype_mix"))
+    return Probe(f"concatenate: {case}", run, op="cat_n", valid=case in ("single", "dtype_mix"))
 
 
 @family("graph", 10)
 def g_attr_reduction(r):
-    mode = pick(r, [0, "FOO", None, 99, "add", ReductionMode.MUL_NO_ZEROS, ReductionMode.AMAX,
-                    cudnn.pointwise_mode.ADD])
+    mode = pick(
+        r,
+        [
+            0,
+            "FOO",
+            None,
+            99,
+            "add",
+            ReductionMode.MUL_NO_ZEROS,
+            ReductionMode.AMAX,
+            cudnn.pointwise_mode.ADD,
+        ],
+    )
     ydims = pick(r, [[4, 1], [4, 6], [1, 1], [4, 6, 1], [2, 1], [1]])
 
     def run():
@@ -936,19 +1190,37 @@ def g_attr_reduction(r):
         y = g.reduction(x, mode, name="rd_n").set_output(True).set_name("y_out")
         y.set_dim(ydims)
         run_graph(g)
+
     good_mode = isinstance(mode, (ReductionMode, cudnn.pointwise_mode)) or mode == "add"
     good_dims = ydims in ([4, 1], [4, 6], [1, 1])
-    return Probe(f"reduction mode={mode!r} y.dim={ydims}", run, op="rd_n",
-                 valid=good_mode and good_dims)
+    return Probe(
+        f"reduction mode={mode!r} y.dim={ydims}", run, op="rd_n", valid=good_mode and good_dims
+    )
 
 
 @family("graph", 18)
 def g_attr_pointwise(r):
-    case = pick(r, ["gen_index_axis_3", "gen_index_axis_-1", "gen_index_axis_str",
-                    "relu_clip_str", "relu_clip_inverted", "relu_clip_nan", "softplus_beta_0",
-                    "elu_alpha_str", "swish_beta_list", "leaky_slope_none",
-                    "operand_numpy", "operand_none",
-                    "operand_foreign", "operand_bool", "operand_str", "logical_on_float"])
+    case = pick(
+        r,
+        [
+            "gen_index_axis_3",
+            "gen_index_axis_-1",
+            "gen_index_axis_str",
+            "relu_clip_str",
+            "relu_clip_inverted",
+            "relu_clip_nan",
+            "softplus_beta_0",
+            "elu_alpha_str",
+            "swish_beta_list",
+            "leaky_slope_none",
+            "operand_numpy",
+            "operand_none",
+            "operand_foreign",
+            "operand_bool",
+            "operand_str",
+            "logical_on_float",
+        ],
+    )
 
     def run():
         g = cudnn.pygraph(name="g_pt")
@@ -959,8 +1231,7 @@ def g_attr_pointwise(r):
             "gen_index_axis_-1": lambda: g.gen_index(x, axis=-1, name="pt_n"),
             "gen_index_axis_str": lambda: g.gen_index(x, axis="a", name="pt_n"),
             "relu_clip_str": lambda: g.relu(x, lower_clip="a", upper_clip="b", name="pt_n"),
-            "relu_clip_inverted": lambda: g.relu(x, lower_clip=2.0, upper_clip=1.0,
-                                                 name="pt_n"),
+            "relu_clip_inverted": lambda: g.relu(x, lower_clip=2.0, upper_clip=1.0, name="pt_n"),
             "relu_clip_nan": lambda: g.relu(x, upper_clip=float("nan"), name="pt_n"),
             "softplus_beta_0": lambda: g.softplus(x, beta=0, name="pt_n"),
             "elu_alpha_str": lambda: g.elu(x, alpha="a", name="pt_n"),
@@ -976,16 +1247,38 @@ def g_attr_pointwise(r):
         y = ops[case]()
         y.set_output(True).set_name("y_out")
         run_graph(g)
-    return Probe(f"pointwise: {case}", run, op="pt_n",
-                 valid=case in ("leaky_slope_none", "logical_on_float", "relu_clip_nan"))
+
+    return Probe(
+        f"pointwise: {case}",
+        run,
+        op="pt_n",
+        valid=case in ("leaky_slope_none", "logical_on_float", "relu_clip_nan"),
+    )
 
 
 @family("graph", 14)
 def g_attr_norm(r):
-    case = pick(r, ["eps_neg", "eps_zero", "eps_nan", "eps_inf", "eps_str", "eps_none",
-                    "eps_vec_tensor", "phase_5", "phase_str", "phase_none", "ln_no_bias",
-                    "bn_momentum_none", "bn_only_rmean", "bn_eps_tensor_2elem",
-                    "rms_phase_inference_stats_used", "groupnorm_groups_0"])
+    case = pick(
+        r,
+        [
+            "eps_neg",
+            "eps_zero",
+            "eps_nan",
+            "eps_inf",
+            "eps_str",
+            "eps_none",
+            "eps_vec_tensor",
+            "phase_5",
+            "phase_str",
+            "phase_none",
+            "ln_no_bias",
+            "bn_momentum_none",
+            "bn_only_rmean",
+            "bn_eps_tensor_2elem",
+            "rms_phase_inference_stats_used",
+            "groupnorm_groups_0",
+        ],
+    )
 
     def run():
         g = cudnn.pygraph(name="g_nm")
@@ -997,11 +1290,13 @@ def g_attr_norm(r):
             x4 = g.tensor([2, 3, 2, 2], [12, 4, 2, 1], F, name="x4_in")
             st = [g.tensor([1, 3, 1, 1], [3, 1, 1, 1], F, name=f"st{i}_in") for i in range(4)]
             if case == "bn_momentum_none":
-                outs = g.batchnorm(x4, st[0], st[1], st[2], st[3], epsilon=1e-5,
-                                   momentum=None, name="nm_n")
+                outs = g.batchnorm(
+                    x4, st[0], st[1], st[2], st[3], epsilon=1e-5, momentum=None, name="nm_n"
+                )
             elif case == "bn_only_rmean":
-                outs = g.batchnorm(x4, st[0], st[1], st[2], None, epsilon=1e-5,
-                                   momentum=0.1, name="nm_n")
+                outs = g.batchnorm(
+                    x4, st[0], st[1], st[2], None, epsilon=1e-5, momentum=0.1, name="nm_n"
+                )
             else:
                 e2 = g.tensor([2], [1], F, name="eps_in", is_pass_by_value=True)
                 outs = g.batchnorm(x4, st[0], st[1], epsilon=e2, name="nm_n")
@@ -1020,9 +1315,15 @@ def g_attr_norm(r):
                     t.set_output(True).set_name(f"o{i}_out")
             run_graph(g)
             return
-        eps = {"eps_neg": -1e-3, "eps_zero": 0.0, "eps_nan": float("nan"),
-               "eps_inf": float("inf"), "eps_str": "1e-5", "eps_none": None,
-               "eps_vec_tensor": torch.full((3,), 1e-5)}.get(case, eps)
+        eps = {
+            "eps_neg": -1e-3,
+            "eps_zero": 0.0,
+            "eps_nan": float("nan"),
+            "eps_inf": float("inf"),
+            "eps_str": "1e-5",
+            "eps_none": None,
+            "eps_vec_tensor": torch.full((3,), 1e-5),
+        }.get(case, eps)
         phase = {"phase_5": 5, "phase_str": "FOO", "phase_none": None}.get(case, phase)
         if case == "ln_no_bias":
             bias = None
@@ -1038,16 +1339,38 @@ def g_attr_norm(r):
             if t is not None:
                 t.set_output(True).set_name(f"o{i}_out")
         run_graph(g)
-    return Probe(f"norm: {case}", run, op="nm_n",
-                 valid=case in ("eps_zero", "rms_phase_inference_stats_used"))
+
+    return Probe(
+        f"norm: {case}",
+        run,
+        op="nm_n",
+        valid=case in ("eps_zero", "rms_phase_inference_stats_used"),
+    )
 
 
 @family("graph", 14)
 def g_attr_sdpa(r):
-    case = pick(r, ["scale_str", "dropout_p_1.5", "dropout_short", "dropout_mask_tensor",
-                    "left_bound_neg", "right_bound_float", "alignment_9", "alignment_str",
-                    "q_rank3", "int_dtype", "padding_mask_no_seqlen", "causal_conflict",
-                    "head_dim_300", "gqa_not_dividing", "bias_bad_dims", "seq_len_float"])
+    case = pick(
+        r,
+        [
+            "scale_str",
+            "dropout_p_1.5",
+            "dropout_short",
+            "dropout_mask_tensor",
+            "left_bound_neg",
+            "right_bound_float",
+            "alignment_9",
+            "alignment_str",
+            "q_rank3",
+            "int_dtype",
+            "padding_mask_no_seqlen",
+            "causal_conflict",
+            "head_dim_300",
+            "gqa_not_dividing",
+            "bias_bad_dims",
+            "seq_len_float",
+        ],
+    )
 
     def run():
         g = cudnn.pygraph(name="g_at")
@@ -1097,20 +1420,34 @@ def g_attr_sdpa(r):
         if st is not None:
             st.set_output(True).set_name("st_out")
         run_graph(g)
+
     return Probe(f"sdpa: {case}", run, op="at_n")
 
 
 @family("graph", 12)
 def g_attr_pool(r):
-    case = pick(r, ["window_0", "stride_0", "pad_ge_window", "pad_neg", "mode_9",
-                    "mode_str", "window_len3", "window_huge", "rank2_input", "window_float",
-                    "index_type_float", "backward_no_x_no_index"])
+    case = pick(
+        r,
+        [
+            "window_0",
+            "stride_0",
+            "pad_ge_window",
+            "pad_neg",
+            "mode_9",
+            "mode_str",
+            "window_len3",
+            "window_huge",
+            "rank2_input",
+            "window_float",
+            "index_type_float",
+            "backward_no_x_no_index",
+        ],
+    )
 
     def run():
         g = cudnn.pygraph(name="g_pl")
         x = g.tensor([1, 2, 5, 5], [50, 25, 5, 1], F, name="x_in")
-        kw = dict(mode=cudnn.resample_mode.MAXPOOL, window=[2, 2], stride=[1, 1],
-                  padding=[0, 0])
+        kw = dict(mode=cudnn.resample_mode.MAXPOOL, window=[2, 2], stride=[1, 1], padding=[0, 0])
         if case == "window_0":
             kw["window"] = [0, 2]
         elif case == "stride_0":
@@ -1142,13 +1479,25 @@ def g_attr_pool(r):
         if idx is not None:
             idx.set_output(True).set_name("idx_out").set_data_type(F)
         run_graph(g)
+
     return Probe(f"resample: {case}", run, op="pl_n")
 
 
 @family("graph", 8)
 def g_attr_matmul(r):
-    case = pick(r, ["padding_str", "a_rank1", "int_operands", "bool_operands", "out_dims",
-                    "k_zero", "b_batch3", "out_rank"])
+    case = pick(
+        r,
+        [
+            "padding_str",
+            "a_rank1",
+            "int_operands",
+            "bool_operands",
+            "out_dims",
+            "k_zero",
+            "b_batch3",
+            "out_rank",
+        ],
+    )
 
     def run():
         g = cudnn.pygraph(name="g_mt")
@@ -1174,13 +1523,23 @@ def g_attr_matmul(r):
         elif case == "out_rank":
             c.set_dim([4, 3])
         run_graph(g)
+
     return Probe(f"matmul: {case}", run, op="mt_n", valid=(case in ("k_zero", "out_rank")))
 
 
 @family("graph", 6)
 def g_misc(r):
-    case = pick(r, ["empty_graph", "unused_tensors_only", "graph_io_type_bad",
-                    "compute_type_bad", "node_compute_type_int", "handle_str"])
+    case = pick(
+        r,
+        [
+            "empty_graph",
+            "unused_tensors_only",
+            "graph_io_type_bad",
+            "compute_type_bad",
+            "node_compute_type_int",
+            "handle_str",
+        ],
+    )
 
     def run():
         if case == "graph_io_type_bad":
@@ -1208,6 +1567,7 @@ def g_misc(r):
         if case == "unused_tensors_only":
             g.tensor([2, 3], [3, 1], F, name="lonely")
         g.build([A])
+
     return Probe(f"misc: {case}", run)
 
 
@@ -1238,19 +1598,22 @@ def vp_missing(r):
         pack = good_pack(base)
         del pack[T[name]]
         _exec(base, pack)
+
     return Probe(f"{base}: pack without {name}", run, tensor=name)
 
 
 @family("vp", 8)
 def vp_extra_key(r):
     base = _vp_base(r)
-    key = pick(r, [10 ** 6, -1, 0, 2 ** 70, True, 1.0, "x_in", None, (1,), np.int64(1),
-                   torch.tensor(1)])
+    key = pick(
+        r, [10**6, -1, 0, 2**70, True, 1.0, "x_in", None, (1,), np.int64(1), torch.tensor(1)]
+    )
 
     def run():
         pack = good_pack(base)
         pack[key] = torch.zeros(2)
         _exec(base, pack)
+
     return Probe(f"{base}: extra pack key {key!r} ({type(key).__name__})", run)
 
 
@@ -1259,13 +1622,14 @@ def vp_foreign_key(r):
     base = _vp_base(r)
 
     def run():
-        g, T = fresh(base)          # another graph's tensors, same names, unvalidated uids
+        g, T = fresh(base)  # another graph's tensors, same names, unvalidated uids
         T0 = built(base)[1]
         pack = good_pack(base)
         name = INPUTS[base][0]
         pack[T[name]] = pack.pop(T0[name])
         _exec(base, pack)
         raise Silent(f"a tensor of ANOTHER graph (uid {T[name].get_uid()}) bound as key")
+
     return Probe(f"{base}: key is a tensor of another (unbuilt) graph", run)
 
 
@@ -1279,6 +1643,7 @@ def vp_virtual(r):
         pack = good_pack(base)
         pack[T[name]] = torch.empty(built(base)[0].op_graph.tensors[T[name].get_uid()].dims)
         _exec(base, pack)
+
     return Probe(f"{base}: virtual {name} bound", run, tensor=name)
 
 
@@ -1288,8 +1653,11 @@ def _legal_binding(t: torch.Tensor, d) -> bool:
         return all(a == b for a, b, n in zip(t.stride(), d.strides, d.dims) if n > 1)
     if t.dim() == 1 and t.is_contiguous():
         return t.numel() >= d.span
-    return [n for n in t.shape if n != 1] == [n for n in d.dims if n != 1] and \
-        t.is_contiguous() and list(d.strides) == packed(d.dims)
+    return (
+        [n for n in t.shape if n != 1] == [n for n in d.dims if n != 1]
+        and t.is_contiguous()
+        and list(d.strides) == packed(d.dims)
+    )
 
 
 @family("vp", 16)
@@ -1299,8 +1667,21 @@ def vp_wrong_shape(r):
     g, T = built(base)[:2]
     d = g.op_graph.tensors[T[name].get_uid()]
     dims = list(d.dims)
-    kind = pick(r, ["permuted", "bigger", "smaller", "lead1", "flat_small", "flat_big",
-                    "flat_exact", "extra_dim", "zero", "scalar0d"])
+    kind = pick(
+        r,
+        [
+            "permuted",
+            "bigger",
+            "smaller",
+            "lead1",
+            "flat_small",
+            "flat_big",
+            "flat_exact",
+            "extra_dim",
+            "zero",
+            "scalar0d",
+        ],
+    )
     if kind == "permuted":
         shape = dims[::-1] if dims[::-1] != dims else dims[1:] + dims[:1]
     elif kind == "bigger":
@@ -1328,16 +1709,32 @@ def vp_wrong_shape(r):
         pack = good_pack(base)
         pack[T[name]] = buf.clone()
         _exec(base, pack)
-    return Probe(f"{base}: {name} {list(d.dims)} bound to shape {shape} ({kind})", run,
-                 tensor=name, valid=legal)
+
+    return Probe(
+        f"{base}: {name} {list(d.dims)} bound to shape {shape} ({kind})",
+        run,
+        tensor=name,
+        valid=legal,
+    )
 
 
 @family("vp", 10)
 def vp_wrong_dtype(r):
     base = _vp_base(r)
     name = pick(r, _nonvirtual(base))
-    dt = pick(r, [torch.float16, torch.float64, torch.bfloat16, torch.int32, torch.bool,
-                  torch.complex64, torch.uint8, torch.int64])
+    dt = pick(
+        r,
+        [
+            torch.float16,
+            torch.float64,
+            torch.bfloat16,
+            torch.int32,
+            torch.bool,
+            torch.complex64,
+            torch.uint8,
+            torch.int64,
+        ],
+    )
 
     def run():
         g, T = built(base)[:2]
@@ -1345,8 +1742,8 @@ def vp_wrong_dtype(r):
         b = pack[T[name]]
         pack[T[name]] = b.to(dt)
         _exec(base, pack)
-    return Probe(f"{base}: {name} bound as {dt}", run, tensor=name,
-                 valid=False)
+
+    return Probe(f"{base}: {name} bound as {dt}", run, tensor=name, valid=False)
 
 
 @family("vp", 8)
@@ -1359,8 +1756,9 @@ def vp_meta(r):
         T = built(base)[1]
         pack = good_pack(base)
         if how == "all":
-            pack = {k: (v.to("meta") if isinstance(v, torch.Tensor) else v)
-                    for k, v in pack.items()}
+            pack = {
+                k: (v.to("meta") if isinstance(v, torch.Tensor) else v) for k, v in pack.items()
+            }
         elif how == "first":
             k = T[name]
             v = pack.pop(k).to("meta")
@@ -1368,8 +1766,13 @@ def vp_meta(r):
         else:
             pack[T[name]] = pack[T[name]].to("meta")
         _exec(base, pack)
-    return Probe(f"{base}: meta-device buffer ({how}: {name})", run,
-                 tensor=name if how != "all" else None, rule=("meta", "device"))
+
+    return Probe(
+        f"{base}: meta-device buffer ({how}: {name})",
+        run,
+        tensor=name if how != "all" else None,
+        rule=("meta", "device"),
+    )
 
 
 @family("vp", 10)
@@ -1396,6 +1799,7 @@ def vp_noncontig(r):
         pack = good_pack(base)
         pack[T[name]] = t
         _exec(base, pack)
+
     return Probe(f"{base}: {name} bound to a {kind} tensor", run, tensor=name)
 
 
@@ -1403,9 +1807,25 @@ def vp_noncontig(r):
 def vp_numpy(r):
     base = _vp_base(r)
     name = pick(r, _nonvirtual(base))
-    kind = pick(r, ["float64", "int32", "object", "negative_stride", "big_endian",
-                    "misaligned", "right", "unicode", "fortran", "readonly_out", "0d",
-                    "structured", "float16", "datetime"])
+    kind = pick(
+        r,
+        [
+            "float64",
+            "int32",
+            "object",
+            "negative_stride",
+            "big_endian",
+            "misaligned",
+            "right",
+            "unicode",
+            "fortran",
+            "readonly_out",
+            "0d",
+            "structured",
+            "float16",
+            "datetime",
+        ],
+    )
 
     def run():
         g, T = built(base)[:2]
@@ -1446,19 +1866,26 @@ def vp_numpy(r):
             raise Silent("a float32 array at an odd address was bound and ran")
         if kind == "readonly_out" and name in OUTPUTS[base]:
             raise Silent("a read-only broadcast array was bound as an output and written")
+
     g0, T0 = built(base)[:2]
     dims0 = g0.op_graph.tensors[T0[name].get_uid()].dims
-    fortran_is_c = sum(n > 1 for n in dims0) <= 1     # then a Fortran array is C-ordered too
-    return Probe(f"{base}: {name} bound to a NumPy array ({kind})", run, tensor=name,
-                 valid=kind == "right" or (kind == "fortran" and fortran_is_c))
+    fortran_is_c = sum(n > 1 for n in dims0) <= 1  # then a Fortran array is C-ordered too
+    return Probe(
+        f"{base}: {name} bound to a NumPy array ({kind})",
+        run,
+        tensor=name,
+        valid=kind == "right" or (kind == "fortran" and fortran_is_c),
+    )
 
 
 @family("vp", 10)
 def vp_rawptr(r):
     base = pick(r, ["pw", "mm", "sm", "red"])
     name = pick(r, _nonvirtual(base))
-    kind = pick(r, ["exact", "plus1", "plus2", "np_int64", "bool", "negative", "huge",
-                    "garbage_low", "freed"])
+    kind = pick(
+        r,
+        ["exact", "plus1", "plus2", "np_int64", "bool", "negative", "huge", "garbage_low", "freed"],
+    )
 
     def run():
         g, T = built(base)[:2]
@@ -1466,9 +1893,17 @@ def vp_rawptr(r):
         pack = good_pack(base)
         keep = pack[T[name]]
         base_ptr = keep.data_ptr()
-        ptr = {"exact": base_ptr, "plus1": base_ptr + 1, "plus2": base_ptr + 2,
-               "np_int64": np.int64(base_ptr), "bool": True, "negative": -base_ptr,
-               "huge": 2 ** 70, "garbage_low": 0x1000, "freed": None}[kind]
+        ptr = {
+            "exact": base_ptr,
+            "plus1": base_ptr + 1,
+            "plus2": base_ptr + 2,
+            "np_int64": np.int64(base_ptr),
+            "bool": True,
+            "negative": -base_ptr,
+            "huge": 2**70,
+            "garbage_low": 0x1000,
+            "freed": None,
+        }[kind]
         if kind == "freed":
             tmp = torch.empty(d.span + 1)
             ptr = tmp.data_ptr()
@@ -1476,29 +1911,60 @@ def vp_rawptr(r):
         pack[T[name]] = ptr
         _exec(base, pack)
         if kind in ("plus1", "plus2"):
-            raise Silent(f"a raw pointer {kind[4:]} byte(s) past a float buffer (misaligned "
-                         "for FLOAT) was accepted and ran")
-    return Probe(f"{base}: {name} bound to a raw int pointer ({kind})", run, tensor=name,
-                 valid=kind in ("exact", "np_int64"),
-                 # an output written 1-2 bytes past its buffer corrupts the heap: isolate
-                 isolate=kind in ("negative", "huge", "garbage_low", "freed", "plus1", "plus2"))
+            raise Silent(
+                f"a raw pointer {kind[4:]} byte(s) past a float buffer (misaligned "
+                "for FLOAT) was accepted and ran"
+            )
+
+    return Probe(
+        f"{base}: {name} bound to a raw int pointer ({kind})",
+        run,
+        tensor=name,
+        valid=kind in ("exact", "np_int64"),
+        # an output written 1-2 bytes past its buffer corrupts the heap: isolate
+        isolate=kind in ("negative", "huge", "garbage_low", "freed", "plus1", "plus2"),
+    )
 
 
 @family("vp", 14)
 def vp_values(r):
     base = _vp_base(r)
     name = pick(r, _nonvirtual(base))
-    kind = pick(r, ["None", "list", "str", "dict", "float", "0d_tensor", "sparse",
-                    "requires_grad_out", "parameter", "bytes", "bytearray", "memoryview",
-                    "complex", "quantized"])
+    kind = pick(
+        r,
+        [
+            "None",
+            "list",
+            "str",
+            "dict",
+            "float",
+            "0d_tensor",
+            "sparse",
+            "requires_grad_out",
+            "parameter",
+            "bytes",
+            "bytearray",
+            "memoryview",
+            "complex",
+            "quantized",
+        ],
+    )
 
     def run():
         g, T = built(base)[:2]
         pack = good_pack(base)
         good = pack[T[name]]
-        v = {"None": None, "list": good.tolist(), "str": "buffer", "dict": {}, "float": 0.5,
-             "0d_tensor": torch.tensor(0.5), "bytes": bytes(good.numel() * 4),
-             "bytearray": bytearray(good.numel() * 4), "complex": 1 + 2j}.get(kind)
+        v = {
+            "None": None,
+            "list": good.tolist(),
+            "str": "buffer",
+            "dict": {},
+            "float": 0.5,
+            "0d_tensor": torch.tensor(0.5),
+            "bytes": bytes(good.numel() * 4),
+            "bytearray": bytearray(good.numel() * 4),
+            "complex": 1 + 2j,
+        }.get(kind)
         if kind == "sparse":
             v = good.contiguous().to_sparse()
         elif kind == "requires_grad_out":
@@ -1511,15 +1977,33 @@ def vp_values(r):
             v = torch.quantize_per_tensor(good.float().contiguous(), 0.1, 0, torch.qint8)
         pack[T[name]] = v
         _exec(base, pack)
-    return Probe(f"{base}: {name} bound to {kind}", run, tensor=name,
-                 valid=kind in ("requires_grad_out", "parameter"),
-                 rule=("sparse", "layout") if kind == "sparse" else ())
+
+    return Probe(
+        f"{base}: {name} bound to {kind}",
+        run,
+        tensor=name,
+        valid=kind in ("requires_grad_out", "parameter"),
+        rule=("sparse", "layout") if kind == "sparse" else (),
+    )
 
 
 @family("vp", 10)
 def vp_pbv(r):
-    kind = pick(r, ["two_elems", "str", "complex", "None", "nan", "np_two", "list",
-                    "int_tensor", "cuda_like_meta", "bool"])
+    kind = pick(
+        r,
+        [
+            "two_elems",
+            "str",
+            "complex",
+            "None",
+            "nan",
+            "np_two",
+            "list",
+            "int_tensor",
+            "cuda_like_meta",
+            "bool",
+        ],
+    )
 
     def run():
         g = cudnn.pygraph(name="g_s")
@@ -1527,13 +2011,26 @@ def vp_pbv(r):
         s = g.tensor([1], [1], F, is_pass_by_value=True, name="s_in")
         y = g.mul(x, s, name="mul_n").set_output(True).set_name("y_out")
         g.build([A])
-        v = {"two_elems": torch.ones(2), "str": "0.5", "complex": 1 + 1j, "None": None,
-             "nan": float("nan"), "np_two": np.ones(2), "list": [0.5],
-             "int_tensor": torch.tensor([3]), "cuda_like_meta": torch.ones(1, device="meta"),
-             "bool": True}[kind]
+        v = {
+            "two_elems": torch.ones(2),
+            "str": "0.5",
+            "complex": 1 + 1j,
+            "None": None,
+            "nan": float("nan"),
+            "np_two": np.ones(2),
+            "list": [0.5],
+            "int_tensor": torch.tensor([3]),
+            "cuda_like_meta": torch.ones(1, device="meta"),
+            "bool": True,
+        }[kind]
         g.execute({x: torch.ones(2, 3), s: v, y: torch.empty(2, 3)}, None)
-    return Probe(f"pass-by-value s_in bound to {kind}", run, tensor="s_in",
-                 valid=kind in ("nan", "int_tensor", "bool"))
+
+    return Probe(
+        f"pass-by-value s_in bound to {kind}",
+        run,
+        tensor="s_in",
+        valid=kind in ("nan", "int_tensor", "bool"),
+    )
 
 
 @family("vp", 8)
@@ -1543,16 +2040,32 @@ def vp_pack_type(r):
     def run():
         g, T = built("pw")[:2]
         pack = good_pack("pw")
-        v = {"None": None, "list_of_pairs": list(pack.items()), "tuple": tuple(pack.items()),
-             "str": "pack", "set": set(), "generator": (kv for kv in pack.items())}[kind]
+        v = {
+            "None": None,
+            "list_of_pairs": list(pack.items()),
+            "tuple": tuple(pack.items()),
+            "str": "pack",
+            "set": set(),
+            "generator": (kv for kv in pack.items()),
+        }[kind]
         g.execute(v, None)
+
     return Probe(f"variant_pack is a {kind}", run)
 
 
 @family("vp", 8)
 def vp_alias(r):
-    kind = pick(r, ["out_is_input_multi", "two_outputs_one_buffer", "partial_overlap",
-                    "ln_mean_iv_same", "conv_out_over_in", "bn_running_in_place"])
+    kind = pick(
+        r,
+        [
+            "out_is_input_multi",
+            "two_outputs_one_buffer",
+            "partial_overlap",
+            "ln_mean_iv_same",
+            "conv_out_over_in",
+            "bn_running_in_place",
+        ],
+    )
 
     def run():
         if kind == "bn_running_in_place":
@@ -1585,6 +2098,7 @@ def vp_alias(r):
             pack = good_pack(base)
             pack[T["iv_out"]] = pack[T["mean_out"]]
             _exec(base, pack)
+
     # a pointwise-only graph with one output may write over an identical input (by design)
     return Probe(f"aliasing: {kind}", run, valid=(kind == "out_is_input_multi"))
 
@@ -1602,6 +2116,7 @@ def vp_handle(r):
             h = cudnn.create_handle("cpu")
             cudnn.destroy_handle(h)
         _exec("pw", pack, handle=h)
+
     return Probe(f"execute(handle={kind})", run, valid=(kind == "destroyed"))
 
 
@@ -1624,10 +2139,29 @@ def ws_graph():
 
 @family("ws", 16)
 def ws_bad(r):
-    kind = pick(r, ["too_small", "empty", "None", "float32_enough", "bool_enough",
-                    "complex_enough", "meta", "noncontig", "list", "bytes", "bytearray",
-                    "int", "numpy_u8", "numpy_object", "numpy_negstride", "2d_enough",
-                    "zero_need_garbage", "zero_need_meta"])
+    kind = pick(
+        r,
+        [
+            "too_small",
+            "empty",
+            "None",
+            "float32_enough",
+            "bool_enough",
+            "complex_enough",
+            "meta",
+            "noncontig",
+            "list",
+            "bytes",
+            "bytearray",
+            "int",
+            "numpy_u8",
+            "numpy_object",
+            "numpy_negstride",
+            "2d_enough",
+            "zero_need_garbage",
+            "zero_need_meta",
+        ],
+    )
 
     def run():
         if kind.startswith("zero_need"):
@@ -1638,31 +2172,57 @@ def ws_bad(r):
                 raise Silent("a str accepted as workspace")
             return
         g, x, y, need = ws_graph()
-        ws = {"too_small": torch.empty(need - 1, dtype=torch.uint8),
-              "empty": torch.empty(0, dtype=torch.uint8), "None": None,
-              "float32_enough": torch.empty((need + 3) // 4),
-              "bool_enough": torch.empty(need, dtype=torch.bool),
-              "complex_enough": torch.empty(need, dtype=torch.complex64),
-              "meta": torch.empty(need, dtype=torch.uint8, device="meta"),
-              "noncontig": torch.empty(2 * need, dtype=torch.uint8)[::2],
-              "list": [0] * need, "bytes": bytes(need), "bytearray": bytearray(need),
-              "int": torch.empty(need, dtype=torch.uint8).data_ptr(),
-              "numpy_u8": np.zeros(need, np.uint8),
-              "numpy_object": np.zeros(need, dtype=object),
-              "numpy_negstride": np.zeros(need * 2, np.uint8)[::-2],
-              "2d_enough": torch.empty(2, need, dtype=torch.uint8)}[kind]
+        ws = {
+            "too_small": torch.empty(need - 1, dtype=torch.uint8),
+            "empty": torch.empty(0, dtype=torch.uint8),
+            "None": None,
+            "float32_enough": torch.empty((need + 3) // 4),
+            "bool_enough": torch.empty(need, dtype=torch.bool),
+            "complex_enough": torch.empty(need, dtype=torch.complex64),
+            "meta": torch.empty(need, dtype=torch.uint8, device="meta"),
+            "noncontig": torch.empty(2 * need, dtype=torch.uint8)[::2],
+            "list": [0] * need,
+            "bytes": bytes(need),
+            "bytearray": bytearray(need),
+            "int": torch.empty(need, dtype=torch.uint8).data_ptr(),
+            "numpy_u8": np.zeros(need, np.uint8),
+            "numpy_object": np.zeros(need, dtype=object),
+            "numpy_negstride": np.zeros(need * 2, np.uint8)[::-2],
+            "2d_enough": torch.empty(2, need, dtype=torch.uint8),
+        }[kind]
         xb = torch.rand(3, 64)
         g.execute({x: xb, y: torch.empty(3, 1)}, ws)
-    return Probe(f"workspace: {kind}", run,
-                 valid=kind in ("float32_enough", "bool_enough", "complex_enough", "numpy_u8",
-                                "2d_enough", "zero_need_meta"))
+
+    return Probe(
+        f"workspace: {kind}",
+        run,
+        valid=kind
+        in (
+            "float32_enough",
+            "bool_enough",
+            "complex_enough",
+            "numpy_u8",
+            "2d_enough",
+            "zero_need_meta",
+        ),
+    )
 
 
 # ==== E. lifecycle ================================================================================
 @family("life", 8)
 def l_execute_early(r):
-    stage = pick(r, ["nothing", "validated", "plans_created", "supported", "node_added_after",
-                     "filtered_to_nothing", "tensor_changed_after"])
+    stage = pick(
+        r,
+        [
+            "nothing",
+            "validated",
+            "plans_created",
+            "supported",
+            "node_added_after",
+            "filtered_to_nothing",
+            "tensor_changed_after",
+        ],
+    )
 
     def run():
         g, T = fresh("pw")
@@ -1683,17 +2243,33 @@ def l_execute_early(r):
             else:
                 T["x_in"].set_dim([5, 3, 4]).set_stride([12, 4, 1])
                 pack[T["x_in"].get_uid()] = torch.rand(5, 3, 4)
-        g.execute(pack if pack is not None else {T["x_in"]: torch.rand(2, 3, 4),
-                                                  T["s_in"]: torch.rand(1, 3, 1),
-                                                  T["y_out"]: torch.empty(2, 3, 4)}, None)
+        g.execute(
+            pack
+            if pack is not None
+            else {
+                T["x_in"]: torch.rand(2, 3, 4),
+                T["s_in"]: torch.rand(1, 3, 1),
+                T["y_out"]: torch.empty(2, 3, 4),
+            },
+            None,
+        )
+
     return Probe(f"execute after: {stage}", run)
 
 
 @family("life", 14)
 def l_plan_index(r):
-    fn = pick(r, ["build_plan_at_index", "execute_plan_at_index", "get_plan_name_at_index",
-                  "get_workspace_size_plan_at_index", "get_behavior_notes_for_plan_at_index"])
-    idx = pick(r, [-1, 10 ** 9, "0", 0.5, None, True, 2 ** 70])
+    fn = pick(
+        r,
+        [
+            "build_plan_at_index",
+            "execute_plan_at_index",
+            "get_plan_name_at_index",
+            "get_workspace_size_plan_at_index",
+            "get_behavior_notes_for_plan_at_index",
+        ],
+    )
+    idx = pick(r, [-1, 10**9, "0", 0.5, None, True, 2**70])
 
     def run():
         g, T = fresh("pw")
@@ -1704,15 +2280,30 @@ def l_plan_index(r):
             getattr(g, fn)(idx)
         if idx is True:
             raise Silent(f"{fn}(True) accepted as index 1")
+
     return Probe(f"{fn}({idx!r})", run, valid=False)
 
 
 @family("life", 16)
 def l_create_plan(r):
     eid = pick(r, [999, -1, "1", None, 1.5, FUSION_ID, FUSION_ID, REFERENCE_ID, 5])
-    knobs = pick(r, [{}, {"FOO": 1}, {"BLOCK": -3}, {"BLOCK": "x"}, {"BLOCK": [1]}, {1: 2},
-                     [("BLOCK", 1)], "BLOCK", {"BLOCK": None}, {"num_warps": 0},
-                     {"num_warps": 4.0}, {"BLOCK": 1024, "FOO": 1}])
+    knobs = pick(
+        r,
+        [
+            {},
+            {"FOO": 1},
+            {"BLOCK": -3},
+            {"BLOCK": "x"},
+            {"BLOCK": [1]},
+            {1: 2},
+            [("BLOCK", 1)],
+            "BLOCK",
+            {"BLOCK": None},
+            {"num_warps": 0},
+            {"num_warps": 4.0},
+            {"BLOCK": 1024, "FOO": 1},
+        ],
+    )
 
     def run():
         g, T = fresh("pw")
@@ -1720,6 +2311,7 @@ def l_create_plan(r):
         g.create_execution_plan(eid, knobs)
         run_ok = auto_pack(g)
         g.execute(run_ok, workspace_for(g))
+
     legal = eid in (FUSION_ID, REFERENCE_ID) and knobs in ({}, {"num_warps": 4.0})
     return Probe(f"create_execution_plan({eid!r}, {knobs!r})", run, valid=legal)
 
@@ -1735,22 +2327,41 @@ def l_knobs_engine(r):
         if eid in (3, 23):
             return
         raise Silent(f"get_knobs_for_engine({eid!r}) -> {ks!r}")
-    return Probe(f"get_knobs_for_engine({eid!r}) on a pointwise graph", run,
-                 valid=eid in (3, 23))
+
+    return Probe(f"get_knobs_for_engine({eid!r}) on a pointwise graph", run, valid=eid in (3, 23))
 
 
 @family("life", 12)
 def l_heuristics_args(r):
-    case = pick(r, ["modes_99", "modes_str", "modes_None", "modes_empty", "modes_mixed",
-                    "policy_5", "policy_str", "notes_99", "deselect_engines_None",
-                    "ws_limit_str", "ws_limit_neg", "behavior_str"])
+    case = pick(
+        r,
+        [
+            "modes_99",
+            "modes_str",
+            "modes_None",
+            "modes_empty",
+            "modes_mixed",
+            "policy_5",
+            "policy_str",
+            "notes_99",
+            "deselect_engines_None",
+            "ws_limit_str",
+            "ws_limit_neg",
+            "behavior_str",
+        ],
+    )
 
     def run():
         g, T = fresh("pw")
         g.validate()
         if case.startswith("modes"):
-            m = {"modes_99": [99], "modes_str": ["A"], "modes_None": None, "modes_empty": [],
-                 "modes_mixed": [A, 7]}[case]
+            m = {
+                "modes_99": [99],
+                "modes_str": ["A"],
+                "modes_None": None,
+                "modes_empty": [],
+                "modes_mixed": [A, 7],
+            }[case]
             g.create_execution_plans(m)
             g.check_support()
             g.build_plans()
@@ -1773,8 +2384,8 @@ def l_heuristics_args(r):
         elif case == "behavior_str":
             g.select_behavior_notes(["FOO"])
         raise Silent(f"{case} accepted")
-    return Probe(f"heuristics/filters: {case}", run,
-                 valid=False)
+
+    return Probe(f"heuristics/filters: {case}", run, valid=False)
 
 
 def _serialized(base="pw") -> bytes:
@@ -1785,12 +2396,35 @@ def _serialized(base="pw") -> bytes:
 
 @family("life", 24)
 def l_deserialize(r):
-    kind = pick(r, ["random_bytes", "truncated", "json_list", "json_num", "json_null",
-                    "json_str", "no_types", "bad_types", "wrong_format", "None", "str",
-                    "int", "tensor_neg_dim", "tensor_bad_dtype", "node_unknown_kind",
-                    "node_bad_attr", "plan_bad_engine", "plan_bad_stage", "dims_tampered",
-                    "uid_dangling", "scalars_bad", "plans_not_list", "graph_not_dict",
-                    "node_cycle"])
+    kind = pick(
+        r,
+        [
+            "random_bytes",
+            "truncated",
+            "json_list",
+            "json_num",
+            "json_null",
+            "json_str",
+            "no_types",
+            "bad_types",
+            "wrong_format",
+            "None",
+            "str",
+            "int",
+            "tensor_neg_dim",
+            "tensor_bad_dtype",
+            "node_unknown_kind",
+            "node_bad_attr",
+            "plan_bad_engine",
+            "plan_bad_stage",
+            "dims_tampered",
+            "uid_dangling",
+            "scalars_bad",
+            "plans_not_list",
+            "graph_not_dict",
+            "node_cycle",
+        ],
+    )
     rb = bytes(r.getrandbits(8) for _ in range(r.randint(0, 64)))
 
     def run():
@@ -1802,8 +2436,12 @@ def l_deserialize(r):
         elif kind == "truncated":
             blob = blob[: len(blob) // 2]
         elif kind.startswith("json_"):
-            blob = {"json_list": b"[1, 2]", "json_num": b"3", "json_null": b"null",
-                    "json_str": b'"x"'}[kind]
+            blob = {
+                "json_list": b"[1, 2]",
+                "json_num": b"3",
+                "json_null": b"null",
+                "json_str": b'"x"',
+            }[kind]
         elif kind == "None":
             blob = None
         elif kind == "str":
@@ -1850,6 +2488,7 @@ def l_deserialize(r):
         pack = auto_pack(g)
         g.execute(pack, workspace_for(g))
         raise Silent(f"deserialize of {kind} accepted and the graph ran")
+
     return Probe(f"deserialize: {kind}", run)
 
 
@@ -1859,8 +2498,7 @@ def _td(dims, dtype=DT.FLOAT, strides=None):
     if strides is None and len(dims) == 4:
         L.set_tensor_4d_descriptor(d, L.TensorFormat.NCHW, dtype, *dims)
     else:
-        L.set_tensor_nd_descriptor(d, dtype, len(dims), list(dims),
-                                   list(strides or packed(dims)))
+        L.set_tensor_nd_descriptor(d, dtype, len(dims), list(dims), list(strides or packed(dims)))
     return d
 
 
@@ -1872,11 +2510,33 @@ def _fd(dims, dtype=DT.FLOAT):
 
 @family("legacy", 14)
 def lg_tensor_desc(r):
-    case = pick(r, ["n_zero", "c_neg", "h_str", "w_float", "n_None", "n_huge", "format_7",
-                    "dtype_999", "dtype_str", "dtype_notset", "nd_nb_mismatch", "nd_9",
-                    "nd_2", "nd_stride0", "nd_stride_neg", "nd_stride_len", "ex_overlap",
-                    "filter_k0", "filter_nd_6", "filter_format_9", "get4d_on_nd",
-                    "size_unset"])
+    case = pick(
+        r,
+        [
+            "n_zero",
+            "c_neg",
+            "h_str",
+            "w_float",
+            "n_None",
+            "n_huge",
+            "format_7",
+            "dtype_999",
+            "dtype_str",
+            "dtype_notset",
+            "nd_nb_mismatch",
+            "nd_9",
+            "nd_2",
+            "nd_stride0",
+            "nd_stride_neg",
+            "nd_stride_len",
+            "ex_overlap",
+            "filter_k0",
+            "filter_nd_6",
+            "filter_format_9",
+            "get4d_on_nd",
+            "size_unset",
+        ],
+    )
 
     def run():
         d = L.create_tensor_descriptor()
@@ -1893,7 +2553,7 @@ def lg_tensor_desc(r):
         elif case == "n_None":
             op4(d, L.TensorFormat.NCHW, F, None, 2, 3, 3)
         elif case == "n_huge":
-            op4(d, L.TensorFormat.NCHW, F, 2 ** 62, 2 ** 62, 3, 3)
+            op4(d, L.TensorFormat.NCHW, F, 2**62, 2**62, 3, 3)
             L.get_tensor_size_in_bytes(d)
             raise Silent(f"dims {d.dims}: size {L.get_tensor_size_in_bytes(d)} bytes")
         elif case == "format_7":
@@ -1920,15 +2580,18 @@ def lg_tensor_desc(r):
             L.set_tensor_4d_descriptor_ex(d, F, 2, 3, 4, 5, 1, 1, 1, 1)
             # overlapping strides are legal for inputs; as an output they must be refused
             x = _td((2, 3, 4, 5))
-            L.add_tensor(L.create("cpu"), 1.0, x, torch.rand(2, 3, 4, 5), 0.0, d,
-                         torch.rand(2 * 3 * 4 * 5))
+            L.add_tensor(
+                L.create("cpu"), 1.0, x, torch.rand(2, 3, 4, 5), 0.0, d, torch.rand(2 * 3 * 4 * 5)
+            )
             raise Silent("add_tensor wrote an output whose descriptor strides overlap")
         elif case == "filter_k0":
-            L.set_filter_4d_descriptor(L.create_filter_descriptor(), F, L.TensorFormat.NCHW,
-                                       0, 2, 3, 3)
+            L.set_filter_4d_descriptor(
+                L.create_filter_descriptor(), F, L.TensorFormat.NCHW, 0, 2, 3, 3
+            )
         elif case == "filter_nd_6":
-            L.set_filter_nd_descriptor(L.create_filter_descriptor(), F, L.TensorFormat.NCHW,
-                                       6, [1] * 6)
+            L.set_filter_nd_descriptor(
+                L.create_filter_descriptor(), F, L.TensorFormat.NCHW, 6, [1] * 6
+            )
         elif case == "filter_format_9":
             L.set_filter_4d_descriptor(L.create_filter_descriptor(), F, 9, 3, 2, 3, 3)
         elif case == "get4d_on_nd":
@@ -1937,15 +2600,33 @@ def lg_tensor_desc(r):
         elif case == "size_unset":
             L.get_tensor_size_in_bytes(d)
         raise Silent(f"{case} accepted")
+
     return Probe(f"legacy tensor/filter descriptor: {case}", run)
 
 
 @family("legacy", 14)
 def lg_conv_desc(r):
-    case = pick(r, ["pad_neg", "stride_0", "dil_0", "mode_9", "compute_999", "len_0",
-                    "len_4", "group_0", "group_str", "math_9", "get2d_unset", "get2d_on_3d",
-                    "outdim_unset_conv", "outdim_groups_mismatch", "outdim_rank_mismatch",
-                    "outdim_empty"])
+    case = pick(
+        r,
+        [
+            "pad_neg",
+            "stride_0",
+            "dil_0",
+            "mode_9",
+            "compute_999",
+            "len_0",
+            "len_4",
+            "group_0",
+            "group_str",
+            "math_9",
+            "get2d_unset",
+            "get2d_on_3d",
+            "outdim_unset_conv",
+            "outdim_groups_mismatch",
+            "outdim_rank_mismatch",
+            "outdim_empty",
+        ],
+    )
 
     def run():
         c = L.create_convolution_descriptor()
@@ -1989,6 +2670,7 @@ def lg_conv_desc(r):
                 w = _fd((4, 4, 7, 7))
             L.get_convolution_2d_forward_output_dim(c, x, w)
         raise Silent(f"{case} accepted")
+
     return Probe(f"legacy convolution descriptor: {case}", run)
 
 
@@ -2004,18 +2686,38 @@ def handle():
 
 @family("legacy", 18)
 def lg_conv_fwd(r):
-    case = pick(r, ["y_dims", "w_channels", "x_buf_shape", "w_buf_dtype", "algo_99",
-                    "algo_neg", "ws_small", "alpha_str", "alpha_None", "x_unset", "mixed_dtype",
-                    "y_buf_too_small", "y_desc_overlap", "conv_unset", "handle_None",
-                    "bias_act_bad_bias", "bias_act_none_act", "find_ex_small_y"])
+    case = pick(
+        r,
+        [
+            "y_dims",
+            "w_channels",
+            "x_buf_shape",
+            "w_buf_dtype",
+            "algo_99",
+            "algo_neg",
+            "ws_small",
+            "alpha_str",
+            "alpha_None",
+            "x_unset",
+            "mixed_dtype",
+            "y_buf_too_small",
+            "y_desc_overlap",
+            "conv_unset",
+            "handle_None",
+            "bias_act_bad_bias",
+            "bias_act_none_act",
+            "find_ex_small_y",
+        ],
+    )
 
     def run():
         h = handle()
         x_d, w_d, y_d = _td((1, 2, 5, 5)), _fd((3, 2, 3, 3)), _td((1, 3, 5, 5))
         c = L.create_convolution_descriptor()
         if case != "conv_unset":
-            L.set_convolution_2d_descriptor(c, 1, 1, 1, 1, 1, 1,
-                                            L.ConvolutionMode.CROSS_CORRELATION, F)
+            L.set_convolution_2d_descriptor(
+                c, 1, 1, 1, 1, 1, 1, L.ConvolutionMode.CROSS_CORRELATION, F
+            )
         x, w, y = torch.rand(1, 2, 5, 5), torch.rand(3, 2, 3, 3), torch.empty(1, 3, 5, 5)
         algo, alpha, ws, wss = L.ConvolutionFwdAlgo.IMPLICIT_GEMM, 1.0, None, 0
         if case == "y_dims":
@@ -2058,36 +2760,85 @@ def lg_conv_fwd(r):
             act = None
             if case == "bias_act_bad_bias":
                 act = L.create_activation_descriptor()
-            L.convolution_bias_activation_forward(h, 1.0, x_d, x, w_d, w, c, algo, None, 0,
-                                                  0.0, y_d, y, b_d, torch.rand(1, 3, 1, 1),
-                                                  act, y_d, y)
+            L.convolution_bias_activation_forward(
+                h,
+                1.0,
+                x_d,
+                x,
+                w_d,
+                w,
+                c,
+                algo,
+                None,
+                0,
+                0.0,
+                y_d,
+                y,
+                b_d,
+                torch.rand(1, 3, 1, 1),
+                act,
+                y_d,
+                y,
+            )
             if case == "bias_act_none_act":
                 return
             raise Silent(f"{case} accepted")
         elif case == "find_ex_small_y":
-            L.find_convolution_forward_algorithm_ex(h, x_d, x, w_d, w, c, y_d,
-                                                    torch.empty(3), 8, None, 0)
+            L.find_convolution_forward_algorithm_ex(
+                h, x_d, x, w_d, w, c, y_d, torch.empty(3), 8, None, 0
+            )
             raise Silent("find_..._ex with a 3-element y accepted")
         L.convolution_forward(h, alpha, x_d, x, w_d, w, c, algo, ws, wss, 0.0, y_d, y)
         if case in ("handle_None", "alpha_str"):
             return
         raise Silent(f"{case} accepted")
-    return Probe(f"legacy convolution_forward: {case}", run,
-                 valid=case in ("bias_act_none_act", "handle_None", "alpha_str"))
+
+    return Probe(
+        f"legacy convolution_forward: {case}",
+        run,
+        valid=case in ("bias_act_none_act", "handle_None", "alpha_str"),
+    )
 
 
 @family("legacy", 16)
 def lg_misc_ops(r):
-    case = pick(r, ["act_mode_99", "act_desc_None", "act_xy_dims", "act_y_dtype",
-                    "softmax_algo_7", "softmax_mode_5", "softmax_dims", "pool_window_0",
-                    "pool_mode_9", "pool_y_dims", "pool_nb_4", "add_not_broadcast",
-                    "op_tensor_op_9", "op_tensor_unset", "transform_dims", "set_tensor_str",
-                    "scale_tensor_None", "lrn_n_0", "lrn_beta_0", "dropout_p_1.5",
-                    "dropout_states_small", "reduce_op_99",
-                    "bn_mode_7", "bn_eps_neg", "bn_desc_mismatch", "lrn_mode_5",
-                    "reduce_c_dims", "reduce_idx_small_buffer", "reduce_idx_noncontig",
-                    "reduce_idx_none", "dd_fwd_reserve_small",
-                    "dd_desc_unset"])
+    case = pick(
+        r,
+        [
+            "act_mode_99",
+            "act_desc_None",
+            "act_xy_dims",
+            "act_y_dtype",
+            "softmax_algo_7",
+            "softmax_mode_5",
+            "softmax_dims",
+            "pool_window_0",
+            "pool_mode_9",
+            "pool_y_dims",
+            "pool_nb_4",
+            "add_not_broadcast",
+            "op_tensor_op_9",
+            "op_tensor_unset",
+            "transform_dims",
+            "set_tensor_str",
+            "scale_tensor_None",
+            "lrn_n_0",
+            "lrn_beta_0",
+            "dropout_p_1.5",
+            "dropout_states_small",
+            "reduce_op_99",
+            "bn_mode_7",
+            "bn_eps_neg",
+            "bn_desc_mismatch",
+            "lrn_mode_5",
+            "reduce_c_dims",
+            "reduce_idx_small_buffer",
+            "reduce_idx_noncontig",
+            "reduce_idx_none",
+            "dd_fwd_reserve_small",
+            "dd_desc_unset",
+        ],
+    )
 
     def run():
         h = handle()
@@ -2098,8 +2849,9 @@ def lg_misc_ops(r):
             if case == "act_mode_99":
                 L.set_activation_descriptor(a, 99, L.NanPropagation.NOT_PROPAGATE_NAN, 0.0)
             else:
-                L.set_activation_descriptor(a, L.ActivationMode.RELU,
-                                            L.NanPropagation.NOT_PROPAGATE_NAN, 0.0)
+                L.set_activation_descriptor(
+                    a, L.ActivationMode.RELU, L.NanPropagation.NOT_PROPAGATE_NAN, 0.0
+                )
             y_d = x_d
             if case == "act_desc_None":
                 a = None
@@ -2116,20 +2868,28 @@ def lg_misc_ops(r):
         elif case.startswith("pool"):
             p = L.create_pooling_descriptor()
             if case == "pool_window_0":
-                L.set_pooling_2d_descriptor(p, L.PoolingMode.MAX,
-                                            L.NanPropagation.NOT_PROPAGATE_NAN, 0, 2, 0, 0, 1, 1)
+                L.set_pooling_2d_descriptor(
+                    p, L.PoolingMode.MAX, L.NanPropagation.NOT_PROPAGATE_NAN, 0, 2, 0, 0, 1, 1
+                )
             elif case == "pool_mode_9":
-                L.set_pooling_2d_descriptor(p, 9, L.NanPropagation.NOT_PROPAGATE_NAN, 2, 2, 0,
-                                            0, 1, 1)
+                L.set_pooling_2d_descriptor(
+                    p, 9, L.NanPropagation.NOT_PROPAGATE_NAN, 2, 2, 0, 0, 1, 1
+                )
             elif case == "pool_nb_4":
-                L.set_pooling_nd_descriptor(p, L.PoolingMode.MAX,
-                                            L.NanPropagation.NOT_PROPAGATE_NAN, 4, [2] * 4,
-                                            [0] * 4, [1] * 4)
+                L.set_pooling_nd_descriptor(
+                    p,
+                    L.PoolingMode.MAX,
+                    L.NanPropagation.NOT_PROPAGATE_NAN,
+                    4,
+                    [2] * 4,
+                    [0] * 4,
+                    [1] * 4,
+                )
             else:
-                L.set_pooling_2d_descriptor(p, L.PoolingMode.MAX,
-                                            L.NanPropagation.NOT_PROPAGATE_NAN, 2, 2, 0, 0, 1, 1)
-            L.pooling_forward(h, p, 1.0, x_d, x, 0.0, _td((2, 3, 2, 2)),
-                              torch.empty(2, 3, 2, 2))
+                L.set_pooling_2d_descriptor(
+                    p, L.PoolingMode.MAX, L.NanPropagation.NOT_PROPAGATE_NAN, 2, 2, 0, 0, 1, 1
+                )
+            L.pooling_forward(h, p, 1.0, x_d, x, 0.0, _td((2, 3, 2, 2)), torch.empty(2, 3, 2, 2))
         elif case == "add_not_broadcast":
             L.add_tensor(h, 1.0, _td((1, 2, 1, 1)), torch.rand(1, 2, 1, 1), 1.0, x_d, x)
         elif case.startswith("op_tensor"):
@@ -2155,8 +2915,9 @@ def lg_misc_ops(r):
             dd = L.create_dropout_descriptor()
             n = L.dropout_get_states_size(h)
             st = torch.empty(n if case != "dropout_states_small" else 1, dtype=torch.uint8)
-            L.set_dropout_descriptor(dd, h, 1.5 if case == "dropout_p_1.5" else 0.5, st,
-                                     st.numel(), 1)
+            L.set_dropout_descriptor(
+                dd, h, 1.5 if case == "dropout_p_1.5" else 0.5, st, st.numel(), 1
+            )
         elif case.startswith("reduce"):
             rd = L.create_reduce_tensor_descriptor()
             c_d = _td((2, 1, 1, 1)) if case != "reduce_c_dims" else _td((2, 2, 1, 1))
@@ -2172,9 +2933,11 @@ def lg_misc_ops(r):
             idx, idx_size = None, 0
             if case.startswith("reduce_idx"):
                 idx_size = L.get_reduction_indices_size(h, rd, x_d, c_d)
-                idx = {"reduce_idx_small_buffer": torch.empty(1, dtype=torch.int32),
-                       "reduce_idx_noncontig": torch.empty(4, dtype=torch.int32)[::2],
-                       "reduce_idx_none": None}[case]
+                idx = {
+                    "reduce_idx_small_buffer": torch.empty(1, dtype=torch.int32),
+                    "reduce_idx_noncontig": torch.empty(4, dtype=torch.int32)[::2],
+                    "reduce_idx_none": None,
+                }[case]
             wss = ws.numel()
             if case == "reduce_ws_buffer_lies":
                 if need == 0:
@@ -2196,41 +2959,91 @@ def lg_misc_ops(r):
             if case == "bn_desc_mismatch":
                 bn = _td((1, 4, 1, 1))
             p = [torch.rand(1, 3, 1, 1) for _ in range(4)]
-            L.batch_normalization_forward_inference(h, L.BatchNormMode.SPATIAL, 1.0, 0.0, x_d,
-                                                    x, x_d, y, bn, *p,
-                                                    -1.0 if case == "bn_eps_neg" else 1e-5)
+            L.batch_normalization_forward_inference(
+                h,
+                L.BatchNormMode.SPATIAL,
+                1.0,
+                0.0,
+                x_d,
+                x,
+                x_d,
+                y,
+                bn,
+                *p,
+                -1.0 if case == "bn_eps_neg" else 1e-5,
+            )
         raise Silent(f"{case} accepted")
+
     return Probe(f"legacy: {case}", run)
 
 
-_KEEP: list = []     # buffers whose raw pointers were handed out stay alive
+_KEEP: list = []  # buffers whose raw pointers were handed out stay alive
 
 
 @family("legacy", 40)
 def lg_buffers(r):
     """One buffer of a legacy call replaced by something that does not match its
     descriptor (API.md: a mismatch is BAD_PARAM with the reason, never a silent misread)."""
-    call = pick(r, ["activation_forward", "softmax_forward", "add_tensor", "transform_tensor",
-                    "pooling_forward", "convolution_forward", "bn_inference", "lrn_forward",
-                    "scale_tensor", "op_tensor", "reduce_tensor", "bn_training"])
+    call = pick(
+        r,
+        [
+            "activation_forward",
+            "softmax_forward",
+            "add_tensor",
+            "transform_tensor",
+            "pooling_forward",
+            "convolution_forward",
+            "bn_inference",
+            "lrn_forward",
+            "scale_tensor",
+            "op_tensor",
+            "reduce_tensor",
+            "bn_training",
+        ],
+    )
     role = pick(r, ["in", "out"])
-    kind = pick(r, ["None", "double", "transposed", "reshaped_same_numel", "flat_exact",
-                    "numpy_f32", "list", "meta", "int_ptr", "float", "half", "too_small_flat",
-                    "numpy_f64", "noncontig"])
+    kind = pick(
+        r,
+        [
+            "None",
+            "double",
+            "transposed",
+            "reshaped_same_numel",
+            "flat_exact",
+            "numpy_f32",
+            "list",
+            "meta",
+            "int_ptr",
+            "float",
+            "half",
+            "too_small_flat",
+            "numpy_f64",
+            "noncontig",
+        ],
+    )
     beta = pick(r, [0.0, 0.5])
 
     def mutate(t):
-        return {"None": lambda: None, "double": lambda: t.double(),
-                "transposed": lambda: t.transpose(-1, -2).contiguous().transpose(-1, -2)
-                if t.shape[-1] != t.shape[-2] or True else t,
-                "reshaped_same_numel": lambda: t.reshape(list(t.shape)[::-1]),
-                "flat_exact": lambda: t.reshape(-1).clone(),
-                "numpy_f32": lambda: t.numpy(), "numpy_f64": lambda: t.double().numpy(),
-                "list": lambda: t.tolist(), "meta": lambda: t.to("meta"),
-                "int_ptr": lambda: (_KEEP.append(t), t.data_ptr())[1], "float": lambda: 0.5,
-                "half": lambda: t.half(), "too_small_flat": lambda: t.reshape(-1)[:-1].clone(),
-                "noncontig": lambda: torch.rand([n * 2 for n in t.shape])[
-                    tuple(slice(None, None, 2) for _ in t.shape)]}[kind]()
+        return {
+            "None": lambda: None,
+            "double": lambda: t.double(),
+            "transposed": lambda: t.transpose(-1, -2).contiguous().transpose(-1, -2)
+            if t.shape[-1] != t.shape[-2] or True
+            else t,
+            "reshaped_same_numel": lambda: t.reshape(list(t.shape)[::-1]),
+            "flat_exact": lambda: t.reshape(-1).clone(),
+            "numpy_f32": lambda: t.numpy(),
+            "numpy_f64": lambda: t.double().numpy(),
+            "list": lambda: t.tolist(),
+            "meta": lambda: t.to("meta"),
+            "int_ptr": lambda: (_KEEP.append(t), t.data_ptr())[1],
+            "float": lambda: 0.5,
+            "half": lambda: t.half(),
+            "too_small_flat": lambda: t.reshape(-1)[:-1].clone(),
+            "noncontig": lambda: torch.rand([n * 2 for n in t.shape])[
+                tuple(slice(None, None, 2) for _ in t.shape)
+            ],
+        }[kind]()
 
     def run():
         h = handle()
@@ -2243,12 +3056,14 @@ def lg_buffers(r):
             y = mutate(y)
         if call == "activation_forward":
             a = L.create_activation_descriptor()
-            L.set_activation_descriptor(a, L.ActivationMode.TANH,
-                                        L.NanPropagation.NOT_PROPAGATE_NAN, 0.0)
+            L.set_activation_descriptor(
+                a, L.ActivationMode.TANH, L.NanPropagation.NOT_PROPAGATE_NAN, 0.0
+            )
             L.activation_forward(h, a, 1.0, d, x, beta, d, y)
         elif call == "softmax_forward":
-            L.softmax_forward(h, L.SoftmaxAlgorithm.ACCURATE, L.SoftmaxMode.CHANNEL, 1.0, d, x,
-                              beta, d, y)
+            L.softmax_forward(
+                h, L.SoftmaxAlgorithm.ACCURATE, L.SoftmaxMode.CHANNEL, 1.0, d, x, beta, d, y
+            )
         elif call == "add_tensor":
             L.add_tensor(h, 1.0, d, x, beta, d, y)
         elif call == "transform_tensor":
@@ -2257,63 +3072,120 @@ def lg_buffers(r):
             L.scale_tensor(h, d, y if role == "out" else x, 2.0)
         elif call == "op_tensor":
             od = L.create_op_tensor_descriptor()
-            L.set_op_tensor_descriptor(od, L.OpTensorOp.MUL, F,
-                                       L.NanPropagation.NOT_PROPAGATE_NAN)
+            L.set_op_tensor_descriptor(od, L.OpTensorOp.MUL, F, L.NanPropagation.NOT_PROPAGATE_NAN)
             L.op_tensor(h, od, 1.0, d, x, 1.0, d, torch.rand(*dims), beta, d, y)
         elif call == "pooling_forward":
             p = L.create_pooling_descriptor()
-            L.set_pooling_2d_descriptor(p, L.PoolingMode.MAX,
-                                        L.NanPropagation.NOT_PROPAGATE_NAN, 2, 2, 0, 0, 2, 2)
+            L.set_pooling_2d_descriptor(
+                p, L.PoolingMode.MAX, L.NanPropagation.NOT_PROPAGATE_NAN, 2, 2, 0, 0, 2, 2
+            )
             yd = _td((2, 3, 2, 2))
             yy = torch.rand(2, 3, 2, 2)
             L.pooling_forward(h, p, 1.0, d, x, beta, yd, mutate(yy) if role == "out" else yy)
         elif call == "convolution_forward":
             c = L.create_convolution_descriptor()
-            L.set_convolution_2d_descriptor(c, 1, 1, 1, 1, 1, 1,
-                                            L.ConvolutionMode.CROSS_CORRELATION, F)
+            L.set_convolution_2d_descriptor(
+                c, 1, 1, 1, 1, 1, 1, L.ConvolutionMode.CROSS_CORRELATION, F
+            )
             w_d = _fd((2, 3, 3, 3))
             yd = _td((2, 2, 4, 5))
             yy = torch.rand(2, 2, 4, 5)
-            L.convolution_forward(h, 1.0, d, x, w_d, torch.rand(2, 3, 3, 3), c,
-                                  L.ConvolutionFwdAlgo.IMPLICIT_GEMM, None, 0, beta, yd,
-                                  mutate(yy) if role == "out" else yy)
+            L.convolution_forward(
+                h,
+                1.0,
+                d,
+                x,
+                w_d,
+                torch.rand(2, 3, 3, 3),
+                c,
+                L.ConvolutionFwdAlgo.IMPLICIT_GEMM,
+                None,
+                0,
+                beta,
+                yd,
+                mutate(yy) if role == "out" else yy,
+            )
         elif call in ("bn_inference", "bn_training"):
-            bn = L.derive_bn_tensor_descriptor(L.create_tensor_descriptor(), d,
-                                               L.BatchNormMode.SPATIAL)
+            bn = L.derive_bn_tensor_descriptor(
+                L.create_tensor_descriptor(), d, L.BatchNormMode.SPATIAL
+            )
             p = [torch.rand(1, 3, 1, 1) + 0.5 for _ in range(4)]
             if call == "bn_inference":
-                L.batch_normalization_forward_inference(h, L.BatchNormMode.SPATIAL, 1.0, beta,
-                                                        d, x, d, y, bn, *p, 1e-5)
+                L.batch_normalization_forward_inference(
+                    h, L.BatchNormMode.SPATIAL, 1.0, beta, d, x, d, y, bn, *p, 1e-5
+                )
             else:
-                L.batch_normalization_forward_training(h, L.BatchNormMode.SPATIAL, 1.0, beta,
-                                                       d, x, d, y, bn, p[0], p[1], 0.1, p[2],
-                                                       p[3], 1e-5, None, None)
+                L.batch_normalization_forward_training(
+                    h,
+                    L.BatchNormMode.SPATIAL,
+                    1.0,
+                    beta,
+                    d,
+                    x,
+                    d,
+                    y,
+                    bn,
+                    p[0],
+                    p[1],
+                    0.1,
+                    p[2],
+                    p[3],
+                    1e-5,
+                    None,
+                    None,
+                )
         elif call == "lrn_forward":
             ld = L.create_lrn_descriptor()
-            L.lrn_cross_channel_forward(h, ld, L.LRNMode.CROSS_CHANNEL_DIM1, 1.0, d, x, beta,
-                                        d, y)
+            L.lrn_cross_channel_forward(h, ld, L.LRNMode.CROSS_CHANNEL_DIM1, 1.0, d, x, beta, d, y)
         elif call == "reduce_tensor":
             rd = L.create_reduce_tensor_descriptor()
             L.set_reduce_tensor_descriptor(rd, 0, F, 0, 0, 0)
             cd = _td((2, 1, 1, 1))
             need = L.get_reduction_workspace_size(h, rd, d, cd)
             cc = torch.rand(2, 1, 1, 1)
-            L.reduce_tensor(h, rd, None, 0, torch.empty(need, dtype=torch.uint8), need, 1.0,
-                            d, x, beta, cd, mutate(cc) if role == "out" else cc)
+            L.reduce_tensor(
+                h,
+                rd,
+                None,
+                0,
+                torch.empty(need, dtype=torch.uint8),
+                need,
+                1.0,
+                d,
+                x,
+                beta,
+                cd,
+                mutate(cc) if role == "out" else cc,
+            )
+
     # legal when the graph API's binding rule accepts it (the descriptors are packed NCHW)
-    odims = {"pooling_forward": (2, 3, 2, 2), "convolution_forward": (2, 2, 4, 5),
-             "reduce_tensor": (2, 1, 1, 1)}.get(call, (2, 3, 4, 5)) if role == "out" \
+    odims = (
+        {
+            "pooling_forward": (2, 3, 2, 2),
+            "convolution_forward": (2, 2, 4, 5),
+            "reduce_tensor": (2, 1, 1, 1),
+        }.get(call, (2, 3, 4, 5))
+        if role == "out"
         else (2, 3, 4, 5)
+    )
     probe_t = mutate(torch.rand(*odims)) if kind not in ("int_ptr",) else None
 
     class _D:
         dims, strides = odims, tuple(packed(odims))
         span = math.prod(odims)
+
     legal = kind in ("numpy_f32", "flat_exact", "int_ptr") or (
-        isinstance(probe_t, torch.Tensor) and probe_t.device.type == "cpu" and
-        probe_t.dtype == torch.float32 and _legal_binding(probe_t, _D))
-    return Probe(f"legacy {call}(beta={beta}): {'input' if role == 'in' else 'output'} buffer "
-                 f"-> {kind}", run, valid=legal, isolate=kind == "int_ptr")
+        isinstance(probe_t, torch.Tensor)
+        and probe_t.device.type == "cpu"
+        and probe_t.dtype == torch.float32
+        and _legal_binding(probe_t, _D)
+    )
+    return Probe(
+        f"legacy {call}(beta={beta}): {'input' if role == 'in' else 'output'} buffer -> {kind}",
+        run,
+        valid=legal,
+        isolate=kind == "int_ptr",
+    )
 
 
 @family("graph", 6)
@@ -2335,10 +3207,11 @@ def g_memo_value(r):
             if t is not None:
                 t.set_output(True).set_name(f"o{i}_out")
         return g
+
     bad = {"ln_eps_neg": -1.0, "ln_eps_nan": float("nan"), "rms_eps_zero": 0.0}[case]
 
     def run():
-        make(1e-5).validate()              # the good twin, validated first
+        make(1e-5).validate()  # the good twin, validated first
         g = make(bad)
         g.validate()
         then = "execute then ran"
@@ -2346,8 +3219,11 @@ def g_memo_value(r):
             run_graph(g)
         except OpenDNNError as e:
             then = f"execute then raised: {e}"
-        raise Silent(f"validate() accepted epsilon={bad} (a fresh graph refuses it): the "
-                     f"memo of the epsilon=1e-5 twin answered; {then}")
+        raise Silent(
+            f"validate() accepted epsilon={bad} (a fresh graph refuses it): the "
+            f"memo of the epsilon=1e-5 twin answered; {then}"
+        )
+
     return Probe(f"validation memo: {case}", run, op="nm_n", tensor="nm_n::epsilon")
 
 
@@ -2361,13 +3237,13 @@ def g_bn_values(r):
         st = [g.tensor([1, 3, 1, 1], [3, 1, 1, 1], F, name=f"st{i}_in") for i in range(4)]
         eps = {"eps_neg": -1.0, "eps_nan": float("nan"), "eps_inf": float("inf")}.get(case, 1e-5)
         mom = {"momentum_neg": -0.5, "momentum_2": 2.0}.get(case, 0.1)
-        outs = g.batchnorm(x, st[0], st[1], st[2], st[3], epsilon=eps, momentum=mom,
-                           name="bnv_n")
+        outs = g.batchnorm(x, st[0], st[1], st[2], st[3], epsilon=eps, momentum=mom, name="bnv_n")
         for i, t in enumerate(outs):
             t.set_output(True).set_name(f"o{i}_out")
         pack = run_graph(g)
         y = pack[outs[0].get_uid()]
         raise Silent(f"batchnorm {case} ran; y finite: {bool(torch.isfinite(y).all())}")
+
     return Probe(f"batchnorm graph: {case}", run, op="bnv_n")
 
 
@@ -2375,8 +3251,17 @@ def g_bn_values(r):
 def t_edge_all_engines(r):
     """Legal but unusual inputs through EVERY candidate plan (heuristics A, B, FALLBACK,
     policy ALL): each must run or be declined with a typed error."""
-    case = pick(r, ["pw_zero_size", "pw_broadcast_strides", "red_padded_strides",
-                    "mm_transposed_b", "conv_nhwc", "sm_padded"])
+    case = pick(
+        r,
+        [
+            "pw_zero_size",
+            "pw_broadcast_strides",
+            "red_padded_strides",
+            "mm_transposed_b",
+            "conv_nhwc",
+            "sm_padded",
+        ],
+    )
 
     def run():
         if case.startswith("pw"):
@@ -2407,14 +3292,24 @@ def t_edge_all_engines(r):
         for i in range(g.get_execution_plan_count()):
             ws = g.get_workspace_size_plan_at_index(i)
             g.execute_plan_at_index(pack, torch.empty(ws, dtype=torch.uint8) if ws else None, i)
+
     return Probe(f"every plan on {case}", run, valid=True)
 
 
 @family("graph", 8)
 def g_pbv_operand(r):
     """A one-element pass-by-value tensor as the operand of a non-pointwise node."""
-    case = pick(r, ["matmul_A", "conv_weight", "reduction_input", "softmax_input",
-                    "layernorm_scale", "transpose_input"])
+    case = pick(
+        r,
+        [
+            "matmul_A",
+            "conv_weight",
+            "reduction_input",
+            "softmax_input",
+            "layernorm_scale",
+            "transpose_input",
+        ],
+    )
 
     def run():
         g = cudnn.pygraph(name="g_pop")
@@ -2438,14 +3333,23 @@ def g_pbv_operand(r):
             y = g.layernorm(NormForwardPhase.INFERENCE, x, one, b, 1e-5, name="op_n")[0]
         y.set_output(True).set_name("y_out")
         run_graph(g)
-    return Probe(f"pass-by-value operand: {case}", run, op="op_n", tensor="pbv_in",
-                 valid=True)
+
+    return Probe(f"pass-by-value operand: {case}", run, op="op_n", tensor="pbv_in", valid=True)
 
 
 @family("graph", 6)
 def g_grad_dims(r):
-    case = pick(r, ["dgrad_dx_dims", "wgrad_dw_dims", "dgrad_dx_rank", "wgrad_dw_groups",
-                    "dgrad_no_dims", "softmax_bwd_dims"])
+    case = pick(
+        r,
+        [
+            "dgrad_dx_dims",
+            "wgrad_dw_dims",
+            "dgrad_dx_rank",
+            "wgrad_dw_groups",
+            "dgrad_no_dims",
+            "softmax_bwd_dims",
+        ],
+    )
 
     def run():
         g = cudnn.pygraph(name="g_gd")
@@ -2467,20 +3371,32 @@ def g_grad_dims(r):
             t = g.softmax_backward(g.tensor([2, 4], [4, 1], F, name="ddy_in"), yy, name="gd_n")
         t.set_output(True).set_name("d_out")
         run_graph(g)
+
     return Probe(f"backward output dims: {case}", run, op="gd_n")
 
 
 @family("life", 8)
 def l_autotune(r):
-    case = pick(r, ["missing_entry", "ws_int", "ws_none_needed", "ws_numpy_small",
-                    "pack_none", "iters_0", "not_built"])
+    case = pick(
+        r,
+        [
+            "missing_entry",
+            "ws_int",
+            "ws_none_needed",
+            "ws_numpy_small",
+            "pack_none",
+            "iters_0",
+            "not_built",
+        ],
+    )
 
     def run():
         if case in ("ws_int", "ws_none_needed", "ws_numpy_small"):
             g, x, y, need = ws_graph()
             pack = {x: torch.rand(3, 64), y: torch.empty(3, 1)}
-            ws = {"ws_int": need, "ws_none_needed": None,
-                  "ws_numpy_small": np.zeros(1, np.uint8)}[case]
+            ws = {"ws_int": need, "ws_none_needed": None, "ws_numpy_small": np.zeros(1, np.uint8)}[
+                case
+            ]
             res = g.autotune(pack, ws, warmup=1, iters=2)
             raise Silent(f"autotune with workspace {case} -> {res!r}")
         g, T = fresh("pw")
@@ -2494,8 +3410,13 @@ def l_autotune(r):
         res = g.autotune(pack, None, warmup=1, iters=0 if case == "iters_0" else 2)
         if case == "not_built":
             raise Silent(f"autotune before any plan was created -> {res!r}")
-    return Probe(f"autotune: {case}", run, valid=case == "iters_0",
-                 rule=("workspace",) if case.startswith("ws_") else ())
+
+    return Probe(
+        f"autotune: {case}",
+        run,
+        valid=case == "iters_0",
+        rule=("workspace",) if case.startswith("ws_") else (),
+    )
 
 
 # ==== driver ====================================================================================
@@ -2513,26 +3434,51 @@ def probes_for(fam, n, seed):
 
 
 def run_isolated(name: str, i: int, seed: int, timeout: int) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", name, str(i), "--seed",
-           str(seed), "--timeout", str(timeout)]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--child",
+        name,
+        str(i),
+        "--seed",
+        str(seed),
+        "--timeout",
+        str(timeout),
+    ]
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 60,
-                             env=dict(os.environ))
+        out = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout + 60, env=dict(os.environ)
+        )
     except subprocess.TimeoutExpired:
-        return dict(outcome="HANG/CRASH", exc="timeout", msg="child ran past the timeout",
-                    origin="", lib="", missing=[])
+        return dict(
+            outcome="HANG/CRASH",
+            exc="timeout",
+            msg="child ran past the timeout",
+            origin="",
+            lib="",
+            missing=[],
+        )
     if out.returncode < 0 or out.returncode not in (0,):
         line = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
         if line and out.returncode == 0:
             return json.loads(line[-1])
         sig = -out.returncode if out.returncode < 0 else None
-        return dict(outcome="HANG/CRASH", exc=f"signal {sig}" if sig else
-                    f"exit {out.returncode}", msg=(out.stderr or "")[-300:].replace("\n", " "),
-                    origin="", lib="", missing=[])
+        return dict(
+            outcome="HANG/CRASH",
+            exc=f"signal {sig}" if sig else f"exit {out.returncode}",
+            msg=(out.stderr or "")[-300:].replace("\n", " "),
+            origin="",
+            lib="",
+            missing=[],
+        )
     line = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-    return json.loads(line[-1]) if line else dict(outcome="HARNESS", exc="no output",
-                                                  msg=out.stderr[-300:], origin="", lib="",
-                                                  missing=[])
+    return (
+        json.loads(line[-1])
+        if line
+        else dict(
+            outcome="HARNESS", exc="no output", msg=out.stderr[-300:], origin="", lib="", missing=[]
+        )
+    )
 
 
 def child(name: str, i: int, seed: int, timeout: int) -> None:
@@ -2546,8 +3492,9 @@ def child(name: str, i: int, seed: int, timeout: int) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=20240601)
-    ap.add_argument("--iter", type=float, default=10.0,
-                    help="draws per family, as a multiple of its base count")
+    ap.add_argument(
+        "--iter", type=float, default=10.0, help="draws per family, as a multiple of its base count"
+    )
     ap.add_argument("--only", default="", help="comma-separated substrings of family names")
     ap.add_argument("--timeout", type=int, default=120, help="seconds per probe")
     ap.add_argument("--budget", type=int, default=2100, help="stop starting probes after s")
@@ -2563,8 +3510,9 @@ def main() -> int:
     t_start = time.perf_counter()
     results = []
     counts = collections.Counter()
-    print(f"fuzz_errors: seed {a.seed}, {len(fams)} families, timeout {a.timeout} s/probe",
-          flush=True)
+    print(
+        f"fuzz_errors: seed {a.seed}, {len(fams)} families, timeout {a.timeout} s/probe", flush=True
+    )
     for fam in fams:
         cat, name, n, _ = fam
         for i, s, p in probes_for(fam, max(1, round(n * a.iter)), a.seed):
@@ -2582,10 +3530,16 @@ def main() -> int:
             counts[r["outcome"]] += 1
             if a.verbose or r["outcome"] not in ("OK", "VALID"):
                 extra = f" missing={r['missing']}" if r.get("missing") else ""
-                loc = f" @ {r['lib'] or r['origin']}" if r["outcome"] in ("BUG-RAW", "WEAK",
-                                                                         "HARNESS") else ""
-                print(f"[{r['outcome']:10}] {name}#{i}: {p.what}\n"
-                      f"             -> {r['exc']}: {r['msg'][:300]}{loc}{extra}", flush=True)
+                loc = (
+                    f" @ {r['lib'] or r['origin']}"
+                    if r["outcome"] in ("BUG-RAW", "WEAK", "HARNESS")
+                    else ""
+                )
+                print(
+                    f"[{r['outcome']:10}] {name}#{i}: {p.what}\n"
+                    f"             -> {r['exc']}: {r['msg'][:300]}{loc}{extra}",
+                    flush=True,
+                )
                 if r["outcome"] == "HARNESS":
                     print(r.get("tb", ""), flush=True)
         else:
@@ -2599,14 +3553,19 @@ def main() -> int:
     groups = collections.defaultdict(list)
     for r in results:
         if r["outcome"] in ("BUG-RAW", "BUG-SILENT", "HANG/CRASH", "WEAK"):
-            key = (r["outcome"], r["exc"], r["lib"] or r["origin"]) if r["exc"] else \
-                (r["outcome"], "", r["family"] + ": " + r["msg"][:70])
+            key = (
+                (r["outcome"], r["exc"], r["lib"] or r["origin"])
+                if r["exc"]
+                else (r["outcome"], "", r["family"] + ": " + r["msg"][:70])
+            )
             groups[key].append(r)
     print(f"\n== {len(groups)} distinct findings (outcome, exception, library frame)")
     for (outcome, exc, where), rs in sorted(groups.items()):
         ex = rs[0]
-        print(f"  {outcome:10} {exc or '-':22} {where}\n"
-              f"             e.g. {ex['family']}#{ex['i']}: {ex['what']}  ({len(rs)} probes)")
+        print(
+            f"  {outcome:10} {exc or '-':22} {where}\n"
+            f"             e.g. {ex['family']}#{ex['i']}: {ex['what']}  ({len(rs)} probes)"
+        )
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1, default=str)

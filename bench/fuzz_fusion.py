@@ -52,6 +52,7 @@ Usage:  PYTHONPATH=src .venv/bin/python bench/fuzz_fusion.py --seeds 0-499
         ... --seeds 123 --show          (print the spec and the findings of one case)
         ... --seeds 123 --minimize      (greedy shrink of a failing case, prints the spec)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,14 +64,13 @@ import signal
 import sys
 import time
 import traceback
-from collections import Counter, defaultdict
-
 import warnings
+from collections import Counter
 
 import torch
 
 import opendnn.frontend as cudnn
-from opendnn.enums import DataType, HeurMode, ReductionMode
+from opendnn.enums import DataType, HeurMode
 from opendnn.errors import GraphNotSupportedError, OpenDNNError
 
 FUSION_ID, REF_ID = 1, 0
@@ -78,18 +78,33 @@ FUSION_ID, REF_ID = 1, 0
 # truncation. True: accept truncated bfloat16 roundings (trials model them), so the fuzzer
 # looks past that bug; --strict-bf16 turns it off.
 BF16_RTZ_OK = True
-AVOID: set = set()          # known bugs the generator steers around (--avoid)
+AVOID: set = set()  # known bugs the generator steers around (--avoid)
 
-DT = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
-      "f64": torch.float64, "i8": torch.int8, "u8": torch.uint8, "bool": torch.bool,
-      "i32": torch.int32}
-GDT = {None: DataType.NOT_SET, "f32": DataType.FLOAT, "f16": DataType.HALF,
-       "bf16": DataType.BFLOAT16, "f64": DataType.DOUBLE, "i8": DataType.INT8,
-       "u8": DataType.UINT8, "bool": DataType.BOOLEAN, "i32": DataType.INT32}
+DT = {
+    "f32": torch.float32,
+    "f16": torch.float16,
+    "bf16": torch.bfloat16,
+    "f64": torch.float64,
+    "i8": torch.int8,
+    "u8": torch.uint8,
+    "bool": torch.bool,
+    "i32": torch.int32,
+}
+GDT = {
+    None: DataType.NOT_SET,
+    "f32": DataType.FLOAT,
+    "f16": DataType.HALF,
+    "bf16": DataType.BFLOAT16,
+    "f64": DataType.DOUBLE,
+    "i8": DataType.INT8,
+    "u8": DataType.UINT8,
+    "bool": DataType.BOOLEAN,
+    "i32": DataType.INT32,
+}
 FROM_GDT = {v: k for k, v in GDT.items() if k is not None}
 BASE_TOL = {"f64": 1e-12, "f32": 1e-5, "f16": 1e-3, "bf16": 8e-3}
-UNIT = {"f64": 2.0 ** -53, "f32": 2.0 ** -24, "f16": 2.0 ** -11, "bf16": 2.0 ** -8}
-INT_RANGE = {"i8": (-128, 127), "u8": (0, 255), "i32": (-2 ** 31, 2 ** 31 - 1)}
+UNIT = {"f64": 2.0**-53, "f32": 2.0**-24, "f16": 2.0**-11, "bf16": 2.0**-8}
+INT_RANGE = {"i8": (-128, 127), "u8": (0, 255), "i32": (-(2**31), 2**31 - 1)}
 
 
 # ======================================================================================
@@ -116,11 +131,11 @@ K_T = math.sqrt(2 / math.pi)
 
 
 def _gelu_tanh(x):
-    return 0.5 * x * (1 + torch.tanh(K_T * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1 + torch.tanh(K_T * (x + 0.044715 * x**3)))
 
 
 def _gelu_tanh_grad(x):
-    t = torch.tanh(K_T * (x + 0.044715 * x ** 3))
+    t = torch.tanh(K_T * (x + 0.044715 * x**3))
     return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * K_T * (1 + 3 * 0.044715 * x * x)
 
 
@@ -154,7 +169,7 @@ class Op:
         self.name, self.arity, self.fn, self.cls = name, arity, fn, cls
         self.doms = doms or ["any"] * arity
         self.method = method or name
-        self.attrs = attrs          # rnd -> dict of keyword attributes (or None)
+        self.attrs = attrs  # rnd -> dict of keyword attributes (or None)
         self.boolean = boolean
 
 
@@ -185,68 +200,207 @@ for _n, _fn in [("sqrt", torch.sqrt), ("reciprocal", lambda x: 1.0 / x)]:
     _add(Op(_n, 1, (lambda f: lambda x, a: f(x))(_fn), "arith", ["pos"]))
 _add(Op("rsqrt", 1, lambda x, a: 1.0 / torch.sqrt(x), "transc", ["pos"]))
 _add(Op("log", 1, lambda x, a: torch.log(x), "transc", ["pos"]))
-for _n, _fn in [("tanh", torch.tanh), ("sigmoid", _sig), ("erf", torch.erf),
-                ("exp", torch.exp), ("sin", torch.sin), ("cos", torch.cos), ("tan", torch.tan),
-                ("gelu", lambda x: x * _Phi(x)), ("gelu_approx_tanh", _gelu_tanh)]:
+for _n, _fn in [
+    ("tanh", torch.tanh),
+    ("sigmoid", _sig),
+    ("erf", torch.erf),
+    ("exp", torch.exp),
+    ("sin", torch.sin),
+    ("cos", torch.cos),
+    ("tan", torch.tan),
+    ("gelu", lambda x: x * _Phi(x)),
+    ("gelu_approx_tanh", _gelu_tanh),
+]:
     _add(Op(_n, 1, (lambda f: lambda x, a: f(x))(_fn), "transc"))
-for _n, _fn in [("identity", lambda x: x), ("neg", lambda x: -x), ("abs", torch.abs),
-                ("ceil", torch.ceil), ("floor", torch.floor)]:
-    _add(Op(_n, 1, (lambda f: lambda x, a: f(x))(_fn), "exact",
-            ["disc"] if _n in ("ceil", "floor") else None))
+for _n, _fn in [
+    ("identity", lambda x: x),
+    ("neg", lambda x: -x),
+    ("abs", torch.abs),
+    ("ceil", torch.ceil),
+    ("floor", torch.floor),
+]:
+    _add(
+        Op(
+            _n,
+            1,
+            (lambda f: lambda x, a: f(x))(_fn),
+            "exact",
+            ["disc"] if _n in ("ceil", "floor") else None,
+        )
+    )
 _add(Op("logical_not", 1, lambda x, a: (x == 0).double(), "exact", ["mask"], boolean=True))
-_add(Op("elu", 1, lambda x, a: torch.where(x > 0, x, a.get("alpha", 1.0) *
-                                           torch.expm1(torch.clamp(x, max=0))), "transc",
-        attrs=lambda r: {} if r.random() < 0.5 else {"alpha": r.choice([0.4, 1.7])}))
-_add(Op("softplus", 1, lambda x, a: _softplus(x, a.get("beta", 1.0)), "transc",
-        attrs=lambda r: {} if r.random() < 0.5 else {"beta": r.choice([2.5, 0.5, -1.5])}))
-_add(Op("swish", 1, lambda x, a: x * _sig(a.get("swish_beta", 1.0) * x), "transc",
-        attrs=lambda r: {} if r.random() < 0.5 else {"swish_beta": r.choice([1.7, 0.3])}))
+_add(
+    Op(
+        "elu",
+        1,
+        lambda x, a: torch.where(
+            x > 0, x, a.get("alpha", 1.0) * torch.expm1(torch.clamp(x, max=0))
+        ),
+        "transc",
+        attrs=lambda r: {} if r.random() < 0.5 else {"alpha": r.choice([0.4, 1.7])},
+    )
+)
+_add(
+    Op(
+        "softplus",
+        1,
+        lambda x, a: _softplus(x, a.get("beta", 1.0)),
+        "transc",
+        attrs=lambda r: {} if r.random() < 0.5 else {"beta": r.choice([2.5, 0.5, -1.5])},
+    )
+)
+_add(
+    Op(
+        "swish",
+        1,
+        lambda x, a: x * _sig(a.get("swish_beta", 1.0) * x),
+        "transc",
+        attrs=lambda r: {} if r.random() < 0.5 else {"swish_beta": r.choice([1.7, 0.3])},
+    )
+)
 _add(Op("relu", 1, _relu, "relu", ["disc"], attrs=_relu_attrs))
-_add(Op("leaky_relu", 1, lambda x, a: _relu(x, a), "relu", ["disc"],
-        attrs=lambda r: {"negative_slope": r.choice([0.01, 0.2, 0.0])}))
-_add(Op("gen_index", 1, None, "exact", ["shape"],
-        attrs=lambda r: {"axis": 0}))      # axis fixed up by the generator
+_add(
+    Op(
+        "leaky_relu",
+        1,
+        lambda x, a: _relu(x, a),
+        "relu",
+        ["disc"],
+        attrs=lambda r: {"negative_slope": r.choice([0.01, 0.2, 0.0])},
+    )
+)
+_add(
+    Op("gen_index", 1, None, "exact", ["shape"], attrs=lambda r: {"axis": 0})
+)  # axis fixed up by the generator
 # binary
-for _n, _fn, _cls in [("add", lambda a, b: a + b, "arith"), ("sub", lambda a, b: a - b, "arith"),
-                      ("mul", lambda a, b: a * b, "arith"), ("div", lambda a, b: a / b, "arith"),
-                      ("add_square", lambda a, b: a + b * b, "arith"),
-                      ("bias", lambda a, b: a + b, "arith"), ("scale", lambda a, b: a * b, "arith"),
-                      ("max", torch.maximum, "exact"), ("min", torch.minimum, "exact")]:
+for _n, _fn, _cls in [
+    ("add", lambda a, b: a + b, "arith"),
+    ("sub", lambda a, b: a - b, "arith"),
+    ("mul", lambda a, b: a * b, "arith"),
+    ("div", lambda a, b: a / b, "arith"),
+    ("add_square", lambda a, b: a + b * b, "arith"),
+    ("bias", lambda a, b: a + b, "arith"),
+    ("scale", lambda a, b: a * b, "arith"),
+    ("max", torch.maximum, "exact"),
+    ("min", torch.minimum, "exact"),
+]:
     _add(Op(_n, 2, (lambda f: lambda a, b, at: f(a, b))(_fn), _cls))
 _add(Op("mod", 2, lambda a, b, at: torch.fmod(a, b), "arith", ["disc", "disc"]))
 _add(Op("pow", 2, lambda a, b, at: torch.pow(a, b), "transc", ["pos", "exp"]))
-_add(Op("logical_and", 2, lambda a, b, at: ((a != 0) & (b != 0)).double(), "exact",
-        ["mask", "mask"], boolean=True))
-_add(Op("logical_or", 2, lambda a, b, at: ((a != 0) | (b != 0)).double(), "exact",
-        ["mask", "mask"], boolean=True))
-for _n, _fn in [("cmp_eq", torch.eq), ("cmp_neq", torch.ne), ("cmp_gt", torch.gt),
-                ("cmp_ge", torch.ge), ("cmp_lt", torch.lt), ("cmp_le", torch.le)]:
-    _add(Op(_n, 2, (lambda f: lambda a, b, at: f(a, b).double())(_fn), "exact",
-            ["disc", "cmp"], boolean=True))
-_add(Op("binary_select", 3, lambda a, b, m, at: torch.where(m != 0, a, b), "exact",
-        ["any", "any", "mask"]))
+_add(
+    Op(
+        "logical_and",
+        2,
+        lambda a, b, at: ((a != 0) & (b != 0)).double(),
+        "exact",
+        ["mask", "mask"],
+        boolean=True,
+    )
+)
+_add(
+    Op(
+        "logical_or",
+        2,
+        lambda a, b, at: ((a != 0) | (b != 0)).double(),
+        "exact",
+        ["mask", "mask"],
+        boolean=True,
+    )
+)
+for _n, _fn in [
+    ("cmp_eq", torch.eq),
+    ("cmp_neq", torch.ne),
+    ("cmp_gt", torch.gt),
+    ("cmp_ge", torch.ge),
+    ("cmp_lt", torch.lt),
+    ("cmp_le", torch.le),
+]:
+    _add(
+        Op(
+            _n,
+            2,
+            (lambda f: lambda a, b, at: f(a, b).double())(_fn),
+            "exact",
+            ["disc", "cmp"],
+            boolean=True,
+        )
+    )
+_add(
+    Op(
+        "binary_select",
+        3,
+        lambda a, b, m, at: torch.where(m != 0, a, b),
+        "exact",
+        ["any", "any", "mask"],
+    )
+)
 # backward (loss, input)
 _add(Op("relu_backward", 2, _relu_bwd, "relu", ["any", "disc"], attrs=_relu_attrs))
-_add(Op("leaky_relu_backward", 2, _relu_bwd, "relu", ["any", "disc"],
-        attrs=lambda r: {"negative_slope": r.choice([0.01, 0.3])}))
+_add(
+    Op(
+        "leaky_relu_backward",
+        2,
+        _relu_bwd,
+        "relu",
+        ["any", "disc"],
+        attrs=lambda r: {"negative_slope": r.choice([0.01, 0.3])},
+    )
+)
 _add(Op("tanh_backward", 2, lambda dy, x, a: dy * (1 - torch.tanh(x) ** 2), "transc"))
 _add(Op("sigmoid_backward", 2, lambda dy, x, a: dy * _sig(x) * (1 - _sig(x)), "transc"))
-_add(Op("elu_backward", 2, lambda dy, x, a: torch.where(
-    x > 0, dy, dy * a.get("alpha", 1.0) * torch.exp(torch.clamp(x, max=0))), "transc",
-    ["any", "disc"], attrs=lambda r: {} if r.random() < 0.5 else {"alpha": r.choice([0.4, 2.0])}))
+_add(
+    Op(
+        "elu_backward",
+        2,
+        lambda dy, x, a: torch.where(
+            x > 0, dy, dy * a.get("alpha", 1.0) * torch.exp(torch.clamp(x, max=0))
+        ),
+        "transc",
+        ["any", "disc"],
+        attrs=lambda r: {} if r.random() < 0.5 else {"alpha": r.choice([0.4, 2.0])},
+    )
+)
 _add(Op("gelu_backward", 2, lambda dy, x, a: dy * (_Phi(x) + x * _phi(x)), "transc"))
 _add(Op("gelu_approx_tanh_backward", 2, lambda dy, x, a: dy * _gelu_tanh_grad(x), "transc"))
-_add(Op("softplus_backward", 2, lambda dy, x, a: dy * _sig(a.get("beta", 1.0) * x), "transc",
-        attrs=lambda r: {} if r.random() < 0.5 else {"beta": r.choice([2.5, 0.5])}))
-_add(Op("swish_backward", 2, lambda dy, x, a: dy * (
-    _sig(a.get("swish_beta", 1.0) * x) * (1 + a.get("swish_beta", 1.0) * x *
-                                          (1 - _sig(a.get("swish_beta", 1.0) * x)))),
-    "transc", attrs=lambda r: {} if r.random() < 0.5 else {"swish_beta": r.choice([1.7, 0.6])}))
+_add(
+    Op(
+        "softplus_backward",
+        2,
+        lambda dy, x, a: dy * _sig(a.get("beta", 1.0) * x),
+        "transc",
+        attrs=lambda r: {} if r.random() < 0.5 else {"beta": r.choice([2.5, 0.5])},
+    )
+)
+_add(
+    Op(
+        "swish_backward",
+        2,
+        lambda dy, x, a: dy
+        * (
+            _sig(a.get("swish_beta", 1.0) * x)
+            * (1 + a.get("swish_beta", 1.0) * x * (1 - _sig(a.get("swish_beta", 1.0) * x)))
+        ),
+        "transc",
+        attrs=lambda r: {} if r.random() < 0.5 else {"swish_beta": r.choice([1.7, 0.6])},
+    )
+)
 
 OP_WEIGHTS = {n: 1.0 for n in OPS}
-OP_WEIGHTS.update({"add": 3, "mul": 3, "sub": 2, "div": 1.5, "binary_select": 1.5,
-                   "relu": 2, "exp": 1.5, "gen_index": 0.5, "identity": 0.5, "bias": 0.5,
-                   "scale": 0.5})
+OP_WEIGHTS.update(
+    {
+        "add": 3,
+        "mul": 3,
+        "sub": 2,
+        "div": 1.5,
+        "binary_select": 1.5,
+        "relu": 2,
+        "exp": 1.5,
+        "gen_index": 0.5,
+        "identity": 0.5,
+        "bias": 0.5,
+        "scale": 0.5,
+    }
+)
 OP_NAMES = sorted(OPS)
 
 RED_MODES = ["ADD", "MUL", "MIN", "MAX", "AMAX", "AVG", "NORM1", "NORM2", "MUL_NO_ZEROS"]
@@ -291,7 +445,7 @@ def _dtype_choice0(rnd, dom):
     if r < 0.92 and dom in ("any", "pos", "disc", "cmp"):
         return "u8"
     if r < 0.94:
-        return "i32"          # an int32 input: the engine declines (a note)
+        return "i32"  # an int32 input: the engine declines (a note)
     return "f32"
 
 
@@ -309,13 +463,22 @@ def gen_leaf(rnd, S, dom, full=False, like=None):
     if dom == "shape":
         leaf["dtype"] = rnd.choice(["f32", "f16"])
     r = rnd.random()
-    leaf["layout"] = ("packed" if r < 0.4 else "perm" if r < 0.6 else "step" if r < 0.8 else
-                      "expand" if r < 0.9 else "offset")
+    leaf["layout"] = (
+        "packed"
+        if r < 0.4
+        else "perm"
+        if r < 0.6
+        else "step"
+        if r < 0.8
+        else "expand"
+        if r < 0.9
+        else "offset"
+    )
     leaf["layout_seed"] = rnd.randrange(1 << 30)
-    leaf["explicit"] = rnd.random() < 0.15      # g.tensor(...) instead of tensor_like
+    leaf["explicit"] = rnd.random() < 0.15  # g.tensor(...) instead of tensor_like
     leaf["scale"] = rnd.choice([1.0] * 8 + [1e-3, 30.0])
-    leaf["special"] = rnd.random() < 0.04       # some 0, inf, nan values
-    leaf["zeros"] = rnd.random() < 0.08         # some exact zeros
+    leaf["special"] = rnd.random() < 0.04  # some 0, inf, nan values
+    leaf["zeros"] = rnd.random() < 0.08  # some exact zeros
     if like is not None:
         leaf["like"] = like
     return leaf
@@ -337,8 +500,11 @@ def gen_scalar(rnd, dom):
         if "scalar" in AVOID:
             leaf["int"] = False
     else:
-        leaf["dtype"] = rnd.choice(["f32", "f32", "f16", "i32", "f64", "bool"] if dom == "mask"
-                                   else ["f32", "f32", "f16", "i32", "f64", "bf16"])
+        leaf["dtype"] = rnd.choice(
+            ["f32", "f32", "f16", "i32", "f64", "bool"]
+            if dom == "mask"
+            else ["f32", "f32", "f16", "i32", "f64", "bf16"]
+        )
         if leaf["dtype"] == "i32" and not float(v).is_integer():
             leaf["dtype"] = "f32"
         leaf["bind"] = rnd.choice(["tensor", "python", "default"])
@@ -378,13 +544,29 @@ def gen_case(seed: int) -> dict:
     rnd = random.Random(seed * 7919 + 13)
     rank = rnd.choice([1, 2, 2, 3, 3, 3, 4, 4, 5])
     S = gen_space(rnd, rank)
-    spec = {"seed": seed, "space": S, "leaves": [], "nodes": [], "outputs": {},
-            "reductions": [], "genstats": False, "knobs": None, "path": "configs"}
+    spec = {
+        "seed": seed,
+        "space": S,
+        "leaves": [],
+        "nodes": [],
+        "outputs": {},
+        "reductions": [],
+        "genstats": False,
+        "knobs": None,
+        "path": "configs",
+    }
     r = rnd.random()
     spec["io"] = None if r < 0.6 else rnd.choice(["f32", "f16", "bf16"])
     r = rnd.random()
-    spec["inter"] = (None if r < 0.4 else "f32" if r < 0.7 else rnd.choice(["f16", "bf16"])
-                     if r < 0.97 else "f64")
+    spec["inter"] = (
+        None
+        if r < 0.4
+        else "f32"
+        if r < 0.7
+        else rnd.choice(["f16", "bf16"])
+        if r < 0.97
+        else "f64"
+    )
     r = rnd.random()
     spec["compute"] = None if r < 0.7 else "f32" if r < 0.9 else rnd.choice(["f16", "f64"])
     if "f64" in AVOID:
@@ -402,21 +584,40 @@ def gen_case(seed: int) -> dict:
         return ("leaf", len(spec["leaves"]) - 1)
 
     for k in range(n_nodes):
-        name = rnd.choices(OP_NAMES, weights=[0.0 if (n == "pow" and "pow" in AVOID) else
-                                              OP_WEIGHTS[n] for n in OP_NAMES])[0]
+        name = rnd.choices(
+            OP_NAMES,
+            weights=[0.0 if (n == "pow" and "pow" in AVOID) else OP_WEIGHTS[n] for n in OP_NAMES],
+        )[0]
         op = OPS[name]
         args = []
         for pos in range(op.arity):
             dom = op.doms[pos]
-            p_node = {"any": 0.65, "pos": 0.3, "exp": 0.1, "disc": 0.3, "cmp": 0.3,
-                      "mask": 0.3, "shape": 0.5}[dom]
-            if pos == 0 and avail_nodes and rnd.random() < 0.8 * (p_node / 0.65 if p_node < 0.65 else 1):
-                args.append(("node", avail_nodes[-1] if rnd.random() < 0.7 else
-                             rnd.choice(avail_nodes)))
+            p_node = {
+                "any": 0.65,
+                "pos": 0.3,
+                "exp": 0.1,
+                "disc": 0.3,
+                "cmp": 0.3,
+                "mask": 0.3,
+                "shape": 0.5,
+            }[dom]
+            if (
+                pos == 0
+                and avail_nodes
+                and rnd.random() < 0.8 * (p_node / 0.65 if p_node < 0.65 else 1)
+            ):
+                args.append(
+                    ("node", avail_nodes[-1] if rnd.random() < 0.7 else rnd.choice(avail_nodes))
+                )
             elif pos > 0 and avail_nodes and rnd.random() < p_node * 0.6:
                 args.append(("node", rnd.choice(avail_nodes)))
-            elif dom == "cmp" and args and args[0][0] == "leaf" and \
-                    spec["leaves"][args[0][1]]["kind"] == "tensor" and rnd.random() < 0.6:
+            elif (
+                dom == "cmp"
+                and args
+                and args[0][0] == "leaf"
+                and spec["leaves"][args[0][1]]["kind"] == "tensor"
+                and rnd.random() < 0.6
+            ):
                 a0 = spec["leaves"][args[0][1]]
                 lf = gen_leaf(rnd, S, "cmp", like=args[0][1])
                 lf["mask"], lf["drop"], lf["dtype"] = list(a0["mask"]), a0["drop"], a0["dtype"]
@@ -426,13 +627,17 @@ def gen_case(seed: int) -> dict:
                 # a = b * integer (rounded): fmod near its discontinuity
                 args.append(("pending_multiple", None))
             else:
-                same = [i for i, lf in enumerate(spec["leaves"])
-                        if lf.get("dom") == dom and lf["kind"] == "tensor"]
+                same = [
+                    i
+                    for i, lf in enumerate(spec["leaves"])
+                    if lf.get("dom") == dom and lf["kind"] == "tensor"
+                ]
                 if same and rnd.random() < 0.15:
                     args.append(("leaf", rnd.choice(same)))
                 else:
-                    ok = ("scalar" not in AVOID or (
-                        pos > 0 and dom in ("any", "pos") and not op.boolean))
+                    ok = "scalar" not in AVOID or (
+                        pos > 0 and dom in ("any", "pos") and not op.boolean
+                    )
                     args.append(new_leaf(dom, scalar_ok=ok))
         if args and args[0][0] == "pending_multiple":
             b = args[1]
@@ -451,7 +656,7 @@ def gen_case(seed: int) -> dict:
             shp = ref_shape(spec, args[0])
             node["attrs"] = {"axis": rnd.randrange(len(shp))}
             big = [k for k, d in enumerate(shp) if d != 1]
-            if "scalar" in AVOID and big:     # a size-1 axis emits a Python constant
+            if "scalar" in AVOID and big:  # a size-1 axis emits a Python constant
                 node["attrs"] = {"axis": rnd.choice(big)}
         avail_nodes.append(len(spec["nodes"]) - 1)
 
@@ -463,21 +668,41 @@ def gen_case(seed: int) -> dict:
     last = len(spec["nodes"]) - 1
     for j in range(last):
         if j not in consumed() and (ref_shape(spec, ("node", j)) != full or rnd.random() < 0.5):
-            spec["nodes"].append({"op": rnd.choice(["add", "mul", "sub", "max"]),
-                                  "args": [["node", len(spec["nodes"]) - 1], ["node", j]],
-                                  "attrs": {}})
+            spec["nodes"].append(
+                {
+                    "op": rnd.choice(["add", "mul", "sub", "max"]),
+                    "args": [["node", len(spec["nodes"]) - 1], ["node", j]],
+                    "attrs": {},
+                }
+            )
     last = len(spec["nodes"]) - 1
     if ref_shape(spec, ("node", last)) != full:
         lf = new_leaf("any", want_full=True)
-        spec["nodes"].append({"op": rnd.choice(["add", "mul", "bias", "sub"]),
-                              "args": [["node", last], list(lf)], "attrs": {}})
+        spec["nodes"].append(
+            {
+                "op": rnd.choice(["add", "mul", "bias", "sub"]),
+                "args": [["node", last], list(lf)],
+                "attrs": {},
+            }
+        )
     last = len(spec["nodes"]) - 1
 
     # outputs: dtype and stride of every non-virtual node output
     def out_props():
         r = rnd.random()
-        dt = (None if r < 0.5 else "f32" if r < 0.65 else "f16" if r < 0.75 else "bf16"
-              if r < 0.85 else "f64" if r < 0.88 else rnd.choice(["bool", "i8", "u8", "i32"]))
+        dt = (
+            None
+            if r < 0.5
+            else "f32"
+            if r < 0.65
+            else "f16"
+            if r < 0.75
+            else "bf16"
+            if r < 0.85
+            else "f64"
+            if r < 0.88
+            else rnd.choice(["bool", "i8", "u8", "i32"])
+        )
         if dt == "f64" and "f64" in AVOID:
             dt = "f32"
         r = rnd.random()
@@ -502,14 +727,27 @@ def gen_case(seed: int) -> dict:
         for t in range(nred):
             s = src if t == 0 else (["node", rnd.choice(fulls)] if rnd.random() < 0.6 else src)
             r = rnd.random()
-            dt = (None if r < 0.5 else "f32" if r < 0.7 else rnd.choice(["f16", "bf16"])
-                  if r < 0.95 else rnd.choice(["f64", "i32"]))
+            dt = (
+                None
+                if r < 0.5
+                else "f32"
+                if r < 0.7
+                else rnd.choice(["f16", "bf16"])
+                if r < 0.95
+                else rnd.choice(["f64", "i32"])
+            )
             if dt == "f64" and "f64" in AVOID:
                 dt = "f32"
-            spec["reductions"].append({"src": s, "mode": rnd.choice(RED_MODES), "kept": kept,
-                                       "dtype": dt,
-                                       "stride": rnd.choice(["packed", "packed", "perm", "gap"]),
-                                       "stride_seed": rnd.randrange(1 << 30)})
+            spec["reductions"].append(
+                {
+                    "src": s,
+                    "mode": rnd.choice(RED_MODES),
+                    "kept": kept,
+                    "dtype": dt,
+                    "stride": rnd.choice(["packed", "packed", "perm", "gap"]),
+                    "stride_seed": rnd.randrange(1 << 30),
+                }
+            )
         if src == ["node", last]:
             # the reduced node is virtual unless an extra pointwise output is wanted
             if rnd.random() < 0.3:
@@ -530,7 +768,7 @@ def gen_case(seed: int) -> dict:
             while True:
                 bk = rnd.choice([1, 2, 4, 8, 16, 32, 64, 128, 256])
                 br = rnd.choice([1, 2, 4, 8, 16, 32, 64, 128, 256, 1024])
-                if bk * br <= 512:     # the interpreter folds tiles element by element
+                if bk * br <= 512:  # the interpreter folds tiles element by element
                     break
             # the interpreter runs programs one by one: keep the grid small
             kept_n = math.prod(sz for sz, kk in zip(S, spec["reductions"][0]["kept"]) if kk)
@@ -539,13 +777,18 @@ def gen_case(seed: int) -> dict:
                 bk *= 2
             while -(-kept_n // bk) * split > 128 and split > 1:
                 split = max(1, split // 2)
-            spec["knobs"] = {"BLOCK_KEPT": bk, "BLOCK_RED": br,
-                             "SPLIT": split,
-                             "num_warps": rnd.choice([1, 2, 4, 8]),
-                             "num_stages": rnd.choice([1, 2, 3, 4])}
+            spec["knobs"] = {
+                "BLOCK_KEPT": bk,
+                "BLOCK_RED": br,
+                "SPLIT": split,
+                "num_warps": rnd.choice([1, 2, 4, 8]),
+                "num_stages": rnd.choice([1, 2, 3, 4]),
+            }
         else:
-            spec["knobs"] = {"BLOCK": rnd.choice([256, 512, 1024, 2048, 4096]),
-                             "num_warps": rnd.choice([1, 2, 4, 8, 16])}
+            spec["knobs"] = {
+                "BLOCK": rnd.choice([256, 512, 1024, 2048, 4096]),
+                "num_warps": rnd.choice([1, 2, 4, 8, 16]),
+            }
     elif rnd.random() < 0.15:
         spec["path"] = "heurA"
     return spec
@@ -686,8 +929,11 @@ def red_dims(spec):
 
 def build_graph(spec, values):
     """(graph, leaf handles, node tensors, outputs: [(tensor, dtype, dims, strides, what)])."""
-    g = cudnn.pygraph(io_data_type=GDT[spec["io"]], intermediate_data_type=GDT[spec["inter"]],
-                      compute_data_type=GDT[spec["compute"]])
+    g = cudnn.pygraph(
+        io_data_type=GDT[spec["io"]],
+        intermediate_data_type=GDT[spec["inter"]],
+        compute_data_type=GDT[spec["compute"]],
+    )
     L = []
     for i, leaf in enumerate(spec["leaves"]):
         if leaf["kind"] == "pynum":
@@ -697,8 +943,14 @@ def build_graph(spec, values):
             L.append(g.tensor_like(scalar_tensor(leaf), name=f"s{i}"))
         elif leaf.get("explicit") or ("scalar" in AVOID and values[i].numel() == 1):
             x = values[i]
-            L.append(g.tensor(dim=list(x.shape) or [1], stride=list(x.stride()) or [1],
-                              data_type=x.dtype, name=f"x{i}"))
+            L.append(
+                g.tensor(
+                    dim=list(x.shape) or [1],
+                    stride=list(x.stride()) or [1],
+                    data_type=x.dtype,
+                    name=f"x{i}",
+                )
+            )
         else:
             L.append(g.tensor_like(values[i], name=f"x{i}"))
     N = []
@@ -707,7 +959,6 @@ def build_graph(spec, values):
         fn = getattr(g, OPS[node["op"]].method)
         N.append(fn(*args, name=f"n{j}", **node["attrs"]))
     outs = []
-    S = spec["space"]
     for js, props in spec["outputs"].items():
         j = int(js)
         t = N[j]
@@ -752,6 +1003,7 @@ class Trial:
     """One evaluation with the kernel's roundings; ``delta``: plus random perturbations of
     a few ulps; ``rtz``: BFLOAT16 conversions truncate (what Triton's interpreter does for
     float32 -> bfloat16, see the report) instead of rounding to nearest even."""
+
     def __init__(self, gen, u, delta: bool, rtz: bool = False):
         self.gen, self.u, self.delta, self.rtz = gen, u, delta, rtz
 
@@ -780,14 +1032,13 @@ def evaluate(spec, vals64, node_meta, trial=None, compute="f32"):
     """{('node', j) | ('red', k): float64 tensor}. ``node_meta[j]`` = (virtual, dtype key).
     Without ``trial``: the reference semantics (float64 throughout)."""
     out = {}
-    S = spec["space"]
 
     def get(ref):
         if ref[0] == "leaf":
             return vals64[ref[1]]
         return out[("node", ref[1])]
 
-    C = 4.0       # ulps of slack per approximated operation
+    C = 4.0  # ulps of slack per approximated operation
     for j, node in enumerate(spec["nodes"]):
         op = OPS[node["op"]]
         args = [get(a) for a in node["args"]]
@@ -816,8 +1067,9 @@ def evaluate(spec, vals64, node_meta, trial=None, compute="f32"):
                 if op.cls == "transc":
                     mag = torch.zeros(shp, dtype=torch.float64)
                     for a in args:
-                        mag = torch.maximum(mag, torch.nan_to_num(a.abs(), nan=0.0,
-                                                                  posinf=0.0).expand(shp))
+                        mag = torch.maximum(
+                            mag, torch.nan_to_num(a.abs(), nan=0.0, posinf=0.0).expand(shp)
+                        )
                     v = v * (1 + C * trial.u * trial.d(v)) + C * trial.u * trial.d(v) * (1 + mag)
                 elif op.cls == "arith":
                     v = v * (1 + 2 * trial.u * trial.d(v))
@@ -854,10 +1106,28 @@ def reduce64(x, mode, kept, trial=None, compute="f32"):
     dims = list(x.shape)
     axes = [i for i, (d, kk) in enumerate(zip(dims, kept)) if not kk and d != 1]
     ydims = [d if kk else 1 for d, kk in zip(dims, kept)]
-    pre = {"ADD": x, "MUL": x, "MIN": x, "MAX": x, "AMAX": x.abs(), "AVG": x, "NORM1": x.abs(),
-           "NORM2": x * x, "MUL_NO_ZEROS": torch.where(x == 0, torch.ones_like(x), x)}[mode]
-    comb = {"ADD": "add", "MUL": "mul", "MIN": "min", "MAX": "max", "AMAX": "max",
-            "AVG": "add", "NORM1": "add", "NORM2": "add", "MUL_NO_ZEROS": "mul"}[mode]
+    pre = {
+        "ADD": x,
+        "MUL": x,
+        "MIN": x,
+        "MAX": x,
+        "AMAX": x.abs(),
+        "AVG": x,
+        "NORM1": x.abs(),
+        "NORM2": x * x,
+        "MUL_NO_ZEROS": torch.where(x == 0, torch.ones_like(x), x),
+    }[mode]
+    comb = {
+        "ADD": "add",
+        "MUL": "mul",
+        "MIN": "min",
+        "MAX": "max",
+        "AMAX": "max",
+        "AVG": "add",
+        "NORM1": "add",
+        "NORM2": "add",
+        "MUL_NO_ZEROS": "mul",
+    }[mode]
     ident = {"add": 0.0, "mul": 1.0, "min": math.inf, "max": -math.inf}[comb]
     if mode == "AMAX":
         ident = 0.0
@@ -883,8 +1153,9 @@ def reduce64(x, mode, kept, trial=None, compute="f32"):
     if trial is not None and axes and count:
         C = 4.0
         if comb == "add":
-            y = y + C * trial.u * math.sqrt(count) * trial.d(y) * pre.abs().sum(dim=axes,
-                                                                               keepdim=True)
+            y = y + C * trial.u * math.sqrt(count) * trial.d(y) * pre.abs().sum(
+                dim=axes, keepdim=True
+            )
         elif comb == "mul":
             y = y * (1 + C * trial.u * count * trial.d(y))
         y = _round_to(y, compute)
@@ -964,6 +1235,7 @@ def _exc_finding(phase, e):
 def heuristic_knobs(g):
     from opendnn.engines.base import Target
     from opendnn.engines.registry import by_id
+
     configs = by_id(FUSION_ID).configs(g.op_graph, Target())
     return configs[0].knob_dict if configs else {}
 
@@ -1000,8 +1272,11 @@ def run_case(spec, verbose=False):
             g.create_execution_plan(FUSION_ID, knobs)
     except Exception as e:  # noqa: BLE001
         return findings + [_exc_finding("plan", e)]
-    fi = next(i for i in range(g.get_execution_plan_count())
-              if g.get_plan_name_at_index(i).startswith("runtime_fusion"))
+    fi = next(
+        i
+        for i in range(g.get_execution_plan_count())
+        if g.get_plan_name_at_index(i).startswith("runtime_fusion")
+    )
     fusion_name = g.get_plan_name_at_index(fi)
     try:
         g.create_execution_plan(REF_ID, {})
@@ -1033,14 +1308,13 @@ def run_case(spec, verbose=False):
             key = FROM_GDT.get(t.get_data_type())
             olist.append((t, f"n{j}*", key, t.get_dim(), t.get_stride()))
     # ---- run
-    ws_f = g.get_workspace_size_plan_at_index(fi)
 
     def run(index, fill):
         bufs = {}
         for t, nm, key, dims, strides in olist:
             f = fill
             if not DT[key].is_floating_point and isinstance(fill, float):
-                f = 0      # integer / boolean outputs take the 0 / 1 poisons only
+                f = 0  # integer / boolean outputs take the 0 / 1 poisons only
             bufs[nm] = alloc_out(dims, strides, key, f)
         pack = dict(feeds)
         for t, nm, *_ in olist:
@@ -1078,13 +1352,15 @@ def run_case(spec, verbose=False):
     node_meta = {j: (t.get_is_virtual(), FROM_GDT.get(t.get_data_type())) for j, t in enumerate(N)}
     od = g.op_graph
     double = any(d.data_type == DataType.DOUBLE for d in od.tensors.values()) or any(
-        n.compute_data_type == DataType.DOUBLE for n in od.nodes)
+        n.compute_data_type == DataType.DOUBLE for n in od.nodes
+    )
     compute = "f64" if double else "f32"
     try:
         exact = evaluate(spec, vals64, node_meta)
         gen = torch.Generator().manual_seed(spec["seed"] + 1)
-        tspecs = [Trial(gen, UNIT[compute], k >= 2, rtz=(k % 2 == 1 and BF16_RTZ_OK))
-                  for k in range(6)]
+        tspecs = [
+            Trial(gen, UNIT[compute], k >= 2, rtz=(k % 2 == 1 and BF16_RTZ_OK)) for k in range(6)
+        ]
         trials = [(tr.rtz, evaluate(spec, vals64, node_meta, tr, compute)) for tr in tspecs]
     except Exception as e:  # noqa: BLE001
         return findings + [Finding("oracle_error", f"{type(e).__name__}: {e}", bug=False)]
@@ -1099,8 +1375,10 @@ def run_case(spec, verbose=False):
     for t, nm, key, dims, strides in olist:
         ok_ = oracle_key(nm)
         e64 = exact[ok_].expand(dims) if list(exact[ok_].shape) != dims else exact[ok_]
-        T = [(rtz, tr[ok_].expand(dims) if list(tr[ok_].shape) != dims else tr[ok_])
-             for rtz, tr in trials]
+        T = [
+            (rtz, tr[ok_].expand(dims) if list(tr[ok_].shape) != dims else tr[ok_])
+            for rtz, tr in trials
+        ]
         T = torch.stack([round_out(x, key, rtz) for rtz, x in T])
         r_eng = ref[nm][0].to(torch.float64)
         r_torch = round_out(e64, key)
@@ -1118,9 +1396,14 @@ def run_case(spec, verbose=False):
                 gb = base[gap]
                 changed = (gb != sentinel) if gb.dtype != torch.bool else (gb != sentinel)
                 if bool(changed.any()):
-                    findings.append(Finding("oob_write", f"output {nm} ({key}) dims={dims} "
-                                            f"strides={strides}: {int(changed.sum())} gap "
-                                            f"elements overwritten"))
+                    findings.append(
+                        Finding(
+                            "oob_write",
+                            f"output {nm} ({key}) dims={dims} "
+                            f"strides={strides}: {int(changed.sum())} gap "
+                            f"elements overwritten",
+                        )
+                    )
             f = view.to(torch.float64)
             bad = judge(f, r_eng, T, key, e64)
             if bad is not None:
@@ -1129,16 +1412,21 @@ def run_case(spec, verbose=False):
                     # NaN where none expected: written or not? run once more with 5.0
                     try:
                         again = run(fi, 5.0)[nm][0].to(torch.float64)
-                        if not torch.equal(torch.nan_to_num(again, nan=1234.5),
-                                           torch.nan_to_num(f, nan=1234.5)):
-                            diff = (torch.nan_to_num(again, nan=1234.5) !=
-                                    torch.nan_to_num(f, nan=1234.5))
+                        if not torch.equal(
+                            torch.nan_to_num(again, nan=1234.5), torch.nan_to_num(f, nan=1234.5)
+                        ):
+                            diff = torch.nan_to_num(again, nan=1234.5) != torch.nan_to_num(
+                                f, nan=1234.5
+                            )
                             cat = "unwritten"
                             bad += f"; {int(diff.sum())} elements depend on the poison"
                     except Exception:  # noqa: BLE001
                         pass
-                findings.append(Finding(cat, f"output {nm} ({key}) dims={dims} "
-                                        f"strides={strides} fill={fill}: {bad}"))
+                findings.append(
+                    Finding(
+                        cat, f"output {nm} ({key}) dims={dims} strides={strides} fill={fill}: {bad}"
+                    )
+                )
     return findings
 
 
@@ -1167,21 +1455,25 @@ def judge(f, r, T, key, e64, slack_only_rounding=False):
         ok |= (~fin_r) & (sens == math.inf) & torch.isnan(f).logical_not()
         ok |= (~fin_r) & (sens == math.inf) & nan_f & torch.isnan(T).any(0)
         # r finite, f not: only where some trial was not finite either
-        ok |= fin_r & ~torch.isfinite(f) & (
-            (torch.isnan(T) & nan_f.unsqueeze(0)).any(0) | (T == f.unsqueeze(0)).any(0))
+        ok |= (
+            fin_r
+            & ~torch.isfinite(f)
+            & ((torch.isnan(T) & nan_f.unsqueeze(0)).any(0) | (T == f.unsqueeze(0)).any(0))
+        )
     else:
         # exact, or one of the trials' values, or (large values: a float32 result
         # truncated) within the float32 tolerance and the trials' spread
         sens = (T - r.unsqueeze(0)).abs().max(dim=0).values
         tol = 1e-5 * r.abs() + 4 * sens
-        ok = (f == r) | (T == f.unsqueeze(0)).any(0) | ~torch.isfinite(e64) | \
-            ((f - r).abs() <= tol)
+        ok = (f == r) | (T == f.unsqueeze(0)).any(0) | ~torch.isfinite(e64) | ((f - r).abs() <= tol)
     bad = ~ok
     if not bool(bad.any()):
         return None
     idx = tuple(int(i) for i in bad.nonzero()[0])
-    msg = (f"{int(bad.sum())} of {f.numel()} bad; first at {idx}: got {f[idx].item()!r}, "
-           f"expected {r[idx].item()!r} (float64 {e64[idx].item()!r}")
+    msg = (
+        f"{int(bad.sum())} of {f.numel()} bad; first at {idx}: got {f[idx].item()!r}, "
+        f"expected {r[idx].item()!r} (float64 {e64[idx].item()!r}"
+    )
     if tol is not None:
         msg += f", tol {tol[idx].item():.3g}"
     return msg + ")"
@@ -1251,14 +1543,31 @@ def _variants(spec):
     for i, leaf in enumerate(spec["leaves"]):
         if leaf["kind"] != "tensor":
             s = copy.deepcopy(spec)
-            s["leaves"][i] = {"kind": "tensor", "seed": 1, "dom": leaf["dom"],
-                              "mask": [0] * len(S), "drop": 0, "dtype": "f32",
-                              "layout": "packed", "layout_seed": 0, "explicit": True,
-                              "scale": 1.0, "special": False, "zeros": False}
+            s["leaves"][i] = {
+                "kind": "tensor",
+                "seed": 1,
+                "dom": leaf["dom"],
+                "mask": [0] * len(S),
+                "drop": 0,
+                "dtype": "f32",
+                "layout": "packed",
+                "layout_seed": 0,
+                "explicit": True,
+                "scale": 1.0,
+                "special": False,
+                "zeros": False,
+            }
             yield s
             continue
-        for fld, val in (("layout", "packed"), ("explicit", False), ("special", False),
-                         ("zeros", False), ("scale", 1.0), ("dtype", "f32"), ("drop", 0)):
+        for fld, val in (
+            ("layout", "packed"),
+            ("explicit", False),
+            ("special", False),
+            ("zeros", False),
+            ("scale", 1.0),
+            ("dtype", "f32"),
+            ("drop", 0),
+        ):
             if leaf.get(fld) != val and not (fld == "dtype" and leaf["dtype"] == "bool"):
                 s = copy.deepcopy(spec)
                 s["leaves"][i][fld] = val
@@ -1285,7 +1594,6 @@ def _drop_dim(spec, d):
     del s["space"][d]
     for leaf in s["leaves"]:
         if leaf["kind"] == "tensor":
-            rank = len(leaf["mask"])
             del leaf["mask"][d]
             if d < leaf["drop"]:
                 leaf["drop"] -= 1
@@ -1294,8 +1602,13 @@ def _drop_dim(spec, d):
         del r["kept"][d]
     for node in s["nodes"]:
         if node["op"] == "gen_index":
-            node["attrs"]["axis"] = max(0, min(node["attrs"]["axis"] - (1 if node["attrs"]["axis"] > d else 0),
-                                               len(s["space"]) - 1))
+            node["attrs"]["axis"] = max(
+                0,
+                min(
+                    node["attrs"]["axis"] - (1 if node["attrs"]["axis"] > d else 0),
+                    len(s["space"]) - 1,
+                ),
+            )
     return s
 
 
@@ -1305,6 +1618,7 @@ def _bypass(spec, j):
     repl = node["args"][0]
     if repl[0] == "node" and False:
         pass
+
     # renumber: node j removed, refs to j -> repl, refs > j shift down
     def fix(a):
         if a[0] == "node":
@@ -1313,6 +1627,7 @@ def _bypass(spec, j):
             if a[1] > j:
                 return ["node", a[1] - 1]
         return a
+
     del s["nodes"][j]
     if not s["nodes"]:
         return None
@@ -1330,8 +1645,11 @@ def _bypass(spec, j):
         if r["src"][0] == "leaf":
             return None
     if not s["outputs"] and not s["reductions"]:
-        s["outputs"][str(len(s["nodes"]) - 1)] = {"dtype": None, "stride": "packed",
-                                                  "stride_seed": 0}
+        s["outputs"][str(len(s["nodes"]) - 1)] = {
+            "dtype": None,
+            "stride": "packed",
+            "stride_seed": 0,
+        }
     # unused leaves stay (harmless)
     return s
 
@@ -1365,10 +1683,13 @@ def describe(spec):
         parts.append(f"n{j}={n['op']}({a}){at}")
     for k, r in enumerate(spec["reductions"]):
         parts.append(f"red{k}={r['mode']}({r['src'][0][0]}{r['src'][1]})")
-    return (f"S={spec['space']} " + " ".join(parts) +
-            (" genstats" if spec["genstats"] else "") +
-            (f" knobs={spec['knobs']}" if spec["knobs"] else "") +
-            (" heurA" if spec["path"] == "heurA" else ""))
+    return (
+        f"S={spec['space']} "
+        + " ".join(parts)
+        + (" genstats" if spec["genstats"] else "")
+        + (f" knobs={spec['knobs']}" if spec["knobs"] else "")
+        + (" heurA" if spec["path"] == "heurA" else "")
+    )
 
 
 def parse_seeds(s):
@@ -1400,13 +1721,19 @@ def main(argv=None):
     ap.add_argument("--minimize", action="store_true", help="shrink failing cases")
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--case-timeout", type=float, default=90)
-    ap.add_argument("--strict-bf16", action="store_true",
-                    help="bfloat16 conversions must round to nearest (known bug: they truncate)")
-    ap.add_argument("--avoid", default="",
-                    help="comma list of known bugs the generator steers around: "
-                         "f64 (float64 compute with bfloat16), scalar (pass-by-value scalars "
-                         "outside plain arithmetic), pow (pow(x, 0) and pow(1, y)), "
-                         "mod (fmod with a near-integral quotient)")
+    ap.add_argument(
+        "--strict-bf16",
+        action="store_true",
+        help="bfloat16 conversions must round to nearest (known bug: they truncate)",
+    )
+    ap.add_argument(
+        "--avoid",
+        default="",
+        help="comma list of known bugs the generator steers around: "
+        "f64 (float64 compute with bfloat16), scalar (pass-by-value scalars "
+        "outside plain arithmetic), pow (pow(x, 0) and pow(1, y)), "
+        "mod (fmod with a near-integral quotient)",
+    )
     args = ap.parse_args(argv)
     global BF16_RTZ_OK
     BF16_RTZ_OK = not args.strict_bf16
@@ -1423,8 +1750,9 @@ def main(argv=None):
             print(f"time limit reached before seed {seed}")
             break
         spec = gen_case(seed)
-        kind = ("genstats" if spec["genstats"] else "reduction" if spec["reductions"]
-                else "pointwise") + ("+knobs" if spec["knobs"] else "")
+        kind = (
+            "genstats" if spec["genstats"] else "reduction" if spec["reductions"] else "pointwise"
+        ) + ("+knobs" if spec["knobs"] else "")
         kinds[kind] += 1
         ts = time.time()
         signal.alarm(int(args.case_timeout))
@@ -1433,8 +1761,11 @@ def main(argv=None):
         except CaseTimeout:
             fs = [Finding("slow", f"over {args.case_timeout}s", bug=False)]
         except Exception as e:  # noqa: BLE001  (a bug of the fuzzer itself)
-            fs = [Finding("fuzzer_error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}",
-                          bug=False)]
+            fs = [
+                Finding(
+                    "fuzzer_error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}", bug=False
+                )
+            ]
         signal.alarm(0)
         if any("CaseTimeout" in f.msg for f in fs):
             fs = [Finding("slow", f"over {args.case_timeout}s", bug=False)]
@@ -1455,8 +1786,11 @@ def main(argv=None):
             stats["failed"] += 1
         else:
             stats["noted"] += 1
-        if (bugs or args.show or any(f.cat in ("fuzzer_error", "oracle_error", "ref_vs_torch")
-                                     for f in fs)) and not args.quiet:
+        if (
+            bugs
+            or args.show
+            or any(f.cat in ("fuzzer_error", "oracle_error", "ref_vs_torch") for f in fs)
+        ) and not args.quiet:
             print(f"seed {seed} [{dt:.1f}s] {describe(spec)}")
             for f in fs:
                 print(f"    {f.cat}: {f.msg}")
@@ -1468,11 +1802,15 @@ def main(argv=None):
                 print(f"    {f.cat}: {f.msg}")
         sys.stdout.flush()
     el = time.time() - t0
-    print(f"\n{stats['cases']} cases in {el:.0f}s: {stats['passed']} passed, "
-          f"{stats['noted']} with notes only, {stats['failed']} with findings")
+    print(
+        f"\n{stats['cases']} cases in {el:.0f}s: {stats['passed']} passed, "
+        f"{stats['noted']} with notes only, {stats['failed']} with findings"
+    )
     print("kinds: " + ", ".join(f"{k}={v}" for k, v in sorted(kinds.items())))
-    print("categories: " + ", ".join(f"{k}={v} (first seed {first_seed[k]})"
-                                     for k, v in sorted(cats.items())))
+    print(
+        "categories: "
+        + ", ".join(f"{k}={v} (first seed {first_seed[k]})" for k, v in sorted(cats.items()))
+    )
     if decl:
         print("decline reasons:")
         for r, c in decl.most_common(15):

@@ -1,7 +1,12 @@
-"""One forward + backward of ResNet-50 (train mode, channels_last, N=16, 224x224): the
-parameter gradients of opendnn (converted, eager; and the compile backend) against
-PyTorch's, fp32 (TF32 off) and bf16 autocast; worst parameters by relative error.
-Run (GPU; the float64 PyTorch model is the reference): PYTHONPATH=src python bench/grad_check.py"""
+"""Conformance check of training through opendnn.torch: one forward + backward of ResNet-50
+(train mode, channels_last, N=16, 224x224) and the parameter gradients of opendnn
+(converted modules, eager; and the torch.compile backend) and of PyTorch itself against a
+float64 PyTorch model, in fp32 (TF32 off) and under bf16 autocast. Prints the loss, the
+median relative error of the parameters' gradients and the five worst parameters; opendnn's
+errors should sit at PyTorch's own.
+
+Run (GPU; about two minutes): PYTHONPATH=src python bench/grad_check.py"""
+
 import copy
 
 import torch
@@ -29,15 +34,21 @@ def main():
     target = torch.randint(0, bm.CLASSES, (16,), device="cuda")
     exact_loss, exact = grads(copy.deepcopy(base).double(), x.double(), target, False)
     for autocast in (False, True):
-        for name, model in (("pytorch", copy.deepcopy(base)),
-                            ("eager", odt.convert(copy.deepcopy(base))),
-                            ("compile", torch.compile(copy.deepcopy(base), backend="opendnn"))):
+        for name, model in (
+            ("pytorch", copy.deepcopy(base)),
+            ("eager", odt.convert(copy.deepcopy(base))),
+            ("compile", torch.compile(copy.deepcopy(base), backend="opendnn")),
+        ):
             ref_loss, ref = exact_loss, exact
             loss, g = grads(model, x, target, autocast)
-            errs = sorted((((g[k] - v).norm() / (v.norm() + 1e-12)).item(), k)
-                          for k, v in ref.items())
-            print(f"{'bf16' if autocast else 'fp32'} {name}: loss {loss:.5f} vs {ref_loss:.5f}"
-                  f"; median rel err {errs[len(errs) // 2][0]:.2e}; worst:", flush=True)
+            errs = sorted(
+                (((g[k] - v).norm() / (v.norm() + 1e-12)).item(), k) for k, v in ref.items()
+            )
+            print(
+                f"{'bf16' if autocast else 'fp32'} {name}: loss {loss:.5f} vs {ref_loss:.5f}"
+                f"; median rel err {errs[len(errs) // 2][0]:.2e}; worst:",
+                flush=True,
+            )
             for e, k in errs[-5:][::-1]:
                 print(f"     {e:.2e}  {k}  |g| {ref[k].norm().item():.3e}")
 

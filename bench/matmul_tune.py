@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
 """Tune and check the generated Triton matmul kernels (src/opendnn/engines/matmul/_kernels.py).
 
-GPU mode (default; one H100)::
+What it decides: ``knob_space()`` of src/opendnn/engines/matmul/_kernels.py -- which
+configs the matmul engine (2) lists and in which order (measured best first) -- from
+timings against cuBLAS on the core bench family's matmul shapes.
 
-    cd /work/main && PYTHONUNBUFFERED=1 python3 bench/matmul_tune.py
+GPU mode (default; one H100, about ten minutes: the budget options below bound it)::
+
+    PYTHONUNBUFFERED=1 python bench/matmul_tune.py [--only REGEX,...] [--shapes SUBSTR,...]
+        [--preset leaders --rounds 3]
 
 1. loads _kernels.py standalone from its path (the opendnn package is not needed),
 2. correctness: every config of knob_space() on a ragged bf16 problem
@@ -19,7 +24,7 @@ GPU mode (default; one H100)::
 4. prints a table (best config per shape, TFLOP/s, ratio to cuBLAS) last and
    writes all numbers to $OUT/matmul_tune.json (or $TMPDIR/opendnn_matmul_tune/).
 
-CPU modes::
+CPU modes (no GPU; the opendnn package is not imported, only _kernels.py)::
 
     python bench/matmul_tune.py --compile-only   # sm_90 compile of every config:
                                                  # regs, spills, smem, HGMMA/UTMALDG counts
@@ -32,17 +37,17 @@ import dataclasses
 import hashlib
 import importlib.util
 import json
-import math
 import os
 import re
 import subprocess
 import sys
 import tempfile
 import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-KPATH = os.path.normpath(os.path.join(HERE, "..", "src", "opendnn", "engines", "matmul", "_kernels.py"))
+KPATH = os.path.normpath(
+    os.path.join(HERE, "..", "src", "opendnn", "engines", "matmul", "_kernels.py")
+)
 
 EPI_PARAMS = ["C", "stride_c_b0", "stride_c_b1", "stride_cm", "stride_cn"]
 EPI_BODY = """
@@ -86,13 +91,18 @@ class Kernels:
     _cache = {}
 
     def __init__(self, knobs, allow_tf32, interpret):
-        import triton
         if interpret:
             from triton.runtime.interpreter import InterpretedFunction as wrap
         else:
             from triton.runtime.jit import JITFunction as wrap
-        src = mk.matmul_source("mm", knobs, epilogue_params=EPI_PARAMS, epilogue_body=EPI_BODY,
-                               allow_tf32=allow_tf32, interpret=interpret)
+        src = mk.matmul_source(
+            "mm",
+            knobs,
+            epilogue_params=EPI_PARAMS,
+            epilogue_body=EPI_BODY,
+            allow_tf32=allow_tf32,
+            interpret=interpret,
+        )
         self.main = wrap(load_fn(src, "mm"))
         self.red = None
         if knobs.SPLIT_K > 1:
@@ -118,6 +128,7 @@ class Runner:
 
     def __init__(self, knobs, a, b, c, num_sms, allow_tf32=True, interpret=False):
         import torch
+
         self.knobs = knobs
         k = Kernels.get(knobs, allow_tf32, interpret)
         a4, b4, c4 = (_as4(x) for x in (a, b, c))
@@ -139,7 +150,9 @@ class Runner:
         self.main = k.main
         self.red = k.red
         if knobs.SPLIT_K > 1:
-            self.ws = torch.empty(mk.workspace_bytes(knobs, M, N, B0 * B1) // 4, dtype=torch.float32, device=c.device)
+            self.ws = torch.empty(
+                mk.workspace_bytes(knobs, M, N, B0 * B1) // 4, dtype=torch.float32, device=c.device
+            )
             self.args = [a4, b4, self.ws, *c_args, *tail]
             self.rargs = [self.ws, *c_args, M, N, B1]
             self.rgrid = mk.reduce_grid(knobs, M, N, B0, B1)
@@ -157,6 +170,7 @@ class Runner:
 
 def rel_err(x, ref):
     import torch
+
     x = x.double()
     ref = ref.double()
     if torch.isnan(x).any():
@@ -179,38 +193,105 @@ SHAPES = [
 ]
 
 
-# exploration variants around the expected best config (call-1 sweep; --no-explore to drop)
+# exploration variants around the expected best config (--no-explore to drop)
 EXPLORE = [
-    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=16, num_stages=3, num_warps=8, persistent=True, tma=True),
-    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=4, num_stages=3, num_warps=8, persistent=True, tma=True),
-    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_stages=4, num_warps=8, persistent=True, tma=True),
+    dict(
+        BLOCK_M=128,
+        BLOCK_N=256,
+        BLOCK_K=64,
+        GROUP_M=16,
+        num_stages=3,
+        num_warps=8,
+        persistent=True,
+        tma=True,
+    ),
+    dict(
+        BLOCK_M=128,
+        BLOCK_N=256,
+        BLOCK_K=64,
+        GROUP_M=4,
+        num_stages=3,
+        num_warps=8,
+        persistent=True,
+        tma=True,
+    ),
+    dict(
+        BLOCK_M=128,
+        BLOCK_N=256,
+        BLOCK_K=64,
+        GROUP_M=8,
+        num_stages=4,
+        num_warps=8,
+        persistent=True,
+        tma=True,
+    ),
     dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=128, GROUP_M=8, num_stages=2, num_warps=8, tma=True),
     dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_stages=4, num_warps=8, tma=True),
-    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_stages=4, num_warps=8, persistent=True, tma=True,
-         flatten=True),
-    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_stages=4, num_warps=8, persistent=True, tma=True,
-         epilogue_subtile=2),
+    dict(
+        BLOCK_M=128,
+        BLOCK_N=256,
+        BLOCK_K=64,
+        GROUP_M=8,
+        num_stages=4,
+        num_warps=8,
+        persistent=True,
+        tma=True,
+        flatten=True,
+    ),
+    dict(
+        BLOCK_M=128,
+        BLOCK_N=256,
+        BLOCK_K=64,
+        GROUP_M=8,
+        num_stages=4,
+        num_warps=8,
+        persistent=True,
+        tma=True,
+        epilogue_subtile=2,
+    ),
 ]
 
 
-# call-2 preset: re-time the leaders of call 1 (3 interleaved rounds) plus a few new variants
-PRESET_CALL2_BIG = [
-    "128x256x64_g8_s3_w8_pers_tma", "128x256x64_g8_s3_w8_pers_tma_flat", "128x256x64_g8_s3_w8_pers_tma_sub2",
-    "128x256x64_g4_s3_w8_pers_tma", "128x256x64_g8_s4_w8_pers_tma", "128x256x64_g8_s4_w8_pers_tma_sub2",
-    "128x256x64_g8_s4_w8_tma", "128x256x64_g8_s3_w8_tma", "256x128x64_g8_s3_w8_pers_tma",
+# --preset leaders: the leaders of a full sweep, re-timed (run with --rounds 3), plus
+# variants of them
+PRESET_LEADERS_BIG = [
+    "128x256x64_g8_s3_w8_pers_tma",
+    "128x256x64_g8_s3_w8_pers_tma_flat",
+    "128x256x64_g8_s3_w8_pers_tma_sub2",
+    "128x256x64_g4_s3_w8_pers_tma",
+    "128x256x64_g8_s4_w8_pers_tma",
+    "128x256x64_g8_s4_w8_pers_tma_sub2",
+    "128x256x64_g8_s4_w8_tma",
+    "128x256x64_g8_s3_w8_tma",
+    "256x128x64_g8_s3_w8_pers_tma",
     "128x256x64_g16_s3_w8_pers_tma",
-    # new in call 2
-    "128x256x64_g4_s3_w8_pers_tma_sub2", "128x256x64_g4_s4_w8_pers_tma_sub2",
-    "128x256x64_g8_s3_w8_pers_tma_flat_sub2", "256x128x64_g8_s3_w8_pers_tma_sub2",
+    # variants of the leaders
+    "128x256x64_g4_s3_w8_pers_tma_sub2",
+    "128x256x64_g4_s4_w8_pers_tma_sub2",
+    "128x256x64_g8_s3_w8_pers_tma_flat_sub2",
+    "256x128x64_g8_s3_w8_pers_tma_sub2",
     "128x256x64_g8_s4_w8_tma_sub2",
 ]
-PRESET_CALL2_SKINNY = [
-    "16x64x128_g1_s4_w4_sk4", "64x128x64_g8_s4_w4_sk4", "16x128x128_g1_s4_w4_sk2_tma",
-    # new in call 2
-    "16x128x64_g1_s4_w4_sk4", "16x64x128_g1_s4_w4_sk8", "16x64x64_g1_s6_w4_sk8", "16x128x128_g1_s3_w4_sk4",
-    "32x128x128_g1_s3_w4_sk4", "64x128x64_g1_s4_w4_sk8", "64x128x128_g1_s3_w4_sk4", "64x64x128_g1_s4_w4_sk4",
-    "16x256x64_g1_s4_w4_sk8", "16x256x64_g1_s4_w4_sk4_tma", "64x256x64_g1_s4_w4_sk4_tma", "16x64x128_g1_s6_w4_sk4",
-    "16x32x128_g1_s4_w4_sk4", "64x128x64_g1_s4_w4_sk4_tma", "16x64x128_g1_s4_w4_sk4_tma",
+PRESET_LEADERS_SKINNY = [
+    "16x64x128_g1_s4_w4_sk4",
+    "64x128x64_g8_s4_w4_sk4",
+    "16x128x128_g1_s4_w4_sk2_tma",
+    # variants of the leaders
+    "16x128x64_g1_s4_w4_sk4",
+    "16x64x128_g1_s4_w4_sk8",
+    "16x64x64_g1_s6_w4_sk8",
+    "16x128x128_g1_s3_w4_sk4",
+    "32x128x128_g1_s3_w4_sk4",
+    "64x128x64_g1_s4_w4_sk8",
+    "64x128x128_g1_s3_w4_sk4",
+    "64x64x128_g1_s4_w4_sk4",
+    "16x256x64_g1_s4_w4_sk8",
+    "16x256x64_g1_s4_w4_sk4_tma",
+    "64x256x64_g1_s4_w4_sk4_tma",
+    "16x64x128_g1_s6_w4_sk4",
+    "16x32x128_g1_s4_w4_sk4",
+    "64x128x64_g1_s4_w4_sk4_tma",
+    "16x64x128_g1_s4_w4_sk4_tma",
 ]
 
 
@@ -227,7 +308,11 @@ def parse_short(name):
         elif tok.startswith("sub"):
             kw["epilogue_subtile"] = int(tok[3:])
         else:
-            kw[{"pers": "persistent", "tma": "tma", "flat": "flatten", "ws": "warp_specialize"}[tok]] = True
+            kw[
+                {"pers": "persistent", "tma": "tma", "flat": "flatten", "ws": "warp_specialize"}[
+                    tok
+                ]
+            ] = True
     k = mk.MatmulKnobs(bm, bn, bk, g, st, w, **kw)
     assert k.short() == name, (k.short(), name)
     return k
@@ -252,6 +337,7 @@ def applicable(knobs, M, N, K, dtype_bytes):
 
 def make_inputs(M, N, K, dtype, b_layout, device, batch=None):
     import torch
+
     g = torch.Generator(device=device)
     g.manual_seed(M * 31 + N * 7 + K)
     a = torch.randn(M, K, device=device, dtype=torch.float32, generator=g).to(dtype)
@@ -265,6 +351,7 @@ def make_inputs(M, N, K, dtype, b_layout, device, batch=None):
 def correctness(configs, device, num_sms, interpret, log):
     """Ragged / transposed / batched / fp32 checks; returns {config: (ok, err, note)}."""
     import torch
+
     results = {}
     bf = torch.bfloat16
     M, N, K = (1000, 1032, 1048) if not interpret else (40, 48, 40)
@@ -286,8 +373,15 @@ def correctness(configs, device, num_sms, interpret, log):
             log(f"  check {name:44s} ERROR {repr(e)[:200]}")
     # extra layout / batch / fp32 checks on a few configs
     extras = []
-    tma_cfgs = [k for k in configs if k.tma and k.SPLIT_K == 1 and not k.persistent and not k.warp_specialize][:1] + \
-        [k for k in configs if k.tma and k.persistent][:1] + [k for k in configs if k.warp_specialize][:1]
+    tma_cfgs = (
+        [
+            k
+            for k in configs
+            if k.tma and k.SPLIT_K == 1 and not k.persistent and not k.warp_specialize
+        ][:1]
+        + [k for k in configs if k.tma and k.persistent][:1]
+        + [k for k in configs if k.warp_specialize][:1]
+    )
     ptr_cfgs = [k for k in configs if not k.tma and k.SPLIT_K == 1][:1]
     sk_cfgs = [k for k in configs if k.SPLIT_K > 1][:1]
     for kn in tma_cfgs + ptr_cfgs:
@@ -295,8 +389,11 @@ def correctness(configs, device, num_sms, interpret, log):
             extras.append((kn, "layout", la, lb))
     for kn in tma_cfgs[:2] + ptr_cfgs + sk_cfgs:
         extras.append((kn, "batch", "row", "row"))
-    fits32 = [k for k in configs if k.SPLIT_K == 1 and
-              k.num_stages * (k.BLOCK_M + k.BLOCK_N) * k.BLOCK_K * 4 <= 227 * 1024]
+    fits32 = [
+        k
+        for k in configs
+        if k.SPLIT_K == 1 and k.num_stages * (k.BLOCK_M + k.BLOCK_N) * k.BLOCK_K * 4 <= 227 * 1024
+    ]
     f32 = [k for k in fits32 if k.tma][:1] + [k for k in fits32 if not k.tma][:1]
     for kn in f32:
         extras.append((kn, "fp32", "row", "row"))
@@ -364,16 +461,19 @@ def gpu_main(args):
     dev = torch.cuda.get_device_properties(0)
     num_sms = dev.multi_processor_count
     info = {
-        "torch": torch.__version__, "triton": triton.__version__, "device": dev.name,
-        "sms": num_sms, "l2_bytes": getattr(dev, "L2_cache_size", None),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "device": dev.name,
+        "sms": num_sms,
+        "l2_bytes": getattr(dev, "L2_cache_size", None),
     }
     log(f"env: {info}")
     mk.ensure_allocator()
     configs = list(mk.knob_space())
     if not args.no_explore:
         configs += [mk.MatmulKnobs(**d) for d in EXPLORE]
-    if args.preset == "call2":
-        configs = [parse_short(n) for n in PRESET_CALL2_BIG + PRESET_CALL2_SKINNY]
+    if args.preset == "leaders":
+        configs = [parse_short(n) for n in PRESET_LEADERS_BIG + PRESET_LEADERS_SKINNY]
     for extra in args.extra:
         configs.append(mk.MatmulKnobs(**json.loads(extra)))
     configs = list(dict.fromkeys(configs))
@@ -386,9 +486,16 @@ def gpu_main(args):
     else:
         risky = [k for k in configs if is_risky(k)]
         configs = [k for k in configs if not is_risky(k)]
-    log(f"{len(configs)} configs" + (f" (+{len(risky)} risky ones in a child process later)" if risky else ""))
-    result = {"env": info, "configs": [dataclasses.asdict(k) | {"name": k.short()} for k in configs],
-              "checks": {}, "shapes": {}}
+    log(
+        f"{len(configs)} configs"
+        + (f" (+{len(risky)} risky ones in a child process later)" if risky else "")
+    )
+    result = {
+        "env": info,
+        "configs": [dataclasses.asdict(k) | {"name": k.short()} for k in configs],
+        "checks": {},
+        "shapes": {},
+    }
 
     def dump():
         with open(json_path, "w") as f:
@@ -402,7 +509,11 @@ def gpu_main(args):
     bad = {n for n, r in result["checks"].items() if not r["ok"] and " " not in n}
 
     peak_flops, peak_bw = 989e12, 3.0e12
-    shapes = SHAPES if not args.shapes else [s for s in SHAPES if any(p in s[0] for p in args.shapes.split(","))]
+    shapes = (
+        SHAPES
+        if not args.shapes
+        else [s for s in SHAPES if any(p in s[0] for p in args.shapes.split(","))]
+    )
     for label, M, N, K, dtname, b_layout in shapes:
         if time.time() - t_start > args.budget_s:
             log(f"budget exhausted before {label}")
@@ -412,27 +523,43 @@ def gpu_main(args):
         flops = 2.0 * M * N * K
         c_ref = torch.empty(M, N, device="cuda", dtype=dtype)
         torch.matmul(a, b, out=c_ref)
-        ms_cublas = do_bench(lambda: torch.matmul(a, b, out=c_ref), warmup=25, rep=100, return_mode="median")
-        entry = {"M": M, "N": N, "K": K, "dtype": dtname, "b_layout": b_layout,
-                 "cublas_ms": ms_cublas, "cublas_tflops": flops / ms_cublas * 1e-9, "runs": []}
+        ms_cublas = do_bench(
+            lambda: torch.matmul(a, b, out=c_ref), warmup=25, rep=100, return_mode="median"
+        )
+        entry = {
+            "M": M,
+            "N": N,
+            "K": K,
+            "dtype": dtname,
+            "b_layout": b_layout,
+            "cublas_ms": ms_cublas,
+            "cublas_tflops": flops / ms_cublas * 1e-9,
+            "runs": [],
+        }
         result["shapes"][label] = entry
         log(f"== {label}: cuBLAS {ms_cublas:.4f} ms = {flops / ms_cublas * 1e-9:.1f} TFLOP/s")
         if b_layout == "col":
             # re-time only the best few configs of the row-major bf16 8192^3 run
             prev = result["shapes"].get("8192x8192x8192 bf16", {}).get("runs", [])
-            top = sorted([r for r in prev if r.get("ms")], key=lambda r: r["ms"])[:args.top_col]
+            top = sorted([r for r in prev if r.get("ms")], key=lambda r: r["ms"])[: args.top_col]
             names = {r["name"] for r in top}
             cands = [k for k in configs if k.short() in names]
         else:
             cands = [k for k in configs if applicable(k, M, N, K, a.element_size())]
-        cands.sort(key=lambda k: mk.estimate_seconds(k, M, N, K, 1, a.element_size(), peak_flops, peak_bw, num_sms))
+        cands.sort(
+            key=lambda k: mk.estimate_seconds(
+                k, M, N, K, 1, a.element_size(), peak_flops, peak_bw, num_sms
+            )
+        )
         runners = {}
         for kn in cands:
             if time.time() - t_start > args.budget_s:
                 log("  budget exhausted")
                 break
             name = kn.short()
-            est = mk.estimate_seconds(kn, M, N, K, 1, a.element_size(), peak_flops, peak_bw, num_sms)
+            est = mk.estimate_seconds(
+                kn, M, N, K, 1, a.element_size(), peak_flops, peak_bw, num_sms
+            )
             rec = {"name": name, "est_ms": est * 1e3}
             if name in bad:
                 rec["skipped"] = "failed correctness"
@@ -452,31 +579,58 @@ def gpu_main(args):
                     entry["runs"].append(rec)
                     continue
                 ms = do_bench(run, warmup=25, rep=100, return_mode="median")
-                rec.update(ms=ms, tflops=flops / ms * 1e-9, vs_cublas=ms_cublas / ms, rounds_ms=[ms])
+                rec.update(
+                    ms=ms, tflops=flops / ms * 1e-9, vs_cublas=ms_cublas / ms, rounds_ms=[ms]
+                )
                 if kn.SPLIT_K > 1:
+
                     def main_only(run=run):
                         run.main[run.grid](*run.args, **run.kw)
-                    rec["main_only_ms"] = do_bench(main_only, warmup=25, rep=100, return_mode="median")
+
+                    rec["main_only_ms"] = do_bench(
+                        main_only, warmup=25, rep=100, return_mode="median"
+                    )
                 runners[name] = run
-                log(f"  {name:44s} {ms:8.4f} ms {rec['tflops']:7.1f} TFLOP/s {rec['vs_cublas']:6.3f}x cuBLAS"
+                log(
+                    f"  {name:44s} {ms:8.4f} ms {rec['tflops']:7.1f} TFLOP/s "
+                    f"{rec['vs_cublas']:6.3f}x cuBLAS"
                     f"  (est {est * 1e3:.3f} ms, first call {rec['first_call_s']:.1f}s"
-                    + (f", main kernel alone {rec['main_only_ms'] * 1e3:.1f} us" if "main_only_ms" in rec else "")
-                    + ")")
+                    + (
+                        f", main kernel alone {rec['main_only_ms'] * 1e3:.1f} us"
+                        if "main_only_ms" in rec
+                        else ""
+                    )
+                    + ")"
+                )
             except Exception as e:
                 rec["error"] = repr(e)[:400]
                 log(f"  {name:44s} ERROR {repr(e)[:200]}")
             entry["runs"].append(rec)
         # extra interleaved rounds over the leaders: median of rounds, cuBLAS re-timed each round
-        timed = sorted([r for r in entry["runs"] if r.get("ms")], key=lambda r: r["ms"])[:args.top_rerun]
+        timed = sorted([r for r in entry["runs"] if r.get("ms")], key=lambda r: r["ms"])[
+            : args.top_rerun
+        ]
         if args.rounds > 1 and timed:
             cub = [ms_cublas]
             for rnd in range(1, args.rounds):
                 if time.time() - t_start > args.budget_s:
                     break
-                cub.append(do_bench(lambda: torch.matmul(a, b, out=c_ref), warmup=25, rep=100, return_mode="median"))
+                cub.append(
+                    do_bench(
+                        lambda: torch.matmul(a, b, out=c_ref),
+                        warmup=25,
+                        rep=100,
+                        return_mode="median",
+                    )
+                )
                 for r in timed:
-                    r["rounds_ms"].append(do_bench(runners[r["name"]], warmup=25, rep=100, return_mode="median"))
-            med = lambda xs: sorted(xs)[len(xs) // 2]
+                    r["rounds_ms"].append(
+                        do_bench(runners[r["name"]], warmup=25, rep=100, return_mode="median")
+                    )
+
+            def med(xs):
+                return sorted(xs)[len(xs) // 2]
+
             entry["cublas_rounds_ms"] = cub
             entry["cublas_ms"] = med(cub)
             entry["cublas_tflops"] = flops / entry["cublas_ms"] * 1e-9
@@ -485,8 +639,10 @@ def gpu_main(args):
                 r["ms"] = med(r["rounds_ms"])
                 r["tflops"] = flops / r["ms"] * 1e-9
                 r["vs_cublas"] = entry["cublas_ms"] / r["ms"]
-                log(f"  rounds: {r['name']:44s} median {r['ms']:.4f} ms {r['tflops']:7.1f} TFLOP/s "
-                    f"{r['vs_cublas']:6.3f}x  {['%.4f' % x for x in r['rounds_ms']]}")
+                log(
+                    f"  rounds: {r['name']:44s} median {r['ms']:.4f} ms {r['tflops']:7.1f} TFLOP/s "
+                    f"{r['vs_cublas']:6.3f}x  {['%.4f' % x for x in r['rounds_ms']]}"
+                )
         # host overhead of the best config (CPU submit time per call)
         good = [r for r in entry["runs"] if r.get("ms")]
         if good:
@@ -506,7 +662,10 @@ def gpu_main(args):
                 t_all = (time.perf_counter() - t0) / n
                 entry["best_host_submit_us"] = t_sub * 1e6
                 entry["best_wall_per_call_us"] = t_all * 1e6
-                log(f"  host submit {t_sub * 1e6:.1f} us/call, wall {t_all * 1e6:.1f} us/call (best config)")
+                log(
+                    f"  host submit {t_sub * 1e6:.1f} us/call, "
+                    f"wall {t_all * 1e6:.1f} us/call (best config)"
+                )
             except Exception as e:
                 log(f"  host timing failed: {e!r}")
         dump()
@@ -516,8 +675,17 @@ def gpu_main(args):
         if left > 60:
             summary(result, log, t_start)
             log(f"== child process for {len(risky)} risky configs (timeout {left:.0f}s)")
-            cmd = [sys.executable, os.path.abspath(__file__), "--child", "--budget-s", str(left - 30),
-                   "--shapes", args.child_shapes, "--only", ",".join(re.escape(k.short()) for k in risky)]
+            cmd = [
+                sys.executable,
+                os.path.abspath(__file__),
+                "--child",
+                "--budget-s",
+                str(left - 30),
+                "--shapes",
+                args.child_shapes,
+                "--only",
+                ",".join(re.escape(k.short()) for k in risky),
+            ]
             if args.no_explore:
                 cmd.append("--no-explore")
             try:
@@ -542,28 +710,48 @@ def gpu_main(args):
 
 def summary(result, log, t_start):
     log("")
-    log(f"total {time.time() - t_start:.0f}s; checks failed: {[n for n, r in result['checks'].items() if not r['ok']]}")
-    log(f"{'shape (MxNxK)':34s} {'best config':40s} {'ms':>8s} {'TFLOP/s':>8s} {'cuBLAS':>8s} {'ratio':>6s}")
+    log(
+        f"total {time.time() - t_start:.0f}s; checks failed: "
+        f"{[n for n, r in result['checks'].items() if not r['ok']]}"
+    )
+    log(
+        f"{'shape (MxNxK)':34s} {'best config':40s} {'ms':>8s} {'TFLOP/s':>8s} "
+        f"{'cuBLAS':>8s} {'ratio':>6s}"
+    )
     for label, e in result["shapes"].items():
         good = sorted([r for r in e["runs"] if r.get("ms")], key=lambda r: r["ms"])
         if not good:
             log(f"{label:34s} (no result)")
             continue
         r = good[0]
-        log(f"{label:34s} {r['name']:40s} {r['ms']:8.4f} {r['tflops']:8.1f} {e['cublas_tflops']:8.1f} {r['vs_cublas']:6.3f}")
+        log(
+            f"{label:34s} {r['name']:40s} {r['ms']:8.4f} {r['tflops']:8.1f} "
+            f"{e['cublas_tflops']:8.1f} {r['vs_cublas']:6.3f}"
+        )
         for r2 in good[1:3]:
-            log(f"{'':34s}   {r2['name']:38s} {r2['ms']:8.4f} {r2['tflops']:8.1f} {'':8s} {r2['vs_cublas']:6.3f}")
+            log(
+                f"{'':34s}   {r2['name']:38s} {r2['ms']:8.4f} {r2['tflops']:8.1f} {'':8s} "
+                f"{r2['vs_cublas']:6.3f}"
+            )
 
 
 # ---------------------------------------------------------------------------
 # CPU: interpreter dry run and sm_90 compile report
 # ---------------------------------------------------------------------------
 
+
 def dry_run(args):
-    import torch
     configs = list(mk.knob_space())
-    small = [dataclasses.replace(k, BLOCK_M=min(k.BLOCK_M, 16), BLOCK_N=min(k.BLOCK_N, 32),
-                                 BLOCK_K=min(k.BLOCK_K, 16), GROUP_M=2) for k in configs]
+    small = [
+        dataclasses.replace(
+            k,
+            BLOCK_M=min(k.BLOCK_M, 16),
+            BLOCK_N=min(k.BLOCK_N, 32),
+            BLOCK_K=min(k.BLOCK_K, 16),
+            GROUP_M=2,
+        )
+        for k in configs
+    ]
     small = list(dict.fromkeys(small))
     res = correctness(small, "cpu", 4, True, print)
     bad = [n for n, r in res.items() if not r["ok"]]
@@ -584,8 +772,14 @@ def compile_report(args):
     rows = []
     for kn in mk.knob_space():
         for dt in ("bf16",) + (("fp32",) if kn.BLOCK_K == 32 else ()):
-            src = mk.matmul_source("mm", kn, epilogue_params=EPI_PARAMS, epilogue_body=EPI_BODY,
-                                   allow_tf32=True, interpret=False)
+            src = mk.matmul_source(
+                "mm",
+                kn,
+                epilogue_params=EPI_PARAMS,
+                epilogue_body=EPI_BODY,
+                allow_tf32=True,
+                interpret=False,
+            )
             fn = JITFunction(load_fn(src, "mm"))
             sig, cons, attrs = {}, {}, {}
             for i, p in enumerate(fn.params):
@@ -608,8 +802,11 @@ def compile_report(args):
             row = {"name": kn.short(), "dtype": dt}
             try:
                 t0 = time.time()
-                c = triton.compile(ASTSource(fn, sig, cons, attrs), target=GPUTarget("cuda", 90, 32),
-                                   options={"num_warps": kn.num_warps, "num_stages": kn.num_stages})
+                c = triton.compile(
+                    ASTSource(fn, sig, cons, attrs),
+                    target=GPUTarget("cuda", 90, 32),
+                    options={"num_warps": kn.num_warps, "num_stages": kn.num_stages},
+                )
                 row["compile_s"] = round(time.time() - t0, 2)
                 row["smem"] = c.metadata.shared
                 row["warps"] = c.metadata.num_warps
@@ -619,8 +816,11 @@ def compile_report(args):
                     f.write(c.asm["ptx"])
                 with open(cub, "wb") as f:
                     f.write(c.asm["cubin"])
-                v = subprocess.run([ptxas, "-arch=sm_90a", "-v", ptx, "-o", os.path.join(tmp, "v.cubin")],
-                                   capture_output=True, text=True).stderr
+                v = subprocess.run(
+                    [ptxas, "-arch=sm_90a", "-v", ptx, "-o", os.path.join(tmp, "v.cubin")],
+                    capture_output=True,
+                    text=True,
+                ).stderr
                 row["regs"] = int((re.findall(r"Used (\d+) registers", v) or [-1])[0])
                 row["spill"] = int((re.findall(r"(\d+) bytes spill stores", v) or [-1])[0])
                 sass = subprocess.run([nvdisasm, cub], capture_output=True, text=True).stdout
@@ -638,23 +838,48 @@ def compile_report(args):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--compile-only", action="store_true", help="CPU: sm_90 compile report of knob_space()")
-    ap.add_argument("--dry-run", action="store_true", help="CPU: correctness flow in the interpreter")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--compile-only", action="store_true", help="CPU: sm_90 compile report of knob_space()"
+    )
+    ap.add_argument(
+        "--dry-run", action="store_true", help="CPU: correctness flow in the interpreter"
+    )
     ap.add_argument("--only", default="", help="comma list of regexes over config names")
-    ap.add_argument("--extra", action="append", default=[], help="extra config as JSON dict of MatmulKnobs fields")
+    ap.add_argument(
+        "--extra",
+        action="append",
+        default=[],
+        help="extra config as JSON dict of MatmulKnobs fields",
+    )
     ap.add_argument("--shapes", default="", help="comma list of substrings selecting shape labels")
     ap.add_argument("--skip-check", action="store_true")
     ap.add_argument("--top-col", type=int, default=4, help="configs re-timed with column-major B")
-    ap.add_argument("--budget-s", type=float, default=390.0, help="stop starting new timings after this")
-    ap.add_argument("--total-s", type=float, default=560.0, help="hard end of the risky child process")
+    ap.add_argument(
+        "--budget-s", type=float, default=390.0, help="stop starting new timings after this"
+    )
+    ap.add_argument(
+        "--total-s", type=float, default=560.0, help="hard end of the risky child process"
+    )
     ap.add_argument("--no-explore", action="store_true", help="drop the EXPLORE variants")
-    ap.add_argument("--preset", default="", choices=["", "call2"], help="named config list (replaces knob_space)")
-    ap.add_argument("--rounds", type=int, default=1, help="interleaved timing rounds for the leaders")
+    ap.add_argument(
+        "--preset",
+        default="",
+        choices=["", "leaders"],
+        help="named config list (replaces knob_space)",
+    )
+    ap.add_argument(
+        "--rounds", type=int, default=1, help="interleaved timing rounds for the leaders"
+    )
     ap.add_argument("--top-rerun", type=int, default=12, help="leaders re-timed in extra rounds")
     ap.add_argument("--child", action="store_true", help="(internal) run only the risky configs")
-    ap.add_argument("--child-shapes", default="8192x8192x8192,8192x4096x14336",
-                    help="shapes the risky child times")
+    ap.add_argument(
+        "--child-shapes",
+        default="8192x8192x8192,8192x4096x14336",
+        help="shapes the risky child times",
+    )
     args = ap.parse_args()
     if args.compile_only:
         return compile_report(args)

@@ -1,12 +1,13 @@
 """The ``norm`` benchmark family: layer norm and RMS norm along the last axis, forward
 (training: Y plus float32 statistics) and backward (DX, DSCALE, DBIAS), bfloat16, at row
-widths 8192, 65536 and 262144 (128 Mi elements or 64 Mi at 8192; issue 4's goals:
-forward >= 2.7 TB/s at 8192 and >= 2.0 at the long rows, backward >= 2.4), and a fused
+widths 8192, 65536 and 262144 (128 Mi elements or 64 Mi at 8192; targets: forward
+>= 2.7 TB/s at 8192 and >= 2.0 at the long rows, backward >= 2.4), and a fused
 residual add + RMS norm, against PyTorch's kernels (``F.layer_norm``, ``F.rms_norm``,
 ``aten.native_layer_norm_backward``, RMS norm's autograd) in the same run.
 
 Bytes counted: forward reads X (and the residual) and writes Y once; backward reads DY and
 X and writes DX once (parameters and statistics are negligible)."""
+
 from __future__ import annotations
 
 import torch
@@ -66,6 +67,7 @@ def _backward(cudnn, kind, dy, x, w, mean, rstd):
 
 def run_norm(r, bench):
     import opendnn.frontend as cudnn
+
     for rows, width in CASES:
         x = torch.randn(rows, width, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(1, width, device="cuda", dtype=torch.bfloat16)
@@ -80,31 +82,37 @@ def run_norm(r, bench):
                 ref = lambda: F.layer_norm(x, (width,), w[0], b[0], EPS)  # noqa: E731
             else:
                 ref = lambda: F.rms_norm(x, (width,), w[0], EPS)  # noqa: E731
-            r.add("norm", f"{kind} fwd {shape}", bench(fn), bench(ref), nbytes=2 * n * 2,
-                  plan=plan)
+            r.add("norm", f"{kind} fwd {shape}", bench(fn), bench(ref), nbytes=2 * n * 2, plan=plan)
             xd = x.double()
             mean = xd.mean(-1, keepdim=True) if kind == "layernorm" else None
             var = ((xd - (mean if mean is not None else 0)) ** 2).mean(-1, keepdim=True)
             rstd = (1 / torch.sqrt(var + EPS)).float()
             mean = mean.float() if mean is not None else None
             fn, plan = _backward(cudnn, kind, dy, x, w, mean, rstd)
-            if kind == "layernorm":   # its own saved statistics (their dtype is its own)
+            if kind == "layernorm":  # its own saved statistics (their dtype is its own)
                 _, tmean, trstd = torch.native_layer_norm(x, [width], w[0], b[0], EPS)
 
                 def ref():
                     return torch.ops.aten.native_layer_norm_backward(
-                        dy, x, [width], tmean, trstd, w[0], b[0], [True, True, True])
+                        dy, x, [width], tmean, trstd, w[0], b[0], [True, True, True]
+                    )
             else:
                 xr, wr = x.clone().requires_grad_(True), w[0].clone().requires_grad_(True)
                 yr = F.rms_norm(xr, (width,), wr, EPS)
 
                 def ref():
                     return torch.autograd.grad(yr, (xr, wr), dy, retain_graph=True)
-            r.add("norm", f"{kind} bwd {shape}", bench(fn), bench(ref), nbytes=3 * n * 2,
-                  plan=plan)
+
+            r.add("norm", f"{kind} bwd {shape}", bench(fn), bench(ref), nbytes=3 * n * 2, plan=plan)
         if width == 8192:
             res = torch.randn_like(x)
             fn, plan = _forward(cudnn, "rmsnorm", x, w, None, residual=res)
-            r.add("norm", f"add+rmsnorm fwd {shape}", bench(fn),
-                  bench(lambda: F.rms_norm(x + res, (width,), w[0], EPS)), nbytes=3 * n * 2,
-                  ref_name="torch add->rms_norm", plan=plan)
+            r.add(
+                "norm",
+                f"add+rmsnorm fwd {shape}",
+                bench(fn),
+                bench(lambda: F.rms_norm(x + res, (width,), w[0], EPS)),
+                nbytes=3 * n * 2,
+                ref_name="torch add->rms_norm",
+                plan=plan,
+            )

@@ -4,9 +4,10 @@ and backward, against PyTorch's kernels (``F.max_pool2d`` / ``F.avg_pool2d`` and
 aten backwards, same memory format) in the same run on the same inputs.
 
 Bytes counted: forward reads x and writes y (and the int8 Index when asked); backward
-reads dy (and the Index, or x when the argmax is recomputed) and writes dx. The issue's
-goal: max 3x3 s2 p1 forward >= 2x PyTorch (which runs at ~520 GB/s counting 1.25x the
-input's bytes)."""
+reads dy (and the Index, or x when the argmax is recomputed) and writes dx. Target: max
+3x3 s2 p1 forward >= 2x PyTorch (which runs at ~520 GB/s counting 1.25x the input's
+bytes)."""
+
 from __future__ import annotations
 
 import torch
@@ -28,8 +29,11 @@ def _nbytes(*ts) -> int:
 
 def run_pool(r, bench):
     import opendnn.frontend as cudnn
-    mode_of = {"max": cudnn.resample_mode.MAXPOOL,
-               "avg": cudnn.resample_mode.AVGPOOL_INCLUDE_PADDING}
+
+    mode_of = {
+        "max": cudnn.resample_mode.MAXPOOL,
+        "avg": cudnn.resample_mode.AVGPOOL_INCLUDE_PADDING,
+    }
     base = torch.randn(SHAPE, device="cuda", dtype=torch.bfloat16)
     for layout, kind, w, s, p in [(lay, *c) for lay in ("NHWC", "NCHW") for c in CASES]:
         fmt = torch.channels_last if layout == "NHWC" else torch.contiguous_format
@@ -39,25 +43,35 @@ def run_pool(r, bench):
         for with_index in index_modes:
             g = cudnn.pygraph()
             tx = g.tensor_like(x)
-            ty, tix = g.resample(tx, mode, [w, w], [s, s], padding=[p, p],
-                                 generate_index=with_index)
+            ty, tix = g.resample(
+                tx, mode, [w, w], [s, s], padding=[p, p], generate_index=with_index
+            )
             ty.set_output(True)
             g.validate()
             y = torch.empty(ty.get_dim(), device="cuda", dtype=torch.bfloat16).contiguous(
-                memory_format=fmt)
+                memory_format=fmt
+            )
             pack = {tx: x, ty: y}
             if with_index:
-                ix = torch.empty_strided(tix.get_dim(), tix.get_stride(), device="cuda",
-                                         dtype=torch.int8)
+                ix = torch.empty_strided(
+                    tix.get_dim(), tix.get_stride(), device="cuda", dtype=torch.int8
+                )
                 pack[tix] = ix
             fn, plan = _build(g, cudnn, pack)
-            if kind == "max":
-                ref = (lambda: F.max_pool2d(x, w, s, p, return_indices=True)) if with_index \
-                    else (lambda: F.max_pool2d(x, w, s, p))
-            else:
-                ref = (lambda: F.avg_pool2d(x, w, s, p))
-            r.add("pool", f"{tag} fwd{' +index' if with_index else ''}", bench(fn), bench(ref),
-                  nbytes=_nbytes(x, y, *([ix] if with_index else [])), plan=plan)
+            pool = F.max_pool2d if kind == "max" else F.avg_pool2d
+            kw = {"return_indices": True} if with_index else {}
+
+            def ref():
+                return pool(x, w, s, p, **kw)
+
+            r.add(
+                "pool",
+                f"{tag} fwd{' +index' if with_index else ''}",
+                bench(fn),
+                bench(ref),
+                nbytes=_nbytes(x, y, *([ix] if with_index else [])),
+                plan=plan,
+            )
         # backward: PyTorch's own backward kernels on the same dy
         dy = torch.randn_like(y)
         dx = torch.empty_like(x)
@@ -66,12 +80,17 @@ def run_pool(r, bench):
 
             def ref():
                 return torch.ops.aten.max_pool2d_with_indices_backward(
-                    dy, x, [w, w], [s, s], [p, p], [1, 1], False, pt_idx)
+                    dy, x, [w, w], [s, s], [p, p], [1, 1], False, pt_idx
+                )
+
             sources = (("index", True), ("x", False))
         else:
+
             def ref():
-                return torch.ops.aten.avg_pool2d_backward(dy, x, [w, w], [s, s], [p, p], False,
-                                                          True, None)
+                return torch.ops.aten.avg_pool2d_backward(
+                    dy, x, [w, w], [s, s], [p, p], False, True, None
+                )
+
             sources = ((None, False),)
         ref_ms = bench(ref)
         for source, use_index in sources:

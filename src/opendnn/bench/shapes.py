@@ -1,10 +1,15 @@
-"""Benchmark shapes (the ``bench`` tag of each family)."""
+"""Benchmark shapes of the core and conv families."""
+
 POINTWISE = [(8192, 8192)]
 REDUCTION = [((8192, 8192), (8192, 1)), ((8192, 8192), (1, 8192))]
 MATMUL = [  # (M, N, K)
-    (4096, 4096, 4096), (8192, 8192, 8192), (16, 4096, 4096), (8192, 4096, 14336)]
+    (4096, 4096, 4096),
+    (8192, 8192, 8192),
+    (16, 4096, 4096),
+    (8192, 4096, 14336),
+]
 
-# ResNet-50 convolution layers at N=32 (as in shared/bench/anchors.py):
+# ResNet-50 convolution layers at N=32:
 # name, C, K, H (=W), R (=S), stride, pad
 CONV = [
     ("conv1_7x7s2", 3, 64, 224, 7, 2, 3),

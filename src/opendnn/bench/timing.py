@@ -17,6 +17,7 @@ emptied by streaming a 256 MB buffer through it, in one of two ways:
 The number of timed calls follows the call's length as in do_bench: ``rep`` ms worth,
 at least 10 and at most 1000, after ``warmup`` ms of untimed calls.
 """
+
 from __future__ import annotations
 
 import torch
@@ -39,7 +40,7 @@ def flush_mode() -> str:
 def _flush() -> None:
     buf = _state["buffer"]
     if buf is None:
-        buf = _state["buffer"] = torch.empty(256 * 2 ** 20 // 4, device="cuda")
+        buf = _state["buffer"] = torch.empty(256 * 2**20 // 4, device="cuda")
         buf.normal_()
     if _state["mode"] == "clean":
         buf.max()
@@ -49,8 +50,10 @@ def _flush() -> None:
 
 def _median(fn, n: int) -> float:
     """Median ms of ``n`` calls of ``fn``, each between two events after a flush."""
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-              for _ in range(n)]
+    events = [
+        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        for _ in range(n)
+    ]
     for a, b in events:
         _flush()
         a.record()
