@@ -36,16 +36,17 @@ FLUSH = {
 
 
 def _git_added(path: str) -> tuple[str, str]:
-    """(short commit, date) of the commit that added ``path`` (followed through renames)."""
+    """(short commit, date) of the commit that created ``path``, followed back through
+    moves: the newest commit where it (under its name then) was added or copied."""
     try:
         out = subprocess.run(
             [
                 "git",
                 "log",
                 "--follow",
-                "--diff-filter=A",
-                "--format=%h %ad",
+                "--name-status",
                 "--date=short",
+                "--format=%x00%h %ad",
                 "--",
                 os.path.basename(path),
             ],
@@ -53,14 +54,15 @@ def _git_added(path: str) -> tuple[str, str]:
             capture_output=True,
             text=True,
             timeout=30,
-        ).stdout.split("\n")
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return "", ""
-    last = [line for line in out if line.strip()]
-    if not last:
-        return "", ""
-    commit, date = last[-1].split()[:2]
-    return commit, date
+    for entry in out.split("\0")[1:]:
+        head, *status = entry.strip().split("\n")
+        if any(line[:1] in ("A", "C") for line in status):
+            commit, date = head.split()[:2]
+            return commit, date
+    return "", ""
 
 
 def _counted(row: dict) -> bool:
@@ -155,9 +157,15 @@ def index_table(data: dict) -> str:
                 ratios = [r["ratio"] for r in rows]
                 if fam.startswith("models"):
                     flush = "n/a (whole steps)"
+                when = f"{f['date']} {commit}"
+                kept = {
+                    (r["from"].get("date"), r["from"].get("commit")) for r in rows if r.get("from")
+                }
+                if len(kept) == 1 and all(r.get("from") for r in rows):
+                    when = "{} {} (kept)".format(*kept.pop())
                 lines.append(
-                    f"| {gpu} | {fam} | [{f['name']}]({gpu}/{f['name']}) | {f['date']} "
-                    f"{commit} | {flush} | {len(rows)} | {_refs(rows)} "
+                    f"| {gpu} | {fam} | [{f['name']}]({gpu}/{f['name']}) | {when} "
+                    f"| {flush} | {len(rows)} | {_refs(rows)} "
                     f"| **{_geomean(ratios):.2f}** | {min(ratios):.2f} – {max(ratios):.2f} |"
                 )
             m = f["meta"]
@@ -199,10 +207,11 @@ opendnn time (> 1: opendnn faster). This page and `<gpu>/summary.svg` are genera
 {index_table(data)}
 
 Measured: the run's date and commit; `*` marks files written before the runner recorded
-its commit: the commit that added the file (the code it measured). L2 flush: how the cache
-was emptied before each timed call -- `clean (read)` is the runner's default (a 256 MB
-buffer read), `dirty (do_bench)` the write flush of `triton.testing.do_bench`, which the
-runner used before; the write flush charges each call for up to 50 MB of write-back
+its commit: the commit that added the file (the code it measured); `(kept)`: rows that an
+earlier run measured, kept in the file by a later run of other cases. L2 flush: how the
+cache was emptied before each timed call -- `clean (read)` is the runner's default (a
+256 MB buffer read), `dirty (do_bench)` the write flush of `triton.testing.do_bench`, which
+the runner used before; the write flush charges each call for up to 50 MB of write-back
 (~10% of a 134 MB reduction, ~2% of the copy floor), so memory-bound rows read a little
 low against their floor in those files. Rows: conv times are CUDA-graph replays (the
 `eager_ratio` field has plain calls); attention alternates opendnn and cuDNN; models rows
