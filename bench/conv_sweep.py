@@ -1,5 +1,5 @@
 """Sweep every convolution engine and knob config on the ResNet-50 layers of the conv
-bench family (src/opendnn/bench/shapes.py: N=32, NHWC bf16) against cuDNN in the same run:
+bench family (src/opendnn/engines/conv/shapes.py BENCH: N=32, NHWC bf16) against cuDNN in the same run:
 the best plan per layer and direction, its ratio, the runner-up, and the cost model's
 estimate of each config next to its time.
 
@@ -30,8 +30,8 @@ import torch
 import torch.nn.functional as F
 
 import opendnn.frontend as cudnn
-from opendnn.bench import shapes
 from opendnn.bench.conv import bench_graph
+from opendnn.engines.conv import shapes
 from opendnn.engines.registry import engines
 from opendnn.handle import target_for
 
@@ -68,11 +68,11 @@ def main():
     args = ap.parse_args()
     target = target_for(str(torch.device("cuda", torch.cuda.current_device())))
     by_id = {e.id: e for e in engines()}
-    n, cl = shapes.CONV_N, torch.channels_last
+    n, cl = shapes.BENCH_N, torch.channels_last
     results = []
     only = set(args.layers.split(",")) - {""}
     pick = [int(e) for e in args.engines.split(",") if e]
-    for name, c, k, h, f, s, p in shapes.CONV:
+    for name, c, k, h, f, s, p in shapes.BENCH:
         if only and name not in only:
             continue
         x = torch.randn(n, c, h, h, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)

@@ -1,4 +1,5 @@
 """Test configuration: per-test seeded inputs, an isolated cache directory, clean switches."""
+
 from __future__ import annotations
 
 import logging
@@ -13,18 +14,22 @@ from _util import Rng, seed_for  # noqa: E402
 
 
 def pytest_addoption(parser):
-    parser.addoption("--reliability-budget", type=int, default=1,
-                     help="multiplies the case counts of tests/reliability (the fuzzer, the "
-                          "concurrency and leak tests); CI runs 1")
+    parser.addoption(
+        "--reliability-budget",
+        type=int,
+        default=1,
+        help="multiplies the case counts of tests/reliability (the fuzzer, the "
+        "concurrency and leak tests); CI runs 1",
+    )
 
 
 def pytest_configure(config):
     # Masked-off lanes of interpreted kernels compute on the `other=0` fill (log(0), 1/0):
     # NumPy's warnings about those lanes are noise, not results.
-    config.addinivalue_line("filterwarnings",
-                            "ignore::RuntimeWarning:triton.runtime.interpreter")
-    config.addinivalue_line("filterwarnings",
-                            "ignore::DeprecationWarning:triton.runtime.interpreter")
+    config.addinivalue_line("filterwarnings", "ignore::RuntimeWarning:triton.runtime.interpreter")
+    config.addinivalue_line(
+        "filterwarnings", "ignore::DeprecationWarning:triton.runtime.interpreter"
+    )
 
 
 # Tests that run for minutes on the CPU (test_tiny_resnet_50_step_curve: ~570 s of a
@@ -46,6 +51,7 @@ def _isolated_cache(tmp_path_factory):
     old = os.environ.get("OPENDNN_CACHE_DIR")
     os.environ["OPENDNN_CACHE_DIR"] = str(d)
     from opendnn.runtime import autotune
+
     autotune.forget_memory()
     yield d
     if old is None:
@@ -59,11 +65,22 @@ def _isolated_cache(tmp_path_factory):
 def _clean_switches():
     """Every test starts with opendnn.backends at its defaults and leaves it so."""
     from opendnn import backends
-    saved = {k: getattr(backends, k) for k in ("benchmark", "deterministic", "allow_tf32",
-                                               "benchmark_limit", "workspace_limit",
-                                               "plan_cache_size", "kernel_cache_size",
-                                               "legacy_cache_size", "disk_cache_max_bytes",
-                                               "disk_cache_max_age_days")}
+
+    saved = {
+        k: getattr(backends, k)
+        for k in (
+            "benchmark",
+            "deterministic",
+            "allow_tf32",
+            "benchmark_limit",
+            "workspace_limit",
+            "plan_cache_size",
+            "kernel_cache_size",
+            "legacy_cache_size",
+            "disk_cache_max_bytes",
+            "disk_cache_max_age_days",
+        )
+    }
     yield
     for k, v in saved.items():
         setattr(backends, k, v)
@@ -82,9 +99,14 @@ def pytest_runtest_makereport(item, call):
     rep = outcome.get_result()
     r = getattr(item, "funcargs", {}).get("rng")
     if rep.failed and r is not None:
-        rep.sections.append(("repro", f"seed={r.seed} (OPENDNN_TEST_SEED="
-                             f"{os.environ.get('OPENDNN_TEST_SEED', '0')}); rerun: "
-                             f"PYTHONPATH=src python -m pytest '{item.nodeid}'"))
+        rep.sections.append(
+            (
+                "repro",
+                f"seed={r.seed} (OPENDNN_TEST_SEED="
+                f"{os.environ.get('OPENDNN_TEST_SEED', '0')}); rerun: "
+                f"PYTHONPATH=src python -m pytest '{item.nodeid}'",
+            )
+        )
 
 
 @pytest.fixture

@@ -3,22 +3,40 @@
 Two front doors on one core: the cudnn-frontend-style graph API (``opendnn.frontend``,
 importable as ``cudnn``) and the cuDNN-style descriptor API (``opendnn.legacy``).
 """
+
 __version__ = "0.1.0"
 BACKEND_VERSION = 90100 + 0  # cuDNN-style integer: 9.1.0-compatible API surface, opendnn 0.1
 
-from .enums import (BehaviorNote, BuildPlanPolicy, ConvolutionMode, DataType,  # noqa: E402
-                    DiagonalAlignment, HeurMode, NormForwardPhase, NumericalNote,
-                    PointwiseMode, ReductionMode)
-from .errors import (BadParamError, ExecutionFailedError, GraphNotSupportedError,  # noqa: E402
-                     InternalError, OpenDNNError, Status, get_error_string,
-                     get_last_error_string)
-from .tensor import TensorDesc, nchw_strides, nhwc_strides, packed_strides  # noqa: E402
-from .handle import Handle  # noqa: E402
 from . import backends  # noqa: E402,F401
+from .enums import (  # noqa: E402
+    BehaviorNote,
+    BuildPlanPolicy,
+    ConvolutionMode,
+    DataType,
+    DiagonalAlignment,
+    HeurMode,
+    NormForwardPhase,
+    NumericalNote,
+    PointwiseMode,
+    ReductionMode,
+)
+from .errors import (  # noqa: E402
+    BadParamError,
+    ExecutionFailedError,
+    GraphNotSupportedError,
+    InternalError,
+    OpenDNNError,
+    Status,
+    get_error_string,
+    get_last_error_string,
+)
+from .handle import Handle  # noqa: E402
+from .tensor import TensorDesc, nchw_strides, nhwc_strides, packed_strides  # noqa: E402
 
 
 def __getattr__(name):
     if name == "Graph":
         from .graph.graph import Graph
+
         return Graph
     raise AttributeError(name)

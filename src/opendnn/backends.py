@@ -17,6 +17,7 @@ Bounds on what a process and its on-disk cache keep (least recently used goes fi
   (and the sweep a process runs once, in the background, when it first writes the cache)
   keeps of the generated kernels on disk.
 """
+
 import sys
 import threading
 import types
@@ -38,10 +39,12 @@ def _start_workers() -> None:
     head start: if it fails, the first find starts them itself (and reports a failure)."""
     try:
         import torch
+
         if torch.cuda.is_available():
             from .runtime.launch import start_compile_workers
+
             start_compile_workers()
-    except Exception:   # noqa: BLE001 -- the find starts the workers again and reports
+    except Exception:  # noqa: BLE001 -- the find starts the workers again and reports
         pass
 
 
@@ -49,8 +52,9 @@ class _Switches(types.ModuleType):
     def __setattr__(self, name, value):
         super().__setattr__(name, value)
         if name == "benchmark" and value:
-            threading.Thread(target=_start_workers, daemon=True,
-                             name="opendnn-start-workers").start()
+            threading.Thread(
+                target=_start_workers, daemon=True, name="opendnn-start-workers"
+            ).start()
 
 
 sys.modules[__name__].__class__ = _Switches

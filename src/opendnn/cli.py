@@ -12,6 +12,7 @@ older than D days and they fit in N bytes (defaults: ``backends.disk_cache_max_b
 and ``disk_cache_max_age_days``; a process also trims so, once, in the background, when
 it first writes the cache).
 """
+
 from __future__ import annotations
 
 import os
@@ -24,13 +25,17 @@ def main(argv=None) -> int:
     cmd = argv.pop(0) if argv else "help"
     if cmd == "bench":
         from .bench.__main__ import main as bench_main
+
         return bench_main(argv)
     if cmd == "demo":
         from .demo import main as demo_main
+
         return demo_main()
     if cmd == "version":
         import triton
+
         from . import frontend
+
         print(frontend.backend_version_string(), f"triton {triton.__version__}")
         return 0
     if cmd == "cache":
@@ -47,14 +52,21 @@ def _cache(argv: list) -> int:
     from . import backends
     from .runtime import autotune, cache_files
     from .runtime.launch import configured_cache_dir
+
     parser = argparse.ArgumentParser(prog="opendnn cache")
     parser.add_argument("action", nargs="?", default="show", choices=("show", "clear", "trim"))
-    parser.add_argument("--max-bytes", type=int, default=None,
-                        help="keep at most this many bytes of kernel files "
-                             "(default backends.disk_cache_max_bytes)")
-    parser.add_argument("--max-age-days", type=float, default=None,
-                        help="remove kernel files unused for longer "
-                             "(default backends.disk_cache_max_age_days)")
+    parser.add_argument(
+        "--max-bytes",
+        type=int,
+        default=None,
+        help="keep at most this many bytes of kernel files (default backends.disk_cache_max_bytes)",
+    )
+    parser.add_argument(
+        "--max-age-days",
+        type=float,
+        default=None,
+        help="remove kernel files unused for longer (default backends.disk_cache_max_age_days)",
+    )
     args = parser.parse_args(argv)
     root = configured_cache_dir()
     kernels = os.path.join(root, "kernels")
@@ -68,7 +80,7 @@ def _cache(argv: list) -> int:
                 except OSError:
                     pass
         try:
-            os.rmdir(root)                 # only when nothing else is left in it
+            os.rmdir(root)  # only when nothing else is left in it
         except OSError:
             pass
         autotune.forget_memory()
@@ -76,22 +88,28 @@ def _cache(argv: list) -> int:
         return 0
     if args.action == "trim":
         max_bytes = backends.disk_cache_max_bytes if args.max_bytes is None else args.max_bytes
-        max_age = (backends.disk_cache_max_age_days if args.max_age_days is None
-                   else args.max_age_days)
+        max_age = (
+            backends.disk_cache_max_age_days if args.max_age_days is None else args.max_age_days
+        )
         swept = cache_files.sweep_temporaries([root, kernels])
         removed, freed = cache_files.trim(kernels, max_bytes, max_age)
-        print(f"trimmed {root}: removed {removed} kernel files ({freed} bytes) and {swept} "
-              f"orphaned temporaries (limits {max_bytes} bytes, {max_age} days)")
+        print(
+            f"trimmed {root}: removed {removed} kernel files ({freed} bytes) and {swept} "
+            f"orphaned temporaries (limits {max_bytes} bytes, {max_age} days)"
+        )
     files = cache_files.kernel_files(kernels)
     size = sum(b for _, b, _ in files)
     try:
         size += os.stat(tuned).st_size
     except OSError:
         pass
-    entries = cache_files.JsonStore(tuned, autotune.FORMAT, autotune.valid_entry,
-                                    "autotune cache").entries()
-    print(f"cache folder {root}: {len(entries)} autotune entries, {len(files)} generated "
-          f"kernel files, {size} bytes")
+    entries = cache_files.JsonStore(
+        tuned, autotune.FORMAT, autotune.valid_entry, "autotune cache"
+    ).entries()
+    print(
+        f"cache folder {root}: {len(entries)} autotune entries, {len(files)} generated "
+        f"kernel files, {size} bytes"
+    )
     return 0
 
 

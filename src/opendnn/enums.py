@@ -4,6 +4,7 @@
 Pointwise and reduction modes follow ``cudnnPointwiseMode_t`` / ``cudnnReduceTensorOp_t``
 names. Every enum accepts its member name as a string through ``Enum[...]``.
 """
+
 from __future__ import annotations
 
 import enum
@@ -32,17 +33,34 @@ class DataType(enum.IntEnum):
         return _ITEMSIZE[self]
 
 
-_FLOATING = {DataType.FLOAT, DataType.DOUBLE, DataType.HALF, DataType.BFLOAT16,
-             DataType.FP8_E4M3, DataType.FP8_E5M2}
-_ITEMSIZE = {DataType.FLOAT: 4, DataType.DOUBLE: 8, DataType.HALF: 2, DataType.INT8: 1,
-             DataType.INT32: 4, DataType.UINT8: 1, DataType.BFLOAT16: 2, DataType.INT64: 8,
-             DataType.BOOLEAN: 1, DataType.FP8_E4M3: 1, DataType.FP8_E5M2: 1,
-             DataType.NOT_SET: 0}
+_FLOATING = {
+    DataType.FLOAT,
+    DataType.DOUBLE,
+    DataType.HALF,
+    DataType.BFLOAT16,
+    DataType.FP8_E4M3,
+    DataType.FP8_E5M2,
+}
+_ITEMSIZE = {
+    DataType.FLOAT: 4,
+    DataType.DOUBLE: 8,
+    DataType.HALF: 2,
+    DataType.INT8: 1,
+    DataType.INT32: 4,
+    DataType.UINT8: 1,
+    DataType.BFLOAT16: 2,
+    DataType.INT64: 8,
+    DataType.BOOLEAN: 1,
+    DataType.FP8_E4M3: 1,
+    DataType.FP8_E5M2: 1,
+    DataType.NOT_SET: 0,
+}
 
 
 class HeurMode(enum.IntEnum):
     """Heuristic modes: A is the instant cost model, B also reads measured results,
     FALLBACK favours coverage (the float64 reference engine)."""
+
     A = 0
     B = 1
     FALLBACK = 2
@@ -98,6 +116,7 @@ class ConvolutionMode(enum.IntEnum):
 class DiagonalAlignment(enum.IntEnum):
     """Where sdpa's diagonal starts (cudnn-frontend's ``diagonal_alignment``): TOP_LEFT
     at (0, 0); BOTTOM_RIGHT shifted right by s_kv - s_q (ops/attention.py)."""
+
     TOP_LEFT = 0
     BOTTOM_RIGHT = 1
 
@@ -160,6 +179,7 @@ class ResampleMode(enum.IntEnum):
     """``cudnnResampleMode_t`` (cuDNN's numbers; AVGPOOL is INCLUDE_PADDING's alias).
     The pooling nodes take MAXPOOL and the two AVGPOOL modes; NEAREST and BILINEAR are
     named so that cuDNN's values convert, and are NOT_SUPPORTED."""
+
     NEAREST = 0
     BILINEAR = 1
     AVGPOOL_INCLUDE_PADDING = 2

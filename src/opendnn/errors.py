@@ -5,6 +5,7 @@ broken, so a message reads ``BAD_PARAM_SHAPE_MISMATCH: matmul 'mm0': tensor 'B':
 dimension 5 != 7``. Bad parameters are ``ValueError`` subclasses; an unsupported graph is
 ``GraphNotSupportedError`` and lists the reason each engine gave.
 """
+
 from __future__ import annotations
 
 import enum
@@ -81,8 +82,14 @@ class OpenDNNError(Exception):
 
     default_status = Status.INTERNAL_ERROR
 
-    def __init__(self, rule: str, *, op: str | None = None, tensor: str | None = None,
-                 status: Status | None = None):
+    def __init__(
+        self,
+        rule: str,
+        *,
+        op: str | None = None,
+        tensor: str | None = None,
+        status: Status | None = None,
+    ):
         self.status = status if status is not None else self.default_status
         self.op, self.tensor, self.rule = op, tensor, rule
         where = []
@@ -97,11 +104,13 @@ class OpenDNNError(Exception):
 
 class BadParamError(OpenDNNError, ValueError):
     """Invalid descriptor, graph, variant pack or workspace (status 2000s)."""
+
     default_status = Status.BAD_PARAM
 
 
 class GraphNotSupportedError(OpenDNNError):
     """No engine supports the graph (status 3000s); ``reasons`` maps engine -> reason."""
+
     default_status = Status.NOT_SUPPORTED
 
     def __init__(self, rule: str, *, reasons: dict[str, str] | None = None, **kw):

@@ -4,6 +4,7 @@ Code written for cudnn-frontend's bindings runs unchanged: ``cudnn.pygraph``,
 ``cudnn.data_type``, ``cudnn.heur_mode``, ``cudnn.build_plan_policy``, the note enums,
 ``cudnn.cudnnGraphNotSupportedError`` and the handle functions.
 """
+
 from __future__ import annotations
 
 from . import BACKEND_VERSION, __version__  # noqa: F401
@@ -18,9 +19,12 @@ from .enums import NumericalNote as numerical_note  # noqa: F401
 from .enums import PointwiseMode as pointwise_mode  # noqa: F401
 from .enums import ReductionMode as reduction_mode  # noqa: F401
 from .enums import ResampleMode as resample_mode  # noqa: F401  (pooling)
-from .errors import BadParamError, ExecutionFailedError  # noqa: F401
+from .errors import (  # noqa: F401
+    BadParamError,
+    ExecutionFailedError,
+    get_last_error_string,  # noqa: F401
+)
 from .errors import GraphNotSupportedError as cudnnGraphNotSupportedError  # noqa: F401
-from .errors import get_last_error_string  # noqa: F401
 from .graph.graph import Graph as pygraph  # noqa: F401
 from .graph.tensor import Tensor as tensor  # noqa: F401
 from .handle import Handle
@@ -32,8 +36,10 @@ def backend_version() -> int:
 
 
 def backend_version_string() -> str:
-    return f"opendnn {__version__} (cuDNN API {BACKEND_VERSION // 10000}."\
-           f"{BACKEND_VERSION // 100 % 100}.{BACKEND_VERSION % 100})"
+    return (
+        f"opendnn {__version__} (cuDNN API {BACKEND_VERSION // 10000}."
+        f"{BACKEND_VERSION // 100 % 100}.{BACKEND_VERSION % 100})"
+    )
 
 
 def create_handle(device=None) -> Handle:

@@ -1,4 +1,5 @@
 """Handle: the device and stream work runs on. Cheap to create; one per thread is safe."""
+
 from __future__ import annotations
 
 import functools
@@ -23,8 +24,11 @@ class Handle:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise BadParamError("CUDA device requested but none is available",
-                                op="create_handle", status=Status.NOT_INITIALIZED)
+            raise BadParamError(
+                "CUDA device requested but none is available",
+                op="create_handle",
+                status=Status.NOT_INITIALIZED,
+            )
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.stream = stream
@@ -57,10 +61,14 @@ def target_for(device: str) -> Target:
     props = torch.cuda.get_device_properties(dev)
     rates = next((v for k, v in _KNOWN.items() if k in props.name), None)
     if rates is None:  # rough: 1 GHz-ish per SM tensor-core rate, HBM-class bandwidth
-        rates = dict(peak_flops_fp16=props.multi_processor_count * 2.0e12,
-                     peak_flops_fp32=props.multi_processor_count * 1.5e11, bandwidth=1.5e12)
-    return Target("cuda", props.name, (props.major, props.minor), props.multi_processor_count,
-                  **rates)
+        rates = dict(
+            peak_flops_fp16=props.multi_processor_count * 2.0e12,
+            peak_flops_fp32=props.multi_processor_count * 1.5e11,
+            bandwidth=1.5e12,
+        )
+    return Target(
+        "cuda", props.name, (props.major, props.minor), props.multi_processor_count, **rates
+    )
 
 
 _default: dict = {}

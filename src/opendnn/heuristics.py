@@ -10,6 +10,7 @@
   problem has been tuned on this device with this library and Triton version.
 - FALLBACK: the float64 reference engine on the whole graph.
 """
+
 from __future__ import annotations
 
 from . import backends, log
@@ -20,7 +21,7 @@ from .plan import ExecutionPlan
 from .runtime import autotune
 from .runtime.lru import LRU, plan_cache_size
 
-CONFIGS_PER_ENGINE = 8   # an engine with several code paths leads with each path's best
+CONFIGS_PER_ENGINE = 8  # an engine with several code paths leads with each path's best
 
 
 def _fast_engines():
@@ -57,8 +58,11 @@ def _ranked_plans(graph, target: Target) -> tuple[list, dict]:
     if hit is None:
         ok, reasons = supporting(graph, target)
         fast = [e for e in ok if e is not reference()]
-        hit = ([c for _, _, _, c in _ranked_configs(graph, target, fast)], reasons,
-               reference() in ok)
+        hit = (
+            [c for _, _, _, c in _ranked_configs(graph, target, fast)],
+            reasons,
+            reference() in ok,
+        )
         _ranked[key] = hit
     elif log.dispatch_enabled():
         for name, why in hit[1].items():
@@ -84,8 +88,9 @@ def partition(graph, target: Target) -> list | None:
     sub = graph.piece
 
     def best(sg):
-        ranked = _ranked_configs(sg, target, [e for e in _fast_engines()
-                                              if e.check_support(sg, target).ok])
+        ranked = _ranked_configs(
+            sg, target, [e for e in _fast_engines() if e.check_support(sg, target).ok]
+        )
         return ranked[0][3] if ranked else None
 
     for n in nodes:
@@ -117,8 +122,9 @@ def plans_for_mode(graph, mode: HeurMode, target: Target) -> tuple[list, dict]:
     if mode == HeurMode.FALLBACK:
         ref = reference()
         if ref_ok:
-            return [ExecutionPlan(graph, [(graph, ref.configs(graph, target)[0])], target,
-                                  "FALLBACK")], reasons
+            return [
+                ExecutionPlan(graph, [(graph, ref.configs(graph, target)[0])], target, "FALLBACK")
+            ], reasons
         return [], reasons
     plans = [ExecutionPlan(graph, [(graph, c)], target, mode.name) for c in configs]
     if not plans:
@@ -126,8 +132,10 @@ def plans_for_mode(graph, mode: HeurMode, target: Target) -> tuple[list, dict]:
         fast_piece = pieces is not None and any(c.engine_id != reference().id for _, c in pieces)
         if pieces is not None and len(pieces) > 1 and fast_piece:
             plan = ExecutionPlan(graph, pieces, target, mode.name)
-            log.info(f"no engine takes the whole graph; partitioned into {len(pieces)} pieces: "
-                     f"{plan.describe()}")
+            log.info(
+                f"no engine takes the whole graph; partitioned into {len(pieces)} pieces: "
+                f"{plan.describe()}"
+            )
             plans = [plan]
     if mode == HeurMode.B and plans:
         plans = reorder_by_cache(graph, plans, target)
@@ -141,22 +149,33 @@ def plans_for_mode(graph, mode: HeurMode, target: Target) -> tuple[list, dict]:
 _lists = LRU(lambda: LISTS_PER_PLAN * plan_cache_size())
 
 
-def candidate_plans(graph, modes: tuple, target: Target, order: tuple | None,
-                    reorder: bool) -> tuple:
+def candidate_plans(
+    graph, modes: tuple, target: Target, order: tuple | None, reorder: bool
+) -> tuple:
     """(plans of ``modes`` concatenated without repeats, allowed by ``backends`` and, with
     ``reorder``, put in the autotune cache's ``order`` when there is one; {engine name:
     reason} for the decliners). Single-stage lists are memoized with each plan's support
     (see ``_lists``)."""
-    key = (graph.key(), target, modes, backends.allow_tf32, backends.deterministic,
-           backends.workspace_limit, order, reorder)
+    key = (
+        graph.key(),
+        target,
+        modes,
+        backends.allow_tf32,
+        backends.deterministic,
+        backends.workspace_limit,
+        order,
+        reorder,
+    )
     hit = _lists.get(key)
     if hit is not None:
         specs, reasons = hit
         if log.dispatch_enabled():
             for name, why in reasons.items():
                 log.dispatch(f"{name} declines {graph.describe()}: {why}")
-        return [ExecutionPlan(graph, [(graph, c)], target, origin, support)
-                for origin, c, support in specs], dict(reasons)
+        return [
+            ExecutionPlan(graph, [(graph, c)], target, origin, support)
+            for origin, c, support in specs
+        ], dict(reasons)
     plans, reasons, seen = [], {}, set()
     for m in modes:
         ps, rs = plans_for_mode(graph, m, target)
@@ -169,8 +188,10 @@ def candidate_plans(graph, modes: tuple, target: Target, order: tuple | None,
     if reorder and order is not None:
         plans = _in_order(plans, order)
     if all(len(p.stages) == 1 for p in plans):
-        _lists[key] = ([(p.origin, p.stages[0].config, p.check_support()) for p in plans],
-                       dict(reasons))
+        _lists[key] = (
+            [(p.origin, p.stages[0].config, p.check_support()) for p in plans],
+            dict(reasons),
+        )
     return plans, reasons
 
 

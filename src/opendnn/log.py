@@ -1,5 +1,6 @@
 """``OPENDNN_LOG=info`` logs every engine decision; ``OPENDNN_LOG=dispatch`` also logs
 every engine that declined and why. Messages go to stderr through ``logging``."""
+
 from __future__ import annotations
 
 import logging

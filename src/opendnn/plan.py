@@ -5,6 +5,7 @@ whole graph, the heuristics cut it into pieces; tensors that cross a cut become 
 buffers carved out of the workspace (their space comes first, 256-byte aligned), and the
 stages run in order. The workspace is ``boundary tensors + max(stage workspaces)``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -50,6 +51,7 @@ _built = LRU(plan_cache_size)
 
 def _built_key(graph, config, target) -> tuple:
     from . import backends
+
     return (graph.key(), config, target, backends.allow_tf32)
 
 
@@ -76,6 +78,7 @@ _facts = LRU(lambda: FACTS_PER_PLAN * plan_cache_size())
 def _stage_facts(engine, graph, config, target) -> tuple:
     """(Support, workspace bytes or None when unsupported) of one stage, memoized."""
     from . import backends
+
     key = (graph.key(), config, target, backends.allow_tf32)
     hit = _facts.get(key)
     if hit is None:
@@ -90,6 +93,7 @@ def _stage_facts(engine, graph, config, target) -> tuple:
 def _graph_support(engine, graph, target):
     """The engine's support of the whole stage graph (config aside), memoized as above."""
     from . import backends
+
     key = (graph.key(), None, target, backends.allow_tf32, engine.id)
     hit = _facts.get(key)
     if hit is None:
@@ -97,8 +101,9 @@ def _graph_support(engine, graph, target):
     return hit
 
 
-def role_error(rule: str, node_index: int, role: str, kind: str,
-               status: Status = Status.BAD_PARAM) -> BadParamError:
+def role_error(
+    rule: str, node_index: int, role: str, kind: str, status: Status = Status.BAD_PARAM
+) -> BadParamError:
     """The error a built executable raises about tensor ``role`` of node ``node_index`` of
     the graph it was built for. An executable serves every graph of one key, whatever
     its names, so it names neither: ``ExecutionPlan.run`` names the node and the tensor
@@ -122,7 +127,7 @@ def _align(n: int) -> int:
 
 @dataclasses.dataclass
 class Stage:
-    graph: object                 # OpGraph of this piece
+    graph: object  # OpGraph of this piece
     config: EngineConfig
     executable: object = None
 
@@ -130,14 +135,13 @@ class Stage:
 class ExecutionPlan:
     """A ranked candidate, then (after ``build``) a runnable plan."""
 
-    def __init__(self, graph, pieces: list, target: Target, origin: str = "A",
-                 support=None):
+    def __init__(self, graph, pieces: list, target: Target, origin: str = "A", support=None):
         self.graph = graph
         self.target = target
         self.origin = origin
-        self._support = support       # known already (a memoized candidate list)
+        self._support = support  # known already (a memoized candidate list)
         self.stages = [Stage(g, c) for g, c in pieces]
-        self.boundaries = []          # (uid, offset, nbytes)
+        self.boundaries = []  # (uid, offset, nbytes)
         offset = 0
         if len(self.stages) > 1:
             for u in self._boundary_uids():
@@ -164,8 +168,11 @@ class ExecutionPlan:
             sizes = []
             for s in self.stages:
                 sup, ws = _stage_facts(self._engine(s), s.graph, s.config, self.target)
-                sizes.append(ws if ws is not None else
-                             self._engine(s).workspace_size(s.graph, s.config, self.target))
+                sizes.append(
+                    ws
+                    if ws is not None
+                    else self._engine(s).workspace_size(s.graph, s.config, self.target)
+                )
             self._workspace = self._stage_ws_offset + max(sizes or [0])
         return self._workspace
 
@@ -202,13 +209,22 @@ class ExecutionPlan:
     def describe(self) -> str:
         if len(self.stages) == 1:
             return self.name
-        return "; ".join(f"piece {i}: {s.config.label()} takes [{s.graph.describe()}]"
-                         for i, s in enumerate(self.stages))
+        return "; ".join(
+            f"piece {i}: {s.config.label()} takes [{s.graph.describe()}]"
+            for i, s in enumerate(self.stages)
+        )
 
     def to_json(self) -> dict:
-        return {"stages": [{"nodes": [n.name for n in s.graph.nodes],
-                            "node_index": [self.graph.nodes.index(n) for n in s.graph.nodes],
-                            "config": s.config.to_json()} for s in self.stages]}
+        return {
+            "stages": [
+                {
+                    "nodes": [n.name for n in s.graph.nodes],
+                    "node_index": [self.graph.nodes.index(n) for n in s.graph.nodes],
+                    "config": s.config.to_json(),
+                }
+                for s in self.stages
+            ]
+        }
 
     # ---- build and run ---------------------------------------------------------------
     def check_support(self):
@@ -228,22 +244,25 @@ class ExecutionPlan:
             e = self._engine(s)
             sup = _graph_support(e, s.graph, self.target)
             if not sup.ok:
-                raise GraphNotSupportedError(f"plan {self.name} cannot be built",
-                                             reasons={e.name: sup.reason},
-                                             status=Status.NOT_SUPPORTED)
+                raise GraphNotSupportedError(
+                    f"plan {self.name} cannot be built",
+                    reasons={e.name: sup.reason},
+                    status=Status.NOT_SUPPORTED,
+                )
         if all(_built_key(s.graph, s.config, self.target) in _built for s in self.stages):
-            for s in self.stages:     # built before in this process: nothing to compile
+            for s in self.stages:  # built before in this process: nothing to compile
                 s.executable = _build_cached(self._engine(s), s.graph, s.config, self.target)
         else:
-            with parallel_compile():      # the stages' kernels compile side by side
+            with parallel_compile():  # the stages' kernels compile side by side
                 for s in self.stages:
-                    s.executable = _build_cached(self._engine(s), s.graph, s.config,
-                                                 self.target)
+                    s.executable = _build_cached(self._engine(s), s.graph, s.config, self.target)
         self.built = True
         self.build_seconds = time.perf_counter() - t0
         if log.info_enabled():
-            log.info(f"built plan {self.name} in {self.build_seconds * 1e3:.2f} ms "
-                     f"(workspace {self.workspace_size} B)")
+            log.info(
+                f"built plan {self.name} in {self.build_seconds * 1e3:.2f} ms "
+                f"(workspace {self.workspace_size} B)"
+            )
         return self
 
     def run(self, buffers: dict, workspace, stream=None) -> None:
@@ -258,12 +277,12 @@ class ExecutionPlan:
         bufs = dict(buffers)
         for uid, off, nbytes in self.boundaries:
             d = self.graph.tensors[uid]
-            if nbytes == 0:   # an empty tensor crossing the cut: no workspace needed
+            if nbytes == 0:  # an empty tensor crossing the cut: no workspace needed
                 device = next(b.device for b in buffers.values() if hasattr(b, "device"))
                 bufs[uid] = torch.empty(0, dtype=d.torch_dtype, device=device)
             else:
-                bufs[uid] = workspace[off:off + nbytes].view(d.torch_dtype)
-        ws = workspace[self._stage_ws_offset:] if workspace is not None else None
+                bufs[uid] = workspace[off : off + nbytes].view(d.torch_dtype)
+        ws = workspace[self._stage_ws_offset :] if workspace is not None else None
         for s in self.stages:
             try:
                 s.executable.run(bufs, ws, stream)

@@ -6,6 +6,7 @@ Strides may be any non-negative values (non-packed layouts are allowed); a zero 
 broadcasts. A virtual tensor lives only inside a fused kernel; a pass-by-value tensor is
 a host scalar passed to the kernel by value.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,10 +20,15 @@ from .errors import BadParamError, Status
 MAX_DIMS = 8
 
 _TO_TORCH = {
-    DataType.FLOAT: torch.float32, DataType.DOUBLE: torch.float64,
-    DataType.HALF: torch.float16, DataType.BFLOAT16: torch.bfloat16,
-    DataType.INT8: torch.int8, DataType.INT32: torch.int32, DataType.INT64: torch.int64,
-    DataType.UINT8: torch.uint8, DataType.BOOLEAN: torch.bool,
+    DataType.FLOAT: torch.float32,
+    DataType.DOUBLE: torch.float64,
+    DataType.HALF: torch.float16,
+    DataType.BFLOAT16: torch.bfloat16,
+    DataType.INT8: torch.int8,
+    DataType.INT32: torch.int32,
+    DataType.INT64: torch.int64,
+    DataType.UINT8: torch.uint8,
+    DataType.BOOLEAN: torch.bool,
 }
 if hasattr(torch, "float8_e4m3fn"):
     _TO_TORCH[DataType.FP8_E4M3] = torch.float8_e4m3fn
@@ -32,8 +38,10 @@ _FROM_TORCH = {v: k for k, v in _TO_TORCH.items()}
 
 def to_torch_dtype(data_type: DataType) -> torch.dtype:
     if data_type not in _TO_TORCH:
-        raise BadParamError(f"data type {DataType(data_type).name} has no torch equivalent here",
-                            status=Status.NOT_SUPPORTED_DATA_TYPE)
+        raise BadParamError(
+            f"data type {DataType(data_type).name} has no torch equivalent here",
+            status=Status.NOT_SUPPORTED_DATA_TYPE,
+        )
     return _TO_TORCH[data_type]
 
 
@@ -43,8 +51,10 @@ def as_data_type(value) -> DataType:
         return value
     if isinstance(value, torch.dtype):
         if value not in _FROM_TORCH:
-            raise BadParamError(f"torch dtype {value} is not a supported data type",
-                                status=Status.NOT_SUPPORTED_DATA_TYPE)
+            raise BadParamError(
+                f"torch dtype {value} is not a supported data type",
+                status=Status.NOT_SUPPORTED_DATA_TYPE,
+            )
         return _FROM_TORCH[value]
     if isinstance(value, str):
         try:
@@ -55,8 +65,10 @@ def as_data_type(value) -> DataType:
         try:
             return DataType[str(value.name).upper()]
         except KeyError:
-            raise BadParamError(f"{type(value).__name__}.{value.name} names no data type "
-                                f"(one of {', '.join(DataType.__members__)})") from None
+            raise BadParamError(
+                f"{type(value).__name__}.{value.name} names no data type "
+                f"(one of {', '.join(DataType.__members__)})"
+            ) from None
     try:
         return DataType(int(value))
     except (TypeError, ValueError):
@@ -100,6 +112,7 @@ class TensorDesc:
 
     dims, strides: tuples of equal length (1..8), strides in elements.
     """
+
     dims: tuple[int, ...]
     strides: tuple[int, ...]
     data_type: DataType
@@ -116,20 +129,35 @@ class TensorDesc:
         put(self, "strides", strides)
         put(self, "data_type", dt)
         if not 1 <= len(dims) <= MAX_DIMS:
-            raise BadParamError(f"has {len(dims)} dimensions; 1 to {MAX_DIMS} allowed",
-                                tensor=self.label(), status=Status.BAD_PARAM_OUT_OF_BOUND)
+            raise BadParamError(
+                f"has {len(dims)} dimensions; 1 to {MAX_DIMS} allowed",
+                tensor=self.label(),
+                status=Status.BAD_PARAM_OUT_OF_BOUND,
+            )
         if len(strides) != len(dims):
-            raise BadParamError(f"{len(strides)} strides for {len(dims)} dimensions",
-                                tensor=self.label(), status=Status.BAD_PARAM_SHAPE_MISMATCH)
+            raise BadParamError(
+                f"{len(strides)} strides for {len(dims)} dimensions",
+                tensor=self.label(),
+                status=Status.BAD_PARAM_SHAPE_MISMATCH,
+            )
         if min(dims) < 0:
-            raise BadParamError(f"negative dimension in {dims}", tensor=self.label(),
-                                status=Status.BAD_PARAM_OUT_OF_BOUND)
+            raise BadParamError(
+                f"negative dimension in {dims}",
+                tensor=self.label(),
+                status=Status.BAD_PARAM_OUT_OF_BOUND,
+            )
         if min(strides) < 0:
-            raise BadParamError(f"negative stride in {strides}", tensor=self.label(),
-                                status=Status.BAD_PARAM_OUT_OF_BOUND)
+            raise BadParamError(
+                f"negative stride in {strides}",
+                tensor=self.label(),
+                status=Status.BAD_PARAM_OUT_OF_BOUND,
+            )
         if dt == DataType.NOT_SET:
-            raise BadParamError("data type is not set and could not be inferred",
-                                tensor=self.label(), status=Status.BAD_PARAM_NOT_FINALIZED)
+            raise BadParamError(
+                "data type is not set and could not be inferred",
+                tensor=self.label(),
+                status=Status.BAD_PARAM_NOT_FINALIZED,
+            )
         # derived values read on every execute: computed once (the descriptor is frozen)
         span = 0
         if 0 not in dims:
@@ -184,18 +212,31 @@ class TensorDesc:
                 overlap = True
                 break
             extent = s * (d - 1) + extent
-        object.__setattr__(self, "_overlap", overlap)   # frozen: computed once
+        object.__setattr__(self, "_overlap", overlap)  # frozen: computed once
         return overlap
 
     def label(self) -> str:
         return self.name or f"uid {self.uid}"
 
     def to_json(self) -> dict:
-        return {"uid": self.uid, "name": self.name, "dim": list(self.dims),
-                "stride": list(self.strides), "data_type": self.data_type.name,
-                "is_virtual": self.is_virtual, "is_pass_by_value": self.is_pass_by_value}
+        return {
+            "uid": self.uid,
+            "name": self.name,
+            "dim": list(self.dims),
+            "stride": list(self.strides),
+            "data_type": self.data_type.name,
+            "is_virtual": self.is_virtual,
+            "is_pass_by_value": self.is_pass_by_value,
+        }
 
     @classmethod
     def from_json(cls, d: dict) -> "TensorDesc":
-        return cls(tuple(d["dim"]), tuple(d["stride"]), DataType[d["data_type"]], d["uid"],
-                   d.get("name", ""), d.get("is_virtual", False), d.get("is_pass_by_value", False))
+        return cls(
+            tuple(d["dim"]),
+            tuple(d["stride"]),
+            DataType[d["data_type"]],
+            d["uid"],
+            d.get("name", ""),
+            d.get("is_virtual", False),
+            d.get("is_pass_by_value", False),
+        )

@@ -7,6 +7,7 @@ the left bound "masks columns at or before row_idx - left_bound", BOTTOM_RIGHT s
 the diagonal by s_kv - s_q (per batch, the actual lengths, with the padding mask), and
 the padding mask drops rows >= seq_len_q[b] and columns >= seq_len_kv[b].
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,9 +16,9 @@ import math
 import numpy as np
 import torch
 import torch.nn.functional as F
+from _util import TORCH_TO_DT, graph_tensor
 
 import opendnn.frontend as cudnn
-from _util import TORCH_TO_DT, graph_tensor
 from opendnn.ops import dropout as dropout_ref
 
 TL = cudnn.diagonal_alignment.TOP_LEFT
@@ -30,20 +31,20 @@ class Case:
     b: int = 2
     h_q: int = 4
     h_k: int = 2
-    h_v: int | None = None          # default: h_k
+    h_v: int | None = None  # default: h_k
     s_q: int = 17
     s_kv: int = 17
     d: int = 16
-    d_v: int | None = None          # default: d
+    d_v: int | None = None  # default: d
     align: object = TL
     left: int | None = None
     right: int | None = None
-    lens: tuple | None = None       # (seq_len_q per batch, seq_len_kv per batch)
-    bias: str | None = None         # "bh", "1h", "b1", "11": the bias's first two dims
+    lens: tuple | None = None  # (seq_len_q per batch, seq_len_kv per batch)
+    bias: str | None = None  # "bh", "1h", "b1", "11": the bias's first two dims
     scale: float | None = 0.25
-    layout: str = "bhsd"            # or "bshd": q/k/v stored [B, S, H, D]
+    layout: str = "bhsd"  # or "bshd": q/k/v stored [B, S, H, D]
     dtype: torch.dtype = torch.float32
-    p: float | None = None          # dropout probability
+    p: float | None = None  # dropout probability
 
     @property
     def hv(self) -> int:
@@ -85,7 +86,7 @@ CASES = [
     Case("bshd", layout="bshd", h_q=6, h_k=3, right=0, bias="1h"),
     Case("bshd_padding", layout="bshd", lens=((4, 17), (17, 8)), align=BR, right=0),
     Case("no_scale", scale=None, s_q=7, s_kv=9),
-    Case("neg_scale", scale=-0.3, s_q=33, s_kv=70),          # Q negated, |c| folded
+    Case("neg_scale", scale=-0.3, s_q=33, s_kv=70),  # Q negated, |c| folded
     Case("zero_scale_causal", scale=0.0, s_q=20, s_kv=37, right=0),
     Case("fp16", dtype=torch.float16, right=0),
     Case("bf16", dtype=torch.bfloat16, s_q=9, s_kv=13, align=BR, right=0, bias="1h"),
@@ -99,13 +100,17 @@ def _stored(t: torch.Tensor, layout: str) -> torch.Tensor:
 
 def inputs(rng, c: Case) -> dict:
     """q, k, v (maybe BSHD-strided), bias, seq_len_q / seq_len_kv (int32 [B, 1, 1, 1])."""
-    out = {"q": rng.rand((c.b, c.h_q, c.s_q, c.d), c.dtype),
-           "k": rng.rand((c.b, c.h_k, c.s_kv, c.d), c.dtype),
-           "v": rng.rand((c.b, c.hv, c.s_kv, c.dv), c.dtype)}
+    out = {
+        "q": rng.rand((c.b, c.h_q, c.s_q, c.d), c.dtype),
+        "k": rng.rand((c.b, c.h_k, c.s_kv, c.d), c.dtype),
+        "v": rng.rand((c.b, c.hv, c.s_kv, c.dv), c.dtype),
+    }
     out = {n: _stored(t, c.layout) for n, t in out.items()}
     if c.bias:
-        out["bias"] = rng.rand((c.b if c.bias[0] == "b" else 1, c.h_q if c.bias[1] == "h"
-                                else 1, c.s_q, c.s_kv), c.dtype)
+        out["bias"] = rng.rand(
+            (c.b if c.bias[0] == "b" else 1, c.h_q if c.bias[1] == "h" else 1, c.s_q, c.s_kv),
+            c.dtype,
+        )
     if c.lens:
         for name, vals in zip(("seq_len_q", "seq_len_kv"), c.lens):
             out[name] = torch.tensor(vals, dtype=torch.int32).reshape(c.b, 1, 1, 1)
@@ -189,8 +194,13 @@ def _rng(g, v, name: str, feeds: dict):
 
 
 def _kwargs(c: Case, t: dict, seed, offset) -> dict:
-    kw = dict(attn_scale=c.scale, bias=t.get("bias"), diagonal_alignment=c.align,
-              diagonal_band_left_bound=c.left, diagonal_band_right_bound=c.right)
+    kw = dict(
+        attn_scale=c.scale,
+        bias=t.get("bias"),
+        diagonal_alignment=c.align,
+        diagonal_band_left_bound=c.left,
+        diagonal_band_right_bound=c.right,
+    )
     if c.lens:
         kw.update(use_padding_mask=True, seq_len_q=t["seq_len_q"], seq_len_kv=t["seq_len_kv"])
     if c.p is not None:
@@ -204,16 +214,23 @@ def forward_graph(c: Case, x: dict, generate_stats=True, seed=1234, offset=0):
     t = _tensors(g, c, x)
     feeds = {t[n]: x[n] for n in t}
     seed, offset = _rng(g, seed, "seed", feeds), _rng(g, offset, "offset", feeds)
-    o, st = g.sdpa(t["q"], t["k"], t["v"], generate_stats=generate_stats, name="sdpa",
-                   **_kwargs(c, t, seed, offset))
+    o, st = g.sdpa(
+        t["q"],
+        t["k"],
+        t["v"],
+        generate_stats=generate_stats,
+        name="sdpa",
+        **_kwargs(c, t, seed, offset),
+    )
     o.set_output(True)
     if st is not None:
         st.set_output(True)
     return g, feeds, [o, st]
 
 
-def backward_graph(c: Case, x: dict, o, stats, do, with_dbias=False, seed=1234, offset=0,
-                   deterministic=False):
+def backward_graph(
+    c: Case, x: dict, o, stats, do, with_dbias=False, seed=1234, offset=0, deterministic=False
+):
     """(graph, feeds, [dQ, dK, dV] + [dBias]) of an sdpa_backward node."""
     g = cudnn.pygraph()
     t = _tensors(g, c, x)
@@ -222,9 +239,18 @@ def backward_graph(c: Case, x: dict, o, stats, do, with_dbias=False, seed=1234, 
     to, tdo = graph_tensor(g, o).set_name("o"), graph_tensor(g, do).set_name("dO")
     tst = g.tensor(list(stats.shape), list(stats.stride()), cudnn.data_type.FLOAT, name="stats")
     dbias = g.tensor(name="dBias", data_type=TORCH_TO_DT[c.dtype]) if with_dbias else None
-    grads = g.sdpa_backward(t["q"], t["k"], t["v"], to, tdo, tst, dBias=dbias,
-                            name="sdpa_backward", use_deterministic_algorithm=deterministic,
-                            **_kwargs(c, t, seed, offset))
+    grads = g.sdpa_backward(
+        t["q"],
+        t["k"],
+        t["v"],
+        to,
+        tdo,
+        tst,
+        dBias=dbias,
+        name="sdpa_backward",
+        use_deterministic_algorithm=deterministic,
+        **_kwargs(c, t, seed, offset),
+    )
     outs = grads + ([dbias] if with_dbias else [])
     for o_ in outs:
         o_.set_output(True)

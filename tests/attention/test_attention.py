@@ -7,18 +7,29 @@ GQA / MQA, bias broadcasts (and dBias), odd sequence lengths, head dims 8..256, 
 strides, half types; literal masks that pin cuDNN's band semantics; dropout's stream,
 its statistics, and the forward and backward drawing the same mask; the deprecated
 aliases; generate_stats=False."""
+
 import dataclasses
 import math
 
 import numpy as np
 import pytest
 import torch
+from _attention_cases import (
+    BR,
+    CASES,
+    TL,
+    Case,
+    backward_graph,
+    dropout_mask,
+    expected_keep,
+    forward_graph,
+    inputs,
+    torch_math_sdpa,
+    torch_sdpa,
+)
+from _util import assert_close, expect_error, repro, run_reference
 
 import opendnn.frontend as cudnn
-from _attention_cases import (BR, CASES, TL, Case, backward_graph, dropout_mask,
-                              expected_keep, forward_graph, inputs, torch_math_sdpa,
-                              torch_sdpa)
-from _util import assert_close, expect_error, repro, run_reference
 from opendnn.errors import BadParamError, Status
 from opendnn.ops import attention as A
 from opendnn.ops import dropout as dropout_ref
@@ -39,15 +50,18 @@ def _tol_n(c: Case) -> int:
 
 
 # ---- the mask, literally ---------------------------------------------------------------
-@pytest.mark.parametrize("align,left,right,lens,s_q,s_kv,want", [
-    (TL, None, 0, None, 3, 5, ["10000", "11000", "11100"]),        # causal, top-left
-    (BR, None, 0, None, 3, 5, ["11100", "11110", "11111"]),        # diagonal shifted by 2
-    (BR, 2, 0, None, 3, 5, ["01100", "00110", "00011"]),           # window of 2 keys
-    (TL, 2, None, None, 4, 4, ["1111", "1111", "0111", "0011"]),   # left bound only
-    (TL, 1, 1, None, 3, 4, ["1100", "0110", "0011"]),              # band i <= j <= i + 1
-    (BR, None, 0, (2, 3), 4, 4, ["1100", "1110", "0000", "0000"]),  # padded: actual lengths
-    (TL, None, None, (3, 2), 4, 4, ["1100", "1100", "1100", "0000"]),
-])
+@pytest.mark.parametrize(
+    "align,left,right,lens,s_q,s_kv,want",
+    [
+        (TL, None, 0, None, 3, 5, ["10000", "11000", "11100"]),  # causal, top-left
+        (BR, None, 0, None, 3, 5, ["11100", "11110", "11111"]),  # diagonal shifted by 2
+        (BR, 2, 0, None, 3, 5, ["01100", "00110", "00011"]),  # window of 2 keys
+        (TL, 2, None, None, 4, 4, ["1111", "1111", "0111", "0011"]),  # left bound only
+        (TL, 1, 1, None, 3, 4, ["1100", "0110", "0011"]),  # band i <= j <= i + 1
+        (BR, None, 0, (2, 3), 4, 4, ["1100", "1110", "0000", "0000"]),  # padded: actual lengths
+        (TL, None, None, (3, 2), 4, 4, ["1100", "1100", "1100", "0000"]),
+    ],
+)
 def test_mask_literal(align, left, right, lens, s_q, s_kv, want):
     m = A.Masking(align, left, right, padding=lens is not None)
     got = A.score_mask(m, s_q, s_kv, *(lens or (None, None)))
@@ -60,11 +74,12 @@ def test_forward_matches_torch(case, rng):
     x = inputs(rng, case)
     g, feeds, (o, st) = forward_graph(case, x)
     got = run_reference(g, feeds, [o, st])
-    if case.layout == "bshd":       # O takes Q's stride order when unset
+    if case.layout == "bshd":  # O takes Q's stride order when unset
         assert o.get_stride() == list(x["q"].stride()[:1]) + [case.dv, case.h_q * case.dv, 1]
     keep, y = expected_keep(case), _f64(x)
-    msg = repro("sdpa", {n: tuple(t.shape) for n, t in x.items()}, case.dtype, rng.seed,
-                case=case.id)
+    msg = repro(
+        "sdpa", {n: tuple(t.shape) for n, t in x.items()}, case.dtype, rng.seed, case=case.id
+    )
     want_o = torch_math_sdpa(y["q"], y["k"], y["v"], keep, _scale(case), y.get("bias"))
     assert_close(got[o], want_o, case.dtype, _tol_n(case), msg)
     kk = y["k"].repeat_interleave(case.h_q // case.h_k, 1)
@@ -81,8 +96,9 @@ def test_generate_stats_false_gives_no_stats(rng):
     for kw in (dict(generate_stats=False), dict(is_inference=True)):
         g = cudnn.pygraph()
         tq, tk, tv = (g.tensor_like(x[n]) for n in ("q", "k", "v"))
-        o, st = g.sdpa(tq, tk, tv, attn_scale=0.25, diagonal_alignment=BR,
-                       diagonal_band_right_bound=0, **kw)
+        o, st = g.sdpa(
+            tq, tk, tv, attn_scale=0.25, diagonal_alignment=BR, diagonal_band_right_bound=0, **kw
+        )
         assert st is None
         got = run_reference(g, {tq: x["q"], tk: x["k"], tv: x["v"]}, [o])
         want = torch_math_sdpa(*_f64(x).values(), expected_keep(c), 0.25)
@@ -100,20 +116,46 @@ def test_deprecated_aliases_mean_the_new_arguments(rng):
         t = [g.tensor_like(x[n]) for n in ("q", "k", "v")]
         g.sdpa(*t, **kw)
         n = g._nodes[0]
-        return (n.diagonal_alignment, n.diagonal_band_left_bound,
-                n.diagonal_band_right_bound, n.generate_stats)
+        return (
+            n.diagonal_alignment,
+            n.diagonal_band_left_bound,
+            n.diagonal_band_right_bound,
+            n.generate_stats,
+        )
+
     assert node(use_causal_mask=True) == node(diagonal_band_right_bound=0)
     assert node(use_causal_mask_bottom_right=True, is_inference=True) == node(
-        diagonal_alignment=BR, diagonal_band_right_bound=0, generate_stats=False)
+        diagonal_alignment=BR, diagonal_band_right_bound=0, generate_stats=False
+    )
     assert node(sliding_window_length=3, use_causal_mask=True) == node(
-        diagonal_band_left_bound=3, diagonal_band_right_bound=0)
+        diagonal_band_left_bound=3, diagonal_band_right_bound=0
+    )
     assert node(use_causal_mask=True, diagonal_band_right_bound=2)[2] == 2
 
 
 # ---- backward -----------------------------------------------------------------------------
-BACKWARD = ["plain", "causal_tl", "causal_br", "causal_br_sq_gt_skv", "band_br", "empty_band",
-            "padding", "padding_br_causal", "gqa", "mqa", "kv_heads_differ", "bias_bh",
-            "bias_1h", "bias_b1", "bias_11", "s1", "d24_dv40", "bshd", "no_scale", "bf16"]
+BACKWARD = [
+    "plain",
+    "causal_tl",
+    "causal_br",
+    "causal_br_sq_gt_skv",
+    "band_br",
+    "empty_band",
+    "padding",
+    "padding_br_causal",
+    "gqa",
+    "mqa",
+    "kv_heads_differ",
+    "bias_bh",
+    "bias_1h",
+    "bias_b1",
+    "bias_11",
+    "s1",
+    "d24_dv40",
+    "bshd",
+    "no_scale",
+    "bf16",
+]
 
 
 @pytest.mark.parametrize("cid", BACKWARD)
@@ -124,11 +166,13 @@ def test_backward_matches_autograd(cid, rng):
     o, stats = torch_sdpa(y["q"], y["k"], y["v"], expected_keep(c), _scale(c), y.get("bias"))
     do = rng.rand(o.shape, c.dtype)
     o.backward(do.to(torch.float64))
-    g, feeds, outs = backward_graph(c, x, o.detach().to(c.dtype), stats.detach().float(), do,
-                                    with_dbias="bias" in x)
+    g, feeds, outs = backward_graph(
+        c, x, o.detach().to(c.dtype), stats.detach().float(), do, with_dbias="bias" in x
+    )
     got = run_reference(g, feeds, outs)
-    msg = repro("sdpa_backward", {n: tuple(t.shape) for n, t in x.items()}, c.dtype, rng.seed,
-                case=cid)
+    msg = repro(
+        "sdpa_backward", {n: tuple(t.shape) for n, t in x.items()}, c.dtype, rng.seed, case=cid
+    )
     for t, n in zip(outs, ("q", "k", "v", "bias")):
         assert_close(got[t], y[n].grad, c.dtype, _tol_n(c), f"{msg} grad={n}")
 
@@ -139,8 +183,9 @@ def test_backward_gqa_against_torch_sdpa_autograd(rng):
     c = BY_ID["gqa"]
     x = inputs(rng, c)
     y = {n: t.detach().clone().double().requires_grad_(True) for n, t in x.items()}
-    o = torch.nn.functional.scaled_dot_product_attention(y["q"], y["k"], y["v"], scale=0.25,
-                                                         is_causal=True, enable_gqa=True)
+    o = torch.nn.functional.scaled_dot_product_attention(
+        y["q"], y["k"], y["v"], scale=0.25, is_causal=True, enable_gqa=True
+    )
     do = rng.rand(o.shape)
     o.backward(do.double())
     o2, stats = torch_sdpa(*(t.detach() for t in y.values()), expected_keep(c), 0.25)
@@ -162,7 +207,7 @@ def test_dropout_mask_stream_and_statistics():
     idx = np.array([0, 1, 5, 4097, n - 1])
     u = dropout_ref.uniform_at(99, 7, idx)
     assert (m.reshape(-1)[idx] == (u >= np.float32(p))).all()
-    assert (A.dropout_keep(99, 8, p, shape) != m).mean() > 0.3     # another offset: new mask
+    assert (A.dropout_keep(99, 8, p, shape) != m).mean() > 0.3  # another offset: new mask
 
 
 @pytest.mark.parametrize("cid", ["causal_tl", "padding_br_causal", "gqa", "bias_1h"])
@@ -173,12 +218,14 @@ def test_dropout_forward_and_backward_share_the_mask(cid, rng):
     drop = dropout_mask(seed, offset, c.p, (c.b, c.h_q, c.s_q, c.s_kv))
     assert 0.5 < drop.mean() < 0.9
     y = {n: t.detach().clone().requires_grad_(t.is_floating_point()) for n, t in _f64(x).items()}
-    o, stats = torch_sdpa(y["q"], y["k"], y["v"], expected_keep(c), _scale(c), y.get("bias"),
-                          drop, c.p)
+    o, stats = torch_sdpa(
+        y["q"], y["k"], y["v"], expected_keep(c), _scale(c), y.get("bias"), drop, c.p
+    )
     do = rng.rand(o.shape)
     o.backward(do.double())
-    msg = repro("sdpa dropout", {n: tuple(t.shape) for n, t in x.items()}, c.dtype, rng.seed,
-                case=cid)
+    msg = repro(
+        "sdpa dropout", {n: tuple(t.shape) for n, t in x.items()}, c.dtype, rng.seed, case=cid
+    )
     # host ints, then one-element int64 device-style tensors: the same stream
     dev = (torch.tensor([[[[seed]]]], dtype=torch.int64), torch.tensor([[[[offset]]]]))
     for s_, o_ in ((seed, offset), dev):
@@ -186,8 +233,16 @@ def test_dropout_forward_and_backward_share_the_mask(cid, rng):
         got = run_reference(g, feeds, [to, tst])
         assert_close(got[to], o, torch.float32, _tol_n(c), msg)
         assert_close(got[tst], stats, torch.float32, _tol_n(c), msg)
-    g, feeds, outs = backward_graph(c, x, o.detach().float(), stats.detach().float(), do,
-                                    with_dbias="bias" in x, seed=seed, offset=offset)
+    g, feeds, outs = backward_graph(
+        c,
+        x,
+        o.detach().float(),
+        stats.detach().float(),
+        do,
+        with_dbias="bias" in x,
+        seed=seed,
+        offset=offset,
+    )
     got = run_reference(g, feeds, outs)
     for t, n in zip(outs, ("q", "k", "v", "bias")):
         assert_close(got[t], y[n].grad, torch.float32, _tol_n(c), f"{msg} grad={n}")
@@ -199,8 +254,14 @@ def test_sequence_lengths_out_of_range_fail_at_execution(rng):
     x = inputs(rng, c)
     x["seq_len_kv"] = torch.tensor([18, 3], dtype=torch.int32).reshape(2, 1, 1, 1)
     g, feeds, outs = forward_graph(c, x)
-    expect_error(BadParamError, Status.BAD_PARAM_OUT_OF_BOUND,
-                 lambda: run_reference(g, feeds, outs), "sdpa", "seq_len_kv", "[18]")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_OUT_OF_BOUND,
+        lambda: run_reference(g, feeds, outs),
+        "sdpa",
+        "seq_len_kv",
+        "[18]",
+    )
 
 
 def test_serialized_graph_round_trips(rng):

@@ -2,22 +2,29 @@
 through the interpreter: every case of tests/attention/_attention_cases.py in bfloat16 (float16 for
 one), forward (O and Stats) and backward (dQ, dK, dV), dropout included; what it
 declines, with the reason."""
+
 import dataclasses
 
 import pytest
 import torch
-
 from _attention_cases import CASES, backward_graph, forward_graph, inputs
 from _util import check_engine, repro, run_reference
+
 from opendnn.engines.attention.engine import AttentionEngine
 from opendnn.engines.base import Target
 
 ID = AttentionEngine.id
-RUN = [dataclasses.replace(c, dtype=torch.float16 if c.id == "plain" else torch.bfloat16)
-       for c in CASES if c.id != "kv_heads_differ"]
-RUN += [dataclasses.replace(CASES[1], id="dropout", dtype=torch.bfloat16, p=0.25),
-        dataclasses.replace(CASES[13], id="dropout_gqa_padding", dtype=torch.bfloat16, p=0.5,
-                            lens=((17, 9), (12, 17)))]
+RUN = [
+    dataclasses.replace(c, dtype=torch.float16 if c.id == "plain" else torch.bfloat16)
+    for c in CASES
+    if c.id != "kv_heads_differ"
+]
+RUN += [
+    dataclasses.replace(CASES[1], id="dropout", dtype=torch.bfloat16, p=0.25),
+    dataclasses.replace(
+        CASES[13], id="dropout_gqa_padding", dtype=torch.bfloat16, p=0.5, lens=((17, 9), (12, 17))
+    ),
+]
 
 
 def _backward_inputs(rng, c):
@@ -33,13 +40,18 @@ def _backward_inputs(rng, c):
 def test_engine_against_reference(rng, c):
     x = inputs(rng, c)
     g, feeds, outs = forward_graph(c, x, seed=77, offset=5)
-    got = check_engine(g, feeds, outs, ID, n=c.s_kv, msg=repro("sdpa", [c], str(c.dtype),
-                                                              rng.seed))
+    got = check_engine(g, feeds, outs, ID, n=c.s_kv, msg=repro("sdpa", [c], str(c.dtype), rng.seed))
     o, st = got[outs[0]], got[outs[1]]
     do = rng.rand(tuple(o.shape), c.dtype)
     g, feeds, outs = backward_graph(c, x, o, st, do, seed=77, offset=5)
-    check_engine(g, feeds, outs, ID, n=c.s_q + c.s_kv,
-                 msg=repro("sdpa_backward", [c], str(c.dtype), rng.seed))
+    check_engine(
+        g,
+        feeds,
+        outs,
+        ID,
+        n=c.s_q + c.s_kv,
+        msg=repro("sdpa_backward", [c], str(c.dtype), rng.seed),
+    )
 
 
 @pytest.mark.parametrize("cid", ["bias_bh", "bias_1h", "bias_b1", "bias_11"])
@@ -48,8 +60,14 @@ def test_dbias_against_reference(rng, cid):
     c = dataclasses.replace(next(x for x in CASES if x.id == cid), dtype=torch.bfloat16)
     x, o, st, do = _backward_inputs(rng, c)
     g, feeds, outs = backward_graph(c, x, o, st, do, with_dbias=True)
-    check_engine(g, feeds, outs, ID, n=c.s_q + c.s_kv + c.b * c.h_q,
-                 msg=repro("sdpa_backward", [c], "dbias", rng.seed))
+    check_engine(
+        g,
+        feeds,
+        outs,
+        ID,
+        n=c.s_q + c.s_kv + c.b * c.h_q,
+        msg=repro("sdpa_backward", [c], "dbias", rng.seed),
+    )
 
 
 def test_declines_float32_and_differing_kv_heads(rng):
@@ -58,8 +76,9 @@ def test_declines_float32_and_differing_kv_heads(rng):
     g, _, _ = forward_graph(c, inputs(rng, c))
     g.validate()
     assert "half or bfloat16 only" in e.check_support(g.op_graph, Target()).reason
-    c = dataclasses.replace(next(x for x in CASES if x.id == "kv_heads_differ"),
-                            dtype=torch.bfloat16)
+    c = dataclasses.replace(
+        next(x for x in CASES if x.id == "kv_heads_differ"), dtype=torch.bfloat16
+    )
     g, _, _ = forward_graph(c, inputs(rng, c))
     g.validate()
     assert "different head counts" in e.check_support(g.op_graph, Target()).reason
@@ -67,6 +86,7 @@ def test_declines_float32_and_differing_kv_heads(rng):
 
 def test_configs_fit_the_shared_memory_and_oversized_ones_are_declined(rng):
     from opendnn.engines.base import EngineConfig
+
     h100 = Target(device="cuda", name="H100", capability=(9, 0), num_sms=132)
     c = dataclasses.replace(CASES[0], d=256, dtype=torch.bfloat16)
     g, _, _ = forward_graph(c, inputs(rng, c))
@@ -88,17 +108,27 @@ def test_backward_with_atomic_dq_against_reference(rng, cid):
     c = dataclasses.replace(next(x for x in CASES if x.id == cid), dtype=torch.bfloat16)
     x, o, st, do = _backward_inputs(rng, c)
     g, feeds, outs = backward_graph(c, x, o, st, do)
-    check_engine(g, feeds, outs, ID, ATOMIC, n=c.s_q + c.s_kv,
-                 msg=repro("sdpa_backward", [c], "atomic", rng.seed))
+    check_engine(
+        g,
+        feeds,
+        outs,
+        ID,
+        ATOMIC,
+        n=c.s_q + c.s_kv,
+        msg=repro("sdpa_backward", [c], "atomic", rng.seed),
+    )
     from opendnn.engines.base import EngineConfig
     from opendnn.enums import NumericalNote
+
     e = AttentionEngine()
     assert NumericalNote.NONDETERMINISTIC in e.numerical_notes(
-        g.op_graph, EngineConfig.make(e, **ATOMIC))
+        g.op_graph, EngineConfig.make(e, **ATOMIC)
+    )
 
 
 def test_deterministic_request_declines_atomic_dq(rng):
     from opendnn.engines.base import EngineConfig
+
     c = dataclasses.replace(CASES[0], dtype=torch.bfloat16)
     x, o, st, do = _backward_inputs(rng, c)
     g, _, _ = backward_graph(c, x, o, st, do, deterministic=True)
@@ -109,10 +139,17 @@ def test_deterministic_request_declines_atomic_dq(rng):
     assert all(not cfg.knob_dict.get("DQ_ATOMIC") for cfg in e.configs(g.op_graph, Target()))
 
 
-
-
-SPLIT_DQ = dict(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=1, TMA=0, DQ_BLOCK_M=32,
-                DQ_BLOCK_N=16, DQ_WARPS=2, DQ_STAGES=1)
+SPLIT_DQ = dict(
+    BLOCK_M=16,
+    BLOCK_N=16,
+    num_warps=4,
+    num_stages=1,
+    TMA=0,
+    DQ_BLOCK_M=32,
+    DQ_BLOCK_N=16,
+    DQ_WARPS=2,
+    DQ_STAGES=1,
+)
 
 
 @pytest.mark.parametrize("cid", ["plain", "padding_br_causal", "band_br"])
@@ -121,12 +158,20 @@ def test_backward_with_own_dq_tiles_against_reference(rng, cid):
     c = dataclasses.replace(next(x for x in CASES if x.id == cid), dtype=torch.bfloat16)
     x, o, st, do = _backward_inputs(rng, c)
     g, feeds, outs = backward_graph(c, x, o, st, do)
-    check_engine(g, feeds, outs, ID, SPLIT_DQ, n=c.s_q + c.s_kv,
-                 msg=repro("sdpa_backward", [c], "split dq", rng.seed))
+    check_engine(
+        g,
+        feeds,
+        outs,
+        ID,
+        SPLIT_DQ,
+        n=c.s_q + c.s_kv,
+        msg=repro("sdpa_backward", [c], "split dq", rng.seed),
+    )
 
 
 def test_dq_knob_and_backward_tma_rules(rng):
     from opendnn.engines.base import EngineConfig
+
     h100 = Target(device="cuda", name="H100", capability=(9, 0), num_sms=132)
     e = AttentionEngine()
     c = dataclasses.replace(CASES[0], dtype=torch.bfloat16)
@@ -138,6 +183,7 @@ def test_dq_knob_and_backward_tma_rules(rng):
 
     def reason(graph, target, **kw):
         return e.check_config(graph.op_graph, EngineConfig.make(e, **kw), target).reason
+
     assert "DQ_ATOMIC=0" in reason(g, h100, **dict(ATOMIC, DQ_BLOCK_M=32))
     assert "DQ_ATOMIC=0" in reason(gf, h100, BLOCK_M=64, BLOCK_N=64, DQ_WARPS=8)
     assert "bulk reduction" in reason(g, h100, BLOCK_M=64, BLOCK_N=64, TMA=1)
@@ -147,24 +193,27 @@ def test_dq_knob_and_backward_tma_rules(rng):
     x, o, st, do = _backward_inputs(rng, cd)
     g2, _, _ = backward_graph(cd, x, o, st, do)
     g2.validate()
-    assert "dQ kernel: 4 stages" in reason(g2, h100, BLOCK_M=16, BLOCK_N=16, num_stages=1,
-                                           DQ_BLOCK_M=128, DQ_BLOCK_N=128, DQ_STAGES=4)
+    assert "dQ kernel: 4 stages" in reason(
+        g2, h100, BLOCK_M=16, BLOCK_N=16, num_stages=1, DQ_BLOCK_M=128, DQ_BLOCK_N=128, DQ_STAGES=4
+    )
 
 
-def _first_choice(backward: bool, s: int, d: int, causal: bool, index: int = 0,
-                  deterministic: bool = True) -> dict:
+def _first_choice(
+    backward: bool, s: int, d: int, causal: bool, index: int = 0, deterministic: bool = True
+) -> dict:
     """The heuristic's config ``index`` (0: first) on an H100 for B=4, H=16, S=s, head dim d,
     bf16 (a backward node with use_deterministic_algorithm=``deterministic``)."""
     import opendnn.frontend as cudnn
+
     h100 = Target(device="cuda", name="H100", capability=(9, 0), num_sms=132)
     g = cudnn.pygraph()
-    q, k, v, o, do = (g.tensor([4, 16, s, d], data_type=cudnn.data_type.BFLOAT16)
-                      for _ in range(5))
+    q, k, v, o, do = (g.tensor([4, 16, s, d], data_type=cudnn.data_type.BFLOAT16) for _ in range(5))
     band = dict(attn_scale=0.125, diagonal_band_right_bound=0 if causal else None)
     if backward:
         st = g.tensor([4, 16, s, 1], data_type=cudnn.data_type.FLOAT)
-        for t in g.sdpa_backward(q, k, v, o, do, st, use_deterministic_algorithm=deterministic,
-                                 **band):
+        for t in g.sdpa_backward(
+            q, k, v, o, do, st, use_deterministic_algorithm=deterministic, **band
+        ):
             t.set_output(True)
     else:
         g.sdpa(q, k, v, generate_stats=False, **band)[0].set_output(True)
@@ -173,22 +222,34 @@ def _first_choice(backward: bool, s: int, d: int, causal: bool, index: int = 0,
 
 
 GLUON = (128, 128, 4, 2)
-GLUON_SHORT_CAUSAL = (128, 64, 4, 3)     # causal up to S=2048: persistent, 64-key tiles
-GLUON_LONG = (128, 128, 4, 3)            # without a mask from S=16384 (head dim 64: 4096)
+GLUON_SHORT_CAUSAL = (128, 64, 4, 3)  # causal up to S=2048: persistent, 64-key tiles
+GLUON_LONG = (128, 128, 4, 3)  # without a mask from S=16384 (head dim 64: 4096)
 
 
-@pytest.mark.parametrize("backward,s,d,causal,tile,pingpong", [
-    (False, 4096, 128, False, GLUON, 0), (False, 4096, 128, True, GLUON, 0),
-    (False, 8192, 128, False, GLUON, 1), (False, 8192, 128, True, GLUON, 0),
-    (False, 1024, 64, False, (64, 64, 4, 3), 0), (False, 1024, 128, True, GLUON_SHORT_CAUSAL, 0),
-    (False, 16384, 128, False, GLUON_LONG, 0), (False, 1024, 64, True, GLUON_SHORT_CAUSAL, 0),
-    (False, 1024, 128, False, GLUON, 0), (False, 2048, 64, True, GLUON_LONG, 0),
-    (False, 4096, 64, False, GLUON_LONG, 0), (False, 2048, 128, True, GLUON_SHORT_CAUSAL, 0),
-    (False, 16384, 64, True, GLUON, 0),
-    (True, 4096, 128, False, (64, 64, 4, 2), 0), (True, 4096, 128, True, (32, 64, 4, 4), 0),
-    (True, 4096, 64, False, (32, 128, 4, 3), 0), (True, 16384, 64, True, (32, 64, 4, 4), 0)])
+@pytest.mark.parametrize(
+    "backward,s,d,causal,tile,pingpong",
+    [
+        (False, 4096, 128, False, GLUON, 0),
+        (False, 4096, 128, True, GLUON, 0),
+        (False, 8192, 128, False, GLUON, 1),
+        (False, 8192, 128, True, GLUON, 0),
+        (False, 1024, 64, False, (64, 64, 4, 3), 0),
+        (False, 1024, 128, True, GLUON_SHORT_CAUSAL, 0),
+        (False, 16384, 128, False, GLUON_LONG, 0),
+        (False, 1024, 64, True, GLUON_SHORT_CAUSAL, 0),
+        (False, 1024, 128, False, GLUON, 0),
+        (False, 2048, 64, True, GLUON_LONG, 0),
+        (False, 4096, 64, False, GLUON_LONG, 0),
+        (False, 2048, 128, True, GLUON_SHORT_CAUSAL, 0),
+        (False, 16384, 64, True, GLUON, 0),
+        (True, 4096, 128, False, (64, 64, 4, 2), 0),
+        (True, 4096, 128, True, (32, 64, 4, 4), 0),
+        (True, 4096, 64, False, (32, 128, 4, 3), 0),
+        (True, 16384, 64, True, (32, 64, 4, 4), 0),
+    ],
+)
 def test_h100_first_choices(backward, s, d, causal, tile, pingpong):
-    """The tiles the H100 sweeps chose (bench/notes/attention.md, sessions 9-15): the Gluon
+    """The tiles the H100 sweeps chose (docs/design/attention.md; bench/attention_sweep.py): the Gluon
     forward first where it covers the problem, but for short rows at head dim 64 or causal;
     the Gluon backward first, then the Triton split's best tiles (a deterministic backward
     node: test_h100_nondeterministic_gluon_backward_order has the other kind)."""
@@ -196,19 +257,27 @@ def test_h100_first_choices(backward, s, d, causal, tile, pingpong):
     assert (kn["BLOCK_M"], kn["BLOCK_N"], kn["num_warps"], kn["num_stages"]) == tile, kn
     assert kn["LPT"] == 0, kn
     assert kn["PERSIST"] == int(causal and s <= 2048 and kn["GLUON"] == 1), kn
-    assert (kn["GLUON"], kn["PINGPONG"]) == (int(tile in (GLUON, GLUON_SHORT_CAUSAL, GLUON_LONG)),
-                                             pingpong), kn
+    assert (kn["GLUON"], kn["PINGPONG"]) == (
+        int(tile in (GLUON, GLUON_SHORT_CAUSAL, GLUON_LONG)),
+        pingpong,
+    ), kn
     if backward:
         assert (kn["DQ_BLOCK_M"], kn["DQ_BLOCK_N"]) == (128, 64), kn
         assert kn["DQ_WARPS"] == (4 if d == 64 and not causal else 8), kn
 
 
-@pytest.mark.parametrize("s,d,causal,stages,dq_n,dq_stages", [
-    (1024, 128, False, 2, 64, 3), (8192, 128, True, 3, 64, 3), (4096, 64, False, 4, 128, 2),
-    (16384, 64, True, 4, 128, 2)])
+@pytest.mark.parametrize(
+    "s,d,causal,stages,dq_n,dq_stages",
+    [
+        (1024, 128, False, 2, 64, 3),
+        (8192, 128, True, 3, 64, 3),
+        (4096, 64, False, 4, 128, 2),
+        (16384, 64, True, 4, 128, 2),
+    ],
+)
 def test_h100_gluon_backward_first(s, d, causal, stages, dq_n, dq_stages):
-    """The Gluon backward is listed first on an H100 (bench/gluon_attn_bwd_probe.py, session
-    14: 0.87-1.85x cuDNN): dK / dV 64 x 128 keys, dQ 128 rows; stages per head dim / mask."""
+    """The Gluon backward is listed first on an H100 (docs/design/attention.md,
+    bench/attention_sweep.py gluon-bwd): dK / dV 64 x 128 keys, dQ 128 rows; stages per head dim / mask."""
     kn = _first_choice(True, s, d, causal)
     assert (kn["GLUON"], kn["BLOCK_M"], kn["BLOCK_N"], kn["num_warps"]) == (1, 64, 128, 4), kn
     assert (kn["num_stages"], kn["DQ_BLOCK_N"], kn["DQ_STAGES"]) == (stages, dq_n, dq_stages)
@@ -218,12 +287,13 @@ def test_h100_gluon_backward_first(s, d, causal, stages, dq_n, dq_stages):
 ND_BWD = dict(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=2, DQ_ATOMIC=1, GLUON=1)
 
 
-@pytest.mark.parametrize("s,d,causal", [(4096, 128, False), (8192, 128, True),
-                                        (4096, 64, False), (1024, 64, True)])
+@pytest.mark.parametrize(
+    "s,d,causal", [(4096, 128, False), (8192, 128, True), (4096, 64, False), (1024, 64, True)]
+)
 def test_h100_nondeterministic_gluon_backward_order(s, d, causal):
     """A backward node that allows nondeterminism (the frontend's default) lists the Gluon
     TMA-reduce dQ kernel (DQ_ATOMIC=1, note NONDETERMINISTIC) first, the H100 measured it
-    faster than the deterministic pair (bench/gluon_attn_bwd_nd.py, session 16), and the
+    faster than the deterministic pair (docs/design/attention.md), and the
     deterministic pair second; a deterministic node never lists it."""
     at = 0
     nd = _first_choice(True, s, d, causal, index=at, deterministic=False)
@@ -234,14 +304,17 @@ def test_h100_nondeterministic_gluon_backward_order(s, d, causal):
     assert det == _first_choice(True, s, d, causal)
     import opendnn.frontend as cudnn
     from opendnn.enums import NumericalNote
+
     h100 = Target(device="cuda", name="H100", capability=(9, 0), num_sms=132)
     for deterministic in (False, True):
         g = cudnn.pygraph()
-        q, k, v, o, do = (g.tensor([4, 16, s, d], data_type=cudnn.data_type.BFLOAT16)
-                          for _ in range(5))
+        q, k, v, o, do = (
+            g.tensor([4, 16, s, d], data_type=cudnn.data_type.BFLOAT16) for _ in range(5)
+        )
         st = g.tensor([4, 16, s, 1], data_type=cudnn.data_type.FLOAT)
-        for t in g.sdpa_backward(q, k, v, o, do, st, attn_scale=0.125,
-                                 use_deterministic_algorithm=deterministic):
+        for t in g.sdpa_backward(
+            q, k, v, o, do, st, attn_scale=0.125, use_deterministic_algorithm=deterministic
+        ):
             t.set_output(True)
         g.validate()
         e = AttentionEngine()
@@ -257,10 +330,10 @@ def _gluon_reason(knobs: dict, target=None, backward=False, d=128, s=256, **kw) 
     the node's arguments)."""
     import opendnn.frontend as cudnn
     from opendnn.engines.base import EngineConfig
+
     h100 = Target(device="cuda", name="H100", capability=(9, 0), num_sms=132)
     g = cudnn.pygraph()
-    q, k, v, o, do = (g.tensor([2, 4, s, d], data_type=cudnn.data_type.BFLOAT16)
-                      for _ in range(5))
+    q, k, v, o, do = (g.tensor([2, 4, s, d], data_type=cudnn.data_type.BFLOAT16) for _ in range(5))
     if backward:
         st = g.tensor([2, 4, s, 1], data_type=cudnn.data_type.FLOAT)
         for t in g.sdpa_backward(q, k, v, o, do, st, attn_scale=0.125, **kw):
@@ -284,41 +357,100 @@ def test_gluon_forward_rules():
     assert _gluon_reason(dict(GLUON_KNOBS, PINGPONG=1)) == ""
     assert _gluon_reason(dict(GLUON_KNOBS, LPT=1), diagonal_band_right_bound=0) == ""
     assert _gluon_reason(dict(GLUON_KNOBS, PERSIST=1)) == ""
-    assert _gluon_reason(dict(GLUON_KNOBS, PERSIST=1, BLOCK_N=64, num_stages=3), None, False,
-                         64, diagonal_band_right_bound=0) == ""
+    assert (
+        _gluon_reason(
+            dict(GLUON_KNOBS, PERSIST=1, BLOCK_N=64, num_stages=3),
+            None,
+            False,
+            64,
+            diagonal_band_right_bound=0,
+        )
+        == ""
+    )
     assert "PERSIST: sequence lengths a multiple of 128 (200)" in _gluon_reason(
-        dict(GLUON_KNOBS, PERSIST=1), None, False, 128, 200)
+        dict(GLUON_KNOBS, PERSIST=1), None, False, 128, 200
+    )
     for knobs, target, backward, d, kw, reason in [
         (GLUON_KNOBS, Target(), False, 128, {}, "a Hopper GPU"),
-        (GLUON_KNOBS, Target(device="cuda", capability=(8, 0)), False, 128, {},
-         "a Hopper GPU"),
+        (GLUON_KNOBS, Target(device="cuda", capability=(8, 0)), False, 128, {}, "a Hopper GPU"),
         (GLUON_KNOBS, None, True, 128, {}, "GLUON backward: BLOCK_M=64, BLOCK_N=128"),
         (dict(GLUON_KNOBS, BLOCK_M=64), None, False, 128, {}, "BLOCK_M=128, num_warps=4"),
         (dict(GLUON_KNOBS, num_stages=4), None, False, 128, {}, "num_stages 2 or 3"),
         (GLUON_KNOBS, None, False, 96, {}, "head dims 64 or 128"),
-        (GLUON_KNOBS, None, False, 128, dict(diagonal_band_right_bound=0,
-                                             diagonal_band_left_bound=8), "no bias"),
-        (dict(BLOCK_M=64, BLOCK_N=64, PINGPONG=1), None, False, 128, {},
-         "PINGPONG, LPT and PERSIST are knobs of the Gluon forward"),
-        (dict(BLOCK_M=64, BLOCK_N=64, LPT=1), None, False, 128, {},
-         "PINGPONG, LPT and PERSIST are knobs of the Gluon forward"),
+        (
+            GLUON_KNOBS,
+            None,
+            False,
+            128,
+            dict(diagonal_band_right_bound=0, diagonal_band_left_bound=8),
+            "no bias",
+        ),
+        (
+            dict(BLOCK_M=64, BLOCK_N=64, PINGPONG=1),
+            None,
+            False,
+            128,
+            {},
+            "PINGPONG, LPT and PERSIST are knobs of the Gluon forward",
+        ),
+        (
+            dict(BLOCK_M=64, BLOCK_N=64, LPT=1),
+            None,
+            False,
+            128,
+            {},
+            "PINGPONG, LPT and PERSIST are knobs of the Gluon forward",
+        ),
         (dict(GLUON_KNOBS, LPT=1), None, False, 128, {}, "this node has no mask"),
-        (dict(BLOCK_M=64, BLOCK_N=64, PERSIST=1), None, False, 128, {},
-         "PINGPONG, LPT and PERSIST are knobs of the Gluon forward"),
-        (dict(GLUON_KNOBS, PERSIST=1, PINGPONG=1), None, False, 128, {},
-         "PERSIST: no PINGPONG, and no LPT"),
-        (dict(GLUON_KNOBS, PERSIST=1, LPT=1), None, False, 128,
-         dict(diagonal_band_right_bound=0), "PERSIST: no PINGPONG, and no LPT"),
+        (
+            dict(BLOCK_M=64, BLOCK_N=64, PERSIST=1),
+            None,
+            False,
+            128,
+            {},
+            "PINGPONG, LPT and PERSIST are knobs of the Gluon forward",
+        ),
+        (
+            dict(GLUON_KNOBS, PERSIST=1, PINGPONG=1),
+            None,
+            False,
+            128,
+            {},
+            "PERSIST: no PINGPONG, and no LPT",
+        ),
+        (
+            dict(GLUON_KNOBS, PERSIST=1, LPT=1),
+            None,
+            False,
+            128,
+            dict(diagonal_band_right_bound=0),
+            "PERSIST: no PINGPONG, and no LPT",
+        ),
         # the persistent kernel adds an O tile per warpgroup to the shared memory
-        (dict(GLUON_KNOBS, PERSIST=1, num_stages=3), None, False, 128, {},
-         "need 256 KB of shared memory"),
+        (
+            dict(GLUON_KNOBS, PERSIST=1, num_stages=3),
+            None,
+            False,
+            128,
+            {},
+            "need 256 KB of shared memory",
+        ),
     ]:
         got = _gluon_reason(knobs, target, backward, d, **kw)
         assert reason in got, (knobs, got)
 
 
-GLUON_BWD = dict(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=2, DQ_BLOCK_M=128,
-                 DQ_BLOCK_N=64, DQ_WARPS=4, DQ_STAGES=3, GLUON=1)
+GLUON_BWD = dict(
+    BLOCK_M=64,
+    BLOCK_N=128,
+    num_warps=4,
+    num_stages=2,
+    DQ_BLOCK_M=128,
+    DQ_BLOCK_N=64,
+    DQ_WARPS=4,
+    DQ_STAGES=3,
+    GLUON=1,
+)
 
 
 def test_gluon_backward_rules():
@@ -326,14 +458,25 @@ def test_gluon_backward_rules():
     plain, causal and MQA-free cases are accepted on a Hopper target."""
     assert _gluon_reason(GLUON_BWD, backward=True) == ""
     assert _gluon_reason(GLUON_BWD, backward=True, diagonal_band_right_bound=0) == ""
-    assert _gluon_reason(dict(GLUON_BWD, num_stages=4, DQ_BLOCK_N=128, DQ_STAGES=2), None,
-                         True, 64) == ""
+    assert (
+        _gluon_reason(dict(GLUON_BWD, num_stages=4, DQ_BLOCK_N=128, DQ_STAGES=2), None, True, 64)
+        == ""
+    )
     for stages, d in ((2, 128), (3, 128), (4, 64)):
-        assert _gluon_reason(dict(ND_BWD, num_stages=stages), None, True, d,
-                             diagonal_band_right_bound=0) == ""
+        assert (
+            _gluon_reason(
+                dict(ND_BWD, num_stages=stages), None, True, d, diagonal_band_right_bound=0
+            )
+            == ""
+        )
     for knobs, d, s, kw, reason in [
-        (dict(GLUON_BWD, PINGPONG=1), 128, 256, {},
-         "PINGPONG, LPT and PERSIST are knobs of the Gluon"),
+        (
+            dict(GLUON_BWD, PINGPONG=1),
+            128,
+            256,
+            {},
+            "PINGPONG, LPT and PERSIST are knobs of the Gluon",
+        ),
         (dict(GLUON_BWD, LPT=1), 128, 256, {}, "PINGPONG, LPT and PERSIST are knobs of the Gluon"),
         (dict(GLUON_BWD, BLOCK_M=128), 128, 256, {}, "GLUON backward: BLOCK_M=64"),
         (dict(GLUON_BWD, DQ_STAGES=1), 128, 256, {}, "DQ_STAGES 2 or 3"),
@@ -344,12 +487,27 @@ def test_gluon_backward_rules():
         (dict(ND_BWD, TMA=1), 128, 256, {}, "no TMA or DQ_BLOCK_M"),
         (dict(ND_BWD, DQ_STAGES=2), 128, 256, {}, "no TMA or DQ_BLOCK_M"),
         (dict(ND_BWD, PINGPONG=1), 128, 256, {}, "PINGPONG, LPT and PERSIST are knobs"),
-        (dict(ND_BWD, num_stages=4), 128, 256, {},
-         "DQ_ATOMIC=1 with 4 stages at head dim 128 need 258 KB of shared memory"),
-        (ND_BWD, 128, 256, dict(use_deterministic_algorithm=True),
-         "DQ_ATOMIC adds dQ by TMA reductions (nondeterministic); the node asks"),
-        (dict(GLUON_BWD, DQ_BLOCK_N=128, DQ_STAGES=3), 128, 256, {},
-         "need 256 KB of shared memory"),
+        (
+            dict(ND_BWD, num_stages=4),
+            128,
+            256,
+            {},
+            "DQ_ATOMIC=1 with 4 stages at head dim 128 need 258 KB of shared memory",
+        ),
+        (
+            ND_BWD,
+            128,
+            256,
+            dict(use_deterministic_algorithm=True),
+            "DQ_ATOMIC adds dQ by TMA reductions (nondeterministic); the node asks",
+        ),
+        (
+            dict(GLUON_BWD, DQ_BLOCK_N=128, DQ_STAGES=3),
+            128,
+            256,
+            {},
+            "need 256 KB of shared memory",
+        ),
         (GLUON_BWD, 96, 256, {}, "head dims 64 or 128"),
         (GLUON_BWD, 128, 200, {}, "a multiple of 128 (200)"),
         (GLUON_BWD, 128, 256, dict(diagonal_band_right_bound=4), "no bias, dropout"),
@@ -364,6 +522,7 @@ def test_gluon_backward_declines_strided_gradients():
     heuristic lists only the Triton split."""
     import opendnn.frontend as cudnn
     from opendnn.engines.base import EngineConfig
+
     h100 = Target(device="cuda", name="H100", capability=(9, 0), num_sms=132)
     g = cudnn.pygraph()
     dims, bshd = [2, 4, 256, 128], [256 * 4 * 128, 128, 4 * 128, 1]
@@ -386,10 +545,13 @@ def test_gluon_declines_misaligned_buffers_at_execute():
     import opendnn.frontend as cudnn
     from opendnn.engines.base import EngineConfig
     from opendnn.errors import BadParamError, Status
+
     h100 = Target(device="cuda", name="H100", capability=(9, 0), num_sms=132)
     g = cudnn.pygraph()
-    q, k, v = (g.tensor([1, 2, 128, 64], data_type=cudnn.data_type.BFLOAT16, name=n)
-               for n in ("q", "k", "v"))
+    q, k, v = (
+        g.tensor([1, 2, 128, 64], data_type=cudnn.data_type.BFLOAT16, name=n)
+        for n in ("q", "k", "v")
+    )
     o, _ = g.sdpa(q, k, v, attn_scale=0.125, generate_stats=False)
     o.set_output(True).set_name("o")
     g.validate()
@@ -398,8 +560,8 @@ def test_gluon_declines_misaligned_buffers_at_execute():
     ex = e.build(g.op_graph, cfg, h100)
     raw = torch.zeros(2 * 128 * 64 + 1, dtype=torch.bfloat16)
     buffers = {t.uid: raw[:-1] for t in (q, k, v, o)}
-    buffers[k.uid] = raw[1:]                  # 2 bytes past an aligned address
-    buffers[ex.scale_uid] = torch.tensor(0.125)    # passed by value
+    buffers[k.uid] = raw[1:]  # 2 bytes past an aligned address
+    buffers[ex.scale_uid] = torch.tensor(0.125)  # passed by value
     ws = torch.zeros(e.workspace_size(g.op_graph, cfg, h100), dtype=torch.uint8)
     with pytest.raises(BadParamError) as err:
         ex.run(buffers, ws)
@@ -412,6 +574,7 @@ def test_gluon_forward_declines_unpacked_and_unlisted():
     """Q in BSHD strides is not one 2-D TMA view: declined, and not listed; a bias
     leaves the Triton configs only."""
     import opendnn.frontend as cudnn
+
     h100 = Target(device="cuda", name="H100", capability=(9, 0), num_sms=132)
     for variant in ("bshd", "bias"):
         g = cudnn.pygraph()
@@ -420,8 +583,9 @@ def test_gluon_forward_declines_unpacked_and_unlisted():
             q, k, v = (g.tensor(dims, strides, cudnn.data_type.BFLOAT16) for _ in range(3))
             kw = {}
         else:
-            q, k, v = (g.tensor([2, 4, 256, 128], data_type=cudnn.data_type.BFLOAT16)
-                       for _ in range(3))
+            q, k, v = (
+                g.tensor([2, 4, 256, 128], data_type=cudnn.data_type.BFLOAT16) for _ in range(3)
+            )
             kw = dict(bias=g.tensor([1, 4, 256, 256], data_type=cudnn.data_type.BFLOAT16))
         g.sdpa(q, k, v, attn_scale=0.125, **kw)[0].set_output(True)
         g.validate()
@@ -429,5 +593,6 @@ def test_gluon_forward_declines_unpacked_and_unlisted():
         assert not any(c.knob_dict.get("GLUON") for c in e.configs(g.op_graph, h100))
         if variant == "bshd":
             from opendnn.engines.base import EngineConfig
+
             sup = e.check_config(g.op_graph, EngineConfig.make(e, **GLUON_KNOBS), h100)
             assert not sup.ok and "packed B, H, S, D" in sup.reason

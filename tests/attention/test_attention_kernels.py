@@ -3,6 +3,7 @@ interpreter,
 launched directly on small shapes against a float64 PyTorch computation written here:
 every mask kind, grouped-query heads, bias, padding, dropout (the ops/dropout.py stream),
 odd lengths, BSHD strides."""
+
 import dataclasses
 import math
 
@@ -15,8 +16,11 @@ from opendnn.enums import DataType
 from opendnn.ops import dropout as D
 from opendnn.runtime.launch import kernel_from_source
 
-DT = {torch.float32: DataType.FLOAT, torch.bfloat16: DataType.BFLOAT16,
-      torch.float16: DataType.HALF}
+DT = {
+    torch.float32: DataType.FLOAT,
+    torch.bfloat16: DataType.BFLOAT16,
+    torch.float16: DataType.HALF,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,8 +29,9 @@ class Kn:
     BLOCK_N: int = 16
 
 
-def _ref(q, k, v, scale, bias=None, right=None, left=None, br=False, seq_q=None,
-         seq_kv=None, drop=None):
+def _ref(
+    q, k, v, scale, bias=None, right=None, left=None, br=False, seq_q=None, seq_kv=None, drop=None
+):
     """float64 O [B, H, S_q, D_v] and logsumexp [B, H, S_q]; ``drop``: (p, keep mask)."""
     q, k, v = q.double(), k.double(), v.double()
     B, H, SQ, _ = q.shape
@@ -60,18 +65,51 @@ def _ref(q, k, v, scale, bias=None, right=None, left=None, br=False, seq_q=None,
 
 def _problem(q, k, v, o, stats, bias, right, left, br, seq_q, drop) -> K.Problem:
     B, H, SQ, Dh = q.shape
-    bst = None if bias is None else tuple(0 if n == 1 else st
-                                          for n, st in zip(bias.shape, bias.stride()))
-    return K.Problem(B, H, k.shape[1], SQ, k.shape[2], Dh, v.shape[3], tuple(q.stride()),
-                     tuple(k.stride()), tuple(v.stride()), tuple(o.stride()), DT[q.dtype],
-                     DT[q.dtype], stats=tuple(stats.stride()) + (0,), bias=bst,
-                     bias_dtype=None if bias is None else DT[bias.dtype], right=right,
-                     left=left, bottom_right=br, padding=seq_q is not None,
-                     dropout=drop is not None, p_drop=drop[2] if drop else 0.0)
+    bst = (
+        None
+        if bias is None
+        else tuple(0 if n == 1 else st for n, st in zip(bias.shape, bias.stride()))
+    )
+    return K.Problem(
+        B,
+        H,
+        k.shape[1],
+        SQ,
+        k.shape[2],
+        Dh,
+        v.shape[3],
+        tuple(q.stride()),
+        tuple(k.stride()),
+        tuple(v.stride()),
+        tuple(o.stride()),
+        DT[q.dtype],
+        DT[q.dtype],
+        stats=tuple(stats.stride()) + (0,),
+        bias=bst,
+        bias_dtype=None if bias is None else DT[bias.dtype],
+        right=right,
+        left=left,
+        bottom_right=br,
+        padding=seq_q is not None,
+        dropout=drop is not None,
+        p_drop=drop[2] if drop else 0.0,
+    )
 
 
-def _run(q, k, v, scale, bias=None, right=None, left=None, br=False, seq_q=None,
-         seq_kv=None, drop=None, kn=Kn()):
+def _run(
+    q,
+    k,
+    v,
+    scale,
+    bias=None,
+    right=None,
+    left=None,
+    br=False,
+    seq_q=None,
+    seq_kv=None,
+    drop=None,
+    kn=Kn(),
+):
     B, H, SQ, Dh = q.shape
     o = torch.full((B, H, SQ, v.shape[3]), float("nan"), dtype=q.dtype)
     stats = torch.full((B, H, SQ), float("nan"), dtype=torch.float32)
@@ -108,11 +146,11 @@ def _qkv(B, H, HKV, SQ, SKV, Dh, DV, dtype=torch.float32, seed=0):
 
 CASES = [  # (B, H, HKV, SQ, SKV, D, DV, mask kwargs)
     (2, 2, 2, 17, 17, 16, 16, {}),
-    (1, 4, 2, 33, 20, 8, 24, {}),                             # GQA, d_v != d
-    (1, 3, 1, 20, 20, 16, 16, dict(right=0)),                 # MQA, causal
-    (2, 2, 2, 9, 30, 16, 16, dict(right=0, br=True)),         # causal bottom-right
-    (1, 2, 2, 40, 40, 16, 16, dict(right=0, left=5)),         # sliding window
-    (1, 1, 1, 1, 17, 32, 32, {}),                             # one query
+    (1, 4, 2, 33, 20, 8, 24, {}),  # GQA, d_v != d
+    (1, 3, 1, 20, 20, 16, 16, dict(right=0)),  # MQA, causal
+    (2, 2, 2, 9, 30, 16, 16, dict(right=0, br=True)),  # causal bottom-right
+    (1, 2, 2, 40, 40, 16, 16, dict(right=0, left=5)),  # sliding window
+    (1, 1, 1, 1, 17, 32, 32, {}),  # one query
 ]
 
 
@@ -136,8 +174,8 @@ def test_forward_padding_and_bias():
     q, k, v = _qkv(3, 2, 2, 20, 24, 16, 16)
     seq_q = torch.tensor([20, 7, 1], dtype=torch.int32)
     seq_kv = torch.tensor([24, 3, 11], dtype=torch.int32)
-    bias = torch.randn(1, 2, 20, 24)                          # broadcast over batch
-    bias[0, 1, 3:9, :16] = float("-inf")                      # an additive mask: whole tiles
+    bias = torch.randn(1, 2, 20, 24)  # broadcast over batch
+    bias[0, 1, 3:9, :16] = float("-inf")  # an additive mask: whole tiles
     for br in (False, True):
         o, st = _run(q, k, v, 0.25, bias=bias, seq_q=seq_q, seq_kv=seq_kv, right=0, br=br)
         ro, rl = _ref(q, k, v, 0.25, bias=bias, seq_q=seq_q, seq_kv=seq_kv, right=0, br=br)
@@ -154,15 +192,39 @@ def test_forward_dropout_uses_the_dropout_stream():
     _check(o, st, *_ref(q, k, v, 0.25, drop=(p, keep.double())), 1e-4)
 
 
-def _run_bwd(q, k, v, o, stats, do, scale, bias=None, right=None, left=None, br=False,
-             seq_q=None, seq_kv=None, drop=None, kn=Kn()):
+def _run_bwd(
+    q,
+    k,
+    v,
+    o,
+    stats,
+    do,
+    scale,
+    bias=None,
+    right=None,
+    left=None,
+    br=False,
+    seq_q=None,
+    seq_kv=None,
+    drop=None,
+    kn=Kn(),
+):
     from opendnn.engines.attention import _bwd_kernels as KB
+
     B, H, SQ, Dh = q.shape
     HKV, SKV = k.shape[1], k.shape[2]
     dq, dk, dv = (torch.full_like(t, float("nan")) for t in (q, k, v))
     p = _problem(q, k, v, o, stats, bias, right, left, br, seq_q, drop)
-    g = KB.Grads(tuple(do.stride()), tuple(dq.stride()), tuple(dk.stride()), tuple(dv.stride()),
-                 DT[do.dtype], DT[q.dtype], DT[k.dtype], DT[v.dtype])
+    g = KB.Grads(
+        tuple(do.stride()),
+        tuple(dq.stride()),
+        tuple(dk.stride()),
+        tuple(dv.stride()),
+        DT[do.dtype],
+        DT[q.dtype],
+        DT[k.dtype],
+        DT[v.dtype],
+    )
     ws = torch.full((B * H * SQ,), float("nan"))
     extra = [bias] if bias is not None else []
     extra += [seq_q, seq_kv] if seq_q is not None else []
@@ -170,11 +232,14 @@ def _run_bwd(q, k, v, o, stats, do, scale, bias=None, right=None, left=None, br=
         extra += [torch.tensor([drop[0]], dtype=torch.int64), torch.tensor([drop[1]])]
     extra.append(float(scale))
     kernel_from_source(KB.delta_source("attn_delta_t", p, g, kn), "attn_delta_t")(
-        (math.ceil(SQ / kn.BLOCK_M), B * H), o, do, ws)
+        (math.ceil(SQ / kn.BLOCK_M), B * H), o, do, ws
+    )
     kernel_from_source(KB.dkdv_source("attn_dkdv_t", p, g, kn, True), "attn_dkdv_t")(
-        (math.ceil(SKV / kn.BLOCK_N), B * HKV), q, k, v, do, stats, dk, dv, ws, *extra)
+        (math.ceil(SKV / kn.BLOCK_N), B * HKV), q, k, v, do, stats, dk, dv, ws, *extra
+    )
     kernel_from_source(KB.dq_source("attn_dq_t", p, g, kn, True), "attn_dq_t")(
-        (math.ceil(SQ / kn.BLOCK_M), B * H), q, k, v, do, stats, dq, ws, *extra)
+        (math.ceil(SQ / kn.BLOCK_M), B * H), q, k, v, do, stats, dq, ws, *extra
+    )
     return dq, dk, dv
 
 
@@ -210,5 +275,6 @@ def test_backward_against_autograd(case):
     dq, dk, dv = _run_bwd(q, k, v, o, st, do, scale, **kw)
     for got, want in ((dq, qr.grad), (dk, kr.grad), (dv, vr.grad)):
         assert not torch.isnan(got).any()
-        assert torch.allclose(got.double(), want, atol=1e-4, rtol=1e-4), \
+        assert torch.allclose(got.double(), want, atol=1e-4, rtol=1e-4), (
             (got.double() - want).abs().max()
+        )

@@ -7,36 +7,70 @@ Gluon forward and backward (GLUON=1) with each of their knobs."""
 
 import pytest
 import torch
+from _attention_cases import (
+    BR,
+    Case,
+    backward_graph,
+    dropout_mask,
+    expected_keep,
+    forward_graph,
+    inputs,
+    torch_sdpa,
+)
 
 import opendnn.frontend as cudnn
-from _attention_cases import (BR, Case, backward_graph, dropout_mask, expected_keep,
-                              forward_graph, inputs, torch_sdpa)
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
 
 B16 = torch.bfloat16
 CASES = [
     Case("s1000_d128", b=2, h_q=4, h_k=4, s_q=1000, s_kv=1000, d=128, dtype=B16),
-    Case("s1000_causal_gqa_d64", b=1, h_q=8, h_k=2, s_q=1000, s_kv=1000, d=64, right=0,
-         dtype=B16),
+    Case("s1000_causal_gqa_d64", b=1, h_q=8, h_k=2, s_q=1000, s_kv=1000, d=64, right=0, dtype=B16),
     Case("s17_d32", b=3, h_q=2, h_k=1, s_q=17, s_kv=17, d=32, dtype=torch.float16),
-    Case("s1_decode_br_d256", b=2, h_q=4, h_k=1, s_q=1, s_kv=300, d=256, align=BR, right=0,
-         dtype=B16),
-    Case("band_br_d96", b=1, h_q=2, h_k=2, s_q=200, s_kv=333, d=96, align=BR, left=50,
-         right=3, dtype=B16),
-    Case("padding_bias_d192", b=2, h_q=2, h_k=2, s_q=130, s_kv=250, d=192, right=0,
-         lens=((130, 77), (250, 100)), bias="1h", dtype=B16),
+    Case(
+        "s1_decode_br_d256", b=2, h_q=4, h_k=1, s_q=1, s_kv=300, d=256, align=BR, right=0, dtype=B16
+    ),
+    Case(
+        "band_br_d96",
+        b=1,
+        h_q=2,
+        h_k=2,
+        s_q=200,
+        s_kv=333,
+        d=96,
+        align=BR,
+        left=50,
+        right=3,
+        dtype=B16,
+    ),
+    Case(
+        "padding_bias_d192",
+        b=2,
+        h_q=2,
+        h_k=2,
+        s_q=130,
+        s_kv=250,
+        d=192,
+        right=0,
+        lens=((130, 77), (250, 100)),
+        bias="1h",
+        dtype=B16,
+    ),
     Case("bshd_d128", b=2, h_q=4, h_k=2, s_q=300, s_kv=300, d=128, layout="bshd", dtype=B16),
-    Case("dropout_d64", b=2, h_q=2, h_k=2, s_q=257, s_kv=257, d=64, right=0, p=0.2,
-         dtype=B16),
+    Case("dropout_d64", b=2, h_q=2, h_k=2, s_q=257, s_kv=257, d=64, right=0, p=0.2, dtype=B16),
 ]
 SEED, OFFSET = 2024, 17
 
 
 def _dt(t):
-    return {cudnn.data_type.FLOAT: torch.float32, cudnn.data_type.HALF: torch.float16,
-            cudnn.data_type.BFLOAT16: torch.bfloat16}[t.get_data_type()]
+    return {
+        cudnn.data_type.FLOAT: torch.float32,
+        cudnn.data_type.HALF: torch.float16,
+        cudnn.data_type.BFLOAT16: torch.bfloat16,
+    }[t.get_data_type()]
 
 
 def _relerr(out, ref):
@@ -56,10 +90,15 @@ def _every_plan(g, feeds, outs, refs, tol):
         if not name.startswith("attention"):
             continue
         g.build_plan_at_index(i)
-        ws = torch.full((max(g.get_workspace_size_plan_at_index(i), 1),), 255,
-                        dtype=torch.uint8, device="cuda")
-        bufs = {t: torch.empty_strided(t.get_dim(), t.get_stride(), device="cuda",
-                                       dtype=_dt(t)).fill_(float("nan")) for t in outs}
+        ws = torch.full(
+            (max(g.get_workspace_size_plan_at_index(i), 1),), 255, dtype=torch.uint8, device="cuda"
+        )
+        bufs = {
+            t: torch.empty_strided(t.get_dim(), t.get_stride(), device="cuda", dtype=_dt(t)).fill_(
+                float("nan")
+            )
+            for t in outs
+        }
         g.execute_plan_at_index({**feeds, **bufs}, ws, i)
         for t, ref in zip(outs, refs):
             err = _relerr(bufs[t], ref)
@@ -83,10 +122,12 @@ def test_forward_and_backward(rng, c):
     o, st = got[outs[0]], got[outs[1]]
     do = rng.rand(tuple(o.shape), c.dtype)
     ro.backward(do.double())
-    g, feeds, outs = backward_graph(c, xc, o, st, do.cuda(), with_dbias=bias is not None,
-                                    seed=SEED, offset=OFFSET)
-    _every_plan(g, feeds, outs, [q.grad, k.grad, v.grad] + ([bias.grad] if bias is not None
-                                                             else []), 2e-2)
+    g, feeds, outs = backward_graph(
+        c, xc, o, st, do.cuda(), with_dbias=bias is not None, seed=SEED, offset=OFFSET
+    )
+    _every_plan(
+        g, feeds, outs, [q.grad, k.grad, v.grad] + ([bias.grad] if bias is not None else []), 2e-2
+    )
 
 
 def test_dropout_masks_keep_the_fraction_and_match_between_passes(rng):
@@ -96,11 +137,12 @@ def test_dropout_masks_keep_the_fraction_and_match_between_passes(rng):
     m = dropout_mask(SEED, OFFSET, 0.5, (2, 4, 512, 512))
     n = m.numel()
     assert abs(m.mean().item() - 0.5) < 6 * (0.25 / n) ** 0.5
-    test_forward_and_backward(rng, c)      # the engine's O and grads use exactly this mask
+    test_forward_and_backward(rng, c)  # the engine's O and grads use exactly this mask
 
 
-ATOMIC_CASES = [c for c in CASES if c.id in ("s1000_causal_gqa_d64", "padding_bias_d192",
-                                             "s17_d32")]
+ATOMIC_CASES = [
+    c for c in CASES if c.id in ("s1000_causal_gqa_d64", "padding_bias_d192", "s17_d32")
+]
 
 
 @pytest.mark.parametrize("tma", [0, 1])
@@ -116,17 +158,31 @@ def test_backward_with_atomic_dq(rng, c, tma):
     do = rng.rand(tuple(ro.shape), c.dtype)
     ro.backward(do.double())
     o = ro.detach().to(c.dtype).cuda()
-    g, feeds, outs = backward_graph(c, xc, o, rst.detach().float().cuda(), do.cuda(),
-                                    with_dbias=bias is not None)
+    g, feeds, outs = backward_graph(
+        c, xc, o, rst.detach().float().cuda(), do.cuda(), with_dbias=bias is not None
+    )
     g.validate()
     g.build_operation_graph()
-    g.create_execution_plan(40, dict(BLOCK_M=64, BLOCK_N=64, num_warps=4,
-                                     num_stages=2 if c.d <= 128 else 1, TMA=tma, DQ_ATOMIC=1))
+    g.create_execution_plan(
+        40,
+        dict(
+            BLOCK_M=64,
+            BLOCK_N=64,
+            num_warps=4,
+            num_stages=2 if c.d <= 128 else 1,
+            TMA=tma,
+            DQ_ATOMIC=1,
+        ),
+    )
     g.check_support()
     g.build_plans()
     ws = torch.full((max(g.get_workspace_size(), 1),), 255, dtype=torch.uint8, device="cuda")
-    bufs = {t: torch.empty_strided(t.get_dim(), t.get_stride(), device="cuda",
-                                   dtype=_dt(t)).fill_(float("nan")) for t in outs}
+    bufs = {
+        t: torch.empty_strided(t.get_dim(), t.get_stride(), device="cuda", dtype=_dt(t)).fill_(
+            float("nan")
+        )
+        for t in outs
+    }
     g.execute({**feeds, **bufs}, ws)
     refs = [q.grad, k.grad, v.grad] + ([bias.grad] if bias is not None else [])
     for t, ref in zip(outs, refs):
@@ -136,19 +192,31 @@ def test_backward_with_atomic_dq(rng, c, tma):
 
 GLUON_CASES = [
     Case("gl_s1000_d128", b=2, h_q=4, h_k=4, s_q=1000, s_kv=1000, d=128, dtype=B16),
-    Case("gl_s1024_causal_gqa_d128", b=1, h_q=8, h_k=2, s_q=1024, s_kv=1024, d=128, right=0,
-         dtype=B16),
-    Case("gl_s80_causal_d64", b=3, h_q=2, h_k=2, s_q=80, s_kv=80, d=64, right=0,
-         dtype=torch.float16),
-    Case("gl_s384_mqa_d64", b=2, h_q=4, h_k=1, s_q=384, s_kv=384, d=64, scale=0.125,
-         dtype=B16),
+    Case(
+        "gl_s1024_causal_gqa_d128",
+        b=1,
+        h_q=8,
+        h_k=2,
+        s_q=1024,
+        s_kv=1024,
+        d=128,
+        right=0,
+        dtype=B16,
+    ),
+    Case(
+        "gl_s80_causal_d64", b=3, h_q=2, h_k=2, s_q=80, s_kv=80, d=64, right=0, dtype=torch.float16
+    ),
+    Case("gl_s384_mqa_d64", b=2, h_q=4, h_k=1, s_q=384, s_kv=384, d=64, scale=0.125, dtype=B16),
 ]
-GLUON_KNOBS = [dict(BLOCK_M=128, BLOCK_N=n, num_warps=4, num_stages=st, GLUON=1, PINGPONG=pp)
-               for n, st, pp in ((128, 2, 0), (128, 2, 1), (64, 3, 0), (128, 3, 0))]
+GLUON_KNOBS = [
+    dict(BLOCK_M=128, BLOCK_N=n, num_warps=4, num_stages=st, GLUON=1, PINGPONG=pp)
+    for n, st, pp in ((128, 2, 0), (128, 2, 1), (64, 3, 0), (128, 3, 0))
+]
 
 
-@pytest.mark.parametrize("knobs", GLUON_KNOBS, ids=lambda k: "n{BLOCK_N}s{num_stages}p{PINGPONG}"
-                         .format(**k))
+@pytest.mark.parametrize(
+    "knobs", GLUON_KNOBS, ids=lambda k: "n{BLOCK_N}s{num_stages}p{PINGPONG}".format(**k)
+)
 @pytest.mark.parametrize("c", GLUON_CASES, ids=[c.id for c in GLUON_CASES])
 def test_gluon_forward(rng, c, knobs):
     """The warp-specialized Gluon forward against float64 PyTorch: tails (S=1000, 80),
@@ -159,7 +227,7 @@ def test_gluon_forward(rng, c, knobs):
     xc = {n: t.cuda() for n, t in x.items()}
     q, k, v = (x[n].double() for n in ("q", "k", "v"))
     ro, rst = torch_sdpa(q, k, v, expected_keep(c), c.scale)
-    lpt = (False, True) if c.right == 0 else (False, )
+    lpt = (False, True) if c.right == 0 else (False,)
     for stats, order in ((s, o) for s in (True, False) for o in lpt):
         g, feeds, outs = forward_graph(c, xc, generate_stats=stats)
         outs = [t for t in outs if t is not None]
@@ -168,35 +236,50 @@ def test_gluon_forward(rng, c, knobs):
         g.create_execution_plan(40, dict(knobs, LPT=int(order)))
         g.check_support()
         g.build_plans()
-        ws = torch.full((max(g.get_workspace_size(), 1),), 255, dtype=torch.uint8,
-                        device="cuda")
-        for _ in range(2):        # the second run: new output buffers, new descriptors
-            bufs = {t: torch.empty_strided(t.get_dim(), t.get_stride(), device="cuda",
-                                           dtype=_dt(t)).fill_(float("nan")) for t in outs}
+        ws = torch.full((max(g.get_workspace_size(), 1),), 255, dtype=torch.uint8, device="cuda")
+        for _ in range(2):  # the second run: new output buffers, new descriptors
+            bufs = {
+                t: torch.empty_strided(
+                    t.get_dim(), t.get_stride(), device="cuda", dtype=_dt(t)
+                ).fill_(float("nan"))
+                for t in outs
+            }
             g.execute({**feeds, **bufs}, ws)
             for t, ref in zip(outs, [ro, rst]):
                 err = _relerr(bufs[t], ref)
-                assert err < 1e-2, (f"{c.id} {knobs} lpt={order} stats={stats} "
-                                    f"{t.get_name()}: {err:.2e}")
+                assert err < 1e-2, (
+                    f"{c.id} {knobs} lpt={order} stats={stats} {t.get_name()}: {err:.2e}"
+                )
 
 
 # more query tiles than the H100's 132 SMs: each persistent program takes several
 PERSIST_CASES = [
-    Case("gp_s2048_causal_gqa_d64", b=2, h_q=8, h_k=2, s_q=2048, s_kv=2048, d=64, right=0,
-         dtype=B16),
-    Case("gp_s1024_causal_d128_fp16", b=4, h_q=10, h_k=5, s_q=1024, s_kv=1024, d=128, right=0,
-         dtype=torch.float16),
-    Case("gp_s512_mqa_d128", b=3, h_q=12, h_k=1, s_q=512, s_kv=512, d=128, scale=0.125,
-         dtype=B16),
-    Case("gp_s256_causal_d64_few", b=1, h_q=3, h_k=3, s_q=256, s_kv=256, d=64, right=0,
-         dtype=B16),
+    Case(
+        "gp_s2048_causal_gqa_d64", b=2, h_q=8, h_k=2, s_q=2048, s_kv=2048, d=64, right=0, dtype=B16
+    ),
+    Case(
+        "gp_s1024_causal_d128_fp16",
+        b=4,
+        h_q=10,
+        h_k=5,
+        s_q=1024,
+        s_kv=1024,
+        d=128,
+        right=0,
+        dtype=torch.float16,
+    ),
+    Case("gp_s512_mqa_d128", b=3, h_q=12, h_k=1, s_q=512, s_kv=512, d=128, scale=0.125, dtype=B16),
+    Case("gp_s256_causal_d64_few", b=1, h_q=3, h_k=3, s_q=256, s_kv=256, d=64, right=0, dtype=B16),
 ]
-PERSIST_KNOBS = [dict(BLOCK_M=128, BLOCK_N=n, num_warps=4, num_stages=st, GLUON=1, PERSIST=1)
-                 for n, st in ((64, 3), (128, 2), (64, 2))]
+PERSIST_KNOBS = [
+    dict(BLOCK_M=128, BLOCK_N=n, num_warps=4, num_stages=st, GLUON=1, PERSIST=1)
+    for n, st in ((64, 3), (128, 2), (64, 2))
+]
 
 
-@pytest.mark.parametrize("knobs", PERSIST_KNOBS, ids=lambda k: "n{BLOCK_N}s{num_stages}"
-                         .format(**k))
+@pytest.mark.parametrize(
+    "knobs", PERSIST_KNOBS, ids=lambda k: "n{BLOCK_N}s{num_stages}".format(**k)
+)
 @pytest.mark.parametrize("c", PERSIST_CASES, ids=[c.id for c in PERSIST_CASES])
 def test_gluon_persistent_forward(rng, c, knobs):
     """The persistent Gluon forward (PERSIST=1) against float64 PyTorch: causal and not,
@@ -214,11 +297,14 @@ def test_gluon_persistent_forward(rng, c, knobs):
         g.create_execution_plan(40, knobs)
         g.check_support()
         g.build_plans()
-        ws = torch.full((max(g.get_workspace_size(), 1),), 255, dtype=torch.uint8,
-                        device="cuda")
+        ws = torch.full((max(g.get_workspace_size(), 1),), 255, dtype=torch.uint8, device="cuda")
         for _ in range(2):
-            bufs = {t: torch.empty_strided(t.get_dim(), t.get_stride(), device="cuda",
-                                           dtype=_dt(t)).fill_(float("nan")) for t in outs}
+            bufs = {
+                t: torch.empty_strided(
+                    t.get_dim(), t.get_stride(), device="cuda", dtype=_dt(t)
+                ).fill_(float("nan"))
+                for t in outs
+            }
             g.execute({**feeds, **bufs}, ws)
             for t, ref in zip(outs, [ro, rst]):
                 err = _relerr(bufs[t], ref)
@@ -226,21 +312,50 @@ def test_gluon_persistent_forward(rng, c, knobs):
 
 
 GLUON_BWD_CASES = [
-    Case("glb_s1024_causal_gqa_d128", b=1, h_q=8, h_k=2, s_q=1024, s_kv=1024, d=128, right=0,
-         dtype=B16),
+    Case(
+        "glb_s1024_causal_gqa_d128",
+        b=1,
+        h_q=8,
+        h_k=2,
+        s_q=1024,
+        s_kv=1024,
+        d=128,
+        right=0,
+        dtype=B16,
+    ),
     Case("glb_s512_d128", b=2, h_q=4, h_k=4, s_q=512, s_kv=512, d=128, dtype=B16),
-    Case("glb_s256_causal_d64_half", b=3, h_q=2, h_k=2, s_q=256, s_kv=256, d=64, right=0,
-         dtype=torch.float16),
-    Case("glb_s384_mqa_d64", b=2, h_q=4, h_k=1, s_q=384, s_kv=384, d=64, scale=0.125,
-         dtype=B16),
+    Case(
+        "glb_s256_causal_d64_half",
+        b=3,
+        h_q=2,
+        h_k=2,
+        s_q=256,
+        s_kv=256,
+        d=64,
+        right=0,
+        dtype=torch.float16,
+    ),
+    Case("glb_s384_mqa_d64", b=2, h_q=4, h_k=1, s_q=384, s_kv=384, d=64, scale=0.125, dtype=B16),
 ]
-GLUON_BWD_KNOBS = [dict(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=st, DQ_BLOCK_M=128,
-                        DQ_BLOCK_N=n, DQ_WARPS=4, DQ_STAGES=dst, GLUON=1)
-                   for st, n, dst in ((2, 64, 3), (3, 64, 2), (4, 128, 2))]
+GLUON_BWD_KNOBS = [
+    dict(
+        BLOCK_M=64,
+        BLOCK_N=128,
+        num_warps=4,
+        num_stages=st,
+        DQ_BLOCK_M=128,
+        DQ_BLOCK_N=n,
+        DQ_WARPS=4,
+        DQ_STAGES=dst,
+        GLUON=1,
+    )
+    for st, n, dst in ((2, 64, 3), (3, 64, 2), (4, 128, 2))
+]
 
 
-@pytest.mark.parametrize("knobs", GLUON_BWD_KNOBS,
-                         ids=lambda k: "s{num_stages}n{DQ_BLOCK_N}s{DQ_STAGES}".format(**k))
+@pytest.mark.parametrize(
+    "knobs", GLUON_BWD_KNOBS, ids=lambda k: "s{num_stages}n{DQ_BLOCK_N}s{DQ_STAGES}".format(**k)
+)
 @pytest.mark.parametrize("c", GLUON_BWD_CASES, ids=[c.id for c in GLUON_BWD_CASES])
 def test_gluon_backward(rng, c, knobs):
     """The warp-specialized Gluon backward against float64 PyTorch: causal, GQA / MQA, half
@@ -258,8 +373,9 @@ def test_gluon_nondeterministic_backward(rng, c, stages):
     (DQ_ATOMIC=1, note NONDETERMINISTIC) on the same cases. The workspace holds dQ's
     float32 accumulator: NaN-poisoned before the first run, holding the first run's sums
     at the second (the delta kernel zeroes it each run)."""
-    _check_gluon_backward(rng, c, dict(BLOCK_M=64, BLOCK_N=128, num_warps=4,
-                                       num_stages=stages, DQ_ATOMIC=1, GLUON=1))
+    _check_gluon_backward(
+        rng, c, dict(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=stages, DQ_ATOMIC=1, GLUON=1)
+    )
 
 
 def _check_gluon_backward(rng, c, knobs):
@@ -278,8 +394,12 @@ def _check_gluon_backward(rng, c, knobs):
     g.build_plans()
     ws = torch.full((max(g.get_workspace_size(), 1),), 255, dtype=torch.uint8, device="cuda")
     for _ in range(2):
-        bufs = {t: torch.empty_strided(t.get_dim(), t.get_stride(), device="cuda",
-                                       dtype=_dt(t)).fill_(float("nan")) for t in outs}
+        bufs = {
+            t: torch.empty_strided(t.get_dim(), t.get_stride(), device="cuda", dtype=_dt(t)).fill_(
+                float("nan")
+            )
+            for t in outs
+        }
         g.execute({**feeds, **bufs}, ws)
         for t, ref in zip(outs, [q.grad, k.grad, v.grad]):
             err = _relerr(bufs[t], ref)

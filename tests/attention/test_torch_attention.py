@@ -6,14 +6,15 @@ dropout against the float64 reference with the Philox mask of the (seed, offset)
 from PyTorch's generator, forward and backward, and its reproducibility; empty shapes; the
 declined cases (GraphNotSupportedError) and PyTorch's argument rules (BadParamError);
 opcheck of both custom ops; a torch.compile(fullgraph=True) trace."""
+
 import dataclasses
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
-
 from _util import assert_close, expect_error
+
 from opendnn.errors import BadParamError, GraphNotSupportedError, Status
 from opendnn.ops import attention as ref_attention
 from opendnn.torch.attention import scaled_dot_product_attention as sdpa
@@ -23,15 +24,15 @@ from opendnn.torch.dropout import RNG_HIGH
 @dataclasses.dataclass(frozen=True)
 class Case:
     id: str
-    q: tuple                       # query shape (..., H, L, E)
-    s: int = 7                     # key length
-    hk: int | None = None          # key / value heads (None: query's)
-    ev: int | None = None          # value head dim (None: E)
-    mask: str | None = None        # None, "bool <shape>", "float <shape>" (float: with grad)
+    q: tuple  # query shape (..., H, L, E)
+    s: int = 7  # key length
+    hk: int | None = None  # key / value heads (None: query's)
+    ev: int | None = None  # value head dim (None: E)
+    mask: str | None = None  # None, "bool <shape>", "float <shape>" (float: with grad)
     causal: bool = False
     gqa: bool = False
     scale: float | None = None
-    bshd: bool = False             # q / k / v as transposed [B, S, H, D] tensors
+    bshd: bool = False  # q / k / v as transposed [B, S, H, D] tensors
     dtype: torch.dtype = torch.float16
 
 
@@ -59,7 +60,7 @@ def _mask(rng, spec: str, dtype):
     if kind == "bool":
         m = rng.bools(shape)
         if len(shape) >= 2 and shape[-2] > 1:
-            m[..., 1, :] = False            # a query row with no key: output and grads 0
+            m[..., 1, :] = False  # a query row with no key: output and grads 0
         m[..., 0, 0] = True
         return m
     return rng.rand(shape, dtype, high=2.0).requires_grad_()
@@ -74,7 +75,7 @@ def _inputs(rng, c: Case) -> dict:
         shapes = {r: s[1:] for r, s in shapes.items()}
     out = {}
     for r, shape in shapes.items():
-        if c.bshd:      # [B, S, H, D] memory, viewed as [B, H, S, D]
+        if c.bshd:  # [B, S, H, D] memory, viewed as [B, H, S, D]
             t = rng.rand((shape[0], shape[2], shape[1], shape[3]), c.dtype).transpose(1, 2)
         else:
             t = rng.rand(shape, c.dtype)
@@ -94,14 +95,23 @@ def _grads(fn, ins: dict, dout):
 def test_against_pytorch(rng, c):
     ins = _inputs(rng, c)
     kw = dict(is_causal=c.causal, enable_gqa=c.gqa, scale=c.scale)
-    o, grads = _grads(lambda t: sdpa(t["q"], t["k"], t["v"], attn_mask=t.get("mask"), **kw),
-                      ins, dout := rng.rand(ins["q"].shape[:-1] + (ins["v"].shape[-1],),
-                                            c.dtype))
+    o, grads = _grads(
+        lambda t: sdpa(t["q"], t["k"], t["v"], attn_mask=t.get("mask"), **kw),
+        ins,
+        dout := rng.rand(ins["q"].shape[:-1] + (ins["v"].shape[-1],), c.dtype),
+    )
     assert o.dtype == c.dtype and o.shape == dout.shape
-    ref = {r: t.detach().double().requires_grad_(t.requires_grad) if t.is_floating_point()
-           else t for r, t in ins.items()}
-    ro, rgrads = _grads(lambda t: F.scaled_dot_product_attention(
-        t["q"], t["k"], t["v"], attn_mask=t.get("mask"), **kw), ref, dout.double())
+    ref = {
+        r: t.detach().double().requires_grad_(t.requires_grad) if t.is_floating_point() else t
+        for r, t in ins.items()
+    }
+    ro, rgrads = _grads(
+        lambda t: F.scaled_dot_product_attention(
+            t["q"], t["k"], t["v"], attn_mask=t.get("mask"), **kw
+        ),
+        ref,
+        dout.double(),
+    )
     n = c.s + c.q[-2]
     assert_close(o, ro, c.dtype, n=c.s)
     for name, g, rg in zip([r for r, t in ins.items() if t.requires_grad], grads, rgrads):
@@ -123,18 +133,27 @@ def test_dropout_against_reference(rng, causal, mask):
     p, scale = 0.3, 1 / math.sqrt(8)
     dout = rng.rand((2, 2, 5, 8), c.dtype)
     torch.manual_seed(9)
-    o, grads = _grads(lambda t: sdpa(t["q"], t["k"], t["v"], attn_mask=t.get("mask"),
-                                     dropout_p=p, is_causal=causal), ins, dout)
+    o, grads = _grads(
+        lambda t: sdpa(
+            t["q"], t["k"], t["v"], attn_mask=t.get("mask"), dropout_p=p, is_causal=causal
+        ),
+        ins,
+        dout,
+    )
     seed, offset = _drawn_rng(9)
     q, k, v = (ins[r].detach().double().numpy() for r in ("q", "k", "v"))
     bias = None if mask is None else ins["mask"].detach().double().numpy()
-    keep = None if not causal else ref_attention.batch_mask(
-        ref_attention.Masking(right_bound=0), 2, 5, 7)
+    keep = (
+        None
+        if not causal
+        else ref_attention.batch_mask(ref_attention.Masking(right_bound=0), 2, 5, 7)
+    )
     drop = ref_attention.dropout_keep(seed, offset, p, (2, 2, 5, 7))
     ro, stats = ref_attention.forward(q, k, v, keep, scale, bias, drop, p)
     assert_close(o, torch.from_numpy(ro), c.dtype, n=7)
-    want = ref_attention.backward(q, k, v, ro, dout.double().numpy(), stats, keep, scale,
-                                  bias, drop, p)
+    want = ref_attention.backward(
+        q, k, v, ro, dout.double().numpy(), stats, keep, scale, bias, drop, p
+    )
     for g, w in zip(grads, want):
         assert_close(g, torch.from_numpy(w), c.dtype, n=12)
 
@@ -166,13 +185,17 @@ def _qkv(rng, q=(1, 2, 4, 8), k=(1, 2, 5, 8), v=None, dtype=torch.float16):
 def test_declined(rng):
     ns = GraphNotSupportedError
     q, k, v = _qkv(rng, dtype=torch.float32)
-    expect_error(ns, Status.NOT_SUPPORTED_DATA_TYPE, lambda: sdpa(q, k, v),
-                 "scaled_dot_product_attention", "torch.float32")
+    expect_error(
+        ns,
+        Status.NOT_SUPPORTED_DATA_TYPE,
+        lambda: sdpa(q, k, v),
+        "scaled_dot_product_attention",
+        "torch.float32",
+    )
     q, k, v = _qkv(rng, (1, 2, 4, 12), (1, 2, 5, 12))
     expect_error(ns, Status.NOT_SUPPORTED_SHAPE, lambda: sdpa(q, k, v), "head dim 12")
     q, k, v = _qkv(rng, (1, 4, 4, 8), (1, 2, 5, 8), (1, 1, 5, 8))
-    expect_error(ns, Status.NOT_SUPPORTED_SHAPE, lambda: sdpa(q, k, v, enable_gqa=True),
-                 "value")
+    expect_error(ns, Status.NOT_SUPPORTED_SHAPE, lambda: sdpa(q, k, v, enable_gqa=True), "value")
     q, k, v = _qkv(rng)
     expect_error(ns, Status.NOT_SUPPORTED, lambda: sdpa(q, k, v, dropout_p=1.0), "dropout_p")
     q, k, v = _qkv(rng, (2, 2, 4, 8), (1, 2, 5, 8))
@@ -185,27 +208,44 @@ def test_bad_arguments(rng):
     q, k, v = _qkv(rng, (1, 4, 4, 8), (1, 2, 5, 8))
     expect_error(bp, Status.BAD_PARAM_SHAPE_MISMATCH, lambda: sdpa(q, k, v), "enable_gqa")
     q, k, v = _qkv(rng, (1, 4, 4, 8), (1, 3, 5, 8))
-    expect_error(bp, Status.BAD_PARAM_SHAPE_MISMATCH, lambda: sdpa(q, k, v, enable_gqa=True),
-                 "must divide")
+    expect_error(
+        bp, Status.BAD_PARAM_SHAPE_MISMATCH, lambda: sdpa(q, k, v, enable_gqa=True), "must divide"
+    )
     q, k, v = _qkv(rng)
     m = torch.ones(4, 5, dtype=torch.bool)
-    expect_error(bp, Status.BAD_PARAM, lambda: sdpa(q, k, v, attn_mask=m, is_causal=True),
-                 "is_causal")
-    expect_error(bp, Status.BAD_PARAM, lambda: sdpa(q, k, v, attn_mask=m.float()),
-                 "attn_mask", "torch.float32")
-    expect_error(bp, Status.BAD_PARAM_SHAPE_MISMATCH,
-                 lambda: sdpa(q, k, v, attn_mask=torch.ones(3, 5, dtype=torch.bool)), "attn_mask")
-    expect_error(bp, Status.BAD_PARAM_OUT_OF_BOUND, lambda: sdpa(q, k, v, dropout_p=1.5),
-                 "between 0 and 1")
+    expect_error(
+        bp, Status.BAD_PARAM, lambda: sdpa(q, k, v, attn_mask=m, is_causal=True), "is_causal"
+    )
+    expect_error(
+        bp,
+        Status.BAD_PARAM,
+        lambda: sdpa(q, k, v, attn_mask=m.float()),
+        "attn_mask",
+        "torch.float32",
+    )
+    expect_error(
+        bp,
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+        lambda: sdpa(q, k, v, attn_mask=torch.ones(3, 5, dtype=torch.bool)),
+        "attn_mask",
+    )
+    expect_error(
+        bp, Status.BAD_PARAM_OUT_OF_BOUND, lambda: sdpa(q, k, v, dropout_p=1.5), "between 0 and 1"
+    )
     expect_error(bp, Status.BAD_PARAM, lambda: sdpa(q, k.float(), v), "dtype")
-    expect_error(bp, Status.BAD_PARAM_SHAPE_MISMATCH, lambda: sdpa(q, k[..., :4], v),
-                 "key head dim")
-    expect_error(bp, Status.BAD_PARAM_SHAPE_MISMATCH, lambda: sdpa(q, k, v[:, :, :3]),
-                 "value length")
-    expect_error(bp, Status.BAD_PARAM_SHAPE_MISMATCH, lambda: sdpa(q, k[0, 0, 0], v),
-                 "at least 2")
-    expect_error(bp, Status.BAD_PARAM, lambda: torch.ops.opendnn.sdpa(
-        q, k, v, None, 0.5, False, 1.0, None), "rng")
+    expect_error(
+        bp, Status.BAD_PARAM_SHAPE_MISMATCH, lambda: sdpa(q, k[..., :4], v), "key head dim"
+    )
+    expect_error(
+        bp, Status.BAD_PARAM_SHAPE_MISMATCH, lambda: sdpa(q, k, v[:, :, :3]), "value length"
+    )
+    expect_error(bp, Status.BAD_PARAM_SHAPE_MISMATCH, lambda: sdpa(q, k[0, 0, 0], v), "at least 2")
+    expect_error(
+        bp,
+        Status.BAD_PARAM,
+        lambda: torch.ops.opendnn.sdpa(q, k, v, None, 0.5, False, 1.0, None),
+        "rng",
+    )
 
 
 def test_opcheck(rng):
@@ -214,9 +254,10 @@ def test_opcheck(rng):
     r = torch.tensor([987654321, 7], dtype=torch.int64)
     torch.library.opcheck(torch.ops.opendnn.sdpa.default, (q, k, v, bias, 0.2, False, 0.5, r))
     o, st = torch.ops.opendnn.sdpa(q, k, v, bias, 0.2, False, 0.5, r)
-    torch.library.opcheck(torch.ops.opendnn.sdpa_backward.default,
-                          (rng.rand(o.shape, torch.float16), q, k, v, o, st, bias, 0.2, False,
-                           0.5, r, True))
+    torch.library.opcheck(
+        torch.ops.opendnn.sdpa_backward.default,
+        (rng.rand(o.shape, torch.float16), q, k, v, o, st, bias, 0.2, False, 0.5, r, True),
+    )
 
 
 def test_compile_fullgraph(rng):
@@ -226,6 +267,7 @@ def test_compile_fullgraph(rng):
     def block(f, t):
         o = f(t["q"], t["k"], t["v"], is_causal=True)
         return (o * o).sum()
+
     got = torch.compile(lambda t: block(sdpa, t), fullgraph=True, backend="aot_eager")(ins)
     grads = torch.autograd.grad(got, list(ins.values()))
     ref = {r: t.detach().double().requires_grad_() for r, t in ins.items()}

@@ -4,13 +4,22 @@ interpreter on NCHW and NHWC, odd channel and spatial sizes, per-activation stat
 non-packed strides, every floating type, with and without running statistics and with a
 fused residual add / relu; the running statistics against PyTorch's after ten steps;
 each rule with its error."""
+
 import pytest
 import torch
 import torch.nn.functional as F
+from _util import (
+    TORCH_TO_DT,
+    assert_close,
+    check_engine,
+    expect_error,
+    heuristic_knobs,
+    nhwc,
+    repro,
+    run_reference,
+)
 
 import opendnn.frontend as cudnn
-from _util import (TORCH_TO_DT, assert_close, check_engine, expect_error, heuristic_knobs,
-                   nhwc, repro, run_reference)
 from opendnn.engines.base import EngineConfig, Target
 from opendnn.engines.batchnorm.engine import BatchNormEngine
 from opendnn.errors import BadParamError, Status
@@ -20,8 +29,12 @@ EPS, MOM = 1e-5, 0.1
 
 
 def _stats(rng, c_shape, dtype=torch.float32):
-    return (rng.rand(c_shape, dtype), rng.rand(c_shape, dtype),        # scale, bias
-            rng.rand(c_shape, dtype), rng.rand(c_shape, dtype, positive=True))  # mean, var
+    return (
+        rng.rand(c_shape, dtype),
+        rng.rand(c_shape, dtype),  # scale, bias
+        rng.rand(c_shape, dtype),
+        rng.rand(c_shape, dtype, positive=True),
+    )  # mean, var
 
 
 def _t(g, t):
@@ -29,8 +42,9 @@ def _t(g, t):
     return g.tensor(list(t.shape), list(t.stride()), TORCH_TO_DT[t.dtype])
 
 
-def _training(x, scale, bias, rm=None, rv=None, eps=EPS, mom=MOM, epilogue="", z=None,
-              stat_dtype=None):
+def _training(
+    x, scale, bias, rm=None, rv=None, eps=EPS, mom=MOM, epilogue="", z=None, stat_dtype=None
+):
     g = cudnn.pygraph()
     tx, ts, tb = _t(g, x), _t(g, scale), _t(g, bias)
     feeds = {tx: x, ts: scale, tb: bias}
@@ -38,8 +52,7 @@ def _training(x, scale, bias, rm=None, rv=None, eps=EPS, mom=MOM, epilogue="", z
     if rm is not None:
         trm, trv = _t(g, rm), _t(g, rv)
         feeds.update({trm: rm, trv: rv})
-    y, mean, inv, nrm, nrv = g.batchnorm(tx, ts, tb, trm, trv, eps, mom if rm is not None
-                                         else None)
+    y, mean, inv, nrm, nrv = g.batchnorm(tx, ts, tb, trm, trv, eps, mom if rm is not None else None)
     outs = [t for t in (mean, inv, nrm, nrv) if t is not None]
     for t in outs:
         t.set_output(True)
@@ -79,8 +92,7 @@ def _backward(dy, x, scale, mean, inv):
 
 
 def _cshape(x, per_activation=False):
-    return (1,) + tuple(x.shape[1:]) if per_activation else (1, x.shape[1]) + \
-        (1,) * (x.dim() - 2)
+    return (1,) + tuple(x.shape[1:]) if per_activation else (1, x.shape[1]) + (1,) * (x.dim() - 2)
 
 
 # ---- the reference against PyTorch ------------------------------------------------------------
@@ -95,8 +107,9 @@ def test_reference_training_matches_pytorch(rng, shape):
     axes = [0] + list(range(2, x.dim()))
     assert_close(out[y], want, torch.float64, 5)
     assert_close(out[mean].reshape(-1), x.mean(axes), torch.float64, 5)
-    assert_close(out[inv].reshape(-1), 1 / torch.sqrt(x.var(axes, unbiased=False) + EPS),
-                 torch.float64, 5)
+    assert_close(
+        out[inv].reshape(-1), 1 / torch.sqrt(x.var(axes, unbiased=False) + EPS), torch.float64, 5
+    )
     assert_close(out[nrm].reshape(-1), trm, torch.float64, 5)
     assert_close(out[nrv].reshape(-1), trv, torch.float64, 5)
 
@@ -106,11 +119,14 @@ def test_reference_inference_and_backward_match_pytorch(rng):
     scale, bias, rm, rv = _stats(rng, _cshape(x), torch.float64)
     inv = 1 / torch.sqrt(rv + EPS)
     g, feeds, (y,) = _inference(x, rm, inv, scale, bias)
-    want = F.batch_norm(x, rm.reshape(-1), rv.reshape(-1), scale.reshape(-1),
-                        bias.reshape(-1), False, MOM, EPS)
+    want = F.batch_norm(
+        x, rm.reshape(-1), rv.reshape(-1), scale.reshape(-1), bias.reshape(-1), False, MOM, EPS
+    )
     assert_close(run_reference(g, feeds, [y])[y], want, torch.float64, 5)
-    xr, wr, br = (t.clone().reshape(-1 if t is not x else x.shape).requires_grad_(True)
-                  for t in (x, scale, bias))
+    xr, wr, br = (
+        t.clone().reshape(-1 if t is not x else x.shape).requires_grad_(True)
+        for t in (x, scale, bias)
+    )
     out = F.batch_norm(xr, None, None, wr, br, True, MOM, EPS)
     dy = rng.rand(x.shape, torch.float64)
     out.backward(dy)
@@ -139,15 +155,23 @@ def test_reference_per_activation_is_batch_norm_over_n(rng):
 CASES = [  # (shape, layout, per_activation, knobs: None = the engine's own choice)
     ((3, 5, 4, 3), "nchw", False, None),
     ((3, 5, 4, 3), "nhwc", False, None),
-    ((2, 7, 3, 5), "nhwc", False, dict(BLOCK_K=4, BLOCK_R=8, SPLIT=3, APPLY_R=16,
-                                       num_warps=4)),       # masked tiles, three slices
-    ((3, 3, 5, 2), "nchw", False, dict(BLOCK_K=2, BLOCK_R=4, SPLIT=2, APPLY_R=8, REUSE=1,
-                                       num_warps=4)),       # the second pass last-first
-    ((5, 3, 1, 1), "nchw", False, None),                    # no spatial dims to speak of
-    ((4, 6), "nchw", False, None),                          # BatchNorm1d [N, C]
-    ((3, 2, 3, 2), "nchw", True, None),                     # per activation
-    ((3, 2, 3, 2), "nhwc", True, None),                     # per activation, strided kept
-    ((2, 3, 4, 5), "strided", False, None),                 # every other W element
+    (
+        (2, 7, 3, 5),
+        "nhwc",
+        False,
+        dict(BLOCK_K=4, BLOCK_R=8, SPLIT=3, APPLY_R=16, num_warps=4),
+    ),  # masked tiles, three slices
+    (
+        (3, 3, 5, 2),
+        "nchw",
+        False,
+        dict(BLOCK_K=2, BLOCK_R=4, SPLIT=2, APPLY_R=8, REUSE=1, num_warps=4),
+    ),  # the second pass last-first
+    ((5, 3, 1, 1), "nchw", False, None),  # no spatial dims to speak of
+    ((4, 6), "nchw", False, None),  # BatchNorm1d [N, C]
+    ((3, 2, 3, 2), "nchw", True, None),  # per activation
+    ((3, 2, 3, 2), "nhwc", True, None),  # per activation, strided kept
+    ((2, 3, 4, 5), "strided", False, None),  # every other W element
 ]
 IDS = [f"c{i}" for i in range(len(CASES))]
 
@@ -167,12 +191,19 @@ def _input(rng, shape, layout, dtype, shift=0.0):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_training_against_reference(rng, case, dtype):
     shape, layout, per_act, knobs = case
-    x = _input(rng, shape, layout, dtype, shift=3.0)     # |mean| > std: the shift matters
+    x = _input(rng, shape, layout, dtype, shift=3.0)  # |mean| > std: the shift matters
     scale, bias, rm, rv = _stats(rng, _cshape(x, per_act))
     g, feeds, outs = _training(x, scale, bias, rm, rv)
     n = x.numel() // scale.numel()
-    check_engine(g, feeds, outs, ID, knobs, n=n,
-                 msg=repro("batchnorm", [shape], str(dtype), rng.seed, layout=layout))
+    check_engine(
+        g,
+        feeds,
+        outs,
+        ID,
+        knobs,
+        n=n,
+        msg=repro("batchnorm", [shape], str(dtype), rng.seed, layout=layout),
+    )
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
@@ -186,8 +217,13 @@ def test_inference_and_backward_against_reference(rng, case, dtype):
     check_engine(*_inference(x, mean, inv, scale, bias), ID, knobs, msg=msg)
     dy = _input(rng, shape, layout, dtype)
     n = x.numel() // scale.numel()
-    check_engine(*_backward(dy, x, scale, mean, inv), ID, knobs, n=n,
-                 msg=msg.replace("inference", "backward"))
+    check_engine(
+        *_backward(dy, x, scale, mean, inv),
+        ID,
+        knobs,
+        n=n,
+        msg=msg.replace("inference", "backward"),
+    )
 
 
 @pytest.mark.parametrize("epilogue", ["relu", "add", "add+relu"])
@@ -201,16 +237,19 @@ def test_fused_add_and_relu(rng, epilogue, layout):
     assert g.get_plan_name_at_index(1).startswith("batchnorm#30")
     if "relu" in epilogue:
         assert bool((out[outs[0]] >= 0).all())
-    check_engine(*_inference(x, mean, 1 / torch.sqrt(var + EPS), scale, bias, epilogue, z),
-                 ID, None)
+    check_engine(
+        *_inference(x, mean, 1 / torch.sqrt(var + EPS), scale, bias, epilogue, z), ID, None
+    )
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 def test_backward_through_a_fused_relu_backward(rng, layout):
     """dReLU + dBN: DY = relu_backward(loss, y) read in both passes, never stored."""
     x = _input(rng, (3, 5, 3, 2), layout, torch.bfloat16)
-    loss, y = _input(rng, x.shape, layout, torch.bfloat16), _input(rng, x.shape, layout,
-                                                                    torch.bfloat16)
+    loss, y = (
+        _input(rng, x.shape, layout, torch.bfloat16),
+        _input(rng, x.shape, layout, torch.bfloat16),
+    )
     scale, _, mean, var = _stats(rng, _cshape(x))
     inv = 1 / torch.sqrt(var + EPS)
     g = cudnn.pygraph()
@@ -218,8 +257,7 @@ def test_backward_through_a_fused_relu_backward(rng, layout):
     outs = g.batchnorm_backward(g.relu_backward(tl_, ty), tx, ts, tm, tv)
     for t in outs:
         t.set_output(True)
-    check_engine(g, {tl_: loss, ty: y, tx: x, ts: scale, tm: mean, tv: inv}, outs, ID, None,
-                 n=18)
+    check_engine(g, {tl_: loss, ty: y, tx: x, ts: scale, tm: mean, tv: inv}, outs, ID, None, n=18)
     assert g.get_plan_name_at_index(1).startswith("batchnorm#30")
 
 
@@ -239,9 +277,16 @@ def test_statistics_in_float32_for_half_data_and_python_scalars(rng):
     """bf16 data, float32 mean / inv_var outputs, epsilon and momentum as a CPU tensor."""
     x = _input(rng, (4, 3, 2, 3), "nhwc", torch.bfloat16)
     scale, bias, rm, rv = _stats(rng, _cshape(x))
-    g, feeds, outs = _training(x, scale, bias, rm, rv, eps=torch.tensor(1e-3),
-                               mom=torch.tensor(0.25, dtype=torch.float64),
-                               stat_dtype=torch.float32)
+    g, feeds, outs = _training(
+        x,
+        scale,
+        bias,
+        rm,
+        rv,
+        eps=torch.tensor(1e-3),
+        mom=torch.tensor(0.25, dtype=torch.float64),
+        stat_dtype=torch.float32,
+    )
     check_engine(g, feeds, outs, ID, None, n=24)
 
 
@@ -264,8 +309,9 @@ def test_count_one_runs_inference_and_backward(rng):
     x = _input(rng, (1, 6, 1, 1), "nchw", torch.float32)
     scale, bias, mean, var = _stats(rng, _cshape(x))
     check_engine(*_inference(x, mean, 1 / torch.sqrt(var + EPS), scale, bias), ID, None)
-    g, feeds, outs = _backward(_input(rng, x.shape, "nchw", torch.float32), x, scale, x.clone(),
-                               1 / torch.sqrt(var + EPS))
+    g, feeds, outs = _backward(
+        _input(rng, x.shape, "nchw", torch.float32), x, scale, x.clone(), 1 / torch.sqrt(var + EPS)
+    )
     out = check_engine(g, feeds, outs, ID, None)
     assert bool((out[outs[0]] == 0).all())
 
@@ -295,8 +341,10 @@ def test_running_statistics_match_pytorch_after_ten_steps(rng):
     want_m, want_v = torch.zeros(3), torch.ones(3)
     for step in range(10):
         x = _input(rng, x0.shape, "nhwc", torch.float32, shift=step * 0.5)
-        bufs = {t: torch.full(t.get_dim(), float("nan")).as_strided(t.get_dim(), t.get_stride())
-                for t in outs}
+        bufs = {
+            t: torch.full(t.get_dim(), float("nan")).as_strided(t.get_dim(), t.get_stride())
+            for t in outs
+        }
         g.execute({tx: x, ts: scale, tb: bias, trm: rm, trv: rv, **bufs}, ws)
         rm, rv = bufs[outs[3]].clone(), bufs[outs[4]].clone()
         F.batch_norm(x, want_m, want_v, None, None, True, MOM, EPS)
@@ -316,42 +364,80 @@ def _graph(x_dims, s_dims, **kw):
 def test_training_with_one_value_per_channel_is_rejected():
     g, x, s, b = _graph([1, 4, 1, 1], [1, 4, 1, 1])
     g.batchnorm(x, s, b, None, None, EPS, None, name="bn")
-    expect_error(BadParamError, Status.BAD_PARAM_SHAPE_MISMATCH, g.validate, "batchnorm 'bn'",
-                 "x", "more than one value per statistic")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+        g.validate,
+        "batchnorm 'bn'",
+        "x",
+        "more than one value per statistic",
+    )
 
 
-@pytest.mark.parametrize("s_dims,role", [([1, 3, 1, 1], "SCALE"), ([4, 1, 1, 1], "SCALE"),
-                                         ([1, 4, 5, 1], "SCALE")])
+@pytest.mark.parametrize(
+    "s_dims,role", [([1, 3, 1, 1], "SCALE"), ([4, 1, 1, 1], "SCALE"), ([1, 4, 5, 1], "SCALE")]
+)
 def test_statistics_dims_must_match_the_channels(s_dims, role):
     g, x, s, b = _graph([2, 4, 5, 6], s_dims)
     g.batchnorm(x, s, b, None, None, EPS, None, name="bn")
-    expect_error(BadParamError, Status.BAD_PARAM_SHAPE_MISMATCH, g.validate, "bn", "scale",
-                 f"{role} dims {s_dims} must be [1, 4, 1, 1]")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+        g.validate,
+        "bn",
+        "scale",
+        f"{role} dims {s_dims} must be [1, 4, 1, 1]",
+    )
 
 
 def test_mismatched_bias_and_grad_dims_are_rejected():
     g, x, s, _ = _graph([2, 4, 5, 6], [1, 4, 1, 1])
     b = g.tensor([1, 4, 5, 6], None, cudnn.data_type.FLOAT, name="b")
     g.batchnorm(x, s, b, None, None, EPS, None, name="bn")
-    expect_error(BadParamError, Status.BAD_PARAM_SHAPE_MISMATCH, g.validate, "bn", "b",
-                 "BIAS dims [1, 4, 5, 6] must equal SCALE dims [1, 4, 1, 1]")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+        g.validate,
+        "bn",
+        "b",
+        "BIAS dims [1, 4, 5, 6] must equal SCALE dims [1, 4, 1, 1]",
+    )
     g, x, s, _ = _graph([2, 4, 5, 6], [1, 4, 1, 1])
     dy = g.tensor([2, 4, 5, 5], None, cudnn.data_type.FLOAT, name="dy")
     g.batchnorm_backward(dy, x, s, s, s, name="bnb")
-    expect_error(BadParamError, Status.BAD_PARAM_SHAPE_MISMATCH, g.validate, "bnb", "dy",
-                 "DY dims [2, 4, 5, 5] must equal X dims")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+        g.validate,
+        "bnb",
+        "dy",
+        "DY dims [2, 4, 5, 5] must equal X dims",
+    )
 
 
 def test_running_stats_come_in_pairs_with_a_momentum():
     g, x, s, b = _graph([2, 4, 5, 6], [1, 4, 1, 1])
-    expect_error(BadParamError, Status.BAD_PARAM,
-                 lambda: g.batchnorm(x, s, b, s, None, EPS, MOM, name="bn"), "bn",
-                 "in_running_mean and in_running_var")
-    expect_error(BadParamError, Status.BAD_PARAM,
-                 lambda: g.batchnorm(x, s, b, s, b, EPS, None, name="bn"), "bn", "momentum")
-    expect_error(BadParamError, Status.NOT_SUPPORTED,
-                 lambda: g.batchnorm(x, s, b, s, b, EPS, MOM, peer_stats=[x], name="bn"),
-                 "bn", "peer_stats")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM,
+        lambda: g.batchnorm(x, s, b, s, None, EPS, MOM, name="bn"),
+        "bn",
+        "in_running_mean and in_running_var",
+    )
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM,
+        lambda: g.batchnorm(x, s, b, s, b, EPS, None, name="bn"),
+        "bn",
+        "momentum",
+    )
+    expect_error(
+        BadParamError,
+        Status.NOT_SUPPORTED,
+        lambda: g.batchnorm(x, s, b, s, b, EPS, MOM, peer_stats=[x], name="bn"),
+        "bn",
+        "peer_stats",
+    )
 
 
 def test_epsilon_below_the_minimum_is_rejected_at_execution(rng):
@@ -362,24 +448,39 @@ def test_epsilon_below_the_minimum_is_rejected_at_execution(rng):
     for engine in (ID, 0):
         g.create_execution_plan(engine, heuristic_knobs(g, engine))
         bufs = {t: torch.empty(t.get_dim()) for t in outs}
-        expect_error(BadParamError, Status.BAD_PARAM, lambda: g.execute_plan_at_index(
-            {**feeds, **bufs}, torch.empty(g.get_workspace_size_plan_at_index(0),
-                                           dtype=torch.uint8), 0), "batchnorm", "EPSILON",
-                     "below the minimum 0.0")
+        expect_error(
+            BadParamError,
+            Status.BAD_PARAM,
+            lambda: g.execute_plan_at_index(
+                {**feeds, **bufs},
+                torch.empty(g.get_workspace_size_plan_at_index(0), dtype=torch.uint8),
+                0,
+            ),
+            "batchnorm",
+            "EPSILON",
+            "below the minimum 0.0",
+        )
         g._plans.clear()
 
 
 def test_epsilon_must_be_a_scalar():
     g, x, s, b = _graph([2, 4, 5, 6], [1, 4, 1, 1])
-    expect_error(BadParamError, Status.BAD_PARAM_ATTRIBUTE_TYPE,
-                 lambda: g.batchnorm(x, s, b, None, None, torch.ones(2), None, name="bn"),
-                 "bn", "epsilon must be")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_ATTRIBUTE_TYPE,
+        lambda: g.batchnorm(x, s, b, None, None, torch.ones(2), None, name="bn"),
+        "bn",
+        "epsilon must be",
+    )
 
 
-@pytest.mark.parametrize("build,reason", [
-    (lambda g, y, z: g.sigmoid(y), "fuses only add (a residual) and relu"),
-    (lambda g, y, z: g.add(g.relu(y), z), "add then relu"),
-])
+@pytest.mark.parametrize(
+    "build,reason",
+    [
+        (lambda g, y, z: g.sigmoid(y), "fuses only add (a residual) and relu"),
+        (lambda g, y, z: g.add(g.relu(y), z), "add then relu"),
+    ],
+)
 def test_engine_declines_other_epilogues_with_a_reason(build, reason):
     g, x, s, b = _graph([2, 4, 5, 6], [1, 4, 1, 1])
     z = g.tensor([2, 4, 5, 6], None, cudnn.data_type.FLOAT, name="z")
@@ -395,8 +496,11 @@ def test_engine_declines_float64_and_oversized_tiles():
     g.batchnorm_inference(x, s, s, s, b).set_output(True)
     g.validate()
     e = BatchNormEngine()
-    sup = e.check_config(g.op_graph, EngineConfig.make(e, BLOCK_K=256, BLOCK_R=128, SPLIT=1,
-                                                       APPLY_R=64, num_warps=4), Target())
+    sup = e.check_config(
+        g.op_graph,
+        EngineConfig.make(e, BLOCK_K=256, BLOCK_R=128, SPLIT=1, APPLY_R=64, num_warps=4),
+        Target(),
+    )
     assert not sup.ok and "at most 16384" in sup.reason
     g2 = cudnn.pygraph()
     xd = g2.tensor([2, 4, 5, 6], None, cudnn.data_type.DOUBLE)

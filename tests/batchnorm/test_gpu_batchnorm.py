@@ -2,21 +2,21 @@
 forward (outputs, saved statistics, running statistics), inference and backward on NHWC
 and NCHW, the bench shape and odd ones, per-activation statistics, fused add / relu,
 bitwise determinism of the statistics, and the legacy calls with blending."""
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 import opendnn.frontend as cudnn
+from opendnn.engines.batchnorm import shapes
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
 
 TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
 EPS, MOM = 1e-5, 0.1
-SHAPES = [(64, 256, 56, 56), (32, 64, 28, 28), (7, 37, 13, 11), (2, 3, 1, 1), (16, 2048, 7, 7)]
-# two values per channel make dx ~ 0 (x - mean = +-std exactly): a relative error of
-# nothing, so the backward check leaves that shape out
-SHAPES_BWD = [s for s in SHAPES if s != (2, 3, 1, 1)]
 
 
 def _relerr(out, ref):
@@ -45,7 +45,7 @@ def _plan_is_ours(g):
     assert g.get_plan_name_at_index(0).startswith("batchnorm#30"), g.get_plan_name_at_index(0)
 
 
-@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("shape", shapes.GPU)
 @pytest.mark.parametrize("layout", ["nhwc", "nchw"])
 @pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
 def test_training_forward(shape, layout, dt):
@@ -67,8 +67,9 @@ def test_training_forward(shape, layout, dt):
     g.execute({tx: x, ts: scale, tb: bias, trm: rm, trv: rv, **outs}, ws)
     xd = x.double()
     wm, wv = rm.double().reshape(-1).clone(), rv.double().reshape(-1).clone()
-    ref = F.batch_norm(xd, wm, wv, scale.double().reshape(-1), bias.double().reshape(-1), True,
-                       MOM, EPS)
+    ref = F.batch_norm(
+        xd, wm, wv, scale.double().reshape(-1), bias.double().reshape(-1), True, MOM, EPS
+    )
     axes = (0, 2, 3)
     assert _relerr(outs[y], ref) < TOL[dt]
     assert _relerr(outs[mean].reshape(-1), xd.mean(axes)) < 1e-5
@@ -78,7 +79,7 @@ def test_training_forward(shape, layout, dt):
 
 
 def test_training_statistics_are_bitwise_deterministic():
-    x = _x(SHAPES[0], "nhwc", torch.bfloat16)
+    x = _x(shapes.GPU[0], "nhwc", torch.bfloat16)
     scale, bias = _stat(256)
     g = cudnn.pygraph()
     tx, ts, tb = (g.tensor_like(t) for t in (x, scale, bias))
@@ -96,7 +97,7 @@ def test_training_statistics_are_bitwise_deterministic():
         assert torch.equal(runs[0][t], runs[1][t]) and torch.equal(runs[0][t], runs[2][t])
 
 
-@pytest.mark.parametrize("shape", SHAPES[:3])
+@pytest.mark.parametrize("shape", shapes.GPU[:3])
 @pytest.mark.parametrize("layout", ["nhwc", "nchw"])
 @pytest.mark.parametrize("epilogue", ["", "relu", "add+relu"])
 def test_inference_with_fused_epilogue(shape, layout, epilogue):
@@ -122,8 +123,16 @@ def test_inference_with_fused_epilogue(shape, layout, epilogue):
     if tz is not None:
         pack[tz] = z
     g.execute(pack, None)
-    ref = F.batch_norm(x.double(), mean.double().reshape(-1), var.double().reshape(-1),
-                       scale.double().reshape(-1), bias.double().reshape(-1), False, MOM, EPS)
+    ref = F.batch_norm(
+        x.double(),
+        mean.double().reshape(-1),
+        var.double().reshape(-1),
+        scale.double().reshape(-1),
+        bias.double().reshape(-1),
+        False,
+        MOM,
+        EPS,
+    )
     if "add" in epilogue:
         ref = ref + z.double()
     if "relu" in epilogue:
@@ -131,7 +140,7 @@ def test_inference_with_fused_epilogue(shape, layout, epilogue):
     assert _relerr(y, ref) < TOL[dt]
 
 
-@pytest.mark.parametrize("shape", SHAPES_BWD)
+@pytest.mark.parametrize("shape", shapes.GPU_BACKWARD)
 @pytest.mark.parametrize("layout", ["nhwc", "nchw"])
 @pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
 def test_backward(shape, layout, dt):
@@ -166,8 +175,7 @@ def test_backward_through_fused_relu_backward(layout):
     xd = x.double().requires_grad_(True)
     wd = scale.double().reshape(-1).requires_grad_(True)
     bd = torch.zeros_like(wd).requires_grad_(True)
-    F.batch_norm(xd, None, None, wd, bd, True, MOM, EPS).backward(
-        loss.double() * (y.double() > 0))
+    F.batch_norm(xd, None, None, wd, bd, True, MOM, EPS).backward(loss.double() * (y.double() > 0))
     mean = x.double().mean((0, 2, 3), keepdim=True).float()
     inv = ((x.double().var((0, 2, 3), unbiased=False, keepdim=True) + EPS) ** -0.5).float()
     g = cudnn.pygraph()
@@ -179,8 +187,9 @@ def test_backward_through_fused_relu_backward(layout):
     _plan_is_ours(g)
     dx, ds, db = _nan_like(x), _nan_like(scale), _nan_like(scale)
     ws = torch.empty(max(g.get_workspace_size(), 1), device="cuda", dtype=torch.uint8)
-    g.execute({tl_: loss, ty: y, tx: x, ts: scale, tm: mean, tv: inv, tdx: dx, tds: ds,
-               tdb: db}, ws)
+    g.execute(
+        {tl_: loss, ty: y, tx: x, ts: scale, tm: mean, tv: inv, tdx: dx, tds: ds, tdb: db}, ws
+    )
     assert _relerr(dx, xd.grad) < 4 * TOL[dt]
     assert _relerr(ds.reshape(-1), wd.grad) < 4 * TOL[dt]
     assert _relerr(db.reshape(-1), bd.grad) < 4 * TOL[dt]
@@ -199,13 +208,22 @@ def test_per_activation_training():
     outs = {y: _nan_like(x), mean: _nan_like(scale), inv: _nan_like(scale)}
     ws = torch.empty(max(g.get_workspace_size(), 1), device="cuda", dtype=torch.uint8)
     g.execute({tx: x, ts: scale, tb: bias, **outs}, ws)
-    ref = F.batch_norm(x.double().reshape(64, -1), None, None, scale.double().reshape(-1),
-                       bias.double().reshape(-1), True, MOM, EPS).reshape(x.shape)
+    ref = F.batch_norm(
+        x.double().reshape(64, -1),
+        None,
+        None,
+        scale.double().reshape(-1),
+        bias.double().reshape(-1),
+        True,
+        MOM,
+        EPS,
+    ).reshape(x.shape)
     assert _relerr(outs[y], ref) < 1e-5
 
 
 def test_legacy_training_updates_running_buffers_in_place():
     import opendnn.legacy as L
+
     dims = (32, 64, 14, 14)
     x = _x(dims, "nhwc", torch.float16)
     y = torch.randn(dims, device="cuda").to(torch.float16).to(memory_format=torch.channels_last)
@@ -215,10 +233,33 @@ def test_legacy_training_updates_running_buffers_in_place():
     bn = L.derive_bn_tensor_descriptor(L.create_tensor_descriptor(), d, L.BatchNormMode.SPATIAL)
     scale, bias = _stat(64)
     rm, rv = torch.zeros(1, 64, 1, 1, device="cuda"), torch.ones(1, 64, 1, 1, device="cuda")
-    L.batch_normalization_forward_training(L.create("cuda"), L.BatchNormMode.SPATIAL, 0.5, 2.0,
-                                           d, x, d, y, bn, scale, bias, 0.2, rm, rv, EPS)
+    L.batch_normalization_forward_training(
+        L.create("cuda"),
+        L.BatchNormMode.SPATIAL,
+        0.5,
+        2.0,
+        d,
+        x,
+        d,
+        y,
+        bn,
+        scale,
+        bias,
+        0.2,
+        rm,
+        rv,
+        EPS,
+    )
     wm, wv = torch.zeros(64, dtype=torch.float64), torch.ones(64, dtype=torch.float64)
-    ref = F.batch_norm(x.double().cpu(), wm, wv, scale.double().reshape(-1).cpu(),
-                       bias.double().reshape(-1).cpu(), True, 0.2, EPS)
+    ref = F.batch_norm(
+        x.double().cpu(),
+        wm,
+        wv,
+        scale.double().reshape(-1).cpu(),
+        bias.double().reshape(-1).cpu(),
+        True,
+        0.2,
+        EPS,
+    )
     assert _relerr(y, 0.5 * ref + 2.0 * prior.double().cpu()) < 2e-3
     assert _relerr(rm.reshape(-1), wm) < 1e-5 and _relerr(rv.reshape(-1), wv) < 1e-5

@@ -1,12 +1,15 @@
 """The implicit-GEMM convolution engine against the float64 reference (interpreter):
 1-3-D, groups, depthwise, stride, dilation, asymmetric padding, both modes, NCHW / NHWC /
 non-packed layouts, fp32 / fp16 / bf16, and fused epilogues."""
+
 import pytest
 import torch
+from _util import CONV_TYPES as TYPES
+from _util import assert_close, check_engine, repro
+from _util import graph_tensor as _tensor
+from _util import with_layout as _layout
 
 import opendnn.frontend as cudnn
-from _util import assert_close, check_engine, repro
-from _util import CONV_TYPES as TYPES, graph_tensor as _tensor, with_layout as _layout
 from opendnn.engines.conv.implicit_gemm.engine import ImplicitGemmEngine
 
 CONV_ID = ImplicitGemmEngine.id
@@ -21,8 +24,6 @@ CASES = [  # (N, C, K, in, filt, stride, pre, post, dilation, groups)
 ]
 
 
-
-
 @pytest.mark.parametrize("case", CASES, ids=[f"c{i}" for i in range(len(CASES))])
 @pytest.mark.parametrize("layout", ["nchw", "nhwc", "strided"])
 @pytest.mark.parametrize("mode", ["CROSS_CORRELATION", "CONVOLUTION"])
@@ -33,12 +34,26 @@ def test_fprop_against_reference(case, layout, mode):
     w = _layout(torch.randn(k, c // groups, *f), layout)
     g = cudnn.pygraph()
     tx, tw = _tensor(g, x), _tensor(g, w)
-    y = g.conv_fprop(tx, tw, pre_padding=list(pre), post_padding=list(post), stride=list(stride),
-                     dilation=list(dil), convolution_mode=cudnn.convolution_mode[mode])
+    y = g.conv_fprop(
+        tx,
+        tw,
+        pre_padding=list(pre),
+        post_padding=list(post),
+        stride=list(stride),
+        dilation=list(dil),
+        convolution_mode=cudnn.convolution_mode[mode],
+    )
     y.set_output(True)
-    check_engine(g, {tx: x, tw: w}, [y], CONV_ID, n=(c // groups) * max(1, len(f)),
-                 msg=repro("conv_fprop", [tuple(x.shape), tuple(w.shape)], "float32", 0,
-                           layout=layout, mode=mode))
+    check_engine(
+        g,
+        {tx: x, tw: w},
+        [y],
+        CONV_ID,
+        n=(c // groups) * max(1, len(f)),
+        msg=repro(
+            "conv_fprop", [tuple(x.shape), tuple(w.shape)], "float32", 0, layout=layout, mode=mode
+        ),
+    )
 
 
 @pytest.mark.parametrize("dt", [torch.float32, torch.float16, torch.bfloat16])
@@ -47,13 +62,20 @@ def test_fprop_bias_relu_epilogue_types(dt):
     x = torch.randn(2, 8, 7, 9, dtype=dt).to(memory_format=torch.channels_last)
     w = (torch.randn(12, 8, 3, 3, dtype=dt) * 0.2).to(memory_format=torch.channels_last)
     b = torch.randn(1, 12, 1, 1, dtype=dt)
-    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT,
-                      compute_data_type=cudnn.data_type.FLOAT)
+    g = cudnn.pygraph(
+        intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT
+    )
     tx, tw, tb = g.tensor_like(x), g.tensor_like(w), g.tensor_like(b)
     y = g.relu(g.bias(g.conv_fprop(tx, tw, padding=[1, 1]), tb))
     y.set_output(True)
-    out = check_engine(g, {tx: x, tw: w, tb: b}, [y], CONV_ID, n=72,
-                       msg=repro("relu(conv+bias)", [(2, 8, 7, 9)], str(dt), 7))
+    out = check_engine(
+        g,
+        {tx: x, tw: w, tb: b},
+        [y],
+        CONV_ID,
+        n=72,
+        msg=repro("relu(conv+bias)", [(2, 8, 7, 9)], str(dt), 7),
+    )
     assert out[y].dtype == dt
 
 
@@ -79,8 +101,11 @@ def test_heuristics_pick_a_fused_conv_engine_for_conv_bias_relu():
     y = g.relu(g.bias(g.conv_fprop(tx, tw, padding=[1, 1]), tb))
     g.build([cudnn.heur_mode.A])
     # one fused kernel, whichever convolution engine the cost model prefers (C=4: direct)
-    assert g.get_plan_name_at_index(0).split("#")[0] in ("conv_implicit_gemm", "conv_gemm",
-                                                         "conv_direct")
+    assert g.get_plan_name_at_index(0).split("#")[0] in (
+        "conv_implicit_gemm",
+        "conv_gemm",
+        "conv_direct",
+    )
     out = torch.full((1, 4, 5, 5), float("nan"))
     g.execute({tx: x, tw: w, tb: b, y: out})
     ref = torch.relu(torch.nn.functional.conv2d(x.double(), w.double(), padding=1) + b.double())
@@ -93,8 +118,9 @@ def test_declines_computed_operands_with_a_reason():
     tx, tw = g.tensor_like(x), g.tensor_like(w)
     g.conv_fprop(g.transpose(tx, [0, 1, 3, 2]), tw).set_output(True)
     g.validate()
-    s = ImplicitGemmEngine().check_support(g.op_graph, __import__(
-        "opendnn.engines.base", fromlist=["Target"]).Target())
+    s = ImplicitGemmEngine().check_support(
+        g.op_graph, __import__("opendnn.engines.base", fromlist=["Target"]).Target()
+    )
     assert not s.ok and "not a pointwise prologue" in s.reason
 
 
@@ -110,26 +136,46 @@ def test_dgrad_and_wgrad_against_reference(case, layout, mode):
     x = _layout(torch.randn(n, c, *sp), layout)
     w = _layout(torch.randn(k, c // groups, *f), layout)
     from opendnn.ops.conv import output_dims
+
     ydims = output_dims(x.shape, w.shape, pre, post, stride, dil)
     dy = _layout(torch.randn(*ydims), layout)
-    params = dict(pre_padding=list(pre), post_padding=list(post), stride=list(stride),
-                  dilation=list(dil), convolution_mode=cudnn.convolution_mode[mode])
+    params = dict(
+        pre_padding=list(pre),
+        post_padding=list(post),
+        stride=list(stride),
+        dilation=list(dil),
+        convolution_mode=cudnn.convolution_mode[mode],
+    )
 
     g = cudnn.pygraph()
     tdy, tw = _tensor(g, dy), _tensor(g, w)
     dx = g.conv_dgrad(tdy, tw, **params)
     dx.set_dim(list(x.shape)).set_stride(list(x.stride())).set_output(True)
-    check_engine(g, {tdy: dy, tw: w}, [dx], DGRAD_ID, n=(k // groups) * max(1, len(f)),
-                 msg=repro("conv_dgrad", [tuple(dy.shape), tuple(w.shape)], "float32", 0,
-                           layout=layout, mode=mode))
+    check_engine(
+        g,
+        {tdy: dy, tw: w},
+        [dx],
+        DGRAD_ID,
+        n=(k // groups) * max(1, len(f)),
+        msg=repro(
+            "conv_dgrad", [tuple(dy.shape), tuple(w.shape)], "float32", 0, layout=layout, mode=mode
+        ),
+    )
 
     g = cudnn.pygraph()
     tx, tdy = _tensor(g, x), _tensor(g, dy)
     dw = g.conv_wgrad(tx, tdy, **params)
     dw.set_dim(list(w.shape)).set_stride(list(w.stride())).set_output(True)
-    check_engine(g, {tx: x, tdy: dy}, [dw], WGRAD_ID, n=n * max(1, len(sp)) * 4,
-                 msg=repro("conv_wgrad", [tuple(x.shape), tuple(dy.shape)], "float32", 0,
-                           layout=layout, mode=mode))
+    check_engine(
+        g,
+        {tx: x, tdy: dy},
+        [dw],
+        WGRAD_ID,
+        n=n * max(1, len(sp)) * 4,
+        msg=repro(
+            "conv_wgrad", [tuple(x.shape), tuple(dy.shape)], "float32", 0, layout=layout, mode=mode
+        ),
+    )
 
 
 @pytest.mark.parametrize("dt", [torch.float16, torch.bfloat16])
@@ -163,21 +209,37 @@ def test_gemm_engine_against_reference(case, layout, mode):
     b = torch.randn(1, k, *([1] * len(sp)))
     g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
     tx, tw, tb = _tensor(g, x), _tensor(g, w), _tensor(g, b)
-    conv = g.conv_fprop(tx, tw, pre_padding=list(pre), post_padding=list(post),
-                        stride=list(stride), dilation=list(dil),
-                        convolution_mode=cudnn.convolution_mode[mode])
+    conv = g.conv_fprop(
+        tx,
+        tw,
+        pre_padding=list(pre),
+        post_padding=list(post),
+        stride=list(stride),
+        dilation=list(dil),
+        convolution_mode=cudnn.convolution_mode[mode],
+    )
     y = g.relu(g.bias(conv, tb))
     y.set_output(True)
-    check_engine(g, {tx: x, tw: w, tb: b}, [y], GEMM_ID, n=(c // groups) * max(1, len(f)),
-                 msg=repro("conv_gemm", [tuple(x.shape), tuple(w.shape)], "float32", 0,
-                           layout=layout, mode=mode))
+    check_engine(
+        g,
+        {tx: x, tw: w, tb: b},
+        [y],
+        GEMM_ID,
+        n=(c // groups) * max(1, len(f)),
+        msg=repro(
+            "conv_gemm", [tuple(x.shape), tuple(w.shape)], "float32", 0, layout=layout, mode=mode
+        ),
+    )
 
 
 DIRECT_ID = 7
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c[1] // c[9] <= 16],
-                         ids=[f"c{i}" for i, c in enumerate(CASES) if c[1] // c[9] <= 16])
+@pytest.mark.parametrize(
+    "case",
+    [c for c in CASES if c[1] // c[9] <= 16],
+    ids=[f"c{i}" for i, c in enumerate(CASES) if c[1] // c[9] <= 16],
+)
 @pytest.mark.parametrize("layout", ["nchw", "nhwc", "strided"])
 @pytest.mark.parametrize("mode", ["CROSS_CORRELATION", "CONVOLUTION"])
 def test_direct_engine_against_reference(case, layout, mode):
@@ -187,18 +249,34 @@ def test_direct_engine_against_reference(case, layout, mode):
     w = _layout(torch.randn(k, c // groups, *f), layout)
     g = cudnn.pygraph()
     tx, tw = _tensor(g, x), _tensor(g, w)
-    y = g.swish(g.conv_fprop(tx, tw, pre_padding=list(pre), post_padding=list(post),
-                             stride=list(stride), dilation=list(dil),
-                             convolution_mode=cudnn.convolution_mode[mode]))
+    y = g.swish(
+        g.conv_fprop(
+            tx,
+            tw,
+            pre_padding=list(pre),
+            post_padding=list(post),
+            stride=list(stride),
+            dilation=list(dil),
+            convolution_mode=cudnn.convolution_mode[mode],
+        )
+    )
     y.set_output(True)
-    check_engine(g, {tx: x, tw: w}, [y], DIRECT_ID, n=(c // groups) * max(1, len(f)),
-                 msg=repro("conv_direct", [tuple(x.shape), tuple(w.shape)], "float32", 0,
-                           layout=layout, mode=mode))
+    check_engine(
+        g,
+        {tx: x, tw: w},
+        [y],
+        DIRECT_ID,
+        n=(c // groups) * max(1, len(f)),
+        msg=repro(
+            "conv_direct", [tuple(x.shape), tuple(w.shape)], "float32", 0, layout=layout, mode=mode
+        ),
+    )
 
 
 def test_direct_declines_wide_channels_with_reason():
     from opendnn.engines.base import Target
     from opendnn.engines.conv.direct.engine import DirectConvEngine
+
     g = cudnn.pygraph()
     x = g.tensor(dim=[1, 64, 8, 8], data_type=cudnn.data_type.FLOAT)
     w = g.tensor(dim=[8, 64, 3, 3], data_type=cudnn.data_type.FLOAT)
@@ -223,8 +301,9 @@ def test_scale_bias_relu_prologue(layout, pad):
     y = g.conv_fprop(xin, tw, padding=[pad, pad])
     y.set_output(True)
     out = check_engine(g, {tx: x, tw: w, ts: sc, tb: bi}, [y], CONV_ID, n=54)
-    ref = torch.nn.functional.conv2d(torch.relu(x.double() * sc.double() + bi.double()),
-                                     w.double(), padding=pad)
+    ref = torch.nn.functional.conv2d(
+        torch.relu(x.double() * sc.double() + bi.double()), w.double(), padding=pad
+    )
     assert_close(out[y], ref, torch.float32, n=54)
 
 
@@ -237,6 +316,7 @@ def test_prologue_with_an_extra_output_is_declined():
     g.conv_fprop(act, tw).set_output(True)
     g.validate()
     from opendnn.engines.base import Target
+
     s = ImplicitGemmEngine().check_support(g.op_graph, Target())
     assert not s.ok and "output" in s.reason
 
@@ -265,8 +345,9 @@ def test_conv_bias_genstats_fused(layout):
 WINO_ID = 8
 
 
-@pytest.mark.parametrize("shape", [(2, 5, 9, 7, 6, 1), (1, 3, 8, 8, 4, 0), (1, 2, 1, 3, 3, 2),
-                                   (3, 7, 5, 6, 1, 1)])
+@pytest.mark.parametrize(
+    "shape", [(2, 5, 9, 7, 6, 1), (1, 3, 8, 8, 4, 0), (1, 2, 1, 3, 3, 2), (3, 7, 5, 6, 1, 1)]
+)
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 @pytest.mark.parametrize("mode", ["CROSS_CORRELATION", "CONVOLUTION"])
 @pytest.mark.parametrize("engine", [WINO_ID, WINO_ID + 1], ids=["F2x2", "F4x4"])
@@ -281,16 +362,27 @@ def test_winograd_nonfused_against_reference(shape, layout, mode, engine):
     b = torch.randn(1, k, 1, 1)
     g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
     tx, tw, tb = _tensor(g, x), _tensor(g, w), _tensor(g, b)
-    y = g.relu(g.bias(g.conv_fprop(tx, tw, padding=[pad, pad],
-                                   convolution_mode=cudnn.convolution_mode[mode]), tb))
+    y = g.relu(
+        g.bias(
+            g.conv_fprop(tx, tw, padding=[pad, pad], convolution_mode=cudnn.convolution_mode[mode]),
+            tb,
+        )
+    )
     y.set_output(True)
-    check_engine(g, {tx: x, tw: w, tb: b}, [y], engine, n=c * 9 * (4 if engine == WINO_ID else 64),
-                 msg=repro("winograd", [tuple(x.shape)], "float32", 0, layout=layout, mode=mode))
+    check_engine(
+        g,
+        {tx: x, tw: w, tb: b},
+        [y],
+        engine,
+        n=c * 9 * (4 if engine == WINO_ID else 64),
+        msg=repro("winograd", [tuple(x.shape)], "float32", 0, layout=layout, mode=mode),
+    )
 
 
 def test_winograd_declines_strided_or_5x5_with_reasons():
     from opendnn.engines.base import Target
     from opendnn.engines.conv.winograd.engine import WinogradNonfusedEngine
+
     for wdims, stride, want in [([4, 4, 5, 5], 1, "3x3"), ([4, 4, 3, 3], 2, "stride 1")]:
         g = cudnn.pygraph()
         x = g.tensor(dim=[1, 4, 8, 8], data_type=cudnn.data_type.FLOAT)
@@ -312,21 +404,37 @@ def test_splitk_wgrad_against_reference(case, split):
     x = torch.randn(n, c, *sp)
     w = torch.randn(k, c // groups, *f)
     from opendnn.ops.conv import output_dims
+
     dy = torch.randn(*output_dims(x.shape, w.shape, pre, post, stride, dil))
     g = cudnn.pygraph()
     tx, tdy = _tensor(g, x), _tensor(g, dy)
-    dw = g.conv_wgrad(tx, tdy, pre_padding=list(pre), post_padding=list(post),
-                      stride=list(stride), dilation=list(dil))
+    dw = g.conv_wgrad(
+        tx,
+        tdy,
+        pre_padding=list(pre),
+        post_padding=list(post),
+        stride=list(stride),
+        dilation=list(dil),
+    )
     dw.set_dim(list(w.shape)).set_output(True)
     from _util import heuristic_knobs
+
     g.validate()
     knobs = {**heuristic_knobs(g, SPLIT_ID), "SPLIT": split}
-    check_engine(g, {tx: x, tdy: dy}, [dw], SPLIT_ID, knobs, n=n * 64,
-                 msg=repro("conv_wgrad_splitk", [tuple(x.shape)], "float32", 0, split=split))
+    check_engine(
+        g,
+        {tx: x, tdy: dy},
+        [dw],
+        SPLIT_ID,
+        knobs,
+        n=n * 64,
+        msg=repro("conv_wgrad_splitk", [tuple(x.shape)], "float32", 0, split=split),
+    )
 
 
 def test_splitk_wgrad_is_marked_and_deterministic_mode_skips_it(monkeypatch):
     from opendnn import backends
+
     x, dy = torch.randn(2, 4, 6, 6), torch.randn(2, 4, 4, 4)
     g = cudnn.pygraph()
     tx, tdy = _tensor(g, x), _tensor(g, dy)
@@ -335,16 +443,21 @@ def test_splitk_wgrad_is_marked_and_deterministic_mode_skips_it(monkeypatch):
     g.build([cudnn.heur_mode.A])
     names = [g.get_plan_name_at_index(i) for i in range(g.get_execution_plan_count())]
     split = [i for i, nm in enumerate(names) if nm.startswith("conv_wgrad_splitk")]
-    assert split and cudnn.numerical_note.NONDETERMINISTIC in \
-        g.get_numerical_notes_for_plan_at_index(split[0])
+    assert (
+        split
+        and cudnn.numerical_note.NONDETERMINISTIC
+        in g.get_numerical_notes_for_plan_at_index(split[0])
+    )
     monkeypatch.setattr(backends, "deterministic", True)
     g2 = cudnn.pygraph()
     tx, tdy = _tensor(g2, x), _tensor(g2, dy)
     dw = g2.conv_wgrad(tx, tdy)
     dw.set_dim([4, 4, 3, 3]).set_output(True)
     g2.build([cudnn.heur_mode.A])
-    assert not any(g2.get_plan_name_at_index(i).startswith("conv_wgrad_splitk")
-                   for i in range(g2.get_execution_plan_count()))
+    assert not any(
+        g2.get_plan_name_at_index(i).startswith("conv_wgrad_splitk")
+        for i in range(g2.get_execution_plan_count())
+    )
 
 
 PRECOMP_ID = 11
@@ -360,13 +473,28 @@ def test_precomp_engine_against_reference(case, layout, mode):
     w = _layout(torch.randn(k, c // groups, *f), layout)
     g = cudnn.pygraph()
     tx, tw = _tensor(g, x), _tensor(g, w)
-    y = g.elu(g.conv_fprop(tx, tw, pre_padding=list(pre), post_padding=list(post),
-                           stride=list(stride), dilation=list(dil),
-                           convolution_mode=cudnn.convolution_mode[mode]))
+    y = g.elu(
+        g.conv_fprop(
+            tx,
+            tw,
+            pre_padding=list(pre),
+            post_padding=list(post),
+            stride=list(stride),
+            dilation=list(dil),
+            convolution_mode=cudnn.convolution_mode[mode],
+        )
+    )
     y.set_output(True)
-    check_engine(g, {tx: x, tw: w}, [y], PRECOMP_ID, n=(c // groups) * max(1, len(f)),
-                 msg=repro("conv_precomp", [tuple(x.shape), tuple(w.shape)], "float32", 0,
-                           layout=layout, mode=mode))
+    check_engine(
+        g,
+        {tx: x, tw: w},
+        [y],
+        PRECOMP_ID,
+        n=(c // groups) * max(1, len(f)),
+        msg=repro(
+            "conv_precomp", [tuple(x.shape), tuple(w.shape)], "float32", 0, layout=layout, mode=mode
+        ),
+    )
 
 
 def test_benchmark_mode_tunes_once_and_reuses_the_cache(tmp_path, monkeypatch):
@@ -374,6 +502,7 @@ def test_benchmark_mode_tunes_once_and_reuses_the_cache(tmp_path, monkeypatch):
     a fresh graph of the same problem (a later process) reuses it without timing."""
     from opendnn import backends
     from opendnn.runtime import autotune
+
     monkeypatch.setenv("OPENDNN_CACHE_DIR", str(tmp_path))
     autotune.forget_memory()
     monkeypatch.setattr(backends, "benchmark", True)
@@ -386,13 +515,14 @@ def test_benchmark_mode_tunes_once_and_reuses_the_cache(tmp_path, monkeypatch):
         y.set_output(True)
         g.build([cudnn.heur_mode.A])
         return g, tx, tw, y
+
     g, tx, tw, y = make()
     assert g.get_execution_plan_count() > 1
     out = torch.full((1, 4, 6, 6), float("nan"))
     g.execute({tx: x, tw: w, y: out}, torch.empty(1 << 20, dtype=torch.uint8))
     hit = autotune.lookup(g.key(), g._target().name)
     assert hit and hit["order"][0] == g.get_plan_name_at_index(0)
-    autotune.forget_memory()                      # a new process: read from disk
+    autotune.forget_memory()  # a new process: read from disk
     g2, tx, tw, y = make()
     timed = []
     monkeypatch.setattr(type(g2), "autotune", lambda self, *a, **k: timed.append(1))
@@ -408,8 +538,12 @@ def test_int8_forward_int32_accumulation(out_type, engine):
     """int8 image and filter, exact int32 accumulation, scaled into float32 or int8 output
     (rounded toward zero and saturated)."""
     torch.manual_seed(41)
-    x = torch.randint(-128, 128, (2, 16, 7, 7), dtype=torch.int8).to(memory_format=torch.channels_last)
-    w = torch.randint(-128, 128, (8, 16, 3, 3), dtype=torch.int8).to(memory_format=torch.channels_last)
+    x = torch.randint(-128, 128, (2, 16, 7, 7), dtype=torch.int8).to(
+        memory_format=torch.channels_last
+    )
+    w = torch.randint(-128, 128, (8, 16, 3, 3), dtype=torch.int8).to(
+        memory_format=torch.channels_last
+    )
     g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
     tx, tw = _tensor(g, x), _tensor(g, w)
     y = g.scale(g.conv_fprop(tx, tw, padding=[1, 1]), 1.0 / 256)
@@ -426,8 +560,9 @@ def test_int8_forward_int32_accumulation(out_type, engine):
 GEMM_WGRAD_ID = 12
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c[9] == 1],
-                         ids=[f"c{i}" for i, c in enumerate(CASES) if c[9] == 1])
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if c[9] == 1], ids=[f"c{i}" for i, c in enumerate(CASES) if c[9] == 1]
+)
 @pytest.mark.parametrize("mode", ["CROSS_CORRELATION", "CONVOLUTION"])
 def test_gemm_wgrad_against_reference(case, mode):
     """im2col + one GEMM over (n, pixel) for dW; NHWC-packed dY, one group."""
@@ -436,15 +571,28 @@ def test_gemm_wgrad_against_reference(case, mode):
     x = _layout(torch.randn(n, c, *sp), "nhwc")
     w = _layout(torch.randn(k, c, *f), "nhwc")
     from opendnn.ops.conv import output_dims
+
     dy = _layout(torch.randn(*output_dims(x.shape, w.shape, pre, post, stride, dil)), "nhwc")
-    if dy.dim() != 4:      # 1-D / 3-D: make dY (n, pixel)-uniform by hand (channels last)
+    if dy.dim() != 4:  # 1-D / 3-D: make dY (n, pixel)-uniform by hand (channels last)
         perm = [0] + list(range(2, dy.dim())) + [1]
         dy = dy.permute(*perm).contiguous().permute(0, dy.dim() - 1, *range(1, dy.dim() - 1))
     g = cudnn.pygraph()
     tx, tdy = _tensor(g, x), _tensor(g, dy)
-    dw = g.conv_wgrad(tx, tdy, pre_padding=list(pre), post_padding=list(post),
-                      stride=list(stride), dilation=list(dil),
-                      convolution_mode=cudnn.convolution_mode[mode])
+    dw = g.conv_wgrad(
+        tx,
+        tdy,
+        pre_padding=list(pre),
+        post_padding=list(post),
+        stride=list(stride),
+        dilation=list(dil),
+        convolution_mode=cudnn.convolution_mode[mode],
+    )
     dw.set_dim(list(w.shape)).set_stride(list(w.stride())).set_output(True)
-    check_engine(g, {tx: x, tdy: dy}, [dw], GEMM_WGRAD_ID, n=n * 64,
-                 msg=repro("conv_wgrad_gemm", [tuple(x.shape)], "float32", 0, mode=mode))
+    check_engine(
+        g,
+        {tx: x, tdy: dy},
+        [dw],
+        GEMM_WGRAD_ID,
+        n=n * 64,
+        msg=repro("conv_wgrad_gemm", [tuple(x.shape)], "float32", 0, mode=mode),
+    )

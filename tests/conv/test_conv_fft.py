@@ -6,12 +6,14 @@ several chunks, workspace and cost-model properties, and every decline with its 
 Tolerance: an FFT output is a sum over every frequency bin and channel, so its rounding
 grows with C * Fh * Fw rather than the direct reduction C * R * S; ``_n`` passes that
 length to the tolerance."""
+
 import pytest
 import torch
+from _util import check_engine, fresh_plan_caches, repro
+from _util import graph_tensor as _tensor
+from _util import with_layout as _layout
 
 import opendnn.frontend as cudnn
-from _util import check_engine, fresh_plan_caches, repro
-from _util import graph_tensor as _tensor, with_layout as _layout
 from opendnn.engines.base import EngineConfig, Target
 from opendnn.engines.conv.fft import engine as fft
 from opendnn.engines.conv.fft.engine import FftConvEngine, FftTilingConvEngine
@@ -34,19 +36,30 @@ CASES = [  # (N, C, K, (H, W), (R, S), pre, post, layout, mode)
 ]
 
 
-
-
 def _n(c, hw, rs, pre, post):
     return c * (hw[0] + pre[0] + post[0] + rs[0]) * (hw[1] + pre[1] + post[1] + rs[1])
 
 
-def _graph(shape_x, shape_w, pre=(0, 0), post=(0, 0), stride=(1, 1), dilation=(1, 1),
-           dt=cudnn.data_type.FLOAT):
+def _graph(
+    shape_x,
+    shape_w,
+    pre=(0, 0),
+    post=(0, 0),
+    stride=(1, 1),
+    dilation=(1, 1),
+    dt=cudnn.data_type.FLOAT,
+):
     g = cudnn.pygraph()
     x = g.tensor(dim=list(shape_x), data_type=dt)
     w = g.tensor(dim=list(shape_w), data_type=dt)
-    g.conv_fprop(x, w, pre_padding=list(pre), post_padding=list(post), stride=list(stride),
-                 dilation=list(dilation)).set_output(True)
+    g.conv_fprop(
+        x,
+        w,
+        pre_padding=list(pre),
+        post_padding=list(post),
+        stride=list(stride),
+        dilation=list(dilation),
+    ).set_output(True)
     g.validate()
     return g
 
@@ -60,30 +73,57 @@ def test_fft_against_reference(case, engine):
     w = _layout(torch.randn(k, c, *rs), layout)
     g = cudnn.pygraph()
     tx, tw = _tensor(g, x), _tensor(g, w)
-    y = g.conv_fprop(tx, tw, pre_padding=list(pre), post_padding=list(post),
-                     convolution_mode=cudnn.convolution_mode[mode])
+    y = g.conv_fprop(
+        tx,
+        tw,
+        pre_padding=list(pre),
+        post_padding=list(post),
+        convolution_mode=cudnn.convolution_mode[mode],
+    )
     y.set_output(True)
-    check_engine(g, {tx: x, tw: w}, [y], engine[0], engine[1], n=_n(c, hw, rs, pre, post),
-                 msg=repro("conv_fft", [tuple(x.shape), tuple(w.shape)], "float32", 0,
-                           engine=engine, layout=layout, mode=mode))
+    check_engine(
+        g,
+        {tx: x, tw: w},
+        [y],
+        engine[0],
+        engine[1],
+        n=_n(c, hw, rs, pre, post),
+        msg=repro(
+            "conv_fft",
+            [tuple(x.shape), tuple(w.shape)],
+            "float32",
+            0,
+            engine=engine,
+            layout=layout,
+            mode=mode,
+        ),
+    )
 
 
 @pytest.mark.parametrize("dt", [torch.float32, torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("engine", ENGINES + [(TILING_ID, {"TILE": 16})],
-                         ids=ENGINE_IDS + ["tiling16"])
+@pytest.mark.parametrize(
+    "engine", ENGINES + [(TILING_ID, {"TILE": 16})], ids=ENGINE_IDS + ["tiling16"]
+)
 def test_fft_bias_relu_epilogue_types(dt, engine):
     torch.manual_seed(7)
     x = torch.randn(2, 6, 9, 7, dtype=dt).to(memory_format=torch.channels_last)
     w = (torch.randn(5, 6, 5, 3, dtype=dt) * 0.2).to(memory_format=torch.channels_last)
     b = torch.randn(1, 5, 1, 1, dtype=dt)
-    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT,
-                      compute_data_type=cudnn.data_type.FLOAT)
+    g = cudnn.pygraph(
+        intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT
+    )
     tx, tw, tb = _tensor(g, x), _tensor(g, w), _tensor(g, b)
     y = g.relu(g.bias(g.conv_fprop(tx, tw, padding=[2, 1]), tb))
     y.set_output(True)
-    out = check_engine(g, {tx: x, tw: w, tb: b}, [y], engine[0], engine[1],
-                       n=_n(6, (9, 7), (5, 3), (2, 1), (2, 1)),
-                       msg=repro("relu(conv_fft+bias)", [(2, 6, 9, 7)], str(dt), 7, engine=engine))
+    out = check_engine(
+        g,
+        {tx: x, tw: w, tb: b},
+        [y],
+        engine[0],
+        engine[1],
+        n=_n(6, (9, 7), (5, 3), (2, 1), (2, 1)),
+        msg=repro("relu(conv_fft+bias)", [(2, 6, 9, 7)], str(dt), 7, engine=engine),
+    )
     assert out[y].dtype == dt
 
 
@@ -100,12 +140,13 @@ def test_tiling_in_chunks_of_one_tile(monkeypatch):
     cfg = EngineConfig.make(FftTilingConvEngine(), TILE=8)
     whole = fft.plan_fft(g.op_graph, 8, fft.TILING_WORKSPACE_BUDGET)
     monkeypatch.setattr(fft, "TILING_WORKSPACE_BUDGET", 1)
-    fresh_plan_caches(monkeypatch)     # plans built before used the budget
+    fresh_plan_caches(monkeypatch)  # plans built before used the budget
     chunked = FftTilingConvEngine()._plan(g.op_graph, cfg)
     assert whole.chunks == 1 and chunked.chunk == 1 and chunked.chunks == whole.planes == 8
     assert chunked.workspace_bytes < whole.workspace_bytes
-    check_engine(g, {tx: x, tw: w}, [y], TILING_ID, {"TILE": 8}, n=_n(3, (10, 7), (3, 3),
-                                                                       (1, 1), (1, 1)))
+    check_engine(
+        g, {tx: x, tw: w}, [y], TILING_ID, {"TILE": 8}, n=_n(3, (10, 7), (3, 3), (1, 1), (1, 1))
+    )
 
 
 def test_tiling_needs_far_less_workspace_for_large_images():
@@ -120,8 +161,11 @@ def test_tiling_needs_far_less_workspace_for_large_images():
 
 def test_notes_fft_and_down_convert_for_half_types():
     e = FftConvEngine()
-    for dt, down in [(cudnn.data_type.FLOAT, False), (cudnn.data_type.HALF, True),
-                     (cudnn.data_type.BFLOAT16, True)]:
+    for dt, down in [
+        (cudnn.data_type.FLOAT, False),
+        (cudnn.data_type.HALF, True),
+        (cudnn.data_type.BFLOAT16, True),
+    ]:
         g = _graph((1, 2, 6, 6), (2, 2, 3, 3), dt=dt).op_graph
         notes = e.numerical_notes(g, e.configs(g, Target())[0])
         assert NumericalNote.FFT in notes
@@ -130,6 +174,7 @@ def test_notes_fft_and_down_convert_for_half_types():
 
 def _best(graph, engine_ids):
     from opendnn.engines.registry import by_id
+
     times = []
     for eid in engine_ids:
         e = by_id(eid)
@@ -140,7 +185,7 @@ def _best(graph, engine_ids):
 
 @pytest.mark.parametrize("dt", [cudnn.data_type.HALF, cudnn.data_type.FLOAT])
 def test_cost_model_ranks_fft_last_for_3x3_and_first_for_large_filters(dt):
-    gemm = [3, 11]                      # implicit GEMM, precomputed-index implicit GEMM
+    gemm = [3, 11]  # implicit GEMM, precomputed-index implicit GEMM
     small = _graph((32, 64, 56, 56), (64, 64, 3, 3), (1, 1), (1, 1), dt=dt).op_graph
     assert _best(small, [FFT_ID, TILING_ID]) > _best(small, gemm)
     large = _graph((8, 64, 64, 64), (64, 64, 15, 15), (7, 7), (7, 7), dt=dt).op_graph
@@ -158,8 +203,7 @@ def _reason(engine, g, config=None):
     return s.reason
 
 
-@pytest.mark.parametrize("engine", [FftConvEngine(), FftTilingConvEngine()],
-                         ids=ENGINE_IDS)
+@pytest.mark.parametrize("engine", [FftConvEngine(), FftTilingConvEngine()], ids=ENGINE_IDS)
 def test_declines_with_reasons(engine):
     g = cudnn.pygraph()
     x = g.tensor(dim=[1, 2, 9], data_type=cudnn.data_type.FLOAT)
@@ -168,13 +212,11 @@ def test_declines_with_reasons(engine):
     g.validate()
     assert "2-D" in _reason(engine, g)
     assert "stride 1" in _reason(engine, _graph((1, 2, 9, 9), (2, 2, 3, 3), stride=(2, 1)))
-    assert "dilation 1" in _reason(engine, _graph((1, 2, 9, 9), (2, 2, 3, 3),
-                                                  dilation=(1, 2)))
+    assert "dilation 1" in _reason(engine, _graph((1, 2, 9, 9), (2, 2, 3, 3), dilation=(1, 2)))
     assert "one group" in _reason(engine, _graph((1, 4, 9, 9), (4, 2, 3, 3)))
 
 
-@pytest.mark.parametrize("engine", [FftConvEngine(), FftTilingConvEngine()],
-                         ids=ENGINE_IDS)
+@pytest.mark.parametrize("engine", [FftConvEngine(), FftTilingConvEngine()], ids=ENGINE_IDS)
 def test_declines_int8_and_prologue(engine):
     g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
     x = g.tensor(dim=[1, 4, 6, 6], stride=[144, 1, 24, 4], data_type=cudnn.data_type.INT8)
@@ -204,5 +246,7 @@ def test_tiling_declines_filters_larger_than_the_tile():
     g = _graph((1, 1, 20, 20), (1, 1, 9, 9))
     tiling = FftTilingConvEngine()
     assert "at most 7x7" in _reason(tiling, g, EngineConfig.make(tiling, TILE=8))
-    assert [c.knob_dict["TILE"] for c in tiling.configs(g.op_graph, Target())] in \
-        ([16, 32], [32, 16])
+    assert [c.knob_dict["TILE"] for c in tiling.configs(g.op_graph, Target())] in (
+        [16, 32],
+        [32, 16],
+    )

@@ -8,17 +8,20 @@ rewritten forward problem, and every decline with its reason.
 Tolerance: as for the forward FFT (``test_conv_fft``), each dx element is a sum over
 every frequency bin and the K channels, so ``_n`` passes K * Fh * Fw (roughly) rather
 than the direct reduction K * R * S."""
+
 import pytest
 import torch
+from _util import CONV_TYPES as TYPES
+from _util import check_engine, fresh_plan_caches, repro
+from _util import graph_tensor as _tensor
+from _util import with_layout as _layout
 
 import opendnn.frontend as cudnn
-from _util import check_engine, fresh_plan_caches, repro
-from _util import CONV_TYPES as TYPES, graph_tensor as _tensor, with_layout as _layout
 from opendnn.engines.base import EngineConfig, Target
-from opendnn.engines.conv.fft import engine as fft
 from opendnn.engines.conv.fft import dgrad as fft_dgrad
-from opendnn.engines.conv.fft.engine import FftConvEngine, FftTilingConvEngine
+from opendnn.engines.conv.fft import engine as fft
 from opendnn.engines.conv.fft.dgrad import FftDgradEngine, FftTilingDgradEngine
+from opendnn.engines.conv.fft.engine import FftConvEngine, FftTilingConvEngine
 from opendnn.enums import NumericalNote
 
 FFT_ID, TILING_ID = FftDgradEngine.id, FftTilingDgradEngine.id
@@ -32,11 +35,9 @@ CASES = [  # (N, C, K, dx (H, W), (R, S), pre, post, layout, mode)
     (1, 2, 3, (5, 6), (5, 5), (2, 1), (0, 2), "nhwc", "CONVOLUTION"),
     (3, 1, 1, (1, 1), (1, 1), (0, 0), (0, 0), "strided", "CROSS_CORRELATION"),
     (1, 3, 2, (9, 8), (7, 7), (3, 3), (3, 3), "nhwc", "CROSS_CORRELATION"),
-    (2, 3, 2, (6, 5), (3, 5), (3, 0), (0, 2), "nchw", "CONVOLUTION"),       # pre 3 > R - 1
+    (2, 3, 2, (6, 5), (3, 5), (3, 0), (0, 2), "nchw", "CONVOLUTION"),  # pre 3 > R - 1
     (1, 4, 5, (4, 11), (1, 3), (1, 1), (0, 1), "strided", "CROSS_CORRELATION"),  # pre 1 > 0
 ]
-
-
 
 
 def _dy_hw(hw, rs, pre, post):
@@ -55,17 +56,32 @@ def _dgrad(g, dy, w, dx_like, **kw):
     return dx
 
 
-def _graph(dx_dims, w_dims, pre=(0, 0), post=(0, 0), stride=(1, 1), dilation=(1, 1),
-           dt=cudnn.data_type.FLOAT):
+def _graph(
+    dx_dims,
+    w_dims,
+    pre=(0, 0),
+    post=(0, 0),
+    stride=(1, 1),
+    dilation=(1, 1),
+    dt=cudnn.data_type.FLOAT,
+):
     """A validated dgrad graph (no data): dy's dims follow from dx, w and the padding."""
     nsp = len(dx_dims) - 2
-    dy_sp = [(dx_dims[2 + i] + pre[i] + post[i] - dilation[i] * (w_dims[2 + i] - 1) - 1)
-             // stride[i] + 1 for i in range(nsp)]
+    dy_sp = [
+        (dx_dims[2 + i] + pre[i] + post[i] - dilation[i] * (w_dims[2 + i] - 1) - 1) // stride[i] + 1
+        for i in range(nsp)
+    ]
     g = cudnn.pygraph()
     dy = g.tensor(dim=[dx_dims[0], w_dims[0]] + dy_sp, data_type=dt)
     w = g.tensor(dim=list(w_dims), data_type=dt)
-    dx = g.conv_dgrad(dy, w, pre_padding=list(pre), post_padding=list(post),
-                      stride=list(stride), dilation=list(dilation))
+    dx = g.conv_dgrad(
+        dy,
+        w,
+        pre_padding=list(pre),
+        post_padding=list(post),
+        stride=list(stride),
+        dilation=list(dilation),
+    )
     dx.set_dim(list(dx_dims)).set_output(True)
     g.validate()
     return g
@@ -76,17 +92,40 @@ def _graph(dx_dims, w_dims, pre=(0, 0), post=(0, 0), stride=(1, 1), dilation=(1,
 def test_fft_dgrad_against_reference(case, engine):
     n, c, k, hw, rs, pre, post, layout, mode = case
     torch.manual_seed(n * 100 + c * 10 + k)
-    x = _layout(torch.empty(n, c, *hw), layout)          # dx's layout only
+    x = _layout(torch.empty(n, c, *hw), layout)  # dx's layout only
     w = _layout(torch.randn(k, c, *rs), layout)
     dy = _layout(torch.randn(n, k, *_dy_hw(hw, rs, pre, post)), layout)
     g = cudnn.pygraph()
     tdy, tw = _tensor(g, dy), _tensor(g, w)
-    dx = _dgrad(g, tdy, tw, x, pre_padding=list(pre), post_padding=list(post),
-                convolution_mode=cudnn.convolution_mode[mode])
+    dx = _dgrad(
+        g,
+        tdy,
+        tw,
+        x,
+        pre_padding=list(pre),
+        post_padding=list(post),
+        convolution_mode=cudnn.convolution_mode[mode],
+    )
     dx.set_output(True)
-    check_engine(g, {tdy: dy, tw: w}, [dx], engine[0], engine[1], n=_n(k, hw, rs),
-                 msg=repro("conv_dgrad_fft", [tuple(dy.shape), tuple(w.shape)], "float32", 0,
-                           engine=engine, layout=layout, mode=mode, pre=pre, post=post))
+    check_engine(
+        g,
+        {tdy: dy, tw: w},
+        [dx],
+        engine[0],
+        engine[1],
+        n=_n(k, hw, rs),
+        msg=repro(
+            "conv_dgrad_fft",
+            [tuple(dy.shape), tuple(w.shape)],
+            "float32",
+            0,
+            engine=engine,
+            layout=layout,
+            mode=mode,
+            pre=pre,
+            post=post,
+        ),
+    )
 
 
 @pytest.mark.parametrize("tile", fft.TILES)
@@ -100,17 +139,29 @@ def test_fft_dgrad_tiling_every_tile(tile):
     x = torch.empty(1, 1, *hw).to(memory_format=torch.channels_last)
     g = cudnn.pygraph()
     tdy, tw = _tensor(g, dy), _tensor(g, w)
-    dx = _dgrad(g, tdy, tw, x, pre_padding=list(pre), post_padding=list(post),
-                convolution_mode=cudnn.convolution_mode.CONVOLUTION)
+    dx = _dgrad(
+        g,
+        tdy,
+        tw,
+        x,
+        pre_padding=list(pre),
+        post_padding=list(post),
+        convolution_mode=cudnn.convolution_mode.CONVOLUTION,
+    )
     dx.set_output(True)
-    check_engine(g, {tdy: dy, tw: w}, [dx], TILING_ID, {"TILE": tile}, n=_n(2, hw, rs),
-                 msg=repro("conv_dgrad_fft_tiling", [tuple(dy.shape)], "float32", tile,
-                           tile=tile))
+    check_engine(
+        g,
+        {tdy: dy, tw: w},
+        [dx],
+        TILING_ID,
+        {"TILE": tile},
+        n=_n(2, hw, rs),
+        msg=repro("conv_dgrad_fft_tiling", [tuple(dy.shape)], "float32", tile, tile=tile),
+    )
 
 
 @pytest.mark.parametrize("dt", [torch.float32, torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("engine", [(FFT_ID, None), (TILING_ID, {"TILE": 8})],
-                         ids=ENGINE_IDS)
+@pytest.mark.parametrize("engine", [(FFT_ID, None), (TILING_ID, {"TILE": 8})], ids=ENGINE_IDS)
 def test_fft_dgrad_relu_backward_epilogue_types(dt, engine):
     """DX = relu_backward(dgrad(DY, W), X) in the operand type: the dgrad + drelu fusion
     on the inverse transform's float32 tile."""
@@ -122,10 +173,15 @@ def test_fft_dgrad_relu_backward_epilogue_types(dt, engine):
     tdy, tw, tx = _tensor(g, dy), _tensor(g, w), _tensor(g, x)
     out = g.relu_backward(_dgrad(g, tdy, tw, x, padding=[1, 1]), tx)
     out.set_output(True).set_data_type(TYPES[dt])
-    got = check_engine(g, {tdy: dy, tw: w, tx: x}, [out], engine[0], engine[1],
-                       n=_n(4, (7, 6), (3, 3)),
-                       msg=repro("relu_backward(conv_dgrad_fft)", [(2, 4, 7, 6)], str(dt), 11,
-                                 engine=engine))
+    got = check_engine(
+        g,
+        {tdy: dy, tw: w, tx: x},
+        [out],
+        engine[0],
+        engine[1],
+        n=_n(4, (7, 6), (3, 3)),
+        msg=repro("relu_backward(conv_dgrad_fft)", [(2, 4, 7, 6)], str(dt), 11, engine=engine),
+    )
     assert got[out].dtype == dt
 
 
@@ -142,7 +198,7 @@ def test_tiling_in_chunks_of_one_tile(monkeypatch):
     cfg = EngineConfig.make(FftTilingDgradEngine(), TILE=8)
     whole = fft_dgrad.plan_fft_dgrad(g.op_graph, 8, fft.TILING_WORKSPACE_BUDGET)
     monkeypatch.setattr(fft, "TILING_WORKSPACE_BUDGET", 1)
-    fresh_plan_caches(monkeypatch)     # plans built before used the budget
+    fresh_plan_caches(monkeypatch)  # plans built before used the budget
     chunked = FftTilingDgradEngine()._plan(g.op_graph, cfg)
     assert whole.chunks == 1 and chunked.chunk == 1 and chunked.chunks == whole.planes == 2
     assert chunked.workspace_bytes < whole.workspace_bytes
@@ -151,8 +207,11 @@ def test_tiling_in_chunks_of_one_tile(monkeypatch):
 
 def test_notes_fft_and_down_convert_for_half_types():
     for e in (FftDgradEngine(), FftTilingDgradEngine()):
-        for dt, down in [(cudnn.data_type.FLOAT, False), (cudnn.data_type.HALF, True),
-                         (cudnn.data_type.BFLOAT16, True)]:
+        for dt, down in [
+            (cudnn.data_type.FLOAT, False),
+            (cudnn.data_type.HALF, True),
+            (cudnn.data_type.BFLOAT16, True),
+        ]:
             g = _graph((1, 2, 6, 6), (3, 2, 3, 3), (1, 1), (1, 1), dt=dt).op_graph
             notes = e.numerical_notes(g, e.configs(g, Target())[0])
             assert {NumericalNote.FFT, NumericalNote.TENSOR_CORE} <= notes
@@ -171,15 +230,22 @@ def test_plan_is_the_forward_plan_of_the_rewritten_problem():
     g.conv_fprop(x, w, padding=[2, 1]).set_output(True)
     g.validate()
     fg = g.op_graph
-    for back, fwd in [(FftDgradEngine(), FftConvEngine()),
-                      (FftTilingDgradEngine(), FftTilingConvEngine())]:
+    for back, fwd in [
+        (FftDgradEngine(), FftConvEngine()),
+        (FftTilingDgradEngine(), FftTilingConvEngine()),
+    ]:
         cfgs = back.configs(dg, H100)
         assert [c.knob_dict for c in cfgs] == [c.knob_dict for c in fwd.configs(fg, H100)]
         for cb in cfgs:
             cf = EngineConfig.make(fwd, **cb.knob_dict)
             pb, pf = back._plan(dg, cb), fwd._plan(fg, cf)
-            assert (pb.ax_h, pb.ax_w, pb.tiles, pb.out_tile, pb.chunk) == \
-                (pf.ax_h, pf.ax_w, pf.tiles, pf.out_tile, pf.chunk)
+            assert (pb.ax_h, pb.ax_w, pb.tiles, pb.out_tile, pb.chunk) == (
+                pf.ax_h,
+                pf.ax_w,
+                pf.tiles,
+                pf.out_tile,
+                pf.chunk,
+            )
             assert pb.a.geo.pre == (2, 1) and pb.a.geo.in_dims == (20, 18)
             assert back.workspace_size(dg, cb, H100) == fwd.workspace_size(fg, cf, H100)
             assert back.estimate_seconds(dg, cb, H100) == fwd.estimate_seconds(fg, cf, H100)
@@ -187,6 +253,7 @@ def test_plan_is_the_forward_plan_of_the_rewritten_problem():
 
 def _best(graph, engine_ids):
     from opendnn.engines.registry import by_id
+
     times = []
     for eid in engine_ids:
         e = by_id(eid)
@@ -197,7 +264,7 @@ def _best(graph, engine_ids):
 
 @pytest.mark.parametrize("dt", [cudnn.data_type.HALF, cudnn.data_type.FLOAT])
 def test_cost_model_ranks_fft_last_for_3x3_and_first_for_large_filters(dt):
-    gemm = [4, 17]                      # dgrad implicit GEMM, split-K dgrad
+    gemm = [4, 17]  # dgrad implicit GEMM, split-K dgrad
     small = _graph((32, 64, 56, 56), (64, 64, 3, 3), (1, 1), (1, 1), dt=dt).op_graph
     assert _best(small, [FFT_ID, TILING_ID]) > _best(small, gemm)
     large = _graph((8, 64, 64, 64), (64, 64, 15, 15), (7, 7), (7, 7), dt=dt).op_graph
@@ -207,9 +274,10 @@ def test_cost_model_ranks_fft_last_for_3x3_and_first_for_large_filters(dt):
 
 def test_registered_after_the_winograd_dgrad_engines_and_directions_kept_apart():
     from opendnn.engines.registry import by_id, engines
+
     names = [e.name for e in engines()]
     i = names.index("conv_dgrad_winograd_fused")
-    assert names[i + 1:i + 3] == ["conv_dgrad_fft", "conv_dgrad_fft_tiling"]
+    assert names[i + 1 : i + 3] == ["conv_dgrad_fft", "conv_dgrad_fft_tiling"]
     assert isinstance(by_id(20), FftDgradEngine) and isinstance(by_id(21), FftTilingDgradEngine)
     dgrad = _graph((1, 2, 6, 6), (3, 2, 3, 3), (1, 1), (1, 1))
     fprop = cudnn.pygraph()
@@ -233,17 +301,20 @@ def _reason(engine, g, config=None):
     return s.reason
 
 
-@pytest.mark.parametrize("engine", [FftDgradEngine(), FftTilingDgradEngine()],
-                         ids=ENGINE_IDS)
+@pytest.mark.parametrize("engine", [FftDgradEngine(), FftTilingDgradEngine()], ids=ENGINE_IDS)
 def test_declines_with_reasons(engine):
-    assert "take 2-D convolutions, not 1-D" in _reason(engine, _graph((1, 2, 9), (2, 2, 3),
-                                                                      (0,), (0,), (1,), (1,)))
+    assert "take 2-D convolutions, not 1-D" in _reason(
+        engine, _graph((1, 2, 9), (2, 2, 3), (0,), (0,), (1,), (1,))
+    )
     assert "take 2-D convolutions, not 3-D" in _reason(
-        engine, _graph((1, 2, 5, 5, 5), (2, 2, 3, 3, 3), (1,) * 3, (1,) * 3, (1,) * 3, (1,) * 3))
+        engine, _graph((1, 2, 5, 5, 5), (2, 2, 3, 3, 3), (1,) * 3, (1,) * 3, (1,) * 3, (1,) * 3)
+    )
     assert "FFT needs stride 1, got [2, 1]" in _reason(
-        engine, _graph((1, 2, 9, 9), (2, 2, 3, 3), stride=(2, 1)))
+        engine, _graph((1, 2, 9, 9), (2, 2, 3, 3), stride=(2, 1))
+    )
     assert "FFT needs dilation 1, got [1, 2]" in _reason(
-        engine, _graph((1, 2, 9, 9), (2, 2, 3, 3), dilation=(1, 2)))
+        engine, _graph((1, 2, 9, 9), (2, 2, 3, 3), dilation=(1, 2))
+    )
     assert "FFT takes one group, got 2" in _reason(engine, _graph((1, 4, 9, 9), (4, 2, 3, 3)))
 
 
@@ -259,6 +330,7 @@ def test_tiling_declines_filters_larger_than_the_tile():
     assert FftDgradEngine().check_support(g.op_graph, Target()).ok
     g = _graph((1, 1, 20, 20), (1, 1, 9, 9), (4, 4), (4, 4))
     tiling = FftTilingDgradEngine()
-    assert "filter 9x9 does not fit a 8x8 FFT tile (at most 7x7)" in \
-        _reason(tiling, g, EngineConfig.make(tiling, TILE=8))
+    assert "filter 9x9 does not fit a 8x8 FFT tile (at most 7x7)" in _reason(
+        tiling, g, EngineConfig.make(tiling, TILE=8)
+    )
     assert sorted(c.knob_dict["TILE"] for c in tiling.configs(g.op_graph, Target())) == [16, 32]

@@ -1,5 +1,6 @@
 """Convolution nodes: the float64 reference against PyTorch (fprop, dgrad, wgrad), and one
 test per validation rule of the convolution nodes."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -11,9 +12,9 @@ CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 CASES = [  # (N, C, K, spatial in, filter, stride, pad, dilation, groups)
     (2, 4, 6, (11,), (3,), (2,), (1,), (1,), 2),
     (1, 3, 5, (9, 7), (3, 2), (2, 1), (1, 0), (1, 2), 1),
-    (2, 6, 6, (8, 8), (3, 3), (1, 1), (1, 1), (1, 1), 6),          # depthwise
+    (2, 6, 6, (8, 8), (3, 3), (1, 1), (1, 1), (1, 1), 6),  # depthwise
     (1, 2, 4, (5, 6, 4), (3, 2, 2), (1, 2, 1), (1, 0, 1), (1, 1, 2), 2),
-    (3, 1, 1, (1, 1), (1, 1), (1, 1), (0, 0), (1, 1), 1),          # size-one everything
+    (3, 1, 1, (1, 1), (1, 1), (1, 1), (0, 0), (1, 1), 1),  # size-one everything
 ]
 
 
@@ -33,7 +34,7 @@ def _run(g, pack, out):
 @pytest.mark.parametrize("mode", ["CROSS_CORRELATION", "CONVOLUTION"])
 def test_reference_conv_against_torch(case, layout, mode):
     n, c, k, sp, f, stride, pad, dil, groups = case
-    torch.manual_seed(hash((case, layout, mode)) % 2 ** 31)
+    torch.manual_seed(hash((case, layout, mode)) % 2**31)
     x = torch.randn(n, c, *sp)
     w = torch.randn(k, c // groups, *f)
     if layout == "nhwc":
@@ -49,18 +50,20 @@ def test_reference_conv_against_torch(case, layout, mode):
 
     g = cudnn.pygraph()
     tx, tw = g.tensor_like(x), g.tensor_like(w)
-    ty = g.conv_fprop(tx, tw, padding=list(pad), stride=list(stride), dilation=list(dil),
-                      convolution_mode=cmode)
+    ty = g.conv_fprop(
+        tx, tw, padding=list(pad), stride=list(stride), dilation=list(dil), convolution_mode=cmode
+    )
     ty.set_output(True)
-    g.validate()     # Y's strides follow X's layout (NHWC in, NHWC out)
+    g.validate()  # Y's strides follow X's layout (NHWC in, NHWC out)
     y = torch.empty_strided(ty.get_dim(), ty.get_stride()).fill_(float("nan"))
     _run(g, {tx: x, tw: w, ty: y}, y)
     assert torch.allclose(y.double(), y_ref, rtol=1e-5, atol=1e-5)
 
     g = cudnn.pygraph()
     tdy, tw = g.tensor_like(dy.float()), g.tensor_like(w)
-    tdx = g.conv_dgrad(tdy, tw, padding=list(pad), stride=list(stride), dilation=list(dil),
-                       convolution_mode=cmode)
+    tdx = g.conv_dgrad(
+        tdy, tw, padding=list(pad), stride=list(stride), dilation=list(dil), convolution_mode=cmode
+    )
     tdx.set_dim(list(x.shape)).set_stride(list(x.stride())).set_output(True)
     dx = torch.full_like(x, float("nan"))
     _run(g, {tdy: dy.float(), tw: w, tdx: dx}, dx)
@@ -68,8 +71,9 @@ def test_reference_conv_against_torch(case, layout, mode):
 
     g = cudnn.pygraph()
     tx, tdy = g.tensor_like(x), g.tensor_like(dy.float())
-    tdw = g.conv_wgrad(tx, tdy, padding=list(pad), stride=list(stride), dilation=list(dil),
-                       convolution_mode=cmode)
+    tdw = g.conv_wgrad(
+        tx, tdy, padding=list(pad), stride=list(stride), dilation=list(dil), convolution_mode=cmode
+    )
     tdw.set_dim(list(w.shape)).set_stride(list(w.stride())).set_output(True)
     dw = torch.full_like(w, float("nan"))
     _run(g, {tx: x, tdy: dy.float(), tdw: dw}, dw)
@@ -85,12 +89,15 @@ def _fprop_graph(x_dims, w_dims, **kw):
     return g, y
 
 
-@pytest.mark.parametrize("kw,rule,status", [
-    (dict(stride=[0, 1]), "stride", Status.BAD_PARAM_OUT_OF_BOUND),
-    (dict(dilation=[1, -1]), "dilation", Status.BAD_PARAM_OUT_OF_BOUND),
-    (dict(padding=[-1, 0]), "padding", Status.BAD_PARAM_OUT_OF_BOUND),
-    (dict(stride=[1, 1, 1]), "stride has 3 values", Status.BAD_PARAM_SHAPE_MISMATCH),
-])
+@pytest.mark.parametrize(
+    "kw,rule,status",
+    [
+        (dict(stride=[0, 1]), "stride", Status.BAD_PARAM_OUT_OF_BOUND),
+        (dict(dilation=[1, -1]), "dilation", Status.BAD_PARAM_OUT_OF_BOUND),
+        (dict(padding=[-1, 0]), "padding", Status.BAD_PARAM_OUT_OF_BOUND),
+        (dict(stride=[1, 1, 1]), "stride has 3 values", Status.BAD_PARAM_SHAPE_MISMATCH),
+    ],
+)
 def test_bad_conv_parameters(kw, rule, status):
     g, y = _fprop_graph([1, 4, 8, 8], [4, 4, 3, 3], **kw)
     with pytest.raises(BadParamError) as e:
@@ -103,7 +110,7 @@ def test_channel_mismatch_groups_not_dividing():
     with pytest.raises(BadParamError) as e:
         g.validate()
     assert "do not divide image channels" in str(e.value) and "'w'" in str(e.value)
-    g, _ = _fprop_graph([1, 6, 8, 8], [5, 3, 3, 3])    # 2 groups, 5 outputs
+    g, _ = _fprop_graph([1, 6, 8, 8], [5, 3, 3, 3])  # 2 groups, 5 outputs
     with pytest.raises(BadParamError) as e:
         g.validate()
     assert "groups do not divide 5 output channels" in str(e.value)
@@ -111,7 +118,7 @@ def test_channel_mismatch_groups_not_dividing():
 
 def test_output_dims_that_disagree_with_the_geometry():
     g, y = _fprop_graph([1, 4, 8, 8], [4, 4, 3, 3])
-    y.set_dim([1, 4, 8, 8])             # without padding the output is 6x6
+    y.set_dim([1, 4, 8, 8])  # without padding the output is 6x6
     with pytest.raises(BadParamError) as e:
         g.validate()
     assert e.value.status == Status.BAD_PARAM_SHAPE_MISMATCH and "[1, 4, 6, 6]" in str(e.value)
@@ -131,7 +138,9 @@ def test_dgrad_and_wgrad_need_their_output_dims():
     g.conv_dgrad(dy, w)
     with pytest.raises(BadParamError) as e:
         g.validate()
-    assert e.value.status == Status.BAD_PARAM_NOT_FINALIZED and "DX dims must be set" in str(e.value)
+    assert e.value.status == Status.BAD_PARAM_NOT_FINALIZED and "DX dims must be set" in str(
+        e.value
+    )
     g = cudnn.pygraph()
     x = g.tensor(dim=[1, 4, 8, 8], data_type=cudnn.data_type.FLOAT, name="x")
     dy = g.tensor(dim=[1, 4, 6, 6], data_type=cudnn.data_type.FLOAT, name="dy")

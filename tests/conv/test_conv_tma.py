@@ -2,18 +2,18 @@
 float64 reference, through the interpreter's tensor descriptors: stride 1 and 2, dilation,
 padding that the copy engine's zero fill supplies, partial boxes at every edge, both
 modes, fused epilogues; and each rule that keeps a problem off the path."""
+
 import pytest
 import torch
+from _util import check_engine, repro
 
 import opendnn.frontend as cudnn
-from _util import check_engine, repro
 from opendnn.engines.base import EngineConfig, Target
 from opendnn.engines.conv.implicit_gemm.engine import ImplicitGemmEngine
 
 CONV_ID = ImplicitGemmEngine.id
 CL = torch.channels_last
-SMALL = dict(TMA_IMGS=1, TMA_TH=4, TMA_TW=8, BLOCK_N=32, BLOCK_K=16, num_warps=4,
-             num_stages=2)
+SMALL = dict(TMA_IMGS=1, TMA_TH=4, TMA_TW=8, BLOCK_N=32, BLOCK_K=16, num_warps=4, num_stages=2)
 
 CASES = [  # (N, C, K, H, W, filt, stride, pad, dilation, knobs)
     (2, 16, 24, 5, 7, 3, 1, 1, 1, SMALL),
@@ -41,20 +41,35 @@ def test_tma_fprop_against_reference(case, dt, mode):
     x, wt = _problem(n, c, k, h, w, f, dt, n * c + k)
     g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
     tx, tw = g.tensor_like(x), g.tensor_like(wt)
-    y = g.conv_fprop(tx, tw, padding=[p, p], stride=[s, s], dilation=[d, d],
-                     convolution_mode=cudnn.convolution_mode[mode])
+    y = g.conv_fprop(
+        tx,
+        tw,
+        padding=[p, p],
+        stride=[s, s],
+        dilation=[d, d],
+        convolution_mode=cudnn.convolution_mode[mode],
+    )
     y.set_output(True).set_data_type(cudnn.data_type.FLOAT)
-    check_engine(g, {tx: x, tw: wt}, [y], CONV_ID, knobs, n=c * f * f,
-                 msg=repro("conv_fprop tma", [tuple(x.shape), tuple(wt.shape)], str(dt),
-                           n * c + k, mode=mode))
+    check_engine(
+        g,
+        {tx: x, tw: wt},
+        [y],
+        CONV_ID,
+        knobs,
+        n=c * f * f,
+        msg=repro(
+            "conv_fprop tma", [tuple(x.shape), tuple(wt.shape)], str(dt), n * c + k, mode=mode
+        ),
+    )
 
 
 def test_tma_epilogue_bias_residual_relu_into_nchw():
     x, wt = _problem(2, 16, 12, 6, 5, 3, torch.bfloat16, 5)
     b = torch.randn(1, 12, 1, 1, dtype=torch.bfloat16)
-    z = torch.randn(2, 12, 6, 5, dtype=torch.bfloat16)          # NCHW residual
-    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT,
-                      compute_data_type=cudnn.data_type.FLOAT)
+    z = torch.randn(2, 12, 6, 5, dtype=torch.bfloat16)  # NCHW residual
+    g = cudnn.pygraph(
+        intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT
+    )
     tx, tw, tb, tz = (g.tensor_like(t) for t in (x, wt, b, z))
     y = g.relu(g.add(g.bias(g.conv_fprop(tx, tw, padding=[1, 1]), tb), tz))
     y.set_output(True)
@@ -71,15 +86,18 @@ def _support(x, wt, **conv):
     return e.check_config(g.op_graph, EngineConfig.make(e, **SMALL), Target())
 
 
-@pytest.mark.parametrize("change,reason", [
-    (dict(layout="nchw"), "packed NHWC image"),
-    (dict(dt=torch.float32), "half or bfloat16"),
-    (dict(c=4), "16-byte aligned rows"),
-    (dict(stride=3), "stride 1, or stride 2"),
-    (dict(stride=2, h=7), "even image height"),
-    (dict(stride=2, c=32), "multiple of 64"),
-    (dict(groups=2), "one group"),
-])
+@pytest.mark.parametrize(
+    "change,reason",
+    [
+        (dict(layout="nchw"), "packed NHWC image"),
+        (dict(dt=torch.float32), "half or bfloat16"),
+        (dict(c=4), "16-byte aligned rows"),
+        (dict(stride=3), "stride 1, or stride 2"),
+        (dict(stride=2, h=7), "even image height"),
+        (dict(stride=2, c=32), "multiple of 64"),
+        (dict(groups=2), "one group"),
+    ],
+)
 def test_tma_path_declines_with_a_reason(change, reason):
     dt = change.get("dt", torch.bfloat16)
     c, h = change.get("c", 64), change.get("h", 8)
@@ -105,11 +123,12 @@ def test_tma_knobs_do_not_mix_with_the_gather_tile():
 
 
 # ---- phase-packed images (PACK=1): small C and strided, any layout of x and w ---------------
-PACKED = dict(TMA_IMGS=1, TMA_TH=4, TMA_TW=8, BLOCK_N=32, BLOCK_K=16, num_warps=4,
-              num_stages=2, PACK=1)
+PACKED = dict(
+    TMA_IMGS=1, TMA_TH=4, TMA_TW=8, BLOCK_N=32, BLOCK_K=16, num_warps=4, num_stages=2, PACK=1
+)
 
 PACKED_CASES = [  # (N, C, K, H, W, filt, stride, pre, post, layout, knobs)
-    (2, 3, 16, 15, 13, (7, 7), (2, 2), (3, 3), (3, 3), "nhwc", PACKED),      # the stem
+    (2, 3, 16, 15, 13, (7, 7), (2, 2), (3, 3), (3, 3), "nhwc", PACKED),  # the stem
     (1, 3, 8, 12, 12, (7, 7), (2, 2), (3, 3), (3, 3), "nchw", PACKED),
     (2, 4, 12, 9, 10, (3, 3), (2, 2), (1, 1), (1, 1), "nchw", dict(PACKED, TMA_IMGS=2)),
     (1, 3, 8, 8, 9, (5, 5), (1, 1), (2, 2), (2, 2), "nhwc", dict(PACKED, BLOCK_K=32)),
@@ -130,12 +149,30 @@ def test_tma_packed_fprop_against_reference(case, dt, mode):
         x, wt = x.to(memory_format=CL), wt.to(memory_format=CL)
     g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
     tx, tw = g.tensor_like(x), g.tensor_like(wt)
-    y = g.conv_fprop(tx, tw, pre_padding=list(pre), post_padding=list(post), stride=list(s),
-                     convolution_mode=cudnn.convolution_mode[mode])
+    y = g.conv_fprop(
+        tx,
+        tw,
+        pre_padding=list(pre),
+        post_padding=list(post),
+        stride=list(s),
+        convolution_mode=cudnn.convolution_mode[mode],
+    )
     y.set_output(True).set_data_type(cudnn.data_type.FLOAT)
-    check_engine(g, {tx: x, tw: wt}, [y], CONV_ID, knobs, n=c * f[0] * f[1],
-                 msg=repro("conv_fprop tma packed", [tuple(x.shape), tuple(wt.shape)],
-                           str(dt), n * c + k + h, mode=mode))
+    check_engine(
+        g,
+        {tx: x, tw: wt},
+        [y],
+        CONV_ID,
+        knobs,
+        n=c * f[0] * f[1],
+        msg=repro(
+            "conv_fprop tma packed",
+            [tuple(x.shape), tuple(wt.shape)],
+            str(dt),
+            n * c + k + h,
+            mode=mode,
+        ),
+    )
 
 
 def test_tma_packed_bias_relu_epilogue_into_nchw():
@@ -143,8 +180,9 @@ def test_tma_packed_bias_relu_epilogue_into_nchw():
     x = torch.randn(2, 3, 14, 14, dtype=torch.bfloat16).to(memory_format=CL)
     wt = (torch.randn(16, 3, 7, 7, dtype=torch.bfloat16) * 0.2).to(memory_format=CL)
     b = torch.randn(1, 16, 1, 1, dtype=torch.bfloat16)
-    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT,
-                      compute_data_type=cudnn.data_type.FLOAT)
+    g = cudnn.pygraph(
+        intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT
+    )
     tx, tw, tb = (g.tensor_like(t) for t in (x, wt, b))
     y = g.relu(g.bias(g.conv_fprop(tx, tw, padding=[3, 3], stride=[2, 2]), tb))
     y.set_output(True).set_stride([16 * 7 * 7, 7 * 7, 7, 1])
@@ -155,6 +193,7 @@ def test_tma_packed_bias_relu_epilogue_into_nchw():
 def test_tma_packed_workspace_and_heuristic_configs():
     """The stem's TMA configs on Hopper are packed ones, with a workspace holding xp and wp."""
     from opendnn.engines.conv.tma import packed as tma_packed
+
     x = torch.randn(32, 3, 224, 224, dtype=torch.bfloat16).to(memory_format=CL)
     wt = torch.randn(64, 3, 7, 7, dtype=torch.bfloat16).to(memory_format=CL)
     g = cudnn.pygraph()
@@ -167,23 +206,32 @@ def test_tma_packed_workspace_and_heuristic_configs():
     assert tma and all(c.knob_dict["PACK"] == 1 for c in tma)
     pk = tma_packed.packing(e._analyze(g.op_graph).geo, 2)
     assert pk.geo.filt == (4, 4) and pk.geo.c_per_group == 16 and pk.geo.in_dims == (115, 115)
-    assert e.workspace_size(g.op_graph, tma[0], h100) == pk.workspace_bytes >= \
-        2 * 32 * 115 * 115 * 16
+    assert (
+        e.workspace_size(g.op_graph, tma[0], h100) == pk.workspace_bytes >= 2 * 32 * 115 * 115 * 16
+    )
 
 
-@pytest.mark.parametrize("change,reason", [
-    (dict(dilation=2), "phase packing takes no dilation"),
-    (dict(c=32, stride=2), "it pays only up to 64"),
-    (dict(dt=torch.float32), "half or bfloat16"),
-])
+@pytest.mark.parametrize(
+    "change,reason",
+    [
+        (dict(dilation=2), "phase packing takes no dilation"),
+        (dict(c=32, stride=2), "it pays only up to 64"),
+        (dict(dt=torch.float32), "half or bfloat16"),
+    ],
+)
 def test_tma_packed_declines(change, reason):
     c, dt = change.get("c", 3), change.get("dt", torch.bfloat16)
     x = torch.randn(1, c, 12, 12, dtype=dt).to(memory_format=CL)
     wt = torch.randn(8, c, 3, 3, dtype=dt).to(memory_format=CL)
     g = cudnn.pygraph()
     tx, tw = g.tensor_like(x), g.tensor_like(wt)
-    g.conv_fprop(tx, tw, padding=[1, 1], stride=[change.get("stride", 1)] * 2,
-                 dilation=[change.get("dilation", 1)] * 2).set_output(True)
+    g.conv_fprop(
+        tx,
+        tw,
+        padding=[1, 1],
+        stride=[change.get("stride", 1)] * 2,
+        dilation=[change.get("dilation", 1)] * 2,
+    ).set_output(True)
     g.validate()
     e = ImplicitGemmEngine()
     sup = e.check_config(g.op_graph, EngineConfig.make(e, **PACKED), Target())
@@ -191,32 +239,53 @@ def test_tma_packed_declines(change, reason):
 
 
 # ---- split reduction (SPLIT > 1): float32 partial tiles, summed in slice order ------------
-@pytest.mark.parametrize("case", [(2, 16, 24, 5, 7, 3, 1, 1, 2), (1, 64, 16, 8, 6, 3, 2, 1, 3),
-                                  (3, 8, 40, 3, 3, 3, 1, 1, 4), (1, 24, 20, 6, 6, 1, 1, 0, 3)],
-                         ids=["s1-split2", "s2-split3", "imgs-split4", "1x1-split3"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        (2, 16, 24, 5, 7, 3, 1, 1, 2),
+        (1, 64, 16, 8, 6, 3, 2, 1, 3),
+        (3, 8, 40, 3, 3, 3, 1, 1, 4),
+        (1, 24, 20, 6, 6, 1, 1, 0, 3),
+    ],
+    ids=["s1-split2", "s2-split3", "imgs-split4", "1x1-split3"],
+)
 @pytest.mark.parametrize("mode", ["CROSS_CORRELATION", "CONVOLUTION"])
 def test_tma_split_fprop_against_reference(case, mode):
     n, c, k, h, w, f, s, p, split = case
     x, wt = _problem(n, c, k, h, w, f, torch.bfloat16, n * c + k + split)
     g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
     tx, tw = g.tensor_like(x), g.tensor_like(wt)
-    y = g.conv_fprop(tx, tw, padding=[p, p], stride=[s, s],
-                     convolution_mode=cudnn.convolution_mode[mode])
+    y = g.conv_fprop(
+        tx, tw, padding=[p, p], stride=[s, s], convolution_mode=cudnn.convolution_mode[mode]
+    )
     y.set_output(True).set_data_type(cudnn.data_type.FLOAT)
-    knobs = dict(SMALL, SPLIT=split, TMA_IMGS=2 if n > 1 else 1,
-                 BLOCK_K=64 if s == 2 else 16)
-    check_engine(g, {tx: x, tw: wt}, [y], CONV_ID, knobs, n=c * f * f,
-                 msg=repro("conv_fprop tma split", [tuple(x.shape), tuple(wt.shape)], "bf16",
-                           n * c + k + split, mode=mode))
+    knobs = dict(SMALL, SPLIT=split, TMA_IMGS=2 if n > 1 else 1, BLOCK_K=64 if s == 2 else 16)
+    check_engine(
+        g,
+        {tx: x, tw: wt},
+        [y],
+        CONV_ID,
+        knobs,
+        n=c * f * f,
+        msg=repro(
+            "conv_fprop tma split",
+            [tuple(x.shape), tuple(wt.shape)],
+            "bf16",
+            n * c + k + split,
+            mode=mode,
+        ),
+    )
 
 
 def test_tma_split_bias_relu_into_nchw_and_workspace():
     from opendnn.engines.conv.tma import _kernels as T
     from opendnn.engines.conv.tma import engine as tma
+
     x, wt = _problem(2, 16, 12, 6, 5, 3, torch.bfloat16, 9)
     b = torch.randn(1, 12, 1, 1, dtype=torch.bfloat16)
-    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT,
-                      compute_data_type=cudnn.data_type.FLOAT)
+    g = cudnn.pygraph(
+        intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT
+    )
     tx, tw, tb = (g.tensor_like(t) for t in (x, wt, b))
     y = g.relu(g.bias(g.conv_fprop(tx, tw, padding=[1, 1]), tb))
     y.set_output(True).set_stride([12 * 30, 30, 5, 1])
@@ -226,8 +295,11 @@ def test_tma_split_bias_relu_into_nchw_and_workspace():
     e = ImplicitGemmEngine()
     cfg = EngineConfig.make(e, **knobs)
     kn = tma.FpropTmaKnobs(**knobs)
-    assert e.workspace_size(g.op_graph, cfg, Target()) == \
-        4 * 3 * T.tiles(e._analyze(g.op_graph).geo, kn) * kn.block_m * kn.BLOCK_N > 0
+    assert (
+        e.workspace_size(g.op_graph, cfg, Target())
+        == 4 * 3 * T.tiles(e._analyze(g.op_graph).geo, kn) * kn.block_m * kn.BLOCK_N
+        > 0
+    )
 
 
 def test_tma_split_declines_packed():

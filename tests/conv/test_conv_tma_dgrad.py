@@ -4,41 +4,41 @@ with padding and dilation, strides 2 and 3 split into phases (some with no taps)
 sizes the forward's rounding leaves partly unused, partial boxes at every edge, K and C
 off the block sizes, the pointer-loaded filter for C = 3, both modes, a fused epilogue
 into NCHW; and each rule that keeps a problem off the path."""
+
 import types
 
 import pytest
 import torch
+from _util import check_engine, repro
 
 import opendnn.frontend as cudnn
-from _util import check_engine, repro
 from opendnn.engines.base import EngineConfig, Target
-from opendnn.engines.conv.tma import _dgrad_kernels as D
-from opendnn.engines.conv.tma import engine as tma
-from opendnn.engines.conv.tma import dgrad as tma_dgrad
-from opendnn.engines.conv.split_k.dgrad import SplitKDgradEngine
 from opendnn.engines.conv.implicit_gemm.engine import ImplicitGemmDgradEngine
+from opendnn.engines.conv.split_k.dgrad import SplitKDgradEngine
+from opendnn.engines.conv.tma import _dgrad_kernels as D
+from opendnn.engines.conv.tma import dgrad as tma_dgrad
+from opendnn.engines.conv.tma import engine as tma
 from opendnn.ops.conv import output_dims
 
 DGRAD_ID = ImplicitGemmDgradEngine.id
 CL = torch.channels_last
 H100 = Target("cuda", "H100", (9, 0), 132, 7.1e14, 5e13, 3e12)
-SMALL = dict(TMA_IMGS=1, TMA_TH=4, TMA_TW=8, BLOCK_N=32, BLOCK_K=16, num_warps=4,
-             num_stages=2)
-PTR = dict(SMALL, BLOCK_N=16)       # narrow channel blocks for the pointer-loaded filter
+SMALL = dict(TMA_IMGS=1, TMA_TH=4, TMA_TW=8, BLOCK_N=32, BLOCK_K=16, num_warps=4, num_stages=2)
+PTR = dict(SMALL, BLOCK_N=16)  # narrow channel blocks for the pointer-loaded filter
 
 CASES = [  # (N, C, K, H, W, filt, stride, pad, dilation, knobs): dx [N, C, H, W]
     # stride 1: K = 24 is 1.5 blocks, 5x7 leaves partial row and column boxes
     (2, 16, 24, 5, 7, 3, 1, 1, 1, SMALL),
     (1, 8, 8, 9, 4, 1, 1, 0, 1, SMALL),
-    (3, 24, 24, 6, 6, 3, 1, 2, 2, dict(SMALL, TMA_IMGS=4)),      # 3 images in a box of 4
-    (1, 40, 8, 3, 3, 3, 1, 1, 1, dict(SMALL, BLOCK_N=64)),       # box and C block > dx
-    (1, 12, 16, 5, 6, 3, 1, 1, 1, PTR),     # C * 2 bytes = 24: filter through pointers
+    (3, 24, 24, 6, 6, 3, 1, 2, 2, dict(SMALL, TMA_IMGS=4)),  # 3 images in a box of 4
+    (1, 40, 8, 3, 3, 3, 1, 1, 1, dict(SMALL, BLOCK_N=64)),  # box and C block > dx
+    (1, 12, 16, 5, 6, 3, 1, 1, 1, PTR),  # C * 2 bytes = 24: filter through pointers
     # stride 2: four phases
     (1, 16, 16, 8, 6, 3, 2, 1, 1, SMALL),
-    (2, 16, 8, 9, 7, 3, 2, 1, 1, SMALL),    # odd dx: the last phase row/column is shorter
-    (1, 16, 8, 8, 8, 3, 2, 0, 1, SMALL),    # OH = 3: dx row / column 7 gets nothing
-    (1, 8, 16, 6, 7, 1, 2, 0, 1, SMALL),    # 1x1: three phases without taps (dx = 0)
-    (1, 3, 16, 9, 11, 7, 2, 3, 1, PTR),     # the ResNet stem, small: C = 3
+    (2, 16, 8, 9, 7, 3, 2, 1, 1, SMALL),  # odd dx: the last phase row/column is shorter
+    (1, 16, 8, 8, 8, 3, 2, 0, 1, SMALL),  # OH = 3: dx row / column 7 gets nothing
+    (1, 8, 16, 6, 7, 1, 2, 0, 1, SMALL),  # 1x1: three phases without taps (dx = 0)
+    (1, 3, 16, 9, 11, 7, 2, 3, 1, PTR),  # the ResNet stem, small: C = 3
     # stride 3 (nine phases, 5x5 filter) and unequal strides
     (1, 8, 16, 10, 8, 5, 3, 2, 1, SMALL),
     (1, 8, 16, 7, 6, 3, (2, 1), 1, 1, SMALL),
@@ -75,13 +75,34 @@ def test_tma_dgrad_against_reference(case, dt, mode):
     x, wt, dy = _problem(n, c, k, h, w, f, s, p, d, dt, seed)
     g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
     tdy, tw = g.tensor_like(dy), g.tensor_like(wt)
-    dx = g.conv_dgrad(tdy, tw, padding=[p, p], stride=list(_pair(s)), dilation=[d, d],
-                      convolution_mode=cudnn.convolution_mode[mode])
+    dx = g.conv_dgrad(
+        tdy,
+        tw,
+        padding=[p, p],
+        stride=list(_pair(s)),
+        dilation=[d, d],
+        convolution_mode=cudnn.convolution_mode[mode],
+    )
     dx.set_dim(list(x.shape)).set_stride(list(x.stride())).set_output(True)
     dx.set_data_type(cudnn.data_type.FLOAT)
-    check_engine(g, {tdy: dy, tw: wt}, [dx], DGRAD_ID, knobs, n=k * f * f,
-                 msg=repro("conv_dgrad tma", [tuple(dy.shape), tuple(wt.shape)], str(dt),
-                           seed, mode=mode, stride=s, pad=p, dilation=d))
+    check_engine(
+        g,
+        {tdy: dy, tw: wt},
+        [dx],
+        DGRAD_ID,
+        knobs,
+        n=k * f * f,
+        msg=repro(
+            "conv_dgrad tma",
+            [tuple(dy.shape), tuple(wt.shape)],
+            str(dt),
+            seed,
+            mode=mode,
+            stride=s,
+            pad=p,
+            dilation=d,
+        ),
+    )
 
 
 @pytest.mark.parametrize("stride", [1, 2])
@@ -89,9 +110,10 @@ def test_tma_dgrad_relu_backward_and_scale_into_nchw(stride):
     """dx = 0.5 * relu_backward(dgrad(dy, w), x), stored bf16 into an NCHW tensor (dx is
     written through the epilogue's pointers, so its layout is free)."""
     _, wt, dy = _problem(2, 16, 8, 7, 6, 3, stride, 1, 1, torch.bfloat16, 7 + stride)
-    x = torch.randn(2, 16, 7, 6, dtype=torch.bfloat16)               # NCHW
-    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT,
-                      compute_data_type=cudnn.data_type.FLOAT)
+    x = torch.randn(2, 16, 7, 6, dtype=torch.bfloat16)  # NCHW
+    g = cudnn.pygraph(
+        intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT
+    )
     tdy, tw, tx = g.tensor_like(dy), g.tensor_like(wt), g.tensor_like(x)
     dgrad = g.conv_dgrad(tdy, tw, padding=[1, 1], stride=[stride, stride])
     dgrad.set_dim(list(x.shape)).set_stride(list(x.stride()))
@@ -101,18 +123,33 @@ def test_tma_dgrad_relu_backward_and_scale_into_nchw(stride):
     assert got[out].dtype == torch.bfloat16 and got[out].stride() == x.stride()
 
 
-@pytest.mark.parametrize("change,reason", [
-    (dict(dy_layout="nchw"), "packed NHWC dy"),
-    (dict(w_layout="nchw"), "packed KRSC"),
-    (dict(dt=torch.float32), "half or bfloat16"),
-    (dict(k=4), "K (dy's channels) * element size"),
-    (dict(stride=2, dilation=2), "stride > 1 only without dilation"),
-    (dict(groups=2), "one group"),
-    (dict(knobs=dict(TMA_IMGS=4, TMA_TH=16, TMA_TW=16, BLOCK_N=128, BLOCK_K=128,
-                     num_warps=8, num_stages=4)), "exceed shared memory"),
-    (dict(knobs=dict(SMALL, BLOCK_M=64)), "BLOCK_M belong(s) to the gather path"),
-    (dict(stride=2, knobs=dict(SMALL, SPLIT=2)), "SPLIT on the box tiles takes stride 1"),
-])
+@pytest.mark.parametrize(
+    "change,reason",
+    [
+        (dict(dy_layout="nchw"), "packed NHWC dy"),
+        (dict(w_layout="nchw"), "packed KRSC"),
+        (dict(dt=torch.float32), "half or bfloat16"),
+        (dict(k=4), "K (dy's channels) * element size"),
+        (dict(stride=2, dilation=2), "stride > 1 only without dilation"),
+        (dict(groups=2), "one group"),
+        (
+            dict(
+                knobs=dict(
+                    TMA_IMGS=4,
+                    TMA_TH=16,
+                    TMA_TW=16,
+                    BLOCK_N=128,
+                    BLOCK_K=128,
+                    num_warps=8,
+                    num_stages=4,
+                )
+            ),
+            "exceed shared memory",
+        ),
+        (dict(knobs=dict(SMALL, BLOCK_M=64)), "BLOCK_M belong(s) to the gather path"),
+        (dict(stride=2, knobs=dict(SMALL, SPLIT=2)), "SPLIT on the box tiles takes stride 1"),
+    ],
+)
 def test_tma_dgrad_declines_with_a_reason(change, reason):
     dt = change.get("dt", torch.bfloat16)
     k, groups = change.get("k", 16), change.get("groups", 1)
@@ -130,16 +167,13 @@ def test_tma_dgrad_declines_with_a_reason(change, reason):
     dx.set_dim([1, 16, 8, 8]).set_output(True)
     g.validate()
     e = ImplicitGemmDgradEngine()
-    sup = e.check_config(g.op_graph, EngineConfig.make(e, **change.get("knobs", SMALL)),
-                         Target())
+    sup = e.check_config(g.op_graph, EngineConfig.make(e, **change.get("knobs", SMALL)), Target())
     assert not sup.ok and reason in sup.reason, sup.reason
 
 
 def test_tma_dgrad_declines_3d():
-    dy = torch.randn(1, 16, 4, 4, 4, dtype=torch.bfloat16).to(
-        memory_format=torch.channels_last_3d)
-    wt = torch.randn(16, 16, 3, 3, 3, dtype=torch.bfloat16).to(
-        memory_format=torch.channels_last_3d)
+    dy = torch.randn(1, 16, 4, 4, 4, dtype=torch.bfloat16).to(memory_format=torch.channels_last_3d)
+    wt = torch.randn(16, 16, 3, 3, 3, dtype=torch.bfloat16).to(memory_format=torch.channels_last_3d)
     g = cudnn.pygraph()
     tdy, tw = g.tensor_like(dy), g.tensor_like(wt)
     g.conv_dgrad(tdy, tw, padding=[1, 1, 1]).set_dim([1, 16, 4, 4, 4]).set_output(True)
@@ -158,10 +192,9 @@ def test_tma_configs_offered_on_hopper_by_engine_4_only():
     g.conv_dgrad(tdy, tw, padding=[1, 1]).set_dim([8, 64, 14, 14]).set_output(True)
     g.validate()
     cfgs = ImplicitGemmDgradEngine().configs(g.op_graph, H100)
-    assert sum(tma.is_tma(c.knob_dict) for c in cfgs) == len(D.KNOB_SPACE)   # no flat: 3x3
+    assert sum(tma.is_tma(c.knob_dict) for c in cfgs) == len(D.KNOB_SPACE)  # no flat: 3x3
     assert SplitKDgradEngine.tma_path is None
-    assert not any(tma.is_tma(c.knob_dict) for c in SplitKDgradEngine().configs(g.op_graph,
-                                                                               H100))
+    assert not any(tma.is_tma(c.knob_dict) for c in SplitKDgradEngine().configs(g.op_graph, H100))
 
 
 @pytest.mark.parametrize("f,s,p", [(3, 2, 1), (1, 2, 0), (7, 2, 3), (5, 3, 2), (3, 1, 1)])
@@ -179,22 +212,30 @@ def test_programs_per_sm_knob_label_grid_and_cost():
     grid (never past the tile count) and the cost model credits it only when there are
     more tiles than SMs (2 x 7 x 4 x 4 phases = 224 tiles on 132 SMs; 8 tiles on 132)."""
     path = tma_dgrad.DGRAD
-    one, two = D.DgradTmaKnobs(4, 4, 8, 128, 64, 8, 3), D.DgradTmaKnobs(4, 4, 8, 128, 64, 8, 3,
-                                                                         PPS=2)
+    one, two = (
+        D.DgradTmaKnobs(4, 4, 8, 128, 64, 8, 3),
+        D.DgradTmaKnobs(4, 4, 8, 128, 64, 8, 3, PPS=2),
+    )
     assert "PPS" not in path.knob_items(one) and path.knob_items(two)["PPS"] == 2
     big, small = [], []
     for n, h, out in ((8, 56, big), (1, 14, small)):
         _, wt, dy = _problem(n, 128, 128, h, h, 3, 2, 1, 1, torch.bfloat16, 0)
         g = cudnn.pygraph()
         tdy, tw = g.tensor_like(dy), g.tensor_like(wt)
-        g.conv_dgrad(tdy, tw, padding=[1, 1], stride=[2, 2]).set_dim(
-            [n, 128, h, h]).set_output(True)
+        g.conv_dgrad(tdy, tw, padding=[1, 1], stride=[2, 2]).set_dim([n, 128, h, h]).set_output(
+            True
+        )
         g.validate()
         e = ImplicitGemmDgradEngine()
         a = e._analyze(g.op_graph)
         for kn in (one, two):
-            out.append((D.grid(a.geo, kn, 132)[0],
-                        e.estimate_seconds(g.op_graph, EngineConfig.make(
-                            e, **path.knob_items(kn)), H100)))
+            out.append(
+                (
+                    D.grid(a.geo, kn, 132)[0],
+                    e.estimate_seconds(
+                        g.op_graph, EngineConfig.make(e, **path.knob_items(kn)), H100
+                    ),
+                )
+            )
     assert big[0][0] == 132 and big[1][0] == 224 and big[1][1] < big[0][1]
     assert small[0][0] == small[1][0] == 8 and small[1][1] == small[0][1]

@@ -3,18 +3,20 @@ reduction summed in a fixed order) against the float64 reference, through the
 interpreter's tensor descriptors: stride 1 and 2, dilation, padding from the copy
 engine's zero fill, partial boxes and tiles, one slice and several (uneven, and more
 slices than boxes), an epilogue, workspace sizes, and each rule keeping a problem off."""
+
 import pytest
 import torch
+from _util import check_engine, repro
 
 import opendnn.frontend as cudnn
-from _util import check_engine, repro
 from opendnn.engines.base import EngineConfig, Target
 from opendnn.engines.conv.implicit_gemm.engine import ImplicitGemmWgradEngine
 
 WGRAD_ID = ImplicitGemmWgradEngine.id
 CL = torch.channels_last
-SMALL = dict(TMA_IMGS=1, TMA_TH=4, TMA_TW=4, BLOCK_M=32, BLOCK_N=32, SPLIT=1, num_warps=4,
-             num_stages=2)
+SMALL = dict(
+    TMA_IMGS=1, TMA_TH=4, TMA_TW=4, BLOCK_M=32, BLOCK_N=32, SPLIT=1, num_warps=4, num_stages=2
+)
 
 FLAT = dict(SMALL, TMA_TH=1, TMA_TW=16, FLAT=1)
 
@@ -22,14 +24,14 @@ CASES = [  # (N, C, K, H, W, filt, stride, pad, dilation, knobs)
     (2, 16, 24, 5, 7, 3, 1, 1, 1, SMALL),
     (1, 8, 8, 9, 4, 1, 1, 0, 1, dict(SMALL, SPLIT=3)),
     (3, 24, 16, 6, 6, 3, 1, 2, 2, dict(SMALL, TMA_IMGS=2, SPLIT=2)),
-    (1, 8, 40, 3, 3, 3, 1, 1, 1, dict(SMALL, BLOCK_M=64, SPLIT=5)),   # more slices than boxes
+    (1, 8, 40, 3, 3, 3, 1, 1, 1, dict(SMALL, BLOCK_M=64, SPLIT=5)),  # more slices than boxes
     (1, 16, 16, 8, 6, 3, 2, 1, 1, dict(SMALL, SPLIT=2)),
-    (2, 24, 8, 10, 10, 5, 2, 2, 1, dict(SMALL, BLOCK_N=64)),          # one partial C tile
+    (2, 24, 8, 10, 10, 5, 2, 2, 1, dict(SMALL, BLOCK_N=64)),  # one partial C tile
     (1, 8, 8, 4, 4, 1, 2, 0, 1, SMALL),
     # flat pixel runs: x through a 2-D descriptor (1x1) or gathered (small C, any stride)
     (2, 16, 8, 5, 3, 1, 1, 0, 1, FLAT),
     (1, 8, 16, 6, 5, 1, 1, 0, 1, dict(FLAT, SPLIT=3)),
-    (2, 3, 16, 9, 9, 3, 2, 1, 1, FLAT),                                # the stem's C = 3
+    (2, 3, 16, 9, 9, 3, 2, 1, 1, FLAT),  # the stem's C = 3
     (1, 3, 8, 7, 7, 3, 1, 2, 2, dict(FLAT, SPLIT=2)),
     (1, 5, 8, 6, 6, 1, 2, 0, 1, dict(FLAT, BLOCK_N=64)),
 ]
@@ -46,8 +48,14 @@ def _problem(n, c, k, h, w, f, s, p, d, dt, seed):
 def _graph(x, dy, k, c, f, s, p, d, mode="CROSS_CORRELATION"):
     g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
     tx, tdy = g.tensor_like(x), g.tensor_like(dy)
-    dw = g.conv_wgrad(tx, tdy, padding=[p, p], stride=[s, s], dilation=[d, d],
-                      convolution_mode=cudnn.convolution_mode[mode])
+    dw = g.conv_wgrad(
+        tx,
+        tdy,
+        padding=[p, p],
+        stride=[s, s],
+        dilation=[d, d],
+        convolution_mode=cudnn.convolution_mode[mode],
+    )
     dw.set_dim([k, c, f, f]).set_stride([c * f * f, 1, f * c, c])
     return g, tx, tdy, dw
 
@@ -61,9 +69,22 @@ def test_tma_wgrad_against_reference(case, dt, mode):
     x, dy = _problem(n, c, k, h, w, f, s, p, d, dt, seed)
     g, tx, tdy, dw = _graph(x, dy, k, c, f, s, p, d, mode)
     dw.set_output(True).set_data_type(cudnn.data_type.FLOAT)
-    check_engine(g, {tx: x, tdy: dy}, [dw], WGRAD_ID, knobs, n=n * dy.shape[2] * dy.shape[3],
-                 msg=repro("conv_wgrad tma", [tuple(x.shape), tuple(dy.shape)], str(dt), seed,
-                           mode=mode, knobs=knobs))
+    check_engine(
+        g,
+        {tx: x, tdy: dy},
+        [dw],
+        WGRAD_ID,
+        knobs,
+        n=n * dy.shape[2] * dy.shape[3],
+        msg=repro(
+            "conv_wgrad tma",
+            [tuple(x.shape), tuple(dy.shape)],
+            str(dt),
+            seed,
+            mode=mode,
+            knobs=knobs,
+        ),
+    )
 
 
 @pytest.mark.parametrize("split", [1, 3])
@@ -71,8 +92,9 @@ def test_tma_wgrad_scale_epilogue_bf16_and_workspace(split):
     """dw * 0.5 stored as bfloat16 into a KCRS (NCHW) filter; the workspace holds the
     float32 partials only when the reduction is split."""
     x, dy = _problem(2, 16, 16, 6, 6, 3, 1, 1, 1, torch.bfloat16, 11)
-    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT,
-                      compute_data_type=cudnn.data_type.FLOAT)
+    g = cudnn.pygraph(
+        intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT
+    )
     tx, tdy = g.tensor_like(x), g.tensor_like(dy)
     dw = g.conv_wgrad(tx, tdy, padding=[1, 1])
     dw.set_dim([16, 16, 3, 3])
@@ -80,7 +102,7 @@ def test_tma_wgrad_scale_epilogue_bf16_and_workspace(split):
     out.set_output(True).set_data_type(cudnn.data_type.BFLOAT16)
     res = check_engine(g, {tx: x, tdy: dy}, [out], WGRAD_ID, dict(SMALL, SPLIT=split), n=72)
     assert res[out].dtype == torch.bfloat16
-    ws = g.get_workspace_size_plan_at_index(1)     # check_engine put the reference first
+    ws = g.get_workspace_size_plan_at_index(1)  # check_engine put the reference first
     assert ws == (0 if split == 1 else -(-4 * split * 9 * 16 * 16 // 256) * 256)
 
 
@@ -104,19 +126,24 @@ def _support(x, dy, knobs=SMALL, **conv):
     return e.check_config(g.op_graph, EngineConfig.make(e, **knobs), Target())
 
 
-@pytest.mark.parametrize("change,reason", [
-    (dict(layout="nchw"), "packed NHWC image"),
-    (dict(dy_layout="nchw"), "packed NHWC dy"),
-    (dict(dt=torch.float32), "half or bfloat16"),
-    (dict(c=4), "16-byte aligned rows"),
-    (dict(stride=3), "stride 1, or stride 2"),
-    (dict(stride=2, h=7), "even image height"),
-    (dict(knobs=dict(SMALL, BLOCK_K=16)), "BLOCK_K belong(s) to the gather path"),
-    (dict(dy_layout="nchw", knobs=FLAT), "flat TMA path needs a packed NHWC dy"),
-    (dict(dt=torch.float32, knobs=FLAT), "half or bfloat16"),
-    (dict(knobs=dict(FLAT, TMA_TW=128, BLOCK_M=64, BLOCK_N=128)),
-     "more than 64 registers per thread with 4 warps"),
-])
+@pytest.mark.parametrize(
+    "change,reason",
+    [
+        (dict(layout="nchw"), "packed NHWC image"),
+        (dict(dy_layout="nchw"), "packed NHWC dy"),
+        (dict(dt=torch.float32), "half or bfloat16"),
+        (dict(c=4), "16-byte aligned rows"),
+        (dict(stride=3), "stride 1, or stride 2"),
+        (dict(stride=2, h=7), "even image height"),
+        (dict(knobs=dict(SMALL, BLOCK_K=16)), "BLOCK_K belong(s) to the gather path"),
+        (dict(dy_layout="nchw", knobs=FLAT), "flat TMA path needs a packed NHWC dy"),
+        (dict(dt=torch.float32, knobs=FLAT), "half or bfloat16"),
+        (
+            dict(knobs=dict(FLAT, TMA_TW=128, BLOCK_M=64, BLOCK_N=128)),
+            "more than 64 registers per thread with 4 warps",
+        ),
+    ],
+)
 def test_tma_wgrad_declines_with_a_reason(change, reason):
     dt = change.get("dt", torch.bfloat16)
     c, h, s = change.get("c", 16), change.get("h", 8), change.get("stride", 1)

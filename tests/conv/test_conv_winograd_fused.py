@@ -12,26 +12,33 @@ terms. In float32 those are float32 roundings (n x 4, i.e. twice a direct convol
 tolerance, as the non-fused engine's test). For half types V and U are also rounded to
 the operand type before the dot, where a direct convolution's operands are exact
 (n x 16, four times the tolerance)."""
+
 import pytest
 import torch
+from _util import CONV_TYPES as TYPES
+from _util import check_engine, repro
+from _util import graph_tensor as _tensor
+from _util import with_layout as _layout
 
 import opendnn.frontend as cudnn
-from _util import check_engine, repro
-from _util import CONV_TYPES as TYPES, graph_tensor as _tensor, with_layout as _layout
 from opendnn.engines.base import Target
-from opendnn.engines.conv.winograd.dgrad import WinogradFusedDgradEngine, WinogradNonfusedDgradEngine
+from opendnn.engines.conv.winograd.dgrad import (
+    WinogradFusedDgradEngine,
+    WinogradNonfusedDgradEngine,
+)
 from opendnn.engines.conv.winograd.fused import WinogradFusedEngine
 from opendnn.enums import NumericalNote
 
-FUSED, DGRAD_NONFUSED, DGRAD_FUSED = (WinogradFusedEngine.id, WinogradNonfusedDgradEngine.id,
-                                      WinogradFusedDgradEngine.id)
+FUSED, DGRAD_NONFUSED, DGRAD_FUSED = (
+    WinogradFusedEngine.id,
+    WinogradNonfusedDgradEngine.id,
+    WinogradFusedDgradEngine.id,
+)
 SLACK = {torch.float32: 4, torch.float16: 16, torch.bfloat16: 16}
 
 
 def _n(channels: int, dt) -> int:
     return 9 * channels * SLACK[dt]
-
-
 
 
 def _mode(m):
@@ -40,14 +47,17 @@ def _mode(m):
 
 # (N, C, K, H, W, pre, post)
 FWD_SHAPES = [
-    (1, 3, 5, 5, 7, (1, 1), (1, 1)),       # odd image: partial tiles on both axes
-    (3, 19, 20, 6, 5, (0, 0), (0, 0)),     # batch 3, two channel blocks, two K blocks, pad 0
-    (1, 2, 3, 1, 1, (1, 1), (1, 1)),       # 1x1 image: one output pixel
-    (2, 4, 6, 4, 6, (2, 2), (2, 2)),       # pad 2: the border tiles read only padding
-    (1, 5, 4, 7, 6, (1, 2), (0, 1)),       # asymmetric pre/post padding
+    (1, 3, 5, 5, 7, (1, 1), (1, 1)),  # odd image: partial tiles on both axes
+    (3, 19, 20, 6, 5, (0, 0), (0, 0)),  # batch 3, two channel blocks, two K blocks, pad 0
+    (1, 2, 3, 1, 1, (1, 1), (1, 1)),  # 1x1 image: one output pixel
+    (2, 4, 6, 4, 6, (2, 2), (2, 2)),  # pad 2: the border tiles read only padding
+    (1, 5, 4, 7, 6, (1, 2), (0, 1)),  # asymmetric pre/post padding
 ]
-FWD_VARIANTS = [("nchw", "CROSS_CORRELATION"), ("nhwc", "CONVOLUTION"),
-                ("strided", "CROSS_CORRELATION")]
+FWD_VARIANTS = [
+    ("nchw", "CROSS_CORRELATION"),
+    ("nhwc", "CONVOLUTION"),
+    ("strided", "CROSS_CORRELATION"),
+]
 
 
 @pytest.mark.parametrize("shape", FWD_SHAPES, ids=[f"s{i}" for i in range(len(FWD_SHAPES))])
@@ -59,17 +69,34 @@ def test_fused_fprop_against_reference(shape, layout, mode):
     w = _layout(torch.randn(k, c, 3, 3), layout)
     g = cudnn.pygraph()
     tx, tw = _tensor(g, x), _tensor(g, w)
-    y = g.conv_fprop(tx, tw, pre_padding=list(pre), post_padding=list(post),
-                     convolution_mode=_mode(mode))
+    y = g.conv_fprop(
+        tx, tw, pre_padding=list(pre), post_padding=list(post), convolution_mode=_mode(mode)
+    )
     y.set_output(True)
-    check_engine(g, {tx: x, tw: w}, [y], FUSED, n=_n(c, torch.float32),
-                 msg=repro("winograd_fused", [tuple(x.shape)], "float32", 0, layout=layout,
-                           mode=mode, pre=pre, post=post))
+    check_engine(
+        g,
+        {tx: x, tw: w},
+        [y],
+        FUSED,
+        n=_n(c, torch.float32),
+        msg=repro(
+            "winograd_fused",
+            [tuple(x.shape)],
+            "float32",
+            0,
+            layout=layout,
+            mode=mode,
+            pre=pre,
+            post=post,
+        ),
+    )
 
 
-KNOB_VARIANTS = [dict(FILTER_IN_REGISTERS=1),                   # one kernel, no workspace
-                 dict(PASSES=4, BLOCK_K=32),                    # four sweeps over C
-                 dict(FILTER_IN_REGISTERS=1, PASSES=4, BLOCK_P=64, num_warps=4)]
+KNOB_VARIANTS = [
+    dict(FILTER_IN_REGISTERS=1),  # one kernel, no workspace
+    dict(PASSES=4, BLOCK_K=32),  # four sweeps over C
+    dict(FILTER_IN_REGISTERS=1, PASSES=4, BLOCK_P=64, num_warps=4),
+]
 
 
 @pytest.mark.parametrize("knobs", KNOB_VARIANTS, ids=["in_registers", "passes4", "both"])
@@ -84,14 +111,22 @@ def test_fused_fprop_knob_variants(knobs, mode):
     y.set_output(True)
     g.validate()
     full = {**WinogradFusedEngine().configs(g.op_graph, Target())[0].knob_dict, **knobs}
-    check_engine(g, {tx: x, tw: w}, [y], FUSED, full, n=_n(19, torch.float32),
-                 msg=repro("winograd_fused", [(2, 19, 5, 6)], "float32", 5, knobs=knobs))
+    check_engine(
+        g,
+        {tx: x, tw: w},
+        [y],
+        FUSED,
+        full,
+        n=_n(19, torch.float32),
+        msg=repro("winograd_fused", [(2, 19, 5, 6)], "float32", 5, knobs=knobs),
+    )
     ws = WinogradFusedEngine().workspace_size(g.op_graph, _config(full), Target())
     assert (ws == 0) == bool(full["FILTER_IN_REGISTERS"])
 
 
 def _config(knobs):
     from opendnn.engines.base import EngineConfig
+
     return EngineConfig.make(WinogradFusedEngine(), **knobs)
 
 
@@ -103,13 +138,20 @@ def test_fused_fprop_bias_relu_epilogue_types(dt):
     x = torch.randn(2, 18, 7, 5, dtype=dt).to(memory_format=torch.channels_last)
     w = (torch.randn(17, 18, 3, 3, dtype=dt) * 0.2).to(memory_format=torch.channels_last)
     b = torch.randn(1, 17, 1, 1, dtype=dt)
-    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT,
-                      compute_data_type=cudnn.data_type.FLOAT)
+    g = cudnn.pygraph(
+        intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT
+    )
     tx, tw, tb = _tensor(g, x), _tensor(g, w), _tensor(g, b)
     y = g.relu(g.bias(g.conv_fprop(tx, tw, padding=[1, 1]), tb))
     y.set_output(True)
-    out = check_engine(g, {tx: x, tw: w, tb: b}, [y], FUSED, n=_n(18, dt),
-                       msg=repro("relu(winograd+bias)", [(2, 18, 7, 5)], str(dt), 7))
+    out = check_engine(
+        g,
+        {tx: x, tw: w, tb: b},
+        [y],
+        FUSED,
+        n=_n(18, dt),
+        msg=repro("relu(winograd+bias)", [(2, 18, 7, 5)], str(dt), 7),
+    )
     assert out[y].dtype == dt
     notes = WinogradFusedEngine().numerical_notes(g.op_graph, None)
     assert NumericalNote.WINOGRAD in notes
@@ -119,7 +161,7 @@ def test_fused_fprop_bias_relu_epilogue_types(dt):
 # (N, C, K, H, W, pre, post, layout, mode)
 DGRAD_CASES = [
     (2, 5, 4, 6, 7, (1, 1), (1, 1), "nhwc", "CROSS_CORRELATION"),
-    (1, 3, 18, 5, 5, (0, 2), (2, 0), "nchw", "CONVOLUTION"),    # asymmetric, 2 K blocks
+    (1, 3, 18, 5, 5, (0, 2), (2, 0), "nchw", "CONVOLUTION"),  # asymmetric, 2 K blocks
     (3, 17, 3, 4, 3, (3, 0), (0, 1), "strided", "CROSS_CORRELATION"),  # pre 3: pad' = -1
 ]
 
@@ -134,12 +176,26 @@ def test_dgrad_against_reference(case, engine):
     dy = _layout(torch.randn(n, k, h + pre[0] + post[0] - 2, w_ + pre[1] + post[1] - 2), layout)
     g = cudnn.pygraph()
     tdy, tw = _tensor(g, dy), _tensor(g, w)
-    dx = g.conv_dgrad(tdy, tw, pre_padding=list(pre), post_padding=list(post),
-                      convolution_mode=_mode(mode))
+    dx = g.conv_dgrad(
+        tdy, tw, pre_padding=list(pre), post_padding=list(post), convolution_mode=_mode(mode)
+    )
     dx.set_dim(list(x.shape)).set_stride(list(x.stride())).set_output(True)
-    check_engine(g, {tdy: dy, tw: w}, [dx], engine, n=_n(k, torch.float32),
-                 msg=repro("conv_dgrad_winograd", [tuple(dy.shape), tuple(w.shape)], "float32",
-                           0, engine=engine, layout=layout, mode=mode))
+    check_engine(
+        g,
+        {tdy: dy, tw: w},
+        [dx],
+        engine,
+        n=_n(k, torch.float32),
+        msg=repro(
+            "conv_dgrad_winograd",
+            [tuple(dy.shape), tuple(w.shape)],
+            "float32",
+            0,
+            engine=engine,
+            layout=layout,
+            mode=mode,
+        ),
+    )
 
 
 @pytest.mark.parametrize("dt", [torch.float16, torch.bfloat16])
@@ -169,8 +225,7 @@ def _fprop_graph(xdims=(1, 4, 8, 8), wdims=(4, 4, 3, 3), dt=cudnn.data_type.FLOA
 
 DECLINES = [  # (why, graph builder, expected words in the reason)
     ("5x5", dict(wdims=(4, 4, 5, 5)), "3x3"),
-    ("1-D", dict(xdims=(1, 4, 8), wdims=(4, 4, 3), padding=[1], stride=[1], dilation=[1]),
-     "2-D"),
+    ("1-D", dict(xdims=(1, 4, 8), wdims=(4, 4, 3), padding=[1], stride=[1], dilation=[1]), "2-D"),
     ("stride", dict(stride=[2, 2]), "stride 1"),
     ("dilation", dict(dilation=[2, 2]), "dilation 1"),
     ("groups", dict(wdims=(4, 2, 3, 3)), "one group"),
@@ -210,8 +265,10 @@ def test_fused_fprop_declines_prologue_and_genstats():
 
 @pytest.mark.parametrize("engine", [WinogradNonfusedDgradEngine, WinogradFusedDgradEngine])
 def test_dgrad_declines_with_reasons(engine):
-    for wdims, stride, dy_hw, words in [((4, 4, 5, 5), 1, 4, "3x3"), ((4, 4, 3, 3), 2, 3,
-                                                                        "stride 1")]:
+    for wdims, stride, dy_hw, words in [
+        ((4, 4, 5, 5), 1, 4, "3x3"),
+        ((4, 4, 3, 3), 2, 3, "stride 1"),
+    ]:
         g = cudnn.pygraph()
         dy = g.tensor(dim=[1, 4, dy_hw, dy_hw], data_type=cudnn.data_type.FLOAT)
         w = g.tensor(dim=list(wdims), data_type=cudnn.data_type.FLOAT)
@@ -229,7 +286,11 @@ def test_cuda_config_check_bounds_the_accumulator_registers():
     h100 = Target("cuda", "H100", (9, 0), 132, 7.1e14, 5e13, 3e12)
     e = WinogradFusedEngine()
     assert all(e.check_config(g.op_graph, c, h100).ok for c in e.configs(g.op_graph, h100))
-    s = e.check_config(g.op_graph, _config(dict(BLOCK_P=32, BLOCK_K=32, BLOCK_C=16,
-                                                num_warps=8, FILTER_IN_REGISTERS=0,
-                                                PASSES=1)), h100)
+    s = e.check_config(
+        g.op_graph,
+        _config(
+            dict(BLOCK_P=32, BLOCK_K=32, BLOCK_C=16, num_warps=8, FILTER_IN_REGISTERS=0, PASSES=1)
+        ),
+        h100,
+    )
     assert not s.ok and "registers per thread" in s.reason

@@ -12,12 +12,15 @@ four inputs and DYt four dy values before the product, and the output transform 
 sixteen products back with signs. In float32 these are float32 roundings (n x 4); for
 half types DYt and V are also rounded to the operand type before the GEMM, where a direct
 convolution's operands are exact (n x 16)."""
+
 import math
 
 import pytest
 import torch
+from _util import CONV_TYPES as TYPES
 from _util import check_engine, heuristic_knobs, repro, run_plan, seed_for
-from _util import CONV_TYPES as TYPES, graph_tensor as _tensor, with_layout as _layout
+from _util import graph_tensor as _tensor
+from _util import with_layout as _layout
 
 import opendnn.frontend as cudnn
 from opendnn.engines.base import EngineConfig, Target
@@ -35,8 +38,6 @@ SLACK = {torch.float32: 4, torch.float16: 16, torch.bfloat16: 16}
 H100 = Target("cuda", "H100 (cost model only)", (9, 0), 132, 7.1e14, 5e13, 3e12)
 
 
-
-
 def _problem(n, c, k, h, w, pre, post, dt, layout, seed, dw_layout=None):
     """x, dy and an (unwritten) dw of the wanted layouts, and the dy pixel count."""
     gen = torch.Generator().manual_seed(seed)
@@ -50,8 +51,13 @@ def _problem(n, c, k, h, w, pre, post, dt, layout, seed, dw_layout=None):
 def _graph(x, dy, dw, pre, post, mode="CROSS_CORRELATION", dw_type=None, **graph_kw):
     g = cudnn.pygraph(**graph_kw)
     tx, tdy = _tensor(g, x), _tensor(g, dy)
-    tdw = g.conv_wgrad(tx, tdy, pre_padding=list(pre), post_padding=list(post),
-                       convolution_mode=cudnn.convolution_mode[mode])
+    tdw = g.conv_wgrad(
+        tx,
+        tdy,
+        pre_padding=list(pre),
+        post_padding=list(post),
+        convolution_mode=cudnn.convolution_mode[mode],
+    )
     tdw.set_dim(list(dw.shape)).set_stride(list(dw.stride()))
     tdw.set_data_type(dw_type if dw_type is not None else TYPES[dw.dtype])
     return g, tx, tdy, tdw
@@ -73,8 +79,9 @@ def test_transform_matrices_compute_the_3x3_correlation():
         d = torch.randn(4, 4, dtype=torch.float64, generator=gen)
         g = torch.randn(2, 2, dtype=torch.float64, generator=gen)
         wino = AT @ ((G @ g @ G.T) * (BT @ d @ BT.T)) @ AT.T
-        direct = torch.stack([torch.stack([(g * d[r:r + 2, s:s + 2]).sum() for s in range(3)])
-                              for r in range(3)])
+        direct = torch.stack(
+            [torch.stack([(g * d[r : r + 2, s : s + 2]).sum() for s in range(3)]) for r in range(3)]
+        )
         torch.testing.assert_close(wino, direct, rtol=1e-12, atol=1e-12)
 
 
@@ -90,8 +97,16 @@ CASES = [
     (1, 1, 1, 3, 3, (0, 0), (0, 0), "nchw", "nchw", "CONVOLUTION", torch.float16),
     (2, 7, 9, 6, 8, (1, 0), (2, 1), "strided", "nchw", "CROSS_CORRELATION", torch.float16),
 ]
-IDS = ["odd-out-nchw", "pad0-nhwc-conv", "pad2-f16-dw-nhwc", "asym-bf16-dw-nchw",
-       "pre2-post0-strided", "two-blocks-bf16", "1x1-dy-f16", "asym-strided-f16"]
+IDS = [
+    "odd-out-nchw",
+    "pad0-nhwc-conv",
+    "pad2-f16-dw-nhwc",
+    "asym-bf16-dw-nchw",
+    "pre2-post0-strided",
+    "two-blocks-bf16",
+    "1x1-dy-f16",
+    "asym-strided-f16",
+]
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
@@ -101,10 +116,24 @@ def test_wgrad_against_reference(case):
     x, dy, dw, n_red = _problem(n, c, k, h, w, pre, post, dt, layout, seed, dw_layout)
     g, tx, tdy, tdw = _graph(x, dy, dw, pre, post, mode)
     tdw.set_output(True)
-    out = check_engine(g, {tx: x, tdy: dy}, [tdw], ENGINE, n=n_red * SLACK[dt],
-                       msg=repro("conv_wgrad_winograd", [tuple(x.shape), tuple(dy.shape)],
-                                 str(dt), seed, layout=layout, dw_layout=dw_layout, mode=mode,
-                                 pre=pre, post=post))
+    out = check_engine(
+        g,
+        {tx: x, tdy: dy},
+        [tdw],
+        ENGINE,
+        n=n_red * SLACK[dt],
+        msg=repro(
+            "conv_wgrad_winograd",
+            [tuple(x.shape), tuple(dy.shape)],
+            str(dt),
+            seed,
+            layout=layout,
+            dw_layout=dw_layout,
+            mode=mode,
+            pre=pre,
+            post=post,
+        ),
+    )
     assert out[tdw].dtype == dt and out[tdw].stride() == dw.stride()
 
 
@@ -124,11 +153,19 @@ def test_blend_epilogue():
     CONVOLUTION mode: the prior is read at dw's (flipped) taps."""
     dt = torch.bfloat16
     x, dy, dw, n_red = _problem(2, 4, 5, 6, 7, (1, 0), (0, 1), dt, "nhwc", 33)
-    prior = _layout(torch.randn(5, 4, 3, 3, generator=torch.Generator().manual_seed(34)).to(dt),
-                    "nhwc")
-    g, tx, tdy, tdw = _graph(x, dy, dw, (1, 0), (0, 1), "CONVOLUTION",
-                             dw_type=cudnn.data_type.FLOAT,
-                             intermediate_data_type=cudnn.data_type.FLOAT)
+    prior = _layout(
+        torch.randn(5, 4, 3, 3, generator=torch.Generator().manual_seed(34)).to(dt), "nhwc"
+    )
+    g, tx, tdy, tdw = _graph(
+        x,
+        dy,
+        dw,
+        (1, 0),
+        (0, 1),
+        "CONVOLUTION",
+        dw_type=cudnn.data_type.FLOAT,
+        intermediate_data_type=cudnn.data_type.FLOAT,
+    )
     tp = _tensor(g, prior)
     out = g.add(g.scale(tdw, 0.75), g.scale(tp, -1.5))
     out.set_output(True).set_data_type(TYPES[dt])
@@ -151,13 +188,15 @@ def test_split_k_gemm_and_determinism():
     tdw.set_output(True)
     g.validate()
     cfg = _split_k_config(g)
-    first = check_engine(g, {tx: x, tdy: dy}, [tdw], ENGINE, cfg.knob_dict,
-                         n=n_red * SLACK[torch.float32])[tdw]
+    first = check_engine(
+        g, {tx: x, tdy: dy}, [tdw], ENGINE, cfg.knob_dict, n=n_red * SLACK[torch.float32]
+    )[tdw]
     assert g.get_plan_name_at_index(1).startswith(WinogradNonfusedWgradEngine.name)
     again = run_plan(g, {tx: x, tdy: dy}, [tdw], 1, float("nan"))[tdw]
     assert torch.equal(first, again)
-    assert NumericalNote.NONDETERMINISTIC not in \
-        WinogradNonfusedWgradEngine().numerical_notes(g.op_graph, cfg)
+    assert NumericalNote.NONDETERMINISTIC not in WinogradNonfusedWgradEngine().numerical_notes(
+        g.op_graph, cfg
+    )
 
 
 # ---- workspace, notes, cost --------------------------------------------------------------------
@@ -169,7 +208,7 @@ def test_workspace_is_the_three_buffers_and_the_gemms():
     e, target = WinogradNonfusedWgradEngine(), Target()
     cfg = EngineConfig.make(e, **heuristic_knobs(g, ENGINE))
     wp = plan_winograd_wgrad(g.op_graph)
-    p = 2 * 3 * 5                          # N x ceil(6 / 2) x ceil(9 / 2) tiles
+    p = 2 * 3 * 5  # N x ceil(6 / 2) x ceil(9 / 2) tiles
     assert (wp.p, wp.k, wp.c) == (p, 7, 5)
     dyt, v, m = wp.sizes()
     assert dyt >= 16 * p * 7 * 2 and v >= 16 * p * 5 * 2 and m >= 16 * 7 * 5 * 4
@@ -218,8 +257,7 @@ def _decline_graph(xdims=(1, 4, 6, 6), filt=(3, 3), dt=cudnn.data_type.FLOAT, gr
     g = cudnn.pygraph()
     x = g.tensor(dim=list(xdims), data_type=dt)
     w_dims = (4, xdims[1] // groups) + tuple(filt)
-    dy_dims = output_dims(xdims, w_dims, kw["padding"], kw["padding"], kw["stride"],
-                          kw["dilation"])
+    dy_dims = output_dims(xdims, w_dims, kw["padding"], kw["padding"], kw["stride"], kw["dilation"])
     dy = g.tensor(dim=list(dy_dims), data_type=dt)
     dw = g.conv_wgrad(x, dy, **kw)
     dw.set_dim(list(w_dims)).set_data_type(cudnn.data_type.FLOAT)
@@ -229,16 +267,32 @@ def _decline_graph(xdims=(1, 4, 6, 6), filt=(3, 3), dt=cudnn.data_type.FLOAT, gr
 DECLINES = [  # (why, graph spec, exact reason)
     ("5x5", dict(filt=(5, 5)), "the Winograd backward filter needs a 3x3 filter, got [5, 5]"),
     ("3x2", dict(filt=(3, 2)), "the Winograd backward filter needs a 3x3 filter, got [3, 2]"),
-    ("1-D", dict(xdims=(1, 4, 6), filt=(3,)),
-     "the Winograd backward filter needs a 2-D convolution, got 1-D"),
-    ("3-D", dict(xdims=(1, 4, 4, 4, 4), filt=(3, 3, 3)),
-     "the Winograd backward filter needs a 2-D convolution, got 3-D"),
-    ("stride", dict(stride=[2, 1]), "the Winograd backward filter needs stride 1, got stride [2, 1]"),
-    ("dilation", dict(dilation=[1, 2]),
-     "the Winograd backward filter needs dilation 1, got dilation [1, 2]"),
+    (
+        "1-D",
+        dict(xdims=(1, 4, 6), filt=(3,)),
+        "the Winograd backward filter needs a 2-D convolution, got 1-D",
+    ),
+    (
+        "3-D",
+        dict(xdims=(1, 4, 4, 4, 4), filt=(3, 3, 3)),
+        "the Winograd backward filter needs a 2-D convolution, got 3-D",
+    ),
+    (
+        "stride",
+        dict(stride=[2, 1]),
+        "the Winograd backward filter needs stride 1, got stride [2, 1]",
+    ),
+    (
+        "dilation",
+        dict(dilation=[1, 2]),
+        "the Winograd backward filter needs dilation 1, got dilation [1, 2]",
+    ),
     ("groups", dict(groups=2), "the Winograd backward filter takes one group, got 2"),
-    ("double", dict(dt=cudnn.data_type.DOUBLE),
-     "operand types ['DOUBLE']: one of float, half or bfloat16 for all operands"),
+    (
+        "double",
+        dict(dt=cudnn.data_type.DOUBLE),
+        "operand types ['DOUBLE']: one of float, half or bfloat16 for all operands",
+    ),
 ]
 
 
@@ -261,8 +315,9 @@ def test_declines_prologue_and_non_pointwise_epilogue():
     dw.set_dim([4, 4, 3, 3]).set_data_type(cudnn.data_type.FLOAT).set_output(True)
     g.validate()
     s = WinogradNonfusedWgradEngine().check_support(g.op_graph, Target())
-    assert not s.ok and s.reason == ("conv_wgrad operands must be graph inputs (only fprop "
-                                     "fuses a pointwise prologue)"), s.reason
+    assert not s.ok and s.reason == (
+        "conv_wgrad operands must be graph inputs (only fprop fuses a pointwise prologue)"
+    ), s.reason
 
     g, _, _, dw = _decline_graph()
     r = g.reduction(dw, cudnn.reduction_mode.ADD)

@@ -1,16 +1,18 @@
 """Every convolution engine on the GPU against float64 (pytest -m gpu)."""
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 import opendnn.frontend as cudnn
+from opendnn.engines.conv import shapes
 from opendnn.enums import NumericalNote
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
 
-SHAPES = [(8, 64, 28, 64, 3, 1, 1), (4, 3, 56, 32, 7, 2, 3), (8, 128, 14, 256, 1, 1, 0),
-          (2, 32, 15, 48, 3, 1, 1)]
 TOL = {torch.bfloat16: 1.5e-2, torch.float16: 3e-3, torch.float32: 1e-5}
 
 
@@ -24,6 +26,7 @@ def _run(g, pack, outs, engine_id):
     g.validate()
     from opendnn.engines.registry import by_id
     from opendnn.handle import target_for
+
     e = by_id(engine_id)
     target = target_for(str(torch.device("cuda", torch.cuda.current_device())))
     sup = e.check_support(g.op_graph, target)
@@ -36,14 +39,19 @@ def _run(g, pack, outs, engine_id):
 
 
 def _empty(t):
-    return torch.empty_strided(t.get_dim(), t.get_stride(), device="cuda",
-                               dtype={cudnn.data_type.FLOAT: torch.float32,
-                                      cudnn.data_type.BFLOAT16: torch.bfloat16,
-                                      cudnn.data_type.HALF: torch.float16}[t.get_data_type()]
-                               ).fill_(float("nan"))
+    return torch.empty_strided(
+        t.get_dim(),
+        t.get_stride(),
+        device="cuda",
+        dtype={
+            cudnn.data_type.FLOAT: torch.float32,
+            cudnn.data_type.BFLOAT16: torch.bfloat16,
+            cudnn.data_type.HALF: torch.float16,
+        }[t.get_data_type()],
+    ).fill_(float("nan"))
 
 
-@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("shape", shapes.GPU)
 @pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("engine", [3, 11, 6, 7, 8, 9, 13, 14, 15])
 def test_fprop_engines(shape, dt, engine):
@@ -60,11 +68,11 @@ def test_fprop_engines(shape, dt, engine):
     out = _empty(y)
     _run(g, {tx: x, tw: w, tb: b}, {y: out}, engine)
     ref = torch.relu(F.conv2d(x.double(), w.double(), stride=s, padding=p) + b.double())
-    tol = TOL[dt] * (4 if engine in (9, 15) else 1)     # Winograd transforms round more
+    tol = TOL[dt] * (4 if engine in (9, 15) else 1)  # Winograd transforms round more
     assert _relerr(out, ref) < tol
 
 
-@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("shape", shapes.GPU)
 @pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("engine", [4, 5, 10, 12, 16, 17, 18, 19, 20, 21, 22, 23, 24])
 def test_backward_engines(shape, dt, engine):
@@ -93,15 +101,14 @@ def test_backward_engines(shape, dt, engine):
     assert _relerr(out, ref) < TOL[dt] * (4 if engine in (16, 18, 24) else 2)
 
 
-TMA_SHAPES = [(8, 64, 28, 64, 3, 1, 1), (4, 128, 14, 96, 3, 2, 1), (8, 64, 13, 128, 1, 1, 0)]
-
-
-@pytest.mark.parametrize("shape", TMA_SHAPES)
+@pytest.mark.parametrize("shape", shapes.GPU_TMA)
 @pytest.mark.parametrize("cfg", range(11))
 def test_fprop_tma_path_every_config(shape, cfg):
     """Each TMA knob set of conv_implicit_gemm on stride 1, stride 2 and an odd image."""
     import dataclasses
+
     from opendnn.engines.conv.tma import _kernels as T
+
     n, c, h, k, f, s, p = shape
     cl, dt = torch.channels_last, torch.bfloat16
     kn = T.KNOB_SPACE[cfg]
@@ -126,6 +133,7 @@ def test_fprop_tma_path_every_config(shape, cfg):
 def _fprop_bias_relu_with(knobs, shape, layout="nhwc", scale=0.1):
     """conv + bias + relu (bf16) on the forward TMA config ``knobs`` against float64."""
     from opendnn.engines.conv.tma import engine as tma
+
     n, c, h, k, f, s, p = shape
     dt = torch.bfloat16
     x = torch.randn(n, c, h, h, device="cuda", dtype=dt)
@@ -148,12 +156,14 @@ def _fprop_bias_relu_with(knobs, shape, layout="nhwc", scale=0.1):
 
 
 @pytest.mark.parametrize("layout", ["nhwc", "nchw"])
-@pytest.mark.parametrize("shape", [(4, 3, 56, 64, 7, 2, 3), (2, 3, 31, 32, 7, 2, 3),
-                                   (2, 4, 30, 48, 3, 2, 1)])
+@pytest.mark.parametrize(
+    "shape", [(4, 3, 56, 64, 7, 2, 3), (2, 3, 31, 32, 7, 2, 3), (2, 4, 30, 48, 3, 2, 1)]
+)
 @pytest.mark.parametrize("cfg", range(4))
 def test_fprop_tma_packed_every_config(layout, shape, cfg):
     """Each phase-packed TMA config (the stem: C = 3, stride 2), NHWC and NCHW operands."""
     from opendnn.engines.conv.tma import engine as tma
+
     _fprop_bias_relu_with(tma.PACKED_KNOBS[cfg], shape, layout)
 
 
@@ -163,22 +173,23 @@ def test_fprop_tma_split_every_config(shape, cfg):
     """Each split-reduction TMA config (float32 partials summed in slice order, then the
     epilogue) on 7x7 images and a stride-2 layer."""
     from opendnn.engines.conv.tma import engine as tma
+
     _fprop_bias_relu_with(tma.SPLIT_KNOBS[cfg], shape, scale=0.05)
 
 
 # (N, C, H, K, filt, stride, pad) of dx [N, C, H, H]: stride 1; stride 2 on an odd dx
 # (phases of 8 and 7 rows); the ResNet stem at small N (C = 3: filter through pointers)
-DGRAD_TMA_SHAPES = [(8, 64, 28, 64, 3, 1, 1), (4, 64, 15, 128, 3, 2, 1),
-                    (2, 3, 56, 64, 7, 2, 3)]
 
 
-@pytest.mark.parametrize("shape", DGRAD_TMA_SHAPES)
+@pytest.mark.parametrize("shape", shapes.GPU_DGRAD_TMA)
 @pytest.mark.parametrize("cfg", range(19))
 def test_dgrad_tma_path_every_config(shape, cfg):
     """Each TMA knob set of conv_dgrad_implicit_gemm (stride phases, pointer filter; split
     sets on a stride-1 layer)."""
     import dataclasses
+
     from opendnn.engines.conv.tma import _dgrad_kernels as D
+
     assert len(D.KNOB_SPACE) == 19, "parametrize over every dgrad TMA config"
     kn = D.KNOB_SPACE[cfg]
     n, c, h, k, f, s, p = shape if kn.SPLIT == 1 else (4, 128, 7, 256, 3, 1, 1)
@@ -196,13 +207,8 @@ def test_dgrad_tma_path_every_config(shape, cfg):
     ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
     g.execute({tdy: dy, tw: w, dx: out}, ws)
     torch.cuda.synchronize()
-    ref = torch.nn.grad.conv2d_input((n, c, h, h), w.double(), dy.double(), stride=s,
-                                     padding=p)
+    ref = torch.nn.grad.conv2d_input((n, c, h, h), w.double(), dy.double(), stride=s, padding=p)
     assert _relerr(out, ref) < TOL[dt]
-
-
-FLAT_SHAPES = [(8, 64, 14, 128, 1, 0), (4, 128, 7, 256, 1, 0), (3, 64, 9, 64, 1, 0),
-               (32, 512, 7, 2048, 1, 0), (32, 1024, 14, 256, 1, 0)]
 
 
 @pytest.mark.parametrize("kind", ["fprop", "dgrad"])
@@ -211,8 +217,10 @@ def test_flat_tma_tiles_every_config(kind, cfg):
     """Each flat-row knob set (FLAT=1, 1x1 filters) of engines 3 and 4 on a shape in turn:
     small and odd images, ResNet's l4 and l3 1x1 layers."""
     import dataclasses
+
     from opendnn.engines.conv.tma import engine as tma
-    n, c, h, k, f, p = FLAT_SHAPES[cfg % len(FLAT_SHAPES)]
+
+    n, c, h, k, f, p = shapes.GPU_FLAT[cfg % len(shapes.GPU_FLAT)]
     cl, dt = torch.channels_last, torch.bfloat16
     kn = tma.flat_knobs(tma.FpropTmaKnobs)[cfg]
     knobs = tma.drop_defaults(dataclasses.asdict(kn))
@@ -228,8 +236,12 @@ def test_flat_tma_tiles_every_config(kind, cfg):
         ref = F.conv2d(x.double(), w.double(), padding=p)
     else:
         ta = g.tensor_like(dy)
-        out_t = g.conv_dgrad(ta, tw, padding=[p, p]).set_dim([n, c, h, h]).set_stride(
-            [h * h * c, 1, h * c, c]).set_output(True)
+        out_t = (
+            g.conv_dgrad(ta, tw, padding=[p, p])
+            .set_dim([n, c, h, h])
+            .set_stride([h * h * c, 1, h * c, c])
+            .set_output(True)
+        )
         feeds, eid = {ta: dy, tw: w}, 4
         ref = torch.nn.grad.conv2d_input((n, c, h, h), w.double(), dy.double(), padding=p)
     g.validate()
@@ -247,11 +259,13 @@ def test_wgrad_tma_path_every_config(cfg):
     in turn (flat-run sets: a 1x1 layer or the C = 3 stem), with one slice (odd entries)
     or three summed slices (even entries)."""
     import dataclasses
+
     from opendnn.engines.conv.tma import _wgrad_kernels as T
+
     if T.KNOB_SPACE[cfg].FLAT:
         n, c, h, k, f, s, p = [(8, 64, 13, 128, 1, 1, 0), (2, 3, 56, 64, 7, 2, 3)][cfg % 2]
     else:
-        n, c, h, k, f, s, p = TMA_SHAPES[cfg % 3]
+        n, c, h, k, f, s, p = shapes.GPU_TMA[cfg % 3]
     cl, dt = torch.channels_last, torch.bfloat16
     kn = dataclasses.replace(T.KNOB_SPACE[cfg], SPLIT=1 if cfg % 2 else 3)
     x = torch.randn(n, c, h, h, device="cuda", dtype=dt).to(memory_format=cl)
@@ -289,6 +303,7 @@ def test_build_all_compiles_in_parallel(workers, monkeypatch):
     build ends), or with workers off in threads (launchers hold futures until their first
     launch); either way every plan computes the convolution (each run against float64)."""
     from opendnn.runtime import compile_pool
+
     monkeypatch.setenv("OPENDNN_COMPILE_WORKERS", workers)
     compile_pool.shutdown()
     jobs = []
@@ -296,9 +311,9 @@ def test_build_all_compiles_in_parallel(workers, monkeypatch):
     monkeypatch.setattr(compile_pool, "submit", lambda *a: jobs.append(a[1]) or real_submit(*a))
     cl = torch.channels_last
     x = torch.randn(4, 40, 13, 13 + int(workers), device="cuda", dtype=torch.bfloat16).to(
-        memory_format=cl)
-    w = (torch.randn(24, 40, 3, 3, device="cuda", dtype=torch.bfloat16) * 0.1).to(
-        memory_format=cl)
+        memory_format=cl
+    )
+    w = (torch.randn(24, 40, 3, 3, device="cuda", dtype=torch.bfloat16) * 0.1).to(memory_format=cl)
     g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
     tx, tw = g.tensor_like(x), g.tensor_like(w)
     y = g.relu(g.conv_fprop(tx, tw, padding=[1, 1]))
@@ -333,8 +348,10 @@ def test_parallel_compile_error_raises_at_launch():
     """A kernel that fails to compile inside parallel_compile raises Triton's error at
     its first launch, not silently."""
     from opendnn.runtime.launch import Launcher, kernel_from_source, parallel_compile
-    k = kernel_from_source("@triton.jit\ndef broken(X):\n    tl.static_assert(False, 'no')\n",
-                           "broken")
+
+    k = kernel_from_source(
+        "@triton.jit\ndef broken(X):\n    tl.static_assert(False, 'no')\n", "broken"
+    )
     for workers in (False, True):
         launcher = Launcher(k, (1,), {})
         with parallel_compile(workers=workers):

@@ -3,6 +3,7 @@ sizes against float64 PyTorch on the device: forward and gradients in fp32 / fp1
 NCHW and channels-last (output strides equal PyTorch's), groups / depthwise / stride /
 dilation / 'same', 1-D and 3-D, autocast, allow_tf32, benchmark mode, opcheck, and
 torch.compile with aot_eager and the default (inductor) backend."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -12,8 +13,10 @@ from opendnn.torch import _graphs
 from opendnn.torch import conv as C
 from opendnn.torch import linear as L
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
 
 TOL = {torch.float32: 1e-4, torch.bfloat16: 1.5e-2, torch.float16: 3e-3}
 CL = {4: torch.channels_last, 5: torch.channels_last_3d}
@@ -62,33 +65,43 @@ CONVS = [  # (id, x shape, weight shape, kwargs)
 ]
 
 
-CASES_2D = [(c, dt) for c in CONVS for dt in (torch.bfloat16, torch.float32)] + \
-    [(c, torch.float16) for c in CONVS[:2]]
+CASES_2D = [(c, dt) for c in CONVS for dt in (torch.bfloat16, torch.float32)] + [
+    (c, torch.float16) for c in CONVS[:2]
+]
 
 
 @pytest.mark.parametrize("layout", ["nchw", "channels_last"])
-@pytest.mark.parametrize("case,dtype", CASES_2D,
-                         ids=[f"{c[0]}-{str(dt)[6:]}" for c, dt in CASES_2D])
+@pytest.mark.parametrize(
+    "case,dtype", CASES_2D, ids=[f"{c[0]}-{str(dt)[6:]}" for c, dt in CASES_2D]
+)
 def test_conv2d_matches_pytorch(case, dtype, layout):
     _, xs, ws, kw = case
     torch.manual_seed(0)
     fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
     x = torch.randn(xs, device="cuda").to(dtype).contiguous(memory_format=fmt)
-    w = (torch.randn(ws, device="cuda") / (ws[1] * ws[2] * ws[3]) ** 0.5).to(dtype) \
+    w = (
+        (torch.randn(ws, device="cuda") / (ws[1] * ws[2] * ws[3]) ** 0.5)
+        .to(dtype)
         .contiguous(memory_format=fmt)
+    )
     b = torch.randn(ws[0], device="cuda").to(dtype)
-    y = _check(C.conv2d, F.conv2d, (x, w, b), dtype, f"conv2d {xs} {ws} {kw} {dtype} {layout}",
-               **kw)
+    y = _check(
+        C.conv2d, F.conv2d, (x, w, b), dtype, f"conv2d {xs} {ws} {kw} {dtype} {layout}", **kw
+    )
     assert y.stride() == F.conv2d(x, w, b, **kw).stride()
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("case", [
-    (1, (16, 64, 1000), (128, 64, 5), dict(padding=2)),
-    (1, (8, 96, 257), (96, 1, 7), dict(stride=2, groups=96)),
-    (3, (2, 32, 16, 28, 28), (64, 32, 3, 3, 3), dict(padding=1)),
-    (3, (2, 16, 9, 20, 21), (32, 8, 1, 3, 3), dict(stride=(1, 2, 2), groups=2)),
-], ids=["1d", "1d-depthwise", "3d", "3d-grouped"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        (1, (16, 64, 1000), (128, 64, 5), dict(padding=2)),
+        (1, (8, 96, 257), (96, 1, 7), dict(stride=2, groups=96)),
+        (3, (2, 32, 16, 28, 28), (64, 32, 3, 3, 3), dict(padding=1)),
+        (3, (2, 16, 9, 20, 21), (32, 8, 1, 3, 3), dict(stride=(1, 2, 2), groups=2)),
+    ],
+    ids=["1d", "1d-depthwise", "3d", "3d-grouped"],
+)
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_conv1d_conv3d_match_pytorch(case, dtype, channels_last):
     nsp, xs, ws, kw = case
@@ -143,10 +156,14 @@ def test_allow_tf32_changes_the_float32_plans_within_tf32_accuracy():
 def test_benchmark_mode_finds_then_reuses():
     torch.manual_seed(5)
     backends.benchmark = True
-    x = torch.randn(32, 64, 56, 56, device="cuda", dtype=torch.bfloat16) \
+    x = torch.randn(32, 64, 56, 56, device="cuda", dtype=torch.bfloat16).contiguous(
+        memory_format=torch.channels_last
+    )
+    w = (
+        (torch.randn(64, 64, 3, 3, device="cuda") * 0.04)
+        .to(torch.bfloat16)
         .contiguous(memory_format=torch.channels_last)
-    w = (torch.randn(64, 64, 3, 3, device="cuda") * 0.04).to(torch.bfloat16) \
-        .contiguous(memory_format=torch.channels_last)
+    )
     ref = F.conv2d(x.double(), w.double(), padding=1)
     for _ in range(3):
         assert _relerr(C.conv2d(x, w, padding=1), ref) < TOL[torch.bfloat16]
@@ -164,8 +181,13 @@ def test_linear_and_matmul_match_pytorch(dtype):
     m = (torch.randn(6, 384, 320, device="cuda") * 0.05).to(dtype)
     _check(L.matmul, torch.matmul, (a, m), dtype, f"matmul broadcast {dtype}")
     # column-major operands: [2, 320, 384] @ [384, 256]
-    _check(L.matmul, torch.matmul, (m[:2].transpose(-1, -2), a[0, 0].t()), dtype,
-           f"matmul transposed {dtype}")
+    _check(
+        L.matmul,
+        torch.matmul,
+        (m[:2].transpose(-1, -2), a[0, 0].t()),
+        dtype,
+        f"matmul transposed {dtype}",
+    )
 
 
 def test_opcheck_on_cuda():
@@ -188,8 +210,9 @@ def test_opcheck_on_cuda():
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_torch_compile_conv_block(backend):
     torch.manual_seed(8)
-    x = torch.randn(8, 32, 28, 28, device="cuda", dtype=torch.bfloat16) \
-        .contiguous(memory_format=torch.channels_last)
+    x = torch.randn(8, 32, 28, 28, device="cuda", dtype=torch.bfloat16).contiguous(
+        memory_format=torch.channels_last
+    )
     w1 = (torch.randn(64, 32, 3, 3, device="cuda") * 0.06).to(torch.bfloat16)
     w2 = (torch.randn(10, 64, device="cuda") * 0.1).to(torch.bfloat16)
     b1 = torch.randn(64, device="cuda", dtype=torch.bfloat16)
@@ -201,6 +224,7 @@ def test_torch_compile_conv_block(backend):
     def f_ref(x, w1, b1, w2):
         h = torch.relu(F.conv2d(x, w1, b1, stride=2, padding=1))
         return F.linear(h.mean((2, 3)), w2).square().sum()
+
     got = _leaves(x, w1, b1, w2)
     torch.compile(f, fullgraph=True, backend=backend)(*got).backward()
     ref = _leaves(*(t.double() for t in (x, w1, b1, w2)))

@@ -1,5 +1,6 @@
 """The descriptor API's convolution: results against PyTorch, algorithm queries, and one
 test per bad-input rule."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -11,16 +12,26 @@ FLOAT = cudnn.DataType.FLOAT
 NCHW = cudnn.TensorFormat.NCHW
 
 
-def _problem(n=2, c=4, h=9, w=7, k=6, r=3, s=3, pad=(1, 1), stride=(2, 1), dil=(1, 1),
-             groups=1, fmt=NCHW):
+def _problem(
+    n=2, c=4, h=9, w=7, k=6, r=3, s=3, pad=(1, 1), stride=(2, 1), dil=(1, 1), groups=1, fmt=NCHW
+):
     handle = cudnn.create("cpu")
     x_desc = cudnn.create_tensor_descriptor()
     cudnn.set_tensor_4d_descriptor(x_desc, fmt, FLOAT, n, c, h, w)
     w_desc = cudnn.create_filter_descriptor()
     cudnn.set_filter_4d_descriptor(w_desc, FLOAT, fmt, k, c // groups, r, s)
     conv = cudnn.create_convolution_descriptor()
-    cudnn.set_convolution_2d_descriptor(conv, pad[0], pad[1], stride[0], stride[1], dil[0],
-                                        dil[1], cudnn.ConvolutionMode.CROSS_CORRELATION, FLOAT)
+    cudnn.set_convolution_2d_descriptor(
+        conv,
+        pad[0],
+        pad[1],
+        stride[0],
+        stride[1],
+        dil[0],
+        dil[1],
+        cudnn.ConvolutionMode.CROSS_CORRELATION,
+        FLOAT,
+    )
     cudnn.set_convolution_group_count(conv, groups)
     dims = cudnn.get_convolution_2d_forward_output_dim(conv, x_desc, w_desc)
     y_desc = cudnn.create_tensor_descriptor()
@@ -29,8 +40,17 @@ def _problem(n=2, c=4, h=9, w=7, k=6, r=3, s=3, pad=(1, 1), stride=(2, 1), dil=(
     x = torch.randn(n, c, h, w).to(memory_format=cl)
     wt = torch.randn(k, c // groups, r, s).to(memory_format=cl)
     y = torch.randn(*dims).to(memory_format=cl)
-    return handle, x_desc, w_desc, conv, y_desc, x, wt, y, dict(stride=stride, padding=pad,
-                                                               dilation=dil, groups=groups)
+    return (
+        handle,
+        x_desc,
+        w_desc,
+        conv,
+        y_desc,
+        x,
+        wt,
+        y,
+        dict(stride=stride, padding=pad, dilation=dil, groups=groups),
+    )
 
 
 @pytest.mark.parametrize("fmt", [NCHW, cudnn.TensorFormat.NHWC])
@@ -53,16 +73,36 @@ def test_bias_activation_forward_every_mode(mode):
     b = torch.randn(1, 6, 1, 1)
     act = cudnn.create_activation_descriptor()
     cudnn.set_activation_descriptor(act, mode, cudnn.NanPropagation.NOT_PROPAGATE_NAN, 0.7)
-    cudnn.convolution_bias_activation_forward(h, 0.5, xd, x, wd, w, conv,
-                                              cudnn.ConvolutionFwdAlgo.IMPLICIT_GEMM, None, 0,
-                                              0.25, yd, z, bd, b, act, yd, y)
+    cudnn.convolution_bias_activation_forward(
+        h,
+        0.5,
+        xd,
+        x,
+        wd,
+        w,
+        conv,
+        cudnn.ConvolutionFwdAlgo.IMPLICIT_GEMM,
+        None,
+        0,
+        0.25,
+        yd,
+        z,
+        bd,
+        b,
+        act,
+        yd,
+        y,
+    )
     pre = 0.5 * F.conv2d(x.double(), w.double(), **kw) + 0.25 * z.double() + b.double()
-    want = {cudnn.ActivationMode.SIGMOID: torch.sigmoid, cudnn.ActivationMode.RELU: torch.relu,
-            cudnn.ActivationMode.TANH: torch.tanh,
-            cudnn.ActivationMode.CLIPPED_RELU: lambda t: t.clamp(0, 0.7),
-            cudnn.ActivationMode.ELU: lambda t: F.elu(t, 0.7),
-            cudnn.ActivationMode.IDENTITY: lambda t: t,
-            cudnn.ActivationMode.SWISH: F.silu}[mode](pre)
+    want = {
+        cudnn.ActivationMode.SIGMOID: torch.sigmoid,
+        cudnn.ActivationMode.RELU: torch.relu,
+        cudnn.ActivationMode.TANH: torch.tanh,
+        cudnn.ActivationMode.CLIPPED_RELU: lambda t: t.clamp(0, 0.7),
+        cudnn.ActivationMode.ELU: lambda t: F.elu(t, 0.7),
+        cudnn.ActivationMode.IDENTITY: lambda t: t,
+        cudnn.ActivationMode.SWISH: F.silu,
+    }[mode](pre)
     assert torch.allclose(y.double(), want, rtol=1e-5, atol=1e-4)
 
 
@@ -75,9 +115,26 @@ def test_bias_activation_with_z_aliasing_y():
     b = torch.randn(1, 6, 1, 1)
     act = cudnn.create_activation_descriptor()
     cudnn.set_activation_descriptor(act, cudnn.ActivationMode.RELU, 0, 0.0)
-    cudnn.convolution_bias_activation_forward(h, 1.0, xd, x, wd, w, conv,
-                                              cudnn.ConvolutionFwdAlgo.IMPLICIT_GEMM, None, 0,
-                                              1.0, yd, y, bd, b, act, yd, y)
+    cudnn.convolution_bias_activation_forward(
+        h,
+        1.0,
+        xd,
+        x,
+        wd,
+        w,
+        conv,
+        cudnn.ConvolutionFwdAlgo.IMPLICIT_GEMM,
+        None,
+        0,
+        1.0,
+        yd,
+        y,
+        bd,
+        b,
+        act,
+        yd,
+        y,
+    )
     want = torch.relu(F.conv2d(x.double(), w.double(), **kw) + y0.double() + b.double())
     assert torch.allclose(y.double(), want, rtol=1e-5, atol=1e-4)
 
@@ -87,8 +144,12 @@ def test_algorithm_queries_rank_and_explain():
     assert cudnn.get_convolution_forward_algorithm_max_count(h) == 8
     perfs = cudnn.get_convolution_forward_algorithm_v7(h, xd, wd, conv, yd, 8)
     assert len(perfs) == 8 and perfs[0].status == Status.SUCCESS and perfs[0].time > 0
-    built = {cudnn.ConvolutionFwdAlgo.IMPLICIT_GEMM, cudnn.ConvolutionFwdAlgo.GEMM,
-             cudnn.ConvolutionFwdAlgo.DIRECT, cudnn.ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM}
+    built = {
+        cudnn.ConvolutionFwdAlgo.IMPLICIT_GEMM,
+        cudnn.ConvolutionFwdAlgo.GEMM,
+        cudnn.ConvolutionFwdAlgo.DIRECT,
+        cudnn.ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM,
+    }
     # stride (2, 1): Winograd declines, and says why
     wino = next(p for p in perfs if p.algo == cudnn.ConvolutionFwdAlgo.WINOGRAD_NONFUSED)
     assert wino.status == Status.NOT_SUPPORTED and "stride 1" in wino.reason
@@ -99,33 +160,43 @@ def test_algorithm_queries_rank_and_explain():
     assert unsupported and all(p.status == Status.NOT_SUPPORTED and p.reason for p in unsupported)
     found = cudnn.find_convolution_forward_algorithm_ex(h, xd, x, wd, w, conv, yd, y, 8, None, 0)
     assert found[0].status == Status.SUCCESS and found[0].time > 0
-    assert cudnn.get_convolution_forward_workspace_size(
-        h, xd, wd, conv, yd, cudnn.ConvolutionFwdAlgo.IMPLICIT_GEMM) == 0
+    assert (
+        cudnn.get_convolution_forward_workspace_size(
+            h, xd, wd, conv, yd, cudnn.ConvolutionFwdAlgo.IMPLICIT_GEMM
+        )
+        == 0
+    )
 
 
 def test_unimplemented_algorithm_is_not_supported_with_reason():
     h, xd, wd, conv, yd, x, w, y, _ = _problem()
     with pytest.raises(GraphNotSupportedError) as e:
-        cudnn.convolution_forward(h, 1.0, xd, x, wd, w, conv, cudnn.ConvolutionFwdAlgo.FFT, None,
-                                  0, 0.0, yd, y)
+        cudnn.convolution_forward(
+            h, 1.0, xd, x, wd, w, conv, cudnn.ConvolutionFwdAlgo.FFT, None, 0, 0.0, yd, y
+        )
     assert "FFT" in str(e.value)
 
 
-@pytest.mark.parametrize("args,rule", [
-    ((-1, 0, 1, 1, 1, 1), "padding"), ((0, 0, 0, 1, 1, 1), "strides"),
-    ((0, 0, 1, 1, 0, 1), "dilations"),
-])
+@pytest.mark.parametrize(
+    "args,rule",
+    [
+        ((-1, 0, 1, 1, 1, 1), "padding"),
+        ((0, 0, 0, 1, 1, 1), "strides"),
+        ((0, 0, 1, 1, 0, 1), "dilations"),
+    ],
+)
 def test_bad_convolution_descriptor(args, rule):
     conv = cudnn.create_convolution_descriptor()
     with pytest.raises(BadParamError) as e:
-        cudnn.set_convolution_2d_descriptor(conv, *args, cudnn.ConvolutionMode.CROSS_CORRELATION,
-                                            FLOAT)
+        cudnn.set_convolution_2d_descriptor(
+            conv, *args, cudnn.ConvolutionMode.CROSS_CORRELATION, FLOAT
+        )
     assert e.value.status == Status.BAD_PARAM_OUT_OF_BOUND and rule in str(e.value)
 
 
 def test_group_count_that_does_not_match_channels():
     h, xd, wd, conv, yd, x, w, y, _ = _problem()
-    cudnn.set_convolution_group_count(conv, 3)       # C=4 filters C=4: 4 != 4*3
+    cudnn.set_convolution_group_count(conv, 3)  # C=4 filters C=4: 4 != 4*3
     with pytest.raises(BadParamError) as e:
         cudnn.get_convolution_2d_forward_output_dim(conv, xd, wd)
     assert e.value.status == Status.BAD_PARAM_SHAPE_MISMATCH and "group count" in str(e.value)
@@ -135,23 +206,47 @@ def test_output_descriptor_that_disagrees_with_the_query():
     h, xd, wd, conv, yd, x, w, y, _ = _problem()
     cudnn.set_tensor_4d_descriptor(yd, NCHW, FLOAT, 2, 6, 9, 7)
     with pytest.raises(BadParamError) as e:
-        cudnn.convolution_forward(h, 1.0, xd, x, wd, w, conv,
-                                  cudnn.ConvolutionFwdAlgo.IMPLICIT_GEMM, None, 0, 0.0, yd,
-                                  torch.empty(2, 6, 9, 7))
+        cudnn.convolution_forward(
+            h,
+            1.0,
+            xd,
+            x,
+            wd,
+            w,
+            conv,
+            cudnn.ConvolutionFwdAlgo.IMPLICIT_GEMM,
+            None,
+            0,
+            0.0,
+            yd,
+            torch.empty(2, 6, 9, 7),
+        )
     assert e.value.status == Status.BAD_PARAM_SHAPE_MISMATCH and "output-dim query" in str(e.value)
 
 
 def test_buffer_that_disagrees_with_its_descriptor():
     h, xd, wd, conv, yd, x, w, y, _ = _problem()
     with pytest.raises(BadParamError) as e:
-        cudnn.convolution_forward(h, 1.0, xd, x[:, :, :5], wd, w, conv,
-                                  cudnn.ConvolutionFwdAlgo.IMPLICIT_GEMM, None, 0, 0.0, yd, y)
+        cudnn.convolution_forward(
+            h,
+            1.0,
+            xd,
+            x[:, :, :5],
+            wd,
+            w,
+            conv,
+            cudnn.ConvolutionFwdAlgo.IMPLICIT_GEMM,
+            None,
+            0,
+            0.0,
+            yd,
+            y,
+        )
     assert e.value.status == Status.BAD_PARAM_SHAPE_MISMATCH and "'x'" in str(e.value)
 
 
 def test_descriptor_never_set():
-    h = cudnn.create("cpu")
-    xd, yd = cudnn.create_tensor_descriptor(), cudnn.create_tensor_descriptor()
+    xd = cudnn.create_tensor_descriptor()
     wd = cudnn.create_filter_descriptor()
     conv = cudnn.create_convolution_descriptor()
     with pytest.raises(BadParamError) as e:
@@ -182,14 +277,16 @@ def test_backward_data_and_filter(fmt, alpha, beta):
     dx, dw = dx0.clone(), dw0.clone()
     algo_d = cudnn.get_convolution_backward_data_algorithm_v7(h, wd, yd, conv, xd, 1)[0]
     assert algo_d.algo == cudnn.ConvolutionBwdDataAlgo.ALGO_1 and algo_d.status == Status.SUCCESS
-    cudnn.convolution_backward_data(h, alpha, wd, w, yd, dy, conv, algo_d.algo, None, 0, beta,
-                                    xd, dx)
+    cudnn.convolution_backward_data(
+        h, alpha, wd, w, yd, dy, conv, algo_d.algo, None, 0, beta, xd, dx
+    )
     assert torch.allclose(dx.double(), alpha * xr.grad + beta * dx0.double(), rtol=1e-5, atol=1e-4)
     algo_f = cudnn.get_convolution_backward_filter_algorithm_v7(h, xd, yd, conv, wd, 1)[0]
     assert algo_f.algo == cudnn.ConvolutionBwdFilterAlgo.ALGO_1
     assert algo_f.determinism == cudnn.Determinism.DETERMINISTIC
-    cudnn.convolution_backward_filter(h, alpha, xd, x, yd, dy, conv, algo_f.algo, None, 0, beta,
-                                      wd, dw)
+    cudnn.convolution_backward_filter(
+        h, alpha, xd, x, yd, dy, conv, algo_f.algo, None, 0, beta, wd, dw
+    )
     assert torch.allclose(dw.double(), alpha * wr.grad + beta * dw0.double(), rtol=1e-5, atol=1e-4)
 
 
@@ -198,15 +295,23 @@ def test_backward_queries_and_find():
     assert cudnn.get_convolution_backward_data_algorithm_max_count(h) == 6
     assert cudnn.get_convolution_backward_filter_algorithm_max_count(h) == 7
     perfs = cudnn.get_convolution_backward_filter_algorithm_v7(h, xd, yd, conv, wd, 7)
-    nd = [p for p in perfs if p.algo in (cudnn.ConvolutionBwdFilterAlgo.ALGO_0,
-                                          cudnn.ConvolutionBwdFilterAlgo.ALGO_3)]
+    nd = [
+        p
+        for p in perfs
+        if p.algo in (cudnn.ConvolutionBwdFilterAlgo.ALGO_0, cudnn.ConvolutionBwdFilterAlgo.ALGO_3)
+    ]
     assert all(p.determinism == cudnn.Determinism.NON_DETERMINISTIC for p in nd)
     assert all(p.reason for p in perfs if p.status != Status.SUCCESS)
     found = cudnn.find_convolution_backward_data_algorithm_ex(
-        h, wd, w, yd, dy, conv, xd, torch.empty_like(x), 6, None, 0)
+        h, wd, w, yd, dy, conv, xd, torch.empty_like(x), 6, None, 0
+    )
     assert found[0].status == Status.SUCCESS and found[0].time > 0
-    assert cudnn.get_convolution_backward_filter_workspace_size(
-        h, xd, yd, conv, wd, cudnn.ConvolutionBwdFilterAlgo.ALGO_1) == 0
+    assert (
+        cudnn.get_convolution_backward_filter_workspace_size(
+            h, xd, yd, conv, wd, cudnn.ConvolutionBwdFilterAlgo.ALGO_1
+        )
+        == 0
+    )
 
 
 @pytest.mark.parametrize("beta", [0.0, 1.0])
@@ -226,25 +331,40 @@ def test_backward_dy_descriptor_that_disagrees():
     bad = cudnn.create_tensor_descriptor()
     cudnn.set_tensor_4d_descriptor(bad, NCHW, FLOAT, 2, 6, 4, 4)
     with pytest.raises(BadParamError) as e:
-        cudnn.convolution_backward_data(h, 1.0, wd, w, bad, torch.randn(2, 6, 4, 4), conv,
-                                        cudnn.ConvolutionBwdDataAlgo.ALGO_1, None, 0, 0.0, xd,
-                                        torch.empty_like(x))
+        cudnn.convolution_backward_data(
+            h,
+            1.0,
+            wd,
+            w,
+            bad,
+            torch.randn(2, 6, 4, 4),
+            conv,
+            cudnn.ConvolutionBwdDataAlgo.ALGO_1,
+            None,
+            0,
+            0.0,
+            xd,
+            torch.empty_like(x),
+        )
     assert e.value.status == Status.BAD_PARAM_SHAPE_MISMATCH and "'dy'" in str(e.value)
 
 
 def test_workspace_too_small_for_the_gemm_algorithm():
     h, xd, wd, conv, yd, x, w, y, _ = _problem()
-    need = cudnn.get_convolution_forward_workspace_size(h, xd, wd, conv, yd,
-                                                        cudnn.ConvolutionFwdAlgo.GEMM)
-    assert need > 0                      # the im2col matrix lives in the workspace
+    need = cudnn.get_convolution_forward_workspace_size(
+        h, xd, wd, conv, yd, cudnn.ConvolutionFwdAlgo.GEMM
+    )
+    assert need > 0  # the im2col matrix lives in the workspace
     small = torch.empty(need - 1, dtype=torch.uint8)
     with pytest.raises(BadParamError) as e:
-        cudnn.convolution_forward(h, 1.0, xd, x, wd, w, conv, cudnn.ConvolutionFwdAlgo.GEMM,
-                                  small, need - 1, 0.0, yd, y)
+        cudnn.convolution_forward(
+            h, 1.0, xd, x, wd, w, conv, cudnn.ConvolutionFwdAlgo.GEMM, small, need - 1, 0.0, yd, y
+        )
     assert e.value.status == Status.BAD_PARAM_SIZE_INSUFFICIENT
     ws = torch.empty(need, dtype=torch.uint8)
-    cudnn.convolution_forward(h, 1.0, xd, x, wd, w, conv, cudnn.ConvolutionFwdAlgo.GEMM, ws, need,
-                              0.0, yd, y)
+    cudnn.convolution_forward(
+        h, 1.0, xd, x, wd, w, conv, cudnn.ConvolutionFwdAlgo.GEMM, ws, need, 0.0, yd, y
+    )
     assert torch.isfinite(y).all()
 
 
@@ -256,24 +376,48 @@ def test_find_honours_the_workspace_limit():
     assert perfs[0].status == Status.SUCCESS and perfs[0].memory == 0
 
 
-@pytest.mark.parametrize("algo", [cudnn.ConvolutionFwdAlgo.FFT, cudnn.ConvolutionFwdAlgo.FFT_TILING,
-                                  cudnn.ConvolutionFwdAlgo.WINOGRAD])
+@pytest.mark.parametrize(
+    "algo",
+    [
+        cudnn.ConvolutionFwdAlgo.FFT,
+        cudnn.ConvolutionFwdAlgo.FFT_TILING,
+        cudnn.ConvolutionFwdAlgo.WINOGRAD,
+    ],
+)
 def test_every_forward_algorithm_runs_on_a_problem_it_claims(algo):
     """Stride 1, 3x3: the FFT, FFT-tiling and fused Winograd engines behind the enum."""
     h, xd, wd, conv, yd, x, w, y, kw = _problem(stride=(1, 1), h=7, w=6)
     y.fill_(float("nan"))
     ws_size = cudnn.get_convolution_forward_workspace_size(h, xd, wd, conv, yd, algo)
-    cudnn.convolution_forward(h, 1.0, xd, x, wd, w, conv, algo,
-                              torch.empty(ws_size, dtype=torch.uint8), ws_size, 0.0, yd, y)
+    cudnn.convolution_forward(
+        h,
+        1.0,
+        xd,
+        x,
+        wd,
+        w,
+        conv,
+        algo,
+        torch.empty(ws_size, dtype=torch.uint8),
+        ws_size,
+        0.0,
+        yd,
+        y,
+    )
     ref = F.conv2d(x.double(), w.double(), **kw)
     assert torch.allclose(y.double(), ref, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("algo", [cudnn.ConvolutionBwdDataAlgo.ALGO_0,
-                                  cudnn.ConvolutionBwdDataAlgo.FFT,
-                                  cudnn.ConvolutionBwdDataAlgo.FFT_TILING,
-                                  cudnn.ConvolutionBwdDataAlgo.WINOGRAD,
-                                  cudnn.ConvolutionBwdDataAlgo.WINOGRAD_NONFUSED])
+@pytest.mark.parametrize(
+    "algo",
+    [
+        cudnn.ConvolutionBwdDataAlgo.ALGO_0,
+        cudnn.ConvolutionBwdDataAlgo.FFT,
+        cudnn.ConvolutionBwdDataAlgo.FFT_TILING,
+        cudnn.ConvolutionBwdDataAlgo.WINOGRAD,
+        cudnn.ConvolutionBwdDataAlgo.WINOGRAD_NONFUSED,
+    ],
+)
 def test_every_backward_data_algorithm_runs(algo):
     h, xd, wd, conv, yd, x, w, dy, kw = _backward_descs(groups=1, stride=(1, 1))
     xr = x.double().requires_grad_(True)
@@ -293,15 +437,33 @@ def test_backward_filter_algo_3_uses_a_small_workspace():
     ws_size = cudnn.get_convolution_backward_filter_workspace_size(h, xd, yd, conv, wd, algo)
     assert ws_size > 0
     dw = torch.full_like(w, float("nan"))
-    cudnn.convolution_backward_filter(h, 1.0, xd, x, yd, dy, conv, algo,
-                                      torch.empty(ws_size, dtype=torch.uint8), ws_size, 0.0, wd, dw)
+    cudnn.convolution_backward_filter(
+        h,
+        1.0,
+        xd,
+        x,
+        yd,
+        dy,
+        conv,
+        algo,
+        torch.empty(ws_size, dtype=torch.uint8),
+        ws_size,
+        0.0,
+        wd,
+        dw,
+    )
     assert torch.allclose(dw.double(), wr.grad, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("algo", [cudnn.ConvolutionBwdFilterAlgo.ALGO_0,
-                                  cudnn.ConvolutionBwdFilterAlgo.FFT,
-                                  cudnn.ConvolutionBwdFilterAlgo.FFT_TILING,
-                                  cudnn.ConvolutionBwdFilterAlgo.WINOGRAD_NONFUSED])
+@pytest.mark.parametrize(
+    "algo",
+    [
+        cudnn.ConvolutionBwdFilterAlgo.ALGO_0,
+        cudnn.ConvolutionBwdFilterAlgo.FFT,
+        cudnn.ConvolutionBwdFilterAlgo.FFT_TILING,
+        cudnn.ConvolutionBwdFilterAlgo.WINOGRAD_NONFUSED,
+    ],
+)
 def test_every_backward_filter_algorithm_runs(algo):
     """Stride 1, 3x3: the FFT, FFT-tiling and non-fused Winograd backward filters behind
     the enum, with alpha/beta blending into a prior dw."""
@@ -311,9 +473,21 @@ def test_every_backward_filter_algorithm_runs(algo):
     prior = torch.randn_like(w)
     dw = prior.clone()
     ws_size = cudnn.get_convolution_backward_filter_workspace_size(h, xd, yd, conv, wd, algo)
-    cudnn.convolution_backward_filter(h, 0.5, xd, x, yd, dy, conv, algo,
-                                      torch.empty(ws_size, dtype=torch.uint8), ws_size, 2.0,
-                                      wd, dw)
+    cudnn.convolution_backward_filter(
+        h,
+        0.5,
+        xd,
+        x,
+        yd,
+        dy,
+        conv,
+        algo,
+        torch.empty(ws_size, dtype=torch.uint8),
+        ws_size,
+        2.0,
+        wd,
+        dw,
+    )
     want = 0.5 * wr.grad + 2.0 * prior.double()
     assert torch.allclose(dw.double(), want, rtol=1e-4, atol=1e-4)
 

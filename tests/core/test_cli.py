@@ -1,4 +1,5 @@
 """The ``opendnn`` command's verbs that need no GPU."""
+
 import opendnn.cli as cli
 
 
@@ -19,6 +20,7 @@ def test_bench_flush_modes_are_checked(capsys):
 
     from opendnn.bench import __main__ as runner
     from opendnn.bench import timing
+
     with pytest.raises(ValueError, match="flush mode 'warm'"):
         timing.set_flush("warm")
     assert timing.flush_mode() == "clean"
@@ -33,6 +35,7 @@ def test_bench_flush_modes_are_checked(capsys):
 # ---- opendnn cache: show, clear, trim; the background trim of a process ----------------
 def _cache_folder(tmp_path, monkeypatch):
     from opendnn.runtime import autotune
+
     root = tmp_path / "cache"
     (root / "kernels").mkdir(parents=True)
     monkeypatch.setenv("OPENDNN_CACHE_DIR", str(root))
@@ -43,6 +46,7 @@ def _cache_folder(tmp_path, monkeypatch):
 def _kernel_file(root, name: str, size: int, days_ago: float) -> str:
     import os
     import time
+
     p = root / "kernels" / name
     p.write_bytes(b"#" * size)
     t = time.time() - days_ago * 86400
@@ -53,6 +57,7 @@ def _kernel_file(root, name: str, size: int, days_ago: float) -> str:
 def test_cache_show_counts_entries_files_and_bytes(tmp_path, monkeypatch, capsys):
     import opendnn.cli as cli
     from opendnn.runtime import autotune
+
     root = _cache_folder(tmp_path, monkeypatch)
     autotune.store("problem-a", "cpu", ["plan"], [1.0])
     autotune.store("problem-b", "cpu", ["plan"], [1.0])
@@ -61,8 +66,10 @@ def test_cache_show_counts_entries_files_and_bytes(tmp_path, monkeypatch, capsys
     total = 150 + (root / "autotune-v1.json").stat().st_size
     assert cli.main(["cache", "show"]) == 0
     out = capsys.readouterr().out
-    repro = ("repro: python -m pytest "
-             "tests/core/test_cli.py::test_cache_show_counts_entries_files_and_bytes")
+    repro = (
+        "repro: python -m pytest "
+        "tests/core/test_cli.py::test_cache_show_counts_entries_files_and_bytes"
+    )
     assert str(root) in out and "2 autotune entries" in out, f"{repro}: {out}"
     assert "2 generated kernel files" in out and f"{total} bytes" in out, f"{repro}: {out}"
 
@@ -70,28 +77,36 @@ def test_cache_show_counts_entries_files_and_bytes(tmp_path, monkeypatch, capsys
 def test_cache_clear_removes_entries_and_kernels(tmp_path, monkeypatch, capsys):
     import opendnn.cli as cli
     from opendnn.runtime import autotune
+
     root = _cache_folder(tmp_path, monkeypatch)
     autotune.store("problem-a", "cpu", ["plan"], [1.0])
     _kernel_file(root, "k_1.py", 100, 0)
     (root / "notes.txt").write_text("not ours")
     assert cli.main(["cache", "clear"]) == 0
-    repro = ("repro: python -m pytest "
-             "tests/core/test_cli.py::test_cache_clear_removes_entries_and_kernels")
-    assert sorted(p.name for p in root.iterdir()) == ["notes.txt"], \
+    repro = (
+        "repro: python -m pytest "
+        "tests/core/test_cli.py::test_cache_clear_removes_entries_and_kernels"
+    )
+    assert sorted(p.name for p in root.iterdir()) == ["notes.txt"], (
         f"{repro}: left {sorted(p.name for p in root.iterdir())}"
+    )
     assert autotune.lookup("problem-a", "cpu") is None, repro
 
 
 def test_cache_trim_by_size_and_age_least_recently_used_first(tmp_path, monkeypatch, capsys):
     import opendnn.cli as cli
+
     root = _cache_folder(tmp_path, monkeypatch)
-    repro = ("repro: python -m pytest "
-             "tests/core/test_cli.py::test_cache_trim_by_size_and_age_least_recently_used_first")
-    files = {name: _kernel_file(root, name, 100, age)
-             for name, age in [("k_new.py", 0), ("k_day.py", 1), ("k_week.py", 7),
-                               ("k_month.py", 40)]}
+    repro = (
+        "repro: python -m pytest "
+        "tests/core/test_cli.py::test_cache_trim_by_size_and_age_least_recently_used_first"
+    )
+    files = {
+        name: _kernel_file(root, name, 100, age)
+        for name, age in [("k_new.py", 0), ("k_day.py", 1), ("k_week.py", 7), ("k_month.py", 40)]
+    }
     stale = "k_x.py.1.2.ab.tmp"
-    _kernel_file(root, stale, 10, 1)                               # an orphan
+    _kernel_file(root, stale, 10, 1)  # an orphan
     assert cli.main(["cache", "trim", "--max-age-days", "30"]) == 0
     left = sorted(p.name for p in (root / "kernels").iterdir())
     assert left == ["k_day.py", "k_new.py", "k_week.py"], f"{repro} (age 30 days): left {left}"
@@ -106,6 +121,7 @@ def test_cache_trim_by_size_and_age_least_recently_used_first(tmp_path, monkeypa
 def test_cache_trim_defaults_come_from_backends(tmp_path, monkeypatch, capsys):
     import opendnn.cli as cli
     from opendnn import backends
+
     root = _cache_folder(tmp_path, monkeypatch)
     for i in range(4):
         _kernel_file(root, f"k_{i}.py", 100, i)
@@ -113,9 +129,11 @@ def test_cache_trim_defaults_come_from_backends(tmp_path, monkeypatch, capsys):
     backends.disk_cache_max_age_days = 30.0
     assert cli.main(["cache", "trim"]) == 0
     left = sorted(p.name for p in (root / "kernels").iterdir())
-    assert left == ["k_0.py", "k_1.py"], ("repro: python -m pytest "
-                                          "tests/core/test_cli.py::test_cache_trim_defaults_come_"
-                                          f"from_backends: left {left}")
+    assert left == ["k_0.py", "k_1.py"], (
+        "repro: python -m pytest "
+        "tests/core/test_cli.py::test_cache_trim_defaults_come_"
+        f"from_backends: left {left}"
+    )
 
 
 def test_a_process_trims_and_sweeps_once_when_it_first_writes(tmp_path, monkeypatch):
@@ -128,6 +146,7 @@ def test_a_process_trims_and_sweeps_once_when_it_first_writes(tmp_path, monkeypa
     import time
 
     import opendnn
+
     root = _cache_folder(tmp_path, monkeypatch)
     old = _kernel_file(root, "k_old.py", 100, 60)
     recent = _kernel_file(root, "k_recent.py", 100, 1)
@@ -137,7 +156,7 @@ def test_a_process_trims_and_sweeps_once_when_it_first_writes(tmp_path, monkeypa
         open(p, "w").close()
     t = time.time() - 3600
     os.utime(orphan, (t, t))
-    script = textwrap.dedent('''
+    script = textwrap.dedent("""
         import threading
         from opendnn import backends
         from opendnn.runtime import autotune
@@ -146,11 +165,12 @@ def test_a_process_trims_and_sweeps_once_when_it_first_writes(tmp_path, monkeypa
         for t in threading.enumerate():
             if t.name == "opendnn-cache-trim":
                 t.join(timeout=60)
-    ''')
+    """)
     src = os.path.dirname(os.path.dirname(opendnn.__file__))
     env = dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
     subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=300)
     state = {p: os.path.exists(p) for p in (old, recent, orphan, young)}
     assert state == {old: False, recent: True, orphan: False, young: True}, (
         "repro: python -m pytest "
-        f"tests/core/test_cli.py::test_a_process_trims_and_sweeps_once_when_it_first_writes: {state}")
+        f"tests/core/test_cli.py::test_a_process_trims_and_sweeps_once_when_it_first_writes: {state}"
+    )

@@ -2,6 +2,7 @@
 lands in Triton's on-disk cache; a kernel that cannot compile comes back as an error
 (the parent then compiles it itself and raises). No GPU needed: Triton compiles for a
 named target."""
+
 import json
 import os
 
@@ -13,15 +14,15 @@ from triton.runtime.jit import serialize_specialization_data
 from opendnn.runtime import compile_pool
 from opendnn.runtime.launch import kernel_from_source
 
-GOOD = '''@triton.jit
+GOOD = """@triton.jit
 def add_one(X, Y, BLOCK: tl.constexpr):
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     tl.store(Y + i, tl.load(X + i) + 1.0)
-'''
-BAD = '''@triton.jit
+"""
+BAD = """@triton.jit
 def never(X, BLOCK: tl.constexpr):
     tl.static_assert(BLOCK < 0, "this kernel never compiles")
-'''
+"""
 
 
 def _spec(name: str, signature: dict, constants: dict) -> str:
@@ -41,8 +42,7 @@ def pool(tmp_path, monkeypatch):
 
 def test_worker_compiles_into_triton_cache(pool):
     k = kernel_from_source(GOOD, "add_one").compiled
-    spec = _spec("add_one", {"X": "*fp32", "Y": "*fp32", "BLOCK": "constexpr"},
-                 {(2,): 128})
+    spec = _spec("add_one", {"X": "*fp32", "Y": "*fp32", "BLOCK": "constexpr"}, {(2,): 128})
     fut = compile_pool.submit(k.fn.__code__.co_filename, "add_one", spec, 90, 32)
     ans = fut.result(timeout=300)
     assert ans["ok"] is True and isinstance(ans["hash"], str)
@@ -53,8 +53,7 @@ def test_worker_compiles_into_triton_cache(pool):
 def test_worker_reports_a_compile_error(pool):
     k = kernel_from_source(BAD, "never").compiled
     spec = _spec("never", {"X": "*fp32", "BLOCK": "constexpr"}, {(1,): 16})
-    ans = compile_pool.submit(k.fn.__code__.co_filename, "never", spec, 90, 32).result(
-        timeout=300)
+    ans = compile_pool.submit(k.fn.__code__.co_filename, "never", spec, 90, 32).result(timeout=300)
     assert "this kernel never compiles" in ans["error"]
 
 

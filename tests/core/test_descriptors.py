@@ -1,4 +1,5 @@
 """Descriptors, enums, errors and the graph tensor handle (no kernels run here)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -8,21 +9,33 @@ import json
 import numpy as np
 import pytest
 import torch
+from _util import expect_error
 
 import opendnn
 import opendnn.frontend as cudnn
 from opendnn.enums import DataType
-from opendnn.errors import (BadParamError, GraphNotSupportedError, OpenDNNError, Status,
-                            get_error_string, get_last_error_string)
-from opendnn.tensor import (TensorDesc, as_data_type, nchw_strides, nhwc_strides,
-                            packed_strides, to_torch_dtype)
-
-from _util import expect_error
+from opendnn.errors import (
+    BadParamError,
+    GraphNotSupportedError,
+    OpenDNNError,
+    Status,
+    get_error_string,
+    get_last_error_string,
+)
+from opendnn.tensor import (
+    TensorDesc,
+    as_data_type,
+    nchw_strides,
+    nhwc_strides,
+    packed_strides,
+    to_torch_dtype,
+)
 
 
 # ---- layout helpers ------------------------------------------------------------------------
-@pytest.mark.parametrize("dims", [(7,), (3, 5), (2, 3, 5, 7), (1, 4, 1, 3), (2, 0, 3),
-                                  (2, 3, 4, 5, 6)])
+@pytest.mark.parametrize(
+    "dims", [(7,), (3, 5), (2, 3, 5, 7), (1, 4, 1, 3), (2, 0, 3), (2, 3, 4, 5, 6)]
+)
 def test_packed_strides_match_torch_contiguous(dims):
     assert packed_strides(dims) == torch.empty(dims).stride()
     assert nchw_strides(dims) == torch.empty(dims).stride()
@@ -41,9 +54,13 @@ def test_nhwc_strides_match_torch_channels_last(dims):
 def test_is_packed_true_for_dense_layouts_with_size_one_dims(dims):
     # "True when elements occupy exactly numel distinct, dense positions": a channels-last
     # tensor with C == 1 (strides (20, 1, 5, 1) for dims (3, 1, 4, 5)) is dense.
-    for strides in (nchw_strides(dims), nhwc_strides(dims),
-                    torch.empty(dims).contiguous(memory_format=torch.channels_last).stride()
-                    if len(dims) == 4 else nchw_strides(dims)):
+    for strides in (
+        nchw_strides(dims),
+        nhwc_strides(dims),
+        torch.empty(dims).contiguous(memory_format=torch.channels_last).stride()
+        if len(dims) == 4
+        else nchw_strides(dims),
+    ):
         assert TensorDesc(dims, strides, DataType.FLOAT, 1).is_packed(), (dims, strides)
 
 
@@ -66,7 +83,7 @@ def test_desc_properties_packed():
 
 def test_desc_span_of_strided_view_and_zero_size():
     base = torch.empty(6, 10)
-    v = base[1:5:2, 3:8]                       # dims (2, 5), strides (20, 1)
+    v = base[1:5:2, 3:8]  # dims (2, 5), strides (20, 1)
     d = TensorDesc(tuple(v.shape), v.stride(), DataType.FLOAT, 1)
     assert d.span == 1 + 1 * 20 + 4 * 1
     assert not d.is_packed() and not d.has_overlap()
@@ -104,22 +121,35 @@ def test_desc_json_round_trip():
     assert TensorDesc.from_json(s.to_json()).is_pass_by_value
 
 
-@pytest.mark.parametrize("dims,strides,status,frag", [
-    ((2, -3), (3, 1), Status.BAD_PARAM_OUT_OF_BOUND, "negative dimension"),
-    ((2, 3), (-3, 1), Status.BAD_PARAM_OUT_OF_BOUND, "negative stride"),
-    ((2,) * 9, (1,) * 9, Status.BAD_PARAM_OUT_OF_BOUND, "9 dimensions"),
-    ((), (), Status.BAD_PARAM_OUT_OF_BOUND, "0 dimensions"),
-    ((2, 3), (1,), Status.BAD_PARAM_SHAPE_MISMATCH, "1 strides for 2 dimensions"),
-])
+@pytest.mark.parametrize(
+    "dims,strides,status,frag",
+    [
+        ((2, -3), (3, 1), Status.BAD_PARAM_OUT_OF_BOUND, "negative dimension"),
+        ((2, 3), (-3, 1), Status.BAD_PARAM_OUT_OF_BOUND, "negative stride"),
+        ((2,) * 9, (1,) * 9, Status.BAD_PARAM_OUT_OF_BOUND, "9 dimensions"),
+        ((), (), Status.BAD_PARAM_OUT_OF_BOUND, "0 dimensions"),
+        ((2, 3), (1,), Status.BAD_PARAM_SHAPE_MISMATCH, "1 strides for 2 dimensions"),
+    ],
+)
 def test_desc_rejects_bad_dims_and_strides(dims, strides, status, frag):
-    e = expect_error(BadParamError, status,
-                     lambda: TensorDesc(dims, strides, DataType.FLOAT, 3, "x"), "'x'", frag)
+    e = expect_error(
+        BadParamError,
+        status,
+        lambda: TensorDesc(dims, strides, DataType.FLOAT, 3, "x"),
+        "'x'",
+        frag,
+    )
     assert isinstance(e, ValueError)
 
 
 def test_desc_rejects_unset_type():
-    expect_error(BadParamError, Status.BAD_PARAM_NOT_FINALIZED,
-                 lambda: TensorDesc((2,), (1,), DataType.NOT_SET, 3, "y"), "'y'", "data type")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_NOT_FINALIZED,
+        lambda: TensorDesc((2,), (1,), DataType.NOT_SET, 3, "y"),
+        "'y'",
+        "data type",
+    )
 
 
 def test_desc_eight_dims_allowed():
@@ -128,12 +158,21 @@ def test_desc_eight_dims_allowed():
 
 
 # ---- data types ------------------------------------------------------------------------------
-@pytest.mark.parametrize("value,want", [
-    (DataType.HALF, DataType.HALF), (torch.float16, DataType.HALF),
-    (torch.bfloat16, DataType.BFLOAT16), (torch.float32, DataType.FLOAT),
-    (torch.bool, DataType.BOOLEAN), (torch.int32, DataType.INT32), ("half", DataType.HALF),
-    ("FLOAT", DataType.FLOAT), (int(DataType.DOUBLE), DataType.DOUBLE),
-    (cudnn.data_type.BFLOAT16, DataType.BFLOAT16)])
+@pytest.mark.parametrize(
+    "value,want",
+    [
+        (DataType.HALF, DataType.HALF),
+        (torch.float16, DataType.HALF),
+        (torch.bfloat16, DataType.BFLOAT16),
+        (torch.float32, DataType.FLOAT),
+        (torch.bool, DataType.BOOLEAN),
+        (torch.int32, DataType.INT32),
+        ("half", DataType.HALF),
+        ("FLOAT", DataType.FLOAT),
+        (int(DataType.DOUBLE), DataType.DOUBLE),
+        (cudnn.data_type.BFLOAT16, DataType.BFLOAT16),
+    ],
+)
 def test_as_data_type_accepts_enum_torch_name_int(value, want):
     assert as_data_type(value) == want
 
@@ -156,8 +195,17 @@ def test_as_data_type_foreign_enum_by_name():
 
 
 def test_data_type_itemsize_and_torch_round_trip():
-    for dt in (DataType.FLOAT, DataType.DOUBLE, DataType.HALF, DataType.BFLOAT16,
-               DataType.INT8, DataType.INT32, DataType.INT64, DataType.UINT8, DataType.BOOLEAN):
+    for dt in (
+        DataType.FLOAT,
+        DataType.DOUBLE,
+        DataType.HALF,
+        DataType.BFLOAT16,
+        DataType.INT8,
+        DataType.INT32,
+        DataType.INT64,
+        DataType.UINT8,
+        DataType.BOOLEAN,
+    ):
         t = to_torch_dtype(dt)
         assert torch.empty((), dtype=t).element_size() == dt.itemsize
         assert as_data_type(t) == dt
@@ -165,8 +213,12 @@ def test_data_type_itemsize_and_torch_round_trip():
 
 
 def test_to_torch_dtype_rejects_not_set():
-    expect_error(BadParamError, Status.NOT_SUPPORTED_DATA_TYPE,
-                 lambda: to_torch_dtype(DataType.NOT_SET), "NOT_SET")
+    expect_error(
+        BadParamError,
+        Status.NOT_SUPPORTED_DATA_TYPE,
+        lambda: to_torch_dtype(DataType.NOT_SET),
+        "NOT_SET",
+    )
 
 
 # ---- errors ----------------------------------------------------------------------------------
@@ -180,8 +232,12 @@ def test_status_numbers_and_categories():
 
 
 def test_error_message_names_status_op_tensor_rule():
-    e = BadParamError("inner dimension 5 != 7", op="matmul 'mm0'", tensor="B",
-                      status=Status.BAD_PARAM_SHAPE_MISMATCH)
+    e = BadParamError(
+        "inner dimension 5 != 7",
+        op="matmul 'mm0'",
+        tensor="B",
+        status=Status.BAD_PARAM_SHAPE_MISMATCH,
+    )
     assert str(e) == "BAD_PARAM_SHAPE_MISMATCH: matmul 'mm0': tensor 'B': inner dimension 5 != 7"
     assert isinstance(e, ValueError) and isinstance(e, OpenDNNError)
     assert (e.op, e.tensor, e.rule) == ("matmul 'mm0'", "B", "inner dimension 5 != 7")
@@ -201,15 +257,30 @@ def test_graph_not_supported_error_lists_reasons():
 def test_tensor_setters_chain_and_getters():
     g = cudnn.pygraph()
     t = g.tensor(dim=[2, 3], stride=[3, 1], data_type=cudnn.data_type.HALF, name="x")
-    assert t.set_name("y").set_uid(17).set_dim([4, 5]).set_stride([1, 4]) \
-        .set_data_type(torch.bfloat16).set_is_pass_by_value(False).set_is_virtual(False) is t
+    assert (
+        t.set_name("y")
+        .set_uid(17)
+        .set_dim([4, 5])
+        .set_stride([1, 4])
+        .set_data_type(torch.bfloat16)
+        .set_is_pass_by_value(False)
+        .set_is_virtual(False)
+        is t
+    )
     assert t.get_name() == "y" and t.get_uid() == 17
     assert t.get_dim() == [4, 5] and t.get_stride() == [1, 4]
     assert t.get_data_type() == DataType.BFLOAT16
     assert not t.get_is_virtual() and not t.get_is_pass_by_value()
     d = json.loads(repr(t))
-    assert d == {"name": "y", "uid": 17, "dim": [4, 5], "stride": [1, 4],
-                 "data_type": "BFLOAT16", "is_virtual": False, "is_pass_by_value": False}
+    assert d == {
+        "name": "y",
+        "uid": 17,
+        "dim": [4, 5],
+        "stride": [1, 4],
+        "data_type": "BFLOAT16",
+        "is_virtual": False,
+        "is_pass_by_value": False,
+    }
     assert t.set_output(True) is t and not t.get_is_virtual()
     assert t.set_output(False).get_is_virtual()
 
@@ -241,7 +312,7 @@ def test_tensor_like_scalar_is_pass_by_value():
     g = cudnn.pygraph()
     s = g.tensor_like(torch.tensor(0.5))
     assert s.get_is_pass_by_value() and s.get_dim() == [1] and s.value == 0.5
-    one = g.tensor_like(torch.full((1, 1, 1), 3.0))     # single element on a CPU graph
+    one = g.tensor_like(torch.full((1, 1, 1), 3.0))  # single element on a CPU graph
     assert one.get_is_pass_by_value()
 
 
@@ -256,21 +327,36 @@ def test_tensor_like_of_graph_tensor_and_numpy():
 
 def test_tensor_like_rejects_non_tensor():
     g = cudnn.pygraph()
-    expect_error(BadParamError, Status.BAD_PARAM_ATTRIBUTE_TYPE,
-                 lambda: g.tensor_like([1.0, 2.0], name="lst"), "tensor_like", "'lst'")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_ATTRIBUTE_TYPE,
+        lambda: g.tensor_like([1.0, 2.0], name="lst"),
+        "tensor_like",
+        "'lst'",
+    )
 
 
 def test_op_rejects_tensor_of_another_graph():
     g1, g2 = cudnn.pygraph(), cudnn.pygraph()
     a = g1.tensor([2], [1], DataType.FLOAT, name="foreign")
-    expect_error(BadParamError, Status.BAD_PARAM, lambda: g2.relu(a, name="my_relu"), "my_relu",
-                 "foreign", "another graph")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM,
+        lambda: g2.relu(a, name="my_relu"),
+        "my_relu",
+        "foreign",
+        "another graph",
+    )
 
 
 def test_op_rejects_non_tensor_argument():
     g = cudnn.pygraph()
-    expect_error(BadParamError, Status.BAD_PARAM_ATTRIBUTE_TYPE,
-                 lambda: g.reduction("not a tensor", cudnn.reduction_mode.ADD, name="red"), "red")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_ATTRIBUTE_TYPE,
+        lambda: g.reduction("not a tensor", cudnn.reduction_mode.ADD, name="red"),
+        "red",
+    )
 
 
 # ---- frontend module surface -------------------------------------------------------------------
@@ -278,13 +364,34 @@ def test_frontend_module_surface():
     assert isinstance(cudnn.backend_version(), int) and cudnn.backend_version() > 0
     assert "opendnn" in cudnn.backend_version_string()
     assert cudnn.__version__ == opendnn.__version__
-    for name in ("FLOAT", "DOUBLE", "HALF", "BFLOAT16", "INT8", "INT32", "INT64", "UINT8",
-                 "BOOLEAN", "FP8_E4M3", "FP8_E5M2", "NOT_SET"):
+    for name in (
+        "FLOAT",
+        "DOUBLE",
+        "HALF",
+        "BFLOAT16",
+        "INT8",
+        "INT32",
+        "INT64",
+        "UINT8",
+        "BOOLEAN",
+        "FP8_E4M3",
+        "FP8_E5M2",
+        "NOT_SET",
+    ):
         assert hasattr(cudnn.data_type, name)
     assert {m.name for m in cudnn.heur_mode} >= {"A", "B", "FALLBACK"}
     assert {m.name for m in cudnn.build_plan_policy} == {"HEURISTICS_CHOICE", "ALL"}
-    assert {m.name for m in cudnn.reduction_mode} == {"ADD", "MUL", "MIN", "MAX", "AMAX", "AVG",
-                                                      "NORM1", "NORM2", "MUL_NO_ZEROS"}
+    assert {m.name for m in cudnn.reduction_mode} == {
+        "ADD",
+        "MUL",
+        "MIN",
+        "MAX",
+        "AMAX",
+        "AVG",
+        "NORM1",
+        "NORM2",
+        "MUL_NO_ZEROS",
+    }
     h = cudnn.create_handle("cpu")
     cudnn.set_stream(handle=h, stream=None)
     assert cudnn.get_stream(h) is None
@@ -293,5 +400,10 @@ def test_frontend_module_surface():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA error path")
 def test_cuda_handle_without_a_gpu_is_rejected():
-    expect_error(BadParamError, Status.NOT_INITIALIZED, lambda: cudnn.create_handle("cuda"),
-                 "create_handle", "CUDA")
+    expect_error(
+        BadParamError,
+        Status.NOT_INITIALIZED,
+        lambda: cudnn.create_handle("cuda"),
+        "create_handle",
+        "CUDA",
+    )

@@ -1,12 +1,15 @@
 """GPU checks of the core engines against the float64 reference (pytest -m gpu)."""
+
 import pytest
 import torch
 
 import opendnn.frontend as cudnn
 from opendnn.engines.matmul import _kernels as K
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
 
 
 def _relerr(out, ref):
@@ -15,8 +18,9 @@ def _relerr(out, ref):
     return ((out - ref).norm() / max(ref.norm().item(), 1e-30)).item()
 
 
-@pytest.mark.parametrize("dt,tol", [(torch.float32, 1e-6), (torch.bfloat16, 1e-2),
-                                    (torch.float16, 2e-3)])
+@pytest.mark.parametrize(
+    "dt,tol", [(torch.float32, 1e-6), (torch.bfloat16, 1e-2), (torch.float16, 2e-3)]
+)
 @pytest.mark.parametrize("shape", [(8192, 8192), (3, 1, 17, 33), (1000, 1)])
 def test_fused_pointwise(dt, tol, shape):
     ts = [torch.randn(shape, device="cuda", dtype=dt) for _ in range(3)]
@@ -40,13 +44,17 @@ def test_fused_reduction(out_shape, mode):
     tx = g.tensor_like(x)
     y = g.reduction(tx, mode=cudnn.reduction_mode[mode]).set_dim(list(out_shape)).set_output(True)
     g.build([cudnn.heur_mode.A])
-    g.execute({tx: x, y: out}, torch.empty(g.get_workspace_size(), device="cuda",
-                                           dtype=torch.uint8))
+    g.execute(
+        {tx: x, y: out}, torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+    )
     dims = [i for i, (a, b) in enumerate(zip(x.shape, out_shape)) if a != b]
     xd = x.double()
-    ref = {"ADD": lambda: xd.sum(dims, keepdim=True), "MAX": lambda: xd.amax(dims, keepdim=True),
-           "NORM2": lambda: xd.square().sum(dims, keepdim=True).sqrt(),
-           "AVG": lambda: xd.mean(dims, keepdim=True)}[mode]()
+    ref = {
+        "ADD": lambda: xd.sum(dims, keepdim=True),
+        "MAX": lambda: xd.amax(dims, keepdim=True),
+        "NORM2": lambda: xd.square().sum(dims, keepdim=True).sqrt(),
+        "AVG": lambda: xd.mean(dims, keepdim=True),
+    }[mode]()
     assert _relerr(out, ref) < 1e-5
 
 
@@ -65,8 +73,9 @@ def test_column_sums_every_config(dt, shape):
     g.build_plans(cudnn.build_plan_policy.ALL)
     ref = x.double().sum(0, keepdim=True)
     for i in range(g.get_execution_plan_count()):
-        ws = torch.full((max(g.get_workspace_size_plan_at_index(i), 1),), 255,
-                        device="cuda", dtype=torch.uint8)
+        ws = torch.full(
+            (max(g.get_workspace_size_plan_at_index(i), 1),), 255, device="cuda", dtype=torch.uint8
+        )
         for _ in range(2):
             out = torch.full((1, shape[1]), float("nan"), device="cuda")
             g.execute_plan_at_index({tx: x, y: out}, ws, i)
@@ -91,8 +100,9 @@ def test_genstats_columns_nhwc():
     assert _relerr(outs[sq], (xd * xd).sum((0, 2, 3), keepdim=True)) < 1e-6
 
 
-@pytest.mark.parametrize("dt,tol", [(torch.bfloat16, 1e-2), (torch.float16, 2e-3),
-                                    (torch.float32, 1e-5)])
+@pytest.mark.parametrize(
+    "dt,tol", [(torch.bfloat16, 1e-2), (torch.float16, 2e-3), (torch.float32, 1e-5)]
+)
 @pytest.mark.parametrize("mnk", [(1, 1, 1), (17, 33, 65), (512, 384, 1000), (2048, 2048, 2048)])
 def test_matmul_every_config(dt, tol, mnk):
     """Every knob config the engine offers on this GPU, against float64."""
@@ -119,6 +129,7 @@ def test_matmul_every_config(dt, tol, mnk):
 def test_matmul_knob_space_8192_slice(knobs):
     """The top of the knob space (the configs the heuristics rank first) on a real size."""
     import dataclasses
+
     A = torch.randn(1024, 1536, device="cuda", dtype=torch.bfloat16)
     B = torch.randn(1536, 768, device="cuda", dtype=torch.bfloat16)
     out = torch.full((1024, 768), float("nan"), device="cuda", dtype=torch.bfloat16)
@@ -149,6 +160,7 @@ def test_explicit_cuda_handle_refuses_cpu_buffers():
     """Without a handle a wholly-CPU pack runs on the CPU (above); with an explicit CUDA
     handle, even the process default's device, every buffer must be on it."""
     from opendnn.errors import BadParamError, Status
+
     g = cudnn.pygraph(name="g_h")
     x = torch.randn(5, 3)
     tx = g.tensor_like(x, name="x_in")
@@ -158,8 +170,11 @@ def test_explicit_cuda_handle_refuses_cpu_buffers():
     h = cudnn.create_handle()
     with pytest.raises(BadParamError) as e:
         g.execute({tx: x, y: torch.empty(5, 3)}, None, handle=h)
-    assert e.value.status == Status.BAD_PARAM and "x_in" in str(e.value) and \
-        "the handle's device is cuda" in str(e.value), str(e.value)
+    assert (
+        e.value.status == Status.BAD_PARAM
+        and "x_in" in str(e.value)
+        and "the handle's device is cuda" in str(e.value)
+    ), str(e.value)
     out = torch.full((5, 3), float("nan"), device="cuda")
     g.execute({tx: x.cuda(), y: out}, None, handle=h)
     assert torch.equal(out.cpu(), x.relu())
@@ -177,10 +192,12 @@ def test_layout_ops_fused(dt):
     c = g.concatenate([tx, tz], axis=0).set_output(True)
     r = g.reshape(tx).set_dim([129, 257]).set_output(True)
     g.build([cudnn.heur_mode.A])
-    outs = {t: torch.full((129, 257), float("nan"), device="cuda", dtype=dt),
-            s: torch.full((195, 127), float("nan"), device="cuda", dtype=dt),
-            c: torch.full((260, 129), float("nan"), device="cuda", dtype=dt),
-            r: torch.full((129, 257), float("nan"), device="cuda", dtype=dt)}
+    outs = {
+        t: torch.full((129, 257), float("nan"), device="cuda", dtype=dt),
+        s: torch.full((195, 127), float("nan"), device="cuda", dtype=dt),
+        c: torch.full((260, 129), float("nan"), device="cuda", dtype=dt),
+        r: torch.full((129, 257), float("nan"), device="cuda", dtype=dt),
+    }
     ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
     g.execute({tx: x, tz: z, **outs}, ws)
     assert _relerr(outs[t], torch.relu(x.t().double())) == 0
@@ -208,13 +225,17 @@ def test_pass_by_value_scalars_compiled():
     g.build([cudnn.heur_mode.A])
     assert g.get_plan_name_at_index(0).startswith("triton_matmul")
     out = torch.full((64, 80), float("nan"), device="cuda", dtype=torch.bfloat16)
-    g.execute({ta: A, tb: B, y: out}, torch.empty(g.get_workspace_size(), device="cuda",
-                                                  dtype=torch.uint8))
+    g.execute(
+        {ta: A, tb: B, y: out},
+        torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8),
+    )
     assert _relerr(out, 3.0 * (A.double() @ B.double())) < 1e-2
 
 
-@pytest.mark.parametrize("shape", [(8, 64, 56, 3, 1, 1), (4, 3, 224, 7, 2, 3),
-                                   (8, 256, 14, 1, 1, 0), (2, 32, 17, 3, 2, 1)])
+@pytest.mark.parametrize(
+    "shape",
+    [(8, 64, 56, 3, 1, 1), (4, 3, 224, 7, 2, 3), (8, 256, 14, 1, 1, 0), (2, 32, 17, 3, 2, 1)],
+)
 @pytest.mark.parametrize("dt,tol", [(torch.bfloat16, 1e-2), (torch.float32, 1e-5)])
 def test_conv_implicit_gemm_bias_relu(shape, dt, tol):
     """ResNet-like layers, NHWC, against float64 (the heuristics' first plan)."""
@@ -227,13 +248,14 @@ def test_conv_implicit_gemm_bias_relu(shape, dt, tol):
     tx, tw, tb = g.tensor_like(x), g.tensor_like(w), g.tensor_like(b)
     y = g.relu(g.bias(g.conv_fprop(tx, tw, padding=[p, p], stride=[s, s]), tb))
     g.build([cudnn.heur_mode.A])
-    assert g.get_plan_name_at_index(0).startswith("conv_")   # C=3 goes to im2col + GEMM
+    assert g.get_plan_name_at_index(0).startswith("conv_")  # C=3 goes to im2col + GEMM
     g.validate()
     out = torch.empty_strided(y.get_dim(), y.get_stride(), device="cuda", dtype=dt)
     out.fill_(float("nan"))
     g.execute({tx: x, tw: w, tb: b, y: out}, None)
-    ref = torch.relu(torch.nn.functional.conv2d(x.double(), w.double(), stride=s, padding=p)
-                     + b.double())
+    ref = torch.relu(
+        torch.nn.functional.conv2d(x.double(), w.double(), stride=s, padding=p) + b.double()
+    )
     assert _relerr(out, ref) < tol
 
 
@@ -242,9 +264,11 @@ def test_pass_by_value_scalars_keep_double_precision(reduce):
     """A float64 compute takes host scalars as doubles: 0.1 rounded to float32 would be off
     by 1.5e-9 relative, far above float64 rounding."""
     x = torch.randn(1000, 33, device="cuda", dtype=torch.float64)
-    g = cudnn.pygraph(io_data_type=cudnn.data_type.DOUBLE,
-                      intermediate_data_type=cudnn.data_type.DOUBLE,
-                      compute_data_type=cudnn.data_type.DOUBLE)
+    g = cudnn.pygraph(
+        io_data_type=cudnn.data_type.DOUBLE,
+        intermediate_data_type=cudnn.data_type.DOUBLE,
+        compute_data_type=cudnn.data_type.DOUBLE,
+    )
     tx, ts = g.tensor_like(x), g.tensor_like(torch.tensor(0.1, dtype=torch.float64))
     y = g.add(g.mul(tx, ts), 1.0 / 3.0)
     ref = x * 0.1 + 1.0 / 3.0
@@ -256,6 +280,7 @@ def test_pass_by_value_scalars_keep_double_precision(reduce):
     g.build([cudnn.heur_mode.A])
     assert g.get_plan_name_at_index(0).startswith("runtime_fusion")
     out = torch.full(ref.shape, float("nan"), device="cuda", dtype=torch.float64)
-    g.execute({tx: x, y: out}, torch.empty(g.get_workspace_size(), device="cuda",
-                                           dtype=torch.uint8))
+    g.execute(
+        {tx: x, y: out}, torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+    )
     assert _relerr(out, ref) < 1e-13

@@ -3,20 +3,20 @@ memory: the softmax, norm, batch norm, pool and LRN engines and the fusion engin
 (transpose, slice, reshape, concatenate) decline it with a reason naming the node and the
 tensor, and the graph still builds and runs correctly on the engines that take scalars (the
 reference). Before, those engines crashed inside their kernels."""
+
 from __future__ import annotations
 
 import pytest
 import torch
-
-import opendnn.frontend as cudnn
-from opendnn.engines.registry import engines
-from opendnn.enums import DataType, HeurMode, NormForwardPhase, ResampleMode
-from opendnn.engines.base import operands_in_memory
-
 from _util import assert_close, run_plan
 
+import opendnn.frontend as cudnn
+from opendnn.engines.base import operands_in_memory
+from opendnn.engines.registry import engines
+from opendnn.enums import DataType, HeurMode, NormForwardPhase, ResampleMode
+
 F = DataType.FLOAT
-V = 0.75   # the host scalar's value
+V = 0.75  # the host scalar's value
 
 
 def _graph(case):
@@ -32,7 +32,7 @@ def _graph(case):
         y = g.transpose(one, [0, 1, 3, 2], name="op_n")
         want = [v]
     elif case == "layernorm_scale":
-        xt = torch.randn(2, 1, 1, 1)   # SCALE's dims [1, 1, 1, 1]: one normalized element
+        xt = torch.randn(2, 1, 1, 1)  # SCALE's dims [1, 1, 1, 1]: one normalized element
         x = g.tensor_like(xt, name="x_in")
         bt = torch.randn(1, 1, 1, 1)
         b = g.tensor_like(bt, name="bias_in")
@@ -52,7 +52,7 @@ def _graph(case):
     elif case == "pool":
         y = g.resample(one, ResampleMode.MAXPOOL, [1, 1], name="op_n")[0]
         want = [v]
-    else:   # lrn
+    else:  # lrn
         y = g.lrn(one, lrn_n=1, lrn_alpha=1e-4, lrn_beta=0.75, lrn_k=2.0, name="op_n")
         want = [v / (2.0 + 1e-4 * V * V) ** 0.75]
     y.set_output(True).set_name("y_out")
@@ -60,8 +60,14 @@ def _graph(case):
 
 
 CASES = ["softmax", "transpose", "layernorm_scale", "batchnorm_inference", "pool", "lrn"]
-MEMORY_ENGINE = {"softmax": "softmax", "transpose": "runtime_fusion", "layernorm_scale": "norm",
-                 "batchnorm_inference": "batchnorm", "pool": "pool", "lrn": "lrn"}
+MEMORY_ENGINE = {
+    "softmax": "softmax",
+    "transpose": "runtime_fusion",
+    "layernorm_scale": "norm",
+    "batchnorm_inference": "batchnorm",
+    "pool": "pool",
+    "lrn": "lrn",
+}
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -83,8 +89,12 @@ def test_engines_decline_and_every_plan_is_right(case):
     for i in range(g.get_execution_plan_count()):
         got = run_plan(g, feeds, outs, i, float("nan"))
         for o, w in zip(outs, want):
-            assert_close(got[o], w, torch.float32,
-                         msg=f"[repro] pbv operand {case} plan {g.get_plan_name_at_index(i)}")
+            assert_close(
+                got[o],
+                w,
+                torch.float32,
+                msg=f"[repro] pbv operand {case} plan {g.get_plan_name_at_index(i)}",
+            )
 
 
 def test_operands_in_memory_allows_named_roles():
@@ -95,7 +105,7 @@ def test_operands_in_memory_allows_named_roles():
     y.set_output(True)
     g.validate()
     og = g.op_graph
-    assert not operands_in_memory(og)                       # EPSILON is passed by value
+    assert not operands_in_memory(og)  # EPSILON is passed by value
     assert operands_in_memory(og, ("EPSILON",))
     assert operands_in_memory(og, nodes=[])
 
@@ -107,8 +117,11 @@ def test_fusion_still_takes_pointwise_scalars():
     y = g.mul(x, 2.0)
     y.set_output(True)
     g.validate()
-    assert [e for e in engines() if e.name == "runtime_fusion"][0].check_support(
-        g.op_graph, g._target()).ok
+    assert (
+        [e for e in engines() if e.name == "runtime_fusion"][0]
+        .check_support(g.op_graph, g._target())
+        .ok
+    )
 
 
 @pytest.mark.parametrize("reduce", [False, True])
@@ -116,8 +129,11 @@ def test_double_compute_takes_scalars_as_doubles(reduce):
     """A float64 fused kernel (interpreted here; compiled in test_gpu_core) takes a host
     scalar at full precision: 0.1 rounded to float32 would be 1.5e-9 off, relative."""
     x = torch.randn(50, 33, dtype=torch.float64)
-    g = cudnn.pygraph(io_data_type=DataType.DOUBLE, intermediate_data_type=DataType.DOUBLE,
-                      compute_data_type=DataType.DOUBLE)
+    g = cudnn.pygraph(
+        io_data_type=DataType.DOUBLE,
+        intermediate_data_type=DataType.DOUBLE,
+        compute_data_type=DataType.DOUBLE,
+    )
     tx, ts = g.tensor_like(x), g.tensor_like(torch.tensor(0.1, dtype=torch.float64))
     y = g.add(g.mul(tx, ts), 1.0 / 3.0)
     ref = x * 0.1 + 1.0 / 3.0

@@ -1,27 +1,42 @@
 """Plans: the frontend seed examples, heuristics and plan queries, filters, partitioning,
 unsupported graphs, key(), serialization, autotuning and its persistent cache."""
+
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
-import dataclasses
-
 import pytest
 import torch
+from _util import (
+    FUSION_ID,
+    FUSION_NAME,
+    REFERENCE_ID,
+    REFERENCE_NAME,
+    assert_close,
+    compare_plans,
+    expect_error,
+    repro,
+    run_plan,
+    workspace,
+)
 
 import opendnn.frontend as cudnn
 from opendnn import backends
 from opendnn.engines.base import Target
 from opendnn.engines.fusion.engine import FusionEngine
 from opendnn.engines.registry import engines
-from opendnn.enums import (BehaviorNote, BuildPlanPolicy, DataType, HeurMode, NumericalNote,
-                           ReductionMode)
+from opendnn.enums import (
+    BehaviorNote,
+    BuildPlanPolicy,
+    DataType,
+    HeurMode,
+    NumericalNote,
+    ReductionMode,
+)
 from opendnn.errors import BadParamError, GraphNotSupportedError, Status
 from opendnn.runtime import autotune
-
-from _util import (FUSION_ID, FUSION_NAME, REFERENCE_ID, REFERENCE_NAME, assert_close,
-                   compare_plans, expect_error, repro, run_plan, workspace)
 
 
 # ---- the frontend seed examples -------------------------------------------------------------
@@ -33,8 +48,9 @@ def test_seed_matmul_bias_frontend_example(rng):
     bias = rng.rand((b, m, 1))
     result = torch.full((b, m, n), float("nan"))
 
-    graph = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT,
-                          compute_data_type=cudnn.data_type.FLOAT)
+    graph = cudnn.pygraph(
+        intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT
+    )
     a_cudnn_tensor = graph.tensor_like(A)
     b_cudnn_tensor = graph.tensor_like(B)
     bias_cudnn_tensor = graph.tensor_like(bias)
@@ -42,22 +58,38 @@ def test_seed_matmul_bias_frontend_example(rng):
     d_cudnn_tensor = graph.bias(name="bias", input=c_cudnn_tensor, bias=bias_cudnn_tensor)
     graph.build([cudnn.heur_mode.A])
     ws = torch.empty(graph.get_workspace_size(), dtype=torch.uint8)
-    variant_pack = {a_cudnn_tensor: A, b_cudnn_tensor: B, bias_cudnn_tensor: bias,
-                    d_cudnn_tensor: result}
+    variant_pack = {
+        a_cudnn_tensor: A,
+        b_cudnn_tensor: B,
+        bias_cudnn_tensor: bias,
+        d_cudnn_tensor: result,
+    }
     graph.execute(variant_pack, ws)
     want = A.double() @ B.double() + bias.double()
-    assert_close(result, want, torch.float32, n=k,
-                 msg=repro("matmul+bias", [(b, m, k), (b, k, n), (b, m, 1)], "float32",
-                           rng.seed, plan=graph.get_plan_name_at_index(0)))
+    assert_close(
+        result,
+        want,
+        torch.float32,
+        n=k,
+        msg=repro(
+            "matmul+bias",
+            [(b, m, k), (b, k, n), (b, m, 1)],
+            "float32",
+            rng.seed,
+            plan=graph.get_plan_name_at_index(0),
+        ),
+    )
 
 
 def test_seed_runtime_fusion_example_bf16(rng):
     shape = (12, 20)
     t1, t2, t3 = (rng.rand(shape, torch.bfloat16) for _ in range(3))
     out = torch.full(shape, float("nan"), dtype=torch.bfloat16)
-    g = cudnn.pygraph(io_data_type=cudnn.data_type.BFLOAT16,
-                      intermediate_data_type=cudnn.data_type.FLOAT,
-                      compute_data_type=cudnn.data_type.FLOAT)
+    g = cudnn.pygraph(
+        io_data_type=cudnn.data_type.BFLOAT16,
+        intermediate_data_type=cudnn.data_type.FLOAT,
+        compute_data_type=cudnn.data_type.FLOAT,
+    )
     x1, x2, x3 = g.tensor_like(t1), g.tensor_like(t2), g.tensor_like(t3)
     y = g.sigmoid(g.add(x1, g.mul(x2, x3)))
     y.set_output(True)
@@ -66,12 +98,13 @@ def test_seed_runtime_fusion_example_bf16(rng):
     ws = torch.empty(g.get_workspace_size(), dtype=torch.uint8)
     g.execute({x1: t1, x2: t2, x3: t3, y: out}, ws)
     want = torch.sigmoid(t1.double() + t2.double() * t3.double())
-    assert_close(out, want, torch.bfloat16, msg=repro("sigmoid(a+b*c)", [shape], "bfloat16",
-                                                      rng.seed))
+    assert_close(
+        out, want, torch.bfloat16, msg=repro("sigmoid(a+b*c)", [shape], "bfloat16", rng.seed)
+    )
 
 
 def test_matmul_graph_with_fallback_mode(rng):
-    a, b = rng.rand((2, 5, 7)), rng.rand((7, 3)).t().contiguous().t()   # B column-major
+    a, b = rng.rand((2, 5, 7)), rng.rand((7, 3)).t().contiguous().t()  # B column-major
     g = cudnn.pygraph()
     A, B = g.tensor_like(a), g.tensor_like(b)
     y = g.relu(g.matmul(A, B))
@@ -83,9 +116,19 @@ def test_matmul_graph_with_fallback_mode(rng):
     want = torch.relu(a.double() @ b.double())
     for i in range(count):
         out = run_plan(g, {A: a, B: b}, [y], i, float("nan"))[y]
-        assert_close(out, want, torch.float32, n=7,
-                     msg=repro("relu(matmul)", [(2, 5, 7), (7, 3)], "float32", rng.seed,
-                               plan=g.get_plan_name_at_index(i)))
+        assert_close(
+            out,
+            want,
+            torch.float32,
+            n=7,
+            msg=repro(
+                "relu(matmul)",
+                [(2, 5, 7), (7, 3)],
+                "float32",
+                rng.seed,
+                plan=g.get_plan_name_at_index(i),
+            ),
+        )
 
 
 # ---- heuristics and plan queries -----------------------------------------------------------
@@ -114,10 +157,15 @@ def test_plans_from_modes_in_order_and_queries(rng):
     assert g.get_workspace_size() == 0
     for i in range(count):
         out = run_plan(g, feeds, [y], i, float("nan"))[y]
-        assert_close(out, want, torch.float32, msg=repro("tanh(a*b)", [(6, 10)], "float32",
-                                                         rng.seed, plan=names[i]))
-    compare_plans(g, feeds, [y], 0, count - 1, msg=repro("tanh(a*b)", [(6, 10)], "float32",
-                                                         rng.seed))
+        assert_close(
+            out,
+            want,
+            torch.float32,
+            msg=repro("tanh(a*b)", [(6, 10)], "float32", rng.seed, plan=names[i]),
+        )
+    compare_plans(
+        g, feeds, [y], 0, count - 1, msg=repro("tanh(a*b)", [(6, 10)], "float32", rng.seed)
+    )
 
 
 def test_modes_reversed_put_the_reference_first(rng):
@@ -136,7 +184,7 @@ def test_build_plan_at_index_and_execute_plan_at_index(rng):
     last = g.get_execution_plan_count() - 1
     g.build_plan_at_index(last)
     out = torch.full((6, 10), float("nan"))
-    g.execute({**feeds, y: out}, None)                  # selected: the one built
+    g.execute({**feeds, y: out}, None)  # selected: the one built
     assert_close(out, want, torch.float32)
     out0 = run_plan(g, feeds, [y], 0, float("nan"))[y]  # builds plan 0 on demand
     assert_close(out0, want, torch.float32)
@@ -146,8 +194,13 @@ def test_build_without_modes_only_validates(rng):
     g, feeds, y, _ = _pointwise_graph(rng)
     assert g.build() is g
     assert g.get_execution_plan_count() == 0
-    expect_error(BadParamError, Status.BAD_PARAM_NOT_FINALIZED, g.get_workspace_size, "graph",
-                 "no plan is built")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_NOT_FINALIZED,
+        g.get_workspace_size,
+        "graph",
+        "no plan is built",
+    )
 
 
 def test_engine_count_and_knobs(rng):
@@ -158,10 +211,20 @@ def test_engine_count_and_knobs(rng):
     knobs = g.get_knobs_for_engine(FUSION_ID)
     assert {k.name for k in knobs} == {k.name for k in FusionEngine().knob_space()}
     assert g.get_knobs_for_engine(REFERENCE_ID) == []
-    expect_error(BadParamError, Status.BAD_PARAM_OUT_OF_BOUND,
-                 lambda: g.get_knobs_for_engine(999), "get_knobs_for_engine", "999")
-    expect_error(BadParamError, Status.BAD_PARAM_OUT_OF_BOUND,
-                 lambda: g.create_execution_plan(999, {}), "create_execution_plan", "999")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_OUT_OF_BOUND,
+        lambda: g.get_knobs_for_engine(999),
+        "get_knobs_for_engine",
+        "999",
+    )
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_OUT_OF_BOUND,
+        lambda: g.create_execution_plan(999, {}),
+        "create_execution_plan",
+        "999",
+    )
 
 
 def test_create_execution_plan_selects_it(rng):
@@ -179,8 +242,9 @@ def test_deselect_engines(rng):
     g, feeds, y, want = _pointwise_graph(rng)
     g.deselect_engines(["runtime_fusion"])
     g.build([HeurMode.A, HeurMode.FALLBACK])
-    assert [g.get_plan_name_at_index(i) for i in range(g.get_execution_plan_count())] == \
-        [f"{REFERENCE_NAME}#0"]
+    assert [g.get_plan_name_at_index(i) for i in range(g.get_execution_plan_count())] == [
+        f"{REFERENCE_NAME}#0"
+    ]
     out = torch.full((6, 10), float("nan"))
     g.execute({**feeds, y: out}, None)
     assert_close(out, want, torch.float32)
@@ -189,8 +253,13 @@ def test_deselect_engines(rng):
 def test_deselect_engines_leaving_nothing_raises(rng):
     g, _, _, _ = _pointwise_graph(rng)
     g.deselect_engines(["fusion"])
-    expect_error(GraphNotSupportedError, Status.NOT_SUPPORTED_GRAPH_PATTERN,
-                 lambda: g.build([HeurMode.A]), "graph 'pw'", "no engine supports")
+    expect_error(
+        GraphNotSupportedError,
+        Status.NOT_SUPPORTED_GRAPH_PATTERN,
+        lambda: g.build([HeurMode.A]),
+        "graph 'pw'",
+        "no engine supports",
+    )
 
 
 def test_behavior_note_filters(rng):
@@ -203,20 +272,22 @@ def test_behavior_note_filters(rng):
     g2, _, _, _ = _pointwise_graph(rng)
     g2.create_execution_plans([HeurMode.A, HeurMode.FALLBACK])
     g2.deselect_behavior_notes([BehaviorNote.RUNTIME_COMPILATION])
-    assert [g2.get_plan_name_at_index(i) for i in range(g2.get_execution_plan_count())] == \
-        [f"{REFERENCE_NAME}#0"]
+    assert [g2.get_plan_name_at_index(i) for i in range(g2.get_execution_plan_count())] == [
+        f"{REFERENCE_NAME}#0"
+    ]
 
 
 def test_numeric_note_filters(rng):
     g, feeds, y, want = _pointwise_graph(rng)
     g.create_execution_plans([HeurMode.A, HeurMode.FALLBACK])
     n = g.get_execution_plan_count()
-    g.deselect_numeric_notes([NumericalNote.TENSOR_CORE])     # no plan has it: all stay
+    g.deselect_numeric_notes([NumericalNote.TENSOR_CORE])  # no plan has it: all stay
     assert g.get_execution_plan_count() == n
-    g.select_numeric_notes([NumericalNote.TENSOR_CORE])       # none has it: none left
+    g.select_numeric_notes([NumericalNote.TENSOR_CORE])  # none has it: none left
     assert g.get_execution_plan_count() == 0
-    expect_error(GraphNotSupportedError, Status.NOT_SUPPORTED_GRAPH_PATTERN, g.check_support,
-                 "graph 'pw'")
+    expect_error(
+        GraphNotSupportedError, Status.NOT_SUPPORTED_GRAPH_PATTERN, g.check_support, "graph 'pw'"
+    )
 
 
 def test_filters_persist_for_later_plan_lists(rng):
@@ -234,8 +305,8 @@ def test_deselect_workspace_greater_than(rng):
     r = g.reduction(X, ReductionMode.ADD)
     r.set_dim([6, 1]).set_output(True)
     g.validate()
-    g.create_execution_plan(FUSION_ID, {"SPLIT": 4, "BLOCK_RED": 8})     # needs a workspace
-    g.create_execution_plan(FUSION_ID, {"SPLIT": 1})                     # does not
+    g.create_execution_plan(FUSION_ID, {"SPLIT": 4, "BLOCK_RED": 8})  # needs a workspace
+    g.create_execution_plan(FUSION_ID, {"SPLIT": 1})  # does not
     assert g.get_workspace_size_plan_at_index(1) > 0
     assert g.get_workspace_size_plan_at_index(0) == 0
     g.deselect_workspace_greater_than(0)
@@ -246,8 +317,12 @@ def test_deselect_workspace_greater_than(rng):
 def test_backends_workspace_limit(rng):
     g, x, y = _softmax_graph(rng)
     backends.workspace_limit = 0
-    expect_error(GraphNotSupportedError, Status.NOT_SUPPORTED_GRAPH_PATTERN,
-                 lambda: g.build([HeurMode.A]), "graph")
+    expect_error(
+        GraphNotSupportedError,
+        Status.NOT_SUPPORTED_GRAPH_PATTERN,
+        lambda: g.build([HeurMode.A]),
+        "graph",
+    )
 
 
 # ---- partitioning -------------------------------------------------------------------------------
@@ -268,28 +343,44 @@ def _softmax_graph(rng, shape=(5, 9)):
 def test_partition_softmax_into_fused_pieces(rng):
     g, feeds, y = _softmax_graph(rng)
     g.build([HeurMode.A, HeurMode.FALLBACK])
-    assert not FusionEngine().check_support(g.op_graph, Target()).ok   # not whole
+    assert not FusionEngine().check_support(g.op_graph, Target()).ok  # not whole
     name = g.get_plan_name_at_index(0)
     assert name.startswith("partition["), name
     assert name.count(FUSION_NAME) >= 2 and REFERENCE_NAME not in name
     ws = g.get_workspace_size()
-    assert ws >= 2 * 5 * 4 + 5 * 9 * 4          # two row vectors and the exp tensor
+    assert ws >= 2 * 5 * 4 + 5 * 9 * 4  # two row vectors and the exp tensor
     out = torch.full((5, 9), float("nan"))
     g.execute({**feeds, y: out}, workspace(ws))
     x = next(iter(feeds.values()))
-    assert_close(out, torch.softmax(x.double(), 1), torch.float32, n=9,
-                 msg=repro("softmax", [(5, 9)], "float32", rng.seed, plan=name))
-    compare_plans(g, feeds, [y], 0, g.get_execution_plan_count() - 1, n=9,
-                  msg=repro("softmax", [(5, 9)], "float32", rng.seed, plan=name))
+    assert_close(
+        out,
+        torch.softmax(x.double(), 1),
+        torch.float32,
+        n=9,
+        msg=repro("softmax", [(5, 9)], "float32", rng.seed, plan=name),
+    )
+    compare_plans(
+        g,
+        feeds,
+        [y],
+        0,
+        g.get_execution_plan_count() - 1,
+        n=9,
+        msg=repro("softmax", [(5, 9)], "float32", rng.seed, plan=name),
+    )
 
 
 def test_partition_needs_its_workspace(rng):
     g, feeds, y = _softmax_graph(rng)
     g.build([HeurMode.A])
     ws = g.get_workspace_size()
-    expect_error(BadParamError, Status.BAD_PARAM_SIZE_INSUFFICIENT,
-                 lambda: g.execute({**feeds, y: torch.empty(5, 9)}, None), "execute 'softmax'",
-                 f"{ws} bytes")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_SIZE_INSUFFICIENT,
+        lambda: g.execute({**feeds, y: torch.empty(5, 9)}, None),
+        "execute 'softmax'",
+        f"{ws} bytes",
+    )
 
 
 def test_partition_reduction_then_broadcast_pointwise(rng):
@@ -304,8 +395,15 @@ def test_partition_reduction_then_broadcast_pointwise(rng):
     g.build([HeurMode.A, HeurMode.FALLBACK])
     name = g.get_plan_name_at_index(0)
     assert name.startswith("partition[") and name.count(FUSION_NAME) == 2, name
-    out = compare_plans(g, {X: x}, [y], 0, g.get_execution_plan_count() - 1, n=6,
-                        msg=repro("x - mean(x)", [(4, 3, 6)], "float16", rng.seed))[y]
+    out = compare_plans(
+        g,
+        {X: x},
+        [y],
+        0,
+        g.get_execution_plan_count() - 1,
+        n=6,
+        msg=repro("x - mean(x)", [(4, 3, 6)], "float16", rng.seed),
+    )[y]
     xd = x.double()
     assert_close(out, xd - xd.mean(2, keepdim=True), torch.float16, n=6)
 
@@ -321,8 +419,15 @@ def test_partition_two_reduction_shapes(rng):
     g.build([HeurMode.A, HeurMode.FALLBACK])
     name = g.get_plan_name_at_index(0)
     assert name.startswith("partition["), name
-    compare_plans(g, {X: x}, [rows, cols], 0, g.get_execution_plan_count() - 1, n=7,
-                  msg=repro("row sum + col max", [(6, 7)], "float32", rng.seed))
+    compare_plans(
+        g,
+        {X: x},
+        [rows, cols],
+        0,
+        g.get_execution_plan_count() - 1,
+        n=7,
+        msg=repro("row sum + col max", [(6, 7)], "float32", rng.seed),
+    )
 
 
 def test_partition_plan_names_each_piece(rng):
@@ -349,11 +454,17 @@ def _int32_graph(rng, nodes=1):
 @pytest.mark.parametrize("nodes", [1, 2])
 def test_int32_graph_with_mode_a_only_is_not_supported(rng, nodes):
     g, _, _, _ = _int32_graph(rng, nodes)
-    e = expect_error(GraphNotSupportedError, Status.NOT_SUPPORTED_GRAPH_PATTERN,
-                     lambda: g.build([HeurMode.A]), "graph 'ints'", "no engine supports",
-                     f"{FUSION_NAME}: ", "INT32")
+    e = expect_error(
+        GraphNotSupportedError,
+        Status.NOT_SUPPORTED_GRAPH_PATTERN,
+        lambda: g.build([HeurMode.A]),
+        "graph 'ints'",
+        "no engine supports",
+        f"{FUSION_NAME}: ",
+        "INT32",
+    )
     assert FUSION_NAME in e.reasons and "INT32" in e.reasons[FUSION_NAME]
-    assert REFERENCE_NAME not in e.reasons          # the reference would take it: FALLBACK
+    assert REFERENCE_NAME not in e.reasons  # the reference would take it: FALLBACK
     for eng in engines():
         if eng.name != REFERENCE_NAME:
             assert eng.name in e.reasons, f"{eng.name} gave no reason: {e}"
@@ -378,8 +489,17 @@ def test_dispatch_log_names_declining_engines(rng, monkeypatch, capfd):
 
 
 # ---- key() ---------------------------------------------------------------------------------------
-def _key_graph(dims=(3, 5), stride=None, dtype=DataType.FLOAT, slope=0.1, mode="relu",
-               name="k", uid_base=None, compute=DataType.FLOAT, out_dtype=None):
+def _key_graph(
+    dims=(3, 5),
+    stride=None,
+    dtype=DataType.FLOAT,
+    slope=0.1,
+    mode="relu",
+    name="k",
+    uid_base=None,
+    compute=DataType.FLOAT,
+    out_dtype=None,
+):
     g = cudnn.pygraph(name=name, compute_data_type=compute)
     stride = stride or [dims[1], 1]
     A = g.tensor(list(dims), stride, dtype, name=f"{name}_a")
@@ -388,8 +508,11 @@ def _key_graph(dims=(3, 5), stride=None, dtype=DataType.FLOAT, slope=0.1, mode="
         A.set_uid(uid_base)
         B.set_uid(uid_base + 1)
     t = g.add(A, B, name=f"{name}_add")
-    y = (g.relu(t, negative_slope=slope, name=f"{name}_act") if mode == "relu"
-         else g.elu(t, alpha=slope, name=f"{name}_act"))
+    y = (
+        g.relu(t, negative_slope=slope, name=f"{name}_act")
+        if mode == "relu"
+        else g.elu(t, alpha=slope, name=f"{name}_act")
+    )
     y.set_output(True)
     if out_dtype is not None:
         y.set_data_type(out_dtype)
@@ -399,16 +522,25 @@ def _key_graph(dims=(3, 5), stride=None, dtype=DataType.FLOAT, slope=0.1, mode="
 def test_key_stable_across_identical_graphs():
     k = _key_graph().key()
     assert k == _key_graph().key()
-    assert k == _key_graph(name="other").key()                # names do not matter
-    assert k == _key_graph(uid_base=100).key()                # uid values do not matter
+    assert k == _key_graph(name="other").key()  # names do not matter
+    assert k == _key_graph(uid_base=100).key()  # uid values do not matter
     g = _key_graph()
     assert g.key() == g.key()
 
 
-@pytest.mark.parametrize("change", [
-    dict(dims=(3, 6)), dict(stride=[1, 3]), dict(dtype=DataType.HALF), dict(slope=0.2),
-    dict(mode="elu"), dict(compute=DataType.DOUBLE), dict(out_dtype=DataType.BFLOAT16),
-], ids=["dim", "stride", "dtype", "attr", "mode", "compute", "out_dtype"])
+@pytest.mark.parametrize(
+    "change",
+    [
+        dict(dims=(3, 6)),
+        dict(stride=[1, 3]),
+        dict(dtype=DataType.HALF),
+        dict(slope=0.2),
+        dict(mode="elu"),
+        dict(compute=DataType.DOUBLE),
+        dict(out_dtype=DataType.BFLOAT16),
+    ],
+    ids=["dim", "stride", "dtype", "attr", "mode", "compute", "out_dtype"],
+)
 def test_key_changes_with_what_decides_execution(change):
     assert _key_graph(**change).key() != _key_graph().key()
 
@@ -416,6 +548,7 @@ def test_key_changes_with_what_decides_execution(change):
 def test_key_independent_of_node_insertion_order():
     """Node order does not matter (uids define the dataflow), so the same graph built in
     another order has the same key (the plan and autotune caches are keyed by it)."""
+
     def build(exp_first):
         g = cudnn.pygraph()
         A = g.tensor([3, 4], [4, 1], DataType.FLOAT)
@@ -427,6 +560,7 @@ def test_key_independent_of_node_insertion_order():
         y = g.sub(e1, e2)
         y.set_output(True)
         return g
+
     assert build(True).key() == build(False).key()
 
 
@@ -453,11 +587,22 @@ def test_serialize_deserialize_execute_by_uid(which, rng):
     assert torch.equal(out, expected), repro(f"deserialized {which}", [], "float32", rng.seed)
 
 
-@pytest.mark.parametrize("blob", [b"not json", b'{"format": "something-else"}', b"{}",
-                                  b'{"format": "opendnn-graph-v1", "graph": 3}'])
+@pytest.mark.parametrize(
+    "blob",
+    [
+        b"not json",
+        b'{"format": "something-else"}',
+        b"{}",
+        b'{"format": "opendnn-graph-v1", "graph": 3}',
+    ],
+)
 def test_deserialize_rejects_foreign_bytes(blob):
-    expect_error(BadParamError, Status.SERIALIZATION_VERSION_MISMATCH,
-                 lambda: cudnn.pygraph().deserialize(blob), "deserialize")
+    expect_error(
+        BadParamError,
+        Status.SERIALIZATION_VERSION_MISMATCH,
+        lambda: cudnn.pygraph().deserialize(blob),
+        "deserialize",
+    )
 
 
 # ---- autotune and its cache ---------------------------------------------------------------------
@@ -485,7 +630,7 @@ def test_autotune_reorders_and_persists(rng, cache_dir):
     entries = [v for k, v in doc["entries"].items() if k.startswith(g.key())]
     assert len(entries) == 1 and entries[0]["order"] == [n for n, _ in result]
     out2 = torch.full((6, 10), float("nan"))
-    g.execute({**feeds, y: out2}, None)                # the fastest plan is selected
+    g.execute({**feeds, y: out2}, None)  # the fastest plan is selected
     assert_close(out2, want, torch.float32)
 
 
@@ -495,13 +640,13 @@ def test_cached_order_is_used_by_benchmark_mode(rng, cache_dir):
     names = [g.get_plan_name_at_index(i) for i in range(g.get_execution_plan_count())]
     assert names[0].startswith(FUSION_NAME)
     autotune.store(g.key(), "cpu", list(reversed(names)), [1.0] * len(names))
-    autotune.forget_memory()                           # a later process: read from the file
+    autotune.forget_memory()  # a later process: read from the file
     g2, feeds2, y2, want2 = _pointwise_graph(rng)
     backends.benchmark = True
     g2.build([HeurMode.A, HeurMode.FALLBACK])
     out = torch.full((6, 10), float("nan"))
     g2.execute({**feeds2, y2: out}, None)
-    assert g2._selected_plan().name == names[-1]      # the cached fastest
+    assert g2._selected_plan().name == names[-1]  # the cached fastest
     assert_close(out, want2, torch.float32)
 
 
@@ -513,10 +658,15 @@ def test_heur_mode_b_reads_the_cache(rng, cache_dir):
     assert_close(out, want, torch.float32)
 
 
-@pytest.mark.parametrize("content", [
-    "{ this is not json", '["a list"]', '{"format": "opendnn-autotune-v1", "entries": 3}',
-    '{"format": "someone-else", "entries": {}}',
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        "{ this is not json",
+        '["a list"]',
+        '{"format": "opendnn-autotune-v1", "entries": 3}',
+        '{"format": "someone-else", "entries": {}}',
+    ],
+)
 def test_corrupt_cache_file_warns_and_is_rewritten(rng, cache_dir, content):
     path = os.path.join(cache_dir, "autotune-v1.json")
     with open(path, "w") as f:
@@ -561,7 +711,7 @@ def test_partition_with_a_pass_by_value_scalar(rng):
     x = rng.rand((5, 9))
     g = cudnn.pygraph()
     X, S = g.tensor_like(x), g.tensor_like(torch.tensor(0.7))
-    xs = g.mul(X, S)                          # crosses into two later pieces
+    xs = g.mul(X, S)  # crosses into two later pieces
     m = g.reduction(xs, ReductionMode.MAX)
     m.set_dim([5, 1])
     e = g.exp(g.sub(xs, m))
@@ -571,9 +721,15 @@ def test_partition_with_a_pass_by_value_scalar(rng):
     y.set_output(True)
     g.build([HeurMode.A, HeurMode.FALLBACK])
     assert g.get_plan_name_at_index(0).startswith("partition[")
-    out = compare_plans(g, {X: x, S: torch.tensor(0.7)}, [y], 0,
-                        g.get_execution_plan_count() - 1, n=9,
-                        msg=repro("softmax(0.7 x)", [(5, 9)], "float32", rng.seed))[y]
+    out = compare_plans(
+        g,
+        {X: x, S: torch.tensor(0.7)},
+        [y],
+        0,
+        g.get_execution_plan_count() - 1,
+        n=9,
+        msg=repro("softmax(0.7 x)", [(5, 9)], "float32", rng.seed),
+    )[y]
     assert_close(out, torch.softmax(0.7 * x.double(), 1), torch.float32, n=9)
 
 
@@ -587,8 +743,14 @@ def test_partition_outputs_of_two_shapes(rng):
     y2.set_output(True)
     g.build([HeurMode.A, HeurMode.FALLBACK])
     assert g.get_plan_name_at_index(0).startswith("partition[")
-    compare_plans(g, {A: a, B: b}, [y1, y2], 0, g.get_execution_plan_count() - 1,
-                  msg=repro("exp(b), a+b", [(3, 5), (1, 5)], "float32", rng.seed))
+    compare_plans(
+        g,
+        {A: a, B: b},
+        [y1, y2],
+        0,
+        g.get_execution_plan_count() - 1,
+        msg=repro("exp(b), a+b", [(3, 5), (1, 5)], "float32", rng.seed),
+    )
 
 
 def test_filter_after_build_keeps_a_built_plan(rng):
@@ -647,11 +809,24 @@ def test_matmul_then_fused_reduction(rng):
     r = g.reduction(g.mul(g.matmul(A, B), C), ReductionMode.ADD)
     r.set_dim([4, 1]).set_output(True)
     g.build([HeurMode.A, HeurMode.FALLBACK])
-    out = compare_plans(g, {A: a, B: b, C: c}, [r], 0, g.get_execution_plan_count() - 1, n=30,
-                        msg=repro("sum((a@b)*c)", [(4, 6), (6, 5), (4, 5)], "float32",
-                                  rng.seed, plan=g.get_plan_name_at_index(0)))[r]
-    assert_close(out, ((a.double() @ b.double()) * c.double()).sum(1, keepdim=True),
-                 torch.float32, n=30)
+    out = compare_plans(
+        g,
+        {A: a, B: b, C: c},
+        [r],
+        0,
+        g.get_execution_plan_count() - 1,
+        n=30,
+        msg=repro(
+            "sum((a@b)*c)",
+            [(4, 6), (6, 5), (4, 5)],
+            "float32",
+            rng.seed,
+            plan=g.get_plan_name_at_index(0),
+        ),
+    )[r]
+    assert_close(
+        out, ((a.double() @ b.double()) * c.double()).sum(1, keepdim=True), torch.float32, n=30
+    )
 
 
 def test_serialize_keeps_python_number_scalars(rng):
@@ -666,8 +841,12 @@ def test_serialize_keeps_python_number_scalars(rng):
     g2 = cudnn.pygraph().deserialize(g.serialize())
     out = torch.full((3, 4), float("nan"))
     g2.execute({X.get_uid(): x, y.get_uid(): out}, None)
-    assert_close(out, x.double() + 2.0, torch.float32,
-                 msg=repro("deserialized x + 2.0", [(3, 4)], "float32", rng.seed))
+    assert_close(
+        out,
+        x.double() + 2.0,
+        torch.float32,
+        msg=repro("deserialized x + 2.0", [(3, 4)], "float32", rng.seed),
+    )
 
 
 def test_partition_of_a_zero_size_graph(rng):
@@ -698,9 +877,14 @@ def test_matmul_of_single_element_tensors(rng):
     g.build([HeurMode.A, HeurMode.FALLBACK])
     for i in range(g.get_execution_plan_count()):
         out = run_plan(g, {A: a, B: b}, [c], i, float("nan"))[c]
-        assert_close(out, a.double() @ b.double(), torch.float32,
-                     msg=repro("matmul", [(1, 1), (1, 1)], "float32", rng.seed,
-                               plan=g.get_plan_name_at_index(i)))
+        assert_close(
+            out,
+            a.double() @ b.double(),
+            torch.float32,
+            msg=repro(
+                "matmul", [(1, 1), (1, 1)], "float32", rng.seed, plan=g.get_plan_name_at_index(i)
+            ),
+        )
 
 
 def test_adding_a_node_after_build_drops_the_stale_plans(rng):
@@ -708,8 +892,12 @@ def test_adding_a_node_after_build_drops_the_stale_plans(rng):
     g.build([HeurMode.A])
     z = g.neg(y)
     z.set_output(True)
-    expect_error(BadParamError, Status.BAD_PARAM_NOT_FINALIZED,
-                 lambda: g.execute({**feeds, y: torch.empty(6, 10)}, None), "no plan is built")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_NOT_FINALIZED,
+        lambda: g.execute({**feeds, y: torch.empty(6, 10)}, None),
+        "no plan is built",
+    )
     g.build([HeurMode.A])
     outs = {t: torch.full((6, 10), float("nan")) for t in (y, z)}
     g.execute({**feeds, **outs}, None)
@@ -722,18 +910,23 @@ def test_benchmark_mode_times_every_engine_before_runners_up(rng, cache_dir, mon
     and the other engine's best plan are all timed."""
     from opendnn.graph import lifecycle
     from opendnn.plan import ExecutionPlan
+
     g, feeds, y, want = _pointwise_graph(rng)
     g.build([HeurMode.A, HeurMode.FALLBACK])
     fusion = g._plans[0]
     assert len({tuple(p.engine_names) for p in g._plans}) == 2
     clones = []
-    for _ in range(3):           # three more plans of the first plan's engine, ranked first
-        clones.append(ExecutionPlan(fusion.graph, [(fusion.stages[0].graph,
-                                                    fusion.stages[0].config)], fusion.target))
+    for _ in range(3):  # three more plans of the first plan's engine, ranked first
+        clones.append(
+            ExecutionPlan(
+                fusion.graph, [(fusion.stages[0].graph, fusion.stages[0].config)], fusion.target
+            )
+        )
     g._plans = clones + g._plans
     timed = []
-    monkeypatch.setattr(lifecycle, "_time_plan",
-                        lambda fn, pack, w, i: timed.append(fn) or float(len(timed)))
+    monkeypatch.setattr(
+        lifecycle, "_time_plan", lambda fn, pack, w, i: timed.append(fn) or float(len(timed))
+    )
     monkeypatch.setattr(backends, "benchmark", True)
     monkeypatch.setattr(backends, "benchmark_limit", 3)
     monkeypatch.setattr(lifecycle, "EXTRA_MARGIN", float("inf"))
@@ -748,12 +941,14 @@ def test_benchmark_mode_skips_engines_far_beyond_the_best_estimate(rng, monkeypa
     """Another engine's best plan is timed only when its estimate is within EXTRA_MARGIN
     of the best plan's (the reference engine's is far beyond the fused kernel's)."""
     from opendnn.graph import lifecycle
+
     g, feeds, y, want = _pointwise_graph(rng)
     g.build([HeurMode.A, HeurMode.FALLBACK])
     assert len({tuple(p.engine_names) for p in g._plans}) == 2
     timed = []
-    monkeypatch.setattr(lifecycle, "_time_plan",
-                        lambda fn, pack, w, i: timed.append(fn) or float(len(timed)))
+    monkeypatch.setattr(
+        lifecycle, "_time_plan", lambda fn, pack, w, i: timed.append(fn) or float(len(timed))
+    )
     monkeypatch.setattr(backends, "benchmark", True)
     monkeypatch.setattr(backends, "benchmark_limit", 1)
     monkeypatch.setattr(lifecycle, "EXTRA_MARGIN", 1.0)
@@ -768,11 +963,12 @@ def test_autotune_keeps_each_plans_best_round(rng, cache_dir, monkeypatch):
     round (5 ms, then 1 ms) still beats a steady 2 ms plan, and the times reported and
     stored are each plan's best round."""
     from opendnn.graph import lifecycle
+
     g, feeds, y, want = _pointwise_graph(rng)
     g.build([HeurMode.A, HeurMode.FALLBACK])
     names = [p.name for p in g._plans]
     assert len(names) == 2 and lifecycle.TIMING_ROUNDS == 2
-    script = iter([5.0, 2.0, 1.0, 2.0])        # round 1: plan 0, plan 1; round 2: the same
+    script = iter([5.0, 2.0, 1.0, 2.0])  # round 1: plan 0, plan 1; round 2: the same
     monkeypatch.setattr(lifecycle, "_time_plan", lambda fn, pack, w, i: next(script))
     out = torch.full((6, 10), float("nan"))
     result = g.autotune({**feeds, y: out}, None)
@@ -785,6 +981,7 @@ def test_a_fresh_graph_of_a_built_problem_reuses_its_executable(rng):
     """Same key, other uids (a framework re-creating its graph): the plan reuses the built
     kernels, rebound to the new uids, and computes the new graph's inputs."""
     from opendnn import plan as plan_mod
+
     g1, feeds1, y1, want1 = _pointwise_graph(rng)
     g1.build([HeurMode.A])
     x = rng.rand((6, 10))
@@ -807,6 +1004,7 @@ def test_benchmark_mode_builds_a_cached_winner_first(rng, cache_dir, monkeypatch
     """With the problem in the autotune cache, create_execution_plans puts the winner first
     and the first execute times nothing."""
     from opendnn.graph import lifecycle
+
     g, feeds, y, want = _pointwise_graph(rng)
     monkeypatch.setattr(backends, "benchmark", True)
     g.build([HeurMode.A, HeurMode.FALLBACK])
@@ -830,6 +1028,7 @@ def test_matmul_flattened_config_counts_the_staged_output_tile(out_type, ok):
     from opendnn.engines.base import EngineConfig, Target
     from opendnn.engines.matmul import _kernels as MK
     from opendnn.engines.matmul.engine import MatmulEngine
+
     h100 = Target("cuda", "H100", (9, 0), 132, 9.89e14, 6.7e13, 3.35e12)
     a = torch.empty(1, 512, 512, dtype=torch.bfloat16)
     g = cudnn.pygraph()
@@ -843,25 +1042,28 @@ def test_matmul_flattened_config_counts_the_staged_output_tile(out_type, ok):
     assert ok or "output tile" in s.reason
 
 
-def test_a_fresh_graph_after_a_find_gets_its_candidates_without_ranking(rng, cache_dir,
-                                                                         monkeypatch):
+def test_a_fresh_graph_after_a_find_gets_its_candidates_without_ranking(
+    rng, cache_dir, monkeypatch
+):
     """Benchmark mode: after the find, a fresh graph of the same problem gets the candidate
     list (the winner first, support known) from the memo -- no engine is ranked or
     checked again -- and computes its own inputs."""
     from opendnn import heuristics
+
     monkeypatch.setattr(backends, "benchmark", True)
     g, feeds, y, want = _pointwise_graph(rng)
     g.build([HeurMode.A, HeurMode.FALLBACK])
-    g.execute({**feeds, y: torch.full((6, 10), float("nan"))}, None)     # the find
+    g.execute({**feeds, y: torch.full((6, 10), float("nan"))}, None)  # the find
     order = autotune.lookup(g.key(), "cpu")["order"]
 
     def ranked_again(*a, **k):
         raise AssertionError("the candidate list was ranked again")
+
     monkeypatch.setattr(heuristics, "plans_for_mode", ranked_again)
     monkeypatch.setattr(heuristics, "allowed", ranked_again)
     g2, feeds2, y2, want2 = _pointwise_graph(rng)
     g2.build([HeurMode.A, HeurMode.FALLBACK])
-    assert [p.name for p in g2._plans[:len(order)]] == order and g2._tuned
+    assert [p.name for p in g2._plans[: len(order)]] == order and g2._tuned
     out = torch.full((6, 10), float("nan"))
     g2.execute({**feeds2, y2: out}, None)
     assert_close(out, want2, torch.float32)

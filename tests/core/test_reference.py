@@ -5,17 +5,27 @@ here on its own: every pointwise mode and attribute, every reduction mode and ax
 genstats, matmul and the layout operations, strided and broadcast operands, integer and
 boolean outputs, and multi-node graphs.
 """
+
 from __future__ import annotations
 
 import pytest
 import torch
+from _util import (
+    EMPTY_IDENTITY,
+    MODE_CASES,
+    MODE_IDS,
+    REDUCE_SHAPES,
+    assert_close,
+    covered_modes,
+    nhwc,
+    reduce_input,
+    repro,
+    run_reference,
+)
 
 import opendnn.frontend as cudnn
 from opendnn.enums import DataType, HeurMode, ReductionMode
 from opendnn.ops.pointwise import MODES
-
-from _util import (EMPTY_IDENTITY, MODE_CASES, MODE_IDS, REDUCE_SHAPES, assert_close,
-                   covered_modes, nhwc, reduce_input, repro, run_reference)
 
 R = ReductionMode
 
@@ -37,8 +47,9 @@ def test_pointwise_mode_vs_torch(case, dtype, rng):
     out = run_reference(g, dict(zip(ts, xs)), [y])[y]
     assert out.dtype == dtype
     want = case.torch_fn(*[x.double() for x in xs])
-    assert_close(out, want, dtype, msg=repro(case.id, [shape] * len(xs), dtype, rng.seed,
-                                             engine="reference"))
+    assert_close(
+        out, want, dtype, msg=repro(case.id, [shape] * len(xs), dtype, rng.seed, engine="reference")
+    )
 
 
 @pytest.mark.parametrize("case", [c for c in MODE_CASES if c.boolean], ids=lambda c: c.id)
@@ -67,15 +78,20 @@ def test_pointwise_broadcast_bias_nchw_and_nhwc(rng):
         y.set_output(True)
         out = run_reference(g, {X: x, B: b}, [y])[y]
         assert out.stride() == x.stride()
-        assert_close(out, torch.relu(x.double() + b.double()), torch.float32,
-                     msg=repro("relu(bias)", [(2, 3, 4, 5), (1, 3, 1, 1)], "float32", rng.seed,
-                               layout=layout))
+        assert_close(
+            out,
+            torch.relu(x.double() + b.double()),
+            torch.float32,
+            msg=repro(
+                "relu(bias)", [(2, 3, 4, 5), (1, 3, 1, 1)], "float32", rng.seed, layout=layout
+            ),
+        )
 
 
 def test_pointwise_strided_views_and_output_strides(rng):
     base = rng.rand((6, 11))
-    a = base[1:6:2, 2:9]                   # (3, 7) with strides (22, 1)
-    bt = rng.rand((7, 3)).t()              # (3, 7) with strides (1, 3)
+    a = base[1:6:2, 2:9]  # (3, 7) with strides (22, 1)
+    bt = rng.rand((7, 3)).t()  # (3, 7) with strides (1, 3)
     g = cudnn.pygraph()
     A, B = g.tensor_like(a), g.tensor_like(bt)
     y = g.sub(A, B)
@@ -93,8 +109,12 @@ def test_pointwise_size_one_and_zero_size(rng):
         y = g.mul(X, Z)
         y.set_output(True)
         out = run_reference(g, {X: x, Z: z}, [y])[y]
-        assert_close(out, x.double() * z.double(), torch.float32, msg=repro("mul", [shape],
-                                                                            "float32", rng.seed))
+        assert_close(
+            out,
+            x.double() * z.double(),
+            torch.float32,
+            msg=repro("mul", [shape], "float32", rng.seed),
+        )
 
 
 def test_pass_by_value_scalar(rng):
@@ -128,10 +148,10 @@ def test_multi_node_dag_two_outputs(rng):
     A, B, C = g.tensor_like(a), g.tensor_like(b), g.tensor_like(c)
     mid = g.add(A, g.mul(B, C))
     s = g.sigmoid(mid)
-    t = g.tanh(mid)                      # the diamond: mid feeds two nodes
+    t = g.tanh(mid)  # the diamond: mid feeds two nodes
     y = g.mul(s, t)
     y.set_output(True)
-    mid.set_output(True)                 # an intermediate that is also an output
+    mid.set_output(True)  # an intermediate that is also an output
     outs = run_reference(g, {A: a, B: b, C: c}, [y, mid])
     m = a.double() + b.double() * c.double()
     assert_close(outs[mid], m, torch.float32)
@@ -142,8 +162,12 @@ def test_multi_node_dag_two_outputs(rng):
 def _torch_reduce(mode, x, dims):
     axes = [i for i, (a, b) in enumerate(zip(x.shape, dims)) if b == 1 and a != 1]
     if not axes:
-        return {R.AMAX: x.abs(), R.NORM1: x.abs(), R.NORM2: x.abs(),
-                R.MUL_NO_ZEROS: torch.where(x == 0, torch.ones_like(x), x)}.get(mode, x)
+        return {
+            R.AMAX: x.abs(),
+            R.NORM1: x.abs(),
+            R.NORM2: x.abs(),
+            R.MUL_NO_ZEROS: torch.where(x == 0, torch.ones_like(x), x),
+        }.get(mode, x)
     if mode == R.ADD:
         return x.sum(axes, keepdim=True)
     if mode == R.MUL:
@@ -182,21 +206,31 @@ def test_reduction_vs_torch(mode, shapes, rng):
     y.set_dim(list(ys)).set_output(True)
     out = run_reference(g, {X: x}, [y])[y]
     n = x.numel() // max(1, torch.Size(ys).numel())
-    assert_close(out, _torch_reduce(mode, x, ys), torch.float64, n=n,
-                 msg=repro(f"reduction {mode.name}", [xs, ys], "float64", rng.seed))
+    assert_close(
+        out,
+        _torch_reduce(mode, x, ys),
+        torch.float64,
+        n=n,
+        msg=repro(f"reduction {mode.name}", [xs, ys], "float64", rng.seed),
+    )
 
 
 @pytest.mark.parametrize("mode", list(ReductionMode), ids=lambda m: m.name)
 def test_reduction_float32_strided_input_vs_torch(mode, rng):
     base = reduce_input(rng, mode, (9, 6), torch.float32)
-    x = base.t()[:, 1:8]                    # (6, 7), strides (1, 6): non-packed
+    x = base.t()[:, 1:8]  # (6, 7), strides (1, 6): non-packed
     g = cudnn.pygraph()
     X = g.tensor_like(x)
     y = g.reduction(X, mode)
     y.set_dim([6, 1]).set_output(True)
     out = run_reference(g, {X: x}, [y])[y]
-    assert_close(out, _torch_reduce(mode, x.double(), (6, 1)), torch.float32, n=7,
-                 msg=repro(f"reduction {mode.name}", [(6, 7)], "float32", rng.seed))
+    assert_close(
+        out,
+        _torch_reduce(mode, x.double(), (6, 1)),
+        torch.float32,
+        n=7,
+        msg=repro(f"reduction {mode.name}", [(6, 7)], "float32", rng.seed),
+    )
 
 
 @pytest.mark.parametrize("mode", list(ReductionMode), ids=lambda m: m.name)
@@ -223,10 +257,20 @@ def test_genstats_vs_torch_nchw_nhwc(rng):
         outs = run_reference(g, {X: x}, [s, sq])
         xd = x.double()
         assert outs[s].shape == (1, 3, 1, 1)
-        assert_close(outs[s], xd.sum((0, 2, 3), keepdim=True), torch.float32, n=70,
-                     msg=repro("genstats sum", [(2, 3, 5, 7)], "float32", rng.seed, layout=layout))
-        assert_close(outs[sq], (xd * xd).sum((0, 2, 3), keepdim=True), torch.float32, n=70,
-                     msg=repro("genstats sq", [(2, 3, 5, 7)], "float32", rng.seed, layout=layout))
+        assert_close(
+            outs[s],
+            xd.sum((0, 2, 3), keepdim=True),
+            torch.float32,
+            n=70,
+            msg=repro("genstats sum", [(2, 3, 5, 7)], "float32", rng.seed, layout=layout),
+        )
+        assert_close(
+            outs[sq],
+            (xd * xd).sum((0, 2, 3), keepdim=True),
+            torch.float32,
+            n=70,
+            msg=repro("genstats sq", [(2, 3, 5, 7)], "float32", rng.seed, layout=layout),
+        )
 
 
 def test_softmax_graph_vs_torch(rng):
@@ -250,10 +294,10 @@ def test_softmax_graph_vs_torch(rng):
 MATMUL_SHAPES = [
     ((4, 5), (5, 3)),
     ((2, 4, 5), (2, 5, 3)),
-    ((1, 4, 5), (3, 5, 3)),          # broadcast batch
-    ((2, 1, 3, 7), (1, 3, 7, 1)),    # two batch dims, N = 1
+    ((1, 4, 5), (3, 5, 3)),  # broadcast batch
+    ((2, 1, 3, 7), (1, 3, 7, 1)),  # two batch dims, N = 1
     ((1, 1), (1, 1)),
-    ((3, 0), (0, 4)),                # K = 0: zeros
+    ((3, 0), (0, 4)),  # K = 0: zeros
 ]
 
 
@@ -267,13 +311,18 @@ def test_matmul_vs_torch(shapes, dtype, rng):
     c.set_output(True).set_data_type(DataType.FLOAT)
     out = run_reference(g, {A: a, B: b}, [c])[c]
     k = shapes[0][-1]
-    assert_close(out, a.double() @ b.double(), torch.float32, n=k,
-                 msg=repro("matmul", list(shapes), dtype, rng.seed))
+    assert_close(
+        out,
+        a.double() @ b.double(),
+        torch.float32,
+        n=k,
+        msg=repro("matmul", list(shapes), dtype, rng.seed),
+    )
 
 
 def test_matmul_transposed_operands(rng):
-    a = rng.rand((6, 4)).t()            # (4, 6) column-major
-    b = rng.rand((3, 6)).t()            # (6, 3) column-major
+    a = rng.rand((6, 4)).t()  # (4, 6) column-major
+    b = rng.rand((3, 6)).t()  # (6, 3) column-major
     g = cudnn.pygraph()
     A, B = g.tensor_like(a), g.tensor_like(b)
     c = g.matmul(A, B)
@@ -284,7 +333,7 @@ def test_matmul_transposed_operands(rng):
 
 @pytest.mark.parametrize("src_t", [False, True])
 def test_reshape_vs_torch(src_t, rng):
-    x = rng.rand((6, 4)).t() if src_t else rng.rand((4, 6))   # logical (4, 6) either way
+    x = rng.rand((6, 4)).t() if src_t else rng.rand((4, 6))  # logical (4, 6) either way
     g = cudnn.pygraph()
     X = g.tensor_like(x)
     y = g.reshape(X)
@@ -318,8 +367,9 @@ def test_slice_vs_torch(rng):
 @pytest.mark.parametrize("axis", [0, 1])
 def test_concatenate_vs_torch(axis, rng):
     shapes = [(2, 3), (2, 3), (2, 3)]
-    shapes = [tuple(s if i != axis else s + j for i, s in enumerate(sh)) for j, sh in
-              enumerate(shapes)]
+    shapes = [
+        tuple(s if i != axis else s + j for i, s in enumerate(sh)) for j, sh in enumerate(shapes)
+    ]
     xs = [rng.rand(s) for s in shapes]
     g = cudnn.pygraph()
     ts = [g.tensor_like(x) for x in xs]

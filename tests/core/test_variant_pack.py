@@ -1,15 +1,15 @@
 """Variant pack binding: what execute() accepts, and one test per rejection rule."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
+from _util import FUSION_ID, REFERENCE_ID, assert_close, expect_error, repro, workspace
 
 import opendnn.frontend as cudnn
 from opendnn.enums import DataType, HeurMode, ReductionMode
 from opendnn.errors import BadParamError, Status
-
-from _util import (FUSION_ID, REFERENCE_ID, assert_close, expect_error, repro, workspace)
 
 
 def _problem(rng, heur=(HeurMode.A,), name="vp"):
@@ -39,8 +39,14 @@ def test_bind_by_tensor_and_by_uid(rng, heur):
     g, (A, B, S, y, _), (a, b, s), want = _problem(rng, (heur,))
     out = _out()
     g.execute({A: a, B: b, S: s, y: out}, None)
-    assert_close(out, want, torch.float32, msg=repro("relu(a*b+s)", [(3, 4), (1, 4)], "float32",
-                                                     rng.seed, plan=g.get_plan_name_at_index(0)))
+    assert_close(
+        out,
+        want,
+        torch.float32,
+        msg=repro(
+            "relu(a*b+s)", [(3, 4), (1, 4)], "float32", rng.seed, plan=g.get_plan_name_at_index(0)
+        ),
+    )
     out2 = _out()
     g.execute({A.get_uid(): a, B.get_uid(): b, S.get_uid(): 0.25, y.get_uid(): out2}, None)
     assert torch.equal(out, out2)
@@ -60,20 +66,24 @@ def test_bind_raw_integer_pointers(rng, engine_id):
     g.create_execution_plan(engine_id, {})
     out = _out()
     g.execute({A: a.data_ptr(), B: b.data_ptr(), S: s, y: out.data_ptr()}, None)
-    assert_close(out, want, torch.float32, msg=repro("raw pointers", [(3, 4)], "float32", rng.seed,
-                                                     engine=engine_id))
+    assert_close(
+        out,
+        want,
+        torch.float32,
+        msg=repro("raw pointers", [(3, 4)], "float32", rng.seed, engine=engine_id),
+    )
 
 
 def test_bind_1d_buffer_holding_the_span(rng):
     """A non-packed descriptor bound to a flat buffer that covers its span."""
     g = cudnn.pygraph()
     base = rng.rand((6, 9))
-    view = base[1:5, 2:7]                            # dims (4, 5), strides (9, 1)
+    view = base[1:5, 2:7]  # dims (4, 5), strides (9, 1)
     X = g.tensor([4, 5], [9, 1], DataType.FLOAT, name="x")
     y = g.exp(X)
     y.set_output(True)
     g.build([HeurMode.A])
-    flat = base.reshape(-1)[1 * 9 + 2:]              # starts at view[0, 0]
+    flat = base.reshape(-1)[1 * 9 + 2 :]  # starts at view[0, 0]
     out = torch.full((4, 5), float("nan"))
     g.execute({X: flat, y: out}, None)
     assert_close(out, view.double().exp(), torch.float32)
@@ -86,7 +96,7 @@ def test_size_one_dim_strides_are_ignored(rng):
     y = g.neg(X)
     y.set_output(True)
     g.build([HeurMode.A])
-    odd = torch.empty_strided((3, 1), (1, 7)).copy_(x)      # stride 7 on the size-1 dim
+    odd = torch.empty_strided((3, 1), (1, 7)).copy_(x)  # stride 7 on the size-1 dim
     out = torch.full((3, 1), float("nan"))
     g.execute({X: odd, y: out}, None)
     assert torch.equal(out, -x)
@@ -107,44 +117,76 @@ def test_same_elements_other_shape_accepted(rng):
 # ---- rejections --------------------------------------------------------------------------------
 def test_missing_entry(rng):
     g, (A, B, S, y, _), (a, b, s), _w = _problem(rng)
-    expect_error(BadParamError, Status.BAD_PARAM_NULL_POINTER,
-                 lambda: g.execute({A: a, S: s, y: _out()}, None), "execute 'vp'", "'b'",
-                 "missing")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_NULL_POINTER,
+        lambda: g.execute({A: a, S: s, y: _out()}, None),
+        "execute 'vp'",
+        "'b'",
+        "missing",
+    )
 
 
 def test_binding_a_virtual_tensor(rng):
     g, (A, B, S, y, mid), (a, b, s), _w = _problem(rng)
-    expect_error(BadParamError, Status.BAD_PARAM,
-                 lambda: g.execute({A: a, B: b, S: s, y: _out(), mid: _out()}, None),
-                 "execute 'vp'", "'mid'", "virtual")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM,
+        lambda: g.execute({A: a, B: b, S: s, y: _out(), mid: _out()}, None),
+        "execute 'vp'",
+        "'mid'",
+        "virtual",
+    )
 
 
 def test_unknown_uid(rng):
     g, (A, B, S, y, _), (a, b, s), _w = _problem(rng)
-    expect_error(BadParamError, Status.BAD_PARAM,
-                 lambda: g.execute({A: a, B: b, S: s, y: _out(), 999: _out()}, None),
-                 "execute 'vp'", "uid 999", "not a tensor of this graph")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM,
+        lambda: g.execute({A: a, B: b, S: s, y: _out(), 999: _out()}, None),
+        "execute 'vp'",
+        "uid 999",
+        "not a tensor of this graph",
+    )
 
 
 def test_key_neither_tensor_nor_uid(rng):
     g, (A, B, S, y, _), (a, b, s), _w = _problem(rng)
-    expect_error(BadParamError, Status.BAD_PARAM_ATTRIBUTE_TYPE,
-                 lambda: g.execute({A: a, B: b, S: s, y: _out(), "b": b}, None),
-                 "execute 'vp'", "'b'", "neither")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_ATTRIBUTE_TYPE,
+        lambda: g.execute({A: a, B: b, S: s, y: _out(), "b": b}, None),
+        "execute 'vp'",
+        "'b'",
+        "neither",
+    )
 
 
 def test_wrong_dtype(rng):
     g, (A, B, S, y, _), (a, b, s), _w = _problem(rng)
-    expect_error(BadParamError, Status.BAD_PARAM_ATTRIBUTE_TYPE,
-                 lambda: g.execute({A: a.half(), B: b, S: s, y: _out()}, None),
-                 "execute 'vp'", "'a'", "torch.float16", "FLOAT")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_ATTRIBUTE_TYPE,
+        lambda: g.execute({A: a.half(), B: b, S: s, y: _out()}, None),
+        "execute 'vp'",
+        "'a'",
+        "torch.float16",
+        "FLOAT",
+    )
 
 
 def test_wrong_shape(rng):
     g, (A, B, S, y, _), (a, b, s), _w = _problem(rng)
-    expect_error(BadParamError, Status.BAD_PARAM_SHAPE_MISMATCH,
-                 lambda: g.execute({A: a, B: b, S: s, y: torch.empty(3, 5)}, None),
-                 "execute 'vp'", "'y'", "[3, 5]", "[3, 4]")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+        lambda: g.execute({A: a, B: b, S: s, y: torch.empty(3, 5)}, None),
+        "execute 'vp'",
+        "'y'",
+        "[3, 5]",
+        "[3, 4]",
+    )
 
 
 def test_wrong_shape_with_the_same_element_count(rng):
@@ -152,72 +194,129 @@ def test_wrong_shape_with_the_same_element_count(rng):
     silently would misread it ("a torch tensor must either have the descriptor's dims and
     strides or be a 1-D contiguous buffer")."""
     g, (A, B, S, y, _), (a, b, s), _w = _problem(rng)
-    expect_error(BadParamError, Status.BAD_PARAM_SHAPE_MISMATCH,
-                 lambda: g.execute({A: a, B: b, S: s, y: torch.empty(4, 3)}, None),
-                 "execute 'vp'", "'y'", "[4, 3]", "[3, 4]")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+        lambda: g.execute({A: a, B: b, S: s, y: torch.empty(4, 3)}, None),
+        "execute 'vp'",
+        "'y'",
+        "[4, 3]",
+        "[3, 4]",
+    )
 
 
 def test_buffer_strides_disagree(rng):
     g, (A, B, S, y, _), (a, b, s), _w = _problem(rng)
-    at = a.t().contiguous().t()                     # shape (3, 4), strides (1, 3)
-    expect_error(BadParamError, Status.BAD_PARAM_SHAPE_MISMATCH,
-                 lambda: g.execute({A: at, B: b, S: s, y: _out()}, None),
-                 "execute 'vp'", "'a'", "strides [1, 3]")
+    at = a.t().contiguous().t()  # shape (3, 4), strides (1, 3)
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+        lambda: g.execute({A: at, B: b, S: s, y: _out()}, None),
+        "execute 'vp'",
+        "'a'",
+        "strides [1, 3]",
+    )
 
 
 def test_buffer_on_another_device(rng):
     g, (A, B, S, y, _), (a, b, s), _w = _problem(rng)
-    expect_error(BadParamError, Status.BAD_PARAM,
-                 lambda: g.execute({A: a, B: b, S: s, y: torch.empty(3, 4, device="meta")}, None),
-                 "execute 'vp'", "'y'", "meta")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM,
+        lambda: g.execute({A: a, B: b, S: s, y: torch.empty(3, 4, device="meta")}, None),
+        "execute 'vp'",
+        "'y'",
+        "meta",
+    )
 
 
 def test_duplicated_entry(rng):
     g, (A, B, S, y, _), (a, b, s), _w = _problem(rng)
-    expect_error(BadParamError, Status.BAD_PARAM_DUPLICATED_ENTRIES,
-                 lambda: g.execute({A: a, A.get_uid(): a, B: b, S: s, y: _out()}, None),
-                 "execute 'vp'", "'a'", "twice")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_DUPLICATED_ENTRIES,
+        lambda: g.execute({A: a, A.get_uid(): a, B: b, S: s, y: _out()}, None),
+        "execute 'vp'",
+        "'a'",
+        "twice",
+    )
 
 
 def test_none_buffer(rng):
     g, (A, B, S, y, _), (a, b, s), _w = _problem(rng)
-    expect_error(BadParamError, Status.BAD_PARAM_NULL_POINTER,
-                 lambda: g.execute({A: a, B: None, S: s, y: _out()}, None),
-                 "execute 'vp'", "'b'", "None")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_NULL_POINTER,
+        lambda: g.execute({A: a, B: None, S: s, y: _out()}, None),
+        "execute 'vp'",
+        "'b'",
+        "None",
+    )
 
 
 def test_null_integer_pointer(rng):
     g, (A, B, S, y, _), (a, b, s), _w = _problem(rng)
-    expect_error(BadParamError, Status.BAD_PARAM_NULL_POINTER,
-                 lambda: g.execute({A: a, B: 0, S: s, y: _out()}, None),
-                 "execute 'vp'", "'b'", "null pointer")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_NULL_POINTER,
+        lambda: g.execute({A: a, B: 0, S: s, y: _out()}, None),
+        "execute 'vp'",
+        "'b'",
+        "null pointer",
+    )
 
 
 def test_unbindable_object(rng):
     g, (A, B, S, y, _), (a, b, s), _w = _problem(rng)
-    expect_error(BadParamError, Status.BAD_PARAM_ATTRIBUTE_TYPE,
-                 lambda: g.execute({A: a, B: [1.0] * 4, S: s, y: _out()}, None),
-                 "execute 'vp'", "'b'", "list")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_ATTRIBUTE_TYPE,
+        lambda: g.execute({A: a, B: [1.0] * 4, S: s, y: _out()}, None),
+        "execute 'vp'",
+        "'b'",
+        "list",
+    )
 
 
 def test_pass_by_value_with_non_scalar(rng):
     g, (A, B, S, y, _), (a, b, s), _w = _problem(rng)
-    expect_error(BadParamError, Status.BAD_PARAM_SHAPE_MISMATCH,
-                 lambda: g.execute({A: a, B: b, S: torch.ones(2), y: _out()}, None),
-                 "execute 'vp'", "'s'", "1 element")
-    expect_error(BadParamError, Status.BAD_PARAM_SHAPE_MISMATCH,
-                 lambda: g.execute({A: a, B: b, S: np.ones(3), y: _out()}, None),
-                 "execute 'vp'", "'s'", "1 element")
-    expect_error(BadParamError, Status.BAD_PARAM_ATTRIBUTE_TYPE,
-                 lambda: g.execute({A: a, B: b, S: "0.25", y: _out()}, None),
-                 "execute 'vp'", "'s'", "number")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+        lambda: g.execute({A: a, B: b, S: torch.ones(2), y: _out()}, None),
+        "execute 'vp'",
+        "'s'",
+        "1 element",
+    )
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+        lambda: g.execute({A: a, B: b, S: np.ones(3), y: _out()}, None),
+        "execute 'vp'",
+        "'s'",
+        "1 element",
+    )
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_ATTRIBUTE_TYPE,
+        lambda: g.execute({A: a, B: b, S: "0.25", y: _out()}, None),
+        "execute 'vp'",
+        "'s'",
+        "number",
+    )
 
 
 def test_flat_buffer_too_small(rng):
     g, (A, B, S, y, _), (a, b, s), _w = _problem(rng)
-    expect_error(BadParamError, Status.BAD_PARAM_SIZE_INSUFFICIENT,
-                 lambda: g.execute({A: a, B: b, S: s, y: torch.empty(11)}, None),
-                 "execute 'vp'", "'y'", "11 elements", "12")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_SIZE_INSUFFICIENT,
+        lambda: g.execute({A: a, B: b, S: s, y: torch.empty(11)}, None),
+        "execute 'vp'",
+        "'y'",
+        "11 elements",
+        "12",
+    )
 
 
 @pytest.mark.parametrize("heur", [HeurMode.A, HeurMode.FALLBACK])
@@ -237,9 +336,15 @@ def test_in_place_output_of_a_graph_with_two_outputs_is_rejected(rng):
     mid = g.mul(A, B, name="mul").set_output(True).set_name("mid")
     y = g.relu(g.add(mid, A, name="add"), name="act").set_output(True).set_name("y")
     g.build([HeurMode.A])
-    expect_error(BadParamError, Status.BAD_PARAM,
-                 lambda: g.execute({A: a, B: b, mid: torch.empty(3, 4), y: a}, None),
-                 "execute 'vp2'", "'y'", "'a'", "in place")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM,
+        lambda: g.execute({A: a, B: b, mid: torch.empty(3, 4), y: a}, None),
+        "execute 'vp2'",
+        "'y'",
+        "'a'",
+        "in place",
+    )
 
 
 def test_in_place_output_that_a_node_reads_is_rejected(rng):
@@ -249,9 +354,15 @@ def test_in_place_output_that_a_node_reads_is_rejected(rng):
     mid = g.exp(A, name="exp").set_output(True).set_name("mid")
     y = g.neg(mid, name="neg").set_output(True).set_name("y")
     g.build([HeurMode.A])
-    expect_error(BadParamError, Status.BAD_PARAM,
-                 lambda: g.execute({A: a, mid: a, y: torch.empty(3, 4)}, None),
-                 "execute 'vp3'", "'mid'", "'a'", "in place")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM,
+        lambda: g.execute({A: a, mid: a, y: torch.empty(3, 4)}, None),
+        "execute 'vp3'",
+        "'mid'",
+        "'a'",
+        "in place",
+    )
 
 
 def _split_graph(rng):
@@ -269,27 +380,40 @@ def test_workspace_too_small(rng):
     g, X, r, x = _split_graph(rng)
     need = g.get_workspace_size()
     assert need > 0
-    expect_error(BadParamError, Status.BAD_PARAM_SIZE_INSUFFICIENT,
-                 lambda: g.execute({X: x, r: torch.empty(3, 1)}, workspace(need - 1)),
-                 "execute 'ws'", f"{need - 1} bytes", str(need))
-    expect_error(BadParamError, Status.BAD_PARAM_SIZE_INSUFFICIENT,
-                 lambda: g.execute({X: x, r: torch.empty(3, 1)}, None), "execute 'ws'",
-                 "None")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_SIZE_INSUFFICIENT,
+        lambda: g.execute({X: x, r: torch.empty(3, 1)}, workspace(need - 1)),
+        "execute 'ws'",
+        f"{need - 1} bytes",
+        str(need),
+    )
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_SIZE_INSUFFICIENT,
+        lambda: g.execute({X: x, r: torch.empty(3, 1)}, None),
+        "execute 'ws'",
+        "None",
+    )
 
 
 def test_workspace_non_contiguous_rejected(rng):
     g, X, r, x = _split_graph(rng)
     need = g.get_workspace_size()
     ws = torch.empty(2 * need, dtype=torch.uint8)[::2]
-    expect_error(BadParamError, Status.BAD_PARAM,
-                 lambda: g.execute({X: x, r: torch.empty(3, 1)}, ws), "execute 'ws'",
-                 "contiguous")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM,
+        lambda: g.execute({X: x, r: torch.empty(3, 1)}, ws),
+        "execute 'ws'",
+        "contiguous",
+    )
 
 
 def test_workspace_of_another_dtype_is_bytes(rng):
     g, X, r, x = _split_graph(rng)
     need = g.get_workspace_size()
-    ws = torch.full(((need + 3) // 4,), float("nan"))          # float32 storage, enough bytes
+    ws = torch.full(((need + 3) // 4,), float("nan"))  # float32 storage, enough bytes
     out = torch.full((3, 1), float("nan"))
     g.execute({X: x, r: out}, ws)
     assert_close(out, x.double().sum(1, keepdim=True), torch.float32, n=64)
@@ -302,20 +426,38 @@ def test_execute_before_build(rng):
     y = g.exp(X)
     y.set_output(True)
     g.validate()
-    expect_error(BadParamError, Status.BAD_PARAM_NOT_FINALIZED,
-                 lambda: g.execute({X: x, y: _out()}, None), "graph", "build")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_NOT_FINALIZED,
+        lambda: g.execute({X: x, y: _out()}, None),
+        "graph",
+        "build",
+    )
 
 
 def test_plan_index_out_of_range(rng):
     g, (A, B, S, y, _), (a, b, s), _w = _problem(rng)
     n = g.get_execution_plan_count()
-    expect_error(BadParamError, Status.BAD_PARAM_OUT_OF_BOUND,
-                 lambda: g.execute_plan_at_index({A: a, B: b, S: s, y: _out()}, None, n),
-                 "graph", f"plan index {n}")
-    for query in (g.get_plan_name_at_index, g.get_workspace_size_plan_at_index,
-                  g.build_plan_at_index, g.get_behavior_notes_for_plan_at_index):
-        expect_error(BadParamError, Status.BAD_PARAM_OUT_OF_BOUND, lambda: query(-1), "graph",
-                     "plan index -1")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_OUT_OF_BOUND,
+        lambda: g.execute_plan_at_index({A: a, B: b, S: s, y: _out()}, None, n),
+        "graph",
+        f"plan index {n}",
+    )
+    for query in (
+        g.get_plan_name_at_index,
+        g.get_workspace_size_plan_at_index,
+        g.build_plan_at_index,
+        g.get_behavior_notes_for_plan_at_index,
+    ):
+        expect_error(
+            BadParamError,
+            Status.BAD_PARAM_OUT_OF_BOUND,
+            lambda: query(-1),
+            "graph",
+            "plan index -1",
+        )
 
 
 def test_disjoint_interleaved_views_are_not_aliasing(rng):
@@ -343,8 +485,14 @@ def test_two_outputs_bound_to_one_buffer(rng):
     y2.set_output(True).set_name("y2")
     g.build([HeurMode.A])
     buf = torch.empty(3, 4)
-    expect_error(BadParamError, Status.BAD_PARAM, lambda: g.execute({X: x, y1: buf, y2: buf}, None),
-                 "execute 'two'", "'y1'", "'y2'")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM,
+        lambda: g.execute({X: x, y1: buf, y2: buf}, None),
+        "execute 'two'",
+        "'y1'",
+        "'y2'",
+    )
 
 
 def test_same_layout_views_that_share_elements_are_aliasing(rng):
@@ -359,8 +507,15 @@ def test_same_layout_views_that_share_elements_are_aliasing(rng):
     y = g.exp(g.neg(X))
     y.set_output(True).set_stride([8, 1]).set_name("y")
     g.build([HeurMode.A])
-    expect_error(BadParamError, Status.BAD_PARAM, lambda: g.execute({X: x, y: out}, None),
-                 "execute 'alias'", "'y'", "'x'", "in place")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM,
+        lambda: g.execute({X: x, y: out}, None),
+        "execute 'alias'",
+        "'y'",
+        "'x'",
+        "in place",
+    )
 
 
 def test_single_transpose_into_its_own_input_buffer_is_rejected():
@@ -372,7 +527,9 @@ def test_single_transpose_into_its_own_input_buffer_is_rejected():
     g.build([cudnn.heur_mode.A])
     with pytest.raises(BadParamError) as e:
         g.execute({x: base, y: base})
-    assert e.value.status == Status.BAD_PARAM and "'y'" in str(e.value) and "in place" in str(e.value)
+    assert (
+        e.value.status == Status.BAD_PARAM and "'y'" in str(e.value) and "in place" in str(e.value)
+    )
 
 
 def test_single_pointwise_node_in_place_on_identical_buffer_runs():

@@ -3,15 +3,27 @@ Random123's known-answer vectors; the dropout engine against the float64 referen
 (bit-exact masks) in every layout and type; statistics (the kept fraction within a
 binomial bound), reproducibility, counter arithmetic, layout independence, the backward's
 regenerated mask, p = 0 and p = 1, device and host seeds; each rule with its error."""
+
 import math
 
 import numpy as np
 import pytest
 import torch
+from _util import (
+    DT_TO_TORCH,
+    REFERENCE_ID,
+    TORCH_TO_DT,
+    assert_close,
+    check_engine,
+    expect_error,
+    heuristic_knobs,
+    nhwc,
+    repro,
+    with_layout,
+)
 
 import opendnn.frontend as cudnn
-from _util import (DT_TO_TORCH, REFERENCE_ID, TORCH_TO_DT, assert_close, check_engine,
-                   expect_error, heuristic_knobs, nhwc, repro, with_layout)
+from opendnn.engines.dropout import shapes
 from opendnn.engines.dropout.engine import DropoutEngine
 from opendnn.errors import BadParamError, Status
 from opendnn.ops import dropout as ref
@@ -49,9 +61,12 @@ def _bwd(dy, p, seed, offset):
 def _run(g, feeds, outs):
     g.build([cudnn.heur_mode.A])
     assert g.get_plan_name_at_index(0).startswith("dropout")
-    bufs = {o: torch.full(o.get_dim(), float("nan")).to(
-        {v: k for k, v in TORCH_TO_DT.items()}[o.get_data_type()]).as_strided(
-        o.get_dim(), o.get_stride()) for o in outs}
+    bufs = {
+        o: torch.full(o.get_dim(), float("nan"))
+        .to({v: k for k, v in TORCH_TO_DT.items()}[o.get_data_type()])
+        .as_strided(o.get_dim(), o.get_stride())
+        for o in outs
+    }
     g.execute({**feeds, **bufs}, None)
     return [bufs[o] for o in outs]
 
@@ -59,8 +74,13 @@ def _run(g, feeds, outs):
 def _poisoned(o, k):
     """Output buffer of ``o``: NaN if floating, else 7 / 0 / 1 (k-th poison)."""
     dtype = DT_TO_TORCH[o.get_data_type()]
-    fill = float("nan") if dtype.is_floating_point else (7, 0, 1)[k] if dtype != torch.bool \
+    fill = (
+        float("nan")
+        if dtype.is_floating_point
+        else (7, 0, 1)[k]
+        if dtype != torch.bool
         else bool(k % 2)
+    )
     return torch.empty_strided(o.get_dim(), o.get_stride(), dtype=dtype).fill_(fill)
 
 
@@ -84,23 +104,29 @@ def compare_with_reference(g, feeds, outs, knobs=None, msg=""):
 
 # ---- the random stream ------------------------------------------------------------------------
 def test_philox_matches_random123_known_answers():
-    kat = [((0, 0, 0, 0, 0), (0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8)),
-           ((0xFFFFFFFFFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF),
-            (0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd)),
-           ((0x299f31d0a4093822, 0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344),
-            (0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1))]
+    kat = [
+        ((0, 0, 0, 0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+        (
+            (0xFFFFFFFFFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF),
+            (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD),
+        ),
+        (
+            (0x299F31D0A4093822, 0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344),
+            (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1),
+        ),
+    ]
     for (key, *counter), want in kat:
         assert tuple(int(w) for w in ref.philox4x32(key, *counter)) == want
 
 
 # ---- the engine against the reference ---------------------------------------------------------
-CASES = [((4, 7), "nchw"), ((2, 3, 4, 5), "nhwc"), ((3, 1, 5), "strided"), ((1,), "nchw")]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[f"c{i}" for i in range(len(CASES))])
-@pytest.mark.parametrize("dtype,mask_dtype", [(torch.float32, torch.uint8),
-                                              (torch.float16, torch.float16),
-                                              (torch.bfloat16, torch.bool)])
+@pytest.mark.parametrize("case", shapes.CI, ids=[f"c{i}" for i in range(len(shapes.CI))])
+@pytest.mark.parametrize(
+    "dtype,mask_dtype",
+    [(torch.float32, torch.uint8), (torch.float16, torch.float16), (torch.bfloat16, torch.bool)],
+)
 def test_forward_and_backward_against_reference(rng, case, dtype, mask_dtype):
     shape, layout = case
     x = with_layout(rng.rand(shape, dtype), layout)
@@ -131,7 +157,7 @@ def test_kept_fraction_is_binomial(p):
     x = torch.ones(n)
     y, m = _run(*_fwd(x, p, 2024, 0, torch.uint8))
     kept = int(m.sum())
-    bound = 5 * math.sqrt(n * p * (1 - p))          # 5 sigma: ~6e-7 false alarms
+    bound = 5 * math.sqrt(n * p * (1 - p))  # 5 sigma: ~6e-7 false alarms
     assert abs(kept - n * (1 - p)) < bound, f"kept {kept} of {n} at p={p}"
     assert_close(y, m.double() / (1 - p), torch.float32)
 
@@ -141,9 +167,9 @@ def test_same_seed_same_mask_new_offset_new_mask_counters_shift():
     m0 = _run(*_fwd(x, 0.5, 5, 0, torch.uint8))[1]
     assert torch.equal(m0, _run(*_fwd(x, 0.5, 5, 0, torch.uint8))[1])
     m1 = _run(*_fwd(x, 0.5, 5, ref.counters(4096), torch.uint8))[1]
-    assert (m0 != m1).float().mean() > 0.4                 # fresh draws
+    assert (m0 != m1).float().mean() > 0.4  # fresh draws
     m2 = _run(*_fwd(x, 0.5, 5, 250, torch.uint8))[1]
-    assert torch.equal(m2[:3096], m0[1000:])                # element i: offset + i // 4
+    assert torch.equal(m2[:3096], m0[1000:])  # element i: offset + i // 4
     m3 = _run(*_fwd(x, 0.5, 6, 0, torch.uint8))[1]
     assert (m0 != m3).float().mean() > 0.4
 
@@ -166,7 +192,7 @@ def test_backward_regenerates_the_forward_mask(rng):
 def test_a_seed_beyond_2_to_the_53_is_exact():
     """The kernel reads 64-bit seeds exactly (the reference engine reads them as floats,
     so compare with the NumPy stream directly)."""
-    seed, offset = 2 ** 62 + 12345, 2 ** 40 + 7
+    seed, offset = 2**62 + 12345, 2**40 + 7
     _, m = _run(*_fwd(torch.ones(300), 0.5, seed, offset, torch.uint8))
     assert np.array_equal(m.numpy(), ref.mask(seed, offset, (300,), 0.5).astype(np.uint8))
 
@@ -185,8 +211,9 @@ def test_p_zero_keeps_everything_and_p_one_drops_everything(rng):
 @pytest.mark.parametrize("p", [-0.1, 1.5, float("nan")])
 def test_probability_outside_0_1_is_rejected(p):
     g, _, _ = _fwd(torch.ones(4), p, 1, 0)
-    expect_error(BadParamError, Status.BAD_PARAM_OUT_OF_BOUND, g.validate, "drop",
-                 "is outside [0, 1]")
+    expect_error(
+        BadParamError, Status.BAD_PARAM_OUT_OF_BOUND, g.validate, "drop", "is outside [0, 1]"
+    )
 
 
 def test_seed_must_be_one_integer():
@@ -194,8 +221,14 @@ def test_seed_must_be_one_integer():
     x = g.tensor([4], [1], cudnn.data_type.FLOAT, name="x")
     s = g.tensor([1], [1], cudnn.data_type.FLOAT, name="fseed")
     g.dropout(x, 0.5, s, 0, name="drop")[0].set_output(True)
-    expect_error(BadParamError, Status.BAD_PARAM, g.validate, "drop", "fseed",
-                 "SEED must be one int32/int64 element")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM,
+        g.validate,
+        "drop",
+        "fseed",
+        "SEED must be one int32/int64 element",
+    )
     g = cudnn.pygraph()
     x = g.tensor([4], [1], cudnn.data_type.FLOAT, name="x")
     o = g.tensor([2], [1], cudnn.data_type.INT64, name="off2")
@@ -208,13 +241,20 @@ def test_integer_data_is_rejected():
     x = g.tensor([4], [1], cudnn.data_type.INT32, name="xi")
     y, _ = g.dropout(x, 0.5, 1, 0, name="drop")
     y.set_output(True).set_data_type(cudnn.data_type.FLOAT)
-    expect_error(BadParamError, Status.NOT_SUPPORTED_DATA_TYPE, g.validate, "drop", "xi",
-                 "not a floating type")
+    expect_error(
+        BadParamError,
+        Status.NOT_SUPPORTED_DATA_TYPE,
+        g.validate,
+        "drop",
+        "xi",
+        "not a floating type",
+    )
 
 
 # ---- the descriptor API ----------------------------------------------------------------------
 def _legacy_setup(p=0.4, seed=123, dims=(2, 3, 4, 5)):
     import opendnn.legacy as L
+
     h = L.create("cpu")
     d = L.create_tensor_descriptor()
     L.set_tensor_4d_descriptor(d, L.TensorFormat.NCHW, L.DataType.FLOAT, *dims)
@@ -234,10 +274,10 @@ def test_legacy_forward_backward_and_offsets_advance(rng):
         y = torch.full_like(x, float("nan"))
         L.dropout_forward(h, desc, d, x, d, y, r, size)
         ys.append(y)
-    for i, y in enumerate(ys):       # call i used counters [30 i, 30 (i + 1))
+    for i, y in enumerate(ys):  # call i used counters [30 i, 30 (i + 1))
         m = torch.from_numpy(ref.mask(123, 30 * i, x.shape, 0.4))
         assert_close(y, x.double() * m / 0.6, torch.float32)
-    assert (ys[0] == 0).ne(ys[1] == 0).any()                  # fresh masks each call
+    assert (ys[0] == 0).ne(ys[1] == 0).any()  # fresh masks each call
     assert states.view(torch.int64).tolist() == [123, 0, 60, 0]
     dy, dx = rng.rand(x.shape), torch.full_like(x, float("nan"))
     L.dropout_backward(h, desc, d, dy, d, dx, reserves[0], size)
@@ -250,10 +290,10 @@ def test_legacy_descriptor_round_trip_restore_and_a_mask_sized_reserve(rng):
     p, st, seed = L.get_dropout_descriptor(desc, h)
     assert (p, seed) == (0.25, 9) and st.data_ptr() == states.data_ptr()
     x = rng.rand((2, 3, 4, 5))
-    big = torch.empty(x.numel(), dtype=torch.uint8)          # as cuDNN's mask would need
+    big = torch.empty(x.numel(), dtype=torch.uint8)  # as cuDNN's mask would need
     y1 = torch.empty_like(x)
     L.dropout_forward(h, desc, d, x, d, y1, big, big.numel())
-    again = L.create_dropout_descriptor()                    # picks up the advanced states
+    again = L.create_dropout_descriptor()  # picks up the advanced states
     L.restore_dropout_descriptor(again, h, 0.25, states, states.numel(), 9)
     y2 = torch.empty_like(x)
     L.dropout_forward(h, again, d, x, d, y2, big, big.numel())
@@ -274,33 +314,68 @@ def test_legacy_rules():
     L, h, d, desc, states = _legacy_setup()
     x = torch.ones(2, 3, 4, 5)
     for p in (-0.5, 1.01):
-        expect_error(BadParamError, Status.BAD_PARAM_OUT_OF_BOUND,
-                     lambda: L.set_dropout_descriptor(desc, h, p, states, 32, 1),
-                     "set_dropout_descriptor", "dropout", "outside [0, 1]")
+        expect_error(
+            BadParamError,
+            Status.BAD_PARAM_OUT_OF_BOUND,
+            lambda: L.set_dropout_descriptor(desc, h, p, states, 32, 1),
+            "set_dropout_descriptor",
+            "dropout",
+            "outside [0, 1]",
+        )
     small = torch.empty(16, dtype=torch.uint8)
-    expect_error(BadParamError, Status.BAD_PARAM_SIZE_INSUFFICIENT,
-                 lambda: L.set_dropout_descriptor(desc, h, 0.5, small, 16, 1),
-                 "set_dropout_descriptor", "states", "below the 32 bytes needed")
-    expect_error(BadParamError, Status.BAD_PARAM_SIZE_INSUFFICIENT,
-                 lambda: L.set_dropout_descriptor(desc, h, 0.5, small, 32, 1),
-                 "set_dropout_descriptor", "states", "holds 16 bytes")
-    expect_error(BadParamError, Status.BAD_PARAM_SIZE_INSUFFICIENT,
-                 lambda: L.dropout_forward(h, desc, d, x, d, torch.empty_like(x), small, 16),
-                 "dropout_forward", "reserve_space", "below the 32 bytes needed")
-    expect_error(BadParamError, Status.BAD_PARAM_NULL_POINTER,
-                 lambda: L.dropout_backward(h, desc, d, x, d, torch.empty_like(x), None, 32),
-                 "dropout_backward", "reserve_space", "is NULL")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_SIZE_INSUFFICIENT,
+        lambda: L.set_dropout_descriptor(desc, h, 0.5, small, 16, 1),
+        "set_dropout_descriptor",
+        "states",
+        "below the 32 bytes needed",
+    )
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_SIZE_INSUFFICIENT,
+        lambda: L.set_dropout_descriptor(desc, h, 0.5, small, 32, 1),
+        "set_dropout_descriptor",
+        "states",
+        "holds 16 bytes",
+    )
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_SIZE_INSUFFICIENT,
+        lambda: L.dropout_forward(h, desc, d, x, d, torch.empty_like(x), small, 16),
+        "dropout_forward",
+        "reserve_space",
+        "below the 32 bytes needed",
+    )
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_NULL_POINTER,
+        lambda: L.dropout_backward(h, desc, d, x, d, torch.empty_like(x), None, 32),
+        "dropout_backward",
+        "reserve_space",
+        "is NULL",
+    )
     fresh = L.create_dropout_descriptor()
-    expect_error(BadParamError, Status.BAD_PARAM,
-                 lambda: L.dropout_forward(h, fresh, d, x, d, torch.empty_like(x),
-                                           torch.empty(32, dtype=torch.uint8), 32),
-                 "dropout_forward", "never set")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM,
+        lambda: L.dropout_forward(
+            h, fresh, d, x, d, torch.empty_like(x), torch.empty(32, dtype=torch.uint8), 32
+        ),
+        "dropout_forward",
+        "never set",
+    )
     d2 = L.create_tensor_descriptor()
     L.set_tensor_4d_descriptor(d2, L.TensorFormat.NCHW, L.DataType.FLOAT, 2, 3, 4, 6)
-    expect_error(BadParamError, Status.BAD_PARAM_SHAPE_MISMATCH,
-                 lambda: L.dropout_forward(h, desc, d, x, d2, torch.empty(2, 3, 4, 6),
-                                           torch.empty(32, dtype=torch.uint8), 32),
-                 "dropout_forward", "must equal [2, 3, 4, 5]")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+        lambda: L.dropout_forward(
+            h, desc, d, x, d2, torch.empty(2, 3, 4, 6), torch.empty(32, dtype=torch.uint8), 32
+        ),
+        "dropout_forward",
+        "must equal [2, 3, 4, 5]",
+    )
 
 
 def test_grouped_and_per_lane_streams_agree(rng):

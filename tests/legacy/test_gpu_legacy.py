@@ -1,4 +1,5 @@
 """The descriptor API on the GPU: the seed programs and the backward calls (pytest -m gpu)."""
+
 import importlib.util
 import os
 
@@ -8,8 +9,10 @@ import torch.nn.functional as F
 
 import opendnn.legacy as cudnn
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
 EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples")
 
 
@@ -41,9 +44,9 @@ def test_every_forward_algorithm_or_its_reason(algo):
     wd = cudnn.create_filter_descriptor()
     cudnn.set_filter_4d_descriptor(wd, cudnn.DataType.HALF, cudnn.TensorFormat.NHWC, 64, 32, 3, 3)
     conv = cudnn.create_convolution_descriptor()
-    cudnn.set_convolution_2d_descriptor(conv, 1, 1, 1, 1, 1, 1,
-                                        cudnn.ConvolutionMode.CROSS_CORRELATION,
-                                        cudnn.DataType.FLOAT)
+    cudnn.set_convolution_2d_descriptor(
+        conv, 1, 1, 1, 1, 1, 1, cudnn.ConvolutionMode.CROSS_CORRELATION, cudnn.DataType.FLOAT
+    )
     dims = cudnn.get_convolution_2d_forward_output_dim(conv, xd, wd)
     cudnn.set_tensor_4d_descriptor(yd, cudnn.TensorFormat.NHWC, cudnn.DataType.HALF, *dims)
     perf = {p.algo: p for p in cudnn.get_convolution_forward_algorithm_v7(h, xd, wd, conv, yd, 8)}

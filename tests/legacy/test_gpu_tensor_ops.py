@@ -1,15 +1,18 @@
 """The descriptor API's tensor operations and activations on the GPU (pytest -m gpu),
 against PyTorch in float64, at sizes the interpreter cannot run."""
+
 import math
 
 import pytest
 import torch
-
-import opendnn.legacy as cudnn
 from _util import assert_close
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+import opendnn.legacy as cudnn
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
 FLOAT, HALF, BF16 = cudnn.DataType.FLOAT, cudnn.DataType.HALF, cudnn.DataType.BFLOAT16
 TORCH = {FLOAT: torch.float32, HALF: torch.float16, BF16: torch.bfloat16}
 NCHW, NHWC = cudnn.TensorFormat.NCHW, cudnn.TensorFormat.NHWC
@@ -33,10 +36,15 @@ def h():
     return cudnn.create("cuda")
 
 
-@pytest.mark.parametrize("mode,coef,f", [
-    (ACT.RELU, 0.0, torch.relu), (ACT.SIGMOID, 0.0, torch.sigmoid),
-    (ACT.CLIPPED_RELU, 0.5, lambda x: x.clamp(0, 0.5)),
-    (ACT.ELU, 0.3, lambda x: torch.where(x > 0, x, 0.3 * torch.expm1(x)))])
+@pytest.mark.parametrize(
+    "mode,coef,f",
+    [
+        (ACT.RELU, 0.0, torch.relu),
+        (ACT.SIGMOID, 0.0, torch.sigmoid),
+        (ACT.CLIPPED_RELU, 0.5, lambda x: x.clamp(0, 0.5)),
+        (ACT.ELU, 0.3, lambda x: torch.where(x > 0, x, 0.3 * torch.expm1(x))),
+    ],
+)
 @pytest.mark.parametrize("dtype,fmt", [(BF16, NHWC), (FLOAT, NCHW)])
 def test_activation(h, mode, coef, f, dtype, fmt):
     dims = (8, 64, 33, 31)
@@ -51,7 +59,7 @@ def test_activation(h, mode, coef, f, dtype, fmt):
     assert_close(y, 2.0 * fx.detach() - prior.double(), TORCH[dtype], 2)
     fx.backward(dy.double())
     want = xd.grad
-    if mode == ACT.CLIPPED_RELU:     # cuDNN's (and our) gradient is 0 at x == coef
+    if mode == ACT.CLIPPED_RELU:  # cuDNN's (and our) gradient is 0 at x == coef
         want = torch.where((x.double() > 0) & (x.double() < coef), dy.double(), 0.0)
     cudnn.activation_backward(h, act, 1.0, d, y, d, dy, d, x, 0.0, d, dx)
     assert_close(dx, want, TORCH[dtype], 2)
@@ -66,11 +74,11 @@ def test_add_op_and_transform(h):
     op = cudnn.create_op_tensor_descriptor()
     cudnn.set_op_tensor_descriptor(op, cudnn.OpTensorOp.MAX, FLOAT, NAN.NOT_PROPAGATE_NAN)
     x, out = _buf(dims), torch.full(dims, math.nan, device="cuda")
-    cudnn.op_tensor(h, op, 1.0, _desc(dims), x, 1.0, _desc((1, 96, 1, 1)), a, 0.0, _desc(dims),
-                    out)
+    cudnn.op_tensor(h, op, 1.0, _desc(dims), x, 1.0, _desc((1, 96, 1, 1)), a, 0.0, _desc(dims), out)
     assert torch.equal(out, torch.maximum(x, a))
     y = torch.full(dims, math.nan, device="cuda", dtype=torch.half).to(
-        memory_format=torch.channels_last)
+        memory_format=torch.channels_last
+    )
     cudnn.transform_tensor(h, 1.0, _desc(dims), x, 0.0, _desc(dims, HALF, NHWC), y)
     assert torch.equal(y, x.half())
 
@@ -91,8 +99,12 @@ def test_reduce_with_indices(h, op):
     cudnn.reduce_tensor(h, rd, ind, isz, ws, wsz, 1.0, a_d, a, 0.0, c_d, c)
     v = a.double().abs() if op == R.AMAX else a.double()
     flat = v.reshape(8, 256, -1)
-    want = {R.ADD: flat.sum(-1), R.MAX: flat.amax(-1), R.AMAX: flat.amax(-1),
-            R.NORM2: flat.square().sum(-1).sqrt()}[op]
+    want = {
+        R.ADD: flat.sum(-1),
+        R.MAX: flat.amax(-1),
+        R.AMAX: flat.amax(-1),
+        R.NORM2: flat.square().sum(-1).sqrt(),
+    }[op]
     assert_close(c, want.view(c_dims), torch.float32, 196)
     if want_idx:
         assert torch.equal(ind.view(8, 256).long(), flat.argmax(-1))

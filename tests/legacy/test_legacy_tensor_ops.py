@@ -2,13 +2,14 @@
 reduce_tensor with indices) and activation_forward / activation_backward against PyTorch
 in float64: NCHW and NHWC, padded strides, fp32/fp16/bf16, alpha/beta blending, in-place
 use; and each rule with its error."""
+
 import math
 
 import pytest
 import torch
+from _util import assert_close, expect_error
 
 import opendnn.legacy as cudnn
-from _util import assert_close, expect_error
 from opendnn.errors import BadParamError, GraphNotSupportedError, Status
 
 FLOAT, HALF, BF16 = cudnn.DataType.FLOAT, cudnn.DataType.HALF, cudnn.DataType.BFLOAT16
@@ -83,8 +84,12 @@ def test_add_tensor_with_beta_zero_does_not_read_c(rng):
 
 
 # ---- op_tensor -----------------------------------------------------------------------------
-OPS = {cudnn.OpTensorOp.ADD: torch.add, cudnn.OpTensorOp.MUL: torch.mul,
-       cudnn.OpTensorOp.MIN: torch.minimum, cudnn.OpTensorOp.MAX: torch.maximum}
+OPS = {
+    cudnn.OpTensorOp.ADD: torch.add,
+    cudnn.OpTensorOp.MUL: torch.mul,
+    cudnn.OpTensorOp.MIN: torch.minimum,
+    cudnn.OpTensorOp.MAX: torch.maximum,
+}
 
 
 def _op_desc(op):
@@ -99,8 +104,19 @@ def test_op_tensor_binary(rng, op, dtype):
     dims, b_dims = (2, 3, 4, 5), (1, 3, 1, 5)
     a, b, c = _buf(rng, dims, dtype), _buf(rng, b_dims, dtype), _buf(rng, dims, dtype)
     prior = c.clone()
-    cudnn.op_tensor(H, _op_desc(op), 2.0, _desc(dims, dtype), a, -1.5, _desc(b_dims, dtype), b,
-                    0.5, _desc(dims, dtype), c)
+    cudnn.op_tensor(
+        H,
+        _op_desc(op),
+        2.0,
+        _desc(dims, dtype),
+        a,
+        -1.5,
+        _desc(b_dims, dtype),
+        b,
+        0.5,
+        _desc(dims, dtype),
+        c,
+    )
     want = OPS[op](2.0 * a.double(), -1.5 * b.double()) + 0.5 * prior.double()
     assert_close(c, want, TORCH[dtype], 2)
 
@@ -110,11 +126,23 @@ def test_op_tensor_sqrt_and_not(rng):
     a = _buf(rng, dims).abs()
     a[0, 0, 0, :2] = 0.0
     c = torch.full(dims, math.nan)
-    cudnn.op_tensor(H, _op_desc(cudnn.OpTensorOp.SQRT), 4.0, _desc(dims), a, 1.0, None, None,
-                    0.0, _desc(dims), c)
+    cudnn.op_tensor(
+        H,
+        _op_desc(cudnn.OpTensorOp.SQRT),
+        4.0,
+        _desc(dims),
+        a,
+        1.0,
+        None,
+        None,
+        0.0,
+        _desc(dims),
+        c,
+    )
     assert_close(c, torch.sqrt(4.0 * a.double()), torch.float32, 1)
-    cudnn.op_tensor(H, _op_desc(cudnn.OpTensorOp.NOT), 1.0, _desc(dims), a, 1.0, None, None,
-                    0.0, _desc(dims), c)
+    cudnn.op_tensor(
+        H, _op_desc(cudnn.OpTensorOp.NOT), 1.0, _desc(dims), a, 1.0, None, None, 0.0, _desc(dims), c
+    )
     assert torch.equal(c, (a == 0).float())
 
 
@@ -123,8 +151,19 @@ def test_op_tensor_in_place_over_a(rng):
     dims = (3, 4, 5, 6)
     a, b = _buf(rng, dims), _buf(rng, (1, 4, 1, 1))
     want = a.double() * 3.0 * b.double() + 2.0 * a.double()
-    cudnn.op_tensor(H, _op_desc(cudnn.OpTensorOp.MUL), 3.0, _desc(dims), a, 1.0,
-                    _desc((1, 4, 1, 1)), b, 2.0, _desc(dims), a)
+    cudnn.op_tensor(
+        H,
+        _op_desc(cudnn.OpTensorOp.MUL),
+        3.0,
+        _desc(dims),
+        a,
+        1.0,
+        _desc((1, 4, 1, 1)),
+        b,
+        2.0,
+        _desc(dims),
+        a,
+    )
     assert_close(a, want, torch.float32, 3)
 
 
@@ -151,25 +190,39 @@ def test_transform_tensor_from_a_padded_view(rng):
 
 # ---- reduce_tensor --------------------------------------------------------------------------
 R = cudnn.ReduceTensorOp
+
+
 def _prod(x, dims):
     for d in sorted(dims, reverse=True):
         x = x.prod(d, keepdim=True)
     return x
 
 
-RED = {R.ADD: lambda x, d: x.sum(d), R.MUL: _prod,
-       R.MIN: lambda x, d: x.amin(d), R.MAX: lambda x, d: x.amax(d),
-       R.AMAX: lambda x, d: x.abs().amax(d), R.AVG: lambda x, d: x.mean(d),
-       R.NORM1: lambda x, d: x.abs().sum(d), R.NORM2: lambda x, d: x.square().sum(d).sqrt(),
-       R.MUL_NO_ZEROS: lambda x, d: _prod(torch.where(x == 0, 1.0, x), d)}
+RED = {
+    R.ADD: lambda x, d: x.sum(d),
+    R.MUL: _prod,
+    R.MIN: lambda x, d: x.amin(d),
+    R.MAX: lambda x, d: x.amax(d),
+    R.AMAX: lambda x, d: x.abs().amax(d),
+    R.AVG: lambda x, d: x.mean(d),
+    R.NORM1: lambda x, d: x.abs().sum(d),
+    R.NORM2: lambda x, d: x.square().sum(d).sqrt(),
+    R.MUL_NO_ZEROS: lambda x, d: _prod(torch.where(x == 0, 1.0, x), d),
+}
 
 
 def _red_desc(op, indices=False):
     d = cudnn.create_reduce_tensor_descriptor()
     cudnn.set_reduce_tensor_descriptor(
-        d, op, FLOAT, NAN.NOT_PROPAGATE_NAN,
-        cudnn.ReduceTensorIndices.FLATTENED_INDICES if indices else
-        cudnn.ReduceTensorIndices.NO_INDICES, cudnn.IndicesType.INDICES_32BIT)
+        d,
+        op,
+        FLOAT,
+        NAN.NOT_PROPAGATE_NAN,
+        cudnn.ReduceTensorIndices.FLATTENED_INDICES
+        if indices
+        else cudnn.ReduceTensorIndices.NO_INDICES,
+        cudnn.IndicesType.INDICES_32BIT,
+    )
     return d
 
 
@@ -180,9 +233,10 @@ def _reduce(rng, op, a, c_dims, alpha=1.0, beta=0.0, indices=False, c=None):
     isz = cudnn.get_reduction_indices_size(H, rd, a_d, c_d)
     wsz = cudnn.get_reduction_workspace_size(H, rd, a_d, c_d)
     ind = torch.full((max(isz // 4, 1),), -1, dtype=torch.int32)
-    cudnn.reduce_tensor(H, rd, ind, isz, torch.empty(wsz, dtype=torch.uint8), wsz, alpha, a_d, a,
-                        beta, c_d, c)
-    return c, ind[:isz // 4]
+    cudnn.reduce_tensor(
+        H, rd, ind, isz, torch.empty(wsz, dtype=torch.uint8), wsz, alpha, a_d, a, beta, c_d, c
+    )
+    return c, ind[: isz // 4]
 
 
 @pytest.mark.parametrize("op", list(R))
@@ -200,8 +254,9 @@ def test_reduce_tensor_blends(rng):
     a, c = _buf(rng, (2, 3, 4, 5)), _buf(rng, (2, 3, 1, 1))
     prior = c.clone()
     _reduce(rng, R.ADD, a, (2, 3, 1, 1), alpha=0.5, beta=-2.0, c=c)
-    assert_close(c, 0.5 * a.double().sum((2, 3), keepdim=True) - 2.0 * prior.double(),
-                 torch.float32, 20)
+    assert_close(
+        c, 0.5 * a.double().sum((2, 3), keepdim=True) - 2.0 * prior.double(), torch.float32, 20
+    )
 
 
 @pytest.mark.parametrize("op", [R.MIN, R.MAX, R.AMAX])
@@ -210,7 +265,7 @@ def test_reduce_tensor_flattened_indices(rng, op, c_dims):
     """Indices count row-major over the reduced dims within each region: the first
     extreme element (ties go to the lower index)."""
     a = _buf(rng, (2, 3, 4, 5))
-    a[0, 1, 0, 2] = a[0, 2, 0, 3] = 9.0 if op != R.MIN else -9.0   # a tie in one region
+    a[0, 1, 0, 2] = a[0, 2, 0, 3] = 9.0 if op != R.MIN else -9.0  # a tie in one region
     c, ind = _reduce(rng, op, a, c_dims, indices=True)
     axes = [i for i, s in enumerate(c_dims) if s == 1 and a.shape[i] != 1]
     kept = [i for i in range(4) if i not in axes]
@@ -266,7 +321,7 @@ def test_activation_forward_and_backward(rng, mode, dtype, fmt, alpha, beta):
     dprior = dx.clone()
     fx.backward(dy.double())
     grad = xd.grad
-    if mode == ACT.CLIPPED_RELU:     # the gradient is 0 at x == coef (autograd's is dy)
+    if mode == ACT.CLIPPED_RELU:  # the gradient is 0 at x == coef (autograd's is dy)
         grad = torch.where((x.double() > 0) & (x.double() < coef), dy.double(), 0.0)
     cudnn.activation_backward(H, act, alpha, d, y, d, dy, d, x, beta, d, dx)
     assert_close(dx, alpha * grad + beta * dprior.double(), TORCH[dtype], 4)
@@ -302,61 +357,144 @@ def test_activation_in_place(rng):
 def test_rules(rng):
     d4, d5 = _desc((2, 3, 4, 5)), _desc((2, 3, 4, 6))
     x, y = _buf(rng, (2, 3, 4, 5)), _buf(rng, (2, 3, 4, 6))
-    expect_error(BadParamError, Status.BAD_PARAM,
-                 lambda: cudnn.activation_forward(H, _act(ACT.IDENTITY), 1.0, d4, x, 0.0, d4, x),
-                 "activation_forward", "IDENTITY")
-    expect_error(BadParamError, Status.BAD_PARAM_SHAPE_MISMATCH,
-                 lambda: cudnn.activation_forward(H, _act(ACT.RELU), 1.0, d4, x, 0.0, d5, y),
-                 "activation_forward", "'y'", "must equal")
-    expect_error(BadParamError, Status.BAD_PARAM_SHAPE_MISMATCH,
-                 lambda: cudnn.add_tensor(H, 1.0, _desc((1, 2, 1, 1)), x[:1, :2, :1, :1], 1.0,
-                                          d4, x), "add_tensor", "'A'", "1 or C's")
-    expect_error(BadParamError, Status.BAD_PARAM_SHAPE_MISMATCH,
-                 lambda: cudnn.transform_tensor(H, 1.0, d4, x, 0.0, d5, y),
-                 "transform_tensor", "'y'", "must equal")
-    expect_error(BadParamError, Status.BAD_PARAM,
-                 lambda: cudnn.transform_tensor(H, 1.0, d4, x, 0.0, _desc((2, 3, 4, 5), fmt=NHWC),
-                                                x.as_strided(x.shape, (60, 1, 15, 3))),
-                 "transform_tensor", "'y'", "in place")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM,
+        lambda: cudnn.activation_forward(H, _act(ACT.IDENTITY), 1.0, d4, x, 0.0, d4, x),
+        "activation_forward",
+        "IDENTITY",
+    )
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+        lambda: cudnn.activation_forward(H, _act(ACT.RELU), 1.0, d4, x, 0.0, d5, y),
+        "activation_forward",
+        "'y'",
+        "must equal",
+    )
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+        lambda: cudnn.add_tensor(H, 1.0, _desc((1, 2, 1, 1)), x[:1, :2, :1, :1], 1.0, d4, x),
+        "add_tensor",
+        "'A'",
+        "1 or C's",
+    )
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+        lambda: cudnn.transform_tensor(H, 1.0, d4, x, 0.0, d5, y),
+        "transform_tensor",
+        "'y'",
+        "must equal",
+    )
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM,
+        lambda: cudnn.transform_tensor(
+            H, 1.0, d4, x, 0.0, _desc((2, 3, 4, 5), fmt=NHWC), x.as_strided(x.shape, (60, 1, 15, 3))
+        ),
+        "transform_tensor",
+        "'y'",
+        "in place",
+    )
     never = cudnn.create_tensor_descriptor()
-    expect_error(BadParamError, Status.BAD_PARAM,
-                 lambda: cudnn.set_tensor(H, never, x, 1.0), "set_tensor", "never set")
-    expect_error(BadParamError, Status.BAD_PARAM,
-                 lambda: cudnn.op_tensor(H, cudnn.create_op_tensor_descriptor(), 1.0, d4, x, 1.0,
-                                         d4, x, 0.0, d4, x), "op_tensor", "never set")
-    expect_error(BadParamError, Status.BAD_PARAM,
-                 lambda: cudnn.set_op_tensor_descriptor(cudnn.create_op_tensor_descriptor(), 9,
-                                                        FLOAT, 0), "set_op_tensor_descriptor",
-                 "unknown op")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM,
+        lambda: cudnn.set_tensor(H, never, x, 1.0),
+        "set_tensor",
+        "never set",
+    )
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM,
+        lambda: cudnn.op_tensor(
+            H, cudnn.create_op_tensor_descriptor(), 1.0, d4, x, 1.0, d4, x, 0.0, d4, x
+        ),
+        "op_tensor",
+        "never set",
+    )
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM,
+        lambda: cudnn.set_op_tensor_descriptor(cudnn.create_op_tensor_descriptor(), 9, FLOAT, 0),
+        "set_op_tensor_descriptor",
+        "unknown op",
+    )
 
 
 def test_reduce_rules(rng):
     a_d, c_d = _desc((2, 3, 4, 5)), _desc((2, 1, 4, 1))
     rd = cudnn.create_reduce_tensor_descriptor()
-    expect_error(BadParamError, Status.BAD_PARAM,
-                 lambda: cudnn.set_reduce_tensor_descriptor(rd, R.AVG, FLOAT, 0, 1, 0),
-                 "set_reduce_tensor_descriptor", "only for MIN, MAX and AMAX")
-    expect_error(BadParamError, Status.NOT_SUPPORTED,
-                 lambda: cudnn.set_reduce_tensor_descriptor(rd, R.MAX, FLOAT, 0, 1, 1),
-                 "set_reduce_tensor_descriptor", "INDICES_64BIT")
-    expect_error(BadParamError, Status.BAD_PARAM_SHAPE_MISMATCH,
-                 lambda: cudnn.get_reduction_workspace_size(H, _red_desc(R.ADD), a_d,
-                                                            _desc((2, 2, 4, 1))),
-                 "get_reduction_workspace_size", "'C'", "A's (3) or 1")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM,
+        lambda: cudnn.set_reduce_tensor_descriptor(rd, R.AVG, FLOAT, 0, 1, 0),
+        "set_reduce_tensor_descriptor",
+        "only for MIN, MAX and AMAX",
+    )
+    expect_error(
+        BadParamError,
+        Status.NOT_SUPPORTED,
+        lambda: cudnn.set_reduce_tensor_descriptor(rd, R.MAX, FLOAT, 0, 1, 1),
+        "set_reduce_tensor_descriptor",
+        "INDICES_64BIT",
+    )
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+        lambda: cudnn.get_reduction_workspace_size(H, _red_desc(R.ADD), a_d, _desc((2, 2, 4, 1))),
+        "get_reduction_workspace_size",
+        "'C'",
+        "A's (3) or 1",
+    )
     a = _buf(rng, (2, 3, 4, 5))
     rd = _red_desc(R.MAX, indices=True)
     wsz = cudnn.get_reduction_workspace_size(H, rd, a_d, c_d)
     ws = torch.empty(wsz, dtype=torch.uint8)
-    expect_error(BadParamError, Status.BAD_PARAM_SIZE_INSUFFICIENT,
-                 lambda: cudnn.reduce_tensor(H, rd, torch.empty(3, dtype=torch.int32), 12, ws,
-                                             wsz, 1.0, a_d, a, 0.0, c_d, torch.empty(2, 1, 4, 1)),
-                 "reduce_tensor", "'indices'", "32")
-    assert wsz > 0      # the maximum crosses from the value graph to the indices'
-    expect_error(BadParamError, Status.BAD_PARAM_SIZE_INSUFFICIENT,
-                 lambda: cudnn.reduce_tensor(H, rd, torch.empty(8, dtype=torch.int32), 32,
-                                             ws, 0, 1.0, a_d, a, 0.0, c_d,
-                                             torch.empty(2, 1, 4, 1)),
-                 "reduce_tensor", "workspace")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_SIZE_INSUFFICIENT,
+        lambda: cudnn.reduce_tensor(
+            H,
+            rd,
+            torch.empty(3, dtype=torch.int32),
+            12,
+            ws,
+            wsz,
+            1.0,
+            a_d,
+            a,
+            0.0,
+            c_d,
+            torch.empty(2, 1, 4, 1),
+        ),
+        "reduce_tensor",
+        "'indices'",
+        "32",
+    )
+    assert wsz > 0  # the maximum crosses from the value graph to the indices'
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_SIZE_INSUFFICIENT,
+        lambda: cudnn.reduce_tensor(
+            H,
+            rd,
+            torch.empty(8, dtype=torch.int32),
+            32,
+            ws,
+            0,
+            1.0,
+            a_d,
+            a,
+            0.0,
+            c_d,
+            torch.empty(2, 1, 4, 1),
+        ),
+        "reduce_tensor",
+        "workspace",
+    )
 
 
 def test_huge_index_regions_are_not_supported():

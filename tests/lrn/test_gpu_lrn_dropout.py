@@ -3,16 +3,19 @@ normalization forward and backward against float64 PyTorch on realistic shapes, 
 NHWC, float32 / bfloat16; dropout masks bit-identical to the CPU's NumPy Philox (the
 same seed gives the same mask on every device), including past 2^31 elements; the legacy
 calls with blending and device-side states."""
+
 import numpy as np
 import pytest
 import torch
+from test_lrn import torch_div_norm, torch_lrn
 
 import opendnn.frontend as cudnn
 from opendnn.ops import dropout as ref
-from test_lrn import torch_div_norm, torch_lrn
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
 
 TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
 P = dict(lrn_alpha=1e-3, lrn_beta=0.75, lrn_k=2.0)
@@ -26,8 +29,9 @@ def _relerr(out, want):
 
 def _layout(t, fmt):
     if fmt == "nhwc":
-        return t.contiguous(memory_format=torch.channels_last if t.dim() == 4
-                            else torch.channels_last_3d)
+        return t.contiguous(
+            memory_format=torch.channels_last if t.dim() == 4 else torch.channels_last_3d
+        )
     return t
 
 
@@ -36,14 +40,22 @@ def _run(g, pack, outs, engine="lrn", check=None):
     backward schedules of LRN), each checked after its run."""
     g.build([cudnn.heur_mode.A])
     assert g.get_plan_name_at_index(0).startswith(engine), g.get_plan_name_at_index(0)
-    plans = [i for i in range(g.get_execution_plan_count())
-             if g.get_plan_name_at_index(i).startswith(engine)] if check else [0]
+    plans = (
+        [
+            i
+            for i in range(g.get_execution_plan_count())
+            if g.get_plan_name_at_index(i).startswith(engine)
+        ]
+        if check
+        else [0]
+    )
     for i in plans:
         g.build_plan_at_index(i)
         for o in outs:
             pack[o[0]] = o[1].fill_(float("nan")) if o[1].is_floating_point() else o[1]
-        ws = torch.empty(max(g.get_workspace_size_plan_at_index(i), 1), device="cuda",
-                         dtype=torch.uint8)
+        ws = torch.empty(
+            max(g.get_workspace_size_plan_at_index(i), 1), device="cuda", dtype=torch.uint8
+        )
         g.execute_plan_at_index(pack, ws.fill_(255), i)
         torch.cuda.synchronize()
         if check:
@@ -75,11 +87,13 @@ def test_lrn_forward_and_backward(shape, fmt, dt, n):
 
     def check(name):
         assert _relerr(dx, xr.grad) < 2 * TOL[dt], name
+
     _run(g, {tdy: dy, tx: x, tyv: y}, [(tdx, dx)], check=check)
 
 
-@pytest.mark.parametrize("shape,n", [((8, 16, 32, 32), 5), ((2, 8, 9, 10, 11), 3),
-                                     ((4, 3, 64, 64), 16)])
+@pytest.mark.parametrize(
+    "shape,n", [((8, 16, 32, 32), 5), ((2, 8, 9, 10, 11), 3), ((4, 3, 64, 64), 16)]
+)
 @pytest.mark.parametrize("fmt", ["nchw", "nhwc"])
 @pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16])
 def test_divisive_normalization_forward_and_backward(shape, n, fmt, dt):
@@ -91,8 +105,9 @@ def test_divisive_normalization_forward_and_backward(shape, n, fmt, dt):
     ty.set_output(True)
     y = torch.empty_like(x)
     _run(g, {tx: x, tm: m}, [(ty, y)])
-    assert _relerr(y, torch_div_norm(x.double(), m.double(), n, P["lrn_alpha"], 0.75, 2.0)) \
-        < TOL[dt]
+    assert (
+        _relerr(y, torch_div_norm(x.double(), m.double(), n, P["lrn_alpha"], 0.75, 2.0)) < TOL[dt]
+    )
     xr, mr = x.double().requires_grad_(True), m.double().requires_grad_(True)
     dy = torch.randn_like(x)
     torch_div_norm(xr, mr, n, P["lrn_alpha"], 0.75, 2.0).backward(dy.double())
@@ -114,14 +129,15 @@ def _dropout(x, p, seed, offset, device_rng=False):
     if device_rng:
         ts = g.tensor([1], [1], cudnn.data_type.INT64)
         to = g.tensor([1], [1], cudnn.data_type.INT64)
-        pack.update({ts: torch.tensor([seed], device="cuda"),
-                     to: torch.tensor([offset], device="cuda")})
+        pack.update(
+            {ts: torch.tensor([seed], device="cuda"), to: torch.tensor([offset], device="cuda")}
+        )
         seed, offset = ts, to
     ty, tm = g.dropout(tx, p, seed, offset)
     ty.set_output(True)
     tm.set_output(True).set_data_type(cudnn.data_type.UINT8)
     y = torch.empty_like(x)
-    mask = torch.empty_like(x, dtype=torch.uint8)       # x's layout, as inferred
+    mask = torch.empty_like(x, dtype=torch.uint8)  # x's layout, as inferred
     _run(g, pack, [(ty, y), (tm, mask)], "dropout")
     return y, mask
 
@@ -130,7 +146,7 @@ def _dropout(x, p, seed, offset, device_rng=False):
 @pytest.mark.parametrize("fmt", ["nchw", "nhwc"])
 def test_dropout_mask_equals_the_cpu_stream(device_rng, fmt):
     x = _layout(torch.randn(16, 32, 24, 24, device="cuda", dtype=torch.bfloat16), fmt)
-    seed, offset, p = 2 ** 45 + 17, 12345, 0.3
+    seed, offset, p = 2**45 + 17, 12345, 0.3
     y, mask = _dropout(x, p, seed, offset, device_rng)
     want = ref.mask(seed, offset, tuple(x.shape), p).astype(np.uint8)
     assert np.array_equal(mask.cpu().numpy(), want)
@@ -141,11 +157,11 @@ def test_dropout_mask_equals_the_cpu_stream(device_rng, fmt):
 
 def test_dropout_past_2_to_the_31_elements():
     """int64 indexing: counters and offsets of elements beyond 2^31 match the CPU stream."""
-    n = 2 ** 31 + 4099
+    n = 2**31 + 4099
     x = torch.ones(n, device="cuda", dtype=torch.bfloat16)
     y, mask = _dropout(x, 0.5, 7, 3)
-    for start in (0, 2 ** 31 - 501, n - 1000):
-        got = mask[start:start + 1000].cpu().numpy()
+    for start in (0, 2**31 - 501, n - 1000):
+        got = mask[start : start + 1000].cpu().numpy()
         u = ref.uniform_at(7, 3, np.arange(start, start + len(got)))
         assert np.array_equal(got, (u >= np.float32(0.5)).astype(np.uint8))
     del x, y, mask
@@ -153,6 +169,7 @@ def test_dropout_past_2_to_the_31_elements():
 
 def test_legacy_lrn_and_dropout_on_the_device():
     import opendnn.legacy as L
+
     h = L.create("cuda")
     dims = (8, 64, 14, 14)
     d = L.create_tensor_descriptor()
@@ -168,8 +185,7 @@ def test_legacy_lrn_and_dropout_on_the_device():
     states = torch.empty(L.dropout_get_states_size(h), dtype=torch.uint8, device="cuda")
     desc = L.create_dropout_descriptor()
     L.set_dropout_descriptor(desc, h, 0.2, states, states.numel(), 99)
-    reserve = torch.empty(L.dropout_get_reserve_space_size(d), dtype=torch.uint8,
-                          device="cuda")
+    reserve = torch.empty(L.dropout_get_reserve_space_size(d), dtype=torch.uint8, device="cuda")
     for call in range(2):
         out = torch.empty_like(x)
         L.dropout_forward(h, desc, d, x, d, out, reserve, reserve.numel())

@@ -66,7 +66,9 @@ def _as4(x):
     return x
 
 
-def run_matmul(srcdir, knobs, a, b, *, c_dtype=torch.float32, allow_tf32=False, num_sms=4, tma_flags=None):
+def run_matmul(
+    srcdir, knobs, a, b, *, c_dtype=torch.float32, allow_tf32=False, num_sms=4, tma_flags=None
+):
     """C = A @ B through the generated kernel(s) in the interpreter.
 
     a: [.., M, K], b: [.., K, N] (any strides, batch dims broadcast by expand).
@@ -80,8 +82,14 @@ def run_matmul(srcdir, knobs, a, b, *, c_dtype=torch.float32, allow_tf32=False, 
     N = b4.shape[3]
     c = torch.full((B0, B1, M, N), float("nan"), dtype=c_dtype)
     n = next(_COUNTER)
-    src = mk.matmul_source(f"mm_{n}", knobs, epilogue_params=EPI_PARAMS, epilogue_body=EPI_BODY,
-                           allow_tf32=allow_tf32, interpret=True)
+    src = mk.matmul_source(
+        f"mm_{n}",
+        knobs,
+        epilogue_params=EPI_PARAMS,
+        epilogue_body=EPI_BODY,
+        allow_tf32=allow_tf32,
+        interpret=True,
+    )
     fn = _compile(srcdir, src, f"mm_{n}")
     c_args = [c, c.stride(0), c.stride(1), c.stride(2), c.stride(3)]
     tail = [M, N, K, B1, *a4.stride(), *b4.stride()]
@@ -92,7 +100,9 @@ def run_matmul(srcdir, knobs, a, b, *, c_dtype=torch.float32, allow_tf32=False, 
     if M == 0 or N == 0:
         return c  # the caller never launches an empty grid
     if knobs.SPLIT_K > 1:
-        ws = torch.full((mk.workspace_bytes(knobs, M, N, B0 * B1) // 4,), float("nan"), dtype=torch.float32)
+        ws = torch.full(
+            (mk.workspace_bytes(knobs, M, N, B0 * B1) // 4,), float("nan"), dtype=torch.float32
+        )
         fn[g](a4, b4, ws, *c_args, *tail, **kw)
         rsrc = mk.splitk_reduce_source(f"mmred_{n}", knobs, EPI_PARAMS, EPI_BODY)
         rfn = _compile(srcdir, rsrc, f"mmred_{n}")
@@ -126,6 +136,7 @@ MID = Knobs(BLOCK_M=32, BLOCK_N=32, BLOCK_K=16, GROUP_M=2, num_stages=2, num_war
 # correctness in the interpreter
 # ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("mnk", [(1, 7, 33), (33, 65, 7), (65, 33, 65), (7, 1, 1)])
 def test_dtypes_odd_sizes(srcdir, dtype, mnk):
@@ -150,7 +161,11 @@ def test_bf16_output_and_grouping(srcdir):
 def test_k_zero(srcdir):
     a = torch.empty(9, 0)
     b = torch.empty(0, 17)
-    for knobs in (SMALL, dataclasses.replace(SMALL, SPLIT_K=2), dataclasses.replace(SMALL, persistent=True)):
+    for knobs in (
+        SMALL,
+        dataclasses.replace(SMALL, SPLIT_K=2),
+        dataclasses.replace(SMALL, persistent=True),
+    ):
         c = run_matmul(srcdir, knobs, a, b)
         assert torch.equal(c, torch.zeros_like(c))
 
@@ -265,24 +280,46 @@ def test_fp32_tf32_flag_source():
 
 
 def test_source_signature_contract():
-    kw = dict(epilogue_params=["C", "ldc"], epilogue_body="    pass\n", allow_tf32=True, interpret=False)
+    kw = dict(
+        epilogue_params=["C", "ldc"], epilogue_body="    pass\n", allow_tf32=True, interpret=False
+    )
     s = mk.matmul_source("kern", SMALL, **kw)
     head = s[: s.index("):")]
-    names = [p.strip().split(":")[0] for p in head[len("def kern("):].split(",") if p.strip()]
-    assert names[:16] == ["A", "B", "C", "ldc", "M", "N", "K", "BATCH1",
-                          "stride_a_b0", "stride_a_b1", "stride_am", "stride_ak",
-                          "stride_b_b0", "stride_b_b1", "stride_bk", "stride_bn"]
+    names = [p.strip().split(":")[0] for p in head[len("def kern(") :].split(",") if p.strip()]
+    assert names[:16] == [
+        "A",
+        "B",
+        "C",
+        "ldc",
+        "M",
+        "N",
+        "K",
+        "BATCH1",
+        "stride_a_b0",
+        "stride_a_b1",
+        "stride_am",
+        "stride_ak",
+        "stride_b_b0",
+        "stride_b_b1",
+        "stride_bk",
+        "stride_bn",
+    ]
     s2 = mk.matmul_source("kern", dataclasses.replace(SMALL, SPLIT_K=2), **kw)
     assert "def kern(\n    A,\n    B,\n    WS,\n    C,\n    ldc," in s2
-    r = mk.splitk_reduce_source("red", dataclasses.replace(SMALL, SPLIT_K=2), ["C", "ldc"], "    pass\n")
+    r = mk.splitk_reduce_source(
+        "red", dataclasses.replace(SMALL, SPLIT_K=2), ["C", "ldc"], "    pass\n"
+    )
     assert r.startswith("def red(\n    WS,\n    C,\n    ldc,\n    M,\n    N,\n    BATCH1,")
     with pytest.raises(ValueError):
-        mk.matmul_source("kern", SMALL, epilogue_params=["M"], epilogue_body="", allow_tf32=True, interpret=False)
+        mk.matmul_source(
+            "kern", SMALL, epilogue_params=["M"], epilogue_body="", allow_tf32=True, interpret=False
+        )
 
 
 # ---------------------------------------------------------------------------
 # host-side helpers
 # ---------------------------------------------------------------------------
+
 
 def test_grid_and_workspace():
     k = Knobs(128, 256, 64, 8, 3, 8)
@@ -334,13 +371,20 @@ def test_estimate_seconds_ranks_sensibly():
     assert skinny.BLOCK_M <= 64
     # more work never costs less
     k = ks[0]
-    assert mk.estimate_seconds(k, 4096, 4096, 4096, 1, 2, peak, bw, sms) < \
-        mk.estimate_seconds(k, 4096, 4096, 8192, 1, 2, peak, bw, sms)
+    assert mk.estimate_seconds(k, 4096, 4096, 4096, 1, 2, peak, bw, sms) < mk.estimate_seconds(
+        k, 4096, 4096, 8192, 1, 2, peak, bw, sms
+    )
     assert mk.estimate_seconds(k, 0, 4096, 4096, 1, 2, peak, bw, sms) == 0.0
 
 
 def test_validate_rejects_bad_knobs():
-    for bad in (Knobs(BLOCK_M=8), Knobs(BLOCK_K=48), Knobs(SPLIT_K=0), Knobs(flatten=True),
-                Knobs(warp_specialize=True), Knobs(epilogue_subtile=3)):
+    for bad in (
+        Knobs(BLOCK_M=8),
+        Knobs(BLOCK_K=48),
+        Knobs(SPLIT_K=0),
+        Knobs(flatten=True),
+        Knobs(warp_specialize=True),
+        Knobs(epilogue_subtile=3),
+    ):
         with pytest.raises(ValueError):
             mk.validate(bad)

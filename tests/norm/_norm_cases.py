@@ -1,13 +1,14 @@
 """Shared builders for the norm tests: graphs of each norm kind, forward and backward,
 from torch tensors, and the PyTorch ground truth (F.layer_norm, F.rms_norm,
 F.instance_norm, F.group_norm; autograd for the backward)."""
+
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from _util import TORCH_TO_DT
 
 import opendnn.frontend as cudnn
-from _util import TORCH_TO_DT
 
 KINDS = ("layernorm", "rmsnorm", "instancenorm", "groupnorm")
 TRAINING, INFERENCE = cudnn.norm_forward_phase.TRAINING, cudnn.norm_forward_phase.INFERENCE
@@ -75,7 +76,7 @@ def torch_forward(kind, x, w, b, eps=1e-5, groups=1):
     """PyTorch's result (float64 in, float64 out) for the same parameters."""
     if kind in ("layernorm", "rmsnorm"):
         axes = [i for i, d in enumerate(w.shape) if d != 1]
-        if not axes:   # every element its own row: normalized over a new axis of size one
+        if not axes:  # every element its own row: normalized over a new axis of size one
             xs, wv = x.unsqueeze(-1), w.reshape(1)
             bv = b.reshape(1) if b is not None else None
             if kind == "layernorm":
@@ -102,13 +103,19 @@ def torch_forward(kind, x, w, b, eps=1e-5, groups=1):
 def torch_stats(kind, x, w, eps=1e-5, groups=1):
     """(mean, inv_var) in the graph's statistics dims, float64."""
     from opendnn.ops import norm as N
-    norm = {"layernorm": N.LAYER, "rmsnorm": N.RMS, "instancenorm": N.INSTANCE,
-            "groupnorm": N.GROUP}[kind]
+
+    norm = {
+        "layernorm": N.LAYER,
+        "rmsnorm": N.RMS,
+        "instancenorm": N.INSTANCE,
+        "groupnorm": N.GROUP,
+    }[kind]
     geo = N.geometry(norm, x.shape, w.shape, groups)
     xv = x.double().reshape(geo.view)
 
-    def avg(t):   # torch reduces every axis for dim=(): rows of one element need none
+    def avg(t):  # torch reduces every axis for dim=(): rows of one element need none
         return t.mean(geo.axes, keepdim=True) if geo.axes else t
+
     mean = torch.zeros(geo.stats_view, dtype=torch.float64) if norm == N.RMS else avg(xv)
     var = avg((xv - mean) ** 2)
     return mean.reshape(geo.stats_dims), (1 / torch.sqrt(var + eps)).reshape(geo.stats_dims)

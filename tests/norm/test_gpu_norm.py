@@ -2,17 +2,20 @@
 heuristics pick and every config the engine lists, forward and backward, for layer and
 RMS norm at row widths up to 262144 (both paths), instance and group norm in NCHW and
 NHWC, float32 / float16 / bfloat16, and a fused residual add + layer norm + GELU."""
+
 import pytest
 import torch
 import torch.nn.functional as F
-
-import opendnn.frontend as cudnn
-from _norm_cases import (backward_graph, forward_graph, param_shape, torch_forward,
-                         torch_stats)
+from _norm_cases import backward_graph, forward_graph, param_shape, torch_forward, torch_stats
 from _util import plan_with_knobs
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+import opendnn.frontend as cudnn
+from opendnn.engines.norm import shapes
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
 
 TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
 
@@ -44,10 +47,15 @@ def _run_every_plan(g, feeds, outs, refs, tol, zero_atol=None):
         if not name.startswith("norm"):
             continue
         g.build_plan_at_index(i)
-        ws = torch.empty(max(g.get_workspace_size_plan_at_index(i), 1), device="cuda",
-                         dtype=torch.uint8).fill_(255)
-        bufs = {t: torch.empty_strided(t.get_dim(), t.get_stride(), device="cuda",
-                                       dtype=_dtype(t)).fill_(float("nan")) for t in outs}
+        ws = torch.empty(
+            max(g.get_workspace_size_plan_at_index(i), 1), device="cuda", dtype=torch.uint8
+        ).fill_(255)
+        bufs = {
+            t: torch.empty_strided(
+                t.get_dim(), t.get_stride(), device="cuda", dtype=_dtype(t)
+            ).fill_(float("nan"))
+            for t in outs
+        }
         g.execute_plan_at_index({**feeds, **bufs}, ws, i)
         for t, ref in zip(outs, refs):
             assert _close(bufs[t], ref, tol, zero_atol), f"{name} {t.get_name()}"
@@ -56,8 +64,11 @@ def _run_every_plan(g, feeds, outs, refs, tol, zero_atol=None):
 
 
 def _dtype(t):
-    return {cudnn.data_type.FLOAT: torch.float32, cudnn.data_type.HALF: torch.float16,
-            cudnn.data_type.BFLOAT16: torch.bfloat16}[t.get_data_type()]
+    return {
+        cudnn.data_type.FLOAT: torch.float32,
+        cudnn.data_type.HALF: torch.float16,
+        cudnn.data_type.BFLOAT16: torch.bfloat16,
+    }[t.get_data_type()]
 
 
 def _grads(kind, x, w, b, dy, groups):
@@ -68,16 +79,7 @@ def _grads(kind, x, w, b, dy, groups):
     return y.detach(), [xr.grad, wr.grad] + ([br.grad] if br is not None else [])
 
 
-CASES = [("layernorm", (8192, 8192), 1), ("layernorm", (64, 65536), 1),
-         ("layernorm", (4, 262144), 1), ("layernorm", (37, 1000), 1), ("layernorm", (7, 1), 1),
-         ("layernorm", (37, 40000), 1),       # one read: 5 chunks, the last partial
-         ("rmsnorm", (8192, 8192), 1), ("rmsnorm", (16, 262144), 1), ("rmsnorm", (33, 3000), 1),
-         ("rmsnorm", (5, 20000), 1),
-         ("instancenorm", (4, 32, 64, 64), 1), ("groupnorm", (8, 64, 32, 32), 32),
-         ("groupnorm", (2, 12, 300, 300), 3)]
-
-
-@pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
+@pytest.mark.parametrize("case", shapes.GPU, ids=[f"{c[0]}-{c[1]}" for c in shapes.GPU])
 @pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32, torch.float16])
 def test_forward_and_backward(case, dt):
     kind, shape, groups = case
@@ -96,10 +98,15 @@ def test_forward_and_backward(case, dt):
     stats = [inv] if kind == "rmsnorm" else [mean, inv]
     assert _run_every_plan(g, feeds, outs, [yref] + stats, TOL[dt])
     mean, inv = (t.float().cuda() for t in (mean, inv))
-    g, feeds, outs = backward_graph(kind, dy, x, w, mean, inv, groups,
-                                    has_dbias=kind != "rmsnorm")
-    _run_every_plan(g, feeds, outs, grads, 3 * TOL[dt],
-                    zero_atol=8 * 2 ** -23 * inv.max().item() * dy.abs().max().item())
+    g, feeds, outs = backward_graph(kind, dy, x, w, mean, inv, groups, has_dbias=kind != "rmsnorm")
+    _run_every_plan(
+        g,
+        feeds,
+        outs,
+        grads,
+        3 * TOL[dt],
+        zero_atol=8 * 2**-23 * inv.max().item() * dy.abs().max().item(),
+    )
 
 
 @pytest.mark.parametrize("shape", [(4096, 4096), (16, 140000)])
@@ -114,20 +121,29 @@ def test_fused_residual_layernorm_gelu(shape):
     out.set_output(True).set_data_type(cudnn.data_type.BFLOAT16)
     for t in (m, v):
         t.set_output(True).set_data_type(cudnn.data_type.FLOAT)
-    s = (x.double() + r.double())
+    s = x.double() + r.double()
     ref = F.gelu(F.layer_norm(s, (L,), w[0].double(), b[0].double(), 1e-5))
     mean = s.mean(-1, keepdim=True)
     inv = 1 / torch.sqrt(s.var(-1, unbiased=False, keepdim=True) + 1e-5)
-    names = _run_every_plan(g, {tx: x, tr: r, tw: w, tb: b}, [out, m, v], [ref, mean, inv],
-                            1e-2)
+    names = _run_every_plan(g, {tx: x, tr: r, tw: w, tb: b}, [out, m, v], [ref, mean, inv], 1e-2)
     assert len(g._plans) >= 1 and names
 
 
 @pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
-@pytest.mark.parametrize("rows,programs,prefetch,chunk,lag", [
-    (29, 24, 1, 0, 0), (29, 264, 0, 0, 0), (3, 264, 1, 0, 0), (29, 132, 1, 243, 0),
-    (29, 24, 2, 0, 0), (29, 24, 0, 0, 1), (29, 24, 0, 0, 2), (3, 264, 0, 0, 2),
-    (29, 132, 0, 243, 2)])
+@pytest.mark.parametrize(
+    "rows,programs,prefetch,chunk,lag",
+    [
+        (29, 24, 1, 0, 0),
+        (29, 264, 0, 0, 0),
+        (3, 264, 1, 0, 0),
+        (29, 132, 1, 243, 0),
+        (29, 24, 2, 0, 0),
+        (29, 24, 0, 0, 1),
+        (29, 24, 0, 0, 2),
+        (3, 264, 0, 0, 2),
+        (29, 132, 0, 243, 2),
+    ],
+)
 def test_one_read_path_knobs(kind, rows, programs, prefetch, chunk, lag):
     """PATH=4 with 12 chunks of 256 (the last partial), few or more groups than rows,
     with and without PREFETCH (1 and 2), forward and backward; 12 chunks of 243 in 256
@@ -138,20 +154,34 @@ def test_one_read_path_knobs(kind, rows, programs, prefetch, chunk, lag):
     b = torch.randn(1, 2900, device="cuda").to(dt) if kind == "layernorm" else None
     yref, grads = _grads(kind, x, w, b, dy, 1)
     mean, inv = torch_stats(kind, x.cpu(), w.cpu(), 1e-5, 1)
-    knobs = dict(PATH=4, BLOCK_L=256, BLOCK_ROWS=1, SPLIT=12, PROGRAMS=programs,
-                 num_warps=4, PREFETCH=prefetch, CHUNK=chunk, LAG=lag)
+    knobs = dict(
+        PATH=4,
+        BLOCK_L=256,
+        BLOCK_ROWS=1,
+        SPLIT=12,
+        PROGRAMS=programs,
+        num_warps=4,
+        PREFETCH=prefetch,
+        CHUNK=chunk,
+        LAG=lag,
+    )
     for bwd in (False, True) if not lag else (True,):
         if bwd:
-            g, feeds, outs = backward_graph(kind, dy, x, w, mean.float().cuda(),
-                                            inv.float().cuda(), 1, has_dbias=b is not None)
+            g, feeds, outs = backward_graph(
+                kind, dy, x, w, mean.float().cuda(), inv.float().cuda(), 1, has_dbias=b is not None
+            )
             refs = grads
         else:
             g, feeds, outs = forward_graph(kind, x, w, b, 1e-5, 1)
             refs = [yref] + ([inv] if kind == "rmsnorm" else [mean, inv])
         ws = plan_with_knobs(g, 26, knobs)
-        for rep in range(4):       # the programs meet through the workspace: run it again
-            bufs = {t: torch.empty_strided(t.get_dim(), t.get_stride(), device="cuda",
-                                           dtype=_dtype(t)).fill_(float("nan")) for t in outs}
+        for rep in range(4):  # the programs meet through the workspace: run it again
+            bufs = {
+                t: torch.empty_strided(
+                    t.get_dim(), t.get_stride(), device="cuda", dtype=_dtype(t)
+                ).fill_(float("nan"))
+                for t in outs
+            }
             g.execute({**feeds, **bufs}, ws)
             for t, ref in zip(outs, refs):
                 assert _close(bufs[t], ref, 3e-2, None), f"backward={bwd} {t.get_name()} {rep}"

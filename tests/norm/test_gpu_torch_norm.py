@@ -3,6 +3,7 @@ torch.nn.functional in float64 on the same CUDA inputs, at ResNet / EmoNet / tra
 sizes: bf16 / fp16 / fp32, NCHW and channels_last, running statistics over several
 steps, gradients, CUDA autocast (layer / group / RMS norm in float32 as PyTorch), and
 torch.compile(fullgraph=True) with the default (inductor) backend."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -10,8 +11,10 @@ import torch.nn.functional as F
 from opendnn.torch import norm as N
 from opendnn.torch import pool as P
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
 
 TOL = {torch.float32: 2e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
@@ -31,8 +34,7 @@ def _close(out, ref, dtype, what=""):
 def _x(shape, dtype, cl=False):
     x = torch.randn(shape, device="cuda", dtype=dtype) * 2 + 0.5
     if cl:
-        x = x.to(memory_format=torch.channels_last if x.dim() == 4 else
-                 torch.channels_last_3d)
+        x = x.to(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
     return x
 
 
@@ -49,13 +51,14 @@ def _grads(ours, refs, dtype, what):
             _close(a.grad, r.grad, dtype, f"{what} grad {i}")
 
 
-@pytest.mark.parametrize("shape", [(64, 64, 56, 56), (64, 2048, 7, 7), (256, 512),
-                                   (8, 32, 8, 16, 16)])
+@pytest.mark.parametrize(
+    "shape", [(64, 64, 56, 56), (64, 2048, 7, 7), (256, 512), (8, 32, 8, 16, 16)]
+)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("cl", [True, False])
 def test_batch_norm_training_and_inference(shape, dtype, cl):
     c = shape[1]
-    w = torch.rand(c, device="cuda") + 0.5      # float32 parameters and buffers (autocast's)
+    w = torch.rand(c, device="cuda") + 0.5  # float32 parameters and buffers (autocast's)
     b = torch.randn(c, device="cuda")
     rm, rv = torch.randn(c, device="cuda"), torch.rand(c, device="cuda") + 0.5
     rm_ref, rv_ref = rm.double(), rv.double()
@@ -83,11 +86,18 @@ def test_batch_norm_training_and_inference(shape, dtype, cl):
     _grads(ours, refs, dtype, "inference")
 
 
-@pytest.mark.parametrize("kind,shape,arg", [
-    ("layer", (4096, 1024), [1024]), ("layer", (8, 512, 4096), [4096]),
-    ("rms", (4096, 4096), [4096]), ("rms", (2, 77, 768), [768]),
-    ("group", (16, 256, 28, 28), 32), ("group", (8, 64, 16, 16, 16), 8),
-    ("instance", (8, 64, 128, 128), None)])       # EmoNet's instance norm
+@pytest.mark.parametrize(
+    "kind,shape,arg",
+    [
+        ("layer", (4096, 1024), [1024]),
+        ("layer", (8, 512, 4096), [4096]),
+        ("rms", (4096, 4096), [4096]),
+        ("rms", (2, 77, 768), [768]),
+        ("group", (16, 256, 28, 28), 32),
+        ("group", (8, 64, 16, 16, 16), 8),
+        ("instance", (8, 64, 128, 128), None),
+    ],
+)  # EmoNet's instance norm
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_row_norms(kind, shape, arg, dtype):
     x = _x(shape, dtype, kind in ("group", "instance"))
@@ -104,6 +114,7 @@ def test_row_norms(kind, shape, arg, dtype):
         if kind == "group":
             return f.group_norm(x, arg, w, b)
         return f.instance_norm(x, weight=w, bias=b)
+
     y, y_ref = call(N, *ours), call(F, *refs)
     _close(y, y_ref, dtype, kind)
     dy = torch.randn_like(y)
@@ -131,10 +142,12 @@ def test_autocast_types(fn):
     w = torch.rand(32, device="cuda") + 0.5
     with torch.autocast("cuda", dtype=torch.bfloat16):
         xh = x.to(torch.bfloat16)
-        calls = {"layer_norm": lambda f: f.layer_norm(xh, [16], w[:16], None),
-                 "group_norm": lambda f: f.group_norm(xh, 8, w),
-                 "rms_norm": lambda f: f.rms_norm(xh, [16], w[:16]),
-                 "batch_norm": lambda f: f.batch_norm(xh, None, None, w, None, True)}
+        calls = {
+            "layer_norm": lambda f: f.layer_norm(xh, [16], w[:16], None),
+            "group_norm": lambda f: f.group_norm(xh, 8, w),
+            "rms_norm": lambda f: f.rms_norm(xh, [16], w[:16]),
+            "batch_norm": lambda f: f.batch_norm(xh, None, None, w, None, True),
+        }
         y, y_ref = calls[fn](N), calls[fn](F)
     assert y.dtype == y_ref.dtype, (y.dtype, y_ref.dtype)
     _close(y, y_ref, torch.bfloat16, fn)
@@ -156,11 +169,15 @@ def test_max_pool_resnet(dtype, cl):
     assert torch.equal(idx, F.max_pool2d(x, 3, 2, 1, return_indices=True)[1])
 
 
-@pytest.mark.parametrize("call", [
-    lambda f, x: f.avg_pool2d(x, 4),                                    # EmoNet's 4x4
-    lambda f, x: f.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
-    lambda f, x: f.adaptive_avg_pool2d(x, 1),                           # ResNet's head
-    lambda f, x: f.max_pool3d(x.unflatten(2, (4, -1)), 2, ceil_mode=True)])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda f, x: f.avg_pool2d(x, 4),  # EmoNet's 4x4
+        lambda f, x: f.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+        lambda f, x: f.adaptive_avg_pool2d(x, 1),  # ResNet's head
+        lambda f, x: f.max_pool3d(x.unflatten(2, (4, -1)), 2, ceil_mode=True),
+    ],
+)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_pools(call, dtype):
     # the reference runs on the CPU: PyTorch 2.11's CUDA avg_pool2d backward of
@@ -178,20 +195,28 @@ def test_pools(call, dtype):
 def test_torch_compile_inductor():
     """A stem (batch norm, max pool), group / layer norm and the pooled head compile with
     the default backend, fullgraph; forward, gradients and running statistics match."""
+
     def chain(f, x, w, b, rm, rv):
         y = f.max_pool2d(f.batch_norm(x, rm, rv, w, b, True).relu(), 3, 2, 1)
         y = f.group_norm(y, 8, w, b)
         y = f.adaptive_avg_pool2d(y, 1).flatten(1)
         return (f.layer_norm(y, [64]) * proj.to(y.dtype)).sum()
+
     f32 = torch.float32
     proj = torch.randn(16, 64, device="cuda")
     x = _x((16, 64, 56, 56), f32, True)
-    params = [torch.rand(64, device="cuda") + .5, torch.randn(64, device="cuda"),
-              torch.zeros(64, device="cuda"), torch.ones(64, device="cuda")]
-    ours = [x.clone().requires_grad_()] + [p.clone().requires_grad_(i < 2)
-                                           for i, p in enumerate(params)]
-    refs = [x.double().requires_grad_()] + [p.double().requires_grad_(i < 2)
-                                            for i, p in enumerate(params)]
+    params = [
+        torch.rand(64, device="cuda") + 0.5,
+        torch.randn(64, device="cuda"),
+        torch.zeros(64, device="cuda"),
+        torch.ones(64, device="cuda"),
+    ]
+    ours = [x.clone().requires_grad_()] + [
+        p.clone().requires_grad_(i < 2) for i, p in enumerate(params)
+    ]
+    refs = [x.double().requires_grad_()] + [
+        p.double().requires_grad_(i < 2) for i, p in enumerate(params)
+    ]
     out = torch.compile(lambda *a: chain(_NS, *a), fullgraph=True)(*ours)
     out_ref = chain(F, *refs)
     _close(out, out_ref, f32, "loss")
@@ -205,5 +230,6 @@ def test_torch_compile_inductor():
 
 class _NS:
     """The opendnn functional functions under torch.nn.functional's names."""
+
     batch_norm, group_norm, layer_norm = N.batch_norm, N.group_norm, N.layer_norm
     max_pool2d, adaptive_avg_pool2d = P.max_pool2d, P.adaptive_avg_pool2d

@@ -4,12 +4,20 @@ rows in registers; long rows: two loops, statistics + column blocks) against the
 reference through the interpreter on odd, size-one and empty dims, strided and NHWC
 layouts and every floating type; the normalization property; each rule with its error.
 Fusion (residual add, activation epilogue): test_norm_fusion.py."""
+
 import pytest
 import torch
-
-from _norm_cases import (INFERENCE, KINDS, backward_graph, forward_graph, param_shape,
-                         torch_forward, torch_stats)
+from _norm_cases import (
+    INFERENCE,
+    KINDS,
+    backward_graph,
+    forward_graph,
+    param_shape,
+    torch_forward,
+    torch_stats,
+)
 from _util import assert_close, check_engine, repro, run_reference
+
 from opendnn.engines.norm.engine import NormEngine
 
 ID = NormEngine.id
@@ -33,8 +41,7 @@ def _groups(kind, shape):
 def _row_length(kind, shape, groups):
     if kind in ("layernorm", "rmsnorm"):
         return max(1, int(torch.tensor(shape[1:]).prod()))
-    return int(torch.tensor(shape[1:]).prod()) // (shape[1] if kind == "instancenorm"
-                                                   else groups)
+    return int(torch.tensor(shape[1:]).prod()) // (shape[1] if kind == "instancenorm" else groups)
 
 
 # ---- the reference against PyTorch ------------------------------------------------------------
@@ -62,27 +69,27 @@ def test_reference_matches_pytorch(rng, kind):
 CASES = [  # (kind, shape, layer-norm axes or None, knobs: None = the engine's choice)
     ("layernorm", (5, 37), None, None),
     ("layernorm", (5, 37), None, LOOP),
-    ("layernorm", (2, 3, 1, 7), None, None),           # size-one normalized axis
-    ("layernorm", (3, 4, 5), (2,), dict(LOOP, BLOCK_L=2)),   # [B, S, D] over D
-    ("layernorm", (4, 6, 2, 3), (1,), None),           # over C of NCHW: strided rows
-    ("layernorm", (3, 1), None, None),                 # rows of one element
+    ("layernorm", (2, 3, 1, 7), None, None),  # size-one normalized axis
+    ("layernorm", (3, 4, 5), (2,), dict(LOOP, BLOCK_L=2)),  # [B, S, D] over D
+    ("layernorm", (4, 6, 2, 3), (1,), None),  # over C of NCHW: strided rows
+    ("layernorm", (3, 1), None, None),  # rows of one element
     ("rmsnorm", (6, 33), None, None),
     ("rmsnorm", (6, 33), None, dict(LOOP, BLOCK_L=8)),
-    ("layernorm", (5, 37), None, SPLIT3),              # split rows, two kernels
+    ("layernorm", (5, 37), None, SPLIT3),  # split rows, two kernels
     ("rmsnorm", (6, 33), None, SPLIT3),
     ("rmsnorm", (2, 5, 9), (1, 2), None),
     ("instancenorm", (2, 3, 4, 5), None, None),
-    ("instancenorm", (2, 3, 1, 1), None, None),        # one element per instance
+    ("instancenorm", (2, 3, 1, 1), None, None),  # one element per instance
     ("groupnorm", (2, 6, 3, 5), None, None),
     ("groupnorm", (3, 6, 7), None, dict(LOOP, BLOCK_L=4)),
-    ("groupnorm", (3, 6, 7), None, dict(SPLIT3, BLOCK_L=4)),   # the last chunk: padding
+    ("groupnorm", (3, 6, 7), None, dict(SPLIT3, BLOCK_L=4)),  # the last chunk: padding
     # one read (PATH=4): on the CPU a row is one chunk (SPLIT=1; chunks of one row wait for
     # each other: GPU only, test_gpu_norm.py); 2 persistent programs prefetching rows
     ("layernorm", (5, 37), None, COOP),
     ("rmsnorm", (6, 33), None, dict(COOP, PREFETCH=0)),
-    ("layernorm", (4, 6, 2, 3), (1,), dict(COOP, BLOCK_L=8)),   # strided rows
-    ("layernorm", (5, 37), None, dict(COOP, CHUNK=40)),        # a chunk short of its tile
-    ("rmsnorm", (6, 33), None, dict(COOP, PREFETCH=2)),        # the next row loaded first
+    ("layernorm", (4, 6, 2, 3), (1,), dict(COOP, BLOCK_L=8)),  # strided rows
+    ("layernorm", (5, 37), None, dict(COOP, CHUNK=40)),  # a chunk short of its tile
+    ("rmsnorm", (6, 33), None, dict(COOP, PREFETCH=2)),  # the next row loaded first
 ]
 
 
@@ -94,25 +101,48 @@ def test_forward_against_reference(rng, case, dtype):
     x, w, b = _inputs(rng, kind, shape, dtype, axes, bias=dtype != torch.float16)
     g, feeds, outs = forward_graph(kind, x, w, b, 1e-5, groups)
     n = _row_length(kind, shape, groups) if axes is None else 8
-    check_engine(g, feeds, outs, ID, knobs, n=n,
-                 msg=repro(kind, [shape], str(dtype), rng.seed, axes=axes, knobs=knobs))
+    check_engine(
+        g,
+        feeds,
+        outs,
+        ID,
+        knobs,
+        n=n,
+        msg=repro(kind, [shape], str(dtype), rng.seed, axes=axes, knobs=knobs),
+    )
 
 
 BWD = dict(PATH=2, BLOCK_L=2, BLOCK_ROWS=1, SPLIT=2, PROGRAMS=2, num_warps=4)
-BWD_CASES = ([c[:3] + (None,) for c in CASES if not (c[3] and c[3]["PATH"] in (3, 4))] +
-             [c for c in CASES if c[3] and c[3]["PATH"] == 4] +
-             [c[:3] + (BWD,) for c in CASES if c[3] and c[3]["PATH"] == 2] +
-             [("layernorm", (7, 37), None, dict(PATH=1, BLOCK_L=64, BLOCK_ROWS=2, SPLIT=1,
-                                                PROGRAMS=3, num_warps=4)),
-              ("layernorm", (7, 37), None, dict(PATH=1, BLOCK_L=64, BLOCK_ROWS=2, SPLIT=1,
-                                                PROGRAMS=3, num_warps=4, PREFETCH=1)),
-              ("rmsnorm", (9, 20), None, dict(PATH=1, BLOCK_L=32, BLOCK_ROWS=1, SPLIT=1,
-                                              PROGRAMS=2, num_warps=4, PREFETCH=1)),
-              # the one-read meeting one row late, loading at the top of the step or ahead
-              ("layernorm", (7, 37), None, dict(COOP, PREFETCH=0, LAG=1)),
-              ("rmsnorm", (5, 33), None, dict(COOP, PREFETCH=0, LAG=2)),
-              ("layernorm", (4, 6, 2, 3), (1,), dict(COOP, BLOCK_L=8, PREFETCH=0, LAG=2)),
-              ("layernorm", (1, 37), None, dict(COOP, PREFETCH=0, LAG=2))])
+BWD_CASES = (
+    [c[:3] + (None,) for c in CASES if not (c[3] and c[3]["PATH"] in (3, 4))]
+    + [c for c in CASES if c[3] and c[3]["PATH"] == 4]
+    + [c[:3] + (BWD,) for c in CASES if c[3] and c[3]["PATH"] == 2]
+    + [
+        (
+            "layernorm",
+            (7, 37),
+            None,
+            dict(PATH=1, BLOCK_L=64, BLOCK_ROWS=2, SPLIT=1, PROGRAMS=3, num_warps=4),
+        ),
+        (
+            "layernorm",
+            (7, 37),
+            None,
+            dict(PATH=1, BLOCK_L=64, BLOCK_ROWS=2, SPLIT=1, PROGRAMS=3, num_warps=4, PREFETCH=1),
+        ),
+        (
+            "rmsnorm",
+            (9, 20),
+            None,
+            dict(PATH=1, BLOCK_L=32, BLOCK_ROWS=1, SPLIT=1, PROGRAMS=2, num_warps=4, PREFETCH=1),
+        ),
+        # the one-read meeting one row late, loading at the top of the step or ahead
+        ("layernorm", (7, 37), None, dict(COOP, PREFETCH=0, LAG=1)),
+        ("rmsnorm", (5, 33), None, dict(COOP, PREFETCH=0, LAG=2)),
+        ("layernorm", (4, 6, 2, 3), (1,), dict(COOP, BLOCK_L=8, PREFETCH=0, LAG=2)),
+        ("layernorm", (1, 37), None, dict(COOP, PREFETCH=0, LAG=2)),
+    ]
+)
 
 
 @pytest.mark.parametrize("case", BWD_CASES, ids=[f"{c[0]}{i}" for i, c in enumerate(BWD_CASES)])
@@ -124,8 +154,15 @@ def test_backward_against_reference(rng, case, dtype):
     mean, inv = (t.float() for t in torch_stats(kind, x, w, 1e-5, groups))
     dy = rng.rand(shape, dtype)
     g, feeds, outs = backward_graph(kind, dy, x, w, mean, inv, groups)
-    check_engine(g, feeds, outs, ID, knobs, n=4 * _row_length(kind, shape, groups),
-                 msg=repro(kind + "_backward", [shape], str(dtype), rng.seed, knobs=knobs))
+    check_engine(
+        g,
+        feeds,
+        outs,
+        ID,
+        knobs,
+        n=4 * _row_length(kind, shape, groups),
+        msg=repro(kind + "_backward", [shape], str(dtype), rng.seed, knobs=knobs),
+    )
 
 
 @pytest.mark.parametrize("kind", ["instancenorm", "groupnorm", "layernorm"])
@@ -149,8 +186,9 @@ def test_nhwc_and_strided_layouts(rng, kind):
     check_engine(g, feeds, outs, ID, None, n=4 * _row_length(kind, shape, groups))
 
 
-@pytest.mark.parametrize("kind,knobs", [("groupnorm", None), ("groupnorm", BWD),
-                                        ("instancenorm", None)])
+@pytest.mark.parametrize(
+    "kind,knobs", [("groupnorm", None), ("groupnorm", BWD), ("instancenorm", None)]
+)
 def test_channels_last_backward_walks_memory_order(rng, kind, knobs):
     """NHWC X: the kernels' columns follow memory (spatial outer, channel inner), and the
     finishing kernel finds each channel's partials there."""
@@ -181,27 +219,40 @@ def test_empty_batch_forward_and_zero_parameter_gradients(rng, kind):
     got = check_engine(g, feeds, outs, ID, None)
     assert got[outs[0]].numel() == 0
     mean, inv = torch_stats(kind, x, w, 1e-5, _groups(kind, shape))
-    g, feeds, outs = backward_graph(kind, x.clone(), x, w, mean.float(), inv.float(),
-                                    _groups(kind, shape))
+    g, feeds, outs = backward_graph(
+        kind, x.clone(), x, w, mean.float(), inv.float(), _groups(kind, shape)
+    )
     got = check_engine(g, feeds, outs, ID, None)
     assert bool((got[outs[1]] == 0).all()) and bool((got[outs[2]] == 0).all())
 
 
 # ---- properties ------------------------------------------------------------------------------
-@pytest.mark.parametrize("kind,knobs", [("layernorm", None), ("layernorm", LOOP),
-                                        ("groupnorm", None), ("instancenorm", LOOP)])
+@pytest.mark.parametrize(
+    "kind,knobs",
+    [("layernorm", None), ("layernorm", LOOP), ("groupnorm", None), ("instancenorm", LOOP)],
+)
 def test_rows_have_mean_zero_and_variance_one_before_the_affine(rng, kind, knobs):
     shape = (3, 6, 4, 5)
     groups = _groups(kind, shape)
-    x = rng.rand(shape, torch.float32, high=5.0) + 7.0      # far from zero mean
+    x = rng.rand(shape, torch.float32, high=5.0) + 7.0  # far from zero mean
     ps = param_shape(kind, shape)
     g, feeds, outs = forward_graph(kind, x, torch.ones(ps), torch.zeros(ps), 1e-6, groups)
     y = check_engine(g, feeds, outs, ID, knobs, n=60)[outs[0]].double()
     from opendnn.ops import norm as N
-    geo = N.geometry({"layernorm": N.LAYER, "groupnorm": N.GROUP,
-                      "instancenorm": N.INSTANCE}[kind], shape, ps, groups)
+
+    geo = N.geometry(
+        {"layernorm": N.LAYER, "groupnorm": N.GROUP, "instancenorm": N.INSTANCE}[kind],
+        shape,
+        ps,
+        groups,
+    )
     yv = y.reshape(geo.view)
-    assert_close(yv.mean(geo.axes), torch.zeros(geo.rows).reshape(yv.mean(geo.axes).shape),
-                 torch.float32, 100)
-    assert_close(yv.var(geo.axes, unbiased=False), torch.ones_like(yv.mean(geo.axes)),
-                 torch.float32, 100)
+    assert_close(
+        yv.mean(geo.axes),
+        torch.zeros(geo.rows).reshape(yv.mean(geo.axes).shape),
+        torch.float32,
+        100,
+    )
+    assert_close(
+        yv.var(geo.axes, unbiased=False), torch.ones_like(yv.mean(geo.axes)), torch.float32, 100
+    )

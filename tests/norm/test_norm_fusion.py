@@ -2,12 +2,13 @@
 optionally an output) and pointwise operations after Y (activation, scale, residual),
 all in one kernel with Y virtual; against the reference, on both forward paths; the
 heuristics pick the fused plan; graphs that do not fit are declined with a reason."""
+
 import pytest
 import torch
-
-import opendnn.frontend as cudnn
 from _norm_cases import TRAINING, tensor
 from _util import check_engine
+
+import opendnn.frontend as cudnn
 from opendnn.engines.base import Target
 from opendnn.engines.norm.engine import NormEngine
 
@@ -25,8 +26,9 @@ EPILOGUES = {
 
 
 def _graph(rng, kind, shape, dtype, residual, keep_sum, epilogue, keep_y=False):
-    w_shape = (1, shape[1]) + (1,) * (len(shape) - 2) if kind == "groupnorm" else \
-        (1,) + tuple(shape[1:])
+    w_shape = (
+        (1, shape[1]) + (1,) * (len(shape) - 2) if kind == "groupnorm" else (1,) + tuple(shape[1:])
+    )
     x, r = rng.rand(shape, dtype), rng.rand(shape, dtype)
     w, b = rng.rand(w_shape, dtype), rng.rand(w_shape, dtype)
     c = rng.rand((1,) + tuple(shape[1:]), dtype)
@@ -53,8 +55,9 @@ def _graph(rng, kind, shape, dtype, residual, keep_sum, epilogue, keep_y=False):
         if epilogue not in ("relu", "gelu"):
             feeds[tc] = c
         out = EPILOGUES[epilogue](g, y, tc)
-        out.set_output(True).set_data_type(cudnn.data_type.FLOAT if dtype == torch.float32
-                                           else cudnn.data_type.BFLOAT16)
+        out.set_output(True).set_data_type(
+            cudnn.data_type.FLOAT if dtype == torch.float32 else cudnn.data_type.BFLOAT16
+        )
         outs.append(out)
         if keep_y:
             y.set_output(True)
@@ -80,10 +83,17 @@ CASES = [  # (kind, residual, keep the sum, epilogue, keep Y)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-{c[3]}-{i}" for i, c in enumerate(CASES)])
-@pytest.mark.parametrize("knobs,dtype", [(None, torch.float32), (None, torch.bfloat16),
-                                          (LOOP, torch.bfloat16), (SPLIT3, torch.float32),
-                                          (COOP, torch.bfloat16)],
-                         ids=["rows-f32", "rows-bf16", "loop-bf16", "split-f32", "coop-bf16"])
+@pytest.mark.parametrize(
+    "knobs,dtype",
+    [
+        (None, torch.float32),
+        (None, torch.bfloat16),
+        (LOOP, torch.bfloat16),
+        (SPLIT3, torch.float32),
+        (COOP, torch.bfloat16),
+    ],
+    ids=["rows-f32", "rows-bf16", "loop-bf16", "split-f32", "coop-bf16"],
+)
 def test_fused_forward_against_reference(rng, case, knobs, dtype):
     kind, residual, keep_sum, epilogue, keep_y = case
     shape = (5, 4, 6) if kind == "groupnorm" else (5, 24)

@@ -3,6 +3,7 @@ engine lists (the compiled kernels), NCHW / NHWC / strided, 2-D and 3-D, float32
 float16 / bfloat16, max (with and without the Index, backward from the Index and from X)
 and both average modes; the bench shape; int64 offsets past 2**31 elements; the legacy
 calls with blending."""
+
 import math
 
 import pytest
@@ -10,9 +11,12 @@ import torch
 import torch.nn.functional as F
 
 import opendnn.frontend as cudnn
+from opendnn.engines.pool import shapes
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
 
 TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
 M = cudnn.resample_mode
@@ -41,8 +45,9 @@ def _every_plan(g, prefix, run):
 
 
 def _execute(g, pack, i):
-    ws = torch.empty(max(g.get_workspace_size_plan_at_index(i), 1), device="cuda",
-                     dtype=torch.uint8).fill_(255)
+    ws = torch.empty(
+        max(g.get_workspace_size_plan_at_index(i), 1), device="cuda", dtype=torch.uint8
+    ).fill_(255)
     g.execute_plan_at_index(pack, ws, i)
 
 
@@ -50,51 +55,49 @@ def _torch_pool(x, mode, w, s, p):
     nd = x.dim() - 2
     if mode == "MAXPOOL":
         return getattr(F, f"max_pool{nd}d")(x, w, s, p, return_indices=True)
-    return getattr(F, f"avg_pool{nd}d")(x, w, s, p, count_include_pad=mode ==
-                                        "AVGPOOL_INCLUDE_PADDING"), None
+    return getattr(F, f"avg_pool{nd}d")(
+        x, w, s, p, count_include_pad=mode == "AVGPOOL_INCLUDE_PADDING"
+    ), None
 
 
 def _layout(x, layout):
     if layout == "nhwc":
-        return x.contiguous(memory_format=torch.channels_last if x.dim() == 4 else
-                            torch.channels_last_3d)
+        return x.contiguous(
+            memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d
+        )
     if layout == "strided":
-        return torch.empty(*x.shape[:-1], 2 * x.shape[-1], device="cuda",
-                           dtype=x.dtype)[..., ::2].copy_(x)
+        return torch.empty(*x.shape[:-1], 2 * x.shape[-1], device="cuda", dtype=x.dtype)[
+            ..., ::2
+        ].copy_(x)
     return x
 
 
-CASES = [((32, 64, 56, 56), (3, 3), (2, 2), (1, 1)),
-         ((8, 3, 33, 47), (2, 2), (2, 2), (0, 0)),
-         ((4, 20, 7, 7), (7, 7), (1, 1), (0, 0)),               # global pooling
-         ((4, 24, 14, 13), (12, 9), (2, 1), (3, 4)),            # run-time window loops
-         ((2, 16, 9, 10, 11), (3, 3, 3), (2, 2, 2), (1, 1, 1))]
-
-
-@pytest.mark.parametrize("case", CASES, ids=["56x56", "odd", "global", "big", "3d"])
+@pytest.mark.parametrize("case", shapes.GPU, ids=shapes.GPU_IDS)
 @pytest.mark.parametrize("layout", ["nchw", "nhwc", "strided"])
 @pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32, torch.float16])
-@pytest.mark.parametrize("mode", ["MAXPOOL", "AVGPOOL_INCLUDE_PADDING",
-                                  "AVGPOOL_EXCLUDE_PADDING"])
+@pytest.mark.parametrize("mode", ["MAXPOOL", "AVGPOOL_INCLUDE_PADDING", "AVGPOOL_EXCLUDE_PADDING"])
 def test_forward_and_backward_every_config(case, layout, dt, mode):
     shape, w, s, p = case
     x = _layout(torch.randn(shape, device="cuda", dtype=dt), layout)
     # the reference runs on the CPU: on the H100 (torch 2.11) PyTorch's CUDA avg_pool2d
     # backward of channels-last float64 with padding differs from its own CPU result by
-    # up to 0.93 (session 8), while ours matches the CPU to 1e-7
+    # up to 0.93, while ours matches the CPU to 1e-7
     xr = x.double().cpu().requires_grad_(True)
     ref, pt_idx = _torch_pool(xr, mode, w, s, p)
     g = cudnn.pygraph()
     tx = g.tensor_like(x)
-    ty, tix = g.resample(tx, M[mode], list(w), list(s), padding=list(p),
-                         generate_index=True)
+    ty, tix = g.resample(tx, M[mode], list(w), list(s), padding=list(p), generate_index=True)
     ty.set_output(True)
     g.validate()
     y = torch.empty_strided(ty.get_dim(), ty.get_stride(), device="cuda", dtype=dt)
     pack = {tx: x, ty: y}
     if tix is not None:
-        ix = torch.empty_strided(tix.get_dim(), tix.get_stride(), device="cuda",
-                                 dtype=torch.int8 if math.prod(w) <= 128 else torch.int32)
+        ix = torch.empty_strided(
+            tix.get_dim(),
+            tix.get_stride(),
+            device="cuda",
+            dtype=torch.int8 if math.prod(w) <= 128 else torch.int32,
+        )
         pack[tix] = ix
 
     def check_fwd(i):
@@ -102,11 +105,12 @@ def test_forward_and_backward_every_config(case, layout, dt, mode):
         if tix is not None:
             ix.fill_(-1)
         _execute(g, pack, i)
-        if mode == "MAXPOOL":           # exact: the maximum is one of the inputs
+        if mode == "MAXPOOL":  # exact: the maximum is one of the inputs
             assert torch.equal(y.double().cpu(), ref.detach().to(dt).double())
             assert int(ix.min()) >= 0 and int(ix.max()) < math.prod(w)
         else:
             assert _relerr(y, ref.detach()) < TOL[dt]
+
     _every_plan(g, "pool", check_fwd)
     dy = _layout(torch.randn(ref.shape, device="cuda", dtype=dt), layout)
     ref.backward(dy.double().cpu())
@@ -131,12 +135,14 @@ def test_forward_and_backward_every_config(case, layout, dt, mode):
             dx.fill_(float("nan"))
             _execute(g, bpack, i)
             assert _relerr(dx, xr.grad) < 2 * TOL[dt], (source, i)
+
         _every_plan(g, "pool_backward", check_bwd)
 
 
 def test_index_is_pytorchs_argmax():
     x = torch.randn(16, 64, 56, 56, device="cuda", dtype=torch.bfloat16).contiguous(
-        memory_format=torch.channels_last)
+        memory_format=torch.channels_last
+    )
     _, pt = F.max_pool2d(x.float(), 3, 2, 1, return_indices=True)
     g = cudnn.pygraph()
     tx = g.tensor_like(x)
@@ -154,9 +160,11 @@ def test_index_is_pytorchs_argmax():
 
 def test_max_backward_is_deterministic():
     x = torch.randn(32, 128, 56, 56, device="cuda", dtype=torch.bfloat16).contiguous(
-        memory_format=torch.channels_last)
+        memory_format=torch.channels_last
+    )
     dy = torch.randn(32, 128, 28, 28, device="cuda", dtype=torch.bfloat16).contiguous(
-        memory_format=torch.channels_last)
+        memory_format=torch.channels_last
+    )
     g = cudnn.pygraph()
     tdy, tx = g.tensor_like(dy), g.tensor_like(x)
     tdx = g.resample_backward(tdy, M.MAXPOOL, [3, 3], [2, 2], padding=[1, 1], input=tx)
@@ -187,14 +195,24 @@ def test_int64_offsets_past_two_to_the_31():
 
 def test_legacy_pooling_with_blending():
     import opendnn.legacy as L
+
     dims = (8, 64, 28, 28)
     h = L.create("cuda")
     xd, yd = L.create_tensor_descriptor(), L.create_tensor_descriptor()
     L.set_tensor_4d_descriptor(xd, L.TensorFormat.NHWC, L.DataType.FLOAT, *dims)
     L.set_tensor_4d_descriptor(yd, L.TensorFormat.NHWC, L.DataType.FLOAT, 8, 64, 14, 14)
     p = L.create_pooling_descriptor()
-    L.set_pooling_2d_descriptor(p, L.PoolingMode.AVERAGE_COUNT_EXCLUDE_PADDING,
-                                L.NanPropagation.NOT_PROPAGATE_NAN, 3, 3, 1, 1, 2, 2)
+    L.set_pooling_2d_descriptor(
+        p,
+        L.PoolingMode.AVERAGE_COUNT_EXCLUDE_PADDING,
+        L.NanPropagation.NOT_PROPAGATE_NAN,
+        3,
+        3,
+        1,
+        1,
+        2,
+        2,
+    )
     x = torch.randn(dims, device="cuda").contiguous(memory_format=torch.channels_last)
     y = torch.randn(8, 64, 14, 14, device="cuda").contiguous(memory_format=torch.channels_last)
     prior = y.clone()

@@ -6,15 +6,15 @@ through the interpreter on odd, size-one and empty dims, whole-input windows, st
 beyond the window, asymmetric padding, NCHW / NHWC / non-packed strides and every
 floating type; properties (max backward routes each gradient to its argmax, the average
 modes keep the gradient's sum). The rules and their errors: test_pool_rules.py."""
+
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
+from _util import TORCH_TO_DT, assert_close, check_engine, repro, run_reference, workspace
 
 import opendnn.frontend as cudnn
-from _util import (TORCH_TO_DT, assert_close, check_engine, repro, run_reference,
-                   workspace)
 from opendnn.engines.base import Target
 from opendnn.engines.pool.engine import PoolBackwardEngine, PoolEngine
 
@@ -25,9 +25,14 @@ M = cudnn.resample_mode
 
 def _layout(x, layout):
     if layout == "nhwc":
-        return x.contiguous(memory_format=torch.channels_last if x.dim() == 4 else
-                            torch.channels_last_3d) if x.dim() in (4, 5) else x
-    if layout == "strided":                       # every other element of a larger buffer
+        return (
+            x.contiguous(
+                memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d
+            )
+            if x.dim() in (4, 5)
+            else x
+        )
+    if layout == "strided":  # every other element of a larger buffer
         big = torch.full((*x.shape[:-1], 2 * x.shape[-1]), float("nan"), dtype=x.dtype)
         big[..., ::2] = x
         return big[..., ::2]
@@ -41,8 +46,16 @@ def _tensor(g, t, name=""):
 def _fwd_graph(x, mode, window, stride, pre, post, index=False, nan=True):
     g = cudnn.pygraph()
     tx = _tensor(g, x, "x")
-    y, idx = g.resample(tx, M[mode], window, stride, pre_padding=pre, post_padding=post,
-                        generate_index=index, nan_propagation=nan)
+    y, idx = g.resample(
+        tx,
+        M[mode],
+        window,
+        stride,
+        pre_padding=pre,
+        post_padding=post,
+        generate_index=index,
+        nan_propagation=nan,
+    )
     y.set_output(True)
     return g, {tx: x}, y, idx
 
@@ -58,8 +71,9 @@ def _bwd_graph(dy, x, mode, window, stride, pre, post, index=None, use_x=False):
     if use_x:
         tx = _tensor(g, x, "x")
         feeds[tx] = x
-    dx = g.resample_backward(tdy, M[mode], window, stride, pre_padding=pre,
-                             post_padding=post, index=tix, input=tx)
+    dx = g.resample_backward(
+        tdy, M[mode], window, stride, pre_padding=pre, post_padding=post, index=tix, input=tx
+    )
     dx.set_output(True).set_dim(list(x.shape)).set_stride(list(x.stride()))
     dx.set_data_type(TORCH_TO_DT[dy.dtype])
     return g, feeds, dx
@@ -71,17 +85,20 @@ def _run(g, feeds, outs, index):
     for t in outs:
         dt = {v: k for k, v in TORCH_TO_DT.items()}[t.get_data_type()]
         bufs[t] = torch.empty_strided(t.get_dim(), t.get_stride(), dtype=dt).fill_(
-            float("nan") if dt.is_floating_point else -1)
-    g.execute_plan_at_index({**feeds, **bufs}, workspace(
-        g.get_workspace_size_plan_at_index(index)), index)
+            float("nan") if dt.is_floating_point else -1
+        )
+    g.execute_plan_at_index(
+        {**feeds, **bufs}, workspace(g.get_workspace_size_plan_at_index(index)), index
+    )
     return bufs
 
 
 def _check_with_index(g, feeds, y, idx, knobs, n, msg=""):
     """The forward engine's Y and Index against the reference's (Index exactly)."""
     g.validate()
-    g.create_execution_plan(FWD, knobs if knobs is not None else
-                            PoolEngine().configs(g.op_graph, Target())[0].knob_dict)
+    g.create_execution_plan(
+        FWD, knobs if knobs is not None else PoolEngine().configs(g.op_graph, Target())[0].knob_dict
+    )
     g.create_execution_plan(0, {})
     got, ref = _run(g, feeds, [y, idx], 0), _run(g, feeds, [y, idx], 1)
     assert_close(got[y], ref[y], None, n, msg)
@@ -94,33 +111,39 @@ def _torch_pool(x, mode, window, stride, pad):
     nd = x.dim() - 2
     if mode == "MAXPOOL":
         return getattr(F, f"max_pool{nd}d")(x, window, stride, pad)
-    return getattr(F, f"avg_pool{nd}d")(x, window, stride, pad,
-                                        count_include_pad=mode == "AVGPOOL_INCLUDE_PADDING")
+    return getattr(F, f"avg_pool{nd}d")(
+        x, window, stride, pad, count_include_pad=mode == "AVGPOOL_INCLUDE_PADDING"
+    )
 
 
-REF_CASES = [((2, 3, 7, 9), (3, 3), (2, 2), (1, 1)),
-             ((1, 2, 5, 6, 7), (2, 3, 2), (2, 1, 2), (1, 1, 0)),
-             ((2, 3, 11), (3,), (2,), (1,)),
-             ((2, 2, 4, 5), (4, 5), (1, 1), (0, 0))]
+REF_CASES = [
+    ((2, 3, 7, 9), (3, 3), (2, 2), (1, 1)),
+    ((1, 2, 5, 6, 7), (2, 3, 2), (2, 1, 2), (1, 1, 0)),
+    ((2, 3, 11), (3,), (2,), (1,)),
+    ((2, 2, 4, 5), (4, 5), (1, 1), (0, 0)),
+]
 
 
-@pytest.mark.parametrize("case", REF_CASES, ids=[f"{len(c[1])}d{i}" for i, c in
-                                                enumerate(REF_CASES)])
+@pytest.mark.parametrize(
+    "case", REF_CASES, ids=[f"{len(c[1])}d{i}" for i, c in enumerate(REF_CASES)]
+)
 @pytest.mark.parametrize("mode", MODES)
 def test_reference_matches_pytorch(rng, case, mode):
     shape, window, stride, pad = case
     x = rng.rand(shape, torch.float64).requires_grad_(True)
     ref = _torch_pool(x, mode, window, stride, pad)
-    g, feeds, y, idx = _fwd_graph(x.detach(), mode, window, stride, pad, pad,
-                                  index=mode == "MAXPOOL")
+    g, feeds, y, idx = _fwd_graph(
+        x.detach(), mode, window, stride, pad, pad, index=mode == "MAXPOOL"
+    )
     outs = [y] + ([idx] if idx is not None else [])
     g.build([cudnn.heur_mode.FALLBACK])
     got = _run(g, feeds, outs, 0)
     assert_close(got[y], ref.detach(), torch.float64, 9)
     dy = rng.rand(ref.shape, torch.float64)
     ref.backward(dy)
-    g, feeds, dx = _bwd_graph(dy, x.detach(), mode, window, stride, pad, pad,
-                              use_x=mode == "MAXPOOL")
+    g, feeds, dx = _bwd_graph(
+        dy, x.detach(), mode, window, stride, pad, pad, use_x=mode == "MAXPOOL"
+    )
     assert_close(run_reference(g, feeds, [dx])[dx], x.grad, torch.float64, 9)
 
 
@@ -138,9 +161,8 @@ def test_reference_argmax_is_pytorchs(rng, nd):
     k = _run(g, feeds, [y, idx], 0)[idx].long()
     flat = torch.zeros_like(k)
     for a in range(nd):
-        o = torch.arange(y.get_dim()[2 + a]).reshape([-1 if b == a else 1
-                                                      for b in range(nd)])
-        off = k // math.prod(window[a + 1:]) % window[a]
+        o = torch.arange(y.get_dim()[2 + a]).reshape([-1 if b == a else 1 for b in range(nd)])
+        off = k // math.prod(window[a + 1 :]) % window[a]
         flat = flat * shape[2 + a] + o * stride[a] - pad[a] + off
     assert torch.equal(flat, pt)
 
@@ -149,7 +171,7 @@ def test_reference_argmax_is_pytorchs(rng, nd):
 def test_reference_nan_propagation(rng, nan):
     x = rng.rand((2, 2, 6, 6), torch.float64)
     x[0, 0, 1, 1] = x[1, 1, 4, :] = float("nan")
-    x[0, 1, 0:2, 0:2] = float("nan")                  # a whole (padded) window of NaN
+    x[0, 1, 0:2, 0:2] = float("nan")  # a whole (padded) window of NaN
     g, feeds, y, _ = _fwd_graph(x, "MAXPOOL", (3, 3), (2, 2), (1, 1), (1, 1), nan=nan)
     got = run_reference(g, feeds, [y])[y]
     want = F.max_pool2d(x if nan else torch.nan_to_num(x, nan=-math.inf), 3, 2, 1)
@@ -161,19 +183,31 @@ def test_reference_nan_propagation(rng, nan):
 CASES = [  # (shape, layout, window, stride, pre, post, knobs of the forward / backward)
     ((2, 5, 7, 9), "nchw", (3, 3), (2, 2), (1, 1), (1, 1), None),
     ((2, 6, 7, 9), "nhwc", (3, 3), (2, 2), (1, 1), (1, 1), None),
-    ((2, 5, 7, 6), "nhwc", (2, 2), (2, 2), (0, 0), (0, 0), dict(BLOCK_P=8, BLOCK_C=4,
-                                                               num_warps=4)),
-    ((1, 1, 1, 1), "nchw", (1, 1), (1, 1), (0, 0), (0, 0), None),          # size one
-    ((2, 3, 1, 5), "nhwc", (1, 3), (1, 2), (0, 2), (0, 1), None),           # asymmetric pad
-    ((2, 3, 4, 5), "nchw", (4, 5), (1, 1), (0, 0), (0, 0), None),           # window == input
-    ((2, 3, 9, 8), "strided", (2, 2), (3, 3), (1, 0), (0, 1), None),        # stride > window
-    ((2, 4, 5, 6, 4), "nhwc", (2, 3, 2), (2, 1, 2), (1, 1, 0), (1, 1, 1), None),   # 3-D
-    ((3, 2, 11), "nchw", (3,), (2,), (1,), (1,), dict(BLOCK_P=4, BLOCK_C=1,
-                                                      num_warps=4)),        # 1-D
-    ((2, 3, 7, 13), "nchw", (3, 3), (2, 2), (1, 1), (1, 1), dict(BLOCK_P=4, BLOCK_C=1,
-                                                                num_warps=4, BLOCK_W=4)),
-    ((2, 3, 7, 9), "nchw", (3, 3), (2, 2), (1, 1), (1, 1), dict(BLOCK_P=16, BLOCK_C=1,
-                                                               num_warps=4)),   # flat
+    ((2, 5, 7, 6), "nhwc", (2, 2), (2, 2), (0, 0), (0, 0), dict(BLOCK_P=8, BLOCK_C=4, num_warps=4)),
+    ((1, 1, 1, 1), "nchw", (1, 1), (1, 1), (0, 0), (0, 0), None),  # size one
+    ((2, 3, 1, 5), "nhwc", (1, 3), (1, 2), (0, 2), (0, 1), None),  # asymmetric pad
+    ((2, 3, 4, 5), "nchw", (4, 5), (1, 1), (0, 0), (0, 0), None),  # window == input
+    ((2, 3, 9, 8), "strided", (2, 2), (3, 3), (1, 0), (0, 1), None),  # stride > window
+    ((2, 4, 5, 6, 4), "nhwc", (2, 3, 2), (2, 1, 2), (1, 1, 0), (1, 1, 1), None),  # 3-D
+    ((3, 2, 11), "nchw", (3,), (2,), (1,), (1,), dict(BLOCK_P=4, BLOCK_C=1, num_warps=4)),  # 1-D
+    (
+        (2, 3, 7, 13),
+        "nchw",
+        (3, 3),
+        (2, 2),
+        (1, 1),
+        (1, 1),
+        dict(BLOCK_P=4, BLOCK_C=1, num_warps=4, BLOCK_W=4),
+    ),
+    (
+        (2, 3, 7, 9),
+        "nchw",
+        (3, 3),
+        (2, 2),
+        (1, 1),
+        (1, 1),
+        dict(BLOCK_P=16, BLOCK_C=1, num_warps=4),
+    ),  # flat
     ((2, 3, 5, 6, 7), "nchw", (2, 3, 2), (2, 1, 2), (1, 1, 0), (1, 1, 1), None),  # 3-D planes
 ]
 CASE_IDS = [f"c{i}" for i in range(len(CASES))]
@@ -185,8 +219,7 @@ def test_forward_against_reference(rng, case, mode):
     shape, layout, window, stride, pre, post, knobs = case
     x = _layout(rng.rand(shape, torch.float32), layout)
     msg = repro("resample", [shape], "float32", rng.seed, mode=mode, layout=layout)
-    g, feeds, y, idx = _fwd_graph(x, mode, window, stride, pre, post,
-                                  index=mode == "MAXPOOL")
+    g, feeds, y, idx = _fwd_graph(x, mode, window, stride, pre, post, index=mode == "MAXPOOL")
     if idx is None:
         check_engine(g, feeds, [y], FWD, knobs, n=math.prod(window), msg=msg)
     else:
@@ -194,9 +227,15 @@ def test_forward_against_reference(rng, case, mode):
 
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
-@pytest.mark.parametrize("mode,source", [("MAXPOOL", "index"), ("MAXPOOL", "x"),
-                                         ("AVGPOOL_INCLUDE_PADDING", None),
-                                         ("AVGPOOL_EXCLUDE_PADDING", None)])
+@pytest.mark.parametrize(
+    "mode,source",
+    [
+        ("MAXPOOL", "index"),
+        ("MAXPOOL", "x"),
+        ("AVGPOOL_INCLUDE_PADDING", None),
+        ("AVGPOOL_EXCLUDE_PADDING", None),
+    ],
+)
 def test_backward_against_reference(rng, case, mode, source):
     shape, layout, window, stride, pre, post, knobs = case
     x = _layout(rng.rand(shape, torch.bfloat16 if source == "x" else torch.float32), layout)
@@ -204,12 +243,27 @@ def test_backward_against_reference(rng, case, mode, source):
     g.build([cudnn.heur_mode.FALLBACK])
     index = _run(g, feeds, [y, idx], 0)[idx] if source == "index" else None
     dy = _layout(rng.rand(y.get_dim(), x.dtype), layout)
-    g, feeds, dx = _bwd_graph(dy, x, mode, window, stride, pre, post, index=index,
-                              use_x=source == "x")
+    g, feeds, dx = _bwd_graph(
+        dy, x, mode, window, stride, pre, post, index=index, use_x=source == "x"
+    )
     terms = math.prod(-(-w // s) for w, s in zip(window, stride))
-    check_engine(g, feeds, [dx], BWD, knobs, n=terms,
-                 msg=repro("resample_backward", [shape], str(x.dtype), rng.seed, mode=mode,
-                           source=source, layout=layout))
+    check_engine(
+        g,
+        feeds,
+        [dx],
+        BWD,
+        knobs,
+        n=terms,
+        msg=repro(
+            "resample_backward",
+            [shape],
+            str(x.dtype),
+            rng.seed,
+            mode=mode,
+            source=source,
+            layout=layout,
+        ),
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -232,7 +286,7 @@ def test_half_types_both_directions(rng, dtype, mode):
 def test_nan_propagation_both_ways(rng, nan, index):
     x = rng.rand((2, 4, 6, 6), torch.float32).contiguous(memory_format=torch.channels_last)
     x[0, 0, 1, 1] = x[1, 3, 4, :] = float("nan")
-    x[0, 1, 0:2, 0:2] = float("nan")                  # a whole (padded) window of NaN
+    x[0, 1, 0:2, 0:2] = float("nan")  # a whole (padded) window of NaN
     g, feeds, y, idx = _fwd_graph(x, "MAXPOOL", (3, 3), (2, 2), (1, 1), (1, 1), index, nan)
     if index:
         got = _check_with_index(g, feeds, y, idx, None, 9)[y]
@@ -249,8 +303,7 @@ def test_empty_batch_and_channels_run(rng):
         g, feeds, y, _ = _fwd_graph(x, "MAXPOOL", (2, 2), (2, 2), (0, 0), (0, 0))
         assert check_engine(g, feeds, [y], FWD, None)[y].numel() == 0
         dy = torch.empty(y.get_dim())
-        g, feeds, dx = _bwd_graph(dy, x, "AVGPOOL_INCLUDE_PADDING", (2, 2), (2, 2), (0, 0),
-                                  (0, 0))
+        g, feeds, dx = _bwd_graph(dy, x, "AVGPOOL_INCLUDE_PADDING", (2, 2), (2, 2), (0, 0), (0, 0))
         assert check_engine(g, feeds, [dx], BWD, None)[dx].numel() == 0
 
 
@@ -265,19 +318,21 @@ def test_max_backward_routes_each_gradient_to_its_argmax(rng):
     assert g.get_plan_name_at_index(0).startswith("pool")
     k = _run(g, feeds, [y, idx], 0)[idx].long()
     dy = rng.rand(y.get_dim(), torch.float32)
-    g, feeds, dx = _bwd_graph(dy, x.float(), "MAXPOOL", window, stride, pad, pad,
-                              use_x=True)
+    g, feeds, dx = _bwd_graph(dy, x.float(), "MAXPOOL", window, stride, pad, pad, use_x=True)
     g.build([cudnn.heur_mode.A])
     assert g.get_plan_name_at_index(0).startswith("pool_backward")
     got = _run(g, feeds, [dx], 0)[dx]
     oh = torch.arange(y.get_dim()[2])[:, None]
     ow = torch.arange(y.get_dim()[3])[None, :]
     pos = (oh * 2 - 1 + k // 3) * 8 + (ow * 2 - 1 + k % 3)
-    want = torch.zeros(2, 3, 72, dtype=torch.float64).scatter_add_(
-        2, pos.reshape(2, 3, -1), dy.double().reshape(2, 3, -1)).reshape(2, 3, 9, 8)
+    want = (
+        torch.zeros(2, 3, 72, dtype=torch.float64)
+        .scatter_add_(2, pos.reshape(2, 3, -1), dy.double().reshape(2, 3, -1))
+        .reshape(2, 3, 9, 8)
+    )
     assert_close(got, want, torch.float32, 4)
     again = _run(g, feeds, [dx], 0)[dx]
-    assert torch.equal(got, again)                  # a gather: deterministic
+    assert torch.equal(got, again)  # a gather: deterministic
 
 
 @pytest.mark.parametrize("mode", ["MAXPOOL", "AVGPOOL_EXCLUDE_PADDING"])
@@ -285,8 +340,7 @@ def test_gradient_sum_is_kept(rng, mode):
     """Each window hands its whole gradient to real inputs: sum(dx) = sum(dy)."""
     x = rng.rand((2, 3, 7, 7), torch.float32)
     dy = rng.rand((2, 3, 4, 4), torch.float32)
-    g, feeds, dx = _bwd_graph(dy, x, mode, (3, 3), (2, 2), (1, 1), (1, 1),
-                              use_x=mode == "MAXPOOL")
+    g, feeds, dx = _bwd_graph(dy, x, mode, (3, 3), (2, 2), (1, 1), (1, 1), use_x=mode == "MAXPOOL")
     got = check_engine(g, feeds, [dx], BWD, None, n=4)[dx]
     assert_close(got.double().sum(), dy.double().sum(), torch.float32, 49)
 
@@ -299,8 +353,7 @@ def test_serialized_graph_runs_the_same(rng):
     assert g2.get_plan_name_at_index(0) == g.get_plan_name_at_index(0)
     assert g2.op_graph.nodes[0].resample_mode == M.MAXPOOL
     a = _run(g, feeds, [y, idx], 0)
-    b = _run(g2, {tx.get_uid(): v for tx, v in feeds.items()},
-             [y, idx], 0)
+    b = _run(g2, {tx.get_uid(): v for tx, v in feeds.items()}, [y, idx], 0)
     assert torch.equal(a[y], b[y]) and torch.equal(a[idx], b[idx])
 
 
@@ -325,13 +378,11 @@ def test_large_windows_loop_at_run_time(rng, mode):
     """A 9x9 window (81 offsets > UNROLL) walks its offsets in a run-time loop; stride 1
     makes the backward's candidate windows 81 as well."""
     x = _layout(rng.rand((1, 3, 11, 10), torch.float32), "nhwc")
-    g, feeds, y, idx = _fwd_graph(x, mode, (9, 9), (1, 1), (4, 0), (0, 3),
-                                  index=mode == "MAXPOOL")
+    g, feeds, y, idx = _fwd_graph(x, mode, (9, 9), (1, 1), (4, 0), (0, 3), index=mode == "MAXPOOL")
     if idx is None:
         check_engine(g, feeds, [y], FWD, None, n=81)
     else:
         _check_with_index(g, feeds, y, idx, None, 81)
     dy = rng.rand(y.get_dim(), torch.float32)
-    g, feeds, dx = _bwd_graph(dy, x, mode, (9, 9), (1, 1), (4, 0), (0, 3),
-                              use_x=mode == "MAXPOOL")
+    g, feeds, dx = _bwd_graph(dy, x, mode, (9, 9), (1, 1), (4, 0), (0, 3), use_x=mode == "MAXPOOL")
     check_engine(g, feeds, [dx], BWD, None, n=81)

@@ -4,16 +4,17 @@ torch.nn.functional on CPU (the pooling engines through the Triton interpreter):
 PyTorch's, ties and NaN, ceil_mode, padding, divisor_override, layouts (NCHW,
 channels_last, strided), unbatched and zero-batch inputs, data types; opcheck on every
 custom op; a torch.compile(fullgraph=True) trace; bad arguments as typed errors."""
+
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
-
 from _util import assert_close, expect_error
+from test_torch_norm import layout
+
 from opendnn.errors import BadParamError, GraphNotSupportedError, Status
 from opendnn.torch import pool as P
-from test_torch_norm import layout
 
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 ops = torch.ops.opendnn
@@ -44,7 +45,7 @@ def _run(fn, ref_fn, rng, shape, dtype, how, window, exact: bool):
 # ---- max pooling --------------------------------------------------------------------------
 MAX_CASES = [  # (op, shape, kernel, stride, padding, ceil_mode, layout, dtype)
     ("max_pool1d", (2, 3, 10), 3, 2, 1, True, "nchw", F32),
-    ("max_pool2d", (2, 3, 7, 9), 3, 2, 1, False, "cl", F32),         # ResNet's stem pool
+    ("max_pool2d", (2, 3, 7, 9), 3, 2, 1, False, "cl", F32),  # ResNet's stem pool
     ("max_pool2d", (2, 3, 7, 9), (2, 3), (2, 1), (1, 0), False, "strided", BF16),
     ("max_pool2d", (1, 5, 5, 6), 2, None, 0, True, "nchw", F16),
     ("max_pool2d", (2, 1, 4, 4), 1, 1, 0, False, "nchw", F32),
@@ -55,9 +56,16 @@ MAX_CASES = [  # (op, shape, kernel, stride, padding, ceil_mode, layout, dtype)
 @pytest.mark.parametrize("op,shape,k,s,p,ceil,how,dtype", MAX_CASES)
 def test_max_pool(rng, op, shape, k, s, p, ceil, how, dtype):
     window = math.prod(k) if isinstance(k, tuple) else k ** (len(shape) - 2)
-    _run(lambda x: getattr(P, op)(x, k, s, p, ceil_mode=ceil),
-         lambda x: getattr(F, op)(x, k, s, p, ceil_mode=ceil), rng, shape, dtype, how,
-         window, True)
+    _run(
+        lambda x: getattr(P, op)(x, k, s, p, ceil_mode=ceil),
+        lambda x: getattr(F, op)(x, k, s, p, ceil_mode=ceil),
+        rng,
+        shape,
+        dtype,
+        how,
+        window,
+        True,
+    )
 
 
 @pytest.mark.parametrize("op,shape,k,s,p,ceil,how,dtype", MAX_CASES)
@@ -121,29 +129,55 @@ def test_avg_pool(rng, op, shape, k, s, p, ceil, include, div, how, dtype):
     if div is not None:
         kw["divisor_override"] = div
     window = math.prod(k) if isinstance(k, tuple) else k ** (len(shape) - 2)
-    _run(lambda x: getattr(P, op)(x, k, s, p, **kw), lambda x: getattr(F, op)(x, k, s, p, **kw),
-         rng, shape, dtype, "nchw" if how == "nchw" else how, window, False)
+    _run(
+        lambda x: getattr(P, op)(x, k, s, p, **kw),
+        lambda x: getattr(F, op)(x, k, s, p, **kw),
+        rng,
+        shape,
+        dtype,
+        "nchw" if how == "nchw" else how,
+        window,
+        False,
+    )
 
 
-@pytest.mark.parametrize("op,shape,size,how", [
-    ("adaptive_avg_pool2d", (2, 3, 7, 7), 1, "cl"),       # ResNet's global pooling
-    ("adaptive_avg_pool2d", (2, 3, 6, 9), (None, 3), "nchw"),
-    ("adaptive_avg_pool1d", (2, 3, 8), 4, "strided"),
-    ("adaptive_avg_pool3d", (1, 2, 4, 4, 2), (2, 2, 1), "cl")])
+@pytest.mark.parametrize(
+    "op,shape,size,how",
+    [
+        ("adaptive_avg_pool2d", (2, 3, 7, 7), 1, "cl"),  # ResNet's global pooling
+        ("adaptive_avg_pool2d", (2, 3, 6, 9), (None, 3), "nchw"),
+        ("adaptive_avg_pool1d", (2, 3, 8), 4, "strided"),
+        ("adaptive_avg_pool3d", (1, 2, 4, 4, 2), (2, 2, 1), "cl"),
+    ],
+)
 def test_adaptive_avg_pool(rng, op, shape, size, how):
-    _run(lambda x: getattr(P, op)(x, size), lambda x: getattr(F, op)(x, size), rng, shape,
-         F32, how, math.prod(shape[2:]), False)
+    _run(
+        lambda x: getattr(P, op)(x, size),
+        lambda x: getattr(F, op)(x, size),
+        rng,
+        shape,
+        F32,
+        how,
+        math.prod(shape[2:]),
+        False,
+    )
 
 
-@pytest.mark.parametrize("fn", [lambda f, x: f.max_pool2d(x, 2, 1),
-                                lambda f, x: f.avg_pool2d(x, 3, 2, 1)])
+@pytest.mark.parametrize(
+    "fn", [lambda f, x: f.max_pool2d(x, 2, 1), lambda f, x: f.avg_pool2d(x, 3, 2, 1)]
+)
 def test_unbatched(rng, fn):
     _run(lambda x: fn(P, x), lambda x: fn(F, x), rng, (3, 5, 6), F32, "nchw", 9, False)
 
 
-@pytest.mark.parametrize("fn", [lambda f, x: f.max_pool2d(x, 2),
-                                lambda f, x: f.max_pool2d(x, 2, return_indices=True)[0],
-                                lambda f, x: f.avg_pool3d(x.unsqueeze(2), 1)])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda f, x: f.max_pool2d(x, 2),
+        lambda f, x: f.max_pool2d(x, 2, return_indices=True)[0],
+        lambda f, x: f.avg_pool3d(x.unsqueeze(2), 1),
+    ],
+)
 def test_zero_batch(fn):
     x = torch.empty(0, 3, 4, 4, requires_grad=True)
     y = fn(P, x)
@@ -152,9 +186,14 @@ def test_zero_batch(fn):
     assert x.grad.shape == x.shape
 
 
-@pytest.mark.parametrize("call", [lambda f, x: f.max_pool2d(x, 3, 2, 1),
-                                  lambda f, x: f.avg_pool2d(x, 3, 2, 1, divisor_override=2),
-                                  lambda f, x: f.adaptive_avg_pool2d(x, 1)])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda f, x: f.max_pool2d(x, 3, 2, 1),
+        lambda f, x: f.avg_pool2d(x, 3, 2, 1, divisor_override=2),
+        lambda f, x: f.adaptive_avg_pool2d(x, 1),
+    ],
+)
 def test_expanded_output_gradient(rng, call):
     """loss = y.sum() hands the backward a gradient of stride 0 everywhere."""
     x, xr = _pair(rng, (2, 3, 5, 6), F32, "cl")
@@ -197,6 +236,7 @@ def test_torch_compile_fullgraph():
         y = f.max_pool2d(x, 3, 2, 1)
         y = f.avg_pool2d(y, 2, ceil_mode=True)
         return f.adaptive_avg_pool2d(y, 1).square().sum()
+
     x = torch.randn(2, 3, 9, 9, generator=torch.Generator().manual_seed(1))
     x = x.to(memory_format=torch.channels_last)
     xo, xr = x.clone().requires_grad_(), x.clone().requires_grad_()
@@ -211,31 +251,92 @@ def test_torch_compile_fullgraph():
 # ---- bad arguments ------------------------------------------------------------------------
 X = torch.randn(1, 2, 6, 6)
 BAD = [  # (error, status, op, tensor or None, call, PyTorch refuses it too)
-    (GraphNotSupportedError, Status.NOT_SUPPORTED, "max_pool2d", None,
-     lambda f: f.max_pool2d(X, 2, dilation=2), False),
-    (BadParamError, Status.BAD_PARAM_OUT_OF_BOUND, "max_pool2d", None,
-     lambda f: f.max_pool2d(X, 3, padding=2), True),
-    (BadParamError, Status.BAD_PARAM_OUT_OF_BOUND, "avg_pool2d", "input",
-     lambda f: f.avg_pool2d(X, 7), True),
-    (BadParamError, Status.BAD_PARAM_OUT_OF_BOUND, "max_pool1d", None,
-     lambda f: f.max_pool1d(X[0], 2, stride=0), True),
-    (BadParamError, Status.BAD_PARAM_SHAPE_MISMATCH, "max_pool3d", "input",
-     lambda f: f.max_pool3d(X[0, 0], 2), True),
-    (BadParamError, Status.BAD_PARAM_SHAPE_MISMATCH, "avg_pool2d", None,
-     lambda f: f.avg_pool2d(X, (2, 2, 2)), True),
-    (BadParamError, Status.BAD_PARAM_OUT_OF_BOUND, "avg_pool2d", None,
-     lambda f: f.avg_pool2d(X, 2, divisor_override=0), True),
-    (GraphNotSupportedError, Status.NOT_SUPPORTED, "avg_pool2d", None,
-     lambda f: f.avg_pool2d(X, 3, 2, 1, ceil_mode=True), False),
-    (GraphNotSupportedError, Status.NOT_SUPPORTED, "adaptive_avg_pool2d", None,
-     lambda f: f.adaptive_avg_pool2d(X, 4), False),
-    (GraphNotSupportedError, Status.NOT_SUPPORTED_DATA_TYPE, "max_pool2d", "input",
-     lambda f: f.max_pool2d(X.long(), 2), False),
+    (
+        GraphNotSupportedError,
+        Status.NOT_SUPPORTED,
+        "max_pool2d",
+        None,
+        lambda f: f.max_pool2d(X, 2, dilation=2),
+        False,
+    ),
+    (
+        BadParamError,
+        Status.BAD_PARAM_OUT_OF_BOUND,
+        "max_pool2d",
+        None,
+        lambda f: f.max_pool2d(X, 3, padding=2),
+        True,
+    ),
+    (
+        BadParamError,
+        Status.BAD_PARAM_OUT_OF_BOUND,
+        "avg_pool2d",
+        "input",
+        lambda f: f.avg_pool2d(X, 7),
+        True,
+    ),
+    (
+        BadParamError,
+        Status.BAD_PARAM_OUT_OF_BOUND,
+        "max_pool1d",
+        None,
+        lambda f: f.max_pool1d(X[0], 2, stride=0),
+        True,
+    ),
+    (
+        BadParamError,
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+        "max_pool3d",
+        "input",
+        lambda f: f.max_pool3d(X[0, 0], 2),
+        True,
+    ),
+    (
+        BadParamError,
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+        "avg_pool2d",
+        None,
+        lambda f: f.avg_pool2d(X, (2, 2, 2)),
+        True,
+    ),
+    (
+        BadParamError,
+        Status.BAD_PARAM_OUT_OF_BOUND,
+        "avg_pool2d",
+        None,
+        lambda f: f.avg_pool2d(X, 2, divisor_override=0),
+        True,
+    ),
+    (
+        GraphNotSupportedError,
+        Status.NOT_SUPPORTED,
+        "avg_pool2d",
+        None,
+        lambda f: f.avg_pool2d(X, 3, 2, 1, ceil_mode=True),
+        False,
+    ),
+    (
+        GraphNotSupportedError,
+        Status.NOT_SUPPORTED,
+        "adaptive_avg_pool2d",
+        None,
+        lambda f: f.adaptive_avg_pool2d(X, 4),
+        False,
+    ),
+    (
+        GraphNotSupportedError,
+        Status.NOT_SUPPORTED_DATA_TYPE,
+        "max_pool2d",
+        "input",
+        lambda f: f.max_pool2d(X.long(), 2),
+        False,
+    ),
 ]
 
 
-@pytest.mark.parametrize("exc,status,op,tensor,call,torch_refuses", BAD,
-                         ids=[f"{b[2]}-{i}" for i, b in enumerate(BAD)])
+@pytest.mark.parametrize(
+    "exc,status,op,tensor,call,torch_refuses", BAD, ids=[f"{b[2]}-{i}" for i, b in enumerate(BAD)]
+)
 def test_bad_arguments(exc, status, op, tensor, call, torch_refuses):
     """A typed error naming the operation (and the tensor); for an argument PyTorch takes
     but opendnn does not, GraphNotSupportedError (what enable() falls back on)."""

@@ -48,6 +48,7 @@ Command line (a failing case prints this line with its index)::
     python tests/reliability/fuzz_values.py --seed S --cases N    # cases 0 .. N-1
     python tests/reliability/fuzz_values.py --seed S --case I     # one case, verbose
 """
+
 from __future__ import annotations
 
 import argparse
@@ -70,22 +71,54 @@ if os.path.join(os.path.dirname(TESTS), "src") not in sys.path:
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-
-import opendnn.frontend as cudnn  # noqa: E402
-from opendnn.enums import DataType, PointwiseMode as M, ReductionMode as R  # noqa: E402
-
 from _util import TORCH_TO_DT, heuristic_knobs, run_plan  # noqa: E402
 
+import opendnn.frontend as cudnn  # noqa: E402
+from opendnn.enums import DataType  # noqa: E402
+from opendnn.enums import PointwiseMode as M  # noqa: E402
+from opendnn.enums import ReductionMode as R  # noqa: E402
+
 FAMILIES = ("pointwise", "reduction", "norm", "softmax")
-ENGINES = {"pointwise": 1, "reduction": 1, "norm": 26, "softmax": 25}   # fast engine ids
+ENGINES = {"pointwise": 1, "reduction": 1, "norm": 26, "softmax": 25}  # fast engine ids
 REFERENCE = 0
 INF, NAN = math.inf, math.nan
-SPECIALS = [INF, -INF, NAN, 0.0, -0.0, 1e-40, -1e-40, 5e-39, 1e-30, -1e-30, 1e-7, -1e-7,
-            1e20, -1e20, 1e30, -1e30, 3e38, -3e38, 88.0, -88.0, 100.0, -100.0, 20.0, -20.0,
-            1.0, -1.0, 0.5, -3.0]
-U = {torch.float64: 2.0 ** -53, torch.float32: 2.0 ** -24, torch.float16: 2.0 ** -11,
-     torch.bfloat16: 2.0 ** -8}
-SLACK = 16          # c: ulps of rounding a node may make beyond its own size
+SPECIALS = [
+    INF,
+    -INF,
+    NAN,
+    0.0,
+    -0.0,
+    1e-40,
+    -1e-40,
+    5e-39,
+    1e-30,
+    -1e-30,
+    1e-7,
+    -1e-7,
+    1e20,
+    -1e20,
+    1e30,
+    -1e30,
+    3e38,
+    -3e38,
+    88.0,
+    -88.0,
+    100.0,
+    -100.0,
+    20.0,
+    -20.0,
+    1.0,
+    -1.0,
+    0.5,
+    -3.0,
+]
+U = {
+    torch.float64: 2.0**-53,
+    torch.float32: 2.0**-24,
+    torch.float16: 2.0**-11,
+    torch.bfloat16: 2.0**-8,
+}
+SLACK = 16  # c: ulps of rounding a node may make beyond its own size
 SHAPES = [(37,), (3, 13), (2, 3, 7), (4, 9)]
 
 
@@ -120,11 +153,24 @@ def _fmod(a, b):
 
 
 FORWARD = {
-    M.ABS: torch.abs, M.CEIL: torch.ceil, M.FLOOR: torch.floor, M.COS: torch.cos,
-    M.SIN: torch.sin, M.TAN: torch.tan, M.EXP: torch.exp, M.LOG: torch.log, M.NEG: torch.neg,
-    M.SQRT: torch.sqrt, M.RSQRT: torch.rsqrt, M.RECIPROCAL: torch.reciprocal, M.ERF: torch.erf,
-    M.IDENTITY: torch.clone, M.TANH_FWD: torch.tanh, M.SIGMOID_FWD: torch.sigmoid,
-    M.GELU_FWD: F.gelu, M.GELU_APPROX_TANH_FWD: lambda x: F.gelu(x, approximate="tanh"),
+    M.ABS: torch.abs,
+    M.CEIL: torch.ceil,
+    M.FLOOR: torch.floor,
+    M.COS: torch.cos,
+    M.SIN: torch.sin,
+    M.TAN: torch.tan,
+    M.EXP: torch.exp,
+    M.LOG: torch.log,
+    M.NEG: torch.neg,
+    M.SQRT: torch.sqrt,
+    M.RSQRT: torch.rsqrt,
+    M.RECIPROCAL: torch.reciprocal,
+    M.ERF: torch.erf,
+    M.IDENTITY: torch.clone,
+    M.TANH_FWD: torch.tanh,
+    M.SIGMOID_FWD: torch.sigmoid,
+    M.GELU_FWD: F.gelu,
+    M.GELU_APPROX_TANH_FWD: lambda x: F.gelu(x, approximate="tanh"),
 }
 PARAM_FORWARD = {
     M.RELU_FWD: _relu_torch,
@@ -134,23 +180,60 @@ PARAM_FORWARD = {
     # terms, inf - inf = NaN where the gradient is -inf); silu(b x) / b is swish
     M.SWISH_FWD: lambda x, at: F.silu(at["swish_beta"] * x) / at["swish_beta"],
 }
-BACKWARD_OF = {M.RELU_BWD: M.RELU_FWD, M.TANH_BWD: M.TANH_FWD, M.SIGMOID_BWD: M.SIGMOID_FWD,
-               M.ELU_BWD: M.ELU_FWD, M.GELU_BWD: M.GELU_FWD,
-               M.GELU_APPROX_TANH_BWD: M.GELU_APPROX_TANH_FWD, M.SOFTPLUS_BWD: M.SOFTPLUS_FWD,
-               M.SWISH_BWD: M.SWISH_FWD}
-BINARY = {
-    M.ADD: torch.add, M.SUB: torch.sub, M.MUL: torch.mul, M.DIV: torch.div,
-    M.ADD_SQUARE: lambda a, b: a + b * b, M.MAX: torch.maximum, M.MIN: torch.minimum,
-    M.MOD: _fmod, M.POW: torch.pow,
-    M.CMP_EQ: lambda a, b: (a == b), M.CMP_NEQ: lambda a, b: (a != b),
-    M.CMP_GT: lambda a, b: (a > b), M.CMP_GE: lambda a, b: (a >= b),
-    M.CMP_LT: lambda a, b: (a < b), M.CMP_LE: lambda a, b: (a <= b),
-    M.LOGICAL_AND: lambda a, b: (a != 0) & (b != 0), M.LOGICAL_OR: lambda a, b: (a != 0) | (b != 0),
+BACKWARD_OF = {
+    M.RELU_BWD: M.RELU_FWD,
+    M.TANH_BWD: M.TANH_FWD,
+    M.SIGMOID_BWD: M.SIGMOID_FWD,
+    M.ELU_BWD: M.ELU_FWD,
+    M.GELU_BWD: M.GELU_FWD,
+    M.GELU_APPROX_TANH_BWD: M.GELU_APPROX_TANH_FWD,
+    M.SOFTPLUS_BWD: M.SOFTPLUS_FWD,
+    M.SWISH_BWD: M.SWISH_FWD,
 }
-DISCONTINUOUS = {M.CEIL, M.FLOOR, M.LOGICAL_NOT, M.MOD, M.POW, M.CMP_EQ, M.CMP_NEQ, M.CMP_GT,
-                 M.CMP_GE, M.CMP_LT, M.CMP_LE, M.LOGICAL_AND, M.LOGICAL_OR}
-RELU_SETS = [(0.0, INF, 0.0), (0.0, 6.0, 0.0), (-1.0, 1.0, 0.0), (-0.5, 2.5, 0.0),
-             (0.0, INF, 0.01), (0.0, INF, 0.2), (0.0, 3.0, 0.0), (-0.5, 1.25, 0.1)]
+BINARY = {
+    M.ADD: torch.add,
+    M.SUB: torch.sub,
+    M.MUL: torch.mul,
+    M.DIV: torch.div,
+    M.ADD_SQUARE: lambda a, b: a + b * b,
+    M.MAX: torch.maximum,
+    M.MIN: torch.minimum,
+    M.MOD: _fmod,
+    M.POW: torch.pow,
+    M.CMP_EQ: lambda a, b: (a == b),
+    M.CMP_NEQ: lambda a, b: (a != b),
+    M.CMP_GT: lambda a, b: (a > b),
+    M.CMP_GE: lambda a, b: (a >= b),
+    M.CMP_LT: lambda a, b: (a < b),
+    M.CMP_LE: lambda a, b: (a <= b),
+    M.LOGICAL_AND: lambda a, b: (a != 0) & (b != 0),
+    M.LOGICAL_OR: lambda a, b: (a != 0) | (b != 0),
+}
+DISCONTINUOUS = {
+    M.CEIL,
+    M.FLOOR,
+    M.LOGICAL_NOT,
+    M.MOD,
+    M.POW,
+    M.CMP_EQ,
+    M.CMP_NEQ,
+    M.CMP_GT,
+    M.CMP_GE,
+    M.CMP_LT,
+    M.CMP_LE,
+    M.LOGICAL_AND,
+    M.LOGICAL_OR,
+}
+RELU_SETS = [
+    (0.0, INF, 0.0),
+    (0.0, 6.0, 0.0),
+    (-1.0, 1.0, 0.0),
+    (-0.5, 2.5, 0.0),
+    (0.0, INF, 0.01),
+    (0.0, INF, 0.2),
+    (0.0, 3.0, 0.0),
+    (-0.5, 1.25, 0.1),
+]
 
 
 def _mode_attrs(mode, r: random.Random) -> dict:
@@ -182,16 +265,17 @@ def torch_node(mode, at, args):
     if mode in BACKWARD_OF:
         dy, x = torch.broadcast_tensors(*args)
         x = x.detach()
-        if mode == M.SOFTPLUS_BWD:     # the derivative of the threshold-free softplus
+        if mode == M.SOFTPLUS_BWD:  # the derivative of the threshold-free softplus
             return dy * torch.sigmoid(at["softplus_beta"] * x)
-        lo, hi, slope = (at.get(k) for k in ("relu_lower_clip", "relu_upper_clip",
-                                             "relu_lower_clip_slope"))
+        lo, hi, slope = (
+            at.get(k) for k in ("relu_lower_clip", "relu_upper_clip", "relu_lower_clip_slope")
+        )
         if mode == M.RELU_BWD and slope != 0 and hi != INF:
             # cuDNN's general clipped relu: no PyTorch function, its rule (autograd of a
             # composite would add +0 to a -0 gradient)
             return torch.where(x > lo, torch.where(x >= hi, 0.0, dy), slope * dy)
         f = _forward_fn(BACKWARD_OF[mode], at)
-        with torch.enable_grad():     # PyTorch's own backward (relu's drops dy where x <= 0)
+        with torch.enable_grad():  # PyTorch's own backward (relu's drops dy where x <= 0)
             xg = x.clone().requires_grad_(True)
             (gx,) = torch.autograd.grad(f(xg), xg, dy.detach())
             xg = x.clone().requires_grad_(True)
@@ -201,8 +285,8 @@ def torch_node(mode, at, args):
             nan = torch.isnan(x).reshape(-1).nonzero().flatten().tolist()
             flat_x, flat_dy, gx = x.reshape(-1), dy.detach().reshape(-1), gx.clone()
             for i in nan:
-                xi = flat_x[i:i + 1].clone().requires_grad_(True)
-                (gi,) = torch.autograd.grad(f(xi), xi, flat_dy[i:i + 1])
+                xi = flat_x[i : i + 1].clone().requires_grad_(True)
+                (gi,) = torch.autograd.grad(f(xi), xi, flat_dy[i : i + 1])
                 gx.view(-1)[i] = gi[0]
         # the value PyTorch gives, with d / d dy = f'(x) for the error estimate of a chain
         return _WithSlope.apply(gx, dy, slope) if dy.requires_grad else gx
@@ -230,13 +314,13 @@ class _WithSlope(torch.autograd.Function):
 def rounding_size(mode, args, out):
     """s_j: the size of the rounding error of one node (see the module docstring)."""
     a = out.abs()
-    if mode == M.SWISH_BWD:       # PyTorch's 1 - s loses its tail, times beta x
+    if mode == M.SWISH_BWD:  # PyTorch's 1 - s loses its tail, times beta x
         return torch.maximum(a, args[0].abs() * (1.0 + args[1].abs() * 2.0))
     if mode in BACKWARD_OF:
         return torch.maximum(a, args[0].abs())
     if mode in (M.GELU_FWD, M.GELU_APPROX_TANH_FWD):
         return torch.maximum(a, args[0].abs())
-    if mode == M.SWISH_FWD:       # x times a sigmoid that may be subnormal
+    if mode == M.SWISH_FWD:  # x times a sigmoid that may be subnormal
         return a + args[0].abs() * torch.finfo(torch.float32).smallest_normal
     if mode == M.ADD_SQUARE:
         return args[0].abs() + args[1] * args[1]
@@ -259,12 +343,13 @@ POINTWISE_MODES = [m for m in M if m != M.GEN_INDEX]
 
 
 # ---- values -------------------------------------------------------------------------------
-def draw_values(r: random.Random, gen: torch.Generator, shape, dtype, density: float,
-                scale: float = 1.0) -> torch.Tensor:
+def draw_values(
+    r: random.Random, gen: torch.Generator, shape, dtype, density: float, scale: float = 1.0
+) -> torch.Tensor:
     """Normal values (|x| in [0.1, 3], random signs) with about ``density`` of them
     replaced by special values; float64 values cast to ``dtype``."""
     n = math.prod(shape)
-    x = (torch.rand(n, generator=gen, dtype=torch.float64) * 2.9 + 0.1)
+    x = torch.rand(n, generator=gen, dtype=torch.float64) * 2.9 + 0.1
     x = x * torch.where(torch.rand(n, generator=gen) < 0.5, -1.0, 1.0).double()
     for i in range(n):
         if r.random() < density:
@@ -281,12 +366,13 @@ def draw_values(r: random.Random, gen: torch.Generator, shape, dtype, density: f
 @dataclasses.dataclass
 class Case:
     """One generated case: its family, data type, graph description and inputs."""
+
     seed: int
     index: int
     family: str
     dtype: torch.dtype
-    inputs: list                    # torch tensors (graph inputs)
-    nodes: list = dataclasses.field(default_factory=list)   # pointwise: (mode, attrs, operands)
+    inputs: list  # torch tensors (graph inputs)
+    nodes: list = dataclasses.field(default_factory=list)  # pointwise: (mode, attrs, operands)
     red_mode: R | None = None
     out_dims: tuple | None = None
     norm: str = ""
@@ -297,8 +383,9 @@ class Case:
         dt = str(self.dtype).replace("torch.", "")
         shapes = [tuple(t.shape) for t in self.inputs]
         if self.family in ("pointwise", "reduction"):
-            ops = " -> ".join(f"{m.name}{_short(at)}({','.join(map(str, o))})"
-                              for m, at, o in self.nodes)
+            ops = " -> ".join(
+                f"{m.name}{_short(at)}({','.join(map(str, o))})" for m, at, o in self.nodes
+            )
             red = f" -> {self.red_mode.name}{list(self.out_dims)}" if self.red_mode else ""
             return f"{self.family} {dt} {shapes}: {ops or 'x'}{red}"
         if self.family == "norm":
@@ -318,24 +405,33 @@ def make_case(seed: int, index: int, family: str | None = None) -> Case:
     r = random.Random(key)
     gen = torch.Generator().manual_seed(key)
     family = family or r.choices(FAMILIES, weights=(6, 2, 1, 1))[0]
-    dtype = r.choices([torch.float32, torch.float64, torch.float16, torch.bfloat16],
-                      weights=(5, 2, 1.5, 1.5))[0]
+    dtype = r.choices(
+        [torch.float32, torch.float64, torch.float16, torch.bfloat16], weights=(5, 2, 1.5, 1.5)
+    )[0]
     density = r.choice([0.1, 0.3, 0.6])
-    if family == "norm":     # the norm engine takes float32, float16 and bfloat16
+    if family == "norm":  # the norm engine takes float32, float16 and bfloat16
         dtype = torch.float32 if dtype == torch.float64 else dtype
         return _norm_case(seed, index, r, gen, dtype, density)
     if family == "softmax":
         shape = r.choice([(3, 13), (2, 3, 7), (5, 6)])
         x = draw_values(r, gen, shape, dtype, density * 0.5)
-        return Case(seed, index, "softmax", dtype, [x], log=r.random() < 0.5,
-                    axis=r.choice([-1, 0]) if len(shape) == 2 else r.choice([-1, 1]))
+        return Case(
+            seed,
+            index,
+            "softmax",
+            dtype,
+            [x],
+            log=r.random() < 0.5,
+            axis=r.choice([-1, 0]) if len(shape) == 2 else r.choice([-1, 1]),
+        )
     shape = r.choice(SHAPES)
     if family == "reduction":
         x = draw_values(r, gen, shape, dtype, density * 0.5)
         nodes = []
         if r.random() < 0.5:
-            mode = r.choice([m for m in POINTWISE_MODES if arity(m) == 1
-                             and m not in DISCONTINUOUS])
+            mode = r.choice(
+                [m for m in POINTWISE_MODES if arity(m) == 1 and m not in DISCONTINUOUS]
+            )
             nodes.append((mode, _mode_attrs(mode, r), ["in0"]))
         keep = [r.random() < 0.5 for _ in shape]
         if all(keep):
@@ -350,7 +446,7 @@ def _pointwise_case(seed, index, r, gen, dtype, density, shape) -> Case:
     inputs = [draw_values(r, gen, shape, dtype, density)]
     for _ in range(n_inputs - 1):
         sub = list(shape)
-        if r.random() < 0.3:               # broadcast along a random axis
+        if r.random() < 0.3:  # broadcast along a random axis
             sub[r.randrange(len(sub))] = 1
         inputs.append(draw_values(r, gen, tuple(sub), dtype, density))
     names = [f"in{i}" for i in range(n_inputs)]
@@ -358,12 +454,15 @@ def _pointwise_case(seed, index, r, gen, dtype, density, shape) -> Case:
     for k in range(r.choice([1, 1, 2, 3])):
         if k == 0:
             mode = r.choice(POINTWISE_MODES)
-        else:                              # a continuous mode reading the last value
+        else:  # a continuous mode reading the last value
             mode = r.choice([m for m in POINTWISE_MODES if m not in DISCONTINUOUS])
         ops = []
         for j in range(arity(mode)):
-            exact_only = (mode in DISCONTINUOUS or (mode == M.BINARY_SELECT and j == 2)
-                          or (mode in BACKWARD_OF and j == 1))
+            exact_only = (
+                mode in DISCONTINUOUS
+                or (mode == M.BINARY_SELECT and j == 2)
+                or (mode in BACKWARD_OF and j == 1)
+            )
             if j == 0 and computed and not exact_only:
                 ops.append(computed[-1])
             elif exact_only or not computed or r.random() < 0.6:
@@ -387,7 +486,7 @@ def _norm_case(seed, index, r, gen, dtype, density) -> Case:
     rows, length = r.choice([(3, 16), (4, 33), (2, 64)])
     scale = r.choice([1.0, 1.0, 1e20, 1e-20])
     x = draw_values(r, gen, (rows, length), torch.float64, density * 0.3, scale)
-    if r.random() < 0.5:   # some rows without specials: a shifted, narrow distribution
+    if r.random() < 0.5:  # some rows without specials: a shifted, narrow distribution
         x[0] = (1.0 + 1e-3 * torch.randn(length, generator=gen, dtype=torch.float64)) * scale
     x = x.to(dtype)
     w = draw_values(r, gen, (1, length), dtype, 0.0)
@@ -405,8 +504,10 @@ def _graph(case: Case):
 def build(case: Case):
     """(graph, feeds, outputs) of ``case``."""
     g = _graph(case)
-    ts = [g.tensor(list(x.shape), list(x.stride()), TORCH_TO_DT[x.dtype], name=f"in{i}")
-          for i, x in enumerate(case.inputs)]
+    ts = [
+        g.tensor(list(x.shape), list(x.stride()), TORCH_TO_DT[x.dtype], name=f"in{i}")
+        for i, x in enumerate(case.inputs)
+    ]
     feeds = dict(zip(ts, case.inputs))
     out_dt = TORCH_TO_DT[case.dtype]
     if case.family == "norm":
@@ -450,15 +551,22 @@ def run_engine(case: Case, engine_id: int) -> list:
 @dataclasses.dataclass
 class Truth:
     """E64, the other admitted truths and the tolerance of each output."""
+
     e64: list
-    alts: list            # other admitted truths, each a list like e64
+    alts: list  # other admitted truths, each a list like e64
     tol: list
-    signed_zero: torch.Tensor | None = None    # elements whose zero sign must match
-    loose: torch.Tensor | None = None          # elements only an expected NaN binds
+    signed_zero: torch.Tensor | None = None  # elements whose zero sign must match
+    loose: torch.Tensor | None = None  # elements only an expected NaN binds
 
 
-def _eval_chain(case: Case, ct: torch.dtype, grads: bool, floor: float = 0.0,
-                round_to: torch.dtype | None = None, nan_fallback: bool = False):
+def _eval_chain(
+    case: Case,
+    ct: torch.dtype,
+    grads: bool,
+    floor: float = 0.0,
+    round_to: torch.dtype | None = None,
+    nan_fallback: bool = False,
+):
     """Node values of a pointwise chain (+ reduction) evaluated in ``ct``; with ``grads``
     also the size of the error estimate (``floor``: the engine's smallest normal, every
     rounding's subnormal floor); ``round_to`` rounds every node's value to that type."""
@@ -477,12 +585,13 @@ def _eval_chain(case: Case, ct: torch.dtype, grads: bool, floor: float = 0.0,
             if round_to is not None:
                 v = v.to(round_to).to(ct)
             if grads:
-                with torch.no_grad():   # + the subnormal floor of every rounding
-                    sizes.append(rounding_size(mode, [a.detach() for a in args], v.detach())
-                                 + floor)
+                with torch.no_grad():  # + the subnormal floor of every rounding
+                    sizes.append(
+                        rounding_size(mode, [a.detach() for a in args], v.detach()) + floor
+                    )
                 # d out / d (a zero added to v) is d out / d v through the rest of the chain
                 leaves.append(torch.zeros(v.shape, dtype=ct, requires_grad=True))
-                v = v - leaves[-1]           # v - (+0) keeps -0
+                v = v - leaves[-1]  # v - (+0) keeps -0
             env[f"v{k}"] = v
         last = env[f"v{len(case.nodes) - 1}"] if case.nodes else env["in0"]
         out = last
@@ -526,11 +635,12 @@ def _reduce(case, v):
     def red(fn, t):
         if not kw:
             return t
-        if fn is torch.prod:           # one axis at a time
+        if fn is torch.prod:  # one axis at a time
             for i in axes:
                 t = torch.prod(t, dim=i, keepdim=True)
             return t
         return fn(t, **kw)
+
     mode = case.red_mode
     if mode == R.ADD:
         y = red(torch.sum, v)
@@ -568,7 +678,7 @@ def truth(case: Case) -> Truth:
     out_t = case.dtype
     ct = torch.float64 if case.dtype == torch.float64 else torch.float32
     u = U[ct]
-    tiny = 4 * torch.finfo(out_t).smallest_normal * 2.0 * U[out_t]     # 4 subnormal ulps
+    tiny = 4 * torch.finfo(out_t).smallest_normal * 2.0 * U[out_t]  # 4 subnormal ulps
     if case.family == "norm":
         return _norm_truth(case, u, tiny)
     if case.family == "softmax":
@@ -590,13 +700,16 @@ def truth(case: Case) -> Truth:
         # (its own float32 gelu(inf) is NaN, its float64 one inf)
         e32r, _ = _eval_chain(case, torch.float64, False, round_to=ct)
     tol = SLACK * u * torch.nan_to_num(size, nan=math.inf) + 2 * U[out_t] * e64.abs() + tiny
-    tol = torch.nan_to_num(tol, nan=math.inf)   # NaN expected: structure alone
+    tol = torch.nan_to_num(tol, nan=math.inf)  # NaN expected: structure alone
     signed = None
-    if (case.family == "pointwise" and len(case.nodes) == 1 and arity(case.nodes[0][0]) == 1
-            and case.nodes[0][0] not in BACKWARD_OF):
+    if (
+        case.family == "pointwise"
+        and len(case.nodes) == 1
+        and arity(case.nodes[0][0]) == 1
+        and case.nodes[0][0] not in BACKWARD_OF
+    ):
         signed = case.inputs[0] == 0
-    alts = [[e32.to(out_t)]] + ([[e32f.to(out_t)], [e32r.to(out_t)]]
-                                if ct != torch.float64 else [])
+    alts = [[e32.to(out_t)]] + ([[e32f.to(out_t)], [e32r.to(out_t)]] if ct != torch.float64 else [])
     loose = None
     if case.family == "reduction" and case.red_mode in (R.MUL, R.MUL_NO_ZEROS):
         # a product whose partial products may leave the compute type's range (in some
@@ -635,8 +748,11 @@ def _norm_truth(case, u, tiny) -> Truth:
     root = math.sqrt(length)
     # the statistics' rounding: sums of L terms of the row's size
     cond = torch.nan_to_num(big * big / (var + eps), nan=0.0, posinf=math.inf)
-    tol_y = SLACK * u * root * (w.abs() * (1.0 + inv * spread) * torch.sqrt(1.0 + cond)
-                                + b.abs()) + 2 * U[case.dtype] * y.abs() + tiny
+    tol_y = (
+        SLACK * u * root * (w.abs() * (1.0 + inv * spread) * torch.sqrt(1.0 + cond) + b.abs())
+        + 2 * U[case.dtype] * y.abs()
+        + tiny
+    )
     tol_mean = SLACK * u * root * big + 1e-45
     tol_inv = SLACK * u * root * inv * (1.0 + cond) + 1e-45
     outs = [y.to(case.dtype), mean.float(), inv.float()]
@@ -669,7 +785,7 @@ def compare(case: Case, got: list, t: Truth, engine: str) -> list[str]:
         ok = _matches(a, e64, tol)
         for alt in t.alts:
             ok |= _matches(a, alt[k], tol)
-        if t.loose is not None:     # NaN expected stays NaN; anything else goes
+        if t.loose is not None:  # NaN expected stays NaN; anything else goes
             ok |= t.loose & (torch.isnan(a.double()) | ~torch.isnan(e64.double()))
         if t.signed_zero is not None:
             z = t.signed_zero & (e64 == 0) & (a == 0)
@@ -680,9 +796,11 @@ def compare(case: Case, got: list, t: Truth, engine: str) -> list[str]:
         idx = tuple(int(i) for i in (~ok).nonzero()[0])
         ins = [_at(x, idx) for x in case.inputs]
         e32 = "".join(f", alt {alt[k][idx].item()!r}" for alt in t.alts)
-        msgs.append(f"{engine} {roles[k]}: {int((~ok).sum())} of {ok.numel()} elements off; "
-                    f"first at {idx}: got {a[idx].item()!r}, e64 {e64[idx].item()!r}{e32}, "
-                    f"tol {float(tol[idx]):.3g}; inputs there {ins}")
+        msgs.append(
+            f"{engine} {roles[k]}: {int((~ok).sum())} of {ok.numel()} elements off; "
+            f"first at {idx}: got {a[idx].item()!r}, e64 {e64[idx].item()!r}{e32}, "
+            f"tol {float(tol[idx]):.3g}; inputs there {ins}"
+        )
     return msgs
 
 
@@ -695,8 +813,7 @@ def _at(x, idx):
 
 def _roles(case):
     if case.family == "norm":
-        return ["Y", "MEAN", "INV_VARIANCE"] if case.norm == "layernorm" else \
-            ["Y", "INV_VARIANCE"]
+        return ["Y", "MEAN", "INV_VARIANCE"] if case.norm == "layernorm" else ["Y", "INV_VARIANCE"]
     return ["Y"]
 
 
@@ -704,14 +821,17 @@ def run_case(case: Case) -> list[str]:
     """Failure messages of ``case`` on the fast engine and on the reference engine."""
     t = truth(case)
     msgs = []
-    fast = ENGINES[case.family] if case.dtype != torch.float64 or case.family in (
-        "pointwise", "reduction") else None        # norm, softmax: no float64 engine
+    fast = (
+        ENGINES[case.family]
+        if case.dtype != torch.float64 or case.family in ("pointwise", "reduction")
+        else None
+    )  # norm, softmax: no float64 engine
     for name, eid in (("fast", fast), ("reference", REFERENCE)):
         if eid is None:
             continue
         try:
             got = run_engine(case, eid)
-        except Exception as ex:    # noqa: BLE001 -- an engine error is a finding too
+        except Exception as ex:  # noqa: BLE001 -- an engine error is a finding too
             msgs.append(f"{name}: {type(ex).__name__}: {str(ex).splitlines()[0][:300]}")
             continue
         msgs += compare(case, got, t, name)
@@ -729,8 +849,7 @@ def run(seed: int, cases: int, start: int = 0, out=print, family: str | None = N
             msgs = run_case(case)
             if msgs:
                 failures.append((i, case.describe(), msgs))
-                out(f"FAIL case {i}: {case.describe()}: {msgs[0]}\n  repro: "
-                    f"{repro_line(seed, i)}")
+                out(f"FAIL case {i}: {case.describe()}: {msgs[0]}\n  repro: {repro_line(seed, i)}")
     return failures
 
 

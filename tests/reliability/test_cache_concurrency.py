@@ -15,6 +15,7 @@
 Case counts scale with ``--reliability-budget`` (CI runs 1). Every failure message
 starts with a one-line reproduction.
 """
+
 from __future__ import annotations
 
 import linecache
@@ -30,13 +31,11 @@ import time
 
 import pytest
 import torch
+from _reliability import SRC, repro  # noqa: E402
 
 import opendnn.torch.functional as F
 from opendnn import backends
 from opendnn.runtime import autotune, launch
-
-from _reliability import SRC, repro  # noqa: E402
-
 
 _repro = repro
 
@@ -49,6 +48,7 @@ def _race(threads: int, work) -> bool:
     def run(t):
         start.wait()
         work(t)
+
     pool = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
     for p in pool:
         p.start()
@@ -79,7 +79,7 @@ def test_threads_first_calls(request, cache):
     make the same ones at the same moment (same kernel file, same module)."""
     budget = request.config.getoption("--reliability-budget")
     threads, per_thread = 8, 24 * budget
-    base = random.randrange(1, 1 << 20)            # problems new to this process
+    base = random.randrange(1, 1 << 20)  # problems new to this process
     failures: list[str] = []
 
     def work(t: int):
@@ -90,19 +90,24 @@ def test_threads_first_calls(request, cache):
             x = torch.randn(16 + i % 7, generator=gen) * 3
             try:
                 y = F.hardtanh(x, lo, hi)
-            except Exception as e:   # noqa: BLE001 -- every failure is reported
-                failures.append(f"thread {t} call {i} bounds ({lo}, {hi}): "
-                                f"{type(e).__name__}: {str(e)[:200]}")
+            except Exception as e:  # noqa: BLE001 -- every failure is reported
+                failures.append(
+                    f"thread {t} call {i} bounds ({lo}, {hi}): {type(e).__name__}: {str(e)[:200]}"
+                )
                 continue
             want = torch.nn.functional.hardtanh(x, lo, hi)
             if not torch.equal(y, want):
-                failures.append(f"thread {t} call {i} bounds ({lo}, {hi}): max error "
-                                f"{(y - want).abs().max().item()}")
+                failures.append(
+                    f"thread {t} call {i} bounds ({lo}, {hi}): max error "
+                    f"{(y - want).abs().max().item()}"
+                )
 
     assert not _race(threads, work), _repro(request, base=base) + ": a thread hangs"
-    assert not failures, (_repro(request, base=base, threads=threads, per_thread=per_thread)
-                          + f": {len(failures)} of {threads * per_thread} calls failed; "
-                          + "; ".join(failures[:5]))
+    assert not failures, (
+        _repro(request, base=base, threads=threads, per_thread=per_thread)
+        + f": {len(failures)} of {threads * per_thread} calls failed; "
+        + "; ".join(failures[:5])
+    )
 
 
 def test_threads_share_the_interpreter(request, cache):
@@ -112,33 +117,34 @@ def test_threads_share_the_interpreter(request, cache):
     threads, calls = 4, 10 * budget
     x = torch.linspace(-4, 4, 257)
     want = torch.tanh(x)
-    F.tanh(x)                                      # built once; the threads only launch
+    F.tanh(x)  # built once; the threads only launch
     failures: list[str] = []
 
     def work(t: int):
         for i in range(calls):
             try:
                 y = F.tanh(x)
-            except Exception as e:   # noqa: BLE001 -- every failure is reported
+            except Exception as e:  # noqa: BLE001 -- every failure is reported
                 failures.append(f"thread {t} call {i}: {type(e).__name__}: {str(e)[:200]}")
                 continue
             if not torch.allclose(y, want, rtol=0, atol=1e-6):
-                failures.append(f"thread {t} call {i}: max error "
-                                f"{(y - want).abs().max().item()}")
+                failures.append(f"thread {t} call {i}: max error {(y - want).abs().max().item()}")
 
     assert not _race(threads, work), _repro(request) + ": a thread hangs"
-    assert not failures, (_repro(request, threads=threads, calls=calls)
-                          + f": {len(failures)} of {threads * calls} launches failed; "
-                          + "; ".join(failures[:5]))
+    assert not failures, (
+        _repro(request, threads=threads, calls=calls)
+        + f": {len(failures)} of {threads * calls} launches failed; "
+        + "; ".join(failures[:5])
+    )
 
 
-KERNEL = '''
+KERNEL = """
 @triton.jit
 def affine_{tag}(X, Y, N, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < N
     tl.store(Y + offs, tl.load(X + offs, mask=mask) * 2.0 + {tag}.0, mask=mask)
-'''
+"""
 
 
 def test_imports_decorate_for_their_mode(request, cache):
@@ -147,6 +153,7 @@ def test_imports_decorate_for_their_mode(request, cache):
     process-wide switch."""
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
+
     budget = request.config.getoption("--reliability-budget")
     threads, per_thread = 4, 100 * budget
     folder = cache / "imports"
@@ -163,21 +170,24 @@ def test_imports_decorate_for_their_mode(request, cache):
                 mod = launch._exec_module(str(path), f"opendnn_test_import_{t}_{i}", interpret)
                 sys.modules.pop(f"opendnn_test_import_{t}_{i}", None)
                 got = type(mod.affine_1)
-            except Exception as e:   # noqa: BLE001 -- every failure is reported
+            except Exception as e:  # noqa: BLE001 -- every failure is reported
                 failures.append(f"thread {t} import {i}: {type(e).__name__}: {e}")
                 continue
             if not issubclass(got, want):
-                failures.append(f"thread {t} import {i} (interpret={interpret}): "
-                                f"decorated as {got.__name__}")
+                failures.append(
+                    f"thread {t} import {i} (interpret={interpret}): decorated as {got.__name__}"
+                )
 
     assert not _race(threads, work), _repro(request) + ": a thread hangs"
-    assert not failures, (_repro(request, threads=threads, per_thread=per_thread)
-                          + f": {len(failures)} of {threads * per_thread} imports wrong; "
-                          + "; ".join(failures[:5]))
+    assert not failures, (
+        _repro(request, threads=threads, per_thread=per_thread)
+        + f": {len(failures)} of {threads * per_thread} imports wrong; "
+        + "; ".join(failures[:5])
+    )
 
 
 # ---------------------------------------------------------------------------------------
-PROCESS_WORKER = textwrap.dedent('''
+PROCESS_WORKER = textwrap.dedent("""
     import os, sys
     from opendnn.runtime import autotune
     me = int(sys.argv[1])
@@ -189,7 +199,7 @@ PROCESS_WORKER = textwrap.dedent('''
             autotune.store(f"problem-{p}", "cpu", [f"plan-{p}", "reference"],
                            [0.1 * p, 1.0])
         print("done", flush=True)
-''')
+""")
 
 
 def _read_line(proc, timeout: float) -> str:
@@ -204,9 +214,16 @@ def test_processes_keep_each_others_tuning(request, tmp_path, monkeypatch):
     budget = request.config.getoption("--reliability-budget")
     n_proc, trials = 8, 3 * budget
     env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    procs = [subprocess.Popen([sys.executable, "-c", PROCESS_WORKER, str(k)], env=env,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-             for k in range(n_proc)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", PROCESS_WORKER, str(k)],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for k in range(n_proc)
+    ]
     found = []
     try:
         for p in procs:
@@ -215,23 +232,26 @@ def test_processes_keep_each_others_tuning(request, tmp_path, monkeypatch):
             folder = tmp_path / f"trial{trial}"
             monkeypatch.setenv("OPENDNN_CACHE_DIR", str(folder))
             autotune.forget_memory()
-            assert autotune.lookup("problem-0", "cpu") is None   # read before the others
+            assert autotune.lookup("problem-0", "cpu") is None  # read before the others
             for p in procs:
                 p.stdin.write(f"{folder}\n")
                 p.stdin.flush()
             for p in procs:
-                assert _read_line(p, 120) == "done", \
+                assert _read_line(p, 120) == "done", (
                     _repro(request, trial=trial) + ": a worker did not finish"
+                )
             seen = [k for k in range(13) if autotune.lookup(f"problem-{k}", "cpu")]
             autotune.forget_memory()
             on_disk = [k for k in range(13) if autotune.lookup(f"problem-{k}", "cpu")]
             found.append(len(on_disk))
             assert on_disk == list(range(13)), (
                 _repro(request, trial=trial, processes=n_proc)
-                + f": the file holds problems {on_disk} of 0..12 (found per trial: {found})")
+                + f": the file holds problems {on_disk} of 0..12 (found per trial: {found})"
+            )
             assert seen == list(range(13)), (
                 _repro(request, trial=trial) + f": a lookup made before the other processes "
-                f"stored sees only {seen} afterwards")
+                f"stored sees only {seen} afterwards"
+            )
             assert autotune.lookup("problem-12", "cpu")["order"] == ["plan-12", "reference"]
         request.node.user_properties.append(("entries_found_per_trial", found))
     finally:
@@ -245,14 +265,14 @@ def test_processes_keep_each_others_tuning(request, tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------
-SWEEP_CHECK = textwrap.dedent('''
+SWEEP_CHECK = textwrap.dedent("""
     import threading
     from opendnn.runtime import autotune
     autotune.store("after-the-kills", "cpu", ["plan"], [1.0])
     for t in threading.enumerate():
         if t is not threading.current_thread() and t.daemon:
             t.join(timeout=60)
-''')
+""")
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="kills forked writers (POSIX only)")
@@ -266,13 +286,13 @@ def test_kill_9_during_writes(request, cache):
     runs = 50 * budget
     seed = random.randrange(1 << 30)
     rnd = random.Random(seed)
-    autotune.store("before-the-kills", "cpu", ["plan"], [1.0])   # the folder exists
+    autotune.store("before-the-kills", "cpu", ["plan"], [1.0])  # the folder exists
     autotune.forget_memory()
     completed: list[str] = []
     for run in range(runs):
         r, w = os.pipe()
         pid = os.fork()
-        if pid == 0:                                # the writer
+        if pid == 0:  # the writer
             try:
                 os.close(r)
                 i = 0
@@ -292,9 +312,11 @@ def test_kill_9_during_writes(request, cache):
     autotune.forget_memory()
     with _no_warning():
         missing = [k for k in completed if autotune.lookup(k, "cpu") is None]
-    assert not missing, (_repro(request, seed=seed, runs=runs)
-                         + f": {len(missing)} of {len(completed)} finished entries lost, "
-                         f"e.g. {missing[:3]}")
+    assert not missing, (
+        _repro(request, seed=seed, runs=runs)
+        + f": {len(missing)} of {len(completed)} finished entries lost, "
+        f"e.g. {missing[:3]}"
+    )
     assert autotune.lookup("before-the-kills", "cpu") is not None, _repro(request, seed=seed)
 
     folder = launch.cache_dir()
@@ -312,12 +334,15 @@ def test_kill_9_during_writes(request, cache):
     env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
     subprocess.run([sys.executable, "-c", SWEEP_CHECK], env=env, check=True, timeout=300)
     left = [p for p in orphans + [planted] if os.path.exists(p)]
-    assert not left, (_repro(request, seed=seed, runs=runs)
-                      + f": {len(left)} orphaned temporaries older than the sweep age left "
-                      f"({len(orphans)} from the killed writers + 1 planted), e.g. {left[:3]}")
+    assert not left, (
+        _repro(request, seed=seed, runs=runs)
+        + f": {len(left)} orphaned temporaries older than the sweep age left "
+        f"({len(orphans)} from the killed writers + 1 planted), e.g. {left[:3]}"
+    )
     assert os.path.exists(young), _repro(request, seed=seed) + ": a young temporary was swept"
-    request.node.user_properties.append(("kill9", {"runs": runs, "finished": len(completed),
-                                                   "orphans": len(orphans)}))
+    request.node.user_properties.append(
+        ("kill9", {"runs": runs, "finished": len(completed), "orphans": len(orphans)})
+    )
 
 
 class _no_warning:
@@ -325,6 +350,7 @@ class _no_warning:
 
     def __enter__(self):
         import warnings
+
         self._catch = warnings.catch_warnings(record=True)
         self._seen = self._catch.__enter__()
         warnings.simplefilter("always")
@@ -343,20 +369,26 @@ def test_imported_modules_are_bounded(request, cache):
     leave sys.modules, and a kernel whose module was evicted still runs."""
     backends.kernel_cache_size = 3
     base = random.randrange(1 << 20)
-    kernels = [launch.kernel_from_source(KERNEL.format(tag=base + k), f"affine_{base + k}")
-               for k in range(6)]
+    kernels = [
+        launch.kernel_from_source(KERNEL.format(tag=base + k), f"affine_{base + k}")
+        for k in range(6)
+    ]
     x = torch.arange(10, dtype=torch.float32)
     for k, kern in enumerate(kernels):
         y = torch.empty_like(x)
         kern((1,), x, y, 10, BLOCK=16)
         assert torch.equal(y, x * 2 + base + k), _repro(request, base=base, kernel=k)
     generated = [m for m in sys.modules if m.startswith("opendnn_generated_")]
-    assert len(launch._modules) <= 3, (_repro(request, base=base)
-                                       + f": {len(launch._modules)} modules kept, limit 3")
+    assert len(launch._modules) <= 3, (
+        _repro(request, base=base) + f": {len(launch._modules)} modules kept, limit 3"
+    )
     assert len(generated) <= 3, _repro(request, base=base) + f": {len(generated)} in sys.modules"
-    sources = [p for p, e in linecache.cache.items()
-               if p.startswith(launch.kernel_dir()) and len(e) == 4 and e[1] is None]
+    sources = [
+        p
+        for p, e in linecache.cache.items()
+        if p.startswith(launch.kernel_dir()) and len(e) == 4 and e[1] is None
+    ]
     assert len(sources) <= 3, _repro(request, base=base) + f": {len(sources)} sources kept"
     y = torch.empty_like(x)
-    kernels[0]((1,), x, y, 10, BLOCK=16)           # its module was evicted long ago
+    kernels[0]((1,), x, y, 10, BLOCK=16)  # its module was evicted long ago
     assert torch.equal(y, x * 2 + base), _repro(request, base=base) + ": evicted kernel broke"

@@ -11,6 +11,7 @@ autotune file too) must return torch's result exactly, issue a RuntimeWarning an
 finish within the case's timeout. Every failure message starts with a one-line
 reproduction.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -28,7 +29,7 @@ import opendnn.torch.functional as F
 from opendnn import backends
 from opendnn.runtime import autotune, launch
 
-SRC = os.path.dirname(os.path.dirname(opendnn.__file__))   # the opendnn under test
+SRC = os.path.dirname(os.path.dirname(opendnn.__file__))  # the opendnn under test
 CASE_TIMEOUT_S = 60
 FORMAT = "opendnn-autotune-v1"
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -54,14 +55,17 @@ def _autotune_file(content: bytes):
         with open(os.path.join(root, "autotune-v1.json"), "wb") as f:
             f.write(content)
         return root
+
     return make
 
 
 def _truncated() -> bytes:
-    doc = {"format": FORMAT, "entries": {f"p{i}|cpu": {"order": ["a", "b"], "times_ms": [1, 2]}
-                                         for i in range(20)}}
+    doc = {
+        "format": FORMAT,
+        "entries": {f"p{i}|cpu": {"order": ["a", "b"], "times_ms": [1, 2]} for i in range(20)},
+    }
     text = json.dumps(doc).encode()
-    return text[:len(text) // 2]
+    return text[: len(text) // 2]
 
 
 def _nested(depth: int) -> bytes:
@@ -69,7 +73,7 @@ def _nested(depth: int) -> bytes:
 
 
 def _in_entry(depth: int) -> bytes:
-    return (b'{"format": "%s", "entries": {"k": ' % FORMAT.encode() + _nested(depth) + b"}}")
+    return b'{"format": "%s", "entries": {"k": ' % FORMAT.encode() + _nested(depth) + b"}}"
 
 
 def _dir_at_file(root):
@@ -127,11 +131,14 @@ CASES = {
     "entries-a-list": _autotune_file(b'{"format": "%s", "entries": []}' % FORMAT.encode()),
     "foreign-format": _autotune_file(b'{"format": "someone-else", "entries": {}}'),
     "record-not-a-dict": _autotune_file(
-        b'{"format": "%s", "entries": {"k": 42}}' % FORMAT.encode()),
+        b'{"format": "%s", "entries": {"k": 42}}' % FORMAT.encode()
+    ),
     "record-order-not-list": _autotune_file(
-        b'{"format": "%s", "entries": {"k": {"order": "ab"}}}' % FORMAT.encode()),
+        b'{"format": "%s", "entries": {"k": {"order": "ab"}}}' % FORMAT.encode()
+    ),
     "record-order-not-str": _autotune_file(
-        b'{"format": "%s", "entries": {"k": {"order": [1, null]}}}' % FORMAT.encode()),
+        b'{"format": "%s", "entries": {"k": {"order": [1, null]}}}' % FORMAT.encode()
+    ),
     "nested-100k": _autotune_file(_nested(100_000)),
     "nested-100k-in-entry": _autotune_file(_in_entry(100_000)),
     "directory-at-file": _dir_at_file,
@@ -153,8 +160,9 @@ def _run_case(make_op, timeout: float):
     def work():
         try:
             out["result"] = make_op()
-        except BaseException as e:   # noqa: BLE001 -- reported by the test
+        except BaseException as e:  # noqa: BLE001 -- reported by the test
             out["error"] = e
+
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         t = threading.Thread(target=work, daemon=True)
@@ -175,15 +183,20 @@ def _release_fifos(*paths) -> None:
 
 
 def _opendnn_warnings(seen) -> list[str]:
-    return [f"{w.category.__name__}: {w.message}" for w in seen
-            if issubclass(w.category, RuntimeWarning) and "opendnn" in str(w.message)]
+    return [
+        f"{w.category.__name__}: {w.message}"
+        for w in seen
+        if issubclass(w.category, RuntimeWarning) and "opendnn" in str(w.message)
+    ]
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_pointwise_survives_a_broken_cache(request, tmp_path, monkeypatch, case):
     if case == "read-only-folder" and IS_ROOT:
-        pytest.skip("running as root: chmod does not deny root's writes (the unwritable "
-                    "folder is covered by folder-below-a-file)")
+        pytest.skip(
+            "running as root: chmod does not deny root's writes (the unwritable "
+            "folder is covered by folder-below-a-file)"
+        )
     if case == "uncreatable-folder" and not os.path.isdir("/proc/self"):
         pytest.skip("no /proc on this system")
     root = CASES[case](str(tmp_path / "cache"))
@@ -191,11 +204,10 @@ def test_pointwise_survives_a_broken_cache(request, tmp_path, monkeypatch, case)
     autotune.forget_memory()
     backends.benchmark = True
     try:
-        for call in range(2):                       # the second call may not warn again
+        for call in range(2):  # the second call may not warn again
             lo, hi = _fresh_bounds()
             x = torch.randn(40) * 3
-            result, error, seen, finished = _run_case(lambda: F.hardtanh(x, lo, hi),
-                                                      CASE_TIMEOUT_S)
+            result, error, seen, finished = _run_case(lambda: F.hardtanh(x, lo, hi), CASE_TIMEOUT_S)
             where = _repro(request, case=case, call=call, bounds=(lo, hi), folder=root)
             if not finished:
                 _release_fifos(root, os.path.join(root, "autotune-v1.json"))
@@ -221,8 +233,13 @@ def test_a_malformed_record_is_dropped_alone(request, tmp_path, monkeypatch):
     monkeypatch.setenv("OPENDNN_CACHE_DIR", str(tmp_path))
     autotune.forget_memory()
     good = autotune.problem_key("good", "cpu")
-    doc = {"format": FORMAT, "entries": {good: {"order": ["plan-a"], "times_ms": [1.0]},
-                                         autotune.problem_key("bad", "cpu"): {"order": 7}}}
+    doc = {
+        "format": FORMAT,
+        "entries": {
+            good: {"order": ["plan-a"], "times_ms": [1.0]},
+            autotune.problem_key("bad", "cpu"): {"order": 7},
+        },
+    }
     with open(os.path.join(tmp_path, "autotune-v1.json"), "w") as f:
         json.dump(doc, f)
     with pytest.warns(RuntimeWarning, match="malformed"):
@@ -238,14 +255,14 @@ def test_a_malformed_record_is_dropped_alone(request, tmp_path, monkeypatch):
 
 # ``c = ...; c.to(...)`` runs only as the interpreter rewrites it (each assignment made a
 # tensor), and the rewrite reads the kernel's source at its first launch
-KERNEL = '''
+KERNEL = """
 @triton.jit
 def shift_{tag}(X, Y, N, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < N
     c = {tag}.0
     tl.store(Y + offs, tl.load(X + offs, mask=mask) + c.to(tl.float32), mask=mask)
-'''
+"""
 
 
 @pytest.mark.parametrize("what", ["fifo", "directory"])
@@ -269,6 +286,7 @@ def test_a_kernel_path_that_is_not_a_file(request, tmp_path, monkeypatch, what):
         y = torch.empty_like(x)
         kern((1,), x, y, 12, BLOCK=16)
         return y
+
     result, error, seen, finished = _run_case(op, CASE_TIMEOUT_S)
     where = _repro(request, what=what, tag=tag)
     if not finished:
@@ -284,11 +302,12 @@ def test_kernel_files_removed_under_a_running_process(request, tmp_path, monkeyp
     this one: a kernel made before is written again at its import, and a kernel imported
     before is launched from the source kept in memory."""
     import shutil
+
     monkeypatch.setenv("OPENDNN_CACHE_DIR", str(tmp_path))
     tags = [random.randrange(1 << 20) for _ in range(2)]
     not_imported = launch.kernel_from_source(KERNEL.format(tag=tags[0]), f"shift_{tags[0]}")
     imported = launch.kernel_from_source(KERNEL.format(tag=tags[1]), f"shift_{tags[1]}")
-    imported.interpreted                        # imported, not launched yet
+    imported.interpreted  # imported, not launched yet
     shutil.rmtree(tmp_path / "kernels")
     x = torch.arange(12, dtype=torch.float32)
     for kern, tag in zip((not_imported, imported), tags):
@@ -296,6 +315,6 @@ def test_kernel_files_removed_under_a_running_process(request, tmp_path, monkeyp
         y = torch.empty_like(x)
         try:
             kern((1,), x, y, 12, BLOCK=16)
-        except Exception as e:   # noqa: BLE001 -- reported with the reproduction
+        except Exception as e:  # noqa: BLE001 -- reported with the reproduction
             pytest.fail(f"{where}: raised {type(e).__name__}: {str(e)[:300]}")
         assert torch.equal(y, x + tag), where + ": wrong result"

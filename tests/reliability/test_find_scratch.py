@@ -1,17 +1,16 @@
 """Benchmark mode, ``autotune`` and find time candidates without applying the call to the
 caller's data more than once: an in-place graph, or a descriptor-API call blending with
 beta != 0, comes out as if it had run once (runtime/scratch.py)."""
+
 import pytest
 import torch
+from _reliability import doubling_graph
 
 import opendnn.legacy as legacy
 from opendnn import backends
 from opendnn.runtime import autotune
 
-from _reliability import doubling_graph
-
-
-pytestmark = pytest.mark.usefixtures("benchmark_mode")   # tests/reliability/conftest.py
+pytestmark = pytest.mark.usefixtures("benchmark_mode")  # tests/reliability/conftest.py
 
 
 def _desc(dims):
@@ -41,8 +40,9 @@ def test_add_tensor_blending_in_benchmark_mode_adds_once():
 def test_in_place_activation_forward_in_benchmark_mode_applies_once():
     h = legacy.create()
     act = legacy.create_activation_descriptor()
-    legacy.set_activation_descriptor(act, legacy.ActivationMode.TANH,
-                                     legacy.NanPropagation.PROPAGATE_NAN, 0.0)
+    legacy.set_activation_descriptor(
+        act, legacy.ActivationMode.TANH, legacy.NanPropagation.PROPAGATE_NAN, 0.0
+    )
     x = torch.linspace(-2, 2, 24).reshape(1, 2, 3, 4)
     want = torch.tanh(x.double()).float()
     d = _desc(x.shape)
@@ -64,11 +64,14 @@ def test_autotune_of_an_in_place_graph_leaves_the_input_alone():
     backends.benchmark = False
     x = torch.arange(1.0, 7.0).reshape(2, 3)
     g, t, y = doubling_graph(x)
-    ws = torch.empty(max(g.get_workspace_size_plan_at_index(i)
-                         for i in range(g.get_execution_plan_count())), dtype=torch.uint8)
+    ws = torch.empty(
+        max(g.get_workspace_size_plan_at_index(i) for i in range(g.get_execution_plan_count())),
+        dtype=torch.uint8,
+    )
     g.autotune({t: x, y: x}, ws)
-    assert torch.equal(x, torch.arange(1.0, 7.0).reshape(2, 3)), \
+    assert torch.equal(x, torch.arange(1.0, 7.0).reshape(2, 3)), (
         f"{_repro('autotune_of_an_in_place')}: {x}"
+    )
     g.execute({t: x, y: x}, ws)
     assert torch.equal(x, torch.arange(1.0, 7.0).reshape(2, 3) * 2)
 
@@ -97,15 +100,15 @@ def test_find_ex_with_y_over_x_times_without_touching_x():
     before = x.clone()
     xd = _desc(x.shape)
     wd = legacy.create_filter_descriptor()
-    legacy.set_filter_4d_descriptor(wd, legacy.DataType.FLOAT, legacy.TensorFormat.NCHW,
-                                    4, 4, 1, 1)
+    legacy.set_filter_4d_descriptor(wd, legacy.DataType.FLOAT, legacy.TensorFormat.NCHW, 4, 4, 1, 1)
     conv = legacy.create_convolution_descriptor()
-    legacy.set_convolution_2d_descriptor(conv, 0, 0, 1, 1, 1, 1,
-                                         legacy.ConvolutionMode.CROSS_CORRELATION,
-                                         legacy.DataType.FLOAT)
+    legacy.set_convolution_2d_descriptor(
+        conv, 0, 0, 1, 1, 1, 1, legacy.ConvolutionMode.CROSS_CORRELATION, legacy.DataType.FLOAT
+    )
     w = torch.randn(4, 4, 1, 1)
     ws = torch.empty(1 << 20, dtype=torch.uint8)
-    perfs = legacy.find_convolution_forward_algorithm_ex(h, xd, x, wd, w, conv, xd, x, 8, ws,
-                                                         ws.numel())
+    perfs = legacy.find_convolution_forward_algorithm_ex(
+        h, xd, x, wd, w, conv, xd, x, 8, ws, ws.numel()
+    )
     assert perfs and perfs[0].status == legacy.Status.SUCCESS, perfs
     assert torch.equal(x, before), _repro("find_ex_with_y_over_x")

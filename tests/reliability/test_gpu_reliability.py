@@ -1,18 +1,20 @@
 """The reliability cases on the GPU (pytest -m gpu): in-place and beta-blending calls under
 benchmark mode apply once; threads making first calls of distinct problems at once get
 exact results."""
+
 import threading
 
 import pytest
 import torch
+from _reliability import doubling_graph
 
 import opendnn.frontend as cudnn
 import opendnn.legacy as legacy
 
-from _reliability import doubling_graph
-
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
 
 
 def _desc(dims, dtype=legacy.DataType.FLOAT):
@@ -34,8 +36,9 @@ def test_scale_and_add_tensor_in_benchmark_mode_apply_once(benchmark_mode):
 def test_in_place_activation_in_benchmark_mode_applies_once(benchmark_mode):
     h = legacy.create("cuda")
     act = legacy.create_activation_descriptor()
-    legacy.set_activation_descriptor(act, legacy.ActivationMode.TANH,
-                                     legacy.NanPropagation.PROPAGATE_NAN, 0.0)
+    legacy.set_activation_descriptor(
+        act, legacy.ActivationMode.TANH, legacy.NanPropagation.PROPAGATE_NAN, 0.0
+    )
     x = torch.linspace(-2, 2, 4 * 3 * 7 * 9, device="cuda").reshape(4, 3, 7, 9)
     want = torch.tanh(x.double())
     d = _desc(x.shape)
@@ -53,8 +56,14 @@ def test_in_place_graph_in_benchmark_mode_applies_once(benchmark_mode):
     assert torch.equal(x, want)
 
 
-UNARY = (("tanh", torch.tanh), ("sigmoid", torch.sigmoid), ("sin", torch.sin),
-         ("abs", torch.abs), ("neg", torch.neg), ("cos", torch.cos))
+UNARY = (
+    ("tanh", torch.tanh),
+    ("sigmoid", torch.sigmoid),
+    ("sin", torch.sin),
+    ("abs", torch.abs),
+    ("neg", torch.neg),
+    ("cos", torch.cos),
+)
 
 
 def _chain(index: int) -> list:
@@ -76,8 +85,9 @@ def test_threads_making_first_calls_of_distinct_problems():
             for i in range(12):
                 ops = _chain(k * 12 + i)
                 x = torch.randn(31 + i, 7, device="cuda")
-                g = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT,
-                                  compute_data_type=cudnn.data_type.FLOAT)
+                g = cudnn.pygraph(
+                    io_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT
+                )
                 t = g.tensor_like(x)
                 v, want = t, x.double()
                 for name, fn in ops:
@@ -85,12 +95,14 @@ def test_threads_making_first_calls_of_distinct_problems():
                 v.set_output(True).set_data_type(cudnn.data_type.FLOAT)
                 g.build([cudnn.heur_mode.A])
                 out = torch.full_like(x, float("nan"))
-                g.execute({t: x, v: out},
-                          torch.empty(g.get_workspace_size(), dtype=torch.uint8, device="cuda"))
+                g.execute(
+                    {t: x, v: out},
+                    torch.empty(g.get_workspace_size(), dtype=torch.uint8, device="cuda"),
+                )
                 torch.cuda.synchronize()
                 if not torch.allclose(out.double(), want, atol=1e-5, rtol=1e-5):
                     wrong.append((k, i, [n for n, _ in ops]))
-        except Exception as e:     # noqa: BLE001 -- collected and reported below
+        except Exception as e:  # noqa: BLE001 -- collected and reported below
             errors.append(f"thread {k}: {type(e).__name__}: {e}")
 
     threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]

@@ -11,6 +11,7 @@ exact in any order).
 Shape counts scale with ``--reliability-budget`` (CI runs 1). Every failure message starts
 with a one-line reproduction.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -18,18 +19,24 @@ import random
 
 import pytest
 import torch
+from _reliability import repro  # noqa: E402
 
 import opendnn.frontend as cudnn
 from opendnn.engines.fusion import engine as fusion_engine
 from opendnn.enums import DataType, HeurMode, ReductionMode
 
-from _reliability import repro  # noqa: E402
 F = DataType.FLOAT
 SHAPES_PER_BUDGET = 12
 # sources allowed per graph: the alignment unit (1 or >= 16, 2, 4, 8) times, for the
 # reductions, whether the tiles divide the kept and the reduced extents
-MAX_SOURCES = {"pointwise": 4, "broadcast": 4, "transpose": 4, "slice": 4,
-               "row_max": 8, "column_min": 8}
+MAX_SOURCES = {
+    "pointwise": 4,
+    "broadcast": 4,
+    "transpose": 4,
+    "slice": 4,
+    "row_max": 8,
+    "column_min": 8,
+}
 
 
 _repro = repro
@@ -45,6 +52,7 @@ def sources(monkeypatch):
         digest = hashlib.sha256(source.encode()).hexdigest()[:16]
         seen.setdefault(digest, name)
         return real(source, name)
+
     monkeypatch.setattr(fusion_engine, "kernel_from_source", spy)
     return seen
 
@@ -66,16 +74,17 @@ def _case(kind: str, n: int, c: int, w: int):
         feeds[tb] = b
         y, want = g.mul(g.add(tx, tb), tb), (x + b) * b
     elif kind == "row_max":
-        y, want = g.reduction(g.relu(tx), mode=ReductionMode.MAX), \
-            torch.relu(x).amax(2, keepdim=True)
+        y, want = (
+            g.reduction(g.relu(tx), mode=ReductionMode.MAX),
+            torch.relu(x).amax(2, keepdim=True),
+        )
         y.set_dim([n, c, 1])
     elif kind == "column_min":
-        y, want = g.reduction(g.mul(tx, tx), mode=ReductionMode.MIN), \
-            (x * x).amin(0, keepdim=True)
+        y, want = g.reduction(g.mul(tx, tx), mode=ReductionMode.MIN), (x * x).amin(0, keepdim=True)
         y.set_dim([1, c, w])
     elif kind == "transpose":
         y, want = g.relu(g.transpose(tx, [0, 2, 1])), torch.relu(x.transpose(1, 2))
-    else:   # slice, times a host scalar
+    else:  # slice, times a host scalar
         s = g.tensor([1, 1, 1], [1, 1, 1], F, is_pass_by_value=True, name="s")
         feeds[s] = torch.full((1, 1, 1), 2.0)
         y, want = g.mul(g.slice(tx, [(0, n), (1, c), (0, w)]), s), x[:, 1:] * 2.0
@@ -95,15 +104,18 @@ def test_distinct_shapes_share_generated_sources(kind, sources, request):
         g, feeds, y, want = _case(kind, *shape)
         g.build([HeurMode.A])
         plan = g.get_plan_name_at_index(0)
-        assert plan.startswith("runtime_fusion"), \
+        assert plan.startswith("runtime_fusion"), (
             f"{_repro(request, kind=kind, shape=shape)}\nplan {plan} is not the fusion engine"
+        )
         got = torch.empty_strided(y.get_dim(), y.get_stride()).fill_(float("nan"))
         ws = torch.empty(max(g.get_workspace_size(), 1), dtype=torch.uint8)
         g.execute({**feeds, y: got}, ws)
         assert torch.equal(got, want), (
             f"{_repro(request, kind=kind, shape=shape)}\nresult differs from PyTorch: "
-            f"max |diff| {(got - want).abs().max().item()}")
+            f"max |diff| {(got - want).abs().max().item()}"
+        )
     assert len(sources) <= MAX_SOURCES[kind], (
         f"{_repro(request, kind=kind)}\n{len(shapes)} shapes of one {kind} graph generated "
         f"{len(sources)} distinct kernel sources (at most {MAX_SOURCES[kind]} expected): "
-        f"{sorted(sources.values())}")
+        f"{sorted(sources.values())}"
+    )

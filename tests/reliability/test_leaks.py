@@ -12,6 +12,7 @@ The resident set is read from /proc/self/statm. Counts scale with ``--reliabilit
 (CI runs 1: a quarter of the counts; 4 and more: the full counts). Every failure message
 starts with a one-line reproduction and gives the MB numbers.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,16 +31,18 @@ from opendnn.graph import memo
 from opendnn.legacy import tensor_ops
 from opendnn.torch import _graphs
 
-pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/statm"),
-                                reason="reads the resident set from /proc/self/statm")
+pytestmark = pytest.mark.skipif(
+    not os.path.exists("/proc/self/statm"), reason="reads the resident set from /proc/self/statm"
+)
 
 from _reliability import repro  # noqa: E402
+
 F = DataType.FLOAT
 EXECUTES = 10_000
 SHAPES = 2_000
-CACHE_SIZE = 16           # plan_cache_size and legacy_cache_size during these tests
-SLACK_MB = 6.0            # allocator noise: arenas, free lists, torch's CPU caching
-PER_ENTRY_MB = 0.25       # what one kept entry may hold (graph, plan, launch set-up)
+CACHE_SIZE = 16  # plan_cache_size and legacy_cache_size during these tests
+SLACK_MB = 6.0  # allocator noise: arenas, free lists, torch's CPU caching
+PER_ENTRY_MB = 0.25  # what one kept entry may hold (graph, plan, launch set-up)
 
 
 _repro = repro
@@ -54,7 +57,7 @@ def _count(request, full: int) -> int:
 def _rss_mb() -> float:
     with open("/proc/self/statm") as f:
         pages = int(f.read().split()[1])
-    return pages * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 @pytest.fixture
@@ -104,7 +107,8 @@ def test_repeated_executes_plateau(small_caches, request):
     assert end - half < SLACK_MB, (
         f"{_repro(request, executes=n)}\nresident set grew {end - half:.1f} MB over the "
         f"second {n - n // 2} executes of one plan ({half:.1f} MB -> {end:.1f} MB; bound "
-        f"{SLACK_MB:.1f} MB)")
+        f"{SLACK_MB:.1f} MB)"
+    )
 
 
 def _shape(i: int) -> tuple:
@@ -122,8 +126,9 @@ def test_distinct_shapes_plateau(small_caches, request):
     n = _count(request, SHAPES)
     handle = legacy.create("cpu")
     act = legacy.create_activation_descriptor()
-    legacy.set_activation_descriptor(act, legacy.ActivationMode.RELU,
-                                     legacy.NanPropagation.NOT_PROPAGATE_NAN, 0.0)
+    legacy.set_activation_descriptor(
+        act, legacy.ActivationMode.RELU, legacy.NanPropagation.NOT_PROPAGATE_NAN, 0.0
+    )
     samples = {}
     for i in range(n):
         shape = _shape(i)
@@ -135,38 +140,42 @@ def test_distinct_shapes_plateau(small_caches, request):
         a, c = torch.randn(dims), torch.randn(dims)
         expected = a + c
         legacy.add_tensor(handle, 1.0, _descriptor(dims), a, 1.0, _descriptor(dims), c)
-        legacy.activation_forward(handle, act, 1.0, _descriptor(dims), c, 0.0,
-                                  _descriptor(dims), a)
+        legacy.activation_forward(handle, act, 1.0, _descriptor(dims), c, 0.0, _descriptor(dims), a)
         t = OF.tanh(c)
-        if i % 97 == 0:   # spot checks: a wrong result would make the memory moot
+        if i % 97 == 0:  # spot checks: a wrong result would make the memory moot
             assert torch.equal(out, want), f"{_repro(request, shapes=n, shape=shape)}"
-            assert torch.equal(c, expected) and torch.equal(a, torch.relu(expected)), \
+            assert torch.equal(c, expected) and torch.equal(a, torch.relu(expected)), (
                 f"{_repro(request, shapes=n, shape=shape)}\ndescriptor API result wrong"
-            assert torch.allclose(t, torch.tanh(c), atol=1e-6), \
+            )
+            assert torch.allclose(t, torch.tanh(c), atol=1e-6), (
                 f"{_repro(request, shapes=n, shape=shape)}\nopendnn.torch result wrong"
+            )
         if i + 1 in (n // 2, n):
             samples[i + 1] = _rss_mb()
     half, end = samples[n // 2], samples[n]
     bound = _bound_mb()
-    print(f"{n} shapes: resident set {half:.1f} MB at half, {end:.1f} MB at the end "
-          f"(bound on the growth {bound:.1f} MB)")
+    print(
+        f"{n} shapes: resident set {half:.1f} MB at half, {end:.1f} MB at the end "
+        f"(bound on the growth {bound:.1f} MB)"
+    )
     assert end - half < bound, (
         f"{_repro(request, shapes=n)}\nresident set grew {end - half:.1f} MB over the "
         f"second {n - n // 2} distinct shapes ({half:.1f} MB -> {end:.1f} MB; bound "
-        f"{bound:.1f} MB for cache sizes {CACHE_SIZE})")
-    kept = {"plan._built": (len(plan._built), CACHE_SIZE),
-            "plan._facts": (len(plan._facts), plan.FACTS_PER_PLAN * CACHE_SIZE),
-            "heuristics._ranked": (len(heuristics._ranked),
-                                   heuristics.LISTS_PER_PLAN * CACHE_SIZE),
-            "heuristics._lists": (len(heuristics._lists), heuristics.LISTS_PER_PLAN * CACHE_SIZE),
-            "graph memo": (len(memo._OUTCOMES), memo.OUTCOMES_PER_PLAN * CACHE_SIZE),
-            "graph descriptors": (len(graph_module._DESCS),
-                                  graph_module.DESCS_PER_PLAN * CACHE_SIZE),
-            "legacy tensor_ops": (len(tensor_ops._cache), CACHE_SIZE),
-            "torch graphs": (len(_graphs._cache), _graphs.GRAPHS_PER_PLAN * CACHE_SIZE)}
+        f"{bound:.1f} MB for cache sizes {CACHE_SIZE})"
+    )
+    kept = {
+        "plan._built": (len(plan._built), CACHE_SIZE),
+        "plan._facts": (len(plan._facts), plan.FACTS_PER_PLAN * CACHE_SIZE),
+        "heuristics._ranked": (len(heuristics._ranked), heuristics.LISTS_PER_PLAN * CACHE_SIZE),
+        "heuristics._lists": (len(heuristics._lists), heuristics.LISTS_PER_PLAN * CACHE_SIZE),
+        "graph memo": (len(memo._OUTCOMES), memo.OUTCOMES_PER_PLAN * CACHE_SIZE),
+        "graph descriptors": (len(graph_module._DESCS), graph_module.DESCS_PER_PLAN * CACHE_SIZE),
+        "legacy tensor_ops": (len(tensor_ops._cache), CACHE_SIZE),
+        "torch graphs": (len(_graphs._cache), _graphs.GRAPHS_PER_PLAN * CACHE_SIZE),
+    }
     over = {k: v for k, v in kept.items() if v[0] > v[1]}
     assert not over, f"{_repro(request, shapes=n)}\ncaches over their bounds: {over}"
 
 
-if __name__ == "__main__":   # pragma: no cover -- a quick manual run
+if __name__ == "__main__":  # pragma: no cover -- a quick manual run
     sys.exit(pytest.main([__file__, "-q"]))

@@ -10,6 +10,7 @@
 - Workspace: a workspace whose bytes overlap a bound input or output is BAD_PARAM (an FFT
   or Winograd plan would otherwise compute on its own scratch and return garbage).
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -43,12 +44,13 @@ def _conv_problem():
     """x [1, 2, 6, 6], w [3, 2, 3, 3], padding 1: y [1, 3, 6, 6]."""
     x_desc, y_desc = _desc((1, 2, 6, 6)), _desc((1, 3, 6, 6))
     w_desc = legacy.create_filter_descriptor()
-    legacy.set_filter_4d_descriptor(w_desc, legacy.DataType.FLOAT, legacy.TensorFormat.NCHW,
-                                    3, 2, 3, 3)
+    legacy.set_filter_4d_descriptor(
+        w_desc, legacy.DataType.FLOAT, legacy.TensorFormat.NCHW, 3, 2, 3, 3
+    )
     conv = legacy.create_convolution_descriptor()
-    legacy.set_convolution_2d_descriptor(conv, 1, 1, 1, 1, 1, 1,
-                                         legacy.ConvolutionMode.CROSS_CORRELATION,
-                                         legacy.DataType.FLOAT)
+    legacy.set_convolution_2d_descriptor(
+        conv, 1, 1, 1, 1, 1, 1, legacy.ConvolutionMode.CROSS_CORRELATION, legacy.DataType.FLOAT
+    )
     return x_desc, w_desc, conv, y_desc
 
 
@@ -63,8 +65,9 @@ def _exp_graph():
 
 def _tanh_act():
     act = legacy.create_activation_descriptor()
-    legacy.set_activation_descriptor(act, legacy.ActivationMode.TANH,
-                                     legacy.NanPropagation.PROPAGATE_NAN, 0.0)
+    legacy.set_activation_descriptor(
+        act, legacy.ActivationMode.TANH, legacy.NanPropagation.PROPAGATE_NAN, 0.0
+    )
     return act
 
 
@@ -83,16 +86,28 @@ def _legacy_write(call: str, y: torch.Tensor) -> None:
         legacy.add_tensor(h, 1.0, d, other, 1.0, d, y)
     elif call == "convolution_forward":
         x_desc, w_desc, conv, y_desc = _conv_problem()
-        legacy.convolution_forward(h, 1.0, x_desc, torch.randn(1, 2, 6, 6), w_desc,
-                                   torch.randn(3, 2, 3, 3), conv,
-                                   legacy.ConvolutionFwdAlgo.IMPLICIT_GEMM, None, 0, 0.0,
-                                   y_desc, y)
+        legacy.convolution_forward(
+            h,
+            1.0,
+            x_desc,
+            torch.randn(1, 2, 6, 6),
+            w_desc,
+            torch.randn(3, 2, 3, 3),
+            conv,
+            legacy.ConvolutionFwdAlgo.IMPLICIT_GEMM,
+            None,
+            0,
+            0.0,
+            y_desc,
+            y,
+        )
     else:
         raise AssertionError(call)
 
 
-@pytest.mark.parametrize("call", ["activation_forward", "scale_tensor", "add_tensor",
-                                  "convolution_forward"])
+@pytest.mark.parametrize(
+    "call", ["activation_forward", "scale_tensor", "add_tensor", "convolution_forward"]
+)
 def test_legacy_write_into_saved_tensor_fails_backward(call):
     """y = tanh(x) saves y for its backward; a descriptor-API call overwriting y must make
     backward refuse, as ``y.mul_(2)`` would, not return gradients computed from the new y."""
@@ -108,7 +123,7 @@ def test_legacy_write_into_saved_tensor_fails_backward(call):
 def test_graph_execute_into_saved_tensor_fails_backward():
     g, x, y = _exp_graph()
     a = torch.linspace(-1, 1, 6).reshape(2, 3).requires_grad_()
-    out = torch.tanh(a)                          # saved by tanh's backward
+    out = torch.tanh(a)  # saved by tanh's backward
     g.execute({x: torch.ones(2, 3), y: out})
     torch.testing.assert_close(out.detach(), torch.full((2, 3), float(np.e)))
     with pytest.raises(RuntimeError, match=INPLACE):
@@ -124,7 +139,7 @@ def test_graph_execute_bumps_outputs_only():
     v_in, v_out = saved._version, out._version
     g.execute({x: saved, y: out})
     assert saved._version == v_in and out._version > v_out, _repro("bumps_outputs_only")
-    saved.sum().backward()                        # saved is intact: no error
+    saved.sum().backward()  # saved is intact: no error
     assert a.grad is not None
 
 
@@ -159,8 +174,12 @@ def test_read_only_numpy_output_is_refused_by_execute():
     out = _read_only((2, 3))
     with pytest.raises(BadParamError) as e:
         g.execute({x: torch.ones(2, 3), y: out})
-    assert e.value.status == Status.BAD_PARAM and e.value.op == "execute 'g'" and \
-        e.value.tensor == "y" and "read-only" in e.value.rule, str(e.value)
+    assert (
+        e.value.status == Status.BAD_PARAM
+        and e.value.op == "execute 'g'"
+        and e.value.tensor == "y"
+        and "read-only" in e.value.rule
+    ), str(e.value)
     assert not out.any(), f"{_repro('read_only_numpy_output')}: the array was written"
 
 
@@ -173,15 +192,17 @@ def test_read_only_numpy_input_still_runs():
     torch.testing.assert_close(out, torch.full((2, 3), float(np.e)))
 
 
-@pytest.mark.parametrize("call", ["activation_forward", "scale_tensor", "add_tensor",
-                                  "convolution_forward"])
+@pytest.mark.parametrize(
+    "call", ["activation_forward", "scale_tensor", "add_tensor", "convolution_forward"]
+)
 def test_read_only_numpy_output_is_refused_by_legacy_calls(call):
     y = _read_only((1, 3, 6, 6))
     with pytest.raises(BadParamError) as e:
         _legacy_write(call, y)
     name = "C" if call == "add_tensor" else "y"
-    assert e.value.op == call and e.value.tensor == name and "read-only" in e.value.rule, \
-        str(e.value)
+    assert e.value.op == call and e.value.tensor == name and "read-only" in e.value.rule, str(
+        e.value
+    )
     assert not y.any(), f"{_repro(call)}: the read-only array was written"
 
 
@@ -231,14 +252,15 @@ def test_read_only_memmap_output_is_refused_not_a_crash(tmp_path):
         except BadParamError as e:
             print("legacy:", e)
     """)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=300)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, f"{_repro('memmap')}: exit {r.returncode}\n{r.stderr[-2000:]}"
     lines = r.stdout.splitlines()
-    assert any(s.startswith("graph:") and "tensor 'y'" in s and "read-only" in s
-               for s in lines), r.stdout
-    assert any(s.startswith("legacy:") and "scale_tensor" in s and "read-only" in s
-               for s in lines), r.stdout
+    assert any(s.startswith("graph:") and "tensor 'y'" in s and "read-only" in s for s in lines), (
+        r.stdout
+    )
+    assert any(
+        s.startswith("legacy:") and "scale_tensor" in s and "read-only" in s for s in lines
+    ), r.stdout
 
 
 # ---- workspace overlapping a bound buffer --------------------------------------------------
@@ -251,8 +273,10 @@ def _fft_conv_graph():
     y.set_output(True).set_name("y")
     g.build([HeurMode.A, HeurMode.FALLBACK])
     for i in range(g.get_execution_plan_count()):
-        if g.get_plan_name_at_index(i).startswith("conv_fft") and \
-                g.get_workspace_size_plan_at_index(i) > 0:
+        if (
+            g.get_plan_name_at_index(i).startswith("conv_fft")
+            and g.get_workspace_size_plan_at_index(i) > 0
+        ):
             return g, x, w, y, i
     pytest.skip("no FFT plan with a workspace among the candidates")
 
@@ -265,10 +289,16 @@ def test_workspace_overlapping_a_bound_buffer_is_refused(role):
     bufs = {"x": torch.randn(1, 2, 6, 6), "y": torch.empty(1, 3, 6, 6)}
     bufs[role] = arena[: bufs[role].numel()].view(bufs[role].shape)
     with pytest.raises(BadParamError) as e:
-        g.execute_plan_at_index({x: bufs["x"], w: torch.randn(3, 2, 3, 3), y: bufs["y"]},
-                                arena.view(torch.uint8)[16:], i)
-    assert e.value.status == Status.BAD_PARAM and "workspace" in e.value.rule and \
-        f"'{role}'" in e.value.rule, f"{_repro('workspace_overlapping')}: {e.value}"
+        g.execute_plan_at_index(
+            {x: bufs["x"], w: torch.randn(3, 2, 3, 3), y: bufs["y"]},
+            arena.view(torch.uint8)[16:],
+            i,
+        )
+    assert (
+        e.value.status == Status.BAD_PARAM
+        and "workspace" in e.value.rule
+        and f"'{role}'" in e.value.rule
+    ), f"{_repro('workspace_overlapping')}: {e.value}"
 
 
 def test_workspace_beside_the_buffers_of_one_arena_runs():
@@ -280,8 +310,9 @@ def test_workspace_beside_the_buffers_of_one_arena_runs():
     xb.copy_(torch.randn(1, 2, 6, 6))
     wt = torch.randn(3, 2, 3, 3)
     g.execute_plan_at_index({x: xb, w: wt, y: yb}, arena[180:].view(torch.uint8), i)
-    torch.testing.assert_close(yb, torch.nn.functional.conv2d(xb, wt, padding=1),
-                               rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(
+        yb, torch.nn.functional.conv2d(xb, wt, padding=1), rtol=1e-4, atol=1e-4
+    )
 
 
 def test_legacy_workspace_overlapping_x_is_refused():
@@ -293,11 +324,26 @@ def test_legacy_workspace_overlapping_x_is_refused():
     arena = torch.randn(need // 4 + 72)
     x = arena[:72].view(1, 2, 6, 6)
     with pytest.raises(BadParamError) as e:
-        legacy.convolution_forward(h, 1.0, x_desc, x, w_desc, torch.randn(3, 2, 3, 3), conv,
-                                   algo, arena.view(torch.uint8), need, 0.0, y_desc,
-                                   torch.empty(1, 3, 6, 6))
-    assert "convolution_forward" in e.value.op and "workspace" in e.value.rule and \
-        "'x'" in e.value.rule, f"{_repro('legacy_workspace')}: {e.value}"
+        legacy.convolution_forward(
+            h,
+            1.0,
+            x_desc,
+            x,
+            w_desc,
+            torch.randn(3, 2, 3, 3),
+            conv,
+            algo,
+            arena.view(torch.uint8),
+            need,
+            0.0,
+            y_desc,
+            torch.empty(1, 3, 6, 6),
+        )
+    assert (
+        "convolution_forward" in e.value.op
+        and "workspace" in e.value.rule
+        and "'x'" in e.value.rule
+    ), f"{_repro('legacy_workspace')}: {e.value}"
 
 
 @pytest.mark.parametrize("offset", [64, 128], ids=["overlapping", "beside"])
@@ -308,11 +354,34 @@ def test_legacy_attention_work_space_overlapping_queries_is_refused(offset):
     h = legacy.create("cpu")
     attn = legacy.create_attn_descriptor()
     mode = legacy.AttnQueryMap.QUERYMAP_ALL_TO_ONE | legacy.AttnQueryMap.DISABLE_PROJ_BIASES
-    legacy.set_attn_descriptor(attn, mode, 1, 0.5, legacy.DataType.FLOAT,
-                               legacy.DataType.FLOAT, legacy.MathType.DEFAULT_MATH, None, None,
-                               8, 8, 8, 8, 8, 8, 8, 4, 4, 1, 1)
-    axes = (legacy.SeqDataAxis.BATCH, legacy.SeqDataAxis.BEAM, legacy.SeqDataAxis.TIME,
-            legacy.SeqDataAxis.VECT)
+    legacy.set_attn_descriptor(
+        attn,
+        mode,
+        1,
+        0.5,
+        legacy.DataType.FLOAT,
+        legacy.DataType.FLOAT,
+        legacy.MathType.DEFAULT_MATH,
+        None,
+        None,
+        8,
+        8,
+        8,
+        8,
+        8,
+        8,
+        8,
+        4,
+        4,
+        1,
+        1,
+    )
+    axes = (
+        legacy.SeqDataAxis.BATCH,
+        legacy.SeqDataAxis.BEAM,
+        legacy.SeqDataAxis.TIME,
+        legacy.SeqDataAxis.VECT,
+    )
     seq = legacy.create_seq_data_descriptor()
     dims = [0] * 4
     dims[legacy.SeqDataAxis.TIME], dims[legacy.SeqDataAxis.BATCH] = 4, 1
@@ -320,19 +389,43 @@ def test_legacy_attention_work_space_overlapping_queries_is_refused(offset):
     legacy.set_seq_data_descriptor(seq, torch.float32, 4, dims, axes, 1, [4], None)
     w_size, ws_size, _ = legacy.get_multi_head_attn_buffers(h, attn)
     weights = torch.randn(w_size // 4) * 0.3
-    arena = torch.randn(32 + ws_size // 4)          # queries, then the work space after them
+    arena = torch.randn(32 + ws_size // 4)  # queries, then the work space after them
     queries = arena[:32]
     keys, values, out = torch.randn(32), torch.randn(32), torch.empty(32)
     lens = torch.tensor([4], dtype=torch.int32)
+
     def call():
-        legacy.multi_head_attn_forward(h, attn, -1, [0] * 4, [4] * 4, lens, lens, seq, queries,
-                                       None, seq, keys, seq, values, seq, out, w_size,
-                                       weights, ws_size, arena.view(torch.uint8)[offset:])
-    if offset == 128:                       # the queries end at byte 128
+        legacy.multi_head_attn_forward(
+            h,
+            attn,
+            -1,
+            [0] * 4,
+            [4] * 4,
+            lens,
+            lens,
+            seq,
+            queries,
+            None,
+            seq,
+            keys,
+            seq,
+            values,
+            seq,
+            out,
+            w_size,
+            weights,
+            ws_size,
+            arena.view(torch.uint8)[offset:],
+        )
+
+    if offset == 128:  # the queries end at byte 128
         call()
         assert torch.isfinite(out).all(), _repro("attention_work_space")
         return
     with pytest.raises(BadParamError) as e:
         call()
-    assert e.value.op == "multi_head_attn_forward" and "work_space" in e.value.rule and \
-        "'queries'" in e.value.rule, f"{_repro('attention_work_space')}: {e.value}"
+    assert (
+        e.value.op == "multi_head_attn_forward"
+        and "work_space" in e.value.rule
+        and "'queries'" in e.value.rule
+    ), f"{_repro('attention_work_space')}: {e.value}"

@@ -9,6 +9,7 @@ PyTorch keeps them (tanh(-0) = -0), and finite values agree to a tolerance relat
 the value (a few units in the last place), never an absolute one that would let
 tanh(1e-7) = 6e-8 pass.
 """
+
 from __future__ import annotations
 
 import math
@@ -16,23 +17,52 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-
-import opendnn.frontend as cudnn
-from opendnn.enums import DataType, PointwiseMode as M, ReductionMode as R
-
 from _norm_cases import forward_graph, torch_forward, torch_stats
 from _util import FUSION_ID, REFERENCE_ID, TORCH_TO_DT, fills_for, heuristic_knobs, run_plan
+
+import opendnn.frontend as cudnn
+from opendnn.enums import DataType
+from opendnn.enums import PointwiseMode as M
+from opendnn.enums import ReductionMode as R
 
 INF, NAN = math.inf, math.nan
 NORM_ID, BATCHNORM_ID, SOFTMAX_ID = 26, 30, 25
 ENGINES = {"fusion": FUSION_ID, "reference": REFERENCE_ID}
 DTYPES = [torch.float32, torch.float64]
-RTOL = {torch.float32: 4 * 2.0 ** -24, torch.float64: 8 * 2.0 ** -53}
+RTOL = {torch.float32: 4 * 2.0**-24, torch.float64: 8 * 2.0**-53}
 # +-0, tiny (1e-7: the near-zero accuracy of tanh / elu / ...; 1e-30; subnormals), one,
 # moderate, the exp / log tails (20, 88, 100), huge, +-inf and NaN
-VALUES = [0.0, -0.0, 1e-40, -1e-40, 1e-30, -1e-30, 1e-7, -1e-7, 1e-3, -1e-3, 0.3, -0.3,
-          1.0, -1.0, 5.0, -5.0, 20.0, -20.0, 88.0, -88.0, 100.0, -100.0, 1e30, -1e30,
-          3e38, -3e38, INF, -INF, NAN]
+VALUES = [
+    0.0,
+    -0.0,
+    1e-40,
+    -1e-40,
+    1e-30,
+    -1e-30,
+    1e-7,
+    -1e-7,
+    1e-3,
+    -1e-3,
+    0.3,
+    -0.3,
+    1.0,
+    -1.0,
+    5.0,
+    -5.0,
+    20.0,
+    -20.0,
+    88.0,
+    -88.0,
+    100.0,
+    -100.0,
+    1e30,
+    -1e30,
+    3e38,
+    -3e38,
+    INF,
+    -INF,
+    NAN,
+]
 VALUES64 = VALUES + [1e-310, -1e-310, 1e200, -1e200]
 
 
@@ -58,14 +88,21 @@ def run_graph(g, feeds: dict, outputs: list, engine_id: int, knobs=None) -> list
         knobs = heuristic_knobs(g, engine_id) if engine_id != REFERENCE_ID else {}
     g.create_execution_plan(engine_id, knobs)
     results = None
-    for fill in sorted({repr(f): f for o in outputs for f in fills_for(
-            {v: k for k, v in TORCH_TO_DT.items()}[o.get_data_type()])}.values(), key=repr):
+    for fill in sorted(
+        {
+            repr(f): f
+            for o in outputs
+            for f in fills_for({v: k for k, v in TORCH_TO_DT.items()}[o.get_data_type()])
+        }.values(),
+        key=repr,
+    ):
         got = run_plan(g, feeds, outputs, 0, fill)
         now = [got[o] for o in outputs]
         if results is not None:
             for a, b in zip(results, now):
                 assert torch.equal(a.isnan(), b.isnan()) and torch.equal(
-                    torch.nan_to_num(a), torch.nan_to_num(b)), "output depends on the poison"
+                    torch.nan_to_num(a), torch.nan_to_num(b)
+                ), "output depends on the poison"
         results = now
     return results
 
@@ -96,12 +133,14 @@ def assert_same(got, expected, dtype, msg, rtol=None, scale=None, signed_zeros=T
         bad |= (e == 0) & (g == 0) & (torch.signbit(g) != torch.signbit(e))
     if bool(bad.any()):
         i = int(bad.nonzero()[0][0])
-        raise AssertionError(f"{msg}\n{int(bad.sum())} of {bad.numel()} elements differ; "
-                             f"first at {i}: got {g[i].item()!r}, expected {e[i].item()!r}")
+        raise AssertionError(
+            f"{msg}\n{int(bad.sum())} of {bad.numel()} elements differ; "
+            f"first at {i}: got {g[i].item()!r}, expected {e[i].item()!r}"
+        )
 
 
 # ---- 1. clipped activations never make 0 * inf -----------------------------------------------
-RELU_FAMILY = {   # name: (cuDNN relu attributes, PyTorch)
+RELU_FAMILY = {  # name: (cuDNN relu attributes, PyTorch)
     "relu": ({}, torch.relu),
     "relu6": ({"relu_upper_clip": 6.0}, F.relu6),
     "hardtanh": ({"relu_lower_clip": -1.0, "relu_upper_clip": 1.0}, F.hardtanh),
@@ -128,8 +167,8 @@ def _grad(fn, dy, x):
     # path and CUDA kernels dy: one element at a time is the CUDA rule
     out = torch.empty_like(x)
     for i in range(x.numel()):
-        xi = x[i:i + 1].clone().requires_grad_(True)
-        (out[i:i + 1],) = torch.autograd.grad(fn(xi), xi, dy[i:i + 1])
+        xi = x[i : i + 1].clone().requires_grad_(True)
+        (out[i : i + 1],) = torch.autograd.grad(fn(xi), xi, dy[i : i + 1])
     return out
 
 
@@ -145,8 +184,13 @@ def test_relu_family_backward_special_values(name, engine, dtype):
     x = torch.cat([v, torch.full_like(v, 0.5), torch.full_like(v, -5.0), torch.full_like(v, 7.0)])
     dy = torch.cat([torch.full_like(v, 0.7), v, v, v])
     got = pointwise(M.RELU_BWD, [dy, x], dtype, ENGINES[engine], **attrs)
-    assert_same(got, _grad(fn, dy, x), dtype, _repro("relu_family_backward", name=name,
-                                                      engine=engine), signed_zeros=False)
+    assert_same(
+        got,
+        _grad(fn, dy, x),
+        dtype,
+        _repro("relu_family_backward", name=name, engine=engine),
+        signed_zeros=False,
+    )
 
 
 @pytest.mark.parametrize("mode", ["RELU", "CLIPPED_RELU"])
@@ -154,13 +198,16 @@ def test_legacy_activation_forward_infinities(mode):
     """activation_forward (the descriptor API) with RELU / CLIPPED_RELU: -inf gives 0,
     +inf gives +inf / the clip, NaN propagates (PROPAGATE_NAN)."""
     import opendnn.legacy as legacy
+
     h = legacy.create("cpu")
     act = legacy.create_activation_descriptor()
-    legacy.set_activation_descriptor(act, getattr(legacy.ActivationMode, mode),
-                                     legacy.NanPropagation.PROPAGATE_NAN, 6.0)
+    legacy.set_activation_descriptor(
+        act, getattr(legacy.ActivationMode, mode), legacy.NanPropagation.PROPAGATE_NAN, 6.0
+    )
     d = legacy.create_tensor_descriptor()
-    legacy.set_tensor_4d_descriptor(d, legacy.TensorFormat.NCHW, legacy.DataType.FLOAT,
-                                    1, 1, 1, len(VALUES))
+    legacy.set_tensor_4d_descriptor(
+        d, legacy.TensorFormat.NCHW, legacy.DataType.FLOAT, 1, 1, 1, len(VALUES)
+    )
     x = torch.tensor(VALUES, dtype=torch.float32).reshape(1, 1, 1, -1)
     y = torch.full_like(x, NAN)
     legacy.activation_forward(h, act, 1.0, d, x, 0.0, d, y)
@@ -173,11 +220,13 @@ def test_torch_functional_activations_at_infinities(name):
     """opendnn.torch's relu6 / hardtanh / hardsigmoid / leaky_relu (relu nodes underneath)
     at +-inf, NaN and +-0 are PyTorch's."""
     import opendnn.torch.functional as OF
+
     x = torch.tensor(VALUES, dtype=torch.float32)
     args = (0.2,) if name == "leaky_relu" else ()
     got = getattr(OF, name)(x.clone(), *args)
-    assert_same(got, getattr(F, name)(x, *args), torch.float32, _repro("torch_functional",
-                                                                       name=name))
+    assert_same(
+        got, getattr(F, name)(x, *args), torch.float32, _repro("torch_functional", name=name)
+    )
 
 
 # ---- 2. accuracy near zero and in the tails; +-0 kept -----------------------------------------
@@ -187,21 +236,19 @@ def _softplus(x, beta=1.0):
     return (torch.where(z > 0, z, 0.0) + torch.log1p(torch.exp(-z.abs()))) / beta
 
 
-SMOOTH = {   # name: (mode, attributes, PyTorch in float64, per-element error size or None)
+SMOOTH = {  # name: (mode, attributes, PyTorch in float64, per-element error size or None)
     "tanh": (M.TANH_FWD, {}, torch.tanh, None),
     "sigmoid": (M.SIGMOID_FWD, {}, torch.sigmoid, None),
     "elu": (M.ELU_FWD, {}, F.elu, None),
     "elu_alpha": (M.ELU_FWD, {"elu_alpha": 0.4}, lambda x: F.elu(x, 0.4), None),
     "softplus": (M.SOFTPLUS_FWD, {}, _softplus, None),
-    "softplus_beta": (M.SOFTPLUS_FWD, {"softplus_beta": 2.5}, lambda x: _softplus(x, 2.5),
-                      None),
+    "softplus_beta": (M.SOFTPLUS_FWD, {"softplus_beta": 2.5}, lambda x: _softplus(x, 2.5), None),
     # x times a sigmoid whose tail is subnormal in float32: an error of |x| subnormal ulps
     "swish": (M.SWISH_FWD, {}, F.silu, "x_subnormal"),
     # PyTorch computes gelu's tails as 1 + erf / 1 + tanh (cancellation): an error of an
     # ulp of |x| there, in its float64 too
     "gelu": (M.GELU_FWD, {}, F.gelu, "x"),
-    "gelu_approx_tanh": (M.GELU_APPROX_TANH_FWD, {}, lambda x: F.gelu(x, approximate="tanh"),
-                         "x"),
+    "gelu_approx_tanh": (M.GELU_APPROX_TANH_FWD, {}, lambda x: F.gelu(x, approximate="tanh"), "x"),
     "exp": (M.EXP, {}, torch.exp, None),
     "log": (M.LOG, {}, torch.log, None),
     "neg": (M.NEG, {}, torch.neg, None),
@@ -223,8 +270,13 @@ def test_smooth_activations_relative_accuracy(name, engine, dtype):
     got = pointwise(mode, [x], dtype, ENGINES[engine], **attrs)
     ax = x.to(dtype).double().abs().nan_to_num(posinf=0.0)
     size = {"x": ax, "x_subnormal": ax * torch.finfo(dtype).smallest_normal, None: None}[scale]
-    assert_same(got, fn(x.to(dtype).double()), dtype, _repro("smooth", name=name, engine=engine,
-                                                             dtype=dtype), scale=size)
+    assert_same(
+        got,
+        fn(x.to(dtype).double()),
+        dtype,
+        _repro("smooth", name=name, engine=engine, dtype=dtype),
+        scale=size,
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -238,14 +290,20 @@ def test_expm1_and_log1p_near_zero(engine, dtype):
     x = torch.cat([x, torch.linspace(-0.5, 0.0, 41, dtype=torch.float64)]).to(dtype).double()
     got = pointwise(M.ELU_FWD, [x], dtype, ENGINES[engine])
     assert_same(got, torch.expm1(x), dtype, _repro("expm1", engine=engine), signed_zeros=False)
-    z = torch.log(torch.cat([torch.logspace(lo, 0, 97, dtype=torch.float64),
-                             torch.linspace(0.6, 1.6, 41, dtype=torch.float64)]))
+    z = torch.log(
+        torch.cat(
+            [
+                torch.logspace(lo, 0, 97, dtype=torch.float64),
+                torch.linspace(0.6, 1.6, 41, dtype=torch.float64),
+            ]
+        )
+    )
     z = z.to(dtype).double()
     got = pointwise(M.SOFTPLUS_FWD, [z], dtype, ENGINES[engine])
     assert_same(got, torch.log1p(torch.exp(z)), dtype, _repro("log1p", engine=engine))
 
 
-BACKWARD = {   # name: (mode, attributes, PyTorch's forward)
+BACKWARD = {  # name: (mode, attributes, PyTorch's forward)
     "tanh": (M.TANH_BWD, {}, torch.tanh),
     "sigmoid": (M.SIGMOID_BWD, {}, torch.sigmoid),
     "elu": (M.ELU_BWD, {"elu_alpha": 0.4}, lambda x: F.elu(x, 0.4)),
@@ -271,9 +329,14 @@ def test_backward_modes_special_values(name, engine, dtype):
     # PyTorch's autograd in the engine's compute type (the reference computes in float64)
     ct = torch.float64 if engine == "reference" else dtype
     want = _grad(fn, dy.to(dtype).to(ct), x.to(dtype).to(ct))
-    assert_same(got, want, dtype, _repro("backward_modes", name=name, engine=engine),
-                scale=dy.abs().nan_to_num(posinf=0.0) * (1 + x.abs().nan_to_num(posinf=0.0)),
-                signed_zeros=False)
+    assert_same(
+        got,
+        want,
+        dtype,
+        _repro("backward_modes", name=name, engine=engine),
+        scale=dy.abs().nan_to_num(posinf=0.0) * (1 + x.abs().nan_to_num(posinf=0.0)),
+        signed_zeros=False,
+    )
 
 
 # ---- 5. the other modes' special values ----------------------------------------------------------
@@ -292,8 +355,13 @@ def test_pow_special_values(engine, dtype):
     # |a|^b through exp2(b log2 |a|): an error of b log2|a| ulps
     k = (b * torch.log2(a.abs())).abs().nan_to_num(nan=0.0, posinf=0.0)
     want = torch.pow(a, b)
-    assert_same(got, want, dtype, _repro("pow", engine=engine),
-                scale=want.abs().nan_to_num(posinf=0.0) * (1 + k))
+    assert_same(
+        got,
+        want,
+        dtype,
+        _repro("pow", engine=engine),
+        scale=want.abs().nan_to_num(posinf=0.0) * (1 + k),
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -303,13 +371,14 @@ def test_mod_exact(engine, dtype):
     with quotients up to 2^600, its zero taking a's sign (fmod(-0, b) = fmod(-4, 2) =
     -0); fmod(a, +-inf) = a."""
     import numpy as np
+
     a, b = _pairs(dtype)
     gen = torch.Generator().manual_seed(7)
     lim = 120 if dtype == torch.float32 else 600
     ea = torch.randint(-lim, lim, (400,), generator=gen).double()
     eb = torch.randint(-lim, lim, (400,), generator=gen).double()
-    ra = (torch.rand(400, generator=gen, dtype=torch.float64) * 2 - 1) * 2.0 ** ea
-    rb = (torch.rand(400, generator=gen, dtype=torch.float64) * 2 - 1) * 2.0 ** eb
+    ra = (torch.rand(400, generator=gen, dtype=torch.float64) * 2 - 1) * 2.0**ea
+    rb = (torch.rand(400, generator=gen, dtype=torch.float64) * 2 - 1) * 2.0**eb
     a = torch.cat([a, ra, torch.tensor([-4.0])]).to(dtype)
     b = torch.cat([b, rb, torch.tensor([2.0])]).to(dtype)
     got = pointwise(M.MOD, [a, b], dtype, ENGINES[engine])
@@ -322,6 +391,7 @@ def test_max_min_propagate_nan_when_compiled():
     """MAX / MIN ask Triton for NaN propagation: compiled, tl.maximum's default drops a
     NaN operand (the interpreter's NumPy keeps it), PyTorch's maximum keeps it."""
     from opendnn.ops.pointwise import DEFAULT_ATTRS, MODES
+
     for mode in (M.MAX, M.MIN):
         assert "propagate_nan=tl.PropagateNan.ALL" in MODES[mode].triton("a", "b", DEFAULT_ATTRS)
 
@@ -345,8 +415,11 @@ def _norm_rows(length: int, seed: int) -> torch.Tensor:
     return x.float()
 
 
-NORM_PATHS = {1: dict(PATH=1, BLOCK_L=64, BLOCK_ROWS=2), 2: dict(PATH=2, BLOCK_L=64),
-              3: dict(PATH=3, BLOCK_L=32, SPLIT=4)}
+NORM_PATHS = {
+    1: dict(PATH=1, BLOCK_L=64, BLOCK_ROWS=2),
+    2: dict(PATH=2, BLOCK_L=64),
+    3: dict(PATH=3, BLOCK_L=32, SPLIT=4),
+}
 
 
 @pytest.mark.parametrize("path", list(NORM_PATHS) + ["reference"])
@@ -366,17 +439,23 @@ def test_norm_extreme_magnitudes(kind, path):
     got = run_graph(graph, feeds, outs, eid, knobs)
     y = torch_forward(kind, x.double(), w.double(), b.double())
     mean, inv = torch_stats(kind, x.double(), w.double())
-    if kind == "layernorm":    # the constant row, exactly (PyTorch's mean has rounding noise)
+    if kind == "layernorm":  # the constant row, exactly (PyTorch's mean has rounding noise)
         mean[3], inv[3] = x[3, 0].double(), 1 / math.sqrt(1e-5)
         y[3] = b.double()
     want = [y, mean, inv] if kind == "layernorm" else [y, inv]
-    rtol = 64 * 2.0 ** -24 * math.sqrt(length)
-    for name, a, e in zip(["Y", "MEAN", "INV_VARIANCE"] if kind == "layernorm" else
-                          ["Y", "INV_VARIANCE"], got, want):
-        assert_same(a.flatten(), e.flatten(), torch.float32, _repro(
-            "norm_extreme", kind=kind, path=path, output=name), rtol=rtol,
+    rtol = 64 * 2.0**-24 * math.sqrt(length)
+    for name, a, e in zip(
+        ["Y", "MEAN", "INV_VARIANCE"] if kind == "layernorm" else ["Y", "INV_VARIANCE"], got, want
+    ):
+        assert_same(
+            a.flatten(),
+            e.flatten(),
+            torch.float32,
+            _repro("norm_extreme", kind=kind, path=path, output=name),
+            rtol=rtol,
             scale=torch.ones(e.numel(), dtype=torch.float64) if name == "Y" else None,
-            signed_zeros=False)
+            signed_zeros=False,
+        )
 
 
 @pytest.mark.parametrize("kind", ["instancenorm", "groupnorm"])
@@ -396,9 +475,15 @@ def test_instance_group_norm_extreme_magnitudes(kind):
     graph, feeds, outs = forward_graph(kind, x, w, b, groups=groups)
     got = run_graph(graph, feeds, outs, NORM_ID)
     y = torch_forward(kind, x.double(), w.double(), b.double(), groups=groups)
-    assert_same(got[0].flatten(), y.flatten(), torch.float32,
-                _repro("instance_group_norm_extreme", kind=kind), rtol=1e-4,
-                scale=torch.ones(y.numel(), dtype=torch.float64), signed_zeros=False)
+    assert_same(
+        got[0].flatten(),
+        y.flatten(),
+        torch.float32,
+        _repro("instance_group_norm_extreme", kind=kind),
+        rtol=1e-4,
+        scale=torch.ones(y.numel(), dtype=torch.float64),
+        signed_zeros=False,
+    )
 
 
 @pytest.mark.parametrize("engine", ["batchnorm", "reference"])
@@ -408,6 +493,7 @@ def test_batchnorm_extreme_magnitudes(split, engine):
     one whose first element is inf: Y, MEAN, INV_VARIANCE and the running statistics are
     PyTorch's float64 results cast."""
     from _util import heuristic_knobs as hk
+
     g = torch.Generator().manual_seed(5)
     x = torch.randn(8, 4, 3, 3, generator=g, dtype=torch.float64)
     x[:, 0] *= 1e20
@@ -432,21 +518,26 @@ def test_batchnorm_extreme_magnitudes(split, engine):
     y = F.batch_norm(xd, rmd, rvd, s.double().flatten(), b.double().flatten(), True, 0.1, 1e-5)
     mean = xd.mean((0, 2, 3))
     inv = 1 / torch.sqrt(((xd - mean[None, :, None, None]) ** 2).mean((0, 2, 3)) + 1e-5)
-    for name, a, e in zip(["Y", "MEAN", "INV_VARIANCE", "RUNNING_MEAN", "RUNNING_VAR"], got,
-                          [y, mean, inv, rmd, rvd]):
+    for name, a, e in zip(
+        ["Y", "MEAN", "INV_VARIANCE", "RUNNING_MEAN", "RUNNING_VAR"], got, [y, mean, inv, rmd, rvd]
+    ):
         e = e.reshape(a.shape)
-        assert_same(a.flatten(), e.flatten(), torch.float32, _repro(
-            "batchnorm_extreme", split=split, engine=engine, output=name), rtol=1e-4,
+        assert_same(
+            a.flatten(),
+            e.flatten(),
+            torch.float32,
+            _repro("batchnorm_extreme", split=split, engine=engine, output=name),
+            rtol=1e-4,
             scale=torch.ones(e.numel(), dtype=torch.float64) if name == "Y" else None,
-            signed_zeros=False)
+            signed_zeros=False,
+        )
 
 
 @pytest.mark.parametrize("engine", ["softmax", "reference"])
 def test_softmax_bfloat16_subnormal_results(engine):
     """Softmax into bfloat16 rounds subnormal results to nearest (Triton's interpreter
     turned them into wrong normal values, and truncated)."""
-    x = torch.tensor([[0.0, -85.0, -88.0, -90.0, -95.0, 3.0, -100.0, -1e30]],
-                     dtype=torch.bfloat16)
+    x = torch.tensor([[0.0, -85.0, -88.0, -90.0, -95.0, 3.0, -100.0, -1e30]], dtype=torch.bfloat16)
     g = cudnn.pygraph()
     t = g.tensor(list(x.shape), list(x.stride()), DataType.BFLOAT16)
     y = g.softmax(t, axis=-1)
@@ -454,13 +545,22 @@ def test_softmax_bfloat16_subnormal_results(engine):
     eid = SOFTMAX_ID if engine == "softmax" else REFERENCE_ID
     got = run_graph(g, {t: x}, [y], eid)[0]
     want = torch.softmax(x.double(), -1).to(torch.bfloat16)
-    assert torch.equal(got.view(torch.int16), want.view(torch.int16)), \
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16)), (
         f"{_repro('softmax_bfloat16', engine=engine)}\ngot {got.tolist()}, want {want.tolist()}"
+    )
 
 
 # ---- 4. empty reductions into BOOLEAN ----------------------------------------------------------
-EMPTY_BOOL = {R.MAX: False, R.MIN: True, R.ADD: False, R.MUL: True, R.AMAX: False,
-              R.NORM1: False, R.NORM2: False, R.MUL_NO_ZEROS: True}
+EMPTY_BOOL = {
+    R.MAX: False,
+    R.MIN: True,
+    R.ADD: False,
+    R.MUL: True,
+    R.AMAX: False,
+    R.NORM1: False,
+    R.NORM2: False,
+    R.MUL_NO_ZEROS: True,
+}
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -476,5 +576,6 @@ def test_empty_reduction_into_boolean(mode, engine):
     y.set_output(True).set_dim([3, 1]).set_data_type(DataType.BOOLEAN)
     got = run_graph(g, {t: x}, [y], ENGINES[engine])[0]
     want = torch.full((3, 1), EMPTY_BOOL[mode])
-    assert torch.equal(got, want), f"{_repro('empty_reduction', mode=mode.name, engine=engine)}" \
-                                   f"\ngot {got.flatten().tolist()}"
+    assert torch.equal(got, want), (
+        f"{_repro('empty_reduction', mode=mode.name, engine=engine)}\ngot {got.flatten().tolist()}"
+    )

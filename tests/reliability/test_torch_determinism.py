@@ -8,6 +8,7 @@ the next call. On the CPU the convolution backward's candidates include the spli
 plans; the attention's nondeterministic backward is listed for Hopper only, so its
 candidates are asked of the kept graph for a Hopper target (nothing is compiled).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -23,8 +24,15 @@ from opendnn.graph import lifecycle
 from opendnn.torch import _graphs
 
 ND = NumericalNote.NONDETERMINISTIC
-HOPPER = Target("cuda", "NVIDIA H100 80GB HBM3", (9, 0), 132, peak_flops_fp16=9.9e14,
-                peak_flops_fp32=6.7e13, bandwidth=3.35e12)
+HOPPER = Target(
+    "cuda",
+    "NVIDIA H100 80GB HBM3",
+    (9, 0),
+    132,
+    peak_flops_fp16=9.9e14,
+    peak_flops_fp32=6.7e13,
+    bandwidth=3.35e12,
+)
 
 
 def _repro(name: str) -> str:
@@ -63,8 +71,7 @@ def _kept(op: str) -> list:
 
 
 def _notes(g) -> list:
-    return [g.get_numerical_notes_for_plan_at_index(i)
-            for i in range(g.get_execution_plan_count())]
+    return [g.get_numerical_notes_for_plan_at_index(i) for i in range(g.get_execution_plan_count())]
 
 
 def _conv_backward():
@@ -74,8 +81,11 @@ def _conv_backward():
     return x.grad, w.grad
 
 
-SWITCHES = ["use_deterministic_algorithms", "use_deterministic_algorithms_warn_only",
-            "cudnn.deterministic"]
+SWITCHES = [
+    "use_deterministic_algorithms",
+    "use_deterministic_algorithms_warn_only",
+    "cudnn.deterministic",
+]
 
 
 @pytest.mark.parametrize("switch", SWITCHES)
@@ -84,10 +94,11 @@ def test_conv_backward_candidates_exclude_split_k(switch):
         dx, dw = _conv_backward()
     assert dx is not None and dw is not None
     for op in ("opendnn.conv_dgrad", "opendnn.conv_wgrad"):
-        (_, g), = _kept(op)
+        ((_, g),) = _kept(op)
         notes = _notes(g)
-        assert notes and not any(ND in n for n in notes), \
+        assert notes and not any(ND in n for n in notes), (
             f"{_repro(switch)}: {op} under {switch} keeps {notes}"
+        )
         assert ND not in g.selected_plan().numerical_notes()
     # switched off, the next call takes a graph of its own, with the split-K plans back
     _conv_backward()
@@ -95,13 +106,15 @@ def test_conv_backward_candidates_exclude_split_k(switch):
         kept = _kept(op)
         assert len(kept) == 2, f"{_repro(switch)}: one kept graph per setting, got {len(kept)}"
         g = next(g for det, g in kept if not det)
-        assert any(ND in n for n in _notes(g)), \
+        assert any(ND in n for n in _notes(g)), (
             f"{_repro(switch)}: {op} lists no NONDETERMINISTIC plan here; the test sees nothing"
+        )
 
 
 def _attention_backward():
-    q, k, v = (torch.randn(1, 2, 128, 64, dtype=torch.float16, requires_grad=True)
-               for _ in range(3))
+    q, k, v = (
+        torch.randn(1, 2, 128, 64, dtype=torch.float16, requires_grad=True) for _ in range(3)
+    )
     odnn.functional.scaled_dot_product_attention(q, k, v).float().sum().backward()
 
 
@@ -109,25 +122,26 @@ def _attention_backward():
 def test_attention_backward_candidates_on_hopper_exclude_atomic_dq(switch, monkeypatch):
     with _switch(switch):
         _attention_backward()
-    (_, g_det), = _kept("opendnn.sdpa_backward")
+    ((_, g_det),) = _kept("opendnn.sdpa_backward")
     monkeypatch.setattr(lifecycle, "target_for", lambda device: HOPPER)
     g_det.create_execution_plans([HeurMode.A, HeurMode.FALLBACK])
     notes = _notes(g_det)
     assert notes and not any(ND in n for n in notes), f"{_repro(switch)}: {notes}"
     # the same problem without the switch: the atomic-dQ backward is a Hopper candidate
     _graphs.clear()
-    monkeypatch.undo()                       # built on the CPU's own target
+    monkeypatch.undo()  # built on the CPU's own target
     _attention_backward()
-    (_, g), = _kept("opendnn.sdpa_backward")
+    ((_, g),) = _kept("opendnn.sdpa_backward")
     monkeypatch.setattr(lifecycle, "target_for", lambda device: HOPPER)
     g.create_execution_plans([HeurMode.A, HeurMode.FALLBACK])
-    assert any(ND in n for n in _notes(g)), \
+    assert any(ND in n for n in _notes(g)), (
         f"{_repro(switch)}: no NONDETERMINISTIC candidate on Hopper; the test sees nothing"
+    )
 
 
 def test_backends_deterministic_still_applies():
     backends.deterministic = True
     _conv_backward()
     for op in ("opendnn.conv_dgrad", "opendnn.conv_wgrad"):
-        (_, g), = _kept(op)
+        ((_, g),) = _kept(op)
         assert not any(ND in n for n in _notes(g)), _repro("backends_deterministic")

@@ -1,11 +1,12 @@
 """The descriptor API's softmax_forward / softmax_backward against PyTorch in float64:
 CHANNEL and INSTANCE modes, ACCURATE / FAST / LOG, NCHW and NHWC, alpha/beta blending;
 and each rule with its error."""
+
 import pytest
 import torch
+from _util import assert_close
 
 import opendnn.legacy as cudnn
-from _util import assert_close
 from opendnn.errors import BadParamError, GraphNotSupportedError, Status
 
 FLOAT = cudnn.DataType.FLOAT
@@ -58,8 +59,11 @@ def test_softmax_backward(fmt, mode, algo, alpha, beta):
     y = _ref_forward(x, algo, mode)
     g = _tensor(fmt, dims, 4)
     y.backward(g.double())
-    yv = y.detach().float().to(memory_format=torch.channels_last if fmt == NHWC else
-                               torch.contiguous_format)
+    yv = (
+        y.detach()
+        .float()
+        .to(memory_format=torch.channels_last if fmt == NHWC else torch.contiguous_format)
+    )
     dx = _tensor(fmt, dims, 5)
     prior = dx.clone()
     cudnn.softmax_backward(handle, algo, mode, alpha, d, yv, d, g, beta, d, dx)
@@ -70,8 +74,9 @@ def test_channel_mode_takes_different_layouts_for_x_and_y():
     dims = (2, 6, 2, 3)
     handle = cudnn.create("cpu")
     x, y = _tensor(NCHW, dims, 6), _tensor(NHWC, dims, 7)
-    cudnn.softmax_forward(handle, ALGO.ACCURATE, MODE.CHANNEL, 1.0, _desc(NCHW, dims), x, 0.0,
-                          _desc(NHWC, dims), y)
+    cudnn.softmax_forward(
+        handle, ALGO.ACCURATE, MODE.CHANNEL, 1.0, _desc(NCHW, dims), x, 0.0, _desc(NHWC, dims), y
+    )
     assert_close(y, torch.softmax(x.double(), 1), torch.float32, 6)
 
 
@@ -79,29 +84,46 @@ def test_instance_mode_needs_one_layout():
     dims = (2, 6, 2, 3)
     handle = cudnn.create("cpu")
     with pytest.raises(GraphNotSupportedError) as e:
-        cudnn.softmax_forward(handle, ALGO.ACCURATE, MODE.INSTANCE, 1.0, _desc(NCHW, dims),
-                              _tensor(NCHW, dims, 8), 0.0, _desc(NHWC, dims),
-                              _tensor(NHWC, dims, 9))
+        cudnn.softmax_forward(
+            handle,
+            ALGO.ACCURATE,
+            MODE.INSTANCE,
+            1.0,
+            _desc(NCHW, dims),
+            _tensor(NCHW, dims, 8),
+            0.0,
+            _desc(NHWC, dims),
+            _tensor(NHWC, dims, 9),
+        )
     assert e.value.status == Status.NOT_SUPPORTED and "same layout" in str(e.value)
 
 
 def test_instance_mode_needs_dense_samples():
     handle = cudnn.create("cpu")
     d = cudnn.create_tensor_descriptor()
-    cudnn.set_tensor_4d_descriptor_ex(d, FLOAT, 2, 3, 2, 2, 24, 8, 4, 1)   # padded rows
+    cudnn.set_tensor_4d_descriptor_ex(d, FLOAT, 2, 3, 2, 2, 24, 8, 4, 1)  # padded rows
     buf = torch.randn(48).as_strided((2, 3, 2, 2), (24, 8, 4, 1))
     with pytest.raises(GraphNotSupportedError) as e:
-        cudnn.softmax_forward(handle, ALGO.ACCURATE, MODE.INSTANCE, 1.0, d, buf, 0.0, d,
-                              buf.clone())
+        cudnn.softmax_forward(
+            handle, ALGO.ACCURATE, MODE.INSTANCE, 1.0, d, buf, 0.0, d, buf.clone()
+        )
     assert "one dense block" in str(e.value)
 
 
 def test_dims_that_disagree_are_rejected():
     handle = cudnn.create("cpu")
     with pytest.raises(BadParamError) as e:
-        cudnn.softmax_forward(handle, ALGO.ACCURATE, MODE.CHANNEL, 1.0,
-                              _desc(NCHW, (2, 3, 2, 2)), torch.randn(2, 3, 2, 2), 0.0,
-                              _desc(NCHW, (2, 4, 2, 2)), torch.randn(2, 4, 2, 2))
+        cudnn.softmax_forward(
+            handle,
+            ALGO.ACCURATE,
+            MODE.CHANNEL,
+            1.0,
+            _desc(NCHW, (2, 3, 2, 2)),
+            torch.randn(2, 3, 2, 2),
+            0.0,
+            _desc(NCHW, (2, 4, 2, 2)),
+            torch.randn(2, 4, 2, 2),
+        )
     assert e.value.status == Status.BAD_PARAM_SHAPE_MISMATCH
     assert "softmax_forward" in str(e.value) and "y" in str(e.value)
 
@@ -109,7 +131,15 @@ def test_dims_that_disagree_are_rejected():
 def test_an_unset_descriptor_is_rejected():
     handle = cudnn.create("cpu")
     with pytest.raises(BadParamError) as e:
-        cudnn.softmax_forward(handle, ALGO.ACCURATE, MODE.CHANNEL, 1.0,
-                              cudnn.create_tensor_descriptor(), torch.randn(2, 3, 2, 2), 0.0,
-                              _desc(NCHW, (2, 3, 2, 2)), torch.randn(2, 3, 2, 2))
+        cudnn.softmax_forward(
+            handle,
+            ALGO.ACCURATE,
+            MODE.CHANNEL,
+            1.0,
+            cudnn.create_tensor_descriptor(),
+            torch.randn(2, 3, 2, 2),
+            0.0,
+            _desc(NCHW, (2, 3, 2, 2)),
+            torch.randn(2, 3, 2, 2),
+        )
     assert "never set" in str(e.value)

@@ -4,17 +4,18 @@ over each row in one program, two passes with an online maximum) against the ref
 through the interpreter, on odd, size-one and empty dims, non-packed strides and every
 floating type; properties (rows sum to one, shift invariance, extreme inputs stay
 finite); each rule with its error."""
+
 import pytest
 import torch
+from _util import TORCH_TO_DT, assert_close, check_engine, expect_error, repro, run_reference
 
 import opendnn.frontend as cudnn
-from _util import TORCH_TO_DT, assert_close, check_engine, expect_error, repro, run_reference
 from opendnn.engines.base import EngineConfig, Target
 from opendnn.engines.softmax.engine import SoftmaxEngine
 from opendnn.errors import BadParamError, Status
 
 ID = SoftmaxEngine.id
-TWO = dict(PASSES=2, BLOCK_L=16, BLOCK_ROWS=1, num_warps=4)     # + SPLIT
+TWO = dict(PASSES=2, BLOCK_L=16, BLOCK_ROWS=1, num_warps=4)  # + SPLIT
 
 
 def _torch_fwd(x, axis, log):
@@ -58,17 +59,17 @@ def test_reference_matches_pytorch(rng, axis, log):
 # ---- the engine against the reference ---------------------------------------------------------
 CASES = [  # (shape, axis, knobs: None = the engine's own choice)
     ((4, 7), -1, None),
-    ((3, 5, 1), 1, None),                          # a middle axis, size-one trailing dim
+    ((3, 5, 1), 1, None),  # a middle axis, size-one trailing dim
     ((2, 1, 9), -1, None),
-    ((5, 3), 0, None),                             # the first axis: strided rows
-    ((1, 1), -1, None),                            # rows of length one
-    ((3, 70), -1, dict(TWO, SPLIT=1)),              # two passes, one chunk per row
-    ((2, 3, 53), -1, dict(TWO, SPLIT=3)),           # three uneven chunks
-    ((2, 70), -1, dict(TWO, SPLIT=4)),              # chunks of 32: the last is all padding
+    ((5, 3), 0, None),  # the first axis: strided rows
+    ((1, 1), -1, None),  # rows of length one
+    ((3, 70), -1, dict(TWO, SPLIT=1)),  # two passes, one chunk per row
+    ((2, 3, 53), -1, dict(TWO, SPLIT=3)),  # three uneven chunks
+    ((2, 70), -1, dict(TWO, SPLIT=4)),  # chunks of 32: the last is all padding
     ((6, 4), 0, dict(TWO, BLOCK_L=2, SPLIT=2)),
-    ((3, 70), -1, dict(TWO, PASSES=3, SPLIT=1)),    # both loops in one program per row
+    ((3, 70), -1, dict(TWO, PASSES=3, SPLIT=1)),  # both loops in one program per row
     ((4, 5, 3), 1, dict(TWO, PASSES=3, SPLIT=1, BLOCK_L=2)),
-    ((7, 70), -1, dict(TWO, PASSES=3, SPLIT=1, PROGRAMS=3)),    # 3 programs walk 7 rows
+    ((7, 70), -1, dict(TWO, PASSES=3, SPLIT=1, PROGRAMS=3)),  # 3 programs walk 7 rows
     ((4, 5, 3), 1, dict(TWO, PASSES=3, SPLIT=1, BLOCK_L=2, PROGRAMS=2)),
     # one read (PASSES=4): on the CPU one chunk per row (chunks of a row wait for each
     # other: GPU only, test_gpu_softmax.py); 2 persistent programs, tagged partials
@@ -84,8 +85,15 @@ def test_forward_against_reference(rng, case, dtype, log):
     shape, axis, knobs = case
     x = rng.rand(shape, dtype, high=4.0)
     g, feeds, y = _fwd_graph(x, axis, log)
-    check_engine(g, feeds, [y], ID, knobs, n=shape[axis],
-                 msg=repro("softmax", [shape], str(dtype), rng.seed, axis=axis, log=log))
+    check_engine(
+        g,
+        feeds,
+        [y],
+        ID,
+        knobs,
+        n=shape[axis],
+        msg=repro("softmax", [shape], str(dtype), rng.seed, axis=axis, log=log),
+    )
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"c{i}" for i in range(len(CASES))])
@@ -96,9 +104,15 @@ def test_backward_against_reference(rng, case, dtype, log):
     y = _torch_fwd(rng.rand(shape, torch.float64), axis, log).to(dtype)
     dy = rng.rand(shape, dtype)
     g, feeds, dx = _bwd_graph(y, dy, axis, log)
-    check_engine(g, feeds, [dx], ID, knobs, n=shape[axis],
-                 msg=repro("softmax_backward", [shape], str(dtype), rng.seed, axis=axis,
-                           log=log))
+    check_engine(
+        g,
+        feeds,
+        [dx],
+        ID,
+        knobs,
+        n=shape[axis],
+        msg=repro("softmax_backward", [shape], str(dtype), rng.seed, axis=axis, log=log),
+    )
 
 
 @pytest.mark.parametrize("knobs", [None, dict(TWO, SPLIT=2)])
@@ -139,7 +153,7 @@ def test_rows_sum_to_one_and_shifts_change_nothing(rng, knobs):
 
 @pytest.mark.parametrize("knobs", [None, dict(TWO, SPLIT=2), dict(TWO, PASSES=3, SPLIT=1)])
 def test_log_softmax_of_extreme_inputs_stays_finite(rng, knobs):
-    x = rng.rand((3, 33), torch.float32) * 3e4      # exp overflows float32 without the max
+    x = rng.rand((3, 33), torch.float32) * 3e4  # exp overflows float32 without the max
     y = _engine_softmax(x, log=True, knobs=knobs)
     assert bool(torch.isfinite(y).all())
     assert_close(y, torch.log_softmax(x.double(), -1), torch.float32, 33)
@@ -150,8 +164,14 @@ def test_axis_out_of_range_is_rejected():
     g = cudnn.pygraph()
     x = g.tensor([2, 3], [3, 1], cudnn.data_type.FLOAT, name="x")
     g.softmax(x, axis=2, name="sm")
-    expect_error(BadParamError, Status.BAD_PARAM_OUT_OF_BOUND, g.validate, "softmax 'sm'", "x",
-                 "axis 2 is out of range")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_OUT_OF_BOUND,
+        g.validate,
+        "softmax 'sm'",
+        "x",
+        "axis 2 is out of range",
+    )
 
 
 def test_backward_shape_mismatch_is_rejected():
@@ -159,27 +179,49 @@ def test_backward_shape_mismatch_is_rejected():
     y = g.tensor([2, 3], [3, 1], cudnn.data_type.FLOAT, name="y")
     dy = g.tensor([2, 4], [4, 1], cudnn.data_type.FLOAT, name="dy")
     g.softmax_backward(dy, y, name="smb")
-    expect_error(BadParamError, Status.BAD_PARAM_SHAPE_MISMATCH, g.validate, "smb", "dy",
-                 "DY dims [2, 4] must equal [2, 3]")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+        g.validate,
+        "smb",
+        "dy",
+        "DY dims [2, 4] must equal [2, 3]",
+    )
 
 
 def test_integer_input_is_rejected():
     g = cudnn.pygraph()
     x = g.tensor([2, 3], [3, 1], cudnn.data_type.INT32, name="xi")
     g.softmax(x, name="smi").set_data_type(cudnn.data_type.FLOAT)
-    expect_error(BadParamError, Status.NOT_SUPPORTED_DATA_TYPE, g.validate, "smi", "xi",
-                 "not a floating type")
+    expect_error(
+        BadParamError,
+        Status.NOT_SUPPORTED_DATA_TYPE,
+        g.validate,
+        "smi",
+        "xi",
+        "not a floating type",
+    )
 
 
-@pytest.mark.parametrize("dtype,knobs,reason", [
-    (torch.float64, None, "float64 runs on the reference"),
-    (torch.float32, dict(PASSES=1, BLOCK_L=4, BLOCK_ROWS=1, SPLIT=1, num_warps=4),
-     "BLOCK_L=4 < row length 9"),
-    (torch.float32, dict(TWO, SPLIT=2, BLOCK_ROWS=2), "two passes: BLOCK_ROWS=1"),
-    (torch.float32, dict(TWO, SPLIT=2, BLOCK_L=16), "SPLIT at most the row's tiles (1)"),
-    (torch.float32, dict(TWO, PASSES=3, SPLIT=2), "two loops: BLOCK_ROWS=1, SPLIT=1"),
-    (torch.float32, dict(TWO, SPLIT=1, PROGRAMS=4), "PROGRAMS (persistent programs) is a two-loop"),
-])
+@pytest.mark.parametrize(
+    "dtype,knobs,reason",
+    [
+        (torch.float64, None, "float64 runs on the reference"),
+        (
+            torch.float32,
+            dict(PASSES=1, BLOCK_L=4, BLOCK_ROWS=1, SPLIT=1, num_warps=4),
+            "BLOCK_L=4 < row length 9",
+        ),
+        (torch.float32, dict(TWO, SPLIT=2, BLOCK_ROWS=2), "two passes: BLOCK_ROWS=1"),
+        (torch.float32, dict(TWO, SPLIT=2, BLOCK_L=16), "SPLIT at most the row's tiles (1)"),
+        (torch.float32, dict(TWO, PASSES=3, SPLIT=2), "two loops: BLOCK_ROWS=1, SPLIT=1"),
+        (
+            torch.float32,
+            dict(TWO, SPLIT=1, PROGRAMS=4),
+            "PROGRAMS (persistent programs) is a two-loop",
+        ),
+    ],
+)
 def test_engine_declines_with_a_reason(dtype, knobs, reason):
     g, _, _ = _fwd_graph(torch.empty(3, 9, dtype=dtype), -1, False)
     g.validate()
@@ -194,14 +236,17 @@ H100 = Target(device="cuda", name="H100", capability=(9, 0), num_sms=132, bandwi
 COOP = dict(PASSES=4, BLOCK_L=16384, BLOCK_ROWS=1, SPLIT=16, num_warps=16, PROGRAMS=256)
 
 
-@pytest.mark.parametrize("target,knobs,reason", [
-    (Target(), COOP, "SPLIT > 1 needs a GPU"),
-    (Target(), dict(COOP, PASSES=3, SPLIT=1, PROGRAMS=1, PREFETCH=1), "PREFETCH is a one-read"),
-    (H100, dict(COOP, SPLIT=8), "SPLIT must be the row's chunks (16)"),
-    (H100, dict(COOP, PROGRAMS=264), "a multiple of SPLIT=16"),
-    (H100, dict(COOP, PROGRAMS=272), "at most 264"),
-    (H100, dict(COOP, BLOCK_ROWS=2), "BLOCK_ROWS=1 and BLOCK_L <= 16384"),
-])
+@pytest.mark.parametrize(
+    "target,knobs,reason",
+    [
+        (Target(), COOP, "SPLIT > 1 needs a GPU"),
+        (Target(), dict(COOP, PASSES=3, SPLIT=1, PROGRAMS=1, PREFETCH=1), "PREFETCH is a one-read"),
+        (H100, dict(COOP, SPLIT=8), "SPLIT must be the row's chunks (16)"),
+        (H100, dict(COOP, PROGRAMS=264), "a multiple of SPLIT=16"),
+        (H100, dict(COOP, PROGRAMS=272), "at most 264"),
+        (H100, dict(COOP, BLOCK_ROWS=2), "BLOCK_ROWS=1 and BLOCK_L <= 16384"),
+    ],
+)
 def test_one_read_config_rules(target, knobs, reason):
     """PASSES=4 (one read; a row's programs wait for each other) runs only where every
     program of a row is resident at once: a GPU, a persistent grid of at most two
@@ -222,7 +267,7 @@ def test_heuristics_take_one_read_for_the_longest_rows_on_a_gpu():
         assert first["PASSES"] == passes, (shape, first)
         assert e.check_config(g.op_graph, e.configs(g.op_graph, H100)[0], H100).ok
     y = torch.empty(256, 262144, dtype=torch.bfloat16)
-    for log in (False, True):        # the backward too (log: one program per SM)
+    for log in (False, True):  # the backward too (log: one program per SM)
         g, _, _ = _bwd_graph(y, y, -1, log)
         g.validate()
         first = e.configs(g.op_graph, H100)[0]

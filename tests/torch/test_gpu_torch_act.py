@@ -3,6 +3,7 @@ scaled_dot_product_attention (pytest -m gpu): CUDA bfloat16 / float16 / float32 
 realistic sizes against float64 PyTorch, forward and gradients, channels_last and BSHD
 layouts, autocast, dropout statistics and its mask against the Philox reference (drawn
 from the CUDA generator), and the engine each kept graph chose (never the reference)."""
+
 import math
 
 import pytest
@@ -17,8 +18,10 @@ from opendnn.torch.attention import scaled_dot_product_attention as sdpa
 from opendnn.torch.dropout import RNG_HIGH, dropout
 from opendnn.torch.softmax import log_softmax, softmax
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
 
 DEV = "cuda"
 TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
@@ -33,8 +36,11 @@ def _relerr(out, ref):
 
 def _engines(graph_name: str) -> set:
     """Plan names of the kept graphs named ``graph_name`` (the op's key[0])."""
-    return {b.graph.selected_plan().name.split("#")[0] for b in list(_graphs._cache.values())
-            if b.graph.name == graph_name}
+    return {
+        b.graph.selected_plan().name.split("#")[0]
+        for b in list(_graphs._cache.values())
+        if b.graph.name == graph_name
+    }
 
 
 def _randn(shape, dtype, scale=1.0):
@@ -42,14 +48,27 @@ def _randn(shape, dtype, scale=1.0):
 
 
 # ---- activations ---------------------------------------------------------------------------------
-ACTS = [("relu", {}), ("leaky_relu", dict(negative_slope=0.1)), ("elu", {}), ("gelu", {}),
-        ("gelu", dict(approximate="tanh")), ("silu", {}), ("sigmoid", {}), ("tanh", {}),
-        ("softplus", {}), ("mish", {}), ("hardswish", {}), ("hardsigmoid", {}),
-        ("hardtanh", {}), ("relu6", {})]
+ACTS = [
+    ("relu", {}),
+    ("leaky_relu", dict(negative_slope=0.1)),
+    ("elu", {}),
+    ("gelu", {}),
+    ("gelu", dict(approximate="tanh")),
+    ("silu", {}),
+    ("sigmoid", {}),
+    ("tanh", {}),
+    ("softplus", {}),
+    ("mish", {}),
+    ("hardswish", {}),
+    ("hardsigmoid", {}),
+    ("hardtanh", {}),
+    ("relu6", {}),
+]
 
 
-@pytest.mark.parametrize("name,kw", ACTS, ids=[n + "".join(map(str, kw.values()))
-                                               for n, kw in ACTS])
+@pytest.mark.parametrize(
+    "name,kw", ACTS, ids=[n + "".join(map(str, kw.values())) for n, kw in ACTS]
+)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 def test_activation(name, kw, dtype):
     x = _randn((64, 4097), dtype, 4.0).requires_grad_()
@@ -58,8 +77,8 @@ def test_activation(name, kw, dtype):
     yr = getattr(F, name)(xr, **kw)
     assert _relerr(y, yr) < TOL[dtype]
     dy = _randn(y.shape, dtype)
-    g, = torch.autograd.grad(y, x, dy)
-    gr, = torch.autograd.grad(yr, xr, dy.double())
+    (g,) = torch.autograd.grad(y, x, dy)
+    (gr,) = torch.autograd.grad(yr, xr, dy.double())
     assert _relerr(g, gr) < TOL[dtype]
     assert _engines("opendnn.activation") == {"runtime_fusion"}
     assert _engines("opendnn.activation_backward") == {"runtime_fusion"}
@@ -77,15 +96,16 @@ def test_activation_channels_last_and_inplace(name):
         leaf = x.clone().requires_grad_()
         h = leaf * 2
         assert getattr(A, name)(h, inplace=True) is h
-        g, = torch.autograd.grad(h.float().square().sum(), leaf)
+        (g,) = torch.autograd.grad(h.float().square().sum(), leaf)
         lr = x.double().requires_grad_()
-        gr, = torch.autograd.grad(getattr(F, name)(lr * 2).square().sum(), lr)
+        (gr,) = torch.autograd.grad(getattr(F, name)(lr * 2).square().sum(), lr)
         assert _relerr(g, gr) < 2e-2
 
 
 # ---- softmax -------------------------------------------------------------------------------------
-@pytest.mark.parametrize("shape,dim", [((4096, 4096), -1), ((32, 1000, 3), 1), ((7, 1), -1),
-                                       ((64, 50257), -1)], ids=str)
+@pytest.mark.parametrize(
+    "shape,dim", [((4096, 4096), -1), ((32, 1000, 3), 1), ((7, 1), -1), ((64, 50257), -1)], ids=str
+)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
 def test_softmax(shape, dim, dtype, log):
@@ -95,8 +115,8 @@ def test_softmax(shape, dim, dtype, log):
     yr = (F.log_softmax if log else F.softmax)(xr, dim)
     assert _relerr(y, yr) < TOL[dtype]
     dy = _randn(shape, dtype)
-    g, = torch.autograd.grad(y, x, dy)
-    gr, = torch.autograd.grad(yr, xr, dy.double())
+    (g,) = torch.autograd.grad(y, x, dy)
+    (gr,) = torch.autograd.grad(yr, xr, dy.double())
     assert _relerr(g, gr) < 2 * TOL[dtype]
     assert _engines("opendnn.softmax") == {"softmax"}
 
@@ -108,7 +128,7 @@ def test_softmax_autocast_and_dtype():
         y, want = softmax(x, -1), F.softmax(x, -1)
     assert y.dtype == want.dtype == torch.float32
     assert _relerr(y, F.softmax(x.double(), -1)) < 1e-5
-    g, = torch.autograd.grad(y.sum(), x)
+    (g,) = torch.autograd.grad(y.sum(), x)
     assert g.dtype == torch.float16
     z = log_softmax(x.detach(), 0, dtype=torch.float32)
     assert z.dtype == torch.float32 and _relerr(z, F.log_softmax(x.double(), 0)) < 1e-5
@@ -124,8 +144,8 @@ def test_dropout_statistics_and_masks(dtype, p):
     y = dropout(x * 1, p)
     dropped = (y == 0).double().mean().item()
     assert abs(dropped - p) < 6 * math.sqrt(p * (1 - p) / n)
-    g, = torch.autograd.grad(y, x, torch.ones_like(y))
-    assert torch.equal(g == 0, y == 0)             # the backward regenerates the mask
+    (g,) = torch.autograd.grad(y, x, torch.ones_like(y))
+    assert torch.equal(g == 0, y == 0)  # the backward regenerates the mask
     torch.manual_seed(1)
     assert torch.equal(dropout(x.detach(), p), y.detach())
     assert _engines("opendnn.dropout") == {"dropout"}
@@ -158,8 +178,9 @@ def _qkv(qs, s, hk, dv, dtype, layout):
     b, h, length, e = qs
     shapes = ((b, h, length, e), (b, hk, s, e), (b, hk, s, dv))
     if layout == "bshd":
-        return [_randn((a, c, bb, d), dtype).transpose(1, 2).requires_grad_()
-                for a, bb, c, d in shapes]
+        return [
+            _randn((a, c, bb, d), dtype).transpose(1, 2).requires_grad_() for a, bb, c, d in shapes
+        ]
     return [_randn(sh, dtype).requires_grad_() for sh in shapes]
 
 
@@ -169,7 +190,7 @@ def test_attention(case, dtype):
     _, qs, s, hk, dv, mask_kind, causal, layout = case
     q, k, v = _qkv(qs, s, hk, dv, dtype, layout)
     mask = None
-    if mask_kind == "bool":          # key padding: batch 1 keeps only its first 200 keys
+    if mask_kind == "bool":  # key padding: batch 1 keeps only its first 200 keys
         mask = torch.ones(qs[0], 1, 1, s, dtype=torch.bool, device=DEV)
         mask[1, ..., 200:] = False
     elif mask_kind == "float":
@@ -206,8 +227,9 @@ def test_attention_dropout_against_reference():
     assert _relerr(o.cpu(), torch.from_numpy(ro)) < 1e-2
     do = _randn(o.shape, torch.bfloat16)
     grads = torch.autograd.grad(o, (q, k, v), do)
-    want = ref_attention.backward(qn, kn, vn, ro, do.double().cpu().numpy(), stats, keep,
-                                  1 / math.sqrt(e), None, drop, p)
+    want = ref_attention.backward(
+        qn, kn, vn, ro, do.double().cpu().numpy(), stats, keep, 1 / math.sqrt(e), None, drop, p
+    )
     for g, w in zip(grads, want[:3]):
         assert _relerr(g.cpu(), torch.from_numpy(w)) < 2e-2
 

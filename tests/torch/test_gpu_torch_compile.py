@@ -3,6 +3,7 @@ CNN (bf16 channels_last, and fp32 under bf16 autocast) and a transformer block i
 inference, fused (conv + BN folding, conv + residual add + activation, linear +
 activation, attention) with no fused graph declined; fp32 training through the compiled model; the
 default backend (inductor) over opendnn's functional layer."""
+
 import copy
 
 import pytest
@@ -13,8 +14,10 @@ import torch.nn.functional as F
 import opendnn.torch.compile as oc
 from opendnn.torch import functional as OF
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
 
 
 @pytest.fixture(autouse=True)
@@ -54,8 +57,10 @@ class Bottleneck(nn.Module):
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
-        self.stem, self.bn = nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False), \
-            nn.BatchNorm2d(64)
+        self.stem, self.bn = (
+            nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False),
+            nn.BatchNorm2d(64),
+        )
         self.blocks = nn.Sequential(Bottleneck(64, 32, 1), Bottleneck(64, 32, 2))
         self.fc = nn.Linear(64, 10)
 
@@ -81,7 +86,7 @@ def _net():
 def test_cnn_inference_fused(mode):
     model = _net()
     x = torch.randn(16, 3, 64, 64, device="cuda")
-    ref = model(x)                                           # fp32 eager
+    ref = model(x)  # fp32 eager
     if mode == "bf16":
         model = model.to(torch.bfloat16, memory_format=torch.channels_last)
         x = x.to(torch.bfloat16, memory_format=torch.channels_last)
@@ -106,8 +111,12 @@ class TransformerBlock(nn.Module):
 
     def forward(self, x, mask):
         b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads) \
-            .permute(2, 0, 3, 1, 4).unbind(0)
+        q, k, v = (
+            self.qkv(self.ln1(x))
+            .view(b, t, 3, self.heads, d // self.heads)
+            .permute(2, 0, 3, 1, 4)
+            .unbind(0)
+        )
         s = q @ k.transpose(-2, -1) / (d // self.heads) ** 0.5 + mask
         a = (s.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d)
         x = x + self.proj(a)
@@ -152,11 +161,17 @@ def test_default_backend_inductor_traces_opendnn_functional():
     """The default backend (inductor) compiles a function written with opendnn's
     functional layer (its custom ops as extern kernels). CHECK AFTER THE MERGE: with the
     real functional layer this exercises the fake implementations under inductor."""
+
     def fn(x, w, b, lw):
         y = OF.relu(OF.conv2d(x, w, b, padding=1))
         return OF.softmax(OF.linear(y.flatten(1), lw), dim=-1)
-    args = (torch.randn(8, 16, 8, 8, device="cuda"), torch.randn(32, 16, 3, 3, device="cuda"),
-            torch.randn(32, device="cuda"), torch.randn(10, 32 * 64, device="cuda"))
+
+    args = (
+        torch.randn(8, 16, 8, 8, device="cuda"),
+        torch.randn(32, 16, 3, 3, device="cuda"),
+        torch.randn(32, device="cuda"),
+        torch.randn(10, 32 * 64, device="cuda"),
+    )
     out = torch.compile(fn, fullgraph=True)(*args)
     assert _relerr(out, fn(*args)) < 1e-4
 
@@ -218,5 +233,6 @@ def test_reduce_overhead_inference_bf16():
     with torch.no_grad():
         for _ in range(3):
             x = torch.randn(4, 3, 64, 64, device="cuda", dtype=torch.bfloat16).contiguous(
-                memory_format=torch.channels_last)
+                memory_format=torch.channels_last
+            )
             assert _relerr(graphed(x).clone(), default(x)) < 1e-2

@@ -1,4 +1,4 @@
-"""Whole models on opendnn.torch on a CUDA device (pytest -m gpu), issue 6's acceptance:
+"""Whole models on opendnn.torch on a CUDA device (pytest -m gpu):
 
 - torchvision ResNet-18 / ResNet-50 (random weights; examples/resnet.py, which has the
   same layout, where torchvision is missing), converted: eval inference against PyTorch
@@ -22,6 +22,7 @@ Runtime: the first call of each new layer shape compiles Triton kernels (ResNet-
 few minutes for fwd + dgrad + wgrad in two data types). Run a family at a time, e.g.
 ``pytest -m gpu tests/torch/test_gpu_torch_models.py -k resnet18``.
 """
+
 from __future__ import annotations
 
 import copy
@@ -31,20 +32,22 @@ import importlib.util
 import pytest
 import torch
 import torch.nn as nn
+from _util import load_example, true_fp32_and_clean
 
 from opendnn import backends
 from opendnn.torch.convert import convert
-from _util import load_example, true_fp32_and_clean
 
 E = importlib.import_module("opendnn.torch.enable")
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
 
 TOL = {torch.float32: 1e-4, torch.bfloat16: 3e-2, torch.float16: 5e-3}
 DEVICE = "cuda"
-BATCH, SIZE, CLASSES, STEPS = 16, 128, 10, 50           # ResNet
-BLOCK = dict(n=4, length=256, dim=512, heads=8)         # transformer block
+BATCH, SIZE, CLASSES, STEPS = 16, 128, 10, 50  # ResNet
+BLOCK = dict(n=4, length=256, dim=512, heads=8)  # transformer block
 EMONET = dict(size=256, width=64, batch=8, bench_batch=32)
 CL = torch.channels_last
 
@@ -87,21 +90,25 @@ def check_grads(ours: dict, same: dict, exact: dict, tol: float) -> None:
     def err(a, b):
         assert not torch.isnan(a).any(), "NaN in a gradient"
         return ((a.double() - b.double()).norm() / max(b.double().norm().item(), floor)).item()
+
     errs = {n: (err(ours[n], exact[n]), err(same[n], exact[n])) for n in exact}
     rms = [(sum(e[i] ** 2 for e in errs.values()) / len(errs)) ** 0.5 for i in (0, 1)]
-    assert rms[0] < max(tol, 2 * rms[1]), f"gradients: rms error {rms[0]:.2e}, PyTorch's " \
-        f"{rms[1]:.2e}"
+    assert rms[0] < max(tol, 2 * rms[1]), (
+        f"gradients: rms error {rms[0]:.2e}, PyTorch's {rms[1]:.2e}"
+    )
     for n, (e, own) in errs.items():
         assert e < max(tol, 2 * own, 4 * rms[1]), f"grad of {n}: {e:.2e} (PyTorch {own:.2e})"
 
 
 # ---------------------------------------------------------------- ResNet
 
+
 def make_resnet(name: str) -> nn.Module:
     """torchvision's model (random weights), or the example's when it is not installed."""
     torch.manual_seed(0)
     if importlib.util.find_spec("torchvision") is not None:
         import torchvision
+
         return getattr(torchvision.models, name)(num_classes=CLASSES).to(DEVICE)
     return getattr(example("resnet"), name)(num_classes=CLASSES).to(DEVICE)
 
@@ -123,15 +130,21 @@ def calibrate(model: nn.Module, x: torch.Tensor) -> nn.Module:
 
 def data(n_batches: int = 4):
     gen = torch.Generator(device=DEVICE).manual_seed(1)
-    return [(torch.randn(BATCH, 3, SIZE, SIZE, device=DEVICE, generator=gen),
-             torch.randint(0, CLASSES, (BATCH,), device=DEVICE, generator=gen))
-            for _ in range(n_batches)]
+    return [
+        (
+            torch.randn(BATCH, 3, SIZE, SIZE, device=DEVICE, generator=gen),
+            torch.randint(0, CLASSES, (BATCH,), device=DEVICE, generator=gen),
+        )
+        for _ in range(n_batches)
+    ]
 
 
 @pytest.mark.parametrize("arch", ["resnet18", "resnet50"])
-@pytest.mark.parametrize("dtype,fmt", [(torch.float32, torch.contiguous_format),
-                                       (torch.float32, CL), (torch.bfloat16, CL)],
-                         ids=["fp32-nchw", "fp32-channels_last", "bf16-channels_last"])
+@pytest.mark.parametrize(
+    "dtype,fmt",
+    [(torch.float32, torch.contiguous_format), (torch.float32, CL), (torch.bfloat16, CL)],
+    ids=["fp32-nchw", "fp32-channels_last", "bf16-channels_last"],
+)
 def test_resnet_inference(arch, dtype, fmt):
     (x_cal, _), (x, _) = data(2)
     exact = rounded(calibrate(make_resnet(arch), x_cal), dtype)
@@ -180,38 +193,49 @@ def test_resnet_training_curve(arch, autocast):
     model = convert(copy.deepcopy(start))
     curve = train_curve(model, batches, autocast)
     assert E.fallbacks() == {}
-    exact = train_curve(copy.deepcopy(start).double(),
-                        [(x.double(), t) for x, t in batches], False)
+    exact = train_curve(copy.deepcopy(start).double(), [(x.double(), t) for x, t in batches], False)
     k = len(batches)
-    assert sum(exact[-k:]) < sum(exact[:k]), "the reference did not learn: the comparison " \
-        "says little"
+    assert sum(exact[-k:]) < sum(exact[:k]), (
+        "the reference did not learn: the comparison says little"
+    )
     own = deviation(train_curve(copy.deepcopy(start), batches, autocast), exact)
     bound = max(2e-3, 3 * own)
     dev = deviation(curve, exact)
-    assert dev < bound, f"loss curves: opendnn {curve}\nfloat64 {exact}\n{dev:.2e} >= " \
+    assert dev < bound, (
+        f"loss curves: opendnn {curve}\nfloat64 {exact}\n{dev:.2e} >= "
         f"{bound:.2e} (PyTorch's own deviation {own:.2e})"
+    )
 
 
 # ---------------------------------------------------------------- transformer block
 
+
 @pytest.mark.parametrize("attention", ["mha", "sdpa"])
-@pytest.mark.parametrize("dtype,autocast", [(torch.bfloat16, False), (torch.float16, False),
-                                            (torch.float32, True)],
-                         ids=["bf16", "fp16", "fp32_bf16_autocast"])
+@pytest.mark.parametrize(
+    "dtype,autocast",
+    [(torch.bfloat16, False), (torch.float16, False), (torch.float32, True)],
+    ids=["bf16", "fp16", "fp32_bf16_autocast"],
+)
 def test_transformer_block(attention, dtype, autocast):
     torch.manual_seed(2)
     low = torch.bfloat16 if autocast else dtype
     n, length, dim = BLOCK["n"], BLOCK["length"], BLOCK["dim"]
-    block = example("transformer_block").TransformerBlock(dim, BLOCK["heads"],
-                                                          attention=attention).to(DEVICE)
-    exact = rounded(block, low)                     # float32 on the rounded weights
+    block = (
+        example("transformer_block")
+        .TransformerBlock(dim, BLOCK["heads"], attention=attention)
+        .to(DEVICE)
+    )
+    exact = rounded(block, low)  # float32 on the rounded weights
     same = copy.deepcopy(exact).to(dtype)
     model = convert(copy.deepcopy(same))
     x = torch.randn(n, length, dim, device=DEVICE).to(low)
     dy = torch.randn(n, length, dim, device=DEVICE)
     results = []
-    for m, dt, ac, on in ((exact, torch.float32, False, False), (same, dtype, autocast, False),
-                          (model, dtype, autocast, attention == "sdpa")):
+    for m, dt, ac, on in (
+        (exact, torch.float32, False, False),
+        (same, dtype, autocast, False),
+        (model, dtype, autocast, attention == "sdpa"),
+    ):
         xi = x.to(dt).requires_grad_()
         with torch.autocast(DEVICE, dtype=torch.bfloat16, enabled=ac):
             with E.enable() if on else E.disable():
@@ -222,27 +246,34 @@ def test_transformer_block(attention, dtype, autocast):
     (y_ref, dx_ref, g_ref), (y_same, dx_same, g_same), (y, dx, g) = results
     assert y.dtype == y_same.dtype
     tol = TOL[low]
-    for what, ours, theirs, exact_v in (("output", y, y_same, y_ref),
-                                        ("input grad", dx, dx_same, dx_ref)):
+    for what, ours, theirs, exact_v in (
+        ("output", y, y_same, y_ref),
+        ("input grad", dx, dx_same, dx_ref),
+    ):
         assert relerr(ours, exact_v) < max(tol, 2 * relerr(theirs, exact_v)), what
     check_grads(g, g_same, g_ref, tol)
 
 
 # ---------------------------------------------------------------- EmoNet-style network
 
+
 def make_emonet(dtype, fmt, n):
     torch.manual_seed(3)
     size = EMONET["size"]
-    exact = rounded(example("emonet").EmoNet(n_expression=8, width=EMONET["width"],
-                                             input_size=size).to(DEVICE), dtype).double()
+    exact = rounded(
+        example("emonet").EmoNet(n_expression=8, width=EMONET["width"], input_size=size).to(DEVICE),
+        dtype,
+    ).double()
     same = copy.deepcopy(exact).to(dtype).to(memory_format=fmt)
     x = torch.randn(n, 3, size, size, device=DEVICE).to(dtype)
     return exact, same, convert(copy.deepcopy(same)), x
 
 
-@pytest.mark.parametrize("dtype,fmt", [(torch.float32, torch.contiguous_format),
-                                       (torch.bfloat16, CL)],
-                         ids=["fp32-nchw", "bf16-channels_last"])
+@pytest.mark.parametrize(
+    "dtype,fmt",
+    [(torch.float32, torch.contiguous_format), (torch.bfloat16, CL)],
+    ids=["fp32-nchw", "bf16-channels_last"],
+)
 def test_emonet_training_forward_backward(dtype, fmt):
     """N=8 at 256x256, train mode: output, input gradient, every parameter's gradient
     against float64 PyTorch on the same rounded weights (check_grads: the biases before

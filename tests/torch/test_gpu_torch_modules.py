@@ -1,20 +1,23 @@
 """GPU checks of opendnn.torch's drop-in modules, convert() and enable() (pytest -m gpu):
 a small ResNet-style CNN (fp32, bf16, bf16 autocast, channels_last) and a pre-norm
 transformer block (bf16) give PyTorch's outputs and gradients, with no fallback."""
+
 import copy
 import importlib
 
 import pytest
 import torch
 import torch.nn as nn
+from _util import true_fp32_and_clean
 
 from opendnn.torch.convert import convert
-from _util import true_fp32_and_clean
 
 E = importlib.import_module("opendnn.torch.enable")
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
 
 TOL = {torch.float32: 1e-4, torch.bfloat16: 3e-2, torch.float16: 5e-3}
 
@@ -34,10 +37,17 @@ def _relerr(out, ref):
 
 def _cnn():
     return nn.Sequential(
-        nn.Conv2d(3, 32, 7, stride=2, padding=3, bias=False), nn.BatchNorm2d(32),
-        nn.ReLU(inplace=True), nn.MaxPool2d(3, stride=2, padding=1),
-        nn.Conv2d(32, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
+        nn.Conv2d(3, 32, 7, stride=2, padding=3, bias=False),
+        nn.BatchNorm2d(32),
+        nn.ReLU(inplace=True),
+        nn.MaxPool2d(3, stride=2, padding=1),
+        nn.Conv2d(32, 64, 3, padding=1, bias=False),
+        nn.BatchNorm2d(64),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(64, 10),
+    )
 
 
 def _run(model, x, how, autocast):
@@ -57,9 +67,15 @@ def _grads(model):
 
 
 @pytest.mark.parametrize("how", ["converted", "enabled"])
-@pytest.mark.parametrize("dtype,autocast,channels_last", [
-    (torch.float32, False, False), (torch.float32, False, True),
-    (torch.bfloat16, False, True), (torch.float32, True, True)])
+@pytest.mark.parametrize(
+    "dtype,autocast,channels_last",
+    [
+        (torch.float32, False, False),
+        (torch.float32, False, True),
+        (torch.bfloat16, False, True),
+        (torch.float32, True, True),
+    ],
+)
 def test_cnn(how, dtype, autocast, channels_last):
     """Against float32 PyTorch on the same (rounded) weights and inputs: opendnn's error at
     most twice PyTorch's own in the same precision, or the data type's tolerance."""
@@ -70,7 +86,7 @@ def test_cnn(how, dtype, autocast, channels_last):
     with torch.no_grad():
         for p in ref.parameters():
             p.copy_(p.to(low))
-    same = copy.deepcopy(ref).to(dtype).to(memory_format=fmt)     # PyTorch, same precision
+    same = copy.deepcopy(ref).to(dtype).to(memory_format=fmt)  # PyTorch, same precision
     model = copy.deepcopy(same)
     if how == "converted":
         convert(model)
@@ -83,11 +99,17 @@ def test_cnn(how, dtype, autocast, channels_last):
     if channels_last:
         assert dx.is_contiguous(memory_format=torch.channels_last)
     tol = TOL[low]
-    pairs = [("output", y, y_same, y_ref), ("input grad", dx, dx_same, dx_ref),
-             ("running var", model[1].running_var, same[1].running_var, ref[1].running_var)]
-    pairs += [(f"grad of {name}", g, g_same, g_ref) for name, g, g_same, g_ref in
-              zip([n for n, _ in ref.named_parameters()], _grads(model), _grads(same),
-                  _grads(ref))]
+    pairs = [
+        ("output", y, y_same, y_ref),
+        ("input grad", dx, dx_same, dx_ref),
+        ("running var", model[1].running_var, same[1].running_var, ref[1].running_var),
+    ]
+    pairs += [
+        (f"grad of {name}", g, g_same, g_ref)
+        for name, g, g_same, g_ref in zip(
+            [n for n, _ in ref.named_parameters()], _grads(model), _grads(same), _grads(ref)
+        )
+    ]
     for what, ours, theirs, exact in pairs:
         bound = max(tol, 2 * _relerr(theirs, exact))
         assert _relerr(ours, exact) < bound, what
@@ -104,15 +126,14 @@ class _Block(nn.Module):
 
     def forward(self, x, causal_mask):
         a = self.ln1(x)
-        x = x + self.attn(a, a, a, need_weights=False, attn_mask=causal_mask,
-                          is_causal=True)[0]
+        x = x + self.attn(a, a, a, need_weights=False, attn_mask=causal_mask, is_causal=True)[0]
         return x + self.mlp(self.ln2(x))
 
 
 @pytest.mark.parametrize("how", ["converted", "enabled"])
 def test_transformer_block_bf16(how):
     torch.manual_seed(0)
-    ref = _Block().cuda()                          # float32 reference on bf16 weights
+    ref = _Block().cuda()  # float32 reference on bf16 weights
     with torch.no_grad():
         for p in ref.parameters():
             p.copy_(p.bfloat16())
@@ -143,8 +164,9 @@ def test_transformer_encoder_layer_enabled_bf16():
     """PyTorch's own TransformerEncoderLayer (training mode: no fused fast path) under
     enable(): its linear, layer_norm, sdpa, gelu and dropout calls go to opendnn."""
     torch.manual_seed(0)
-    ref = nn.TransformerEncoderLayer(256, 4, 1024, dropout=0.0, activation="gelu",
-                                     batch_first=True, norm_first=True).cuda()
+    ref = nn.TransformerEncoderLayer(
+        256, 4, 1024, dropout=0.0, activation="gelu", batch_first=True, norm_first=True
+    ).cuda()
     model = copy.deepcopy(ref).bfloat16()
     with torch.no_grad():
         for p_ref, p in zip(ref.parameters(), model.parameters()):

@@ -3,6 +3,7 @@
 in training (forward and backward, unfused); unsupported operations stay PyTorch and the
 report says why; declined operations and declined fused graphs fall back to PyTorch /
 unfused, logged once per reason; the default backends trace opendnn's functional layer."""
+
 from __future__ import annotations
 
 import copy
@@ -20,7 +21,7 @@ from opendnn.torch import _graphs
 from opendnn.torch import compile_fused as CF
 from opendnn.torch import functional as OF
 
-TOL = dict(rtol=1e-4, atol=1e-4)       # float32 engines (reductions of <= 100 terms)
+TOL = dict(rtol=1e-4, atol=1e-4)  # float32 engines (reductions of <= 100 terms)
 
 
 @pytest.fixture(autouse=True)
@@ -35,6 +36,7 @@ def _fresh(rng, monkeypatch):
     def spy(key, device, build):
         keys.append(key[0])
         return built(key, device, build)
+
     monkeypatch.setattr(CF._graphs, "built", spy)
     yield keys
     torch._dynamo.reset()
@@ -92,7 +94,7 @@ def test_cnn_inference_folds_and_fuses(_fresh):
     assert rep.fused_kinds() == ["conv+batch_norm+relu", "conv+relu"], rep.summary()
     assert {op for _, op in rep.routed} == {"max_pool2d", "linear"}, rep.summary()
     assert [t for _, t, _ in rep.left] == ["call_method flatten"], rep.summary()
-    assert _fresh.count("opendnn.compile.conv_act") == 4      # two convs, two calls
+    assert _fresh.count("opendnn.compile.conv_act") == 4  # two convs, two calls
     _no_fallbacks()
 
 
@@ -118,15 +120,16 @@ def test_bn_fold_is_cached_and_follows_weight_updates(_fresh, monkeypatch):
     def counting(*a):
         calls.append(1)
         return fold(*a)
+
     monkeypatch.setattr(CF, "folded", counting)
     fresh = CF._folds.copy()
     with torch.no_grad():
         cm(x)
         n0 = len(CF._folds)
         cm(x)
-        assert len(CF._folds) == n0 and len(calls) == 2    # second call: a cache hit
+        assert len(CF._folds) == n0 and len(calls) == 2  # second call: a cache hit
         hit = {k: v for k, v in CF._folds.items() if k not in fresh}
-        model.bn1.weight.mul_(2.0)             # an optimizer-style in-place update
+        model.bn1.weight.mul_(2.0)  # an optimizer-style in-place update
         model.conv1.weight.add_(0.1)
         out, ref = cm(x), model(x)
     torch.testing.assert_close(out, ref, **TOL)
@@ -145,7 +148,7 @@ def test_cnn_training_matches_eager():
     for (name, p), q in zip(model.named_parameters(), eager.parameters()):
         torch.testing.assert_close(p.grad, q.grad, **TOL, msg=name)
     torch.testing.assert_close(model.bn1.running_var, eager.bn1.running_var, **TOL)
-    assert oc.last_report().fused_kinds() == ["conv+relu"]   # BN in training: no folding
+    assert oc.last_report().fused_kinds() == ["conv+relu"]  # BN in training: no folding
 
 
 def test_eval_with_grad_runs_unfused(_fresh):
@@ -193,7 +196,7 @@ class Block(nn.Module):
             return self.bn(self.conv(x))
         if k == "conv_bn_add_relu":
             return F.relu(x + self.bn(self.conv(x)))
-        if k == "conv_bn_iadd_inplace_relu":        # torchvision's BasicBlock ending
+        if k == "conv_bn_iadd_inplace_relu":  # torchvision's BasicBlock ending
             out = self.bn(self.conv(x))
             out += x
             return self.relu(out)
@@ -231,7 +234,7 @@ BLOCKS = {  # kind: (input shape, fused pattern, graph key)
 def test_fused_blocks_match_eager(kind, _fresh):
     shape, pattern, key = BLOCKS[kind]
     model = _randomize_bn(Block(kind)).eval()
-    for p in model.parameters():            # affine parameters away from their init
+    for p in model.parameters():  # affine parameters away from their init
         nn.init.uniform_(p, -0.5, 1.0)
     x = torch.randn(shape)
     if kind.endswith("channels_last"):
@@ -269,17 +272,21 @@ def test_attention_pattern_becomes_sdpa(scale, mask, monkeypatch):
     def spy(*a, **kw):
         calls.append(kw["scale"])
         return sdpa(*a, **kw)
+
     monkeypatch.setattr(OF, "scaled_dot_product_attention", spy)
-    q, k, v = (torch.randn(2, 2, 5, 4, requires_grad=True), torch.randn(2, 2, 6, 4),
-               torch.randn(2, 2, 6, 3))
+    q, k, v = (
+        torch.randn(2, 2, 5, 4, requires_grad=True),
+        torch.randn(2, 2, 6, 4),
+        torch.randn(2, 2, 6, 3),
+    )
     m = torch.randn(5, 6)
     model = Attention(scale, mask)
     out, ref = _compiled(model)(q, k, v, m), model(q, k, v, m)
     torch.testing.assert_close(out, ref, **TOL)
     assert oc.last_report().fused_kinds() == ["attention"]
     assert calls == [{"div": 0.5, "mul": 0.3, None: 1.0}[scale]]
-    gq, = torch.autograd.grad(out.sum(), q)             # SDPA's own backward
-    rq, = torch.autograd.grad(ref.sum(), q)
+    (gq,) = torch.autograd.grad(out.sum(), q)  # SDPA's own backward
+    (rq,) = torch.autograd.grad(ref.sum(), q)
     torch.testing.assert_close(gq, rq, **TOL)
 
 
@@ -296,6 +303,7 @@ def test_unsupported_ops_stay_pytorch():
     def fn(x, w):
         y = torch.cumsum(x, 1) + 1.0
         return torch.sigmoid(y @ w).tanh()
+
     x, w = torch.randn(3, 4), torch.randn(4, 2)
     out = torch.compile(fn, backend="opendnn", fullgraph=True)(x, w)
     torch.testing.assert_close(out, fn(x, w), **TOL)
@@ -308,9 +316,11 @@ def test_unsupported_ops_stay_pytorch():
 
 def test_inplace_add_into_the_residual_is_not_fused():
     """z += conv(x) mutates z: the conv's epilogue must not absorb that add."""
+
     def fn(x, w, z):
         z += F.conv2d(x, w, padding=1)
         return torch.relu(z)
+
     x, w, z = torch.randn(1, 2, 3, 3), torch.randn(2, 2, 3, 3), torch.randn(1, 2, 3, 3)
     z2 = z.clone()
     with torch.no_grad():
@@ -324,6 +334,7 @@ def test_inplace_add_into_the_residual_is_not_fused():
 def test_declined_op_falls_back_to_pytorch_logged_once(monkeypatch):
     def declined(*a, **kw):
         raise GraphNotSupportedError("test: relu declined", op="relu")
+
     monkeypatch.setattr(OF, "relu", declined)
     records = []
     handler = logging.Handler()
@@ -333,7 +344,8 @@ def test_declined_op_falls_back_to_pytorch_logged_once(monkeypatch):
     monkeypatch.setenv("OPENDNN_LOG", "info")
 
     def fn(x):
-        return F.relu(x + 1.0)      # relu alone: routed, not fused
+        return F.relu(x + 1.0)  # relu alone: routed, not fused
+
     x = torch.randn(3, 4)
     cf = torch.compile(fn, backend="opendnn", fullgraph=True)
     level = logger.level
@@ -344,7 +356,7 @@ def test_declined_op_falls_back_to_pytorch_logged_once(monkeypatch):
     finally:
         logger.setLevel(level)
     assert list(oc.runtime_fallbacks().values()) == [3]
-    (op, reason), = oc.runtime_fallbacks()
+    ((op, reason),) = oc.runtime_fallbacks()
     assert op == "relu" and "test: relu declined" in reason
     msgs = [r.getMessage() for r in records if "runs in PyTorch" in r.getMessage()]
     assert len(msgs) == 1 and "test: relu declined" in msgs[0]
@@ -353,6 +365,7 @@ def test_declined_op_falls_back_to_pytorch_logged_once(monkeypatch):
 def test_declined_fused_graph_runs_unfused(monkeypatch):
     def declined(*a, **kw):
         raise GraphNotSupportedError("test: no engine", op="fused")
+
     monkeypatch.setattr(CF, "_conv_graph", declined)
     model = _randomize_bn(SmallCNN()).eval()
     x = torch.randn(2, 3, 4, 4)
@@ -361,12 +374,20 @@ def test_declined_fused_graph_runs_unfused(monkeypatch):
     torch.testing.assert_close(out, ref, **TOL)
     fused = [k for k in oc.runtime_fallbacks() if k[0].startswith("fused")]
     assert fused == [("fused conv+activation", "NOT_SUPPORTED: fused: test: no engine")]
-    assert oc.runtime_fallbacks()[fused[0]] == 2          # both convs
+    assert oc.runtime_fallbacks()[fused[0]] == 2  # both convs
 
 
 def test_call_module_graphs_from_symbolic_trace(_fresh):
-    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),
-                          nn.Flatten(), nn.Linear(4, 3), nn.GELU(), nn.Softmax(dim=1))
+    model = nn.Sequential(
+        nn.Conv2d(3, 4, 3),
+        nn.BatchNorm2d(4),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(4, 3),
+        nn.GELU(),
+        nn.Softmax(dim=1),
+    )
     model = _randomize_bn(model).eval()
     x = torch.randn(2, 3, 4, 4)
     gm = torch.fx.symbolic_trace(copy.deepcopy(model))
@@ -374,27 +395,35 @@ def test_call_module_graphs_from_symbolic_trace(_fresh):
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x), **TOL)
     rep = oc.last_report()
-    assert len(rep.modules) == 6, rep.summary()        # all but BatchNorm2d and Flatten
+    assert len(rep.modules) == 6, rep.summary()  # all but BatchNorm2d and Flatten
     assert rep.fused_kinds() == ["linear+gelu"], rep.summary()
     assert {op for _, op in rep.routed} == {"conv2d", "relu", "max_pool2d", "softmax"}
-    assert {why for _, _, why in rep.left} == {"BatchNorm2d module: not routed",
-                                               "Flatten module: not routed"}
+    assert {why for _, _, why in rep.left} == {
+        "BatchNorm2d module: not routed",
+        "Flatten module: not routed",
+    }
 
 
 def test_default_backend_aot_eager_traces_opendnn_functional():
     """torch.compile with a default backend over opendnn's functional layer: AOTAutograd
     traces its custom ops through their fake implementations (CPU; inductor's C++ build
     takes ~40 s on a 2-core CI box: tests/torch/test_gpu_torch_compile.py runs inductor)."""
+
     def fn(x, w, b, lw):
         y = OF.relu(OF.conv2d(x, w, b, padding=1))
         return OF.softmax(OF.linear(y.flatten(1), lw), dim=-1)
-    x, w, b, lw = (torch.randn(2, 3, 4, 4, requires_grad=True), torch.randn(4, 3, 3, 3),
-                   torch.randn(4), torch.randn(5, 64))
+
+    x, w, b, lw = (
+        torch.randn(2, 3, 4, 4, requires_grad=True),
+        torch.randn(4, 3, 3, 3),
+        torch.randn(4),
+        torch.randn(5, 64),
+    )
     out = torch.compile(fn, backend="aot_eager", fullgraph=True)(x, w, b, lw)
     ref = F.softmax(F.linear(F.relu(F.conv2d(x, w, b, padding=1)).flatten(1), lw), dim=-1)
     torch.testing.assert_close(out, ref, **TOL)
-    g, = torch.autograd.grad((out * ref.detach()).sum(), x)
-    r, = torch.autograd.grad((ref * ref.detach()).sum(), x)
+    (g,) = torch.autograd.grad((out * ref.detach()).sum(), x)
+    (r,) = torch.autograd.grad((ref * ref.detach()).sum(), x)
     torch.testing.assert_close(g, r, **TOL)
 
 
@@ -402,8 +431,10 @@ def test_modes(_fresh):
     """mode=None / "default" / "reduce-overhead" are accepted (reduce-overhead needs CUDA
     inputs for its graphs: CPU inputs run as the default mode, same results); any other
     mode, or options, is a typed error naming torch.compile and the rule."""
-    from opendnn.errors import BadParamError, Status
     from _util import expect_error
+
+    from opendnn.errors import BadParamError, Status
+
     model = _randomize_bn(SmallCNN()).eval()
     x = torch.randn(2, 3, 4, 4)
     with torch.no_grad():
@@ -413,9 +444,18 @@ def test_modes(_fresh):
             out = torch.compile(model, backend="opendnn", mode=mode, fullgraph=True)(x)
             torch.testing.assert_close(out, ref, **TOL)
     gm = torch.fx.symbolic_trace(model)
-    expect_error(BadParamError, Status.BAD_PARAM,
-                 lambda: oc.backend(gm, [x], mode="max-autotune"), "torch.compile",
-                 "max-autotune")
-    expect_error(BadParamError, Status.BAD_PARAM,
-                 lambda: oc.backend(gm, [x], options={"x": 1}), "torch.compile", "options")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM,
+        lambda: oc.backend(gm, [x], mode="max-autotune"),
+        "torch.compile",
+        "max-autotune",
+    )
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM,
+        lambda: oc.backend(gm, [x], options={"x": 1}),
+        "torch.compile",
+        "options",
+    )
     _no_fallbacks()

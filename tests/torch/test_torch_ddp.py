@@ -8,6 +8,7 @@ Why they must agree: the loss is a batch mean and the model has no batch statist
 DDP's all-reduce forms -- is the whole batch's gradient; SGD then takes the same step.
 The two ranks start from the same weights (DDP broadcasts rank 0's at construction).
 """
+
 from __future__ import annotations
 
 import copy
@@ -22,7 +23,7 @@ import torch.nn as nn
 
 WORLD = 2
 STEPS = 3
-BATCH = 4           # global; BATCH // WORLD per rank
+BATCH = 4  # global; BATCH // WORLD per rank
 TOL = 1e-5
 
 
@@ -31,15 +32,24 @@ def small_cnn() -> nn.Module:
     pool, linear (no batch statistics, so data parallelism is exact)."""
     torch.manual_seed(0)
     return nn.Sequential(
-        nn.Conv2d(3, 8, 3, padding=1), nn.GroupNorm(2, 8), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(8, 16, 3, padding=1), nn.GELU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-        nn.Linear(16, 5))
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.GroupNorm(2, 8),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(8, 16, 3, padding=1),
+        nn.GELU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(16, 5),
+    )
 
 
 def batches() -> list[tuple[torch.Tensor, torch.Tensor]]:
     gen = torch.Generator().manual_seed(1)
-    return [(torch.randn(BATCH, 3, 8, 8, generator=gen),
-             torch.randint(0, 5, (BATCH,), generator=gen)) for _ in range(STEPS)]
+    return [
+        (torch.randn(BATCH, 3, 8, 8, generator=gen), torch.randint(0, 5, (BATCH,), generator=gen))
+        for _ in range(STEPS)
+    ]
 
 
 def train(model: nn.Module, data, rank: int = 0, world: int = 1) -> list[float]:
@@ -49,7 +59,7 @@ def train(model: nn.Module, data, rank: int = 0, world: int = 1) -> list[float]:
     per = BATCH // world
     losses = []
     for x, target in data:
-        x, target = x[rank * per:(rank + 1) * per], target[rank * per:(rank + 1) * per]
+        x, target = x[rank * per : (rank + 1) * per], target[rank * per : (rank + 1) * per]
         loss = nn.functional.cross_entropy(model(x), target)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -61,8 +71,10 @@ def train(model: nn.Module, data, rank: int = 0, world: int = 1) -> list[float]:
 def _worker(rank: int, world: int, port: int, out: str) -> None:
     """One DDP rank: converted model, gloo all-reduce; rank 0 saves the parameters."""
     from opendnn.torch import convert, fallbacks
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world)
+
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
     try:
         model = convert(small_cnn())
         ddp = nn.parallel.DistributedDataParallel(model)
@@ -85,10 +97,13 @@ def _relerr(a, b) -> float:
     return ((a.double() - b.double()).norm() / max(b.double().norm().item(), 1e-30)).item()
 
 
-@pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
-                    reason="torch.distributed with gloo is not available")
+@pytest.mark.skipif(
+    not dist.is_available() or not dist.is_gloo_available(),
+    reason="torch.distributed with gloo is not available",
+)
 def test_ddp_two_processes_match_single_process(tmp_path):
     from opendnn.torch import clear_fallbacks, convert, fallbacks
+
     out = str(tmp_path / "ddp_rank0.pt")
     mp.spawn(_worker, args=(WORLD, _free_port(), out), nprocs=WORLD, join=True)
     assert os.path.exists(out)
@@ -101,8 +116,9 @@ def test_ddp_two_processes_match_single_process(tmp_path):
     train(plain, batches())
     assert fallbacks() == {}
     for name, p0 in start.state_dict().items():
-        moved = {k: (s.state_dict()[name] - p0) for k, s in
-                 (("single", single), ("pytorch", plain))}
+        moved = {
+            k: (s.state_dict()[name] - p0) for k, s in (("single", single), ("pytorch", plain))
+        }
         ddp_moved = ddp_state[name] - p0
         assert _relerr(ddp_moved, moved["single"]) < TOL, f"{name}: DDP vs one process"
         assert _relerr(moved["single"], moved["pytorch"]) < 10 * TOL, f"{name}: vs PyTorch"

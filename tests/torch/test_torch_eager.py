@@ -8,10 +8,12 @@
   descriptors read once; a buffer that breaks a rule takes the full path, which raises
   the typed error naming the tensor and the rule.
 """
+
 from __future__ import annotations
 
 import pytest
 import torch
+from _util import expect_error
 
 import opendnn.torch.conv as C
 import opendnn.torch.linear as L
@@ -20,7 +22,6 @@ from opendnn.torch import _graphs
 from opendnn.torch import activation as A
 from opendnn.torch import batchnorm as BN
 from opendnn.torch import softmax as S
-from _util import expect_error
 
 PARAMS = ([1, 2], [1, 0], [1, 1], [1, 1], 1)
 
@@ -54,12 +55,16 @@ def test_direct_equals_dispatcher_conv(rng, autocast):
 
 def test_direct_equals_dispatcher_linear_softmax(rng):
     x, w = rng.rand((3, 5)), rng.rand((6, 5))
-    (y0, g0), (y1, g1) = (_grads(lambda a, b, f=f: f(a, b, None), _leaves(x, w))
-                          for f in (L.linear_op, L.linear_op.op))
+    (y0, g0), (y1, g1) = (
+        _grads(lambda a, b, f=f: f(a, b, None), _leaves(x, w))
+        for f in (L.linear_op, L.linear_op.op)
+    )
     assert torch.equal(y0, y1) and all(torch.equal(a, e) for a, e in zip(g0, g1))
     s = rng.rand((4, 9))
-    (y0, g0), (y1, g1) = (_grads(lambda a, f=f: f(a, 1, True, None), _leaves(s))
-                          for f in (S.softmax_op, S.softmax_op.op))
+    (y0, g0), (y1, g1) = (
+        _grads(lambda a, f=f: f(a, 1, True, None), _leaves(s))
+        for f in (S.softmax_op, S.softmax_op.op)
+    )
     assert torch.equal(y0, y1) and torch.equal(g0[0], g1[0])
 
 
@@ -71,11 +76,11 @@ def test_direct_in_place_bumps_version(rng):
     A.activation_inplace_op(x, "relu", [0.0, float("inf"), 0.0])
     assert x._version > v and (x >= 0).all()
     leaf = rng.rand((3, 4)).requires_grad_()
-    saved = leaf * leaf                    # mul saves leaf: a later in-place write to it ...
+    saved = leaf * leaf  # mul saves leaf: a later in-place write to it ...
     with torch.no_grad():
         A.activation_inplace_op(leaf, "relu", [0.0, float("inf"), 0.0])
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
-        saved.sum().backward()             # ... is caught by autograd
+        saved.sum().backward()  # ... is caught by autograd
 
 
 def test_batch_norm_train_eager_equals_dispatcher(rng):
@@ -87,8 +92,11 @@ def test_batch_norm_train_eager_equals_dispatcher(rng):
         rm, rv = torch.zeros(3), torch.ones(3)
         leaves = _leaves(x, w, b)
         args = (*leaves, rm, rv, 0.1, 1e-5)
-        y = (BN._train_autograd(*args, eager=True) if eager else
-             torch.ops.opendnn.batch_norm_train(*args))[0]
+        y = (
+            BN._train_autograd(*args, eager=True)
+            if eager
+            else torch.ops.opendnn.batch_norm_train(*args)
+        )[0]
         g = torch.autograd.grad(y, leaves, torch.linspace(-1, 1, y.numel()).reshape(y.shape))
         res.append((y, g, rm, rv))
     for a, e in zip(res[0], res[1]):
@@ -120,14 +128,25 @@ def test_runner_repeat_and_rules(rng):
         del b.runner.plan.run
     assert calls == [1] and torch.equal(again, ref)
     c = torch.empty(2, 3)
-    expect_error(BadParamError, Status.BAD_PARAM_ATTRIBUTE_TYPE,
-                 lambda: _graphs.run(b, {"a": x.double(), "b": w, "c": c}), "a")
-    expect_error(BadParamError, Status.BAD_PARAM_SHAPE_MISMATCH,
-                 lambda: _graphs.run(b, {"a": x, "b": w.t().contiguous().t(), "c": c}), "b")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_ATTRIBUTE_TYPE,
+        lambda: _graphs.run(b, {"a": x.double(), "b": w, "c": c}),
+        "a",
+    )
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+        lambda: _graphs.run(b, {"a": x, "b": w.t().contiguous().t(), "c": c}),
+        "b",
+    )
     buf = torch.empty(16)
-    expect_error(BadParamError, Status.BAD_PARAM,
-                 lambda: _graphs.run(b, {"a": buf[:10].view(2, 5), "b": w,
-                                         "c": buf[4:10].view(2, 3)}), "overlaps")
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM,
+        lambda: _graphs.run(b, {"a": buf[:10].view(2, 5), "b": w, "c": buf[4:10].view(2, 3)}),
+        "overlaps",
+    )
 
 
 def test_runner_allows_exact_in_place(rng):

@@ -1,6 +1,7 @@
 """opendnn.torch.enable(): torch.nn.functional calls routed to opendnn (the functional
 layer, OF) with PyTorch's results and fallbacks; the switch's states; re-entrancy; and a
 small CNN that gives PyTorch's outputs and gradients converted and under enable()."""
+
 from __future__ import annotations
 
 import copy
@@ -10,8 +11,8 @@ import threading
 import pytest
 import torch
 import torch.nn as nn
-from _util import close_f32 as close
 import torch.nn.functional as F
+from _util import close_f32 as close
 from torch.overrides import TorchFunctionMode
 
 from opendnn.errors import BadParamError, GraphNotSupportedError
@@ -34,9 +35,11 @@ def spy(monkeypatch, *names):
     """Count the calls of each OF.<name> (still running it): {name: [kwargs, ...]}."""
     calls = {n: [] for n in names}
     for n in names:
+
         def counted(*args, _n=n, _original=getattr(OF, n), **kwargs):
             calls[_n].append(kwargs)
             return _original(*args, **kwargs)
+
         monkeypatch.setattr(OF, n, counted)
     return calls
 
@@ -47,16 +50,25 @@ CNN_OPS = ("conv2d", "batch_norm", "relu", "max_pool2d", "linear")
 
 
 def _cnn():
-    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
-                         nn.MaxPool2d(2), nn.Flatten(), nn.Linear(4 * 3 * 3, 5))
+    return nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1),
+        nn.BatchNorm2d(4),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(4 * 3 * 3, 5),
+    )
 
 
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_small_cnn_converted_and_enabled(channels_last, rng, monkeypatch):
     torch.manual_seed(rng.seed)
     ref = _cnn()
-    runs = {"converted": convert(copy.deepcopy(ref), inplace=False),
-            "enabled": copy.deepcopy(ref), "both": convert(copy.deepcopy(ref))}
+    runs = {
+        "converted": convert(copy.deepcopy(ref), inplace=False),
+        "enabled": copy.deepcopy(ref),
+        "both": convert(copy.deepcopy(ref)),
+    }
     x = rng.rand((2, 3, 6, 6))
     if channels_last:
         x = x.to(memory_format=torch.channels_last)
@@ -86,39 +98,78 @@ def test_small_cnn_converted_and_enabled(channels_last, rng, monkeypatch):
 
 # ---------------------------------------------------------------- what is routed
 
+
 def test_routes_functional_and_aliases(rng, monkeypatch):
-    calls = spy(monkeypatch, "conv2d", "relu", "sigmoid", "tanh", "matmul", "softmax",
-                "log_softmax", "gelu", "scaled_dot_product_attention", "layer_norm",
-                "avg_pool1d", "dropout")
+    calls = spy(
+        monkeypatch,
+        "conv2d",
+        "relu",
+        "sigmoid",
+        "tanh",
+        "matmul",
+        "softmax",
+        "log_softmax",
+        "gelu",
+        "scaled_dot_product_attention",
+        "layer_norm",
+        "avg_pool1d",
+        "dropout",
+    )
     x, w = rng.rand((1, 2, 4, 4)), rng.rand((3, 2, 3, 3))
     a, b = rng.rand((2, 3, 4)), rng.rand((4, 5))
     with E.enable():
         got = {
-            "F.conv2d": F.conv2d(x, w, padding=1), "torch.conv2d": torch.conv2d(x, w),
-            "F.relu": F.relu(a), "torch.relu": torch.relu(a), "Tensor.relu": a.relu(),
-            "nn.Sigmoid": nn.Sigmoid()(a), "F.sigmoid": F.sigmoid(a), "F.tanh": F.tanh(a),
-            "@": a @ b, "torch.matmul": torch.matmul(a, b),
+            "F.conv2d": F.conv2d(x, w, padding=1),
+            "torch.conv2d": torch.conv2d(x, w),
+            "F.relu": F.relu(a),
+            "torch.relu": torch.relu(a),
+            "Tensor.relu": a.relu(),
+            "nn.Sigmoid": nn.Sigmoid()(a),
+            "F.sigmoid": F.sigmoid(a),
+            "F.tanh": F.tanh(a),
+            "@": a @ b,
+            "torch.matmul": torch.matmul(a, b),
             "torch.softmax": torch.softmax(a, 1, dtype=torch.float64),
             "Tensor.log_softmax": a.log_softmax(-1),
             "F.gelu": F.gelu(a, approximate="tanh"),
             "sdpa": F.scaled_dot_product_attention(a[None], a[None], a[None], is_causal=True),
-            "F.layer_norm": F.layer_norm(a, (4,)), "F.avg_pool1d": F.avg_pool1d(a, 2),
+            "F.layer_norm": F.layer_norm(a, (4,)),
+            "F.avg_pool1d": F.avg_pool1d(a, 2),
             "F.dropout": F.dropout(a, 0.5, training=False),
         }
     assert {n: len(c) for n, c in calls.items()} == dict(
-        conv2d=2, relu=3, sigmoid=2, tanh=1, matmul=2, softmax=1, log_softmax=1, gelu=1,
-        scaled_dot_product_attention=1, layer_norm=1, avg_pool1d=1, dropout=1)
+        conv2d=2,
+        relu=3,
+        sigmoid=2,
+        tanh=1,
+        matmul=2,
+        softmax=1,
+        log_softmax=1,
+        gelu=1,
+        scaled_dot_product_attention=1,
+        layer_norm=1,
+        avg_pool1d=1,
+        dropout=1,
+    )
     assert calls["softmax"][0] == {"dtype": torch.float64}
     assert calls["gelu"][0] == {"approximate": "tanh"}
     expected = {
-        "F.conv2d": F.conv2d(x, w, padding=1), "torch.conv2d": torch.conv2d(x, w),
-        "F.relu": F.relu(a), "torch.relu": F.relu(a), "Tensor.relu": F.relu(a),
-        "nn.Sigmoid": torch.sigmoid(a), "F.sigmoid": torch.sigmoid(a),
-        "F.tanh": torch.tanh(a), "@": a @ b, "torch.matmul": a @ b,
+        "F.conv2d": F.conv2d(x, w, padding=1),
+        "torch.conv2d": torch.conv2d(x, w),
+        "F.relu": F.relu(a),
+        "torch.relu": F.relu(a),
+        "Tensor.relu": F.relu(a),
+        "nn.Sigmoid": torch.sigmoid(a),
+        "F.sigmoid": torch.sigmoid(a),
+        "F.tanh": torch.tanh(a),
+        "@": a @ b,
+        "torch.matmul": a @ b,
         "torch.softmax": torch.softmax(a, 1, dtype=torch.float64),
-        "Tensor.log_softmax": a.log_softmax(-1), "F.gelu": F.gelu(a, approximate="tanh"),
+        "Tensor.log_softmax": a.log_softmax(-1),
+        "F.gelu": F.gelu(a, approximate="tanh"),
         "sdpa": F.scaled_dot_product_attention(a[None], a[None], a[None], is_causal=True),
-        "F.layer_norm": F.layer_norm(a, (4,)), "F.avg_pool1d": F.avg_pool1d(a, 2),
+        "F.layer_norm": F.layer_norm(a, (4,)),
+        "F.avg_pool1d": F.avg_pool1d(a, 2),
         "F.dropout": a,
     }
     for k in expected:
@@ -134,13 +185,14 @@ def test_not_routed(rng, monkeypatch):
         pass
 
     with E.enable():
-        torch.tanh(a, out=torch.empty(2, 3))                           # out=: PyTorch's
+        torch.tanh(a, out=torch.empty(2, 3))  # out=: PyTorch's
         torch.matmul(a, a.t(), out=torch.empty(2, 2))
-        F.relu(torch.arange(-2, 3))                                    # integers
-        F.relu(a.as_subclass(Sub))                                     # tensor subclasses
-        F.conv2d(rng.rand((1, 1, 3, 3)).to(torch.complex64),
-                 rng.rand((1, 1, 1, 1)).to(torch.complex64))           # complex
-        torch.relu_(a.clone())                                         # in-place aliases
+        F.relu(torch.arange(-2, 3))  # integers
+        F.relu(a.as_subclass(Sub))  # tensor subclasses
+        F.conv2d(
+            rng.rand((1, 1, 3, 3)).to(torch.complex64), rng.rand((1, 1, 1, 1)).to(torch.complex64)
+        )  # complex
+        torch.relu_(a.clone())  # in-place aliases
     assert calls == {"relu": [], "matmul": [], "conv2d": [], "tanh": []}
 
 
@@ -154,6 +206,7 @@ def test_reentrancy_routes_once(rng, monkeypatch):
         seen.append("relu")
         F.conv2d(input[None, None], torch.ones(1, 1, 1, 1))
         return F.relu(input, inplace=inplace)
+
     monkeypatch.setattr(OF, "relu", relu)
     conv = spy(monkeypatch, "conv2d")
     a = rng.rand((2, 3))
@@ -167,12 +220,14 @@ def test_reentrancy_routes_once(rng, monkeypatch):
 
 # ---------------------------------------------------------------- fallback
 
+
 def test_fallback_to_pytorch_logged_once(rng, monkeypatch, opendnn_log):
     asked = []
 
     def declining(*args, **kwargs):
         asked.append(args[0].shape)
         raise GraphNotSupportedError("leaky_relu: slope not supported (test)", op="leaky")
+
     monkeypatch.setattr(OF, "leaky_relu", declining)
     a, b = rng.rand((2, 3)), rng.rand((4,))
     with E.enable():
@@ -183,7 +238,7 @@ def test_fallback_to_pytorch_logged_once(rng, monkeypatch, opendnn_log):
     lines = [m for m in opendnn_log if "falls back" in m]
     assert len(lines) == 1 and "torch.nn.functional.leaky_relu" in lines[0]
     assert "slope not supported" in lines[0]
-    (key, count), = E.fallbacks().items()
+    ((key, count),) = E.fallbacks().items()
     assert key[0] == "torch.nn.functional.leaky_relu" and count == 4
     E.clear_fallbacks()
     with E.enable():
@@ -198,13 +253,13 @@ def test_declined_memory_limits(rng, monkeypatch):
     monkeypatch.setattr(E, "DECLINED_PER_CALLER", 2)
     a = rng.rand((4,))
     with E.enable():
-        for n in (1, 2, 3, 1):              # 3 evicts everything: 1 is asked again
+        for n in (1, 2, 3, 1):  # 3 evicts everything: 1 is asked again
             F.relu(a[:n])
         table_size = len(E._declined["torch.nn.functional.relu"])
-    assert len(asked) == 4 and table_size == 2         # {3, 1}
+    assert len(asked) == 4 and table_size == 2  # {3, 1}
     asked.clear()
     calls = []
-    with E.enable():                        # a dict argument: no key, never remembered
+    with E.enable():  # a dict argument: no key, never remembered
         for _ in range(2):
             E.attempt("test", _declining(calls), (a, {"unhashable": 1}), None, lambda: 0)
     assert len(calls) == 2
@@ -214,18 +269,22 @@ def _declining(calls):
     def fake(*args, **kwargs):
         calls.append(args)
         raise GraphNotSupportedError("declined (test)", op="fake")
+
     return fake
 
 
 def test_bad_arguments_get_pytorch_errors(rng):
     a = rng.rand((2, 3))
     with E.enable(), pytest.raises(TypeError):
-        torch.softmax(a)                    # no dim: the adapter hands it to PyTorch
+        torch.softmax(a)  # no dim: the adapter hands it to PyTorch
 
 
 def test_fallback_keeps_autograd(rng, monkeypatch):
-    monkeypatch.setattr(OF, "linear", lambda *a, **k: (_ for _ in ()).throw(
-        GraphNotSupportedError("no", op="linear")))
+    monkeypatch.setattr(
+        OF,
+        "linear",
+        lambda *a, **k: (_ for _ in ()).throw(GraphNotSupportedError("no", op="linear")),
+    )
     x, w = rng.rand((3, 4)).requires_grad_(), rng.rand((2, 4)).requires_grad_()
     with E.enable():
         F.linear(x, w).sum().backward()
@@ -235,6 +294,7 @@ def test_fallback_keeps_autograd(rng, monkeypatch):
 def test_other_errors_propagate(rng, monkeypatch):
     def bad(*args, **kwargs):
         raise BadParamError("bad shape", op="conv2d")
+
     monkeypatch.setattr(OF, "conv2d", bad)
     with E.enable(), pytest.raises(BadParamError, match="bad shape"):
         F.conv2d(rng.rand((1, 2, 3, 3)), rng.rand((1, 2, 1, 1)))
@@ -242,6 +302,7 @@ def test_other_errors_propagate(rng, monkeypatch):
 
 
 # ---------------------------------------------------------------- the switch
+
 
 def test_context_manager_nesting_and_global_switch(rng, monkeypatch):
     calls = spy(monkeypatch, "relu")
@@ -262,13 +323,14 @@ def test_context_manager_nesting_and_global_switch(rng, monkeypatch):
     E.enable()
     assert E.is_enabled()
     F.relu(a)
-    E.enable()                            # enabling twice: one switch, one disable
+    E.enable()  # enabling twice: one switch, one disable
     E.disable()
     assert not E.is_enabled()
     F.relu(a)
     assert len(calls["relu"]) == 2
-    assert not any(isinstance(m, E._Router)
-                   for m in torch.overrides._get_current_function_mode_stack())
+    assert not any(
+        isinstance(m, E._Router) for m in torch.overrides._get_current_function_mode_stack()
+    )
 
 
 def test_switch_under_another_mode(rng, monkeypatch):
@@ -282,7 +344,7 @@ def test_switch_under_another_mode(rng, monkeypatch):
     E.enable()
     with Other():
         F.relu(a)
-        E.disable()                       # ours is not on top: switched off in place
+        E.disable()  # ours is not on top: switched off in place
         assert not E.is_enabled()
         F.relu(a)
         E.enable()
@@ -296,7 +358,7 @@ def test_switch_under_another_mode(rng, monkeypatch):
 
 def test_switch_survives_an_emptied_stack(rng):
     E.enable()
-    torch.overrides._pop_mode()             # someone else popped our mode
+    torch.overrides._pop_mode()  # someone else popped our mode
     assert not E.is_enabled()
     with E.enable():
         assert E.is_enabled()
@@ -311,6 +373,7 @@ def test_switch_is_per_thread(rng, monkeypatch):
     def other_thread():
         state["enabled"] = E.is_enabled()
         F.relu(a)
+
     with E.enable():
         t = threading.Thread(target=other_thread)
         t.start()

@@ -23,6 +23,7 @@ followed by a normalization (EmoNet's conv1 and emo_fc_2.0) has an analytically 
 gradient, which both sides compute as rounding noise. Batches are >= 4 so that no batch
 norm sees two samples per channel (its input gradient is then exactly zero).
 """
+
 from __future__ import annotations
 
 import copy
@@ -34,10 +35,10 @@ import shutil
 import pytest
 import torch
 import torch.nn as nn
+from _util import load_example
 
 from opendnn.torch import _graphs
 from opendnn.torch.convert import convert
-from _util import load_example
 
 E = importlib.import_module("opendnn.torch.enable")
 STEPS = 3
@@ -45,8 +46,7 @@ FP32_TOL = 1e-4
 COMPILE_BACKEND_MISSING = importlib.util.find_spec("opendnn.torch.compile") is None
 
 
-resnet, emonet, transformer = (load_example(n) for n in ("resnet", "emonet",
-                                                         "transformer_block"))
+resnet, emonet, transformer = (load_example(n) for n in ("resnet", "emonet", "transformer_block"))
 
 
 @pytest.fixture(autouse=True)
@@ -84,6 +84,7 @@ def spy_executions(monkeypatch) -> list:
     def run(b, buffers):
         runs.append(b.graph.name)
         return real(b, buffers)
+
     monkeypatch.setattr(_graphs, "run", run)
     return runs
 
@@ -100,6 +101,7 @@ def _randomize_buffers(model: nn.Module, gen: torch.Generator) -> None:
 
 # ---------------------------------------------------------------- ResNet
 
+
 def test_resnet_layout_is_torchvisions():
     """ResNet-18 / -50: torchvision's parameter counts and state_dict keys (and, where
     torchvision is installed, its exact keys and shapes, loading both ways); the
@@ -111,8 +113,14 @@ def test_resnet_layout_is_torchvisions():
         model = getattr(resnet, name)()
         assert sum(p.numel() for p in model.parameters()) == count
         keys = list(model.state_dict())
-        assert keys[:6] == ["conv1.weight", "bn1.weight", "bn1.bias", "bn1.running_mean",
-                            "bn1.running_var", "bn1.num_batches_tracked"]
+        assert keys[:6] == [
+            "conv1.weight",
+            "bn1.weight",
+            "bn1.bias",
+            "bn1.running_mean",
+            "bn1.running_var",
+            "bn1.num_batches_tracked",
+        ]
         assert "layer4.1.bn2.weight" in keys and "layer2.0.downsample.0.weight" in keys
         assert keys[-2:] == ["fc.weight", "fc.bias"]
         converted = convert(copy.deepcopy(model))
@@ -120,18 +128,24 @@ def test_resnet_layout_is_torchvisions():
         model.load_state_dict(converted.state_dict())
         if tv is not None:
             import torchvision
+
             theirs = getattr(torchvision.models, name)()
-            assert {k: v.shape for k, v in theirs.state_dict().items()} == \
-                {k: v.shape for k, v in model.state_dict().items()}
+            assert {k: v.shape for k, v in theirs.state_dict().items()} == {
+                k: v.shape for k, v in model.state_dict().items()
+            }
             theirs.load_state_dict(converted.state_dict())
             converted.load_state_dict(theirs.state_dict())
 
 
-@pytest.mark.parametrize("how,fmt", [("converted", torch.contiguous_format),
-                                     ("converted", torch.channels_last),
-                                     ("enabled", torch.channels_last)],
-                         ids=["converted-nchw", "converted-channels_last",
-                              "enabled-channels_last"])
+@pytest.mark.parametrize(
+    "how,fmt",
+    [
+        ("converted", torch.contiguous_format),
+        ("converted", torch.channels_last),
+        ("enabled", torch.channels_last),
+    ],
+    ids=["converted-nchw", "converted-channels_last", "enabled-channels_last"],
+)
 def test_tiny_resnet_inference(how, fmt, monkeypatch):
     """Eval mode (running statistics randomized): the converted model, and PyTorch's own
     model under enable() (its F.conv2d / batch_norm / relu / pool / linear calls routed)."""
@@ -182,8 +196,10 @@ def test_tiny_resnet_50_step_curve():
 
     def dev(curve):
         return max(abs(a - b) for a, b in zip(curve, exact)) / exact[0]
-    assert dev(ours) < max(1e-3, 3 * dev(own)), \
+
+    assert dev(ours) < max(1e-3, 3 * dev(own)), (
         f"opendnn {ours}\nfloat64 {exact}\nPyTorch fp32's own deviation {dev(own):.2e}"
+    )
 
 
 def test_tiny_resnet_training_follows_pytorch():
@@ -199,8 +215,9 @@ def test_tiny_resnet_training_follows_pytorch():
     losses = _train(model, x, target, STEPS)
     ref_losses = _train(ref, x, target, STEPS)
     assert E.fallbacks() == {}
-    torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses),
-                               rtol=FP32_TOL, atol=0.0)
+    torch.testing.assert_close(
+        torch.tensor(losses), torch.tensor(ref_losses), rtol=FP32_TOL, atol=0.0
+    )
     theirs = ref.state_dict()
     for name, value in model.state_dict().items():
         if value.is_floating_point():
@@ -224,13 +241,16 @@ def test_transformer_block_forward_backward(attention):
     with torch.no_grad():
         for p in exact.parameters():
             p.copy_(p.half())
-    same = copy.deepcopy(exact).half()                 # PyTorch's own float16 error
+    same = copy.deepcopy(exact).half()  # PyTorch's own float16 error
     model = convert(copy.deepcopy(same))
     x = torch.randn(2, 8, 32).half()
     dy = torch.randn(2, 8, 32)
     results = []
-    for block, dtype, on in ((exact, torch.float32, False), (same, torch.half, False),
-                             (model, torch.half, attention == "sdpa")):
+    for block, dtype, on in (
+        (exact, torch.float32, False),
+        (same, torch.half, False),
+        (model, torch.half, attention == "sdpa"),
+    ):
         xi = x.to(dtype).requires_grad_()
         with E.enable() if on else E.disable():
             y = block(xi, causal=True)
@@ -251,6 +271,7 @@ def test_transformer_block_forward_backward(attention):
 
 
 # ---------------------------------------------------------------- EmoNet-style network
+
 
 def test_emonet_training_step():
     """Train mode (instance norm, batch norms, max / average pools), 16x16 inputs, fp32,
@@ -294,6 +315,7 @@ def test_emonet_eval_forward_backward():
 
 # ---------------------------------------------------------------- torch.compile
 
+
 def _compiled_step(model, x, backend):
     torch._dynamo.reset()
     compiled = torch.compile(model, backend=backend, fullgraph=True)
@@ -334,7 +356,7 @@ def test_converted_model_under_inductor(monkeypatch):
 def test_model_under_opendnn_backend(converted, monkeypatch):
     """torch.compile(backend="opendnn", fullgraph=True) of the tiny ResNet (PyTorch's
     modules, and converted), training mode, forward and backward, against eager PyTorch."""
-    importlib.import_module("opendnn.torch.compile")     # registers the backend's name
+    importlib.import_module("opendnn.torch.compile")  # registers the backend's name
     _check_compiled("opendnn", converted, monkeypatch)
 
 

@@ -1,6 +1,7 @@
 """opendnn.torch drop-in modules and convert(): PyTorch's constructor and state_dict layout,
 forward and backward equal to PyTorch's module, the fallback policy, and convert()'s
 identity guarantees."""
+
 from __future__ import annotations
 
 import copy
@@ -35,6 +36,7 @@ def spy(monkeypatch, name):
     def counted(*args, **kwargs):
         calls.append((args, kwargs))
         return original(*args, **kwargs)
+
     monkeypatch.setattr(OF, name, counted)
     return calls
 
@@ -56,10 +58,14 @@ CASES = [
     ("Conv2d", (3, 4, 3), dict(stride=2, padding=1), (2, 3, 7, 6), "conv2d"),
     ("Conv2d", (4, 6, 3), dict(groups=2, dilation=2, bias=False), (1, 4, 7, 7), "conv2d"),
     ("Conv2d", (3, 4, 3), dict(padding=1, padding_mode="reflect"), (2, 3, 5, 6), "conv2d"),
-    ("Conv2d", (3, 2, 3), dict(padding=(1, 2), padding_mode="circular"), (1, 3, 5, 6),
-     "conv2d"),
-    ("Conv2d", (3, 2, (3, 2)), dict(padding="same", padding_mode="replicate"), (1, 3, 5, 6),
-     "conv2d"),
+    ("Conv2d", (3, 2, 3), dict(padding=(1, 2), padding_mode="circular"), (1, 3, 5, 6), "conv2d"),
+    (
+        "Conv2d",
+        (3, 2, (3, 2)),
+        dict(padding="same", padding_mode="replicate"),
+        (1, 3, 5, 6),
+        "conv2d",
+    ),
     ("Conv3d", (2, 3, 3), dict(padding=1), (1, 2, 4, 5, 3), "conv3d"),
     ("Linear", (5, 3), {}, (2, 4, 5), "linear"),
     ("BatchNorm1d", (3,), {}, (4, 3, 5), "batch_norm"),
@@ -114,11 +120,12 @@ def test_drop_in_matches_pytorch(case, rng, monkeypatch):
     ref, mod = getattr(nn, name)(*args, **kwargs), getattr(M, name)(*args, **kwargs)
     assert isinstance(mod, getattr(nn, name)) and repr(mod) == repr(ref)
     sd_ref, sd = ref.state_dict(), mod.state_dict()
-    assert [(k, v.shape, v.dtype) for k, v in sd.items()] == \
-        [(k, v.shape, v.dtype) for k, v in sd_ref.items()]
+    assert [(k, v.shape, v.dtype) for k, v in sd.items()] == [
+        (k, v.shape, v.dtype) for k, v in sd_ref.items()
+    ]
     _randomize(ref, rng)
     mod.load_state_dict(ref.state_dict())
-    if name == "Dropout":                 # random masks differ: eval mode is the identity
+    if name == "Dropout":  # random masks differ: eval mode is the identity
         ref.eval(), mod.eval()
 
     calls = spy(monkeypatch, of_name)
@@ -131,7 +138,7 @@ def test_drop_in_matches_pytorch(case, rng, monkeypatch):
     for (k, b_ref), b in zip(ref.named_buffers(), mod.buffers()):
         close(b, b_ref, f"{name} buffer {k}")
     if not list(ref.parameters()):
-        return                            # parameterless: backward is the functional's
+        return  # parameterless: backward is the functional's
     dy = rng.rand(y_ref.shape)
     y_ref.backward(dy)
     y.backward(dy)
@@ -142,9 +149,11 @@ def test_drop_in_matches_pytorch(case, rng, monkeypatch):
 
 def test_state_dict_loads_both_ways(rng):
     torch.manual_seed(rng.seed)
-    for torch_cls, cls, args in ((nn.Conv2d, M.Conv2d, (3, 4, 3)),
-                                 (nn.BatchNorm2d, M.BatchNorm2d, (4,)),
-                                 (nn.MultiheadAttention, M.MultiheadAttention, (16, 2))):
+    for torch_cls, cls, args in (
+        (nn.Conv2d, M.Conv2d, (3, 4, 3)),
+        (nn.BatchNorm2d, M.BatchNorm2d, (4,)),
+        (nn.MultiheadAttention, M.MultiheadAttention, (16, 2)),
+    ):
         a, b = torch_cls(*args), cls(*args)
         _randomize(a, rng)
         b.load_state_dict(a.state_dict())
@@ -179,10 +188,12 @@ def test_instance_norm_unbatched(rng):
 
 # ---------------------------------------------------------------- fallback policy
 
+
 def _declining(calls, reason="no engine takes it (test)"):
     def fake(*args, **kwargs):
         calls.append(args)
         raise GraphNotSupportedError(reason, op="fake")
+
     return fake
 
 
@@ -198,9 +209,9 @@ def test_fallback_runs_pytorch_and_logs_once(rng, monkeypatch, opendnn_log):
     assert len(calls) == 1, "a declined call is remembered, not retried"
     lines = [m for m in opendnn_log if "falls back" in m]
     assert len(lines) == 1 and "Conv2d" in lines[0] and "no engine takes it" in lines[0]
-    ((caller, reason), count), = E.fallbacks().items()
+    (((caller, reason), count),) = E.fallbacks().items()
     assert caller == "Conv2d" and "no engine takes it" in reason and count == 3
-    mod(rng.rand((1, 3, 4, 4)))            # another problem: asked again
+    mod(rng.rand((1, 3, 4, 4)))  # another problem: asked again
     assert len(calls) == 2 and len([m for m in opendnn_log if "falls back" in m]) == 1
 
 
@@ -216,6 +227,7 @@ def test_fallback_batch_norm_counts_batches_once(rng, monkeypatch):
 def test_other_errors_propagate(rng, monkeypatch):
     def bad(*args, **kwargs):
         raise BadParamError("bad weight", op="linear")
+
     monkeypatch.setattr(OF, "linear", bad)
     with pytest.raises(BadParamError, match="bad weight"):
         M.Linear(3, 2)(rng.rand((2, 3)))
@@ -225,7 +237,7 @@ def test_other_errors_propagate(rng, monkeypatch):
 def test_max_pool_return_indices(rng):
     ref, mod = nn.MaxPool2d(2, return_indices=True), M.MaxPool2d(2, return_indices=True)
     x = rng.rand((1, 2, 4, 6))
-    (y_ref, i_ref), (y, i) = ref(x), mod(x)     # opendnn or its fallback: PyTorch's result
+    (y_ref, i_ref), (y, i) = ref(x), mod(x)  # opendnn or its fallback: PyTorch's result
     close(y, y_ref)
     assert torch.equal(i, i_ref)
 
@@ -234,10 +246,11 @@ def test_max_pool_return_indices(rng):
 # float16 with head dim 8: opendnn's attention engines take half types, head dims of 8k.
 # The reference is PyTorch's module in float32 on the same (float16-rounded) weights.
 
+
 def _mha_pair(rng, *args, dtype=torch.float32, **kwargs):
     torch.manual_seed(rng.seed)
     ref = nn.MultiheadAttention(*args, **kwargs)
-    with torch.no_grad():                 # xavier-like magnitudes: softmax not saturated
+    with torch.no_grad():  # xavier-like magnitudes: softmax not saturated
         for p in ref.parameters():
             p.copy_(rng.rand(p.shape, low=0.05, high=0.4).to(dtype))
     mod = M.MultiheadAttention(*args, **kwargs, dtype=dtype)
@@ -247,8 +260,7 @@ def _mha_pair(rng, *args, dtype=torch.float32, **kwargs):
 
 def close16(actual, expected, what=""):
     scale = max(1.0, float(expected.detach().abs().max()))
-    torch.testing.assert_close(actual.float(), expected, rtol=2e-2, atol=2e-2 * scale,
-                               msg=what)
+    torch.testing.assert_close(actual.float(), expected, rtol=2e-2, atol=2e-2 * scale, msg=what)
 
 
 def _causal(length):
@@ -291,7 +303,7 @@ def test_multihead_attention(case, rng, monkeypatch):
     kw = dict(need_weights=False)
     if opts.get("kpm"):
         kpm = rng.bools((n, s) if batched else (s,))
-        kpm[..., 0] = False                       # no fully masked row
+        kpm[..., 0] = False  # no fully masked row
         kw["key_padding_mask"] = kpm
     if opts.get("bool_mask"):
         mask = rng.bools((length, s))
@@ -331,20 +343,21 @@ def test_multihead_attention_pytorch_paths(rng, monkeypatch, opendnn_log):
     sdpa = spy(monkeypatch, "scaled_dot_product_attention")
     ref, mod = _mha_pair(rng, EMBED, HEADS, batch_first=True)
     q = rng.rand((2, 4, EMBED))
-    for _ in range(2):                     # need_weights=True (the default): PyTorch's forward
+    for _ in range(2):  # need_weights=True (the default): PyTorch's forward
         (out, w), (out_ref, w_ref) = mod(q, q, q), ref(q, q, q)
         close(out, out_ref)
         close(w, w_ref)
-    ref, mod = _mha_pair(rng, EMBED, HEADS, batch_first=True, add_bias_kv=True,
-                         add_zero_attn=True)
+    ref, mod = _mha_pair(rng, EMBED, HEADS, batch_first=True, add_bias_kv=True, add_zero_attn=True)
     close(mod(q, q, q, need_weights=False)[0], ref(q, q, q, need_weights=False)[0])
     ref, mod = _mha_pair(rng, EMBED, HEADS, batch_first=True, add_zero_attn=True)
     close(mod(q, q, q, need_weights=False)[0], ref(q, q, q, need_weights=False)[0])
     assert sdpa == []
     reasons = {(c, r.split("=")[0]): n for (c, r), n in E.fallbacks().items()}
-    assert reasons == {("MultiheadAttention", "need_weights"): 2,
-                       ("MultiheadAttention", "add_bias_kv"): 1,
-                       ("MultiheadAttention", "add_zero_attn"): 1}
+    assert reasons == {
+        ("MultiheadAttention", "need_weights"): 2,
+        ("MultiheadAttention", "add_bias_kv"): 1,
+        ("MultiheadAttention", "add_zero_attn"): 1,
+    }
     assert len([m for m in opendnn_log if "falls back" in m]) == 3
 
 
@@ -355,7 +368,7 @@ def test_multihead_attention_declined_attention(rng, monkeypatch):
     q = rng.rand((4, 2, EMBED))
     ref.train(), mod.train()
     close(mod(q, q, q, need_weights=False)[0], ref(q, q, q, need_weights=False)[0])
-    (caller, _), = E.fallbacks()
+    ((caller, _),) = E.fallbacks()
     assert caller == "MultiheadAttention"
 
 
@@ -370,15 +383,22 @@ def test_multihead_attention_errors(rng):
 
 # ---------------------------------------------------------------- convert
 
+
 class _MyConv(nn.Conv2d):
     pass
 
 
 def _model():
     return nn.Sequential(
-        nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+        nn.Conv2d(3, 4, 3, padding=1),
+        nn.BatchNorm2d(4),
+        nn.ReLU(),
         nn.Sequential(nn.Conv2d(4, 4, 1), nn.GELU(), _MyConv(4, 4, 1)),
-        nn.ConvTranspose2d(4, 2, 2), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2, 3))
+        nn.ConvTranspose2d(4, 2, 2),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(2, 3),
+    )
 
 
 def test_convert_swaps_in_place_keeping_tensors():
@@ -394,15 +414,23 @@ def test_convert_swaps_in_place_keeping_tensors():
     assert all(v is buffers[k] for k, v in model.named_buffers())
     assert all(v is modules[k] for k, v in model.named_modules())
     kinds = {k: type(v).__module__.split(".")[0] for k, v in model.named_modules()}
-    assert [k for k, v in kinds.items() if v == "opendnn"] == ["0", "1", "2", "3.0", "3.1", "5",
-                                                                "7"]
+    assert [k for k, v in kinds.items() if v == "opendnn"] == [
+        "0",
+        "1",
+        "2",
+        "3.0",
+        "3.1",
+        "5",
+        "7",
+    ]
     assert not model.training and model[1].running_mean.dtype == torch.float64
     model(torch.randn(1, 3, 4, 4, dtype=torch.float64))
     assert seen == [M.ReLU], "hooks stay"
-    assert convert(model) is model and type(model[0]) is M.Conv2d       # idempotent
+    assert convert(model) is model and type(model[0]) is M.Conv2d  # idempotent
     revert(model)
-    assert all(type(v).__module__.startswith("torch.") or isinstance(v, _MyConv)
-               for v in model.modules())
+    assert all(
+        type(v).__module__.startswith("torch.") or isinstance(v, _MyConv) for v in model.modules()
+    )
 
 
 def test_convert_copy_skip_and_errors():

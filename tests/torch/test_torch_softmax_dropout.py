@@ -5,14 +5,15 @@ implicit dim, extreme rows; dropout's statistics, reproducibility from torch.man
 its mask against the reference Philox stream (forward and backward), identity cases,
 in place; opcheck of the five custom ops; a torch.compile(fullgraph=True) trace; bad
 arguments with typed errors."""
+
 import math
 import warnings
 
 import pytest
 import torch
 import torch.nn.functional as F
-
 from _util import assert_close, expect_error
+
 from opendnn.errors import BadParamError, GraphNotSupportedError, Status
 from opendnn.ops import dropout as philox
 from opendnn.torch.dropout import RNG_HIGH, dropout
@@ -31,12 +32,12 @@ def _check_softmax(x, dim, log, dtype=None):
     xr = x.detach().double().requires_grad_()
     yr = THEIRS[log](xr, dim)
     assert y.dtype == out_dt and y.shape == x.shape
-    assert y.stride() == THEIRS[log](x, dim, dtype=dtype).stride()   # contiguous, as PyTorch
+    assert y.stride() == THEIRS[log](x, dim, dtype=dtype).stride()  # contiguous, as PyTorch
     n = x.shape[dim] if x.dim() else 1
     assert_close(y, yr, out_dt, n=n)
     dy = torch.randn(x.shape, dtype=torch.float64).to(out_dt)
-    g, = torch.autograd.grad(y, xo, dy)
-    gr, = torch.autograd.grad(yr, xr, dy.double())
+    (g,) = torch.autograd.grad(y, xo, dy)
+    (gr,) = torch.autograd.grad(yr, xr, dy.double())
     assert g.dtype == x.dtype
     assert_close(g, gr, x.dtype, n=n)
 
@@ -60,8 +61,11 @@ def test_softmax_layouts(rng, layout, log):
     _check_softmax(x, dim, log)
 
 
-@pytest.mark.parametrize("shape,dim", [((), 0), ((), -1), ((1,), 0), ((5, 1), 1),
-                                       ((0, 4), 1), ((3, 0), 1), ((2, 1, 3), 1)], ids=str)
+@pytest.mark.parametrize(
+    "shape,dim",
+    [((), 0), ((), -1), ((1,), 0), ((5, 1), 1), ((0, 4), 1), ((3, 0), 1), ((2, 1, 3), 1)],
+    ids=str,
+)
 def test_softmax_shapes(rng, shape, dim):
     _check_softmax(rng.rand(shape, torch.float32), dim, False)
     _check_softmax(rng.rand(shape, torch.float32), dim, True)
@@ -85,27 +89,45 @@ def test_softmax_implicit_dim(rng):
 
 def test_softmax_extreme_rows():
     inf = math.inf
-    x = torch.tensor([[-inf] * 4, [1.0, -inf, 2.0, 3.0], [1e4, -1e4, 0.0, 1.0],
-                      [60.0, 60.0, 60.0, 60.0]])
+    x = torch.tensor(
+        [[-inf] * 4, [1.0, -inf, 2.0, 3.0], [1e4, -1e4, 0.0, 1.0], [60.0, 60.0, 60.0, 60.0]]
+    )
     for log in (False, True):
         assert_close(OURS[log](x, 1), THEIRS[log](x.double(), 1), torch.float32, n=4)
 
 
 def test_softmax_bad_arguments(rng):
     x = rng.rand((3, 4), torch.float32)
-    expect_error(BadParamError, Status.BAD_PARAM_OUT_OF_BOUND, lambda: softmax(x, 2),
-                 "softmax", "dim 2")
-    expect_error(BadParamError, Status.BAD_PARAM_OUT_OF_BOUND, lambda: log_softmax(x, -3),
-                 "log_softmax")
-    expect_error(BadParamError, Status.BAD_PARAM_ATTRIBUTE_TYPE, lambda: softmax(x, 1.0),
-                 "softmax", "int")
-    expect_error(GraphNotSupportedError, Status.NOT_SUPPORTED_DATA_TYPE,
-                 lambda: softmax(torch.arange(6), 0), "softmax", "torch.int64")
-    expect_error(GraphNotSupportedError, Status.NOT_SUPPORTED_DATA_TYPE,
-                 lambda: softmax(x, 1, dtype=torch.int32), "softmax", "torch.int32")
-    expect_error(BadParamError, Status.BAD_PARAM_SHAPE_MISMATCH,
-                 lambda: torch.ops.opendnn.softmax_backward(x[:2], x, 1, False, x.dtype),
-                 "softmax_backward", "grad")
+    expect_error(
+        BadParamError, Status.BAD_PARAM_OUT_OF_BOUND, lambda: softmax(x, 2), "softmax", "dim 2"
+    )
+    expect_error(
+        BadParamError, Status.BAD_PARAM_OUT_OF_BOUND, lambda: log_softmax(x, -3), "log_softmax"
+    )
+    expect_error(
+        BadParamError, Status.BAD_PARAM_ATTRIBUTE_TYPE, lambda: softmax(x, 1.0), "softmax", "int"
+    )
+    expect_error(
+        GraphNotSupportedError,
+        Status.NOT_SUPPORTED_DATA_TYPE,
+        lambda: softmax(torch.arange(6), 0),
+        "softmax",
+        "torch.int64",
+    )
+    expect_error(
+        GraphNotSupportedError,
+        Status.NOT_SUPPORTED_DATA_TYPE,
+        lambda: softmax(x, 1, dtype=torch.int32),
+        "softmax",
+        "torch.int32",
+    )
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+        lambda: torch.ops.opendnn.softmax_backward(x[:2], x, 1, False, x.dtype),
+        "softmax_backward",
+        "grad",
+    )
 
 
 # ---- dropout ---------------------------------------------------------------------------------
@@ -134,7 +156,7 @@ def test_dropout_reproducible_and_fresh(rng):
     a, b = dropout(x, 0.5), dropout(x, 0.5)
     torch.manual_seed(11)
     c = dropout(x, 0.5)
-    assert torch.equal(a, c)               # same seed: the same output
+    assert torch.equal(a, c)  # same seed: the same output
     assert not torch.equal(a == 0, b == 0)  # the next call: a fresh mask
 
 
@@ -143,8 +165,9 @@ def test_dropout_mask_is_the_philox_stream(rng, layout):
     """Forward and backward use the mask the reference stream gives for the (seed,
     offset) drawn from PyTorch's generator, by logical index whatever the layout."""
     base = rng.rand((8, 13), torch.float16)
-    x = {"contiguous": base, "transposed": base.t(), "sliced": base[:, 2::3],
-         "0-dim": base[0, 0]}[layout]
+    x = {"contiguous": base, "transposed": base.t(), "sliced": base[:, 2::3], "0-dim": base[0, 0]}[
+        layout
+    ]
     p = 0.3
     seed, offset = _drawn_rng(5)
     keep = torch.as_tensor(philox.mask(seed, offset, tuple(x.shape), p))
@@ -153,7 +176,7 @@ def test_dropout_mask_is_the_philox_stream(rng, layout):
     y = dropout(xo * 1, p)
     assert_close(y, x.double() * keep / (1 - p), torch.float16)
     dy = rng.rand(x.shape, torch.float16)
-    g, = torch.autograd.grad(y, xo, dy)
+    (g,) = torch.autograd.grad(y, xo, dy)
     assert_close(g, dy.double() * keep / (1 - p), torch.float16)
 
 
@@ -166,7 +189,7 @@ def test_dropout_identity_cases(rng):
     x.requires_grad_()
     y = dropout(x * 1, 1.0)
     assert torch.equal(y, torch.zeros_like(y))
-    g, = torch.autograd.grad(y, x, torch.ones_like(y))
+    (g,) = torch.autograd.grad(y, x, torch.ones_like(y))
     assert torch.equal(g, torch.zeros_like(g))
 
 
@@ -184,22 +207,37 @@ def test_dropout_inplace(rng):
     torch.manual_seed(3)
     assert dropout(h, 0.4, inplace=True) is h
     assert_close(h, want, torch.float32)
-    g, = torch.autograd.grad(h, leaf, torch.ones_like(h))
+    (g,) = torch.autograd.grad(h, leaf, torch.ones_like(h))
     assert_close(g, keep / 0.6, torch.float32)
-    expect_error(BadParamError, Status.BAD_PARAM, lambda: dropout(leaf, 0.4, inplace=True),
-                 "dropout", "leaf")
+    expect_error(
+        BadParamError, Status.BAD_PARAM, lambda: dropout(leaf, 0.4, inplace=True), "dropout", "leaf"
+    )
 
 
 def test_dropout_bad_arguments(rng):
     x = rng.rand((3, 4), torch.float32)
     for p in (-0.1, 1.5, math.nan):
-        expect_error(BadParamError, Status.BAD_PARAM_OUT_OF_BOUND, lambda: dropout(x, p),
-                     "dropout", "between 0 and 1")
-    expect_error(GraphNotSupportedError, Status.NOT_SUPPORTED_DATA_TYPE,
-                 lambda: dropout(torch.arange(5), 0.5), "dropout", "torch.int64")
-    expect_error(BadParamError, Status.BAD_PARAM,
-                 lambda: torch.ops.opendnn.dropout(x, 0.5, torch.zeros(2, dtype=torch.int32)),
-                 "opendnn::dropout", "rng")
+        expect_error(
+            BadParamError,
+            Status.BAD_PARAM_OUT_OF_BOUND,
+            lambda: dropout(x, p),
+            "dropout",
+            "between 0 and 1",
+        )
+    expect_error(
+        GraphNotSupportedError,
+        Status.NOT_SUPPORTED_DATA_TYPE,
+        lambda: dropout(torch.arange(5), 0.5),
+        "dropout",
+        "torch.int64",
+    )
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM,
+        lambda: torch.ops.opendnn.dropout(x, 0.5, torch.zeros(2, dtype=torch.int32)),
+        "opendnn::dropout",
+        "rng",
+    )
 
 
 # ---- torch.library and torch.compile ---------------------------------------------------------
@@ -220,15 +258,17 @@ def test_opcheck(rng):
 def test_compile_fullgraph(rng):
     """AOT autograd traces dropout's draw and both ops; with the same seed the compiled
     function repeats the eager one, gradients included."""
+
     def f(x):
         return (log_softmax(dropout(x, 0.25), 1) * softmax(x, 0)).sum()
+
     x = rng.rand((6, 9), torch.float32).requires_grad_()
     torch.manual_seed(21)
     want = f(x)
-    gw, = torch.autograd.grad(want, x)
+    (gw,) = torch.autograd.grad(want, x)
     torch.manual_seed(21)
     got = torch.compile(f, fullgraph=True, backend="aot_eager")(x)
-    gg, = torch.autograd.grad(got, x)
+    (gg,) = torch.autograd.grad(got, x)
     assert_close(got.detach(), want.detach().double(), torch.float32, n=54)
     assert_close(gg, gw.double(), torch.float32, n=9)
 
@@ -239,9 +279,10 @@ def test_softmax_autocast_policy(rng):
     explicit dtype is kept; gradients come back in the input's type."""
     from opendnn.torch import _graphs
     from opendnn.torch.softmax import _autocast_rule, autocast_kernel
+
     lib = torch.library.Library("opendnn", "IMPL")
     lib.impl("softmax", autocast_kernel("cpu"), "AutocastCPU")
-    old = _graphs.AUTOCAST.get("opendnn::softmax")      # eager calls skip the dispatcher
+    old = _graphs.AUTOCAST.get("opendnn::softmax")  # eager calls skip the dispatcher
     _graphs.AUTOCAST["opendnn::softmax"] = lambda a, d: _autocast_rule(a, d, ("cpu",))
     try:
         x = rng.rand((3, 17), torch.bfloat16, high=4.0).requires_grad_()
@@ -252,8 +293,8 @@ def test_softmax_autocast_policy(rng):
         xr = x.detach().double().requires_grad_()
         yr = F.log_softmax(xr, 1)
         assert_close(y, yr, torch.float32, n=17)
-        g, = torch.autograd.grad(y.sum(), x)
-        gr, = torch.autograd.grad(yr.sum(), xr)
+        (g,) = torch.autograd.grad(y.sum(), x)
+        (gr,) = torch.autograd.grad(yr.sum(), xr)
         assert g.dtype == torch.bfloat16
         assert_close(g, gr, torch.bfloat16, n=17)
     finally:

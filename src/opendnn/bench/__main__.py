@@ -42,7 +42,9 @@ import time
 import torch
 
 from .. import __version__
-from . import shapes, timing
+from ..engines.fusion import shapes as fusion_shapes
+from ..engines.matmul import shapes as matmul_shapes
+from . import timing
 from .timing import bench
 
 
@@ -223,7 +225,7 @@ def _graph_exec(g, pack):
 def run_pointwise(r: Runner):
     import opendnn.frontend as cudnn
 
-    for shape in shapes.POINTWISE:
+    for shape in fusion_shapes.BENCH_POINTWISE:
         for dt in (torch.bfloat16, torch.float32):
             ts = [torch.randn(shape, device="cuda", dtype=dt) for _ in range(5)]
             out = torch.empty(shape, device="cuda", dtype=dt)
@@ -269,7 +271,7 @@ def run_pointwise(r: Runner):
 def run_reduction(r: Runner):
     import opendnn.frontend as cudnn
 
-    for shape, out_shape in shapes.REDUCTION:
+    for shape, out_shape in fusion_shapes.BENCH_REDUCTION:
         for dt in (torch.bfloat16, torch.float32):
             x = torch.randn(shape, device="cuda", dtype=dt)
             out = torch.empty(out_shape, device="cuda", dtype=torch.float32)
@@ -294,7 +296,7 @@ def run_reduction(r: Runner):
 def run_matmul(r: Runner):
     import opendnn.frontend as cudnn
 
-    cases = [(m, n, k, torch.bfloat16) for m, n, k in shapes.MATMUL] + [
+    cases = [(m, n, k, torch.bfloat16) for m, n, k in matmul_shapes.BENCH] + [
         (8192, 8192, 8192, torch.float16)
     ]
     for m, n, k, dt in cases:

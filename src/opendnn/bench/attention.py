@@ -18,8 +18,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-SEQS = (1024, 4096, 8192, 16384)
-DIMS = (64, 128)
+from ..engines.attention.shapes import BENCH_B, BENCH_DIMS, BENCH_H, BENCH_SEQS
 
 
 def _torch(q, k, v, do, causal, backend):
@@ -126,9 +125,9 @@ def run_attention(r, bench):
 
     import opendnn.frontend as cudnn
 
-    B, H = 4, 16
-    for S in SEQS:
-        for D in DIMS:
+    B, H = BENCH_B, BENCH_H
+    for S in BENCH_SEQS:
+        for D in BENCH_DIMS:
             for causal in (False, True):
                 q, k, v, do = (
                     torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(4)

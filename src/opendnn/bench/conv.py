@@ -1,4 +1,4 @@
-"""The ``conv`` benchmark family: ResNet-50 layers at N=32 (shapes.CONV).
+"""The ``conv`` benchmark family: ResNet-50 layers at N=32 (shapes.BENCH).
 
 Per layer, NHWC bfloat16: fprop, dgrad, wgrad against cuDNN through PyTorch
 (and fprop in NCHW float32 with TF32 allowed on both sides, kind ``tf32``)
@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import backends
-from . import shapes
+from ..engines.conv import shapes
 from .timing import bench as bench_eager
 
 CACHED_SAMPLES = 5  # fresh graphs per case timed on the cached path
@@ -77,10 +77,10 @@ def _fe_conv_bias_relu(x, w, b, y, s, p):
 
 
 def layer_tensors(layer: str, w_scale: float = 1.0) -> tuple:
-    """(x, w, b, dy, stride, padding) of a ResNet layer in shapes.CONV at N = CONV_N:
+    """(x, w, b, dy, stride, padding) of a ResNet layer in shapes.BENCH at N = CONV_N:
     NHWC bfloat16 x, w and dy on the GPU, bias [1, K, 1, 1]."""
-    _, c, k, h, f, s, p = next(t for t in shapes.CONV if t[0] == layer)
-    n, cl = shapes.CONV_N, torch.channels_last
+    _, c, k, h, f, s, p = next(t for t in shapes.BENCH if t[0] == layer)
+    n, cl = shapes.BENCH_N, torch.channels_last
     x = torch.randn(n, c, h, h, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
     w = (torch.randn(k, c, f, f, device="cuda", dtype=torch.bfloat16) * w_scale).to(
         memory_format=cl
@@ -162,9 +162,9 @@ def run_conv(r, kinds=("fprop", "fused", "dgrad", "wgrad", "tf32"), layers=None)
     torch.backends.cudnn.allow_tf32 = True
     backends.benchmark = True
     backends.benchmark_limit = 6  # the cost model's top six plans are timed
-    n = shapes.CONV_N
+    n = shapes.BENCH_N
     bwd = torch.ops.aten.convolution_backward
-    for name, c, k, h, f, s, p in shapes.CONV:
+    for name, c, k, h, f, s, p in shapes.BENCH:
         if layers and name not in layers:
             continue
         x, w, b, dy, s, p = layer_tensors(name, w_scale=0.05)

@@ -17,7 +17,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-LRN_CASES = ((32, 96, 55, 55), (64, 256, 27, 27))
+from ..engines.dropout.shapes import BENCH as DROPOUT_SHAPE
+from ..engines.lrn.shapes import BENCH as LRN_CASES
+
 ALEX = dict(lrn_n=5, lrn_alpha=1e-4, lrn_beta=0.75, lrn_k=2.0)
 
 
@@ -97,7 +99,7 @@ def run_lrn(r, bench):
 def run_dropout(r, bench):
     import opendnn.frontend as cudnn
 
-    x = torch.randn(1 << 26, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(DROPOUT_SHAPE, device="cuda", dtype=torch.bfloat16)
     g = cudnn.pygraph()
     tx = g.tensor_like(x)
     ty, tm = g.dropout(tx, 0.1, 1234, 0)

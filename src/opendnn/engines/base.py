@@ -5,6 +5,7 @@ with a reason when it declines. ``configs`` lists its knob settings for a graph,
 first by its own cost model; ``build`` turns one config into an ``Executable`` (compiled
 kernels and launch grids). Executing does no work that could be done at build time.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -40,14 +41,17 @@ def operands_in_memory(graph, allowed: tuple = (), nodes=None) -> Support:
             for u in uids if isinstance(uids, (list, tuple)) else (uids,):
                 d = graph.tensors[u]
                 if d.is_pass_by_value and role not in allowed:
-                    return decline(f"{n.label()} {role} '{d.label()}' is passed by value (a "
-                                   "host scalar): this engine loads its operands from memory")
+                    return decline(
+                        f"{n.label()} {role} '{d.label()}' is passed by value (a "
+                        "host scalar): this engine loads its operands from memory"
+                    )
     return SUPPORTED
 
 
 @dataclasses.dataclass(frozen=True)
 class Knob:
     """One tunable: its name, the values it may take, its default."""
+
     name: str
     values: tuple
     default: Any
@@ -56,9 +60,10 @@ class Knob:
 @dataclasses.dataclass(frozen=True)
 class EngineConfig:
     """An engine plus knob values: frozen, hashable, serializable."""
+
     engine_id: int
     engine_name: str
-    knobs: tuple = ()   # sorted (name, value) pairs
+    knobs: tuple = ()  # sorted (name, value) pairs
 
     @property
     def knob_dict(self) -> dict:
@@ -68,15 +73,18 @@ class EngineConfig:
         return self._label
 
     @functools.cached_property
-    def _label(self) -> str:   # plans are named, sorted and matched by it: built once
+    def _label(self) -> str:  # plans are named, sorted and matched by it: built once
         if not self.knobs:
             return f"{self.engine_name}#{self.engine_id}"
         inner = ",".join(f"{k}={v}" for k, v in self.knobs)
         return f"{self.engine_name}#{self.engine_id}{{{inner}}}"
 
     def to_json(self) -> dict:
-        return {"engine_id": self.engine_id, "engine_name": self.engine_name,
-                "knobs": [[k, v] for k, v in self.knobs]}
+        return {
+            "engine_id": self.engine_id,
+            "engine_name": self.engine_name,
+            "knobs": [[k, v] for k, v in self.knobs],
+        }
 
     @classmethod
     def from_json(cls, d: dict) -> "EngineConfig":
@@ -90,13 +98,14 @@ class EngineConfig:
 @dataclasses.dataclass(frozen=True)
 class Target:
     """Where a plan is built for: 'cpu' (interpreter) or 'cuda' with its properties."""
+
     device: str = "cpu"
     name: str = "cpu"
     capability: tuple = (0, 0)
     num_sms: int = 1
-    peak_flops_fp16: float = 1e12     # dense tensor-core rate, FLOP/s
+    peak_flops_fp16: float = 1e12  # dense tensor-core rate, FLOP/s
     peak_flops_fp32: float = 1e11
-    bandwidth: float = 1e10           # bytes/s, read + write
+    bandwidth: float = 1e10  # bytes/s, read + write
 
     @property
     def is_cuda(self) -> bool:
@@ -109,6 +118,7 @@ class Target:
 
 class Executable:
     """A built config: ``run(buffers, workspace, stream)``; ``workspace_size`` bytes."""
+
     workspace_size: int = 0
 
     def run(self, buffers: dict, workspace, stream=None) -> None:
@@ -117,6 +127,7 @@ class Executable:
 
 class Engine:
     """Base engine. Subclasses set ``id``, ``name`` and implement the methods."""
+
     id: int = -1
     name: str = "engine"
     behavior_notes: frozenset = frozenset()
@@ -167,19 +178,35 @@ def notes_json(notes) -> list[str]:
     return sorted(n.name for n in notes)
 
 
-__all__ = ["Support", "SUPPORTED", "decline", "Knob", "EngineConfig", "Target", "Executable",
-           "Engine", "NumericalNote", "BehaviorNote", "notes_json", "json"]
+__all__ = [
+    "Support",
+    "SUPPORTED",
+    "decline",
+    "Knob",
+    "EngineConfig",
+    "Target",
+    "Executable",
+    "Engine",
+    "NumericalNote",
+    "BehaviorNote",
+    "notes_json",
+    "json",
+]
 
 
-def one_read_grid(label: str, split: int, chunks: int, max_split: int, programs: int,
-                  num_sms: int) -> Support:
+def one_read_grid(
+    label: str, split: int, chunks: int, max_split: int, programs: int, num_sms: int
+) -> Support:
     """The grid rules of a one-read cooperative path (softmax PASSES=4, norm PATH=4): a row
     is SPLIT = ``chunks`` programs (at most ``max_split``) that wait for each other, so the
     persistent grid is a multiple of SPLIT of at most two programs per SM."""
     if split != chunks or split > max_split:
-        return decline(f"{label}: SPLIT must be the row's chunks ({chunks}) and at most "
-                       f"{max_split}")
+        return decline(
+            f"{label}: SPLIT must be the row's chunks ({chunks}) and at most {max_split}"
+        )
     if programs % split or not split <= programs <= 2 * max(num_sms, 1):
-        return decline(f"{label}: PROGRAMS must be a multiple of SPLIT={split} and at most "
-                       f"{2 * num_sms} (two programs per SM, all resident at once)")
+        return decline(
+            f"{label}: PROGRAMS must be a multiple of SPLIT={split} and at most "
+            f"{2 * num_sms} (two programs per SM, all resident at once)"
+        )
     return SUPPORTED

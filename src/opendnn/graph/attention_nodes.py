@@ -17,6 +17,7 @@ reference engine only); equal batch sizes; Hk and Hv dividing Hq; Q's and K's he
 dims equal; head dims multiples of 8 in [8, 256]; K's and V's sequence lengths equal;
 band bounds None or non-negative ints; dropout probability in [0, 1).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,6 +36,7 @@ MAX_HEAD_DIM = 256
 @dataclasses.dataclass(eq=False)
 class _SdpaBase(Node):
     """The attributes and rules the forward and backward share."""
+
     diagonal_alignment: DiagonalAlignment = DiagonalAlignment.TOP_LEFT
     diagonal_band_left_bound: int | None = None
     diagonal_band_right_bound: int | None = None
@@ -42,7 +44,7 @@ class _SdpaBase(Node):
     dropout_probability: float | None = None
     kind: ClassVar[str] = "sdpa_base"
 
-    def __post_init__(self):      # deserialized graphs give the alignment by name
+    def __post_init__(self):  # deserialized graphs give the alignment by name
         if isinstance(self.diagonal_alignment, str):
             self.diagonal_alignment = DiagonalAlignment[self.diagonal_alignment]
 
@@ -56,8 +58,9 @@ class _SdpaBase(Node):
         return q, k, v
 
     def _rank_error(self, t, dims):
-        return self.error(f"needs 4 dims [B, H, S, D], got {list(dims)}", t,
-                          Status.BAD_PARAM_SHAPE_MISMATCH)
+        return self.error(
+            f"needs 4 dims [B, H, S, D], got {list(dims)}", t, Status.BAD_PARAM_SHAPE_MISMATCH
+        )
 
     def _check_qkv(self, desc):
         """Q, K, V against each other; returns (q, k, v) descriptors."""
@@ -67,108 +70,167 @@ class _SdpaBase(Node):
                 raise self._rank_error(d.label(), d.dims)
         for d in (q, k, v):
             if d.data_type not in IO_TYPES:
-                raise self.error(f"data type {d.data_type.name} is not half, bfloat16 or "
-                                 "float", d.label(), Status.NOT_SUPPORTED_DATA_TYPE)
+                raise self.error(
+                    f"data type {d.data_type.name} is not half, bfloat16 or float",
+                    d.label(),
+                    Status.NOT_SUPPORTED_DATA_TYPE,
+                )
         for d in (k, v):
             if d.data_type != q.data_type:
-                raise self.error(f"Q, K and V must have one data type: Q is "
-                                 f"{q.data_type.name}, {d.label()} is {d.data_type.name}",
-                                 d.label(), Status.BAD_PARAM)
+                raise self.error(
+                    f"Q, K and V must have one data type: Q is "
+                    f"{q.data_type.name}, {d.label()} is {d.data_type.name}",
+                    d.label(),
+                    Status.BAD_PARAM,
+                )
         b, h_q, _, d_qk = q.dims
         for d, role in ((k, "K"), (v, "V")):
             if d.dims[0] != b:
-                raise self.error(f"{role} batch size {d.dims[0]} differs from Q's {b}",
-                                 d.label(), Status.BAD_PARAM_SHAPE_MISMATCH)
+                raise self.error(
+                    f"{role} batch size {d.dims[0]} differs from Q's {b}",
+                    d.label(),
+                    Status.BAD_PARAM_SHAPE_MISMATCH,
+                )
             if d.dims[1] < 1 or h_q % d.dims[1]:
-                raise self.error(f"{role} head count {d.dims[1]} does not divide Q's head "
-                                 f"count {h_q} (grouped-query attention needs whole groups)",
-                                 d.label(), Status.BAD_PARAM_SHAPE_MISMATCH)
+                raise self.error(
+                    f"{role} head count {d.dims[1]} does not divide Q's head "
+                    f"count {h_q} (grouped-query attention needs whole groups)",
+                    d.label(),
+                    Status.BAD_PARAM_SHAPE_MISMATCH,
+                )
         if k.dims[3] != d_qk:
-            raise self.error(f"K head dim {k.dims[3]} differs from Q's {d_qk}", k.label(),
-                             Status.BAD_PARAM_SHAPE_MISMATCH)
+            raise self.error(
+                f"K head dim {k.dims[3]} differs from Q's {d_qk}",
+                k.label(),
+                Status.BAD_PARAM_SHAPE_MISMATCH,
+            )
         if v.dims[2] != k.dims[2]:
-            raise self.error(f"V sequence length {v.dims[2]} differs from K's {k.dims[2]}",
-                             v.label(), Status.BAD_PARAM_SHAPE_MISMATCH)
+            raise self.error(
+                f"V sequence length {v.dims[2]} differs from K's {k.dims[2]}",
+                v.label(),
+                Status.BAD_PARAM_SHAPE_MISMATCH,
+            )
         for d, role in ((q, "Q"), (v, "V")):
             hd = d.dims[3]
             if hd % 8 or not 8 <= hd <= MAX_HEAD_DIM:
-                raise self.error(f"{role} head dim {hd} must be a multiple of 8 in [8, "
-                                 f"{MAX_HEAD_DIM}]", d.label(), Status.NOT_SUPPORTED_SHAPE)
+                raise self.error(
+                    f"{role} head dim {hd} must be a multiple of 8 in [8, {MAX_HEAD_DIM}]",
+                    d.label(),
+                    Status.NOT_SUPPORTED_SHAPE,
+                )
         return q, k, v
 
     def _check_options(self, desc, q, k) -> None:
         """Bias, padding, scale, dropout and the band against Q and K."""
         b, h_q, s_q, _ = q.dims
         s_kv = k.dims[2]
-        attrs = None      # attribute rules name no tensor
+        attrs = None  # attribute rules name no tensor
         if "BIAS" in self.inputs:
             d = desc(self.inputs["BIAS"])
-            if len(d.dims) != 4 or d.dims[0] not in (1, b) or d.dims[1] not in (1, h_q) \
-                    or d.dims[2:] != (s_q, s_kv):
-                raise self.error(f"BIAS dims {list(d.dims)} must be [1 or {b}, 1 or {h_q}, "
-                                 f"{s_q}, {s_kv}]", d.label(), Status.BAD_PARAM_SHAPE_MISMATCH)
+            if (
+                len(d.dims) != 4
+                or d.dims[0] not in (1, b)
+                or d.dims[1] not in (1, h_q)
+                or d.dims[2:] != (s_q, s_kv)
+            ):
+                raise self.error(
+                    f"BIAS dims {list(d.dims)} must be [1 or {b}, 1 or {h_q}, {s_q}, {s_kv}]",
+                    d.label(),
+                    Status.BAD_PARAM_SHAPE_MISMATCH,
+                )
             self.need_floating([d])
         lengths = [r for r in ("SEQ_LEN_Q", "SEQ_LEN_KV") if r in self.inputs]
         if self.use_padding_mask and len(lengths) != 2:
-            raise self.error("use_padding_mask needs both seq_len_q and seq_len_kv", attrs,
-                             Status.BAD_PARAM_NULL_POINTER)
+            raise self.error(
+                "use_padding_mask needs both seq_len_q and seq_len_kv",
+                attrs,
+                Status.BAD_PARAM_NULL_POINTER,
+            )
         if not self.use_padding_mask and lengths:
-            raise self.error("seq_len_q / seq_len_kv are given only with use_padding_mask",
-                             desc(self.inputs[lengths[0]]).label(), Status.BAD_PARAM)
+            raise self.error(
+                "seq_len_q / seq_len_kv are given only with use_padding_mask",
+                desc(self.inputs[lengths[0]]).label(),
+                Status.BAD_PARAM,
+            )
         for r in lengths:
             d = desc(self.inputs[r])
             self.need_shape(d, (b, 1, 1, 1), r)
             if d.data_type not in INTEGER:
-                raise self.error(f"{r} must be int32 or int64, is {d.data_type.name}",
-                                 d.label(), Status.NOT_SUPPORTED_DATA_TYPE)
+                raise self.error(
+                    f"{r} must be int32 or int64, is {d.data_type.name}",
+                    d.label(),
+                    Status.NOT_SUPPORTED_DATA_TYPE,
+                )
         if "ATTN_SCALE" in self.inputs:
             d = desc(self.inputs["ATTN_SCALE"])
             if d.numel != 1 or not d.is_pass_by_value or not d.data_type.is_floating:
-                raise self.error("ATTN_SCALE must be a one-element pass-by-value float (is "
-                                 f"{d.data_type.name} {list(d.dims)}"
-                                 f"{'' if d.is_pass_by_value else ', in device memory'})",
-                                 d.label(), Status.BAD_PARAM)
+                raise self.error(
+                    "ATTN_SCALE must be a one-element pass-by-value float (is "
+                    f"{d.data_type.name} {list(d.dims)}"
+                    f"{'' if d.is_pass_by_value else ', in device memory'})",
+                    d.label(),
+                    Status.BAD_PARAM,
+                )
         self._check_dropout(desc, attrs)
         if not isinstance(self.diagonal_alignment, DiagonalAlignment):
-            raise self.error(f"diagonal_alignment {self.diagonal_alignment!r} is not a "
-                             "DiagonalAlignment", attrs, Status.BAD_PARAM_ATTRIBUTE_TYPE)
+            raise self.error(
+                f"diagonal_alignment {self.diagonal_alignment!r} is not a DiagonalAlignment",
+                attrs,
+                Status.BAD_PARAM_ATTRIBUTE_TYPE,
+            )
         for side in ("left", "right"):
             v = getattr(self, f"diagonal_band_{side}_bound")
             if v is None:
                 continue
             if not isinstance(v, int) or isinstance(v, bool):
-                raise self.error(f"diagonal_band_{side}_bound {v!r} is not an int", attrs,
-                                 Status.BAD_PARAM_ATTRIBUTE_TYPE)
+                raise self.error(
+                    f"diagonal_band_{side}_bound {v!r} is not an int",
+                    attrs,
+                    Status.BAD_PARAM_ATTRIBUTE_TYPE,
+                )
             if v < 0:
-                raise self.error(f"diagonal_band_{side}_bound {v} is negative", attrs,
-                                 Status.BAD_PARAM_OUT_OF_BOUND)
+                raise self.error(
+                    f"diagonal_band_{side}_bound {v} is negative",
+                    attrs,
+                    Status.BAD_PARAM_OUT_OF_BOUND,
+                )
 
     def _check_dropout(self, desc, attrs) -> None:
         p = self.dropout_probability
         rng = [r for r in ("SEED", "OFFSET") if r in self.inputs]
         if p is None:
             if rng:
-                raise self.error("SEED / OFFSET are given only with dropout",
-                                 desc(self.inputs[rng[0]]).label(), Status.BAD_PARAM)
+                raise self.error(
+                    "SEED / OFFSET are given only with dropout",
+                    desc(self.inputs[rng[0]]).label(),
+                    Status.BAD_PARAM,
+                )
             return
         if not (isinstance(p, (int, float)) and math.isfinite(p) and 0.0 <= p < 1.0):
             why = " (p = 1 leaves no scale 1 / (1 - p))" if p == 1 else ""
-            raise self.error(f"dropout probability {p} is outside [0, 1){why}", attrs,
-                             Status.BAD_PARAM_OUT_OF_BOUND)
+            raise self.error(
+                f"dropout probability {p} is outside [0, 1){why}",
+                attrs,
+                Status.BAD_PARAM_OUT_OF_BOUND,
+            )
         if len(rng) != 2:
-            raise self.error("dropout needs a SEED and an OFFSET", attrs,
-                             Status.BAD_PARAM_NULL_POINTER)
+            raise self.error(
+                "dropout needs a SEED and an OFFSET", attrs, Status.BAD_PARAM_NULL_POINTER
+            )
         for r in rng:
             d = desc(self.inputs[r])
             if d.numel != 1 or d.data_type not in INTEGER:
-                raise self.error(f"{r} must be one int32/int64 element (is "
-                                 f"{d.data_type.name} {list(d.dims)})", d.label(),
-                                 Status.BAD_PARAM)
+                raise self.error(
+                    f"{r} must be one int32/int64 element (is {d.data_type.name} {list(d.dims)})",
+                    d.label(),
+                    Status.BAD_PARAM,
+                )
 
 
 @dataclasses.dataclass(eq=False)
 class Sdpa(_SdpaBase):
     """[O, STATS] = sdpa(Q, K, V, ...); STATS only with ``generate_stats``."""
+
     generate_stats: bool = True
     kind: ClassVar[str] = "sdpa"
 
@@ -195,8 +257,9 @@ class Sdpa(_SdpaBase):
         self.need_shape(o, (b, h_q, s_q, v.dims[3]), "O")
         self.need_floating([o])
         if self.generate_stats != ("STATS" in self.outputs):
-            raise self.error("STATS is an output exactly when generate_stats is True",
-                             None, Status.BAD_PARAM)
+            raise self.error(
+                "STATS is an output exactly when generate_stats is True", None, Status.BAD_PARAM
+            )
         if "STATS" in self.outputs:
             _check_stats(self, desc(self.outputs["STATS"]), (b, h_q, s_q, 1))
 
@@ -204,6 +267,7 @@ class Sdpa(_SdpaBase):
 @dataclasses.dataclass(eq=False)
 class SdpaBackward(_SdpaBase):
     """[DQ, DK, DV] (and DBIAS) = sdpa_backward(Q, K, V, O, DO, STATS, ...)."""
+
     use_deterministic_algorithm: bool = False
     kind: ClassVar[str] = "sdpa_backward"
 
@@ -239,8 +303,11 @@ class SdpaBackward(_SdpaBase):
 def _check_stats(node, d, want) -> None:
     node.need_shape(d, want, "STATS")
     if d.data_type != DataType.FLOAT:
-        raise node.error(f"STATS must be float32, is {d.data_type.name}", d.label(),
-                         Status.NOT_SUPPORTED_DATA_TYPE)
+        raise node.error(
+            f"STATS must be float32, is {d.data_type.name}",
+            d.label(),
+            Status.NOT_SUPPORTED_DATA_TYPE,
+        )
 
 
 for _cls in (Sdpa, SdpaBackward):

@@ -7,6 +7,7 @@ the spatial dims) or [1, C, H, W, ...] for per-activation batch norm (over N). E
 and momentum are single-element tensors (pass-by-value scalars, or one-element device
 tensors).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,54 +32,75 @@ def _fill_stats(ctx, t, like) -> None:
 
 
 class _BatchNormBase(Node):
-    DATA: ClassVar[tuple] = ()       # roles with X's dims
-    STATS: ClassVar[tuple] = ()      # roles with the statistics shape
-    SCALARS: ClassVar[tuple] = ()    # single-element roles
+    DATA: ClassVar[tuple] = ()  # roles with X's dims
+    STATS: ClassVar[tuple] = ()  # roles with the statistics shape
+    SCALARS: ClassVar[tuple] = ()  # single-element roles
     TRAINING: ClassVar[bool] = False
 
     def _check(self, desc) -> None:
         roles = {**self.inputs, **self.outputs}
         x = desc(roles["X"])
         if len(x.dims) < 2:
-            raise self.error(f"X needs at least 2 dims (N, C, ...), has {len(x.dims)}",
-                             x.label(), Status.BAD_PARAM_SHAPE_MISMATCH)
+            raise self.error(
+                f"X needs at least 2 dims (N, C, ...), has {len(x.dims)}",
+                x.label(),
+                Status.BAD_PARAM_SHAPE_MISMATCH,
+            )
         for r in self.DATA:
             d = desc(roles[r])
             if d.dims != x.dims:
-                raise self.error(f"{r} dims {list(d.dims)} must equal X dims {list(x.dims)}",
-                                 d.label(), Status.BAD_PARAM_SHAPE_MISMATCH)
+                raise self.error(
+                    f"{r} dims {list(d.dims)} must equal X dims {list(x.dims)}",
+                    d.label(),
+                    Status.BAD_PARAM_SHAPE_MISMATCH,
+                )
         s = desc(roles[self.STATS[0]])
         c = x.dims[1]
         spatial = [1] + [c] + [1] * (len(x.dims) - 2)
         per_act = [1] + list(x.dims[1:])
         if list(s.dims) not in (spatial, per_act):
-            raise self.error(f"{self.STATS[0]} dims {list(s.dims)} must be {spatial} (spatial) "
-                             f"or {per_act} (per-activation) for X dims {list(x.dims)}",
-                             s.label(), Status.BAD_PARAM_SHAPE_MISMATCH)
+            raise self.error(
+                f"{self.STATS[0]} dims {list(s.dims)} must be {spatial} (spatial) "
+                f"or {per_act} (per-activation) for X dims {list(x.dims)}",
+                s.label(),
+                Status.BAD_PARAM_SHAPE_MISMATCH,
+            )
         for r in self.STATS[1:]:
             if roles.get(r) is None:
                 continue
             d = desc(roles[r])
             if d.dims != s.dims:
-                raise self.error(f"{r} dims {list(d.dims)} must equal {self.STATS[0]} dims "
-                                 f"{list(s.dims)}", d.label(), Status.BAD_PARAM_SHAPE_MISMATCH)
+                raise self.error(
+                    f"{r} dims {list(d.dims)} must equal {self.STATS[0]} dims {list(s.dims)}",
+                    d.label(),
+                    Status.BAD_PARAM_SHAPE_MISMATCH,
+                )
         for r in self.SCALARS:
             if roles.get(r) is None:
                 continue
             d = desc(roles[r])
             if d.numel != 1:
-                raise self.error(f"{r} must have one element, has dims {list(d.dims)}",
-                                 d.label(), Status.BAD_PARAM_SHAPE_MISMATCH)
+                raise self.error(
+                    f"{r} must have one element, has dims {list(d.dims)}",
+                    d.label(),
+                    Status.BAD_PARAM_SHAPE_MISMATCH,
+                )
         for r, uid in roles.items():
             d = desc(uid)
             if not d.data_type.is_floating:
-                raise self.error(f"{r} data type {d.data_type.name} is not a floating type",
-                                 d.label(), Status.NOT_SUPPORTED_DATA_TYPE)
+                raise self.error(
+                    f"{r} data type {d.data_type.name} is not a floating type",
+                    d.label(),
+                    Status.NOT_SUPPORTED_DATA_TYPE,
+                )
         if self.TRAINING and count(x.dims, s.dims) < 2:
-            raise self.error(f"training needs more than one value per statistic (X dims "
-                             f"{list(x.dims)} give {count(x.dims, s.dims)}): the variance of "
-                             "one value is undefined (PyTorch raises the same)", x.label(),
-                             Status.BAD_PARAM_SHAPE_MISMATCH)
+            raise self.error(
+                f"training needs more than one value per statistic (X dims "
+                f"{list(x.dims)} give {count(x.dims, s.dims)}): the variance of "
+                "one value is undefined (PyTorch raises the same)",
+                x.label(),
+                Status.BAD_PARAM_SHAPE_MISMATCH,
+            )
 
 
 @dataclasses.dataclass(eq=False)
@@ -86,10 +108,19 @@ class BatchNorm(_BatchNormBase):
     """Training forward: [Y, MEAN, INV_VARIANCE, NEXT_RUNNING_MEAN, NEXT_RUNNING_VAR] from
     X, SCALE, BIAS, EPSILON and (optional, together) PREV_RUNNING_MEAN, PREV_RUNNING_VAR,
     MOMENTUM. Y has X's dims; the others have SCALE's dims."""
+
     kind: ClassVar[str] = "batchnorm"
     DATA: ClassVar[tuple] = ("Y",)
-    STATS: ClassVar[tuple] = ("SCALE", "BIAS", "MEAN", "INV_VARIANCE", "PREV_RUNNING_MEAN",
-                              "PREV_RUNNING_VAR", "NEXT_RUNNING_MEAN", "NEXT_RUNNING_VAR")
+    STATS: ClassVar[tuple] = (
+        "SCALE",
+        "BIAS",
+        "MEAN",
+        "INV_VARIANCE",
+        "PREV_RUNNING_MEAN",
+        "PREV_RUNNING_VAR",
+        "NEXT_RUNNING_MEAN",
+        "NEXT_RUNNING_VAR",
+    )
     SCALARS: ClassVar[tuple] = ("EPSILON", "MOMENTUM")
     VALUE_ROLES: ClassVar[tuple] = SCALARS
     TRAINING: ClassVar[bool] = True
@@ -113,8 +144,11 @@ class BatchNorm(_BatchNormBase):
             raise self.error(f"epsilon {e} must be finite", eps, Status.BAD_PARAM)
         m = getattr(mom, "value", None)
         if m is not None and not (isinstance(m, (int, float)) and 0.0 <= m <= 1.0):
-            raise self.error(f"momentum {m} must be within [0, 1] (the exponential average "
-                             "factor)", mom, Status.BAD_PARAM)
+            raise self.error(
+                f"momentum {m} must be within [0, 1] (the exponential average factor)",
+                mom,
+                Status.BAD_PARAM,
+            )
 
     def validate(self, desc) -> None:
         self._check(desc)
@@ -123,6 +157,7 @@ class BatchNorm(_BatchNormBase):
 @dataclasses.dataclass(eq=False)
 class BatchNormInference(_BatchNormBase):
     """Y = SCALE * (X - MEAN) * INV_VARIANCE + BIAS; Y has X's dims."""
+
     kind: ClassVar[str] = "batchnorm_inference"
     DATA: ClassVar[tuple] = ("Y",)
     STATS: ClassVar[tuple] = ("SCALE", "BIAS", "MEAN", "INV_VARIANCE")
@@ -139,6 +174,7 @@ class BatchNormInference(_BatchNormBase):
 @dataclasses.dataclass(eq=False)
 class BatchNormBackward(_BatchNormBase):
     """[DX, DSCALE, DBIAS] from DY, X, SCALE and the saved MEAN, INV_VARIANCE."""
+
     kind: ClassVar[str] = "batchnorm_backward"
     DATA: ClassVar[tuple] = ("DY", "DX")
     STATS: ClassVar[tuple] = ("SCALE", "MEAN", "INV_VARIANCE", "DSCALE", "DBIAS")

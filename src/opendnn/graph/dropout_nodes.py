@@ -11,6 +11,7 @@ SEED and OFFSET are single-element integer tensors, pass-by-value (host numbers)
 device memory (int64, as cudnn-frontend's rng node and sdpa's dropout take them). p = 1
 drops everything (Y = 0), as PyTorch does.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -41,32 +42,45 @@ class _DropoutBase(Node):
     def validate(self, desc) -> None:
         p = self.probability
         if not (isinstance(p, (int, float)) and math.isfinite(p) and 0.0 <= p <= 1.0):
-            raise self.error(f"probability {p} is outside [0, 1]", f"{self.label()} attributes",
-                             Status.BAD_PARAM_OUT_OF_BOUND)
+            raise self.error(
+                f"probability {p} is outside [0, 1]",
+                f"{self.label()} attributes",
+                Status.BAD_PARAM_OUT_OF_BOUND,
+            )
         x = desc(self.inputs[self.DATA])
         for role in ("SEED", "OFFSET"):
             d = desc(self.inputs[role])
             if d.numel != 1 or d.data_type not in INTEGER:
-                raise self.error(f"{role} must be one int32/int64 element (is "
-                                 f"{d.data_type.name} {list(d.dims)})", d.label(),
-                                 Status.BAD_PARAM)
+                raise self.error(
+                    f"{role} must be one int32/int64 element (is "
+                    f"{d.data_type.name} {list(d.dims)})",
+                    d.label(),
+                    Status.BAD_PARAM,
+                )
         for r in self.OUT:
             uid = self.outputs.get(r)
             if uid is None:
                 continue
             d = desc(uid)
             if d.dims != x.dims:
-                raise self.error(f"{r} dims {list(d.dims)} must equal {list(x.dims)}",
-                                 d.label(), Status.BAD_PARAM_SHAPE_MISMATCH)
+                raise self.error(
+                    f"{r} dims {list(d.dims)} must equal {list(x.dims)}",
+                    d.label(),
+                    Status.BAD_PARAM_SHAPE_MISMATCH,
+                )
         for d in (x, desc(self.outputs[self.OUT[0]])):
             if not d.data_type.is_floating:
-                raise self.error(f"data type {d.data_type.name} is not a floating type",
-                                 d.label(), Status.NOT_SUPPORTED_DATA_TYPE)
+                raise self.error(
+                    f"data type {d.data_type.name} is not a floating type",
+                    d.label(),
+                    Status.NOT_SUPPORTED_DATA_TYPE,
+                )
 
 
 @dataclasses.dataclass(eq=False)
 class Dropout(_DropoutBase):
     """Y = X * MASK / (1 - p) (and MASK, 0/1 in its own type, when it is an output)."""
+
     kind: ClassVar[str] = "dropout"
     OUT: ClassVar[tuple] = ("Y", "MASK")
 
@@ -74,6 +88,7 @@ class Dropout(_DropoutBase):
 @dataclasses.dataclass(eq=False)
 class DropoutBackward(_DropoutBase):
     """DX = DY * MASK / (1 - p), MASK regenerated from (SEED, OFFSET)."""
+
     kind: ClassVar[str] = "dropout_backward"
     DATA: ClassVar[str] = "DY"
     OUT: ClassVar[tuple] = ("DX",)

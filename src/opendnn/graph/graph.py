@@ -10,6 +10,7 @@ multi-node graph may not be in-place; a virtual tensor must be produced by a nod
 output may not have overlapping strides; every property a node needs is set or inferable.
 A tensor that no node consumes is a graph output even without ``set_output``.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,20 +43,27 @@ class _Context:
 
     def __init__(self, io_type, intermediate_type, consumed: set):
         self.io_type, self.intermediate_type, self.consumed = io_type, intermediate_type, consumed
-        self.hint: dict = {}   # uid -> data type of the first real input it derives from
+        self.hint: dict = {}  # uid -> data type of the first real input it derives from
 
     def fill_type(self, t: Tensor, like: Tensor | None):
         if like is not None and t.uid not in self.hint:
             self.hint[t.uid] = self.hint.get(like.uid, like.data_type)
         if t.data_type != DataType.NOT_SET:
             return
-        if like is not None and like.is_virtual and not t.is_virtual and \
-                self.io_type == DataType.NOT_SET:
+        if (
+            like is not None
+            and like.is_virtual
+            and not t.is_virtual
+            and self.io_type == DataType.NOT_SET
+        ):
             t.data_type = self.hint.get(like.uid, DataType.FLOAT)  # e.g. gelu(matmul(bf16))
             return
         if t.is_virtual:
-            t.data_type = (self.intermediate_type if self.intermediate_type != DataType.NOT_SET
-                           else DataType.FLOAT)
+            t.data_type = (
+                self.intermediate_type
+                if self.intermediate_type != DataType.NOT_SET
+                else DataType.FLOAT
+            )
         elif self.io_type != DataType.NOT_SET:
             t.data_type = self.io_type
         elif like is not None and like.data_type != DataType.NOT_SET:
@@ -79,19 +87,26 @@ class _Context:
 class Graph(BuilderMixin, LifecycleMixin):
     """An operation graph (cudnn-frontend's ``pygraph``)."""
 
-    def __init__(self, name: str = "", io_data_type=DataType.NOT_SET,
-                 intermediate_data_type=DataType.NOT_SET, compute_data_type=DataType.NOT_SET,
-                 handle: Handle | None = None):
+    def __init__(
+        self,
+        name: str = "",
+        io_data_type=DataType.NOT_SET,
+        intermediate_data_type=DataType.NOT_SET,
+        compute_data_type=DataType.NOT_SET,
+        handle: Handle | None = None,
+    ):
         self.name = name
         op = f"graph '{name}'" if name else "graph"
         self.io_data_type = as_type(io_data_type, op, "io_data_type")
-        self.intermediate_data_type = as_type(intermediate_data_type, op,
-                                              "intermediate_data_type")
+        self.intermediate_data_type = as_type(intermediate_data_type, op, "intermediate_data_type")
         self.compute_data_type = as_type(compute_data_type, op, "compute_data_type")
         if handle is not None and not isinstance(handle, Handle):
-            raise BadParamError(f"handle must be an opendnn Handle (cudnn.create_handle()), "
-                                f"got {type(handle).__name__}", op=op,
-                                status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+            raise BadParamError(
+                f"handle must be an opendnn Handle (cudnn.create_handle()), "
+                f"got {type(handle).__name__}",
+                op=op,
+                status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+            )
         self.handle = handle
         self._nodes: list = []
         self._tensors: list[Tensor] = []
@@ -102,8 +117,16 @@ class Graph(BuilderMixin, LifecycleMixin):
         self._filters: list = []
 
     # ---- tensors --------------------------------------------------------------------------
-    def tensor(self, dim=None, stride=None, data_type=DataType.NOT_SET, is_virtual=False,
-               is_pass_by_value=False, name="", uid=-1) -> Tensor:
+    def tensor(
+        self,
+        dim=None,
+        stride=None,
+        data_type=DataType.NOT_SET,
+        is_virtual=False,
+        is_pass_by_value=False,
+        name="",
+        uid=-1,
+    ) -> Tensor:
         """A graph tensor; ``dim``/``stride`` in elements (strides default to packed)."""
         t = Tensor(self, dim, stride, data_type, is_virtual, is_pass_by_value, name, uid)
         self._tensors.append(t)
@@ -115,19 +138,26 @@ class Graph(BuilderMixin, LifecycleMixin):
         object. CPU single-element tensors become pass-by-value when the graph runs on a
         GPU; on a CPU graph every single-element tensor does."""
         if isinstance(t, Tensor):
-            return self.tensor(t.dim, t.stride, t.data_type, False, t.is_pass_by_value,
-                               name or t.name)
+            return self.tensor(
+                t.dim, t.stride, t.data_type, False, t.is_pass_by_value, name or t.name
+            )
         if not isinstance(t, torch.Tensor):
             if hasattr(t, "__dlpack__"):
                 t = torch.from_dlpack(t)
             else:
-                raise BadParamError(f"tensor_like needs a tensor, got {type(t).__name__}",
-                                    op="tensor_like", tensor=name or None,
-                                    status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+                raise BadParamError(
+                    f"tensor_like needs a tensor, got {type(t).__name__}",
+                    op="tensor_like",
+                    tensor=name or None,
+                    status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+                )
         dims = list(t.shape) or [1]
         strides = list(t.stride()) or [1]
-        by_value = t.numel() == 1 and t.device.type == "cpu" and (
-            t.dim() == 0 or self._device().type == "cpu")
+        by_value = (
+            t.numel() == 1
+            and t.device.type == "cpu"
+            and (t.dim() == 0 or self._device().type == "cpu")
+        )
         out = self.tensor(dims, strides, t.dtype, False, by_value, name)
         if by_value:
             out.value = t.item()
@@ -157,11 +187,13 @@ class Graph(BuilderMixin, LifecycleMixin):
             memo.apply(hit, self, tensors)
             return self
         self._validate()
-        if hit is not None:        # memo.CHECK: the outcome must be the one recorded
+        if hit is not None:  # memo.CHECK: the outcome must be the one recorded
             now = memo.record(self, tensors)
             if now[:2] != hit[:2] or now[2].key() != hit[2].key():
-                raise InternalError(f"validation memo of {self._op_graph.describe()} differs "
-                                    f"from a fresh validation: {hit[:2]} vs {now[:2]}")
+                raise InternalError(
+                    f"validation memo of {self._op_graph.describe()} differs "
+                    f"from a fresh validation: {hit[:2]} vs {now[:2]}"
+                )
             return self
         memo.store(fp, self, tensors)
         return self
@@ -182,9 +214,12 @@ class Graph(BuilderMixin, LifecycleMixin):
         for n in nodes:
             for t in n.output_tensors():
                 if t.uid in producer and producer[t.uid] is not n:
-                    raise BadParamError(f"is produced by both {producer[t.uid].label()} and "
-                                        f"{n.label()}", op=op, tensor=t.label(),
-                                        status=Status.BAD_PARAM_DUPLICATED_ENTRIES)
+                    raise BadParamError(
+                        f"is produced by both {producer[t.uid].label()} and {n.label()}",
+                        op=op,
+                        tensor=t.label(),
+                        status=Status.BAD_PARAM_DUPLICATED_ENTRIES,
+                    )
                 producer[t.uid] = n
         for n in nodes:
             ins = {t.uid for t in n.input_tensors()}
@@ -192,13 +227,21 @@ class Graph(BuilderMixin, LifecycleMixin):
             if ins & outs:
                 u = next(iter(ins & outs))
                 if len(nodes) > 1:
-                    raise BadParamError("is both read and written by one node: a multi-node "
-                                        "graph may not be in-place", op=n.label(),
-                                        tensor=by_uid[u][0].label(), status=Status.BAD_PARAM)
+                    raise BadParamError(
+                        "is both read and written by one node: a multi-node "
+                        "graph may not be in-place",
+                        op=n.label(),
+                        tensor=by_uid[u][0].label(),
+                        status=Status.BAD_PARAM,
+                    )
                 if n.kind not in ("pointwise",):
-                    raise BadParamError(f"in-place {n.kind} is not allowed (output overwrites "
-                                        "an input it still reads)", op=n.label(),
-                                        tensor=by_uid[u][0].label(), status=Status.BAD_PARAM)
+                    raise BadParamError(
+                        f"in-place {n.kind} is not allowed (output overwrites "
+                        "an input it still reads)",
+                        op=n.label(),
+                        tensor=by_uid[u][0].label(),
+                        status=Status.BAD_PARAM,
+                    )
         self._check_pass_by_value(producer, used)
         order = self._toposort(nodes, producer, op)
         consumed = {t.uid for n in nodes for t in n.input_tensors()}
@@ -208,14 +251,22 @@ class Graph(BuilderMixin, LifecycleMixin):
                 t.is_virtual = not (t.is_output or t.uid not in consumed)
         for t in used:
             if t.uid not in producer and t.is_virtual:
-                raise BadParamError("is virtual but no node produces it", op=op,
-                                    tensor=t.label(), status=Status.BAD_PARAM)
+                raise BadParamError(
+                    "is virtual but no node produces it",
+                    op=op,
+                    tensor=t.label(),
+                    status=Status.BAD_PARAM,
+                )
         ctx = _Context(self.io_data_type, self.intermediate_data_type, consumed)
         for t in used:
             if t.uid not in producer:
                 if t.dim is None:
-                    raise BadParamError("input dims are not set", op=op, tensor=t.label(),
-                                        status=Status.BAD_PARAM_NOT_FINALIZED)
+                    raise BadParamError(
+                        "input dims are not set",
+                        op=op,
+                        tensor=t.label(),
+                        status=Status.BAD_PARAM_NOT_FINALIZED,
+                    )
                 ctx.fill_strides(t, None)
                 ctx.fill_type(t, None)
                 ctx.hint[t.uid] = t.data_type
@@ -228,32 +279,41 @@ class Graph(BuilderMixin, LifecycleMixin):
                 self._check_twins(uid, ts[0], other, op)
             d = self._desc(ts[0], op)
             if d.is_pass_by_value and d.numel != 1:
-                reader = next(n.label() for n in nodes if any(t.uid == uid for t in
-                                                                n.input_tensors()))
-                raise BadParamError(f"pass-by-value tensor must have one element, has dims "
-                                    f"{list(d.dims)}", op=reader, tensor=d.label(),
-                                    status=Status.BAD_PARAM_SHAPE_MISMATCH)
+                reader = next(
+                    n.label() for n in nodes if any(t.uid == uid for t in n.input_tensors())
+                )
+                raise BadParamError(
+                    f"pass-by-value tensor must have one element, has dims {list(d.dims)}",
+                    op=reader,
+                    tensor=d.label(),
+                    status=Status.BAD_PARAM_SHAPE_MISMATCH,
+                )
         check_compute_type(self.compute_data_type, op)
         for n in order:
             if n.compute_data_type == DataType.NOT_SET:
-                n.compute_data_type = (self.compute_data_type
-                                       if self.compute_data_type != DataType.NOT_SET
-                                       else DataType.FLOAT)
+                n.compute_data_type = (
+                    self.compute_data_type
+                    if self.compute_data_type != DataType.NOT_SET
+                    else DataType.FLOAT
+                )
             check_compute_type(n.compute_data_type, n.label())
-            for t in n.output_tensors():      # what a twin declares, the node's output has
+            for t in n.output_tensors():  # what a twin declares, the node's output has
                 for twin in by_uid[t.uid]:
                     _adopt(t, twin)
             n.infer_properties(ctx)
-            for t in n.output_tensors():      # and what was inferred, every twin has
+            for t in n.output_tensors():  # and what was inferred, every twin has
                 for twin in by_uid[t.uid]:
                     _adopt(twin, t)
         descs = self._freeze(by_uid, op)
         frozen = []
         for n in order:
-            f = object.__new__(type(n))       # a shallow copy (copy.copy, without its
-            f.__dict__.update(n.__dict__)     # reduce protocol: validate runs per graph)
-            f.inputs = {r: ([t.uid for t in v] if isinstance(v, list) else v.uid)
-                        for r, v in n.inputs.items() if v is not None}
+            f = object.__new__(type(n))  # a shallow copy (copy.copy, without its
+            f.__dict__.update(n.__dict__)  # reduce protocol: validate runs per graph)
+            f.inputs = {
+                r: ([t.uid for t in v] if isinstance(v, list) else v.uid)
+                for r, v in n.inputs.items()
+                if v is not None
+            }
             f.outputs = {r: v.uid for r, v in n.outputs.items() if v is not None}
             f.validate(lambda uid: descs[uid])
             frozen.append(f)
@@ -265,9 +325,13 @@ class Graph(BuilderMixin, LifecycleMixin):
         (an output is written to memory; a host number cannot be)."""
         for t in used:
             if t.is_pass_by_value and t.uid in producer:
-                raise BadParamError("a node output cannot be pass-by-value (a host scalar is "
-                                    "an input the caller supplies)", op=producer[t.uid].label(),
-                                    tensor=t.label(), status=Status.BAD_PARAM)
+                raise BadParamError(
+                    "a node output cannot be pass-by-value (a host scalar is "
+                    "an input the caller supplies)",
+                    op=producer[t.uid].label(),
+                    tensor=t.label(),
+                    status=Status.BAD_PARAM,
+                )
 
     def _assign_uids(self, used):
         taken = {t.uid for t in used if t._uid_assigned and t.uid >= 0}
@@ -285,18 +349,33 @@ class Graph(BuilderMixin, LifecycleMixin):
         """Kahn's order; among ready nodes the one with the smallest signature (kind,
         attributes, where each input comes from) goes first, so the order -- and the
         graph key -- does not depend on the order nodes were added in."""
-        deps = {id(n): {id(producer[t.uid]) for t in n.input_tensors()
-                        if t.uid in producer and producer[t.uid] is not n} for n in nodes}
+        deps = {
+            id(n): {
+                id(producer[t.uid])
+                for t in n.input_tensors()
+                if t.uid in producer and producer[t.uid] is not n
+            }
+            for n in nodes
+        }
         done, order, position = set(), [], {}
 
         def signature(n):
             ins = []
             for t in n.input_tensors():
                 p = producer.get(t.uid)
-                ins.append(["node", position[id(p)], list(p.outputs).index(
-                    next(r for r, v in p.outputs.items() if v is not None and v.uid == t.uid))]
-                           if p is not None and p is not n else
-                           ["input", t.dim, t.stride, int(t.data_type), t.is_pass_by_value])
+                ins.append(
+                    [
+                        "node",
+                        position[id(p)],
+                        list(p.outputs).index(
+                            next(
+                                r for r, v in p.outputs.items() if v is not None and v.uid == t.uid
+                            )
+                        ),
+                    ]
+                    if p is not None and p is not n
+                    else ["input", t.dim, t.stride, int(t.data_type), t.is_pass_by_value]
+                )
             return json.dumps([n.kind, n.attrs(), ins], default=str)
 
         pending = list(nodes)
@@ -304,8 +383,7 @@ class Graph(BuilderMixin, LifecycleMixin):
             ready = [n for n in pending if deps[id(n)] <= done]
             if not ready:
                 names = ", ".join(n.label() for n in pending)
-                raise BadParamError(f"has a cycle through {names}", op=op,
-                                    status=Status.BAD_PARAM)
+                raise BadParamError(f"has a cycle through {names}", op=op, status=Status.BAD_PARAM)
             n = ready[0] if len(ready) == 1 else min(ready, key=signature)
             done.add(id(n))
             position[id(n)] = len(order)
@@ -318,8 +396,15 @@ class Graph(BuilderMixin, LifecycleMixin):
         """The frozen descriptor of ``t`` (shared by equal fields); its rules (rank 1 to 8,
         dims and strides non-negative, one stride per dim) raise naming ``t``."""
         stride = t.stride if t.stride is not None else packed_strides(t.dim)
-        fields = (tuple(t.dim), tuple(stride), t.data_type, t.uid, t.name, t.is_virtual,
-                  t.is_pass_by_value)
+        fields = (
+            tuple(t.dim),
+            tuple(stride),
+            t.data_type,
+            t.uid,
+            t.name,
+            t.is_virtual,
+            t.is_pass_by_value,
+        )
         d = _DESCS.get(fields)
         if d is None:
             try:
@@ -332,17 +417,24 @@ class Graph(BuilderMixin, LifecycleMixin):
     @staticmethod
     def _check_twins(uid, t: Tensor, other: Tensor, op) -> None:
         """Two handles of one uid are one tensor: every property set on both must agree."""
+
         def seq(v):
             return None if v is None else list(v)
-        for what, a, b in (("dims", seq(t.dim), seq(other.dim)),
-                           ("strides", seq(t.stride), seq(other.stride)),
-                           ("data type", t.data_type.name, other.data_type.name),
-                           ("pass-by-value", t.is_pass_by_value, other.is_pass_by_value)):
+
+        for what, a, b in (
+            ("dims", seq(t.dim), seq(other.dim)),
+            ("strides", seq(t.stride), seq(other.stride)),
+            ("data type", t.data_type.name, other.data_type.name),
+            ("pass-by-value", t.is_pass_by_value, other.is_pass_by_value),
+        ):
             if a is not None and b is not None and a != b:
-                raise BadParamError(f"uid {uid} is shared by tensors '{t.label()}' and "
-                                    f"'{other.label()}' with {what} {a} and {b}", op=op,
-                                    tensor=other.label(),
-                                    status=Status.BAD_PARAM_DUPLICATED_ENTRIES)
+                raise BadParamError(
+                    f"uid {uid} is shared by tensors '{t.label()}' and "
+                    f"'{other.label()}' with {what} {a} and {b}",
+                    op=op,
+                    tensor=other.label(),
+                    status=Status.BAD_PARAM_DUPLICATED_ENTRIES,
+                )
 
     def _freeze(self, by_uid, op) -> dict:
         descs = {}
@@ -355,10 +447,13 @@ class Graph(BuilderMixin, LifecycleMixin):
             for t in n.output_tensors():
                 d = descs[t.uid]
                 if not d.is_virtual and d.has_overlap():
-                    raise BadParamError(f"output strides {list(d.strides)} for dims "
-                                        f"{list(d.dims)} overlap (two elements, one address)",
-                                        op=n.label(), tensor=d.label(),
-                                        status=Status.BAD_PARAM_SHAPE_MISMATCH)
+                    raise BadParamError(
+                        f"output strides {list(d.strides)} for dims "
+                        f"{list(d.dims)} overlap (two elements, one address)",
+                        op=n.label(),
+                        tensor=d.label(),
+                        status=Status.BAD_PARAM_SHAPE_MISMATCH,
+                    )
         return descs
 
     @property

@@ -4,6 +4,7 @@ and serialization. ``Graph`` (graph.py) mixes this in and owns construction and
 validation; the mixin works on what the host provides (``validate()``, ``op_graph``,
 ``handle``, the tensors and the data types) and never imports graph.py, so the dependency
 runs one way: graph.py -> lifecycle.py -> plans, engines, runtime."""
+
 from __future__ import annotations
 
 import contextlib
@@ -24,8 +25,7 @@ from ..errors import BadParamError, GraphNotSupportedError, OpenDNNError, Status
 from ..handle import Handle, target_for
 from ..plan import ExecutionPlan
 from ..runtime import autotune, timing
-from ..runtime.buffers import (as_bytes, bind, check_no_aliasing, check_workspace,
-                               mark_written)
+from ..runtime.buffers import as_bytes, bind, check_no_aliasing, check_workspace, mark_written
 from ..runtime.launch import parallel_compile, start_compile_workers
 from ..runtime.scratch import timing_buffers
 from .opgraph import OpGraph
@@ -59,11 +59,14 @@ class LifecycleMixin:
         # benchmark mode, problem already timed: the winner goes first, so that
         # build_plans builds it and the first execute times nothing (mode B reads the
         # same ranking for its own order)
-        hit = (autotune.lookup(g.key(), target.name)
-               if backends.benchmark or HeurMode.B in modes else None)
+        hit = (
+            autotune.lookup(g.key(), target.name)
+            if backends.benchmark or HeurMode.B in modes
+            else None
+        )
         self._plans, self._reasons = heuristics.candidate_plans(
-            g, modes, target, tuple(hit["order"]) if hit else None,
-            reorder=bool(backends.benchmark))
+            g, modes, target, tuple(hit["order"]) if hit else None, reorder=bool(backends.benchmark)
+        )
         hit = hit if backends.benchmark else None
         for f in self._filters:
             self._plans = [p for p in self._plans if f(p)]
@@ -74,10 +77,12 @@ class LifecycleMixin:
         self._selected = None
         self._tuned = bool(hit)
         if not hit and backends.benchmark and target.is_cuda:
-            start_compile_workers()   # the find will compile many plans: warm them up now
+            start_compile_workers()  # the find will compile many plans: warm them up now
         if log.info_enabled():
-            log.info(f"{len(self._plans)} candidate plans for {g.describe()}: "
-                     + ", ".join(p.name for p in self._plans[:8]))
+            log.info(
+                f"{len(self._plans)} candidate plans for {g.describe()}: "
+                + ", ".join(p.name for p in self._plans[:8])
+            )
         return self
 
     def check_support(self) -> Self:
@@ -93,9 +98,11 @@ class LifecycleMixin:
         self._plans = keep
         if not keep:
             raise GraphNotSupportedError(
-                f"no engine supports {self.op_graph.describe()}", reasons=self._reasons,
+                f"no engine supports {self.op_graph.describe()}",
+                reasons=self._reasons,
                 op=f"graph '{self.name}'" if self.name else "graph",
-                status=Status.NOT_SUPPORTED_GRAPH_PATTERN)
+                status=Status.NOT_SUPPORTED_GRAPH_PATTERN,
+            )
         return self
 
     def build_plans(self, policy=BuildPlanPolicy.HEURISTICS_CHOICE) -> Self:
@@ -130,8 +137,9 @@ class LifecycleMixin:
                 if policy == BuildPlanPolicy.HEURISTICS_CHOICE:
                     break
         if self._selected is None:
-            raise GraphNotSupportedError("no candidate plan could be built", reasons=errors,
-                                         status=Status.NOT_SUPPORTED)
+            raise GraphNotSupportedError(
+                "no candidate plan could be built", reasons=errors, status=Status.NOT_SUPPORTED
+            )
         return self
 
     def _will_benchmark(self) -> bool:
@@ -141,8 +149,9 @@ class LifecycleMixin:
     def tunes_at_execute(self) -> bool:
         """Whether the next ``execute`` times the candidate plans first (benchmark mode,
         not yet tuned, more than one plan)."""
-        return bool(backends.benchmark) and not getattr(self, "_tuned", False) and \
-            len(self._plans) > 1
+        return (
+            bool(backends.benchmark) and not getattr(self, "_tuned", False) and len(self._plans) > 1
+        )
 
     def build_plan_at_index(self, index: int) -> Self:
         index = self._plan_index(index)
@@ -170,8 +179,11 @@ class LifecycleMixin:
         if type(index) is not int:
             index = _as_int(index, self._label(), "plan index")
         if not 0 <= index < len(self._plans):
-            raise BadParamError(f"plan index {index} out of range (0..{len(self._plans) - 1})",
-                                op=self._label(), status=Status.BAD_PARAM_OUT_OF_BOUND)
+            raise BadParamError(
+                f"plan index {index} out of range (0..{len(self._plans) - 1})",
+                op=self._label(),
+                status=Status.BAD_PARAM_OUT_OF_BOUND,
+            )
         return index
 
     # ---- plan queries -----------------------------------------------------------------------
@@ -206,17 +218,23 @@ class LifecycleMixin:
         if knobs is None:
             knobs = {}
         if not isinstance(knobs, Mapping) or not all(isinstance(k, str) for k in knobs):
-            raise BadParamError(f"knobs must map knob names (str) to values, got {knobs!r:.60}",
-                                op=op, status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+            raise BadParamError(
+                f"knobs must map knob names (str) to values, got {knobs!r:.60}",
+                op=op,
+                status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+            )
         g, target = self.op_graph, self._target()
         s = e.check_support(g, target)
         cfg = EngineConfig.make(e, **e.complete_knobs(g, dict(knobs)))
         if s.ok:
             s = e.check_config(g, cfg, target)
         if not s.ok:
-            raise GraphNotSupportedError("engine cannot run this graph", reasons={e.name: s.reason},
-                                         op="create_execution_plan",
-                                         status=Status.NOT_SUPPORTED)
+            raise GraphNotSupportedError(
+                "engine cannot run this graph",
+                reasons={e.name: s.reason},
+                op="create_execution_plan",
+                status=Status.NOT_SUPPORTED,
+            )
         plan = ExecutionPlan(g, [(g, cfg)], target, "user")
         self._plans.insert(0, plan)
         self._selected = None
@@ -237,9 +255,11 @@ class LifecycleMixin:
                 return self
         e = by_id(engine_id)
         reason = self._reasons.get(e.name, "the engine offers no plan for this graph")
-        raise GraphNotSupportedError(f"{e.name} does not support this problem: {reason}",
-                                     op=f"graph '{self.name}'" if self.name else "graph",
-                                     status=Status.NOT_SUPPORTED)
+        raise GraphNotSupportedError(
+            f"{e.name} does not support this problem: {reason}",
+            op=f"graph '{self.name}'" if self.name else "graph",
+            status=Status.NOT_SUPPORTED,
+        )
 
     def selected_plan(self) -> ExecutionPlan:
         """The plan ``execute`` runs (after build)."""
@@ -247,8 +267,11 @@ class LifecycleMixin:
 
     def _selected_plan(self) -> ExecutionPlan:
         if self._selected is None:
-            raise BadParamError("no plan is built: call build([heur_mode.A]) or build_plans() "
-                                "first", op="graph", status=Status.BAD_PARAM_NOT_FINALIZED)
+            raise BadParamError(
+                "no plan is built: call build([heur_mode.A]) or build_plans() first",
+                op="graph",
+                status=Status.BAD_PARAM_NOT_FINALIZED,
+            )
         return self._plans[self._selected]
 
     # ---- filters ----------------------------------------------------------------------------
@@ -282,17 +305,23 @@ class LifecycleMixin:
         op = "deselect_engines"
         names = [names] if isinstance(names, str) else _items(names, op, "engine names")
         if not all(isinstance(s, str) for s in names):
-            raise BadParamError(f"engine names must be strings, got {names!r:.60}", op=op,
-                                status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
-        return self._filter(lambda p: not any(s in e for s in names for e in p.engine_names)
-                            and not any(s in p.name for s in names))
+            raise BadParamError(
+                f"engine names must be strings, got {names!r:.60}",
+                op=op,
+                status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+            )
+        return self._filter(
+            lambda p: not any(s in e for s in names for e in p.engine_names)
+            and not any(s in p.name for s in names)
+        )
 
     def deselect_workspace_greater_than(self, nbytes: int) -> Self:
         op = "deselect_workspace_greater_than"
         nbytes = _as_int(nbytes, op, "workspace limit")
         if nbytes < 0:
-            raise BadParamError(f"workspace limit {nbytes} is negative", op=op,
-                                status=Status.BAD_PARAM_OUT_OF_BOUND)
+            raise BadParamError(
+                f"workspace limit {nbytes} is negative", op=op, status=Status.BAD_PARAM_OUT_OF_BOUND
+            )
         return self._filter(lambda p: p.workspace_size <= nbytes)
 
     # ---- execution --------------------------------------------------------------------------
@@ -306,8 +335,9 @@ class LifecycleMixin:
             plan = self._selected_plan()
         self._run(plan, variant_pack, workspace, handle)
 
-    def execute_plan_at_index(self, variant_pack: dict, workspace, index: int,
-                              handle: Handle | None = None) -> None:
+    def execute_plan_at_index(
+        self, variant_pack: dict, workspace, index: int, handle: Handle | None = None
+    ) -> None:
         if type(variant_pack) is not dict:
             _check_pack(variant_pack, self._op("execute_plan_at_index"))
         plan = self._plan(index)
@@ -318,8 +348,9 @@ class LifecycleMixin:
     def _op(self, what: str) -> str:
         return f"{what} '{self.name}'" if self.name else what
 
-    def _run(self, plan: ExecutionPlan, variant_pack, workspace, handle,
-             op: str | None = None) -> None:
+    def _run(
+        self, plan: ExecutionPlan, variant_pack, workspace, handle, op: str | None = None
+    ) -> None:
         op = op or (f"execute '{self.name}'" if self.name else "execute")
         bound, ws, stream = self._prepare(plan, variant_pack, workspace, handle, op)
         plan.run(bound, ws, stream)
@@ -331,11 +362,17 @@ class LifecycleMixin:
         h = handle if handle is not None else self.handle
         if h is not None and (type(h) is not Handle or h.device.type == "meta"):
             _check_handle(h, op)
-        bound, device = bind(g, variant_pack, op, (h.device if h else self._device()),
-                             self._scalar_defaults_cached(), explicit=h is not None)
+        bound, device = bind(
+            g,
+            variant_pack,
+            op,
+            (h.device if h else self._device()),
+            self._scalar_defaults_cached(),
+            explicit=h is not None,
+        )
         check_no_aliasing(g, bound, op)
         ws = check_workspace(workspace, plan.workspace_size, device, op, g, bound)
-        mark_written(g, bound)      # autograd sees the outputs' raw writes
+        mark_written(g, bound)  # autograd sees the outputs' raw writes
         stream = h.cuda_stream() if (h is not None and device.type == "cuda") else None
         return bound, ws, stream
 
@@ -349,12 +386,12 @@ class LifecycleMixin:
     def _scalar_defaults(self) -> dict:
         """Values of pass-by-value tensors known at build time (tensor_like of a CPU
         scalar, Python numbers given to an operation): used when the pack omits them."""
-        return {t.uid: t.value for t in self._tensors if t.is_pass_by_value and
-                t.value is not None}
+        return {t.uid: t.value for t in self._tensors if t.is_pass_by_value and t.value is not None}
 
     # ---- tuning -----------------------------------------------------------------------------
-    def autotune(self, variant_pack: dict, workspace=None, handle=None, warmup: int = 3,
-                 iters: int = 10) -> list:
+    def autotune(
+        self, variant_pack: dict, workspace=None, handle=None, warmup: int = 3, iters: int = 10
+    ) -> list:
         """Time every candidate plan on the given buffers, reorder fastest first, persist.
         Returns [(plan name, ms)] fastest first (ms: the least of the rounds' medians).
         Plans that need more workspace than given are not timed; when none fits, the
@@ -363,12 +400,15 @@ class LifecycleMixin:
         _check_pack(variant_pack, op)
         _check_handle(handle, op)
         if not self._plans:
-            raise BadParamError("there are no candidate plans: call build([heur_mode...]) or "
-                                "create_execution_plans first", op=op,
-                                status=Status.BAD_PARAM_NOT_FINALIZED)
+            raise BadParamError(
+                "there are no candidate plans: call build([heur_mode...]) or "
+                "create_execution_plans first",
+                op=op,
+                status=Status.BAD_PARAM_NOT_FINALIZED,
+            )
         have = 0 if workspace is None else as_bytes(workspace, op).numel()
         t0 = time.perf_counter()
-        with parallel_compile(workers=True):   # every candidate's kernels side by side
+        with parallel_compile(workers=True):  # every candidate's kernels side by side
             for p in self._plans:
                 try:
                     p.build()
@@ -376,40 +416,45 @@ class LifecycleMixin:
                     continue
         t1 = time.perf_counter()
         built = [p for p in self._plans if p.built]
-        runnable = [(i, p) for i, p in enumerate(self._plans)
-                    if p.built and p.workspace_size <= have]
+        runnable = [
+            (i, p) for i, p in enumerate(self._plans) if p.built and p.workspace_size <= have
+        ]
         if built and not runnable:
             # the smallest need is more than ``have``: this raises SIZE_INSUFFICIENT
             check_workspace(workspace, min(p.workspace_size for p in built), None, op)
         # the candidates run on the caller's inputs, and on scratch outputs wherever an
         # output overlaps an input (in place, or blending with beta): timing must not apply
         # the graph to the caller's data once per run (runtime/scratch.py)
-        runs = {i: self._timing_run(p, variant_pack, workspace, handle, op)
-                for i, p in runnable}
+        runs = {i: self._timing_run(p, variant_pack, workspace, handle, op) for i, p in runnable}
         # TIMING_ROUNDS passes over the candidates, each plan's time the least of its
         # rounds' medians: a disturbance (another process on the GPU, a clock change)
         # during one plan's samples costs that plan one round, not its place
         best: dict = {}
         for r in range(TIMING_ROUNDS):
             for i, p in runnable:
-                ms = _time_plan(runs[i], variant_pack, warmup if r == 0 else 1,
-                                max(1, iters // TIMING_ROUNDS))
+                ms = _time_plan(
+                    runs[i], variant_pack, warmup if r == 0 else 1, max(1, iters // TIMING_ROUNDS)
+                )
                 best[i] = min(best.get(i, ms), ms)
         timings = [(ms, i) for i, ms in best.items()]
         if not timings:
-            raise GraphNotSupportedError("no plan could be timed", op="autotune",
-                                         status=Status.NOT_SUPPORTED)
+            raise GraphNotSupportedError(
+                "no plan could be timed", op="autotune", status=Status.NOT_SUPPORTED
+            )
         timings.sort()
-        order = [i for _, i in timings] + [i for i in range(len(self._plans))
-                                           if i not in {j for _, j in timings}]
+        order = [i for _, i in timings] + [
+            i for i in range(len(self._plans)) if i not in {j for _, j in timings}
+        ]
         self._plans = [self._plans[i] for i in order]
         self._selected = 0
         self._tuned = True
         names = [self._plans[k].name for k in range(len(timings))]
         autotune.store(self.key(), self._target().name, names, [t for t, _ in timings])
-        log.info(f"autotune: built {len(self._plans)} candidates in {t1 - t0:.2f} s, timed them "
-                 f"(first launches included) in {time.perf_counter() - t1:.2f} s: "
-                 + ", ".join(f"{n} {t:.4f} ms" for n, (t, _) in zip(names, timings)))
+        log.info(
+            f"autotune: built {len(self._plans)} candidates in {t1 - t0:.2f} s, timed them "
+            f"(first launches included) in {time.perf_counter() - t1:.2f} s: "
+            + ", ".join(f"{n} {t:.4f} ms" for n, (t, _) in zip(names, timings))
+        )
         return [(n, t) for n, (t, _) in zip(names, timings)]
 
     def _timing_run(self, plan: ExecutionPlan, variant_pack, workspace, handle, op: str):
@@ -423,7 +468,7 @@ class LifecycleMixin:
         hit = autotune.lookup(self.key(), self._target().name)
         self._tuned = True
         if hit and not _names_a_candidate(hit, self._plans):
-            if not getattr(self, "_stale", False):    # warned when the plans were made
+            if not getattr(self, "_stale", False):  # warned when the plans were made
                 _warn_stale(self.op_graph, self._target(), hit)
             hit = None
         if hit:
@@ -440,12 +485,14 @@ class LifecycleMixin:
         if modes and hit and not self._filters:
             # the candidate list a fresh graph of this problem will ask for, made now (the
             # find has the time) so that its create_execution_plans is a lookup
-            heuristics.candidate_plans(self.op_graph, modes, self._target(),
-                                       tuple(hit["order"]), reorder=True)
+            heuristics.candidate_plans(
+                self.op_graph, modes, self._target(), tuple(hit["order"]), reorder=True
+            )
 
     def _benchmark_candidates(self) -> tuple[list, list]:
         """(plans benchmark mode times, the others) from the ranked candidates."""
         limit = backends.benchmark_limit or len(self._plans)
+
         # the cost model's top `limit` plans, plus the best plan of every engine not among
         # them: one engine's model being off (its configs ranked ahead of everything else)
         # must not keep the other engines from being timed at all, nor crowd out the
@@ -454,12 +501,16 @@ class LifecycleMixin:
         # each path's best timed: Engine.family)
         def family(p):
             return tuple(by_id(s.config.engine_id).family(s.config) for s in p.stages)
+
         # ... unless the model puts them beyond EXTRA_MARGIN times the best estimate:
         # compiling a hopeless engine (an FFT pipeline for a 3x3 layer: seven kernels)
         # would cost the find seconds and never win
         def estimate(p):
-            return sum(by_id(s.config.engine_id).estimate_seconds(s.graph, s.config,
-                                                                  p.target) for s in p.stages)
+            return sum(
+                by_id(s.config.engine_id).estimate_seconds(s.graph, s.config, p.target)
+                for s in p.stages
+            )
+
         top = self._plans[:limit]
         seen = {family(p) for p in top}
         extra, far = [], []
@@ -469,8 +520,10 @@ class LifecycleMixin:
                 seen.add(family(p))
                 (extra if estimate(p) <= EXTRA_MARGIN * best else far).append(p)
         if far:
-            log.info(f"benchmark: not timing {', '.join(p.name for p in far)}: estimated "
-                     f"beyond {EXTRA_MARGIN}x the best plan")
+            log.info(
+                f"benchmark: not timing {', '.join(p.name for p in far)}: estimated "
+                f"beyond {EXTRA_MARGIN}x the best plan"
+            )
         rest = [p for p in self._plans[limit:] if all(p is not q for q in extra)]
         return top + extra, rest
 
@@ -478,12 +531,18 @@ class LifecycleMixin:
     def serialize(self) -> bytes:
         """JSON bytes of the validated graph and its built plans' configs."""
         g = self.op_graph
-        doc = {"format": FORMAT, "graph": g.to_json(),
-               "types": [self.io_data_type.name, self.intermediate_data_type.name,
-                         self.compute_data_type.name],
-               "plans": [p.to_json() for p in self._plans if p.built],
-               "scalars": {str(k): v for k, v in self._scalar_defaults().items()},
-               "selected": 0 if self._selected is not None else None}
+        doc = {
+            "format": FORMAT,
+            "graph": g.to_json(),
+            "types": [
+                self.io_data_type.name,
+                self.intermediate_data_type.name,
+                self.compute_data_type.name,
+            ],
+            "plans": [p.to_json() for p in self._plans if p.built],
+            "scalars": {str(k): v for k, v in self._scalar_defaults().items()},
+            "selected": 0 if self._selected is not None else None,
+        }
         return json.dumps(doc).encode()
 
     def deserialize(self, blob: bytes) -> Self:
@@ -500,27 +559,46 @@ class LifecycleMixin:
             self.__dict__.clear()
             self.__dict__.update(saved)
             if isinstance(e, BadParamError) and e.op != "deserialize":
-                raise BadParamError(e.rule, op=f"deserialize: {e.op}" if e.op else "deserialize",
-                                    tensor=e.tensor, status=e.status) from None
+                raise BadParamError(
+                    e.rule,
+                    op=f"deserialize: {e.op}" if e.op else "deserialize",
+                    tensor=e.tensor,
+                    status=e.status,
+                ) from None
             if isinstance(e, _MALFORMED) and not isinstance(e, OpenDNNError):
-                raise BadParamError(f"malformed graph: {_reason(e)}", op="deserialize",
-                                    status=Status.SERIALIZATION_VERSION_MISMATCH) from None
+                raise BadParamError(
+                    f"malformed graph: {_reason(e)}",
+                    op="deserialize",
+                    status=Status.SERIALIZATION_VERSION_MISMATCH,
+                ) from None
             raise
         return self
 
     def _restore(self, types, og: OpGraph, scalars: dict, plans: list) -> None:
         """Make this graph the document's: its tensors and nodes as builder objects, then
         ``validate`` (the checks ``build`` runs), then the plans on the validated graph."""
-        tensors = {u: Tensor(self, d.dims, d.strides, d.data_type, d.is_virtual,
-                             d.is_pass_by_value, d.name, u,
-                             scalars.get(u) if d.is_pass_by_value else None)
-                   for u, d in og.tensors.items()}
+        tensors = {
+            u: Tensor(
+                self,
+                d.dims,
+                d.strides,
+                d.data_type,
+                d.is_virtual,
+                d.is_pass_by_value,
+                d.name,
+                u,
+                scalars.get(u) if d.is_pass_by_value else None,
+            )
+            for u, d in og.tensors.items()
+        }
         nodes = []
         for f in og.nodes:
-            n = object.__new__(type(f))           # the builder node: roles hold Tensors
+            n = object.__new__(type(f))  # the builder node: roles hold Tensors
             n.__dict__.update(f.__dict__)
-            n.inputs = {r: [tensors[u] for u in v] if isinstance(v, list) else tensors[v]
-                        for r, v in f.inputs.items()}
+            n.inputs = {
+                r: [tensors[u] for u in v] if isinstance(v, list) else tensors[v]
+                for r, v in f.inputs.items()
+            }
             n.outputs = {r: tensors[u] for r, u in f.outputs.items()}
             for t in n.outputs.values():
                 t.is_output = not t.is_virtual
@@ -536,12 +614,11 @@ class LifecycleMixin:
         at = {tuple(sorted(OpGraph.node_uids(n, "outputs"))): i for i, n in enumerate(g.nodes)}
         order = [at[tuple(sorted(OpGraph.node_uids(f, "outputs")))] for f in og.nodes]
         target = self._target()
-        self._plans = [_restore_plan(g, order, stages, k, target)
-                       for k, stages in enumerate(plans)]
+        self._plans = [_restore_plan(g, order, stages, k, target) for k, stages in enumerate(plans)]
         self._selected = 0 if self._plans else None
 
 
-TIMING_ROUNDS = 2   # autotune's passes over the candidates (see autotune)
+TIMING_ROUNDS = 2  # autotune's passes over the candidates (see autotune)
 
 # benchmark mode times other engines' best plans within this of the best estimate: in the
 # ResNet-50 runs every winner's estimate was within 1.57x of the best estimate (mostly
@@ -558,16 +635,23 @@ def _names_a_candidate(hit: dict, plans: list) -> bool:
 
 
 def _warn_stale(graph, target, hit: dict) -> None:
-    warnings.warn(f"opendnn: the autotune cache entry for {graph.describe()} on {target.name} "
-                  f"names no plan among the candidates ({', '.join(hit['order'][:3])}): "
-                  "tuning again", RuntimeWarning, stacklevel=4)
+    warnings.warn(
+        f"opendnn: the autotune cache entry for {graph.describe()} on {target.name} "
+        f"names no plan among the candidates ({', '.join(hit['order'][:3])}): "
+        "tuning again",
+        RuntimeWarning,
+        stacklevel=4,
+    )
 
 
 def _check_pack(variant_pack, op: str) -> None:
     if not isinstance(variant_pack, Mapping):
-        raise BadParamError(f"variant pack must be a mapping (graph tensor or uid -> buffer), "
-                            f"got {type(variant_pack).__name__}", op=op,
-                            status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+        raise BadParamError(
+            f"variant pack must be a mapping (graph tensor or uid -> buffer), "
+            f"got {type(variant_pack).__name__}",
+            op=op,
+            status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+        )
 
 
 def _check_handle(handle, op: str) -> None:
@@ -575,12 +659,16 @@ def _check_handle(handle, op: str) -> None:
     if handle is None:
         return
     if not isinstance(handle, Handle):
-        raise BadParamError(f"handle must be an opendnn Handle (cudnn.create_handle()), got "
-                            f"{type(handle).__name__}", op=op,
-                            status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+        raise BadParamError(
+            f"handle must be an opendnn Handle (cudnn.create_handle()), got "
+            f"{type(handle).__name__}",
+            op=op,
+            status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+        )
     if handle.device.type == "meta":
-        raise BadParamError("handle is on the meta device, where nothing can run", op=op,
-                            status=Status.BAD_PARAM)
+        raise BadParamError(
+            "handle is on the meta device, where nothing can run", op=op, status=Status.BAD_PARAM
+        )
 
 
 def _as_int(value, op: str, what: str) -> int:
@@ -590,8 +678,11 @@ def _as_int(value, op: str, what: str) -> int:
             return operator.index(value)
         except TypeError:
             pass
-    raise BadParamError(f"{what} must be an integer, got {type(value).__name__} {value!r:.40}",
-                        op=op, status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+    raise BadParamError(
+        f"{what} must be an integer, got {type(value).__name__} {value!r:.40}",
+        op=op,
+        status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+    )
 
 
 def _as_enum(cls, value, op: str, what: str):
@@ -604,15 +695,21 @@ def _as_enum(cls, value, op: str, what: str):
         except (TypeError, ValueError):
             pass
     names = ", ".join(m.name for m in cls)
-    raise BadParamError(f"{value!r:.40} is not a {what} (one of {names})", op=op,
-                        status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+    raise BadParamError(
+        f"{value!r:.40} is not a {what} (one of {names})",
+        op=op,
+        status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+    )
 
 
 def _items(values, op: str, what: str) -> list:
     """A list of ``values`` (any iterable but a string)."""
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise BadParamError(f"{what} must be a list, got {type(values).__name__}", op=op,
-                            status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+        raise BadParamError(
+            f"{what} must be a list, got {type(values).__name__}",
+            op=op,
+            status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+        )
     return list(values)
 
 
@@ -630,8 +727,9 @@ def _engine(engine_id, op: str):
     except TypeError:
         e = None
     if e is None:
-        raise BadParamError(f"no engine with id {engine_id!r:.40}", op=op,
-                            status=Status.BAD_PARAM_OUT_OF_BOUND)
+        raise BadParamError(
+            f"no engine with id {engine_id!r:.40}", op=op, status=Status.BAD_PARAM_OUT_OF_BOUND
+        )
     return e
 
 
@@ -640,8 +738,15 @@ _MALFORMED = (ValueError, KeyError, IndexError, TypeError, AttributeError)
 
 
 def _json_kind(value) -> str:
-    kinds = {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
-             int: "a number", float: "a number", type(None): "null"}
+    kinds = {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        type(None): "null",
+    }
     return kinds.get(type(value), type(value).__name__)
 
 
@@ -702,28 +807,35 @@ def _parse_document(blob) -> tuple:
                     raise ValueError(f"engine id {cfg.engine_id!r:.40} is not registered")
                 for name, value in cfg.knobs:
                     if not isinstance(name, str) or not isinstance(
-                            value, (int, float, str, type(None))):
-                        raise ValueError(f"knob {name!r:.40} = {value!r:.40} is not a name "
-                                         "and a number")
+                        value, (int, float, str, type(None))
+                    ):
+                        raise ValueError(
+                            f"knob {name!r:.40} = {value!r:.40} is not a name and a number"
+                        )
                 stages.append((index, cfg))
             if not stages:
                 raise ValueError("has no stages")
             out.append(stages)
-    except OpenDNNError as e:       # a descriptor's own rule (a negative dimension)
-        raise BadParamError(e.rule, op="deserialize", tensor=e.tensor,
-                            status=e.status) from None
+    except OpenDNNError as e:  # a descriptor's own rule (a negative dimension)
+        raise BadParamError(e.rule, op="deserialize", tensor=e.tensor, status=e.status) from None
     except _MALFORMED as e:
-        raise BadParamError(f"malformed {where}: {_reason(e)}", op="deserialize",
-                            status=Status.SERIALIZATION_VERSION_MISMATCH) from None
+        raise BadParamError(
+            f"malformed {where}: {_reason(e)}",
+            op="deserialize",
+            status=Status.SERIALIZATION_VERSION_MISMATCH,
+        ) from None
     return types, og, scalars, out
 
 
 def _restore_plan(g: OpGraph, order: list, stages: list, k: int, target) -> ExecutionPlan:
     """Plan ``k`` of a document on the validated graph ``g`` (``order[i]``: the position
     of the document's node i in ``g``), checked and built."""
+
     def malformed(rule):
-        return BadParamError(f"plan {k}: {rule}", op="deserialize",
-                             status=Status.SERIALIZATION_VERSION_MISMATCH)
+        return BadParamError(
+            f"plan {k}: {rule}", op="deserialize", status=Status.SERIALIZATION_VERSION_MISMATCH
+        )
+
     stage_of: dict = {}
     for j, (index, _) in enumerate(stages):
         for i in index:
@@ -735,22 +847,27 @@ def _restore_plan(g: OpGraph, order: list, stages: list, k: int, target) -> Exec
     if len(stage_of) != len(order):
         raise malformed(f"its stages take {len(stage_of)} of the graph's {len(order)} nodes")
     position = {id(n): i for i, n in enumerate(g.nodes)}
-    for n in g.nodes:                      # a stage reads only what earlier stages wrote
+    for n in g.nodes:  # a stage reads only what earlier stages wrote
         for u in OpGraph.node_uids(n, "inputs"):
             p = g.producers.get(u)
             if p is not None and stage_of[position[id(p)]] > stage_of[position[id(n)]]:
-                raise malformed(f"{n.label()} runs in a stage before the one that "
-                                f"produces its input '{g.tensors[u].label()}'")
+                raise malformed(
+                    f"{n.label()} runs in a stage before the one that "
+                    f"produces its input '{g.tensors[u].label()}'"
+                )
     pieces = []
-    for index, cfg in stages:              # each piece's nodes in the graph's (dataflow) order
+    for index, cfg in stages:  # each piece's nodes in the graph's (dataflow) order
         nodes = [g.nodes[i] for i in sorted(order[i] for i in index)]
         pieces.append((g if len(stages) == 1 else g.piece(nodes), cfg))
     plan = ExecutionPlan(g, pieces, target, "deserialized")
     sup = plan.check_support()
     if not sup.ok:
-        raise GraphNotSupportedError(f"plan {plan.name} cannot run here",
-                                     reasons={plan.name: sup.reason}, op="deserialize",
-                                     status=Status.NOT_SUPPORTED)
+        raise GraphNotSupportedError(
+            f"plan {plan.name} cannot run here",
+            reasons={plan.name: sup.reason},
+            op="deserialize",
+            status=Status.NOT_SUPPORTED,
+        )
     return plan.build()
 
 

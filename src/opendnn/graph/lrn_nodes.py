@@ -10,6 +10,7 @@ Every tensor has X's dims: [N, C, spatial...] with at least one spatial dim. The
 attributes follow cuDNN's LRN descriptor and its ranges (n in [1, 16], k >= 1e-5,
 beta >= 0.01).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -46,44 +47,65 @@ class _LrnBase(Node):
         self.check_attributes()
         x = desc(self.inputs["X"])
         if not 3 <= len(x.dims) <= 8:
-            raise self.error(f"needs 3 to 8 dims (N, C, spatial...), has {len(x.dims)}",
-                             x.label(), Status.BAD_PARAM_SHAPE_MISMATCH)
+            raise self.error(
+                f"needs 3 to 8 dims (N, C, spatial...), has {len(x.dims)}",
+                x.label(),
+                Status.BAD_PARAM_SHAPE_MISMATCH,
+            )
         roles = [(r, self.inputs[r]) for r in self.IN] + [(r, self.outputs[r]) for r in self.OUT]
         for role, uid in roles:
             d = desc(uid)
             if d.dims != x.dims:
-                raise self.error(f"{role} dims {list(d.dims)} must equal X's {list(x.dims)}",
-                                 d.label(), Status.BAD_PARAM_SHAPE_MISMATCH)
+                raise self.error(
+                    f"{role} dims {list(d.dims)} must equal X's {list(x.dims)}",
+                    d.label(),
+                    Status.BAD_PARAM_SHAPE_MISMATCH,
+                )
             if not d.data_type.is_floating:
-                raise self.error(f"data type {d.data_type.name} is not a floating type",
-                                 d.label(), Status.NOT_SUPPORTED_DATA_TYPE)
+                raise self.error(
+                    f"data type {d.data_type.name} is not a floating type",
+                    d.label(),
+                    Status.NOT_SUPPORTED_DATA_TYPE,
+                )
 
     def check_attributes(self) -> None:
         """cuDNN's LRN descriptor ranges (CUDNN_LRN_MIN_N ... CUDNN_LRN_MIN_BETA)."""
         label = f"{self.label()} attributes"
         if not ref.MIN_N <= self.lrn_n <= ref.MAX_N:
-            raise self.error(f"lrn_n={self.lrn_n} is outside [{ref.MIN_N}, {ref.MAX_N}]",
-                             label, Status.BAD_PARAM_OUT_OF_BOUND)
+            raise self.error(
+                f"lrn_n={self.lrn_n} is outside [{ref.MIN_N}, {ref.MAX_N}]",
+                label,
+                Status.BAD_PARAM_OUT_OF_BOUND,
+            )
         if not (math.isfinite(self.lrn_k) and self.lrn_k >= ref.MIN_K):
-            raise self.error(f"lrn_k={self.lrn_k} is below the minimum {ref.MIN_K}", label,
-                             Status.BAD_PARAM_OUT_OF_BOUND)
+            raise self.error(
+                f"lrn_k={self.lrn_k} is below the minimum {ref.MIN_K}",
+                label,
+                Status.BAD_PARAM_OUT_OF_BOUND,
+            )
         if not (math.isfinite(self.lrn_beta) and self.lrn_beta >= ref.MIN_BETA):
-            raise self.error(f"lrn_beta={self.lrn_beta} is below the minimum {ref.MIN_BETA}",
-                             label, Status.BAD_PARAM_OUT_OF_BOUND)
+            raise self.error(
+                f"lrn_beta={self.lrn_beta} is below the minimum {ref.MIN_BETA}",
+                label,
+                Status.BAD_PARAM_OUT_OF_BOUND,
+            )
         if not math.isfinite(self.lrn_alpha):
-            raise self.error(f"lrn_alpha={self.lrn_alpha} is not finite", label,
-                             Status.BAD_PARAM_OUT_OF_BOUND)
+            raise self.error(
+                f"lrn_alpha={self.lrn_alpha} is not finite", label, Status.BAD_PARAM_OUT_OF_BOUND
+            )
 
 
 @dataclasses.dataclass(eq=False)
 class Lrn(_LrnBase):
     """Y = LRN(X) across channels."""
+
     kind: ClassVar[str] = "lrn"
 
 
 @dataclasses.dataclass(eq=False)
 class LrnBackward(_LrnBase):
     """DX of LRN from DY, X and the forward's output Y."""
+
     kind: ClassVar[str] = "lrn_backward"
     IN: ClassVar[tuple] = ("DY", "X", "Y")
     OUT: ClassVar[tuple] = ("DX",)
@@ -92,6 +114,7 @@ class LrnBackward(_LrnBase):
 @dataclasses.dataclass(eq=False)
 class DivNorm(_LrnBase):
     """Y = divisive normalization of X - MEANS over a spatial box."""
+
     kind: ClassVar[str] = "div_norm"
     IN: ClassVar[tuple] = ("X", "MEANS")
 
@@ -99,6 +122,7 @@ class DivNorm(_LrnBase):
 @dataclasses.dataclass(eq=False)
 class DivNormBackward(_LrnBase):
     """DX and DMEANS (= -DX) of divisive normalization from DY, X and MEANS."""
+
     kind: ClassVar[str] = "div_norm_backward"
     IN: ClassVar[tuple] = ("DY", "X", "MEANS")
     OUT: ClassVar[tuple] = ("DX", "DMEANS")

@@ -12,6 +12,7 @@ validation and applied to the next graph with that fingerprint (a framework re-c
 its graph every step; benchmark mode's cached find). Failures are never recorded.
 ``OPENDNN_CHECK_VALIDATION_MEMO=1`` validates every graph in full and compares.
 """
+
 from __future__ import annotations
 
 import os
@@ -38,8 +39,8 @@ def fingerprint(graph) -> tuple:
             i = pos[id(t)] = len(tensors)
             tensors.append(t)
         return i
-    parts = [graph.name, graph.io_data_type, graph.intermediate_data_type,
-             graph.compute_data_type]
+
+    parts = [graph.name, graph.io_data_type, graph.intermediate_data_type, graph.compute_data_type]
     for n in graph._nodes:
         roles = []
         for side in (n.inputs, n.outputs):
@@ -52,13 +53,22 @@ def fingerprint(graph) -> tuple:
                     roles.append((r, at(v)))
             roles.append("|")
         values = tuple(getattr(n.inputs.get(r), "value", None) for r in n.VALUE_ROLES)
-        parts.append((type(n), n.name, n.compute_data_type, tuple(n.attrs().values()),
-                      tuple(roles), values))
+        parts.append(
+            (type(n), n.name, n.compute_data_type, tuple(n.attrs().values()), tuple(roles), values)
+        )
     for t in tensors:
-        parts.append((None if t.dim is None else tuple(t.dim),
-                      None if t.stride is None else tuple(t.stride), t.data_type,
-                      t.uid if t._uid_assigned else None, t.is_output, t.is_virtual,
-                      t.is_pass_by_value, t.name))
+        parts.append(
+            (
+                None if t.dim is None else tuple(t.dim),
+                None if t.stride is None else tuple(t.stride),
+                t.data_type,
+                t.uid if t._uid_assigned else None,
+                t.is_output,
+                t.is_virtual,
+                t.is_pass_by_value,
+                t.name,
+            )
+        )
     fp = tuple(parts)
     try:
         hash(fp)
@@ -70,10 +80,20 @@ def fingerprint(graph) -> tuple:
 def record(graph, tensors: list) -> tuple:
     """What validation decided: each tensor's inferred properties, each node's compute
     type, and the frozen graph (immutable: graphs of one fingerprint share it)."""
-    return (tuple((t.uid, None if t.dim is None else tuple(t.dim),
-                   None if t.stride is None else tuple(t.stride), t.data_type, t.is_virtual)
-                  for t in tensors),
-            tuple(n.compute_data_type for n in graph._nodes), graph._op_graph)
+    return (
+        tuple(
+            (
+                t.uid,
+                None if t.dim is None else tuple(t.dim),
+                None if t.stride is None else tuple(t.stride),
+                t.data_type,
+                t.is_virtual,
+            )
+            for t in tensors
+        ),
+        tuple(n.compute_data_type for n in graph._nodes),
+        graph._op_graph,
+    )
 
 
 def apply(rec: tuple, graph, tensors: list) -> None:
@@ -85,8 +105,6 @@ def apply(rec: tuple, graph, tensors: list) -> None:
     for n, ct in zip(graph._nodes, types):
         n.compute_data_type = ct
     graph._op_graph = op_graph
-
-
 
 
 def lookup(fp):

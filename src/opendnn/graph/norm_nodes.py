@@ -7,6 +7,7 @@ X, SCALE, MEAN (not RMS norm), INV_VARIANCE -> DX, DSCALE, DBIAS (RMS norm: only
 ``has_dbias``). Statistics default to float32, gradients of the parameters to SCALE's
 type.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,21 +23,29 @@ STAT_ROLES = ("MEAN", "INV_VARIANCE")
 
 class _Norm(Node):
     """What the forward and backward nodes share: the geometry and the type rules."""
+
     NORM: ClassVar[str] = N.LAYER
 
     def _groups(self) -> int:
         return getattr(self, "groups", 1)
 
     def _geometry(self, x, scale) -> N.Geometry:
-        geo = N.geometry(self.NORM, x.dim if hasattr(x, "dim") else x.dims,
-                         scale.dim if hasattr(scale, "dim") else scale.dims, self._groups())
+        geo = N.geometry(
+            self.NORM,
+            x.dim if hasattr(x, "dim") else x.dims,
+            scale.dim if hasattr(scale, "dim") else scale.dims,
+            self._groups(),
+        )
         if isinstance(geo, str):
             if "groups" in geo:
                 raise self.error(geo, x, Status.BAD_PARAM)
             raise self.error(geo, scale if "SCALE" in geo else x, Status.BAD_PARAM_SHAPE_MISMATCH)
         if geo.row_length == 0:
-            raise self.error("the normalized axes hold no elements (a row of length 0 has no "
-                             "mean)", x, Status.BAD_PARAM_SHAPE_MISMATCH)
+            raise self.error(
+                "the normalized axes hold no elements (a row of length 0 has no mean)",
+                x,
+                Status.BAD_PARAM_SHAPE_MISMATCH,
+            )
         return geo
 
     @staticmethod
@@ -54,6 +63,7 @@ class _Norm(Node):
 @dataclasses.dataclass(eq=False)
 class NormForward(_Norm):
     """Y = normalize(X) * SCALE + BIAS; MEAN and INV_VARIANCE saved in training."""
+
     training: bool = True
     kind: ClassVar[str] = "norm"
     VALUE_ROLES: ClassVar[tuple] = ("EPSILON",)
@@ -78,8 +88,12 @@ class NormForward(_Norm):
             raise self.error("needs a BIAS", None, Status.BAD_PARAM_NULL_POINTER)
         e = desc(self.inputs["EPSILON"])
         if e.numel != 1 or not e.is_pass_by_value:
-            raise self.error("EPSILON must be a one-element pass-by-value tensor (a Python "
-                             "float, or tensor_like of a CPU scalar)", e.label(), Status.BAD_PARAM)
+            raise self.error(
+                "EPSILON must be a one-element pass-by-value tensor (a Python "
+                "float, or tensor_like of a CPU scalar)",
+                e.label(),
+                Status.BAD_PARAM,
+            )
         y = desc(self.outputs["Y"])
         self.need_shape(y, x.dims, "Y")
         stats = [desc(self.outputs[r]) for r in STAT_ROLES if r in self.outputs]
@@ -93,6 +107,7 @@ class NormForward(_Norm):
 @dataclasses.dataclass(eq=False)
 class NormBackward(_Norm):
     """DX, DSCALE, DBIAS from DY and the forward's X, SCALE and saved statistics."""
+
     kind: ClassVar[str] = "norm_backward"
 
     def infer_properties(self, ctx) -> None:
@@ -170,6 +185,14 @@ FORWARD_KINDS = ("layernorm", "rmsnorm", "instancenorm", "groupnorm")
 BACKWARD_KINDS = tuple(f"{k}_backward" for k in FORWARD_KINDS)
 
 
-for _cls in (LayerNorm, LayerNormBackward, RMSNorm, RMSNormBackward, InstanceNorm,
-             InstanceNormBackward, GroupNorm, GroupNormBackward):
+for _cls in (
+    LayerNorm,
+    LayerNormBackward,
+    RMSNorm,
+    RMSNormBackward,
+    InstanceNorm,
+    InstanceNormBackward,
+    GroupNorm,
+    GroupNormBackward,
+):
     NODE_TYPES[_cls.kind] = _cls

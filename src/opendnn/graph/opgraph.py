@@ -5,6 +5,7 @@ topological order. Its ``key()`` is a hash of everything that affects which engi
 apply and how they run (dims, strides, types, attributes; not names or uids' values
 beyond their wiring), so plans and tuning results can be cached by it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,8 +25,8 @@ def _uids(value):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class OpGraph:
-    tensors: dict            # uid -> TensorDesc
-    nodes: tuple             # Node, roles hold uids, topologically ordered
+    tensors: dict  # uid -> TensorDesc
+    nodes: tuple  # Node, roles hold uids, topologically ordered
     name: str = ""
 
     # ---- structure -------------------------------------------------------------------
@@ -57,8 +58,13 @@ class OpGraph:
     @cached_property
     def output_uids(self) -> list:
         """Non-virtual tensors some node produces."""
-        return [u for n in self.nodes for v in n.outputs.values() for u in _uids(v)
-                if not self.tensors[u].is_virtual]
+        return [
+            u
+            for n in self.nodes
+            for v in n.outputs.values()
+            for u in _uids(v)
+            if not self.tensors[u].is_virtual
+        ]
 
     @cached_property
     def output_uid_set(self) -> frozenset:
@@ -77,12 +83,21 @@ class OpGraph:
 
     # ---- identity ----------------------------------------------------------------------
     def to_json(self) -> dict:
-        return {"name": self.name,
-                "tensors": [d.to_json() for d in self.tensors.values()],
-                "nodes": [{"kind": n.kind, "name": n.name,
-                           "compute_data_type": n.compute_data_type.name,
-                           "inputs": n.inputs, "outputs": n.outputs, "attrs": n.attrs()}
-                          for n in self.nodes]}
+        return {
+            "name": self.name,
+            "tensors": [d.to_json() for d in self.tensors.values()],
+            "nodes": [
+                {
+                    "kind": n.kind,
+                    "name": n.name,
+                    "compute_data_type": n.compute_data_type.name,
+                    "inputs": n.inputs,
+                    "outputs": n.outputs,
+                    "attrs": n.attrs(),
+                }
+                for n in self.nodes
+            ],
+        }
 
     @classmethod
     def from_json(cls, d: dict) -> "OpGraph":
@@ -90,6 +105,7 @@ class OpGraph:
         tensors; the rules of a valid graph are ``Graph.validate``'s to check. Raises
         ValueError (or KeyError, TypeError) saying what is malformed."""
         from ..enums import DataType
+
         if not isinstance(d, dict):
             raise ValueError(f"a {type(d).__name__}, not an object")
         tensors: dict = {}
@@ -100,8 +116,9 @@ class OpGraph:
             if uid in tensors:
                 raise ValueError(f"two tensors have uid {uid}")
             if t["data_type"] not in DataType.__members__:
-                raise ValueError(f"tensor uid {uid}: {t['data_type']!r:.40} is not a data "
-                                 "type name")
+                raise ValueError(
+                    f"tensor uid {uid}: {t['data_type']!r:.40} is not a data type name"
+                )
             tensors[uid] = TensorDesc.from_json(t)
         nodes = []
         for nd in d["nodes"]:
@@ -112,15 +129,22 @@ class OpGraph:
                 if not isinstance(nd[side], dict):
                     raise ValueError(f"node {nd['name']!r:.40}: {side} is not an object")
                 for role, v in nd[side].items():
-                    for u in (v if isinstance(v, list) and side == "inputs" else [v]):
+                    for u in v if isinstance(v, list) and side == "inputs" else [v]:
                         if type(u) is not int or u not in tensors:
-                            raise ValueError(f"node {nd['name']!r:.40}: {side[:-1]} {role} "
-                                             f"is uid {u!r:.40}, not a tensor of the graph")
+                            raise ValueError(
+                                f"node {nd['name']!r:.40}: {side[:-1]} {role} "
+                                f"is uid {u!r:.40}, not a tensor of the graph"
+                            )
             if not nd["outputs"]:
                 raise ValueError(f"node {nd['name']!r:.40} has no outputs")
             attrs = {k: _decode_attr(cls_, k, v) for k, v in nd["attrs"].items()}
-            node = cls_(name=nd["name"], compute_data_type=DataType[nd["compute_data_type"]],
-                        inputs=dict(nd["inputs"]), outputs=dict(nd["outputs"]), **attrs)
+            node = cls_(
+                name=nd["name"],
+                compute_data_type=DataType[nd["compute_data_type"]],
+                inputs=dict(nd["inputs"]),
+                outputs=dict(nd["outputs"]),
+                **attrs,
+            )
             nodes.append(node)
         return cls(tensors, tuple(nodes), d.get("name", ""))
 
@@ -138,8 +162,10 @@ class OpGraph:
     def _canonical(self) -> tuple:
         # Canonical form: uids renumbered by first appearance, names dropped.
         order: dict = {}
+
         def canon(u):
             return order.setdefault(u, len(order))
+
         nodes = []
         for n in self.nodes:
             ins = {r: [canon(u) for u in _uids(v)] for r, v in n.inputs.items()}
@@ -148,8 +174,9 @@ class OpGraph:
         tensors = []
         for u, i in sorted(order.items(), key=lambda kv: kv[1]):
             d = self.tensors[u]
-            tensors.append([i, d.dims, d.strides, d.data_type.name, d.is_virtual,
-                            d.is_pass_by_value])
+            tensors.append(
+                [i, d.dims, d.strides, d.data_type.name, d.is_virtual, d.is_pass_by_value]
+            )
         blob = json.dumps([nodes, tensors], sort_keys=True, default=str)
         return list(order), hashlib.sha256(blob.encode()).hexdigest()[:32]
 
@@ -195,6 +222,7 @@ class OpGraph:
 
 def _decode_attr(cls_, key, value):
     from ..enums import ConvolutionMode, PointwiseMode, ReductionMode
+
     if key == "convolution_mode" and isinstance(value, str):
         return ConvolutionMode[value]
     if key == "mode" and isinstance(value, str):

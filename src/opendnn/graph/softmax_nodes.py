@@ -1,5 +1,6 @@
 """Softmax graph nodes: ``Y = softmax(X)`` along one axis (log-softmax with ``log``) and
 its backward ``DX = softmax_backward(DY, Y)`` (see ``ops/softmax.py`` for the math)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -8,14 +9,19 @@ from typing import ClassVar
 from ..errors import Status
 from .nodes import NODE_TYPES, Node
 
+
 def _axis_error(node, axis: int, rank: int, t):
-    return node.error(f"axis {axis} is out of range for {rank} dims (allowed: {-rank} to "
-                      f"{rank - 1})", t, Status.BAD_PARAM_OUT_OF_BOUND)
+    return node.error(
+        f"axis {axis} is out of range for {rank} dims (allowed: {-rank} to {rank - 1})",
+        t,
+        Status.BAD_PARAM_OUT_OF_BOUND,
+    )
 
 
 @dataclasses.dataclass(eq=False)
 class Softmax(Node):
     """Y = softmax(X) along ``axis`` (negative counts from the end); Y has X's dims."""
+
     axis: int = -1
     log: bool = False
     kind: ClassVar[str] = "softmax"
@@ -37,6 +43,7 @@ class Softmax(Node):
 class SoftmaxBackward(Node):
     """DX = softmax_backward(DY, Y): the gradient through softmax (or log-softmax) along
     ``axis`` from the forward's output Y; every tensor has Y's dims."""
+
     axis: int = -1
     log: bool = False
     kind: ClassVar[str] = "softmax_backward"
@@ -60,8 +67,11 @@ class SoftmaxBackward(Node):
 
 def _same_dims(node, a, b, role: str) -> None:
     if a.dims != b.dims:
-        raise node.error(f"{role} dims {list(b.dims)} must equal {list(a.dims)}", b.label(),
-                         Status.BAD_PARAM_SHAPE_MISMATCH)
+        raise node.error(
+            f"{role} dims {list(b.dims)} must equal {list(a.dims)}",
+            b.label(),
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
 
 
 for _cls in (Softmax, SoftmaxBackward):

@@ -8,6 +8,7 @@ Also the argument coercions every builder shares (``as_int``, ``as_ints``, ``as_
 truncating 3.5 to 3 or parsing '3', no bool standing for 0 / 1 -- and raises a typed
 error naming the operation, the tensor and the parameter.
 """
+
 from __future__ import annotations
 
 import collections.abc
@@ -40,8 +41,9 @@ def as_int(v, op: str, what: str, tensor: str | None = None) -> int:
 def as_ints(v, op: str, what: str, tensor: str | None = None) -> list[int]:
     """``v`` (a list, tuple, torch.Size, ...) as a list of ints, each as ``as_int``."""
     if isinstance(v, (str, bytes)) or not isinstance(v, collections.abc.Iterable):
-        raise _type_error(f"{what} must be a sequence of ints, got {v!r} "
-                          f"({type(v).__name__})", op, tensor)
+        raise _type_error(
+            f"{what} must be a sequence of ints, got {v!r} ({type(v).__name__})", op, tensor
+        )
     return [as_int(a, op, f"{what}[{i}]", tensor) for i, a in enumerate(v)]
 
 
@@ -70,41 +72,70 @@ def as_enum(cls, v, op: str, what: str, tensor: str | None = None, ints: bool = 
             return cls(operator.index(v))
     except (KeyError, ValueError, TypeError):
         pass
-    raise _type_error(f"{what} {v!r} is not a {cls.__name__} (one of "
-                      f"{', '.join(cls.__members__)})", op, tensor)
+    raise _type_error(
+        f"{what} {v!r} is not a {cls.__name__} (one of {', '.join(cls.__members__)})", op, tensor
+    )
 
 
 def as_type(v, op: str, what: str = "data type", tensor: str | None = None) -> DataType:
     """``as_data_type`` naming the operation and the tensor; a float or a bool, which
     ``int()`` would truncate to some type (3.7 to INT8, True to DOUBLE), is refused."""
     known = isinstance(v, (DataType, torch.dtype, str)) or (
-        hasattr(v, "name") and hasattr(v, "value"))
+        hasattr(v, "name") and hasattr(v, "value")
+    )
     if not known and not isinstance(v, bool):
         try:
             v, known = operator.index(v), True
         except TypeError:
             pass
     if not known:
-        raise BadParamError(f"cannot interpret {v!r} as a {what} (a DataType, its name or a "
-                            "torch dtype)", op=op, tensor=tensor, status=Status.BAD_PARAM)
+        raise BadParamError(
+            f"cannot interpret {v!r} as a {what} (a DataType, its name or a torch dtype)",
+            op=op,
+            tensor=tensor,
+            status=Status.BAD_PARAM,
+        )
     try:
         return as_data_type(v)
     except BadParamError as e:
         rule = e.rule if what == "data type" else f"{what}: {e.rule}"
         raise BadParamError(rule, op=op, tensor=tensor, status=e.status) from None
-    except (KeyError, ValueError, TypeError):    # an enum member of names not ours
-        raise BadParamError(f"cannot interpret {v!r} as a {what}", op=op, tensor=tensor,
-                            status=Status.BAD_PARAM) from None
+    except (KeyError, ValueError, TypeError):  # an enum member of names not ours
+        raise BadParamError(
+            f"cannot interpret {v!r} as a {what}", op=op, tensor=tensor, status=Status.BAD_PARAM
+        ) from None
 
 
 class Tensor:
     """A tensor of an operation graph (cudnn-frontend's ``Tensor_attributes``)."""
 
-    __slots__ = ("_graph", "dim", "stride", "data_type", "uid", "name", "is_virtual",
-                 "is_pass_by_value", "is_output", "value", "_uid_assigned", "__weakref__")
+    __slots__ = (
+        "_graph",
+        "dim",
+        "stride",
+        "data_type",
+        "uid",
+        "name",
+        "is_virtual",
+        "is_pass_by_value",
+        "is_output",
+        "value",
+        "_uid_assigned",
+        "__weakref__",
+    )
 
-    def __init__(self, graph, dim=None, stride=None, data_type=DataType.NOT_SET,
-                 is_virtual=False, is_pass_by_value=False, name="", uid=-1, value=None):
+    def __init__(
+        self,
+        graph,
+        dim=None,
+        stride=None,
+        data_type=DataType.NOT_SET,
+        is_virtual=False,
+        is_pass_by_value=False,
+        name="",
+        uid=-1,
+        value=None,
+    ):
         self._graph = graph
         self.name, self.uid = name, -1
         self.dim = self._ints(dim, "dim") if dim is not None else None
@@ -193,10 +224,17 @@ class Tensor:
         return self.name or (f"uid {self.uid}" if self.uid >= 0 else "unnamed tensor")
 
     def __repr__(self) -> str:
-        return json.dumps({"name": self.name, "uid": self.uid, "dim": self.dim,
-                           "stride": self.stride, "data_type": self.data_type.name,
-                           "is_virtual": self.is_virtual,
-                           "is_pass_by_value": self.is_pass_by_value})
+        return json.dumps(
+            {
+                "name": self.name,
+                "uid": self.uid,
+                "dim": self.dim,
+                "stride": self.stride,
+                "data_type": self.data_type.name,
+                "is_virtual": self.is_virtual,
+                "is_pass_by_value": self.is_pass_by_value,
+            }
+        )
 
     # Tensors are keys of variant packs: identity semantics.
     __hash__ = object.__hash__

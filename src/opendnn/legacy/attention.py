@@ -44,6 +44,7 @@ it; Q_BIASES the view [n_heads, 1, q_proj]; O_WEIGHTS [n_heads, v_len, o_proj] (
 h's rows of the O block); O_BIASES [1, 1, o_proj]. The bias row below each block lets
 one matmul of [inputs | 1] give a weight gradient and its bias gradient together.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -56,11 +57,12 @@ from ..tensor import as_data_type, to_torch_dtype
 from .common import MathType, check
 from .dropout import DropoutDescriptor
 
-ALIGN = 256          # bytes: every block of the weight, workspace and reserve buffers
+ALIGN = 256  # bytes: every block of the weight, workspace and reserve buffers
 
 
 class AttnQueryMap(enum.IntFlag):
     """cudnnAttnQueryMap_t / the attn_mode flags (combine with ``|``)."""
+
     QUERYMAP_ALL_TO_ONE = 0
     QUERYMAP_ONE_TO_ONE = 1
     DISABLE_PROJ_BIASES = 0
@@ -79,8 +81,8 @@ class MultiHeadAttnWeightKind(enum.IntEnum):
 
 
 class WgradMode(enum.IntEnum):
-    ADD = 0      # add the weight gradients to dweights
-    SET = 1      # overwrite dweights
+    ADD = 0  # add the weight gradients to dweights
+    SET = 1  # overwrite dweights
 
 
 class SeqDataAxis(enum.IntEnum):
@@ -102,6 +104,7 @@ def _unsupported(rule: str, op: str, status=Status.NOT_SUPPORTED):
 @dataclasses.dataclass
 class AttnDescriptor:
     """cudnnAttnDescriptor_t (mutable, as in C: create, then set)."""
+
     attn_mode: int = 0
     n_heads: int = 0
     sm_scaler: float = 1.0
@@ -156,10 +159,12 @@ class AttnDescriptor:
         b = 1 if self.biases else 0
         item = to_torch_dtype(self.data_type).itemsize
         h = self.n_heads
-        shapes = {"q": (self.q_size + b, h * self.q_proj_size, self.q_proj_size),
-                  "k": (self.k_size + b, h * self.k_proj_size, self.k_proj_size),
-                  "v": (self.v_size + b, h * self.v_proj_size, self.v_proj_size),
-                  "o": (h * self.v_len + b, self.o_proj_size, self.o_proj_size)}
+        shapes = {
+            "q": (self.q_size + b, h * self.q_proj_size, self.q_proj_size),
+            "k": (self.k_size + b, h * self.k_proj_size, self.k_proj_size),
+            "v": (self.v_size + b, h * self.v_proj_size, self.v_proj_size),
+            "o": (h * self.v_len + b, self.o_proj_size, self.o_proj_size),
+        }
         out, offset = {}, 0
         for name, (rows, cols, proj) in shapes.items():
             if proj == 0:
@@ -184,29 +189,64 @@ def destroy_attn_descriptor(desc) -> None:
 
 
 def _int(v, op, name, low, what):
-    check(isinstance(v, int) and not isinstance(v, bool), f"{name} {v!r} is not an int", op,
-          name, Status.BAD_PARAM_ATTRIBUTE_TYPE)
+    check(
+        isinstance(v, int) and not isinstance(v, bool),
+        f"{name} {v!r} is not an int",
+        op,
+        name,
+        Status.BAD_PARAM_ATTRIBUTE_TYPE,
+    )
     check(v >= low, f"{name} {v} must be {what}", op, name, Status.BAD_PARAM_OUT_OF_BOUND)
     return int(v)
 
 
 def _dropout(d, op, name):
-    check(d is None or isinstance(d, DropoutDescriptor), f"{name} must be None or a dropout "
-          f"descriptor, got {type(d).__name__}", op, name, Status.BAD_PARAM_DESCRIPTOR_TYPE)
+    check(
+        d is None or isinstance(d, DropoutDescriptor),
+        f"{name} must be None or a dropout descriptor, got {type(d).__name__}",
+        op,
+        name,
+        Status.BAD_PARAM_DESCRIPTOR_TYPE,
+    )
     if d is None:
         return
-    check(d.states is not None, "the dropout descriptor was never set "
-          "(set_dropout_descriptor)", op, name, Status.BAD_PARAM_NOT_FINALIZED)
+    check(
+        d.states is not None,
+        "the dropout descriptor was never set (set_dropout_descriptor)",
+        op,
+        name,
+        Status.BAD_PARAM_NOT_FINALIZED,
+    )
     if d.dropout >= 1.0:
-        raise _unsupported(f"{name}: dropout probability {d.dropout} leaves no scale "
-                           "1 / (1 - p); it must be below 1", op)
+        raise _unsupported(
+            f"{name}: dropout probability {d.dropout} leaves no scale "
+            "1 / (1 - p); it must be below 1",
+            op,
+        )
 
 
-def set_attn_descriptor(desc, attn_mode, n_heads, sm_scaler, data_type, compute_prec,
-                        math_type, attn_dropout_desc, post_dropout_desc, q_size, k_size,
-                        v_size, q_proj_size, k_proj_size, v_proj_size, o_proj_size,
-                        qo_max_seq_length, kv_max_seq_length, max_batch_size,
-                        max_beam_size) -> None:
+def set_attn_descriptor(
+    desc,
+    attn_mode,
+    n_heads,
+    sm_scaler,
+    data_type,
+    compute_prec,
+    math_type,
+    attn_dropout_desc,
+    post_dropout_desc,
+    q_size,
+    k_size,
+    v_size,
+    q_proj_size,
+    k_proj_size,
+    v_proj_size,
+    o_proj_size,
+    qo_max_seq_length,
+    kv_max_seq_length,
+    max_batch_size,
+    max_beam_size,
+) -> None:
     """cudnnSetAttnDescriptor. Rules (BAD_PARAM naming the argument): attn_mode only
     QUERYMAP / PROJ_BIASES flags; n_heads, q/k/v sizes, the maximum lengths, batch and
     beam sizes >= 1; projection sizes >= 0 (0: no projection); sm_scaler finite and >= 0;
@@ -215,34 +255,80 @@ def set_attn_descriptor(desc, attn_mode, n_heads, sm_scaler, data_type, compute_
     than half, bfloat16, float; a dropout probability of 1. The dropout descriptors are read
     (probability, generator states) at every training-mode forward."""
     op = "set_attn_descriptor"
-    check(isinstance(desc, AttnDescriptor), "needs a descriptor from create_attn_descriptor",
-          op, "attn_desc", Status.BAD_PARAM_DESCRIPTOR_TYPE)
-    mode = _int(int(attn_mode) if isinstance(attn_mode, enum.Enum) else attn_mode, op,
-                "attn_mode", 0, ">= 0")
-    check(mode & ~3 == 0, f"attn_mode {mode:#x} has flags other than QUERYMAP_ONE_TO_ONE (1) "
-          "and ENABLE_PROJ_BIASES (2)", op, "attn_mode", Status.BAD_PARAM)
-    sizes = dict(n_heads=n_heads, q_size=q_size, k_size=k_size, v_size=v_size,
-                 qo_max_seq_length=qo_max_seq_length, kv_max_seq_length=kv_max_seq_length,
-                 max_batch_size=max_batch_size, max_beam_size=max_beam_size)
+    check(
+        isinstance(desc, AttnDescriptor),
+        "needs a descriptor from create_attn_descriptor",
+        op,
+        "attn_desc",
+        Status.BAD_PARAM_DESCRIPTOR_TYPE,
+    )
+    mode = _int(
+        int(attn_mode) if isinstance(attn_mode, enum.Enum) else attn_mode,
+        op,
+        "attn_mode",
+        0,
+        ">= 0",
+    )
+    check(
+        mode & ~3 == 0,
+        f"attn_mode {mode:#x} has flags other than QUERYMAP_ONE_TO_ONE (1) "
+        "and ENABLE_PROJ_BIASES (2)",
+        op,
+        "attn_mode",
+        Status.BAD_PARAM,
+    )
+    sizes = dict(
+        n_heads=n_heads,
+        q_size=q_size,
+        k_size=k_size,
+        v_size=v_size,
+        qo_max_seq_length=qo_max_seq_length,
+        kv_max_seq_length=kv_max_seq_length,
+        max_batch_size=max_batch_size,
+        max_beam_size=max_beam_size,
+    )
     vals = {k: _int(v, op, k, 1, ">= 1") for k, v in sizes.items()}
-    projs = dict(q_proj_size=q_proj_size, k_proj_size=k_proj_size, v_proj_size=v_proj_size,
-                 o_proj_size=o_proj_size)
+    projs = dict(
+        q_proj_size=q_proj_size,
+        k_proj_size=k_proj_size,
+        v_proj_size=v_proj_size,
+        o_proj_size=o_proj_size,
+    )
     vals.update({k: _int(v, op, k, 0, ">= 0 (0: no projection)") for k, v in projs.items()})
-    check(isinstance(sm_scaler, (int, float)) and not isinstance(sm_scaler, bool)
-          and math.isfinite(sm_scaler) and sm_scaler >= 0, f"sm_scaler {sm_scaler!r} must be "
-          "a finite number >= 0", op, "sm_scaler", Status.BAD_PARAM_OUT_OF_BOUND)
+    check(
+        isinstance(sm_scaler, (int, float))
+        and not isinstance(sm_scaler, bool)
+        and math.isfinite(sm_scaler)
+        and sm_scaler >= 0,
+        f"sm_scaler {sm_scaler!r} must be a finite number >= 0",
+        op,
+        "sm_scaler",
+        Status.BAD_PARAM_OUT_OF_BOUND,
+    )
     q_len = vals["q_proj_size"] or vals["q_size"]
     k_len = vals["k_proj_size"] or vals["k_size"]
-    check(q_len == k_len, f"queries and keys have different lengths after the projections "
-          f"(q: {q_len}, k: {k_len}); their dot products need equal lengths", op,
-          "k_proj_size" if vals["k_proj_size"] else "k_size", Status.BAD_PARAM_SHAPE_MISMATCH)
+    check(
+        q_len == k_len,
+        f"queries and keys have different lengths after the projections "
+        f"(q: {q_len}, k: {k_len}); their dot products need equal lengths",
+        op,
+        "k_proj_size" if vals["k_proj_size"] else "k_size",
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+    )
     dt, cp = as_data_type(data_type), as_data_type(compute_prec)
     if dt not in DATA_TYPES:
-        raise _unsupported(f"data_type {dt.name}: half, bfloat16 and float only", op,
-                           Status.NOT_SUPPORTED_DATA_TYPE)
-    check(cp == DataType.FLOAT or (cp == DataType.HALF and dt == DataType.HALF),
-          f"compute_prec {cp.name} does not fit data_type {dt.name} (FLOAT, or HALF with HALF "
-          "data)", op, "compute_prec", Status.BAD_PARAM)
+        raise _unsupported(
+            f"data_type {dt.name}: half, bfloat16 and float only",
+            op,
+            Status.NOT_SUPPORTED_DATA_TYPE,
+        )
+    check(
+        cp == DataType.FLOAT or (cp == DataType.HALF and dt == DataType.HALF),
+        f"compute_prec {cp.name} does not fit data_type {dt.name} (FLOAT, or HALF with HALF data)",
+        op,
+        "compute_prec",
+        Status.BAD_PARAM,
+    )
     try:
         mt = MathType(int(math_type))
     except ValueError:
@@ -259,13 +345,34 @@ def set_attn_descriptor(desc, attn_mode, n_heads, sm_scaler, data_type, compute_
 
 def get_attn_descriptor(desc) -> tuple:
     """cudnnGetAttnDescriptor -> every argument of set_attn_descriptor, in its order."""
-    check(isinstance(desc, AttnDescriptor) and desc.is_set(), "descriptor was never set",
-          "get_attn_descriptor", "attn_desc", Status.BAD_PARAM_NOT_FINALIZED)
-    return (desc.attn_mode, desc.n_heads, desc.sm_scaler, desc.data_type, desc.compute_prec,
-            desc.math_type, desc.attn_dropout_desc, desc.post_dropout_desc, desc.q_size,
-            desc.k_size, desc.v_size, desc.q_proj_size, desc.k_proj_size, desc.v_proj_size,
-            desc.o_proj_size, desc.qo_max_seq_length, desc.kv_max_seq_length,
-            desc.max_batch_size, desc.max_beam_size)
+    check(
+        isinstance(desc, AttnDescriptor) and desc.is_set(),
+        "descriptor was never set",
+        "get_attn_descriptor",
+        "attn_desc",
+        Status.BAD_PARAM_NOT_FINALIZED,
+    )
+    return (
+        desc.attn_mode,
+        desc.n_heads,
+        desc.sm_scaler,
+        desc.data_type,
+        desc.compute_prec,
+        desc.math_type,
+        desc.attn_dropout_desc,
+        desc.post_dropout_desc,
+        desc.q_size,
+        desc.k_size,
+        desc.v_size,
+        desc.q_proj_size,
+        desc.k_proj_size,
+        desc.v_proj_size,
+        desc.o_proj_size,
+        desc.qo_max_seq_length,
+        desc.kv_max_seq_length,
+        desc.max_batch_size,
+        desc.max_beam_size,
+    )
 
 
 # ---- the sequence data descriptor ------------------------------------------------------
@@ -273,6 +380,7 @@ def get_attn_descriptor(desc) -> tuple:
 class SeqDataDescriptor:
     """cudnnSeqDataDescriptor_t: dims indexed by SeqDataAxis, the axes outermost first,
     per-(batch, beam) lengths (beam fastest) and the optional padding fill."""
+
     data_type: DataType | None = None
     dims: tuple = ()
     axes: tuple = ()
@@ -304,48 +412,102 @@ def destroy_seq_data_descriptor(desc) -> None:
     desc.data_type = None
 
 
-def set_seq_data_descriptor(desc, data_type, nb_dims, dim_a, axes, seq_length_array_size,
-                            seq_length_array, padding_fill=None) -> None:
+def set_seq_data_descriptor(
+    desc,
+    data_type,
+    nb_dims,
+    dim_a,
+    axes,
+    seq_length_array_size,
+    seq_length_array,
+    padding_fill=None,
+) -> None:
     """cudnnSetSeqDataDescriptor. ``dim_a[SeqDataAxis.X]`` is axis X's size; ``axes`` the
     4 axes from outermost to innermost (VECT last: vectors are contiguous);
     ``seq_length_array``: dim_a[BATCH] * dim_a[BEAM] lengths in [0, dim_a[TIME]], beam
     fastest; ``padding_fill``: a number written to output vectors beyond their sequence's
     length, or None (left as they are)."""
     op = "set_seq_data_descriptor"
-    check(isinstance(desc, SeqDataDescriptor), "needs a descriptor from "
-          "create_seq_data_descriptor", op, "seq_data_desc", Status.BAD_PARAM_DESCRIPTOR_TYPE)
+    check(
+        isinstance(desc, SeqDataDescriptor),
+        "needs a descriptor from create_seq_data_descriptor",
+        op,
+        "seq_data_desc",
+        Status.BAD_PARAM_DESCRIPTOR_TYPE,
+    )
     dt = as_data_type(data_type)
     if dt not in DATA_TYPES:
-        raise _unsupported(f"data_type {dt.name}: half, bfloat16 and float only", op,
-                           Status.NOT_SUPPORTED_DATA_TYPE)
-    check(nb_dims == SEQDATA_DIM_COUNT, f"nb_dims {nb_dims} must be {SEQDATA_DIM_COUNT} "
-          "(TIME, BATCH, BEAM, VECT)", op, "nb_dims", Status.BAD_PARAM_OUT_OF_BOUND)
-    check(len(dim_a) == SEQDATA_DIM_COUNT and len(axes) == SEQDATA_DIM_COUNT,
-          f"dim_a and axes need {SEQDATA_DIM_COUNT} entries (have {len(dim_a)}, {len(axes)})",
-          op, "dim_a", Status.BAD_PARAM_SHAPE_MISMATCH)
+        raise _unsupported(
+            f"data_type {dt.name}: half, bfloat16 and float only",
+            op,
+            Status.NOT_SUPPORTED_DATA_TYPE,
+        )
+    check(
+        nb_dims == SEQDATA_DIM_COUNT,
+        f"nb_dims {nb_dims} must be {SEQDATA_DIM_COUNT} (TIME, BATCH, BEAM, VECT)",
+        op,
+        "nb_dims",
+        Status.BAD_PARAM_OUT_OF_BOUND,
+    )
+    check(
+        len(dim_a) == SEQDATA_DIM_COUNT and len(axes) == SEQDATA_DIM_COUNT,
+        f"dim_a and axes need {SEQDATA_DIM_COUNT} entries (have {len(dim_a)}, {len(axes)})",
+        op,
+        "dim_a",
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+    )
     dims = tuple(int(d) for d in dim_a)
-    check(all(d >= 1 for d in dims), f"dim_a {list(dims)} must be >= 1 on every axis", op,
-          "dim_a", Status.BAD_PARAM_OUT_OF_BOUND)
+    check(
+        all(d >= 1 for d in dims),
+        f"dim_a {list(dims)} must be >= 1 on every axis",
+        op,
+        "dim_a",
+        Status.BAD_PARAM_OUT_OF_BOUND,
+    )
     try:
         order = tuple(SeqDataAxis(int(a)) for a in axes)
     except ValueError:
         order = ()
-    check(sorted(order) == list(SeqDataAxis), f"axes {list(axes)} must name TIME, BATCH, BEAM "
-          "and VECT once each", op, "axes", Status.BAD_PARAM)
-    check(order[-1] == SeqDataAxis.VECT, f"axes {[a.name for a in order]}: VECT must be the "
-          "innermost (last) axis", op, "axes", Status.BAD_PARAM)
+    check(
+        sorted(order) == list(SeqDataAxis),
+        f"axes {list(axes)} must name TIME, BATCH, BEAM and VECT once each",
+        op,
+        "axes",
+        Status.BAD_PARAM,
+    )
+    check(
+        order[-1] == SeqDataAxis.VECT,
+        f"axes {[a.name for a in order]}: VECT must be the innermost (last) axis",
+        op,
+        "axes",
+        Status.BAD_PARAM,
+    )
     count = dims[SeqDataAxis.BATCH] * dims[SeqDataAxis.BEAM]
     lengths = [int(x) for x in seq_length_array]
-    check(int(seq_length_array_size) == count and len(lengths) == count,
-          f"seq_length_array_size {seq_length_array_size} ({len(lengths)} given) must be "
-          f"BATCH * BEAM = {count}", op, "seq_length_array", Status.BAD_PARAM_SHAPE_MISMATCH)
+    check(
+        int(seq_length_array_size) == count and len(lengths) == count,
+        f"seq_length_array_size {seq_length_array_size} ({len(lengths)} given) must be "
+        f"BATCH * BEAM = {count}",
+        op,
+        "seq_length_array",
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+    )
     t = dims[SeqDataAxis.TIME]
     bad = [x for x in lengths if not 0 <= x <= t]
-    check(not bad, f"sequence lengths {bad} are outside [0, TIME = {t}]", op,
-          "seq_length_array", Status.BAD_PARAM_OUT_OF_BOUND)
-    check(padding_fill is None or (isinstance(padding_fill, (int, float))
-                                   and not isinstance(padding_fill, bool)),
-          f"padding_fill {padding_fill!r} must be None or a number", op, "padding_fill")
+    check(
+        not bad,
+        f"sequence lengths {bad} are outside [0, TIME = {t}]",
+        op,
+        "seq_length_array",
+        Status.BAD_PARAM_OUT_OF_BOUND,
+    )
+    check(
+        padding_fill is None
+        or (isinstance(padding_fill, (int, float)) and not isinstance(padding_fill, bool)),
+        f"padding_fill {padding_fill!r} must be None or a number",
+        op,
+        "padding_fill",
+    )
     desc.data_type, desc.dims, desc.axes = dt, dims, order
     desc.seq_lengths = tuple(lengths)
     desc.padding_fill = None if padding_fill is None else float(padding_fill)
@@ -354,14 +516,37 @@ def set_seq_data_descriptor(desc, data_type, nb_dims, dim_a, axes, seq_length_ar
 def get_seq_data_descriptor(desc) -> tuple:
     """cudnnGetSeqDataDescriptor -> (data_type, nb_dims, dim_a, axes, seq_length_array_size,
     seq_length_array, padding_fill)."""
-    check(isinstance(desc, SeqDataDescriptor) and desc.is_set(), "descriptor was never set",
-          "get_seq_data_descriptor", "seq_data_desc", Status.BAD_PARAM_NOT_FINALIZED)
-    return (desc.data_type, SEQDATA_DIM_COUNT, list(desc.dims), list(desc.axes),
-            len(desc.seq_lengths), list(desc.seq_lengths), desc.padding_fill)
+    check(
+        isinstance(desc, SeqDataDescriptor) and desc.is_set(),
+        "descriptor was never set",
+        "get_seq_data_descriptor",
+        "seq_data_desc",
+        Status.BAD_PARAM_NOT_FINALIZED,
+    )
+    return (
+        desc.data_type,
+        SEQDATA_DIM_COUNT,
+        list(desc.dims),
+        list(desc.axes),
+        len(desc.seq_lengths),
+        list(desc.seq_lengths),
+        desc.padding_fill,
+    )
 
 
-__all__ = ["AttnQueryMap", "MultiHeadAttnWeightKind", "WgradMode", "SeqDataAxis",
-           "AttnDescriptor", "SeqDataDescriptor", "create_attn_descriptor",
-           "destroy_attn_descriptor", "set_attn_descriptor", "get_attn_descriptor",
-           "create_seq_data_descriptor", "destroy_seq_data_descriptor",
-           "set_seq_data_descriptor", "get_seq_data_descriptor"]
+__all__ = [
+    "AttnQueryMap",
+    "MultiHeadAttnWeightKind",
+    "WgradMode",
+    "SeqDataAxis",
+    "AttnDescriptor",
+    "SeqDataDescriptor",
+    "create_attn_descriptor",
+    "destroy_attn_descriptor",
+    "set_attn_descriptor",
+    "get_attn_descriptor",
+    "create_seq_data_descriptor",
+    "destroy_seq_data_descriptor",
+    "set_seq_data_descriptor",
+    "get_seq_data_descriptor",
+]

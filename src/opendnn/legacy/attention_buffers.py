@@ -1,6 +1,7 @@
 """cudnnGetMultiHeadAttnBuffers / cudnnGetMultiHeadAttnWeights: the sizes of the weight,
 workspace and reserve buffers and views of the packed weights (the layout is described
 in ``attention.py``)."""
+
 from __future__ import annotations
 
 from ..errors import Status
@@ -12,8 +13,13 @@ from .tensor import TensorDescriptor
 
 # ---- buffers and weights -----------------------------------------------------------------
 def _check_attn(desc, op) -> None:
-    check(isinstance(desc, AttnDescriptor) and desc.is_set(), "the attention descriptor was "
-          "never set (set_attn_descriptor)", op, "attn_desc", Status.BAD_PARAM_NOT_FINALIZED)
+    check(
+        isinstance(desc, AttnDescriptor) and desc.is_set(),
+        "the attention descriptor was never set (set_attn_descriptor)",
+        op,
+        "attn_desc",
+        Status.BAD_PARAM_NOT_FINALIZED,
+    )
 
 
 def pad8(size: int) -> int:
@@ -21,7 +27,7 @@ def pad8(size: int) -> int:
     return (size + 7) // 8 * 8
 
 
-KINDS = {"stats": "float32", "rng": "int64"}       # pieces not of the data type
+KINDS = {"stats": "float32", "rng": "int64"}  # pieces not of the data type
 ITEM = {"float32": 4, "int64": 8}
 
 
@@ -39,14 +45,27 @@ def buffer_sizes(desc) -> tuple:
     n, m, h = desc.max_batch_size, desc.max_beam_size, desc.n_heads
     m_kv = m if desc.one_to_one else 1
     qo, kv = n * m * desc.qo_max_seq_length, n * m_kv * desc.kv_max_seq_length
-    reserve = {"qp": qo * h * desc.q_len, "kp": kv * h * desc.k_len, "vp": kv * h * desc.v_len,
-               "hcat": qo * h * desc.v_len, "stats": qo * h, "rng": 8,
-               "dqp": qo * h * desc.q_len, "dkp": kv * h * desc.k_len,
-               "dvp": kv * h * desc.v_len}
+    reserve = {
+        "qp": qo * h * desc.q_len,
+        "kp": kv * h * desc.k_len,
+        "vp": kv * h * desc.v_len,
+        "hcat": qo * h * desc.v_len,
+        "stats": qo * h,
+        "rng": 8,
+        "dqp": qo * h * desc.q_len,
+        "dkp": kv * h * desc.k_len,
+        "dvp": kv * h * desc.v_len,
+    }
     widest = max(desc.q_size, desc.k_size, desc.v_size, h * desc.v_len) + 1
-    work = {"o": qo * desc.o_len, "y": qo * desc.o_len, "do": qo * desc.o_len,
-            "dod": qo * desc.o_len, "dh": qo * h * desc.v_len, "pack": max(qo, kv) * widest,
-            **{f"i_{k}": reserve[k] for k in ("qp", "kp", "vp", "hcat")}}
+    work = {
+        "o": qo * desc.o_len,
+        "y": qo * desc.o_len,
+        "do": qo * desc.o_len,
+        "dod": qo * desc.o_len,
+        "dh": qo * h * desc.v_len,
+        "pack": max(qo, kv) * widest,
+        **{f"i_{k}": reserve[k] for k in ("qp", "kp", "vp", "hcat")},
+    }
     # head dims not a multiple of 8: the attention runs on zero-padded copies
     qk8, v8 = pad8(desc.q_len), pad8(desc.v_len)
     padded = {}
@@ -65,6 +84,7 @@ def buffer_sizes(desc) -> tuple:
             out[name] = (off, numel, kind)
             off += _aligned(numel * ITEM.get(kind, item))
         return off, out
+
     w_size, w_map = lay(work)
     r_size, r_map = lay(reserve)
     return w_size, r_size, {"work": w_map, "reserve": r_map}
@@ -88,6 +108,7 @@ def weight_views(desc, weights) -> dict:
     """{"q"|"k"|"v"|"o": the [rows, cols] matrix of each present block} of ``weights``
     (a torch tensor of at least ``blocks()["size"]`` bytes)."""
     import torch
+
     dtype = to_torch_dtype(desc.data_type)
     flat = weights.reshape(-1).view(torch.uint8)
     out = {}
@@ -95,31 +116,51 @@ def weight_views(desc, weights) -> dict:
     blocks.pop("size")
     for name, (rows, cols, offset) in blocks.items():
         nbytes = rows * cols * dtype.itemsize
-        out[name] = flat[offset:offset + nbytes].view(dtype).view(rows, cols)
+        out[name] = flat[offset : offset + nbytes].view(dtype).view(rows, cols)
     return out
 
 
 def check_weights(desc, weights, size, op, name="weights") -> dict:
     """Block views of ``weights`` after the size rules (BAD_PARAM naming ``name``)."""
     import torch
+
     need = desc.blocks()["size"]
-    check(int(size) >= need, f"{name} size {size} is below the {need} bytes the descriptor "
-          "needs (get_multi_head_attn_buffers)", op, name, Status.BAD_PARAM_SIZE_INSUFFICIENT)
+    check(
+        int(size) >= need,
+        f"{name} size {size} is below the {need} bytes the descriptor "
+        "needs (get_multi_head_attn_buffers)",
+        op,
+        name,
+        Status.BAD_PARAM_SIZE_INSUFFICIENT,
+    )
     if need == 0:
         return {}
-    check(isinstance(weights, torch.Tensor), f"{name} must be a torch tensor, got "
-          f"{type(weights).__name__}", op, name, Status.BAD_PARAM_NULL_POINTER)
+    check(
+        isinstance(weights, torch.Tensor),
+        f"{name} must be a torch tensor, got {type(weights).__name__}",
+        op,
+        name,
+        Status.BAD_PARAM_NULL_POINTER,
+    )
     nbytes = weights.numel() * weights.element_size()
-    check(weights.is_contiguous() and nbytes >= need, f"{name} must be a contiguous buffer of "
-          f"at least {need} bytes (holds {nbytes})", op, name,
-          Status.BAD_PARAM_SIZE_INSUFFICIENT)
-    check(weights.data_ptr() % 16 == 0, f"{name} must be 16-byte aligned", op, name,
-          Status.BAD_PARAM_MISALIGNED_POINTER)
+    check(
+        weights.is_contiguous() and nbytes >= need,
+        f"{name} must be a contiguous buffer of at least {need} bytes (holds {nbytes})",
+        op,
+        name,
+        Status.BAD_PARAM_SIZE_INSUFFICIENT,
+    )
+    check(
+        weights.data_ptr() % 16 == 0,
+        f"{name} must be 16-byte aligned",
+        op,
+        name,
+        Status.BAD_PARAM_MISALIGNED_POINTER,
+    )
     return weight_views(desc, weights)
 
 
-def get_multi_head_attn_weights(handle, attn_desc, w_kind, weight_size_in_bytes,
-                                weights) -> tuple:
+def get_multi_head_attn_weights(handle, attn_desc, w_kind, weight_size_in_bytes, weights) -> tuple:
     """cudnnGetMultiHeadAttnWeights -> (w_desc, w_view): a 3-D TensorDescriptor and the
     matching torch view into ``weights`` (writes go to the packed buffer). Q/K/V weights
     [n_heads, size, proj] (q'_h = q @ W[h]); O weights [n_heads, v_len, o_proj] (out =
@@ -132,8 +173,13 @@ def get_multi_head_attn_weights(handle, attn_desc, w_kind, weight_size_in_bytes,
         kind = MultiHeadAttnWeightKind(int(w_kind))
     except ValueError:
         kind = None
-    check(kind is not None, f"w_kind {w_kind!r} is not a MultiHeadAttnWeightKind", op,
-          "w_kind", Status.BAD_PARAM_OUT_OF_BOUND)
+    check(
+        kind is not None,
+        f"w_kind {w_kind!r} is not a MultiHeadAttnWeightKind",
+        op,
+        "w_kind",
+        Status.BAD_PARAM_OUT_OF_BOUND,
+    )
     views = check_weights(attn_desc, weights, weight_size_in_bytes, op)
     block = _KIND_BLOCK[int(kind)]
     w_desc = TensorDescriptor()
@@ -144,12 +190,15 @@ def get_multi_head_attn_weights(handle, attn_desc, w_kind, weight_size_in_bytes,
     h = attn_desc.n_heads
     if block == "o":
         rows = h * attn_desc.v_len
-        view = mat[rows:rows + 1].unsqueeze(0) if is_bias else mat[:rows].view(
-            h, attn_desc.v_len, mat.shape[1])
+        view = (
+            mat[rows : rows + 1].unsqueeze(0)
+            if is_bias
+            else mat[:rows].view(h, attn_desc.v_len, mat.shape[1])
+        )
     else:
         size = mat.shape[0] - (1 if attn_desc.biases else 0)
         proj = mat.shape[1] // h
-        part = mat[size:size + 1] if is_bias else mat[:size]
+        part = mat[size : size + 1] if is_bias else mat[:size]
         view = part.view(part.shape[0], h, proj).permute(1, 0, 2)
     w_desc.data_type, w_desc.dims = attn_desc.data_type, tuple(view.shape)
     w_desc.strides = tuple(view.stride())

@@ -45,6 +45,7 @@ Half and bfloat16 run on the Triton engines (matmul, attention); float32 graphs 
 float64 reference. Layout moves (packing, head copies, padding fills, the head sum of a
 disabled projection, ADD accumulation) are torch copies.
 """
+
 from __future__ import annotations
 
 import torch
@@ -74,7 +75,7 @@ def _project(handle, x, block, biases: bool, heads: int, dest) -> None:
         dest.view(n, m, t, heads, size).copy_(x.unsqueeze(3).expand(n, m, t, heads, size))
         return
     size = x.shape[-1]
-    bias = block[size:size + 1].view(1, 1, 1, -1) if biases else None
+    bias = block[size : size + 1].view(1, 1, 1, -1) if biases else None
     AG.matmul(handle, x, block[:size].view(1, 1, size, -1), dest, bias=bias)
 
 
@@ -87,8 +88,18 @@ def _unproject(handle, dxp, block, heads: int, dest) -> None:
     AG.matmul(handle, dxp, block[:size].t().unsqueeze(0).unsqueeze(0), dest)
 
 
-def _setup(op, attn_desc, descs, bufs, devs, work_space_size, work_space, reserve_size,
-           reserve, need_reserve: bool):
+def _setup(
+    op,
+    attn_desc,
+    descs,
+    bufs,
+    devs,
+    work_space_size,
+    work_space,
+    reserve_size,
+    reserve,
+    need_reserve: bool,
+):
     p = _problem(op, attn_desc, descs)
     views = {nm: _seq_view(buf, descs[nm], op, bname) for nm, (bname, buf) in bufs.items()}
     if devs is not None:
@@ -98,8 +109,7 @@ def _setup(op, attn_desc, descs, bufs, devs, work_space_size, work_space, reserv
     dtype = to_torch_dtype(attn_desc.data_type)
     work_raw = _space(work_space, work_space_size, w_need, op, "work_space")
     with_reserve = need_reserve or reserve is not None
-    res_raw = _space(reserve, reserve_size, r_need, op, "reserve_space") if with_reserve \
-        else None
+    res_raw = _space(reserve, reserve_size, r_need, op, "reserve_space") if with_reserve else None
     # the spaces are written: neither may share a byte with a sequence buffer or the other
     named = {bname: views[nm] for nm, (bname, _) in bufs.items()}
     if res_raw is not None:
@@ -111,12 +121,30 @@ def _setup(op, attn_desc, descs, bufs, devs, work_space_size, work_space, reserv
     return p, views, work, res
 
 
-def multi_head_attn_forward(handle, attn_desc, curr_idx, lo_win_idx, hi_win_idx,
-                            dev_seq_lengths_qo, dev_seq_lengths_kv, q_desc, queries,
-                            residuals, k_desc, keys, v_desc, values, o_desc, out,
-                            weight_size_in_bytes, weights, work_space_size_in_bytes,
-                            work_space, reserve_space_size_in_bytes=0,
-                            reserve_space=None) -> None:
+def multi_head_attn_forward(
+    handle,
+    attn_desc,
+    curr_idx,
+    lo_win_idx,
+    hi_win_idx,
+    dev_seq_lengths_qo,
+    dev_seq_lengths_kv,
+    q_desc,
+    queries,
+    residuals,
+    k_desc,
+    keys,
+    v_desc,
+    values,
+    o_desc,
+    out,
+    weight_size_in_bytes,
+    weights,
+    work_space_size_in_bytes,
+    work_space,
+    reserve_space_size_in_bytes=0,
+    reserve_space=None,
+) -> None:
     """cudnnMultiHeadAttnForward: out [N, M, T_q, o_len] (o_desc's layout) from queries
     [N, M, T_q, q_size], keys [N, M_kv, T_kv, k_size], values [N, M_kv, T_kv, v_size] and
     residuals (queries' layout, or None). With a reserve space (training) every query
@@ -127,26 +155,58 @@ def multi_head_attn_forward(handle, attn_desc, curr_idx, lo_win_idx, hi_win_idx,
     a = attn_desc
     training = reserve_space is not None
     descs = {"q_desc": q_desc, "k_desc": k_desc, "v_desc": v_desc, "o_desc": o_desc}
-    bufs = {"q_desc": ("queries", queries), "k_desc": ("keys", keys),
-            "v_desc": ("values", values), "o_desc": ("out", out)}
-    p, views, work, res = _setup(op, a, descs, bufs, (dev_seq_lengths_qo, dev_seq_lengths_kv,
-                                 "dev_seq_lengths_qo", "dev_seq_lengths_kv"),
-                                 work_space_size_in_bytes, work_space,
-                                 reserve_space_size_in_bytes, reserve_space, False)
+    bufs = {
+        "q_desc": ("queries", queries),
+        "k_desc": ("keys", keys),
+        "v_desc": ("values", values),
+        "o_desc": ("out", out),
+    }
+    p, views, work, res = _setup(
+        op,
+        a,
+        descs,
+        bufs,
+        (dev_seq_lengths_qo, dev_seq_lengths_kv, "dev_seq_lengths_qo", "dev_seq_lengths_kv"),
+        work_space_size_in_bytes,
+        work_space,
+        reserve_space_size_in_bytes,
+        reserve_space,
+        False,
+    )
     q, k, v, o = (views[x] for x in descs)
-    check(isinstance(curr_idx, int) and not isinstance(curr_idx, bool), f"curr_idx "
-          f"{curr_idx!r} is not an int", op, "curr_idx", Status.BAD_PARAM_ATTRIBUTE_TYPE)
-    check(not training or curr_idx < 0, f"curr_idx {curr_idx} must be negative in training "
-          "mode (a reserve space is given)", op, "curr_idx", Status.BAD_PARAM)
-    check(curr_idx < p.t_q, f"curr_idx {curr_idx} is beyond the {p.t_q} query time steps",
-          op, "curr_idx", Status.BAD_PARAM_OUT_OF_BOUND)
+    check(
+        isinstance(curr_idx, int) and not isinstance(curr_idx, bool),
+        f"curr_idx {curr_idx!r} is not an int",
+        op,
+        "curr_idx",
+        Status.BAD_PARAM_ATTRIBUTE_TYPE,
+    )
+    check(
+        not training or curr_idx < 0,
+        f"curr_idx {curr_idx} must be negative in training mode (a reserve space is given)",
+        op,
+        "curr_idx",
+        Status.BAD_PARAM,
+    )
+    check(
+        curr_idx < p.t_q,
+        f"curr_idx {curr_idx} is beyond the {p.t_q} query time steps",
+        op,
+        "curr_idx",
+        Status.BAD_PARAM_OUT_OF_BOUND,
+    )
     steps = range(p.t_q) if curr_idx < 0 else range(curr_idx, curr_idx + 1)
     win = _window(op, lo_win_idx, hi_win_idx, p, steps)
     resid = None
     if residuals is not None:
-        check(a.o_len == a.q_size, f"residuals need o_len {a.o_len} equal to q_size "
-              f"{a.q_size}", op, "residuals", Status.BAD_PARAM_SHAPE_MISMATCH)
-        resid = _seq_view(residuals, q_desc, op, "residuals")[:, :, steps.start:steps.stop]
+        check(
+            a.o_len == a.q_size,
+            f"residuals need o_len {a.o_len} equal to q_size {a.q_size}",
+            op,
+            "residuals",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
+        resid = _seq_view(residuals, q_desc, op, "residuals")[:, :, steps.start : steps.stop]
     blocks = check_weights(a, weights, weight_size_in_bytes, op)
     h, ts, dev = a.n_heads, len(steps), q.device
     store = res if training else work
@@ -155,31 +215,40 @@ def multi_head_attn_forward(handle, attn_desc, curr_idx, lo_win_idx, hi_win_idx,
     kp = store(pre + "kp", p.n, p.m_kv, p.t_kv, h * a.k_len)
     vp = store(pre + "vp", p.n, p.m_kv, p.t_kv, h * a.v_len)
     hcat = store(pre + "hcat", p.n, p.m, ts, h * a.v_len)
-    _project(handle, q[:, :, steps.start:steps.stop], blocks.get("q"), a.biases, h, qp)
+    _project(handle, q[:, :, steps.start : steps.stop], blocks.get("q"), a.biases, h, qp)
     _project(handle, k, blocks.get("k"), a.biases, h, kp)
     _project(handle, v, blocks.get("v"), a.biases, h, vp)
     pad_kv = ~_valid(p.lens_kv, p.n, p.m_kv, range(p.t_kv), dev)
-    if bool(pad_kv.any()):      # padded keys never meet a query; keep NaN out of P @ V
+    if bool(pad_kv.any()):  # padded keys never meet a query; keep NaN out of P @ V
         kp.masked_fill_(pad_kv.unsqueeze(-1), 0)
         vp.masked_fill_(pad_kv.unsqueeze(-1), 0)
     b = p.n * p.m_kv
     rows = (p.m // p.m_kv) * ts
     mk = AG.masks(p, win, rows, dev)
     stats = res("stats", b, h, rows, 1) if training else None
-    attn_drop, post_drop = _rng(a, res, b * h * rows * p.t_kv, p.n * p.m * ts * a.o_len,
-                                record=True) if training else (None, None)
+    attn_drop, post_drop = (
+        _rng(a, res, b * h * rows * p.t_kv, p.n * p.m * ts * a.o_len, record=True)
+        if training
+        else (None, None)
+    )
     hc8 = _piece8(store, pre + "hcat8", hcat, h, a.v_len)
-    AG.sdpa(handle, a.sm_scaler, mk, AG.heads(AG.padded(store, pre + "qp8", qp, h, a.q_len),
-                                              b, h),
-            AG.heads(AG.padded(store, pre + "kp8", kp, h, a.k_len), b, h),
-            AG.heads(AG.padded(store, pre + "vp8", vp, h, a.v_len), b, h),
-            AG.heads(hc8, b, h), stats, drop=attn_drop)
+    AG.sdpa(
+        handle,
+        a.sm_scaler,
+        mk,
+        AG.heads(AG.padded(store, pre + "qp8", qp, h, a.q_len), b, h),
+        AG.heads(AG.padded(store, pre + "kp8", kp, h, a.k_len), b, h),
+        AG.heads(AG.padded(store, pre + "vp8", vp, h, a.v_len), b, h),
+        AG.heads(hc8, b, h),
+        stats,
+        drop=attn_drop,
+    )
     AG.compact(hc8, h, a.v_len, hcat)
-    dest_o = o[:, :, steps.start:steps.stop]
+    dest_o = o[:, :, steps.start : steps.stop]
     valid = _valid(p.lens_q, p.n, p.m, steps, dev)
     full = bool(valid.all())
     y = dest_o if full else work("o", p.n, p.m, ts, a.o_len)
-    if post_drop is not None:            # z = H_cat Wo + bo, then y = D_o z + residual
+    if post_drop is not None:  # z = H_cat Wo + bo, then y = D_o z + residual
         z = hcat
         if "o" in blocks:
             z = work("y", p.n, p.m, ts, a.o_len)
@@ -192,14 +261,13 @@ def multi_head_attn_forward(handle, attn_desc, curr_idx, lo_win_idx, hi_win_idx,
     else:
         y.copy_(hcat)
     if not full:
-        fill = dest_o if o_desc.padding_fill is None else torch.full_like(
-            y, o_desc.padding_fill)
+        fill = dest_o if o_desc.padding_fill is None else torch.full_like(y, o_desc.padding_fill)
         dest_o.copy_(torch.where(valid.unsqueeze(-1), y, fill))
 
 
 def _out_projection(handle, a, wo, hcat, dest, resid=None) -> None:
     rows_o = a.n_heads * a.v_len
-    bias = wo[rows_o:rows_o + 1].view(1, 1, 1, -1) if a.biases else None
+    bias = wo[rows_o : rows_o + 1].view(1, 1, 1, -1) if a.biases else None
     AG.matmul(handle, hcat, wo[:rows_o].view(1, 1, rows_o, -1), dest, bias=bias, resid=resid)
 
 
@@ -211,12 +279,13 @@ def _rng(a, res, attn_count: int, post_count: int, record: bool) -> tuple:
     does; the backward calls read the recorded words."""
     words = res("rng", 8)
     out = []
-    for i, (d, count) in enumerate(((a.attn_dropout_desc, attn_count),
-                                    (a.post_dropout_desc, post_count))):
+    for i, (d, count) in enumerate(
+        ((a.attn_dropout_desc, attn_count), (a.post_dropout_desc, post_count))
+    ):
         if d is None or d.dropout == 0.0:
             out.append(None)
             continue
-        w = words[4 * i:4 * i + 4]
+        w = words[4 * i : 4 * i + 4]
         if record:
             w.copy_(d.states)
             d.states[2:3].add_(counters(count))
@@ -224,12 +293,31 @@ def _rng(a, res, attn_count: int, post_count: int, record: bool) -> tuple:
     return tuple(out)
 
 
-def multi_head_attn_backward_data(handle, attn_desc, lo_win_idx, hi_win_idx,
-                                  dev_seq_lengths_dqdo, dev_seq_lengths_dkdv, do_desc, dout,
-                                  dq_desc, dqueries, queries, dk_desc, dkeys, keys, dv_desc,
-                                  dvalues, values, weight_size_in_bytes, weights,
-                                  work_space_size_in_bytes, work_space,
-                                  reserve_space_size_in_bytes, reserve_space) -> tuple:
+def multi_head_attn_backward_data(
+    handle,
+    attn_desc,
+    lo_win_idx,
+    hi_win_idx,
+    dev_seq_lengths_dqdo,
+    dev_seq_lengths_dkdv,
+    do_desc,
+    dout,
+    dq_desc,
+    dqueries,
+    queries,
+    dk_desc,
+    dkeys,
+    keys,
+    dv_desc,
+    dvalues,
+    values,
+    weight_size_in_bytes,
+    weights,
+    work_space_size_in_bytes,
+    work_space,
+    reserve_space_size_in_bytes,
+    reserve_space,
+) -> tuple:
     """cudnnMultiHeadAttnBackwardData: dqueries, dkeys, dvalues (written in place and
     returned) from dout and the reserve space of a training forward with the same
     descriptors, window and inputs. dqueries excludes the residual term (add dout when the
@@ -238,12 +326,29 @@ def multi_head_attn_backward_data(handle, attn_desc, lo_win_idx, hi_win_idx,
     op = "multi_head_attn_backward_data"
     a = attn_desc
     descs = {"dq_desc": dq_desc, "dk_desc": dk_desc, "dv_desc": dv_desc, "do_desc": do_desc}
-    bufs = {"dq_desc": ("dqueries", dqueries), "dk_desc": ("dkeys", dkeys),
-            "dv_desc": ("dvalues", dvalues), "do_desc": ("dout", dout)}
-    p, views, work, res = _setup(op, a, descs, bufs, (dev_seq_lengths_dqdo,
-                                 dev_seq_lengths_dkdv, "dev_seq_lengths_dqdo",
-                                 "dev_seq_lengths_dkdv"), work_space_size_in_bytes,
-                                 work_space, reserve_space_size_in_bytes, reserve_space, True)
+    bufs = {
+        "dq_desc": ("dqueries", dqueries),
+        "dk_desc": ("dkeys", dkeys),
+        "dv_desc": ("dvalues", dvalues),
+        "do_desc": ("dout", dout),
+    }
+    p, views, work, res = _setup(
+        op,
+        a,
+        descs,
+        bufs,
+        (
+            dev_seq_lengths_dqdo,
+            dev_seq_lengths_dkdv,
+            "dev_seq_lengths_dqdo",
+            "dev_seq_lengths_dkdv",
+        ),
+        work_space_size_in_bytes,
+        work_space,
+        reserve_space_size_in_bytes,
+        reserve_space,
+        True,
+    )
     dq, dk, dv, do = (views[x] for x in descs)
     steps = range(p.t_q)
     win = _window(op, lo_win_idx, hi_win_idx, p, steps)
@@ -261,16 +366,32 @@ def multi_head_attn_backward_data(handle, attn_desc, lo_win_idx, hi_win_idx,
         dh = dom
     mk = AG.masks(p, win, rows, dev)
     saved = _saved(p, res, a)
-    lens = {"q": a.q_len, "k": a.k_len, "v": a.v_len, "qp": a.q_len, "kp": a.k_len,
-            "vp": a.v_len, "hcat": a.v_len}
+    lens = {
+        "q": a.q_len,
+        "k": a.k_len,
+        "v": a.v_len,
+        "qp": a.q_len,
+        "kp": a.k_len,
+        "vp": a.v_len,
+        "hcat": a.v_len,
+    }
     ins = [_piece8(res, x + "8", saved[x], h, lens[x]) for x in ("qp", "kp", "vp", "hcat")]
-    grads = [res("dqp", *saved["qp"].shape), res("dkp", *saved["kp"].shape),
-             res("dvp", *saved["vp"].shape)]
+    grads = [
+        res("dqp", *saved["qp"].shape),
+        res("dkp", *saved["kp"].shape),
+        res("dvp", *saved["vp"].shape),
+    ]
     grads8 = [_piece8(res, f"d{x}p8", g, h, lens[x]) for g, x in zip(grads, "qkv")]
     dh8 = AG.padded(work, "dh8", dh, h, a.v_len)
-    AG.sdpa(handle, a.sm_scaler, mk, *(AG.heads(x, b, h) for x in ins),
-            res("stats", b, h, rows, 1), grads=[AG.heads(x, b, h) for x in [dh8] + grads8],
-            drop=attn_drop)
+    AG.sdpa(
+        handle,
+        a.sm_scaler,
+        mk,
+        *(AG.heads(x, b, h) for x in ins),
+        res("stats", b, h, rows, 1),
+        grads=[AG.heads(x, b, h) for x in [dh8] + grads8],
+        drop=attn_drop,
+    )
     for dxp8, dxp, name, dest in zip(grads8, grads, "qkv", (dq, dk, dv)):
         AG.compact(dxp8, h, lens[name], dxp)
         _unproject(handle, dxp, blocks.get(name), h, dest)
@@ -279,10 +400,12 @@ def multi_head_attn_backward_data(handle, attn_desc, lo_win_idx, hi_win_idx,
 
 def _saved(p, res, a) -> dict:
     h = a.n_heads
-    return {"qp": res("qp", p.n, p.m, p.t_q, h * a.q_len),
-            "kp": res("kp", p.n, p.m_kv, p.t_kv, h * a.k_len),
-            "vp": res("vp", p.n, p.m_kv, p.t_kv, h * a.v_len),
-            "hcat": res("hcat", p.n, p.m, p.t_q, h * a.v_len)}
+    return {
+        "qp": res("qp", p.n, p.m, p.t_q, h * a.q_len),
+        "kp": res("kp", p.n, p.m_kv, p.t_kv, h * a.k_len),
+        "vp": res("vp", p.n, p.m_kv, p.t_kv, h * a.v_len),
+        "hcat": res("hcat", p.n, p.m, p.t_q, h * a.v_len),
+    }
 
 
 def _piece8(store, name, like, h, size):
@@ -307,11 +430,26 @@ def _masked_dout(p, work, do, o_len, dev, post_drop, handle) -> torch.Tensor:
     return dz
 
 
-def multi_head_attn_backward_weights(handle, attn_desc, add_grad, q_desc, queries, k_desc,
-                                     keys, v_desc, values, do_desc, dout,
-                                     weight_size_in_bytes, weights, dweights,
-                                     work_space_size_in_bytes, work_space,
-                                     reserve_space_size_in_bytes, reserve_space):
+def multi_head_attn_backward_weights(
+    handle,
+    attn_desc,
+    add_grad,
+    q_desc,
+    queries,
+    k_desc,
+    keys,
+    v_desc,
+    values,
+    do_desc,
+    dout,
+    weight_size_in_bytes,
+    weights,
+    dweights,
+    work_space_size_in_bytes,
+    work_space,
+    reserve_space_size_in_bytes,
+    reserve_space,
+):
     """cudnnMultiHeadAttnBackwardWeights: the gradients of every weight and bias, in
     dweights' packed layout (the weights' layout), written (WgradMode.SET) or added
     (WgradMode.ADD). Needs the reserve space after multi_head_attn_backward_data.
@@ -322,36 +460,60 @@ def multi_head_attn_backward_weights(handle, attn_desc, add_grad, q_desc, querie
         mode = WgradMode(int(add_grad))
     except ValueError:
         mode = None
-    check(mode is not None, f"add_grad {add_grad!r} is not a WgradMode (ADD, SET)", op,
-          "add_grad", Status.BAD_PARAM_OUT_OF_BOUND)
+    check(
+        mode is not None,
+        f"add_grad {add_grad!r} is not a WgradMode (ADD, SET)",
+        op,
+        "add_grad",
+        Status.BAD_PARAM_OUT_OF_BOUND,
+    )
     descs = {"q_desc": q_desc, "k_desc": k_desc, "v_desc": v_desc, "do_desc": do_desc}
-    bufs = {"q_desc": ("queries", queries), "k_desc": ("keys", keys),
-            "v_desc": ("values", values), "do_desc": ("dout", dout)}
-    p, views, work, res = _setup(op, a, descs, bufs, None,
-                                 work_space_size_in_bytes, work_space,
-                                 reserve_space_size_in_bytes, reserve_space, True)
+    bufs = {
+        "q_desc": ("queries", queries),
+        "k_desc": ("keys", keys),
+        "v_desc": ("values", values),
+        "do_desc": ("dout", dout),
+    }
+    p, views, work, res = _setup(
+        op,
+        a,
+        descs,
+        bufs,
+        None,
+        work_space_size_in_bytes,
+        work_space,
+        reserve_space_size_in_bytes,
+        reserve_space,
+        True,
+    )
     check_weights(a, weights, weight_size_in_bytes, op)
     grads = check_weights(a, dweights, weight_size_in_bytes, op, "dweights")
     h, dev = a.n_heads, views["q_desc"].device
     saved = _saved(p, res, a)
-    dxp = {"q": res("dqp", p.n, p.m, p.t_q, h * a.q_len),
-           "k": res("dkp", p.n, p.m_kv, p.t_kv, h * a.k_len),
-           "v": res("dvp", p.n, p.m_kv, p.t_kv, h * a.v_len)}
-    xs = {"q": (views["q_desc"], p.lens_q, p.m, p.t_q),
-          "k": (views["k_desc"], p.lens_kv, p.m_kv, p.t_kv),
-          "v": (views["v_desc"], p.lens_kv, p.m_kv, p.t_kv)}
+    dxp = {
+        "q": res("dqp", p.n, p.m, p.t_q, h * a.q_len),
+        "k": res("dkp", p.n, p.m_kv, p.t_kv, h * a.k_len),
+        "v": res("dvp", p.n, p.m_kv, p.t_kv, h * a.v_len),
+    }
+    xs = {
+        "q": (views["q_desc"], p.lens_q, p.m, p.t_q),
+        "k": (views["k_desc"], p.lens_kv, p.m_kv, p.t_kv),
+        "v": (views["v_desc"], p.lens_kv, p.m_kv, p.t_kv),
+    }
     for name, block in grads.items():
         if name == "o":
             x, lengths, m, t = saved["hcat"], p.lens_q, p.m, p.t_q
-            dy = _masked_dout(p, work, views["do_desc"], a.o_len, dev,
-                              _rng(a, res, 0, 0, record=False)[1], handle)
+            dy = _masked_dout(
+                p, work, views["do_desc"], a.o_len, dev, _rng(a, res, 0, 0, record=False)[1], handle
+            )
         else:
             (x, lengths, m, t), dy = xs[name], dxp[name]
         tokens, size = p.n * m * t, x.shape[-1]
         packed = work("pack", tokens, block.shape[0])
         valid = _valid(lengths, p.n, m, range(t), dev).view(tokens, 1)
-        packed[:, :size].copy_(torch.where(valid, x.reshape(tokens, size),
-                                           torch.zeros((), dtype=x.dtype, device=dev)))
+        packed[:, :size].copy_(
+            torch.where(valid, x.reshape(tokens, size), torch.zeros((), dtype=x.dtype, device=dev))
+        )
         if a.biases:
             packed[:, size:].fill_(1)
         dest = block if mode == WgradMode.SET else torch.empty_like(block)
@@ -361,5 +523,8 @@ def multi_head_attn_backward_weights(handle, attn_desc, add_grad, q_desc, querie
     return dweights
 
 
-__all__ = ["multi_head_attn_forward", "multi_head_attn_backward_data",
-           "multi_head_attn_backward_weights"]
+__all__ = [
+    "multi_head_attn_forward",
+    "multi_head_attn_backward_data",
+    "multi_head_attn_backward_weights",
+]

@@ -1,6 +1,7 @@
 """Checks, buffer carving and the cached graphs behind the multi-head attention calls
 (``attention_calls.py`` has the calls and the algorithm; ``attention.py`` the model,
 the descriptors and the weight layout)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,6 +24,7 @@ _cache = LRU(legacy_cache_size)
 class Problem:
     """The sizes of one call: N batch entries, M query beams, M_kv K/V beams (1 or M),
     T_q / T_kv time steps; lengths per (n, m) and per (n, m_kv), beam fastest."""
+
     n: int
     m: int
     m_kv: int
@@ -34,80 +36,184 @@ class Problem:
 
 # ---- checks ------------------------------------------------------------------------------
 def _problem(op, a, descs: dict) -> Problem:
-    check(isinstance(a, AttnDescriptor) and a.is_set(), "the attention descriptor was never "
-          "set (set_attn_descriptor)", op, "attn_desc", Status.BAD_PARAM_NOT_FINALIZED)
+    check(
+        isinstance(a, AttnDescriptor) and a.is_set(),
+        "the attention descriptor was never set (set_attn_descriptor)",
+        op,
+        "attn_desc",
+        Status.BAD_PARAM_NOT_FINALIZED,
+    )
     for name, d in descs.items():
-        check(isinstance(d, SeqDataDescriptor) and d.is_set(), "descriptor was never set "
-              "(set_seq_data_descriptor)", op, name, Status.BAD_PARAM_NOT_FINALIZED)
-        check(d.data_type == a.data_type, f"data type {d.data_type.name} differs from the "
-              f"attention descriptor's {a.data_type.name}", op, name, Status.BAD_PARAM)
+        check(
+            isinstance(d, SeqDataDescriptor) and d.is_set(),
+            "descriptor was never set (set_seq_data_descriptor)",
+            op,
+            name,
+            Status.BAD_PARAM_NOT_FINALIZED,
+        )
+        check(
+            d.data_type == a.data_type,
+            f"data type {d.data_type.name} differs from the "
+            f"attention descriptor's {a.data_type.name}",
+            op,
+            name,
+            Status.BAD_PARAM,
+        )
     q, k, v, o = (descs[x] for x in descs)
     nq, nk, nv, no = list(descs)
-    for d, name, want in ((q, nq, a.q_size), (k, nk, a.k_size), (v, nv, a.v_size),
-                          (o, no, a.o_len)):
-        check(d.dims[V] == want, f"VECT size {d.dims[V]} must be {want}", op, name,
-              Status.BAD_PARAM_SHAPE_MISMATCH)
+    for d, name, want in (
+        (q, nq, a.q_size),
+        (k, nk, a.k_size),
+        (v, nv, a.v_size),
+        (o, no, a.o_len),
+    ):
+        check(
+            d.dims[V] == want,
+            f"VECT size {d.dims[V]} must be {want}",
+            op,
+            name,
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
     for (d, name), (like, lname) in (((o, no), (q, nq)), ((v, nv), (k, nk))):
-        check(d.dims[:3] == like.dims[:3], f"TIME, BATCH, BEAM {list(d.dims[:3])} must equal "
-              f"{lname}'s {list(like.dims[:3])}", op, name, Status.BAD_PARAM_SHAPE_MISMATCH)
-        check(d.seq_lengths == like.seq_lengths, f"sequence lengths must equal {lname}'s",
-              op, name, Status.BAD_PARAM_SHAPE_MISMATCH)
-    check(k.dims[N] == q.dims[N], f"BATCH {k.dims[N]} must equal {nq}'s {q.dims[N]}", op, nk,
-          Status.BAD_PARAM_SHAPE_MISMATCH)
+        check(
+            d.dims[:3] == like.dims[:3],
+            f"TIME, BATCH, BEAM {list(d.dims[:3])} must equal {lname}'s {list(like.dims[:3])}",
+            op,
+            name,
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
+        check(
+            d.seq_lengths == like.seq_lengths,
+            f"sequence lengths must equal {lname}'s",
+            op,
+            name,
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
+    check(
+        k.dims[N] == q.dims[N],
+        f"BATCH {k.dims[N]} must equal {nq}'s {q.dims[N]}",
+        op,
+        nk,
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+    )
     m_kv = q.dims[M] if a.one_to_one else 1
-    check(k.dims[M] == m_kv, f"BEAM {k.dims[M]} must be {m_kv} (QUERYMAP_"
-          f"{'ONE_TO_ONE: the query beam' if a.one_to_one else 'ALL_TO_ONE: 1'})", op, nk,
-          Status.BAD_PARAM_SHAPE_MISMATCH)
-    for d, name, most, what in ((q, nq, a.qo_max_seq_length, "qo_max_seq_length"),
-                                (k, nk, a.kv_max_seq_length, "kv_max_seq_length")):
-        check(d.dims[T] <= most, f"TIME {d.dims[T]} exceeds {what} {most}", op, name,
-              Status.BAD_PARAM_OUT_OF_BOUND)
-    check(q.dims[N] <= a.max_batch_size, f"BATCH {q.dims[N]} exceeds max_batch_size "
-          f"{a.max_batch_size}", op, nq, Status.BAD_PARAM_OUT_OF_BOUND)
-    check(q.dims[M] <= a.max_beam_size, f"BEAM {q.dims[M]} exceeds max_beam_size "
-          f"{a.max_beam_size}", op, nq, Status.BAD_PARAM_OUT_OF_BOUND)
+    check(
+        k.dims[M] == m_kv,
+        f"BEAM {k.dims[M]} must be {m_kv} (QUERYMAP_"
+        f"{'ONE_TO_ONE: the query beam' if a.one_to_one else 'ALL_TO_ONE: 1'})",
+        op,
+        nk,
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+    )
+    for d, name, most, what in (
+        (q, nq, a.qo_max_seq_length, "qo_max_seq_length"),
+        (k, nk, a.kv_max_seq_length, "kv_max_seq_length"),
+    ):
+        check(
+            d.dims[T] <= most,
+            f"TIME {d.dims[T]} exceeds {what} {most}",
+            op,
+            name,
+            Status.BAD_PARAM_OUT_OF_BOUND,
+        )
+    check(
+        q.dims[N] <= a.max_batch_size,
+        f"BATCH {q.dims[N]} exceeds max_batch_size {a.max_batch_size}",
+        op,
+        nq,
+        Status.BAD_PARAM_OUT_OF_BOUND,
+    )
+    check(
+        q.dims[M] <= a.max_beam_size,
+        f"BEAM {q.dims[M]} exceeds max_beam_size {a.max_beam_size}",
+        op,
+        nq,
+        Status.BAD_PARAM_OUT_OF_BOUND,
+    )
     for what, size in (("q_len", a.q_len), ("v_len", a.v_len)):
         if size > 256:
-            raise _unsupported(f"{op}: per-head {what} {size} exceeds 256 (the sdpa node's "
-                               "largest head dim)", op, Status.NOT_SUPPORTED_SHAPE)
-    return Problem(q.dims[N], q.dims[M], m_kv, q.dims[T], k.dims[T], q.seq_lengths,
-                   k.seq_lengths)
+            raise _unsupported(
+                f"{op}: per-head {what} {size} exceeds 256 (the sdpa node's largest head dim)",
+                op,
+                Status.NOT_SUPPORTED_SHAPE,
+            )
+    return Problem(q.dims[N], q.dims[M], m_kv, q.dims[T], k.dims[T], q.seq_lengths, k.seq_lengths)
 
 
 def _seq_view(buf, d: SeqDataDescriptor, op, name) -> torch.Tensor:
     """``buf`` as [N, M, T, V] with the descriptor's packed strides."""
     check(buf is not None, "is NULL", op, name, Status.BAD_PARAM_NULL_POINTER)
-    check(isinstance(buf, torch.Tensor), f"must be a torch tensor, got {type(buf).__name__}",
-          op, name, Status.BAD_PARAM)
-    check(buf.dtype == to_torch_dtype(d.data_type), f"dtype {buf.dtype} does not match the "
-          f"descriptor's {d.data_type.name}", op, name, Status.BAD_PARAM)
-    check(buf.is_contiguous() and buf.numel() >= d.numel, f"must be a contiguous buffer of "
-          f"at least {d.numel} elements (has {buf.numel()})", op, name,
-          Status.BAD_PARAM_SIZE_INSUFFICIENT)
+    check(
+        isinstance(buf, torch.Tensor),
+        f"must be a torch tensor, got {type(buf).__name__}",
+        op,
+        name,
+        Status.BAD_PARAM,
+    )
+    check(
+        buf.dtype == to_torch_dtype(d.data_type),
+        f"dtype {buf.dtype} does not match the descriptor's {d.data_type.name}",
+        op,
+        name,
+        Status.BAD_PARAM,
+    )
+    check(
+        buf.is_contiguous() and buf.numel() >= d.numel,
+        f"must be a contiguous buffer of at least {d.numel} elements (has {buf.numel()})",
+        op,
+        name,
+        Status.BAD_PARAM_SIZE_INSUFFICIENT,
+    )
     st = d.strides
-    return buf.reshape(-1)[:d.numel].as_strided(
-        (d.dims[N], d.dims[M], d.dims[T], d.dims[V]), (st[N], st[M], st[T], st[V]))
+    return buf.reshape(-1)[: d.numel].as_strided(
+        (d.dims[N], d.dims[M], d.dims[T], d.dims[V]), (st[N], st[M], st[T], st[V])
+    )
 
 
 def _dev_lengths(dev, want: tuple, op, name) -> None:
     check(dev is not None, "is NULL", op, name, Status.BAD_PARAM_NULL_POINTER)
     got = [int(x) for x in torch.as_tensor(dev).reshape(-1).tolist()]
-    check(got == list(want), f"{got} differs from the descriptor's sequence lengths "
-          f"{list(want)}", op, name, Status.BAD_PARAM)
+    check(
+        got == list(want),
+        f"{got} differs from the descriptor's sequence lengths {list(want)}",
+        op,
+        name,
+        Status.BAD_PARAM,
+    )
 
 
 def _space(buf, size, need, op, name) -> torch.Tensor | None:
-    check(int(size) >= need, f"{name}_size {size} is below the {need} bytes needed "
-          "(get_multi_head_attn_buffers)", op, name, Status.BAD_PARAM_SIZE_INSUFFICIENT)
+    check(
+        int(size) >= need,
+        f"{name}_size {size} is below the {need} bytes needed (get_multi_head_attn_buffers)",
+        op,
+        name,
+        Status.BAD_PARAM_SIZE_INSUFFICIENT,
+    )
     if need == 0:
         return None
-    check(isinstance(buf, torch.Tensor), f"must be a torch tensor of at least {need} bytes",
-          op, name, Status.BAD_PARAM_NULL_POINTER)
+    check(
+        isinstance(buf, torch.Tensor),
+        f"must be a torch tensor of at least {need} bytes",
+        op,
+        name,
+        Status.BAD_PARAM_NULL_POINTER,
+    )
     nbytes = buf.numel() * buf.element_size()
-    check(buf.is_contiguous() and nbytes >= need, f"must be a contiguous buffer of at least "
-          f"{need} bytes (holds {nbytes})", op, name, Status.BAD_PARAM_SIZE_INSUFFICIENT)
-    check(buf.data_ptr() % 16 == 0, "must be 16-byte aligned", op, name,
-          Status.BAD_PARAM_MISALIGNED_POINTER)
+    check(
+        buf.is_contiguous() and nbytes >= need,
+        f"must be a contiguous buffer of at least {need} bytes (holds {nbytes})",
+        op,
+        name,
+        Status.BAD_PARAM_SIZE_INSUFFICIENT,
+    )
+    check(
+        buf.data_ptr() % 16 == 0,
+        "must be 16-byte aligned",
+        op,
+        name,
+        Status.BAD_PARAM_MISALIGNED_POINTER,
+    )
     return buf.reshape(-1).view(torch.uint8)
 
 
@@ -124,22 +230,37 @@ class _Carve:
         count = 1
         for s in shape:
             count *= s
-        return self.raw[offset:offset + count * dt.itemsize].view(dt).view(*shape)
+        return self.raw[offset : offset + count * dt.itemsize].view(dt).view(*shape)
 
 
 def _window(op, lo, hi, p: Problem, steps) -> tuple:
     """Per selected step t: (lo, hi) clipped to [0, T_kv], after the rules."""
     for arr, name in ((lo, "lo_win_idx"), (hi, "hi_win_idx")):
         check(arr is not None, "is NULL", op, name, Status.BAD_PARAM_NULL_POINTER)
-        check(len(arr) >= p.t_q, f"has {len(arr)} entries, fewer than the {p.t_q} query time "
-              "steps", op, name, Status.BAD_PARAM_SIZE_INSUFFICIENT)
+        check(
+            len(arr) >= p.t_q,
+            f"has {len(arr)} entries, fewer than the {p.t_q} query time steps",
+            op,
+            name,
+            Status.BAD_PARAM_SIZE_INSUFFICIENT,
+        )
     out = []
     for t in steps:
         a, b = int(lo[t]), int(hi[t])
-        check(a >= 0, f"lo_win_idx[{t}] = {a} is negative", op, "lo_win_idx",
-              Status.BAD_PARAM_OUT_OF_BOUND)
-        check(b >= a, f"hi_win_idx[{t}] = {b} is below lo_win_idx[{t}] = {a}", op,
-              "hi_win_idx", Status.BAD_PARAM_OUT_OF_BOUND)
+        check(
+            a >= 0,
+            f"lo_win_idx[{t}] = {a} is negative",
+            op,
+            "lo_win_idx",
+            Status.BAD_PARAM_OUT_OF_BOUND,
+        )
+        check(
+            b >= a,
+            f"hi_win_idx[{t}] = {b} is below lo_win_idx[{t}] = {a}",
+            op,
+            "hi_win_idx",
+            Status.BAD_PARAM_OUT_OF_BOUND,
+        )
         out.append((min(a, p.t_kv), min(b, p.t_kv)))
     return tuple(out)
 
@@ -154,8 +275,12 @@ def _gt(g, t, name):
 
 
 def _new_graph(handle, name):
-    return Graph(name=name, handle=handle, intermediate_data_type=DataType.FLOAT,
-                 compute_data_type=DataType.FLOAT)
+    return Graph(
+        name=name,
+        handle=handle,
+        intermediate_data_type=DataType.FLOAT,
+        compute_data_type=DataType.FLOAT,
+    )
 
 
 def _run(g, pack, device) -> None:
@@ -191,8 +316,7 @@ def dropout(handle, p: float, seed, offset, x, dest, resid=None, backward=False)
     """dest = x * mask / (1 - p) (+ resid): the dropout (or, ``backward``, its gradient,
     the same mask) over x's logical elements from (seed, offset) one-element int64
     tensors, through a cached graph."""
-    key = ("dropout", str(handle.device), float(p), backward, _sig(x), _sig(dest),
-           _sig(resid))
+    key = ("dropout", str(handle.device), float(p), backward, _sig(x), _sig(dest), _sig(resid))
     hit = _cache.get(key)
     if hit is None:
         g = _new_graph(handle, "multi_head_attn_dropout")
@@ -200,8 +324,7 @@ def dropout(handle, p: float, seed, offset, x, dest, resid=None, backward=False)
         if backward:
             t = g.dropout_backward(ins[0], float(p), ins[1], ins[2], name="dropout_backward")
         else:
-            t = g.dropout(ins[0], float(p), ins[1], ins[2], generate_mask=False,
-                          name="dropout")[0]
+            t = g.dropout(ins[0], float(p), ins[1], ins[2], generate_mask=False, name="dropout")[0]
         if resid is not None:
             ins.append(_gt(g, resid, "residual"))
             t = g.add(t, ins[-1], name="add_residual")
@@ -237,8 +360,9 @@ def _band(win: tuple, t_kv: int):
 @dataclasses.dataclass(frozen=True)
 class Masks:
     """How the window and the key lengths reach the sdpa node."""
-    band: tuple | None          # (left, right) or None
-    bias: torch.Tensor | None   # [1, 1, R, T_kv] float32 of 0 / -inf
+
+    band: tuple | None  # (left, right) or None
+    bias: torch.Tensor | None  # [1, 1, R, T_kv] float32 of 0 / -inf
     lens_q: torch.Tensor | None  # [B, 1, 1, 1] int32 (with the padding mask)
     lens_kv: torch.Tensor | None
 
@@ -248,8 +372,7 @@ class Masks:
     def kwargs(self, g, ins: dict) -> dict:
         kw = {}
         if self.band is not None:
-            kw.update(diagonal_band_left_bound=self.band[0],
-                      diagonal_band_right_bound=self.band[1])
+            kw.update(diagonal_band_left_bound=self.band[0], diagonal_band_right_bound=self.band[1])
         if self.bias is not None:
             kw["bias"] = ins["bias"] = _gt(g, self.bias, "window")
         if self.lens_q is not None:
@@ -306,9 +429,15 @@ def sdpa(handle, scale, mk: Masks, q, k, v, o, stats=None, grads=None, drop=None
     (probability, seed, offset), seed and offset one-element int64 tensors, or None."""
     rng = () if drop is None else (drop[1], drop[2])
     tensors = (q, k, v, o, stats) + tuple(grads or ()) + rng
-    key = ("sdpa", str(handle.device), float(scale), mk.key(), grads is None,
-           None if drop is None else float(drop[0]),
-           tuple(_sig(t) for t in tensors) + tuple(_sig(t) for t in mk.bufs().values()))
+    key = (
+        "sdpa",
+        str(handle.device),
+        float(scale),
+        mk.key(),
+        grads is None,
+        None if drop is None else float(drop[0]),
+        tuple(_sig(t) for t in tensors) + tuple(_sig(t) for t in mk.bufs().values()),
+    )
     hit = _cache.get(key)
     if hit is None:
         g = _new_graph(handle, "multi_head_attn_sdpa")
@@ -318,18 +447,33 @@ def sdpa(handle, scale, mk: Masks, q, k, v, o, stats=None, grads=None, drop=None
             ins["seed"], ins["offset"] = _gt(g, drop[1], "seed"), _gt(g, drop[2], "offset")
             kw["dropout"] = (float(drop[0]), ins["seed"], ins["offset"])
         if grads is None:
-            out, st = g.sdpa(ins["q"], ins["k"], ins["v"], attn_scale=float(scale),
-                             generate_stats=stats is not None, name="sdpa", **kw)
+            out, st = g.sdpa(
+                ins["q"],
+                ins["k"],
+                ins["v"],
+                attn_scale=float(scale),
+                generate_stats=stats is not None,
+                name="sdpa",
+                **kw,
+            )
             outs = {"o": out, "stats": st}
         else:
-            ins.update({r: _gt(g, t, r) for r, t in (("o", o), ("stats", stats),
-                                                     ("do", grads[0]))})
-            dq, dk, dv = g.sdpa_backward(ins["q"], ins["k"], ins["v"], ins["o"], ins["do"],
-                                         ins["stats"], attn_scale=float(scale),
-                                         name="sdpa_backward", **kw)
+            ins.update({r: _gt(g, t, r) for r, t in (("o", o), ("stats", stats), ("do", grads[0]))})
+            dq, dk, dv = g.sdpa_backward(
+                ins["q"],
+                ins["k"],
+                ins["v"],
+                ins["o"],
+                ins["do"],
+                ins["stats"],
+                attn_scale=float(scale),
+                name="sdpa_backward",
+                **kw,
+            )
             outs = {"dq": dq, "dk": dk, "dv": dv}
-        like = {"o": o, "stats": stats} if grads is None else dict(zip(("dq", "dk", "dv"),
-                                                                       grads[1:]))
+        like = (
+            {"o": o, "stats": stats} if grads is None else dict(zip(("dq", "dk", "dv"), grads[1:]))
+        )
         for r, t in outs.items():
             if t is not None:
                 t.set_output(True).set_dim(list(like[r].shape))
@@ -365,12 +509,10 @@ def compact(x8, h: int, size: int, dest) -> None:
     x8 is dest)."""
     if x8 is not dest:
         width = x8.shape[-1] // h
-        dest.view(*dest.shape[:-1], h, size).copy_(x8.view(*x8.shape[:-1], h, width)[
-            ..., :size])
+        dest.view(*dest.shape[:-1], h, size).copy_(x8.view(*x8.shape[:-1], h, width)[..., :size])
 
 
 def heads(x, b: int, h: int) -> torch.Tensor:
     """A packed [N, M, T, H * D] buffer as the attention's [B, H, R, D] view."""
     d = x.shape[-1] // h
     return x.reshape(b, -1, h, d).permute(0, 2, 1, 3)
-

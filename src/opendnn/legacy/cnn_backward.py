@@ -10,6 +10,7 @@ GEMMs over the batch), ALGO_3 (split-K with index tables in the workspace,
 nondeterministic) and WINOGRAD_NONFUSED (F(3x3, 2x2) transforms around 16 GEMMs). Filter
 WINOGRAD (fused) does not exist in cuDNN either: it reports NOT_SUPPORTED.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -44,13 +45,22 @@ class ConvolutionBwdFilterAlgo(enum.IntEnum):
     FFT_TILING = 6
 
 
-_DATA_ENGINES = {ConvolutionBwdDataAlgo.ALGO_0: 17, ConvolutionBwdDataAlgo.ALGO_1: 4,
-                 ConvolutionBwdDataAlgo.FFT: 20, ConvolutionBwdDataAlgo.FFT_TILING: 21,
-                 ConvolutionBwdDataAlgo.WINOGRAD: 18, ConvolutionBwdDataAlgo.WINOGRAD_NONFUSED: 16}
-_FILTER_ENGINES = {ConvolutionBwdFilterAlgo.ALGO_0: 10, ConvolutionBwdFilterAlgo.ALGO_1: 5,
-                   ConvolutionBwdFilterAlgo.FFT: 22, ConvolutionBwdFilterAlgo.ALGO_3: 19,
-                   ConvolutionBwdFilterAlgo.WINOGRAD_NONFUSED: 24,
-                   ConvolutionBwdFilterAlgo.FFT_TILING: 23}
+_DATA_ENGINES = {
+    ConvolutionBwdDataAlgo.ALGO_0: 17,
+    ConvolutionBwdDataAlgo.ALGO_1: 4,
+    ConvolutionBwdDataAlgo.FFT: 20,
+    ConvolutionBwdDataAlgo.FFT_TILING: 21,
+    ConvolutionBwdDataAlgo.WINOGRAD: 18,
+    ConvolutionBwdDataAlgo.WINOGRAD_NONFUSED: 16,
+}
+_FILTER_ENGINES = {
+    ConvolutionBwdFilterAlgo.ALGO_0: 10,
+    ConvolutionBwdFilterAlgo.ALGO_1: 5,
+    ConvolutionBwdFilterAlgo.FFT: 22,
+    ConvolutionBwdFilterAlgo.ALGO_3: 19,
+    ConvolutionBwdFilterAlgo.WINOGRAD_NONFUSED: 24,
+    ConvolutionBwdFilterAlgo.FFT_TILING: 23,
+}
 # cuDNN's atomics-based algorithms (IntEnums compare by value: one set per enum)
 _NONDET_DATA = {ConvolutionBwdDataAlgo.ALGO_0}
 _NONDET_FILTER = {ConvolutionBwdFilterAlgo.ALGO_0, ConvolutionBwdFilterAlgo.ALGO_3}
@@ -86,10 +96,16 @@ def _det_filter(algo) -> Determinism:
     return Determinism.NON_DETERMINISTIC if algo in _NONDET_FILTER else Determinism.DETERMINISTIC
 
 
-DATA = Direction("conv_dgrad", ConvolutionBwdDataAlgo, _DATA_ENGINES,
-                 ConvolutionBwdDataAlgoPerf, _det_data)
-FILTER = Direction("conv_wgrad", ConvolutionBwdFilterAlgo, _FILTER_ENGINES,
-                   ConvolutionBwdFilterAlgoPerf, _det_filter)
+DATA = Direction(
+    "conv_dgrad", ConvolutionBwdDataAlgo, _DATA_ENGINES, ConvolutionBwdDataAlgoPerf, _det_data
+)
+FILTER = Direction(
+    "conv_wgrad",
+    ConvolutionBwdFilterAlgo,
+    _FILTER_ENGINES,
+    ConvolutionBwdFilterAlgoPerf,
+    _det_filter,
+)
 
 
 # ---- backward data (graph operands: dy, w -> dx) ---------------------------------------------
@@ -97,39 +113,92 @@ def get_convolution_backward_data_algorithm_max_count(handle) -> int:
     return len(ConvolutionBwdDataAlgo)
 
 
-def get_convolution_backward_data_algorithm_v7(handle, w_desc, dy_desc, conv, dx_desc,
-                                               requested: int) -> list:
-    return DATA.ranked(handle, dy_desc, w_desc, conv, dx_desc, requested,
-                       "get_convolution_backward_data_algorithm_v7")
+def get_convolution_backward_data_algorithm_v7(
+    handle, w_desc, dy_desc, conv, dx_desc, requested: int
+) -> list:
+    return DATA.ranked(
+        handle,
+        dy_desc,
+        w_desc,
+        conv,
+        dx_desc,
+        requested,
+        "get_convolution_backward_data_algorithm_v7",
+    )
 
 
-def find_convolution_backward_data_algorithm(handle, w_desc, dy_desc, conv, dx_desc,
-                                             requested: int) -> list:
-    return DATA.random_find(handle, dy_desc, w_desc, conv, dx_desc, requested,
-                            "find_convolution_backward_data_algorithm")
+def find_convolution_backward_data_algorithm(
+    handle, w_desc, dy_desc, conv, dx_desc, requested: int
+) -> list:
+    return DATA.random_find(
+        handle,
+        dy_desc,
+        w_desc,
+        conv,
+        dx_desc,
+        requested,
+        "find_convolution_backward_data_algorithm",
+    )
 
 
-def find_convolution_backward_data_algorithm_ex(handle, w_desc, w, dy_desc, dy, conv, dx_desc,
-                                                dx, requested: int, workspace,
-                                                workspace_size) -> list:
+def find_convolution_backward_data_algorithm_ex(
+    handle, w_desc, w, dy_desc, dy, conv, dx_desc, dx, requested: int, workspace, workspace_size
+) -> list:
     """Measured on the given buffers, fastest first. As in cuDNN, ``dx`` is written by the
     timed runs and holds no defined result afterwards (unless it overlaps ``w`` or ``dy``:
     then the runs write a buffer of the library's instead)."""
-    return DATA.find(handle, dy_desc, dy, w_desc, w, conv, dx_desc, dx, requested, workspace,
-                     workspace_size, "find_convolution_backward_data_algorithm_ex")
+    return DATA.find(
+        handle,
+        dy_desc,
+        dy,
+        w_desc,
+        w,
+        conv,
+        dx_desc,
+        dx,
+        requested,
+        workspace,
+        workspace_size,
+        "find_convolution_backward_data_algorithm_ex",
+    )
 
 
-def get_convolution_backward_data_workspace_size(handle, w_desc, dy_desc, conv, dx_desc,
-                                                 algo) -> int:
-    return DATA.call(handle, dy_desc, w_desc, conv, dx_desc, algo, False, False,
-                     "get_convolution_backward_data_workspace_size").workspace_size
+def get_convolution_backward_data_workspace_size(
+    handle, w_desc, dy_desc, conv, dx_desc, algo
+) -> int:
+    return DATA.call(
+        handle,
+        dy_desc,
+        w_desc,
+        conv,
+        dx_desc,
+        algo,
+        False,
+        False,
+        "get_convolution_backward_data_workspace_size",
+    ).workspace_size
 
 
-def convolution_backward_data(handle, alpha, w_desc, w, dy_desc, dy, conv, algo, workspace,
-                              workspace_size, beta, dx_desc, dx) -> None:
+def convolution_backward_data(
+    handle, alpha, w_desc, w, dy_desc, dy, conv, algo, workspace, workspace_size, beta, dx_desc, dx
+) -> None:
     """dx = alpha * dgrad(dy, w) + beta * dx."""
-    DATA.execute(handle, alpha, dy_desc, dy, w_desc, w, conv, algo, workspace, workspace_size,
-                 beta, dx_desc, dx, "convolution_backward_data")
+    DATA.execute(
+        handle,
+        alpha,
+        dy_desc,
+        dy,
+        w_desc,
+        w,
+        conv,
+        algo,
+        workspace,
+        workspace_size,
+        beta,
+        dx_desc,
+        dx,
+        "convolution_backward_data",
+    )
 
 
 # ---- backward filter (graph operands: x, dy -> dw) -------------------------------------------
@@ -137,39 +206,92 @@ def get_convolution_backward_filter_algorithm_max_count(handle) -> int:
     return len(ConvolutionBwdFilterAlgo)
 
 
-def get_convolution_backward_filter_algorithm_v7(handle, x_desc, dy_desc, conv, dw_desc,
-                                                 requested: int) -> list:
-    return FILTER.ranked(handle, x_desc, dy_desc, conv, dw_desc, requested,
-                         "get_convolution_backward_filter_algorithm_v7")
+def get_convolution_backward_filter_algorithm_v7(
+    handle, x_desc, dy_desc, conv, dw_desc, requested: int
+) -> list:
+    return FILTER.ranked(
+        handle,
+        x_desc,
+        dy_desc,
+        conv,
+        dw_desc,
+        requested,
+        "get_convolution_backward_filter_algorithm_v7",
+    )
 
 
-def find_convolution_backward_filter_algorithm(handle, x_desc, dy_desc, conv, dw_desc,
-                                               requested: int) -> list:
-    return FILTER.random_find(handle, x_desc, dy_desc, conv, dw_desc, requested,
-                              "find_convolution_backward_filter_algorithm")
+def find_convolution_backward_filter_algorithm(
+    handle, x_desc, dy_desc, conv, dw_desc, requested: int
+) -> list:
+    return FILTER.random_find(
+        handle,
+        x_desc,
+        dy_desc,
+        conv,
+        dw_desc,
+        requested,
+        "find_convolution_backward_filter_algorithm",
+    )
 
 
-def find_convolution_backward_filter_algorithm_ex(handle, x_desc, x, dy_desc, dy, conv, dw_desc,
-                                                  dw, requested: int, workspace,
-                                                  workspace_size) -> list:
+def find_convolution_backward_filter_algorithm_ex(
+    handle, x_desc, x, dy_desc, dy, conv, dw_desc, dw, requested: int, workspace, workspace_size
+) -> list:
     """Measured on the given buffers, fastest first. As in cuDNN, ``dw`` is written by the
     timed runs and holds no defined result afterwards (unless it overlaps ``x`` or ``dy``:
     then the runs write a buffer of the library's instead)."""
-    return FILTER.find(handle, x_desc, x, dy_desc, dy, conv, dw_desc, dw, requested, workspace,
-                       workspace_size, "find_convolution_backward_filter_algorithm_ex")
+    return FILTER.find(
+        handle,
+        x_desc,
+        x,
+        dy_desc,
+        dy,
+        conv,
+        dw_desc,
+        dw,
+        requested,
+        workspace,
+        workspace_size,
+        "find_convolution_backward_filter_algorithm_ex",
+    )
 
 
-def get_convolution_backward_filter_workspace_size(handle, x_desc, dy_desc, conv, dw_desc,
-                                                   algo) -> int:
-    return FILTER.call(handle, x_desc, dy_desc, conv, dw_desc, algo, False, False,
-                       "get_convolution_backward_filter_workspace_size").workspace_size
+def get_convolution_backward_filter_workspace_size(
+    handle, x_desc, dy_desc, conv, dw_desc, algo
+) -> int:
+    return FILTER.call(
+        handle,
+        x_desc,
+        dy_desc,
+        conv,
+        dw_desc,
+        algo,
+        False,
+        False,
+        "get_convolution_backward_filter_workspace_size",
+    ).workspace_size
 
 
-def convolution_backward_filter(handle, alpha, x_desc, x, dy_desc, dy, conv, algo, workspace,
-                                workspace_size, beta, dw_desc, dw) -> None:
+def convolution_backward_filter(
+    handle, alpha, x_desc, x, dy_desc, dy, conv, algo, workspace, workspace_size, beta, dw_desc, dw
+) -> None:
     """dw = alpha * wgrad(x, dy) + beta * dw."""
-    FILTER.execute(handle, alpha, x_desc, x, dy_desc, dy, conv, algo, workspace, workspace_size,
-                   beta, dw_desc, dw, "convolution_backward_filter")
+    FILTER.execute(
+        handle,
+        alpha,
+        x_desc,
+        x,
+        dy_desc,
+        dy,
+        conv,
+        algo,
+        workspace,
+        workspace_size,
+        beta,
+        dw_desc,
+        dw,
+        "convolution_backward_filter",
+    )
 
 
 # ---- backward bias ---------------------------------------------------------------------------
@@ -185,10 +307,23 @@ def convolution_backward_bias(handle, alpha, dy_desc, dy, beta, db_desc, db) -> 
     dy = buffer(op, "dy", dy, dy_desc, handle)
     db = buffer(op, "db", db, db_desc, handle, output=True)
     want = [1, dy_desc.dims[1]] + [1] * (len(dy_desc.dims) - 2)
-    check(list(db_desc.dims) == want, f"db dims {list(db_desc.dims)} must be {want}", op, "db",
-          Status.BAD_PARAM_SHAPE_MISMATCH)
-    key = (str(handle.device), dy_desc.dims, dy_desc.strides, int(dy_desc.data_type),
-           db_desc.dims, db_desc.strides, int(db_desc.data_type), beta != 0.0)
+    check(
+        list(db_desc.dims) == want,
+        f"db dims {list(db_desc.dims)} must be {want}",
+        op,
+        "db",
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+    )
+    key = (
+        str(handle.device),
+        dy_desc.dims,
+        dy_desc.strides,
+        int(dy_desc.data_type),
+        db_desc.dims,
+        db_desc.strides,
+        int(db_desc.data_type),
+        beta != 0.0,
+    )
     built = _bias_cache.get(key)
     if built is None:
         g = Graph(name=op, handle=handle, compute_data_type=DataType.FLOAT)
@@ -211,11 +346,33 @@ def convolution_backward_bias(handle, alpha, dy_desc, dy, beta, db_desc, db) -> 
     if tb is not None:
         pack[tb] = float(beta)
         pack[prior] = db.clone()
-    ws = torch.empty(g.get_workspace_size(), dtype=torch.uint8, device=dy.device) \
-        if g.get_workspace_size() else None
+    ws = (
+        torch.empty(g.get_workspace_size(), dtype=torch.uint8, device=dy.device)
+        if g.get_workspace_size()
+        else None
+    )
     g.execute(pack, ws)
 
 
-__all__ = [n for n in dir() if not n.startswith("_") and n not in (
-    "annotations", "dataclasses", "enum", "torch", "DataType", "HeurMode", "ReductionMode", "Graph",
-    "check", "as_float", "buffer", "Direction", "DATA", "FILTER")]
+__all__ = [
+    n
+    for n in dir()
+    if not n.startswith("_")
+    and n
+    not in (
+        "annotations",
+        "dataclasses",
+        "enum",
+        "torch",
+        "DataType",
+        "HeurMode",
+        "ReductionMode",
+        "Graph",
+        "check",
+        "as_float",
+        "buffer",
+        "Direction",
+        "DATA",
+        "FILTER",
+    )
+]

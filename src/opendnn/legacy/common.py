@@ -1,6 +1,7 @@
 """Common pieces of the descriptor API: handles, versions, errors, shared enums, and the
 checks every call runs on its arguments before using them (``as_int``, ``as_float``,
 ``as_enum``, ``as_dtype``, ``buffer``)."""
+
 from __future__ import annotations
 
 import enum
@@ -68,8 +69,9 @@ def get_stream(handle: Handle):
     return handle.get_stream()
 
 
-def check(cond: bool, rule: str, op: str, tensor: str | None = None,
-          status: Status = Status.BAD_PARAM) -> None:
+def check(
+    cond: bool, rule: str, op: str, tensor: str | None = None, status: Status = Status.BAD_PARAM
+) -> None:
     """Raise BAD_PARAM (or ``status``) naming the call and the rule when ``cond`` fails."""
     if not cond:
         raise BadParamError(rule, op=op, tensor=tensor, status=status)
@@ -84,15 +86,18 @@ def as_int(op: str, name: str, value) -> int:
         pass
     if isinstance(value, (float, np.floating)) and float(value).is_integer():
         return int(value)
-    raise BadParamError(f"{value!r} is not an integer", op=op, tensor=name,
-                        status=Status.BAD_PARAM)
+    raise BadParamError(f"{value!r} is not an integer", op=op, tensor=name, status=Status.BAD_PARAM)
 
 
 def as_ints(op: str, name: str, values) -> tuple:
     """A sequence of ints (``as_int`` each); a non-sequence is BAD_PARAM."""
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
-        raise BadParamError(f"must be a sequence of integers, got {values!r}", op=op,
-                            tensor=name, status=Status.BAD_PARAM)
+        raise BadParamError(
+            f"must be a sequence of integers, got {values!r}",
+            op=op,
+            tensor=name,
+            status=Status.BAD_PARAM,
+        )
     return tuple(as_int(op, name, v) for v in values)
 
 
@@ -101,8 +106,9 @@ def as_float(op: str, name: str, value) -> float:
     try:
         return float(value)
     except (TypeError, ValueError, RuntimeError):
-        raise BadParamError(f"must be a number, got {value!r}", op=op, tensor=name,
-                            status=Status.BAD_PARAM) from None
+        raise BadParamError(
+            f"must be a number, got {value!r}", op=op, tensor=name, status=Status.BAD_PARAM
+        ) from None
 
 
 def as_enum(op: str, name: str, enum_type, value):
@@ -115,7 +121,8 @@ def as_enum(op: str, name: str, enum_type, value):
     except (BadParamError, ValueError):
         members = ", ".join(m.name for m in enum_type) if len(enum_type) <= 10 else None
         rule = f"unknown {name} {value!r}: not a {enum_type.__name__}" + (
-            f" ({members})" if members else "")
+            f" ({members})" if members else ""
+        )
         raise BadParamError(rule, op=op, tensor=name, status=Status.BAD_PARAM) from None
 
 
@@ -133,8 +140,11 @@ def check_handle(op: str, handle) -> None:
     ``create()`` (NULL or another object is BAD_PARAM)."""
     if not isinstance(handle, Handle):
         what = "NULL (None)" if handle is None else f"a {type(handle).__name__}"
-        raise BadParamError(f"handle is {what}: pass the Handle that create() returned",
-                            op=op, status=Status.BAD_PARAM)
+        raise BadParamError(
+            f"handle is {what}: pass the Handle that create() returned",
+            op=op,
+            status=Status.BAD_PARAM,
+        )
 
 
 def guard_handles(namespace: dict) -> None:
@@ -142,22 +152,25 @@ def guard_handles(namespace: dict) -> None:
     ``check_handle`` runs before anything else (the package's names, in __init__)."""
     import functools
     import inspect
+
     for name, fn in list(namespace.items()):
         if name.startswith("_") or not inspect.isfunction(fn):
             continue
         sig = inspect.signature(fn).parameters
         params = list(sig)
         if "handle" not in params or sig["handle"].default is not inspect.Parameter.empty:
-            continue          # no handle, or an optional one (internal helpers)
+            continue  # no handle, or an optional one (internal helpers)
 
         def guarded(*args, __fn=fn, __name=name, __at=params.index("handle"), **kw):
             check_handle(__name, args[__at] if len(args) > __at else kw.get("handle"))
             return __fn(*args, **kw)
+
         namespace[name] = functools.wraps(fn)(guarded)
 
 
-def buffer(op: str, name: str, buf, desc=None, handle=None, optional: bool = False,
-           output: bool = False):
+def buffer(
+    op: str, name: str, buf, desc=None, handle=None, optional: bool = False, output: bool = False
+):
     """A call's buffer as a torch tensor, checked before any use.
 
     Torch tensors pass as they are; NumPy arrays and DLPack objects become tensors sharing
@@ -169,14 +182,19 @@ def buffer(op: str, name: str, buf, desc=None, handle=None, optional: bool = Fal
     """
     if isinstance(buf, torch.Tensor):
         if buf.is_meta:
-            raise BadParamError("is a meta tensor (it has no data to read or write)", op=op,
-                                tensor=name, status=Status.BAD_PARAM)
+            raise BadParamError(
+                "is a meta tensor (it has no data to read or write)",
+                op=op,
+                tensor=name,
+                status=Status.BAD_PARAM,
+            )
         return buf
     if buf is None:
         if optional:
             return None
-        raise BadParamError("is NULL (None)", op=op, tensor=name,
-                            status=Status.BAD_PARAM_NULL_POINTER)
+        raise BadParamError(
+            "is NULL (None)", op=op, tensor=name, status=Status.BAD_PARAM_NULL_POINTER
+        )
     kind = type(buf).__name__
     if isinstance(buf, np.ndarray) or hasattr(buf, "__dlpack__"):
         if output:
@@ -184,25 +202,39 @@ def buffer(op: str, name: str, buf, desc=None, handle=None, optional: bool = Fal
         try:
             t = from_numpy(buf) if isinstance(buf, np.ndarray) else torch.from_dlpack(buf)
         except (TypeError, ValueError, RuntimeError, BufferError) as e:
-            raise BadParamError(f"cannot read the {kind} as a tensor: {e}", op=op, tensor=name,
-                                status=Status.BAD_PARAM_ATTRIBUTE_TYPE) from None
+            raise BadParamError(
+                f"cannot read the {kind} as a tensor: {e}",
+                op=op,
+                tensor=name,
+                status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+            ) from None
         return buffer(op, name, t)
     if isinstance(buf, (int, np.integer)) and not isinstance(buf, bool) and desc is not None:
-        check(buf > 0, f"pointer {buf} is not a valid address", op, name,
-              Status.BAD_PARAM_NULL_POINTER)
+        check(
+            buf > 0,
+            f"pointer {buf} is not a valid address",
+            op,
+            name,
+            Status.BAD_PARAM_NULL_POINTER,
+        )
         check(desc.is_set(), "descriptor was never set", op, name)
         device = getattr(handle, "device", None) or Handle().device
         return RawPointer(int(buf), desc.desc(name=name), torch.device(device)).as_tensor()
-    raise BadParamError(f"cannot use a {kind} as a buffer: expected a torch tensor, NumPy "
-                        "array, DLPack object or integer pointer", op=op, tensor=name,
-                        status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+    raise BadParamError(
+        f"cannot use a {kind} as a buffer: expected a torch tensor, NumPy "
+        "array, DLPack object or integer pointer",
+        op=op,
+        tensor=name,
+        status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+    )
 
 
 def prior(out: torch.Tensor) -> torch.Tensor:
     """A copy of an output's values in the output's own layout, for the ``beta * out``
     term: a graph may not read what it writes, and ``clone()`` would pack a padded layout."""
-    copy = out.clone()             # keeps the strides of a dense layout (the common case)
+    copy = out.clone()  # keeps the strides of a dense layout (the common case)
     if copy.stride() == out.stride():
         return copy
-    return torch.empty_strided(out.shape, out.stride(), dtype=out.dtype,
-                               device=out.device).copy_(out)
+    return torch.empty_strided(out.shape, out.stride(), dtype=out.dtype, device=out.device).copy_(
+        out
+    )

@@ -24,6 +24,7 @@ In-place calls (y is x, dx is dy) work on a copy of the input. Buffers are torch
 tensors; sizes are checked against what the caller says and against the buffers
 themselves (BAD_PARAM with the rule).
 """
+
 from __future__ import annotations
 
 import math
@@ -37,8 +38,8 @@ from ..ops.dropout import counters
 from ..runtime.lru import LRU, legacy_cache_size
 from .common import as_float, as_int, buffer, check
 
-STATES_SIZE = 32      # bytes: int64 [seed, 0, offset, 0]
-RESERVE_SIZE = 32     # bytes: the forward's copy of the states
+STATES_SIZE = 32  # bytes: int64 [seed, 0, offset, 0]
+RESERVE_SIZE = 32  # bytes: the forward's copy of the states
 
 
 class DropoutDescriptor:
@@ -70,25 +71,51 @@ def dropout_get_reserve_space_size(x_desc) -> int:
 def _words(buf, size, need: int, op: str, name: str) -> torch.Tensor:
     """The first ``need`` bytes of ``buf`` as int64 words (a view: writes go to buf)."""
     check(buf is not None, "is NULL", op, name, Status.BAD_PARAM_NULL_POINTER)
-    check(isinstance(buf, torch.Tensor), f"must be a torch tensor, got {type(buf).__name__}",
-          op, name, Status.BAD_PARAM)
+    check(
+        isinstance(buf, torch.Tensor),
+        f"must be a torch tensor, got {type(buf).__name__}",
+        op,
+        name,
+        Status.BAD_PARAM,
+    )
     size = as_int(op, f"{name}_size", size)
-    check(size >= need, f"{name}_size {size} is below the {need} bytes needed", op, name,
-          Status.BAD_PARAM_SIZE_INSUFFICIENT)
+    check(
+        size >= need,
+        f"{name}_size {size} is below the {need} bytes needed",
+        op,
+        name,
+        Status.BAD_PARAM_SIZE_INSUFFICIENT,
+    )
     nbytes = buf.numel() * buf.element_size()
-    check(nbytes >= size, f"the buffer holds {nbytes} bytes, fewer than the {size} "
-          "given", op, name, Status.BAD_PARAM_SIZE_INSUFFICIENT)
-    check(buf.is_contiguous() and buf.data_ptr() % 8 == 0,
-          "must be a contiguous, 8-byte aligned buffer", op, name, Status.BAD_PARAM)
+    check(
+        nbytes >= size,
+        f"the buffer holds {nbytes} bytes, fewer than the {size} given",
+        op,
+        name,
+        Status.BAD_PARAM_SIZE_INSUFFICIENT,
+    )
+    check(
+        buf.is_contiguous() and buf.data_ptr() % 8 == 0,
+        "must be a contiguous, 8-byte aligned buffer",
+        op,
+        name,
+        Status.BAD_PARAM,
+    )
     return buf.reshape(-1).view(torch.uint8)[:need].view(torch.int64)
 
 
 def _set(desc, op, dropout, states, states_size, seed) -> torch.Tensor:
-    check(isinstance(desc, DropoutDescriptor), "needs a descriptor from "
-          "create_dropout_descriptor", op)
+    check(
+        isinstance(desc, DropoutDescriptor), "needs a descriptor from create_dropout_descriptor", op
+    )
     p = as_float(op, "dropout", dropout)
-    check(math.isfinite(p) and 0.0 <= p <= 1.0, f"dropout {dropout} is outside [0, 1]", op,
-          "dropout", Status.BAD_PARAM_OUT_OF_BOUND)
+    check(
+        math.isfinite(p) and 0.0 <= p <= 1.0,
+        f"dropout {dropout} is outside [0, 1]",
+        op,
+        "dropout",
+        Status.BAD_PARAM_OUT_OF_BOUND,
+    )
     words = _words(states, states_size, STATES_SIZE, op, "states")
     desc.dropout, desc.seed, desc.states = p, as_int(op, "seed", seed), words
     return words
@@ -98,8 +125,7 @@ def set_dropout_descriptor(desc, handle, dropout, states, states_size, seed) -> 
     """cudnnSetDropoutDescriptor: probability ``dropout`` and states [seed, 0, 0, 0]."""
     words = _set(desc, "set_dropout_descriptor", dropout, states, states_size, seed)
     v = desc.seed & 0xFFFFFFFFFFFFFFFF
-    words.copy_(torch.tensor([v - (1 << 64) if v >= 1 << 63 else v, 0, 0, 0],
-                             dtype=torch.int64))
+    words.copy_(torch.tensor([v - (1 << 64) if v >= 1 << 63 else v, 0, 0, 0], dtype=torch.int64))
 
 
 def restore_dropout_descriptor(desc, handle, dropout, states, states_size, seed) -> None:
@@ -118,10 +144,20 @@ _cache = LRU(legacy_cache_size)
 def _graph(handle, op, p, d_in, d_out):
     for name, d in (("x", d_in), ("y", d_out)):
         check(d.is_set(), "descriptor was never set", op, name)
-    check(d_in.dims == d_out.dims, f"dims {list(d_out.dims)} must equal {list(d_in.dims)}",
-          op, "y" if op == "dropout_forward" else "dx", Status.BAD_PARAM_SHAPE_MISMATCH)
-    key = (op, str(handle.device), p, (d_in.dims, d_in.strides, int(d_in.data_type)),
-           (d_out.dims, d_out.strides, int(d_out.data_type)))
+    check(
+        d_in.dims == d_out.dims,
+        f"dims {list(d_out.dims)} must equal {list(d_in.dims)}",
+        op,
+        "y" if op == "dropout_forward" else "dx",
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+    )
+    key = (
+        op,
+        str(handle.device),
+        p,
+        (d_in.dims, d_in.strides, int(d_in.data_type)),
+        (d_out.dims, d_out.strides, int(d_out.data_type)),
+    )
     hit = _cache.get(key)
     if hit is not None:
         return hit
@@ -141,19 +177,27 @@ def _graph(handle, op, p, d_in, d_out):
 
 def _execute(built, src, dst, words) -> None:
     g, t_in, seed, offset, out = built
-    if isinstance(src, torch.Tensor) and isinstance(dst, torch.Tensor) and \
-            src.untyped_storage().data_ptr() == dst.untyped_storage().data_ptr():
-        src = src.clone()          # in place (y is x): the graph API forbids aliasing
+    if (
+        isinstance(src, torch.Tensor)
+        and isinstance(dst, torch.Tensor)
+        and src.untyped_storage().data_ptr() == dst.untyped_storage().data_ptr()
+    ):
+        src = src.clone()  # in place (y is x): the graph API forbids aliasing
     g.execute({t_in: src, out: dst, seed: words[0:1], offset: words[2:3]}, None)
 
 
 def _check_desc(desc, op) -> None:
-    check(isinstance(desc, DropoutDescriptor) and desc.states is not None,
-          "the dropout descriptor was never set (set_dropout_descriptor)", op, "dropout_desc")
+    check(
+        isinstance(desc, DropoutDescriptor) and desc.states is not None,
+        "the dropout descriptor was never set (set_dropout_descriptor)",
+        op,
+        "dropout_desc",
+    )
 
 
-def dropout_forward(handle, dropout_desc, x_desc, x, y_desc, y, reserve_space,
-                    reserve_space_size) -> None:
+def dropout_forward(
+    handle, dropout_desc, x_desc, x, y_desc, y, reserve_space, reserve_space_size
+) -> None:
     """y = x * mask / (1 - p); records (seed, offset) in reserve_space and advances the
     states' offset by the counters used (ceil(elements / 4))."""
     op = "dropout_forward"
@@ -161,13 +205,14 @@ def dropout_forward(handle, dropout_desc, x_desc, x, y_desc, y, reserve_space,
     rec = _words(reserve_space, reserve_space_size, RESERVE_SIZE, op, "reserve_space")
     built = _graph(handle, op, dropout_desc.dropout, x_desc, y_desc)
     x, y = buffer(op, "x", x, x_desc, handle), buffer(op, "y", y, y_desc, handle, output=True)
-    rec.copy_(dropout_desc.states)                      # device to device, stream-ordered
+    rec.copy_(dropout_desc.states)  # device to device, stream-ordered
     dropout_desc.states[2:3].add_(counters(math.prod(x_desc.dims)))
     _execute(built, x, y, rec)
 
 
-def dropout_backward(handle, dropout_desc, dy_desc, dy, dx_desc, dx, reserve_space,
-                     reserve_space_size) -> None:
+def dropout_backward(
+    handle, dropout_desc, dy_desc, dy, dx_desc, dx, reserve_space, reserve_space_size
+) -> None:
     """dx = dy * mask / (1 - p), the forward's mask regenerated from reserve_space."""
     op = "dropout_backward"
     _check_desc(dropout_desc, op)
@@ -178,7 +223,15 @@ def dropout_backward(handle, dropout_desc, dy_desc, dy, dx_desc, dx, reserve_spa
     _execute(built, dy, dx, rec)
 
 
-__all__ = ["DropoutDescriptor", "create_dropout_descriptor", "destroy_dropout_descriptor",
-           "dropout_get_states_size", "dropout_get_reserve_space_size",
-           "set_dropout_descriptor", "restore_dropout_descriptor", "get_dropout_descriptor",
-           "dropout_forward", "dropout_backward"]
+__all__ = [
+    "DropoutDescriptor",
+    "create_dropout_descriptor",
+    "destroy_dropout_descriptor",
+    "dropout_get_states_size",
+    "dropout_get_reserve_space_size",
+    "set_dropout_descriptor",
+    "restore_dropout_descriptor",
+    "get_dropout_descriptor",
+    "dropout_forward",
+    "dropout_backward",
+]

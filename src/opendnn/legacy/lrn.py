@@ -14,6 +14,7 @@ given, as in cuDNN, but are not used: the engine keeps its intermediates in regi
 in its own workspace. In-place calls (y is x) read a copy of x. Graphs are built once per
 (call, descriptors, LRN parameters, blend) and kept.
 """
+
 from __future__ import annotations
 
 import enum
@@ -59,13 +60,24 @@ def set_lrn_descriptor(desc, lrn_n, lrn_alpha, lrn_beta, lrn_k) -> None:
     lrn_n = as_int(op, "lrn_n", lrn_n)
     lrn_alpha, lrn_beta = as_float(op, "lrn_alpha", lrn_alpha), as_float(op, "lrn_beta", lrn_beta)
     lrn_k = as_float(op, "lrn_k", lrn_k)
-    check(ref.MIN_N <= lrn_n <= ref.MAX_N,
-          f"lrn_n={lrn_n} is outside [CUDNN_LRN_MIN_N={ref.MIN_N}, "
-          f"CUDNN_LRN_MAX_N={ref.MAX_N}]", op, "lrn_n")
-    check(math.isfinite(lrn_k) and lrn_k >= ref.MIN_K,
-          f"lrn_k={lrn_k} is below CUDNN_LRN_MIN_K={ref.MIN_K}", op, "lrn_k")
-    check(math.isfinite(lrn_beta) and lrn_beta >= ref.MIN_BETA,
-          f"lrn_beta={lrn_beta} is below CUDNN_LRN_MIN_BETA={ref.MIN_BETA}", op, "lrn_beta")
+    check(
+        ref.MIN_N <= lrn_n <= ref.MAX_N,
+        f"lrn_n={lrn_n} is outside [CUDNN_LRN_MIN_N={ref.MIN_N}, CUDNN_LRN_MAX_N={ref.MAX_N}]",
+        op,
+        "lrn_n",
+    )
+    check(
+        math.isfinite(lrn_k) and lrn_k >= ref.MIN_K,
+        f"lrn_k={lrn_k} is below CUDNN_LRN_MIN_K={ref.MIN_K}",
+        op,
+        "lrn_k",
+    )
+    check(
+        math.isfinite(lrn_beta) and lrn_beta >= ref.MIN_BETA,
+        f"lrn_beta={lrn_beta} is below CUDNN_LRN_MIN_BETA={ref.MIN_BETA}",
+        op,
+        "lrn_beta",
+    )
     check(math.isfinite(lrn_alpha), f"lrn_alpha={lrn_alpha} is not finite", op, "lrn_alpha")
     desc.lrn_n, desc.lrn_alpha, desc.lrn_beta, desc.lrn_k = lrn_n, lrn_alpha, lrn_beta, lrn_k
 
@@ -88,21 +100,44 @@ def _graph(handle, op, norm_desc, descs: dict, outs: tuple, blend: bool, beta: b
     for name, d in descs.items():
         check(d.is_set(), "descriptor was never set", op, name)
     for name, d in descs.items():
-        check(len(d.dims) in (4, 5), f"needs 4 or 5 dims, has {len(d.dims)}", op, name,
-              Status.BAD_PARAM_SHAPE_MISMATCH)
-        check(d.dims == first.dims, f"dims {list(d.dims)} must equal x's {list(first.dims)}",
-              op, name, Status.BAD_PARAM_SHAPE_MISMATCH)
+        check(
+            len(d.dims) in (4, 5),
+            f"needs 4 or 5 dims, has {len(d.dims)}",
+            op,
+            name,
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
+        check(
+            d.dims == first.dims,
+            f"dims {list(d.dims)} must equal x's {list(first.dims)}",
+            op,
+            name,
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
     params = norm_desc.params()
-    key = (op, str(handle.device), params, blend, beta,
-           tuple((n, d.dims, d.strides, int(d.data_type)) for n, d in descs.items()))
+    key = (
+        op,
+        str(handle.device),
+        params,
+        blend,
+        beta,
+        tuple((n, d.dims, d.strides, int(d.data_type)) for n, d in descs.items()),
+    )
     hit = _cache.get(key)
     if hit is not None:
         return hit
-    g = Graph(name=op, handle=handle, intermediate_data_type=DataType.FLOAT,
-              compute_data_type=DataType.FLOAT)
+    g = Graph(
+        name=op,
+        handle=handle,
+        intermediate_data_type=DataType.FLOAT,
+        compute_data_type=DataType.FLOAT,
+    )
     out_desc = {o: descs["dx" if o == "dmeans" else o] for o in outs}
-    ins = {n: g.tensor(list(d.dims), list(d.strides), d.data_type, name=n)
-           for n, d in descs.items() if n not in outs}
+    ins = {
+        n: g.tensor(list(d.dims), list(d.strides), d.data_type, name=n)
+        for n, d in descs.items()
+        if n not in outs
+    }
     attrs = dict(zip(("lrn_n", "lrn_alpha", "lrn_beta", "lrn_k"), params), name=op)
     if op == "lrn_cross_channel_forward":
         made = [g.lrn(ins["x"], **attrs)]
@@ -136,7 +171,7 @@ def _run(built, bufs: dict, outs: dict, alpha, beta) -> None:
     pack = {}
     for n, b in bufs.items():
         if isinstance(b, torch.Tensor) and any(_overlaps(b, w) for w in written):
-            b = b.clone()                  # in place: the window reads x's neighbours
+            b = b.clone()  # in place: the window reads x's neighbours
         pack[ins[n]] = b
     for o, b in outs.items():
         pack[results[o]] = b
@@ -165,65 +200,143 @@ def _check_lrn(op, handle, norm_desc, mode, mode_type, alpha, beta, bufs: dict) 
     except ValueError:
         check(False, f"mode {mode!r} is not one of {[m.name for m in mode_type]}", op, "mode")
     alpha, beta = as_float(op, "alpha", alpha), as_float(op, "beta", beta)
-    return alpha, beta, {n: buffer(op, n, b, d, handle, output=n in ("y", "dx", "dmeans"))
-                         for n, (b, d) in bufs.items()}
+    return (
+        alpha,
+        beta,
+        {
+            n: buffer(op, n, b, d, handle, output=n in ("y", "dx", "dmeans"))
+            for n, (b, d) in bufs.items()
+        },
+    )
 
 
-def lrn_cross_channel_forward(handle, norm_desc, lrn_mode, alpha, x_desc, x, beta, y_desc,
-                              y) -> None:
+def lrn_cross_channel_forward(
+    handle, norm_desc, lrn_mode, alpha, x_desc, x, beta, y_desc, y
+) -> None:
     """y = alpha * LRN(x) + beta * y across the channel dim (1)."""
     op = "lrn_cross_channel_forward"
-    alpha, beta, b = _check_lrn(op, handle, norm_desc, lrn_mode, LRNMode, alpha, beta,
-                                {"x": (x, x_desc), "y": (y, y_desc)})
-    built = _graph(handle, op, norm_desc, {"x": x_desc, "y": y_desc}, ("y",), alpha != 1.0,
-                   beta != 0.0)
+    alpha, beta, b = _check_lrn(
+        op, handle, norm_desc, lrn_mode, LRNMode, alpha, beta, {"x": (x, x_desc), "y": (y, y_desc)}
+    )
+    built = _graph(
+        handle, op, norm_desc, {"x": x_desc, "y": y_desc}, ("y",), alpha != 1.0, beta != 0.0
+    )
     _run(built, {"x": b["x"]}, {"y": b["y"]}, alpha, beta)
 
 
-def lrn_cross_channel_backward(handle, norm_desc, lrn_mode, alpha, y_desc, y, dy_desc, dy,
-                               x_desc, x, beta, dx_desc, dx) -> None:
+def lrn_cross_channel_backward(
+    handle, norm_desc, lrn_mode, alpha, y_desc, y, dy_desc, dy, x_desc, x, beta, dx_desc, dx
+) -> None:
     """dx = alpha * (gradient of LRN at x from dy) + beta * dx."""
     op = "lrn_cross_channel_backward"
-    alpha, beta, b = _check_lrn(op, handle, norm_desc, lrn_mode, LRNMode, alpha, beta,
-                                {"y": (y, y_desc), "dy": (dy, dy_desc), "x": (x, x_desc),
-                                 "dx": (dx, dx_desc)})
-    built = _graph(handle, op, norm_desc, {"x": x_desc, "y": y_desc, "dy": dy_desc,
-                                           "dx": dx_desc}, ("dx",), alpha != 1.0, beta != 0.0)
+    alpha, beta, b = _check_lrn(
+        op,
+        handle,
+        norm_desc,
+        lrn_mode,
+        LRNMode,
+        alpha,
+        beta,
+        {"y": (y, y_desc), "dy": (dy, dy_desc), "x": (x, x_desc), "dx": (dx, dx_desc)},
+    )
+    built = _graph(
+        handle,
+        op,
+        norm_desc,
+        {"x": x_desc, "y": y_desc, "dy": dy_desc, "dx": dx_desc},
+        ("dx",),
+        alpha != 1.0,
+        beta != 0.0,
+    )
     _run(built, {"x": b["x"], "y": b["y"], "dy": b["dy"]}, {"dx": b["dx"]}, alpha, beta)
 
 
-def divisive_normalization_forward(handle, norm_desc, mode, alpha, x_desc, x, means, temp,
-                                   temp2, beta, y_desc, y) -> None:
+def divisive_normalization_forward(
+    handle, norm_desc, mode, alpha, x_desc, x, means, temp, temp2, beta, y_desc, y
+) -> None:
     """y = alpha * (x - means) / (k + lrn_alpha/n^s box_sum((x - means)^2))^lrn_beta
     + beta * y; means, temp and temp2 share x_desc."""
     op = "divisive_normalization_forward"
-    alpha, beta, b = _check_lrn(op, handle, norm_desc, mode, DivNormMode, alpha, beta,
-                                {"x": (x, x_desc), "means": (means, x_desc),
-                                 "temp": (temp, x_desc), "temp2": (temp2, x_desc),
-                                 "y": (y, y_desc)})
-    built = _graph(handle, op, norm_desc, {"x": x_desc, "means": x_desc, "y": y_desc},
-                   ("y",), alpha != 1.0, beta != 0.0)
+    alpha, beta, b = _check_lrn(
+        op,
+        handle,
+        norm_desc,
+        mode,
+        DivNormMode,
+        alpha,
+        beta,
+        {
+            "x": (x, x_desc),
+            "means": (means, x_desc),
+            "temp": (temp, x_desc),
+            "temp2": (temp2, x_desc),
+            "y": (y, y_desc),
+        },
+    )
+    built = _graph(
+        handle,
+        op,
+        norm_desc,
+        {"x": x_desc, "means": x_desc, "y": y_desc},
+        ("y",),
+        alpha != 1.0,
+        beta != 0.0,
+    )
     _run(built, {"x": b["x"], "means": b["means"]}, {"y": b["y"]}, alpha, beta)
 
 
-def divisive_normalization_backward(handle, norm_desc, mode, alpha, x_desc, x, means, dy,
-                                    temp, temp2, beta, dx_desc, dx, dmeans) -> None:
+def divisive_normalization_backward(
+    handle, norm_desc, mode, alpha, x_desc, x, means, dy, temp, temp2, beta, dx_desc, dx, dmeans
+) -> None:
     """dx = alpha * dd + beta * dx and dmeans = -alpha * dd + beta * dmeans, dd the
     gradient at x - means from dy; means, dy, temp, temp2 share x_desc, dmeans dx_desc."""
     op = "divisive_normalization_backward"
-    alpha, beta, b = _check_lrn(op, handle, norm_desc, mode, DivNormMode, alpha, beta,
-                                {"x": (x, x_desc), "means": (means, x_desc),
-                                 "dy": (dy, x_desc), "temp": (temp, x_desc),
-                                 "temp2": (temp2, x_desc), "dx": (dx, dx_desc),
-                                 "dmeans": (dmeans, dx_desc)})
-    built = _graph(handle, op, norm_desc, {"x": x_desc, "means": x_desc, "dy": x_desc,
-                                           "dx": dx_desc}, ("dx", "dmeans"), alpha != 1.0,
-                   beta != 0.0)
-    _run(built, {"x": b["x"], "means": b["means"], "dy": b["dy"]},
-         {"dx": b["dx"], "dmeans": b["dmeans"]}, alpha, beta)
+    alpha, beta, b = _check_lrn(
+        op,
+        handle,
+        norm_desc,
+        mode,
+        DivNormMode,
+        alpha,
+        beta,
+        {
+            "x": (x, x_desc),
+            "means": (means, x_desc),
+            "dy": (dy, x_desc),
+            "temp": (temp, x_desc),
+            "temp2": (temp2, x_desc),
+            "dx": (dx, dx_desc),
+            "dmeans": (dmeans, dx_desc),
+        },
+    )
+    built = _graph(
+        handle,
+        op,
+        norm_desc,
+        {"x": x_desc, "means": x_desc, "dy": x_desc, "dx": dx_desc},
+        ("dx", "dmeans"),
+        alpha != 1.0,
+        beta != 0.0,
+    )
+    _run(
+        built,
+        {"x": b["x"], "means": b["means"], "dy": b["dy"]},
+        {"dx": b["dx"], "dmeans": b["dmeans"]},
+        alpha,
+        beta,
+    )
 
 
-__all__ = ["LRNMode", "DivNormMode", "LRNDescriptor", "create_lrn_descriptor",
-           "set_lrn_descriptor", "get_lrn_descriptor", "destroy_lrn_descriptor",
-           "lrn_cross_channel_forward", "lrn_cross_channel_backward",
-           "divisive_normalization_forward", "divisive_normalization_backward"]
+__all__ = [
+    "LRNMode",
+    "DivNormMode",
+    "LRNDescriptor",
+    "create_lrn_descriptor",
+    "set_lrn_descriptor",
+    "get_lrn_descriptor",
+    "destroy_lrn_descriptor",
+    "lrn_cross_channel_forward",
+    "lrn_cross_channel_backward",
+    "divisive_normalization_forward",
+    "divisive_normalization_backward",
+]

@@ -1,4 +1,5 @@
 """Tensor and filter descriptors (cudnnTensorDescriptor_t, cudnnFilterDescriptor_t)."""
+
 from __future__ import annotations
 
 import math
@@ -26,6 +27,7 @@ class TensorDescriptor:
 
 class FilterDescriptor(TensorDescriptor):
     """A filter is a tensor [K, C/groups, spatial...] with a format."""
+
     format = TensorFormat.NCHW
 
 
@@ -38,7 +40,7 @@ def destroy_tensor_descriptor(desc) -> None:
 
 
 # cuDNN's descriptors hold int dims and strides; sizes in bytes are 64-bit
-INT32_MAX, INT64_MAX = 2 ** 31 - 1, 2 ** 63 - 1
+INT32_MAX, INT64_MAX = 2**31 - 1, 2**63 - 1
 
 
 def _strides_for(op, format, dims) -> tuple:
@@ -50,19 +52,27 @@ def _set(desc, op, data_type, dims, strides=None, format=TensorFormat.NCHW):
     """Check and store dims, strides (packed in ``format`` when None) and the data type."""
     dims = as_ints(op, "dims", dims)
     check(all(d > 0 for d in dims), f"dims {list(dims)} must be positive", op)
-    check(all(d <= INT32_MAX for d in dims), f"dims {list(dims)} exceed the int32 range of "
-          f"a descriptor ({INT32_MAX})", op)
-    strides = _strides_for(op, format, dims) if strides is None else \
-        as_ints(op, "strides", strides)
+    check(
+        all(d <= INT32_MAX for d in dims),
+        f"dims {list(dims)} exceed the int32 range of a descriptor ({INT32_MAX})",
+        op,
+    )
+    strides = _strides_for(op, format, dims) if strides is None else as_ints(op, "strides", strides)
     check(len(strides) == len(dims), f"{len(strides)} strides for {len(dims)} dims", op)
     check(all(s > 0 for s in strides), f"strides {list(strides)} must be positive", op)
-    check(all(s <= INT32_MAX for s in strides), f"strides {list(strides)} exceed the int32 "
-          f"range of a descriptor ({INT32_MAX})", op)
+    check(
+        all(s <= INT32_MAX for s in strides),
+        f"strides {list(strides)} exceed the int32 range of a descriptor ({INT32_MAX})",
+        op,
+    )
     data_type = as_dtype(op, "data_type", data_type)
     check(data_type != DataType.NOT_SET, "data type must be set", op)
     span = 1 + sum((d - 1) * s for d, s in zip(dims, strides))
-    check(math.prod(dims) <= INT64_MAX and span * data_type.itemsize <= INT64_MAX,
-          f"dims {list(dims)} with strides {list(strides)} address more than 2^63 bytes", op)
+    check(
+        math.prod(dims) <= INT64_MAX and span * data_type.itemsize <= INT64_MAX,
+        f"dims {list(dims)} with strides {list(strides)} address more than 2^63 bytes",
+        op,
+    )
     desc.data_type, desc.dims, desc.strides = data_type, dims, strides
 
 
@@ -70,17 +80,26 @@ def set_tensor_4d_descriptor(desc, format, data_type, n, c, h, w) -> None:
     _set(desc, "set_tensor_4d_descriptor", data_type, (n, c, h, w), format=format)
 
 
-def set_tensor_4d_descriptor_ex(desc, data_type, n, c, h, w, n_stride, c_stride, h_stride,
-                                w_stride) -> None:
-    _set(desc, "set_tensor_4d_descriptor_ex", data_type, (n, c, h, w),
-         (n_stride, c_stride, h_stride, w_stride))
+def set_tensor_4d_descriptor_ex(
+    desc, data_type, n, c, h, w, n_stride, c_stride, h_stride, w_stride
+) -> None:
+    _set(
+        desc,
+        "set_tensor_4d_descriptor_ex",
+        data_type,
+        (n, c, h, w),
+        (n_stride, c_stride, h_stride, w_stride),
+    )
 
 
 def _nb_dims(op, nb_dims, dims, low, high) -> None:
     n = as_int(op, "nb_dims", nb_dims)
     dims = as_ints(op, "dims", dims)
-    check(low <= n <= high and len(dims) == n, f"nb_dims {n} must be {low}..{high} and "
-          f"match {len(dims)} dims", op)
+    check(
+        low <= n <= high and len(dims) == n,
+        f"nb_dims {n} must be {low}..{high} and match {len(dims)} dims",
+        op,
+    )
 
 
 def set_tensor_nd_descriptor(desc, data_type, nb_dims, dims, strides) -> None:

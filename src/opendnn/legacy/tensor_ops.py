@@ -14,6 +14,7 @@ does not leak through), as in cuDNN. Each call's graph is built once per (call,
 descriptors, which of alpha / beta are in use) and kept; alpha, beta and value are
 pass-by-value scalars, so changing them reuses the plan.
 """
+
 from __future__ import annotations
 
 import enum
@@ -54,8 +55,11 @@ def set_op_tensor_descriptor(desc, op_tensor_op, op_tensor_comp_type, op_tensor_
     op = "set_op_tensor_descriptor"
     kind = as_enum(op, "op_tensor_op", OpTensorOp, op_tensor_op)
     comp = as_enum(op, "op_tensor_comp_type", DataType, op_tensor_comp_type)
-    check(comp in (DataType.FLOAT, DataType.DOUBLE, DataType.HALF, DataType.BFLOAT16),
-          f"compute type {comp.name} is not a floating type", op)
+    check(
+        comp in (DataType.FLOAT, DataType.DOUBLE, DataType.HALF, DataType.BFLOAT16),
+        f"compute type {comp.name} is not a floating type",
+        op,
+    )
     nan_opt = as_enum(op, "op_tensor_nan_opt", NanPropagation, op_tensor_nan_opt)
     desc.op, desc.comp_type, desc.nan_opt = kind, comp, nan_opt
 
@@ -73,12 +77,20 @@ class PointwiseCall:
     the graph tensors ``ins``; ``scalars`` names extra pass-by-value inputs of the body.
     """
 
-    def __init__(self, handle, op, descs: dict, out: str, body, blend: bool, beta: bool,
-                 scalars=()):
-        g = Graph(name=op, handle=handle, intermediate_data_type=DataType.FLOAT,
-                  compute_data_type=DataType.FLOAT)
-        self.ins = {n: g.tensor(list(d.dims), list(d.strides), d.data_type, name=n)
-                    for n, d in descs.items() if n != out}
+    def __init__(
+        self, handle, op, descs: dict, out: str, body, blend: bool, beta: bool, scalars=()
+    ):
+        g = Graph(
+            name=op,
+            handle=handle,
+            intermediate_data_type=DataType.FLOAT,
+            compute_data_type=DataType.FLOAT,
+        )
+        self.ins = {
+            n: g.tensor(list(d.dims), list(d.strides), d.data_type, name=n)
+            for n, d in descs.items()
+            if n != out
+        }
         for s in scalars:
             self.ins[s] = g.tensor(name=s, **SCALAR)
         t = body(g, self.ins)
@@ -88,8 +100,9 @@ class PointwiseCall:
             t = g.scale(t, self.alpha)
         od = descs[out]
         if beta:
-            self.prior = g.tensor(list(od.dims), list(od.strides), od.data_type,
-                                  name=f"{out}_prior")
+            self.prior = g.tensor(
+                list(od.dims), list(od.strides), od.data_type, name=f"{out}_prior"
+            )
             self.beta = g.tensor(name="beta", **SCALAR)
             t = g.add(t, g.scale(self.prior, self.beta))
         t.set_output(True).set_dim(list(od.dims)).set_stride(list(od.strides))
@@ -103,23 +116,32 @@ class PointwiseCall:
         if self.alpha is not None:
             pack[self.alpha] = float(alpha)
         if self.prior is not None:
-            pack[self.prior] = out          # read before written, element by element
+            pack[self.prior] = out  # read before written, element by element
             pack[self.beta] = float(beta)
         ws = self.graph.get_workspace_size()
-        self.graph.execute(pack, torch.empty(ws, dtype=torch.uint8, device=out.device)
-                           if ws else None)
+        self.graph.execute(
+            pack, torch.empty(ws, dtype=torch.uint8, device=out.device) if ws else None
+        )
 
 
 _cache = LRU(legacy_cache_size)
 
 
-def call(handle, op, descs: dict, out: str, body, blend: bool, beta: bool, key=(),
-         scalars=()) -> PointwiseCall:
+def call(
+    handle, op, descs: dict, out: str, body, blend: bool, beta: bool, key=(), scalars=()
+) -> PointwiseCall:
     """The cached PointwiseCall for these descriptors (each must be set)."""
     for name, d in descs.items():
         check(d.is_set(), "descriptor was never set", op, name)
-    k = (op, str(handle.device), key, blend, beta, scalars,
-         tuple((n, d.dims, d.strides, int(d.data_type)) for n, d in descs.items()))
+    k = (
+        op,
+        str(handle.device),
+        key,
+        blend,
+        beta,
+        scalars,
+        tuple((n, d.dims, d.strides, int(d.data_type)) for n, d in descs.items()),
+    )
     hit = _cache.get(k)
     if hit is None:
         hit = _cache[k] = PointwiseCall(handle, op, descs, out, body, blend, beta, scalars)
@@ -129,16 +151,31 @@ def call(handle, op, descs: dict, out: str, body, blend: bool, beta: bool, key=(
 def same_dims(op, descs: dict) -> None:
     first_name, first = next(iter(descs.items()))
     for name, d in descs.items():
-        check(d.dims == first.dims, f"dims {list(d.dims)} must equal {first_name}'s "
-              f"{list(first.dims)}", op, name, Status.BAD_PARAM_SHAPE_MISMATCH)
+        check(
+            d.dims == first.dims,
+            f"dims {list(d.dims)} must equal {first_name}'s {list(first.dims)}",
+            op,
+            name,
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
 
 
 def _broadcasts(op, name, a, c) -> None:
-    check(len(a.dims) == len(c.dims), f"has {len(a.dims)} dims; C has {len(c.dims)}", op, name,
-          Status.BAD_PARAM_SHAPE_MISMATCH)
+    check(
+        len(a.dims) == len(c.dims),
+        f"has {len(a.dims)} dims; C has {len(c.dims)}",
+        op,
+        name,
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+    )
     for i, (da, dc) in enumerate(zip(a.dims, c.dims)):
-        check(da in (1, dc), f"dim {i} is {da}: each dim must be 1 or C's ({dc})", op, name,
-              Status.BAD_PARAM_SHAPE_MISMATCH)
+        check(
+            da in (1, dc),
+            f"dim {i} is {da}: each dim must be 1 or C's ({dc})",
+            op,
+            name,
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
 
 
 # ---- the calls ----------------------------------------------------------------------------------
@@ -147,8 +184,16 @@ def set_tensor(handle, y_desc, y, value_ptr) -> None:
     op = "set_tensor"
     value = as_float(op, "value_ptr", value_ptr)
     y = buffer(op, "y", y, y_desc, handle, output=True)
-    c = call(handle, op, {"y": y_desc}, "y", lambda g, t: g.identity(t["value"]), False, False,
-             scalars=("value",))
+    c = call(
+        handle,
+        op,
+        {"y": y_desc},
+        "y",
+        lambda g, t: g.identity(t["value"]),
+        False,
+        False,
+        scalars=("value",),
+    )
     c.run({"value": value}, y)
 
 
@@ -156,8 +201,16 @@ def scale_tensor(handle, y_desc, y, alpha) -> None:
     """cudnnScaleTensor: y = alpha * y, in place."""
     op = "scale_tensor"
     alpha, y = as_float(op, "alpha", alpha), buffer(op, "y", y, y_desc, handle, output=True)
-    c = call(handle, op, {"y_in": y_desc, "y": y_desc}, "y",
-             lambda g, t: g.scale(t["y_in"], t["alpha_s"]), False, False, scalars=("alpha_s",))
+    c = call(
+        handle,
+        op,
+        {"y_in": y_desc, "y": y_desc},
+        "y",
+        lambda g, t: g.scale(t["y_in"], t["alpha_s"]),
+        False,
+        False,
+        scalars=("alpha_s",),
+    )
     c.run({"y_in": y, "alpha_s": alpha}, y)
 
 
@@ -169,8 +222,15 @@ def add_tensor(handle, alpha, a_desc, A, beta, c_desc, C) -> None:
     _broadcasts(op, "A", a_desc, c_desc)
     alpha, beta = as_float(op, "alpha", alpha), as_float(op, "beta", beta)
     A, C = buffer(op, "A", A, a_desc, handle), buffer(op, "C", C, c_desc, handle, output=True)
-    c = call(handle, op, {"A": a_desc, "C": c_desc}, "C", lambda g, t: g.identity(t["A"]),
-             alpha != 1.0, beta != 0.0)
+    c = call(
+        handle,
+        op,
+        {"A": a_desc, "C": c_desc},
+        "C",
+        lambda g, t: g.identity(t["A"]),
+        alpha != 1.0,
+        beta != 0.0,
+    )
     c.run({"A": A}, C, alpha, beta)
 
 
@@ -179,8 +239,7 @@ def op_tensor(handle, op_desc, alpha1, a_desc, A, alpha2, b_desc, B, beta, c_des
 
     A must have C's dims; B's dims are each 1 or C's."""
     op = "op_tensor"
-    check(op_desc is not None and op_desc.op is not None, "op tensor descriptor was never set",
-          op)
+    check(op_desc is not None and op_desc.op is not None, "op tensor descriptor was never set", op)
     kind = op_desc.op
     unary = kind in (OpTensorOp.SQRT, OpTensorOp.NOT)
     descs = {"A": a_desc, "C": c_desc} if unary else {"A": a_desc, "B": b_desc, "C": c_desc}
@@ -201,11 +260,15 @@ def op_tensor(handle, op_desc, alpha1, a_desc, A, alpha2, b_desc, B, beta, c_des
         if kind == OpTensorOp.NOT:
             return g.logical_not(a)
         b = g.scale(t["B"], t["alpha2"])
-        return {OpTensorOp.ADD: g.add, OpTensorOp.MUL: g.mul, OpTensorOp.MIN: g.min,
-                OpTensorOp.MAX: g.max}[kind](a, b)
+        return {
+            OpTensorOp.ADD: g.add,
+            OpTensorOp.MUL: g.mul,
+            OpTensorOp.MIN: g.min,
+            OpTensorOp.MAX: g.max,
+        }[kind](a, b)
+
     scalars = ("alpha1",) if unary else ("alpha1", "alpha2")
-    c = call(handle, op, descs, "C", body, False, beta != 0.0, key=(int(kind),),
-             scalars=scalars)
+    c = call(handle, op, descs, "C", body, False, beta != 0.0, key=(int(kind),), scalars=scalars)
     bufs = {"A": A, "alpha1": alpha1}
     if not unary:
         bufs.update(B=B, alpha2=alpha2)
@@ -221,11 +284,28 @@ def transform_tensor(handle, alpha, x_desc, x, beta, y_desc, y) -> None:
     same_dims(op, {"x": x_desc, "y": y_desc})
     alpha, beta = as_float(op, "alpha", alpha), as_float(op, "beta", beta)
     x, y = buffer(op, "x", x, x_desc, handle), buffer(op, "y", y, y_desc, handle, output=True)
-    c = call(handle, op, {"x": x_desc, "y": y_desc}, "y", lambda g, t: g.identity(t["x"]),
-             alpha != 1.0, beta != 0.0)
+    c = call(
+        handle,
+        op,
+        {"x": x_desc, "y": y_desc},
+        "y",
+        lambda g, t: g.identity(t["x"]),
+        alpha != 1.0,
+        beta != 0.0,
+    )
     c.run({"x": x}, y, alpha, beta)
 
 
-__all__ = ["OpTensorOp", "OpTensorDescriptor", "create_op_tensor_descriptor",
-           "destroy_op_tensor_descriptor", "set_op_tensor_descriptor", "get_op_tensor_descriptor",
-           "set_tensor", "scale_tensor", "add_tensor", "op_tensor", "transform_tensor"]
+__all__ = [
+    "OpTensorOp",
+    "OpTensorDescriptor",
+    "create_op_tensor_descriptor",
+    "destroy_op_tensor_descriptor",
+    "set_op_tensor_descriptor",
+    "get_op_tensor_descriptor",
+    "set_tensor",
+    "scale_tensor",
+    "add_tensor",
+    "op_tensor",
+    "transform_tensor",
+]

@@ -46,6 +46,7 @@ Backward (FlashAttention-2's, from the forward's O and Stats), per (b, h):
     dQ  = scale * dS k,   dK = scale * dS^T q,   dV = (P * M / (1 - p))^T dO
     (dK, dV summed over the q heads that share a k / v head)
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -60,14 +61,16 @@ from . import dropout as _dropout
 class Masking:
     """What decides keep(b): the diagonal alignment, the band bounds (None: unbounded)
     and whether per-batch sequence lengths apply (the padding mask)."""
+
     alignment: DiagonalAlignment = DiagonalAlignment.TOP_LEFT
     left_bound: int | None = None
     right_bound: int | None = None
     padding: bool = False
 
 
-def score_mask(masking: Masking, s_q: int, s_kv: int, len_q: int | None = None,
-               len_kv: int | None = None) -> np.ndarray:
+def score_mask(
+    masking: Masking, s_q: int, s_kv: int, len_q: int | None = None, len_kv: int | None = None
+) -> np.ndarray:
     """keep(b) [s_q, s_kv] (bool) of one batch entry whose actual lengths are
     ``len_q`` / ``len_kv`` (used with ``masking.padding``; default: s_q, s_kv)."""
     lq = s_q if len_q is None or not masking.padding else int(len_q)
@@ -85,8 +88,9 @@ def score_mask(masking: Masking, s_q: int, s_kv: int, len_q: int | None = None,
     return keep
 
 
-def batch_mask(masking: Masking, batch: int, s_q: int, s_kv: int, seq_len_q=None,
-               seq_len_kv=None) -> np.ndarray:
+def batch_mask(
+    masking: Masking, batch: int, s_q: int, s_kv: int, seq_len_q=None, seq_len_kv=None
+) -> np.ndarray:
     """keep [batch, 1, s_q, s_kv] (bool); ``seq_len_q`` / ``seq_len_kv``: per-batch
     lengths (any shape with ``batch`` elements), needed with the padding mask."""
     lq = [None] * batch if seq_len_q is None else np.asarray(seq_len_q).reshape(-1)
@@ -124,18 +128,17 @@ def _scores(q, k, keep, scale, bias) -> np.ndarray:
     return s
 
 
-def forward(q, k, v, keep=None, scale: float = 1.0, bias=None, drop=None,
-            p: float = 0.0) -> tuple:
+def forward(q, k, v, keep=None, scale: float = 1.0, bias=None, drop=None, p: float = 0.0) -> tuple:
     """(O [B, Hq, Sq, Dv], Stats [B, Hq, Sq, 1]) in float64. ``keep``: bool,
     broadcastable to [B, Hq, Sq, Skv] (None: everything kept); ``drop``: the dropout
     keep mask M [B, Hq, Sq, Skv] (None: no dropout) with probability ``p``."""
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         s = _scores(q, k, keep, scale, bias)
         m = s.max(axis=-1, keepdims=True, initial=-np.inf)
-        m = np.where(np.isfinite(m), m, 0.0)          # an all -inf row: exp(-inf) = 0
+        m = np.where(np.isfinite(m), m, 0.0)  # an all -inf row: exp(-inf) = 0
         e = np.exp(s - m)
         total = e.sum(axis=-1, keepdims=True)
-        stats = m + np.log(total)                      # total = 0: -inf
+        stats = m + np.log(total)  # total = 0: -inf
         prob = np.divide(e, total, out=np.zeros_like(e), where=total > 0)
         if drop is not None:
             prob = prob * drop * _dropout.scale(p)
@@ -143,8 +146,20 @@ def forward(q, k, v, keep=None, scale: float = 1.0, bias=None, drop=None,
     return o, stats
 
 
-def backward(q, k, v, o, do, stats, keep=None, scale: float = 1.0, bias=None, drop=None,
-             p: float = 0.0, bias_shape=None) -> tuple:
+def backward(
+    q,
+    k,
+    v,
+    o,
+    do,
+    stats,
+    keep=None,
+    scale: float = 1.0,
+    bias=None,
+    drop=None,
+    p: float = 0.0,
+    bias_shape=None,
+) -> tuple:
     """(dQ, dK, dV, dBias) in float64 from the forward's inputs, its O and Stats and
     the gradient dO [B, Hq, Sq, Dv]; dBias (of ``bias_shape``, default the bias's
     shape) is None without a bias."""

@@ -24,6 +24,7 @@ Backward, from dy, x and the saved mean / inv_var, with xhat = (x - mean) * inv_
     dscale = sum(dy * xhat)
     dx     = scale * inv_var * (dy - dbias / m - xhat * dscale / m)
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -42,13 +43,12 @@ def count(x_dims, stat_dims) -> int:
     return n
 
 
-def forward_training(x, scale, bias, eps, running_mean=None, running_var=None,
-                     momentum=None):
+def forward_training(x, scale, bias, eps, running_mean=None, running_var=None, momentum=None):
     """(y, mean, inv_var, next_running_mean, next_running_var); statistics arrays have
     scale's shape; the running outputs are None without running inputs."""
     axes = reduced_axes(x.shape, scale.shape)
     m = count(x.shape, scale.shape)
-    with np.errstate(invalid="ignore", over="ignore"):    # inf - inf: NaN is the answer
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: NaN is the answer
         mean = x.mean(axis=axes, keepdims=True)
         var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
         inv_var = 1.0 / np.sqrt(var + eps)

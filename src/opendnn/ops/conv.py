@@ -18,6 +18,7 @@ Cross-correlation (cuDNN's default, what frameworks call convolution):
 The float64 references below loop over filter taps (prod(filt) iterations), each a
 tensor contraction over a strided window of the padded input.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -66,8 +67,9 @@ def fprop(x, w, pre, post, stride, dilation, convolution=False) -> np.ndarray:
         win = xp[_window(xp, tap, stride, dilation, out)]
         wt = w[(slice(None), slice(None)) + tap]
         for g in range(groups):
-            y[:, g * kg:(g + 1) * kg] += np.einsum(
-                "nc...,kc->nk...", win[:, g * cg:(g + 1) * cg], wt[g * kg:(g + 1) * kg])
+            y[:, g * kg : (g + 1) * kg] += np.einsum(
+                "nc...,kc->nk...", win[:, g * cg : (g + 1) * cg], wt[g * kg : (g + 1) * kg]
+            )
     return y
 
 
@@ -85,10 +87,11 @@ def dgrad(dy, w, x_dims, pre, post, stride, dilation, convolution=False) -> np.n
         wt = w[(slice(None), slice(None)) + tap]
         sl = _window(dxp, tap, stride, dilation, out)
         for g in range(groups):
-            contrib = np.einsum("nk...,kc->nc...", dy[:, g * kg:(g + 1) * kg],
-                                wt[g * kg:(g + 1) * kg])
+            contrib = np.einsum(
+                "nk...,kc->nc...", dy[:, g * kg : (g + 1) * kg], wt[g * kg : (g + 1) * kg]
+            )
             view = dxp[sl]
-            view[:, g * cg:(g + 1) * cg] += contrib
+            view[:, g * cg : (g + 1) * cg] += contrib
     crop = (slice(None), slice(None)) + tuple(slice(a, a + d) for a, d in zip(pre, x_dims[2:]))
     return dxp[crop]
 
@@ -105,7 +108,7 @@ def wgrad(x, dy, w_dims, pre, post, stride, dilation, convolution=False) -> np.n
     for tap in itertools.product(*[range(f) for f in w_dims[2:]]):
         win = xp[_window(xp, tap, stride, dilation, out)]
         for g in range(groups):
-            a = dy[:, g * kg:(g + 1) * kg].reshape(dy.shape[0], kg, -1)
-            b = win[:, g * cg:(g + 1) * cg].reshape(win.shape[0], cg, -1)
+            a = dy[:, g * kg : (g + 1) * kg].reshape(dy.shape[0], kg, -1)
+            b = win[:, g * cg : (g + 1) * cg].reshape(win.shape[0], cg, -1)
             dw[(slice(g * kg, (g + 1) * kg), slice(None)) + tap] = np.einsum("nkp,ncp->kc", a, b)
     return _flip(dw, convolution)

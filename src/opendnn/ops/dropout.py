@@ -18,6 +18,7 @@ draw fresh masks.
 
 This NumPy Philox is the reference the Triton kernels are tested against (bit for bit).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -35,9 +36,13 @@ def philox4x32(key: int, c0, c1, c2, c3, rounds: int = 10) -> tuple:
     k0, k1 = np.uint64(key & 0xFFFFFFFF), np.uint64(key >> 32)
     c0, c1, c2, c3 = (np.asarray(c, dtype=np.uint64) & _M32 for c in (c0, c1, c2, c3))
     for _ in range(rounds):
-        p0, p2 = ROUND_A * c0, ROUND_B * c2          # < 2**64: exact in uint64
-        c0, c2, c1, c3 = ((p2 >> np.uint64(32)) ^ c1 ^ k0, (p0 >> np.uint64(32)) ^ c3 ^ k1,
-                          p2 & _M32, p0 & _M32)
+        p0, p2 = ROUND_A * c0, ROUND_B * c2  # < 2**64: exact in uint64
+        c0, c2, c1, c3 = (
+            (p2 >> np.uint64(32)) ^ c1 ^ k0,
+            (p0 >> np.uint64(32)) ^ c3 ^ k1,
+            p2 & _M32,
+            p0 & _M32,
+        )
         k0, k1 = (k0 + KEY_A) & _M32, (k1 + KEY_B) & _M32
     return c0, c1, c2, c3
 

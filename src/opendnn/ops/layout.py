@@ -5,6 +5,7 @@
 - slice:       Y = X[s0:e0, ..., sn:en]
 - concatenate: Y = [X_0 | X_1 | ...] along ``axis``
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -26,11 +26,12 @@ Backward (from dy): with P = S**(-beta) and R = dy * d * P / S,
 where the window of c contains i exactly when c is in [i - hi, i + lo] (the mirrored
 window). LRN: dx = dd. Divisive normalization: dx = dd, dmeans = -dd.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-MIN_N, MAX_N = 1, 16         # CUDNN_LRN_MIN_N, CUDNN_LRN_MAX_N
+MIN_N, MAX_N = 1, 16  # CUDNN_LRN_MIN_N, CUDNN_LRN_MAX_N
 MIN_K, MIN_BETA = 1e-5, 0.01  # CUDNN_LRN_MIN_K, CUDNN_LRN_MIN_BETA
 
 
@@ -60,8 +61,15 @@ def _scale(d, axes, n, alpha, k):
     return k + alpha / n ** len(axes) * window_sum(d * d, axes, *extents(n))
 
 
-def forward(x: np.ndarray, n: int, alpha: float, beta: float, k: float, axes,
-            means: np.ndarray | None = None) -> np.ndarray:
+def forward(
+    x: np.ndarray,
+    n: int,
+    alpha: float,
+    beta: float,
+    k: float,
+    axes,
+    means: np.ndarray | None = None,
+) -> np.ndarray:
     """y = d * (k + alpha / n**s * window_sum(d**2))**(-beta), d = x (- means)."""
     if x.size == 0:
         return np.empty_like(x)
@@ -70,8 +78,16 @@ def forward(x: np.ndarray, n: int, alpha: float, beta: float, k: float, axes,
         return d * _scale(d, axes, n, alpha, k) ** (-beta)
 
 
-def backward(dy: np.ndarray, x: np.ndarray, n: int, alpha: float, beta: float, k: float,
-             axes, means: np.ndarray | None = None) -> np.ndarray:
+def backward(
+    dy: np.ndarray,
+    x: np.ndarray,
+    n: int,
+    alpha: float,
+    beta: float,
+    k: float,
+    axes,
+    means: np.ndarray | None = None,
+) -> np.ndarray:
     """dd (= dx; dmeans = -dd) of ``forward`` at x (and means) from dy."""
     if x.size == 0:
         return np.empty_like(x)

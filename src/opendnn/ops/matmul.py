@@ -5,6 +5,7 @@ in float32 in every engine but the reference, which is float64. float32 inputs u
 float32 products unless TF32 is allowed (``opendnn.backends.allow_tf32`` or a compute
 type of FAST_FLOAT), in which case inputs are rounded to TF32 (10-bit mantissa) first.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -27,6 +27,7 @@ Backward, with g = dy * scale (the gradient reaching xh):
     dscale = sum of dy xh, dbias = sum of dy, over every element sharing the parameter
     (all rows, and for instance / group norm also the spatial positions).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -43,12 +44,13 @@ class Geometry:
     reference see them (group / instance norm insert the group axis), ``axes`` the
     normalized axes of ``view``; ``param_view`` / ``stats_view`` are SCALE's and MEAN's
     dims in that view (size 1 where they broadcast)."""
+
     view: tuple
     axes: tuple
     param_view: tuple
     stats_view: tuple
-    stats_dims: tuple        # MEAN / INV_VARIANCE dims in the user's rank
-    groups: int = 1          # parameter groups along the rows (G of group norm, 1 else)
+    stats_dims: tuple  # MEAN / INV_VARIANCE dims in the user's rank
+    groups: int = 1  # parameter groups along the rows (G of group norm, 1 else)
 
     @property
     def rows(self) -> int:
@@ -109,10 +111,9 @@ def forward(geo: Geometry, x, scale, bias, eps: float, rms: bool):
         if rms:
             mu = np.zeros(geo.stats_view)
             ms = (xv * xv).mean(axis=geo.axes, keepdims=True)
-        else:   # shifted by the row's first element (0 if inf or NaN): a constant row's
+        else:  # shifted by the row's first element (0 if inf or NaN): a constant row's
             # mean is exact, as the kernels' is
-            first = xv[tuple(slice(0, 1) if i in geo.axes else slice(None)
-                             for i in range(xv.ndim))]
+            first = xv[tuple(slice(0, 1) if i in geo.axes else slice(None) for i in range(xv.ndim))]
             k = np.where(np.isfinite(first), first, 0.0)
             mu = k + (xv - k).mean(axis=geo.axes, keepdims=True)
             ms = ((xv - mu) ** 2).mean(axis=geo.axes, keepdims=True)
@@ -135,8 +136,7 @@ def backward(geo: Geometry, dy, x, scale, mean, inv, rms: bool):
         xh = (xv - mu) * r
         g = dyv * sv
         c1 = (g * xh).mean(axis=geo.axes, keepdims=True)
-        dx = r * (g - xh * c1) if rms else \
-            r * (g - g.mean(axis=geo.axes, keepdims=True) - xh * c1)
+        dx = r * (g - xh * c1) if rms else r * (g - g.mean(axis=geo.axes, keepdims=True) - xh * c1)
         shared = tuple(i for i, d in enumerate(geo.param_view) if d == 1)
         dscale = (dyv * xh).sum(axis=shared, keepdims=True)
         dbias = dyv.sum(axis=shared, keepdims=True)

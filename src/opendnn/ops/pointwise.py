@@ -53,6 +53,7 @@ compiled -- so one generated source runs both ways: sigmoid, tanh, expm1, log1p 
 are runtime/kernel_math's helpers, pow goes through exp2/log2 with the sign rule for
 integral exponents.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -72,12 +73,12 @@ def _erf(x: np.ndarray) -> np.ndarray:
 
 
 def _sigmoid(x):
-    e = np.exp(-np.abs(x))          # never overflows; keeps the negative tail's tiny values
+    e = np.exp(-np.abs(x))  # never overflows; keeps the negative tail's tiny values
     return np.where(x >= 0, 1.0, e) / (1.0 + e)
 
 
 def _sigmoid_grad(x):
-    e = np.exp(-np.abs(x))          # s (1 - s) without the subtraction
+    e = np.exp(-np.abs(x))  # s (1 - s) without the subtraction
     return e / ((1.0 + e) * (1.0 + e))
 
 
@@ -93,8 +94,9 @@ def _gelu_tanh_grad(x):
     # PyTorch's order of operations, so that its zeros and NaNs come out the same (1 + t
     # is 0 in the tail, x^2 overflows first for float32)
     t = np.tanh(SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x)))
-    return (0.5 * (1.0 + t)
-            + 0.5 * x * (1.0 - t * t) * (SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * (x * x))))
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * (
+        SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * (x * x))
+    )
 
 
 def _swish_grad(x, beta):
@@ -160,8 +162,10 @@ def _t_pow(a, b):
     negative = f"((({a}) < 0) | ((1.0 / ({a})) < 0))"
     invalid = f"((({a}) < 0) & (({a}) > float('-inf')) & ~{integral})"
     one = f"((({b}) == 0) | (({a}) == 1) | ((({a}) == -1) & (tl.abs({b}) == float('inf'))))"
-    return (f"tl.where({one}, 1.0, tl.where({invalid}, float('nan'), "
-            f"tl.where({negative} & {integral} & {odd}, {_t_neg(mag)}, {mag})))")
+    return (
+        f"tl.where({one}, 1.0, tl.where({invalid}, float('nan'), "
+        f"tl.where({negative} & {integral} & {odd}, {_t_neg(mag)}, {mag})))"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,6 +173,7 @@ class ModeSpec:
     """arity: number of tensor inputs; ref: float64 NumPy function (inputs..., attrs);
     triton: expression builder (input expressions..., attrs) -> str; frontend: the
     cudnn-frontend method name; boolean: the result is a truth value."""
+
     arity: int
     ref: Callable
     triton: Callable
@@ -191,13 +196,24 @@ MODES: dict[M, ModeSpec] = {
     M.SUB: ModeSpec(2, lambda a, b, _: a - b, lambda a, b, _: f"({a} - {b})", "sub"),
     M.MUL: ModeSpec(2, lambda a, b, _: a * b, lambda a, b, _: f"({a} * {b})", "mul"),
     M.DIV: ModeSpec(2, lambda a, b, _: _safe_div(a, b), lambda a, b, _: f"({a} / {b})", "div"),
-    M.ADD_SQUARE: ModeSpec(2, lambda a, b, _: a + b * b, lambda a, b, _: f"({a} + {b} * {b})",
-                           "add_square"),
-    M.MAX: ModeSpec(2, lambda a, b, _: np.maximum(a, b), lambda a, b, _: (
-        f"tl.maximum({a}, {b}, propagate_nan=tl.PropagateNan.ALL)"), "max"),
-    M.MIN: ModeSpec(2, lambda a, b, _: np.minimum(a, b), lambda a, b, _: (
-        f"tl.minimum({a}, {b}, propagate_nan=tl.PropagateNan.ALL)"), "min"),
-    M.MOD: ModeSpec(2, lambda a, b, _: _fmod_ref(a, b), lambda a, b, _: f"_pw_fmod({a}, {b})", "mod"),
+    M.ADD_SQUARE: ModeSpec(
+        2, lambda a, b, _: a + b * b, lambda a, b, _: f"({a} + {b} * {b})", "add_square"
+    ),
+    M.MAX: ModeSpec(
+        2,
+        lambda a, b, _: np.maximum(a, b),
+        lambda a, b, _: (f"tl.maximum({a}, {b}, propagate_nan=tl.PropagateNan.ALL)"),
+        "max",
+    ),
+    M.MIN: ModeSpec(
+        2,
+        lambda a, b, _: np.minimum(a, b),
+        lambda a, b, _: (f"tl.minimum({a}, {b}, propagate_nan=tl.PropagateNan.ALL)"),
+        "min",
+    ),
+    M.MOD: ModeSpec(
+        2, lambda a, b, _: _fmod_ref(a, b), lambda a, b, _: f"_pw_fmod({a}, {b})", "mod"
+    ),
     M.POW: ModeSpec(2, lambda a, b, _: _pow_ref(a, b), lambda a, b, _: _t_pow(a, b), "pow"),
     M.ABS: ModeSpec(1, lambda a, _: np.abs(a), lambda a, _: f"tl.abs({a})", "abs"),
     M.CEIL: ModeSpec(1, lambda a, _: np.ceil(a), lambda a, _: f"tl.ceil({a})", "ceil"),
@@ -209,78 +225,159 @@ MODES: dict[M, ModeSpec] = {
     M.LOG: ModeSpec(1, lambda a, _: _errfree(np.log, a), lambda a, _: f"tl.log({a})", "log"),
     M.NEG: ModeSpec(1, lambda a, _: -a, lambda a, _: _t_neg(a), "neg"),
     M.SQRT: ModeSpec(1, lambda a, _: _errfree(np.sqrt, a), lambda a, _: f"tl.sqrt({a})", "sqrt"),
-    M.RSQRT: ModeSpec(1, lambda a, _: _errfree(lambda v: 1 / np.sqrt(v), a),
-                      lambda a, _: f"tl.rsqrt({a})", "rsqrt"),
-    M.RECIPROCAL: ModeSpec(1, lambda a, _: _errfree(lambda v: 1 / v, a),
-                           lambda a, _: f"(1.0 / {a})", "reciprocal"),
+    M.RSQRT: ModeSpec(
+        1,
+        lambda a, _: _errfree(lambda v: 1 / np.sqrt(v), a),
+        lambda a, _: f"tl.rsqrt({a})",
+        "rsqrt",
+    ),
+    M.RECIPROCAL: ModeSpec(
+        1, lambda a, _: _errfree(lambda v: 1 / v, a), lambda a, _: f"(1.0 / {a})", "reciprocal"
+    ),
     M.ERF: ModeSpec(1, lambda a, _: _erf(a), lambda a, _: f"tl.erf({a})", "erf"),
     M.IDENTITY: ModeSpec(1, lambda a, _: a, lambda a, _: f"({a})", "identity"),
     M.RELU_FWD: ModeSpec(1, lambda a, at: _relu_ref(a, at), lambda a, at: _t_relu(a, at), "relu"),
     M.TANH_FWD: ModeSpec(1, lambda a, _: np.tanh(a), lambda a, _: _t_tanh(a), "tanh"),
     M.SIGMOID_FWD: ModeSpec(1, lambda a, _: _sigmoid(a), lambda a, _: _t_sigmoid(a), "sigmoid"),
     M.ELU_FWD: ModeSpec(
-        1, lambda a, at: np.where(a > 0, a, at["elu_alpha"] * np.expm1(np.where(a > 0, 0.0, a))),
-        lambda a, at: (f"tl.where({a} > 0, {a}, {_f(at['elu_alpha'])} * "
-                       f"_pw_expm1(tl.where({a} > 0, 0.0, {a})))"), "elu"),
-    M.GELU_FWD: ModeSpec(1, lambda a, _: 0.5 * a * (1.0 + _erf(a / math.sqrt(2))),
-                         lambda a, _: f"(0.5 * {a} * (1.0 + tl.erf({a} * {_f(1 / math.sqrt(2))})))",
-                         "gelu"),
+        1,
+        lambda a, at: np.where(a > 0, a, at["elu_alpha"] * np.expm1(np.where(a > 0, 0.0, a))),
+        lambda a, at: (
+            f"tl.where({a} > 0, {a}, {_f(at['elu_alpha'])} * "
+            f"_pw_expm1(tl.where({a} > 0, 0.0, {a})))"
+        ),
+        "elu",
+    ),
+    M.GELU_FWD: ModeSpec(
+        1,
+        lambda a, _: 0.5 * a * (1.0 + _erf(a / math.sqrt(2))),
+        lambda a, _: f"(0.5 * {a} * (1.0 + tl.erf({a} * {_f(1 / math.sqrt(2))})))",
+        "gelu",
+    ),
     M.GELU_APPROX_TANH_FWD: ModeSpec(
-        1, lambda a, _: _gelu_tanh(a),
-        lambda a, _: f"(0.5 * {a} * (1.0 + {_t_tanh(_t_gelu_tanh_inner(a))}))", "gelu_approx_tanh"),
+        1,
+        lambda a, _: _gelu_tanh(a),
+        lambda a, _: f"(0.5 * {a} * (1.0 + {_t_tanh(_t_gelu_tanh_inner(a))}))",
+        "gelu_approx_tanh",
+    ),
     M.SOFTPLUS_FWD: ModeSpec(
-        1, lambda a, at: _softplus_ref(a, at["softplus_beta"]),
-        lambda a, at: (f"(tl.where({_f(at['softplus_beta'])} * {a} > 0, {a}, 0.0) + "
-                       f"_pw_log1p(tl.exp(-tl.abs({_f(at['softplus_beta'])} * {a}))) / "
-                       f"{_f(at['softplus_beta'])})"), "softplus"),
-    M.SWISH_FWD: ModeSpec(1, lambda a, at: a * _sigmoid(at["swish_beta"] * a),
-                          lambda a, at: f"({a} * {_t_sigmoid(_f(at['swish_beta']) + ' * ' + a)})", "swish"),
-    M.RELU_BWD: ModeSpec(2, lambda dy, x, at: _relu_bwd_ref(dy, x, at),
-                         lambda dy, x, at: _t_relu_bwd(dy, x, at), "relu_backward"),
+        1,
+        lambda a, at: _softplus_ref(a, at["softplus_beta"]),
+        lambda a, at: (
+            f"(tl.where({_f(at['softplus_beta'])} * {a} > 0, {a}, 0.0) + "
+            f"_pw_log1p(tl.exp(-tl.abs({_f(at['softplus_beta'])} * {a}))) / "
+            f"{_f(at['softplus_beta'])})"
+        ),
+        "softplus",
+    ),
+    M.SWISH_FWD: ModeSpec(
+        1,
+        lambda a, at: a * _sigmoid(at["swish_beta"] * a),
+        lambda a, at: f"({a} * {_t_sigmoid(_f(at['swish_beta']) + ' * ' + a)})",
+        "swish",
+    ),
+    M.RELU_BWD: ModeSpec(
+        2,
+        lambda dy, x, at: _relu_bwd_ref(dy, x, at),
+        lambda dy, x, at: _t_relu_bwd(dy, x, at),
+        "relu_backward",
+    ),
     # PyTorch's forms from the output, 1 - t^2 and s (1 - s): 0 where t or s rounds to 1,
     # so an infinite dy gives NaN there, as in PyTorch (not +-inf times a tiny slope)
-    M.TANH_BWD: ModeSpec(2, lambda dy, x, _: dy * (1.0 - np.tanh(x) * np.tanh(x)),
-                         lambda dy, x, _: f"({dy} * (1.0 - {_t_tanh(x)} * {_t_tanh(x)}))",
-                         "tanh_backward"),
-    M.SIGMOID_BWD: ModeSpec(2, lambda dy, x, _: dy * ((1.0 - _sigmoid(x)) * _sigmoid(x)),
-                            lambda dy, x, _: (f"({dy} * ((1.0 - {_t_sigmoid(x)}) * "
-                                              f"{_t_sigmoid(x)}))"), "sigmoid_backward"),
+    M.TANH_BWD: ModeSpec(
+        2,
+        lambda dy, x, _: dy * (1.0 - np.tanh(x) * np.tanh(x)),
+        lambda dy, x, _: f"({dy} * (1.0 - {_t_tanh(x)} * {_t_tanh(x)}))",
+        "tanh_backward",
+    ),
+    M.SIGMOID_BWD: ModeSpec(
+        2,
+        lambda dy, x, _: dy * ((1.0 - _sigmoid(x)) * _sigmoid(x)),
+        lambda dy, x, _: (f"({dy} * ((1.0 - {_t_sigmoid(x)}) * {_t_sigmoid(x)}))"),
+        "sigmoid_backward",
+    ),
     # x <= 0 selects the exponential side: a NaN x gives dy, as PyTorch's elu_backward
     M.ELU_BWD: ModeSpec(
-        2, lambda dy, x, at: np.where(x <= 0, dy * at["elu_alpha"] * np.exp(np.where(x <= 0, x, 0.0)),
-                                      dy),
-        lambda dy, x, at: (f"tl.where({x} <= 0, {dy} * {_f(at['elu_alpha'])} * "
-                           f"tl.exp(tl.where({x} <= 0, {x}, 0.0)), {dy})"), "elu_backward"),
+        2,
+        lambda dy, x, at: np.where(
+            x <= 0, dy * at["elu_alpha"] * np.exp(np.where(x <= 0, x, 0.0)), dy
+        ),
+        lambda dy, x, at: (
+            f"tl.where({x} <= 0, {dy} * {_f(at['elu_alpha'])} * "
+            f"tl.exp(tl.where({x} <= 0, {x}, 0.0)), {dy})"
+        ),
+        "elu_backward",
+    ),
     M.GELU_BWD: ModeSpec(
-        2, lambda dy, x, _: dy * (0.5 * (1 + _erf(x / math.sqrt(2))) + x * _phi(x)),
-        lambda dy, x, _: (f"({dy} * (0.5 * (1.0 + tl.erf({x} * {_f(1 / math.sqrt(2))})) + {x} * "
-                          f"tl.exp(-0.5 * {x} * {x}) * {_f(1 / math.sqrt(2 * math.pi))}))"),
-        "gelu_backward"),
+        2,
+        lambda dy, x, _: dy * (0.5 * (1 + _erf(x / math.sqrt(2))) + x * _phi(x)),
+        lambda dy, x, _: (
+            f"({dy} * (0.5 * (1.0 + tl.erf({x} * {_f(1 / math.sqrt(2))})) + {x} * "
+            f"tl.exp(-0.5 * {x} * {x}) * {_f(1 / math.sqrt(2 * math.pi))}))"
+        ),
+        "gelu_backward",
+    ),
     M.GELU_APPROX_TANH_BWD: ModeSpec(
-        2, lambda dy, x, _: dy * _gelu_tanh_grad(x),
-        lambda dy, x, _: _t_gelu_tanh_bwd(dy, x), "gelu_approx_tanh_backward"),
-    M.SOFTPLUS_BWD: ModeSpec(2, lambda dy, x, at: dy * _sigmoid(at["softplus_beta"] * x),
-                             lambda dy, x, at: f"({dy} * {_t_sigmoid(_f(at['softplus_beta']) + ' * ' + x)})",
-                             "softplus_backward"),
+        2,
+        lambda dy, x, _: dy * _gelu_tanh_grad(x),
+        lambda dy, x, _: _t_gelu_tanh_bwd(dy, x),
+        "gelu_approx_tanh_backward",
+    ),
+    M.SOFTPLUS_BWD: ModeSpec(
+        2,
+        lambda dy, x, at: dy * _sigmoid(at["softplus_beta"] * x),
+        lambda dy, x, at: f"({dy} * {_t_sigmoid(_f(at['softplus_beta']) + ' * ' + x)})",
+        "softplus_backward",
+    ),
     # swish' = s + (x s) (beta (1 - s)): never beta x alone, which may overflow where the
     # product is 0 (x = -3e38); 1 - s as sigmoid(-beta x), without the subtraction
     M.SWISH_BWD: ModeSpec(
-        2, lambda dy, x, at: dy * _swish_grad(x, at["swish_beta"]),
-        lambda dy, x, at: f"({dy} * {_t_swish_grad(x, at['swish_beta'])})", "swish_backward"),
-    M.CMP_EQ: ModeSpec(2, lambda a, b, _: (a == b) * 1.0, lambda a, b, _: f"({a} == {b})", "cmp_eq", True),
-    M.CMP_NEQ: ModeSpec(2, lambda a, b, _: (a != b) * 1.0, lambda a, b, _: f"({a} != {b})", "cmp_neq", True),
-    M.CMP_GT: ModeSpec(2, lambda a, b, _: (a > b) * 1.0, lambda a, b, _: f"({a} > {b})", "cmp_gt", True),
-    M.CMP_GE: ModeSpec(2, lambda a, b, _: (a >= b) * 1.0, lambda a, b, _: f"({a} >= {b})", "cmp_ge", True),
-    M.CMP_LT: ModeSpec(2, lambda a, b, _: (a < b) * 1.0, lambda a, b, _: f"({a} < {b})", "cmp_lt", True),
-    M.CMP_LE: ModeSpec(2, lambda a, b, _: (a <= b) * 1.0, lambda a, b, _: f"({a} <= {b})", "cmp_le", True),
-    M.LOGICAL_AND: ModeSpec(2, lambda a, b, _: ((a != 0) & (b != 0)) * 1.0,
-                            lambda a, b, _: f"(({a} != 0) & ({b} != 0))", "logical_and", True),
-    M.LOGICAL_OR: ModeSpec(2, lambda a, b, _: ((a != 0) | (b != 0)) * 1.0,
-                           lambda a, b, _: f"(({a} != 0) | ({b} != 0))", "logical_or", True),
-    M.LOGICAL_NOT: ModeSpec(1, lambda a, _: (a == 0) * 1.0, lambda a, _: f"({a} == 0)",
-                            "logical_not", True),
-    M.BINARY_SELECT: ModeSpec(3, lambda a, b, m, _: np.where(m != 0, a, b),
-                              lambda a, b, m, _: f"tl.where({m} != 0, {a}, {b})", "binary_select"),
+        2,
+        lambda dy, x, at: dy * _swish_grad(x, at["swish_beta"]),
+        lambda dy, x, at: f"({dy} * {_t_swish_grad(x, at['swish_beta'])})",
+        "swish_backward",
+    ),
+    M.CMP_EQ: ModeSpec(
+        2, lambda a, b, _: (a == b) * 1.0, lambda a, b, _: f"({a} == {b})", "cmp_eq", True
+    ),
+    M.CMP_NEQ: ModeSpec(
+        2, lambda a, b, _: (a != b) * 1.0, lambda a, b, _: f"({a} != {b})", "cmp_neq", True
+    ),
+    M.CMP_GT: ModeSpec(
+        2, lambda a, b, _: (a > b) * 1.0, lambda a, b, _: f"({a} > {b})", "cmp_gt", True
+    ),
+    M.CMP_GE: ModeSpec(
+        2, lambda a, b, _: (a >= b) * 1.0, lambda a, b, _: f"({a} >= {b})", "cmp_ge", True
+    ),
+    M.CMP_LT: ModeSpec(
+        2, lambda a, b, _: (a < b) * 1.0, lambda a, b, _: f"({a} < {b})", "cmp_lt", True
+    ),
+    M.CMP_LE: ModeSpec(
+        2, lambda a, b, _: (a <= b) * 1.0, lambda a, b, _: f"({a} <= {b})", "cmp_le", True
+    ),
+    M.LOGICAL_AND: ModeSpec(
+        2,
+        lambda a, b, _: ((a != 0) & (b != 0)) * 1.0,
+        lambda a, b, _: f"(({a} != 0) & ({b} != 0))",
+        "logical_and",
+        True,
+    ),
+    M.LOGICAL_OR: ModeSpec(
+        2,
+        lambda a, b, _: ((a != 0) | (b != 0)) * 1.0,
+        lambda a, b, _: f"(({a} != 0) | ({b} != 0))",
+        "logical_or",
+        True,
+    ),
+    M.LOGICAL_NOT: ModeSpec(
+        1, lambda a, _: (a == 0) * 1.0, lambda a, _: f"({a} == 0)", "logical_not", True
+    ),
+    M.BINARY_SELECT: ModeSpec(
+        3,
+        lambda a, b, m, _: np.where(m != 0, a, b),
+        lambda a, b, m, _: f"tl.where({m} != 0, {a}, {b})",
+        "binary_select",
+    ),
     # GEN_INDEX's value is the index along ``axis``: the code generator supplies it.
     M.GEN_INDEX: ModeSpec(1, None, None, "gen_index"),
 }
@@ -293,8 +390,10 @@ def _t_gelu_tanh_inner(x):
 def _t_gelu_tanh_bwd(dy, x):
     # as _gelu_tanh_grad, in PyTorch's order of operations
     t = _t_tanh(_t_gelu_tanh_inner(x))
-    return (f"({dy} * (0.5 * (1.0 + {t}) + 0.5 * {x} * (1.0 - {t} * {t}) * "
-            f"({_f(SQRT_2_OVER_PI)} * (1.0 + {_f(3 * 0.044715)} * ({x} * {x})))))")
+    return (
+        f"({dy} * (0.5 * (1.0 + {t}) + 0.5 * {x} * (1.0 - {t} * {t}) * "
+        f"({_f(SQRT_2_OVER_PI)} * (1.0 + {_f(3 * 0.044715)} * ({x} * {x})))))"
+    )
 
 
 def _t_swish_grad(x, beta):
@@ -333,8 +432,15 @@ def _errfree(fn, a):
         return fn(a)
 
 
-DEFAULT_ATTRS = {"relu_lower_clip": 0.0, "relu_upper_clip": math.inf, "relu_lower_clip_slope": 0.0,
-                 "elu_alpha": 1.0, "softplus_beta": 1.0, "swish_beta": 1.0, "axis": None}
+DEFAULT_ATTRS = {
+    "relu_lower_clip": 0.0,
+    "relu_upper_clip": math.inf,
+    "relu_lower_clip_slope": 0.0,
+    "elu_alpha": 1.0,
+    "softplus_beta": 1.0,
+    "swish_beta": 1.0,
+    "axis": None,
+}
 
 BACKWARD_MODES = {m for m in MODES if m.name.endswith("_BWD")}
 
@@ -348,6 +454,6 @@ def reference(mode: M, inputs: list[np.ndarray], attrs: dict, out_dims) -> np.nd
         shape[axis] = out_dims[axis]
         return np.broadcast_to(np.arange(out_dims[axis], dtype=np.float64).reshape(shape), out_dims)
     spec = MODES[mode]
-    with np.errstate(all="ignore"):      # inf * 0 and the like: NaN is the answer
+    with np.errstate(all="ignore"):  # inf * 0 and the like: NaN is the answer
         out = spec.ref(*inputs, full)
     return np.broadcast_to(np.asarray(out, dtype=np.float64), tuple(out_dims))

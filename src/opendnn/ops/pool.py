@@ -26,6 +26,7 @@ Backward (dy has Y's dims), as a sum over the windows containing each input i:
 (count = prod(w) or the real elements of o). Several windows may pick the same input:
 their gradients add.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -34,8 +35,11 @@ import numpy as np
 
 from ..enums import ResampleMode
 
-POOL_MODES = (ResampleMode.MAXPOOL, ResampleMode.AVGPOOL_INCLUDE_PADDING,
-              ResampleMode.AVGPOOL_EXCLUDE_PADDING)
+POOL_MODES = (
+    ResampleMode.MAXPOOL,
+    ResampleMode.AVGPOOL_INCLUDE_PADDING,
+    ResampleMode.AVGPOOL_EXCLUDE_PADDING,
+)
 
 
 def output_size(n: int, window: int, stride: int, pre: int, post: int) -> int:
@@ -45,16 +49,16 @@ def output_size(n: int, window: int, stride: int, pre: int, post: int) -> int:
 
 def output_dims(x_dims, window, stride, pre, post) -> list[int]:
     """[N, C, *out] for an input [N, C, *in]."""
-    return list(x_dims[:2]) + [output_size(n, w, s, a, b) for n, w, s, a, b in
-                               zip(x_dims[2:], window, stride, pre, post)]
+    return list(x_dims[:2]) + [
+        output_size(n, w, s, a, b) for n, w, s, a, b in zip(x_dims[2:], window, stride, pre, post)
+    ]
 
 
 def _windows(x_shape, out_shape, window, stride, pre):
     """For each window offset k (window order): k's flat index, and per axis the slice of
     the padded input it reads for every output."""
     for flat, k in enumerate(itertools.product(*(range(w) for w in window))):
-        sl = tuple(slice(kk, kk + s * (o - 1) + 1, s) for kk, s, o in
-                   zip(k, stride, out_shape[2:]))
+        sl = tuple(slice(kk, kk + s * (o - 1) + 1, s) for kk, s, o in zip(k, stride, out_shape[2:]))
         yield flat, (slice(None), slice(None)) + sl
 
 
@@ -71,8 +75,9 @@ def forward(x: np.ndarray, mode, window, stride, pre, post, nan_propagation: boo
     mode = ResampleMode(mode)
     out = output_dims(x.shape, window, stride, pre, post)
     if 0 in x.shape or 0 in out:
-        return np.zeros(out), (np.zeros(out, dtype=np.int64)
-                               if mode == ResampleMode.MAXPOOL else None)
+        return np.zeros(out), (
+            np.zeros(out, dtype=np.int64) if mode == ResampleMode.MAXPOOL else None
+        )
     xp, valid = _padded(x, pre, post, 0.0)
     with np.errstate(invalid="ignore"):
         if mode == ResampleMode.MAXPOOL:
@@ -92,7 +97,7 @@ def forward(x: np.ndarray, mode, window, stride, pre, post, nan_propagation: boo
         total = np.zeros(out)
         count = np.zeros(out)
         for _, sl in _windows(x.shape, out, window, stride, pre):
-            total = total + xp[sl]                 # padding holds zeros
+            total = total + xp[sl]  # padding holds zeros
             count = count + valid[sl]
         if mode == ResampleMode.AVGPOOL_INCLUDE_PADDING:
             count = np.full(out, float(np.prod(window)))
@@ -123,6 +128,5 @@ def backward(dy: np.ndarray, x_dims, mode, window, stride, pre, post, index=None
         g = dy / count
         for _, sl in _windows(x_dims, out, window, stride, pre):
             dxp[sl] += g
-    crop = (slice(None), slice(None)) + tuple(slice(a, a + n) for a, n in
-                                              zip(pre, x_dims[2:]))
+    crop = (slice(None), slice(None)) + tuple(slice(a, a + n) for a, n in zip(pre, x_dims[2:]))
     return dxp[crop]

@@ -11,11 +11,13 @@ float identity converts (AVG's NaN is True).
 Each mode is a pre-map ``f`` on elements, a combine ``(+, *, min, max)`` and a post-map
 ``g`` on the combined value: ``Y = g(combine_i f(X_i))``. Engines use the same table.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-from ..enums import DataType, ReductionMode as R
+from ..enums import DataType
+from ..enums import ReductionMode as R
 
 # mode -> (pre-map name, combine, identity, post-map name)
 TABLE = {
@@ -46,8 +48,7 @@ def reference(mode: R, x: np.ndarray, out_dims, data_type=None) -> np.ndarray:
     axes = tuple(i for i, (a, b) in enumerate(zip(x.shape, out_dims)) if b == 1 and a != 1)
     pre, combine, _, post = TABLE[mode]
     ident = identity(mode, data_type)
-    v = {"x": x, "abs": np.abs(x), "square": x * x,
-         "nonzero_or_one": np.where(x == 0, 1.0, x)}[pre]
+    v = {"x": x, "abs": np.abs(x), "square": x * x, "nonzero_or_one": np.where(x == 0, 1.0, x)}[pre]
     if x.size == 0 or any(x.shape[a] == 0 for a in axes):
         y = np.full(tuple(out_dims), ident, dtype=np.float64)
         count = 0

@@ -13,6 +13,7 @@ Backward, from the forward's output y and the incoming gradient dy:
     softmax:      dx_i = y_i (dy_i - sum_j dy_j y_j)
     log-softmax:  dx_i = dy_i - exp(y_i) sum_j dy_j
 """
+
 from __future__ import annotations
 
 import numpy as np

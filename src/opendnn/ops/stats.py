@@ -1,5 +1,6 @@
 """genstats: per-channel batch-norm statistics of X (N, C, ...):
 ``SUM[c] = sum_{n,spatial} X[n, c, ...]`` and ``SQ_SUM[c] = sum X[n, c, ...]^2``."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -12,13 +12,14 @@ and the answer {"ok": true, "hash": Triton's cache key of the kernel} or {"error
 "<traceback>"}. The parent then asks Triton for
 the same kernel, and Triton finds it in the cache.
 """
+
 import importlib.util
 import json
 import os
 import sys
 import traceback
 
-os.environ["TRITON_INTERPRET"] = "0"     # the kernel modules must decorate for compiling
+os.environ["TRITON_INTERPRET"] = "0"  # the kernel modules must decorate for compiling
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -31,8 +32,7 @@ _modules: dict = {}
 def _function(path: str, name: str):
     mod = _modules.get(path)
     if mod is None:
-        spec = importlib.util.spec_from_file_location(
-            f"opendnn_worker_{len(_modules)}", path)
+        spec = importlib.util.spec_from_file_location(f"opendnn_worker_{len(_modules)}", path)
         mod = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = mod
         spec.loader.exec_module(mod)
@@ -60,9 +60,11 @@ def compile_job(job: dict) -> str:
     signature = {k: _listify(v) for k, v in d["signature"].items()}
     target = GPUTarget("cuda", job["arch"], job["warp"])
     options = make_backend(target).parse_options(
-        {k: tuple(v) if isinstance(v, list) else v for k, v in d["options"].items()})
-    return triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target,
-                          options=options.__dict__).hash
+        {k: tuple(v) if isinstance(v, list) else v for k, v in d["options"].items()}
+    )
+    return triton.compile(
+        ASTSource(fn, signature, constexprs, attrs), target=target, options=options.__dict__
+    ).hash
 
 
 WARMUP = """
@@ -77,26 +79,30 @@ def warm_up(arch: int, warp: int) -> None:
     """Compile a tiny kernel first: a fresh process's first compile pays ~1 s of one-time
     set-up (MLIR contexts, the backend's libraries), best spent before jobs arrive."""
     import tempfile
+
     path = os.path.join(tempfile.mkdtemp(prefix="opendnn-warmup-"), "warmup.py")
     with open(path, "w") as f:
         f.write("import triton\nimport triton.language as tl\n" + WARMUP)
     fn = _function(path, "opendnn_worker_warmup")
     target = GPUTarget("cuda", arch, warp)
     options = make_backend(target).parse_options({})
-    triton.compile(ASTSource(fn, {"X": "*fp32", "N": "constexpr"}, {(1,): 64}, {}),
-                   target=target, options=options.__dict__)
+    triton.compile(
+        ASTSource(fn, {"X": "*fp32", "N": "constexpr"}, {(1,): 64}, {}),
+        target=target,
+        options=options.__dict__,
+    )
 
 
 def main() -> None:
     if len(sys.argv) == 3:
         try:
             warm_up(int(sys.argv[1]), int(sys.argv[2]))
-        except Exception:   # noqa: BLE001 -- only a head start; the jobs still run
+        except Exception:  # noqa: BLE001 -- only a head start; the jobs still run
             pass
     for line in sys.stdin:
         try:
             out = {"ok": True, "hash": compile_job(json.loads(line))}
-        except Exception:   # noqa: BLE001 -- the parent raises it at the kernel's launch
+        except Exception:  # noqa: BLE001 -- the parent raises it at the kernel's launch
             out = {"error": traceback.format_exc(limit=6)}
         sys.stdout.write(json.dumps(out) + "\n")
         sys.stdout.flush()

@@ -14,6 +14,7 @@ the next store; a malformed entry (not a dict with a list of plan names under
 ``order``) is dropped with a warning and the others kept. When the file cannot be
 written the results are kept for the process, with a warning.
 """
+
 from __future__ import annotations
 
 import os
@@ -36,8 +37,11 @@ def path() -> str:
 
 def valid_entry(entry) -> bool:
     """Whether ``entry`` is usable: a dict whose 'order' is a list of plan names."""
-    return isinstance(entry, dict) and isinstance(entry.get("order"), list) and \
-        all(isinstance(n, str) for n in entry["order"])
+    return (
+        isinstance(entry, dict)
+        and isinstance(entry.get("order"), list)
+        and all(isinstance(n, str) for n in entry["order"])
+    )
 
 
 def _store() -> cache_files.JsonStore:
@@ -60,8 +64,7 @@ def lookup(graph_key: str, device_name: str) -> dict | None:
 
 def store(graph_key: str, device_name: str, order: list[str], times_ms: list[float]) -> None:
     """Record a problem's ranking, merged into the file with what other processes stored."""
-    entry = {"order": [str(n) for n in order],
-             "times_ms": [round(float(t), 6) for t in times_ms]}
+    entry = {"order": [str(n) for n in order], "times_ms": [round(float(t), 6) for t in times_ms]}
     _store().update({problem_key(graph_key, device_name): entry})
     maintain_once()
 

@@ -18,6 +18,7 @@ no byte with a bound buffer, and every torch tensor a run writes has its autogra
 counter bumped (``mark_written``), so that a tensor autograd saved and a run overwrote
 fails backward with PyTorch's "modified by an inplace operation" error.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -34,9 +35,13 @@ from ..tensor import TensorDesc
 # No process maps the first 64 KiB (Linux's default vm.mmap_min_addr; CUDA's virtual
 # addresses are far higher): a pointer there is a null pointer plus an offset.
 _LOWEST_POINTER = 1 << 16
-_INT_RANGE = {DataType.INT8: (-2 ** 7, 2 ** 7 - 1), DataType.UINT8: (0, 2 ** 8 - 1),
-              DataType.INT32: (-2 ** 31, 2 ** 31 - 1), DataType.INT64: (-2 ** 63, 2 ** 63 - 1),
-              DataType.BOOLEAN: (0, 1)}
+_INT_RANGE = {
+    DataType.INT8: (-(2**7), 2**7 - 1),
+    DataType.UINT8: (0, 2**8 - 1),
+    DataType.INT32: (-(2**31), 2**31 - 1),
+    DataType.INT64: (-(2**63), 2**63 - 1),
+    DataType.BOOLEAN: (0, 1),
+}
 
 
 class RawPointer:
@@ -58,14 +63,23 @@ class RawPointer:
             return _cuda_view(self.ptr, n, d.torch_dtype, self.device)
         nbytes = n * d.data_type.itemsize
         raw = (ctypes.c_uint8 * nbytes).from_address(self.ptr) if nbytes else bytearray()
-        u8 = torch.frombuffer(raw, dtype=torch.uint8) if nbytes else torch.empty(0, dtype=torch.uint8)
+        u8 = (
+            torch.frombuffer(raw, dtype=torch.uint8)
+            if nbytes
+            else torch.empty(0, dtype=torch.uint8)
+        )
         return u8.view(d.torch_dtype)
 
 
 def _cuda_view(ptr: int, n: int, dtype: torch.dtype, device) -> torch.Tensor:
     class _Holder:
-        __cuda_array_interface__ = {"shape": (n * torch.empty((), dtype=dtype).element_size(),),
-                                    "typestr": "|u1", "data": (ptr, False), "version": 3}
+        __cuda_array_interface__ = {
+            "shape": (n * torch.empty((), dtype=dtype).element_size(),),
+            "typestr": "|u1",
+            "data": (ptr, False),
+            "version": 3,
+        }
+
     return torch.as_tensor(_Holder(), device=device).view(dtype)
 
 
@@ -83,9 +97,13 @@ def logical_view(buf, desc: TensorDesc) -> torch.Tensor:
 def _convert(value, desc: TensorDesc, op: str, device: torch.device, output: bool = False):
     """Turn one variant-pack value into a torch tensor or RawPointer, checking it
     (``output``: the run writes it)."""
-    if type(value) is torch.Tensor and value.dtype == desc.torch_dtype and \
-            value.shape == desc.dims and value.stride() == desc.strides and \
-            not value.requires_grad:
+    if (
+        type(value) is torch.Tensor
+        and value.dtype == desc.torch_dtype
+        and value.shape == desc.dims
+        and value.stride() == desc.strides
+        and not value.requires_grad
+    ):
         return value  # the common case, checked in one go
     if isinstance(value, torch.Tensor):
         # written as raw memory, as cuDNN does: autograd neither sees nor refuses the write
@@ -94,48 +112,80 @@ def _convert(value, desc: TensorDesc, op: str, device: torch.device, output: boo
     elif isinstance(value, np.ndarray):
         if output:
             check_writable(value, op, desc.label(), "output")
-        t = _import(from_numpy, value, f"NumPy array of dtype {value.dtype} strides "
-                    f"{list(value.strides)}", op, desc.label())
+        t = _import(
+            from_numpy,
+            value,
+            f"NumPy array of dtype {value.dtype} strides {list(value.strides)}",
+            op,
+            desc.label(),
+        )
     elif isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         raw = RawPointer(_check_pointer(int(value), desc, op), desc, device)
         # the interpreter reads host memory through a tensor; compiled kernels take the pointer
         return raw if raw.device.type == "cuda" else raw.as_tensor()
     elif hasattr(value, "__dlpack__"):
-        t = _import(torch.from_dlpack, value, f"{type(value).__name__} (DLPack)", op,
-                    desc.label())
+        t = _import(torch.from_dlpack, value, f"{type(value).__name__} (DLPack)", op, desc.label())
     else:
-        raise BadParamError(f"cannot bind a {type(value).__name__}: expected a torch tensor, "
-                            "NumPy array, DLPack object or integer pointer", op=op,
-                            tensor=desc.label(), status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+        raise BadParamError(
+            f"cannot bind a {type(value).__name__}: expected a torch tensor, "
+            "NumPy array, DLPack object or integer pointer",
+            op=op,
+            tensor=desc.label(),
+            status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+        )
     if t.layout != torch.strided:
-        raise BadParamError(f"buffer layout {t.layout} is not dense: a strided tensor is "
-                            "required", op=op, tensor=desc.label(),
-                            status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+        raise BadParamError(
+            f"buffer layout {t.layout} is not dense: a strided tensor is required",
+            op=op,
+            tensor=desc.label(),
+            status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+        )
     if t.dtype != desc.torch_dtype:
-        raise BadParamError(f"buffer data type {t.dtype} differs from the descriptor's "
-                            f"{desc.data_type.name}", op=op, tensor=desc.label(),
-                            status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+        raise BadParamError(
+            f"buffer data type {t.dtype} differs from the descriptor's {desc.data_type.name}",
+            op=op,
+            tensor=desc.label(),
+            status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+        )
     if t.data_ptr() % t.element_size():
-        raise BadParamError(f"buffer address {t.data_ptr():#x} is not aligned to its "
-                            f"{t.element_size()}-byte {desc.data_type.name} elements", op=op,
-                            tensor=desc.label(), status=Status.BAD_PARAM_MISALIGNED_POINTER)
+        raise BadParamError(
+            f"buffer address {t.data_ptr():#x} is not aligned to its "
+            f"{t.element_size()}-byte {desc.data_type.name} elements",
+            op=op,
+            tensor=desc.label(),
+            status=Status.BAD_PARAM_MISALIGNED_POINTER,
+        )
     if tuple(t.shape) == desc.dims:
         if any(a != b for a, b, d in zip(t.stride(), desc.strides, desc.dims) if d > 1):
-            raise BadParamError(f"buffer strides {list(t.stride())} differ from the descriptor's "
-                                f"{list(desc.strides)}", op=op, tensor=desc.label(),
-                                status=Status.BAD_PARAM_SHAPE_MISMATCH)
+            raise BadParamError(
+                f"buffer strides {list(t.stride())} differ from the descriptor's "
+                f"{list(desc.strides)}",
+                op=op,
+                tensor=desc.label(),
+                status=Status.BAD_PARAM_SHAPE_MISMATCH,
+            )
     elif t.dim() == 1 and t.is_contiguous():
         if t.numel() < desc.span:
-            raise BadParamError(f"buffer holds {t.numel()} elements; the descriptor addresses "
-                                f"{desc.span}", op=op, tensor=desc.label(),
-                                status=Status.BAD_PARAM_SIZE_INSUFFICIENT)
-    elif [d for d in t.shape if d != 1] == [d for d in desc.dims if d != 1] and \
-            t.is_contiguous() and desc.strides == tuple(torch.empty(desc.dims, device="meta").stride()):
+            raise BadParamError(
+                f"buffer holds {t.numel()} elements; the descriptor addresses {desc.span}",
+                op=op,
+                tensor=desc.label(),
+                status=Status.BAD_PARAM_SIZE_INSUFFICIENT,
+            )
+    elif (
+        [d for d in t.shape if d != 1] == [d for d in desc.dims if d != 1]
+        and t.is_contiguous()
+        and desc.strides == tuple(torch.empty(desc.dims, device="meta").stride())
+    ):
         pass  # the same dims but for size-1 ones (e.g. [M, N] bound to [1, M, N])
     else:
-        raise BadParamError(f"buffer shape {list(t.shape)} strides {list(t.stride())} disagree "
-                            f"with descriptor dims {list(desc.dims)} strides {list(desc.strides)}",
-                            op=op, tensor=desc.label(), status=Status.BAD_PARAM_SHAPE_MISMATCH)
+        raise BadParamError(
+            f"buffer shape {list(t.shape)} strides {list(t.stride())} disagree "
+            f"with descriptor dims {list(desc.dims)} strides {list(desc.strides)}",
+            op=op,
+            tensor=desc.label(),
+            status=Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
     return t
 
 
@@ -144,11 +194,18 @@ def check_writable(value, op: str, tensor: str | None, role: str) -> None:
     (an output, the workspace) is written, and torch's view of a read-only array would
     write it anyway (into a read-only ``np.memmap``: a segmentation fault)."""
     if isinstance(value, np.ndarray) and not value.flags.writeable:
-        what = ("np.memmap opened read-only" if isinstance(value, np.memmap) else
-                "read-only NumPy array")
-        raise BadParamError(f"{role} is a {what}: it is written, so its memory must be "
-                            "writable (read-only is allowed for inputs only)", op=op,
-                            tensor=tensor, status=Status.BAD_PARAM)
+        what = (
+            "np.memmap opened read-only"
+            if isinstance(value, np.memmap)
+            else "read-only NumPy array"
+        )
+        raise BadParamError(
+            f"{role} is a {what}: it is written, so its memory must be "
+            "writable (read-only is allowed for inputs only)",
+            op=op,
+            tensor=tensor,
+            status=Status.BAD_PARAM,
+        )
 
 
 def from_numpy(array: np.ndarray) -> torch.Tensor:
@@ -167,28 +224,41 @@ def _import(convert, value, what: str, op: str, tensor: str | None) -> torch.Ten
         return convert(value)
     except (TypeError, ValueError, RuntimeError, BufferError) as e:
         reason = str(e).split(". ")[0].rstrip(".")
-        raise BadParamError(f"cannot view a {what} as a tensor: {reason}", op=op, tensor=tensor,
-                            status=Status.BAD_PARAM_ATTRIBUTE_TYPE) from None
+        raise BadParamError(
+            f"cannot view a {what} as a tensor: {reason}",
+            op=op,
+            tensor=tensor,
+            status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+        ) from None
 
 
 def _check_pointer(ptr: int, desc: TensorDesc, op: str) -> int:
     """A raw address, refused when it cannot be one: outside 64 bits, null (or in the
     never-mapped first 64 KiB), or not aligned to the element size (a kernel would read
     across elements, and write past the end of the buffer)."""
-    if not 0 <= ptr < 2 ** 64:
-        raise BadParamError(f"pointer {ptr:#x} is outside the 64-bit address space", op=op,
-                            tensor=desc.label(), status=Status.BAD_PARAM_OUT_OF_BOUND)
+    if not 0 <= ptr < 2**64:
+        raise BadParamError(
+            f"pointer {ptr:#x} is outside the 64-bit address space",
+            op=op,
+            tensor=desc.label(),
+            status=Status.BAD_PARAM_OUT_OF_BOUND,
+        )
     if ptr < _LOWEST_POINTER:
-        rule = ("null pointer bound" if ptr == 0 else
-                f"pointer {ptr:#x} lies in the never-mapped first 64 KiB (a null pointer "
-                "plus an offset)")
-        raise BadParamError(rule, op=op, tensor=desc.label(),
-                            status=Status.BAD_PARAM_NULL_POINTER)
+        rule = (
+            "null pointer bound"
+            if ptr == 0
+            else f"pointer {ptr:#x} lies in the never-mapped first 64 KiB (a null pointer "
+            "plus an offset)"
+        )
+        raise BadParamError(rule, op=op, tensor=desc.label(), status=Status.BAD_PARAM_NULL_POINTER)
     size = desc.data_type.itemsize
     if ptr % size:
-        raise BadParamError(f"pointer {ptr:#x} is not aligned to the {size}-byte "
-                            f"{desc.data_type.name} elements", op=op, tensor=desc.label(),
-                            status=Status.BAD_PARAM_MISALIGNED_POINTER)
+        raise BadParamError(
+            f"pointer {ptr:#x} is not aligned to the {size}-byte {desc.data_type.name} elements",
+            op=op,
+            tensor=desc.label(),
+            status=Status.BAD_PARAM_MISALIGNED_POINTER,
+        )
     return ptr
 
 
@@ -200,17 +270,29 @@ def scalar_value(value, desc: TensorDesc, op: str):
         return value  # the common case
     if isinstance(value, torch.Tensor):
         if value.device.type != "cpu":
-            raise BadParamError(f"pass-by-value tensor needs a host value: a CPU tensor or a "
-                                f"number, got a tensor on {value.device}", op=op,
-                                tensor=desc.label(), status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+            raise BadParamError(
+                f"pass-by-value tensor needs a host value: a CPU tensor or a "
+                f"number, got a tensor on {value.device}",
+                op=op,
+                tensor=desc.label(),
+                status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+            )
         if value.numel() != 1:
-            raise BadParamError(f"pass-by-value tensor needs 1 element, got {value.numel()}",
-                                op=op, tensor=desc.label(), status=Status.BAD_PARAM_SHAPE_MISMATCH)
+            raise BadParamError(
+                f"pass-by-value tensor needs 1 element, got {value.numel()}",
+                op=op,
+                tensor=desc.label(),
+                status=Status.BAD_PARAM_SHAPE_MISMATCH,
+            )
         value = value.item()
     elif isinstance(value, np.ndarray):
         if value.size != 1:
-            raise BadParamError(f"pass-by-value array needs 1 element, got {value.size}",
-                                op=op, tensor=desc.label(), status=Status.BAD_PARAM_SHAPE_MISMATCH)
+            raise BadParamError(
+                f"pass-by-value array needs 1 element, got {value.size}",
+                op=op,
+                tensor=desc.label(),
+                status=Status.BAD_PARAM_SHAPE_MISMATCH,
+            )
         value = value.item()
     elif isinstance(value, np.generic):
         value = value.item()
@@ -221,15 +303,21 @@ def scalar_value(value, desc: TensorDesc, op: str):
         try:
             return float(value)
         except OverflowError:
-            raise BadParamError(f"{value} is beyond the range of a float", op=op,
-                                tensor=desc.label(),
-                                status=Status.BAD_PARAM_OUT_OF_BOUND) from None
+            raise BadParamError(
+                f"{value} is beyond the range of a float",
+                op=op,
+                tensor=desc.label(),
+                status=Status.BAD_PARAM_OUT_OF_BOUND,
+            ) from None
     elif isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
         lo, hi = _INT_RANGE.get(dt, (0, -1))
         if not lo <= value <= hi:
-            raise BadParamError(f"{value} is outside the range [{lo}, {hi}] of "
-                                f"{dt.name}", op=op, tensor=desc.label(),
-                                status=Status.BAD_PARAM_OUT_OF_BOUND)
+            raise BadParamError(
+                f"{value} is outside the range [{lo}, {hi}] of {dt.name}",
+                op=op,
+                tensor=desc.label(),
+                status=Status.BAD_PARAM_OUT_OF_BOUND,
+            )
         return bool(value) if dt == DataType.BOOLEAN else int(value)
     if isinstance(value, (int, float, bool)):
         rule = f"a {type(value).__name__} ({value!r}) is not a value of type {dt.name}"
@@ -238,9 +326,14 @@ def scalar_value(value, desc: TensorDesc, op: str):
     raise BadParamError(rule, op=op, tensor=desc.label(), status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
 
 
-def bind(graph, variant_pack: dict, op: str, default_device,
-         scalar_defaults: dict | None = None, explicit: bool = False
-         ) -> tuple[dict, torch.device]:
+def bind(
+    graph,
+    variant_pack: dict,
+    op: str,
+    default_device,
+    scalar_defaults: dict | None = None,
+    explicit: bool = False,
+) -> tuple[dict, torch.device]:
     """Check ``variant_pack`` against ``graph`` (an OpGraph) and return (uid -> buffer or
     host scalar, device). ``default_device`` is the handle's device; it places raw pointers.
     ``scalar_defaults`` gives pass-by-value tensors' values known at build time.
@@ -251,40 +344,60 @@ def bind(graph, variant_pack: dict, op: str, default_device,
     wholly on another device runs there (CPU tensors in the interpreter)."""
     tensors, outputs = graph.tensors, graph.output_uid_set
     bound: dict = {}
-    handle_device = default_device if isinstance(default_device, torch.device) else \
-        torch.device(default_device)
-    on_handle = None           # a tensor whose buffer is on the handle's device
-    elsewhere = None           # (tensor, device) of the first buffer on another device
+    handle_device = (
+        default_device if isinstance(default_device, torch.device) else torch.device(default_device)
+    )
+    on_handle = None  # a tensor whose buffer is on the handle's device
+    elsewhere = None  # (tensor, device) of the first buffer on another device
     for key, value in variant_pack.items():
         uid = key if isinstance(key, int) else getattr(key, "uid", None)
         if uid is None or isinstance(key, bool):
-            raise BadParamError(f"variant pack key {key!r} is neither a graph tensor nor a uid",
-                                op=op, status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+            raise BadParamError(
+                f"variant pack key {key!r} is neither a graph tensor nor a uid",
+                op=op,
+                status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+            )
         desc = tensors.get(uid)
         if desc is None:
-            raise BadParamError(f"uid {uid} is not a tensor of this graph", op=op,
-                                tensor=getattr(key, "name", None) or f"uid {uid}",
-                                status=Status.BAD_PARAM)
+            raise BadParamError(
+                f"uid {uid} is not a tensor of this graph",
+                op=op,
+                tensor=getattr(key, "name", None) or f"uid {uid}",
+                status=Status.BAD_PARAM,
+            )
         if desc.is_virtual:
-            raise BadParamError("is virtual: it lives only inside the fused kernel and cannot "
-                                "be bound in the variant pack", op=op, tensor=desc.label(),
-                                status=Status.BAD_PARAM)
+            raise BadParamError(
+                "is virtual: it lives only inside the fused kernel and cannot "
+                "be bound in the variant pack",
+                op=op,
+                tensor=desc.label(),
+                status=Status.BAD_PARAM,
+            )
         if uid in bound:
-            raise BadParamError("bound twice in the variant pack", op=op, tensor=desc.label(),
-                                status=Status.BAD_PARAM_DUPLICATED_ENTRIES)
+            raise BadParamError(
+                "bound twice in the variant pack",
+                op=op,
+                tensor=desc.label(),
+                status=Status.BAD_PARAM_DUPLICATED_ENTRIES,
+            )
         if desc.is_pass_by_value:
             bound[uid] = scalar_value(value, desc, op)
             continue
         if value is None:
-            raise BadParamError("bound to None", op=op, tensor=desc.label(),
-                                status=Status.BAD_PARAM_NULL_POINTER)
+            raise BadParamError(
+                "bound to None", op=op, tensor=desc.label(), status=Status.BAD_PARAM_NULL_POINTER
+            )
         buf = _convert(value, desc, op, handle_device, uid in outputs)
         dev = buf.device
         if dev != handle_device:
             # a handle other than the process default's binds (asked only off the hot path)
-            if dev.type == "meta" or on_handle is not None or \
-                    (elsewhere is not None and dev != elsewhere[1]) or \
-                    explicit or handle_device != default_handle().device:
+            if (
+                dev.type == "meta"
+                or on_handle is not None
+                or (elsewhere is not None and dev != elsewhere[1])
+                or explicit
+                or handle_device != default_handle().device
+            ):
                 _device_mismatch(desc, dev, handle_device, on_handle, elsewhere, op, explicit)
             elsewhere = elsewhere or (desc, dev)
         elif elsewhere is not None:
@@ -293,13 +406,21 @@ def bind(graph, variant_pack: dict, op: str, default_device,
             on_handle = desc
         bound[uid] = buf
     for uid, desc in tensors.items():
-        if desc.is_pass_by_value and uid not in bound and scalar_defaults and \
-                uid in scalar_defaults:
+        if (
+            desc.is_pass_by_value
+            and uid not in bound
+            and scalar_defaults
+            and uid in scalar_defaults
+        ):
             bound[uid] = scalar_defaults[uid]
             continue
         if not desc.is_virtual and uid not in bound:
-            raise BadParamError("missing from the variant pack", op=op, tensor=desc.label(),
-                                status=Status.BAD_PARAM_NULL_POINTER)
+            raise BadParamError(
+                "missing from the variant pack",
+                op=op,
+                tensor=desc.label(),
+                status=Status.BAD_PARAM_NULL_POINTER,
+            )
     return bound, elsewhere[1] if elsewhere is not None else handle_device
 
 
@@ -316,16 +437,19 @@ def mark_written(graph, bound: dict) -> None:
         torch.autograd.graph.increment_version(written)
 
 
-def _device_mismatch(desc: TensorDesc, dev, handle_device, on_handle, elsewhere, op: str,
-                     explicit: bool = False):
+def _device_mismatch(
+    desc: TensorDesc, dev, handle_device, on_handle, elsewhere, op: str, explicit: bool = False
+):
     """Raise for ``desc``'s buffer on ``dev``, naming the tensor that is out of place."""
     if dev.type == "meta":
         rule = "buffer is on the meta device, which holds no data to read or write"
     elif explicit or handle_device != default_handle().device:
         rule = f"buffer is on {dev} but the handle's device is {handle_device}"
     elif on_handle is not None:
-        rule = (f"buffer is on {dev} but tensor '{on_handle.label()}' is on the handle's "
-                f"device {handle_device}")
+        rule = (
+            f"buffer is on {dev} but tensor '{on_handle.label()}' is on the handle's "
+            f"device {handle_device}"
+        )
     else:
         rule = f"buffer is on {dev} but tensor '{elsewhere[0].label()}' is on {elsewhere[1]}"
     raise BadParamError(rule, op=op, tensor=desc.label(), status=Status.BAD_PARAM)
@@ -352,25 +476,42 @@ def check_no_aliasing(graph, bound: dict, op: str) -> None:
             d0, d1 = graph.tensors[u0], graph.tensors[u1]
             if _exact_in_place(graph, d0, d1, s0 == s1) or _interleaved(d0, d1, s1 - s0):
                 continue
-            rule = ("only a graph of pointwise nodes with one output, which no node reads, "
-                    "may run in place, and only on an identical buffer")
-            raise BadParamError(f"output overlaps the memory of tensor '{d1.label()}': {rule}",
-                                op=op, tensor=d0.label(), status=Status.BAD_PARAM)
+            rule = (
+                "only a graph of pointwise nodes with one output, which no node reads, "
+                "may run in place, and only on an identical buffer"
+            )
+            raise BadParamError(
+                f"output overlaps the memory of tensor '{d1.label()}': {rule}",
+                op=op,
+                tensor=d0.label(),
+                status=Status.BAD_PARAM,
+            )
 
 
 def _exact_in_place(graph, out: TensorDesc, inp: TensorDesc, same_start: bool) -> bool:
-    return (same_start and out.dims == inp.dims and out.strides == inp.strides
-            and out.data_type == inp.data_type and not out.has_overlap()
-            and len(graph.output_uids) == 1 and out.uid not in graph.consumers
-            and all(n.kind == "pointwise" for n in graph.nodes))
+    return (
+        same_start
+        and out.dims == inp.dims
+        and out.strides == inp.strides
+        and out.data_type == inp.data_type
+        and not out.has_overlap()
+        and len(graph.output_uids) == 1
+        and out.uid not in graph.consumers
+        and all(n.kind == "pointwise" for n in graph.nodes)
+    )
 
 
 def _interleaved(a: TensorDesc, b: TensorDesc, byte_delta: int) -> bool:
     """True when two same-layout views at ``byte_delta`` bytes apart provably share no
     element (e.g. the even and odd columns of one buffer)."""
     size = a.data_type.itemsize
-    if a.dims != b.dims or a.strides != b.strides or a.data_type != b.data_type or \
-            byte_delta % size or a.has_overlap():
+    if (
+        a.dims != b.dims
+        or a.strides != b.strides
+        or a.data_type != b.data_type
+        or byte_delta % size
+        or a.has_overlap()
+    ):
         return False
     r = abs(byte_delta // size)
     axes = sorted(((s, d) for s, d in zip(a.strides, a.dims) if d > 1 and s > 0), reverse=True)
@@ -384,11 +525,11 @@ def _interleaved(a: TensorDesc, b: TensorDesc, byte_delta: int) -> bool:
         s, d = axes[i]
         q = rem // s
         return any(abs(k) < d and reachable(rem - k * s, i + 1) for k in {q, q + 1})
+
     return not reachable(r, 0)
 
 
-def check_workspace(workspace, needed: int, device, op: str, graph=None,
-                    bound: dict | None = None):
+def check_workspace(workspace, needed: int, device, op: str, graph=None, bound: dict | None = None):
     """Return the workspace as a uint8 tensor (or None when none is needed). With
     ``graph`` and ``bound`` (uid -> buffer, as ``bind`` returns it), the ``needed`` bytes
     the plan uses may share none with a bound buffer: a plan writes its workspace while it
@@ -397,15 +538,24 @@ def check_workspace(workspace, needed: int, device, op: str, graph=None,
     if needed == 0:
         return None if workspace is None else as_bytes(workspace, op)
     if workspace is None:
-        raise BadParamError(f"workspace of {needed} bytes is required, got None", op=op,
-                            status=Status.BAD_PARAM_SIZE_INSUFFICIENT)
+        raise BadParamError(
+            f"workspace of {needed} bytes is required, got None",
+            op=op,
+            status=Status.BAD_PARAM_SIZE_INSUFFICIENT,
+        )
     ws = as_bytes(workspace, op)
     if ws.numel() < needed:
-        raise BadParamError(f"workspace holds {ws.numel()} bytes; the plan needs {needed}",
-                            op=op, status=Status.BAD_PARAM_SIZE_INSUFFICIENT)
+        raise BadParamError(
+            f"workspace holds {ws.numel()} bytes; the plan needs {needed}",
+            op=op,
+            status=Status.BAD_PARAM_SIZE_INSUFFICIENT,
+        )
     if device is not None and ws.device != device:
-        raise BadParamError(f"workspace is on {ws.device}; the buffers are on {device}", op=op,
-                            status=Status.BAD_PARAM)
+        raise BadParamError(
+            f"workspace is on {ws.device}; the buffers are on {device}",
+            op=op,
+            status=Status.BAD_PARAM,
+        )
     if bound:
         start = ws.data_ptr()
         for uid, buf in bound.items():
@@ -428,8 +578,7 @@ def byte_span(t: torch.Tensor) -> tuple[int, int]:
     return start, start + extent * t.element_size()
 
 
-def check_disjoint(space: torch.Tensor, nbytes: int, buffers: dict, op: str,
-                   name: str) -> None:
+def check_disjoint(space: torch.Tensor, nbytes: int, buffers: dict, op: str, name: str) -> None:
     """BAD_PARAM when the first ``nbytes`` bytes of ``space`` (a workspace or reserve
     space the call writes) share a byte with one of ``buffers`` ({name: tensor}) on its
     device."""
@@ -445,9 +594,13 @@ def check_disjoint(space: torch.Tensor, nbytes: int, buffers: dict, op: str,
 
 
 def _overlap(op: str, name: str, label: str, common: int):
-    raise BadParamError(f"{name} overlaps the memory of tensor '{label}' ({common} bytes in "
-                        f"common): the call writes its {name}, so it may share no byte with "
-                        "a buffer it reads or writes", op=op, status=Status.BAD_PARAM)
+    raise BadParamError(
+        f"{name} overlaps the memory of tensor '{label}' ({common} bytes in "
+        f"common): the call writes its {name}, so it may share no byte with "
+        "a buffer it reads or writes",
+        op=op,
+        status=Status.BAD_PARAM,
+    )
 
 
 def as_bytes(workspace, op: str) -> torch.Tensor:
@@ -455,13 +608,21 @@ def as_bytes(workspace, op: str) -> torch.Tensor:
     t = workspace
     if isinstance(t, np.ndarray):
         check_writable(t, op, None, "workspace")
-        t = _import(torch.from_numpy, t, f"workspace NumPy array of dtype {t.dtype} strides "
-                    f"{list(t.strides)}", op, None)
+        t = _import(
+            torch.from_numpy,
+            t,
+            f"workspace NumPy array of dtype {t.dtype} strides {list(t.strides)}",
+            op,
+            None,
+        )
     elif not isinstance(t, torch.Tensor) and hasattr(t, "__dlpack__"):
         t = _import(torch.from_dlpack, t, f"workspace {type(t).__name__} (DLPack)", op, None)
     if not isinstance(t, torch.Tensor):
-        raise BadParamError(f"workspace must be a tensor, got {type(workspace).__name__}", op=op,
-                            status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+        raise BadParamError(
+            f"workspace must be a tensor, got {type(workspace).__name__}",
+            op=op,
+            status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+        )
     if t.layout != torch.strided or not t.is_contiguous():
         raise BadParamError("workspace must be contiguous", op=op, status=Status.BAD_PARAM)
     return t.view(-1).view(torch.uint8) if t.dtype != torch.uint8 else t.view(-1)

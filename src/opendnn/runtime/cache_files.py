@@ -30,6 +30,7 @@ none is older than the age limit and they fit the byte limit.
 
 Standard library only: a test loads this file by path into a bare interpreter.
 """
+
 from __future__ import annotations
 
 import errno
@@ -43,11 +44,11 @@ import warnings
 
 try:
     import fcntl
-except ImportError:          # not POSIX: processes do not lock each other out
+except ImportError:  # not POSIX: processes do not lock each other out
     fcntl = None
 
-SWEEP_AGE_S = 600.0          # a temporary older than this is an orphan of a dead writer
-MAX_READ_BYTES = 64 << 20    # a cache document beyond this is not one of ours
+SWEEP_AGE_S = 600.0  # a temporary older than this is an orphan of a dead writer
+MAX_READ_BYTES = 64 << 20  # a cache document beyond this is not one of ours
 
 
 def warn(message: str, stacklevel: int = 3) -> None:
@@ -69,7 +70,7 @@ def atomic_write(path: str, data: bytes, durable: bool = True) -> None:
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             if durable:
                 os.fsync(fd)
         finally:
@@ -146,8 +147,9 @@ def usable_dir(path: str) -> str | None:
 
 
 def _probe(folder: str):
-    name = os.path.join(folder, f".probe.{os.getpid()}.{threading.get_ident()}."
-                                f"{secrets.token_hex(4)}.tmp")
+    name = os.path.join(
+        folder, f".probe.{os.getpid()}.{threading.get_ident()}.{secrets.token_hex(4)}.tmp"
+    )
     return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), name
 
 
@@ -163,8 +165,7 @@ class file_lock:
         if fcntl is None:
             return self
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NONBLOCK", 0),
-                         0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NONBLOCK", 0), 0o644)
         except OSError:
             return self
         try:
@@ -194,7 +195,7 @@ def _signature(path: str):
         st = os.stat(path)
     except FileNotFoundError:
         return None
-    except OSError as e:           # e.g. a path below a regular file
+    except OSError as e:  # e.g. a path below a regular file
         return ("error", type(e).__name__)
     return (st.st_ino, st.st_mtime_ns, st.st_size, st.st_mode)
 
@@ -207,8 +208,8 @@ class JsonStore:
         self.path, self.format, self.valid, self.what = path, fmt, valid, what
         self._lock = threading.Lock()
         self._entries: dict = {}
-        self._signature = object()     # never equal: the first get reads the file
-        self._unsaved: dict = {}       # stored here but not written (the write failed)
+        self._signature = object()  # never equal: the first get reads the file
+        self._unsaved: dict = {}  # stored here but not written (the write failed)
         self._warned: set = set()
 
     def get(self, key: str):
@@ -224,10 +225,10 @@ class JsonStore:
     def update(self, items: dict) -> bool:
         """Merge ``items`` into the document on disk. False (with a warning) when it could
         not be written: the entries are then kept for this process only."""
-        try:                        # the folder may have been cleared meanwhile
+        try:  # the folder may have been cleared meanwhile
             os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
         except OSError:
-            pass                    # the write below fails and says why
+            pass  # the write below fails and says why
         with self._lock, file_lock(self.path):
             entries = self._read()
             entries.update(items)
@@ -237,10 +238,12 @@ class JsonStore:
             except OSError as e:
                 self._unsaved.update(items)
                 self._entries = {**entries, **self._unsaved}
-                self._warn_once(("write", type(e).__name__),
-                                f"could not write the {self.what} {self.path} "
-                                f"({type(e).__name__}: {e.strerror or e}); results are kept "
-                                "in this process only")
+                self._warn_once(
+                    ("write", type(e).__name__),
+                    f"could not write the {self.what} {self.path} "
+                    f"({type(e).__name__}: {e.strerror or e}); results are kept "
+                    "in this process only",
+                )
                 return False
             self._unsaved = {k: v for k, v in self._unsaved.items() if k not in items}
             self._entries = {**entries, **self._unsaved}
@@ -261,23 +264,33 @@ class JsonStore:
             return {}
         try:
             raw = json.loads(read_regular(self.path))
-            if not isinstance(raw, dict) or raw.get("format") != self.format or \
-                    not isinstance(raw.get("entries"), dict):
+            if (
+                not isinstance(raw, dict)
+                or raw.get("format") != self.format
+                or not isinstance(raw.get("entries"), dict)
+            ):
                 raise ValueError(f"not a document of format {self.format}")
         except FileNotFoundError:
             return {}
         except (OSError, ValueError, RecursionError, MemoryError) as e:
-            reason = (f"{type(e).__name__}: {e.strerror or e}" if isinstance(e, OSError)
-                      else f"{type(e).__name__}: {str(e)[:200]}")
-            self._warn_once(("read", sig), f"ignoring the unreadable {self.what} "
-                                           f"{self.path} ({reason})")
+            reason = (
+                f"{type(e).__name__}: {e.strerror or e}"
+                if isinstance(e, OSError)
+                else f"{type(e).__name__}: {str(e)[:200]}"
+            )
+            self._warn_once(
+                ("read", sig), f"ignoring the unreadable {self.what} {self.path} ({reason})"
+            )
             return {}
         good = {k: v for k, v in raw["entries"].items() if self.valid(v)}
         bad = len(raw["entries"]) - len(good)
         if bad:
-            self._warn_once(("records", sig), f"dropped {bad} malformed "
-                                              f"entr{'y' if bad == 1 else 'ies'} of the "
-                                              f"{self.what} {self.path}")
+            self._warn_once(
+                ("records", sig),
+                f"dropped {bad} malformed "
+                f"entr{'y' if bad == 1 else 'ies'} of the "
+                f"{self.what} {self.path}",
+            )
         return good
 
     def _warn_once(self, key, message: str) -> None:
@@ -298,8 +311,11 @@ def sweep_temporaries(folders, max_age_s: float = SWEEP_AGE_S, now: float | None
             continue
         for e in entries:
             try:
-                if e.name.endswith(".tmp") and e.is_file(follow_symlinks=False) and \
-                        now - e.stat(follow_symlinks=False).st_mtime > max_age_s:
+                if (
+                    e.name.endswith(".tmp")
+                    and e.is_file(follow_symlinks=False)
+                    and now - e.stat(follow_symlinks=False).st_mtime > max_age_s
+                ):
                     os.unlink(e.path)
                     removed += 1
             except OSError:
@@ -327,8 +343,9 @@ def kernel_files(folder: str) -> list:
     return out
 
 
-def trim(folder: str, max_bytes: int | None, max_age_days: float | None,
-         now: float | None = None) -> tuple[int, int]:
+def trim(
+    folder: str, max_bytes: int | None, max_age_days: float | None, now: float | None = None
+) -> tuple[int, int]:
     """Delete kernel files of ``folder`` least recently used first: every one unused for
     more than ``max_age_days``, then more until the rest fit ``max_bytes`` (None: no
     limit). (files removed, bytes removed)."""

@@ -17,6 +17,7 @@ cannot be imported alone, say) is compiled in the parent, where a genuine error 
 store only the binary and its metadata (``TRITON_STORE_BINARY_ONLY``, which is not part
 of Triton's cache key): a kernel they compiled has no IRs in ``kernel.asm``.
 """
+
 from __future__ import annotations
 
 import json
@@ -77,13 +78,19 @@ def _start(target: tuple | None) -> queue.Queue | None:
     started = 0
     for _ in range(n):
         try:
-            proc = subprocess.Popen([sys.executable, WORKER, *warm], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                    text=True, env=env)
+            proc = subprocess.Popen(
+                [sys.executable, WORKER, *warm],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                env=env,
+            )
         except OSError:
             break
-        threading.Thread(target=_serve, args=(proc, jobs), daemon=True,
-                         name="opendnn-compile-feeder").start()
+        threading.Thread(
+            target=_serve, args=(proc, jobs), daemon=True, name="opendnn-compile-feeder"
+        ).start()
         _state.setdefault("procs", []).append(proc)
         started += 1
     _state["live"] = started
@@ -130,11 +137,12 @@ def capture_spec(jit_fn, args: list, grid: tuple, constexprs: dict):
     """(compiled kernel, None) when ``jit_fn`` already holds this specialization in
     memory, else (None, Triton's specialization data) -- nothing is compiled."""
     from triton import knobs
+
     box = {}
 
     def hook(*, key, repr, fn, compile, is_manual_warmup, already_compiled):
         box["spec"] = compile["specialization_data"]
-        return True                       # skip the compile: a worker does it
+        return True  # skip the compile: a worker does it
 
     old = knobs.runtime.jit_cache_hook
     knobs.runtime.jit_cache_hook = hook

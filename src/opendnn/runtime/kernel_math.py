@@ -30,6 +30,7 @@ Accuracy (float32 and float64, checked against PyTorch by tests/reliability):
   never too small and at most one too large, which the next line corrects. Each step takes 51 bits off the exponent gap of x and |b|: 6 steps cover
   float32 operands (gap at most 277), 43 float64 ones (2097).
 """
+
 from __future__ import annotations
 
 import re
@@ -42,7 +43,9 @@ def _helper(name: str, source: str, needs: tuple = ()) -> None:
     _HELPERS[name] = (source.strip("\n") + "\n", needs)
 
 
-_helper("_pw_expm1", '''
+_helper(
+    "_pw_expm1",
+    """
 @triton.jit
 def _pw_expm1(x):
     small = tl.abs(x) < 0.34657359027997264
@@ -64,9 +67,12 @@ def _pw_expm1(x):
     p = p * z + 0.5
     p = p * z + 1.0
     return tl.where(small, z * p, tl.exp(x) - 1.0)
-''')
+""",
+)
 
-_helper("_pw_log1p", '''
+_helper(
+    "_pw_log1p",
+    """
 @triton.jit
 def _pw_log1p(x):
     near = (x > -0.2928932188134524) & (x < 0.41421356237309515)
@@ -89,38 +95,54 @@ def _pw_log1p(x):
     p = p * s2 + 1.0
     # log(1 + x) for x = +inf is +inf; x < -1 gives NaN, x = -1 gives -inf
     return tl.where(near, 2.0 * s * p, tl.log(1.0 + tl.where(near, 1.0, x)))
-''')
+""",
+)
 
-_helper("_pw_tanh", '''
+_helper(
+    "_pw_tanh",
+    """
 @triton.jit
 def _pw_tanh(x):
     m = _pw_expm1(-2.0 * tl.abs(x))
     t = -m / (2.0 + m)
     return tl.where(tl.abs(x) < 3.725290298461914e-09, x, tl.where(x < 0, -t, t))
-''', ("_pw_expm1",))
+""",
+    ("_pw_expm1",),
+)
 
-_helper("_pw_sigmoid", '''
+_helper(
+    "_pw_sigmoid",
+    """
 @triton.jit
 def _pw_sigmoid(x):
     e = tl.exp(-tl.abs(x))
     return tl.where(x >= 0, 1.0, e) / (1.0 + e)
-''')
+""",
+)
 
-_helper("_pw_sigmoid_grad", '''
+_helper(
+    "_pw_sigmoid_grad",
+    """
 @triton.jit
 def _pw_sigmoid_grad(x):
     e = tl.exp(-tl.abs(x))
     return e / ((1.0 + e) * (1.0 + e))
-''')
+""",
+)
 
-_helper("_pw_pow2", '''
+_helper(
+    "_pw_pow2",
+    """
 @triton.jit
 def _pw_pow2(k):
     # 2^k as float64 for an int64 k in [-1022, 1023], by its exponent bits
     return ((k + 1023) << 52).to(tl.float64, bitcast=True)
-''')
+""",
+)
 
-_helper("_pw_fmod", '''
+_helper(
+    "_pw_fmod",
+    """
 @triton.jit
 def _pw_fmod(a, b):
     x = tl.abs(a).to(tl.float64)
@@ -159,7 +181,10 @@ def _pw_fmod(a, b):
     r = tl.where(r == 0, a.to(tl.float64) * 0.0, r)
     # fmod(a, +-inf) = a for a finite (the steps above would make 0 * inf)
     return tl.where((y == float("inf")) & (tl.abs(a) < float("inf")), a, r.to(a.dtype))
-''', ("_pw_pow2",))
+""",
+    ("_pw_pow2",),
+)
+
 
 def cast(value: str, tl_type: str) -> str:
     """``value`` converted to ``tl_type`` for a store. bfloat16 goes through the kernel

@@ -36,6 +36,7 @@ thread pool (Triton's ``AsyncCompileMode``), and the launcher collects the kerne
 first launch. Building many plans at once (benchmark mode times several) then costs
 about the longest compiles rather than their sum.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -62,9 +63,9 @@ from ..errors import InternalError, Status
 from . import cache_files, compile_pool, kernel_math
 from .lru import LRU
 
-COMPILE_TIMEOUT_S = 600     # a worker's compile beyond this is redone in the parent
-KEY_MISSES: list = []       # kernels a worker compiled under a key the launch did not use
-_HEADER = '''import os
+COMPILE_TIMEOUT_S = 600  # a worker's compile beyond this is redone in the parent
+KEY_MISSES: list = []  # kernels a worker compiled under a key the launch did not use
+_HEADER = """import os
 
 import triton
 import triton.language as tl
@@ -87,21 +88,22 @@ def _to_bf16(v):
     return r
 
 
-'''
+"""
 _lock = threading.Lock()
 # Held by every interpreted launch and every import of a generated module (see the module
 # docstring); reentrant: module_for holds it around _exec_module, which takes it too.
 interpreter_lock = threading.RLock()
-_folders: dict[str, tuple[str, str]] = {}             # configured -> (cache, kernels) used
+_folders: dict[str, tuple[str, str]] = {}  # configured -> (cache, kernels) used
 _folders_lock = threading.Lock()
-_fallback: list = []                                  # this process's temporary folder
+_fallback: list = []  # this process's temporary folder
 _maintained: list = []
 
 
 def configured_cache_dir() -> str:
     """The cache folder the environment names (it may not be usable: see cache_dir)."""
     return os.environ.get("OPENDNN_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "opendnn")
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "opendnn"
+    )
 
 
 def cache_dir() -> str:
@@ -146,14 +148,19 @@ def _fallback_dir(failed: str, reason: str) -> str:
         try:
             d = tempfile.mkdtemp(prefix="opendnn-cache-")
         except OSError as e:
-            raise InternalError(f"no usable cache folder: {failed} ({reason}), and no "
-                                f"temporary folder either ({e})",
-                                status=Status.INTERNAL_ERROR) from e
+            raise InternalError(
+                f"no usable cache folder: {failed} ({reason}), and no "
+                f"temporary folder either ({e})",
+                status=Status.INTERNAL_ERROR,
+            ) from e
         os.makedirs(os.path.join(d, "kernels"), exist_ok=True)
         atexit.register(shutil.rmtree, d, True)
         _fallback.append(d)
-    cache_files.warn(f"cache folder {failed} cannot be used ({reason}); this process "
-                     f"uses {_fallback[0]} instead (removed at exit)", stacklevel=6)
+    cache_files.warn(
+        f"cache folder {failed} cannot be used ({reason}); this process "
+        f"uses {_fallback[0]} instead (removed at exit)",
+        stacklevel=6,
+    )
     return _fallback[0]
 
 
@@ -185,8 +192,9 @@ def maintain_once() -> None:
         try:
             cache_files.sweep_temporaries([cache, kernels])
             cache_files.trim(kernels, max_bytes, max_age)
-        except Exception as e:   # noqa: BLE001 -- housekeeping must never break a run
+        except Exception as e:  # noqa: BLE001 -- housekeeping must never break a run
             log.info(f"cache maintenance of {cache} failed: {e}")
+
     threading.Thread(target=run, daemon=True, name="opendnn-cache-trim").start()
 
 
@@ -196,6 +204,7 @@ class _FromModule:
     compiled one: each import executes the whole (often long) generated source. It keeps
     the source, to write the file again if it was removed meanwhile (``opendnn cache
     clear`` or ``trim`` in another process)."""
+
     __slots__ = ("path", "modname", "name", "interpret", "data")
 
     def __init__(self, path: str, modname: str, name: str, interpret: bool, data: bytes):
@@ -206,8 +215,10 @@ class _FromModule:
         try:
             mod = module_for(self.path, self.modname, self.interpret, self.data)
         except SyntaxError as e:
-            raise InternalError(f"generated kernel {self.name} does not parse: {e}",
-                                status=Status.INTERNAL_ERROR_COMPILATION_FAILED) from e
+            raise InternalError(
+                f"generated kernel {self.name} does not parse: {e}",
+                status=Status.INTERNAL_ERROR_COMPILATION_FAILED,
+            ) from e
         return getattr(mod, self.name)
 
 
@@ -233,8 +244,9 @@ class DualKernel:
         i = self._interpreted
         if not isinstance(i, InterpretedFunction):
             i = i.load() if isinstance(i, _FromModule) else i
-            self._interpreted = i = (i if isinstance(i, InterpretedFunction)
-                                     else InterpretedFunction(i))
+            self._interpreted = i = (
+                i if isinstance(i, InterpretedFunction) else InterpretedFunction(i)
+            )
         return i
 
     def __call__(self, grid, *args, **constexprs):
@@ -267,7 +279,8 @@ def _exec_module(path: str, modname: str, interpret: bool):
             os.environ["TRITON_INTERPRET"] = want
         try:
             spec = importlib.util.spec_from_file_location(
-                modname, path, loader=_SourceLoader(modname, path))
+                modname, path, loader=_SourceLoader(modname, path)
+            )
             mod = importlib.util.module_from_spec(spec)
             sys.modules[modname] = mod
             spec.loader.exec_module(mod)
@@ -326,8 +339,11 @@ def _ensure_file(path: str, data: bytes) -> str:
             cache_files.touch(path)
             return path
     except OSError as e:
-        cache_files.warn(f"cannot read the cached kernel {path} ({type(e).__name__}: "
-                         f"{e.strerror or e}); writing it again", stacklevel=4)
+        cache_files.warn(
+            f"cannot read the cached kernel {path} ({type(e).__name__}: "
+            f"{e.strerror or e}); writing it again",
+            stacklevel=4,
+        )
     folder = os.path.dirname(path)
     try:
         os.makedirs(folder, exist_ok=True)
@@ -341,8 +357,9 @@ def _ensure_file(path: str, data: bytes) -> str:
             os.makedirs(folder, exist_ok=True)
             cache_files.atomic_write(path, data, durable=False)
         except OSError as e2:
-            raise InternalError(f"cannot write the generated kernel {path}: {e2}",
-                                status=Status.INTERNAL_ERROR) from e2
+            raise InternalError(
+                f"cannot write the generated kernel {path}: {e2}", status=Status.INTERNAL_ERROR
+            ) from e2
     maintain_once()
     return path
 
@@ -354,8 +371,9 @@ def kernel_from_source(source: str, name: str) -> DualKernel:
     digest = hashlib.sha256(data).hexdigest()[:24]
     path = _ensure_file(os.path.join(kernel_dir(), f"k_{digest}.py"), data)
     modname = f"opendnn_generated_{digest}"
-    return DualKernel(_FromModule(path, modname, name, False, data),
-                      _FromModule(path, modname, name, True, data))
+    return DualKernel(
+        _FromModule(path, modname, name, False, data), _FromModule(path, modname, name, True, data)
+    )
 
 
 _pool: list = []
@@ -364,8 +382,11 @@ _pool: list = []
 def _thread_pool() -> ThreadPoolExecutor:
     with _lock:
         if not _pool:
-            _pool.append(ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1),
-                                            thread_name_prefix="opendnn-compile"))
+            _pool.append(
+                ThreadPoolExecutor(
+                    max_workers=min(16, os.cpu_count() or 1), thread_name_prefix="opendnn-compile"
+                )
+            )
         return _pool[0]
 
 
@@ -403,15 +424,16 @@ def _collect(launchers: list) -> None:
     if not launchers:
         return
     device = torch.cuda.current_device()
-    for t in _warming:          # computed once, not by every collecting thread
+    for t in _warming:  # computed once, not by every collecting thread
         t.join()
 
     def finish(launcher):
         try:
             with torch.cuda.device(device):
                 launcher._finish_compile()
-        except Exception:   # noqa: BLE001 -- left pending: its first launch raises it
+        except Exception:  # noqa: BLE001 -- left pending: its first launch raises it
             pass
+
     list(_thread_pool().map(finish, launchers))
 
 
@@ -437,7 +459,9 @@ def _warm_triton() -> None:
     def warm():
         triton_key()
         from triton.runtime import driver
-        driver.active.get_current_target()   # builds Triton's C utilities if not cached
+
+        driver.active.get_current_target()  # builds Triton's C utilities if not cached
+
     with _lock:
         if _warming:
             return
@@ -448,6 +472,7 @@ def _warm_triton() -> None:
 
 class _Prefetch:
     """A kernel a worker process is compiling into Triton's cache."""
+
     __slots__ = ("future", "example")
 
     def __init__(self, future, example):
@@ -476,15 +501,15 @@ def _submit_to_workers(kernel: "DualKernel", example: list, grid: tuple, constex
         return k
     if spec is None:
         return None
-    fut = compile_pool.submit(jit.fn.__code__.co_filename, jit.fn.__name__, spec,
-                              *_cuda_target())
+    fut = compile_pool.submit(jit.fn.__code__.co_filename, jit.fn.__name__, spec, *_cuda_target())
     return None if fut is None else _Prefetch(fut, example)
 
 
 def _raw_stream(index) -> int:
     """The current CUDA stream's handle (torch's C accessor: no Stream object built)."""
-    return torch._C._cuda_getCurrentRawStream(torch.cuda.current_device() if index is None
-                                              else index)
+    return torch._C._cuda_getCurrentRawStream(
+        torch.cuda.current_device() if index is None else index
+    )
 
 
 def _on_cuda(args) -> bool:
@@ -504,15 +529,14 @@ class Launcher:
     may hold torch dtypes in place of pointers), then ``launch(args, stream)``.
     """
 
-    __slots__ = ("kernel", "grid", "constexprs", "_compiled", "_pending", "_ptr_positions",
-                 "_tail")
+    __slots__ = ("kernel", "grid", "constexprs", "_compiled", "_pending", "_ptr_positions", "_tail")
 
     def __init__(self, kernel: DualKernel, grid: tuple, constexprs: dict):
         self.kernel = kernel
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
         self.constexprs = dict(constexprs)
         self._compiled = None
-        self._pending = None          # a compile running in parallel_compile's pool
+        self._pending = None  # a compile running in parallel_compile's pool
         self._ptr_positions = ()
         self._tail = ()
 
@@ -532,17 +556,22 @@ class Launcher:
         else:
             k._init_handles()
             self._compiled = k
-        self._ptr_positions = tuple(i for i, a in enumerate(example_args)
-                                    if isinstance(a, torch.dtype) or hasattr(a, "data_ptr"))
+        self._ptr_positions = tuple(
+            i
+            for i, a in enumerate(example_args)
+            if isinstance(a, torch.dtype) or hasattr(a, "data_ptr")
+        )
         # run() wants every parameter, constexprs included, in signature order
         params = self.kernel.compiled.params
         n_rt = len(example_args)
-        self._tail = tuple(self.constexprs[p.name] if p.name in self.constexprs else p.default
-                           for p in params[n_rt:])
+        self._tail = tuple(
+            self.constexprs[p.name] if p.name in self.constexprs else p.default
+            for p in params[n_rt:]
+        )
 
     def _finish_compile(self):
         p = self._pending
-        if p is None:                     # collected meanwhile by another thread
+        if p is None:  # collected meanwhile by another thread
             return self._compiled
         if isinstance(p, _Prefetch):
             try:
@@ -555,10 +584,12 @@ class Launcher:
             if ans.get("hash") and ans["hash"] != getattr(k, "hash", None):
                 # the worker compiled another specialization: this one was compiled here
                 KEY_MISSES.append(self.kernel.name)
-                log.info(f"compile worker built {self.kernel.name} under another key than "
-                         "the one launched; compiled again in this process")
+                log.info(
+                    f"compile worker built {self.kernel.name} under another key than "
+                    "the one launched; compiled again in this process"
+                )
         else:
-            k = p.result()                # raises the compile's error, if any
+            k = p.result()  # raises the compile's error, if any
         k._init_handles()
         self._compiled, self._pending = k, None
         return k
@@ -576,8 +607,19 @@ class Launcher:
                 if stream is None:
                     stream = _raw_stream(first.device.index)
                 g = self.grid
-                compiled.run(g[0], g[1], g[2], stream, compiled.function, compiled.packed_metadata,
-                             None, None, None, *args, *self._tail)
+                compiled.run(
+                    g[0],
+                    g[1],
+                    g[2],
+                    stream,
+                    compiled.function,
+                    compiled.packed_metadata,
+                    None,
+                    None,
+                    None,
+                    *args,
+                    *self._tail,
+                )
                 return
         self.kernel(self.grid, *args, **self.constexprs)
 
@@ -594,8 +636,9 @@ class LaunchList:
     def __init__(self):
         self.launches: list = []
 
-    def add_launch(self, kernel: DualKernel, grid, constexprs: dict, args: list, graph,
-                   compile_cuda: bool) -> None:
+    def add_launch(
+        self, kernel: DualKernel, grid, constexprs: dict, args: list, graph, compile_cuda: bool
+    ) -> None:
         launcher = Launcher(kernel, grid, constexprs)
         if compile_cuda:
             example = []
@@ -616,7 +659,7 @@ class LaunchList:
         for kind, key in args:
             if kind == "buf":
                 out.append(buffers[key])
-            elif kind == "float":         # a host scalar entering a float compute
+            elif kind == "float":  # a host scalar entering a float compute
                 out.append(float(buffers[key]))
             elif kind == "ws":
                 out.append(workspace.view(key))

@@ -7,6 +7,7 @@ A cache is shared between threads (a framework's data-parallel workers, the comp
 threads): every operation holds the cache's lock. The values a cache hands out are kept
 by their users too; dropping an entry only lets it go once they are done with it.
 """
+
 from __future__ import annotations
 
 import threading
@@ -23,8 +24,9 @@ class LRU:
     the cache's lock is released (it may read the cache).
     """
 
-    def __init__(self, size: Callable[[], int],
-                 on_evict: Callable[[object, object], None] | None = None):
+    def __init__(
+        self, size: Callable[[], int], on_evict: Callable[[object, object], None] | None = None
+    ):
         self._size = size
         self._on_evict = on_evict
         self._data: OrderedDict = OrderedDict()
@@ -124,10 +126,12 @@ class LRU:
 def plan_cache_size() -> int:
     """``backends.plan_cache_size``, read now."""
     from .. import backends
+
     return backends.plan_cache_size
 
 
 def legacy_cache_size() -> int:
     """``backends.legacy_cache_size``, read now."""
     from .. import backends
+
     return backends.legacy_cache_size

@@ -14,6 +14,7 @@ Scratch outputs are left uninitialised: what an output holds before the call is 
 when the output overlaps no input, and the inputs it overlapped are the caller's, read
 where they are.
 """
+
 from __future__ import annotations
 
 import torch
@@ -40,8 +41,13 @@ def fresh_like(buf) -> torch.Tensor:
 def overlaps(a, b) -> bool:
     """Whether two buffers (tensors or raw pointers) on one device share a byte."""
     sa, sb = _span(a), _span(b)
-    return sa is not None and sb is not None and a.device == b.device and \
-        sa[0] < sb[1] and sb[0] < sa[1]
+    return (
+        sa is not None
+        and sb is not None
+        and a.device == b.device
+        and sa[0] < sb[1]
+        and sb[0] < sa[1]
+    )
 
 
 def timing_buffers(graph, bound: dict) -> dict:
@@ -55,7 +61,8 @@ def timing_buffers(graph, bound: dict) -> dict:
         s = spans.get(u)
         if s is None:
             continue
-        if any(s[0] < e and b < s[1] and bound[u].device == bound[v].device
-               for v, (b, e) in inputs):
+        if any(
+            s[0] < e and b < s[1] and bound[u].device == bound[v].device for v, (b, e) in inputs
+        ):
             out[u] = fresh_like(bound[u])
     return out

@@ -6,13 +6,14 @@ the first event, so the sample is the kernels' time alone (a 10 us kernel launch
 Python would otherwise time the host's launch path, which is the same for every
 candidate and hides their differences). On the CPU, wall clock per call.
 """
+
 from __future__ import annotations
 
 import time
 
 import torch
 
-SLEEP_CYCLES = 2_000_000     # ~1 ms at H100 clocks: covers enqueuing 8 calls from Python
+SLEEP_CYCLES = 2_000_000  # ~1 ms at H100 clocks: covers enqueuing 8 calls from Python
 
 
 def median_ms(fn, on_cuda: bool, warmup: int = 3, iters: int = 10, batch: int = 8) -> float:

@@ -9,6 +9,7 @@ determinism switches, ``torch.use_deterministic_algorithms(True)`` and
 plans with the NONDETERMINISTIC note (split-K convolution backward, attention backward
 adding dQ with atomics) are left out, and switching them takes effect at the next call.
 """
+
 from . import functional  # noqa: E402,F401  (the custom operations register on import)
 from .convert import convert, revert  # noqa: E402,F401
 from .enable import clear_fallbacks, disable, enable, fallbacks, is_enabled  # noqa: E402,F401
@@ -21,5 +22,6 @@ def __getattr__(name):
     package's torch_dynamo_backends entry point."""
     if name == "compile":
         import importlib
+
         return importlib.import_module(".compile", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,6 +1,7 @@
 """Torch buffers as graph tensors: the descriptions the opendnn.torch operations give
 their kept graphs (``_graphs``), and the kept constants standing in for absent
 parameters."""
+
 from __future__ import annotations
 
 import torch
@@ -24,7 +25,7 @@ def mark_output(gt, like: torch.Tensor, name: str | None = None, dims=None):
     return gt if name is None else gt.set_name(name)
 
 
-desc, output = graph_tensor, mark_output     # the names the norm / pool operations use
+desc, output = graph_tensor, mark_output  # the names the norm / pool operations use
 
 
 def constant(value: float, shape, dtype, device) -> torch.Tensor:

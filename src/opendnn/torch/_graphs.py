@@ -22,6 +22,7 @@ would run a piece on the reference raises GraphNotSupportedError naming why the 
 engines declined: the callers (``enable()``, the modules, the compile backend) then run
 PyTorch's own function, and say so in the log, rather than a silently slow path.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -48,6 +49,7 @@ _cache = LRU(lambda: GRAPHS_PER_PLAN * plan_cache_size())
 @dataclasses.dataclass
 class Built:
     """A built graph and its tensors by role name (``"x"``, ``"y"``, ``"alpha"``, ...)."""
+
     graph: Graph
     tensors: dict
     workspace: int
@@ -66,8 +68,11 @@ def deterministic() -> bool:
     """Whether NONDETERMINISTIC plans are kept out: ``opendnn.backends.deterministic``,
     ``torch.use_deterministic_algorithms(True)`` or ``torch.backends.cudnn.deterministic``
     (PyTorch's switches, which its own cuDNN calls honour)."""
-    return bool(backends.deterministic or torch.are_deterministic_algorithms_enabled()
-                or torch.backends.cudnn.deterministic)
+    return bool(
+        backends.deterministic
+        or torch.are_deterministic_algorithms_enabled()
+        or torch.backends.cudnn.deterministic
+    )
 
 
 def built(key: tuple, device: torch.device, build: Callable[[Graph], dict]) -> Built:
@@ -81,8 +86,12 @@ def built(key: tuple, device: torch.device, build: Callable[[Graph], dict]) -> B
     hit = _cache.get(full)
     if hit is not None:
         return hit
-    g = Graph(name=str(key[0]), handle=default_handle(str(device)),
-              intermediate_data_type=DataType.FLOAT, compute_data_type=DataType.FLOAT)
+    g = Graph(
+        name=str(key[0]),
+        handle=default_handle(str(device)),
+        intermediate_data_type=DataType.FLOAT,
+        compute_data_type=DataType.FLOAT,
+    )
     tensors = build(g)
     if det:
         g.deselect_numeric_notes([NumericalNote.NONDETERMINISTIC])
@@ -104,7 +113,10 @@ def _refuse_reference(g: Graph, op: str) -> None:
     reasons = {k: v for k, v in g._reasons.items() if not k.startswith("reference")}
     raise GraphNotSupportedError(
         "no fast engine takes this problem (only the float64 reference would, slowly)",
-        reasons=reasons, op=op, status=Status.NOT_SUPPORTED)
+        reasons=reasons,
+        op=op,
+        status=Status.NOT_SUPPORTED,
+    )
 
 
 def run(b: Built, buffers: dict) -> None:
@@ -115,14 +127,17 @@ def run(b: Built, buffers: dict) -> None:
     benchmark-mode search); later calls take ``b.runner``: the same checks of data type,
     shape, strides, device and overlap, done against the descriptors read once."""
     r, g = b.runner, b.graph
-    if r is not None and r.plan is g._plans[g._selected] and not g.tunes_at_execute() and \
-            r.run(buffers, b.workspace, b.device):
+    if (
+        r is not None
+        and r.plan is g._plans[g._selected]
+        and not g.tunes_at_execute()
+        and r.run(buffers, b.workspace, b.device)
+    ):
         return
     pack = {b.tensors[name]: value for name, value in buffers.items()}
-    ws = (torch.empty(b.workspace, dtype=torch.uint8, device=b.device)
-          if b.workspace else None)
+    ws = torch.empty(b.workspace, dtype=torch.uint8, device=b.device) if b.workspace else None
     b.graph.execute(pack, ws)
-    if r is None or r.plan is not g._plans[g._selected]:    # first run, or a new plan
+    if r is None or r.plan is not g._plans[g._selected]:  # first run, or a new plan
         b.runner = _Runner(b, buffers)
 
 
@@ -138,15 +153,18 @@ class _Runner:
         outs = og.output_uid_set
         for name in buffers:
             d = og.tensors[b.tensors[name].uid]
-            self.entries.append((name, d.uid, d.is_pass_by_value, d.dims, d.strides,
-                                 d.torch_dtype))
+            self.entries.append((name, d.uid, d.is_pass_by_value, d.dims, d.strides, d.torch_dtype))
             if not d.is_pass_by_value and d.size_in_bytes:
                 self.spans.append((name, d.size_in_bytes, d.uid in outs))
         # (output, input) positions that may share one buffer exactly (in-place pointwise)
         descs = [og.tensors[b.tensors[n].uid] for n, _, _ in self.spans]
-        self.in_place = {(i, j) for i, (_, _, out) in enumerate(self.spans) if out
-                         for j in range(len(descs))
-                         if j != i and _exact_in_place(og, descs[i], descs[j], True)}
+        self.in_place = {
+            (i, j)
+            for i, (_, _, out) in enumerate(self.spans)
+            if out
+            for j in range(len(descs))
+            if j != i and _exact_in_place(og, descs[i], descs[j], True)
+        }
 
     def run(self, buffers: dict, workspace: int, device) -> bool:
         """Launch the plan, or False (nothing run) when a buffer breaks a check: the
@@ -159,19 +177,28 @@ class _Runner:
             if by_value:
                 if type(v) not in (float, int, bool):
                     return False
-            elif type(v) not in _PLAIN or v.dtype != dtype or v.device != device or \
-                    v.shape != dims or v.stride() != strides:
+            elif (
+                type(v) not in _PLAIN
+                or v.dtype != dtype
+                or v.device != device
+                or v.shape != dims
+                or v.stride() != strides
+            ):
                 return False
             bound[uid] = v
         spans = self.spans
-        if len(spans) > 1:         # no output may overlap another buffer
+        if len(spans) > 1:  # no output may overlap another buffer
             ptr = [buffers[n].data_ptr() for n, _, _ in spans]
             for i, (_, n0, out) in enumerate(spans):
                 if out:
                     s0 = ptr[i]
                     for j, (_, n1, _) in enumerate(spans):
-                        if j != i and ptr[j] < s0 + n0 and s0 < ptr[j] + n1 and not (
-                                ptr[j] == s0 and (i, j) in self.in_place):
+                        if (
+                            j != i
+                            and ptr[j] < s0 + n0
+                            and s0 < ptr[j] + n1
+                            and not (ptr[j] == s0 and (i, j) in self.in_place)
+                        ):
                             return False
         ws = torch.empty(workspace, dtype=torch.uint8, device=device) if workspace else None
         self.plan.run(bound, ws, None)
@@ -190,17 +217,30 @@ def lower(args: tuple, dev: str) -> tuple:
     """PyTorch's lower-precision rule: floating tensors of ``dev`` other than float64 in
     the autocast type."""
     dt = torch.get_autocast_dtype(dev)
-    return tuple(a.to(dt) if isinstance(a, torch.Tensor) and a.is_floating_point() and
-                 a.dtype != torch.float64 and a.device.type == dev else a for a in args)
+    return tuple(
+        a.to(dt)
+        if isinstance(a, torch.Tensor)
+        and a.is_floating_point()
+        and a.dtype != torch.float64
+        and a.device.type == dev
+        else a
+        for a in args
+    )
 
 
 def to(device_type: str, dtype: torch.dtype):
     """The rule of ``torch.library.register_autocast(op, device_type, dtype)``."""
+
     def rule(args: tuple, dev: str) -> tuple | None:
         if dev != device_type:
             return None
-        return tuple(a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point()
-                     and a.device.type == dev else a for a in args)
+        return tuple(
+            a.to(dtype)
+            if isinstance(a, torch.Tensor) and a.is_floating_point() and a.device.type == dev
+            else a
+            for a in args
+        )
+
     return rule
 
 
@@ -214,16 +254,24 @@ def _function(op):
 
     def setup_context(ctx, inputs, output):
         setup(ctx=ctx, inputs=inputs, output=output)
-    return type(f"Eager_{op._name}", (torch.autograd.Function,), {
-        "forward": staticmethod(forward), "setup_context": staticmethod(setup_context),
-        "backward": staticmethod(lambda ctx, *grads: backward(ctx, *grads))})
+
+    return type(
+        f"Eager_{op._name}",
+        (torch.autograd.Function,),
+        {
+            "forward": staticmethod(forward),
+            "setup_context": staticmethod(setup_context),
+            "backward": staticmethod(lambda ctx, *grads: backward(ctx, *grads)),
+        },
+    )
 
 
 def eager(*tensors) -> bool:
     """True when a call with these tensors (None allowed) needs none of the dispatcher's
     modes: not compiling, and only plain tensors or parameters."""
     return not torch.compiler.is_compiling() and all(
-        t is None or type(t) in _PLAIN for t in tensors)
+        t is None or type(t) in _PLAIN for t in tensors
+    )
 
 
 def direct(op):
@@ -239,8 +287,11 @@ def direct(op):
     fn, qual = op._init_fn, op._qualname
     nargs = len(op._opoverload._schema.arguments)
     fwd = _function(op) if op._backward_fn is not None else None
-    mutated = [i for i, a in enumerate(op._opoverload._schema.arguments)
-               if a.alias_info is not None and a.alias_info.is_write]
+    mutated = [
+        i
+        for i, a in enumerate(op._opoverload._schema.arguments)
+        if a.alias_info is not None and a.alias_info.is_write
+    ]
 
     def call(*args):
         if len(args) != nargs or torch.compiler.is_compiling():
@@ -255,7 +306,7 @@ def direct(op):
             elif isinstance(a, (list, tuple)) and any(isinstance(e, torch.Tensor) for e in a):
                 return op(*args)
         grad = grad and torch.is_grad_enabled()
-        if mutated:           # written in place: version counters bumped, as ADInplaceOrView
+        if mutated:  # written in place: version counters bumped, as ADInplaceOrView
             if grad:
                 return op(*args)
             for i in mutated:
@@ -267,11 +318,17 @@ def direct(op):
             cast = rule(args, dev)
             if cast is not None:
                 with torch.autocast(dev, enabled=False):
-                    return (fwd.apply(*cast) if grad and fwd is not None else
-                            op(*cast) if grad else fn(*cast))
+                    return (
+                        fwd.apply(*cast)
+                        if grad and fwd is not None
+                        else op(*cast)
+                        if grad
+                        else fn(*cast)
+                    )
         if grad:
             return fwd.apply(*args) if fwd is not None else op(*args)
         return fn(*args)
+
     call.op = op
     call.__doc__ = fn.__doc__
     return call

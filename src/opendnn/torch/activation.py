@@ -39,6 +39,7 @@ under autograd raise GraphNotSupportedError (PyTorch refuses them at backward ti
 Zero-size inputs give empty outputs without a graph; 0-dim inputs run as one element.
 float16, bfloat16, float32 compute in float32; float64 computes in float64.
 """
+
 from __future__ import annotations
 
 import math
@@ -63,31 +64,36 @@ def use_double(g, t: torch.Tensor) -> None:
         g.intermediate_data_type = DataType.DOUBLE
 
 
-def run_pointwise(op: str, key: tuple, inputs: dict, out: torch.Tensor,
-                  build: Callable) -> None:
+def run_pointwise(op: str, key: tuple, inputs: dict, out: torch.Tensor, build: Callable) -> None:
     """Run the kept pointwise graph ``build(g, {role: graph tensor}) -> output`` with
     ``inputs`` ({role: tensor}) into ``out`` (which may be one of the inputs: in place)."""
     first = next(iter(inputs.values()))
-    full = (op, key) + tuple((r, _graphs.meta(t)) for r, t in inputs.items()) + \
-        (_graphs.meta(out),)
+    full = (op, key) + tuple((r, _graphs.meta(t)) for r, t in inputs.items()) + (_graphs.meta(out),)
 
     def builder(g):
         use_double(g, first)
         ts = {r: graph_tensor(g, t, r) for r, t in inputs.items()}
         y = mark_output(build(g, ts), out)
         return {**ts, "out": y}
+
     b = _graphs.built(full, first.device, builder)
     _graphs.run(b, {**inputs, "out": out})
 
 
 def check_input(op: str, x, role: str = "input") -> None:
     if not isinstance(x, torch.Tensor):
-        raise BadParamError(f"{role} must be a torch.Tensor, got {type(x).__name__}", op=op,
-                            status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+        raise BadParamError(
+            f"{role} must be a torch.Tensor, got {type(x).__name__}",
+            op=op,
+            status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+        )
     if x.dtype not in FLOATING:
-        raise GraphNotSupportedError(f"{role} is {x.dtype}: opendnn runs float16, bfloat16, "
-                                     "float32 and float64", op=op, tensor=role,
-                                     status=Status.NOT_SUPPORTED_DATA_TYPE)
+        raise GraphNotSupportedError(
+            f"{role} is {x.dtype}: opendnn runs float16, bfloat16, float32 and float64",
+            op=op,
+            tensor=role,
+            status=Status.NOT_SUPPORTED_DATA_TYPE,
+        )
 
 
 # ---- the kinds: forward, backward from the input, backward from the output ------------------
@@ -157,7 +163,8 @@ BACKWARD: dict[str, Callable] = {
     "softplus": _softplus_bwd,
     "mish": _mish_bwd,
     "hardsigmoid": lambda g, dy, x, a: g.div(
-        g.relu_backward(dy, x, lower_clip=-3.0, upper_clip=3.0, negative_slope=0.0), 6.0),
+        g.relu_backward(dy, x, lower_clip=-3.0, upper_clip=3.0, negative_slope=0.0), 6.0
+    ),
     "hardswish": _hardswish_bwd,
 }
 
@@ -176,12 +183,18 @@ def _output_decides(kind: str, args) -> bool:
 
 def _check_kind(kind: str, args) -> tuple:
     if kind not in FORWARD:
-        raise BadParamError(f"unknown activation kind {kind!r} (one of {sorted(FORWARD)})",
-                            op="opendnn::activation", status=Status.BAD_PARAM)
+        raise BadParamError(
+            f"unknown activation kind {kind!r} (one of {sorted(FORWARD)})",
+            op="opendnn::activation",
+            status=Status.BAD_PARAM,
+        )
     args = tuple(float(a) for a in args)
     if len(args) != ARITY.get(kind, 0):
-        raise BadParamError(f"{kind} takes {ARITY.get(kind, 0)} numbers, got {len(args)}",
-                            op="opendnn::activation", status=Status.BAD_PARAM)
+        raise BadParamError(
+            f"{kind} takes {ARITY.get(kind, 0)} numbers, got {len(args)}",
+            op="opendnn::activation",
+            status=Status.BAD_PARAM,
+        )
     return args
 
 
@@ -190,8 +203,9 @@ def _forward_into(x: torch.Tensor, y: torch.Tensor, kind: str, args) -> None:
     check_input(f"opendnn::activation({kind})", x)
     if x.numel() == 0:
         return
-    run_pointwise("opendnn.activation", (kind, args), {"x": x}, y,
-                  lambda g, t: FORWARD[kind](g, t["x"], args))
+    run_pointwise(
+        "opendnn.activation", (kind, args), {"x": x}, y, lambda g, t: FORWARD[kind](g, t["x"], args)
+    )
 
 
 # ---- custom ops ----------------------------------------------------------------------------
@@ -220,22 +234,28 @@ def _(x, kind, args):
 
 
 @torch.library.custom_op("opendnn::activation_backward", mutates_args=())
-def activation_backward_op(grad: torch.Tensor, saved: torch.Tensor, kind: str,
-                           args: Sequence[float], from_output: bool) -> torch.Tensor:
+def activation_backward_op(
+    grad: torch.Tensor, saved: torch.Tensor, kind: str, args: Sequence[float], from_output: bool
+) -> torch.Tensor:
     """dx from dy = ``grad`` and the forward's input (or, ``from_output``, its output)."""
     args = _check_kind(kind, args)
     table = FROM_OUTPUT if from_output else BACKWARD
     op = f"opendnn::activation_backward({kind})"
     if kind not in table:
-        raise BadParamError(f"{kind} has no backward from its output", op=op,
-                            status=Status.BAD_PARAM)
+        raise BadParamError(
+            f"{kind} has no backward from its output", op=op, status=Status.BAD_PARAM
+        )
     check_input(op, grad, "grad")
     check_input(op, saved, "saved")
     dx = torch.empty_like(grad)
     if grad.numel():
-        run_pointwise("opendnn.activation_backward", (kind, args, from_output),
-                      {"dy": grad, "x": saved}, dx,
-                      lambda g, t: table[kind](g, t["dy"], t["x"], args))
+        run_pointwise(
+            "opendnn.activation_backward",
+            (kind, args, from_output),
+            {"dy": grad, "x": saved},
+            dx,
+            lambda g, t: table[kind](g, t["dy"], t["x"], args),
+        )
     return dx
 
 
@@ -251,7 +271,7 @@ def _setup(ctx, inputs, output):
 
 
 def _backward(ctx, grad):
-    x, = ctx.saved_tensors
+    (x,) = ctx.saved_tensors
     return activation_backward_op(grad, x, ctx.kind, ctx.args, False), None, None
 
 
@@ -274,9 +294,12 @@ class _InPlace(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        saved, = ctx.saved_tensors
-        return (activation_backward_op(grad, saved, ctx.kind, ctx.args, ctx.from_output),
-                None, None)
+        (saved,) = ctx.saved_tensors
+        return (
+            activation_backward_op(grad, saved, ctx.kind, ctx.args, ctx.from_output),
+            None,
+            None,
+        )
 
 
 # ---- torch.nn.functional's activations ---------------------------------------------------------
@@ -287,15 +310,21 @@ def _apply(op: str, x, kind: str, args: tuple, inplace: bool = False) -> torch.T
         return _activation_direct(x, kind, args)
     if torch.is_grad_enabled() and x.requires_grad:
         if x.is_leaf:
-            raise BadParamError("a leaf tensor that requires grad cannot be modified in "
-                                "place (inplace=True)", op=op, tensor="input",
-                                status=Status.BAD_PARAM)
+            raise BadParamError(
+                "a leaf tensor that requires grad cannot be modified in place (inplace=True)",
+                op=op,
+                tensor="input",
+                status=Status.BAD_PARAM,
+            )
         if kind in FROM_OUTPUT and not _output_decides(kind, args):
             what = "slope" if kind == "relu" else "alpha"
             raise GraphNotSupportedError(
                 f"inplace=True under autograd with a negative {what} ({args}): the gradient "
                 "needs the input, which the in-place write destroys (PyTorch refuses it "
-                "too); use inplace=False", op=op, tensor="input")
+                "too); use inplace=False",
+                op=op,
+                tensor="input",
+            )
         return _InPlace.apply(x, kind, tuple(args))
     activation_inplace_op(x, kind, args)
     return x
@@ -311,17 +340,22 @@ def relu6(input: torch.Tensor, inplace: bool = False) -> torch.Tensor:
     return _apply("relu6", input, "relu", (0.0, 6.0, 0.0), inplace)
 
 
-def hardtanh(input: torch.Tensor, min_val: float = -1.0, max_val: float = 1.0,
-             inplace: bool = False) -> torch.Tensor:
+def hardtanh(
+    input: torch.Tensor, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False
+) -> torch.Tensor:
     """min(max(input, min_val), max_val)."""
     if not float(min_val) <= float(max_val):
-        raise BadParamError(f"min_val {min_val} cannot be greater than max_val {max_val}",
-                            op="hardtanh", status=Status.BAD_PARAM)
+        raise BadParamError(
+            f"min_val {min_val} cannot be greater than max_val {max_val}",
+            op="hardtanh",
+            status=Status.BAD_PARAM,
+        )
     return _apply("hardtanh", input, "relu", (min_val, max_val, 0.0), inplace)
 
 
-def leaky_relu(input: torch.Tensor, negative_slope: float = 0.01,
-               inplace: bool = False) -> torch.Tensor:
+def leaky_relu(
+    input: torch.Tensor, negative_slope: float = 0.01, inplace: bool = False
+) -> torch.Tensor:
     """input if input > 0 else negative_slope * input."""
     return _apply("leaky_relu", input, "relu", (0.0, INF, negative_slope), inplace)
 
@@ -334,8 +368,11 @@ def elu(input: torch.Tensor, alpha: float = 1.0, inplace: bool = False) -> torch
 def gelu(input: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     """input * Phi(input) (``approximate='tanh'``: the tanh approximation)."""
     if approximate not in ("none", "tanh"):
-        raise BadParamError(f"approximate must be 'none' or 'tanh', got {approximate!r}",
-                            op="gelu", status=Status.BAD_PARAM)
+        raise BadParamError(
+            f"approximate must be 'none' or 'tanh', got {approximate!r}",
+            op="gelu",
+            status=Status.BAD_PARAM,
+        )
     return _apply("gelu", input, "gelu" if approximate == "none" else "gelu_tanh", ())
 
 
@@ -376,7 +413,21 @@ def hardswish(input: torch.Tensor, inplace: bool = False) -> torch.Tensor:
 # eager calls skip the dispatcher (_graphs.direct; the ops stay registered)
 _activation_direct = _graphs.direct(activation_op)
 activation_inplace_op, activation_backward_op = map(
-    _graphs.direct, (activation_inplace_op, activation_backward_op))
+    _graphs.direct, (activation_inplace_op, activation_backward_op)
+)
 
-__all__ = ["relu", "relu6", "hardtanh", "leaky_relu", "elu", "gelu", "silu", "sigmoid", "tanh",
-           "softplus", "mish", "hardsigmoid", "hardswish"]
+__all__ = [
+    "relu",
+    "relu6",
+    "hardtanh",
+    "leaky_relu",
+    "elu",
+    "gelu",
+    "silu",
+    "sigmoid",
+    "tanh",
+    "softplus",
+    "mish",
+    "hardsigmoid",
+    "hardswish",
+]

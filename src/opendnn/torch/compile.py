@@ -36,6 +36,7 @@ graph instead of Python per operation. Inputs not on CUDA run as in the default 
 ``last_report()`` tells what the last compilation did: nodes routed, groups fused, and
 nodes left to PyTorch with the reason; ``OPENDNN_LOG=info`` logs it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -47,8 +48,14 @@ from torch.fx.node import map_arg
 from .. import log
 from ..errors import BadParamError, Status
 from . import compile_fuse
-from .compile_ops import (ROUTED, canonical, lower_modules, reset_fallbacks,  # noqa: F401
-                          runtime_fallbacks, target_name)
+from .compile_ops import (  # noqa: F401
+    ROUTED,
+    canonical,
+    lower_modules,
+    reset_fallbacks,
+    runtime_fallbacks,
+    target_name,
+)
 
 ALREADY = "already an opendnn operation"
 
@@ -56,21 +63,25 @@ ALREADY = "already an opendnn operation"
 @dataclasses.dataclass
 class Report:
     """What one ``backend`` call did to one FX graph (node names are the graph's)."""
-    routed: list = dataclasses.field(default_factory=list)   # (node, operation)
-    fused: list = dataclasses.field(default_factory=list)    # (pattern, [nodes])
-    left: list = dataclasses.field(default_factory=list)     # (node, target, reason)
+
+    routed: list = dataclasses.field(default_factory=list)  # (node, operation)
+    fused: list = dataclasses.field(default_factory=list)  # (pattern, [nodes])
+    left: list = dataclasses.field(default_factory=list)  # (node, target, reason)
     modules: list = dataclasses.field(default_factory=list)  # (node, module) lowered
 
     def fused_kinds(self) -> list:
         return [kind for kind, _ in self.fused]
 
     def summary(self) -> str:
-        lines = [f"opendnn torch.compile: {len(self.routed)} nodes routed, "
-                 f"{len(self.fused)} groups fused, {len(self.left)} left to PyTorch"]
+        lines = [
+            f"opendnn torch.compile: {len(self.routed)} nodes routed, "
+            f"{len(self.fused)} groups fused, {len(self.left)} left to PyTorch"
+        ]
         lines += [f"  fused {kind}: {', '.join(nodes)}" for kind, nodes in self.fused]
         lines += [f"  routed {node} -> {op}" for node, op in self.routed]
-        lines += [f"  module {node} ({mod}) read as its functional form"
-                  for node, mod in self.modules]
+        lines += [
+            f"  module {node} ({mod}) read as its functional form" for node, mod in self.modules
+        ]
         lines += [f"  PyTorch {node} ({target}): {why}" for node, target, why in self.left]
         return "\n".join(lines)
 
@@ -98,35 +109,43 @@ def reports() -> list:
 MODES = (None, "default", "reduce-overhead")
 
 
-def backend(gm: torch.fx.GraphModule, example_inputs, mode: str | None = None,
-            options: dict | None = None):
+def backend(
+    gm: torch.fx.GraphModule, example_inputs, mode: str | None = None, options: dict | None = None
+):
     """Rewrite dynamo's FX graph ``gm`` (see the module docstring) and return it, or, in
     mode "reduce-overhead", its CUDA-graphed form."""
     if mode not in MODES:
-        raise BadParamError(f"mode {mode!r} is not one of {MODES[1:]}", op="torch.compile",
-                            status=Status.BAD_PARAM)
+        raise BadParamError(
+            f"mode {mode!r} is not one of {MODES[1:]}", op="torch.compile", status=Status.BAD_PARAM
+        )
     if options:
-        raise BadParamError(f"the opendnn backend takes no options, got {sorted(options)}",
-                            op="torch.compile", status=Status.BAD_PARAM)
+        raise BadParamError(
+            f"the opendnn backend takes no options, got {sorted(options)}",
+            op="torch.compile",
+            status=Status.BAD_PARAM,
+        )
     report = Report()
     graph = gm.graph
     report.modules = [(n.name, str(t)) for n, t in lower_modules(gm).items()]
-    canon = {n: canonical(n) for n in graph.nodes
-             if n.op in ("call_function", "call_method", "call_module")}
+    canon = {
+        n: canonical(n)
+        for n in graph.nodes
+        if n.op in ("call_function", "call_method", "call_module")
+    }
     groups = compile_fuse.find(graph, canon)
     in_groups = set()
     for g in groups:
         report.fused.append((g.kind, [n.name for n in g.nodes]))
         in_groups.update(g.nodes)
     replaced = {}
-    for g in groups:          # graph order: a group's inputs may be an earlier group's value
+    for g in groups:  # graph order: a group's inputs may be an earlier group's value
         g.args = map_arg(g.args, lambda n: replaced.get(n, n))
         new = compile_fuse.apply(graph, [g])
         replaced[g.nodes[-1]] = next(iter(new))
     for node in canon:
         if node in in_groups:
             continue
-        c = canonical(node)     # again: its arguments may now be fused groups' values
+        c = canonical(node)  # again: its arguments may now be fused groups' values
         if isinstance(c, str):
             if c == ALREADY:
                 report.routed.append((node.name, str(node.target)))
@@ -149,9 +168,11 @@ def backend(gm: torch.fx.GraphModule, example_inputs, mode: str | None = None,
         del _reports[:-KEEP_REPORTS]
     if log.info_enabled():
         log.info(report.summary())
-    if mode == "reduce-overhead" and any(isinstance(t, torch.Tensor) and t.is_cuda
-                                         for t in example_inputs):
+    if mode == "reduce-overhead" and any(
+        isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs
+    ):
         from torch._dynamo.backends.cudagraphs import cudagraphs
+
         return cudagraphs(gm, example_inputs)
     return gm
 
@@ -160,6 +181,7 @@ def _register() -> None:
     """Register ``backend`` as "opendnn" unless dynamo has it already, or knows it from
     the package's ``torch_dynamo_backends`` entry point (then its lookup registers it)."""
     from torch._dynamo.backends import registry
+
     if "opendnn" in registry._COMPILER_FNS or registry._BACKENDS.get("opendnn") is not None:
         return
     registry.register_backend(backend, name="opendnn")

@@ -16,6 +16,7 @@ the norms' eps and momentum, which ``dynamic=True`` makes SymFloats (passed thro
   softmax(dim=-1) -> matmul(., v), q, k, v with equal batch dims: ``attention``.
 act is one of relu, gelu (exact or tanh), silu, sigmoid, tanh.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -32,8 +33,8 @@ from .compile_ops import bind
 @dataclasses.dataclass
 class Group:
     kind: str
-    nodes: list            # the chain in graph order; the last one's value is the group's
-    target: object         # a compile_fused function
+    nodes: list  # the chain in graph order; the last one's value is the group's
+    target: object  # a compile_fused function
     args: tuple
 
 
@@ -114,10 +115,14 @@ def _bn_after(node, canon):
     if not hit or hit[1]["input"] is not node:
         return None
     q = hit[1]
-    if (q["training"] is False and isinstance(q["running_mean"], Node)
-            and isinstance(q["running_var"], Node) and _tensor_or_none(q["weight"])
-            and _tensor_or_none(q["bias"])):
-        return user, q          # eps, momentum: constants, or SymFloats under dynamic=True
+    if (
+        q["training"] is False
+        and isinstance(q["running_mean"], Node)
+        and isinstance(q["running_var"], Node)
+        and _tensor_or_none(q["weight"])
+        and _tensor_or_none(q["bias"])
+    ):
+        return user, q  # eps, momentum: constants, or SymFloats under dynamic=True
     return None
 
 
@@ -129,7 +134,7 @@ def _residual_after(node):
     if not args or node not in args or args[0] is args[1]:
         return None
     if user.target in (operator.iadd, "add_") and args[0] is not node:
-        return None            # z += y mutates z, which others may read
+        return None  # z += y mutates z, which others may read
     z = args[1] if args[0] is node else args[0]
     yv, zv = _value(node), _value(z)
     if not isinstance(z, Node) or yv is None or zv is None or zv.shape != yv.shape:
@@ -143,12 +148,22 @@ def _conv(node, canon):
     if not hit:
         return None
     name, p = hit
-    if not (isinstance(p["input"], Node) and isinstance(p["weight"], Node)
-            and _tensor_or_none(p["bias"])
-            and _const([p["stride"], p["padding"], p["dilation"], p["groups"]])):
+    if not (
+        isinstance(p["input"], Node)
+        and isinstance(p["weight"], Node)
+        and _tensor_or_none(p["bias"])
+        and _const([p["stride"], p["padding"], p["dilation"], p["groups"]])
+    ):
         return None
-    spec = {"conv": name, "stride": p["stride"], "padding": p["padding"],
-            "dilation": p["dilation"], "groups": p["groups"], "act": None, "act_kw": {}}
+    spec = {
+        "conv": name,
+        "stride": p["stride"],
+        "padding": p["padding"],
+        "dilation": p["dilation"],
+        "groups": p["groups"],
+        "act": None,
+        "act_kw": {},
+    }
     chain, kind, tail = [node], ["conv"], node
     bn = _bn_after(node, canon)
     if bn:
@@ -170,12 +185,25 @@ def _conv(node, canon):
     z = res[1] if res else None
     if bn:
         q = bn[1]
-        return Group("+".join(kind), chain, CF.conv_bn_act,
-                     (p["input"], p["weight"], p["bias"], q["running_mean"],
-                      q["running_var"], q["weight"], q["bias"], z, q["eps"], q["momentum"],
-                      spec))
-    return Group("+".join(kind), chain, CF.conv_act, (p["input"], p["weight"], p["bias"], z,
-                                                      spec))
+        return Group(
+            "+".join(kind),
+            chain,
+            CF.conv_bn_act,
+            (
+                p["input"],
+                p["weight"],
+                p["bias"],
+                q["running_mean"],
+                q["running_var"],
+                q["weight"],
+                q["bias"],
+                z,
+                q["eps"],
+                q["momentum"],
+                spec,
+            ),
+        )
+    return Group("+".join(kind), chain, CF.conv_act, (p["input"], p["weight"], p["bias"], z, spec))
 
 
 def _linear(node, canon):
@@ -184,11 +212,18 @@ def _linear(node, canon):
         return None
     p = hit[1]
     act = _act_after(node, canon)
-    if not act or not (isinstance(p["input"], Node) and isinstance(p["weight"], Node)
-                       and _tensor_or_none(p["bias"])):
+    if not act or not (
+        isinstance(p["input"], Node)
+        and isinstance(p["weight"], Node)
+        and _tensor_or_none(p["bias"])
+    ):
         return None
-    return Group(f"linear+{act[1]}", [node, act[0]], CF.linear_act,
-                 (p["input"], p["weight"], p["bias"], {"act": act[1], "act_kw": act[2]}))
+    return Group(
+        f"linear+{act[1]}",
+        [node, act[0]],
+        CF.linear_act,
+        (p["input"], p["weight"], p["bias"], {"act": act[1], "act_kw": act[2]}),
+    )
 
 
 def _norm(node, canon):
@@ -198,23 +233,37 @@ def _norm(node, canon):
     name, p = hit
     second = "normalized_shape" if name == "layer_norm" else "num_groups"
     act = _act_after(node, canon)
-    if not act or not (isinstance(p["input"], Node) and _tensor_or_none(p["weight"])
-                       and _tensor_or_none(p["bias"]) and _const(p[second])):
+    if not act or not (
+        isinstance(p["input"], Node)
+        and _tensor_or_none(p["weight"])
+        and _tensor_or_none(p["bias"])
+        and _const(p[second])
+    ):
         return None
-    value = tuple(p[second]) if name == "layer_norm" and isinstance(p[second], list | tuple) \
+    value = (
+        tuple(p[second])
+        if name == "layer_norm" and isinstance(p[second], list | tuple)
         else p[second]
+    )
     if name == "layer_norm" and isinstance(value, int):
         value = (value,)
     spec = {"norm": name, second: value, "act": act[1], "act_kw": act[2]}
-    return Group(f"{name}+{act[1]}", [node, act[0]], CF.norm_act,
-                 (p["input"], p["weight"], p["bias"], p["eps"], spec))
+    return Group(
+        f"{name}+{act[1]}",
+        [node, act[0]],
+        CF.norm_act,
+        (p["input"], p["weight"], p["bias"], p["eps"], spec),
+    )
 
 
 # ---- attention ---------------------------------------------------------------------------------
 def _transposed(node):
     """k when node is k.transpose(-2, -1) (of its last two dims)."""
-    if node.op == "call_method" and node.target == "transpose" or (
-            node.op == "call_function" and node.target is torch.transpose):
+    if (
+        node.op == "call_method"
+        and node.target == "transpose"
+        or (node.op == "call_function" and node.target is torch.transpose)
+    ):
         if len(node.args) != 3 or node.kwargs or not isinstance(node.args[0], Node):
             return None
         k, d0, d1 = node.args
@@ -234,18 +283,29 @@ def _attention(node, canon):
     out = _only_user(node)
     pv = out is not None and _call(out, canon, ("matmul",))
     sv = _value(s)
-    if not pv or pv[1]["input"] is not node or sv is None or not isinstance(dim, int) \
-            or dim % sv.dim() != sv.dim() - 1 or _only_user(s) is not node:
+    if (
+        not pv
+        or pv[1]["input"] is not node
+        or sv is None
+        or not isinstance(dim, int)
+        or dim % sv.dim() != sv.dim() - 1
+        or _only_user(s) is not node
+    ):
         return None
     chain, mask = [node, out], None
     parsed = _scaled_scores(s, canon)
-    if parsed is None:                       # scores + mask
+    if parsed is None:  # scores + mask
         args = _binary(s, *_ADD)
         for a, b in (args, args[::-1]) if args else ():
             mv = _value(b)
-            if isinstance(a, Node) and mv is not None and mv.is_floating_point() and \
-                    _only_user(a) is s and torch.broadcast_shapes(mv.shape, sv.shape) == \
-                    sv.shape and mv.dtype == sv.dtype:
+            if (
+                isinstance(a, Node)
+                and mv is not None
+                and mv.is_floating_point()
+                and _only_user(a) is s
+                and torch.broadcast_shapes(mv.shape, sv.shape) == sv.shape
+                and mv.dtype == sv.dtype
+            ):
                 parsed = _scaled_scores(a, canon)
                 if parsed is not None:
                     mask, chain = b, [s] + chain
@@ -255,10 +315,17 @@ def _attention(node, canon):
     scale, nodes, q, k = parsed
     v = pv[1]["other"]
     qv, kv, vv = _value(q), _value(k), _value(v)
-    if qv is None or kv is None or vv is None or not (
-            qv.dim() == kv.dim() == vv.dim() >= 2 and qv.shape[:-2] == kv.shape[:-2]
-            == vv.shape[:-2] and qv.shape[-1] == kv.shape[-1]
-            and kv.shape[-2] == vv.shape[-2]):
+    if (
+        qv is None
+        or kv is None
+        or vv is None
+        or not (
+            qv.dim() == kv.dim() == vv.dim() >= 2
+            and qv.shape[:-2] == kv.shape[:-2] == vv.shape[:-2]
+            and qv.shape[-1] == kv.shape[-1]
+            and kv.shape[-2] == vv.shape[-2]
+        )
+    ):
         return None
     return Group("attention", nodes + chain, CF.attention, (q, k, v, mask, {"scale": scale}))
 
@@ -278,8 +345,7 @@ def _scaled_scores(node, canon):
             scale, nodes, node = (kind, b), [node], a
         break
     hit = _call(node, canon, ("matmul",))
-    if not hit or not isinstance(hit[1]["input"], Node) or \
-            not isinstance(hit[1]["other"], Node):
+    if not hit or not isinstance(hit[1]["input"], Node) or not isinstance(hit[1]["other"], Node):
         return None
     kt = hit[1]["other"]
     k = _transposed(kt)

@@ -31,6 +31,7 @@ The graphs (``_graphs.built`` keys them by problem, each built once):
           INFERENCE: no statistics written)
   attention: ``functional.scaled_dot_product_attention`` (its own custom op and autograd).
 """
+
 from __future__ import annotations
 
 import math
@@ -55,7 +56,8 @@ def needs_grad(*tensors) -> bool:
     if not _graphs.eager(*(t for t in tensors if isinstance(t, torch.Tensor))):
         return True
     return torch.is_grad_enabled() and any(
-        isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+        isinstance(t, torch.Tensor) and t.requires_grad for t in tensors
+    )
 
 
 def _autocast(*tensors, to=None):
@@ -66,8 +68,10 @@ def _autocast(*tensors, to=None):
     if not torch.is_autocast_enabled(dev):
         return tensors
     dt = to or torch.get_autocast_dtype(dev)
-    return tuple(t.to(dt) if t is not None and t.is_floating_point() and
-                 t.dtype != torch.float64 else t for t in tensors)
+    return tuple(
+        t.to(dt) if t is not None and t.is_floating_point() and t.dtype != torch.float64 else t
+        for t in tensors
+    )
 
 
 def _activate(y, act, act_kw):
@@ -84,7 +88,7 @@ def _act_node(g, y, act, act_kw):
         return g.gelu_approx_tanh(y) if approximate == "tanh" else g.gelu(y)
     if act == "silu":
         return g.swish(y)
-    return getattr(g, act)(y)        # sigmoid, tanh
+    return getattr(g, act)(y)  # sigmoid, tanh
 
 
 def _tensor(g, t, name):
@@ -94,8 +98,9 @@ def _tensor(g, t, name):
 
 
 def _mark_output(y_graph, out):
-    y_graph.set_output(True).set_dim(list(out.shape)).set_stride(list(out.stride())) \
-        .set_data_type(out.dtype)
+    y_graph.set_output(True).set_dim(list(out.shape)).set_stride(list(out.stride())).set_data_type(
+        out.dtype
+    )
 
 
 def _act_key(act, act_kw):
@@ -130,39 +135,63 @@ def _conv_graph(x, w, b, z, spec):
     if nd not in (2, 3) or w.dim() != x.dim():
         raise _declined(f"{nd}-D convolution: the fused path takes 2-D and 3-D", op)
     if x.shape[1] != w.shape[1] * spec["groups"]:
-        raise _declined(f"{x.shape[1]} input channels, weight {list(w.shape)}, "
-                        f"{spec['groups']} groups", op)
+        raise _declined(
+            f"{x.shape[1]} input channels, weight {list(w.shape)}, {spec['groups']} groups", op
+        )
     if x.dtype != w.dtype:
         raise _declined(f"input {x.dtype} and weight {w.dtype} differ", op)
     if x.numel() == 0 or w.numel() == 0:
         raise _declined("zero-size convolution", op)
     if z is not None and z.dtype != x.dtype:
-        raise _declined(f"residual {z.dtype} and input {x.dtype} differ (PyTorch would "
-                        "promote the sum)", op)
+        raise _declined(
+            f"residual {z.dtype} and input {x.dtype} differ (PyTorch would promote the sum)", op
+        )
     stride, dilation = _ntuple(stride, nd), _ntuple(dilation, nd)
     if padding == "same" and any(s != 1 for s in stride):
         raise _declined("padding='same' with a stride other than 1", op)
     pre, post = _conv_padding(padding, nd, w, dilation)
-    out = [(i + p + q - d * (k - 1) - 1) // s + 1 for i, p, q, d, k, s in
-           zip(x.shape[2:], pre, post, dilation, w.shape[2:], stride)]
+    out = [
+        (i + p + q - d * (k - 1) - 1) // s + 1
+        for i, p, q, d, k, s in zip(x.shape[2:], pre, post, dilation, w.shape[2:], stride)
+    ]
     if min(out) <= 0:
         raise _declined(f"output spatial size {out}", op)
     shape = (x.shape[0], w.shape[0], *out)
     fmt = {4: torch.channels_last, 5: torch.channels_last_3d}[x.dim()]
     last = x.is_contiguous(memory_format=fmt) and not x.is_contiguous()
-    y = torch.empty(shape, dtype=x.dtype, device=x.device,
-                    memory_format=fmt if last else torch.contiguous_format)
+    y = torch.empty(
+        shape,
+        dtype=x.dtype,
+        device=x.device,
+        memory_format=fmt if last else torch.contiguous_format,
+    )
     if z is not None and z.shape != y.shape:
         raise _declined(f"residual {list(z.shape)} for output {list(y.shape)}", op)
     b4 = None if b is None else b.view(1, -1, *([1] * nd))
-    key = ("opendnn.compile.conv_act", pre, post, stride, dilation, _act_key(act, act_kw),
-           _graphs.meta(x), _graphs.meta(w), _graphs.meta(b4), _graphs.meta(z),
-           _graphs.meta(y))
+    key = (
+        "opendnn.compile.conv_act",
+        pre,
+        post,
+        stride,
+        dilation,
+        _act_key(act, act_kw),
+        _graphs.meta(x),
+        _graphs.meta(w),
+        _graphs.meta(b4),
+        _graphs.meta(z),
+        _graphs.meta(y),
+    )
 
     def build(g):
         tx, tw = _tensor(g, x, "x"), _tensor(g, w, "w")
-        out = g.conv_fprop(tx, tw, pre_padding=list(pre), post_padding=list(post),
-                           stride=list(stride), dilation=list(dilation))
+        out = g.conv_fprop(
+            tx,
+            tw,
+            pre_padding=list(pre),
+            post_padding=list(post),
+            stride=list(stride),
+            dilation=list(dilation),
+        )
         roles = {"x": tx, "w": tw}
         if b4 is not None:
             roles["b"] = _tensor(g, b4, "b")
@@ -173,6 +202,7 @@ def _conv_graph(x, w, b, z, spec):
         roles["y"] = _act_node(g, out, act, act_kw)
         _mark_output(roles["y"], y)
         return roles
+
     built = _graphs.built(key, x.device, build)
     feeds = {"x": x, "w": w, "y": y, "b": b4, "z": z}
     _graphs.run(built, {k: v for k, v in feeds.items() if v is not None})
@@ -187,10 +217,11 @@ def conv_act(x, w, b, z, spec):
             return _conv_graph(*_autocast(x, w, b), z, spec)
         except GraphNotSupportedError as err:
             note_fallback("fused conv+activation", err)
-    if b is not None and b.dtype != w.dtype:     # a folded bias (float32)
+    if b is not None and b.dtype != w.dtype:  # a folded bias (float32)
         b = b.to(w.dtype)
-    y = ROUTED[spec["conv"]](x, w, b, spec["stride"], spec["padding"], spec["dilation"],
-                             spec["groups"])
+    y = ROUTED[spec["conv"]](
+        x, w, b, spec["stride"], spec["padding"], spec["dilation"], spec["groups"]
+    )
     return _activate(y if z is None else y + z, spec["act"], spec["act_kw"])
 
 
@@ -206,8 +237,11 @@ def _state(t):
 
 
 def _alive(state, t):
-    return state is None if t is None else (
-        state is not None and state[0]() is t and state[1:] == (t.data_ptr(), t._version))
+    return (
+        state is None
+        if t is None
+        else (state is not None and state[0]() is t and state[1:] == (t.data_ptr(), t._version))
+    )
 
 
 def folded(w, b, mean, var, gamma, beta, eps):
@@ -237,8 +271,9 @@ def conv_bn_act(x, w, b, mean, var, gamma, beta, z, eps, momentum, spec):
     if not needs_grad(x, w, b, mean, var, gamma, beta, z):
         wf, bf = folded(w, b, mean, var, gamma, beta, eps)
         return conv_act(x, wf, bf, z, spec)
-    y = ROUTED[spec["conv"]](x, w, b, spec["stride"], spec["padding"], spec["dilation"],
-                             spec["groups"])
+    y = ROUTED[spec["conv"]](
+        x, w, b, spec["stride"], spec["padding"], spec["dilation"], spec["groups"]
+    )
     y = ROUTED["batch_norm"](y, mean, var, gamma, beta, False, momentum, eps)
     return _activate(y if z is None else y + z, spec["act"], spec["act_kw"])
 
@@ -255,8 +290,13 @@ def _linear_graph(x, w, b, act, act_kw):
     wt = w.t()
     b2 = None if b is None else b.view(1, n)
     y = torch.empty(x2.shape[0], n, dtype=x.dtype, device=x.device)
-    key = ("opendnn.compile.linear_act", _act_key(act, act_kw), _graphs.meta(x2),
-           _graphs.meta(wt), _graphs.meta(b2))
+    key = (
+        "opendnn.compile.linear_act",
+        _act_key(act, act_kw),
+        _graphs.meta(x2),
+        _graphs.meta(wt),
+        _graphs.meta(b2),
+    )
 
     def build(g):
         tx, tw = _tensor(g, x2, "x"), _tensor(g, wt, "w")
@@ -267,6 +307,7 @@ def _linear_graph(x, w, b, act, act_kw):
         roles["y"] = _act_node(g, out, act, act_kw)
         _mark_output(roles["y"], y)
         return roles
+
     built = _graphs.built(key, x.device, build)
     _graphs.run(built, {"x": x2, "w": wt, "y": y, **({"b": b2} if b2 is not None else {})})
     return y.view(*x.shape[:-1], n)
@@ -289,9 +330,10 @@ def _norm_graph(norm, x, weight, bias, eps, spec):
         raise _declined("zero-size input", op)
     if norm == "layer_norm":
         shape = tuple(spec["normalized_shape"])
-        if tuple(x.shape[x.dim() - len(shape):]) != shape:
-            raise _declined(f"normalized_shape {list(shape)} is not the end of "
-                            f"input's {list(x.shape)}", op)
+        if tuple(x.shape[x.dim() - len(shape) :]) != shape:
+            raise _declined(
+                f"normalized_shape {list(shape)} is not the end of input's {list(x.shape)}", op
+            )
         length = math.prod(shape)
         xs, pshape = x.reshape(-1, length), (1, length)
     else:
@@ -300,31 +342,57 @@ def _norm_graph(norm, x, weight, bias, eps, spec):
             raise _declined(f"{groups} groups for input {list(x.shape)}", op)
         xs, pshape = x, (1, x.shape[1]) + (1,) * (x.dim() - 2)
     if (weight is not None and weight.dtype != x.dtype) or (
-            bias is not None and bias.dtype != x.dtype):
+        bias is not None and bias.dtype != x.dtype
+    ):
         raise _declined("weight / bias data types differ from the input's", op)
     # the norm nodes take a scale and a bias always: ones / zeros stand in for None
-    scale = (torch.ones(pshape, dtype=x.dtype, device=x.device) if weight is None
-             else weight.reshape(pshape))
-    shift = (torch.zeros(pshape, dtype=x.dtype, device=x.device) if bias is None
-             else bias.reshape(pshape))
+    scale = (
+        torch.ones(pshape, dtype=x.dtype, device=x.device)
+        if weight is None
+        else weight.reshape(pshape)
+    )
+    shift = (
+        torch.zeros(pshape, dtype=x.dtype, device=x.device)
+        if bias is None
+        else bias.reshape(pshape)
+    )
     y = torch.empty(xs.shape, dtype=x.dtype, device=x.device)
     eps = float(eps)
-    key = ("opendnn.compile.norm_act", norm, spec.get("num_groups"), eps,
-           _act_key(spec["act"], spec["act_kw"]), _graphs.meta(xs), _graphs.meta(scale),
-           _graphs.meta(shift), _graphs.meta(y))
+    key = (
+        "opendnn.compile.norm_act",
+        norm,
+        spec.get("num_groups"),
+        eps,
+        _act_key(spec["act"], spec["act_kw"]),
+        _graphs.meta(xs),
+        _graphs.meta(scale),
+        _graphs.meta(shift),
+        _graphs.meta(y),
+    )
 
     def build(g):
-        roles = {"x": _tensor(g, xs, "x"), "s": _tensor(g, scale, "scale"),
-                 "b": _tensor(g, shift, "bias")}
+        roles = {
+            "x": _tensor(g, xs, "x"),
+            "s": _tensor(g, scale, "scale"),
+            "b": _tensor(g, shift, "bias"),
+        }
         if norm == "layer_norm":
-            out = g.layernorm(NormForwardPhase.INFERENCE, roles["x"], roles["s"], roles["b"],
-                              eps)[0]
+            out = g.layernorm(NormForwardPhase.INFERENCE, roles["x"], roles["s"], roles["b"], eps)[
+                0
+            ]
         else:
-            out = g.groupnorm(NormForwardPhase.INFERENCE, roles["x"], roles["s"], roles["b"],
-                              eps, groups=spec["num_groups"])[0]
+            out = g.groupnorm(
+                NormForwardPhase.INFERENCE,
+                roles["x"],
+                roles["s"],
+                roles["b"],
+                eps,
+                groups=spec["num_groups"],
+            )[0]
         roles["y"] = _act_node(g, out, spec["act"], spec["act_kw"])
         _mark_output(roles["y"], y)
         return roles
+
     built = _graphs.built(key, x.device, build)
     _graphs.run(built, {"x": xs, "s": scale, "b": shift, "y": y})
     return y.view(x.shape)
@@ -339,8 +407,7 @@ def norm_act(x, weight, bias, eps, spec):
     autocast = torch.is_autocast_enabled(x.device.type)
     if not needs_grad(x, weight, bias) and (not autocast or x.is_cuda):
         try:
-            return _norm_graph(norm, *_autocast(x, weight, bias, to=torch.float32), eps,
-                               spec)
+            return _norm_graph(norm, *_autocast(x, weight, bias, to=torch.float32), eps, spec)
         except GraphNotSupportedError as err:
             note_fallback(f"fused {norm}+activation", err)
     second = spec["normalized_shape"] if norm == "layer_norm" else spec["num_groups"]
@@ -356,8 +423,9 @@ def attention(q, k, v, mask, spec):
     how = spec["scale"]
     scale = 1.0 if how is None else (how[1] if how[0] == "mul" else 1.0 / how[1])
     try:
-        return OF.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0,
-                                               is_causal=False, scale=scale)
+        return OF.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=0.0, is_causal=False, scale=scale
+        )
     except GraphNotSupportedError as err:
         note_fallback("fused attention", err)
     s = torch.matmul(q, k.transpose(-2, -1))

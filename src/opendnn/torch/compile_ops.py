@@ -18,6 +18,7 @@ with arguments in torch.nn.functional's signature. Targets reach that form three
 (``GraphNotSupportedError``), PyTorch's own function with the same arguments; each
 distinct reason is logged once (``OPENDNN_LOG=info``) and counted (``runtime_fallbacks``).
 """
+
 from __future__ import annotations
 
 import operator
@@ -31,26 +32,59 @@ from ..errors import GraphNotSupportedError
 from . import functional as OF
 
 SUPPORTED = (
-    "conv1d", "conv2d", "conv3d", "linear", "matmul", "batch_norm", "layer_norm", "rms_norm",
-    "group_norm", "instance_norm", "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d",
-    "avg_pool2d", "avg_pool3d", "adaptive_avg_pool2d", "relu", "relu6", "hardtanh", "elu",
-    "leaky_relu", "gelu", "silu", "sigmoid", "tanh", "softplus", "softmax", "log_softmax",
-    "dropout", "scaled_dot_product_attention")
+    "conv1d",
+    "conv2d",
+    "conv3d",
+    "linear",
+    "matmul",
+    "batch_norm",
+    "layer_norm",
+    "rms_norm",
+    "group_norm",
+    "instance_norm",
+    "max_pool1d",
+    "max_pool2d",
+    "max_pool3d",
+    "avg_pool1d",
+    "avg_pool2d",
+    "avg_pool3d",
+    "adaptive_avg_pool2d",
+    "relu",
+    "relu6",
+    "hardtanh",
+    "elu",
+    "leaky_relu",
+    "gelu",
+    "silu",
+    "sigmoid",
+    "tanh",
+    "softplus",
+    "softmax",
+    "log_softmax",
+    "dropout",
+    "scaled_dot_product_attention",
+)
 
 # parameter names (torch.nn.functional's order) and defaults of the operations the fusion
 # patterns read; other operations pass their arguments through untouched
 PARAMS = {
-    "conv": (("input", "weight", "bias", "stride", "padding", "dilation", "groups"),
-             {"bias": None, "stride": 1, "padding": 0, "dilation": 1, "groups": 1}),
+    "conv": (
+        ("input", "weight", "bias", "stride", "padding", "dilation", "groups"),
+        {"bias": None, "stride": 1, "padding": 0, "dilation": 1, "groups": 1},
+    ),
     "linear": (("input", "weight", "bias"), {"bias": None}),
-    "batch_norm": (("input", "running_mean", "running_var", "weight", "bias", "training",
-                    "momentum", "eps"),
-                   {"weight": None, "bias": None, "training": False, "momentum": 0.1,
-                    "eps": 1e-5}),
-    "layer_norm": (("input", "normalized_shape", "weight", "bias", "eps"),
-                   {"weight": None, "bias": None, "eps": 1e-5}),
-    "group_norm": (("input", "num_groups", "weight", "bias", "eps"),
-                   {"weight": None, "bias": None, "eps": 1e-5}),
+    "batch_norm": (
+        ("input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps"),
+        {"weight": None, "bias": None, "training": False, "momentum": 0.1, "eps": 1e-5},
+    ),
+    "layer_norm": (
+        ("input", "normalized_shape", "weight", "bias", "eps"),
+        {"weight": None, "bias": None, "eps": 1e-5},
+    ),
+    "group_norm": (
+        ("input", "num_groups", "weight", "bias", "eps"),
+        {"weight": None, "bias": None, "eps": 1e-5},
+    ),
     "relu": (("input", "inplace"), {"inplace": False}),
     "silu": (("input", "inplace"), {"inplace": False}),
     "gelu": (("input", "approximate"), {"approximate": "none"}),
@@ -73,7 +107,7 @@ def bind(name: str, args: tuple, kwargs: dict) -> dict | None:
     out.update(zip(names, args))
     for k, v in kwargs.items():
         if k in out and names.index(k) < len(args):
-            return None            # given twice
+            return None  # given twice
         out[k] = v
     return out if all(n in out for n in names if n not in ("_stacklevel",)) else None
 
@@ -95,9 +129,15 @@ def _function_table() -> dict:
     for name in SUPPORTED:
         fn = _torch_fn(name)
         table[fn] = (name, None)
-    for fn, name in ((torch.relu, "relu"), (torch.sigmoid, "sigmoid"), (torch.tanh, "tanh"),
-                     (operator.matmul, "matmul"), (torch.conv1d, "conv1d"),
-                     (torch.conv2d, "conv2d"), (torch.conv3d, "conv3d")):
+    for fn, name in (
+        (torch.relu, "relu"),
+        (torch.sigmoid, "sigmoid"),
+        (torch.tanh, "tanh"),
+        (operator.matmul, "matmul"),
+        (torch.conv1d, "conv1d"),
+        (torch.conv2d, "conv2d"),
+        (torch.conv3d, "conv3d"),
+    ):
         table.setdefault(fn, (name, None))
     table[torch.softmax] = ("softmax", _dtype_third)
     table[torch.log_softmax] = ("log_softmax", _dtype_third)
@@ -105,9 +145,14 @@ def _function_table() -> dict:
 
 
 FUNCTIONS = _function_table()
-METHODS = {"relu": ("relu", None), "sigmoid": ("sigmoid", None), "tanh": ("tanh", None),
-           "matmul": ("matmul", None), "softmax": ("softmax", _dtype_third),
-           "log_softmax": ("log_softmax", _dtype_third)}
+METHODS = {
+    "relu": ("relu", None),
+    "sigmoid": ("sigmoid", None),
+    "tanh": ("tanh", None),
+    "matmul": ("matmul", None),
+    "softmax": ("softmax", _dtype_third),
+    "log_softmax": ("log_softmax", _dtype_third),
+}
 
 
 def canonical(node) -> tuple | str:
@@ -116,11 +161,12 @@ def canonical(node) -> tuple | str:
     if node.op == "call_function":
         try:
             hit = FUNCTIONS.get(node.target)
-        except TypeError:          # an unhashable target
+        except TypeError:  # an unhashable target
             hit = None
         if hit is None:
-            if isinstance(node.target, torch._ops.OpOverload | torch._ops.OpOverloadPacket) \
-                    and str(node.target).startswith("opendnn."):
+            if isinstance(node.target, torch._ops.OpOverload | torch._ops.OpOverloadPacket) and str(
+                node.target
+            ).startswith("opendnn."):
                 return "already an opendnn operation"
             return "no opendnn operation for this function"
     elif node.op == "call_method":
@@ -130,8 +176,7 @@ def canonical(node) -> tuple | str:
     else:
         return f"{node.op} node"
     name, adapt = hit
-    args, kwargs = (adapt(node.args, node.kwargs) if adapt else (tuple(node.args),
-                                                                 dict(node.kwargs)))
+    args, kwargs = adapt(node.args, node.kwargs) if adapt else (tuple(node.args), dict(node.kwargs))
     return name, args, kwargs
 
 
@@ -145,7 +190,7 @@ def target_name(node) -> str:
 
 # ---- routed calls --------------------------------------------------------------------------
 _lock = threading.Lock()
-_fallbacks: dict = {}      # (operation, reason) -> times PyTorch ran instead
+_fallbacks: dict = {}  # (operation, reason) -> times PyTorch ran instead
 
 
 def note_fallback(op: str, err: Exception) -> None:
@@ -178,6 +223,7 @@ def _make_routed(name: str):
         except GraphNotSupportedError as err:
             note_fallback(name, err)
             return torch_fn(*args, **kwargs)
+
     routed.__name__ = routed.__qualname__ = f"routed_{name}"
     routed.__doc__ = f"opendnn's {name}; PyTorch's when opendnn declines the case."
     return routed
@@ -190,8 +236,12 @@ ROUTED = {name: _make_routed(name) for name in SUPPORTED}
 def _conv(m):
     if m.padding_mode != "zeros":
         return None
-    return f"conv{len(m.kernel_size)}d", ["weight", "bias"], \
-        (m.stride, m.padding, m.dilation, m.groups), {}
+    return (
+        f"conv{len(m.kernel_size)}d",
+        ["weight", "bias"],
+        (m.stride, m.padding, m.dilation, m.groups),
+        {},
+    )
 
 
 def _pool(name, fields):
@@ -200,27 +250,44 @@ def _pool(name, fields):
 
 def _modules() -> dict:
     nn = torch.nn
-    table = {nn.Conv1d: _conv, nn.Conv2d: _conv, nn.Conv3d: _conv,
-             nn.Linear: lambda m: ("linear", ["weight", "bias"], (), {}),
-             nn.LayerNorm: lambda m: ("layer_norm", [], (m.normalized_shape,),
-                                      {"weight": "weight", "bias": "bias", "eps": m.eps}),
-             nn.GroupNorm: lambda m: ("group_norm", [], (m.num_groups,),
-                                      {"weight": "weight", "bias": "bias", "eps": m.eps}),
-             nn.ReLU: lambda m: ("relu", [], (), {}), nn.SiLU: lambda m: ("silu", [], (), {}),
-             nn.GELU: lambda m: ("gelu", [], (), {"approximate": m.approximate}),
-             nn.Sigmoid: lambda m: ("sigmoid", [], (), {}),
-             nn.Tanh: lambda m: ("tanh", [], (), {}), nn.ReLU6: lambda m: ("relu6", [], (), {}),
-             nn.LeakyReLU: lambda m: ("leaky_relu", [], (m.negative_slope,), {}),
-             nn.ELU: lambda m: ("elu", [], (m.alpha,), {}),
-             nn.Softmax: lambda m: ("softmax", [], (), {"dim": m.dim}),
-             nn.LogSoftmax: lambda m: ("log_softmax", [], (), {"dim": m.dim})}
+    table = {
+        nn.Conv1d: _conv,
+        nn.Conv2d: _conv,
+        nn.Conv3d: _conv,
+        nn.Linear: lambda m: ("linear", ["weight", "bias"], (), {}),
+        nn.LayerNorm: lambda m: (
+            "layer_norm",
+            [],
+            (m.normalized_shape,),
+            {"weight": "weight", "bias": "bias", "eps": m.eps},
+        ),
+        nn.GroupNorm: lambda m: (
+            "group_norm",
+            [],
+            (m.num_groups,),
+            {"weight": "weight", "bias": "bias", "eps": m.eps},
+        ),
+        nn.ReLU: lambda m: ("relu", [], (), {}),
+        nn.SiLU: lambda m: ("silu", [], (), {}),
+        nn.GELU: lambda m: ("gelu", [], (), {"approximate": m.approximate}),
+        nn.Sigmoid: lambda m: ("sigmoid", [], (), {}),
+        nn.Tanh: lambda m: ("tanh", [], (), {}),
+        nn.ReLU6: lambda m: ("relu6", [], (), {}),
+        nn.LeakyReLU: lambda m: ("leaky_relu", [], (m.negative_slope,), {}),
+        nn.ELU: lambda m: ("elu", [], (m.alpha,), {}),
+        nn.Softmax: lambda m: ("softmax", [], (), {"dim": m.dim}),
+        nn.LogSoftmax: lambda m: ("log_softmax", [], (), {"dim": m.dim}),
+    }
     for nd in (1, 2, 3):
         table[getattr(nn, f"MaxPool{nd}d")] = _pool(
-            f"max_pool{nd}d", ("kernel_size", "stride", "padding", "dilation", "ceil_mode",
-                               "return_indices"))
+            f"max_pool{nd}d",
+            ("kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices"),
+        )
         table[getattr(nn, f"AvgPool{nd}d")] = _pool(
-            f"avg_pool{nd}d", ("kernel_size", "stride", "padding", "ceil_mode",
-                               "count_include_pad") + (("divisor_override",) if nd > 1 else ()))
+            f"avg_pool{nd}d",
+            ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad")
+            + (("divisor_override",) if nd > 1 else ()),
+        )
     table[nn.AdaptiveAvgPool2d] = _pool("adaptive_avg_pool2d", ("output_size",))
     return table
 
@@ -244,14 +311,23 @@ def lower_modules(gm) -> dict:
             continue
         name, params, consts, kw = spec
         with graph.inserting_before(node):
-            tensors = [graph.get_attr(f"{node.target}.{p}") if getattr(mod, p) is not None
-                       else None for p in params]
-            kwargs = {k: (v if k not in _KW_PARAMS else
-                          (graph.get_attr(f"{node.target}.{v}")
-                           if getattr(mod, v) is not None else None))
-                      for k, v in kw.items()}
-            new = graph.call_function(_torch_fn(name), (node.args[0], *tensors, *consts),
-                                      kwargs)
+            tensors = [
+                graph.get_attr(f"{node.target}.{p}") if getattr(mod, p) is not None else None
+                for p in params
+            ]
+            kwargs = {
+                k: (
+                    v
+                    if k not in _KW_PARAMS
+                    else (
+                        graph.get_attr(f"{node.target}.{v}")
+                        if getattr(mod, v) is not None
+                        else None
+                    )
+                )
+                for k, v in kw.items()
+            }
+            new = graph.call_function(_torch_fn(name), (node.args[0], *tensors, *consts), kwargs)
         new.meta = dict(node.meta)
         node.replace_all_uses_with(new)
         graph.erase_node(node)

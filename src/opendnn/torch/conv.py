@@ -26,14 +26,24 @@ backward works: d(dgrad) = (conv, wgrad), d(wgrad) = (conv, dgrad).
 float32 convolutions follow ``opendnn.backends.allow_tf32``; under autocast (CUDA, CPU)
 ``conv_forward`` casts its floating inputs to the autocast dtype, as PyTorch does.
 """
+
 from typing import Optional, Sequence
 
 import torch
 
 from ..errors import BadParamError, GraphNotSupportedError, Status
 from . import _graphs
-from .linear import (check_inputs, compute_type, graph_tensor, keep_precision, mark_output,
-                     memory_format, register_lower_precision_autocast, run_graph, sum_to_size)
+from .linear import (
+    check_inputs,
+    compute_type,
+    graph_tensor,
+    keep_precision,
+    mark_output,
+    memory_format,
+    register_lower_precision_autocast,
+    run_graph,
+    sum_to_size,
+)
 
 
 def _name(rank: int) -> str:
@@ -45,44 +55,76 @@ def _out_shape(op, x_shape, w_shape, stride, pre, post, dilation, groups) -> lis
     rank = len(x_shape)
     nsp = rank - 2
     if not 1 <= nsp <= 3:
-        raise BadParamError(f"input {list(x_shape)} must have 3 to 5 dims (N, C, 1-3 spatial)",
-                            op=op, tensor="input", status=Status.BAD_PARAM_SHAPE_MISMATCH)
+        raise BadParamError(
+            f"input {list(x_shape)} must have 3 to 5 dims (N, C, 1-3 spatial)",
+            op=op,
+            tensor="input",
+            status=Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
     if len(w_shape) != rank:
-        raise BadParamError(f"weight {list(w_shape)} must have {rank} dims [K, C/groups, "
-                            f"*kernel] for input {list(x_shape)}", op=op, tensor="weight",
-                            status=Status.BAD_PARAM_SHAPE_MISMATCH)
-    for name, v, low in (("stride", stride, 1), ("padding", pre, 0), ("padding", post, 0),
-                         ("dilation", dilation, 1)):
+        raise BadParamError(
+            f"weight {list(w_shape)} must have {rank} dims [K, C/groups, "
+            f"*kernel] for input {list(x_shape)}",
+            op=op,
+            tensor="weight",
+            status=Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
+    for name, v, low in (
+        ("stride", stride, 1),
+        ("padding", pre, 0),
+        ("padding", post, 0),
+        ("dilation", dilation, 1),
+    ):
         if len(v) != nsp:
-            raise BadParamError(f"{name} {list(v)} needs {nsp} values (one per spatial dim)",
-                                op=op, status=Status.BAD_PARAM_SHAPE_MISMATCH)
+            raise BadParamError(
+                f"{name} {list(v)} needs {nsp} values (one per spatial dim)",
+                op=op,
+                status=Status.BAD_PARAM_SHAPE_MISMATCH,
+            )
         if any(a < low for a in v):
-            raise BadParamError(f"{name} {list(v)} must be >= {low}", op=op,
-                                status=Status.BAD_PARAM_OUT_OF_BOUND)
+            raise BadParamError(
+                f"{name} {list(v)} must be >= {low}", op=op, status=Status.BAD_PARAM_OUT_OF_BOUND
+            )
     if groups < 1:
-        raise BadParamError(f"groups {groups} must be >= 1", op=op,
-                            status=Status.BAD_PARAM_OUT_OF_BOUND)
+        raise BadParamError(
+            f"groups {groups} must be >= 1", op=op, status=Status.BAD_PARAM_OUT_OF_BOUND
+        )
     c, k, cg = x_shape[1], w_shape[0], w_shape[1]
     if cg * groups != c:
-        raise BadParamError(f"weight {list(w_shape)} with groups={groups} expects "
-                            f"{cg * groups} input channels (weight.shape[1] * groups), but "
-                            f"input {list(x_shape)} has {c}", op=op, tensor="weight",
-                            status=Status.BAD_PARAM_SHAPE_MISMATCH)
+        raise BadParamError(
+            f"weight {list(w_shape)} with groups={groups} expects "
+            f"{cg * groups} input channels (weight.shape[1] * groups), but "
+            f"input {list(x_shape)} has {c}",
+            op=op,
+            tensor="weight",
+            status=Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
     if k % groups:
-        raise BadParamError(f"groups={groups} does not divide the {k} output channels of "
-                            f"weight {list(w_shape)}", op=op, tensor="weight",
-                            status=Status.BAD_PARAM_SHAPE_MISMATCH)
+        raise BadParamError(
+            f"groups={groups} does not divide the {k} output channels of weight {list(w_shape)}",
+            op=op,
+            tensor="weight",
+            status=Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
     out = []
     for i in range(nsp):
         f = w_shape[2 + i]
         if f < 1:
-            raise BadParamError(f"kernel size {list(w_shape[2:])} must be >= 1", op=op,
-                                tensor="weight", status=Status.BAD_PARAM_OUT_OF_BOUND)
+            raise BadParamError(
+                f"kernel size {list(w_shape[2:])} must be >= 1",
+                op=op,
+                tensor="weight",
+                status=Status.BAD_PARAM_OUT_OF_BOUND,
+            )
         padded, span = x_shape[2 + i] + pre[i] + post[i], dilation[i] * (f - 1) + 1
         if padded < span:
-            raise BadParamError(f"padded input size {padded} (spatial dim {i}) is smaller "
-                                f"than the dilated kernel {span}", op=op, tensor="input",
-                                status=Status.BAD_PARAM_OUT_OF_BOUND)
+            raise BadParamError(
+                f"padded input size {padded} (spatial dim {i}) is smaller "
+                f"than the dilated kernel {span}",
+                op=op,
+                tensor="input",
+                status=Status.BAD_PARAM_OUT_OF_BOUND,
+            )
         out.append((padded - span) // stride[i] + 1)
     return [x_shape[0], k] + out
 
@@ -93,8 +135,9 @@ def _channel_view(t: torch.Tensor, nsp: int) -> torch.Tensor:
 
 
 def _params(stride, pre, post, dilation) -> dict:
-    return dict(stride=list(stride), pre_padding=list(pre), post_padding=list(post),
-                dilation=list(dilation))
+    return dict(
+        stride=list(stride), pre_padding=list(pre), post_padding=list(post), dilation=list(dilation)
+    )
 
 
 # ---- forward ---------------------------------------------------------------------------------
@@ -103,28 +146,39 @@ def _forward_shape(x, weight, bias, stride, pre, post, dilation, groups):
     check_inputs(op, {"input": x, "weight": weight, "bias": bias})
     shape = _out_shape(op, x.shape, weight.shape, stride, pre, post, dilation, groups)
     if bias is not None and (bias.dim() != 1 or bias.shape[0] != weight.shape[0]):
-        raise BadParamError(f"bias {list(bias.shape)} must be 1-D with {weight.shape[0]} "
-                            "elements (output channels)", op=op, tensor="bias",
-                            status=Status.BAD_PARAM_SHAPE_MISMATCH)
+        raise BadParamError(
+            f"bias {list(bias.shape)} must be 1-D with {weight.shape[0]} "
+            "elements (output channels)",
+            op=op,
+            tensor="bias",
+            status=Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
     return op, shape
 
 
 @torch.library.custom_op("opendnn::conv_forward", mutates_args=())
-def conv_forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-                 stride: Sequence[int], pre_padding: Sequence[int],
-                 post_padding: Sequence[int], dilation: Sequence[int],
-                 groups: int) -> torch.Tensor:
+def conv_forward(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    stride: Sequence[int],
+    pre_padding: Sequence[int],
+    post_padding: Sequence[int],
+    dilation: Sequence[int],
+    groups: int,
+) -> torch.Tensor:
     """y [N, K, *out] = conv(x [N, C, *in], weight [K, C/groups, *f]) + bias [K]."""
-    op, shape = _forward_shape(x, weight, bias, stride, pre_padding, post_padding, dilation,
-                               groups)
-    y = torch.empty(shape, dtype=x.dtype, device=x.device,
-                    memory_format=memory_format(x, weight))
+    op, shape = _forward_shape(x, weight, bias, stride, pre_padding, post_padding, dilation, groups)
+    y = torch.empty(shape, dtype=x.dtype, device=x.device, memory_format=memory_format(x, weight))
     if y.numel() == 0:
         return y
-    if x.numel() == 0:    # no input channels or an empty image under padding: PyTorch's
-        raise GraphNotSupportedError(   # results there are its own (no convolution runs)
-            f"empty input {list(x.shape)} with a non-empty output {shape}", op=op,
-            tensor="input", status=Status.NOT_SUPPORTED_SHAPE)
+    if x.numel() == 0:  # no input channels or an empty image under padding: PyTorch's
+        raise GraphNotSupportedError(  # results there are its own (no convolution runs)
+            f"empty input {list(x.shape)} with a non-empty output {shape}",
+            op=op,
+            tensor="input",
+            status=Status.NOT_SUPPORTED_SHAPE,
+        )
     b = None if bias is None else _channel_view(bias, x.dim() - 2)
     p = _params(stride, pre_padding, post_padding, dilation)
 
@@ -136,8 +190,15 @@ def conv_forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Ten
             out = g.bias(keep_precision(out, x.dtype), t["b"], **compute_type(x.dtype))
         t["y"] = mark_output(out, y)
         return t
-    key = ("opendnn.conv_fwd", *map(tuple, p.values()), _graphs.meta(x), _graphs.meta(weight),
-           _graphs.meta(b), _graphs.meta(y))
+
+    key = (
+        "opendnn.conv_fwd",
+        *map(tuple, p.values()),
+        _graphs.meta(x),
+        _graphs.meta(weight),
+        _graphs.meta(b),
+        _graphs.meta(y),
+    )
     bufs = {"x": x, "w": weight, "y": y}
     if b is not None:
         bufs["b"] = b
@@ -147,10 +208,10 @@ def conv_forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Ten
 
 @conv_forward.register_fake
 def _(x, weight, bias, stride, pre_padding, post_padding, dilation, groups):
-    _, shape = _forward_shape(x, weight, bias, stride, pre_padding, post_padding, dilation,
-                              groups)
-    return torch.empty(shape, dtype=x.dtype, device=x.device,
-                       memory_format=memory_format(x, weight))
+    _, shape = _forward_shape(x, weight, bias, stride, pre_padding, post_padding, dilation, groups)
+    return torch.empty(
+        shape, dtype=x.dtype, device=x.device, memory_format=memory_format(x, weight)
+    )
 
 
 def _forward_setup(ctx, inputs, output):
@@ -183,37 +244,69 @@ def _grad_check(op, dy, x_shape, w_shape, stride, pre, post, dilation, groups, r
     check_inputs(op, roles)
     want = _out_shape(op, x_shape, w_shape, stride, pre, post, dilation, groups)
     if list(dy.shape) != want:
-        raise BadParamError(f"grad_output {list(dy.shape)} differs from the convolution's "
-                            f"output {want}", op=op, tensor="grad_output",
-                            status=Status.BAD_PARAM_SHAPE_MISMATCH)
+        raise BadParamError(
+            f"grad_output {list(dy.shape)} differs from the convolution's output {want}",
+            op=op,
+            tensor="grad_output",
+            status=Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
 
 
 def _dgrad_out(dy, weight, input_size, stride, pre, post, dilation, groups):
     """(op name, the empty dx) after the argument checks (implementation and fake)."""
     op = _name(len(input_size))
-    _grad_check(op, dy, input_size, weight.shape, stride, pre, post, dilation, groups,
-                {"grad_output": dy, "weight": weight})
-    return op, torch.empty(list(input_size), dtype=dy.dtype, device=dy.device,
-                           memory_format=memory_format(dy, weight))
+    _grad_check(
+        op,
+        dy,
+        input_size,
+        weight.shape,
+        stride,
+        pre,
+        post,
+        dilation,
+        groups,
+        {"grad_output": dy, "weight": weight},
+    )
+    return op, torch.empty(
+        list(input_size), dtype=dy.dtype, device=dy.device, memory_format=memory_format(dy, weight)
+    )
 
 
 def _wgrad_out(dy, x, weight_size, stride, pre, post, dilation, groups):
     """(op name, the empty dw) after the argument checks (implementation and fake)."""
     op = _name(x.dim())
-    _grad_check(op, dy, x.shape, weight_size, stride, pre, post, dilation, groups,
-                {"grad_output": dy, "input": x})
-    return op, torch.empty(list(weight_size), dtype=dy.dtype, device=dy.device,
-                           memory_format=memory_format(x, dy))
+    _grad_check(
+        op,
+        dy,
+        x.shape,
+        weight_size,
+        stride,
+        pre,
+        post,
+        dilation,
+        groups,
+        {"grad_output": dy, "input": x},
+    )
+    return op, torch.empty(
+        list(weight_size), dtype=dy.dtype, device=dy.device, memory_format=memory_format(x, dy)
+    )
 
 
 @torch.library.custom_op("opendnn::conv_backward_input", mutates_args=())
-def conv_backward_input(grad_output: torch.Tensor, weight: torch.Tensor,
-                        input_size: Sequence[int], stride: Sequence[int],
-                        pre_padding: Sequence[int], post_padding: Sequence[int],
-                        dilation: Sequence[int], groups: int) -> torch.Tensor:
+def conv_backward_input(
+    grad_output: torch.Tensor,
+    weight: torch.Tensor,
+    input_size: Sequence[int],
+    stride: Sequence[int],
+    pre_padding: Sequence[int],
+    post_padding: Sequence[int],
+    dilation: Sequence[int],
+    groups: int,
+) -> torch.Tensor:
     """dx [input_size] from dy [N, K, *out] and weight [K, C/groups, *f]."""
-    op, dx = _dgrad_out(grad_output, weight, input_size, stride, pre_padding, post_padding,
-                        dilation, groups)
+    op, dx = _dgrad_out(
+        grad_output, weight, input_size, stride, pre_padding, post_padding, dilation, groups
+    )
     if dx.numel() == 0:
         return dx
     if grad_output.numel() == 0 or weight.numel() == 0:
@@ -224,16 +317,23 @@ def conv_backward_input(grad_output: torch.Tensor, weight: torch.Tensor,
         t = {"dy": graph_tensor(g, grad_output, "dy"), "w": graph_tensor(g, weight, "w")}
         t["dx"] = mark_output(g.conv_dgrad(t["dy"], t["w"], **p, **compute_type(dx.dtype)), dx)
         return t
-    key = ("opendnn.conv_dgrad", *map(tuple, p.values()), _graphs.meta(grad_output),
-           _graphs.meta(weight), _graphs.meta(dx))
+
+    key = (
+        "opendnn.conv_dgrad",
+        *map(tuple, p.values()),
+        _graphs.meta(grad_output),
+        _graphs.meta(weight),
+        _graphs.meta(dx),
+    )
     run_graph(op, key, dx.device, build, {"dy": grad_output, "w": weight, "dx": dx})
     return dx
 
 
 @conv_backward_input.register_fake
 def _(grad_output, weight, input_size, stride, pre_padding, post_padding, dilation, groups):
-    return _dgrad_out(grad_output, weight, input_size, stride, pre_padding, post_padding,
-                      dilation, groups)[1]
+    return _dgrad_out(
+        grad_output, weight, input_size, stride, pre_padding, post_padding, dilation, groups
+    )[1]
 
 
 def _dgrad_setup(ctx, inputs, output):
@@ -257,13 +357,20 @@ conv_backward_input.register_autograd(_dgrad_backward, setup_context=_dgrad_setu
 
 # ---- backward filter (wgrad) ---------------------------------------------------------------
 @torch.library.custom_op("opendnn::conv_backward_weight", mutates_args=())
-def conv_backward_weight(grad_output: torch.Tensor, x: torch.Tensor,
-                         weight_size: Sequence[int], stride: Sequence[int],
-                         pre_padding: Sequence[int], post_padding: Sequence[int],
-                         dilation: Sequence[int], groups: int) -> torch.Tensor:
+def conv_backward_weight(
+    grad_output: torch.Tensor,
+    x: torch.Tensor,
+    weight_size: Sequence[int],
+    stride: Sequence[int],
+    pre_padding: Sequence[int],
+    post_padding: Sequence[int],
+    dilation: Sequence[int],
+    groups: int,
+) -> torch.Tensor:
     """dw [weight_size] from dy [N, K, *out] and x [N, C, *in]."""
-    op, dw = _wgrad_out(grad_output, x, weight_size, stride, pre_padding, post_padding,
-                        dilation, groups)
+    op, dw = _wgrad_out(
+        grad_output, x, weight_size, stride, pre_padding, post_padding, dilation, groups
+    )
     if dw.numel() == 0:
         return dw
     if grad_output.numel() == 0 or x.numel() == 0:
@@ -274,16 +381,23 @@ def conv_backward_weight(grad_output: torch.Tensor, x: torch.Tensor,
         t = {"dy": graph_tensor(g, grad_output, "dy"), "x": graph_tensor(g, x, "x")}
         t["dw"] = mark_output(g.conv_wgrad(t["x"], t["dy"], **p, **compute_type(dw.dtype)), dw)
         return t
-    key = ("opendnn.conv_wgrad", *map(tuple, p.values()), _graphs.meta(grad_output),
-           _graphs.meta(x), _graphs.meta(dw))
+
+    key = (
+        "opendnn.conv_wgrad",
+        *map(tuple, p.values()),
+        _graphs.meta(grad_output),
+        _graphs.meta(x),
+        _graphs.meta(dw),
+    )
     run_graph(op, key, dw.device, build, {"dy": grad_output, "x": x, "dw": dw})
     return dw
 
 
 @conv_backward_weight.register_fake
 def _(grad_output, x, weight_size, stride, pre_padding, post_padding, dilation, groups):
-    return _wgrad_out(grad_output, x, weight_size, stride, pre_padding, post_padding,
-                      dilation, groups)[1]
+    return _wgrad_out(
+        grad_output, x, weight_size, stride, pre_padding, post_padding, dilation, groups
+    )[1]
 
 
 def _wgrad_setup(ctx, inputs, output):
@@ -314,46 +428,68 @@ def _vec(op, name, v, nsp) -> list:
             return list(v) * nsp
         if len(v) == nsp:
             return list(v)
-    raise BadParamError(f"expected {name} to be a single integer value or a list of {nsp} "
-                        f"values to match the convolution dimensions, but got {name}={v!r}",
-                        op=op, status=Status.BAD_PARAM)
+    raise BadParamError(
+        f"expected {name} to be a single integer value or a list of {nsp} "
+        f"values to match the convolution dimensions, but got {name}={v!r}",
+        op=op,
+        status=Status.BAD_PARAM,
+    )
 
 
 def _conv(op, nsp, input, weight, bias, stride, padding, dilation, groups):
     for role, t in (("input", input), ("weight", weight)):
         if not isinstance(t, torch.Tensor):
-            raise BadParamError(f"{role} must be a tensor, got {type(t).__name__}", op=op,
-                                tensor=role, status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+            raise BadParamError(
+                f"{role} must be a tensor, got {type(t).__name__}",
+                op=op,
+                tensor=role,
+                status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+            )
     if input.dim() not in (nsp + 1, nsp + 2):
-        raise BadParamError(f"expected {nsp + 1}-D (unbatched) or {nsp + 2}-D (batched) input, "
-                            f"got input of size {list(input.shape)}", op=op, tensor="input",
-                            status=Status.BAD_PARAM_SHAPE_MISMATCH)
+        raise BadParamError(
+            f"expected {nsp + 1}-D (unbatched) or {nsp + 2}-D (batched) input, "
+            f"got input of size {list(input.shape)}",
+            op=op,
+            tensor="input",
+            status=Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
     if weight.dim() != nsp + 2:
-        raise BadParamError(f"expected {nsp + 2}-D weight [K, C/groups, *kernel], got "
-                            f"{list(weight.shape)}", op=op, tensor="weight",
-                            status=Status.BAD_PARAM_SHAPE_MISMATCH)
+        raise BadParamError(
+            f"expected {nsp + 2}-D weight [K, C/groups, *kernel], got {list(weight.shape)}",
+            op=op,
+            tensor="weight",
+            status=Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
     if not isinstance(groups, int) or isinstance(groups, bool):
-        raise BadParamError(f"groups must be an int, got {groups!r}", op=op,
-                            status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+        raise BadParamError(
+            f"groups must be an int, got {groups!r}", op=op, status=Status.BAD_PARAM_ATTRIBUTE_TYPE
+        )
     stride, dilation = _vec(op, "stride", stride, nsp), _vec(op, "dilation", dilation, nsp)
     if isinstance(padding, str):
         if padding == "valid":
             pre = post = [0] * nsp
         elif padding == "same":
             if any(s != 1 for s in stride):
-                raise BadParamError(f"padding='same' is not supported for strided convolutions "
-                                    f"(stride={stride})", op=op, status=Status.BAD_PARAM)
+                raise BadParamError(
+                    f"padding='same' is not supported for strided convolutions (stride={stride})",
+                    op=op,
+                    status=Status.BAD_PARAM,
+                )
             total = [d * (f - 1) for d, f in zip(dilation, weight.shape[2:])]
             pre = [t // 2 for t in total]
             post = [t - p for t, p in zip(total, pre)]
         else:
-            raise BadParamError(f"invalid padding string {padding!r}, should be one of "
-                                "['valid', 'same']", op=op, status=Status.BAD_PARAM)
+            raise BadParamError(
+                f"invalid padding string {padding!r}, should be one of ['valid', 'same']",
+                op=op,
+                status=Status.BAD_PARAM,
+            )
     else:
         pre = post = _vec(op, "padding", padding, nsp)
     batched = input.dim() == nsp + 2
-    y = conv_forward(input if batched else input.unsqueeze(0), weight, bias, stride, pre, post,
-                     dilation, groups)
+    y = conv_forward(
+        input if batched else input.unsqueeze(0), weight, bias, stride, pre, post, dilation, groups
+    )
     return y if batched else y.squeeze(0)
 
 
@@ -376,4 +512,5 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
 
 # eager calls that need no dispatcher skip it (_graphs.direct; the ops stay registered)
 conv_forward, conv_backward_input, conv_backward_weight = map(
-    _graphs.direct, (conv_forward, conv_backward_input, conv_backward_weight))
+    _graphs.direct, (conv_forward, conv_backward_input, conv_backward_weight)
+)

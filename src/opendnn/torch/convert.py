@@ -10,6 +10,7 @@ working), training mode, device, dtype, hooks, and state_dict. Subclasses of tho
 classes (a user's ``class MyConv(nn.Conv2d)`` may override forward) and every other type
 are left alone; so are modules already converted.
 """
+
 from __future__ import annotations
 
 import copy
@@ -23,8 +24,7 @@ from .modules import DROP_IN
 __all__ = ["convert", "revert"]
 
 
-def convert(model: nn.Module, inplace: bool = True,
-            skip: Iterable[type | str] = ()) -> nn.Module:
+def convert(model: nn.Module, inplace: bool = True, skip: Iterable[type | str] = ()) -> nn.Module:
     """Swap ``model``'s supported submodules (``model`` itself included) for opendnn's
     drop-ins; returns the model (a deep copy first if ``inplace`` is False).
 
@@ -34,8 +34,7 @@ def convert(model: nn.Module, inplace: bool = True,
     return _swap(model, inplace, skip, DROP_IN, "convert")
 
 
-def revert(model: nn.Module, inplace: bool = True,
-           skip: Iterable[type | str] = ()) -> nn.Module:
+def revert(model: nn.Module, inplace: bool = True, skip: Iterable[type | str] = ()) -> nn.Module:
     """The inverse of ``convert``: opendnn drop-ins back to their PyTorch classes."""
     return _swap(model, inplace, skip, {v: k for k, v in DROP_IN.items()}, "revert")
 
@@ -46,8 +45,7 @@ def _swap(model, inplace, skip, mapping, op):
     skip = tuple(skip)
     bad = [s for s in skip if not isinstance(s, (str, type))]
     if bad:
-        raise BadParamError(f"skip entries must be module types or names, got {bad!r}",
-                            op=op)
+        raise BadParamError(f"skip entries must be module types or names, got {bad!r}", op=op)
     skip_types = {s for s in skip if isinstance(s, type)}
     skip_names = {s for s in skip if isinstance(s, str)}
     names = {name for name, _ in model.named_modules()}

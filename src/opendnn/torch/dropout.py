@@ -17,6 +17,7 @@ repeat, and the draw is one small kernel with no host synchronization (CUDA grap
 capture it). p = 0, ``training=False`` and zero-size inputs return the input itself, as
 PyTorch does; p = 1 gives x * 0 (zeros; NaN stays NaN, as in PyTorch).
 """
+
 from __future__ import annotations
 
 import torch
@@ -25,7 +26,7 @@ from ..errors import BadParamError, Status
 from . import _graphs
 from .activation import check_input, graph_tensor, mark_output
 
-RNG_HIGH = 2 ** 62       # seed and offset are drawn from [0, RNG_HIGH)
+RNG_HIGH = 2**62  # seed and offset are drawn from [0, RNG_HIGH)
 
 
 def draw_rng(device: torch.device) -> torch.Tensor:
@@ -35,16 +36,23 @@ def draw_rng(device: torch.device) -> torch.Tensor:
 
 def _check_rng(op: str, x: torch.Tensor, rng: torch.Tensor) -> None:
     if rng.dtype != torch.int64 or rng.shape != (2,) or rng.device != x.device:
-        raise BadParamError(f"rng must be a two-element int64 tensor (seed, offset) on "
-                            f"{x.device}, got {rng.dtype} {list(rng.shape)} on {rng.device}",
-                            op=op, tensor="rng", status=Status.BAD_PARAM)
+        raise BadParamError(
+            f"rng must be a two-element int64 tensor (seed, offset) on "
+            f"{x.device}, got {rng.dtype} {list(rng.shape)} on {rng.device}",
+            op=op,
+            tensor="rng",
+            status=Status.BAD_PARAM,
+        )
 
 
 def _check_p(op: str, p) -> float:
     p = float(p)
     if not 0.0 <= p <= 1.0:
-        raise BadParamError(f"dropout probability has to be between 0 and 1, but got {p}",
-                            op=op, status=Status.BAD_PARAM_OUT_OF_BOUND)
+        raise BadParamError(
+            f"dropout probability has to be between 0 and 1, but got {p}",
+            op=op,
+            status=Status.BAD_PARAM_OUT_OF_BOUND,
+        )
     return p
 
 
@@ -54,27 +62,34 @@ def _run(kind: str, data: torch.Tensor, out: torch.Tensor, p: float, rng: torch.
     key = (kind, p, _graphs.meta(data), _graphs.meta(out), _graphs.meta(seed))
 
     def builder(g):
-        td, ts, to = (graph_tensor(g, t, r) for t, r in ((data, "data"), (seed, "seed"),
-                                                         (offset, "offset")))
+        td, ts, to = (
+            graph_tensor(g, t, r) for t, r in ((data, "data"), (seed, "seed"), (offset, "offset"))
+        )
         if kind == "opendnn.dropout":
             y, _ = g.dropout(td, p, ts, to, generate_mask=False)
         else:
             y = g.dropout_backward(td, p, ts, to)
         return {"data": td, "seed": ts, "offset": to, "out": mark_output(y, out)}
+
     b = _graphs.built(key, data.device, builder)
     _graphs.run(b, {"data": data, "seed": seed, "offset": offset, "out": out})
 
 
-def _forward(x: torch.Tensor, p: float, rng: torch.Tensor, op: str,
-             kind: str = "opendnn.dropout", role: str = "input") -> torch.Tensor:
+def _forward(
+    x: torch.Tensor,
+    p: float,
+    rng: torch.Tensor,
+    op: str,
+    kind: str = "opendnn.dropout",
+    role: str = "input",
+) -> torch.Tensor:
     """x (or, ``kind`` "opendnn.dropout_backward", dy) * mask(rng) / (1 - p), new tensor."""
     check_input(op, x, role)
     p = _check_p(op, p)
     _check_rng(op, x, rng)
     y = torch.empty_like(x)
     if x.numel():
-        _run(kind, x.reshape(1) if x.dim() == 0 else x, y.view(1) if x.dim() == 0 else y, p,
-             rng)
+        _run(kind, x.reshape(1) if x.dim() == 0 else x, y.view(1) if x.dim() == 0 else y, p, rng)
     return y
 
 
@@ -104,8 +119,7 @@ def _(x, p, rng):
 @torch.library.custom_op("opendnn::dropout_backward", mutates_args=())
 def dropout_backward_op(grad: torch.Tensor, p: float, rng: torch.Tensor) -> torch.Tensor:
     """dx [grad's shape and layout] = grad * mask(rng) / (1 - p), the forward's mask."""
-    return _forward(grad, p, rng, "opendnn::dropout_backward", "opendnn.dropout_backward",
-                    "grad")
+    return _forward(grad, p, rng, "opendnn::dropout_backward", "opendnn.dropout_backward", "grad")
 
 
 @dropout_backward_op.register_fake
@@ -119,7 +133,7 @@ def _setup(ctx, inputs, output):
 
 
 def _backward(ctx, grad):
-    rng, = ctx.saved_tensors
+    (rng,) = ctx.saved_tensors
     return dropout_backward_op(grad, ctx.p, rng), None, None
 
 
@@ -140,17 +154,19 @@ class _InPlace(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        rng, = ctx.saved_tensors
+        (rng,) = ctx.saved_tensors
         return dropout_backward_op(grad, ctx.p, rng), None, None
 
 
 # eager calls skip the dispatcher (_graphs.direct; the ops stay registered)
 dropout_op, dropout_inplace_op, dropout_backward_op = map(
-    _graphs.direct, (dropout_op, dropout_inplace_op, dropout_backward_op))
+    _graphs.direct, (dropout_op, dropout_inplace_op, dropout_backward_op)
+)
 
 
-def dropout(input: torch.Tensor, p: float = 0.5, training: bool = True,
-            inplace: bool = False) -> torch.Tensor:
+def dropout(
+    input: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False
+) -> torch.Tensor:
     """Zeroes each element with probability p and scales the others by 1 / (1 - p)
     (``training``); the identity otherwise."""
     check_input("dropout", input)
@@ -162,9 +178,12 @@ def dropout(input: torch.Tensor, p: float = 0.5, training: bool = True,
         return dropout_op(input, p, rng)
     if torch.is_grad_enabled() and input.requires_grad:
         if input.is_leaf:
-            raise BadParamError("a leaf tensor that requires grad cannot be modified in "
-                                "place (inplace=True)", op="dropout", tensor="input",
-                                status=Status.BAD_PARAM)
+            raise BadParamError(
+                "a leaf tensor that requires grad cannot be modified in place (inplace=True)",
+                op="dropout",
+                tensor="input",
+                status=Status.BAD_PARAM,
+            )
         return _InPlace.apply(input, p, rng)
     dropout_inplace_op(input, p, rng)
     return input

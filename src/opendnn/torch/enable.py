@@ -48,6 +48,7 @@ threads (guarded by a lock). On CPU the autograd engine runs backward in the cal
 thread, so routed functions that OF's backward calls from Python go to OF as well.
 Cost: with the switch on, every torch call from Python pays one Python-level mode call.
 """
+
 from __future__ import annotations
 
 import collections
@@ -63,22 +64,32 @@ from .. import backends, log
 from ..errors import GraphNotSupportedError
 from . import functional as OF
 
-__all__ = ["enable", "disable", "is_enabled", "attempt", "note_fallback", "fallbacks",
-           "clear_fallbacks", "ROUTED"]
+__all__ = [
+    "enable",
+    "disable",
+    "is_enabled",
+    "attempt",
+    "note_fallback",
+    "fallbacks",
+    "clear_fallbacks",
+    "ROUTED",
+]
 
-DECLINED_PER_CALLER = 1024      # remembered declined calls per caller (then forgotten)
+DECLINED_PER_CALLER = 1024  # remembered declined calls per caller (then forgotten)
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 _lock = threading.Lock()
-_tls = threading.local()        # .inside (bool), .mode (this thread's _Router or None)
-_declined: dict[str, dict] = {}                 # caller -> {call key: reason}
-_counts: collections.Counter = collections.Counter()   # (caller, reason) -> fallbacks
+_tls = threading.local()  # .inside (bool), .mode (this thread's _Router or None)
+_declined: dict[str, dict] = {}  # caller -> {call key: reason}
+_counts: collections.Counter = collections.Counter()  # (caller, reason) -> fallbacks
 
 
 # ---------------------------------------------------------------- fallback (shared)
 
-def attempt(caller: str, op: Callable, args: tuple, kwargs: dict | None,
-            fallback: Callable[[], Any]) -> Any:
+
+def attempt(
+    caller: str, op: Callable, args: tuple, kwargs: dict | None, fallback: Callable[[], Any]
+) -> Any:
     """``op(*args, **kwargs)``, or ``fallback()`` when it raises GraphNotSupportedError
     (or declined the same call before). ``caller`` names who asks ("Conv2d",
     "torch.nn.functional.conv2d") in the log and in ``fallbacks()``. Torch calls made
@@ -101,7 +112,7 @@ def attempt(caller: str, op: Callable, args: tuple, kwargs: dict | None,
             reason = str(err)
         _remember(caller, key if key is not None else _call_key(args, kwargs), reason)
         note_fallback(caller, reason)
-        return fallback()        # outside the except: its errors do not chain to ours
+        return fallback()  # outside the except: its errors do not chain to ours
     finally:
         _tls.inside = outer
 
@@ -149,8 +160,15 @@ def _remember(caller: str, key, reason: str) -> None:
 
 def _freeze(v):
     if isinstance(v, torch.Tensor):
-        return ("tensor", tuple(v.shape), v.stride(), v.dtype, v.device, v.requires_grad,
-                v.data_ptr() % 16)
+        return (
+            "tensor",
+            tuple(v.shape),
+            v.stride(),
+            v.dtype,
+            v.device,
+            v.requires_grad,
+            v.data_ptr() % 16,
+        )
     if isinstance(v, (list, tuple)):
         return tuple(_freeze(x) for x in v)
     return v
@@ -160,11 +178,15 @@ def _call_key(args: tuple, kwargs: dict):
     """What decides whether opendnn takes a call; None if it cannot be keyed (unhashable
     arguments, tensors without storage)."""
     try:
-        ambient = (torch.is_grad_enabled(), backends.deterministic, backends.allow_tf32,
-                   tuple((torch.is_autocast_enabled(d), torch.get_autocast_dtype(d))
-                         for d in ("cuda", "cpu")))
-        key = (_freeze(args), tuple(sorted((k, _freeze(v)) for k, v in kwargs.items())),
-               ambient)
+        ambient = (
+            torch.is_grad_enabled(),
+            backends.deterministic,
+            backends.allow_tf32,
+            tuple(
+                (torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cuda", "cpu")
+            ),
+        )
+        key = (_freeze(args), tuple(sorted((k, _freeze(v)) for k, v in kwargs.items())), ambient)
         hash(key)
         return key
     except (TypeError, RuntimeError, NotImplementedError):
@@ -173,9 +195,10 @@ def _call_key(args: tuple, kwargs: dict):
 
 # ---------------------------------------------------------------- routes
 
+
 def _softmax_args(input, dim, dtype=None):
     """torch.softmax / Tensor.softmax (and log_softmax): (input, dim, dtype) -> OF's."""
-    if not isinstance(dim, int):       # named dimensions stay with PyTorch
+    if not isinstance(dim, int):  # named dimensions stay with PyTorch
         raise TypeError("named dim")
     return (input, dim), {"dtype": dtype}
 
@@ -184,6 +207,7 @@ def _softmax_args(input, dim, dtype=None):
 class _Route:
     """A routed torch function: ``name`` in OF, ``adapt`` maps its arguments to OF's (None:
     same signature)."""
+
     caller: str
     name: str
     adapt: Callable | None = None
@@ -194,17 +218,17 @@ class _Route:
         else:
             try:
                 a, k = self.adapt(*args, **kwargs)
-            except TypeError:                  # PyTorch raises its own error, or serves it
+            except TypeError:  # PyTorch raises its own error, or serves it
                 return func(*args, **kwargs)
-        return attempt(self.caller, getattr(OF, self.name), a, k,
-                       lambda: func(*args, **kwargs))
+        return attempt(self.caller, getattr(OF, self.name), a, k, lambda: func(*args, **kwargs))
 
 
 _F_NAMES = (
     "conv1d conv2d conv3d linear batch_norm layer_norm group_norm instance_norm rms_norm "
     "max_pool1d max_pool2d max_pool3d avg_pool1d avg_pool2d avg_pool3d adaptive_avg_pool2d "
     "relu relu6 hardtanh elu leaky_relu gelu silu softplus softmax log_softmax dropout "
-    "scaled_dot_product_attention").split()
+    "scaled_dot_product_attention"
+).split()
 
 
 # Routed too when the functional layer has them (same signatures as F's).
@@ -222,7 +246,7 @@ def _routes() -> dict:
     return r
 
 
-ROUTED: dict = _routes()      # torch function object -> _Route
+ROUTED: dict = _routes()  # torch function object -> _Route
 
 
 def _routable(types, args, kwargs) -> bool:
@@ -245,15 +269,20 @@ class _Router(TorchFunctionMode):
         kwargs = kwargs or {}
         try:
             route = ROUTED.get(func)
-        except TypeError:                      # an unhashable callable: never routed
+        except TypeError:  # an unhashable callable: never routed
             route = None
-        if (route is None or not self.on or getattr(_tls, "inside", False)
-                or not _routable(types, args, kwargs)):
+        if (
+            route is None
+            or not self.on
+            or getattr(_tls, "inside", False)
+            or not _routable(types, args, kwargs)
+        ):
             return func(*args, **kwargs)
         return route(func, args, kwargs)
 
 
 # ---------------------------------------------------------------- the switch
+
 
 class _Switch:
     """What ``enable()`` and ``disable()`` return. The switch is already flipped when it
@@ -300,7 +329,7 @@ def disable() -> _Switch:
 def _set(on: bool) -> None:
     mode = getattr(_tls, "mode", None)
     if mode is not None and not _mode_in_stack(mode):
-        mode = _tls.mode = None                # someone emptied the stack under us
+        mode = _tls.mode = None  # someone emptied the stack under us
     if on:
         if mode is None:
             mode = _tls.mode = _Router()
@@ -310,5 +339,5 @@ def _set(on: bool) -> None:
         if _get_current_function_mode_stack()[-1] is mode:
             mode.__exit__(None, None, None)
             _tls.mode = None
-        else:                                  # a mode entered after ours is still active:
-            mode.on = False                    # leave ours in place, switched off
+        else:  # a mode entered after ours is still active:
+            mode.on = False  # leave ours in place, switched off

@@ -17,21 +17,75 @@ PyTorch's function instead (logged at ``OPENDNN_LOG=info``).
     dropout                                   dropout.py
     scaled_dot_product_attention              attention.py
 """
-from .activation import (elu, gelu, hardsigmoid, hardswish, hardtanh, leaky_relu, mish, relu,
-                         relu6, sigmoid, silu, softplus, tanh)
+
+from .activation import (
+    elu,
+    gelu,
+    hardsigmoid,
+    hardswish,
+    hardtanh,
+    leaky_relu,
+    mish,
+    relu,
+    relu6,
+    sigmoid,
+    silu,
+    softplus,
+    tanh,
+)
 from .attention import scaled_dot_product_attention
 from .conv import conv1d, conv2d, conv3d
 from .dropout import dropout
 from .linear import linear, matmul
 from .norm import batch_norm, group_norm, instance_norm, layer_norm, rms_norm
-from .pool import (adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d, avg_pool1d,
-                   avg_pool2d, avg_pool3d, max_pool1d, max_pool2d, max_pool3d)
+from .pool import (
+    adaptive_avg_pool1d,
+    adaptive_avg_pool2d,
+    adaptive_avg_pool3d,
+    avg_pool1d,
+    avg_pool2d,
+    avg_pool3d,
+    max_pool1d,
+    max_pool2d,
+    max_pool3d,
+)
 from .softmax import log_softmax, softmax
 
-__all__ = ["conv1d", "conv2d", "conv3d", "linear", "matmul", "batch_norm", "layer_norm",
-           "rms_norm", "group_norm", "instance_norm", "max_pool1d", "max_pool2d", "max_pool3d",
-           "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d",
-           "adaptive_avg_pool2d", "adaptive_avg_pool3d", "relu", "relu6", "hardtanh",
-           "leaky_relu", "elu", "gelu", "silu", "sigmoid", "tanh", "softplus", "mish",
-           "hardsigmoid", "hardswish", "softmax", "log_softmax", "dropout",
-           "scaled_dot_product_attention"]
+__all__ = [
+    "conv1d",
+    "conv2d",
+    "conv3d",
+    "linear",
+    "matmul",
+    "batch_norm",
+    "layer_norm",
+    "rms_norm",
+    "group_norm",
+    "instance_norm",
+    "max_pool1d",
+    "max_pool2d",
+    "max_pool3d",
+    "avg_pool1d",
+    "avg_pool2d",
+    "avg_pool3d",
+    "adaptive_avg_pool1d",
+    "adaptive_avg_pool2d",
+    "adaptive_avg_pool3d",
+    "relu",
+    "relu6",
+    "hardtanh",
+    "leaky_relu",
+    "elu",
+    "gelu",
+    "silu",
+    "sigmoid",
+    "tanh",
+    "softplus",
+    "mish",
+    "hardsigmoid",
+    "hardswish",
+    "softmax",
+    "log_softmax",
+    "dropout",
+    "scaled_dot_product_attention",
+]

@@ -19,6 +19,7 @@ float32 GEMMs follow ``opendnn.backends.allow_tf32`` (the engines read it; it is
 every kept graph's key). Under autocast (CUDA and CPU) ``linear`` and ``matmul`` cast
 their floating inputs to the autocast dtype, as PyTorch does for its own ops.
 """
+
 import math
 from typing import Optional, Sequence
 
@@ -54,22 +55,37 @@ def check_inputs(op: str, tensors: dict) -> None:
         if t is None:
             continue
         if not isinstance(t, torch.Tensor):
-            raise BadParamError(f"{role} must be a tensor, got {type(t).__name__}", op=op,
-                                tensor=role, status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+            raise BadParamError(
+                f"{role} must be a tensor, got {type(t).__name__}",
+                op=op,
+                tensor=role,
+                status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+            )
         if t.dtype not in DTYPES:
-            raise GraphNotSupportedError(f"data type {t.dtype}: opendnn runs float32, float16, "
-                                         "bfloat16 and float64", op=op, tensor=role,
-                                         status=Status.NOT_SUPPORTED_DATA_TYPE)
+            raise GraphNotSupportedError(
+                f"data type {t.dtype}: opendnn runs float32, float16, bfloat16 and float64",
+                op=op,
+                tensor=role,
+                status=Status.NOT_SUPPORTED_DATA_TYPE,
+            )
         if first is None:
             first = (role, t)
             continue
         if t.dtype != first[1].dtype:
-            raise BadParamError(f"data type {t.dtype} differs from {first[0]}'s {first[1].dtype} "
-                                "(they must be the same)", op=op, tensor=role,
-                                status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+            raise BadParamError(
+                f"data type {t.dtype} differs from {first[0]}'s {first[1].dtype} "
+                "(they must be the same)",
+                op=op,
+                tensor=role,
+                status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+            )
         if t.device != first[1].device:
-            raise BadParamError(f"device {t.device} differs from {first[0]}'s {first[1].device}",
-                                op=op, tensor=role, status=Status.BAD_PARAM)
+            raise BadParamError(
+                f"device {t.device} differs from {first[0]}'s {first[1].device}",
+                op=op,
+                tensor=role,
+                status=Status.BAD_PARAM,
+            )
 
 
 def run_graph(op: str, key: tuple, device, build, buffers: dict) -> None:
@@ -78,8 +94,9 @@ def run_graph(op: str, key: tuple, device, build, buffers: dict) -> None:
     try:
         b = _graphs.built(key, device, build)
     except GraphNotSupportedError as e:
-        err = GraphNotSupportedError(f"no opendnn plan for this problem ({e})", op=op,
-                                     status=e.status)
+        err = GraphNotSupportedError(
+            f"no opendnn plan for this problem ({e})", op=op, status=e.status
+        )
         err.reasons = e.reasons
         raise err from e
     _graphs.run(b, buffers)
@@ -102,12 +119,21 @@ def register_lower_precision_autocast(name: str) -> None:
     PyTorch's rule for conv, linear and matmul (``torch.library.register_autocast`` would
     fix one dtype at registration)."""
     for dev, key in (("cuda", "AutocastCUDA"), ("cpu", "AutocastCPU")):
+
         def kernel(*args, _dev=dev):
             dtype = torch.get_autocast_dtype(_dev)
-            cast = [a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() and
-                    a.dtype != torch.float64 and a.device.type == _dev else a for a in args]
+            cast = [
+                a.to(dtype)
+                if isinstance(a, torch.Tensor)
+                and a.is_floating_point()
+                and a.dtype != torch.float64
+                and a.device.type == _dev
+                else a
+                for a in args
+            ]
             with torch.autocast(_dev, enabled=False):
                 return getattr(torch.ops.opendnn, name).default(*cast)
+
         _lib.impl(name, kernel, key)
     _graphs.AUTOCAST[f"opendnn::{name}"] = _graphs.lower
 
@@ -130,10 +156,15 @@ def sum_to_size(x: torch.Tensor, size: Sequence[int]) -> torch.Tensor:
 
     def build(g):
         tx = graph_tensor(g, x, "x")
-        return {"x": tx, "y": mark_output(g.reduction(tx, "ADD", **compute_type(x.dtype)),
-                                          view)}
-    run_graph(op, ("opendnn.sum_to_size", _graphs.meta(x), tuple(keep)), x.device, build,
-              {"x": x, "y": view})
+        return {"x": tx, "y": mark_output(g.reduction(tx, "ADD", **compute_type(x.dtype)), view)}
+
+    run_graph(
+        op,
+        ("opendnn.sum_to_size", _graphs.meta(x), tuple(keep)),
+        x.device,
+        build,
+        {"x": x, "y": view},
+    )
     return out
 
 
@@ -148,8 +179,12 @@ def _sum_shape(op, x, size) -> list:
     lead = x.dim() - len(size)
     keep = [1] * lead + list(size)
     if lead < 0 or any(k != 1 and k != d for k, d in zip(keep, x.shape)):
-        raise BadParamError(f"size {list(size)} is not expandable to {list(x.shape)}", op=op,
-                            tensor="x", status=Status.BAD_PARAM_SHAPE_MISMATCH)
+        raise BadParamError(
+            f"size {list(size)} is not expandable to {list(x.shape)}",
+            op=op,
+            tensor="x",
+            status=Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
     return keep
 
 
@@ -167,20 +202,30 @@ sum_to_size.register_autograd(_sum_backward, setup_context=_sum_setup)
 # ---- matmul ----------------------------------------------------------------------------------
 def _matmul_shape(op, a, b) -> list:
     if a.dim() < 2 or b.dim() < 2:
-        raise BadParamError(f"needs tensors of 2 or more dims, got {list(a.shape)} and "
-                            f"{list(b.shape)} (1-D inputs: the functional matmul)",
-                            op=op, status=Status.BAD_PARAM_SHAPE_MISMATCH)
+        raise BadParamError(
+            f"needs tensors of 2 or more dims, got {list(a.shape)} and "
+            f"{list(b.shape)} (1-D inputs: the functional matmul)",
+            op=op,
+            status=Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
     check_inputs(op, {"a": a, "b": b})
     if a.shape[-1] != b.shape[-2]:
-        raise BadParamError(f"inner dimensions differ: a is {list(a.shape)}, b is "
-                            f"{list(b.shape)} ({a.shape[-1]} != {b.shape[-2]})", op=op,
-                            tensor="b", status=Status.BAD_PARAM_SHAPE_MISMATCH)
+        raise BadParamError(
+            f"inner dimensions differ: a is {list(a.shape)}, b is "
+            f"{list(b.shape)} ({a.shape[-1]} != {b.shape[-2]})",
+            op=op,
+            tensor="b",
+            status=Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
     try:
         batch = list(torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
     except RuntimeError:
-        raise BadParamError(f"batch dims {list(a.shape[:-2])} and {list(b.shape[:-2])} do not "
-                            "broadcast", op=op, tensor="b",
-                            status=Status.BAD_PARAM_SHAPE_MISMATCH) from None
+        raise BadParamError(
+            f"batch dims {list(a.shape[:-2])} and {list(b.shape[:-2])} do not broadcast",
+            op=op,
+            tensor="b",
+            status=Status.BAD_PARAM_SHAPE_MISMATCH,
+        ) from None
     return batch + [a.shape[-2], b.shape[-1]]
 
 
@@ -198,9 +243,9 @@ def matmul_op(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if a.shape[-1] == 0:
         return c.zero_()
     k, n = b.shape[-2], b.shape[-1]
-    if _no_batch(b):      # fold a's batch into M: one GEMM (x @ W)
+    if _no_batch(b):  # fold a's batch into M: one GEMM (x @ W)
         a2, b2, c2 = a.reshape(-1, k), b.reshape(k, n), c.view(-1, n)
-    else:                 # same rank for every tensor: size-1 batch dims broadcast
+    else:  # same rank for every tensor: size-1 batch dims broadcast
         r = c.dim()
         a2, b2, c2 = a[(None,) * (r - a.dim())], b[(None,) * (r - b.dim())], c
     _gemm(op, a2, b2, None, c2)
@@ -214,6 +259,7 @@ def _(a, b):
 
 def _gemm(op, a, b, bias, c) -> None:
     """c = a @ b (+ bias, broadcast over c's rows, fused into the GEMM's epilogue)."""
+
     def build(g):
         ta, tb = graph_tensor(g, a, "a"), graph_tensor(g, b, "b")
         t = {"a": ta, "b": tb}
@@ -223,8 +269,8 @@ def _gemm(op, a, b, bias, c) -> None:
             out = g.bias(keep_precision(out, a.dtype), t["bias"], **compute_type(a.dtype))
         t["c"] = mark_output(out, c)
         return t
-    key = ("opendnn.gemm", _graphs.meta(a), _graphs.meta(b), _graphs.meta(bias),
-           _graphs.meta(c))
+
+    key = ("opendnn.gemm", _graphs.meta(a), _graphs.meta(b), _graphs.meta(bias), _graphs.meta(c))
     bufs = {"a": a, "b": b, "c": c}
     if bias is not None:
         bufs["bias"] = bias
@@ -243,7 +289,7 @@ def _matmul_backward(ctx, dc):
         if da.shape != a.shape:
             da = sum_to_size(da, list(a.shape))
     if ctx.needs_input_grad[1]:
-        if _no_batch(b) and a.dim() >= 2:   # b was broadcast over every batch: fold it
+        if _no_batch(b) and a.dim() >= 2:  # b was broadcast over every batch: fold it
             k, n = b.shape[-2], b.shape[-1]
             db = matmul_op(a.reshape(-1, k).t(), dc.reshape(-1, n)).view(b.shape)
         else:
@@ -261,17 +307,28 @@ register_lower_precision_autocast("matmul")
 def _linear_shape(op, x, weight, bias) -> list:
     check_inputs(op, {"input": x, "weight": weight, "bias": bias})
     if x.dim() < 1 or weight.dim() != 2:
-        raise BadParamError(f"input {list(x.shape)} must have >= 1 dims and weight "
-                            f"{list(weight.shape)} 2 dims [out, in]", op=op, tensor="weight",
-                            status=Status.BAD_PARAM_SHAPE_MISMATCH)
+        raise BadParamError(
+            f"input {list(x.shape)} must have >= 1 dims and weight "
+            f"{list(weight.shape)} 2 dims [out, in]",
+            op=op,
+            tensor="weight",
+            status=Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
     if x.shape[-1] != weight.shape[1]:
-        raise BadParamError(f"input features {x.shape[-1]} (input {list(x.shape)}) differ from "
-                            f"weight's {weight.shape[1]} (weight {list(weight.shape)})", op=op,
-                            tensor="weight", status=Status.BAD_PARAM_SHAPE_MISMATCH)
+        raise BadParamError(
+            f"input features {x.shape[-1]} (input {list(x.shape)}) differ from "
+            f"weight's {weight.shape[1]} (weight {list(weight.shape)})",
+            op=op,
+            tensor="weight",
+            status=Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
     if bias is not None and (bias.dim() != 1 or bias.shape[0] != weight.shape[0]):
-        raise BadParamError(f"bias {list(bias.shape)} must be 1-D with {weight.shape[0]} "
-                            "elements (out features)", op=op, tensor="bias",
-                            status=Status.BAD_PARAM_SHAPE_MISMATCH)
+        raise BadParamError(
+            f"bias {list(bias.shape)} must be 1-D with {weight.shape[0]} elements (out features)",
+            op=op,
+            tensor="bias",
+            status=Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
     return list(x.shape[:-1]) + [weight.shape[0]]
 
 
@@ -283,11 +340,16 @@ def linear_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor
     y = torch.empty(_linear_shape(op, x, weight, bias), dtype=x.dtype, device=x.device)
     if y.numel() == 0:
         return y
-    if x.shape[-1] == 0:        # no input features: y = bias (or zeros), as PyTorch
+    if x.shape[-1] == 0:  # no input features: y = bias (or zeros), as PyTorch
         return y.copy_(bias.expand_as(y)) if bias is not None else y.zero_()
     n = weight.shape[0]
-    _gemm(op, x.reshape(-1, x.shape[-1]), weight.t(),
-          None if bias is None else bias.unsqueeze(0), y.view(-1, n))
+    _gemm(
+        op,
+        x.reshape(-1, x.shape[-1]),
+        weight.t(),
+        None if bias is None else bias.unsqueeze(0),
+        y.view(-1, n),
+    )
     return y
 
 
@@ -324,8 +386,12 @@ def _tensors(op, **ts) -> None:
     """Tensor arguments are tensors (dtypes are the op's to check: autocast casts them)."""
     for role, t in ts.items():
         if not isinstance(t, torch.Tensor):
-            raise BadParamError(f"{role} must be a tensor, got {type(t).__name__}", op=op,
-                                tensor=role, status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+            raise BadParamError(
+                f"{role} must be a tensor, got {type(t).__name__}",
+                op=op,
+                tensor=role,
+                status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+            )
 
 
 def linear(input, weight, bias=None):
@@ -339,13 +405,18 @@ def matmul(input, other, *, out=None):
     """``torch.matmul``: 1-D operands become a row (left) or a column (right) and the
     added dim is dropped from the result, as PyTorch does; ``out=`` is not supported."""
     if out is not None:
-        raise GraphNotSupportedError("out= is not supported (opendnn returns a new tensor)",
-                                     op="matmul", status=Status.NOT_SUPPORTED)
+        raise GraphNotSupportedError(
+            "out= is not supported (opendnn returns a new tensor)",
+            op="matmul",
+            status=Status.NOT_SUPPORTED,
+        )
     _tensors("matmul", input=input, other=other)
     if input.dim() == 0 or other.dim() == 0:
-        raise BadParamError(f"both arguments need at least 1 dim, got {list(input.shape)} and "
-                            f"{list(other.shape)}", op="matmul",
-                            status=Status.BAD_PARAM_SHAPE_MISMATCH)
+        raise BadParamError(
+            f"both arguments need at least 1 dim, got {list(input.shape)} and {list(other.shape)}",
+            op="matmul",
+            status=Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
     a = input.unsqueeze(0) if input.dim() == 1 else input
     b = other.unsqueeze(-1) if other.dim() == 1 else other
     c = matmul_op(a, b)

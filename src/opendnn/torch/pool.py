@@ -28,6 +28,7 @@ Not supported (GraphNotSupportedError, naming the operation, for ``enable()`` to
 on): dilation > 1, integer data (PyTorch pools integers on the CPU), and the cases above.
 Outputs keep the input's layout (channels-innermost in, channels-innermost out).
 """
+
 from __future__ import annotations
 
 import math
@@ -50,25 +51,38 @@ def _tuple(op, name, v, nsp) -> tuple:
     if len(v) == 1:
         return v * nsp
     if len(v) != nsp:
-        raise _bad(op, f"{name} {list(v)} must be one int or {nsp} ints",
-                   Status.BAD_PARAM_SHAPE_MISMATCH)
+        raise _bad(
+            op, f"{name} {list(v)} must be one int or {nsp} ints", Status.BAD_PARAM_SHAPE_MISMATCH
+        )
     return v
 
 
 def _batched(op, x: torch.Tensor, nsp: int) -> tuple[torch.Tensor, bool]:
     """``x`` with its batch dim (PyTorch takes unbatched [C, *spatial] too)."""
     if x.dim() not in (nsp + 1, nsp + 2):
-        raise _bad(op, f"expected a {nsp + 1}-D or {nsp + 2}-D (batched) input, got "
-                   f"{x.dim()}-D {list(x.shape)}", Status.BAD_PARAM_SHAPE_MISMATCH, "input")
-    if not x.is_floating_point():      # PyTorch pools integers too: not an error of the call
-        raise GraphNotSupportedError(f"is {x.dtype}: the pooling engines take floating data",
-                                     op=op, tensor="input",
-                                     status=Status.NOT_SUPPORTED_DATA_TYPE)
+        raise _bad(
+            op,
+            f"expected a {nsp + 1}-D or {nsp + 2}-D (batched) input, got "
+            f"{x.dim()}-D {list(x.shape)}",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+            "input",
+        )
+    if not x.is_floating_point():  # PyTorch pools integers too: not an error of the call
+        raise GraphNotSupportedError(
+            f"is {x.dtype}: the pooling engines take floating data",
+            op=op,
+            tensor="input",
+            status=Status.NOT_SUPPORTED_DATA_TYPE,
+        )
     unbatched = x.dim() == nsp + 1
     x = x.unsqueeze(0) if unbatched else x
     if any(d == 0 for d in x.shape[1:]):
-        raise _bad(op, f"input {list(x.shape)} has a zero-size non-batch dim",
-                   Status.BAD_PARAM_SHAPE_MISMATCH, "input")
+        raise _bad(
+            op,
+            f"input {list(x.shape)} has a zero-size non-batch dim",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+            "input",
+        )
     return x, unbatched
 
 
@@ -76,29 +90,44 @@ def _geometry(op, x, nsp, kernel_size, stride, padding, dilation, ceil_mode):
     """(window, stride, pre, post, extra) with PyTorch's rules and output sizes; ``extra``:
     per axis, whether ceil_mode added a window past the padded end."""
     k = _tuple(op, "kernel_size", kernel_size, nsp)
-    s = k if stride is None or (not isinstance(stride, int) and len(stride) == 0) else \
-        _tuple(op, "stride", stride, nsp)
+    s = (
+        k
+        if stride is None or (not isinstance(stride, int) and len(stride) == 0)
+        else _tuple(op, "stride", stride, nsp)
+    )
     p = _tuple(op, "padding", padding, nsp)
     d = _tuple(op, "dilation", dilation, nsp)
     for name, v in (("kernel_size", k), ("stride", s), ("dilation", d)):
         if any(a <= 0 for a in v):
-            raise _bad(op, f"{name} {list(v)} must be greater than zero",
-                       Status.BAD_PARAM_OUT_OF_BOUND)
+            raise _bad(
+                op, f"{name} {list(v)} must be greater than zero", Status.BAD_PARAM_OUT_OF_BOUND
+            )
     if any(a < 0 or a > ((kk - 1) * dd + 1) // 2 for a, kk, dd in zip(p, k, d)):
-        raise _bad(op, f"padding {list(p)} should be at least zero and at most half of the "
-                   f"effective kernel size {list(k)}", Status.BAD_PARAM_OUT_OF_BOUND)
+        raise _bad(
+            op,
+            f"padding {list(p)} should be at least zero and at most half of the "
+            f"effective kernel size {list(k)}",
+            Status.BAD_PARAM_OUT_OF_BOUND,
+        )
     if any(dd != 1 for dd in d):
-        raise GraphNotSupportedError(f"dilation {list(d)}: the pooling node has no dilation",
-                                     op=op, status=Status.NOT_SUPPORTED)
+        raise GraphNotSupportedError(
+            f"dilation {list(d)}: the pooling node has no dilation",
+            op=op,
+            status=Status.NOT_SUPPORTED,
+        )
     post, extra = [], []
     for n, kk, ss, pp in zip(x.shape[2:], k, s, p):
         out = (n + 2 * pp - kk + (ss - 1 if ceil_mode else 0)) // ss + 1
         if ceil_mode and (out - 1) * ss >= n + pp:
             out -= 1
         if out < 1:
-            raise _bad(op, f"output size is too small: input {list(x.shape[2:])}, kernel "
-                       f"{list(k)}, stride {list(s)}, padding {list(p)}",
-                       Status.BAD_PARAM_OUT_OF_BOUND, "input")
+            raise _bad(
+                op,
+                f"output size is too small: input {list(x.shape[2:])}, kernel "
+                f"{list(k)}, stride {list(s)}, padding {list(p)}",
+                Status.BAD_PARAM_OUT_OF_BOUND,
+                "input",
+            )
         q = (out - 1) * ss + kk - n - pp
         post.append(max(pp, q))
         extra.append(q > pp)
@@ -135,8 +164,9 @@ def _max(op, nsp, input, kernel_size, stride, padding, dilation, ceil_mode, retu
     return y[0] if unbatched else y
 
 
-def _avg(op, nsp, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
-         divisor_override):
+def _avg(
+    op, nsp, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
+):
     x, unbatched = _batched(op, input, nsp)
     k, s, p, q, extra = _geometry(op, x, nsp, kernel_size, stride, padding, 1, ceil_mode)
     scale, include = 1.0, bool(count_include_pad)
@@ -149,67 +179,115 @@ def _avg(op, nsp, input, kernel_size, stride, padding, ceil_mode, count_include_
             raise GraphNotSupportedError(
                 f"ceil_mode with count_include_pad and padding {p}: PyTorch divides a window "
                 "past the padded end by its part inside the padded input, and the others by "
-                "the whole window, which no pooling mode computes", op=op,
-                status=Status.NOT_SUPPORTED)
-        include = False      # no padding: PyTorch's divisor is the real elements
+                "the whole window, which no pooling mode computes",
+                op=op,
+                status=Status.NOT_SUPPORTED,
+            )
+        include = False  # no padding: PyTorch's divisor is the real elements
     y = avg_pool(x, k, s, p, q, include, scale)
     return y[0] if unbatched else y
 
 
-def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
-               return_indices=False):
+def max_pool1d(
+    input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False
+):
     """``torch.nn.functional.max_pool1d`` on opendnn."""
-    return _max("max_pool1d", 1, input, kernel_size, stride, padding, dilation, ceil_mode,
-                return_indices)
+    return _max(
+        "max_pool1d", 1, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices
+    )
 
 
-def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
-               return_indices=False):
+def max_pool2d(
+    input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False
+):
     """``torch.nn.functional.max_pool2d`` on opendnn."""
-    return _max("max_pool2d", 2, input, kernel_size, stride, padding, dilation, ceil_mode,
-                return_indices)
+    return _max(
+        "max_pool2d", 2, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices
+    )
 
 
-def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
-               return_indices=False):
+def max_pool3d(
+    input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False
+):
     """``torch.nn.functional.max_pool3d`` on opendnn."""
-    return _max("max_pool3d", 3, input, kernel_size, stride, padding, dilation, ceil_mode,
-                return_indices)
+    return _max(
+        "max_pool3d", 3, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices
+    )
 
 
-def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
-               count_include_pad=True):
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
     """``torch.nn.functional.avg_pool1d`` on opendnn."""
-    return _avg("avg_pool1d", 1, input, kernel_size, stride, padding, ceil_mode,
-                count_include_pad, None)
+    return _avg(
+        "avg_pool1d", 1, input, kernel_size, stride, padding, ceil_mode, count_include_pad, None
+    )
 
 
-def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
-               count_include_pad=True, divisor_override=None):
+def avg_pool2d(
+    input,
+    kernel_size,
+    stride=None,
+    padding=0,
+    ceil_mode=False,
+    count_include_pad=True,
+    divisor_override=None,
+):
     """``torch.nn.functional.avg_pool2d`` on opendnn."""
-    return _avg("avg_pool2d", 2, input, kernel_size, stride, padding, ceil_mode,
-                count_include_pad, divisor_override)
+    return _avg(
+        "avg_pool2d",
+        2,
+        input,
+        kernel_size,
+        stride,
+        padding,
+        ceil_mode,
+        count_include_pad,
+        divisor_override,
+    )
 
 
-def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
-               count_include_pad=True, divisor_override=None):
+def avg_pool3d(
+    input,
+    kernel_size,
+    stride=None,
+    padding=0,
+    ceil_mode=False,
+    count_include_pad=True,
+    divisor_override=None,
+):
     """``torch.nn.functional.avg_pool3d`` on opendnn."""
-    return _avg("avg_pool3d", 3, input, kernel_size, stride, padding, ceil_mode,
-                count_include_pad, divisor_override)
+    return _avg(
+        "avg_pool3d",
+        3,
+        input,
+        kernel_size,
+        stride,
+        padding,
+        ceil_mode,
+        count_include_pad,
+        divisor_override,
+    )
 
 
 def _adaptive_avg(op, nsp, input, output_size):
     x, unbatched = _batched(op, input, nsp)
-    sizes = _tuple(op, "output_size", [(-1 if v is None else v) for v in output_size]
-                   if not isinstance(output_size, int) else output_size, nsp)
+    sizes = _tuple(
+        op,
+        "output_size",
+        [(-1 if v is None else v) for v in output_size]
+        if not isinstance(output_size, int)
+        else output_size,
+        nsp,
+    )
     sizes = [n if o == -1 else o for n, o in zip(x.shape[2:], sizes)]
     if any(o <= 0 for o in sizes):
         raise _bad(op, f"output_size {sizes} must be positive", Status.BAD_PARAM_OUT_OF_BOUND)
     if any(n % o for n, o in zip(x.shape[2:], sizes)):
         raise GraphNotSupportedError(
             f"output size {sizes} does not divide the input's {list(x.shape[2:])}: adaptive "
-            "windows of varying size are not a pooling node", op=op,
-            status=Status.NOT_SUPPORTED)
+            "windows of varying size are not a pooling node",
+            op=op,
+            status=Status.NOT_SUPPORTED,
+        )
     k = [n // o for n, o in zip(x.shape[2:], sizes)]
     zero = [0] * nsp
     y = avg_pool(x, k, k, zero, zero, True, 1.0)
@@ -234,5 +312,14 @@ def adaptive_avg_pool3d(input, output_size):
     return _adaptive_avg("adaptive_avg_pool3d", 3, input, output_size)
 
 
-__all__ = ["max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d",
-           "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d"]
+__all__ = [
+    "max_pool1d",
+    "max_pool2d",
+    "max_pool3d",
+    "avg_pool1d",
+    "avg_pool2d",
+    "avg_pool3d",
+    "adaptive_avg_pool1d",
+    "adaptive_avg_pool2d",
+    "adaptive_avg_pool3d",
+]

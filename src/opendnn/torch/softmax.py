@@ -19,6 +19,7 @@ for softmax and log_softmax (an AutocastCUDA kernel: ``autocast_kernel``). A 0-d
 is one element (softmax 1, log-softmax 0); zero-size inputs give empty outputs without
 a graph.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -34,20 +35,28 @@ from .activation import FLOATING, check_input, graph_tensor, mark_output
 def _check_dim(op: str, x: torch.Tensor, dim) -> int:
     rank = max(x.dim(), 1)
     if isinstance(dim, bool) or not isinstance(dim, int):
-        raise BadParamError(f"dim must be an int, got {type(dim).__name__}", op=op,
-                            status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+        raise BadParamError(
+            f"dim must be an int, got {type(dim).__name__}",
+            op=op,
+            status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+        )
     if not -rank <= dim < rank:
-        raise BadParamError(f"dim {dim} is out of range for {x.dim()} dims (allowed: {-rank} "
-                            f"to {rank - 1})", op=op, tensor="input",
-                            status=Status.BAD_PARAM_OUT_OF_BOUND)
+        raise BadParamError(
+            f"dim {dim} is out of range for {x.dim()} dims (allowed: {-rank} to {rank - 1})",
+            op=op,
+            tensor="input",
+            status=Status.BAD_PARAM_OUT_OF_BOUND,
+        )
     return dim % rank
 
 
 def _check_dtype(op: str, dtype) -> None:
     if dtype is not None and dtype not in FLOATING:
-        raise GraphNotSupportedError(f"dtype {dtype}: opendnn's softmax writes float16, "
-                                     "bfloat16, float32 or float64", op=op,
-                                     status=Status.NOT_SUPPORTED_DATA_TYPE)
+        raise GraphNotSupportedError(
+            f"dtype {dtype}: opendnn's softmax writes float16, bfloat16, float32 or float64",
+            op=op,
+            status=Status.NOT_SUPPORTED_DATA_TYPE,
+        )
 
 
 def _one_dim(t: torch.Tensor) -> torch.Tensor:
@@ -58,19 +67,18 @@ def _run(kind: str, dim: int, log: bool, inputs: dict, out: torch.Tensor, build)
     """The kept one-node graph ``build(g, {role: graph tensor})`` into ``out``."""
     inputs = {r: _one_dim(t) for r, t in inputs.items()}
     out = _one_dim(out)
-    key = (kind, dim, log) + tuple(_graphs.meta(t) for t in inputs.values()) + \
-        (_graphs.meta(out),)
+    key = (kind, dim, log) + tuple(_graphs.meta(t) for t in inputs.values()) + (_graphs.meta(out),)
 
     def builder(g):
         ts = {r: graph_tensor(g, t, r) for r, t in inputs.items()}
         return {**ts, "out": mark_output(build(g, ts), out)}
+
     b = _graphs.built(key, out.device, builder)
     _graphs.run(b, {**inputs, "out": out})
 
 
 @torch.library.custom_op("opendnn::softmax", mutates_args=())
-def softmax_op(x: torch.Tensor, dim: int, log: bool,
-               dtype: Optional[torch.dtype]) -> torch.Tensor:
+def softmax_op(x: torch.Tensor, dim: int, log: bool, dtype: Optional[torch.dtype]) -> torch.Tensor:
     """y [x's shape, contiguous, ``dtype`` or x's type] = (log-)softmax(x) along dim."""
     op = "opendnn::softmax"
     check_input(op, x)
@@ -78,8 +86,14 @@ def softmax_op(x: torch.Tensor, dim: int, log: bool,
     dim = _check_dim(op, x, dim)
     y = torch.empty(x.shape, dtype=dtype or x.dtype, device=x.device)
     if x.numel():
-        _run("opendnn.softmax", dim, log, {"x": x}, y,
-             lambda g, t: g.softmax(t["x"], axis=dim, log=log))
+        _run(
+            "opendnn.softmax",
+            dim,
+            log,
+            {"x": x},
+            y,
+            lambda g, t: g.softmax(t["x"], axis=dim, log=log),
+        )
     return y
 
 
@@ -89,8 +103,9 @@ def _(x, dim, log, dtype):
 
 
 @torch.library.custom_op("opendnn::softmax_backward", mutates_args=())
-def softmax_backward_op(grad: torch.Tensor, y: torch.Tensor, dim: int, log: bool,
-                        input_dtype: torch.dtype) -> torch.Tensor:
+def softmax_backward_op(
+    grad: torch.Tensor, y: torch.Tensor, dim: int, log: bool, input_dtype: torch.dtype
+) -> torch.Tensor:
     """dx [y's shape, contiguous, input_dtype] from dy = ``grad`` and the forward's y."""
     op = "opendnn::softmax_backward"
     check_input(op, grad, "grad")
@@ -98,12 +113,22 @@ def softmax_backward_op(grad: torch.Tensor, y: torch.Tensor, dim: int, log: bool
     _check_dtype(op, input_dtype)
     dim = _check_dim(op, y, dim)
     if grad.shape != y.shape:
-        raise BadParamError(f"grad shape {list(grad.shape)} differs from y's {list(y.shape)}",
-                            op=op, tensor="grad", status=Status.BAD_PARAM_SHAPE_MISMATCH)
+        raise BadParamError(
+            f"grad shape {list(grad.shape)} differs from y's {list(y.shape)}",
+            op=op,
+            tensor="grad",
+            status=Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
     dx = torch.empty(y.shape, dtype=input_dtype, device=y.device)
     if y.numel():
-        _run("opendnn.softmax_backward", dim, log, {"dy": grad, "y": y}, dx,
-             lambda g, t: g.softmax_backward(t["dy"], t["y"], axis=dim, log=log))
+        _run(
+            "opendnn.softmax_backward",
+            dim,
+            log,
+            {"dy": grad, "y": y},
+            dx,
+            lambda g, t: g.softmax_backward(t["dy"], t["y"], axis=dim, log=log),
+        )
     return dx
 
 
@@ -119,7 +144,7 @@ def _setup(ctx, inputs, output):
 
 
 def _backward(ctx, grad):
-    y, = ctx.saved_tensors
+    (y,) = ctx.saved_tensors
     dx = softmax_backward_op(grad, y, ctx.dim, ctx.log, ctx.input_dtype)
     return dx, None, None, None
 
@@ -131,13 +156,14 @@ def autocast_kernel(device_type: str):
     """PyTorch's autocast policy for softmax / log_softmax ("fp32_set_opt_dtype"): with
     no ``dtype``, a float16 / bfloat16 input is read as it is and the result computed and
     written in float32 (no cast of the input)."""
-    key = getattr(torch._C.DispatchKey,
-                  "Autocast" + torch._C._dispatch_key_for_device(device_type))
+    key = getattr(torch._C.DispatchKey, "Autocast" + torch._C._dispatch_key_for_device(device_type))
 
     def kernel(x, dim, log, dtype):
         with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(key)):
-            return torch.ops.opendnn.softmax(*_autocast_rule((x, dim, log, dtype),
-                                                             device_type, (device_type,)))
+            return torch.ops.opendnn.softmax(
+                *_autocast_rule((x, dim, log, dtype), device_type, (device_type,))
+            )
+
     return kernel
 
 
@@ -149,7 +175,7 @@ def _autocast_rule(args: tuple, dev: str, on: tuple = ("cuda",)) -> tuple:
     return x, dim, log, dtype
 
 
-if torch._C._is_autocast_available("cuda"):      # CPU autocast leaves softmax alone
+if torch._C._is_autocast_available("cuda"):  # CPU autocast leaves softmax alone
     torch.library.impl("opendnn::softmax", "AutocastCUDA")(autocast_kernel("cuda"))
     _graphs.AUTOCAST["opendnn::softmax"] = _autocast_rule
 # eager calls skip the dispatcher (_graphs.direct; the ops stay registered)
@@ -158,8 +184,11 @@ softmax_op, softmax_backward_op = map(_graphs.direct, (softmax_op, softmax_backw
 
 def _implicit_dim(name: str, ndim: int, stacklevel: int) -> int:
     """PyTorch's legacy choice when dim is None (with its deprecation warning)."""
-    warnings.warn(f"Implicit dimension choice for {name} has been deprecated. Change the "
-                  "call to include dim=X as an argument.", stacklevel=stacklevel)
+    warnings.warn(
+        f"Implicit dimension choice for {name} has been deprecated. Change the "
+        "call to include dim=X as an argument.",
+        stacklevel=stacklevel,
+    )
     return 0 if ndim in (0, 1, 3) else 1
 
 
@@ -172,14 +201,22 @@ def _apply(name: str, log: bool, input, dim, stacklevel: int, dtype) -> torch.Te
     return softmax_op(input, dim, log, dtype)
 
 
-def softmax(input: torch.Tensor, dim: int | None = None, _stacklevel: int = 3,
-            dtype: torch.dtype | None = None) -> torch.Tensor:
+def softmax(
+    input: torch.Tensor,
+    dim: int | None = None,
+    _stacklevel: int = 3,
+    dtype: torch.dtype | None = None,
+) -> torch.Tensor:
     """exp(input) / sum_dim exp(input), in ``dtype`` when given."""
     return _apply("softmax", False, input, dim, _stacklevel, dtype)
 
 
-def log_softmax(input: torch.Tensor, dim: int | None = None, _stacklevel: int = 3,
-                dtype: torch.dtype | None = None) -> torch.Tensor:
+def log_softmax(
+    input: torch.Tensor,
+    dim: int | None = None,
+    _stacklevel: int = 3,
+    dtype: torch.dtype | None = None,
+) -> torch.Tensor:
     """input - log sum_dim exp(input), in ``dtype`` when given."""
     return _apply("log_softmax", True, input, dim, _stacklevel, dtype)
 

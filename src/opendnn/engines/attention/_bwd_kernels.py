@@ -20,19 +20,31 @@ scales and converts it to DQ. With TMA=1 the addition is one bulk reduction per 
 through a tensor descriptor (cp.reduce.async.bulk on Hopper); without, float32 atomics per
 element.
 """
+
 from __future__ import annotations
 
 import dataclasses
 
 from ..dropout._kernels import PHILOX_HELPER
 from ..fusion._codegen import COMBINE_HELPERS, TL_TYPE
-from ._kernels import (LOG2E, Problem, _off, _pow2, bias_term, dropout_keep, dropout_setup,
-                       keep_expr, lengths, query_tile)
+from ._kernels import (
+    LOG2E,
+    Problem,
+    _off,
+    _pow2,
+    bias_term,
+    dropout_keep,
+    dropout_setup,
+    keep_expr,
+    lengths,
+    query_tile,
+)
 
 
 @dataclasses.dataclass(frozen=True)
 class Grads:
     """Strides (b, h, s, d) of dO, dQ, dK, dV and their data types."""
+
     do: tuple
     dq: tuple
     dk: tuple
@@ -41,8 +53,8 @@ class Grads:
     dq_dtype: object
     dk_dtype: object
     dv_dtype: object
-    dbias: tuple | None = None         # DBIAS strides (b, h, s_q, s_kv), its type and the
-    dbias_dtype: object = None         # bias's batch / head sizes (1: broadcast, summed)
+    dbias: tuple | None = None  # DBIAS strides (b, h, s_q, s_kv), its type and the
+    dbias_dtype: object = None  # bias's batch / head sizes (1: broadcast, summed)
     bias_b: int = 1
     bias_h: int = 1
 
@@ -58,19 +70,25 @@ def _params(p: Problem, names: list) -> list[str]:
 def _head(name: str, p: Problem, params: list, kv_program: bool) -> list[str]:
     I = "    "
     bd, bdv = max(16, _pow2(p.D)), max(16, _pow2(p.DV))
-    L = [COMBINE_HELPERS, PHILOX_HELPER if p.dropout else "", "@triton.jit",
-         f"def {name}({', '.join(params)}):",
-         f"{I}pid = {'tl.program_id(0)' if kv_program else query_tile(p)}",
-         f"{I}bh = tl.program_id(1)"]
-    if kv_program:     # bh indexes (b, K / V head)
+    L = [
+        COMBINE_HELPERS,
+        PHILOX_HELPER if p.dropout else "",
+        "@triton.jit",
+        f"def {name}({', '.join(params)}):",
+        f"{I}pid = {'tl.program_id(0)' if kv_program else query_tile(p)}",
+        f"{I}bh = tl.program_id(1)",
+    ]
+    if kv_program:  # bh indexes (b, K / V head)
         L += [f"{I}b = bh // {p.HKV}", f"{I}hk = bh % {p.HKV}"]
     else:
         L += [f"{I}b = bh // {p.H}", f"{I}h = bh % {p.H}", f"{I}hk = h // {p.H // p.HKV}"]
-    L += [f"{I}offs_d = tl.arange(0, {bd})",
-          f"{I}offs_dv = tl.arange(0, {bdv})",
-          f"{I}dmask = offs_d < {p.D}",
-          f"{I}dvmask = offs_dv < {p.DV}",
-          f"{I}c = SCALE * {LOG2E}"]
+    L += [
+        f"{I}offs_d = tl.arange(0, {bd})",
+        f"{I}offs_dv = tl.arange(0, {bdv})",
+        f"{I}dmask = offs_d < {p.D}",
+        f"{I}dvmask = offs_dv < {p.DV}",
+        f"{I}c = SCALE * {LOG2E}",
+    ]
     return L + lengths(p, I)
 
 
@@ -78,27 +96,32 @@ def delta_source(name: str, p: Problem, g: Grads, kn) -> str:
     """WS[(b H + h) S_q + i] = sum_d dO O (float32); grid (ceil(S_q / BLOCK_M), B H)."""
     I, bm = "    ", kn.BLOCK_M
     bdv = max(16, _pow2(p.DV))
-    L = [COMBINE_HELPERS, "@triton.jit", f"def {name}(O, DO, WS):",
-         f"{I}bh = tl.program_id(1)",
-         f"{I}b = bh // {p.H}",
-         f"{I}h = bh % {p.H}",
-         f"{I}offs_dv = tl.arange(0, {bdv})",
-         f"{I}dvmask = offs_dv < {p.DV}",
-         f"{I}offs_m = tl.program_id(0) * {bm} + tl.arange(0, {bm})",
-          f"{I}m2 = (offs_m < {p.SQ})[:, None] & dvmask[None, :]",
-          f"{I}o = tl.load(O + {_off('b', 'h', p.o)} + offs_m[:, None] * {p.o[2]} + "
-          f"offs_dv[None, :] * {p.o[3]}, mask=m2, other=0.0).to(tl.float32)",
-          f"{I}do = tl.load(DO + {_off('b', 'h', g.do)} + offs_m[:, None] * {g.do[2]} + "
-          f"offs_dv[None, :] * {g.do[3]}, mask=m2, other=0.0).to(tl.float32)",
-          f"{I}tl.store(WS + bh * {p.SQ} + offs_m, tl.reduce(o * do, 1, _add_combine), "
-          f"mask=offs_m < {p.SQ})"]
-    if getattr(kn, "DQ_ATOMIC", 0):    # this tile's rows of the float32 dQ accumulator
+    L = [
+        COMBINE_HELPERS,
+        "@triton.jit",
+        f"def {name}(O, DO, WS):",
+        f"{I}bh = tl.program_id(1)",
+        f"{I}b = bh // {p.H}",
+        f"{I}h = bh % {p.H}",
+        f"{I}offs_dv = tl.arange(0, {bdv})",
+        f"{I}dvmask = offs_dv < {p.DV}",
+        f"{I}offs_m = tl.program_id(0) * {bm} + tl.arange(0, {bm})",
+        f"{I}m2 = (offs_m < {p.SQ})[:, None] & dvmask[None, :]",
+        f"{I}o = tl.load(O + {_off('b', 'h', p.o)} + offs_m[:, None] * {p.o[2]} + "
+        f"offs_dv[None, :] * {p.o[3]}, mask=m2, other=0.0).to(tl.float32)",
+        f"{I}do = tl.load(DO + {_off('b', 'h', g.do)} + offs_m[:, None] * {g.do[2]} + "
+        f"offs_dv[None, :] * {g.do[3]}, mask=m2, other=0.0).to(tl.float32)",
+        f"{I}tl.store(WS + bh * {p.SQ} + offs_m, tl.reduce(o * do, 1, _add_combine), "
+        f"mask=offs_m < {p.SQ})",
+    ]
+    if getattr(kn, "DQ_ATOMIC", 0):  # this tile's rows of the float32 dQ accumulator
         bd = max(16, _pow2(p.D))
-        L += [f"{I}offs_d = tl.arange(0, {bd})",
-              f"{I}at = WS + {dq_base(p)} + (bh * {p.SQ} + offs_m)[:, None] * {bd} + "
-              "offs_d[None, :]",
-              f"{I}tl.store(at, tl.full([{bm}, {bd}], 0.0, tl.float32), "
-              f"mask=(offs_m < {p.SQ})[:, None])"]
+        L += [
+            f"{I}offs_d = tl.arange(0, {bd})",
+            f"{I}at = WS + {dq_base(p)} + (bh * {p.SQ} + offs_m)[:, None] * {bd} + offs_d[None, :]",
+            f"{I}tl.store(at, tl.full([{bm}, {bd}], 0.0, tl.float32), "
+            f"mask=(offs_m < {p.SQ})[:, None])",
+        ]
     return "\n".join(L) + "\n"
 
 
@@ -119,43 +142,53 @@ def dq_convert_source(name: str, p: Problem, g: Grads, kn) -> str:
     """DQ = SCALE x the float32 accumulator, in DQ's type; grid (ceil(S_q / BLOCK_M), B H)."""
     I, bm = "    ", kn.BLOCK_M
     bd = max(16, _pow2(p.D))
-    return "\n".join([
-        "@triton.jit", f"def {name}(DQ, WS, SCALE):",
-        f"{I}bh = tl.program_id(1)",
-        f"{I}b = bh // {p.H}",
-        f"{I}h = bh % {p.H}",
-        f"{I}offs_m = tl.program_id(0) * {bm} + tl.arange(0, {bm})",
-        f"{I}offs_d = tl.arange(0, {bd})",
-        f"{I}m2 = (offs_m < {p.SQ})[:, None] & (offs_d < {p.D})[None, :]",
-        f"{I}acc = tl.load(WS + {dq_base(p)} + (bh * {p.SQ} + offs_m)[:, None] * {bd} + "
-        "offs_d[None, :], mask=m2, other=0.0)",
-        f"{I}tl.store(DQ + {_off('b', 'h', g.dq)} + offs_m[:, None] * {g.dq[2]} + "
-        f"offs_d[None, :] * {g.dq[3]}, (acc * SCALE).to({TL_TYPE[g.dq_dtype]}), mask=m2)"]) \
+    return (
+        "\n".join(
+            [
+                "@triton.jit",
+                f"def {name}(DQ, WS, SCALE):",
+                f"{I}bh = tl.program_id(1)",
+                f"{I}b = bh // {p.H}",
+                f"{I}h = bh % {p.H}",
+                f"{I}offs_m = tl.program_id(0) * {bm} + tl.arange(0, {bm})",
+                f"{I}offs_d = tl.arange(0, {bd})",
+                f"{I}m2 = (offs_m < {p.SQ})[:, None] & (offs_d < {p.D})[None, :]",
+                f"{I}acc = tl.load(WS + {dq_base(p)} + (bh * {p.SQ} + offs_m)[:, None] * {bd} + "
+                "offs_d[None, :], mask=m2, other=0.0)",
+                f"{I}tl.store(DQ + {_off('b', 'h', g.dq)} + offs_m[:, None] * {g.dq[2]} + "
+                f"offs_d[None, :] * {g.dq[3]}, (acc * SCALE).to({TL_TYPE[g.dq_dtype]}), mask=m2)",
+            ]
+        )
         + "\n"
+    )
 
 
 def _loads_q_side(p: Problem, g: Grads, I: str, interpret: bool) -> list[str]:
     """Q, dO tiles of head h at offs_m, their lse (base 2) and delta."""
-    L = [f"{I}rmask = offs_m < q_len",
-         f"{I}q = tl.load(Q + {_off('b', 'h', p.q)} + offs_m[:, None] * {p.q[2]} + "
-         f"offs_d[None, :] * {p.q[3]}, mask=rmask[:, None] & dmask[None, :], other=0.0)",
-         f"{I}do = tl.load(DO + {_off('b', 'h', g.do)} + offs_m[:, None] * {g.do[2]} + "
-         f"offs_dv[None, :] * {g.do[3]}, mask=rmask[:, None] & dvmask[None, :], other=0.0)",
-         f"{I}lse = tl.load(STATS + {_off('b', 'h', p.stats)} + offs_m * {p.stats[2]}, "
-         f"mask=rmask, other=0.0) * {LOG2E}",
-         f"{I}lse = tl.where(lse == float(\"-inf\"), 0.0, lse)",
-         f"{I}dl = tl.load(WS + (b * {p.H} + h) * {p.SQ} + offs_m, mask=rmask, other=0.0)"]
+    L = [
+        f"{I}rmask = offs_m < q_len",
+        f"{I}q = tl.load(Q + {_off('b', 'h', p.q)} + offs_m[:, None] * {p.q[2]} + "
+        f"offs_d[None, :] * {p.q[3]}, mask=rmask[:, None] & dmask[None, :], other=0.0)",
+        f"{I}do = tl.load(DO + {_off('b', 'h', g.do)} + offs_m[:, None] * {g.do[2]} + "
+        f"offs_dv[None, :] * {g.do[3]}, mask=rmask[:, None] & dvmask[None, :], other=0.0)",
+        f"{I}lse = tl.load(STATS + {_off('b', 'h', p.stats)} + offs_m * {p.stats[2]}, "
+        f"mask=rmask, other=0.0) * {LOG2E}",
+        f'{I}lse = tl.where(lse == float("-inf"), 0.0, lse)',
+        f"{I}dl = tl.load(WS + (b * {p.H} + h) * {p.SQ} + offs_m, mask=rmask, other=0.0)",
+    ]
     if interpret:
         L += [f"{I}q = q.to(tl.float32)", f"{I}do = do.to(tl.float32)"]
     return L
 
 
 def _loads_kv_side(p: Problem, I: str, interpret: bool) -> list[str]:
-    L = [f"{I}nmask = offs_n < kv_len",
-         f"{I}k = tl.load(K + {_off('b', 'hk', p.k)} + offs_n[:, None] * {p.k[2]} + "
-         f"offs_d[None, :] * {p.k[3]}, mask=nmask[:, None] & dmask[None, :], other=0.0)",
-         f"{I}v = tl.load(V + {_off('b', 'hk', p.v)} + offs_n[:, None] * {p.v[2]} + "
-         f"offs_dv[None, :] * {p.v[3]}, mask=nmask[:, None] & dvmask[None, :], other=0.0)"]
+    L = [
+        f"{I}nmask = offs_n < kv_len",
+        f"{I}k = tl.load(K + {_off('b', 'hk', p.k)} + offs_n[:, None] * {p.k[2]} + "
+        f"offs_d[None, :] * {p.k[3]}, mask=nmask[:, None] & dmask[None, :], other=0.0)",
+        f"{I}v = tl.load(V + {_off('b', 'hk', p.v)} + offs_n[:, None] * {p.v[2]} + "
+        f"offs_dv[None, :] * {p.v[3]}, mask=nmask[:, None] & dvmask[None, :], other=0.0)",
+    ]
     if interpret:
         L += [f"{I}k = k.to(tl.float32)", f"{I}v = v.to(tl.float32)"]
     return L
@@ -166,8 +199,10 @@ def _scores_t(p: Problem, I: str) -> list[str]:
     L = [f"{I}st = tl.dot(k, tl.trans(q)) * c"]
     if p.bias:
         L.append(f"{I}st += {bias_term(p, '[None, :]', '[:, None]')}")
-    return L + [f"{I}pt = tl.where({keep_expr(p, '[None, :]', '[:, None]')}, "
-                "tl.exp2(st - lse[None, :]), 0.0)"]
+    return L + [
+        f"{I}pt = tl.where({keep_expr(p, '[None, :]', '[:, None]')}, "
+        "tl.exp2(st - lse[None, :]), 0.0)"
+    ]
 
 
 def _p_and_dp(p: Problem, I: str) -> list[str]:
@@ -176,9 +211,11 @@ def _p_and_dp(p: Problem, I: str) -> list[str]:
     L = [f"{I}s = tl.dot(q, tl.trans(k)) * c"]
     if p.bias:
         L.append(f"{I}s += {bias_term(p, '[:, None]', '[None, :]')}")
-    L += [f"{I}pr = tl.where({keep_expr(p, '[:, None]', '[None, :]')}, "
-          "tl.exp2(s - lse[:, None]), 0.0)",
-          f"{I}dp = tl.dot(do, tl.trans(v))"]
+    L += [
+        f"{I}pr = tl.where({keep_expr(p, '[:, None]', '[None, :]')}, "
+        "tl.exp2(s - lse[:, None]), 0.0)",
+        f"{I}dp = tl.dot(do, tl.trans(v))",
+    ]
     if p.dropout:
         L += dropout_keep(p, I, "[:, None]", "[None, :]")
         L.append(f"{I}dp = tl.where(kept, dp * keep_scale, 0.0)")
@@ -195,19 +232,24 @@ def dkdv_source(name: str, p: Problem, g: Grads, kn, interpret: bool) -> str:
     L = _head(name, p, _params(p, ["Q", "K", "V", "DO", "STATS", "DK", "DV", "WS"]), True)
     L += [f"{I}offs_n = pid * {bn} + tl.arange(0, {bn})"]
     L += _loads_kv_side(p, I, interpret)
-    L += [f"{I}dk = tl.full([{bn}, {bd}], 0.0, tl.float32)",
-          f"{I}dv = tl.full([{bn}, {bdv}], 0.0, tl.float32)",
-          # the query rows that may see this key tile: i >= j - shift - RIGHT,
-          # i < j - shift + LEFT
-          f"{I}lo = 0", f"{I}hi = q_len"]
+    L += [
+        f"{I}dk = tl.full([{bn}, {bd}], 0.0, tl.float32)",
+        f"{I}dv = tl.full([{bn}, {bdv}], 0.0, tl.float32)",
+        # the query rows that may see this key tile: i >= j - shift - RIGHT,
+        # i < j - shift + LEFT
+        f"{I}lo = 0",
+        f"{I}hi = q_len",
+    ]
     if p.right is not None:
         L.append(f"{I}lo = tl.maximum(0, pid * {bn} - shift - {p.right}) // {bm} * {bm}")
     if p.left is not None:
         L.append(f"{I}hi = tl.minimum(hi, pid * {bn} + {bn} - 1 - shift + {p.left})")
     tma = bool(getattr(kn, "TMA", 0)) and not interpret
-    if getattr(kn, "DQ_ATOMIC", 0) and tma:   # rows past S_q are clipped by the TMA unit
-        L.append(f"{I}dq_desc = tl.make_tensor_descriptor(WS + {dq_base(p)}, shape=[{p.B * p.H}"
-                 f", {p.SQ}, {bd}], strides=[{p.SQ * bd}, {bd}, 1], block_shape=[1, {bm}, {bd}])")
+    if getattr(kn, "DQ_ATOMIC", 0) and tma:  # rows past S_q are clipped by the TMA unit
+        L.append(
+            f"{I}dq_desc = tl.make_tensor_descriptor(WS + {dq_base(p)}, shape=[{p.B * p.H}"
+            f", {p.SQ}, {bd}], strides=[{p.SQ * bd}, {bd}, 1], block_shape=[1, {bm}, {bd}])"
+        )
     L.append(f"{I}for gi in range(0, {p.H // p.HKV}):")
     L.append(f"{I2}h = hk * {p.H // p.HKV} + gi")
     if p.dropout:
@@ -222,27 +264,31 @@ def dkdv_source(name: str, p: Problem, g: Grads, kn, interpret: bool) -> str:
         L.append(f"{I3}pdt = tl.where(kept, pt * keep_scale, 0.0)")
         pdrop = "pdt"
     cast = "" if interpret else f".to({dt})"
-    L += [f"{I3}dv += tl.dot({pdrop}{cast}, do)",
-          f"{I3}dpt = tl.dot(v, tl.trans(do))"]
+    L += [f"{I3}dv += tl.dot({pdrop}{cast}, do)", f"{I3}dpt = tl.dot(v, tl.trans(do))"]
     if p.dropout:
         L.append(f"{I3}dpt = tl.where(kept, dpt * keep_scale, 0.0)")
-    L += [f"{I3}dst = pt * (dpt - dl[None, :])",
-          f"{I3}dk += tl.dot(dst{cast}, q)"]
-    if getattr(kn, "DQ_ATOMIC", 0) and tma:    # dQ += dS K: one bulk reduction (TMA)
-        L += [f"{I3}dqp = tl.dot(tl.trans(dst{cast}), k)",
-              f"{I3}dq_desc.atomic_add([b * {p.H} + h, start, 0], dqp.reshape(1, {bm}, {bd}))"]
-    elif getattr(kn, "DQ_ATOMIC", 0):     # dQ += dS K, float32 atomics per element
-        L += [f"{I3}dqp = tl.dot(tl.trans(dst{cast}), k)",
-              f"{I3}tl.atomic_add(WS + {dq_base(p)} + ((b * {p.H} + h) * {p.SQ} + "
-              f"offs_m)[:, None] * {bd} + offs_d[None, :], dqp, "
-              "mask=rmask[:, None] & dmask[None, :], sem=\"relaxed\")"]
-    L += [f"{I}dk = dk * SCALE",
-          f"{I}tl.store(DK + {_off('b', 'hk', g.dk)} + offs_n[:, None] * {g.dk[2]} + "
-          f"offs_d[None, :] * {g.dk[3]}, dk.to({TL_TYPE[g.dk_dtype]}), "
-          f"mask=(offs_n < {p.SKV})[:, None] & dmask[None, :])",
-          f"{I}tl.store(DV + {_off('b', 'hk', g.dv)} + offs_n[:, None] * {g.dv[2]} + "
-          f"offs_dv[None, :] * {g.dv[3]}, dv.to({TL_TYPE[g.dv_dtype]}), "
-          f"mask=(offs_n < {p.SKV})[:, None] & dvmask[None, :])"]
+    L += [f"{I3}dst = pt * (dpt - dl[None, :])", f"{I3}dk += tl.dot(dst{cast}, q)"]
+    if getattr(kn, "DQ_ATOMIC", 0) and tma:  # dQ += dS K: one bulk reduction (TMA)
+        L += [
+            f"{I3}dqp = tl.dot(tl.trans(dst{cast}), k)",
+            f"{I3}dq_desc.atomic_add([b * {p.H} + h, start, 0], dqp.reshape(1, {bm}, {bd}))",
+        ]
+    elif getattr(kn, "DQ_ATOMIC", 0):  # dQ += dS K, float32 atomics per element
+        L += [
+            f"{I3}dqp = tl.dot(tl.trans(dst{cast}), k)",
+            f"{I3}tl.atomic_add(WS + {dq_base(p)} + ((b * {p.H} + h) * {p.SQ} + "
+            f"offs_m)[:, None] * {bd} + offs_d[None, :], dqp, "
+            'mask=rmask[:, None] & dmask[None, :], sem="relaxed")',
+        ]
+    L += [
+        f"{I}dk = dk * SCALE",
+        f"{I}tl.store(DK + {_off('b', 'hk', g.dk)} + offs_n[:, None] * {g.dk[2]} + "
+        f"offs_d[None, :] * {g.dk[3]}, dk.to({TL_TYPE[g.dk_dtype]}), "
+        f"mask=(offs_n < {p.SKV})[:, None] & dmask[None, :])",
+        f"{I}tl.store(DV + {_off('b', 'hk', g.dv)} + offs_n[:, None] * {g.dv[2]} + "
+        f"offs_dv[None, :] * {g.dv[3]}, dv.to({TL_TYPE[g.dv_dtype]}), "
+        f"mask=(offs_n < {p.SKV})[:, None] & dvmask[None, :])",
+    ]
     return "\n".join(L) + "\n"
 
 
@@ -257,23 +303,25 @@ def dq_source(name: str, p: Problem, g: Grads, kn, interpret: bool) -> str:
     L += _loads_q_side(p, g, I, interpret)
     L += [f"{I}dq = tl.full([{bm}, {bd}], 0.0, tl.float32)", f"{I}lo = 0", f"{I}hi = kv_len"]
     if p.right is not None:
-        L.append(f"{I}hi = tl.minimum(hi, tl.minimum(pid * {bm} + {bm}, q_len) + shift + "
-                 f"{p.right})")
+        L.append(
+            f"{I}hi = tl.minimum(hi, tl.minimum(pid * {bm} + {bm}, q_len) + shift + {p.right})"
+        )
     if p.left is not None:
         L.append(f"{I}lo = tl.maximum(0, pid * {bm} + shift - {p.left} + 1) // {bn} * {bn}")
     if p.dropout:
         L += dropout_setup(p, I)
-    L += [f"{I}for start in range(lo, hi, {bn}):",
-          f"{I2}offs_n = start + tl.arange(0, {bn})"]
+    L += [f"{I}for start in range(lo, hi, {bn}):", f"{I2}offs_n = start + tl.arange(0, {bn})"]
     L += _loads_kv_side(p, I2, interpret)
     L += _p_and_dp(p, I2)
     cast = "" if interpret else f".to({dt})"
-    L += [f"{I2}ds = pr * (dp - dl[:, None])",
-          f"{I2}dq += tl.dot(ds{cast}, k)",
-          f"{I}dq = dq * SCALE",
-          f"{I}tl.store(DQ + {_off('b', 'h', g.dq)} + offs_m[:, None] * {g.dq[2]} + "
-          f"offs_d[None, :] * {g.dq[3]}, dq.to({TL_TYPE[g.dq_dtype]}), "
-          f"mask=(offs_m < {p.SQ})[:, None] & dmask[None, :])"]
+    L += [
+        f"{I2}ds = pr * (dp - dl[:, None])",
+        f"{I2}dq += tl.dot(ds{cast}, k)",
+        f"{I}dq = dq * SCALE",
+        f"{I}tl.store(DQ + {_off('b', 'h', g.dq)} + offs_m[:, None] * {g.dq[2]} + "
+        f"offs_d[None, :] * {g.dq[3]}, dq.to({TL_TYPE[g.dq_dtype]}), "
+        f"mask=(offs_m < {p.SQ})[:, None] & dmask[None, :])",
+    ]
     return "\n".join(L) + "\n"
 
 
@@ -287,30 +335,36 @@ def dbias_source(name: str, p: Problem, g: Grads, kn, interpret: bool) -> str:
     bd, bdv = max(16, _pow2(p.D)), max(16, _pow2(p.DV))
     nb, nh = (p.B if g.bias_b == 1 else 1), (p.H if g.bias_h == 1 else 1)
     params = _params(p, ["Q", "K", "V", "DO", "STATS", "DBIAS", "WS"])
-    L = [COMBINE_HELPERS, PHILOX_HELPER if p.dropout else "", "@triton.jit",
-         f"def {name}({', '.join(params)}):",
-         f"{I}offs_m = tl.program_id(0) * {bm} + tl.arange(0, {bm})",
-         f"{I}offs_n = tl.program_id(1) * {bn} + tl.arange(0, {bn})",
-         f"{I}bb = tl.program_id(2) // {g.bias_h}",
-         f"{I}hh = tl.program_id(2) % {g.bias_h}",
-         f"{I}offs_d = tl.arange(0, {bd})",
-         f"{I}offs_dv = tl.arange(0, {bdv})",
-         f"{I}dmask = offs_d < {p.D}",
-         f"{I}dvmask = offs_dv < {p.DV}",
-         f"{I}c = SCALE * {LOG2E}",
-         f"{I}acc = tl.full([{bm}, {bn}], 0.0, tl.float32)",
-         f"{I}for bi in range(0, {nb}):",
-         f"{I2}b = {'bi' if g.bias_b == 1 else 'bb'}",
-         f"{I2}for hi_ in range(0, {nh}):",
-         f"{I3}h = {'hi_' if g.bias_h == 1 else 'hh'}",
-         f"{I3}hk = h // {p.H // p.HKV}"]
+    L = [
+        COMBINE_HELPERS,
+        PHILOX_HELPER if p.dropout else "",
+        "@triton.jit",
+        f"def {name}({', '.join(params)}):",
+        f"{I}offs_m = tl.program_id(0) * {bm} + tl.arange(0, {bm})",
+        f"{I}offs_n = tl.program_id(1) * {bn} + tl.arange(0, {bn})",
+        f"{I}bb = tl.program_id(2) // {g.bias_h}",
+        f"{I}hh = tl.program_id(2) % {g.bias_h}",
+        f"{I}offs_d = tl.arange(0, {bd})",
+        f"{I}offs_dv = tl.arange(0, {bdv})",
+        f"{I}dmask = offs_d < {p.D}",
+        f"{I}dvmask = offs_dv < {p.DV}",
+        f"{I}c = SCALE * {LOG2E}",
+        f"{I}acc = tl.full([{bm}, {bn}], 0.0, tl.float32)",
+        f"{I}for bi in range(0, {nb}):",
+        f"{I2}b = {'bi' if g.bias_b == 1 else 'bb'}",
+        f"{I2}for hi_ in range(0, {nh}):",
+        f"{I3}h = {'hi_' if g.bias_h == 1 else 'hh'}",
+        f"{I3}hk = h // {p.H // p.HKV}",
+    ]
     L += lengths(p, I3) + _loads_q_side(p, g, I3, interpret) + _loads_kv_side(p, I3, interpret)
     if p.dropout:
         L += dropout_setup(p, I3)
     L += _p_and_dp(p, I3)
     db = g.dbias
-    L += [f"{I3}acc += pr * (dp - dl[:, None])",
-          f"{I}tl.store(DBIAS + bb * {db[0]} + hh * {db[1]} + offs_m[:, None] * {db[2]} + "
-          f"offs_n[None, :] * {db[3]}, acc.to({TL_TYPE[g.dbias_dtype]}), "
-          f"mask=(offs_m < {p.SQ})[:, None] & (offs_n < {p.SKV})[None, :])"]
+    L += [
+        f"{I3}acc += pr * (dp - dl[:, None])",
+        f"{I}tl.store(DBIAS + bb * {db[0]} + hh * {db[1]} + offs_m[:, None] * {db[2]} + "
+        f"offs_n[None, :] * {db[3]}, acc.to({TL_TYPE[g.dbias_dtype]}), "
+        f"mask=(offs_m < {p.SQ})[:, None] & (offs_n < {p.SKV})[None, :])",
+    ]
     return "\n".join(L) + "\n"

@@ -34,6 +34,7 @@ W costs 4 B H S D bytes of workspace (512 MiB at S=16384, D=128; the pair needs 
 Gluon 3.6 exposes no TMA reduce; its builder does (``_gluon_bwd_kernels.tma_reduce_add``).
 The per-step work (``_nd_step``) and the consumer are ``_gluon_bwd_kernels``' (ND=True).
 """
+
 from __future__ import annotations
 
 import torch
@@ -42,14 +43,25 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
-from ._gluon_bwd_kernels import (CONSUMER_REGS, MAXNREG, PRODUCER_REGS, ROWS, WG_ROWS, Base,
-                                 _dkdv_buffers, _dkdv_consumer0, _dkdv_consumer1,
-                                 _dkdv_producer, attn_bwd_delta, desc, launcher)
+from ._gluon_bwd_kernels import (
+    CONSUMER_REGS,
+    MAXNREG,
+    PRODUCER_REGS,
+    ROWS,
+    WG_ROWS,
+    Base,
+    _dkdv_buffers,
+    _dkdv_consumer0,
+    _dkdv_consumer1,
+    _dkdv_producer,
+    attn_bwd_delta,
+    desc,
+    launcher,
+)
 
 
 @gluon.jit
-def attn_bwd_dq_convert(acc_ptr, dq_ptr, n_rows, scale, HEAD_D: gl.constexpr,
-                        BLOCK: gl.constexpr):
+def attn_bwd_dq_convert(acc_ptr, dq_ptr, n_rows, scale, HEAD_D: gl.constexpr, BLOCK: gl.constexpr):
     """dQ = scale x W in dQ's type, BLOCK rows of the 2-D [B H S, D] views a program."""
     TPW_D: gl.constexpr = HEAD_D // 4
     layout: gl.constexpr = gl.BlockedLayout([1, 4], [32 // TPW_D, TPW_D], [4, 1], [1, 0])
@@ -62,10 +74,25 @@ def attn_bwd_dq_convert(acc_ptr, dq_ptr, n_rows, scale, HEAD_D: gl.constexpr,
 
 
 @gluon.jit
-def attn_bwd_dkdvq(q_desc, do_desc, lse_desc, dl_desc, k_desc, v_desc, dk_desc, dv_desc,
-                   dq_desc, seq_len, kv_group, sm_scale, HEAD_D: gl.constexpr,
-                   NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                   CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+def attn_bwd_dkdvq(
+    q_desc,
+    do_desc,
+    lse_desc,
+    dl_desc,
+    k_desc,
+    v_desc,
+    dk_desc,
+    dv_desc,
+    dq_desc,
+    seq_len,
+    kv_group,
+    sm_scale,
+    HEAD_D: gl.constexpr,
+    NUM_STAGES: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr,
+    PRODUCER_REGS: gl.constexpr,
+):
     """dK, dV of 128 keys of one K / V head and their dQ share added into W (grid (S / 128,
     B H_kv), num_warps=4). q / do blocks [64, D], lse / delta [64], k / v / dk / dv
     [64, D], dq_desc: W, float32 blocks [64, D / 2]."""
@@ -82,40 +109,108 @@ def attn_bwd_dkdvq(q_desc, do_desc, lse_desc, dl_desc, k_desc, v_desc, dk_desc, 
         q_first = k_pos // BLOCK_M
     else:
         q_first = 0
-    q_smem, do_smem, lse_smem, dl_smem, k_smem, v_smem, kv_bars, q_ready, do_ready, empty = \
+    q_smem, do_smem, lse_smem, dl_smem, k_smem, v_smem, kv_bars, q_ready, do_ready, empty = (
         _dkdv_buffers(q_desc, do_desc, lse_desc, dl_desc, k_desc, v_desc, NUM_STAGES)
+    )
     ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([WG_N, BLOCK_M], dtype)
     ds_smem = gl.allocate_shared_memory(dtype, [4, WG_N, BLOCK_M], ds_layout)
-    dq_smem = gl.allocate_shared_memory(gl.float32, [2] + dq_desc.block_type.shape,
-                                        dq_desc.layout)
+    dq_smem = gl.allocate_shared_memory(gl.float32, [2] + dq_desc.block_type.shape, dq_desc.layout)
     ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     k_free = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(2):
         mbarrier.init(ds_ready.index(i), count=2)
     mbarrier.init(k_free.index(0), count=2)
     nd = (dq_desc, ds_smem, dq_smem, ds_ready, k_free.index(0), bh_kv, seq_len)
-    cargs = (dk_desc, dv_desc, q_smem, do_smem, lse_smem, dl_smem, k_smem, v_smem, kv_bars,
-             q_ready, do_ready, empty, kv_row, k_pos, kv_group, q_first, n_q, sm_scale, nd)
-    gl.warp_specialize([
-        (_dkdv_consumer0, (cargs, HEAD_D, NUM_STAGES, CAUSAL, True)),
-        (_dkdv_consumer1, (cargs, HEAD_D, NUM_STAGES, CAUSAL, True)),
-        (_dkdv_producer, (q_desc, do_desc, lse_desc, dl_desc, k_desc, v_desc, q_smem, do_smem,
-                          lse_smem, dl_smem, k_smem, v_smem, kv_bars, q_ready, do_ready,
-                          empty, kv_row, bh_kv, seq_len, kv_group, q_first, n_q,
-                          NUM_STAGES)),
-    ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+    cargs = (
+        dk_desc,
+        dv_desc,
+        q_smem,
+        do_smem,
+        lse_smem,
+        dl_smem,
+        k_smem,
+        v_smem,
+        kv_bars,
+        q_ready,
+        do_ready,
+        empty,
+        kv_row,
+        k_pos,
+        kv_group,
+        q_first,
+        n_q,
+        sm_scale,
+        nd,
+    )
+    gl.warp_specialize(
+        [
+            (_dkdv_consumer0, (cargs, HEAD_D, NUM_STAGES, CAUSAL, True)),
+            (_dkdv_consumer1, (cargs, HEAD_D, NUM_STAGES, CAUSAL, True)),
+            (
+                _dkdv_producer,
+                (
+                    q_desc,
+                    do_desc,
+                    lse_desc,
+                    dl_desc,
+                    k_desc,
+                    v_desc,
+                    q_smem,
+                    do_smem,
+                    lse_smem,
+                    dl_smem,
+                    k_smem,
+                    v_smem,
+                    kv_bars,
+                    q_ready,
+                    do_ready,
+                    empty,
+                    kv_row,
+                    bh_kv,
+                    seq_len,
+                    kv_group,
+                    q_first,
+                    n_q,
+                    NUM_STAGES,
+                ),
+            ),
+        ],
+        [4, 1],
+        [CONSUMER_REGS, PRODUCER_REGS],
+    )
 
 
 def smem_bytes(d: int, stages: int) -> int:
     """Shared memory of ``attn_bwd_dkdvq`` (2-byte types, 64-row query tiles): the Q / dO
     ring with its Stats / delta rows, K / V, the dS ring, the two float32 dQ tiles and the
     barriers (ptxas: 116160 bytes at head dim 64 with 2 stages, 198080 at 128)."""
-    return stages * WG_ROWS * (4 * d + 8) + 8 * WG_ROWS * d + 8 * WG_ROWS * WG_ROWS + \
-        4 * WG_ROWS * d + 512
+    return (
+        stages * WG_ROWS * (4 * d + 8)
+        + 8 * WG_ROWS * d
+        + 8 * WG_ROWS * WG_ROWS
+        + 4 * WG_ROWS * d
+        + 512
+    )
 
 
-def prepare(q, k, v, o, do, stats, dq, dk, dv, delta, acc, dims: tuple, scale: float,
-            stages: int, causal: bool, launch=launcher):
+def prepare(
+    q,
+    k,
+    v,
+    o,
+    do,
+    stats,
+    dq,
+    dk,
+    dv,
+    delta,
+    acc,
+    dims: tuple,
+    scale: float,
+    stages: int,
+    causal: bool,
+    launch=launcher,
+):
     """The nondeterministic backward's three launches (delta + zeroing W, dK / dV / dQ into
     W, dQ from W) as one callable on a stream, their TMA descriptors built once. q / o / do
     / dq packed [B, H, S, D], k / v / dk / dv packed [B, H_kv, S, D] buffers of torch type
@@ -127,24 +222,59 @@ def prepare(q, k, v, o, do, stats, dq, dk, dv, delta, acc, dims: tuple, scale: f
     def rows(t, n, block):
         return desc(t, [n, D], [block, D], dtype)
 
-    args = (rows(q, nq, wg), rows(do, nq, wg), desc(stats, [nq], [wg], f32),
-            desc(delta, [nq], [wg], f32), rows(k, nk, wg), rows(v, nk, wg), rows(dk, nk, wg),
-            rows(dv, nk, wg), desc(acc, [nq, D], [wg, D // 2], f32), S, H // HKV, scale)
+    args = (
+        rows(q, nq, wg),
+        rows(do, nq, wg),
+        desc(stats, [nq], [wg], f32),
+        desc(delta, [nq], [wg], f32),
+        rows(k, nk, wg),
+        rows(v, nk, wg),
+        rows(dk, nk, wg),
+        rows(dv, nk, wg),
+        desc(acc, [nq, D], [wg, D // 2], f32),
+        S,
+        H // HKV,
+        scale,
+    )
     w = Base(acc.data_ptr(), f32)
-    runs = [launch(attn_bwd_delta, (triton.cdiv(nq, 64), ),
-                   (Base(o.data_ptr(), dtype), Base(do.data_ptr(), dtype),
-                    Base(delta.data_ptr(), f32), w, nq),
-                   dict(HEAD_D=D, BLOCK=64, ZERO=True, num_warps=4)),
-            launch(attn_bwd_dkdvq, (S // ROWS, B * HKV), args,
-                   dict(HEAD_D=D, NUM_STAGES=stages, CAUSAL=causal,
-                        CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, num_warps=4,
-                        maxnreg=MAXNREG)),
-            launch(attn_bwd_dq_convert, (triton.cdiv(nq, 64), ),
-                   (w, Base(dq.data_ptr(), dtype), nq, scale),
-                   dict(HEAD_D=D, BLOCK=64, num_warps=4))]
+    runs = [
+        launch(
+            attn_bwd_delta,
+            (triton.cdiv(nq, 64),),
+            (
+                Base(o.data_ptr(), dtype),
+                Base(do.data_ptr(), dtype),
+                Base(delta.data_ptr(), f32),
+                w,
+                nq,
+            ),
+            dict(HEAD_D=D, BLOCK=64, ZERO=True, num_warps=4),
+        ),
+        launch(
+            attn_bwd_dkdvq,
+            (S // ROWS, B * HKV),
+            args,
+            dict(
+                HEAD_D=D,
+                NUM_STAGES=stages,
+                CAUSAL=causal,
+                CONSUMER_REGS=CONSUMER_REGS,
+                PRODUCER_REGS=PRODUCER_REGS,
+                num_warps=4,
+                maxnreg=MAXNREG,
+            ),
+        ),
+        launch(
+            attn_bwd_dq_convert,
+            (triton.cdiv(nq, 64),),
+            (w, Base(dq.data_ptr(), dtype), nq, scale),
+            dict(HEAD_D=D, BLOCK=64, num_warps=4),
+        ),
+    ]
 
     def run(stream=None):
         for r in runs:
             r(stream)
-    run.runs = runs      # each launch on its own, to time the kernels apart
+
+    run.runs = runs  # each launch on its own, to time the kernels apart
     return run

@@ -31,6 +31,7 @@ back unread. TAIL (S % 128 != 0): keys past S masked (TMA
 zero-fills them), O / Stats written with masked stores (a TMA store would spill into the
 next head's rows of the 2-D view).
 """
+
 from __future__ import annotations
 
 from contextlib import nullcontext as _nullcontext
@@ -39,26 +40,28 @@ import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier,
-                                                              tma, warpgroup_mma,
-                                                              warpgroup_mma_wait)
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 # module-level constants must be gl.constexpr to be seen inside @gluon.jit code
 LOG2E = gl.constexpr(1.4426950408889634)
 LN2 = gl.constexpr(0.6931471805599453)
-CONSUMER_REGS = 240       # per consumer thread; the producer warp gets 24
-MAXNREG = 168             # launch limit: 12 warps x 128 threads x 168 <= 64K registers
-ROWS = 128                # query rows per program (two consumer warpgroups of 64)
-GL_TYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16,
-            torch.float32: gl.float32}
+CONSUMER_REGS = 240  # per consumer thread; the producer warp gets 24
+MAXNREG = 168  # launch limit: 12 warps x 128 threads x 168 <= 64K registers
+ROWS = 128  # query rows per program (two consumer warpgroups of 64)
+GL_TYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}
 
 
 @gluon.constexpr_function
 def wgmma_layout(n):
     """The register layout of one warpgroup's [64, n] float32 wgmma accumulator."""
-    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                     instr_shape=[16, n, 16])
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, n, 16])
 
 
 @gluon.constexpr_function
@@ -114,9 +117,23 @@ def _apply_mask(s, j, q_pos, seq_len, CAUSAL: gl.constexpr, s_layout: gl.constex
 
 
 @gluon.jit
-def _epilogue(acc, m_i, l_i, o_smem, o_desc, o_ptr, lse_ptr, q_row, q_pos, seq_len,
-              BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr, TAIL: gl.constexpr,
-              o_layout: gl.constexpr, s_layout: gl.constexpr):
+def _epilogue(
+    acc,
+    m_i,
+    l_i,
+    o_smem,
+    o_desc,
+    o_ptr,
+    lse_ptr,
+    q_row,
+    q_pos,
+    seq_len,
+    BLOCK_M: gl.constexpr,
+    HEAD_D: gl.constexpr,
+    TAIL: gl.constexpr,
+    o_layout: gl.constexpr,
+    s_layout: gl.constexpr,
+):
     """O = acc / l, LSE = (m + log2 l) * ln2 for the rows q_row.. (= position q_pos.. of the
     head). Without TAIL: O via smem (o_smem must be free) + TMA store. With TAIL: rows at
     positions >= seq_len must not be written (in the [B*H*S, D] view they are the next head's
@@ -141,18 +158,46 @@ def _epilogue(acc, m_i, l_i, o_smem, o_desc, o_ptr, lse_ptr, q_row, q_pos, seq_l
 
 
 @gluon.jit
-def _ws_producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars,
-                 k_ready, v_ready, k_empty, v_empty, q_row, kv_row, n_tiles,
-                 BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr):
+def _ws_producer(
+    q_desc,
+    k_desc,
+    v_desc,
+    q_smem,
+    k_smem,
+    v_smem,
+    q_bars,
+    k_ready,
+    v_ready,
+    k_empty,
+    v_empty,
+    q_row,
+    kv_row,
+    n_tiles,
+    BLOCK_N: gl.constexpr,
+    NUM_STAGES: gl.constexpr,
+):
     """Producer warp: Q tiles of both consumers, then K_j, V_j for key tiles 0..n_tiles-1
     (the CTA's key range: the same n_tiles both consumers iterate over)."""
     WG_M: gl.constexpr = q_desc.block_type.shape[0]
     for wg in gl.static_range(2):
         mbarrier.expect(q_bars.index(wg), q_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(q_desc, [q_row + wg * WG_M, 0], q_bars.index(wg),
-                                        q_smem.index(wg))
-    stream_kv(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, kv_row,
-              n_tiles, BLOCK_N, NUM_STAGES)
+        tma.async_copy_global_to_shared(
+            q_desc, [q_row + wg * WG_M, 0], q_bars.index(wg), q_smem.index(wg)
+        )
+    stream_kv(
+        k_desc,
+        v_desc,
+        k_smem,
+        v_smem,
+        k_ready,
+        v_ready,
+        k_empty,
+        v_empty,
+        kv_row,
+        n_tiles,
+        BLOCK_N,
+        NUM_STAGES,
+    )
 
 
 @gluon.jit
@@ -160,10 +205,12 @@ def kv_ring(k_desc, v_desc, NUM_STAGES: gl.constexpr):
     """The K / V ring of NUM_STAGES slots of the descriptors' blocks and its barriers:
     (k_smem, v_smem, k_ready, v_ready, k_empty, v_empty); ready barriers take the producer's
     TMA bytes (count 1), empty ones one arrive per consumer warpgroup (count 2)."""
-    k_smem = gl.allocate_shared_memory(k_desc.dtype, [NUM_STAGES] + k_desc.block_type.shape,
-                                       k_desc.layout)
-    v_smem = gl.allocate_shared_memory(v_desc.dtype, [NUM_STAGES] + v_desc.block_type.shape,
-                                       v_desc.layout)
+    k_smem = gl.allocate_shared_memory(
+        k_desc.dtype, [NUM_STAGES] + k_desc.block_type.shape, k_desc.layout
+    )
+    v_smem = gl.allocate_shared_memory(
+        v_desc.dtype, [NUM_STAGES] + v_desc.block_type.shape, v_desc.layout
+    )
     k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
@@ -177,8 +224,21 @@ def kv_ring(k_desc, v_desc, NUM_STAGES: gl.constexpr):
 
 
 @gluon.jit
-def stream_kv(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, kv_row,
-              n_tiles, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, base=0):
+def stream_kv(
+    k_desc,
+    v_desc,
+    k_smem,
+    v_smem,
+    k_ready,
+    v_ready,
+    k_empty,
+    v_empty,
+    kv_row,
+    n_tiles,
+    BLOCK_N: gl.constexpr,
+    NUM_STAGES: gl.constexpr,
+    base=0,
+):
     """A producer's K_j, V_j (rows kv_row + j BLOCK_N, j < n_tiles) into the ring: each slot
     waited empty (inverted phase: the first pass over a fresh ring does not wait), then
     loaded against its ready barrier's byte count. ``base``: the ring uses before these
@@ -197,11 +257,34 @@ def stream_kv(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty
 
 
 @gluon.jit
-def _ws_step(j, q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, pp_bars,
-             s, acc, p_op, m_i, l_i, qk_scale, q_pos, seq_len,
-             WG: gl.constexpr, NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr,
-             MASK: gl.constexpr, CAUSAL: gl.constexpr, s_layout: gl.constexpr,
-             row_o: gl.constexpr, p_layout: gl.constexpr, base=0):
+def _ws_step(
+    j,
+    q_tile,
+    k_smem,
+    v_smem,
+    k_ready,
+    v_ready,
+    k_empty,
+    v_empty,
+    pp_bars,
+    s,
+    acc,
+    p_op,
+    m_i,
+    l_i,
+    qk_scale,
+    q_pos,
+    seq_len,
+    WG: gl.constexpr,
+    NUM_STAGES: gl.constexpr,
+    PINGPONG: gl.constexpr,
+    MASK: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    s_layout: gl.constexpr,
+    row_o: gl.constexpr,
+    p_layout: gl.constexpr,
+    base=0,
+):
     """One main-loop iteration j >= 1 of a consumer: S_j = Q K_j^T and acc += P_{j-1} V_{j-1}
     in flight together, softmax of S_j (masked when MASK) overlapping the P V wgmma. Key
     tile j sits in ring use base + j (``base``: a persistent program's earlier uses)."""
@@ -213,13 +296,12 @@ def _ws_step(j, q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, pp_b
         # Warpgroup WG's k-th turn (k = j here) completes phase j of pp_bars[WG].
         mbarrier.wait(pp_bars.index(WG), j & 1)
     mbarrier.wait(k_ready.index(slot), phase)
-    s = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), s, use_acc=False,
-                      is_async=True)
+    s = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), s, use_acc=False, is_async=True)
     mbarrier.wait(v_ready.index(pslot), pphase)
     acc = warpgroup_mma(p_op, v_smem.index(pslot), acc, is_async=True)
     if PINGPONG:
         mbarrier.arrive(pp_bars.index(1 - WG), count=1)
-    s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))
+    s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
     mbarrier.arrive(k_empty.index(slot), count=1)
     if MASK:
         sm = _apply_mask(s, j, q_pos, seq_len, CAUSAL, s_layout)
@@ -234,11 +316,33 @@ def _ws_step(j, q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, pp_b
 
 
 @gluon.jit
-def _ws_tile(q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, pp_bars, s, acc, m_i,
-             l_i, qk_scale, my_pos, seq_len, n_tiles, WG: gl.constexpr,
-             NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr, CAUSAL: gl.constexpr,
-             TAIL: gl.constexpr, s_layout: gl.constexpr, row_o: gl.constexpr,
-             p_layout: gl.constexpr, base=0):
+def _ws_tile(
+    q_tile,
+    k_smem,
+    v_smem,
+    k_ready,
+    v_ready,
+    k_empty,
+    v_empty,
+    pp_bars,
+    s,
+    acc,
+    m_i,
+    l_i,
+    qk_scale,
+    my_pos,
+    seq_len,
+    n_tiles,
+    WG: gl.constexpr,
+    NUM_STAGES: gl.constexpr,
+    PINGPONG: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    TAIL: gl.constexpr,
+    s_layout: gl.constexpr,
+    row_o: gl.constexpr,
+    p_layout: gl.constexpr,
+    base=0,
+):
     """A consumer's pass over one query tile's key tiles up to the last P V: S_0 and its
     softmax, then ``_ws_step`` for tiles 1.. (unmasked ones first). Key tile j sits in
     ring use base + j. Returns (s, acc, p_op, m_i, l_i, n_own): n_own key tiles were read;
@@ -252,11 +356,10 @@ def _ws_tile(q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, pp_bars
     if PINGPONG:
         mbarrier.wait(pp_bars.index(WG), 0)
     mbarrier.wait(k_ready.index(slot0), (base // NUM_STAGES) & 1)
-    s = warpgroup_mma(q_tile, k_smem.index(slot0).permute((1, 0)), s, use_acc=False,
-                      is_async=True)
+    s = warpgroup_mma(q_tile, k_smem.index(slot0).permute((1, 0)), s, use_acc=False, is_async=True)
     if PINGPONG:
         mbarrier.arrive(pp_bars.index(1 - WG), count=1)
-    s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
     mbarrier.arrive(k_empty.index(slot0), count=1)
     if HAS_MASK:
         sm = _apply_mask(s, 0, my_pos, seq_len, CAUSAL, s_layout)
@@ -284,33 +387,117 @@ def _ws_tile(q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, pp_bars
             n_full = seq_len // BLOCK_N
         for j in range(1, n_full):
             s, acc, p_op, m_i, l_i = _ws_step(
-                j, q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, pp_bars,
-                s, acc, p_op, m_i, l_i, qk_scale, my_pos, seq_len,
-                WG, NUM_STAGES, PINGPONG, False, CAUSAL, s_layout, row_o, p_layout, base)
+                j,
+                q_tile,
+                k_smem,
+                v_smem,
+                k_ready,
+                v_ready,
+                k_empty,
+                v_empty,
+                pp_bars,
+                s,
+                acc,
+                p_op,
+                m_i,
+                l_i,
+                qk_scale,
+                my_pos,
+                seq_len,
+                WG,
+                NUM_STAGES,
+                PINGPONG,
+                False,
+                CAUSAL,
+                s_layout,
+                row_o,
+                p_layout,
+                base,
+            )
         for j in range(gl.maximum(n_full, 1), n_own):
             s, acc, p_op, m_i, l_i = _ws_step(
-                j, q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, pp_bars,
-                s, acc, p_op, m_i, l_i, qk_scale, my_pos, seq_len,
-                WG, NUM_STAGES, PINGPONG, True, CAUSAL, s_layout, row_o, p_layout, base)
+                j,
+                q_tile,
+                k_smem,
+                v_smem,
+                k_ready,
+                v_ready,
+                k_empty,
+                v_empty,
+                pp_bars,
+                s,
+                acc,
+                p_op,
+                m_i,
+                l_i,
+                qk_scale,
+                my_pos,
+                seq_len,
+                WG,
+                NUM_STAGES,
+                PINGPONG,
+                True,
+                CAUSAL,
+                s_layout,
+                row_o,
+                p_layout,
+                base,
+            )
     else:
         for j in range(1, n_tiles):
             s, acc, p_op, m_i, l_i = _ws_step(
-                j, q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, pp_bars,
-                s, acc, p_op, m_i, l_i, qk_scale, my_pos, seq_len,
-                WG, NUM_STAGES, PINGPONG, False, CAUSAL, s_layout, row_o, p_layout, base)
+                j,
+                q_tile,
+                k_smem,
+                v_smem,
+                k_ready,
+                v_ready,
+                k_empty,
+                v_empty,
+                pp_bars,
+                s,
+                acc,
+                p_op,
+                m_i,
+                l_i,
+                qk_scale,
+                my_pos,
+                seq_len,
+                WG,
+                NUM_STAGES,
+                PINGPONG,
+                False,
+                CAUSAL,
+                s_layout,
+                row_o,
+                p_layout,
+                base,
+            )
     return s, acc, p_op, m_i, l_i, n_own
 
 
 @gluon.jit
-def _ws_last_pv(v_smem, v_ready, v_empty, k_ready, k_empty, p_op, acc, n_own, n_tiles,
-                NUM_STAGES: gl.constexpr, SKIP: gl.constexpr, base=0):
+def _ws_last_pv(
+    v_smem,
+    v_ready,
+    v_empty,
+    k_ready,
+    k_empty,
+    p_op,
+    acc,
+    n_own,
+    n_tiles,
+    NUM_STAGES: gl.constexpr,
+    SKIP: gl.constexpr,
+    base=0,
+):
     """The last P V of a consumer's query tile (key tile n_own - 1), then (SKIP) the key
     tiles past its last row handed back unread; returns acc."""
     lj = base + n_own - 1
     lslot = lj % NUM_STAGES
     mbarrier.wait(v_ready.index(lslot), (lj // NUM_STAGES) & 1)
     acc = warpgroup_mma(p_op, v_smem.index(lslot), acc, is_async=True)
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     mbarrier.arrive(v_empty.index(lslot), count=1)
     # (PINGPONG: the last P V is issued without a turn; the other warpgroup's last turn only
     # needs our arrive from turn n_tiles - 1, which already happened.)
@@ -329,11 +516,32 @@ def _ws_last_pv(v_smem, v_ready, v_empty, k_ready, k_empty, p_op, acc, n_own, n_
 
 
 @gluon.jit
-def _ws_consumer(o_desc, o_ptr, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
-                 v_empty, pp_bars, lse_ptr, q_row, q_pos, seq_len, n_tiles, sm_scale,
-                 WG: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
-                 NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr, CAUSAL: gl.constexpr,
-                 TAIL: gl.constexpr):
+def _ws_consumer(
+    o_desc,
+    o_ptr,
+    q_smem,
+    k_smem,
+    v_smem,
+    q_bars,
+    k_ready,
+    v_ready,
+    k_empty,
+    v_empty,
+    pp_bars,
+    lse_ptr,
+    q_row,
+    q_pos,
+    seq_len,
+    n_tiles,
+    sm_scale,
+    WG: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    HEAD_D: gl.constexpr,
+    NUM_STAGES: gl.constexpr,
+    PINGPONG: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    TAIL: gl.constexpr,
+):
     """Consumer warpgroup WG (0 or 1): 64 query rows, S = Q K^T, softmax, O += P V.
 
     Same schedule as stage 1 but the ring is filled by the producer warp; a slot is handed
@@ -365,36 +573,111 @@ def _ws_consumer(o_desc, o_ptr, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready
 
     mbarrier.wait(q_bars.index(WG), 0)
     s, acc, p_op, m_i, l_i, n_own = _ws_tile(
-        q_tile, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, pp_bars, s, acc, m_i,
-        l_i, qk_scale, my_pos, seq_len, n_tiles, WG, NUM_STAGES, PINGPONG, CAUSAL, TAIL,
-        s_layout, row_o, p_layout)
-    acc = _ws_last_pv(v_smem, v_ready, v_empty, k_ready, k_empty, p_op, acc, n_own, n_tiles,
-                      NUM_STAGES, CAUSAL and not PINGPONG and BLOCK_N < 2 * WG_M)
-    _epilogue(acc, m_i, l_i, q_tile, o_desc, o_ptr, lse_ptr, my_row, my_pos, seq_len, WG_M,
-              HEAD_D, TAIL, o_layout, s_layout)
+        q_tile,
+        k_smem,
+        v_smem,
+        k_ready,
+        v_ready,
+        k_empty,
+        v_empty,
+        pp_bars,
+        s,
+        acc,
+        m_i,
+        l_i,
+        qk_scale,
+        my_pos,
+        seq_len,
+        n_tiles,
+        WG,
+        NUM_STAGES,
+        PINGPONG,
+        CAUSAL,
+        TAIL,
+        s_layout,
+        row_o,
+        p_layout,
+    )
+    acc = _ws_last_pv(
+        v_smem,
+        v_ready,
+        v_empty,
+        k_ready,
+        k_empty,
+        p_op,
+        acc,
+        n_own,
+        n_tiles,
+        NUM_STAGES,
+        CAUSAL and not PINGPONG and BLOCK_N < 2 * WG_M,
+    )
+    _epilogue(
+        acc,
+        m_i,
+        l_i,
+        q_tile,
+        o_desc,
+        o_ptr,
+        lse_ptr,
+        my_row,
+        my_pos,
+        seq_len,
+        WG_M,
+        HEAD_D,
+        TAIL,
+        o_layout,
+        s_layout,
+    )
 
 
 @gluon.jit
-def _ws_consumer0(args, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
-                  NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr, CAUSAL: gl.constexpr,
-                  TAIL: gl.constexpr):
+def _ws_consumer0(
+    args,
+    BLOCK_N: gl.constexpr,
+    HEAD_D: gl.constexpr,
+    NUM_STAGES: gl.constexpr,
+    PINGPONG: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    TAIL: gl.constexpr,
+):
     """Default partition: consumer warpgroup 0."""
     _ws_consumer(*args, 0, BLOCK_N, HEAD_D, NUM_STAGES, PINGPONG, CAUSAL, TAIL)
 
 
 @gluon.jit
-def _ws_consumer1(args, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
-                  NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr, CAUSAL: gl.constexpr,
-                  TAIL: gl.constexpr):
+def _ws_consumer1(
+    args,
+    BLOCK_N: gl.constexpr,
+    HEAD_D: gl.constexpr,
+    NUM_STAGES: gl.constexpr,
+    PINGPONG: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    TAIL: gl.constexpr,
+):
     """Worker partition 0: consumer warpgroup 1."""
     _ws_consumer(*args, 1, BLOCK_N, HEAD_D, NUM_STAGES, PINGPONG, CAUSAL, TAIL)
 
 
 @gluon.jit
-def attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, seq_len, kv_group, sm_scale,
-                BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr,
-                PINGPONG: gl.constexpr, CAUSAL: gl.constexpr, TAIL: gl.constexpr,
-                CONSUMER_REGS: gl.constexpr, LPT: gl.constexpr = False):
+def attn_fwd_ws(
+    q_desc,
+    k_desc,
+    v_desc,
+    o_desc,
+    o_ptr,
+    lse_ptr,
+    seq_len,
+    kv_group,
+    sm_scale,
+    BLOCK_N: gl.constexpr,
+    HEAD_D: gl.constexpr,
+    NUM_STAGES: gl.constexpr,
+    PINGPONG: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    TAIL: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr,
+    LPT: gl.constexpr = False,
+):
     """Warp-specialized FA3-style forward; q_desc/o_desc blocks are [64, D] (one per
     consumer warpgroup), a CTA covers 128 query rows. Launch with num_warps=4 on the grid
     (cdiv(S, 128), B * H). Query head bh reads K/V head bh // kv_group (GQA). CAUSAL: top-left
@@ -437,15 +720,54 @@ def attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, seq_len, kv_grou
         # Warpgroup 0 gets the first turn on the tensor cores.
         mbarrier.arrive(pp_bars.index(0), count=1)
 
-    cargs = (o_desc, o_ptr, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
-             pp_bars, lse_ptr, q_row, q_pos, seq_len, n_tiles, sm_scale)
-    gl.warp_specialize([
-        (_ws_consumer0, (cargs, BLOCK_N, HEAD_D, NUM_STAGES, PINGPONG, CAUSAL, TAIL)),
-        (_ws_consumer1, (cargs, BLOCK_N, HEAD_D, NUM_STAGES, PINGPONG, CAUSAL, TAIL)),
-        (_ws_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready,
-                        v_ready, k_empty, v_empty, q_row, kv_row, n_tiles, BLOCK_N,
-                        NUM_STAGES)),
-    ], [4, 1], [CONSUMER_REGS, 24])
+    cargs = (
+        o_desc,
+        o_ptr,
+        q_smem,
+        k_smem,
+        v_smem,
+        q_bars,
+        k_ready,
+        v_ready,
+        k_empty,
+        v_empty,
+        pp_bars,
+        lse_ptr,
+        q_row,
+        q_pos,
+        seq_len,
+        n_tiles,
+        sm_scale,
+    )
+    gl.warp_specialize(
+        [
+            (_ws_consumer0, (cargs, BLOCK_N, HEAD_D, NUM_STAGES, PINGPONG, CAUSAL, TAIL)),
+            (_ws_consumer1, (cargs, BLOCK_N, HEAD_D, NUM_STAGES, PINGPONG, CAUSAL, TAIL)),
+            (
+                _ws_producer,
+                (
+                    q_desc,
+                    k_desc,
+                    v_desc,
+                    q_smem,
+                    k_smem,
+                    v_smem,
+                    q_bars,
+                    k_ready,
+                    v_ready,
+                    k_empty,
+                    v_empty,
+                    q_row,
+                    kv_row,
+                    n_tiles,
+                    BLOCK_N,
+                    NUM_STAGES,
+                ),
+            ),
+        ],
+        [4, 1],
+        [CONSUMER_REGS, 24],
+    )
 
 
 class Base:
@@ -473,9 +795,11 @@ def _encoded(k, args: tuple):
     ``k.run`` does the work)."""
     try:
         from triton.backends.nvidia.driver import make_tensordesc_arg
+
         run = k.run
-        cells = dict(zip(run.launch.__code__.co_freevars,
-                         (c.cell_contents for c in run.launch.__closure__)))
+        cells = dict(
+            zip(run.launch.__code__.co_freevars, (c.cell_contents for c in run.launch.__closure__))
+        )
         raw, idx, meta = cells["launcher"], cells["tensordesc_indices"], cells["tensordesc_meta"]
         if run.global_scratch_size or run.profile_scratch_size or run.num_ctas != 1:
             return None
@@ -488,11 +812,21 @@ def _encoded(k, args: tuple):
             t += 1
         else:
             final.append(a)
-    head = (k.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
-            k.packed_metadata, None, None, None)
+    head = (
+        k.function,
+        run.launch_cooperative_grid,
+        run.launch_pdl,
+        None,
+        None,
+        k.packed_metadata,
+        None,
+        None,
+        None,
+    )
 
     def launch(g, stream):
         raw(*g, stream, *head, *final)
+
     return launch
 
 
@@ -503,7 +837,7 @@ def launcher(fn, grid: tuple, args: tuple, consts: dict):
     binder and its descriptor handling cost more than the kernel at S=1024 (H100: 16.9 us
     per forward launch through the JIT, 5.6 us direct; docs/design/attention.md)."""
     tail = tuple(consts[n] for n in fn.arg_names if n in consts)
-    g = tuple(grid) + (1, ) * (3 - len(grid))
+    g = tuple(grid) + (1,) * (3 - len(grid))
     compiled = []
 
     def launch(stream=None):
@@ -511,12 +845,19 @@ def launcher(fn, grid: tuple, args: tuple, consts: dict):
             with torch.cuda.ExternalStream(stream) if stream else _nullcontext():
                 k = fn[grid](*args, **consts)
             direct = _encoded(k, tuple(args) + tail)
-            compiled.append(direct or (lambda g, stream: k.run(
-                *g, stream, k.function, k.packed_metadata, None, None, None, *args, *tail)))
+            compiled.append(
+                direct
+                or (
+                    lambda g, stream: k.run(
+                        *g, stream, k.function, k.packed_metadata, None, None, None, *args, *tail
+                    )
+                )
+            )
             return
         if stream is None:
             stream = torch._C._cuda_getCurrentRawStream(torch.cuda.current_device())
         compiled[0](g, stream)
+
     return launch
 
 
@@ -525,21 +866,51 @@ def fwd_descs(q, k, v, o, dims: tuple, block_n: int) -> tuple:
     warpgroup), K and V in [block_n, D] blocks, over the packed 2-D [rows, D] views."""
     B, H, HKV, S, D, dtype = dims
     nq, nk = B * H * S, B * HKV * S
-    return (desc(q, [nq, D], [ROWS // 2, D], dtype), desc(k, [nk, D], [block_n, D], dtype),
-            desc(v, [nk, D], [block_n, D], dtype), desc(o, [nq, D], [ROWS // 2, D], dtype))
+    return (
+        desc(q, [nq, D], [ROWS // 2, D], dtype),
+        desc(k, [nk, D], [block_n, D], dtype),
+        desc(v, [nk, D], [block_n, D], dtype),
+        desc(o, [nq, D], [ROWS // 2, D], dtype),
+    )
 
 
-def prepare(q, k, v, o, stats, dims: tuple, scale: float, block_n: int, stages: int,
-            pingpong: bool, causal: bool, lpt: bool = False):
+def prepare(
+    q,
+    k,
+    v,
+    o,
+    stats,
+    dims: tuple,
+    scale: float,
+    block_n: int,
+    stages: int,
+    pingpong: bool,
+    causal: bool,
+    lpt: bool = False,
+):
     """The forward's launch as a callable (on a stream), its TMA descriptors built once: q /
     k / v / o contiguous [B, H(kv), S, D] buffers of torch type ``dims[5]``, stats float32
     [B, H, S] (written); dims = (B, H, H_kv, S, D, dtype). It holds the buffers' addresses,
     not the buffers."""
     B, H, HKV, S, D, dtype = dims
     args = fwd_descs(q, k, v, o, dims, block_n) + (
-        Base(o.data_ptr(), dtype), Base(stats.data_ptr(), torch.float32), S, H // HKV, scale)
-    consts = dict(BLOCK_N=block_n, HEAD_D=D, NUM_STAGES=stages, PINGPONG=pingpong,
-                  CAUSAL=causal, TAIL=S % ROWS != 0, CONSUMER_REGS=CONSUMER_REGS, LPT=lpt,
-                  num_warps=4, maxnreg=MAXNREG)
+        Base(o.data_ptr(), dtype),
+        Base(stats.data_ptr(), torch.float32),
+        S,
+        H // HKV,
+        scale,
+    )
+    consts = dict(
+        BLOCK_N=block_n,
+        HEAD_D=D,
+        NUM_STAGES=stages,
+        PINGPONG=pingpong,
+        CAUSAL=causal,
+        TAIL=S % ROWS != 0,
+        CONSUMER_REGS=CONSUMER_REGS,
+        LPT=lpt,
+        num_warps=4,
+        maxnreg=MAXNREG,
+    )
     tiles = triton.cdiv(S, ROWS)
     return launcher(attn_fwd_ws, (B * H, tiles) if lpt else (tiles, B * H), args, consts)

@@ -27,6 +27,7 @@ Dropout: element (b, h, i, j) takes the Philox stream of ``ops/dropout.py`` at l
 index ((b H + h) S_q + i) S_kv + j: word idx mod 4 of Philox(SEED, OFFSET + idx // 4),
 kept when its float32 uniform is >= p (a literal of the source, as 1 / (1 - p)).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,13 +36,14 @@ from ..dropout._kernels import PHILOX_HELPER
 from ..fusion._codegen import COMBINE_HELPERS, TL_TYPE
 
 LOG2E = 1.4426950408889634
-INT32_LIMIT = 2 ** 31 - 1
+INT32_LIMIT = 2**31 - 1
 
 
 @dataclasses.dataclass(frozen=True)
 class Problem:
     """Shapes, strides and options of one sdpa forward. Strides are (b, h, s, d) for Q,
     K, V, O, (b, h, s_q, s_kv) for BIAS (0 where it broadcasts), (b, h, s_q) for STATS."""
+
     B: int
     H: int
     HKV: int
@@ -53,26 +55,28 @@ class Problem:
     k: tuple
     v: tuple
     o: tuple
-    dtype: object                      # DataType of Q / K / V (P is cast to it for P V)
-    out_dtype: object                  # DataType of O
+    dtype: object  # DataType of Q / K / V (P is cast to it for P V)
+    out_dtype: object  # DataType of O
     stats: tuple | None = None
     bias: tuple | None = None
     bias_dtype: object = None
-    right: int | None = None           # band bounds (None: unbounded)
+    right: int | None = None  # band bounds (None: unbounded)
     left: int | None = None
     bottom_right: bool = False
-    padding: bool = False              # SEQ_Q / SEQ_KV tensors [B] (any int type)
-    seq_strides: tuple = (1, 1)        # their batch strides
-    dropout: bool = False              # SEED, OFFSET (device tensors or host values)
+    padding: bool = False  # SEQ_Q / SEQ_KV tensors [B] (any int type)
+    seq_strides: tuple = (1, 1)  # their batch strides
+    dropout: bool = False  # SEED, OFFSET (device tensors or host values)
     p_drop: float = 0.0
-    seed_host: bool = False            # SEED / OFFSET passed by value (a kernel scalar)
+    seed_host: bool = False  # SEED / OFFSET passed by value (a kernel scalar)
     offset_host: bool = False
 
     @property
     def big(self) -> bool:
         return self.B * self.H * max(self.SQ, 1) * max(self.SKV, 1) >= INT32_LIMIT or any(
-            s * n >= INT32_LIMIT for t in (self.q, self.k, self.v, self.o) for s, n in
-            zip(t, (self.B, self.H, max(self.SQ, self.SKV), self.DV)))
+            s * n >= INT32_LIMIT
+            for t in (self.q, self.k, self.v, self.o)
+            for s, n in zip(t, (self.B, self.H, max(self.SQ, self.SKV), self.DV))
+        )
 
     def params(self) -> list[str]:
         out = ["Q", "K", "V", "O"] + (["STATS"] if self.stats else [])
@@ -95,8 +99,10 @@ def lengths(p: Problem, I: str) -> list[str]:
     shift (bottom-right alignment: kv_len - q_len)."""
     if p.padding:
         sq, skv = p.seq_strides
-        L = [f"{I}q_len = tl.load(SEQ_Q + b * {sq}).to(tl.int32)",
-             f"{I}kv_len = tl.load(SEQ_KV + b * {skv}).to(tl.int32)"]
+        L = [
+            f"{I}q_len = tl.load(SEQ_Q + b * {sq}).to(tl.int32)",
+            f"{I}kv_len = tl.load(SEQ_KV + b * {skv}).to(tl.int32)",
+        ]
     else:
         L = [f"{I}q_len = {p.SQ}", f"{I}kv_len = {p.SKV}"]
     return L + [f"{I}shift = kv_len - q_len" if p.bottom_right else f"{I}shift = 0"]
@@ -107,8 +113,10 @@ def bias_term(p: Problem, m: str, n: str, key_mask: bool = True) -> str:
     ``key_mask``: keys past kv_len are masked too (the tile may cross it)."""
     bs = p.bias
     mask = f"rmask{m} & nmask{n}" if key_mask else f"rmask{m}"
-    return (f"tl.load(BIAS + {_off('b', 'h', bs)} + offs_m{m} * {bs[2]} + offs_n{n} * {bs[3]}, "
-            f"mask={mask}, other=0.0).to(tl.float32) * {LOG2E}")
+    return (
+        f"tl.load(BIAS + {_off('b', 'h', bs)} + offs_m{m} * {bs[2]} + offs_n{n} * {bs[3]}, "
+        f"mask={mask}, other=0.0).to(tl.float32) * {LOG2E}"
+    )
 
 
 def keep_expr(p: Problem, m: str, n: str) -> str:
@@ -125,33 +133,41 @@ def keep_expr(p: Problem, m: str, n: str) -> str:
 def dropout_setup(p: Problem, I: str) -> list[str]:
     seed = "SEED" if p.seed_host else "tl.load(SEED)"
     off = "OFFSET" if p.offset_host else "tl.load(OFFSET)"
-    return [f"{I}seed = {seed}.to(tl.int64)",
-            f"{I}doff = {off}.to(tl.int64)",
-            f"{I}keep_scale = {1.0 / (1.0 - p.p_drop)!r}",
-            f"{I}bh64 = (b * {p.H} + h).to(tl.int64)"]
+    return [
+        f"{I}seed = {seed}.to(tl.int64)",
+        f"{I}doff = {off}.to(tl.int64)",
+        f"{I}keep_scale = {1.0 / (1.0 - p.p_drop)!r}",
+        f"{I}bh64 = (b * {p.H} + h).to(tl.int64)",
+    ]
 
 
 def dropout_keep(p: Problem, I: str, m: str, n: str) -> list[str]:
     """Lines setting ``kept`` for the tile (element (b, h, i, j): Philox word idx mod 4 at
     counter OFFSET + idx // 4, idx = ((b H + h) S_q + i) S_kv + j)."""
-    return [f"{I}idx = (bh64 * {p.SQ} + offs_m.to(tl.int64)){m} * {p.SKV} + "
-            f"offs_n.to(tl.int64){n}",
-            f"{I}u0, u1, u2, u3 = _philox4_uniform(seed, doff + (idx >> 2))",
-            f"{I}sel = idx & 3",
-            f"{I}u = tl.where(sel == 0, u0, tl.where(sel == 1, u1, tl.where(sel == 2, u2, u3)))",
-            f"{I}kept = u >= {float(p.p_drop)!r}"]
+    return [
+        f"{I}idx = (bh64 * {p.SQ} + offs_m.to(tl.int64)){m} * {p.SKV} + offs_n.to(tl.int64){n}",
+        f"{I}u0, u1, u2, u3 = _philox4_uniform(seed, doff + (idx >> 2))",
+        f"{I}sel = idx & 3",
+        f"{I}u = tl.where(sel == 0, u0, tl.where(sel == 1, u1, tl.where(sel == 2, u2, u3)))",
+        f"{I}kept = u >= {float(p.p_drop)!r}",
+    ]
 
 
-def _fwd_step(p: Problem, kn, masked: bool, interpret: bool, tma: bool, dt: str,
-              I2: str) -> list[str]:
+def _fwd_step(
+    p: Problem, kn, masked: bool, interpret: bool, tma: bool, dt: str, I2: str
+) -> list[str]:
     """One key tile of the forward loop; ``masked``: the tile may hold masked keys."""
     bn = kn.BLOCK_N
     ks, vs = p.k, p.v
     bd, bdv = max(16, _pow2(p.D)), max(16, _pow2(p.DV))
-    kmask = "nmask[None, :] & dmask[:, None]" if masked else \
-        ("dmask[:, None]" if bd != p.D else None)
-    vmask = "nmask[:, None] & dvmask[None, :]" if masked else \
-        ("dvmask[None, :]" if bdv != p.DV else None)
+    kmask = (
+        "nmask[None, :] & dmask[:, None]" if masked else ("dmask[:, None]" if bd != p.D else None)
+    )
+    vmask = (
+        "nmask[:, None] & dvmask[None, :]"
+        if masked
+        else ("dvmask[None, :]" if bdv != p.DV else None)
+    )
     L = [f"{I2}offs_n = start + tl.arange(0, {bn})"]
     if masked:
         L.append(f"{I2}nmask = offs_n < kv_len")
@@ -159,26 +175,31 @@ def _fwd_step(p: Problem, kn, masked: bool, interpret: bool, tma: bool, dt: str,
         L.append(f"{I2}kt = tl.trans(k_desc.load([start, 0]))")
     else:
         m = f", mask={kmask}, other=0.0" if kmask else ""
-        L.append(f"{I2}kt = tl.load(k_base + offs_n[None, :] * {ks[2]} + offs_d[:, None] * "
-                 f"{ks[3]}{m})")
+        L.append(
+            f"{I2}kt = tl.load(k_base + offs_n[None, :] * {ks[2]} + offs_d[:, None] * {ks[3]}{m})"
+        )
     if interpret:
         L.append(f"{I2}kt = kt.to(tl.float32)")
-    fold = not masked and not p.bias    # scale folded into the exponent: one FMA
+    fold = not masked and not p.bias  # scale folded into the exponent: one FMA
     L.append(f"{I2}s = tl.dot(q, kt)" if fold else f"{I2}s = tl.dot(q, kt) * c")
     if p.bias:
         L.append(f"{I2}s += {bias_term(p, '[:, None]', '[None, :]', masked)}")
     if masked:
-        L.append(f"{I2}s = tl.where({keep_expr(p, '[:, None]', '[None, :]')}, s, "
-                 "float(\"-inf\"))")
+        L.append(f'{I2}s = tl.where({keep_expr(p, "[:, None]", "[None, :]")}, s, float("-inf"))')
     L.append(f"{I2}m_new = tl.maximum(m_i, tl.reduce(s, 1, _max_combine){' * c' if fold else ''})")
     # a row's maximum may be -inf where keys are masked or a bias holds -inf (an additive
     # mask); where every key is kept and there is no bias it is finite
-    L.append(f"{I2}m_safe = tl.where(m_new == float(\"-inf\"), 0.0, m_new)" if masked or p.bias
-             else f"{I2}m_safe = m_new")
-    L += [f"{I2}pr = tl.exp2({'s * c' if fold else 's'} - m_safe[:, None])",
-          f"{I2}alpha = tl.exp2(m_i - m_safe)",
-          f"{I2}l_i = l_i * alpha + tl.reduce(pr, 1, _add_combine)",
-          f"{I2}m_i = m_new"]
+    L.append(
+        f'{I2}m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)'
+        if masked or p.bias
+        else f"{I2}m_safe = m_new"
+    )
+    L += [
+        f"{I2}pr = tl.exp2({'s * c' if fold else 's'} - m_safe[:, None])",
+        f"{I2}alpha = tl.exp2(m_i - m_safe)",
+        f"{I2}l_i = l_i * alpha + tl.reduce(pr, 1, _add_combine)",
+        f"{I2}m_i = m_new",
+    ]
     if p.dropout:
         L += dropout_keep(p, I2, "[:, None]", "[None, :]")
         L.append(f"{I2}pr = tl.where(kept, pr * keep_scale, 0.0)")
@@ -186,8 +207,9 @@ def _fwd_step(p: Problem, kn, masked: bool, interpret: bool, tma: bool, dt: str,
         L.append(f"{I2}vt = v_desc.load([start, 0])")
     else:
         m = f", mask={vmask}, other=0.0" if vmask else ""
-        L.append(f"{I2}vt = tl.load(v_base + offs_n[:, None] * {vs[2]} + offs_dv[None, :] * "
-                 f"{vs[3]}{m})")
+        L.append(
+            f"{I2}vt = tl.load(v_base + offs_n[:, None] * {vs[2]} + offs_dv[None, :] * {vs[3]}{m})"
+        )
     if interpret:
         L.append(f"{I2}acc = acc * alpha[:, None] + tl.dot(pr, vt.to(tl.float32))")
     else:
@@ -199,8 +221,9 @@ def query_tile(p: Problem) -> str:
     """The program's query tile. With a right band bound (causal) a later tile sees more
     keys, so the grid runs tiles last to first: the longest start first and the wave's
     tail is short ones."""
-    return ("tl.num_programs(0) - 1 - tl.program_id(0)" if p.right is not None else
-            "tl.program_id(0)")
+    return (
+        "tl.num_programs(0) - 1 - tl.program_id(0)" if p.right is not None else "tl.program_id(0)"
+    )
 
 
 def fwd_source(name: str, p: Problem, kn, interpret: bool) -> str:
@@ -209,81 +232,107 @@ def fwd_source(name: str, p: Problem, kn, interpret: bool) -> str:
     tiles through tensor descriptors (compiled only)."""
     tma = bool(getattr(kn, "TMA", 0)) and not interpret
     bm, bn = kn.BLOCK_M, kn.BLOCK_N
-    bd, bdv = max(16, _pow2(p.D)), max(16, _pow2(p.DV))     # tl.dot: K, N >= 16
+    bd, bdv = max(16, _pow2(p.D)), max(16, _pow2(p.DV))  # tl.dot: K, N >= 16
     I, I2 = "    ", "        "
     dt = TL_TYPE[p.dtype]
     pid = "tl.program_id(1).to(tl.int64)" if p.big else "tl.program_id(1)"
-    L = [COMBINE_HELPERS, PHILOX_HELPER if p.dropout else "", "@triton.jit",
-         f"def {name}({', '.join(p.params())}):",
-         f"{I}pid_m = {query_tile(p)}",
-         f"{I}bh = {pid}",
-         f"{I}b = bh // {p.H}",
-         f"{I}h = bh % {p.H}",
-         f"{I}hk = h // {p.H // p.HKV}",
-         f"{I}offs_m = pid_m * {bm} + tl.arange(0, {bm})",
-         f"{I}offs_d = tl.arange(0, {bd})",
-         f"{I}offs_dv = tl.arange(0, {bdv})",
-         f"{I}dmask = offs_d < {p.D}",
-         f"{I}dvmask = offs_dv < {p.DV}"]
+    L = [
+        COMBINE_HELPERS,
+        PHILOX_HELPER if p.dropout else "",
+        "@triton.jit",
+        f"def {name}({', '.join(p.params())}):",
+        f"{I}pid_m = {query_tile(p)}",
+        f"{I}bh = {pid}",
+        f"{I}b = bh // {p.H}",
+        f"{I}h = bh % {p.H}",
+        f"{I}hk = h // {p.H // p.HKV}",
+        f"{I}offs_m = pid_m * {bm} + tl.arange(0, {bm})",
+        f"{I}offs_d = tl.arange(0, {bd})",
+        f"{I}offs_dv = tl.arange(0, {bdv})",
+        f"{I}dmask = offs_d < {p.D}",
+        f"{I}dvmask = offs_dv < {p.DV}",
+    ]
     L += lengths(p, I)
     qs, ks, vs, os_ = p.q, p.k, p.v, p.o
     L.append(f"{I}rmask = offs_m < q_len")
     if tma:
-        L += [f"{I}q_desc = tl.make_tensor_descriptor(Q + {_off('b', 'h', qs)}, "
-              f"shape=[{p.SQ}, {p.D}], strides=[{qs[2]}, 1], block_shape=[{kn.BLOCK_M}, {bd}])",
-              f"{I}q = q_desc.load([pid_m * {kn.BLOCK_M}, 0])"]
+        L += [
+            f"{I}q_desc = tl.make_tensor_descriptor(Q + {_off('b', 'h', qs)}, "
+            f"shape=[{p.SQ}, {p.D}], strides=[{qs[2]}, 1], block_shape=[{kn.BLOCK_M}, {bd}])",
+            f"{I}q = q_desc.load([pid_m * {kn.BLOCK_M}, 0])",
+        ]
     else:
-        L.append(f"{I}q = tl.load(Q + {_off('b', 'h', qs)} + offs_m[:, None] * {qs[2]} + "
-                 f"offs_d[None, :] * {qs[3]}, mask=rmask[:, None] & dmask[None, :], other=0.0)")
+        L.append(
+            f"{I}q = tl.load(Q + {_off('b', 'h', qs)} + offs_m[:, None] * {qs[2]} + "
+            f"offs_d[None, :] * {qs[3]}, mask=rmask[:, None] & dmask[None, :], other=0.0)"
+        )
     if interpret:
         L.append(f"{I}q = q.to(tl.float32)")
     # the key range: [lo, hi), whole BLOCK_N tiles, clipped to the band of the tile's rows
     L += [f"{I}lo = 0", f"{I}hi = kv_len"]
     if p.right is not None:
-        L.append(f"{I}hi = tl.minimum(hi, tl.minimum(pid_m * {bm} + {bm}, q_len) + shift + "
-                 f"{p.right})")
+        L.append(
+            f"{I}hi = tl.minimum(hi, tl.minimum(pid_m * {bm} + {bm}, q_len) + shift + {p.right})"
+        )
     if p.left is not None:
         L.append(f"{I}lo = tl.maximum(0, pid_m * {bm} + shift - {p.left} + 1) // {bn} * {bn}")
     # [mid_lo, mid_hi): tiles every row keeps whole -- no mask arithmetic there
     L += [f"{I}mid_lo = lo", f"{I}mid_hi = tl.maximum(lo, kv_len // {bn} * {bn})"]
     if p.right is not None:
-        L.append(f"{I}mid_hi = tl.maximum(lo, tl.minimum(mid_hi, (pid_m * {bm} + shift + "
-                 f"{p.right} + 1) // {bn} * {bn}))")
+        L.append(
+            f"{I}mid_hi = tl.maximum(lo, tl.minimum(mid_hi, (pid_m * {bm} + shift + "
+            f"{p.right} + 1) // {bn} * {bn}))"
+        )
     if p.left is not None:
-        L.append(f"{I}mid_lo = tl.minimum(mid_hi, tl.maximum(lo, (pid_m * {bm} + {bm} - 1 + "
-                 f"shift - {p.left} + {bn}) // {bn} * {bn}))")
+        L.append(
+            f"{I}mid_lo = tl.minimum(mid_hi, tl.maximum(lo, (pid_m * {bm} + {bm} - 1 + "
+            f"shift - {p.left} + {bn}) // {bn} * {bn}))"
+        )
     # c = |scale| log2(e) > 0 with Q negated (exactly) for a negative scale: the row
     # maximum of raw scores times c is then the maximum of scaled ones (the folded tiles)
-    L += [f"{I}q = tl.where(SCALE < 0, -q, q)",
-          f"{I}c = tl.abs(SCALE * {LOG2E})",
-          f"{I}m_i = tl.full([{bm}], float(\"-inf\"), tl.float32)",
-          f"{I}l_i = tl.full([{bm}], 0.0, tl.float32)",
-          f"{I}acc = tl.full([{bm}, {bdv}], 0.0, tl.float32)",
-          f"{I}k_base = K + {_off('b', 'hk', ks)}",
-          f"{I}v_base = V + {_off('b', 'hk', vs)}"]
+    L += [
+        f"{I}q = tl.where(SCALE < 0, -q, q)",
+        f"{I}c = tl.abs(SCALE * {LOG2E})",
+        f'{I}m_i = tl.full([{bm}], float("-inf"), tl.float32)',
+        f"{I}l_i = tl.full([{bm}], 0.0, tl.float32)",
+        f"{I}acc = tl.full([{bm}, {bdv}], 0.0, tl.float32)",
+        f"{I}k_base = K + {_off('b', 'hk', ks)}",
+        f"{I}v_base = V + {_off('b', 'hk', vs)}",
+    ]
     if tma:
-        L += [f"{I}k_desc = tl.make_tensor_descriptor(k_base, shape=[{p.SKV}, {p.D}], "
-              f"strides=[{ks[2]}, 1], block_shape=[{bn}, {bd}])",
-              f"{I}v_desc = tl.make_tensor_descriptor(v_base, shape=[{p.SKV}, {p.DV}], "
-              f"strides=[{vs[2]}, 1], block_shape=[{bn}, {bdv}])"]
+        L += [
+            f"{I}k_desc = tl.make_tensor_descriptor(k_base, shape=[{p.SKV}, {p.D}], "
+            f"strides=[{ks[2]}, 1], block_shape=[{bn}, {bd}])",
+            f"{I}v_desc = tl.make_tensor_descriptor(v_base, shape=[{p.SKV}, {p.DV}], "
+            f"strides=[{vs[2]}, 1], block_shape=[{bn}, {bdv}])",
+        ]
     if p.dropout:
         L += dropout_setup(p, I)
-    for lo_, hi_, masked in (("lo", "mid_lo", True), ("mid_lo", "mid_hi", False),
-                             ("mid_hi", "hi", True)):
+    for lo_, hi_, masked in (
+        ("lo", "mid_lo", True),
+        ("mid_lo", "mid_hi", False),
+        ("mid_hi", "hi", True),
+    ):
         if masked and lo_ == "lo" and p.left is None:
-            continue                   # no lower band: nothing below mid_lo
+            continue  # no lower band: nothing below mid_lo
         L.append(f"{I}for start in range({lo_}, {hi_}, {bn}):")
         L += _fwd_step(p, kn, masked, interpret, tma, dt, I2)
-    L += [f"{I}l_i = tl.where(rmask, l_i, 0.0)",     # rows past the batch's q_len: O = 0
-          f"{I}acc = tl.where(rmask[:, None], acc, 0.0)"]
-    L += [f"{I}l_safe = tl.where(l_i == 0.0, 1.0, l_i)",
-          f"{I}o = acc / l_safe[:, None]",
-          f"{I}tl.store(O + {_off('b', 'h', os_)} + offs_m[:, None] * {os_[2]} + offs_dv[None, :]"
-          f" * {os_[3]}, o.to({TL_TYPE[p.out_dtype]}), "
-          f"mask=(offs_m < {p.SQ})[:, None] & dvmask[None, :])"]
+    L += [
+        f"{I}l_i = tl.where(rmask, l_i, 0.0)",  # rows past the batch's q_len: O = 0
+        f"{I}acc = tl.where(rmask[:, None], acc, 0.0)",
+    ]
+    L += [
+        f"{I}l_safe = tl.where(l_i == 0.0, 1.0, l_i)",
+        f"{I}o = acc / l_safe[:, None]",
+        f"{I}tl.store(O + {_off('b', 'h', os_)} + offs_m[:, None] * {os_[2]} + offs_dv[None, :]"
+        f" * {os_[3]}, o.to({TL_TYPE[p.out_dtype]}), "
+        f"mask=(offs_m < {p.SQ})[:, None] & dvmask[None, :])",
+    ]
     if p.stats:
         st = p.stats
-        L += [f"{I}lse = tl.where(l_i == 0.0, float(\"-inf\"), (m_i + tl.log2(l_safe)) / {LOG2E})",
-              f"{I}tl.store(STATS + {_off('b', 'h', st)} + offs_m * {st[2]}, lse, "
-              f"mask=offs_m < {p.SQ})"]
+        L += [
+            f'{I}lse = tl.where(l_i == 0.0, float("-inf"), (m_i + tl.log2(l_safe)) / {LOG2E})',
+            f"{I}tl.store(STATS + {_off('b', 'h', st)} + offs_m * {st[2]}, lse, "
+            f"mask=offs_m < {p.SQ})",
+        ]
     return "\n".join(L) + "\n"

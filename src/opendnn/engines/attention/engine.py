@@ -35,6 +35,7 @@ warp_specialize=True)``). On the H100 it gave wrong outputs at 4 warps (max abs 
 0.24-0.54 against cuDNN, NaN with 3 stages) and was slower than the plain loop at 8 warps
 (docs/design/attention.md).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -66,22 +67,25 @@ class AttnKnobs:
     num_warps: int = 4
     num_stages: int = 3
     TMA: int = 0
-    DQ_ATOMIC: int = 0      # backward: dQ by atomics from the dK / dV kernel (nondeterministic)
-    DQ_BLOCK_M: int = 0     # backward, split: the dQ kernel's own tiles, warps and stages
-    DQ_BLOCK_N: int = 0     # (0: those of the dK / dV kernel)
+    DQ_ATOMIC: int = 0  # backward: dQ by atomics from the dK / dV kernel (nondeterministic)
+    DQ_BLOCK_M: int = 0  # backward, split: the dQ kernel's own tiles, warps and stages
+    DQ_BLOCK_N: int = 0  # (0: those of the dK / dV kernel)
     DQ_WARPS: int = 0
     DQ_STAGES: int = 0
-    GLUON: int = 0          # the warp-specialized Gluon kernels (Hopper only; forward BLOCK_M
-    PINGPONG: int = 0       # 128, backward 64 x 128 and dQ 128); forward: warpgroups alternate
-    LPT: int = 0            # Gluon forward, causal: query tiles longest first across heads
-    PERSIST: int = 0        # Gluon forward: one program per SM over a list of query tiles
+    GLUON: int = 0  # the warp-specialized Gluon kernels (Hopper only; forward BLOCK_M
+    PINGPONG: int = 0  # 128, backward 64 x 128 and dQ 128); forward: warpgroups alternate
+    LPT: int = 0  # Gluon forward, causal: query tiles longest first across heads
+    PERSIST: int = 0  # Gluon forward: one program per SM over a list of query tiles
 
     def dq(self) -> "AttnKnobs":
         """The knobs the dQ kernel runs with."""
         return dataclasses.replace(
-            self, BLOCK_M=self.DQ_BLOCK_M or self.BLOCK_M, BLOCK_N=self.DQ_BLOCK_N or
-            self.BLOCK_N, num_warps=self.DQ_WARPS or self.num_warps,
-            num_stages=self.DQ_STAGES or self.num_stages)
+            self,
+            BLOCK_M=self.DQ_BLOCK_M or self.BLOCK_M,
+            BLOCK_N=self.DQ_BLOCK_N or self.BLOCK_N,
+            num_warps=self.DQ_WARPS or self.num_warps,
+            num_stages=self.DQ_STAGES or self.num_stages,
+        )
 
 
 def _forward_tiles(p: K.Problem) -> list[AttnKnobs]:
@@ -122,24 +126,28 @@ def _backward_tiles(p: K.Problem) -> list[AttnKnobs]:
 def _gluon():
     """The Gluon forward's module, imported on first use (Gluon's import is not free)."""
     from . import _gluon_kernels
+
     return _gluon_kernels
 
 
 def _gluon_persist():
     """The persistent Gluon forward's module, imported on first use."""
     from . import _gluon_persist_kernels
+
     return _gluon_persist_kernels
 
 
 def _gluon_bwd():
     """The Gluon backward's module, imported on first use."""
     from . import _gluon_bwd_kernels
+
     return _gluon_bwd_kernels
 
 
 def _gluon_bwd_nd():
     """The nondeterministic Gluon backward's module, imported on first use."""
     from . import _gluon_bwd_nd_kernels
+
     return _gluon_bwd_nd_kernels
 
 
@@ -169,10 +177,20 @@ def _gluon_backward_first(p: K.Problem) -> AttnKnobs:
     0.934 against 0.914 of cuDNN at 8192); head dim 64, dQ on 128-key tiles with 2 stages,
     dK / dV with 4 (0.917 against 0.836-0.893 at 8192)."""
     if max(p.D, p.DV) > 64:
-        return AttnKnobs(64, 128, 4, 3 if p.right is not None else 2, DQ_BLOCK_M=128,
-                         DQ_BLOCK_N=64, DQ_WARPS=4, DQ_STAGES=3, GLUON=1)
-    return AttnKnobs(64, 128, 4, 4, DQ_BLOCK_M=128, DQ_BLOCK_N=128, DQ_WARPS=4, DQ_STAGES=2,
-                     GLUON=1)
+        return AttnKnobs(
+            64,
+            128,
+            4,
+            3 if p.right is not None else 2,
+            DQ_BLOCK_M=128,
+            DQ_BLOCK_N=64,
+            DQ_WARPS=4,
+            DQ_STAGES=3,
+            GLUON=1,
+        )
+    return AttnKnobs(
+        64, 128, 4, 4, DQ_BLOCK_M=128, DQ_BLOCK_N=128, DQ_WARPS=4, DQ_STAGES=2, GLUON=1
+    )
 
 
 def _gluon_nd_first(p: K.Problem) -> AttnKnobs:
@@ -185,42 +203,70 @@ def _gluon_knob_rule(fwd: bool, p: K.Problem, kn: AttnKnobs) -> str:
     """Why the Gluon kernels do not take knobs ``kn`` ('' when they do)."""
     D = p.D
     if fwd:
-        if (kn.BLOCK_M, kn.num_warps) != (128, 4) or kn.BLOCK_N not in (64, 128) or \
-                kn.num_stages not in (2, 3) or kn.TMA or kn.DQ_ATOMIC or kn.dq() != kn:
-            return ("GLUON: BLOCK_M=128, num_warps=4, BLOCK_N 64 or 128, num_stages 2 or 3, "
-                    "no TMA / DQ knobs")
+        if (
+            (kn.BLOCK_M, kn.num_warps) != (128, 4)
+            or kn.BLOCK_N not in (64, 128)
+            or kn.num_stages not in (2, 3)
+            or kn.TMA
+            or kn.DQ_ATOMIC
+            or kn.dq() != kn
+        ):
+            return (
+                "GLUON: BLOCK_M=128, num_warps=4, BLOCK_N 64 or 128, num_stages 2 or 3, "
+                "no TMA / DQ knobs"
+            )
         if kn.PERSIST and (kn.PINGPONG or kn.LPT):
-            return ("PERSIST: no PINGPONG, and no LPT (the persistent programs take the "
-                    "longest query tiles first themselves)")
+            return (
+                "PERSIST: no PINGPONG, and no LPT (the persistent programs take the "
+                "longest query tiles first themselves)"
+            )
         mod = _gluon_persist() if kn.PERSIST else _gluon()
         need = mod.smem_bytes(D, kn.BLOCK_N, kn.num_stages) if D in (64, 128) else 0
         what = f"{kn.num_stages} stages of {kn.BLOCK_N} keys"
     elif kn.DQ_ATOMIC:
         if kn.PINGPONG or kn.LPT or kn.PERSIST:
             return "PINGPONG, LPT and PERSIST are knobs of the Gluon forward"
-        if (kn.BLOCK_M, kn.BLOCK_N, kn.num_warps) != (64, 128, 4) or \
-                kn.num_stages not in (2, 3, 4) or kn.TMA or \
-                (kn.DQ_BLOCK_M, kn.DQ_BLOCK_N, kn.DQ_WARPS, kn.DQ_STAGES) != (0, 0, 0, 0):
-            return ("GLUON backward, DQ_ATOMIC=1: BLOCK_M=64, BLOCK_N=128, num_warps=4, "
-                    "num_stages 2-4; no TMA or DQ_BLOCK_M / DQ_BLOCK_N / DQ_WARPS / "
-                    "DQ_STAGES (no dQ kernel)")
+        if (
+            (kn.BLOCK_M, kn.BLOCK_N, kn.num_warps) != (64, 128, 4)
+            or kn.num_stages not in (2, 3, 4)
+            or kn.TMA
+            or (kn.DQ_BLOCK_M, kn.DQ_BLOCK_N, kn.DQ_WARPS, kn.DQ_STAGES) != (0, 0, 0, 0)
+        ):
+            return (
+                "GLUON backward, DQ_ATOMIC=1: BLOCK_M=64, BLOCK_N=128, num_warps=4, "
+                "num_stages 2-4; no TMA or DQ_BLOCK_M / DQ_BLOCK_N / DQ_WARPS / "
+                "DQ_STAGES (no dQ kernel)"
+            )
         need = _gluon_bwd_nd().smem_bytes(D, kn.num_stages) if D in (64, 128) else 0
         what = f"DQ_ATOMIC=1 with {kn.num_stages} stages"
     else:
         if kn.PINGPONG or kn.LPT or kn.PERSIST:
             return "PINGPONG, LPT and PERSIST are knobs of the Gluon forward"
-        if (kn.BLOCK_M, kn.BLOCK_N, kn.num_warps, kn.DQ_BLOCK_M, kn.DQ_WARPS) != \
-                (64, 128, 4, 128, 4) or kn.num_stages not in (2, 3, 4) or kn.TMA or \
-                kn.DQ_ATOMIC or kn.DQ_BLOCK_N not in (64, 128) or kn.DQ_STAGES not in (2, 3):
-            return ("GLUON backward: BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages 2-4 "
-                    "(dK / dV); DQ_BLOCK_M=128, DQ_WARPS=4, DQ_BLOCK_N 64 or 128, DQ_STAGES 2 "
-                    "or 3 (dQ); no TMA / DQ_ATOMIC")
-        need = _gluon_bwd().smem_bytes(D, kn.BLOCK_M, kn.num_stages, kn.DQ_BLOCK_N,
-                                       kn.DQ_STAGES) if D in (64, 128) else 0
+        if (
+            (kn.BLOCK_M, kn.BLOCK_N, kn.num_warps, kn.DQ_BLOCK_M, kn.DQ_WARPS)
+            != (64, 128, 4, 128, 4)
+            or kn.num_stages not in (2, 3, 4)
+            or kn.TMA
+            or kn.DQ_ATOMIC
+            or kn.DQ_BLOCK_N not in (64, 128)
+            or kn.DQ_STAGES not in (2, 3)
+        ):
+            return (
+                "GLUON backward: BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages 2-4 "
+                "(dK / dV); DQ_BLOCK_M=128, DQ_WARPS=4, DQ_BLOCK_N 64 or 128, DQ_STAGES 2 "
+                "or 3 (dQ); no TMA / DQ_ATOMIC"
+            )
+        need = (
+            _gluon_bwd().smem_bytes(D, kn.BLOCK_M, kn.num_stages, kn.DQ_BLOCK_N, kn.DQ_STAGES)
+            if D in (64, 128)
+            else 0
+        )
         what = f"{kn.num_stages} / {kn.DQ_STAGES} stages"
     if need > SMEM_LIMIT:
-        return (f"GLUON: {what} at head dim {D} need {need // 1024} KB of shared memory "
-                f"(limit {SMEM_LIMIT // 1024})")
+        return (
+            f"GLUON: {what} at head dim {D} need {need // 1024} KB of shared memory "
+            f"(limit {SMEM_LIMIT // 1024})"
+        )
     return ""
 
 
@@ -238,36 +284,46 @@ def _check_gluon(graph, p: K.Problem, kn: AttnKnobs, target: Target) -> Support:
     why = _gluon_knob_rule(fwd, p, kn)
     if why:
         return decline(why)
-    types = {p.dtype, p.out_dtype} if fwd else \
-        {t[r].data_type for r in ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV")}
+    types = (
+        {p.dtype, p.out_dtype}
+        if fwd
+        else {t[r].data_type for r in ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV")}
+    )
     if len(types) != 1 or p.dtype not in TYPES:
-        return decline("GLUON: Q, K, V and O (and the gradients) of one type, half or "
-                       "bfloat16")
+        return decline("GLUON: Q, K, V and O (and the gradients) of one type, half or bfloat16")
     if D != p.DV or D not in (64, 128) or S != p.SKV:
-        return decline(f"GLUON: head dims 64 or 128 (Q / K {D}, V {p.DV}) and as many keys "
-                       f"as queries ({S} / {p.SKV})")
+        return decline(
+            f"GLUON: head dims 64 or 128 (Q / K {D}, V {p.DV}) and as many keys "
+            f"as queries ({S} / {p.SKV})"
+        )
     if not fwd and S % 128:
         return decline(f"GLUON backward: sequence lengths a multiple of 128 ({S})")
     if kn.DQ_ATOMIC and n.use_deterministic_algorithm:
-        return decline("DQ_ATOMIC adds dQ by TMA reductions (nondeterministic); the node asks "
-                       "for a deterministic algorithm")
+        return decline(
+            "DQ_ATOMIC adds dQ by TMA reductions (nondeterministic); the node asks "
+            "for a deterministic algorithm"
+        )
     if kn.PERSIST and S % 128:
         return decline(f"PERSIST: sequence lengths a multiple of 128 ({S})")
     rows = ("Q", "O") + (() if fwd else ("DO", "DQ"))
     kv = ("K", "V") + (() if fwd else ("DK", "DV"))
-    if any(tuple(t[r].strides) != packed for r in rows) or \
-            any(tuple(t[r].strides) != packed_kv for r in kv) or \
-            (p.stats and p.stats[:3] != (H * S, S, 1)):
-        return decline(f"GLUON: {', '.join(rows + kv)} (and Stats) packed B, H, S, D "
-                       "(one 2-D TMA view)")
+    if (
+        any(tuple(t[r].strides) != packed for r in rows)
+        or any(tuple(t[r].strides) != packed_kv for r in kv)
+        or (p.stats and p.stats[:3] != (H * S, S, 1))
+    ):
+        return decline(
+            f"GLUON: {', '.join(rows + kv)} (and Stats) packed B, H, S, D (one 2-D TMA view)"
+        )
     if p.bias or p.dropout or p.padding or p.left is not None or p.right not in (None, 0):
-        return decline("GLUON: no bias, dropout, padding or band; a causal mask (right "
-                       "bound 0) or none")
+        return decline(
+            "GLUON: no bias, dropout, padding or band; a causal mask (right bound 0) or none"
+        )
     if kn.LPT and p.right is None:
         return decline("LPT orders causal query tiles (longest first); this node has no mask")
     if "ATTN_SCALE" in t and not t["ATTN_SCALE"].is_pass_by_value:
         return decline("GLUON: ATTN_SCALE passed by value")
-    if max(p.H, p.HKV) * p.B * S * D >= K.INT32_LIMIT:    # row offsets times D, in int32
+    if max(p.H, p.HKV) * p.B * S * D >= K.INT32_LIMIT:  # row offsets times D, in int32
         return decline("GLUON: Q / K / V / O of 2^31 elements or more")
     return SUPPORTED
 
@@ -287,33 +343,55 @@ def _problem(graph) -> K.Problem:
     seed, off = t.get("SEED"), t.get("OFFSET")
     p = n.dropout_probability or 0.0
     return K.Problem(
-        q.dims[0], q.dims[1], k.dims[1], q.dims[2], k.dims[2], q.dims[3], v.dims[3],
-        tuple(q.strides), tuple(k.strides), tuple(v.strides), tuple(o.strides),
-        q.data_type, o.data_type,
+        q.dims[0],
+        q.dims[1],
+        k.dims[1],
+        q.dims[2],
+        k.dims[2],
+        q.dims[3],
+        v.dims[3],
+        tuple(q.strides),
+        tuple(k.strides),
+        tuple(v.strides),
+        tuple(o.strides),
+        q.data_type,
+        o.data_type,
         stats=None if stats is None else tuple(stats.strides),
-        bias=None if bias is None else _strides(bias), bias_dtype=bias and bias.data_type,
-        right=n.diagonal_band_right_bound, left=n.diagonal_band_left_bound,
+        bias=None if bias is None else _strides(bias),
+        bias_dtype=bias and bias.data_type,
+        right=n.diagonal_band_right_bound,
+        left=n.diagonal_band_left_bound,
         bottom_right=n.diagonal_alignment == DiagonalAlignment.BOTTOM_RIGHT,
         padding=n.use_padding_mask,
         seq_strides=(t["SEQ_LEN_Q"].strides[0], t["SEQ_LEN_KV"].strides[0])
-        if n.use_padding_mask else (1, 1),
-        dropout=p > 0.0, p_drop=p,
+        if n.use_padding_mask
+        else (1, 1),
+        dropout=p > 0.0,
+        p_drop=p,
         seed_host=bool(seed is not None and seed.is_pass_by_value),
-        offset_host=bool(off is not None and off.is_pass_by_value))
+        offset_host=bool(off is not None and off.is_pass_by_value),
+    )
 
 
 def _grads(graph) -> KB.Grads:
     n = graph.nodes[0]
     t = {r: graph.tensors[u] for r, u in {**n.inputs, **n.outputs}.items()}
     db = t.get("DBIAS")
-    extra = {} if db is None else dict(
-        dbias=tuple(db.strides), dbias_dtype=db.data_type, bias_b=db.dims[0],
-        bias_h=db.dims[1])
-    return KB.Grads(*(tuple(t[r].strides) for r in ("DO", "DQ", "DK", "DV")),
-                    *(t[r].data_type for r in ("DO", "DQ", "DK", "DV")), **extra)
+    extra = (
+        {}
+        if db is None
+        else dict(
+            dbias=tuple(db.strides), dbias_dtype=db.data_type, bias_b=db.dims[0], bias_h=db.dims[1]
+        )
+    )
+    return KB.Grads(
+        *(tuple(t[r].strides) for r in ("DO", "DQ", "DK", "DV")),
+        *(t[r].data_type for r in ("DO", "DQ", "DK", "DV")),
+        **extra,
+    )
 
 
-SMEM_LIMIT = 227 * 1024      # bytes of shared memory a program may use (H100)
+SMEM_LIMIT = 227 * 1024  # bytes of shared memory a program may use (H100)
 
 
 def _smem(p: K.Problem, kn: AttnKnobs, fwd: bool, dq_only: bool = False) -> int:
@@ -323,7 +401,7 @@ def _smem(p: K.Problem, kn: AttnKnobs, fwd: bool, dq_only: bool = False) -> int:
     rows) past resident K / V (BLOCK_N rows); dQ (with DQ_ATOMIC=0) the other way round."""
     bd, bdv = max(16, K._pow2(p.D)), max(16, K._pow2(p.DV))
     row = (bd + bdv) * 2
-    if fwd:   # calibrated: D = 256, 64 x 64, 3 stages asked for 262144 bytes (H100)
+    if fwd:  # calibrated: D = 256, 64 x 64, 3 stages asked for 262144 bytes (H100)
         return kn.num_stages * kn.BLOCK_N * row + max(kn.BLOCK_M, kn.BLOCK_N) * row
     # measured to fit (H100, D = 128): dK / dV 64 x 128 and dQ 128 x 64, 3 stages
     dkdv = kn.num_stages * kn.BLOCK_M * row + 2 * kn.BLOCK_N * row
@@ -339,20 +417,23 @@ def _fit(p: K.Problem, kn: AttnKnobs, fwd: bool, dq_only: bool = False) -> AttnK
     while _smem(p, kn, fwd, dq_only) > SMEM_LIMIT and kn.num_stages > 1:
         kn = dataclasses.replace(kn, num_stages=kn.num_stages - 1)
     while _smem(p, kn, fwd, dq_only) > SMEM_LIMIT and max(kn.BLOCK_M, kn.BLOCK_N) > 16:
-        kn = dataclasses.replace(kn, BLOCK_M=max(16, kn.BLOCK_M // 2),
-                                 BLOCK_N=max(16, kn.BLOCK_N // 2))
+        kn = dataclasses.replace(
+            kn, BLOCK_M=max(16, kn.BLOCK_M // 2), BLOCK_N=max(16, kn.BLOCK_N // 2)
+        )
     return kn
 
 
 def _fit_dq(p: K.Problem, kn: AttnKnobs) -> AttnKnobs:
     """``kn`` with its dQ kernel's tiles / stages fitted as ``_fit`` does."""
     d = _fit(p, kn.dq(), False, True)
-    return dataclasses.replace(kn, DQ_BLOCK_M=d.BLOCK_M, DQ_BLOCK_N=d.BLOCK_N,
-                               DQ_STAGES=d.num_stages)
+    return dataclasses.replace(
+        kn, DQ_BLOCK_M=d.BLOCK_M, DQ_BLOCK_N=d.BLOCK_N, DQ_STAGES=d.num_stages
+    )
 
 
 class AttentionEngine(Engine):
     """Flash attention, forward and backward."""
+
     id = 40
     name = "attention"
     behavior_notes = frozenset({BehaviorNote.RUNTIME_COMPILATION})
@@ -364,24 +445,33 @@ class AttentionEngine(Engine):
         t = {r: graph.tensors[u] for r, u in {**n.inputs, **n.outputs}.items()}
         for r in ("Q", "K", "V", "O") + (("DO", "DQ", "DK", "DV") if n.kind != "sdpa" else ()):
             if t[r].data_type not in TYPES:
-                return decline(f"tensor {t[r].label()} is {t[r].data_type.name}: half or "
-                               "bfloat16 only (float32 runs on the reference)")
+                return decline(
+                    f"tensor {t[r].label()} is {t[r].data_type.name}: half or "
+                    "bfloat16 only (float32 runs on the reference)"
+                )
         if t["K"].dims[1] != t["V"].dims[1]:
             return decline("K and V with different head counts run on the reference")
-        if n.kind == "sdpa_backward" and "ATTN_SCALE" in t and \
-                not t["ATTN_SCALE"].is_pass_by_value:
+        if n.kind == "sdpa_backward" and "ATTN_SCALE" in t and not t["ATTN_SCALE"].is_pass_by_value:
             return decline("ATTN_SCALE must be passed by value")
         return SUPPORTED
 
     def knob_space(self, graph=None) -> list[Knob]:
-        return [Knob("BLOCK_M", (16, 32, 64, 128), 64), Knob("BLOCK_N", (16, 32, 64, 128), 64),
-                Knob("num_warps", (1, 2, 4, 8), 4), Knob("num_stages", (1, 2, 3, 4), 3),
-                Knob("TMA", (0, 1), 0), Knob("DQ_ATOMIC", (0, 1), 0),
-                Knob("DQ_BLOCK_M", (0, 16, 32, 64, 128), 0),
-                Knob("DQ_BLOCK_N", (0, 16, 32, 64, 128), 0),
-                Knob("DQ_WARPS", (0, 1, 2, 4, 8), 0), Knob("DQ_STAGES", (0, 1, 2, 3, 4), 0),
-                Knob("GLUON", (0, 1), 0), Knob("PINGPONG", (0, 1), 0), Knob("LPT", (0, 1), 0),
-                Knob("PERSIST", (0, 1), 0)]
+        return [
+            Knob("BLOCK_M", (16, 32, 64, 128), 64),
+            Knob("BLOCK_N", (16, 32, 64, 128), 64),
+            Knob("num_warps", (1, 2, 4, 8), 4),
+            Knob("num_stages", (1, 2, 3, 4), 3),
+            Knob("TMA", (0, 1), 0),
+            Knob("DQ_ATOMIC", (0, 1), 0),
+            Knob("DQ_BLOCK_M", (0, 16, 32, 64, 128), 0),
+            Knob("DQ_BLOCK_N", (0, 16, 32, 64, 128), 0),
+            Knob("DQ_WARPS", (0, 1, 2, 4, 8), 0),
+            Knob("DQ_STAGES", (0, 1, 2, 3, 4), 0),
+            Knob("GLUON", (0, 1), 0),
+            Knob("PINGPONG", (0, 1), 0),
+            Knob("LPT", (0, 1), 0),
+            Knob("PERSIST", (0, 1), 0),
+        ]
 
     def check_config(self, graph, config: EngineConfig, target: Target) -> Support:
         sup = super().check_config(graph, config, target)
@@ -394,19 +484,26 @@ class AttentionEngine(Engine):
         if kn.DQ_ATOMIC and fwd:
             return decline("DQ_ATOMIC is a backward knob")
         if kn.DQ_ATOMIC and graph.nodes[0].use_deterministic_algorithm:
-            return decline("DQ_ATOMIC adds dQ with atomics (nondeterministic); the node asks "
-                           "for a deterministic algorithm")
+            return decline(
+                "DQ_ATOMIC adds dQ with atomics (nondeterministic); the node asks "
+                "for a deterministic algorithm"
+            )
         dq_set = kn.DQ_BLOCK_M or kn.DQ_BLOCK_N or kn.DQ_WARPS or kn.DQ_STAGES
         if dq_set and (fwd or kn.DQ_ATOMIC):
-            return decline("DQ_BLOCK_M / DQ_BLOCK_N / DQ_WARPS / DQ_STAGES set the split "
-                           "backward's dQ kernel (DQ_ATOMIC=0)")
-        for what, k, only in (("", kn, False),) + ((("dQ kernel: ", kn.dq(), True),)
-                                                    if dq_set else ()):
+            return decline(
+                "DQ_BLOCK_M / DQ_BLOCK_N / DQ_WARPS / DQ_STAGES set the split "
+                "backward's dQ kernel (DQ_ATOMIC=0)"
+            )
+        for what, k, only in (("", kn, False),) + (
+            (("dQ kernel: ", kn.dq(), True),) if dq_set else ()
+        ):
             need = _smem(p, k, fwd, only)
             if target.is_cuda and need > SMEM_LIMIT:
-                return decline(f"{what}{k.num_stages} stages of {k.BLOCK_M} x {k.BLOCK_N} tiles "
-                               f"at head dims {p.D} / {p.DV} need ~{need // 1024} KB "
-                               f"of shared memory (limit {SMEM_LIMIT // 1024} KB)")
+                return decline(
+                    f"{what}{k.num_stages} stages of {k.BLOCK_M} x {k.BLOCK_N} tiles "
+                    f"at head dims {p.D} / {p.DV} need ~{need // 1024} KB "
+                    f"of shared memory (limit {SMEM_LIMIT // 1024} KB)"
+                )
         if kn.TMA and not target.is_cuda:
             return decline("TMA: on a GPU only")
         if kn.TMA and fwd and any(t[3] != 1 or (t[2] * 2) % 16 for t in (p.q, p.k, p.v)):
@@ -448,8 +545,7 @@ class AttentionEngine(Engine):
                 # H100: 1.02-1.09x the deterministic pair at head dim 64, 1.05-1.16x at
                 # 128 (0.97x at S=1024 causal)
                 out = [nd] + out
-        return [EngineConfig.make(self, **dataclasses.asdict(kn))
-                for kn in dict.fromkeys(out)]
+        return [EngineConfig.make(self, **dataclasses.asdict(kn)) for kn in dict.fromkeys(out)]
 
     def numerical_notes(self, graph, config) -> frozenset:
         if config.knob_dict.get("DQ_ATOMIC"):
@@ -460,21 +556,22 @@ class AttentionEngine(Engine):
         p = _problem(graph)
         frac = 0.5 if p.right is not None else 1.0
         flops = 4.0 * p.B * p.H * p.SQ * p.SKV * max(p.D, p.DV) * frac
-        if graph.nodes[0].kind != "sdpa":   # measured: the Triton atomic dQ, half as fast
+        if graph.nodes[0].kind != "sdpa":  # measured: the Triton atomic dQ, half as fast
             kd = config.knob_dict
             flops *= 2.5 * (2.0 if kd.get("DQ_ATOMIC") and not kd.get("GLUON") else 1.0)
         return flops / (0.6 * target.peak_flops_fp16) + 5e-6
 
     def workspace_size(self, graph, config, target) -> int:
         if graph.nodes[0].kind == "sdpa":
-            p = _problem(graph)    # the Gluon kernel always writes Stats: here when not asked
+            p = _problem(graph)  # the Gluon kernel always writes Stats: here when not asked
             return p.B * p.H * p.SQ * 4 if config.knob_dict.get("GLUON") and not p.stats else 0
         # delta = rowsum(dO o O), and the atomic variant's float32 dQ accumulator
         return KB.workspace_floats(_problem(graph), AttnKnobs(**config.knob_dict)) * 4
 
     def build(self, graph, config, target) -> Executable:
-        return _AttnExecutable(graph, AttnKnobs(**config.knob_dict), target,
-                               self.workspace_size(graph, config, target))
+        return _AttnExecutable(
+            graph, AttnKnobs(**config.knob_dict), target, self.workspace_size(graph, config, target)
+        )
 
 
 class _AttnExecutable(Executable, LaunchList):
@@ -490,8 +587,9 @@ class _AttnExecutable(Executable, LaunchList):
             # (the backward's delta; the forward's Stats when not asked for)
             roles = GLUON_BWD_ROLES if n.kind != "sdpa" else GLUON_FWD_ROLES
             self.gluon, self.op = (p, kn, tuple(uids.get(r) for r in roles)), n.kind
-            self.labels = tuple(graph.tensors[uids[r]].label() if r in uids else None
-                                for r in roles)
+            self.labels = tuple(
+                graph.tensors[uids[r]].label() if r in uids else None for r in roles
+            )
             self.scale_uid = uids.get("ATTN_SCALE")
             self.num_sms = target.num_sms
             return
@@ -500,6 +598,7 @@ class _AttnExecutable(Executable, LaunchList):
         cuda = target.is_cuda
         if kn.TMA and cuda:
             from ..matmul._kernels import ensure_allocator
+
             ensure_allocator()
         extra = [("buf", uids["BIAS"])] if p.bias else []
         extra += [("buf", uids["SEQ_LEN_Q"]), ("buf", uids["SEQ_LEN_KV"])] if p.padding else []
@@ -508,8 +607,11 @@ class _AttnExecutable(Executable, LaunchList):
         buf = {r: ("buf", uids[r]) for r in uids}
         gq = (math.ceil(p.SQ / kn.BLOCK_M), p.B * p.H)
         if n.kind == "sdpa":
-            args = [buf["Q"], buf["K"], buf["V"], buf["O"]] + \
-                ([buf["STATS"]] if p.stats else []) + extra
+            args = (
+                [buf["Q"], buf["K"], buf["V"], buf["O"]]
+                + ([buf["STATS"]] if p.stats else [])
+                + extra
+            )
             # the interpreter's source differs (float32 dots): built for the plan's device
             src = K.fwd_source(tag, p, kn, interpret=not cuda)
             self.add_launch(kernel_from_source(src, tag), gq, const, args, graph, cuda)
@@ -517,33 +619,55 @@ class _AttnExecutable(Executable, LaunchList):
         g, ws = _grads(graph), ("ws", torch.float32)
         gk = (math.ceil(p.SKV / kn.BLOCK_N), p.B * p.HKV)
         launches = [
-            ("delta", KB.delta_source(f"{tag}_delta", p, g, kn), gq,
-             [buf["O"], buf["DO"], ws], 4),
-            ("dkdv", KB.dkdv_source(f"{tag}_dkdv", p, g, kn, not cuda), gk,
-             [buf[r] for r in ("Q", "K", "V", "DO", "STATS", "DK", "DV")] + [ws] + extra,
-             kn.num_warps)]
+            ("delta", KB.delta_source(f"{tag}_delta", p, g, kn), gq, [buf["O"], buf["DO"], ws], 4),
+            (
+                "dkdv",
+                KB.dkdv_source(f"{tag}_dkdv", p, g, kn, not cuda),
+                gk,
+                [buf[r] for r in ("Q", "K", "V", "DO", "STATS", "DK", "DV")] + [ws] + extra,
+                kn.num_warps,
+            ),
+        ]
         if kn.DQ_ATOMIC:
-            launches.append(("dqconv", KB.dq_convert_source(f"{tag}_dqconv", p, g, kn), gq,
-                             [buf["DQ"], ws, extra[-1]], 4))
+            launches.append(
+                (
+                    "dqconv",
+                    KB.dq_convert_source(f"{tag}_dqconv", p, g, kn),
+                    gq,
+                    [buf["DQ"], ws, extra[-1]],
+                    4,
+                )
+            )
         else:
             kq = kn.dq()
-            launches.append(("dq", KB.dq_source(f"{tag}_dq", p, g, kq, not cuda),
-                             (math.ceil(p.SQ / kq.BLOCK_M), p.B * p.H),
-                             [buf[r] for r in ("Q", "K", "V", "DO", "STATS", "DQ")] + [ws] +
-                             extra, (kq.num_warps, kq.num_stages)))
-        if g.dbias is not None:     # dS summed over the bias's broadcast axes
-            launches.append((
-                "dbias", KB.dbias_source(f"{tag}_dbias", p, g, kn, not cuda),
-                (gq[0], math.ceil(p.SKV / kn.BLOCK_N), g.bias_b * g.bias_h),
-                [buf[r] for r in ("Q", "K", "V", "DO", "STATS", "DBIAS")] + [ws] + extra,
-                8 if cuda else kn.num_warps))    # ptxas: 1 KB of spills with 4 warps
+            launches.append(
+                (
+                    "dq",
+                    KB.dq_source(f"{tag}_dq", p, g, kq, not cuda),
+                    (math.ceil(p.SQ / kq.BLOCK_M), p.B * p.H),
+                    [buf[r] for r in ("Q", "K", "V", "DO", "STATS", "DQ")] + [ws] + extra,
+                    (kq.num_warps, kq.num_stages),
+                )
+            )
+        if g.dbias is not None:  # dS summed over the bias's broadcast axes
+            launches.append(
+                (
+                    "dbias",
+                    KB.dbias_source(f"{tag}_dbias", p, g, kn, not cuda),
+                    (gq[0], math.ceil(p.SKV / kn.BLOCK_N), g.bias_b * g.bias_h),
+                    [buf[r] for r in ("Q", "K", "V", "DO", "STATS", "DBIAS")] + [ws] + extra,
+                    8 if cuda else kn.num_warps,
+                )
+            )  # ptxas: 1 KB of spills with 4 warps
         for name, src, grid, args, warps in launches:
             if 0 in grid:
                 continue
-            c = dict(const, num_warps=warps) if isinstance(warps, int) else \
-                dict(num_warps=warps[0], num_stages=warps[1])
-            self.add_launch(kernel_from_source(src, f"{tag}_{name}"), grid, c, args, graph,
-                            cuda)
+            c = (
+                dict(const, num_warps=warps)
+                if isinstance(warps, int)
+                else dict(num_warps=warps[0], num_stages=warps[1])
+            )
+            self.add_launch(kernel_from_source(src, f"{tag}_{name}"), grid, c, args, graph, cuda)
 
     gluon = _gluon_key = _gluon_launch = None
 
@@ -554,9 +678,13 @@ class _AttnExecutable(Executable, LaunchList):
         for x, label in zip(bufs, self.labels):
             if x.data_ptr() % 16:
                 what = "the buffer" if label else "the workspace"
-                raise BadParamError(f"{what} is not 16-byte aligned; the Gluon kernels read it "
-                                    "through TMA descriptors", op=self.op, tensor=label,
-                                    status=Status.BAD_PARAM_MISALIGNED_POINTER)
+                raise BadParamError(
+                    f"{what} is not 16-byte aligned; the Gluon kernels read it "
+                    "through TMA descriptors",
+                    op=self.op,
+                    tensor=label,
+                    status=Status.BAD_PARAM_MISALIGNED_POINTER,
+                )
         dims = (p.B, p.H, p.HKV, p.SQ, p.D, TORCH_TYPES[p.dtype])
         causal = p.right is not None
         if self.op != "sdpa" and kn.DQ_ATOMIC:
@@ -564,16 +692,19 @@ class _AttnExecutable(Executable, LaunchList):
             ws = bufs[-1].data_ptr()
             delta = _gluon_bwd().Base(ws, torch.float32)
             acc = _gluon_bwd().Base(ws + 4 * KB.dq_base(p), torch.float32)
-            return _gluon_bwd_nd().prepare(*bufs[:-1], delta, acc, dims, scale,
-                                           kn.num_stages, causal)
+            return _gluon_bwd_nd().prepare(
+                *bufs[:-1], delta, acc, dims, scale, kn.num_stages, causal
+            )
         if self.op != "sdpa":
             cfg = ((kn.BLOCK_M, kn.num_stages), (kn.DQ_BLOCK_N, kn.DQ_STAGES))
             return _gluon_bwd().prepare(*bufs, dims, scale, cfg, causal)
         if kn.PERSIST:
-            return _gluon_persist().prepare(*bufs, dims, scale, kn.BLOCK_N, kn.num_stages,
-                                            causal, self.num_sms)
-        return _gluon().prepare(*bufs, dims, scale, kn.BLOCK_N, kn.num_stages,
-                                bool(kn.PINGPONG), causal, bool(kn.LPT))
+            return _gluon_persist().prepare(
+                *bufs, dims, scale, kn.BLOCK_N, kn.num_stages, causal, self.num_sms
+            )
+        return _gluon().prepare(
+            *bufs, dims, scale, kn.BLOCK_N, kn.num_stages, bool(kn.PINGPONG), causal, bool(kn.LPT)
+        )
 
     def run(self, buffers, workspace, stream=None):
         if self.gluon is None:
@@ -582,7 +713,7 @@ class _AttnExecutable(Executable, LaunchList):
         bufs = [workspace if u is None else buffers[u] for u in self.gluon[2]]
         scale = 1.0 if self.scale_uid is None else float(buffers[self.scale_uid])
         key = tuple(x.data_ptr() for x in bufs) + (scale,)
-        if self._gluon_key != key:     # TMA descriptors for these addresses, built once
+        if self._gluon_key != key:  # TMA descriptors for these addresses, built once
             self._gluon_launch = self._gluon_prepare(bufs, scale)
             self._gluon_key = key
         self._gluon_launch(stream)

@@ -29,13 +29,14 @@ both passes): partial sums of dy and dy (x - mean); the finish writes
 dbias = sum dy, dscale = inv_var sum dy (x - mean) and dx = a dy + b x + c with
 a = scale inv_var, b = -a inv_var dscale / m, c = -a dbias / m - b mean.
 """
+
 from __future__ import annotations
 
 from ..fusion._codegen import COMBINE_HELPERS, TL_TYPE, index_decomposition, offset_expr
 from ..norm._kernels import SCALE, UNSCALE, finite_shift
 
-INT32_LIMIT = 2 ** 31 - 1
-STREAM_BYTES = 30e6      # x larger than this does not stay in L2 between the passes
+INT32_LIMIT = 2**31 - 1
+STREAM_BYTES = 30e6  # x larger than this does not stay in L2 between the passes
 
 
 def merge_axes(sizes: list, strides: dict) -> tuple:
@@ -78,18 +79,21 @@ class Problem:
             self.count *= x.dims[i]
         self.ksizes, self.kstr = merge_axes(
             [x.dims[i] for i in kept],
-            {r: [t[roles[r]].strides[i] for i in kept] for r in data + stats})
+            {r: [t[roles[r]].strides[i] for i in kept] for r in data + stats},
+        )
         self.rsizes, self.rstr = merge_axes(
-            [x.dims[i] for i in red], {r: [t[roles[r]].strides[i] for i in red] for r in data})
-        self.K = 1                       # zero when a kept dim is (nothing to compute)
+            [x.dims[i] for i in red], {r: [t[roles[r]].strides[i] for i in red] for r in data}
+        )
+        self.K = 1  # zero when a kept dim is (nothing to compute)
         for d in self.ksizes:
             self.K *= d
-        self.R = self.count              # zero for an empty batch
+        self.R = self.count  # zero for an empty batch
         self.types = {r: t[u].data_type for r, u in roles.items()}
-        self.by_value = {r: t[roles[r]].is_pass_by_value for r in ("EPSILON", "MOMENTUM")
-                         if r in roles}
+        self.by_value = {
+            r: t[roles[r]].is_pass_by_value for r in ("EPSILON", "MOMENTUM") if r in roles
+        }
         self.big = any(t[roles[r]].span >= INT32_LIMIT for r in data)
-        self.columns = self.kstr["X"][-1] == 1 and self.K > 1   # kept axis contiguous
+        self.columns = self.kstr["X"][-1] == 1 and self.K > 1  # kept axis contiguous
         self.stream = x.size_in_bytes > STREAM_BYTES
 
     def has(self, role: str) -> bool:
@@ -160,11 +164,14 @@ def _rows(p: Problem, start: str, br: int) -> str:
 def _dy(p: Problem, tile, evict: bool, ind: str) -> list:
     """Lines loading ``dy`` (backward); through the fused relu_backward when there is one."""
     from ...ops.pointwise import DEFAULT_ATTRS, MODES
+
     lines = [f"{ind}dy = {_ld('DY', _tile('DY'), tile, evict)}"]
     if p.has("YACT"):
         mode, attrs = p.epilogue[0]
-        lines += [f"{ind}ya = {_ld('YACT', _tile('YACT'), tile, evict)}",
-                  f"{ind}dy = {MODES[mode].triton('dy', 'ya', {**DEFAULT_ATTRS, **attrs})}"]
+        lines += [
+            f"{ind}ya = {_ld('YACT', _tile('YACT'), tile, evict)}",
+            f"{ind}dy = {MODES[mode].triton('dy', 'ya', {**DEFAULT_ATTRS, **attrs})}",
+        ]
     return lines
 
 
@@ -186,17 +193,21 @@ def stats_source(name: str, p: Problem, kn) -> str:
     nrb = -(-p.R // br)
     _, km, tile = _masks(p, br, bk)
     L = _head(name, params)
-    L += [f"{ind}cols = tl.program_id(0) * {bk} + tl.arange(0, {bk})",
-          f"{ind}sl = tl.program_id(1)"]
+    L += [
+        f"{ind}cols = tl.program_id(0) * {bk} + tl.arange(0, {bk})",
+        f"{ind}sl = tl.program_id(1)",
+    ]
     L += _kept(p, "cols", data + (("MEAN",) if backward else ()), ind)
     if backward:
         L.append(f"{ind}shift = {_ld('MEAN', 'ko_MEAN', km)}")
-    else:   # x of row 0 (reduced offset 0) per column; 0 where inf or NaN
+    else:  # x of row 0 (reduced offset 0) per column; 0 where inf or NaN
         L.append(f"{ind}shift = {finite_shift(_ld('X', 'ko_X', km))}")
-    L += [f"{ind}acc1 = tl.full([{br}, {bk}], 0.0, tl.float32)",
-          f"{ind}acc2 = tl.full([{br}, {bk}], 0.0, tl.float32)",
-          f"{ind}for rb in range(sl, {nrb}, {sp}):",
-          f"{ind2}rows = {_rows(p, 'rb', br)}"]
+    L += [
+        f"{ind}acc1 = tl.full([{br}, {bk}], 0.0, tl.float32)",
+        f"{ind}acc2 = tl.full([{br}, {bk}], 0.0, tl.float32)",
+        f"{ind}for rb in range(sl, {nrb}, {sp}):",
+        f"{ind2}rows = {_rows(p, 'rb', br)}",
+    ]
     L += _reduced(p, "rows", data, ind2)
     evict = p.stream and not kn.REUSE
     L.append(f"{ind2}x = {_ld('X', _tile('X'), tile, evict)}")
@@ -207,34 +218,43 @@ def stats_source(name: str, p: Problem, kn) -> str:
     else:
         L += [f"{ind2}acc1 += d", f"{ind2}acc2 += d * d"]
     m = f", mask={km}" if km else ""
-    L += [f"{ind}s1 = tl.reduce(acc1, 0, _add_combine)",
-          f"{ind}s2 = tl.reduce(acc2, 0, _add_combine)"]
+    L += [
+        f"{ind}s1 = tl.reduce(acc1, 0, _add_combine)",
+        f"{ind}s2 = tl.reduce(acc2, 0, _add_combine)",
+    ]
     if not backward:
         ind3 = ind2 + "    "
-        L += [f"{ind}over = ~(s2 < float('inf'))",
-              f"{ind}flag = tl.where(over, 0.0, 0.0)",
-              f"{ind}if tl.reduce(over.to(tl.int32), 0, _max_combine) > 0:",
-              f"{ind2}acc1 = tl.full([{br}, {bk}], 0.0, tl.float32)",
-              f"{ind2}acc2 = tl.full([{br}, {bk}], 0.0, tl.float32)",
-              f"{ind2}for rb in range(sl, {nrb}, {sp}):",
-              f"{ind3}rows = {_rows(p, 'rb', br)}"]
+        L += [
+            f"{ind}over = ~(s2 < float('inf'))",
+            f"{ind}flag = tl.where(over, 0.0, 0.0)",
+            f"{ind}if tl.reduce(over.to(tl.int32), 0, _max_combine) > 0:",
+            f"{ind2}acc1 = tl.full([{br}, {bk}], 0.0, tl.float32)",
+            f"{ind2}acc2 = tl.full([{br}, {bk}], 0.0, tl.float32)",
+            f"{ind2}for rb in range(sl, {nrb}, {sp}):",
+            f"{ind3}rows = {_rows(p, 'rb', br)}",
+        ]
         L += _reduced(p, "rows", data, ind3)
         L.append(f"{ind3}x = {_ld('X', _tile('X'), tile, evict)}")
         d = f"x * {SCALE} - shift[None, :] * {SCALE}"
-        L += [f"{ind3}d = {f'tl.where({tile}, {d}, 0.0)' if tile else d}",
-              f"{ind3}acc1 += d", f"{ind3}acc2 += d * d",
-              f"{ind2}s1 = tl.where(over, tl.reduce(acc1, 0, _add_combine), s1)",
-              f"{ind2}s2 = tl.where(over, tl.reduce(acc2, 0, _add_combine), s2)",
-              f"{ind2}flag = tl.where(over, 1.0, 0.0)",
-              f"{ind}tl.store(WS + ({2 * sp} + sl) * {p.K} + cols, flag{m})"]
-    L += [f"{ind}tl.store(WS + sl * {p.K} + cols, s1{m})",
-          f"{ind}tl.store(WS + ({sp} + sl) * {p.K} + cols, s2{m})"]
+        L += [
+            f"{ind3}d = {f'tl.where({tile}, {d}, 0.0)' if tile else d}",
+            f"{ind3}acc1 += d",
+            f"{ind3}acc2 += d * d",
+            f"{ind2}s1 = tl.where(over, tl.reduce(acc1, 0, _add_combine), s1)",
+            f"{ind2}s2 = tl.where(over, tl.reduce(acc2, 0, _add_combine), s2)",
+            f"{ind2}flag = tl.where(over, 1.0, 0.0)",
+            f"{ind}tl.store(WS + ({2 * sp} + sl) * {p.K} + cols, flag{m})",
+        ]
+    L += [
+        f"{ind}tl.store(WS + sl * {p.K} + cols, s1{m})",
+        f"{ind}tl.store(WS + ({sp} + sl) * {p.K} + cols, s2{m})",
+    ]
     return "\n".join(L) + "\n"
 
 
 # ---- 2. finish -------------------------------------------------------------------------------
-FINISH_COLS = 16        # columns per finishing program: many programs share the partials
-FINISH_ROWS = 32        # partial rows summed per step ([FINISH_ROWS, FINISH_COLS] tiles)
+FINISH_COLS = 16  # columns per finishing program: many programs share the partials
+FINISH_ROWS = 32  # partial rows summed per step ([FINISH_ROWS, FINISH_COLS] tiles)
 
 
 def finish_params(p: Problem) -> list:
@@ -242,8 +262,13 @@ def finish_params(p: Problem) -> list:
         return ["SCALE", "MEAN", "INV_VARIANCE", "DSCALE", "DBIAS", "WS"]
     out = ["X", "SCALE", "BIAS", "EPSILON", "MEAN", "INV_VARIANCE"]
     if p.has("PREV_RUNNING_MEAN"):
-        out += ["PREV_RUNNING_MEAN", "PREV_RUNNING_VAR", "MOMENTUM", "NEXT_RUNNING_MEAN",
-                "NEXT_RUNNING_VAR"]
+        out += [
+            "PREV_RUNNING_MEAN",
+            "PREV_RUNNING_VAR",
+            "MOMENTUM",
+            "NEXT_RUNNING_MEAN",
+            "NEXT_RUNNING_VAR",
+        ]
     return out + ["WS"]
 
 
@@ -256,77 +281,96 @@ def finish_source(name: str, p: Problem, kn) -> str:
     tensors = [r for r in params if r not in ("WS", "EPSILON", "MOMENTUM")]
     km = f"(cols < {K})" if K % bf else None
     L = _head(name, params)
-    L += [f"{ind}cols = tl.program_id(0) * {bf} + tl.arange(0, {bf})",
-          f"{ind}sk = tl.arange(0, {sb})"]
+    L += [
+        f"{ind}cols = tl.program_id(0) * {bf} + tl.arange(0, {bf})",
+        f"{ind}sk = tl.arange(0, {sb})",
+    ]
     L += _kept(p, "cols", tensors, ind)
     # partial rows s0 + sk, in a fixed order: the sums are deterministic
     tile = f"(s0 + sk < {sp})[:, None]" + (f" & {km}[None, :]" if km else "")
-    L += [f"{ind}acc1 = tl.full([{sb}, {bf}], 0.0, tl.float32)",
-          f"{ind}acc2 = tl.full([{sb}, {bf}], 0.0, tl.float32)",
-          f"{ind}for s0 in range(0, {sp}, {sb}):",
-          f"{ind2}acc1 += {_ld('WS', f'(s0 + sk)[:, None] * {K} + cols[None, :]', tile)}",
-          f"{ind2}acc2 += {_ld('WS', f'({sp} + s0 + sk)[:, None] * {K} + cols[None, :]', tile)}",
-          f"{ind}s1 = tl.reduce(acc1, 0, _add_combine)",
-          f"{ind}s2 = tl.reduce(acc2, 0, _add_combine)"]
+    L += [
+        f"{ind}acc1 = tl.full([{sb}, {bf}], 0.0, tl.float32)",
+        f"{ind}acc2 = tl.full([{sb}, {bf}], 0.0, tl.float32)",
+        f"{ind}for s0 in range(0, {sp}, {sb}):",
+        f"{ind2}acc1 += {_ld('WS', f'(s0 + sk)[:, None] * {K} + cols[None, :]', tile)}",
+        f"{ind2}acc2 += {_ld('WS', f'({sp} + s0 + sk)[:, None] * {K} + cols[None, :]', tile)}",
+        f"{ind}s1 = tl.reduce(acc1, 0, _add_combine)",
+        f"{ind}s2 = tl.reduce(acc2, 0, _add_combine)",
+    ]
     coef = f"{3 * sp * K}"
     inv_m = repr(1.0 / m) if m else "0.0"
     mk = f", mask={km}" if km else ""
     if p.kind == "batchnorm_backward":
-        L += [f"{ind}mean = {_ld('MEAN', 'ko_MEAN', km)}",
-              f"{ind}inv = {_ld('INV_VARIANCE', 'ko_INV_VARIANCE', km)}",
-              f"{ind}a = {_ld('SCALE', 'ko_SCALE', km)} * inv",
-              f"{ind}dscale = s2 * inv",
-              ind + _st(p, "DSCALE", "ko_DSCALE", "dscale", km),
-              ind + _st(p, "DBIAS", "ko_DBIAS", "s1", km),
-              f"{ind}b = -a * inv * dscale * {inv_m}",
-              f"{ind}c = -a * s1 * {inv_m} - b * mean",
-              f"{ind}tl.store(WS + {coef} + cols, a{mk})",
-              f"{ind}tl.store(WS + {coef} + {K} + cols, b{mk})",
-              f"{ind}tl.store(WS + {coef} + {2 * K} + cols, c{mk})"]
+        L += [
+            f"{ind}mean = {_ld('MEAN', 'ko_MEAN', km)}",
+            f"{ind}inv = {_ld('INV_VARIANCE', 'ko_INV_VARIANCE', km)}",
+            f"{ind}a = {_ld('SCALE', 'ko_SCALE', km)} * inv",
+            f"{ind}dscale = s2 * inv",
+            ind + _st(p, "DSCALE", "ko_DSCALE", "dscale", km),
+            ind + _st(p, "DBIAS", "ko_DBIAS", "s1", km),
+            f"{ind}b = -a * inv * dscale * {inv_m}",
+            f"{ind}c = -a * s1 * {inv_m} - b * mean",
+            f"{ind}tl.store(WS + {coef} + cols, a{mk})",
+            f"{ind}tl.store(WS + {coef} + {K} + cols, b{mk})",
+            f"{ind}tl.store(WS + {coef} + {2 * K} + cols, c{mk})",
+        ]
         return "\n".join(L) + "\n"
     flags = f"(s0 + sk)[:, None] * {K} + {2 * sp * K} + cols[None, :]"
-    L += [f"{ind}shift = {finite_shift(_ld('X', 'ko_X', km))}",
-          f"{ind}m1 = s1 * {inv_m}",
-          f"{ind}mean = shift + m1",
-          f"{ind}var = tl.maximum(s2 * {inv_m} - m1 * m1, 0.0, "
-          f"propagate_nan=tl.PropagateNan.ALL)",
-          f"{ind}inv = 1.0 / tl.sqrt_rn(var + {_scalar(p, 'EPSILON')})",
-          # columns some slice took in 2^-80 units: every partial brought to them
-          f"{ind}accf = tl.full([{sb}, {bf}], 0.0, tl.float32)",
-          f"{ind}for s0 in range(0, {sp}, {sb}):",
-          f"{ind2}accf = tl.maximum(accf, {_ld('WS', flags, tile)})",
-          f"{ind}fl = tl.reduce(accf, 0, _max_combine) > 0",
-          f"{ind}if tl.reduce(fl.to(tl.int32), 0, _max_combine) > 0:",
-          f"{ind2}acc1 = tl.full([{sb}, {bf}], 0.0, tl.float32)",
-          f"{ind2}acc2 = tl.full([{sb}, {bf}], 0.0, tl.float32)",
-          f"{ind2}for s0 in range(0, {sp}, {sb}):",
-          f"{ind2}    f = {_ld('WS', flags, tile)} > 0",
-          f"{ind2}    v1 = {_ld('WS', f'(s0 + sk)[:, None] * {K} + cols[None, :]', tile)}",
-          f"{ind2}    v2 = {_ld('WS', f'({sp} + s0 + sk)[:, None] * {K} + cols[None, :]', tile)}",
-          f"{ind2}    acc1 += tl.where(f, v1, v1 * {SCALE})",
-          f"{ind2}    acc2 += tl.where(f, v2, v2 * {SCALE} * {SCALE})",
-          f"{ind2}m1s = tl.reduce(acc1, 0, _add_combine) * {inv_m}",
-          f"{ind2}var_s = tl.maximum(tl.reduce(acc2, 0, _add_combine) * {inv_m} - m1s * m1s, "
-          f"0.0, propagate_nan=tl.PropagateNan.ALL)",
-          f"{ind2}mean = tl.where(fl, shift + m1s * {UNSCALE}, mean)",
-          f"{ind2}inv = tl.where(fl, tl.where(var_s == 0, 1.0 / tl.sqrt_rn("
-          f"{_scalar(p, 'EPSILON')} + 0.0 * var_s), {SCALE} / tl.sqrt_rn(var_s)), inv)",
-          f"{ind2}var = tl.where(fl, var_s * {UNSCALE} * {UNSCALE}, var)",
-          ind + _st(p, "MEAN", "ko_MEAN", "mean", km),
-          ind + _st(p, "INV_VARIANCE", "ko_INV_VARIANCE", "inv", km)]
+    L += [
+        f"{ind}shift = {finite_shift(_ld('X', 'ko_X', km))}",
+        f"{ind}m1 = s1 * {inv_m}",
+        f"{ind}mean = shift + m1",
+        f"{ind}var = tl.maximum(s2 * {inv_m} - m1 * m1, 0.0, propagate_nan=tl.PropagateNan.ALL)",
+        f"{ind}inv = 1.0 / tl.sqrt_rn(var + {_scalar(p, 'EPSILON')})",
+        # columns some slice took in 2^-80 units: every partial brought to them
+        f"{ind}accf = tl.full([{sb}, {bf}], 0.0, tl.float32)",
+        f"{ind}for s0 in range(0, {sp}, {sb}):",
+        f"{ind2}accf = tl.maximum(accf, {_ld('WS', flags, tile)})",
+        f"{ind}fl = tl.reduce(accf, 0, _max_combine) > 0",
+        f"{ind}if tl.reduce(fl.to(tl.int32), 0, _max_combine) > 0:",
+        f"{ind2}acc1 = tl.full([{sb}, {bf}], 0.0, tl.float32)",
+        f"{ind2}acc2 = tl.full([{sb}, {bf}], 0.0, tl.float32)",
+        f"{ind2}for s0 in range(0, {sp}, {sb}):",
+        f"{ind2}    f = {_ld('WS', flags, tile)} > 0",
+        f"{ind2}    v1 = {_ld('WS', f'(s0 + sk)[:, None] * {K} + cols[None, :]', tile)}",
+        f"{ind2}    v2 = {_ld('WS', f'({sp} + s0 + sk)[:, None] * {K} + cols[None, :]', tile)}",
+        f"{ind2}    acc1 += tl.where(f, v1, v1 * {SCALE})",
+        f"{ind2}    acc2 += tl.where(f, v2, v2 * {SCALE} * {SCALE})",
+        f"{ind2}m1s = tl.reduce(acc1, 0, _add_combine) * {inv_m}",
+        f"{ind2}var_s = tl.maximum(tl.reduce(acc2, 0, _add_combine) * {inv_m} - m1s * m1s, "
+        f"0.0, propagate_nan=tl.PropagateNan.ALL)",
+        f"{ind2}mean = tl.where(fl, shift + m1s * {UNSCALE}, mean)",
+        f"{ind2}inv = tl.where(fl, tl.where(var_s == 0, 1.0 / tl.sqrt_rn("
+        f"{_scalar(p, 'EPSILON')} + 0.0 * var_s), {SCALE} / tl.sqrt_rn(var_s)), inv)",
+        f"{ind2}var = tl.where(fl, var_s * {UNSCALE} * {UNSCALE}, var)",
+        ind + _st(p, "MEAN", "ko_MEAN", "mean", km),
+        ind + _st(p, "INV_VARIANCE", "ko_INV_VARIANCE", "inv", km),
+    ]
     if p.has("PREV_RUNNING_MEAN"):
         unbias = repr(m / (m - 1))
-        L += [f"{ind}mom = {_scalar(p, 'MOMENTUM')}",
-              f"{ind}rm = {_ld('PREV_RUNNING_MEAN', 'ko_PREV_RUNNING_MEAN', km)}",
-              f"{ind}rv = {_ld('PREV_RUNNING_VAR', 'ko_PREV_RUNNING_VAR', km)}",
-              ind + _st(p, "NEXT_RUNNING_MEAN", "ko_NEXT_RUNNING_MEAN",
-                        "(1.0 - mom) * rm + mom * mean", km),
-              ind + _st(p, "NEXT_RUNNING_VAR", "ko_NEXT_RUNNING_VAR",
-                        f"(1.0 - mom) * rv + mom * (var * {unbias})", km)]
-    L += [f"{ind}a = {_ld('SCALE', 'ko_SCALE', km)} * inv",
-          f"{ind}b = {_ld('BIAS', 'ko_BIAS', km)} - mean * a",
-          f"{ind}tl.store(WS + {coef} + cols, a{mk})",
-          f"{ind}tl.store(WS + {coef} + {K} + cols, b{mk})"]
+        L += [
+            f"{ind}mom = {_scalar(p, 'MOMENTUM')}",
+            f"{ind}rm = {_ld('PREV_RUNNING_MEAN', 'ko_PREV_RUNNING_MEAN', km)}",
+            f"{ind}rv = {_ld('PREV_RUNNING_VAR', 'ko_PREV_RUNNING_VAR', km)}",
+            ind
+            + _st(
+                p, "NEXT_RUNNING_MEAN", "ko_NEXT_RUNNING_MEAN", "(1.0 - mom) * rm + mom * mean", km
+            ),
+            ind
+            + _st(
+                p,
+                "NEXT_RUNNING_VAR",
+                "ko_NEXT_RUNNING_VAR",
+                f"(1.0 - mom) * rv + mom * (var * {unbias})",
+                km,
+            ),
+        ]
+    L += [
+        f"{ind}a = {_ld('SCALE', 'ko_SCALE', km)} * inv",
+        f"{ind}b = {_ld('BIAS', 'ko_BIAS', km)} - mean * a",
+        f"{ind}tl.store(WS + {coef} + cols, a{mk})",
+        f"{ind}tl.store(WS + {coef} + {K} + cols, b{mk})",
+    ]
     return "\n".join(L) + "\n"
 
 
@@ -344,6 +388,7 @@ def apply_source(name: str, p: Problem, kn, split: int) -> str:
     """Program (row block, column block): the output tile from x (and dy) with the
     per-column coefficients; ``split`` locates the coefficients in the workspace."""
     from ...ops.pointwise import DEFAULT_ATTRS, MODES
+
     ind = "    "
     ar, bk, K = kn.APPLY_R, kn.BLOCK_K, p.K
     params = apply_params(p)
@@ -351,25 +396,33 @@ def apply_source(name: str, p: Problem, kn, split: int) -> str:
     _, km, tile = _masks(p, ar, bk)
     L = _head(name, params)
     block = f"{-(-p.R // ar) - 1} - tl.program_id(0)" if kn.REUSE else "tl.program_id(0)"
-    L += [f"{ind}rows = {_rows(p, block, ar)}",
-          f"{ind}cols = tl.program_id(1) * {bk} + tl.arange(0, {bk})"]
+    L += [
+        f"{ind}rows = {_rows(p, block, ar)}",
+        f"{ind}cols = tl.program_id(1) * {bk} + tl.arange(0, {bk})",
+    ]
     stats = ("MEAN", "INV_VARIANCE", "SCALE", "BIAS") if p.kind == "batchnorm_inference" else ()
     L += _kept(p, "cols", tuple(data) + stats, ind)
     L += _reduced(p, "rows", data, ind)
     coef = 3 * split * K
     if p.kind == "batchnorm_inference":
-        L += [f"{ind}a = {_ld('SCALE', 'ko_SCALE', km)} * "
-              f"{_ld('INV_VARIANCE', 'ko_INV_VARIANCE', km)}",
-              f"{ind}b = {_ld('BIAS', 'ko_BIAS', km)} - {_ld('MEAN', 'ko_MEAN', km)} * a"]
+        L += [
+            f"{ind}a = {_ld('SCALE', 'ko_SCALE', km)} * "
+            f"{_ld('INV_VARIANCE', 'ko_INV_VARIANCE', km)}",
+            f"{ind}b = {_ld('BIAS', 'ko_BIAS', km)} - {_ld('MEAN', 'ko_MEAN', km)} * a",
+        ]
     else:
-        L += [f"{ind}a = {_ld('WS', f'{coef} + cols', km)}",
-              f"{ind}b = {_ld('WS', f'{coef + K} + cols', km)}"]
+        L += [
+            f"{ind}a = {_ld('WS', f'{coef} + cols', km)}",
+            f"{ind}b = {_ld('WS', f'{coef + K} + cols', km)}",
+        ]
     L.append(f"{ind}x = {_ld('X', _tile('X'), tile, True)}")
     if p.kind == "batchnorm_backward":
         L.append(f"{ind}c = {_ld('WS', f'{coef + 2 * K} + cols', km)}")
         L += _dy(p, tile, True, ind)
-        L += [f"{ind}v = a[None, :] * dy + b[None, :] * x + c[None, :]",
-              ind + _st(p, "DX", _tile("DX"), "v", tile)]
+        L += [
+            f"{ind}v = a[None, :] * dy + b[None, :] * x + c[None, :]",
+            ind + _st(p, "DX", _tile("DX"), "v", tile),
+        ]
         return "\n".join(L) + "\n"
     L.append(f"{ind}v = x * a[None, :] + b[None, :]")
     if p.has("YPRE"):

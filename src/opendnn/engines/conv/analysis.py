@@ -13,6 +13,7 @@ an engine's kernel splices in around its tile (see ``engines/fusion/epilogue.py`
 The algorithms themselves live one folder per family: ``implicit_gemm/``, ``split_k/``,
 ``tma/``, ``winograd/``, ``fft/``, ``gemm/``, ``direct/``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,6 +27,7 @@ from ..fusion import epilogue as fuse_epilogue
 @dataclasses.dataclass(frozen=True)
 class ConvGeometry:
     """Everything the kernel bakes in (element strides, sizes, padding...)."""
+
     n: int
     c_per_group: int
     k_per_group: int
@@ -37,8 +39,8 @@ class ConvGeometry:
     stride: tuple
     dilation: tuple
     flip: bool
-    x_strides: tuple      # (n, c, spatial...)
-    w_strides: tuple      # (k, c, spatial...)
+    x_strides: tuple  # (n, c, spatial...)
+    w_strides: tuple  # (k, c, spatial...)
     int64: bool
 
 
@@ -50,9 +52,10 @@ class Prologue:
     """Pointwise nodes applied to the image before the convolution (e.g. the scale, bias
     and ReLU of the previous layer's batch norm): inputs are the image itself,
     per-channel tensors [1, C, 1, ...] and host scalars."""
+
     nodes: list
-    out_uid: int          # the conv's X (virtual)
-    image: int            # the real input tensor
+    out_uid: int  # the conv's X (virtual)
+    image: int  # the real input tensor
     channel_inputs: list
     scalars: list
 
@@ -60,7 +63,7 @@ class Prologue:
 @dataclasses.dataclass
 class ConvAnalysis:
     node: object
-    x: object             # the image in memory (the prologue's input when there is one)
+    x: object  # the image in memory (the prologue's input when there is one)
     w: object
     y: object
     ep: fuse_epilogue.Epilogue
@@ -105,20 +108,25 @@ def _prologue(graph, cv) -> Prologue | str | None:
             elif list(d.dims) == [1, xd.dims[1]] + [1] * (len(xd.dims) - 2):
                 chans.append(u) if u not in chans else None
             else:
-                return (f"prologue input '{d.label()}' is neither the image nor per-channel "
-                        f"[1, C, 1, ...]")
+                return (
+                    f"prologue input '{d.label()}' is neither the image nor per-channel "
+                    f"[1, C, 1, ...]"
+                )
     if image is None:
         return "the prologue has no full-size image input"
-    order = [n for n in graph.nodes if id(n) in inside]     # topological
+    order = [n for n in graph.nodes if id(n) in inside]  # topological
     return Prologue(order, x_uid, image, chans, scalars)
 
 
 # role names per direction: (image, filter, gradient-or-output, output role)
-_ROLES = {"conv_fprop": ("X", "W", "Y", "Y"), "conv_dgrad": ("DX", "W", "DY", "DX"),
-          "conv_wgrad": ("X", "DW", "DY", "DW")}
+_ROLES = {
+    "conv_fprop": ("X", "W", "Y", "Y"),
+    "conv_dgrad": ("DX", "W", "DY", "DX"),
+    "conv_wgrad": ("X", "DW", "DY", "DW"),
+}
 
 
-@functools.lru_cache(maxsize=512)   # graphs are frozen; support, cost and build share it
+@functools.lru_cache(maxsize=512)  # graphs are frozen; support, cost and build share it
 def analyze(graph, kind: str = "conv_fprop") -> ConvAnalysis | str:
     convs = [n for n in graph.nodes if n.kind == kind]
     if len(convs) != 1:
@@ -142,21 +150,34 @@ def analyze(graph, kind: str = "conv_fprop") -> ConvAnalysis | str:
         if pro is not None:
             return "int8 convolution takes no prologue"
     elif len(types) != 1 or not types <= OPERAND_TYPES:
-        return (f"operand types {sorted(t.name for t in types)}: one of float, half or "
-                "bfloat16 for all operands")
+        return (
+            f"operand types {sorted(t.name for t in types)}: one of float, half or "
+            "bfloat16 for all operands"
+        )
     out_uid = role[outr]
-    ep = fuse_epilogue.collect(graph, cv, out_uid, skip=pro.nodes if pro else (),
-                               allow_stats=kind == "conv_fprop")
+    ep = fuse_epilogue.collect(
+        graph, cv, out_uid, skip=pro.nodes if pro else (), allow_stats=kind == "conv_fprop"
+    )
     if isinstance(ep, str):
         return ep
     groups = x.dims[1] // w.dims[1]
-    big = any(graph.tensors[u].span >= 2 ** 31 for u in operands + ep.inputs + ep.outputs)
+    big = any(graph.tensors[u].span >= 2**31 for u in operands + ep.inputs + ep.outputs)
     geo = ConvGeometry(
-        n=x.dims[0], c_per_group=w.dims[1], k_per_group=w.dims[0] // groups, groups=groups,
-        in_dims=tuple(x.dims[2:]), out_dims=tuple(y.dims[2:]), filt=tuple(w.dims[2:]),
-        pre=tuple(cv.pre_padding), stride=tuple(cv.stride), dilation=tuple(cv.dilation),
+        n=x.dims[0],
+        c_per_group=w.dims[1],
+        k_per_group=w.dims[0] // groups,
+        groups=groups,
+        in_dims=tuple(x.dims[2:]),
+        out_dims=tuple(y.dims[2:]),
+        filt=tuple(w.dims[2:]),
+        pre=tuple(cv.pre_padding),
+        stride=tuple(cv.stride),
+        dilation=tuple(cv.dilation),
         flip=cv.convolution_mode == ConvolutionMode.CONVOLUTION,
-        x_strides=tuple(x.strides), w_strides=tuple(w.strides), int64=big)
+        x_strides=tuple(x.strides),
+        w_strides=tuple(w.strides),
+        int64=big,
+    )
     if prod(x.dims) == 0 or prod(y.dims) == 0 or prod(w.dims) == 0:
         return "empty convolution (a zero-size dimension): nothing for a kernel to do"
     if groups > 65535:
@@ -171,12 +192,20 @@ def dgrad_as_forward(a: ConvAnalysis) -> ConvAnalysis:
     mode toggled."""
     g, w = a.geo, a.w
     ws = w.strides
-    w_t = dataclasses.replace(w, dims=(w.dims[1], w.dims[0]) + tuple(w.dims[2:]),
-                              strides=(ws[1], ws[0]) + tuple(ws[2:]))
+    w_t = dataclasses.replace(
+        w, dims=(w.dims[1], w.dims[0]) + tuple(w.dims[2:]), strides=(ws[1], ws[0]) + tuple(ws[2:])
+    )
     geo = dataclasses.replace(
-        g, c_per_group=g.k_per_group, k_per_group=g.c_per_group, in_dims=g.out_dims,
-        out_dims=g.in_dims, pre=tuple(f - 1 - p for f, p in zip(g.filt, g.pre)),
-        flip=not g.flip, x_strides=tuple(a.y.strides), w_strides=tuple(w_t.strides))
+        g,
+        c_per_group=g.k_per_group,
+        k_per_group=g.c_per_group,
+        in_dims=g.out_dims,
+        out_dims=g.in_dims,
+        pre=tuple(f - 1 - p for f, p in zip(g.filt, g.pre)),
+        flip=not g.flip,
+        x_strides=tuple(a.y.strides),
+        w_strides=tuple(w_t.strides),
+    )
     return dataclasses.replace(a, x=a.y, w=w_t, y=a.x, geo=geo)
 
 
@@ -197,14 +226,14 @@ def epilogue(graph, a: ConvAnalysis, kind: str) -> tuple[list, str]:
     (g*K/G + offs_m, offs_n, r_0..)."""
     d = len(a.geo.filt)
 
-    def per_channel(u) -> bool:      # an input [1, K, 1, ...]: one row for every pixel
+    def per_channel(u) -> bool:  # an input [1, K, 1, ...]: one row for every pixel
         dims = graph.tensors[u].dims
         return u not in a.ep.outputs and dims[0] == 1 and all(v == 1 for v in dims[2:])
 
     def off_pixels(u, per_group):
         st, dims = graph.tensors[u].strides, graph.tensors[u].dims
         col = f"(g * {per_group} + offs_n) * {st[1] if dims[1] != 1 else 0}"
-        if per_channel(u):              # one row of BLOCK_N values, broadcast over pixels
+        if per_channel(u):  # one row of BLOCK_N values, broadcast over pixels
             return f"({col})[None, :]"
         rows = [f"nb * {st[0] if dims[0] != 1 else 0}"]
         rows += [f"o{i} * {st[2 + i]}" for i in range(d) if dims[2 + i] != 1]
@@ -224,15 +253,20 @@ def epilogue(graph, a: ConvAnalysis, kind: str) -> tuple[list, str]:
     else:
         per = a.geo.k_per_group if kind == "conv_fprop" else a.geo.c_per_group
         off = functools.partial(off_pixels, per_group=per)
-        load_mask = (lambda u: "mask_n[None, :]" if per_channel(u) else "ep_mask")
+
+        def load_mask(u):
+            return "mask_n[None, :]" if per_channel(u) else "ep_mask"
+
     params, body = fuse_epilogue.source(graph, a.ep, off, load_mask=load_mask)
-    if a.ep.stats:   # partial sums per pixel tile: WS[(stat, sum|sq), tile, channel]
+    if a.ep.stats:  # partial sums per pixel tile: WS[(stat, sum|sq), tile, channel]
         k_total = a.geo.k_per_group * a.geo.groups
         params = ["WS"] + params
         for j in range(len(a.ep.stats)):
             for w_, var in enumerate(("st_s", "st_q")):
-                body += (f"tl.store(WS + ({2 * j + w_} * num_pid_m + pid_m) * {k_total} + "
-                         f"g * {a.geo.k_per_group} + offs_n, {var}{j}, mask=mask_n)\n")
+                body += (
+                    f"tl.store(WS + ({2 * j + w_} * num_pid_m + pid_m) * {k_total} + "
+                    f"g * {a.geo.k_per_group} + offs_n, {var}{j}, mask=mask_n)\n"
+                )
     return params, "ep_mask = mask_m[:, None] & mask_n[None, :]\n" + body
 
 
@@ -240,6 +274,7 @@ def prologue_source(graph, a: ConvAnalysis) -> tuple[list, str]:
     """(params, body) transforming the loaded image slab ``a`` ([BLOCK_M, BLOCK_K], channels
     ``cc`` of group ``g``) before the dot; padding stays zero after the transform."""
     from ..fusion import _codegen as cg
+
     pro, cgp = a.prologue, a.geo.c_per_group
 
     def load(u):
@@ -248,13 +283,22 @@ def prologue_source(graph, a: ConvAnalysis) -> tuple[list, str]:
         if u in pro.scalars:
             return f"s{u}"
         st = graph.tensors[u].strides[1]
-        return (f"tl.load(Q{u} + (g * {cgp} + cc) * {st}, mask=mask_c, other=0)"
-                f".to(tl.float32)[None, :]")
+        return (
+            f"tl.load(Q{u} + (g * {cgp} + cc) * {st}, mask=mask_c, other=0).to(tl.float32)[None, :]"
+        )
+
     em = cg.Emitter(graph, "tl.float32", load, lambda axis, rank: "0", indent="")
     for n in pro.nodes:
         em.emit_node(n)
-    body = "\n".join(em.lines + [
-        f"a = tl.where(valid[:, None] & mask_c[None, :], {em.var[pro.out_uid]}, 0.0)"
-        f".to(a.dtype)"]) + "\n"
+    body = (
+        "\n".join(
+            em.lines
+            + [
+                f"a = tl.where(valid[:, None] & mask_c[None, :], {em.var[pro.out_uid]}, 0.0)"
+                f".to(a.dtype)"
+            ]
+        )
+        + "\n"
+    )
     params = [f"Q{u}" for u in pro.channel_inputs] + [f"s{u}" for u in pro.scalars]
     return params, body

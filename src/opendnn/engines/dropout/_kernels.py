@@ -15,16 +15,17 @@ mask does not depend on the layout) takes word i mod 4 of Philox(SEED, OFFSET + 
 SEED and OFFSET are read from one-element integer tensors (device memory), so a plan never
 changes when they do and no host synchronization is needed.
 """
+
 from __future__ import annotations
 
 from ..fusion._codegen import TL_TYPE, index_decomposition, offset_expr
 
-INT32_LIMIT = 2 ** 31 - 1
+INT32_LIMIT = 2**31 - 1
 
 # Triton's tl.randint4x + tl.rand's float conversion (Philox-4x32-10) spelled out in the
 # generated module itself: they are @jit helpers of triton.language, which exist only
 # compiled, not in the interpreter. Bit for bit the stream of ops/dropout.py.
-PHILOX_HELPER = '''
+PHILOX_HELPER = """
 @triton.jit
 def _to_uniform(c):
     r = c.to(tl.int32, bitcast=True)
@@ -52,7 +53,7 @@ def _philox4_uniform(seed, counter):
         k1 = tl.add(k1, 0xBB67AE85, sanitize_overflow=False)
     return _to_uniform(c0), _to_uniform(c1), _to_uniform(c2), _to_uniform(c3)
 
-'''
+"""
 
 
 def logical_walk(dims: tuple, strides: tuple) -> bool:
@@ -62,8 +63,17 @@ def logical_walk(dims: tuple, strides: tuple) -> bool:
     return kept == sorted(kept)
 
 
-def source(name: str, dims: tuple, descs: dict, data: str, out: str, mask_role: str | None,
-           p: float, scale: float, block: int) -> str:
+def source(
+    name: str,
+    dims: tuple,
+    descs: dict,
+    data: str,
+    out: str,
+    mask_role: str | None,
+    p: float,
+    scale: float,
+    block: int,
+) -> str:
     """Y = X * (keep ? scale : 0) (backward: DX from DY), keep = rand >= p, and MASK."""
     ind = "    "
     rank = len(dims)
@@ -74,13 +84,16 @@ def source(name: str, dims: tuple, descs: dict, data: str, out: str, mask_role: 
     strides = descs[data].strides
     grouped = logical_walk(dims, strides)
     # a grouped walk must follow the logical order exactly, size-one dims included
-    order = list(range(rank)) if grouped else \
-        sorted(range(rank), key=lambda i: (-strides[i], i))
+    order = list(range(rank)) if grouped else sorted(range(rank), key=lambda i: (-strides[i], i))
     params = [data, "SEED", "OFFSET", out] + ([mask_role] if mask_role else [])
     pid = "tl.program_id(0).to(tl.int64)" if big else "tl.program_id(0)"
-    L = [PHILOX_HELPER, "@triton.jit", f"def {name}({', '.join(params)}):",
-         f"{ind}e = {pid} * {block} + tl.arange(0, {block})",
-         f"{ind}emask = e < {total}"]
+    L = [
+        PHILOX_HELPER,
+        "@triton.jit",
+        f"def {name}({', '.join(params)}):",
+        f"{ind}e = {pid} * {block} + tl.arange(0, {block})",
+        f"{ind}emask = e < {total}",
+    ]
     L += index_decomposition("e", [dims[i] for i in order], "w", ind)
     for k, i in enumerate(order):
         L.append(f"{ind}i{i} = w{k}")
@@ -88,31 +101,37 @@ def source(name: str, dims: tuple, descs: dict, data: str, out: str, mask_role: 
     for role in params:
         if role in descs:
             L.append(f"{ind}off_{role} = {offset_expr(names, descs[role].strides, 'e * 0')}")
-    L += [f"{ind}seed = tl.load(SEED).to(tl.int64)",
-          f"{ind}base = tl.load(OFFSET).to(tl.int64)"]
+    L += [f"{ind}seed = tl.load(SEED).to(tl.int64)", f"{ind}base = tl.load(OFFSET).to(tl.int64)"]
     if grouped:
         q, half = block // 4, block // 2
-        L += [f"{ind}q = ({pid} * {q} + tl.arange(0, {q})).to(tl.int64)",
-              f"{ind}u0, u1, u2, u3 = _philox4_uniform(seed, base + q)",
-              f"{ind}u02 = tl.reshape(tl.join(u0, u2), [{half}])",
-              f"{ind}u13 = tl.reshape(tl.join(u1, u3), [{half}])",
-              f"{ind}u = tl.reshape(tl.join(u02, u13), [{block}])"]
+        L += [
+            f"{ind}q = ({pid} * {q} + tl.arange(0, {q})).to(tl.int64)",
+            f"{ind}u0, u1, u2, u3 = _philox4_uniform(seed, base + q)",
+            f"{ind}u02 = tl.reshape(tl.join(u0, u2), [{half}])",
+            f"{ind}u13 = tl.reshape(tl.join(u1, u3), [{half}])",
+            f"{ind}u = tl.reshape(tl.join(u02, u13), [{block}])",
+        ]
     else:
         row_major, acc = [0] * rank, 1
         for i in reversed(range(rank)):
             row_major[i] = acc
             acc *= dims[i]
-        L += [f"{ind}logical = ({offset_expr(names, row_major, 'e * 0')}).to(tl.int64)",
-              f"{ind}u0, u1, u2, u3 = _philox4_uniform(seed, base + (logical >> 2))",
-              f"{ind}w = logical & 3",
-              f"{ind}u = tl.where(w == 0, u0, tl.where(w == 1, u1, tl.where(w == 2, u2, u3)))"]
-    L += [f"{ind}keep = u >= {float(p)!r}",
-          f"{ind}v = tl.load({data} + off_{data}, mask=emask, other=0.0, "
-          'eviction_policy="evict_first").to(tl.float32)',
-          f"{ind}v = v * tl.where(keep, {float(scale)!r}, 0.0)",
-          f"{ind}tl.store({out} + off_{out}, v.to({TL_TYPE[descs[out].data_type]}), "
-          "mask=emask)"]
+        L += [
+            f"{ind}logical = ({offset_expr(names, row_major, 'e * 0')}).to(tl.int64)",
+            f"{ind}u0, u1, u2, u3 = _philox4_uniform(seed, base + (logical >> 2))",
+            f"{ind}w = logical & 3",
+            f"{ind}u = tl.where(w == 0, u0, tl.where(w == 1, u1, tl.where(w == 2, u2, u3)))",
+        ]
+    L += [
+        f"{ind}keep = u >= {float(p)!r}",
+        f"{ind}v = tl.load({data} + off_{data}, mask=emask, other=0.0, "
+        'eviction_policy="evict_first").to(tl.float32)',
+        f"{ind}v = v * tl.where(keep, {float(scale)!r}, 0.0)",
+        f"{ind}tl.store({out} + off_{out}, v.to({TL_TYPE[descs[out].data_type]}), mask=emask)",
+    ]
     if mask_role:
-        L.append(f"{ind}tl.store({mask_role} + off_{mask_role}, "
-                 f"keep.to({TL_TYPE[descs[mask_role].data_type]}), mask=emask)")
+        L.append(
+            f"{ind}tl.store({mask_role} + off_{mask_role}, "
+            f"keep.to({TL_TYPE[descs[mask_role].data_type]}), mask=emask)"
+        )
     return "\n".join(L) + "\n"

@@ -5,6 +5,7 @@ Any strides, float32 / float16 / bfloat16 data; MASK in a floating, uint8, int8,
 boolean type. A pass-by-value SEED or OFFSET is copied to a small device tensor at each
 run (the kernel reads both from memory, so one plan serves every seed and offset).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,7 +25,7 @@ INTEGER = (DataType.INT32, DataType.INT64)
 
 @dataclasses.dataclass(frozen=True)
 class DropoutKnobs:
-    BLOCK: int = 1024       # elements per program
+    BLOCK: int = 1024  # elements per program
     num_warps: int = 4
 
 
@@ -34,6 +35,7 @@ def _node(graph):
 
 class DropoutEngine(Engine):
     """Dropout forward and backward with a counter-based (Philox) mask."""
+
     id = 39
     name = "dropout"
     behavior_notes = frozenset({BehaviorNote.RUNTIME_COMPILATION})
@@ -44,16 +46,21 @@ class DropoutEngine(Engine):
         n = _node(graph)
         for role, uid in {**n.inputs, **n.outputs}.items():
             d = graph.tensors[uid]
-            allowed = INTEGER if role in ("SEED", "OFFSET") else \
-                MASK_TYPES if role == "MASK" else TYPES
+            allowed = (
+                INTEGER if role in ("SEED", "OFFSET") else MASK_TYPES if role == "MASK" else TYPES
+            )
             if d.data_type not in allowed:
-                return decline(f"tensor {d.label()} ({role}) is {d.data_type.name}: allowed "
-                               f"{[t.name for t in allowed]}")
+                return decline(
+                    f"tensor {d.label()} ({role}) is {d.data_type.name}: allowed "
+                    f"{[t.name for t in allowed]}"
+                )
         return SUPPORTED
 
     def knob_space(self, graph=None) -> list[Knob]:
-        return [Knob("BLOCK", (128, 256, 512, 1024, 2048, 4096), 1024),
-                Knob("num_warps", (1, 2, 4, 8), 4)]
+        return [
+            Knob("BLOCK", (128, 256, 512, 1024, 2048, 4096), 1024),
+            Knob("num_warps", (1, 2, 4, 8), 4),
+        ]
 
     def configs(self, graph, target: Target) -> list[EngineConfig]:
         return [EngineConfig.make(self, **dataclasses.asdict(DropoutKnobs()))]
@@ -72,28 +79,37 @@ class _DropoutExecutable(Executable, LaunchList):
         n = _node(graph)
         data, out = ("DY", "DX") if n.kind == "dropout_backward" else ("X", "Y")
         mask_uid = n.outputs.get("MASK")
-        mask_role = "MASK" if mask_uid is not None and \
-            not graph.tensors[mask_uid].is_virtual else None
+        mask_role = (
+            "MASK" if mask_uid is not None and not graph.tensors[mask_uid].is_virtual else None
+        )
         uids = {**n.inputs, **n.outputs}
         roles = [data, out] + ([mask_role] if mask_role else [])
         descs = {r: graph.tensors[uids[r]] for r in roles}
-        self.host_rng = tuple(uids[r] for r in ("SEED", "OFFSET")
-                              if graph.tensors[uids[r]].is_pass_by_value)
+        self.host_rng = tuple(
+            uids[r] for r in ("SEED", "OFFSET") if graph.tensors[uids[r]].is_pass_by_value
+        )
         self.data_uid = uids[data]
         dims = descs[data].dims
         total = descs[data].numel
         if total == 0:
             return
         tag = f"{n.kind}_{graph.key()[:12]}"
-        src = K.source(tag, dims, descs, data, out, mask_role, n.probability,
-                       scale(n.probability), kn.BLOCK)
+        src = K.source(
+            tag, dims, descs, data, out, mask_role, n.probability, scale(n.probability), kn.BLOCK
+        )
         order = [data, "SEED", "OFFSET", out] + ([mask_role] if mask_role else [])
-        launcher = Launcher(kernel_from_source(src, tag), (-(-total // kn.BLOCK),),
-                            {"num_warps": kn.num_warps})
-        if target.is_cuda:   # SEED/OFFSET are always device pointers in the kernel
-            launcher.prepare_cuda([torch.int64 if r in ("SEED", "OFFSET") and
-                                   graph.tensors[uids[r]].is_pass_by_value
-                                   else graph.tensors[uids[r]].torch_dtype for r in order])
+        launcher = Launcher(
+            kernel_from_source(src, tag), (-(-total // kn.BLOCK),), {"num_warps": kn.num_warps}
+        )
+        if target.is_cuda:  # SEED/OFFSET are always device pointers in the kernel
+            launcher.prepare_cuda(
+                [
+                    torch.int64
+                    if r in ("SEED", "OFFSET") and graph.tensors[uids[r]].is_pass_by_value
+                    else graph.tensors[uids[r]].torch_dtype
+                    for r in order
+                ]
+            )
         self.launches.append((launcher, [("buf", uids[r]) for r in order]))
 
     def run(self, buffers, workspace, stream=None):
@@ -102,8 +118,7 @@ class _DropoutExecutable(Executable, LaunchList):
             # two words apart: each pointer 16-byte aligned, as the kernel was compiled for
             vals = [w for u in self.host_rng for w in (_int64(buffers[u]), 0)]
             t = torch.tensor(vals, dtype=torch.int64).to(dev, non_blocking=True)
-            buffers = {**buffers, **{u: t[2 * i:2 * i + 1]
-                                     for i, u in enumerate(self.host_rng)}}
+            buffers = {**buffers, **{u: t[2 * i : 2 * i + 1] for i, u in enumerate(self.host_rng)}}
         self.run_launches(buffers, workspace, stream)
 
 

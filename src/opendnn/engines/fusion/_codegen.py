@@ -16,19 +16,28 @@ Reductions split ``S`` into kept dims (the output's dims) and reduced dims. A pr
 ``SPLIT > 1`` the reduced extent is cut into SPLIT slices whose partial results go to the
 workspace ([n_reductions, SPLIT, kept] float32) and a second kernel combines them.
 """
+
 from __future__ import annotations
 
 import hashlib
 import math
 
-from ...enums import DataType, PointwiseMode as M
+from ...enums import DataType
+from ...enums import PointwiseMode as M
 from ...ops.pointwise import DEFAULT_ATTRS, MODES
 from ...ops.reduction import TABLE as RED_TABLE
 
-TL_TYPE = {DataType.FLOAT: "tl.float32", DataType.DOUBLE: "tl.float64",
-           DataType.HALF: "tl.float16", DataType.BFLOAT16: "tl.bfloat16",
-           DataType.INT8: "tl.int8", DataType.UINT8: "tl.uint8", DataType.BOOLEAN: "tl.int1",
-           DataType.INT32: "tl.int32", DataType.INT64: "tl.int64"}
+TL_TYPE = {
+    DataType.FLOAT: "tl.float32",
+    DataType.DOUBLE: "tl.float64",
+    DataType.HALF: "tl.float16",
+    DataType.BFLOAT16: "tl.bfloat16",
+    DataType.INT8: "tl.int8",
+    DataType.UINT8: "tl.uint8",
+    DataType.BOOLEAN: "tl.int1",
+    DataType.INT32: "tl.int32",
+    DataType.INT64: "tl.int64",
+}
 
 
 def padded_strides(desc, rank: int) -> list[int]:
@@ -51,8 +60,11 @@ def collapse(sizes: list, strides: dict, classes: list, pinned: set) -> tuple:
     k = len(dims) - 2
     while k >= 0:
         i, j = k, k + 1
-        ok = (out_classes[i] == out_classes[j] and not (set(dims[i]) | set(dims[j])) & pinned
-              and all(st[i] == st[j] * out_sizes[j] for st in out_strides.values()))
+        ok = (
+            out_classes[i] == out_classes[j]
+            and not (set(dims[i]) | set(dims[j])) & pinned
+            and all(st[i] == st[j] * out_sizes[j] for st in out_strides.values())
+        )
         if ok:
             dims[i] = dims[i] + dims[j]
             out_sizes[i] *= out_sizes[j]
@@ -82,7 +94,7 @@ class Sizes:
     """
 
     def __init__(self, wide: bool = False):
-        self.wide = wide                      # int64 index math (some extent >= 2^31)
+        self.wide = wide  # int64 index math (some extent >= 2^31)
         self.names: list = []
         self.values: dict = {}
         self.aligned: set = set()
@@ -114,8 +126,10 @@ class Sizes:
     def args(self) -> list:
         """The launch template entries matching ``params``."""
         u = self.unit()
-        return [("int", self.values[n] // u if n in self.aligned else self.values[n])
-                for n in self.names]
+        return [
+            ("int", self.values[n] // u if n in self.aligned else self.values[n])
+            for n in self.names
+        ]
 
     def prologue(self, indent: str) -> list:
         """Lines restoring the aligned values from their units (first in the kernel)."""
@@ -151,7 +165,13 @@ class Emitter:
     """
 
     def __init__(self, graph, compute: str, load, index_of, indent: str = "    "):
-        self.graph, self.ct, self.load, self.index_of, self.ind = graph, compute, load, index_of, indent
+        self.graph, self.ct, self.load, self.index_of, self.ind = (
+            graph,
+            compute,
+            load,
+            index_of,
+            indent,
+        )
         self.lines: list[str] = []
         self.var: dict = {}
 
@@ -194,14 +214,16 @@ def store_expr(ptr: str, off: str, value: str, desc, mask: str | None) -> str:
     int8 / uint8 / int32 saturate (then truncate toward zero), as the reference does: an
     out-of-range value is clamped, never wrapped."""
     m = f", mask={mask}" if mask else ""
-    if desc.data_type == DataType.INT32:     # float32 reaches 2^31 but not 2^31 - 1
+    if desc.data_type == DataType.INT32:  # float32 reaches 2^31 but not 2^31 - 1
         v = f"tl.maximum({value}, -2147483648.0)"
-        return (f"tl.store({ptr} + {off}, tl.where({v} >= 2147483648.0, 2147483647, "
-                f"({v}).to(tl.int32)){m})")
+        return (
+            f"tl.store({ptr} + {off}, tl.where({v} >= 2147483648.0, 2147483647, "
+            f"({v}).to(tl.int32)){m})"
+        )
     if desc.data_type in SATURATE:
         lo, hi = SATURATE[desc.data_type]
         value = f"tl.minimum(tl.maximum({value}, {float(lo)}), {float(hi)})"
-    if desc.data_type == DataType.BFLOAT16:     # _to_bf16: launch.py's kernel header
+    if desc.data_type == DataType.BFLOAT16:  # _to_bf16: launch.py's kernel header
         return f"tl.store({ptr} + {off}, _to_bf16({value}){m})"
     return f"tl.store({ptr} + {off}, ({value}).to({TL_TYPE[desc.data_type]}){m})"
 
@@ -238,17 +260,28 @@ def offset_expr(idx_names: list, strides: list, zero: str = "0") -> str:
 
 
 # min / max propagate NaN, as torch.amin / amax (compiled, Triton's default drops it)
-COMBINE = {"add": "{a} + {b}", "mul": "{a} * {b}",
-           "min": "tl.minimum({a}, {b}, propagate_nan=tl.PropagateNan.ALL)",
-           "max": "tl.maximum({a}, {b}, propagate_nan=tl.PropagateNan.ALL)"}
-FOLD = {"add": "tl.reduce({x}, {ax}, _add_combine)", "mul": "tl.reduce({x}, {ax}, _mul_combine)",
-        "min": "tl.reduce({x}, {ax}, _min_combine)", "max": "tl.reduce({x}, {ax}, _max_combine)"}
-PRE = {"x": "{x}", "abs": "tl.abs({x})", "square": "{x} * {x}",
-       "nonzero_or_one": "tl.where({x} == 0, 1.0, {x})"}
+COMBINE = {
+    "add": "{a} + {b}",
+    "mul": "{a} * {b}",
+    "min": "tl.minimum({a}, {b}, propagate_nan=tl.PropagateNan.ALL)",
+    "max": "tl.maximum({a}, {b}, propagate_nan=tl.PropagateNan.ALL)",
+}
+FOLD = {
+    "add": "tl.reduce({x}, {ax}, _add_combine)",
+    "mul": "tl.reduce({x}, {ax}, _mul_combine)",
+    "min": "tl.reduce({x}, {ax}, _min_combine)",
+    "max": "tl.reduce({x}, {ax}, _max_combine)",
+}
+PRE = {
+    "x": "{x}",
+    "abs": "tl.abs({x})",
+    "square": "{x} * {x}",
+    "nonzero_or_one": "tl.where({x} == 0, 1.0, {x})",
+}
 
 # Combine functions for tl.reduce, defined in the generated module itself: tl.sum & co.
 # are @jit helpers of triton.language that exist only compiled, not in the interpreter.
-COMBINE_HELPERS = '''
+COMBINE_HELPERS = """
 @triton.jit
 def _add_combine(a, b):
     return a + b
@@ -267,45 +300,55 @@ def _min_combine(a, b):
 @triton.jit
 def _max_combine(a, b):
     return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
-'''
+"""
 
 
 # ---- cooperative kernels (programs of one row meeting through a counter) ---------------------
 def zero_flags_source(name: str, offset: int, count: int) -> str:
     """A kernel zeroing ``count`` float32 arrival counters at WS[offset:]: a cooperative
     run must start from 0, and the workspace is the user's (grid: ceil(count / 1024))."""
-    return "\n".join([
-        "@triton.jit", f"def {name}(WS):",
-        "    i = tl.program_id(0) * 1024 + tl.arange(0, 1024)",
-        f"    tl.store(WS + {offset} + i, tl.full([1024], 0.0, tl.float32), mask=i < {count})"]) \
+    return (
+        "\n".join(
+            [
+                "@triton.jit",
+                f"def {name}(WS):",
+                "    i = tl.program_id(0) * 1024 + tl.arange(0, 1024)",
+                f"    tl.store(WS + {offset} + i, tl.full([1024], 0.0, tl.float32), mask=i < {count})",
+            ]
+        )
         + "\n"
+    )
 
 
 def arrive(counter: str, indent: str) -> list[str]:
     """Lines publishing the partials this program stored just before (a barrier: every
     thread's store is issued) and counting it in at ``counter`` (release)."""
-    return [f"{indent}tl.debug_barrier()",
-            f"{indent}tl.atomic_add({counter}, 1.0, sem=\"release\")"]
+    return [f"{indent}tl.debug_barrier()", f'{indent}tl.atomic_add({counter}, 1.0, sem="release")']
 
 
 def wait(counter: str, count: int, indent: str) -> list[str]:
     """Lines spinning until ``count`` programs have arrived at ``counter`` (acquire): the
     partials they published are then visible (read them with cache_modifier=".cg")."""
-    return [f"{indent}while tl.atomic_add({counter}, 0.0, sem=\"acquire\") < {count}:",
-            f"{indent}    pass",
-            f"{indent}tl.debug_barrier()"]
+    return [
+        f'{indent}while tl.atomic_add({counter}, 0.0, sem="acquire") < {count}:',
+        f"{indent}    pass",
+        f"{indent}tl.debug_barrier()",
+    ]
 
 
 def publish(ws: str, slot: str, value: str, tag: str, indent: str) -> list[str]:
     """Lines storing float32 scalar ``value`` to int64 word ``slot`` of ``ws`` (an int64
     pointer) with ``tag`` (a positive int64) in its low half: one 64-bit relaxed exchange,
     so that a reader who sees the tag sees the value -- no fence, no counter."""
-    return [f"{indent}_bits = {value}.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF",
-            f"{indent}tl.atomic_xchg({ws} + {slot}, (_bits << 32) | {tag}, sem=\"relaxed\")"]
+    return [
+        f"{indent}_bits = {value}.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF",
+        f'{indent}tl.atomic_xchg({ws} + {slot}, (_bits << 32) | {tag}, sem="relaxed")',
+    ]
 
 
-def poll(ws: str, slots: list, mask: str, tag: str, reduce: str, outs: list,
-         indent: str) -> list[str]:
+def poll(
+    ws: str, slots: list, mask: str, tag: str, reduce: str, outs: list, indent: str
+) -> list[str]:
     """Lines loading the int64 words ``slots`` (vector expressions, one per published
     value) of ``ws`` until every one under ``mask`` carries ``tag``, combining them as they
     come: the values decode to ``_v0, _v1, ...`` (0 where masked) and ``reduce`` -- one
@@ -313,19 +356,26 @@ def poll(ws: str, slots: list, mask: str, tag: str, reduce: str, outs: list,
     (words not yet published) and ``outs``. The check and the values must come from the
     same reduction: a small vector is held in several copies (threads, warps), a
     reduction reads one of each, and a copy it did not read may predate the tag."""
-    loads = [f"{indent}_w{k} = tl.load({ws} + {sl}, mask={mask}, other=0, volatile=True)"
-             for k, sl in enumerate(slots)]
+    loads = [
+        f"{indent}_w{k} = tl.load({ws} + {sl}, mask={mask}, other=0, volatile=True)"
+        for k, sl in enumerate(slots)
+    ]
     late = " | ".join(f"((_w{k} & 0xFFFFFFFF) != {tag})" for k in range(len(slots)))
-    body = [f"{indent}_v{k} = tl.where({mask}, (_w{k} >> 32).to(tl.int32).to(tl.float32, "
-            "bitcast=True), 0.0)" for k in range(len(slots))]
-    body += [f"{indent}_late = tl.where({mask} & ({late}), 1, 0)",
-             f"{indent}_n, {', '.join(outs)} = {reduce}"]
-    inner = [indent + "    " + ln[len(indent):] for ln in loads + body]
+    body = [
+        f"{indent}_v{k} = tl.where({mask}, (_w{k} >> 32).to(tl.int32).to(tl.float32, "
+        "bitcast=True), 0.0)"
+        for k in range(len(slots))
+    ]
+    body += [
+        f"{indent}_late = tl.where({mask} & ({late}), 1, 0)",
+        f"{indent}_n, {', '.join(outs)} = {reduce}",
+    ]
+    inner = [indent + "    " + ln[len(indent) :] for ln in loads + body]
     return loads + body + [f"{indent}while _n > 0:"] + inner
 
 
 # combine functions for ``poll``'s reductions: (not yet published, values...)
-POLL_HELPERS = '''
+POLL_HELPERS = """
 @triton.jit
 def _poll_add1(l1, a1, l2, a2):
     return tl.maximum(l1, l2), a1 + a2
@@ -351,7 +401,7 @@ def _poll_chan(l1, n1, m1, q1, l2, n2, m2, q2):
     r = tl.where(n > 0, n2 / tl.maximum(n, 1.0), 0.0)
     d = m2 - m1
     return tl.maximum(l1, l2), n, m1 + d * r, q1 + q2 + d * d * n1 * r
-'''
+"""
 
 
 def reduction_parts(mode):

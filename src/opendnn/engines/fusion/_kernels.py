@@ -1,6 +1,7 @@
 """Source generation for the runtime-fusion engine: the pointwise kernel, the reduction
 kernel (kept x reduced tiles, optional split with partials in the workspace) and the
 split's finishing kernel. See ``_codegen`` for the shared pieces and the layout math."""
+
 from __future__ import annotations
 
 import math
@@ -13,10 +14,16 @@ from . import _codegen as cg
 def inner_is_reduced(graph, a) -> bool:
     """Whether the reduced axes are the memory-contiguous ones (row-style reduction)."""
     d = graph.tensors[a.reductions[0].in_uid]
-    src = d if not d.is_virtual else next(
-        (graph.tensors[u] for u in a.inputs if graph.tensors[u].dims == tuple(a.space)), d)
-    order = sorted(range(len(a.space)), key=lambda i: (src.strides[i] if i < len(src.strides)
-                                                        else 0, i))
+    src = (
+        d
+        if not d.is_virtual
+        else next(
+            (graph.tensors[u] for u in a.inputs if graph.tensors[u].dims == tuple(a.space)), d
+        )
+    )
+    order = sorted(
+        range(len(a.space)), key=lambda i: (src.strides[i] if i < len(src.strides) else 0, i)
+    )
     for i in order:
         if a.space[i] != 1:
             return a.kept[i] == 1
@@ -29,16 +36,20 @@ def generate(graph, a, knobs: dict):
     rank = len(a.space)
     tensors = [u for u in a.inputs if not graph.tensors[u].is_pass_by_value] + a.outputs
     red_outs = [r.out_uid for r in a.reductions]
-    strides = {u: cg.padded_strides(graph.tensors[u], rank) for u in tensors
-               if u in a.direct or u in a.outputs}
+    strides = {
+        u: cg.padded_strides(graph.tensors[u], rank)
+        for u in tensors
+        if u in a.direct or u in a.outputs
+    }
     for y, parts in a.views.items():
         ydims = graph.tensors[y].dims
         for i, part in enumerate(parts):
             if part.flat_dims is None:
                 strides[(y, i)] = [0 if d == 1 else st for d, st in zip(ydims, part.strides)]
     if a.reductions:
-        classes = ["kept" if a.kept[i] == a.space[i] and a.space[i] != 1 else "red"
-                   for i in range(rank)]
+        classes = [
+            "kept" if a.kept[i] == a.space[i] and a.space[i] != 1 else "red" for i in range(rank)
+        ]
         for u in red_outs:
             st = cg.padded_strides(graph.tensors[u], rank)
             strides[u] = [s if c == "kept" else 0 for s, c in zip(st, classes)]
@@ -47,11 +58,14 @@ def generate(graph, a, knobs: dict):
     perm = _memory_order(graph, a, rank, strides)
     pinned = {k for k, axis in enumerate(perm) if axis in a.pinned}
     sizes, cstrides, cclasses, origin = cg.collapse(
-        [a.space[i] for i in perm], {u: [st[i] for i in perm] for u, st in strides.items()},
-        [classes[i] for i in perm], pinned)
+        [a.space[i] for i in perm],
+        {u: [st[i] for i in perm] for u, st in strides.items()},
+        [classes[i] for i in perm],
+        pinned,
+    )
     origin = [[perm[k] for k in dims] for dims in origin]
     numel = math.prod(a.space)
-    big = any(graph.tensors[u].span >= 2 ** 31 for u in tensors) or numel >= 2 ** 31
+    big = any(graph.tensors[u].span >= 2**31 for u in tensors) or numel >= 2**31
     ptrs = {u: f"P{u}" for u in tensors + red_outs}
     scalars = [u for u in a.inputs if graph.tensors[u].is_pass_by_value]
     ct = a.compute
@@ -62,10 +76,12 @@ def generate(graph, a, knobs: dict):
     sig = [ptrs[u] for u in tensors + red_outs] + [f"s{u}{note}" for u in scalars]
     args = [("buf", u) for u in tensors + red_outs] + [("float", u) for u in scalars]
     if not a.reductions:
-        return _pointwise_source(graph, a, sizes, cstrides, origin, big, sig, args, ptrs,
-                                 scalars, ct, knobs)
-    return _reduce_source(graph, a, sizes, cstrides, cclasses, origin, big, sig, args, ptrs,
-                          scalars, ct, knobs)
+        return _pointwise_source(
+            graph, a, sizes, cstrides, origin, big, sig, args, ptrs, scalars, ct, knobs
+        )
+    return _reduce_source(
+        graph, a, sizes, cstrides, cclasses, origin, big, sig, args, ptrs, scalars, ct, knobs
+    )
 
 
 def _key(k) -> str:
@@ -84,13 +100,15 @@ def _memory_order(graph, a, rank: int, strides: dict) -> list:
     return sorted(range(rank), key=lambda i: (-st[i], i))
 
 
-def _decompose(sz, var: str, sizes: list, prefix: str, letter: str, indent: str,
-               contiguous: bool) -> list:
+def _decompose(
+    sz, var: str, sizes: list, prefix: str, letter: str, indent: str, contiguous: bool
+) -> list:
     """``cg.index_decomposition`` over runtime sizes (``{letter}{k}``); the innermost one
     marked for alignment when memory is ``contiguous`` along it."""
     last = len(sizes) - 1
-    names = ["0"] + [sz(f"{letter}{k}", d, align=contiguous and k == last)
-                     for k, d in enumerate(sizes) if k > 0]
+    names = ["0"] + [
+        sz(f"{letter}{k}", d, align=contiguous and k == last) for k, d in enumerate(sizes) if k > 0
+    ]
     return cg.index_decomposition(var, names, prefix, indent)
 
 
@@ -99,24 +117,28 @@ def _def(name: str, params: list, sz, indent: str) -> list:
     return ["@triton.jit", f"def {name}({', '.join(params)}):"] + sz.prologue(indent)
 
 
-def _pointwise_source(graph, a, sizes, strides, origin, big, sig, args, ptrs, scalars, ct,
-                      knobs):
+def _pointwise_source(graph, a, sizes, strides, origin, big, sig, args, ptrs, scalars, ct, knobs):
     rank = len(a.space)
     numel = math.prod(sizes) if sizes else 1
     block = knobs["BLOCK"]
     ind = "    "
     sz = cg.Sizes(big)
     dims = sizes or [1]
-    lines = [f"{ind}pid = tl.program_id(0)" + (".to(tl.int64)" if big else ""),
-             f"{ind}idx = pid * BLOCK + tl.arange(0, BLOCK)",
-             f"{ind}mask = idx < {sz('N', numel, align=True)}"]
+    lines = [
+        f"{ind}pid = tl.program_id(0)" + (".to(tl.int64)" if big else ""),
+        f"{ind}idx = pid * BLOCK + tl.arange(0, BLOCK)",
+        f"{ind}mask = idx < {sz('N', numel, align=True)}",
+    ]
     # the last merged dim is the first output's contiguous one (see _memory_order)
     lines += _decompose(sz, "idx", dims, "i", "D", ind, True)
     names = [f"i{k}" for k in range(len(dims))]
     last = len(dims) - 1
-    offs = {u: cg.offset_expr(names, [sz(f"S{_key(u)}_{k}", s, align=k != last)
-                                      for k, s in enumerate(st)], "idx * 0")
-            for u, st in strides.items()}
+    offs = {
+        u: cg.offset_expr(
+            names, [sz(f"S{_key(u)}_{k}", s, align=k != last) for k, s in enumerate(st)], "idx * 0"
+        )
+        for u, st in strides.items()
+    }
 
     def index_of(axis, out_rank):
         s_axis = axis + rank - out_rank
@@ -129,31 +151,45 @@ def _pointwise_source(graph, a, sizes, strides, origin, big, sig, args, ptrs, sc
         if uid in scalars:
             return f"(s{uid} + tl.full([1], 0, {ct}))"
         if uid in a.views and a.views[uid][0].flat_dims is not None:
-            part = a.views[uid][0]   # Y spans S, so idx is Y's row-major flat index
-            return cg.load_expr(ptrs[part.src], f"({_flat_offset(sz, 'idx', uid, part)})",
-                                "mask", ct)
+            part = a.views[uid][0]  # Y spans S, so idx is Y's row-major flat index
+            return cg.load_expr(
+                ptrs[part.src], f"({_flat_offset(sz, 'idx', uid, part)})", "mask", ct
+            )
         if uid in a.views:
-            return _view_load(graph, a, uid, ptrs, lambda key: f"({offs[key]})", "mask", ct,
-                              index_of, sz)
+            return _view_load(
+                graph, a, uid, ptrs, lambda key: f"({offs[key]})", "mask", ct, index_of, sz
+            )
         return cg.load_expr(ptrs[uid], f"({offs[uid]})", "mask", ct)
 
     em = cg.Emitter(graph, ct, load, index_of, ind)
     for n in a.pointwise:
         em.emit_node(n)
     for u in a.outputs:
-        em.lines.append(ind + cg.store_expr(ptrs[u], f"({offs[u]})", em.value(u), graph.tensors[u],
-                                            "mask"))
+        em.lines.append(
+            ind + cg.store_expr(ptrs[u], f"({offs[u]})", em.value(u), graph.tensors[u], "mask")
+        )
     base = "fused_pointwise"
-    src = "\n".join(_def(base, sig + sz.params() + ["BLOCK: tl.constexpr"], sz, ind) + lines
-                    + em.lines) + "\n"
+    src = (
+        "\n".join(
+            _def(base, sig + sz.params() + ["BLOCK: tl.constexpr"], sz, ind) + lines + em.lines
+        )
+        + "\n"
+    )
     src, name = cg.name_by_digest(src, base)
     grid = (-(-numel // block) if math.prod(a.space) else 0,)
-    return (src, name, args + sz.args(), grid, {"BLOCK": block, "num_warps": knobs["num_warps"]},
-            None)
+    return (
+        src,
+        name,
+        args + sz.args(),
+        grid,
+        {"BLOCK": block, "num_warps": knobs["num_warps"]},
+        None,
+    )
 
 
-def _reduce_source(graph, a, sizes, strides, classes, origin, big, sig, args, ptrs, scalars, ct,
-                   knobs):
+def _reduce_source(
+    graph, a, sizes, strides, classes, origin, big, sig, args, ptrs, scalars, ct, knobs
+):
     rank = len(a.space)
     kdims = [k for k, c in enumerate(classes) if c == "kept"]
     rdims = [k for k, c in enumerate(classes) if c == "red"]
@@ -188,27 +224,32 @@ def _reduce_source(graph, a, sizes, strides, classes, origin, big, sig, args, pt
     # sum from 0.89 to 0.84.
     hoist = kept_last and len(rdims) == 1 and not big
     itype = ".to(tl.int64)" if big or (kept_last and not hoist) else ""
-    lines = [f"{ind}pid = tl.program_id(0){itype}",
-             f"{ind}pid_s = tl.program_id(1){itype}",
-             f"{ind}kept = pid * BLOCK_KEPT + tl.arange(0, BLOCK_KEPT)",
-             f"{ind}mask_k = kept < {kept_e}"]
+    lines = [
+        f"{ind}pid = tl.program_id(0){itype}",
+        f"{ind}pid_s = tl.program_id(1){itype}",
+        f"{ind}kept = pid * BLOCK_KEPT + tl.arange(0, BLOCK_KEPT)",
+        f"{ind}mask_k = kept < {kept_e}",
+    ]
     ksizes = [sizes[k] for k in kdims] or [1]
     rsizes = [sizes[k] for k in rdims] or [1]
     lines += _decompose(sz, "kept", ksizes, "k", "K", ind, kept_last)
     knames = [f"k{j}" for j in range(len(ksizes))]
     rnames = [f"r{j}" for j in range(len(rsizes))]
     koff = _kept_offsets(sz, strides, kdims, knames)
-    roff = {u: cg.offset_expr(rnames, [sz(f"S{_key(u)}_{k}", st[k], align=True) for k in rdims]
-                              or [0])
-            for u, st in strides.items()}
+    roff = {
+        u: cg.offset_expr(rnames, [sz(f"S{_key(u)}_{k}", st[k], align=True) for k in rdims] or [0])
+        for u, st in strides.items()
+    }
     row_stride = {}
     if hoist:
         for u, st in strides.items():
             if u in {r.out_uid for r in a.reductions}:
                 continue
             row_stride[u] = sz(f"S{_key(u)}_{rdims[0]}", st[rdims[0]], align=True)
-            lines.append(f"{ind}T{_key(u)} = (tl.arange(0, BLOCK_RED) * {row_stride[u]}){RA} + "
-                         f"({koff[u]}){KA}")
+            lines.append(
+                f"{ind}T{_key(u)} = (tl.arange(0, BLOCK_RED) * {row_stride[u]}){RA} + "
+                f"({koff[u]}){KA}"
+            )
     for r in a.reductions:
         lines.append(f"{ind}acc{r.out_uid} = tl.full({tile}, {cg._lit(r.ident)}, {ct})")
     # Slice s takes the reduced blocks s, s + SPLIT, s + 2 SPLIT, ...: every program walks
@@ -233,15 +274,14 @@ def _reduce_source(graph, a, sizes, strides, classes, origin, big, sig, args, pt
     full_r = red_n % BR == 0
     mask = None if (full_k and full_r) else "mask"
     kmask = None if full_k else "mask_k"
-    if mask:   # only the bounds a tile can cross (broadcast by the loads)
+    if mask:  # only the bounds a tile can cross (broadcast by the loads)
         parts = ([] if full_k else [f"mask_k{KA}"]) + ([] if full_r else [f"(rr < {red_e}){RA}"])
         lines.append(f"{ind2}mask = {' & '.join(parts)}")
     lines += _decompose(sz, "rr", rsizes, "r", "R", ind2, not kept_last)
 
     def off(u):
-        if hoist:   # no parentheses: the pointer takes the scalar, then the int32 tile
-            return (f"T{_key(u)}" if row_stride[u] == "0" else
-                    f"row * {row_stride[u]} + T{_key(u)}")
+        if hoist:  # no parentheses: the pointer takes the scalar, then the int32 tile
+            return f"T{_key(u)}" if row_stride[u] == "0" else f"row * {row_stride[u]} + T{_key(u)}"
         k = f"({koff[u]}){KA}"
         r = f"({roff[u]}){RA}" if roff[u] != "0" else f"(rr * 0){RA}"
         return f"({k} + {r})"
@@ -270,43 +310,67 @@ def _reduce_source(graph, a, sizes, strides, classes, origin, big, sig, args, pt
     for r in a.reductions:
         x = em.value(r.in_uid)
         pre = cg.PRE[r.pre].format(x=x)
-        em.lines.append(f"{ind2}x{r.out_uid} = tl.where(mask, {pre}, {cg._lit(r.ident)})" if mask
-                        else f"{ind2}x{r.out_uid} = {pre}")
-        em.lines.append(f"{ind2}acc{r.out_uid} = " + cg.COMBINE[r.combine].format(
-            a=f"acc{r.out_uid}", b=f"x{r.out_uid}"))
+        em.lines.append(
+            f"{ind2}x{r.out_uid} = tl.where(mask, {pre}, {cg._lit(r.ident)})"
+            if mask
+            else f"{ind2}x{r.out_uid} = {pre}"
+        )
+        em.lines.append(
+            f"{ind2}acc{r.out_uid} = "
+            + cg.COMBINE[r.combine].format(a=f"acc{r.out_uid}", b=f"x{r.out_uid}")
+        )
     lines += em.lines
     fin_lines = []
     for j, r in enumerate(a.reductions):
-        fin_lines.append(f"{ind}res{r.out_uid} = " + cg.FOLD[r.combine].format(
-            x=f"acc{r.out_uid}", ax=red_axis))
+        fin_lines.append(
+            f"{ind}res{r.out_uid} = " + cg.FOLD[r.combine].format(x=f"acc{r.out_uid}", ax=red_axis)
+        )
         if split == 1:
             val = _post(r, f"res{r.out_uid}", red_e)
-            fin_lines.append(ind + cg.store_expr(ptrs[r.out_uid], f"({koff[r.out_uid]})", val,
-                                                 graph.tensors[r.out_uid], kmask))
+            fin_lines.append(
+                ind
+                + cg.store_expr(
+                    ptrs[r.out_uid], f"({koff[r.out_uid]})", val, graph.tensors[r.out_uid], kmask
+                )
+            )
         else:
-            fin_lines.append(f"{ind}tl.store(WS + ({j} * SPLIT + pid_s) * {kept_e} + kept, "
-                             f"res{r.out_uid}" + (", mask=mask_k)" if kmask else ")"))
+            fin_lines.append(
+                f"{ind}tl.store(WS + ({j} * SPLIT + pid_s) * {kept_e} + kept, "
+                f"res{r.out_uid}" + (", mask=mask_k)" if kmask else ")")
+            )
     base = "fused_reduce"
-    params = sig + sz.params() + ["BLOCK_KEPT: tl.constexpr", "BLOCK_RED: tl.constexpr"] + \
-        (["SPLIT: tl.constexpr"] if split > 1 else [])
+    params = (
+        sig
+        + sz.params()
+        + ["BLOCK_KEPT: tl.constexpr", "BLOCK_RED: tl.constexpr"]
+        + (["SPLIT: tl.constexpr"] if split > 1 else [])
+    )
     src = "\n".join(_def(base, params, sz, ind) + lines + fin_lines) + "\n"
     src, name = cg.name_by_digest(cg.COMBINE_HELPERS + "\n\n" + src, base)
     grid = (-(-kept_n // BK) if kept_n and math.prod(a.kept) else 0, split)
-    constexprs = {"BLOCK_KEPT": BK, "BLOCK_RED": BR, "num_warps": knobs["num_warps"],
-                  "num_stages": knobs.get("num_stages", 3)}
+    constexprs = {
+        "BLOCK_KEPT": BK,
+        "BLOCK_RED": BR,
+        "num_warps": knobs["num_warps"],
+        "num_stages": knobs.get("num_stages", 3),
+    }
     extra = None
     if split > 1:
         constexprs["SPLIT"] = split
-        extra = _finish_source(graph, a, kept_n, ksizes, kdims, strides, ptrs, split, red_n,
-                               kept_last, big)
+        extra = _finish_source(
+            graph, a, kept_n, ksizes, kdims, strides, ptrs, split, red_n, kept_last, big
+        )
     return src, name, args + sz.args(), grid, constexprs, extra
 
 
 def _kept_offsets(sz, strides: dict, kdims: list, knames: list) -> dict:
     """Each tensor's offset along the kept dims, strides as ``sz`` parameters."""
-    return {u: cg.offset_expr(knames, [sz(f"S{_key(u)}_{k}", st[k], align=True) for k in kdims]
-                              or [0], "kept * 0")
-            for u, st in strides.items()}
+    return {
+        u: cg.offset_expr(
+            knames, [sz(f"S{_key(u)}_{k}", st[k], align=True) for k in kdims] or [0], "kept * 0"
+        )
+        for u, st in strides.items()
+    }
 
 
 def _flat_offset(sz, flat: str, y, part) -> str:
@@ -316,8 +380,9 @@ def _flat_offset(sz, flat: str, y, part) -> str:
     for j, (d, st) in reversed(list(enumerate(zip(part.flat_dims, part.strides)))):
         if d != 1 and st != 0:
             q = f"({flat} // {sz(f'E{y}_{j}', inner)})" if inner != 1 else flat
-            terms.append(f"({q} % {sz(f'F{y}_{j}', d)})"
-                         + (f" * {sz(f'H{y}_{j}', st)}" if st != 1 else ""))
+            terms.append(
+                f"({q} % {sz(f'F{y}_{j}', d)})" + (f" * {sz(f'H{y}_{j}', st)}" if st != 1 else "")
+            )
         inner *= d
     return " + ".join(terms) if terms else f"{flat} * 0"
 
@@ -329,14 +394,19 @@ def _view_load(graph, a, y, ptrs, off, mask, ct, index_of, sz, stream=False) -> 
     rank_y = len(graph.tensors[y].dims)
     expr = None
     for i, part in enumerate(parts):
-        base = sz(f"O{y}v{i}", part.offset, align=True) if part.offset >= 0 else \
-            f"-{sz(f'O{y}v{i}', -part.offset, align=True)}"
+        base = (
+            sz(f"O{y}v{i}", part.offset, align=True)
+            if part.offset >= 0
+            else f"-{sz(f'O{y}v{i}', -part.offset, align=True)}"
+        )
         addr = f"{ptrs[part.src]} + {base} + {off((y, i))}"
         if part.axis is None:
             return cg.load_expr(addr, "0", mask, ct, stream)
         ia = index_of(part.axis, rank_y)
-        cond = (f"(({ia}) >= {sz(f'A{y}v{i}', part.start, align=True)}) & "
-                f"(({ia}) < {sz(f'B{y}v{i}', part.end, align=True)})")
+        cond = (
+            f"(({ia}) >= {sz(f'A{y}v{i}', part.start, align=True)}) & "
+            f"(({ia}) < {sz(f'B{y}v{i}', part.end, align=True)})"
+        )
         load = cg.load_expr(addr, "0", f"{mask} & {cond}" if mask else cond, ct, stream)
         expr = load if expr is None else f"tl.where({cond}, {load}, {expr})"
     return expr
@@ -364,31 +434,51 @@ def _finish_source(graph, a, kept_n, ksizes, kdims, strides, ptrs, split, red_n,
     block = max(1, min(256, 8192 // gp))
     sz = cg.Sizes(big)
     kept_e = sz("KEPT_N", kept_n, align=True)
-    lines = [f"{ind}kept = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
-             f"{ind}mask_k = kept < {kept_e}",
-             f"{ind}sl = tl.arange(0, SPLIT_P2)",
-             f"{ind}mask = (sl < SPLIT)[:, None] & mask_k[None, :]"]
+    lines = [
+        f"{ind}kept = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
+        f"{ind}mask_k = kept < {kept_e}",
+        f"{ind}sl = tl.arange(0, SPLIT_P2)",
+        f"{ind}mask = (sl < SPLIT)[:, None] & mask_k[None, :]",
+    ]
     lines += _decompose(sz, "kept", ksizes, "k", "K", ind, kept_last)
     knames = [f"k{j}" for j in range(len(ksizes))]
     koff = _kept_offsets(sz, {u: strides[u] for u in outs}, kdims, knames)
     red_e = sz("RED_N", red_n) if any(r.post == "mean" for r in a.reductions) else None
     for j, r in enumerate(a.reductions):
-        lines.append(f"{ind}part = tl.load(WS + ({j} * SPLIT + sl[:, None]) * {kept_e} "
-                     f"+ kept[None, :], mask=mask, other={cg._lit(r.ident)})")
+        lines.append(
+            f"{ind}part = tl.load(WS + ({j} * SPLIT + sl[:, None]) * {kept_e} "
+            f"+ kept[None, :], mask=mask, other={cg._lit(r.ident)})"
+        )
         lines.append(f"{ind}acc = " + cg.FOLD[r.combine].format(x="part", ax=0))
-        lines.append(ind + cg.store_expr(ptrs[r.out_uid], f"({koff[r.out_uid]})",
-                                         _post(r, "acc", red_e), graph.tensors[r.out_uid],
-                                         "mask_k"))
+        lines.append(
+            ind
+            + cg.store_expr(
+                ptrs[r.out_uid],
+                f"({koff[r.out_uid]})",
+                _post(r, "acc", red_e),
+                graph.tensors[r.out_uid],
+                "mask_k",
+            )
+        )
     base = "fused_finish"
-    params = ["WS"] + [ptrs[u] for u in outs] + sz.params() + [
-        "BLOCK: tl.constexpr", "SPLIT: tl.constexpr", "SPLIT_P2: tl.constexpr"]
+    params = (
+        ["WS"]
+        + [ptrs[u] for u in outs]
+        + sz.params()
+        + ["BLOCK: tl.constexpr", "SPLIT: tl.constexpr", "SPLIT_P2: tl.constexpr"]
+    )
     head = _def(base, params, sz, ind)
     head[2:2] = [f"{ind}if _COMPILED:", f"{ind}    tl.extra.cuda.gdc_wait()"]
     src = "\n".join([cg.COMBINE_HELPERS, ""] + head + lines) + "\n"
     src, name = cg.name_by_digest(src, base)
     args = [("ws", _ws_dtype(a.compute))] + [("buf", u) for u in outs] + sz.args()
-    return src, name, args, (-(-kept_n // block),), {"BLOCK": block, "SPLIT": split,
-                                                      "SPLIT_P2": gp, "num_warps": 4}
+    return (
+        src,
+        name,
+        args,
+        (-(-kept_n // block),),
+        {"BLOCK": block, "SPLIT": split, "SPLIT_P2": gp, "num_warps": 4},
+    )
 
 
 def _ws_dtype(compute: str):

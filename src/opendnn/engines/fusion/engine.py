@@ -6,6 +6,7 @@ Virtual tensors stay in registers. The kernel reads every input once and writes 
 output once, so its floor is (bytes read + bytes written) / bandwidth; the cost model is
 that plus launch latency. Generated kernels are cached by source hash (see _codegen).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,17 +17,24 @@ import torch
 
 from ...enums import BehaviorNote, DataType
 from ...runtime.launch import LaunchList, kernel_from_source
-from ..base import (SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target,
-                    decline)
+from ..base import SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target, decline
 from . import _kernels
 
-SUPPORTED_TYPES = {DataType.FLOAT, DataType.HALF, DataType.BFLOAT16, DataType.DOUBLE,
-                   DataType.INT8, DataType.UINT8, DataType.BOOLEAN}
+SUPPORTED_TYPES = {
+    DataType.FLOAT,
+    DataType.HALF,
+    DataType.BFLOAT16,
+    DataType.DOUBLE,
+    DataType.INT8,
+    DataType.UINT8,
+    DataType.BOOLEAN,
+}
 
 
 @dataclasses.dataclass
 class Reduce:
     """One reduction: out = post(combine_i pre(in_i))."""
+
     in_uid: int
     out_uid: int
     pre: str
@@ -40,13 +48,14 @@ class ViewPart:
     """Y read straight from input ``src``: element y of Y is at
     ``src + offset + sum(y_k * strides[k])``; for concatenation only where
     ``start <= y[axis] < end`` (axis counted in Y's dims)."""
+
     src: int
     strides: list
     offset: int = 0
     axis: int | None = None
     start: int = 0
     end: int = 0
-    flat_dims: tuple | None = None   # reshape that is no view: X read by Y's flat index
+    flat_dims: tuple | None = None  # reshape that is no view: X read by Y's flat index
 
 
 def view_parts(graph, n) -> list | str:
@@ -54,16 +63,19 @@ def view_parts(graph, n) -> list | str:
     xs = n.inputs["X"] if n.kind == "concatenate" else [n.inputs["X"]]
     for u in xs:
         if u in graph.producers:
-            return (f"{n.label()} reads a tensor computed in the graph; layout operations "
-                    "fuse only on graph inputs")
+            return (
+                f"{n.label()} reads a tensor computed in the graph; layout operations "
+                "fuse only on graph inputs"
+            )
     y = graph.tensors[n.outputs["Y"]]
     if n.kind == "transpose":
         x = graph.tensors[xs[0]]
         return [ViewPart(x.uid, [x.strides[p] for p in n.permutation])]
     if n.kind == "slice":
         x = graph.tensors[xs[0]]
-        return [ViewPart(x.uid, list(x.strides),
-                         sum(st * sd for st, sd in zip(n.starts, x.strides)))]
+        return [
+            ViewPart(x.uid, list(x.strides), sum(st * sd for st, sd in zip(n.starts, x.strides)))
+        ]
     if n.kind == "reshape":
         x = graph.tensors[xs[0]]
         try:
@@ -83,19 +95,19 @@ def view_parts(graph, n) -> list | str:
 
 @dataclasses.dataclass
 class Analysis:
-    space: list                # S
-    pointwise: list            # nodes in topological order
-    reductions: list           # Reduce
-    kept: list | None          # reduction output dims (None: pure pointwise)
-    inputs: list               # non-virtual input uids (scalars included)
-    outputs: list              # non-virtual pointwise output uids
-    compute: str               # tl.float32 / tl.float64
-    pinned: set                # S axes that must stay separate (GEN_INDEX, concat axis)
-    views: dict = dataclasses.field(default_factory=dict)   # layout output uid -> ViewPart list
-    direct: set = dataclasses.field(default_factory=set)    # inputs read without a view
+    space: list  # S
+    pointwise: list  # nodes in topological order
+    reductions: list  # Reduce
+    kept: list | None  # reduction output dims (None: pure pointwise)
+    inputs: list  # non-virtual input uids (scalars included)
+    outputs: list  # non-virtual pointwise output uids
+    compute: str  # tl.float32 / tl.float64
+    pinned: set  # S axes that must stay separate (GEN_INDEX, concat axis)
+    views: dict = dataclasses.field(default_factory=dict)  # layout output uid -> ViewPart list
+    direct: set = dataclasses.field(default_factory=set)  # inputs read without a view
 
 
-@functools.lru_cache(maxsize=256)   # graphs are frozen; support, cost and build share it
+@functools.lru_cache(maxsize=256)  # graphs are frozen; support, cost and build share it
 def analyze(graph) -> Analysis | str:
     """The fused kernel's structure, or the reason the graph does not fit."""
     pw, reds, views, layout = [], [], {}, []
@@ -108,16 +120,19 @@ def analyze(graph) -> Analysis | str:
                 return parts
             pbv = [p.src for p in parts if graph.tensors[p.src].is_pass_by_value]
             if pbv:
-                return (f"{n.label()} reads '{graph.tensors[pbv[0]].label()}', which is passed "
-                        "by value (a host scalar): a view reads its input from memory")
+                return (
+                    f"{n.label()} reads '{graph.tensors[pbv[0]].label()}', which is passed "
+                    "by value (a host scalar): a view reads its input from memory"
+                )
             views[n.outputs["Y"]] = parts
             layout.append(n)
         elif n.kind == "reduction":
             from ...ops.reduction import TABLE, identity
+
             pre, comb, ident, post = TABLE[n.mode]
             x, y = graph.tensors[n.inputs["X"]], graph.tensors[n.outputs["Y"]]
             if any(a == 0 and b == 1 for a, b in zip(x.dims, y.dims)):
-                ident = identity(n.mode, y.data_type)   # nothing to reduce: in Y's type
+                ident = identity(n.mode, y.data_type)  # nothing to reduce: in Y's type
             reds.append(Reduce(n.inputs["X"], n.outputs["Y"], pre, comb, ident, post))
         elif n.kind == "genstats":
             x = n.inputs["X"]
@@ -131,9 +146,11 @@ def analyze(graph) -> Analysis | str:
         if d.data_type == DataType.INT32 and d.uid in graph.producers and not d.is_virtual:
             continue  # an int32 result (e.g. indices) is stored from the float compute
         if d.data_type not in SUPPORTED_TYPES:
-            return (f"tensor '{d.label()}' is {d.data_type.name}: the fused kernel computes in "
-                    "floating point and handles only float, int8, uint8 and boolean tensors (and "
-                    "int32 results)")
+            return (
+                f"tensor '{d.label()}' is {d.data_type.name}: the fused kernel computes in "
+                "floating point and handles only float, int8, uint8 and boolean tensors (and "
+                "int32 results)"
+            )
     red_outs = {r.out_uid for r in reds}
     for u in red_outs:
         if graph.consumers.get(u):
@@ -143,21 +160,25 @@ def analyze(graph) -> Analysis | str:
     shapes += [list(graph.tensors[u].dims) for u in views]
     rank = max(len(s) for s in shapes)
     padded = [[1] * (rank - len(s)) + s for s in shapes]
-    space = [0 if any(p[i] == 0 for p in padded) else max(p[i] for p in padded)
-             for i in range(rank)]
+    space = [
+        0 if any(p[i] == 0 for p in padded) else max(p[i] for p in padded) for i in range(rank)
+    ]
     outputs, pinned = [], set()
     for n in pw:
         d = graph.tensors[n.outputs["OUT_0"]]
         if not d.is_virtual:
             if list(d.dims) != space:
-                return (f"output '{d.label()}' has dims {list(d.dims)}, not the iteration space "
-                        f"{space}")
+                return (
+                    f"output '{d.label()}' has dims {list(d.dims)}, not the iteration space {space}"
+                )
             outputs.append(d.uid)
     for u in views:
         d = graph.tensors[u]
         if not d.is_virtual:
             if list(d.dims) != space:
-                return f"output '{d.label()}' has dims {list(d.dims)}, not the iteration space {space}"
+                return (
+                    f"output '{d.label()}' has dims {list(d.dims)}, not the iteration space {space}"
+                )
             outputs.append(u)
         if len(d.dims) != rank:
             return f"layout output '{d.label()}' has rank {len(d.dims)}, not {rank}"
@@ -185,25 +206,40 @@ def analyze(graph) -> Analysis | str:
         if n.mode.name == "GEN_INDEX":
             out = graph.tensors[n.outputs["OUT_0"]]
             axis = n.axis + rank - len(out.dims)
-            if out.dims[n.axis] > 2 ** 24:
+            if out.dims[n.axis] > 2**24:
                 return f"gen_index axis of size {out.dims[n.axis]} is not exact in float32"
             pinned.add(axis)
     double = any(d.data_type == DataType.DOUBLE for d in graph.tensors.values()) or any(
-        n.compute_data_type == DataType.DOUBLE for n in graph.nodes)
+        n.compute_data_type == DataType.DOUBLE for n in graph.nodes
+    )
     inputs = [u for u in graph.input_uids]
-    direct = {u for n in graph.nodes if n.kind not in ("transpose", "slice", "reshape",
-                                                         "concatenate")
-              for u in graph.node_uids(n, "inputs")}
+    direct = {
+        u
+        for n in graph.nodes
+        if n.kind not in ("transpose", "slice", "reshape", "concatenate")
+        for u in graph.node_uids(n, "inputs")
+    }
     for u in direct & set(inputs):
         d = graph.tensors[u]
         if not d.is_pass_by_value and len(d.dims) > rank:
             return f"input '{d.label()}' has more dims than the iteration space"
-    return Analysis(space, pw, reds, kept, inputs, outputs,
-                    "tl.float64" if double else "tl.float32", pinned, views, direct)
+    return Analysis(
+        space,
+        pw,
+        reds,
+        kept,
+        inputs,
+        outputs,
+        "tl.float64" if double else "tl.float32",
+        pinned,
+        views,
+        direct,
+    )
 
 
 class FusionEngine(Engine):
     """Generated Triton kernel for pointwise DAGs (+ trailing reductions)."""
+
     id = 1
     name = "runtime_fusion"
     behavior_notes = frozenset({BehaviorNote.RUNTIME_COMPILATION})
@@ -213,14 +249,14 @@ class FusionEngine(Engine):
         return decline(a) if isinstance(a, str) else SUPPORTED
 
     def knob_space(self, graph=None) -> list[Knob]:
-        return [Knob("BLOCK", (256, 512, 1024, 2048, 4096), 1024),
-                Knob("BLOCK_KEPT", (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096),
-                     4),
-                Knob("BLOCK_RED", (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096),
-                     1024),
-                Knob("SPLIT", tuple(range(1, 1025)), 1),
-                Knob("num_warps", (1, 2, 4, 8, 16), 4),
-                Knob("num_stages", (1, 2, 3, 4, 5), 3)]
+        return [
+            Knob("BLOCK", (256, 512, 1024, 2048, 4096), 1024),
+            Knob("BLOCK_KEPT", (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096), 4),
+            Knob("BLOCK_RED", (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096), 1024),
+            Knob("SPLIT", tuple(range(1, 1025)), 1),
+            Knob("num_warps", (1, 2, 4, 8, 16), 4),
+            Knob("num_stages", (1, 2, 3, 4, 5), 3),
+        ]
 
     def configs(self, graph, target: Target) -> list[EngineConfig]:
         a = analyze(graph)
@@ -231,8 +267,11 @@ class FusionEngine(Engine):
     def estimate_seconds(self, graph, config, target) -> float:
         """Bytes over bandwidth, slowed when the grid cannot fill the GPU (fewer than two
         programs per SM), plus 3 us per launch."""
-        moved = sum(graph.tensors[u].numel * graph.tensors[u].data_type.itemsize
-                    for u in graph.tensors if not graph.tensors[u].is_virtual)
+        moved = sum(
+            graph.tensors[u].numel * graph.tensors[u].data_type.itemsize
+            for u in graph.tensors
+            if not graph.tensors[u].is_virtual
+        )
         k = config.knob_dict
         a = analyze(graph)
         if isinstance(a, str):
@@ -256,8 +295,9 @@ class FusionEngine(Engine):
 
     def build(self, graph, config, target) -> Executable:
         a = analyze(graph)
-        return _FusedExecutable(graph, a, config.knob_dict, target,
-                                self.workspace_size(graph, config, target))
+        return _FusedExecutable(
+            graph, a, config.knob_dict, target, self.workspace_size(graph, config, target)
+        )
 
 
 def _choose_knobs(graph, a: Analysis, target: Target) -> list[dict]:
@@ -266,8 +306,12 @@ def _choose_knobs(graph, a: Analysis, target: Target) -> list[dict]:
     if not a.reductions:
         if cpu:
             return [dict(BLOCK=1024, num_warps=4)]
-        cands = [dict(BLOCK=2048, num_warps=8), dict(BLOCK=1024, num_warps=4),
-                 dict(BLOCK=4096, num_warps=8), dict(BLOCK=512, num_warps=4)]
+        cands = [
+            dict(BLOCK=2048, num_warps=8),
+            dict(BLOCK=1024, num_warps=4),
+            dict(BLOCK=4096, num_warps=8),
+            dict(BLOCK=512, num_warps=4),
+        ]
         if numel < 1 << 16:
             cands.insert(0, dict(BLOCK=256, num_warps=2 if 256 in () else 4))
         return cands
@@ -292,8 +336,11 @@ def _choose_knobs(graph, a: Analysis, target: Target) -> list[dict]:
     programs = -(-kept_n // bkept)
     split = 1
     if not cpu and programs < 4 * target.num_sms and red_n > 8 * bred:
-        split = min(256, _pow2_ceil(-(-4 * target.num_sms // max(programs, 1))),
-                    _pow2_floor(max(red_n // (8 * bred), 1)))
+        split = min(
+            256,
+            _pow2_ceil(-(-4 * target.num_sms // max(programs, 1))),
+            _pow2_floor(max(red_n // (8 * bred), 1)),
+        )
     out = [dict(BLOCK_KEPT=bkept, BLOCK_RED=bred, SPLIT=max(split, 1), num_warps=warps)]
     if split > 1:
         out.append(dict(BLOCK_KEPT=bkept, BLOCK_RED=bred, SPLIT=1, num_warps=warps))
@@ -307,8 +354,11 @@ def _column_knobs(graph, a: Analysis, kept_n: int, red_n: int, target: Target) -
     each row) and a grid of two programs per SM, every SM given the same share of slices,
     read at 0.84 of copy before the finish; the finish then costs one L2 round trip (see
     ``_kernels._finish_source``)."""
-    reads = [graph.tensors[u].data_type.itemsize for u in a.inputs
-             if not graph.tensors[u].is_pass_by_value]
+    reads = [
+        graph.tensors[u].data_type.itemsize
+        for u in a.inputs
+        if not graph.tensors[u].is_pass_by_value
+    ]
     item = max(reads, default=4)
     # one accumulator tile per reduction, one loaded tile per input: keep them in registers
     tile = _pow2_floor((16384 if item <= 2 else 8192) // max(1, len(a.reductions), len(reads)))
@@ -319,10 +369,15 @@ def _column_knobs(graph, a: Analysis, kept_n: int, red_n: int, target: Target) -
     split = 1
     if programs < 2 * target.num_sms and red_n >= 8 * bred:
         # partials at most ~4% of the input's bytes; every slice at least 4 tiles
-        split = max(1, min(round(2 * target.num_sms / programs), red_n // (4 * bred),
-                           red_n * item // 100, 1024))
-    return dict(BLOCK_KEPT=bkept, BLOCK_RED=bred, SPLIT=split,
-                num_warps=8 if bkept * bred >= 4096 else 4)
+        split = max(
+            1,
+            min(
+                round(2 * target.num_sms / programs), red_n // (4 * bred), red_n * item // 100, 1024
+            ),
+        )
+    return dict(
+        BLOCK_KEPT=bkept, BLOCK_RED=bred, SPLIT=split, num_warps=8 if bkept * bred >= 4096 else 4
+    )
 
 
 def _pow2_ceil(n: int) -> int:
@@ -350,10 +405,11 @@ class _FusedExecutable(Executable, LaunchList):
         self.add_launch(kern, grid, constexprs, args, graph, target.is_cuda)
         if extra is not None:
             fsrc, fname, fargs, fgrid, fconst = extra
-            if target.is_cuda:     # a programmatic dependent launch: see _finish_source
+            if target.is_cuda:  # a programmatic dependent launch: see _finish_source
                 fconst = {**fconst, "launch_pdl": True}
-            self.add_launch(kernel_from_source(fsrc, fname), fgrid, fconst, fargs, graph,
-                            target.is_cuda)
+            self.add_launch(
+                kernel_from_source(fsrc, fname), fgrid, fconst, fargs, graph, target.is_cuda
+            )
             self.source += "\n" + fsrc
 
     def run(self, buffers, workspace, stream=None):

@@ -6,6 +6,7 @@ An epilogue is every pointwise node after the main operation whose output has th
 output's dims; its other inputs broadcast to those dims (bias [1, K, 1, 1], a residual,
 a scale) or are host scalars. Only non-virtual tensors are stored.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -13,18 +14,24 @@ import dataclasses
 from ...enums import DataType, PointwiseMode
 from . import _codegen as cg
 
-EPILOGUE_TYPES = {DataType.FLOAT, DataType.HALF, DataType.BFLOAT16, DataType.INT8,
-                  DataType.UINT8, DataType.BOOLEAN}
+EPILOGUE_TYPES = {
+    DataType.FLOAT,
+    DataType.HALF,
+    DataType.BFLOAT16,
+    DataType.INT8,
+    DataType.UINT8,
+    DataType.BOOLEAN,
+}
 
 
 @dataclasses.dataclass
 class Epilogue:
-    acc_uid: int          # the main output, held in the accumulator tile
-    nodes: list           # pointwise nodes, topological
-    inputs: list          # tensors read (uids)
-    scalars: list         # pass-by-value uids
-    outputs: list         # tensors written (the main output first when it is real)
-    stats: list = dataclasses.field(default_factory=list)   # (input, SUM, SQ_SUM) uids
+    acc_uid: int  # the main output, held in the accumulator tile
+    nodes: list  # pointwise nodes, topological
+    inputs: list  # tensors read (uids)
+    scalars: list  # pass-by-value uids
+    outputs: list  # tensors written (the main output first when it is real)
+    stats: list = dataclasses.field(default_factory=list)  # (input, SUM, SQ_SUM) uids
 
 
 def collect(graph, main, acc_uid: int, skip=(), allow_stats: bool = False) -> Epilogue | str:
@@ -49,7 +56,9 @@ def collect(graph, main, acc_uid: int, skip=(), allow_stats: bool = False) -> Ep
             return f"gen_index in a {main.kind} epilogue is not supported"
         out = graph.tensors[n.outputs["OUT_0"]]
         if out.dims != acc.dims:
-            return f"epilogue tensor '{out.label()}' has dims {list(out.dims)}, not {list(acc.dims)}"
+            return (
+                f"epilogue tensor '{out.label()}' has dims {list(out.dims)}, not {list(acc.dims)}"
+            )
         if out.data_type not in EPILOGUE_TYPES:
             return f"epilogue tensor '{out.label()}' is {out.data_type.name}"
         nodes.append(n)
@@ -78,11 +87,15 @@ def source(graph, ep: Epilogue, off, mask: str = "ep_mask", load_mask=None) -> t
     broadcast along a tile axis -- a per-channel bias -- is loaded as one row, offset and
     mask both of shape [1, BLOCK_N])."""
     ptrs = {u: f"E{u}" for u in ep.inputs + ep.outputs}
-    em = cg.Emitter(graph, "tl.float32",
-                    lambda u: f"(s{u} + tl.full([1], 0, tl.float32))" if u in ep.scalars else
-                    cg.load_expr(ptrs[u], off(u),
-                                 load_mask(u) if load_mask else mask, "tl.float32"),
-                    lambda axis, rank: "0", indent="")
+    em = cg.Emitter(
+        graph,
+        "tl.float32",
+        lambda u: f"(s{u} + tl.full([1], 0, tl.float32))"
+        if u in ep.scalars
+        else cg.load_expr(ptrs[u], off(u), load_mask(u) if load_mask else mask, "tl.float32"),
+        lambda axis, rank: "0",
+        indent="",
+    )
     em.var[ep.acc_uid] = "acc"
     for n in ep.nodes:
         em.emit_node(n)

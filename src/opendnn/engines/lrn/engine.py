@@ -11,6 +11,7 @@ reads them back with x and dy and writes dx (and dmeans). LRN's backward also ha
 one-kernel form (``PASSES=1``) that recomputes each neighbour's S from x instead (n^2
 cached loads per element, no workspace): the default for windows up to 8 channels.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,23 +20,35 @@ import torch
 
 from ...enums import BehaviorNote, DataType
 from ...runtime.launch import LaunchList, kernel_from_source
-from ..base import (SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target,
-                    decline, operands_in_memory)
+from ..base import (
+    SUPPORTED,
+    Engine,
+    EngineConfig,
+    Executable,
+    Knob,
+    Support,
+    Target,
+    decline,
+    operands_in_memory,
+)
 from . import _kernels as K
 
 TYPES = (DataType.FLOAT, DataType.HALF, DataType.BFLOAT16)
 KINDS = ("lrn", "lrn_backward", "div_norm", "div_norm_backward")
-ROLES = {"lrn": ("X", "Y"), "lrn_backward": ("DY", "X", "DX"),
-         "div_norm": ("X", "MEANS", "Y"),
-         "div_norm_backward": ("DY", "X", "MEANS", "DX", "DMEANS")}
-RECOMPUTE_MAX_N = 8   # LRN backward windows the one-kernel form takes by default
+ROLES = {
+    "lrn": ("X", "Y"),
+    "lrn_backward": ("DY", "X", "DX"),
+    "div_norm": ("X", "MEANS", "Y"),
+    "div_norm_backward": ("DY", "X", "MEANS", "DX", "DMEANS"),
+}
+RECOMPUTE_MAX_N = 8  # LRN backward windows the one-kernel form takes by default
 
 
 @dataclasses.dataclass(frozen=True)
 class LrnKnobs:
-    PASSES: int = 1         # backward: 1 recomputes neighbours' S (LRN only), 2 uses the
+    PASSES: int = 1  # backward: 1 recomputes neighbours' S (LRN only), 2 uses the
     #                         workspace (two kernels); forward: 1
-    BLOCK: int = 1024       # elements per program
+    BLOCK: int = 1024  # elements per program
     num_warps: int = 4
 
 
@@ -51,27 +64,31 @@ def _problem(graph) -> K.Problem:
 
 class LrnEngine(Engine):
     """LRN across channels and divisive normalization over space, forward and backward."""
+
     id = 38
     name = "lrn"
     behavior_notes = frozenset({BehaviorNote.RUNTIME_COMPILATION})
 
     def check_support(self, graph, target: Target) -> Support:
         if len(graph.nodes) != 1 or graph.nodes[0].kind not in KINDS:
-            return decline("takes one lrn, lrn_backward, div_norm or div_norm_backward node "
-                           "alone")
+            return decline("takes one lrn, lrn_backward, div_norm or div_norm_backward node alone")
         mem = operands_in_memory(graph)
         if not mem:
             return mem
         for d in graph.tensors.values():
             if d.data_type not in TYPES:
-                return decline(f"tensor {d.label()} is {d.data_type.name}: float32, float16 or "
-                               "bfloat16 only (float64 runs on the reference)")
+                return decline(
+                    f"tensor {d.label()} is {d.data_type.name}: float32, float16 or "
+                    "bfloat16 only (float64 runs on the reference)"
+                )
         return SUPPORTED
 
     def knob_space(self, graph=None) -> list[Knob]:
-        return [Knob("PASSES", (1, 2), 1),
-                Knob("BLOCK", (64, 128, 256, 512, 1024, 2048, 4096), 1024),
-                Knob("num_warps", (1, 2, 4, 8), 4)]
+        return [
+            Knob("PASSES", (1, 2), 1),
+            Knob("BLOCK", (64, 128, 256, 512, 1024, 2048, 4096), 1024),
+            Knob("num_warps", (1, 2, 4, 8), 4),
+        ]
 
     def check_config(self, graph, config: EngineConfig, target: Target) -> Support:
         sup = super().check_config(graph, config, target)
@@ -81,16 +98,25 @@ class LrnEngine(Engine):
         if kind in ("lrn", "div_norm") and passes != 1:
             return decline("the forward is one kernel: PASSES=1")
         if kind == "div_norm_backward" and passes != 2:
-            return decline("divisive normalization's backward needs the workspace: PASSES=2 "
-                           "(recomputing a box's neighbours costs n^(2s) loads)")
+            return decline(
+                "divisive normalization's backward needs the workspace: PASSES=2 "
+                "(recomputing a box's neighbours costs n^(2s) loads)"
+            )
         return SUPPORTED
 
     def configs(self, graph, target: Target) -> list[EngineConfig]:
         kind = _node(graph).kind
-        options = [1] if kind in ("lrn", "div_norm") else [2] if kind == "div_norm_backward" \
+        options = (
+            [1]
+            if kind in ("lrn", "div_norm")
+            else [2]
+            if kind == "div_norm_backward"
             else ([1, 2] if graph.nodes[0].lrn_n <= RECOMPUTE_MAX_N else [2, 1])
-        return [EngineConfig.make(self, **dataclasses.asdict(LrnKnobs(passes, 1024, 4)))
-                for passes in options]
+        )
+        return [
+            EngineConfig.make(self, **dataclasses.asdict(LrnKnobs(passes, 1024, 4)))
+            for passes in options
+        ]
 
     def family(self, config: EngineConfig) -> str:
         return f"{self.name}-passes{config.knob_dict.get('PASSES', 1)}"
@@ -107,14 +133,14 @@ class LrnEngine(Engine):
         return p.total * (item + extra) / target.bandwidth + 3e-6 * kn.PASSES
 
     def workspace_size(self, graph, config, target) -> int:
-        if not _node(graph).kind.endswith("backward") or \
-                LrnKnobs(**config.knob_dict).PASSES == 1:
+        if not _node(graph).kind.endswith("backward") or LrnKnobs(**config.knob_dict).PASSES == 1:
             return 0
         return 2 * 4 * _problem(graph).total
 
     def build(self, graph, config, target) -> Executable:
-        return _LrnExecutable(graph, LrnKnobs(**config.knob_dict), target,
-                              self.workspace_size(graph, config, target))
+        return _LrnExecutable(
+            graph, LrnKnobs(**config.knob_dict), target, self.workspace_size(graph, config, target)
+        )
 
 
 class _LrnExecutable(Executable, LaunchList):
@@ -123,7 +149,7 @@ class _LrnExecutable(Executable, LaunchList):
         self.workspace_size = workspace
         n, p = _node(graph), _problem(graph)
         if p.total == 0:
-            return                                  # nothing to read or write
+            return  # nothing to read or write
         uids = {**n.inputs, **n.outputs}
         means = n.kind.startswith("div_norm")
         tag = f"{n.kind}_{graph.key()[:12]}"
@@ -132,22 +158,38 @@ class _LrnExecutable(Executable, LaunchList):
 
         def args(roles):
             return [("buf", uids[r]) for r in roles]
+
         if not n.kind.endswith("backward") or kn.PASSES == 1:
-            src = K.recompute_source(tag, p, kn.BLOCK) if n.kind == "lrn_backward" else \
-                K.forward_source(tag, p, kn.BLOCK, means)
-            self.add_launch(kernel_from_source(src, tag), grid, const, args(ROLES[n.kind]),
-                            graph, target.is_cuda)
+            src = (
+                K.recompute_source(tag, p, kn.BLOCK)
+                if n.kind == "lrn_backward"
+                else K.forward_source(tag, p, kn.BLOCK, means)
+            )
+            self.add_launch(
+                kernel_from_source(src, tag),
+                grid,
+                const,
+                args(ROLES[n.kind]),
+                graph,
+                target.is_cuda,
+            )
             return
         ws = [("ws", torch.float32)]
         stats_roles = ("DY", "X", "MEANS") if means else ("DY", "X")
         grad_roles = ROLES[n.kind]
         for name, src, a in (
-                (f"{tag}_stats", K.stats_source(f"{tag}_stats", p, kn.BLOCK, means),
-                 args(stats_roles) + ws),
-                (f"{tag}_grad", K.grad_source(f"{tag}_grad", p, kn.BLOCK, means),
-                 args(grad_roles) + ws)):
-            self.add_launch(kernel_from_source(src, name), grid, const, a, graph,
-                            target.is_cuda)
+            (
+                f"{tag}_stats",
+                K.stats_source(f"{tag}_stats", p, kn.BLOCK, means),
+                args(stats_roles) + ws,
+            ),
+            (
+                f"{tag}_grad",
+                K.grad_source(f"{tag}_grad", p, kn.BLOCK, means),
+                args(grad_roles) + ws,
+            ),
+        ):
+            self.add_launch(kernel_from_source(src, name), grid, const, a, graph, target.is_cuda)
 
     def run(self, buffers, workspace, stream=None):
         self.run_launches(buffers, workspace, stream)

@@ -4,6 +4,7 @@ becomes that GEMM (``gemm_graph``: the synthetic OpGraph, or the reason it canno
 many workspace bytes its own kernels move (``extra_bytes``) and how many launches they
 add; support, knobs, configs, workspace and cost come from the matmul engine here, once.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -61,21 +62,26 @@ class MatmulDelegateEngine(Engine):
         sg = _synthetic(self, graph)
         if isinstance(sg, str):
             return []
-        return [dataclasses.replace(c, engine_id=self.id, engine_name=self.name)
-                for c in self._inner.configs(sg, target)]
+        return [
+            dataclasses.replace(c, engine_id=self.id, engine_name=self.name)
+            for c in self._inner.configs(sg, target)
+        ]
 
     def check_config(self, graph, config, target) -> Support:
         return self._inner.check_config(_synthetic(self, graph), config, target)
 
     def workspace_size(self, graph, config, target) -> int:
         return self.workspace_prefix(graph) + self._inner.workspace_size(
-            _synthetic(self, graph), config, target)
+            _synthetic(self, graph), config, target
+        )
 
     def estimate_seconds(self, graph, config, target) -> float:
         # own kernels write their buffers once and the GEMM reads them back: 2x the bytes
-        return (self._inner.estimate_seconds(_synthetic(self, graph), config, target)
-                + 2 * self.extra_bytes(graph) / target.bandwidth
-                + 3e-6 * self.extra_launches(graph))
+        return (
+            self._inner.estimate_seconds(_synthetic(self, graph), config, target)
+            + 2 * self.extra_bytes(graph) / target.bandwidth
+            + 3e-6 * self.extra_launches(graph)
+        )
 
     def build_gemm(self, graph, config, target):
         return self._inner.build(_synthetic(self, graph), config, target)

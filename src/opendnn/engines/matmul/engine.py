@@ -10,6 +10,7 @@ Knobs (see ``_kernels.MatmulKnobs``): tile sizes, grouped order, stages, warps, 
 (partials in the workspace, then a reduce kernel that runs the epilogue), persistent
 scheduling, TMA descriptors (Hopper). The cost model is the kernels' roofline estimate.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,20 +36,23 @@ class MatmulAnalysis:
     a: object
     b: object
     c: object
-    ep: object                # fusion.epilogue.Epilogue: pointwise nodes after the matmul
-    batch: list               # collapsed batch sizes (len 2)
-    bstrides: dict            # uid -> [s_b0, s_b1] for A, B and epilogue tensors
+    ep: object  # fusion.epilogue.Epilogue: pointwise nodes after the matmul
+    batch: list  # collapsed batch sizes (len 2)
+    bstrides: dict  # uid -> [s_b0, s_b1] for A, B and epilogue tensors
     mnk: tuple
 
 
-@functools.lru_cache(maxsize=256)   # graphs are frozen; support, cost and build share it
+@functools.lru_cache(maxsize=256)  # graphs are frozen; support, cost and build share it
 def analyze(graph) -> MatmulAnalysis | str:
     mms = [n for n in graph.nodes if n.kind == "matmul"]
     if len(mms) != 1:
         return f"needs exactly one matmul node, found {len(mms)}"
     mm = mms[0]
-    a, b, c = (graph.tensors[mm.inputs["A"]], graph.tensors[mm.inputs["B"]],
-               graph.tensors[mm.outputs["C"]])
+    a, b, c = (
+        graph.tensors[mm.inputs["A"]],
+        graph.tensors[mm.inputs["B"]],
+        graph.tensors[mm.outputs["C"]],
+    )
     if mm.inputs["A"] in graph.producers or mm.inputs["B"] in graph.producers:
         return "matmul operands must be graph inputs (no prologue fusion)"
     if a.is_pass_by_value or b.is_pass_by_value:
@@ -70,12 +74,11 @@ def analyze(graph) -> MatmulAnalysis | str:
         pad = cg.padded_strides(d, rank) if d is not a and d is not b else _operand_strides(d, rank)
         strides[d.uid] = pad
     # collapse drops size-1 dims and merges batch dims that every tensor walks contiguously
-    bs, cstr, _, _ = cg.collapse(bsizes, {u: s[:nb] for u, s in strides.items()}, ["b"] * nb,
-                                 set())
+    bs, cstr, _, _ = cg.collapse(bsizes, {u: s[:nb] for u, s in strides.items()}, ["b"] * nb, set())
     if len(bs) > 2:
         return f"batch dims {bsizes} do not collapse to two dimensions for every tensor"
-    batch = ([1] * (2 - len(bs)) + bs)
-    bstrides = {u: ([0] * (2 - len(bs)) + st[:len(bs)]) for u, st in cstr.items()}
+    batch = [1] * (2 - len(bs)) + bs
+    bstrides = {u: ([0] * (2 - len(bs)) + st[: len(bs)]) for u, st in cstr.items()}
     mnk = (a.dims[-2], b.dims[-1], a.dims[-1])
     if batch[0] * batch[1] > 65535:
         return f"batch count {batch[0] * batch[1]} exceeds the grid's 65535 limit"
@@ -90,6 +93,7 @@ def _operand_strides(d, rank):
 
 class MatmulEngine(Engine):
     """Tiled tensor-core matmul (Triton) with a generated pointwise epilogue."""
+
     id = 2
     name = "triton_matmul"
     behavior_notes = frozenset({BehaviorNote.RUNTIME_COMPILATION})
@@ -135,7 +139,7 @@ class MatmulEngine(Engine):
             return decline("TMA, persistent and warp-specialized kernels run compiled only")
         if kn.warp_specialize:
             # Measured 2026-11-22 on the H100 with Triton 3.6: warp-specialized variants
-            # returned wrong products (tests/test_gpu_core.py); offered again once they pass.
+            # returned wrong products (tests/core/test_gpu_core.py); offered again once they pass.
             return decline("warp-specialized kernels gave wrong results on Hopper, Triton 3.6")
         if kn.tma:
             if not target.is_hopper:
@@ -148,13 +152,17 @@ class MatmulEngine(Engine):
             # the flattened loop keeps the epilogue's staged output tile alive beside the
             # operand stages (Triton asked 278552 bytes for 128x256x64 x 3 stages with a
             # float32 output: 147456 + 131072)
-            out = max([graph.tensors[u].data_type.itemsize for u in a.ep.outputs] or
-                      [a.c.data_type.itemsize])
+            out = max(
+                [graph.tensors[u].data_type.itemsize for u in a.ep.outputs]
+                or [a.c.data_type.itemsize]
+            )
             smem += kn.BLOCK_M * kn.BLOCK_N // kn.epilogue_subtile * out
         if target.is_cuda and smem > 220 * 1024:
-            return decline(f"{smem} bytes of shared memory for {kn.num_stages} stages of "
-                           f"{a.a.data_type.name} tiles (and, flattened, the output tile) "
-                           "exceed the 227 KB per block")
+            return decline(
+                f"{smem} bytes of shared memory for {kn.num_stages} stages of "
+                f"{a.a.data_type.name} tiles (and, flattened, the output tile) "
+                "exceed the 227 KB per block"
+            )
         if kn.SPLIT_K > 1 and a.mnk[2] < kn.SPLIT_K * kn.BLOCK_K:
             return decline(f"K={a.mnk[2]} too small for SPLIT_K={kn.SPLIT_K}")
         return SUPPORTED
@@ -175,14 +183,28 @@ class MatmulEngine(Engine):
         a = analyze(graph)
         m, n, k = a.mnk
         kn = K.MatmulKnobs(**config.knob_dict)
-        peak = target.peak_flops_fp16 if (a.a.data_type != DataType.FLOAT or _tf32(a)) \
+        peak = (
+            target.peak_flops_fp16
+            if (a.a.data_type != DataType.FLOAT or _tf32(a))
             else target.peak_flops_fp32
+        )
         if a.a.data_type == DataType.FLOAT and _tf32(a):
             peak /= 2
-        t = K.estimate_seconds(kn, m, n, k, a.batch[0] * a.batch[1], a.a.data_type.itemsize,
-                               peak, target.bandwidth, target.num_sms)
-        extra = sum(graph.tensors[u].numel * graph.tensors[u].data_type.itemsize
-                    for u in a.ep.inputs + a.ep.outputs)
+        t = K.estimate_seconds(
+            kn,
+            m,
+            n,
+            k,
+            a.batch[0] * a.batch[1],
+            a.a.data_type.itemsize,
+            peak,
+            target.bandwidth,
+            target.num_sms,
+        )
+        extra = sum(
+            graph.tensors[u].numel * graph.tensors[u].data_type.itemsize
+            for u in a.ep.inputs + a.ep.outputs
+        )
         return t + extra / target.bandwidth
 
     def workspace_size(self, graph, config, target) -> int:
@@ -191,8 +213,13 @@ class MatmulEngine(Engine):
         return K.workspace_bytes(kn, a.mnk[0], a.mnk[1], a.batch[0] * a.batch[1])
 
     def build(self, graph, config, target) -> Executable:
-        return _MatmulExecutable(graph, analyze(graph), K.MatmulKnobs(**config.knob_dict), target,
-                                 self.workspace_size(graph, config, target))
+        return _MatmulExecutable(
+            graph,
+            analyze(graph),
+            K.MatmulKnobs(**config.knob_dict),
+            target,
+            self.workspace_size(graph, config, target),
+        )
 
 
 def _tf32(a: MatmulAnalysis) -> bool:
@@ -206,23 +233,30 @@ def epilogue(graph, a: MatmulAnalysis, mask: str = "ep_mask") -> tuple[list, str
     kernel; their row and column strides stay literals: as parameters, a bf16
     8192 x 1000 x 1024 matmul + bias + relu + residual took 114 us instead of 106 (H100,
     persistent TMA config), the tile's addresses costing more than the shared source saves."""
-    big = any(graph.tensors[u].span >= 2 ** 31 for u in a.ep.inputs + a.ep.outputs)
+    big = any(graph.tensors[u].span >= 2**31 for u in a.ep.inputs + a.ep.outputs)
     i64 = ".to(tl.int64)" if big else ""
     sz = cg.Sizes(big)
 
     def off(u):
-        sb0, sb1, sm, sn = (sz(f"es{u}_{j}", v, align=True) if j < 2 else v
-                            for j, v in enumerate(a.bstrides[u]))
+        sb0, sb1, sm, sn = (
+            sz(f"es{u}_{j}", v, align=True) if j < 2 else v for j, v in enumerate(a.bstrides[u])
+        )
         # the m and n terms stay even with stride 0: they give the pointer its tile shape
-        terms = [f"b0{i64} * {sb0}" if sb0 != "0" else "",
-                 f"b1{i64} * {sb1}" if sb1 != "0" else "",
-                 f"offs_m{i64}[:, None] * {sm}", f"offs_n{i64}[None, :] * {sn}"]
+        terms = [
+            f"b0{i64} * {sb0}" if sb0 != "0" else "",
+            f"b1{i64} * {sb1}" if sb1 != "0" else "",
+            f"offs_m{i64}[:, None] * {sm}",
+            f"offs_n{i64}[None, :] * {sn}",
+        ]
         return "(" + " + ".join(t for t in terms if t) + ")"
 
     params, body = fuse_epilogue.source(graph, a.ep, off, mask)
     head = "".join(line + "\n" for line in sz.prologue(""))
-    return (params + sz.params(), head + "ep_mask = mask_m[:, None] & mask_n[None, :]\n" + body,
-            fuse_epilogue.launch_args(a.ep) + sz.args())
+    return (
+        params + sz.params(),
+        head + "ep_mask = mask_m[:, None] & mask_n[None, :]\n" + body,
+        fuse_epilogue.launch_args(a.ep) + sz.args(),
+    )
 
 
 class _MatmulExecutable(Executable, LaunchList):
@@ -237,14 +271,32 @@ class _MatmulExecutable(Executable, LaunchList):
         params, body, ep_args = epilogue(graph, a)
         tf32 = _tf32(a)
         # kernels named by their source's digest: the source holds no size of the problem
-        src_c, name_c = cg.name_by_digest(K.matmul_source(
-            "mm", kn, epilogue_params=params, epilogue_body=body, allow_tf32=tf32,
-            interpret=False), "mm")
-        src_i, name_i = cg.name_by_digest(K.matmul_source(
-            "mm", kn, epilogue_params=params, epilogue_body=body, allow_tf32=tf32,
-            interpret=True), "mm")
-        kern = DualKernel(kernel_from_source(src_c, name_c).compiled,
-                          kernel_from_source(src_i, name_i).interpreted)
+        src_c, name_c = cg.name_by_digest(
+            K.matmul_source(
+                "mm",
+                kn,
+                epilogue_params=params,
+                epilogue_body=body,
+                allow_tf32=tf32,
+                interpret=False,
+            ),
+            "mm",
+        )
+        src_i, name_i = cg.name_by_digest(
+            K.matmul_source(
+                "mm",
+                kn,
+                epilogue_params=params,
+                epilogue_body=body,
+                allow_tf32=tf32,
+                interpret=True,
+            ),
+            "mm",
+        )
+        kern = DualKernel(
+            kernel_from_source(src_c, name_c).compiled,
+            kernel_from_source(src_i, name_i).interpreted,
+        )
         self.source = src_c
         sa, sb = a.bstrides[a.a.uid], a.bstrides[a.b.uid]
         ints = [m, n, k, a.batch[1], sa[0], sa[1], sa[2], sa[3], sb[0], sb[1], sb[2], sb[3]]
@@ -252,8 +304,7 @@ class _MatmulExecutable(Executable, LaunchList):
         if kn.tma and target.is_cuda:
             K.ensure_allocator()
         # with split-K the main kernel takes WS first; its epilogue params go unused
-        main_args = [("buf", a.a.uid), ("buf", a.b.uid)] + ws + ep_args + \
-            [("int", v) for v in ints]
+        main_args = [("buf", a.a.uid), ("buf", a.b.uid)] + ws + ep_args + [("int", v) for v in ints]
         const = dict(K.launch_options(kn))
         if kn.tma:
             const.update(K.tma_flags(sa, sb))
@@ -261,11 +312,18 @@ class _MatmulExecutable(Executable, LaunchList):
         self.add_launch(kern, grid, const, main_args, graph, target.is_cuda)
         if kn.SPLIT_K > 1:
             rsrc, rname = cg.name_by_digest(
-                K.splitk_reduce_source("mm_reduce", kn, params, body), "mm_reduce")
+                K.splitk_reduce_source("mm_reduce", kn, params, body), "mm_reduce"
+            )
             rk = kernel_from_source(rsrc, rname)
             rargs = ws + ep_args + [("int", m), ("int", n), ("int", a.batch[1])]
-            self.add_launch(rk, K.reduce_grid(kn, m, n, a.batch[0], a.batch[1]),
-                            dict(K.reduce_launch_options(kn)), rargs, graph, target.is_cuda)
+            self.add_launch(
+                rk,
+                K.reduce_grid(kn, m, n, a.batch[0], a.batch[1]),
+                dict(K.reduce_launch_options(kn)),
+                rargs,
+                graph,
+                target.is_cuda,
+            )
 
     def run(self, buffers, workspace, stream=None):
         for launcher, args in self.launches:
@@ -273,8 +331,10 @@ class _MatmulExecutable(Executable, LaunchList):
             if self.kn.tma:
                 for v in vals[:2]:
                     if v.data_ptr() % 16:
-                        raise BadParamError("operand is not 16-byte aligned; TMA plans need "
-                                            "aligned buffers", op="matmul",
-                                            status=Status.BAD_PARAM_MISALIGNED_POINTER)
+                        raise BadParamError(
+                            "operand is not 16-byte aligned; TMA plans need aligned buffers",
+                            op="matmul",
+                            status=Status.BAD_PARAM_MISALIGNED_POINTER,
+                        )
                 K.ensure_allocator()
             launcher.launch(vals, stream)

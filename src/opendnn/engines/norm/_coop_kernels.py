@@ -24,14 +24,14 @@ dx = r (g - c2 - xh c1); a program also sums dy xh and dy over its rows for its 
 Workspace: tagged partials [R, SPLIT, 2] (int64), then (backward) the float32 parameter
 partials.
 """
+
 from __future__ import annotations
 
 import re
 
 from ..fusion._codegen import POLL_HELPERS, poll, publish
 from ._bwd_kernels import _centered, _names
-from ._kernels import (IND, IND2, FwdSpec, Problem, _y_lines, header, pid_expr,
-                       stat_store, store)
+from ._kernels import IND, IND2, FwdSpec, Problem, _y_lines, header, pid_expr, stat_store, store
 
 
 def chunk(kn) -> int:
@@ -62,16 +62,21 @@ def _head(name: str, p: Problem, kn, params: list, col_names: list) -> list[str]
     sp, bl, ch = kn.SPLIT, kn.BLOCK_L, chunk(kn)
     sp2 = 1 << max(0, (sp - 1).bit_length())
     ar = f"tl.arange(0, {bl})" + (".to(tl.int64)" if p.big else "")
-    L = [POLL_HELPERS] + header(name, params) + [
-        f"{IND}pid = {pid_expr(p)}",
-        f"{IND}grp = pid // {sp}",
-        f"{IND}sl = pid % {sp}",
-        f"{IND}cols = sl * {ch} + {ar}",
-        f"{IND}cmask = (cols < {p.L})" + (f" & ({ar} < {ch})" if ch < bl else ""),
-        f"{IND}kk = tl.arange(0, {sp2})",
-        f"{IND}kmask = kk < {sp}",
-        f"{IND}mask = cmask",
-        f"{IND}WSI = WS.to(tl.pointer_type(tl.int64))"]
+    L = (
+        [POLL_HELPERS]
+        + header(name, params)
+        + [
+            f"{IND}pid = {pid_expr(p)}",
+            f"{IND}grp = pid // {sp}",
+            f"{IND}sl = pid % {sp}",
+            f"{IND}cols = sl * {ch} + {ar}",
+            f"{IND}cmask = (cols < {p.L})" + (f" & ({ar} < {ch})" if ch < bl else ""),
+            f"{IND}kk = tl.arange(0, {sp2})",
+            f"{IND}kmask = kk < {sp}",
+            f"{IND}mask = cmask",
+            f"{IND}WSI = WS.to(tl.pointer_type(tl.int64))",
+        ]
+    )
     return L + p.col_offsets("cols", col_names, IND)
 
 
@@ -89,12 +94,17 @@ def _fetch(p: Problem, loads: dict, prefix: str, row: str, indent: str) -> list[
     out = []
     for var, names in loads.items():
         if isinstance(names, str):
-            out.append(f"{indent}{var} = tl.load({names} + {prefix}off_{names}, "
-                       f"mask={row} < {p.R}, other=0.0).to(tl.float32)")
+            out.append(
+                f"{indent}{var} = tl.load({names} + {prefix}off_{names}, "
+                f"mask={row} < {p.R}, other=0.0).to(tl.float32)"
+            )
             continue
         cvt = ".to(tl.float32)" if len(names) > 1 else ""
-        terms = [f"tl.load({n} + {prefix}off_{n} + coff_{n}, mask=cmask & ({row} < {p.R}), "
-                 f"other=0.0, eviction_policy=\"evict_first\"){cvt}" for n in names]
+        terms = [
+            f"tl.load({n} + {prefix}off_{n} + coff_{n}, mask=cmask & ({row} < {p.R}), "
+            f'other=0.0, eviction_policy="evict_first"){cvt}'
+            for n in names
+        ]
         out.append(f"{indent}{var}_raw = {' + '.join(terms)}")
     return out
 
@@ -102,8 +112,11 @@ def _fetch(p: Problem, loads: dict, prefix: str, row: str, indent: str) -> list[
 def _fetch_next(p: Problem, loads: dict, names: list, groups: int, indent: str) -> list[str]:
     """Lines loading row ``row + groups`` (the group's next) into ``<var>_next(_raw)``."""
     nxt = {f"{v}_next": n for v, n in loads.items()}
-    return [f"{indent}nrow = row + {groups}"] + _next_offsets(p, "nrow", names, indent) + \
-        _fetch(p, nxt, "n", "nrow", indent)
+    return (
+        [f"{indent}nrow = row + {groups}"]
+        + _next_offsets(p, "nrow", names, indent)
+        + _fetch(p, nxt, "n", "nrow", indent)
+    )
 
 
 def _partials(sp: int, a: str, b: str | None, indent: str) -> list[str]:
@@ -112,15 +125,17 @@ def _partials(sp: int, a: str, b: str | None, indent: str) -> list[str]:
     return out + (publish("WSI", f"(row * {sp} + sl) * 2 + 1", b, "tag", indent) if b else [])
 
 
-def _poll(sp: int, words: int, reduce: str, outs: list, indent: str,
-          row: str = "row", tag: str = "tag") -> list[str]:
+def _poll(
+    sp: int, words: int, reduce: str, outs: list, indent: str, row: str = "row", tag: str = "tag"
+) -> list[str]:
     """Wait for the row's SPLIT chunks (``words`` per chunk), combining them (``poll``)."""
     slots = [f"({row} * {sp} + kk) * 2 + {k}" for k in range(words)]
     return poll("WSI", slots, "kmask", tag, reduce, outs, indent)
 
 
-def _loop(p: Problem, kn, loads: dict, row_names: list, prefetch: int,
-          before_wait: list, after_wait: list) -> list[str]:
+def _loop(
+    p: Problem, kn, loads: dict, row_names: list, prefetch: int, before_wait: list, after_wait: list
+) -> list[str]:
     """The row loop: ``before_wait`` computes and publishes the partials, ``after_wait``
     waits for the row's others, combines them and writes. Without PREFETCH the loads open
     each iteration; PREFETCH=1 issues the next row's loads after this row's partials,
@@ -136,8 +151,7 @@ def _loop(p: Problem, kn, loads: dict, row_names: list, prefetch: int,
     L.append(f"{IND2}tag = row + 1")
     if not prefetch:
         L += _fetch(p, loads, "", "row", IND2)
-    L += [f"{IND2}{v} = {v}_raw.to(tl.float32)" for v, n in loads.items()
-          if not isinstance(n, str)]
+    L += [f"{IND2}{v} = {v}_raw.to(tl.float32)" for v, n in loads.items() if not isinstance(n, str)]
     if prefetch == 2:
         L += fetch_next
     L += before_wait
@@ -145,8 +159,10 @@ def _loop(p: Problem, kn, loads: dict, row_names: list, prefetch: int,
         L += fetch_next
     L += after_wait
     if prefetch:
-        L += [f"{IND2}{v}_raw = {v}_next_raw" if not isinstance(n, str) else
-              f"{IND2}{v} = {v}_next" for v, n in loads.items()]
+        L += [
+            f"{IND2}{v}_raw = {v}_next_raw" if not isinstance(n, str) else f"{IND2}{v} = {v}_next"
+            for v, n in loads.items()
+        ]
     return L
 
 
@@ -155,7 +171,7 @@ def fwd_source(name: str, p: Problem, kn, f: FwdSpec) -> str:
     sp, bl, I2 = kn.SPLIT, chunk(kn), IND2
     names = f.names()
     params = f.params()
-    params = params[:len(names)] + ["WS"] + params[len(names):]
+    params = params[: len(names)] + ["WS"] + params[len(names) :]
     L = _head(name, p, kn, params, [n for n in names if n not in f.stats()])
     src = ["X"] + (["R"] if f.residual else [])
     L.append(f"{IND}nk = tl.minimum(tl.maximum({p.L} - kk * {bl}, 0), {bl}).to(tl.float32)")
@@ -164,14 +180,18 @@ def fwd_source(name: str, p: Problem, kn, f: FwdSpec) -> str:
     if f.rms:
         before += _partials(sp, "tl.reduce(x * x, 0, _add_combine)", None, I2)
         after = _poll(sp, 1, "tl.reduce((_late, _v0), 0, _poll_add1)", ["q"], I2) + [
-            f"{I2}ms = q / {p.L}"]
+            f"{I2}ms = q / {p.L}"
+        ]
         xc = "x"
     else:
-        before += [f"{I2}m_here = tl.reduce(x, 0, _add_combine) / n_here",
-                   f"{I2}d = tl.where(cmask, x - m_here, 0.0)"]
+        before += [
+            f"{I2}m_here = tl.reduce(x, 0, _add_combine) / n_here",
+            f"{I2}d = tl.where(cmask, x - m_here, 0.0)",
+        ]
         before += _partials(sp, "m_here", "tl.reduce(d * d, 0, _add_combine)", I2)
-        after = _poll(sp, 2, "tl.reduce((_late, nk, _v0, _v1), 0, _poll_chan)",
-                      ["_cnt", "mean", "q"], I2) + [f"{I2}ms = q / {p.L}"]
+        after = _poll(
+            sp, 2, "tl.reduce((_late, nk, _v0, _v1), 0, _poll_chan)", ["_cnt", "mean", "q"], I2
+        ) + [f"{I2}ms = q / {p.L}"]
         xc = "(x - mean)"
     after.append(f"{I2}rstd = 1.0 / tl.sqrt(ms + EPS)")
     after += _y_lines(p, f, False, xc, "rstd", I2)
@@ -189,21 +209,26 @@ def bwd_source(name: str, p: Problem, kn, rms: bool) -> str:
     groups = kn.PROGRAMS // sp
     names = _names(rms)
     L = _head(name, p, kn, names + ["WS"], ["DY", "X", "SCALE", "DX"])
-    L += [f"{IND}dw = tl.full([{kn.BLOCK_L}], 0.0, tl.float32)",
-          f"{IND}db = tl.full([{kn.BLOCK_L}], 0.0, tl.float32)"]
+    L += [
+        f"{IND}dw = tl.full([{kn.BLOCK_L}], 0.0, tl.float32)",
+        f"{IND}db = tl.full([{kn.BLOCK_L}], 0.0, tl.float32)",
+    ]
     # SCALE is read again for every row (an L1 / L2 hit) rather than held across the wait
     before = [
         f"{I2}w = tl.load(SCALE + coff_SCALE, mask=cmask, other=0.0).to(tl.float32)",
         f"{I2}xh = tl.where(cmask, {_centered(rms)} * rstd, 0.0)",
-        f"{I2}g = dy * w"]
-    before += _partials(sp, "tl.reduce(g * xh, 0, _add_combine)",
-                        "tl.reduce(g, 0, _add_combine)", I2)
+        f"{I2}g = dy * w",
+    ]
+    before += _partials(
+        sp, "tl.reduce(g * xh, 0, _add_combine)", "tl.reduce(g, 0, _add_combine)", I2
+    )
     before += [f"{I2}dw += dy * xh", f"{I2}db += dy"]
     c2 = "" if rms else " - c2"
     after = _poll(sp, 2, "tl.reduce((_late, _v0, _v1), 0, _poll_add2)", ["c1", "c2"], I2) + [
         f"{I2}c1 = c1 / {p.L}",
         f"{I2}c2 = c2 / {p.L}",
-        I2 + store(p, "DX", False, f"rstd * (g{c2} - xh * c1)", "cmask", True)]
+        I2 + store(p, "DX", False, f"rstd * (g{c2} - xh * c1)", "cmask", True),
+    ]
     row_names = [n for n in names if n != "SCALE"]
     loads = {"dy": ["DY"], "x": ["X"], "rstd": "INV_VARIANCE", **({} if rms else {"mean": "MEAN"})}
     if kn.LAG:
@@ -211,15 +236,15 @@ def bwd_source(name: str, p: Problem, kn, rms: bool) -> str:
     else:
         L += _loop(p, kn, loads, row_names, kn.PREFETCH, before, after)
     base = params_offset(p, kn)
-    L += [f"{IND}out = WS + {base} + grp * {p.L} + cols",
-          f"{IND}tl.store(out, dw, mask=cmask)",
-          f"{IND}tl.store(out + {groups * p.L}, db, mask=cmask)"]
+    L += [
+        f"{IND}out = WS + {base} + grp * {p.L} + cols",
+        f"{IND}tl.store(out, dw, mask=cmask)",
+        f"{IND}tl.store(out + {groups * p.L}, db, mask=cmask)",
+    ]
     return "\n".join(L) + "\n"
 
 
-
-def _lag_loop(p: Problem, kn, loads: dict, row_names: list, partials: list,
-              rms: bool) -> list[str]:
+def _lag_loop(p: Problem, kn, loads: dict, row_names: list, partials: list, rms: bool) -> list[str]:
     """The backward's row loop with the meeting one step late (LAG): step t computes and
     publishes row t's partials, then waits for row t - 1's (published a whole step ago by
     every program, so a program that ran a little behind no longer stalls the others) and
@@ -233,28 +258,35 @@ def _lag_loop(p: Problem, kn, loads: dict, row_names: list, partials: list,
     names = sorted({n for v in loads.values() for n in ([v] if isinstance(v, str) else v)})
     ahead = kn.LAG == 2
 
-    def partial_lines(indent):     # row ``row``'s partials from ``<v>_raw`` and stats
-        out = [f"{indent}tag = row + 1"] + [f"{indent}{v} = {v}_raw.to(tl.float32)"
-                                            for v in vec]
-        return out + [indent + ln[len(I2):] for ln in partials]
+    def partial_lines(indent):  # row ``row``'s partials from ``<v>_raw`` and stats
+        out = [f"{indent}tag = row + 1"] + [f"{indent}{v} = {v}_raw.to(tl.float32)" for v in vec]
+        return out + [indent + ln[len(I2) :] for ln in partials]
 
     def shift(indent):
-        return [f"{indent}p_{v} = {v}" for v in stat] + \
-            [f"{indent}p_{v}_raw = {v}_raw" for v in vec] + [f"{indent}prow = row"]
+        return (
+            [f"{indent}p_{v} = {v}" for v in stat]
+            + [f"{indent}p_{v}_raw = {v}_raw" for v in vec]
+            + [f"{indent}prow = row"]
+        )
 
     c2 = "" if rms else " - c2"
     xh = "p_x" if rms else "(p_x - p_mean)"
     finish = [f"{I2}ptag = prow + 1"]
-    finish += _poll(sp, 2, "tl.reduce((_late, _v0, _v1), 0, _poll_add2)", ["c1", "c2"], I2,
-                    "prow", "ptag")
+    finish += _poll(
+        sp, 2, "tl.reduce((_late, _v0, _v1), 0, _poll_add2)", ["c1", "c2"], I2, "prow", "ptag"
+    )
     finish += [f"{I2}p_{v} = p_{v}_raw.to(tl.float32)" for v in vec]
     finish += [re.sub(r"\boff_", "p_off_", ln) for ln in p.row_offsets("prow", ["DX"], I2)]
-    finish += [f"{I2}w = tl.load(SCALE + coff_SCALE, mask=cmask, other=0.0).to(tl.float32)",
-               f"{I2}p_xh = tl.where(cmask, {xh} * p_rstd, 0.0)",
-               f"{I2}c1 = c1 / {p.L}",
-               f"{I2}c2 = c2 / {p.L}",
-               I2 + store(p, "DX", False, f"p_rstd * (p_dy * w{c2} - p_xh * c1)", "cmask",
-                          True).replace("+ off_DX", "+ p_off_DX")]
+    finish += [
+        f"{I2}w = tl.load(SCALE + coff_SCALE, mask=cmask, other=0.0).to(tl.float32)",
+        f"{I2}p_xh = tl.where(cmask, {xh} * p_rstd, 0.0)",
+        f"{I2}c1 = c1 / {p.L}",
+        f"{I2}c2 = c2 / {p.L}",
+        I2
+        + store(p, "DX", False, f"p_rstd * (p_dy * w{c2} - p_xh * c1)", "cmask", True).replace(
+            "+ off_DX", "+ p_off_DX"
+        ),
+    ]
 
     L = [f"{I}row = grp"] + p.row_offsets("row", row_names, I) + _fetch(p, loads, "", "row", I)
     L += partial_lines(I) + shift(I)
@@ -262,8 +294,7 @@ def _lag_loop(p: Problem, kn, loads: dict, row_names: list, partials: list,
         L += _fetch_next(p, loads, names, groups, I)
     L.append(f"{I}for row in range(grp + {groups}, {p.R + groups}, {groups}):")
     if ahead:
-        L += [f"{I2}{v}_raw = {v}_next_raw" for v in vec] + \
-            [f"{I2}{v} = {v}_next" for v in stat]
+        L += [f"{I2}{v}_raw = {v}_next_raw" for v in vec] + [f"{I2}{v} = {v}_next" for v in stat]
     else:
         L += p.row_offsets("row", row_names, I2) + _fetch(p, loads, "", "row", I2)
     L += partial_lines(I2)

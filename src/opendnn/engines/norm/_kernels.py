@@ -31,16 +31,16 @@ Backward (xh = (x - mean) r, g = dy scale, c1 = mean(g xh), c2 = mean(g)):
   DSCALE / DBIAS partials for its columns [2, NG, G, L].
 - a finishing kernel sums the partials in a fixed order (deterministic, no atomics).
 """
+
 from __future__ import annotations
 
 import math
 
 from ...ops import norm as N
 from ...runtime.kernel_math import cast
-from ..fusion._codegen import (COMBINE_HELPERS, TL_TYPE, collapse, offset_expr,
-                               padded_strides)
+from ..fusion._codegen import COMBINE_HELPERS, TL_TYPE, collapse, offset_expr, padded_strides
 
-INT32_LIMIT = 2 ** 31 - 1
+INT32_LIMIT = 2**31 - 1
 IND, IND2 = "    ", "        "
 
 
@@ -71,23 +71,26 @@ class Problem:
         outer = [i for i in range(len(view)) if i not in geo.axes]
         inner = sorted(geo.axes, key=lambda i: -abs(st["X"][i]))
         order = outer + inner
-        self.jstride = {}              # normalized view axis -> its stride in column space
+        self.jstride = {}  # normalized view axis -> its stride in column space
         for k, i in enumerate(inner):
-            self.jstride[i] = math.prod(view[j] for j in inner[k + 1:])
+            self.jstride[i] = math.prod(view[j] for j in inner[k + 1 :])
         classes = [1 if i in geo.axes else 0 for i in order]
         st = {n: [v[i] for i in order] for n, v in st.items()}
         sizes, strides, cls, _ = collapse([view[i] for i in order], st, classes, set())
         self.outer = [s for s, c in zip(sizes, cls) if c == 0] or [1]
         self.inner = [s for s, c in zip(sizes, cls) if c == 1] or [1]
-        self.row_strides = {n: [x for x, c in zip(v, cls) if c == 0] or [0]
-                            for n, v in strides.items()}
-        self.col_strides = {n: [x for x, c in zip(v, cls) if c == 1] or [0]
-                            for n, v in strides.items()}
+        self.row_strides = {
+            n: [x for x, c in zip(v, cls) if c == 0] or [0] for n, v in strides.items()
+        }
+        self.col_strides = {
+            n: [x for x, c in zip(v, cls) if c == 1] or [0] for n, v in strides.items()
+        }
         self.R, self.L = math.prod(self.outer), math.prod(self.inner)
-        self.G = geo.groups if grouped else 1          # parameter groups along the rows
-        self.S = math.prod(geo.view[3:]) if grouped else 1   # elements per channel in a row
-        self.big = any(d.span >= INT32_LIMIT for d in descs.values()) or \
-            self.R * self.L >= INT32_LIMIT
+        self.G = geo.groups if grouped else 1  # parameter groups along the rows
+        self.S = math.prod(geo.view[3:]) if grouped else 1  # elements per channel in a row
+        self.big = (
+            any(d.span >= INT32_LIMIT for d in descs.values()) or self.R * self.L >= INT32_LIMIT
+        )
         self.types = {n: d.data_type for n, d in descs.items()}
 
     def row_dependent(self, name: str) -> bool:
@@ -122,8 +125,10 @@ def _decompose(var: str, sizes: list, prefix: str, indent: str) -> list[str]:
     tmp = f"_{prefix}"
     lines = [f"{indent}{tmp} = {var}"]
     for k in range(len(sizes) - 1, 0, -1):
-        lines += [f"{indent}{prefix}{k} = {tmp} % {sizes[k]}",
-                  f"{indent}{tmp} = {tmp} // {sizes[k]}"]
+        lines += [
+            f"{indent}{prefix}{k} = {tmp} % {sizes[k]}",
+            f"{indent}{tmp} = {tmp} // {sizes[k]}",
+        ]
     return lines + [f"{indent}{prefix}0 = {tmp}"]
 
 
@@ -158,13 +163,11 @@ def load_param(p: Problem, name: str, tile2d: bool, cmask: str, mask: str) -> st
     return f"tl.load({ptr(name, tile2d, False)}, mask={m}, other=0.0).to(tl.float32)"
 
 
-def store(p: Problem, name: str, tile2d: bool, value: str, mask: str,
-          stream: bool = False) -> str:
+def store(p: Problem, name: str, tile2d: bool, value: str, mask: str, stream: bool = False) -> str:
     """A store; ``stream`` (the long-row loops) asks L2 to drop the line first, so that
     the output does not push out the input rows the loop reads a second time."""
     ev = ', eviction_policy="evict_first"' if stream else ""
-    return (f"tl.store({ptr(name, tile2d)}, {cast(value, TL_TYPE[p.types[name]])}, "
-            f"mask={mask}{ev})")
+    return f"tl.store({ptr(name, tile2d)}, {cast(value, TL_TYPE[p.types[name]])}, mask={mask}{ev})"
 
 
 def stat_store(p: Problem, name: str, value: str, mask: str | None) -> str:
@@ -185,8 +188,17 @@ class FwdSpec:
     ``store_sum``); ``store_y`` (Y is an output the epilogue does not store); ``ep`` the
     fused pointwise epilogue (``fusion.epilogue.Epilogue``) and its graph."""
 
-    def __init__(self, rms, training, bias, residual=False, store_sum=False, store_y=True,
-                 ep=None, graph=None):
+    def __init__(
+        self,
+        rms,
+        training,
+        bias,
+        residual=False,
+        store_sum=False,
+        store_y=True,
+        ep=None,
+        graph=None,
+    ):
         self.rms, self.training, self.bias = rms, training, bias
         self.residual, self.store_sum, self.store_y = residual, store_sum, store_y
         self.ep, self.graph = ep, graph
@@ -214,14 +226,15 @@ def _epilogue(f: FwdSpec, tile2d: bool, indent: str) -> list[str]:
     from ..fusion import epilogue as fe
 
     def off(u):
-        return (f"off_E{u}[:, None] + coff_E{u}[None, :]" if tile2d else
-                f"off_E{u} + coff_E{u}")
+        return f"off_E{u}[:, None] + coff_E{u}[None, :]" if tile2d else f"off_E{u} + coff_E{u}"
+
     _, body = fe.source(f.graph, f.ep, off, "mask")
     return [f"{indent}acc = y"] + [indent + line for line in body.splitlines() if line.strip()]
 
 
-def _x_lines(p: Problem, f: FwdSpec, tile2d: bool, mask: str, last: bool, indent: str,
-             store_sum: bool) -> list[str]:
+def _x_lines(
+    p: Problem, f: FwdSpec, tile2d: bool, mask: str, last: bool, indent: str, store_sum: bool
+) -> list[str]:
     lines = [f"{indent}x = {load(p, 'X', tile2d, mask, last)}"]
     if f.residual:
         lines.append(f"{indent}x = x + {load(p, 'R', tile2d, mask, last)}")
@@ -253,21 +266,24 @@ def fwd_rows_source(name: str, p: Problem, kn, f: FwdSpec) -> str:
         f"{IND}cols = {cols}",
         f"{IND}rmask = rows < {p.R}",
         f"{IND}cmask = cols < {p.L}",
-        f"{IND}mask = rmask[:, None] & cmask[None, :]"]
+        f"{IND}mask = rmask[:, None] & cmask[None, :]",
+    ]
     L += p.row_offsets("rows", names, IND)
     L += p.col_offsets("cols", [n for n in names if n not in f.stats()], IND)
     L += _x_lines(p, f, True, "mask", True, IND, True)
     if f.rms:
         L += [f"{IND}xc = x", f"{IND}ms = tl.reduce(x * x, 1, _add_combine) / {p.L}"]
-    else:   # the mean shifted by the row's first element: exact for a constant row
+    else:  # the mean shifted by the row's first element: exact for a constant row
         k = "tl.load(X + off_X, mask=rmask, other=0.0).to(tl.float32)"
         if f.residual:
             k += " + tl.load(R + off_R, mask=rmask, other=0.0).to(tl.float32)"
-        L += [f"{IND}k = {finite_shift(k)}",
-              f"{IND}mean = k + tl.reduce(tl.where(mask, x - k[:, None], 0.0), 1, "
-              f"_add_combine) / {p.L}",
-              f"{IND}xc = tl.where(mask, x - mean[:, None], 0.0)",
-              f"{IND}ms = tl.reduce(xc * xc, 1, _add_combine) / {p.L}"]
+        L += [
+            f"{IND}k = {finite_shift(k)}",
+            f"{IND}mean = k + tl.reduce(tl.where(mask, x - k[:, None], 0.0), 1, "
+            f"_add_combine) / {p.L}",
+            f"{IND}xc = tl.where(mask, x - mean[:, None], 0.0)",
+            f"{IND}ms = tl.reduce(xc * xc, 1, _add_combine) / {p.L}",
+        ]
     L.append(f"{IND}rstd = 1.0 / tl.sqrt(ms + EPS)")
     L += _rows_rescue(p, f)
     L += _y_lines(p, f, True, "xc", "ry[:, None]", IND)
@@ -284,15 +300,16 @@ def fwd_rows_source(name: str, p: Problem, kn, f: FwdSpec) -> str:
 # where x^2 <= 2^98 and the variance's smallest terms (< 2^-46) are negligible. eps
 # vanishes in those units (eps 2^-160 underflows): a constant row (variance 0) gets
 # 1 / sqrt(eps) itself. A row holding inf or NaN is redone too and stays NaN.
-SCALE, UNSCALE = "8.271806125530277e-25", "1.2089258196146292e+24"     # 2^-80, 2^80
+SCALE, UNSCALE = "8.271806125530277e-25", "1.2089258196146292e+24"  # 2^-80, 2^80
 
 
 def _scaled_stats(ms: str, indent: str) -> list[str]:
     """Lines turning ``ms``, the scaled variance, into ``ry`` (1 / sqrt(ms), applied to
     scaled centered values) and ``rstd`` (the statistic, in the data's units)."""
-    return [f"{indent}ry_s = tl.where({ms} == 0, 0.0, 1.0 / tl.sqrt({ms}))",
-            f"{indent}rstd_s = tl.where({ms} == 0, 1.0 / tl.sqrt(EPS + 0.0 * {ms}), "
-            f"ry_s * {SCALE})"]
+    return [
+        f"{indent}ry_s = tl.where({ms} == 0, 0.0, 1.0 / tl.sqrt({ms}))",
+        f"{indent}rstd_s = tl.where({ms} == 0, 1.0 / tl.sqrt(EPS + 0.0 * {ms}), ry_s * {SCALE})",
+    ]
 
 
 def finite_shift(k: str) -> str:
@@ -305,23 +322,29 @@ def _rows_rescue(p: Problem, f: FwdSpec) -> list[str]:
     """The rows path: ``ry`` (the inverse deviation applied to ``xc``) and, for rows whose
     statistics overflowed, ``xc``, ``mean``, ``rstd`` recomputed from x in SCALE units."""
     I2 = IND2
-    L = [f"{IND}ry = rstd",
-         f"{IND}over = ~(ms < float('inf'))",
-         f"{IND}if tl.reduce(over.to(tl.int32), 0, _max_combine) > 0:",
-         f"{I2}xs = x * {SCALE}"]
+    L = [
+        f"{IND}ry = rstd",
+        f"{IND}over = ~(ms < float('inf'))",
+        f"{IND}if tl.reduce(over.to(tl.int32), 0, _max_combine) > 0:",
+        f"{I2}xs = x * {SCALE}",
+    ]
     if f.rms:
         L += [f"{I2}xcs = xs", f"{I2}ms_s = tl.reduce(xs * xs, 1, _add_combine) / {p.L}"]
     else:
-        L += [f"{I2}ks = k * {SCALE}",
-              f"{I2}mean_s = ks + tl.reduce(tl.where(mask, xs - ks[:, None], 0.0), 1, "
-              f"_add_combine) / {p.L}",
-              f"{I2}xcs = tl.where(mask, xs - mean_s[:, None], 0.0)",
-              f"{I2}ms_s = tl.reduce(xcs * xcs, 1, _add_combine) / {p.L}",
-              f"{I2}mean = tl.where(over, mean_s * {UNSCALE}, mean)"]
+        L += [
+            f"{I2}ks = k * {SCALE}",
+            f"{I2}mean_s = ks + tl.reduce(tl.where(mask, xs - ks[:, None], 0.0), 1, "
+            f"_add_combine) / {p.L}",
+            f"{I2}xcs = tl.where(mask, xs - mean_s[:, None], 0.0)",
+            f"{I2}ms_s = tl.reduce(xcs * xcs, 1, _add_combine) / {p.L}",
+            f"{I2}mean = tl.where(over, mean_s * {UNSCALE}, mean)",
+        ]
     L += _scaled_stats("ms_s", I2)
-    L += [f"{I2}xc = tl.where(over[:, None], xcs, xc)",
-          f"{I2}ry = tl.where(over, ry_s, ry)",
-          f"{I2}rstd = tl.where(over, rstd_s, rstd)"]
+    L += [
+        f"{I2}xc = tl.where(over[:, None], xcs, xc)",
+        f"{I2}ry = tl.where(over, ry_s, ry)",
+        f"{I2}rstd = tl.where(over, rstd_s, rstd)",
+    ]
     return L
 
 
@@ -330,28 +353,35 @@ def _loop_rescue(p: Problem, f: FwdSpec, bl: int, nt: int, ar: str, names) -> li
     deviation applied to ``x sc - mean sc``); a row whose statistics overflowed is read
     once more, its shifted sums taken in SCALE units."""
     I2, I3 = IND2, IND2 + "    "
-    L = [f"{IND}ry = rstd",
-         f"{IND}sc = tl.where(rstd == rstd, 1.0, 1.0)",
-         f"{IND}if ~(q < float('inf')):",
-         f"{I2}acc_s = tl.full([{bl}], 0.0, tl.float32)",
-         f"{I2}acc_q = tl.full([{bl}], 0.0, tl.float32)",
-         f"{I2}for start in range(0, {nt * bl}, {bl}):",
-         f"{I3}cols = start + {ar}",
-         f"{I3}cmask = cols < {p.L}",
-         f"{I3}mask = cmask"]
+    L = [
+        f"{IND}ry = rstd",
+        f"{IND}sc = tl.where(rstd == rstd, 1.0, 1.0)",
+        f"{IND}if ~(q < float('inf')):",
+        f"{I2}acc_s = tl.full([{bl}], 0.0, tl.float32)",
+        f"{I2}acc_q = tl.full([{bl}], 0.0, tl.float32)",
+        f"{I2}for start in range(0, {nt * bl}, {bl}):",
+        f"{I3}cols = start + {ar}",
+        f"{I3}cmask = cols < {p.L}",
+        f"{I3}mask = cmask",
+    ]
     L += p.col_offsets("cols", [n for n in ("X", "R") if n in names], I3)
     L += _x_lines(p, f, False, "mask", False, I3, False)
     if f.rms:
-        L += [f"{I3}xs = x * {SCALE}", f"{I3}acc_q += xs * xs",
-              f"{I2}ms_s = tl.reduce(acc_q, 0, _add_combine) / {p.L}"]
+        L += [
+            f"{I3}xs = x * {SCALE}",
+            f"{I3}acc_q += xs * xs",
+            f"{I2}ms_s = tl.reduce(acc_q, 0, _add_combine) / {p.L}",
+        ]
     else:
-        L += [f"{I3}d = tl.where(cmask, x * {SCALE} - k * {SCALE}, 0.0)",
-              f"{I3}acc_s += d",
-              f"{I3}acc_q += d * d",
-              f"{I2}q_s = tl.reduce(acc_q, 0, _add_combine) / {p.L}",
-              f"{I2}s_s = tl.reduce(acc_s, 0, _add_combine) / {p.L}",
-              f"{I2}mean = k + s_s * {UNSCALE}",
-              f"{I2}ms_s = tl.maximum(q_s - s_s * s_s, 0.0, propagate_nan=tl.PropagateNan.ALL)"]
+        L += [
+            f"{I3}d = tl.where(cmask, x * {SCALE} - k * {SCALE}, 0.0)",
+            f"{I3}acc_s += d",
+            f"{I3}acc_q += d * d",
+            f"{I2}q_s = tl.reduce(acc_q, 0, _add_combine) / {p.L}",
+            f"{I2}s_s = tl.reduce(acc_s, 0, _add_combine) / {p.L}",
+            f"{I2}mean = k + s_s * {UNSCALE}",
+            f"{I2}ms_s = tl.maximum(q_s - s_s * s_s, 0.0, propagate_nan=tl.PropagateNan.ALL)",
+        ]
     L += _scaled_stats("ms_s", I2)
     L += [f"{I2}ry = ry_s", f"{I2}rstd = rstd_s", f"{I2}sc = sc * {SCALE}"]
     return L
@@ -365,38 +395,46 @@ def fwd_loop_source(name: str, p: Problem, kn, f: FwdSpec) -> str:
     ar = f"tl.arange(0, {bl})" + (".to(tl.int64)" if p.big else "")
     L = header(name, f.params()) + [f"{IND}row = {pid_expr(p)}"]
     L += p.row_offsets("row", names, IND)
-    if not f.rms:   # the shift: the row's first element (column 0 is at offset 0)
+    if not f.rms:  # the shift: the row's first element (column 0 is at offset 0)
         k = "tl.load(X + off_X).to(tl.float32)"
         if f.residual:
             k += " + tl.load(R + off_R).to(tl.float32)"
         L.append(f"{IND}k = {finite_shift(k)}")
-    L += [f"{IND}acc_s = tl.full([{bl}], 0.0, tl.float32)",
-          f"{IND}acc_q = tl.full([{bl}], 0.0, tl.float32)",
-          f"{IND}for start in range(0, {nt * bl}, {bl}):",
-          f"{IND2}cols = start + {ar}",
-          f"{IND2}cmask = cols < {p.L}",
-          f"{IND2}mask = cmask"]
+    L += [
+        f"{IND}acc_s = tl.full([{bl}], 0.0, tl.float32)",
+        f"{IND}acc_q = tl.full([{bl}], 0.0, tl.float32)",
+        f"{IND}for start in range(0, {nt * bl}, {bl}):",
+        f"{IND2}cols = start + {ar}",
+        f"{IND2}cmask = cols < {p.L}",
+        f"{IND2}mask = cmask",
+    ]
     L += p.col_offsets("cols", [n for n in ("X", "R", "XS") if n in names], IND2)
     L += _x_lines(p, f, False, "mask", False, IND2, True)
     if f.rms:
         L.append(f"{IND2}acc_q += x * x")
     else:
-        L += [f"{IND2}d = tl.where(cmask, x - k, 0.0)",
-              f"{IND2}acc_s += d",
-              f"{IND2}acc_q += d * d"]
+        L += [
+            f"{IND2}d = tl.where(cmask, x - k, 0.0)",
+            f"{IND2}acc_s += d",
+            f"{IND2}acc_q += d * d",
+        ]
     L.append(f"{IND}q = tl.reduce(acc_q, 0, _add_combine) / {p.L}")
     if f.rms:
         L.append(f"{IND}ms = q")
     else:
-        L += [f"{IND}s = tl.reduce(acc_s, 0, _add_combine) / {p.L}",
-              f"{IND}mean = k + s",
-              f"{IND}ms = tl.maximum(q - s * s, 0.0, propagate_nan=tl.PropagateNan.ALL)"]
+        L += [
+            f"{IND}s = tl.reduce(acc_s, 0, _add_combine) / {p.L}",
+            f"{IND}mean = k + s",
+            f"{IND}ms = tl.maximum(q - s * s, 0.0, propagate_nan=tl.PropagateNan.ALL)",
+        ]
     L.append(f"{IND}rstd = 1.0 / tl.sqrt(ms + EPS)")
     L += _loop_rescue(p, f, bl, nt, ar, names)
-    L += [f"{IND}for i in range(0, {nt}):",
-          f"{IND2}cols = ({nt - 1} - i) * {bl} + {ar}",
-          f"{IND2}cmask = cols < {p.L}",
-          f"{IND2}mask = cmask"]
+    L += [
+        f"{IND}for i in range(0, {nt}):",
+        f"{IND2}cols = ({nt - 1} - i) * {bl} + {ar}",
+        f"{IND2}cmask = cols < {p.L}",
+        f"{IND2}mask = cmask",
+    ]
     L += p.col_offsets("cols", [n for n in names if n not in f.stats()], IND2)
     L += _x_lines(p, f, False, "mask", True, IND2, False)
     L += _y_lines(p, f, False, "x * sc" if f.rms else "(x * sc - mean * sc)", "ry", IND2)

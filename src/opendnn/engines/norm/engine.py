@@ -16,6 +16,7 @@ chunks per row (backward statistics kernel, PATH 3 and 4); PROGRAMS: persistent 
 the finishing kernel sums in order (deterministic); PREFETCH (PATH 4): the next row's
 loads are issued before waiting for the row's other chunks.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,8 +24,17 @@ import functools
 
 from ...enums import BehaviorNote, DataType, PointwiseMode
 from ...ops import norm as N
-from ..base import (SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target,
-                    decline, one_read_grid)
+from ..base import (
+    SUPPORTED,
+    Engine,
+    EngineConfig,
+    Executable,
+    Knob,
+    Support,
+    Target,
+    decline,
+    one_read_grid,
+)
 from ..fusion import epilogue as fe
 from . import _coop_kernels as KC
 from . import _kernels as K
@@ -32,30 +42,30 @@ from . import _kernels as K
 TYPES = (DataType.FLOAT, DataType.HALF, DataType.BFLOAT16)
 FORWARD = ("layernorm", "rmsnorm", "instancenorm", "groupnorm")
 BACKWARD = tuple(f"{k}_backward" for k in FORWARD)
-MAX_TILE = 16384          # elements of one program's register tile
+MAX_TILE = 16384  # elements of one program's register tile
 COOP_COST = (1.3, 1.1, 1.0)  # PATH=4 time factor by PREFETCH (H100: the one-read softmax
 #                              read 0.66-0.70 of copy without; PREFETCH=2 ~10% faster than
 #                              1 where chosen; LAG=2 costs as PREFETCH=2; docs/design/norm.md)
-COOP_MAX_SPLIT = 64       # PATH=4: chunks per row (the partials are gathered as a vector)
+COOP_MAX_SPLIT = 64  # PATH=4: chunks per row (the partials are gathered as a vector)
 POW2 = tuple(1 << i for i in range(15))
-L2_BYTES = 40e6           # the part of the H100's 50 MB L2 that re-read rows may count on
+L2_BYTES = 40e6  # the part of the H100's 50 MB L2 that re-read rows may count on
 
 
 @dataclasses.dataclass(frozen=True)
 class NormKnobs:
-    PATH: int = 1           # 1: whole rows in registers; 2: long rows; 3: split forward
-    BLOCK_L: int = 1024     # elements of a row per tile (PATH=1: at least the row)
-    BLOCK_ROWS: int = 1     # rows per tile (PATH=1)
-    SPLIT: int = 1          # chunks per row (backward PATH=2, forward PATH=3)
-    PROGRAMS: int = 1       # backward: persistent programs (PATH=1) / row groups (PATH=2);
+    PATH: int = 1  # 1: whole rows in registers; 2: long rows; 3: split forward
+    BLOCK_L: int = 1024  # elements of a row per tile (PATH=1: at least the row)
+    BLOCK_ROWS: int = 1  # rows per tile (PATH=1)
+    SPLIT: int = 1  # chunks per row (backward PATH=2, forward PATH=3)
+    PROGRAMS: int = 1  # backward: persistent programs (PATH=1) / row groups (PATH=2);
     #                         PATH=4: row groups x SPLIT, all resident at once
     num_warps: int = 4
-    PREFETCH: int = 0       # PATH=4: load the next row while waiting for the others (2:
+    PREFETCH: int = 0  # PATH=4: load the next row while waiting for the others (2:
     #                         before this row's partials); backward PATH=1: load the next
     #                         row tile during this one
-    CHUNK: int = 0          # PATH=4: elements of a row per program (0: BLOCK_L); less than
+    CHUNK: int = 0  # PATH=4: elements of a row per program (0: BLOCK_L); less than
     #                         BLOCK_L lets SPLIT x groups fill every SM (132 = 12 x 11)
-    LAG: int = 0            # backward PATH=4: wait for a row's partials one step later,
+    LAG: int = 0  # backward PATH=4: wait for a row's partials one step later,
     #                         after publishing the next row's (2: the next row loaded
     #                         before the wait; LAG replaces PREFETCH)
 
@@ -65,7 +75,7 @@ class Analysis:
     node: object
     backward: bool
     problem: K.Problem
-    uids: dict               # kernel parameter name -> uid
+    uids: dict  # kernel parameter name -> uid
     spec: K.FwdSpec | None = None
 
 
@@ -78,12 +88,11 @@ def _per_sm(kn: NormKnobs) -> int:
     (ptxas, sm_90: 128 registers for 16 or 32 elements a thread, 80 for 16 with 8 warps;
     the loop's loads are pipelined)."""
     threads = 32 * kn.num_warps
-    regs = 128 if kn.BLOCK_L // threads >= 16 and kn.num_warps >= 8 and \
-        kn.BLOCK_L >= 8192 else 80
+    regs = 128 if kn.BLOCK_L // threads >= 16 and kn.num_warps >= 8 and kn.BLOCK_L >= 8192 else 80
     return max(1, min(64 // kn.num_warps, 65536 // (threads * regs)))
 
 
-@functools.lru_cache(maxsize=64)      # keyed by the (frozen) graph object
+@functools.lru_cache(maxsize=64)  # keyed by the (frozen) graph object
 def _analyze(graph) -> Analysis | str:
     """The norm node, its fused neighbours and the problem, or why the graph does not fit."""
     norms = [n for n in graph.nodes if n.kind in FORWARD + BACKWARD]
@@ -122,15 +131,22 @@ def _analyze(graph) -> Analysis | str:
     else:
         uids.update({f"E{u}": u for u in ep.inputs + ep.outputs})
     training = "INV_VARIANCE" in n.outputs
-    spec = K.FwdSpec(n.NORM == N.RMS, training, "BIAS" in n.inputs, pro is not None,
-                     "XS" in uids, ep is None, ep, graph)
+    spec = K.FwdSpec(
+        n.NORM == N.RMS,
+        training,
+        "BIAS" in n.inputs,
+        pro is not None,
+        "XS" in uids,
+        ep is None,
+        ep,
+        graph,
+    )
     names = {k: graph.tensors[uids[k]] for k in spec.names()}
     uids = {k: uids[k] for k in spec.names()}
     uids["EPS"] = n.inputs["EPSILON"]
     if ep is not None:
         uids.update({f"s{u}": u for u in ep.scalars})
-    return Analysis(n, False, K.Problem(geo, n.NORM, names, {"MEAN", "INV_VARIANCE"}), uids,
-                    spec)
+    return Analysis(n, False, K.Problem(geo, n.NORM, names, {"MEAN", "INV_VARIANCE"}), uids, spec)
 
 
 def _prologue(graph, pro, x) -> str | None:
@@ -139,8 +155,9 @@ def _prologue(graph, pro, x) -> str | None:
     for u in pro.inputs.values():
         d = graph.tensors[u]
         if u in graph.producers or d.is_pass_by_value or d.dims != x.dims:
-            return (f"residual add input '{d.label()}' must be a graph input of X's dims "
-                    f"{list(x.dims)}")
+            return (
+                f"residual add input '{d.label()}' must be a graph input of X's dims {list(x.dims)}"
+            )
     if len(graph.consumers.get(x.uid, [])) != 1:
         return f"the residual sum '{x.label()}' feeds more than the norm"
     return None
@@ -151,8 +168,10 @@ def _epilogue_inputs(graph, ep, n, pro) -> str | None:
     for e in ep.nodes:
         for u in e.inputs.values():
             if u in graph.producers and u not in inside:
-                return (f"{e.label()} reads '{graph.tensors[u].label()}', which is neither Y "
-                        "nor computed after it")
+                return (
+                    f"{e.label()} reads '{graph.tensors[u].label()}', which is neither Y "
+                    "nor computed after it"
+                )
     return None
 
 
@@ -173,9 +192,16 @@ def _coop_knobs(a: Analysis, target: Target) -> NormKnobs | None:
     # when channels-last) keep the earlier threshold
     if p.L < (65536 if p.G == 1 and p.S == 1 else 131072) or split > COOP_MAX_SPLIT:
         return None
-    plain = p.G == 1 and p.S == 1          # layer / RMS norm: what PREFETCH=2 was measured on
-    return NormKnobs(4, block, 1, split, (per_sm * target.num_sms // split) * split, warps,
-                     _prefetch(split, p.L % block == 0 and plain))
+    plain = p.G == 1 and p.S == 1  # layer / RMS norm: what PREFETCH=2 was measured on
+    return NormKnobs(
+        4,
+        block,
+        1,
+        split,
+        (per_sm * target.num_sms // split) * split,
+        warps,
+        _prefetch(split, p.L % block == 0 and plain),
+    )
 
 
 def _prefetch(split: int, full: bool) -> int:
@@ -202,40 +228,41 @@ def _coop_backward_knobs(L: int, sms: int) -> NormKnobs | None:
     least = -(-L // 8192)
     if least > COOP_MAX_SPLIT or sms < least:
         return None
-    best = max(range(least, min(COOP_MAX_SPLIT, sms) + 1),
-               key=lambda s: (sms // s, (sms // s) * s))
+    best = max(range(least, min(COOP_MAX_SPLIT, sms) + 1), key=lambda s: (sms // s, (sms // s) * s))
     if least > 8 and L % 8192 == 0:
         # many full chunks take the meeting a row late with the next row loaded ahead
         # (LAG=2): on the H100 262144 in 32 x 8192 read 2.44 / 2.43 TB/s layer / RMS,
         # against 1.81 / 1.82 for 33 x 7944 with PREFETCH=1 (docs/design/norm.md)
         return NormKnobs(4, 8192, 1, least, (sms // least) * least, 8, 0, 0, 2)
     chunk = -(-L // best)
-    chunk = -(-chunk // 8) * 8                   # 16-byte aligned chunks of bf16
+    chunk = -(-chunk // 8) * 8  # 16-byte aligned chunks of bf16
     split = -(-L // chunk)
     if split < 4:
         return None
     pre = _prefetch(split, chunk == 8192 and L % 8192 == 0)
-    return NormKnobs(4, 8192, 1, split, (sms // best) * split, 8, pre,
-                     0 if chunk == 8192 else chunk)
+    return NormKnobs(
+        4, 8192, 1, split, (sms // best) * split, 8, pre, 0 if chunk == 8192 else chunk
+    )
 
 
 def _check_coop(a: Analysis, kn: NormKnobs, target: Target) -> Support:
     p = a.problem
     if not target.is_cuda and kn.SPLIT > 1:
-        return decline("PATH=4 with SPLIT > 1 needs a GPU: a row's programs wait for each "
-                       "other, and the interpreter runs programs one at a time")
+        return decline(
+            "PATH=4 with SPLIT > 1 needs a GPU: a row's programs wait for each "
+            "other, and the interpreter runs programs one at a time"
+        )
     if a.backward and (p.G != 1 or p.S != 1):
-        return decline("backward PATH=4 takes layer / RMS norm; group / instance norm take "
-                       "PATH=2")
+        return decline("backward PATH=4 takes layer / RMS norm; group / instance norm take PATH=2")
     if kn.BLOCK_ROWS != 1 or kn.BLOCK_L > MAX_TILE:
         return decline(f"PATH=4: BLOCK_ROWS=1 and BLOCK_L <= {MAX_TILE}")
     chunks = -(-p.L // (kn.CHUNK or kn.BLOCK_L))
-    return one_read_grid("PATH=4", kn.SPLIT, chunks, COOP_MAX_SPLIT, kn.PROGRAMS,
-                         target.num_sms)
+    return one_read_grid("PATH=4", kn.SPLIT, chunks, COOP_MAX_SPLIT, kn.PROGRAMS, target.num_sms)
 
 
 class NormEngine(Engine):
     """Layer / RMS / instance / group norm, forward (with fusion) and backward."""
+
     id = 26
     name = "norm"
     behavior_notes = frozenset({BehaviorNote.RUNTIME_COMPILATION})
@@ -246,19 +273,29 @@ class NormEngine(Engine):
             return decline(a)
         for name, d in a.problem.descs.items():
             if d.is_pass_by_value and not name.startswith("E"):
-                return decline(f"{a.node.label()} operand '{d.label()}' is passed by value (a "
-                               "host scalar): the norm kernels load it from memory")
+                return decline(
+                    f"{a.node.label()} operand '{d.label()}' is passed by value (a "
+                    "host scalar): the norm kernels load it from memory"
+                )
             if d.data_type not in TYPES and not name.startswith("E"):
-                return decline(f"tensor {d.label()} is {d.data_type.name}: float32, float16 or "
-                               "bfloat16 only (float64 runs on the reference)")
+                return decline(
+                    f"tensor {d.label()} is {d.data_type.name}: float32, float16 or "
+                    "bfloat16 only (float64 runs on the reference)"
+                )
         return SUPPORTED
 
     def knob_space(self, graph=None) -> list[Knob]:
-        return [Knob("PATH", (1, 2, 3, 4), 1), Knob("BLOCK_L", POW2, 1024),
-                Knob("BLOCK_ROWS", POW2[:9], 1), Knob("SPLIT", tuple(range(1, 257)), 1),
-                Knob("PROGRAMS", tuple(range(1, 4097)), 1),
-                Knob("num_warps", (1, 2, 4, 8, 16, 32), 4), Knob("PREFETCH", (0, 1, 2), 0),
-                Knob("CHUNK", tuple(range(0, MAX_TILE + 1)), 0), Knob("LAG", (0, 1, 2), 0)]
+        return [
+            Knob("PATH", (1, 2, 3, 4), 1),
+            Knob("BLOCK_L", POW2, 1024),
+            Knob("BLOCK_ROWS", POW2[:9], 1),
+            Knob("SPLIT", tuple(range(1, 257)), 1),
+            Knob("PROGRAMS", tuple(range(1, 4097)), 1),
+            Knob("num_warps", (1, 2, 4, 8, 16, 32), 4),
+            Knob("PREFETCH", (0, 1, 2), 0),
+            Knob("CHUNK", tuple(range(0, MAX_TILE + 1)), 0),
+            Knob("LAG", (0, 1, 2), 0),
+        ]
 
     def check_config(self, graph, config: EngineConfig, target: Target) -> Support:
         sup = super().check_config(graph, config, target)
@@ -269,32 +306,36 @@ class NormEngine(Engine):
         if kn.PREFETCH and not (kn.PATH == 4 or (kn.PATH == 1 and a.backward)):
             return decline("PREFETCH is a knob of PATH=4 and of the backward's PATH=1")
         if kn.PREFETCH == 2 and kn.PATH != 4:
-            return decline("PREFETCH=2 (the next row loaded before this row's partials) is "
-                           "a knob of PATH=4")
+            return decline(
+                "PREFETCH=2 (the next row loaded before this row's partials) is a knob of PATH=4"
+            )
         if kn.CHUNK and (kn.PATH != 4 or kn.CHUNK > kn.BLOCK_L):
-            return decline(f"CHUNK={kn.CHUNK} is a knob of PATH=4, at most BLOCK_L="
-                           f"{kn.BLOCK_L}")
+            return decline(f"CHUNK={kn.CHUNK} is a knob of PATH=4, at most BLOCK_L={kn.BLOCK_L}")
         if kn.LAG and (kn.PATH != 4 or not a.backward or kn.PREFETCH):
-            return decline(f"LAG={kn.LAG} is a knob of the backward's PATH=4, with PREFETCH=0 "
-                           "(LAG=2 loads ahead itself)")
+            return decline(
+                f"LAG={kn.LAG} is a knob of the backward's PATH=4, with PREFETCH=0 "
+                "(LAG=2 loads ahead itself)"
+            )
         if kn.PATH == 4:
             return _check_coop(a, kn, target)
         if kn.PATH == 1:
             if kn.BLOCK_L < p.L:
-                return decline(f"PATH=1 holds whole rows: BLOCK_L={kn.BLOCK_L} < row length "
-                               f"{p.L}")
+                return decline(f"PATH=1 holds whole rows: BLOCK_L={kn.BLOCK_L} < row length {p.L}")
             if kn.BLOCK_L * kn.BLOCK_ROWS > MAX_TILE:
                 return decline(f"PATH=1: BLOCK_ROWS x BLOCK_L <= {MAX_TILE}")
             if a.backward and (p.G != 1 or p.S != 1):
-                return decline("backward PATH=1 takes layer / RMS norm (parameters shared "
-                               "by every row); group / instance norm take PATH=2")
+                return decline(
+                    "backward PATH=1 takes layer / RMS norm (parameters shared "
+                    "by every row); group / instance norm take PATH=2"
+                )
         elif kn.PATH == 3 and a.backward:
             return decline("PATH=3 is a forward path")
         elif kn.BLOCK_L > MAX_TILE or kn.BLOCK_ROWS != 1:
             return decline(f"PATH={kn.PATH}: BLOCK_ROWS=1 and BLOCK_L <= {MAX_TILE}")
         elif kn.SPLIT > max(1, -(-p.L // kn.BLOCK_L)) and (a.backward or kn.PATH == 3):
-            return decline(f"PATH={kn.PATH}: SPLIT at most the row's tiles "
-                           f"({max(1, -(-p.L // kn.BLOCK_L))})")
+            return decline(
+                f"PATH={kn.PATH}: SPLIT at most the row's tiles ({max(1, -(-p.L // kn.BLOCK_L))})"
+            )
         return SUPPORTED
 
     def configs(self, graph, target: Target) -> list[EngineConfig]:
@@ -306,18 +347,18 @@ class NormEngine(Engine):
             bl = _pow2(max(p.L, 1))
             br = max(1, min(256, (4096 if cuda else 256) // bl))
             warps = max(1, min(16, bl * br // 512)) if cuda else 4
-            if a.backward:   # persistent: as many programs as the SMs hold at once
+            if a.backward:  # persistent: as many programs as the SMs hold at once
                 # 8 elements a thread: ptxas (sm_90) gives the 8192-wide tile 62 registers
                 # with 32 warps, 128 and 340 bytes of spills with 16
                 warps = max(1, min(32, bl * br // 256)) if cuda else 4
                 tiles = -(-p.R // br)
                 threads = 32 * warps
-                regs = 7 * max(1, bl * br // threads) + 8     # ~7 live values per element
+                regs = 7 * max(1, bl * br // threads) + 8  # ~7 live values per element
                 per_sm = max(1, min(64 // warps, 65536 // (threads * regs)))
                 # 8192-element tiles (32 warps): the next tile prefetched (H100, 8192 x
                 # 8192 bf16: 2.40 / 2.65 TB/s layer / RMS norm against 2.26 / 2.42)
                 pre = 1 if cuda and warps == 32 else 0
-                for k in (1, 2) if cuda else (1,):            # 2: for autotuning
+                for k in (1, 2) if cuda else (1,):  # 2: for autotuning
                     progs = max(1, min(tiles, 4096, k * per_sm * sms))
                     out.append(NormKnobs(1, bl, br, 1, progs, warps, pre))
                 if pre:
@@ -346,11 +387,14 @@ class NormEngine(Engine):
                 # rows in flight (their tails stay in L2 for the backwards second loop)
                 # (as measured for softmax: 8192-wide tiles, 8 warps for 65536-wide rows)
                 # (16384-wide tiles spill: ptxas, sm_90)
-                tiles = ((2 * bl, 16), (2 * bl, 8), (bl, 8)) \
-                    if p.L >= 131072 else ((2 * bl, 8), (2 * bl, 16), (bl, 8))
+                tiles = (
+                    ((2 * bl, 16), (2 * bl, 8), (bl, 8))
+                    if p.L >= 131072
+                    else ((2 * bl, 8), (2 * bl, 16), (bl, 8))
+                )
                 for b, w in tiles if cuda else ((bl, 4),):
                     out.append(NormKnobs(2, b, 1, 1, 1, w))
-                if cuda:     # two kernels, chunks filling the GPU (softmax's measured best
+                if cuda:  # two kernels, chunks filling the GPU (softmax's measured best
                     #          for 262144-wide rows; the cost model ranks it)
                     tiles = max(1, -(-p.L // bl))
                     split = max(1, min(256, tiles, _pow2(-(-16 * sms // max(p.R, 1)))))
@@ -369,14 +413,15 @@ class NormEngine(Engine):
         if not a.backward:
             big = [n for n in p.descs if n not in ("SCALE", "BIAS", "MEAN", "INV_VARIANCE")]
             moved = full * sum(item[n] for n in big)
-            if kn.PATH == 2:     # the second read: from L2 for the rows still there
+            if kn.PATH == 2:  # the second read: from L2 for the rows still there
                 reread = full * sum(item[n] for n in ("X", "R") if n in item)
                 in_flight = min(p.R, _per_sm(kn) * target.num_sms) * p.L * item["X"]
                 moved += reread * (1.0 - 0.85 * min(1.0, L2_BYTES / max(in_flight, 1)))
-            if kn.PATH == 3:     # the second read from DRAM
+            if kn.PATH == 3:  # the second read from DRAM
                 moved += full * sum(item[n] for n in ("X", "R") if n in item)
-            programs = {1: -(-p.R // kn.BLOCK_ROWS), 2: p.R, 3: p.R * kn.SPLIT,
-                        4: kn.PROGRAMS}[kn.PATH]
+            programs = {1: -(-p.R // kn.BLOCK_ROWS), 2: p.R, 3: p.R * kn.SPLIT, 4: kn.PROGRAMS}[
+                kn.PATH
+            ]
             launches = 2 if kn.PATH in (3, 4) else 1
         else:
             moved = full * (item["DY"] + item["X"] + item["DX"])
@@ -390,7 +435,7 @@ class NormEngine(Engine):
                 moved += full * (item["DY"] + item["X"]) + 2 * kn.PROGRAMS * p.G * p.L * 8
                 programs = min(p.R * kn.SPLIT, -(-p.L // kn.BLOCK_L) * p.G * kn.PROGRAMS)
             launches = 2 if kn.PATH == 1 else 3
-        if kn.PATH == 4:    # programs wait for each other at every row (LAG: a row late)
+        if kn.PATH == 4:  # programs wait for each other at every row (LAG: a row late)
             moved *= COOP_COST[2 if kn.LAG == 2 else kn.PREFETCH]
         fill = max(min(1.0, programs / (1.0 * target.num_sms)), 1e-3)
         return moved / (target.bandwidth * fill) + 3e-6 * launches
@@ -414,5 +459,11 @@ class NormEngine(Engine):
 
     def build(self, graph, config, target) -> Executable:
         from .executable import NormExecutable
-        return NormExecutable(graph, _analyze(graph), NormKnobs(**config.knob_dict), target,
-                              self.workspace_size(graph, config, target))
+
+        return NormExecutable(
+            graph,
+            _analyze(graph),
+            NormKnobs(**config.knob_dict),
+            target,
+            self.workspace_size(graph, config, target),
+        )

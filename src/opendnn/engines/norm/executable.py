@@ -1,5 +1,6 @@
 """A built norm plan: its generated kernels, grids and argument templates (the engine
 and the kernels' layout: ``engine.py``, ``_kernels.py``)."""
+
 from __future__ import annotations
 
 import torch
@@ -14,7 +15,7 @@ from . import _coop_kernels as KC
 from . import _kernels as K
 from . import _split_kernels as KS
 
-GROUPED_FINISH_BLOCK = 1024   # group / instance norm: spatial positions per step
+GROUPED_FINISH_BLOCK = 1024  # group / instance norm: spatial positions per step
 
 
 def finish_block(parts: int) -> int:
@@ -38,27 +39,44 @@ class NormExecutable(Executable, LaunchList):
         self.graph, self.target, self.const = graph, target, {"num_warps": kn.num_warps}
         if kn.PATH == 4:
             words = KC.partial_floats(p, kn)
-            self._add(zero_flags_source(f"{self.tag}_zero", 0, words), f"{self.tag}_zero",
-                      (-(-words // 1024),), [("ws", torch.float32)], 4)
+            self._add(
+                zero_flags_source(f"{self.tag}_zero", 0, words),
+                f"{self.tag}_zero",
+                (-(-words // 1024),),
+                [("ws", torch.float32)],
+                4,
+            )
         if a.backward:
             self._backward(a, kn)
         elif kn.PATH == 4:
             names, f = a.spec.names(), a.spec
             args = [("buf", a.uids[n]) for n in f.params()]
-            self._add(KC.fwd_source(f"{self.tag}_coop", p, kn, f), f"{self.tag}_coop",
-                      (kn.PROGRAMS,), args[:len(names)] + [("ws", torch.float32)] +
-                      args[len(names):])
+            self._add(
+                KC.fwd_source(f"{self.tag}_coop", p, kn, f),
+                f"{self.tag}_coop",
+                (kn.PROGRAMS,),
+                args[: len(names)] + [("ws", torch.float32)] + args[len(names) :],
+            )
         elif kn.PATH == 3:
             names, f, ws = a.spec.names(), a.spec, ("ws", torch.float32)
             first = [n for n in ("X", "R", "XS") if n in names]
-            self._add(KS.stats_source(f"{self.tag}_stats", p, kn, f), f"{self.tag}_stats",
-                      (p.R, kn.SPLIT), [("buf", a.uids[n]) for n in first] + [ws])
+            self._add(
+                KS.stats_source(f"{self.tag}_stats", p, kn, f),
+                f"{self.tag}_stats",
+                (p.R, kn.SPLIT),
+                [("buf", a.uids[n]) for n in first] + [ws],
+            )
             args = [("buf", a.uids[n]) for n in f.params()]
-            self._add(KS.write_source(f"{self.tag}_write", p, kn, f), f"{self.tag}_write",
-                      (p.R, kn.SPLIT), args[:len(names)] + [ws] + args[len(names):])
+            self._add(
+                KS.write_source(f"{self.tag}_write", p, kn, f),
+                f"{self.tag}_write",
+                (p.R, kn.SPLIT),
+                args[: len(names)] + [ws] + args[len(names) :],
+            )
         else:
             src = (K.fwd_rows_source if kn.PATH == 1 else K.fwd_loop_source)(
-                self.tag, p, kn, a.spec)
+                self.tag, p, kn, a.spec
+            )
             grid = (-(-p.R // kn.BLOCK_ROWS),) if kn.PATH == 1 else (p.R,)
             self._add(src, self.tag, grid, [("buf", a.uids[n]) for n in a.spec.params()])
 
@@ -66,8 +84,9 @@ class NormExecutable(Executable, LaunchList):
         if any(g == 0 for g in grid):
             return
         const = self.const if warps is None else {"num_warps": warps}
-        self.add_launch(kernel_from_source(src, name), grid, const, args, self.graph,
-                        self.target.is_cuda)
+        self.add_launch(
+            kernel_from_source(src, name), grid, const, args, self.graph, self.target.is_cuda
+        )
 
     def _backward(self, a, kn) -> None:
         p, rms, tag = a.problem, a.node.NORM == N.RMS, self.tag
@@ -79,24 +98,44 @@ class NormExecutable(Executable, LaunchList):
             self._add(src, f"{tag}_rows", (kn.PROGRAMS,), [bufs[n] for n in names] + [ws])
             parts, base = kn.PROGRAMS, 0
         elif kn.PATH == 4:
-            self._add(KC.bwd_source(f"{tag}_coop", p, kn, rms), f"{tag}_coop", (kn.PROGRAMS,),
-                      [bufs[n] for n in names] + [ws])
+            self._add(
+                KC.bwd_source(f"{tag}_coop", p, kn, rms),
+                f"{tag}_coop",
+                (kn.PROGRAMS,),
+                [bufs[n] for n in names] + [ws],
+            )
             parts, base = kn.PROGRAMS // kn.SPLIT, KC.params_offset(p, kn)
         else:
             stats = [n for n in names if n != "DX"]
-            self._add(KB.stats_source(f"{tag}_stats", p, kn, rms), f"{tag}_stats",
-                      (p.R, kn.SPLIT), [bufs[n] for n in stats] + [ws])
-            self._add(KB.cols_source(f"{tag}_cols", p, kn, rms, kn.PROGRAMS), f"{tag}_cols",
-                      (-(-p.L // kn.BLOCK_L), p.G, kn.PROGRAMS), [bufs[n] for n in names] + [ws])
+            self._add(
+                KB.stats_source(f"{tag}_stats", p, kn, rms),
+                f"{tag}_stats",
+                (p.R, kn.SPLIT),
+                [bufs[n] for n in stats] + [ws],
+            )
+            self._add(
+                KB.cols_source(f"{tag}_cols", p, kn, rms, kn.PROGRAMS),
+                f"{tag}_cols",
+                (-(-p.L // kn.BLOCK_L), p.G, kn.PROGRAMS),
+                [bufs[n] for n in names] + [ws],
+            )
             parts, base = kn.PROGRAMS, p.R * kn.SPLIT * 2
         outs = [n for n in ("DSCALE", "DBIAS") if n in a.uids]
         grouped = not (p.G == 1 and p.S == 1)
-        block = (GROUPED_FINISH_BLOCK if grouped else finish_block(parts)) \
-            if self.target.is_cuda else 64
+        block = (
+            (GROUPED_FINISH_BLOCK if grouped else finish_block(parts))
+            if self.target.is_cuda
+            else 64
+        )
         grid = (p.G * (p.L // p.S),) if grouped else (-(-p.L // block),)
         src = KB.finish_source(f"{tag}_finish", p, block, parts, base, outs)
-        self._add(src, f"{tag}_finish", grid, [("buf", a.uids[n]) for n in outs] + [ws],
-                  4 if self.target.is_cuda else 4)
+        self._add(
+            src,
+            f"{tag}_finish",
+            grid,
+            [("buf", a.uids[n]) for n in outs] + [ws],
+            4 if self.target.is_cuda else 4,
+        )
 
     def run(self, buffers, workspace, stream=None):
         if self.eps_uid is not None:

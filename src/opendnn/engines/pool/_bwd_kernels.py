@@ -13,12 +13,22 @@ k; the average modes add dy[o] / count(o) (prod(w), or the real elements of o).
 MAXPOOL without an Index first runs the forward kernel to store the argmax into the
 workspace (``_kernels.forward_source`` with no Y).
 """
+
 from __future__ import annotations
 
 from ...enums import ResampleMode
 from ..fusion._codegen import TL_TYPE
-from ._kernels import (Problem, chan, channel_mask, loop, offset, px, tile_head, tile_mask,
-                       tile_shape)
+from ._kernels import (
+    Problem,
+    chan,
+    channel_mask,
+    loop,
+    offset,
+    px,
+    tile_head,
+    tile_mask,
+    tile_shape,
+)
 
 
 def backward_source(name: str, p: Problem, kn, index_role: str | None) -> str:
@@ -41,35 +51,44 @@ def backward_source(name: str, p: Problem, kn, index_role: str | None) -> str:
         trips *= -(-w // s)
     for a in range(p.nsp):
         w, s = p.window[a], p.stride[a]
-        L += [f"{depth}for j{a} in {loop(-(-w // s), trips)}:",
-              f"{depth}    o{a} = t{a} // {s} - j{a}",
-              f"{depth}    k{a} = t{a} - o{a} * {s}",
-              f"{depth}    ok{a} = {ok} & (o{a} >= 0) & (o{a} < {p.out[a]}) & (k{a} < {w})"]
+        L += [
+            f"{depth}for j{a} in {loop(-(-w // s), trips)}:",
+            f"{depth}    o{a} = t{a} // {s} - j{a}",
+            f"{depth}    k{a} = t{a} - o{a} * {s}",
+            f"{depth}    ok{a} = {ok} & (o{a} >= 0) & (o{a} < {p.out[a]}) & (k{a} < {w})",
+        ]
         ok = f"ok{a}"
         depth += "    "
     osp = [f"o{a}" for a in range(p.nsp)]
     mask = tile_mask(kn, ok, cm)
-    L.append(f"{depth}g = tl.load(DY + {px(kn, offset(p, 'DY', 'q0', osp))} + cdy, "
-             f"mask={mask}, other=0.0).to(tl.float32)")
+    L.append(
+        f"{depth}g = tl.load(DY + {px(kn, offset(p, 'DY', 'q0', osp))} + cdy, "
+        f"mask={mask}, other=0.0).to(tl.float32)"
+    )
     if p.is_max:
         ks = [f"k{a}" for a in range(p.nsp)]
-        L += [f"{depth}ix = tl.load({index_role} + {px(kn, offset(p, index_role, 'q0', osp))}"
-              f" + cix, mask={mask}, other=-1).to(tl.int32)",
-              f"{depth}acc += tl.where(ix == {px(kn, p.flat_window(ks))}, g, 0.0)"]
+        L += [
+            f"{depth}ix = tl.load({index_role} + {px(kn, offset(p, index_role, 'q0', osp))}"
+            f" + cix, mask={mask}, other=-1).to(tl.int32)",
+            f"{depth}acc += tl.where(ix == {px(kn, p.flat_window(ks))}, g, 0.0)",
+        ]
     elif p.mode == ResampleMode.AVGPOOL_INCLUDE_PADDING:
         L.append(f"{depth}acc += g")
     else:
         counts = []
         for a in range(p.nsp):
             st = f"(o{a} * {p.stride[a]} - {p.pre[a]})"
-            counts.append(f"(tl.minimum({st} + {p.window[a]}, {p.inp[a]}) - "
-                          f"tl.maximum({st}, 0))")
-        L += [f"{depth}cnt = ({' * '.join(counts)}).to(tl.float32)",
-              f"{depth}acc += g / {px(kn, 'tl.maximum(cnt, 1.0)')}"]
+            counts.append(f"(tl.minimum({st} + {p.window[a]}, {p.inp[a]}) - tl.maximum({st}, 0))")
+        L += [
+            f"{depth}cnt = ({' * '.join(counts)}).to(tl.float32)",
+            f"{depth}acc += g / {px(kn, 'tl.maximum(cnt, 1.0)')}",
+        ]
     if p.mode == ResampleMode.AVGPOOL_INCLUDE_PADDING:
         L.append(f"{ind}acc = acc * {1.0 / p.volume!r}")
     isp = [f"q{a + 1}" for a in range(p.nsp)]
-    L.append(f"{ind}tl.store(DX + {px(kn, offset(p, 'DX', 'q0', isp))} + "
-             f"{chan(kn, f'c * {sdx}')}, "
-             f"acc.to({TL_TYPE[p.types['DX']]}), mask={tile_mask(kn, 'pmask', cm)})")
+    L.append(
+        f"{ind}tl.store(DX + {px(kn, offset(p, 'DX', 'q0', isp))} + "
+        f"{chan(kn, f'c * {sdx}')}, "
+        f"acc.to({TL_TYPE[p.types['DX']]}), mask={tile_mask(kn, 'pmask', cm)})"
+    )
     return "\n".join(L) + "\n"

@@ -23,6 +23,7 @@ maximum alone is kept: m = (v > m | isnan(v)) ? v : m (propagating) or (v > m) ?
 Average: the sum of the real elements over prod(window) or over their count
 prod_a(min(start_a + w_a, in_a) - max(start_a, 0)).
 """
+
 from __future__ import annotations
 
 import math
@@ -30,9 +31,9 @@ import math
 from ...enums import DataType, ResampleMode
 from ..fusion._codegen import TL_TYPE, index_decomposition
 
-INT32_LIMIT = 2 ** 31 - 1
+INT32_LIMIT = 2**31 - 1
 NEG_INF = 'float("-inf")'
-UNROLL = 64          # window offsets (backward: candidate windows) unrolled at most
+UNROLL = 64  # window offsets (backward: candidate windows) unrolled at most
 
 
 def loop(count: int, total: int) -> str:
@@ -133,23 +134,29 @@ def tile_head(name: str, params: list, p: Problem, kn, space) -> list[str]:
         bw, last = kn.BLOCK_W, p.nsp
         nwb = -(-space[-1] // bw)
         sizes = [p.N, p.C, *space[:-1]]
-        L += [f"{ind}rb = pid // {nwb}", f"{ind}wb = pid % {nwb}",
-              f"{ind}rows = rb * {bp} + tl.arange(0, {bp})"]
+        L += [
+            f"{ind}rb = pid // {nwb}",
+            f"{ind}wb = pid % {nwb}",
+            f"{ind}rows = rb * {bp} + tl.arange(0, {bp})",
+        ]
         L += index_decomposition("rows", sizes, "r", ind)
         L += [f"{ind}q0 = r0[:, None]", f"{ind}c = r1[:, None]"]
         L += [f"{ind}q{a} = r{a + 1}[:, None]" for a in range(1, last)]
-        L += [f"{ind}q{last} = (wb * {bw} + tl.arange(0, {bw}))[None, :]",
-              f"{ind}pmask = (rows < {math.prod(sizes)})[:, None] & "
-              f"(q{last} < {space[-1]})"]
+        L += [
+            f"{ind}q{last} = (wb * {bw} + tl.arange(0, {bw}))[None, :]",
+            f"{ind}pmask = (rows < {math.prod(sizes)})[:, None] & (q{last} < {space[-1]})",
+        ]
         return L
     npb, ncb = -(-p.pixels(space) // bp), -(-p.C // bc)
     if bc > 1:
         L += [f"{ind}pb = pid // {ncb}", f"{ind}cb = pid % {ncb}"]
     else:
         L += [f"{ind}cb = pid // {npb}", f"{ind}pb = pid % {npb}"]
-    L += [f"{ind}pix = pb * {bp} + tl.arange(0, {bp})",
-          f"{ind}pmask = pix < {p.pixels(space)}",
-          f"{ind}c = cb * {bc} + tl.arange(0, {bc})"]
+    L += [
+        f"{ind}pix = pb * {bp} + tl.arange(0, {bp})",
+        f"{ind}pmask = pix < {p.pixels(space)}",
+        f"{ind}c = cb * {bc} + tl.arange(0, {bc})",
+    ]
     L += index_decomposition("pix", [p.N, *space], "q", ind)
     return L
 
@@ -187,15 +194,19 @@ def forward_source(name: str, p: Problem, kn, write_y: bool, index_role: str | N
     depth = ind
     ok = "pmask"
     for a in range(p.nsp):
-        L += [f"{depth}for k{a} in {loop(p.window[a], p.volume)}:",
-              f"{depth}    i{a} = s{a} + k{a}",
-              f"{depth}    ok{a} = {ok} & (i{a} >= 0) & (i{a} < {p.inp[a]})"]
+        L += [
+            f"{depth}for k{a} in {loop(p.window[a], p.volume)}:",
+            f"{depth}    i{a} = s{a} + k{a}",
+            f"{depth}    ok{a} = {ok} & (i{a} >= 0) & (i{a} < {p.inp[a]})",
+        ]
         ok = f"ok{a}"
         depth += "    "
     sp = [f"i{a}" for a in range(p.nsp)]
-    L.append(f"{depth}v = tl.load(X + {px(kn, offset(p, 'X', 'q0', sp))} + cx, "
-             f"mask={tile_mask(kn, ok, cm)}, other={NEG_INF if p.is_max else '0.0'})"
-             ".to(tl.float32)")
+    L.append(
+        f"{depth}v = tl.load(X + {px(kn, offset(p, 'X', 'q0', sp))} + cx, "
+        f"mask={tile_mask(kn, ok, cm)}, other={NEG_INF if p.is_max else '0.0'})"
+        ".to(tl.float32)"
+    )
     if not p.is_max:
         L.append(f"{depth}acc += v")
     elif with_index:
@@ -203,11 +214,15 @@ def forward_source(name: str, p: Problem, kn, write_y: bool, index_role: str | N
         if p.nan:
             L.append(f"{depth}take = {real} & ((v > m) | (idx < 0) | ((v != v) & (m == m)))")
         else:
-            L += [f"{depth}v = tl.where(v != v, {NEG_INF}, v)",
-                  f"{depth}take = {real} & ((v > m) | (idx < 0))"]
+            L += [
+                f"{depth}v = tl.where(v != v, {NEG_INF}, v)",
+                f"{depth}take = {real} & ((v > m) | (idx < 0))",
+            ]
         ks = [f"k{a}" for a in range(p.nsp)]
-        L += [f"{depth}m = tl.where(take, v, m)",
-              f"{depth}idx = tl.where(take, {p.flat_window(ks)}, idx)"]
+        L += [
+            f"{depth}m = tl.where(take, v, m)",
+            f"{depth}idx = tl.where(take, {p.flat_window(ks)}, idx)",
+        ]
     elif p.nan:
         L.append(f"{depth}m = tl.where((v > m) | (v != v), v, m)")
     else:
@@ -218,18 +233,23 @@ def forward_source(name: str, p: Problem, kn, write_y: bool, index_role: str | N
     elif p.mode == ResampleMode.AVGPOOL_INCLUDE_PADDING:
         result = f"acc * {1.0 / p.volume!r}"
     else:
-        counts = [f"(tl.minimum(s{a} + {p.window[a]}, {p.inp[a]}) - tl.maximum(s{a}, 0))"
-                  for a in range(p.nsp)]
+        counts = [
+            f"(tl.minimum(s{a} + {p.window[a]}, {p.inp[a]}) - tl.maximum(s{a}, 0))"
+            for a in range(p.nsp)
+        ]
         L.append(f"{ind}cnt = ({' * '.join(counts)}).to(tl.float32)")
         result = f"acc / {px(kn, 'cnt')}"
     out_sp = [f"q{a + 1}" for a in range(p.nsp)]
     smask = tile_mask(kn, "pmask", cm)
     for role, value in ((("Y", result),) if write_y else ()) + (
-            ((index_role, "idx"),) if with_index else ()):
+        ((index_role, "idx"),) if with_index else ()
+    ):
         st = p.strides[role]
-        L.append(f"{ind}tl.store({role} + {px(kn, offset(p, role, 'q0', out_sp))} + "
-                 f"{chan(kn, f'c * {st[1]}')}, ({value}).to({TL_TYPE[p.types[role]]}), "
-                 f"mask={smask})")
+        L.append(
+            f"{ind}tl.store({role} + {px(kn, offset(p, role, 'q0', out_sp))} + "
+            f"{chan(kn, f'c * {st[1]}')}, ({value}).to({TL_TYPE[p.types[role]]}), "
+            f"mask={smask})"
+        )
     return "\n".join(L) + "\n"
 
 

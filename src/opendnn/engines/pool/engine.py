@@ -5,6 +5,7 @@ deterministic), as Triton kernels (``_kernels``, ``_bwd_kernels``). Any strides:
 tiles pixels x contiguous channels, NCHW tiles pixels of one channel. float32, float16,
 bfloat16 data; each takes a graph of exactly its one node.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -13,8 +14,17 @@ import math
 from ...enums import BehaviorNote, DataType
 from ...runtime.launch import LaunchList, kernel_from_source
 from ...tensor import packed_strides, stride_order, to_torch_dtype
-from ..base import (SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target,
-                    decline, operands_in_memory)
+from ..base import (
+    SUPPORTED,
+    Engine,
+    EngineConfig,
+    Executable,
+    Knob,
+    Support,
+    Target,
+    decline,
+    operands_in_memory,
+)
 from . import _bwd_kernels as B
 from . import _kernels as K
 
@@ -26,10 +36,10 @@ POW2 = tuple(1 << i for i in range(15))
 
 @dataclasses.dataclass(frozen=True)
 class PoolKnobs:
-    BLOCK_P: int = 32        # pixels per program (flat over N and the spatial axes)
-    BLOCK_C: int = 64        # channels per program (1: one channel's pixels, NCHW)
+    BLOCK_P: int = 32  # pixels per program (flat over N and the spatial axes)
+    BLOCK_C: int = 64  # channels per program (1: one channel's pixels, NCHW)
     num_warps: int = 4
-    BLOCK_W: int = 0         # > 0: plane tiles, BLOCK_P rows x BLOCK_W of the last axis
+    BLOCK_W: int = 0  # > 0: plane tiles, BLOCK_P rows x BLOCK_W of the last axis
 
 
 def _pow2(n: int) -> int:
@@ -68,13 +78,19 @@ class _PoolBase(Engine):
             d = graph.tensors[uid]
             allowed = INDEX_TYPES if role == "Index" else TYPES
             if d.data_type not in allowed:
-                return decline(f"tensor {d.label()} is {d.data_type.name}: float32, float16 "
-                               "or bfloat16 data (float64 runs on the reference)")
+                return decline(
+                    f"tensor {d.label()} is {d.data_type.name}: float32, float16 "
+                    "or bfloat16 data (float64 runs on the reference)"
+                )
         return SUPPORTED
 
     def knob_space(self, graph=None) -> list[Knob]:
-        return [Knob("BLOCK_P", POW2[:13], 32), Knob("BLOCK_C", POW2[:9], 64),
-                Knob("num_warps", (1, 2, 4, 8, 16), 4), Knob("BLOCK_W", (0,) + POW2[:11], 0)]
+        return [
+            Knob("BLOCK_P", POW2[:13], 32),
+            Knob("BLOCK_C", POW2[:9], 64),
+            Knob("num_warps", (1, 2, 4, 8, 16), 4),
+            Knob("BLOCK_W", (0,) + POW2[:11], 0),
+        ]
 
     def check_config(self, graph, config: EngineConfig, target: Target) -> Support:
         sup = super().check_config(graph, config, target)
@@ -84,21 +100,24 @@ class _PoolBase(Engine):
         if kn.BLOCK_P * kn.BLOCK_C > MAX_TILE:
             return decline(f"BLOCK_P x BLOCK_C = {kn.BLOCK_P * kn.BLOCK_C} > {MAX_TILE}")
         if kn.BLOCK_W and kn.BLOCK_C != 1:
-            return decline(f"plane tiles (BLOCK_W={kn.BLOCK_W}) hold one channel a row: "
-                           f"BLOCK_C must be 1, not {kn.BLOCK_C}")
+            return decline(
+                f"plane tiles (BLOCK_W={kn.BLOCK_W}) hold one channel a row: "
+                f"BLOCK_C must be 1, not {kn.BLOCK_C}"
+            )
         if kn.BLOCK_P * max(kn.BLOCK_W, 1) > MAX_TILE:
             return decline(f"BLOCK_P x BLOCK_W = {kn.BLOCK_P * kn.BLOCK_W} > {MAX_TILE}")
         return SUPPORTED
 
-    def _tiles(self, p: K.Problem, role: str, target: Target,
-               from_x: bool = False) -> list[PoolKnobs]:
+    def _tiles(
+        self, p: K.Problem, role: str, target: Target, from_x: bool = False
+    ) -> list[PoolKnobs]:
         """Candidate tiles, the preferred first: channels-innermost tensors take up to 128
         channels per pixel; others rows of one channel's planes (BLOCK_W of the last
         spatial axis), or flat blocks of one channel's pixels. ``from_x``: a max backward
         that recomputes the argmax."""
         space = p.out if role == "X" else p.inp
         bw = min(_pow2(space[-1]), 64)
-        if not target.is_cuda:           # the interpreter: few, large programs
+        if not target.is_cuda:  # the interpreter: few, large programs
             if p.channels_fast(role):
                 bc = min(_pow2(p.C), 16)
                 return [PoolKnobs(max(1, 256 // bc), bc, 4)]
@@ -146,12 +165,15 @@ class _PoolBase(Engine):
         role = "X" if self.KIND == "resample" else "DX"
         n = graph.nodes[0]
         from_x = role == "DX" and n.is_max and "Index" not in n.inputs
-        return [EngineConfig.make(self, **dataclasses.asdict(kn))
-                for kn in self._tiles(p, role, target, from_x)]
+        return [
+            EngineConfig.make(self, **dataclasses.asdict(kn))
+            for kn in self._tiles(p, role, target, from_x)
+        ]
 
 
 class PoolEngine(_PoolBase):
     """Max / average pooling forward (Y, and the argmax Index for MAXPOOL on request)."""
+
     id = 34
     name = "pool"
     KIND = "resample"
@@ -162,6 +184,7 @@ class PoolEngine(_PoolBase):
 
 class PoolBackwardEngine(_PoolBase):
     """Max / average pooling backward as a deterministic gather (no atomics)."""
+
     id = 35
     name = "pool_backward"
     KIND = "resample_backward"
@@ -174,8 +197,9 @@ class PoolBackwardEngine(_PoolBase):
         return p.N * p.C * math.prod(p.out) * K.index_type(p.volume).itemsize
 
     def build(self, graph, config, target) -> Executable:
-        return _PoolExecutable(graph, PoolKnobs(**config.knob_dict), target,
-                               self.workspace_size(graph, config, target))
+        return _PoolExecutable(
+            graph, PoolKnobs(**config.knob_dict), target, self.workspace_size(graph, config, target)
+        )
 
 
 class _PoolExecutable(Executable, LaunchList):
@@ -187,29 +211,36 @@ class _PoolExecutable(Executable, LaunchList):
         tag = f"pool_{graph.key()[:12]}"
         const = {"num_warps": kn.num_warps}
         if p.N == 0 or p.C == 0:
-            return                                 # nothing to read or write
+            return  # nothing to read or write
 
         def grid(space):
             return (K.grid_size(p, kn, space),)
+
         if n.kind == "resample":
             index = "Index" if "Index" in uids else None
             src = K.forward_source(tag, p, kn, True, index)
             args = [("buf", uids["X"]), ("buf", uids["Y"])] + (
-                [("buf", uids["Index"])] if index else [])
-            self.add_launch(kernel_from_source(src, tag), grid(p.out), const, args, graph,
-                            target.is_cuda)
+                [("buf", uids["Index"])] if index else []
+            )
+            self.add_launch(
+                kernel_from_source(src, tag), grid(p.out), const, args, graph, target.is_cuda
+            )
             return
         index = None
         if n.is_max and "Index" in uids:
             index = "Index"
-        elif n.is_max:       # the argmax first, into the workspace
+        elif n.is_max:  # the argmax first, into the workspace
             strides, itype = _workspace_index(graph, p)
             p.strides["WS"], p.types["WS"] = tuple(strides), itype
             fwd = f"{tag}_argmax"
-            self.add_launch(kernel_from_source(K.forward_source(fwd, p, kn, False, "WS"), fwd),
-                            grid(p.out), const,
-                            [("buf", uids["X"]), ("ws", to_torch_dtype(itype))], graph,
-                            target.is_cuda)
+            self.add_launch(
+                kernel_from_source(K.forward_source(fwd, p, kn, False, "WS"), fwd),
+                grid(p.out),
+                const,
+                [("buf", uids["X"]), ("ws", to_torch_dtype(itype))],
+                graph,
+                target.is_cuda,
+            )
             index = "WS"
         src = B.backward_source(tag, p, kn, index)
         args = [("buf", uids["DY"])]
@@ -218,8 +249,9 @@ class _PoolExecutable(Executable, LaunchList):
         elif index == "WS":
             args.append(("ws", to_torch_dtype(p.types["WS"])))
         args.append(("buf", uids["DX"]))
-        self.add_launch(kernel_from_source(src, tag), grid(p.inp), const, args, graph,
-                        target.is_cuda)
+        self.add_launch(
+            kernel_from_source(src, tag), grid(p.inp), const, args, graph, target.is_cuda
+        )
 
     def run(self, buffers, workspace, stream=None):
         self.run_launches(buffers, workspace, stream)

@@ -5,6 +5,7 @@ of the heuristics (always last). Inputs are read through their descriptors (any
 strides), every node runs in float64 in topological order, virtual tensors stay float64,
 and only the graph's outputs are rounded to their data types. Slow by design.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -12,10 +13,9 @@ import torch
 
 from ...enums import DataType
 from ...errors import BadParamError, InternalError, Status
-from ...ops import conv, layout, matmul, pointwise, reduction, softmax, stats
-from ...ops import batchnorm
-from ...ops import dropout as dropout_ref, lrn as lrn_ref
-from ...ops import pool
+from ...ops import batchnorm, conv, layout, matmul, pointwise, pool, reduction, softmax, stats
+from ...ops import dropout as dropout_ref
+from ...ops import lrn as lrn_ref
 from ...plan import role_error
 from ...runtime.buffers import logical_view
 from ..base import SUPPORTED, Engine, Executable, Support, Target
@@ -34,12 +34,12 @@ def _write(buf, desc, value: np.ndarray) -> None:
         src = src != 0
     elif not desc.data_type.is_floating:
         src = torch.trunc(src)
-        if desc.data_type == DataType.INT8:      # saturate, as the kernels do
+        if desc.data_type == DataType.INT8:  # saturate, as the kernels do
             src = src.clamp(-128, 127)
         elif desc.data_type == DataType.UINT8:
             src = src.clamp(0, 255)
         elif desc.data_type == DataType.INT32:
-            src = src.clamp(-2 ** 31, 2 ** 31 - 1)
+            src = src.clamp(-(2**31), 2**31 - 1)
     view.copy_(src.to(view.device, view.dtype))
 
 
@@ -57,7 +57,7 @@ def run_graph(graph, read) -> dict:
         try:
             _node(graph, n, get, vals)
         except BadParamError as e:
-            if getattr(e, "node_index", None) == -1:   # from role_error: which node it was
+            if getattr(e, "node_index", None) == -1:  # from role_error: which node it was
                 e.node_index = i
             raise
     return vals
@@ -79,8 +79,9 @@ def _node(graph, n, get, vals) -> None:
     elif n.kind == "matmul":
         vals[n.outputs["C"]] = matmul.reference(get(n.inputs["A"]), get(n.inputs["B"]))
     elif n.kind == "reshape":
-        vals[n.outputs["Y"]] = layout.reshape(get(n.inputs["X"]),
-                                              graph.tensors[n.outputs["Y"]].dims)
+        vals[n.outputs["Y"]] = layout.reshape(
+            get(n.inputs["X"]), graph.tensors[n.outputs["Y"]].dims
+        )
     elif n.kind == "transpose":
         vals[n.outputs["Y"]] = layout.transpose(get(n.inputs["X"]), n.permutation)
     elif n.kind == "slice":
@@ -92,26 +93,26 @@ def _node(graph, n, get, vals) -> None:
         vals[n.outputs["Y"]] = softmax.forward(x, n.axis % x.ndim, n.log)
     elif n.kind == "softmax_backward":
         y = get(n.inputs["Y"])
-        vals[n.outputs["DX"]] = softmax.backward(get(n.inputs["DY"]), y, n.axis % y.ndim,
-                                                 n.log)
+        vals[n.outputs["DX"]] = softmax.backward(get(n.inputs["DY"]), y, n.axis % y.ndim, n.log)
     # ---- batch norm (engines/batchnorm) ----
     elif n.kind in ("batchnorm", "batchnorm_inference", "batchnorm_backward"):
         _batchnorm(n, get, vals)
-    elif n.kind in ("resample", "resample_backward"):   # pooling
+    elif n.kind in ("resample", "resample_backward"):  # pooling
         _pool(n, graph, get, vals)
     elif n.kind == "conv_fprop":
-        vals[n.outputs["Y"]] = conv.fprop(get(n.inputs["X"]), get(n.inputs["W"]),
-                                          *_conv_args(n))
+        vals[n.outputs["Y"]] = conv.fprop(get(n.inputs["X"]), get(n.inputs["W"]), *_conv_args(n))
     elif n.kind == "conv_dgrad":
         dx = graph.tensors[n.outputs["DX"]]
         pre, post, stride, dil, flip = _conv_args(n)
-        vals[dx.uid] = conv.dgrad(get(n.inputs["DY"]), get(n.inputs["W"]), dx.dims, pre,
-                                  post, stride, dil, flip)
+        vals[dx.uid] = conv.dgrad(
+            get(n.inputs["DY"]), get(n.inputs["W"]), dx.dims, pre, post, stride, dil, flip
+        )
     elif n.kind == "conv_wgrad":
         dw = graph.tensors[n.outputs["DW"]]
         pre, post, stride, dil, flip = _conv_args(n)
-        vals[dw.uid] = conv.wgrad(get(n.inputs["X"]), get(n.inputs["DY"]), dw.dims, pre,
-                                  post, stride, dil, flip)
+        vals[dw.uid] = conv.wgrad(
+            get(n.inputs["X"]), get(n.inputs["DY"]), dw.dims, pre, post, stride, dil, flip
+        )
     elif n.kind in LRN_KINDS or n.kind in DROPOUT_KINDS:
         vals.update(_lrn_or_dropout(n, get))
     elif n.kind in _NORM_KINDS:
@@ -127,21 +128,33 @@ def _batchnorm(n, get, vals) -> None:
     ins = {r: get(u) for r, u in n.inputs.items()}
     if n.kind == "batchnorm_inference":
         vals[n.outputs["Y"]] = batchnorm.forward_inference(
-            ins["X"], ins["MEAN"], ins["INV_VARIANCE"], ins["SCALE"], ins["BIAS"])
+            ins["X"], ins["MEAN"], ins["INV_VARIANCE"], ins["SCALE"], ins["BIAS"]
+        )
         return
     if n.kind == "batchnorm_backward":
-        outs = batchnorm.backward(ins["DY"], ins["X"], ins["SCALE"], ins["MEAN"],
-                                  ins["INV_VARIANCE"])
+        outs = batchnorm.backward(
+            ins["DY"], ins["X"], ins["SCALE"], ins["MEAN"], ins["INV_VARIANCE"]
+        )
         roles = ("DX", "DSCALE", "DBIAS")
     else:
         eps = float(ins["EPSILON"].reshape(-1)[0])
         if not eps >= 0.0:
-            raise role_error(f"epsilon {eps} is below the minimum 0.0 (CUDNN_BN_MIN_EPSILON)",
-                             -1, "EPSILON", n.kind)
+            raise role_error(
+                f"epsilon {eps} is below the minimum 0.0 (CUDNN_BN_MIN_EPSILON)",
+                -1,
+                "EPSILON",
+                n.kind,
+            )
         mom = ins.get("MOMENTUM")
         outs = batchnorm.forward_training(
-            ins["X"], ins["SCALE"], ins["BIAS"], eps, ins.get("PREV_RUNNING_MEAN"),
-            ins.get("PREV_RUNNING_VAR"), None if mom is None else float(mom.reshape(-1)[0]))
+            ins["X"],
+            ins["SCALE"],
+            ins["BIAS"],
+            eps,
+            ins.get("PREV_RUNNING_MEAN"),
+            ins.get("PREV_RUNNING_VAR"),
+            None if mom is None else float(mom.reshape(-1)[0]),
+        )
         roles = ("Y", "MEAN", "INV_VARIANCE", "NEXT_RUNNING_MEAN", "NEXT_RUNNING_VAR")
     for r, v in zip(roles, outs):
         if r in n.outputs:
@@ -158,8 +171,11 @@ def _lrn_or_dropout(n, get) -> dict:
     if n.kind in DROPOUT_KINDS:
         seed, offset = (int(get(n.inputs[r]).reshape(-1)[0]) for r in ("SEED", "OFFSET"))
         if n.kind == "dropout_backward":
-            return {n.outputs["DX"]: dropout_ref.backward(get(n.inputs["DY"]), n.probability,
-                                                          seed, offset)}
+            return {
+                n.outputs["DX"]: dropout_ref.backward(
+                    get(n.inputs["DY"]), n.probability, seed, offset
+                )
+            }
         y, m = dropout_ref.forward(get(n.inputs["X"]), n.probability, seed, offset)
         return {n.outputs["Y"]: y, **({n.outputs["MASK"]: m} if "MASK" in n.outputs else {})}
     x = get(n.inputs["X"])
@@ -186,24 +202,45 @@ def _pool(n, graph, get, vals) -> None:
     dx = graph.tensors[n.outputs["DX"]]
     idx = None
     if n.is_max:
-        idx = get(n.inputs["Index"]) if "Index" in n.inputs else pool.forward(
-            get(n.inputs["X"]), n.resample_mode, *geo, n.nan_propagation)[1]
+        idx = (
+            get(n.inputs["Index"])
+            if "Index" in n.inputs
+            else pool.forward(get(n.inputs["X"]), n.resample_mode, *geo, n.nan_propagation)[1]
+        )
     vals[dx.uid] = pool.backward(get(n.inputs["DY"]), dx.dims, n.resample_mode, *geo, idx)
+
+
 # ---- norm section ----------------------------------------------------------------------------
-_NORM_KINDS = {"layernorm", "rmsnorm", "instancenorm", "groupnorm", "layernorm_backward",
-               "rmsnorm_backward", "instancenorm_backward", "groupnorm_backward"}
+_NORM_KINDS = {
+    "layernorm",
+    "rmsnorm",
+    "instancenorm",
+    "groupnorm",
+    "layernorm_backward",
+    "rmsnorm_backward",
+    "instancenorm_backward",
+    "groupnorm_backward",
+}
 
 
 def _norm(graph, n, get, vals) -> None:
     """A layer / RMS / instance / group norm node, forward or backward (ops/norm.py)."""
     from ...ops import norm
+
     x, s = graph.tensors[n.inputs["X"]], graph.tensors[n.inputs["SCALE"]]
     geo = norm.geometry(n.NORM, x.dims, s.dims, getattr(n, "groups", 1))
     rms = n.NORM == norm.RMS
     if n.kind.endswith("_backward"):
         mean = get(n.inputs["MEAN"]) if "MEAN" in n.inputs else None
-        dx, ds, db = norm.backward(geo, get(n.inputs["DY"]), get(x.uid), get(s.uid), mean,
-                                   get(n.inputs["INV_VARIANCE"]), rms)
+        dx, ds, db = norm.backward(
+            geo,
+            get(n.inputs["DY"]),
+            get(x.uid),
+            get(s.uid),
+            mean,
+            get(n.inputs["INV_VARIANCE"]),
+            rms,
+        )
         for role, v in (("DX", dx), ("DSCALE", ds), ("DBIAS", db)):
             if role in n.outputs:
                 vals[n.outputs[role]] = v
@@ -227,24 +264,34 @@ def _attention(n, graph, get) -> dict:
     """{uid: value} of an sdpa / sdpa_backward node's outputs. Sequence lengths, the
     scale, the seed and the offset are read like any input (pass-by-value or not)."""
     from ...ops import attention
+
     q, k, v = (get(n.inputs[r]) for r in ("Q", "K", "V"))
     b, h_q, s_q, _ = q.shape
     s_kv = k.shape[2]
-    masking = attention.Masking(n.diagonal_alignment, n.diagonal_band_left_bound,
-                                n.diagonal_band_right_bound, n.use_padding_mask)
+    masking = attention.Masking(
+        n.diagonal_alignment,
+        n.diagonal_band_left_bound,
+        n.diagonal_band_right_bound,
+        n.use_padding_mask,
+    )
     lengths = {}
     for role, most in (("SEQ_LEN_Q", s_q), ("SEQ_LEN_KV", s_kv)):
         if role in n.inputs:
             lens = get(n.inputs[role]).reshape(-1)
             bad = [int(x) for x in lens if not 0 <= x <= most]
             if bad:
-                raise role_error(f"sequence lengths {bad} are outside [0, {most}]", -1, role,
-                                 n.kind, Status.BAD_PARAM_OUT_OF_BOUND)
+                raise role_error(
+                    f"sequence lengths {bad} are outside [0, {most}]",
+                    -1,
+                    role,
+                    n.kind,
+                    Status.BAD_PARAM_OUT_OF_BOUND,
+                )
             lengths[role] = lens.astype(np.int64)
-    keep = attention.batch_mask(masking, b, s_q, s_kv, lengths.get("SEQ_LEN_Q"),
-                                lengths.get("SEQ_LEN_KV"))
-    scale = float(get(n.inputs["ATTN_SCALE"]).reshape(-1)[0]) if "ATTN_SCALE" in n.inputs \
-        else 1.0
+    keep = attention.batch_mask(
+        masking, b, s_q, s_kv, lengths.get("SEQ_LEN_Q"), lengths.get("SEQ_LEN_KV")
+    )
+    scale = float(get(n.inputs["ATTN_SCALE"]).reshape(-1)[0]) if "ATTN_SCALE" in n.inputs else 1.0
     bias = get(n.inputs["BIAS"]) if "BIAS" in n.inputs else None
     p, drop = 0.0, None
     if n.dropout_probability is not None:
@@ -258,8 +305,18 @@ def _attention(n, graph, get) -> dict:
             out[n.outputs["STATS"]] = stats
         return out
     dq, dk, dv, dbias = attention.backward(
-        q, k, v, get(n.inputs["O"]), get(n.inputs["DO"]), get(n.inputs["STATS"]), keep, scale,
-        bias, drop, p)
+        q,
+        k,
+        v,
+        get(n.inputs["O"]),
+        get(n.inputs["DO"]),
+        get(n.inputs["STATS"]),
+        keep,
+        scale,
+        bias,
+        drop,
+        p,
+    )
     out = {n.outputs["DQ"]: dq, n.outputs["DK"]: dk, n.outputs["DV"]: dv}
     if "DBIAS" in n.outputs:
         out[n.outputs["DBIAS"]] = dbias
@@ -268,8 +325,14 @@ def _attention(n, graph, get) -> dict:
 
 def _conv_args(n):
     from ...enums import ConvolutionMode
-    return (n.pre_padding, n.post_padding, n.stride, n.dilation,
-            n.convolution_mode == ConvolutionMode.CONVOLUTION)
+
+    return (
+        n.pre_padding,
+        n.post_padding,
+        n.stride,
+        n.dilation,
+        n.convolution_mode == ConvolutionMode.CONVOLUTION,
+    )
 
 
 def _expand(a: np.ndarray, ndim: int) -> np.ndarray:
@@ -290,13 +353,35 @@ class _ReferenceExecutable(Executable):
 
 class ReferenceEngine(Engine):
     """float64 NumPy reference for every operation (FALLBACK; always last)."""
+
     id = 0
     name = "reference_f64"
-    KINDS = {"pointwise", "reduction", "genstats", "matmul", "reshape", "transpose", "slice",
-             "concatenate", "conv_fprop", "conv_dgrad", "conv_wgrad", "softmax",
-             "softmax_backward", "batchnorm", "batchnorm_inference",
-             "batchnorm_backward", "resample", "resample_backward"} | set(LRN_KINDS) | \
-        set(DROPOUT_KINDS) | _NORM_KINDS | set(ATTENTION_KINDS)
+    KINDS = (
+        {
+            "pointwise",
+            "reduction",
+            "genstats",
+            "matmul",
+            "reshape",
+            "transpose",
+            "slice",
+            "concatenate",
+            "conv_fprop",
+            "conv_dgrad",
+            "conv_wgrad",
+            "softmax",
+            "softmax_backward",
+            "batchnorm",
+            "batchnorm_inference",
+            "batchnorm_backward",
+            "resample",
+            "resample_backward",
+        }
+        | set(LRN_KINDS)
+        | set(DROPOUT_KINDS)
+        | _NORM_KINDS
+        | set(ATTENTION_KINDS)
+    )
 
     def check_support(self, graph, target: Target) -> Support:
         for n in graph.nodes:
@@ -304,7 +389,8 @@ class ReferenceEngine(Engine):
                 return Support(False, f"{n.label()} has no float64 reference yet")
         for d in graph.tensors.values():
             if d.data_type in (DataType.FP8_E4M3, DataType.FP8_E5M2) and not hasattr(
-                    torch, "float8_e4m3fn"):
+                torch, "float8_e4m3fn"
+            ):
                 return Support(False, "fp8 tensors need a torch with float8 types")
         return SUPPORTED
 

@@ -17,13 +17,21 @@ own strides, so any layout works; the offsets are literals of the generated sour
   row's SPLIT pairs (M = max m_k, S = sum s_k exp(m_k - M)) and writes its chunk.
   Backward's first kernel stores partial sums of dy * y (log-softmax: of dy).
 """
+
 from __future__ import annotations
 
-from ..fusion._codegen import (COMBINE_HELPERS, POLL_HELPERS, TL_TYPE, index_decomposition,
-                               offset_expr, poll, publish)
 from ...runtime.kernel_math import cast
+from ..fusion._codegen import (
+    COMBINE_HELPERS,
+    POLL_HELPERS,
+    TL_TYPE,
+    index_decomposition,
+    offset_expr,
+    poll,
+    publish,
+)
 
-INT32_LIMIT = 2 ** 31 - 1
+INT32_LIMIT = 2**31 - 1
 NEG_INF = 'float("-inf")'
 
 
@@ -63,8 +71,12 @@ def _row_head(name: str, params: list, p: Problem, chunked: bool) -> list[str]:
     """The signature of a one-row-per-program kernel, its row (and chunk) index and each
     tensor's row offset."""
     ind = "    "
-    L = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(params)}):",
-         f"{ind}row = {_row_index(p.big, '1')}"]
+    L = [
+        COMBINE_HELPERS,
+        "@triton.jit",
+        f"def {name}({', '.join(params)}):",
+        f"{ind}row = {_row_index(p.big, '1')}",
+    ]
     if chunked:
         L.append(f"{ind}sl = tl.program_id(1)")
     return L + p.row_offsets("row", ind)
@@ -75,13 +87,17 @@ def _row_index(big: bool, per_program: str) -> str:
     return f"{pid} * {per_program}" if per_program != "1" else pid
 
 
-def _load(p: Problem, role: str, cols: str, mask: str, other: str, tile2d: bool,
-          last: bool = True) -> str:
+def _load(
+    p: Problem, role: str, cols: str, mask: str, other: str, tile2d: bool, last: bool = True
+) -> str:
     """A float32 load of a row tile; ``last`` (the data's last read) streams it past L2
     (evict_first), the two-pass kernels' first read leaves it for the second."""
     _, sa = p.strides[role]
-    off = f"off_{role}[:, None] + ({cols})[None, :] * {sa}" if tile2d else \
-        f"off_{role} + ({cols}) * {sa}"
+    off = (
+        f"off_{role}[:, None] + ({cols})[None, :] * {sa}"
+        if tile2d
+        else f"off_{role} + ({cols}) * {sa}"
+    )
     ev = ', eviction_policy="evict_first"' if last else ""
     return f"tl.load({role} + {off}, mask={mask}, other={other}{ev}).to(tl.float32)"
 
@@ -90,10 +106,15 @@ def _store(p: Problem, role: str, cols: str, value: str, mask: str, tile2d: bool
     """The output's store, evict_first: written once, it should not push the rows still
     to be re-read out of L2 (H100: +11% at 65536-wide rows; docs/design/softmax.md)."""
     _, sa = p.strides[role]
-    off = f"off_{role}[:, None] + ({cols})[None, :] * {sa}" if tile2d else \
-        f"off_{role} + ({cols}) * {sa}"
-    return (f"tl.store({role} + {off}, {cast(value, TL_TYPE[p.types[role]])}, mask={mask}, "
-            'eviction_policy="evict_first")')
+    off = (
+        f"off_{role}[:, None] + ({cols})[None, :] * {sa}"
+        if tile2d
+        else f"off_{role} + ({cols}) * {sa}"
+    )
+    return (
+        f"tl.store({role} + {off}, {cast(value, TL_TYPE[p.types[role]])}, mask={mask}, "
+        'eviction_policy="evict_first")'
+    )
 
 
 # ---- one pass ------------------------------------------------------------------------------
@@ -102,26 +123,38 @@ def one_pass_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str
     ind = "    "
     roles = ("DY", "Y", "DX") if backward else ("X", "Y")
     br = kn.BLOCK_ROWS
-    L = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(roles)}):",
-         f"{ind}rows = {_row_index(p.big, str(br))} + tl.arange(0, {br})",
-         f"{ind}cols = tl.arange(0, {kn.BLOCK_L})",
-         f"{ind}mask = (rows < {p.R})[:, None] & (cols < {p.L})[None, :]"]
+    L = [
+        COMBINE_HELPERS,
+        "@triton.jit",
+        f"def {name}({', '.join(roles)}):",
+        f"{ind}rows = {_row_index(p.big, str(br))} + tl.arange(0, {br})",
+        f"{ind}cols = tl.arange(0, {kn.BLOCK_L})",
+        f"{ind}mask = (rows < {p.R})[:, None] & (cols < {p.L})[None, :]",
+    ]
     L += p.row_offsets("rows", ind)
     if backward:
-        L += [f"{ind}dy = {_load(p, 'DY', 'cols', 'mask', '0.0', True)}",
-              f"{ind}y = {_load(p, 'Y', 'cols', 'mask', '0.0', True)}"]
+        L += [
+            f"{ind}dy = {_load(p, 'DY', 'cols', 'mask', '0.0', True)}",
+            f"{ind}y = {_load(p, 'Y', 'cols', 'mask', '0.0', True)}",
+        ]
         if log:
-            L += [f"{ind}s = tl.reduce(dy, 1, _add_combine)",
-                  f"{ind}dx = dy - tl.exp(y) * s[:, None]"]
+            L += [
+                f"{ind}s = tl.reduce(dy, 1, _add_combine)",
+                f"{ind}dx = dy - tl.exp(y) * s[:, None]",
+            ]
         else:
-            L += [f"{ind}s = tl.reduce(dy * y, 1, _add_combine)",
-                  f"{ind}dx = y * (dy - s[:, None])"]
+            L += [
+                f"{ind}s = tl.reduce(dy * y, 1, _add_combine)",
+                f"{ind}dx = y * (dy - s[:, None])",
+            ]
         L.append(ind + _store(p, "DX", "cols", "dx", "mask", True))
     else:
-        L += [f"{ind}x = {_load(p, 'X', 'cols', 'mask', NEG_INF, True)}",
-              f"{ind}m = tl.reduce(x, 1, _max_combine)",
-              f"{ind}e = tl.exp(x - m[:, None])",
-              f"{ind}s = tl.reduce(e, 1, _add_combine)"]
+        L += [
+            f"{ind}x = {_load(p, 'X', 'cols', 'mask', NEG_INF, True)}",
+            f"{ind}m = tl.reduce(x, 1, _max_combine)",
+            f"{ind}e = tl.exp(x - m[:, None])",
+            f"{ind}s = tl.reduce(e, 1, _add_combine)",
+        ]
         # a reciprocal a row and a multiply an element, not a division an element
         y = "x - m[:, None] - tl.log(s)[:, None]" if log else "e * (1.0 / s)[:, None]"
         L.append(ind + _store(p, "Y", "cols", y, "mask", True))
@@ -134,27 +167,39 @@ def _statistics(p: Problem, kn, backward: bool, log: bool, lo: str, hi: str) -> 
     the online maximum ``m`` and the sum ``acc`` of exp(x - m); backward the partial sums
     ``acc`` (a BLOCK_L vector) of dy * y (log-softmax: of dy)."""
     ind, ind2 = "    ", "        "
-    head = [f"{ind}for start in range({lo}, {hi}, {kn.BLOCK_L}):",
-            f"{ind2}cols = start + tl.arange(0, {kn.BLOCK_L})",
-            f"{ind2}mask = cols < {p.L}"]
+    head = [
+        f"{ind}for start in range({lo}, {hi}, {kn.BLOCK_L}):",
+        f"{ind2}cols = start + tl.arange(0, {kn.BLOCK_L})",
+        f"{ind2}mask = cols < {p.L}",
+    ]
     if backward:
-        L = [f"{ind}acc = tl.full([{kn.BLOCK_L}], 0.0, tl.float32)"] + head + \
-            [f"{ind2}dy = {_load(p, 'DY', 'cols', 'mask', '0.0', False, False)}"]
+        L = (
+            [f"{ind}acc = tl.full([{kn.BLOCK_L}], 0.0, tl.float32)"]
+            + head
+            + [f"{ind2}dy = {_load(p, 'DY', 'cols', 'mask', '0.0', False, False)}"]
+        )
         if log:
             return L + [f"{ind2}acc += dy"]
-        return L + [f"{ind2}y = {_load(p, 'Y', 'cols', 'mask', '0.0', False, False)}",
-                    f"{ind2}acc += dy * y"]
+        return L + [
+            f"{ind2}y = {_load(p, 'Y', 'cols', 'mask', '0.0', False, False)}",
+            f"{ind2}acc += dy * y",
+        ]
     # m = -inf until a finite element arrives: exp is shifted by 0 instead, so that
     # (-inf) - (-inf) never makes a NaN of an empty prefix
-    return [f"{ind}m = tl.reduce(tl.full([{kn.BLOCK_L}], {NEG_INF}, tl.float32), 0, "
-            "_max_combine)",
-            f"{ind}acc = tl.reduce(tl.full([{kn.BLOCK_L}], 0.0, tl.float32), 0, "
-            "_add_combine)"] + head + [
-        f"{ind2}x = {_load(p, 'X', 'cols', 'mask', NEG_INF, False, False)}",
-        f"{ind2}m_new = tl.maximum(m, tl.reduce(x, 0, _max_combine))",
-        f"{ind2}shift = tl.where(m_new == {NEG_INF}, 0.0, m_new)",
-        f"{ind2}acc = acc * tl.exp(m - shift) + tl.reduce(tl.exp(x - shift), 0, _add_combine)",
-        f"{ind2}m = m_new"]
+    return (
+        [
+            f"{ind}m = tl.reduce(tl.full([{kn.BLOCK_L}], {NEG_INF}, tl.float32), 0, _max_combine)",
+            f"{ind}acc = tl.reduce(tl.full([{kn.BLOCK_L}], 0.0, tl.float32), 0, _add_combine)",
+        ]
+        + head
+        + [
+            f"{ind2}x = {_load(p, 'X', 'cols', 'mask', NEG_INF, False, False)}",
+            f"{ind2}m_new = tl.maximum(m, tl.reduce(x, 0, _max_combine))",
+            f"{ind2}shift = tl.where(m_new == {NEG_INF}, 0.0, m_new)",
+            f"{ind2}acc = acc * tl.exp(m - shift) + tl.reduce(tl.exp(x - shift), 0, _add_combine)",
+            f"{ind2}m = m_new",
+        ]
+    )
 
 
 # ---- two loops in one program --------------------------------------------------------------
@@ -165,29 +210,41 @@ def two_loop_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str
     ind, ind2 = "    ", "        "
     roles = ("DY", "Y", "DX") if backward else ("X", "Y")
     span = -(-p.L // kn.BLOCK_L) * kn.BLOCK_L
-    loop = [f"{ind}for start in range(0, {span}, {kn.BLOCK_L}):",
-            f"{ind2}cols = start + tl.arange(0, {kn.BLOCK_L})",
-            f"{ind2}mask = cols < {p.L}"]
+    loop = [
+        f"{ind}for start in range(0, {span}, {kn.BLOCK_L}):",
+        f"{ind2}cols = start + tl.arange(0, {kn.BLOCK_L})",
+        f"{ind2}mask = cols < {p.L}",
+    ]
     if kn.PROGRAMS:
-        L = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(roles)}):",
-             f"{ind}pid = {_row_index(p.big, '1')}",
-             f"{ind}for row in range(pid, {p.R}, {kn.PROGRAMS}):"]
+        L = [
+            COMBINE_HELPERS,
+            "@triton.jit",
+            f"def {name}({', '.join(roles)}):",
+            f"{ind}pid = {_row_index(p.big, '1')}",
+            f"{ind}for row in range(pid, {p.R}, {kn.PROGRAMS}):",
+        ]
         body = p.row_offsets("row", ind)
     else:
         L, body = _row_head(name, list(roles), p, False), []
     body += _statistics(p, kn, backward, log, "0", str(span))
     if backward:
         body.append(f"{ind}s = tl.reduce(acc, 0, _add_combine)")
-        body += loop + [f"{ind2}dy = {_load(p, 'DY', 'cols', 'mask', '0.0', False)}",
-                        f"{ind2}y = {_load(p, 'Y', 'cols', 'mask', '0.0', False)}",
-                        ind2 + _store(p, "DX", "cols", "dy - tl.exp(y) * s" if log else
-                                      "y * (dy - s)", "mask", False)]
+        body += loop + [
+            f"{ind2}dy = {_load(p, 'DY', 'cols', 'mask', '0.0', False)}",
+            f"{ind2}y = {_load(p, 'Y', 'cols', 'mask', '0.0', False)}",
+            ind2
+            + _store(
+                p, "DX", "cols", "dy - tl.exp(y) * s" if log else "y * (dy - s)", "mask", False
+            ),
+        ]
     else:
         if log:
             body.append(f"{ind}sub = m + tl.log(acc)")
-        body += loop + [f"{ind2}x = {_load(p, 'X', 'cols', 'mask', '0.0', False)}",
-                        ind2 + _store(p, "Y", "cols", "x - sub" if log else
-                                      "tl.exp(x - m) / acc", "mask", False)]
+        body += loop + [
+            f"{ind2}x = {_load(p, 'X', 'cols', 'mask', '0.0', False)}",
+            ind2
+            + _store(p, "Y", "cols", "x - sub" if log else "tl.exp(x - m) / acc", "mask", False),
+        ]
     return "\n".join(L + [(ind if kn.PROGRAMS else "") + b for b in body]) + "\n"
 
 
@@ -203,8 +260,10 @@ def stats_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str:
     if backward:
         L.append(f"{ind}tl.store(WS + row * {kn.SPLIT} + sl, tl.reduce(acc, 0, _add_combine))")
     else:
-        L += [f"{ind}tl.store(WS + (row * {kn.SPLIT} + sl) * 2, m)",
-              f"{ind}tl.store(WS + (row * {kn.SPLIT} + sl) * 2 + 1, acc)"]
+        L += [
+            f"{ind}tl.store(WS + (row * {kn.SPLIT} + sl) * 2, m)",
+            f"{ind}tl.store(WS + (row * {kn.SPLIT} + sl) * 2 + 1, acc)",
+        ]
     return "\n".join(L) + "\n"
 
 
@@ -215,26 +274,33 @@ def write_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str:
     ch, sp = chunk(p.L, kn), kn.SPLIT
     sp2 = 1 << max(0, (sp - 1).bit_length())
     L = _row_head(name, [*roles, "WS"], p, True)
-    L += [f"{ind}k = tl.arange(0, {sp2})",
-          f"{ind}kmask = k < {sp}"]
+    L += [f"{ind}k = tl.arange(0, {sp2})", f"{ind}kmask = k < {sp}"]
     if backward:
-        L.append(f"{ind}s = tl.reduce(tl.load(WS + row * {sp} + k, mask=kmask, other=0.0), 0, "
-                 "_add_combine)")
+        L.append(
+            f"{ind}s = tl.reduce(tl.load(WS + row * {sp} + k, mask=kmask, other=0.0), 0, "
+            "_add_combine)"
+        )
     else:
-        L += [f"{ind}ms = tl.load(WS + (row * {sp} + k) * 2, mask=kmask, other={NEG_INF})",
-              f"{ind}ss = tl.load(WS + (row * {sp} + k) * 2 + 1, mask=kmask, other=0.0)",
-              f"{ind}mx = tl.reduce(ms, 0, _max_combine)",
-              f"{ind}shift = tl.where(mx == {NEG_INF}, 0.0, mx)",
-              f"{ind}s = tl.reduce(ss * tl.exp(ms - shift), 0, _add_combine)"]
+        L += [
+            f"{ind}ms = tl.load(WS + (row * {sp} + k) * 2, mask=kmask, other={NEG_INF})",
+            f"{ind}ss = tl.load(WS + (row * {sp} + k) * 2 + 1, mask=kmask, other=0.0)",
+            f"{ind}mx = tl.reduce(ms, 0, _max_combine)",
+            f"{ind}shift = tl.where(mx == {NEG_INF}, 0.0, mx)",
+            f"{ind}s = tl.reduce(ss * tl.exp(ms - shift), 0, _add_combine)",
+        ]
         if log:
             L.append(f"{ind}sub = mx + tl.log(s)")
-    L += [f"{ind}lo = sl * {ch}",
-          f"{ind}for start in range(lo, lo + {ch}, {kn.BLOCK_L}):",
-          f"{ind2}cols = start + tl.arange(0, {kn.BLOCK_L})",
-          f"{ind2}mask = cols < {p.L}"]
+    L += [
+        f"{ind}lo = sl * {ch}",
+        f"{ind}for start in range(lo, lo + {ch}, {kn.BLOCK_L}):",
+        f"{ind2}cols = start + tl.arange(0, {kn.BLOCK_L})",
+        f"{ind2}mask = cols < {p.L}",
+    ]
     if backward:
-        L += [f"{ind2}dy = {_load(p, 'DY', 'cols', 'mask', '0.0', False)}",
-              f"{ind2}y = {_load(p, 'Y', 'cols', 'mask', '0.0', False)}"]
+        L += [
+            f"{ind2}dy = {_load(p, 'DY', 'cols', 'mask', '0.0', False)}",
+            f"{ind2}y = {_load(p, 'Y', 'cols', 'mask', '0.0', False)}",
+        ]
         dx = "dy - tl.exp(y) * s" if log else "y * (dy - s)"
         L.append(ind2 + _store(p, "DX", "cols", dx, "mask", False))
     else:
@@ -244,8 +310,6 @@ def write_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str:
     return "\n".join(L) + "\n"
 
 
-
-
 # ---- one read, cooperative -------------------------------------------------------------------
 def partial_floats(p: Problem, kn) -> int:
     """Float32 words of the tagged partials [R, SPLIT, 2] (int64 each), zeroed before each
@@ -253,15 +317,18 @@ def partial_floats(p: Problem, kn) -> int:
     return p.R * kn.SPLIT * 2 * 2
 
 
-def _coop_fetch(p: Problem, roles, prefix: str, row: str, suffix: str, backward: bool,
-                indent: str) -> list[str]:
+def _coop_fetch(
+    p: Problem, roles, prefix: str, row: str, suffix: str, backward: bool, indent: str
+) -> list[str]:
     other = "0.0" if backward else NEG_INF
     out = []
     for r in roles:
         _, sa = p.strides[r]
-        out.append(f"{indent}{r.lower()}{suffix} = tl.load({r} + {prefix}off_{r} + cols * {sa}, "
-                   f"mask=mask & ({row} < {p.R}), other={other}, "
-                   "eviction_policy=\"evict_first\").to(tl.float32)")
+        out.append(
+            f"{indent}{r.lower()}{suffix} = tl.load({r} + {prefix}off_{r} + cols * {sa}, "
+            f"mask=mask & ({row} < {p.R}), other={other}, "
+            'eviction_policy="evict_first").to(tl.float32)'
+        )
     return out
 
 
@@ -278,16 +345,20 @@ def coop_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str:
     sp, bl = kn.SPLIT, kn.BLOCK_L
     sp2 = 1 << max(0, (sp - 1).bit_length())
     groups = kn.PROGRAMS // sp
-    L = [COMBINE_HELPERS, POLL_HELPERS, "@triton.jit",
-         f"def {name}({', '.join(roles + (('DX',) if backward else ('Y',)))}, WS):",
-         f"{ind}pid = {_row_index(p.big, '1')}",
-         f"{ind}grp = pid // {sp}",
-         f"{ind}sl = pid % {sp}",
-         f"{ind}cols = sl * {bl} + tl.arange(0, {bl})",
-         f"{ind}mask = cols < {p.L}",
-         f"{ind}k = tl.arange(0, {sp2})",
-         f"{ind}kmask = k < {sp}",
-         f"{ind}WSI = WS.to(tl.pointer_type(tl.int64))"]
+    L = [
+        COMBINE_HELPERS,
+        POLL_HELPERS,
+        "@triton.jit",
+        f"def {name}({', '.join(roles + (('DX',) if backward else ('Y',)))}, WS):",
+        f"{ind}pid = {_row_index(p.big, '1')}",
+        f"{ind}grp = pid // {sp}",
+        f"{ind}sl = pid % {sp}",
+        f"{ind}cols = sl * {bl} + tl.arange(0, {bl})",
+        f"{ind}mask = cols < {p.L}",
+        f"{ind}k = tl.arange(0, {sp2})",
+        f"{ind}kmask = k < {sp}",
+        f"{ind}WSI = WS.to(tl.pointer_type(tl.int64))",
+    ]
     if kn.PREFETCH:
         L += [ln.replace("off_", "noff_") for ln in p.row_offsets("grp", ind)]
         L += _coop_fetch(p, roles, "n", "grp", "", backward, ind)
@@ -300,32 +371,41 @@ def coop_source(name: str, p: Problem, kn, backward: bool, log: bool) -> str:
         body.append(f"{ind}part = tl.reduce({'dy' if log else 'dy * y'}, 0, _add_combine)")
         body += publish("WSI", slot, "part", "tag", ind)
     else:
-        body += [f"{ind}m = tl.reduce(x, 0, _max_combine)",
-                 f"{ind}shift = tl.where(m == {NEG_INF}, 0.0, m)",
-                 f"{ind}e = tl.exp(x - shift)",
-                 f"{ind}part = tl.reduce(e, 0, _add_combine)"]
-        body += publish("WSI", slot, "m", "tag", ind) + \
-            publish("WSI", f"{slot} + 1", "part", "tag", ind)
+        body += [
+            f"{ind}m = tl.reduce(x, 0, _max_combine)",
+            f"{ind}shift = tl.where(m == {NEG_INF}, 0.0, m)",
+            f"{ind}e = tl.exp(x - shift)",
+            f"{ind}part = tl.reduce(e, 0, _add_combine)",
+        ]
+        body += publish("WSI", slot, "m", "tag", ind) + publish(
+            "WSI", f"{slot} + 1", "part", "tag", ind
+        )
     if kn.PREFETCH:
         body.append(f"{ind}nrow = row + {groups}")
         body += [ln.replace("off_", "noff_") for ln in p.row_offsets("nrow", ind)]
         body += _coop_fetch(p, roles, "n", "nrow", "_next", backward, ind)
     at = f"(row * {sp} + k) * 2"
     if backward:
-        body += poll("WSI", [at], "kmask", "tag", "tl.reduce((_late, _v0), 0, _poll_add1)",
-                     ["s"], ind)
-        body += [ind + _store(p, "DX", "cols", "dy - tl.exp(y) * s" if log else "y * (dy - s)",
-                              "mask", False)]
+        body += poll(
+            "WSI", [at], "kmask", "tag", "tl.reduce((_late, _v0), 0, _poll_add1)", ["s"], ind
+        )
+        body += [
+            ind
+            + _store(
+                p, "DX", "cols", "dy - tl.exp(y) * s" if log else "y * (dy - s)", "mask", False
+            )
+        ]
     else:
-        red = (f"tl.reduce((_late, tl.where(kmask, _v0, {NEG_INF}), _v1), 0, "
-               "_poll_softmax)")
+        red = f"tl.reduce((_late, tl.where(kmask, _v0, {NEG_INF}), _v1), 0, _poll_softmax)"
         body += poll("WSI", [at, f"{at} + 1"], "kmask", "tag", red, ["mx", "s"], ind)
         # softmax: y = e exp(shift - mx) / s, the exponentials already taken (one per
         # element, not two: the exp unit was what held softmax below log-softmax here);
         # a chunk of -inf only has e = 0 and must not meet exp(0 - mx) = inf
         scale = f"tl.where(m == {NEG_INF}, 0.0, tl.exp(shift - mx) / s)"
-        body += [ind + _store(p, "Y", "cols", "x - mx - tl.log(s)" if log else
-                              f"e * {scale}", "mask", False)]
+        body += [
+            ind
+            + _store(p, "Y", "cols", "x - mx - tl.log(s)" if log else f"e * {scale}", "mask", False)
+        ]
     if kn.PREFETCH:
         body += [f"{ind}{r.lower()} = {r.lower()}_next" for r in roles]
     return "\n".join(L + [ind + b for b in body]) + "\n"

@@ -3,6 +3,7 @@ Triton kernels (one pass for rows that fit a register tile, two passes with an o
 maximum for longer rows; see ``_kernels``). It takes graphs of exactly one softmax or
 softmax_backward node with float32 / float16 / bfloat16 tensors of any strides.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -11,30 +12,40 @@ import torch
 
 from ...enums import BehaviorNote, DataType
 from ...runtime.launch import LaunchList, kernel_from_source
+from ..base import (
+    SUPPORTED,
+    Engine,
+    EngineConfig,
+    Executable,
+    Knob,
+    Support,
+    Target,
+    decline,
+    one_read_grid,
+    operands_in_memory,
+)
 from ..fusion._codegen import zero_flags_source
-from ..base import (SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target,
-                    decline, operands_in_memory, one_read_grid)
 from . import _kernels as K
 
 TYPES = (DataType.FLOAT, DataType.HALF, DataType.BFLOAT16)
-MAX_TILE = 16384          # elements of one program's register tile (rows x BLOCK_L)
+MAX_TILE = 16384  # elements of one program's register tile (rows x BLOCK_L)
 POW2 = tuple(1 << i for i in range(15))
-L2_BYTES = 40e6           # the part of the H100's 50 MB L2 that rows re-read may count on
+L2_BYTES = 40e6  # the part of the H100's 50 MB L2 that rows re-read may count on
 
 
 @dataclasses.dataclass(frozen=True)
 class SoftmaxKnobs:
-    PASSES: int = 1         # 1: whole rows in registers; 2: statistics, then the output
+    PASSES: int = 1  # 1: whole rows in registers; 2: statistics, then the output
     #                         (two kernels); 3: both loops in one program per row;
     #                         4: one read, SPLIT co-resident programs per row (GPU only)
-    BLOCK_L: int = 1024     # elements of a row per tile (PASSES=1: at least the row)
-    BLOCK_ROWS: int = 1     # rows per program (PASSES=1)
-    SPLIT: int = 1          # chunks per row, one program each (PASSES=2)
+    BLOCK_L: int = 1024  # elements of a row per tile (PASSES=1: at least the row)
+    BLOCK_ROWS: int = 1  # rows per program (PASSES=1)
+    SPLIT: int = 1  # chunks per row, one program each (PASSES=2)
     num_warps: int = 4
-    PROGRAMS: int = 0       # PASSES=3: 0 = a program per row, else that many programs
+    PROGRAMS: int = 0  # PASSES=3: 0 = a program per row, else that many programs
     #                         walking the rows (bounds the rows L2 must hold); PASSES=4:
     #                         the persistent grid, a multiple of SPLIT
-    PREFETCH: int = 0       # PASSES=4: load the next row while waiting for the others
+    PREFETCH: int = 0  # PASSES=4: load the next row while waiting for the others
 
 
 def _node(graph):
@@ -54,18 +65,21 @@ def _pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-COOP_BLOCK = 16384        # PASSES=4: elements per program (16 warps: 32 fp32 per thread)
+COOP_BLOCK = 16384  # PASSES=4: elements per program (16 warps: 32 fp32 per thread)
 COOP_MAX_SPLIT = 64
 
 
 def _check_coop(p, kn, target) -> Support:
     if not target.is_cuda and kn.SPLIT > 1:
-        return decline("one read (PASSES=4) with SPLIT > 1 needs a GPU: a row's programs wait "
-                       "for each other, and the interpreter runs programs one at a time")
+        return decline(
+            "one read (PASSES=4) with SPLIT > 1 needs a GPU: a row's programs wait "
+            "for each other, and the interpreter runs programs one at a time"
+        )
     if kn.BLOCK_ROWS != 1 or kn.BLOCK_L > COOP_BLOCK:
         return decline(f"one read: BLOCK_ROWS=1 and BLOCK_L <= {COOP_BLOCK}")
-    return one_read_grid("one read", kn.SPLIT, -(-p.L // kn.BLOCK_L), COOP_MAX_SPLIT,
-                         kn.PROGRAMS, target.num_sms)
+    return one_read_grid(
+        "one read", kn.SPLIT, -(-p.L // kn.BLOCK_L), COOP_MAX_SPLIT, kn.PROGRAMS, target.num_sms
+    )
 
 
 def _coop_knobs(p, target, backward: bool, log: bool):
@@ -94,6 +108,7 @@ def _coop_knobs(p, target, backward: bool, log: bool):
 
 class SoftmaxEngine(Engine):
     """Softmax and log-softmax, forward and backward, along any axis."""
+
     id = 25
     name = "softmax"
     behavior_notes = frozenset({BehaviorNote.RUNTIME_COMPILATION})
@@ -106,15 +121,22 @@ class SoftmaxEngine(Engine):
             return mem
         for d in graph.tensors.values():
             if d.data_type not in TYPES:
-                return decline(f"tensor {d.label()} is {d.data_type.name}: float32, float16 or "
-                               "bfloat16 only (float64 runs on the reference)")
+                return decline(
+                    f"tensor {d.label()} is {d.data_type.name}: float32, float16 or "
+                    "bfloat16 only (float64 runs on the reference)"
+                )
         return SUPPORTED
 
     def knob_space(self, graph=None) -> list[Knob]:
-        return [Knob("PASSES", (1, 2, 3, 4), 1), Knob("BLOCK_L", POW2, 1024),
-                Knob("BLOCK_ROWS", POW2[:9], 1), Knob("SPLIT", tuple(range(1, 257)), 1),
-                Knob("num_warps", (1, 2, 4, 8, 16), 4),
-                Knob("PROGRAMS", tuple(range(0, 4097)), 0), Knob("PREFETCH", (0, 1), 0)]
+        return [
+            Knob("PASSES", (1, 2, 3, 4), 1),
+            Knob("BLOCK_L", POW2, 1024),
+            Knob("BLOCK_ROWS", POW2[:9], 1),
+            Knob("SPLIT", tuple(range(1, 257)), 1),
+            Knob("num_warps", (1, 2, 4, 8, 16), 4),
+            Knob("PROGRAMS", tuple(range(0, 4097)), 0),
+            Knob("PREFETCH", (0, 1), 0),
+        ]
 
     def check_config(self, graph, config: EngineConfig, target: Target) -> Support:
         sup = super().check_config(graph, config, target)
@@ -129,16 +151,19 @@ class SoftmaxEngine(Engine):
             return decline("PROGRAMS (persistent programs) is a two-loop (PASSES=3) knob")
         if kn.PASSES == 1:
             if kn.BLOCK_L < p.L:
-                return decline(f"one pass holds whole rows: BLOCK_L={kn.BLOCK_L} < row length "
-                               f"{p.L}")
+                return decline(
+                    f"one pass holds whole rows: BLOCK_L={kn.BLOCK_L} < row length {p.L}"
+                )
             if kn.BLOCK_L * kn.BLOCK_ROWS > MAX_TILE or kn.SPLIT != 1:
                 return decline(f"one pass: BLOCK_ROWS x BLOCK_L <= {MAX_TILE} and SPLIT=1")
         elif kn.PASSES == 3:
             if kn.BLOCK_ROWS != 1 or kn.SPLIT != 1 or kn.BLOCK_L > MAX_TILE:
                 return decline(f"two loops: BLOCK_ROWS=1, SPLIT=1, BLOCK_L <= {MAX_TILE}")
         elif kn.BLOCK_ROWS != 1 or kn.SPLIT > max(1, -(-p.L // kn.BLOCK_L)):
-            return decline("two passes: BLOCK_ROWS=1 and SPLIT at most the row's tiles "
-                           f"({max(1, -(-p.L // kn.BLOCK_L))})")
+            return decline(
+                "two passes: BLOCK_ROWS=1 and SPLIT at most the row's tiles "
+                f"({max(1, -(-p.L // kn.BLOCK_L))})"
+            )
         elif kn.BLOCK_L > MAX_TILE:
             return decline(f"two passes: BLOCK_L <= {MAX_TILE}")
         return SUPPORTED
@@ -160,15 +185,19 @@ class SoftmaxEngine(Engine):
             # tiles and a SPLIT that fills the GPU; one program per row wants 8192-wide
             # tiles, 16 warps when it streams two tensors (backward)
             out.append(SoftmaxKnobs(2, bl, 1, split, 8 if target.is_cuda else 4))
-            two_loop_warps = (16 if _node(graph).kind == "softmax_backward" else 8)
+            two_loop_warps = 16 if _node(graph).kind == "softmax_backward" else 8
             # measured on the H100 (65536-wide bf16): two programs per SM
             # walking the rows beat a program per row by 11% forward; backward re-reads two
             # tensors, and a program per row measured best (2.6 TB/s; 264 programs: 2.3)
             backward = _node(graph).kind == "softmax_backward"
-            progs = (2 * target.num_sms if target.is_cuda and not backward and
-                     p.R > 2 * target.num_sms else 0)
-            out.append(SoftmaxKnobs(3, 2 * bl, 1, 1, two_loop_warps if target.is_cuda else 4,
-                                    progs))
+            progs = (
+                2 * target.num_sms
+                if target.is_cuda and not backward and p.R > 2 * target.num_sms
+                else 0
+            )
+            out.append(
+                SoftmaxKnobs(3, 2 * bl, 1, 1, two_loop_warps if target.is_cuda else 4, progs)
+            )
             coop = _coop_knobs(p, target, backward, _node(graph).log)
             if coop is not None:
                 out.append(coop)
@@ -187,8 +216,7 @@ class SoftmaxEngine(Engine):
         # PASSES=4 reads once but its programs wait for each other at every row: its first
         # version measured 0.66-0.70 of copy on the H100 (docs/design/softmax.md), hence 1.3
         moved = p.R * p.L * item * {1: 1.0, 2: 1.6, 3: again, 4: 1.3}[kn.PASSES]
-        programs = -(-p.R // kn.BLOCK_ROWS) if kn.PASSES == 1 else (
-            kn.PROGRAMS or p.R * kn.SPLIT)
+        programs = -(-p.R // kn.BLOCK_ROWS) if kn.PASSES == 1 else (kn.PROGRAMS or p.R * kn.SPLIT)
         # PASSES=4 runs its persistent grid at once, one or two programs per SM (its own
         # choice, from the registers): it fills the GPU with a program per SM
         per_sm = 1.0 if kn.PASSES == 4 else 2.0
@@ -208,8 +236,12 @@ class SoftmaxEngine(Engine):
         return _problem(graph).R * kn.SPLIT * per * 4
 
     def build(self, graph, config, target) -> Executable:
-        return _SoftmaxExecutable(graph, SoftmaxKnobs(**config.knob_dict), target,
-                                  self.workspace_size(graph, config, target))
+        return _SoftmaxExecutable(
+            graph,
+            SoftmaxKnobs(**config.knob_dict),
+            target,
+            self.workspace_size(graph, config, target),
+        )
 
 
 class _SoftmaxExecutable(Executable, LaunchList):
@@ -218,7 +250,7 @@ class _SoftmaxExecutable(Executable, LaunchList):
         self.workspace_size = workspace
         n, p = _node(graph), _problem(graph)
         if p.R == 0 or p.L == 0:
-            return                                 # nothing to read or write
+            return  # nothing to read or write
         backward = n.kind == "softmax_backward"
         roles = ("DY", "Y", "DX") if backward else ("X", "Y")
         uids = {**n.inputs, **n.outputs}
@@ -229,27 +261,45 @@ class _SoftmaxExecutable(Executable, LaunchList):
         if kn.PASSES == 4:
             zero = f"{tag}_zero"
             words = K.partial_floats(p, kn)
-            self.add_launch(kernel_from_source(zero_flags_source(zero, 0, words), zero),
-                            (-(-words // 1024),), {"num_warps": 4}, ws, graph, target.is_cuda)
+            self.add_launch(
+                kernel_from_source(zero_flags_source(zero, 0, words), zero),
+                (-(-words // 1024),),
+                {"num_warps": 4},
+                ws,
+                graph,
+                target.is_cuda,
+            )
             src = K.coop_source(f"{tag}_coop", p, kn, backward, n.log)
-            self.add_launch(kernel_from_source(src, f"{tag}_coop"), (kn.PROGRAMS,), const,
-                            bufs + ws, graph, target.is_cuda)
+            self.add_launch(
+                kernel_from_source(src, f"{tag}_coop"),
+                (kn.PROGRAMS,),
+                const,
+                bufs + ws,
+                graph,
+                target.is_cuda,
+            )
             return
         if kn.PASSES != 2:
             src = (K.one_pass_source if kn.PASSES == 1 else K.two_loop_source)(
-                tag, p, kn, backward, n.log)
+                tag, p, kn, backward, n.log
+            )
             grid = kn.PROGRAMS or -(-p.R // kn.BLOCK_ROWS)
-            self.add_launch(kernel_from_source(src, tag), (grid,), const, bufs, graph,
-                            target.is_cuda)
+            self.add_launch(
+                kernel_from_source(src, tag), (grid,), const, bufs, graph, target.is_cuda
+            )
             return
         stats_roles = bufs[:2] if backward else bufs[:1]
         for name, src, args in (
-                (f"{tag}_stats", K.stats_source(f"{tag}_stats", p, kn, backward, n.log),
-                 stats_roles + ws),
-                (f"{tag}_write", K.write_source(f"{tag}_write", p, kn, backward, n.log),
-                 bufs + ws)):
-            self.add_launch(kernel_from_source(src, name), (p.R, kn.SPLIT), const, args,
-                            graph, target.is_cuda)
+            (
+                f"{tag}_stats",
+                K.stats_source(f"{tag}_stats", p, kn, backward, n.log),
+                stats_roles + ws,
+            ),
+            (f"{tag}_write", K.write_source(f"{tag}_write", p, kn, backward, n.log), bufs + ws),
+        ):
+            self.add_launch(
+                kernel_from_source(src, name), (p.R, kn.SPLIT), const, args, graph, target.is_cuda
+            )
 
     def run(self, buffers, workspace, stream=None):
         self.run_launches(buffers, workspace, stream)

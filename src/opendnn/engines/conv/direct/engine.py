@@ -9,6 +9,7 @@ updates in float32 on the CUDA cores, one (tap, input channel) pair at a time:
 
 No tensor cores, no workspace; the epilogue is the same fused pointwise code.
 """
+
 from __future__ import annotations
 
 from ....runtime.launch import DualKernel, LaunchList, kernel_from_source
@@ -21,15 +22,24 @@ from ..implicit_gemm.engine import ImplicitGemmEngine
 MAX_CHANNELS = 16
 
 
-def direct_source(name: str, geo: K.ConvGeometry, kn: K.ConvKnobs, *, epilogue_params: list,
-                  epilogue_body: str) -> str:
+def direct_source(
+    name: str, geo: K.ConvGeometry, kn: K.ConvKnobs, *, epilogue_params: list, epilogue_body: str
+) -> str:
     d = len(geo.out_dims)
     geo.n * K._prod(geo.out_dims)
     ind, ind2, ind3 = "    ", "        ", "            "
     o = [f"o{i}" for i in range(d)]
     [f"r{i}" for i in range(d)]
-    L = K.pixel_tile_header(name, ["X", "W"], epilogue_params, ["BLOCK_M", "BLOCK_N"], geo,
-                            geo.out_dims, geo.k_per_group, kn)
+    L = K.pixel_tile_header(
+        name,
+        ["X", "W"],
+        epilogue_params,
+        ["BLOCK_M", "BLOCK_N"],
+        geo,
+        geo.out_dims,
+        geo.k_per_group,
+        kn,
+    )
     xs, ws = geo.x_strides, geo.w_strides
     L.append(f"{ind}x_row = nb * {xs[0]} + g * {geo.c_per_group * xs[1]}")
     for i in range(d):
@@ -53,6 +63,7 @@ def direct_source(name: str, geo: K.ConvGeometry, kn: K.ConvKnobs, *, epilogue_p
 
 class DirectConvEngine(ImplicitGemmEngine):
     """Rank-1 updates on CUDA cores: depthwise and C/G <= 16 convolutions."""
+
     id = 7
     name = "conv_direct"
     kind = "conv_fprop"
@@ -65,40 +76,56 @@ class DirectConvEngine(ImplicitGemmEngine):
         if a.prologue is not None:
             return decline("the direct kernel has no prologue")
         if a.geo.c_per_group > MAX_CHANNELS:
-            return decline(f"direct convolution is for depthwise and small-channel problems "
-                           f"(C/G = {a.geo.c_per_group} > {MAX_CHANNELS}); tensor cores win "
-                           "there")
+            return decline(
+                f"direct convolution is for depthwise and small-channel problems "
+                f"(C/G = {a.geo.c_per_group} > {MAX_CHANNELS}); tensor cores win "
+                "there"
+            )
         return SUPPORTED
 
     def numerical_notes(self, graph, config) -> frozenset:
         return frozenset()
 
     def knob_space(self, graph=None):
-        return [Knob("BLOCK_M", (32, 64, 128, 256), 128), Knob("BLOCK_N", (16, 32, 64), 32),
-                Knob("BLOCK_K", (16,), 16), Knob("num_warps", (4, 8), 4),
-                Knob("num_stages", (1, 2), 1)]
+        return [
+            Knob("BLOCK_M", (32, 64, 128, 256), 128),
+            Knob("BLOCK_N", (16, 32, 64), 32),
+            Knob("BLOCK_K", (16,), 16),
+            Knob("num_warps", (4, 8), 4),
+            Knob("num_stages", (1, 2), 1),
+        ]
 
     def configs(self, graph, target):
         if not self.check_support(graph, target).ok:
             return []
         cands = [(128, 32, 4), (256, 64, 8), (64, 16, 4)] if target.is_cuda else [(32, 16, 4)]
-        out = [EngineConfig.make(self, BLOCK_M=m, BLOCK_N=n, BLOCK_K=16, num_warps=w,
-                                 num_stages=1) for m, n, w in cands]
+        out = [
+            EngineConfig.make(self, BLOCK_M=m, BLOCK_N=n, BLOCK_K=16, num_warps=w, num_stages=1)
+            for m, n, w in cands
+        ]
         out.sort(key=lambda c: self.estimate_seconds(graph, c, target))
         return out
 
     def estimate_seconds(self, graph, config, target) -> float:
         a = self._analyze(graph)
         geo = a.geo
-        flops = 2.0 * geo.n * K._prod(geo.out_dims) * geo.k_per_group * geo.groups * \
-            K._prod(geo.filt) * geo.c_per_group
+        flops = (
+            2.0
+            * geo.n
+            * K._prod(geo.out_dims)
+            * geo.k_per_group
+            * geo.groups
+            * K._prod(geo.filt)
+            * geo.c_per_group
+        )
         moved = a.x.data_type.itemsize * (a.x.numel + a.y.numel + a.w.numel)
         # CUDA-core FMA rate: about a fifteenth of the dense tensor-core rate
         return max(flops / (target.peak_flops_fp16 / 15), moved / target.bandwidth) + 4e-6
 
     def build(self, graph, config, target) -> Executable:
-        return _DirectExecutable(graph, self._analyze(graph), K.ConvKnobs(**config.knob_dict),
-                                 target)
+        return _DirectExecutable(
+            graph, self._analyze(graph), K.ConvKnobs(**config.knob_dict), target
+        )
 
 
 class _DirectExecutable(Executable, LaunchList):
@@ -112,8 +139,14 @@ class _DirectExecutable(Executable, LaunchList):
         self.source = src
         args = [("buf", a.x.uid), ("buf", a.w.uid)] + fuse_epilogue.launch_args(a.ep)
         const = {"BLOCK_M": kn.BLOCK_M, "BLOCK_N": kn.BLOCK_N, "num_warps": kn.num_warps}
-        self.add_launch(DualKernel(kern.compiled, kern.interpreted), K.grid(a.geo, kn), const,
-                        args, graph, target.is_cuda)
+        self.add_launch(
+            DualKernel(kern.compiled, kern.interpreted),
+            K.grid(a.geo, kn),
+            const,
+            args,
+            graph,
+            target.is_cuda,
+        )
 
     def run(self, buffers, workspace, stream=None):
         self.run_launches(buffers, workspace, stream)

@@ -17,6 +17,7 @@ place without a transpose. Cost per row: n*(n1 + n2) complex multiply-adds inste
 Buffers in the workspace are float32, real and imaginary parts in two planes (the
 imaginary plane follows the real one at a baked offset).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,6 +29,7 @@ REGISTER_BUDGET = 4096
 @dataclasses.dataclass(frozen=True)
 class Transform:
     """One axis of the 2-D transform: length n = n1 * n2; p1, p2 the register extents."""
+
     n: int
     n1: int
     n2: int
@@ -124,19 +126,24 @@ def _dft_args(t: Transform, sign: int) -> str:
 def _grid_lines(t: Transform, ind: str = "    ") -> list[str]:
     """Index grids of a row in registers: ``j`` the input index N2*j1 + j2, ``k`` the
     output index k1 + N1*k2, ``lane`` the non-padding lanes (all [1, P1, P2])."""
-    return [f"{ind}u1 = tl.arange(0, {t.p1})[:, None]",
-            f"{ind}u2 = tl.arange(0, {t.p2})[None, :]",
-            f"{ind}j = ({t.n2} * u1 + u2)[None, :, :]",
-            f"{ind}k = (u1 + {t.n1} * u2)[None, :, :]",
-            f"{ind}lane = ((u1 < {t.n1}) & (u2 < {t.n2}))[None, :, :]"]
+    return [
+        f"{ind}u1 = tl.arange(0, {t.p1})[:, None]",
+        f"{ind}u2 = tl.arange(0, {t.p2})[None, :]",
+        f"{ind}j = ({t.n2} * u1 + u2)[None, :, :]",
+        f"{ind}k = (u1 + {t.n1} * u2)[None, :, :]",
+        f"{ind}lane = ((u1 < {t.n1}) & (u2 < {t.n2}))[None, :, :]",
+    ]
 
 
 def _row_header(name: str, params: list, rows: int, p0: bool) -> list[str]:
     deco = "@triton.jit(do_not_specialize=['P0'])" if p0 else "@triton.jit"
-    return [deco, f"def {name}({', '.join(params)}, B: tl.constexpr):",
-            "    b = (tl.program_id(0) * B + tl.arange(0, B)).to(tl.int64)",
-            f"    row_ok = (b < {rows})[:, None, None]",
-            "    b3 = b[:, None, None]"]
+    return [
+        deco,
+        f"def {name}({', '.join(params)}, B: tl.constexpr):",
+        "    b = (tl.program_id(0) * B + tl.arange(0, B)).to(tl.int64)",
+        f"    row_ok = (b < {rows})[:, None, None]",
+        "    b3 = b[:, None, None]",
+    ]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,22 +152,24 @@ class ImageRows:
 
     Plane p of a chunk is global plane P0 + p = (n, ty, tx) over ``tiles``; its row i,
     element j is x[n, c, ty*out_h - pre_h + i, tx*out_w - pre_w + j] (zero outside x)."""
+
     channels: int
-    rows: int             # rows per plane that may hold data (LH)
-    length: int           # elements per row that may hold data
-    planes: int           # total planes N * TH * TW (the chunk's last planes may be past it)
-    tiles: tuple          # (TH, TW)
-    out_tile: tuple       # (OTH, OTW): output rows / cols per tile
+    rows: int  # rows per plane that may hold data (LH)
+    length: int  # elements per row that may hold data
+    planes: int  # total planes N * TH * TW (the chunk's last planes may be past it)
+    tiles: tuple  # (TH, TW)
+    out_tile: tuple  # (OTH, OTW): output rows / cols per tile
     pre: tuple
-    in_dims: tuple        # (H, W)
-    strides: tuple        # x strides (n, c, h, w)
+    in_dims: tuple  # (H, W)
+    strides: tuple  # x strides (n, c, h, w)
 
 
 @dataclasses.dataclass(frozen=True)
 class FilterRows:
     """Row i, element j of plane (k, c) is w[k, c, i, j], flipped in CONVOLUTION mode."""
+
     channels: int
-    filt: tuple           # (R, S)
+    filt: tuple  # (R, S)
     strides: tuple
     flip: bool
 
@@ -183,32 +192,37 @@ def forward_rows_source(name: str, src, tw: Transform, half: int, rows: int) -> 
     st = src.strides
     if image:
         th, tw_ = src.tiles
-        L += ["    pg = P0 + p",
-              f"    nb = pg // {th * tw_}",
-              f"    t = pg % {th * tw_}",
-              f"    h = (t // {tw_}) * {src.out_tile[0]} - {src.pre[0]} + i",
-              f"    w = (t % {tw_}) * {src.out_tile[1]} - {src.pre[1]} + j",
-              f"    ok = row_ok & lane & (j < {src.length}) & (pg < {src.planes}) & (h >= 0) & "
-              f"(h < {src.in_dims[0]}) & (w >= 0) & (w < {src.in_dims[1]})",
-              f"    off = nb * {st[0]} + c * {st[1]} + h * {st[2]} + w * {st[3]}"]
+        L += [
+            "    pg = P0 + p",
+            f"    nb = pg // {th * tw_}",
+            f"    t = pg % {th * tw_}",
+            f"    h = (t // {tw_}) * {src.out_tile[0]} - {src.pre[0]} + i",
+            f"    w = (t % {tw_}) * {src.out_tile[1]} - {src.pre[1]} + j",
+            f"    ok = row_ok & lane & (j < {src.length}) & (pg < {src.planes}) & (h >= 0) & "
+            f"(h < {src.in_dims[0]}) & (w >= 0) & (w < {src.in_dims[1]})",
+            f"    off = nb * {st[0]} + c * {st[1]} + h * {st[2]} + w * {st[3]}",
+        ]
     else:
         r, s = src.filt
         hi = f"({r - 1} - i)" if src.flip else "i"
         wi = f"({s - 1} - j)" if src.flip else "j"
-        L += [f"    ok = row_ok & lane & (j < {s})",
-              f"    off = p * {st[0]} + c * {st[1]} + {hi} * {st[2]} + {wi} * {st[3]}"]
-    L += ["    xr = tl.load(SRC + off, mask=ok, other=0.0).to(tl.float32)",
-          "    xi = xr * 0.0",
-          f"    cr, ci = _dft(xr, xi, {_dft_args(tw, -1)})",
-          f"    keep = row_ok & lane & (k < {half})",
-          f"    dst = b3 * {half} + k",
-          "    tl.store(OUT + dst, cr, mask=keep)",
-          f"    tl.store(OUT + {rows * half} + dst, ci, mask=keep)"]
+        L += [
+            f"    ok = row_ok & lane & (j < {s})",
+            f"    off = p * {st[0]} + c * {st[1]} + {hi} * {st[2]} + {wi} * {st[3]}",
+        ]
+    L += [
+        "    xr = tl.load(SRC + off, mask=ok, other=0.0).to(tl.float32)",
+        "    xi = xr * 0.0",
+        f"    cr, ci = _dft(xr, xi, {_dft_args(tw, -1)})",
+        f"    keep = row_ok & lane & (k < {half})",
+        f"    dst = b3 * {half} + k",
+        "    tl.store(OUT + dst, cr, mask=keep)",
+        f"    tl.store(OUT + {rows * half} + dst, ci, mask=keep)",
+    ]
     return DFT_SOURCE + "\n".join(L) + "\n"
 
 
-def forward_cols_source(name: str, th: Transform, half: int, planes_c: int,
-                        in_rows: int) -> str:
+def forward_cols_source(name: str, th: Transform, half: int, planes_c: int, in_rows: int) -> str:
     """Kernel (RX, OUT): the column transforms of the row spectra.
 
     RX:  float32 [2][planes_c, in_rows, half]   (rows past in_rows are zero padding)
@@ -217,22 +231,25 @@ def forward_cols_source(name: str, th: Transform, half: int, planes_c: int,
     rows = planes_c * half
     L = _row_header(name, ["RX", "OUT"], rows, False)
     L += _grid_lines(th)
-    L += [f"    kw = b3 % {half}",
-          f"    pc = b3 // {half}",
-          f"    ok = row_ok & lane & (j < {in_rows})",
-          f"    src = (pc * {in_rows} + j) * {half} + kw",
-          "    xr = tl.load(RX + src, mask=ok, other=0.0)",
-          f"    xi = tl.load(RX + {planes_c * in_rows * half} + src, mask=ok, other=0.0)",
-          f"    cr, ci = _dft(xr, xi, {_dft_args(th, -1)})",
-          "    keep = row_ok & lane",
-          f"    dst = (k * {half} + kw) * {planes_c} + pc",
-          "    tl.store(OUT + dst, cr, mask=keep)",
-          f"    tl.store(OUT + {th.n * half * planes_c} + dst, ci, mask=keep)"]
+    L += [
+        f"    kw = b3 % {half}",
+        f"    pc = b3 // {half}",
+        f"    ok = row_ok & lane & (j < {in_rows})",
+        f"    src = (pc * {in_rows} + j) * {half} + kw",
+        "    xr = tl.load(RX + src, mask=ok, other=0.0)",
+        f"    xi = tl.load(RX + {planes_c * in_rows * half} + src, mask=ok, other=0.0)",
+        f"    cr, ci = _dft(xr, xi, {_dft_args(th, -1)})",
+        "    keep = row_ok & lane",
+        f"    dst = (k * {half} + kw) * {planes_c} + pc",
+        "    tl.store(OUT + dst, cr, mask=keep)",
+        f"    tl.store(OUT + {th.n * half * planes_c} + dst, ci, mask=keep)",
+    ]
     return DFT_SOURCE + "\n".join(L) + "\n"
 
 
-def gemm_source(name: str, bins: int, p: int, c: int, k: int, blocks: tuple,
-                interpret: bool) -> str:
+def gemm_source(
+    name: str, bins: int, p: int, c: int, k: int, blocks: tuple, interpret: bool
+) -> str:
     """Kernel (X, W, Y): per frequency bin f, Y_f = X_f @ conj(W_f)^T, complex.
 
     X: float32 [2][bins, p, c]   W: float32 [2][bins, k, c]   Y: float32 [2][bins, p, k]
@@ -244,7 +261,7 @@ def gemm_source(name: str, bins: int, p: int, c: int, k: int, blocks: tuple,
     interpreter multiplies in float32 directly."""
     prec = "" if interpret else ', input_precision="tf32x3"'
     bm, bn, bc = blocks
-    return f'''@triton.jit
+    return f"""@triton.jit
 def {name}(X, W, Y):
     BLOCK_M: tl.constexpr = {bm}
     BLOCK_N: tl.constexpr = {bn}
@@ -277,11 +294,10 @@ def {name}(X, W, Y):
     ym = mask_m[:, None] & mask_n[None, :]
     tl.store(Y + dst, acc_r, mask=ym)
     tl.store(Y + {bins * p * k} + dst, acc_i, mask=ym)
-'''
+"""
 
 
-def inverse_cols_source(name: str, th: Transform, half: int, planes_k: int,
-                        out_rows: int) -> str:
+def inverse_cols_source(name: str, th: Transform, half: int, planes_k: int, out_rows: int) -> str:
     """Kernel (Y, OUT): inverse column transforms, keeping the first ``out_rows`` rows.
 
     Y:   float32 [2][bins, planes_k]
@@ -290,17 +306,19 @@ def inverse_cols_source(name: str, th: Transform, half: int, planes_k: int,
     rows = planes_k * half
     L = _row_header(name, ["Y", "OUT"], rows, False)
     L += _grid_lines(th)
-    L += [f"    kw = b3 % {half}",
-          f"    pk = b3 // {half}",
-          "    ok = row_ok & lane",
-          f"    src = (j * {half} + kw) * {planes_k} + pk",
-          "    xr = tl.load(Y + src, mask=ok, other=0.0)",
-          f"    xi = tl.load(Y + {th.n * half * planes_k} + src, mask=ok, other=0.0)",
-          f"    cr, ci = _dft(xr, xi, {_dft_args(th, 1)})",
-          f"    keep = row_ok & lane & (k < {out_rows})",
-          f"    dst = (pk * {out_rows} + k) * {half} + kw",
-          "    tl.store(OUT + dst, cr, mask=keep)",
-          f"    tl.store(OUT + {planes_k * out_rows * half} + dst, ci, mask=keep)"]
+    L += [
+        f"    kw = b3 % {half}",
+        f"    pk = b3 // {half}",
+        "    ok = row_ok & lane",
+        f"    src = (j * {half} + kw) * {planes_k} + pk",
+        "    xr = tl.load(Y + src, mask=ok, other=0.0)",
+        f"    xi = tl.load(Y + {th.n * half * planes_k} + src, mask=ok, other=0.0)",
+        f"    cr, ci = _dft(xr, xi, {_dft_args(th, 1)})",
+        f"    keep = row_ok & lane & (k < {out_rows})",
+        f"    dst = (pk * {out_rows} + k) * {half} + kw",
+        "    tl.store(OUT + dst, cr, mask=keep)",
+        f"    tl.store(OUT + {planes_k * out_rows * half} + dst, ci, mask=keep)",
+    ]
     return DFT_SOURCE + "\n".join(L) + "\n"
 
 
@@ -308,16 +326,24 @@ def inverse_cols_source(name: str, th: Transform, half: int, planes_k: int,
 class OutputTiles:
     """Output row o0 of plane p (global P0 + p = (n, ty, tx)) is y row ty*out_h + o0,
     its element o1 is y column tx*out_w + o1."""
+
     k: int
-    planes: int           # total planes N * TH * TW
-    chunk: int            # planes per pass (RY holds one chunk)
+    planes: int  # total planes N * TH * TW
+    chunk: int  # planes per pass (RY holds one chunk)
     tiles: tuple
     out_tile: tuple
     out_dims: tuple
 
 
-def inverse_rows_source(name: str, tw: Transform, half: int, scale: float, dst: OutputTiles,
-                        epilogue_params: list, epilogue_body: str) -> str:
+def inverse_rows_source(
+    name: str,
+    tw: Transform,
+    half: int,
+    scale: float,
+    dst: OutputTiles,
+    epilogue_params: list,
+    epilogue_body: str,
+) -> str:
     """Kernel (RY, P0, epilogue...): inverse row transforms of ROWS output rows x BLOCK_N
     channels, rebuilding the upper bins from Hermitian symmetry, X[n - k] = conj(X[k]);
     the real part times ``scale`` goes through the fused epilogue as one tile
@@ -329,40 +355,44 @@ def inverse_rows_source(name: str, tw: Transform, half: int, scale: float, dst: 
     th, tw_ = dst.tiles
     row = tw.p1 * tw.p2
     q_total = dst.chunk * oth
-    L = ["@triton.jit(do_not_specialize=['P0'])",
-         f"def {name}({', '.join(['RY', 'P0'] + epilogue_params)}, ROWS: tl.constexpr, "
-         "BLOCK_N: tl.constexpr):",
-         "    g = 0",
-         "    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)",
-         f"    mask_n = offs_n < {dst.k}",
-         # batch rows of the transform: (output row rr, channel nn), rr major
-         "    bb = tl.arange(0, ROWS * BLOCK_N)",
-         "    q = (tl.program_id(0) * ROWS + bb // BLOCK_N).to(tl.int64)[:, None, None]",
-         "    ch = (tl.program_id(1) * BLOCK_N + bb % BLOCK_N)[:, None, None]"]
+    L = [
+        "@triton.jit(do_not_specialize=['P0'])",
+        f"def {name}({', '.join(['RY', 'P0'] + epilogue_params)}, ROWS: tl.constexpr, "
+        "BLOCK_N: tl.constexpr):",
+        "    g = 0",
+        "    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)",
+        f"    mask_n = offs_n < {dst.k}",
+        # batch rows of the transform: (output row rr, channel nn), rr major
+        "    bb = tl.arange(0, ROWS * BLOCK_N)",
+        "    q = (tl.program_id(0) * ROWS + bb // BLOCK_N).to(tl.int64)[:, None, None]",
+        "    ch = (tl.program_id(1) * BLOCK_N + bb % BLOCK_N)[:, None, None]",
+    ]
     L += _grid_lines(tw)
-    L += [f"    hs = (j < {half})",
-          f"    kw = tl.where(hs, j, {tw.n} - j)",
-          f"    ok = lane & (ch < {dst.k}) & (q < {q_total})",
-          f"    src = (((q // {oth}) * {dst.k} + ch) * {oth} + q % {oth}) * {half} + kw",
-          "    xr = tl.load(RY + src, mask=ok, other=0.0)",
-          f"    xi = tl.load(RY + {dst.chunk * dst.k * oth * half} + src, mask=ok, other=0.0)",
-          "    xi = tl.where(hs, xi, -xi)",
-          f"    cr, ci = _dft(xr, xi, {_dft_args(tw, 1)})",
-          f"    cr = tl.permute(tl.reshape(cr, [ROWS, BLOCK_N, {tw.p1}, {tw.p2}]), (0, 3, 2, 1))",
-          f"    acc = tl.reshape(cr, [ROWS * {row}, BLOCK_N]) * {scale!r}",
-          # pixel m of the tile: output row rr = m // row, lane (k1, k2) of the row transform
-          f"    m = tl.arange(0, ROWS * {row})",
-          f"    k1 = m % {tw.p1}",
-          f"    o1l = k1 + {tw.n1} * ((m % {row}) // {tw.p1})",
-          f"    qm = (tl.program_id(0) * ROWS + m // {row}).to(tl.int64)",
-          f"    o0l = qm % {oth}",
-          f"    pg = P0 + qm // {oth}",
-          f"    t = pg % {th * tw_}",
-          f"    nb = pg // {th * tw_}",
-          f"    o0 = (t // {tw_}) * {oth} + o0l",
-          f"    o1 = (t % {tw_}) * {otw} + o1l",
-          f"    mask_m = (k1 < {tw.n1}) & (o1l < {otw}) & (qm < {q_total}) & "
-          f"(o0 < {dst.out_dims[0]}) & (o1 < {dst.out_dims[1]}) & (pg < {dst.planes})"]
+    L += [
+        f"    hs = (j < {half})",
+        f"    kw = tl.where(hs, j, {tw.n} - j)",
+        f"    ok = lane & (ch < {dst.k}) & (q < {q_total})",
+        f"    src = (((q // {oth}) * {dst.k} + ch) * {oth} + q % {oth}) * {half} + kw",
+        "    xr = tl.load(RY + src, mask=ok, other=0.0)",
+        f"    xi = tl.load(RY + {dst.chunk * dst.k * oth * half} + src, mask=ok, other=0.0)",
+        "    xi = tl.where(hs, xi, -xi)",
+        f"    cr, ci = _dft(xr, xi, {_dft_args(tw, 1)})",
+        f"    cr = tl.permute(tl.reshape(cr, [ROWS, BLOCK_N, {tw.p1}, {tw.p2}]), (0, 3, 2, 1))",
+        f"    acc = tl.reshape(cr, [ROWS * {row}, BLOCK_N]) * {scale!r}",
+        # pixel m of the tile: output row rr = m // row, lane (k1, k2) of the row transform
+        f"    m = tl.arange(0, ROWS * {row})",
+        f"    k1 = m % {tw.p1}",
+        f"    o1l = k1 + {tw.n1} * ((m % {row}) // {tw.p1})",
+        f"    qm = (tl.program_id(0) * ROWS + m // {row}).to(tl.int64)",
+        f"    o0l = qm % {oth}",
+        f"    pg = P0 + qm // {oth}",
+        f"    t = pg % {th * tw_}",
+        f"    nb = pg // {th * tw_}",
+        f"    o0 = (t // {tw_}) * {oth} + o0l",
+        f"    o1 = (t % {tw_}) * {otw} + o1l",
+        f"    mask_m = (k1 < {tw.n1}) & (o1l < {otw}) & (qm < {q_total}) & "
+        f"(o0 < {dst.out_dims[0]}) & (o1 < {dst.out_dims[1]}) & (pg < {dst.planes})",
+    ]
     for line in epilogue_body.strip("\n").split("\n"):
         L.append("    " + line)
     return DFT_SOURCE + "\n".join(L) + "\n"

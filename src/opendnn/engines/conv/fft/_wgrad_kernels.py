@@ -13,11 +13,13 @@ so the operand tiles are D_f^T [BLOCK_M (k), BLOCK_P (p)] and X_f [BLOCK_P, BLOC
 The planes come in chunks; each chunk's launch adds its partial product to DW in place
 (ACC), in chunk order, so the result does not depend on scheduling (no atomics).
 """
+
 from __future__ import annotations
 
 
-def wgrad_gemm_source(name: str, bins: int, p: int, k: int, c: int, blocks: tuple,
-                      interpret: bool) -> str:
+def wgrad_gemm_source(
+    name: str, bins: int, p: int, k: int, c: int, blocks: tuple, interpret: bool
+) -> str:
     """Kernel (D, X, DW, ACC: constexpr): per frequency bin f, DW_f (+)= D_f^H X_f, complex.
 
     D:  float32 [2][bins, p, k]   dy spectra of one chunk of p planes
@@ -30,7 +32,7 @@ def wgrad_gemm_source(name: str, bins: int, p: int, k: int, c: int, blocks: tupl
     accurate); the interpreter multiplies in float32 directly."""
     prec = "" if interpret else ', input_precision="tf32x3"'
     bm, bn, bp = blocks
-    return f'''@triton.jit
+    return f"""@triton.jit
 def {name}(D, X, DW, ACC: tl.constexpr):
     BLOCK_M: tl.constexpr = {bm}
     BLOCK_N: tl.constexpr = {bn}
@@ -66,7 +68,7 @@ def {name}(D, X, DW, ACC: tl.constexpr):
         acc_i += tl.load(DW + {bins * k * c} + dst, mask=om, other=0.0)
     tl.store(DW + dst, acc_r, mask=om)
     tl.store(DW + {bins * k * c} + dst, acc_i, mask=om)
-'''
+"""
 
 
 __all__ = ["wgrad_gemm_source"]

@@ -29,6 +29,7 @@ stride, dilation and groups (the rules: 2-D, stride 1, dilation 1, one group, fl
 half / bfloat16 dy and w); the rewrite only relabels, so it is safe to build first.
 Numerical notes: FFT, TENSOR_CORE, and DOWN_CONVERT_INPUTS for half types.
 """
+
 from __future__ import annotations
 
 import functools
@@ -45,8 +46,9 @@ from .engine import (
 
 
 @functools.lru_cache(maxsize=512)
-def plan_fft_dgrad(graph, tile: int = 0,
-                   budget: int = fft.TILING_WORKSPACE_BUDGET) -> FftPlan | str:
+def plan_fft_dgrad(
+    graph, tile: int = 0, budget: int = fft.TILING_WORKSPACE_BUDGET
+) -> FftPlan | str:
     """The forward ``FftPlan`` computing the graph's dx, whole image (``tile`` 0) or in
     T x T tiles, or the reason the engine declines."""
     a = analyze(graph, "conv_dgrad")
@@ -67,6 +69,7 @@ class _DgradPlan:
 class FftDgradEngine(_DgradPlan, FftConvEngine):
     """CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT: whole-image 2-D FFTs of dy, one complex GEMM
     per bin, dx cropped from the inverse transform."""
+
     id = 20
     name = "conv_dgrad_fft"
 
@@ -74,6 +77,7 @@ class FftDgradEngine(_DgradPlan, FftConvEngine):
 class FftTilingDgradEngine(_DgradPlan, FftTilingConvEngine):
     """CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING: overlap-save over T x T tiles of dx
     (knob TILE)."""
+
     id = 21
     name = "conv_dgrad_fft_tiling"
 

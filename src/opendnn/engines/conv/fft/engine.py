@@ -64,6 +64,7 @@ operands with float32 transforms, any strides (NCHW, NHWC, non-packed), both mod
 padding. Numerical notes: FFT; TENSOR_CORE (the 3xTF32 GEMM); DOWN_CONVERT_INPUTS for
 half types (the half-type data goes through float32 spectra and is rounded back).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -87,10 +88,10 @@ from ...fusion import epilogue as fuse_epilogue
 from ..analysis import ConvAnalysis, analyze, epilogue
 from . import _kernels as FK
 
-MAX_FFT_SIZE = 256              # cuDNN's FFT: padded image at most 256 x 256
-TILES = (8, 16, 32)             # FFT_TILING transform sizes; cuDNN uses 32
+MAX_FFT_SIZE = 256  # cuDNN's FFT: padded image at most 256 x 256
+TILES = (8, 16, 32)  # FFT_TILING transform sizes; cuDNN uses 32
 DEFAULT_TILE = 32
-TILING_WORKSPACE_BUDGET = 1 << 28   # bytes of per-chunk buffers before tiles are chunked
+TILING_WORKSPACE_BUDGET = 1 << 28  # bytes of per-chunk buffers before tiles are chunked
 ALIGN = 256
 NUM_WARPS = 4
 LAUNCH_SECONDS = 4e-6
@@ -115,14 +116,15 @@ def _al(nbytes: int) -> int:
 @dataclasses.dataclass(frozen=True)
 class FftPlan:
     """Sizes of one FFT convolution (whole image: one tile per image)."""
+
     a: ConvAnalysis
-    ax_h: FK.Transform    # transform of the height axis (length Fh)
-    ax_w: FK.Transform    # transform of the width axis (length Fw)
-    tiles: tuple          # (TH, TW) tiles per image
-    out_tile: tuple       # (OTH, OTW) output pixels per tile
-    in_rows: int          # image rows per tile that may hold data (LH)
-    in_len: int           # image columns per tile that may hold data
-    chunk: int            # planes (image tiles) per pass
+    ax_h: FK.Transform  # transform of the height axis (length Fh)
+    ax_w: FK.Transform  # transform of the width axis (length Fw)
+    tiles: tuple  # (TH, TW) tiles per image
+    out_tile: tuple  # (OTH, OTW) output pixels per tile
+    in_rows: int  # image rows per tile that may hold data (LH)
+    in_len: int  # image columns per tile that may hold data
+    chunk: int  # planes (image tiles) per pass
 
     n = property(lambda self: self.a.geo.n)
     c = property(lambda self: self.a.geo.c_per_group)
@@ -135,12 +137,14 @@ class FftPlan:
     def buffers(self) -> dict:
         """float32 element counts (real and imaginary planes) of the work buffers."""
         r = self.a.geo.filt[0]
-        return {"W": 2 * self.bins * self.k * self.c,
-                "RW": 2 * self.k * self.c * r * self.half,
-                "RX": 2 * self.chunk * self.c * self.in_rows * self.half,
-                "X": 2 * self.bins * self.chunk * self.c,
-                "Y": 2 * self.bins * self.chunk * self.k,
-                "RY": 2 * self.chunk * self.k * self.out_tile[0] * self.half}
+        return {
+            "W": 2 * self.bins * self.k * self.c,
+            "RW": 2 * self.k * self.c * r * self.half,
+            "RX": 2 * self.chunk * self.c * self.in_rows * self.half,
+            "X": 2 * self.bins * self.chunk * self.c,
+            "Y": 2 * self.bins * self.chunk * self.k,
+            "RY": 2 * self.chunk * self.k * self.out_tile[0] * self.half,
+        }
 
     def regions(self) -> tuple:
         """Byte offsets (W, A, B, end): the filter spectrum W lives through all chunks;
@@ -160,6 +164,7 @@ class FftPlan:
     def gemm_blocks(self) -> tuple:
         def blk(v, cap):
             return min(cap, max(16, FK.next_pow2(v)))
+
         return blk(self.chunk, 64), blk(self.k, 64), blk(self.c, 32)
 
 
@@ -202,16 +207,27 @@ def plan_from_analysis(a: ConvAnalysis, tile: int, budget: int) -> FftPlan | str
     image) or T, with chunks of at most ``budget`` bytes of buffers; or why not."""
     geo = a.geo
     (r, s), (ho, wo) = geo.filt, geo.out_dims
-    hp, wp = ho + r - 1, wo + s - 1       # >= r, s: analyze declines empty outputs
+    hp, wp = ho + r - 1, wo + s - 1  # >= r, s: analyze declines empty outputs
     if tile == 0:
         if hp > MAX_FFT_SIZE or wp > MAX_FFT_SIZE:
-            return (f"FFT transforms the whole padded image: {hp}x{wp} exceeds "
-                    f"{MAX_FFT_SIZE}x{MAX_FFT_SIZE} (FFT_TILING takes large images)")
-        return FftPlan(a, FK.smooth_length(hp), FK.smooth_length(wp), (1, 1), (ho, wo),
-                       min(hp, geo.pre[0] + geo.in_dims[0]), wp, geo.n)
+            return (
+                f"FFT transforms the whole padded image: {hp}x{wp} exceeds "
+                f"{MAX_FFT_SIZE}x{MAX_FFT_SIZE} (FFT_TILING takes large images)"
+            )
+        return FftPlan(
+            a,
+            FK.smooth_length(hp),
+            FK.smooth_length(wp),
+            (1, 1),
+            (ho, wo),
+            min(hp, geo.pre[0] + geo.in_dims[0]),
+            wp,
+            geo.n,
+        )
     if r > tile - 1 or s > tile - 1:
-        return (f"filter {r}x{s} does not fit a {tile}x{tile} FFT tile "
-                f"(at most {tile - 1}x{tile - 1})")
+        return (
+            f"filter {r}x{s} does not fit a {tile}x{tile} FFT tile (at most {tile - 1}x{tile - 1})"
+        )
     oth, otw = tile - r + 1, tile - s + 1
     ax = FK.transform(tile)
     one = FftPlan(a, ax, ax, (_cdiv(ho, oth), _cdiv(wo, otw)), (oth, otw), tile, tile, 1)
@@ -225,11 +241,13 @@ def stage_pricer(fp: FftPlan, target: Target) -> tuple:
     stage costs its flops at the measured rate or its bytes, whichever takes longer."""
     lanes = max(fp.ax_w.p1 * fp.ax_w.p2, fp.ax_h.p1 * fp.ax_h.p2)
     core = target.peak_flops_fp32 * DFT_EFFICIENCY * min(1.0, DFT_LANES / lanes)
-    dot = (target.peak_flops_fp16 / 6 if target.is_cuda else target.peak_flops_fp32) * \
-        GEMM_EFFICIENCY
+    dot = (
+        target.peak_flops_fp16 / 6 if target.is_cuda else target.peak_flops_fp32
+    ) * GEMM_EFFICIENCY
 
     def stage(flops, nbytes, peak=core):
         return max(flops / peak, nbytes / target.bandwidth)
+
     return stage, dot
 
 
@@ -243,24 +261,35 @@ def estimate_seconds(fp: FftPlan, target: Target) -> float:
     (r, s), (h, w), oth = geo.filt, geo.in_dims, fp.out_tile[0]
     fw, fh = fp.ax_w.flops_per_row, fp.ax_h.flops_per_row
     stage, dot = stage_pricer(fp, target)
-    pc = fp.chunks * fp.chunk          # planes actually processed
+    pc = fp.chunks * fp.chunk  # planes actually processed
     x_read = isz * min(n * c * h * w, pc * c * fp.in_rows * fp.in_len)
     bm, bn, bc = fp.gemm_blocks()
-    gemm_flops = 8.0 * bins * fp.chunks * (_cdiv(fp.chunk, bm) * bm) * (_cdiv(k, bn) * bn) * \
-        (_cdiv(c, bc) * bc)
-    t = (stage(k * c * r * fw, isz * k * c * r * s + 8 * k * c * r * half)
-         + stage(k * c * half * fh, 8 * k * c * (r * half + bins))
-         + stage(pc * c * fp.in_rows * fw, x_read + 8 * pc * c * fp.in_rows * half)
-         + stage(pc * c * half * fh, 8 * pc * c * (fp.in_rows * half + bins))
-         + stage(gemm_flops, 8 * bins * (pc * c + fp.chunks * k * c + pc * k), dot)
-         + stage(pc * k * half * fh, 8 * pc * k * (bins + oth * half))
-         + stage(pc * k * oth * fw, 8 * pc * k * oth * half + 4 * n * k * geo.out_dims[0] *
-                 geo.out_dims[1]))
+    gemm_flops = (
+        8.0
+        * bins
+        * fp.chunks
+        * (_cdiv(fp.chunk, bm) * bm)
+        * (_cdiv(k, bn) * bn)
+        * (_cdiv(c, bc) * bc)
+    )
+    t = (
+        stage(k * c * r * fw, isz * k * c * r * s + 8 * k * c * r * half)
+        + stage(k * c * half * fh, 8 * k * c * (r * half + bins))
+        + stage(pc * c * fp.in_rows * fw, x_read + 8 * pc * c * fp.in_rows * half)
+        + stage(pc * c * half * fh, 8 * pc * c * (fp.in_rows * half + bins))
+        + stage(gemm_flops, 8 * bins * (pc * c + fp.chunks * k * c + pc * k), dot)
+        + stage(pc * k * half * fh, 8 * pc * k * (bins + oth * half))
+        + stage(
+            pc * k * oth * fw,
+            8 * pc * k * oth * half + 4 * n * k * geo.out_dims[0] * geo.out_dims[1],
+        )
+    )
     return t + LAUNCH_SECONDS * (2 + 5 * fp.chunks)
 
 
 class FftConvEngine(Engine):
     """CUDNN_CONVOLUTION_FWD_ALGO_FFT: whole-image 2-D FFTs, one complex GEMM per bin."""
+
     id = 13
     name = "conv_fft"
     behavior_notes = frozenset({BehaviorNote.RUNTIME_COMPILATION})
@@ -301,6 +330,7 @@ class FftConvEngine(Engine):
 
 class FftTilingConvEngine(FftConvEngine):
     """CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING: overlap-save over T x T tiles (knob TILE)."""
+
     id = 14
     name = "conv_fft_tiling"
 
@@ -342,59 +372,111 @@ class _FftExecutable(Executable, LaunchList):
 
         def rows_launch(name, src, rows, ax, args):
             blk = ax.rows_per_program(rows)
-            self.add_launch(kernel_from_source(src, name), (_cdiv(rows, blk),),
-                            {"B": blk, "num_warps": NUM_WARPS}, args, graph, cuda)
+            self.add_launch(
+                kernel_from_source(src, name),
+                (_cdiv(rows, blk),),
+                {"B": blk, "num_warps": NUM_WARPS},
+                args,
+                graph,
+                cuda,
+            )
 
         filt = FK.FilterRows(c, tuple(geo.filt), tuple(a.w.strides), geo.flip)
         rows = k * c * r
         name = f"fft_filter_rows_{tag}"
-        rows_launch(name, FK.forward_rows_source(name, filt, fp.ax_w, half, rows), rows,
-                    fp.ax_w, [("buf", a.w.uid), f32])
+        rows_launch(
+            name,
+            FK.forward_rows_source(name, filt, fp.ax_w, half, rows),
+            rows,
+            fp.ax_w,
+            [("buf", a.w.uid), f32],
+        )
         name = f"fft_filter_cols_{tag}"
-        rows_launch(name, FK.forward_cols_source(name, fp.ax_h, half, k * c, r), k * c * half,
-                    fp.ax_h, [f32, f32])
+        rows_launch(
+            name,
+            FK.forward_cols_source(name, fp.ax_h, half, k * c, r),
+            k * c * half,
+            fp.ax_h,
+            [f32, f32],
+        )
 
-        img = FK.ImageRows(c, fp.in_rows, fp.in_len, fp.planes, fp.tiles, fp.out_tile,
-                           tuple(geo.pre), tuple(geo.in_dims), tuple(a.x.strides))
+        img = FK.ImageRows(
+            c,
+            fp.in_rows,
+            fp.in_len,
+            fp.planes,
+            fp.tiles,
+            fp.out_tile,
+            tuple(geo.pre),
+            tuple(geo.in_dims),
+            tuple(a.x.strides),
+        )
         rows = fp.chunk * c * fp.in_rows
         name = f"fft_image_rows_{tag}"
-        rows_launch(name, FK.forward_rows_source(name, img, fp.ax_w, half, rows), rows,
-                    fp.ax_w, [("buf", a.x.uid), f32, ("int", 0)])
+        rows_launch(
+            name,
+            FK.forward_rows_source(name, img, fp.ax_w, half, rows),
+            rows,
+            fp.ax_w,
+            [("buf", a.x.uid), f32, ("int", 0)],
+        )
         name = f"fft_image_cols_{tag}"
-        rows_launch(name, FK.forward_cols_source(name, fp.ax_h, half, fp.chunk * c, fp.in_rows),
-                    fp.chunk * c * half, fp.ax_h, [f32, f32])
+        rows_launch(
+            name,
+            FK.forward_cols_source(name, fp.ax_h, half, fp.chunk * c, fp.in_rows),
+            fp.chunk * c * half,
+            fp.ax_h,
+            [f32, f32],
+        )
 
         bm, bn, bc = fp.gemm_blocks()
         name = f"fft_gemm_{tag}"
         gemm = _dual(
             FK.gemm_source(name, fp.bins, fp.chunk, c, k, (bm, bn, bc), interpret=False),
-            FK.gemm_source(name, fp.bins, fp.chunk, c, k, (bm, bn, bc), interpret=True), name)
-        self.add_launch(gemm, (fp.bins, _cdiv(fp.chunk, bm) * _cdiv(k, bn)),
-                        {"num_warps": NUM_WARPS}, [f32, f32, f32], graph, cuda)
+            FK.gemm_source(name, fp.bins, fp.chunk, c, k, (bm, bn, bc), interpret=True),
+            name,
+        )
+        self.add_launch(
+            gemm,
+            (fp.bins, _cdiv(fp.chunk, bm) * _cdiv(k, bn)),
+            {"num_warps": NUM_WARPS},
+            [f32, f32, f32],
+            graph,
+            cuda,
+        )
 
         oth = fp.out_tile[0]
         name = f"fft_inverse_cols_{tag}"
-        rows_launch(name, FK.inverse_cols_source(name, fp.ax_h, half, fp.chunk * k, oth),
-                    fp.chunk * k * half, fp.ax_h, [f32, f32])
+        rows_launch(
+            name,
+            FK.inverse_cols_source(name, fp.ax_h, half, fp.chunk * k, oth),
+            fp.chunk * k * half,
+            fp.ax_h,
+            [f32, f32],
+        )
 
         params, body = epilogue(graph, a, "conv_fprop")
-        dst = FK.OutputTiles(k, fp.planes, fp.chunk, fp.tiles, fp.out_tile,
-                             tuple(geo.out_dims))
+        dst = FK.OutputTiles(k, fp.planes, fp.chunk, fp.tiles, fp.out_tile, tuple(geo.out_dims))
         name = f"fft_inverse_rows_{tag}"
-        src = FK.inverse_rows_source(name, fp.ax_w, half, 1.0 / (fp.ax_h.n * fp.ax_w.n), dst,
-                                     params, body)
+        src = FK.inverse_rows_source(
+            name, fp.ax_w, half, 1.0 / (fp.ax_h.n * fp.ax_w.n), dst, params, body
+        )
         block_n = min(FK.next_pow2(k), fp.ax_w.rows_per_program(k))
         rows_out = fp.ax_w.rows_per_program(fp.chunk * oth * block_n) // block_n
         rows_out = max(1, min(rows_out, FK.next_pow2(fp.chunk * oth)))
-        self.add_launch(kernel_from_source(src, name),
-                        (_cdiv(fp.chunk * oth, rows_out), _cdiv(k, block_n)),
-                        {"ROWS": rows_out, "BLOCK_N": block_n, "num_warps": NUM_WARPS},
-                        [f32, ("int", 0)] + fuse_epilogue.launch_args(a.ep), graph, cuda)
+        self.add_launch(
+            kernel_from_source(src, name),
+            (_cdiv(fp.chunk * oth, rows_out), _cdiv(k, block_n)),
+            {"ROWS": rows_out, "BLOCK_N": block_n, "num_warps": NUM_WARPS},
+            [f32, ("int", 0)] + fuse_epilogue.launch_args(a.ep),
+            graph,
+            cuda,
+        )
 
     def run(self, buffers, workspace, stream=None):
         fp = self.fp
         o = fp.regions()
-        spec_w, reg_a, reg_b = (workspace[o[i]:o[i + 1]].view(torch.float32) for i in range(3))
+        spec_w, reg_a, reg_b = (workspace[o[i] : o[i + 1]].view(torch.float32) for i in range(3))
         (fr, _), (fc, _), (xr, _), (xc, _), (gm, _), (yc, _), (yr, yargs) = self.launches
         x, w = buffers[fp.a.x.uid], buffers[fp.a.w.uid]
         ep_values = self.values(yargs[2:], buffers, None)
@@ -412,9 +494,17 @@ class _FftExecutable(Executable, LaunchList):
 def _dual(src_compiled: str, src_interpreted: str, name: str) -> DualKernel:
     """One kernel whose compiled and interpreted sources differ (the GEMM's dot
     precision: 3xTF32 compiled, plain float32 in the interpreter)."""
-    return DualKernel(kernel_from_source(src_compiled, name).compiled,
-                      kernel_from_source(src_interpreted, name).interpreted)
+    return DualKernel(
+        kernel_from_source(src_compiled, name).compiled,
+        kernel_from_source(src_interpreted, name).interpreted,
+    )
 
 
-__all__ = ["FftConvEngine", "FftTilingConvEngine", "plan_fft", "FftPlan", "fft_rules",
-           "plan_from_analysis"]
+__all__ = [
+    "FftConvEngine",
+    "FftTilingConvEngine",
+    "plan_fft",
+    "FftPlan",
+    "fft_rules",
+    "plan_from_analysis",
+]

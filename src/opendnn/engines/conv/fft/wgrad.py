@@ -58,6 +58,7 @@ operands with float32 transforms, any strides of x, dy and dw, both modes, any p
 any pointwise epilogue on dw. Numerical notes: FFT; TENSOR_CORE (the 3xTF32 GEMM);
 DOWN_CONVERT_INPUTS for half types.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -92,12 +93,14 @@ class FftWgradPlan(FftPlan):
     def buffers(self) -> dict:
         """float32 element counts (real and imaginary planes) of the work buffers."""
         r, oth = self.a.geo.filt[0], self.out_tile[0]
-        return {"DW": 2 * self.bins * self.k * self.c,
-                "RX": 2 * self.chunk * self.c * self.in_rows * self.half,
-                "RD": 2 * self.chunk * self.k * oth * self.half,
-                "RY": 2 * self.k * self.c * r * self.half,
-                "X": 2 * self.bins * self.chunk * self.c,
-                "D": 2 * self.bins * self.chunk * self.k}
+        return {
+            "DW": 2 * self.bins * self.k * self.c,
+            "RX": 2 * self.chunk * self.c * self.in_rows * self.half,
+            "RD": 2 * self.chunk * self.k * oth * self.half,
+            "RY": 2 * self.k * self.c * r * self.half,
+            "X": 2 * self.bins * self.chunk * self.c,
+            "D": 2 * self.bins * self.chunk * self.k,
+        }
 
     def regions(self) -> tuple:
         """Byte offsets (DW, A, B, C, end): the DW spectrum accumulates over all chunks; A
@@ -115,8 +118,10 @@ class FftWgradPlan(FftPlan):
 
     def gemm_blocks(self) -> tuple:
         """(BLOCK_M over K, BLOCK_N over C, BLOCK_P over the chunk's planes)."""
+
         def blk(v, cap):
             return min(cap, max(16, FK.next_pow2(v)))
+
         return blk(self.k, 64), blk(self.c, 64), blk(self.chunk, 32)
 
 
@@ -130,8 +135,9 @@ def fft_wgrad_rules(a: ConvAnalysis) -> str | None:
 
 
 @functools.lru_cache(maxsize=512)
-def plan_fft_wgrad(graph, tile: int = 0,
-                   budget: int = fft.TILING_WORKSPACE_BUDGET) -> FftWgradPlan | str:
+def plan_fft_wgrad(
+    graph, tile: int = 0, budget: int = fft.TILING_WORKSPACE_BUDGET
+) -> FftWgradPlan | str:
     """The plan of ``graph`` for conv_wgrad_fft (``tile`` 0) or conv_wgrad_fft_tiling
     (T x T tiles), planes chunked to ``budget`` bytes of buffers; or why not."""
     a = analyze(graph, "conv_wgrad")
@@ -145,18 +151,29 @@ def plan_fft_wgrad(graph, tile: int = 0,
     hp, wp = ho + r - 1, wo + s - 1
     if tile == 0:
         if hp > MAX_FFT_SIZE or wp > MAX_FFT_SIZE:
-            return (f"FFT transforms the whole padded image: {hp}x{wp} exceeds "
-                    f"{MAX_FFT_SIZE}x{MAX_FFT_SIZE} (FFT_TILING takes large images)")
-        one = FftWgradPlan(a, FK.smooth_length(hp), FK.smooth_length(wp), (1, 1), (ho, wo),
-                           max(1, min(hp, geo.pre[0] + geo.in_dims[0])), wp, 1)
+            return (
+                f"FFT transforms the whole padded image: {hp}x{wp} exceeds "
+                f"{MAX_FFT_SIZE}x{MAX_FFT_SIZE} (FFT_TILING takes large images)"
+            )
+        one = FftWgradPlan(
+            a,
+            FK.smooth_length(hp),
+            FK.smooth_length(wp),
+            (1, 1),
+            (ho, wo),
+            max(1, min(hp, geo.pre[0] + geo.in_dims[0])),
+            wp,
+            1,
+        )
     else:
         if r > tile - 1 or s > tile - 1:
-            return (f"filter {r}x{s} does not fit a {tile}x{tile} FFT tile "
-                    f"(at most {tile - 1}x{tile - 1})")
+            return (
+                f"filter {r}x{s} does not fit a {tile}x{tile} FFT tile "
+                f"(at most {tile - 1}x{tile - 1})"
+            )
         oth, otw = tile - r + 1, tile - s + 1
         ax = FK.transform(tile)
-        one = FftWgradPlan(a, ax, ax, (_cdiv(ho, oth), _cdiv(wo, otw)), (oth, otw), tile, tile,
-                           1)
+        one = FftWgradPlan(a, ax, ax, (_cdiv(ho, oth), _cdiv(wo, otw)), (oth, otw), tile, tile, 1)
     b = one.buffers()
     per_plane = 4 * (max(b["RX"], b["RD"]) + b["X"] + b["D"])
     chunk = max(1, min(one.planes, budget // per_plane))
@@ -173,19 +190,27 @@ def estimate_seconds(fp: FftWgradPlan, target: Target) -> float:
     oth = fp.out_tile[0]
     fw, fh = fp.ax_w.flops_per_row, fp.ax_h.flops_per_row
     stage, dot = fft.stage_pricer(fp, target)
-    pc = fp.chunks * fp.chunk          # planes actually processed
+    pc = fp.chunks * fp.chunk  # planes actually processed
     x_read = isz * min(n * c * h * w, pc * c * fp.in_rows * fp.in_len)
     dy_read = isz * min(n * k * ho * wo, pc * k * oth * fp.out_tile[1])
     bm, bn, bp = fp.gemm_blocks()
-    gemm_flops = 8.0 * bins * fp.chunks * (_cdiv(k, bm) * bm) * (_cdiv(c, bn) * bn) * \
-        (_cdiv(fp.chunk, bp) * bp)
-    t = (stage(pc * c * fp.in_rows * fw, x_read + 8 * pc * c * fp.in_rows * half)
-         + stage(pc * c * half * fh, 8 * pc * c * (fp.in_rows * half + bins))
-         + stage(pc * k * oth * fw, dy_read + 8 * pc * k * oth * half)
-         + stage(pc * k * half * fh, 8 * pc * k * (oth * half + bins))
-         + stage(gemm_flops, 8 * bins * (pc * (c + k) + (2 * fp.chunks - 1) * k * c), dot)
-         + stage(k * c * half * fh, 8 * k * c * (bins + r * half))
-         + stage(k * c * r * fw, 8 * k * c * r * half + fp.a.w.data_type.itemsize * k * c * r * s))
+    gemm_flops = (
+        8.0
+        * bins
+        * fp.chunks
+        * (_cdiv(k, bm) * bm)
+        * (_cdiv(c, bn) * bn)
+        * (_cdiv(fp.chunk, bp) * bp)
+    )
+    t = (
+        stage(pc * c * fp.in_rows * fw, x_read + 8 * pc * c * fp.in_rows * half)
+        + stage(pc * c * half * fh, 8 * pc * c * (fp.in_rows * half + bins))
+        + stage(pc * k * oth * fw, dy_read + 8 * pc * k * oth * half)
+        + stage(pc * k * half * fh, 8 * pc * k * (oth * half + bins))
+        + stage(gemm_flops, 8 * bins * (pc * (c + k) + (2 * fp.chunks - 1) * k * c), dot)
+        + stage(k * c * half * fh, 8 * k * c * (bins + r * half))
+        + stage(k * c * r * fw, 8 * k * c * r * half + fp.a.w.data_type.itemsize * k * c * r * s)
+    )
     return t + LAUNCH_SECONDS * (2 + 5 * fp.chunks)
 
 
@@ -207,6 +232,7 @@ class _WgradPlan:
 class FftWgradEngine(_WgradPlan, fft.FftConvEngine):
     """CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT: whole-image 2-D FFTs of x and dy, one complex
     K x C GEMM per bin reducing over the batch."""
+
     id = 22
     name = "conv_wgrad_fft"
 
@@ -214,6 +240,7 @@ class FftWgradEngine(_WgradPlan, fft.FftConvEngine):
 class FftTilingWgradEngine(_WgradPlan, fft.FftTilingConvEngine):
     """CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING: overlap-save over T x T image tiles
     (knob TILE), the GEMM reducing over (image, tile) pairs."""
+
     id = 23
     name = "conv_wgrad_fft_tiling"
 
@@ -230,8 +257,10 @@ def _epilogue(graph, fp: FftWgradPlan) -> tuple[list, str]:
         st = [0 if d == 1 else v for d, v in zip(dims, st)]
         tr = f"({r - 1} - o0)" if a.geo.flip else "o0"
         ts = f"({s - 1} - o1)" if a.geo.flip else "o1"
-        return (f"((nb * {st[0]} + {tr} * {st[2]} + {ts} * {st[3]})[:, None] + "
-                f"(offs_n * {st[1]})[None, :])")
+        return (
+            f"((nb * {st[0]} + {tr} * {st[2]} + {ts} * {st[3]})[:, None] + "
+            f"(offs_n * {st[1]})[None, :])"
+        )
 
     params, body = fuse_epilogue.source(graph, a.ep, off)
     return params, "ep_mask = mask_m[:, None] & mask_n[None, :]\n" + body
@@ -254,63 +283,112 @@ class _FftWgradExecutable(Executable, LaunchList):
 
         def rows_launch(name, src, rows, ax, args):
             blk = ax.rows_per_program(rows)
-            self.add_launch(kernel_from_source(src, name), (_cdiv(rows, blk),),
-                            {"B": blk, "num_warps": NUM_WARPS}, args, graph, cuda)
+            self.add_launch(
+                kernel_from_source(src, name),
+                (_cdiv(rows, blk),),
+                {"B": blk, "num_warps": NUM_WARPS},
+                args,
+                graph,
+                cuda,
+            )
 
         # the image tile of plane (n, ty, tx) starts at padded row ty*OTH: the dy tile's
         # first row, so lag r of the tile pair is lag r of the whole problem
-        img = FK.ImageRows(c, fp.in_rows, fp.in_len, fp.planes, fp.tiles, fp.out_tile,
-                           tuple(geo.pre), tuple(geo.in_dims), tuple(a.x.strides))
-        dyt = FK.ImageRows(k, oth, fp.out_tile[1], fp.planes, fp.tiles, fp.out_tile, (0, 0),
-                           tuple(geo.out_dims), tuple(a.y.strides))
-        for what, src, chans, in_rows, uid in (("x", img, c, fp.in_rows, a.x.uid),
-                                               ("dy", dyt, k, oth, a.y.uid)):
+        img = FK.ImageRows(
+            c,
+            fp.in_rows,
+            fp.in_len,
+            fp.planes,
+            fp.tiles,
+            fp.out_tile,
+            tuple(geo.pre),
+            tuple(geo.in_dims),
+            tuple(a.x.strides),
+        )
+        dyt = FK.ImageRows(
+            k,
+            oth,
+            fp.out_tile[1],
+            fp.planes,
+            fp.tiles,
+            fp.out_tile,
+            (0, 0),
+            tuple(geo.out_dims),
+            tuple(a.y.strides),
+        )
+        for what, src, chans, in_rows, uid in (
+            ("x", img, c, fp.in_rows, a.x.uid),
+            ("dy", dyt, k, oth, a.y.uid),
+        ):
             rows = fp.chunk * chans * in_rows
             name = f"fftw_{what}_rows_{tag}"
-            rows_launch(name, FK.forward_rows_source(name, src, fp.ax_w, half, rows), rows,
-                        fp.ax_w, [("buf", uid), f32, ("int", 0)])
+            rows_launch(
+                name,
+                FK.forward_rows_source(name, src, fp.ax_w, half, rows),
+                rows,
+                fp.ax_w,
+                [("buf", uid), f32, ("int", 0)],
+            )
             name = f"fftw_{what}_cols_{tag}"
-            rows_launch(name, FK.forward_cols_source(name, fp.ax_h, half, fp.chunk * chans,
-                                                     in_rows),
-                        fp.chunk * chans * half, fp.ax_h, [f32, f32])
+            rows_launch(
+                name,
+                FK.forward_cols_source(name, fp.ax_h, half, fp.chunk * chans, in_rows),
+                fp.chunk * chans * half,
+                fp.ax_h,
+                [f32, f32],
+            )
 
         blocks = fp.gemm_blocks()
         name = f"fftw_gemm_{tag}"
         gemm = DualKernel(
-            kernel_from_source(wgrad_gemm_source(name, fp.bins, fp.chunk, k, c, blocks, False),
-                               name).compiled,
-            kernel_from_source(wgrad_gemm_source(name, fp.bins, fp.chunk, k, c, blocks, True),
-                               name).interpreted)
+            kernel_from_source(
+                wgrad_gemm_source(name, fp.bins, fp.chunk, k, c, blocks, False), name
+            ).compiled,
+            kernel_from_source(
+                wgrad_gemm_source(name, fp.bins, fp.chunk, k, c, blocks, True), name
+            ).interpreted,
+        )
         grid = (fp.bins, _cdiv(k, blocks[0]) * _cdiv(c, blocks[1]))
-        for acc in (0, 1):          # the first chunk stores, the later ones add
-            self.add_launch(gemm, grid, {"ACC": acc, "num_warps": NUM_WARPS}, [f32, f32, f32],
-                            graph, cuda)
+        for acc in (0, 1):  # the first chunk stores, the later ones add
+            self.add_launch(
+                gemm, grid, {"ACC": acc, "num_warps": NUM_WARPS}, [f32, f32, f32], graph, cuda
+            )
 
         name = f"fftw_inverse_cols_{tag}"
-        rows_launch(name, FK.inverse_cols_source(name, fp.ax_h, half, k * c, r),
-                    k * c * half, fp.ax_h, [f32, f32])
+        rows_launch(
+            name,
+            FK.inverse_cols_source(name, fp.ax_h, half, k * c, r),
+            k * c * half,
+            fp.ax_h,
+            [f32, f32],
+        )
 
         # filter k is a plane of R output rows (the taps r) by C channels, cropped to S
         params, body = _epilogue(graph, fp)
         dst = FK.OutputTiles(c, k, k, (1, 1), (r, s), (r, s))
         name = f"fftw_inverse_rows_{tag}"
-        src = FK.inverse_rows_source(name, fp.ax_w, half, 1.0 / (fp.ax_h.n * fp.ax_w.n), dst,
-                                     params, body)
+        src = FK.inverse_rows_source(
+            name, fp.ax_w, half, 1.0 / (fp.ax_h.n * fp.ax_w.n), dst, params, body
+        )
         block_n = min(FK.next_pow2(c), fp.ax_w.rows_per_program(c))
         rows_out = fp.ax_w.rows_per_program(k * r * block_n) // block_n
         rows_out = max(1, min(rows_out, FK.next_pow2(k * r)))
-        self.add_launch(kernel_from_source(src, name),
-                        (_cdiv(k * r, rows_out), _cdiv(c, block_n)),
-                        {"ROWS": rows_out, "BLOCK_N": block_n, "num_warps": NUM_WARPS},
-                        [f32, ("int", 0)] + fuse_epilogue.launch_args(a.ep), graph, cuda)
+        self.add_launch(
+            kernel_from_source(src, name),
+            (_cdiv(k * r, rows_out), _cdiv(c, block_n)),
+            {"ROWS": rows_out, "BLOCK_N": block_n, "num_warps": NUM_WARPS},
+            [f32, ("int", 0)] + fuse_epilogue.launch_args(a.ep),
+            graph,
+            cuda,
+        )
 
     def run(self, buffers, workspace, stream=None):
         fp = self.fp
         o = fp.regions()
-        spec_dw, reg_a, reg_b, reg_c = (workspace[o[i]:o[i + 1]].view(torch.float32)
-                                        for i in range(4))
-        (xr, _), (xc, _), (dr, _), (dc, _), (gm0, _), (gm1, _), (yc, _), (yr, yargs) = \
-            self.launches
+        spec_dw, reg_a, reg_b, reg_c = (
+            workspace[o[i] : o[i + 1]].view(torch.float32) for i in range(4)
+        )
+        (xr, _), (xc, _), (dr, _), (dc, _), (gm0, _), (gm1, _), (yc, _), (yr, yargs) = self.launches
         x, dy = buffers[fp.a.x.uid], buffers[fp.a.y.uid]
         for q in range(fp.chunks):
             p0 = q * fp.chunk
@@ -323,5 +401,10 @@ class _FftWgradExecutable(Executable, LaunchList):
         yr.launch([reg_a, 0] + self.values(yargs[2:], buffers, None), stream)
 
 
-__all__ = ["FftWgradEngine", "FftTilingWgradEngine", "plan_fft_wgrad", "FftWgradPlan",
-           "fft_wgrad_rules"]
+__all__ = [
+    "FftWgradEngine",
+    "FftTilingWgradEngine",
+    "plan_fft_wgrad",
+    "FftWgradPlan",
+    "fft_wgrad_rules",
+]

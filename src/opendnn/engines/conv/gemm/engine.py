@@ -12,6 +12,7 @@ KCRS filters, (t, c) for KRSC -- so B is the filter itself viewed as a matrix. y
 every epilogue tensor) must walk its output pixels with one stride (true for packed NCHW
 and NHWC). A 1x1, stride-1, unpadded convolution needs no im2col: A is x itself.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -44,11 +45,11 @@ def _uniform(sizes, strides):
 
 @dataclasses.dataclass
 class GemmPlan:
-    a: object                 # ConvAnalysis
-    order: str                # "ct" or "tc": how kk enumerates (channel, tap)
-    kk_stride: int            # B's row stride (filter elements per kk step)
-    direct: bool              # 1x1/s1/p0: A is x itself, no im2col
-    views: dict               # uid -> (dims, strides) of y-shaped tensors as [N, G, P, K/G]
+    a: object  # ConvAnalysis
+    order: str  # "ct" or "tc": how kk enumerates (channel, tap)
+    kk_stride: int  # B's row stride (filter elements per kk step)
+    direct: bool  # 1x1/s1/p0: A is x itself, no im2col
+    views: dict  # uid -> (dims, strides) of y-shaped tensors as [N, G, P, K/G]
 
 
 @functools.lru_cache(maxsize=256)
@@ -63,13 +64,13 @@ def plan_gemm(graph) -> GemmPlan | str:
     ws = a.w.strides
     tap_stride = _uniform(geo.filt, ws[2:]) if taps > 1 else 0
     if taps == 1:
-        order, kk_stride = "ct", ws[1]            # kk = c
+        order, kk_stride = "ct", ws[1]  # kk = c
     elif cg == 1 and tap_stride is not None:
-        order, kk_stride = "tc", tap_stride       # depthwise: kk = t
+        order, kk_stride = "tc", tap_stride  # depthwise: kk = t
     elif tap_stride == 1 and ws[1] == taps:
-        order, kk_stride = "ct", 1                # KCRS: kk = c * taps + t
+        order, kk_stride = "ct", 1  # KCRS: kk = c * taps + t
     elif ws[1] == 1 and tap_stride == cg:
-        order, kk_stride = "tc", 1                # KRSC: kk = t * C/G + c
+        order, kk_stride = "tc", 1  # KRSC: kk = t * C/G + c
     else:
         return "the filter is neither KCRS- nor KRSC-packed: it is not a GEMM matrix"
     views = {}
@@ -82,9 +83,13 @@ def plan_gemm(graph) -> GemmPlan | str:
         sk = d.strides[1] if d.dims[1] != 1 else 0
         sp = sp if math.prod(d.dims[2:]) != 1 else 0
         views[u] = ([geo.n, geo.groups, math.prod(geo.out_dims), kg], [sn, kg * sk, sp, sk])
-    direct = (taps == 1 and all(s == 1 for s in geo.stride) and not any(geo.pre)
-              and tuple(geo.out_dims) == tuple(geo.in_dims)
-              and _uniform(geo.in_dims, a.x.strides[2:]) is not None)
+    direct = (
+        taps == 1
+        and all(s == 1 for s in geo.stride)
+        and not any(geo.pre)
+        and tuple(geo.out_dims) == tuple(geo.in_dims)
+        and _uniform(geo.in_dims, a.x.strides[2:]) is not None
+    )
     return GemmPlan(a, order, kk_stride, direct, views)
 
 
@@ -99,11 +104,15 @@ def _synthetic(graph, gp: GemmPlan) -> tuple:
         xs = a.x.strides
         a_strides = [xs[0], geo.c_per_group * xs[1], _uniform(geo.in_dims, xs[2:]), xs[1]]
     else:
-        a_strides = [geo.groups * p * kgemm, p * kgemm, kgemm, 1]   # the workspace matrix
+        a_strides = [geo.groups * p * kgemm, p * kgemm, kgemm, 1]  # the workspace matrix
     ta = g.tensor([geo.n, geo.groups, p, kgemm], a_strides, dt, name="A")
     ws = a.w.strides
-    tb = g.tensor([1, geo.groups, kgemm, geo.k_per_group],
-                  [0, geo.k_per_group * ws[0], gp.kk_stride, ws[0]], dt, name="B")
+    tb = g.tensor(
+        [1, geo.groups, kgemm, geo.k_per_group],
+        [0, geo.k_per_group * ws[0], gp.kk_stride, ws[0]],
+        dt,
+        name="B",
+    )
     mapping = {}
     tens = {}
 
@@ -111,9 +120,11 @@ def _synthetic(graph, gp: GemmPlan) -> tuple:
         if uid not in tens:
             d = graph.tensors[uid]
             dims, strides = gp.views[uid] if uid in gp.views else ([1], [1])
-            tens[uid] = g.tensor(dims, strides, d.data_type, name=d.name,
-                                 is_pass_by_value=d.is_pass_by_value)
+            tens[uid] = g.tensor(
+                dims, strides, d.data_type, name=d.name, is_pass_by_value=d.is_pass_by_value
+            )
         return tens[uid]
+
     c = g.matmul(ta, tb, name="conv_as_gemm")
     tens[a.y.uid] = c
     for n in a.ep.nodes:
@@ -132,6 +143,7 @@ def _synthetic(graph, gp: GemmPlan) -> tuple:
 
 class GemmConvEngine(MatmulDelegateEngine):
     """im2col into the workspace + the Triton matmul engine (epilogue fused there)."""
+
     id = 6
     name = "conv_gemm"
 
@@ -144,14 +156,28 @@ class GemmConvEngine(MatmulDelegateEngine):
         if gp.direct:
             return 0
         geo = gp.a.geo
-        return (geo.n * geo.groups * math.prod(geo.out_dims) * math.prod(geo.filt)
-                * geo.c_per_group * gp.a.x.data_type.itemsize)
+        return (
+            geo.n
+            * geo.groups
+            * math.prod(geo.out_dims)
+            * math.prod(geo.filt)
+            * geo.c_per_group
+            * gp.a.x.data_type.itemsize
+        )
 
     def build(self, graph, config, target) -> Executable:
         gp = plan_gemm(graph)
         _, mapping, a_uid, b_uid = _synthetic(graph, gp)
-        return _GemmExecutable(graph, gp, self.build_gemm(graph, config, target), mapping,
-                               a_uid, b_uid, self.workspace_prefix(graph), target)
+        return _GemmExecutable(
+            graph,
+            gp,
+            self.build_gemm(graph, config, target),
+            mapping,
+            a_uid,
+            b_uid,
+            self.workspace_prefix(graph),
+            target,
+        )
 
 
 class _GemmExecutable(Executable, LaunchList):
@@ -165,9 +191,14 @@ class _GemmExecutable(Executable, LaunchList):
         self.col_dtype = gp.a.x.torch_dtype
         if not gp.direct:
             src, name, grid, const = _im2col_source(gp)
-            self.add_launch(kernel_from_source(src, name), grid, const,
-                            [("buf", gp.a.x.uid), ("ws", gp.a.x.torch_dtype)], graph,
-                            target.is_cuda)
+            self.add_launch(
+                kernel_from_source(src, name),
+                grid,
+                const,
+                [("buf", gp.a.x.uid), ("ws", gp.a.x.torch_dtype)],
+                graph,
+                target.is_cuda,
+            )
 
     def run(self, buffers, workspace, stream=None):
         bufs = {syn: buffers[orig] for syn, orig in self.mapping.items() if orig in buffers}
@@ -175,9 +206,9 @@ class _GemmExecutable(Executable, LaunchList):
         if self.gp.direct:
             bufs[self.a_uid] = buffers[self.x_uid]
         else:
-            self.run_launches(buffers, workspace, stream)     # im2col into the workspace
-            bufs[self.a_uid] = workspace[:self.col_bytes].view(self.col_dtype)
-        rest = workspace[self.col_bytes:] if workspace is not None else None
+            self.run_launches(buffers, workspace, stream)  # im2col into the workspace
+            bufs[self.a_uid] = workspace[: self.col_bytes].view(self.col_dtype)
+        rest = workspace[self.col_bytes :] if workspace is not None else None
         self.inner.run(bufs, rest, stream)
 
 
@@ -189,13 +220,16 @@ def _im2col_source(gp: GemmPlan):
     kgemm = taps * cg
     rows = geo.n * geo.groups * p_total
     xs = a.x.strides
-    name = f"im2col_{abs(hash((geo, gp.order))) % 10 ** 12}"
+    name = f"im2col_{abs(hash((geo, gp.order))) % 10**12}"
     ind = "    "
-    L = ["@triton.jit", f"def {name}(X, COL, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):",
-         f"{ind}rr = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)",
-         f"{ind}kk = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)",
-         f"{ind}mask_r = rr < {rows}",
-         f"{ind}mask_k = kk < {kgemm}"]
+    L = [
+        "@triton.jit",
+        f"def {name}(X, COL, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):",
+        f"{ind}rr = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)",
+        f"{ind}kk = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)",
+        f"{ind}mask_r = rr < {rows}",
+        f"{ind}mask_k = kk < {kgemm}",
+    ]
     # rr -> (n, g, o_0..): row-major over [N, G, out...]
     names = ["nb", "gg"] + [f"o{i}" for i in range(d)]
     sizes = [geo.n, geo.groups] + list(geo.out_dims)
@@ -216,14 +250,22 @@ def _im2col_source(gp: GemmPlan):
     off = [f"(nb * {xs[0]} + gg * {cg * xs[1]})[:, None]", f"(c * {xs[1]})[None, :]"]
     for i in range(d):
         fr = f"({geo.filt[i] - 1} - {rn[i]})" if geo.flip else rn[i]
-        L.append(f"{ind}h{i} = (o{i} * {geo.stride[i]} - {geo.pre[i]})[:, None] + "
-                 f"({fr} * {geo.dilation[i]})[None, :]")
+        L.append(
+            f"{ind}h{i} = (o{i} * {geo.stride[i]} - {geo.pre[i]})[:, None] + "
+            f"({fr} * {geo.dilation[i]})[None, :]"
+        )
         valid.append(f"(h{i} >= 0) & (h{i} < {geo.in_dims[i]})")
         off.append(f"h{i} * {xs[2 + i]}")
     L.append(f"{ind}v = tl.load(X + {' + '.join(off)}, mask={' & '.join(valid)}, other=0.0)")
-    L.append(f"{ind}tl.store(COL + rr[:, None] * {kgemm} + kk[None, :], v, "
-             "mask=mask_r[:, None] & mask_k[None, :])")
+    L.append(
+        f"{ind}tl.store(COL + rr[:, None] * {kgemm} + kk[None, :], v, "
+        "mask=mask_r[:, None] & mask_k[None, :])"
+    )
     src = "\n".join(L) + "\n"
     br, bk = 64, 64
-    return src, name, (-(-rows // br), -(-kgemm // bk)), {"BLOCK_R": br, "BLOCK_K": bk,
-                                                          "num_warps": 4}
+    return (
+        src,
+        name,
+        (-(-rows // br), -(-kgemm // bk)),
+        {"BLOCK_R": br, "BLOCK_K": bk, "num_warps": 4},
+    )

@@ -7,6 +7,7 @@ dY must walk (n, pixel) with one stride (packed NHWC does; NCHW with K > 1 does 
 the filter gradient must be a KCRS- or KRSC-packed matrix; one group. The epilogue may
 scale or cast dW (host scalars only).
 """
+
 from __future__ import annotations
 
 import functools
@@ -32,7 +33,7 @@ def plan_wgrad(graph) -> tuple | str:
     if a.ep.inputs:
         return "the GEMM backward filter's epilogue takes host scalars only"
     taps, cg = math.prod(geo.filt), geo.c_per_group
-    ws = a.w.strides                      # dW's strides
+    ws = a.w.strides  # dW's strides
     tap_stride = _uniform(geo.filt, ws[2:]) if taps > 1 else 0
     if taps == 1:
         order, kk_stride = "ct", ws[1]
@@ -42,7 +43,7 @@ def plan_wgrad(graph) -> tuple | str:
         order, kk_stride = "tc", 1
     else:
         return "dW is neither KCRS- nor KRSC-packed: it is not a GEMM matrix"
-    ds = a.y.strides                      # dY's strides
+    ds = a.y.strides  # dY's strides
     q_stride = _uniform([geo.n] + list(geo.out_dims), [ds[0]] + list(ds[2:]))
     if q_stride is None:
         return "dY does not walk (n, pixel) with one stride (NHWC-packed needed)"
@@ -67,11 +68,13 @@ def _gemm_graph(graph, gp: GemmPlan, q_stride: int):
                 d = graph.tensors[u]
                 tens[u] = g.tensor([1], [1], d.data_type, is_pass_by_value=True, name=d.name)
             ins.append(tens[u])
-        tens[n.outputs["OUT_0"]] = g._pointwise(n.mode, ins, n.name, n.compute_data_type,
-                                                **n.op_attrs())
+        tens[n.outputs["OUT_0"]] = g._pointwise(
+            n.mode, ins, n.name, n.compute_data_type, **n.op_attrs()
+        )
     for u in a.ep.outputs:
         tens[u].set_output(True).set_dim([geo.k_per_group, kgemm]).set_stride(
-            [a.w.strides[0], gp.kk_stride]).set_data_type(graph.tensors[u].data_type)
+            [a.w.strides[0], gp.kk_stride]
+        ).set_data_type(graph.tensors[u].data_type)
     g.validate()
     mapping = {t_.uid: orig for orig, t_ in tens.items()}
     return g.op_graph, mapping, tb.uid
@@ -88,14 +91,26 @@ class GemmWgradEngine(MatmulDelegateEngine):
     def extra_bytes(self, graph) -> int:
         gp = plan_wgrad(graph)[0]
         geo = gp.a.geo
-        return (geo.n * math.prod(geo.out_dims) * math.prod(geo.filt) * geo.c_per_group *
-                gp.a.x.data_type.itemsize)
+        return (
+            geo.n
+            * math.prod(geo.out_dims)
+            * math.prod(geo.filt)
+            * geo.c_per_group
+            * gp.a.x.data_type.itemsize
+        )
 
     def build(self, graph, config, target) -> Executable:
         gp, q_stride = plan_wgrad(graph)
         _, mapping, b_uid = _gemm_graph(graph, gp, q_stride)
-        return _Exec(graph, gp, self.build_gemm(graph, config, target), mapping, b_uid,
-                     self.workspace_prefix(graph), target)
+        return _Exec(
+            graph,
+            gp,
+            self.build_gemm(graph, config, target),
+            mapping,
+            b_uid,
+            self.workspace_prefix(graph),
+            target,
+        )
 
 
 class _Exec(Executable, LaunchList):
@@ -105,12 +120,17 @@ class _Exec(Executable, LaunchList):
         self.col_dtype = gp.a.x.torch_dtype
         self.workspace_size = col_bytes + inner.workspace_size
         src, name, grid, const = _im2col_source(gp)
-        self.add_launch(kernel_from_source(src, name), grid, const,
-                        [("buf", gp.a.x.uid), ("ws", gp.a.x.torch_dtype)], graph,
-                        target.is_cuda)
+        self.add_launch(
+            kernel_from_source(src, name),
+            grid,
+            const,
+            [("buf", gp.a.x.uid), ("ws", gp.a.x.torch_dtype)],
+            graph,
+            target.is_cuda,
+        )
 
     def run(self, buffers, workspace, stream=None):
-        self.run_launches(buffers, workspace, stream)     # im2col into the workspace
+        self.run_launches(buffers, workspace, stream)  # im2col into the workspace
         bufs = {syn: buffers[orig] for syn, orig in self.mapping.items() if orig in buffers}
-        bufs[self.b_uid] = workspace[:self.col_bytes].view(self.col_dtype)
-        self.inner.run(bufs, workspace[self.col_bytes:], stream)
+        bufs[self.b_uid] = workspace[: self.col_bytes].view(self.col_dtype)
+        self.inner.run(bufs, workspace[self.col_bytes :], stream)

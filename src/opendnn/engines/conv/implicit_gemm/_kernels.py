@@ -18,6 +18,7 @@ innermost reduction index, so in NHWC both slabs are contiguous along BLOCK_K. S
 strides are literals in the source. The epilogue (bias, activation, residual, casts) runs
 on the float32 tile with the same emitter as the matmul engine.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,10 +38,19 @@ class ConvKnobs:
 
 def knob_space() -> list[ConvKnobs]:
     out = []
-    for bm, bn, bk, w, st in [(128, 128, 64, 8, 3), (128, 64, 64, 4, 4), (128, 128, 32, 8, 4),
-                              (64, 128, 64, 4, 4), (128, 64, 32, 4, 3), (64, 64, 64, 4, 3),
-                              (64, 32, 32, 4, 2), (32, 32, 16, 4, 2), (256, 128, 64, 8, 3),
-                              (128, 256, 64, 8, 3), (64, 64, 16, 4, 3)]:
+    for bm, bn, bk, w, st in [
+        (128, 128, 64, 8, 3),
+        (128, 64, 64, 4, 4),
+        (128, 128, 32, 8, 4),
+        (64, 128, 64, 4, 4),
+        (128, 64, 32, 4, 3),
+        (64, 64, 64, 4, 3),
+        (64, 32, 32, 4, 2),
+        (32, 32, 16, 4, 2),
+        (256, 128, 64, 8, 3),
+        (128, 256, 64, 8, 3),
+        (64, 64, 16, 4, 3),
+    ]:
         out.append(ConvKnobs(bm, bn, bk, w, st))
     return out
 
@@ -56,8 +66,16 @@ def _div_chain(var: str, sizes: list, names: list, ind: str, tmp: str) -> list[s
     return lines
 
 
-def pixel_tile_header(name: str, inputs: list, params: list, constexprs: list,
-                      geo: ConvGeometry, pixel_dims, n_cols: int, kn: ConvKnobs) -> list[str]:
+def pixel_tile_header(
+    name: str,
+    inputs: list,
+    params: list,
+    constexprs: list,
+    geo: ConvGeometry,
+    pixel_dims,
+    n_cols: int,
+    kn: ConvKnobs,
+) -> list[str]:
     """The opening of a kernel whose tile is (output-like pixels x channels): signature,
     program ids (axis 0 tiles, axis 1 the group), ``offs_m``/``mask_m`` over the pixels,
     ``offs_n``/``mask_n`` over ``n_cols`` channels, and pixels split into nb, o_0.."""
@@ -65,17 +83,21 @@ def pixel_tile_header(name: str, inputs: list, params: list, constexprs: list,
     ind = "    "
     m_total = geo.n * _prod(pixel_dims)
     sig = inputs + params + [f"{c}: tl.constexpr" for c in constexprs]
-    lines = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(sig)}):",
-             f"{ind}pid = tl.program_id(0)",
-             f"{ind}g = tl.program_id(1){i64}",
-             f"{ind}num_pid_n = {-(-n_cols // kn.BLOCK_N)}",
-             f"{ind}num_pid_m = {-(-m_total // kn.BLOCK_M)}",
-             f"{ind}pid_m = pid // num_pid_n",
-             f"{ind}pid_n = pid % num_pid_n",
-             f"{ind}offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)){i64}",
-             f"{ind}mask_m = offs_m < {m_total}",
-             f"{ind}offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
-             f"{ind}mask_n = offs_n < {n_cols}"]
+    lines = [
+        COMBINE_HELPERS,
+        "@triton.jit",
+        f"def {name}({', '.join(sig)}):",
+        f"{ind}pid = tl.program_id(0)",
+        f"{ind}g = tl.program_id(1){i64}",
+        f"{ind}num_pid_n = {-(-n_cols // kn.BLOCK_N)}",
+        f"{ind}num_pid_m = {-(-m_total // kn.BLOCK_M)}",
+        f"{ind}pid_m = pid // num_pid_n",
+        f"{ind}pid_n = pid % num_pid_n",
+        f"{ind}offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)){i64}",
+        f"{ind}mask_m = offs_m < {m_total}",
+        f"{ind}offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
+        f"{ind}mask_n = offs_n < {n_cols}",
+    ]
     names = ["nb"] + [f"o{i}" for i in range(len(pixel_dims))]
     return lines + _div_chain("offs_m", [geo.n] + list(pixel_dims), names, ind, "_qm")
 
@@ -96,9 +118,20 @@ def tap_lines(geo: ConvGeometry, ind: str, valid: list, x_off: list, w_off: list
     return lines
 
 
-def fprop_source(name: str, geo: ConvGeometry, kn: ConvKnobs, *, epilogue_params: list[str],
-                 epilogue_body: str, allow_tf32: bool, interpret: bool, fp32_inputs: bool,
-                 prologue_body: str = "", precomp: bool = False, int8: bool = False) -> str:
+def fprop_source(
+    name: str,
+    geo: ConvGeometry,
+    kn: ConvKnobs,
+    *,
+    epilogue_params: list[str],
+    epilogue_body: str,
+    allow_tf32: bool,
+    interpret: bool,
+    fp32_inputs: bool,
+    prologue_body: str = "",
+    precomp: bool = False,
+    int8: bool = False,
+) -> str:
     """``precomp``: read each pixel's base offset and coordinates from table PIX and each
     tap's offsets from table TAP (see ``precomp_tables``) instead of computing them.
     ``int8``: int8 operands, int32 accumulation (exact), float32 into the epilogue."""
@@ -109,13 +142,22 @@ def fprop_source(name: str, geo: ConvGeometry, kn: ConvKnobs, *, epilogue_params
     o = [f"o{i}" for i in range(d)]
     [f"r{i}" for i in range(d)]
     inputs = ["X", "W", "PIX", "TAP"] if precomp else ["X", "W"]
-    L = pixel_tile_header(name, inputs, epilogue_params, ["BLOCK_M", "BLOCK_N", "BLOCK_K"],
-                          geo, geo.out_dims, geo.k_per_group, kn)
+    L = pixel_tile_header(
+        name,
+        inputs,
+        epilogue_params,
+        ["BLOCK_M", "BLOCK_N", "BLOCK_K"],
+        geo,
+        geo.out_dims,
+        geo.k_per_group,
+        kn,
+    )
     xs = geo.x_strides
     if precomp:
         L.append(f"{ind}pix = offs_m * {1 + d}")
-        L.append(f"{ind}x_row = tl.load(PIX + pix, mask=mask_m, other=0) + "
-                 f"g * {geo.c_per_group * xs[1]}")
+        L.append(
+            f"{ind}x_row = tl.load(PIX + pix, mask=mask_m, other=0) + g * {geo.c_per_group * xs[1]}"
+        )
         for i in range(d):
             L.append(f"{ind}base{i} = tl.load(PIX + pix + {1 + i}, mask=mask_m, other=0)")
     else:
@@ -124,8 +166,11 @@ def fprop_source(name: str, geo: ConvGeometry, kn: ConvKnobs, *, epilogue_params
             L.append(f"{ind}base{i} = {o[i]} * {geo.stride[i]} - {geo.pre[i]}")
     ws = geo.w_strides
     L.append(f"{ind}w_col = (g * {geo.k_per_group} + offs_n) * {ws[0]}")
-    L.append(f"{ind}acc = tl.full([BLOCK_M, BLOCK_N], 0, tl.int32)" if int8 else
-             f"{ind}acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)")
+    L.append(
+        f"{ind}acc = tl.full([BLOCK_M, BLOCK_N], 0, tl.int32)"
+        if int8
+        else f"{ind}acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)"
+    )
     L.append(f"{ind}for it in range(0, {taps * cb}):")
     L.append(f"{ind2}t = it // {cb}")
     L.append(f"{ind2}c0 = (it % {cb}) * BLOCK_K")
@@ -146,17 +191,27 @@ def fprop_source(name: str, geo: ConvGeometry, kn: ConvKnobs, *, epilogue_params
     L.append(f"{ind2}valid = " + " & ".join(valid))
     L.append(f"{ind2}cc = c0 + tl.arange(0, BLOCK_K)")
     L.append(f"{ind2}mask_c = cc < {geo.c_per_group}")
-    L.append(f"{ind2}a = tl.load(X + ({' + '.join(x_off)})[:, None] + (cc * {xs[1]})[None, :], "
-             f"mask=valid[:, None] & mask_c[None, :], other=0.0)")
+    L.append(
+        f"{ind2}a = tl.load(X + ({' + '.join(x_off)})[:, None] + (cc * {xs[1]})[None, :], "
+        f"mask=valid[:, None] & mask_c[None, :], other=0.0)"
+    )
     for line in prologue_body.strip("\n").split("\n") if prologue_body else []:
         L.append(ind2 + line)
-    L.append(f"{ind2}b = tl.load(W + w_col[None, :] + (cc * {ws[1]})[:, None] + "
-             f"{' + '.join(w_off)}, mask=mask_c[:, None] & mask_n[None, :], other=0.0)")
+    L.append(
+        f"{ind2}b = tl.load(W + w_col[None, :] + (cc * {ws[1]})[:, None] + "
+        f"{' + '.join(w_off)}, mask=mask_c[:, None] & mask_n[None, :], other=0.0)"
+    )
     if int8:
         # per step |sum| <= BLOCK_K * 128^2 < 2^24: the interpreter's float32 dot is exact
-        L.append(ind2 + ("acc += tl.dot(a.to(tl.float32), b.to(tl.float32), "
-                         "input_precision='ieee').to(tl.int32)" if interpret else
-                         "acc += tl.dot(a, b, out_dtype=tl.int32)"))
+        L.append(
+            ind2
+            + (
+                "acc += tl.dot(a.to(tl.float32), b.to(tl.float32), "
+                "input_precision='ieee').to(tl.int32)"
+                if interpret
+                else "acc += tl.dot(a, b, out_dtype=tl.int32)"
+            )
+        )
         L.append(f"{ind}acc = acc.to(tl.float32)")
     else:
         L.append(ind2 + _dot_line(allow_tf32, interpret, fp32_inputs))
@@ -173,6 +228,7 @@ def precomp_tables(geo: ConvGeometry):
     import itertools
 
     import numpy as np
+
     d = len(geo.out_dims)
     xs, ws = geo.x_strides, geo.w_strides
     idx = np.indices([geo.n] + list(geo.out_dims)).reshape(d + 1, -1)
@@ -181,9 +237,13 @@ def precomp_tables(geo: ConvGeometry):
     taps = []
     for r in itertools.product(*[range(f) for f in geo.filt]):
         fr = [geo.filt[i] - 1 - r[i] if geo.flip else r[i] for i in range(d)]
-        taps.append([sum(r[i] * geo.dilation[i] * xs[2 + i] for i in range(d)),
-                     sum(fr[i] * ws[2 + i] for i in range(d))] +
-                    [r[i] * geo.dilation[i] for i in range(d)])
+        taps.append(
+            [
+                sum(r[i] * geo.dilation[i] * xs[2 + i] for i in range(d)),
+                sum(fr[i] * ws[2 + i] for i in range(d)),
+            ]
+            + [r[i] * geo.dilation[i] for i in range(d)]
+        )
     return pix.astype(np.int64).reshape(-1), np.asarray(taps, dtype=np.int64).reshape(-1)
 
 
@@ -194,8 +254,14 @@ def grid(geo: ConvGeometry, kn: ConvKnobs) -> tuple:
     return (-(-m_total // kn.BLOCK_M) * -(-geo.k_per_group // kn.BLOCK_N), geo.groups)
 
 
-def estimate_seconds(geo: ConvGeometry, kn: ConvKnobs, dtype_bytes: int, peak_flops: float,
-                     bandwidth: float, num_sms: int) -> float:
+def estimate_seconds(
+    geo: ConvGeometry,
+    kn: ConvKnobs,
+    dtype_bytes: int,
+    peak_flops: float,
+    bandwidth: float,
+    num_sms: int,
+) -> float:
     """Roofline with tile quantization: padded tiles do useless work, and the last wave of
     programs may leave SMs idle; a tenth of the lesser bound is added to the greater."""
     m_total = geo.n
@@ -211,9 +277,11 @@ def estimate_seconds(geo: ConvGeometry, kn: ConvKnobs, dtype_bytes: int, peak_fl
     programs = tiles_m * tiles_n * geo.groups
     waves = -(-programs // num_sms)
     fill = programs / (waves * num_sms)
-    bytes_ = dtype_bytes * (m_total * geo.c_per_group * geo.groups +
-                            geo.k_per_group * k_gemm * geo.groups +
-                            m_total * geo.k_per_group * geo.groups)
+    bytes_ = dtype_bytes * (
+        m_total * geo.c_per_group * geo.groups
+        + geo.k_per_group * k_gemm * geo.groups
+        + m_total * geo.k_per_group * geo.groups
+    )
     small_tile = 0.6 if kn.BLOCK_M * kn.BLOCK_N < 64 * 64 else 0.85
     compute = flops / (peak_flops * small_tile * max(fill, 1e-3))
     memory = bytes_ / bandwidth
@@ -224,28 +292,45 @@ def estimate_seconds(geo: ConvGeometry, kn: ConvKnobs, dtype_bytes: int, peak_fl
 
 
 # ---- backward data -------------------------------------------------------------------------
-def dgrad_source(name: str, geo: ConvGeometry, kn: ConvKnobs, *, dy_strides: tuple,
-                 epilogue_params: list[str], epilogue_body: str, allow_tf32: bool,
-                 interpret: bool, fp32_inputs: bool) -> str:
+def dgrad_source(
+    name: str,
+    geo: ConvGeometry,
+    kn: ConvKnobs,
+    *,
+    dy_strides: tuple,
+    epilogue_params: list[str],
+    epilogue_body: str,
+    allow_tf32: bool,
+    interpret: bool,
+    fp32_inputs: bool,
+) -> str:
     """dx as an implicit GEMM over dx's pixels (see the module docstring):
 
-        M = N * prod(in), N_gemm = C/G, K_gemm = prod(filt) * K/G
-        A[m, (t, k)] = dy[n, g*K/G + k, o],  o_i = (i_i + pre_i - r_i*dil_i) / stride_i
-                       (0 unless that division is exact and o_i is inside dy)
-        B[(t, k), c] = w[g*K/G + k, c, r]
+    M = N * prod(in), N_gemm = C/G, K_gemm = prod(filt) * K/G
+    A[m, (t, k)] = dy[n, g*K/G + k, o],  o_i = (i_i + pre_i - r_i*dil_i) / stride_i
+                   (0 unless that division is exact and o_i is inside dy)
+    B[(t, k), c] = w[g*K/G + k, c, r]
     """
     d = len(geo.in_dims)
     geo.n * _prod(geo.in_dims)
     taps = _prod(geo.filt)
     kb = -(-geo.k_per_group // kn.BLOCK_K)
     ind, ind2 = "    ", "        "
-    px = [f"o{i}" for i in range(d)]           # dx pixel coordinates (named o* for the epilogue)
+    px = [f"o{i}" for i in range(d)]  # dx pixel coordinates (named o* for the epilogue)
     r = [f"r{i}" for i in range(d)]
-    L = pixel_tile_header(name, ["DY", "W"], epilogue_params, ["BLOCK_M", "BLOCK_N", "BLOCK_K"],
-                          geo, geo.in_dims, geo.c_per_group, kn)
+    L = pixel_tile_header(
+        name,
+        ["DY", "W"],
+        epilogue_params,
+        ["BLOCK_M", "BLOCK_N", "BLOCK_K"],
+        geo,
+        geo.in_dims,
+        geo.c_per_group,
+        kn,
+    )
     ds, ws = dy_strides, geo.w_strides
     L.append(f"{ind}dy_row = nb * {ds[0]} + g * {geo.k_per_group * ds[1]}")
-    L.append(f"{ind}w_col = offs_n * {ws[1]}")   # the filter's C axis is per group already
+    L.append(f"{ind}w_col = offs_n * {ws[1]}")  # the filter's C axis is per group already
     L.append(f"{ind}acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)")
     L.append(f"{ind}for it in range(0, {taps * kb}):")
     L.append(f"{ind2}t = it // {kb}")
@@ -264,11 +349,15 @@ def dgrad_source(name: str, geo: ConvGeometry, kn: ConvKnobs, *, dy_strides: tup
     L.append(f"{ind2}valid = " + " & ".join(valid))
     L.append(f"{ind2}kk = k0 + tl.arange(0, BLOCK_K)")
     L.append(f"{ind2}mask_k = kk < {geo.k_per_group}")
-    L.append(f"{ind2}a = tl.load(DY + ({' + '.join(a_off)})[:, None] + (kk * {ds[1]})[None, :], "
-             f"mask=valid[:, None] & mask_k[None, :], other=0.0)")
-    L.append(f"{ind2}b = tl.load(W + w_col[None, :] + ((g * {geo.k_per_group} + kk) * {ws[0]})"
-             f"[:, None] + {' + '.join(w_off)}, mask=mask_k[:, None] & mask_n[None, :], "
-             "other=0.0)")
+    L.append(
+        f"{ind2}a = tl.load(DY + ({' + '.join(a_off)})[:, None] + (kk * {ds[1]})[None, :], "
+        f"mask=valid[:, None] & mask_k[None, :], other=0.0)"
+    )
+    L.append(
+        f"{ind2}b = tl.load(W + w_col[None, :] + ((g * {geo.k_per_group} + kk) * {ws[0]})"
+        f"[:, None] + {' + '.join(w_off)}, mask=mask_k[:, None] & mask_n[None, :], "
+        "other=0.0)"
+    )
     L.append(ind2 + _dot_line(allow_tf32, interpret, fp32_inputs))
     for line in epilogue_body.strip("\n").split("\n"):
         L.append(ind + line)
@@ -276,14 +365,26 @@ def dgrad_source(name: str, geo: ConvGeometry, kn: ConvKnobs, *, dy_strides: tup
 
 
 def dgrad_grid(geo: ConvGeometry, kn: ConvKnobs) -> tuple:
-    return (-(-geo.n * _prod(geo.in_dims) // kn.BLOCK_M) * -(-geo.c_per_group // kn.BLOCK_N),
-            geo.groups)
+    return (
+        -(-geo.n * _prod(geo.in_dims) // kn.BLOCK_M) * -(-geo.c_per_group // kn.BLOCK_N),
+        geo.groups,
+    )
 
 
 # ---- backward filter -----------------------------------------------------------------------
-def wgrad_source(name: str, geo: ConvGeometry, kn: ConvKnobs, *, dy_strides: tuple,
-                 epilogue_params: list[str], epilogue_body: str, allow_tf32: bool,
-                 interpret: bool, fp32_inputs: bool, split: int = 1) -> str:
+def wgrad_source(
+    name: str,
+    geo: ConvGeometry,
+    kn: ConvKnobs,
+    *,
+    dy_strides: tuple,
+    epilogue_params: list[str],
+    epilogue_body: str,
+    allow_tf32: bool,
+    interpret: bool,
+    fp32_inputs: bool,
+    split: int = 1,
+) -> str:
     """dw per filter tap as a GEMM over the output pixels (deterministic: each dw element
     is summed by one program in a fixed order):
 
@@ -297,25 +398,31 @@ def wgrad_source(name: str, geo: ConvGeometry, kn: ConvKnobs, *, dy_strides: tup
     ind, ind2 = "    ", "        "
     o = [f"o{i}" for i in range(d)]
     r = [f"r{i}" for i in range(d)]
-    sig = ["X", "DY"] + epilogue_params + ["BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr",
-                                           "BLOCK_K: tl.constexpr"]
+    sig = (
+        ["X", "DY"]
+        + epilogue_params
+        + ["BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr", "BLOCK_K: tl.constexpr"]
+    )
     tiles_n = -(-geo.c_per_group // kn.BLOCK_N)
-    L = ["@triton.jit", f"def {name}({', '.join(sig)}):",
-         f"{ind}pid = tl.program_id(0)",
-         f"{ind}t = tl.program_id(1)",
-         f"{ind}g = tl.program_id(2){i64}",
-         f"{ind}pid_m = pid // {tiles_n}",
-         f"{ind}pid_n = pid % {tiles_n}",
-         f"{ind}offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
-         f"{ind}mask_m = offs_m < {geo.k_per_group}",
-         f"{ind}offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
-         f"{ind}mask_n = offs_n < {geo.c_per_group}"]
+    L = [
+        "@triton.jit",
+        f"def {name}({', '.join(sig)}):",
+        f"{ind}pid = tl.program_id(0)",
+        f"{ind}t = tl.program_id(1)",
+        f"{ind}g = tl.program_id(2){i64}",
+        f"{ind}pid_m = pid // {tiles_n}",
+        f"{ind}pid_n = pid % {tiles_n}",
+        f"{ind}offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
+        f"{ind}mask_m = offs_m < {geo.k_per_group}",
+        f"{ind}offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
+        f"{ind}mask_n = offs_n < {geo.c_per_group}",
+    ]
     L += _div_chain("t", list(geo.filt), r, ind, "_qt")
     ds, xs = dy_strides, geo.x_strides
     L.append(f"{ind}dy_k = (g * {geo.k_per_group} + offs_m) * {ds[1]}")
     L.append(f"{ind}x_c = (g * {geo.c_per_group} + offs_n) * {xs[1]}")
     L.append(f"{ind}acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)")
-    if split > 1:   # this program's slice of the pixels (programs along axis 0 by split)
+    if split > 1:  # this program's slice of the pixels (programs along axis 0 by split)
         chunk = -(-(-(-p_total // split)) // kn.BLOCK_K) * kn.BLOCK_K
         L.append(f"{ind}sp = pid % {split}")
         L.append(f"{ind}pid = pid // {split}")
@@ -335,15 +442,21 @@ def wgrad_source(name: str, geo: ConvGeometry, kn: ConvKnobs, *, dy_strides: tup
     L += _div_chain("pp", [geo.n] + list(geo.out_dims), ["nb"] + o, ind2, "_qp")
     valid, b_off, a_off = ["mask_p"], [f"nb * {xs[0]}"], [f"nb * {ds[0]}"]
     for i in range(d):
-        L.append(f"{ind2}h{i} = {o[i]} * {geo.stride[i]} - {geo.pre[i]} + {r[i]} * {geo.dilation[i]}")
+        L.append(
+            f"{ind2}h{i} = {o[i]} * {geo.stride[i]} - {geo.pre[i]} + {r[i]} * {geo.dilation[i]}"
+        )
         valid.append(f"(h{i} >= 0) & (h{i} < {geo.in_dims[i]})")
         b_off.append(f"h{i} * {xs[2 + i]}")
         a_off.append(f"{o[i]} * {ds[2 + i]}")
     L.append(f"{ind2}valid = " + " & ".join(valid))
-    L.append(f"{ind2}a = tl.load(DY + dy_k[:, None] + ({' + '.join(a_off)})[None, :], "
-             f"mask=mask_m[:, None] & mask_p[None, :], other=0.0)")
-    L.append(f"{ind2}b = tl.load(X + ({' + '.join(b_off)})[:, None] + x_c[None, :], "
-             f"mask=valid[:, None] & mask_n[None, :], other=0.0)")
+    L.append(
+        f"{ind2}a = tl.load(DY + dy_k[:, None] + ({' + '.join(a_off)})[None, :], "
+        f"mask=mask_m[:, None] & mask_p[None, :], other=0.0)"
+    )
+    L.append(
+        f"{ind2}b = tl.load(X + ({' + '.join(b_off)})[:, None] + x_c[None, :], "
+        f"mask=valid[:, None] & mask_n[None, :], other=0.0)"
+    )
     L.append(ind2 + _dot_line(allow_tf32, interpret, fp32_inputs))
     for line in epilogue_body.strip("\n").split("\n"):
         L.append(ind + line)
@@ -351,12 +464,15 @@ def wgrad_source(name: str, geo: ConvGeometry, kn: ConvKnobs, *, dy_strides: tup
 
 
 def wgrad_grid(geo: ConvGeometry, kn: ConvKnobs) -> tuple:
-    return (-(-geo.k_per_group // kn.BLOCK_M) * -(-geo.c_per_group // kn.BLOCK_N),
-            _prod(geo.filt), geo.groups)
+    return (
+        -(-geo.k_per_group // kn.BLOCK_M) * -(-geo.c_per_group // kn.BLOCK_N),
+        _prod(geo.filt),
+        geo.groups,
+    )
 
 
 def _dot_line(allow_tf32: bool, interpret: bool, fp32_inputs: bool) -> str:
-    if interpret:   # the 3.6 interpreter's dot is wrong on bfloat16: widen there only
+    if interpret:  # the 3.6 interpreter's dot is wrong on bfloat16: widen there only
         return "acc += tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision='ieee')"
     if fp32_inputs:
         return f"acc += tl.dot(a, b, input_precision='{'tf32' if allow_tf32 else 'ieee'}')"

@@ -6,6 +6,7 @@ CONV -> BIAS -> ACTIVATION and SCALE_BIAS_ADD patterns, in one kernel. Any layou
 w and y (NCHW, NHWC, non-packed) is addressed through its strides; NHWC keeps the channel
 reduction contiguous. See ``_kernels`` for the index mapping.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,11 +35,12 @@ from . import _kernels as K
 
 class ImplicitGemmEngine(Engine):
     """CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM: gather-on-the-fly GEMM, fused epilogue."""
+
     id = 3
     name = "conv_implicit_gemm"
     kind = "conv_fprop"
     behavior_notes = frozenset({BehaviorNote.RUNTIME_COMPILATION})
-    tma_path = tma.FPROP    # configs naming TMA_* knobs take this NHWC fast path
+    tma_path = tma.FPROP  # configs naming TMA_* knobs take this NHWC fast path
 
     def _analyze(self, graph):
         return analyze(graph, self.kind)
@@ -60,8 +62,10 @@ class ImplicitGemmEngine(Engine):
 
     def knob_space(self, graph=None) -> list[Knob]:
         space = K.knob_space()
-        values = {f.name: ({getattr(k, f.name) for k in space} | {f.default}, f.default)
-                  for f in dataclasses.fields(K.ConvKnobs)}
+        values = {
+            f.name: ({getattr(k, f.name) for k in space} | {f.default}, f.default)
+            for f in dataclasses.fields(K.ConvKnobs)
+        }
         if self.tma_path is not None:
             for name, vals in self.tma_path.knob_values().items():
                 old = values.get(name, (set(), vals[0]))
@@ -75,8 +79,9 @@ class ImplicitGemmEngine(Engine):
         # a split forward or dgrad reduction is its own family: the cost model does not see the
         # L2 traffic it saves, so its best config is timed alongside (wgrad splits always)
         split = self.kind != "conv_wgrad" and kd.get("SPLIT", 1) > 1
-        return f"{self.name}:tma" + (":flat" if kd.get("FLAT") else "") + \
-            (":split" if split else "")
+        return (
+            f"{self.name}:tma" + (":flat" if kd.get("FLAT") else "") + (":split" if split else "")
+        )
 
     def complete_knobs(self, graph, knobs: dict) -> dict:
         """Defaults of the path the knobs choose: the TMA path's when any TMA_* is given."""
@@ -84,31 +89,40 @@ class ImplicitGemmEngine(Engine):
         if path is not None and path.is_tma(knobs):
             return {**path.knob_items(path.knob_class()), **knobs}
         gather = {f.name for f in dataclasses.fields(K.ConvKnobs)}
-        return {**{k.name: k.default for k in self.knob_space(graph) if k.name in gather},
-                **knobs}
+        return {**{k.name: k.default for k in self.knob_space(graph) if k.name in gather}, **knobs}
 
     def configs(self, graph, target: Target) -> list[EngineConfig]:
         a = self._analyze(graph)
         if isinstance(a, str):
             return []
-        cands = K.knob_space() if target.is_cuda else [
-            K.ConvKnobs(32, 32, 32 if a.x.data_type == DataType.INT8 else 16, 4, 2)]
+        cands = (
+            K.knob_space()
+            if target.is_cuda
+            else [K.ConvKnobs(32, 32, 32 if a.x.data_type == DataType.INT8 else 16, 4, 2)]
+        )
         if target.is_cuda and a.x.data_type == DataType.FLOAT and not tf32(a):
             # IEEE float32 dots run on the CUDA cores: a 128x128 float32 tile spills (the
             # FFT helper measured 8.5 ms against a 0.18 ms estimate on a ResNet 3x3 layer)
-            cands = [k for k in cands if k.BLOCK_M * k.BLOCK_N <= 64 * 64 and k.BLOCK_K <= 32] \
-                or [K.ConvKnobs(64, 64, 16, 4, 2)]
-        out = [EngineConfig.make(self, **dataclasses.asdict(k)) for k in cands
-               if self._fits(a, k, target)]
+            cands = [k for k in cands if k.BLOCK_M * k.BLOCK_N <= 64 * 64 and k.BLOCK_K <= 32] or [
+                K.ConvKnobs(64, 64, 16, 4, 2)
+            ]
+        out = [
+            EngineConfig.make(self, **dataclasses.asdict(k))
+            for k in cands
+            if self._fits(a, k, target)
+        ]
         path = self.tma_path
-        if path is not None and target.is_cuda and target.capability >= (9, 0) and \
-                path.unsupported(a) is None:
-            out += [EngineConfig.make(self, **path.knob_items(k))
-                    for k in path.knobs(a, target)]
+        if (
+            path is not None
+            and target.is_cuda
+            and target.capability >= (9, 0)
+            and path.unsupported(a) is None
+        ):
+            out += [EngineConfig.make(self, **path.knob_items(k)) for k in path.knobs(a, target)]
         est = {c: self.estimate_seconds(graph, c, target) for c in out}
         out.sort(key=est.get)
-        if path is not None:   # each path's best first: a short list (heuristics keep an
-            firsts = []        # engine's top few) must not lose a path to the cost model
+        if path is not None:  # each path's best first: a short list (heuristics keep an
+            firsts = []  # engine's top few) must not lose a path to the cost model
             for fam in dict.fromkeys(self.family(c) for c in out):
                 firsts += [c for c in out if self.family(c) == fam][:1]
             firsts.sort(key=est.get)
@@ -117,7 +131,7 @@ class ImplicitGemmEngine(Engine):
 
     def _fits(self, a, kn, target) -> bool:
         if a.x.data_type == DataType.INT8 and kn.BLOCK_K < 32:
-            return False            # int8 tensor-core dots need K steps of 32 or more
+            return False  # int8 tensor-core dots need K steps of 32 or more
         smem = (kn.BLOCK_M + kn.BLOCK_N) * kn.BLOCK_K * a.x.data_type.itemsize * kn.num_stages
         return not target.is_cuda or smem <= 220 * 1024
 
@@ -129,8 +143,10 @@ class ImplicitGemmEngine(Engine):
         if path is not None and path.is_tma(kd):
             foreign = sorted(set(kd) - set(path.knob_names()))
             if foreign:
-                return decline(f"{', '.join(foreign)} belong(s) to the gather path; the TMA "
-                               f"path's knobs are {', '.join(path.knob_names())}")
+                return decline(
+                    f"{', '.join(foreign)} belong(s) to the gather path; the TMA "
+                    f"path's knobs are {', '.join(path.knob_names())}"
+                )
             why = path.check(self._analyze(graph), path.knob_class(**kd))
             return decline(why) if why else SUPPORTED
         kn = K.ConvKnobs(**kd)
@@ -146,18 +162,28 @@ class ImplicitGemmEngine(Engine):
             return path.workspace_size(a, path.knob_class(**kd))
         if not a.ep.stats:
             return 0
-        return 4 * 2 * len(a.ep.stats) * _stat_tiles(a, K.ConvKnobs(**config.knob_dict)) * \
-            a.geo.k_per_group * a.geo.groups
+        return (
+            4
+            * 2
+            * len(a.ep.stats)
+            * _stat_tiles(a, K.ConvKnobs(**config.knob_dict))
+            * a.geo.k_per_group
+            * a.geo.groups
+        )
 
     def estimate_seconds(self, graph, config, target) -> float:
         a = self._analyze(graph)
-        peak = target.peak_flops_fp16 if a.x.data_type != DataType.FLOAT else (
-            target.peak_flops_fp16 / 2 if tf32(a) else target.peak_flops_fp32)
+        peak = (
+            target.peak_flops_fp16
+            if a.x.data_type != DataType.FLOAT
+            else (target.peak_flops_fp16 / 2 if tf32(a) else target.peak_flops_fp32)
+        )
         kd, path = config.knob_dict, self.tma_path
         if path is not None and path.is_tma(kd):
             return path.estimate_seconds(a, path.knob_class(**kd), peak, target)
-        return K.estimate_seconds(a.geo, K.ConvKnobs(**kd),
-                                  a.x.data_type.itemsize, peak, target.bandwidth, target.num_sms)
+        return K.estimate_seconds(
+            a.geo, K.ConvKnobs(**kd), a.x.data_type.itemsize, peak, target.bandwidth, target.num_sms
+        )
 
     def build(self, graph, config, target) -> Executable:
         a, kd, path = self._analyze(graph), config.knob_dict, self.tma_path
@@ -169,6 +195,7 @@ class ImplicitGemmEngine(Engine):
 
 class ImplicitGemmDgradEngine(ImplicitGemmEngine):
     """CUDNN_CONVOLUTION_BWD_DATA_ALGO_1-style implicit GEMM over dx pixels (deterministic)."""
+
     id = 4
     name = "conv_dgrad_implicit_gemm"
     kind = "conv_dgrad"
@@ -182,17 +209,27 @@ class ImplicitGemmDgradEngine(ImplicitGemmEngine):
         if self.tma_path is not None and self.tma_path.is_tma(kd):
             return super().estimate_seconds(graph, config, target)
         a = self._analyze(graph)
-        geo = dataclasses.replace(a.geo, out_dims=a.geo.in_dims, in_dims=a.geo.out_dims,
-                                  c_per_group=a.geo.k_per_group, k_per_group=a.geo.c_per_group)
-        peak = target.peak_flops_fp16 if a.y.data_type != DataType.FLOAT else (
-            target.peak_flops_fp16 / 2 if tf32(a) else target.peak_flops_fp32)
-        return K.estimate_seconds(geo, K.ConvKnobs(**kd), a.y.data_type.itemsize, peak,
-                                  target.bandwidth, target.num_sms)
+        geo = dataclasses.replace(
+            a.geo,
+            out_dims=a.geo.in_dims,
+            in_dims=a.geo.out_dims,
+            c_per_group=a.geo.k_per_group,
+            k_per_group=a.geo.c_per_group,
+        )
+        peak = (
+            target.peak_flops_fp16
+            if a.y.data_type != DataType.FLOAT
+            else (target.peak_flops_fp16 / 2 if tf32(a) else target.peak_flops_fp32)
+        )
+        return K.estimate_seconds(
+            geo, K.ConvKnobs(**kd), a.y.data_type.itemsize, peak, target.bandwidth, target.num_sms
+        )
 
 
 class ImplicitGemmWgradEngine(ImplicitGemmEngine):
     """Deterministic backward filter (CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1-style): one
     program per (tap, tile), reducing over all pixels in a fixed order."""
+
     id = 5
     name = "conv_wgrad_implicit_gemm"
     kind = "conv_wgrad"
@@ -215,24 +252,36 @@ def _stat_tiles(a: ConvAnalysis, kn: K.ConvKnobs) -> int:
 def stats_finish_source(graph, a: ConvAnalysis, kn: K.ConvKnobs) -> tuple:
     """Sum the per-tile partials in a fixed order (deterministic) into SUM and SQ_SUM."""
     from ...fusion import _codegen as cg
+
     k_total = a.geo.k_per_group * a.geo.groups
     tiles = _stat_tiles(a, kn)
     name = f"conv_stats_{graph.key()[:12]}"
     outs = [u for _, s_, q in a.ep.stats for u in (s_, q)]
-    lines = ["@triton.jit", f"def {name}(WS, {', '.join(f'O{u}' for u in outs)}, "
-             "BLOCK: tl.constexpr):",
-             "    ch = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
-             f"    mask = ch < {k_total}"]
+    lines = [
+        "@triton.jit",
+        f"def {name}(WS, {', '.join(f'O{u}' for u in outs)}, BLOCK: tl.constexpr):",
+        "    ch = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
+        f"    mask = ch < {k_total}",
+    ]
     for i, u in enumerate(outs):
-        lines += ["    acc = tl.full([BLOCK], 0.0, tl.float32)",
-                  f"    for t in range(0, {tiles}):",
-                  f"        acc += tl.load(WS + ({i} * {tiles} + t) * {k_total} + ch, mask=mask, "
-                  "other=0.0)",
-                  "    " + cg.store_expr(f"O{u}", f"ch * {graph.tensors[u].strides[1]}", "acc",
-                                         graph.tensors[u], "mask")]
+        lines += [
+            "    acc = tl.full([BLOCK], 0.0, tl.float32)",
+            f"    for t in range(0, {tiles}):",
+            f"        acc += tl.load(WS + ({i} * {tiles} + t) * {k_total} + ch, mask=mask, "
+            "other=0.0)",
+            "    "
+            + cg.store_expr(
+                f"O{u}", f"ch * {graph.tensors[u].strides[1]}", "acc", graph.tensors[u], "mask"
+            ),
+        ]
     args = [("ws", torch.float32)] + [("buf", u) for u in outs]
-    return "\n".join(lines) + "\n", name, (-(-k_total // 256),), {"BLOCK": 256,
-                                                                   "num_warps": 4}, args
+    return (
+        "\n".join(lines) + "\n",
+        name,
+        (-(-k_total // 256),),
+        {"BLOCK": 256, "num_warps": 4},
+        args,
+    )
 
 
 class _ConvExecutable(Executable, LaunchList):
@@ -241,8 +290,12 @@ class _ConvExecutable(Executable, LaunchList):
         self.workspace_size = 0
         params, body = epilogue(graph, a, kind)
         name = f"{kind}_{graph.key()[:12]}"
-        kw = dict(epilogue_params=params, epilogue_body=body, allow_tf32=tf32(a),
-                  fp32_inputs=a.x.data_type == DataType.FLOAT)
+        kw = dict(
+            epilogue_params=params,
+            epilogue_body=body,
+            allow_tf32=tf32(a),
+            fp32_inputs=a.x.data_type == DataType.FLOAT,
+        )
         if a.x.data_type == DataType.INT8:
             kw["int8"] = True
         if kind == "conv_fprop":
@@ -258,22 +311,33 @@ class _ConvExecutable(Executable, LaunchList):
             gen, grid, ins = K.wgrad_source, K.wgrad_grid(a.geo, kn), [a.x.uid, a.y.uid]
         src_c = gen(name, a.geo, kn, interpret=False, **kw)
         src_i = gen(name, a.geo, kn, interpret=True, **kw)
-        kern = DualKernel(kernel_from_source(src_c, name).compiled,
-                          kernel_from_source(src_i, name).interpreted)
+        kern = DualKernel(
+            kernel_from_source(src_c, name).compiled, kernel_from_source(src_i, name).interpreted
+        )
         self.source = src_c
-        pro_args = [("buf", u) for u in a.prologue.channel_inputs + a.prologue.scalars] \
-            if (kind == "conv_fprop" and a.prologue) else []
+        pro_args = (
+            [("buf", u) for u in a.prologue.channel_inputs + a.prologue.scalars]
+            if (kind == "conv_fprop" and a.prologue)
+            else []
+        )
         ws_arg = [("ws", torch.float32)] if a.ep.stats else []
         args = [("buf", u) for u in ins] + pro_args + ws_arg + fuse_epilogue.launch_args(a.ep)
-        const = {"BLOCK_M": kn.BLOCK_M, "BLOCK_N": kn.BLOCK_N, "BLOCK_K": kn.BLOCK_K,
-                 "num_warps": kn.num_warps, "num_stages": kn.num_stages}
+        const = {
+            "BLOCK_M": kn.BLOCK_M,
+            "BLOCK_N": kn.BLOCK_N,
+            "BLOCK_K": kn.BLOCK_K,
+            "num_warps": kn.num_warps,
+            "num_stages": kn.num_stages,
+        }
         self.add_launch(kern, grid, const, args, graph, target.is_cuda)
         if a.ep.stats:
             fsrc, fname, fgrid, fconst, fargs = stats_finish_source(graph, a, kn)
-            self.add_launch(kernel_from_source(fsrc, fname), fgrid, fconst, fargs, graph,
-                            target.is_cuda)
-            self.workspace_size = 4 * 2 * len(a.ep.stats) * _stat_tiles(a, kn) * \
-                a.geo.k_per_group * a.geo.groups
+            self.add_launch(
+                kernel_from_source(fsrc, fname), fgrid, fconst, fargs, graph, target.is_cuda
+            )
+            self.workspace_size = (
+                4 * 2 * len(a.ep.stats) * _stat_tiles(a, kn) * a.geo.k_per_group * a.geo.groups
+            )
 
     def run(self, buffers, workspace, stream=None):
         self.run_launches(buffers, workspace, stream)

@@ -8,6 +8,7 @@ loop then loads three small integers per tap instead of splitting indices. The t
 belong to the plan (built once per device they are used on), not to the workspace, so
 executing needs no workspace and repeats no work.
 """
+
 from __future__ import annotations
 
 import torch
@@ -38,16 +39,22 @@ class PrecompGemmEngine(ImplicitGemmEngine):
         return super().estimate_seconds(graph, config, target) * (1.4 if taps == 1 else 2.4)
 
     def build(self, graph, config, target) -> Executable:
-        return _PrecompExecutable(graph, self._analyze(graph),
-                                  K.ConvKnobs(**config.knob_dict), target)
+        return _PrecompExecutable(
+            graph, self._analyze(graph), K.ConvKnobs(**config.knob_dict), target
+        )
 
 
 class _PrecompExecutable(Executable):
     def __init__(self, graph, a, kn, target):
         self.workspace_size = 0
         params, body = epilogue(graph, a, "conv_fprop")
-        kw = dict(epilogue_params=params, epilogue_body=body, allow_tf32=tf32(a),
-                  fp32_inputs=a.x.data_type == DataType.FLOAT, precomp=True)
+        kw = dict(
+            epilogue_params=params,
+            epilogue_body=body,
+            allow_tf32=tf32(a),
+            fp32_inputs=a.x.data_type == DataType.FLOAT,
+            precomp=True,
+        )
         pro_uids = []
         if a.prologue is not None:
             pparams, kw["prologue_body"] = prologue_source(graph, a)
@@ -56,15 +63,21 @@ class _PrecompExecutable(Executable):
         name = f"conv_precomp_{graph.key()[:12]}"
         src_c = K.fprop_source(name, a.geo, kn, interpret=False, **kw)
         src_i = K.fprop_source(name, a.geo, kn, interpret=True, **kw)
-        kern = DualKernel(kernel_from_source(src_c, name).compiled,
-                          kernel_from_source(src_i, name).interpreted)
+        kern = DualKernel(
+            kernel_from_source(src_c, name).compiled, kernel_from_source(src_i, name).interpreted
+        )
         self.source = src_c
         pix, tap = K.precomp_tables(a.geo)
         self.tables = {"cpu": (torch.from_numpy(pix), torch.from_numpy(tap))}
         self.uids = [a.x.uid, a.w.uid]
         self.rest = pro_uids + [u for _, u in fuse_epilogue.launch_args(a.ep)]
-        const = {"BLOCK_M": kn.BLOCK_M, "BLOCK_N": kn.BLOCK_N, "BLOCK_K": kn.BLOCK_K,
-                 "num_warps": kn.num_warps, "num_stages": kn.num_stages}
+        const = {
+            "BLOCK_M": kn.BLOCK_M,
+            "BLOCK_N": kn.BLOCK_N,
+            "BLOCK_K": kn.BLOCK_K,
+            "num_warps": kn.num_warps,
+            "num_stages": kn.num_stages,
+        }
         self.launcher = Launcher(kern, K.grid(a.geo, kn), const)
         if target.is_cuda:
             dev = torch.device("cuda", torch.cuda.current_device())
@@ -77,7 +90,7 @@ class _PrecompExecutable(Executable):
 
     def _tables(self, device):
         key = str(device)
-        if key not in self.tables:    # a device the plan was not built for: copy once
+        if key not in self.tables:  # a device the plan was not built for: copy once
             self.tables[key] = tuple(t.to(device) for t in self.tables["cpu"])
         return self.tables[key]
 

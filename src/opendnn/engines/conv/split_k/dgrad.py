@@ -14,6 +14,7 @@ reductions over many taps or output channels). Atomic float32 additions land in 
 different order on every run, so dx's last bits can change (note NONDETERMINISTIC:
 ``backends.deterministic`` keeps it out of the heuristics' plans). Kernels: ``_split_kernels``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -50,6 +51,7 @@ def choose_split(programs: int, steps: int, num_sms: int) -> int:
 
 class SplitKDgradEngine(ImplicitGemmDgradEngine):
     """Nondeterministic split-K implicit-GEMM backward data, float32 atomic accumulation."""
+
     id = 17
     name = "conv_dgrad_splitk"
     kind = "conv_dgrad"
@@ -69,8 +71,11 @@ class SplitKDgradEngine(ImplicitGemmDgradEngine):
         for c in super().configs(graph, target):
             kn = K.ConvKnobs(**c.knob_dict)
             steps = S.dgrad_steps(a.geo, kn)
-            split = choose_split(K._prod(K.dgrad_grid(a.geo, kn)), steps, target.num_sms) \
-                if target.is_cuda else min(2, steps)
+            split = (
+                choose_split(K._prod(K.dgrad_grid(a.geo, kn)), steps, target.num_sms)
+                if target.is_cuda
+                else min(2, steps)
+            )
             out.append(EngineConfig.make(self, **c.knob_dict, SPLIT=split))
         out.sort(key=lambda c: self.estimate_seconds(graph, c, target))
         return out
@@ -79,8 +84,9 @@ class SplitKDgradEngine(ImplicitGemmDgradEngine):
         kn, split = _knobs(config)
         if split not in SPLITS:
             return decline(f"SPLIT={split} not in {list(SPLITS)}")
-        return super().check_config(graph, EngineConfig.make(self, **dataclasses.asdict(kn)),
-                                    target)
+        return super().check_config(
+            graph, EngineConfig.make(self, **dataclasses.asdict(kn)), target
+        )
 
     def workspace_size(self, graph, config, target) -> int:
         geo = self._analyze(graph).geo
@@ -93,8 +99,11 @@ class SplitKDgradEngine(ImplicitGemmDgradEngine):
         kn, split = _knobs(config)
         a = self._analyze(graph)
         geo = a.geo
-        peak = target.peak_flops_fp16 if a.x.data_type != DataType.FLOAT else (
-            target.peak_flops_fp16 / 2 if tf32(a) else target.peak_flops_fp32)
+        peak = (
+            target.peak_flops_fp16
+            if a.x.data_type != DataType.FLOAT
+            else (target.peak_flops_fp16 / 2 if tf32(a) else target.peak_flops_fp32)
+        )
         m_total = geo.n * K._prod(geo.in_dims)
         tiles = K._prod(K.dgrad_grid(geo, kn))
         flops = 2.0 * tiles * kn.BLOCK_M * kn.BLOCK_N * S.dgrad_steps(geo, kn) * kn.BLOCK_K
@@ -105,8 +114,9 @@ class SplitKDgradEngine(ImplicitGemmDgradEngine):
         itemsize = a.x.data_type.itemsize
         dx_elems = m_total * geo.c_per_group * geo.groups
         operands = itemsize * (K._prod(a.y.dims) + K._prod(a.w.dims))
-        gemm = max(flops / (peak * small_tile * fill), (operands + 8 * split * dx_elems) /
-                   target.bandwidth)
+        gemm = max(
+            flops / (peak * small_tile * fill), (operands + 8 * split * dx_elems) / target.bandwidth
+        )
         passes = (4 * dx_elems + (4 + itemsize) * dx_elems) / target.bandwidth
         return gemm + passes + 3 * 3e-6
 
@@ -127,31 +137,61 @@ class _DgradSplitExecutable(Executable, LaunchList):
         cuda = target.is_cuda
         ws = [("ws", torch.float32)]
         zname = f"dgrad_zero_{tag}"
-        self.add_launch(kernel_from_source(S.zero_source(zname, total), zname),
-                        (-(-total // 1024),), {"BLOCK": 1024, "num_warps": 4}, ws, graph, cuda)
+        self.add_launch(
+            kernel_from_source(S.zero_source(zname, total), zname),
+            (-(-total // 1024),),
+            {"BLOCK": 1024, "num_warps": 4},
+            ws,
+            graph,
+            cuda,
+        )
         name = f"dgrad_split_{tag}"
-        kw = dict(split=split, dy_strides=a.y.strides, allow_tf32=tf32(a),
-                  fp32_inputs=a.x.data_type == DataType.FLOAT)
+        kw = dict(
+            split=split,
+            dy_strides=a.y.strides,
+            allow_tf32=tf32(a),
+            fp32_inputs=a.x.data_type == DataType.FLOAT,
+        )
         src_c = S.dgrad_split_source(name, geo, kn, interpret=False, **kw)
         src_i = S.dgrad_split_source(name, geo, kn, interpret=True, **kw)
-        kern = DualKernel(kernel_from_source(src_c, name).compiled,
-                          kernel_from_source(src_i, name).interpreted)
-        const = {"BLOCK_M": kn.BLOCK_M, "BLOCK_N": kn.BLOCK_N, "BLOCK_K": kn.BLOCK_K,
-                 "num_warps": kn.num_warps, "num_stages": kn.num_stages}
-        self.add_launch(kern, K.dgrad_grid(geo, kn) + (split,), const,
-                        [("buf", a.y.uid), ("buf", a.w.uid)] + ws, graph, cuda)
+        kern = DualKernel(
+            kernel_from_source(src_c, name).compiled, kernel_from_source(src_i, name).interpreted
+        )
+        const = {
+            "BLOCK_M": kn.BLOCK_M,
+            "BLOCK_N": kn.BLOCK_N,
+            "BLOCK_K": kn.BLOCK_K,
+            "num_warps": kn.num_warps,
+            "num_stages": kn.num_stages,
+        }
+        self.add_launch(
+            kern,
+            K.dgrad_grid(geo, kn) + (split,),
+            const,
+            [("buf", a.y.uid), ("buf", a.w.uid)] + ws,
+            graph,
+            cuda,
+        )
         params, body = epilogue(graph, a, "conv_dgrad")
         fname = f"dgrad_finish_{tag}"
         fsrc = S.dgrad_finish_source(fname, geo, FINISH_KNOBS, params, body)
-        self.add_launch(kernel_from_source(fsrc, fname), K.dgrad_grid(geo, FINISH_KNOBS),
-                        {"BLOCK_M": FINISH_KNOBS.BLOCK_M, "BLOCK_N": FINISH_KNOBS.BLOCK_N,
-                         "num_warps": FINISH_KNOBS.num_warps},
-                        ws + fuse_epilogue.launch_args(a.ep), graph, cuda)
+        self.add_launch(
+            kernel_from_source(fsrc, fname),
+            K.dgrad_grid(geo, FINISH_KNOBS),
+            {
+                "BLOCK_M": FINISH_KNOBS.BLOCK_M,
+                "BLOCK_N": FINISH_KNOBS.BLOCK_N,
+                "num_warps": FINISH_KNOBS.num_warps,
+            },
+            ws + fuse_epilogue.launch_args(a.ep),
+            graph,
+            cuda,
+        )
         self.source = src_c
 
     def run(self, buffers, workspace, stream=None):
         # a larger workspace than asked for is fine: view only our bytes as float32
-        self.run_launches(buffers, workspace[:self.workspace_size], stream)
+        self.run_launches(buffers, workspace[: self.workspace_size], stream)
 
 
 __all__ = ["SplitKDgradEngine", "choose_split"]

@@ -7,6 +7,7 @@ N * prod(out) is long and K x C/G is small (few programs otherwise).
 Three launches: zero the accumulator (workspace), the split GEMM, and a finishing pass
 that reads the accumulator and runs the epilogue (casts, scale, ...).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -32,6 +33,7 @@ def _knobs(config) -> tuple:
 
 class SplitKWgradEngine(ImplicitGemmWgradEngine):
     """Nondeterministic split-K implicit-GEMM backward filter."""
+
     id = 10
     name = "conv_wgrad_splitk"
     kind = "conv_wgrad"
@@ -62,21 +64,27 @@ class SplitKWgradEngine(ImplicitGemmWgradEngine):
         kn, split = _knobs(config)
         if split not in SPLITS:
             from ...base import decline
+
             return decline(f"SPLIT={split} not in {SPLITS}")
-        return super().check_config(graph, EngineConfig.make(self, **dataclasses.asdict(kn)),
-                                    target)
+        return super().check_config(
+            graph, EngineConfig.make(self, **dataclasses.asdict(kn)), target
+        )
 
     def estimate_seconds(self, graph, config, target) -> float:
         kn, split = _knobs(config)
         a = self._analyze(graph)
-        t = super().estimate_seconds(graph, EngineConfig.make(self, **dataclasses.asdict(kn)),
-                                     target)
+        t = super().estimate_seconds(
+            graph, EngineConfig.make(self, **dataclasses.asdict(kn)), target
+        )
         programs = K._prod(K.wgrad_grid(a.geo, kn))
         fill = min(1.0, programs * split / target.num_sms) / min(1.0, programs / target.num_sms)
         # measured on the H100 (ResNet-50 layers, bf16): 30-60x the gather roofline; the
         # transposed dy slabs, the atomics and the short slices, over the deterministic gather
-        return 20.0 * t / max(fill, 1.0) + 6e-6 + self.workspace_size(graph, config, target) * 3 / \
-            target.bandwidth
+        return (
+            20.0 * t / max(fill, 1.0)
+            + 6e-6
+            + self.workspace_size(graph, config, target) * 3 / target.bandwidth
+        )
 
     def workspace_size(self, graph, config, target) -> int:
         a = self._analyze(graph)
@@ -96,53 +104,94 @@ class _SplitExecutable(Executable, LaunchList):
         self.workspace_size = 4 * total
         tag = graph.key()[:12]
         cuda = target.is_cuda
-        acc_index = (f"(((g * {geo.k_per_group} + offs_m)[:, None] * {geo.c_per_group} + "
-                     f"offs_n[None, :]) * {taps} + t)")
+        acc_index = (
+            f"(((g * {geo.k_per_group} + offs_m)[:, None] * {geo.c_per_group} + "
+            f"offs_n[None, :]) * {taps} + t)"
+        )
         # 1. zero the accumulator
         zname = f"wgrad_zero_{tag}"
-        zsrc = (f"@triton.jit\ndef {zname}(ACC, BLOCK: tl.constexpr):\n"
-                "    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
-                f"    tl.store(ACC + i, tl.full([BLOCK], 0.0, tl.float32), mask=i < {total})\n")
-        self.add_launch(kernel_from_source(zsrc, zname), (-(-total // 1024),),
-                        {"BLOCK": 1024, "num_warps": 4}, [("ws", torch.float32)], graph, cuda)
+        zsrc = (
+            f"@triton.jit\ndef {zname}(ACC, BLOCK: tl.constexpr):\n"
+            "    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
+            f"    tl.store(ACC + i, tl.full([BLOCK], 0.0, tl.float32), mask=i < {total})\n"
+        )
+        self.add_launch(
+            kernel_from_source(zsrc, zname),
+            (-(-total // 1024),),
+            {"BLOCK": 1024, "num_warps": 4},
+            [("ws", torch.float32)],
+            graph,
+            cuda,
+        )
         # 2. split GEMM, atomically accumulated
         name = f"wgrad_split_{tag}"
-        body = ("ep_mask = mask_m[:, None] & mask_n[None, :]\n"
-                f"tl.atomic_add(ACC + {acc_index}, acc, mask=ep_mask)\n")
-        kw = dict(dy_strides=a.y.strides, epilogue_params=["ACC"], epilogue_body=body,
-                  allow_tf32=tf32(a), fp32_inputs=a.x.data_type.name == "FLOAT", split=split)
+        body = (
+            "ep_mask = mask_m[:, None] & mask_n[None, :]\n"
+            f"tl.atomic_add(ACC + {acc_index}, acc, mask=ep_mask)\n"
+        )
+        kw = dict(
+            dy_strides=a.y.strides,
+            epilogue_params=["ACC"],
+            epilogue_body=body,
+            allow_tf32=tf32(a),
+            fp32_inputs=a.x.data_type.name == "FLOAT",
+            split=split,
+        )
         src_c = K.wgrad_source(name, geo, kn, interpret=False, **kw)
         src_i = K.wgrad_source(name, geo, kn, interpret=True, **kw)
-        kern = DualKernel(kernel_from_source(src_c, name).compiled,
-                          kernel_from_source(src_i, name).interpreted)
+        kern = DualKernel(
+            kernel_from_source(src_c, name).compiled, kernel_from_source(src_i, name).interpreted
+        )
         g0, g1, g2 = K.wgrad_grid(geo, kn)
-        const = {"BLOCK_M": kn.BLOCK_M, "BLOCK_N": kn.BLOCK_N, "BLOCK_K": kn.BLOCK_K,
-                 "num_warps": kn.num_warps, "num_stages": kn.num_stages}
-        self.add_launch(kern, (g0 * split, g1, g2), const,
-                        [("buf", a.x.uid), ("buf", a.y.uid), ("ws", torch.float32)], graph, cuda)
+        const = {
+            "BLOCK_M": kn.BLOCK_M,
+            "BLOCK_N": kn.BLOCK_N,
+            "BLOCK_K": kn.BLOCK_K,
+            "num_warps": kn.num_warps,
+            "num_stages": kn.num_stages,
+        }
+        self.add_launch(
+            kern,
+            (g0 * split, g1, g2),
+            const,
+            [("buf", a.x.uid), ("buf", a.y.uid), ("ws", torch.float32)],
+            graph,
+            cuda,
+        )
         # 3. finish: read the accumulator, run the epilogue
         params, ep_body = epilogue(graph, a, "conv_wgrad")
         fname = f"wgrad_finish_{tag}"
         tiles_n = -(-geo.c_per_group // kn.BLOCK_N)
-        lines = ["@triton.jit",
-                 f"def {fname}(ACC, {', '.join(params)}, BLOCK_M: tl.constexpr, "
-                 "BLOCK_N: tl.constexpr):",
-                 "    pid = tl.program_id(0)", "    t = tl.program_id(1)",
-                 "    g = tl.program_id(2)",
-                 f"    pid_m = pid // {tiles_n}", f"    pid_n = pid % {tiles_n}",
-                 "    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
-                 f"    mask_m = offs_m < {geo.k_per_group}",
-                 "    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
-                 f"    mask_n = offs_n < {geo.c_per_group}"]
-        lines += K._div_chain("t", list(geo.filt), [f"r{i}" for i in range(len(geo.filt))],
-                              "    ", "_qt")
-        lines.append(f"    acc = tl.load(ACC + {acc_index}, mask=mask_m[:, None] & "
-                     "mask_n[None, :], other=0.0)")
+        lines = [
+            "@triton.jit",
+            f"def {fname}(ACC, {', '.join(params)}, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):",
+            "    pid = tl.program_id(0)",
+            "    t = tl.program_id(1)",
+            "    g = tl.program_id(2)",
+            f"    pid_m = pid // {tiles_n}",
+            f"    pid_n = pid % {tiles_n}",
+            "    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
+            f"    mask_m = offs_m < {geo.k_per_group}",
+            "    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
+            f"    mask_n = offs_n < {geo.c_per_group}",
+        ]
+        lines += K._div_chain(
+            "t", list(geo.filt), [f"r{i}" for i in range(len(geo.filt))], "    ", "_qt"
+        )
+        lines.append(
+            f"    acc = tl.load(ACC + {acc_index}, mask=mask_m[:, None] & "
+            "mask_n[None, :], other=0.0)"
+        )
         lines += ["    " + ln for ln in ep_body.strip("\n").split("\n")]
         fsrc = "\n".join(lines) + "\n"
-        self.add_launch(kernel_from_source(fsrc, fname), (g0, g1, g2),
-                        {"BLOCK_M": kn.BLOCK_M, "BLOCK_N": kn.BLOCK_N, "num_warps": 4},
-                        [("ws", torch.float32)] + fuse_epilogue.launch_args(a.ep), graph, cuda)
+        self.add_launch(
+            kernel_from_source(fsrc, fname),
+            (g0, g1, g2),
+            {"BLOCK_M": kn.BLOCK_M, "BLOCK_N": kn.BLOCK_N, "num_warps": 4},
+            [("ws", torch.float32)] + fuse_epilogue.launch_args(a.ep),
+            graph,
+            cuda,
+        )
         self.source = src_c
 
     def run(self, buffers, workspace, stream=None):

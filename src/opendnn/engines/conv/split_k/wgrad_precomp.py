@@ -20,6 +20,7 @@ accumulator follows the tables and a finishing pass runs the epilogue (casts, sc
 Launches: tables + zero, split GEMM, (finish). Atomic additions in a run-dependent order:
 note NONDETERMINISTIC, so ``backends.deterministic`` keeps it out of the heuristics' plans.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -51,6 +52,7 @@ def accumulates_in_place(a) -> bool:
 class PrecompSplitKWgradEngine(SplitKWgradEngine):
     """Nondeterministic split-K backward filter driven by workspace index tables. Knobs,
     configs and SPLIT choice as ``conv_wgrad_splitk``; kernels and workspace differ."""
+
     id = 19
     name = "conv_wgrad_precomp"
     kind = "conv_wgrad"
@@ -60,8 +62,10 @@ class PrecompSplitKWgradEngine(SplitKWgradEngine):
         if isinstance(a, str):
             return decline(a)
         if K._prod(a.geo.filt) > 65535:
-            return decline(f"{K._prod(a.geo.filt)} filter taps exceed the grid's 65535 limit "
-                           "(one tap per program along axis 1)")
+            return decline(
+                f"{K._prod(a.geo.filt)} filter taps exceed the grid's 65535 limit "
+                "(one tap per program along axis 1)"
+            )
         return SUPPORTED
 
     def workspace_size(self, graph, config, target) -> int:
@@ -75,15 +79,19 @@ class PrecompSplitKWgradEngine(SplitKWgradEngine):
         kn, split = _knobs(config)
         a = self._analyze(graph)
         t = ImplicitGemmWgradEngine.estimate_seconds(
-            self, graph, EngineConfig.make(self, **dataclasses.asdict(kn)), target)
+            self, graph, EngineConfig.make(self, **dataclasses.asdict(kn)), target
+        )
         programs = K._prod(K.wgrad_grid(a.geo, kn))
         gain = min(1.0, programs * split / target.num_sms) / min(1.0, programs / target.num_sms)
         direct = accumulates_in_place(a)
         dw_bytes = 4 * a.geo.groups * a.geo.k_per_group * a.geo.c_per_group * K._prod(a.geo.filt)
         traffic = dw_bytes * (2 if direct else 3) + S.table_layout(a.geo, direct).size
         # measured on the H100 (ResNet-50 layers, bf16): 5-10x this model before the factor
-        return MEASURED * t * TABLE_LOAD_COST / max(gain, 1.0) + traffic / target.bandwidth + \
-            (2 if direct else 3) * 3e-6
+        return (
+            MEASURED * t * TABLE_LOAD_COST / max(gain, 1.0)
+            + traffic / target.bandwidth
+            + (2 if direct else 3) * 3e-6
+        )
 
     def build(self, graph, config, target) -> Executable:
         kn, split = _knobs(config)
@@ -104,38 +112,67 @@ class _PrecompWgradExecutable(Executable, LaunchList):
         out = ("buf", a.w.uid) if direct else ("ws", torch.float32)
         # 1. index tables into the workspace; zero dw (direct) or ACC
         tname = f"wgrad_tables_{tag}"
-        tsrc, cover = S.wgrad_tables_source(tname, geo, lay, dy_strides=a.y.strides,
-                                            direct=direct)
-        self.add_launch(kernel_from_source(tsrc, tname), (-(-cover // 1024),),
-                        {"BLOCK": 1024, "num_warps": 4}, [tab, out], graph, cuda)
+        tsrc, cover = S.wgrad_tables_source(tname, geo, lay, dy_strides=a.y.strides, direct=direct)
+        self.add_launch(
+            kernel_from_source(tsrc, tname),
+            (-(-cover // 1024),),
+            {"BLOCK": 1024, "num_warps": 4},
+            [tab, out],
+            graph,
+            cuda,
+        )
         # 2. split GEMM reading the tables, atomically accumulated
         name = f"wgrad_precomp_{tag}"
-        kw = dict(split=split, dy_strides=a.y.strides, direct=direct, allow_tf32=tf32(a),
-                  fp32_inputs=a.x.data_type == DataType.FLOAT)
+        kw = dict(
+            split=split,
+            dy_strides=a.y.strides,
+            direct=direct,
+            allow_tf32=tf32(a),
+            fp32_inputs=a.x.data_type == DataType.FLOAT,
+        )
         src_c = S.wgrad_precomp_source(name, geo, kn, lay, interpret=False, **kw)
         src_i = S.wgrad_precomp_source(name, geo, kn, lay, interpret=True, **kw)
-        kern = DualKernel(kernel_from_source(src_c, name).compiled,
-                          kernel_from_source(src_i, name).interpreted)
+        kern = DualKernel(
+            kernel_from_source(src_c, name).compiled, kernel_from_source(src_i, name).interpreted
+        )
         g0, g1, g2 = K.wgrad_grid(geo, kn)
-        const = {"BLOCK_M": kn.BLOCK_M, "BLOCK_N": kn.BLOCK_N, "BLOCK_K": kn.BLOCK_K,
-                 "num_warps": kn.num_warps, "num_stages": kn.num_stages}
-        self.add_launch(kern, (g0 * split, g1, g2), const,
-                        [("buf", a.x.uid), ("buf", a.y.uid), tab, out], graph, cuda)
+        const = {
+            "BLOCK_M": kn.BLOCK_M,
+            "BLOCK_N": kn.BLOCK_N,
+            "BLOCK_K": kn.BLOCK_K,
+            "num_warps": kn.num_warps,
+            "num_stages": kn.num_stages,
+        }
+        self.add_launch(
+            kern,
+            (g0 * split, g1, g2),
+            const,
+            [("buf", a.x.uid), ("buf", a.y.uid), tab, out],
+            graph,
+            cuda,
+        )
         # 3. finish from the accumulator: the epilogue writes dw and any other output
         if not direct:
             params, body = epilogue(graph, a, "conv_wgrad")
             fname = f"wgrad_precomp_finish_{tag}"
             fsrc = S.wgrad_finish_source(fname, geo, FINISH_KNOBS, lay, params, body)
-            self.add_launch(kernel_from_source(fsrc, fname), K.wgrad_grid(geo, FINISH_KNOBS),
-                            {"BLOCK_M": FINISH_KNOBS.BLOCK_M, "BLOCK_N": FINISH_KNOBS.BLOCK_N,
-                             "num_warps": FINISH_KNOBS.num_warps},
-                            [("ws", torch.float32)] + fuse_epilogue.launch_args(a.ep), graph,
-                            cuda)
+            self.add_launch(
+                kernel_from_source(fsrc, fname),
+                K.wgrad_grid(geo, FINISH_KNOBS),
+                {
+                    "BLOCK_M": FINISH_KNOBS.BLOCK_M,
+                    "BLOCK_N": FINISH_KNOBS.BLOCK_N,
+                    "num_warps": FINISH_KNOBS.num_warps,
+                },
+                [("ws", torch.float32)] + fuse_epilogue.launch_args(a.ep),
+                graph,
+                cuda,
+            )
         self.source = src_c
 
     def run(self, buffers, workspace, stream=None):
         # a larger workspace than asked for is fine: view only our bytes
-        self.run_launches(buffers, workspace[:self.workspace_size], stream)
+        self.run_launches(buffers, workspace[: self.workspace_size], stream)
 
 
 __all__ = ["PrecompSplitKWgradEngine", "accumulates_in_place"]

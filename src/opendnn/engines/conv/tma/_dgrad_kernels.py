@@ -38,6 +38,7 @@ with channel blocks innermost, so programs in flight share the dy box in L2. The
 tile goes through the conv epilogue at dx pixel (sh*i + a, sw*j + b), masked to dx's
 extent.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -49,12 +50,13 @@ from ._kernels import TmaKnobs, common_unsupported
 # measured): it bounds tiles whose slab reuse is low (narrow BLOCK_N, e.g. C = 3)
 L2_RATE = 4.0
 
+
 @dataclasses.dataclass(frozen=True)
 class DgradTmaKnobs(TmaKnobs):
-    PPS: int = 1     # persistent programs per SM: 2 lets one tile's fill and epilogue run
+    PPS: int = 1  # persistent programs per SM: 2 lets one tile's fill and epilogue run
     #                  under another's dots (the reductions here are short: 2-18 steps)
-    FLAT: int = 0    # 1: tiles of TMA_TW flat dx pixel rows (_tma_flat_kernels)
-    SPLIT: int = 1   # >1 (stride 1): the reduction in slices, float32 partials summed in
+    FLAT: int = 0  # 1: tiles of TMA_TW flat dx pixel rows (_tma_flat_kernels)
+    SPLIT: int = 1  # >1 (stride 1): the reduction in slices, float32 partials summed in
     #                  slice order by a second kernel that runs the epilogue
 
 
@@ -63,24 +65,30 @@ class DgradTmaKnobs(TmaKnobs):
 # winners on layers with more tiles than SMs (bench/conv_sweep.py: l2_3x3_128
 # 20.9 -> 18.2 us, l2_3x3_128s2 34.8 -> 32.1 us); the cost model orders them
 KNOB_SPACE = (
-    DgradTmaKnobs(1, 8, 16, 128, 64, 8, 4),      # C >= 128 on 28x28 and larger
-    DgradTmaKnobs(1, 8, 16, 64, 64, 4, 4),       # C = 64 (layer 1)
-    DgradTmaKnobs(1, 16, 16, 64, 64, 8, 3),      # C = 64, short reductions: big boxes
-    DgradTmaKnobs(4, 4, 8, 128, 64, 8, 4),       # 14x14 and 7x7 images: several per tile
-    DgradTmaKnobs(1, 8, 16, 128, 128, 8, 3),     # long reductions (K x taps) on 14x14
-    DgradTmaKnobs(1, 8, 8, 128, 64, 4, 4),       # 7x7 images: more, smaller tiles
-    DgradTmaKnobs(1, 8, 8, 64, 128, 4, 3),       # 7x7, K = 2048
+    DgradTmaKnobs(1, 8, 16, 128, 64, 8, 4),  # C >= 128 on 28x28 and larger
+    DgradTmaKnobs(1, 8, 16, 64, 64, 4, 4),  # C = 64 (layer 1)
+    DgradTmaKnobs(1, 16, 16, 64, 64, 8, 3),  # C = 64, short reductions: big boxes
+    DgradTmaKnobs(4, 4, 8, 128, 64, 8, 4),  # 14x14 and 7x7 images: several per tile
+    DgradTmaKnobs(1, 8, 16, 128, 128, 8, 3),  # long reductions (K x taps) on 14x14
+    DgradTmaKnobs(1, 8, 8, 128, 64, 4, 4),  # 7x7 images: more, smaller tiles
+    DgradTmaKnobs(1, 8, 8, 64, 128, 4, 3),  # 7x7, K = 2048
     # two programs per SM, three stages (two fit in shared memory)
-    DgradTmaKnobs(4, 4, 8, 128, 64, 8, 3, PPS=2), DgradTmaKnobs(4, 4, 8, 128, 64, 4, 3, PPS=2),
-    DgradTmaKnobs(1, 8, 16, 128, 64, 8, 3, PPS=2), DgradTmaKnobs(2, 8, 8, 128, 64, 8, 3, PPS=2),
+    DgradTmaKnobs(4, 4, 8, 128, 64, 8, 3, PPS=2),
+    DgradTmaKnobs(4, 4, 8, 128, 64, 4, 3, PPS=2),
+    DgradTmaKnobs(1, 8, 16, 128, 64, 8, 3, PPS=2),
+    DgradTmaKnobs(2, 8, 8, 128, 64, 8, 3, PPS=2),
     DgradTmaKnobs(4, 4, 8, 64, 64, 4, 3, PPS=2),
     # stride 1 with few tiles of a long reduction (7x7 images, K = 512): 128-pixel tiles
     # split 2 or 3 ways (the forward's SPLIT_KNOBS: 8% on l4_3x3_512)
-    DgradTmaKnobs(4, 4, 8, 128, 64, 8, 4, SPLIT=2), DgradTmaKnobs(4, 4, 8, 128, 64, 8, 4, SPLIT=3),
-    DgradTmaKnobs(2, 8, 8, 128, 64, 8, 4, SPLIT=2), DgradTmaKnobs(2, 8, 8, 128, 64, 8, 4, SPLIT=3),
+    DgradTmaKnobs(4, 4, 8, 128, 64, 8, 4, SPLIT=2),
+    DgradTmaKnobs(4, 4, 8, 128, 64, 8, 4, SPLIT=3),
+    DgradTmaKnobs(2, 8, 8, 128, 64, 8, 4, SPLIT=2),
+    DgradTmaKnobs(2, 8, 8, 128, 64, 8, 4, SPLIT=3),
     # tiny C (the stem, C = 3): the filter through pointers, N = 16 or 32
-    DgradTmaKnobs(1, 16, 16, 16, 64, 4, 4), DgradTmaKnobs(1, 8, 16, 16, 64, 4, 4),
-    DgradTmaKnobs(1, 8, 16, 32, 64, 4, 4))
+    DgradTmaKnobs(1, 16, 16, 16, 64, 4, 4),
+    DgradTmaKnobs(1, 8, 16, 16, 64, 4, 4),
+    DgradTmaKnobs(1, 8, 16, 32, 64, 4, 4),
+)
 
 
 def unsupported(geo, dx, w, dy) -> str | None:
@@ -96,8 +104,10 @@ def unsupported(geo, dx, w, dy) -> str | None:
     if w.strides != (r * s * c, 1, s * c, c):
         return "dgrad's TMA path needs a packed KRSC (NHWC) filter"
     if (k * dy.data_type.itemsize) % 16:
-        return ("TMA needs 16-byte aligned rows: K (dy's channels) * element size must be a "
-                "multiple of 16")
+        return (
+            "TMA needs 16-byte aligned rows: K (dy's channels) * element size must be a "
+            "multiple of 16"
+        )
     for st, dil in zip(geo.stride, geo.dilation):
         if st > 1 and dil > 1:
             return "dgrad's TMA path takes stride > 1 only without dilation"
@@ -117,8 +127,10 @@ def fits(kn: DgradTmaKnobs, geo, itemsize: int) -> bool:
 def phase_taps(geo) -> list[int]:
     """How many taps (r, s) each stride phase (a, b) has, phases row-major; sums to R * S
     (a tap r serves exactly the phase a = (r - ph) mod sh)."""
+
     def axis(st, pre, f):
         return [_cdiv(f - (a + pre) % st, st) for a in range(st)]
+
     rows = axis(geo.stride[0], geo.pre[0], geo.filt[0])
     cols = axis(geo.stride[1], geo.pre[1], geo.filt[1])
     return [tr * tc for tr in rows for tc in cols]
@@ -132,8 +144,13 @@ def _tile_counts(geo, kn: TmaKnobs) -> tuple:
     """(image boxes, row boxes, column boxes, phases, channel blocks); a phase has at most
     ceil(H / sh) x ceil(W / sw) pixels."""
     (h, wd), (sh, sw) = geo.in_dims, geo.stride
-    return (_cdiv(geo.n, kn.TMA_IMGS), _cdiv(_cdiv(h, sh), kn.TMA_TH),
-            _cdiv(_cdiv(wd, sw), kn.TMA_TW), sh * sw, _cdiv(geo.c_per_group, kn.BLOCK_N))
+    return (
+        _cdiv(geo.n, kn.TMA_IMGS),
+        _cdiv(_cdiv(h, sh), kn.TMA_TH),
+        _cdiv(_cdiv(wd, sw), kn.TMA_TW),
+        sh * sw,
+        _cdiv(geo.c_per_group, kn.BLOCK_N),
+    )
 
 
 def tiles(geo, kn: TmaKnobs) -> int:
@@ -168,8 +185,9 @@ def partials_bytes(geo, kn: DgradTmaKnobs) -> int:
     return 0 if kn.SPLIT == 1 else 4 * kn.SPLIT * tiles(geo, kn) * kn.block_m * kn.BLOCK_N
 
 
-def estimate_seconds(geo, kn: DgradTmaKnobs, itemsize: int, peak: float, bandwidth: float,
-                     num_sms: int) -> float:
+def estimate_seconds(
+    geo, kn: DgradTmaKnobs, itemsize: int, peak: float, bandwidth: float, num_sms: int
+) -> float:
     """Roofline over the padded boxes and only the real taps of each phase, with the last
     wave's idle SMs, the pipeline's fill on short reductions (hidden in part when PPS
     programs share an SM), and the slabs' L2 traffic (each step reads (BM + BN) x BK
@@ -185,12 +203,20 @@ def estimate_seconds(geo, kn: DgradTmaKnobs, itemsize: int, peak: float, bandwid
     pipe = per_job / (per_job + kn.num_stages / sharing) if per_job else 1.0
     slabs = steps * (kn.block_m + kn.BLOCK_N) * kn.BLOCK_K * itemsize
     (h, wd), (oh, ow) = geo.in_dims, geo.out_dims
-    bytes_ = itemsize * (geo.n * oh * ow * geo.k_per_group +
-                         geo.k_per_group * geo.filt[0] * geo.filt[1] * geo.c_per_group +
-                         geo.n * h * wd * geo.c_per_group)
-    t = max(flops / (peak * 0.9 * fill * pipe), bytes_ / bandwidth,
-            slabs / (L2_RATE * bandwidth * fill)) + 3e-6
-    ws = partials_bytes(geo, kn)      # the partials' round trip and the second launch
+    bytes_ = itemsize * (
+        geo.n * oh * ow * geo.k_per_group
+        + geo.k_per_group * geo.filt[0] * geo.filt[1] * geo.c_per_group
+        + geo.n * h * wd * geo.c_per_group
+    )
+    t = (
+        max(
+            flops / (peak * 0.9 * fill * pipe),
+            bytes_ / bandwidth,
+            slabs / (L2_RATE * bandwidth * fill),
+        )
+        + 3e-6
+    )
+    ws = partials_bytes(geo, kn)  # the partials' round trip and the second launch
     return t + (ws * (1.0 if ws < 24e6 else 2.0) / bandwidth + 3e-6 if ws else 0.0)
 
 
@@ -200,13 +226,28 @@ def _axis_lines(ind: str, name: str, phase: str, st: int, pre: int, f: int) -> t
     if st == 1:
         return [], "0", str(f), str(pre)
     first, taps, off = f"{name}_first", f"{name}_taps", f"{name}_off"
-    return ([f"{ind}{first} = ({phase} + {pre}) % {st}",
-             f"{ind}{taps} = ({f} - {first} + {st - 1}) // {st}",
-             f"{ind}{off} = ({phase} + {pre}) // {st}"], first, taps, off)
+    return (
+        [
+            f"{ind}{first} = ({phase} + {pre}) % {st}",
+            f"{ind}{taps} = ({f} - {first} + {st - 1}) // {st}",
+            f"{ind}{off} = ({phase} + {pre}) // {st}",
+        ],
+        first,
+        taps,
+        off,
+    )
 
 
-def source(name: str, geo, kn: TmaKnobs, *, w_desc: bool, epilogue_params: list,
-           epilogue_body: str, interpret: bool) -> str:
+def source(
+    name: str,
+    geo,
+    kn: TmaKnobs,
+    *,
+    w_desc: bool,
+    epilogue_params: list,
+    epilogue_body: str,
+    interpret: bool,
+) -> str:
     """Kernel ``name(DY, W, <epilogue params>, NUM_PROGS: constexpr)``; DY is the packed
     NHWC dy [N, OH, OW, K], W the KRSC filter [K, R, S, C] (a TMA descriptor when
     ``w_desc``, else masked pointer loads). The epilogue writes dx [N, C, H, W]."""
@@ -219,86 +260,124 @@ def source(name: str, geo, kn: TmaKnobs, *, w_desc: bool, epilogue_params: list,
     t_n, t_h, t_w, n_ph, t_c = _tile_counts(geo, kn)
     ind, ind2, ind3 = "    ", "        ", "            "
     split = kn.SPLIT
-    sig = ["DY", "W"] + (["WS"] if split > 1 else list(epilogue_params)) + \
-        ["NUM_PROGS: tl.constexpr"]
-    L = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(sig)}):",
-         f"{ind}dy_desc = tl.make_tensor_descriptor(DY, shape=[{n}, {oh}, {ow}, {k}], "
-         f"strides=[{oh * ow * k}, {ow * k}, {k}, 1], block_shape=[{imgs}, {th}, {tw}, {bk}])"]
+    sig = (
+        ["DY", "W"] + (["WS"] if split > 1 else list(epilogue_params)) + ["NUM_PROGS: tl.constexpr"]
+    )
+    L = [
+        COMBINE_HELPERS,
+        "@triton.jit",
+        f"def {name}({', '.join(sig)}):",
+        f"{ind}dy_desc = tl.make_tensor_descriptor(DY, shape=[{n}, {oh}, {ow}, {k}], "
+        f"strides=[{oh * ow * k}, {ow * k}, {k}, 1], block_shape=[{imgs}, {th}, {tw}, {bk}])",
+    ]
     if w_desc:
-        L.append(f"{ind}w_desc = tl.make_tensor_descriptor(W, shape=[{k}, {r_ * s_}, {c}], "
-                 f"strides=[{r_ * s_ * c}, {c}, 1], block_shape=[{bk}, 1, {bn}])")
+        L.append(
+            f"{ind}w_desc = tl.make_tensor_descriptor(W, shape=[{k}, {r_ * s_}, {c}], "
+            f"strides=[{r_ * s_ * c}, {c}, 1], block_shape=[{bk}, 1, {bn}])"
+        )
     n_tiles = t_n * t_h * t_w * n_ph * t_c
-    L += [f"{ind}g = 0",
-          f"{ind}for job in tl.range(tl.program_id(0), {n_tiles * split}, NUM_PROGS):"]
-    if split > 1:      # stride 1: slice sl of the tile's r_ * s_ * kb steps
+    L += [
+        f"{ind}g = 0",
+        f"{ind}for job in tl.range(tl.program_id(0), {n_tiles * split}, NUM_PROGS):",
+    ]
+    if split > 1:  # stride 1: slice sl of the tile's r_ * s_ * kb steps
         per = _cdiv(r_ * s_ * kb, split)
-        L += [f"{ind2}sl = job % {split}", f"{ind2}tile = job // {split}",
-              f"{ind2}it0 = sl * {per}", f"{ind2}it1 = tl.minimum(it0 + {per}, {r_ * s_ * kb})"]
+        L += [
+            f"{ind2}sl = job % {split}",
+            f"{ind2}tile = job // {split}",
+            f"{ind2}it0 = sl * {per}",
+            f"{ind2}it1 = tl.minimum(it0 + {per}, {r_ * s_ * kb})",
+        ]
     else:
         L += [f"{ind2}tile = job"]
     L += [f"{ind2}ct = tile % {t_c}", f"{ind2}_pt = tile // {t_c}"]
     if n_ph > 1:
-        L += [f"{ind2}phase = _pt % {n_ph}", f"{ind2}_pt = _pt // {n_ph}",
-              f"{ind2}pa = phase // {sw}", f"{ind2}pb = phase % {sw}"]
-    L += [f"{ind2}wt = _pt % {t_w}", f"{ind2}_pt = _pt // {t_w}",
-          f"{ind2}ht = _pt % {t_h}", f"{ind2}nt = _pt // {t_h}"]
+        L += [
+            f"{ind2}phase = _pt % {n_ph}",
+            f"{ind2}_pt = _pt // {n_ph}",
+            f"{ind2}pa = phase // {sw}",
+            f"{ind2}pb = phase % {sw}",
+        ]
+    L += [
+        f"{ind2}wt = _pt % {t_w}",
+        f"{ind2}_pt = _pt // {t_w}",
+        f"{ind2}ht = _pt % {t_h}",
+        f"{ind2}nt = _pt // {t_h}",
+    ]
     rows, r_first, r_taps, r_off = _axis_lines(ind2, "r", "pa", sh, ph, r_)
     cols, s_first, s_taps, s_off = _axis_lines(ind2, "s", "pb", sw, pw, s_)
     L += rows + cols
 
     def step(it: str, sfx: str, ind_: str) -> list:
         """Reduction step ``it`` -> its k block k0, tap step (tu, tv), filter tap rs."""
-        out = [f"{ind_}tap{sfx} = ({it}) // {kb}", f"{ind_}k0{sfx} = (({it}) % {kb}) * {bk}",
-               f"{ind_}tu{sfx} = tap{sfx} // {s_taps}", f"{ind_}tv{sfx} = tap{sfx} % {s_taps}",
-               f"{ind_}rs{sfx} = ({r_first} + tu{sfx} * {sh}) * {s_} + {s_first} + "
-               f"tv{sfx} * {sw}"]
+        out = [
+            f"{ind_}tap{sfx} = ({it}) // {kb}",
+            f"{ind_}k0{sfx} = (({it}) % {kb}) * {bk}",
+            f"{ind_}tu{sfx} = tap{sfx} // {s_taps}",
+            f"{ind_}tv{sfx} = tap{sfx} % {s_taps}",
+            f"{ind_}rs{sfx} = ({r_first} + tu{sfx} * {sh}) * {s_} + {s_first} + tv{sfx} * {sw}",
+        ]
         return out + ([f"{ind_}rs{sfx} = {r_ * s_ - 1} - rs{sfx}"] if geo.flip else [])
 
     def w_load(sfx: str, live: str) -> str:
         # KRSC by pointers: k stride R*S*C, tap stride C, c contiguous
-        return (f"tl.load(W + ((k0{sfx} + kr) * {r_ * s_ * c})[:, None] + rs{sfx} * {c} + "
-                f"cc[None, :], mask=((k0{sfx} + kr) < {k})[:, None] & (cc < {c})[None, :] & "
-                f"({live}), other=0.0)")
+        return (
+            f"tl.load(W + ((k0{sfx} + kr) * {r_ * s_ * c})[:, None] + rs{sfx} * {c} + "
+            f"cc[None, :], mask=((k0{sfx} + kr) < {k})[:, None] & (cc < {c})[None, :] & "
+            f"({live}), other=0.0)"
+        )
 
-    L += [f"{ind2}cc = ct * {bn} + tl.arange(0, {bn})",
-          f"{ind2}steps = {r_taps} * {s_taps} * {kb}",
-          f"{ind2}acc = tl.full([{bm}, {bn}], 0.0, tl.float32)"]
+    L += [
+        f"{ind2}cc = ct * {bn} + tl.arange(0, {bn})",
+        f"{ind2}steps = {r_taps} * {s_taps} * {kb}",
+        f"{ind2}acc = tl.full([{bm}, {bn}], 0.0, tl.float32)",
+    ]
     if not w_desc:  # too small for cp.async, so prefetch one step ahead into registers
         L += [f"{ind2}kr = tl.arange(0, {bk})"] + step("0", "_0", ind2)
         L.append(f"{ind2}b_next = {w_load('_0', 'steps > 0')}")
-    L.append(f"{ind2}for it in range(it0, it1):" if split > 1 else
-             f"{ind2}for it in range(0, steps):")
+    L.append(
+        f"{ind2}for it in range(it0, it1):" if split > 1 else f"{ind2}for it in range(0, steps):"
+    )
     L += step("it", "", ind3)
-    L.append(f"{ind3}a = dy_desc.load([nt * {imgs}, ht * {th} + {r_off} - tu * {dh}, "
-             f"wt * {tw} + {s_off} - tv * {dw}, k0]).reshape({bm}, {bk})")
+    L.append(
+        f"{ind3}a = dy_desc.load([nt * {imgs}, ht * {th} + {r_off} - tu * {dh}, "
+        f"wt * {tw} + {s_off} - tv * {dw}, k0]).reshape({bm}, {bk})"
+    )
     if w_desc:
         L.append(f"{ind3}b = w_desc.load([k0, rs, ct * {bn}]).reshape({bk}, {bn})")
     else:
         L += [f"{ind3}b = b_next"] + step("it + 1", "_n", ind3)
         L.append(f"{ind3}b_next = {w_load('_n', 'it + 1 < steps')}")
-    if interpret:   # the 3.6 interpreter's dot is wrong on bfloat16: widen there only
-        L.append(f"{ind3}acc += tl.dot(a.to(tl.float32), b.to(tl.float32), "
-                 "input_precision='ieee')")
+    if interpret:  # the 3.6 interpreter's dot is wrong on bfloat16: widen there only
+        L.append(f"{ind3}acc += tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision='ieee')")
     else:
         L.append(f"{ind3}acc = tl.dot(a, b, acc)")
-    if split > 1:      # the float32 partial tile; _tma_kernels.sum_source finishes
-        L += [f"{ind2}_i = tl.arange(0, {bm})", f"{ind2}_j = tl.arange(0, {bn})",
-              f"{ind2}tl.store(WS + ((sl * {n_tiles} + tile) * {bm} + _i)[:, None] * {bn} + "
-              f"_j[None, :], acc)"]
+    if split > 1:  # the float32 partial tile; _tma_kernels.sum_source finishes
+        L += [
+            f"{ind2}_i = tl.arange(0, {bm})",
+            f"{ind2}_j = tl.arange(0, {bn})",
+            f"{ind2}tl.store(WS + ((sl * {n_tiles} + tile) * {bm} + _i)[:, None] * {bn} + "
+            f"_j[None, :], acc)",
+        ]
         return "\n".join(L) + "\n"
     # the epilogue's dx pixel and channel indices, rebuilt from the box and the phase
     o0 = f"ht * {th} + (_i // {tw}) % {th}"
     o1 = f"wt * {tw} + _i % {tw}"
-    L += [f"{ind2}_i = tl.arange(0, {bm})",
-          f"{ind2}nb = nt * {imgs} + _i // {th * tw}",
-          f"{ind2}o0 = " + (f"({o0}) * {sh} + pa" if sh > 1 else o0),
-          f"{ind2}o1 = " + (f"({o1}) * {sw} + pb" if sw > 1 else o1),
-          f"{ind2}mask_m = (nb < {n}) & (o0 < {h}) & (o1 < {wd})",
-          f"{ind2}offs_n = cc",
-          f"{ind2}mask_n = offs_n < {c}"]
+    L += [
+        f"{ind2}_i = tl.arange(0, {bm})",
+        f"{ind2}nb = nt * {imgs} + _i // {th * tw}",
+        f"{ind2}o0 = " + (f"({o0}) * {sh} + pa" if sh > 1 else o0),
+        f"{ind2}o1 = " + (f"({o1}) * {sw} + pb" if sw > 1 else o1),
+        f"{ind2}mask_m = (nb < {n}) & (o0 < {h}) & (o1 < {wd})",
+        f"{ind2}offs_n = cc",
+        f"{ind2}mask_n = offs_n < {c}",
+    ]
     if geo.int64:
-        L += [f"{ind2}nb = nb.to(tl.int64)", f"{ind2}o0 = o0.to(tl.int64)",
-              f"{ind2}o1 = o1.to(tl.int64)"]
+        L += [
+            f"{ind2}nb = nb.to(tl.int64)",
+            f"{ind2}o0 = o0.to(tl.int64)",
+            f"{ind2}o1 = o1.to(tl.int64)",
+        ]
     for line in epilogue_body.strip("\n").split("\n"):
         L.append(ind2 + line)
     return "\n".join(L) + "\n"

@@ -23,6 +23,7 @@ persistent, output channel blocks innermost; with SPLIT > 1 each tile's reductio
 slices whose float32 partials a second kernel sums in slice order (deterministic) before
 the epilogue, as on the box path.
 """
+
 from __future__ import annotations
 
 from ...fusion._codegen import COMBINE_HELPERS
@@ -47,8 +48,10 @@ def unsupported(geo, kind: str, streamed, w) -> str | None:
     if why:
         return why
     if tuple(geo.filt) != (1, 1) or any(geo.pre) or geo.stride != (1, 1):
-        return ("the flat path takes 1x1 unpadded stride-1 filters (larger ones need masked "
-                "rows, measured slower than the box tiles)")
+        return (
+            "the flat path takes 1x1 unpadded stride-1 filters (larger ones need masked "
+            "rows, measured slower than the box tiles)"
+        )
     n, ch, h, wd = streamed.dims
     if streamed.strides != (h * wd * ch, 1, wd * ch, ch):
         return f"the flat path needs a packed NHWC {streamed.name or 'image'}"
@@ -79,8 +82,9 @@ def partials_bytes(geo, kn, kind: str) -> int:
     return 0 if s == 1 else 4 * s * tiles(geo, kn, kind) * kn.block_m * kn.BLOCK_N
 
 
-def estimate_seconds(geo, kn, kind: str, itemsize: int, peak: float, bandwidth: float,
-                     num_sms: int) -> float:
+def estimate_seconds(
+    geo, kn, kind: str, itemsize: int, peak: float, bandwidth: float, num_sms: int
+) -> float:
     """The box path's roofline (``_tma_kernels.estimate_seconds``) over flat tiles: no
     spatial padding, the last tile's tail only."""
     rc, oc = _roles(geo, kind)
@@ -107,15 +111,21 @@ def _epilogue_lines(geo, kind: str, rows: str, ind: str, body: str, bn: int) -> 
     """Pixel (nb, o0, o1) and channel indices of rows ``rows`` of tile (mt, nt), then the
     epilogue."""
     h, wd = geo.in_dims
-    L = [f"{ind}_m = {rows}", f"{ind}nb = _m // {h * wd}", f"{ind}o0 = (_m // {wd}) % {h}",
-         f"{ind}o1 = _m % {wd}", f"{ind}mask_m = _m < {pixels(geo)}",
-         f"{ind}offs_n = nt * {bn} + tl.arange(0, {bn})",
-         f"{ind}mask_n = offs_n < {_roles(geo, kind)[1]}"]
+    L = [
+        f"{ind}_m = {rows}",
+        f"{ind}nb = _m // {h * wd}",
+        f"{ind}o0 = (_m // {wd}) % {h}",
+        f"{ind}o1 = _m % {wd}",
+        f"{ind}mask_m = _m < {pixels(geo)}",
+        f"{ind}offs_n = nt * {bn} + tl.arange(0, {bn})",
+        f"{ind}mask_n = offs_n < {_roles(geo, kind)[1]}",
+    ]
     return L + [ind + line for line in body.strip("\n").split("\n")]
 
 
-def source(name: str, geo, kn, kind: str, *, epilogue_params: list, epilogue_body: str,
-           interpret: bool) -> str:
+def source(
+    name: str, geo, kn, kind: str, *, epilogue_params: list, epilogue_body: str, interpret: bool
+) -> str:
     """Kernel ``name(A, W, <epilogue params> | WS, NUM_PROGS: constexpr)``: A is x (fprop)
     or dy (dgrad), packed NHWC; W the KRSC filter. SPLIT > 1 writes partials to WS."""
     rc, oc = _roles(geo, kind)
@@ -126,38 +136,54 @@ def source(name: str, geo, kn, kind: str, *, epilogue_params: list, epilogue_bod
     per = _cdiv(its, split)
     ind, ind2, ind3 = "    ", "        ", "            "
     fprop = kind == "conv_fprop"
-    sig = ["A", "W"] + (["WS"] if split > 1 else list(epilogue_params)) + \
-        ["NUM_PROGS: tl.constexpr"]
+    sig = (
+        ["A", "W"] + (["WS"] if split > 1 else list(epilogue_params)) + ["NUM_PROGS: tl.constexpr"]
+    )
     k_all, c_all = (oc, rc) if fprop else (rc, oc)
     wblock = f"[{bn}, {bk}]" if fprop else f"[{bk}, {bn}]"
-    L = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(sig)}):",
-         f"{ind}a_desc = tl.make_tensor_descriptor(A, shape=[{m_all}, {rc}], "
-         f"strides=[{rc}, 1], block_shape=[{bm}, {bk}])",
-         f"{ind}w_desc = tl.make_tensor_descriptor(W, shape=[{k_all}, {c_all}], "
-         f"strides=[{c_all}, 1], block_shape={wblock})",
-         f"{ind}g = 0",
-         f"{ind}for job in tl.range(tl.program_id(0), {n_tiles * split}, NUM_PROGS):"]
+    L = [
+        COMBINE_HELPERS,
+        "@triton.jit",
+        f"def {name}({', '.join(sig)}):",
+        f"{ind}a_desc = tl.make_tensor_descriptor(A, shape=[{m_all}, {rc}], "
+        f"strides=[{rc}, 1], block_shape=[{bm}, {bk}])",
+        f"{ind}w_desc = tl.make_tensor_descriptor(W, shape=[{k_all}, {c_all}], "
+        f"strides=[{c_all}, 1], block_shape={wblock})",
+        f"{ind}g = 0",
+        f"{ind}for job in tl.range(tl.program_id(0), {n_tiles * split}, NUM_PROGS):",
+    ]
     if split > 1:
-        L += [f"{ind2}sl = job % {split}", f"{ind2}tile = job // {split}",
-              f"{ind2}it0 = sl * {per}", f"{ind2}it1 = tl.minimum(it0 + {per}, {its})"]
+        L += [
+            f"{ind2}sl = job % {split}",
+            f"{ind2}tile = job // {split}",
+            f"{ind2}it0 = sl * {per}",
+            f"{ind2}it1 = tl.minimum(it0 + {per}, {its})",
+        ]
     else:
         L += [f"{ind2}tile = job", f"{ind2}it0 = 0", f"{ind2}it1 = {its}"]
     L += _coords(t_n, ind2)
-    L += [f"{ind2}acc = tl.full([{bm}, {bn}], 0.0, tl.float32)",
-          f"{ind2}for it in range(it0, it1):",
-          f"{ind3}c0 = it * {bk}",
-          f"{ind3}a = a_desc.load([mt * {bm}, c0])"]
-    L.append(f"{ind3}b = tl.trans(w_desc.load([nt * {bn}, c0]))" if fprop else
-             f"{ind3}b = w_desc.load([c0, nt * {bn}])")
-    if interpret:   # the 3.6 interpreter's dot is wrong on bfloat16: widen there only
-        L.append(f"{ind3}acc += tl.dot(a.to(tl.float32), b.to(tl.float32), "
-                 "input_precision='ieee')")
+    L += [
+        f"{ind2}acc = tl.full([{bm}, {bn}], 0.0, tl.float32)",
+        f"{ind2}for it in range(it0, it1):",
+        f"{ind3}c0 = it * {bk}",
+        f"{ind3}a = a_desc.load([mt * {bm}, c0])",
+    ]
+    L.append(
+        f"{ind3}b = tl.trans(w_desc.load([nt * {bn}, c0]))"
+        if fprop
+        else f"{ind3}b = w_desc.load([c0, nt * {bn}])"
+    )
+    if interpret:  # the 3.6 interpreter's dot is wrong on bfloat16: widen there only
+        L.append(f"{ind3}acc += tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision='ieee')")
     else:
         L.append(f"{ind3}acc = tl.dot(a, b, acc)")
     if split > 1:
-        L += [f"{ind2}_i = tl.arange(0, {bm})", f"{ind2}_j = tl.arange(0, {bn})",
-              f"{ind2}tl.store(WS + ((sl * {n_tiles} + tile) * {bm} + _i)[:, None] * {bn} + "
-              f"_j[None, :], acc)"]
+        L += [
+            f"{ind2}_i = tl.arange(0, {bm})",
+            f"{ind2}_j = tl.arange(0, {bn})",
+            f"{ind2}tl.store(WS + ((sl * {n_tiles} + tile) * {bm} + _i)[:, None] * {bn} + "
+            f"_j[None, :], acc)",
+        ]
         return "\n".join(L) + "\n"
     L += _epilogue_lines(geo, kind, f"mt * {bm} + tl.arange(0, {bm})", ind2, epilogue_body, bn)
     return "\n".join(L) + "\n"
@@ -166,23 +192,29 @@ def source(name: str, geo, kn, kind: str, *, epilogue_params: list, epilogue_bod
 SUM_ROWS = 32
 
 
-def sum_source(name: str, geo, kn, kind: str, *, epilogue_params: list,
-               epilogue_body: str) -> str:
+def sum_source(name: str, geo, kn, kind: str, *, epilogue_params: list, epilogue_body: str) -> str:
     """Kernel ``name(WS, <epilogue params>)``: rows of one tile summed over the SPLIT
     partials in slice order, then the epilogue. Grid ``sum_grid``."""
     bm, bn = kn.block_m, kn.BLOCK_N
     rows = min(SUM_ROWS, bm)
     n_tiles, t_n = tiles(geo, kn, kind), _cdiv(_roles(geo, kind)[1], bn)
     ind = "    "
-    L = [COMBINE_HELPERS, "@triton.jit",
-         f"def {name}({', '.join(['WS'] + list(epilogue_params))}):",
-         f"{ind}pid = tl.program_id(0)", f"{ind}tile = pid // {bm // rows}",
-         f"{ind}_r = (pid % {bm // rows}) * {rows} + tl.arange(0, {rows})", f"{ind}g = 0"]
+    L = [
+        COMBINE_HELPERS,
+        "@triton.jit",
+        f"def {name}({', '.join(['WS'] + list(epilogue_params))}):",
+        f"{ind}pid = tl.program_id(0)",
+        f"{ind}tile = pid // {bm // rows}",
+        f"{ind}_r = (pid % {bm // rows}) * {rows} + tl.arange(0, {rows})",
+        f"{ind}g = 0",
+    ]
     L += _coords(t_n, ind)
     L += [f"{ind}_j = tl.arange(0, {bn})", f"{ind}acc = tl.full([{rows}, {bn}], 0.0, tl.float32)"]
     for sl in range(split_of(kn)):
-        L.append(f"{ind}acc += tl.load(WS + (({sl * n_tiles} + tile) * {bm} + _r)[:, None] * "
-                 f"{bn} + _j[None, :])")
+        L.append(
+            f"{ind}acc += tl.load(WS + (({sl * n_tiles} + tile) * {bm} + _r)[:, None] * "
+            f"{bn} + _j[None, :])"
+        )
     L += _epilogue_lines(geo, kind, f"mt * {bm} + _r", ind, epilogue_body, bn)
     return "\n".join(L) + "\n"
 

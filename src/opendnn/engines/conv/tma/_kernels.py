@@ -21,6 +21,7 @@ programs in flight share the image box in L2). The float32 tile goes through the
 epilogue as every conv engine (bias, activations, residual, casts), with pixel indices
 (nb, o0, o1) rebuilt from the box coordinates.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -45,13 +46,20 @@ class TmaKnobs:
 
 # measured on the H100 (ResNet-50 layers at N=32, bench/conv_sweep.py): every entry
 # won at least one layer; the cost model orders them per problem
-KNOB_SPACE = (TmaKnobs(1, 8, 16, 64, 64, 4, 4), TmaKnobs(4, 4, 8, 128, 64, 4, 4),
-              TmaKnobs(1, 16, 16, 128, 64, 8, 3), TmaKnobs(2, 8, 8, 128, 64, 8, 4),
-              TmaKnobs(1, 8, 8, 128, 64, 4, 4), TmaKnobs(1, 8, 16, 128, 64, 8, 4),
-              TmaKnobs(1, 4, 16, 128, 64, 4, 4), TmaKnobs(2, 8, 8, 64, 64, 4, 4),
-              TmaKnobs(1, 8, 16, 128, 128, 8, 3),
-              # small-M layers (7x7 images): more, narrower tiles fill the 132 SMs
-              TmaKnobs(1, 8, 8, 64, 64, 4, 4), TmaKnobs(1, 8, 8, 64, 128, 4, 3))
+KNOB_SPACE = (
+    TmaKnobs(1, 8, 16, 64, 64, 4, 4),
+    TmaKnobs(4, 4, 8, 128, 64, 4, 4),
+    TmaKnobs(1, 16, 16, 128, 64, 8, 3),
+    TmaKnobs(2, 8, 8, 128, 64, 8, 4),
+    TmaKnobs(1, 8, 8, 128, 64, 4, 4),
+    TmaKnobs(1, 8, 16, 128, 64, 8, 4),
+    TmaKnobs(1, 4, 16, 128, 64, 4, 4),
+    TmaKnobs(2, 8, 8, 64, 64, 4, 4),
+    TmaKnobs(1, 8, 16, 128, 128, 8, 3),
+    # small-M layers (7x7 images): more, narrower tiles fill the 132 SMs
+    TmaKnobs(1, 8, 8, 64, 64, 4, 4),
+    TmaKnobs(1, 8, 8, 64, 128, 4, 3),
+)
 
 
 def common_unsupported(geo, operand) -> str | None:
@@ -93,15 +101,19 @@ def unsupported(geo, x, w, y) -> str | None:
 
 def fits(kn: TmaKnobs, geo, itemsize: int) -> bool:
     if geo.stride != (1, 1) and geo.c_per_group % kn.BLOCK_K:
-        return False            # the merged (phase, C) axis would run into the next pixel
+        return False  # the merged (phase, C) axis would run into the next pixel
     smem = (kn.block_m + kn.BLOCK_N) * kn.BLOCK_K * itemsize * kn.num_stages
     return smem <= 200 * 1024
 
 
 def tiles(geo, kn: TmaKnobs) -> int:
     oh, ow = geo.out_dims
-    return (-(-geo.n // kn.TMA_IMGS) * -(-oh // kn.TMA_TH) * -(-ow // kn.TMA_TW) *
-            -(-geo.k_per_group // kn.BLOCK_N))
+    return (
+        -(-geo.n // kn.TMA_IMGS)
+        * -(-oh // kn.TMA_TH)
+        * -(-ow // kn.TMA_TW)
+        * -(-geo.k_per_group // kn.BLOCK_N)
+    )
 
 
 def split_of(kn) -> int:
@@ -119,8 +131,9 @@ def partials_bytes(geo, kn: TmaKnobs) -> int:
     return 0 if s == 1 else 4 * s * tiles(geo, kn) * kn.block_m * kn.BLOCK_N
 
 
-def estimate_seconds(geo, kn: TmaKnobs, itemsize: int, peak: float, bandwidth: float,
-                     num_sms: int) -> float:
+def estimate_seconds(
+    geo, kn: TmaKnobs, itemsize: int, peak: float, bandwidth: float, num_sms: int
+) -> float:
     """Roofline over the padded spatial boxes, with the last wave's idle SMs; the copy
     engine's boxes run at ~0.9 of the tensor-core rate the gather path reaches (measured).
     A split reduction adds its partials' round trip (through L2 when they fit) and a
@@ -132,14 +145,16 @@ def estimate_seconds(geo, kn: TmaKnobs, itemsize: int, peak: float, bandwidth: f
     cb = -(-geo.c_per_group // kn.BLOCK_K)
     split = split_of(kn)
     jobs = tiles(geo, kn) * split
-    steps = -(-rs * cb // split)         # short reductions cannot hide the pipeline's fill
+    steps = -(-rs * cb // split)  # short reductions cannot hide the pipeline's fill
     flops = 2.0 * jobs * kn.block_m * kn.BLOCK_N * steps * kn.BLOCK_K
     waves = -(-jobs // num_sms)
     fill = jobs / (waves * num_sms)
     pipe = steps / (steps + kn.num_stages)
-    bytes_ = itemsize * (geo.n * geo.in_dims[0] * geo.in_dims[1] * geo.c_per_group +
-                         geo.k_per_group * rs * geo.c_per_group +
-                         geo.n * oh * ow * geo.k_per_group)
+    bytes_ = itemsize * (
+        geo.n * geo.in_dims[0] * geo.in_dims[1] * geo.c_per_group
+        + geo.k_per_group * rs * geo.c_per_group
+        + geo.n * oh * ow * geo.k_per_group
+    )
     t = max(flops / (peak * 0.9 * fill * pipe), bytes_ / bandwidth) + 3e-6
     if split > 1:
         ws = partials_bytes(geo, kn)
@@ -147,8 +162,16 @@ def estimate_seconds(geo, kn: TmaKnobs, itemsize: int, peak: float, bandwidth: f
     return t
 
 
-def source(name: str, geo, kn: TmaKnobs, *, epilogue_params: list, epilogue_body: str,
-           interpret: bool, w_offset: int = 0) -> str:
+def source(
+    name: str,
+    geo,
+    kn: TmaKnobs,
+    *,
+    epilogue_params: list,
+    epilogue_body: str,
+    interpret: bool,
+    w_offset: int = 0,
+) -> str:
     """Kernel ``name(X, W, <epilogue params>, NUM_PROGS: constexpr)``; the filter starts
     ``w_offset`` elements after W (a packed filter in the workspace)."""
     n, (h, wd), c = geo.n, geo.in_dims, geo.c_per_group
@@ -166,51 +189,76 @@ def source(name: str, geo, kn: TmaKnobs, *, epilogue_params: list, epilogue_body
     its = r_ * s_ * cb
     per = -(-its // split)
     n_tiles = t_n * t_h * t_w * t_k
-    sig = ["X", "W"] + (["WS"] if split > 1 else list(epilogue_params)) + \
-        ["NUM_PROGS: tl.constexpr"]
+    sig = (
+        ["X", "W"] + (["WS"] if split > 1 else list(epilogue_params)) + ["NUM_PROGS: tl.constexpr"]
+    )
     L = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(sig)}):"]
     if geo.stride == (1, 1):
-        L.append(f"{ind}x_desc = tl.make_tensor_descriptor(X, shape=[{n}, {h}, {wd}, {c}], "
-                 f"strides=[{h * wd * c}, {wd * c}, {c}, 1], "
-                 f"block_shape=[{imgs}, {th}, {tw}, {bk}])")
+        L.append(
+            f"{ind}x_desc = tl.make_tensor_descriptor(X, shape=[{n}, {h}, {wd}, {c}], "
+            f"strides=[{h * wd * c}, {wd * c}, {c}, 1], "
+            f"block_shape=[{imgs}, {th}, {tw}, {bk}])"
+        )
     else:
-        L.append(f"{ind}x_desc = tl.make_tensor_descriptor(X, shape=[{n}, {h // 2}, 2, "
-                 f"{wd // 2}, {2 * c}], strides=[{h * wd * c}, {2 * wd * c}, {wd * c}, "
-                 f"{2 * c}, 1], block_shape=[{imgs}, {th}, 1, {tw}, {bk}])")
+        L.append(
+            f"{ind}x_desc = tl.make_tensor_descriptor(X, shape=[{n}, {h // 2}, 2, "
+            f"{wd // 2}, {2 * c}], strides=[{h * wd * c}, {2 * wd * c}, {wd * c}, "
+            f"{2 * c}, 1], block_shape=[{imgs}, {th}, 1, {tw}, {bk}])"
+        )
     w_ptr = f"W + {w_offset}" if w_offset else "W"
-    L.append(f"{ind}w_desc = tl.make_tensor_descriptor({w_ptr}, shape=[{k}, {r_ * s_}, {c}], "
-             f"strides=[{r_ * s_ * c}, {c}, 1], block_shape=[{bn}, 1, {bk}])")
+    L.append(
+        f"{ind}w_desc = tl.make_tensor_descriptor({w_ptr}, shape=[{k}, {r_ * s_}, {c}], "
+        f"strides=[{r_ * s_ * c}, {c}, 1], block_shape=[{bn}, 1, {bk}])"
+    )
     L.append(f"{ind}g = 0")
     L.append(f"{ind}for job in tl.range(tl.program_id(0), {n_tiles * split}, NUM_PROGS):")
-    if split > 1:     # slices of one tile on neighbouring jobs; slice sl takes steps
-        L += [f"{ind2}sl = job % {split}", f"{ind2}tile = job // {split}",  # [sl*per, +per)
-              f"{ind2}it0 = sl * {per}", f"{ind2}it1 = tl.minimum(it0 + {per}, {its})"]
+    if split > 1:  # slices of one tile on neighbouring jobs; slice sl takes steps
+        L += [
+            f"{ind2}sl = job % {split}",
+            f"{ind2}tile = job // {split}",  # [sl*per, +per)
+            f"{ind2}it0 = sl * {per}",
+            f"{ind2}it1 = tl.minimum(it0 + {per}, {its})",
+        ]
     else:
         L += [f"{ind2}tile = job", f"{ind2}it0 = 0", f"{ind2}it1 = {its}"]
     L += _tile_coords(kn, t_k, t_w, t_h, ind2)
-    L += [f"{ind2}acc = tl.full([{bm}, {bn}], 0.0, tl.float32)",
-          f"{ind2}for it in range(it0, it1):",
-          f"{ind3}t = it // {cb}", f"{ind3}c0 = (it % {cb}) * {bk}",
-          f"{ind3}r = t // {s_}", f"{ind3}s = t % {s_}"]
+    L += [
+        f"{ind2}acc = tl.full([{bm}, {bn}], 0.0, tl.float32)",
+        f"{ind2}for it in range(it0, it1):",
+        f"{ind3}t = it // {cb}",
+        f"{ind3}c0 = (it % {cb}) * {bk}",
+        f"{ind3}r = t // {s_}",
+        f"{ind3}s = t % {s_}",
+    ]
     if geo.stride == (1, 1):
-        L.append(f"{ind3}a = x_desc.load([nt * {imgs}, ht * {th} + r * {dh} - {ph}, "
-                 f"wt * {tw} + s * {dw} - {pw}, c0])")
-    else:   # d + 2*pad >= 0 keeps // and % on non-negative values
-        L += [f"{ind3}eh = r + {ph}", f"{ind3}ew = s + {pw}",
-              f"{ind3}a = x_desc.load([nt * {imgs}, ht * {th} + eh // 2 - {ph}, eh % 2, "
-              f"wt * {tw} + ew // 2 - {pw}, (ew % 2) * {c} + c0])"]
+        L.append(
+            f"{ind3}a = x_desc.load([nt * {imgs}, ht * {th} + r * {dh} - {ph}, "
+            f"wt * {tw} + s * {dw} - {pw}, c0])"
+        )
+    else:  # d + 2*pad >= 0 keeps // and % on non-negative values
+        L += [
+            f"{ind3}eh = r + {ph}",
+            f"{ind3}ew = s + {pw}",
+            f"{ind3}a = x_desc.load([nt * {imgs}, ht * {th} + eh // 2 - {ph}, eh % 2, "
+            f"wt * {tw} + ew // 2 - {pw}, (ew % 2) * {c} + c0])",
+        ]
     L.append(f"{ind3}a = a.reshape({bm}, {bk})")
     wtap = f"{r_ * s_ - 1} - t" if geo.flip else "t"
     L.append(f"{ind3}b = w_desc.load([kt * {bn}, {wtap}, c0]).reshape({bn}, {bk})")
-    if interpret:   # the 3.6 interpreter's dot is wrong on bfloat16: widen there only
-        L.append(f"{ind3}acc += tl.dot(a.to(tl.float32), tl.trans(b.to(tl.float32)), "
-                 "input_precision='ieee')")
+    if interpret:  # the 3.6 interpreter's dot is wrong on bfloat16: widen there only
+        L.append(
+            f"{ind3}acc += tl.dot(a.to(tl.float32), tl.trans(b.to(tl.float32)), "
+            "input_precision='ieee')"
+        )
     else:
         L.append(f"{ind3}acc = tl.dot(a, tl.trans(b), acc)")
-    if split > 1:     # the float32 partial tile; sum_source adds the slices, epilogue
-        L += [f"{ind2}_i = tl.arange(0, {bm})", f"{ind2}_j = tl.arange(0, {bn})",
-              f"{ind2}tl.store(WS + ((sl * {n_tiles} + tile) * {bm} + _i)[:, None] * {bn} + "
-              f"_j[None, :], acc)"]
+    if split > 1:  # the float32 partial tile; sum_source adds the slices, epilogue
+        L += [
+            f"{ind2}_i = tl.arange(0, {bm})",
+            f"{ind2}_j = tl.arange(0, {bn})",
+            f"{ind2}tl.store(WS + ((sl * {n_tiles} + tile) * {bm} + _i)[:, None] * {bn} + "
+            f"_j[None, :], acc)",
+        ]
         return "\n".join(L) + "\n"
     L += _epilogue_lines(geo, kn, "tl.arange(0, {})".format(bm), ind2, epilogue_body)
     return "\n".join(L) + "\n"
@@ -218,9 +266,14 @@ def source(name: str, geo, kn: TmaKnobs, *, epilogue_params: list, epilogue_body
 
 def _tile_coords(kn, t_k: int, t_w: int, t_h: int, ind: str) -> list:
     """Tile id ``tile`` -> (nt, ht, wt) box and kt channel block (channels innermost)."""
-    return [f"{ind}kt = tile % {t_k}", f"{ind}_pt = tile // {t_k}",
-            f"{ind}wt = _pt % {t_w}", f"{ind}_pt = _pt // {t_w}",
-            f"{ind}ht = _pt % {t_h}", f"{ind}nt = _pt // {t_h}"]
+    return [
+        f"{ind}kt = tile % {t_k}",
+        f"{ind}_pt = tile // {t_k}",
+        f"{ind}wt = _pt % {t_w}",
+        f"{ind}_pt = _pt // {t_w}",
+        f"{ind}ht = _pt % {t_h}",
+        f"{ind}nt = _pt // {t_h}",
+    ]
 
 
 def _epilogue_lines(geo, kn, rows: str, ind: str, epilogue_body: str) -> list:
@@ -228,23 +281,24 @@ def _epilogue_lines(geo, kn, rows: str, ind: str, epilogue_body: str) -> list:
     ``rows`` of the tile), then the epilogue."""
     th, tw, bn = kn.TMA_TH, kn.TMA_TW, kn.BLOCK_N
     oh, ow = geo.out_dims
-    L = [f"{ind}_i = {rows}",
-         f"{ind}nb = nt * {kn.TMA_IMGS} + _i // {th * tw}",
-         f"{ind}o0 = ht * {th} + (_i // {tw}) % {th}",
-         f"{ind}o1 = wt * {tw} + _i % {tw}",
-         f"{ind}mask_m = (nb < {geo.n}) & (o0 < {oh}) & (o1 < {ow})",
-         f"{ind}offs_n = kt * {bn} + tl.arange(0, {bn})",
-         f"{ind}mask_n = offs_n < {geo.k_per_group}"]
+    L = [
+        f"{ind}_i = {rows}",
+        f"{ind}nb = nt * {kn.TMA_IMGS} + _i // {th * tw}",
+        f"{ind}o0 = ht * {th} + (_i // {tw}) % {th}",
+        f"{ind}o1 = wt * {tw} + _i % {tw}",
+        f"{ind}mask_m = (nb < {geo.n}) & (o0 < {oh}) & (o1 < {ow})",
+        f"{ind}offs_n = kt * {bn} + tl.arange(0, {bn})",
+        f"{ind}mask_n = offs_n < {geo.k_per_group}",
+    ]
     if geo.int64:
         L.append(f"{ind}nb = nb.to(tl.int64)")
     return L + [ind + line for line in epilogue_body.strip("\n").split("\n")]
 
 
-SUM_ROWS = 32    # partial-tile rows per program of the split sum
+SUM_ROWS = 32  # partial-tile rows per program of the split sum
 
 
-def sum_source(name: str, geo, kn: TmaKnobs, *, epilogue_params: list,
-               epilogue_body: str) -> str:
+def sum_source(name: str, geo, kn: TmaKnobs, *, epilogue_params: list, epilogue_body: str) -> str:
     """Kernel ``name(WS, <epilogue params>)``: rows [ch * SUM_ROWS, +SUM_ROWS) of one
     output tile are the sum of its SPLIT partials (all loads issued at once, added in slice
     order: deterministic), then the epilogue. Grid (tiles * block_m / SUM_ROWS,)."""
@@ -253,15 +307,22 @@ def sum_source(name: str, geo, kn: TmaKnobs, *, epilogue_params: list,
     t_n, t_k = -(-geo.n // kn.TMA_IMGS), -(-geo.k_per_group // kn.BLOCK_N)
     n_tiles, bm, bn, rows = t_n * t_h * t_w * t_k, kn.block_m, kn.BLOCK_N, min(SUM_ROWS, kn.block_m)
     ind = "    "
-    L = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(['WS'] + list(epilogue_params))}):",
-         f"{ind}pid = tl.program_id(0)", f"{ind}tile = pid // {bm // rows}",
-         f"{ind}_r = (pid % {bm // rows}) * {rows} + tl.arange(0, {rows})", f"{ind}g = 0"]
+    L = [
+        COMBINE_HELPERS,
+        "@triton.jit",
+        f"def {name}({', '.join(['WS'] + list(epilogue_params))}):",
+        f"{ind}pid = tl.program_id(0)",
+        f"{ind}tile = pid // {bm // rows}",
+        f"{ind}_r = (pid % {bm // rows}) * {rows} + tl.arange(0, {rows})",
+        f"{ind}g = 0",
+    ]
     L += _tile_coords(kn, t_k, t_w, t_h, ind)
-    L += [f"{ind}_j = tl.arange(0, {bn})",
-          f"{ind}acc = tl.full([{rows}, {bn}], 0.0, tl.float32)"]
+    L += [f"{ind}_j = tl.arange(0, {bn})", f"{ind}acc = tl.full([{rows}, {bn}], 0.0, tl.float32)"]
     for sl in range(split_of(kn)):
-        L.append(f"{ind}acc += tl.load(WS + (({sl * n_tiles} + tile) * {bm} + _r)[:, None] * "
-                 f"{bn} + _j[None, :])")
+        L.append(
+            f"{ind}acc += tl.load(WS + (({sl * n_tiles} + tile) * {bm} + _r)[:, None] * "
+            f"{bn} + _j[None, :])"
+        )
     return "\n".join(L + _epilogue_lines(geo, kn, "_r", ind, epilogue_body)) + "\n"
 
 

@@ -21,6 +21,7 @@ reshaped to 2-D cannot, in Triton 3.6). xcol's run is either
 Splitting, partials and their fixed-order sum are those of ``_tma_wgrad_kernels``.
 The epilogue sees per-column taps: r0, r1 and offs_n (= c) are vectors over j.
 """
+
 from __future__ import annotations
 
 from ...fusion._codegen import COMBINE_HELPERS
@@ -54,9 +55,14 @@ def gather_too_large(kn) -> bool:
 def x_by_descriptor(geo, x) -> bool:
     """Whether xcol is x itself, read through a 2-D descriptor."""
     n, c, h, wd = x.dims
-    return (geo.filt == (1, 1) and geo.stride == (1, 1) and geo.pre == (0, 0) and
-            geo.out_dims == (h, wd) and x.strides == (h * wd * c, 1, wd * c, c) and
-            (c * x.data_type.itemsize) % 16 == 0)
+    return (
+        geo.filt == (1, 1)
+        and geo.stride == (1, 1)
+        and geo.pre == (0, 0)
+        and geo.out_dims == (h, wd)
+        and x.strides == (h * wd * c, 1, wd * c, c)
+        and (c * x.data_type.itemsize) % 16 == 0
+    )
 
 
 def unsupported(geo, x, dy) -> str | None:
@@ -90,17 +96,32 @@ def _tile_lines(geo, bm: int, bn: int, ind: str) -> list:
     into the epilogue's per-column tap (r0, r1) and channel (offs_n); g = 0."""
     c = geo.c_per_group
     t_j = _cdiv(columns(geo), bn)
-    return [f"{ind}jt = tile % {t_j}", f"{ind}kt = tile // {t_j}",
-            f"{ind}offs_m = kt * {bm} + tl.arange(0, {bm})",
-            f"{ind}mask_m = offs_m < {geo.k_per_group}",
-            f"{ind}offs_n_j = jt * {bn} + tl.arange(0, {bn})",
-            f"{ind}mask_n = offs_n_j < {columns(geo)}",
-            f"{ind}offs_n = offs_n_j % {c}", f"{ind}_t = offs_n_j // {c}",
-            f"{ind}r0 = _t // {geo.filt[1]}", f"{ind}r1 = _t % {geo.filt[1]}", f"{ind}g = 0"]
+    return [
+        f"{ind}jt = tile % {t_j}",
+        f"{ind}kt = tile // {t_j}",
+        f"{ind}offs_m = kt * {bm} + tl.arange(0, {bm})",
+        f"{ind}mask_m = offs_m < {geo.k_per_group}",
+        f"{ind}offs_n_j = jt * {bn} + tl.arange(0, {bn})",
+        f"{ind}mask_n = offs_n_j < {columns(geo)}",
+        f"{ind}offs_n = offs_n_j % {c}",
+        f"{ind}_t = offs_n_j // {c}",
+        f"{ind}r0 = _t // {geo.filt[1]}",
+        f"{ind}r1 = _t % {geo.filt[1]}",
+        f"{ind}g = 0",
+    ]
 
 
-def source(name: str, geo, kn, x_desc: bool, x_strides: tuple, *, epilogue_params: list,
-           epilogue_body: str, interpret: bool) -> str:
+def source(
+    name: str,
+    geo,
+    kn,
+    x_desc: bool,
+    x_strides: tuple,
+    *,
+    epilogue_params: list,
+    epilogue_body: str,
+    interpret: bool,
+) -> str:
     """Kernel ``name(X, DY, <WS or epilogue params>)``; grid (slices * tiles,)."""
     k, c = geo.k_per_group, geo.c_per_group
     oh, ow = geo.out_dims
@@ -108,50 +129,73 @@ def source(name: str, geo, kn, x_desc: bool, x_strides: tuple, *, epilogue_param
     p_total = pixels(geo)
     ind, ind2 = "    ", "        "
     params = ["WS"] if kn.SPLIT > 1 else list(epilogue_params)
-    L = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(['X', 'DY'] + params)}):",
-         f"{ind}dy_desc = tl.make_tensor_descriptor(DY, shape=[{p_total}, {k}], "
-         f"strides=[{k}, 1], block_shape=[{bp}, {bm}])"]
+    L = [
+        COMBINE_HELPERS,
+        "@triton.jit",
+        f"def {name}({', '.join(['X', 'DY'] + params)}):",
+        f"{ind}dy_desc = tl.make_tensor_descriptor(DY, shape=[{p_total}, {k}], "
+        f"strides=[{k}, 1], block_shape=[{bp}, {bm}])",
+    ]
     if x_desc:
-        L.append(f"{ind}x_desc = tl.make_tensor_descriptor(X, shape=[{p_total}, {c}], "
-                 f"strides=[{c}, 1], block_shape=[{bp}, {bn}])")
+        L.append(
+            f"{ind}x_desc = tl.make_tensor_descriptor(X, shape=[{p_total}, {c}], "
+            f"strides=[{c}, 1], block_shape=[{bp}, {bn}])"
+        )
     n_tiles = tiles(geo, kn)
-    L += [f"{ind}pid = tl.program_id(0)", f"{ind}tile = pid % {n_tiles}",
-          f"{ind}sp = pid // {n_tiles}"]
+    L += [
+        f"{ind}pid = tl.program_id(0)",
+        f"{ind}tile = pid % {n_tiles}",
+        f"{ind}sp = pid // {n_tiles}",
+    ]
     L += _tile_lines(geo, bm, bn, ind)
-    if not x_desc:   # the gather's per-column offsets and tap coordinates, fixed per tile
+    if not x_desc:  # the gather's per-column offsets and tap coordinates, fixed per tile
         xs = x_strides
-        L += [f"{ind}col_off = offs_n * {xs[1]} + r0 * {geo.dilation[0] * xs[2]} + "
-              f"r1 * {geo.dilation[1] * xs[3]}",
-              f"{ind}dr0 = r0 * {geo.dilation[0]} - {geo.pre[0]}",
-              f"{ind}dr1 = r1 * {geo.dilation[1]} - {geo.pre[1]}"]
+        L += [
+            f"{ind}col_off = offs_n * {xs[1]} + r0 * {geo.dilation[0] * xs[2]} + "
+            f"r1 * {geo.dilation[1] * xs[3]}",
+            f"{ind}dr0 = r0 * {geo.dilation[0]} - {geo.pre[0]}",
+            f"{ind}dr1 = r1 * {geo.dilation[1]} - {geo.pre[1]}",
+        ]
     step = _cdiv(steps(geo, kn), kn.SPLIT)
-    L += [f"{ind}acc = tl.full([{bm}, {bn}], 0.0, tl.float32)",
-          f"{ind}for b in range(sp * {step}, tl.minimum(sp * {step} + {step}, "
-          f"{steps(geo, kn)})):",
-          f"{ind2}d = dy_desc.load([b * {bp}, kt * {bm}])"]
+    L += [
+        f"{ind}acc = tl.full([{bm}, {bn}], 0.0, tl.float32)",
+        f"{ind}for b in range(sp * {step}, tl.minimum(sp * {step} + {step}, {steps(geo, kn)})):",
+        f"{ind2}d = dy_desc.load([b * {bp}, kt * {bm}])",
+    ]
     if x_desc:
         L.append(f"{ind2}a = x_desc.load([b * {bp}, jt * {bn}])")
     else:
         xs = x_strides
-        L += [f"{ind2}pp = b * {bp} + tl.arange(0, {bp})",
-              f"{ind2}ow_ = pp % {ow}", f"{ind2}_p = pp // {ow}",
-              f"{ind2}oh_ = _p % {oh}", f"{ind2}nb_ = _p // {oh}",
-              f"{ind2}ih = (oh_ * {geo.stride[0]})[:, None] + dr0[None, :]",
-              f"{ind2}iw = (ow_ * {geo.stride[1]})[:, None] + dr1[None, :]",
-              f"{ind2}ok = (pp < {p_total})[:, None] & mask_n[None, :] & (ih >= 0) & "
-              f"(ih < {geo.in_dims[0]}) & (iw >= 0) & (iw < {geo.in_dims[1]})",
-              f"{ind2}a = tl.load(X + (nb_ * {xs[0]} + oh_ * {geo.stride[0] * xs[2]} + "
-              f"ow_ * {geo.stride[1] * xs[3]} - {geo.pre[0] * xs[2] + geo.pre[1] * xs[3]})"
-              f"[:, None] + col_off[None, :], mask=ok, other=0.0)"]
+        L += [
+            f"{ind2}pp = b * {bp} + tl.arange(0, {bp})",
+            f"{ind2}ow_ = pp % {ow}",
+            f"{ind2}_p = pp // {ow}",
+            f"{ind2}oh_ = _p % {oh}",
+            f"{ind2}nb_ = _p // {oh}",
+            f"{ind2}ih = (oh_ * {geo.stride[0]})[:, None] + dr0[None, :]",
+            f"{ind2}iw = (ow_ * {geo.stride[1]})[:, None] + dr1[None, :]",
+            f"{ind2}ok = (pp < {p_total})[:, None] & mask_n[None, :] & (ih >= 0) & "
+            f"(ih < {geo.in_dims[0]}) & (iw >= 0) & (iw < {geo.in_dims[1]})",
+            f"{ind2}a = tl.load(X + (nb_ * {xs[0]} + oh_ * {geo.stride[0] * xs[2]} + "
+            f"ow_ * {geo.stride[1] * xs[3]} - {geo.pre[0] * xs[2] + geo.pre[1] * xs[3]})"
+            f"[:, None] + col_off[None, :], mask=ok, other=0.0)",
+        ]
     L += step_and_finish(interpret, kn.SPLIT > 1, ws_index(geo), epilogue_body)
     return "\n".join(L) + "\n"
 
 
 def reduce_source(name: str, geo, kn, slices: int, **kw) -> str:
     """The ``slices`` partials summed in order, then the epilogue. Grid (tiles,)."""
-    return sum_source(name, _tile_lines(geo, kn.BLOCK_M, kn.BLOCK_N, "    "),
-                      ws_index(geo, "0"), geo.k_per_group * columns(geo), kn.BLOCK_M,
-                      kn.BLOCK_N, slices, **kw)
+    return sum_source(
+        name,
+        _tile_lines(geo, kn.BLOCK_M, kn.BLOCK_N, "    "),
+        ws_index(geo, "0"),
+        geo.k_per_group * columns(geo),
+        kn.BLOCK_M,
+        kn.BLOCK_N,
+        slices,
+        **kw,
+    )
 
 
 def workspace_bytes(geo, kn) -> int:
@@ -163,8 +207,9 @@ def slices(geo, kn) -> int:
     return _cdiv(steps(geo, kn), _cdiv(steps(geo, kn), kn.SPLIT))
 
 
-def estimate_seconds(geo, kn, x_desc: bool, itemsize: int, peak: float, bandwidth: float,
-                     num_sms: int) -> float:
+def estimate_seconds(
+    geo, kn, x_desc: bool, itemsize: int, peak: float, bandwidth: float, num_sms: int
+) -> float:
     """As the box path's model (``_tma_wgrad_kernels.estimate_seconds``), plus the
     gathered columns served from L2 (assumed 4x DRAM's rate) when x is not a descriptor."""
     per = _cdiv(steps(geo, kn), kn.SPLIT)

@@ -24,6 +24,7 @@ With SPLIT = 1 each program runs the epilogue on its own tile. Otherwise it stor
 float32 partial to WS[slice, tap, K, C] and a second kernel sums the slices in a fixed
 order -- deterministic -- before the epilogue.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -42,7 +43,7 @@ class WgradTmaKnobs:
     SPLIT: int = 1
     num_warps: int = 8
     num_stages: int = 4
-    FLAT: int = 0         # 1: runs of TMA_TW flat pixels (_tma_wgrad_flat_kernels)
+    FLAT: int = 0  # 1: runs of TMA_TW flat pixels (_tma_wgrad_flat_kernels)
 
     @property
     def box(self) -> int:
@@ -50,8 +51,18 @@ class WgradTmaKnobs:
 
 
 # pixel boxes of 64 or 128 pixels shaped to divide the ResNet images (56, 28, 14, 7)
-BOXES = ((1, 8, 8), (1, 8, 16), (2, 8, 8), (2, 4, 8), (4, 4, 4), (8, 4, 4), (32, 2, 2),
-         (16, 2, 2), (16, 1, 8), (8, 1, 8))
+BOXES = (
+    (1, 8, 8),
+    (1, 8, 16),
+    (2, 8, 8),
+    (2, 4, 8),
+    (4, 4, 4),
+    (8, 4, 4),
+    (32, 2, 2),
+    (16, 2, 2),
+    (16, 1, 8),
+    (8, 1, 8),
+)
 # BLOCK_M and BLOCK_N are the boxes' inner (channel) extents: 256 of them (512 bytes) gave
 # wrong results on the H100 (Triton 3.6), as the forward path's 256-wide box store did
 TILES = ((128, 128, 8, 4), (128, 64, 4, 4), (64, 128, 4, 4), (64, 64, 4, 4))
@@ -64,10 +75,15 @@ def _stages(box: int, bm: int, bn: int, most: int) -> int:
     return min(most, SMEM // (box * (bm + bn) * 2))
 
 
-KNOB_SPACE = tuple(WgradTmaKnobs(i, h, w, bm, bn, 1, nw, _stages(i * h * w, bm, bn, st))
-                   for (i, h, w) in BOXES for (bm, bn, nw, st) in TILES) + tuple(
+KNOB_SPACE = tuple(
+    WgradTmaKnobs(i, h, w, bm, bn, 1, nw, _stages(i * h * w, bm, bn, st))
+    for (i, h, w) in BOXES
+    for (bm, bn, nw, st) in TILES
+) + tuple(
     WgradTmaKnobs(1, 1, run, bm, bn, 1, nw, _stages(run, bm, bn, st), FLAT=1)
-    for run in (64, 128) for (bm, bn, nw, st) in TILES)
+    for run in (64, 128)
+    for (bm, bn, nw, st) in TILES
+)
 
 
 def unsupported(geo, x, dw, dy) -> str | None:
@@ -83,8 +99,9 @@ def unsupported(geo, x, dw, dy) -> str | None:
         return "the TMA path needs a packed NHWC dy"
     item = x.data_type.itemsize
     if (c * item) % 16 or (k * item) % 16:
-        return ("TMA needs 16-byte aligned rows: C and K times the element size must be "
-                "multiples of 16")
+        return (
+            "TMA needs 16-byte aligned rows: C and K times the element size must be multiples of 16"
+        )
     if geo.stride == (1, 1):
         return None
     if geo.stride != (2, 2) or geo.dilation != (1, 1):
@@ -110,8 +127,12 @@ def boxes(geo, kn: WgradTmaKnobs) -> tuple:
 
 def tiles(geo, kn: WgradTmaKnobs) -> int:
     """Programs per slice: taps x K tiles x C tiles."""
-    return (geo.filt[0] * geo.filt[1] * _cdiv(geo.k_per_group, kn.BLOCK_M) *
-            _cdiv(geo.c_per_group, kn.BLOCK_N))
+    return (
+        geo.filt[0]
+        * geo.filt[1]
+        * _cdiv(geo.k_per_group, kn.BLOCK_M)
+        * _cdiv(geo.c_per_group, kn.BLOCK_N)
+    )
 
 
 def chunk(geo, kn: WgradTmaKnobs) -> int:
@@ -125,8 +146,9 @@ def workspace_bytes(geo, kn: WgradTmaKnobs) -> int:
     return 4 * kn.SPLIT * geo.filt[0] * geo.filt[1] * geo.k_per_group * geo.c_per_group
 
 
-def estimate_seconds(geo, kn: WgradTmaKnobs, itemsize: int, peak: float, bandwidth: float,
-                     num_sms: int) -> float:
+def estimate_seconds(
+    geo, kn: WgradTmaKnobs, itemsize: int, peak: float, bandwidth: float, num_sms: int
+) -> float:
     """Roofline over the padded boxes and tiles, with the last wave's idle SMs, the
     pipeline's fill and the tile's tensor-core efficiency (64 x 64: ~0.55 of 128 x 128,
     measured), plus the partials' round trip and the second launch when split. Few
@@ -142,8 +164,10 @@ def estimate_seconds(geo, kn: WgradTmaKnobs, itemsize: int, peak: float, bandwid
     # folds a 4-D box's reshape or its transpose into shared-memory views, not both)
     eff = 0.85 * 0.8 * min(1.0, kn.BLOCK_M * kn.BLOCK_N / (128 * 128)) ** 0.45
     oh, ow = geo.out_dims
-    dram = itemsize * (geo.n * geo.in_dims[0] * geo.in_dims[1] * geo.c_per_group +
-                       geo.n * oh * ow * geo.k_per_group)
+    dram = itemsize * (
+        geo.n * geo.in_dims[0] * geo.in_dims[1] * geo.c_per_group
+        + geo.n * oh * ow * geo.k_per_group
+    )
     ws = workspace_bytes(geo, kn)
     active = min(1.0, 1.5 * programs / num_sms)
     # partials that fit in L2 (50 MB on the H100) round-trip at about twice DRAM's rate
@@ -158,13 +182,13 @@ def roofline(compute: float, memory: float) -> float:
     return max(compute, memory) + 0.1 * min(compute, memory)
 
 
-def best_split(geo, kn: WgradTmaKnobs, itemsize: int, peak: float, bandwidth: float,
-               num_sms: int) -> WgradTmaKnobs:
+def best_split(
+    geo, kn: WgradTmaKnobs, itemsize: int, peak: float, bandwidth: float, num_sms: int
+) -> WgradTmaKnobs:
     """``kn`` with the SPLIT the cost model likes best."""
     bn, bh, bw = boxes(geo, kn)
     cands = [dataclasses.replace(kn, SPLIT=s) for s in SPLITS if s <= bn * bh * bw]
-    return min(cands, key=lambda k: estimate_seconds(geo, k, itemsize, peak, bandwidth,
-                                                     num_sms))
+    return min(cands, key=lambda k: estimate_seconds(geo, k, itemsize, peak, bandwidth, num_sms))
 
 
 def ws_index(geo, sp: str = "sp") -> str:
@@ -182,21 +206,29 @@ def _tile_lines(geo, bm: int, bn: int, ind: str) -> list:
     """From program id ``tile`` (within a slice): tap t -> r0, r1; offs_m/mask_m over K,
     offs_n/mask_n over C; g = 0 (one group)."""
     t_k, t_c = _cdiv(geo.k_per_group, bm), _cdiv(geo.c_per_group, bn)
-    return [f"{ind}ct = tile % {t_c}", f"{ind}_q = tile // {t_c}",
-            f"{ind}kt = _q % {t_k}", f"{ind}t = _q // {t_k}",
-            f"{ind}r0 = t // {geo.filt[1]}", f"{ind}r1 = t % {geo.filt[1]}",
-            f"{ind}offs_m = kt * {bm} + tl.arange(0, {bm})",
-            f"{ind}mask_m = offs_m < {geo.k_per_group}",
-            f"{ind}offs_n = ct * {bn} + tl.arange(0, {bn})",
-            f"{ind}mask_n = offs_n < {geo.c_per_group}", f"{ind}g = 0"]
+    return [
+        f"{ind}ct = tile % {t_c}",
+        f"{ind}_q = tile // {t_c}",
+        f"{ind}kt = _q % {t_k}",
+        f"{ind}t = _q // {t_k}",
+        f"{ind}r0 = t // {geo.filt[1]}",
+        f"{ind}r1 = t % {geo.filt[1]}",
+        f"{ind}offs_m = kt * {bm} + tl.arange(0, {bm})",
+        f"{ind}mask_m = offs_m < {geo.k_per_group}",
+        f"{ind}offs_n = ct * {bn} + tl.arange(0, {bn})",
+        f"{ind}mask_n = offs_n < {geo.c_per_group}",
+        f"{ind}g = 0",
+    ]
 
 
 def step_and_finish(interpret: bool, split: bool, ws_index: str, epilogue_body: str) -> list:
     """The loop's last line, acc += d^T a (d: the dy run or box, a: x's), then after the
     loop the partial's store (split) or the epilogue."""
-    if interpret:   # the 3.6 interpreter's dot is wrong on bfloat16: widen there only
-        dot = ("        acc += tl.dot(tl.trans(d.to(tl.float32)), a.to(tl.float32), "
-               "input_precision='ieee')")
+    if interpret:  # the 3.6 interpreter's dot is wrong on bfloat16: widen there only
+        dot = (
+            "        acc += tl.dot(tl.trans(d.to(tl.float32)), a.to(tl.float32), "
+            "input_precision='ieee')"
+        )
     else:
         dot = "        acc = tl.dot(tl.trans(d), a, acc)"
     if split:
@@ -204,8 +236,9 @@ def step_and_finish(interpret: bool, split: bool, ws_index: str, epilogue_body: 
     return [dot] + ["    " + line for line in epilogue_body.strip("\n").split("\n")]
 
 
-def source(name: str, geo, kn: WgradTmaKnobs, *, epilogue_params: list, epilogue_body: str,
-           interpret: bool) -> str:
+def source(
+    name: str, geo, kn: WgradTmaKnobs, *, epilogue_params: list, epilogue_body: str, interpret: bool
+) -> str:
     """Kernel ``name(X, DY, <WS or epilogue params>)``; grid (SPLIT * tiles,)."""
     n, (h, wd), c, k = geo.n, geo.in_dims, geo.c_per_group, geo.k_per_group
     oh, ow = geo.out_dims
@@ -215,36 +248,55 @@ def source(name: str, geo, kn: WgradTmaKnobs, *, epilogue_params: list, epilogue
     dh, dw = geo.dilation
     ind, ind2 = "    ", "        "
     params = ["WS"] if kn.SPLIT > 1 else list(epilogue_params)
-    L = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(['X', 'DY'] + params)}):",
-         f"{ind}dy_desc = tl.make_tensor_descriptor(DY, shape=[{n}, {oh}, {ow}, {k}], "
-         f"strides=[{oh * ow * k}, {ow * k}, {k}, 1], block_shape=[{imgs}, {th}, {tw}, {bm}])"]
+    L = [
+        COMBINE_HELPERS,
+        "@triton.jit",
+        f"def {name}({', '.join(['X', 'DY'] + params)}):",
+        f"{ind}dy_desc = tl.make_tensor_descriptor(DY, shape=[{n}, {oh}, {ow}, {k}], "
+        f"strides=[{oh * ow * k}, {ow * k}, {k}, 1], block_shape=[{imgs}, {th}, {tw}, {bm}])",
+    ]
     if geo.stride == (1, 1):
-        L.append(f"{ind}x_desc = tl.make_tensor_descriptor(X, shape=[{n}, {h}, {wd}, {c}], "
-                 f"strides=[{h * wd * c}, {wd * c}, {c}, 1], "
-                 f"block_shape=[{imgs}, {th}, {tw}, {bn}])")
+        L.append(
+            f"{ind}x_desc = tl.make_tensor_descriptor(X, shape=[{n}, {h}, {wd}, {c}], "
+            f"strides=[{h * wd * c}, {wd * c}, {c}, 1], "
+            f"block_shape=[{imgs}, {th}, {tw}, {bn}])"
+        )
     else:
-        L.append(f"{ind}x_desc = tl.make_tensor_descriptor(X, shape=[{n}, {h // 2}, 2, "
-                 f"{wd // 2}, {2 * c}], strides=[{h * wd * c}, {2 * wd * c}, {wd * c}, "
-                 f"{2 * c}, 1], block_shape=[{imgs}, {th}, 1, {tw}, {bn}])")
+        L.append(
+            f"{ind}x_desc = tl.make_tensor_descriptor(X, shape=[{n}, {h // 2}, 2, "
+            f"{wd // 2}, {2 * c}], strides=[{h * wd * c}, {2 * wd * c}, {wd * c}, "
+            f"{2 * c}, 1], block_shape=[{imgs}, {th}, 1, {tw}, {bn}])"
+        )
     n_tiles = tiles(geo, kn)
-    L += [f"{ind}pid = tl.program_id(0)", f"{ind}tile = pid % {n_tiles}",
-          f"{ind}sp = pid // {n_tiles}"]
+    L += [
+        f"{ind}pid = tl.program_id(0)",
+        f"{ind}tile = pid % {n_tiles}",
+        f"{ind}sp = pid // {n_tiles}",
+    ]
     L += _tile_lines(geo, bm, bn, ind)
     step = chunk(geo, kn)
-    L += [f"{ind}acc = tl.full([{bm}, {bn}], 0.0, tl.float32)",
-          f"{ind}for b in range(sp * {step}, tl.minimum(sp * {step} + {step}, "
-          f"{b_n * b_h * b_w})):",
-          f"{ind2}wb = b % {b_w}", f"{ind2}_b = b // {b_w}",
-          f"{ind2}hb = _b % {b_h}", f"{ind2}nbx = _b // {b_h}",
-          f"{ind2}d = dy_desc.load([nbx * {imgs}, hb * {th}, wb * {tw}, kt * {bm}])"
-          f".reshape({kn.box}, {bm})"]
+    L += [
+        f"{ind}acc = tl.full([{bm}, {bn}], 0.0, tl.float32)",
+        f"{ind}for b in range(sp * {step}, tl.minimum(sp * {step} + {step}, {b_n * b_h * b_w})):",
+        f"{ind2}wb = b % {b_w}",
+        f"{ind2}_b = b // {b_w}",
+        f"{ind2}hb = _b % {b_h}",
+        f"{ind2}nbx = _b // {b_h}",
+        f"{ind2}d = dy_desc.load([nbx * {imgs}, hb * {th}, wb * {tw}, kt * {bm}])"
+        f".reshape({kn.box}, {bm})",
+    ]
     if geo.stride == (1, 1):
-        L.append(f"{ind2}a = x_desc.load([nbx * {imgs}, hb * {th} + r0 * {dh} - {ph}, "
-                 f"wb * {tw} + r1 * {dw} - {pw}, ct * {bn}])")
-    else:   # tap offset e = r - pad = 2 * (e // 2) + e % 2; r + 2*pad keeps it non-negative
-        L += [f"{ind2}eh = r0 + {ph}", f"{ind2}ew = r1 + {pw}",
-              f"{ind2}a = x_desc.load([nbx * {imgs}, hb * {th} + eh // 2 - {ph}, eh % 2, "
-              f"wb * {tw} + ew // 2 - {pw}, (ew % 2) * {c} + ct * {bn}])"]
+        L.append(
+            f"{ind2}a = x_desc.load([nbx * {imgs}, hb * {th} + r0 * {dh} - {ph}, "
+            f"wb * {tw} + r1 * {dw} - {pw}, ct * {bn}])"
+        )
+    else:  # tap offset e = r - pad = 2 * (e // 2) + e % 2; r + 2*pad keeps it non-negative
+        L += [
+            f"{ind2}eh = r0 + {ph}",
+            f"{ind2}ew = r1 + {pw}",
+            f"{ind2}a = x_desc.load([nbx * {imgs}, hb * {th} + eh // 2 - {ph}, eh % 2, "
+            f"wb * {tw} + ew // 2 - {pw}, (ew % 2) * {c} + ct * {bn}])",
+        ]
     L.append(f"{ind2}a = a.reshape({kn.box}, {bn})")
     L += step_and_finish(interpret, kn.SPLIT > 1, ws_index(geo), epilogue_body)
     return "\n".join(L) + "\n"
@@ -261,30 +313,53 @@ def _pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def sum_source(name: str, tile_lines: list, base_index: str, slice_stride: int, bm: int,
-               bn: int, slices: int, *, epilogue_params: list, epilogue_body: str) -> str:
+def sum_source(
+    name: str,
+    tile_lines: list,
+    base_index: str,
+    slice_stride: int,
+    bm: int,
+    bn: int,
+    slices: int,
+    *,
+    epilogue_params: list,
+    epilogue_body: str,
+) -> str:
     """Kernel ``name(WS, <epilogue params>)``: the tile (``tile_lines`` define it from
     program id ``tile``; ``base_index`` its offsets in slice 0) is the sum of ``slices``
     partials ``slice_stride`` elements apart, then the epilogue. Each step adds the tree
     sum of the next G slices (``sum_group``): a fixed order, deterministic. Grid (tiles,)."""
     ind = "    "
     grp = sum_group(bm, bn, slices)
-    L = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(['WS'] + epilogue_params)}):",
-         f"{ind}tile = tl.program_id(0)"] + tile_lines
-    L += [f"{ind}ws_mask = mask_m[:, None] & mask_n[None, :]",
-          f"{ind}ws_base = {base_index}",
-          f"{ind}acc = tl.full([{bm}, {bn}], 0.0, tl.float32)",
-          f"{ind}for s0 in range(0, {slices}, {grp}):",
-          f"{ind}    sp = s0 + tl.arange(0, {grp})",
-          f"{ind}    blk = tl.load(WS + sp[:, None, None] * {slice_stride} + ws_base[None, :, :],"
-          f" mask=(sp < {slices})[:, None, None] & ws_mask[None, :, :], other=0.0)",
-          f"{ind}    acc += tl.reduce(blk, 0, _add_combine)"]
+    L = [
+        COMBINE_HELPERS,
+        "@triton.jit",
+        f"def {name}({', '.join(['WS'] + epilogue_params)}):",
+        f"{ind}tile = tl.program_id(0)",
+    ] + tile_lines
+    L += [
+        f"{ind}ws_mask = mask_m[:, None] & mask_n[None, :]",
+        f"{ind}ws_base = {base_index}",
+        f"{ind}acc = tl.full([{bm}, {bn}], 0.0, tl.float32)",
+        f"{ind}for s0 in range(0, {slices}, {grp}):",
+        f"{ind}    sp = s0 + tl.arange(0, {grp})",
+        f"{ind}    blk = tl.load(WS + sp[:, None, None] * {slice_stride} + ws_base[None, :, :],"
+        f" mask=(sp < {slices})[:, None, None] & ws_mask[None, :, :], other=0.0)",
+        f"{ind}    acc += tl.reduce(blk, 0, _add_combine)",
+    ]
     L += [ind + line for line in epilogue_body.strip("\n").split("\n")]
     return "\n".join(L) + "\n"
 
 
 def reduce_source(name: str, geo, kn: WgradTmaKnobs, **kw) -> str:
     """The partials' sum for the box kernel (kn.SPLIT slices, kn's tile)."""
-    return sum_source(name, _tile_lines(geo, kn.BLOCK_M, kn.BLOCK_N, "    "),
-                      ws_index(geo, "0"), slice_elements(geo), kn.BLOCK_M, kn.BLOCK_N,
-                      kn.SPLIT, **kw)
+    return sum_source(
+        name,
+        _tile_lines(geo, kn.BLOCK_M, kn.BLOCK_N, "    "),
+        ws_index(geo, "0"),
+        slice_elements(geo),
+        kn.BLOCK_M,
+        kn.BLOCK_N,
+        kn.SPLIT,
+        **kw,
+    )

@@ -14,6 +14,7 @@ through the epilogue's pointers. The buffers read through descriptors (dy, and w
 * element size is not a multiple of 16) must be 16-byte aligned, checked at execute
 (BAD_PARAM_MISALIGNED_POINTER).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,6 +31,7 @@ class DgradTmaPath(tma.TmaPath):
     """Backward data's TMA path: ``a`` is the ConvAnalysis of ``analyze(graph,
     "conv_dgrad")`` (x = dx, w = w, y = dy; geo.in_dims = dx's spatial dims). Box tiles
     by stride phase, or (FLAT=1, stride 1 and dx the size of dy) flat pixel rows."""
+
     knob_class = D.DgradTmaKnobs
     knob_space = D.KNOB_SPACE + tma.flat_knobs(D.DgradTmaKnobs)
 
@@ -50,14 +52,21 @@ class DgradTmaPath(tma.TmaPath):
     def knobs(self, a, target) -> list:
         flat = self._flat(a) is None
         boxes = D.unsupported(a.geo, a.x, a.w, a.y) is None
-        return [k for k in self.knob_space if self.fits(a, k) and (
-            flat if k.FLAT else boxes and D.split_rule(a.geo, k) is None)]
+        return [
+            k
+            for k in self.knob_space
+            if self.fits(a, k) and (flat if k.FLAT else boxes and D.split_rule(a.geo, k) is None)
+        ]
 
     def check(self, a, kn) -> str | None:
         if kn.FLAT:
-            why = ("FLAT tiles are runs of TMA_TW pixels: TMA_IMGS and TMA_TH must be 1"
-                   if (kn.TMA_IMGS, kn.TMA_TH) != (1, 1) else
-                   "PPS applies to the box tiles" if kn.PPS != 1 else self._flat(a))
+            why = (
+                "FLAT tiles are runs of TMA_TW pixels: TMA_IMGS and TMA_TH must be 1"
+                if (kn.TMA_IMGS, kn.TMA_TH) != (1, 1)
+                else "PPS applies to the box tiles"
+                if kn.PPS != 1
+                else self._flat(a)
+            )
         else:
             why = D.unsupported(a.geo, a.x, a.w, a.y) or D.split_rule(a.geo, kn)
         if why is None and not self.fits(a, kn):
@@ -69,15 +78,26 @@ class DgradTmaPath(tma.TmaPath):
         # float intermediate before a fused epilogue) would price these half-precision
         # dots at the CUDA-core rate
         if kn.FLAT:
-            return F.estimate_seconds(a.geo, kn, "conv_dgrad", a.y.data_type.itemsize,
-                                      target.peak_flops_fp16, target.bandwidth,
-                                      target.num_sms)
-        return D.estimate_seconds(a.geo, kn, a.y.data_type.itemsize, target.peak_flops_fp16,
-                                  target.bandwidth, target.num_sms)
+            return F.estimate_seconds(
+                a.geo,
+                kn,
+                "conv_dgrad",
+                a.y.data_type.itemsize,
+                target.peak_flops_fp16,
+                target.bandwidth,
+                target.num_sms,
+            )
+        return D.estimate_seconds(
+            a.geo,
+            kn,
+            a.y.data_type.itemsize,
+            target.peak_flops_fp16,
+            target.bandwidth,
+            target.num_sms,
+        )
 
     def workspace_size(self, a, kn) -> int:
-        return (F.partials_bytes(a.geo, kn, "conv_dgrad") if kn.FLAT else
-                D.partials_bytes(a.geo, kn))
+        return F.partials_bytes(a.geo, kn, "conv_dgrad") if kn.FLAT else D.partials_bytes(a.geo, kn)
 
     def build(self, graph, a, kn, target, params: list, body: str) -> Executable:
         if kn.FLAT:
@@ -99,10 +119,28 @@ class _DgradExecutable(tma.TmaExecutable):
         self.workspace_size = D.partials_bytes(a.geo, kn)
         name = f"conv_dgrad_tma_{graph.key()[:12]}"
         view = D.output_view(a.geo)
-        self.add_persistent(graph, name, lambda interp: D.source(
-            name, a.geo, kn, w_desc=w_desc, epilogue_params=params, epilogue_body=body,
-            interpret=interp), D.grid(a.geo, kn, target.num_sms if target.is_cuda else 1), kn,
-            (a.y.uid, a.w.uid), fuse_epilogue.launch_args(a.ep),
-            (lambda sname: T.sum_source(sname, view, kn, epilogue_params=params,
-                                        epilogue_body=body)) if kn.SPLIT > 1 else None,
-            T.sum_grid(view, kn))
+        self.add_persistent(
+            graph,
+            name,
+            lambda interp: D.source(
+                name,
+                a.geo,
+                kn,
+                w_desc=w_desc,
+                epilogue_params=params,
+                epilogue_body=body,
+                interpret=interp,
+            ),
+            D.grid(a.geo, kn, target.num_sms if target.is_cuda else 1),
+            kn,
+            (a.y.uid, a.w.uid),
+            fuse_epilogue.launch_args(a.ep),
+            (
+                lambda sname: T.sum_source(
+                    sname, view, kn, epilogue_params=params, epilogue_body=body
+                )
+            )
+            if kn.SPLIT > 1
+            else None,
+            T.sum_grid(view, kn),
+        )

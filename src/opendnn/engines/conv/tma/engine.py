@@ -10,6 +10,7 @@ Configs with ``PACK=1`` first repack the image and filter by stride phase into t
 workspace (``tma_packed``): small-channel strided problems the boxes cannot read directly
 (the stem, C = 3 at stride 2; any layout of x and w) become dense stride-1 ones.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,6 +36,7 @@ class TmaPath:
     """The NHWC fast path of one implicit-GEMM direction, as its engine sees it: which
     problems it takes, its configs (a frozen knob dataclass), cost, workspace and build.
     This one is the forward's; ``tma_dgrad`` and ``tma_wgrad`` subclass it."""
+
     knob_class = T.TmaKnobs
     knob_space = T.KNOB_SPACE
 
@@ -50,9 +52,10 @@ class TmaPath:
 
     def knob_values(self) -> dict:
         """Each knob's allowed values (for the engine's knob space)."""
-        return {f.name: tuple(sorted({getattr(k, f.name) for k in self.knob_space} |
-                                     {f.default}))
-                for f in dataclasses.fields(self.knob_class)}
+        return {
+            f.name: tuple(sorted({getattr(k, f.name) for k in self.knob_space} | {f.default}))
+            for f in dataclasses.fields(self.knob_class)
+        }
 
     def unsupported(self, a) -> str | None:
         """Why analysis ``a`` (a ConvAnalysis) cannot take the TMA path, or None."""
@@ -71,13 +74,16 @@ class TmaPath:
     def check(self, a, kn) -> str | None:
         why = self.unsupported(a)
         if why is None and not self.fits(a, kn):
-            why = (f"TMA tiles {kn}: the pipeline stages exceed shared memory, or BLOCK_K "
-                   "does not divide C on the stride-2 path")
+            why = (
+                f"TMA tiles {kn}: the pipeline stages exceed shared memory, or BLOCK_K "
+                "does not divide C on the stride-2 path"
+            )
         return why
 
     def estimate_seconds(self, a, kn, peak: float, target) -> float:
-        return T.estimate_seconds(a.geo, kn, a.x.data_type.itemsize, peak, target.bandwidth,
-                                  target.num_sms)
+        return T.estimate_seconds(
+            a.geo, kn, a.x.data_type.itemsize, peak, target.bandwidth, target.num_sms
+        )
 
     def workspace_size(self, a, kn) -> int:
         return 0
@@ -88,33 +94,45 @@ class TmaPath:
 
 @dataclasses.dataclass(frozen=True)
 class FpropTmaKnobs(T.TmaKnobs):
-    PACK: int = 0         # 1: phase-packed image and filter in the workspace (tma_packed)
-    SPLIT: int = 1        # >1: the reduction in slices, float32 partials summed in order
-    FLAT: int = 0         # 1: tiles of TMA_TW flat pixel rows (_tma_flat_kernels)
+    PACK: int = 0  # 1: phase-packed image and filter in the workspace (tma_packed)
+    SPLIT: int = 1  # >1: the reduction in slices, float32 partials summed in order
+    FLAT: int = 0  # 1: tiles of TMA_TW flat pixel rows (_tma_flat_kernels)
 
 
 # big tiles with the reduction split: few tiles of a long reduction (7x7 images, C = 512:
 # 64-pixel tiles re-read the 1.2 MB filter slice each and the run is L2-bound; 128-pixel
 # tiles halve that, and the split keeps the SMs full)
-SPLIT_KNOBS = tuple(FpropTmaKnobs(i, h, w, 128, 64, 8, 4, SPLIT=sp)
-                    for i, h, w in ((2, 8, 8), (1, 8, 16), (4, 4, 8)) for sp in (2, 3, 4))
+SPLIT_KNOBS = tuple(
+    FpropTmaKnobs(i, h, w, 128, 64, 8, 4, SPLIT=sp)
+    for i, h, w in ((2, 8, 8), (1, 8, 16), (4, 4, 8))
+    for sp in (2, 3, 4)
+)
 
 
 # packed stems: 16 channels, 4x4 taps -- 16 K steps of 16; the cost model orders them
-PACKED_KNOBS = (FpropTmaKnobs(1, 8, 16, 64, 16, 4, 4, PACK=1),
-                FpropTmaKnobs(1, 16, 16, 64, 16, 8, 4, PACK=1),
-                FpropTmaKnobs(1, 8, 16, 64, 32, 4, 4, PACK=1),
-                FpropTmaKnobs(2, 8, 16, 64, 16, 8, 4, PACK=1))
+PACKED_KNOBS = (
+    FpropTmaKnobs(1, 8, 16, 64, 16, 4, 4, PACK=1),
+    FpropTmaKnobs(1, 16, 16, 64, 16, 8, 4, PACK=1),
+    FpropTmaKnobs(1, 8, 16, 64, 32, 4, 4, PACK=1),
+    FpropTmaKnobs(2, 8, 16, 64, 16, 8, 4, PACK=1),
+)
 
 
 def flat_knobs(cls) -> tuple:
     """Flat-row tiles (TMA_IMGS = TMA_TH = 1, TMA_TW rows): 128 x 128 and narrower, whole
     or split for the few tiles of 7x7 and 14x14 layers."""
-    return tuple(cls(1, 1, bm, bn, 64, nw, st, SPLIT=sp, FLAT=1)
-                 for bm, bn, nw, st, sp in ((128, 128, 8, 4, 1), (128, 64, 4, 4, 1),
-                                            (64, 128, 4, 4, 1), (128, 128, 8, 4, 2),
-                                            (128, 128, 8, 4, 3), (64, 128, 4, 4, 2),
-                                            (128, 64, 4, 4, 2)))
+    return tuple(
+        cls(1, 1, bm, bn, 64, nw, st, SPLIT=sp, FLAT=1)
+        for bm, bn, nw, st, sp in (
+            (128, 128, 8, 4, 1),
+            (128, 64, 4, 4, 1),
+            (64, 128, 4, 4, 1),
+            (128, 128, 8, 4, 2),
+            (128, 128, 8, 4, 3),
+            (64, 128, 4, 4, 2),
+            (128, 64, 4, 4, 2),
+        )
+    )
 
 
 def drop_defaults(d: dict) -> dict:
@@ -127,9 +145,14 @@ def drop_defaults(d: dict) -> dict:
 class FpropTmaPath(TmaPath):
     """The forward's path: boxes of x itself, (PACK=1) of its phase-packed copy, or (FLAT=1)
     flat pixel rows."""
+
     knob_class = FpropTmaKnobs
-    knob_space = tuple(FpropTmaKnobs(**dataclasses.asdict(k)) for k in T.KNOB_SPACE) + \
-        PACKED_KNOBS + SPLIT_KNOBS + flat_knobs(FpropTmaKnobs)
+    knob_space = (
+        tuple(FpropTmaKnobs(**dataclasses.asdict(k)) for k in T.KNOB_SPACE)
+        + PACKED_KNOBS
+        + SPLIT_KNOBS
+        + flat_knobs(FpropTmaKnobs)
+    )
 
     def knob_items(self, kn) -> dict:
         return drop_defaults(dataclasses.asdict(kn))
@@ -163,8 +186,9 @@ class FpropTmaPath(TmaPath):
 
     def fits(self, a, kn) -> bool:
         if kn.FLAT:
-            return (kn.block_m + kn.BLOCK_N) * kn.BLOCK_K * a.x.data_type.itemsize * \
-                kn.num_stages <= 200 * 1024
+            return (
+                kn.block_m + kn.BLOCK_N
+            ) * kn.BLOCK_K * a.x.data_type.itemsize * kn.num_stages <= 200 * 1024
         if kn.PACK:
             pk = self._packing(a)
             return not isinstance(pk, str) and T.fits(kn, pk.geo, pk.itemsize)
@@ -174,34 +198,56 @@ class FpropTmaPath(TmaPath):
         """Direct boxes where x allows them, else the packed configs."""
         direct = T.unsupported(a.geo, a.x, a.w, a.y) is None
         flat = self._flat(a) is None
-        return [k for k in self.knob_space if self.fits(a, k) and
-                (flat if k.FLAT else bool(k.PACK) != direct)]
+        return [
+            k
+            for k in self.knob_space
+            if self.fits(a, k) and (flat if k.FLAT else bool(k.PACK) != direct)
+        ]
 
     def check(self, a, kn) -> str | None:
         why = self._fused_rule(a)
         if why is None and kn.PACK and kn.SPLIT > 1:
             why = "SPLIT applies to the direct boxes, not to phase-packed images (PACK=1)"
         if why is None and kn.FLAT:
-            why = ("FLAT and PACK are two layouts of the image: a config takes one" if kn.PACK
-                   else "FLAT tiles are runs of TMA_TW pixels: TMA_IMGS and TMA_TH must be 1"
-                   if (kn.TMA_IMGS, kn.TMA_TH) != (1, 1) else self._flat(a))
+            why = (
+                "FLAT and PACK are two layouts of the image: a config takes one"
+                if kn.PACK
+                else "FLAT tiles are runs of TMA_TW pixels: TMA_IMGS and TMA_TH must be 1"
+                if (kn.TMA_IMGS, kn.TMA_TH) != (1, 1)
+                else self._flat(a)
+            )
         elif why is None:
             pk = self._packing(a)
-            why = (pk if kn.PACK and isinstance(pk, str) else
-                   None if kn.PACK else T.unsupported(a.geo, a.x, a.w, a.y))
+            why = (
+                pk
+                if kn.PACK and isinstance(pk, str)
+                else None
+                if kn.PACK
+                else T.unsupported(a.geo, a.x, a.w, a.y)
+            )
         if why is None and not self.fits(a, kn):
-            why = (f"TMA tiles {kn}: the pipeline stages exceed shared memory, or BLOCK_K "
-                   "does not divide C on the stride-2 path")
+            why = (
+                f"TMA tiles {kn}: the pipeline stages exceed shared memory, or BLOCK_K "
+                "does not divide C on the stride-2 path"
+            )
         return why
 
     def estimate_seconds(self, a, kn, peak: float, target) -> float:
         if kn.FLAT:
-            return F.estimate_seconds(a.geo, kn, "conv_fprop", a.x.data_type.itemsize, peak,
-                                      target.bandwidth, target.num_sms)
+            return F.estimate_seconds(
+                a.geo,
+                kn,
+                "conv_fprop",
+                a.x.data_type.itemsize,
+                peak,
+                target.bandwidth,
+                target.num_sms,
+            )
         if not kn.PACK:
             return super().estimate_seconds(a, kn, peak, target)
-        return P.estimate_seconds(self._packing(a), kn, peak, target.bandwidth,
-                                  target.num_sms, a.x.size_in_bytes)
+        return P.estimate_seconds(
+            self._packing(a), kn, peak, target.bandwidth, target.num_sms, a.x.size_in_bytes
+        )
 
     def workspace_size(self, a, kn) -> int:
         if kn.FLAT:
@@ -229,18 +275,30 @@ class TmaExecutable(Executable, LaunchList):
         self.op, self.aligned, self.cuda = op, aligned, target.is_cuda
         if self.cuda:
             from ...matmul._kernels import ensure_allocator
+
             ensure_allocator()
 
     def add_generated(self, name: str, make_source, grid, const: dict, args: list, graph):
         """Compile ``make_source(interpret)`` both ways and queue its launch."""
         src_c, src_i = make_source(False), make_source(True)
-        kern = DualKernel(kernel_from_source(src_c, name).compiled,
-                          kernel_from_source(src_i, name).interpreted)
+        kern = DualKernel(
+            kernel_from_source(src_c, name).compiled, kernel_from_source(src_i, name).interpreted
+        )
         self.source = getattr(self, "source", "") + src_c
         self.add_launch(kern, grid, const, args, graph, self.cuda)
 
-    def add_persistent(self, graph, name: str, make_source, grid, kn, operands: tuple,
-                       ep_args: list, sum_source=None, sum_grid=None):
+    def add_persistent(
+        self,
+        graph,
+        name: str,
+        make_source,
+        grid,
+        kn,
+        operands: tuple,
+        ep_args: list,
+        sum_source=None,
+        sum_grid=None,
+    ):
         """The persistent launch ``name`` of ``make_source(interpret)`` over buffers
         ``operands`` (uids). With ``sum_source`` (name -> source; a split reduction) the
         launch writes float32 partial tiles to the workspace, and a second one, on grid
@@ -251,8 +309,14 @@ class TmaExecutable(Executable, LaunchList):
         self.add_generated(name, make_source, grid, const, args, graph)
         if sum_source:
             sname = f"{name}_sum"
-            self.add_generated(sname, lambda interp: sum_source(sname), sum_grid,
-                               {"num_warps": 4}, partials + ep_args, graph)
+            self.add_generated(
+                sname,
+                lambda interp: sum_source(sname),
+                sum_grid,
+                {"num_warps": 4},
+                partials + ep_args,
+                graph,
+            )
 
     def run(self, buffers, workspace, stream=None):
         bufs = [buffers[u] for u in self.aligned]
@@ -263,14 +327,18 @@ class TmaExecutable(Executable, LaunchList):
             for b in bufs:
                 ptr |= b.data_ptr()
             if ptr % 16:
-                raise BadParamError("a buffer read through TMA descriptors is not 16-byte "
-                                    "aligned; TMA plans need aligned buffers", op=self.op,
-                                    status=Status.BAD_PARAM_MISALIGNED_POINTER)
+                raise BadParamError(
+                    "a buffer read through TMA descriptors is not 16-byte "
+                    "aligned; TMA plans need aligned buffers",
+                    op=self.op,
+                    status=Status.BAD_PARAM_MISALIGNED_POINTER,
+                )
             from ...matmul._kernels import ensure_allocator
+
             ensure_allocator()
         self.run_launches(buffers, workspace, stream)
 
-    reads_workspace = False     # True: descriptors cover the workspace too
+    reads_workspace = False  # True: descriptors cover the workspace too
 
 
 class _FpropExecutable(TmaExecutable):
@@ -281,17 +349,30 @@ class _FpropExecutable(TmaExecutable):
         super().__init__("conv_fprop", (a.x.uid, a.w.uid), target)
         self.workspace_size = T.partials_bytes(a.geo, kn)
         name = f"conv_tma_{graph.key()[:12]}"
-        self.add_persistent(graph, name, lambda interp: T.source(
-            name, a.geo, kn, epilogue_params=params, epilogue_body=body, interpret=interp),
-            T.grid(a.geo, kn, target.num_sms if target.is_cuda else 1), kn,
-            (a.x.uid, a.w.uid), fuse_epilogue.launch_args(a.ep),
-            (lambda sname: T.sum_source(sname, a.geo, kn, epilogue_params=params,
-                                        epilogue_body=body)) if T.split_of(kn) > 1 else None,
-            T.sum_grid(a.geo, kn))
+        self.add_persistent(
+            graph,
+            name,
+            lambda interp: T.source(
+                name, a.geo, kn, epilogue_params=params, epilogue_body=body, interpret=interp
+            ),
+            T.grid(a.geo, kn, target.num_sms if target.is_cuda else 1),
+            kn,
+            (a.x.uid, a.w.uid),
+            fuse_epilogue.launch_args(a.ep),
+            (
+                lambda sname: T.sum_source(
+                    sname, a.geo, kn, epilogue_params=params, epilogue_body=body
+                )
+            )
+            if T.split_of(kn) > 1
+            else None,
+            T.sum_grid(a.geo, kn),
+        )
 
 
 class _PackedFpropExecutable(TmaExecutable):
     """Pack x and w into the workspace, then the TMA kernel on the packed problem."""
+
     reads_workspace = True
 
     def __init__(self, graph, a, kn, pk, target, params: list, body: str):
@@ -304,9 +385,22 @@ class _PackedFpropExecutable(TmaExecutable):
         const = {"NUM_PROGS": grid[0], "num_warps": kn.num_warps, "num_stages": kn.num_stages}
         ws = ("ws", a.x.torch_dtype)
         args = [ws, ws] + fuse_epilogue.launch_args(a.ep)
-        self.add_generated(name, lambda interp: T.source(
-            name, pk.geo, kn, epilogue_params=params, epilogue_body=body, interpret=interp,
-            w_offset=pk.w_offset), grid, const, args, graph)
+        self.add_generated(
+            name,
+            lambda interp: T.source(
+                name,
+                pk.geo,
+                kn,
+                epilogue_params=params,
+                epilogue_body=body,
+                interpret=interp,
+                w_offset=pk.w_offset,
+            ),
+            grid,
+            const,
+            args,
+            graph,
+        )
 
 
 class FlatExecutable(TmaExecutable):
@@ -318,10 +412,22 @@ class FlatExecutable(TmaExecutable):
         super().__init__(kind, (streamed.uid, a.w.uid), target)
         self.workspace_size = F.partials_bytes(a.geo, kn, kind)
         name = f"{kind}_flat_{graph.key()[:12]}"
-        self.add_persistent(graph, name, lambda interp: F.source(
-            name, a.geo, kn, kind, epilogue_params=params, epilogue_body=body,
-            interpret=interp), F.grid(a.geo, kn, kind, target.num_sms if target.is_cuda else 1),
-            kn, (streamed.uid, a.w.uid), fuse_epilogue.launch_args(a.ep),
-            (lambda sname: F.sum_source(sname, a.geo, kn, kind, epilogue_params=params,
-                                        epilogue_body=body)) if T.split_of(kn) > 1 else None,
-            F.sum_grid(a.geo, kn, kind))
+        self.add_persistent(
+            graph,
+            name,
+            lambda interp: F.source(
+                name, a.geo, kn, kind, epilogue_params=params, epilogue_body=body, interpret=interp
+            ),
+            F.grid(a.geo, kn, kind, target.num_sms if target.is_cuda else 1),
+            kn,
+            (streamed.uid, a.w.uid),
+            fuse_epilogue.launch_args(a.ep),
+            (
+                lambda sname: F.sum_source(
+                    sname, a.geo, kn, kind, epilogue_params=params, epilogue_body=body
+                )
+            )
+            if T.split_of(kn) > 1
+            else None,
+            F.sum_grid(a.geo, kn, kind),
+        )

@@ -23,6 +23,7 @@ Two small kernels write xp and wp into the workspace (any strides of x and w: NC
 well as NHWC; CONVOLUTION mode's flip is applied while packing w), then the forward TMA
 kernel (``_tma_kernels``) runs on the rewritten geometry with the problem's own epilogue.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,17 +31,17 @@ import dataclasses
 from ....runtime.launch import kernel_from_source
 from . import _kernels as T
 
-MAX_PACKED_CHANNELS = 64   # beyond this the zero taps cost more than the gather saves
+MAX_PACKED_CHANNELS = 64  # beyond this the zero taps cost more than the gather saves
 ALIGN = 256
 PACK_BLOCK = 1024
 
 
 @dataclasses.dataclass(frozen=True)
 class Packing:
-    geo: object           # the rewritten stride-1 ConvGeometry (xp, wp, the same y)
-    shift: tuple          # (D_h, D_w)
-    pad: tuple            # (P_h, P_w)
-    real_channels: int    # s_h * s_w * C (the rest of geo.c_per_group is zeros)
+    geo: object  # the rewritten stride-1 ConvGeometry (xp, wp, the same y)
+    shift: tuple  # (D_h, D_w)
+    pad: tuple  # (P_h, P_w)
+    real_channels: int  # s_h * s_w * C (the rest of geo.c_per_group is zeros)
     itemsize: int
 
     @property
@@ -74,17 +75,26 @@ def packing(geo, itemsize: int) -> Packing | str:
     row = 16 // itemsize
     cp = -(-real // row) * row
     if cp > MAX_PACKED_CHANNELS:
-        return (f"phase packing makes {real} channels (stride {sh}x{sw} x C = {c}); it "
-                f"pays only up to {MAX_PACKED_CHANNELS}")
+        return (
+            f"phase packing makes {real} channels (stride {sh}x{sw} x C = {c}); it "
+            f"pays only up to {MAX_PACKED_CHANNELS}"
+        )
     pad = tuple(s * -(-p // s) for s, p in zip(geo.stride, geo.pre))
     shift = tuple(p2 - p for p2, p in zip(pad, geo.pre))
     filt = tuple((f - 1 + d) // s + 1 for f, d, s in zip(geo.filt, shift, geo.stride))
     oh, ow = geo.out_dims
     hp, wp = oh + filt[0] - 1, ow + filt[1] - 1
     new = dataclasses.replace(
-        geo, c_per_group=cp, in_dims=(hp, wp), filt=filt, pre=(0, 0), stride=(1, 1),
-        flip=False, x_strides=(hp * wp * cp, 1, wp * cp, cp),
-        w_strides=(filt[0] * filt[1] * cp, 1, filt[1] * cp, cp))
+        geo,
+        c_per_group=cp,
+        in_dims=(hp, wp),
+        filt=filt,
+        pre=(0, 0),
+        stride=(1, 1),
+        flip=False,
+        x_strides=(hp * wp * cp, 1, wp * cp, cp),
+        w_strides=(filt[0] * filt[1] * cp, 1, filt[1] * cp, cp),
+    )
     return Packing(new, shift, pad, real, itemsize)
 
 
@@ -95,22 +105,32 @@ def pack_x_source(name: str, geo, pk: Packing) -> str:
     sn, sc, shh, sww = geo.x_strides
     (sh, sw), (ph, pw) = geo.stride, pk.pad
     cp, (hp, wp) = g.c_per_group, g.in_dims
-    idx = "tl.int64" if pk.x_elements >= 2 ** 31 or geo.int64 else "tl.int32"
-    return "\n".join([
-        "@triton.jit",
-        f"def {name}(X, XP, BLOCK: tl.constexpr):",
-        f"    e = tl.program_id(0).to({idx}) * BLOCK + tl.arange(0, BLOCK)",
-        f"    live = e < {pk.x_elements}",
-        f"    ch = e % {cp}", f"    t = e // {cp}",
-        f"    j = t % {wp}", f"    t = t // {wp}",
-        f"    i = t % {hp}", "    n = t // " + str(hp),
-        f"    c = ch % {c}", f"    q = (ch // {c}) % {sw}", f"    p = ch // {c * sw}",
-        f"    hi = i * {sh} + p - {ph}", f"    wi = j * {sw} + q - {pw}",
-        f"    ok = live & (ch < {pk.real_channels}) & (hi >= 0) & (hi < {h}) & (wi >= 0) "
-        f"& (wi < {w})",
-        f"    v = tl.load(X + n * {sn} + c * {sc} + hi * {shh} + wi * {sww}, mask=ok, "
-        "other=0.0)",
-        "    tl.store(XP + e, v, mask=live)", ""])
+    idx = "tl.int64" if pk.x_elements >= 2**31 or geo.int64 else "tl.int32"
+    return "\n".join(
+        [
+            "@triton.jit",
+            f"def {name}(X, XP, BLOCK: tl.constexpr):",
+            f"    e = tl.program_id(0).to({idx}) * BLOCK + tl.arange(0, BLOCK)",
+            f"    live = e < {pk.x_elements}",
+            f"    ch = e % {cp}",
+            f"    t = e // {cp}",
+            f"    j = t % {wp}",
+            f"    t = t // {wp}",
+            f"    i = t % {hp}",
+            "    n = t // " + str(hp),
+            f"    c = ch % {c}",
+            f"    q = (ch // {c}) % {sw}",
+            f"    p = ch // {c * sw}",
+            f"    hi = i * {sh} + p - {ph}",
+            f"    wi = j * {sw} + q - {pw}",
+            f"    ok = live & (ch < {pk.real_channels}) & (hi >= 0) & (hi < {h}) & (wi >= 0) "
+            f"& (wi < {w})",
+            f"    v = tl.load(X + n * {sn} + c * {sc} + hi * {shh} + wi * {sww}, mask=ok, "
+            "other=0.0)",
+            "    tl.store(XP + e, v, mask=live)",
+            "",
+        ]
+    )
 
 
 def pack_w_source(name: str, geo, pk: Packing) -> str:
@@ -122,25 +142,36 @@ def pack_w_source(name: str, geo, pk: Packing) -> str:
     cp, (ra, sb) = g.c_per_group, g.filt
     rr = f"{r_ - 1} - r" if geo.flip else "r"
     ss = f"{s_ - 1} - s" if geo.flip else "s"
-    return "\n".join([
-        "@triton.jit",
-        f"def {name}(W, WS, BLOCK: tl.constexpr):",
-        "    e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
-        f"    live = e < {pk.w_elements}",
-        f"    ch = e % {cp}", f"    t = e // {cp}",
-        f"    b = t % {sb}", f"    t = t // {sb}",
-        f"    a = t % {ra}", f"    k = t // {ra}",
-        f"    c = ch % {c}", f"    q = (ch // {c}) % {sw}", f"    p = ch // {c * sw}",
-        f"    r = a * {sh} + p - {dh}", f"    s = b * {sw} + q - {dw}",
-        f"    ok = live & (ch < {pk.real_channels}) & (r >= 0) & (r < {r_}) & (s >= 0) "
-        f"& (s < {s_})",
-        f"    v = tl.load(W + k * {sk} + c * {sc} + ({rr}) * {srr} + ({ss}) * {sss}, "
-        "mask=ok, other=0.0)",
-        f"    tl.store(WS + {pk.w_offset} + e, v, mask=live)", ""])
+    return "\n".join(
+        [
+            "@triton.jit",
+            f"def {name}(W, WS, BLOCK: tl.constexpr):",
+            "    e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
+            f"    live = e < {pk.w_elements}",
+            f"    ch = e % {cp}",
+            f"    t = e // {cp}",
+            f"    b = t % {sb}",
+            f"    t = t // {sb}",
+            f"    a = t % {ra}",
+            f"    k = t // {ra}",
+            f"    c = ch % {c}",
+            f"    q = (ch // {c}) % {sw}",
+            f"    p = ch // {c * sw}",
+            f"    r = a * {sh} + p - {dh}",
+            f"    s = b * {sw} + q - {dw}",
+            f"    ok = live & (ch < {pk.real_channels}) & (r >= 0) & (r < {r_}) & (s >= 0) "
+            f"& (s < {s_})",
+            f"    v = tl.load(W + k * {sk} + c * {sc} + ({rr}) * {srr} + ({ss}) * {sss}, "
+            "mask=ok, other=0.0)",
+            f"    tl.store(WS + {pk.w_offset} + e, v, mask=live)",
+            "",
+        ]
+    )
 
 
-def estimate_seconds(pk: Packing, kn, peak: float, bandwidth: float, num_sms: int,
-                     x_bytes: int) -> float:
+def estimate_seconds(
+    pk: Packing, kn, peak: float, bandwidth: float, num_sms: int, x_bytes: int
+) -> float:
     """The stride-1 TMA kernel on the packed problem, plus the packing passes (the image
     read once, xp written once) and their two launches."""
     pack = (x_bytes + pk.x_elements * pk.itemsize) / bandwidth + 2 * 3e-6
@@ -150,9 +181,17 @@ def estimate_seconds(pk: Packing, kn, peak: float, bandwidth: float, num_sms: in
 def pack_launches(exe, graph, a, pk: Packing, key: str) -> None:
     """Queue the two packing kernels on ``exe`` (a LaunchList)."""
     dt = a.x.torch_dtype
-    for what, src, total, buf in (("x", pack_x_source, pk.x_elements, a.x.uid),
-                                  ("w", pack_w_source, pk.w_elements, a.w.uid)):
+    for what, src, total, buf in (
+        ("x", pack_x_source, pk.x_elements, a.x.uid),
+        ("w", pack_w_source, pk.w_elements, a.w.uid),
+    ):
         name = f"conv_pack_{what}_{key}"
         kern = kernel_from_source(src(name, a.geo, pk), name)
-        exe.add_launch(kern, (-(-total // PACK_BLOCK),), {"BLOCK": PACK_BLOCK},
-                       [("buf", buf), ("ws", dt)], graph, exe.cuda)
+        exe.add_launch(
+            kern,
+            (-(-total // PACK_BLOCK),),
+            {"BLOCK": PACK_BLOCK},
+            [("buf", buf), ("ws", dt)],
+            graph,
+            exe.cuda,
+        )

@@ -12,6 +12,7 @@ The heuristics offer these configs on Hopper for 2-D, one-group, half/bfloat16 p
 with a packed NHWC dy. SPLIT is chosen per config by the cost model (1 = no workspace,
 one launch).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,7 +25,7 @@ from . import _wgrad_flat_kernels as F
 from . import _wgrad_kernels as T
 from .engine import TmaExecutable, TmaPath
 
-MAX_WS_ELEMENTS = 2 ** 31     # int32 offsets into the partials
+MAX_WS_ELEMENTS = 2**31  # int32 offsets into the partials
 # the partials' sum runs on small tiles so that every SM shares it (a program per
 # 128 x 128 tile left one SM summing 88 slices of l1_1x1_64_64: 40 us of a 50 us run);
 # the smallest dw (64 x 64) still needs 8 x 16 tiles for two programs per SM
@@ -43,16 +44,19 @@ def _why(a, kn) -> str | None:
     if not kn.FLAT:
         return T.unsupported(a.geo, a.x, a.w, a.y)
     if F.gather_too_large(kn) and not F.x_by_descriptor(a.geo, a.x):
-        return (f"flat runs of {kn.TMA_TW} gathered pixels x {kn.BLOCK_N} columns need more "
-                f"than {F.GATHER_PER_THREAD} registers per thread with {kn.num_warps} warps")
+        return (
+            f"flat runs of {kn.TMA_TW} gathered pixels x {kn.BLOCK_N} columns need more "
+            f"than {F.GATHER_PER_THREAD} registers per thread with {kn.num_warps} warps"
+        )
     return F.unsupported(a.geo, a.x, a.y)
 
 
 def _estimate(a, kn, peak: float, target) -> float:
     item = a.x.data_type.itemsize
     if kn.FLAT:
-        return F.estimate_seconds(a.geo, kn, F.x_by_descriptor(a.geo, a.x), item, peak,
-                                  target.bandwidth, target.num_sms)
+        return F.estimate_seconds(
+            a.geo, kn, F.x_by_descriptor(a.geo, a.x), item, peak, target.bandwidth, target.num_sms
+        )
     return T.estimate_seconds(a.geo, kn, item, peak, target.bandwidth, target.num_sms)
 
 
@@ -94,8 +98,7 @@ class WgradTmaPath(TmaPath):
         return None if box is None or flat is None else f"{box}; flat runs: {flat}"
 
     def fits(self, a, kn) -> bool:
-        return T.fits(kn, a.x.data_type.itemsize) and \
-            _workspace(a, kn) // 4 < MAX_WS_ELEMENTS
+        return T.fits(kn, a.x.data_type.itemsize) and _workspace(a, kn) // 4 < MAX_WS_ELEMENTS
 
     def knobs(self, a, target) -> list:
         peak, out = target.peak_flops_fp16, []
@@ -111,8 +114,10 @@ class WgradTmaPath(TmaPath):
     def check(self, a, kn) -> str | None:
         why = _why(a, kn)
         if why is None and not self.fits(a, kn):
-            why = (f"TMA tiles {kn}: the pipeline stages exceed shared memory, or the "
-                   f"partials exceed {MAX_WS_ELEMENTS} elements")
+            why = (
+                f"TMA tiles {kn}: the pipeline stages exceed shared memory, or the "
+                f"partials exceed {MAX_WS_ELEMENTS} elements"
+            )
         return why
 
     def estimate_seconds(self, a, kn, peak: float, target) -> float:
@@ -146,28 +151,41 @@ class _WgradExecutable(TmaExecutable):
         name = f"wgrad_tma_{tag}"
         kw = dict(epilogue_params=params, epilogue_body=body)
         if kn.FLAT:
+
             def make(interp):
                 return F.source(name, a.geo, kn, x_desc, a.x.strides, interpret=interp, **kw)
         else:
+
             def make(interp):
                 return T.source(name, a.geo, kn, interpret=interp, **kw)
-        self.add_generated(name, make, (n_tiles * slices,), const,
-                           [("buf", a.x.uid), ("buf", a.y.uid)] +
-                           ([("ws", torch.float32)] if split else ep_args), graph)
+
+        self.add_generated(
+            name,
+            make,
+            (n_tiles * slices,),
+            const,
+            [("buf", a.x.uid), ("buf", a.y.uid)] + ([("ws", torch.float32)] if split else ep_args),
+            graph,
+        )
         if split:
             # chunk rounding can leave the last slices empty: only the others run and are summed
             rname = f"wgrad_tma_sum_{tag}"
-            elements = (a.geo.k_per_group * F.columns(a.geo) if kn.FLAT
-                        else T.slice_elements(a.geo))
-            rkn = dataclasses.replace(kn, SPLIT=slices, **sum_tile(
-                elements, target.num_sms if target.is_cuda else 1))
+            elements = a.geo.k_per_group * F.columns(a.geo) if kn.FLAT else T.slice_elements(a.geo)
+            rkn = dataclasses.replace(
+                kn, SPLIT=slices, **sum_tile(elements, target.num_sms if target.is_cuda else 1)
+            )
             if kn.FLAT:
+
                 def rmake(interp):
                     return F.reduce_source(rname, a.geo, rkn, slices, **kw)
+
                 r_tiles = F.tiles(a.geo, rkn)
             else:
+
                 def rmake(interp):
                     return T.reduce_source(rname, a.geo, rkn, **kw)
+
                 r_tiles = T.tiles(a.geo, rkn)
-            self.add_generated(rname, rmake, (r_tiles,), {"num_warps": 4},
-                               [("ws", torch.float32)] + ep_args, graph)
+            self.add_generated(
+                rname, rmake, (r_tiles,), {"num_warps": 4}, [("ws", torch.float32)] + ep_args, graph
+            )

@@ -19,6 +19,7 @@ of w with the channel strides swapped (the filter, input and output transforms a
 geometry. Both fuse the dgrad's pointwise epilogue (e.g. relu_backward of the forward
 input, a bias, a type conversion) into their output stage.
 """
+
 from __future__ import annotations
 
 import functools
@@ -37,15 +38,17 @@ def plan_winograd_dgrad(graph) -> WinoPlan | str:
     why = winograd_rules(a, a.y.data_type)
     if why:
         return why
-    fwd = dgrad_as_forward(a)     # image dy, filter w_t, output dx (the dgrad's epilogue)
+    fwd = dgrad_as_forward(a)  # image dy, filter w_t, output dx (the dgrad's epilogue)
     g, geo = a.geo, fwd.geo
     th, tw = (-(-o // 2) for o in geo.out_dims)
-    return WinoPlan(fwd, 2, (th, tw), g.n * th * tw, geo.k_per_group, geo.c_per_group,
-                    a.y.torch_dtype)
+    return WinoPlan(
+        fwd, 2, (th, tw), g.n * th * tw, geo.k_per_group, geo.c_per_group, a.y.torch_dtype
+    )
 
 
 class WinogradNonfusedDgradEngine(WinogradNonfusedEngine):
     """dx by F(2x2, 3x3): filter, input (dy) and output transforms around 16 GEMMs."""
+
     id = 16
     name = "conv_dgrad_winograd_nonfused"
     tile = 2
@@ -56,6 +59,7 @@ class WinogradNonfusedDgradEngine(WinogradNonfusedEngine):
 
 class WinogradFusedDgradEngine(WinogradFusedEngine):
     """dx by the fused F(2x2, 3x3) kernel on the rewritten problem."""
+
     id = 18
     name = "conv_dgrad_winograd_fused"
     kind = "conv_dgrad"

@@ -20,6 +20,7 @@ one per grid position e = (xi, nu):
 Supported: 2-D, 3x3 filters, stride 1, no dilation, one group (as in cuDNN). The
 transforms add rounding (notes: WINOGRAD, and DOWN_CONVERT_INPUTS for half types).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,18 +38,33 @@ from ..analysis import analyze, epilogue
 
 # Transform matrices per output tile size m (filter 3x3, input patch T = m + 2)
 MATRICES = {
-    2: dict(BT=[[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]],
-            G=[[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]],
-            AT=[[1, 1, 1, 0], [0, 1, -1, -1]]),
-    4: dict(BT=[[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
-                [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]],
-            G=[[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
-               [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]],
-            AT=[[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0],
-                [0, 1, -1, 8, -8, 1]]),
+    2: dict(
+        BT=[[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]],
+        G=[[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]],
+        AT=[[1, 1, 1, 0], [0, 1, -1, -1]],
+    ),
+    4: dict(
+        BT=[
+            [4, 0, -5, 0, 1, 0],
+            [0, -4, -4, 1, 1, 0],
+            [0, 4, -4, -1, 1, 0],
+            [0, -2, -1, 2, 1, 0],
+            [0, 2, -1, -2, 1, 0],
+            [0, 4, 0, -5, 0, 1],
+        ],
+        G=[
+            [1 / 4, 0, 0],
+            [-1 / 6, -1 / 6, -1 / 6],
+            [-1 / 6, 1 / 6, -1 / 6],
+            [1 / 24, 1 / 12, 1 / 6],
+            [1 / 24, -1 / 12, 1 / 6],
+            [0, 0, 1],
+        ],
+        AT=[[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]],
+    ),
 }
 ALIGN = 256
-OUTPUT_BLOCK_N = 32     # output channels per output-transform program
+OUTPUT_BLOCK_N = 32  # output channels per output-transform program
 
 
 def _al(n: int) -> int:
@@ -58,25 +74,28 @@ def _al(n: int) -> int:
 @dataclasses.dataclass
 class WinoPlan:
     a: object
-    m: int                # output tile size (2 or 4)
-    tiles: tuple          # (tiles_h, tiles_w)
-    p: int                # N * tiles_h * tiles_w
+    m: int  # output tile size (2 or 4)
+    tiles: tuple  # (tiles_h, tiles_w)
+    p: int  # N * tiles_h * tiles_w
     k: int
     c: int
     dt: torch.dtype
 
     @property
-    def t(self) -> int:   # input patch size
+    def t(self) -> int:  # input patch size
         return self.m + 2
 
     @property
-    def e(self) -> int:   # GEMMs (grid positions)
+    def e(self) -> int:  # GEMMs (grid positions)
         return self.t * self.t
 
     def sizes(self) -> tuple:
         it = torch.empty((), dtype=self.dt).element_size()
-        return (_al(self.e * self.k * self.c * it), _al(self.e * self.p * self.c * it),
-                _al(self.e * self.p * self.k * 4))
+        return (
+            _al(self.e * self.k * self.c * it),
+            _al(self.e * self.p * self.c * it),
+            _al(self.e * self.p * self.k * 4),
+        )
 
 
 @functools.lru_cache(maxsize=512)
@@ -94,8 +113,9 @@ def plan_winograd(graph, m: int = 2) -> WinoPlan | str:
     if a.prologue is not None or a.ep.stats:
         return "the Winograd engine fuses no prologue or statistics"
     th, tw = (-(-o // m) for o in geo.out_dims)
-    return WinoPlan(a, m, (th, tw), geo.n * th * tw, geo.k_per_group, geo.c_per_group,
-                    a.x.torch_dtype)
+    return WinoPlan(
+        a, m, (th, tw), geo.n * th * tw, geo.k_per_group, geo.c_per_group, a.x.torch_dtype
+    )
 
 
 def _gemm_graph(wp: WinoPlan):
@@ -112,12 +132,13 @@ def _gemm_graph(wp: WinoPlan):
 
 class WinogradNonfusedEngine(MatmulDelegateEngine):
     """F(2x2, 3x3): 16 GEMMs; exact up to the transforms' rounding."""
+
     id = 8
     name = "conv_winograd_nonfused"
     tile = 2
 
     def extra_launches(self, graph) -> int:
-        return 3      # filter transform, input transform, output transform
+        return 3  # filter transform, input transform, output transform
 
     def _plan(self, graph):
         return plan_winograd(graph, self.tile)
@@ -141,13 +162,15 @@ class WinogradNonfusedEngine(MatmulDelegateEngine):
     def build(self, graph, config, target) -> Executable:
         wp = self._plan(graph)
         _, v_uid, u_uid, m_uid = _gemm_graph(wp)
-        return _WinoExecutable(graph, wp, self.build_gemm(graph, config, target),
-                               (v_uid, u_uid, m_uid), target)
+        return _WinoExecutable(
+            graph, wp, self.build_gemm(graph, config, target), (v_uid, u_uid, m_uid), target
+        )
 
 
 class Winograd4x4NonfusedEngine(WinogradNonfusedEngine):
     """F(4x4, 3x3): 36 GEMMs on 6x6 patches, 4x fewer multiplies; larger transform
     coefficients round more (note WINOGRAD_TILE_4x4)."""
+
     id = 9
     name = "conv_winograd4x4_nonfused"
     tile = 4
@@ -165,55 +188,74 @@ def _lin(coeffs, names) -> str:
 def _filter_source(wp: WinoPlan, name: str) -> str:
     ws = wp.a.w.strides
     flip = wp.a.geo.flip
-    L = ["@triton.jit", f"def {name}(W, U, BLOCK: tl.constexpr):",
-         "    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
-         f"    mask = i < {wp.k * wp.c}",
-         f"    k = i // {wp.c}", f"    c = i % {wp.c}"]
+    L = [
+        "@triton.jit",
+        f"def {name}(W, U, BLOCK: tl.constexpr):",
+        "    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
+        f"    mask = i < {wp.k * wp.c}",
+        f"    k = i // {wp.c}",
+        f"    c = i % {wp.c}",
+    ]
     for r in range(3):
         for s in range(3):
             rr, ss = (2 - r, 2 - s) if flip else (r, s)
-            L.append(f"    g{r}{s} = tl.load(W + k * {ws[0]} + c * {ws[1]} + {rr * ws[2] + ss * ws[3]}"
-                     ", mask=mask, other=0.0).to(tl.float32)")
+            L.append(
+                f"    g{r}{s} = tl.load(W + k * {ws[0]} + c * {ws[1]} + {rr * ws[2] + ss * ws[3]}"
+                ", mask=mask, other=0.0).to(tl.float32)"
+            )
     G, T = MATRICES[wp.m]["G"], wp.t
-    for xi in range(T):       # t = G g  (T x 3)
+    for xi in range(T):  # t = G g  (T x 3)
         for s in range(3):
             L.append(f"    t{xi}{s} = " + _lin(G[xi], [f"g{r}{s}" for r in range(3)]))
     for xi in range(T):
         for nu in range(T):
             e = xi * T + nu
-            L.append(f"    tl.store(U + {e * wp.k * wp.c} + i, "
-                     f"{_lin(G[nu], [f't{xi}{s}' for s in range(3)])}.to(U.dtype.element_ty), "
-                     "mask=mask)")
+            L.append(
+                f"    tl.store(U + {e * wp.k * wp.c} + i, "
+                f"{_lin(G[nu], [f't{xi}{s}' for s in range(3)])}.to(U.dtype.element_ty), "
+                "mask=mask)"
+            )
     return "\n".join(L) + "\n"
 
 
 def _input_source(wp: WinoPlan, name: str) -> str:
     geo, xs = wp.a.geo, wp.a.x.strides
     th, tw = wp.tiles
-    L = ["@triton.jit", f"def {name}(X, V, BLOCK: tl.constexpr):",
-         "    i = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)",
-         f"    mask = i < {wp.p * wp.c}",
-         f"    p = i // {wp.c}", f"    c = i % {wp.c}",
-         f"    tw_ = p % {tw}", f"    q = p // {tw}", f"    th_ = q % {th}", f"    nb = q // {th}",
-         f"    base = nb * {xs[0]} + c * {xs[1]}"]
+    L = [
+        "@triton.jit",
+        f"def {name}(X, V, BLOCK: tl.constexpr):",
+        "    i = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)",
+        f"    mask = i < {wp.p * wp.c}",
+        f"    p = i // {wp.c}",
+        f"    c = i % {wp.c}",
+        f"    tw_ = p % {tw}",
+        f"    q = p // {tw}",
+        f"    th_ = q % {th}",
+        f"    nb = q // {th}",
+        f"    base = nb * {xs[0]} + c * {xs[1]}",
+    ]
     BT, T, m = MATRICES[wp.m]["BT"], wp.t, wp.m
     for a in range(T):
         L.append(f"    h{a} = th_ * {m} - {geo.pre[0]} + {a}")
         L.append(f"    w{a} = tw_ * {m} - {geo.pre[1]} + {a}")
     for a in range(T):
         for b in range(T):
-            L.append(f"    d{a}{b} = tl.load(X + base + h{a} * {xs[2]} + w{b} * {xs[3]}, mask=mask "
-                     f"& (h{a} >= 0) & (h{a} < {geo.in_dims[0]}) & (w{b} >= 0) & "
-                     f"(w{b} < {geo.in_dims[1]}), other=0.0).to(tl.float32)")
-    for xi in range(T):       # t = B^T d
+            L.append(
+                f"    d{a}{b} = tl.load(X + base + h{a} * {xs[2]} + w{b} * {xs[3]}, mask=mask "
+                f"& (h{a} >= 0) & (h{a} < {geo.in_dims[0]}) & (w{b} >= 0) & "
+                f"(w{b} < {geo.in_dims[1]}), other=0.0).to(tl.float32)"
+            )
+    for xi in range(T):  # t = B^T d
         for b in range(T):
             L.append(f"    t{xi}{b} = " + _lin(BT[xi], [f"d{a}{b}" for a in range(T)]))
     for xi in range(T):
         for nu in range(T):
             e = xi * T + nu
-            L.append(f"    tl.store(V + {e * wp.p * wp.c} + i, "
-                     f"{_lin(BT[nu], [f't{xi}{b}' for b in range(T)])}.to(V.dtype.element_ty), "
-                     "mask=mask)")
+            L.append(
+                f"    tl.store(V + {e * wp.p * wp.c} + i, "
+                f"{_lin(BT[nu], [f't{xi}{b}' for b in range(T)])}.to(V.dtype.element_ty), "
+                "mask=mask)"
+            )
     return "\n".join(L) + "\n"
 
 
@@ -232,24 +274,33 @@ def _output_source(graph, wp: WinoPlan, name: str, ep_params: list, ep_body: str
     th, tw = wp.tiles
     ind = "    "
     sig = ["M"] + ep_params + ["BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr"]
-    L = ["@triton.jit", f"def {name}({', '.join(sig)}):",
-         f"{ind}pid = tl.program_id(0)",
-         f"{ind}g = 0",
-         f"{ind}num_pid_n = {-(-wp.k // OUTPUT_BLOCK_N)}",
-         f"{ind}pid_m = pid // num_pid_n", f"{ind}pid_n = pid % num_pid_n",
-         f"{ind}pp = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)",
-         f"{ind}mask_p = pp < {wp.p}",
-         f"{ind}offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
-         f"{ind}mask_n = offs_n < {wp.k}",
-         f"{ind}tw_ = pp % {tw}", f"{ind}q = pp // {tw}", f"{ind}th_ = q % {th}",
-         f"{ind}nb = q // {th}",
-         f"{ind}mm = mask_p[:, None] & mask_n[None, :]"]
+    L = [
+        "@triton.jit",
+        f"def {name}({', '.join(sig)}):",
+        f"{ind}pid = tl.program_id(0)",
+        f"{ind}g = 0",
+        f"{ind}num_pid_n = {-(-wp.k // OUTPUT_BLOCK_N)}",
+        f"{ind}pid_m = pid // num_pid_n",
+        f"{ind}pid_n = pid % num_pid_n",
+        f"{ind}pp = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)",
+        f"{ind}mask_p = pp < {wp.p}",
+        f"{ind}offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
+        f"{ind}mask_n = offs_n < {wp.k}",
+        f"{ind}tw_ = pp % {tw}",
+        f"{ind}q = pp // {tw}",
+        f"{ind}th_ = q % {th}",
+        f"{ind}nb = q // {th}",
+        f"{ind}mm = mask_p[:, None] & mask_n[None, :]",
+    ]
     AT, T, m = MATRICES[wp.m]["AT"], wp.t, wp.m
     started = set()
-    for nu in range(T):       # column nu of M: t = A^T M[:, nu], then Y += t A[nu, :]
+    for nu in range(T):  # column nu of M: t = A^T M[:, nu], then Y += t A[nu, :]
         for xi in range(T):
-            L.append(f"{ind}m{xi} = tl.load(M + {(xi * T + nu) * wp.p * wp.k} + "
-                     "pp[:, None] * " f"{wp.k} + offs_n[None, :], mask=mm, other=0.0)")
+            L.append(
+                f"{ind}m{xi} = tl.load(M + {(xi * T + nu) * wp.p * wp.k} + "
+                "pp[:, None] * "
+                f"{wp.k} + offs_n[None, :], mask=mm, other=0.0)"
+            )
         for i in range(m):
             L.append(f"{ind}t{i} = " + _lin(AT[i], [f"m{xi}" for xi in range(T)]))
         for i in range(m):
@@ -257,8 +308,7 @@ def _output_source(graph, wp: WinoPlan, name: str, ep_params: list, ep_body: str
                 if AT[j][nu] == 0:
                     continue
                 term = _lin([AT[j][nu]], [f"t{i}"])
-                L.append(f"{ind}y{i}{j} = " + (f"y{i}{j} + {term}" if (i, j) in started
-                                               else term))
+                L.append(f"{ind}y{i}{j} = " + (f"y{i}{j} + {term}" if (i, j) in started else term))
                 started.add((i, j))
     for i in range(m):
         for j in range(m):
@@ -283,29 +333,43 @@ class _WinoExecutable(Executable, LaunchList):
         cuda = target.is_cuda
         fname, iname, oname = f"wino_filter_{tag}", f"wino_input_{tag}", f"wino_output_{tag}"
         blk = {"BLOCK": 256, "num_warps": 4}
-        self.add_launch(kernel_from_source(_filter_source(wp, fname), fname),
-                        (-(-wp.k * wp.c // 256),), blk, [("buf", a.w.uid), ("ws", wp.dt)],
-                        graph, cuda)
-        self.add_launch(kernel_from_source(_input_source(wp, iname), iname),
-                        (-(-wp.p * wp.c // 256),), blk, [("buf", a.x.uid), ("ws", wp.dt)],
-                        graph, cuda)
+        self.add_launch(
+            kernel_from_source(_filter_source(wp, fname), fname),
+            (-(-wp.k * wp.c // 256),),
+            blk,
+            [("buf", a.w.uid), ("ws", wp.dt)],
+            graph,
+            cuda,
+        )
+        self.add_launch(
+            kernel_from_source(_input_source(wp, iname), iname),
+            (-(-wp.p * wp.c // 256),),
+            blk,
+            [("buf", a.x.uid), ("ws", wp.dt)],
+            graph,
+            cuda,
+        )
         params, body = epilogue(graph, a, "conv_fprop")
         osrc = _output_source(graph, wp, oname, params, body)
         bm = output_block_m(wp.m)
-        self.add_launch(kernel_from_source(osrc, oname),
-                        (-(-wp.p // bm) * -(-wp.k // OUTPUT_BLOCK_N),),
-                        {"BLOCK_M": bm, "BLOCK_N": OUTPUT_BLOCK_N, "num_warps": 4},
-                        [("ws", torch.float32)] + fuse_epilogue.launch_args(a.ep), graph, cuda)
+        self.add_launch(
+            kernel_from_source(osrc, oname),
+            (-(-wp.p // bm) * -(-wp.k // OUTPUT_BLOCK_N),),
+            {"BLOCK_M": bm, "BLOCK_N": OUTPUT_BLOCK_N, "num_warps": 4},
+            [("ws", torch.float32)] + fuse_epilogue.launch_args(a.ep),
+            graph,
+            cuda,
+        )
 
     def run(self, buffers, workspace, stream=None):
         o = self.offsets
-        u = workspace[o[0]:o[1]].view(self.wp.dt)
-        v = workspace[o[1]:o[2]].view(self.wp.dt)
-        m = workspace[o[2]:o[3]].view(torch.float32)
+        u = workspace[o[0] : o[1]].view(self.wp.dt)
+        v = workspace[o[1] : o[2]].view(self.wp.dt)
+        m = workspace[o[2] : o[3]].view(torch.float32)
         (fl, fa), (il, ia), (ol, oa) = self.launches
         fl.launch([buffers[self.wp.a.w.uid], u], stream)
         il.launch([buffers[self.wp.a.x.uid], v], stream)
-        self.gemm.run({self.v_uid: v, self.u_uid: u, self.m_uid: m}, workspace[o[3]:], stream)
+        self.gemm.run({self.v_uid: v, self.u_uid: u, self.m_uid: m}, workspace[o[3] :], stream)
         ol.launch(self.values(oa, buffers, m), stream)
 
 

@@ -22,6 +22,7 @@ Supported: 2-D, 3x3, stride 1, dilation 1, one group, both modes, any strides of
 and y, float / half / bfloat16 operands (notes WINOGRAD, and for half types or TF32
 TENSOR_CORE and DOWN_CONVERT_INPUTS: V and U are rounded to the operand type).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,8 +39,11 @@ from . import _kernels as WK
 
 ALIGN = 256
 FLOAT_TYPES = {DataType.FLOAT, DataType.HALF, DataType.BFLOAT16}
-TL_TYPES = {DataType.FLOAT: "tl.float32", DataType.HALF: "tl.float16",
-            DataType.BFLOAT16: "tl.bfloat16"}
+TL_TYPES = {
+    DataType.FLOAT: "tl.float32",
+    DataType.HALF: "tl.float16",
+    DataType.BFLOAT16: "tl.bfloat16",
+}
 
 
 def winograd_rules(a: ConvAnalysis, operand: DataType) -> str | None:
@@ -48,8 +52,10 @@ def winograd_rules(a: ConvAnalysis, operand: DataType) -> str | None:
     if len(geo.filt) != 2 or tuple(geo.filt) != (3, 3):
         return f"Winograd F(2x2,3x3) needs a 2-D 3x3 filter, got {list(geo.filt)}"
     if any(s != 1 for s in geo.stride) or any(d != 1 for d in geo.dilation):
-        return (f"Winograd needs stride 1 and dilation 1, got stride {list(geo.stride)} and "
-                f"dilation {list(geo.dilation)}")
+        return (
+            f"Winograd needs stride 1 and dilation 1, got stride {list(geo.stride)} and "
+            f"dilation {list(geo.dilation)}"
+        )
     if geo.groups != 1:
         return f"Winograd here takes one group, got {geo.groups}"
     if operand not in FLOAT_TYPES:
@@ -65,9 +71,9 @@ def winograd_rules(a: ConvAnalysis, operand: DataType) -> str | None:
 class FusedPlan:
     a: ConvAnalysis
     geo: WK.WinogradGeometry
-    image_uid: int        # x (fprop) or dy (dgrad)
+    image_uid: int  # x (fprop) or dy (dgrad)
     filter_uid: int
-    operand: DataType     # the operands' type: V and U are rounded to it
+    operand: DataType  # the operands' type: V and U are rounded to it
     tf32: bool
 
     @property
@@ -89,18 +95,38 @@ def plan_fused(graph, kind: str) -> FusedPlan | str:
         return why
     g, ws = a.geo, a.w.strides
     if kind == "conv_fprop":
-        geo = WK.WinogradGeometry(g.n, g.c_per_group, g.k_per_group, g.in_dims, g.out_dims,
-                                  g.pre, tuple(image.strides), tuple(ws), g.flip, g.int64)
-    else:    # read dy as the image, the filter's channel axes swapped and flipped
-        geo = WK.WinogradGeometry(g.n, g.k_per_group, g.c_per_group, g.out_dims, g.in_dims,
-                                  tuple(2 - p for p in g.pre), tuple(image.strides),
-                                  (ws[1], ws[0], ws[2], ws[3]), not g.flip, g.int64)
+        geo = WK.WinogradGeometry(
+            g.n,
+            g.c_per_group,
+            g.k_per_group,
+            g.in_dims,
+            g.out_dims,
+            g.pre,
+            tuple(image.strides),
+            tuple(ws),
+            g.flip,
+            g.int64,
+        )
+    else:  # read dy as the image, the filter's channel axes swapped and flipped
+        geo = WK.WinogradGeometry(
+            g.n,
+            g.k_per_group,
+            g.c_per_group,
+            g.out_dims,
+            g.in_dims,
+            tuple(2 - p for p in g.pre),
+            tuple(image.strides),
+            (ws[1], ws[0], ws[2], ws[3]),
+            not g.flip,
+            g.int64,
+        )
     tf32 = image.data_type == DataType.FLOAT and bool(backends.allow_tf32)
     return FusedPlan(a, geo, image.uid, a.w.uid, image.data_type, tf32)
 
 
 class WinogradFusedEngine(Engine):
     """F(2x2, 3x3) in one kernel (plus an optional filter-transform pre-kernel)."""
+
     id = 15
     name = "conv_winograd_fused"
     kind = "conv_fprop"
@@ -124,8 +150,12 @@ class WinogradFusedEngine(Engine):
 
     def knob_space(self, graph=None) -> list[Knob]:
         space = WK.knob_space()
-        return [Knob(f.name, tuple(sorted({getattr(k, f.name) for k in space} | {f.default})),
-                     f.default) for f in dataclasses.fields(WK.WinogradKnobs)]
+        return [
+            Knob(
+                f.name, tuple(sorted({getattr(k, f.name) for k in space} | {f.default})), f.default
+            )
+            for f in dataclasses.fields(WK.WinogradKnobs)
+        ]
 
     def configs(self, graph, target) -> list[EngineConfig]:
         if isinstance(self._plan(graph), str):
@@ -142,10 +172,12 @@ class WinogradFusedEngine(Engine):
             return s
         kn = WK.WinogradKnobs(**config.knob_dict)
         if target.is_cuda and WK.accumulator_registers(kn) > 128:
-            return decline(f"the accumulators of {kn.BLOCK_P}x{kn.BLOCK_K} tiles with "
-                           f"{kn.num_warps} warps and {kn.PASSES} pass(es) take "
-                           f"{WK.accumulator_registers(kn)} registers per thread (at most 128 "
-                           "leave room for the transforms)")
+            return decline(
+                f"the accumulators of {kn.BLOCK_P}x{kn.BLOCK_K} tiles with "
+                f"{kn.num_warps} warps and {kn.PASSES} pass(es) take "
+                f"{WK.accumulator_registers(kn)} registers per thread (at most 128 "
+                "leave room for the transforms)"
+            )
         return SUPPORTED
 
     def workspace_size(self, graph, config, target) -> int:
@@ -157,17 +189,28 @@ class WinogradFusedEngine(Engine):
     def estimate_seconds(self, graph, config, target) -> float:
         fp = self._plan(graph)
         kn = WK.WinogradKnobs(**config.knob_dict)
-        peak = target.peak_flops_fp16 if fp.operand != DataType.FLOAT else (
-            target.peak_flops_fp16 / 2 if fp.tf32 else target.peak_flops_fp32)
-        t = WK.estimate_seconds(fp.geo, kn, fp.operand.itemsize, peak, target.peak_flops_fp32,
-                                target.bandwidth, target.num_sms)
-        if not kn.FILTER_IN_REGISTERS:    # the pre-kernel: read g, write U, one launch
+        peak = (
+            target.peak_flops_fp16
+            if fp.operand != DataType.FLOAT
+            else (target.peak_flops_fp16 / 2 if fp.tf32 else target.peak_flops_fp32)
+        )
+        t = WK.estimate_seconds(
+            fp.geo,
+            kn,
+            fp.operand.itemsize,
+            peak,
+            target.peak_flops_fp32,
+            target.bandwidth,
+            target.num_sms,
+        )
+        if not kn.FILTER_IN_REGISTERS:  # the pre-kernel: read g, write U, one launch
             t += 25 * fp.geo.c * fp.geo.k * fp.operand.itemsize / target.bandwidth + 3e-6
         return t
 
     def build(self, graph, config, target) -> Executable:
-        return _FusedExecutable(graph, self._plan(graph), WK.WinogradKnobs(**config.knob_dict),
-                                target, self.kind)
+        return _FusedExecutable(
+            graph, self._plan(graph), WK.WinogradKnobs(**config.knob_dict), target, self.kind
+        )
 
 
 class _FusedExecutable(Executable, LaunchList):
@@ -180,27 +223,43 @@ class _FusedExecutable(Executable, LaunchList):
         self.dtype = dt
         if not self.in_registers:
             fname = f"wino_fused_filter_{tag}"
-            self.add_launch(kernel_from_source(WK.filter_source(fname, geo, operand), fname),
-                            (-(-geo.c * geo.k // 256),), {"BLOCK": 256, "num_warps": 4},
-                            [("buf", fp.filter_uid), ("ws", dt)], graph, cuda)
+            self.add_launch(
+                kernel_from_source(WK.filter_source(fname, geo, operand), fname),
+                (-(-geo.c * geo.k // 256),),
+                {"BLOCK": 256, "num_warps": 4},
+                [("buf", fp.filter_uid), ("ws", dt)],
+                graph,
+                cuda,
+            )
         params, body = epilogue(graph, fp.a, kind)
         name = f"wino_fused_{kind}_{tag}"
-        kw = dict(operand=operand, epilogue_params=params, epilogue_body=body,
-                  fp32_inputs=fp.operand == DataType.FLOAT, allow_tf32=fp.tf32)
+        kw = dict(
+            operand=operand,
+            epilogue_params=params,
+            epilogue_body=body,
+            fp32_inputs=fp.operand == DataType.FLOAT,
+            allow_tf32=fp.tf32,
+        )
         src_c = WK.fused_source(name, geo, kn, interpret=False, **kw)
         src_i = WK.fused_source(name, geo, kn, interpret=True, **kw)
-        kern = DualKernel(kernel_from_source(src_c, name).compiled,
-                          kernel_from_source(src_i, name).interpreted)
+        kern = DualKernel(
+            kernel_from_source(src_c, name).compiled, kernel_from_source(src_i, name).interpreted
+        )
         self.source = src_c
         second = ("buf", fp.filter_uid) if self.in_registers else ("ws", dt)
         args = [("buf", fp.image_uid), second] + fuse_epilogue.launch_args(fp.a.ep)
-        const = {"BLOCK_P": kn.BLOCK_P, "BLOCK_K": kn.BLOCK_K, "BLOCK_C": kn.BLOCK_C,
-                 "num_warps": kn.num_warps, "num_stages": 1}
+        const = {
+            "BLOCK_P": kn.BLOCK_P,
+            "BLOCK_K": kn.BLOCK_K,
+            "BLOCK_C": kn.BLOCK_C,
+            "num_warps": kn.num_warps,
+            "num_stages": 1,
+        }
         self.add_launch(kern, WK.grid(geo, kn), const, args, graph, cuda)
 
     def run(self, buffers, workspace, stream=None):
         # U is the workspace's first u_bytes, seen as the operand type
-        ws = None if self.in_registers else workspace[:self.workspace_size]
+        ws = None if self.in_registers else workspace[: self.workspace_size]
         self.run_launches(buffers, ws, stream)
 
 

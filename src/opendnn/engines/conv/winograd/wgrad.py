@@ -37,6 +37,7 @@ API). Supported: 2-D, 3x3, stride 1, dilation 1, one group, float / half / bfloa
 The transforms add rounding (note WINOGRAD); for half types DYt and V are rounded to the
 operand type before the GEMM (TENSOR_CORE, DOWN_CONVERT_INPUTS).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -60,11 +61,12 @@ def _transpose(mat) -> list:
 
 
 # F(3x3, 2x2) from the forward F(2x2, 3x3): B'^T = B^T, G' = A, A'^T = G^T
-WGRAD_MATRICES = dict(BT=MATRICES[2]["BT"], G=_transpose(MATRICES[2]["AT"]),
-                      AT=_transpose(MATRICES[2]["G"]))
-ALPHA = 4          # transform grid (4x4: 16 GEMMs)
-TILE = 2           # dy tile (the F(3x3, 2x2) "filter")
-OUT_BLOCK = (32, 32)   # output transform tile over (K, C)
+WGRAD_MATRICES = dict(
+    BT=MATRICES[2]["BT"], G=_transpose(MATRICES[2]["AT"]), AT=_transpose(MATRICES[2]["G"])
+)
+ALPHA = 4  # transform grid (4x4: 16 GEMMs)
+TILE = 2  # dy tile (the F(3x3, 2x2) "filter")
+OUT_BLOCK = (32, 32)  # output transform tile over (K, C)
 
 
 @dataclasses.dataclass
@@ -77,8 +79,11 @@ class WgradPlan(WinoPlan):
         """Workspace bytes (aligned) of DYt [16, P, K], V [16, P, C] (operand type) and
         M [16, K, C] (float32)."""
         it = torch.empty((), dtype=self.dt).element_size()
-        return (_al(self.e * self.p * self.k * it), _al(self.e * self.p * self.c * it),
-                _al(self.e * self.k * self.c * 4))
+        return (
+            _al(self.e * self.p * self.k * it),
+            _al(self.e * self.p * self.c * it),
+            _al(self.e * self.k * self.c * 4),
+        )
 
 
 def wgrad_rules(a: ConvAnalysis) -> str | None:
@@ -91,13 +96,14 @@ def wgrad_rules(a: ConvAnalysis) -> str | None:
     if any(s != 1 for s in geo.stride):
         return f"the Winograd backward filter needs stride 1, got stride {list(geo.stride)}"
     if any(d != 1 for d in geo.dilation):
-        return (f"the Winograd backward filter needs dilation 1, got dilation "
-                f"{list(geo.dilation)}")
+        return f"the Winograd backward filter needs dilation 1, got dilation {list(geo.dilation)}"
     if geo.groups != 1:
         return f"the Winograd backward filter takes one group, got {geo.groups}"
     if a.x.data_type not in FLOAT_TYPES:
-        return (f"the Winograd backward filter needs float, half or bfloat16 x and dy, got "
-                f"{a.x.data_type.name}")
+        return (
+            f"the Winograd backward filter needs float, half or bfloat16 x and dy, got "
+            f"{a.x.data_type.name}"
+        )
     return None
 
 
@@ -112,8 +118,9 @@ def plan_winograd_wgrad(graph) -> WgradPlan | str:
         return why
     geo = a.geo
     th, tw = (-(-o // TILE) for o in geo.out_dims)
-    return WgradPlan(a, TILE, (th, tw), geo.n * th * tw, geo.k_per_group, geo.c_per_group,
-                     a.x.torch_dtype)
+    return WgradPlan(
+        a, TILE, (th, tw), geo.n * th * tw, geo.k_per_group, geo.c_per_group, a.x.torch_dtype
+    )
 
 
 def _gemm_graph(wp: WgradPlan):
@@ -135,29 +142,40 @@ def _dy_source(wp: WgradPlan, name: str) -> str:
     geo, ds = wp.a.geo, wp.a.y.strides
     th, tw = wp.tiles
     G = WGRAD_MATRICES["G"]
-    L = ["@triton.jit", f"def {name}(DY, DYT, BLOCK: tl.constexpr):",
-         "    i = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)",
-         f"    mask = i < {wp.p * wp.k}",
-         f"    p = i // {wp.k}", f"    k = i % {wp.k}",
-         f"    tw_ = p % {tw}", f"    q = p // {tw}", f"    th_ = q % {th}", f"    nb = q // {th}",
-         f"    base = nb * {ds[0]} + k * {ds[1]}"]
+    L = [
+        "@triton.jit",
+        f"def {name}(DY, DYT, BLOCK: tl.constexpr):",
+        "    i = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)",
+        f"    mask = i < {wp.p * wp.k}",
+        f"    p = i // {wp.k}",
+        f"    k = i % {wp.k}",
+        f"    tw_ = p % {tw}",
+        f"    q = p // {tw}",
+        f"    th_ = q % {th}",
+        f"    nb = q // {th}",
+        f"    base = nb * {ds[0]} + k * {ds[1]}",
+    ]
     for a in range(TILE):
         L.append(f"    h{a} = th_ * {TILE} + {a}")
         L.append(f"    w{a} = tw_ * {TILE} + {a}")
-    for a in range(TILE):     # the last tile row / column may overhang dy: zeros there
+    for a in range(TILE):  # the last tile row / column may overhang dy: zeros there
         for b in range(TILE):
-            L.append(f"    g{a}{b} = tl.load(DY + base + h{a} * {ds[2]} + w{b} * {ds[3]}, "
-                     f"mask=mask & (h{a} < {geo.out_dims[0]}) & (w{b} < {geo.out_dims[1]}), "
-                     "other=0.0).to(tl.float32)")
-    for xi in range(ALPHA):   # t = G' g  (4 x 2)
+            L.append(
+                f"    g{a}{b} = tl.load(DY + base + h{a} * {ds[2]} + w{b} * {ds[3]}, "
+                f"mask=mask & (h{a} < {geo.out_dims[0]}) & (w{b} < {geo.out_dims[1]}), "
+                "other=0.0).to(tl.float32)"
+            )
+    for xi in range(ALPHA):  # t = G' g  (4 x 2)
         for b in range(TILE):
             L.append(f"    t{xi}{b} = " + _lin(G[xi], [f"g{a}{b}" for a in range(TILE)]))
     for xi in range(ALPHA):
         for nu in range(ALPHA):
             e = xi * ALPHA + nu
-            L.append(f"    tl.store(DYT + {e * wp.p * wp.k} + i, "
-                     f"{_lin(G[nu], [f't{xi}{b}' for b in range(TILE)])}"
-                     ".to(DYT.dtype.element_ty), mask=mask)")
+            L.append(
+                f"    tl.store(DYT + {e * wp.p * wp.k} + i, "
+                f"{_lin(G[nu], [f't{xi}{b}' for b in range(TILE)])}"
+                ".to(DYT.dtype.element_ty), mask=mask)"
+            )
     return "\n".join(L) + "\n"
 
 
@@ -167,20 +185,26 @@ def _output_source(wp: WgradPlan, name: str, ep_params: list, ep_body: str) -> s
     (``engine.epilogue``: rows offs_m = k, columns offs_n = c, window tap (r0, r1))."""
     AT, ind = WGRAD_MATRICES["AT"], "    "
     sig = ["M"] + ep_params + ["BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr"]
-    L = ["@triton.jit", f"def {name}({', '.join(sig)}):",
-         f"{ind}g = 0",
-         f"{ind}offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)",
-         f"{ind}mask_m = offs_m < {wp.k}",
-         f"{ind}offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)",
-         f"{ind}mask_n = offs_n < {wp.c}",
-         f"{ind}mm = mask_m[:, None] & mask_n[None, :]"]
+    L = [
+        "@triton.jit",
+        f"def {name}({', '.join(sig)}):",
+        f"{ind}g = 0",
+        f"{ind}offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)",
+        f"{ind}mask_m = offs_m < {wp.k}",
+        f"{ind}offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)",
+        f"{ind}mask_n = offs_n < {wp.c}",
+        f"{ind}mm = mask_m[:, None] & mask_n[None, :]",
+    ]
     for e in range(ALPHA * ALPHA):
-        L.append(f"{ind}m{e} = tl.load(M + {e * wp.k * wp.c} + offs_m[:, None] * {wp.c} + "
-                 "offs_n[None, :], mask=mm, other=0.0)")
-    for r in range(3):        # t = A'^T m  (3 x 4)
+        L.append(
+            f"{ind}m{e} = tl.load(M + {e * wp.k * wp.c} + offs_m[:, None] * {wp.c} + "
+            "offs_n[None, :], mask=mm, other=0.0)"
+        )
+    for r in range(3):  # t = A'^T m  (3 x 4)
         for nu in range(ALPHA):
-            L.append(f"{ind}t{r}{nu} = " + _lin(AT[r], [f"m{xi * ALPHA + nu}"
-                                                       for xi in range(ALPHA)]))
+            L.append(
+                f"{ind}t{r}{nu} = " + _lin(AT[r], [f"m{xi * ALPHA + nu}" for xi in range(ALPHA)])
+            )
     for r in range(3):
         for s in range(3):
             L.append(f"{ind}acc = " + _lin(AT[s], [f"t{r}{nu}" for nu in range(ALPHA)]))
@@ -193,6 +217,7 @@ def _output_source(wp: WgradPlan, name: str, ep_params: list, ep_body: str) -> s
 class WinogradNonfusedWgradEngine(MatmulDelegateEngine):
     """dw by F(3x3, 2x2): dy and input transforms, 16 GEMMs over N x tiles, output
     transform with the fused pointwise epilogue."""
+
     id = 24
     name = "conv_wgrad_winograd_nonfused"
 
@@ -204,7 +229,7 @@ class WinogradNonfusedWgradEngine(MatmulDelegateEngine):
         return sum(plan_winograd_wgrad(graph).sizes())
 
     def extra_launches(self, graph) -> int:
-        return 3      # dy transform, input transform, output transform
+        return 3  # dy transform, input transform, output transform
 
     def numerical_notes(self, graph, config) -> frozenset:
         wp = plan_winograd_wgrad(graph)
@@ -226,8 +251,9 @@ class WinogradNonfusedWgradEngine(MatmulDelegateEngine):
     def build(self, graph, config, target) -> Executable:
         wp = plan_winograd_wgrad(graph)
         _, dyt_uid, v_uid, m_uid = _gemm_graph(wp)
-        return _WgradExecutable(graph, wp, self.build_gemm(graph, config, target),
-                                (dyt_uid, v_uid, m_uid), target)
+        return _WgradExecutable(
+            graph, wp, self.build_gemm(graph, config, target), (dyt_uid, v_uid, m_uid), target
+        )
 
 
 class _WgradExecutable(Executable, LaunchList):
@@ -241,32 +267,48 @@ class _WgradExecutable(Executable, LaunchList):
         self.offsets = (0, sd, sd + sv, sd + sv + sm)
         self.workspace_size = sd + sv + sm + gemm.workspace_size
         a, tag, cuda = wp.a, graph.key()[:12], target.is_cuda
-        dname, iname, oname = (f"wino_wgrad_dy_{tag}", f"wino_wgrad_input_{tag}",
-                               f"wino_wgrad_output_{tag}")
+        dname, iname, oname = (
+            f"wino_wgrad_dy_{tag}",
+            f"wino_wgrad_input_{tag}",
+            f"wino_wgrad_output_{tag}",
+        )
         blk = {"BLOCK": 256, "num_warps": 4}
-        self.add_launch(kernel_from_source(_dy_source(wp, dname), dname),
-                        (-(-wp.p * wp.k // 256),), blk, [("buf", a.y.uid), ("ws", wp.dt)],
-                        graph, cuda)
-        self.add_launch(kernel_from_source(_input_source(wp, iname), iname),
-                        (-(-wp.p * wp.c // 256),), blk, [("buf", a.x.uid), ("ws", wp.dt)],
-                        graph, cuda)
+        self.add_launch(
+            kernel_from_source(_dy_source(wp, dname), dname),
+            (-(-wp.p * wp.k // 256),),
+            blk,
+            [("buf", a.y.uid), ("ws", wp.dt)],
+            graph,
+            cuda,
+        )
+        self.add_launch(
+            kernel_from_source(_input_source(wp, iname), iname),
+            (-(-wp.p * wp.c // 256),),
+            blk,
+            [("buf", a.x.uid), ("ws", wp.dt)],
+            graph,
+            cuda,
+        )
         params, body = epilogue(graph, a, "conv_wgrad")
         bm, bn = OUT_BLOCK
-        self.add_launch(kernel_from_source(_output_source(wp, oname, params, body), oname),
-                        (-(-wp.k // bm), -(-wp.c // bn)),
-                        {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": 4},
-                        [("ws", torch.float32)] + fuse_epilogue.launch_args(a.ep), graph, cuda)
+        self.add_launch(
+            kernel_from_source(_output_source(wp, oname, params, body), oname),
+            (-(-wp.k // bm), -(-wp.c // bn)),
+            {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": 4},
+            [("ws", torch.float32)] + fuse_epilogue.launch_args(a.ep),
+            graph,
+            cuda,
+        )
 
     def run(self, buffers, workspace, stream=None):
         o, dt = self.offsets, self.wp.dt
-        dyt = workspace[o[0]:o[1]].view(dt)
-        v = workspace[o[1]:o[2]].view(dt)
-        m = workspace[o[2]:o[3]].view(torch.float32)
+        dyt = workspace[o[0] : o[1]].view(dt)
+        v = workspace[o[1] : o[2]].view(dt)
+        m = workspace[o[2] : o[3]].view(torch.float32)
         (dl, _), (il, _), (ol, oa) = self.launches
         dl.launch([buffers[self.wp.a.y.uid], dyt], stream)
         il.launch([buffers[self.wp.a.x.uid], v], stream)
-        self.gemm.run({self.dyt_uid: dyt, self.v_uid: v, self.m_uid: m}, workspace[o[3]:],
-                      stream)
+        self.gemm.run({self.dyt_uid: dyt, self.v_uid: v, self.m_uid: m}, workspace[o[3] :], stream)
         ol.launch(self.values(oa, buffers, m), stream)
 
 
