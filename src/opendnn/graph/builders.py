@@ -4,18 +4,20 @@ Every method takes ``name=`` and ``compute_data_type=``, creates the node and it
 tensors (virtual until a node-less consumer makes them outputs, or ``set_output(True)``),
 and returns the output tensor(s).
 """
+
 from __future__ import annotations
 
-from ..enums import DataType, PointwiseMode as M, ReductionMode
+from ..enums import DataType, ReductionMode
+from ..enums import PointwiseMode as M
 from ..errors import BadParamError, Status
 from ..ops.pointwise import MODES
 from . import conv_nodes as CN
 from . import nodes as N
 from . import softmax_nodes as SN
-from .tensor import as_enum, as_float, as_int, as_ints, as_type
-from .builders_attention import AttentionBuilderMixin   # attention (sdpa) section
+from .builders_attention import AttentionBuilderMixin  # attention (sdpa) section
 from .builders_norm import NormBuilderMixin
 from .builders_ops import OpsBuilderMixin
+from .tensor import as_enum, as_float, as_int, as_ints, as_type
 
 
 class BuilderMixin(NormBuilderMixin, OpsBuilderMixin, AttentionBuilderMixin):
@@ -31,22 +33,33 @@ class BuilderMixin(NormBuilderMixin, OpsBuilderMixin, AttentionBuilderMixin):
 
     def _check_tensor(self, t, op: str, role: str):
         from .tensor import Tensor
+
         if not isinstance(t, Tensor):
-            raise BadParamError(f"{role} must be a tensor of this graph, got {type(t).__name__}",
-                                op=op, status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+            raise BadParamError(
+                f"{role} must be a tensor of this graph, got {type(t).__name__}",
+                op=op,
+                status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+            )
         if t._graph is not self:
-            raise BadParamError(f"{role} belongs to another graph", op=op, tensor=t.label(),
-                                status=Status.BAD_PARAM)
+            raise BadParamError(
+                f"{role} belongs to another graph", op=op, tensor=t.label(), status=Status.BAD_PARAM
+            )
         return t
 
-    def _pointwise(self, mode: M, inputs: list, name="", compute_data_type=DataType.NOT_SET,
-                   **attrs):
+    def _pointwise(
+        self, mode: M, inputs: list, name="", compute_data_type=DataType.NOT_SET, **attrs
+    ):
         op = name or f"{MODES[mode].frontend}_{len(self._nodes)}"
         ins = {}
         for i, t in enumerate(inputs):
             ins[f"IN_{i}"] = self._check_tensor(self._coerce(t, op), op, f"input {i}")
-        node = N.Pointwise(name=op, compute_data_type=self._ctype(compute_data_type, op),
-                           inputs=ins, mode=mode, **attrs)
+        node = N.Pointwise(
+            name=op,
+            compute_data_type=self._ctype(compute_data_type, op),
+            inputs=ins,
+            mode=mode,
+            **attrs,
+        )
         out = self._new_output(f"{op}::OUT_0")
         self._add(node, {"OUT_0": out})
         return out
@@ -54,8 +67,13 @@ class BuilderMixin(NormBuilderMixin, OpsBuilderMixin, AttentionBuilderMixin):
     def _coerce(self, t, op):
         """Python numbers become pass-by-value scalars (a convenience over the C++ API)."""
         if isinstance(t, (int, float)) and not isinstance(t, bool):
-            return self.tensor(dim=[1], stride=[1], data_type=DataType.FLOAT,
-                               is_pass_by_value=True, name=f"{op}::scalar")._with_value(t)
+            return self.tensor(
+                dim=[1],
+                stride=[1],
+                data_type=DataType.FLOAT,
+                is_pass_by_value=True,
+                name=f"{op}::scalar",
+            )._with_value(t)
         return t
 
     def _ctype(self, t, op: str | None = None):
@@ -67,6 +85,7 @@ class BuilderMixin(NormBuilderMixin, OpsBuilderMixin, AttentionBuilderMixin):
     def _unary(mode):
         def method(self, input, name="", compute_data_type=DataType.NOT_SET):
             return self._pointwise(mode, [input], name, compute_data_type)
+
         method.__name__ = MODES[mode].frontend
         method.__doc__ = f"Pointwise {mode.name}: OUT = f(input), same dims as input."
         return method
@@ -95,27 +114,44 @@ class BuilderMixin(NormBuilderMixin, OpsBuilderMixin, AttentionBuilderMixin):
         return self._pointwise(M.ELU_FWD, [input], name, compute_data_type, elu_alpha=alpha)
 
     def softplus(self, input, beta=None, name="", compute_data_type=DataType.NOT_SET):
-        return self._pointwise(M.SOFTPLUS_FWD, [input], name, compute_data_type,
-                               softplus_beta=beta)
+        return self._pointwise(M.SOFTPLUS_FWD, [input], name, compute_data_type, softplus_beta=beta)
 
-    def relu(self, input, negative_slope=None, lower_clip=None, upper_clip=None, name="",
-             compute_data_type=DataType.NOT_SET):
-        return self._pointwise(M.RELU_FWD, [input], name, compute_data_type,
-                               relu_lower_clip_slope=negative_slope, relu_lower_clip=lower_clip,
-                               relu_upper_clip=upper_clip)
+    def relu(
+        self,
+        input,
+        negative_slope=None,
+        lower_clip=None,
+        upper_clip=None,
+        name="",
+        compute_data_type=DataType.NOT_SET,
+    ):
+        return self._pointwise(
+            M.RELU_FWD,
+            [input],
+            name,
+            compute_data_type,
+            relu_lower_clip_slope=negative_slope,
+            relu_lower_clip=lower_clip,
+            relu_upper_clip=upper_clip,
+        )
 
     def leaky_relu(self, input, negative_slope, name="", compute_data_type=DataType.NOT_SET):
-        return self._pointwise(M.RELU_FWD, [input], name, compute_data_type,
-                               relu_lower_clip_slope=negative_slope)
+        return self._pointwise(
+            M.RELU_FWD, [input], name, compute_data_type, relu_lower_clip_slope=negative_slope
+        )
 
     def swish(self, input, swish_beta=None, name="", compute_data_type=DataType.NOT_SET):
-        return self._pointwise(M.SWISH_FWD, [input], name, compute_data_type,
-                               swish_beta=swish_beta)
+        return self._pointwise(M.SWISH_FWD, [input], name, compute_data_type, swish_beta=swish_beta)
 
     def gen_index(self, input, axis, name="", compute_data_type=DataType.NOT_SET):
         op = name or f"gen_index_{len(self._nodes)}"
-        return self._pointwise(M.GEN_INDEX, [input], op, compute_data_type,
-                               axis=as_int(axis, f"pointwise GEN_INDEX '{op}'", "axis"))
+        return self._pointwise(
+            M.GEN_INDEX,
+            [input],
+            op,
+            compute_data_type,
+            axis=as_int(axis, f"pointwise GEN_INDEX '{op}'", "axis"),
+        )
 
     # ---- pointwise, binary / ternary ------------------------------------------------------
     def _binary(mode, a_name="a", b_name="b"):
@@ -126,6 +162,7 @@ class BuilderMixin(NormBuilderMixin, OpsBuilderMixin, AttentionBuilderMixin):
             if len(vals) != 2:
                 raise TypeError(f"{MODES[mode].frontend}() takes 2 tensors ({a_name}, {b_name})")
             return self._pointwise(mode, vals, name, compute_data_type)
+
         method.__name__ = MODES[mode].frontend
         method.__doc__ = f"Pointwise {mode.name}({a_name}, {b_name}), inputs broadcast."
         return method
@@ -158,6 +195,7 @@ class BuilderMixin(NormBuilderMixin, OpsBuilderMixin, AttentionBuilderMixin):
     def _backward(mode):
         def method(self, loss, input, name="", compute_data_type=DataType.NOT_SET, **attrs):
             return self._pointwise(mode, [loss, input], name, compute_data_type, **attrs)
+
         method.__name__ = MODES[mode].frontend
         method.__doc__ = f"{mode.name}: DX = loss * f'(input)."
         return method
@@ -167,37 +205,61 @@ class BuilderMixin(NormBuilderMixin, OpsBuilderMixin, AttentionBuilderMixin):
     gelu_backward = _backward(M.GELU_BWD)
     gelu_approx_tanh_backward = _backward(M.GELU_APPROX_TANH_BWD)
 
-    def relu_backward(self, loss, input, negative_slope=None, lower_clip=None, upper_clip=None,
-                      name="", compute_data_type=DataType.NOT_SET):
-        return self._pointwise(M.RELU_BWD, [loss, input], name, compute_data_type,
-                               relu_lower_clip_slope=negative_slope, relu_lower_clip=lower_clip,
-                               relu_upper_clip=upper_clip)
+    def relu_backward(
+        self,
+        loss,
+        input,
+        negative_slope=None,
+        lower_clip=None,
+        upper_clip=None,
+        name="",
+        compute_data_type=DataType.NOT_SET,
+    ):
+        return self._pointwise(
+            M.RELU_BWD,
+            [loss, input],
+            name,
+            compute_data_type,
+            relu_lower_clip_slope=negative_slope,
+            relu_lower_clip=lower_clip,
+            relu_upper_clip=upper_clip,
+        )
 
-    def leaky_relu_backward(self, loss, input, negative_slope, name="",
-                            compute_data_type=DataType.NOT_SET):
-        return self._pointwise(M.RELU_BWD, [loss, input], name, compute_data_type,
-                               relu_lower_clip_slope=negative_slope)
+    def leaky_relu_backward(
+        self, loss, input, negative_slope, name="", compute_data_type=DataType.NOT_SET
+    ):
+        return self._pointwise(
+            M.RELU_BWD, [loss, input], name, compute_data_type, relu_lower_clip_slope=negative_slope
+        )
 
     def elu_backward(self, loss, input, alpha=None, name="", compute_data_type=DataType.NOT_SET):
         return self._pointwise(M.ELU_BWD, [loss, input], name, compute_data_type, elu_alpha=alpha)
 
-    def softplus_backward(self, loss, input, beta=None, name="",
-                          compute_data_type=DataType.NOT_SET):
-        return self._pointwise(M.SOFTPLUS_BWD, [loss, input], name, compute_data_type,
-                               softplus_beta=beta)
+    def softplus_backward(
+        self, loss, input, beta=None, name="", compute_data_type=DataType.NOT_SET
+    ):
+        return self._pointwise(
+            M.SOFTPLUS_BWD, [loss, input], name, compute_data_type, softplus_beta=beta
+        )
 
-    def swish_backward(self, loss, input, swish_beta=None, name="",
-                       compute_data_type=DataType.NOT_SET):
-        return self._pointwise(M.SWISH_BWD, [loss, input], name, compute_data_type,
-                               swish_beta=swish_beta)
+    def swish_backward(
+        self, loss, input, swish_beta=None, name="", compute_data_type=DataType.NOT_SET
+    ):
+        return self._pointwise(
+            M.SWISH_BWD, [loss, input], name, compute_data_type, swish_beta=swish_beta
+        )
 
     # ---- reductions -------------------------------------------------------------------------
     def reduction(self, input, mode, name="", compute_data_type=DataType.NOT_SET):
         """Y = reduce(input); set Y's dims (size 1 on reduced axes) before validate()."""
         op = name or f"reduction_{len(self._nodes)}"
         mode = as_enum(ReductionMode, mode, f"reduction '{op}'", "mode", ints=False)
-        node = N.Reduction(name=op, compute_data_type=self._ctype(compute_data_type, op),
-                           inputs={"X": self._check_tensor(input, op, "input")}, mode=mode)
+        node = N.Reduction(
+            name=op,
+            compute_data_type=self._ctype(compute_data_type, op),
+            inputs={"X": self._check_tensor(input, op, "input")},
+            mode=mode,
+        )
         y = self._new_output(f"{op}::Y")
         self._add(node, {"Y": y})
         return y
@@ -205,8 +267,11 @@ class BuilderMixin(NormBuilderMixin, OpsBuilderMixin, AttentionBuilderMixin):
     def genstats(self, input, name="", compute_data_type=DataType.NOT_SET):
         """[SUM, SQ_SUM] per channel (axis 1) of input."""
         op = name or f"genstats_{len(self._nodes)}"
-        node = N.GenStats(name=op, compute_data_type=self._ctype(compute_data_type, op),
-                          inputs={"X": self._check_tensor(input, op, "input")})
+        node = N.GenStats(
+            name=op,
+            compute_data_type=self._ctype(compute_data_type, op),
+            inputs={"X": self._check_tensor(input, op, "input")},
+        )
         s, sq = self._new_output(f"{op}::SUM"), self._new_output(f"{op}::SQ_SUM")
         self._add(node, {"SUM": s, "SQ_SUM": sq})
         return [s, sq]
@@ -215,22 +280,32 @@ class BuilderMixin(NormBuilderMixin, OpsBuilderMixin, AttentionBuilderMixin):
     def softmax(self, input, axis=-1, log=False, name="", compute_data_type=DataType.NOT_SET):
         """Y = softmax(input) along ``axis`` (log-softmax with ``log``); Y has input's dims."""
         op = name or f"softmax_{len(self._nodes)}"
-        node = SN.Softmax(name=op, compute_data_type=self._ctype(compute_data_type, op),
-                          inputs={"X": self._check_tensor(input, op, "input")},
-                          axis=as_int(axis, f"softmax '{op}'", "axis"), log=bool(log))
+        node = SN.Softmax(
+            name=op,
+            compute_data_type=self._ctype(compute_data_type, op),
+            inputs={"X": self._check_tensor(input, op, "input")},
+            axis=as_int(axis, f"softmax '{op}'", "axis"),
+            log=bool(log),
+        )
         y = self._new_output(f"{op}::Y")
         self._add(node, {"Y": y})
         return y
 
-    def softmax_backward(self, loss, output, axis=-1, log=False, name="",
-                         compute_data_type=DataType.NOT_SET):
+    def softmax_backward(
+        self, loss, output, axis=-1, log=False, name="", compute_data_type=DataType.NOT_SET
+    ):
         """DX from the gradient ``loss`` (DY) and the forward's ``output`` (Y)."""
         op = name or f"softmax_backward_{len(self._nodes)}"
-        node = SN.SoftmaxBackward(name=op, compute_data_type=self._ctype(compute_data_type, op),
-                                  inputs={"DY": self._check_tensor(loss, op, "loss"),
-                                          "Y": self._check_tensor(output, op, "output")},
-                                  axis=as_int(axis, f"softmax_backward '{op}'", "axis"),
-                                  log=bool(log))
+        node = SN.SoftmaxBackward(
+            name=op,
+            compute_data_type=self._ctype(compute_data_type, op),
+            inputs={
+                "DY": self._check_tensor(loss, op, "loss"),
+                "Y": self._check_tensor(output, op, "output"),
+            },
+            axis=as_int(axis, f"softmax_backward '{op}'", "axis"),
+            log=bool(log),
+        )
         dx = self._new_output(f"{op}::DX")
         self._add(node, {"DX": dx})
         return dx
@@ -239,10 +314,12 @@ class BuilderMixin(NormBuilderMixin, OpsBuilderMixin, AttentionBuilderMixin):
     def matmul(self, A, B, padding=0.0, name="", compute_data_type=DataType.NOT_SET):
         """C[..., M, N] = A[..., M, K] @ B[..., K, N], batch dims broadcast."""
         op = name or f"matmul_{len(self._nodes)}"
-        node = N.Matmul(name=op, compute_data_type=self._ctype(compute_data_type, op),
-                        inputs={"A": self._check_tensor(A, op, "A"),
-                                "B": self._check_tensor(B, op, "B")},
-                        padding=as_float(padding, f"matmul '{op}'", "padding"))
+        node = N.Matmul(
+            name=op,
+            compute_data_type=self._ctype(compute_data_type, op),
+            inputs={"A": self._check_tensor(A, op, "A"), "B": self._check_tensor(B, op, "B")},
+            padding=as_float(padding, f"matmul '{op}'", "padding"),
+        )
         c = self._new_output(f"{op}::C")
         self._add(node, {"C": c})
         return c
@@ -251,18 +328,23 @@ class BuilderMixin(NormBuilderMixin, OpsBuilderMixin, AttentionBuilderMixin):
     def reshape(self, input, name="", compute_data_type=DataType.NOT_SET):
         """Y with the same elements; set Y's dims before validate()."""
         op = name or f"reshape_{len(self._nodes)}"
-        node = N.Reshape(name=op, compute_data_type=self._ctype(compute_data_type, op),
-                         inputs={"X": self._check_tensor(input, op, "input")})
+        node = N.Reshape(
+            name=op,
+            compute_data_type=self._ctype(compute_data_type, op),
+            inputs={"X": self._check_tensor(input, op, "input")},
+        )
         y = self._new_output(f"{op}::Y")
         self._add(node, {"Y": y})
         return y
 
     def transpose(self, input, permutation, name="", compute_data_type=DataType.NOT_SET):
         op = name or f"transpose_{len(self._nodes)}"
-        node = N.Transpose(name=op, compute_data_type=self._ctype(compute_data_type, op),
-                           inputs={"X": self._check_tensor(input, op, "input")},
-                           permutation=tuple(as_ints(permutation, f"transpose '{op}'",
-                                                     "permutation")))
+        node = N.Transpose(
+            name=op,
+            compute_data_type=self._ctype(compute_data_type, op),
+            inputs={"X": self._check_tensor(input, op, "input")},
+            permutation=tuple(as_ints(permutation, f"transpose '{op}'", "permutation")),
+        )
         y = self._new_output(f"{op}::Y")
         self._add(node, {"Y": y})
         return y
@@ -274,51 +356,81 @@ class BuilderMixin(NormBuilderMixin, OpsBuilderMixin, AttentionBuilderMixin):
         t = self._check_tensor(input, op, "input")
         label = f"slice '{op}'"
         if isinstance(slices, (str, bytes, slice)) or not hasattr(slices, "__iter__"):
-            raise BadParamError(f"slices must be a sequence of one slice or (start, end) pair "
-                                f"per dimension, got {slices!r}", op=label, tensor=t.label(),
-                                status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+            raise BadParamError(
+                f"slices must be a sequence of one slice or (start, end) pair "
+                f"per dimension, got {slices!r}",
+                op=label,
+                tensor=t.label(),
+                status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+            )
+
         def bound(v, what):
             return None if v is None else as_int(v, label, what, t.label())
+
         starts, ends = [], []
         for i, s in enumerate(slices):
             if isinstance(s, slice):
                 if bound(s.step, f"slice {i} step") not in (None, 1):
-                    raise BadParamError(f"slice step {s.step} on axis {i}: only unit steps",
-                                        op=label, tensor=t.label(), status=Status.NOT_SUPPORTED)
+                    raise BadParamError(
+                        f"slice step {s.step} on axis {i}: only unit steps",
+                        op=label,
+                        tensor=t.label(),
+                        status=Status.NOT_SUPPORTED,
+                    )
                 start, stop = bound(s.start, f"slice {i} start"), bound(s.stop, f"slice {i} stop")
                 dim = t.dim[i] if t.dim is not None and i < len(t.dim) else None
                 if dim is not None:
                     start, stop, _ = slice(start, stop).indices(dim)
                 elif (start or 0) < 0 or (stop or 0) < 0:
-                    raise BadParamError(f"slice {i} {s}: negative bounds count from the end of "
-                                        "a dim not set yet (set input's dims before slice())",
-                                        op=label, tensor=t.label(),
-                                        status=Status.BAD_PARAM_NOT_FINALIZED)
+                    raise BadParamError(
+                        f"slice {i} {s}: negative bounds count from the end of "
+                        "a dim not set yet (set input's dims before slice())",
+                        op=label,
+                        tensor=t.label(),
+                        status=Status.BAD_PARAM_NOT_FINALIZED,
+                    )
                 starts.append(start or 0)
-                ends.append(stop)          # None: to the end (Slice resolves it)
+                ends.append(stop)  # None: to the end (Slice resolves it)
             else:
                 if isinstance(s, (str, bytes)) or not hasattr(s, "__len__") or len(s) != 2:
-                    step = " (a step is not supported)" if hasattr(s, "__len__") and \
-                        len(s) == 3 else ""
-                    raise BadParamError(f"slice {i} must be a slice or a (start, end) pair, got "
-                                        f"{s!r}{step}", op=label, tensor=t.label(),
-                                        status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+                    step = (
+                        " (a step is not supported)"
+                        if hasattr(s, "__len__") and len(s) == 3
+                        else ""
+                    )
+                    raise BadParamError(
+                        f"slice {i} must be a slice or a (start, end) pair, got {s!r}{step}",
+                        op=label,
+                        tensor=t.label(),
+                        status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+                    )
                 starts.append(bound(s[0], f"slice {i} start"))
                 ends.append(bound(s[1], f"slice {i} end"))
-        node = N.Slice(name=op, compute_data_type=self._ctype(compute_data_type, op),
-                       inputs={"X": t}, starts=tuple(starts), ends=tuple(ends))
+        node = N.Slice(
+            name=op,
+            compute_data_type=self._ctype(compute_data_type, op),
+            inputs={"X": t},
+            starts=tuple(starts),
+            ends=tuple(ends),
+        )
         y = self._new_output(f"{op}::Y")
         self._add(node, {"Y": y})
         return y
 
-    def concatenate(self, inputs, axis, in_place_index=None, name="",
-                    compute_data_type=DataType.NOT_SET):
+    def concatenate(
+        self, inputs, axis, in_place_index=None, name="", compute_data_type=DataType.NOT_SET
+    ):
         op = name or f"concatenate_{len(self._nodes)}"
         xs = [self._check_tensor(t, op, f"input {i}") for i, t in enumerate(inputs)]
-        node = N.Concatenate(name=op, compute_data_type=self._ctype(compute_data_type, op),
-                             inputs={"X": xs}, axis=as_int(axis, f"concatenate '{op}'", "axis"),
-                             in_place_index=None if in_place_index is None else as_int(
-                                 in_place_index, f"concatenate '{op}'", "in_place_index"))
+        node = N.Concatenate(
+            name=op,
+            compute_data_type=self._ctype(compute_data_type, op),
+            inputs={"X": xs},
+            axis=as_int(axis, f"concatenate '{op}'", "axis"),
+            in_place_index=None
+            if in_place_index is None
+            else as_int(in_place_index, f"concatenate '{op}'", "in_place_index"),
+        )
         y = self._new_output(f"{op}::Y")
         self._add(node, {"Y": y})
         return y
@@ -337,61 +449,160 @@ class BuilderMixin(NormBuilderMixin, OpsBuilderMixin, AttentionBuilderMixin):
                 v = as_int(v, label, name)
                 return (v,) * nsp if nsp is not None else (v,)
             return tuple(as_ints(v, label, name))
+
         if padding is not None and (pre_padding is not None or post_padding is not None):
-            raise BadParamError("give padding, or pre_padding and post_padding, not both",
-                                op=label, status=Status.BAD_PARAM)
-        pre = vec(pre_padding if padding is None else padding, 0,
-                  "pre_padding" if padding is None else "padding")
-        post = vec(post_padding if padding is None else padding, 0,
-                   "post_padding" if padding is None else "padding")
-        return dict(pre_padding=pre, post_padding=post, stride=vec(stride, 1, "stride"),
-                    dilation=vec(dilation, 1, "dilation"))
+            raise BadParamError(
+                "give padding, or pre_padding and post_padding, not both",
+                op=label,
+                status=Status.BAD_PARAM,
+            )
+        pre = vec(
+            pre_padding if padding is None else padding,
+            0,
+            "pre_padding" if padding is None else "padding",
+        )
+        post = vec(
+            post_padding if padding is None else padding,
+            0,
+            "post_padding" if padding is None else "padding",
+        )
+        return dict(
+            pre_padding=pre,
+            post_padding=post,
+            stride=vec(stride, 1, "stride"),
+            dilation=vec(dilation, 1, "dilation"),
+        )
 
     def _conv_mode(self, mode, label):
         from ..enums import ConvolutionMode
+
         return as_enum(ConvolutionMode, mode, label, "convolution_mode")
 
-    def _conv(self, cls, op, first, inputs: dict, out_role: str, padding, pre_padding,
-              post_padding, stride, dilation, convolution_mode, compute_data_type):
+    def _conv(
+        self,
+        cls,
+        op,
+        first,
+        inputs: dict,
+        out_role: str,
+        padding,
+        pre_padding,
+        post_padding,
+        stride,
+        dilation,
+        convolution_mode,
+        compute_data_type,
+    ):
         label = f"{cls.kind} '{op}'"
-        node = cls(name=op, compute_data_type=self._ctype(compute_data_type, op),
-                   inputs=inputs,
-                   convolution_mode=self._conv_mode(1 if convolution_mode is None
-                                                    else convolution_mode, label),
-                   **self._conv_params(cls.kind, first, op, padding, pre_padding, post_padding,
-                                       stride, dilation))
+        node = cls(
+            name=op,
+            compute_data_type=self._ctype(compute_data_type, op),
+            inputs=inputs,
+            convolution_mode=self._conv_mode(
+                1 if convolution_mode is None else convolution_mode, label
+            ),
+            **self._conv_params(
+                cls.kind, first, op, padding, pre_padding, post_padding, stride, dilation
+            ),
+        )
         out = self._new_output(f"{op}::{out_role}")
         self._add(node, {out_role: out})
         return out
 
-    def conv_fprop(self, image, weight, padding=None, pre_padding=None, post_padding=None,
-                   stride=None, dilation=None, convolution_mode=None,
-                   compute_data_type=DataType.NOT_SET, name=""):
+    def conv_fprop(
+        self,
+        image,
+        weight,
+        padding=None,
+        pre_padding=None,
+        post_padding=None,
+        stride=None,
+        dilation=None,
+        convolution_mode=None,
+        compute_data_type=DataType.NOT_SET,
+        name="",
+    ):
         """Y [N, K, *out] = conv(image [N, C, *in], weight [K, C/G, *filt])."""
         op = name or f"conv_fprop_{len(self._nodes)}"
         x = self._check_tensor(image, op, "image")
         w = self._check_tensor(weight, op, "weight")
-        return self._conv(CN.ConvFprop, op, x, {"X": x, "W": w}, "Y", padding, pre_padding,
-                          post_padding, stride, dilation, convolution_mode, compute_data_type)
+        return self._conv(
+            CN.ConvFprop,
+            op,
+            x,
+            {"X": x, "W": w},
+            "Y",
+            padding,
+            pre_padding,
+            post_padding,
+            stride,
+            dilation,
+            convolution_mode,
+            compute_data_type,
+        )
 
-    def conv_dgrad(self, loss, filter, padding=None, pre_padding=None, post_padding=None,
-                   stride=None, dilation=None, convolution_mode=None,
-                   compute_data_type=DataType.NOT_SET, name=""):
+    def conv_dgrad(
+        self,
+        loss,
+        filter,
+        padding=None,
+        pre_padding=None,
+        post_padding=None,
+        stride=None,
+        dilation=None,
+        convolution_mode=None,
+        compute_data_type=DataType.NOT_SET,
+        name="",
+    ):
         """DX = dgrad(loss = DY [N, K, *out], filter [K, C/G, *filt]); set DX's dims."""
         op = name or f"conv_dgrad_{len(self._nodes)}"
         dy = self._check_tensor(loss, op, "loss")
         w = self._check_tensor(filter, op, "filter")
-        return self._conv(CN.ConvDgrad, op, dy, {"DY": dy, "W": w}, "DX", padding, pre_padding,
-                          post_padding, stride, dilation, convolution_mode, compute_data_type)
+        return self._conv(
+            CN.ConvDgrad,
+            op,
+            dy,
+            {"DY": dy, "W": w},
+            "DX",
+            padding,
+            pre_padding,
+            post_padding,
+            stride,
+            dilation,
+            convolution_mode,
+            compute_data_type,
+        )
 
-    def conv_wgrad(self, image, loss, padding=None, pre_padding=None, post_padding=None,
-                   stride=None, dilation=None, convolution_mode=None,
-                   compute_data_type=DataType.NOT_SET, name=""):
+    def conv_wgrad(
+        self,
+        image,
+        loss,
+        padding=None,
+        pre_padding=None,
+        post_padding=None,
+        stride=None,
+        dilation=None,
+        convolution_mode=None,
+        compute_data_type=DataType.NOT_SET,
+        name="",
+    ):
         """DW = wgrad(image X [N, C, *in], loss DY [N, K, *out]); set DW's dims."""
         op = name or f"conv_wgrad_{len(self._nodes)}"
         x = self._check_tensor(image, op, "image")
         dy = self._check_tensor(loss, op, "loss")
-        return self._conv(CN.ConvWgrad, op, x, {"X": x, "DY": dy}, "DW", padding, pre_padding,
-                          post_padding, stride, dilation, convolution_mode, compute_data_type)
+        return self._conv(
+            CN.ConvWgrad,
+            op,
+            x,
+            {"X": x, "DY": dy},
+            "DW",
+            padding,
+            pre_padding,
+            post_padding,
+            stride,
+            dilation,
+            convolution_mode,
+            compute_data_type,
+        )
 
     del _unary, _binary, _backward

@@ -7,6 +7,7 @@ BOTTOM_RIGHT with right bound 0; ``sliding_window_length`` = the left bound;
 ``is_inference`` = not ``generate_stats``. Giving an alias and the argument it stands
 for with different meanings is an error, not a silent choice.
 """
+
 from __future__ import annotations
 
 from ..enums import DataType, DiagonalAlignment
@@ -23,44 +24,78 @@ class AttentionBuilderMixin:
         """None (no scaling), a Python number, a CPU one-element torch tensor or a graph
         tensor -> a pass-by-value tensor (or None)."""
         import torch
+
         from .tensor import Tensor
+
         if v is None or isinstance(v, Tensor):
             return None if v is None else self._check_tensor(v, op, "attn_scale")
         if isinstance(v, torch.Tensor) and v.numel() == 1 and v.device.type == "cpu":
             v = float(v.item())
         if isinstance(v, (int, float)) and not isinstance(v, bool):
-            return self.tensor(dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=DataType.FLOAT,
-                               is_pass_by_value=True, name=f"{op}::attn_scale")._with_value(
-                                   float(v))
-        raise self._attn_error(op, f"attn_scale must be a float or a graph tensor, got "
-                               f"{type(v).__name__}", Status.BAD_PARAM_ATTRIBUTE_TYPE)
+            return self.tensor(
+                dim=[1, 1, 1, 1],
+                stride=[1, 1, 1, 1],
+                data_type=DataType.FLOAT,
+                is_pass_by_value=True,
+                name=f"{op}::attn_scale",
+            )._with_value(float(v))
+        raise self._attn_error(
+            op,
+            f"attn_scale must be a float or a graph tensor, got {type(v).__name__}",
+            Status.BAD_PARAM_ATTRIBUTE_TYPE,
+        )
 
-    def _attn_common(self, op, ins: dict, attn_scale, bias, use_alibi_mask, use_padding_mask,
-                     seq_len_q, seq_len_kv, use_causal_mask, use_causal_mask_bottom_right,
-                     sliding_window_length, diagonal_alignment, left_bound, right_bound,
-                     dropout, rng_dump) -> dict:
+    def _attn_common(
+        self,
+        op,
+        ins: dict,
+        attn_scale,
+        bias,
+        use_alibi_mask,
+        use_padding_mask,
+        seq_len_q,
+        seq_len_kv,
+        use_causal_mask,
+        use_causal_mask_bottom_right,
+        sliding_window_length,
+        diagonal_alignment,
+        left_bound,
+        right_bound,
+        dropout,
+        rng_dump,
+    ) -> dict:
         """Adds the optional inputs to ``ins``; returns the node's attributes."""
         if use_alibi_mask:
             raise self._attn_error(op, "use_alibi_mask is not supported", Status.NOT_SUPPORTED)
         if rng_dump is not None:
             raise self._attn_error(op, "rng_dump is not supported", Status.NOT_SUPPORTED)
-        diagonal_alignment = as_enum(DiagonalAlignment, diagonal_alignment, op,
-                                     "diagonal_alignment")
+        diagonal_alignment = as_enum(
+            DiagonalAlignment, diagonal_alignment, op, "diagonal_alignment"
+        )
         if use_causal_mask and use_causal_mask_bottom_right:
-            raise self._attn_error(op, "use_causal_mask and use_causal_mask_bottom_right "
-                                   "contradict each other")
-        for flag, want in ((use_causal_mask, DiagonalAlignment.TOP_LEFT),
-                           (use_causal_mask_bottom_right, DiagonalAlignment.BOTTOM_RIGHT)):
+            raise self._attn_error(
+                op, "use_causal_mask and use_causal_mask_bottom_right contradict each other"
+            )
+        for flag, want in (
+            (use_causal_mask, DiagonalAlignment.TOP_LEFT),
+            (use_causal_mask_bottom_right, DiagonalAlignment.BOTTOM_RIGHT),
+        ):
             if flag:
                 if diagonal_alignment != DiagonalAlignment.TOP_LEFT and diagonal_alignment != want:
-                    raise self._attn_error(op, f"the deprecated causal flag asks for {want.name} "
-                                           f"but diagonal_alignment is {diagonal_alignment.name}")
+                    raise self._attn_error(
+                        op,
+                        f"the deprecated causal flag asks for {want.name} "
+                        f"but diagonal_alignment is {diagonal_alignment.name}",
+                    )
                 diagonal_alignment = want
                 right_bound = 0 if right_bound is None else right_bound
         if sliding_window_length is not None:
             if left_bound is not None and left_bound != sliding_window_length:
-                raise self._attn_error(op, f"sliding_window_length {sliding_window_length} and "
-                                       f"diagonal_band_left_bound {left_bound} differ")
+                raise self._attn_error(
+                    op,
+                    f"sliding_window_length {sliding_window_length} and "
+                    f"diagonal_band_left_bound {left_bound} differ",
+                )
             left_bound = sliding_window_length
         scale = self._attn_scale(attn_scale, op)
         if scale is not None:
@@ -73,30 +108,63 @@ class AttentionBuilderMixin:
         p = None
         if dropout is not None:
             if not isinstance(dropout, (tuple, list)) or len(dropout) not in (2, 3):
-                raise self._attn_error(op, "dropout must be a tuple (probability, seed, offset)",
-                                       Status.BAD_PARAM_ATTRIBUTE_TYPE)
+                raise self._attn_error(
+                    op,
+                    "dropout must be a tuple (probability, seed, offset)",
+                    Status.BAD_PARAM_ATTRIBUTE_TYPE,
+                )
             if not isinstance(dropout[0], (int, float)) or isinstance(dropout[0], bool):
-                raise self._attn_error(op, "dropout with a user mask tensor (mask, scale) is "
-                                       "not supported; give (probability, seed, offset)",
-                                       Status.NOT_SUPPORTED)
+                raise self._attn_error(
+                    op,
+                    "dropout with a user mask tensor (mask, scale) is "
+                    "not supported; give (probability, seed, offset)",
+                    Status.NOT_SUPPORTED,
+                )
             if len(dropout) != 3:
-                raise self._attn_error(op, "dropout must be a tuple (probability, seed, offset)",
-                                       Status.BAD_PARAM_ATTRIBUTE_TYPE)
+                raise self._attn_error(
+                    op,
+                    "dropout must be a tuple (probability, seed, offset)",
+                    Status.BAD_PARAM_ATTRIBUTE_TYPE,
+                )
             p = float(dropout[0])
             ins["SEED"] = self._rng_scalar(dropout[1], op, "SEED")
             ins["OFFSET"] = self._rng_scalar(dropout[2], op, "OFFSET")
-        return dict(diagonal_alignment=diagonal_alignment, diagonal_band_left_bound=left_bound,
-                    diagonal_band_right_bound=right_bound,
-                    use_padding_mask=bool(use_padding_mask), dropout_probability=p)
+        return dict(
+            diagonal_alignment=diagonal_alignment,
+            diagonal_band_left_bound=left_bound,
+            diagonal_band_right_bound=right_bound,
+            use_padding_mask=bool(use_padding_mask),
+            dropout_probability=p,
+        )
 
-    def sdpa(self, q, k, v, attn_scale=None, bias=None, use_alibi_mask=False,
-             use_padding_mask=False, seq_len_q=None, seq_len_kv=None,
-             diagonal_alignment=DiagonalAlignment.TOP_LEFT, diagonal_band_left_bound=None,
-             diagonal_band_right_bound=None, dropout=None, generate_stats=None,
-             is_inference=None, use_causal_mask=False, use_causal_mask_bottom_right=False,
-             sliding_window_length=None, rng_dump=None, paged_attention_k_table=None,
-             paged_attention_v_table=None, paged_attention_max_seq_len_kv=None,
-             score_mod=None, compute_data_type=DataType.NOT_SET, name=""):
+    def sdpa(
+        self,
+        q,
+        k,
+        v,
+        attn_scale=None,
+        bias=None,
+        use_alibi_mask=False,
+        use_padding_mask=False,
+        seq_len_q=None,
+        seq_len_kv=None,
+        diagonal_alignment=DiagonalAlignment.TOP_LEFT,
+        diagonal_band_left_bound=None,
+        diagonal_band_right_bound=None,
+        dropout=None,
+        generate_stats=None,
+        is_inference=None,
+        use_causal_mask=False,
+        use_causal_mask_bottom_right=False,
+        sliding_window_length=None,
+        rng_dump=None,
+        paged_attention_k_table=None,
+        paged_attention_v_table=None,
+        paged_attention_max_seq_len_kv=None,
+        score_mod=None,
+        compute_data_type=DataType.NOT_SET,
+        name="",
+    ):
         """[O, Stats] of scaled-dot-product attention (ops/attention.py): q [B, Hq, Sq,
         Dqk], k [B, Hk, Skv, Dqk], v [B, Hv, Skv, Dv] -> O [B, Hq, Sq, Dv] and Stats
         [B, Hq, Sq, 1] float32 (None unless ``generate_stats``; default True).
@@ -104,64 +172,146 @@ class AttentionBuilderMixin:
         int32 / int64 tensors; seq_len_q / seq_len_kv [B, 1, 1, 1] integers with
         ``use_padding_mask``; bias [B or 1, Hq or 1, Sq, Skv]."""
         op = name or f"sdpa_{len(self._nodes)}"
-        if any(t is not None for t in (paged_attention_k_table, paged_attention_v_table,
-                                       paged_attention_max_seq_len_kv)):
+        if any(
+            t is not None
+            for t in (
+                paged_attention_k_table,
+                paged_attention_v_table,
+                paged_attention_max_seq_len_kv,
+            )
+        ):
             raise self._attn_error(op, "paged attention is not supported", Status.NOT_SUPPORTED)
         if score_mod is not None:
             raise self._attn_error(op, "score_mod is not supported", Status.NOT_SUPPORTED)
-        if generate_stats is not None and is_inference is not None and \
-                bool(generate_stats) == bool(is_inference):
-            raise self._attn_error(op, f"generate_stats={generate_stats} contradicts the "
-                                   f"deprecated is_inference={is_inference}")
-        stats = not bool(is_inference) if generate_stats is None and is_inference is not None \
+        if (
+            generate_stats is not None
+            and is_inference is not None
+            and bool(generate_stats) == bool(is_inference)
+        ):
+            raise self._attn_error(
+                op,
+                f"generate_stats={generate_stats} contradicts the "
+                f"deprecated is_inference={is_inference}",
+            )
+        stats = (
+            not bool(is_inference)
+            if generate_stats is None and is_inference is not None
             else (True if generate_stats is None else bool(generate_stats))
-        ins = {"Q": self._check_tensor(q, op, "q"), "K": self._check_tensor(k, op, "k"),
-               "V": self._check_tensor(v, op, "v")}
-        attrs = self._attn_common(op, ins, attn_scale, bias, use_alibi_mask, use_padding_mask,
-                                  seq_len_q, seq_len_kv, use_causal_mask,
-                                  use_causal_mask_bottom_right, sliding_window_length,
-                                  diagonal_alignment, diagonal_band_left_bound,
-                                  diagonal_band_right_bound, dropout, rng_dump)
-        node = AN.Sdpa(name=op, compute_data_type=self._ctype(compute_data_type, op), inputs=ins,
-                       generate_stats=stats, **attrs)
+        )
+        ins = {
+            "Q": self._check_tensor(q, op, "q"),
+            "K": self._check_tensor(k, op, "k"),
+            "V": self._check_tensor(v, op, "v"),
+        }
+        attrs = self._attn_common(
+            op,
+            ins,
+            attn_scale,
+            bias,
+            use_alibi_mask,
+            use_padding_mask,
+            seq_len_q,
+            seq_len_kv,
+            use_causal_mask,
+            use_causal_mask_bottom_right,
+            sliding_window_length,
+            diagonal_alignment,
+            diagonal_band_left_bound,
+            diagonal_band_right_bound,
+            dropout,
+            rng_dump,
+        )
+        node = AN.Sdpa(
+            name=op,
+            compute_data_type=self._ctype(compute_data_type, op),
+            inputs=ins,
+            generate_stats=stats,
+            **attrs,
+        )
         outs = {"O": self._new_output(f"{op}::O")}
         if stats:
             outs["STATS"] = self._new_output(f"{op}::Stats")
         self._add(node, outs)
         return [outs["O"], outs.get("STATS")]
 
-    def sdpa_backward(self, q, k, v, o, dO, stats, attn_scale=None, bias=None, dBias=None,
-                      use_alibi_mask=False, use_padding_mask=False, seq_len_q=None,
-                      seq_len_kv=None, max_total_seq_len_q=None, max_total_seq_len_kv=None,
-                      diagonal_alignment=DiagonalAlignment.TOP_LEFT,
-                      diagonal_band_left_bound=None, diagonal_band_right_bound=None,
-                      dropout=None, use_deterministic_algorithm=False, use_causal_mask=False,
-                      use_causal_mask_bottom_right=False, sliding_window_length=None,
-                      rng_dump=None, compute_data_type=DataType.NOT_SET, name=""):
+    def sdpa_backward(
+        self,
+        q,
+        k,
+        v,
+        o,
+        dO,
+        stats,
+        attn_scale=None,
+        bias=None,
+        dBias=None,
+        use_alibi_mask=False,
+        use_padding_mask=False,
+        seq_len_q=None,
+        seq_len_kv=None,
+        max_total_seq_len_q=None,
+        max_total_seq_len_kv=None,
+        diagonal_alignment=DiagonalAlignment.TOP_LEFT,
+        diagonal_band_left_bound=None,
+        diagonal_band_right_bound=None,
+        dropout=None,
+        use_deterministic_algorithm=False,
+        use_causal_mask=False,
+        use_causal_mask_bottom_right=False,
+        sliding_window_length=None,
+        rng_dump=None,
+        compute_data_type=DataType.NOT_SET,
+        name="",
+    ):
         """[dQ, dK, dV] from the forward's q, k, v, its output o and Stats and the
         gradient dO [B, Hq, Sq, Dv]; every masking and dropout argument must be the
         forward's. ``dBias`` (a graph tensor, bias's dims unless set) receives the bias
         gradient summed over the axes the bias broadcasts over."""
         op = name or f"sdpa_backward_{len(self._nodes)}"
         if max_total_seq_len_q is not None or max_total_seq_len_kv is not None:
-            raise self._attn_error(op, "max_total_seq_len_q / max_total_seq_len_kv apply to "
-                                   "ragged (THD) layouts, which are not supported",
-                                   Status.NOT_SUPPORTED)
-        ins = {"Q": self._check_tensor(q, op, "q"), "K": self._check_tensor(k, op, "k"),
-               "V": self._check_tensor(v, op, "v"), "O": self._check_tensor(o, op, "o"),
-               "DO": self._check_tensor(dO, op, "dO"),
-               "STATS": self._check_tensor(stats, op, "stats")}
-        attrs = self._attn_common(op, ins, attn_scale, bias, use_alibi_mask, use_padding_mask,
-                                  seq_len_q, seq_len_kv, use_causal_mask,
-                                  use_causal_mask_bottom_right, sliding_window_length,
-                                  diagonal_alignment, diagonal_band_left_bound,
-                                  diagonal_band_right_bound, dropout, rng_dump)
-        node = AN.SdpaBackward(name=op, compute_data_type=self._ctype(compute_data_type, op),
-                               inputs=ins,
-                               use_deterministic_algorithm=bool(use_deterministic_algorithm),
-                               **attrs)
-        outs = {r: self._new_output(f"{op}::{nm}")
-                for r, nm in (("DQ", "dQ"), ("DK", "dK"), ("DV", "dV"))}
+            raise self._attn_error(
+                op,
+                "max_total_seq_len_q / max_total_seq_len_kv apply to "
+                "ragged (THD) layouts, which are not supported",
+                Status.NOT_SUPPORTED,
+            )
+        ins = {
+            "Q": self._check_tensor(q, op, "q"),
+            "K": self._check_tensor(k, op, "k"),
+            "V": self._check_tensor(v, op, "v"),
+            "O": self._check_tensor(o, op, "o"),
+            "DO": self._check_tensor(dO, op, "dO"),
+            "STATS": self._check_tensor(stats, op, "stats"),
+        }
+        attrs = self._attn_common(
+            op,
+            ins,
+            attn_scale,
+            bias,
+            use_alibi_mask,
+            use_padding_mask,
+            seq_len_q,
+            seq_len_kv,
+            use_causal_mask,
+            use_causal_mask_bottom_right,
+            sliding_window_length,
+            diagonal_alignment,
+            diagonal_band_left_bound,
+            diagonal_band_right_bound,
+            dropout,
+            rng_dump,
+        )
+        node = AN.SdpaBackward(
+            name=op,
+            compute_data_type=self._ctype(compute_data_type, op),
+            inputs=ins,
+            use_deterministic_algorithm=bool(use_deterministic_algorithm),
+            **attrs,
+        )
+        outs = {
+            r: self._new_output(f"{op}::{nm}")
+            for r, nm in (("DQ", "dQ"), ("DK", "dK"), ("DV", "dV"))
+        }
         if dBias is not None:
             outs["DBIAS"] = self._check_tensor(dBias, op, "dBias")
         self._add(node, outs)

@@ -6,6 +6,7 @@ are uids). ``infer_properties`` fills in what the user left unset on the outputs
 ``validate`` checks the node against the frozen descriptors and raises a typed error
 naming the node, the tensor and the rule.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,20 +40,29 @@ def broadcastable(dims, to_dims) -> bool:
     return all(d == t or d == 1 for d, t in zip(pad, to_dims))
 
 
-_ATTR_NAMES: dict = {}    # node class -> its attribute fields (attrs() runs per validate)
+_ATTR_NAMES: dict = {}  # node class -> its attribute fields (attrs() runs per validate)
 
 # compute types some engine honours: every engine computes in float32 (float64 for DOUBLE);
 # HALF and BFLOAT16 ask for no more precision than that
-COMPUTE_TYPES = (DataType.NOT_SET, DataType.FLOAT, DataType.DOUBLE, DataType.HALF,
-                 DataType.BFLOAT16)
+COMPUTE_TYPES = (
+    DataType.NOT_SET,
+    DataType.FLOAT,
+    DataType.DOUBLE,
+    DataType.HALF,
+    DataType.BFLOAT16,
+)
 
 
 def check_compute_type(ct, op: str) -> None:
     """Refuse a compute type no engine honours (integer, boolean, fp8)."""
     if ct not in COMPUTE_TYPES:
-        raise BadParamError(f"compute_data_type {ct.name} is not honoured by any engine (they "
-                            "compute in float32, or float64 for DOUBLE): use FLOAT, DOUBLE, "
-                            "HALF or BFLOAT16", op=op, status=Status.NOT_SUPPORTED_DATA_TYPE)
+        raise BadParamError(
+            f"compute_data_type {ct.name} is not honoured by any engine (they "
+            "compute in float32, or float64 for DOUBLE): use FLOAT, DOUBLE, "
+            "HALF or BFLOAT16",
+            op=op,
+            status=Status.NOT_SUPPORTED_DATA_TYPE,
+        )
 
 
 def is_real(v) -> bool:
@@ -69,6 +79,7 @@ def is_real(v) -> bool:
 @dataclasses.dataclass(eq=False)
 class Node:
     """Base of all nodes. ``kind`` names the operation family."""
+
     name: str = ""
     compute_data_type: DataType = DataType.NOT_SET
     inputs: dict = dataclasses.field(default_factory=dict)
@@ -94,15 +105,21 @@ class Node:
     def need_shape(self, d, want, role: str) -> None:
         """Descriptor ``d`` (tensor ``role``) has dims ``want``, else SHAPE_MISMATCH."""
         if d.dims != tuple(want):
-            raise self.error(f"{role} dims {list(d.dims)} must be {list(want)}", d.label(),
-                             Status.BAD_PARAM_SHAPE_MISMATCH)
+            raise self.error(
+                f"{role} dims {list(d.dims)} must be {list(want)}",
+                d.label(),
+                Status.BAD_PARAM_SHAPE_MISMATCH,
+            )
 
     def need_floating(self, descs) -> None:
         """Every given descriptor (None skipped) has a floating type."""
         for d in descs:
             if d is not None and not d.data_type.is_floating:
-                raise self.error(f"data type {d.data_type.name} is not a floating type",
-                                 d.label(), Status.NOT_SUPPORTED_DATA_TYPE)
+                raise self.error(
+                    f"data type {d.data_type.name} is not a floating type",
+                    d.label(),
+                    Status.NOT_SUPPORTED_DATA_TYPE,
+                )
 
     def input_tensors(self) -> list:
         out = []
@@ -121,8 +138,9 @@ class Node:
         names = _ATTR_NAMES.get(type(self))
         if names is None:
             skip = {"name", "compute_data_type", "inputs", "outputs"}
-            names = _ATTR_NAMES[type(self)] = tuple(f.name for f in dataclasses.fields(self)
-                                                    if f.name not in skip)
+            names = _ATTR_NAMES[type(self)] = tuple(
+                f.name for f in dataclasses.fields(self) if f.name not in skip
+            )
         out = {}
         for name in names:
             v = getattr(self, name)
@@ -153,6 +171,7 @@ class Node:
 @dataclasses.dataclass(eq=False)
 class Pointwise(Node):
     """Elementwise ``OUT_0 = f(IN_0[, IN_1[, IN_2]])`` with broadcasting of inputs."""
+
     mode: PointwiseMode = PointwiseMode.IDENTITY
     relu_lower_clip: float | None = None
     relu_upper_clip: float | None = None
@@ -164,7 +183,11 @@ class Pointwise(Node):
     kind: ClassVar[str] = "pointwise"
 
     def label(self) -> str:
-        return f"pointwise {self.mode.name} '{self.name}'" if self.name else f"pointwise {self.mode.name}"
+        return (
+            f"pointwise {self.mode.name} '{self.name}'"
+            if self.name
+            else f"pointwise {self.mode.name}"
+        )
 
     def op_attrs(self) -> dict:
         """Mode attributes with None meaning the cuDNN default."""
@@ -177,8 +200,11 @@ class Pointwise(Node):
         if out.dim is None:
             dims = broadcast_dims([t.dim for t in ins])
             if dims is None:
-                raise self.error(f"input dims {[t.dim for t in ins]} do not broadcast",
-                                 ins[-1], Status.BAD_PARAM_SHAPE_MISMATCH)
+                raise self.error(
+                    f"input dims {[t.dim for t in ins]} do not broadcast",
+                    ins[-1],
+                    Status.BAD_PARAM_SHAPE_MISMATCH,
+                )
             out.dim = dims
         full = [t for t in ins if not t.is_pass_by_value and t.dim == out.dim]
         like = full[0] if full else self.first_input()
@@ -189,12 +215,16 @@ class Pointwise(Node):
         for name in FLOAT_ATTRS:
             v = getattr(self, name)
             if v is not None and not is_real(v):
-                raise self.error(f"{name} must be a number, got {v!r} ({type(v).__name__})",
-                                 status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
-        if self.axis is not None and (isinstance(self.axis, bool) or
-                                      not isinstance(self.axis, int)):
-            raise self.error(f"axis must be an int, got {self.axis!r}",
-                             status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+                raise self.error(
+                    f"{name} must be a number, got {v!r} ({type(v).__name__})",
+                    status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+                )
+        if self.axis is not None and (
+            isinstance(self.axis, bool) or not isinstance(self.axis, int)
+        ):
+            raise self.error(
+                f"axis must be an int, got {self.axis!r}", status=Status.BAD_PARAM_ATTRIBUTE_TYPE
+            )
         spec = MODES[self.mode]
         n_in = len([k for k in self.inputs if self.inputs[k] is not None])
         if n_in != spec.arity:
@@ -203,54 +233,75 @@ class Pointwise(Node):
         for role, uid in self.inputs.items():
             d = desc(uid)
             if not broadcastable(d.dims, out.dims):
-                raise self.error(f"input dims {list(d.dims)} do not broadcast to output dims "
-                                 f"{list(out.dims)} (of '{out.label()}')", d.label(),
-                                 Status.BAD_PARAM_SHAPE_MISMATCH)
+                raise self.error(
+                    f"input dims {list(d.dims)} do not broadcast to output dims "
+                    f"{list(out.dims)} (of '{out.label()}')",
+                    d.label(),
+                    Status.BAD_PARAM_SHAPE_MISMATCH,
+                )
         if self.mode == PointwiseMode.GEN_INDEX:
             if self.axis is None or not 0 <= self.axis < len(out.dims):
-                raise self.error(f"axis {self.axis} out of range for {len(out.dims)} dims",
-                                 out.label(), Status.BAD_PARAM_OUT_OF_BOUND)
+                raise self.error(
+                    f"axis {self.axis} out of range for {len(out.dims)} dims",
+                    out.label(),
+                    Status.BAD_PARAM_OUT_OF_BOUND,
+                )
         if self.softplus_beta is not None and self.softplus_beta == 0:
             raise self.error("softplus_beta must be nonzero")
-        if (self.relu_lower_clip is not None and self.relu_upper_clip is not None
-                and self.relu_upper_clip < self.relu_lower_clip):
-            raise self.error(f"relu upper clip {self.relu_upper_clip} < lower clip "
-                             f"{self.relu_lower_clip}")
+        if (
+            self.relu_lower_clip is not None
+            and self.relu_upper_clip is not None
+            and self.relu_upper_clip < self.relu_lower_clip
+        ):
+            raise self.error(
+                f"relu upper clip {self.relu_upper_clip} < lower clip {self.relu_lower_clip}"
+            )
 
 
 # ======================================================================================
 @dataclasses.dataclass(eq=False)
 class Reduction(Node):
     """``Y = reduce_mode(X)`` over the axes where Y's dim is 1 and X's is not."""
+
     mode: ReductionMode = ReductionMode.ADD
     kind: ClassVar[str] = "reduction"
 
     def infer_properties(self, ctx) -> None:
         x, y = self.inputs["X"], self.outputs["Y"]
         if y.dim is None:
-            raise self.error("output dims must be set: they say which axes are reduced "
-                             "(reduced axes have size 1)", y, Status.BAD_PARAM_NOT_FINALIZED)
+            raise self.error(
+                "output dims must be set: they say which axes are reduced "
+                "(reduced axes have size 1)",
+                y,
+                Status.BAD_PARAM_NOT_FINALIZED,
+            )
         ctx.fill_type(y, x)
         ctx.fill_strides(y, x)
 
     def validate(self, desc) -> None:
         x, y = desc(self.inputs["X"]), desc(self.outputs["Y"])
         if len(x.dims) != len(y.dims) or any(b != a and b != 1 for a, b in zip(x.dims, y.dims)):
-            raise self.error(f"output dims {list(y.dims)} must equal input dims {list(x.dims)} "
-                             "or be 1 on reduced axes", y.label(), Status.BAD_PARAM_SHAPE_MISMATCH)
+            raise self.error(
+                f"output dims {list(y.dims)} must equal input dims {list(x.dims)} "
+                "or be 1 on reduced axes",
+                y.label(),
+                Status.BAD_PARAM_SHAPE_MISMATCH,
+            )
 
 
 # ======================================================================================
 @dataclasses.dataclass(eq=False)
 class GenStats(Node):
     """Per-channel ``SUM = sum(X)`` and ``SQ_SUM = sum(X^2)`` over all axes but axis 1."""
+
     kind: ClassVar[str] = "genstats"
 
     def infer_properties(self, ctx) -> None:
         x = self.inputs["X"]
         if len(x.dim) < 2:
-            raise self.error("input needs at least 2 dims (N, C, ...)", x,
-                             Status.BAD_PARAM_SHAPE_MISMATCH)
+            raise self.error(
+                "input needs at least 2 dims (N, C, ...)", x, Status.BAD_PARAM_SHAPE_MISMATCH
+            )
         for role in ("SUM", "SQ_SUM"):
             t = self.outputs[role]
             if t.dim is None:
@@ -265,14 +316,18 @@ class GenStats(Node):
         for role in ("SUM", "SQ_SUM"):
             d = desc(self.outputs[role])
             if d.dims != want:
-                raise self.error(f"{role} dims {list(d.dims)} must be {list(want)}", d.label(),
-                                 Status.BAD_PARAM_SHAPE_MISMATCH)
+                raise self.error(
+                    f"{role} dims {list(d.dims)} must be {list(want)}",
+                    d.label(),
+                    Status.BAD_PARAM_SHAPE_MISMATCH,
+                )
 
 
 # ======================================================================================
 @dataclasses.dataclass(eq=False)
 class Matmul(Node):
     """``C[..., m, n] = sum_k A[..., m, k] B[..., k, n]``; batch dims broadcast."""
+
     padding: float = 0.0
     kind: ClassVar[str] = "matmul"
 
@@ -284,8 +339,11 @@ class Matmul(Node):
         if c.dim is None:
             batch = broadcast_dims([a.dim[:-2] or [1], b.dim[:-2] or [1]])
             if batch is None:
-                raise self.error(f"batch dims {a.dim[:-2]} and {b.dim[:-2]} do not broadcast", b,
-                                 Status.BAD_PARAM_SHAPE_MISMATCH)
+                raise self.error(
+                    f"batch dims {a.dim[:-2]} and {b.dim[:-2]} do not broadcast",
+                    b,
+                    Status.BAD_PARAM_SHAPE_MISMATCH,
+                )
             rank = max(len(a.dim), len(b.dim))
             c.dim = (batch + [a.dim[-2], b.dim[-1]])[-rank:] if rank > 2 else [a.dim[-2], b.dim[-1]]
         ctx.fill_type(c, a)
@@ -294,46 +352,64 @@ class Matmul(Node):
     def validate(self, desc) -> None:
         a, b, c = desc(self.inputs["A"]), desc(self.inputs["B"]), desc(self.outputs["C"])
         if a.dims[-1] != b.dims[-2]:
-            raise self.error(f"inner dimensions differ: A is {list(a.dims)}, B is {list(b.dims)} "
-                             f"(A[-1]={a.dims[-1]} != B[-2]={b.dims[-2]})", b.label(),
-                             Status.BAD_PARAM_SHAPE_MISMATCH)
+            raise self.error(
+                f"inner dimensions differ: A is {list(a.dims)}, B is {list(b.dims)} "
+                f"(A[-1]={a.dims[-1]} != B[-2]={b.dims[-2]})",
+                b.label(),
+                Status.BAD_PARAM_SHAPE_MISMATCH,
+            )
         if c.dims[-2:] != (a.dims[-2], b.dims[-1]):
-            raise self.error(f"output dims {list(c.dims)} must end in [{a.dims[-2]}, {b.dims[-1]}]",
-                             c.label(), Status.BAD_PARAM_SHAPE_MISMATCH)
+            raise self.error(
+                f"output dims {list(c.dims)} must end in [{a.dims[-2]}, {b.dims[-1]}]",
+                c.label(),
+                Status.BAD_PARAM_SHAPE_MISMATCH,
+            )
         for t in (a, b):
             if not broadcastable(t.dims[:-2], c.dims[:-2]):
-                raise self.error(f"batch dims {list(t.dims[:-2])} do not broadcast to "
-                                 f"{list(c.dims[:-2])}", t.label(), Status.BAD_PARAM_SHAPE_MISMATCH)
+                raise self.error(
+                    f"batch dims {list(t.dims[:-2])} do not broadcast to {list(c.dims[:-2])}",
+                    t.label(),
+                    Status.BAD_PARAM_SHAPE_MISMATCH,
+                )
         for t in (a, b, c):
             if not t.data_type.is_floating:
-                raise self.error(f"data type {t.data_type.name} is not a floating type", t.label(),
-                                 Status.NOT_SUPPORTED_DATA_TYPE)
+                raise self.error(
+                    f"data type {t.data_type.name} is not a floating type",
+                    t.label(),
+                    Status.NOT_SUPPORTED_DATA_TYPE,
+                )
 
 
 # ======================================================================================
 @dataclasses.dataclass(eq=False)
 class Reshape(Node):
     """``Y`` holds X's elements in row-major order under new dims (same count)."""
+
     kind: ClassVar[str] = "reshape"
 
     def infer_properties(self, ctx) -> None:
         x, y = self.inputs["X"], self.outputs["Y"]
         if y.dim is None:
-            raise self.error("output dims must be set for a reshape", y,
-                             Status.BAD_PARAM_NOT_FINALIZED)
+            raise self.error(
+                "output dims must be set for a reshape", y, Status.BAD_PARAM_NOT_FINALIZED
+            )
         ctx.fill_type(y, x)
         ctx.fill_strides(y, None)
 
     def validate(self, desc) -> None:
         x, y = desc(self.inputs["X"]), desc(self.outputs["Y"])
         if x.numel != y.numel:
-            raise self.error(f"element count changes from {x.numel} {list(x.dims)} to {y.numel} "
-                             f"{list(y.dims)}", y.label(), Status.BAD_PARAM_SHAPE_MISMATCH)
+            raise self.error(
+                f"element count changes from {x.numel} {list(x.dims)} to {y.numel} {list(y.dims)}",
+                y.label(),
+                Status.BAD_PARAM_SHAPE_MISMATCH,
+            )
 
 
 @dataclasses.dataclass(eq=False)
 class Transpose(Node):
     """``Y[i_p0, ..., i_pn] = X[i_0, ..., i_n]``: Y.dims[k] = X.dims[permutation[k]]."""
+
     permutation: tuple = ()
     kind: ClassVar[str] = "transpose"
 
@@ -341,8 +417,11 @@ class Transpose(Node):
         x, y = self.inputs["X"], self.outputs["Y"]
         perm = list(self.permutation)
         if sorted(perm) != list(range(len(x.dim))):
-            raise self.error(f"permutation {perm} is not a permutation of {len(x.dim)} axes", x,
-                             Status.BAD_PARAM_OUT_OF_BOUND)
+            raise self.error(
+                f"permutation {perm} is not a permutation of {len(x.dim)} axes",
+                x,
+                Status.BAD_PARAM_OUT_OF_BOUND,
+            )
         if y.dim is None:
             y.dim = [x.dim[p] for p in perm]
         ctx.fill_type(y, x)
@@ -352,14 +431,18 @@ class Transpose(Node):
         x, y = desc(self.inputs["X"]), desc(self.outputs["Y"])
         want = tuple(x.dims[p] for p in self.permutation)
         if y.dims != want:
-            raise self.error(f"output dims {list(y.dims)} must be {list(want)}", y.label(),
-                             Status.BAD_PARAM_SHAPE_MISMATCH)
+            raise self.error(
+                f"output dims {list(y.dims)} must be {list(want)}",
+                y.label(),
+                Status.BAD_PARAM_SHAPE_MISMATCH,
+            )
 
 
 @dataclasses.dataclass(eq=False)
 class Slice(Node):
     """``Y = X[start_0:end_0, ..., start_n:end_n]`` (unit step), copied. An end of None
     (a ``slice`` given before X's dims were set) is X's dim."""
+
     starts: tuple = ()
     ends: tuple = ()
     kind: ClassVar[str] = "slice"
@@ -367,13 +450,17 @@ class Slice(Node):
     def infer_properties(self, ctx) -> None:
         x, y = self.inputs["X"], self.outputs["Y"]
         if len(self.starts) != len(x.dim):
-            raise self.error(f"{len(self.starts)} slices for {len(x.dim)} dims", x,
-                             Status.BAD_PARAM_SHAPE_MISMATCH)
+            raise self.error(
+                f"{len(self.starts)} slices for {len(x.dim)} dims",
+                x,
+                Status.BAD_PARAM_SHAPE_MISMATCH,
+            )
         self.ends = tuple(d if e is None else e for e, d in zip(self.ends, x.dim))
         for s, e, d in zip(self.starts, self.ends, x.dim):
             if not 0 <= s <= e <= d:
-                raise self.error(f"slice [{s}:{e}] out of range for dim {d}", x,
-                                 Status.BAD_PARAM_OUT_OF_BOUND)
+                raise self.error(
+                    f"slice [{s}:{e}] out of range for dim {d}", x, Status.BAD_PARAM_OUT_OF_BOUND
+                )
         if y.dim is None:
             y.dim = [e - s for s, e in zip(self.starts, self.ends)]
         ctx.fill_type(y, x)
@@ -383,14 +470,18 @@ class Slice(Node):
         y = desc(self.outputs["Y"])
         want = tuple(e - s for s, e in zip(self.starts, self.ends))
         if y.dims != want:
-            raise self.error(f"output dims {list(y.dims)} must be {list(want)}", y.label(),
-                             Status.BAD_PARAM_SHAPE_MISMATCH)
+            raise self.error(
+                f"output dims {list(y.dims)} must be {list(want)}",
+                y.label(),
+                Status.BAD_PARAM_SHAPE_MISMATCH,
+            )
 
 
 @dataclasses.dataclass(eq=False)
 class Concatenate(Node):
     """``Y`` = inputs joined along ``axis``; ``in_place_index`` names an input already
     stored in Y's memory (cuDNN's in-place concatenation)."""
+
     axis: int = 0
     in_place_index: int | None = None
     kind: ClassVar[str] = "concatenate"
@@ -401,13 +492,20 @@ class Concatenate(Node):
             raise self.error("needs at least one input")
         rank = len(xs[0].dim)
         if not 0 <= self.axis < rank:
-            raise self.error(f"axis {self.axis} out of range for {rank} dims", xs[0],
-                             Status.BAD_PARAM_OUT_OF_BOUND)
+            raise self.error(
+                f"axis {self.axis} out of range for {rank} dims",
+                xs[0],
+                Status.BAD_PARAM_OUT_OF_BOUND,
+            )
         for t in xs:
-            if len(t.dim) != rank or any(a != b for i, (a, b) in enumerate(zip(t.dim, xs[0].dim))
-                                          if i != self.axis):
-                raise self.error(f"dims {t.dim} differ from {xs[0].dim} off the axis {self.axis}",
-                                 t, Status.BAD_PARAM_SHAPE_MISMATCH)
+            if len(t.dim) != rank or any(
+                a != b for i, (a, b) in enumerate(zip(t.dim, xs[0].dim)) if i != self.axis
+            ):
+                raise self.error(
+                    f"dims {t.dim} differ from {xs[0].dim} off the axis {self.axis}",
+                    t,
+                    Status.BAD_PARAM_SHAPE_MISMATCH,
+                )
         if y.dim is None:
             y.dim = list(xs[0].dim)
             y.dim[self.axis] = sum(t.dim[self.axis] for t in xs)
@@ -420,21 +518,29 @@ class Concatenate(Node):
         want = list(xs[0].dims)
         want[self.axis] = sum(x.dims[self.axis] for x in xs)
         if list(y.dims) != want:
-            raise self.error(f"output dims {list(y.dims)} must be {want}", y.label(),
-                             Status.BAD_PARAM_SHAPE_MISMATCH)
+            raise self.error(
+                f"output dims {list(y.dims)} must be {want}",
+                y.label(),
+                Status.BAD_PARAM_SHAPE_MISMATCH,
+            )
         ipi = self.in_place_index
         if ipi is not None and (isinstance(ipi, bool) or not isinstance(ipi, int)):
-            raise self.error(f"in_place_index must be an int or None, got {ipi!r}",
-                             status=Status.BAD_PARAM_ATTRIBUTE_TYPE)
+            raise self.error(
+                f"in_place_index must be an int or None, got {ipi!r}",
+                status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+            )
         if ipi is not None and not 0 <= ipi < len(xs):
-            raise self.error(f"in_place_index {ipi} out of range",
-                             status=Status.BAD_PARAM_OUT_OF_BOUND)
+            raise self.error(
+                f"in_place_index {ipi} out of range", status=Status.BAD_PARAM_OUT_OF_BOUND
+            )
 
 
-FLOAT_ATTRS = tuple(k for k in DEFAULT_ATTRS if k != "axis")   # Pointwise's number attributes
+FLOAT_ATTRS = tuple(k for k in DEFAULT_ATTRS if k != "axis")  # Pointwise's number attributes
 
-NODE_TYPES: dict[str, type[Node]] = {cls.kind: cls for cls in (
-    Pointwise, Reduction, GenStats, Matmul, Reshape, Transpose, Slice, Concatenate)}
+NODE_TYPES: dict[str, type[Node]] = {
+    cls.kind: cls
+    for cls in (Pointwise, Reduction, GenStats, Matmul, Reshape, Transpose, Slice, Concatenate)
+}
 
 
 def infer_strides_like(dims, like: TensorDesc | None):
