@@ -64,6 +64,49 @@ class BuilderMixin(NormBuilderMixin, OpsBuilderMixin, AttentionBuilderMixin):
         self._add(node, {"OUT_0": out})
         return out
 
+    def add_operation(self, node, output_roles) -> list:
+        """Add ``node`` -- an operation of any kind, one defined outside the library
+        included (a ``nodes.Node`` subclass; ``nodes.register_node_type`` makes its kind
+        known to ``deserialize``) -- and return its output tensors, one per role of
+        ``output_roles``, in that order. The built-in operations' methods are built on
+        the same steps.
+
+        ``node.inputs`` maps roles to tensors of this graph (a role may hold a list of
+        them); each is checked as every builder checks its inputs. Each output is a new
+        virtual tensor named ``<node name>::<role>`` whose dims, strides and type
+        ``node.infer_properties`` fills in at validation unless the caller sets them. A
+        node without a name is named ``<kind>_<number of nodes>``."""
+        from .nodes import Node
+
+        if not isinstance(node, Node) or type(node) is Node:
+            raise BadParamError(
+                f"needs an operation node (a Node subclass), got {type(node).__name__}",
+                op="add_operation",
+                status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+            )
+        op = node.name or f"{node.kind}_{len(self._nodes)}"
+        if (
+            isinstance(output_roles, str)
+            or not all(isinstance(r, str) for r in output_roles)
+            or not output_roles
+            or len(set(output_roles)) != len(output_roles)
+        ):
+            raise BadParamError(
+                f"output_roles must be distinct role names, got {output_roles!r:.60}",
+                op=op,
+                status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+            )
+        for role, v in node.inputs.items():
+            many = isinstance(v, (list, tuple))
+            for i, t in enumerate(v if many else [v]):
+                if t is not None:
+                    self._check_tensor(t, op, f"{role}[{i}]" if many else role)
+        node.name = op
+        node.compute_data_type = self._ctype(node.compute_data_type, op)
+        outs = {role: self._new_output(f"{op}::{role}") for role in output_roles}
+        self._add(node, outs)
+        return [outs[role] for role in output_roles]
+
     def _coerce(self, t, op):
         """Python numbers become pass-by-value scalars (a convenience over the C++ API)."""
         if isinstance(t, (int, float)) and not isinstance(t, bool):

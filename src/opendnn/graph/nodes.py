@@ -543,6 +543,34 @@ NODE_TYPES: dict[str, type[Node]] = {
 }
 
 
+def register_node_type(cls: type[Node]) -> type[Node]:
+    """Make the node class ``cls`` known by its ``kind`` in ``NODE_TYPES``, the table
+    ``Graph.deserialize`` rebuilds nodes from, and return it (so it serves as a class
+    decorator). For node kinds defined outside this package; the built-in kinds register
+    at the end of their modules. A kind another class holds is refused (BadParamError,
+    BAD_PARAM_DUPLICATED_ENTRIES) unless that class has the same module and qualified
+    name (the same definition run again, as when a module is reloaded)."""
+    if not (isinstance(cls, type) and issubclass(cls, Node)) or cls.kind == Node.kind:
+        raise BadParamError(
+            f"needs a Node subclass with its own kind, got {cls!r:.60}",
+            op="register_node_type",
+            status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+        )
+    old = NODE_TYPES.get(cls.kind)
+    if (
+        old is not None
+        and old is not cls
+        and (old.__module__, old.__qualname__) != (cls.__module__, cls.__qualname__)
+    ):
+        raise BadParamError(
+            f"kind {cls.kind!r} is {old.__module__}.{old.__qualname__}'s",
+            op="register_node_type",
+            status=Status.BAD_PARAM_DUPLICATED_ENTRIES,
+        )
+    NODE_TYPES[cls.kind] = cls
+    return cls
+
+
 def infer_strides_like(dims, like: TensorDesc | None):
     """Packed strides for ``dims`` in the stride order of ``like`` when ranks agree."""
     if like is not None and like.stride is not None and len(like.stride) == len(dims) and like.dim:
