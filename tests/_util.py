@@ -347,6 +347,19 @@ def with_layout(t, layout: str):
     return t
 
 
+def torch_layout(t: torch.Tensor, how: str) -> torch.Tensor:
+    """``t`` stored "nchw" (contiguous), "cl" (channels innermost, any rank) or "strided"
+    (every other element of a larger, zero-filled buffer): the PyTorch layer's tests."""
+    if how == "cl" and t.dim() >= 3:
+        perm = [0, *range(2, t.dim()), 1]
+        return t.permute(perm).contiguous().permute([0, t.dim() - 1, *range(1, t.dim() - 1)])
+    if how == "strided":
+        big = torch.zeros(*t.shape[:-1], t.shape[-1] * 2, dtype=t.dtype)
+        big[..., ::2] = t
+        return big[..., ::2]
+    return t
+
+
 def nhwc(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous(memory_format=torch.channels_last)
 

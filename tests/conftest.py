@@ -88,8 +88,16 @@ def _clean_switches():
 
 @pytest.fixture
 def rng(request) -> Rng:
-    """Inputs drawn fresh for each test case; the seed is printed in every repro line."""
-    return Rng(seed_for(request.node.nodeid))
+    """Inputs drawn fresh for each test case; the seed is printed in every repro line.
+    The seed comes from the file's name and the test's, not its folder
+    (``tests/<file>::<test>``): a test file moved between family folders keeps its inputs."""
+    return Rng(seed_for(stable_test_id(request.node.nodeid)))
+
+
+def stable_test_id(nodeid: str) -> str:
+    """``tests/<family>/test_x.py::case`` -> ``tests/test_x.py::case``."""
+    path, sep, rest = nodeid.partition("::")
+    return f"tests/{os.path.basename(path)}{sep}{rest}"
 
 
 @pytest.hookimpl(hookwrapper=True)

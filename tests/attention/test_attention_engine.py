@@ -1,5 +1,5 @@
 """The attention engine (flash attention, engine 40) against the float64 reference
-through the interpreter: every case of tests/attention/_attention_cases.py in bfloat16 (float16 for
+through the interpreter: every case of tests/_attention_cases.py in bfloat16 (float16 for
 one), forward (O and Stats) and backward (dQ, dK, dV), dropout included; what it
 declines, with the reason."""
 

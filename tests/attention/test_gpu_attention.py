@@ -1,6 +1,6 @@
 """GPU checks of the attention engine (pytest -m gpu): every plan the engine lists,
 forward (O, Stats) and backward (dQ, dK, dV), bfloat16 / float16, against float64
-PyTorch (tests/attention/_attention_cases.py: torch_sdpa with autograd): sequence lengths 1, 17 and
+PyTorch (tests/_attention_cases.py: torch_sdpa with autograd): sequence lengths 1, 17 and
 1000, head dims 32-256, every mask kind, GQA / MQA, bias (and dBias), padding, BSHD, dropout
 (the mask from ops/dropout.py's stream: forward and backward use the same one); the
 Gluon forward and backward (GLUON=1) with each of their knobs."""

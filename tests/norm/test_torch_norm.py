@@ -11,25 +11,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 from _util import assert_close, expect_error
+from _util import torch_layout as layout
 
 from opendnn.errors import BadParamError, Status
 from opendnn.torch import norm as N
 
 F32, F16, BF16, F64 = torch.float32, torch.float16, torch.bfloat16, torch.float64
 ops = torch.ops.opendnn
-
-
-def layout(t: torch.Tensor, how: str) -> torch.Tensor:
-    """``t`` stored "nchw" (contiguous), "cl" (channels innermost) or "strided" (every
-    other element of a larger buffer)."""
-    if how == "cl" and t.dim() >= 3:
-        perm = [0, *range(2, t.dim()), 1]
-        return t.permute(perm).contiguous().permute([0, t.dim() - 1, *range(1, t.dim() - 1)])
-    if how == "strided":
-        big = torch.zeros(*t.shape[:-1], t.shape[-1] * 2, dtype=t.dtype)
-        big[..., ::2] = t
-        return big[..., ::2]
-    return t
 
 
 def leaf(t, grad=True):

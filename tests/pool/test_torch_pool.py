@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from _util import assert_close, expect_error
-from test_torch_norm import layout
+from _util import torch_layout as layout
 
 from opendnn.errors import BadParamError, GraphNotSupportedError, Status
 from opendnn.torch import pool as P
