@@ -1,7 +1,7 @@
 """Attention benchmark shapes: ``BENCH_B`` x ``BENCH_H`` heads of packed BHSD bfloat16,
 every sequence length in ``BENCH_SEQS`` and head dimension in ``BENCH_DIMS``, causal and
 not. The tests' cases (masks, padding, GQA, dropout, odd lengths) are in
-``tests/attention/_attention_cases.py`` (CPU) and ``tests/attention/test_gpu_attention.py``.
+``tests/_attention_cases.py`` (CPU) and ``tests/attention/test_gpu_attention.py``.
 """
 
 BENCH_B, BENCH_H = 4, 16
