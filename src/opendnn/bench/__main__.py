@@ -390,7 +390,13 @@ def run_conv(r: Runner, args=None):
         if args and args.kinds
         else ("fprop", "fused", "dgrad", "wgrad", "tf32")
     )
-    run(r, kinds, args.layers.split(",") if args and args.layers else None)
+    run(
+        r,
+        kinds,
+        args.layers.split(",") if args and args.layers else None,
+        args.set.split(",") if args and args.set else None,
+        args.variants.split(",") if args and args.variants else None,
+    )
 
 
 def run_softmax(r: Runner):
@@ -484,6 +490,18 @@ def main(argv=None) -> int:
     p.add_argument("--kinds", default="", help="conv: comma list of fprop,fused,dgrad,wgrad,tf32")
     p.add_argument("--layers", default="", help="conv: comma list of layer names")
     p.add_argument(
+        "--set",
+        default="",
+        help="conv: comma list of layer sets (resnet50, mobilenetv3, efficientnet_b0, "
+        "convnext_t, resnext50, unet3d, conv1d) or all; default resnet50",
+    )
+    p.add_argument(
+        "--variants",
+        default="",
+        help="conv: comma list of nhwc-bf16, nchw-tf32, nchw-fp16 (default: every variant "
+        "for the sets other than ResNet-50, which keeps its historical kinds)",
+    )
+    p.add_argument(
         "--tag",
         default="",
         help="write <family>-<tag>.json instead of <family>.json (a separate "
@@ -523,7 +541,10 @@ def main(argv=None) -> int:
     if os.environ.get("OUT"):
         outs.append(os.path.join(os.environ["OUT"], gpu))
     # families that measured a subset of their cases (or failed part-way) keep the rest
-    restricted = {"conv"} if args.kinds or args.layers else set()
+    # a conv run that leaves out sets, layers, kinds or variants keeps the file's other rows
+    restricted = (
+        {"conv"} if args.kinds or args.layers or args.set != "all" or args.variants else set()
+    )
     if os.environ.get("OPENDNN_BENCH_MODELS"):
         restricted.add("models")
     for f in r.meta.get("errors", {}):
