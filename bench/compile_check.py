@@ -11,7 +11,8 @@ compiles every launch with ``triton.compile`` for sm_90:
 
     conv       implicit GEMM / precomputed / GEMM / direct forward (int8, bf16, fp32, fused
                bias + relu, a conv1-like 7x7 s2), implicit-GEMM dgrad + drelu and wgrad,
-               a scale + bias + relu prologue with genstats (engines 3-12)
+               a scale + bias + relu prologue with genstats (engines 3-12); depthwise (41):
+               NHWC / NCHW, multiplier 2, bias + relu, causal 1-D
     fusion     the runtime-fusion engine (1): pointwise, broadcast, slice / transpose /
                concatenate views, row and column reductions
     matmul     the matmul engine (2) with a pointwise epilogue (bias, residual)
@@ -179,6 +180,15 @@ def run_checks(cases, limit=3, decline_fails=False, winograd=False) -> int:
 
 
 # ---- the families' graphs -----------------------------------------------------------------
+def g_type(dt):
+    """The graph data type of a torch dtype."""
+    return {
+        torch.float32: cudnn.data_type.FLOAT,
+        torch.float16: cudnn.data_type.HALF,
+        torch.bfloat16: cudnn.data_type.BFLOAT16,
+    }[dt]
+
+
 def conv_graphs():
     xi = torch.randint(-128, 128, (4, 16, 12, 12), dtype=torch.int8).to(memory_format=CL)
     wi = torch.randint(-128, 128, (32, 16, 3, 3), dtype=torch.int8).to(memory_format=CL)
@@ -224,6 +234,20 @@ def conv_graphs():
         s.set_output(True)
         q.set_output(True)
         yield f"prologue+genstats {dt}", g, [3]
+    for dt in (torch.bfloat16, torch.float32, torch.float16):
+        for fmt, tag in ((CL, "nhwc"), (torch.contiguous_format, "nchw")):
+            x = torch.randn(4, 24, 13, 12, dtype=dt).to(memory_format=fmt)
+            w = torch.randn(48, 1, 5, 5, dtype=dt).to(memory_format=fmt)  # multiplier 2
+            g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+            tx, tw, tb = g.tensor_like(x), g.tensor_like(w), g.tensor_like(torch.randn(1, 48, 1, 1))
+            y = g.relu(g.bias(g.conv_fprop(tx, tw, padding=[2, 2], stride=[2, 1]), tb))
+            y.set_output(True).set_data_type(g_type(dt))
+            yield f"depthwise+bias+relu {tag} {dt}", g, [41]
+        x = torch.randn(2, 64, 33, dtype=dt)
+        g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+        tx, tw = g.tensor_like(x), g.tensor_like(torch.randn(64, 1, 4, dtype=dt))
+        g.conv_fprop(tx, tw, pre_padding=[3], post_padding=[0]).set_output(True)
+        yield f"depthwise causal 1-D {dt}", g, [41]
 
 
 def fusion_graphs():

@@ -358,3 +358,46 @@ def test_parallel_compile_error_raises_at_launch():
             launcher.prepare_cuda([torch.float32])
         with pytest.raises(Exception, match="no|static"):
             launcher.launch([torch.zeros(4, device="cuda")])
+
+
+@pytest.mark.parametrize("shape", shapes.GPU_DEPTHWISE)
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32, torch.float16])
+def test_depthwise_engine_every_config(shape, layout, dt):
+    """conv_depthwise (41), every config it lists for the problem, with bias + relu fused,
+    against float64 PyTorch; a pad of -1 means causal 1-D (k - 1 before, none after)."""
+    from opendnn.engines.registry import by_id
+    from opendnn.handle import target_for
+
+    n, c, h, mult, f, s, p = shape
+    one_d = p < 0
+    dims = (n, c, h) if one_d else (n, c, h, h)
+    filt = (f,) if one_d else (f, f)
+    pre, post = ([f - 1], [0]) if one_d else ([p, p], [p, p])
+    stride = [s] * len(filt)
+
+    def stored(t):
+        return t.movedim(1, -1).contiguous().movedim(-1, 1) if layout == "nhwc" else t
+
+    x = stored(torch.randn(dims, device="cuda", dtype=dt))
+    w = stored(torch.randn((c * mult, 1, *filt), device="cuda", dtype=dt) * 0.3)
+    b = torch.randn((1, c * mult) + (1,) * len(filt), device="cuda", dtype=dt)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tw, tb = g.tensor_like(x), g.tensor_like(w), g.tensor_like(b)
+    conv = g.conv_fprop(tx, tw, pre_padding=pre, post_padding=post, stride=stride)
+    y = g.relu(g.bias(conv, tb))
+    y.set_output(True)
+    g.validate()
+    e = by_id(41)
+    target = target_for(str(torch.device("cuda", torch.cuda.current_device())))
+    assert e.check_support(g.op_graph, target).ok
+    pads = [q for a_, b_ in zip(reversed(pre), reversed(post)) for q in (a_, b_)]
+    fn = F.conv1d if one_d else F.conv2d
+    ref = fn(F.pad(x.double(), pads), w.double(), stride=stride, groups=c)
+    ref = torch.relu(ref + b.double())
+    for cfg in e.configs(g.op_graph, target):
+        g.create_execution_plan(41, cfg.knob_dict)
+        out = _empty(y)
+        g.execute({tx: x, tw: w, tb: b, y: out}, None)
+        torch.cuda.synchronize()
+        assert _relerr(out, ref) < TOL[dt], cfg.label()

@@ -25,6 +25,7 @@ ENGINE_CLASSES = (
     ("conv.implicit_gemm.precomp", "PrecompGemmEngine"),
     ("conv.gemm.engine", "GemmConvEngine"),
     ("conv.direct.engine", "DirectConvEngine"),
+    ("conv.depthwise.engine", "DepthwiseConvEngine"),
     ("conv.winograd.engine", "WinogradNonfusedEngine"),
     ("conv.winograd.engine", "Winograd4x4NonfusedEngine"),
     ("conv.fft.engine", "FftConvEngine"),

@@ -14,6 +14,8 @@ folder             algorithm                                                  cu
 ``fft``            whole-image and tiled FFT convolution                      FFT, FFT_TILING
 ``gemm``           explicit im2col + the matmul engine                        GEMM
 ``direct``         CUDA-core rank-1 updates for depthwise / few channels      DIRECT
+``depthwise``      pixels x channels tiles across all groups, one load per    (DIRECT-class)
+                   tap, float32 FMAs: depthwise and channel multipliers
 =================  =========================================================  ==============
 
 ``analysis.py`` reads the problem off the operation graph once for all of them

@@ -2,7 +2,8 @@
 
 - ``GPU``: the device tests' problems, ``(N, C, H (=W), K, R (=S), stride, pad)``;
   ``GPU_TMA`` / ``GPU_DGRAD_TMA`` the NHWC fast path's forward and backward-data problems
-  (same format), ``GPU_FLAT`` its 1x1 flat-row problems ``(N, C, H, K, R, pad)``.
+  (same format), ``GPU_FLAT`` its 1x1 flat-row problems ``(N, C, H, K, R, pad)``,
+  ``GPU_DEPTHWISE`` the depthwise engine's (format beside it).
 - ``BENCH``: ResNet-50's convolution layers at ``BENCH_N`` images,
   ``(name, C, K, H (=W), R (=S), stride, pad)``.
 - ``BENCH_SETS``: the benchmark's layer sets by name (``python -m opendnn.bench conv --set``),
@@ -30,6 +31,15 @@ GPU = [
 ]
 GPU_TMA = [(8, 64, 28, 64, 3, 1, 1), (4, 128, 14, 96, 3, 2, 1), (8, 64, 13, 128, 1, 1, 0)]
 GPU_DGRAD_TMA = [(8, 64, 28, 64, 3, 1, 1), (4, 64, 15, 128, 3, 2, 1), (2, 3, 56, 64, 7, 2, 3)]
+# depthwise problems (N, C, H (=W), multiplier, R (=S), stride, pad): MobileNet / ConvNeXt
+# layers at small N, an odd size, multiplier 2, a 1-D causal layer as (N, C, L, 1, K, 1, -1)
+GPU_DEPTHWISE = [
+    (4, 96, 56, 1, 7, 1, 3),
+    (4, 72, 56, 1, 5, 2, 2),
+    (8, 480, 14, 1, 3, 1, 1),
+    (2, 37, 19, 2, 3, 1, 1),
+    (4, 768, 1000, 1, 4, 1, -1),
+]
 GPU_FLAT = [
     (8, 64, 14, 128, 1, 0),
     (4, 128, 7, 256, 1, 0),

@@ -1,0 +1,166 @@
+"""The depthwise engine (conv_depthwise, engines/conv/depthwise/) through the interpreter
+against the float64 reference (NaN-poisoned outputs) and PyTorch: 1-D, 2-D and 3-D,
+channel multipliers 1 and 2, strides 1 and 2, dilation, padding wider than the kernel's
+radius and causal (pre only) padding, NCHW, NHWC and non-packed strides, float / half /
+bfloat16, a fused bias + relu epilogue, zero-size batches; and what it declines."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from _util import assert_close, check_engine, repro, seed_for
+from _util import graph_tensor as _tensor
+
+import opendnn.frontend as cudnn
+from opendnn.engines.base import Target
+from opendnn.engines.conv.depthwise.engine import DepthwiseConvEngine
+
+ID = DepthwiseConvEngine.id
+_TORCH_CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+
+CASES = [  # (x dims, multiplier, filter, stride, pre, post, dilation, layout)
+    ((2, 5, 9, 7), 1, (3, 3), (1, 1), (1, 1), (1, 1), (1, 1), "nchw"),
+    ((2, 6, 8, 9), 1, (5, 5), (2, 2), (2, 2), (2, 2), (1, 1), "nhwc"),
+    ((1, 4, 11, 10), 2, (3, 3), (1, 2), (1, 1), (1, 1), (1, 1), "nhwc"),  # multiplier 2
+    ((2, 3, 7, 6), 1, (7, 7), (1, 1), (3, 3), (3, 3), (1, 1), "strided"),
+    ((1, 5, 6, 6), 1, (3, 3), (1, 1), (4, 2), (4, 2), (2, 2), "nchw"),  # pad > radius, dil 2
+    ((3, 7, 13), 1, (4,), (1,), (3,), (0,), (1,), "nchw"),  # causal 1-D
+    ((2, 9, 10), 1, (3,), (2,), (1,), (1,), (1,), "nhwc"),
+    ((1, 3, 5, 6, 4), 1, (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), (1, 1, 1), "nchw"),
+    ((1, 1, 5, 5), 1, (3, 3), (1, 1), (1, 1), (1, 1), (1, 1), "nchw"),  # one channel, G=1
+]
+
+
+def _stored(t: torch.Tensor, layout: str) -> torch.Tensor:
+    if layout == "nhwc":
+        return t.movedim(1, -1).contiguous().movedim(-1, 1)
+    if layout == "strided":
+        big = torch.randn(*t.shape[:-1], t.shape[-1] * 2, dtype=t.dtype)
+        big[..., ::2] = t
+        return big[..., ::2]
+    return t
+
+
+def _graph(x, w, stride, pre, post, dilation, bias=None):
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tw = _tensor(g, x), _tensor(g, w)
+    y = g.conv_fprop(
+        tx,
+        tw,
+        pre_padding=list(pre),
+        post_padding=list(post),
+        stride=list(stride),
+        dilation=list(dilation),
+    )
+    feeds = {tx: x, tw: w}
+    if bias is not None:
+        tb = _tensor(g, bias)
+        y = g.relu(g.bias(y, tb))
+        feeds[tb] = bias
+    y.set_output(True).set_data_type(
+        {
+            torch.float32: cudnn.data_type.FLOAT,
+            torch.float16: cudnn.data_type.HALF,
+            torch.bfloat16: cudnn.data_type.BFLOAT16,
+        }[x.dtype]
+    )
+    return g, feeds, y
+
+
+def _torch(x, w, stride, pre, post, dilation, bias=None):
+    d = x.dim() - 2
+    pads = [p for a, b in zip(reversed(pre), reversed(post)) for p in (a, b)]
+    y = _TORCH_CONV[d](
+        F.pad(x.double(), pads), w.double(), stride=stride, dilation=dilation, groups=x.shape[1]
+    )
+    return y if bias is None else torch.relu(y + bias.double())
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"c{i}" for i in range(len(CASES))])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_against_reference_and_pytorch(case, dtype, request):
+    xdims, mult, filt, stride, pre, post, dil, layout = case
+    gen = torch.Generator().manual_seed(seed_for(request.node.name))
+    c = xdims[1]
+    x = _stored(torch.randn(xdims, generator=gen).to(dtype), layout)
+    w = _stored(torch.randn((c * mult, 1, *filt), generator=gen).to(dtype), layout)
+    g, feeds, y = _graph(x, w, stride, pre, post, dil)
+    taps = 1
+    for f in filt:
+        taps *= f
+    msg = repro("conv_depthwise", [xdims, tuple(w.shape)], str(dtype), 0, layout=layout)
+    out = check_engine(g, feeds, [y], ID, n=taps, msg=msg)
+    assert_close(out[y], _torch(x, w, stride, pre, post, dil), dtype, n=taps, msg=msg)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_fused_bias_relu_epilogue(layout):
+    gen = torch.Generator().manual_seed(5)
+    x = _stored(torch.randn((2, 6, 7, 8), generator=gen), layout)
+    w = _stored(torch.randn((6, 1, 3, 3), generator=gen), layout)
+    b = torch.randn((1, 6, 1, 1), generator=gen)
+    g, feeds, y = _graph(x, w, (1, 1), (1, 1), (1, 1), (1, 1), bias=b)
+    out = check_engine(g, feeds, [y], ID, n=9)
+    assert_close(out[y], _torch(x, w, (1, 1), (1, 1), (1, 1), (1, 1), bias=b), n=9)
+
+
+def test_zero_size_batch_is_declined_by_every_conv_engine_with_its_reason():
+    x, w = torch.empty(0, 4, 5, 5), torch.randn(4, 1, 3, 3)
+    g, _, _ = _graph(x, w, (1, 1), (1, 1), (1, 1), (1, 1))
+    g.validate()
+    s = DepthwiseConvEngine().check_support(g.op_graph, Target())
+    assert not s.ok and "empty convolution" in s.reason
+
+
+@pytest.mark.parametrize(
+    "xdims,wdims,why",
+    [
+        ((1, 8, 5, 5), (8, 2, 3, 3), "one input channel per group"),  # C/G = 2
+        ((1, 4, 5, 5), (6, 4, 3, 3), "one input channel per group"),  # dense
+    ],
+)
+def test_declines_what_is_not_depthwise(xdims, wdims, why):
+    g, _, _ = _graph(torch.randn(xdims), torch.randn(wdims), (1, 1), (1, 1), (1, 1), (1, 1))
+    g.validate()
+    s = DepthwiseConvEngine().check_support(g.op_graph, Target())
+    assert not s.ok and why in s.reason, s.reason
+
+
+def test_offered_for_the_benchmark_depthwise_layers_on_h100():
+    """Every depthwise layer of the benchmark sets gets this engine's configs on an H100
+    (NHWC: channel-wide tiles; NCHW: pixel-wide), ranked by the memory-bound model."""
+    from opendnn.bench import conv as bench_conv
+    from opendnn.engines.conv import shapes
+
+    h100 = Target(
+        device="cuda",
+        name="H100",
+        capability=(9, 0),
+        num_sms=132,
+        peak_flops_fp16=990e12,
+        bandwidth=3.0e12,
+    )
+    e = DepthwiseConvEngine()
+    seen = 0
+    for name in ("mobilenetv3", "convnext_t", "conv1d"):
+        for lay in shapes.BENCH_SETS[name]:
+            if not lay.depthwise:
+                continue
+            for variant in ("nhwc-bf16", "nchw-tf32"):
+                x, w, b, dy = bench_conv.set_tensors(lay, variant, device="meta")
+                g, _, _, _ = bench_conv._graph("fprop", x, w, b, dy, lay)
+                g.validate()
+                cfgs = e.configs(g.op_graph, h100)
+                assert cfgs, (name, lay.name, variant)
+                first = cfgs[0].knob_dict
+                if variant == "nhwc-bf16":  # channel-wide tiles: >= 32 bytes along C
+                    assert first["BLOCK_N"] >= 16, (lay.name, variant, first)
+                else:  # pixel-wide tiles
+                    assert first["BLOCK_M"] >= 64, (lay.name, variant, first)
+                # the model: x, w and y moved once at the bandwidth (these layers are far
+                # below the CUDA cores' rate), plus a launch; tiles past the edges cost extra
+                moved = x.element_size() * (x.numel() + w.numel() + dy.numel())
+                floor = moved / 3.0e12 + 4e-6
+                t = e.estimate_seconds(g.op_graph, cfgs[0], h100)
+                assert floor * 0.99 < t < 1.5 * floor, (lay.name, variant, t, floor)
+                seen += 1
+    assert seen >= 20
