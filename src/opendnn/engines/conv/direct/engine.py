@@ -26,10 +26,8 @@ def direct_source(
     name: str, geo: K.ConvGeometry, kn: K.ConvKnobs, *, epilogue_params: list, epilogue_body: str
 ) -> str:
     d = len(geo.out_dims)
-    geo.n * K._prod(geo.out_dims)
     ind, ind2, ind3 = "    ", "        ", "            "
     o = [f"o{i}" for i in range(d)]
-    [f"r{i}" for i in range(d)]
     L = K.pixel_tile_header(
         name,
         ["X", "W"],
