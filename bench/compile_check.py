@@ -11,8 +11,8 @@ compiles every launch with ``triton.compile`` for sm_90:
 
     conv       implicit GEMM / precomputed / GEMM / direct forward (int8, bf16, fp32, fused
                bias + relu, a conv1-like 7x7 s2), implicit-GEMM dgrad + drelu and wgrad,
-               a scale + bias + relu prologue with genstats (engines 3-12); depthwise (41):
-               NHWC / NCHW, multiplier 2, bias + relu, causal 1-D
+               a scale + bias + relu prologue with genstats (engines 3-12); depthwise (41,
+               42): NHWC / NCHW, multiplier 2, stride 2, bias + relu, causal 1-D
     fusion     the runtime-fusion engine (1): pointwise, broadcast, slice / transpose /
                concatenate views, row and column reductions
     matmul     the matmul engine (2) with a pointwise epilogue (bias, residual)
@@ -248,6 +248,16 @@ def conv_graphs():
         tx, tw = g.tensor_like(x), g.tensor_like(torch.randn(64, 1, 4, dtype=dt))
         g.conv_fprop(tx, tw, pre_padding=[3], post_padding=[0]).set_output(True)
         yield f"depthwise causal 1-D {dt}", g, [41]
+        for fmt, tag in ((CL, "nhwc"), (torch.contiguous_format, "nchw")):
+            dy = torch.randn(4, 48, 7, 12, dtype=dt).to(memory_format=fmt)
+            x = torch.randn(4, 24, 13, 12, dtype=dt).to(memory_format=fmt)
+            g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+            tdy = g.tensor_like(dy)
+            tw = g.tensor_like(torch.randn(48, 1, 5, 5, dtype=dt).to(memory_format=fmt))
+            dx = g.conv_dgrad(tdy, tw, padding=[2, 2], stride=[2, 1])
+            dx.set_dim(list(x.shape)).set_stride(list(x.stride())).set_output(True)
+            dx.set_data_type(g_type(dt))
+            yield f"depthwise dgrad {tag} {dt}", g, [42]
 
 
 def fusion_graphs():

@@ -164,3 +164,87 @@ def test_offered_for_the_benchmark_depthwise_layers_on_h100():
                 assert floor * 0.99 < t < 1.5 * floor, (lay.name, variant, t, floor)
                 seen += 1
     assert seen >= 20
+
+
+# ---- backward data (conv_dgrad_depthwise) --------------------------------------------------
+DGRAD_ID = 42
+
+
+def _dgrad_graph(dy, w, xdims, xlayout_like, stride, pre, post, dilation, mode=None):
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tdy, tw = _tensor(g, dy), _tensor(g, w)
+    kw = {} if mode is None else {"convolution_mode": mode}
+    dx = g.conv_dgrad(
+        tdy,
+        tw,
+        pre_padding=list(pre),
+        post_padding=list(post),
+        stride=list(stride),
+        dilation=list(dilation),
+        **kw,
+    )
+    dx.set_dim(list(xdims)).set_stride(list(xlayout_like.stride())).set_output(True)
+    dx.set_data_type(
+        {
+            torch.float32: cudnn.data_type.FLOAT,
+            torch.float16: cudnn.data_type.HALF,
+            torch.bfloat16: cudnn.data_type.BFLOAT16,
+        }[dy.dtype]
+    )
+    return g, {tdy: dy, tw: w}, dx
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"c{i}" for i in range(len(CASES))])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_dgrad_against_reference_and_pytorch(case, dtype, request):
+    xdims, mult, filt, stride, pre, post, dil, layout = case
+    gen = torch.Generator().manual_seed(seed_for(request.node.name))
+    c = xdims[1]
+    x = torch.randn(xdims, generator=gen).double()
+    w = _stored(torch.randn((c * mult, 1, *filt), generator=gen).to(dtype), layout)
+    xr = x.clone().requires_grad_()
+    y = _torch(xr, w, stride, pre, post, dil)
+    dy = _stored(torch.randn(y.shape, generator=gen).to(dtype), layout)
+    (dx_ref,) = torch.autograd.grad(y, xr, dy.double())
+    like = _stored(torch.empty(xdims), layout)
+    g, feeds, dx = _dgrad_graph(dy, w, xdims, like, stride, pre, post, dil)
+    taps = mult
+    for f in filt:
+        taps *= f
+    msg = repro("conv_dgrad_depthwise", [tuple(dy.shape), tuple(w.shape)], str(dtype), 0)
+    out = check_engine(g, feeds, [dx], DGRAD_ID, n=taps, msg=msg)
+    assert_close(out[dx], dx_ref, dtype, n=taps, msg=msg)
+
+
+def test_dgrad_convolution_mode_flips_the_filter():
+    gen = torch.Generator().manual_seed(11)
+    dy, w = torch.randn((2, 4, 6, 5), generator=gen), torch.randn((4, 1, 3, 2), generator=gen)
+    like = torch.empty(2, 4, 8, 6)
+    g, feeds, dx = _dgrad_graph(
+        dy,
+        w,
+        (2, 4, 8, 6),
+        like,
+        (1, 1),
+        (0, 0),
+        (0, 0),
+        (1, 1),
+        mode=cudnn.convolution_mode.CONVOLUTION,
+    )
+    out = check_engine(g, feeds, [dx], DGRAD_ID, n=6)
+    xr = torch.zeros(2, 4, 8, 6, dtype=torch.float64, requires_grad=True)
+    y = F.conv2d(xr, w.double().flip(-1, -2), groups=4)
+    (ref,) = torch.autograd.grad(y, xr, dy.double())
+    assert_close(out[dx], ref, n=6)
+
+
+def test_dgrad_declines_large_multipliers_with_reason():
+    from opendnn.engines.conv.depthwise.engine import DepthwiseDgradEngine
+
+    dy, w = torch.randn(1, 36, 5, 5), torch.randn(36, 1, 3, 3)  # multiplier 9 on C = 4
+    g, _, _ = _dgrad_graph(
+        dy, w, (1, 4, 5, 5), torch.empty(1, 4, 5, 5), (1, 1), (1, 1), (1, 1), (1, 1)
+    )
+    g.validate()
+    s = DepthwiseDgradEngine().check_support(g.op_graph, Target())
+    assert not s.ok and "multiplier 9" in s.reason

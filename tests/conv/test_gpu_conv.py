@@ -401,3 +401,48 @@ def test_depthwise_engine_every_config(shape, layout, dt):
         g.execute({tx: x, tw: w, tb: b, y: out}, None)
         torch.cuda.synchronize()
         assert _relerr(out, ref) < TOL[dt], cfg.label()
+
+
+@pytest.mark.parametrize("shape", shapes.GPU_DEPTHWISE)
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
+def test_depthwise_dgrad_every_config(shape, layout, dt):
+    """conv_dgrad_depthwise (42), every config, against float64 PyTorch autograd."""
+    from opendnn.engines.registry import by_id
+    from opendnn.handle import target_for
+
+    n, c, h, mult, f, s, p = shape
+    one_d = p < 0
+    dims = (n, c, h) if one_d else (n, c, h, h)
+    filt = (f,) if one_d else (f, f)
+    pre, post = ([f - 1], [0]) if one_d else ([p, p], [p, p])
+    stride = [s] * len(filt)
+
+    def stored(t):
+        return t.movedim(1, -1).contiguous().movedim(-1, 1) if layout == "nhwc" else t
+
+    w = stored(torch.randn((c * mult, 1, *filt), device="cuda", dtype=dt) * 0.3)
+    xr = torch.zeros(dims, device="cuda", dtype=torch.float64, requires_grad=True)
+    pads = [q for a_, b_ in zip(reversed(pre), reversed(post)) for q in (a_, b_)]
+    fn = F.conv1d if one_d else F.conv2d
+    y = fn(F.pad(xr, pads), w.double(), stride=stride, groups=c)
+    dy = stored(torch.randn(y.shape, device="cuda", dtype=dt))
+    (ref,) = torch.autograd.grad(y, xr, dy.double())
+    like = stored(torch.empty(dims, device="cuda", dtype=dt))
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tdy, tw = g.tensor_like(dy), g.tensor_like(w)
+    dx = g.conv_dgrad(tdy, tw, pre_padding=pre, post_padding=post, stride=stride)
+    dx.set_dim(list(dims)).set_stride(list(like.stride())).set_output(True)
+    dx.set_data_type(
+        {torch.bfloat16: cudnn.data_type.BFLOAT16, torch.float32: cudnn.data_type.FLOAT}[dt]
+    )
+    g.validate()
+    e = by_id(42)
+    target = target_for(str(torch.device("cuda", torch.cuda.current_device())))
+    assert e.check_support(g.op_graph, target).ok
+    for cfg in e.configs(g.op_graph, target):
+        g.create_execution_plan(42, cfg.knob_dict)
+        out = like.fill_(float("nan"))
+        g.execute({tdy: dy, tw: w, dx: out}, None)
+        torch.cuda.synchronize()
+        assert _relerr(out, ref) < TOL[dt], cfg.label()

@@ -32,6 +32,7 @@ ENGINE_CLASSES = (
     ("conv.fft.engine", "FftTilingConvEngine"),
     ("conv.winograd.fused", "WinogradFusedEngine"),
     ("conv.implicit_gemm.engine", "ImplicitGemmDgradEngine"),
+    ("conv.depthwise.engine", "DepthwiseDgradEngine"),
     ("conv.split_k.dgrad", "SplitKDgradEngine"),
     ("conv.winograd.dgrad", "WinogradNonfusedDgradEngine"),
     ("conv.winograd.dgrad", "WinogradFusedDgradEngine"),

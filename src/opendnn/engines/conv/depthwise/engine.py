@@ -1,5 +1,5 @@
-"""Depthwise convolution forward: one group per input channel (C/G = 1), any channel
-multiplier K/G, 1-3 spatial dims, any layout of x, w and y (NHWC loads vectorise along
+"""Depthwise convolution forward and backward data: one group per input channel
+(C/G = 1), any channel multiplier K/G (up to 8 for backward data), 1-3 spatial dims, any layout of x, w and y (NHWC loads vectorise along
 the channels, NCHW along the pixels), float / half / bfloat16, with the fused pointwise
 epilogue. The kernel and its math are in ``_kernels.py``.
 
@@ -21,13 +21,15 @@ from ...fusion import epilogue as fuse_epilogue
 from ..analysis import epilogue
 from ..implicit_gemm import _kernels as K
 from ..implicit_gemm.engine import ImplicitGemmEngine
-from ._kernels import depthwise_source
+from ._kernels import depthwise_dgrad_source, depthwise_source
 
 # (BLOCK_M pixels, BLOCK_N channels, warps): channels-innermost images take wide channel
 # tiles (one vector load per pixel row), channel-planar ones wide pixel tiles
 NHWC_TILES = ((32, 64, 4), (64, 64, 4), (16, 128, 4), (128, 32, 4), (128, 16, 4))
 NCHW_TILES = ((256, 8, 4), (128, 16, 4), (512, 4, 4), (64, 32, 4))
 INTERPRETER_TILES = ((16, 8, 4),)
+# the backward data unrolls one pass per multiplier value
+MAX_MULTIPLIER = 8
 # fp32 FMA rate of the CUDA cores against the dense fp16 tensor-core peak
 CUDA_CORE_FRACTION = 1 / 15
 
@@ -119,6 +121,95 @@ class DepthwiseConvEngine(ImplicitGemmEngine):
         return _DepthwiseExecutable(graph, self._analyze(graph), kn, target)
 
 
+class DepthwiseDgradEngine(DepthwiseConvEngine):
+    """Depthwise backward data on CUDA cores: each dx element gathered by one program from
+    the dy elements its taps hit (deterministic, no atomics, no workspace)."""
+
+    id = 42
+    name = "conv_dgrad_depthwise"
+    kind = "conv_dgrad"
+
+    def check_support(self, graph, target) -> Support:
+        a = self._analyze(graph)
+        if isinstance(a, str):
+            return decline(a)
+        if a.geo.c_per_group != 1:
+            return decline(
+                f"depthwise convolution needs one input channel per group (C/G = "
+                f"{a.geo.c_per_group}, {a.geo.groups} groups)"
+            )
+        if a.geo.k_per_group > MAX_MULTIPLIER:
+            return decline(
+                f"channel multiplier {a.geo.k_per_group} > {MAX_MULTIPLIER}: each is a pass "
+                "of the kernel's unrolled loop"
+            )
+        if a.ep.stats:
+            return decline("the depthwise kernel does not fuse batch-norm statistics")
+        return SUPPORTED
+
+    def configs(self, graph, target):
+        if not self.check_support(graph, target).ok:
+            return []
+        a = self._analyze(graph)
+        if not target.is_cuda:
+            tiles = INTERPRETER_TILES
+        else:  # the tile is over dx, whose layout decides the vector axis
+            tiles = NHWC_TILES if a.geo.x_strides[1] == 1 else NCHW_TILES
+        out = [EngineConfig.make(self, BLOCK_M=m, BLOCK_N=n, num_warps=w) for m, n, w in tiles]
+        out.sort(key=lambda c: self.estimate_seconds(graph, c, target))
+        return out
+
+    def estimate_seconds(self, graph, config, target) -> float:
+        """The forward's model over dx: every tap is tried for every dx element (at stride s
+        only 1 in s^d hits dy, but the misses cost only their masks)."""
+        a = self._analyze(graph)
+        geo, kd = a.geo, config.knob_dict
+        c_total = geo.groups
+        pixels = geo.n * K._prod(geo.in_dims)
+        flops = 2.0 * pixels * c_total * geo.k_per_group * K._prod(geo.filt)
+        moved = a.x.data_type.itemsize * (a.x.numel + a.y.numel + a.w.numel)
+        bm, bn = kd["BLOCK_M"], kd["BLOCK_N"]
+        fill = pixels * c_total / (-(-pixels // bm) * bm * -(-c_total // bn) * bn)
+        rate = target.peak_flops_fp16 * CUDA_CORE_FRACTION
+        return max(flops / rate, moved / target.bandwidth) / fill + 4e-6
+
+    def build(self, graph, config, target) -> Executable:
+        kd = self.complete_knobs(graph, config.knob_dict)
+        kn = K.ConvKnobs(BLOCK_M=kd["BLOCK_M"], BLOCK_N=kd["BLOCK_N"], num_warps=kd["num_warps"])
+        return _DepthwiseDgradExecutable(graph, self._analyze(graph), kn, target)
+
+
+class _DepthwiseDgradExecutable(Executable, LaunchList):
+    def __init__(self, graph, a, kn, target):
+        LaunchList.__init__(self)
+        self.workspace_size = 0
+        flat = dataclasses.replace(
+            a, geo=dataclasses.replace(a.geo, c_per_group=a.geo.groups, groups=1)
+        )
+        params, body = epilogue(graph, flat, "conv_dgrad")
+        name = f"conv_dgrad_depthwise_{graph.key()[:12]}"
+        src = depthwise_dgrad_source(
+            name,
+            a.geo,
+            kn,
+            dy_strides=tuple(a.y.strides),
+            epilogue_params=params,
+            epilogue_body=body,
+        )
+        kern = kernel_from_source(src, name)
+        self.source = src
+        args = [("buf", a.y.uid), ("buf", a.w.uid)] + fuse_epilogue.launch_args(a.ep)
+        const = {"BLOCK_M": kn.BLOCK_M, "BLOCK_N": kn.BLOCK_N, "num_warps": kn.num_warps}
+        pixels = a.geo.n * K._prod(a.geo.in_dims)
+        grid = (-(-pixels // kn.BLOCK_M) * -(-a.geo.groups // kn.BLOCK_N), 1)
+        self.add_launch(
+            DualKernel(kern.compiled, kern.interpreted), grid, const, args, graph, target.is_cuda
+        )
+
+    def run(self, buffers, workspace, stream=None):
+        self.run_launches(buffers, workspace, stream)
+
+
 class _DepthwiseExecutable(Executable, LaunchList):
     def __init__(self, graph, a, kn, target):
         LaunchList.__init__(self)
@@ -146,4 +237,4 @@ def _one_group(a):
     return dataclasses.replace(a, geo=dataclasses.replace(a.geo, k_per_group=k_total, groups=1))
 
 
-__all__ = ["DepthwiseConvEngine"]
+__all__ = ["DepthwiseConvEngine", "DepthwiseDgradEngine"]
