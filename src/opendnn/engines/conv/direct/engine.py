@@ -117,8 +117,12 @@ class DirectConvEngine(ImplicitGemmEngine):
             * geo.c_per_group
         )
         moved = a.x.data_type.itemsize * (a.x.numel + a.y.numel + a.w.numel)
+        # a program's BLOCK_N columns are one group's output channels: a depthwise layer
+        # (K/G = 1) uses one of them, and the FMAs of the others are spent all the same
+        bn = config.knob_dict.get("BLOCK_N", 32)
+        fill = geo.k_per_group / (-(-geo.k_per_group // bn) * bn)
         # CUDA-core FMA rate: about a fifteenth of the dense tensor-core rate
-        return max(flops / (target.peak_flops_fp16 / 15), moved / target.bandwidth) + 4e-6
+        return max(flops / fill / (target.peak_flops_fp16 / 15), moved / target.bandwidth) + 4e-6
 
     def build(self, graph, config, target) -> Executable:
         return _DirectExecutable(
