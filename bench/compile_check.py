@@ -11,8 +11,8 @@ compiles every launch with ``triton.compile`` for sm_90:
 
     conv       implicit GEMM / precomputed / GEMM / direct forward (int8, bf16, fp32, fused
                bias + relu, a conv1-like 7x7 s2), implicit-GEMM dgrad + drelu and wgrad,
-               a scale + bias + relu prologue with genstats (engines 3-12); depthwise (41,
-               42): NHWC / NCHW, multiplier 2, stride 2, bias + relu, causal 1-D
+               a scale + bias + relu prologue with genstats (engines 3-12); depthwise (41-
+               43): NHWC / NCHW, multiplier 2, stride 2, bias + relu, causal 1-D
     fusion     the runtime-fusion engine (1): pointwise, broadcast, slice / transpose /
                concatenate views, row and column reductions
     matmul     the matmul engine (2) with a pointwise epilogue (bias, residual)
@@ -258,6 +258,13 @@ def conv_graphs():
             dx.set_dim(list(x.shape)).set_stride(list(x.stride())).set_output(True)
             dx.set_data_type(g_type(dt))
             yield f"depthwise dgrad {tag} {dt}", g, [42]
+            g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+            tx, tdy = g.tensor_like(x), g.tensor_like(dy)
+            w = torch.randn(48, 1, 5, 5, dtype=dt).to(memory_format=fmt)
+            dw = g.conv_wgrad(tx, tdy, padding=[2, 2], stride=[2, 1])
+            dw.set_dim(list(w.shape)).set_stride(list(w.stride())).set_output(True)
+            dw.set_data_type(g_type(dt))
+            yield f"depthwise wgrad {tag} {dt}", g, [43]
 
 
 def fusion_graphs():

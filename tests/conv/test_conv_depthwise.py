@@ -248,3 +248,99 @@ def test_dgrad_declines_large_multipliers_with_reason():
     g.validate()
     s = DepthwiseDgradEngine().check_support(g.op_graph, Target())
     assert not s.ok and "multiplier 9" in s.reason
+
+
+# ---- backward filter (conv_wgrad_depthwise) ------------------------------------------------
+WGRAD_ID = 43
+
+
+def _wgrad_graph(x, dy, wdims, wlike, stride, pre, post, dilation, mode=None):
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tdy = _tensor(g, x), _tensor(g, dy)
+    kw = {} if mode is None else {"convolution_mode": mode}
+    dw = g.conv_wgrad(
+        tx,
+        tdy,
+        pre_padding=list(pre),
+        post_padding=list(post),
+        stride=list(stride),
+        dilation=list(dilation),
+        **kw,
+    )
+    dw.set_dim(list(wdims)).set_stride(list(wlike.stride())).set_output(True)
+    dw.set_data_type(
+        {
+            torch.float32: cudnn.data_type.FLOAT,
+            torch.float16: cudnn.data_type.HALF,
+            torch.bfloat16: cudnn.data_type.BFLOAT16,
+        }[x.dtype]
+    )
+    return g, {tx: x, tdy: dy}, dw
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"c{i}" for i in range(len(CASES))])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_wgrad_against_reference_and_pytorch(case, dtype, request):
+    xdims, mult, filt, stride, pre, post, dil, layout = case
+    gen = torch.Generator().manual_seed(seed_for(request.node.name))
+    c = xdims[1]
+    x = _stored(torch.randn(xdims, generator=gen).to(dtype), layout)
+    wdims = (c * mult, 1, *filt)
+    wr = torch.zeros(wdims, dtype=torch.float64, requires_grad=True)
+    y = _torch(x, wr, stride, pre, post, dil)
+    dy = _stored(torch.randn(y.shape, generator=gen).to(dtype), layout)
+    (dw_ref,) = torch.autograd.grad(y, wr, dy.double())
+    like = _stored(torch.empty(wdims), layout)
+    g, feeds, dw = _wgrad_graph(x, dy, wdims, like, stride, pre, post, dil)
+    n = xdims[0]
+    for o in y.shape[2:]:
+        n *= o
+    msg = repro("conv_wgrad_depthwise", [xdims, tuple(dy.shape)], str(dtype), 0)
+    out = check_engine(g, feeds, [dw], WGRAD_ID, n=n, msg=msg)
+    assert_close(out[dw], dw_ref, dtype, n=n, msg=msg)
+
+
+def test_wgrad_split_is_deterministic_and_convolution_mode_flips():
+    gen = torch.Generator().manual_seed(12)
+    x, dy = torch.randn((3, 4, 9, 8), generator=gen), torch.randn((3, 4, 7, 7), generator=gen)
+    like = torch.empty(4, 1, 3, 2)
+    g, feeds, dw = _wgrad_graph(
+        x,
+        dy,
+        (4, 1, 3, 2),
+        like,
+        (1, 1),
+        (0, 0),
+        (0, 0),
+        (1, 1),
+        mode=cudnn.convolution_mode.CONVOLUTION,
+    )
+    outs = [
+        check_engine(g, feeds, [dw], WGRAD_ID, dict(BLOCK_M=16, BLOCK_N=8, num_warps=4, SPLIT=s))
+        for s in (1, 3, 3)
+    ]
+    assert torch.equal(outs[1][dw], outs[2][dw])  # the same split: bitwise the same
+    wr = torch.zeros(4, 1, 3, 2, dtype=torch.float64, requires_grad=True)
+    y = F.conv2d(x.double(), wr.flip(-1, -2), groups=4)
+    (ref,) = torch.autograd.grad(y, wr, dy.double())
+    assert_close(outs[0][dw], ref, n=3 * 49)
+
+
+def test_wgrad_declines_an_epilogue_and_huge_filters_with_reason():
+    from opendnn.engines.conv.depthwise.engine import DepthwiseWgradEngine
+
+    x, dy = torch.randn(1, 4, 12, 12), torch.randn(1, 4, 2, 2)
+    g, _, _ = _wgrad_graph(
+        x, dy, (4, 1, 11, 11), torch.empty(4, 1, 11, 11), (1, 1), (0, 0), (0, 0), (1, 1)
+    )
+    g.validate()
+    s = DepthwiseWgradEngine().check_support(g.op_graph, Target())
+    assert not s.ok and "121 filter taps" in s.reason
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tdy = _tensor(g, torch.randn(1, 4, 5, 5)), _tensor(g, torch.randn(1, 4, 5, 5))
+    dw = g.conv_wgrad(tx, tdy, padding=[1, 1])
+    dw.set_dim([4, 1, 3, 3]).set_stride([9, 9, 3, 1])
+    g.scale(dw, 0.5).set_output(True)
+    g.validate()
+    s = DepthwiseWgradEngine().check_support(g.op_graph, Target())
+    assert not s.ok and "no fused epilogue" in s.reason

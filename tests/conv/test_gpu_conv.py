@@ -446,3 +446,55 @@ def test_depthwise_dgrad_every_config(shape, layout, dt):
         g.execute({tdy: dy, tw: w, dx: out}, None)
         torch.cuda.synchronize()
         assert _relerr(out, ref) < TOL[dt], cfg.label()
+
+
+@pytest.mark.parametrize("shape", shapes.GPU_DEPTHWISE)
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
+def test_depthwise_wgrad_every_config(shape, layout, dt):
+    """conv_wgrad_depthwise (43), every config, against float64 PyTorch autograd; the same
+    config twice gives the same bits (fixed-order split)."""
+    from opendnn.engines.registry import by_id
+    from opendnn.handle import target_for
+
+    n, c, h, mult, f, s, p = shape
+    one_d = p < 0
+    dims = (n, c, h) if one_d else (n, c, h, h)
+    filt = (f,) if one_d else (f, f)
+    pre, post = ([f - 1], [0]) if one_d else ([p, p], [p, p])
+    stride = [s] * len(filt)
+
+    def stored(t):
+        return t.movedim(1, -1).contiguous().movedim(-1, 1) if layout == "nhwc" else t
+
+    x = stored(torch.randn(dims, device="cuda", dtype=dt))
+    wdims = (c * mult, 1, *filt)
+    wr = torch.zeros(wdims, device="cuda", dtype=torch.float64, requires_grad=True)
+    pads = [q for a_, b_ in zip(reversed(pre), reversed(post)) for q in (a_, b_)]
+    fn = F.conv1d if one_d else F.conv2d
+    y = fn(F.pad(x.double(), pads), wr, stride=stride, groups=c)
+    dy = stored(torch.randn(y.shape, device="cuda", dtype=dt))
+    (ref,) = torch.autograd.grad(y, wr, dy.double())
+    like = stored(torch.empty(wdims, device="cuda", dtype=dt))
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tdy = g.tensor_like(x), g.tensor_like(dy)
+    dw = g.conv_wgrad(tx, tdy, pre_padding=pre, post_padding=post, stride=stride)
+    dw.set_dim(list(wdims)).set_stride(list(like.stride())).set_output(True)
+    dw.set_data_type(
+        {torch.bfloat16: cudnn.data_type.BFLOAT16, torch.float32: cudnn.data_type.FLOAT}[dt]
+    )
+    g.validate()
+    e = by_id(43)
+    target = target_for(str(torch.device("cuda", torch.cuda.current_device())))
+    assert e.check_support(g.op_graph, target).ok
+    for cfg in e.configs(g.op_graph, target):
+        g.create_execution_plan(43, cfg.knob_dict)
+        ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+        runs = []
+        for _ in range(2):
+            out = like.clone().fill_(float("nan"))
+            g.execute({tx: x, tdy: dy, dw: out}, ws)
+            torch.cuda.synchronize()
+            runs.append(out)
+        assert _relerr(runs[0], ref) < TOL[dt] * 2, cfg.label()  # long float32 sums
+        assert torch.equal(runs[0], runs[1]), cfg.label()

@@ -39,6 +39,7 @@ ENGINE_CLASSES = (
     ("conv.fft.dgrad", "FftDgradEngine"),
     ("conv.fft.dgrad", "FftTilingDgradEngine"),
     ("conv.implicit_gemm.engine", "ImplicitGemmWgradEngine"),
+    ("conv.depthwise.engine", "DepthwiseWgradEngine"),
     ("conv.split_k.wgrad", "SplitKWgradEngine"),
     ("conv.split_k.wgrad_precomp", "PrecompSplitKWgradEngine"),
     ("conv.gemm.wgrad", "GemmWgradEngine"),

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from ...fusion._codegen import COMBINE_HELPERS
 from ..analysis import ConvGeometry
 from ..implicit_gemm import _kernels as K
 
@@ -135,3 +136,105 @@ def depthwise_dgrad_source(
     for line in epilogue_body.strip("\n").split("\n"):
         L.append(ind + line)
     return "\n".join(L) + "\n"
+
+
+def depthwise_wgrad_sources(
+    name: str,
+    geo: ConvGeometry,
+    kn: K.ConvKnobs,
+    *,
+    split: int,
+    dy_strides: tuple,
+    dw_desc,
+) -> tuple[str, str]:
+    """Backward filter of a depthwise convolution, as two kernels. With M the channel
+    multiplier and p = (n, o) over the N * prod(out) output pixels,
+
+        dw[j, 0, r] = sum_p dy[n, j, o] x[n, j // M, o * stride - pre + r * dil]
+
+    ``{name}``: program (channel block, slice s of ``split``) walks the pixel tiles
+    s, s + split, ... and keeps one [BLOCK_N] float32 sum per tap (the taps unrolled: each
+    dy tile is loaded once and meets every tap's shifted x tile), then writes them to
+    WS[s, tap, j]. ``{name}_finish``: each (tap, j) sums its ``split`` partials in order
+    and stores dw (cast to its type; CONVOLUTION mode stores tap r at R - 1 - r).
+    Deterministic: fixed tiles, fixed order, no atomics."""
+    d = len(geo.filt)
+    mult = geo.k_per_group
+    k_total = mult * geo.groups
+    taps = K._prod(geo.filt)
+    pixels = geo.n * K._prod(geo.out_dims)
+    xs, ws = geo.x_strides, dw_desc.strides
+    i64 = ".to(tl.int64)" if geo.int64 else ""
+    ind, ind2 = "    ", "        "
+    # tl.reduce with a generated combine, not tl.sum: a library @jit function called from a
+    # generated module fails in Triton 3.6's interpreter
+    L = [
+        COMBINE_HELPERS,
+        "@triton.jit",
+        f"def {name}(X, DY, WS, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):",
+        f"{ind}offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)",
+        f"{ind}mask_n = offs_n < {k_total}",
+        f"{ind}s = tl.program_id(1)",
+    ]
+    chan = f"offs_n{i64}"
+    src = chan if mult == 1 else f"({chan} // {mult})"
+    L.append(f"{ind}dy_col = {chan} * {dy_strides[1]}")
+    L.append(f"{ind}x_col = {src} * {xs[1]}")
+    for t in range(taps):
+        L.append(f"{ind}acc{t} = tl.full([BLOCK_N], 0.0, tl.float32)")
+    L.append(f"{ind}for p0 in range(s * BLOCK_M, {pixels}, {split} * BLOCK_M):")
+    L.append(f"{ind2}offs_m = (p0 + tl.arange(0, BLOCK_M)){i64}")
+    L.append(f"{ind2}mask_m = offs_m < {pixels}")
+    o = [f"o{i}" for i in range(d)]
+    L += K._div_chain("offs_m", [geo.n] + list(geo.out_dims), ["nb"] + o, ind2, "_qm")
+    dy_off = " + ".join(
+        [f"nb * {dy_strides[0]}"] + [f"{o[i]} * {dy_strides[2 + i]}" for i in range(d)]
+    )
+    L.append(
+        f"{ind2}dyv = tl.load(DY + ({dy_off})[:, None] + dy_col[None, :], "
+        "mask=mask_m[:, None] & mask_n[None, :], other=0.0).to(tl.float32)"
+    )
+    r_all = [0] * d
+    for t in range(taps):
+        rem = t
+        for i in reversed(range(d)):
+            r_all[i] = rem % geo.filt[i]
+            rem //= geo.filt[i]
+        valid, off = ["mask_m"], [f"nb * {xs[0]}"]
+        for i in range(d):
+            h = f"({o[i]} * {geo.stride[i]} + {r_all[i] * geo.dilation[i] - geo.pre[i]})"
+            valid.append(f"({h} >= 0) & ({h} < {geo.in_dims[i]})")
+            off.append(f"{h} * {xs[2 + i]}")
+        L.append(
+            f"{ind2}xv = tl.load(X + ({' + '.join(off)})[:, None] + x_col[None, :], "
+            f"mask=({' & '.join(valid)})[:, None] & mask_n[None, :], other=0.0)"
+            ".to(tl.float32)"
+        )
+        L.append(f"{ind2}acc{t} += tl.reduce(dyv * xv, 0, _add_combine)")
+    for t in range(taps):
+        L.append(
+            f"{ind}tl.store(WS + (s * {taps} + {t}) * {k_total} + offs_n, acc{t}, mask=mask_n)"
+        )
+    part = "\n".join(L) + "\n"
+
+    from ...fusion import _codegen as cg
+
+    F = [
+        "@triton.jit",
+        f"def {name}_finish(WS, DW, BLOCK: tl.constexpr):",
+        f"{ind}e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
+        f"{ind}mask = e < {taps * k_total}",
+        f"{ind}j = e % {k_total}",
+        f"{ind}t = e // {k_total}",
+        f"{ind}acc = tl.full([BLOCK], 0.0, tl.float32)",
+        f"{ind}for s in range(0, {split}):",
+        f"{ind2}acc += tl.load(WS + s * {taps * k_total} + e, mask=mask, other=0.0)",
+    ]
+    r = [f"r{i}" for i in range(d)]
+    F += K._div_chain("t", list(geo.filt), r, ind, "_qt")
+    w_off = [f"j{i64} * {ws[0]}"]
+    for i in range(d):
+        fr = f"({geo.filt[i] - 1} - {r[i]})" if geo.flip else r[i]
+        w_off.append(f"{fr} * {ws[2 + i]}")
+    F.append(ind + cg.store_expr("DW", " + ".join(w_off), "acc", dw_desc, "mask"))
+    return part, "\n".join(F) + "\n"
