@@ -34,9 +34,14 @@ INTERPRETER_TILES = ((16, 8, 4),)
 MAX_MULTIPLIER = 8
 # the backward filter keeps one float32 sum per tap and channel in registers (unrolled)
 MAX_TAPS = 81
-# backward filter tiles (BLOCK_M pixels, BLOCK_N channels, warps)
+# backward filter tiles (BLOCK_M pixels, BLOCK_N channels, warps). With more than 9 taps
+# the unrolled taps keep more tiles live: ptxas for sm_90 spills 0.1-12 KB per thread on
+# 5x5 / 7x7 layers with the wide tiles, none (NHWC bf16) or ~0.5 KB (NCHW float32, 7x7)
+# with these smaller ones
 WGRAD_NHWC_TILES = ((32, 64, 4), (64, 32, 4), (16, 128, 4))
 WGRAD_NCHW_TILES = ((128, 16, 4), (256, 8, 4))
+WGRAD_MANY_TAPS_NHWC_TILES = ((16, 64, 4), (32, 32, 4), (32, 64, 8))
+WGRAD_MANY_TAPS_NCHW_TILES = ((32, 16, 4), (16, 32, 4))
 # fp32 FMA rate of the CUDA cores against the dense fp16 tensor-core peak
 CUDA_CORE_FRACTION = 1 / 15
 
@@ -211,7 +216,13 @@ class DepthwiseWgradEngine(DepthwiseConvEngine):
         return SUPPORTED
 
     def knob_space(self, graph=None):
-        tiles = WGRAD_NHWC_TILES + WGRAD_NCHW_TILES + INTERPRETER_TILES
+        tiles = (
+            WGRAD_NHWC_TILES
+            + WGRAD_NCHW_TILES
+            + WGRAD_MANY_TAPS_NHWC_TILES
+            + WGRAD_MANY_TAPS_NCHW_TILES
+            + INTERPRETER_TILES
+        )
         return [
             Knob("BLOCK_M", tuple(sorted({m for m, _, _ in tiles})), 32),
             Knob("BLOCK_N", tuple(sorted({n for _, n, _ in tiles})), 64),
@@ -237,10 +248,13 @@ class DepthwiseWgradEngine(DepthwiseConvEngine):
         if not self.check_support(graph, target).ok:
             return []
         a = self._analyze(graph)
+        nhwc, many = a.geo.x_strides[1] == 1, K._prod(a.geo.filt) > 9
         if not target.is_cuda:
             tiles = INTERPRETER_TILES
+        elif many:
+            tiles = WGRAD_MANY_TAPS_NHWC_TILES if nhwc else WGRAD_MANY_TAPS_NCHW_TILES
         else:
-            tiles = WGRAD_NHWC_TILES if a.geo.x_strides[1] == 1 else WGRAD_NCHW_TILES
+            tiles = WGRAD_NHWC_TILES if nhwc else WGRAD_NCHW_TILES
         out = [
             EngineConfig.make(
                 self, BLOCK_M=m, BLOCK_N=n, num_warps=w, SPLIT=self._split(a, m, n, target)
