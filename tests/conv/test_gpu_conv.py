@@ -360,6 +360,28 @@ def test_parallel_compile_error_raises_at_launch():
             launcher.launch([torch.zeros(4, device="cuda")])
 
 
+def _depthwise_problem(shape, layout):
+    """A ``shapes.GPU_DEPTHWISE`` problem: (C, multiplier, x dims, filter, pre, post,
+    stride, a function storing a tensor in ``layout``, the float64 reference conv(x, w)).
+    A pad of -1 means causal 1-D (k - 1 before, none after)."""
+    n, c, h, mult, f, s, p = shape
+    one_d = p < 0
+    dims = (n, c, h) if one_d else (n, c, h, h)
+    filt = (f,) if one_d else (f, f)
+    pre, post = ([f - 1], [0]) if one_d else ([p, p], [p, p])
+    stride = [s] * len(filt)
+    pads = [q for a_, b_ in zip(reversed(pre), reversed(post)) for q in (a_, b_)]
+    fn = F.conv1d if one_d else F.conv2d
+
+    def stored(t):
+        return t.movedim(1, -1).contiguous().movedim(-1, 1) if layout == "nhwc" else t
+
+    def conv(x, w):
+        return fn(F.pad(x, pads), w, stride=stride, groups=c)
+
+    return c, mult, dims, filt, pre, post, stride, stored, conv
+
+
 @pytest.mark.parametrize("shape", shapes.GPU_DEPTHWISE)
 @pytest.mark.parametrize("layout", ["nhwc", "nchw"])
 @pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32, torch.float16])
@@ -369,16 +391,7 @@ def test_depthwise_engine_every_config(shape, layout, dt):
     from opendnn.engines.registry import by_id
     from opendnn.handle import target_for
 
-    n, c, h, mult, f, s, p = shape
-    one_d = p < 0
-    dims = (n, c, h) if one_d else (n, c, h, h)
-    filt = (f,) if one_d else (f, f)
-    pre, post = ([f - 1], [0]) if one_d else ([p, p], [p, p])
-    stride = [s] * len(filt)
-
-    def stored(t):
-        return t.movedim(1, -1).contiguous().movedim(-1, 1) if layout == "nhwc" else t
-
+    c, mult, dims, filt, pre, post, stride, stored, ref_conv = _depthwise_problem(shape, layout)
     x = stored(torch.randn(dims, device="cuda", dtype=dt))
     w = stored(torch.randn((c * mult, 1, *filt), device="cuda", dtype=dt) * 0.3)
     b = torch.randn((1, c * mult) + (1,) * len(filt), device="cuda", dtype=dt)
@@ -391,9 +404,7 @@ def test_depthwise_engine_every_config(shape, layout, dt):
     e = by_id(41)
     target = target_for(str(torch.device("cuda", torch.cuda.current_device())))
     assert e.check_support(g.op_graph, target).ok
-    pads = [q for a_, b_ in zip(reversed(pre), reversed(post)) for q in (a_, b_)]
-    fn = F.conv1d if one_d else F.conv2d
-    ref = fn(F.pad(x.double(), pads), w.double(), stride=stride, groups=c)
+    ref = ref_conv(x.double(), w.double())
     ref = torch.relu(ref + b.double())
     for cfg in e.configs(g.op_graph, target):
         g.create_execution_plan(41, cfg.knob_dict)
@@ -411,21 +422,10 @@ def test_depthwise_dgrad_every_config(shape, layout, dt):
     from opendnn.engines.registry import by_id
     from opendnn.handle import target_for
 
-    n, c, h, mult, f, s, p = shape
-    one_d = p < 0
-    dims = (n, c, h) if one_d else (n, c, h, h)
-    filt = (f,) if one_d else (f, f)
-    pre, post = ([f - 1], [0]) if one_d else ([p, p], [p, p])
-    stride = [s] * len(filt)
-
-    def stored(t):
-        return t.movedim(1, -1).contiguous().movedim(-1, 1) if layout == "nhwc" else t
-
+    c, mult, dims, filt, pre, post, stride, stored, ref_conv = _depthwise_problem(shape, layout)
     w = stored(torch.randn((c * mult, 1, *filt), device="cuda", dtype=dt) * 0.3)
     xr = torch.zeros(dims, device="cuda", dtype=torch.float64, requires_grad=True)
-    pads = [q for a_, b_ in zip(reversed(pre), reversed(post)) for q in (a_, b_)]
-    fn = F.conv1d if one_d else F.conv2d
-    y = fn(F.pad(xr, pads), w.double(), stride=stride, groups=c)
+    y = ref_conv(xr, w.double())
     dy = stored(torch.randn(y.shape, device="cuda", dtype=dt))
     (ref,) = torch.autograd.grad(y, xr, dy.double())
     like = stored(torch.empty(dims, device="cuda", dtype=dt))
@@ -457,22 +457,11 @@ def test_depthwise_wgrad_every_config(shape, layout, dt):
     from opendnn.engines.registry import by_id
     from opendnn.handle import target_for
 
-    n, c, h, mult, f, s, p = shape
-    one_d = p < 0
-    dims = (n, c, h) if one_d else (n, c, h, h)
-    filt = (f,) if one_d else (f, f)
-    pre, post = ([f - 1], [0]) if one_d else ([p, p], [p, p])
-    stride = [s] * len(filt)
-
-    def stored(t):
-        return t.movedim(1, -1).contiguous().movedim(-1, 1) if layout == "nhwc" else t
-
+    c, mult, dims, filt, pre, post, stride, stored, ref_conv = _depthwise_problem(shape, layout)
     x = stored(torch.randn(dims, device="cuda", dtype=dt))
     wdims = (c * mult, 1, *filt)
     wr = torch.zeros(wdims, device="cuda", dtype=torch.float64, requires_grad=True)
-    pads = [q for a_, b_ in zip(reversed(pre), reversed(post)) for q in (a_, b_)]
-    fn = F.conv1d if one_d else F.conv2d
-    y = fn(F.pad(x.double(), pads), wr, stride=stride, groups=c)
+    y = ref_conv(x.double(), wr)
     dy = stored(torch.randn(y.shape, device="cuda", dtype=dt))
     (ref,) = torch.autograd.grad(y, wr, dy.double())
     like = stored(torch.empty(wdims, device="cuda", dtype=dt))

@@ -47,12 +47,14 @@ CUDA_CORE_FRACTION = 1 / 15
 
 
 class DepthwiseConvEngine(ImplicitGemmEngine):
-    """Depthwise fprop on CUDA cores: pixels x channels tiles across all groups."""
+    """Depthwise fprop on CUDA cores: pixels x channels tiles across all groups. The
+    backward engines below differ only in their tile space, declines, configs and kernel."""
 
     id = 41
     name = "conv_depthwise"
     kind = "conv_fprop"
     tma_path = None
+    DEFAULT_TILE = (64, 64)  # (BLOCK_M, BLOCK_N) of a config that names neither
 
     def check_support(self, graph, target) -> Support:
         a = self._analyze(graph)
@@ -63,37 +65,54 @@ class DepthwiseConvEngine(ImplicitGemmEngine):
                 f"depthwise convolution needs one input channel per group (C/G = "
                 f"{a.geo.c_per_group}, {a.geo.groups} groups)"
             )
-        if a.x.data_type == DataType.INT8:
-            return decline("int8 depthwise convolution is not supported")
-        if a.prologue is not None:
-            return decline("the depthwise kernel has no prologue")
         if a.ep.stats:
             return decline("the depthwise kernel does not fuse batch-norm statistics")
-        return SUPPORTED
+        why = self._decline(a)
+        return decline(why) if why else SUPPORTED
+
+    def _decline(self, a) -> str | None:
+        """What this direction does not take, past the checks every depthwise engine makes."""
+        if a.x.data_type == DataType.INT8:
+            return "int8 depthwise convolution is not supported"
+        if a.prologue is not None:
+            return "the depthwise kernel has no prologue"
+        return None
 
     def numerical_notes(self, graph, config) -> frozenset:
         return frozenset()
 
+    def _all_tiles(self) -> tuple:
+        return NHWC_TILES + NCHW_TILES + INTERPRETER_TILES
+
     def knob_space(self, graph=None):
-        tiles = NHWC_TILES + NCHW_TILES + INTERPRETER_TILES
+        tiles = self._all_tiles()
         return [
-            Knob("BLOCK_M", tuple(sorted({m for m, _, _ in tiles})), 64),
-            Knob("BLOCK_N", tuple(sorted({n for _, n, _ in tiles})), 64),
+            Knob("BLOCK_M", tuple(sorted({m for m, _, _ in tiles})), self.DEFAULT_TILE[0]),
+            Knob("BLOCK_N", tuple(sorted({n for _, n, _ in tiles})), self.DEFAULT_TILE[1]),
             Knob("num_warps", (4, 8), 4),
         ]
 
     def complete_knobs(self, graph, knobs: dict) -> dict:
         return {**{k.name: k.default for k in self.knob_space(graph)}, **knobs}
 
+    def _tiles(self, a, target) -> tuple:
+        """(BLOCK_M, BLOCK_N, warps) candidates: the layout of the tensor the tile walks
+        (y, or dx) decides the vector axis."""
+        if not target.is_cuda:
+            return INTERPRETER_TILES
+        return NHWC_TILES if a.geo.x_strides[1] == 1 else NCHW_TILES
+
+    def _knobs(self, a, m, n, w, target) -> dict:
+        return dict(BLOCK_M=m, BLOCK_N=n, num_warps=w)
+
     def configs(self, graph, target):
         if not self.check_support(graph, target).ok:
             return []
         a = self._analyze(graph)
-        if not target.is_cuda:
-            tiles = INTERPRETER_TILES
-        else:
-            tiles = NHWC_TILES if a.geo.x_strides[1] == 1 else NCHW_TILES
-        out = [EngineConfig.make(self, BLOCK_M=m, BLOCK_N=n, num_warps=w) for m, n, w in tiles]
+        out = [
+            EngineConfig.make(self, **self._knobs(a, m, n, w, target))
+            for m, n, w in self._tiles(a, target)
+        ]
         out.sort(key=lambda c: self.estimate_seconds(graph, c, target))
         return out
 
@@ -106,7 +125,7 @@ class DepthwiseConvEngine(ImplicitGemmEngine):
             v = kd.get(name)
             if not isinstance(v, int) or v < 1 or v & (v - 1):
                 return decline(f"{name}={v!r}: a power of two")
-        unknown = sorted(set(kd) - {"BLOCK_M", "BLOCK_N", "num_warps"})
+        unknown = sorted(set(kd) - {k.name for k in self.knob_space(graph)})
         if unknown:
             return decline(f"unknown knobs {', '.join(unknown)}")
         return SUPPORTED
@@ -114,159 +133,119 @@ class DepthwiseConvEngine(ImplicitGemmEngine):
     def workspace_size(self, graph, config, target) -> int:
         return 0
 
+    def _tile_space(self, a) -> tuple[int, int]:
+        """(pixels, channels) the programs' tiles cover, every tap tried on each pixel: y's
+        for the forward and the backward filter."""
+        return a.geo.n * K._prod(a.geo.out_dims), a.geo.k_per_group * a.geo.groups
+
+    def _extra(self, a, kd) -> tuple[float, float]:
+        """(bytes, seconds) a direction adds to the roofline: none for one kernel."""
+        return 0.0, 0.0
+
     def estimate_seconds(self, graph, config, target) -> float:
+        """x, w and y moved once at the bandwidth, or the taps' FMAs on the CUDA cores when
+        longer (every tap is tried for every element the tile covers), divided by the share
+        of the tiles inside the tensor; plus a launch and what the direction adds."""
         a = self._analyze(graph)
-        geo, kd = a.geo, config.knob_dict
-        k_total = geo.k_per_group * geo.groups
-        pixels = geo.n * K._prod(geo.out_dims)
-        flops = 2.0 * pixels * k_total * K._prod(geo.filt)
-        moved = a.x.data_type.itemsize * (a.x.numel + a.y.numel + a.w.numel)
-        # tiles past the edges move and compute nothing useful
-        bm, bn = kd["BLOCK_M"], kd["BLOCK_N"]
-        fill = pixels * k_total / (-(-pixels // bm) * bm * -(-k_total // bn) * bn)
+        geo = a.geo
+        kd = self.complete_knobs(graph, config.knob_dict)
+        pixels, channels = self._tile_space(a)
+        flops = 2.0 * pixels * geo.k_per_group * geo.groups * K._prod(geo.filt)
+        extra_bytes, extra_s = self._extra(a, kd)
+        moved = a.x.data_type.itemsize * (a.x.numel + a.y.numel + a.w.numel) + extra_bytes
+        fill = self._fill(pixels, channels, kd["BLOCK_M"], kd["BLOCK_N"])
         rate = target.peak_flops_fp16 * CUDA_CORE_FRACTION
-        return max(flops / rate, moved / target.bandwidth) / fill + 4e-6
+        return max(flops / rate, moved / target.bandwidth) / fill + 4e-6 + extra_s
+
+    def _fill(self, pixels, channels, bm, bn) -> float:
+        """The share of the tiles' elements inside the tensor."""
+        return pixels * channels / (-(-pixels // bm) * bm * -(-channels // bn) * bn)
 
     def build(self, graph, config, target) -> Executable:
         kd = self.complete_knobs(graph, config.knob_dict)
         kn = K.ConvKnobs(BLOCK_M=kd["BLOCK_M"], BLOCK_N=kd["BLOCK_N"], num_warps=kd["num_warps"])
-        return _DepthwiseExecutable(graph, self._analyze(graph), kn, target)
+        return self._executable(graph, self._analyze(graph), kn, kd, target)
+
+    def _executable(self, graph, a, kn, kd, target) -> Executable:
+        return _DepthwiseExecutable(graph, a, kn, target)
 
 
 class DepthwiseDgradEngine(DepthwiseConvEngine):
     """Depthwise backward data on CUDA cores: each dx element gathered by one program from
-    the dy elements its taps hit (deterministic, no atomics, no workspace)."""
+    the dy elements its taps hit (deterministic, no atomics, no workspace). Its tiles walk
+    dx; every tap is tried for every dx element (at stride s only 1 in s^d hits dy, but the
+    misses cost only their masks)."""
 
     id = 42
     name = "conv_dgrad_depthwise"
     kind = "conv_dgrad"
 
-    def check_support(self, graph, target) -> Support:
-        a = self._analyze(graph)
-        if isinstance(a, str):
-            return decline(a)
-        if a.geo.c_per_group != 1:
-            return decline(
-                f"depthwise convolution needs one input channel per group (C/G = "
-                f"{a.geo.c_per_group}, {a.geo.groups} groups)"
-            )
+    def _decline(self, a) -> str | None:
         if a.geo.k_per_group > MAX_MULTIPLIER:
-            return decline(
+            return (
                 f"channel multiplier {a.geo.k_per_group} > {MAX_MULTIPLIER}: each is a pass "
                 "of the kernel's unrolled loop"
             )
-        if a.ep.stats:
-            return decline("the depthwise kernel does not fuse batch-norm statistics")
-        return SUPPORTED
+        return None
 
-    def configs(self, graph, target):
-        if not self.check_support(graph, target).ok:
-            return []
-        a = self._analyze(graph)
-        if not target.is_cuda:
-            tiles = INTERPRETER_TILES
-        else:  # the tile is over dx, whose layout decides the vector axis
-            tiles = NHWC_TILES if a.geo.x_strides[1] == 1 else NCHW_TILES
-        out = [EngineConfig.make(self, BLOCK_M=m, BLOCK_N=n, num_warps=w) for m, n, w in tiles]
-        out.sort(key=lambda c: self.estimate_seconds(graph, c, target))
-        return out
+    def _tile_space(self, a) -> tuple[int, int]:
+        return a.geo.n * K._prod(a.geo.in_dims), a.geo.groups
 
-    def estimate_seconds(self, graph, config, target) -> float:
-        """The forward's model over dx: every tap is tried for every dx element (at stride s
-        only 1 in s^d hits dy, but the misses cost only their masks)."""
-        a = self._analyze(graph)
-        geo, kd = a.geo, config.knob_dict
-        c_total = geo.groups
-        pixels = geo.n * K._prod(geo.in_dims)
-        flops = 2.0 * pixels * c_total * geo.k_per_group * K._prod(geo.filt)
-        moved = a.x.data_type.itemsize * (a.x.numel + a.y.numel + a.w.numel)
-        bm, bn = kd["BLOCK_M"], kd["BLOCK_N"]
-        fill = pixels * c_total / (-(-pixels // bm) * bm * -(-c_total // bn) * bn)
-        rate = target.peak_flops_fp16 * CUDA_CORE_FRACTION
-        return max(flops / rate, moved / target.bandwidth) / fill + 4e-6
-
-    def build(self, graph, config, target) -> Executable:
-        kd = self.complete_knobs(graph, config.knob_dict)
-        kn = K.ConvKnobs(BLOCK_M=kd["BLOCK_M"], BLOCK_N=kd["BLOCK_N"], num_warps=kd["num_warps"])
-        return _DepthwiseDgradExecutable(graph, self._analyze(graph), kn, target)
+    def _executable(self, graph, a, kn, kd, target) -> Executable:
+        return _DepthwiseDgradExecutable(graph, a, kn, target)
 
 
 class DepthwiseWgradEngine(DepthwiseConvEngine):
     """Depthwise backward filter on CUDA cores: a pixel reduction per (tap, channel), split
-    over programs whose float32 partials a second kernel sums in a fixed order."""
+    over programs whose float32 partials a second kernel sums in a fixed order. x and dy are
+    read once (each tap's x tile is its neighbours' from L1/L2); the partials' round trip
+    and the second launch come on top."""
 
     id = 43
     name = "conv_wgrad_depthwise"
     kind = "conv_wgrad"
+    DEFAULT_TILE = (32, 64)
 
-    def check_support(self, graph, target) -> Support:
-        a = self._analyze(graph)
-        if isinstance(a, str):
-            return decline(a)
-        if a.geo.c_per_group != 1:
-            return decline(
-                f"depthwise convolution needs one input channel per group (C/G = "
-                f"{a.geo.c_per_group}, {a.geo.groups} groups)"
-            )
+    def _decline(self, a) -> str | None:
         taps = K._prod(a.geo.filt)
         if taps > MAX_TAPS:
-            return decline(f"{taps} filter taps > {MAX_TAPS}: one register sum per tap")
-        if a.ep.nodes or a.ep.stats:
-            return decline("the depthwise backward filter writes dw only (no fused epilogue)")
-        return SUPPORTED
+            return f"{taps} filter taps > {MAX_TAPS}: one register sum per tap"
+        if a.ep.nodes:
+            return "the depthwise backward filter writes dw only (no fused epilogue)"
+        return None
 
-    def knob_space(self, graph=None):
-        tiles = (
+    def _all_tiles(self) -> tuple:
+        return (
             WGRAD_NHWC_TILES
             + WGRAD_NCHW_TILES
             + WGRAD_MANY_TAPS_NHWC_TILES
             + WGRAD_MANY_TAPS_NCHW_TILES
             + INTERPRETER_TILES
         )
-        return [
-            Knob("BLOCK_M", tuple(sorted({m for m, _, _ in tiles})), 32),
-            Knob("BLOCK_N", tuple(sorted({n for _, n, _ in tiles})), 64),
-            Knob("num_warps", (4, 8), 4),
-            Knob("SPLIT", (1, 2, 4, 8, 16, 32, 64, 128, 256), 1),
-        ]
+
+    def knob_space(self, graph=None):
+        return super().knob_space(graph) + [Knob("SPLIT", (1, 2, 4, 8, 16, 32, 64, 128, 256), 1)]
 
     def check_config(self, graph, config, target) -> Support:
-        kd = dict(config.knob_dict)
-        split = kd.pop("SPLIT", 1)
+        split = config.knob_dict.get("SPLIT", 1)
         if not isinstance(split, int) or split < 1:
             return decline(f"SPLIT={split!r}: a positive integer")
-        return super().check_config(graph, EngineConfig.make(self, **kd), target)
+        return super().check_config(graph, config, target)
 
-    def _split(self, a, bm, bn, target) -> int:
-        """Slices of the pixels: about two programs per SM, never an empty slice."""
-        tiles = -(-a.geo.n * K._prod(a.geo.out_dims) // bm)
-        blocks = -(-a.geo.k_per_group * a.geo.groups // bn)
-        want = max(1, round(2 * target.num_sms / blocks)) if target.is_cuda else 2
-        return max(1, min(tiles, want, 256))
-
-    def configs(self, graph, target):
-        if not self.check_support(graph, target).ok:
-            return []
-        a = self._analyze(graph)
-        nhwc, many = a.geo.x_strides[1] == 1, K._prod(a.geo.filt) > 9
+    def _tiles(self, a, target) -> tuple:
         if not target.is_cuda:
-            tiles = INTERPRETER_TILES
-        elif many:
-            tiles = WGRAD_MANY_TAPS_NHWC_TILES if nhwc else WGRAD_MANY_TAPS_NCHW_TILES
-        else:
-            tiles = WGRAD_NHWC_TILES if nhwc else WGRAD_NCHW_TILES
-        out = [
-            EngineConfig.make(
-                self, BLOCK_M=m, BLOCK_N=n, num_warps=w, SPLIT=self._split(a, m, n, target)
-            )
-            for m, n, w in tiles
-        ]
-        out.sort(key=lambda c: self.estimate_seconds(graph, c, target))
-        return out
+            return INTERPRETER_TILES
+        nhwc = a.geo.x_strides[1] == 1
+        if K._prod(a.geo.filt) > 9:
+            return WGRAD_MANY_TAPS_NHWC_TILES if nhwc else WGRAD_MANY_TAPS_NCHW_TILES
+        return WGRAD_NHWC_TILES if nhwc else WGRAD_NCHW_TILES
 
-    def complete_knobs(self, graph, knobs: dict) -> dict:
-        out = {**{k.name: k.default for k in self.knob_space(graph)}, **knobs}
-        return out
+    def _knobs(self, a, m, n, w, target) -> dict:
+        """With SPLIT slices of the pixels: about two programs per SM, none empty."""
+        tiles = -(-a.geo.n * K._prod(a.geo.out_dims) // m)
+        blocks = -(-a.geo.k_per_group * a.geo.groups // n)
+        want = max(1, round(2 * target.num_sms / blocks)) if target.is_cuda else 2
+        return dict(BLOCK_M=m, BLOCK_N=n, num_warps=w, SPLIT=max(1, min(tiles, want, 256)))
 
     def workspace_size(self, graph, config, target) -> int:
         a = self._analyze(graph)
@@ -275,27 +254,16 @@ class DepthwiseWgradEngine(DepthwiseConvEngine):
         kd = self.complete_knobs(graph, config.knob_dict)
         return 4 * kd["SPLIT"] * K._prod(a.geo.filt) * a.geo.k_per_group * a.geo.groups
 
-    def estimate_seconds(self, graph, config, target) -> float:
-        """x and dy read once (each tap's x tile is the neighbours' from L1/L2), the taps'
-        FMAs on the CUDA cores, the partials' round trip and a second launch."""
-        a = self._analyze(graph)
-        geo = a.geo
-        kd = self.complete_knobs(graph, config.knob_dict)
-        k_total = geo.k_per_group * geo.groups
-        pixels = geo.n * K._prod(geo.out_dims)
-        flops = 2.0 * pixels * k_total * K._prod(geo.filt)
-        moved = a.x.data_type.itemsize * (a.x.numel + a.y.numel) + 8 * kd["SPLIT"] * (
-            K._prod(geo.filt) * k_total
-        )
-        bn = kd["BLOCK_N"]
-        fill = k_total / (-(-k_total // bn) * bn)
-        rate = target.peak_flops_fp16 * CUDA_CORE_FRACTION
-        return max(flops / rate, moved / target.bandwidth) / fill + 8e-6
+    def _fill(self, pixels, channels, bm, bn) -> float:
+        # the pixel tiles are walked in slices, so only the channel blocks go to waste
+        return channels / (-(-channels // bn) * bn)
 
-    def build(self, graph, config, target) -> Executable:
-        kd = self.complete_knobs(graph, config.knob_dict)
-        kn = K.ConvKnobs(BLOCK_M=kd["BLOCK_M"], BLOCK_N=kd["BLOCK_N"], num_warps=kd["num_warps"])
-        return _DepthwiseWgradExecutable(graph, self._analyze(graph), kn, kd["SPLIT"], target)
+    def _extra(self, a, kd) -> tuple[float, float]:
+        partials = K._prod(a.geo.filt) * a.geo.k_per_group * a.geo.groups * kd["SPLIT"]
+        return 8.0 * partials, 4e-6
+
+    def _executable(self, graph, a, kn, kd, target) -> Executable:
+        return _DepthwiseWgradExecutable(graph, a, kn, kd["SPLIT"], target)
 
 
 class _DepthwiseWgradExecutable(Executable, LaunchList):
