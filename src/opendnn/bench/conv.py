@@ -83,14 +83,6 @@ def _fe_conv_bias_relu(x, w, b, y, s, p):
     return run
 
 
-def layer_tensors(layer: str, w_scale: float = 1.0) -> tuple:
-    """(x, w, b, dy, stride, padding) of a ResNet layer in shapes.BENCH at N = BENCH_N:
-    NHWC bfloat16 x, w and dy on the GPU, bias [1, K, 1, 1]."""
-    lay = next(t for t in shapes.BENCH_SETS["resnet50"] if t.name == layer)
-    x, w, b, dy = set_tensors(lay, "nhwc-bf16", w_scale=w_scale)
-    return x, w, b, dy, lay.stride[0], lay.pre[0]
-
-
 def _channels_last(t: torch.Tensor) -> torch.Tensor:
     """``t`` with the channels innermost in memory (NHWC, NDHWC, NLC), logical dims kept."""
     return t.movedim(1, -1).contiguous().movedim(-1, 1)
