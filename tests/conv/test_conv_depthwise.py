@@ -326,6 +326,35 @@ def test_wgrad_split_is_deterministic_and_convolution_mode_flips():
     assert_close(outs[0][dw], ref, n=3 * 49)
 
 
+@pytest.mark.parametrize(
+    "xdims, filt, stride, pre, dil, layout, rows",
+    [
+        ((2, 6, 11, 9), (5, 3), (2, 1), (3, 1), (1, 2), "nhwc", 1),
+        ((2, 6, 11, 9), (5, 3), (2, 1), (3, 1), (1, 2), "nchw", 2),
+        ((1, 3, 5, 6, 7), (3, 2, 3), (1, 2, 1), (1, 0, 2), (1, 1, 1), "nhwc", 2),
+    ],
+)
+def test_wgrad_row_groups_split_the_filter_rows_across_programs(
+    xdims, filt, stride, pre, dil, layout, rows, request
+):
+    """ROWS < filt[0]: each program sums a group of filter rows (the last group short),
+    padding past the filter's radius, dilation, both layouts, 2-D and 3-D."""
+    gen = torch.Generator().manual_seed(seed_for(request.node.name))
+    c = xdims[1]
+    x = _stored(torch.randn(xdims, generator=gen), layout)
+    wdims = (c, 1, *filt)
+    wr = torch.zeros(wdims, dtype=torch.float64, requires_grad=True)
+    y = _torch(x, wr, stride, pre, pre, dil)
+    dy = _stored(torch.randn(y.shape, generator=gen), layout)
+    (ref,) = torch.autograd.grad(y, wr, dy.double())
+    like = _stored(torch.empty(wdims), layout)
+    g, feeds, dw = _wgrad_graph(x, dy, wdims, like, stride, pre, pre, dil)
+    knobs = dict(BLOCK_M=16, BLOCK_N=8, num_warps=4, SPLIT=2, ROWS=rows)
+    n = y.numel() // y.shape[1]
+    out = check_engine(g, feeds, [dw], WGRAD_ID, knobs, n=n)
+    assert_close(out[dw], ref, n=n)
+
+
 def test_wgrad_declines_an_epilogue_and_huge_filters_with_reason():
     from opendnn.engines.conv.depthwise.engine import DepthwiseWgradEngine
 

@@ -35,6 +35,7 @@ import datetime
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -467,6 +468,10 @@ FAMILIES = {
 }
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m opendnn.bench",
@@ -528,14 +533,23 @@ def main(argv=None) -> int:
         print("opendnn.bench needs a CUDA GPU (the comparisons are against cuDNN/cuBLAS)")
         return 2
     r = Runner()
-    for f in fams:
+    # a run stopped by SIGTERM (``timeout``, a scheduler) still writes the rows it measured:
+    # the signal ends the family in flight, which is recorded as interrupted
+    signal.signal(signal.SIGTERM, _interrupt)
+    for i, f in enumerate(fams):
         try:
             FAMILIES[f](r, args) if f == "conv" else FAMILIES[f](r)
+        except KeyboardInterrupt:
+            print(f"\n{f}: interrupted; writing the rows measured so far")
+            for g in fams[i:]:
+                r.meta.setdefault("errors", {})[g] = "interrupted"
+            break
         except Exception as e:  # report and go on: one family's failure must not hide the rest
             import traceback
 
             traceback.print_exc()
             r.meta.setdefault("errors", {})[f] = repr(e)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     gpu = gpu_slug(r.meta["device"])
     outs = args.out or [os.path.join("bench", "results", gpu)]
     if os.environ.get("OUT"):

@@ -19,10 +19,16 @@ pointwise code with the channel index ``offs_n``.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 from ...fusion._codegen import COMBINE_HELPERS
 from ..analysis import ConvGeometry
 from ..implicit_gemm import _kernels as K
+
+
+def _taps(filt) -> list:
+    """Every filter offset (r_0, .., r_{d-1}) in row-major order."""
+    return list(itertools.product(*(range(f) for f in filt)))
 
 
 def depthwise_source(
@@ -41,32 +47,38 @@ def depthwise_source(
     mult = geo.k_per_group
     k_total = mult * geo.groups
     flat = dataclasses.replace(geo, k_per_group=k_total, groups=1)
-    ind, ind2 = "    ", "        "
+    ind = "    "
     L = K.pixel_tile_header(
         name, ["X", "W"], epilogue_params, ["BLOCK_M", "BLOCK_N"], flat, geo.out_dims, k_total, kn
     )
     xs, ws = geo.x_strides, geo.w_strides
     chan = "offs_n.to(tl.int64)" if geo.int64 else "offs_n"
     src = chan if mult == 1 else f"({chan} // {mult})"
-    L.append(f"{ind}x_row = nb * {xs[0]}")
+    # the taps unrolled: per axis one bounds mask per filter offset (shared by the taps on
+    # that offset), and each tap's x address is the tile's base plus a constant
+    L.append(
+        f"{ind}x_base = nb * {xs[0]} + "
+        + " + ".join(f"(o{i} * {geo.stride[i]} - {geo.pre[i]}) * {xs[2 + i]}" for i in range(d))
+    )
     L.append(f"{ind}x_col = {src} * {xs[1]}")
     L.append(f"{ind}w_col = {chan} * {ws[0]}")
     for i in range(d):
-        L.append(f"{ind}base{i} = o{i} * {geo.stride[i]} - {geo.pre[i]}")
+        for r in range(geo.filt[i]):
+            h = f"(o{i} * {geo.stride[i]} + {r * geo.dilation[i] - geo.pre[i]})"
+            L.append(f"{ind}ok{i}_{r} = ({h} >= 0) & ({h} < {geo.in_dims[i]})")
     L.append(f"{ind}acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)")
-    L.append(f"{ind}for t in range(0, {K._prod(geo.filt)}):")
-    valid, x_off, w_off = ["mask_m"], ["x_row"], []
-    L += K.tap_lines(geo, ind2, valid, x_off, w_off)
-    L.append(f"{ind2}valid = " + " & ".join(valid))
-    L.append(
-        f"{ind2}xv = tl.load(X + ({' + '.join(x_off)})[:, None] + x_col[None, :], "
-        "mask=valid[:, None] & mask_n[None, :], other=0.0).to(tl.float32)"
-    )
-    L.append(
-        f"{ind2}wv = tl.load(W + w_col + {' + '.join(w_off)}, mask=mask_n, other=0.0)"
-        ".to(tl.float32)"
-    )
-    L.append(f"{ind2}acc += xv * wv[None, :]")
+    for rs in _taps(geo.filt):
+        valid = " & ".join(["mask_m"] + [f"ok{i}_{r}" for i, r in enumerate(rs)])
+        x_const = sum(r * geo.dilation[i] * xs[2 + i] for i, r in enumerate(rs))
+        w_const = sum(
+            ((geo.filt[i] - 1 - r) if geo.flip else r) * ws[2 + i] for i, r in enumerate(rs)
+        )
+        L.append(
+            f"{ind}xv = tl.load(X + (x_base + {x_const})[:, None] + x_col[None, :], "
+            f"mask=({valid})[:, None] & mask_n[None, :], other=0.0).to(tl.float32)"
+        )
+        L.append(f"{ind}wv = tl.load(W + w_col + {w_const}, mask=mask_n, other=0.0).to(tl.float32)")
+        L.append(f"{ind}acc += xv * wv[None, :]")
     for line in epilogue_body.strip("\n").split("\n"):
         L.append(ind + line)
     return "\n".join(L) + "\n"
@@ -95,44 +107,48 @@ def depthwise_dgrad_source(
     mult = geo.k_per_group
     c_total = geo.groups
     flat = dataclasses.replace(geo, c_per_group=c_total, groups=1)
-    ind, ind2 = "    ", "        "
+    ind = "    "
     L = K.pixel_tile_header(
         name, ["DY", "W"], epilogue_params, ["BLOCK_M", "BLOCK_N"], flat, geo.in_dims, c_total, kn
     )
     ws = geo.w_strides
     chan = "offs_n.to(tl.int64)" if geo.int64 else "offs_n"
+    # the taps unrolled: per axis and filter offset r one mask (the tap lands on a dy
+    # element) and one dy offset, shared by the taps on that offset
     L.append(f"{ind}dy_row = nb * {dy_strides[0]}")
+    for i in range(d):
+        s_ = geo.stride[i]
+        for r in range(geo.filt[i]):
+            u = f"(o{i} + {geo.pre[i] - r * geo.dilation[i]})"
+            if s_ == 1:
+                L.append(f"{ind}ok{i}_{r} = ({u} >= 0) & ({u} < {geo.out_dims[i]})")
+                L.append(f"{ind}off{i}_{r} = {u} * {dy_strides[2 + i]}")
+            else:
+                L.append(f"{ind}u{i}_{r} = {u}")
+                L.append(
+                    f"{ind}ok{i}_{r} = (u{i}_{r} >= 0) & (u{i}_{r} % {s_} == 0) & "
+                    f"(u{i}_{r} // {s_} < {geo.out_dims[i]})"
+                )
+                L.append(f"{ind}off{i}_{r} = (u{i}_{r} // {s_}) * {dy_strides[2 + i]}")
     L.append(f"{ind}acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)")
     for q in range(mult):
         j = f"({chan} * {mult} + {q})" if mult > 1 else chan
         L.append(f"{ind}dy_col = {j} * {dy_strides[1]}")
         L.append(f"{ind}w_col = {j} * {ws[0]}")
-        L.append(f"{ind}for t in range(0, {K._prod(geo.filt)}):")
-        r = [f"r{i}" for i in range(d)]
-        L += K._div_chain("t", list(geo.filt), r, ind2, f"_qt{q}")
-        valid, off, w_off = ["mask_m"], ["dy_row"], []
-        for i in range(d):
-            s = geo.stride[i]
-            L.append(f"{ind2}u{i} = o{i} + {geo.pre[i]} - {r[i]} * {geo.dilation[i]}")
-            if s == 1:
-                L.append(f"{ind2}v{i} = u{i}")
-                valid.append(f"(u{i} >= 0) & (u{i} < {geo.out_dims[i]})")
-            else:
-                L.append(f"{ind2}v{i} = u{i} // {s}")
-                valid.append(f"(u{i} >= 0) & (u{i} % {s} == 0) & (v{i} < {geo.out_dims[i]})")
-            off.append(f"v{i} * {dy_strides[2 + i]}")
-            fr = f"({geo.filt[i] - 1} - {r[i]})" if geo.flip else r[i]
-            w_off.append(f"{fr} * {ws[2 + i]}")
-        L.append(f"{ind2}valid = " + " & ".join(valid))
-        L.append(
-            f"{ind2}dv = tl.load(DY + ({' + '.join(off)})[:, None] + dy_col[None, :], "
-            "mask=valid[:, None] & mask_n[None, :], other=0.0).to(tl.float32)"
-        )
-        L.append(
-            f"{ind2}wv = tl.load(W + w_col + {' + '.join(w_off)}, mask=mask_n, other=0.0)"
-            ".to(tl.float32)"
-        )
-        L.append(f"{ind2}acc += dv * wv[None, :]")
+        for rs in _taps(geo.filt):
+            valid = " & ".join(["mask_m"] + [f"ok{i}_{r}" for i, r in enumerate(rs)])
+            off = " + ".join(["dy_row"] + [f"off{i}_{r}" for i, r in enumerate(rs)])
+            w_const = sum(
+                ((geo.filt[i] - 1 - r) if geo.flip else r) * ws[2 + i] for i, r in enumerate(rs)
+            )
+            L.append(
+                f"{ind}dv = tl.load(DY + ({off})[:, None] + dy_col[None, :], "
+                f"mask=({valid})[:, None] & mask_n[None, :], other=0.0).to(tl.float32)"
+            )
+            L.append(
+                f"{ind}wv = tl.load(W + w_col + {w_const}, mask=mask_n, other=0.0).to(tl.float32)"
+            )
+            L.append(f"{ind}acc += dv * wv[None, :]")
     for line in epilogue_body.strip("\n").split("\n"):
         L.append(ind + line)
     return "\n".join(L) + "\n"
@@ -146,6 +162,7 @@ def depthwise_wgrad_sources(
     split: int,
     dy_strides: tuple,
     dw_desc,
+    rows: int = 0,
 ) -> tuple[str, str]:
     """Backward filter of a depthwise convolution, as two kernels. With M the channel
     multiplier and p = (n, o) over the N * prod(out) output pixels,
@@ -153,15 +170,24 @@ def depthwise_wgrad_sources(
         dw[j, 0, r] = sum_p dy[n, j, o] x[n, j // M, o * stride - pre + r * dil]
 
     ``{name}``: program (channel block, slice s of ``split``) walks the pixel tiles
-    s, s + split, ... and keeps one [BLOCK_N] float32 sum per tap (the taps unrolled: each
-    dy tile is loaded once and meets every tap's shifted x tile), then writes them to
-    WS[s, tap, j]. ``{name}_finish``: each (tap, j) sums its ``split`` partials in order
+    s, s + split, ... and keeps one [BLOCK_M, BLOCK_N] float32 sum per tap (the taps
+    unrolled: each dy tile is loaded once and meets every tap's shifted x tile); only after
+    the walk does it reduce each tap's sum over the pixels (once: a reduction across threads
+    per tile and tap would cost a shared-memory round trip and a barrier each in NHWC, where
+    the pixels lie across warps), then writes them to WS[s, tap, j]. The sums' registers,
+    taps x BLOCK_M x BLOCK_N / threads, bound the tile (``engine.wgrad_tiles``). ``{name}_finish``: each (tap, j) sums its ``split`` partials in order
     and stores dw (cast to its type; CONVOLUTION mode stores tap r at R - 1 - r).
+    With ``rows`` (0 < rows < filt[0]) a program keeps the sums of ``rows`` filter rows of
+    the first spatial axis only, the grid's third axis picks the row group: fewer live sums
+    (registers) for more reads of dy (one per group, from L2).
     Deterministic: fixed tiles, fixed order, no atomics."""
     d = len(geo.filt)
     mult = geo.k_per_group
     k_total = mult * geo.groups
     taps = K._prod(geo.filt)
+    rows = geo.filt[0] if rows <= 0 or rows >= geo.filt[0] else rows
+    inner = taps // geo.filt[0]  # taps per filter row
+    mine = rows * inner  # taps a program sums
     pixels = geo.n * K._prod(geo.out_dims)
     xs, ws = geo.x_strides, dw_desc.strides
     i64 = ".to(tl.int64)" if geo.int64 else ""
@@ -175,13 +201,14 @@ def depthwise_wgrad_sources(
         f"{ind}offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)",
         f"{ind}mask_n = offs_n < {k_total}",
         f"{ind}s = tl.program_id(1)",
+        f"{ind}row0 = tl.program_id(2) * {rows}",
     ]
     chan = f"offs_n{i64}"
     src = chan if mult == 1 else f"({chan} // {mult})"
     L.append(f"{ind}dy_col = {chan} * {dy_strides[1]}")
     L.append(f"{ind}x_col = {src} * {xs[1]}")
-    for t in range(taps):
-        L.append(f"{ind}acc{t} = tl.full([BLOCK_N], 0.0, tl.float32)")
+    for t in range(mine):
+        L.append(f"{ind}acc{t} = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)")
     L.append(f"{ind}for p0 in range(s * BLOCK_M, {pixels}, {split} * BLOCK_M):")
     L.append(f"{ind2}offs_m = (p0 + tl.arange(0, BLOCK_M)){i64}")
     L.append(f"{ind2}mask_m = offs_m < {pixels}")
@@ -195,14 +222,18 @@ def depthwise_wgrad_sources(
         "mask=mask_m[:, None] & mask_n[None, :], other=0.0).to(tl.float32)"
     )
     r_all = [0] * d
-    for t in range(taps):
+    for t in range(mine):
         rem = t
         for i in reversed(range(d)):
-            r_all[i] = rem % geo.filt[i]
-            rem //= geo.filt[i]
+            r_all[i] = rem % (rows if i == 0 else geo.filt[i])
+            rem //= rows if i == 0 else geo.filt[i]
         valid, off = ["mask_m"], [f"nb * {xs[0]}"]
         for i in range(d):
-            h = f"({o[i]} * {geo.stride[i]} + {r_all[i] * geo.dilation[i] - geo.pre[i]})"
+            if i == 0 and rows < geo.filt[0]:  # the program's row group is a runtime value
+                h = f"({o[i]} * {geo.stride[i]} + (row0 + {r_all[i]}) * {geo.dilation[i]} - {geo.pre[i]})"
+                valid.append(f"(row0 + {r_all[i]} < {geo.filt[0]})")
+            else:
+                h = f"({o[i]} * {geo.stride[i]} + {r_all[i] * geo.dilation[i] - geo.pre[i]})"
             valid.append(f"({h} >= 0) & ({h} < {geo.in_dims[i]})")
             off.append(f"{h} * {xs[2 + i]}")
         L.append(
@@ -210,10 +241,15 @@ def depthwise_wgrad_sources(
             f"mask=({' & '.join(valid)})[:, None] & mask_n[None, :], other=0.0)"
             ".to(tl.float32)"
         )
-        L.append(f"{ind2}acc{t} += tl.reduce(dyv * xv, 0, _add_combine)")
-    for t in range(taps):
+        L.append(f"{ind2}acc{t} += dyv * xv")
+    for t in range(mine):
+        # tap index: the program's first row's taps start at row0 * inner
+        tap, keep = f"(row0 * {inner} + {t})", "mask_n"
+        if rows < geo.filt[0]:
+            keep = f"mask_n & (row0 + {t // inner} < {geo.filt[0]})"
         L.append(
-            f"{ind}tl.store(WS + (s * {taps} + {t}) * {k_total} + offs_n, acc{t}, mask=mask_n)"
+            f"{ind}tl.store(WS + (s * {taps} + {tap}) * {k_total} + offs_n, "
+            f"tl.reduce(acc{t}, 0, _add_combine), mask={keep})"
         )
     part = "\n".join(L) + "\n"
 

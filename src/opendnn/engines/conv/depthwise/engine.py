@@ -34,14 +34,8 @@ INTERPRETER_TILES = ((16, 8, 4),)
 MAX_MULTIPLIER = 8
 # the backward filter keeps one float32 sum per tap and channel in registers (unrolled)
 MAX_TAPS = 81
-# backward filter tiles (BLOCK_M pixels, BLOCK_N channels, warps). With more than 9 taps
-# the unrolled taps keep more tiles live: ptxas for sm_90 spills 0.1-12 KB per thread on
-# 5x5 / 7x7 layers with the wide tiles, none (NHWC bf16) or ~0.5 KB (NCHW float32, 7x7)
-# with these smaller ones
-WGRAD_NHWC_TILES = ((32, 64, 4), (64, 32, 4), (16, 128, 4))
-WGRAD_NCHW_TILES = ((128, 16, 4), (256, 8, 4))
-WGRAD_MANY_TAPS_NHWC_TILES = ((16, 64, 4), (32, 32, 4), (32, 64, 8))
-WGRAD_MANY_TAPS_NCHW_TILES = ((32, 16, 4), (16, 32, 4))
+# the backward filter's per-tap sums: float32 registers per thread for all taps together
+WGRAD_SUM_REGISTERS = 112
 # fp32 FMA rate of the CUDA cores against the dense fp16 tensor-core peak
 CUDA_CORE_FRACTION = 1 / 15
 
@@ -89,7 +83,7 @@ class DepthwiseConvEngine(ImplicitGemmEngine):
         return [
             Knob("BLOCK_M", tuple(sorted({m for m, _, _ in tiles})), self.DEFAULT_TILE[0]),
             Knob("BLOCK_N", tuple(sorted({n for _, n, _ in tiles})), self.DEFAULT_TILE[1]),
-            Knob("num_warps", (4, 8), 4),
+            Knob("num_warps", (1, 2, 4, 8), 4),
         ]
 
     def complete_knobs(self, graph, knobs: dict) -> dict:
@@ -215,36 +209,55 @@ class DepthwiseWgradEngine(DepthwiseConvEngine):
         return None
 
     def _all_tiles(self) -> tuple:
-        return (
-            WGRAD_NHWC_TILES
-            + WGRAD_NCHW_TILES
-            + WGRAD_MANY_TAPS_NHWC_TILES
-            + WGRAD_MANY_TAPS_NCHW_TILES
-            + INTERPRETER_TILES
-        )
+        pairs = {
+            (m, n, w)
+            for t in (1, 9, 25, 49)
+            for nhwc in (True, False)
+            for it in (2, 4)
+            for m, n, w, _ in wgrad_tiles(t, 1, nhwc, it)
+        }
+        return tuple(sorted(pairs)) + INTERPRETER_TILES
 
     def knob_space(self, graph=None):
-        return super().knob_space(graph) + [Knob("SPLIT", (1, 2, 4, 8, 16, 32, 64, 128, 256), 1)]
+        return super().knob_space(graph) + [
+            Knob("SPLIT", (1, 2, 4, 8, 16, 32, 64, 128, 256), 1),
+            Knob("ROWS", (0, 1, 2, 3, 4, 5, 6, 7, 8), 0),
+        ]
 
     def check_config(self, graph, config, target) -> Support:
-        split = config.knob_dict.get("SPLIT", 1)
+        kd = config.knob_dict
+        split, rows = kd.get("SPLIT", 1), kd.get("ROWS", 0)
         if not isinstance(split, int) or split < 1:
             return decline(f"SPLIT={split!r}: a positive integer")
+        if not isinstance(rows, int) or rows < 0:
+            return decline(f"ROWS={rows!r}: 0 (every filter row) or a positive integer")
         return super().check_config(graph, config, target)
 
     def _tiles(self, a, target) -> tuple:
         if not target.is_cuda:
-            return INTERPRETER_TILES
-        nhwc = a.geo.x_strides[1] == 1
-        if K._prod(a.geo.filt) > 9:
-            return WGRAD_MANY_TAPS_NHWC_TILES if nhwc else WGRAD_MANY_TAPS_NCHW_TILES
-        return WGRAD_NHWC_TILES if nhwc else WGRAD_NCHW_TILES
+            return tuple(t + (0,) for t in INTERPRETER_TILES)
+        return wgrad_tiles(
+            K._prod(a.geo.filt), a.geo.filt[0], a.geo.x_strides[1] == 1, a.x.data_type.itemsize
+        )
 
-    def _knobs(self, a, m, n, w, target) -> dict:
-        """With SPLIT slices of the pixels: about two programs per SM, none empty."""
+    def configs(self, graph, target):
+        if not self.check_support(graph, target).ok:
+            return []
+        a = self._analyze(graph)
+        out = [
+            EngineConfig.make(self, **self._knobs(a, m, n, w, target, rows), ROWS=rows)
+            for m, n, w, rows in self._tiles(a, target)
+        ]
+        out.sort(key=lambda c: self.estimate_seconds(graph, c, target))
+        return out
+
+    def _knobs(self, a, m, n, w, target, rows=0) -> dict:
+        """With SPLIT slices of the pixels: about four programs per SM (channel blocks x
+        filter-row groups x slices), none empty."""
         tiles = -(-a.geo.n * K._prod(a.geo.out_dims) // m)
-        blocks = -(-a.geo.k_per_group * a.geo.groups // n)
-        want = max(1, round(2 * target.num_sms / blocks)) if target.is_cuda else 2
+        groups = -(-a.geo.filt[0] // rows) if 0 < rows < a.geo.filt[0] else 1
+        blocks = -(-a.geo.k_per_group * a.geo.groups // n) * groups
+        want = max(1, round(4 * target.num_sms / blocks)) if target.is_cuda else 2
         return dict(BLOCK_M=m, BLOCK_N=n, num_warps=w, SPLIT=max(1, min(tiles, want, 256)))
 
     def workspace_size(self, graph, config, target) -> int:
@@ -263,11 +276,11 @@ class DepthwiseWgradEngine(DepthwiseConvEngine):
         return 8.0 * partials, 4e-6
 
     def _executable(self, graph, a, kn, kd, target) -> Executable:
-        return _DepthwiseWgradExecutable(graph, a, kn, kd["SPLIT"], target)
+        return _DepthwiseWgradExecutable(graph, a, kn, kd["SPLIT"], kd["ROWS"], target)
 
 
 class _DepthwiseWgradExecutable(Executable, LaunchList):
-    def __init__(self, graph, a, kn, split, target):
+    def __init__(self, graph, a, kn, split, rows, target):
         LaunchList.__init__(self)
         geo = a.geo
         k_total = geo.k_per_group * geo.groups
@@ -275,14 +288,15 @@ class _DepthwiseWgradExecutable(Executable, LaunchList):
         self.workspace_size = 4 * split * taps * k_total
         name = f"conv_wgrad_depthwise_{graph.key()[:12]}"
         part, fin = depthwise_wgrad_sources(
-            name, geo, kn, split=split, dy_strides=tuple(a.y.strides), dw_desc=a.w
+            name, geo, kn, split=split, dy_strides=tuple(a.y.strides), dw_desc=a.w, rows=rows
         )
+        groups = 1 if rows <= 0 or rows >= geo.filt[0] else -(-geo.filt[0] // rows)
         self.source = part + fin
         kp, kf = kernel_from_source(part, name), kernel_from_source(fin, f"{name}_finish")
         args = [("buf", a.x.uid), ("buf", a.y.uid), ("ws", torch.float32)]
         self.add_launch(
             DualKernel(kp.compiled, kp.interpreted),
-            (-(-k_total // kn.BLOCK_N), split),
+            (-(-k_total // kn.BLOCK_N), split, groups),
             {"BLOCK_M": kn.BLOCK_M, "BLOCK_N": kn.BLOCK_N, "num_warps": kn.num_warps},
             args,
             graph,
@@ -350,6 +364,30 @@ class _DepthwiseExecutable(Executable, LaunchList):
 
     def run(self, buffers, workspace, stream=None):
         self.run_launches(buffers, workspace, stream)
+
+
+def wgrad_tiles(taps: int, rows: int, nhwc: bool, itemsize: int) -> tuple:
+    """Backward filter configs (BLOCK_M pixels, BLOCK_N channels, warps, ROWS) for a filter
+    of ``taps`` taps in ``rows`` rows (first spatial axis). A tile holds ``e`` elements per
+    thread, at least one load vector (16 bytes: Triton lays a tile out in whole vectors, so
+    a smaller tile repeats itself across threads) and twice that for the wider tiles. Every
+    tap's [BLOCK_M, BLOCK_N] float32 sum is live, taps x e registers per thread: ROWS is the
+    most filter rows a program keeps within WGRAD_SUM_REGISTERS (the rest go to other
+    programs). NHWC tiles are wide along the channels, NCHW tiles along the pixels. The
+    one-warp tiles sum over their pixels without a barrier (the reduction stays in the
+    warp)."""
+    vec = 16 // itemsize
+    inner = taps // rows
+    out = []
+    shapes = [(8, vec, 4), (16, vec, 4), (32, vec, 4), (64, vec, 4), (128, vec, 4)]
+    shapes += [(64, 2 * vec, 4), (64, vec, 1), (32, vec, 1)]
+    for n, e, w in shapes:
+        if not nhwc:
+            n = max(1, n // 8)  # the channels of an NCHW tile: 1..16
+        m = max(1, e * 32 * w // n)
+        keep = max(1, min(rows, WGRAD_SUM_REGISTERS // (inner * e)))
+        out.append((m, n, w, 0 if keep >= rows else keep))
+    return tuple(dict.fromkeys(out))
 
 
 def _one_group(a):
