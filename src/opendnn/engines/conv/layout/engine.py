@@ -1,0 +1,300 @@
+"""Convolution through a layout transform: an NCHW (NCDHW, NCL) problem run by an engine of
+the channels-last problem, with the copies around it.
+
+PyTorch's default layout is NCHW, while the tensor-core engines read channels innermost
+(one vector load per pixel along C). For a layer whose native NCHW engines are slow -- a
+patchify stem with C = 3, a 1x1 backward filter, a 3x3 layer in TF32 -- the fastest plan
+can be to transpose. For the graph G with its packed NCHW tensors, this engine builds G',
+the same nodes with every such tensor given channels-last strides,
+
+    x'[n, h, w, c] = x[n, c, h, w]          (the same for dy, y, dx, w, residuals, ...)
+
+and a plan is: copy each NCHW input into a channels-last workspace buffer, run the inner
+engine's config on G', copy each output back. A tensor whose memory the permutation does
+not change (one channel, or one pixel: a bias [1, K, 1, 1]) is handed over as it is. The
+copies cost ``2 x bytes`` of every moved tensor at the device's bandwidth, plus a launch
+each; the cost model adds them to the inner config's estimate, and benchmark mode times
+the transform plans as their own family, so a copy that does not pay for itself loses to
+the native NCHW engines.
+
+A config is the inner engine's config plus ``ENGINE`` (the inner engine's id): the plan's
+name says which engine runs inside. The numerical notes are the inner config's; the
+result is the inner engine's bit for bit (the copies are exact).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+from ...base import SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target, decline
+from ..analysis import analyze
+
+# configs offered: the best few of the inner engines together, by their cost models
+CONFIGS = 6
+INNER_CONFIGS_PER_ENGINE = 3
+ALIGN = 256
+COPY_LAUNCH_S = 3e-6
+
+
+def channels_last_strides(dims: tuple) -> tuple:
+    """Strides of ``dims`` = (N, C, D1, .., Dk) with C innermost, then Dk, .., D1, N."""
+    c, sp = dims[1], dims[2:]
+    out, step = [0] * len(dims), c
+    out[1] = 1
+    for i in reversed(range(len(sp))):
+        out[2 + i] = step
+        step *= sp[i]
+    out[0] = step
+    return tuple(out)
+
+
+def _packed(desc) -> bool:
+    """Whether ``desc`` is a packed row-major (NCHW-order) tensor."""
+    step = 1
+    for d, s in zip(reversed(desc.dims), reversed(desc.strides)):
+        if d != 1 and s != step:
+            return False
+        step *= d
+    return True
+
+
+def _moves(desc) -> bool:
+    """Whether giving ``desc`` channels-last strides moves its elements (C > 1 and more
+    than one pixel); a tensor that does not move is used in place."""
+    return len(desc.dims) >= 3 and desc.dims[1] > 1 and math.prod(desc.dims[2:]) > 1
+
+
+@dataclasses.dataclass(frozen=True)
+class _Problem:
+    inner: object  # OpGraph with channels-last strides
+    moved: tuple  # uids of the non-virtual tensors that are copied
+
+
+def _channels_last_problem(graph, kind: str) -> _Problem | str:
+    """The channels-last twin of ``graph``, or why there is none."""
+    a = analyze(graph, kind)
+    if isinstance(a, str):
+        return a
+    tensors, moved = {}, []
+    for uid, desc in graph.tensors.items():
+        if len(desc.dims) < 3 or not _moves(desc):
+            tensors[uid] = desc
+            continue
+        if desc.strides == channels_last_strides(desc.dims):  # already channels-last
+            tensors[uid] = desc
+            continue
+        if not _packed(desc):
+            if desc.is_virtual:
+                tensors[uid] = desc
+                continue
+            return (
+                f"tensor '{desc.label()}' with strides {list(desc.strides)} is not packed "
+                "NCHW: only a packed NCHW tensor is transposed"
+            )
+        tensors[uid] = dataclasses.replace(desc, strides=channels_last_strides(desc.dims))
+        if not desc.is_virtual:
+            moved.append(uid)
+    data = [u for u in (a.x.uid, a.y.uid) if u in moved]
+    if not data:
+        return "no image tensor to transpose (already channels-last, one channel or one pixel)"
+    inner = dataclasses.replace(graph, tensors=tensors)
+    return _Problem(inner, tuple(moved))
+
+
+class ChannelsLastConvEngine(Engine):
+    """Forward convolution of NCHW tensors by a channels-last engine between two copies."""
+
+    id = 44
+    name = "conv_fprop_channels_last"
+    kind = "conv_fprop"
+
+    # ---- the inner problem ----------------------------------------------------------------
+    def _problem(self, graph) -> _Problem | str:
+        memo = getattr(graph, "__dict__", {}).get("_channels_last")
+        if memo is not None and memo[0] == self.kind:
+            return memo[1]
+        p = _channels_last_problem(graph, self.kind)
+        try:
+            object.__setattr__(graph, "_channels_last", (self.kind, p))
+        except (AttributeError, TypeError):
+            pass
+        return p
+
+    @staticmethod
+    def _inner_engines(inner, target) -> list:
+        from ...registry import engines, reference
+
+        return [
+            e
+            for e in engines()
+            if e is not reference()
+            and not isinstance(e, ChannelsLastConvEngine)
+            and e.check_support(inner, target).ok
+        ]
+
+    def _split(self, config: EngineConfig):
+        """(inner engine, inner config) of ``config``."""
+        from ...registry import by_id
+
+        kd = config.knob_dict
+        e = by_id(kd["ENGINE"])
+        knobs = {k: v for k, v in kd.items() if k != "ENGINE"}
+        return e, EngineConfig.make(e, **knobs)
+
+    # ---- the engine interface -----------------------------------------------------------
+    def check_support(self, graph, target) -> Support:
+        p = self._problem(graph)
+        if isinstance(p, str):
+            return decline(p)
+        if not self._inner_engines(p.inner, target):
+            return decline("no engine takes the channels-last problem")
+        return SUPPORTED
+
+    def knob_space(self, graph=None) -> list:
+        return [Knob("ENGINE", tuple(range(0, 64)), 0)]
+
+    def complete_knobs(self, graph, knobs: dict) -> dict:
+        from ...registry import by_id
+
+        p = self._problem(graph)
+        if isinstance(p, str):
+            return dict(knobs)
+        if "ENGINE" not in knobs:  # the first engine (registry order) that takes the problem
+            found = self._inner_engines(p.inner, Target())
+            if not found:
+                return dict(knobs)
+            knobs = {"ENGINE": found[0].id, **knobs}
+        inner = by_id(knobs["ENGINE"])
+        if inner is None or isinstance(inner, ChannelsLastConvEngine):
+            return dict(knobs)  # check_config names the bad id
+        rest = {k: v for k, v in knobs.items() if k != "ENGINE"}
+        return {"ENGINE": knobs["ENGINE"], **inner.complete_knobs(p.inner, rest)}
+
+    def check_config(self, graph, config, target) -> Support:
+        s = self.check_support(graph, target)
+        if not s.ok:
+            return s
+        eid = config.knob_dict.get("ENGINE")
+        from ...registry import engines
+
+        ids = {e.id: e for e in self._inner_engines(self._problem(graph).inner, target)}
+        if eid not in ids:
+            names = ", ".join(f"{e.name} ({e.id})" for e in ids.values())
+            known = {e.id for e in engines()}
+            why = "is not an engine" if eid not in known else "does not take the problem"
+            return decline(f"ENGINE={eid!r} {why}; the channels-last problem's engines: {names}")
+        e, cfg = self._split(config)
+        return e.check_config(self._problem(graph).inner, cfg, target)
+
+    def configs(self, graph, target) -> list:
+        p = self._problem(graph)
+        if isinstance(p, str):
+            return []
+        scored = []
+        for e in self._inner_engines(p.inner, target):
+            for c in e.configs(p.inner, target)[:INNER_CONFIGS_PER_ENGINE]:
+                scored.append((e.estimate_seconds(p.inner, c, target), len(scored), e, c))
+        scored.sort(key=lambda t: t[:2])
+        return [
+            EngineConfig.make(self, ENGINE=e.id, **c.knob_dict) for _, _, e, c in scored[:CONFIGS]
+        ]
+
+    def numerical_notes(self, graph, config) -> frozenset:
+        e, cfg = self._split(config)
+        return e.numerical_notes(self._problem(graph).inner, cfg)
+
+    def family(self, config) -> str:
+        e, cfg = self._split(config)
+        return f"{self.name}/{e.family(cfg)}"
+
+    def _moved_bytes(self, graph) -> int:
+        p = self._problem(graph)
+        return sum(graph.tensors[u].numel * graph.tensors[u].data_type.itemsize for u in p.moved)
+
+    def estimate_seconds(self, graph, config, target) -> float:
+        e, cfg = self._split(config)
+        p = self._problem(graph)
+        copies = 2 * self._moved_bytes(graph) / target.bandwidth + COPY_LAUNCH_S * len(p.moved)
+        return e.estimate_seconds(p.inner, cfg, target) + copies
+
+    def workspace_size(self, graph, config, target) -> int:
+        p = self._problem(graph)
+        if isinstance(p, str):
+            return 0
+        e, cfg = self._split(config)
+        temps = sum(_align(graph.tensors[u].size_in_bytes) for u in p.moved)
+        return temps + e.workspace_size(p.inner, cfg, target)
+
+    def build(self, graph, config, target) -> Executable:
+        e, cfg = self._split(config)
+        p = self._problem(graph)
+        return _ChannelsLastExecutable(graph, p, e.build(p.inner, cfg, target))
+
+
+class ChannelsLastDgradEngine(ChannelsLastConvEngine):
+    """Backward data of NCHW tensors by a channels-last engine between two copies."""
+
+    id = 45
+    name = "conv_dgrad_channels_last"
+    kind = "conv_dgrad"
+
+
+class ChannelsLastWgradEngine(ChannelsLastConvEngine):
+    """Backward filter of NCHW tensors by a channels-last engine between two copies."""
+
+    id = 46
+    name = "conv_wgrad_channels_last"
+    kind = "conv_wgrad"
+
+
+def _align(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+class _ChannelsLastExecutable(Executable):
+    """Copies the moved inputs into channels-last workspace buffers, runs the inner
+    executable on them (and the untouched tensors), copies the moved outputs back."""
+
+    def __init__(self, graph, p: _Problem, inner: Executable):
+        self.inner = inner
+        outputs = graph.output_uid_set
+        self.layout, off = [], 0
+        for u in p.moved:
+            desc = graph.tensors[u]
+            self.layout.append((u, off, p.inner.tensors[u], desc, u in outputs))
+            off += _align(desc.size_in_bytes)
+        self.temps = off
+        self.workspace_size = off + inner.workspace_size
+
+    def run(self, buffers: dict, workspace, stream=None) -> None:
+        # the copies go on the plan's stream, ordered with the inner engine's launches
+        if stream is not None:
+            with torch.cuda.ExternalStream(stream):
+                self._run(buffers, workspace, stream)
+        else:
+            self._run(buffers, workspace, stream)
+
+    def _run(self, buffers: dict, workspace, stream) -> None:
+        from ....runtime.buffers import as_tensor, logical_view
+
+        ws = as_tensor(workspace) if workspace is not None else None
+        inner_buffers = dict(buffers)
+        copy_out = []
+        for uid, off, cl, desc, is_out in self.layout:
+            raw = ws[off : off + desc.size_in_bytes].view(desc.torch_dtype)
+            tmp = raw.as_strided(cl.dims, cl.strides)
+            if is_out:
+                copy_out.append((logical_view(buffers[uid], desc), tmp))
+            else:
+                tmp.copy_(logical_view(buffers[uid], desc))
+            inner_buffers[uid] = tmp
+        rest = ws[self.temps :] if ws is not None and self.inner.workspace_size else None
+        self.inner.run(inner_buffers, rest, stream)
+        for dst, tmp in copy_out:
+            dst.copy_(tmp)
+
+
+__all__ = ["ChannelsLastConvEngine", "ChannelsLastDgradEngine", "ChannelsLastWgradEngine"]

@@ -1,0 +1,130 @@
+"""The channels-last transform engines (44 fprop, 45 dgrad, 46 wgrad): an NCHW problem
+run by an engine of its channels-last twin between copies; checked against the float64
+reference (NaN-poisoned outputs) and PyTorch, with their declines and their configs."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from _util import assert_close, check_engine, seed_for
+from _util import graph_tensor as _tensor
+
+import opendnn.frontend as cudnn
+from opendnn.engines.base import Target
+from opendnn.engines.conv.layout.engine import (
+    ChannelsLastConvEngine,
+    ChannelsLastDgradEngine,
+    channels_last_strides,
+)
+from opendnn.errors import GraphNotSupportedError
+
+FPROP, DGRAD, WGRAD = 44, 45, 46
+TYPES = {
+    torch.float32: cudnn.data_type.FLOAT,
+    torch.float16: cudnn.data_type.HALF,
+    torch.bfloat16: cudnn.data_type.BFLOAT16,
+}
+# (x dims, K, filter, stride, padding, dilation, groups): odd sizes, a patchify stem,
+# padding past the radius, dilation, groups not a power of two, 1-D and 3-D
+CASES = [
+    ((2, 3, 9, 8), 5, (4, 4), (4, 4), (0, 0), (1, 1), 1),
+    ((1, 6, 7, 5), 9, (3, 3), (1, 1), (2, 1), (1, 2), 3),
+    ((3, 4, 6, 6), 4, (1, 1), (2, 1), (0, 0), (1, 1), 1),
+    ((2, 5, 11), 7, (3,), (2,), (1,), (1,), 1),
+    ((1, 2, 4, 5, 3), 3, (3, 1, 2), (1, 2, 1), (1, 0, 1), (1, 1, 1), 1),
+]
+
+
+def _conv(x, w, stride, pad, dil, groups):
+    f = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}[x.dim()]
+    return f(x, w, stride=stride, padding=pad, dilation=dil, groups=groups)
+
+
+def _graph(kind, x, w, dy, stride, pad, dil):
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    conv = dict(padding=list(pad), stride=list(stride), dilation=list(dil))
+    if kind == "fprop":
+        tx, tw = _tensor(g, x), _tensor(g, w)
+        out = g.conv_fprop(tx, tw, **conv)
+        feeds, like = {tx: x, tw: w}, dy
+    elif kind == "dgrad":
+        tdy, tw = _tensor(g, dy), _tensor(g, w)
+        out = g.conv_dgrad(tdy, tw, **conv)
+        feeds, like = {tdy: dy, tw: w}, x
+    else:
+        tx, tdy = _tensor(g, x), _tensor(g, dy)
+        out = g.conv_wgrad(tx, tdy, **conv)
+        feeds, like = {tx: x, tdy: dy}, w
+    out.set_dim(list(like.shape)).set_stride(list(like.stride())).set_output(True)
+    out.set_data_type(TYPES[x.dtype])
+    return g, feeds, out
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"c{i}" for i in range(len(CASES))])
+@pytest.mark.parametrize("kind", ["fprop", "dgrad", "wgrad"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_against_reference_and_pytorch(case, kind, dtype, request):
+    xdims, k, filt, stride, pad, dil, groups = case
+    gen = torch.Generator().manual_seed(seed_for(request.node.name))
+    x = torch.randn(xdims, generator=gen).to(dtype)
+    w = (torch.randn((k, xdims[1] // groups, *filt), generator=gen) * 0.3).to(dtype)
+    xr, wr = x.double().requires_grad_(), w.double().requires_grad_()
+    y = _conv(xr, wr, stride, pad, dil, groups)
+    dy = torch.randn(y.shape, generator=gen).to(dtype)
+    g, feeds, out = _graph(kind, x, w, dy, stride, pad, dil)
+    eid = {"fprop": FPROP, "dgrad": DGRAD, "wgrad": WGRAD}[kind]
+    if kind == "fprop":
+        ref, n = y.detach(), xdims[1] // groups * torch.tensor(filt).prod().item()
+    else:
+        dx, dw = torch.autograd.grad(y, (xr, wr), dy.double())
+        ref = dx if kind == "dgrad" else dw
+        n = y.numel() // y.shape[1] if kind == "wgrad" else k * torch.tensor(filt).prod().item()
+    got = check_engine(g, feeds, [out], eid, n=n)
+    assert_close(got[out], ref, dtype, n=n)
+
+
+def test_config_names_the_inner_engine_and_workspace_holds_the_copies():
+    x, w = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3)
+    g, _, _ = _graph("fprop", x, w, torch.empty(2, 4, 6, 6), (1, 1), (0, 0), (1, 1))
+    g.validate()
+    e = ChannelsLastConvEngine()
+    cfgs = e.configs(g.op_graph, Target())
+    assert cfgs and all("ENGINE" in c.knob_dict for c in cfgs)
+    moved = (x.numel() + 2 * 4 * 36) * 4  # x and y move; w moves too (3 channels, 9 taps)
+    assert e.workspace_size(g.op_graph, cfgs[0], Target()) >= moved
+    assert e.family(cfgs[0]).startswith("conv_fprop_channels_last/")
+
+
+def test_a_tensor_that_does_not_move_is_used_in_place():
+    assert channels_last_strides((2, 3, 4, 5)) == (60, 1, 15, 3)
+    assert channels_last_strides((2, 3, 7)) == (21, 1, 3)
+    # bias [1, K, 1, 1] and one-channel images keep their buffers: nothing to transpose
+    x, w = torch.randn(2, 1, 6, 6), torch.randn(1, 1, 3, 3)
+    g, _, _ = _graph("fprop", x, w, torch.empty(2, 1, 4, 4), (1, 1), (0, 0), (1, 1))
+    g.validate()
+    s = ChannelsLastConvEngine().check_support(g.op_graph, Target())
+    assert not s.ok and "no image tensor to transpose" in s.reason
+
+
+def test_declines_channels_last_and_non_packed_tensors_with_reasons():
+    x = torch.randn(2, 3, 6, 6).to(memory_format=torch.channels_last)
+    w = torch.randn(4, 3, 3, 3).to(memory_format=torch.channels_last)
+    dy = torch.randn(2, 4, 4, 4).to(memory_format=torch.channels_last)
+    g, _, _ = _graph("dgrad", x, w, dy, (1, 1), (0, 0), (1, 1))
+    g.validate()
+    s = ChannelsLastDgradEngine().check_support(g.op_graph, Target())
+    assert not s.ok and "no image tensor to transpose" in s.reason
+    xs = torch.randn(2, 3, 6, 12)[..., ::2]  # NCHW order, not packed
+    g, _, _ = _graph("fprop", xs, torch.randn(4, 3, 3, 3), dy, (1, 1), (0, 0), (1, 1))
+    g.validate()
+    s = ChannelsLastConvEngine().check_support(g.op_graph, Target())
+    assert not s.ok and "not packed NCHW" in s.reason
+
+
+def test_bad_inner_engine_is_declined_by_name():
+    x, w = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3)
+    g, _, _ = _graph("fprop", x, w, torch.empty(2, 4, 6, 6), (1, 1), (0, 0), (1, 1))
+    g.validate()
+    for bad, why in ((FPROP, "does not take the problem"), (63, "is not an engine")):
+        with pytest.raises(GraphNotSupportedError) as e:
+            g.create_execution_plan(FPROP, {"ENGINE": bad})
+        assert why in e.value.reasons["conv_fprop_channels_last"]
