@@ -87,10 +87,12 @@ def test_config_names_the_inner_engine_and_workspace_holds_the_copies():
     g, _, _ = _graph("fprop", x, w, torch.empty(2, 4, 6, 6), (1, 1), (0, 0), (1, 1))
     g.validate()
     e = ChannelsLastConvEngine()
-    cfgs = e.configs(g.op_graph, Target())
+    assert e.configs(g.op_graph, Target()) == []  # the interpreter gains nothing
+    h100 = Target(device="cuda", name="H100", capability=(9, 0), num_sms=132)
+    cfgs = e.configs(g.op_graph, h100)
     assert cfgs and all("ENGINE" in c.knob_dict for c in cfgs)
-    moved = (x.numel() + 2 * 4 * 36) * 4  # x and y move; w moves too (3 channels, 9 taps)
-    assert e.workspace_size(g.op_graph, cfgs[0], Target()) >= moved
+    moved = (x.numel() + 4 * 36 + w.numel()) * 4  # x, y and w move (3 channels, 9 taps)
+    assert e.workspace_size(g.op_graph, cfgs[0], h100) >= moved
     assert e.family(cfgs[0]).startswith("conv_fprop_channels_last/")
 
 

@@ -125,15 +125,21 @@ class ChannelsLastConvEngine(Engine):
 
     @staticmethod
     def _inner_engines(inner, target) -> list:
-        from ...registry import engines, reference
+        """The engines (not the reference, not a transform) that take ``inner``; memoized
+        on the inner graph per target and registry generation."""
+        from ...registry import engines, generation, reference
 
-        return [
-            e
-            for e in engines()
-            if e is not reference()
-            and not isinstance(e, ChannelsLastConvEngine)
-            and e.check_support(inner, target).ok
-        ]
+        key = (target, generation())
+        memo = inner.__dict__.setdefault("_channels_last_engines", {})
+        if key not in memo:
+            memo[key] = [
+                e
+                for e in engines()
+                if e is not reference()
+                and not isinstance(e, ChannelsLastConvEngine)
+                and e.check_support(inner, target).ok
+            ]
+        return memo[key]
 
     def _split(self, config: EngineConfig):
         """(inner engine, inner config) of ``config``."""
@@ -190,8 +196,10 @@ class ChannelsLastConvEngine(Engine):
         return e.check_config(self._problem(graph).inner, cfg, target)
 
     def configs(self, graph, target) -> list:
+        # the interpreter gains nothing from a transpose: on the CPU the transform offers
+        # the heuristics nothing (create_execution_plan still builds one by its knobs)
         p = self._problem(graph)
-        if isinstance(p, str):
+        if isinstance(p, str) or not target.is_cuda:
             return []
         scored = []
         for e in self._inner_engines(p.inner, target):
