@@ -12,7 +12,8 @@ compiles every launch with ``triton.compile`` for sm_90:
     conv       implicit GEMM / precomputed / GEMM / direct forward (int8, bf16, fp32, fused
                bias + relu, a conv1-like 7x7 s2), implicit-GEMM dgrad + drelu and wgrad,
                a scale + bias + relu prologue with genstats (engines 3-12); depthwise (41-
-               43): NHWC / NCHW, multiplier 2, stride 2, bias + relu, causal 1-D
+               43): NHWC / NCHW, multiplier 2, stride 2, bias + relu, causal 1-D; grouped
+               (47) and the layout transforms (44-46)
     fusion     the runtime-fusion engine (1): pointwise, broadcast, slice / transpose /
                concatenate views, row and column reductions
     matmul     the matmul engine (2) with a pointwise epilogue (bias, residual)
@@ -157,6 +158,8 @@ def run_checks(cases, limit=3, decline_fails=False, winograd=False) -> int:
                 try:
                     exe = e.build(og, cfg, Target())  # build generates sources (CPU target)
                     done = compile_launches(exe, og)
+                    if getattr(exe, "inner_graph", None) is not None:  # a layout transform
+                        done += compile_launches(exe.inner, exe.inner_graph)
                     inner = getattr(exe, "inner", None) or getattr(exe, "gemm", None)
                     extra = ""
                     if winograd:
@@ -165,7 +168,7 @@ def run_checks(cases, limit=3, decline_fails=False, winograd=False) -> int:
                         fused = [k for n, k in done if n.startswith("wino_fused_conv")]
                         extra = " " + ptxas_usage(fused[0].asm["ptx"]) if fused else ""
                     n = len(done)
-                    if inner is not None and not winograd:  # counted, not compiled
+                    if inner is not None and not winograd and not hasattr(exe, "inner_graph"):
                         n += len(getattr(inner, "launches", []))
                     print(
                         f"{label:28s} {cfg.label()[:70]:70s} ws={exe.workspace_size:>8d} "
@@ -265,6 +268,45 @@ def conv_graphs():
             dw.set_dim(list(w.shape)).set_stride(list(w.stride())).set_output(True)
             dw.set_data_type(g_type(dt))
             yield f"depthwise wgrad {tag} {dt}", g, [43]
+    # grouped, several groups per program (47): ResNeXt-like 32 groups of 4 and of 16,
+    # NHWC / NCHW, bias + relu, 1-D
+    for dt in (torch.bfloat16, torch.float32, torch.float16):
+        for fmt, tag, cg in ((CL, "nhwc", 4), (torch.contiguous_format, "nchw", 16)):
+            x = torch.randn(4, 32 * cg, 9, 10, dtype=dt).to(memory_format=fmt)
+            w = torch.randn(32 * cg, cg, 3, 3, dtype=dt).to(memory_format=fmt)
+            g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+            tx, tw = g.tensor_like(x), g.tensor_like(w)
+            tb = g.tensor_like(torch.randn(1, 32 * cg, 1, 1, dtype=dt))
+            y = g.relu(g.bias(g.conv_fprop(tx, tw, padding=[1, 1], stride=[2, 1]), tb))
+            y.set_output(True).set_data_type(g_type(dt))
+            yield f"grouped+bias+relu {tag} {cg} {dt}", g, [47]
+    x = torch.randn(2, 64, 37, dtype=torch.bfloat16)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tw = g.tensor_like(x), g.tensor_like(torch.randn(64, 8, 3, dtype=torch.bfloat16))
+    g.conv_fprop(tx, tw, padding=[1]).set_output(True)
+    yield "grouped 1-D", g, [47]
+    # layout transforms (44-46): a patchify stem and a 1x1 layer in NCHW, each direction
+    for dt in (torch.float16, torch.float32):
+        for c, k, f in ((3, 96, 4), (64, 128, 1)):
+            x = torch.randn(4, c, 32, 32, dtype=dt)
+            w = torch.randn(k, c, f, f, dtype=dt)
+            dy = torch.randn(4, k, 32 // f, 32 // f, dtype=dt)
+            g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+            tx, tw = g.tensor_like(x), g.tensor_like(w)
+            g.conv_fprop(tx, tw, stride=[f, f]).set_output(True).set_data_type(g_type(dt))
+            yield f"channels-last fprop {c}->{k} {dt}", g, [44]
+            g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+            tdy, tw = g.tensor_like(dy), g.tensor_like(w)
+            dx = g.conv_dgrad(tdy, tw, stride=[f, f])
+            dx.set_dim(list(x.shape)).set_stride(list(x.stride())).set_output(True)
+            dx.set_data_type(g_type(dt))
+            yield f"channels-last dgrad {c}->{k} {dt}", g, [45]
+            g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+            tx, tdy = g.tensor_like(x), g.tensor_like(dy)
+            dw = g.conv_wgrad(tx, tdy, stride=[f, f])
+            dw.set_dim(list(w.shape)).set_stride(list(w.stride())).set_output(True)
+            dw.set_data_type(g_type(dt))
+            yield f"channels-last wgrad {c}->{k} {dt}", g, [46]
 
 
 def fusion_graphs():

@@ -487,3 +487,119 @@ def test_depthwise_wgrad_every_config(shape, layout, dt):
             runs.append(out)
         assert _relerr(runs[0], ref) < TOL[dt] * 2, cfg.label()  # long float32 sums
         assert torch.equal(runs[0], runs[1]), cfg.label()
+
+
+# (x dims, K, filter, stride, padding): the ConvNeXt patchify stem, a 1x1, a 3x3 with an
+# odd image, 1-D
+CHANNELS_LAST_CASES = [
+    ((4, 3, 32, 32), 16, (4, 4), (4, 4), (0, 0)),
+    ((3, 24, 9, 7), 40, (1, 1), (1, 1), (0, 0)),
+    ((2, 16, 15, 13), 32, (3, 3), (1, 1), (1, 1)),
+    ((2, 32, 37), 48, (3,), (2,), (1,)),
+]
+
+
+@pytest.mark.parametrize("case", CHANNELS_LAST_CASES, ids=[f"c{i}" for i in range(4)])
+@pytest.mark.parametrize("kind", ["fprop", "dgrad", "wgrad"])
+@pytest.mark.parametrize("dt", [torch.float16, torch.float32])
+def test_channels_last_transform_every_config(case, kind, dt):
+    """conv_{fprop,dgrad,wgrad}_channels_last (44 / 45 / 46) on NCHW tensors, every config
+    it offers (each an inner engine's config), NaN-poisoned outputs, against float64."""
+    from opendnn import backends
+    from opendnn.engines.registry import by_id
+    from opendnn.handle import target_for
+
+    xdims, k, filt, stride, pad = case
+    conv = {3: F.conv1d, 4: F.conv2d}[len(xdims)]
+    x = torch.randn(xdims, device="cuda", dtype=dt)
+    w = torch.randn((k, xdims[1], *filt), device="cuda", dtype=dt) * 0.2
+    xr, wr = x.double().requires_grad_(), w.double().requires_grad_()
+    y = conv(xr, wr, stride=stride, padding=pad)
+    dy = torch.randn(y.shape, device="cuda", dtype=dt)
+    dx, dwr = torch.autograd.grad(y, (xr, wr), dy.double())
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    args = dict(padding=list(pad), stride=list(stride))
+    if kind == "fprop":
+        a, b = g.tensor_like(x), g.tensor_like(w)
+        out, pack, like, ref = g.conv_fprop(a, b, **args), {a: x, b: w}, dy, y.detach()
+    elif kind == "dgrad":
+        a, b = g.tensor_like(dy), g.tensor_like(w)
+        out, pack, like, ref = g.conv_dgrad(a, b, **args), {a: dy, b: w}, x, dx
+    else:
+        a, b = g.tensor_like(x), g.tensor_like(dy)
+        out, pack, like, ref = g.conv_wgrad(a, b, **args), {a: x, b: dy}, w, dwr
+    out.set_dim(list(like.shape)).set_stride(list(like.stride())).set_output(True)
+    out.set_data_type(
+        {torch.float16: cudnn.data_type.HALF, torch.float32: cudnn.data_type.FLOAT}[dt]
+    )
+    g.validate()
+    eid = {"fprop": 44, "dgrad": 45, "wgrad": 46}[kind]
+    e = by_id(eid)
+    target = target_for(str(torch.device("cuda", torch.cuda.current_device())))
+    assert e.check_support(g.op_graph, target).ok
+    cfgs = e.configs(g.op_graph, target)
+    assert cfgs
+    tf32, backends.allow_tf32 = backends.allow_tf32, False
+    try:
+        for cfg in cfgs:
+            g.create_execution_plan(eid, cfg.knob_dict)
+            ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+            res = like.clone().fill_(float("nan"))
+            g.execute({**pack, out: res}, ws)
+            torch.cuda.synchronize()
+            assert _relerr(res, ref) < TOL[dt] * 4, cfg.label()
+    finally:
+        backends.allow_tf32 = tf32
+
+
+# (N, C = K, groups, image, stride): ResNeXt's 32 groups of 4 and 16 channels, 8 of 8 at
+# an odd image
+GROUPED_CASES = [(4, 128, 32, 14, 1), (2, 512, 32, 9, 2), (3, 64, 8, 11, 1)]
+
+
+@pytest.mark.parametrize("case", GROUPED_CASES, ids=[f"g{i}" for i in range(3)])
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16, torch.float32])
+def test_grouped_engine_every_config(case, layout, dt):
+    """conv_grouped (47), every config, with bias + relu fused, NaN-poisoned outputs,
+    against float64 PyTorch."""
+    from opendnn import backends
+    from opendnn.engines.registry import by_id
+    from opendnn.handle import target_for
+
+    n, c, groups, size, stride = case
+
+    def stored(t):
+        return t.to(memory_format=torch.channels_last) if layout == "nhwc" else t
+
+    x = stored(torch.randn(n, c, size, size, device="cuda", dtype=dt))
+    w = stored(torch.randn(c, c // groups, 3, 3, device="cuda", dtype=dt) * 0.2)
+    b = torch.randn(1, c, 1, 1, device="cuda", dtype=dt)
+    ref = torch.relu(
+        F.conv2d(x.double(), w.double(), stride=stride, padding=1, groups=groups) + b.double()
+    )
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tw, tb = g.tensor_like(x), g.tensor_like(w), g.tensor_like(b)
+    y = g.relu(g.bias(g.conv_fprop(tx, tw, padding=[1, 1], stride=[stride, stride]), tb))
+    y.set_output(True).set_data_type(
+        {
+            torch.bfloat16: cudnn.data_type.BFLOAT16,
+            torch.float16: cudnn.data_type.HALF,
+            torch.float32: cudnn.data_type.FLOAT,
+        }[dt]
+    )
+    g.validate()
+    e = by_id(47)
+    target = target_for(str(torch.device("cuda", torch.cuda.current_device())))
+    assert e.check_support(g.op_graph, target).ok
+    like = stored(torch.empty(ref.shape, device="cuda", dtype=dt))
+    tf32, backends.allow_tf32 = backends.allow_tf32, False
+    try:
+        for cfg in e.configs(g.op_graph, target):
+            g.create_execution_plan(47, cfg.knob_dict)
+            out = like.fill_(float("nan"))
+            g.execute({tx: x, tw: w, tb: b, y: out}, None)
+            torch.cuda.synchronize()
+            assert _relerr(out, ref) < TOL[dt] * 2, cfg.label()
+    finally:
+        backends.allow_tf32 = tf32

@@ -26,6 +26,7 @@ ENGINE_CLASSES = (
     ("conv.gemm.engine", "GemmConvEngine"),
     ("conv.direct.engine", "DirectConvEngine"),
     ("conv.depthwise.engine", "DepthwiseConvEngine"),
+    ("conv.grouped.engine", "GroupedConvEngine"),
     ("conv.winograd.engine", "WinogradNonfusedEngine"),
     ("conv.winograd.engine", "Winograd4x4NonfusedEngine"),
     ("conv.fft.engine", "FftConvEngine"),

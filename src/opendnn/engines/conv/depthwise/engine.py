@@ -393,6 +393,10 @@ def wgrad_tiles(taps: int, rows: int, nhwc: bool, itemsize: int) -> tuple:
         m = max(1, e * 32 * w // n)
         keep = max(1, min(rows, WGRAD_SUM_REGISTERS // (inner * e)))
         out.append((m, n, w, 0 if keep >= rows else keep))
+    if out[1][3] == 0:
+        # every row fits the one-vector tiles (3x3): the wide tile, which would split the
+        # rows, measured last there
+        out.append(out.pop(0))
     return tuple(dict.fromkeys(out))
 
 

@@ -267,7 +267,7 @@ class _ChannelsLastExecutable(Executable):
     executable on them (and the untouched tensors), copies the moved outputs back."""
 
     def __init__(self, graph, p: _Problem, inner: Executable):
-        self.inner = inner
+        self.inner, self.inner_graph = inner, p.inner
         outputs = graph.output_uid_set
         self.layout, off = [], 0
         for u in p.moved:

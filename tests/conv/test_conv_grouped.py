@@ -1,0 +1,130 @@
+"""conv_grouped (engine 47): grouped forward with several groups per program and
+block-diagonal filter tiles, against the float64 reference (NaN-poisoned outputs) and
+PyTorch; its declines and its group blocks."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from _util import assert_close, check_engine, seed_for
+from _util import graph_tensor as _tensor
+
+import opendnn.frontend as cudnn
+from opendnn.engines.base import Target
+from opendnn.engines.conv.grouped.engine import GroupedConvEngine, group_blocks
+
+ID = 47
+H100 = Target(device="cuda", name="H100", capability=(9, 0), num_sms=132)
+_CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+# (x dims, K, groups, filter, stride, pre, post, dilation, layout): odd sizes, groups not a
+# power of two, padding past the radius, asymmetric padding, dilation, 1-3-D, NHWC / NCHW /
+# non-packed strides
+CASES = [
+    ((2, 8, 7, 6), 8, 4, (3, 3), (1, 1), (1, 1), (1, 1), (1, 1), "nhwc"),
+    ((2, 16, 9, 7), 32, 4, (3, 3), (2, 2), (2, 2), (1, 0), (1, 1), "nchw"),
+    ((1, 16, 5, 6), 16, 8, (3, 2), (1, 1), (3, 0), (3, 1), (2, 1), "strided"),
+    ((3, 8, 11), 16, 4, (3,), (1,), (1,), (1,), (2,), "nhwc"),
+    ((1, 8, 3, 5, 4), 8, 2, (3, 3, 1), (1, 2, 1), (1, 1, 0), (1, 1, 0), (1, 1, 1), "nhwc"),
+    ((2, 32, 6, 6), 32, 8, (1, 1), (1, 1), (0, 0), (0, 0), (1, 1), "nchw"),
+]
+
+
+def _stored(t, layout):
+    if layout == "nhwc":
+        return t.movedim(1, -1).contiguous().movedim(-1, 1)
+    if layout == "strided":
+        big = torch.zeros(*t.shape[:-1], t.shape[-1] * 2, dtype=t.dtype)
+        big[..., ::2] = t
+        return big[..., ::2]
+    return t
+
+
+def _graph(x, w, stride, pre, post, dil, bias=None):
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tw = _tensor(g, x), _tensor(g, w)
+    y = g.conv_fprop(
+        tx,
+        tw,
+        pre_padding=list(pre),
+        post_padding=list(post),
+        stride=list(stride),
+        dilation=list(dil),
+    )
+    feeds = {tx: x, tw: w}
+    if bias is not None:
+        tb = _tensor(g, bias)
+        y = g.relu(g.bias(y, tb))
+        feeds[tb] = bias
+    types = {torch.float32: cudnn.data_type.FLOAT, torch.bfloat16: cudnn.data_type.BFLOAT16}
+    y.set_output(True).set_data_type(types[x.dtype])
+    return g, feeds, y
+
+
+def _torch(x, w, stride, pre, post, dil, groups, bias=None):
+    pads = [p for a, b in zip(reversed(pre), reversed(post)) for p in (a, b)]
+    y = _CONV[x.dim() - 2](
+        F.pad(x.double(), pads), w.double(), stride=stride, dilation=dil, groups=groups
+    )
+    return y if bias is None else torch.relu(y + bias.double())
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"c{i}" for i in range(len(CASES))])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_against_reference_and_pytorch(case, dtype, request):
+    xdims, k, groups, filt, stride, pre, post, dil, layout = case
+    gen = torch.Generator().manual_seed(seed_for(request.node.name))
+    x = _stored(torch.randn(xdims, generator=gen).to(dtype), layout)
+    w = _stored(
+        (torch.randn((k, xdims[1] // groups, *filt), generator=gen) * 0.3).to(dtype), layout
+    )
+    g, feeds, y = _graph(x, w, stride, pre, post, dil)
+    n = xdims[1] // groups * torch.tensor(filt).prod().item()
+    out = check_engine(g, feeds, [y], ID, n=n)
+    assert_close(out[y], _torch(x, w, stride, pre, post, dil, groups), dtype, n=n)
+
+
+@pytest.mark.parametrize("gb", [2, 4])
+def test_every_group_block_and_the_fused_epilogue(gb):
+    """GB = 2 and 4 groups per program (N tiles of 16 and 32 outputs) with bias + relu."""
+    gen = torch.Generator().manual_seed(7 + gb)
+    x = _stored(torch.randn((2, 16, 6, 5), generator=gen), "nhwc")
+    w = torch.randn((32, 4, 3, 3), generator=gen) * 0.3
+    b = torch.randn((1, 32, 1, 1), generator=gen)
+    g, feeds, y = _graph(x, w, (1, 1), (1, 1), (1, 1), (1, 1), bias=b)
+    knobs = dict(BLOCK_M=16, GB=gb, num_warps=4, num_stages=1)
+    out = check_engine(g, feeds, [y], ID, knobs, n=36)
+    assert_close(out[y], _torch(x, w, (1, 1), (1, 1), (1, 1), (1, 1), 4, bias=b), n=36)
+
+
+def test_group_blocks_keep_tensor_core_tiles():
+    # ResNeXt-50 32x4d: 32 groups of 4, 8, 16 and 32 channels
+    assert group_blocks(4, 4, 32) == [4, 8, 16, 32]
+    assert group_blocks(32, 32, 32) == [2, 4]
+    assert group_blocks(64, 64, 2) == [2]  # 2 x 64 = 128 wide
+    assert group_blocks(128, 128, 4) == []  # wide groups: the implicit GEMM's
+    assert group_blocks(3, 5, 6) == []  # no power-of-two N tile
+
+
+def test_declines_with_reasons():
+    e = GroupedConvEngine()
+    cases = [
+        ((1, 4, 5, 5), (4, 1, 3, 3), "one channel per group is depthwise"),
+        ((1, 4, 5, 5), (4, 4, 3, 3), "1 group(s)"),
+        ((1, 6, 5, 5), (9, 2, 3, 3), "no group block fits"),
+    ]
+    for xd, wd, why in cases:
+        g, _, _ = _graph(torch.randn(xd), torch.randn(wd), (1, 1), (1, 1), (1, 1), (1, 1))
+        g.validate()
+        s = e.check_support(g.op_graph, H100)
+        assert not s.ok and why in s.reason, s.reason
+
+
+def test_bad_group_block_is_refused_by_name():
+    g, _, _ = _graph(
+        torch.randn(1, 8, 5, 5), torch.randn(8, 2, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1)
+    )
+    g.validate()
+    e = GroupedConvEngine()
+    cfg = e.configs(g.op_graph, Target())[0]
+    bad = type(cfg).make(e, **{**cfg.knob_dict, "GB": 3})
+    s = e.check_config(g.op_graph, bad, Target())
+    assert not s.ok and "GB=3" in s.reason
