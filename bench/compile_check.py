@@ -13,7 +13,7 @@ compiles every launch with ``triton.compile`` for sm_90:
                bias + relu, a conv1-like 7x7 s2), implicit-GEMM dgrad + drelu and wgrad,
                a scale + bias + relu prologue with genstats (engines 3-12); depthwise (41-
                43): NHWC / NCHW, multiplier 2, stride 2, bias + relu, causal 1-D; grouped
-               (47) and the layout transforms (44-46)
+               fprop, dgrad and wgrad (47-49) and the layout transforms (44-46)
     fusion     the runtime-fusion engine (1): pointwise, broadcast, slice / transpose /
                concatenate views, row and column reductions
     matmul     the matmul engine (2) with a pointwise epilogue (bias, residual)
@@ -280,6 +280,20 @@ def conv_graphs():
             y = g.relu(g.bias(g.conv_fprop(tx, tw, padding=[1, 1], stride=[2, 1]), tb))
             y.set_output(True).set_data_type(g_type(dt))
             yield f"grouped+bias+relu {tag} {cg} {dt}", g, [47]
+            dy = torch.randn(4, 32 * cg, 9, 10, dtype=dt).to(memory_format=fmt)
+            g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+            tdy, tw = g.tensor_like(dy), g.tensor_like(w)
+            dx = g.conv_dgrad(tdy, tw, padding=[1, 1], stride=[2, 1])
+            x = torch.randn(4, 32 * cg, 17, 10, dtype=dt).to(memory_format=fmt)
+            dx.set_dim(list(x.shape)).set_stride(list(x.stride())).set_output(True)
+            dx.set_data_type(g_type(dt))
+            yield f"grouped dgrad {tag} {cg} {dt}", g, [48]
+            g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+            tx, tdy = g.tensor_like(x), g.tensor_like(dy)
+            dw = g.conv_wgrad(tx, tdy, padding=[1, 1], stride=[2, 1])
+            dw.set_dim(list(w.shape)).set_stride(list(w.stride())).set_output(True)
+            dw.set_data_type(g_type(dt))
+            yield f"grouped wgrad {tag} {cg} {dt}", g, [49]
     x = torch.randn(2, 64, 37, dtype=torch.bfloat16)
     g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
     tx, tw = g.tensor_like(x), g.tensor_like(torch.randn(64, 8, 3, dtype=torch.bfloat16))

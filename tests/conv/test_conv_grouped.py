@@ -128,3 +128,141 @@ def test_bad_group_block_is_refused_by_name():
     bad = type(cfg).make(e, **{**cfg.knob_dict, "GB": 3})
     s = e.check_config(g.op_graph, bad, Target())
     assert not s.ok and "GB=3" in s.reason
+
+
+# ---- backward data (conv_dgrad_grouped, 48) ------------------------------------------------
+DGRAD_ID = 48
+
+
+def _dgrad_graph(dy, w, xlike, stride, pre, post, dil, mode=None):
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tdy, tw = _tensor(g, dy), _tensor(g, w)
+    kw = {} if mode is None else {"convolution_mode": mode}
+    dx = g.conv_dgrad(
+        tdy,
+        tw,
+        pre_padding=list(pre),
+        post_padding=list(post),
+        stride=list(stride),
+        dilation=list(dil),
+        **kw,
+    )
+    types = {torch.float32: cudnn.data_type.FLOAT, torch.bfloat16: cudnn.data_type.BFLOAT16}
+    dx.set_dim(list(xlike.shape)).set_stride(list(xlike.stride())).set_output(True)
+    dx.set_data_type(types[dy.dtype])
+    return g, {tdy: dy, tw: w}, dx
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"c{i}" for i in range(len(CASES))])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_dgrad_against_reference_and_pytorch(case, dtype, request):
+    xdims, k, groups, filt, stride, pre, post, dil, layout = case
+    gen = torch.Generator().manual_seed(seed_for(request.node.name))
+    w = _stored(
+        (torch.randn((k, xdims[1] // groups, *filt), generator=gen) * 0.3).to(dtype), layout
+    )
+    xr = torch.zeros(xdims, dtype=torch.float64, requires_grad=True)
+    y = _torch(xr, w, stride, pre, post, dil, groups)
+    dy = _stored(torch.randn(y.shape, generator=gen).to(dtype), layout)
+    (ref,) = torch.autograd.grad(y, xr, dy.double())
+    xlike = _stored(torch.empty(xdims, dtype=dtype), layout)
+    g, feeds, dx = _dgrad_graph(dy, w, xlike, stride, pre, post, dil)
+    n = k // groups * torch.tensor(filt).prod().item()
+    out = check_engine(g, feeds, [dx], DGRAD_ID, n=n)
+    assert_close(out[dx], ref, dtype, n=n)
+
+
+def test_dgrad_convolution_mode_flips_the_filter():
+    gen = torch.Generator().manual_seed(31)
+    w = torch.randn((16, 4, 3, 2), generator=gen)
+    dy = torch.randn((2, 16, 5, 6), generator=gen)
+    xr = torch.zeros((2, 16, 7, 7), dtype=torch.float64, requires_grad=True)
+    y = F.conv2d(xr, w.double().flip(-1, -2), groups=4)
+    (ref,) = torch.autograd.grad(y, xr, dy.double())
+    g, feeds, dx = _dgrad_graph(
+        dy,
+        w,
+        torch.empty(2, 16, 7, 7),
+        (1, 1),
+        (0, 0),
+        (0, 0),
+        (1, 1),
+        mode=cudnn.convolution_mode.CONVOLUTION,
+    )
+    out = check_engine(g, feeds, [dx], DGRAD_ID, n=24)
+    assert_close(out[dx], ref, n=24)
+
+
+# ---- backward filter (conv_wgrad_grouped, 49) ----------------------------------------------
+WGRAD_ID = 49
+
+
+def _wgrad_graph(x, dy, wlike, stride, pre, post, dil, mode=None):
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tdy = _tensor(g, x), _tensor(g, dy)
+    kw = {} if mode is None else {"convolution_mode": mode}
+    dw = g.conv_wgrad(
+        tx,
+        tdy,
+        pre_padding=list(pre),
+        post_padding=list(post),
+        stride=list(stride),
+        dilation=list(dil),
+        **kw,
+    )
+    types = {torch.float32: cudnn.data_type.FLOAT, torch.bfloat16: cudnn.data_type.BFLOAT16}
+    dw.set_dim(list(wlike.shape)).set_stride(list(wlike.stride())).set_output(True)
+    dw.set_data_type(types[x.dtype])
+    return g, {tx: x, tdy: dy}, dw
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"c{i}" for i in range(len(CASES))])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_wgrad_against_reference_and_pytorch(case, dtype, request):
+    xdims, k, groups, filt, stride, pre, post, dil, layout = case
+    gen = torch.Generator().manual_seed(seed_for(request.node.name))
+    x = _stored(torch.randn(xdims, generator=gen).to(dtype), layout)
+    wdims = (k, xdims[1] // groups, *filt)
+    wr = torch.zeros(wdims, dtype=torch.float64, requires_grad=True)
+    y = _torch(x, wr, stride, pre, post, dil, groups)
+    dy = _stored(torch.randn(y.shape, generator=gen).to(dtype), layout)
+    (ref,) = torch.autograd.grad(y, wr, dy.double())
+    g, feeds, dw = _wgrad_graph(x, dy, _stored(torch.empty(wdims), layout), stride, pre, post, dil)
+    n = y.numel() // y.shape[1]
+    out = check_engine(g, feeds, [dw], WGRAD_ID, n=n)
+    assert_close(out[dw], ref, dtype, n=n)
+
+
+def test_wgrad_split_is_deterministic_and_convolution_mode_flips():
+    gen = torch.Generator().manual_seed(41)
+    x, dy = torch.randn((3, 16, 9, 8), generator=gen), torch.randn((3, 16, 7, 7), generator=gen)
+    g, feeds, dw = _wgrad_graph(
+        x,
+        dy,
+        torch.empty(16, 4, 3, 2),
+        (1, 1),
+        (0, 0),
+        (0, 0),
+        (1, 1),
+        mode=cudnn.convolution_mode.CONVOLUTION,
+    )
+    knobs = dict(BLOCK_M=8, GB=2, BLOCK_K=16, SPLIT=3, num_warps=4, num_stages=1)
+    outs = [check_engine(g, feeds, [dw], WGRAD_ID, {**knobs, "SPLIT": s}) for s in (1, 3, 3)]
+    assert torch.equal(outs[1][dw], outs[2][dw])  # the same split: bitwise the same
+    wr = torch.zeros(16, 4, 3, 2, dtype=torch.float64, requires_grad=True)
+    y = F.conv2d(x.double(), wr.flip(-1, -2), groups=4)
+    (ref,) = torch.autograd.grad(y, wr, dy.double())
+    assert_close(outs[0][dw], ref, n=3 * 49)
+
+
+def test_wgrad_refuses_rows_that_are_not_the_group_block():
+    from opendnn.engines.conv.grouped.engine import GroupedWgradEngine
+
+    x, dy = torch.randn(2, 16, 6, 6), torch.randn(2, 16, 4, 4)
+    g, _, _ = _wgrad_graph(x, dy, torch.empty(16, 4, 3, 3), (1, 1), (0, 0), (0, 0), (1, 1))
+    g.validate()
+    e = GroupedWgradEngine()
+    bad = e.configs(g.op_graph, Target())[0]
+    bad = type(bad).make(e, **{**bad.knob_dict, "BLOCK_M": 64})
+    s = e.check_config(g.op_graph, bad, Target())
+    assert not s.ok and "BLOCK_M=64" in s.reason

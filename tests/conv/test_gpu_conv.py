@@ -603,3 +603,95 @@ def test_grouped_engine_every_config(case, layout, dt):
             assert _relerr(out, ref) < TOL[dt] * 2, cfg.label()
     finally:
         backends.allow_tf32 = tf32
+
+
+@pytest.mark.parametrize("case", GROUPED_CASES, ids=[f"g{i}" for i in range(3)])
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
+def test_grouped_dgrad_every_config(case, layout, dt):
+    """conv_dgrad_grouped (48), every config, NaN-poisoned dx, against float64 autograd."""
+    from opendnn import backends
+    from opendnn.engines.registry import by_id
+    from opendnn.handle import target_for
+
+    n, c, groups, size, stride = case
+
+    def stored(t):
+        return t.to(memory_format=torch.channels_last) if layout == "nhwc" else t
+
+    w = stored(torch.randn(c, c // groups, 3, 3, device="cuda", dtype=dt) * 0.2)
+    xr = torch.zeros(n, c, size, size, device="cuda", dtype=torch.float64, requires_grad=True)
+    y = F.conv2d(xr, w.double(), stride=stride, padding=1, groups=groups)
+    dy = stored(torch.randn(y.shape, device="cuda", dtype=dt))
+    (ref,) = torch.autograd.grad(y, xr, dy.double())
+    like = stored(torch.empty(xr.shape, device="cuda", dtype=dt))
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tdy, tw = g.tensor_like(dy), g.tensor_like(w)
+    dx = g.conv_dgrad(tdy, tw, padding=[1, 1], stride=[stride, stride])
+    dx.set_dim(list(like.shape)).set_stride(list(like.stride())).set_output(True)
+    dx.set_data_type(
+        {torch.bfloat16: cudnn.data_type.BFLOAT16, torch.float32: cudnn.data_type.FLOAT}[dt]
+    )
+    g.validate()
+    e = by_id(48)
+    target = target_for(str(torch.device("cuda", torch.cuda.current_device())))
+    assert e.check_support(g.op_graph, target).ok
+    tf32, backends.allow_tf32 = backends.allow_tf32, False
+    try:
+        for cfg in e.configs(g.op_graph, target):
+            g.create_execution_plan(48, cfg.knob_dict)
+            out = like.fill_(float("nan"))
+            g.execute({tdy: dy, tw: w, dx: out}, None)
+            torch.cuda.synchronize()
+            assert _relerr(out, ref) < TOL[dt] * 2, cfg.label()
+    finally:
+        backends.allow_tf32 = tf32
+
+
+@pytest.mark.parametrize("case", GROUPED_CASES, ids=[f"g{i}" for i in range(3)])
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
+def test_grouped_wgrad_every_config(case, layout, dt):
+    """conv_wgrad_grouped (49), every config, NaN-poisoned dw, against float64 autograd;
+    the same config twice gives the same bits (fixed-order split)."""
+    from opendnn import backends
+    from opendnn.engines.registry import by_id
+    from opendnn.handle import target_for
+
+    n, c, groups, size, stride = case
+
+    def stored(t):
+        return t.to(memory_format=torch.channels_last) if layout == "nhwc" else t
+
+    x = stored(torch.randn(n, c, size, size, device="cuda", dtype=dt))
+    wr = torch.zeros(c, c // groups, 3, 3, device="cuda", dtype=torch.float64, requires_grad=True)
+    y = F.conv2d(x.double(), wr, stride=stride, padding=1, groups=groups)
+    dy = stored(torch.randn(y.shape, device="cuda", dtype=dt))
+    (ref,) = torch.autograd.grad(y, wr, dy.double())
+    like = stored(torch.empty(wr.shape, device="cuda", dtype=dt))
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tdy = g.tensor_like(x), g.tensor_like(dy)
+    dw = g.conv_wgrad(tx, tdy, padding=[1, 1], stride=[stride, stride])
+    dw.set_dim(list(like.shape)).set_stride(list(like.stride())).set_output(True)
+    dw.set_data_type(
+        {torch.bfloat16: cudnn.data_type.BFLOAT16, torch.float32: cudnn.data_type.FLOAT}[dt]
+    )
+    g.validate()
+    e = by_id(49)
+    target = target_for(str(torch.device("cuda", torch.cuda.current_device())))
+    assert e.check_support(g.op_graph, target).ok
+    tf32, backends.allow_tf32 = backends.allow_tf32, False
+    try:
+        for cfg in e.configs(g.op_graph, target):
+            g.create_execution_plan(49, cfg.knob_dict)
+            ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+            runs = []
+            for _ in range(2):
+                out = like.clone().fill_(float("nan"))
+                g.execute({tx: x, tdy: dy, dw: out}, ws)
+                torch.cuda.synchronize()
+                runs.append(out)
+            assert _relerr(runs[0], ref) < TOL[dt] * 2, cfg.label()
+            assert torch.equal(runs[0], runs[1]), cfg.label()
+    finally:
+        backends.allow_tf32 = tf32

@@ -18,6 +18,15 @@ and one tensor-core dot per tap yields all GB groups' outputs:
 The dot multiplies GB times the useful FLOPs (the zero blocks), which the tensor cores
 absorb on these memory-bound layers; x is read in wide contiguous runs. The epilogue sees
 one group of K channels (``offs_n`` is the output channel).
+
+Backward data is the same tiling over dx: a program owns GB groups' GB * cg channels of a
+dx pixel tile and reduces, per tap, over their GB * kg dy channels with the transposed
+block-diagonal filter,
+
+    dx[n, gb*GB*cg + nn, i] = sum_t sum_kk dy[n, gb*GB*kg + kk, (i + pre - r(t)*dil) / stride]
+                                         * w[gb*GB*kg + kk, nn - grp*cg, r(t)]   (kk // kg == nn // cg)
+
+where a term exists only when the division is exact and lands inside dy.
 """
 
 from __future__ import annotations
@@ -85,3 +94,186 @@ def grouped_source(
     for line in epilogue_body.strip("\n").split("\n"):
         L.append(ind + line)
     return "\n".join(L) + "\n"
+
+
+def grouped_dgrad_source(
+    name: str,
+    geo: ConvGeometry,
+    kn: K.ConvKnobs,
+    *,
+    gb: int,
+    dy_strides: tuple,
+    epilogue_params: list,
+    epilogue_body: str,
+    allow_tf32: bool,
+    interpret: bool,
+    fp32_inputs: bool,
+) -> str:
+    """Backward data of a grouped convolution, GB groups per program: DY, W, the epilogue's
+    parameters; BLOCK_N = gb * cg, BLOCK_K a power of two >= gb * kg. ``geo`` is the
+    dgrad's geometry (in_dims = dx, out_dims = dy, x_strides = dx's)."""
+    d = len(geo.in_dims)
+    cg, kg = geo.c_per_group, geo.k_per_group
+    c_total = cg * geo.groups
+    flat = dataclasses.replace(geo, c_per_group=c_total, groups=1)
+    ind, ind2 = "    ", "        "
+    L = K.pixel_tile_header(
+        name,
+        ["DY", "W"],
+        epilogue_params,
+        ["BLOCK_M", "BLOCK_N", "BLOCK_K"],
+        flat,
+        geo.in_dims,
+        c_total,
+        kn,
+    )
+    ws = geo.w_strides
+    i64 = ".to(tl.int64)" if geo.int64 else ""
+    L.append(f"{ind}k_first = pid_n{i64} * {gb * kg}")  # the block's first dy channel
+    L.append(f"{ind}kk = tl.arange(0, BLOCK_K)")
+    L.append(f"{ind}mask_k = kk < {gb * kg}")
+    L.append(f"{ind}diag = (kk // {kg})[:, None] == (tl.arange(0, BLOCK_N) // {cg})[None, :]")
+    L.append(f"{ind}b_mask = diag & mask_k[:, None] & mask_n[None, :]")
+    L.append(f"{ind}dy_row = nb * {dy_strides[0]}")
+    L.append(f"{ind}dy_col = (k_first + kk) * {dy_strides[1]}")
+    L.append(
+        f"{ind}w_off = ((k_first + kk) * {ws[0]})[:, None] + ((offs_n % {cg}) * {ws[1]})[None, :]"
+    )
+    L.append(f"{ind}acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)")
+    L.append(f"{ind}for t in range(0, {K._prod(geo.filt)}):")
+    r = [f"r{i}" for i in range(d)]
+    L += K._div_chain("t", list(geo.filt), r, ind2, "_qt")
+    valid, off, w_off = ["mask_m"], ["dy_row"], []
+    for i in range(d):
+        s_ = geo.stride[i]
+        L.append(f"{ind2}u{i} = o{i} + {geo.pre[i]} - {r[i]} * {geo.dilation[i]}")
+        if s_ == 1:
+            L.append(f"{ind2}v{i} = u{i}")
+            valid.append(f"(u{i} >= 0) & (u{i} < {geo.out_dims[i]})")
+        else:
+            L.append(f"{ind2}v{i} = u{i} // {s_}")
+            valid.append(f"(u{i} >= 0) & (u{i} % {s_} == 0) & (v{i} < {geo.out_dims[i]})")
+        off.append(f"v{i} * {dy_strides[2 + i]}")
+        fr = f"({geo.filt[i] - 1} - {r[i]})" if geo.flip else r[i]
+        w_off.append(f"{fr} * {ws[2 + i]}")
+    L.append(f"{ind2}valid = " + " & ".join(valid))
+    L.append(
+        f"{ind2}a = tl.load(DY + ({' + '.join(off)})[:, None] + dy_col[None, :], "
+        "mask=valid[:, None] & mask_k[None, :], other=0.0)"
+    )
+    L.append(f"{ind2}b = tl.load(W + w_off + {' + '.join(w_off)}, mask=b_mask, other=0.0)")
+    L.append(ind2 + K._dot_line(allow_tf32, interpret, fp32_inputs))
+    for line in epilogue_body.strip("\n").split("\n"):
+        L.append(ind + line)
+    return "\n".join(L) + "\n"
+
+
+def grouped_wgrad_sources(
+    name: str,
+    geo: ConvGeometry,
+    kn: K.ConvKnobs,
+    *,
+    gb: int,
+    split: int,
+    dy_strides: tuple,
+    dw_desc,
+    allow_tf32: bool,
+    interpret: bool,
+    fp32_inputs: bool,
+) -> tuple[str, str]:
+    """Backward filter of a grouped convolution, GB groups per program, as two kernels.
+    With p = (n, o) over the N * prod(out) output pixels and r(t) tap t,
+
+        dw[k, c, r(t)] = sum_p dy[n, k, o] x[n, grp(k)*cg + c, o*stride - pre + r(t)*dil]
+
+    ``{name}``: program (group block, tap, slice s of ``split``) walks the pixel tiles s,
+    s + split, ... and accumulates the [GB*kg, GB*cg] product dy^T x of its groups' channels
+    on the tensor cores (BLOCK_M = GB*kg rows, BLOCK_N a power of two >= GB*cg, BLOCK_K
+    pixels a step); only the diagonal blocks (a channel of the output's own group) are
+    kept, written to WS[s, t, k, c]. ``{name}_finish``: each dw element sums its ``split``
+    partials in order and is stored (CONVOLUTION mode: tap r at R - 1 - r). Deterministic."""
+    d = len(geo.filt)
+    cg, kg = geo.c_per_group, geo.k_per_group
+    k_total = kg * geo.groups
+    taps = K._prod(geo.filt)
+    pixels = geo.n * K._prod(geo.out_dims)
+    xs, ws = geo.x_strides, dw_desc.strides
+    i64 = ".to(tl.int64)" if geo.int64 else ""
+    ind, ind2 = "    ", "        "
+    L = [
+        "@triton.jit",
+        f"def {name}(X, DY, WS, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, "
+        "BLOCK_K: tl.constexpr):",
+        f"{ind}blk = tl.program_id(0)",
+        f"{ind}t = tl.program_id(1)",
+        f"{ind}s = tl.program_id(2)",
+        f"{ind}rows = blk * BLOCK_M + tl.arange(0, BLOCK_M)",  # output channels k
+        f"{ind}mask_r = rows < {k_total}",
+        f"{ind}cols = tl.arange(0, BLOCK_N)",  # the block's input channels
+        f"{ind}mask_c = cols < {gb * cg}",
+        f"{ind}c_abs = (blk * {gb * cg} + cols){i64}",
+        f"{ind}dy_col = rows{i64} * {dy_strides[1]}",
+        f"{ind}x_col = c_abs * {xs[1]}",
+    ]
+    r = [f"r{i}" for i in range(d)]
+    L += K._div_chain("t", list(geo.filt), r, ind, "_qt")
+    L.append(f"{ind}acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)")
+    L.append(f"{ind}for p0 in range(s * BLOCK_K, {pixels}, {split} * BLOCK_K):")
+    L.append(f"{ind2}pp = (p0 + tl.arange(0, BLOCK_K)){i64}")
+    L.append(f"{ind2}mask_p = pp < {pixels}")
+    o = [f"o{i}" for i in range(d)]
+    L += K._div_chain("pp", [geo.n] + list(geo.out_dims), ["nb"] + o, ind2, "_qp")
+    dy_off = " + ".join(
+        [f"nb * {dy_strides[0]}"] + [f"{o[i]} * {dy_strides[2 + i]}" for i in range(d)]
+    )
+    valid, x_off = ["mask_p"], [f"nb * {xs[0]}"]
+    for i in range(d):
+        h = f"h{i}"
+        L.append(
+            f"{ind2}{h} = {o[i]} * {geo.stride[i]} - {geo.pre[i]} + {r[i]} * {geo.dilation[i]}"
+        )
+        valid.append(f"({h} >= 0) & ({h} < {geo.in_dims[i]})")
+        x_off.append(f"{h} * {xs[2 + i]}")
+    # dy^T tile [BLOCK_M channels, BLOCK_K pixels] and x tile [BLOCK_K pixels, BLOCK_N]
+    L.append(
+        f"{ind2}a = tl.load(DY + dy_col[:, None] + ({dy_off})[None, :], "
+        "mask=mask_r[:, None] & mask_p[None, :], other=0.0)"
+    )
+    L.append(
+        f"{ind2}b = tl.load(X + ({' + '.join(x_off)})[:, None] + x_col[None, :], "
+        f"mask=({' & '.join(valid)})[:, None] & mask_c[None, :], other=0.0)"
+    )
+    L.append(ind2 + K._dot_line(allow_tf32, interpret, fp32_inputs))
+    # keep the diagonal blocks: row k (group k // kg) with the channels of that group
+    L.append(f"{ind}grp_r = rows // {kg}")
+    L.append(f"{ind}grp_c = c_abs // {cg}")
+    L.append(f"{ind}keep = mask_r[:, None] & mask_c[None, :] & (grp_r[:, None] == grp_c[None, :])")
+    L.append(
+        f"{ind}off = ((s * {taps} + t) * {k_total} + rows{i64})[:, None] * {cg} "
+        f"+ (c_abs % {cg})[None, :]"
+    )
+    L.append(f"{ind}tl.store(WS + off, acc, mask=keep)")
+    part = "\n".join(L) + "\n"
+
+    from ...fusion import _codegen as cg_
+
+    n_out = taps * k_total * cg
+    F = [
+        "@triton.jit",
+        f"def {name}_finish(WS, DW, BLOCK: tl.constexpr):",
+        f"{ind}e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
+        f"{ind}mask = e < {n_out}",
+        f"{ind}c = e % {cg}",
+        f"{ind}k = (e // {cg}) % {k_total}",
+        f"{ind}t = e // {cg * k_total}",
+        f"{ind}acc = tl.full([BLOCK], 0.0, tl.float32)",
+        f"{ind}for s in range(0, {split}):",
+        f"{ind2}acc += tl.load(WS + s * {n_out} + e, mask=mask, other=0.0)",
+    ]
+    F += K._div_chain("t", list(geo.filt), r, ind, "_qt")
+    w_off = [f"k{i64} * {ws[0]}", f"c * {ws[1]}"]
+    for i in range(d):
+        fr = f"({geo.filt[i] - 1} - {r[i]})" if geo.flip else r[i]
+        w_off.append(f"{fr} * {ws[2 + i]}")
+    F.append(ind + cg_.store_expr("DW", " + ".join(w_off), "acc", dw_desc, "mask"))
+    return part, "\n".join(F) + "\n"

@@ -12,6 +12,10 @@ groups are wide (C/G >= 64) and pads the K and N steps where they are narrow.
 
 from __future__ import annotations
 
+import dataclasses
+
+import torch
+
 from ....enums import DataType
 from ....runtime.launch import DualKernel, LaunchList, kernel_from_source
 from ...base import SUPPORTED, EngineConfig, Executable, Knob, Support, decline
@@ -20,7 +24,7 @@ from ..analysis import epilogue, tf32
 from ..depthwise.engine import _one_group
 from ..implicit_gemm import _kernels as K
 from ..implicit_gemm.engine import ImplicitGemmEngine
-from ._kernels import grouped_source
+from ._kernels import grouped_dgrad_source, grouped_source, grouped_wgrad_sources
 
 # (BLOCK_M, num_warps, num_stages) of the pixel tiles; the interpreter's one config
 PIXEL_TILES = ((128, 4, 3), (64, 4, 3), (128, 8, 3))
@@ -34,8 +38,9 @@ def _pow2_at_least(n: int) -> int:
 
 def group_blocks(cg: int, kg: int, groups: int, interpret: bool = False) -> list:
     """GB values (groups per program): 2 or more (one group per program is the implicit
-    GEMM's tiling), GB divides the group count, GB * kg is a power of two from 16 (8 for
-    the interpreter) to 128, and GB * cg fits a K step of at most 128."""
+    GEMM's tiling), GB divides the group count, GB * kg (the tile's output channels) is a
+    power of two from 16 (8 for the interpreter) to 128, and GB * cg (the channels a tap
+    reduces over) fits a K step of at most 128. Backward data passes (kg, cg)."""
     lo = 8 if interpret else 16
     out = []
     for gb in range(2, groups + 1):
@@ -70,12 +75,22 @@ class GroupedConvEngine(ImplicitGemmEngine):
             return decline("int8 grouped convolution is not supported")
         if a.prologue is not None or a.ep.stats:
             return decline("the grouped kernel fuses neither a prologue nor batch-norm statistics")
-        if not group_blocks(g.c_per_group, g.k_per_group, g.groups, not target.is_cuda):
+        red, out = self._dims(g)
+        if not group_blocks(red, out, g.groups, not target.is_cuda):
             return decline(
-                f"no group block fits: GB * K/G ({g.k_per_group}) must be a power of two in "
-                f"16..{MAX_TILE} with GB dividing {g.groups} and GB * C/G <= {MAX_TILE}"
+                f"no group block fits: GB * {out} (the tile's channels per group) must be a "
+                f"power of two in 16..{MAX_TILE} with GB >= 2 dividing {g.groups} and "
+                f"GB * {red} <= {MAX_TILE}"
             )
         return SUPPORTED
+
+    def _dims(self, geo) -> tuple[int, int]:
+        """(channels per group a tap reduces over, channels per group the tile writes)."""
+        return geo.c_per_group, geo.k_per_group
+
+    def _tile_space(self, geo) -> tuple[int, int]:
+        """(pixels, channels) of the output tiles: y's for the forward."""
+        return geo.n * K._prod(geo.out_dims), geo.k_per_group * geo.groups
 
     def knob_space(self, graph=None) -> list:
         return [
@@ -101,7 +116,7 @@ class GroupedConvEngine(ImplicitGemmEngine):
             return decline(f"unknown knobs {', '.join(unknown)}")
         a = self._analyze(graph)
         g = a.geo
-        ok = group_blocks(g.c_per_group, g.k_per_group, g.groups, not target.is_cuda)
+        ok = group_blocks(*self._dims(g), g.groups, not target.is_cuda)
         if kd["GB"] not in ok:
             return decline(f"GB={kd['GB']!r} is not one of the group blocks that fit: {ok}")
         bm = kd["BLOCK_M"]
@@ -110,11 +125,11 @@ class GroupedConvEngine(ImplicitGemmEngine):
         return SUPPORTED
 
     def _conv_knobs(self, a, kd) -> K.ConvKnobs:
-        gb, g = kd["GB"], a.geo
+        gb, (red, out) = kd["GB"], self._dims(a.geo)
         return K.ConvKnobs(
             BLOCK_M=kd["BLOCK_M"],
-            BLOCK_N=gb * g.k_per_group,
-            BLOCK_K=max(16, _pow2_at_least(gb * g.c_per_group)),
+            BLOCK_N=gb * out,
+            BLOCK_K=max(16, _pow2_at_least(gb * red)),
             num_warps=kd["num_warps"],
             num_stages=kd["num_stages"],
         )
@@ -127,7 +142,7 @@ class GroupedConvEngine(ImplicitGemmEngine):
         tiles = PIXEL_TILES if target.is_cuda else (INTERPRETER_PIXELS,)
         out = [
             EngineConfig.make(self, BLOCK_M=m, GB=gb, num_warps=w, num_stages=st)
-            for gb in group_blocks(g.c_per_group, g.k_per_group, g.groups, not target.is_cuda)
+            for gb in group_blocks(*self._dims(g), g.groups, not target.is_cuda)
             for m, w, st in tiles
         ]
         out.sort(key=lambda c: self.estimate_seconds(graph, c, target))
@@ -149,10 +164,9 @@ class GroupedConvEngine(ImplicitGemmEngine):
             if a.x.data_type != DataType.FLOAT
             else (target.peak_flops_fp16 / 2 if tf32(a) else target.peak_flops_fp32)
         )
-        pixels = g.n * K._prod(g.out_dims)
+        pixels, channels = self._tile_space(g)
         m_pad = -(-pixels // kn.BLOCK_M) * kn.BLOCK_M
-        k_total = g.k_per_group * g.groups
-        flops = 2.0 * m_pad * k_total * K._prod(g.filt) * kn.BLOCK_K  # zero blocks included
+        flops = 2.0 * m_pad * channels * K._prod(g.filt) * kn.BLOCK_K  # zero blocks included
         moved = a.x.data_type.itemsize * (a.x.numel + a.w.numel + a.y.numel)
         compute = flops / (peak * (0.6 if kn.BLOCK_M * kn.BLOCK_N < 64 * 64 else 0.85))
         memory = moved / target.bandwidth
@@ -162,6 +176,237 @@ class GroupedConvEngine(ImplicitGemmEngine):
         a = self._analyze(graph)
         kd = self.complete_knobs(graph, config.knob_dict)
         return _GroupedExecutable(graph, a, self._conv_knobs(a, kd), kd["GB"], target)
+
+
+class GroupedDgradEngine(GroupedConvEngine):
+    """Grouped backward data with GB groups per program: the transposed block-diagonal
+    filter tile (see ``_kernels.grouped_dgrad_source``); deterministic, no workspace."""
+
+    id = 48
+    name = "conv_dgrad_grouped"
+    kind = "conv_dgrad"
+
+    def _dims(self, geo) -> tuple[int, int]:
+        return geo.k_per_group, geo.c_per_group
+
+    def _tile_space(self, geo) -> tuple[int, int]:
+        return geo.n * K._prod(geo.in_dims), geo.c_per_group * geo.groups
+
+    def build(self, graph, config, target) -> Executable:
+        a = self._analyze(graph)
+        kd = self.complete_knobs(graph, config.knob_dict)
+        return _GroupedDgradExecutable(graph, a, self._conv_knobs(a, kd), kd["GB"], target)
+
+
+class GroupedWgradEngine(GroupedConvEngine):
+    """Grouped backward filter with GB groups per program: per (group block, tap, pixel
+    slice) the [GB*kg, GB*cg] product dy^T x on the tensor cores, the diagonal blocks kept
+    as float32 partials, summed in a fixed order by a second kernel (deterministic)."""
+
+    id = 49
+    name = "conv_wgrad_grouped"
+    kind = "conv_wgrad"
+
+    def check_support(self, graph, target) -> Support:
+        s = super().check_support(graph, target)
+        if not s.ok:
+            return s
+        if self._analyze(graph).ep.nodes:
+            return decline("the grouped backward filter writes dw only (no fused epilogue)")
+        return SUPPORTED
+
+    def knob_space(self, graph=None) -> list:
+        return super().knob_space(graph) + [
+            Knob("BLOCK_K", (8, 16, 32, 64, 128), 32),
+            Knob("SPLIT", (1, 2, 4, 8, 16, 32, 64, 128, 256), 1),
+        ]
+
+    def check_config(self, graph, config, target) -> Support:
+        kd = self.complete_knobs(graph, config.knob_dict)
+        for knob in ("BLOCK_K", "SPLIT"):
+            v = kd[knob]
+            if not isinstance(v, int) or v < 1 or (knob == "BLOCK_K" and v & (v - 1)):
+                return decline(f"{knob}={v!r}: a positive integer (BLOCK_K a power of two)")
+        s = super().check_config(graph, config, target)
+        if s.ok and kd["BLOCK_M"] != kd["GB"] * self._analyze(graph).geo.k_per_group:
+            return decline(
+                f"BLOCK_M={kd['BLOCK_M']!r}: the rows are the group block's output channels, "
+                f"GB * K/G = {kd['GB'] * self._analyze(graph).geo.k_per_group}"
+            )
+        return s
+
+    def _tile_space(self, geo) -> tuple[int, int]:
+        return geo.n * K._prod(geo.out_dims), geo.k_per_group * geo.groups
+
+    def _split(self, a, bm, bk, target) -> int:
+        """Pixel slices: about four programs per SM over (group blocks x taps), none empty."""
+        g = a.geo
+        tiles = -(-g.n * K._prod(g.out_dims) // bk)
+        blocks = -(-g.k_per_group * g.groups // bm) * K._prod(g.filt)
+        want = max(1, round(4 * target.num_sms / blocks)) if target.is_cuda else 2
+        return max(1, min(tiles, want, 256))
+
+    def configs(self, graph, target) -> list:
+        if not self.check_support(graph, target).ok:
+            return []
+        a = self._analyze(graph)
+        g = a.geo
+        interp = not target.is_cuda
+        steps = ((32, 4, 1),) if interp else ((64, 4, 3), (32, 4, 3), (128, 8, 3))
+        out = []
+        for gb in group_blocks(*self._dims(g), g.groups, interp):
+            for bk, w, st in steps:
+                split = self._split(a, gb * g.k_per_group, bk, target)
+                out.append(
+                    EngineConfig.make(
+                        self,
+                        BLOCK_M=gb * g.k_per_group,
+                        GB=gb,
+                        BLOCK_K=bk,
+                        SPLIT=split,
+                        num_warps=w,
+                        num_stages=st,
+                    )
+                )
+        out.sort(key=lambda c: self.estimate_seconds(graph, c, target))
+        return out
+
+    def _conv_knobs(self, a, kd) -> K.ConvKnobs:
+        gb, g = kd["GB"], a.geo
+        return K.ConvKnobs(
+            BLOCK_M=gb * g.k_per_group,
+            BLOCK_N=max(16, _pow2_at_least(gb * g.c_per_group)),
+            BLOCK_K=kd["BLOCK_K"],
+            num_warps=kd["num_warps"],
+            num_stages=kd["num_stages"],
+        )
+
+    def workspace_size(self, graph, config, target) -> int:
+        a = self._analyze(graph)
+        if isinstance(a, str):
+            return 0
+        kd = self.complete_knobs(graph, config.knob_dict)
+        g = a.geo
+        return 4 * kd["SPLIT"] * K._prod(g.filt) * g.k_per_group * g.groups * g.c_per_group
+
+    def estimate_seconds(self, graph, config, target) -> float:
+        """The tensor cores' FLOPs with the zero blocks (every output row against BLOCK_N
+        channels) against x once per tap from L2 and dy, dw, and the partials once; plus
+        two launches."""
+        a = self._analyze(graph)
+        kd = self.complete_knobs(graph, config.knob_dict)
+        kn = self._conv_knobs(a, kd)
+        g = a.geo
+        peak = (
+            target.peak_flops_fp16
+            if a.x.data_type != DataType.FLOAT
+            else (target.peak_flops_fp16 / 2 if tf32(a) else target.peak_flops_fp32)
+        )
+        pixels = g.n * K._prod(g.out_dims)
+        taps = K._prod(g.filt)
+        k_total = g.k_per_group * g.groups
+        flops = 2.0 * pixels * taps * k_total * kn.BLOCK_N
+        size = a.x.data_type.itemsize
+        moved = size * (a.x.numel + a.y.numel * taps + a.w.numel)
+        moved += 8.0 * kd["SPLIT"] * taps * k_total * g.c_per_group
+        compute = flops / (peak * 0.6)
+        memory = moved / target.bandwidth
+        return max(compute, memory) + 0.1 * min(compute, memory) + 8e-6
+
+    def build(self, graph, config, target) -> Executable:
+        a = self._analyze(graph)
+        kd = self.complete_knobs(graph, config.knob_dict)
+        return _GroupedWgradExecutable(
+            graph, a, self._conv_knobs(a, kd), kd["GB"], kd["SPLIT"], target
+        )
+
+
+class _GroupedWgradExecutable(Executable, LaunchList):
+    def __init__(self, graph, a, kn, gb, split, target):
+        LaunchList.__init__(self)
+        g = a.geo
+        k_total = g.k_per_group * g.groups
+        taps = K._prod(g.filt)
+        self.workspace_size = 4 * split * taps * k_total * g.c_per_group
+        name = f"conv_wgrad_grouped_{graph.key()[:12]}"
+        kw = dict(
+            gb=gb,
+            split=split,
+            dy_strides=tuple(a.y.strides),
+            dw_desc=a.w,
+            allow_tf32=tf32(a),
+            fp32_inputs=a.x.data_type == DataType.FLOAT,
+        )
+        part_c, fin = grouped_wgrad_sources(name, g, kn, interpret=False, **kw)
+        part_i, _ = grouped_wgrad_sources(name, g, kn, interpret=True, **kw)
+        kp = DualKernel(
+            kernel_from_source(part_c, name).compiled, kernel_from_source(part_i, name).interpreted
+        )
+        kf = kernel_from_source(fin, f"{name}_finish")
+        self.source = part_c + fin
+        self.add_launch(
+            kp,
+            (-(-k_total // kn.BLOCK_M), taps, split),
+            {
+                "BLOCK_M": kn.BLOCK_M,
+                "BLOCK_N": kn.BLOCK_N,
+                "BLOCK_K": kn.BLOCK_K,
+                "num_warps": kn.num_warps,
+                "num_stages": kn.num_stages,
+            },
+            [("buf", a.x.uid), ("buf", a.y.uid), ("ws", torch.float32)],
+            graph,
+            target.is_cuda,
+        )
+        self.add_launch(
+            DualKernel(kf.compiled, kf.interpreted),
+            (-(-taps * k_total * g.c_per_group // 256),),
+            {"BLOCK": 256, "num_warps": 4},
+            [("ws", torch.float32), ("buf", a.w.uid)],
+            graph,
+            target.is_cuda,
+        )
+
+    def run(self, buffers, workspace, stream=None):
+        self.run_launches(buffers, workspace, stream)
+
+
+class _GroupedDgradExecutable(Executable, LaunchList):
+    def __init__(self, graph, a, kn, gb, target):
+        LaunchList.__init__(self)
+        self.workspace_size = 0
+        c_total = a.geo.c_per_group * a.geo.groups
+        flat = dataclasses.replace(a, geo=dataclasses.replace(a.geo, c_per_group=c_total, groups=1))
+        params, body = epilogue(graph, flat, "conv_dgrad")
+        name = f"conv_dgrad_grouped_{graph.key()[:12]}"
+        kw = dict(
+            gb=gb,
+            dy_strides=tuple(a.y.strides),
+            epilogue_params=params,
+            epilogue_body=body,
+            allow_tf32=tf32(a),
+            fp32_inputs=a.x.data_type == DataType.FLOAT,
+        )
+        src_c = grouped_dgrad_source(name, a.geo, kn, interpret=False, **kw)
+        src_i = grouped_dgrad_source(name, a.geo, kn, interpret=True, **kw)
+        kern = DualKernel(
+            kernel_from_source(src_c, name).compiled, kernel_from_source(src_i, name).interpreted
+        )
+        self.source = src_c
+        args = [("buf", a.y.uid), ("buf", a.w.uid)] + fuse_epilogue.launch_args(a.ep)
+        const = {
+            "BLOCK_M": kn.BLOCK_M,
+            "BLOCK_N": kn.BLOCK_N,
+            "BLOCK_K": kn.BLOCK_K,
+            "num_warps": kn.num_warps,
+            "num_stages": kn.num_stages,
+        }
+        pixels = a.geo.n * K._prod(a.geo.in_dims)
+        grid = (-(-pixels // kn.BLOCK_M) * -(-c_total // kn.BLOCK_N), 1)
+        self.add_launch(kern, grid, const, args, graph, target.is_cuda)
+
+    def run(self, buffers, workspace, stream=None):
+        self.run_launches(buffers, workspace, stream)
 
 
 class _GroupedExecutable(Executable, LaunchList):
@@ -198,4 +443,4 @@ class _GroupedExecutable(Executable, LaunchList):
         self.run_launches(buffers, workspace, stream)
 
 
-__all__ = ["GroupedConvEngine"]
+__all__ = ["GroupedConvEngine", "GroupedDgradEngine", "GroupedWgradEngine"]
