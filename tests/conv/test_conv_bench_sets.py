@@ -7,6 +7,7 @@ compiled or run, the tensors live on the meta device)."""
 import math
 
 import pytest
+import torch
 
 from opendnn import backends, heuristics
 from opendnn.bench import conv as bench_conv
@@ -81,3 +82,19 @@ def test_every_case_has_an_engine_on_h100(name, monkeypatch):
         if not ranked:
             missing.append(f"{bench_conv._label(set_name, lay, kind, variant)}: {reasons}")
     assert not missing, "\n".join(missing)
+
+
+def test_mode_a_first_is_what_a_build_without_benchmark_mode_runs():
+    """The bench's ``mode_a`` field: the first plan of mode A, as a plain build selects it,
+    and the ratio it reports against the find's timings."""
+    import opendnn.frontend as cudnn
+    from opendnn.bench.conv import mode_a_first, mode_a_ratio
+
+    x, w = torch.randn(2, 8, 9, 9), torch.randn(16, 8, 3, 3)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tw = g.tensor_like(x), g.tensor_like(w)
+    g.conv_fprop(tx, tw, padding=[1, 1]).set_output(True)
+    g.build([cudnn.heur_mode.A])
+    assert mode_a_first(g) == g.get_plan_name_at_index(0)
+    assert mode_a_ratio({"a": 2.0, "b": 1.0}, "a") == 0.5
+    assert mode_a_ratio({"a": 2.0}, "c") is None

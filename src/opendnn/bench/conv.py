@@ -27,7 +27,9 @@ execute of a fresh graph of the same problem, which reads the winner from the ca
 host time until the kernels are queued (their GPU time is the ``ms`` column): the median
 of CACHED_SAMPLES fresh graphs, the slowest in ``find_cached_max_ms``, all of them in
 order in ``find_cached_samples_ms``; ``timed``
-is what the find measured: {plan name: ms} of every candidate it timed.
+is what the find measured: {plan name: ms} of every candidate it timed; ``mode_a`` the plan
+heuristics mode A ranks first, ``mode_a_ratio`` the find's best time over that plan's (1:
+mode A already picks the best; the heuristics' target is >= 0.8).
 """
 
 from __future__ import annotations
@@ -168,7 +170,26 @@ def _opendnn(kind, x, w, b, dy, lay):
 
     hit = autotune.lookup(g.key(), torch.cuda.get_device_name()) or {}
     _opendnn.timed = dict(zip(hit.get("order", []), hit.get("times_ms", [])))
+    _opendnn.mode_a = mode_a_first(g)
     return (lambda: g.execute(pack, ws)), name, cold, cached
+
+
+def mode_a_first(g) -> str:
+    """The plan heuristics mode A ranks first for ``g`` (what a build without benchmark mode
+    runs; the autotune cache is not consulted)."""
+    from ..enums import HeurMode
+    from ..heuristics import candidate_plans
+
+    plans, _ = candidate_plans(g.op_graph, (HeurMode.A,), g._target(), None, False)
+    return plans[0].name if plans else ""
+
+
+def mode_a_ratio(timed: dict, first: str) -> float | None:
+    """The find's best time over mode A's first plan's (1: mode A picked the best; None
+    when the find did not time that plan)."""
+    if first not in timed or not timed:
+        return None
+    return round(min(timed.values()) / timed[first], 3)
 
 
 def _cases(sets, kinds, variants) -> list:
@@ -261,6 +282,8 @@ def run_conv(
             find_cached_max_ms=round(_opendnn.cached_max, 2),
             find_cached_samples_ms=_opendnn.cached_samples,
             timed=_opendnn.timed,
+            mode_a=_opendnn.mode_a,
+            mode_a_ratio=mode_a_ratio(_opendnn.timed, _opendnn.mode_a),
         )
         ms, ref_ms = bench_graph(fn), bench_graph(ref_fn)
         if ms is None or ref_ms is None:
