@@ -9,6 +9,7 @@ from _util import assert_close, check_engine, seed_for
 from _util import graph_tensor as _tensor
 
 import opendnn.frontend as cudnn
+from opendnn import backends
 from opendnn.engines.base import Target
 from opendnn.engines.conv.grouped.engine import GroupedConvEngine, group_blocks
 
@@ -111,11 +112,27 @@ def test_declines_with_reasons():
         ((1, 4, 5, 5), (4, 4, 3, 3), "1 group(s)"),
         ((1, 6, 5, 5), (9, 2, 3, 3), "no group block fits"),
     ]
+    bf = torch.bfloat16
     for xd, wd, why in cases:
-        g, _, _ = _graph(torch.randn(xd), torch.randn(wd), (1, 1), (1, 1), (1, 1), (1, 1))
+        x, w = torch.randn(xd, dtype=bf), torch.randn(wd, dtype=bf)
+        g, _, _ = _graph(x, w, (1, 1), (1, 1), (1, 1), (1, 1))
         g.validate()
         s = e.check_support(g.op_graph, H100)
         assert not s.ok and why in s.reason, s.reason
+    # IEEE float32 on a GPU: the zero blocks would run on the CUDA cores
+    g, _, _ = _graph(
+        torch.randn(1, 32, 5, 5), torch.randn(32, 4, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1)
+    )
+    g.validate()
+    tf32, backends.allow_tf32 = backends.allow_tf32, False
+    try:
+        s = e.check_support(g.op_graph, H100)
+        assert not s.ok and "float32 without TF32" in s.reason, s.reason
+        assert e.check_support(g.op_graph, Target()).ok  # the interpreter takes it
+        backends.allow_tf32 = True
+        assert e.check_support(g.op_graph, H100).ok
+    finally:
+        backends.allow_tf32 = tf32
 
 
 def test_bad_group_block_is_refused_by_name():

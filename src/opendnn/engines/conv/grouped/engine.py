@@ -73,6 +73,14 @@ class GroupedConvEngine(ImplicitGemmEngine):
             )
         if a.x.data_type == DataType.INT8:
             return decline("int8 grouped convolution is not supported")
+        if target.is_cuda and a.x.data_type == DataType.FLOAT and not tf32(a):
+            # IEEE float32 dots run on the CUDA cores, where the block-diagonal tile's zero
+            # blocks cost GB times the work (the interpreter still takes it: the math is
+            # the same)
+            return decline(
+                "float32 without TF32: the block-diagonal dot's zeros would run on the CUDA "
+                "cores (the one-group implicit GEMM takes it)"
+            )
         if a.prologue is not None or a.ep.stats:
             return decline("the grouped kernel fuses neither a prologue nor batch-norm statistics")
         red, out = self._dims(g)
