@@ -193,6 +193,19 @@ def readme(data: dict) -> str:
                 parts.append(
                     f"{fam} rows kept from an earlier run ({src.get('date')}, {src.get('commit')})"
                 )
+            ranked = [
+                (r["mode_a_ratio"], r["case"])
+                for rows in f["groups"].values()
+                for r in rows
+                if r.get("mode_a_ratio")
+            ]
+            if ranked:
+                worst = min(ranked)
+                parts.append(
+                    f"heuristics: mode A's first plan runs at {_geomean([x for x, _ in ranked]):.2f}"
+                    f" of the find's best (geomean of {len(ranked)} rows; worst {worst[0]:.2f}, "
+                    f"{worst[1]})"
+                )
             if m.get("errors"):
                 parts.append(f"errors: {m['errors']}")
             notes.append("- " + "; ".join(parts) + ".")
