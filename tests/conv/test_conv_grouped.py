@@ -5,7 +5,7 @@ PyTorch; its declines and its group blocks."""
 import pytest
 import torch
 import torch.nn.functional as F
-from _util import assert_close, check_engine, seed_for
+from _util import assert_close, check_engine, seed_for, torch_layout
 from _util import graph_tensor as _tensor
 
 import opendnn.frontend as cudnn
@@ -30,13 +30,7 @@ CASES = [
 
 
 def _stored(t, layout):
-    if layout == "nhwc":
-        return t.movedim(1, -1).contiguous().movedim(-1, 1)
-    if layout == "strided":
-        big = torch.zeros(*t.shape[:-1], t.shape[-1] * 2, dtype=t.dtype)
-        big[..., ::2] = t
-        return big[..., ::2]
-    return t
+    return torch_layout(t, "cl" if layout == "nhwc" else layout)
 
 
 def _graph(x, w, stride, pre, post, dil, bias=None):

@@ -203,7 +203,7 @@ class GroupedDgradEngine(GroupedConvEngine):
     def build(self, graph, config, target) -> Executable:
         a = self._analyze(graph)
         kd = self.complete_knobs(graph, config.knob_dict)
-        return _GroupedDgradExecutable(graph, a, self._conv_knobs(a, kd), kd["GB"], target)
+        return _GroupedExecutable(graph, a, self._conv_knobs(a, kd), kd["GB"], target, "conv_dgrad")
 
 
 class GroupedWgradEngine(GroupedConvEngine):
@@ -355,13 +355,7 @@ class _GroupedWgradExecutable(Executable, LaunchList):
         self.add_launch(
             kp,
             (-(-k_total // kn.BLOCK_M), taps, split),
-            {
-                "BLOCK_M": kn.BLOCK_M,
-                "BLOCK_N": kn.BLOCK_N,
-                "BLOCK_K": kn.BLOCK_K,
-                "num_warps": kn.num_warps,
-                "num_stages": kn.num_stages,
-            },
+            _consts(kn),
             [("buf", a.x.uid), ("buf", a.y.uid), ("ws", torch.float32)],
             graph,
             target.is_cuda,
@@ -379,73 +373,45 @@ class _GroupedWgradExecutable(Executable, LaunchList):
         self.run_launches(buffers, workspace, stream)
 
 
-class _GroupedDgradExecutable(Executable, LaunchList):
-    def __init__(self, graph, a, kn, gb, target):
-        LaunchList.__init__(self)
-        self.workspace_size = 0
-        c_total = a.geo.c_per_group * a.geo.groups
-        flat = dataclasses.replace(a, geo=dataclasses.replace(a.geo, c_per_group=c_total, groups=1))
-        params, body = epilogue(graph, flat, "conv_dgrad")
-        name = f"conv_dgrad_grouped_{graph.key()[:12]}"
-        kw = dict(
-            gb=gb,
-            dy_strides=tuple(a.y.strides),
-            epilogue_params=params,
-            epilogue_body=body,
-            allow_tf32=tf32(a),
-            fp32_inputs=a.x.data_type == DataType.FLOAT,
-        )
-        src_c = grouped_dgrad_source(name, a.geo, kn, interpret=False, **kw)
-        src_i = grouped_dgrad_source(name, a.geo, kn, interpret=True, **kw)
-        kern = DualKernel(
-            kernel_from_source(src_c, name).compiled, kernel_from_source(src_i, name).interpreted
-        )
-        self.source = src_c
-        args = [("buf", a.y.uid), ("buf", a.w.uid)] + fuse_epilogue.launch_args(a.ep)
-        const = {
-            "BLOCK_M": kn.BLOCK_M,
-            "BLOCK_N": kn.BLOCK_N,
-            "BLOCK_K": kn.BLOCK_K,
-            "num_warps": kn.num_warps,
-            "num_stages": kn.num_stages,
-        }
-        pixels = a.geo.n * K._prod(a.geo.in_dims)
-        grid = (-(-pixels // kn.BLOCK_M) * -(-c_total // kn.BLOCK_N), 1)
-        self.add_launch(kern, grid, const, args, graph, target.is_cuda)
-
-    def run(self, buffers, workspace, stream=None):
-        self.run_launches(buffers, workspace, stream)
+def _consts(kn: K.ConvKnobs) -> dict:
+    return {
+        "BLOCK_M": kn.BLOCK_M,
+        "BLOCK_N": kn.BLOCK_N,
+        "BLOCK_K": kn.BLOCK_K,
+        "num_warps": kn.num_warps,
+        "num_stages": kn.num_stages,
+    }
 
 
 class _GroupedExecutable(Executable, LaunchList):
-    def __init__(self, graph, a, kn, gb, target):
+    """One kernel over (pixel tiles x group blocks): the forward over y's pixels, the
+    backward data over dx's; the epilogue sees one group of all the output channels."""
+
+    def __init__(self, graph, a, kn, gb, target, kind="conv_fprop"):
         LaunchList.__init__(self)
         self.workspace_size = 0
-        params, body = epilogue(graph, _one_group(a), "conv_fprop")
-        name = f"conv_grouped_{graph.key()[:12]}"
-        kw = dict(
-            gb=gb,
-            epilogue_params=params,
-            epilogue_body=body,
-            allow_tf32=tf32(a),
-            fp32_inputs=a.x.data_type == DataType.FLOAT,
-        )
-        src_c = grouped_source(name, a.geo, kn, interpret=False, **kw)
-        src_i = grouped_source(name, a.geo, kn, interpret=True, **kw)
+        g = a.geo
+        kw = dict(gb=gb, allow_tf32=tf32(a), fp32_inputs=a.x.data_type == DataType.FLOAT)
+        if kind == "conv_fprop":
+            flat, gen, first = _one_group(a), grouped_source, a.x.uid
+            pixels, cols = g.n * K._prod(g.out_dims), g.k_per_group * g.groups
+        else:
+            cols = g.c_per_group * g.groups
+            flat = dataclasses.replace(a, geo=dataclasses.replace(g, c_per_group=cols, groups=1))
+            gen, first = grouped_dgrad_source, a.y.uid
+            pixels = g.n * K._prod(g.in_dims)
+            kw["dy_strides"] = tuple(a.y.strides)
+        kw["epilogue_params"], kw["epilogue_body"] = epilogue(graph, flat, kind)
+        name = f"{kind.replace('_fprop', '')}_grouped_{graph.key()[:12]}"
+        src_c = gen(name, g, kn, interpret=False, **kw)
+        src_i = gen(name, g, kn, interpret=True, **kw)
         kern = DualKernel(
             kernel_from_source(src_c, name).compiled, kernel_from_source(src_i, name).interpreted
         )
         self.source = src_c
-        args = [("buf", a.x.uid), ("buf", a.w.uid)] + fuse_epilogue.launch_args(a.ep)
-        const = {
-            "BLOCK_M": kn.BLOCK_M,
-            "BLOCK_N": kn.BLOCK_N,
-            "BLOCK_K": kn.BLOCK_K,
-            "num_warps": kn.num_warps,
-            "num_stages": kn.num_stages,
-        }
-        grid = K.grid(_one_group(a).geo, kn)
-        self.add_launch(kern, grid, const, args, graph, target.is_cuda)
+        args = [("buf", first), ("buf", a.w.uid)] + fuse_epilogue.launch_args(a.ep)
+        grid = (-(-pixels // kn.BLOCK_M) * -(-cols // kn.BLOCK_N), 1)
+        self.add_launch(kern, grid, _consts(kn), args, graph, target.is_cuda)
 
     def run(self, buffers, workspace, stream=None):
         self.run_launches(buffers, workspace, stream)
