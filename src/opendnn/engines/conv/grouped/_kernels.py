@@ -37,71 +37,13 @@ from ..analysis import ConvGeometry
 from ..implicit_gemm import _kernels as K
 
 
-def grouped_source(
+def _block_diagonal_source(
     name: str,
     geo: ConvGeometry,
     kn: K.ConvKnobs,
     *,
     gb: int,
-    epilogue_params: list,
-    epilogue_body: str,
-    allow_tf32: bool,
-    interpret: bool,
-    fp32_inputs: bool,
-) -> str:
-    """The kernel ``name``: X, W, the epilogue's parameters; BLOCK_M, BLOCK_N (= gb * kg),
-    BLOCK_K (a power of two >= gb * cg) constexpr."""
-    d = len(geo.out_dims)
-    cg, kg = geo.c_per_group, geo.k_per_group
-    k_total = kg * geo.groups
-    flat = dataclasses.replace(geo, k_per_group=k_total, groups=1)
-    ind, ind2 = "    ", "        "
-    L = K.pixel_tile_header(
-        name,
-        ["X", "W"],
-        epilogue_params,
-        ["BLOCK_M", "BLOCK_N", "BLOCK_K"],
-        flat,
-        geo.out_dims,
-        k_total,
-        kn,
-    )
-    xs, ws = geo.x_strides, geo.w_strides
-    i64 = ".to(tl.int64)" if geo.int64 else ""
-    L.append(f"{ind}c_first = pid_n{i64} * {gb * cg}")  # the block's first input channel
-    L.append(f"{ind}kk = tl.arange(0, BLOCK_K)")
-    L.append(f"{ind}mask_k = kk < {gb * cg}")
-    L.append(f"{ind}local = kk % {cg}")  # the channel within its group
-    # block diagonal: row kk belongs to group kk // cg, column nn to nn // kg
-    L.append(f"{ind}diag = (kk // {cg})[:, None] == (tl.arange(0, BLOCK_N) // {kg})[None, :]")
-    L.append(f"{ind}b_mask = diag & mask_k[:, None] & mask_n[None, :]")
-    L.append(f"{ind}x_row = nb * {xs[0]}")
-    L.append(f"{ind}x_col = (c_first + kk) * {xs[1]}")
-    L.append(f"{ind}w_off = (offs_n * {ws[0]})[None, :] + (local * {ws[1]})[:, None]")
-    for i in range(d):
-        L.append(f"{ind}base{i} = o{i} * {geo.stride[i]} - {geo.pre[i]}")
-    L.append(f"{ind}acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)")
-    L.append(f"{ind}for t in range(0, {K._prod(geo.filt)}):")
-    valid, x_off, w_off = ["mask_m"], ["x_row"], []
-    L += K.tap_lines(geo, ind2, valid, x_off, w_off)
-    L.append(f"{ind2}valid = " + " & ".join(valid))
-    L.append(
-        f"{ind2}a = tl.load(X + ({' + '.join(x_off)})[:, None] + x_col[None, :], "
-        "mask=valid[:, None] & mask_k[None, :], other=0.0)"
-    )
-    L.append(f"{ind2}b = tl.load(W + w_off + {' + '.join(w_off)}, mask=b_mask, other=0.0)")
-    L.append(ind2 + K._dot_line(allow_tf32, interpret, fp32_inputs))
-    for line in epilogue_body.strip("\n").split("\n"):
-        L.append(ind + line)
-    return "\n".join(L) + "\n"
-
-
-def grouped_dgrad_source(
-    name: str,
-    geo: ConvGeometry,
-    kn: K.ConvKnobs,
-    *,
-    gb: int,
+    dgrad: bool,
     dy_strides: tuple,
     epilogue_params: list,
     epilogue_body: str,
@@ -109,56 +51,60 @@ def grouped_dgrad_source(
     interpret: bool,
     fp32_inputs: bool,
 ) -> str:
-    """Backward data of a grouped convolution, GB groups per program: DY, W, the epilogue's
-    parameters; BLOCK_N = gb * cg, BLOCK_K a power of two >= gb * kg. ``geo`` is the
-    dgrad's geometry (in_dims = dx, out_dims = dy, x_strides = dx's)."""
-    d = len(geo.in_dims)
+    """The forward (``dgrad`` False: X, W; tiles over y's pixels and K) or the backward
+    data (DY, W; tiles over dx's pixels and C): per tap one [BLOCK_M, BLOCK_K] load of the
+    GB groups' input channels (x's, or dy's) and one block-diagonal [BLOCK_K, BLOCK_N]
+    filter tile, one dot. ``red`` channels per group are reduced, ``out`` written."""
+    d = len(geo.filt)
     cg, kg = geo.c_per_group, geo.k_per_group
-    c_total = cg * geo.groups
-    flat = dataclasses.replace(geo, c_per_group=c_total, groups=1)
+    red, out = (kg, cg) if dgrad else (cg, kg)
+    cols = out * geo.groups
+    if dgrad:
+        flat = dataclasses.replace(geo, c_per_group=cols, groups=1)
+        pixel_dims, src, src_strides = geo.in_dims, "DY", dy_strides
+    else:
+        flat = dataclasses.replace(geo, k_per_group=cols, groups=1)
+        pixel_dims, src, src_strides = geo.out_dims, "X", geo.x_strides
     ind, ind2 = "    ", "        "
     L = K.pixel_tile_header(
         name,
-        ["DY", "W"],
+        [src, "W"],
         epilogue_params,
         ["BLOCK_M", "BLOCK_N", "BLOCK_K"],
         flat,
-        geo.in_dims,
-        c_total,
+        pixel_dims,
+        cols,
         kn,
     )
     ws = geo.w_strides
     i64 = ".to(tl.int64)" if geo.int64 else ""
-    L.append(f"{ind}k_first = pid_n{i64} * {gb * kg}")  # the block's first dy channel
+    L.append(f"{ind}first = pid_n{i64} * {gb * red}")  # the block's first reduced channel
     L.append(f"{ind}kk = tl.arange(0, BLOCK_K)")
-    L.append(f"{ind}mask_k = kk < {gb * kg}")
-    L.append(f"{ind}diag = (kk // {kg})[:, None] == (tl.arange(0, BLOCK_N) // {cg})[None, :]")
+    L.append(f"{ind}mask_k = kk < {gb * red}")
+    # block diagonal: row kk belongs to group kk // red, column nn to nn // out
+    L.append(f"{ind}diag = (kk // {red})[:, None] == (tl.arange(0, BLOCK_N) // {out})[None, :]")
     L.append(f"{ind}b_mask = diag & mask_k[:, None] & mask_n[None, :]")
-    L.append(f"{ind}dy_row = nb * {dy_strides[0]}")
-    L.append(f"{ind}dy_col = (k_first + kk) * {dy_strides[1]}")
-    L.append(
-        f"{ind}w_off = ((k_first + kk) * {ws[0]})[:, None] + ((offs_n % {cg}) * {ws[1]})[None, :]"
-    )
+    L.append(f"{ind}a_row = nb * {src_strides[0]}")
+    L.append(f"{ind}a_col = (first + kk) * {src_strides[1]}")
+    if dgrad:  # w[k, c, r]: rows are dy channels k, columns dx channels (c within its group)
+        L.append(
+            f"{ind}w_off = ((first + kk) * {ws[0]})[:, None] + ((offs_n % {cg}) * {ws[1]})[None, :]"
+        )
+    else:  # rows are x channels (c within its group), columns output channels k
+        L.append(f"{ind}w_off = (offs_n * {ws[0]})[None, :] + ((kk % {cg}) * {ws[1]})[:, None]")
+        for i in range(d):
+            L.append(f"{ind}base{i} = o{i} * {geo.stride[i]} - {geo.pre[i]}")
     L.append(f"{ind}acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)")
     L.append(f"{ind}for t in range(0, {K._prod(geo.filt)}):")
-    r = [f"r{i}" for i in range(d)]
-    L += K._div_chain("t", list(geo.filt), r, ind2, "_qt")
-    valid, off, w_off = ["mask_m"], ["dy_row"], []
-    for i in range(d):
-        s_ = geo.stride[i]
-        L.append(f"{ind2}u{i} = o{i} + {geo.pre[i]} - {r[i]} * {geo.dilation[i]}")
-        if s_ == 1:
-            L.append(f"{ind2}v{i} = u{i}")
-            valid.append(f"(u{i} >= 0) & (u{i} < {geo.out_dims[i]})")
-        else:
-            L.append(f"{ind2}v{i} = u{i} // {s_}")
-            valid.append(f"(u{i} >= 0) & (u{i} % {s_} == 0) & (v{i} < {geo.out_dims[i]})")
-        off.append(f"v{i} * {dy_strides[2 + i]}")
-        fr = f"({geo.filt[i] - 1} - {r[i]})" if geo.flip else r[i]
-        w_off.append(f"{fr} * {ws[2 + i]}")
+    valid, a_off, w_off = ["mask_m"], ["a_row"], []
+    if dgrad:
+        L += K._div_chain("t", list(geo.filt), [f"r{i}" for i in range(d)], ind2, "_qt")
+        L += K.dgrad_tap_lines(geo, dy_strides, ind2, valid, a_off, w_off)
+    else:
+        L += K.tap_lines(geo, ind2, valid, a_off, w_off)
     L.append(f"{ind2}valid = " + " & ".join(valid))
     L.append(
-        f"{ind2}a = tl.load(DY + ({' + '.join(off)})[:, None] + dy_col[None, :], "
+        f"{ind2}a = tl.load({src} + ({' + '.join(a_off)})[:, None] + a_col[None, :], "
         "mask=valid[:, None] & mask_k[None, :], other=0.0)"
     )
     L.append(f"{ind2}b = tl.load(W + w_off + {' + '.join(w_off)}, mask=b_mask, other=0.0)")
@@ -166,6 +112,19 @@ def grouped_dgrad_source(
     for line in epilogue_body.strip("\n").split("\n"):
         L.append(ind + line)
     return "\n".join(L) + "\n"
+
+
+def grouped_source(name: str, geo: ConvGeometry, kn: K.ConvKnobs, **kw) -> str:
+    """The forward: X, W, the epilogue's parameters; BLOCK_M, BLOCK_N (= gb * kg), BLOCK_K
+    (a power of two >= gb * cg) constexpr."""
+    return _block_diagonal_source(name, geo, kn, dgrad=False, dy_strides=(), **kw)
+
+
+def grouped_dgrad_source(name: str, geo: ConvGeometry, kn: K.ConvKnobs, **kw) -> str:
+    """Backward data: DY, W, the epilogue's parameters; BLOCK_N = gb * cg, BLOCK_K a power
+    of two >= gb * kg. ``geo`` is the dgrad's geometry (in_dims = dx, out_dims = dy,
+    x_strides = dx's); ``dy_strides`` in ``kw``."""
+    return _block_diagonal_source(name, geo, kn, dgrad=True, **kw)
 
 
 def grouped_wgrad_sources(

@@ -118,6 +118,25 @@ def tap_lines(geo: ConvGeometry, ind: str, valid: list, x_off: list, w_off: list
     return lines
 
 
+def dgrad_tap_lines(
+    geo: ConvGeometry, dy_strides, ind: str, valid: list, a_off: list, w_off: list
+) -> list:
+    """For tap (r_0, ..) of dx pixels (o_0, ..): the dy coordinates q_i = (o_i + pre_i -
+    r_i*dil_i) / stride_i the tap reads. Appends each axis's check (the division exact, q_i
+    inside dy) to ``valid`` and its dy / w offsets (filter flipped in CONVOLUTION mode)."""
+    lines = []
+    for i in range(len(geo.filt)):
+        lines.append(f"{ind}num{i} = o{i} + {geo.pre[i]} - r{i} * {geo.dilation[i]}")
+        lines.append(f"{ind}q{i} = num{i} // {geo.stride[i]}")
+        if geo.stride[i] > 1:
+            valid.append(f"(num{i} % {geo.stride[i]} == 0)")
+        valid.append(f"(num{i} >= 0) & (q{i} < {geo.out_dims[i]})")
+        a_off.append(f"q{i} * {dy_strides[2 + i]}")
+        fr = f"({geo.filt[i] - 1} - r{i})" if geo.flip else f"r{i}"
+        w_off.append(f"{fr} * {geo.w_strides[2 + i]}")
+    return lines
+
+
 def fprop_source(
     name: str,
     geo: ConvGeometry,
@@ -316,7 +335,6 @@ def dgrad_source(
     taps = _prod(geo.filt)
     kb = -(-geo.k_per_group // kn.BLOCK_K)
     ind, ind2 = "    ", "        "
-    px = [f"o{i}" for i in range(d)]  # dx pixel coordinates (named o* for the epilogue)
     r = [f"r{i}" for i in range(d)]
     L = pixel_tile_header(
         name,
@@ -337,15 +355,7 @@ def dgrad_source(
     L.append(f"{ind2}k0 = (it % {kb}) * BLOCK_K")
     L += _div_chain("t", list(geo.filt), r, ind2, "_qt")
     valid, a_off, w_off = ["mask_m"], ["dy_row"], []
-    for i in range(d):
-        L.append(f"{ind2}num{i} = {px[i]} + {geo.pre[i]} - {r[i]} * {geo.dilation[i]}")
-        L.append(f"{ind2}q{i} = num{i} // {geo.stride[i]}")
-        if geo.stride[i] > 1:
-            valid.append(f"(num{i} % {geo.stride[i]} == 0)")
-        valid.append(f"(num{i} >= 0) & (q{i} < {geo.out_dims[i]})")
-        a_off.append(f"q{i} * {ds[2 + i]}")
-        fr = f"({geo.filt[i] - 1} - {r[i]})" if geo.flip else r[i]
-        w_off.append(f"{fr} * {ws[2 + i]}")
+    L += dgrad_tap_lines(geo, ds, ind2, valid, a_off, w_off)
     L.append(f"{ind2}valid = " + " & ".join(valid))
     L.append(f"{ind2}kk = k0 + tl.arange(0, BLOCK_K)")
     L.append(f"{ind2}mask_k = kk < {geo.k_per_group}")
