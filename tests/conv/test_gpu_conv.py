@@ -555,6 +555,38 @@ def test_channels_last_transform_every_config(case, kind, dt):
 # (N, C = K, groups, image, stride): ResNeXt's 32 groups of 4 and 16 channels, 8 of 8 at
 # an odd image
 GROUPED_CASES = [(4, 128, 32, 14, 1), (2, 512, 32, 9, 2), (3, 64, 8, 11, 1)]
+GRAPH_TYPES = {
+    torch.bfloat16: cudnn.data_type.BFLOAT16,
+    torch.float16: cudnn.data_type.HALF,
+    torch.float32: cudnn.data_type.FLOAT,
+}
+
+
+def _grouped_problem(case, layout, dt, monkeypatch):
+    """(n, c, groups, size, stride, stored, tol) of a grouped GPU case. float32 runs with
+    TF32: the grouped engines decline IEEE float32 on a GPU."""
+    from opendnn import backends
+
+    monkeypatch.setattr(backends, "allow_tf32", dt == torch.float32)
+
+    def stored(t):
+        return t.to(memory_format=torch.channels_last) if layout == "nhwc" else t
+
+    tol = 2e-3 if dt == torch.float32 else TOL[dt] * 2
+    return (*case, stored, tol)
+
+
+def _grouped_configs(g, engine_id):
+    """The configs engine ``engine_id`` offers for ``g`` on this GPU (it must take it)."""
+    from opendnn.engines.registry import by_id
+    from opendnn.handle import target_for
+
+    g.validate()
+    e = by_id(engine_id)
+    target = target_for(str(torch.device("cuda", torch.cuda.current_device())))
+    sup = e.check_support(g.op_graph, target)
+    assert sup.ok, sup.reason
+    return e.configs(g.op_graph, target)
 
 
 @pytest.mark.parametrize("case", GROUPED_CASES, ids=[f"g{i}" for i in range(3)])
@@ -563,15 +595,7 @@ GROUPED_CASES = [(4, 128, 32, 14, 1), (2, 512, 32, 9, 2), (3, 64, 8, 11, 1)]
 def test_grouped_engine_every_config(case, layout, dt, monkeypatch):
     """conv_grouped (47), every config, with bias + relu fused, NaN-poisoned outputs,
     against float64 PyTorch."""
-    from opendnn import backends
-    from opendnn.engines.registry import by_id
-    from opendnn.handle import target_for
-
-    n, c, groups, size, stride = case
-
-    def stored(t):
-        return t.to(memory_format=torch.channels_last) if layout == "nhwc" else t
-
+    n, c, groups, size, stride, stored, tol = _grouped_problem(case, layout, dt, monkeypatch)
     x = stored(torch.randn(n, c, size, size, device="cuda", dtype=dt))
     w = stored(torch.randn(c, c // groups, 3, 3, device="cuda", dtype=dt) * 0.2)
     b = torch.randn(1, c, 1, 1, device="cuda", dtype=dt)
@@ -581,22 +605,9 @@ def test_grouped_engine_every_config(case, layout, dt, monkeypatch):
     g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
     tx, tw, tb = g.tensor_like(x), g.tensor_like(w), g.tensor_like(b)
     y = g.relu(g.bias(g.conv_fprop(tx, tw, padding=[1, 1], stride=[stride, stride]), tb))
-    y.set_output(True).set_data_type(
-        {
-            torch.bfloat16: cudnn.data_type.BFLOAT16,
-            torch.float16: cudnn.data_type.HALF,
-            torch.float32: cudnn.data_type.FLOAT,
-        }[dt]
-    )
-    g.validate()
-    e = by_id(47)
-    target = target_for(str(torch.device("cuda", torch.cuda.current_device())))
-    # float32 runs with TF32: the grouped engines decline IEEE float32 on a GPU
-    monkeypatch.setattr(backends, "allow_tf32", dt == torch.float32)
-    tol = 2e-3 if dt == torch.float32 else TOL[dt] * 2
-    assert e.check_support(g.op_graph, target).ok, e.check_support(g.op_graph, target).reason
+    y.set_output(True).set_data_type(GRAPH_TYPES[dt])
     like = stored(torch.empty(ref.shape, device="cuda", dtype=dt))
-    for cfg in e.configs(g.op_graph, target):
+    for cfg in _grouped_configs(g, 47):
         g.create_execution_plan(47, cfg.knob_dict)
         out = like.fill_(float("nan"))
         g.execute({tx: x, tw: w, tb: b, y: out}, None)
@@ -609,15 +620,7 @@ def test_grouped_engine_every_config(case, layout, dt, monkeypatch):
 @pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
 def test_grouped_dgrad_every_config(case, layout, dt, monkeypatch):
     """conv_dgrad_grouped (48), every config, NaN-poisoned dx, against float64 autograd."""
-    from opendnn import backends
-    from opendnn.engines.registry import by_id
-    from opendnn.handle import target_for
-
-    n, c, groups, size, stride = case
-
-    def stored(t):
-        return t.to(memory_format=torch.channels_last) if layout == "nhwc" else t
-
+    n, c, groups, size, stride, stored, tol = _grouped_problem(case, layout, dt, monkeypatch)
     w = stored(torch.randn(c, c // groups, 3, 3, device="cuda", dtype=dt) * 0.2)
     xr = torch.zeros(n, c, size, size, device="cuda", dtype=torch.float64, requires_grad=True)
     y = F.conv2d(xr, w.double(), stride=stride, padding=1, groups=groups)
@@ -628,17 +631,8 @@ def test_grouped_dgrad_every_config(case, layout, dt, monkeypatch):
     tdy, tw = g.tensor_like(dy), g.tensor_like(w)
     dx = g.conv_dgrad(tdy, tw, padding=[1, 1], stride=[stride, stride])
     dx.set_dim(list(like.shape)).set_stride(list(like.stride())).set_output(True)
-    dx.set_data_type(
-        {torch.bfloat16: cudnn.data_type.BFLOAT16, torch.float32: cudnn.data_type.FLOAT}[dt]
-    )
-    g.validate()
-    e = by_id(48)
-    target = target_for(str(torch.device("cuda", torch.cuda.current_device())))
-    # float32 runs with TF32: the grouped engines decline IEEE float32 on a GPU
-    monkeypatch.setattr(backends, "allow_tf32", dt == torch.float32)
-    tol = 2e-3 if dt == torch.float32 else TOL[dt] * 2
-    assert e.check_support(g.op_graph, target).ok, e.check_support(g.op_graph, target).reason
-    for cfg in e.configs(g.op_graph, target):
+    dx.set_data_type(GRAPH_TYPES[dt])
+    for cfg in _grouped_configs(g, 48):
         g.create_execution_plan(48, cfg.knob_dict)
         out = like.fill_(float("nan"))
         g.execute({tdy: dy, tw: w, dx: out}, None)
@@ -652,15 +646,7 @@ def test_grouped_dgrad_every_config(case, layout, dt, monkeypatch):
 def test_grouped_wgrad_every_config(case, layout, dt, monkeypatch):
     """conv_wgrad_grouped (49), every config, NaN-poisoned dw, against float64 autograd;
     the same config twice gives the same bits (fixed-order split)."""
-    from opendnn import backends
-    from opendnn.engines.registry import by_id
-    from opendnn.handle import target_for
-
-    n, c, groups, size, stride = case
-
-    def stored(t):
-        return t.to(memory_format=torch.channels_last) if layout == "nhwc" else t
-
+    n, c, groups, size, stride, stored, tol = _grouped_problem(case, layout, dt, monkeypatch)
     x = stored(torch.randn(n, c, size, size, device="cuda", dtype=dt))
     wr = torch.zeros(c, c // groups, 3, 3, device="cuda", dtype=torch.float64, requires_grad=True)
     y = F.conv2d(x.double(), wr, stride=stride, padding=1, groups=groups)
@@ -671,17 +657,8 @@ def test_grouped_wgrad_every_config(case, layout, dt, monkeypatch):
     tx, tdy = g.tensor_like(x), g.tensor_like(dy)
     dw = g.conv_wgrad(tx, tdy, padding=[1, 1], stride=[stride, stride])
     dw.set_dim(list(like.shape)).set_stride(list(like.stride())).set_output(True)
-    dw.set_data_type(
-        {torch.bfloat16: cudnn.data_type.BFLOAT16, torch.float32: cudnn.data_type.FLOAT}[dt]
-    )
-    g.validate()
-    e = by_id(49)
-    target = target_for(str(torch.device("cuda", torch.cuda.current_device())))
-    # float32 runs with TF32: the grouped engines decline IEEE float32 on a GPU
-    monkeypatch.setattr(backends, "allow_tf32", dt == torch.float32)
-    tol = 2e-3 if dt == torch.float32 else TOL[dt] * 2
-    assert e.check_support(g.op_graph, target).ok, e.check_support(g.op_graph, target).reason
-    for cfg in e.configs(g.op_graph, target):
+    dw.set_data_type(GRAPH_TYPES[dt])
+    for cfg in _grouped_configs(g, 49):
         g.create_execution_plan(49, cfg.knob_dict)
         ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
         runs = []
