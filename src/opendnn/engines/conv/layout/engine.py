@@ -29,6 +29,7 @@ import math
 
 import torch
 
+from ....runtime.buffers import as_tensor, logical_view
 from ...base import SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target, decline
 from ..analysis import analyze
 
@@ -286,8 +287,6 @@ class _ChannelsLastExecutable(Executable):
             self._run(buffers, workspace, stream)
 
     def _run(self, buffers: dict, workspace, stream) -> None:
-        from ....runtime.buffers import as_tensor, logical_view
-
         ws = as_tensor(workspace) if workspace is not None else None
         inner_buffers = dict(buffers)
         copy_out = []
