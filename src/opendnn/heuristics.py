@@ -2,7 +2,8 @@
 
 - Mode A: every engine (but the reference) that takes the whole graph offers its configs;
   all are ranked by the engines' analytical cost models (``estimate_seconds``: a roofline
-  from FLOPs, bytes and tile efficiency). If no engine takes the whole graph, the graph
+  from FLOPs, bytes and tile efficiency), each scaled on a GPU by the engine's measured
+  calibration (``Engine.ranked_seconds``). If no engine takes the whole graph, the graph
   is cut into pieces (greedily: extend the current piece with the next node in
   topological order while some engine still takes it), and the plan chains each piece's
   best config.
@@ -74,7 +75,7 @@ def _ranked_configs(graph, target, engs) -> list:
     scored = []
     for rank, e in enumerate(engs):
         for i, c in enumerate(e.configs(graph, target)[:CONFIGS_PER_ENGINE]):
-            scored.append((e.estimate_seconds(graph, c, target), rank, i, c))
+            scored.append((e.ranked_seconds(graph, c, target), rank, i, c))
     scored.sort(key=lambda t: t[:3])
     return scored
 

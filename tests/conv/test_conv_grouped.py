@@ -277,3 +277,35 @@ def test_wgrad_refuses_rows_that_are_not_the_group_block():
     bad = type(bad).make(e, **{**bad.knob_dict, "BLOCK_M": 64})
     s = e.check_config(g.op_graph, bad, Target())
     assert not s.ok and "BLOCK_M=64" in s.reason
+
+
+def test_tf32_tiles_fit_shared_memory():
+    """float32 operands take twice the shared memory of half precision: on a GPU every
+    offered config's pipeline fits, and an explicit config that does not is refused."""
+    from opendnn.engines.conv.grouped.engine import (
+        SHARED_BYTES,
+        GroupedWgradEngine,
+        stage_bytes,
+    )
+
+    # ResNeXt's l4: 32 groups of 32, where GB=4 makes 128-wide tiles on both operands
+    x, w = torch.randn(1, 1024, 7, 7), torch.randn(1024, 32, 3, 3)
+    fwd, _, _ = _graph(x, w, (1, 1), (1, 1), (1, 1), (1, 1))
+    dy = torch.randn(1, 1024, 7, 7)
+    bwd, _, _ = _wgrad_graph(x, dy, torch.empty(1024, 32, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1))
+    tf32, backends.allow_tf32 = backends.allow_tf32, True
+    try:
+        for g, e in ((fwd, GroupedConvEngine()), (bwd, GroupedWgradEngine())):
+            g.validate()
+            a = e._analyze(g.op_graph)
+            cfgs = e.configs(g.op_graph, H100)
+            assert cfgs
+            for cfg in cfgs:
+                kn = e._conv_knobs(a, e.complete_knobs(g.op_graph, cfg.knob_dict))
+                assert kn.num_stages * stage_bytes(kn, 4) <= SHARED_BYTES, cfg.label()
+            wide = max(cfgs, key=lambda c: c.knob_dict["GB"])
+            bad = type(wide).make(e, **{**wide.knob_dict, "num_stages": 4})
+            s = e.check_config(g.op_graph, bad, H100)
+            assert not s.ok and "shared memory" in s.reason, s.reason
+    finally:
+        backends.allow_tf32 = tf32

@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from ..enums import BehaviorNote, NumericalNote
+from .calibration import measured_scale
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,6 +162,17 @@ class Engine:
 
     def estimate_seconds(self, graph, config: EngineConfig, target: Target) -> float:
         return float("inf")
+
+    def measured_scale(self, config: EngineConfig) -> float:
+        """How much slower than ``estimate_seconds`` this engine's ``config`` runs on a GPU,
+        fitted to measured find timings (``calibration``; 1: not calibrated)."""
+        return measured_scale(self.family(config), self.name)
+
+    def ranked_seconds(self, graph, config: EngineConfig, target: Target) -> float:
+        """The time the heuristics rank by: the cost model times ``measured_scale`` on a
+        GPU (the interpreter's ranking is the plain model)."""
+        t = self.estimate_seconds(graph, config, target)
+        return t * self.measured_scale(config) if target.is_cuda else t
 
     def family(self, config: EngineConfig) -> str:
         """Which of the engine's code paths ``config`` takes (benchmark mode times the

@@ -507,7 +507,7 @@ class LifecycleMixin:
         # would cost the find seconds and never win
         def estimate(p):
             return sum(
-                by_id(s.config.engine_id).estimate_seconds(s.graph, s.config, p.target)
+                by_id(s.config.engine_id).ranked_seconds(s.graph, s.config, p.target)
                 for s in p.stages
             )
 

@@ -30,10 +30,25 @@ from ._kernels import grouped_dgrad_source, grouped_source, grouped_wgrad_source
 PIXEL_TILES = ((128, 4, 3), (64, 4, 3), (128, 8, 3))
 INTERPRETER_PIXELS = (16, 4, 1)
 MAX_TILE = 128
+# the pipelined operand tiles of one program (num_stages x (A + B) tiles) stay under this
+# on a GPU, below the H100's 227 KB with room for the epilogue's layout conversion
+SHARED_BYTES = 200 * 1024
 
 
 def _pow2_at_least(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
+
+
+def stage_bytes(kn: K.ConvKnobs, itemsize: int) -> int:
+    """Shared memory of one pipeline stage: the [BLOCK_M, BLOCK_K] and [BLOCK_K, BLOCK_N]
+    operand tiles in the loaded data type."""
+    return (kn.BLOCK_M + kn.BLOCK_N) * kn.BLOCK_K * itemsize
+
+
+def fit_stages(kn: K.ConvKnobs, itemsize: int, stages: int) -> int:
+    """The most pipeline stages, up to ``stages``, whose tiles fit ``SHARED_BYTES``
+    (0: not even one)."""
+    return min(stages, SHARED_BYTES // stage_bytes(kn, itemsize))
 
 
 def group_blocks(cg: int, kg: int, groups: int, interpret: bool = False) -> list:
@@ -130,6 +145,13 @@ class GroupedConvEngine(ImplicitGemmEngine):
         bm = kd["BLOCK_M"]
         if not isinstance(bm, int) or bm < 1 or bm & (bm - 1):
             return decline(f"BLOCK_M={bm!r}: a power of two")
+        kn = self._conv_knobs(a, kd)
+        size = a.x.data_type.itemsize
+        if target.is_cuda and kn.num_stages * stage_bytes(kn, size) > SHARED_BYTES:
+            return decline(
+                f"num_stages={kn.num_stages} x {stage_bytes(kn, size)} bytes of operand tiles "
+                f"exceed the {SHARED_BYTES} bytes of shared memory a program may take"
+            )
         return SUPPORTED
 
     def _conv_knobs(self, a, kd) -> K.ConvKnobs:
@@ -148,11 +170,13 @@ class GroupedConvEngine(ImplicitGemmEngine):
         a = self._analyze(graph)
         g = a.geo
         tiles = PIXEL_TILES if target.is_cuda else (INTERPRETER_PIXELS,)
-        out = [
-            EngineConfig.make(self, BLOCK_M=m, GB=gb, num_warps=w, num_stages=st)
-            for gb in group_blocks(*self._dims(g), g.groups, not target.is_cuda)
-            for m, w, st in tiles
-        ]
+        out = []
+        for gb in group_blocks(*self._dims(g), g.groups, not target.is_cuda):
+            for m, w, st in tiles:
+                kd = dict(BLOCK_M=m, GB=gb, num_warps=w, num_stages=st)
+                st = fit_stages(self._conv_knobs(a, kd), a.x.data_type.itemsize, st)
+                if st:
+                    out.append(EngineConfig.make(self, **{**kd, "num_stages": st}))
         out.sort(key=lambda c: self.estimate_seconds(graph, c, target))
         return out
 
@@ -264,18 +288,17 @@ class GroupedWgradEngine(GroupedConvEngine):
         out = []
         for gb in group_blocks(*self._dims(g), g.groups, interp):
             for bk, w, st in steps:
-                split = self._split(a, gb * g.k_per_group, bk, target)
-                out.append(
-                    EngineConfig.make(
-                        self,
-                        BLOCK_M=gb * g.k_per_group,
-                        GB=gb,
-                        BLOCK_K=bk,
-                        SPLIT=split,
-                        num_warps=w,
-                        num_stages=st,
-                    )
+                kd = dict(
+                    BLOCK_M=gb * g.k_per_group,
+                    GB=gb,
+                    BLOCK_K=bk,
+                    SPLIT=self._split(a, gb * g.k_per_group, bk, target),
+                    num_warps=w,
+                    num_stages=st,
                 )
+                st = fit_stages(self._conv_knobs(a, kd), a.x.data_type.itemsize, st)
+                if st:
+                    out.append(EngineConfig.make(self, **{**kd, "num_stages": st}))
         out.sort(key=lambda c: self.estimate_seconds(graph, c, target))
         return out
 

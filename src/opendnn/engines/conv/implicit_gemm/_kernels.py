@@ -280,9 +280,11 @@ def estimate_seconds(
     peak_flops: float,
     bandwidth: float,
     num_sms: int,
+    loop: bool = True,
 ) -> float:
     """Roofline with tile quantization: padded tiles do useless work, and the last wave of
-    programs may leave SMs idle; a tenth of the lesser bound is added to the greater."""
+    programs may leave SMs idle; with ``loop``, the main loop's steps are a third bound
+    (``loop_seconds``); the binding bound plus a tenth of the others."""
     m_total = geo.n
     for o in geo.out_dims:
         m_total *= o
@@ -304,10 +306,41 @@ def estimate_seconds(
     small_tile = 0.6 if kn.BLOCK_M * kn.BLOCK_N < 64 * 64 else 0.85
     compute = flops / (peak_flops * small_tile * max(fill, 1e-3))
     memory = bytes_ / bandwidth
-    # the bound that loses still costs a little (the two never overlap perfectly): a
-    # memory-bound layer then prefers the tiles that pad least (1x1 dgrad with C = 64 on
-    # 128-wide tiles: 9.8 us against 7.0-7.4 us for 64-wide ones, which tied before)
-    return max(compute, memory) + 0.1 * min(compute, memory) + 4e-6
+    if not loop:
+        return combine_bounds(compute, memory)
+    steps = programs * taps * -(-geo.c_per_group // kn.BLOCK_K)
+    tile = (kn.BLOCK_M + kn.BLOCK_N) * kn.BLOCK_K * dtype_bytes
+    return combine_bounds(compute, memory, loop_seconds(steps, programs, tile, num_sms))
+
+
+# One main-loop step of a gather program (address math, masked loads, dot) costs the SM
+# about STEP_FIXED + STEP_PER_BYTE per byte of its two operand tiles when enough programs
+# share the SM to hide latency; a program alone waits STEP_LATENCY per step (its loads
+# depend on the previous step's buffers), and about RESIDENT programs overlap per SM.
+# Fitted on the H100 to grouped ResNeXt layers (32x32x16 to 128x128x32 tiles: 75-200 ns a
+# step at 4+ programs per SM) and the one-program-per-tap backward filter (0.3-0.5 us a
+# step at 2 programs per SM); see docs/design/conv.md, "Heuristics".
+STEP_FIXED = 45e-9
+STEP_PER_BYTE = 30e-9 / 4096
+STEP_LATENCY = 500e-9
+RESIDENT = 4
+
+
+def loop_seconds(steps: int, programs: int, tile_bytes: int, num_sms: int) -> float:
+    """Time of ``steps`` main-loop steps spread over ``programs`` programs on ``num_sms``
+    SMs, each step moving ``tile_bytes`` of operand tiles (see STEP_FIXED)."""
+    resident = min(programs / num_sms, RESIDENT)
+    per = max(STEP_FIXED + STEP_PER_BYTE * tile_bytes, STEP_LATENCY / max(resident, 1e-3))
+    return steps / num_sms * per
+
+
+def combine_bounds(*bounds: float) -> float:
+    """The binding bound plus a tenth of the others (they never overlap perfectly: a
+    memory-bound layer then prefers the tiles that pad least -- 1x1 dgrad with C = 64 on
+    128-wide tiles: 9.8 us against 7.0-7.4 us for 64-wide ones, which tied before), plus
+    a launch."""
+    top = max(bounds)
+    return top + 0.1 * (sum(bounds) - top) + 4e-6
 
 
 # ---- backward data -------------------------------------------------------------------------

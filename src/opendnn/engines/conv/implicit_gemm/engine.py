@@ -239,10 +239,33 @@ class ImplicitGemmWgradEngine(ImplicitGemmEngine):
     GATHER_SLOWDOWN = 2.5
 
     def estimate_seconds(self, graph, config, target) -> float:
-        t = super().estimate_seconds(graph, config, target)
+        """The TMA path's model; the gather path's roofline or its main loop, the longer."""
         if self.tma_path is not None and self.tma_path.is_tma(config.knob_dict):
-            return t
+            return super().estimate_seconds(graph, config, target)
+        kn = K.ConvKnobs(**config.knob_dict)
+        return max(self.gather_roofline(graph, kn, target), self.gather_loop(graph, kn, target))
+
+    def gather_roofline(self, graph, kn: K.ConvKnobs, target) -> float:
+        """The forward's roofline of the same GEMM times GATHER_SLOWDOWN."""
+        a = self._analyze(graph)
+        peak = (
+            target.peak_flops_fp16
+            if a.x.data_type != DataType.FLOAT
+            else (target.peak_flops_fp16 / 2 if tf32(a) else target.peak_flops_fp32)
+        )
+        size = a.x.data_type.itemsize
+        t = K.estimate_seconds(a.geo, kn, size, peak, target.bandwidth, target.num_sms, loop=False)
         return t * self.GATHER_SLOWDOWN
+
+    def gather_loop(self, graph, kn: K.ConvKnobs, target, split: int = 1) -> float:
+        """The main loop: each of the (tile, tap, group) programs, times ``split`` slices,
+        walks its share of the output pixels BLOCK_K at a time (``K.loop_seconds``)."""
+        a = self._analyze(graph)
+        programs = K._prod(K.wgrad_grid(a.geo, kn)) * split
+        pixels = -(-a.geo.n * K._prod(a.geo.out_dims) // split)
+        steps = programs * -(-pixels // kn.BLOCK_K)
+        tile = (kn.BLOCK_M + kn.BLOCK_N) * kn.BLOCK_K * a.x.data_type.itemsize
+        return K.loop_seconds(steps, programs, tile, target.num_sms)
 
 
 def _stat_tiles(a: ConvAnalysis, kn: K.ConvKnobs) -> int:

@@ -227,7 +227,7 @@ class ChannelsLastConvEngine(Engine):
         e, cfg = self._split(config)
         p = self._problem(graph)
         copies = 2 * self._moved_bytes(graph) / target.bandwidth + COPY_LAUNCH_S * len(p.moved)
-        return e.estimate_seconds(p.inner, cfg, target) + copies
+        return e.ranked_seconds(p.inner, cfg, target) + copies
 
     def workspace_size(self, graph, config, target) -> int:
         p = self._problem(graph)

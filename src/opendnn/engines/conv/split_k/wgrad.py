@@ -73,18 +73,17 @@ class SplitKWgradEngine(ImplicitGemmWgradEngine):
     def estimate_seconds(self, graph, config, target) -> float:
         kn, split = _knobs(config)
         a = self._analyze(graph)
-        t = super().estimate_seconds(
-            graph, EngineConfig.make(self, **dataclasses.asdict(kn)), target
-        )
+        t = self.gather_roofline(graph, kn, target)
         programs = K._prod(K.wgrad_grid(a.geo, kn))
         fill = min(1.0, programs * split / target.num_sms) / min(1.0, programs / target.num_sms)
         # measured on the H100 (ResNet-50 layers, bf16): 30-60x the gather roofline; the
         # transposed dy slabs, the atomics and the short slices, over the deterministic gather
-        return (
+        model = (
             20.0 * t / max(fill, 1.0)
             + 6e-6
             + self.workspace_size(graph, config, target) * 3 / target.bandwidth
         )
+        return max(model, self.gather_loop(graph, kn, target, split))
 
     def workspace_size(self, graph, config, target) -> int:
         a = self._analyze(graph)

@@ -23,17 +23,14 @@ note NONDETERMINISTIC, so ``backends.deterministic`` keeps it out of the heurist
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 
 from ....enums import DataType
 from ....runtime.launch import DualKernel, LaunchList, kernel_from_source
-from ...base import SUPPORTED, EngineConfig, Executable, Support, decline
+from ...base import SUPPORTED, Executable, Support, decline
 from ...fusion import epilogue as fuse_epilogue
 from ..analysis import epilogue, tf32
 from ..implicit_gemm import _kernels as K
-from ..implicit_gemm.engine import ImplicitGemmWgradEngine
 from . import _kernels as S
 from .wgrad import SplitKWgradEngine, _knobs
 
@@ -78,20 +75,19 @@ class PrecompSplitKWgradEngine(SplitKWgradEngine):
         ``conv_wgrad_splitk`` counts them) and, with an accumulator, the finishing read."""
         kn, split = _knobs(config)
         a = self._analyze(graph)
-        t = ImplicitGemmWgradEngine.estimate_seconds(
-            self, graph, EngineConfig.make(self, **dataclasses.asdict(kn)), target
-        )
+        t = self.gather_roofline(graph, kn, target)
         programs = K._prod(K.wgrad_grid(a.geo, kn))
         gain = min(1.0, programs * split / target.num_sms) / min(1.0, programs / target.num_sms)
         direct = accumulates_in_place(a)
         dw_bytes = 4 * a.geo.groups * a.geo.k_per_group * a.geo.c_per_group * K._prod(a.geo.filt)
         traffic = dw_bytes * (2 if direct else 3) + S.table_layout(a.geo, direct).size
         # measured on the H100 (ResNet-50 layers, bf16): 5-10x this model before the factor
-        return (
+        model = (
             MEASURED * t * TABLE_LOAD_COST / max(gain, 1.0)
             + traffic / target.bandwidth
             + (2 if direct else 3) * 3e-6
         )
+        return max(model, self.gather_loop(graph, kn, target, split))
 
     def build(self, graph, config, target) -> Executable:
         kn, split = _knobs(config)

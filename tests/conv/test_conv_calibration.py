@@ -1,0 +1,66 @@
+"""The cost models' measured calibration: what the heuristics rank by, and a table that
+names only real code paths."""
+
+import torch
+from _util import graph_tensor as _tensor
+
+import opendnn.frontend as cudnn
+from opendnn.engines import calibration
+from opendnn.engines.base import Target
+from opendnn.engines.registry import by_id, engines
+from opendnn.handle import _KNOWN
+
+H100 = Target("cuda", "H100", (9, 0), 132, **_KNOWN["H100"])
+
+
+def _wgrad_graph():
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    x = torch.randn(4, 32, 9, 9, dtype=torch.bfloat16)
+    dy = torch.randn(4, 64, 9, 9, dtype=torch.bfloat16)
+    dw = g.conv_wgrad(_tensor(g, x), _tensor(g, dy), padding=[1, 1])
+    dw.set_dim([64, 32, 3, 3]).set_stride([288, 9, 3, 1]).set_output(True)
+    g.validate()
+    return g.op_graph
+
+
+def test_every_factor_names_an_engine_and_is_positive():
+    names = {e.name for e in engines()}
+    for family, factor in calibration.MEASURED_SCALES.items():
+        assert family.split(":")[0] in names, family
+        assert "/" not in family, family  # layout plans take their inner engine's factor
+        assert 0.05 < factor < 20, (family, factor)
+
+
+def test_ranking_applies_the_factor_on_a_gpu_only():
+    g = _wgrad_graph()
+    splitk = by_id(10)  # nondeterministic split-K, calibrated
+    cfg = splitk.configs(g, H100)[0]
+    est = splitk.estimate_seconds(g, cfg, H100)
+    factor = calibration.measured_scale(splitk.family(cfg), splitk.name)
+    assert factor != 1.0
+    assert splitk.ranked_seconds(g, cfg, H100) == est * factor
+    cpu = Target()
+    cfg = splitk.configs(g, cpu)[0]
+    assert splitk.ranked_seconds(g, cfg, cpu) == splitk.estimate_seconds(g, cfg, cpu)
+
+
+def test_unknown_paths_are_not_scaled():
+    assert calibration.measured_scale("no_such_engine:path", "no_such_engine") == 1.0
+
+
+def test_wgrad_main_loop_bounds_a_few_long_programs():
+    """The one-program-per-tap backward filter: 9 programs each walking 40k pixels take at
+    least 40k / BLOCK_K dependent steps, whatever the roofline says."""
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    x = torch.empty(64, 64, 25, 25, dtype=torch.bfloat16)
+    dy = torch.empty(64, 64, 25, 25, dtype=torch.bfloat16)
+    dw = g.conv_wgrad(_tensor(g, x), _tensor(g, dy), padding=[1, 1])
+    dw.set_dim([64, 64, 3, 3]).set_stride([576, 9, 3, 1]).set_output(True)
+    g.validate()
+    e = by_id(5)
+    from opendnn.engines.conv.implicit_gemm import _kernels as K
+
+    kn = K.ConvKnobs(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=3)
+    steps = -(-64 * 25 * 25 // 32)
+    assert e.gather_loop(g.op_graph, kn, H100) >= steps * K.STEP_LATENCY * 0.99
+    assert e.gather_loop(g.op_graph, kn, H100, split=16) < e.gather_loop(g.op_graph, kn, H100) / 8
