@@ -373,3 +373,82 @@ def test_wgrad_declines_an_epilogue_and_huge_filters_with_reason():
     g.validate()
     s = DepthwiseWgradEngine().check_support(g.op_graph, Target())
     assert not s.ok and "no fused epilogue" in s.reason
+
+
+# ---- register strips (STRIP > 1): forward and backward filter ------------------------------
+# (x dims, multiplier, filter, stride, pre, post, dilation, layout, strip): a last axis not a
+# multiple of the strip, strides 1 and 2, dilation, padding past the radius, causal 1-D,
+# 3-D, multiplier 2, CONVOLUTION mode in the wgrad test below
+STRIP_CASES = [
+    ((2, 6, 7, 11), 1, (7, 7), (1, 1), (3, 3), (3, 3), (1, 1), "nhwc", 4),
+    ((1, 5, 9, 10), 1, (3, 3), (2, 2), (1, 1), (1, 1), (1, 1), "nhwc", 2),
+    ((1, 4, 6, 9), 2, (3, 5), (1, 1), (4, 1), (2, 3), (1, 2), "nchw", 4),
+    ((2, 3, 13), 1, (4,), (1,), (3,), (0,), (1,), "strided", 8),
+    ((1, 3, 4, 5, 7), 1, (3, 3, 3), (1, 1, 2), (1, 1, 1), (1, 1, 1), (1, 1, 1), "nhwc", 2),
+]
+
+
+@pytest.mark.parametrize("case", STRIP_CASES, ids=[f"s{i}" for i in range(len(STRIP_CASES))])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_strip_forward_against_reference_and_pytorch(case, dtype, request):
+    """The register-strip forward: each loaded input element meets every (output, tap) of
+    the strip it belongs to; outputs past the last axis masked, the epilogue per output."""
+    xdims, mult, filt, stride, pre, post, dil, layout, strip = case
+    gen = torch.Generator().manual_seed(seed_for(request.node.name))
+    c = xdims[1]
+    x = _stored(torch.randn(xdims, generator=gen).to(dtype), layout)
+    w = _stored(torch.randn((c * mult, 1, *filt), generator=gen).to(dtype), layout)
+    b = torch.randn((1, c * mult) + (1,) * len(filt), generator=gen).to(dtype)
+    g, feeds, y = _graph(x, w, stride, pre, post, dil, bias=b)
+    taps = 1
+    for f in filt:
+        taps *= f
+    knobs = dict(BLOCK_M=8, BLOCK_N=8, num_warps=4, STRIP=strip)
+    out = check_engine(g, feeds, [y], ID, knobs, n=taps)
+    assert_close(out[y], _torch(x, w, stride, pre, post, dil, bias=b), dtype, n=taps)
+
+
+@pytest.mark.parametrize("case", STRIP_CASES, ids=[f"s{i}" for i in range(len(STRIP_CASES))])
+def test_strip_wgrad_against_reference_and_pytorch(case, request):
+    """The register-strip backward filter, with row groups where the filter has a leading
+    axis, and CONVOLUTION mode (the filter stored flipped)."""
+    xdims, mult, filt, stride, pre, post, dil, layout, strip = case
+    gen = torch.Generator().manual_seed(seed_for(request.node.name))
+    c = xdims[1]
+    x = _stored(torch.randn(xdims, generator=gen), layout)
+    wdims = (c * mult, 1, *filt)
+    wr = torch.zeros(wdims, dtype=torch.float64, requires_grad=True)
+    y = _torch(x, wr.flip(list(range(2, 2 + len(filt)))), stride, pre, post, dil)
+    dy = _stored(torch.randn(y.shape, generator=gen), layout)
+    (ref,) = torch.autograd.grad(y, wr, dy.double())
+    like = _stored(torch.empty(wdims), layout)
+    mode = cudnn.convolution_mode.CONVOLUTION
+    g, feeds, dw = _wgrad_graph(x, dy, wdims, like, stride, pre, post, dil, mode=mode)
+    rows = 2 if len(filt) > 1 else 0
+    knobs = dict(BLOCK_M=8, BLOCK_N=8, num_warps=4, SPLIT=3, ROWS=rows, STRIP=strip)
+    n = y.numel() // y.shape[1]
+    out = check_engine(g, feeds, [dw], WGRAD_ID, knobs, n=n)
+    assert_close(out[dw], ref, n=n)
+
+
+def test_strip_rules_are_refused_by_name():
+    from opendnn.engines.conv.depthwise.engine import DepthwiseDgradEngine, DepthwiseWgradEngine
+
+    x, dy = torch.randn(1, 3, 9), torch.randn(1, 3, 9)
+    g, _, _ = _wgrad_graph(x, dy, (3, 1, 3), torch.empty(3, 1, 3), (1,), (1,), (1,), (1,))
+    g.validate()
+    e = DepthwiseWgradEngine()
+    bad = dict(BLOCK_M=8, BLOCK_N=8, num_warps=4, SPLIT=1, ROWS=1, STRIP=4)
+    from opendnn.engines.base import EngineConfig
+
+    s = e.check_config(g.op_graph, EngineConfig.make(e, **bad), Target())
+    assert not s.ok and "split the strip's axis" in s.reason, s.reason
+    s = e.check_config(g.op_graph, EngineConfig.make(e, **{**bad, "STRIP": 3}), Target())
+    assert not s.ok and "STRIP=3" in s.reason, s.reason
+    w = torch.randn(3, 1, 3)
+    gd, _, _ = _dgrad_graph(dy, w, (1, 3, 9), x, (1,), (1,), (1,), (1,))
+    gd.validate()
+    d = DepthwiseDgradEngine()
+    cfg = EngineConfig.make(d, BLOCK_M=8, BLOCK_N=8, num_warps=4, STRIP=2)
+    s = d.check_config(gd.op_graph, cfg, Target())
+    assert not s.ok and "no register strips" in s.reason, s.reason

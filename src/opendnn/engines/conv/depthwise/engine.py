@@ -23,7 +23,13 @@ from ...fusion import epilogue as fuse_epilogue
 from ..analysis import epilogue
 from ..implicit_gemm import _kernels as K
 from ..implicit_gemm.engine import ImplicitGemmEngine
-from ._kernels import depthwise_dgrad_source, depthwise_source, depthwise_wgrad_sources
+from ._kernels import (
+    depthwise_dgrad_source,
+    depthwise_source,
+    depthwise_strip_source,
+    depthwise_wgrad_sources,
+    strip_dims,
+)
 
 # (BLOCK_M pixels, BLOCK_N channels, warps): channels-innermost images take wide channel
 # tiles (one vector load per pixel row), channel-planar ones wide pixel tiles
@@ -33,6 +39,11 @@ from ._kernels import depthwise_dgrad_source, depthwise_source, depthwise_wgrad_
 NHWC_TILES = ((128, 32, 4), (64, 64, 4), (32, 64, 4), (16, 128, 4), (128, 16, 4), (128, 64, 8))
 NCHW_TILES = ((256, 8, 4), (128, 16, 4), (512, 4, 4), (64, 32, 4))
 INTERPRETER_TILES = ((16, 8, 4),)
+# register strips (STRIP outputs along the last spatial axis per tile row, see
+# ``_kernels.depthwise_strip_source``): the strip lengths offered, and the forward's
+# channels-last (strip tiles, warps) -- BLOCK_M counts strips
+STRIPS = (1, 2, 4, 8)
+STRIP_TILES = ((32, 32, 4), (16, 64, 4), (64, 32, 4), (32, 64, 4), (16, 128, 4), (64, 64, 8))
 # the backward data unrolls one pass per multiplier value
 MAX_MULTIPLIER = 8
 # the backward filter keeps one float32 sum per tap and channel in registers (unrolled)
@@ -87,6 +98,7 @@ class DepthwiseConvEngine(ImplicitGemmEngine):
             Knob("BLOCK_M", tuple(sorted({m for m, _, _ in tiles})), self.DEFAULT_TILE[0]),
             Knob("BLOCK_N", tuple(sorted({n for _, n, _ in tiles})), self.DEFAULT_TILE[1]),
             Knob("num_warps", (1, 2, 4, 8), 4),
+            Knob("STRIP", STRIPS, 1),
         ]
 
     def complete_knobs(self, graph, knobs: dict) -> dict:
@@ -102,6 +114,13 @@ class DepthwiseConvEngine(ImplicitGemmEngine):
     def _knobs(self, a, m, n, w, target) -> dict:
         return dict(BLOCK_M=m, BLOCK_N=n, num_warps=w)
 
+    def _strip_tiles(self, a, target) -> tuple:
+        """(strip, BLOCK_M strips, BLOCK_N, warps) of the register-strip configs: on a GPU,
+        for channels-innermost images (the strip's loads stay vectors along C)."""
+        if not target.is_cuda or a.geo.x_strides[1] != 1:
+            return ()
+        return tuple((st, m, n, w) for st in STRIPS[1:] for m, n, w in STRIP_TILES)
+
     def configs(self, graph, target):
         if not self.check_support(graph, target).ok:
             return []
@@ -109,6 +128,10 @@ class DepthwiseConvEngine(ImplicitGemmEngine):
         out = [
             EngineConfig.make(self, **self._knobs(a, m, n, w, target))
             for m, n, w in self._tiles(a, target)
+        ]
+        out += [
+            EngineConfig.make(self, **self._knobs(a, m, n, w, target), STRIP=st)
+            for st, m, n, w in self._strip_tiles(a, target)
         ]
         # the roofline sees only the tiles' fill; the list's measured order weighs in (5%
         # a place), so a few percent of fill does not put a slow tile first
@@ -128,7 +151,15 @@ class DepthwiseConvEngine(ImplicitGemmEngine):
         unknown = sorted(set(kd) - {k.name for k in self.knob_space(graph)})
         if unknown:
             return decline(f"unknown knobs {', '.join(unknown)}")
-        return SUPPORTED
+        strip = kd.get("STRIP", 1)
+        if strip not in STRIPS:
+            return decline(f"STRIP={strip!r}: one of {list(STRIPS)}")
+        why = self._strip_rule(self._analyze(graph), kd) if strip > 1 else None
+        return decline(why) if why else SUPPORTED
+
+    def _strip_rule(self, a, kd) -> str | None:
+        """Why this direction cannot run register strips with ``kd`` (None: it can)."""
+        return None
 
     def workspace_size(self, graph, config, target) -> int:
         return 0
@@ -153,7 +184,7 @@ class DepthwiseConvEngine(ImplicitGemmEngine):
         flops = 2.0 * pixels * geo.k_per_group * geo.groups * K._prod(geo.filt)
         extra_bytes, extra_s = self._extra(a, kd)
         moved = a.x.data_type.itemsize * (a.x.numel + a.y.numel + a.w.numel) + extra_bytes
-        fill = self._fill(pixels, channels, kd["BLOCK_M"], kd["BLOCK_N"])
+        fill = self._fill(pixels, channels, kd["BLOCK_M"] * kd["STRIP"], kd["BLOCK_N"])
         rate = target.peak_flops_fp16 * CUDA_CORE_FRACTION
         t = max(flops / rate, moved / target.bandwidth) / fill
         if target.is_cuda and self._grid_programs(a, kd) is not None:
@@ -164,7 +195,7 @@ class DepthwiseConvEngine(ImplicitGemmEngine):
     def _grid_programs(self, a, kd) -> int | None:
         """Programs of the launch (None where a direction sizes its grid otherwise)."""
         pixels, channels = self._tile_space(a)
-        return -(-pixels // kd["BLOCK_M"]) * -(-channels // kd["BLOCK_N"])
+        return -(-pixels // (kd["BLOCK_M"] * kd["STRIP"])) * -(-channels // kd["BLOCK_N"])
 
     def _fill(self, pixels, channels, bm, bn) -> float:
         """The share of the tiles' elements inside the tensor."""
@@ -176,7 +207,7 @@ class DepthwiseConvEngine(ImplicitGemmEngine):
         return self._executable(graph, self._analyze(graph), kn, kd, target)
 
     def _executable(self, graph, a, kn, kd, target) -> Executable:
-        return _DepthwiseExecutable(graph, a, kn, target)
+        return _DepthwiseExecutable(graph, a, kn, target, kd["STRIP"])
 
 
 class DepthwiseDgradEngine(DepthwiseConvEngine):
@@ -199,6 +230,12 @@ class DepthwiseDgradEngine(DepthwiseConvEngine):
 
     def _tile_space(self, a) -> tuple[int, int]:
         return a.geo.n * K._prod(a.geo.in_dims), a.geo.groups
+
+    def _strip_tiles(self, a, target) -> tuple:
+        return ()
+
+    def _strip_rule(self, a, kd) -> str | None:
+        return "the depthwise backward data has no register strips (STRIP 1)"
 
     def _executable(self, graph, a, kn, kd, target) -> Executable:
         return _DepthwiseDgradExecutable(graph, a, kn, target)
@@ -248,20 +285,36 @@ class DepthwiseWgradEngine(DepthwiseConvEngine):
             return decline(f"ROWS={rows!r}: 0 (every filter row) or a positive integer")
         return super().check_config(graph, config, target)
 
-    def _tiles(self, a, target) -> tuple:
+    def _tiles(self, a, target, strip: int = 1) -> tuple:
         if not target.is_cuda:
-            return tuple(t + (0,) for t in INTERPRETER_TILES)
-        return wgrad_tiles(
-            K._prod(a.geo.filt), a.geo.filt[0], a.geo.x_strides[1] == 1, a.x.data_type.itemsize
-        )
+            return tuple(t + (0,) for t in INTERPRETER_TILES) if strip == 1 else ()
+        nhwc = a.geo.x_strides[1] == 1
+        if strip > 1 and not nhwc:
+            return ()
+        tiles = wgrad_tiles(K._prod(a.geo.filt), a.geo.filt[0], nhwc, a.x.data_type.itemsize, strip)
+        if strip > 1 and len(a.geo.filt) == 1:  # the row groups would split the strip's axis
+            tiles = tuple(t for t in tiles if t[3] == 0)
+        return tiles
+
+    def _strip_rule(self, a, kd) -> str | None:
+        rows = kd.get("ROWS", 0)
+        if len(a.geo.filt) == 1 and 0 < rows < a.geo.filt[0]:
+            return (
+                f"STRIP={kd['STRIP']} with ROWS={rows} on a 1-D filter: the row groups would "
+                "split the strip's axis (ROWS 0)"
+            )
+        return None
 
     def configs(self, graph, target):
         if not self.check_support(graph, target).ok:
             return []
         a = self._analyze(graph)
         out = [
-            EngineConfig.make(self, **self._knobs(a, m, n, w, target, rows), ROWS=rows)
-            for m, n, w, rows in self._tiles(a, target)
+            EngineConfig.make(
+                self, **self._knobs(a, m, n, w, target, rows, st), ROWS=rows, STRIP=st
+            )
+            for st in STRIPS[:3]
+            for m, n, w, rows in self._tiles(a, target, st)
         ]
         # the roofline cannot tell the tiles apart (the kernel is bound by L1 traffic and
         # per-program work it does not model): it ranks by channel fill, and the measured
@@ -270,10 +323,10 @@ class DepthwiseWgradEngine(DepthwiseConvEngine):
         out.sort(key=lambda c: self.estimate_seconds(graph, c, target) * (1 + 0.05 * rank[c]))
         return out
 
-    def _knobs(self, a, m, n, w, target, rows=0) -> dict:
+    def _knobs(self, a, m, n, w, target, rows=0, strip=1) -> dict:
         """With SPLIT slices of the pixels: about four programs per SM (channel blocks x
         filter-row groups x slices), none empty."""
-        tiles = -(-a.geo.n * K._prod(a.geo.out_dims) // m)
+        tiles = -(-a.geo.n * K._prod(strip_dims(a.geo, strip)) // m)
         groups = -(-a.geo.filt[0] // rows) if 0 < rows < a.geo.filt[0] else 1
         blocks = -(-a.geo.k_per_group * a.geo.groups // n) * groups
         want = max(1, round(4 * target.num_sms / blocks)) if target.is_cuda else 2
@@ -298,11 +351,11 @@ class DepthwiseWgradEngine(DepthwiseConvEngine):
         return 8.0 * partials, 4e-6
 
     def _executable(self, graph, a, kn, kd, target) -> Executable:
-        return _DepthwiseWgradExecutable(graph, a, kn, kd["SPLIT"], kd["ROWS"], target)
+        return _DepthwiseWgradExecutable(graph, a, kn, kd["SPLIT"], kd["ROWS"], target, kd["STRIP"])
 
 
 class _DepthwiseWgradExecutable(Executable, LaunchList):
-    def __init__(self, graph, a, kn, split, rows, target):
+    def __init__(self, graph, a, kn, split, rows, target, strip=1):
         LaunchList.__init__(self)
         geo = a.geo
         k_total = geo.k_per_group * geo.groups
@@ -310,7 +363,14 @@ class _DepthwiseWgradExecutable(Executable, LaunchList):
         self.workspace_size = 4 * split * taps * k_total
         name = f"conv_wgrad_depthwise_{graph.key()[:12]}"
         part, fin = depthwise_wgrad_sources(
-            name, geo, kn, split=split, dy_strides=tuple(a.y.strides), dw_desc=a.w, rows=rows
+            name,
+            geo,
+            kn,
+            split=split,
+            dy_strides=tuple(a.y.strides),
+            dw_desc=a.w,
+            rows=rows,
+            strip=strip,
         )
         groups = 1 if rows <= 0 or rows >= geo.filt[0] else -(-geo.filt[0] // rows)
         self.source = part + fin
@@ -369,17 +429,22 @@ class _DepthwiseDgradExecutable(Executable, LaunchList):
 
 
 class _DepthwiseExecutable(Executable, LaunchList):
-    def __init__(self, graph, a, kn, target):
+    def __init__(self, graph, a, kn, target, strip=1):
         LaunchList.__init__(self)
         self.workspace_size = 0
         params, body = epilogue(graph, _one_group(a), "conv_fprop")
         name = f"conv_depthwise_{graph.key()[:12]}"
-        src = depthwise_source(name, a.geo, kn, epilogue_params=params, epilogue_body=body)
+        ep = dict(epilogue_params=params, epilogue_body=body)
+        if strip > 1:
+            src = depthwise_strip_source(name, a.geo, kn, strip, **ep)
+        else:
+            src = depthwise_source(name, a.geo, kn, **ep)
         kern = kernel_from_source(src, name)
         self.source = src
         args = [("buf", a.x.uid), ("buf", a.w.uid)] + fuse_epilogue.launch_args(a.ep)
         const = {"BLOCK_M": kn.BLOCK_M, "BLOCK_N": kn.BLOCK_N, "num_warps": kn.num_warps}
-        grid = K.grid(_one_group(a).geo, kn)
+        geo = _one_group(a).geo
+        grid = K.grid(dataclasses.replace(geo, out_dims=tuple(strip_dims(geo, strip))), kn)
         self.add_launch(
             DualKernel(kern.compiled, kern.interpreted), grid, const, args, graph, target.is_cuda
         )
@@ -388,7 +453,7 @@ class _DepthwiseExecutable(Executable, LaunchList):
         self.run_launches(buffers, workspace, stream)
 
 
-def wgrad_tiles(taps: int, rows: int, nhwc: bool, itemsize: int) -> tuple:
+def wgrad_tiles(taps: int, rows: int, nhwc: bool, itemsize: int, strip: int = 1) -> tuple:
     """Backward filter configs (BLOCK_M pixels, BLOCK_N channels, warps, ROWS) for a filter
     of ``taps`` taps in ``rows`` rows (first spatial axis). A tile holds ``e`` elements per
     thread, at least one load vector (16 bytes: Triton lays a tile out in whole vectors, so
@@ -397,7 +462,8 @@ def wgrad_tiles(taps: int, rows: int, nhwc: bool, itemsize: int) -> tuple:
     most filter rows a program keeps within WGRAD_SUM_REGISTERS (the rest go to other
     programs). NHWC tiles are wide along the channels, NCHW tiles along the pixels. The
     one-warp tiles sum over their pixels without a barrier (the reduction stays in the
-    warp)."""
+    warp). With register strips the strip's ``strip`` dy tiles take their registers from
+    the same budget."""
     vec = 16 // itemsize
     inner = taps // rows
     out = []
@@ -409,7 +475,8 @@ def wgrad_tiles(taps: int, rows: int, nhwc: bool, itemsize: int) -> tuple:
         if not nhwc:
             n = max(1, n // 8)  # the channels of an NCHW tile: 1..16
         m = max(1, e * 32 * w // n)
-        keep = max(1, min(rows, WGRAD_SUM_REGISTERS // (inner * e)))
+        budget = WGRAD_SUM_REGISTERS - (strip * e if strip > 1 else 0)
+        keep = max(1, min(rows, budget // (inner * e)))
         out.append((m, n, w, 0 if keep >= rows else keep))
     if out[1][3] == 0:
         # every row fits the one-vector tiles (3x3): the wide tile, which would split the
