@@ -19,8 +19,8 @@ from __future__ import annotations
 
 # family (or engine name) -> measured / modelled time, H100, fitted by bench/calibrate.py
 MEASURED_SCALES: dict[str, float] = {
-    "conv_depthwise:gather": 1.20,  # 286 timings
-    "conv_dgrad_depthwise:gather": 2.12,  # 282 timings
+    "conv_depthwise": 1.20,  # 286 timings
+    "conv_dgrad_depthwise": 2.12,  # 282 timings
     "conv_dgrad_grouped": 1.72,  # 87 timings
     "conv_dgrad_implicit_gemm:gather": 0.63,  # 206 timings
     "conv_dgrad_implicit_gemm:tma": 1.11,  # 42 timings
@@ -37,7 +37,7 @@ MEASURED_SCALES: dict[str, float] = {
     "conv_implicit_gemm:tma:flat:split": 1.06,  # 1 timings
     "conv_implicit_gemm:tma:split": 1.04,  # 2 timings
     "conv_implicit_precomp_gemm:gather": 0.94,  # 23 timings
-    "conv_wgrad_depthwise:gather": 3.21,  # 390 timings
+    "conv_wgrad_depthwise": 3.21,  # 390 timings
     "conv_wgrad_gemm": 0.94,  # 4 timings
     "conv_wgrad_grouped": 0.90,  # 75 timings
     "conv_wgrad_implicit_gemm:gather": 0.93,  # 84 timings
