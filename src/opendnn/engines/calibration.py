@@ -19,35 +19,37 @@ from __future__ import annotations
 
 # family (or engine name) -> measured / modelled time, H100, fitted by bench/calibrate.py
 MEASURED_SCALES: dict[str, float] = {
-    "conv_depthwise": 1.20,  # 286 timings
-    "conv_dgrad_depthwise": 2.12,  # 282 timings
-    "conv_dgrad_grouped": 1.72,  # 87 timings
-    "conv_dgrad_implicit_gemm:gather": 0.63,  # 206 timings
-    "conv_dgrad_implicit_gemm:tma": 1.11,  # 42 timings
-    "conv_dgrad_implicit_gemm:tma:flat": 0.99,  # 5 timings
-    "conv_dgrad_implicit_gemm:tma:flat:split": 1.06,  # 1 timings
-    "conv_dgrad_implicit_gemm:tma:split": 1.06,  # 3 timings
-    "conv_dgrad_splitk:gather": 3.30,  # 55 timings
-    "conv_direct:gather": 3.98,  # 125 timings
-    "conv_gemm": 1.30,  # 23 timings
-    "conv_grouped": 2.39,  # 80 timings
-    "conv_implicit_gemm:gather": 1.00,  # 206 timings
-    "conv_implicit_gemm:tma": 1.45,  # 30 timings
-    "conv_implicit_gemm:tma:flat": 1.02,  # 4 timings
-    "conv_implicit_gemm:tma:flat:split": 1.06,  # 1 timings
-    "conv_implicit_gemm:tma:split": 1.04,  # 2 timings
-    "conv_implicit_precomp_gemm:gather": 0.94,  # 23 timings
-    "conv_wgrad_depthwise": 3.21,  # 390 timings
-    "conv_wgrad_gemm": 0.94,  # 4 timings
-    "conv_wgrad_grouped": 0.90,  # 75 timings
-    "conv_wgrad_implicit_gemm:gather": 0.93,  # 84 timings
-    "conv_wgrad_implicit_gemm:tma": 1.16,  # 31 timings
-    "conv_wgrad_implicit_gemm:tma:flat": 1.18,  # 57 timings
-    "conv_wgrad_precomp:gather": 3.05,  # 40 timings
-    "conv_wgrad_splitk:gather": 2.26,  # 20 timings
-    "conv_wgrad_winograd_nonfused": 0.89,  # 2 timings
-    "conv_winograd4x4_nonfused": 0.78,  # 1 timings
-    "conv_winograd_nonfused": 0.77,  # 1 timings
+    "conv_depthwise": 1.04,  # 293 timings
+    "conv_depthwise:strip": 0.88,  # 27 timings
+    "conv_dgrad_depthwise": 1.53,  # 313 timings
+    "conv_dgrad_grouped": 1.51,  # 87 timings
+    "conv_dgrad_implicit_gemm:gather": 0.57,  # 234 timings
+    "conv_dgrad_implicit_gemm:tma": 1.00,  # 42 timings
+    "conv_dgrad_implicit_gemm:tma:flat": 0.93,  # 5 timings
+    "conv_dgrad_implicit_gemm:tma:flat:split": 1.02,  # 1 timings
+    "conv_dgrad_implicit_gemm:tma:split": 0.99,  # 3 timings
+    "conv_dgrad_splitk:gather": 2.71,  # 50 timings
+    "conv_direct:gather": 3.81,  # 112 timings
+    "conv_gemm": 1.18,  # 25 timings
+    "conv_grouped": 2.30,  # 80 timings
+    "conv_implicit_gemm:gather": 1.00,  # 241 timings
+    "conv_implicit_gemm:tma": 1.42,  # 30 timings
+    "conv_implicit_gemm:tma:flat": 1.00,  # 4 timings
+    "conv_implicit_gemm:tma:flat:split": 1.05,  # 1 timings
+    "conv_implicit_gemm:tma:split": 1.02,  # 2 timings
+    "conv_implicit_precomp_gemm:gather": 0.92,  # 23 timings
+    "conv_wgrad_depthwise": 1.86,  # 403 timings
+    "conv_wgrad_depthwise:strip": 1.15,  # 25 timings
+    "conv_wgrad_gemm": 0.97,  # 12 timings
+    "conv_wgrad_grouped": 0.74,  # 75 timings
+    "conv_wgrad_implicit_gemm:gather": 0.72,  # 107 timings
+    "conv_wgrad_implicit_gemm:tma": 1.00,  # 31 timings
+    "conv_wgrad_implicit_gemm:tma:flat": 1.01,  # 57 timings
+    "conv_wgrad_precomp:gather": 2.56,  # 40 timings
+    "conv_wgrad_splitk:gather": 1.92,  # 20 timings
+    "conv_wgrad_winograd_nonfused": 0.84,  # 2 timings
+    "conv_winograd4x4_nonfused": 0.77,  # 1 timings
+    "conv_winograd_nonfused": 0.76,  # 1 timings
 }
 
 
