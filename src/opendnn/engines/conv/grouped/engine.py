@@ -185,8 +185,9 @@ class GroupedConvEngine(ImplicitGemmEngine):
 
     def estimate_seconds(self, graph, config, target) -> float:
         """Roofline: the tensor cores' FLOPs with the block-diagonal tile's zeros counted
-        (a BLOCK_K-wide reduction per tap for every output), against x, w and y moved once;
-        a tenth of the lesser bound added to the greater, plus a launch."""
+        (a BLOCK_K-wide reduction per tap for every output), against x, w and y moved once,
+        and the main loop (one step per tap and program, ``K.loop_seconds``: fewer, wider
+        group blocks take fewer steps); the binding bound plus a tenth of the others."""
         a = self._analyze(graph)
         kd = self.complete_knobs(graph, config.knob_dict)
         kn = self._conv_knobs(a, kd)
@@ -199,10 +200,15 @@ class GroupedConvEngine(ImplicitGemmEngine):
         pixels, channels = self._tile_space(g)
         m_pad = -(-pixels // kn.BLOCK_M) * kn.BLOCK_M
         flops = 2.0 * m_pad * channels * K._prod(g.filt) * kn.BLOCK_K  # zero blocks included
-        moved = a.x.data_type.itemsize * (a.x.numel + a.w.numel + a.y.numel)
+        size = a.x.data_type.itemsize
+        moved = size * (a.x.numel + a.w.numel + a.y.numel)
         compute = flops / (peak * (0.6 if kn.BLOCK_M * kn.BLOCK_N < 64 * 64 else 0.85))
         memory = moved / target.bandwidth
-        return max(compute, memory) + 0.1 * min(compute, memory) + 4e-6
+        programs = -(-pixels // kn.BLOCK_M) * -(-channels // kn.BLOCK_N)
+        steps = programs * K._prod(g.filt)
+        tile = (kn.BLOCK_M + kn.BLOCK_N) * kn.BLOCK_K * size
+        loop = K.loop_seconds(steps, programs, tile, target.num_sms)
+        return K.combine_bounds(compute, memory, loop)
 
     def build(self, graph, config, target) -> Executable:
         a = self._analyze(graph)
@@ -322,8 +328,10 @@ class GroupedWgradEngine(GroupedConvEngine):
 
     def estimate_seconds(self, graph, config, target) -> float:
         """The tensor cores' FLOPs with the zero blocks (every output row against BLOCK_N
-        channels) against x once per tap from L2 and dy, dw, and the partials once; plus
-        two launches."""
+        channels) against x, dy, dw and the partials moved once (the taps re-read x from
+        L2), and the main loop (each (group block, tap, slice) program walks its pixels
+        BLOCK_K at a time); the binding bound plus a tenth of the others, plus a second
+        launch."""
         a = self._analyze(graph)
         kd = self.complete_knobs(graph, config.knob_dict)
         kn = self._conv_knobs(a, kd)
@@ -338,11 +346,15 @@ class GroupedWgradEngine(GroupedConvEngine):
         k_total = g.k_per_group * g.groups
         flops = 2.0 * pixels * taps * k_total * kn.BLOCK_N
         size = a.x.data_type.itemsize
-        moved = size * (a.x.numel + a.y.numel * taps + a.w.numel)
+        moved = size * (a.x.numel + a.y.numel + a.w.numel)
         moved += 8.0 * kd["SPLIT"] * taps * k_total * g.c_per_group
         compute = flops / (peak * 0.6)
         memory = moved / target.bandwidth
-        return max(compute, memory) + 0.1 * min(compute, memory) + 8e-6
+        programs = -(-k_total // kn.BLOCK_M) * taps * kd["SPLIT"]
+        steps = programs * -(-(-(-pixels // kd["SPLIT"])) // kn.BLOCK_K)
+        tile = (kn.BLOCK_M + kn.BLOCK_N) * kn.BLOCK_K * size
+        loop = K.loop_seconds(steps, programs, tile, target.num_sms)
+        return K.combine_bounds(compute, memory, loop) + 4e-6
 
     def build(self, graph, config, target) -> Executable:
         a = self._analyze(graph)

@@ -281,10 +281,12 @@ def estimate_seconds(
     bandwidth: float,
     num_sms: int,
     loop: bool = True,
+    step_scale: float = 1.0,
 ) -> float:
     """Roofline with tile quantization: padded tiles do useless work, and the last wave of
     programs may leave SMs idle; with ``loop``, the main loop's steps are a third bound
-    (``loop_seconds``); the binding bound plus a tenth of the others."""
+    (``loop_seconds``, each step ``step_scale`` times its usual cost); the binding bound
+    plus a tenth of the others."""
     m_total = geo.n
     for o in geo.out_dims:
         m_total *= o
@@ -310,7 +312,7 @@ def estimate_seconds(
         return combine_bounds(compute, memory)
     steps = programs * taps * -(-geo.c_per_group // kn.BLOCK_K)
     tile = (kn.BLOCK_M + kn.BLOCK_N) * kn.BLOCK_K * dtype_bytes
-    return combine_bounds(compute, memory, loop_seconds(steps, programs, tile, num_sms))
+    return combine_bounds(compute, memory, loop_seconds(steps, programs, tile, num_sms, step_scale))
 
 
 # One main-loop step of a gather program (address math, masked loads, dot) costs the SM
@@ -319,18 +321,28 @@ def estimate_seconds(
 # depend on the previous step's buffers), and about RESIDENT programs overlap per SM.
 # Fitted on the H100 to grouped ResNeXt layers (32x32x16 to 128x128x32 tiles: 75-200 ns a
 # step at 4+ programs per SM) and the one-program-per-tap backward filter (0.3-0.5 us a
-# step at 2 programs per SM); see docs/design/conv.md, "Heuristics".
+# step at 2 programs per SM); see docs/design/conv.md, "How engines and configs are chosen".
 STEP_FIXED = 45e-9
 STEP_PER_BYTE = 30e-9 / 4096
 STEP_LATENCY = 500e-9
 RESIDENT = 4
+# TF32 tensor cores read both operands K-major (the reduction axis contiguous); a float32
+# operand stored the other way round (NCHW x in the forward, NHWC x in the backward
+# filter) is transposed on its way to shared memory, and a step cost 1.6-2.1 us on the
+# H100 (ResNet-50's 1x1 layers in NCHW, 128x128x32 and 64x64x64 tiles) against the 0.3 us
+# of the same bytes in half precision
+TF32_TRANSPOSED_STEP = 6.0
 
 
-def loop_seconds(steps: int, programs: int, tile_bytes: int, num_sms: int) -> float:
+def loop_seconds(
+    steps: int, programs: int, tile_bytes: int, num_sms: int, step_scale: float = 1.0
+) -> float:
     """Time of ``steps`` main-loop steps spread over ``programs`` programs on ``num_sms``
-    SMs, each step moving ``tile_bytes`` of operand tiles (see STEP_FIXED)."""
+    SMs, each step moving ``tile_bytes`` of operand tiles (see STEP_FIXED) at
+    ``step_scale`` times the usual cost."""
     resident = min(programs / num_sms, RESIDENT)
-    per = max(STEP_FIXED + STEP_PER_BYTE * tile_bytes, STEP_LATENCY / max(resident, 1e-3))
+    busy = (STEP_FIXED + STEP_PER_BYTE * tile_bytes) * step_scale
+    per = max(busy, STEP_LATENCY / max(resident, 1e-3))
     return steps / num_sms * per
 
 

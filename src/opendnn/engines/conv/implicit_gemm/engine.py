@@ -182,7 +182,13 @@ class ImplicitGemmEngine(Engine):
         if path is not None and path.is_tma(kd):
             return path.estimate_seconds(a, path.knob_class(**kd), peak, target)
         return K.estimate_seconds(
-            a.geo, K.ConvKnobs(**kd), a.x.data_type.itemsize, peak, target.bandwidth, target.num_sms
+            a.geo,
+            K.ConvKnobs(**kd),
+            a.x.data_type.itemsize,
+            peak,
+            target.bandwidth,
+            target.num_sms,
+            step_scale=transposed_step(a, a.geo.x_strides[1] != 1),
         )
 
     def build(self, graph, config, target) -> Executable:
@@ -222,7 +228,13 @@ class ImplicitGemmDgradEngine(ImplicitGemmEngine):
             else (target.peak_flops_fp16 / 2 if tf32(a) else target.peak_flops_fp32)
         )
         return K.estimate_seconds(
-            geo, K.ConvKnobs(**kd), a.y.data_type.itemsize, peak, target.bandwidth, target.num_sms
+            geo,
+            K.ConvKnobs(**kd),
+            a.y.data_type.itemsize,
+            peak,
+            target.bandwidth,
+            target.num_sms,
+            step_scale=transposed_step(a, a.y.strides[1] != 1),
         )
 
 
@@ -265,7 +277,16 @@ class ImplicitGemmWgradEngine(ImplicitGemmEngine):
         pixels = -(-a.geo.n * K._prod(a.geo.out_dims) // split)
         steps = programs * -(-pixels // kn.BLOCK_K)
         tile = (kn.BLOCK_M + kn.BLOCK_N) * kn.BLOCK_K * a.x.data_type.itemsize
-        return K.loop_seconds(steps, programs, tile, target.num_sms)
+        scale = transposed_step(a, a.geo.x_strides[1] == 1)  # x's channels are wgrad's N
+        return K.loop_seconds(steps, programs, tile, target.num_sms, scale)
+
+
+def transposed_step(a: ConvAnalysis, transposed: bool) -> float:
+    """``K.TF32_TRANSPOSED_STEP`` for a TF32 problem whose gathered float32 operand is not
+    K-major (``transposed``), else 1."""
+    if transposed and a.x.data_type == DataType.FLOAT and tf32(a):
+        return K.TF32_TRANSPOSED_STEP
+    return 1.0
 
 
 def _stat_tiles(a: ConvAnalysis, kn: K.ConvKnobs) -> int:
