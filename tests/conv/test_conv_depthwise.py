@@ -12,7 +12,7 @@ from _util import graph_tensor as _tensor
 
 import opendnn.frontend as cudnn
 from opendnn.engines.base import Target
-from opendnn.engines.conv.depthwise.engine import DepthwiseConvEngine
+from opendnn.engines.conv.depthwise.engine import PLACE_COST, DepthwiseConvEngine
 
 ID = DepthwiseConvEngine.id
 _TORCH_CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
@@ -157,10 +157,12 @@ def test_offered_for_the_benchmark_depthwise_layers_on_h100():
                 else:  # pixel-wide tiles
                     assert first["BLOCK_M"] >= 64, (lay.name, variant, first)
                 # the model: x, w and y moved once at the bandwidth (these layers are far
-                # below the CUDA cores' rate), plus a launch; tiles past the edges cost extra
+                # below the CUDA cores' rate), plus a launch; tiles past the edges cost extra,
+                # and each place down the measured order PLACE_COST
                 moved = x.element_size() * (x.numel() + w.numel() + dy.numel())
                 floor = moved / 3.0e12 + 4e-6
-                t = e.estimate_seconds(g.op_graph, cfgs[0], h100)
+                place = 1 + PLACE_COST * e._place(g.op_graph, cfgs[0], h100)
+                t = e.estimate_seconds(g.op_graph, cfgs[0], h100) / place
                 assert floor * 0.99 < t < 1.5 * floor, (lay.name, variant, t, floor)
                 seen += 1
     assert seen >= 20
@@ -452,3 +454,20 @@ def test_strip_rules_are_refused_by_name():
     cfg = EngineConfig.make(d, BLOCK_M=8, BLOCK_N=8, num_warps=4, STRIP=2)
     s = d.check_config(gd.op_graph, cfg, Target())
     assert not s.ok and "no register strips" in s.reason, s.reason
+
+
+def test_the_measured_order_weighs_in_the_ranking():
+    """A config down the measured list costs PLACE_COST a place in the estimate the
+    heuristics rank by; one not offered comes last."""
+    from opendnn.engines.base import EngineConfig
+
+    h100 = Target(device="cuda", name="H100", capability=(9, 0), num_sms=132)
+    x = torch.empty(8, 64, 28, 28).to(memory_format=torch.channels_last)
+    w = torch.empty(64, 1, 7, 7).to(memory_format=torch.channels_last)
+    g, _, _ = _graph(x, w, (1, 1), (3, 3), (3, 3), (1, 1))
+    g.validate()
+    e = DepthwiseConvEngine()
+    listed = e._listed(g.op_graph, h100)
+    assert [e._place(g.op_graph, c, h100) for c in listed] == list(range(len(listed)))
+    odd = EngineConfig.make(e, BLOCK_M=256, BLOCK_N=8, num_warps=2)
+    assert e._place(g.op_graph, odd, h100) == len(listed)

@@ -59,6 +59,9 @@ MAX_MULTIPLIER = 8
 MAX_TAPS = 81
 # the backward filter's per-tap sums: float32 registers per thread for all taps together
 WGRAD_SUM_REGISTERS = 112
+# the cost of a place down the measured order of the config lists (``_place``): a few
+# percent of channel fill does not put a slow tile first
+PLACE_COST = 0.05
 # fp32 FMA rate of the CUDA cores against the dense fp16 tensor-core peak
 CUDA_CORE_FRACTION = 1 / 15
 
@@ -138,6 +141,12 @@ class DepthwiseConvEngine(ImplicitGemmEngine):
     def configs(self, graph, target):
         if not self.check_support(graph, target).ok:
             return []
+        out = self._listed(graph, target)
+        out.sort(key=lambda c: self.estimate_seconds(graph, c, target))
+        return out
+
+    def _listed(self, graph, target) -> list:
+        """The configs offered for ``graph``, in the order measured best-first."""
         a = self._analyze(graph)
         # register strips lead where offered (measured on the H100-class GPUs: 1.2-1.6x the
         # plain tiles on 7x7 and stride-2 layers); the channel fill still sends a layer
@@ -150,10 +159,6 @@ class DepthwiseConvEngine(ImplicitGemmEngine):
             EngineConfig.make(self, **self._knobs(a, m, n, w, target))
             for m, n, w in self._tiles(a, target)
         ]
-        # the roofline sees only the tiles' fill; the list's measured order weighs in (5%
-        # a place), so a few percent of fill does not put a slow tile first
-        rank = {c: i for i, c in enumerate(out)}
-        out.sort(key=lambda c: self.estimate_seconds(graph, c, target) * (1 + 0.05 * rank[c]))
         return out
 
     def check_config(self, graph, config, target) -> Support:
@@ -207,7 +212,17 @@ class DepthwiseConvEngine(ImplicitGemmEngine):
         if target.is_cuda and self._grid_programs(a, kd) is not None:
             # fewer than four programs per SM leave latency unhidden (small images)
             t *= max(1.0, 4 * target.num_sms / self._grid_programs(a, kd)) ** 0.5
-        return t + 4e-6 + extra_s
+        return (t + 4e-6 + extra_s) * (1 + PLACE_COST * self._place(graph, config, target))
+
+    def _place(self, graph, config, target) -> int:
+        """``config``'s place in the measured order of the offered configs (the roofline
+        cannot tell the tiles apart: they differ in L1 traffic and per-program work it does
+        not model); a config not offered comes last."""
+        listed = [c.knob_dict for c in self._listed(graph, target)]
+        kd = self.complete_knobs(graph, config.knob_dict)
+        return next(
+            (i for i, c in enumerate(listed) if self.complete_knobs(graph, c) == kd), len(listed)
+        )
 
     def _grid_programs(self, a, kd) -> int | None:
         """Programs of the launch (None where a direction sizes its grid otherwise)."""
@@ -322,23 +337,15 @@ class DepthwiseWgradEngine(DepthwiseConvEngine):
             )
         return None
 
-    def configs(self, graph, target):
-        if not self.check_support(graph, target).ok:
-            return []
+    def _listed(self, graph, target) -> list:
         a = self._analyze(graph)
-        out = [
+        return [
             EngineConfig.make(
                 self, **self._knobs(a, m, n, w, target, rows, st), ROWS=rows, STRIP=st
             )
             for st in (4, 2, 1)  # register strips first, as measured (docs/design/conv.md)
             for m, n, w, rows in self._tiles(a, target, st)
         ]
-        # the roofline cannot tell the tiles apart (the kernel is bound by L1 traffic and
-        # per-program work it does not model): it ranks by channel fill, and the measured
-        # order of wgrad_tiles breaks near-ties
-        rank = {c: i for i, c in enumerate(out)}
-        out.sort(key=lambda c: self.estimate_seconds(graph, c, target) * (1 + 0.05 * rank[c]))
-        return out
 
     def _knobs(self, a, m, n, w, target, rows=0, strip=1) -> dict:
         """With SPLIT slices of the pixels: about four programs per SM (channel blocks x
