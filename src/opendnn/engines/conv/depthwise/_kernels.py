@@ -62,10 +62,7 @@ def depthwise_source(
     )
     L.append(f"{ind}x_col = {src} * {xs[1]}")
     L.append(f"{ind}w_col = {chan} * {ws[0]}")
-    for i in range(d):
-        for r in range(geo.filt[i]):
-            h = f"(o{i} * {geo.stride[i]} + {r * geo.dilation[i] - geo.pre[i]})"
-            L.append(f"{ind}ok{i}_{r} = ({h} >= 0) & ({h} < {geo.in_dims[i]})")
+    L += _bounds_masks(geo, range(d), ind)
     L.append(f"{ind}acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)")
     for rs in _taps(geo.filt):
         valid = " & ".join(["mask_m"] + [f"ok{i}_{r}" for i, r in enumerate(rs)])
@@ -82,6 +79,17 @@ def depthwise_source(
     for line in epilogue_body.strip("\n").split("\n"):
         L.append(ind + line)
     return "\n".join(L) + "\n"
+
+
+def _bounds_masks(geo: ConvGeometry, axes, ind: str) -> list:
+    """``ok{i}_{r}``: whether filter offset r of axis i lands inside x for the tile's
+    output pixels, one mask per (axis, offset), shared by every tap on that offset."""
+    lines = []
+    for i in axes:
+        for r in range(geo.filt[i]):
+            h = f"(o{i} * {geo.stride[i]} + {r * geo.dilation[i] - geo.pre[i]})"
+            lines.append(f"{ind}ok{i}_{r} = ({h} >= 0) & ({h} < {geo.in_dims[i]})")
+    return lines
 
 
 def strip_pairs(filt: int, stride: int, dil: int, strip: int) -> list:
@@ -148,10 +156,7 @@ def depthwise_strip_source(
     )
     L.append(f"{ind}x_col = {src} * {xs[1]}")
     L.append(f"{ind}w_col = {chan} * {ws[0]}")
-    for i in range(last):
-        for r in range(geo.filt[i]):
-            h = f"(o{i} * {geo.stride[i]} + {r * geo.dilation[i] - geo.pre[i]})"
-            L.append(f"{ind}ok{i}_{r} = ({h} >= 0) & ({h} < {geo.in_dims[i]})")
+    L += _bounds_masks(geo, range(last), ind)
     pairs = strip_pairs(geo.filt[last], geo.stride[last], geo.dilation[last], strip)
     for u in range(len(pairs)):
         h = f"(q * {strip * geo.stride[last]} + {u - geo.pre[last]})"
