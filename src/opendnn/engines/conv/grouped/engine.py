@@ -23,7 +23,7 @@ from ...fusion import epilogue as fuse_epilogue
 from ..analysis import epilogue, tf32
 from ..depthwise.engine import _one_group
 from ..implicit_gemm import _kernels as K
-from ..implicit_gemm.engine import ImplicitGemmEngine
+from ..implicit_gemm.engine import ImplicitGemmEngine, transposed_step
 from ._kernels import grouped_dgrad_source, grouped_source, grouped_wgrad_sources
 
 # (BLOCK_M, num_warps, num_stages) of the pixel tiles; the interpreter's one config
@@ -211,7 +211,9 @@ class GroupedConvEngine(ImplicitGemmEngine):
         programs = -(-pixels // kn.BLOCK_M) * -(-channels // kn.BLOCK_N)
         steps = programs * K._prod(g.filt)
         tile = (kn.BLOCK_M + kn.BLOCK_N) * kn.BLOCK_K * size
-        loop = K.loop_seconds(steps, programs, tile, target.num_sms)
+        gathered = a.y if self.kind == "conv_dgrad" else a.x  # its channels are the reduction
+        scale = transposed_step(a, gathered.strides[1] != 1)
+        loop = K.loop_seconds(steps, programs, tile, target.num_sms, scale)
         return K.combine_bounds(compute, memory, loop)
 
     def build(self, graph, config, target) -> Executable:
@@ -358,7 +360,7 @@ class GroupedWgradEngine(GroupedConvEngine):
         steps = programs * -(-(-(-pixels // kd["SPLIT"])) // kn.BLOCK_K)
         tile = (kn.BLOCK_M + kn.BLOCK_N) * kn.BLOCK_K * size
         # a step of fewer than MMA_ROWS rows costs as much as one of MMA_ROWS
-        scale = max(1.0, MMA_ROWS / kn.BLOCK_M)
+        scale = max(1.0, MMA_ROWS / kn.BLOCK_M) * transposed_step(a, a.x.strides[1] == 1)
         loop = K.loop_seconds(steps, programs, tile, target.num_sms, scale)
         return K.combine_bounds(compute, memory, loop) + 4e-6
 
