@@ -32,6 +32,17 @@ def test_bench_flush_modes_are_checked(capsys):
     assert "unknown family nosuchfamily" in capsys.readouterr().err
 
 
+def test_bench_records_the_given_commit(monkeypatch):
+    """A copied tree reports its copy's git state; OPENDNN_BENCH_COMMIT names the real one."""
+    from opendnn.bench import __main__ as runner
+
+    monkeypatch.setenv("OPENDNN_BENCH_COMMIT", "abc1234")
+    assert runner._commit() == "abc1234"
+    monkeypatch.setenv("OPENDNN_BENCH_COMMIT", "  ")
+    found = runner._commit()
+    assert found is None or (found and found != "abc1234")
+
+
 # ---- opendnn cache: show, clear, trim; the background trim of a process ----------------
 def _cache_folder(tmp_path, monkeypatch):
     from opendnn.runtime import autotune

@@ -21,7 +21,9 @@ A run replaces the rows of the families it ran and keeps the file's other rows (
 core families; with ``--kinds`` / ``--layers`` or ``OPENDNN_BENCH_MODELS``, the conv or
 models cases it did not run), each kept row marked with the run it came from. ``--out DIR``
 writes into DIR instead (repeatable); ``$OUT``, when set, gets a copy under ``$OUT/<gpu>/``.
-``bench/plot.py`` turns the files into the index table and the summary plot.
+``bench/plot.py`` turns the files into the index table and the summary plot. The commit
+recorded is the checkout's, or ``OPENDNN_BENCH_COMMIT`` when set (a copied tree whose git
+history is not its own).
 
 Timing: medians of CUDA-event times after warm-up, on random inputs, the L2 emptied before
 each timed call by reading a 256 MB buffer (``--flush dirty`` writes it instead, as
@@ -194,7 +196,13 @@ def gpu_slug(device_name: str) -> str:
 
 
 def _commit() -> str | None:
-    """The checkout's short commit (with ``-dirty`` for uncommitted changes), or None."""
+    """The commit the results are recorded against: ``OPENDNN_BENCH_COMMIT`` when set (a
+    copy of the tree whose git history is not its own, such as a remote machine's, would
+    report a stale commit), else the checkout's short commit (with ``-dirty`` for
+    uncommitted changes), or None."""
+    given = os.environ.get("OPENDNN_BENCH_COMMIT", "").strip()
+    if given:
+        return given
     here = os.path.dirname(os.path.abspath(__file__))
     try:
         head = subprocess.run(
