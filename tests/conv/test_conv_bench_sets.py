@@ -13,8 +13,10 @@ from opendnn import backends, heuristics
 from opendnn.bench import conv as bench_conv
 from opendnn.engines.base import Target
 from opendnn.engines.conv import shapes
+from opendnn.handle import _KNOWN
 
-H100 = Target(device="cuda", name="H100", capability=(9, 0), num_sms=132)
+# the rates target_for gives an H100 (the cost models compare compute with memory)
+H100 = Target(device="cuda", name="H100", capability=(9, 0), num_sms=132, **_KNOWN["H100"])
 KINDS = ("fprop", "fused", "dgrad", "wgrad", "tf32")
 CASES = bench_conv._cases(list(shapes.BENCH_SETS), KINDS, None)
 

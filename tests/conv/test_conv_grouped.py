@@ -12,9 +12,11 @@ import opendnn.frontend as cudnn
 from opendnn import backends
 from opendnn.engines.base import Target
 from opendnn.engines.conv.grouped.engine import GroupedConvEngine, group_blocks
+from opendnn.handle import _KNOWN
 
 ID = 47
-H100 = Target(device="cuda", name="H100", capability=(9, 0), num_sms=132)
+# the rates target_for gives an H100 (the cost models compare compute with memory)
+H100 = Target(device="cuda", name="H100", capability=(9, 0), num_sms=132, **_KNOWN["H100"])
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 # (x dims, K, groups, filter, stride, pre, post, dilation, layout): odd sizes, groups not a
 # power of two, padding past the radius, asymmetric padding, dilation, 1-3-D, NHWC / NCHW /
