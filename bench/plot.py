@@ -193,18 +193,21 @@ def readme(data: dict) -> str:
                 parts.append(
                     f"{fam} rows kept from an earlier run ({src.get('date')}, {src.get('commit')})"
                 )
-            ranked = [
-                (r["mode_a_ratio"], r["case"])
-                for rows in f["groups"].values()
-                for r in rows
-                if r.get("mode_a_ratio")
-            ]
-            if ranked:
+            # mode A's first plan against the find's best, per commit the rows were measured
+            # at (the heuristics change between runs; kept rows keep their run's ranking)
+            by_commit: dict = {}
+            for rows in f["groups"].values():
+                for r in rows:
+                    if r.get("mode_a_ratio"):
+                        at = (r.get("from") or {}).get("commit") or m.get("commit")
+                        by_commit.setdefault(at, []).append((r["mode_a_ratio"], r["case"]))
+            for at in sorted(by_commit, key=lambda c: c != m.get("commit")):
+                ranked = by_commit[at]
                 worst = min(ranked)
                 parts.append(
-                    f"heuristics: mode A's first plan runs at {_geomean([x for x, _ in ranked]):.2f}"
-                    f" of the find's best (geomean of {len(ranked)} rows; worst {worst[0]:.2f}, "
-                    f"{worst[1]})"
+                    f"heuristics at {at}: mode A's first plan runs at "
+                    f"{_geomean([x for x, _ in ranked]):.2f} of the find's best (geomean of "
+                    f"{len(ranked)} rows; worst {worst[0]:.2f}, {worst[1]})"
                 )
             if m.get("errors"):
                 parts.append(f"errors: {m['errors']}")
