@@ -14,6 +14,11 @@ tap's [BLOCK_N] filter column, and accumulates x * w in float32 on the CUDA core
 taps' overlapping windows are re-read from L1/L2, so DRAM sees x about once. No tensor
 cores (there is no reduction for them), no workspace; the fused epilogue is the shared
 pointwise code with the channel index ``offs_n``.
+
+With a register strip (``depthwise_strip_source``; the backward filter likewise) a tile row
+is S consecutive outputs along the last axis, and an input element of the strip's window,
+loaded once, meets every (output j, tap s) with j * stride + s * dil equal to its offset:
+x is read from L1 about (S - 1) * stride + F for S * F products along that axis, not S * F.
 """
 
 from __future__ import annotations
