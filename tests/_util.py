@@ -334,6 +334,29 @@ def graph_tensor(g, t):
     return g.tensor(dim=list(t.shape), stride=list(t.stride()), data_type=CONV_TYPES[t.dtype])
 
 
+def conv_backward_graph(kind, a, b, dims, strides, stride, pre, post, dil, mode=None):
+    """A ``conv_dgrad`` (a = dy, b = w) or ``conv_wgrad`` (a = x, b = dy) graph whose
+    output has ``dims`` / ``strides`` and a's type: (graph, feeds, output tensor)."""
+    import opendnn.frontend as cudnn
+
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    ta, tb = graph_tensor(g, a), graph_tensor(g, b)
+    kw = {} if mode is None else {"convolution_mode": mode}
+    op = g.conv_dgrad if kind == "dgrad" else g.conv_wgrad
+    out = op(
+        ta,
+        tb,
+        pre_padding=list(pre),
+        post_padding=list(post),
+        stride=list(stride),
+        dilation=list(dil),
+        **kw,
+    )
+    out.set_dim(list(dims)).set_stride(list(strides)).set_output(True)
+    out.set_data_type(CONV_TYPES[a.dtype])
+    return g, {ta: a, tb: b}, out
+
+
 def with_layout(t, layout: str):
     """``t`` as "nchw" (itself), "nhwc" (channels-last, 4-D) or "strided" (every other
     element of a larger buffer whose other elements are garbage)."""

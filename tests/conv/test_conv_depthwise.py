@@ -7,7 +7,7 @@ bfloat16, a fused bias + relu epilogue, zero-size batches; and what it declines.
 import pytest
 import torch
 import torch.nn.functional as F
-from _util import assert_close, check_engine, repro, seed_for
+from _util import assert_close, check_engine, conv_backward_graph, repro, seed_for
 from _util import graph_tensor as _tensor
 
 import opendnn.frontend as cudnn
@@ -173,27 +173,9 @@ DGRAD_ID = 42
 
 
 def _dgrad_graph(dy, w, xdims, xlayout_like, stride, pre, post, dilation, mode=None):
-    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
-    tdy, tw = _tensor(g, dy), _tensor(g, w)
-    kw = {} if mode is None else {"convolution_mode": mode}
-    dx = g.conv_dgrad(
-        tdy,
-        tw,
-        pre_padding=list(pre),
-        post_padding=list(post),
-        stride=list(stride),
-        dilation=list(dilation),
-        **kw,
+    return conv_backward_graph(
+        "dgrad", dy, w, xdims, xlayout_like.stride(), stride, pre, post, dilation, mode
     )
-    dx.set_dim(list(xdims)).set_stride(list(xlayout_like.stride())).set_output(True)
-    dx.set_data_type(
-        {
-            torch.float32: cudnn.data_type.FLOAT,
-            torch.float16: cudnn.data_type.HALF,
-            torch.bfloat16: cudnn.data_type.BFLOAT16,
-        }[dy.dtype]
-    )
-    return g, {tdy: dy, tw: w}, dx
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"c{i}" for i in range(len(CASES))])
@@ -257,27 +239,9 @@ WGRAD_ID = 43
 
 
 def _wgrad_graph(x, dy, wdims, wlike, stride, pre, post, dilation, mode=None):
-    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
-    tx, tdy = _tensor(g, x), _tensor(g, dy)
-    kw = {} if mode is None else {"convolution_mode": mode}
-    dw = g.conv_wgrad(
-        tx,
-        tdy,
-        pre_padding=list(pre),
-        post_padding=list(post),
-        stride=list(stride),
-        dilation=list(dilation),
-        **kw,
+    return conv_backward_graph(
+        "wgrad", x, dy, wdims, wlike.stride(), stride, pre, post, dilation, mode
     )
-    dw.set_dim(list(wdims)).set_stride(list(wlike.stride())).set_output(True)
-    dw.set_data_type(
-        {
-            torch.float32: cudnn.data_type.FLOAT,
-            torch.float16: cudnn.data_type.HALF,
-            torch.bfloat16: cudnn.data_type.BFLOAT16,
-        }[x.dtype]
-    )
-    return g, {tx: x, tdy: dy}, dw
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"c{i}" for i in range(len(CASES))])

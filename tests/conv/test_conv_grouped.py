@@ -5,7 +5,7 @@ PyTorch; its declines and its group blocks."""
 import pytest
 import torch
 import torch.nn.functional as F
-from _util import assert_close, check_engine, seed_for, torch_layout
+from _util import assert_close, check_engine, conv_backward_graph, seed_for, torch_layout
 from _util import graph_tensor as _tensor
 
 import opendnn.frontend as cudnn
@@ -148,22 +148,9 @@ DGRAD_ID = 48
 
 
 def _dgrad_graph(dy, w, xlike, stride, pre, post, dil, mode=None):
-    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
-    tdy, tw = _tensor(g, dy), _tensor(g, w)
-    kw = {} if mode is None else {"convolution_mode": mode}
-    dx = g.conv_dgrad(
-        tdy,
-        tw,
-        pre_padding=list(pre),
-        post_padding=list(post),
-        stride=list(stride),
-        dilation=list(dil),
-        **kw,
+    return conv_backward_graph(
+        "dgrad", dy, w, xlike.shape, xlike.stride(), stride, pre, post, dil, mode
     )
-    types = {torch.float32: cudnn.data_type.FLOAT, torch.bfloat16: cudnn.data_type.BFLOAT16}
-    dx.set_dim(list(xlike.shape)).set_stride(list(xlike.stride())).set_output(True)
-    dx.set_data_type(types[dy.dtype])
-    return g, {tdy: dy, tw: w}, dx
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"c{i}" for i in range(len(CASES))])
@@ -211,22 +198,9 @@ WGRAD_ID = 49
 
 
 def _wgrad_graph(x, dy, wlike, stride, pre, post, dil, mode=None):
-    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
-    tx, tdy = _tensor(g, x), _tensor(g, dy)
-    kw = {} if mode is None else {"convolution_mode": mode}
-    dw = g.conv_wgrad(
-        tx,
-        tdy,
-        pre_padding=list(pre),
-        post_padding=list(post),
-        stride=list(stride),
-        dilation=list(dil),
-        **kw,
+    return conv_backward_graph(
+        "wgrad", x, dy, wlike.shape, wlike.stride(), stride, pre, post, dil, mode
     )
-    types = {torch.float32: cudnn.data_type.FLOAT, torch.bfloat16: cudnn.data_type.BFLOAT16}
-    dw.set_dim(list(wlike.shape)).set_stride(list(wlike.stride())).set_output(True)
-    dw.set_data_type(types[x.dtype])
-    return g, {tx: x, tdy: dy}, dw
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"c{i}" for i in range(len(CASES))])

@@ -220,6 +220,15 @@ def tf32(a: ConvAnalysis) -> bool:
     return a.x.data_type == DataType.FLOAT and bool(backends.allow_tf32)
 
 
+def peak_flops(a: ConvAnalysis, target, operand=None) -> float:
+    """The tensor-core (or, for IEEE float32, CUDA-core) rate ``target`` offers the dots of
+    ``a`` whose operand ``operand`` (default x) is loaded: the half-precision peak, half of
+    it with TF32, the float32 peak without."""
+    if (operand or a.x).data_type != DataType.FLOAT:
+        return target.peak_flops_fp16
+    return target.peak_flops_fp16 / 2 if tf32(a) else target.peak_flops_fp32
+
+
 def epilogue(graph, a: ConvAnalysis, kind: str) -> tuple[list, str]:
     """Epilogue on the output tile. fprop / dgrad tiles are (pixels x channels) addressed
     by (nb, o_0.., g*per_group + offs_n); wgrad tiles are (filters x channels) of one tap

@@ -20,7 +20,7 @@ from ....enums import DataType
 from ....runtime.launch import DualKernel, LaunchList, kernel_from_source
 from ...base import SUPPORTED, EngineConfig, Executable, Knob, Support, decline
 from ...fusion import epilogue as fuse_epilogue
-from ..analysis import epilogue, tf32
+from ..analysis import epilogue, peak_flops, tf32
 from ..depthwise.engine import _one_group
 from ..implicit_gemm import _kernels as K
 from ..implicit_gemm.engine import ImplicitGemmEngine, transposed_step
@@ -196,11 +196,7 @@ class GroupedConvEngine(ImplicitGemmEngine):
         kd = self.complete_knobs(graph, config.knob_dict)
         kn = self._conv_knobs(a, kd)
         g = a.geo
-        peak = (
-            target.peak_flops_fp16
-            if a.x.data_type != DataType.FLOAT
-            else (target.peak_flops_fp16 / 2 if tf32(a) else target.peak_flops_fp32)
-        )
+        peak = peak_flops(a, target)
         pixels, channels = self._tile_space(g)
         m_pad = -(-pixels // kn.BLOCK_M) * kn.BLOCK_M
         flops = 2.0 * m_pad * channels * K._prod(g.filt) * kn.BLOCK_K  # zero blocks included
@@ -342,11 +338,7 @@ class GroupedWgradEngine(GroupedConvEngine):
         kd = self.complete_knobs(graph, config.knob_dict)
         kn = self._conv_knobs(a, kd)
         g = a.geo
-        peak = (
-            target.peak_flops_fp16
-            if a.x.data_type != DataType.FLOAT
-            else (target.peak_flops_fp16 / 2 if tf32(a) else target.peak_flops_fp32)
-        )
+        peak = peak_flops(a, target)
         pixels = g.n * K._prod(g.out_dims)
         taps = K._prod(g.filt)
         k_total = g.k_per_group * g.groups

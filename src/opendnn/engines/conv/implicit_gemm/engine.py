@@ -26,7 +26,7 @@ from ...base import (
     decline,
 )
 from ...fusion import epilogue as fuse_epilogue
-from ..analysis import ConvAnalysis, analyze, epilogue, prod, prologue_source, tf32
+from ..analysis import ConvAnalysis, analyze, epilogue, peak_flops, prod, prologue_source, tf32
 from ..tma import dgrad as tma_dgrad
 from ..tma import engine as tma
 from ..tma import wgrad as tma_wgrad
@@ -173,11 +173,7 @@ class ImplicitGemmEngine(Engine):
 
     def estimate_seconds(self, graph, config, target) -> float:
         a = self._analyze(graph)
-        peak = (
-            target.peak_flops_fp16
-            if a.x.data_type != DataType.FLOAT
-            else (target.peak_flops_fp16 / 2 if tf32(a) else target.peak_flops_fp32)
-        )
+        peak = peak_flops(a, target)
         kd, path = config.knob_dict, self.tma_path
         if path is not None and path.is_tma(kd):
             return path.estimate_seconds(a, path.knob_class(**kd), peak, target)
@@ -222,11 +218,7 @@ class ImplicitGemmDgradEngine(ImplicitGemmEngine):
             c_per_group=a.geo.k_per_group,
             k_per_group=a.geo.c_per_group,
         )
-        peak = (
-            target.peak_flops_fp16
-            if a.y.data_type != DataType.FLOAT
-            else (target.peak_flops_fp16 / 2 if tf32(a) else target.peak_flops_fp32)
-        )
+        peak = peak_flops(a, target, a.y)
         return K.estimate_seconds(
             geo,
             K.ConvKnobs(**kd),
@@ -260,11 +252,7 @@ class ImplicitGemmWgradEngine(ImplicitGemmEngine):
     def gather_roofline(self, graph, kn: K.ConvKnobs, target) -> float:
         """The forward's roofline of the same GEMM times GATHER_SLOWDOWN."""
         a = self._analyze(graph)
-        peak = (
-            target.peak_flops_fp16
-            if a.x.data_type != DataType.FLOAT
-            else (target.peak_flops_fp16 / 2 if tf32(a) else target.peak_flops_fp32)
-        )
+        peak = peak_flops(a, target)
         size = a.x.data_type.itemsize
         t = K.estimate_seconds(a.geo, kn, size, peak, target.bandwidth, target.num_sms, loop=False)
         return t * self.GATHER_SLOWDOWN

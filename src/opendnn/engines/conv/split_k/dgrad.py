@@ -25,7 +25,7 @@ from ....enums import DataType, NumericalNote
 from ....runtime.launch import DualKernel, LaunchList, kernel_from_source
 from ...base import EngineConfig, Executable, Knob, decline
 from ...fusion import epilogue as fuse_epilogue
-from ..analysis import epilogue, tf32
+from ..analysis import epilogue, peak_flops, tf32
 from ..implicit_gemm import _kernels as K
 from ..implicit_gemm.engine import ImplicitGemmDgradEngine
 from . import _kernels as S
@@ -99,11 +99,7 @@ class SplitKDgradEngine(ImplicitGemmDgradEngine):
         kn, split = _knobs(config)
         a = self._analyze(graph)
         geo = a.geo
-        peak = (
-            target.peak_flops_fp16
-            if a.x.data_type != DataType.FLOAT
-            else (target.peak_flops_fp16 / 2 if tf32(a) else target.peak_flops_fp32)
-        )
+        peak = peak_flops(a, target)
         m_total = geo.n * K._prod(geo.in_dims)
         tiles = K._prod(K.dgrad_grid(geo, kn))
         flops = 2.0 * tiles * kn.BLOCK_M * kn.BLOCK_N * S.dgrad_steps(geo, kn) * kn.BLOCK_K
