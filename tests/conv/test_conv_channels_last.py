@@ -9,11 +9,13 @@ from _util import assert_close, check_engine, seed_for
 from _util import graph_tensor as _tensor
 
 import opendnn.frontend as cudnn
+from opendnn import backends
 from opendnn.engines.base import Target
 from opendnn.engines.conv.layout.engine import (
     ChannelsLastConvEngine,
     ChannelsLastDgradEngine,
     channels_last_strides,
+    k_innermost_strides,
 )
 from opendnn.errors import GraphNotSupportedError
 
@@ -130,3 +132,28 @@ def test_bad_inner_engine_is_declined_by_name():
         with pytest.raises(GraphNotSupportedError) as e:
             g.create_execution_plan(FPROP, {"ENGINE": bad})
         assert why in e.value.reasons["conv_fprop_channels_last"]
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_tf32_dgrad_moves_the_filter_to_k_innermost(layout, monkeypatch, request):
+    """With TF32 the backward data's filter operand (reduced over K, its first axis) is
+    copied K-innermost; an NHWC problem then moves the filter alone."""
+    monkeypatch.setattr(backends, "allow_tf32", True)
+    assert k_innermost_strides((4, 3, 2, 5)) == (1, 4, 60, 12)
+    assert k_innermost_strides((6, 2, 3)) == (1, 6, 12)
+    gen = torch.Generator().manual_seed(seed_for(request.node.name))
+    x, w = torch.randn(2, 5, 7, 6, generator=gen), torch.randn(6, 5, 3, 2, generator=gen)
+    xr, wr = x.double().requires_grad_(), w.double().requires_grad_()
+    y = _conv(xr, wr, (2, 1), (1, 1), (1, 2), 1)
+    dy = torch.randn(y.shape, generator=gen)
+    if layout == "nhwc":
+        x, w, dy = (t.to(memory_format=torch.channels_last) for t in (x, w, dy))
+    g, feeds, out = _graph("dgrad", x, w, dy, (2, 1), (1, 1), (1, 2))
+    g.validate()
+    p = ChannelsLastDgradEngine()._problem(g.op_graph)
+    w_uid = next(u for u, d in g.op_graph.tensors.items() if tuple(d.dims) == tuple(w.shape))
+    assert p.inner.tensors[w_uid].strides == k_innermost_strides(tuple(w.shape))
+    assert (set(p.moved) == {w_uid}) == (layout == "nhwc")
+    (dx,) = torch.autograd.grad(y, (xr,), dy.double())
+    got = check_engine(g, feeds, [out], DGRAD, n=6 * 6)
+    assert_close(got[out], dx, torch.float32, n=6 * 6)

@@ -669,3 +669,90 @@ def test_grouped_wgrad_every_config(case, layout, dt, monkeypatch):
             runs.append(out)
         assert _relerr(runs[0], ref) < tol, cfg.label()
         assert torch.equal(runs[0], runs[1]), cfg.label()
+
+
+# (x dims, K, patch): the ConvNeXt-T stem at a small batch, its 2x2 downsampling, a ViT-style
+# 16x16 patch embedding, an odd channel count with a non-square patch
+PATCHIFY_CASES = [
+    ((4, 3, 64, 64), 96, (4, 4)),
+    ((2, 96, 28, 28), 192, (2, 2)),
+    ((2, 3, 64, 48), 128, (16, 16)),
+    ((3, 5, 12, 15), 24, (3, 5)),
+]
+
+
+@pytest.mark.parametrize("case", PATCHIFY_CASES, ids=[f"p{i}" for i in range(4)])
+@pytest.mark.parametrize("kind", ["fprop", "dgrad", "wgrad"])
+@pytest.mark.parametrize(
+    "dt,layout", [(torch.bfloat16, "nhwc"), (torch.float16, "nchw"), (torch.float32, "nchw")]
+)
+def test_patchify_every_config(case, kind, dt, layout, monkeypatch):
+    """conv_{,dgrad_,wgrad_}patchify (50 / 51 / 52), every config, NaN-poisoned outputs,
+    against float64 autograd; float32 with TF32 (IEEE float32 is declined on a GPU)."""
+    from opendnn import backends
+
+    monkeypatch.setattr(backends, "allow_tf32", dt == torch.float32)
+    xdims, k, filt = case
+    x = torch.randn(xdims, device="cuda", dtype=dt)
+    w = torch.randn((k, xdims[1], *filt), device="cuda", dtype=dt) * 0.2
+    xr, wr = x.double().requires_grad_(), w.double().requires_grad_()
+    y = F.conv2d(xr, wr, stride=filt)
+    dy = torch.randn(y.shape, device="cuda", dtype=dt)
+    dx, dwr = torch.autograd.grad(y, (xr, wr), dy.double())
+    if layout == "nhwc":
+        x, w, dy = (t.to(memory_format=torch.channels_last) for t in (x, w, dy))
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    args = dict(padding=[0, 0], stride=list(filt))
+    if kind == "fprop":
+        a, b = g.tensor_like(x), g.tensor_like(w)
+        out, pack, like, ref = g.conv_fprop(a, b, **args), {a: x, b: w}, dy, y.detach()
+    elif kind == "dgrad":
+        a, b = g.tensor_like(dy), g.tensor_like(w)
+        out, pack, like, ref = g.conv_dgrad(a, b, **args), {a: dy, b: w}, x, dx
+    else:
+        a, b = g.tensor_like(x), g.tensor_like(dy)
+        out, pack, like, ref = g.conv_wgrad(a, b, **args), {a: x, b: dy}, w, dwr
+    out.set_dim(list(like.shape)).set_stride(list(like.stride())).set_output(True)
+    out.set_data_type(GRAPH_TYPES[dt])
+    eid = {"fprop": 50, "dgrad": 51, "wgrad": 52}[kind]
+    cfgs = _grouped_configs(g, eid)
+    assert cfgs
+    tol = 3e-3 if dt == torch.float32 else TOL[dt] * 2
+    for cfg in cfgs:
+        g.create_execution_plan(eid, cfg.knob_dict)
+        ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+        res = like.clone().fill_(float("nan"))
+        g.execute({**pack, out: res}, ws)
+        torch.cuda.synchronize()
+        assert _relerr(res, ref) < tol, cfg.label()
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_tf32_dgrad_transform_every_config(layout, monkeypatch):
+    """conv_dgrad_channels_last (45) with TF32: the filter copied K-innermost (an NHWC
+    problem moves the filter alone), every config, NaN-poisoned dx, against float64."""
+    from opendnn import backends
+
+    monkeypatch.setattr(backends, "allow_tf32", True)
+    x = torch.randn(3, 48, 15, 13, device="cuda")
+    w = torch.randn(64, 48, 3, 3, device="cuda") * 0.2
+    xr, wr = x.double().requires_grad_(), w.double().requires_grad_()
+    y = F.conv2d(xr, wr, stride=2, padding=1)
+    dy = torch.randn(y.shape, device="cuda")
+    (dx,) = torch.autograd.grad(y, (xr,), dy.double())
+    if layout == "nhwc":
+        x, w, dy = (t.to(memory_format=torch.channels_last) for t in (x, w, dy))
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    a, b = g.tensor_like(dy), g.tensor_like(w)
+    out = g.conv_dgrad(a, b, padding=[1, 1], stride=[2, 2])
+    out.set_dim(list(x.shape)).set_stride(list(x.stride())).set_output(True)
+    out.set_data_type(cudnn.data_type.FLOAT)
+    cfgs = _grouped_configs(g, 45)
+    assert cfgs
+    for cfg in cfgs:
+        g.create_execution_plan(45, cfg.knob_dict)
+        ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+        res = x.clone().fill_(float("nan"))
+        g.execute({a: dy, b: w, out: res}, ws)
+        torch.cuda.synchronize()
+        assert _relerr(res, dx) < 3e-3, cfg.label()

@@ -184,8 +184,8 @@ class ImplicitGemmEngine(Engine):
             peak,
             target.bandwidth,
             target.num_sms,
-            step_scale=transposed_step(a, a.geo.x_strides[1] != 1),
-        )
+            step_scale=transposed_step(a, a.geo.x_strides[1] != 1 or a.geo.w_strides[1] != 1),
+        ) * nchw_gather(a, self.kind)
 
     def build(self, graph, config, target) -> Executable:
         a, kd, path = self._analyze(graph), config.knob_dict, self.tma_path
@@ -226,8 +226,9 @@ class ImplicitGemmDgradEngine(ImplicitGemmEngine):
             peak,
             target.bandwidth,
             target.num_sms,
-            step_scale=transposed_step(a, a.y.strides[1] != 1),
-        )
+            # A = dy reduces over K (its channels), B = w over K (the filter's first axis)
+            step_scale=transposed_step(a, a.y.strides[1] != 1 or a.geo.w_strides[0] != 1),
+        ) * nchw_gather(a, self.kind)
 
 
 class ImplicitGemmWgradEngine(ImplicitGemmEngine):
@@ -255,7 +256,7 @@ class ImplicitGemmWgradEngine(ImplicitGemmEngine):
         peak = peak_flops(a, target)
         size = a.x.data_type.itemsize
         t = K.estimate_seconds(a.geo, kn, size, peak, target.bandwidth, target.num_sms, loop=False)
-        return t * self.GATHER_SLOWDOWN
+        return t * self.GATHER_SLOWDOWN * nchw_gather(a, "conv_wgrad")
 
     def gather_loop(self, graph, kn: K.ConvKnobs, target, split: int = 1) -> float:
         """The main loop: each of the (tile, tap, group) programs, times ``split`` slices,
@@ -265,8 +266,34 @@ class ImplicitGemmWgradEngine(ImplicitGemmEngine):
         pixels = -(-a.geo.n * K._prod(a.geo.out_dims) // split)
         steps = programs * -(-pixels // kn.BLOCK_K)
         tile = (kn.BLOCK_M + kn.BLOCK_N) * kn.BLOCK_K * a.x.data_type.itemsize
-        scale = transposed_step(a, a.geo.x_strides[1] == 1)  # x's channels are wgrad's N
-        return K.loop_seconds(steps, programs, tile, target.num_sms, scale)
+        # the reduction runs over pixels: dy (A) and x (B) are K-major when pixel-contiguous
+        scale = transposed_step(a, a.geo.x_strides[1] == 1 or a.y.strides[1] == 1)
+        loop = K.loop_seconds(steps, programs, tile, target.num_sms, scale)
+        return loop * nchw_gather(a, "conv_wgrad")
+
+
+# The gather path on an image whose channels are not unit-stride (NCHW): the tile's rows
+# (pixels) go through the index arithmetic, so no load is provably contiguous and every
+# element is its own access. Measured on the H100 (ResNet-50 NCHW layers, N=32: the find's
+# native gather timings against this model with NHWC's calibration), per direction, in
+# half precision and with TF32 (whose operand-order term already counts part of it).
+NCHW_GATHER = {
+    ("conv_fprop", False): 3.2,
+    ("conv_fprop", True): 1.6,
+    ("conv_dgrad", False): 8.9,
+    ("conv_dgrad", True): 4.2,
+    ("conv_wgrad", False): 5.0,
+    ("conv_wgrad", True): 4.5,
+}
+
+
+def nchw_gather(a: ConvAnalysis, kind: str) -> float:
+    """``NCHW_GATHER`` for a gather over an image (x; dy for the backward data) whose
+    channel stride is not 1, else 1."""
+    image = a.y if kind == "conv_dgrad" else a.x
+    if image.strides[1] == 1 or image.dims[1] == 1:
+        return 1.0
+    return NCHW_GATHER[(kind, tf32(a))]
 
 
 def transposed_step(a: ConvAnalysis, transposed: bool) -> float:

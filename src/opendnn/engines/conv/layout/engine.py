@@ -10,7 +10,17 @@ the same nodes with every such tensor given channels-last strides,
     x'[n, h, w, c] = x[n, c, h, w]          (the same for dy, y, dx, w, residuals, ...)
 
 and a plan is: copy each NCHW input into a channels-last workspace buffer, run the inner
-engine's config on G', copy each output back. A tensor whose memory the permutation does
+engine's config on G', copy each output back.
+
+TF32 tensor cores read both operands of a dot reduction-contiguous (K-major); a float32
+operand in the other order costs ~6x a main-loop step. The channels-last image is
+K-major for the forward (reduction over C) and the backward data (over K), and so is the
+forward's KRSC filter; the backward data's B operand is the filter reduced over its
+*first* axis, so with TF32 the backward data also moves the filter to K innermost,
+
+    w'[r, s, c, k] = w[k, c, r, s]          (strides: k 1, c K, then the filter axes)
+
+whatever its layout was (an NHWC backward data in TF32 moves only the filter). A tensor whose memory the permutation does
 not change (one channel, or one pixel: a bias [1, K, 1, 1]) is handed over as it is. The
 copies cost ``2 x bytes`` of every moved tensor at the device's bandwidth, plus a launch
 each; the cost model adds them to the inner config's estimate, and benchmark mode times
@@ -31,7 +41,7 @@ import torch
 
 from ....runtime.buffers import as_tensor, logical_view
 from ...base import SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target, decline
-from ..analysis import analyze
+from ..analysis import analyze, tf32
 
 # configs offered: the best few of the inner engines together, by their cost models
 CONFIGS = 6
@@ -49,6 +59,17 @@ def channels_last_strides(dims: tuple) -> tuple:
         out[2 + i] = step
         step *= sp[i]
     out[0] = step
+    return tuple(out)
+
+
+def k_innermost_strides(dims: tuple) -> tuple:
+    """Strides of a filter ``dims`` = (K, C, R1, .., Rk) with K innermost, then C, then
+    Rk, .., R1: the backward data's filter operand K-major."""
+    out, step = [0] * len(dims), dims[0] * dims[1]
+    out[0], out[1] = 1, dims[0]
+    for i in reversed(range(2, len(dims))):
+        out[i] = step
+        step *= dims[i]
     return tuple(out)
 
 
@@ -80,7 +101,14 @@ def _channels_last_problem(graph, kind: str) -> _Problem | str:
     if isinstance(a, str):
         return a
     tensors, moved = {}, []
+    k_major_w = kind == "conv_dgrad" and tf32(a) and a.w.dims[0] > 1
     for uid, desc in graph.tensors.items():
+        if k_major_w and uid == a.w.uid:
+            want = k_innermost_strides(desc.dims)
+            tensors[uid] = dataclasses.replace(desc, strides=want)
+            if desc.strides != want:
+                moved.append(uid)
+            continue
         if len(desc.dims) < 3 or not _moves(desc):
             tensors[uid] = desc
             continue
@@ -98,8 +126,7 @@ def _channels_last_problem(graph, kind: str) -> _Problem | str:
         tensors[uid] = dataclasses.replace(desc, strides=channels_last_strides(desc.dims))
         if not desc.is_virtual:
             moved.append(uid)
-    data = [u for u in (a.x.uid, a.y.uid) if u in moved]
-    if not data:
+    if not moved or (not k_major_w and not {a.x.uid, a.y.uid} & set(moved)):
         return "no image tensor to transpose (already channels-last, one channel or one pixel)"
     inner = dataclasses.replace(graph, tensors=tensors)
     return _Problem(inner, tuple(moved))

@@ -27,7 +27,7 @@ from ...base import EngineConfig, Executable, Knob, decline
 from ...fusion import epilogue as fuse_epilogue
 from ..analysis import epilogue, peak_flops, tf32
 from ..implicit_gemm import _kernels as K
-from ..implicit_gemm.engine import ImplicitGemmDgradEngine
+from ..implicit_gemm.engine import ImplicitGemmDgradEngine, nchw_gather
 from . import _kernels as S
 
 SPLITS = (1, 2, 4, 8, 16, 32, 64)
@@ -112,7 +112,7 @@ class SplitKDgradEngine(ImplicitGemmDgradEngine):
         operands = itemsize * (K._prod(a.y.dims) + K._prod(a.w.dims))
         gemm = max(
             flops / (peak * small_tile * fill), (operands + 8 * split * dx_elems) / target.bandwidth
-        )
+        ) * nchw_gather(a, self.kind)
         passes = (4 * dx_elems + (4 + itemsize) * dx_elems) / target.bandwidth
         return gemm + passes + 3 * 3e-6
 
