@@ -40,8 +40,10 @@ import math
 import torch
 
 from ....runtime.buffers import as_tensor, logical_view
+from ....runtime.launch import kernel_from_source
 from ...base import SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target, decline
 from ..analysis import analyze, tf32
+from . import _kernels as K
 
 # configs offered: the best few of the inner engines together, by their cost models
 CONFIGS = 6
@@ -290,9 +292,45 @@ def _align(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
+def _transposer(desc, cl):
+    """(kernel, to channels-last) moving packed NCHW ``desc`` to or from its packed
+    channels-last twin ``cl`` as a batched 2-D transpose, or None (another move: the
+    generic strided copy)."""
+    if len(desc.dims) < 3 or cl.strides != channels_last_strides(desc.dims):
+        return None
+    if desc.strides != _packed_strides(desc.dims):
+        return None
+    int64 = desc.numel >= 2**31
+    name = f"conv_layout_transpose{'_i64' if int64 else ''}"
+    return (
+        {
+            True: kernel_from_source(K.transpose_source(f"{name}_cl", True, int64), f"{name}_cl"),
+            False: kernel_from_source(K.transpose_source(f"{name}_nc", False, int64), f"{name}_nc"),
+        },
+        (desc.dims[0], desc.dims[1], math.prod(desc.dims[2:])),
+    )
+
+
+def _packed_strides(dims: tuple) -> tuple:
+    out, step = [0] * len(dims), 1
+    for i in reversed(range(len(dims))):
+        out[i] = step
+        step *= dims[i]
+    return tuple(out)
+
+
+def _transpose(kernels, nchw_to_cl: bool, ncs: tuple, src, dst) -> None:
+    """``dst`` = ``src`` moved between packed [N, C, S] and [N, S, C] (flat buffers)."""
+    n, c, s = ncs
+    grid = (-(-s // K.BLOCK_S), -(-c // K.BLOCK_C), n)
+    kernels[nchw_to_cl](grid, src, dst, c, s, BLOCK_C=K.BLOCK_C, BLOCK_S=K.BLOCK_S)
+
+
 class _ChannelsLastExecutable(Executable):
     """Copies the moved inputs into channels-last workspace buffers, runs the inner
-    executable on them (and the untouched tensors), copies the moved outputs back."""
+    executable on them (and the untouched tensors), copies the moved outputs back. An
+    NCHW image moves by the tiled transpose (``_kernels``), anything else (a filter made
+    K-innermost, say) by a strided copy."""
 
     def __init__(self, graph, p: _Problem, inner: Executable):
         self.inner, self.inner_graph = inner, p.inner
@@ -300,7 +338,8 @@ class _ChannelsLastExecutable(Executable):
         self.layout, off = [], 0
         for u in p.moved:
             desc = graph.tensors[u]
-            self.layout.append((u, off, p.inner.tensors[u], desc, u in outputs))
+            cl = p.inner.tensors[u]
+            self.layout.append((u, off, cl, desc, u in outputs, _transposer(desc, cl)))
             off += _align(desc.size_in_bytes)
         self.temps = off
         self.workspace_size = off + inner.workspace_size
@@ -317,18 +356,24 @@ class _ChannelsLastExecutable(Executable):
         ws = as_tensor(workspace) if workspace is not None else None
         inner_buffers = dict(buffers)
         copy_out = []
-        for uid, off, cl, desc, is_out in self.layout:
+        for uid, off, cl, desc, is_out, tr in self.layout:
             raw = ws[off : off + desc.size_in_bytes].view(desc.torch_dtype)
             tmp = raw.as_strided(cl.dims, cl.strides)
+            user = logical_view(buffers[uid], desc)
             if is_out:
-                copy_out.append((logical_view(buffers[uid], desc), tmp))
+                copy_out.append((user, tmp, tr))
+            elif tr is not None:
+                _transpose(tr[0], True, tr[1], user, raw)
             else:
-                tmp.copy_(logical_view(buffers[uid], desc))
+                tmp.copy_(user)
             inner_buffers[uid] = tmp
         rest = ws[self.temps :] if ws is not None and self.inner.workspace_size else None
         self.inner.run(inner_buffers, rest, stream)
-        for dst, tmp in copy_out:
-            dst.copy_(tmp)
+        for dst, tmp, tr in copy_out:
+            if tr is not None:
+                _transpose(tr[0], False, tr[1], tmp, dst)
+            else:
+                dst.copy_(tmp)
 
 
 __all__ = ["ChannelsLastConvEngine", "ChannelsLastDgradEngine", "ChannelsLastWgradEngine"]
