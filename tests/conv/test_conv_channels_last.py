@@ -159,26 +159,33 @@ def test_tf32_dgrad_moves_the_filter_to_k_innermost(layout, monkeypatch, request
     assert_close(got[out], dx, torch.float32, n=6 * 6)
 
 
-@pytest.mark.parametrize("dims", [(2, 5, 7, 3), (1, 70, 67), (3, 2, 2, 3, 5)])
+@pytest.mark.parametrize("dims", [(2, 17, 7, 3), (1, 70, 67), (3, 33, 2, 3, 5)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_image_moves_by_the_tiled_transpose(dims, dtype):
     """An NCHW image moves to channels-last and back by the batched 2-D transpose
-    (odd sizes, tiles cut by both edges), bit for bit; other moves are strided copies."""
-    from opendnn.engines.conv.layout.engine import _transpose, _transposer
+    (odd sizes, tiles cut by both edges), bit for bit; a filter made K-innermost or an
+    image of fewer than 16 channels moves by the strided copy."""
+    from opendnn.engines.conv.layout.engine import _transposer
     from opendnn.tensor import TensorDesc
 
     x = torch.randn(dims).to(dtype)
-    d = TensorDesc(dims, x.stride(), TYPES[dtype], 1)
-    cl = TensorDesc(dims, channels_last_strides(dims), TYPES[dtype], 1)
-    tr = _transposer(d, cl)
-    assert tr is not None and tr[1] == (dims[0], dims[1], x[0, 0].numel())
+    t = TYPES[dtype]
+    d, cl = TensorDesc(dims, x.stride(), t, 1), TensorDesc(dims, channels_last_strides(dims), t, 1)
+    to_cl, back = _transposer(d, cl, True, False), _transposer(d, cl, False, False)
+    assert to_cl[1:] == (dims[1], x[0, 0].numel())
     flat = torch.full((x.numel(),), float("nan"), dtype=dtype)
-    _transpose(tr[0], True, tr[1], x, flat)
-    want = x.movedim(1, -1).contiguous().flatten()
-    assert torch.equal(flat, want)
-    back = torch.full_like(x, float("nan"))
-    _transpose(tr[0], False, tr[1], flat, back)
-    assert torch.equal(back, x)
-    w = TensorDesc((4, 3, 3, 3), (27, 9, 3, 1), TYPES[dtype], 2)
-    moved = TensorDesc((4, 3, 3, 3), k_innermost_strides((4, 3, 3, 3)), TYPES[dtype], 2)
-    assert _transposer(w, moved) is None
+    to_cl[0].launch([x, flat, *to_cl[1:]])
+    assert torch.equal(flat, x.movedim(1, -1).contiguous().flatten())
+    out = torch.full_like(x, float("nan"))
+    back[0].launch([flat, out, *back[1:]])
+    assert torch.equal(out, x)
+    w = TensorDesc((4, 3, 3, 3), (27, 9, 3, 1), t, 2)
+    w_moved = TensorDesc((4, 3, 3, 3), k_innermost_strides((4, 3, 3, 3)), t, 2)
+    assert _transposer(w, w_moved, True, False) is None
+    rgb = TensorDesc((2, 3, 8, 8), (192, 64, 8, 1), t, 3)
+    assert (
+        _transposer(
+            rgb, TensorDesc((2, 3, 8, 8), channels_last_strides((2, 3, 8, 8)), t, 3), True, False
+        )
+        is None
+    )

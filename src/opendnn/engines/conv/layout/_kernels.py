@@ -13,8 +13,13 @@ A generic strided copy reads or writes one of the two sides element by element.
 
 from __future__ import annotations
 
-BLOCK_C = 64
-BLOCK_S = 64
+# below this many channels a tile is mostly masked lanes: the strided copy moves the image
+MIN_CHANNELS = 16
+
+
+def tiles(itemsize: int) -> tuple[int, int, int]:
+    """(BLOCK_C, BLOCK_S, num_warps) of the transpose for elements of ``itemsize`` bytes."""
+    return (64, 64, 4) if itemsize <= 2 else (32, 64, 4)
 
 
 def transpose_source(name: str, to_channels_last: bool, int64: bool) -> str:

@@ -40,7 +40,7 @@ import math
 import torch
 
 from ....runtime.buffers import as_tensor, logical_view
-from ....runtime.launch import kernel_from_source
+from ....runtime.launch import Launcher, kernel_from_source
 from ...base import SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target, decline
 from ..analysis import analyze, tf32
 from . import _kernels as K
@@ -269,7 +269,7 @@ class ChannelsLastConvEngine(Engine):
     def build(self, graph, config, target) -> Executable:
         e, cfg = self._split(config)
         p = self._problem(graph)
-        return _ChannelsLastExecutable(graph, p, e.build(p.inner, cfg, target))
+        return _ChannelsLastExecutable(graph, p, e.build(p.inner, cfg, target), target.is_cuda)
 
 
 class ChannelsLastDgradEngine(ChannelsLastConvEngine):
@@ -292,23 +292,25 @@ def _align(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
-def _transposer(desc, cl):
-    """(kernel, to channels-last) moving packed NCHW ``desc`` to or from its packed
-    channels-last twin ``cl`` as a batched 2-D transpose, or None (another move: the
-    generic strided copy)."""
+def _transposer(desc, cl, to_cl: bool, is_cuda: bool):
+    """A ``Launcher`` of the tiled transpose (args: src, dst, C, S) moving packed NCHW
+    ``desc`` to (``to_cl``) or from its packed channels-last twin ``cl``, or None: another
+    move, or fewer channels than ``K.MIN_CHANNELS`` (the generic strided copy takes those)."""
     if len(desc.dims) < 3 or cl.strides != channels_last_strides(desc.dims):
         return None
-    if desc.strides != _packed_strides(desc.dims):
+    if desc.strides != _packed_strides(desc.dims) or desc.dims[1] < K.MIN_CHANNELS:
         return None
     int64 = desc.numel >= 2**31
-    name = f"conv_layout_transpose{'_i64' if int64 else ''}"
-    return (
-        {
-            True: kernel_from_source(K.transpose_source(f"{name}_cl", True, int64), f"{name}_cl"),
-            False: kernel_from_source(K.transpose_source(f"{name}_nc", False, int64), f"{name}_nc"),
-        },
-        (desc.dims[0], desc.dims[1], math.prod(desc.dims[2:])),
+    name = f"conv_layout_{'to_cl' if to_cl else 'to_nchw'}{'_i64' if int64 else ''}"
+    kern = kernel_from_source(K.transpose_source(name, to_cl, int64), name)
+    n, c, s = desc.dims[0], desc.dims[1], math.prod(desc.dims[2:])
+    bc, bs, warps = K.tiles(desc.data_type.itemsize)
+    launcher = Launcher(
+        kern, (-(-s // bs), -(-c // bc), n), {"BLOCK_C": bc, "BLOCK_S": bs, "num_warps": warps}
     )
+    if is_cuda:
+        launcher.prepare_cuda([desc.torch_dtype, desc.torch_dtype, c, s])
+    return launcher, c, s
 
 
 def _packed_strides(dims: tuple) -> tuple:
@@ -319,27 +321,20 @@ def _packed_strides(dims: tuple) -> tuple:
     return tuple(out)
 
 
-def _transpose(kernels, nchw_to_cl: bool, ncs: tuple, src, dst) -> None:
-    """``dst`` = ``src`` moved between packed [N, C, S] and [N, S, C] (flat buffers)."""
-    n, c, s = ncs
-    grid = (-(-s // K.BLOCK_S), -(-c // K.BLOCK_C), n)
-    kernels[nchw_to_cl](grid, src, dst, c, s, BLOCK_C=K.BLOCK_C, BLOCK_S=K.BLOCK_S)
-
-
 class _ChannelsLastExecutable(Executable):
     """Copies the moved inputs into channels-last workspace buffers, runs the inner
     executable on them (and the untouched tensors), copies the moved outputs back. An
     NCHW image moves by the tiled transpose (``_kernels``), anything else (a filter made
     K-innermost, say) by a strided copy."""
 
-    def __init__(self, graph, p: _Problem, inner: Executable):
+    def __init__(self, graph, p: _Problem, inner: Executable, is_cuda: bool):
         self.inner, self.inner_graph = inner, p.inner
         outputs = graph.output_uid_set
         self.layout, off = [], 0
         for u in p.moved:
-            desc = graph.tensors[u]
-            cl = p.inner.tensors[u]
-            self.layout.append((u, off, cl, desc, u in outputs, _transposer(desc, cl)))
+            desc, cl, out = graph.tensors[u], p.inner.tensors[u], u in outputs
+            tr = _transposer(desc, cl, not out, is_cuda)
+            self.layout.append((u, off, cl, desc, out, tr))
             off += _align(desc.size_in_bytes)
         self.temps = off
         self.workspace_size = off + inner.workspace_size
@@ -363,7 +358,7 @@ class _ChannelsLastExecutable(Executable):
             if is_out:
                 copy_out.append((user, tmp, tr))
             elif tr is not None:
-                _transpose(tr[0], True, tr[1], user, raw)
+                tr[0].launch([user, raw, tr[1], tr[2]], stream)
             else:
                 tmp.copy_(user)
             inner_buffers[uid] = tmp
@@ -371,7 +366,7 @@ class _ChannelsLastExecutable(Executable):
         self.inner.run(inner_buffers, rest, stream)
         for dst, tmp, tr in copy_out:
             if tr is not None:
-                _transpose(tr[0], False, tr[1], tmp, dst)
+                tr[0].launch([tmp, dst, tr[1], tr[2]], stream)
             else:
                 dst.copy_(tmp)
 

@@ -176,9 +176,12 @@ def source(
             f"{ind2}iw = (ow_ * {geo.stride[1]})[:, None] + dr1[None, :]",
             f"{ind2}ok = (pp < {p_total})[:, None] & mask_n[None, :] & (ih >= 0) & "
             f"(ih < {geo.in_dims[0]}) & (iw >= 0) & (iw < {geo.in_dims[1]})",
-            f"{ind2}a = tl.load(X + (nb_ * {xs[0]} + oh_ * {geo.stride[0] * xs[2]} + "
+            f"{ind2}off = (nb_ * {xs[0]} + oh_ * {geo.stride[0] * xs[2]} + "
             f"ow_ * {geo.stride[1] * xs[3]} - {geo.pre[0] * xs[2] + geo.pre[1] * xs[3]})"
-            f"[:, None] + col_off[None, :], mask=ok, other=0.0)",
+            "[:, None] + col_off[None, :]",
+            # masked-off lanes point at element 0: the 128-pixel runs' load read before x
+            # (compute-sanitizer, H100, Triton 3.6) although its mask was false there
+            f"{ind2}a = tl.load(X + tl.where(ok, off, 0), mask=ok, other=0.0)",
         ]
     L += step_and_finish(interpret, kn.SPLIT > 1, ws_index(geo), epilogue_body)
     return "\n".join(L) + "\n"
