@@ -564,18 +564,25 @@ GEMM_WGRAD_ID = 12
     "case", [c for c in CASES if c[9] == 1], ids=[f"c{i}" for i, c in enumerate(CASES) if c[9] == 1]
 )
 @pytest.mark.parametrize("mode", ["CROSS_CORRELATION", "CONVOLUTION"])
-def test_gemm_wgrad_against_reference(case, mode):
-    """im2col + one GEMM over (n, pixel) for dW; NHWC-packed dY, one group."""
+@pytest.mark.parametrize(
+    "layout,dt", [("nhwc", torch.float32), ("nchw", torch.float32), ("nhwc", torch.bfloat16)]
+)
+def test_gemm_wgrad_against_reference(case, mode, layout, dt):
+    """im2col + one GEMM over (n, pixel) for dW, one group: half precision with NHWC-packed
+    dY read in place; float32 and NCHW through the K-major copies (im2col^T, dY^T)."""
     n, c, k, sp, f, stride, pre, post, dil, groups = case
     torch.manual_seed(len(sp) * 100 + c * 10 + k + 6)
-    x = _layout(torch.randn(n, c, *sp), "nhwc")
-    w = _layout(torch.randn(k, c, *f), "nhwc")
+    x = _layout(torch.randn(n, c, *sp), layout).to(dt)
+    w = _layout(torch.randn(k, c, *f), layout)
     from opendnn.ops.conv import output_dims
 
-    dy = _layout(torch.randn(*output_dims(x.shape, w.shape, pre, post, stride, dil)), "nhwc")
-    if dy.dim() != 4:  # 1-D / 3-D: make dY (n, pixel)-uniform by hand (channels last)
+    dy = _layout(torch.randn(*output_dims(x.shape, w.shape, pre, post, stride, dil)), layout)
+    if dy.dim() != 4 and layout == "nhwc":  # 1-D / 3-D: (n, pixel)-uniform by hand
         perm = [0] + list(range(2, dy.dim())) + [1]
         dy = dy.permute(*perm).contiguous().permute(0, dy.dim() - 1, *range(1, dy.dim() - 1))
+    dy = dy.to(dt)
+    from opendnn.engines.conv.gemm.wgrad import plan_wgrad
+
     g = cudnn.pygraph()
     tx, tdy = _tensor(g, x), _tensor(g, dy)
     dw = g.conv_wgrad(
@@ -588,11 +595,16 @@ def test_gemm_wgrad_against_reference(case, mode):
         convolution_mode=cudnn.convolution_mode[mode],
     )
     dw.set_dim(list(w.shape)).set_stride(list(w.stride())).set_output(True)
+    dw.set_data_type(cudnn.data_type.FLOAT)
+    g.validate()
+    wp = plan_wgrad(g.op_graph)
+    assert wp.kmajor == (layout == "nchw" or dt == torch.float32)
     check_engine(
         g,
         {tx: x, tdy: dy},
         [dw],
         GEMM_WGRAD_ID,
+        dtype=dt,
         n=n * 64,
-        msg=repro("conv_wgrad_gemm", [tuple(x.shape)], "float32", 0, mode=mode),
+        msg=repro("conv_wgrad_gemm", [tuple(x.shape)], str(dt)[6:], 0, mode=mode),
     )

@@ -264,7 +264,7 @@ def _best(graph, engine_ids):
 
 @pytest.mark.parametrize("dt", [cudnn.data_type.HALF, cudnn.data_type.FLOAT])
 def test_cost_model_ranks_fft_last_for_3x3_and_first_for_large_filters(dt):
-    gemm = [4, 17]  # dgrad implicit GEMM, split-K dgrad
+    gemm = [4, 17, 45]  # dgrad implicit GEMM, split-K dgrad, the channels-last transform
     small = _graph((32, 64, 56, 56), (64, 64, 3, 3), (1, 1), (1, 1), dt=dt).op_graph
     assert _best(small, [FFT_ID, TILING_ID]) > _best(small, gemm)
     large = _graph((8, 64, 64, 64), (64, 64, 15, 15), (7, 7), (7, 7), dt=dt).op_graph

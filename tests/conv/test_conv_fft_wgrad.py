@@ -276,7 +276,8 @@ def _best(graph, engine_ids):
 
 @pytest.mark.parametrize("dt", [cudnn.data_type.HALF, cudnn.data_type.FLOAT])
 def test_cost_model_ranks_fft_after_gemm_for_3x3_and_first_for_large_filters(dt):
-    gemm = [5, 10, 19]  # implicit GEMM, split-K, precomputed-index split-K wgrad
+    # implicit GEMM, split-K, precomputed-index split-K wgrad, explicit GEMM (K-major)
+    gemm = [5, 10, 19, 12]
     small = _graph((32, 64, 56, 56), (64, 64, 3, 3), (1, 1), (1, 1), dt=dt).op_graph
     if dt == cudnn.data_type.HALF:  # IEEE float32 GEMMs run on the CUDA cores: no claim
         assert _best(small, [FFT_ID, TILING_ID]) > _best(small, gemm)

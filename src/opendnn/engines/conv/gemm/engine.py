@@ -212,15 +212,16 @@ class _GemmExecutable(Executable, LaunchList):
         self.inner.run(bufs, rest, stream)
 
 
-def _im2col_source(gp: GemmPlan):
-    """A kernel writing A[n, g, p, kk] (row-major, kk fastest) from x."""
+def _im2col_source(gp: GemmPlan, transposed: bool = False):
+    """A kernel writing A[n, g, p, kk] (row-major, kk fastest) from x; ``transposed``:
+    A^T [kk, (n, g, p)] (the rows fastest)."""
     a, geo = gp.a, gp.a.geo
     d = len(geo.out_dims)
     p_total, taps, cg = math.prod(geo.out_dims), math.prod(geo.filt), geo.c_per_group
     kgemm = taps * cg
     rows = geo.n * geo.groups * p_total
     xs = a.x.strides
-    name = f"im2col_{abs(hash((geo, gp.order))) % 10**12}"
+    name = f"im2col{'_t' if transposed else ''}_{abs(hash((geo, gp.order))) % 10**12}"
     ind = "    "
     L = [
         "@triton.jit",
@@ -257,10 +258,12 @@ def _im2col_source(gp: GemmPlan):
         valid.append(f"(h{i} >= 0) & (h{i} < {geo.in_dims[i]})")
         off.append(f"h{i} * {xs[2 + i]}")
     L.append(f"{ind}v = tl.load(X + {' + '.join(off)}, mask={' & '.join(valid)}, other=0.0)")
-    L.append(
-        f"{ind}tl.store(COL + rr[:, None] * {kgemm} + kk[None, :], v, "
-        "mask=mask_r[:, None] & mask_k[None, :])"
+    col = (
+        f"kk[None, :] * {rows} + rr[:, None]"
+        if transposed
+        else f"rr[:, None] * {kgemm} + kk[None, :]"
     )
+    L.append(f"{ind}tl.store(COL + {col}, v, mask=mask_r[:, None] & mask_k[None, :])")
     src = "\n".join(L) + "\n"
     br, bk = 64, 64
     return (

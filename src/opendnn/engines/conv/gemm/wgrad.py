@@ -3,13 +3,20 @@ matmul engine (deterministic: the matmul reduces in a fixed order):
 
     dW[k, kk] = sum_q dY[q, k] * A[q, kk]      q = (n, output pixel), kk = (channel, tap)
 
-dY must walk (n, pixel) with one stride (packed NHWC does; NCHW with K > 1 does not) and
-the filter gradient must be a KCRS- or KRSC-packed matrix; one group. The epilogue may
-scale or cast dW (host scalars only).
+The reduction runs over q. In the direct form dY is read in place (it must walk (n, pixel)
+with one stride: packed NHWC) and A is written [q, kk] (kk fastest). That suits half
+precision, where the tensor cores take either operand order. The K-major form writes both
+operands q-fastest: A^T [kk, q] and a copy of dY^T [k, q] (NCHW's images are [K, pixels]
+blocks, so the copy only interleaves the images). TF32 tensor cores read both operands
+reduction-contiguous (a transposed float32 step costs ~6x), and an NCHW dY has no single
+(n, pixel) stride, so float32 and NCHW take the K-major form. The filter gradient must be a
+KCRS- or KRSC-packed matrix; one group. The epilogue may scale or cast dW (host scalars
+only).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -45,22 +52,53 @@ def plan_wgrad(graph) -> tuple | str:
         return "dW is neither KCRS- nor KRSC-packed: it is not a GEMM matrix"
     ds = a.y.strides  # dY's strides
     q_stride = _uniform([geo.n] + list(geo.out_dims), [ds[0]] + list(ds[2:]))
-    if q_stride is None:
-        return "dY does not walk (n, pixel) with one stride (NHWC-packed needed)"
-    gp = GemmPlan(a, order, kk_stride, False, {})
-    return gp, q_stride
+    kmajor = q_stride is None or a.x.data_type == DataType.FLOAT
+    pixel_stride = _uniform(list(geo.out_dims), list(ds[2:]))
+    if kmajor and pixel_stride is None:
+        return "dY walks neither (n, pixel) nor an image's pixels with one stride"
+    return WgradPlan(GemmPlan(a, order, kk_stride, False, {}), q_stride, pixel_stride, kmajor)
 
 
-def _gemm_graph(graph, gp: GemmPlan, q_stride: int):
-    a, geo = gp.a, gp.a.geo
-    q = geo.n * math.prod(geo.out_dims)
-    kgemm = math.prod(geo.filt) * geo.c_per_group
+@dataclasses.dataclass(frozen=True)
+class WgradPlan:
+    gp: GemmPlan
+    q_stride: int | None  # dY's stride over (n, pixel), None if there is none
+    pixel_stride: int | None  # dY's stride over one image's pixels
+    kmajor: bool  # both operands q-fastest copies (see the module docstring)
+
+    def sizes(self) -> tuple[int, int, int]:
+        """(q, kk, K): the GEMM's reduction, columns and rows."""
+        geo = self.gp.a.geo
+        return (
+            geo.n * math.prod(geo.out_dims),
+            math.prod(geo.filt) * geo.c_per_group,
+            geo.k_per_group,
+        )
+
+    def col_bytes(self) -> int:
+        q, kk, _ = self.sizes()
+        return -(-q * kk * self.gp.a.x.data_type.itemsize // 256) * 256
+
+    def dyt_bytes(self) -> int:
+        q, _, k = self.sizes()
+        return q * k * self.gp.a.y.data_type.itemsize if self.kmajor else 0
+
+
+def _gemm_graph(graph, wp: WgradPlan):
+    a, geo = wp.gp.a, wp.gp.a.geo
+    q, kgemm, kt = wp.sizes()
     dt = a.x.data_type
     g = Graph(intermediate_data_type=DataType.FLOAT, compute_data_type=DataType.FLOAT)
-    ta = g.tensor([geo.k_per_group, q], [a.y.strides[1], q_stride], a.y.data_type, name="dY^T")
-    tb = g.tensor([q, kgemm], [kgemm, 1], dt, name="im2col")
+    if wp.kmajor:
+        ta = g.tensor([kt, q], [q, 1], a.y.data_type, name="dY^T")
+        tb = g.tensor([q, kgemm], [1, q], dt, name="im2col^T")
+        tens = {a.ep.acc_uid: None}
+    else:
+        ta = g.tensor([kt, q], [a.y.strides[1], wp.q_stride], a.y.data_type, name="dY^T")
+        tb = g.tensor([q, kgemm], [kgemm, 1], dt, name="im2col")
+        tens = {a.y.uid: ta}
     t = g.matmul(ta, tb, name="wgrad_as_gemm")
-    tens = {a.y.uid: ta, a.ep.acc_uid: t}
+    tens[a.ep.acc_uid] = t
     for n in a.ep.nodes:
         ins = []
         for u in n.inputs.values():
@@ -73,11 +111,33 @@ def _gemm_graph(graph, gp: GemmPlan, q_stride: int):
         )
     for u in a.ep.outputs:
         tens[u].set_output(True).set_dim([geo.k_per_group, kgemm]).set_stride(
-            [a.w.strides[0], gp.kk_stride]
+            [a.w.strides[0], wp.gp.kk_stride]
         ).set_data_type(graph.tensors[u].data_type)
     g.validate()
     mapping = {t_.uid: orig for orig, t_ in tens.items()}
-    return g.op_graph, mapping, tb.uid
+    return g.op_graph, mapping, tb.uid, ta.uid
+
+
+def _dyt_source(wp: WgradPlan, offset: int):
+    """A kernel copying dY into WS[offset:] as the [K, q] matrix, q = (n, pixel) fastest."""
+    a, geo = wp.gp.a, wp.gp.a.geo
+    q, _, kt = wp.sizes()
+    pixels = math.prod(geo.out_dims)
+    ds = a.y.strides
+    name = f"wgrad_dyt_{abs(hash((geo, ds, offset))) % 10**12}"
+    src = (
+        "@triton.jit\n"
+        f"def {name}(DY, WS, BLOCK_K: tl.constexpr, BLOCK_Q: tl.constexpr):\n"
+        "    qq = (tl.program_id(0) * BLOCK_Q + tl.arange(0, BLOCK_Q)).to(tl.int64)\n"
+        "    kk = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)\n"
+        f"    mask = (kk < {kt})[:, None] & (qq < {q})[None, :]\n"
+        f"    src = (qq // {pixels} * {ds[0]} + qq % {pixels} * {wp.pixel_stride})[None, :]"
+        f" + (kk * {ds[1]})[:, None]\n"
+        "    v = tl.load(DY + src, mask=mask)\n"
+        f"    tl.store(WS + {offset} + kk[:, None].to(tl.int64) * {q} + qq[None, :], v, mask=mask)\n"
+    )
+    bk, bq = 32, 128
+    return src, name, (-(-q // bq), -(-kt // bk)), {"BLOCK_K": bk, "BLOCK_Q": bq, "num_warps": 4}
 
 
 class GemmWgradEngine(MatmulDelegateEngine):
@@ -86,51 +146,64 @@ class GemmWgradEngine(MatmulDelegateEngine):
 
     def gemm_graph(self, graph):
         p = plan_wgrad(graph)
-        return p if isinstance(p, str) else _gemm_graph(graph, *p)[0]
+        return p if isinstance(p, str) else _gemm_graph(graph, p)[0]
 
     def extra_bytes(self, graph) -> int:
-        gp = plan_wgrad(graph)[0]
-        geo = gp.a.geo
-        return (
-            geo.n
-            * math.prod(geo.out_dims)
-            * math.prod(geo.filt)
-            * geo.c_per_group
-            * gp.a.x.data_type.itemsize
-        )
+        wp = plan_wgrad(graph)
+        return wp.col_bytes() + wp.dyt_bytes()
+
+    def extra_launches(self, graph) -> int:
+        return 2 if plan_wgrad(graph).kmajor else 1
 
     def build(self, graph, config, target) -> Executable:
-        gp, q_stride = plan_wgrad(graph)
-        _, mapping, b_uid = _gemm_graph(graph, gp, q_stride)
+        wp = plan_wgrad(graph)
+        _, mapping, b_uid, a_uid = _gemm_graph(graph, wp)
         return _Exec(
             graph,
-            gp,
+            wp,
             self.build_gemm(graph, config, target),
             mapping,
-            b_uid,
+            (b_uid, a_uid),
             self.workspace_prefix(graph),
             target,
         )
 
 
 class _Exec(Executable, LaunchList):
-    def __init__(self, graph, gp, inner, mapping, b_uid, col_bytes, target):
+    def __init__(self, graph, wp: WgradPlan, inner, mapping, uids, prefix, target):
         LaunchList.__init__(self)
-        self.inner, self.mapping, self.b_uid, self.col_bytes = inner, mapping, b_uid, col_bytes
-        self.col_dtype = gp.a.x.torch_dtype
-        self.workspace_size = col_bytes + inner.workspace_size
-        src, name, grid, const = _im2col_source(gp)
+        gp = wp.gp
+        self.inner, self.mapping, (self.b_uid, self.a_uid) = inner, mapping, uids
+        self.wp, self.prefix = wp, prefix
+        self.workspace_size = prefix + inner.workspace_size
+        src, name, grid, const = _im2col_source(gp, transposed=wp.kmajor)
+        ws = [("ws", gp.a.x.torch_dtype)]
         self.add_launch(
             kernel_from_source(src, name),
             grid,
             const,
-            [("buf", gp.a.x.uid), ("ws", gp.a.x.torch_dtype)],
+            [("buf", gp.a.x.uid)] + ws,
             graph,
             target.is_cuda,
         )
+        if wp.kmajor:
+            offset = wp.col_bytes() // gp.a.y.data_type.itemsize
+            src, name, grid, const = _dyt_source(wp, offset)
+            self.add_launch(
+                kernel_from_source(src, name),
+                grid,
+                const,
+                [("buf", gp.a.y.uid), ("ws", gp.a.y.torch_dtype)],
+                graph,
+                target.is_cuda,
+            )
 
     def run(self, buffers, workspace, stream=None):
-        self.run_launches(buffers, workspace, stream)  # im2col into the workspace
+        self.run_launches(buffers, workspace, stream)  # im2col (and dY^T) into the workspace
+        wp = self.wp
         bufs = {syn: buffers[orig] for syn, orig in self.mapping.items() if orig in buffers}
-        bufs[self.b_uid] = workspace[: self.col_bytes].view(self.col_dtype)
-        self.inner.run(bufs, workspace[self.col_bytes :], stream)
+        col = wp.col_bytes()
+        bufs[self.b_uid] = workspace[:col].view(wp.gp.a.x.torch_dtype)
+        if wp.kmajor:
+            bufs[self.a_uid] = workspace[col : col + wp.dyt_bytes()].view(wp.gp.a.y.torch_dtype)
+        self.inner.run(bufs, workspace[self.prefix :], stream)

@@ -185,7 +185,7 @@ class ImplicitGemmEngine(Engine):
             target.bandwidth,
             target.num_sms,
             step_scale=transposed_step(a, a.geo.x_strides[1] != 1 or a.geo.w_strides[1] != 1),
-        ) * nchw_gather(a, self.kind)
+        ) * nchw_gather(a, self.kind, target)
 
     def build(self, graph, config, target) -> Executable:
         a, kd, path = self._analyze(graph), config.knob_dict, self.tma_path
@@ -228,7 +228,7 @@ class ImplicitGemmDgradEngine(ImplicitGemmEngine):
             target.num_sms,
             # A = dy reduces over K (its channels), B = w over K (the filter's first axis)
             step_scale=transposed_step(a, a.y.strides[1] != 1 or a.geo.w_strides[0] != 1),
-        ) * nchw_gather(a, self.kind)
+        ) * nchw_gather(a, self.kind, target)
 
 
 class ImplicitGemmWgradEngine(ImplicitGemmEngine):
@@ -256,7 +256,7 @@ class ImplicitGemmWgradEngine(ImplicitGemmEngine):
         peak = peak_flops(a, target)
         size = a.x.data_type.itemsize
         t = K.estimate_seconds(a.geo, kn, size, peak, target.bandwidth, target.num_sms, loop=False)
-        return t * self.GATHER_SLOWDOWN * nchw_gather(a, "conv_wgrad")
+        return t * self.GATHER_SLOWDOWN * nchw_gather(a, "conv_wgrad", target)
 
     def gather_loop(self, graph, kn: K.ConvKnobs, target, split: int = 1) -> float:
         """The main loop: each of the (tile, tap, group) programs, times ``split`` slices,
@@ -269,7 +269,7 @@ class ImplicitGemmWgradEngine(ImplicitGemmEngine):
         # the reduction runs over pixels: dy (A) and x (B) are K-major when pixel-contiguous
         scale = transposed_step(a, a.geo.x_strides[1] == 1 or a.y.strides[1] == 1)
         loop = K.loop_seconds(steps, programs, tile, target.num_sms, scale)
-        return loop * nchw_gather(a, "conv_wgrad")
+        return loop * nchw_gather(a, "conv_wgrad", target)
 
 
 # The gather path on an image whose channels are not unit-stride (NCHW): the tile's rows
@@ -287,11 +287,15 @@ NCHW_GATHER = {
 }
 
 
-def nchw_gather(a: ConvAnalysis, kind: str) -> float:
-    """``NCHW_GATHER`` for a gather over an image (x; dy for the backward data) whose
-    channel stride is not 1, else 1."""
+def nchw_gather(a: ConvAnalysis, kind: str, target: Target) -> float:
+    """``NCHW_GATHER`` on a GPU for a gather over an image (x; dy for the backward data)
+    whose channel stride is not 1, else 1 (the interpreter has no coalescing to lose). A 1-D backward filter in TF32 is exempt: its pixel
+    runs are whole rows, and the native NCHW plan (K-major) measured at cuDNN's speed on
+    the 1-D set where the channels-last transform (MN-major) ran 3.5-4x slower."""
     image = a.y if kind == "conv_dgrad" else a.x
-    if image.strides[1] == 1 or image.dims[1] == 1:
+    if not target.is_cuda or image.strides[1] == 1 or image.dims[1] == 1:
+        return 1.0
+    if kind == "conv_wgrad" and tf32(a) and len(a.geo.filt) == 1:
         return 1.0
     return NCHW_GATHER[(kind, tf32(a))]
 

@@ -112,7 +112,7 @@ class SplitKDgradEngine(ImplicitGemmDgradEngine):
         operands = itemsize * (K._prod(a.y.dims) + K._prod(a.w.dims))
         gemm = max(
             flops / (peak * small_tile * fill), (operands + 8 * split * dx_elems) / target.bandwidth
-        ) * nchw_gather(a, self.kind)
+        ) * nchw_gather(a, self.kind, target)
         passes = (4 * dx_elems + (4 + itemsize) * dx_elems) / target.bandwidth
         return gemm + passes + 3 * 3e-6
 
