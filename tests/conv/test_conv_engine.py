@@ -565,11 +565,18 @@ GEMM_WGRAD_ID = 12
 )
 @pytest.mark.parametrize("mode", ["CROSS_CORRELATION", "CONVOLUTION"])
 @pytest.mark.parametrize(
-    "layout,dt", [("nhwc", torch.float32), ("nchw", torch.float32), ("nhwc", torch.bfloat16)]
+    "layout,dt",
+    [
+        ("nhwc", torch.float32),
+        ("nchw", torch.float32),
+        ("nhwc", torch.bfloat16),
+        ("nchw", torch.bfloat16),
+    ],
 )
 def test_gemm_wgrad_against_reference(case, mode, layout, dt):
     """im2col + one GEMM over (n, pixel) for dW, one group: half precision with NHWC-packed
-    dY read in place; float32 and NCHW through the K-major copies (im2col^T, dY^T)."""
+    dY read in place; float32 and NCHW through the K-major copies (im2col^T, dY^T); an
+    NCHW pointwise layer as one GEMM per image, the products summed in order."""
     n, c, k, sp, f, stride, pre, post, dil, groups = case
     torch.manual_seed(len(sp) * 100 + c * 10 + k + 6)
     x = _layout(torch.randn(n, c, *sp), layout).to(dt)
@@ -598,7 +605,12 @@ def test_gemm_wgrad_against_reference(case, mode, layout, dt):
     dw.set_data_type(cudnn.data_type.FLOAT)
     g.validate()
     wp = plan_wgrad(g.op_graph)
-    assert wp.kmajor == (layout == "nchw" or dt == torch.float32)
+    pointwise = f == (1, 1) and stride == (1, 1) and sp != (1, 1)
+    assert wp.batched == (layout == "nchw" and pointwise)
+    if dt == torch.float32 or (layout == "nchw" and n > 1 and k > 1):  # no (n, pixel) stride
+        assert wp.kmajor != wp.batched
+    else:
+        assert not wp.kmajor
     check_engine(
         g,
         {tx: x, tdy: dy},

@@ -343,6 +343,10 @@ def knob_space() -> list[MatmulKnobs]:
         K(32, 128, 128, 1, 3, 4, SPLIT_K=4),
         K(16, 64, 256, 1, 4, 4, SPLIT_K=4),
         K(16, 256, 64, 1, 4, 4, SPLIT_K=8),
+        # a few output tiles over a reduction of 10^5 and more (a convolution's backward
+        # filter as a GEMM: K x C*R*S outputs, N*P reduction): deep splits fill the GPU
+        K(64, 64, 64, 1, 4, 4, SPLIT_K=32),
+        K(64, 128, 64, 1, 4, 4, SPLIT_K=16),
         K(16, 128, 128, 1, 4, 4, SPLIT_K=2, tma=True),
         K(16, 64, 128, 1, 4, 4),
         K(16, 64, 128, 1, 4, 4, tma=True),

@@ -12,6 +12,15 @@ reduction-contiguous (a transposed float32 step costs ~6x), and an NCHW dY has n
 (n, pixel) stride, so float32 and NCHW take the K-major form. The filter gradient must be a
 KCRS- or KRSC-packed matrix; one group. The epilogue may scale or cast dW (host scalars
 only).
+
+A pointwise layer (1x1, stride 1, no padding) on packed NCHW tensors needs no copy at all:
+its images are the matrices dY_n [K, P] and x_n [C, P], both pixel-fastest (K-major in any
+precision), and
+
+    dW[k, c] = sum_n (dY_n x_n^T)[k, c]
+
+is one batched GEMM over n whose float32 products [N, K, C] a second kernel sums in order
+(the batched form; it takes no epilogue nodes).
 """
 
 from __future__ import annotations
@@ -19,6 +28,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+
+import torch
 
 from ....enums import DataType
 from ....graph.graph import Graph
@@ -56,7 +67,17 @@ def plan_wgrad(graph) -> tuple | str:
     pixel_stride = _uniform(list(geo.out_dims), list(ds[2:]))
     if kmajor and pixel_stride is None:
         return "dY walks neither (n, pixel) nor an image's pixels with one stride"
-    return WgradPlan(GemmPlan(a, order, kk_stride, False, {}), q_stride, pixel_stride, kmajor)
+    gp = GemmPlan(a, order, kk_stride, False, {})
+    batched = (
+        taps == 1
+        and all(v == 1 for v in geo.stride)
+        and not any(geo.pre)
+        and tuple(geo.out_dims) == tuple(geo.in_dims)
+        and pixel_stride == 1
+        and _uniform(list(geo.in_dims), list(a.x.strides[2:])) == 1
+        and not a.ep.nodes
+    )
+    return WgradPlan(gp, q_stride, pixel_stride, kmajor and not batched, batched)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +86,12 @@ class WgradPlan:
     q_stride: int | None  # dY's stride over (n, pixel), None if there is none
     pixel_stride: int | None  # dY's stride over one image's pixels
     kmajor: bool  # both operands q-fastest copies (see the module docstring)
+    batched: bool = False  # pointwise NCHW: one GEMM per image, products summed
+
+    def products_bytes(self) -> int:
+        """The batched form's float32 products [N, K, C]."""
+        _, kk, k = self.sizes()
+        return 4 * self.gp.a.geo.n * k * kk if self.batched else 0
 
     def sizes(self) -> tuple[int, int, int]:
         """(q, kk, K): the GEMM's reduction, columns and rows."""
@@ -84,8 +111,50 @@ class WgradPlan:
         return q * k * self.gp.a.y.data_type.itemsize if self.kmajor else 0
 
 
+def _batched_graph(wp: WgradPlan):
+    """dY_n [K, P] times x_n^T [P, C] per image n, float32 products [N, K, C]."""
+    a, geo = wp.gp.a, wp.gp.a.geo
+    _, c, k = wp.sizes()
+    p = math.prod(geo.out_dims)
+    ys, xs = a.y.strides, a.x.strides
+    g = Graph(intermediate_data_type=DataType.FLOAT, compute_data_type=DataType.FLOAT)
+    ta = g.tensor([geo.n, k, p], [ys[0], ys[1], 1], a.y.data_type, name="dY_n")
+    tb = g.tensor([geo.n, p, c], [xs[0], 1, xs[1]], a.x.data_type, name="x_n^T")
+    t = g.matmul(ta, tb, name="wgrad_per_image")
+    t.set_output(True).set_dim([geo.n, k, c]).set_stride([k * c, c, 1])
+    t.set_data_type(DataType.FLOAT)
+    g.validate()
+    return g.op_graph, {ta.uid: a.y.uid, tb.uid: a.x.uid}, t.uid
+
+
+def _sum_source(wp: WgradPlan):
+    """A kernel writing dW[k, c] = sum over n of the products WS[n, k, c], in n order."""
+    from ...fusion import _codegen as cg
+
+    a, geo = wp.gp.a, wp.gp.a.geo
+    _, c, k = wp.sizes()
+    st = a.w.strides
+    name = f"wgrad_sum_{abs(hash((geo, st))) % 10**12}"
+    src = (
+        "@triton.jit\n"
+        f"def {name}(WS, DW, BLOCK: tl.constexpr):\n"
+        "    e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
+        f"    mask = e < {k * c}\n"
+        "    acc = tl.full([BLOCK], 0.0, tl.float32)\n"
+        f"    for n in range(0, {geo.n}):\n"
+        f"        acc += tl.load(WS + n * {k * c} + e, mask=mask, other=0.0)\n"
+        "    "
+        + cg.store_expr("DW", f"e // {c} * {st[0]} + e % {c} * {st[1]}", "acc", a.w, "mask")
+        + "\n"
+    )
+    return src, name, (-(-k * c // 256),), {"BLOCK": 256, "num_warps": 4}
+
+
 def _gemm_graph(graph, wp: WgradPlan):
     a, geo = wp.gp.a, wp.gp.a.geo
+    if wp.batched:
+        og, mapping, t_uid = _batched_graph(wp)
+        return og, mapping, t_uid, None
     q, kgemm, kt = wp.sizes()
     dt = a.x.data_type
     g = Graph(intermediate_data_type=DataType.FLOAT, compute_data_type=DataType.FLOAT)
@@ -150,6 +219,8 @@ class GemmWgradEngine(MatmulDelegateEngine):
 
     def extra_bytes(self, graph) -> int:
         wp = plan_wgrad(graph)
+        if wp.batched:
+            return wp.products_bytes()
         return wp.col_bytes() + wp.dyt_bytes()
 
     def extra_launches(self, graph) -> int:
@@ -176,6 +247,18 @@ class _Exec(Executable, LaunchList):
         self.inner, self.mapping, (self.b_uid, self.a_uid) = inner, mapping, uids
         self.wp, self.prefix = wp, prefix
         self.workspace_size = prefix + inner.workspace_size
+        if wp.batched:  # the products' ordered sum runs after the GEMM
+            self.sum = LaunchList()
+            src, name, grid, const = _sum_source(wp)
+            self.sum.add_launch(
+                kernel_from_source(src, name),
+                grid,
+                const,
+                [("ws", torch.float32), ("buf", gp.a.w.uid)],
+                graph,
+                target.is_cuda,
+            )
+            return
         src, name, grid, const = _im2col_source(gp, transposed=wp.kmajor)
         ws = [("ws", gp.a.x.torch_dtype)]
         self.add_launch(
@@ -199,9 +282,15 @@ class _Exec(Executable, LaunchList):
             )
 
     def run(self, buffers, workspace, stream=None):
-        self.run_launches(buffers, workspace, stream)  # im2col (and dY^T) into the workspace
         wp = self.wp
         bufs = {syn: buffers[orig] for syn, orig in self.mapping.items() if orig in buffers}
+        if wp.batched:
+            products = workspace[: wp.products_bytes()].view(torch.float32)
+            bufs[self.b_uid] = products
+            self.inner.run(bufs, workspace[self.prefix :], stream)
+            self.sum.run_launches(buffers, products, stream)
+            return
+        self.run_launches(buffers, workspace, stream)  # im2col (and dY^T) into the workspace
         col = wp.col_bytes()
         bufs[self.b_uid] = workspace[:col].view(wp.gp.a.x.torch_dtype)
         if wp.kmajor:
