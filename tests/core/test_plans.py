@@ -958,6 +958,31 @@ def test_benchmark_mode_skips_engines_far_beyond_the_best_estimate(rng, monkeypa
     assert_close(out, want, torch.float32)
 
 
+def test_benchmark_mode_times_the_plans_that_fit_the_workspace(rng, cache_dir, monkeypatch):
+    """The cost model's favourite needs more workspace than the caller gives (an im2col
+    buffer of gigabytes, say): with one plan to time, the find times the best plan that
+    fits instead of refusing the workspace."""
+    from opendnn.graph import lifecycle
+
+    g, feeds, y, want = _pointwise_graph(rng)
+    g.build([HeurMode.A, HeurMode.FALLBACK])
+    first, second = g._plans[0], g._plans[1]
+    first._workspace = 1 << 40  # needs a terabyte
+    timed = []
+    monkeypatch.setattr(
+        lifecycle, "_time_plan", lambda fn, pack, w, i: timed.append(fn) or float(len(timed))
+    )
+    monkeypatch.setattr(backends, "benchmark", True)
+    monkeypatch.setattr(backends, "benchmark_limit", 1)
+    monkeypatch.setattr(lifecycle, "EXTRA_MARGIN", 1.0)
+    out = torch.full((6, 10), float("nan"))
+    ws = torch.empty(max(second.workspace_size, 1), dtype=torch.uint8)
+    g.execute({**feeds, y: out}, ws)
+    assert len(timed) == lifecycle.TIMING_ROUNDS
+    assert g._plans[0] is second
+    assert_close(out, want, torch.float32)
+
+
 def test_autotune_keeps_each_plans_best_round(rng, cache_dir, monkeypatch):
     """Every candidate is timed once per round, rounds in turn; a plan disturbed in one
     round (5 ms, then 1 ms) still beats a steady 2 ms plan, and the times reported and

@@ -476,7 +476,8 @@ class LifecycleMixin:
             self._selected = None
             self.build_plans()
             return
-        timed, rest = self._benchmark_candidates()
+        have = None if workspace is None else as_bytes(workspace, self._op("autotune")).numel()
+        timed, rest = self._benchmark_candidates(have)
         self._plans = timed
         self.autotune(variant_pack, workspace, handle)
         self._plans += rest
@@ -489,9 +490,17 @@ class LifecycleMixin:
                 self.op_graph, modes, self._target(), tuple(hit["order"]), reorder=True
             )
 
-    def _benchmark_candidates(self) -> tuple[list, list]:
-        """(plans benchmark mode times, the others) from the ranked candidates."""
+    def _benchmark_candidates(self, have: int | None = None) -> tuple[list, list]:
+        """(plans benchmark mode times, the others) from the ranked candidates. With
+        ``have`` (the caller's workspace bytes), plans that need more are passed over, so
+        the plans that fit are timed (the cost model's favourite may need an im2col buffer
+        of gigabytes); when none fits, the first ones are kept for autotune to refuse."""
         limit = backends.benchmark_limit or len(self._plans)
+        if have is not None:
+            fits = [p for p in self._plans if p.workspace_size <= have]
+            if fits:
+                order = fits + [p for p in self._plans if p.workspace_size > have]
+                self._plans = order
 
         # the cost model's top `limit` plans, plus the best plan of every engine not among
         # them: one engine's model being off (its configs ranked ahead of everything else)
