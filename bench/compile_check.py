@@ -299,6 +299,42 @@ def conv_graphs():
     tx, tw = g.tensor_like(x), g.tensor_like(torch.randn(64, 8, 3, dtype=torch.bfloat16))
     g.conv_fprop(tx, tw, padding=[1]).set_output(True)
     yield "grouped 1-D", g, [47]
+    # backward data by stride phases (4, PHASES=1): 2-D stride 2 in NHWC, 3-D in NCDHW
+    for dims, st in (((4, 16, 13, 12), [2, 2]), ((2, 8, 9, 8, 6), [2, 1, 2])):
+        d = len(dims) - 2
+        xs = torch.randn(dims, dtype=torch.bfloat16)
+        if d == 2:
+            xs = xs.to(memory_format=CL)
+        ws_ = torch.randn(24, dims[1], *([3] * d), dtype=torch.bfloat16)
+        out = [-(-s_ // t) for s_, t in zip(dims[2:], st)]
+        g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+        tdy = g.tensor_like(torch.randn(dims[0], 24, *out, dtype=torch.bfloat16))
+        tw = g.tensor_like(ws_)
+        dx = g.conv_dgrad(tdy, tw, padding=[1] * d, stride=st)
+        dx.set_dim(list(dims)).set_stride(list(xs.stride())).set_output(True)
+        dx.set_data_type(cudnn.data_type.BFLOAT16)
+        yield f"dgrad by phases {d}-D", g, [4]
+    # patchify (50-52): a 4x4/4 RGB stem in NHWC bf16 and NCHW float32 (TF32)
+    for dt, fmt in ((torch.bfloat16, CL), (torch.float32, torch.contiguous_format)):
+        x = torch.randn(4, 3, 32, 32, dtype=dt).to(memory_format=fmt)
+        w = torch.randn(96, 3, 4, 4, dtype=dt).to(memory_format=fmt)
+        dy = torch.randn(4, 96, 8, 8, dtype=dt).to(memory_format=fmt)
+        g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+        tx, tw = g.tensor_like(x), g.tensor_like(w)
+        g.conv_fprop(tx, tw, stride=[4, 4]).set_output(True).set_data_type(g_type(dt))
+        yield f"patchify fprop {dt}", g, [50]
+        g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+        tdy, tw = g.tensor_like(dy), g.tensor_like(w)
+        dx = g.conv_dgrad(tdy, tw, stride=[4, 4])
+        dx.set_dim(list(x.shape)).set_stride(list(x.stride())).set_output(True)
+        dx.set_data_type(g_type(dt))
+        yield f"patchify dgrad {dt}", g, [51]
+        g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+        tx, tdy = g.tensor_like(x), g.tensor_like(dy)
+        dw = g.conv_wgrad(tx, tdy, stride=[4, 4])
+        dw.set_dim(list(w.shape)).set_stride(list(w.stride())).set_output(True)
+        dw.set_data_type(g_type(dt))
+        yield f"patchify wgrad {dt}", g, [52]
     # layout transforms (44-46): a patchify stem and a 1x1 layer in NCHW, each direction
     for dt in (torch.float16, torch.float32):
         for c, k, f in ((3, 96, 4), (64, 128, 1)):

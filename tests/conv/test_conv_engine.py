@@ -10,7 +10,9 @@ from _util import graph_tensor as _tensor
 from _util import with_layout as _layout
 
 import opendnn.frontend as cudnn
+from opendnn.engines.base import Target
 from opendnn.engines.conv.implicit_gemm.engine import ImplicitGemmEngine
+from opendnn.errors import GraphNotSupportedError
 
 CONV_ID = ImplicitGemmEngine.id
 
@@ -192,6 +194,71 @@ def test_dgrad_with_relu_backward_epilogue(dt):
     out = g.relu_backward(dgrad, tx)
     out.set_output(True).set_data_type(TYPES[dt])
     check_engine(g, {tdy: dy, tw: w, tx: x}, [out], DGRAD_ID, n=72)
+
+
+# (N, C, K, in, filt, stride, pre, post, dilation, groups): strided backward data by phases
+PHASE_CASES = [
+    (2, 3, 5, (9, 8), (3, 3), (2, 2), (1, 1), (1, 0), (1, 1), 1),  # odd image, uneven pad
+    (1, 4, 6, (7, 10), (4, 3), (3, 2), (2, 0), (0, 1), (1, 1), 2),  # filter not a multiple
+    (2, 2, 3, (11,), (4,), (3,), (3,), (0,), (1,), 1),  # causal 1-D, stride 3
+    (1, 2, 4, (5, 6, 4), (3, 3, 3), (2, 1, 2), (1, 1, 1), (1, 1, 0), (1, 2, 1), 1),  # 3-D
+    (2, 6, 4, (8, 8), (1, 1), (2, 2), (0, 0), (0, 0), (1, 1), 2),  # 1x1 s2: empty phases
+]
+
+
+@pytest.mark.parametrize("case", PHASE_CASES, ids=[f"p{i}" for i in range(len(PHASE_CASES))])
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("mode", ["CROSS_CORRELATION", "CONVOLUTION"])
+def test_dgrad_by_stride_phases(case, layout, mode):
+    """The gather backward data split by stride phases (PHASES=1): each program one
+    phase's dx pixels and only the taps that reach them; dilation on stride-1 axes, groups,
+    filters longer than the stride and phases no tap reaches (1x1 stride 2, dx = 0)."""
+    n, c, k, sp, f, stride, pre, post, dil, groups = case
+    torch.manual_seed(len(sp) * 100 + c * 10 + k + 7)
+    x = _layout(torch.randn(n, c, *sp), layout)
+    w = _layout(torch.randn(k, c // groups, *f), layout)
+    from opendnn.ops.conv import output_dims
+
+    dy = _layout(torch.randn(*output_dims(x.shape, w.shape, pre, post, stride, dil)), layout)
+    g = cudnn.pygraph()
+    tdy, tw = _tensor(g, dy), _tensor(g, w)
+    dx = g.conv_dgrad(
+        tdy,
+        tw,
+        pre_padding=list(pre),
+        post_padding=list(post),
+        stride=list(stride),
+        dilation=list(dil),
+        convolution_mode=cudnn.convolution_mode[mode],
+    )
+    dx.set_dim(list(x.shape)).set_stride(list(x.stride())).set_output(True)
+    g.validate()
+    from opendnn.engines.registry import by_id
+
+    cfgs = by_id(DGRAD_ID).configs(g.op_graph, Target())
+    knobs = next(c.knob_dict for c in cfgs if c.knob_dict.get("PHASES"))
+    check_engine(g, {tdy: dy, tw: w}, [dx], DGRAD_ID, knobs, n=(k // groups) * len(f))
+
+
+def test_stride_phases_declines_with_reasons():
+    g = cudnn.pygraph()
+    dy = g.tensor(dim=[1, 4, 4, 4], data_type=cudnn.data_type.FLOAT)
+    w = g.tensor(dim=[4, 2, 3, 3], data_type=cudnn.data_type.FLOAT)
+    dx = g.conv_dgrad(dy, w, padding=[1, 1], stride=[2, 2], dilation=[2, 1])
+    dx.set_dim([1, 2, 9, 8]).set_output(True)
+    g.validate()
+    with pytest.raises(GraphNotSupportedError) as e:
+        g.create_execution_plan(DGRAD_ID, {"PHASES": 1})
+    assert "dilation on a strided axis" in e.value.reasons["conv_dgrad_implicit_gemm"]
+    g = cudnn.pygraph()
+    dy = g.tensor(dim=[1, 4, 6, 6], data_type=cudnn.data_type.FLOAT)
+    w = g.tensor(dim=[4, 2, 3, 3], data_type=cudnn.data_type.FLOAT)
+    dx = g.conv_dgrad(dy, w, padding=[1, 1])
+    dx.set_dim([1, 2, 6, 6]).set_output(True)
+    g.validate()
+    with pytest.raises(GraphNotSupportedError) as e:
+        g.create_execution_plan(DGRAD_ID, {"PHASES": 1})
+    assert "stride 1" in e.value.reasons["conv_dgrad_implicit_gemm"]
 
 
 GEMM_ID = 6

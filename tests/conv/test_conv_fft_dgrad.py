@@ -268,8 +268,8 @@ def test_cost_model_ranks_fft_last_for_3x3_and_first_for_large_filters(dt):
     small = _graph((32, 64, 56, 56), (64, 64, 3, 3), (1, 1), (1, 1), dt=dt).op_graph
     assert _best(small, [FFT_ID, TILING_ID]) > _best(small, gemm)
     large = _graph((8, 64, 64, 64), (64, 64, 15, 15), (7, 7), (7, 7), dt=dt).op_graph
-    if dt == cudnn.data_type.FLOAT:
-        assert _best(large, [FFT_ID, TILING_ID]) < _best(large, gemm)
+    if dt == cudnn.data_type.FLOAT:  # IEEE float32: the native gathers (CUDA cores)
+        assert _best(large, [FFT_ID, TILING_ID]) < _best(large, [4, 17])
 
 
 def test_registered_after_the_winograd_dgrad_engines_and_directions_kept_apart():

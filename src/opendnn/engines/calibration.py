@@ -19,37 +19,41 @@ from __future__ import annotations
 
 # family (or engine name) -> measured / modelled time, H100, fitted by bench/calibrate.py
 MEASURED_SCALES: dict[str, float] = {
-    "conv_depthwise": 1.04,  # 293 timings
-    "conv_depthwise:strip": 0.88,  # 27 timings
-    "conv_dgrad_depthwise": 1.53,  # 313 timings
-    "conv_dgrad_grouped": 1.51,  # 87 timings
-    "conv_dgrad_implicit_gemm:gather": 0.57,  # 234 timings
-    "conv_dgrad_implicit_gemm:tma": 1.00,  # 42 timings
-    "conv_dgrad_implicit_gemm:tma:flat": 0.93,  # 5 timings
-    "conv_dgrad_implicit_gemm:tma:flat:split": 1.02,  # 1 timings
-    "conv_dgrad_implicit_gemm:tma:split": 0.99,  # 3 timings
-    "conv_dgrad_splitk:gather": 2.71,  # 50 timings
-    "conv_direct:gather": 3.81,  # 112 timings
-    "conv_gemm": 1.18,  # 25 timings
-    "conv_grouped": 2.30,  # 80 timings
-    "conv_implicit_gemm:gather": 1.00,  # 241 timings
-    "conv_implicit_gemm:tma": 1.42,  # 30 timings
-    "conv_implicit_gemm:tma:flat": 1.00,  # 4 timings
-    "conv_implicit_gemm:tma:flat:split": 1.05,  # 1 timings
-    "conv_implicit_gemm:tma:split": 1.02,  # 2 timings
-    "conv_implicit_precomp_gemm:gather": 0.92,  # 23 timings
-    "conv_wgrad_depthwise": 1.86,  # 403 timings
-    "conv_wgrad_depthwise:strip": 1.15,  # 25 timings
-    "conv_wgrad_gemm": 0.97,  # 12 timings
-    "conv_wgrad_grouped": 0.74,  # 75 timings
-    "conv_wgrad_implicit_gemm:gather": 0.72,  # 107 timings
-    "conv_wgrad_implicit_gemm:tma": 1.00,  # 31 timings
-    "conv_wgrad_implicit_gemm:tma:flat": 1.01,  # 57 timings
-    "conv_wgrad_precomp:gather": 2.56,  # 40 timings
-    "conv_wgrad_splitk:gather": 1.92,  # 20 timings
-    "conv_wgrad_winograd_nonfused": 0.84,  # 2 timings
-    "conv_winograd4x4_nonfused": 0.77,  # 1 timings
-    "conv_winograd_nonfused": 0.76,  # 1 timings
+    "conv_depthwise": 2.09,  # 231 timings
+    "conv_depthwise:strip": 2.04,  # 138 timings
+    "conv_dgrad_depthwise": 2.17,  # 349 timings
+    "conv_dgrad_grouped": 1.36,  # 62 timings
+    "conv_dgrad_implicit_gemm:gather": 0.34,  # 190 timings
+    "conv_dgrad_implicit_gemm:tma": 0.71,  # 31 timings
+    "conv_dgrad_implicit_gemm:tma:flat": 0.73,  # 5 timings
+    "conv_dgrad_implicit_gemm:tma:flat:split": 0.93,  # 1 timings
+    "conv_dgrad_implicit_gemm:tma:split": 0.79,  # 3 timings
+    "conv_dgrad_patchify": 0.98,  # 35 timings
+    "conv_dgrad_splitk:gather": 0.75,  # 9 timings
+    "conv_dgrad_winograd_nonfused": 0.80,  # 16 timings
+    "conv_direct:gather": 4.52,  # 15 timings
+    "conv_gemm": 1.36,  # 117 timings
+    "conv_grouped": 2.22,  # 53 timings
+    "conv_implicit_gemm:gather": 1.00,  # 168 timings
+    "conv_implicit_gemm:tma": 1.53,  # 40 timings
+    "conv_implicit_gemm:tma:flat": 1.04,  # 4 timings
+    "conv_implicit_gemm:tma:flat:split": 1.08,  # 1 timings
+    "conv_implicit_gemm:tma:split": 1.06,  # 2 timings
+    "conv_implicit_precomp_gemm:gather": 0.95,  # 21 timings
+    "conv_patchify": 1.05,  # 33 timings
+    "conv_wgrad_depthwise": 2.07,  # 308 timings
+    "conv_wgrad_depthwise:strip": 2.11,  # 138 timings
+    "conv_wgrad_gemm": 0.84,  # 177 timings
+    "conv_wgrad_grouped": 0.91,  # 95 timings
+    "conv_wgrad_implicit_gemm:gather": 0.85,  # 29 timings
+    "conv_wgrad_implicit_gemm:tma": 1.04,  # 44 timings
+    "conv_wgrad_implicit_gemm:tma:flat": 1.04,  # 61 timings
+    "conv_wgrad_patchify": 1.00,  # 25 timings
+    "conv_wgrad_precomp:gather": 2.76,  # 15 timings
+    "conv_wgrad_splitk:gather": 1.26,  # 5 timings
+    "conv_wgrad_winograd_nonfused": 1.06,  # 40 timings
+    "conv_winograd4x4_nonfused": 1.05,  # 25 timings
+    "conv_winograd_nonfused": 0.90,  # 10 timings
 }
 
 

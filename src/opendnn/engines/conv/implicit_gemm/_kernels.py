@@ -419,11 +419,130 @@ def dgrad_source(
     return "\n".join(L) + "\n"
 
 
-def dgrad_grid(geo: ConvGeometry, kn: ConvKnobs) -> tuple:
+def dgrad_grid(geo: ConvGeometry, kn: ConvKnobs, phases: bool = False) -> tuple:
+    if phases:
+        return (
+            -(-geo.n * _prod(phase_dims(geo)) // kn.BLOCK_M) * -(-geo.c_per_group // kn.BLOCK_N),
+            geo.groups * _prod(geo.stride),
+        )
     return (
         -(-geo.n * _prod(geo.in_dims) // kn.BLOCK_M) * -(-geo.c_per_group // kn.BLOCK_N),
         geo.groups,
     )
+
+
+# ---- backward data by stride phases -------------------------------------------------------
+def phase_dims(geo: ConvGeometry) -> tuple:
+    """dx pixels per stride phase along each axis (the largest phase: ceil(in / s))."""
+    return tuple(-(-i // s) for i, s in zip(geo.in_dims, geo.stride))
+
+
+def phase_taps(geo: ConvGeometry) -> tuple:
+    """Taps a phase walks per axis: ceil(R / s) on a strided axis, R otherwise."""
+    return tuple(-(-f // s) if s > 1 else f for f, s in zip(geo.filt, geo.stride))
+
+
+def phases_reason(geo: ConvGeometry) -> str | None:
+    """Why the stride-phase backward data cannot take ``geo`` (None: it can)."""
+    if all(s == 1 for s in geo.stride):
+        return "stride 1: one phase, the plain backward data"
+    if any(s > 1 and d != 1 for s, d in zip(geo.stride, geo.dilation)):
+        return "dilation on a strided axis: the phases' taps are not an arithmetic run"
+    return None
+
+
+def dgrad_phase_source(
+    name: str,
+    geo: ConvGeometry,
+    kn: ConvKnobs,
+    *,
+    dy_strides: tuple,
+    epilogue_params: list[str],
+    epilogue_body: str,
+    allow_tf32: bool,
+    interpret: bool,
+    fp32_inputs: bool,
+) -> str:
+    """dx by stride phases (``dgrad_source``'s GEMM, split by dx pixel parity). Along a
+    strided axis write a dx coordinate i = s*j + a (phase a in [0, s)); tap r reaches it
+    only when (a + pre - r) % s == 0, i.e. for r = ra + s*u with ra = (a + pre) % s and
+    u = 0 .. ceil(R / s) - 1 (r < R), and then reads dy at q = j + (a + pre - ra) / s - u.
+    Program axis 1 is (group, phase); the tile is the phase's dx pixels (n, j_0, ..), and
+    each walks ceil(R/s) taps per strided axis instead of R, of which the plain kernel
+    finds only 1/s useful. Axes of stride 1 keep q = i + pre - r*dil over all R taps."""
+    d = len(geo.in_dims)
+    strided = [s > 1 for s in geo.stride]
+    taps = phase_taps(geo)
+    kb = -(-geo.k_per_group // kn.BLOCK_K)
+    ind, ind2 = "    ", "        "
+    L = pixel_tile_header(
+        name,
+        ["DY", "W"],
+        epilogue_params,
+        ["BLOCK_M", "BLOCK_N", "BLOCK_K"],
+        geo,
+        phase_dims(geo),
+        geo.c_per_group,
+        kn,
+    )
+    nph = _prod(geo.stride)
+    L += [f"{ind}ph = g % {nph}", f"{ind}g = g // {nph}"]
+    L += _div_chain("ph", list(geo.stride), [f"a{i}" for i in range(d)], ind, "_qph")
+    for i in range(d):
+        s_, pre = geo.stride[i], geo.pre[i]
+        L.append(f"{ind}j{i} = o{i}")
+        if strided[i]:
+            L += [
+                f"{ind}o{i} = j{i} * {s_} + a{i}",
+                f"{ind}ra{i} = (a{i} + {pre}) % {s_}",
+                f"{ind}qb{i} = (a{i} + {pre} - ra{i}) // {s_}",
+            ]
+        L.append(f"{ind}mask_m = mask_m & (o{i} < {geo.in_dims[i]})")
+    ds, ws = dy_strides, geo.w_strides
+    L.append(f"{ind}dy_row = nb * {ds[0]} + g * {geo.k_per_group * ds[1]}")
+    L.append(f"{ind}w_col = offs_n * {ws[1]}")
+    L.append(f"{ind}acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)")
+    L.append(f"{ind}for it in range(0, {_prod(taps) * kb}):")
+    L.append(f"{ind2}t = it // {kb}")
+    L.append(f"{ind2}k0 = (it % {kb}) * BLOCK_K")
+    L += _div_chain("t", list(taps), [f"u{i}" for i in range(d)], ind2, "_qt")
+    valid, a_off, w_off = ["mask_m"], ["dy_row"], []
+    for i in range(d):
+        f = geo.filt[i]
+        if strided[i]:
+            L += [
+                f"{ind2}r{i} = ra{i} + u{i} * {geo.stride[i]}",
+                f"{ind2}q{i} = j{i} + qb{i} - u{i}",
+                # a phase's last tap can fall past the filter: masked, addressed in bounds
+                f"{ind2}rc{i} = tl.minimum(r{i}, {f - 1})",
+            ]
+            valid.append(f"(r{i} < {f}) & (q{i} >= 0) & (q{i} < {geo.out_dims[i]})")
+        else:
+            L += [
+                f"{ind2}r{i} = u{i}",
+                f"{ind2}q{i} = o{i} + {geo.pre[i]} - r{i} * {geo.dilation[i]}",
+                f"{ind2}rc{i} = r{i}",
+            ]
+            valid.append(f"(q{i} >= 0) & (q{i} < {geo.out_dims[i]})")
+        a_off.append(f"q{i} * {ds[2 + i]}")
+        fr = f"({f - 1} - rc{i})" if geo.flip else f"rc{i}"
+        w_off.append(f"{fr} * {ws[2 + i]}")
+    L.append(f"{ind2}valid = " + " & ".join(valid))
+    L.append(f"{ind2}kk = k0 + tl.arange(0, BLOCK_K)")
+    L.append(f"{ind2}mask_k = kk < {geo.k_per_group}")
+    L.append(
+        f"{ind2}a = tl.load(DY + tl.where(valid[:, None], ({' + '.join(a_off)})[:, None], 0) "
+        f"+ (kk * {ds[1]})[None, :], mask=valid[:, None] & mask_k[None, :], other=0.0)"
+    )
+    L.append(
+        f"{ind2}b = tl.load(W + w_col[None, :] + ((g * {geo.k_per_group} + kk) * {ws[0]})"
+        f"[:, None] + {' + '.join(w_off)}, mask=mask_k[:, None] & mask_n[None, :], "
+        "other=0.0)"
+    )
+    L.append(ind2 + _dot_line(allow_tf32, interpret, fp32_inputs))
+    for line in epilogue_body.strip("\n").split("\n"):
+        L.append(ind + line)
+    return "\n".join(L) + "\n"
 
 
 # ---- backward filter -----------------------------------------------------------------------

@@ -196,21 +196,85 @@ class ImplicitGemmEngine(Engine):
 
 
 class ImplicitGemmDgradEngine(ImplicitGemmEngine):
-    """CUDNN_CONVOLUTION_BWD_DATA_ALGO_1-style implicit GEMM over dx pixels (deterministic)."""
+    """CUDNN_CONVOLUTION_BWD_DATA_ALGO_1-style implicit GEMM over dx pixels (deterministic).
+
+    A strided problem also gets the gather path by stride phases (knob ``PHASES=1``, its
+    own family; ``_kernels.dgrad_phase_source``): each program takes one phase's dx pixels
+    and walks only the taps that reach them, ceil(R/s) per strided axis instead of R."""
 
     id = 4
     name = "conv_dgrad_implicit_gemm"
     kind = "conv_dgrad"
     tma_path = tma_dgrad.DGRAD
+    stride_phases = True  # the PHASES knob (subclasses with their own knobs turn it off)
+    PHASE_CONFIGS = 3  # the gather configs offered again by phases
+
+    def knob_space(self, graph=None) -> list[Knob]:
+        space = super().knob_space(graph)
+        return space + [Knob("PHASES", (0, 1), 0)] if self.stride_phases else space
+
+    def family(self, config) -> str:
+        if config.knob_dict.get("PHASES"):
+            return f"{self.name}:gather:phases"
+        return super().family(config)
+
+    def _phases(self, graph) -> bool:
+        a = self._analyze(graph)
+        return self.stride_phases and not isinstance(a, str) and K.phases_reason(a.geo) is None
+
+    def configs(self, graph, target: Target) -> list[EngineConfig]:
+        out = super().configs(graph, target)
+        if not self._phases(graph):
+            return out
+        gather = [c for c in out if self.family(c) == f"{self.name}:gather"]
+        phased = [
+            EngineConfig.make(self, **c.knob_dict, PHASES=1) for c in gather[: self.PHASE_CONFIGS]
+        ]
+
+        def est(c):
+            return self.estimate_seconds(graph, c, target)
+
+        best = sorted(phased, key=est)
+        # the base lists each path's best first: this family's best joins them
+        fams = len({self.family(c) for c in out})
+        return sorted(out[:fams] + best[:1], key=est) + out[fams:] + best[1:]
+
+    def check_config(self, graph, config, target) -> Support:
+        kd = config.knob_dict
+        if not kd.get("PHASES"):
+            return super().check_config(graph, config, target)
+        if not self.stride_phases:
+            return decline(f"{self.name} has no PHASES knob")
+        a = self._analyze(graph)
+        if isinstance(a, str):
+            return decline(a)
+        why = K.phases_reason(a.geo)
+        if why:
+            return decline(f"PHASES=1: {why}")
+        if self.tma_path is not None and self.tma_path.is_tma(kd):
+            return decline("PHASES belongs to the gather path (the TMA path has its own phases)")
+        rest = {k: v for k, v in kd.items() if k != "PHASES"}
+        return super().check_config(graph, EngineConfig.make(self, **rest), target)
+
+    def build(self, graph, config, target) -> Executable:
+        kd = dict(config.knob_dict)
+        if not kd.pop("PHASES", 0):
+            return super().build(graph, config, target)
+        return _ConvExecutable(
+            graph, self._analyze(graph), K.ConvKnobs(**kd), target, self.kind, phases=True
+        )
 
     def estimate_seconds(self, graph, config, target) -> float:
         """The gather path as the GEMM it runs: M = dx pixels, N = C, reduction = taps x
         K -- every tap is walked for every pixel, so at stride s only 1/s^d of the work
-        is useful (the forward's model would count dy pixels and reduce over C)."""
-        kd = config.knob_dict
+        is useful (the forward's model would count dy pixels and reduce over C). By
+        phases: prod(s) GEMMs over a phase's pixels, each reducing over its taps (dy,
+        counted once per phase, mostly comes from L2 after the first)."""
+        kd = dict(config.knob_dict)
         if self.tma_path is not None and self.tma_path.is_tma(kd):
             return super().estimate_seconds(graph, config, target)
         a = self._analyze(graph)
+        phases = kd.pop("PHASES", 0)
         geo = dataclasses.replace(
             a.geo,
             out_dims=a.geo.in_dims,
@@ -218,6 +282,15 @@ class ImplicitGemmDgradEngine(ImplicitGemmEngine):
             c_per_group=a.geo.k_per_group,
             k_per_group=a.geo.c_per_group,
         )
+        if phases:
+            nph = prod(a.geo.stride)
+            geo = dataclasses.replace(
+                geo,
+                n=geo.n * nph,
+                out_dims=K.phase_dims(a.geo),
+                filt=K.phase_taps(a.geo),
+                stride=(1,) * len(a.geo.stride),
+            )
         peak = peak_flops(a, target, a.y)
         return K.estimate_seconds(
             geo,
@@ -348,7 +421,15 @@ def stats_finish_source(graph, a: ConvAnalysis, kn: K.ConvKnobs) -> tuple:
 
 
 class _ConvExecutable(Executable, LaunchList):
-    def __init__(self, graph, a: ConvAnalysis, kn: K.ConvKnobs, target: Target, kind: str):
+    def __init__(
+        self,
+        graph,
+        a: ConvAnalysis,
+        kn: K.ConvKnobs,
+        target: Target,
+        kind: str,
+        phases: bool = False,
+    ):
         LaunchList.__init__(self)
         self.workspace_size = 0
         params, body = epilogue(graph, a, kind)
@@ -368,7 +449,8 @@ class _ConvExecutable(Executable, LaunchList):
                 kw["epilogue_params"] = pparams + params
         elif kind == "conv_dgrad":
             kw["dy_strides"] = a.y.strides
-            gen, grid, ins = K.dgrad_source, K.dgrad_grid(a.geo, kn), [a.y.uid, a.w.uid]
+            gen = K.dgrad_phase_source if phases else K.dgrad_source
+            grid, ins = K.dgrad_grid(a.geo, kn, phases), [a.y.uid, a.w.uid]
         else:
             kw["dy_strides"] = a.y.strides
             gen, grid, ins = K.wgrad_source, K.wgrad_grid(a.geo, kn), [a.x.uid, a.y.uid]

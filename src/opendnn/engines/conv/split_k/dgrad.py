@@ -56,6 +56,7 @@ class SplitKDgradEngine(ImplicitGemmDgradEngine):
     name = "conv_dgrad_splitk"
     kind = "conv_dgrad"
     tma_path = None
+    stride_phases = False
 
     def numerical_notes(self, graph, config) -> frozenset:
         return super().numerical_notes(graph, config) | {NumericalNote.NONDETERMINISTIC}
