@@ -5,7 +5,7 @@ outputs) and PyTorch, with their declines."""
 import pytest
 import torch
 import torch.nn.functional as F
-from _util import assert_close, check_engine, seed_for
+from _util import assert_close, check_engine, conv_backward_graph, seed_for
 from _util import graph_tensor as _tensor
 
 import opendnn.frontend as cudnn
@@ -44,26 +44,19 @@ def _conv(x, w, stride, groups=1):
 
 
 def _graph(kind, x, w, dy, stride, mode=None, pad=None):
-    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
     d = len(stride)
-    conv = dict(padding=list(pad or [0] * d), stride=list(stride), dilation=[1] * d)
-    if mode is not None:
-        conv["convolution_mode"] = mode
-    if kind == "fprop":
-        tx, tw = _tensor(g, x), _tensor(g, w)
-        out = g.conv_fprop(tx, tw, **conv)
-        feeds, like = {tx: x, tw: w}, dy
-    elif kind == "dgrad":
-        tdy, tw = _tensor(g, dy), _tensor(g, w)
-        out = g.conv_dgrad(tdy, tw, **conv)
-        feeds, like = {tdy: dy, tw: w}, x
-    else:
-        tx, tdy = _tensor(g, x), _tensor(g, dy)
-        out = g.conv_wgrad(tx, tdy, **conv)
-        feeds, like = {tx: x, tdy: dy}, w
-    out.set_dim(list(like.shape)).set_stride(list(like.stride())).set_output(True)
+    pad, dil = list(pad or [0] * d), [1] * d
+    if kind == "dgrad":
+        return conv_backward_graph("dgrad", dy, w, x.shape, x.stride(), stride, pad, pad, dil, mode)
+    if kind == "wgrad":
+        return conv_backward_graph("wgrad", x, dy, w.shape, w.stride(), stride, pad, pad, dil, mode)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    kw = {} if mode is None else {"convolution_mode": mode}
+    tx, tw = _tensor(g, x), _tensor(g, w)
+    out = g.conv_fprop(tx, tw, padding=pad, stride=list(stride), dilation=dil, **kw)
+    out.set_dim(list(dy.shape)).set_stride(list(dy.stride())).set_output(True)
     out.set_data_type(TYPES[x.dtype])
-    return g, feeds, out
+    return g, {tx: x, tw: w}, out
 
 
 def _case(case, dtype, gen, layout="nchw"):

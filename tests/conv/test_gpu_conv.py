@@ -489,6 +489,42 @@ def test_depthwise_wgrad_every_config(shape, layout, dt):
         assert torch.equal(runs[0], runs[1]), cfg.label()
 
 
+GRAPH_TYPES = {
+    torch.bfloat16: cudnn.data_type.BFLOAT16,
+    torch.float16: cudnn.data_type.HALF,
+    torch.float32: cudnn.data_type.FLOAT,
+}
+
+
+def _direction_graph(kind, x, w, dy, refs, **args):
+    """(graph, output tensor, pack, output-like buffer, float64 reference) of one direction
+    of the convolution of x and w whose output gradient is dy; refs = (y, dx, dw)."""
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    if kind == "fprop":
+        a, b = g.tensor_like(x), g.tensor_like(w)
+        out, pack, like, ref = g.conv_fprop(a, b, **args), {a: x, b: w}, dy, refs[0]
+    elif kind == "dgrad":
+        a, b = g.tensor_like(dy), g.tensor_like(w)
+        out, pack, like, ref = g.conv_dgrad(a, b, **args), {a: dy, b: w}, x, refs[1]
+    else:
+        a, b = g.tensor_like(x), g.tensor_like(dy)
+        out, pack, like, ref = g.conv_wgrad(a, b, **args), {a: x, b: dy}, w, refs[2]
+    out.set_dim(list(like.shape)).set_stride(list(like.stride())).set_output(True)
+    out.set_data_type(GRAPH_TYPES[x.dtype])
+    return g, out, pack, like, ref
+
+
+def _every_config(g, eid, cfgs, pack, out, like, ref, tol):
+    """Each config of engine ``eid`` once on a NaN-poisoned output, against ``ref``."""
+    for cfg in cfgs:
+        g.create_execution_plan(eid, cfg.knob_dict)
+        ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+        res = like.clone().fill_(float("nan"))
+        g.execute({**pack, out: res}, ws)
+        torch.cuda.synchronize()
+        assert _relerr(res, ref) < tol, cfg.label()
+
+
 # (x dims, K, filter, stride, padding): the ConvNeXt patchify stem, a 1x1, a 3x3 with an
 # odd image, 1-D
 CHANNELS_LAST_CASES = [
@@ -517,20 +553,9 @@ def test_channels_last_transform_every_config(case, kind, dt):
     y = conv(xr, wr, stride=stride, padding=pad)
     dy = torch.randn(y.shape, device="cuda", dtype=dt)
     dx, dwr = torch.autograd.grad(y, (xr, wr), dy.double())
-    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
-    args = dict(padding=list(pad), stride=list(stride))
-    if kind == "fprop":
-        a, b = g.tensor_like(x), g.tensor_like(w)
-        out, pack, like, ref = g.conv_fprop(a, b, **args), {a: x, b: w}, dy, y.detach()
-    elif kind == "dgrad":
-        a, b = g.tensor_like(dy), g.tensor_like(w)
-        out, pack, like, ref = g.conv_dgrad(a, b, **args), {a: dy, b: w}, x, dx
-    else:
-        a, b = g.tensor_like(x), g.tensor_like(dy)
-        out, pack, like, ref = g.conv_wgrad(a, b, **args), {a: x, b: dy}, w, dwr
-    out.set_dim(list(like.shape)).set_stride(list(like.stride())).set_output(True)
-    out.set_data_type(
-        {torch.float16: cudnn.data_type.HALF, torch.float32: cudnn.data_type.FLOAT}[dt]
+    refs = (y.detach(), dx, dwr)
+    g, out, pack, like, ref = _direction_graph(
+        kind, x, w, dy, refs, padding=list(pad), stride=list(stride)
     )
     g.validate()
     eid = {"fprop": 44, "dgrad": 45, "wgrad": 46}[kind]
@@ -541,13 +566,7 @@ def test_channels_last_transform_every_config(case, kind, dt):
     assert cfgs
     tf32, backends.allow_tf32 = backends.allow_tf32, False
     try:
-        for cfg in cfgs:
-            g.create_execution_plan(eid, cfg.knob_dict)
-            ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
-            res = like.clone().fill_(float("nan"))
-            g.execute({**pack, out: res}, ws)
-            torch.cuda.synchronize()
-            assert _relerr(res, ref) < TOL[dt] * 4, cfg.label()
+        _every_config(g, eid, cfgs, pack, out, like, ref, TOL[dt] * 4)
     finally:
         backends.allow_tf32 = tf32
 
@@ -555,11 +574,6 @@ def test_channels_last_transform_every_config(case, kind, dt):
 # (N, C = K, groups, image, stride): ResNeXt's 32 groups of 4 and 16 channels, 8 of 8 at
 # an odd image
 GROUPED_CASES = [(4, 128, 32, 14, 1), (2, 512, 32, 9, 2), (3, 64, 8, 11, 1)]
-GRAPH_TYPES = {
-    torch.bfloat16: cudnn.data_type.BFLOAT16,
-    torch.float16: cudnn.data_type.HALF,
-    torch.float32: cudnn.data_type.FLOAT,
-}
 
 
 def _grouped_problem(case, layout, dt, monkeypatch):
@@ -701,30 +715,14 @@ def test_patchify_every_config(case, kind, dt, layout, monkeypatch):
     dx, dwr = torch.autograd.grad(y, (xr, wr), dy.double())
     if layout == "nhwc":
         x, w, dy = (t.to(memory_format=torch.channels_last) for t in (x, w, dy))
-    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
-    args = dict(padding=[0, 0], stride=list(filt))
-    if kind == "fprop":
-        a, b = g.tensor_like(x), g.tensor_like(w)
-        out, pack, like, ref = g.conv_fprop(a, b, **args), {a: x, b: w}, dy, y.detach()
-    elif kind == "dgrad":
-        a, b = g.tensor_like(dy), g.tensor_like(w)
-        out, pack, like, ref = g.conv_dgrad(a, b, **args), {a: dy, b: w}, x, dx
-    else:
-        a, b = g.tensor_like(x), g.tensor_like(dy)
-        out, pack, like, ref = g.conv_wgrad(a, b, **args), {a: x, b: dy}, w, dwr
-    out.set_dim(list(like.shape)).set_stride(list(like.stride())).set_output(True)
-    out.set_data_type(GRAPH_TYPES[dt])
+    g, out, pack, like, ref = _direction_graph(
+        kind, x, w, dy, (y.detach(), dx, dwr), padding=[0, 0], stride=list(filt)
+    )
     eid = {"fprop": 50, "dgrad": 51, "wgrad": 52}[kind]
     cfgs = _grouped_configs(g, eid)
     assert cfgs
     tol = 3e-3 if dt == torch.float32 else TOL[dt] * 2
-    for cfg in cfgs:
-        g.create_execution_plan(eid, cfg.knob_dict)
-        ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
-        res = like.clone().fill_(float("nan"))
-        g.execute({**pack, out: res}, ws)
-        torch.cuda.synchronize()
-        assert _relerr(res, ref) < tol, cfg.label()
+    _every_config(g, eid, cfgs, pack, out, like, ref, tol)
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
@@ -749,10 +747,4 @@ def test_tf32_dgrad_transform_every_config(layout, monkeypatch):
     out.set_data_type(cudnn.data_type.FLOAT)
     cfgs = _grouped_configs(g, 45)
     assert cfgs
-    for cfg in cfgs:
-        g.create_execution_plan(45, cfg.knob_dict)
-        ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
-        res = x.clone().fill_(float("nan"))
-        g.execute({a: dy, b: w, out: res}, ws)
-        torch.cuda.synchronize()
-        assert _relerr(res, dx) < 3e-3, cfg.label()
+    _every_config(g, 45, cfgs, {a: dy, b: w}, out, x, dx, 3e-3)

@@ -401,22 +401,32 @@ def dgrad_source(
     L += _div_chain("t", list(geo.filt), r, ind2, "_qt")
     valid, a_off, w_off = ["mask_m"], ["dy_row"], []
     L += dgrad_tap_lines(geo, ds, ind2, valid, a_off, w_off)
-    L.append(f"{ind2}valid = " + " & ".join(valid))
-    L.append(f"{ind2}kk = k0 + tl.arange(0, BLOCK_K)")
-    L.append(f"{ind2}mask_k = kk < {geo.k_per_group}")
-    L.append(
-        f"{ind2}a = tl.load(DY + ({' + '.join(a_off)})[:, None] + (kk * {ds[1]})[None, :], "
-        f"mask=valid[:, None] & mask_k[None, :], other=0.0)"
-    )
-    L.append(
-        f"{ind2}b = tl.load(W + w_col[None, :] + ((g * {geo.k_per_group} + kk) * {ws[0]})"
-        f"[:, None] + {' + '.join(w_off)}, mask=mask_k[:, None] & mask_n[None, :], "
-        "other=0.0)"
-    )
+    L += _dgrad_step_lines(geo, ds, valid, a_off, w_off, clamp=False)
     L.append(ind2 + _dot_line(allow_tf32, interpret, fp32_inputs))
     for line in epilogue_body.strip("\n").split("\n"):
         L.append(ind + line)
     return "\n".join(L) + "\n"
+
+
+def _dgrad_step_lines(geo, ds, valid: list, a_off: list, w_off: list, clamp: bool) -> list:
+    """A backward-data step's loads: the [BLOCK_M, BLOCK_K] dy slab of the tap (rows where
+    ``valid`` fails are zeros; ``clamp`` also points them at element 0) and the
+    [BLOCK_K, BLOCK_N] filter slab; ``w_col`` and ``k0`` come from the caller."""
+    ind2 = "        "
+    rows = f"({' + '.join(a_off)})[:, None]"
+    if clamp:
+        rows = f"tl.where(valid[:, None], {rows}, 0)"
+    ws = geo.w_strides
+    return [
+        f"{ind2}valid = " + " & ".join(valid),
+        f"{ind2}kk = k0 + tl.arange(0, BLOCK_K)",
+        f"{ind2}mask_k = kk < {geo.k_per_group}",
+        f"{ind2}a = tl.load(DY + {rows} + (kk * {ds[1]})[None, :], "
+        "mask=valid[:, None] & mask_k[None, :], other=0.0)",
+        f"{ind2}b = tl.load(W + w_col[None, :] + ((g * {geo.k_per_group} + kk) * {ws[0]})"
+        f"[:, None] + {' + '.join(w_off)}, mask=mask_k[:, None] & mask_n[None, :], "
+        "other=0.0)",
+    ]
 
 
 def dgrad_grid(geo: ConvGeometry, kn: ConvKnobs, phases: bool = False) -> tuple:
@@ -527,18 +537,7 @@ def dgrad_phase_source(
         a_off.append(f"q{i} * {ds[2 + i]}")
         fr = f"({f - 1} - rc{i})" if geo.flip else f"rc{i}"
         w_off.append(f"{fr} * {ws[2 + i]}")
-    L.append(f"{ind2}valid = " + " & ".join(valid))
-    L.append(f"{ind2}kk = k0 + tl.arange(0, BLOCK_K)")
-    L.append(f"{ind2}mask_k = kk < {geo.k_per_group}")
-    L.append(
-        f"{ind2}a = tl.load(DY + tl.where(valid[:, None], ({' + '.join(a_off)})[:, None], 0) "
-        f"+ (kk * {ds[1]})[None, :], mask=valid[:, None] & mask_k[None, :], other=0.0)"
-    )
-    L.append(
-        f"{ind2}b = tl.load(W + w_col[None, :] + ((g * {geo.k_per_group} + kk) * {ws[0]})"
-        f"[:, None] + {' + '.join(w_off)}, mask=mask_k[:, None] & mask_n[None, :], "
-        "other=0.0)"
-    )
+    L += _dgrad_step_lines(geo, ds, valid, a_off, w_off, clamp=True)
     L.append(ind2 + _dot_line(allow_tf32, interpret, fp32_inputs))
     for line in epilogue_body.strip("\n").split("\n"):
         L.append(ind + line)

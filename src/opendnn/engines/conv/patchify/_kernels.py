@@ -74,98 +74,70 @@ def patch_size(geo: ConvGeometry) -> int:
     return geo.c_per_group * K._prod(geo.filt)
 
 
-def fprop_source(
-    name: str,
-    geo: ConvGeometry,
-    kn: K.ConvKnobs,
-    *,
-    epilogue_params: list,
-    epilogue_body: str,
-    allow_tf32: bool,
-    interpret: bool,
-    fp32_inputs: bool,
+def _pixel_tile_gemm(
+    name: str, inputs: list, geo: ConvGeometry, kn: K.ConvKnobs, cols: int, kw: dict, head, loop
 ) -> str:
+    """A kernel over (pixel tiles x ``cols`` column tiles): the pixel header, the ``head``
+    lines, the float32 accumulator, the reduction ``loop`` (its ``for`` line and body, which
+    load ``a`` and ``b``), the dot and the epilogue (``kw`` holds the source options)."""
+    ind, ind2 = "    ", "        "
+    L = K.pixel_tile_header(
+        name,
+        inputs,
+        kw["epilogue_params"],
+        ["BLOCK_M", "BLOCK_N", "BLOCK_K"],
+        geo,
+        geo.out_dims,
+        cols,
+        kn,
+    )
+    L += [ind + line for line in head]
+    L.append(f"{ind}acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)")
+    L += [ind + loop[0]] + [ind2 + line for line in loop[1:]]
+    L.append(ind2 + K._dot_line(kw["allow_tf32"], kw["interpret"], kw["fp32_inputs"]))
+    L += [ind + line for line in kw["epilogue_body"].strip("\n").split("\n")]
+    return "\n".join(L) + "\n"
+
+
+def fprop_source(name: str, geo: ConvGeometry, kn: K.ConvKnobs, **kw) -> str:
     """y tile [BLOCK_M pixels, BLOCK_N filters] = X[p, q] W[k, q]^T over BLOCK_K patch
-    elements a step. Grid: (pixel tiles x filter tiles, 1)."""
-    ind, ind2 = "    ", "        "
-    L = K.pixel_tile_header(
-        name,
-        ["X", "W"],
-        epilogue_params,
-        ["BLOCK_M", "BLOCK_N", "BLOCK_K"],
-        geo,
-        geo.out_dims,
-        geo.k_per_group,
-        kn,
-    )
+    elements a step. ``kw``: epilogue_params, epilogue_body, allow_tf32, interpret,
+    fp32_inputs. Grid: (pixel tiles x filter tiles, 1)."""
     x_row, _ = _p_offsets(geo, geo.x_strides, geo.x_strides)
-    q = patch_size(geo)
-    L += [
-        f"{ind}x_row = {x_row}",
-        f"{ind}w_col = offs_n * {geo.w_strides[0]}",
-        f"{ind}acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)",
-        f"{ind}for q0 in range(0, {q}, BLOCK_K):",
-        f"{ind2}qq = q0 + tl.arange(0, BLOCK_K)",
-        f"{ind2}mask_q = qq < {q}",
-    ]
-    L += _split_q("qq", geo, ind2, "_qq")
     x_q, w_q = _q_offsets(geo, geo.w_strides)
-    L += [
-        f"{ind2}a = tl.load(X + x_row[:, None] + ({x_q})[None, :], "
-        "mask=mask_m[:, None] & mask_q[None, :], other=0.0)",
-        f"{ind2}b = tl.load(W + ({w_q})[:, None] + w_col[None, :], "
-        "mask=mask_q[:, None] & mask_n[None, :], other=0.0)",
-        ind2 + K._dot_line(allow_tf32, interpret, fp32_inputs),
-    ]
-    L += [ind + line for line in epilogue_body.strip("\n").split("\n")]
-    return "\n".join(L) + "\n"
-
-
-def dgrad_source(
-    name: str,
-    geo: ConvGeometry,
-    kn: K.ConvKnobs,
-    *,
-    dy_strides: tuple,
-    epilogue_params: list,
-    epilogue_body: str,
-    allow_tf32: bool,
-    interpret: bool,
-    fp32_inputs: bool,
-) -> str:
-    """dx tile [BLOCK_M dy pixels, BLOCK_N patch elements] = dY[p, k] W[k, q] over
-    BLOCK_K filters a step; the epilogue addresses dx by (nb, o_i) and (c, r_i).
-    Grid: (pixel tiles x patch tiles, 1)."""
-    ind, ind2 = "    ", "        "
     q = patch_size(geo)
-    L = K.pixel_tile_header(
-        name,
-        ["DY", "W"],
-        epilogue_params,
-        ["BLOCK_M", "BLOCK_N", "BLOCK_K"],
-        geo,
-        geo.out_dims,
-        q,
-        kn,
-    )
-    _, dy_row = _p_offsets(geo, geo.x_strides, dy_strides)
-    L += _split_q("offs_n", geo, ind, "_qn")
-    _, w_q = _q_offsets(geo, geo.w_strides)
-    L += [
-        f"{ind}dy_row = {dy_row}",
-        f"{ind}w_col = {w_q}",
-        f"{ind}acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)",
-        f"{ind}for k0 in range(0, {geo.k_per_group}, BLOCK_K):",
-        f"{ind2}kk = k0 + tl.arange(0, BLOCK_K)",
-        f"{ind2}mask_k = kk < {geo.k_per_group}",
-        f"{ind2}a = tl.load(DY + dy_row[:, None] + (kk * {dy_strides[1]})[None, :], "
-        "mask=mask_m[:, None] & mask_k[None, :], other=0.0)",
-        f"{ind2}b = tl.load(W + (kk * {geo.w_strides[0]})[:, None] + w_col[None, :], "
-        "mask=mask_k[:, None] & mask_n[None, :], other=0.0)",
-        ind2 + K._dot_line(allow_tf32, interpret, fp32_inputs),
+    loop = [
+        f"for q0 in range(0, {q}, BLOCK_K):",
+        "qq = q0 + tl.arange(0, BLOCK_K)",
+        f"mask_q = qq < {q}",
+        *[line.strip() for line in _split_q("qq", geo, "", "_qq")],
+        f"a = tl.load(X + x_row[:, None] + ({x_q})[None, :], "
+        "mask=mask_m[:, None] & mask_q[None, :], other=0.0)",
+        f"b = tl.load(W + ({w_q})[:, None] + w_col[None, :], "
+        "mask=mask_q[:, None] & mask_n[None, :], other=0.0)",
     ]
-    L += [ind + line for line in epilogue_body.strip("\n").split("\n")]
-    return "\n".join(L) + "\n"
+    head = [f"x_row = {x_row}", f"w_col = offs_n * {geo.w_strides[0]}"]
+    return _pixel_tile_gemm(name, ["X", "W"], geo, kn, geo.k_per_group, kw, head, loop)
+
+
+def dgrad_source(name: str, geo: ConvGeometry, kn: K.ConvKnobs, *, dy_strides: tuple, **kw):
+    """dx tile [BLOCK_M dy pixels, BLOCK_N patch elements] = dY[p, k] W[k, q] over
+    BLOCK_K filters a step; the epilogue addresses dx by (nb, o_i) and (c, r_i). ``kw`` as
+    ``fprop_source``'s. Grid: (pixel tiles x patch tiles, 1)."""
+    _, dy_row = _p_offsets(geo, geo.x_strides, dy_strides)
+    _, w_q = _q_offsets(geo, geo.w_strides)
+    head = [line.strip() for line in _split_q("offs_n", geo, "", "_qn")]
+    head += [f"dy_row = {dy_row}", f"w_col = {w_q}"]
+    loop = [
+        f"for k0 in range(0, {geo.k_per_group}, BLOCK_K):",
+        "kk = k0 + tl.arange(0, BLOCK_K)",
+        f"mask_k = kk < {geo.k_per_group}",
+        f"a = tl.load(DY + dy_row[:, None] + (kk * {dy_strides[1]})[None, :], "
+        "mask=mask_m[:, None] & mask_k[None, :], other=0.0)",
+        f"b = tl.load(W + (kk * {geo.w_strides[0]})[:, None] + w_col[None, :], "
+        "mask=mask_k[:, None] & mask_n[None, :], other=0.0)",
+    ]
+    return _pixel_tile_gemm(name, ["DY", "W"], geo, kn, patch_size(geo), kw, head, loop)
 
 
 def wgrad_sources(
