@@ -156,3 +156,20 @@ def test_tma_wgrad_declines_with_a_reason(change, reason):
         dy = dy.to(memory_format=CL)
     sup = _support(x, dy, change.get("knobs", SMALL), padding=[1, 1], stride=[s, s])
     assert not sup.ok and reason in sup.reason
+
+
+@pytest.mark.parametrize("c,gathered", [(64, False), (3, True)])
+def test_flat_gathered_runs_offered_only_where_boxes_cannot_go(c, gathered):
+    """A 3x3 layer of 64 channels gets box configs and no gathered flat runs (they ran up
+    to 6.5x their model there); an RGB stem, which boxes cannot describe, gets them."""
+    from opendnn.handle import _KNOWN
+
+    h100 = Target("cuda", "H100", (9, 0), 132, **_KNOWN["H100"])
+    x, dy = _problem(8, c, 64, 56, 56, 3, 1, 1, 1, torch.bfloat16, 5)
+    g, tx, tdy, dw = _graph(x, dy, 64, c, 3, 1, 1, 1)
+    dw.set_output(True)
+    g.validate()
+    cfgs = ImplicitGemmWgradEngine().configs(g.op_graph, h100)
+    flat = [cf for cf in cfgs if cf.knob_dict.get("FLAT")]
+    boxes = [cf for cf in cfgs if "TMA_TW" in cf.knob_dict and not cf.knob_dict.get("FLAT")]
+    assert bool(flat) == gathered and bool(boxes) != gathered

@@ -19,41 +19,41 @@ from __future__ import annotations
 
 # family (or engine name) -> measured / modelled time, H100, fitted by bench/calibrate.py
 MEASURED_SCALES: dict[str, float] = {
-    "conv_depthwise": 2.09,  # 231 timings
-    "conv_depthwise:strip": 2.04,  # 138 timings
-    "conv_dgrad_depthwise": 2.17,  # 349 timings
-    "conv_dgrad_grouped": 1.36,  # 62 timings
-    "conv_dgrad_implicit_gemm:gather": 0.34,  # 190 timings
-    "conv_dgrad_implicit_gemm:tma": 0.71,  # 31 timings
-    "conv_dgrad_implicit_gemm:tma:flat": 0.73,  # 5 timings
-    "conv_dgrad_implicit_gemm:tma:flat:split": 0.93,  # 1 timings
-    "conv_dgrad_implicit_gemm:tma:split": 0.79,  # 3 timings
-    "conv_dgrad_patchify": 0.98,  # 35 timings
-    "conv_dgrad_splitk:gather": 0.75,  # 9 timings
-    "conv_dgrad_winograd_nonfused": 0.80,  # 16 timings
-    "conv_direct:gather": 4.52,  # 15 timings
-    "conv_gemm": 1.36,  # 117 timings
-    "conv_grouped": 2.22,  # 53 timings
+    "conv_depthwise": 2.88,  # 231 timings
+    "conv_depthwise:strip": 2.66,  # 138 timings
+    "conv_dgrad_depthwise": 2.51,  # 349 timings
+    "conv_dgrad_grouped": 1.40,  # 62 timings
+    "conv_dgrad_implicit_gemm:gather": 0.58,  # 190 timings
+    "conv_dgrad_implicit_gemm:tma": 0.96,  # 31 timings
+    "conv_dgrad_implicit_gemm:tma:flat": 0.91,  # 5 timings
+    "conv_dgrad_implicit_gemm:tma:flat:split": 1.01,  # 1 timings
+    "conv_dgrad_implicit_gemm:tma:split": 0.95,  # 3 timings
+    "conv_dgrad_patchify": 1.04,  # 35 timings
+    "conv_dgrad_splitk:gather": 1.08,  # 9 timings
+    "conv_dgrad_winograd_nonfused": 0.68,  # 16 timings
+    "conv_direct:gather": 5.06,  # 15 timings
+    "conv_gemm": 1.37,  # 117 timings
+    "conv_grouped": 2.20,  # 53 timings
     "conv_implicit_gemm:gather": 1.00,  # 168 timings
     "conv_implicit_gemm:tma": 1.53,  # 40 timings
-    "conv_implicit_gemm:tma:flat": 1.04,  # 4 timings
-    "conv_implicit_gemm:tma:flat:split": 1.08,  # 1 timings
-    "conv_implicit_gemm:tma:split": 1.06,  # 2 timings
+    "conv_implicit_gemm:tma:flat": 1.03,  # 4 timings
+    "conv_implicit_gemm:tma:flat:split": 1.07,  # 1 timings
+    "conv_implicit_gemm:tma:split": 1.05,  # 2 timings
     "conv_implicit_precomp_gemm:gather": 0.95,  # 21 timings
-    "conv_patchify": 1.05,  # 33 timings
-    "conv_wgrad_depthwise": 2.07,  # 308 timings
-    "conv_wgrad_depthwise:strip": 2.11,  # 138 timings
-    "conv_wgrad_gemm": 0.84,  # 177 timings
-    "conv_wgrad_grouped": 0.91,  # 95 timings
+    "conv_patchify": 1.03,  # 33 timings
+    "conv_wgrad_depthwise": 2.72,  # 308 timings
+    "conv_wgrad_depthwise:strip": 2.41,  # 138 timings
+    "conv_wgrad_gemm": 0.82,  # 177 timings
+    "conv_wgrad_grouped": 1.04,  # 95 timings
     "conv_wgrad_implicit_gemm:gather": 0.85,  # 29 timings
-    "conv_wgrad_implicit_gemm:tma": 1.04,  # 44 timings
-    "conv_wgrad_implicit_gemm:tma:flat": 1.04,  # 61 timings
-    "conv_wgrad_patchify": 1.00,  # 25 timings
-    "conv_wgrad_precomp:gather": 2.76,  # 15 timings
-    "conv_wgrad_splitk:gather": 1.26,  # 5 timings
-    "conv_wgrad_winograd_nonfused": 1.06,  # 40 timings
-    "conv_winograd4x4_nonfused": 1.05,  # 25 timings
-    "conv_winograd_nonfused": 0.90,  # 10 timings
+    "conv_wgrad_implicit_gemm:tma": 1.02,  # 44 timings
+    "conv_wgrad_implicit_gemm:tma:flat": 1.02,  # 61 timings
+    "conv_wgrad_patchify": 0.99,  # 25 timings
+    "conv_wgrad_precomp:gather": 2.72,  # 15 timings
+    "conv_wgrad_splitk:gather": 1.25,  # 5 timings
+    "conv_wgrad_winograd_nonfused": 1.08,  # 40 timings
+    "conv_winograd4x4_nonfused": 1.08,  # 25 timings
+    "conv_winograd_nonfused": 0.93,  # 10 timings
 }
 
 

@@ -101,9 +101,17 @@ class WgradTmaPath(TmaPath):
         return T.fits(kn, a.x.data_type.itemsize) and _workspace(a, kn) // 4 < MAX_WS_ELEMENTS
 
     def knobs(self, a, target) -> list:
+        """The configs offered. Flat runs with gathered columns are for the problems the
+        boxes cannot take (an RGB stem): where boxes can, the gathered runs measured up to
+        6.5x their model (3x3 layers of 64-256 channels, whose runs the gather reads
+        element by element) and the boxes within 1.05x of theirs; an explicit flat config
+        is still built (``check``)."""
         peak, out = target.peak_flops_fp16, []
+        gathered_only = T.unsupported(a.geo, a.x, a.w, a.y) is not None
         for kn in self.knob_space:
             if _why(a, kn) is not None:
+                continue
+            if kn.FLAT and not gathered_only and not F.x_by_descriptor(a.geo, a.x):
                 continue
             cands = [dataclasses.replace(kn, SPLIT=s) for s in _splits(_max_split(a, kn))]
             kn = min(cands, key=lambda k: _estimate(a, k, peak, target))
