@@ -81,14 +81,15 @@ def collect(paths, target) -> list:
                 e = by_id(eid)
                 cfg = EngineConfig.make(e, **knobs)
                 t = e.estimate_seconds(g.op_graph, cfg, target)
-                timed.append((e.family(cfg), math.log(t), math.log(ms), label))
+                key = e.calibration_key(g.op_graph, cfg)
+                timed.append((key, math.log(t), math.log(ms), label))
             plans, _ = candidate_plans(g.op_graph, (HeurMode.A,), target, None, False)
             cands = []
             for p in plans:
                 st = p.stages[0]
                 e = by_id(st.config.engine_id)
                 t = e.estimate_seconds(st.graph, st.config, target)
-                cands.append((e.family(st.config), math.log(t), p.name))
+                cands.append((e.calibration_key(st.graph, st.config), math.log(t), p.name))
             out.append((r["case"], timed, cands))
     return out
 

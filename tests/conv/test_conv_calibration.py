@@ -13,10 +13,10 @@ from opendnn.handle import _KNOWN
 H100 = Target("cuda", "H100", (9, 0), 132, **_KNOWN["H100"])
 
 
-def _wgrad_graph():
+def _wgrad_graph(layout=torch.contiguous_format):
     g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
-    x = torch.randn(4, 32, 9, 9, dtype=torch.bfloat16)
-    dy = torch.randn(4, 64, 9, 9, dtype=torch.bfloat16)
+    x = torch.randn(4, 32, 9, 9, dtype=torch.bfloat16).to(memory_format=layout)
+    dy = torch.randn(4, 64, 9, 9, dtype=torch.bfloat16).to(memory_format=layout)
     dw = g.conv_wgrad(_tensor(g, x), _tensor(g, dy), padding=[1, 1])
     dw.set_dim([64, 32, 3, 3]).set_stride([288, 9, 3, 1]).set_output(True)
     g.validate()
@@ -36,7 +36,9 @@ def test_ranking_applies_the_factor_on_a_gpu_only():
     splitk = by_id(10)  # nondeterministic split-K, calibrated
     cfg = splitk.configs(g, H100)[0]
     est = splitk.estimate_seconds(g, cfg, H100)
-    factor = calibration.measured_scale(splitk.family(cfg), splitk.name)
+    key = splitk.calibration_key(g, cfg)
+    assert key == splitk.family(cfg) + ":nchw"  # x and dy are NCHW
+    factor = calibration.measured_scale(key, splitk.name)
     assert factor != 1.0
     assert splitk.ranked_seconds(g, cfg, H100) == est * factor
     cpu = Target()
@@ -46,6 +48,23 @@ def test_ranking_applies_the_factor_on_a_gpu_only():
 
 def test_unknown_paths_are_not_scaled():
     assert calibration.measured_scale("no_such_engine:path", "no_such_engine") == 1.0
+
+
+def test_an_nchw_key_without_a_factor_takes_its_paths(monkeypatch):
+    """``family:nchw`` has its own factor where NCHW timings were fitted; else the path's,
+    else the engine's."""
+    table = {"eng:path": 2.0, "eng:path:nchw": 3.0, "eng": 5.0}
+    monkeypatch.setattr(calibration, "MEASURED_SCALES", table)
+    assert calibration.measured_scale("eng:path:nchw", "eng") == 3.0
+    assert calibration.measured_scale("eng:other:nchw", "eng") == 5.0
+    del table["eng:path:nchw"]
+    assert calibration.measured_scale("eng:path:nchw", "eng") == 2.0
+    e = by_id(5)
+    for layout in (torch.contiguous_format, torch.channels_last):
+        g = _wgrad_graph(layout)  # NCHW: the key names the layout; channels-last: the path
+        cfg = e.configs(g, H100)[0]
+        nchw = layout == torch.contiguous_format
+        assert e.calibration_key(g, cfg) == e.family(cfg) + (":nchw" if nchw else "")
 
 
 def test_wgrad_main_loop_bounds_a_few_long_programs():

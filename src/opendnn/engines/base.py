@@ -163,16 +163,23 @@ class Engine:
     def estimate_seconds(self, graph, config: EngineConfig, target: Target) -> float:
         return float("inf")
 
-    def measured_scale(self, config: EngineConfig) -> float:
+    def calibration_key(self, graph, config: EngineConfig) -> str:
+        """The key of ``config`` on ``graph`` in ``calibration.MEASURED_SCALES``: its code
+        path (``family``), which an engine may qualify by what of the problem its model
+        leaves out (a convolution's NCHW image: ``...:nchw``)."""
+        return self.family(config)
+
+    def measured_scale(self, config: EngineConfig, graph=None) -> float:
         """How much slower than ``estimate_seconds`` this engine's ``config`` runs on a GPU,
         fitted to measured find timings (``calibration``; 1: not calibrated)."""
-        return measured_scale(self.family(config), self.name)
+        key = self.family(config) if graph is None else self.calibration_key(graph, config)
+        return measured_scale(key, self.name)
 
     def ranked_seconds(self, graph, config: EngineConfig, target: Target) -> float:
         """The time the heuristics rank by: the cost model times ``measured_scale`` on a
         GPU (the interpreter's ranking is the plain model)."""
         t = self.estimate_seconds(graph, config, target)
-        return t * self.measured_scale(config) if target.is_cuda else t
+        return t * self.measured_scale(config, graph) if target.is_cuda else t
 
     def family(self, config: EngineConfig) -> str:
         """Which of the engine's code paths ``config`` takes (benchmark mode times the

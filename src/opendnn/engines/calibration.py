@@ -5,7 +5,9 @@ main loop's step latency. Engines that share a roofline still differ by what it 
 out -- index tables, atomics, transposed operand loads, a second kernel -- and that shows
 as a steady ratio between an engine's measured times and its model. ``MEASURED_SCALES``
 holds that ratio per code path (``Engine.family``; an engine's name covers all its
-paths), relative to the forward implicit GEMM's gather path (1.0). The heuristics rank by
+paths; a convolution engine's key adds ``:nchw`` when its image has NCHW strides, since
+its model leaves out how much a strided layout costs each path), relative to the forward
+implicit GEMM's gather path (1.0). The heuristics rank by
 the model times this factor (``Engine.ranked_seconds``).
 
 The factors come from ``bench/calibrate.py``: it rebuilds every row of the committed conv
@@ -19,44 +21,65 @@ from __future__ import annotations
 
 # family (or engine name) -> measured / modelled time, H100, fitted by bench/calibrate.py
 MEASURED_SCALES: dict[str, float] = {
-    "conv_depthwise": 2.88,  # 231 timings
-    "conv_depthwise:strip": 2.66,  # 138 timings
-    "conv_dgrad_depthwise": 2.51,  # 349 timings
-    "conv_dgrad_grouped": 1.40,  # 62 timings
-    "conv_dgrad_implicit_gemm:gather": 0.58,  # 190 timings
-    "conv_dgrad_implicit_gemm:tma": 0.96,  # 31 timings
-    "conv_dgrad_implicit_gemm:tma:flat": 0.91,  # 5 timings
-    "conv_dgrad_implicit_gemm:tma:flat:split": 1.01,  # 1 timings
-    "conv_dgrad_implicit_gemm:tma:split": 0.95,  # 3 timings
-    "conv_dgrad_patchify": 1.04,  # 35 timings
-    "conv_dgrad_splitk:gather": 1.08,  # 9 timings
-    "conv_dgrad_winograd_nonfused": 0.68,  # 16 timings
-    "conv_direct:gather": 5.06,  # 15 timings
-    "conv_gemm": 1.37,  # 117 timings
-    "conv_grouped": 2.20,  # 53 timings
-    "conv_implicit_gemm:gather": 1.00,  # 168 timings
-    "conv_implicit_gemm:tma": 1.53,  # 40 timings
-    "conv_implicit_gemm:tma:flat": 1.03,  # 4 timings
-    "conv_implicit_gemm:tma:flat:split": 1.07,  # 1 timings
-    "conv_implicit_gemm:tma:split": 1.05,  # 2 timings
-    "conv_implicit_precomp_gemm:gather": 0.95,  # 21 timings
-    "conv_patchify": 1.03,  # 33 timings
-    "conv_wgrad_depthwise": 2.72,  # 308 timings
-    "conv_wgrad_depthwise:strip": 2.41,  # 138 timings
-    "conv_wgrad_gemm": 0.82,  # 177 timings
-    "conv_wgrad_grouped": 1.04,  # 95 timings
-    "conv_wgrad_implicit_gemm:gather": 0.85,  # 29 timings
-    "conv_wgrad_implicit_gemm:tma": 1.02,  # 44 timings
-    "conv_wgrad_implicit_gemm:tma:flat": 1.02,  # 61 timings
-    "conv_wgrad_patchify": 0.99,  # 25 timings
-    "conv_wgrad_precomp:gather": 2.72,  # 15 timings
-    "conv_wgrad_splitk:gather": 1.25,  # 5 timings
-    "conv_wgrad_winograd_nonfused": 1.08,  # 40 timings
-    "conv_winograd4x4_nonfused": 1.08,  # 25 timings
-    "conv_winograd_nonfused": 0.93,  # 10 timings
+    "conv_depthwise": 0.79,  # 31 timings
+    "conv_depthwise:nchw": 1.89,  # 200 timings
+    "conv_depthwise:strip": 0.79,  # 138 timings
+    "conv_dgrad_depthwise": 1.25,  # 149 timings
+    "conv_dgrad_depthwise:nchw": 1.80,  # 200 timings
+    "conv_dgrad_grouped": 0.84,  # 21 timings
+    "conv_dgrad_grouped:nchw": 1.58,  # 41 timings
+    "conv_dgrad_implicit_gemm:gather": 0.74,  # 125 timings
+    "conv_dgrad_implicit_gemm:gather:nchw": 0.54,  # 65 timings
+    "conv_dgrad_implicit_gemm:tma": 1.04,  # 31 timings
+    "conv_dgrad_implicit_gemm:tma:flat": 0.96,  # 5 timings
+    "conv_dgrad_implicit_gemm:tma:flat:split": 1.02,  # 1 timings
+    "conv_dgrad_implicit_gemm:tma:split": 1.00,  # 3 timings
+    "conv_dgrad_patchify": 0.93,  # 12 timings
+    "conv_dgrad_patchify:nchw": 1.11,  # 23 timings
+    "conv_dgrad_splitk:gather": 1.12,  # 6 timings
+    "conv_dgrad_splitk:gather:nchw": 0.98,  # 3 timings
+    "conv_dgrad_winograd_nonfused": 0.82,  # 16 timings
+    "conv_direct:gather": 1.49,  # 1 timings
+    "conv_direct:gather:nchw": 3.44,  # 14 timings
+    "conv_gemm": 1.24,  # 117 timings
+    "conv_grouped": 0.95,  # 20 timings
+    "conv_grouped:nchw": 2.04,  # 33 timings
+    "conv_implicit_gemm:gather": 1.00,  # 128 timings
+    "conv_implicit_gemm:gather:nchw": 0.76,  # 40 timings
+    "conv_implicit_gemm:tma": 1.28,  # 25 timings
+    "conv_implicit_gemm:tma:flat": 1.00,  # 4 timings
+    "conv_implicit_gemm:tma:flat:split": 1.05,  # 1 timings
+    "conv_implicit_gemm:tma:nchw": 1.58,  # 15 timings
+    "conv_implicit_gemm:tma:split": 0.99,  # 2 timings
+    "conv_implicit_precomp_gemm:gather": 1.19,  # 13 timings
+    "conv_implicit_precomp_gemm:gather:nchw": 0.61,  # 8 timings
+    "conv_patchify": 0.92,  # 9 timings
+    "conv_patchify:nchw": 0.99,  # 24 timings
+    "conv_wgrad_depthwise": 0.96,  # 13 timings
+    "conv_wgrad_depthwise:nchw": 1.69,  # 295 timings
+    "conv_wgrad_depthwise:strip": 0.97,  # 138 timings
+    "conv_wgrad_gemm": 0.69,  # 177 timings
+    "conv_wgrad_grouped": 0.67,  # 36 timings
+    "conv_wgrad_grouped:nchw": 1.01,  # 59 timings
+    "conv_wgrad_implicit_gemm:gather": 0.73,  # 23 timings
+    "conv_wgrad_implicit_gemm:gather:nchw": 0.78,  # 6 timings
+    "conv_wgrad_implicit_gemm:tma": 0.86,  # 44 timings
+    "conv_wgrad_implicit_gemm:tma:flat": 0.86,  # 61 timings
+    "conv_wgrad_patchify": 0.96,  # 2 timings
+    "conv_wgrad_patchify:nchw": 0.87,  # 23 timings
+    "conv_wgrad_precomp:gather": 2.36,  # 15 timings
+    "conv_wgrad_splitk:gather": 1.13,  # 5 timings
+    "conv_wgrad_winograd_nonfused": 0.93,  # 40 timings
+    "conv_winograd4x4_nonfused": 1.03,  # 25 timings
+    "conv_winograd_nonfused": 0.89,  # 10 timings
 }
 
 
-def measured_scale(family: str, name: str) -> float:
-    """The factor of code path ``family`` of engine ``name`` (1: not calibrated)."""
-    return MEASURED_SCALES.get(family, MEASURED_SCALES.get(name, 1.0))
+def measured_scale(key: str, name: str) -> float:
+    """The factor of calibration ``key`` (a code path, ``Engine.calibration_key``) of engine
+    ``name``: the key's own, else its code path's without a ``:nchw`` qualifier, else the
+    engine's (1: not calibrated)."""
+    for k in (key, key.removesuffix(":nchw"), name):
+        if k in MEASURED_SCALES:
+            return MEASURED_SCALES[k]
+    return 1.0

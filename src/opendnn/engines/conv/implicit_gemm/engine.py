@@ -72,6 +72,16 @@ class ImplicitGemmEngine(Engine):
                 values[name] = (old[0] | set(vals), old[1])
         return [Knob(n, tuple(sorted(v)), d) for n, (v, d) in values.items()]
 
+    def calibration_key(self, graph, config) -> str:
+        """The family, with ``:nchw`` when the image (x; dy for the backward data) has
+        more than one channel and a channel stride other than 1."""
+        key = self.family(config)
+        a = self._analyze(graph)
+        if isinstance(a, str):
+            return key
+        image = a.y if self.kind == "conv_dgrad" else a.x
+        return key + ":nchw" if image.dims[1] > 1 and image.strides[1] != 1 else key
+
     def family(self, config) -> str:
         kd, path = config.knob_dict, self.tma_path
         if path is None or not path.is_tma(kd):
