@@ -298,7 +298,7 @@ def _transposer(desc, cl, to_cl: bool, is_cuda: bool):
     move, or fewer channels than ``K.MIN_CHANNELS`` (the generic strided copy takes those)."""
     if len(desc.dims) < 3 or cl.strides != channels_last_strides(desc.dims):
         return None
-    if desc.strides != _packed_strides(desc.dims) or desc.dims[1] < K.MIN_CHANNELS:
+    if not _packed(desc) or desc.dims[1] < K.MIN_CHANNELS:
         return None
     int64 = desc.numel >= 2**31
     name = f"conv_layout_{'to_cl' if to_cl else 'to_nchw'}{'_i64' if int64 else ''}"
@@ -311,14 +311,6 @@ def _transposer(desc, cl, to_cl: bool, is_cuda: bool):
     if is_cuda:
         launcher.prepare_cuda([desc.torch_dtype, desc.torch_dtype, c, s])
     return launcher, c, s
-
-
-def _packed_strides(dims: tuple) -> tuple:
-    out, step = [0] * len(dims), 1
-    for i in reversed(range(len(dims))):
-        out[i] = step
-        step *= dims[i]
-    return tuple(out)
 
 
 class _ChannelsLastExecutable(Executable):

@@ -163,7 +163,7 @@ def wgrad_sources(
     q = patch_size(geo)
     kt = geo.k_per_group
     pixels = geo.n * K._prod(geo.out_dims)
-    chunk = -(-(-(-pixels // split)) // kn.BLOCK_K) * kn.BLOCK_K
+    chunk = wgrad_chunk(geo, kn, split)
     i64 = ".to(tl.int64)" if geo.int64 else ""
     x_row, dy_row = _p_offsets(geo, geo.x_strides, dy_strides)
     x_q, _ = _q_offsets(geo, geo.w_strides)

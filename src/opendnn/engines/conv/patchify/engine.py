@@ -26,6 +26,7 @@ from ....runtime.launch import DualKernel, LaunchList, kernel_from_source
 from ...base import SUPPORTED, EngineConfig, Executable, Knob, Support, decline
 from ...fusion import epilogue as fuse_epilogue
 from ..analysis import epilogue, peak_flops, tf32
+from ..grouped.engine import SHARED_BYTES, fit_stages, stage_bytes
 from ..implicit_gemm import _kernels as K
 from ..implicit_gemm.engine import ImplicitGemmEngine, transposed_step
 from . import _kernels as P
@@ -45,7 +46,6 @@ TILES = (
 )
 INTERPRETER_TILE = (16, 16, 16, 4, 1)
 CONFIGS = 8
-SHARED_BYTES = 200 * 1024
 # the backward filter's slices: about this many programs per SM
 WGRAD_PROGRAMS_PER_SM = 4
 
@@ -154,7 +154,7 @@ class PatchifyConvEngine(ImplicitGemmEngine):
                 return decline(f"{name}={v!r}: one of {list(space[name])}")
         kn = self._knobs(kd)
         size = self._analyze(graph).x.data_type.itemsize
-        smem = kn.num_stages * (kn.BLOCK_M + kn.BLOCK_N) * kn.BLOCK_K * size
+        smem = kn.num_stages * stage_bytes(kn, size)
         if target.is_cuda and smem > SHARED_BYTES:
             return decline(
                 f"num_stages={kn.num_stages} x the operand tiles = {smem} bytes exceed the "
@@ -173,7 +173,7 @@ class PatchifyConvEngine(ImplicitGemmEngine):
                 continue
             if bk > max(16, _pow2_at_least(r)):
                 continue
-            if st * (bm + bn) * bk * size > SHARED_BYTES:
+            if fit_stages(K.ConvKnobs(bm, bn, bk, w, st), size, st) < st:
                 continue
             out.append((bm, bn, bk, w, st))
         return out or [(64, 64, 32, 4, 3)]
