@@ -748,3 +748,40 @@ def test_tf32_dgrad_transform_every_config(layout, monkeypatch):
     cfgs = _grouped_configs(g, 45)
     assert cfgs
     _every_config(g, 45, cfgs, {a: dy, b: w}, out, x, dx, 3e-3)
+
+
+# (x dims, K, filter, stride, padding): the 3-D UNet downsample at a small size, a 2-D
+# 3x3 stride 2 with an odd image, a 1x1 stride 2 (phases no tap reaches), 1-D stride 3
+PHASE_CASES = [
+    ((1, 32, 12, 10, 9), 64, (3, 3, 3), (2, 2, 2), (1, 1, 1)),
+    ((2, 24, 17, 15), 40, (3, 3), (2, 2), (1, 1)),
+    ((2, 64, 14, 14), 96, (1, 1), (2, 2), (0, 0)),
+    ((2, 16, 31), 24, (4,), (3,), (1,)),
+]
+
+
+@pytest.mark.parametrize("case", PHASE_CASES, ids=[f"s{i}" for i in range(len(PHASE_CASES))])
+@pytest.mark.parametrize(
+    "dt,layout", [(torch.bfloat16, "nhwc"), (torch.float16, "nchw"), (torch.float16, "nhwc")]
+)
+def test_dgrad_stride_phases_every_config(case, dt, layout):
+    """conv_dgrad_implicit_gemm (4) with PHASES=1: every phase config it offers, NaN-poisoned
+    dx, against float64 autograd."""
+    xdims, k, filt, stride, pad = case
+    conv = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}[len(xdims)]
+    x = torch.randn(xdims, device="cuda", dtype=dt)
+    w = torch.randn((k, xdims[1], *filt), device="cuda", dtype=dt) * 0.2
+    xr, wr = x.double().requires_grad_(), w.double().requires_grad_()
+    y = conv(xr, wr, stride=stride, padding=pad)
+    dy = torch.randn(y.shape, device="cuda", dtype=dt)
+    dx, dwr = torch.autograd.grad(y, (xr, wr), dy.double())
+    if layout == "nhwc":
+        fmt = {3: None, 4: torch.channels_last, 5: torch.channels_last_3d}[len(xdims)]
+        if fmt is not None:
+            x, w, dy = (t.to(memory_format=fmt) for t in (x, w, dy))
+    g, out, pack, like, ref = _direction_graph(
+        "dgrad", x, w, dy, (y.detach(), dx, dwr), padding=list(pad), stride=list(stride)
+    )
+    cfgs = [c for c in _grouped_configs(g, 4) if c.knob_dict.get("PHASES")]
+    assert cfgs, "no stride-phase config offered"
+    _every_config(g, 4, cfgs, pack, out, like, ref, TOL[dt] * 2)
