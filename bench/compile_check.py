@@ -68,6 +68,7 @@ DT = {
 }
 PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
 CL = torch.channels_last
+CL3 = torch.channels_last_3d
 
 
 # ---- compiling a plan's launches ---------------------------------------------------------
@@ -314,6 +315,15 @@ def conv_graphs():
         dx.set_dim(list(dims)).set_stride(list(xs.stride())).set_output(True)
         dx.set_data_type(cudnn.data_type.BFLOAT16)
         yield f"dgrad by phases {d}-D", g, [4]
+    # the backward filter's TMA boxes in 3-D (NDHWC over N * OD images), stride 1 and 2
+    for s in (1, 2):
+        x = torch.randn(2, 32, 8, 8, 8, dtype=torch.bfloat16).to(memory_format=CL3)
+        dy = torch.randn(2, 64, 8 // s, 8 // s, 8 // s, dtype=torch.bfloat16)
+        g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+        tx, tdy = g.tensor_like(x), g.tensor_like(dy.to(memory_format=CL3))
+        dw = g.conv_wgrad(tx, tdy, padding=[1] * 3, stride=[s] * 3)
+        dw.set_dim([64, 32, 3, 3, 3]).set_output(True).set_data_type(cudnn.data_type.FLOAT)
+        yield f"wgrad 3-D boxes stride {s}", g, [5]
     # patchify (50-52): a 4x4/4 RGB stem in NHWC bf16 and NCHW float32 (TF32)
     for dt, fmt in ((torch.bfloat16, CL), (torch.float32, torch.contiguous_format)):
         x = torch.randn(4, 3, 32, 32, dtype=dt).to(memory_format=fmt)

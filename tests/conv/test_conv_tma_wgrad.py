@@ -106,6 +106,57 @@ def test_tma_wgrad_scale_epilogue_bf16_and_workspace(split):
     assert ws == (0 if split == 1 else -(-4 * split * 9 * 16 * 16 // 256) * 256)
 
 
+# (N, C, K, D, H, W, filt, stride, pad, dilation, knobs): NDHWC as 2-D boxes over N * OD
+# images; depth padding read at image -1 (zero-filled), depth stride and dilation free
+CASES_3D = [
+    (2, 16, 8, 4, 5, 6, (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), SMALL),
+    (1, 8, 16, 5, 6, 6, (3, 3, 3), (2, 2, 2), (1, 1, 1), (1, 1, 1), dict(SMALL, SPLIT=2)),
+    (1, 8, 8, 7, 4, 5, (3, 2, 3), (2, 1, 1), (2, 1, 0), (2, 1, 1), dict(SMALL, SPLIT=3)),
+    (2, 8, 24, 3, 4, 4, (1, 3, 3), (3, 1, 1), (0, 1, 1), (1, 2, 1), dict(SMALL, BLOCK_M=64)),
+]
+
+
+@pytest.mark.parametrize("case", CASES_3D, ids=[f"d{i}" for i in range(len(CASES_3D))])
+@pytest.mark.parametrize("mode", ["CROSS_CORRELATION", "CONVOLUTION"])
+def test_tma_wgrad_3d_against_reference(case, mode):
+    n, c, k, dd, h, w, f, s, p, dil, knobs = case
+    torch.manual_seed(n + c + k + dd)
+    cl3 = torch.channels_last_3d
+    x = torch.randn(n, c, dd, h, w, dtype=torch.bfloat16).to(memory_format=cl3)
+    out = [
+        (i + 2 * pi - di * (fi - 1) - 1) // si + 1
+        for i, pi, di, fi, si in zip((dd, h, w), p, dil, f, s)
+    ]
+    dy = torch.randn(n, k, *out, dtype=torch.bfloat16).to(memory_format=cl3)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tdy = g.tensor_like(x), g.tensor_like(dy)
+    dw = g.conv_wgrad(
+        tx,
+        tdy,
+        padding=list(p),
+        stride=list(s),
+        dilation=list(dil),
+        convolution_mode=cudnn.convolution_mode[mode],
+    )
+    dw.set_dim([k, c, *f]).set_stride(list(torch.empty(k, c, *f).to(memory_format=cl3).stride()))
+    dw.set_output(True).set_data_type(cudnn.data_type.FLOAT)
+    check_engine(g, {tx: x, tdy: dy}, [dw], WGRAD_ID, knobs, n=n * out[0] * out[1] * out[2])
+
+
+def test_tma_wgrad_3d_boxes_hold_one_depth_slice():
+    cl3 = torch.channels_last_3d
+    x = torch.randn(1, 8, 4, 4, 4, dtype=torch.bfloat16).to(memory_format=cl3)
+    dy = torch.randn(1, 8, 4, 4, 4, dtype=torch.bfloat16).to(memory_format=cl3)
+    g = cudnn.pygraph()
+    tx, tdy = g.tensor_like(x), g.tensor_like(dy)
+    dw = g.conv_wgrad(tx, tdy, padding=[1, 1, 1])
+    dw.set_dim([8, 8, 3, 3, 3]).set_output(True)
+    g.validate()
+    e = ImplicitGemmWgradEngine()
+    sup = e.check_config(g.op_graph, EngineConfig.make(e, **dict(SMALL, TMA_IMGS=2)), Target())
+    assert not sup.ok and "one depth slice" in sup.reason
+
+
 def test_tma_wgrad_flat_gathers_from_an_nchw_image():
     """The gather reads x through its strides: NCHW x, NHWC dy."""
     x, dy = _problem(2, 3, 8, 7, 6, 3, 2, 1, 1, torch.bfloat16, 21)

@@ -253,7 +253,7 @@ def test_flat_tma_tiles_every_config(kind, cfg):
     assert _relerr(out, ref) < TOL[dt]
 
 
-@pytest.mark.parametrize("cfg", range(48))
+@pytest.mark.parametrize("cfg", range(60))
 def test_wgrad_tma_path_every_config(cfg):
     """Each TMA knob set of conv_wgrad_implicit_gemm, on stride 1, stride 2 or an odd image
     in turn (flat-run sets: a 1x1 layer or the C = 3 stem), with one slice (odd entries)
@@ -285,6 +285,46 @@ def test_wgrad_tma_path_every_config(cfg):
     g.execute({tx: x, tdy: dy, dw: out}, ws)
     torch.cuda.synchronize()
     assert _relerr(out, wd.grad) < TOL[dt]
+
+
+# (x dims, K, stride, padding): 3-D boxes over N * OD images, stride 1 and 2, 32 channels
+WGRAD_3D_CASES = [
+    ((2, 32, 9, 12, 10), 64, (1, 1, 1), (1, 1, 1)),
+    ((1, 64, 8, 16, 12), 32, (2, 2, 2), (1, 1, 1)),
+]
+
+
+@pytest.mark.parametrize("cfg", range(50))
+def test_wgrad_tma_3d_every_box_config(cfg):
+    """Each one-image box config of conv_wgrad_implicit_gemm on a 3-D problem (NDHWC),
+    alternating stride 1 / 2 and one slice / three slices, NaN-poisoned dw."""
+    import dataclasses
+
+    from opendnn.engines.conv.tma import _wgrad_kernels as T
+
+    kns = [k for k in T.KNOB_SPACE if not k.FLAT and k.TMA_IMGS == 1]
+    if cfg >= len(kns):
+        pytest.skip(f"{len(kns)} one-image box configs")
+    xdims, k, s, p = WGRAD_3D_CASES[cfg % 2]
+    kn = dataclasses.replace(kns[cfg], SPLIT=3 if cfg % 4 < 2 else 1)
+    cl, dt = torch.channels_last_3d, torch.bfloat16
+    x = torch.randn(xdims, device="cuda", dtype=dt).to(memory_format=cl)
+    w = torch.zeros(k, xdims[1], 3, 3, 3, device="cuda", dtype=dt).to(memory_format=cl)
+    wd = w.double().requires_grad_(True)
+    yd = F.conv3d(x.double(), wd, stride=s, padding=p)
+    dy = torch.randn(yd.shape, device="cuda", dtype=dt).to(memory_format=cl)
+    yd.backward(dy.double())
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tdy = g.tensor_like(x), g.tensor_like(dy)
+    dw = g.conv_wgrad(tx, tdy, padding=list(p), stride=list(s))
+    dw.set_dim(list(w.shape)).set_stride(list(w.stride())).set_output(True)
+    g.validate()
+    g.create_execution_plan(5, dataclasses.asdict(kn))
+    out = _empty(dw)
+    ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+    g.execute({tx: x, tdy: dy, dw: out}, ws)
+    torch.cuda.synchronize()
+    assert _relerr(out, wd.grad) < TOL[dt], str(kn)
 
 
 def _pending_launchers(plan) -> int:

@@ -62,11 +62,11 @@ KNOB_SPACE = (
 )
 
 
-def common_unsupported(geo, operand) -> str | None:
-    """The rules every TMA path (forward, dgrad, wgrad) shares: 2-D, one group, 16-bit
-    operands (``operand``: the descriptor whose type decides)."""
-    if len(geo.filt) != 2:
-        return "the TMA path is 2-D"
+def common_unsupported(geo, operand, dims: tuple = (2,)) -> str | None:
+    """The rules every TMA path (forward, dgrad, wgrad) shares: 2-D (or the spatial ranks
+    ``dims``), one group, 16-bit operands (``operand``: the descriptor whose type decides)."""
+    if len(geo.filt) not in dims:
+        return "the TMA path is " + " or ".join(f"{d}-D" for d in dims)
     if geo.groups != 1:
         return "the TMA path takes one group"
     if operand.data_type.name not in ("HALF", "BFLOAT16"):

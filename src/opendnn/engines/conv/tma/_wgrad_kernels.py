@@ -7,6 +7,13 @@ output pixels p = (n, oh, ow):
 
     M = K (filter rows), N = C (channels of tap t), reduction = N * OH * OW pixels
 
+A 3-D problem (NDHWC, taps t = (q, r, s)) is the 2-D one over N * OD images: output
+image i = (n, od) of dy [N * OD, OH, OW, K] meets input image n * D + dz of x
+[N * D, H, W, C] at depth dz = od*stride_d + q*dil_d - pad_d. A depth outside [0, D) is
+padding: its box is read at image coordinate -1, which the copy engine fills with zeros
+(the boxes hold one image, TMA_IMGS = 1, so no box straddles two samples). Depth takes
+any stride, dilation and padding; height and width keep the 2-D rules.
+
 A program owns one [BLOCK_M x BLOCK_N] tile of one tap and walks pixel boxes of
 IMGS x TH x TW output pixels. Each step is two tensor-memory copies: the box of dy,
 [IMGS, TH, TW, BLOCK_M] of a 4-D descriptor over dy [N, OH, OW, K], and the box of the
@@ -65,7 +72,8 @@ BOXES = (
 )
 # BLOCK_M and BLOCK_N are the boxes' inner (channel) extents: 256 of them (512 bytes) gave
 # wrong results on the H100 (Triton 3.6), as the forward path's 256-wide box store did
-TILES = ((128, 128, 8, 4), (128, 64, 4, 4), (64, 128, 4, 4), (64, 64, 4, 4))
+# (64, 32): 32-channel images (3-D UNets' first levels) without half the tile zero-filled
+TILES = ((128, 128, 8, 4), (128, 64, 4, 4), (64, 128, 4, 4), (64, 64, 4, 4), (64, 32, 4, 4))
 SPLITS = tuple(range(1, 257))
 SMEM = 200 * 1024
 
@@ -86,29 +94,60 @@ KNOB_SPACE = tuple(
 )
 
 
+def packed_channels_last(dims) -> tuple:
+    """The strides of a packed channels-last (NHWC, NDHWC) tensor of NCHW-order ``dims``."""
+    n, c, *sp = dims
+    out, acc = [], c
+    for v in reversed(sp):
+        out.append(acc)
+        acc *= v
+    return (acc, 1, *reversed(out))
+
+
 def unsupported(geo, x, dw, dy) -> str | None:
     """Why the TMA path cannot take this problem (None when it can)."""
-    why = common_unsupported(geo, x)
+    why = common_unsupported(geo, x, dims=(2, 3))
     if why:
         return why
-    n, c, h, wd = x.dims
-    if x.strides != (h * wd * c, 1, wd * c, c):
+    c, k = x.dims[1], dy.dims[1]
+    if x.strides != packed_channels_last(x.dims):
         return "the TMA path needs a packed NHWC image"
-    _, k, oh, ow = dy.dims
-    if dy.strides != (oh * ow * k, 1, ow * k, k):
+    if dy.strides != packed_channels_last(dy.dims):
         return "the TMA path needs a packed NHWC dy"
     item = x.data_type.itemsize
     if (c * item) % 16 or (k * item) % 16:
         return (
             "TMA needs 16-byte aligned rows: C and K times the element size must be multiples of 16"
         )
-    if geo.stride == (1, 1):
+    h, wd = geo.in_dims[-2:]
+    if geo.stride[-2:] == (1, 1):
         return None
-    if geo.stride != (2, 2) or geo.dilation != (1, 1):
-        return "the TMA path takes stride 1, or stride 2 without dilation"
+    if geo.stride[-2:] != (2, 2) or geo.dilation[-2:] != (1, 1):
+        return "the TMA path takes stride 1, or stride 2 without dilation (height and width)"
     if h % 2 or wd % 2:
         return "stride 2 on the TMA path needs an even image height and width"
     return None
+
+
+def knob_unsupported(geo, kn: WgradTmaKnobs) -> str | None:
+    """Why config ``kn`` cannot take the (otherwise supported) problem."""
+    if len(geo.filt) == 3 and kn.TMA_IMGS != 1:
+        return "3-D boxes hold one depth slice of one sample (TMA_IMGS = 1)"
+    return None
+
+
+def images(geo) -> tuple:
+    """(dy images, x images): N and N for 2-D; N * OD and N * D for 3-D."""
+    if len(geo.filt) == 2:
+        return geo.n, geo.n
+    return geo.n * geo.out_dims[0], geo.n * geo.in_dims[0]
+
+
+def taps(geo) -> int:
+    out = 1
+    for f in geo.filt:
+        out *= f
+    return out
 
 
 def fits(kn: WgradTmaKnobs, itemsize: int) -> bool:
@@ -120,19 +159,14 @@ def _cdiv(a: int, b: int) -> int:
 
 
 def boxes(geo, kn: WgradTmaKnobs) -> tuple:
-    """(boxes along n, oh, ow) covering the output pixels."""
-    oh, ow = geo.out_dims
-    return _cdiv(geo.n, kn.TMA_IMGS), _cdiv(oh, kn.TMA_TH), _cdiv(ow, kn.TMA_TW)
+    """(boxes along the images, oh, ow) covering the output pixels."""
+    oh, ow = geo.out_dims[-2:]
+    return _cdiv(images(geo)[0], kn.TMA_IMGS), _cdiv(oh, kn.TMA_TH), _cdiv(ow, kn.TMA_TW)
 
 
 def tiles(geo, kn: WgradTmaKnobs) -> int:
     """Programs per slice: taps x K tiles x C tiles."""
-    return (
-        geo.filt[0]
-        * geo.filt[1]
-        * _cdiv(geo.k_per_group, kn.BLOCK_M)
-        * _cdiv(geo.c_per_group, kn.BLOCK_N)
-    )
+    return taps(geo) * _cdiv(geo.k_per_group, kn.BLOCK_M) * _cdiv(geo.c_per_group, kn.BLOCK_N)
 
 
 def chunk(geo, kn: WgradTmaKnobs) -> int:
@@ -143,7 +177,7 @@ def chunk(geo, kn: WgradTmaKnobs) -> int:
 def workspace_bytes(geo, kn: WgradTmaKnobs) -> int:
     if kn.SPLIT == 1:
         return 0
-    return 4 * kn.SPLIT * geo.filt[0] * geo.filt[1] * geo.k_per_group * geo.c_per_group
+    return 4 * kn.SPLIT * taps(geo) * geo.k_per_group * geo.c_per_group
 
 
 def estimate_seconds(
@@ -163,17 +197,21 @@ def estimate_seconds(
     # x 0.85: the transposed dy box reaches the tensor cores through registers (Triton 3.6
     # folds a 4-D box's reshape or its transpose into shared-memory views, not both)
     eff = 0.85 * 0.8 * min(1.0, kn.BLOCK_M * kn.BLOCK_N / (128 * 128)) ** 0.45
-    oh, ow = geo.out_dims
-    dram = itemsize * (
-        geo.n * geo.in_dims[0] * geo.in_dims[1] * geo.c_per_group
-        + geo.n * oh * ow * geo.k_per_group
-    )
+    x_px, y_px = (geo.n * _prod(d) for d in (geo.in_dims, geo.out_dims))
+    dram = itemsize * (x_px * geo.c_per_group + y_px * geo.k_per_group)
     ws = workspace_bytes(geo, kn)
     active = min(1.0, 1.5 * programs / num_sms)
     # partials that fit in L2 (50 MB on the H100) round-trip at about twice DRAM's rate
     mem = (dram + ws * (1.0 if ws < 24e6 else 2.0)) / (bandwidth * active)
     launch = 3e-6 if kn.SPLIT == 1 else 5e-6
     return roofline(flops / (peak * eff * fill * pipe), mem) + launch
+
+
+def _prod(v) -> int:
+    out = 1
+    for a in v:
+        out *= a
+    return out
 
 
 def roofline(compute: float, memory: float) -> float:
@@ -193,26 +231,32 @@ def best_split(
 
 def ws_index(geo, sp: str = "sp") -> str:
     """Element offset of the tile (tap t, rows offs_m, cols offs_n) of slice ``sp``."""
-    taps, k, c = geo.filt[0] * geo.filt[1], geo.k_per_group, geo.c_per_group
-    return f"(({sp} * {taps} + t) * {k} + offs_m)[:, None] * {c} + offs_n[None, :]"
+    k, c = geo.k_per_group, geo.c_per_group
+    return f"(({sp} * {taps(geo)} + t) * {k} + offs_m)[:, None] * {c} + offs_n[None, :]"
 
 
 def slice_elements(geo) -> int:
     """Elements of one slice's partials (all taps, K x C)."""
-    return geo.filt[0] * geo.filt[1] * geo.k_per_group * geo.c_per_group
+    return taps(geo) * geo.k_per_group * geo.c_per_group
 
 
 def _tile_lines(geo, bm: int, bn: int, ind: str) -> list:
-    """From program id ``tile`` (within a slice): tap t -> r0, r1; offs_m/mask_m over K,
-    offs_n/mask_n over C; g = 0 (one group)."""
+    """From program id ``tile`` (within a slice): tap t -> r0, r1 (, r2: one per spatial
+    axis, the last fastest); offs_m/mask_m over K, offs_n/mask_n over C; g = 0."""
     t_k, t_c = _cdiv(geo.k_per_group, bm), _cdiv(geo.c_per_group, bn)
-    return [
+    d = len(geo.filt)
+    L = [
         f"{ind}ct = tile % {t_c}",
         f"{ind}_q = tile // {t_c}",
         f"{ind}kt = _q % {t_k}",
         f"{ind}t = _q // {t_k}",
-        f"{ind}r0 = t // {geo.filt[1]}",
-        f"{ind}r1 = t % {geo.filt[1]}",
+        f"{ind}_t = t",
+    ]
+    for i in reversed(range(d)):
+        L.append(f"{ind}r{i} = _t % {geo.filt[i]}")
+        if i:
+            L.append(f"{ind}_t = _t // {geo.filt[i]}")
+    return L + [
         f"{ind}offs_m = kt * {bm} + tl.arange(0, {bm})",
         f"{ind}mask_m = offs_m < {geo.k_per_group}",
         f"{ind}offs_n = ct * {bn} + tl.arange(0, {bn})",
@@ -240,30 +284,33 @@ def source(
     name: str, geo, kn: WgradTmaKnobs, *, epilogue_params: list, epilogue_body: str, interpret: bool
 ) -> str:
     """Kernel ``name(X, DY, <WS or epilogue params>)``; grid (SPLIT * tiles,)."""
-    n, (h, wd), c, k = geo.n, geo.in_dims, geo.c_per_group, geo.k_per_group
-    oh, ow = geo.out_dims
+    (h, wd), c, k = geo.in_dims[-2:], geo.c_per_group, geo.k_per_group
+    oh, ow = geo.out_dims[-2:]
+    n_dy, n_x = images(geo)
     imgs, th, tw, bm, bn = kn.TMA_IMGS, kn.TMA_TH, kn.TMA_TW, kn.BLOCK_M, kn.BLOCK_N
     b_n, b_h, b_w = boxes(geo, kn)
-    ph, pw = geo.pre
-    dh, dw = geo.dilation
+    ph, pw = geo.pre[-2:]
+    dh, dw = geo.dilation[-2:]
+    rh, rw = (f"r{i}" for i in range(len(geo.filt) - 2, len(geo.filt)))
     ind, ind2 = "    ", "        "
     params = ["WS"] if kn.SPLIT > 1 else list(epilogue_params)
     L = [
         COMBINE_HELPERS,
         "@triton.jit",
         f"def {name}({', '.join(['X', 'DY'] + params)}):",
-        f"{ind}dy_desc = tl.make_tensor_descriptor(DY, shape=[{n}, {oh}, {ow}, {k}], "
+        f"{ind}dy_desc = tl.make_tensor_descriptor(DY, shape=[{n_dy}, {oh}, {ow}, {k}], "
         f"strides=[{oh * ow * k}, {ow * k}, {k}, 1], block_shape=[{imgs}, {th}, {tw}, {bm}])",
     ]
-    if geo.stride == (1, 1):
+    stride1 = geo.stride[-2:] == (1, 1)
+    if stride1:
         L.append(
-            f"{ind}x_desc = tl.make_tensor_descriptor(X, shape=[{n}, {h}, {wd}, {c}], "
+            f"{ind}x_desc = tl.make_tensor_descriptor(X, shape=[{n_x}, {h}, {wd}, {c}], "
             f"strides=[{h * wd * c}, {wd * c}, {c}, 1], "
             f"block_shape=[{imgs}, {th}, {tw}, {bn}])"
         )
     else:
         L.append(
-            f"{ind}x_desc = tl.make_tensor_descriptor(X, shape=[{n}, {h // 2}, 2, "
+            f"{ind}x_desc = tl.make_tensor_descriptor(X, shape=[{n_x}, {h // 2}, 2, "
             f"{wd // 2}, {2 * c}], strides=[{h * wd * c}, {2 * wd * c}, {wd * c}, "
             f"{2 * c}, 1], block_shape=[{imgs}, {th}, 1, {tw}, {bn}])"
         )
@@ -285,16 +332,24 @@ def source(
         f"{ind2}d = dy_desc.load([nbx * {imgs}, hb * {th}, wb * {tw}, kt * {bm}])"
         f".reshape({kn.box}, {bm})",
     ]
-    if geo.stride == (1, 1):
+    if len(geo.filt) == 2:
+        L.append(f"{ind2}xi = nbx * {imgs}")
+    else:  # dy image (n, od) -> x image n * D + dz; a depth in the padding reads image -1
+        od, dd = geo.out_dims[0], geo.in_dims[0]
+        L += [
+            f"{ind2}dz = (nbx % {od}) * {geo.stride[0]} + r0 * {geo.dilation[0]} - {geo.pre[0]}",
+            f"{ind2}xi = tl.where((dz >= 0) & (dz < {dd}), (nbx // {od}) * {dd} + dz, -1)",
+        ]
+    if stride1:
         L.append(
-            f"{ind2}a = x_desc.load([nbx * {imgs}, hb * {th} + r0 * {dh} - {ph}, "
-            f"wb * {tw} + r1 * {dw} - {pw}, ct * {bn}])"
+            f"{ind2}a = x_desc.load([xi, hb * {th} + {rh} * {dh} - {ph}, "
+            f"wb * {tw} + {rw} * {dw} - {pw}, ct * {bn}])"
         )
     else:  # tap offset e = r - pad = 2 * (e // 2) + e % 2; r + 2*pad keeps it non-negative
         L += [
-            f"{ind2}eh = r0 + {ph}",
-            f"{ind2}ew = r1 + {pw}",
-            f"{ind2}a = x_desc.load([nbx * {imgs}, hb * {th} + eh // 2 - {ph}, eh % 2, "
+            f"{ind2}eh = {rh} + {ph}",
+            f"{ind2}ew = {rw} + {pw}",
+            f"{ind2}a = x_desc.load([xi, hb * {th} + eh // 2 - {ph}, eh % 2, "
             f"wb * {tw} + ew // 2 - {pw}, (ew % 2) * {c} + ct * {bn}])",
         ]
     L.append(f"{ind2}a = a.reshape({kn.box}, {bn})")

@@ -3,13 +3,14 @@ dy and x through TMA, the pixel reduction split into slices whose float32 partia
 summed in a fixed order (deterministic). Two kernels, chosen by the FLAT knob:
 
 - boxes (``_tma_wgrad_kernels``): one tap per tile, pixel boxes of IMGS x TH x TW of a
-  4-D dy and the shifted box of x (stride 1 or 2, C and K multiples of 8);
+  4-D dy and the shifted box of x (stride 1 or 2, C and K multiples of 8); 3-D problems
+  as 2-D ones over N * OD images, one depth slice per box;
 - flat runs (``_tma_wgrad_flat_kernels``): runs of consecutive pixels of a 2-D dy, taps
   and channels flattened into the columns, x through a 2-D descriptor (1x1 filters) or
   gathered (small C, any stride, padding and dilation).
 
-The heuristics offer these configs on Hopper for 2-D, one-group, half/bfloat16 problems
-with a packed NHWC dy. SPLIT is chosen per config by the cost model (1 = no workspace,
+The heuristics offer these configs on Hopper for 2-D (boxes: also 3-D), one-group,
+half/bfloat16 problems with a packed NHWC dy. SPLIT is chosen per config by the cost model (1 = no workspace,
 one launch).
 """
 
@@ -42,13 +43,14 @@ def sum_tile(elements: int, num_sms: int) -> dict:
 
 def _why(a, kn) -> str | None:
     if not kn.FLAT:
-        return T.unsupported(a.geo, a.x, a.w, a.y)
-    if F.gather_too_large(kn) and not F.x_by_descriptor(a.geo, a.x):
-        return (
+        return T.unsupported(a.geo, a.x, a.w, a.y) or T.knob_unsupported(a.geo, kn)
+    why = F.unsupported(a.geo, a.x, a.y)
+    if why is None and F.gather_too_large(kn) and not F.x_by_descriptor(a.geo, a.x):
+        why = (
             f"flat runs of {kn.TMA_TW} gathered pixels x {kn.BLOCK_N} columns need more "
             f"than {F.GATHER_PER_THREAD} registers per thread with {kn.num_warps} warps"
         )
-    return F.unsupported(a.geo, a.x, a.y)
+    return why
 
 
 def _estimate(a, kn, peak: float, target) -> float:
