@@ -157,6 +157,86 @@ def test_tma_wgrad_3d_boxes_hold_one_depth_slice():
     assert not sup.ok and "one depth slice" in sup.reason
 
 
+ROWS = dict(SMALL, TMA_TH=1, TMA_TW=16, ROWS=1)
+
+# channels-first rows: (x dims, K, filt, stride, pre, post, dilation, dtype, knobs)
+CASES_ROWS = [
+    ((2, 8, 5, 8), 16, (3, 3), (1, 1), (1, 1), (1, 1), (1, 1), torch.float32, ROWS),
+    ((1, 8, 6, 12), 8, (3, 3), (2, 1), (1, 2), (0, 2), (1, 2), torch.float32, dict(ROWS, SPLIT=3)),
+    ((2, 16, 16), 8, (4,), (1,), (3,), (0,), (1,), torch.float16, dict(ROWS, TMA_TW=16, SPLIT=2)),
+    (
+        (1, 8, 5, 6, 8),
+        8,
+        (3, 3, 3),
+        (2, 2, 1),
+        (1, 1, 1),
+        (1, 1, 1),
+        (1, 2, 1),
+        torch.bfloat16,
+        dict(ROWS, TMA_TW=16, BLOCK_M=64),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES_ROWS, ids=[f"r{i}" for i in range(len(CASES_ROWS))])
+@pytest.mark.parametrize("mode", ["CROSS_CORRELATION", "CONVOLUTION"])
+def test_tma_wgrad_channels_first_rows(case, mode, monkeypatch):
+    """NCHW / NCW / NCDHW x and dy, one output row per step: padding on every axis from
+    the zero fill, a partial last run, height / depth stride and dilation, width
+    dilation, float32 as TF32 (the interpreter computes it in IEEE float32)."""
+    from opendnn import backends
+    from opendnn.ops.conv import output_dims
+
+    monkeypatch.setattr(backends, "allow_tf32", True)
+    xdims, k, f, s, pre, post, dil, dt, knobs = case
+    torch.manual_seed(sum(xdims) + k)
+    x = torch.randn(xdims, dtype=dt)
+    dy = torch.randn(*output_dims(x.shape, (k, xdims[1], *f), pre, post, s, dil), dtype=dt)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tdy = g.tensor_like(x), g.tensor_like(dy)
+    dw = g.conv_wgrad(
+        tx,
+        tdy,
+        pre_padding=list(pre),
+        post_padding=list(post),
+        stride=list(s),
+        dilation=list(dil),
+        convolution_mode=cudnn.convolution_mode[mode],
+    )
+    dw.set_dim([k, xdims[1], *f]).set_output(True).set_data_type(cudnn.data_type.FLOAT)
+    check_engine(g, {tx: x, tdy: dy}, [dw], WGRAD_ID, knobs, n=dy.numel() // k)
+
+
+@pytest.mark.parametrize(
+    "change,reason",
+    [
+        (dict(stride=2), "stride 1 along the row"),
+        (dict(tf32=False), "float32 only as TF32"),
+        (dict(w=6), "16-byte aligned rows"),
+        (dict(layout="nhwc"), "packed NCHW image"),
+        (dict(knobs=dict(ROWS, TMA_TW=8)), "below the dot's shortest reduction"),
+    ],
+)
+def test_tma_wgrad_rows_decline_with_a_reason(change, reason, monkeypatch):
+    from opendnn import backends
+
+    monkeypatch.setattr(backends, "allow_tf32", change.get("tf32", True))
+    w, s = change.get("w", 8), change.get("stride", 1)
+    x = torch.randn(1, 8, 8, w, dtype=change.get("dt", torch.float32))
+    dy = torch.randn(1, 8, 8, (w - 1) // s + 1, dtype=x.dtype)
+    if change.get("layout") == "nhwc":
+        x, dy = x.to(memory_format=CL), dy.to(memory_format=CL)
+    g = cudnn.pygraph()
+    tx, tdy = g.tensor_like(x), g.tensor_like(dy)
+    dw = g.conv_wgrad(tx, tdy, padding=[1, 1], stride=[1, s])
+    dw.set_dim([8, 8, 3, 3]).set_output(True)
+    g.validate()
+    e = ImplicitGemmWgradEngine()
+    knobs = change.get("knobs", ROWS)
+    sup = e.check_config(g.op_graph, EngineConfig.make(e, **knobs), Target())
+    assert not sup.ok and reason in sup.reason
+
+
 def test_tma_wgrad_flat_gathers_from_an_nchw_image():
     """The gather reads x through its strides: NCHW x, NHWC dy."""
     x, dy = _problem(2, 3, 8, 7, 6, 3, 2, 1, 1, torch.bfloat16, 21)

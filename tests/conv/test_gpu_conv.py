@@ -262,8 +262,11 @@ def test_wgrad_tma_path_every_config(cfg):
 
     from opendnn.engines.conv.tma import _wgrad_kernels as T
 
-    if T.KNOB_SPACE[cfg].FLAT:
-        n, c, h, k, f, s, p = [(8, 64, 13, 128, 1, 1, 0), (2, 3, 56, 64, 7, 2, 3)][cfg % 2]
+    if T.KNOB_SPACE[cfg].FLAT:  # a gathered run too large for registers takes the 1x1 only
+        from opendnn.engines.conv.tma import _wgrad_flat_kernels as FL
+
+        gather = cfg % 2 and not FL.gather_too_large(T.KNOB_SPACE[cfg])
+        n, c, h, k, f, s, p = [(8, 64, 13, 128, 1, 1, 0), (2, 3, 56, 64, 7, 2, 3)][gather]
     else:
         n, c, h, k, f, s, p = shapes.GPU_TMA[cfg % 3]
     cl, dt = torch.channels_last, torch.bfloat16
@@ -825,3 +828,45 @@ def test_dgrad_stride_phases_every_config(case, dt, layout):
     cfgs = [c for c in _grouped_configs(g, 4) if c.knob_dict.get("PHASES")]
     assert cfgs, "no stride-phase config offered"
     _every_config(g, 4, cfgs, pack, out, like, ref, TOL[dt] * 2)
+
+
+# (x dims, K, filter, stride, padding): channels-first rows of conv_wgrad_implicit_gemm --
+# a ResNet-like 3x3 (a row of 28: a partial run), a 3-D UNet level, causal 1-D kernel 4,
+# height-strided
+ROWS_CASES = [
+    ((4, 64, 28, 28), 64, (3, 3), (1, 1), (1, 1)),
+    ((1, 32, 8, 16, 16), 64, (3, 3, 3), (1, 1, 1), (1, 1, 1)),
+    ((2, 64, 96), 128, (4,), (1,), (3,)),
+    ((2, 48, 14, 16), 32, (3, 3), (2, 1), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("case", ROWS_CASES, ids=[f"r{i}" for i in range(len(ROWS_CASES))])
+@pytest.mark.parametrize("dt", [torch.float32, torch.float16, torch.bfloat16])
+def test_wgrad_channels_first_rows_every_config(case, dt, monkeypatch):
+    """Every channels-first rows config (ROWS=1) the engine offers for NCHW x and dy,
+    NaN-poisoned dw, against float64; float32 as TF32."""
+    from opendnn import backends
+
+    monkeypatch.setattr(backends, "allow_tf32", True)
+    xdims, k, filt, stride, pad = case
+    conv = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}[len(xdims)]
+    x = torch.randn(xdims, device="cuda", dtype=dt)
+    w = torch.randn((k, xdims[1], *filt), device="cuda", dtype=dt)
+    xr, wr = x.double().requires_grad_(), w.double().requires_grad_()
+    if len(xdims) == 3:  # causal: all padding before
+        y = conv(F.pad(xr, (pad[0], 0)), wr, stride=stride)
+    else:
+        y = conv(xr, wr, stride=stride, padding=pad)
+    dy = torch.randn(y.shape, device="cuda", dtype=dt)
+    dx, dwr = torch.autograd.grad(y, (xr, wr), dy.double())
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tdy = g.tensor_like(x), g.tensor_like(dy)
+    post = [0] if len(xdims) == 3 else list(pad)
+    dw = g.conv_wgrad(tx, tdy, pre_padding=list(pad), post_padding=post, stride=list(stride))
+    dw.set_dim(list(w.shape)).set_stride(list(w.stride())).set_output(True)
+    dw.set_data_type(GRAPH_TYPES[dt])
+    cfgs = [c for c in _grouped_configs(g, 5) if c.knob_dict.get("ROWS")]
+    assert cfgs, "no channels-first rows config offered"
+    tol = 3e-3 if dt == torch.float32 else TOL[dt] * 2
+    _every_config(g, 5, cfgs, {tx: x, tdy: dy}, dw, w, dwr, tol)
