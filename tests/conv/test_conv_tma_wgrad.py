@@ -164,6 +164,19 @@ CASES_ROWS = [
     ((2, 8, 5, 8), 16, (3, 3), (1, 1), (1, 1), (1, 1), (1, 1), torch.float32, ROWS),
     ((1, 8, 6, 12), 8, (3, 3), (2, 1), (1, 2), (0, 2), (1, 2), torch.float32, dict(ROWS, SPLIT=3)),
     ((2, 16, 16), 8, (4,), (1,), (3,), (0,), (1,), torch.float16, dict(ROWS, TMA_TW=16, SPLIT=2)),
+    # rows of 7 and 13: dy's rows are not 16-byte multiples (pointers, not a descriptor)
+    ((2, 8, 5, 7), 8, (3, 3), (1, 1), (1, 1), (1, 1), (1, 1), torch.float32, ROWS),
+    (
+        (1, 16, 3, 13),
+        16,
+        (1, 3),
+        (1, 1),
+        (0, 1),
+        (0, 1),
+        (1, 1),
+        torch.float16,
+        dict(ROWS, SPLIT=2),
+    ),
     (
         (1, 8, 5, 6, 8),
         8,
@@ -212,7 +225,6 @@ def test_tma_wgrad_channels_first_rows(case, mode, monkeypatch):
     [
         (dict(stride=2), "stride 1 along the row"),
         (dict(tf32=False), "float32 only as TF32"),
-        (dict(w=6), "16-byte aligned rows"),
         (dict(layout="nhwc"), "packed NCHW image"),
         (dict(knobs=dict(ROWS, TMA_TW=8)), "below the dot's shortest reduction"),
     ],

@@ -1,5 +1,5 @@
-"""Backward filter over channels-first rows: NCHW (NCW, NCDHW) x and dy through TMA, the
-reduction over pixels contiguous in both operands.
+"""Backward filter over channels-first rows: NCHW (NCW, NCDHW) x and dy, the reduction
+over pixels contiguous in both operands.
 
 In a channels-first tensor one output row -- TW consecutive ow of fixed (n, od, oh) --
 is contiguous per channel, so for filter tap t = (q, r, s) the filter gradient
@@ -9,21 +9,21 @@ is contiguous per channel, so for filter tap t = (q, r, s) the filter gradient
 
 is a GEMM over rows whose two operands are both reduction-contiguous:
 
-    dy row box  [BLOCK_M, TW] at (n, od, oh, k0, ow0)            of dy [N, OD, OH, K, OW]
-    x  row box  [BLOCK_N, TW] at (n, id, ih, c0, ow0 + s*dw - pw) of x  [N, D, H, C, W]
+    dy row  [BLOCK_M, TW]: channels k0.., row (n, od, oh), columns ow0 .. ow0 + TW
+    x  row  [BLOCK_N, TW]: channels c0.., row (n, id, ih), columns ow0 + s*dw - pw ..
     acc[k, c] += dy_row @ x_row^T
 
-(the descriptors list the channel axis second to last: TMA takes any order of strides
-with the innermost one 1, and a box of one depth and one row is then a [channels, TW]
-tile). The x row starts at any column (ow0 + s*dw - pw): the copy engine takes
-unaligned innermost coordinates; Triton's interpreter does not, so there (CPU tests)
-the same zero-filled row is read through masked pointers. TF32 tensor cores read both operands reduction-major and this is that order, so
-float32 runs at TF32 rate with no transposed copy; half and bfloat16 take the same path
-and skip the NCHW -> NHWC transform. The copy engine zero-fills coordinates outside x or
-dy: padding on every axis, rows in a depth / height of padding, and the last partial
-run of a row (dy is zero there, so those columns add nothing). Depth and height take any
-stride, dilation and padding (one box per row: their coordinates are scalars); the row
-axis needs stride 1 (a strided row is not a box).
+TF32 tensor cores read both operands reduction-major and this is that order, so float32
+runs at TF32 rate with no transposed copy; half and bfloat16 take the same path and skip
+the NCHW -> NHWC transform. dy's row comes through a TMA descriptor over the view
+[N, *outer, K, OW] (the channel axis second to last: TMA takes strides in any order)
+when OW times the element size is a multiple of 16 bytes, else through masked pointers.
+x's row always comes through masked pointers: it starts at any column ow0 + s*dw - pw,
+and the copy engine faults on an innermost coordinate that is not 16-byte aligned
+(measured: an illegal instruction on the H100). Zeros stand for everything outside x
+or dy: padding on every axis, rows in a depth / height of padding, the last partial run
+of a row. Depth and height take any stride, dilation and padding (their coordinates are
+per row); the row axis needs stride 1 (a strided row is not contiguous).
 
 Tiles, the split of the rows into SPLIT slices, the float32 partials and their
 fixed-order sum are those of ``_tma_wgrad_kernels`` (same tile numbering and workspace).
@@ -61,12 +61,6 @@ def unsupported(geo, x, dy, tf32: bool) -> str | None:
         return "channels-first rows need a packed NCHW image"
     if dy.strides != channels_first_strides(dy.dims):
         return "channels-first rows need a packed NCHW dy"
-    item = x.data_type.itemsize
-    if (geo.in_dims[-1] * item) % 16 or (geo.out_dims[-1] * item) % 16:
-        return (
-            "TMA needs 16-byte aligned rows: the image and dy widths times the element "
-            "size must be multiples of 16"
-        )
     if geo.stride[-1] != 1:
         return "channels-first rows need stride 1 along the row (width)"
     if geo.int64:
@@ -107,18 +101,47 @@ def workspace_bytes(geo, kn) -> int:
     return 0 if kn.SPLIT == 1 else 4 * kn.SPLIT * taps(geo) * geo.k_per_group * geo.c_per_group
 
 
-def _descriptor(var: str, ptr: str, n: int, dims: tuple, ch: int, block_ch: int, tw: int) -> str:
-    """A descriptor over a packed channels-first tensor seen as [N, *dims[:-1], C, W]."""
+def dy_by_descriptor(geo, itemsize: int) -> bool:
+    """Whether dy's rows are read through a TMA descriptor: every stride of the
+    channels-first view a multiple of 16 bytes (the width's, hence the others')."""
+    return (geo.out_dims[-1] * itemsize) % 16 == 0
+
+
+def _dy_descriptor(n: int, dims: tuple, k: int, bm: int, tw: int) -> str:
+    """dy, packed channels-first, seen as [N, *dims[:-1], K, OW] (the channel axis second
+    to last: TMA takes strides in any order, the innermost 1)."""
     d = len(dims)
     sp = [_prod(dims[i + 1 :]) for i in range(d)]
     size = _prod(dims)
-    shape = [n, *dims[:-1], ch, dims[-1]]
-    strides = [ch * size, *sp[:-1], size, 1]
-    block = [1] * d + [block_ch, tw]
+    shape = [n, *dims[:-1], k, dims[-1]]
+    strides = [k * size, *sp[:-1], size, 1]
+    block = [1] * d + [bm, tw]
     return (
-        f"    {var} = tl.make_tensor_descriptor({ptr}, shape={shape}, strides={strides}, "
+        f"    dy_desc = tl.make_tensor_descriptor(DY, shape={shape}, strides={strides}, "
         f"block_shape={block})"
     )
+
+
+def _row_load(var, ptr, dims, ch, nch, block, tw, nb, coords, col0, ind) -> list:
+    """``var`` = the [block, tw] row of channels ``ch * block + arange`` of image ``nb`` at
+    outer coordinates ``coords`` and columns col0 + arange(tw) of a packed channels-first
+    tensor, zero outside it (masked pointers)."""
+    d = len(dims)
+    size = _prod(dims)
+    sp = [_prod(dims[i + 1 :]) for i in range(d)]
+    L = [
+        f"{ind}_cols = {col0} + tl.arange(0, {tw})",
+        f"{ind}_ch = {ch} * {block} + tl.arange(0, {block})",
+        f"{ind}_ok = (_ch < {nch})[:, None] & ((_cols >= 0) & (_cols < {dims[-1]}))[None, :]",
+        f"{ind}_off = {nb} * {nch * size} + _cols[None, :] + _ch[:, None] * {size}",
+    ]
+    for i, crd in enumerate(coords):
+        L += [
+            f"{ind}_i{i} = {crd}",
+            f"{ind}_ok = _ok & (_i{i} >= 0) & (_i{i} < {dims[i]})",
+            f"{ind}_off += _i{i} * {sp[i]}",
+        ]
+    return L + [f"{ind}{var} = tl.load({ptr} + tl.where(_ok, _off, 0), mask=_ok, other=0.0)"]
 
 
 def source(
@@ -130,13 +153,14 @@ def source(
     tw, bm, bn = kn.TMA_TW, kn.BLOCK_M, kn.BLOCK_N
     ind, ind2 = "    ", "        "
     params = ["WS"] if kn.SPLIT > 1 else list(epilogue_params)
+    by_desc = dy_by_descriptor(geo, 4 if tf32 else 2)
     L = [
         COMBINE_HELPERS,
         "@triton.jit",
         f"def {name}({', '.join(['X', 'DY'] + params)}):",
-        _descriptor("dy_desc", "DY", n, geo.out_dims, k, bm, tw),
-        _descriptor("x_desc", "X", n, geo.in_dims, c, bn, tw),
     ]
+    if by_desc:
+        L.append(_dy_descriptor(n, geo.out_dims, k, bm, tw))
     n_tiles = tiles(geo, kn)
     L += [
         f"{ind}pid = tl.program_id(0)",
@@ -158,34 +182,15 @@ def source(
         f"o{i} * {geo.stride[i]} + r{i} * {geo.dilation[i]} - {geo.pre[i]}" for i in range(d - 1)
     ]
     last = d - 1
-    col0 = f"wb * {tw} + r{last} * {geo.dilation[last]} - {geo.pre[last]}"
-    L.append(
-        f"{ind2}dd = dy_desc.load([{', '.join(['_b', *outer, f'kt * {bm}', f'wb * {tw}'])}])"
-        f".reshape({bm}, {tw})"
-    )
-    if not interpret:
+    if by_desc:
         L.append(
-            f"{ind2}a = x_desc.load([{', '.join(['_b', *inner, f'ct * {bn}'])}, {col0}])"
-            f".reshape({bn}, {tw})"
+            f"{ind2}dd = dy_desc.load([{', '.join(['_b', *outer, f'kt * {bm}', f'wb * {tw}'])}])"
+            f".reshape({bm}, {tw})"
         )
-    else:  # the interpreter's descriptors want 16-byte aligned innermost offsets (the
-        # copy engine does not): the same zero-filled row through masked pointers
-        size = _prod(geo.in_dims)
-        sp = [_prod(geo.in_dims[i + 1 :]) for i in range(d)]
-        L += [
-            f"{ind2}_cols = {col0} + tl.arange(0, {tw})",
-            f"{ind2}_ch = ct * {bn} + tl.arange(0, {bn})",
-            f"{ind2}_ok = (_ch < {c})[:, None] & ((_cols >= 0) & (_cols < {geo.in_dims[-1]}))"
-            "[None, :]",
-            f"{ind2}_off = _b * {c * size} + _cols[None, :] + _ch[:, None] * {size}",
-        ]
-        for i in range(d - 1):
-            L += [
-                f"{ind2}_i{i} = {inner[i]}",
-                f"{ind2}_ok = _ok & (_i{i} >= 0) & (_i{i} < {geo.in_dims[i]})",
-                f"{ind2}_off += _i{i} * {sp[i]}",
-            ]
-        L.append(f"{ind2}a = tl.load(X + tl.where(_ok, _off, 0), mask=_ok, other=0.0)")
+    else:
+        L += _row_load("dd", "DY", geo.out_dims, "kt", k, bm, tw, "_b", outer, f"wb * {tw}", ind2)
+    col0 = f"wb * {tw} + r{last} * {geo.dilation[last]} - {geo.pre[last]}"
+    L += _row_load("a", "X", geo.in_dims, "ct", c, bn, tw, "_b", inner, col0, ind2)
     if interpret:  # the 3.6 interpreter's dot is wrong on bfloat16: widen there only
         dot = (
             "        acc += tl.dot(dd.to(tl.float32), tl.trans(a.to(tl.float32)), "

@@ -225,7 +225,10 @@ class _WgradExecutable(TmaExecutable):
 
     def _build_rows(self, graph, a, kn: T.WgradTmaKnobs, target, params: list, body: str):
         """The channels-first rows kernel, then (split) the partials' fixed-order sum."""
-        super().__init__("conv_wgrad", (a.y.uid, a.x.uid), target)
+        item = a.x.data_type.itemsize
+        super().__init__(
+            "conv_wgrad", (a.y.uid,) if R.dy_by_descriptor(a.geo, item) else (), target
+        )
         tag = graph.key()[:12]
         self.workspace_size = R.workspace_bytes(a.geo, kn)
         split, slices = kn.SPLIT > 1, R.slices(a.geo, kn)
