@@ -324,19 +324,6 @@ def conv_graphs():
         dw = g.conv_wgrad(tx, tdy, padding=[1] * 3, stride=[s] * 3)
         dw.set_dim([64, 32, 3, 3, 3]).set_output(True).set_data_type(cudnn.data_type.FLOAT)
         yield f"wgrad 3-D boxes stride {s}", g, [5]
-    # the backward filter's channels-first rows: NCHW float32 (TF32), NCDHW half, NCW bf16
-    for dt, xdims, f in (
-        (torch.float32, (2, 64, 14, 16), (3, 3)),
-        (torch.float16, (2, 32, 8, 8, 16), (3, 3, 3)),
-        (torch.bfloat16, (2, 64, 64), (3,)),
-    ):
-        x = torch.randn(xdims, dtype=dt)
-        dy = torch.randn(xdims[0], 64, *xdims[2:], dtype=dt)
-        g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
-        tx, tdy = g.tensor_like(x), g.tensor_like(dy)
-        dw = g.conv_wgrad(tx, tdy, padding=[v // 2 for v in f], stride=[1] * len(f))
-        dw.set_dim([64, xdims[1], *f]).set_output(True).set_data_type(cudnn.data_type.FLOAT)
-        yield f"wgrad rows {len(f)}-D {dt}", g, [5]
     # patchify (50-52): a 4x4/4 RGB stem in NHWC bf16 and NCHW float32 (TF32)
     for dt, fmt in ((torch.bfloat16, CL), (torch.float32, torch.contiguous_format)):
         x = torch.randn(4, 3, 32, 32, dtype=dt).to(memory_format=fmt)

@@ -90,10 +90,7 @@ class ImplicitGemmEngine(Engine):
         # L2 traffic it saves, so its best config is timed alongside (wgrad splits always)
         split = self.kind != "conv_wgrad" and kd.get("SPLIT", 1) > 1
         return (
-            f"{self.name}:tma"
-            + (":flat" if kd.get("FLAT") else "")
-            + (":rows" if kd.get("ROWS") else "")
-            + (":split" if split else "")
+            f"{self.name}:tma" + (":flat" if kd.get("FLAT") else "") + (":split" if split else "")
         )
 
     def complete_knobs(self, graph, knobs: dict) -> dict:

@@ -51,7 +51,6 @@ class WgradTmaKnobs:
     num_warps: int = 8
     num_stages: int = 4
     FLAT: int = 0  # 1: runs of TMA_TW flat pixels (_tma_wgrad_flat_kernels)
-    ROWS: int = 0  # 1: channels-first rows of TMA_TW pixels (_wgrad_rows_kernels)
 
     @property
     def box(self) -> int:
@@ -84,23 +83,14 @@ def _stages(box: int, bm: int, bn: int, most: int) -> int:
     return min(most, SMEM // (box * (bm + bn) * 2))
 
 
-KNOB_SPACE = (
-    tuple(
-        WgradTmaKnobs(i, h, w, bm, bn, 1, nw, _stages(i * h * w, bm, bn, st))
-        for (i, h, w) in BOXES
-        for (bm, bn, nw, st) in TILES
-    )
-    + tuple(
-        WgradTmaKnobs(1, 1, run, bm, bn, 1, nw, _stages(run, bm, bn, st), FLAT=1)
-        for run in (64, 128)
-        for (bm, bn, nw, st) in TILES
-    )
-    + tuple(  # channels-first rows: stages sized for 4-byte (TF32) elements
-        WgradTmaKnobs(1, 1, run, bm, bn, 1, nw, min(st, SMEM // (run * (bm + bn) * 4)), ROWS=1)
-        for run in (16, 32, 64, 128)
-        for (bm, bn, nw, st) in TILES
-        if SMEM // (run * (bm + bn) * 4) >= 2
-    )
+KNOB_SPACE = tuple(
+    WgradTmaKnobs(i, h, w, bm, bn, 1, nw, _stages(i * h * w, bm, bn, st))
+    for (i, h, w) in BOXES
+    for (bm, bn, nw, st) in TILES
+) + tuple(
+    WgradTmaKnobs(1, 1, run, bm, bn, 1, nw, _stages(run, bm, bn, st), FLAT=1)
+    for run in (64, 128)
+    for (bm, bn, nw, st) in TILES
 )
 
 
@@ -275,14 +265,10 @@ def _tile_lines(geo, bm: int, bn: int, ind: str) -> list:
     ]
 
 
-def step_and_finish(
-    interpret: bool, split: bool, ws_index: str, epilogue_body: str, dot: str | None = None
-) -> list:
-    """The loop's last line, acc += d^T a (d: the dy run or box, a: x's; or ``dot``), then
-    after the loop the partial's store (split) or the epilogue."""
-    if dot is not None:
-        pass
-    elif interpret:  # the 3.6 interpreter's dot is wrong on bfloat16: widen there only
+def step_and_finish(interpret: bool, split: bool, ws_index: str, epilogue_body: str) -> list:
+    """The loop's last line, acc += d^T a (d: the dy run or box, a: x's), then after the
+    loop the partial's store (split) or the epilogue."""
+    if interpret:  # the 3.6 interpreter's dot is wrong on bfloat16: widen there only
         dot = (
             "        acc += tl.dot(tl.trans(d.to(tl.float32)), a.to(tl.float32), "
             "input_precision='ieee')"

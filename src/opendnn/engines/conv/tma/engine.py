@@ -322,7 +322,7 @@ class TmaExecutable(Executable, LaunchList):
         bufs = [buffers[u] for u in self.aligned]
         if self.reads_workspace and workspace is not None:
             bufs.append(workspace)
-        if bufs and bufs[0].device.type == "cuda":
+        if bufs[0].device.type == "cuda":
             ptr = 0
             for b in bufs:
                 ptr |= b.data_ptr()

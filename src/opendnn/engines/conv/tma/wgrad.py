@@ -7,10 +7,7 @@ summed in a fixed order (deterministic). Two kernels, chosen by the FLAT knob:
   as 2-D ones over N * OD images, one depth slice per box;
 - flat runs (``_tma_wgrad_flat_kernels``): runs of consecutive pixels of a 2-D dy, taps
   and channels flattened into the columns, x through a 2-D descriptor (1x1 filters) or
-  gathered (small C, any stride, padding and dilation);
-- channels-first rows (``_wgrad_rows_kernels``, ROWS knob): NCHW / NCW / NCDHW x and dy,
-  one output row per step, both operands reduction-contiguous (TF32 at rate, no layout
-  transform), width stride 1.
+  gathered (small C, any stride, padding and dilation).
 
 The heuristics offer these configs on Hopper for 2-D (boxes: also 3-D), one-group,
 half/bfloat16 problems with a packed NHWC dy. SPLIT is chosen per config by the cost model (1 = no workspace,
@@ -25,10 +22,8 @@ import torch
 
 from ...base import Executable
 from ...fusion import epilogue as fuse_epilogue
-from ..analysis import tf32
 from . import _wgrad_flat_kernels as F
 from . import _wgrad_kernels as T
-from . import _wgrad_rows_kernels as R
 from .engine import TmaExecutable, TmaPath
 
 MAX_WS_ELEMENTS = 2**31  # int32 offsets into the partials
@@ -46,13 +41,7 @@ def sum_tile(elements: int, num_sms: int) -> dict:
     return dict(BLOCK_M=bm, BLOCK_N=bn)
 
 
-def _rows_unsupported(a) -> str | None:
-    return R.unsupported(a.geo, a.x, a.y, tf32(a))
-
-
 def _why(a, kn) -> str | None:
-    if kn.ROWS:
-        return _rows_unsupported(a) or R.knob_unsupported(kn)
     if not kn.FLAT:
         return T.unsupported(a.geo, a.x, a.w, a.y) or T.knob_unsupported(a.geo, kn)
     why = F.unsupported(a.geo, a.x, a.y)
@@ -66,8 +55,6 @@ def _why(a, kn) -> str | None:
 
 def _estimate(a, kn, peak: float, target) -> float:
     item = a.x.data_type.itemsize
-    if kn.ROWS:
-        return R.estimate_seconds(a.geo, kn, item, peak, target.bandwidth, target.num_sms)
     if kn.FLAT:
         return F.estimate_seconds(
             a.geo, kn, F.x_by_descriptor(a.geo, a.x), item, peak, target.bandwidth, target.num_sms
@@ -76,14 +63,10 @@ def _estimate(a, kn, peak: float, target) -> float:
 
 
 def _workspace(a, kn) -> int:
-    if kn.ROWS:
-        return R.workspace_bytes(a.geo, kn)
     return F.workspace_bytes(a.geo, kn) if kn.FLAT else T.workspace_bytes(a.geo, kn)
 
 
 def _max_split(a, kn) -> int:
-    if kn.ROWS:
-        return R.steps(a.geo, kn)
     if kn.FLAT:
         return F.steps(a.geo, kn)
     b = T.boxes(a.geo, kn)
@@ -112,12 +95,9 @@ class WgradTmaPath(TmaPath):
         return {**super().knob_values(), "SPLIT": T.SPLITS}
 
     def unsupported(self, a) -> str | None:
-        """None when any kernel takes the problem (``check`` asks per config)."""
+        """None when either kernel takes the problem (``check`` asks per config)."""
         box, flat = T.unsupported(a.geo, a.x, a.w, a.y), F.unsupported(a.geo, a.x, a.y)
-        rows = _rows_unsupported(a)
-        if box is None or flat is None or rows is None:
-            return None
-        return f"{box}; flat runs: {flat}; channels-first rows: {rows}"
+        return None if box is None or flat is None else f"{box}; flat runs: {flat}"
 
     def fits(self, a, kn) -> bool:
         return T.fits(kn, a.x.data_type.itemsize) and _workspace(a, kn) // 4 < MAX_WS_ELEMENTS
@@ -167,9 +147,6 @@ class _WgradExecutable(TmaExecutable):
     def __init__(self, graph, a, kn: T.WgradTmaKnobs, target, params: list, body: str):
         x_desc = bool(kn.FLAT) and F.x_by_descriptor(a.geo, a.x)
         aligned = (a.y.uid, a.x.uid) if (x_desc or not kn.FLAT) else (a.y.uid,)
-        if kn.ROWS:
-            self._build_rows(graph, a, kn, target, params, body)
-            return
         super().__init__("conv_wgrad", aligned, target)
         tag = graph.key()[:12]
         self.workspace_size = _workspace(a, kn)
@@ -221,48 +198,4 @@ class _WgradExecutable(TmaExecutable):
                 r_tiles = T.tiles(a.geo, rkn)
             self.add_generated(
                 rname, rmake, (r_tiles,), {"num_warps": 4}, [("ws", torch.float32)] + ep_args, graph
-            )
-
-    def _build_rows(self, graph, a, kn: T.WgradTmaKnobs, target, params: list, body: str):
-        """The channels-first rows kernel, then (split) the partials' fixed-order sum."""
-        item = a.x.data_type.itemsize
-        super().__init__(
-            "conv_wgrad", (a.y.uid,) if R.dy_by_descriptor(a.geo, item) else (), target
-        )
-        tag = graph.key()[:12]
-        self.workspace_size = R.workspace_bytes(a.geo, kn)
-        split, slices = kn.SPLIT > 1, R.slices(a.geo, kn)
-        ep_args = fuse_epilogue.launch_args(a.ep)
-        kw = dict(epilogue_params=params, epilogue_body=body)
-        name, use_tf32 = f"wgrad_rows_{tag}", a.x.data_type.name == "FLOAT"
-
-        def make(interp):
-            return R.source(name, a.geo, kn, interpret=interp, tf32=use_tf32, **kw)
-
-        self.add_generated(
-            name,
-            make,
-            (T.tiles(a.geo, kn) * slices,),
-            {"num_warps": kn.num_warps, "num_stages": kn.num_stages},
-            [("buf", a.x.uid), ("buf", a.y.uid)] + ([("ws", torch.float32)] if split else ep_args),
-            graph,
-        )
-        if split:
-            rname = f"wgrad_rows_sum_{tag}"
-            rkn = dataclasses.replace(
-                kn,
-                SPLIT=slices,
-                **sum_tile(T.slice_elements(a.geo), target.num_sms if target.is_cuda else 1),
-            )
-
-            def rmake(interp):
-                return T.reduce_source(rname, a.geo, rkn, **kw)
-
-            self.add_generated(
-                rname,
-                rmake,
-                (T.tiles(a.geo, rkn),),
-                {"num_warps": 4},
-                [("ws", torch.float32)] + ep_args,
-                graph,
             )
