@@ -324,6 +324,16 @@ def conv_graphs():
         dw = g.conv_wgrad(tx, tdy, padding=[1] * 3, stride=[s] * 3)
         dw.set_dim([64, 32, 3, 3, 3]).set_output(True).set_data_type(cudnn.data_type.FLOAT)
         yield f"wgrad 3-D boxes stride {s}", g, [5]
+    # the backward data's TMA boxes in 3-D (N * D depth slices), stride 1 and 2
+    for s in (1, 2):
+        dy = torch.randn(2, 64, 8 // s, 8 // s, 8 // s, dtype=torch.bfloat16)
+        w = torch.randn(64, 32, 3, 3, 3, dtype=torch.bfloat16).to(memory_format=CL3)
+        g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+        tdy, tw = g.tensor_like(dy.to(memory_format=CL3)), g.tensor_like(w)
+        dx = g.conv_dgrad(tdy, tw, padding=[1] * 3, stride=[s] * 3)
+        dx.set_dim([2, 32, 8, 8, 8]).set_stride([8 * 8 * 8 * 32, 1, 8 * 8 * 32, 8 * 32, 32])
+        dx.set_output(True).set_data_type(cudnn.data_type.BFLOAT16)
+        yield f"dgrad 3-D boxes stride {s}", g, [4]
     # patchify (50-52): a 4x4/4 RGB stem in NHWC bf16 and NCHW float32 (TF32)
     for dt, fmt in ((torch.bfloat16, CL), (torch.float32, torch.contiguous_format)):
         x = torch.randn(4, 3, 32, 32, dtype=dt).to(memory_format=fmt)

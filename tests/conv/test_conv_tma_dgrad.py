@@ -171,16 +171,16 @@ def test_tma_dgrad_declines_with_a_reason(change, reason):
     assert not sup.ok and reason in sup.reason, sup.reason
 
 
-def test_tma_dgrad_declines_3d():
-    dy = torch.randn(1, 16, 4, 4, 4, dtype=torch.bfloat16).to(memory_format=torch.channels_last_3d)
-    wt = torch.randn(16, 16, 3, 3, 3, dtype=torch.bfloat16).to(memory_format=torch.channels_last_3d)
+def test_tma_dgrad_declines_1d():
+    dy = torch.randn(1, 16, 8, dtype=torch.bfloat16)
+    wt = torch.randn(16, 16, 3, dtype=torch.bfloat16)
     g = cudnn.pygraph()
     tdy, tw = g.tensor_like(dy), g.tensor_like(wt)
-    g.conv_dgrad(tdy, tw, padding=[1, 1, 1]).set_dim([1, 16, 4, 4, 4]).set_output(True)
+    g.conv_dgrad(tdy, tw, padding=[1]).set_dim([1, 16, 8]).set_output(True)
     g.validate()
     e = ImplicitGemmDgradEngine()
     sup = e.check_config(g.op_graph, EngineConfig.make(e, **SMALL), Target())
-    assert not sup.ok and "2-D" in sup.reason
+    assert not sup.ok and "2-D or 3-D" in sup.reason
 
 
 def test_tma_configs_offered_on_hopper_by_engine_4_only():
@@ -239,3 +239,53 @@ def test_programs_per_sm_knob_label_grid_and_cost():
             )
     assert big[0][0] == 132 and big[1][0] == 224 and big[1][1] < big[0][1]
     assert small[0][0] == small[1][0] == 8 and small[1][1] == small[0][1]
+
+
+# 3-D: (N, C, K, dx D, H, W, filt, stride, pad, dilation, knobs); the tiles' images are
+# the N * D dx depth slices, each walking the depth taps that reach it
+CASES_3D = [
+    (2, 16, 24, 4, 5, 6, (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), SMALL),
+    (1, 16, 16, 7, 6, 8, (3, 3, 3), (2, 2, 2), (1, 1, 1), (1, 1, 1), SMALL),
+    (1, 8, 16, 6, 5, 7, (3, 3, 3), (1, 2, 1), (2, 1, 1), (2, 1, 1), dict(SMALL, PPS=2)),
+    (2, 12, 8, 5, 4, 4, (2, 3, 3), (3, 1, 1), (1, 1, 1), (1, 2, 1), PTR),  # filter by pointers
+]
+
+
+@pytest.mark.parametrize("case", CASES_3D, ids=[f"d{i}" for i in range(len(CASES_3D))])
+@pytest.mark.parametrize("mode", ["CROSS_CORRELATION", "CONVOLUTION"])
+def test_tma_dgrad_3d_against_reference(case, mode):
+    n, c, k, dd, h, w, f, s, p, dil, knobs = case
+    torch.manual_seed(n + c + k + dd + h)
+    cl3 = torch.channels_last_3d
+    dx = torch.empty(n, c, dd, h, w, dtype=torch.bfloat16).to(memory_format=cl3)
+    wt = torch.randn(k, c, *f, dtype=torch.bfloat16).to(memory_format=cl3)
+    dy = torch.randn(*output_dims(dx.shape, wt.shape, p, p, s, dil), dtype=torch.bfloat16)
+    dy = dy.to(memory_format=cl3)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tdy, tw = g.tensor_like(dy), g.tensor_like(wt)
+    out = g.conv_dgrad(
+        tdy,
+        tw,
+        padding=list(p),
+        stride=list(s),
+        dilation=list(dil),
+        convolution_mode=cudnn.convolution_mode[mode],
+    )
+    out.set_dim(list(dx.shape)).set_stride(list(dx.stride())).set_output(True)
+    out.set_data_type(cudnn.data_type.FLOAT)
+    check_engine(g, {tdy: dy, tw: wt}, [out], DGRAD_ID, knobs, n=k * 27)
+
+
+def test_tma_dgrad_3d_boxes_hold_one_slice():
+    cl3 = torch.channels_last_3d
+    dy = torch.randn(1, 16, 4, 4, 4, dtype=torch.bfloat16).to(memory_format=cl3)
+    wt = torch.randn(16, 16, 3, 3, 3, dtype=torch.bfloat16).to(memory_format=cl3)
+    g = cudnn.pygraph()
+    tdy, tw = g.tensor_like(dy), g.tensor_like(wt)
+    out = g.conv_dgrad(tdy, tw, padding=[1, 1, 1])
+    out.set_dim([1, 16, 4, 4, 4]).set_output(True)
+    g.validate()
+    e = ImplicitGemmDgradEngine()
+    for knobs in (dict(SMALL, TMA_IMGS=2), dict(SMALL, SPLIT=2)):
+        sup = e.check_config(g.op_graph, EngineConfig.make(e, **knobs), Target())
+        assert not sup.ok and "one dx depth slice" in sup.reason

@@ -828,3 +828,43 @@ def test_dgrad_stride_phases_every_config(case, dt, layout):
     cfgs = [c for c in _grouped_configs(g, 4) if c.knob_dict.get("PHASES")]
     assert cfgs, "no stride-phase config offered"
     _every_config(g, 4, cfgs, pack, out, like, ref, TOL[dt] * 2)
+
+
+# (dx dims, K, stride, padding): 3-D boxes of the backward data over N * D depth slices
+DGRAD_3D_CASES = [
+    ((2, 32, 9, 12, 10), 64, (1, 1, 1), (1, 1, 1)),
+    ((1, 32, 8, 16, 12), 64, (2, 2, 2), (1, 1, 1)),
+]
+
+
+@pytest.mark.parametrize("cfg", range(24))
+def test_dgrad_tma_3d_every_box_config(cfg):
+    """Each one-image, unsplit box config of conv_dgrad_implicit_gemm on a 3-D problem
+    (NDHWC), alternating stride 1 / 2, NaN-poisoned dx."""
+    import dataclasses
+
+    from opendnn.engines.conv.tma import _dgrad_kernels as D
+
+    kns = [k for k in D.KNOB_SPACE if k.TMA_IMGS == 1 and k.SPLIT == 1]
+    if cfg >= 2 * len(kns):
+        pytest.skip(f"{len(kns)} one-image box configs, two cases each")
+    kn, (xdims, k, s, p) = kns[cfg // 2], DGRAD_3D_CASES[cfg % 2]
+    cl, dt = torch.channels_last_3d, torch.bfloat16
+    w = torch.randn(k, xdims[1], 3, 3, 3, device="cuda", dtype=dt).to(memory_format=cl)
+    xd = torch.zeros(xdims, device="cuda", dtype=torch.float64, requires_grad=True)
+    yd = F.conv3d(xd, w.double(), stride=s, padding=p)
+    dy = torch.randn(yd.shape, device="cuda", dtype=dt).to(memory_format=cl)
+    yd.backward(dy.double())
+    like = torch.empty(xdims, device="cuda", dtype=dt).to(memory_format=cl)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tdy, tw = g.tensor_like(dy), g.tensor_like(w)
+    dx = g.conv_dgrad(tdy, tw, padding=list(p), stride=list(s))
+    dx.set_dim(list(xdims)).set_stride(list(like.stride())).set_output(True)
+    dx.set_data_type(cudnn.data_type.BFLOAT16)
+    g.validate()
+    g.create_execution_plan(4, dataclasses.asdict(kn))
+    out = like.fill_(float("nan"))
+    ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+    g.execute({tdy: dy, tw: w, dx: out}, ws)
+    torch.cuda.synchronize()
+    assert _relerr(out, xd.grad) < TOL[dt], str(kn)

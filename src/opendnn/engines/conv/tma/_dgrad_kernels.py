@@ -33,6 +33,13 @@ cannot describe w; it comes through masked pointer loads instead, issued one ste
 into registers (such narrow rows are too poorly aligned for cp.async, so Triton's
 pipeliner would leave the load waiting in front of each dot).
 
+3-D (NDHWC): the tiles' images are the N * D dx depth slices (``TMA_IMGS=1``: a box
+holds one). Slice (n, id) walks only the depth taps q that reach it -- all of them at
+depth stride 1 (dy depth od = id + pd - q*dd), those with (id + pd - q) % sd == 0
+otherwise (od = (id + pd) // sd - u, as a strided axis's phase above) -- and reads dy
+image n * OD + od of the 4-D descriptor [N * OD, OH, OW, K], or image -1 (zero-filled)
+when od falls outside dy. The filter is [K, Q*R*S, C].
+
 The grid is persistent; tiles run (image box, row box, column box, phase, channel block)
 with channel blocks innermost, so programs in flight share the dy box in L2. The float32
 tile goes through the conv epilogue at dx pixel (sh*i + a, sw*j + b), masked to dx's
@@ -45,6 +52,7 @@ import dataclasses
 
 from ...fusion._codegen import COMBINE_HELPERS
 from ._kernels import TmaKnobs, common_unsupported
+from ._wgrad_kernels import _prod, packed_channels_last
 
 # L2 feeds the SMs at roughly this multiple of the DRAM rate (an assumption, not yet
 # measured): it bounds tiles whose slab reuse is low (narrow BLOCK_N, e.g. C = 3)
@@ -94,14 +102,13 @@ KNOB_SPACE = (
 def unsupported(geo, dx, w, dy) -> str | None:
     """Why dgrad's TMA path cannot take this problem (None when it can); ``geo`` is the
     ConvGeometry, dx / w / dy the descriptors."""
-    why = common_unsupported(geo, dy)
+    why = common_unsupported(geo, dy, dims=(2, 3))
     if why:
         return why
-    _, k, oh, ow = dy.dims
-    if dy.strides != (oh * ow * k, 1, ow * k, k):
+    k = dy.dims[1]
+    if dy.strides != packed_channels_last(dy.dims):
         return "dgrad's TMA path needs a packed NHWC dy"
-    _, c, r, s = w.dims
-    if w.strides != (r * s * c, 1, s * c, c):
+    if w.strides != packed_channels_last(w.dims):
         return "dgrad's TMA path needs a packed KRSC (NHWC) filter"
     if (k * dy.data_type.itemsize) % 16:
         return (
@@ -112,6 +119,24 @@ def unsupported(geo, dx, w, dy) -> str | None:
         if st > 1 and dil > 1:
             return "dgrad's TMA path takes stride > 1 only without dilation"
     return None
+
+
+def knob_rule(geo, kn) -> str | None:
+    """Why config ``kn`` cannot take this (otherwise supported) problem."""
+    if len(geo.filt) == 3 and (kn.TMA_IMGS != 1 or kn.SPLIT != 1):
+        return "3-D boxes hold one dx depth slice (TMA_IMGS = 1) and do not split (SPLIT = 1)"
+    return None
+
+
+def depth_taps(geo) -> int:
+    """Depth taps summed over the dx depth slices (1 for 2-D): each slice id walks the
+    taps q with (id + pd - q) % sd == 0, all Q at depth stride 1."""
+    if len(geo.filt) == 2:
+        return 1
+    q, sd, pd = geo.filt[0], geo.stride[0], geo.pre[0]
+    if sd == 1:
+        return q * geo.in_dims[0]
+    return sum(_cdiv(q - (i + pd) % sd, sd) for i in range(geo.in_dims[0]))
 
 
 def filter_by_descriptor(geo, itemsize: int) -> bool:
@@ -131,8 +156,8 @@ def phase_taps(geo) -> list[int]:
     def axis(st, pre, f):
         return [_cdiv(f - (a + pre) % st, st) for a in range(st)]
 
-    rows = axis(geo.stride[0], geo.pre[0], geo.filt[0])
-    cols = axis(geo.stride[1], geo.pre[1], geo.filt[1])
+    rows = axis(geo.stride[-2], geo.pre[-2], geo.filt[-2])
+    cols = axis(geo.stride[-1], geo.pre[-1], geo.filt[-1])
     return [tr * tc for tr in rows for tc in cols]
 
 
@@ -142,10 +167,11 @@ def _cdiv(a: int, b: int) -> int:
 
 def _tile_counts(geo, kn: TmaKnobs) -> tuple:
     """(image boxes, row boxes, column boxes, phases, channel blocks); a phase has at most
-    ceil(H / sh) x ceil(W / sw) pixels."""
-    (h, wd), (sh, sw) = geo.in_dims, geo.stride
+    ceil(H / sh) x ceil(W / sw) pixels. 3-D: the images are the N * D depth slices."""
+    (h, wd), (sh, sw) = geo.in_dims[-2:], geo.stride[-2:]
+    images = geo.n * (geo.in_dims[0] if len(geo.filt) == 3 else 1)
     return (
-        _cdiv(geo.n, kn.TMA_IMGS),
+        _cdiv(images, kn.TMA_IMGS),
         _cdiv(_cdiv(h, sh), kn.TMA_TH),
         _cdiv(_cdiv(wd, sw), kn.TMA_TW),
         sh * sw,
@@ -195,6 +221,8 @@ def estimate_seconds(
     n_tiles, taps = tiles(geo, kn), phase_taps(geo)
     jobs = n_tiles * kn.SPLIT
     steps = n_tiles // len(taps) * _cdiv(geo.k_per_group, kn.BLOCK_K) * sum(taps)  # all tiles
+    if len(geo.filt) == 3:  # the tiles ran over depth slices: their mean depth taps
+        steps = steps * depth_taps(geo) // geo.in_dims[0]
     flops = 2.0 * steps * kn.block_m * kn.BLOCK_N * kn.BLOCK_K
     waves = _cdiv(jobs, num_sms)
     fill = jobs / (waves * num_sms)
@@ -202,11 +230,10 @@ def estimate_seconds(
     sharing = max(1.0, min(kn.PPS, jobs / num_sms))
     pipe = per_job / (per_job + kn.num_stages / sharing) if per_job else 1.0
     slabs = steps * (kn.block_m + kn.BLOCK_N) * kn.BLOCK_K * itemsize
-    (h, wd), (oh, ow) = geo.in_dims, geo.out_dims
     bytes_ = itemsize * (
-        geo.n * oh * ow * geo.k_per_group
-        + geo.k_per_group * geo.filt[0] * geo.filt[1] * geo.c_per_group
-        + geo.n * h * wd * geo.c_per_group
+        geo.n * _prod(geo.out_dims) * geo.k_per_group
+        + geo.k_per_group * _prod(geo.filt) * geo.c_per_group
+        + geo.n * _prod(geo.in_dims) * geo.c_per_group
     )
     t = (
         max(
@@ -251,10 +278,13 @@ def source(
     """Kernel ``name(DY, W, <epilogue params>, NUM_PROGS: constexpr)``; DY is the packed
     NHWC dy [N, OH, OW, K], W the KRSC filter [K, R, S, C] (a TMA descriptor when
     ``w_desc``, else masked pointer loads). The epilogue writes dx [N, C, H, W]."""
-    n, (h, wd), c, k = geo.n, geo.in_dims, geo.c_per_group, geo.k_per_group
-    oh, ow = geo.out_dims
-    r_, s_ = geo.filt
-    (sh, sw), (ph, pw), (dh, dw) = geo.stride, geo.pre, geo.dilation
+    n, (h, wd), c, k = geo.n, geo.in_dims[-2:], geo.c_per_group, geo.k_per_group
+    oh, ow = geo.out_dims[-2:]
+    r_, s_ = geo.filt[-2:]
+    (sh, sw), (ph, pw), (dh, dw) = geo.stride[-2:], geo.pre[-2:], geo.dilation[-2:]
+    three = len(geo.filt) == 3
+    q_ = geo.filt[0] if three else 1
+    n_dy = n * geo.out_dims[0] if three else n
     imgs, th, tw, bn, bk = kn.TMA_IMGS, kn.TMA_TH, kn.TMA_TW, kn.BLOCK_N, kn.BLOCK_K
     bm, kb = kn.block_m, _cdiv(k, bk)
     t_n, t_h, t_w, n_ph, t_c = _tile_counts(geo, kn)
@@ -267,13 +297,14 @@ def source(
         COMBINE_HELPERS,
         "@triton.jit",
         f"def {name}({', '.join(sig)}):",
-        f"{ind}dy_desc = tl.make_tensor_descriptor(DY, shape=[{n}, {oh}, {ow}, {k}], "
+        f"{ind}dy_desc = tl.make_tensor_descriptor(DY, shape=[{n_dy}, {oh}, {ow}, {k}], "
         f"strides=[{oh * ow * k}, {ow * k}, {k}, 1], block_shape=[{imgs}, {th}, {tw}, {bk}])",
     ]
+    taps_all = q_ * r_ * s_
     if w_desc:
         L.append(
-            f"{ind}w_desc = tl.make_tensor_descriptor(W, shape=[{k}, {r_ * s_}, {c}], "
-            f"strides=[{r_ * s_ * c}, {c}, 1], block_shape=[{bk}, 1, {bn}])"
+            f"{ind}w_desc = tl.make_tensor_descriptor(W, shape=[{k}, {taps_all}, {c}], "
+            f"strides=[{taps_all * c}, {c}, 1], block_shape=[{bk}, 1, {bn}])"
         )
     n_tiles = t_n * t_h * t_w * n_ph * t_c
     L += [
@@ -307,29 +338,39 @@ def source(
     rows, r_first, r_taps, r_off = _axis_lines(ind2, "r", "pa", sh, ph, r_)
     cols, s_first, s_taps, s_off = _axis_lines(ind2, "s", "pb", sw, pw, s_)
     L += rows + cols
+    if three:  # image tile nt is dx depth slice (n_, id_); its depth taps as a phase's
+        od_dims, (sd, pd, dd) = geo.out_dims[0], (geo.stride[0], geo.pre[0], geo.dilation[0])
+        depth, q_first, q_taps, q_off = _axis_lines(ind2, "q", "id_", sd, pd, q_)
+        L += [f"{ind2}id_ = nt % {geo.in_dims[0]}", f"{ind2}n_ = nt // {geo.in_dims[0]}"]
+        L += depth
+        od0 = f"id_ + {pd}" if sd == 1 else q_off
+    else:
+        q_first, q_taps = "0", "1"
 
     def step(it: str, sfx: str, ind_: str) -> list:
-        """Reduction step ``it`` -> its k block k0, tap step (tu, tv), filter tap rs."""
+        """Reduction step ``it`` -> its k block k0, tap step (tq,) tu, tv, filter tap rs."""
         out = [
             f"{ind_}tap{sfx} = ({it}) // {kb}",
             f"{ind_}k0{sfx} = (({it}) % {kb}) * {bk}",
-            f"{ind_}tu{sfx} = tap{sfx} // {s_taps}",
             f"{ind_}tv{sfx} = tap{sfx} % {s_taps}",
-            f"{ind_}rs{sfx} = ({r_first} + tu{sfx} * {sh}) * {s_} + {s_first} + tv{sfx} * {sw}",
+            f"{ind_}tu{sfx} = (tap{sfx} // {s_taps}) % {r_taps}",
+            f"{ind_}tq{sfx} = tap{sfx} // ({s_taps} * {r_taps})",
+            f"{ind_}rs{sfx} = (({q_first} + tq{sfx} * {geo.stride[0] if three else 1}) * {r_} + "
+            f"{r_first} + tu{sfx} * {sh}) * {s_} + {s_first} + tv{sfx} * {sw}",
         ]
-        return out + ([f"{ind_}rs{sfx} = {r_ * s_ - 1} - rs{sfx}"] if geo.flip else [])
+        return out + ([f"{ind_}rs{sfx} = {taps_all - 1} - rs{sfx}"] if geo.flip else [])
 
     def w_load(sfx: str, live: str) -> str:
-        # KRSC by pointers: k stride R*S*C, tap stride C, c contiguous
+        # KRSC by pointers: k stride taps*C, tap stride C, c contiguous
         return (
-            f"tl.load(W + ((k0{sfx} + kr) * {r_ * s_ * c})[:, None] + rs{sfx} * {c} + "
+            f"tl.load(W + ((k0{sfx} + kr) * {taps_all * c})[:, None] + rs{sfx} * {c} + "
             f"cc[None, :], mask=((k0{sfx} + kr) < {k})[:, None] & (cc < {c})[None, :] & "
             f"({live}), other=0.0)"
         )
 
     L += [
         f"{ind2}cc = ct * {bn} + tl.arange(0, {bn})",
-        f"{ind2}steps = {r_taps} * {s_taps} * {kb}",
+        f"{ind2}steps = {q_taps} * {r_taps} * {s_taps} * {kb}",
         f"{ind2}acc = tl.full([{bm}, {bn}], 0.0, tl.float32)",
     ]
     if not w_desc:  # too small for cp.async, so prefetch one step ahead into registers
@@ -339,8 +380,15 @@ def source(
         f"{ind2}for it in range(it0, it1):" if split > 1 else f"{ind2}for it in range(0, steps):"
     )
     L += step("it", "", ind3)
+    img = f"nt * {imgs}"
+    if three:  # dy depth od; outside dy: image -1, zero-filled
+        L += [
+            f"{ind3}od = {od0} - tq * {dd}",
+            f"{ind3}dyi = tl.where((od >= 0) & (od < {od_dims}), n_ * {od_dims} + od, -1)",
+        ]
+        img = "dyi"
     L.append(
-        f"{ind3}a = dy_desc.load([nt * {imgs}, ht * {th} + {r_off} - tu * {dh}, "
+        f"{ind3}a = dy_desc.load([{img}, ht * {th} + {r_off} - tu * {dh}, "
         f"wt * {tw} + {s_off} - tv * {dw}, k0]).reshape({bm}, {bk})"
     )
     if w_desc:
@@ -361,23 +409,23 @@ def source(
         ]
         return "\n".join(L) + "\n"
     # the epilogue's dx pixel and channel indices, rebuilt from the box and the phase
-    o0 = f"ht * {th} + (_i // {tw}) % {th}"
-    o1 = f"wt * {tw} + _i % {tw}"
+    o_h = f"ht * {th} + (_i // {tw}) % {th}"
+    o_w = f"wt * {tw} + _i % {tw}"
+    ha, wa = ("o1", "o2") if three else ("o0", "o1")
+    L += [f"{ind2}_i = tl.arange(0, {bm})"]
+    if three:  # one depth slice per tile: nb and o0 are the tile's (n_, id_)
+        L += [f"{ind2}nb = n_ + _i * 0", f"{ind2}o0 = id_ + _i * 0"]
+    else:
+        L += [f"{ind2}nb = nt * {imgs} + _i // {th * tw}"]
     L += [
-        f"{ind2}_i = tl.arange(0, {bm})",
-        f"{ind2}nb = nt * {imgs} + _i // {th * tw}",
-        f"{ind2}o0 = " + (f"({o0}) * {sh} + pa" if sh > 1 else o0),
-        f"{ind2}o1 = " + (f"({o1}) * {sw} + pb" if sw > 1 else o1),
-        f"{ind2}mask_m = (nb < {n}) & (o0 < {h}) & (o1 < {wd})",
+        f"{ind2}{ha} = " + (f"({o_h}) * {sh} + pa" if sh > 1 else o_h),
+        f"{ind2}{wa} = " + (f"({o_w}) * {sw} + pb" if sw > 1 else o_w),
+        f"{ind2}mask_m = (nb < {n}) & ({ha} < {h}) & ({wa} < {wd})",
         f"{ind2}offs_n = cc",
         f"{ind2}mask_n = offs_n < {c}",
     ]
     if geo.int64:
-        L += [
-            f"{ind2}nb = nb.to(tl.int64)",
-            f"{ind2}o0 = o0.to(tl.int64)",
-            f"{ind2}o1 = o1.to(tl.int64)",
-        ]
+        L += [f"{ind2}{v} = {v}.to(tl.int64)" for v in ("nb", "o0", "o1", "o2")[: 2 + three]]
     for line in epilogue_body.strip("\n").split("\n"):
         L.append(ind2 + line)
     return "\n".join(L) + "\n"

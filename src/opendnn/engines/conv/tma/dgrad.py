@@ -7,7 +7,8 @@ style), two tilings:
   of consecutive dx pixels, the reduction optionally split (knob SPLIT).
 
 A config of engine 4 whose knobs name ``TMA_TH`` takes this path; the heuristics offer
-such configs on Hopper for 2-D, one-group, half/bfloat16 problems with a packed NHWC dy
+such configs on Hopper for 2-D (boxes: also 3-D), one-group, half/bfloat16 problems with
+a packed NHWC dy
 (K * element size a multiple of 16 bytes) and a KRSC filter, any stride (dilation 1 on
 strided axes) and any dilation at stride 1. dx may have any strides: it is written
 through the epilogue's pointers. The buffers read through descriptors (dy, and w unless C
@@ -55,7 +56,12 @@ class DgradTmaPath(tma.TmaPath):
         return [
             k
             for k in self.knob_space
-            if self.fits(a, k) and (flat if k.FLAT else boxes and D.split_rule(a.geo, k) is None)
+            if self.fits(a, k)
+            and (
+                flat
+                if k.FLAT
+                else boxes and D.split_rule(a.geo, k) is None and D.knob_rule(a.geo, k) is None
+            )
         ]
 
     def check(self, a, kn) -> str | None:
@@ -68,7 +74,11 @@ class DgradTmaPath(tma.TmaPath):
                 else self._flat(a)
             )
         else:
-            why = D.unsupported(a.geo, a.x, a.w, a.y) or D.split_rule(a.geo, kn)
+            why = (
+                D.unsupported(a.geo, a.x, a.w, a.y)
+                or D.knob_rule(a.geo, kn)
+                or D.split_rule(a.geo, kn)
+            )
         if why is None and not self.fits(a, kn):
             why = f"TMA tiles {kn}: the pipeline stages exceed shared memory"
         return why
@@ -142,5 +152,5 @@ class _DgradExecutable(tma.TmaExecutable):
             )
             if kn.SPLIT > 1
             else None,
-            T.sum_grid(view, kn),
+            T.sum_grid(view, kn) if kn.SPLIT > 1 else None,
         )
