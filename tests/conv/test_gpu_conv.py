@@ -182,7 +182,7 @@ def test_fprop_tma_split_every_config(shape, cfg):
 
 
 @pytest.mark.parametrize("shape", shapes.GPU_DGRAD_TMA)
-@pytest.mark.parametrize("cfg", range(19))
+@pytest.mark.parametrize("cfg", range(21))
 def test_dgrad_tma_path_every_config(shape, cfg):
     """Each TMA knob set of conv_dgrad_implicit_gemm (stride phases, pointer filter; split
     sets on a stride-1 layer)."""
@@ -190,7 +190,7 @@ def test_dgrad_tma_path_every_config(shape, cfg):
 
     from opendnn.engines.conv.tma import _dgrad_kernels as D
 
-    assert len(D.KNOB_SPACE) == 19, "parametrize over every dgrad TMA config"
+    assert len(D.KNOB_SPACE) == 21, "parametrize over every dgrad TMA config"
     kn = D.KNOB_SPACE[cfg]
     n, c, h, k, f, s, p = shape if kn.SPLIT == 1 else (4, 128, 7, 256, 3, 1, 1)
     cl, dt = torch.channels_last, torch.bfloat16
@@ -837,7 +837,7 @@ DGRAD_3D_CASES = [
 ]
 
 
-@pytest.mark.parametrize("cfg", range(24))
+@pytest.mark.parametrize("cfg", range(26))
 def test_dgrad_tma_3d_every_box_config(cfg):
     """Each one-image, unsplit box config of conv_dgrad_implicit_gemm on a 3-D problem
     (NDHWC), alternating stride 1 / 2, NaN-poisoned dx."""

@@ -86,6 +86,11 @@ KNOB_SPACE = (
     DgradTmaKnobs(1, 8, 16, 128, 64, 8, 3, PPS=2),
     DgradTmaKnobs(2, 8, 8, 128, 64, 8, 3, PPS=2),
     DgradTmaKnobs(4, 4, 8, 64, 64, 4, 3, PPS=2),
+    # 3-D UNet levels of 32 and 64 channels: thousands of tiles of 2-6 steps (a stride-2
+    # depth slice meets 1-2 depth taps), where a second program per SM hides one tile's
+    # fill and epilogue (c3_32_64_64s2 dx: 99 -> 64 us, 82 -> 67 us; probe over PPS 1/2)
+    DgradTmaKnobs(1, 8, 16, 32, 64, 4, 3, PPS=2),
+    DgradTmaKnobs(1, 16, 16, 64, 64, 8, 3, PPS=2),
     # stride 1 with few tiles of a long reduction (7x7 images, K = 512): 128-pixel tiles
     # split 2 or 3 ways (the forward's SPLIT_KNOBS: 8% on l4_3x3_512)
     DgradTmaKnobs(4, 4, 8, 128, 64, 8, 4, SPLIT=2),
