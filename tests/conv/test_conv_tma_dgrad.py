@@ -289,3 +289,30 @@ def test_tma_dgrad_3d_boxes_hold_one_slice():
     for knobs in (dict(SMALL, TMA_IMGS=2), dict(SMALL, SPLIT=2)):
         sup = e.check_config(g.op_graph, EngineConfig.make(e, **knobs), Target())
         assert not sup.ok and "one dx depth slice" in sup.reason
+
+
+@pytest.mark.parametrize("kind", ["fprop", "dgrad", "wgrad"])
+def test_tma_paths_take_a_1x1_filter_with_free_size_one_strides(kind):
+    """A 1x1 channels-last filter may come with strides (C, 1, 1, 1) or (C, 1, C, C): the
+    same memory. Every direction's TMA path takes both."""
+    from opendnn.engines.registry import by_id
+
+    x = torch.randn(2, 64, 7, 7, dtype=torch.bfloat16).to(memory_format=CL)
+    dy = torch.randn(2, 128, 7, 7, dtype=torch.bfloat16).to(memory_format=CL)
+    w = torch.randn(128, 64, 1, 1, dtype=torch.bfloat16).as_strided((128, 64, 1, 1), (64, 1, 1, 1))
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    if kind == "fprop":
+        out = g.conv_fprop(g.tensor_like(x), g.tensor_like(w), padding=[0, 0])
+        eid = 3
+    elif kind == "dgrad":
+        out = g.conv_dgrad(g.tensor_like(dy), g.tensor_like(w), padding=[0, 0])
+        out.set_dim(list(x.shape)).set_stride(list(x.stride()))
+        eid = DGRAD_ID
+    else:
+        out = g.conv_wgrad(g.tensor_like(x), g.tensor_like(dy), padding=[0, 0])
+        out.set_dim(list(w.shape)).set_stride(list(w.stride()))
+        eid = 5
+    out.set_output(True)
+    g.validate()
+    cfgs = by_id(eid).configs(g.op_graph, H100)
+    assert any(tma.is_tma(c.knob_dict) for c in cfgs)

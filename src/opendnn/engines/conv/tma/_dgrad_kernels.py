@@ -51,8 +51,8 @@ from __future__ import annotations
 import dataclasses
 
 from ...fusion._codegen import COMBINE_HELPERS
-from ._kernels import TmaKnobs, common_unsupported
-from ._wgrad_kernels import _prod, packed_channels_last
+from ._kernels import TmaKnobs, common_unsupported, is_packed_channels_last
+from ._wgrad_kernels import _prod
 
 # L2 feeds the SMs at roughly this multiple of the DRAM rate (an assumption, not yet
 # measured): it bounds tiles whose slab reuse is low (narrow BLOCK_N, e.g. C = 3)
@@ -111,9 +111,9 @@ def unsupported(geo, dx, w, dy) -> str | None:
     if why:
         return why
     k = dy.dims[1]
-    if dy.strides != packed_channels_last(dy.dims):
+    if not is_packed_channels_last(dy):
         return "dgrad's TMA path needs a packed NHWC dy"
-    if w.strides != packed_channels_last(w.dims):
+    if not is_packed_channels_last(w):
         return "dgrad's TMA path needs a packed KRSC (NHWC) filter"
     if (k * dy.data_type.itemsize) % 16:
         return (

@@ -27,7 +27,7 @@ the epilogue, as on the box path.
 from __future__ import annotations
 
 from ...fusion._codegen import COMBINE_HELPERS
-from ._kernels import common_unsupported, split_of
+from ._kernels import common_unsupported, is_packed_channels_last, split_of
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -52,11 +52,10 @@ def unsupported(geo, kind: str, streamed, w) -> str | None:
             "the flat path takes 1x1 unpadded stride-1 filters (larger ones need masked "
             "rows, measured slower than the box tiles)"
         )
-    n, ch, h, wd = streamed.dims
-    if streamed.strides != (h * wd * ch, 1, wd * ch, ch):
+    ch, c = streamed.dims[1], w.dims[1]
+    if not is_packed_channels_last(streamed):
         return f"the flat path needs a packed NHWC {streamed.name or 'image'}"
-    k, c, r, s = w.dims
-    if w.strides != (r * s * c, 1, s * c, c):
+    if not is_packed_channels_last(w):
         return "the flat path needs a packed KRSC (NHWC) filter"
     if (ch * streamed.data_type.itemsize) % 16 or (c * w.data_type.itemsize) % 16:
         return "TMA needs 16-byte aligned rows: channels * element size a multiple of 16"

@@ -62,6 +62,24 @@ KNOB_SPACE = (
 )
 
 
+def packed_channels_last(dims) -> tuple:
+    """The strides of a packed channels-last (NHWC, NDHWC) tensor of NCHW-order ``dims``."""
+    n, c, *sp = dims
+    out, acc = [], c
+    for v in reversed(sp):
+        out.append(acc)
+        acc *= v
+    return (acc, 1, *reversed(out))
+
+
+def is_packed_channels_last(desc) -> bool:
+    """Whether tensor descriptor ``desc`` is packed channels-last. The stride of a size-1
+    axis addresses nothing, so any value passes there (a 1x1 filter [K, C, 1, 1] may come
+    as (C, 1, C, C) or (C, 1, 1, 1): the same memory)."""
+    want = packed_channels_last(desc.dims)
+    return all(d == 1 or s == w for d, s, w in zip(desc.dims, desc.strides, want))
+
+
 def common_unsupported(geo, operand, dims: tuple = (2,)) -> str | None:
     """The rules every TMA path (forward, dgrad, wgrad) shares: 2-D (or the spatial ranks
     ``dims``), one group, 16-bit operands (``operand``: the descriptor whose type decides)."""
@@ -81,10 +99,9 @@ def unsupported(geo, x, w, y) -> str | None:
     if why:
         return why
     n, c, h, wd = x.dims
-    if x.strides != (h * wd * c, 1, wd * c, c):
+    if not is_packed_channels_last(x):
         return "the TMA path needs a packed NHWC image"
-    k, _, r, s = w.dims
-    if w.strides != (r * s * c, 1, s * c, c):
+    if not is_packed_channels_last(w):
         return "the TMA path needs a packed KRSC (NHWC) filter"
     if (c * x.data_type.itemsize) % 16:
         return "TMA needs 16-byte aligned rows: C * element size must be a multiple of 16"

@@ -25,7 +25,7 @@ The epilogue sees per-column taps: r0, r1 and offs_n (= c) are vectors over j.
 from __future__ import annotations
 
 from ...fusion._codegen import COMBINE_HELPERS
-from ._kernels import common_unsupported
+from ._kernels import common_unsupported, is_packed_channels_last
 from ._wgrad_kernels import roofline, step_and_finish, sum_source
 
 
@@ -60,7 +60,7 @@ def x_by_descriptor(geo, x) -> bool:
         and geo.stride == (1, 1)
         and geo.pre == (0, 0)
         and geo.out_dims == (h, wd)
-        and x.strides == (h * wd * c, 1, wd * c, c)
+        and is_packed_channels_last(x)
         and (c * x.data_type.itemsize) % 16 == 0
     )
 
@@ -69,8 +69,8 @@ def unsupported(geo, x, dy) -> str | None:
     why = common_unsupported(geo, x)
     if why:
         return why
-    _, k, oh, ow = dy.dims
-    if dy.strides != (oh * ow * k, 1, ow * k, k):
+    k = dy.dims[1]
+    if not is_packed_channels_last(dy):
         return "the flat TMA path needs a packed NHWC dy"
     if (k * dy.data_type.itemsize) % 16:
         return "TMA needs 16-byte aligned rows: K times the element size must be a multiple of 16"

@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 
 from ...fusion._codegen import COMBINE_HELPERS
-from ._kernels import common_unsupported
+from ._kernels import common_unsupported, is_packed_channels_last
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,25 +94,15 @@ KNOB_SPACE = tuple(
 )
 
 
-def packed_channels_last(dims) -> tuple:
-    """The strides of a packed channels-last (NHWC, NDHWC) tensor of NCHW-order ``dims``."""
-    n, c, *sp = dims
-    out, acc = [], c
-    for v in reversed(sp):
-        out.append(acc)
-        acc *= v
-    return (acc, 1, *reversed(out))
-
-
 def unsupported(geo, x, dw, dy) -> str | None:
     """Why the TMA path cannot take this problem (None when it can)."""
     why = common_unsupported(geo, x, dims=(2, 3))
     if why:
         return why
     c, k = x.dims[1], dy.dims[1]
-    if x.strides != packed_channels_last(x.dims):
+    if not is_packed_channels_last(x):
         return "the TMA path needs a packed NHWC image"
-    if dy.strides != packed_channels_last(dy.dims):
+    if not is_packed_channels_last(dy):
         return "the TMA path needs a packed NHWC dy"
     item = x.data_type.itemsize
     if (c * item) % 16 or (k * item) % 16:
