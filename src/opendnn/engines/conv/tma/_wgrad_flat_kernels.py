@@ -45,6 +45,7 @@ def pixels(geo) -> int:
 # masks: at 128 elements per thread (64x128 tiles, 128-pixel runs, 4 warps) ptxas spilled
 # 1.2 KB per thread and took 1.6-3.2 s (the stem's cold find); at 64 it spills <= 88 bytes
 GATHER_PER_THREAD = 64
+GATHER_COLUMNS = 64  # gathered tiles wider than this read out of bounds (wgrad.py)
 
 
 def gather_too_large(kn) -> bool:
