@@ -45,12 +45,18 @@ def pixels(geo) -> int:
 # masks: at 128 elements per thread (64x128 tiles, 128-pixel runs, 4 warps) ptxas spilled
 # 1.2 KB per thread and took 1.6-3.2 s (the stem's cold find); at 64 it spills <= 88 bytes
 GATHER_PER_THREAD = 64
-GATHER_COLUMNS = 64  # gathered tiles wider than this read out of bounds (wgrad.py)
+LIVE_PER_THREAD = 96  # accumulator + gathered run: above it, reads out of bounds (wgrad.py)
 
 
 def gather_too_large(kn) -> bool:
     """Whether a config's gathered xcol run needs more registers than a thread has."""
     return kn.TMA_TW * kn.BLOCK_N > GATHER_PER_THREAD * 32 * kn.num_warps
+
+
+def live_too_large(kn) -> bool:
+    """Whether a gathered config keeps more accumulator + run elements per thread live
+    than LIVE_PER_THREAD."""
+    return (kn.BLOCK_M + kn.TMA_TW) * kn.BLOCK_N > LIVE_PER_THREAD * 32 * kn.num_warps
 
 
 def x_by_descriptor(geo, x) -> bool:

@@ -51,11 +51,15 @@ def _why(a, kn) -> str | None:
             f"flat runs of {kn.TMA_TW} gathered pixels x {kn.BLOCK_N} columns need more "
             f"than {F.GATHER_PER_THREAD} registers per thread with {kn.num_warps} warps"
         )
-    elif gathered and kn.BLOCK_N > F.GATHER_COLUMNS:
-        # compute-sanitizer (H100, Triton 3.6): the ResNet stem's 64 x 128 tile read 2.6 KB
-        # before x in its padding lanes although their mask was false and their offset 0;
-        # its 64- and 32-column tiles ran clean
-        why = f"gathered flat runs take at most {F.GATHER_COLUMNS} columns per tile"
+    elif gathered and F.live_too_large(kn):
+        # compute-sanitizer (H100, Triton 3.6): on the ResNet stem the 64 x 128 tile of
+        # 64-pixel runs and the 128 x 64 tile of 128-pixel runs (64 accumulator + 64
+        # gathered elements per thread) read up to 2.6 KB before x in padding lanes whose
+        # mask was false and offset 0; every config at 96 or fewer ran clean
+        why = (
+            f"a {kn.BLOCK_M} x {kn.BLOCK_N} accumulator with gathered runs of {kn.TMA_TW} "
+            f"pixels keeps more than {F.LIVE_PER_THREAD} elements per thread live"
+        )
     return why
 
 
