@@ -315,6 +315,14 @@ def conv_graphs():
         dx.set_dim(list(dims)).set_stride(list(xs.stride())).set_output(True)
         dx.set_data_type(cudnn.data_type.BFLOAT16)
         yield f"dgrad by phases {d}-D", g, [4]
+    # the backward filter's flat gathered runs: an RGB stem (C = 3, 7x7 stride 2)
+    x = torch.randn(2, 3, 32, 32, dtype=torch.bfloat16).to(memory_format=CL)
+    dy = torch.randn(2, 64, 16, 16, dtype=torch.bfloat16).to(memory_format=CL)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tdy = g.tensor_like(x), g.tensor_like(dy)
+    dw = g.conv_wgrad(tx, tdy, padding=[3, 3], stride=[2, 2])
+    dw.set_dim([64, 3, 7, 7]).set_output(True).set_data_type(cudnn.data_type.FLOAT)
+    yield "wgrad flat gathered stem", g, [5]
     # the backward filter's TMA boxes in 3-D (NDHWC over N * OD images), stride 1 and 2
     for s in (1, 2):
         x = torch.randn(2, 32, 8, 8, 8, dtype=torch.bfloat16).to(memory_format=CL3)

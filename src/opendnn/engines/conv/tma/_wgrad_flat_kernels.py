@@ -53,6 +53,12 @@ def gather_too_large(kn) -> bool:
     return kn.TMA_TW * kn.BLOCK_N > GATHER_PER_THREAD * 32 * kn.num_warps
 
 
+def x_extent(geo, xs: tuple) -> int:
+    """The largest element offset inside x [N, C, H, W] of strides ``xs``."""
+    dims = (geo.n, geo.c_per_group, *geo.in_dims)
+    return sum((d - 1) * st for d, st in zip(dims, xs))
+
+
 def live_too_large(kn) -> bool:
     """Whether a gathered config keeps more accumulator + run elements per thread live
     than LIVE_PER_THREAD."""
@@ -186,9 +192,11 @@ def source(
             f"{ind2}off = (nb_ * {xs[0]} + oh_ * {geo.stride[0] * xs[2]} + "
             f"ow_ * {geo.stride[1] * xs[3]} - {geo.pre[0] * xs[2] + geo.pre[1] * xs[3]})"
             "[:, None] + col_off[None, :]",
-            # masked-off lanes point at element 0: the 128-pixel runs' load read before x
-            # (compute-sanitizer, H100, Triton 3.6) although its mask was false there
-            f"{ind2}a = tl.load(X + tl.where(ok, off, 0), mask=ok, other=0.0)",
+            # every lane's address is clamped into x, the mask only zeroes: compute-sanitizer
+            # (H100, Triton 3.6) saw masked-off padding lanes read before x, first with the
+            # raw offset, then with tl.where(ok, off, 0) (folded into the masked load)
+            f"{ind2}off = tl.minimum(tl.maximum(off, 0), {x_extent(geo, xs)})",
+            f"{ind2}a = tl.load(X + off, mask=ok, other=0.0)",
         ]
     L += step_and_finish(interpret, kn.SPLIT > 1, ws_index(geo), epilogue_body)
     return "\n".join(L) + "\n"
