@@ -340,10 +340,11 @@ def loop_seconds(
     """Time of ``steps`` main-loop steps spread over ``programs`` programs on ``num_sms``
     SMs, each step moving ``tile_bytes`` of operand tiles (see STEP_FIXED) at
     ``step_scale`` times the usual cost."""
-    resident = min(programs / num_sms, RESIDENT)
     busy = (STEP_FIXED + STEP_PER_BYTE * tile_bytes) * step_scale
-    per = max(busy, STEP_LATENCY / max(resident, 1e-3))
-    return steps / num_sms * per
+    if programs < num_sms:  # one program on each of ``programs`` SMs, the rest idle
+        return steps / max(programs, 1) * max(busy, STEP_LATENCY)
+    resident = min(programs / num_sms, RESIDENT)
+    return steps / num_sms * max(busy, STEP_LATENCY / resident)
 
 
 def combine_bounds(*bounds: float) -> float:

@@ -123,6 +123,8 @@ class WgradTmaPath(TmaPath):
         for kn in self.knob_space:
             if _why(a, kn) is not None:
                 continue
+            if kn.BLOCK_N < 64 and a.geo.c_per_group > 32:
+                continue  # the 64 x 32 tile is for 32-channel images (TILES)
             if kn.FLAT and not gathered_only and not F.x_by_descriptor(a.geo, a.x):
                 continue
             cands = [dataclasses.replace(kn, SPLIT=s) for s in _splits(_max_split(a, kn))]
