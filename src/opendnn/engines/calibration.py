@@ -22,58 +22,61 @@ from __future__ import annotations
 # family (or engine name) -> measured / modelled time, H100, fitted by bench/calibrate.py
 MEASURED_SCALES: dict[str, float] = {
     "conv_depthwise": 0.75,  # 31 timings
-    "conv_depthwise:nchw": 1.85,  # 200 timings
-    "conv_depthwise:strip": 0.75,  # 138 timings
-    "conv_dgrad_depthwise": 1.16,  # 149 timings
-    "conv_dgrad_depthwise:nchw": 1.78,  # 200 timings
+    "conv_depthwise:nchw": 1.41,  # 96 timings
+    "conv_depthwise:strip": 0.74,  # 138 timings
+    "conv_depthwise:taps25:nchw": 2.25,  # 104 timings
+    "conv_dgrad_depthwise": 1.14,  # 149 timings
+    "conv_dgrad_depthwise:nchw": 1.28,  # 96 timings
+    "conv_dgrad_depthwise:taps25:nchw": 2.27,  # 104 timings
     "conv_dgrad_grouped": 0.82,  # 21 timings
-    "conv_dgrad_grouped:nchw": 1.56,  # 41 timings
-    "conv_dgrad_implicit_gemm:gather": 0.72,  # 105 timings
-    "conv_dgrad_implicit_gemm:gather:nchw": 0.55,  # 66 timings
-    "conv_dgrad_implicit_gemm:gather:phases": 0.99,  # 1 timings
-    "conv_dgrad_implicit_gemm:tma": 1.00,  # 44 timings
+    "conv_dgrad_grouped:nchw": 1.55,  # 41 timings
+    "conv_dgrad_implicit_gemm:gather": 0.71,  # 105 timings
+    "conv_dgrad_implicit_gemm:gather:nchw": 0.52,  # 66 timings
+    "conv_dgrad_implicit_gemm:gather:phases": 0.98,  # 1 timings
+    "conv_dgrad_implicit_gemm:tma": 0.99,  # 44 timings
     "conv_dgrad_implicit_gemm:tma:flat": 0.94,  # 5 timings
     "conv_dgrad_implicit_gemm:tma:flat:split": 1.01,  # 1 timings
-    "conv_dgrad_implicit_gemm:tma:split": 0.99,  # 3 timings
+    "conv_dgrad_implicit_gemm:tma:split": 0.98,  # 3 timings
     "conv_dgrad_patchify": 0.91,  # 12 timings
     "conv_dgrad_patchify:nchw": 1.10,  # 23 timings
     "conv_dgrad_splitk:gather": 1.16,  # 13 timings
-    "conv_dgrad_splitk:gather:nchw": 1.95,  # 11 timings
-    "conv_dgrad_winograd_nonfused": 0.81,  # 16 timings
+    "conv_dgrad_splitk:gather:nchw": 2.03,  # 11 timings
+    "conv_dgrad_winograd_nonfused": 0.80,  # 16 timings
     "conv_direct:gather": 1.47,  # 1 timings
-    "conv_direct:gather:nchw": 3.47,  # 14 timings
+    "conv_direct:gather:nchw": 3.65,  # 14 timings
     "conv_gemm": 1.24,  # 116 timings
     "conv_grouped": 0.95,  # 20 timings
-    "conv_grouped:nchw": 2.05,  # 33 timings
+    "conv_grouped:nchw": 2.04,  # 33 timings
     "conv_implicit_gemm:gather": 1.00,  # 127 timings
-    "conv_implicit_gemm:gather:nchw": 0.88,  # 49 timings
+    "conv_implicit_gemm:gather:nchw": 0.82,  # 49 timings
     "conv_implicit_gemm:tma": 1.12,  # 25 timings
     "conv_implicit_gemm:tma:flat": 0.98,  # 4 timings
     "conv_implicit_gemm:tma:flat:split": 1.03,  # 1 timings
     "conv_implicit_gemm:tma:nchw": 1.57,  # 15 timings
     "conv_implicit_gemm:tma:split": 0.96,  # 2 timings
     "conv_implicit_precomp_gemm:gather": 1.18,  # 13 timings
-    "conv_implicit_precomp_gemm:gather:nchw": 0.61,  # 9 timings
+    "conv_implicit_precomp_gemm:gather:nchw": 0.55,  # 9 timings
     "conv_patchify": 0.92,  # 9 timings
     "conv_patchify:nchw": 0.97,  # 24 timings
-    "conv_wgrad_depthwise": 0.92,  # 13 timings
-    "conv_wgrad_depthwise:nchw": 1.64,  # 295 timings
-    "conv_wgrad_depthwise:strip": 0.92,  # 138 timings
-    "conv_wgrad_gemm": 0.71,  # 154 timings
-    "conv_wgrad_grouped": 0.67,  # 36 timings
+    "conv_wgrad_depthwise": 0.91,  # 13 timings
+    "conv_wgrad_depthwise:nchw": 1.25,  # 142 timings
+    "conv_wgrad_depthwise:strip": 0.91,  # 138 timings
+    "conv_wgrad_depthwise:taps25:nchw": 2.02,  # 153 timings
+    "conv_wgrad_gemm": 0.81,  # 154 timings
+    "conv_wgrad_grouped": 0.69,  # 36 timings
     "conv_wgrad_grouped:nchw": 1.00,  # 59 timings
-    "conv_wgrad_implicit_gemm:gather": 0.77,  # 18 timings
-    "conv_wgrad_implicit_gemm:gather:nchw": 0.65,  # 7 timings
-    "conv_wgrad_implicit_gemm:tma": 0.85,  # 71 timings
-    "conv_wgrad_implicit_gemm:tma:flat": 0.85,  # 61 timings
-    "conv_wgrad_patchify": 0.96,  # 2 timings
+    "conv_wgrad_implicit_gemm:gather": 0.81,  # 18 timings
+    "conv_wgrad_implicit_gemm:gather:nchw": 0.78,  # 7 timings
+    "conv_wgrad_implicit_gemm:tma": 0.89,  # 71 timings
+    "conv_wgrad_implicit_gemm:tma:flat": 0.89,  # 61 timings
+    "conv_wgrad_patchify": 0.97,  # 2 timings
     "conv_wgrad_patchify:nchw": 0.86,  # 23 timings
-    "conv_wgrad_precomp:gather": 2.07,  # 12 timings
+    "conv_wgrad_precomp:gather": 2.13,  # 12 timings
     "conv_wgrad_precomp:gather:nchw": 1.34,  # 1 timings
-    "conv_wgrad_splitk:gather": 1.26,  # 4 timings
+    "conv_wgrad_splitk:gather": 1.28,  # 4 timings
     "conv_wgrad_splitk:gather:nchw": 0.68,  # 2 timings
-    "conv_wgrad_winograd_nonfused": 0.93,  # 40 timings
-    "conv_winograd4x4_nonfused": 1.02,  # 25 timings
+    "conv_wgrad_winograd_nonfused": 1.01,  # 40 timings
+    "conv_winograd4x4_nonfused": 1.01,  # 25 timings
     "conv_winograd_nonfused": 0.88,  # 10 timings
 }
 
