@@ -63,6 +63,44 @@ def test_tma_fprop_against_reference(case, dt, mode):
     )
 
 
+@pytest.mark.parametrize("case", CASES, ids=[f"c{i}" for i in range(len(CASES))])
+def test_tma_fprop_float32_as_tf32(case, monkeypatch):
+    """float32 operands with TF32 allowed take the same boxes (both operands K-major) with
+    BLOCK_K <= 32; the interpreter's dot is IEEE float32."""
+    from opendnn import backends
+
+    monkeypatch.setattr(backends, "allow_tf32", True)
+    n, c, k, h, w, f, s, p, d, knobs = case
+    knobs = dict(knobs, BLOCK_K=min(knobs["BLOCK_K"], 32))
+    x, wt = _problem(n, c, k, h, w, f, torch.float32, n * c + k + 1)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tw = g.tensor_like(x), g.tensor_like(wt)
+    y = g.conv_fprop(tx, tw, padding=[p, p], stride=[s, s], dilation=[d, d])
+    y.set_output(True).set_data_type(cudnn.data_type.FLOAT)
+    check_engine(g, {tx: x, tw: wt}, [y], CONV_ID, knobs, n=c * f * f)
+
+
+@pytest.mark.parametrize(
+    "tf32,knobs,reason",
+    [
+        (False, SMALL, "half or bfloat16"),
+        (True, dict(SMALL, BLOCK_K=64), "BLOCK_K <= 32"),
+    ],
+)
+def test_tma_fprop_float32_rules(tf32, knobs, reason, monkeypatch):
+    from opendnn import backends
+
+    monkeypatch.setattr(backends, "allow_tf32", tf32)
+    x, wt = _problem(1, 64, 16, 8, 8, 3, torch.float32, 3)
+    g = cudnn.pygraph()
+    y = g.conv_fprop(g.tensor_like(x), g.tensor_like(wt), padding=[1, 1])
+    y.set_output(True)
+    g.validate()
+    e = ImplicitGemmEngine()
+    sup = e.check_config(g.op_graph, EngineConfig.make(e, **knobs), Target())
+    assert not sup.ok and reason in sup.reason, sup.reason
+
+
 def test_tma_epilogue_bias_residual_relu_into_nchw():
     x, wt = _problem(2, 16, 12, 6, 5, 3, torch.bfloat16, 5)
     b = torch.randn(1, 12, 1, 1, dtype=torch.bfloat16)

@@ -130,6 +130,43 @@ def test_fprop_tma_path_every_config(shape, cfg):
     assert _relerr(out, ref) < TOL[dt]
 
 
+@pytest.mark.parametrize("shape", shapes.GPU_TMA)
+@pytest.mark.parametrize("cfg", range(20))
+def test_fprop_tma_tf32_every_config(shape, cfg, monkeypatch):
+    """Each float32 (TF32) box config of conv_implicit_gemm with bias + relu, NaN-poisoned
+    output, against float64; and through the NCHW transform (44) on the first shape."""
+    import dataclasses
+
+    from opendnn import backends
+    from opendnn.engines.conv.tma import engine as tma
+
+    monkeypatch.setattr(backends, "allow_tf32", True)
+    assert len(tma.TF32_KNOBS) == 20, "parametrize over every TF32 config"
+    n, c, h, k, f, s, p = shape
+    kn = tma.TF32_KNOBS[cfg]
+    if s == 2 and c % kn.BLOCK_K:
+        pytest.skip("stride 2 needs BLOCK_K | C")
+    x = torch.randn(n, c, h, h, device="cuda").to(memory_format=torch.channels_last)
+    w = (torch.randn(k, c, f, f, device="cuda") * 0.1).to(memory_format=torch.channels_last)
+    b = torch.randn(1, k, 1, 1, device="cuda")
+    ref = torch.relu(F.conv2d(x.double(), w.double(), stride=s, padding=p) + b.double())
+    for eid, (xx, ww) in ((3, (x, w)), (44, (x.contiguous(), w.contiguous()))):
+        if eid == 44 and shape != shapes.GPU_TMA[0]:
+            continue
+        g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+        tx, tw, tb = g.tensor_like(xx), g.tensor_like(ww), g.tensor_like(b)
+        y = g.relu(g.bias(g.conv_fprop(tx, tw, padding=[p, p], stride=[s, s]), tb))
+        y.set_output(True)
+        g.validate()
+        knobs = tma.drop_defaults(dataclasses.asdict(kn))
+        g.create_execution_plan(eid, knobs if eid == 3 else {**knobs, "ENGINE": 3})
+        out = _empty(y)
+        ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+        g.execute({tx: xx, tw: ww, tb: b, y: out}, ws)
+        torch.cuda.synchronize()
+        assert _relerr(out, ref) < 3e-3, (eid, str(kn))
+
+
 def _fprop_bias_relu_with(knobs, shape, layout="nhwc", scale=0.1):
     """conv + bias + relu (bf16) on the forward TMA config ``knobs`` against float64."""
     from opendnn.engines.conv.tma import engine as tma

@@ -80,22 +80,27 @@ def is_packed_channels_last(desc) -> bool:
     return all(d == 1 or s == w for d, s, w in zip(desc.dims, desc.strides, want))
 
 
-def common_unsupported(geo, operand, dims: tuple = (2,)) -> str | None:
+def common_unsupported(geo, operand, dims: tuple = (2,), tf32: bool = False) -> str | None:
     """The rules every TMA path (forward, dgrad, wgrad) shares: 2-D (or the spatial ranks
-    ``dims``), one group, 16-bit operands (``operand``: the descriptor whose type decides)."""
+    ``dims``), one group, 16-bit operands (``operand``: the descriptor whose type decides;
+    with ``tf32``, float32 too, for a path whose operands land K-major)."""
     if len(geo.filt) not in dims:
         return "the TMA path is " + " or ".join(f"{d}-D" for d in dims)
     if geo.groups != 1:
         return "the TMA path takes one group"
+    if tf32 and operand.data_type.name == "FLOAT":
+        return None
     if operand.data_type.name not in ("HALF", "BFLOAT16"):
-        return "the TMA path takes half or bfloat16 operands"
+        return "the TMA path takes half or bfloat16 operands (the forward: float32 as TF32)"
     return None
 
 
-def unsupported(geo, x, w, y) -> str | None:
+def unsupported(geo, x, w, y, tf32: bool = False) -> str | None:
     """Why the TMA path cannot take this problem (None when it can). ``geo`` is the
-    ConvGeometry, x/w/y the descriptors."""
-    why = common_unsupported(geo, x)
+    ConvGeometry, x/w/y the descriptors; ``tf32``: float32 operands may run as TF32 (both
+    land K-major: x's box has its channels, the reduction, innermost, and so has the KRSC
+    filter's)."""
+    why = common_unsupported(geo, x, tf32=tf32)
     if why:
         return why
     n, c, h, wd = x.dims

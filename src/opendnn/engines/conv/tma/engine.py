@@ -21,6 +21,7 @@ from ....errors import BadParamError, Status
 from ....runtime.launch import DualKernel, LaunchList, kernel_from_source
 from ...base import Executable
 from ...fusion import epilogue as fuse_epilogue
+from ..analysis import tf32
 from . import _flat_kernels as F
 from . import _kernels as T
 from . import packed as P
@@ -118,6 +119,19 @@ PACKED_KNOBS = (
 )
 
 
+# float32 (TF32) boxes: the box configs with BLOCK_K = 32 channels -- a 128-byte row, as
+# BLOCK_K = 64 is in half precision (256-byte rows are not used: 512-byte ones gave wrong
+# results on the H100); for float32 problems only, which take no other box config. They
+# compile to wgmma m64nNk8 tf32 from shared memory and match float64 in the interpreter;
+# until they have run on a GPU (test_gpu_conv.py::test_fprop_tma_tf32_every_config) and
+# been timed against the transform's gather plans, the heuristics do not offer them
+# (TF32_OFFERED) and they are built only when a config names them.
+TF32_OFFERED = False
+TF32_KNOBS = tuple(
+    dataclasses.replace(FpropTmaKnobs(**dataclasses.asdict(k)), BLOCK_K=32) for k in T.KNOB_SPACE
+) + tuple(dataclasses.replace(k, BLOCK_K=32) for k in SPLIT_KNOBS)
+
+
 def flat_knobs(cls) -> tuple:
     """Flat-row tiles (TMA_IMGS = TMA_TH = 1, TMA_TW rows): 128 x 128 and narrower, whole
     or split for the few tiles of 7x7 and 14x14 layers."""
@@ -152,10 +166,16 @@ class FpropTmaPath(TmaPath):
         + PACKED_KNOBS
         + SPLIT_KNOBS
         + flat_knobs(FpropTmaKnobs)
+        + TF32_KNOBS
     )
 
     def knob_items(self, kn) -> dict:
         return drop_defaults(dataclasses.asdict(kn))
+
+    @staticmethod
+    def _direct(a) -> str | None:
+        """Why x itself cannot be read in boxes (float32 only as TF32)."""
+        return T.unsupported(a.geo, a.x, a.w, a.y, tf32=tf32(a))
 
     @staticmethod
     def _flat(a) -> str | None:
@@ -178,7 +198,7 @@ class FpropTmaPath(TmaPath):
         why = self._fused_rule(a)
         if why:
             return why
-        direct = T.unsupported(a.geo, a.x, a.w, a.y)
+        direct = self._direct(a)
         pk, flat = self._packing(a), self._flat(a)
         if direct is None or not isinstance(pk, str) or flat is None:
             return None
@@ -196,12 +216,17 @@ class FpropTmaPath(TmaPath):
 
     def knobs(self, a, target) -> list:
         """Direct boxes where x allows them, else the packed configs."""
-        direct = T.unsupported(a.geo, a.x, a.w, a.y) is None
+        direct = self._direct(a) is None
         flat = self._flat(a) is None
+        fp32 = a.x.data_type.itemsize == 4
+        if fp32 and not TF32_OFFERED:
+            return []
         return [
             k
             for k in self.knob_space
-            if self.fits(a, k) and (flat if k.FLAT else bool(k.PACK) != direct)
+            if self.fits(a, k)
+            and (k in _TF32_SET) == fp32
+            and (flat if k.FLAT else bool(k.PACK) != direct)
         ]
 
     def check(self, a, kn) -> str | None:
@@ -218,13 +243,9 @@ class FpropTmaPath(TmaPath):
             )
         elif why is None:
             pk = self._packing(a)
-            why = (
-                pk
-                if kn.PACK and isinstance(pk, str)
-                else None
-                if kn.PACK
-                else T.unsupported(a.geo, a.x, a.w, a.y)
-            )
+            why = pk if kn.PACK and isinstance(pk, str) else None if kn.PACK else self._direct(a)
+            if why is None and not kn.PACK and a.x.data_type.itemsize == 4 and kn.BLOCK_K > 32:
+                why = "float32 boxes take BLOCK_K <= 32 (128-byte rows)"
         if why is None and not self.fits(a, kn):
             why = (
                 f"TMA tiles {kn}: the pipeline stages exceed shared memory, or BLOCK_K "
@@ -262,6 +283,7 @@ class FpropTmaPath(TmaPath):
         return _FpropExecutable(graph, a, kn, target, params, body)
 
 
+_TF32_SET = frozenset(TF32_KNOBS)
 FPROP = FpropTmaPath()
 
 
