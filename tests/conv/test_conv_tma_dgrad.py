@@ -105,6 +105,61 @@ def test_tma_dgrad_against_reference(case, dt, mode):
     )
 
 
+def _k_innermost(wt):
+    """``wt`` (K, C, R, S) stored with K innermost, then C, then the taps."""
+    return wt.permute(2, 3, 1, 0).contiguous().permute(3, 2, 0, 1)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"c{i}" for i in range(len(CASES))])
+@pytest.mark.parametrize("mode", ["CROSS_CORRELATION", "CONVOLUTION"])
+def test_tma_dgrad_float32_as_tf32(case, mode, monkeypatch):
+    """float32 dy with the filter K-innermost (as the channels-last transform copies it):
+    both operands K-major, the filter a [taps, C, K] descriptor; the interpreter's dot is
+    IEEE float32."""
+    from opendnn import backends
+
+    monkeypatch.setattr(backends, "allow_tf32", True)
+    n, c, k, h, w, f, s, p, d, knobs = case
+    knobs = dict(knobs, BLOCK_K=min(knobs["BLOCK_K"], 32))
+    x, wt, dy = _problem(n, c, k, h, w, f, s, p, d, torch.float32, n * c + k + h + 1)
+    wt = _k_innermost(wt)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tdy, tw = g.tensor_like(dy), g.tensor_like(wt)
+    dx = g.conv_dgrad(
+        tdy,
+        tw,
+        padding=[p, p],
+        stride=list(_pair(s)),
+        dilation=[d, d],
+        convolution_mode=cudnn.convolution_mode[mode],
+    )
+    dx.set_dim(list(x.shape)).set_stride(list(x.stride())).set_output(True)
+    check_engine(g, {tdy: dy, tw: wt}, [dx], DGRAD_ID, knobs, n=k * f * f)
+
+
+@pytest.mark.parametrize(
+    "filt,knobs,reason",
+    [
+        ("krsc", SMALL, "needs the filter K-innermost"),
+        ("k_innermost", dict(SMALL, BLOCK_K=64), "BLOCK_K <= 32"),
+    ],
+)
+def test_tma_dgrad_float32_rules(filt, knobs, reason, monkeypatch):
+    from opendnn import backends
+
+    monkeypatch.setattr(backends, "allow_tf32", True)
+    x, wt, dy = _problem(1, 16, 16, 8, 8, 3, 1, 1, 1, torch.float32, 4)
+    if filt == "k_innermost":
+        wt = _k_innermost(wt)
+    g = cudnn.pygraph()
+    out = g.conv_dgrad(g.tensor_like(dy), g.tensor_like(wt), padding=[1, 1])
+    out.set_dim(list(x.shape)).set_output(True)
+    g.validate()
+    e = ImplicitGemmDgradEngine()
+    sup = e.check_config(g.op_graph, EngineConfig.make(e, **knobs), Target())
+    assert not sup.ok and reason in sup.reason, sup.reason
+
+
 @pytest.mark.parametrize("stride", [1, 2])
 def test_tma_dgrad_relu_backward_and_scale_into_nchw(stride):
     """dx = 0.5 * relu_backward(dgrad(dy, w), x), stored bf16 into an NCHW tensor (dx is

@@ -167,6 +167,47 @@ def test_fprop_tma_tf32_every_config(shape, cfg, monkeypatch):
         assert _relerr(out, ref) < 3e-3, (eid, str(kn))
 
 
+@pytest.mark.parametrize("shape", shapes.GPU_DGRAD_TMA[:2])
+@pytest.mark.parametrize("cfg", range(17))
+def test_dgrad_tma_tf32_every_config(shape, cfg, monkeypatch):
+    """Each float32 (TF32) box config of conv_dgrad_implicit_gemm: NHWC dy with the filter
+    K-innermost, and NCHW through the channels-last transform (45, which copies the
+    filter so); NaN-poisoned dx against float64."""
+    import dataclasses
+
+    from opendnn import backends
+    from opendnn.engines.conv.tma import dgrad as tma_dgrad
+    from opendnn.engines.conv.tma import engine as tma
+
+    monkeypatch.setattr(backends, "allow_tf32", True)
+    assert len(tma_dgrad.TF32_KNOBS) == 17, "parametrize over every TF32 config"
+    kn = tma_dgrad.TF32_KNOBS[cfg]
+    n, c, h, k, f, s, p = shape
+    o = (h + 2 * p - f) // s + 1
+    w = torch.randn(k, c, f, f, device="cuda") * 0.1
+    dy = torch.randn(n, k, o, o, device="cuda")
+    ref = torch.nn.grad.conv2d_input((n, c, h, h), w.double(), dy.double(), stride=s, padding=p)
+    w_kmaj = w.permute(2, 3, 1, 0).contiguous().permute(3, 2, 0, 1)
+    cl = torch.channels_last
+    runs = ((4, dy.to(memory_format=cl), w_kmaj, cl), (45, dy, w, torch.contiguous_format))
+    for eid, d_, w_, fmt in runs:
+        if kn.SPLIT > 1 and s != 1:
+            continue
+        like = torch.empty(n, c, h, h, device="cuda").to(memory_format=fmt)
+        g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+        tdy, tw = g.tensor_like(d_), g.tensor_like(w_)
+        dx = g.conv_dgrad(tdy, tw, padding=[p, p], stride=[s, s])
+        dx.set_dim(list(like.shape)).set_stride(list(like.stride())).set_output(True)
+        g.validate()
+        knobs = tma.drop_defaults(dataclasses.asdict(kn))
+        g.create_execution_plan(eid, knobs if eid == 4 else {**knobs, "ENGINE": 4})
+        out = like.fill_(float("nan"))
+        ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+        g.execute({tdy: d_, tw: w_, dx: out}, ws)
+        torch.cuda.synchronize()
+        assert _relerr(out, ref) < 3e-3, (eid, str(kn))
+
+
 def _fprop_bias_relu_with(knobs, shape, layout="nhwc", scale=0.1):
     """conv + bias + relu (bf16) on the forward TMA config ``knobs`` against float64."""
     from opendnn.engines.conv.tma import engine as tma

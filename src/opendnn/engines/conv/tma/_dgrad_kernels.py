@@ -104,16 +104,33 @@ KNOB_SPACE = (
 )
 
 
-def unsupported(geo, dx, w, dy) -> str | None:
+def filter_k_major(w) -> bool:
+    """Whether filter ``w`` (K, C, R1, ..) is packed with K innermost, then C, then the taps
+    (``layout.engine.k_innermost_strides``; size-1 axes free): the dgrad GEMM's B operand
+    [K, C] reduction-major, as TF32 needs it."""
+    from ..layout.engine import k_innermost_strides
+
+    want = k_innermost_strides(tuple(w.dims))
+    return all(d == 1 or s == v for d, s, v in zip(w.dims, w.strides, want))
+
+
+def unsupported(geo, dx, w, dy, tf32: bool = False) -> str | None:
     """Why dgrad's TMA path cannot take this problem (None when it can); ``geo`` is the
-    ConvGeometry, dx / w / dy the descriptors."""
-    why = common_unsupported(geo, dy, dims=(2, 3))
+    ConvGeometry, dx / w / dy the descriptors. ``tf32``: float32 runs as TF32 when the
+    filter comes K-innermost (``filter_k_major``: the channels-last transform copies it so);
+    dy's box already has K, the reduction, innermost."""
+    why = common_unsupported(geo, dy, dims=(2, 3), tf32=tf32)
     if why:
         return why
     k = dy.dims[1]
     if not is_packed_channels_last(dy):
         return "dgrad's TMA path needs a packed NHWC dy"
-    if not is_packed_channels_last(w):
+    if dy.data_type.name == "FLOAT":
+        if not filter_k_major(w):
+            return "dgrad's TMA path in TF32 needs the filter K-innermost (K-major operand)"
+        if (k * 4) % 16:
+            return "TMA needs 16-byte aligned rows: K * 4 bytes must be a multiple of 16"
+    elif not is_packed_channels_last(w):
         return "dgrad's TMA path needs a packed KRSC (NHWC) filter"
     if (k * dy.data_type.itemsize) % 16:
         return (
@@ -145,8 +162,9 @@ def depth_taps(geo) -> int:
 
 
 def filter_by_descriptor(geo, itemsize: int) -> bool:
-    """Whether w [K, R*S, C] can be a TMA descriptor (16-byte rows); else pointer loads."""
-    return (geo.c_per_group * itemsize) % 16 == 0
+    """Whether w [K, R*S, C] can be a TMA descriptor (16-byte rows); else pointer loads.
+    (A K-innermost float32 filter is always a descriptor, [R*S, C, K]: ``unsupported``.)"""
+    return itemsize == 4 or (geo.c_per_group * itemsize) % 16 == 0
 
 
 def fits(kn: DgradTmaKnobs, geo, itemsize: int) -> bool:
@@ -276,6 +294,7 @@ def source(
     kn: TmaKnobs,
     *,
     w_desc: bool,
+    w_k_major: bool = False,
     epilogue_params: list,
     epilogue_body: str,
     interpret: bool,
@@ -306,7 +325,12 @@ def source(
         f"strides=[{oh * ow * k}, {ow * k}, {k}, 1], block_shape=[{imgs}, {th}, {tw}, {bk}])",
     ]
     taps_all = q_ * r_ * s_
-    if w_desc:
+    if w_k_major:  # the filter K-innermost: [taps, C, K], a [1, BN, BK] box per step
+        L.append(
+            f"{ind}w_desc = tl.make_tensor_descriptor(W, shape=[{taps_all}, {c}, {k}], "
+            f"strides=[{c * k}, {k}, 1], block_shape=[1, {bn}, {bk}])"
+        )
+    elif w_desc:
         L.append(
             f"{ind}w_desc = tl.make_tensor_descriptor(W, shape=[{k}, {taps_all}, {c}], "
             f"strides=[{taps_all * c}, {c}, 1], block_shape=[{bk}, 1, {bn}])"
@@ -352,6 +376,9 @@ def source(
     else:
         q_first, q_taps = "0", "1"
 
+    if w_k_major and not w_desc:
+        raise ValueError("a K-innermost filter is read through its descriptor")
+
     def step(it: str, sfx: str, ind_: str) -> list:
         """Reduction step ``it`` -> its k block k0, tap step (tq,) tu, tv, filter tap rs."""
         out = [
@@ -396,7 +423,9 @@ def source(
         f"{ind3}a = dy_desc.load([{img}, ht * {th} + {r_off} - tu * {dh}, "
         f"wt * {tw} + {s_off} - tv * {dw}, k0]).reshape({bm}, {bk})"
     )
-    if w_desc:
+    if w_k_major:  # [BN, BK] with K contiguous: its transpose is the K-major B operand
+        L.append(f"{ind3}b = tl.trans(w_desc.load([rs, ct * {bn}, k0]).reshape({bn}, {bk}))")
+    elif w_desc:
         L.append(f"{ind3}b = w_desc.load([k0, rs, ct * {bn}]).reshape({bk}, {bn})")
     else:
         L += [f"{ind3}b = b_next"] + step("it + 1", "_n", ind3)

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from .... import backends
+from ....enums import DataType
 from ...base import Executable
 from ...fusion import epilogue as fuse_epilogue
 from . import _dgrad_kernels as D
@@ -28,13 +30,25 @@ from . import _kernels as T
 from . import engine as tma
 
 
+def _tf32(a) -> bool:
+    """float32 dy (and filter) with TF32 allowed: the dots run as TF32."""
+    return a.y.data_type == DataType.FLOAT and bool(backends.allow_tf32)
+
+
+# float32 (TF32) boxes: the box configs of 64+ channel blocks with BLOCK_K = 32 (128-byte
+# rows of dy and of the K-innermost filter); for float32 problems only, offered with the
+# forward's (``engine.TF32_OFFERED``)
+TF32_KNOBS = tuple(dataclasses.replace(k, BLOCK_K=32) for k in D.KNOB_SPACE if k.BLOCK_N >= 64)
+_TF32_SET = frozenset(TF32_KNOBS)
+
+
 class DgradTmaPath(tma.TmaPath):
     """Backward data's TMA path: ``a`` is the ConvAnalysis of ``analyze(graph,
     "conv_dgrad")`` (x = dx, w = w, y = dy; geo.in_dims = dx's spatial dims). Box tiles
     by stride phase, or (FLAT=1, stride 1 and dx the size of dy) flat pixel rows."""
 
     knob_class = D.DgradTmaKnobs
-    knob_space = D.KNOB_SPACE + tma.flat_knobs(D.DgradTmaKnobs)
+    knob_space = D.KNOB_SPACE + tma.flat_knobs(D.DgradTmaKnobs) + TF32_KNOBS
 
     def knob_items(self, kn) -> dict:
         return tma.drop_defaults(dataclasses.asdict(kn))
@@ -43,8 +57,12 @@ class DgradTmaPath(tma.TmaPath):
     def _flat(a) -> str | None:
         return F.unsupported(a.geo, "conv_dgrad", a.y, a.w)
 
+    @staticmethod
+    def _boxes(a) -> str | None:
+        return D.unsupported(a.geo, a.x, a.w, a.y, tf32=_tf32(a))
+
     def unsupported(self, a) -> str | None:
-        boxes, flat = D.unsupported(a.geo, a.x, a.w, a.y), self._flat(a)
+        boxes, flat = self._boxes(a), self._flat(a)
         return None if boxes is None or flat is None else f"{boxes}; flat rows: {flat}"
 
     def fits(self, a, kn) -> bool:
@@ -52,11 +70,15 @@ class DgradTmaPath(tma.TmaPath):
 
     def knobs(self, a, target) -> list:
         flat = self._flat(a) is None
-        boxes = D.unsupported(a.geo, a.x, a.w, a.y) is None
+        boxes = self._boxes(a) is None
+        fp32 = a.y.data_type == DataType.FLOAT
+        if fp32 and not tma.TF32_OFFERED:
+            return []
         return [
             k
             for k in self.knob_space
             if self.fits(a, k)
+            and (k in _TF32_SET) == fp32
             and (
                 flat
                 if k.FLAT
@@ -74,11 +96,9 @@ class DgradTmaPath(tma.TmaPath):
                 else self._flat(a)
             )
         else:
-            why = (
-                D.unsupported(a.geo, a.x, a.w, a.y)
-                or D.knob_rule(a.geo, kn)
-                or D.split_rule(a.geo, kn)
-            )
+            why = self._boxes(a) or D.knob_rule(a.geo, kn) or D.split_rule(a.geo, kn)
+            if why is None and a.y.data_type == DataType.FLOAT and kn.BLOCK_K > 32:
+                why = "float32 boxes take BLOCK_K <= 32 (128-byte rows)"
         if why is None and not self.fits(a, kn):
             why = f"TMA tiles {kn}: the pipeline stages exceed shared memory"
         return why
@@ -101,7 +121,7 @@ class DgradTmaPath(tma.TmaPath):
             a.geo,
             kn,
             a.y.data_type.itemsize,
-            target.peak_flops_fp16,
+            target.peak_flops_fp16 / (2 if _tf32(a) else 1),
             target.bandwidth,
             target.num_sms,
         )
@@ -125,6 +145,7 @@ class _DgradExecutable(tma.TmaExecutable):
 
     def __init__(self, graph, a, kn, target, params: list, body: str):
         w_desc = D.filter_by_descriptor(a.geo, a.y.data_type.itemsize)
+        w_k_major = a.y.data_type == DataType.FLOAT
         super().__init__("conv_dgrad", (a.y.uid, a.w.uid) if w_desc else (a.y.uid,), target)
         self.workspace_size = D.partials_bytes(a.geo, kn)
         name = f"conv_dgrad_tma_{graph.key()[:12]}"
@@ -137,6 +158,7 @@ class _DgradExecutable(tma.TmaExecutable):
                 a.geo,
                 kn,
                 w_desc=w_desc,
+                w_k_major=w_k_major,
                 epilogue_params=params,
                 epilogue_body=body,
                 interpret=interp,
