@@ -332,6 +332,14 @@ def conv_graphs():
         dw = g.conv_wgrad(tx, tdy, padding=[1] * 3, stride=[s] * 3)
         dw.set_dim([64, 32, 3, 3, 3]).set_output(True).set_data_type(cudnn.data_type.FLOAT)
         yield f"wgrad 3-D boxes stride {s}", g, [5]
+    # the forward's TMA boxes in 3-D (N * OD output depth slices), stride 1 and 2
+    for s in (1, 2):
+        x = torch.randn(2, 64, 8, 8, 8, dtype=torch.bfloat16).to(memory_format=CL3)
+        w = torch.randn(64, 64, 3, 3, 3, dtype=torch.bfloat16).to(memory_format=CL3)
+        g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+        y = g.conv_fprop(g.tensor_like(x), g.tensor_like(w), padding=[1] * 3, stride=[s] * 3)
+        y.set_output(True).set_data_type(cudnn.data_type.BFLOAT16)
+        yield f"fprop 3-D boxes stride {s}", g, [3]
     # the backward data's TMA boxes in 3-D (N * D depth slices), stride 1 and 2
     for s in (1, 2):
         dy = torch.randn(2, 64, 8 // s, 8 // s, 8 // s, dtype=torch.bfloat16)

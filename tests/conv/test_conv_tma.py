@@ -350,3 +350,66 @@ def test_tma_split_declines_packed():
     e = ImplicitGemmEngine()
     sup = e.check_config(g.op_graph, EngineConfig.make(e, **dict(PACKED, SPLIT=2)), Target())
     assert not sup.ok and "SPLIT applies to the direct boxes" in sup.reason
+
+
+# 3-D: (N, C, K, D, H, W, filt, stride, pad, dilation, knobs); tiles over the N * OD
+# output depth slices, x's slice n * D + dz per depth tap (image -1 in the padding)
+CASES_3D = [
+    (2, 16, 24, 4, 5, 6, (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), SMALL),
+    (1, 64, 16, 6, 6, 8, (3, 3, 3), (2, 2, 2), (1, 1, 1), (1, 1, 1), dict(SMALL, BLOCK_K=64)),
+    (1, 8, 16, 7, 5, 6, (3, 2, 3), (2, 1, 1), (2, 0, 1), (2, 1, 1), SMALL),
+    (2, 16, 8, 3, 4, 4, (3, 3, 3), (1, 1, 1), (2, 2, 2), (1, 1, 1), SMALL),  # pad > radius
+]
+
+
+@pytest.mark.parametrize("case", CASES_3D, ids=[f"d{i}" for i in range(len(CASES_3D))])
+@pytest.mark.parametrize("mode", ["CROSS_CORRELATION", "CONVOLUTION"])
+def test_tma_fprop_3d_against_reference(case, mode):
+    n, c, k, dd, h, w, f, s, p, dil, knobs = case
+    torch.manual_seed(n + c + k + dd + h)
+    cl3 = torch.channels_last_3d
+    x = torch.randn(n, c, dd, h, w, dtype=torch.bfloat16).to(memory_format=cl3)
+    wt = (torch.randn(k, c, *f, dtype=torch.bfloat16) * 0.2).to(memory_format=cl3)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tw = g.tensor_like(x), g.tensor_like(wt)
+    y = g.conv_fprop(
+        tx,
+        tw,
+        padding=list(p),
+        stride=list(s),
+        dilation=list(dil),
+        convolution_mode=cudnn.convolution_mode[mode],
+    )
+    y.set_output(True).set_data_type(cudnn.data_type.FLOAT)
+    check_engine(g, {tx: x, tw: wt}, [y], CONV_ID, knobs, n=c * 27)
+
+
+def test_tma_fprop_3d_boxes_hold_one_slice():
+    cl3 = torch.channels_last_3d
+    x = torch.randn(1, 16, 4, 4, 4, dtype=torch.bfloat16).to(memory_format=cl3)
+    wt = torch.randn(16, 16, 3, 3, 3, dtype=torch.bfloat16).to(memory_format=cl3)
+    g = cudnn.pygraph()
+    y = g.conv_fprop(g.tensor_like(x), g.tensor_like(wt), padding=[1, 1, 1])
+    y.set_output(True)
+    g.validate()
+    e = ImplicitGemmEngine()
+    for knobs in (dict(SMALL, TMA_IMGS=2), dict(SMALL, SPLIT=2)):
+        sup = e.check_config(g.op_graph, EngineConfig.make(e, **knobs), Target())
+        assert not sup.ok and "one output depth slice" in sup.reason, sup.reason
+
+
+def test_tma_fprop_3d_epilogue_bias_residual_relu_into_ncdhw():
+    """The 3-D tile's epilogue indices (n, od, oh, ow): bias, an NCDHW residual, relu."""
+    cl3 = torch.channels_last_3d
+    torch.manual_seed(9)
+    x = torch.randn(2, 16, 4, 5, 6, dtype=torch.bfloat16).to(memory_format=cl3)
+    wt = (torch.randn(24, 16, 3, 3, 3, dtype=torch.bfloat16) * 0.2).to(memory_format=cl3)
+    b = torch.randn(1, 24, 1, 1, 1, dtype=torch.bfloat16)
+    z = torch.randn(2, 24, 4, 5, 6, dtype=torch.bfloat16)
+    g = cudnn.pygraph(
+        intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT
+    )
+    tx, tw, tb, tz = (g.tensor_like(t) for t in (x, wt, b, z))
+    y = g.relu(g.add(g.bias(g.conv_fprop(tx, tw, padding=[1, 1, 1]), tb), tz))
+    y.set_output(True)
+    check_engine(g, {tx: x, tw: wt, tb: b, tz: z}, [y], CONV_ID, SMALL, n=16 * 27)

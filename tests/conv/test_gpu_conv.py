@@ -947,3 +947,39 @@ def test_dgrad_tma_3d_every_box_config(cfg):
     g.execute({tdy: dy, tw: w, dx: out}, ws)
     torch.cuda.synchronize()
     assert _relerr(out, xd.grad) < TOL[dt], str(kn)
+
+
+# (x dims, K, stride, padding): 3-D boxes of the forward over N * OD output depth slices
+FPROP_3D_CASES = [
+    ((2, 64, 9, 12, 10), 64, (1, 1, 1), (1, 1, 1)),
+    ((1, 64, 8, 16, 12), 128, (2, 2, 2), (1, 1, 1)),
+]
+
+
+@pytest.mark.parametrize("cfg", range(16))
+def test_fprop_tma_3d_every_box_config(cfg):
+    """Each one-image box config of conv_implicit_gemm on a 3-D problem (NDHWC), stride 1
+    and 2 in turn, with bias + relu, NaN-poisoned output."""
+    import dataclasses
+
+    from opendnn.engines.conv.tma import _kernels as T
+
+    kns = [k for k in T.KNOB_SPACE if k.TMA_IMGS == 1]
+    if cfg >= 2 * len(kns):
+        pytest.skip(f"{len(kns)} one-image box configs, two cases each")
+    kn, (xdims, k, s, p) = kns[cfg // 2], FPROP_3D_CASES[cfg % 2]
+    cl, dt = torch.channels_last_3d, torch.bfloat16
+    x = torch.randn(xdims, device="cuda", dtype=dt).to(memory_format=cl)
+    w = (torch.randn(k, xdims[1], 3, 3, 3, device="cuda", dtype=dt) * 0.1).to(memory_format=cl)
+    b = torch.randn(1, k, 1, 1, 1, device="cuda", dtype=dt)
+    ref = torch.relu(F.conv3d(x.double(), w.double(), stride=s, padding=p) + b.double())
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tw, tb = g.tensor_like(x), g.tensor_like(w), g.tensor_like(b)
+    y = g.relu(g.bias(g.conv_fprop(tx, tw, padding=list(p), stride=list(s)), tb))
+    y.set_output(True)
+    g.validate()
+    g.create_execution_plan(3, dataclasses.asdict(kn))
+    out = _empty(y)
+    g.execute({tx: x, tw: w, tb: b, y: out}, None)
+    torch.cuda.synchronize()
+    assert _relerr(out, ref) < TOL[dt], str(kn)

@@ -100,20 +100,20 @@ def unsupported(geo, x, w, y, tf32: bool = False) -> str | None:
     ConvGeometry, x/w/y the descriptors; ``tf32``: float32 operands may run as TF32 (both
     land K-major: x's box has its channels, the reduction, innermost, and so has the KRSC
     filter's)."""
-    why = common_unsupported(geo, x, tf32=tf32)
+    why = common_unsupported(geo, x, dims=(2, 3), tf32=tf32)
     if why:
         return why
-    n, c, h, wd = x.dims
+    c, (h, wd) = x.dims[1], x.dims[-2:]
     if not is_packed_channels_last(x):
         return "the TMA path needs a packed NHWC image"
     if not is_packed_channels_last(w):
         return "the TMA path needs a packed KRSC (NHWC) filter"
     if (c * x.data_type.itemsize) % 16:
         return "TMA needs 16-byte aligned rows: C * element size must be a multiple of 16"
-    if geo.stride == (1, 1):
+    if geo.stride[-2:] == (1, 1):
         return None
-    if geo.stride != (2, 2) or geo.dilation != (1, 1):
-        return "the TMA path takes stride 1, or stride 2 without dilation"
+    if geo.stride[-2:] != (2, 2) or geo.dilation[-2:] != (1, 1):
+        return "the TMA path takes stride 1, or stride 2 without dilation (height and width)"
     if h % 2 or wd % 2:
         return "stride 2 on the TMA path needs an even image height and width"
     if c % 64:
@@ -121,17 +121,32 @@ def unsupported(geo, x, w, y, tf32: bool = False) -> str | None:
     return None
 
 
+def knob_rule(geo, kn) -> str | None:
+    """Why box config ``kn`` cannot take this (otherwise supported) problem."""
+    if len(geo.filt) == 3 and (kn.TMA_IMGS != 1 or split_of(kn) != 1):
+        return "3-D boxes hold one output depth slice (TMA_IMGS = 1) and do not split"
+    return None
+
+
+def _images(geo) -> tuple:
+    """(output images, input images): N and N in 2-D; the N * OD and N * D depth slices
+    in 3-D (an output slice meets input slice n * D + od*sd + q*dd - pd for depth tap q)."""
+    if len(geo.filt) == 2:
+        return geo.n, geo.n
+    return geo.n * geo.out_dims[0], geo.n * geo.in_dims[0]
+
+
 def fits(kn: TmaKnobs, geo, itemsize: int) -> bool:
-    if geo.stride != (1, 1) and geo.c_per_group % kn.BLOCK_K:
+    if geo.stride[-2:] != (1, 1) and geo.c_per_group % kn.BLOCK_K:
         return False  # the merged (phase, C) axis would run into the next pixel
     smem = (kn.block_m + kn.BLOCK_N) * kn.BLOCK_K * itemsize * kn.num_stages
     return smem <= 200 * 1024
 
 
 def tiles(geo, kn: TmaKnobs) -> int:
-    oh, ow = geo.out_dims
+    oh, ow = geo.out_dims[-2:]
     return (
-        -(-geo.n // kn.TMA_IMGS)
+        -(-_images(geo)[0] // kn.TMA_IMGS)
         * -(-oh // kn.TMA_TH)
         * -(-ow // kn.TMA_TW)
         * -(-geo.k_per_group // kn.BLOCK_N)
@@ -162,8 +177,9 @@ def estimate_seconds(
     second launch. Not modelled: the boxes every program pulls from L2 -- 64-pixel tiles
     on l4_3x3_512 move 226 MB in 24 us, which is why 128-pixel tiles split 2 ways win
     there (22.7 us) though this model ranks them behind."""
-    oh, ow = geo.out_dims
-    rs = geo.filt[0] * geo.filt[1]
+    rs = 1
+    for f in geo.filt:
+        rs *= f
     cb = -(-geo.c_per_group // kn.BLOCK_K)
     split = split_of(kn)
     jobs = tiles(geo, kn) * split
@@ -172,10 +188,13 @@ def estimate_seconds(
     waves = -(-jobs // num_sms)
     fill = jobs / (waves * num_sms)
     pipe = steps / (steps + kn.num_stages)
+    x_px, y_px = geo.n, geo.n
+    for v in geo.in_dims:
+        x_px *= v
+    for v in geo.out_dims:
+        y_px *= v
     bytes_ = itemsize * (
-        geo.n * geo.in_dims[0] * geo.in_dims[1] * geo.c_per_group
-        + geo.k_per_group * rs * geo.c_per_group
-        + geo.n * oh * ow * geo.k_per_group
+        x_px * geo.c_per_group + geo.k_per_group * rs * geo.c_per_group + y_px * geo.k_per_group
     )
     t = max(flops / (peak * 0.9 * fill * pipe), bytes_ / bandwidth) + 3e-6
     if split > 1:
@@ -196,41 +215,45 @@ def source(
 ) -> str:
     """Kernel ``name(X, W, <epilogue params>, NUM_PROGS: constexpr)``; the filter starts
     ``w_offset`` elements after W (a packed filter in the workspace)."""
-    n, (h, wd), c = geo.n, geo.in_dims, geo.c_per_group
-    oh, ow = geo.out_dims
-    r_, s_ = geo.filt
+    (h, wd), c = geo.in_dims[-2:], geo.c_per_group
+    oh, ow = geo.out_dims[-2:]
+    r_, s_ = geo.filt[-2:]
+    three = len(geo.filt) == 3
+    q_ = geo.filt[0] if three else 1
+    n_y, n_x = _images(geo)
     k = geo.k_per_group
     imgs, th, tw, bn, bk = kn.TMA_IMGS, kn.TMA_TH, kn.TMA_TW, kn.BLOCK_N, kn.BLOCK_K
     bm = kn.block_m
     cb = -(-c // bk)
-    t_h, t_w, t_n, t_k = -(-oh // th), -(-ow // tw), -(-n // imgs), -(-k // bn)
-    ph, pw = geo.pre
-    dh, dw = geo.dilation
+    t_h, t_w, t_n, t_k = -(-oh // th), -(-ow // tw), -(-n_y // imgs), -(-k // bn)
+    ph, pw = geo.pre[-2:]
+    dh, dw = geo.dilation[-2:]
     ind, ind2, ind3 = "    ", "        ", "            "
     split = split_of(kn)
-    its = r_ * s_ * cb
+    its = q_ * r_ * s_ * cb
     per = -(-its // split)
     n_tiles = t_n * t_h * t_w * t_k
     sig = (
         ["X", "W"] + (["WS"] if split > 1 else list(epilogue_params)) + ["NUM_PROGS: tl.constexpr"]
     )
     L = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(sig)}):"]
-    if geo.stride == (1, 1):
+    stride1 = geo.stride[-2:] == (1, 1)
+    if stride1:
         L.append(
-            f"{ind}x_desc = tl.make_tensor_descriptor(X, shape=[{n}, {h}, {wd}, {c}], "
+            f"{ind}x_desc = tl.make_tensor_descriptor(X, shape=[{n_x}, {h}, {wd}, {c}], "
             f"strides=[{h * wd * c}, {wd * c}, {c}, 1], "
             f"block_shape=[{imgs}, {th}, {tw}, {bk}])"
         )
     else:
         L.append(
-            f"{ind}x_desc = tl.make_tensor_descriptor(X, shape=[{n}, {h // 2}, 2, "
+            f"{ind}x_desc = tl.make_tensor_descriptor(X, shape=[{n_x}, {h // 2}, 2, "
             f"{wd // 2}, {2 * c}], strides=[{h * wd * c}, {2 * wd * c}, {wd * c}, "
             f"{2 * c}, 1], block_shape=[{imgs}, {th}, 1, {tw}, {bk}])"
         )
     w_ptr = f"W + {w_offset}" if w_offset else "W"
     L.append(
-        f"{ind}w_desc = tl.make_tensor_descriptor({w_ptr}, shape=[{k}, {r_ * s_}, {c}], "
-        f"strides=[{r_ * s_ * c}, {c}, 1], block_shape=[{bn}, 1, {bk}])"
+        f"{ind}w_desc = tl.make_tensor_descriptor({w_ptr}, shape=[{k}, {q_ * r_ * s_}, {c}], "
+        f"strides=[{q_ * r_ * s_ * c}, {c}, 1], block_shape=[{bn}, 1, {bk}])"
     )
     L.append(f"{ind}g = 0")
     L.append(f"{ind}for job in tl.range(tl.program_id(0), {n_tiles * split}, NUM_PROGS):")
@@ -249,23 +272,32 @@ def source(
         f"{ind2}for it in range(it0, it1):",
         f"{ind3}t = it // {cb}",
         f"{ind3}c0 = (it % {cb}) * {bk}",
-        f"{ind3}r = t // {s_}",
+        f"{ind3}r = (t // {s_}) % {r_}",
         f"{ind3}s = t % {s_}",
     ]
-    if geo.stride == (1, 1):
+    img = f"nt * {imgs}"
+    if three:  # output slice nt = (n, od); depth tap q; a depth in the padding: image -1
+        od_, d_ = geo.out_dims[0], geo.in_dims[0]
+        sd, dd, pd = geo.stride[0], geo.dilation[0], geo.pre[0]
+        L += [
+            f"{ind3}dz = (nt % {od_}) * {sd} + (t // {r_ * s_}) * {dd} - {pd}",
+            f"{ind3}xi = tl.where((dz >= 0) & (dz < {d_}), (nt // {od_}) * {d_} + dz, -1)",
+        ]
+        img = "xi"
+    if stride1:
         L.append(
-            f"{ind3}a = x_desc.load([nt * {imgs}, ht * {th} + r * {dh} - {ph}, "
+            f"{ind3}a = x_desc.load([{img}, ht * {th} + r * {dh} - {ph}, "
             f"wt * {tw} + s * {dw} - {pw}, c0])"
         )
     else:  # d + 2*pad >= 0 keeps // and % on non-negative values
         L += [
             f"{ind3}eh = r + {ph}",
             f"{ind3}ew = s + {pw}",
-            f"{ind3}a = x_desc.load([nt * {imgs}, ht * {th} + eh // 2 - {ph}, eh % 2, "
+            f"{ind3}a = x_desc.load([{img}, ht * {th} + eh // 2 - {ph}, eh % 2, "
             f"wt * {tw} + ew // 2 - {pw}, (ew % 2) * {c} + c0])",
         ]
     L.append(f"{ind3}a = a.reshape({bm}, {bk})")
-    wtap = f"{r_ * s_ - 1} - t" if geo.flip else "t"
+    wtap = f"{q_ * r_ * s_ - 1} - t" if geo.flip else "t"
     L.append(f"{ind3}b = w_desc.load([kt * {bn}, {wtap}, c0]).reshape({bn}, {bk})")
     if interpret:  # the 3.6 interpreter's dot is wrong on bfloat16: widen there only
         L.append(
@@ -302,7 +334,22 @@ def _epilogue_lines(geo, kn, rows: str, ind: str, epilogue_body: str) -> list:
     """The epilogue's pixel and channel indices, rebuilt from the box coordinates (rows
     ``rows`` of the tile), then the epilogue."""
     th, tw, bn = kn.TMA_TH, kn.TMA_TW, kn.BLOCK_N
-    oh, ow = geo.out_dims
+    oh, ow = geo.out_dims[-2:]
+    if len(geo.filt) == 3:  # one output depth slice nt = (n, od) per tile
+        od_ = geo.out_dims[0]
+        L = [
+            f"{ind}_i = {rows}",
+            f"{ind}nb = nt // {od_} + _i * 0",
+            f"{ind}o0 = nt % {od_} + _i * 0",
+            f"{ind}o1 = ht * {th} + (_i // {tw}) % {th}",
+            f"{ind}o2 = wt * {tw} + _i % {tw}",
+            f"{ind}mask_m = (o1 < {oh}) & (o2 < {ow})",
+            f"{ind}offs_n = kt * {bn} + tl.arange(0, {bn})",
+            f"{ind}mask_n = offs_n < {geo.k_per_group}",
+        ]
+        if geo.int64:
+            L.append(f"{ind}nb = nb.to(tl.int64)")
+        return L + [ind + line for line in epilogue_body.strip("\n").split("\n")]
     L = [
         f"{ind}_i = {rows}",
         f"{ind}nb = nt * {kn.TMA_IMGS} + _i // {th * tw}",

@@ -227,6 +227,7 @@ class FpropTmaPath(TmaPath):
             if self.fits(a, k)
             and (k in _TF32_SET) == fp32
             and (flat if k.FLAT else bool(k.PACK) != direct)
+            and (k.FLAT or k.PACK or T.knob_rule(a.geo, k) is None)
         ]
 
     def check(self, a, kn) -> str | None:
@@ -243,7 +244,13 @@ class FpropTmaPath(TmaPath):
             )
         elif why is None:
             pk = self._packing(a)
-            why = pk if kn.PACK and isinstance(pk, str) else None if kn.PACK else self._direct(a)
+            why = (
+                pk
+                if kn.PACK and isinstance(pk, str)
+                else None
+                if kn.PACK
+                else self._direct(a) or T.knob_rule(a.geo, kn)
+            )
             if why is None and not kn.PACK and a.x.data_type.itemsize == 4 and kn.BLOCK_K > 32:
                 why = "float32 boxes take BLOCK_K <= 32 (128-byte rows)"
         if why is None and not self.fits(a, kn):
