@@ -87,6 +87,30 @@ def test_tma_wgrad_against_reference(case, dt, mode):
     )
 
 
+@pytest.mark.parametrize("case", [c for c in CASES if not c[-1].get("FLAT")])
+def test_tma_wgrad_float32_as_tf32(case, monkeypatch):
+    """float32 x and dy with TF32 allowed take the box kernel (tiles of at most 64
+    channels); the interpreter's dot is IEEE float32."""
+    from opendnn import backends
+
+    monkeypatch.setattr(backends, "allow_tf32", True)
+    n, c, k, h, w, f, s, p, d, knobs = case
+    x, dy = _problem(n, c, k, h, w, f, s, p, d, torch.float32, n * c + k + 3)
+    g, tx, tdy, dw = _graph(x, dy, k, c, f, s, p, d)
+    dw.set_output(True).set_data_type(cudnn.data_type.FLOAT)
+    check_engine(g, {tx: x, tdy: dy}, [dw], WGRAD_ID, knobs, n=n * dy.shape[2] * dy.shape[3])
+
+
+def test_tma_wgrad_float32_tiles_of_64_channels(monkeypatch):
+    from opendnn import backends
+
+    monkeypatch.setattr(backends, "allow_tf32", True)
+    x = torch.randn(1, 16, 8, 8).to(memory_format=CL)
+    dy = torch.randn(1, 8, 8, 8).to(memory_format=CL)
+    sup = _support(x, dy, dict(SMALL, BLOCK_M=128), padding=[1, 1])
+    assert not sup.ok and "at most 64 channels" in sup.reason
+
+
 @pytest.mark.parametrize("split", [1, 3])
 def test_tma_wgrad_scale_epilogue_bf16_and_workspace(split):
     """dw * 0.5 stored as bfloat16 into a KCRS (NCHW) filter; the workspace holds the

@@ -983,3 +983,42 @@ def test_fprop_tma_3d_every_box_config(cfg):
     g.execute({tx: x, tw: w, tb: b, y: out}, None)
     torch.cuda.synchronize()
     assert _relerr(out, ref) < TOL[dt], str(kn)
+
+
+@pytest.mark.parametrize("cfg", range(20))
+def test_wgrad_tma_tf32_every_box_config(cfg, monkeypatch):
+    """Each box config of conv_wgrad_implicit_gemm with tiles of at most 64 channels, in
+    float32 as TF32 (stages cut to what 4-byte boxes fit), stride 1 and 2 in turn, one
+    slice or three; NaN-poisoned dw against float64."""
+    import dataclasses
+
+    from opendnn import backends
+    from opendnn.engines.conv.tma import _wgrad_kernels as T
+
+    monkeypatch.setattr(backends, "allow_tf32", True)
+    kns = [k for k in T.KNOB_SPACE if not k.FLAT and max(k.BLOCK_M, k.BLOCK_N) <= 64]
+    if cfg >= len(kns):
+        pytest.skip(f"{len(kns)} configs")
+    kn = kns[cfg]
+    st = T.SMEM // (kn.box * (kn.BLOCK_M + kn.BLOCK_N) * 4)
+    if st < 2:
+        pytest.skip("a 4-byte box of this size leaves no room for two stages")
+    kn = dataclasses.replace(kn, num_stages=min(kn.num_stages, st), SPLIT=3 if cfg % 2 else 1)
+    n, c, h, k, f, s, p = shapes.GPU_TMA[cfg % 2]
+    x = torch.randn(n, c, h, h, device="cuda").to(memory_format=torch.channels_last)
+    w = torch.zeros(k, c, f, f, device="cuda").to(memory_format=torch.channels_last)
+    wd = w.double().requires_grad_(True)
+    yd = F.conv2d(x.double(), wd, stride=s, padding=p)
+    dy = torch.randn(yd.shape, device="cuda").to(memory_format=torch.channels_last)
+    yd.backward(dy.double())
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tdy = g.tensor_like(x), g.tensor_like(dy)
+    dw = g.conv_wgrad(tx, tdy, padding=[p, p], stride=[s, s])
+    dw.set_dim(list(w.shape)).set_stride(list(w.stride())).set_output(True)
+    g.validate()
+    g.create_execution_plan(5, dataclasses.asdict(kn))
+    out = _empty(dw)
+    ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+    g.execute({tx: x, tdy: dy, dw: out}, ws)
+    torch.cuda.synchronize()
+    assert _relerr(out, wd.grad) < 3e-3, str(kn)

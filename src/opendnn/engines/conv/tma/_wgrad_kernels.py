@@ -94,9 +94,11 @@ KNOB_SPACE = tuple(
 )
 
 
-def unsupported(geo, x, dw, dy) -> str | None:
-    """Why the TMA path cannot take this problem (None when it can)."""
-    why = common_unsupported(geo, x, dims=(2, 3))
+def unsupported(geo, x, dw, dy, tf32: bool = False) -> str | None:
+    """Why the TMA path cannot take this problem (None when it can); ``tf32``: float32
+    operands may run as TF32 (both boxes are pixel-major, so their transposes reach the
+    tensor cores through a layout conversion)."""
+    why = common_unsupported(geo, x, dims=(2, 3), tf32=tf32)
     if why:
         return why
     c, k = x.dims[1], dy.dims[1]
@@ -119,8 +121,10 @@ def unsupported(geo, x, dw, dy) -> str | None:
     return None
 
 
-def knob_unsupported(geo, kn: WgradTmaKnobs) -> str | None:
+def knob_unsupported(geo, kn: WgradTmaKnobs, itemsize: int = 2) -> str | None:
     """Why config ``kn`` cannot take the (otherwise supported) problem."""
+    if itemsize == 4 and max(kn.BLOCK_M, kn.BLOCK_N) > 64:
+        return "float32 boxes take at most 64 channels (256-byte rows)"
     if len(geo.filt) == 3 and kn.TMA_IMGS != 1:
         return "3-D boxes hold one depth slice of one sample (TMA_IMGS = 1)"
     return None

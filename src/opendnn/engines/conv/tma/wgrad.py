@@ -22,8 +22,10 @@ import torch
 
 from ...base import Executable
 from ...fusion import epilogue as fuse_epilogue
+from ..analysis import tf32
 from . import _wgrad_flat_kernels as F
 from . import _wgrad_kernels as T
+from . import engine as tma
 from .engine import TmaExecutable, TmaPath
 
 MAX_WS_ELEMENTS = 2**31  # int32 offsets into the partials
@@ -41,9 +43,14 @@ def sum_tile(elements: int, num_sms: int) -> dict:
     return dict(BLOCK_M=bm, BLOCK_N=bn)
 
 
+def _boxes(a) -> str | None:
+    """Why the box kernel cannot take the problem (float32 only as TF32)."""
+    return T.unsupported(a.geo, a.x, a.w, a.y, tf32=tf32(a))
+
+
 def _why(a, kn) -> str | None:
     if not kn.FLAT:
-        return T.unsupported(a.geo, a.x, a.w, a.y) or T.knob_unsupported(a.geo, kn)
+        return _boxes(a) or T.knob_unsupported(a.geo, kn, a.x.data_type.itemsize)
     why = F.unsupported(a.geo, a.x, a.y)
     gathered = why is None and not F.x_by_descriptor(a.geo, a.x)
     if gathered and F.gather_too_large(kn):
@@ -106,7 +113,7 @@ class WgradTmaPath(TmaPath):
 
     def unsupported(self, a) -> str | None:
         """None when either kernel takes the problem (``check`` asks per config)."""
-        box, flat = T.unsupported(a.geo, a.x, a.w, a.y), F.unsupported(a.geo, a.x, a.y)
+        box, flat = _boxes(a), F.unsupported(a.geo, a.x, a.y)
         return None if box is None or flat is None else f"{box}; flat runs: {flat}"
 
     def fits(self, a, kn) -> bool:
@@ -119,8 +126,18 @@ class WgradTmaPath(TmaPath):
         element by element) and the boxes within 1.05x of theirs; an explicit flat config
         is still built (``check``)."""
         peak, out = target.peak_flops_fp16, []
-        gathered_only = T.unsupported(a.geo, a.x, a.w, a.y) is not None
+        gathered_only = _boxes(a) is not None
+        item = a.x.data_type.itemsize
+        if item == 4:  # TF32: built when named, offered with the forward's (engine.py)
+            if not tma.TF32_OFFERED:
+                return []
+            peak /= 2
         for kn in self.knob_space:
+            if item == 4 and not kn.FLAT:  # the stages that fit 4-byte boxes
+                st = T.SMEM // (kn.box * (kn.BLOCK_M + kn.BLOCK_N) * 4)
+                if st < 2:
+                    continue
+                kn = dataclasses.replace(kn, num_stages=min(kn.num_stages, st))
             if _why(a, kn) is not None:
                 continue
             if kn.BLOCK_N < 64 and a.geo.c_per_group > 32:
