@@ -335,27 +335,25 @@ def _epilogue_lines(geo, kn, rows: str, ind: str, epilogue_body: str) -> list:
     ``rows`` of the tile), then the epilogue."""
     th, tw, bn = kn.TMA_TH, kn.TMA_TW, kn.BLOCK_N
     oh, ow = geo.out_dims[-2:]
+    o_h, o_w = f"ht * {th} + (_i // {tw}) % {th}", f"wt * {tw} + _i % {tw}"
+    L = [f"{ind}_i = {rows}"]
     if len(geo.filt) == 3:  # one output depth slice nt = (n, od) per tile
         od_ = geo.out_dims[0]
-        L = [
-            f"{ind}_i = {rows}",
+        L += [
             f"{ind}nb = nt // {od_} + _i * 0",
             f"{ind}o0 = nt % {od_} + _i * 0",
-            f"{ind}o1 = ht * {th} + (_i // {tw}) % {th}",
-            f"{ind}o2 = wt * {tw} + _i % {tw}",
+            f"{ind}o1 = {o_h}",
+            f"{ind}o2 = {o_w}",
             f"{ind}mask_m = (o1 < {oh}) & (o2 < {ow})",
-            f"{ind}offs_n = kt * {bn} + tl.arange(0, {bn})",
-            f"{ind}mask_n = offs_n < {geo.k_per_group}",
         ]
-        if geo.int64:
-            L.append(f"{ind}nb = nb.to(tl.int64)")
-        return L + [ind + line for line in epilogue_body.strip("\n").split("\n")]
-    L = [
-        f"{ind}_i = {rows}",
-        f"{ind}nb = nt * {kn.TMA_IMGS} + _i // {th * tw}",
-        f"{ind}o0 = ht * {th} + (_i // {tw}) % {th}",
-        f"{ind}o1 = wt * {tw} + _i % {tw}",
-        f"{ind}mask_m = (nb < {geo.n}) & (o0 < {oh}) & (o1 < {ow})",
+    else:
+        L += [
+            f"{ind}nb = nt * {kn.TMA_IMGS} + _i // {th * tw}",
+            f"{ind}o0 = {o_h}",
+            f"{ind}o1 = {o_w}",
+            f"{ind}mask_m = (nb < {geo.n}) & (o0 < {oh}) & (o1 < {ow})",
+        ]
+    L += [
         f"{ind}offs_n = kt * {bn} + tl.arange(0, {bn})",
         f"{ind}mask_n = offs_n < {geo.k_per_group}",
     ]
