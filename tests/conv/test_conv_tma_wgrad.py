@@ -111,6 +111,29 @@ def test_tma_wgrad_float32_tiles_of_64_channels(monkeypatch):
     assert not sup.ok and "at most 64 channels" in sup.reason
 
 
+@pytest.mark.parametrize(
+    "case",
+    [
+        (7, 7, 1, 1, SMALL),  # 4x8 boxes over 7x7: partial boxes on both axes
+        (9, 6, 1, 0, dict(SMALL, SPLIT=2)),  # no padding: the last row meets tap r=2 only
+        (8, 10, 2, 1, SMALL),  # stride 2 through the phase view
+    ],
+)
+def test_tma_wgrad_inf_where_no_output_of_a_tap_reads_it(case):
+    """An inf on x's last row and column is read by some taps only: the others' dw must
+    stay finite (a partial box's dead pixels add 0 * 0, not 0 * inf), as the reference's."""
+    h, w, s, p, knobs = case
+    x, dy = _problem(1, 16, 8, h, w, 3, s, p, 1, torch.bfloat16, 17)
+    x[:, :, -1, :] = float("inf")
+    x[:, 3, :, -1] = float("-inf")
+    g, tx, tdy, dw = _graph(x, dy, 8, 16, 3, s, p, 1)
+    dw.set_output(True).set_data_type(cudnn.data_type.FLOAT)
+    out = check_engine(
+        g, {tx: x, tdy: dy}, [dw], WGRAD_ID, knobs, n=dy.shape[2] * dy.shape[3], allow_nan=True
+    )
+    assert torch.isfinite(out[dw]).any()  # some taps never meet the infs
+
+
 @pytest.mark.parametrize("split", [1, 3])
 def test_tma_wgrad_scale_epilogue_bf16_and_workspace(split):
     """dw * 0.5 stored as bfloat16 into a KCRS (NCHW) filter; the workspace holds the

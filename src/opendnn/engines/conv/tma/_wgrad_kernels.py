@@ -296,18 +296,6 @@ def source(
         f"strides=[{oh * ow * k}, {ow * k}, {k}, 1], block_shape=[{imgs}, {th}, {tw}, {bm}])",
     ]
     stride1 = geo.stride[-2:] == (1, 1)
-    if stride1:
-        L.append(
-            f"{ind}x_desc = tl.make_tensor_descriptor(X, shape=[{n_x}, {h}, {wd}, {c}], "
-            f"strides=[{h * wd * c}, {wd * c}, {c}, 1], "
-            f"block_shape=[{imgs}, {th}, {tw}, {bn}])"
-        )
-    else:
-        L.append(
-            f"{ind}x_desc = tl.make_tensor_descriptor(X, shape=[{n_x}, {h // 2}, 2, "
-            f"{wd // 2}, {2 * c}], strides=[{h * wd * c}, {2 * wd * c}, {wd * c}, "
-            f"{2 * c}, 1], block_shape=[{imgs}, {th}, 1, {tw}, {bn}])"
-        )
     n_tiles = tiles(geo, kn)
     L += [
         f"{ind}pid = tl.program_id(0)",
@@ -315,6 +303,37 @@ def source(
         f"{ind}sp = pid // {n_tiles}",
     ]
     L += _tile_lines(geo, bm, bn, ind)
+    # x's descriptor ends where this tap's rows and columns stop meeting dy: past it the
+    # copy engine fills zeros, as it does for dy's partial boxes, so a box's dead pixels
+    # add 0 * 0 -- never 0 * x (an inf or NaN in x that no output of this tap reads
+    # would otherwise turn the sum into NaN)
+    if stride1:
+        L += [
+            f"{ind}xh = tl.minimum({h}, {oh} + {rh} * {dh} - {ph})",
+            f"{ind}xw = tl.minimum({wd}, {ow} + {rw} * {dw} - {pw})",
+        ]
+    else:
+        L += [
+            f"{ind}xh = tl.minimum({h // 2}, {oh} + ({rh} + {ph}) // 2 - {ph})",
+            f"{ind}xw = tl.minimum({wd // 2}, {ow} + ({rw} + {pw}) // 2 - {pw})",
+        ]
+    L += [
+        f"{ind}live = (xh > 0) & (xw > 0)",  # else every pixel of this tap is padding
+        f"{ind}xh = tl.maximum(xh, 1)",
+        f"{ind}xw = tl.maximum(xw, 1)",
+    ]
+    if stride1:
+        L.append(
+            f"{ind}x_desc = tl.make_tensor_descriptor(X, shape=[{n_x}, xh, xw, {c}], "
+            f"strides=[{h * wd * c}, {wd * c}, {c}, 1], "
+            f"block_shape=[{imgs}, {th}, {tw}, {bn}])"
+        )
+    else:
+        L.append(
+            f"{ind}x_desc = tl.make_tensor_descriptor(X, shape=[{n_x}, xh, 2, "
+            f"xw, {2 * c}], strides=[{h * wd * c}, {2 * wd * c}, {wd * c}, "
+            f"{2 * c}, 1], block_shape=[{imgs}, {th}, 1, {tw}, {bn}])"
+        )
     step = chunk(geo, kn)
     L += [
         f"{ind}acc = tl.full([{bm}, {bn}], 0.0, tl.float32)",
@@ -327,12 +346,12 @@ def source(
         f".reshape({kn.box}, {bm})",
     ]
     if len(geo.filt) == 2:
-        L.append(f"{ind2}xi = nbx * {imgs}")
+        L.append(f"{ind2}xi = tl.where(live, nbx * {imgs}, -{imgs})")
     else:  # dy image (n, od) -> x image n * D + dz; a depth in the padding reads image -1
         od, dd = geo.out_dims[0], geo.in_dims[0]
         L += [
             f"{ind2}dz = (nbx % {od}) * {geo.stride[0]} + r0 * {geo.dilation[0]} - {geo.pre[0]}",
-            f"{ind2}xi = tl.where((dz >= 0) & (dz < {dd}), (nbx // {od}) * {dd} + dz, -1)",
+            f"{ind2}xi = tl.where(live & (dz >= 0) & (dz < {dd}), (nbx // {od}) * {dd} + dz, -1)",
         ]
     if stride1:
         L.append(
