@@ -83,6 +83,10 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
             raise RuntimeError(f"rank {rank}: opendnn fell back to PyTorch: {fallbacks()}")
         if rank == 0:
             torch.save(model.state_dict(), out)
+        # the DDP reducer goes before its process group (a rank once aborted at exit,
+        # "terminate called without an active exception", with it still alive)
+        del ddp
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
