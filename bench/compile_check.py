@@ -323,32 +323,28 @@ def conv_graphs():
     dw = g.conv_wgrad(tx, tdy, padding=[3, 3], stride=[2, 2])
     dw.set_dim([64, 3, 7, 7]).set_output(True).set_data_type(cudnn.data_type.FLOAT)
     yield "wgrad flat gathered stem", g, [5]
-    # the backward filter's TMA boxes in 3-D (NDHWC over N * OD images), stride 1 and 2
+    # the TMA boxes in 3-D (N * D depth slices), each direction, stride 1 and 2: 32- and
+    # 64-channel images (the forward's stride 2 needs C % 64 == 0)
     for s in (1, 2):
-        x = torch.randn(2, 32, 8, 8, 8, dtype=torch.bfloat16).to(memory_format=CL3)
+        conv = dict(padding=[1] * 3, stride=[s] * 3)
+        x32, x64 = (torch.randn(2, c, 8, 8, 8, dtype=torch.bfloat16) for c in (32, 64))
+        x32, x64 = x32.to(memory_format=CL3), x64.to(memory_format=CL3)
+        w32, w64 = (torch.randn(64, c, 3, 3, 3, dtype=torch.bfloat16) for c in (32, 64))
+        w32, w64 = w32.to(memory_format=CL3), w64.to(memory_format=CL3)
         dy = torch.randn(2, 64, 8 // s, 8 // s, 8 // s, dtype=torch.bfloat16)
+        dy = dy.to(memory_format=CL3)
         g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
-        tx, tdy = g.tensor_like(x), g.tensor_like(dy.to(memory_format=CL3))
-        dw = g.conv_wgrad(tx, tdy, padding=[1] * 3, stride=[s] * 3)
-        dw.set_dim([64, 32, 3, 3, 3]).set_output(True).set_data_type(cudnn.data_type.FLOAT)
+        dw = g.conv_wgrad(g.tensor_like(x32), g.tensor_like(dy), **conv)
+        dw.set_dim(list(w32.shape)).set_output(True).set_data_type(cudnn.data_type.FLOAT)
         yield f"wgrad 3-D boxes stride {s}", g, [5]
-    # the forward's TMA boxes in 3-D (N * OD output depth slices), stride 1 and 2
-    for s in (1, 2):
-        x = torch.randn(2, 64, 8, 8, 8, dtype=torch.bfloat16).to(memory_format=CL3)
-        w = torch.randn(64, 64, 3, 3, 3, dtype=torch.bfloat16).to(memory_format=CL3)
         g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
-        y = g.conv_fprop(g.tensor_like(x), g.tensor_like(w), padding=[1] * 3, stride=[s] * 3)
+        y = g.conv_fprop(g.tensor_like(x64), g.tensor_like(w64), **conv)
         y.set_output(True).set_data_type(cudnn.data_type.BFLOAT16)
         yield f"fprop 3-D boxes stride {s}", g, [3]
-    # the backward data's TMA boxes in 3-D (N * D depth slices), stride 1 and 2
-    for s in (1, 2):
-        dy = torch.randn(2, 64, 8 // s, 8 // s, 8 // s, dtype=torch.bfloat16)
-        w = torch.randn(64, 32, 3, 3, 3, dtype=torch.bfloat16).to(memory_format=CL3)
         g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
-        tdy, tw = g.tensor_like(dy.to(memory_format=CL3)), g.tensor_like(w)
-        dx = g.conv_dgrad(tdy, tw, padding=[1] * 3, stride=[s] * 3)
-        dx.set_dim([2, 32, 8, 8, 8]).set_stride([8 * 8 * 8 * 32, 1, 8 * 8 * 32, 8 * 32, 32])
-        dx.set_output(True).set_data_type(cudnn.data_type.BFLOAT16)
+        dx = g.conv_dgrad(g.tensor_like(dy), g.tensor_like(w32), **conv)
+        dx.set_dim(list(x32.shape)).set_stride(list(x32.stride())).set_output(True)
+        dx.set_data_type(cudnn.data_type.BFLOAT16)
         yield f"dgrad 3-D boxes stride {s}", g, [4]
     # patchify (50-52): a 4x4/4 RGB stem in NHWC bf16 and NCHW float32 (TF32)
     for dt, fmt in ((torch.bfloat16, CL), (torch.float32, torch.contiguous_format)):

@@ -49,10 +49,10 @@ extent.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from ...fusion._codegen import COMBINE_HELPERS
-from ._kernels import TmaKnobs, common_unsupported, is_packed_channels_last
-from ._wgrad_kernels import _prod
+from ._kernels import TmaKnobs, common_unsupported, is_packed_channels_last, strides_match
 
 # L2 feeds the SMs at roughly this multiple of the DRAM rate (an assumption, not yet
 # measured): it bounds tiles whose slab reuse is low (narrow BLOCK_N, e.g. C = 3)
@@ -110,8 +110,7 @@ def filter_k_major(w) -> bool:
     [K, C] reduction-major, as TF32 needs it."""
     from ..layout.engine import k_innermost_strides
 
-    want = k_innermost_strides(tuple(w.dims))
-    return all(d == 1 or s == v for d, s, v in zip(w.dims, w.strides, want))
+    return strides_match(w, k_innermost_strides(tuple(w.dims)))
 
 
 def unsupported(geo, dx, w, dy, tf32: bool = False) -> str | None:
@@ -254,9 +253,9 @@ def estimate_seconds(
     pipe = per_job / (per_job + kn.num_stages / sharing) if per_job else 1.0
     slabs = steps * (kn.block_m + kn.BLOCK_N) * kn.BLOCK_K * itemsize
     bytes_ = itemsize * (
-        geo.n * _prod(geo.out_dims) * geo.k_per_group
-        + geo.k_per_group * _prod(geo.filt) * geo.c_per_group
-        + geo.n * _prod(geo.in_dims) * geo.c_per_group
+        geo.n * math.prod(geo.out_dims) * geo.k_per_group
+        + geo.k_per_group * math.prod(geo.filt) * geo.c_per_group
+        + geo.n * math.prod(geo.in_dims) * geo.c_per_group
     )
     t = (
         max(

@@ -25,6 +25,7 @@ epilogue as every conv engine (bias, activations, residual, casts), with pixel i
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from ...fusion._codegen import COMBINE_HELPERS
 
@@ -72,12 +73,16 @@ def packed_channels_last(dims) -> tuple:
     return (acc, 1, *reversed(out))
 
 
-def is_packed_channels_last(desc) -> bool:
-    """Whether tensor descriptor ``desc`` is packed channels-last. The stride of a size-1
+def strides_match(desc, want) -> bool:
+    """Whether tensor descriptor ``desc`` has the strides ``want``. The stride of a size-1
     axis addresses nothing, so any value passes there (a 1x1 filter [K, C, 1, 1] may come
     as (C, 1, C, C) or (C, 1, 1, 1): the same memory)."""
-    want = packed_channels_last(desc.dims)
     return all(d == 1 or s == w for d, s, w in zip(desc.dims, desc.strides, want))
+
+
+def is_packed_channels_last(desc) -> bool:
+    """Whether tensor descriptor ``desc`` is packed channels-last (``strides_match``)."""
+    return strides_match(desc, packed_channels_last(desc.dims))
 
 
 def common_unsupported(geo, operand, dims: tuple = (2,), tf32: bool = False) -> str | None:
@@ -177,9 +182,7 @@ def estimate_seconds(
     second launch. Not modelled: the boxes every program pulls from L2 -- 64-pixel tiles
     on l4_3x3_512 move 226 MB in 24 us, which is why 128-pixel tiles split 2 ways win
     there (22.7 us) though this model ranks them behind."""
-    rs = 1
-    for f in geo.filt:
-        rs *= f
+    rs = math.prod(geo.filt)
     cb = -(-geo.c_per_group // kn.BLOCK_K)
     split = split_of(kn)
     jobs = tiles(geo, kn) * split
@@ -188,11 +191,7 @@ def estimate_seconds(
     waves = -(-jobs // num_sms)
     fill = jobs / (waves * num_sms)
     pipe = steps / (steps + kn.num_stages)
-    x_px, y_px = geo.n, geo.n
-    for v in geo.in_dims:
-        x_px *= v
-    for v in geo.out_dims:
-        y_px *= v
+    x_px, y_px = (geo.n * math.prod(d) for d in (geo.in_dims, geo.out_dims))
     bytes_ = itemsize * (
         x_px * geo.c_per_group + geo.k_per_group * rs * geo.c_per_group + y_px * geo.k_per_group
     )

@@ -35,6 +35,7 @@ order -- deterministic -- before the epilogue.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from ...fusion._codegen import COMBINE_HELPERS
 from ._kernels import common_unsupported, is_packed_channels_last
@@ -138,10 +139,7 @@ def images(geo) -> tuple:
 
 
 def taps(geo) -> int:
-    out = 1
-    for f in geo.filt:
-        out *= f
-    return out
+    return math.prod(geo.filt)
 
 
 def fits(kn: WgradTmaKnobs, itemsize: int) -> bool:
@@ -191,7 +189,7 @@ def estimate_seconds(
     # x 0.85: the transposed dy box reaches the tensor cores through registers (Triton 3.6
     # folds a 4-D box's reshape or its transpose into shared-memory views, not both)
     eff = 0.85 * 0.8 * min(1.0, kn.BLOCK_M * kn.BLOCK_N / (128 * 128)) ** 0.45
-    x_px, y_px = (geo.n * _prod(d) for d in (geo.in_dims, geo.out_dims))
+    x_px, y_px = (geo.n * math.prod(d) for d in (geo.in_dims, geo.out_dims))
     dram = itemsize * (x_px * geo.c_per_group + y_px * geo.k_per_group)
     ws = workspace_bytes(geo, kn)
     active = min(1.0, 1.5 * programs / num_sms)
@@ -199,13 +197,6 @@ def estimate_seconds(
     mem = (dram + ws * (1.0 if ws < 24e6 else 2.0)) / (bandwidth * active)
     launch = 3e-6 if kn.SPLIT == 1 else 5e-6
     return roofline(flops / (peak * eff * fill * pipe), mem) + launch
-
-
-def _prod(v) -> int:
-    out = 1
-    for a in v:
-        out *= a
-    return out
 
 
 def roofline(compute: float, memory: float) -> float:
