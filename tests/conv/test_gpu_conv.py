@@ -952,7 +952,7 @@ def test_dgrad_tma_3d_every_box_config(cfg):
 # (x dims, K, stride, padding): 3-D boxes of the forward over N * OD output depth slices
 FPROP_3D_CASES = [
     ((2, 64, 9, 12, 10), 64, (1, 1, 1), (1, 1, 1)),
-    ((1, 64, 8, 16, 12), 128, (2, 2, 2), (1, 1, 1)),
+    ((1, 128, 8, 16, 12), 64, (2, 2, 2), (1, 1, 1)),
 ]
 
 

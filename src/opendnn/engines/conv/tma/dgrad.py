@@ -36,8 +36,7 @@ def _tf32(a) -> bool:
 
 
 # float32 (TF32) boxes: the box configs of 64+ channel blocks with BLOCK_K = 32 (128-byte
-# rows of dy and of the K-innermost filter); for float32 problems only, offered with the
-# forward's (``engine.TF32_OFFERED``)
+# rows of dy and of the K-innermost filter); for float32 problems only
 TF32_KNOBS = tuple(dataclasses.replace(k, BLOCK_K=32) for k in D.KNOB_SPACE if k.BLOCK_N >= 64)
 _TF32_SET = frozenset(TF32_KNOBS)
 
@@ -72,8 +71,6 @@ class DgradTmaPath(tma.TmaPath):
         flat = self._flat(a) is None
         boxes = self._boxes(a) is None
         fp32 = a.y.data_type == DataType.FLOAT
-        if fp32 and not tma.TF32_OFFERED:
-            return []
         return [
             k
             for k in self.knob_space

@@ -122,11 +122,8 @@ PACKED_KNOBS = (
 # float32 (TF32) boxes: the box configs with BLOCK_K = 32 channels -- a 128-byte row, as
 # BLOCK_K = 64 is in half precision (256-byte rows are not used: 512-byte ones gave wrong
 # results on the H100); for float32 problems only, which take no other box config. They
-# compile to wgmma m64nNk8 tf32 from shared memory and match float64 in the interpreter;
-# until they have run on a GPU (test_gpu_conv.py::test_fprop_tma_tf32_every_config) and
-# been timed against the transform's gather plans, the heuristics do not offer them
-# (TF32_OFFERED) and they are built only when a config names them.
-TF32_OFFERED = False
+# compile to wgmma m64nNk8 tf32 from shared memory (GPU check:
+# test_gpu_conv.py::test_fprop_tma_tf32_every_config).
 TF32_KNOBS = tuple(
     dataclasses.replace(FpropTmaKnobs(**dataclasses.asdict(k)), BLOCK_K=32) for k in T.KNOB_SPACE
 ) + tuple(dataclasses.replace(k, BLOCK_K=32) for k in SPLIT_KNOBS)
@@ -219,8 +216,6 @@ class FpropTmaPath(TmaPath):
         direct = self._direct(a) is None
         flat = self._flat(a) is None
         fp32 = a.x.data_type.itemsize == 4
-        if fp32 and not TF32_OFFERED:
-            return []
         return [
             k
             for k in self.knob_space

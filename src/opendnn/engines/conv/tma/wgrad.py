@@ -25,7 +25,6 @@ from ...fusion import epilogue as fuse_epilogue
 from ..analysis import tf32
 from . import _wgrad_flat_kernels as F
 from . import _wgrad_kernels as T
-from . import engine as tma
 from .engine import TmaExecutable, TmaPath
 
 MAX_WS_ELEMENTS = 2**31  # int32 offsets into the partials
@@ -128,9 +127,7 @@ class WgradTmaPath(TmaPath):
         peak, out = target.peak_flops_fp16, []
         gathered_only = _boxes(a) is not None
         item = a.x.data_type.itemsize
-        if item == 4:  # TF32: built when named, offered with the forward's (engine.py)
-            if not tma.TF32_OFFERED:
-                return []
+        if item == 4:  # TF32
             peak /= 2
         for kn in self.knob_space:
             if item == 4 and not kn.FLAT:  # the stages that fit 4-byte boxes
