@@ -11,6 +11,7 @@ compiles every launch with ``triton.compile`` for sm_90:
 
     conv       implicit GEMM / precomputed / GEMM / direct forward (int8, bf16, fp32, fused
                bias + relu, a conv1-like 7x7 s2), implicit-GEMM dgrad + drelu and wgrad,
+               the pointwise dgrad as one GEMM (53),
                a scale + bias + relu prologue with genstats (engines 3-12); depthwise (41-
                43): NHWC / NCHW, multiplier 2, stride 2, bias + relu, causal 1-D; grouped
                fprop, dgrad and wgrad (47-49) and the layout transforms (44-46)
@@ -222,6 +223,13 @@ def conv_graphs():
         dx.set_dim([4, 16, 12, 12]).set_stride(list(x.stride()))
         g.relu_backward(dx, tx).set_output(True)
         yield f"dgrad+drelu {dt}", g, [4]
+        g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+        w1 = torch.randn(32, 16, 1, 1, dtype=dt).to(memory_format=CL)
+        tdy = g.tensor_like(torch.randn(4, 32, 12, 12, dtype=dt).to(memory_format=CL))
+        dx = g.conv_dgrad(tdy, g.tensor_like(w1))
+        dx.set_dim([4, 16, 12, 12]).set_stride(list(x.stride()))
+        g.relu_backward(dx, g.tensor_like(x)).set_output(True)
+        yield f"pointwise dgrad+drelu as GEMM {dt}", g, [53]
         g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
         tx = g.tensor_like(x)
         tdy = g.tensor_like(torch.randn(4, 32, 12, 12, dtype=dt).to(memory_format=CL))

@@ -299,6 +299,94 @@ def test_gemm_engine_against_reference(case, layout, mode):
     )
 
 
+@pytest.mark.parametrize(
+    "filt,groups,batch_gap,fold",
+    [
+        ((1, 1), 1, 0, True),  # the direct GEMM: x itself, N*P rows
+        ((3, 3), 1, 0, True),  # im2col, one group: the workspace's rows fold
+        ((1, 1), 2, 0, True),  # direct with groups: each group's rows fold
+        ((3, 3), 2, 0, False),  # im2col with groups: [N, G, P, kk] rows do not
+        ((1, 1), 1, 5, False),  # x's images not adjacent: N GEMMs of P rows
+    ],
+)
+def test_gemm_engine_folds_batch_into_rows(filt, groups, batch_gap, fold):
+    """The explicit GEMM runs one [N*P, kk] GEMM when every operand walks (n, pixel)
+    with one stride (channels-last), else N of P rows; both against float64, with bias,
+    a residual add and relu on the fused epilogue."""
+    from opendnn.engines.conv.gemm.engine import plan_gemm
+
+    n, c, k, sp = 3, 8, 12, (5, 3)
+    torch.manual_seed(7)
+    big = torch.randn(n, sp[0] * sp[1] * c + batch_gap)
+    x = big[:, : sp[0] * sp[1] * c].view(n, *sp, c).permute(0, 3, 1, 2)
+    w = _layout(torch.randn(k, c // groups, *filt), "nhwc")
+    b = torch.randn(1, k, 1, 1)
+    pad = [f // 2 for f in filt]
+    z = _layout(torch.randn(n, k, *sp), "nhwc")
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tw, tb, tz = _tensor(g, x), _tensor(g, w), _tensor(g, b), _tensor(g, z)
+    conv = g.conv_fprop(tx, tw, padding=pad)
+    y = g.relu(g.add(g.bias(conv, tb), tz))
+    y.set_output(True)
+    g.validate()
+    assert plan_gemm(g.op_graph).fold is fold
+    check_engine(g, {tx: x, tw: w, tb: b, tz: z}, [y], GEMM_ID, n=(c // groups) * 9)
+
+
+
+DGRAD_GEMM_ID = 53
+
+
+@pytest.mark.parametrize(
+    "layout,groups,dims,fold",
+    [
+        ("nhwc", 1, (5, 3), True),  # one [N*P, K] x [K, C] GEMM
+        ("nhwc", 2, (4, 2), True),  # each group's rows fold
+        ("nchw", 1, (5, 3), False),  # N GEMMs of pixel-fastest operands
+        ("nhwc", 1, (1, 1), True),  # one pixel per image
+    ],
+)
+@pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16])
+def test_dgrad_gemm_engine(layout, groups, dims, fold, dt):
+    """Pointwise backward data on the matmul engine, with cuDNN's dgrad + drelu epilogue,
+    against float64; the batch folds into the rows only for channels-last tensors."""
+    from opendnn.engines.conv.gemm.dgrad import plan_dgrad
+
+    n, c, k = 3, 8, 12
+    torch.manual_seed(13)
+    x = _layout(torch.randn(n, c, *dims, dtype=dt), layout)
+    w = _layout((torch.randn(k, c // groups, *([1] * len(dims))) * 0.3).to(dt), layout)
+    dy = _layout(torch.randn(n, k, *dims, dtype=dt), layout)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tdy, tw, tx = _tensor(g, dy), _tensor(g, w), _tensor(g, x)
+    dgrad = g.conv_dgrad(tdy, tw, padding=[0] * len(dims))
+    dgrad.set_dim(list(x.shape)).set_stride(list(x.stride()))
+    out = g.relu_backward(dgrad, tx)
+    out.set_output(True).set_data_type(TYPES[dt])
+    g.validate()
+    assert plan_dgrad(g.op_graph).fold is fold
+    check_engine(g, {tdy: dy, tw: w, tx: x}, [out], DGRAD_GEMM_ID, n=k // groups)
+
+
+def test_dgrad_gemm_engine_declines_taps_stride_padding():
+    """Only the pointwise, stride-1, unpadded backward data is a plain GEMM."""
+    from opendnn.engines.conv.gemm.dgrad import plan_dgrad
+
+    for filt, stride, pad, why in [
+        (3, 1, 1, "1x1 filters"),
+        (1, 2, 0, "stride 1 and no padding"),
+        (1, 1, 1, "stride 1 and no padding"),
+    ]:
+        g = cudnn.pygraph()
+        dy = g.tensor(dim=[2, 4, 6, 6], stride=[144, 1, 24, 4], data_type=cudnn.data_type.FLOAT)
+        w = g.tensor(dim=[4, 3, filt, filt], data_type=cudnn.data_type.FLOAT)
+        dx = g.conv_dgrad(dy, w, padding=[pad, pad], stride=[stride, stride])
+        size = (6 - 1) * stride - 2 * pad + filt
+        dx.set_dim([2, 3, size, size]).set_output(True)
+        g.validate()
+        assert why in plan_dgrad(g.op_graph)
+
+
 DIRECT_ID = 7
 
 

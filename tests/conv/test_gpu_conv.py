@@ -74,7 +74,7 @@ def test_fprop_engines(shape, dt, engine):
 
 @pytest.mark.parametrize("shape", shapes.GPU)
 @pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("engine", [4, 5, 10, 12, 16, 17, 18, 19, 20, 21, 22, 23, 24])
+@pytest.mark.parametrize("engine", [4, 5, 10, 12, 16, 17, 18, 19, 20, 21, 22, 23, 24, 53])
 def test_backward_engines(shape, dt, engine):
     n, c, h, k, f, s, p = shape
     cl = torch.channels_last
@@ -85,7 +85,7 @@ def test_backward_engines(shape, dt, engine):
     dy = torch.randn(yd.shape, device="cuda", dtype=dt).to(memory_format=cl)
     yd.backward(dy.double())
     g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
-    if engine in (4, 16, 17, 18, 20, 21):
+    if engine in (4, 16, 17, 18, 20, 21, 53):
         tdy, tw = g.tensor_like(dy), g.tensor_like(w)
         out_t = g.conv_dgrad(tdy, tw, padding=[p, p], stride=[s, s])
         out_t.set_dim(list(x.shape)).set_stride(list(x.stride())).set_output(True)

@@ -43,6 +43,7 @@ ENGINE_CLASSES = (
     ("conv.fft.dgrad", "FftDgradEngine"),
     ("conv.fft.dgrad", "FftTilingDgradEngine"),
     ("conv.patchify.engine", "PatchifyDgradEngine"),
+    ("conv.gemm.dgrad", "GemmDgradEngine"),
     ("conv.layout.engine", "ChannelsLastDgradEngine"),
     ("conv.implicit_gemm.engine", "ImplicitGemmWgradEngine"),
     ("conv.depthwise.engine", "DepthwiseWgradEngine"),
