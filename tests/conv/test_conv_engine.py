@@ -333,7 +333,6 @@ def test_gemm_engine_folds_batch_into_rows(filt, groups, batch_gap, fold):
     check_engine(g, {tx: x, tw: w, tb: b, tz: z}, [y], GEMM_ID, n=(c // groups) * 9)
 
 
-
 DGRAD_GEMM_ID = 53
 
 

@@ -42,9 +42,7 @@ def plan_dgrad(graph) -> DgradGemmPlan | str:
     geo = a.geo
     if math.prod(geo.filt) != 1:
         return f"the GEMM backward data takes 1x1 filters (this one is {list(geo.filt)})"
-    if any(s != 1 for s in geo.stride) or any(geo.pre) or tuple(geo.out_dims) != tuple(
-        geo.in_dims
-    ):
+    if any(s != 1 for s in geo.stride) or any(geo.pre) or tuple(geo.out_dims) != tuple(geo.in_dims):
         return "the GEMM backward data takes stride 1 and no padding (dX is dY's pixels)"
     ds = a.y.strides
     sp = _uniform(geo.out_dims, ds[2:])
@@ -52,9 +50,7 @@ def plan_dgrad(graph) -> DgradGemmPlan | str:
         return f"'{a.y.label()}' does not walk its pixels with one stride"
     p = math.prod(geo.out_dims)
     a_rows = _rows(ds[0] if geo.n > 1 else 0, sp if p != 1 else 0, p)
-    pv = pixel_views(
-        graph, [a.x.uid] + a.ep.inputs + a.ep.outputs, geo, p, geo.c_per_group, a_rows
-    )
+    pv = pixel_views(graph, [a.x.uid] + a.ep.inputs + a.ep.outputs, geo, p, geo.c_per_group, a_rows)
     if isinstance(pv, str):
         return pv
     return DgradGemmPlan(a, *pv)
