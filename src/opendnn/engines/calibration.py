@@ -37,7 +37,7 @@ MEASURED_SCALES: dict[str, float] = {
     "conv_dgrad_implicit_gemm:tma:flat": 0.94,  # 5 timings
     "conv_dgrad_implicit_gemm:tma:flat:split": 1.01,  # 1 timings
     "conv_dgrad_implicit_gemm:tma:split": 0.98,  # 3 timings
-    "conv_dgrad_gemm:rows": 0.85,  # not yet timed: conv_gemm:rows's factor
+    "conv_dgrad_gemm:rows": 0.85,  # conv_gemm:rows's factor (refit once timed widely)
     "conv_dgrad_patchify": 0.91,  # 12 timings
     "conv_dgrad_patchify:nchw": 1.10,  # 23 timings
     "conv_dgrad_splitk:gather": 1.16,  # 13 timings
