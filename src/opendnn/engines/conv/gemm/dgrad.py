@@ -24,7 +24,7 @@ import math
 from ...base import Executable
 from ...matmul.delegate import MatmulDelegateEngine
 from ..analysis import analyze
-from .engine import _rows, _uniform, gemm_graph, pixel_views
+from .engine import _rows, _uniform, gemm_graph, gemm_key, pixel_views
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,9 +77,9 @@ class GemmDgradEngine(MatmulDelegateEngine):
     name = "conv_dgrad_gemm"
 
     def calibration_key(self, graph, config) -> str:
-        """``conv_dgrad_gemm:rows`` when the batch folds into the rows, else the name."""
-        dp = plan_dgrad(graph)
-        return f"{self.name}:rows" if not isinstance(dp, str) and dp.fold else self.name
+        """``conv_dgrad_gemm:rows`` when the batch folds into the rows, ``:nchw`` when dY's
+        channels are not unit-stride (``engine.gemm_key``)."""
+        return gemm_key(self.name, plan_dgrad(graph), "y")
 
     def gemm_graph(self, graph):
         dp = plan_dgrad(graph)

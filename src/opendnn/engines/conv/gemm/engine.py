@@ -138,6 +138,19 @@ def pixel_views(graph, uids, geo, p: int, cols: int, a_rows) -> tuple[dict, bool
     return views, fold
 
 
+def gemm_key(name: str, plan, image: str) -> str:
+    """The calibration key of a GEMM plan ``plan`` (a reason string: ``name``) whose
+    image operand is attribute ``image`` of its analysis: ``name:rows`` when folded,
+    ``name:nchw`` when that image has more than one channel and a channel stride other
+    than 1, else ``name``."""
+    if isinstance(plan, str):
+        return name
+    if plan.fold:
+        return f"{name}:rows"
+    t = getattr(plan.a, image)
+    return f"{name}:nchw" if t.dims[1] > 1 and t.strides[1] != 1 else name
+
+
 def gemm_graph(graph, ep, out_uid: int, a_spec: tuple, b_spec: tuple, views: dict) -> tuple:
     """The matmul graph C = A @ B whose C stands for tensor ``out_uid`` of ``graph``, with
     epilogue ``ep`` replayed on it; ``a_spec`` / ``b_spec``: (dims, strides, data type) of
@@ -207,9 +220,10 @@ class GemmConvEngine(MatmulDelegateEngine):
     def calibration_key(self, graph, config) -> str:
         """``conv_gemm:rows`` when the batch folds into the GEMM's rows (``GemmPlan.fold``:
         one tall GEMM, which ran at 0.6-0.85 of the matmul model on ResNet-50's and the
-        depthwise sets' 1x1 layers in NHWC), else the engine's name."""
-        gp = plan_gemm(graph)
-        return f"{self.name}:rows" if not isinstance(gp, str) and gp.fold else self.name
+        depthwise sets' 1x1 layers in NHWC); ``conv_gemm:nchw`` when x's channels are not
+        unit-stride (the direct GEMM's A operand is then pixel-fastest, which the
+        matmul model does not charge); else the engine's name."""
+        return gemm_key(self.name, plan_gemm(graph), "x")
 
     def gemm_graph(self, graph):
         gp = plan_gemm(graph)
