@@ -496,6 +496,26 @@ def test_conv_bias_genstats_fused(layout):
     assert_close(out[sq], (ref * ref).sum((0, 2, 3), keepdim=True), torch.float32, n=45 * 189)
 
 
+def test_conv_genstats_many_tiles():
+    """The statistics' finishing pass over more per-tile partials than one chunk (54 tiles
+    of 32 pixels: two chunks of 32)."""
+    torch.manual_seed(32)
+    x = _layout(torch.randn(3, 5, 24, 24), "nhwc")
+    w = _layout(torch.randn(6, 5, 1, 1), "nhwc")
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tw = _tensor(g, x), _tensor(g, w)
+    y = g.conv_fprop(tx, tw, padding=[0, 0])
+    y.set_output(True)
+    s, sq = g.genstats(y)
+    s.set_output(True)
+    sq.set_output(True)
+    knobs = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=16, num_warps=4, num_stages=2)
+    out = check_engine(g, {tx: x, tw: w}, [y, s, sq], CONV_ID, knobs, n=5)
+    ref = torch.nn.functional.conv2d(x.double(), w.double())
+    assert_close(out[s], ref.sum((0, 2, 3), keepdim=True), torch.float32, n=5 * 1728)
+    assert_close(out[sq], (ref * ref).sum((0, 2, 3), keepdim=True), torch.float32, n=5 * 1728)
+
+
 WINO_ID = 8
 
 

@@ -234,7 +234,7 @@ def test_wgrad_split_is_deterministic_and_convolution_mode_flips():
         mode=cudnn.convolution_mode.CONVOLUTION,
     )
     knobs = dict(BLOCK_M=8, GB=2, BLOCK_K=16, SPLIT=3, num_warps=4, num_stages=1)
-    outs = [check_engine(g, feeds, [dw], WGRAD_ID, {**knobs, "SPLIT": s}) for s in (1, 3, 3)]
+    outs = [check_engine(g, feeds, [dw], WGRAD_ID, {**knobs, "SPLIT": s}) for s in (1, 3, 3, 64)]
     assert torch.equal(outs[1][dw], outs[2][dw])  # the same split: bitwise the same
     wr = torch.zeros(16, 4, 3, 2, dtype=torch.float64, requires_grad=True)
     y = F.conv2d(x.double(), wr.flip(-1, -2), groups=4)

@@ -294,7 +294,8 @@ def depthwise_wgrad_sources(
     per tile and tap would cost a shared-memory round trip and a barrier each in NHWC, where
     the pixels lie across warps), then writes them to WS[s, tap, j]. The sums' registers,
     taps x BLOCK_M x BLOCK_N / threads, bound the tile (``engine.wgrad_tiles``). ``{name}_finish``: each (tap, j) sums its ``split`` partials in order
-    and stores dw (cast to its type; CONVOLUTION mode stores tap r at R - 1 - r).
+    and stores dw (cast to its type; CONVOLUTION mode stores tap r at R - 1 - r);
+    ``K.split_sum_head``.
     With ``rows`` (0 < rows < filt[0]) a program keeps the sums of ``rows`` filter rows of
     the first spatial axis only, the grid's third axis picks the row group: fewer live sums
     (registers) for more reads of dy (one per group, from L2).
@@ -313,7 +314,7 @@ def depthwise_wgrad_sources(
     mine = rows * inner  # taps a program sums
     xs, ws = geo.x_strides, dw_desc.strides
     i64 = ".to(tl.int64)" if geo.int64 else ""
-    ind, ind2 = "    ", "        "
+    ind = "    "
     # tl.reduce with a generated combine, not tl.sum: a library @jit function called from a
     # generated module fails in Triton 3.6's interpreter
     L = [
@@ -348,16 +349,9 @@ def depthwise_wgrad_sources(
 
     from ...fusion import _codegen as cg
 
-    F = [
-        "@triton.jit",
-        f"def {name}_finish(WS, DW, BLOCK: tl.constexpr):",
-        f"{ind}e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
-        f"{ind}mask = e < {taps * k_total}",
+    F = K.split_sum_head(name, taps * k_total, split) + [
         f"{ind}j = e % {k_total}",
         f"{ind}t = e // {k_total}",
-        f"{ind}acc = tl.full([BLOCK], 0.0, tl.float32)",
-        f"{ind}for s in range(0, {split}):",
-        f"{ind2}acc += tl.load(WS + s * {taps * k_total} + e, mask=mask, other=0.0)",
     ]
     r = [f"r{i}" for i in range(d)]
     F += K._div_chain("t", list(geo.filt), r, ind, "_qt")

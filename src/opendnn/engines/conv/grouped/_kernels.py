@@ -217,17 +217,10 @@ def grouped_wgrad_sources(
     from ...fusion import _codegen as cg_
 
     n_out = taps * k_total * cg
-    F = [
-        "@triton.jit",
-        f"def {name}_finish(WS, DW, BLOCK: tl.constexpr):",
-        f"{ind}e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
-        f"{ind}mask = e < {n_out}",
+    F = K.split_sum_head(name, n_out, split) + [
         f"{ind}c = e % {cg}",
         f"{ind}k = (e // {cg}) % {k_total}",
         f"{ind}t = e // {cg * k_total}",
-        f"{ind}acc = tl.full([BLOCK], 0.0, tl.float32)",
-        f"{ind}for s in range(0, {split}):",
-        f"{ind2}acc += tl.load(WS + s * {n_out} + e, mask=mask, other=0.0)",
     ]
     F += K._div_chain("t", list(geo.filt), r, ind, "_qt")
     w_off = [f"k{i64} * {ws[0]}", f"c * {ws[1]}"]

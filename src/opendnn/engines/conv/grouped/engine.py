@@ -400,8 +400,7 @@ class _GroupedWgradExecutable(Executable, LaunchList):
         )
         self.add_launch(
             DualKernel(kf.compiled, kf.interpreted),
-            (-(-taps * k_total * g.c_per_group // 256),),
-            {"BLOCK": 256, "num_warps": 4},
+            *K.split_sum_launch(taps * k_total * g.c_per_group, split, target.num_sms),
             [("ws", torch.float32), ("buf", a.w.uid)],
             graph,
             target.is_cuda,

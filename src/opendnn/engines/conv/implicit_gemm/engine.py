@@ -404,7 +404,8 @@ def _stat_tiles(a: ConvAnalysis, kn: K.ConvKnobs) -> int:
 
 
 def stats_finish_source(graph, a: ConvAnalysis, kn: K.ConvKnobs) -> tuple:
-    """Sum the per-tile partials in a fixed order (deterministic) into SUM and SQ_SUM."""
+    """Sum the per-tile partials in a fixed order (deterministic, ``K.chunk_sum_lines``)
+    into SUM and SQ_SUM."""
     from ...fusion import _codegen as cg
 
     k_total = a.geo.k_per_group * a.geo.groups
@@ -412,28 +413,25 @@ def stats_finish_source(graph, a: ConvAnalysis, kn: K.ConvKnobs) -> tuple:
     name = f"conv_stats_{graph.key()[:12]}"
     outs = [u for _, s_, q in a.ep.stats for u in (s_, q)]
     lines = [
+        K.COMBINE_HELPERS,
         "@triton.jit",
-        f"def {name}(WS, {', '.join(f'O{u}' for u in outs)}, BLOCK: tl.constexpr):",
-        "    ch = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
-        f"    mask = ch < {k_total}",
+        f"def {name}(WS, {', '.join(f'O{u}' for u in outs)}, BLOCK: tl.constexpr, "
+        "CHUNK: tl.constexpr):",
+        "    e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
+        f"    mask = e < {k_total}",
     ]
     for i, u in enumerate(outs):
-        lines += [
-            "    acc = tl.full([BLOCK], 0.0, tl.float32)",
-            f"    for t in range(0, {tiles}):",
-            f"        acc += tl.load(WS + ({i} * {tiles} + t) * {k_total} + ch, mask=mask, "
-            "other=0.0)",
+        lines += K.chunk_sum_lines("acc", f"{i * tiles * k_total}", k_total, tiles) + [
             "    "
             + cg.store_expr(
-                f"O{u}", f"ch * {graph.tensors[u].strides[1]}", "acc", graph.tensors[u], "mask"
+                f"O{u}", f"e * {graph.tensors[u].strides[1]}", "acc", graph.tensors[u], "mask"
             ),
         ]
     args = [("ws", torch.float32)] + [("buf", u) for u in outs]
     return (
         "\n".join(lines) + "\n",
         name,
-        (-(-k_total // 256),),
-        {"BLOCK": 256, "num_warps": 4},
+        *K.split_sum_launch(k_total, tiles),
         args,
     )
 

@@ -208,14 +208,7 @@ def wgrad_sources(
     # finishing pass: element e = k * q + (patch index in q order) of dw
     st = dw_desc.strides
     _, w_q = _q_offsets(geo, st)
-    F = [
-        "@triton.jit",
-        f"def {name}_finish(WS, DW, BLOCK: tl.constexpr):",
-        f"{ind}e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
-        f"{ind}mask = e < {kt * q}",
-        f"{ind}acc = tl.full([BLOCK], 0.0, tl.float32)",
-        f"{ind}for s in range(0, {split}):",
-        f"{ind2}acc += tl.load(WS + s * {kt * q} + e, mask=mask, other=0.0)",
+    F = K.split_sum_head(name, kt * q, split) + [
         f"{ind}kf = e // {q}",
         f"{ind}qf = e % {q}",
     ]

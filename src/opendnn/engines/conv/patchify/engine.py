@@ -383,8 +383,7 @@ class _PatchifyWgradExecutable(Executable, LaunchList):
         kf = kernel_from_source(fin, f"{name}_finish")
         self.add_launch(
             DualKernel(kf.compiled, kf.interpreted),
-            (-(-kt * q // 256),),
-            {"BLOCK": 256, "num_warps": 4},
+            *K.split_sum_launch(kt * q, split, target.num_sms),
             [("ws", torch.float32), ("buf", a.w.uid)],
             graph,
             target.is_cuda,
