@@ -5,7 +5,7 @@ importable as ``cudnn``) and the cuDNN-style descriptor API (``opendnn.legacy``)
 """
 
 __version__ = "0.1.0"
-BACKEND_VERSION = 90100 + 0  # cuDNN-style integer: 9.1.0-compatible API surface, opendnn 0.1
+BACKEND_VERSION = 91900  # the cuDNN API level mirrored (9.19.0), as cuDNN's integer
 
 from . import backends  # noqa: E402,F401
 from .enums import (  # noqa: E402

@@ -34,9 +34,13 @@ def main(argv=None) -> int:
     if cmd == "version":
         import triton
 
-        from . import frontend
+        from . import __version__, frontend
 
-        print(frontend.backend_version_string(), f"triton {triton.__version__}")
+        print(
+            f"opendnn {__version__} (cuDNN API {frontend.backend_version_string()}, "
+            f"cudnn-frontend API {frontend.__version__})",
+            f"triton {triton.__version__}",
+        )
         return 0
     if cmd == "cache":
         return _cache(argv)

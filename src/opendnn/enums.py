@@ -89,6 +89,7 @@ class BehaviorNote(enum.IntEnum):
     REQUIRES_FILTER_INT8x32_REORDER = 1
     REQUIRES_BIAS_INT8x32_REORDER = 2
     SUPPORTS_CUDA_GRAPH_NATIVE_API = 3
+    CUBLASLT_DEPENDENCY = 4
 
 
 class NormForwardPhase(enum.IntEnum):
@@ -186,3 +187,84 @@ class ResampleMode(enum.IntEnum):
     AVGPOOL = 2
     MAXPOOL = 3
     AVGPOOL_EXCLUDE_PADDING = 4
+
+
+# ---- cudnn-frontend's remaining module-level enums -----------------------------------------
+class KnobType(enum.IntEnum):
+    """cudnn-frontend's ``knob_type``: cuDNN's engine knob kinds (``cudnnBackendKnobType_t``
+    names). opendnn's engines name their knobs by string (``get_knobs_for_engine``); this
+    enum is for ``cudnn.knob`` objects that cuDNN code builds."""
+
+    NOT_SET = -1
+    SWIZZLE = 1
+    TILE_SIZE = 2
+    EDGE = 4
+    MULTIPLY = 11
+    SPLIT_K_BUF = 12
+    TILEK = 13
+    STAGES = 14
+    REDUCTION_MODE = 15
+    SPLIT_K_SLC = 17
+    IDX_MODE = 18
+    SPECFILT = 23
+    KERNEL_CFG = 24
+    WORKSPACE = 25
+    TILE_CGA_M = 27
+    TILE_CGA_N = 28
+    BLOCK_SIZE = 29
+    OCCUPANCY = 30
+    ARRAY_SIZE_PER_THREAD = 31
+    SPLIT_COLS = 33
+    TILE_ROWS = 34
+    TILE_COLS = 35
+    LOAD_SIZE = 36
+    CTA_COUNT = 37
+    STREAM_K = 38
+    SPLIT_P_SLC = 39
+    TILE_M = 40
+    TILE_N = 41
+    WARP_SPEC_CFG = 42
+
+
+class TensorReordering(enum.IntEnum):
+    """A tensor's memory reordering (cudnn-frontend's ``tensor_reordering``): NONE is plain
+    strided memory; the others are cuDNN's int8 / fp16 / fp8 block layouts."""
+
+    NONE = 0
+    INT8x32 = 1
+    F16x16 = 2
+    F8_128x4 = 3
+
+
+class AttentionImplementation(enum.IntEnum):
+    """Which sdpa implementation cudnn-frontend builds (``attention_implementation``):
+    AUTO picks, COMPOSITE is the graph of matmuls and softmax, UNIFIED the fused kernel."""
+
+    AUTO = 0
+    COMPOSITE = 1
+    UNIFIED = 2
+
+
+class MoeGroupedMatmulMode(enum.IntEnum):
+    """cudnn-frontend's ``moe_grouped_matmul_mode`` (token gather / scatter around a
+    grouped matmul)."""
+
+    NONE = 0
+    GATHER = 1
+    SCATTER = 2
+
+
+class ScalarType(enum.IntEnum):
+    """How a pass-by-value scalar enters a plan (cudnn-frontend's ``scalar_type``): a
+    runtime parameter of every execute, or a constant compiled into the plan."""
+
+    RUNTIME_PARAM = 0
+    COMPILE_TIME_CONST = 1
+
+
+class ReshapeMode(enum.IntEnum):
+    """cudnn-frontend's ``reshape_mode``: VIEW_ONLY reinterprets the strides of the same
+    memory, LOGICAL reshapes row-major logical order."""
+
+    VIEW_ONLY = 0
+    LOGICAL = 1

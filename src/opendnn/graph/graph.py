@@ -94,9 +94,32 @@ class Graph(BuilderMixin, LifecycleMixin):
         intermediate_data_type=DataType.NOT_SET,
         compute_data_type=DataType.NOT_SET,
         handle: Handle | None = None,
+        sm_count: int | None = None,
+        sm_version: int | None = None,
+        kernel_cache=None,
+        device_property=None,
+        is_dynamic_shape_enabled: bool = False,
+        is_override_shape_enabled: bool = False,
     ):
+        """cudnn-frontend's ``pygraph`` arguments, in its order. ``sm_version`` (major * 10
+        + minor) and ``sm_count`` describe the GPU the plans are for: they must match the
+        device present (or ``device_property``'s) -- plans for another architecture, or
+        kernels confined to fewer SMs than the device has, are NOT_SUPPORTED when the
+        plans are created. ``kernel_cache`` / ``device_property``: see
+        ``frontend/properties.py``. ``is_dynamic_shape_enabled`` is accepted (kernels are
+        specialized per shape, so it changes no result); ``is_override_shape_enabled``
+        (other shapes at execute) is NOT_SUPPORTED."""
         self.name = name
         op = f"graph '{name}'" if name else "graph"
+        self._aot = _aot_options(
+            op,
+            sm_count,
+            sm_version,
+            kernel_cache,
+            device_property,
+            is_dynamic_shape_enabled,
+            is_override_shape_enabled,
+        )
         self.io_data_type = as_type(io_data_type, op, "io_data_type")
         self.intermediate_data_type = as_type(intermediate_data_type, op, "intermediate_data_type")
         self.compute_data_type = as_type(compute_data_type, op, "compute_data_type")
@@ -474,3 +497,53 @@ def _adopt(t, twin) -> None:
         t.stride = t.stride or twin.stride
         if t.data_type == DataType.NOT_SET:
             t.data_type = twin.data_type
+
+
+def _aot_options(op, sm_count, sm_version, cache, props, dynamic, override) -> dict:
+    """The checked ahead-of-time options of a ``Graph`` (see its ``__init__``)."""
+    from ..frontend.properties import device_properties, kernel_cache
+
+    for name, v, least in (("sm_count", sm_count, 1), ("sm_version", sm_version, 0)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < least):
+            raise BadParamError(
+                f"{name} must be an integer >= {least} or None, got {v!r:.40}",
+                op=op,
+                status=Status.BAD_PARAM,
+            )
+    if cache is not None and not isinstance(cache, kernel_cache):
+        raise BadParamError(
+            f"kernel_cache must come from cudnn.create_kernel_cache(), got {type(cache).__name__}",
+            op=op,
+            status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+        )
+    if props is not None and not isinstance(props, device_properties):
+        raise BadParamError(
+            "device_property must come from cudnn.create_device_properties(), got "
+            f"{type(props).__name__}",
+            op=op,
+            status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+        )
+    for name, v in (
+        ("is_dynamic_shape_enabled", dynamic),
+        ("is_override_shape_enabled", override),
+    ):
+        if not isinstance(v, bool):
+            raise BadParamError(
+                f"{name} must be a bool, got {v!r:.40}", op=op, status=Status.BAD_PARAM
+            )
+    if override:
+        from ..errors import GraphNotSupportedError
+
+        raise GraphNotSupportedError(
+            "is_override_shape_enabled (other shapes at execute) is not supported: plans are "
+            "specialized on the graph's shapes",
+            op=op,
+            status=Status.NOT_SUPPORTED,
+        )
+    return {
+        "sm_count": sm_count,
+        "sm_version": sm_version,
+        "kernel_cache": cache,
+        "device_property": props,
+        "dynamic": dynamic,
+    }

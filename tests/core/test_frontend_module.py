@@ -1,0 +1,300 @@
+"""cudnn-frontend's module-level API on ``opendnn.frontend``: versions, enums, ``knob``,
+the kernel cache, device properties, the pygraph constructor's ahead-of-time arguments
+and the ``graph`` / ``jit`` / ``graph_cache`` helpers."""
+
+import json
+
+import pytest
+import torch
+
+import opendnn
+import opendnn.frontend as cudnn
+from opendnn.errors import BadParamError, GraphNotSupportedError, Status
+
+# cudnn-frontend's module-level names (its cudnn/__init__.py and graph.py), less the
+# Graph wrapper class, which opendnn does not have yet
+FRONTEND_NAMES = [
+    "backend_version",
+    "backend_version_string",
+    "get_last_error_string",
+    "destroy_handle",
+    "norm_forward_phase",
+    "reduction_mode",
+    "behavior_note",
+    "knob_type",
+    "create_handle",
+    "create_kernel_cache",
+    "create_device_properties",
+    "get_stream",
+    "numerical_note",
+    "set_stream",
+    "build_plan_policy",
+    "data_type",
+    "tensor_reordering",
+    "heur_mode",
+    "pygraph",
+    "tensor",
+    "knob",
+    "cudnnGraphNotSupportedError",
+    "diagonal_alignment",
+    "attention_implementation",
+    "moe_grouped_matmul_mode",
+    "scalar_type",
+    "reshape_mode",
+    "graph",
+    "jit",
+    "graph_cache",
+    "__version__",
+]
+
+ENUMS = {
+    "knob_type": "NOT_SET SWIZZLE TILE_SIZE EDGE MULTIPLY SPLIT_K_BUF TILEK STAGES "
+    "REDUCTION_MODE SPLIT_K_SLC IDX_MODE SPECFILT KERNEL_CFG WORKSPACE TILE_CGA_M TILE_CGA_N "
+    "BLOCK_SIZE OCCUPANCY ARRAY_SIZE_PER_THREAD SPLIT_COLS TILE_ROWS TILE_COLS LOAD_SIZE "
+    "CTA_COUNT STREAM_K SPLIT_P_SLC TILE_M TILE_N WARP_SPEC_CFG",
+    "tensor_reordering": "NONE INT8x32 F16x16 F8_128x4",
+    "attention_implementation": "AUTO COMPOSITE UNIFIED",
+    "moe_grouped_matmul_mode": "NONE GATHER SCATTER",
+    "scalar_type": "RUNTIME_PARAM COMPILE_TIME_CONST",
+    "reshape_mode": "VIEW_ONLY LOGICAL",
+    "behavior_note": "RUNTIME_COMPILATION REQUIRES_FILTER_INT8x32_REORDER "
+    "REQUIRES_BIAS_INT8x32_REORDER SUPPORTS_CUDA_GRAPH_NATIVE_API CUBLASLT_DEPENDENCY",
+}
+
+H100 = {
+    "device": "cuda",
+    "name": "NVIDIA H100 80GB HBM3",
+    "capability": [9, 0],
+    "num_sms": 132,
+    "peak_flops_fp16": 7.1e14,
+    "peak_flops_fp32": 5e13,
+    "bandwidth": 3e12,
+}
+
+
+def test_every_module_level_name():
+    missing = [n for n in FRONTEND_NAMES if not hasattr(cudnn, n)]
+    assert not missing, missing
+
+
+@pytest.mark.parametrize("name", sorted(ENUMS))
+def test_enum_members_are_cudnn_frontends(name):
+    assert [m.name for m in getattr(cudnn, name)] == ENUMS[name].split()
+
+
+def test_versions_compare_as_cudnns():
+    """backend_version_string() is dotted numbers, so version gates (LooseVersion,
+    tuples) compare it; opendnn's own version stays on the package."""
+    v = tuple(int(p) for p in cudnn.backend_version_string().split("."))
+    assert v == (9, 19, 0) and v >= (9, 5, 0)
+    assert cudnn.backend_version() == 91900
+    assert cudnn.__version__ == "1.32.0"
+    assert opendnn.__version__ != cudnn.__version__
+
+
+def test_knob_reads_back_and_checks_types():
+    k = cudnn.knob(cudnn.knob_type.TILE_SIZE, max_value=8, min_value=1, stride=1)
+    assert (k.type, k.max_value, k.min_value, k.stride) == (cudnn.knob_type.TILE_SIZE, 8, 1, 1)
+    assert json.loads(repr(k)) == {
+        "knob_type": "TILE_SIZE",
+        "max_value": 8,
+        "min_value": 1,
+        "stride": 1,
+    }
+    assert cudnn.knob().type == cudnn.knob_type.NOT_SET
+    with pytest.raises(AttributeError):
+        k.max_value = 3
+    with pytest.raises(BadParamError, match="knob_type"):
+        cudnn.knob("TILE")
+    with pytest.raises(BadParamError, match="max_value"):
+        cudnn.knob(cudnn.knob_type.STAGES, max_value=2.5)
+
+
+def _matmul_graph(cache=None, **kw):
+    g = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT, kernel_cache=cache, **kw)
+    a = g.tensor(name="A", dim=[2, 8, 16], stride=[128, 16, 1])
+    b = g.tensor(name="B", dim=[2, 16, 4], stride=[64, 4, 1])
+    c = g.matmul(a, b)
+    c.set_output(True)
+    return g, a, b, c
+
+
+def test_kernel_cache_records_and_reuses_the_plan():
+    """A graph built with a cache records its plan; a graph of the same structure built
+    with a cache holding another candidate's name takes that candidate first."""
+    cache = cudnn.create_kernel_cache()
+    g, *_ = _matmul_graph(cache)
+    g.build([cudnn.heur_mode.A])
+    assert len(cache) == 1
+    first = g.get_plan_name_at_index(0)
+    assert first in cache.serialize()
+
+    probe, *_ = _matmul_graph()
+    probe.validate()
+    probe.create_execution_plans([cudnn.heur_mode.A])
+    other = probe.get_plan_name_at_index(1)
+    assert other != first
+    doc = json.loads(cache.serialize())
+    doc["entries"] = {k: other for k in doc["entries"]}
+    steered = cudnn.create_kernel_cache()
+    steered.deserialize(json.dumps(doc))
+    g2, a, b, c = _matmul_graph(steered)
+    g2.build([cudnn.heur_mode.A])
+    assert g2.get_plan_name_at_index(0) == other
+    x, y = torch.randn(2, 8, 16), torch.randn(2, 16, 4)
+    out = torch.full((2, 8, 4), float("nan"))
+    g2.execute({a: x, b: y, c: out}, torch.empty(g2.get_workspace_size(), dtype=torch.uint8))
+    torch.testing.assert_close(out, x @ y, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "not json",
+        "[]",
+        '{"format": "other", "entries": {}}',
+        '{"format": "opendnn-kernel-cache-1"}',
+    ],
+)
+def test_kernel_cache_rejects_malformed_text(text):
+    cache = cudnn.create_kernel_cache()
+    with pytest.raises(BadParamError) as e:
+        cache.deserialize(text)
+    assert e.value.status == Status.SERIALIZATION_VERSION_MISMATCH
+    assert len(cache) == 0
+
+
+def test_device_properties_round_trip():
+    cpu = cudnn.create_device_properties(-1)
+    assert cudnn.create_device_properties(cpu.serialize()).serialize() == cpu.serialize()
+    h100 = cudnn.create_device_properties(json.dumps(H100))
+    assert h100.target.num_sms == 132 and h100.target.capability == (9, 0)
+    assert json.loads(h100.serialize()) == H100
+    if not torch.cuda.is_available():
+        with pytest.raises(BadParamError, match="no CUDA device 0"):
+            cudnn.create_device_properties(0)
+
+
+@pytest.mark.parametrize(
+    "text,why",
+    [
+        ("{", "malformed"),
+        (json.dumps({**H100, "num_sms": 0}), "num_sms"),
+        (json.dumps({k: v for k, v in H100.items() if k != "bandwidth"}), "fields"),
+        (json.dumps({**H100, "device": "tpu"}), "device"),
+    ],
+)
+def test_device_properties_reject_malformed_text(text, why):
+    with pytest.raises(BadParamError, match=why) as e:
+        cudnn.create_device_properties(text)
+    assert e.value.status == Status.SERIALIZATION_VERSION_MISMATCH
+
+
+def test_device_property_ranks_for_that_gpu_without_one():
+    """A graph given an H100's properties ranks plans for it on a machine without a GPU
+    (the TMA engines' configs appear), and checks sm_version / sm_count against it."""
+    props = cudnn.create_device_properties(json.dumps(H100))
+    g = cudnn.pygraph(
+        io_data_type=cudnn.data_type.BFLOAT16,
+        intermediate_data_type=cudnn.data_type.FLOAT,
+        compute_data_type=cudnn.data_type.FLOAT,
+        device_property=props,
+        sm_version=90,
+        sm_count=132,
+    )
+    x = g.tensor(name="X", dim=[8, 64, 28, 28], stride=[64 * 784, 1, 64 * 28, 64])
+    w = g.tensor(name="W", dim=[64, 64, 3, 3], stride=[576, 1, 192, 64])
+    y = g.conv_fprop(x, w, padding=[1, 1])
+    y.set_output(True)
+    g.validate()
+    g.create_execution_plans([cudnn.heur_mode.A])
+    names = [g.get_plan_name_at_index(i) for i in range(g.get_execution_plan_count())]
+    assert any("TMA_" in n for n in names)
+
+
+@pytest.mark.parametrize(
+    "kw,why",
+    [({"sm_version": 80}, "sm_version 80"), ({"sm_count": 100}, "sm_count 100")],
+)
+def test_sm_version_and_count_must_match_the_gpu(kw, why):
+    props = cudnn.create_device_properties(json.dumps(H100))
+    g, *_ = _matmul_graph(device_property=props, **kw)
+    g.validate()
+    with pytest.raises(GraphNotSupportedError, match=why) as e:
+        g.create_execution_plans([cudnn.heur_mode.A])
+    assert e.value.status == Status.NOT_SUPPORTED
+
+
+def test_sm_version_on_the_interpreter_is_taken():
+    g, a, b, c = _matmul_graph(sm_version=90, sm_count=132, is_dynamic_shape_enabled=True)
+    g.build([cudnn.heur_mode.A])
+    assert g.get_execution_plan_count() >= 1
+
+
+@pytest.mark.parametrize(
+    "kw,err,why",
+    [
+        ({"sm_count": 0}, BadParamError, "sm_count"),
+        ({"sm_version": "90"}, BadParamError, "sm_version"),
+        ({"kernel_cache": {}}, BadParamError, "kernel_cache"),
+        ({"device_property": "H100"}, BadParamError, "device_property"),
+        ({"is_dynamic_shape_enabled": 1}, BadParamError, "is_dynamic_shape_enabled"),
+        ({"is_override_shape_enabled": True}, GraphNotSupportedError, "is_override_shape"),
+    ],
+)
+def test_pygraph_rejects_bad_aot_arguments(kw, err, why):
+    with pytest.raises(err, match=why):
+        cudnn.pygraph(**kw)
+
+
+def test_graph_context_and_jit_build_and_give_uids():
+    calls = []
+
+    @cudnn.jit(heur_modes=[cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    def make(n):
+        calls.append(n)
+        with cudnn.graph(None, io_data_type=cudnn.data_type.FLOAT) as (g, extra):
+            assert extra == [] and isinstance(g, cudnn.pygraph)
+            assert g.io_data_type == cudnn.data_type.FLOAT
+            x = g.tensor(name="X", dim=[n, 8], stride=[8, 1])
+            y = g.relu(x)
+            y.set_output(True)
+            return g, [x, y]
+
+    g, (x_uid, y_uid) = make(3)
+    assert g.get_execution_plan_count() >= 1
+    assert isinstance(x_uid, int) and isinstance(y_uid, int) and x_uid != y_uid
+    x, out = torch.randn(3, 8), torch.full((3, 8), float("nan"))
+    g.execute({x_uid: x, y_uid: out}, torch.empty(g.get_workspace_size(), dtype=torch.uint8))
+    assert torch.equal(out, x.relu())
+    assert make.__wrapped__(2)[0].get_execution_plan_count() == 0  # the function itself
+    assert calls == [3, 2]
+
+
+def test_jit_leaves_a_built_graph_alone():
+    built = []
+
+    @cudnn.jit(heur_modes=cudnn.heur_mode.A)
+    def make():
+        g, a, b, c = _matmul_graph()
+        g.build([cudnn.heur_mode.FALLBACK])
+        built.append(g.get_plan_name_at_index(0))
+        return g, [a, b, c]
+
+    g, uids = make()
+    assert g.get_plan_name_at_index(0) == built[0] and len(uids) == 3
+
+
+def test_graph_cache_memoizes_by_key_and_evicts_oldest():
+    made = []
+
+    @cudnn.graph_cache(key_fn=lambda n, tag="": n, maxsize=2)
+    def make(n, tag=""):
+        made.append(n)
+        return (n, tag)
+
+    assert make(1, "a") == (1, "a") and make(1, "b") == (1, "a")
+    make(2)
+    make(3)  # evicts 1
+    make(1)
+    assert made == [1, 2, 3, 1]
