@@ -203,6 +203,16 @@ def conv_graphs():
     y = g.scale(g.conv_fprop(tx, tw, padding=[1, 1]), 0.01)
     y.set_output(True).set_data_type(cudnn.data_type.INT8)
     yield "int8 fprop", g, [3, 11]
+    g = cudnn.pygraph(
+        io_data_type=cudnn.data_type.INT8,
+        intermediate_data_type=cudnn.data_type.INT32,
+        compute_data_type=cudnn.data_type.INT32,
+    )
+    tx = g.tensor(list(xi.shape), list(xi.stride()), cudnn.data_type.INT8)
+    tw = g.tensor(list(wi.shape), list(wi.stride()), cudnn.data_type.INT8)
+    y = g.identity(g.conv_fprop(tx, tw, padding=[1, 1]))
+    y.set_output(True).set_data_type(cudnn.data_type.INT32)
+    yield "int8 fprop int32 compute", g, [3, 11]
     for dt in (torch.bfloat16, torch.float32):
         x = torch.randn(4, 16, 12, 12, dtype=dt).to(memory_format=CL)
         w = torch.randn(32, 16, 3, 3, dtype=dt).to(memory_format=CL)

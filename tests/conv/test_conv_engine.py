@@ -12,7 +12,7 @@ from _util import with_layout as _layout
 import opendnn.frontend as cudnn
 from opendnn.engines.base import Target
 from opendnn.engines.conv.implicit_gemm.engine import ImplicitGemmEngine
-from opendnn.errors import GraphNotSupportedError
+from opendnn.errors import BadParamError, GraphNotSupportedError, Status
 
 CONV_ID = ImplicitGemmEngine.id
 
@@ -729,6 +729,77 @@ def test_int8_forward_int32_accumulation(out_type, engine):
         assert (exact.abs() > 127).any(), "the case must exercise saturation"
     else:
         assert torch.allclose(out[y].double(), exact, rtol=1e-6, atol=1e-6)
+
+
+def _int8_graph(x, w, compute, out_type, **conv):
+    g = cudnn.pygraph(
+        io_data_type=cudnn.data_type.INT8,
+        intermediate_data_type=cudnn.data_type.INT32,
+        compute_data_type=compute,
+    )
+    tx, tw = _tensor(g, x), _tensor(g, w)
+    y = g.identity(g.conv_fprop(tx, tw, **conv))
+    y.set_output(True).set_data_type(out_type)
+    return g, tx, tw, y
+
+
+def test_int8_conv_int32_compute_is_exact_through_the_heuristics():
+    """cudnn-frontend's int8 graph (INT8 io, INT32 intermediate and compute, identity to an
+    INT32 output) built by mode A and FALLBACK: sums beyond 2^24, where float32 would
+    round, come out exact (the INT32 epilogue runs in float64)."""
+    torch.manual_seed(43)
+    x = torch.full((1, 512, 3, 3), 127, dtype=torch.int8).to(memory_format=torch.channels_last)
+    x[0, :, 0, 0] = torch.randint(-128, 128, (512,), dtype=torch.int8)
+    w = torch.full((4, 512, 3, 3), 127, dtype=torch.int8).to(memory_format=torch.channels_last)
+    w[1] = -w[1] - 1
+    w[2, :7, 0, 0] = 3
+    g, tx, tw, y = _int8_graph(x, w, cudnn.data_type.INT32, cudnn.data_type.INT32, padding=[1, 1])
+    g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    assert "reference" not in g.get_plan_name_at_index(0)
+    out = torch.full((1, 4, 3, 3), -7, dtype=torch.int32).to(memory_format=torch.channels_last)
+    g.execute({tx: x, tw: w, y: out}, torch.empty(g.get_workspace_size(), dtype=torch.uint8))
+    exact = torch.nn.functional.conv2d(x.double(), w.double(), padding=1).long()
+    assert exact.abs().max() > 2**24 and (exact.abs() > 2**24).float().mean() > 0.2
+    assert torch.equal(out.long(), exact)
+
+
+def test_int8_conv_float_compute_builds_through_the_heuristics():
+    """int8 with float32 compute (the epilogue in float32): every engine that cannot take
+    int8 declines with its reason -- the explicit GEMM's synthetic matmul among them --
+    and the search goes on to the int8 implicit GEMM."""
+    torch.manual_seed(44)
+    x = torch.randint(-5, 5, (2, 16, 6, 6), dtype=torch.int8).to(memory_format=torch.channels_last)
+    w = torch.randint(-5, 5, (4, 16, 3, 3), dtype=torch.int8).to(memory_format=torch.channels_last)
+    g, tx, tw, y = _int8_graph(x, w, cudnn.data_type.FLOAT, cudnn.data_type.FLOAT, padding=[1, 1])
+    g.build([cudnn.heur_mode.A])
+    out = torch.full((2, 4, 6, 6), float("nan")).to(memory_format=torch.channels_last)
+    g.execute({tx: x, tw: w, y: out}, torch.empty(g.get_workspace_size(), dtype=torch.uint8))
+    assert torch.equal(out.double(), torch.nn.functional.conv2d(x.double(), w.double(), padding=1))
+    from opendnn.engines.registry import by_id
+
+    why = by_id(GEMM_ID).check_support(g.op_graph, Target()).reason
+    assert "GEMM cannot be built" in why and "INT8" in why
+
+
+def test_int32_compute_outside_an_int8_convolution_is_refused():
+    x = torch.randn(1, 8, 5, 5).to(memory_format=torch.channels_last)
+    w = torch.randn(4, 8, 3, 3).to(memory_format=torch.channels_last)
+    g = cudnn.pygraph(compute_data_type=cudnn.data_type.INT32)
+    g.conv_fprop(_tensor(g, x), _tensor(g, w), padding=[1, 1]).set_output(True)
+    with pytest.raises(GraphNotSupportedError, match="int8 convolution") as e:
+        g.validate()
+    assert e.value.status == Status.NOT_SUPPORTED_DATA_TYPE
+    g = cudnn.pygraph()
+    t = g.tensor(dim=[4, 8], stride=[8, 1], data_type=cudnn.data_type.INT32)
+    g.identity(t, compute_data_type=cudnn.data_type.INT32).set_output(True)
+    with pytest.raises(GraphNotSupportedError, match="epilogue only"):
+        g.validate()
+    g = cudnn.pygraph()
+    a = g.tensor(dim=[1, 4, 8], stride=[32, 8, 1])
+    b = g.tensor(dim=[1, 8, 2], stride=[16, 2, 1])
+    g.matmul(a, b, compute_data_type=cudnn.data_type.INT32).set_output(True)
+    with pytest.raises(BadParamError, match="INT32 is an int8 convolution's"):
+        g.validate()
 
 
 GEMM_WGRAD_ID = 12

@@ -376,6 +376,40 @@ def test_find_honours_the_workspace_limit():
     assert perfs[0].status == Status.SUCCESS and perfs[0].memory == 0
 
 
+def test_find_allocates_each_algorithms_workspace():
+    """The non-Ex find calls allocate the workspace an algorithm asks for (cuDNN does):
+    the algorithms that need one (GEMM's im2col, FFT) are timed, not refused."""
+    h, xd, wd, conv, yd, *_ = _problem()
+    perfs = cudnn.find_convolution_forward_algorithm(h, xd, wd, conv, yd, 8)
+    need = [p for p in perfs if p.memory > 0 and p.status == Status.SUCCESS]
+    assert any(p.algo == cudnn.ConvolutionFwdAlgo.GEMM for p in need)
+    assert all(p.time > 0 for p in need)
+    assert not [p for p in perfs if p.status == Status.BAD_PARAM_SIZE_INSUFFICIENT]
+    dy_desc, dx_desc, dw_desc = yd, xd, wd
+    for found in (
+        cudnn.find_convolution_backward_data_algorithm(h, dw_desc, dy_desc, conv, dx_desc, 8),
+        cudnn.find_convolution_backward_filter_algorithm(h, dx_desc, dy_desc, conv, dw_desc, 8),
+    ):
+        ok = [p for p in found if p.status == Status.SUCCESS]
+        assert ok and all(p.time > 0 for p in ok)
+        assert any(p.memory > 0 for p in ok)
+        assert not [p for p in found if p.status == Status.BAD_PARAM_SIZE_INSUFFICIENT]
+
+
+def test_find_bounds_what_it_allocates(monkeypatch):
+    """An algorithm asking for more than the find's allocation bound is reported with the
+    sizes, and the others are still timed."""
+    from opendnn.legacy import cnn
+
+    monkeypatch.setattr(cnn, "FIND_WORKSPACE_LIMIT", 1)
+    h, xd, wd, conv, yd, *_ = _problem()
+    perfs = cudnn.find_convolution_forward_algorithm(h, xd, wd, conv, yd, 8)
+    gemm = next(p for p in perfs if p.algo == cudnn.ConvolutionFwdAlgo.GEMM)
+    assert gemm.status == Status.BAD_PARAM_SIZE_INSUFFICIENT
+    assert "allocation bound" in gemm.reason and str(gemm.memory) in gemm.reason
+    assert perfs[0].status == Status.SUCCESS and perfs[0].memory <= 1
+
+
 @pytest.mark.parametrize(
     "algo",
     [
@@ -499,3 +533,45 @@ def test_backward_filter_winograd_fused_is_not_supported():
         cudnn.get_convolution_backward_filter_workspace_size(h, xd, yd, conv, wd, algo)
     assert e.value.status == Status.NOT_SUPPORTED
     assert "WINOGRAD" in str(e.value) and "cuDNN implements none either" in str(e.value)
+
+
+@pytest.mark.parametrize("out_type", [cudnn.DataType.FLOAT, cudnn.DataType.INT8])
+def test_int8_convolution_through_the_descriptor_api(out_type):
+    """INT8 image and filter, INT32 compute (the convolution descriptor's type), FLOAT or
+    INT8 output: the v7 query ranks supported algorithms first (those that cannot take
+    int8 say why), the find times them, and convolution_forward is exact."""
+    nhwc = cudnn.TensorFormat.NHWC
+    n, c, h, w, k = 2, 16, 6, 5, 8
+    handle = cudnn.create("cpu")
+    xd = cudnn.create_tensor_descriptor()
+    cudnn.set_tensor_4d_descriptor(xd, nhwc, cudnn.DataType.INT8, n, c, h, w)
+    wd = cudnn.create_filter_descriptor()
+    cudnn.set_filter_4d_descriptor(wd, cudnn.DataType.INT8, nhwc, k, c, 3, 3)
+    conv = cudnn.create_convolution_descriptor()
+    cudnn.set_convolution_2d_descriptor(
+        conv, 1, 1, 1, 1, 1, 1, cudnn.ConvolutionMode.CROSS_CORRELATION, cudnn.DataType.INT32
+    )
+    yd = cudnn.create_tensor_descriptor()
+    cudnn.set_tensor_4d_descriptor(yd, nhwc, out_type, n, k, h, w)
+    perfs = cudnn.get_convolution_forward_algorithm_v7(handle, xd, wd, conv, yd, 8)
+    ok = [p for p in perfs if p.status == Status.SUCCESS]
+    assert ok and perfs[: len(ok)] == ok
+    gemm = next(p for p in perfs if p.algo == cudnn.ConvolutionFwdAlgo.GEMM)
+    assert gemm.status == Status.NOT_SUPPORTED and "INT8" in gemm.reason
+    found = cudnn.find_convolution_forward_algorithm(handle, xd, wd, conv, yd, 8)
+    assert [p.algo for p in found if p.status == Status.SUCCESS]
+    gen = torch.Generator().manual_seed(45)
+    scale = 1 if out_type == cudnn.DataType.FLOAT else 0  # int8 out: small sums
+    x = torch.randint(-9 * scale - 1, 9 * scale + 2, (n, c, h, w), generator=gen)
+    wt = torch.randint(-3, 4, (k, c, 3, 3), generator=gen)
+    x, wt = (t.to(torch.int8).to(memory_format=torch.channels_last) for t in (x, wt))
+    dt = torch.float32 if out_type == cudnn.DataType.FLOAT else torch.int8
+    y = torch.zeros(n, k, h, w, dtype=dt).to(memory_format=torch.channels_last)
+    algo = ok[0].algo
+    size = cudnn.get_convolution_forward_workspace_size(handle, xd, wd, conv, yd, algo)
+    ws = torch.empty(max(size, 1), dtype=torch.uint8)
+    cudnn.convolution_forward(handle, 1.0, xd, x, wd, wt, conv, algo, ws, size, 0.0, yd, y)
+    exact = F.conv2d(x.double(), wt.double(), padding=1)
+    if out_type == cudnn.DataType.INT8:
+        exact = exact.clamp(-128, 127)
+    assert torch.equal(y.double(), exact)

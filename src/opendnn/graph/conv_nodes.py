@@ -121,12 +121,14 @@ class _Conv(Node):
         xr, wr, yr = self.ROLES
         x, w, y = (desc(self._uid(r)) for r in (xr, wr, yr))
         self._geometry(x.dims, w.dims, y.dims, (x.label(), w.label(), y.label()))
+        int8 = self.kind == "conv_fprop" and x.data_type == DataType.INT8
         for d in (x, w, y):
             int8_ok = self.kind == "conv_fprop" and d.data_type == DataType.INT8
-            if d.data_type not in CONV_TYPES and not int8_ok:
+            int32_ok = int8 and d is y and d.data_type == DataType.INT32  # the accumulator
+            if d.data_type not in CONV_TYPES and not (int8_ok or int32_ok):
                 raise self.error(
                     f"data type {d.data_type.name} is not supported by "
-                    f"{self.kind} (int8 only in the forward pass)",
+                    f"{self.kind} (int8 only in the forward pass, with an int32 output)",
                     d.label(),
                     Status.NOT_SUPPORTED_DATA_TYPE,
                 )

@@ -319,7 +319,7 @@ class Graph(BuilderMixin, LifecycleMixin):
                     if self.compute_data_type != DataType.NOT_SET
                     else DataType.FLOAT
                 )
-            check_compute_type(n.compute_data_type, n.label())
+            check_compute_type(n.compute_data_type, n.label(), n.kind)
             for t in n.output_tensors():  # what a twin declares, the node's output has
                 for twin in by_uid[t.uid]:
                     _adopt(t, twin)
@@ -340,6 +340,7 @@ class Graph(BuilderMixin, LifecycleMixin):
             f.outputs = {r: v.uid for r, v in n.outputs.items() if v is not None}
             f.validate(lambda uid: descs[uid])
             frozen.append(f)
+        _check_int32_compute(frozen, descs)
         self._op_graph = OpGraph(descs, tuple(frozen), self.name)
 
     @staticmethod
@@ -547,3 +548,41 @@ def _aot_options(op, sm_count, sm_version, cache, props, dynamic, override) -> d
         "device_property": props,
         "dynamic": dynamic,
     }
+
+
+def _check_int32_compute(nodes, descs) -> None:
+    """INT32 compute belongs to an int8 convolution (its operands int8) and to pointwise
+    nodes downstream of one, only through pointwise nodes (its exact epilogue)."""
+    from ..errors import GraphNotSupportedError
+
+    producer = {u: n for n in nodes for u in OpGraph.node_uids(n, "outputs")}
+
+    def from_int8_conv(n, seen) -> bool:
+        for u in OpGraph.node_uids(n, "inputs"):
+            p = producer.get(u)
+            if p is None or id(p) in seen:
+                continue
+            seen.add(id(p))
+            if p.kind == "conv_fprop" and descs[p.inputs["X"]].data_type == DataType.INT8:
+                return True
+            if p.kind == "pointwise" and from_int8_conv(p, seen):
+                return True
+        return False
+
+    for n in nodes:
+        if n.compute_data_type != DataType.INT32:
+            continue
+        if n.kind == "conv_fprop":
+            if descs[n.inputs["X"]].data_type != DataType.INT8:
+                raise GraphNotSupportedError(
+                    "compute_data_type INT32 is int8 convolution's (image and filter INT8)",
+                    op=n.label(),
+                    status=Status.NOT_SUPPORTED_DATA_TYPE,
+                )
+        elif not from_int8_conv(n, set()):
+            raise GraphNotSupportedError(
+                "compute_data_type INT32 on a pointwise operation is taken in an int8 "
+                "convolution's epilogue only (exact integer arithmetic)",
+                op=n.label(),
+                status=Status.NOT_SUPPORTED_DATA_TYPE,
+            )

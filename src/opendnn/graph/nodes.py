@@ -53,13 +53,21 @@ COMPUTE_TYPES = (
 )
 
 
-def check_compute_type(ct, op: str) -> None:
-    """Refuse a compute type no engine honours (integer, boolean, fp8)."""
+# INT32 compute: an int8 convolution's exact int32 accumulation, and the pointwise nodes
+# of its epilogue (the graph checks that they follow one, ``check_int32_compute``)
+INT32_COMPUTE_KINDS = ("conv_fprop", "pointwise")
+
+
+def check_compute_type(ct, op: str, kind: str | None = None) -> None:
+    """Refuse a compute type no engine honours (boolean, fp8; integer outside an int8
+    convolution: ``kind`` is the node's, None for the graph's default)."""
+    if ct == DataType.INT32 and (kind is None or kind in INT32_COMPUTE_KINDS):
+        return
     if ct not in COMPUTE_TYPES:
         raise BadParamError(
             f"compute_data_type {ct.name} is not honoured by any engine (they "
-            "compute in float32, or float64 for DOUBLE): use FLOAT, DOUBLE, "
-            "HALF or BFLOAT16",
+            "compute in float32, or float64 for DOUBLE; INT32 is an int8 convolution's): "
+            "use FLOAT, DOUBLE, HALF or BFLOAT16",
             op=op,
             status=Status.NOT_SUPPORTED_DATA_TYPE,
         )

@@ -579,7 +579,11 @@ class Direction:
         workspace,
         workspace_size,
         op,
+        own_workspace: bool = False,
     ) -> list:
+        """Time every supported algorithm on the buffers given; with ``own_workspace`` (the
+        non-Ex find) each algorithm runs on a workspace of its own size, allocated here
+        up to ``FIND_WORKSPACE_LIMIT`` bytes."""
         requested = as_int(op, "requested", requested)
         names = _NAMES[self.kind]
         a, b, out = (
@@ -587,18 +591,22 @@ class Direction:
             for n, t, d in zip(names, (a, b, out), (a_desc, b_desc, out_desc))
         )
         perfs = self.ranked(handle, a_desc, b_desc, conv, out_desc, len(self.algos), op)
-        limit = (
-            float("inf") if workspace_size is None else as_int(op, "workspace_size", workspace_size)
-        )
+        if own_workspace:
+            limit = FIND_WORKSPACE_LIMIT
+        elif workspace_size is None:
+            limit = float("inf")
+        else:
+            limit = as_int(op, "workspace_size", workspace_size)
         if overlaps(out, a) or overlaps(out, b):
             out = fresh_like(out)  # timed runs must not overwrite what they read
         measure(
             perfs,
-            lambda algo: self.call(
+            lambda algo, ws: self.call(
                 handle, a_desc, b_desc, conv, out_desc, algo, False, False, op
-            ).run(a, b, out, 1.0, 0.0, workspace),
+            ).run(a, b, out, 1.0, 0.0, ws if own_workspace else workspace),
             out,
             limit,
+            own_workspace,
         )
         return perfs[: max(requested, 0)]
 
@@ -606,7 +614,7 @@ class Direction:
         _check_set(op, self.kind, a_desc, b_desc, out_desc)
         a, b, out = (_random_buffer(d, handle) for d in (a_desc, b_desc, out_desc))
         return self.find(
-            handle, a_desc, a, b_desc, b, conv, out_desc, out, requested, None, None, op
+            handle, a_desc, a, b_desc, b, conv, out_desc, out, requested, None, None, op, True
         )
 
     def execute(
@@ -639,15 +647,29 @@ class Direction:
         call.run(a, b, out, alpha, beta, workspace)
 
 
-def measure(perfs: list, run_for, like, limit) -> list:
-    """find_*: time every supported algorithm (``run_for(algo)`` runs it once)."""
+# the non-Ex find calls allocate each algorithm's workspace themselves, as cuDNN's do; an
+# algorithm asking for more is reported (BAD_PARAM_SIZE_INSUFFICIENT), not run
+FIND_WORKSPACE_LIMIT = 1 << 30
+
+
+def measure(perfs: list, run_for, like, limit, own_workspace: bool = False) -> list:
+    """find_*: time every supported algorithm (``run_for(algo, workspace)`` runs it once;
+    with ``own_workspace`` the workspace is allocated here at the algorithm's size)."""
     for p in perfs:
         if p.status != Status.SUCCESS:
             continue
         if p.memory > limit:
-            p.status, p.reason = Status.BAD_PARAM_SIZE_INSUFFICIENT, "workspace too small"
+            p.status = Status.BAD_PARAM_SIZE_INSUFFICIENT
+            p.reason = (
+                f"workspace of {p.memory} bytes over the find's {limit}-byte allocation bound"
+                if own_workspace
+                else f"workspace of {p.memory} bytes > the {limit} bytes given"
+            )
             continue
-        p.time = _time(lambda: run_for(p.algo), like)
+        ws = None
+        if own_workspace and p.memory > 0:
+            ws = torch.empty(p.memory, dtype=torch.uint8, device=like.device)
+        p.time = _time(lambda: run_for(p.algo, ws), like)
     perfs.sort(key=lambda p: (p.status != Status.SUCCESS, p.time))
     return perfs
 

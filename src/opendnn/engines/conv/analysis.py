@@ -156,7 +156,12 @@ def analyze(graph, kind: str = "conv_fprop") -> ConvAnalysis | str:
         )
     out_uid = role[outr]
     ep = fuse_epilogue.collect(
-        graph, cv, out_uid, skip=pro.nodes if pro else (), allow_stats=kind == "conv_fprop"
+        graph,
+        cv,
+        out_uid,
+        skip=pro.nodes if pro else (),
+        allow_stats=kind == "conv_fprop",
+        allow_int32=types == {DataType.INT8},
     )
     if isinstance(ep, str):
         return ep

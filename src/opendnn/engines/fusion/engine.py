@@ -209,6 +209,12 @@ def analyze(graph) -> Analysis | str:
             if out.dims[n.axis] > 2**24:
                 return f"gen_index axis of size {out.dims[n.axis]} is not exact in float32"
             pinned.add(axis)
+    for n in graph.nodes:
+        if n.compute_data_type == DataType.INT32:
+            return (
+                f"{n.label()} computes in INT32: exact integer arithmetic is an int8 "
+                "convolution's epilogue"
+            )
     double = any(d.data_type == DataType.DOUBLE for d in graph.tensors.values()) or any(
         n.compute_data_type == DataType.DOUBLE for n in graph.nodes
     )

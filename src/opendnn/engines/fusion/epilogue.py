@@ -20,6 +20,7 @@ EPILOGUE_TYPES = {
     DataType.BFLOAT16,
     DataType.INT8,
     DataType.UINT8,
+    DataType.INT32,
     DataType.BOOLEAN,
 }
 
@@ -32,12 +33,19 @@ class Epilogue:
     scalars: list  # pass-by-value uids
     outputs: list  # tensors written (the main output first when it is real)
     stats: list = dataclasses.field(default_factory=list)  # (input, SUM, SQ_SUM) uids
+    # INT32 compute (an int8 convolution's epilogue): the tile's arithmetic in float64,
+    # which holds every int32 exactly, so sums and products of int32 values are exact
+    # while below 2^53
+    exact_int: bool = False
 
 
-def collect(graph, main, acc_uid: int, skip=(), allow_stats: bool = False) -> Epilogue | str:
+def collect(
+    graph, main, acc_uid: int, skip=(), allow_stats: bool = False, allow_int32: bool = False
+) -> Epilogue | str:
     """The epilogue of ``main`` in ``graph`` (nodes in ``skip`` belong elsewhere, e.g. a
     prologue), or why the other nodes do not fit. With ``allow_stats``, genstats nodes on
-    output-shaped tensors are collected too (per-channel sums of the tile)."""
+    output-shaped tensors are collected too (per-channel sums of the tile). Nodes computing
+    in INT32 are taken with ``allow_int32`` (``Epilogue.exact_int``), else declined."""
     acc = graph.tensors[acc_uid]
     nodes, inputs, scalars, outputs, stats = [], [], [], [], []
     skip_ids = {id(n) for n in skip}
@@ -54,6 +62,10 @@ def collect(graph, main, acc_uid: int, skip=(), allow_stats: bool = False) -> Ep
             return f"{n.label()} is not a pointwise epilogue operation"
         if n.mode == PointwiseMode.GEN_INDEX:
             return f"gen_index in a {main.kind} epilogue is not supported"
+        if n.compute_data_type == DataType.INT32 and not allow_int32:
+            return (
+                f"{n.label()} computes in INT32: exact integer epilogues are an int8 convolution's"
+            )
         out = graph.tensors[n.outputs["OUT_0"]]
         if out.dims != acc.dims:
             return (
@@ -77,7 +89,10 @@ def collect(graph, main, acc_uid: int, skip=(), allow_stats: bool = False) -> Ep
                 inputs.append(u)
     if not acc.is_virtual:
         outputs.insert(0, acc_uid)
-    return Epilogue(acc_uid, nodes, inputs, scalars, outputs, stats)
+    exact = any(n.compute_data_type == DataType.INT32 for n in nodes)
+    if exact and stats:
+        return "genstats in an INT32 epilogue is not supported"
+    return Epilogue(acc_uid, nodes, inputs, scalars, outputs, stats, exact)
 
 
 def source(graph, ep: Epilogue, off, mask: str = "ep_mask", load_mask=None) -> tuple[list, str]:
@@ -87,12 +102,13 @@ def source(graph, ep: Epilogue, off, mask: str = "ep_mask", load_mask=None) -> t
     broadcast along a tile axis -- a per-channel bias -- is loaded as one row, offset and
     mask both of shape [1, BLOCK_N])."""
     ptrs = {u: f"E{u}" for u in ep.inputs + ep.outputs}
+    ct = "tl.float64" if ep.exact_int else "tl.float32"
     em = cg.Emitter(
         graph,
-        "tl.float32",
-        lambda u: f"(s{u} + tl.full([1], 0, tl.float32))"
+        ct,
+        lambda u: f"(s{u} + tl.full([1], 0, {ct}))"
         if u in ep.scalars
-        else cg.load_expr(ptrs[u], off(u), load_mask(u) if load_mask else mask, "tl.float32"),
+        else cg.load_expr(ptrs[u], off(u), load_mask(u) if load_mask else mask, ct),
         lambda axis, rank: "0",
         indent="",
     )

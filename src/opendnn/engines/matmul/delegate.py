@@ -11,6 +11,7 @@ import dataclasses
 import functools
 
 from ...enums import BehaviorNote
+from ...errors import BadParamError, GraphNotSupportedError
 from ..base import SUPPORTED, Engine, Support, Target, decline
 from .engine import MatmulEngine
 
@@ -19,8 +20,13 @@ ALIGN = 256
 
 @functools.lru_cache(maxsize=512)
 def _synthetic(engine, graph):
-    """One synthetic graph per (engine, frozen graph): support, cost and build share it."""
-    return engine.gemm_graph(graph)
+    """One synthetic graph per (engine, frozen graph): support, cost and build share it.
+    A GEMM the matmul graph's own rules refuse (an int8 operand: the matmul takes
+    floating types) is the engine's reason to decline, not an error of the search."""
+    try:
+        return engine.gemm_graph(graph)
+    except (BadParamError, GraphNotSupportedError) as e:
+        return f"its GEMM cannot be built: {e.rule}"
 
 
 class MatmulDelegateEngine(Engine):

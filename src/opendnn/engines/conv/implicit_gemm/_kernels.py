@@ -150,10 +150,12 @@ def fprop_source(
     prologue_body: str = "",
     precomp: bool = False,
     int8: bool = False,
+    exact_int: bool = False,
 ) -> str:
     """``precomp``: read each pixel's base offset and coordinates from table PIX and each
     tap's offsets from table TAP (see ``precomp_tables``) instead of computing them.
-    ``int8``: int8 operands, int32 accumulation (exact), float32 into the epilogue."""
+    ``int8``: int8 operands, int32 accumulation (exact), float32 into the epilogue --
+    float64 with ``exact_int`` (an INT32-compute epilogue: every int32 exact)."""
     d = len(geo.out_dims)
     taps = _prod(geo.filt)
     cb = -(-geo.c_per_group // kn.BLOCK_K)
@@ -231,7 +233,7 @@ def fprop_source(
                 else "acc += tl.dot(a, b, out_dtype=tl.int32)"
             )
         )
-        L.append(f"{ind}acc = acc.to(tl.float32)")
+        L.append(f"{ind}acc = acc.to({'tl.float64' if exact_int else 'tl.float32'})")
     else:
         L.append(ind2 + _dot_line(allow_tf32, interpret, fp32_inputs))
     for line in epilogue_body.strip("\n").split("\n"):

@@ -458,6 +458,7 @@ class _ConvExecutable(Executable, LaunchList):
         )
         if a.x.data_type == DataType.INT8:
             kw["int8"] = True
+            kw["exact_int"] = a.ep.exact_int
         if kind == "conv_fprop":
             gen, grid, ins = K.fprop_source, K.grid(a.geo, kn), [a.x.uid, a.w.uid]
             if a.prologue is not None:

@@ -1,0 +1,171 @@
+"""cudnn-frontend's own Python tests against opendnn, and against real cuDNN on the same
+machine: passed / failed / skipped / errors per test file, each side.
+
+    python bench/conformance/cudnn_frontend.py --tests DIR [--side opendnn|cudnn|both]
+        [--files test_conv_bias.py,...] [--sample test_mhas.py=2000 ...] [--seed 0]
+        [--deps DIR] [--timeout 1800] [--out OUT]
+
+DIR is cudnn-frontend's ``test/python`` folder, laid out at run time in an ignored folder
+(``.conformance/``) from the public repository (github.com/NVIDIA/cudnn-frontend) -- the
+test files are never committed. The opendnn side imports ``cudnn`` from a generated
+re-export-only package (``from opendnn.frontend import *``); the cuDNN side imports the
+real one (the nvidia-cudnn-frontend wheel, when installed). ``--deps`` is prepended to
+both sides' path (the tests' pure-Python needs, e.g. looseversion). The suite's own
+``-m L0`` selection runs (its pytest.ini). ``--sample FILE=N`` runs a seeded random
+sample of N of FILE's collected cases, the same node ids on both sides (the SDPA files
+hold tens of thousands). Each (side, file) runs as its own pytest process with a
+timeout; the table goes to stdout and the counts, with every failing node id and the
+first line of its message, to OUT/conformance.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SHIM = "from opendnn.frontend import *  # noqa: F401,F403\nfrom opendnn.frontend import __version__  # noqa: F401\n"
+# a pytest plugin keeping only the node ids listed in $CONFORMANCE_IDS (the sample)
+SAMPLE_PLUGIN = """
+import os
+
+def pytest_collection_modifyitems(config, items):
+    path = os.environ.get("CONFORMANCE_IDS")
+    if not path:
+        return
+    keep = set(open(path).read().split("\\n"))
+    chosen = [i for i in items if i.nodeid in keep]
+    config.hook.pytest_deselected(items=[i for i in items if i.nodeid not in keep])
+    items[:] = chosen
+"""
+
+
+def lay_out(root: Path) -> None:
+    """The re-export-only ``cudnn`` package (root/shim) and the sample plugin
+    (root/plugin)."""
+    pkg = root / "shim" / "cudnn"
+    pkg.mkdir(parents=True, exist_ok=True)
+    (pkg / "__init__.py").write_text(SHIM)
+    (root / "plugin").mkdir(parents=True, exist_ok=True)
+    (root / "plugin" / "conformance_sample.py").write_text(SAMPLE_PLUGIN)
+
+
+def side_env(side: str, deps: str | None, root: Path) -> dict:
+    """PYTHONPATH for a side: the deps, the plugin, and on opendnn's side the shim and
+    opendnn's sources ahead of any installed ``cudnn``."""
+    env = dict(os.environ)
+    paths = ([deps] if deps else []) + [str(root / "plugin")]
+    if side == "opendnn":
+        paths += [str(root / "shim"), str(REPO / "src")]
+    env["PYTHONPATH"] = os.pathsep.join(paths + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def collect(tests: Path, name: str, env: dict) -> list[str]:
+    """The node ids of FILE's L0 selection."""
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", name],
+        cwd=tests,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    return [ln for ln in out.stdout.splitlines() if "::" in ln]
+
+
+def run_file(tests: Path, name: str, env: dict, timeout: int, ids: list | None) -> dict:
+    """One pytest process over FILE: its counts and failures (from its JUnit XML)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        xml = Path(tmp) / "junit.xml"
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+        cmd += ["-p", "conformance_sample", f"--junitxml={xml}", name]
+        if ids is not None:
+            (Path(tmp) / "ids").write_text("\n".join(ids))
+            env = {**env, "CONFORMANCE_IDS": str(Path(tmp) / "ids")}
+        try:
+            proc = subprocess.run(
+                cmd, cwd=tests, env=env, capture_output=True, text=True, timeout=timeout
+            )
+            tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
+        except subprocess.TimeoutExpired:
+            return {"timeout": timeout}
+        if not xml.exists():
+            return {"no_report": tail}
+        counts = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
+        failures = []
+        for case in ET.parse(xml).getroot().iter("testcase"):
+            node = f"{case.get('classname')}::{case.get('name')}"
+            kinds = {child.tag for child in case}
+            if "failure" in kinds or "error" in kinds:
+                key = "failed" if "failure" in kinds else "errors"
+                counts[key] += 1
+                el = case.find("failure") if key == "failed" else case.find("error")
+                msg = (el.get("message") or "").strip().splitlines()
+                failures.append([node, msg[0][:300] if msg else ""])
+            elif "skipped" in kinds:
+                counts["skipped"] += 1
+            else:
+                counts["passed"] += 1
+        suite = ET.parse(xml).getroot()
+        for s in suite.iter("testsuite"):  # collection errors count as errors of the file
+            counts["errors"] = max(counts["errors"], int(s.get("errors", 0)))
+        return {**counts, "failures": failures, "tail": tail}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tests", required=True, help="cudnn-frontend's test/python folder")
+    ap.add_argument("--side", choices=["opendnn", "cudnn", "both"], default="both")
+    ap.add_argument("--files", default="", help="comma list (default: every test_*.py)")
+    ap.add_argument("--sample", action="append", default=[], help="FILE=N, repeatable")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--deps", default=None, help="a folder prepended to both sides' path")
+    ap.add_argument("--timeout", type=int, default=1800, help="seconds per (side, file)")
+    ap.add_argument("--out", default=str(REPO / ".conformance" / "out"))
+    args = ap.parse_args(argv)
+    tests = Path(args.tests).resolve()
+    root = REPO / ".conformance"
+    lay_out(root)
+    files = [f for f in args.files.split(",") if f] or sorted(
+        p.name for p in tests.glob("test_*.py")
+    )
+    samples = {k: int(v) for k, v in (s.split("=") for s in args.sample)}
+    sides = ["opendnn", "cudnn"] if args.side == "both" else [args.side]
+    envs = {s: side_env(s, args.deps, root) for s in sides}
+    results: dict = {}
+    for name in files:
+        ids = None
+        if name in samples:  # the same node ids on both sides: collected on the first
+            every = collect(tests, name, envs[sides[0]])
+            ids = sorted(random.Random(args.seed).sample(every, min(samples[name], len(every))))
+        for side in sides:
+            r = run_file(tests, name, envs[side], args.timeout, ids)
+            results.setdefault(name, {})[side] = r
+            print(f"{name:44s} {side:8s} {_fmt(r)}", flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "conformance.json").write_text(json.dumps(results, indent=1))
+    print(f"\n{'file':44s} " + "  ".join(f"{s:>30s}" for s in sides))
+    for name, by in results.items():
+        print(f"{name:44s} " + "  ".join(f"{_fmt(by[s]):>30s}" for s in sides))
+    return 0
+
+
+def _fmt(r: dict) -> str:
+    if "timeout" in r:
+        return f"timeout after {r['timeout']} s"
+    if "no_report" in r:
+        return "no report: " + " | ".join(r["no_report"])[:60]
+    return f"{r['passed']} pass {r['failed']} fail {r['skipped']} skip {r['errors']} err"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
