@@ -298,3 +298,105 @@ def test_graph_cache_memoizes_by_key_and_evicts_oldest():
     make(3)  # evicts 1
     make(1)
     assert made == [1, 2, 3, 1]
+
+
+def test_tensor_takes_cudnn_frontends_arguments_and_refuses_unsupported_layouts():
+    """tensor(dim, stride, data_type, is_virtual, is_pass_by_value, ragged_offset,
+    reordering_type, name, uid): the order cudnn-frontend's keyword-less calls use; a
+    ragged offset or a reordered layout is NOT_SUPPORTED at validate, naming it."""
+    g = cudnn.pygraph()
+    x = g.tensor([4, 8], [8, 1], cudnn.data_type.FLOAT, False, False, None, None, "X", 7)
+    assert (x.get_name(), x.get_uid()) == ("X", 7)
+    assert x.get_reordering_type() == cudnn.tensor_reordering.NONE
+    g.relu(x).set_output(True)
+    g.validate()
+
+    for kw, why in (
+        ({"reordering_type": cudnn.tensor_reordering.F8_128x4}, "reordering F8_128x4"),
+        ({"ragged_offset": "offsets"}, "ragged offsets"),
+    ):
+        g = cudnn.pygraph()
+        if "ragged_offset" in kw:
+            off = g.tensor(dim=[5, 1, 1, 1], stride=[1, 1, 1, 1], data_type=cudnn.data_type.INT32)
+            kw = {"ragged_offset": off}
+        q = g.tensor(dim=[4, 2, 6, 8], stride=[96, 48, 8, 1], name="Q", **kw)
+        g.relu(q).set_output(True)
+        with pytest.raises(GraphNotSupportedError, match=why) as e:
+            g.validate()
+        assert e.value.status == Status.NOT_SUPPORTED and "'Q'" in str(e.value)
+    with pytest.raises(BadParamError, match="ragged_offset must be a graph tensor"):
+        cudnn.pygraph().tensor(dim=[2], stride=[1], ragged_offset=3)
+    with pytest.raises(BadParamError, match="reordering_type"):
+        cudnn.pygraph().tensor(dim=[2], stride=[1]).set_reordering_type(9)
+
+
+def test_deserialize_takes_cudnn_frontends_handle_argument():
+    g, a, b, c = _matmul_graph()
+    g.build([cudnn.heur_mode.A])
+    blob = g.serialize()
+    h = cudnn.create_handle("cpu")
+    g2 = cudnn.pygraph()
+    g2.deserialize(h, blob)
+    assert g2.handle is h  # the built plan comes back, on the handle given
+    assert g2.get_plan_name_at_index(0) == g.get_plan_name_at_index(0)
+    g3 = cudnn.pygraph()
+    g3.deserialize(list(blob))  # cudnn-frontend's serialize gives a list of byte values
+    x, y = torch.randn(2, 8, 16), torch.randn(2, 16, 4)
+    out = torch.full((2, 8, 4), float("nan"))
+    g3.execute({a.get_uid(): x, b.get_uid(): y, c.get_uid(): out}, None)
+    torch.testing.assert_close(out, x @ y, rtol=1e-5, atol=1e-5)
+    with pytest.raises(BadParamError, match=r"\(blob\) or \(handle, blob\)"):
+        cudnn.pygraph().deserialize(h, blob, 3)
+    with pytest.raises(BadParamError, match="handle"):
+        cudnn.pygraph().deserialize("not a handle", blob)
+
+
+def test_kernel_cfg_knobs_build_plans_as_cudnn_code_does():
+    """cudnn-frontend's test_conv_bias loop: for every engine, its KERNEL_CFG knob's range,
+    one create_execution_plan per index -- each a config the engine lists -- then
+    check_support and build_plans; the other knobs read as cuDNN ranges."""
+    x = torch.randn(2, 4, 6, 6).to(memory_format=torch.channels_last)
+    w = torch.randn(8, 4, 3, 3).to(memory_format=torch.channels_last)
+    g = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT)
+    X, W = g.tensor_like(x), g.tensor_like(w)
+    Y = g.relu(g.conv_fprop(X, W, padding=[1, 1]), lower_clip=0.5, upper_clip=0.55)
+    Y.set_output(True)
+    g.validate()
+    g.build_operation_graph()
+    made = 0
+    for engine in range(g.get_engine_count()):
+        try:
+            knobs = g.get_knobs_for_engine(engine)
+        except RuntimeError:
+            continue
+        for k in knobs:
+            if k.type == cudnn.knob_type.KERNEL_CFG:
+                assert (k.min_value, k.stride) == (0, 1)
+                for cfg in range(k.min_value, k.max_value + 1, k.stride):
+                    g.create_execution_plan(engine, {cudnn.knob_type.KERNEL_CFG: cfg})
+                    made += 1
+            else:
+                assert k.type == cudnn.knob_type.NOT_SET
+    assert made >= 2
+    g.check_support()
+    g.build_plans()
+    out = torch.full((2, 8, 6, 6), float("nan")).to(memory_format=torch.channels_last)
+    g.execute({X: x, W: w, Y: out}, torch.empty(g.get_workspace_size(), dtype=torch.uint8))
+    ref = torch.nn.functional.conv2d(x, w, padding=1).clamp(0.5, 0.55)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+    assert cudnn.behavior_note.RUNTIME_COMPILATION in g.get_behavior_notes()
+    assert isinstance(g.get_numerical_notes(), list)
+    conv_id = next(
+        e for e in range(g.get_engine_count()) if "conv_implicit_gemm" == _engine_name(g, e)
+    )
+    with pytest.raises(BadParamError, match="KERNEL_CFG 999"):
+        g.create_execution_plan(conv_id, {cudnn.knob_type.KERNEL_CFG: 999})
+    with pytest.raises(GraphNotSupportedError, match="SWIZZLE has no opendnn counterpart"):
+        g.create_execution_plan(conv_id, {cudnn.knob_type.SWIZZLE: 1})
+
+
+def _engine_name(g, engine_id):
+    from opendnn.engines.registry import by_id
+
+    e = by_id(engine_id)
+    return e.name if e is not None else None

@@ -205,12 +205,13 @@ def test_build_without_modes_only_validates(rng):
 
 def test_engine_count_and_knobs(rng):
     g, _, _, _ = _pointwise_graph(rng)
-    assert g.get_engine_count() == len(engines())
+    assert g.get_engine_count() == max(e.id for e in engines()) + 1
     ids = [e.id for e in engines()]
     assert engines()[-1].id == REFERENCE_ID and FUSION_ID in ids and len(set(ids)) == len(ids)
     knobs = g.get_knobs_for_engine(FUSION_ID)
-    assert {k.name for k in knobs} == {k.name for k in FusionEngine().knob_space()}
-    assert g.get_knobs_for_engine(REFERENCE_ID) == []
+    # the engine's named knobs, and KERNEL_CFG: an index into its configs for this graph
+    assert {k.name for k in knobs} == {k.name for k in FusionEngine().knob_space()} | {"KERNEL_CFG"}
+    assert [k.name for k in g.get_knobs_for_engine(REFERENCE_ID)] == ["KERNEL_CFG"]
     expect_error(
         BadParamError,
         Status.BAD_PARAM_OUT_OF_BOUND,

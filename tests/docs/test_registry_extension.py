@@ -88,7 +88,7 @@ def test_a_block_changes_the_plan_of_a_problem_and_back(rng):
         assert_close(y, want, torch.float32)
         g = cudnn.pygraph(handle=cudnn.create_handle("cpu"))
         g.relu(g.tensor(dim=[4, 9], stride=[9, 1], data_type=cudnn.data_type.FLOAT))
-        assert g.get_engine_count() == len(registry.builtin_engines()) + 1
+        assert g.get_engine_count() == 902  # one past the largest id, the registered 901
         g.create_execution_plan(901, {})  # by id, as any engine
         assert g.get_plan_name_at_index(0) == inside
     after, y = relu_plan(x)

@@ -13,7 +13,7 @@ import functools
 import json
 from typing import Any
 
-from ..enums import BehaviorNote, NumericalNote
+from ..enums import BehaviorNote, KnobType, NumericalNote
 from .calibration import measured_scale
 
 
@@ -51,11 +51,42 @@ def operands_in_memory(graph, allowed: tuple = (), nodes=None) -> Support:
 
 @dataclasses.dataclass(frozen=True)
 class Knob:
-    """One tunable: its name, the values it may take, its default."""
+    """One tunable: its name, the values it may take, its default. cudnn-frontend reads a
+    knob as cuDNN describes one (``type``, ``min_value``, ``max_value``, ``stride``):
+    opendnn's knobs are named (type NOT_SET) with explicit value lists, of which the
+    numeric range shows; ``kind`` marks the one cuDNN kind opendnn has, KERNEL_CFG
+    (``graph.lifecycle``: a config index)."""
 
     name: str
     values: tuple
     default: Any
+    kind: KnobType = KnobType.NOT_SET
+
+    @property
+    def type(self) -> KnobType:
+        return self.kind
+
+    def _numbers(self) -> list:
+        return [v for v in self.values if isinstance(v, int) and not isinstance(v, bool)]
+
+    @property
+    def min_value(self):
+        nums = self._numbers()
+        return min(nums) if nums else None
+
+    @property
+    def max_value(self):
+        nums = self._numbers()
+        return max(nums) if nums else None
+
+    @property
+    def stride(self):
+        """The step of an evenly spaced integer value list (1 for KERNEL_CFG), else None."""
+        nums = sorted(set(self._numbers()))
+        if len(nums) < 2 or len(nums) != len(self.values):
+            return 1 if len(nums) == 1 else None
+        steps = {b - a for a, b in zip(nums, nums[1:])}
+        return steps.pop() if len(steps) == 1 else None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -147,11 +147,19 @@ class Graph(BuilderMixin, LifecycleMixin):
         data_type=DataType.NOT_SET,
         is_virtual=False,
         is_pass_by_value=False,
+        ragged_offset=None,
+        reordering_type=None,
         name="",
         uid=-1,
     ) -> Tensor:
-        """A graph tensor; ``dim``/``stride`` in elements (strides default to packed)."""
+        """A graph tensor; ``dim``/``stride`` in elements (strides default to packed).
+        cudnn-frontend's argument order; ``ragged_offset`` and a ``reordering_type`` other
+        than NONE are NOT_SUPPORTED at validate."""
         t = Tensor(self, dim, stride, data_type, is_virtual, is_pass_by_value, name, uid)
+        if ragged_offset is not None:
+            t.set_ragged_offset(ragged_offset)
+        if reordering_type is not None:
+            t.set_reordering_type(reordering_type)
         self._tensors.append(t)
         self._invalidate()
         return t
@@ -162,7 +170,7 @@ class Graph(BuilderMixin, LifecycleMixin):
         GPU; on a CPU graph every single-element tensor does."""
         if isinstance(t, Tensor):
             return self.tensor(
-                t.dim, t.stride, t.data_type, False, t.is_pass_by_value, name or t.name
+                t.dim, t.stride, t.data_type, False, t.is_pass_by_value, name=name or t.name
             )
         if not isinstance(t, torch.Tensor):
             if hasattr(t, "__dlpack__"):
@@ -181,7 +189,7 @@ class Graph(BuilderMixin, LifecycleMixin):
             and t.device.type == "cpu"
             and (t.dim() == 0 or self._device().type == "cpu")
         )
-        out = self.tensor(dims, strides, t.dtype, False, by_value, name)
+        out = self.tensor(dims, strides, t.dtype, False, by_value, name=name)
         if by_value:
             out.value = t.item()
         return out
@@ -266,6 +274,7 @@ class Graph(BuilderMixin, LifecycleMixin):
                         status=Status.BAD_PARAM,
                     )
         self._check_pass_by_value(producer, used)
+        _check_memory_layouts(used)
         order = self._toposort(nodes, producer, op)
         consumed = {t.uid for n in nodes for t in n.input_tensors()}
         # virtual-ness: unconsumed node outputs are graph outputs
@@ -585,4 +594,28 @@ def _check_int32_compute(nodes, descs) -> None:
                 "convolution's epilogue only (exact integer arithmetic)",
                 op=n.label(),
                 status=Status.NOT_SUPPORTED_DATA_TYPE,
+            )
+
+
+def _check_memory_layouts(used) -> None:
+    """cudnn-frontend's ragged offsets and reordered layouts: tensors here are plain
+    strided memory, so a graph holding either is NOT_SUPPORTED, naming the feature."""
+    from ..enums import TensorReordering
+    from ..errors import GraphNotSupportedError
+
+    for t in used:
+        if t.ragged_offset is not None:
+            raise GraphNotSupportedError(
+                "ragged offsets (packed variable-length / THD layouts) are not supported",
+                op="validate",
+                tensor=t.label(),
+                status=Status.NOT_SUPPORTED,
+            )
+        if t.reordering_type != TensorReordering.NONE:
+            raise GraphNotSupportedError(
+                f"tensor reordering {t.reordering_type.name} is not supported (tensors are "
+                "plain strided memory)",
+                op="validate",
+                tensor=t.label(),
+                status=Status.NOT_SUPPORTED,
             )

@@ -18,9 +18,9 @@ from typing import Self
 import torch
 
 from .. import backends, heuristics, log
-from ..engines.base import EngineConfig
+from ..engines.base import EngineConfig, Knob
 from ..engines.registry import by_id, engines
-from ..enums import BehaviorNote, BuildPlanPolicy, DataType, HeurMode, NumericalNote
+from ..enums import BehaviorNote, BuildPlanPolicy, DataType, HeurMode, KnobType, NumericalNote
 from ..errors import BadParamError, GraphNotSupportedError, OpenDNNError, Status
 from ..handle import Handle, target_for
 from ..plan import ExecutionPlan
@@ -221,10 +221,33 @@ class LifecycleMixin:
         return sorted(self._plan(index).numerical_notes())
 
     def get_engine_count(self) -> int:
-        return len(engines())
+        """One past the largest engine id (cuDNN's global engine count: code walks
+        ``range(get_engine_count())``); ids in the registry's gaps have no engine."""
+        return max((e.id for e in engines()), default=-1) + 1
 
     def get_knobs_for_engine(self, engine_id: int) -> list:
-        return _engine(engine_id, "get_knobs_for_engine").knob_space(self.op_graph)
+        """The engine's named knobs and, when it takes this graph, KERNEL_CFG: the index of
+        one of its listed configs (0 .. count - 1), which ``create_execution_plan`` takes
+        as cuDNN code passes it, ``{knob_type.KERNEL_CFG: index}``."""
+        if _is_gap(engine_id, self.get_engine_count()):
+            return []  # an id in the registry's gaps: no engine, no knobs
+        e = _engine(engine_id, "get_knobs_for_engine")
+        g = self.op_graph
+        knobs = list(e.knob_space(g))
+        target = self._target()
+        if e.check_support(g, target).ok:
+            n = len(e.configs(g, target))
+            if n:
+                knobs.append(Knob("KERNEL_CFG", tuple(range(n)), 0, KnobType.KERNEL_CFG))
+        return knobs
+
+    def get_behavior_notes(self) -> list:
+        """The selected (built) plan's behavior notes."""
+        return sorted(self._selected_plan().behavior_notes())
+
+    def get_numerical_notes(self) -> list:
+        """The selected (built) plan's numerical notes."""
+        return sorted(self._selected_plan().numerical_notes())
 
     def create_execution_plan(self, engine_id: int, knobs: dict | None = None) -> Self:
         """Add (and select) a plan for a specific engine and knob values."""
@@ -232,15 +255,17 @@ class LifecycleMixin:
         e = _engine(engine_id, op)
         if knobs is None:
             knobs = {}
-        if not isinstance(knobs, Mapping) or not all(isinstance(k, str) for k in knobs):
+        if not isinstance(knobs, Mapping) or not all(isinstance(k, (str, KnobType)) for k in knobs):
             raise BadParamError(
-                f"knobs must map knob names (str) to values, got {knobs!r:.60}",
+                f"knobs must map knob names (str) or cudnn.knob_type members to values, "
+                f"got {knobs!r:.60}",
                 op=op,
                 status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
             )
         g, target = self.op_graph, self._target()
         s = e.check_support(g, target)
-        cfg = EngineConfig.make(e, **e.complete_knobs(g, dict(knobs)))
+        knobs = _kernel_cfg(e, g, target, dict(knobs), s.ok, op)
+        cfg = EngineConfig.make(e, **e.complete_knobs(g, knobs))
         if s.ok:
             s = e.check_config(g, cfg, target)
         if not s.ok:
@@ -569,14 +594,27 @@ class LifecycleMixin:
         }
         return json.dumps(doc).encode()
 
-    def deserialize(self, blob: bytes) -> Self:
-        """Restore a graph serialized by ``serialize`` and rebuild its plans. The graph is
+    def deserialize(self, *args) -> Self:
+        """``deserialize(blob)`` or cudnn-frontend's ``deserialize(handle, blob)`` (the
+        handle the restored graph runs on). Restore a graph serialized by ``serialize``
+        and rebuild its plans. The graph is
         validated as ``build`` validates one (dataflow by uid, no cycle, every node's
         rules against its tensors); each plan's stages must cover the graph in dataflow
         order. A malformed document is SERIALIZATION_VERSION_MISMATCH, a graph that breaks
         a rule the rule's error; either way this graph is left as it was."""
+        if len(args) not in (1, 2):
+            raise BadParamError(
+                f"takes (blob) or (handle, blob), got {len(args)} arguments",
+                op="deserialize",
+                status=Status.BAD_PARAM,
+            )
+        blob = args[-1]
+        if len(args) == 2:
+            _check_handle(args[0], "deserialize")
         types, og, scalars, plans = _parse_document(blob)
         saved = dict(self.__dict__)
+        if len(args) == 2:
+            self.handle = args[0]
         try:
             self._restore(types, og, scalars, plans)
         except BaseException as e:
@@ -676,6 +714,37 @@ def _check_pack(variant_pack, op: str) -> None:
             op=op,
             status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
         )
+
+
+def _is_gap(engine_id, count: int) -> bool:
+    """An integer id below ``count`` that no registered engine has."""
+    return type(engine_id) is int and 0 <= engine_id < count and by_id(engine_id) is None
+
+
+def _kernel_cfg(e, g, target, knobs: dict, supported: bool, op: str) -> dict:
+    """``knobs`` with a ``knob_type.KERNEL_CFG: index`` entry replaced by the named knobs
+    of the engine's index-th listed config; other cuDNN knob kinds have no counterpart."""
+    kinds = [k for k in knobs if isinstance(k, KnobType)]
+    for k in kinds:
+        if k != KnobType.KERNEL_CFG:
+            raise GraphNotSupportedError(
+                f"knob_type.{k.name} has no opendnn counterpart (knobs are named: "
+                "get_knobs_for_engine)",
+                op=op,
+                status=Status.NOT_SUPPORTED,
+            )
+    if not kinds:
+        return knobs
+    index = knobs.pop(KnobType.KERNEL_CFG)
+    configs = e.configs(g, target) if supported else []
+    if type(index) is not int or not 0 <= index < len(configs):
+        raise BadParamError(
+            f"KERNEL_CFG {index!r:.20} is not a config index of {e.name} on this graph "
+            f"(0 .. {len(configs) - 1})",
+            op=op,
+            status=Status.BAD_PARAM_OUT_OF_BOUND,
+        )
+    return {**configs[index].knob_dict, **knobs}
 
 
 def _check_aot(aot: dict, target, op: str) -> None:

@@ -18,7 +18,7 @@ import operator
 
 import torch
 
-from ..enums import DataType
+from ..enums import DataType, TensorReordering
 from ..errors import BadParamError, Status
 from ..tensor import as_data_type
 
@@ -121,6 +121,8 @@ class Tensor:
         "is_output",
         "value",
         "_uid_assigned",
+        "ragged_offset",
+        "reordering_type",
         "__weakref__",
     )
 
@@ -147,6 +149,8 @@ class Tensor:
         self.is_pass_by_value = bool(is_pass_by_value)
         self.is_output = False
         self.value = value  # the host scalar of a pass-by-value tensor, when known
+        self.ragged_offset = None  # cudnn-frontend's ragged (THD) offsets: NOT_SUPPORTED
+        self.reordering_type = TensorReordering.NONE
 
     def _op(self) -> str:
         name = getattr(self._graph, "name", "")
@@ -171,6 +175,36 @@ class Tensor:
 
     def set_stride(self, stride) -> "Tensor":
         self.stride = self._ints(stride, "stride")
+        return self
+
+    def set_ragged_offset(self, offset) -> "Tensor":
+        """cudnn-frontend's ragged (packed variable-length) offsets tensor; graphs holding
+        one are NOT_SUPPORTED at validate."""
+        if offset is not None and not isinstance(offset, Tensor):
+            raise BadParamError(
+                f"ragged_offset must be a graph tensor, got {type(offset).__name__}",
+                op=self._op(),
+                tensor=self.label(),
+                status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+            )
+        self.ragged_offset = offset
+        return self
+
+    def get_reordering_type(self):
+        return self.reordering_type
+
+    def set_reordering_type(self, reordering) -> "Tensor":
+        """cudnn-frontend's ``tensor_reordering``; anything but NONE is NOT_SUPPORTED at
+        validate (tensors are plain strided memory)."""
+        try:
+            self.reordering_type = TensorReordering(reordering)
+        except ValueError:
+            raise BadParamError(
+                f"reordering_type {reordering!r:.40} is not a cudnn.tensor_reordering",
+                op=self._op(),
+                tensor=self.label(),
+                status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+            ) from None
         return self
 
     def set_uid(self, uid: int) -> "Tensor":
