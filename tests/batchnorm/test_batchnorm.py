@@ -25,6 +25,7 @@ from opendnn.engines.batchnorm.engine import BatchNormEngine
 from opendnn.errors import BadParamError, Status
 
 ID = BatchNormEngine.id
+REFERENCE_ID = 0  # the float64 reference engine
 EPS, MOM = 1e-5, 0.1
 
 
@@ -509,3 +510,79 @@ def test_engine_declines_float64_and_oversized_tiles():
     g2.validate()
     sup = e.check_support(g2.op_graph, Target())
     assert not sup.ok and "float64 runs on the reference" in sup.reason
+
+
+@pytest.mark.parametrize("engine", [ID, REFERENCE_ID])
+def test_running_statistics_in_place(rng, engine):
+    """cudnn-frontend binds one buffer as in_running_mean and the next running mean (and
+    likewise the variance): the update lands in that buffer, once per execute, matching
+    PyTorch's after ten steps."""
+    x0 = _input(rng, (4, 3, 3, 2), "nhwc", torch.float32)
+    scale, bias, _, _ = _stats(rng, _cshape(x0))
+    rm, rv = torch.zeros(1, 3, 1, 1), torch.ones(1, 3, 1, 1)
+    g = cudnn.pygraph()
+    tx, ts, tb, trm, trv = (_t(g, t) for t in (x0, scale, bias, rm, rv))
+    outs = g.batchnorm(tx, ts, tb, trm, trv, EPS, MOM)
+    for t in outs:
+        t.set_output(True)
+    g.validate()
+    knobs = heuristic_knobs(g, ID) if engine == ID else {}
+    g.create_execution_plan(engine, knobs)
+    ws = torch.empty(g.get_workspace_size(), dtype=torch.uint8)
+    want_m, want_v = torch.zeros(3), torch.ones(3)
+    for step in range(10):
+        x = _input(rng, x0.shape, "nhwc", torch.float32, shift=step * 0.5)
+        bufs = {
+            t: torch.empty_strided(t.get_dim(), t.get_stride()).fill_(float("nan"))
+            for t in outs[:3]
+        }
+        pack = {tx: x, ts: scale, tb: bias, trm: rm, trv: rv, outs[3]: rm, outs[4]: rv}
+        g.execute({**pack, **bufs}, ws)
+        F.batch_norm(x, want_m, want_v, None, None, True, MOM, EPS)
+    assert_close(rm.reshape(-1), want_m, torch.float32, 24)
+    assert_close(rv.reshape(-1), want_v, torch.float32, 24)
+
+
+def test_only_running_statistics_may_share_a_buffer(rng):
+    """The in-place exception covers a running statistic's own pair, nothing else: the
+    next running mean over the previous running variance is refused."""
+    x = _input(rng, (4, 3, 3, 2), "nhwc", torch.float32)
+    scale, bias, _, _ = _stats(rng, _cshape(x))
+    rm, rv = torch.zeros(1, 3, 1, 1), torch.ones(1, 3, 1, 1)
+    g = cudnn.pygraph()
+    tx, ts, tb, trm, trv = (_t(g, t) for t in (x, scale, bias, rm, rv))
+    outs = g.batchnorm(tx, ts, tb, trm, trv, EPS, MOM)
+    for t in outs:
+        t.set_output(True)
+    g.build([cudnn.heur_mode.A])
+    bufs = {t: torch.empty_strided(t.get_dim(), t.get_stride()) for t in outs[:3]}
+    pack = {tx: x, ts: scale, tb: bias, trm: rm, trv: rv, outs[3]: rv, outs[4]: rm.clone()}
+    with pytest.raises(BadParamError, match="overlaps"):
+        g.execute({**pack, **bufs}, torch.empty(g.get_workspace_size(), dtype=torch.uint8))
+
+
+def test_running_statistics_in_place_under_benchmark_mode(rng, monkeypatch):
+    """Benchmark mode times the candidates on scratch outputs wherever an output overlaps
+    an input: the in-place running statistics are updated once, by the winner's run."""
+    from opendnn import backends
+    from opendnn.runtime import autotune
+
+    monkeypatch.setattr(backends, "benchmark", True)
+    monkeypatch.setattr(autotune, "lookup", lambda *a, **k: None)  # no earlier winner
+    x = _input(rng, (4, 3, 3, 2), "nhwc", torch.float32)
+    scale, bias, _, _ = _stats(rng, _cshape(x))
+    rm, rv = torch.zeros(1, 3, 1, 1), torch.ones(1, 3, 1, 1)
+    g = cudnn.pygraph()
+    tx, ts, tb, trm, trv = (_t(g, t) for t in (x, scale, bias, rm, rv))
+    outs = g.batchnorm(tx, ts, tb, trm, trv, EPS, MOM)
+    for t in outs:
+        t.set_output(True)
+    g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    assert g.get_execution_plan_count() > 1 and g.tunes_at_execute()
+    bufs = {t: torch.empty_strided(t.get_dim(), t.get_stride()) for t in outs[:3]}
+    pack = {tx: x, ts: scale, tb: bias, trm: rm, trv: rv, outs[3]: rm, outs[4]: rv}
+    g.execute({**pack, **bufs}, torch.empty(1 << 20, dtype=torch.uint8))
+    want_m, want_v = torch.zeros(3), torch.ones(3)
+    F.batch_norm(x, want_m, want_v, None, None, True, MOM, EPS)
+    assert_close(rm.reshape(-1), want_m, torch.float32, 24)
+    assert_close(rv.reshape(-1), want_v, torch.float32, 24)

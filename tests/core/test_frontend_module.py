@@ -400,3 +400,18 @@ def _engine_name(g, engine_id):
 
     e = by_id(engine_id)
     return e.name if e is not None else None
+
+
+def test_execute_shape_overrides_are_not_supported():
+    g, a, b, c = _matmul_graph()
+    g.build([cudnn.heur_mode.A])
+    x, y, out = torch.randn(2, 8, 16), torch.randn(2, 16, 4), torch.empty(2, 8, 4)
+    for call in (
+        lambda: g.execute({a: x, b: y, c: out}, None, None, [a.get_uid()], [[2, 8, 16]]),
+        lambda: g.execute_plan_at_index({a: x, b: y, c: out}, None, 0, override_strides=[[1]]),
+    ):
+        with pytest.raises(GraphNotSupportedError, match="override_uids") as e:
+            call()
+        assert e.value.status == Status.NOT_SUPPORTED
+    g.execute({a: x, b: y, c: out}, None, None, None, None, None)
+    torch.testing.assert_close(out, x @ y, rtol=1e-5, atol=1e-5)

@@ -365,8 +365,19 @@ class LifecycleMixin:
         return self._filter(lambda p: p.workspace_size <= nbytes)
 
     # ---- execution --------------------------------------------------------------------------
-    def execute(self, variant_pack: dict, workspace=None, handle: Handle | None = None) -> None:
-        """Run the selected plan. ``variant_pack`` maps graph tensors or uids to buffers."""
+    def execute(
+        self,
+        variant_pack: dict,
+        workspace=None,
+        handle: Handle | None = None,
+        override_uids=None,
+        override_shapes=None,
+        override_strides=None,
+    ) -> None:
+        """Run the selected plan. ``variant_pack`` maps graph tensors or uids to buffers.
+        cudnn-frontend's ``override_*`` (other shapes than the graph's at execute) are
+        NOT_SUPPORTED: plans are specialized on the graph's shapes."""
+        _no_overrides(self._op("execute"), override_uids, override_shapes, override_strides)
         if type(variant_pack) is not dict:
             _check_pack(variant_pack, self._op("execute"))
         plan = self._selected_plan()
@@ -376,8 +387,17 @@ class LifecycleMixin:
         self._run(plan, variant_pack, workspace, handle)
 
     def execute_plan_at_index(
-        self, variant_pack: dict, workspace, index: int, handle: Handle | None = None
+        self,
+        variant_pack: dict,
+        workspace,
+        index: int,
+        handle: Handle | None = None,
+        override_uids=None,
+        override_shapes=None,
+        override_strides=None,
     ) -> None:
+        op = self._op("execute_plan_at_index")
+        _no_overrides(op, override_uids, override_shapes, override_strides)
         if type(variant_pack) is not dict:
             _check_pack(variant_pack, self._op("execute_plan_at_index"))
         plan = self._plan(index)
@@ -713,6 +733,17 @@ def _check_pack(variant_pack, op: str) -> None:
             f"got {type(variant_pack).__name__}",
             op=op,
             status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
+        )
+
+
+def _no_overrides(op: str, *overrides) -> None:
+    """cudnn-frontend's execute-time shape overrides: NOT_SUPPORTED when any is given."""
+    if any(o is not None for o in overrides):
+        raise GraphNotSupportedError(
+            "override_uids / override_shapes / override_strides (other shapes at execute) "
+            "are not supported: plans are specialized on the graph's shapes",
+            op=op,
+            status=Status.NOT_SUPPORTED,
         )
 
 

@@ -476,6 +476,8 @@ def check_no_aliasing(graph, bound: dict, op: str) -> None:
             d0, d1 = graph.tensors[u0], graph.tensors[u1]
             if _exact_in_place(graph, d0, d1, s0 == s1) or _interleaved(d0, d1, s1 - s0):
                 continue
+            if s0 == s1 and _running_stats_in_place(graph, d0, d1):
+                continue
             rule = (
                 "only a graph of pointwise nodes with one output, which no node reads, "
                 "may run in place, and only on an identical buffer"
@@ -499,6 +501,30 @@ def _exact_in_place(graph, out: TensorDesc, inp: TensorDesc, same_start: bool) -
         and out.uid not in graph.consumers
         and all(n.kind == "pointwise" for n in graph.nodes)
     )
+
+
+# a batch-norm training forward's running statistics may be one buffer in and out (as
+# cudnn-frontend binds them): each channel's new value is written by the code that read
+# its old one, and nothing else reads it
+_RUNNING_PAIRS = (
+    ("NEXT_RUNNING_MEAN", "PREV_RUNNING_MEAN"),
+    ("NEXT_RUNNING_VAR", "PREV_RUNNING_VAR"),
+)
+
+
+def _running_stats_in_place(graph, out: TensorDesc, inp: TensorDesc) -> bool:
+    """``out`` is a batchnorm node's next running statistic and ``inp`` the same node's
+    previous one, with the same layout and no other reader."""
+    if (out.dims, out.strides, out.data_type) != (inp.dims, inp.strides, inp.data_type):
+        return False
+    for n in graph.nodes:
+        if n.kind != "batchnorm":
+            continue
+        for o, i in _RUNNING_PAIRS:
+            if n.outputs.get(o) == out.uid and n.inputs.get(i) == inp.uid:
+                readers = graph.consumers.get(inp.uid, [])
+                return len(readers) == 1 and out.uid not in graph.consumers
+    return False
 
 
 def _interleaved(a: TensorDesc, b: TensorDesc, byte_delta: int) -> bool:
