@@ -17,12 +17,19 @@ class DataType(enum.IntEnum):
     HALF = 2
     INT8 = 3
     INT32 = 4
+    INT8x4 = 5
     UINT8 = 6
+    UINT8x4 = 7
+    INT8x32 = 8
     BFLOAT16 = 9
     INT64 = 10
     BOOLEAN = 11
     FP8_E4M3 = 12
     FP8_E5M2 = 13
+    FAST_FLOAT_FOR_FP8 = 14
+    FP8_E8M0 = 15
+    FP4_E2M1 = 16
+    INT4 = 17
 
     @property
     def is_floating(self) -> bool:
@@ -53,8 +60,28 @@ _ITEMSIZE = {
     DataType.BOOLEAN: 1,
     DataType.FP8_E4M3: 1,
     DataType.FP8_E5M2: 1,
+    DataType.INT8x4: 4,
+    DataType.UINT8x4: 4,
+    DataType.INT8x32: 32,
+    DataType.FAST_FLOAT_FOR_FP8: 4,
+    DataType.FP8_E8M0: 1,
+    DataType.FP4_E2M1: 1,  # two per byte in cuDNN's packed tensors
+    DataType.INT4: 1,  # likewise
     DataType.NOT_SET: 0,
 }
+# cuDNN's vectorized, block-scale and sub-byte types: named so that cudnn-frontend code
+# spells them, refused (NOT_SUPPORTED_DATA_TYPE) by the graph's validate
+NAMED_ONLY_TYPES = frozenset(
+    {
+        DataType.INT8x4,
+        DataType.UINT8x4,
+        DataType.INT8x32,
+        DataType.FAST_FLOAT_FOR_FP8,
+        DataType.FP8_E8M0,
+        DataType.FP4_E2M1,
+        DataType.INT4,
+    }
+)
 
 
 class HeurMode(enum.IntEnum):
@@ -64,6 +91,7 @@ class HeurMode(enum.IntEnum):
     A = 0
     B = 1
     FALLBACK = 2
+    OPENSOURCE = 3  # cuDNN's open-source engines: every engine here is; ranked as A
 
 
 class BuildPlanPolicy(enum.IntEnum):

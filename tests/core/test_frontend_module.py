@@ -415,3 +415,34 @@ def test_execute_shape_overrides_are_not_supported():
         assert e.value.status == Status.NOT_SUPPORTED
     g.execute({a: x, b: y, c: out}, None, None, None, None, None)
     torch.testing.assert_close(out, x @ y, rtol=1e-5, atol=1e-5)
+
+
+def test_data_types_and_heur_modes_are_cudnn_frontends():
+    """Every cudnn-frontend data_type name exists (cuDNN's numbering); the vectorized,
+    block-scale and sub-byte ones are refused at validate, naming the type; heur_mode
+    OPENSOURCE ranks as A (every engine here is open source)."""
+    names = (
+        "FLOAT DOUBLE HALF INT8 INT32 INT8x4 UINT8 UINT8x4 INT8x32 BFLOAT16 INT64 BOOLEAN "
+        "FP8_E4M3 FP8_E5M2 FAST_FLOAT_FOR_FP8 FP8_E8M0 FP4_E2M1 INT4 NOT_SET"
+    ).split()
+    assert all(hasattr(cudnn.data_type, n) for n in names)
+    assert (cudnn.data_type.INT8x4, cudnn.data_type.INT4) == (5, 17)
+    for dt in ("INT8x4", "FP8_E8M0", "FP4_E2M1", "INT4"):
+        g = cudnn.pygraph()
+        t = g.tensor(dim=[4, 8], stride=[8, 1], data_type=getattr(cudnn.data_type, dt), name="s")
+        g.identity(t).set_output(True).set_data_type(cudnn.data_type.FLOAT)
+        with pytest.raises(GraphNotSupportedError, match=f"{dt} is not supported") as e:
+            g.validate()
+        assert e.value.status == Status.NOT_SUPPORTED_DATA_TYPE and "'s'" in str(e.value)
+    assert [m.name for m in cudnn.heur_mode] == ["A", "B", "FALLBACK", "OPENSOURCE"]
+    a, *_ = _matmul_graph()
+    a.validate()
+    a.create_execution_plans([cudnn.heur_mode.A])
+    o, *_ = _matmul_graph()
+    o.validate()
+    o.create_execution_plans([cudnn.heur_mode.OPENSOURCE])
+    count = a.get_execution_plan_count()
+    assert o.get_execution_plan_count() == count
+    assert [o.get_plan_name_at_index(i) for i in range(count)] == [
+        a.get_plan_name_at_index(i) for i in range(count)
+    ]

@@ -598,12 +598,21 @@ def _check_int32_compute(nodes, descs) -> None:
 
 
 def _check_memory_layouts(used) -> None:
-    """cudnn-frontend's ragged offsets and reordered layouts: tensors here are plain
-    strided memory, so a graph holding either is NOT_SUPPORTED, naming the feature."""
-    from ..enums import TensorReordering
+    """cudnn-frontend's named-only data types, ragged offsets and reordered layouts:
+    tensors here are plain strided memory of the types the engines take, so a graph
+    holding any of these is NOT_SUPPORTED, naming the feature."""
+    from ..enums import NAMED_ONLY_TYPES, TensorReordering
     from ..errors import GraphNotSupportedError
 
     for t in used:
+        if t.data_type in NAMED_ONLY_TYPES:
+            raise GraphNotSupportedError(
+                f"data type {t.data_type.name} is not supported (cuDNN's vectorized, "
+                "block-scale and sub-byte types are named only)",
+                op="validate",
+                tensor=t.label(),
+                status=Status.NOT_SUPPORTED_DATA_TYPE,
+            )
         if t.ragged_offset is not None:
             raise GraphNotSupportedError(
                 "ragged offsets (packed variable-length / THD layouts) are not supported",
