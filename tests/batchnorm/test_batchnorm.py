@@ -327,15 +327,23 @@ def test_empty_batch_runs_inference_and_backward(rng):
 
 
 # ---- properties ------------------------------------------------------------------------------
-def test_running_statistics_match_pytorch_after_ten_steps(rng):
-    x0 = _input(rng, (4, 3, 3, 2), "nhwc", torch.float32)
-    scale, bias, _, _ = _stats(rng, _cshape(x0))
+def _running_graph(rng):
+    """A training batch norm with running statistics (NHWC 4x3x3x2 float32): x, scale,
+    bias, the running mean (zeros) and variance (ones), the graph, its input tensors [X,
+    SCALE, BIAS, PREV_RUNNING_MEAN, PREV_RUNNING_VAR] and its five outputs (all real)."""
+    x = _input(rng, (4, 3, 3, 2), "nhwc", torch.float32)
+    scale, bias, _, _ = _stats(rng, _cshape(x))
     rm, rv = torch.zeros(1, 3, 1, 1), torch.ones(1, 3, 1, 1)
     g = cudnn.pygraph()
-    tx, ts, tb, trm, trv = (_t(g, t) for t in (x0, scale, bias, rm, rv))
-    outs = g.batchnorm(tx, ts, tb, trm, trv, EPS, MOM)
+    ins = [_t(g, t) for t in (x, scale, bias, rm, rv)]
+    outs = g.batchnorm(*ins, EPS, MOM)
     for t in outs:
         t.set_output(True)
+    return x, scale, bias, rm, rv, g, ins, outs
+
+
+def test_running_statistics_match_pytorch_after_ten_steps(rng):
+    x0, scale, bias, rm, rv, g, (tx, ts, tb, trm, trv), outs = _running_graph(rng)
     g.validate()
     g.create_execution_plan(ID, heuristic_knobs(g, ID))
     ws = torch.empty(g.get_workspace_size(), dtype=torch.uint8)
@@ -517,14 +525,7 @@ def test_running_statistics_in_place(rng, engine):
     """cudnn-frontend binds one buffer as in_running_mean and the next running mean (and
     likewise the variance): the update lands in that buffer, once per execute, matching
     PyTorch's after ten steps."""
-    x0 = _input(rng, (4, 3, 3, 2), "nhwc", torch.float32)
-    scale, bias, _, _ = _stats(rng, _cshape(x0))
-    rm, rv = torch.zeros(1, 3, 1, 1), torch.ones(1, 3, 1, 1)
-    g = cudnn.pygraph()
-    tx, ts, tb, trm, trv = (_t(g, t) for t in (x0, scale, bias, rm, rv))
-    outs = g.batchnorm(tx, ts, tb, trm, trv, EPS, MOM)
-    for t in outs:
-        t.set_output(True)
+    x0, scale, bias, rm, rv, g, (tx, ts, tb, trm, trv), outs = _running_graph(rng)
     g.validate()
     knobs = heuristic_knobs(g, ID) if engine == ID else {}
     g.create_execution_plan(engine, knobs)
@@ -546,14 +547,7 @@ def test_running_statistics_in_place(rng, engine):
 def test_only_running_statistics_may_share_a_buffer(rng):
     """The in-place exception covers a running statistic's own pair, nothing else: the
     next running mean over the previous running variance is refused."""
-    x = _input(rng, (4, 3, 3, 2), "nhwc", torch.float32)
-    scale, bias, _, _ = _stats(rng, _cshape(x))
-    rm, rv = torch.zeros(1, 3, 1, 1), torch.ones(1, 3, 1, 1)
-    g = cudnn.pygraph()
-    tx, ts, tb, trm, trv = (_t(g, t) for t in (x, scale, bias, rm, rv))
-    outs = g.batchnorm(tx, ts, tb, trm, trv, EPS, MOM)
-    for t in outs:
-        t.set_output(True)
+    x, scale, bias, rm, rv, g, (tx, ts, tb, trm, trv), outs = _running_graph(rng)
     g.build([cudnn.heur_mode.A])
     bufs = {t: torch.empty_strided(t.get_dim(), t.get_stride()) for t in outs[:3]}
     pack = {tx: x, ts: scale, tb: bias, trm: rm, trv: rv, outs[3]: rv, outs[4]: rm.clone()}
@@ -569,14 +563,7 @@ def test_running_statistics_in_place_under_benchmark_mode(rng, monkeypatch):
 
     monkeypatch.setattr(backends, "benchmark", True)
     monkeypatch.setattr(autotune, "lookup", lambda *a, **k: None)  # no earlier winner
-    x = _input(rng, (4, 3, 3, 2), "nhwc", torch.float32)
-    scale, bias, _, _ = _stats(rng, _cshape(x))
-    rm, rv = torch.zeros(1, 3, 1, 1), torch.ones(1, 3, 1, 1)
-    g = cudnn.pygraph()
-    tx, ts, tb, trm, trv = (_t(g, t) for t in (x, scale, bias, rm, rv))
-    outs = g.batchnorm(tx, ts, tb, trm, trv, EPS, MOM)
-    for t in outs:
-        t.set_output(True)
+    x, scale, bias, rm, rv, g, (tx, ts, tb, trm, trv), outs = _running_graph(rng)
     g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
     assert g.get_execution_plan_count() > 1 and g.tunes_at_execute()
     bufs = {t: torch.empty_strided(t.get_dim(), t.get_stride()) for t in outs[:3]}
