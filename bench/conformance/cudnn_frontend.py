@@ -58,12 +58,12 @@ def lay_out(root: Path) -> None:
 
 
 def side_env(side: str, deps: str | None, root: Path) -> dict:
-    """PYTHONPATH for a side: the deps, the plugin, and on opendnn's side the shim and
-    opendnn's sources ahead of any installed ``cudnn``."""
+    """PYTHONPATH for a side: the plugin and the deps, and on opendnn's side the shim and
+    opendnn's sources ahead of them (the deps may hold the real ``cudnn``)."""
     env = dict(os.environ)
-    paths = ([deps] if deps else []) + [str(root / "plugin")]
-    if side == "opendnn":
-        paths += [str(root / "shim"), str(REPO / "src")]
+    paths = [str(root / "plugin")] + ([deps] if deps else [])
+    if side == "opendnn":  # the shim first: deps may hold the real cudnn package
+        paths = [str(root / "shim"), str(REPO / "src")] + paths
     env["PYTHONPATH"] = os.pathsep.join(paths + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     return env
 
