@@ -446,3 +446,15 @@ def test_data_types_and_heur_modes_are_cudnn_frontends():
     assert [o.get_plan_name_at_index(i) for i in range(count)] == [
         a.get_plan_name_at_index(i) for i in range(count)
     ]
+
+
+def test_instancenorm_backward_without_saved_statistics_is_not_supported():
+    """cudnn-frontend's mean / inv_variance default to None; without them the backward
+    would need the forward's epsilon to recompute them, which it does not take."""
+    g = cudnn.pygraph()
+    dy = g.tensor(dim=[2, 3, 4, 4], stride=[48, 16, 4, 1], name="dy")
+    x = g.tensor(dim=[2, 3, 4, 4], stride=[48, 16, 4, 1], name="x")
+    s = g.tensor(dim=[1, 3, 1, 1], stride=[3, 1, 1, 1], name="scale")
+    with pytest.raises(GraphNotSupportedError, match="saved mean and inv_variance") as e:
+        g.instancenorm_backward(dy, x, s, name="DIN")
+    assert e.value.status == Status.NOT_SUPPORTED and "DIN" in str(e.value)

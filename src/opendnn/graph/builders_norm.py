@@ -4,7 +4,7 @@ with cudnn-frontend's names and keyword arguments; mixed into the graph by ``bui
 from __future__ import annotations
 
 from ..enums import DataType
-from ..errors import BadParamError, Status
+from ..errors import BadParamError, GraphNotSupportedError, Status
 from . import batchnorm_nodes as BN
 from . import norm_nodes as NN
 from .tensor import as_enum, as_int
@@ -326,8 +326,25 @@ class NormBuilderMixin:
         return [o["Y"], o.get("MEAN"), o.get("INV_VARIANCE")]
 
     def instancenorm_backward(
-        self, grad, input, scale, mean, inv_variance, name="", compute_data_type=DataType.NOT_SET
+        self,
+        grad,
+        input,
+        scale,
+        mean=None,
+        inv_variance=None,
+        name="",
+        compute_data_type=DataType.NOT_SET,
     ):
+        """[DX, DSCALE, DBIAS] from the saved mean and inv_variance, which cudnn-frontend
+        lets code leave out; recomputing them would need the forward's epsilon, which
+        the backward does not take, so leaving them out is NOT_SUPPORTED."""
+        if mean is None or inv_variance is None:
+            raise GraphNotSupportedError(
+                "instancenorm_backward without the saved mean and inv_variance is not "
+                "supported (recomputing them needs the forward's epsilon)",
+                op=name or f"instancenorm_backward_{len(self._nodes)}",
+                status=Status.NOT_SUPPORTED,
+            )
         return self._norm_backward(
             NN.InstanceNormBackward,
             grad,
