@@ -44,7 +44,6 @@ def graph_cache(key_fn, maxsize: int = 256):
             cache[key] = result
             return result
 
-        wrapper.cache = cache
         return wrapper
 
     return decorator

@@ -17,13 +17,14 @@ import json
 
 import torch
 
-from ..enums import DataType
-from ..errors import BadParamError, InternalError, Status
+from ..enums import NAMED_ONLY_TYPES, DataType, TensorReordering
+from ..errors import BadParamError, GraphNotSupportedError, InternalError, Status
 from ..handle import Handle, default_handle
 from ..plan import ExecutionPlan
 from ..runtime.lru import LRU, plan_cache_size
 from ..tensor import TensorDesc, packed_strides
 from . import memo
+from .aot import AotOptions
 from .builders import BuilderMixin
 from .lifecycle import LifecycleMixin
 from .nodes import check_compute_type, infer_strides_like
@@ -106,12 +107,12 @@ class Graph(BuilderMixin, LifecycleMixin):
         device present (or ``device_property``'s) -- plans for another architecture, or
         kernels confined to fewer SMs than the device has, are NOT_SUPPORTED when the
         plans are created. ``kernel_cache`` / ``device_property``: see
-        ``frontend/properties.py``. ``is_dynamic_shape_enabled`` is accepted (kernels are
+        ``graph/aot.py``. ``is_dynamic_shape_enabled`` is accepted (kernels are
         specialized per shape, so it changes no result); ``is_override_shape_enabled``
         (other shapes at execute) is NOT_SUPPORTED."""
         self.name = name
         op = f"graph '{name}'" if name else "graph"
-        self._aot = _aot_options(
+        self._aot = AotOptions.checked(
             op,
             sm_count,
             sm_version,
@@ -509,61 +510,9 @@ def _adopt(t, twin) -> None:
             t.data_type = twin.data_type
 
 
-def _aot_options(op, sm_count, sm_version, cache, props, dynamic, override) -> dict:
-    """The checked ahead-of-time options of a ``Graph`` (see its ``__init__``)."""
-    from ..frontend.properties import device_properties, kernel_cache
-
-    for name, v, least in (("sm_count", sm_count, 1), ("sm_version", sm_version, 0)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < least):
-            raise BadParamError(
-                f"{name} must be an integer >= {least} or None, got {v!r:.40}",
-                op=op,
-                status=Status.BAD_PARAM,
-            )
-    if cache is not None and not isinstance(cache, kernel_cache):
-        raise BadParamError(
-            f"kernel_cache must come from cudnn.create_kernel_cache(), got {type(cache).__name__}",
-            op=op,
-            status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
-        )
-    if props is not None and not isinstance(props, device_properties):
-        raise BadParamError(
-            "device_property must come from cudnn.create_device_properties(), got "
-            f"{type(props).__name__}",
-            op=op,
-            status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
-        )
-    for name, v in (
-        ("is_dynamic_shape_enabled", dynamic),
-        ("is_override_shape_enabled", override),
-    ):
-        if not isinstance(v, bool):
-            raise BadParamError(
-                f"{name} must be a bool, got {v!r:.40}", op=op, status=Status.BAD_PARAM
-            )
-    if override:
-        from ..errors import GraphNotSupportedError
-
-        raise GraphNotSupportedError(
-            "is_override_shape_enabled (other shapes at execute) is not supported: plans are "
-            "specialized on the graph's shapes",
-            op=op,
-            status=Status.NOT_SUPPORTED,
-        )
-    return {
-        "sm_count": sm_count,
-        "sm_version": sm_version,
-        "kernel_cache": cache,
-        "device_property": props,
-        "dynamic": dynamic,
-    }
-
-
 def _check_int32_compute(nodes, descs) -> None:
     """INT32 compute belongs to an int8 convolution (its operands int8) and to pointwise
     nodes downstream of one, only through pointwise nodes (its exact epilogue)."""
-    from ..errors import GraphNotSupportedError
-
     producer = {u: n for n in nodes for u in OpGraph.node_uids(n, "outputs")}
 
     def from_int8_conv(n, seen) -> bool:
@@ -601,9 +550,6 @@ def _check_memory_layouts(used) -> None:
     """cudnn-frontend's named-only data types, ragged offsets and reordered layouts:
     tensors here are plain strided memory of the types the engines take, so a graph
     holding any of these is NOT_SUPPORTED, naming the feature."""
-    from ..enums import NAMED_ONLY_TYPES, TensorReordering
-    from ..errors import GraphNotSupportedError
-
     for t in used:
         if t.data_type in NAMED_ONLY_TYPES:
             raise GraphNotSupportedError(

@@ -37,14 +37,13 @@ FORMAT = "opendnn-graph-v1"
 class LifecycleMixin:
     # ---- plans ------------------------------------------------------------------------------
     def _target(self):
-        aot = getattr(self, "_aot", {})
-        props = aot.get("device_property")
+        props = self._aot.device_property
         if props is not None:
             target = props.target
         else:
             _check_handle(self.handle, self._label())
             target = target_for(str(self._device()))
-        _check_aot(aot, target, self._label())
+        self._aot.check(target, self._label())
         return target
 
     def _label(self) -> str:
@@ -72,7 +71,7 @@ class LifecycleMixin:
             else None
         )
         # a kernel cache's plan for this structure goes first (after a benchmark winner)
-        cache = getattr(self, "_aot", {}).get("kernel_cache")
+        cache = self._aot.kernel_cache
         cached = cache.lookup(g.key(), target.name) if cache is not None else None
         order = tuple(hit["order"]) if hit else ((cached,) if cached else None)
         self._plans, self._reasons = heuristics.candidate_plans(
@@ -151,7 +150,7 @@ class LifecycleMixin:
             raise GraphNotSupportedError(
                 "no candidate plan could be built", reasons=errors, status=Status.NOT_SUPPORTED
             )
-        cache = getattr(self, "_aot", {}).get("kernel_cache")
+        cache = self._aot.kernel_cache
         if cache is not None:
             target = self._target()
             cache.record(self.op_graph.key(), target.name, self._plans[self._selected].name)
@@ -776,30 +775,6 @@ def _kernel_cfg(e, g, target, knobs: dict, supported: bool, op: str) -> dict:
             status=Status.BAD_PARAM_OUT_OF_BOUND,
         )
     return {**configs[index].knob_dict, **knobs}
-
-
-def _check_aot(aot: dict, target, op: str) -> None:
-    """``sm_version`` / ``sm_count`` of a graph against the GPU its plans are built for
-    (a CPU target, the interpreter, takes any)."""
-    if not target.is_cuda:
-        return
-    want = aot.get("sm_version")
-    have = target.capability[0] * 10 + target.capability[1]
-    if want is not None and want != have:
-        raise GraphNotSupportedError(
-            f"sm_version {want}: plans are built for the GPU present or given by "
-            f"device_property ({target.name}, sm_version {have}), not for another architecture",
-            op=op,
-            status=Status.NOT_SUPPORTED,
-        )
-    count = aot.get("sm_count")
-    if count is not None and count < target.num_sms:
-        raise GraphNotSupportedError(
-            f"sm_count {count}: kernels are not confined to fewer SMs than the device's "
-            f"{target.num_sms}",
-            op=op,
-            status=Status.NOT_SUPPORTED,
-        )
 
 
 def _check_handle(handle, op: str) -> None:
