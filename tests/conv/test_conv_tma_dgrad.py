@@ -66,13 +66,9 @@ def _problem(n, c, k, h, w, f, stride, pad, dil, dt, seed):
     return x, wt, dy
 
 
-@pytest.mark.parametrize("case", CASES, ids=[f"c{i}" for i in range(len(CASES))])
-@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("mode", ["CROSS_CORRELATION", "CONVOLUTION"])
-def test_tma_dgrad_against_reference(case, dt, mode):
-    n, c, k, h, w, f, s, p, d, knobs = case
-    seed = n * c + k + h
-    x, wt, dy = _problem(n, c, k, h, w, f, s, p, d, dt, seed)
+def _dgrad_graph(x, wt, dy, p, s, d, mode):
+    """(graph, dy tensor, filter tensor, dx) of the 2-D backward data with ``x``'s dims and
+    strides for dx (padding ``p``, stride ``s``, dilation ``d``, convolution mode name)."""
     g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
     tdy, tw = g.tensor_like(dy), g.tensor_like(wt)
     dx = g.conv_dgrad(
@@ -84,6 +80,17 @@ def test_tma_dgrad_against_reference(case, dt, mode):
         convolution_mode=cudnn.convolution_mode[mode],
     )
     dx.set_dim(list(x.shape)).set_stride(list(x.stride())).set_output(True)
+    return g, tdy, tw, dx
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"c{i}" for i in range(len(CASES))])
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("mode", ["CROSS_CORRELATION", "CONVOLUTION"])
+def test_tma_dgrad_against_reference(case, dt, mode):
+    n, c, k, h, w, f, s, p, d, knobs = case
+    seed = n * c + k + h
+    x, wt, dy = _problem(n, c, k, h, w, f, s, p, d, dt, seed)
+    g, tdy, tw, dx = _dgrad_graph(x, wt, dy, p, s, d, mode)
     dx.set_data_type(cudnn.data_type.FLOAT)
     check_engine(
         g,
@@ -123,17 +130,7 @@ def test_tma_dgrad_float32_as_tf32(case, mode, monkeypatch):
     knobs = dict(knobs, BLOCK_K=min(knobs["BLOCK_K"], 32))
     x, wt, dy = _problem(n, c, k, h, w, f, s, p, d, torch.float32, n * c + k + h + 1)
     wt = _k_innermost(wt)
-    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
-    tdy, tw = g.tensor_like(dy), g.tensor_like(wt)
-    dx = g.conv_dgrad(
-        tdy,
-        tw,
-        padding=[p, p],
-        stride=list(_pair(s)),
-        dilation=[d, d],
-        convolution_mode=cudnn.convolution_mode[mode],
-    )
-    dx.set_dim(list(x.shape)).set_stride(list(x.stride())).set_output(True)
+    g, tdy, tw, dx = _dgrad_graph(x, wt, dy, p, s, d, mode)
     check_engine(g, {tdy: dy, tw: wt}, [dx], DGRAD_ID, knobs, n=k * f * f)
 
 

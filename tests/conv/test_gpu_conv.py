@@ -51,6 +51,32 @@ def _empty(t):
     ).fill_(float("nan"))
 
 
+def _run_wgrad_tma(kn, shape, dt):
+    """(dw from conv_wgrad_implicit_gemm's config ``kn``, float64 reference) on a 2-D NHWC
+    problem ``shape`` = (N, C, H, K, F, stride, pad) in ``dt``; dw NaN-poisoned first."""
+    import dataclasses
+
+    n, c, h, k, f, s, p = shape
+    cl = torch.channels_last
+    x = torch.randn(n, c, h, h, device="cuda", dtype=dt).to(memory_format=cl)
+    w = torch.zeros(k, c, f, f, device="cuda", dtype=dt).to(memory_format=cl)
+    wd = w.double().requires_grad_(True)
+    yd = F.conv2d(x.double(), wd, stride=s, padding=p)
+    dy = torch.randn(yd.shape, device="cuda", dtype=dt).to(memory_format=cl)
+    yd.backward(dy.double())
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tdy = g.tensor_like(x), g.tensor_like(dy)
+    dw = g.conv_wgrad(tx, tdy, padding=[p, p], stride=[s, s])
+    dw.set_dim(list(w.shape)).set_stride(list(w.stride())).set_output(True)
+    g.validate()
+    g.create_execution_plan(5, dataclasses.asdict(kn))
+    out = _empty(dw)
+    ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+    g.execute({tx: x, tdy: dy, dw: out}, ws)
+    torch.cuda.synchronize()
+    return out, wd.grad
+
+
 @pytest.mark.parametrize("shape", shapes.GPU)
 @pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("engine", [3, 11, 6, 7, 8, 9, 13, 14, 15])
@@ -345,28 +371,13 @@ def test_wgrad_tma_path_every_config(cfg):
 
         kn0 = T.KNOB_SPACE[cfg]
         gather = cfg % 2 and not FL.gather_too_large(kn0) and not FL.live_too_large(kn0)
-        n, c, h, k, f, s, p = [(8, 64, 13, 128, 1, 1, 0), (2, 3, 56, 64, 7, 2, 3)][gather]
+        shape = [(8, 64, 13, 128, 1, 1, 0), (2, 3, 56, 64, 7, 2, 3)][gather]
     else:
-        n, c, h, k, f, s, p = shapes.GPU_TMA[cfg % 3]
-    cl, dt = torch.channels_last, torch.bfloat16
+        shape = shapes.GPU_TMA[cfg % 3]
+    dt = torch.bfloat16
     kn = dataclasses.replace(T.KNOB_SPACE[cfg], SPLIT=1 if cfg % 2 else 3)
-    x = torch.randn(n, c, h, h, device="cuda", dtype=dt).to(memory_format=cl)
-    w = torch.zeros(k, c, f, f, device="cuda", dtype=dt).to(memory_format=cl)
-    xd, wd = x.double(), w.double().requires_grad_(True)
-    yd = F.conv2d(xd, wd, stride=s, padding=p)
-    dy = torch.randn(yd.shape, device="cuda", dtype=dt).to(memory_format=cl)
-    yd.backward(dy.double())
-    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
-    tx, tdy = g.tensor_like(x), g.tensor_like(dy)
-    dw = g.conv_wgrad(tx, tdy, padding=[p, p], stride=[s, s])
-    dw.set_dim(list(w.shape)).set_stride(list(w.stride())).set_output(True)
-    g.validate()
-    g.create_execution_plan(5, dataclasses.asdict(kn))
-    out = _empty(dw)
-    ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
-    g.execute({tx: x, tdy: dy, dw: out}, ws)
-    torch.cuda.synchronize()
-    assert _relerr(out, wd.grad) < TOL[dt]
+    out, ref = _run_wgrad_tma(kn, shape, dt)
+    assert _relerr(out, ref) < TOL[dt]
 
 
 # (x dims, K, stride, padding): 3-D boxes over N * OD images, stride 1 and 2, 32 channels
@@ -1004,21 +1015,5 @@ def test_wgrad_tma_tf32_every_box_config(cfg, monkeypatch):
     if st < 2:
         pytest.skip("a 4-byte box of this size leaves no room for two stages")
     kn = dataclasses.replace(kn, num_stages=min(kn.num_stages, st), SPLIT=3 if cfg % 2 else 1)
-    n, c, h, k, f, s, p = shapes.GPU_TMA[cfg % 2]
-    x = torch.randn(n, c, h, h, device="cuda").to(memory_format=torch.channels_last)
-    w = torch.zeros(k, c, f, f, device="cuda").to(memory_format=torch.channels_last)
-    wd = w.double().requires_grad_(True)
-    yd = F.conv2d(x.double(), wd, stride=s, padding=p)
-    dy = torch.randn(yd.shape, device="cuda").to(memory_format=torch.channels_last)
-    yd.backward(dy.double())
-    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
-    tx, tdy = g.tensor_like(x), g.tensor_like(dy)
-    dw = g.conv_wgrad(tx, tdy, padding=[p, p], stride=[s, s])
-    dw.set_dim(list(w.shape)).set_stride(list(w.stride())).set_output(True)
-    g.validate()
-    g.create_execution_plan(5, dataclasses.asdict(kn))
-    out = _empty(dw)
-    ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
-    g.execute({tx: x, tdy: dy, dw: out}, ws)
-    torch.cuda.synchronize()
-    assert _relerr(out, wd.grad) < 3e-3, str(kn)
+    out, ref = _run_wgrad_tma(kn, shapes.GPU_TMA[cfg % 2], torch.float32)
+    assert _relerr(out, ref) < 3e-3, str(kn)
