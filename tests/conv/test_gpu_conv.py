@@ -1017,3 +1017,64 @@ def test_wgrad_tma_tf32_every_box_config(cfg, monkeypatch):
     kn = dataclasses.replace(kn, num_stages=min(kn.num_stages, st), SPLIT=3 if cfg % 2 else 1)
     out, ref = _run_wgrad_tma(kn, shapes.GPU_TMA[cfg % 2], torch.float32)
     assert _relerr(out, ref) < 3e-3, str(kn)
+
+
+@pytest.mark.parametrize("engine", [3, 11])
+def test_int8_int32_compute_exact_every_config(engine):
+    """cuDNN's int8 form (INT8 io, INT32 compute, identity to INT32) on each config of the
+    int8 implicit GEMMs: sums beyond 2^24 exact (the epilogue in float64); NaN-free int32
+    output poisoned with -7 first."""
+    from opendnn.engines.base import Target
+    from opendnn.engines.registry import by_id
+
+    cl = torch.channels_last
+    x = torch.randint(-128, 128, (2, 512, 6, 6), dtype=torch.int8, device="cuda")
+    x = x.to(memory_format=cl)
+    w = torch.full((8, 512, 3, 3), 127, dtype=torch.int8, device="cuda").to(memory_format=cl)
+    w[1] = -128
+    exact = F.conv2d(x.cpu().double(), w.cpu().double(), padding=1).long()
+    assert exact.abs().max() > 2**24
+    g = cudnn.pygraph(
+        io_data_type=cudnn.data_type.INT8,
+        intermediate_data_type=cudnn.data_type.INT32,
+        compute_data_type=cudnn.data_type.INT32,
+    )
+    tx, tw = g.tensor_like(x), g.tensor_like(w)
+    y = g.identity(g.conv_fprop(tx, tw, padding=[1, 1]))
+    y.set_output(True).set_data_type(cudnn.data_type.INT32)
+    g.validate()
+    e = by_id(engine)
+    target = Target("cuda", "gpu", torch.cuda.get_device_capability(), 132)
+    configs = e.configs(g.op_graph, target)
+    assert configs
+    for cfg in configs:
+        g.create_execution_plan(engine, cfg.knob_dict)
+        out = torch.full((2, 8, 6, 6), -7, dtype=torch.int32, device="cuda").to(memory_format=cl)
+        ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+        g.execute({tx: x, tw: w, y: out}, ws)
+        torch.cuda.synchronize()
+        assert torch.equal(out.cpu().long(), exact), cfg.label()
+
+
+def test_conv_genstats_many_tiles():
+    """conv + genstats with more per-tile partials than one chunk of the finishing sum
+    (NHWC bf16, 1568 pixels: 13-49 tiles), against float64."""
+    cl = torch.channels_last
+    x = torch.randn(32, 64, 7, 7, device="cuda", dtype=torch.bfloat16).to(memory_format=cl)
+    w = (torch.randn(96, 64, 3, 3, device="cuda", dtype=torch.bfloat16) * 0.1).to(memory_format=cl)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tw = g.tensor_like(x), g.tensor_like(w)
+    y = g.conv_fprop(tx, tw, padding=[1, 1])
+    y.set_output(True)
+    s, sq = g.genstats(y)
+    s.set_output(True)
+    sq.set_output(True)
+    g.validate()
+    g.create_execution_plan(3, {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4})
+    outs = {t: _empty(t) for t in (y, s, sq)}
+    ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+    g.execute({tx: x, tw: w, **outs}, ws)
+    torch.cuda.synchronize()
+    ref = F.conv2d(x.double(), w.double(), padding=1)
+    assert _relerr(outs[s], ref.sum((0, 2, 3), keepdim=True)) < 1e-3
+    assert _relerr(outs[sq], (ref * ref).sum((0, 2, 3), keepdim=True)) < 1e-3
