@@ -743,10 +743,12 @@ def _int8_graph(x, w, compute, out_type, **conv):
     return g, tx, tw, y
 
 
-def test_int8_conv_int32_compute_is_exact_through_the_heuristics():
+@pytest.mark.parametrize("engine", [None, 3, 11])
+def test_int8_conv_int32_compute_is_exact(engine):
     """cudnn-frontend's int8 graph (INT8 io, INT32 intermediate and compute, identity to an
-    INT32 output) built by mode A and FALLBACK: sums beyond 2^24, where float32 would
-    round, come out exact (the INT32 epilogue runs in float64)."""
+    INT32 output) built by mode A and FALLBACK (None) or pinned to each int8 implicit GEMM
+    (the plain and the precomputed-index one): sums beyond 2^24, where float32 would round,
+    come out exact (the INT32 epilogue runs in float64)."""
     torch.manual_seed(43)
     x = torch.full((1, 512, 3, 3), 127, dtype=torch.int8).to(memory_format=torch.channels_last)
     x[0, :, 0, 0] = torch.randint(-128, 128, (512,), dtype=torch.int8)
@@ -754,8 +756,12 @@ def test_int8_conv_int32_compute_is_exact_through_the_heuristics():
     w[1] = -w[1] - 1
     w[2, :7, 0, 0] = 3
     g, tx, tw, y = _int8_graph(x, w, cudnn.data_type.INT32, cudnn.data_type.INT32, padding=[1, 1])
-    g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-    assert "reference" not in g.get_plan_name_at_index(0)
+    if engine is None:
+        g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+        assert "reference" not in g.get_plan_name_at_index(0)
+    else:
+        g.validate()
+        g.create_execution_plan(engine, {})
     out = torch.full((1, 4, 3, 3), -7, dtype=torch.int32).to(memory_format=torch.channels_last)
     g.execute({tx: x, tw: w, y: out}, torch.empty(g.get_workspace_size(), dtype=torch.uint8))
     exact = torch.nn.functional.conv2d(x.double(), w.double(), padding=1).long()

@@ -399,6 +399,23 @@ def transposed_step(a: ConvAnalysis, transposed: bool) -> float:
     return 1.0
 
 
+def source_options(graph, a: ConvAnalysis, kind: str) -> dict:
+    """The keyword arguments every implicit-GEMM source generator takes for ``a``: the
+    epilogue, the TF32 / float32 switches and, for int8 data, the int8 dot with (INT32
+    compute) the float64 epilogue."""
+    params, body = epilogue(graph, a, kind)
+    kw = dict(
+        epilogue_params=params,
+        epilogue_body=body,
+        allow_tf32=tf32(a),
+        fp32_inputs=a.x.data_type == DataType.FLOAT,
+    )
+    if a.x.data_type == DataType.INT8:
+        kw["int8"] = True
+        kw["exact_int"] = a.ep.exact_int
+    return kw
+
+
 def _stat_tiles(a: ConvAnalysis, kn: K.ConvKnobs) -> int:
     return -(-a.geo.n * prod(a.geo.out_dims) // kn.BLOCK_M)
 
@@ -448,22 +465,13 @@ class _ConvExecutable(Executable, LaunchList):
     ):
         LaunchList.__init__(self)
         self.workspace_size = 0
-        params, body = epilogue(graph, a, kind)
         name = f"{kind}_{graph.key()[:12]}"
-        kw = dict(
-            epilogue_params=params,
-            epilogue_body=body,
-            allow_tf32=tf32(a),
-            fp32_inputs=a.x.data_type == DataType.FLOAT,
-        )
-        if a.x.data_type == DataType.INT8:
-            kw["int8"] = True
-            kw["exact_int"] = a.ep.exact_int
+        kw = source_options(graph, a, kind)
         if kind == "conv_fprop":
             gen, grid, ins = K.fprop_source, K.grid(a.geo, kn), [a.x.uid, a.w.uid]
             if a.prologue is not None:
                 pparams, kw["prologue_body"] = prologue_source(graph, a)
-                kw["epilogue_params"] = pparams + params
+                kw["epilogue_params"] = pparams + kw["epilogue_params"]
         elif kind == "conv_dgrad":
             kw["dy_strides"] = a.y.strides
             gen = K.dgrad_phase_source if phases else K.dgrad_source

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import torch
 
-from ....enums import DataType
 from ....runtime.launch import DualKernel, Launcher, kernel_from_source
 from ...base import Executable
 from ...fusion import epilogue as fuse_epilogue
-from ..analysis import epilogue, prologue_source, tf32
+from ..analysis import prologue_source
 from . import _kernels as K
-from .engine import ImplicitGemmEngine
+from .engine import ImplicitGemmEngine, source_options
 
 
 class PrecompGemmEngine(ImplicitGemmEngine):
@@ -47,18 +46,11 @@ class PrecompGemmEngine(ImplicitGemmEngine):
 class _PrecompExecutable(Executable):
     def __init__(self, graph, a, kn, target):
         self.workspace_size = 0
-        params, body = epilogue(graph, a, "conv_fprop")
-        kw = dict(
-            epilogue_params=params,
-            epilogue_body=body,
-            allow_tf32=tf32(a),
-            fp32_inputs=a.x.data_type == DataType.FLOAT,
-            precomp=True,
-        )
+        kw = dict(source_options(graph, a, "conv_fprop"), precomp=True)
         pro_uids = []
         if a.prologue is not None:
             pparams, kw["prologue_body"] = prologue_source(graph, a)
-            kw["epilogue_params"] = pparams + params
+            kw["epilogue_params"] = pparams + kw["epilogue_params"]
             pro_uids = a.prologue.channel_inputs + a.prologue.scalars
         name = f"conv_precomp_{graph.key()[:12]}"
         src_c = K.fprop_source(name, a.geo, kn, interpret=False, **kw)
