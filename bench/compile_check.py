@@ -11,7 +11,7 @@ compiles every launch with ``triton.compile`` for sm_90:
 
     conv       implicit GEMM / precomputed / GEMM / direct forward (int8, bf16, fp32, fused
                bias + relu, a conv1-like 7x7 s2), implicit-GEMM dgrad + drelu and wgrad,
-               the pointwise dgrad as one GEMM (53),
+               the pointwise dgrad as one GEMM (53), the NCHW column GEMMs (54, 55),
                a scale + bias + relu prologue with genstats (engines 3-12); depthwise (41-
                43): NHWC / NCHW, multiplier 2, stride 2, bias + relu, causal 1-D; grouped
                fprop, dgrad and wgrad (47-49) and the layout transforms (44-46)
@@ -240,6 +240,17 @@ def conv_graphs():
         dx.set_dim([4, 16, 12, 12]).set_stride(list(x.stride()))
         g.relu_backward(dx, g.tensor_like(x)).set_output(True)
         yield f"pointwise dgrad+drelu as GEMM {dt}", g, [53]
+        # NCHW: the column GEMMs (channels as rows, pixels as columns)
+        xn, wn = torch.randn(4, 16, 12, 12, dtype=dt), torch.randn(32, 16, 1, 1, dtype=dt)
+        g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+        tx, tw, tb = g.tensor_like(xn), g.tensor_like(wn), g.tensor_like(b)
+        g.relu(g.bias(g.conv_fprop(tx, tw), tb)).set_output(True)
+        yield f"pointwise NCHW fprop+bias+relu as column GEMM {dt}", g, [54]
+        g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+        dx = g.conv_dgrad(g.tensor_like(torch.randn(4, 32, 12, 12, dtype=dt)), g.tensor_like(wn))
+        dx.set_dim([4, 16, 12, 12])
+        g.relu_backward(dx, g.tensor_like(xn)).set_output(True)
+        yield f"pointwise NCHW dgrad+drelu as column GEMM {dt}", g, [55]
         g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
         tx = g.tensor_like(x)
         tdy = g.tensor_like(torch.randn(4, 32, 12, 12, dtype=dt).to(memory_format=CL))

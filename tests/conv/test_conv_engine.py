@@ -2,6 +2,8 @@
 1-3-D, groups, depthwise, stride, dilation, asymmetric padding, both modes, NCHW / NHWC /
 non-packed layouts, fp32 / fp16 / bf16, and fused epilogues."""
 
+import math
+
 import pytest
 import torch
 from _util import CONV_TYPES as TYPES
@@ -365,6 +367,80 @@ def test_dgrad_gemm_engine(layout, groups, dims, fold, dt):
     g.validate()
     assert plan_dgrad(g.op_graph).fold is fold
     check_engine(g, {tdy: dy, tw: w, tx: x}, [out], DGRAD_GEMM_ID, n=k // groups)
+
+
+COLUMNS_ID, DGRAD_COLUMNS_ID = 54, 55
+
+
+@pytest.mark.parametrize(
+    "n,groups,dims,batch_gap",
+    [
+        (3, 1, (5, 3), 0),  # N GEMMs W [K, C] x X[n] [C, P]
+        (3, 2, (4, 3), 0),  # one per image and group
+        (2, 3, (7,), 4),  # 1-D, three groups, x's images not adjacent
+        (1, 1, (1, 1), 0),  # one image of one pixel
+    ],
+)
+@pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16])
+def test_gemm_columns_engine(n, groups, dims, batch_gap, dt):
+    """The pointwise forward with the output channels as rows and pixels as columns (NCHW),
+    bias + residual + relu fused, against float64; y NaN-poisoned by check_engine."""
+    c, k = 6, 12
+    torch.manual_seed(17)
+    p = math.prod(dims)
+    x = torch.randn(n, c * p + batch_gap, dtype=dt)[:, : c * p].view(n, c, *dims)
+    w = (torch.randn(k, c // groups, *([1] * len(dims))) * 0.3).to(dt)
+    b = torch.randn(1, k, *([1] * len(dims)), dtype=dt)
+    z = torch.randn(n, k, *dims, dtype=dt)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx, tw, tb, tz = _tensor(g, x), _tensor(g, w), _tensor(g, b), _tensor(g, z)
+    y = g.relu(g.add(g.bias(g.conv_fprop(tx, tw, padding=[0] * len(dims)), tb), tz))
+    y.set_output(True).set_data_type(TYPES[dt])
+    check_engine(g, {tx: x, tw: w, tb: b, tz: z}, [y], COLUMNS_ID, n=c // groups)
+
+
+@pytest.mark.parametrize(
+    "n,groups,dims", [(3, 1, (5, 3)), (3, 2, (4, 3)), (2, 1, (9,)), (1, 1, (1, 1))]
+)
+@pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16])
+def test_dgrad_gemm_columns_engine(n, groups, dims, dt):
+    """The pointwise backward data with dX's channels as rows (NCHW), drelu fused, against
+    float64."""
+    c, k = 8, 10
+    torch.manual_seed(19)
+    x = torch.randn(n, c, *dims, dtype=dt)
+    w = (torch.randn(k, c // groups, *([1] * len(dims))) * 0.3).to(dt)
+    dy = torch.randn(n, k, *dims, dtype=dt)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tdy, tw, tx = _tensor(g, dy), _tensor(g, w), _tensor(g, x)
+    dgrad = g.conv_dgrad(tdy, tw, padding=[0] * len(dims))
+    dgrad.set_dim(list(x.shape)).set_stride(list(x.stride()))
+    out = g.relu_backward(dgrad, tx)
+    out.set_output(True).set_data_type(TYPES[dt])
+    check_engine(g, {tdy: dy, tw: w, tx: x}, [out], DGRAD_COLUMNS_ID, n=k // groups)
+
+
+def test_gemm_columns_engines_decline_channels_last_and_taps():
+    """The column GEMMs take pixel-fastest 1x1 problems; channels-last ones fold into the
+    row GEMMs, and a 3x3 filter is not a plain GEMM."""
+    from opendnn.engines.registry import by_id
+
+    for layout, filt, why in [
+        ("nhwc", 1, "folds into the rows"),
+        ("nchw", 3, "1x1"),
+    ]:
+        x = _layout(torch.randn(2, 4, 5, 5), layout)
+        w = _layout(torch.randn(6, 4, filt, filt), layout)
+        g = cudnn.pygraph()
+        g.conv_fprop(_tensor(g, x), _tensor(g, w), padding=[filt // 2] * 2).set_output(True)
+        g.validate()
+        assert why in by_id(COLUMNS_ID).check_support(g.op_graph, Target()).reason
+        dy = _layout(torch.randn(2, 6, 5, 5), layout)
+        g = cudnn.pygraph()
+        dx = g.conv_dgrad(_tensor(g, dy), _tensor(g, w), padding=[filt // 2] * 2)
+        dx.set_dim([2, 4, 5, 5]).set_output(True)
+        g.validate()
+        assert why in by_id(DGRAD_COLUMNS_ID).check_support(g.op_graph, Target()).reason
 
 
 def test_dgrad_gemm_engine_declines_taps_stride_padding():

@@ -1080,3 +1080,47 @@ def test_conv_genstats_many_tiles():
     ref = F.conv2d(x.double(), w.double(), padding=1)
     assert _relerr(outs[s], ref.sum((0, 2, 3), keepdim=True)) < 1e-3
     assert _relerr(outs[sq], (ref * ref).sum((0, 2, 3), keepdim=True)) < 1e-3
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(8, 240, 40, 28), (4, 72, 24, 15), (2, 16, 96, 7)])
+def test_gemm_columns_every_config(shape, dt, monkeypatch):
+    """The NCHW column GEMMs (54: forward + bias + relu, 55: backward data + drelu) on each
+    config they list (TF32 for float32), against float64; outputs NaN-poisoned."""
+    from opendnn import backends
+    from opendnn.engines.registry import by_id
+
+    monkeypatch.setattr(backends, "allow_tf32", True)
+    from opendnn.handle import target_for
+
+    n, c, k, h = shape
+    x = torch.randn(n, c, h, h, device="cuda", dtype=dt)
+    w = (torch.randn(k, c, 1, 1, device="cuda", dtype=dt) * 0.1).to(dt)
+    b = torch.randn(1, k, 1, 1, device="cuda", dtype=dt)
+    dy = torch.randn(n, k, h, h, device="cuda", dtype=dt)
+    target = target_for(str(torch.device("cuda", torch.cuda.current_device())))
+    fwd = torch.relu(F.conv2d(x.double(), w.double()) + b.double())
+    bwd = torch.einsum("kc,nkhw->nchw", w.double()[:, :, 0, 0], dy.double()) * (x > 0)
+    for engine in (54, 55):
+        g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+        if engine == 54:
+            tx, tw, tb = g.tensor_like(x), g.tensor_like(w), g.tensor_like(b)
+            y = g.relu(g.bias(g.conv_fprop(tx, tw), tb))
+            pack, ref = {tx: x, tw: w, tb: b}, fwd
+        else:
+            tdy, tw, tx = g.tensor_like(dy), g.tensor_like(w), g.tensor_like(x)
+            dx = g.conv_dgrad(tdy, tw)
+            dx.set_dim(list(x.shape))
+            y = g.relu_backward(dx, tx)
+            pack, ref = {tdy: dy, tw: w, tx: x}, bwd
+        y.set_output(True)
+        g.validate()
+        configs = by_id(engine).configs(g.op_graph, target)
+        assert len(configs) >= 8
+        for cfg in configs:
+            g.create_execution_plan(engine, cfg.knob_dict)
+            out = _empty(y)
+            ws = torch.empty(max(1, g.get_workspace_size()), device="cuda", dtype=torch.uint8)
+            g.execute({**pack, y: out}, ws)
+            torch.cuda.synchronize()
+            assert _relerr(out, ref) < (3e-3 if dt == torch.float32 else TOL[dt]), cfg.label()

@@ -351,7 +351,28 @@ def knob_space() -> list[MatmulKnobs]:
         K(16, 64, 128, 1, 4, 4),
         K(16, 64, 128, 1, 4, 4, tma=True),
     ]
-    return big + mid + skinny
+    return big + mid + skinny + FLOAT32_NARROW
+
+
+# float32 operands (TF32 dots) of memory-bound GEMMs, offered for float32 only (see
+# ``float32_only``): a few dozen output rows or columns over many pixels -- the pointwise
+# convolutions of NCHW images, W [K, C] x X[n] [C, P] -- where a float32 operand read
+# along its pixels is not K-major, and more, smaller CTAs per SM hide its transposing
+# loads better than one large tile (H100, batch 32, cuDNN time / ours: 64x32x32 and
+# 32x128x16 tiles 0.70-1.14 where the 128x64x32 of ``mid`` gave 0.3-0.6)
+FLOAT32_NARROW = [
+    MatmulKnobs(32, 128, 16, 8, 3, 4),
+    MatmulKnobs(16, 128, 32, 8, 2, 4),
+    MatmulKnobs(64, 128, 16, 8, 3, 4),
+    MatmulKnobs(128, 128, 16, 8, 3, 4),
+    MatmulKnobs(64, 32, 32, 8, 3, 4),
+    MatmulKnobs(32, 64, 32, 8, 3, 4),
+]
+
+
+def float32_only(knobs: MatmulKnobs) -> bool:
+    """Whether ``knobs`` is one of the float32-operand configs (``FLOAT32_NARROW``)."""
+    return knobs in FLOAT32_NARROW
 
 
 # ---------------------------------------------------------------------------

@@ -137,6 +137,11 @@ class MatmulEngine(Engine):
     def _knobs_ok(self, graph, a, kn, target) -> Support:
         if not target.is_cuda and (kn.tma or kn.persistent or kn.warp_specialize):
             return decline("TMA, persistent and warp-specialized kernels run compiled only")
+        if K.float32_only(kn) and a.a.data_type != DataType.FLOAT:
+            return decline(
+                f"{kn.short()} is a float32-operand config (K.FLOAT32_NARROW); "
+                f"A is {a.a.data_type.name}"
+            )
         if kn.warp_specialize:
             # Measured 2026-11-22 on the H100 with Triton 3.6: warp-specialized variants
             # returned wrong products (tests/core/test_gpu_core.py); offered again once they pass.

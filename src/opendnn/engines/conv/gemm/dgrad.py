@@ -24,7 +24,7 @@ import math
 from ...base import Executable
 from ...matmul.delegate import MatmulDelegateEngine
 from ..analysis import analyze
-from .engine import _rows, _uniform, gemm_graph, gemm_key, pixel_views
+from .engine import _rows, _uniform, column_views, gemm_graph, gemm_key, pixel_views
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +91,59 @@ class GemmDgradEngine(MatmulDelegateEngine):
         return _DgradGemmExecutable(
             self.build_gemm(graph, config, target), mapping, a_uid, b_uid, dp
         )
+
+
+class GemmColumnsDgradEngine(GemmDgradEngine):
+    """The pointwise backward data with dX's channels as the GEMM's rows and the pixels as
+    its columns, one GEMM per image and group:
+
+        dX[n, g, c, p] = sum_k W[g, k, c] * dY[n, g, k, p]       (A = W^T, B = dY[n])
+
+    The pixel-fastest (NCHW) counterpart of ``conv_dgrad_gemm`` (see
+    ``engine.GemmColumnsConvEngine``); both are offered and timed."""
+
+    id = 55
+    name = "conv_dgrad_gemm_nchw"
+
+    def calibration_key(self, graph, config) -> str:
+        return self.name
+
+    def gemm_graph(self, graph):
+        dp = plan_dgrad_columns(graph)
+        return dp if isinstance(dp, str) else _synthetic_columns(graph, dp)[0]
+
+    def build(self, graph, config, target) -> Executable:
+        dp = plan_dgrad_columns(graph)
+        _, mapping, w_syn, dy_syn = _synthetic_columns(graph, dp)
+        return _DgradGemmExecutable(
+            self.build_gemm(graph, config, target), mapping, dy_syn, w_syn, dp
+        )
+
+
+@functools.lru_cache(maxsize=256)
+def plan_dgrad_columns(graph) -> DgradGemmPlan | str:
+    """``plan_dgrad``'s plan with the column views, or why not."""
+    dp = plan_dgrad(graph)
+    if isinstance(dp, str):
+        return dp
+    if dp.fold:
+        return "the batch folds into the rows (channels-last): conv_dgrad_gemm takes it"
+    views = column_views(graph, dp.views, dp.a.x.uid)
+    if isinstance(views, str):
+        return views
+    return dataclasses.replace(dp, views=views)
+
+
+def _synthetic_columns(graph, dp: DgradGemmPlan) -> tuple:
+    """The matmul graph W^T @ dY[n] of ``dp``: (graph, mapping, the filter's synthetic uid,
+    dY's synthetic uid)."""
+    a, geo = dp.a, dp.a.geo
+    p, kg, cg = math.prod(geo.out_dims), geo.k_per_group, geo.c_per_group
+    ds, ws, dt = a.y.strides, a.w.strides, a.y.data_type
+    sp = _uniform(geo.out_dims, ds[2:]) if p != 1 else 0
+    w_spec = ([1, geo.groups, cg, kg], [0, kg * ws[0], ws[1], ws[0]], a.w.data_type)
+    dy_spec = ([geo.n, geo.groups, kg, p], [ds[0], kg * ds[1], ds[1], sp], dt)
+    return gemm_graph(graph, a.ep, a.x.uid, w_spec, dy_spec, dp.views)
 
 
 class _DgradGemmExecutable(Executable):

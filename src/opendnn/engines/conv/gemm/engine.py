@@ -258,8 +258,83 @@ class GemmConvEngine(MatmulDelegateEngine):
         )
 
 
+class GemmColumnsConvEngine(GemmConvEngine):
+    """The pointwise forward with the output channels as the GEMM's rows and the pixels as
+    its columns, one GEMM per image and group:
+
+        Y[n, g, j, p] = sum_c W[g, j, c] * X[n, g, c, p]        (A = W, B = X[n])
+
+    The formulation of a pixel-fastest (NCHW) y: C's rows are y's channel planes, so the
+    tile's stores run along pixels, and a float32 x is a B operand read along its pixels.
+    Which of the two formulations is faster depends on the layer (a few output channels
+    over many pixels: this one; many output channels: the row GEMM), so both are offered
+    and timed. Channels-last tensors fold the batch into the row GEMM instead."""
+
+    id = 54
+    name = "conv_gemm_nchw"
+
+    def calibration_key(self, graph, config) -> str:
+        return self.name
+
+    def gemm_graph(self, graph):
+        cp = plan_columns(graph)
+        return cp if isinstance(cp, str) else _synthetic_columns(graph, cp)[0]
+
+    def extra_bytes(self, graph) -> int:
+        return 0
+
+    def build(self, graph, config, target) -> Executable:
+        cp = plan_columns(graph)
+        _, mapping, w_syn, x_syn = _synthetic_columns(graph, cp)
+        return _GemmExecutable(
+            graph, cp, self.build_gemm(graph, config, target), mapping, x_syn, w_syn, 0, target
+        )
+
+
+def column_views(graph, views: dict, out_uid: int) -> dict | str:
+    """The [N, G, cols, p] views of the tensors of ``views`` (row views [N, G, p, cols]),
+    or why the column GEMM does not suit the output ``out_uid`` (its pixels not
+    unit-stride: not a pixel-fastest layout, where the row GEMM reads and writes along
+    channels)."""
+    dims, strides = views[out_uid]
+    if dims[2] > 1 and strides[2] != 1:
+        label = graph.tensors[out_uid].label()
+        return f"'{label}' is not pixel-fastest (pixel stride {strides[2]}, not 1)"
+    return {u: ([d[0], d[1], d[3], d[2]], [s[0], s[1], s[3], s[2]]) for u, (d, s) in views.items()}
+
+
+@functools.lru_cache(maxsize=256)
+def plan_columns(graph) -> GemmPlan | str:
+    """``plan_gemm``'s plan with the column views (``GemmColumnsConvEngine``), or why not."""
+    gp = plan_gemm(graph)
+    if isinstance(gp, str):
+        return gp
+    if not gp.direct:
+        return "the column GEMM takes 1x1, stride-1, unpadded convolutions (x is its B operand)"
+    if gp.fold:
+        return "the batch folds into the rows (channels-last): conv_gemm's row GEMM takes it"
+    views = column_views(graph, gp.views, gp.a.y.uid)
+    if isinstance(views, str):
+        return views
+    return dataclasses.replace(gp, views=views)
+
+
+def _synthetic_columns(graph, gp: GemmPlan) -> tuple:
+    """The matmul graph W @ X[n] of ``gp`` (a ``plan_columns`` plan): (graph, mapping, the
+    filter's synthetic uid, x's synthetic uid)."""
+    a, geo = gp.a, gp.a.geo
+    p, kg, cg = math.prod(geo.out_dims), geo.k_per_group, geo.c_per_group
+    xs, ws, dt = a.x.strides, a.w.strides, a.x.data_type
+    sp = _uniform(geo.in_dims, xs[2:]) if p != 1 else 0
+    w_spec = ([1, geo.groups, kg, cg], [0, kg * ws[0], ws[0], gp.kk_stride], dt)
+    x_spec = ([geo.n, geo.groups, cg, p], [xs[0], cg * xs[1], xs[1], sp], dt)
+    return gemm_graph(graph, a.ep, a.y.uid, w_spec, x_spec, gp.views)
+
+
 class _GemmExecutable(Executable, LaunchList):
     def __init__(self, graph, gp, inner, mapping, a_uid, b_uid, col_bytes, target):
+        """``a_uid`` / ``b_uid``: the synthetic uids that take x (or its im2col matrix)
+        and the filter."""
         LaunchList.__init__(self)
         self.inner, self.mapping, self.col_bytes = inner, mapping, col_bytes
         self.a_uid, self.b_uid = a_uid, b_uid
