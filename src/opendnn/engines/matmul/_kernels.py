@@ -358,14 +358,13 @@ def knob_space() -> list[MatmulKnobs]:
 # ``float32_only``): a few dozen output rows or columns over many pixels -- the pointwise
 # convolutions of NCHW images, W [K, C] x X[n] [C, P] -- where a float32 operand read
 # along its pixels is not K-major, and more, smaller CTAs per SM hide its transposing
-# loads better than one large tile (H100, batch 32, cuDNN time / ours: 64x32x32 and
+# loads better than one large tile (H100, batch 32, cuDNN time / ours: 32x64x32 and
 # 32x128x16 tiles 0.70-1.14 where the 128x64x32 of ``mid`` gave 0.3-0.6)
 FLOAT32_NARROW = [
     MatmulKnobs(32, 128, 16, 8, 3, 4),
     MatmulKnobs(16, 128, 32, 8, 2, 4),
     MatmulKnobs(64, 128, 16, 8, 3, 4),
     MatmulKnobs(128, 128, 16, 8, 3, 4),
-    MatmulKnobs(64, 32, 32, 8, 3, 4),
     MatmulKnobs(32, 64, 32, 8, 3, 4),
 ]
 
@@ -858,6 +857,13 @@ def _tile_efficiency(k: MatmulKnobs, dtype_bytes: int) -> float:
     return min(eff, 0.95)
 
 
+# resident warps per SM that hide a transposed float32 operand's loads (H100, the NCHW
+# pointwise convolutions of MobileNetV3 / EfficientNet-B0 / ResNet-50 at batch 32: the
+# 32x128x16 tile, 7 CTAs of 4 warps per SM, ran 1.2-2.5x faster than the 64x128x64 one,
+# one CTA of 4 warps, on the same bytes)
+TRANSPOSED_FP32_WARPS = 24
+
+
 def estimate_seconds(
     knobs: MatmulKnobs,
     M: int,
@@ -868,6 +874,7 @@ def estimate_seconds(
     peak_flops: float,
     peak_bw: float,
     num_sms: int,
+    transposed_fp32: bool = False,
 ) -> float:
     """Roofline estimate of one call (main kernel + split-K reduce), in seconds.
 
@@ -880,6 +887,12 @@ def estimate_seconds(
     traffic and a second launch.  ``peak_flops`` is the dense rate for the
     operand dtype (tf32 for float32 with tf32 allowed).  Meant for ranking
     configs, not for absolute predictions.
+
+    ``transposed_fp32``: a float32 operand under TF32 that is not K-major (the
+    tensor cores read TF32 K-major only, so its tiles pass through registers to
+    be transposed on their way to shared memory: synchronous loads, which only
+    other resident warps hide): the DRAM rate scales with the warps resident
+    per SM, ``min(1, warps / TRANSPOSED_FP32_WARPS)``.
     """
     if M <= 0 or N <= 0 or batch <= 0:
         return 0.0
@@ -919,6 +932,9 @@ def estimate_seconds(
     # one SM cannot pull more than ~1/num_sms of the DRAM bandwidth with a
     # few stages in flight: too few work items leave bandwidth unused
     bw = peak_bw * min(1.0, min(work, slots) / num_sms)
+    if transposed_fp32:
+        warps = min(ctas, max(1, _cdiv(work, num_sms))) * k.num_warps
+        bw *= min(1.0, warps / TRANSPOSED_FP32_WARPS)
     t_mem = max(dram / bw, l2 / (3.5 * bw))
     t = max(t_compute, t_mem) + 3e-6
     if k.SPLIT_K > 1:

@@ -205,6 +205,7 @@ class MatmulEngine(Engine):
             peak,
             target.bandwidth,
             target.num_sms,
+            transposed_fp32=_transposed_fp32(a),
         )
         extra = sum(
             graph.tensors[u].numel * graph.tensors[u].data_type.itemsize
@@ -229,6 +230,18 @@ class MatmulEngine(Engine):
 
 def _tf32(a: MatmulAnalysis) -> bool:
     return a.a.data_type == DataType.FLOAT and bool(backends.allow_tf32)
+
+
+def _transposed_fp32(a: MatmulAnalysis) -> bool:
+    """A TF32 problem with an operand that is not K-major (A's k stride or B's k stride
+    not 1), which the tensor cores cannot read in place (``K.estimate_seconds``)."""
+    if not _tf32(a):
+        return False
+    m, n, k = a.mnk
+    sa, sb = a.bstrides[a.a.uid], a.bstrides[a.b.uid]
+    a_kmajor = sa[3] == 1 or k <= 1 or m <= 1
+    b_kmajor = sb[2] == 1 or k <= 1 or n <= 1
+    return not (a_kmajor and b_kmajor)
 
 
 def epilogue(graph, a: MatmulAnalysis, mask: str = "ep_mask") -> tuple[list, str, list]:
