@@ -37,9 +37,11 @@ MEASURED_SCALES: dict[str, float] = {
     "conv_dgrad_implicit_gemm:tma:flat": 0.94,  # 5 timings
     "conv_dgrad_implicit_gemm:tma:flat:split": 1.01,  # 1 timings
     "conv_dgrad_implicit_gemm:tma:split": 0.98,  # 3 timings
-    "conv_dgrad_gemm:nchw": 1.17,  # 25 timings
-    "conv_dgrad_gemm_nchw": 1.03,  # 53 timings
+    "conv_dgrad_gemm:nchw": 1.21,  # 14 timings
+    "conv_dgrad_gemm:nchw:fp32": 1.08,  # 13 timings
     "conv_dgrad_gemm:rows": 0.88,  # 13 timings
+    "conv_dgrad_gemm_nchw": 1.25,  # 15 timings
+    "conv_dgrad_gemm_nchw:fp32": 0.94,  # 24 timings
     "conv_dgrad_patchify": 0.91,  # 12 timings
     "conv_dgrad_patchify:nchw": 1.10,  # 23 timings
     "conv_dgrad_splitk:gather": 1.16,  # 13 timings
@@ -48,9 +50,11 @@ MEASURED_SCALES: dict[str, float] = {
     "conv_direct:gather": 1.47,  # 1 timings
     "conv_direct:gather:nchw": 3.65,  # 14 timings
     "conv_gemm": 1.24,  # 116 timings
-    "conv_gemm:nchw": 1.02,  # 86 timings
+    "conv_gemm:nchw": 1.07,  # 25 timings
+    "conv_gemm:nchw:fp32": 0.97,  # 21 timings
     "conv_gemm:rows": 0.96,  # 39 timings
-    "conv_gemm_nchw": 0.65,  # 44 timings
+    "conv_gemm_nchw": 1.14,  # 65 timings
+    "conv_gemm_nchw:fp32": 0.88,  # 39 timings
     "conv_grouped": 0.95,  # 20 timings
     "conv_grouped:nchw": 2.04,  # 33 timings
     "conv_implicit_gemm:gather": 1.00,  # 127 timings

@@ -24,7 +24,15 @@ import math
 from ...base import Executable
 from ...matmul.delegate import MatmulDelegateEngine
 from ..analysis import analyze
-from .engine import _rows, _uniform, column_views, gemm_graph, gemm_key, pixel_views
+from .engine import (
+    _rows,
+    _uniform,
+    column_views,
+    columns_key,
+    gemm_graph,
+    gemm_key,
+    pixel_views,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,7 +114,7 @@ class GemmColumnsDgradEngine(GemmDgradEngine):
     name = "conv_dgrad_gemm_nchw"
 
     def calibration_key(self, graph, config) -> str:
-        return self.name
+        return columns_key(self.name, plan_dgrad_columns(graph), "y")
 
     def gemm_graph(self, graph):
         dp = plan_dgrad_columns(graph)

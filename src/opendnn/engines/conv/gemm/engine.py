@@ -142,13 +142,24 @@ def gemm_key(name: str, plan, image: str) -> str:
     """The calibration key of a GEMM plan ``plan`` (a reason string: ``name``) whose
     image operand is attribute ``image`` of its analysis: ``name:rows`` when folded,
     ``name:nchw`` when that image has more than one channel and a channel stride other
-    than 1, else ``name``."""
+    than 1 (``:nchw:fp32`` for float32 data, whose pixel-fastest operand the tensor cores
+    cannot read in place under TF32), else ``name``."""
     if isinstance(plan, str):
         return name
     if plan.fold:
         return f"{name}:rows"
     t = getattr(plan.a, image)
-    return f"{name}:nchw" if t.dims[1] > 1 and t.strides[1] != 1 else name
+    if t.dims[1] > 1 and t.strides[1] != 1:
+        return f"{name}:nchw" + (":fp32" if t.data_type == DataType.FLOAT else "")
+    return name
+
+
+def columns_key(name: str, plan, image: str) -> str:
+    """The calibration key of a column GEMM (``GemmColumnsConvEngine``): ``name``, with
+    ``:fp32`` for float32 data (see ``gemm_key``)."""
+    if isinstance(plan, str):
+        return name
+    return name + (":fp32" if getattr(plan.a, image).data_type == DataType.FLOAT else "")
 
 
 def gemm_graph(graph, ep, out_uid: int, a_spec: tuple, b_spec: tuple, views: dict) -> tuple:
@@ -274,7 +285,7 @@ class GemmColumnsConvEngine(GemmConvEngine):
     name = "conv_gemm_nchw"
 
     def calibration_key(self, graph, config) -> str:
-        return self.name
+        return columns_key(self.name, plan_columns(graph), "x")
 
     def gemm_graph(self, graph):
         cp = plan_columns(graph)
