@@ -15,7 +15,7 @@ both sides' path (the tests' pure-Python needs, e.g. looseversion). The suite's 
 sample of N of FILE's collected cases, the same node ids on both sides (the SDPA files
 hold tens of thousands). Each (side, file) runs as its own pytest process with a
 timeout; the table goes to stdout and the counts, with every failing node id and the
-first line of its message, to OUT/conformance.json.
+first line of its message, to OUT/conformance.json (rewritten after each file).
 """
 
 from __future__ import annotations
@@ -141,6 +141,8 @@ def main(argv=None) -> int:
     sides = ["opendnn", "cudnn"] if args.side == "both" else [args.side]
     envs = {s: side_env(s, args.deps, root) for s in sides}
     results: dict = {}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     for name in files:
         ids = None
         if name in samples:  # the same node ids on both sides: collected on the first
@@ -150,9 +152,8 @@ def main(argv=None) -> int:
             r = run_file(tests, name, envs[side], args.timeout, ids)
             results.setdefault(name, {})[side] = r
             print(f"{name:44s} {side:8s} {_fmt(r)}", flush=True)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "conformance.json").write_text(json.dumps(results, indent=1))
+            # rewritten after every file: a run cut short keeps what it finished
+            (out / "conformance.json").write_text(json.dumps(results, indent=1))
     print(f"\n{'file':44s} " + "  ".join(f"{s:>30s}" for s in sides))
     for name, by in results.items():
         print(f"{name:44s} " + "  ".join(f"{_fmt(by[s]):>30s}" for s in sides))
