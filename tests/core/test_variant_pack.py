@@ -81,7 +81,7 @@ def test_bind_1d_buffer_holding_the_span(rng):
     view = base[1:5, 2:7]  # dims (4, 5), strides (9, 1)
     X = g.tensor([4, 5], [9, 1], DataType.FLOAT, name="x")
     y = g.exp(X)
-    y.set_output(True)
+    y.set_output(True).set_stride([5, 1])  # packed (it would inherit x's [9, 1])
     g.build([HeurMode.A])
     flat = base.reshape(-1)[1 * 9 + 2 :]  # starts at view[0, 0]
     out = torch.full((4, 5), float("nan"))
@@ -541,3 +541,26 @@ def test_single_pointwise_node_in_place_on_identical_buffer_runs():
     g.build([cudnn.heur_mode.A])
     g.execute({x: base, y: base})
     assert torch.equal(base.double(), want)
+
+
+def test_pointwise_output_takes_its_input_strides(rng):
+    """cudnn-frontend's inference: a pointwise output takes the strides of its first input
+    of the same dims as they are, so a slice can be written in place (RoPE on a column
+    slice of a wider tensor); a broadcast (stride-0) input lends only its stride order."""
+    g = cudnn.pygraph()
+    base = rng.rand((4, 10))
+    x = base[:, 2:6]  # dims (4, 4), strides (10, 1)
+    X = g.tensor_like(x)
+    y = g.neg(X)
+    y.set_output(True)
+    g.build([HeurMode.A])
+    assert y.get_stride() == [10, 1]
+    expect = -x.clone()
+    g.execute({X: x, y: x}, None)
+    assert torch.equal(base[:, 2:6], expect)
+    g = cudnn.pygraph()
+    B = g.tensor([4, 4], [0, 1], DataType.FLOAT, name="b")
+    y2 = g.neg(B)
+    y2.set_output(True)
+    g.validate()
+    assert sorted(y2.get_stride()) == [1, 4]  # packed, no zero stride

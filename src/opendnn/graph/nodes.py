@@ -217,6 +217,11 @@ class Pointwise(Node):
         full = [t for t in ins if not t.is_pass_by_value and t.dim == out.dim]
         like = full[0] if full else self.first_input()
         ctx.fill_type(out, like)
+        if out.stride is None and full and _distinct(like):
+            # cudnn-frontend's rule: the output takes the strides of the first input of its
+            # dims as they are (a slice's gapped strides included: code that binds that
+            # slice as the output, e.g. RoPE written in place, relies on it)
+            out.stride = list(like.stride)
         ctx.fill_strides(out, like)
 
     def validate(self, desc) -> None:
@@ -577,6 +582,12 @@ def register_node_type(cls: type[Node]) -> type[Node]:
         )
     NODE_TYPES[cls.kind] = cls
     return cls
+
+
+def _distinct(t) -> bool:
+    """``t`` has strides and no two of its elements share an address by a zero stride
+    (a broadcast input's strides would make an output overwrite itself)."""
+    return t.stride is not None and all(s != 0 for s, d in zip(t.stride, t.dim) if d > 1)
 
 
 def infer_strides_like(dims, like: TensorDesc | None):
