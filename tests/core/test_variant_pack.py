@@ -564,3 +564,78 @@ def test_pointwise_output_takes_its_input_strides(rng):
     y2.set_output(True)
     g.validate()
     assert sorted(y2.get_stride()) == [1, 4]  # packed, no zero stride
+
+
+def test_unused_graph_tensor_in_the_pack_is_ignored(rng):
+    """A tensor the graph made but no node used never gets a uid; cuDNN ignores such an
+    entry (cudnn-frontend's instance-norm test passes its unused epsilon), while a uid
+    the graph does not know is still refused."""
+    g = cudnn.pygraph()
+    x = rng.rand((3, 4))
+    X = g.tensor_like(x)
+    unused = g.tensor_like(torch.full((1, 1, 1, 1), 1e-5))
+    y = g.neg(X)
+    y.set_output(True)
+    g.build([HeurMode.A])
+    assert unused.get_uid() == -1
+    out = _out()
+    g.execute({X: x, y: out, unused: torch.full((1, 1, 1, 1), 1e-5)}, None)
+    assert torch.equal(out, -x)
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM,
+        lambda: g.execute({X: x, y: _out(), 999: x}, None),
+        "uid 999 is not a tensor of this graph",
+    )
+
+
+def test_buffer_differing_in_size_one_dims_binds(rng):
+    """[4, 64, 64] bound to a [4, 1, 64, 64] descriptor whose size-1 dim has stride 1
+    (cudnn-frontend's reduction output): the same elements; a [4, 3] buffer for [3, 4]
+    stays refused (test_wrong_shape_with_the_same_element_count)."""
+    g = cudnn.pygraph()
+    x = rng.rand((4, 6, 5))
+    X = g.tensor_like(x)
+    y = g.reduction(X, mode=ReductionMode.ADD, compute_data_type=DataType.FLOAT)
+    y.set_dim([4, 1, 5]).set_stride([5, 1, 1]).set_output(True)
+    g.build([HeurMode.A])
+    out = torch.full((4, 5), float("nan"))
+    g.execute({X: x, y: out}, None)
+    assert_close(out, x.double().sum(1), torch.float32, n=6)
+
+
+def test_workspace_as_a_raw_pointer(rng):
+    """execute(pack, workspace.data_ptr()) (cudnn-frontend's pointer form): the plan's
+    bytes at that address; a null-like pointer is refused."""
+    g = cudnn.pygraph(intermediate_data_type=DataType.FLOAT)
+    x, w = rng.rand((2, 3, 6, 6)), rng.rand((4, 3, 3, 3))
+    X, W = g.tensor_like(x), g.tensor_like(w)
+    y = g.conv_fprop(X, W, padding=[1, 1])
+    y.set_output(True)
+    g.validate()
+    g.create_execution_plan(6, {})  # the explicit GEMM: an im2col workspace
+    need = g.get_workspace_size()
+    assert need > 0
+    ws = torch.zeros(need, dtype=torch.uint8)
+    out = torch.full((2, 4, 6, 6), float("nan"))
+    g.execute({X: x, W: w, y: out}, ws.data_ptr())
+    ref = torch.nn.functional.conv2d(x.double(), w.double(), padding=1)
+    assert_close(out, ref, torch.float32, n=27)
+    assert ws.any()  # the im2col matrix landed there
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_NULL_POINTER,
+        lambda: g.execute({X: x, W: w, y: out}, 4096),
+        "workspace pointer",
+    )
+
+
+def test_cpu_scalar_tensor_is_pass_by_value_on_a_gpu_graph(monkeypatch):
+    """tensor_like of a one-element CPU tensor of any rank ((1, 1, 1, 1) epsilon) is a
+    host scalar whatever device the graph runs on (cudnn-frontend: CPU tensors are
+    pass-by-value)."""
+    g = cudnn.pygraph()
+    monkeypatch.setattr(g, "_device", lambda: torch.device("cuda", 0))
+    e = g.tensor_like(torch.full((1, 1, 1, 1), 1e-5))
+    assert e.is_pass_by_value and e.value == pytest.approx(1e-5)
+    assert not g.tensor_like(torch.ones(2, 1)).is_pass_by_value

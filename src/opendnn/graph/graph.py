@@ -167,8 +167,8 @@ class Graph(BuilderMixin, LifecycleMixin):
 
     def tensor_like(self, t, name: str = "") -> Tensor:
         """A tensor with the dims, strides and type of a graph tensor, torch tensor or DLPack
-        object. CPU single-element tensors become pass-by-value when the graph runs on a
-        GPU; on a CPU graph every single-element tensor does."""
+        object. A single-element CPU tensor becomes pass-by-value (a host scalar, as
+        cudnn-frontend makes of CPU tensors), whatever device the graph runs on."""
         if isinstance(t, Tensor):
             return self.tensor(
                 t.dim, t.stride, t.data_type, False, t.is_pass_by_value, name=name or t.name
@@ -185,11 +185,8 @@ class Graph(BuilderMixin, LifecycleMixin):
                 )
         dims = list(t.shape) or [1]
         strides = list(t.stride()) or [1]
-        by_value = (
-            t.numel() == 1
-            and t.device.type == "cpu"
-            and (t.dim() == 0 or self._device().type == "cpu")
-        )
+        # cudnn-frontend makes every CPU tensor pass-by-value; a scalar is one element
+        by_value = t.numel() == 1 and t.device.type == "cpu"
         out = self.tensor(dims, strides, t.dtype, False, by_value, name=name)
         if by_value:
             out.value = t.item()

@@ -172,12 +172,10 @@ def _convert(value, desc: TensorDesc, op: str, device: torch.device, output: boo
                 tensor=desc.label(),
                 status=Status.BAD_PARAM_SIZE_INSUFFICIENT,
             )
-    elif (
-        [d for d in t.shape if d != 1] == [d for d in desc.dims if d != 1]
-        and t.is_contiguous()
-        and desc.strides == tuple(torch.empty(desc.dims, device="meta").stride())
-    ):
-        pass  # the same dims but for size-1 ones (e.g. [M, N] bound to [1, M, N])
+    elif _same_but_size_one(t, desc):
+        # the same dims and strides but for size-1 dims ([M, N] bound to [1, M, N] or to
+        # [M, 1, N] with any stride on the 1): the same memory, read as the descriptor
+        t = t.as_strided(desc.dims, desc.strides)
     else:
         raise BadParamError(
             f"buffer shape {list(t.shape)} strides {list(t.stride())} disagree "
@@ -187,6 +185,14 @@ def _convert(value, desc: TensorDesc, op: str, device: torch.device, output: boo
             status=Status.BAD_PARAM_SHAPE_MISMATCH,
         )
     return t
+
+
+def _same_but_size_one(t: torch.Tensor, desc: TensorDesc) -> bool:
+    """``t`` and ``desc`` agree on every dimension of size above 1, sizes and strides, in
+    order: they address the same elements."""
+    mine = [(d, s) for d, s in zip(t.shape, t.stride()) if d != 1]
+    theirs = [(d, s) for d, s in zip(desc.dims, desc.strides) if d != 1]
+    return mine == theirs
 
 
 def check_writable(value, op: str, tensor: str | None, role: str) -> None:
@@ -351,6 +357,10 @@ def bind(
     elsewhere = None  # (tensor, device) of the first buffer on another device
     for key, value in variant_pack.items():
         uid = key if isinstance(key, int) else getattr(key, "uid", None)
+        if uid == -1 and not isinstance(key, int):
+            # a graph tensor no node used never got a uid: cuDNN ignores such an entry
+            # (cudnn-frontend's tests pass their unused epsilon tensors)
+            continue
         if uid is None or isinstance(key, bool):
             raise BadParamError(
                 f"variant pack key {key!r} is neither a graph tensor nor a uid",
@@ -561,6 +571,12 @@ def check_workspace(workspace, needed: int, device, op: str, graph=None, bound: 
     the plan uses may share none with a bound buffer: a plan writes its workspace while it
     reads its inputs and writes its outputs (an FFT or Winograd plan would compute on its
     own scratch). Byte ranges are compared, not elements: one comparison per buffer."""
+    if isinstance(workspace, (int, np.integer)) and not isinstance(workspace, bool):
+        # a raw address (cudnn-frontend's execute takes workspace.data_ptr()): the plan's
+        # bytes there, on the buffers' device
+        if needed == 0:
+            return None
+        workspace = _pointer_bytes(int(workspace), needed, device, op)
     if needed == 0:
         return None if workspace is None else as_bytes(workspace, op)
     if workspace is None:
@@ -593,6 +609,22 @@ def check_workspace(workspace, needed: int, device, op: str, graph=None, bound: 
             if common > 0:
                 _overlap(op, "workspace", desc.label(), common)
     return ws
+
+
+def _pointer_bytes(ptr: int, nbytes: int, device, op: str) -> torch.Tensor:
+    """``nbytes`` bytes at address ``ptr`` on ``device`` (None: the default handle's) as a
+    uint8 tensor; the address checked as a variant pack's pointers are."""
+    if not _LOWEST_POINTER <= ptr < 2**64:
+        raise BadParamError(
+            f"workspace pointer {ptr:#x} is null, in the never-mapped first 64 KiB or "
+            "outside the 64-bit address space",
+            op=op,
+            status=Status.BAD_PARAM_NULL_POINTER,
+        )
+    device = device if device is not None else default_handle().device
+    if device.type == "cuda":
+        return _cuda_view(ptr, nbytes, torch.uint8, device)
+    return torch.frombuffer((ctypes.c_uint8 * nbytes).from_address(ptr), dtype=torch.uint8)
 
 
 def byte_span(t: torch.Tensor) -> tuple[int, int]:
