@@ -153,6 +153,14 @@ class ExecutionPlan:
         self.built = False
         self.build_seconds = None
 
+    @property
+    def single_pass(self) -> bool:
+        """One stage whose engine reads an element's inputs before writing its outputs
+        (``Engine.single_pass_pointwise``)."""
+        return (
+            len(self.stages) == 1 and by_id(self.stages[0].config.engine_id).single_pass_pointwise
+        )
+
     def _boundary_uids(self) -> list:
         seen = []
         for s in self.stages:

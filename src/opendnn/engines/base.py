@@ -163,6 +163,10 @@ class Engine:
     id: int = -1
     name: str = "engine"
     behavior_notes: frozenset = frozenset()
+    # one pass that reads every input of an element before it writes that element's
+    # outputs, on a pointwise-only graph: several outputs may then lie exactly over
+    # inputs (buffers.check_no_aliasing)
+    single_pass_pointwise: bool = False
 
     def numerical_notes(self, graph, config: EngineConfig) -> frozenset:
         return frozenset()

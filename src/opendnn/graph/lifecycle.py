@@ -429,7 +429,7 @@ class LifecycleMixin:
             self._scalar_defaults_cached(),
             explicit=h is not None,
         )
-        check_no_aliasing(g, bound, op)
+        check_no_aliasing(g, bound, op, plan.single_pass)
         ws = check_workspace(workspace, plan.workspace_size, device, op, g, bound)
         mark_written(g, bound)  # autograd sees the outputs' raw writes
         stream = h.cuda_stream() if (h is not None and device.type == "cuda") else None
@@ -579,12 +579,29 @@ class LifecycleMixin:
                 for s in p.stages
             )
 
-        top = self._plans[:limit]
+        # ... and no code path takes more than half of the `limit` slots: two engines whose
+        # configs tie in the model (a GEMM's twenty tiles on a memory-bound layer) would
+        # otherwise crowd out a third path that is really twice as fast
+        cap = max(1, -(-limit // 2))
+        top, held, count = [], [], {}
+        for p in self._plans:
+            if len(top) == limit:
+                break
+            f = family(p)
+            if count.get(f, 0) < cap:
+                top.append(p)
+                count[f] = count.get(f, 0) + 1
+            else:
+                held.append(p)
+        top += held[: limit - len(top)]  # too few paths to fill the slots: the runners-up
+        chosen = {id(p) for p in top}
+        pos = {id(p): i for i, p in enumerate(self._plans)}
+        top.sort(key=lambda p: pos[id(p)])
         seen = {family(p) for p in top}
         extra, far = [], []
         best = estimate(top[0]) if top else 0.0
-        for p in self._plans[limit:]:
-            if family(p) not in seen:
+        for p in self._plans:
+            if id(p) not in chosen and family(p) not in seen:
                 seen.add(family(p))
                 (extra if estimate(p) <= EXTRA_MARGIN * best else far).append(p)
         if far:
@@ -592,7 +609,8 @@ class LifecycleMixin:
                 f"benchmark: not timing {', '.join(p.name for p in far)}: estimated "
                 f"beyond {EXTRA_MARGIN}x the best plan"
             )
-        rest = [p for p in self._plans[limit:] if all(p is not q for q in extra)]
+        timed = chosen | {id(p) for p in extra}
+        rest = [p for p in self._plans if id(p) not in timed]
         return top + extra, rest
 
     # ---- serialization ----------------------------------------------------------------------

@@ -356,6 +356,10 @@ def bind(
     on_handle = None  # a tensor whose buffer is on the handle's device
     elsewhere = None  # (tensor, device) of the first buffer on another device
     for key, value in variant_pack.items():
+        if key is None:
+            # an optional tensor the graph did not make (rmsnorm's bias, its Dbias):
+            # cudnn-frontend's binding skips a null tensor
+            continue
         uid = key if isinstance(key, int) else getattr(key, "uid", None)
         if uid == -1 and not isinstance(key, int):
             # a graph tensor no node used never got a uid: cuDNN ignores such an entry
@@ -465,11 +469,15 @@ def _device_mismatch(
     raise BadParamError(rule, op=op, tensor=desc.label(), status=Status.BAD_PARAM)
 
 
-def check_no_aliasing(graph, bound: dict, op: str) -> None:
+def check_no_aliasing(graph, bound: dict, op: str, single_pass: bool = False) -> None:
     """A graph may not write memory it reads (cuDNN's in-place rule). The one exception:
     a graph of pointwise nodes only, whose one output no node reads, written exactly over one
     of its inputs (same address, same layout): each element is read before it is
-    written, and no other element reads it (cuDNN's in-place add_tensor / op_tensor)."""
+    written, and no other element reads it (cuDNN's in-place add_tensor / op_tensor).
+    ``single_pass``: the plan is one kernel that reads every input of an element before
+    it writes that element's outputs (the fused pointwise kernel, the reference); then
+    each of several outputs may lie exactly over an input (RoPE written in place over
+    both halves of its slice)."""
     spans = []
     for uid, buf in bound.items():
         if isinstance(buf, (int, float, bool)):
@@ -484,7 +492,9 @@ def check_no_aliasing(graph, bound: dict, op: str) -> None:
             if u1 == u0 or not (s1 < e0 and s0 < e1):
                 continue
             d0, d1 = graph.tensors[u0], graph.tensors[u1]
-            if _exact_in_place(graph, d0, d1, s0 == s1) or _interleaved(d0, d1, s1 - s0):
+            if _exact_in_place(graph, d0, d1, s0 == s1, single_pass) or _interleaved(
+                d0, d1, s1 - s0
+            ):
                 continue
             if s0 == s1 and _running_stats_in_place(graph, d0, d1):
                 continue
@@ -500,14 +510,16 @@ def check_no_aliasing(graph, bound: dict, op: str) -> None:
             )
 
 
-def _exact_in_place(graph, out: TensorDesc, inp: TensorDesc, same_start: bool) -> bool:
+def _exact_in_place(
+    graph, out: TensorDesc, inp: TensorDesc, same_start: bool, single_pass: bool = False
+) -> bool:
     return (
         same_start
         and out.dims == inp.dims
         and out.strides == inp.strides
         and out.data_type == inp.data_type
         and not out.has_overlap()
-        and len(graph.output_uids) == 1
+        and (len(graph.output_uids) == 1 or single_pass)
         and out.uid not in graph.consumers
         and all(n.kind == "pointwise" for n in graph.nodes)
     )

@@ -249,6 +249,7 @@ class FusionEngine(Engine):
     id = 1
     name = "runtime_fusion"
     behavior_notes = frozenset({BehaviorNote.RUNTIME_COMPILATION})
+    single_pass_pointwise = True  # a pointwise graph is one kernel: loads, nodes, stores
 
     def check_support(self, graph, target: Target) -> Support:
         a = analyze(graph)

@@ -356,6 +356,7 @@ class ReferenceEngine(Engine):
 
     id = 0
     name = "reference_f64"
+    single_pass_pointwise = True  # every output computed in float64, then written
     KINDS = (
         {
             "pointwise",
