@@ -3,8 +3,8 @@
 Code written for cudnn-frontend's bindings runs unchanged: ``cudnn.pygraph``,
 ``cudnn.data_type``, ``cudnn.heur_mode``, ``cudnn.build_plan_policy``, the note and knob
 enums, ``cudnn.cudnnGraphNotSupportedError``, the handle functions, ``knob``, the kernel
-cache and device properties (``properties.py``), and the ``graph`` / ``jit`` /
-``graph_cache`` helpers (``graph.py``).
+cache and device properties (``properties.py``), the ``graph`` / ``jit`` /
+``graph_cache`` helpers (``graph.py``) and the ``Graph`` wrapper class (``wrapper.py``).
 
 Versions answer as cuDNN's do for the API level mirrored: ``backend_version()`` is
 cuDNN's integer (91900 for 9.19.0), ``backend_version_string()`` its dotted form
@@ -49,6 +49,7 @@ from .properties import (  # noqa: F401
     kernel_cache,
     knob,
 )
+from .wrapper import Graph  # noqa: F401
 
 # the cudnn-frontend release whose Python API this module follows
 __version__ = "1.32.0"
