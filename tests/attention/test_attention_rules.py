@@ -226,6 +226,12 @@ BUILDER_RULES = [
     (dict(rng_dump=T("dump", (2, 4, 5, 7), FLOAT)), Status.NOT_SUPPORTED, ["rng_dump"]),
     (dict(paged_attention_max_seq_len_kv=7), Status.NOT_SUPPORTED, ["paged attention"]),
     (dict(score_mod=lambda g, s: s), Status.NOT_SUPPORTED, ["score_mod is not supported"]),
+    (dict(block_mask=T("bm", (2, 4, 1, 1))), Status.NOT_SUPPORTED, ["block_mask is not"]),
+    (dict(sink_token=T("sink", (1, 4, 1, 1))), Status.NOT_SUPPORTED, ["sink_token is not"]),
+    (dict(score_max=T("mx", (2, 4, 5, 1))), Status.NOT_SUPPORTED, ["score_max is not"]),
+    (dict(score_sum_exp=T("se", (2, 4, 5, 1))), Status.NOT_SUPPORTED, ["score_sum_exp is"]),
+    (dict(unfuse_fma=True), Status.NOT_SUPPORTED, ["unfuse_fma"]),
+    (dict(implementation=7), Status.BAD_PARAM, ["implementation 7 is not an attention_impl"]),
     (
         dict(generate_stats=True, is_inference=True),
         Status.BAD_PARAM,
@@ -254,6 +260,17 @@ BUILDER_RULES = [
 )
 def test_builder_rule(kw, status, names):
     expect_error(BadParamError, status, lambda: _fwd(**kw), "sdpa", *names)
+
+
+@pytest.mark.parametrize("impl", ["AUTO", "COMPOSITE", "UNIFIED"])
+def test_every_implementation_is_taken(impl):
+    """cudnn-frontend's ``implementation``: all three name the same function (the fused
+    engine runs it), given as the enum, its name or its value."""
+    import opendnn.frontend as cudnn
+
+    member = getattr(cudnn.attention_implementation, impl)
+    for value in (member, impl.lower(), int(member)):
+        _fwd(implementation=value).validate()
 
 
 def test_stats_output_only_with_generate_stats():
@@ -357,3 +374,20 @@ def test_backward_infers_gradient_properties():
     dq, dk, dv = (g.op_graph.tensors[g._nodes[0].outputs[r].uid] for r in ("DQ", "DK", "DV"))
     assert (dq.dims, dk.dims, dv.dims) == (Q, K, V)
     assert g._nodes[0].outputs["DBIAS"].get_dim() == list(BIAS.dims)
+
+
+@pytest.mark.parametrize(
+    "kw,name",
+    [
+        (dict(score_mod=lambda g, s: s), "score_mod"),
+        (dict(score_mod_bprop=lambda g, s: s), "score_mod_bprop"),
+        (dict(sink_token=T("sink", (1, 4, 1, 1))), "sink_token"),
+        (dict(dSink_token=T("dsink", (1, 4, 1, 1))), "dSink_token"),
+    ],
+)
+def test_backward_features_not_supported(kw, name):
+    """cudnn-frontend's sdpa_backward keywords for score modifiers and attention sinks:
+    taken as keywords, refused with NOT_SUPPORTED naming the feature."""
+    expect_error(
+        BadParamError, Status.NOT_SUPPORTED, lambda: _bwd(**kw), "sdpa_bwd", f"{name} is not"
+    )

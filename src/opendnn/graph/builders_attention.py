@@ -10,7 +10,7 @@ for with different meanings is an error, not a silent choice.
 
 from __future__ import annotations
 
-from ..enums import DataType, DiagonalAlignment
+from ..enums import AttentionImplementation, DataType, DiagonalAlignment
 from ..errors import BadParamError, Status
 from . import attention_nodes as AN
 from .tensor import as_enum
@@ -19,6 +19,19 @@ from .tensor import as_enum
 class AttentionBuilderMixin:
     def _attn_error(self, op, rule, status=Status.BAD_PARAM, tensor=None):
         return BadParamError(rule, op=op, tensor=tensor, status=status)
+
+    def _attn_implementation(self, value, op) -> AttentionImplementation:
+        """cudnn-frontend's ``implementation`` as the enum (a member, its value or name)."""
+        try:
+            if isinstance(value, str):
+                return AttentionImplementation[value.upper()]
+            return AttentionImplementation(int(value))
+        except (KeyError, ValueError, TypeError):
+            raise self._attn_error(
+                op,
+                f"implementation {value!r} is not an attention_implementation "
+                f"({', '.join(m.name for m in AttentionImplementation)})",
+            ) from None
 
     def _attn_scale(self, v, op):
         """None (no scaling), a Python number, a CPU one-element torch tensor or a graph
@@ -164,14 +177,37 @@ class AttentionBuilderMixin:
         score_mod=None,
         compute_data_type=DataType.NOT_SET,
         name="",
+        block_mask=None,
+        implementation=AttentionImplementation.AUTO,
+        score_max=None,
+        score_sum_exp=None,
+        sink_token=None,
+        unfuse_fma=False,
     ):
         """[O, Stats] of scaled-dot-product attention (ops/attention.py): q [B, Hq, Sq,
         Dqk], k [B, Hk, Skv, Dqk], v [B, Hv, Skv, Dv] -> O [B, Hq, Sq, Dv] and Stats
         [B, Hq, Sq, 1] float32 (None unless ``generate_stats``; default True).
         ``dropout`` = (probability, seed, offset), seed / offset ints or one-element
         int32 / int64 tensors; seq_len_q / seq_len_kv [B, 1, 1, 1] integers with
-        ``use_padding_mask``; bias [B or 1, Hq or 1, Sq, Skv]."""
+        ``use_padding_mask``; bias [B or 1, Hq or 1, Sq, Skv]. ``implementation``: AUTO,
+        COMPOSITE and UNIFIED all name the same function, run by the fused attention
+        engine. NOT_SUPPORTED: paged attention, ``score_mod``, ``block_mask``, attention
+        sinks (``sink_token``), separate ``score_max`` / ``score_sum_exp`` outputs and
+        ``unfuse_fma``."""
         op = name or f"sdpa_{len(self._nodes)}"
+        self._attn_implementation(implementation, op)
+        for what, value in (
+            ("block_mask", block_mask),
+            ("score_max", score_max),
+            ("score_sum_exp", score_sum_exp),
+            ("sink_token", sink_token),
+        ):
+            if value is not None:
+                raise self._attn_error(op, f"{what} is not supported", Status.NOT_SUPPORTED)
+        if unfuse_fma:
+            raise self._attn_error(
+                op, "unfuse_fma (unfused multiply-adds) is not supported", Status.NOT_SUPPORTED
+            )
         if any(
             t is not None
             for t in (
@@ -262,12 +298,26 @@ class AttentionBuilderMixin:
         rng_dump=None,
         compute_data_type=DataType.NOT_SET,
         name="",
+        score_mod=None,
+        score_mod_bprop=None,
+        sink_token=None,
+        dSink_token=None,
     ):
         """[dQ, dK, dV] from the forward's q, k, v, its output o and Stats and the
         gradient dO [B, Hq, Sq, Dv]; every masking and dropout argument must be the
         forward's. ``dBias`` (a graph tensor, bias's dims unless set) receives the bias
-        gradient summed over the axes the bias broadcasts over."""
+        gradient summed over the axes the bias broadcasts over. NOT_SUPPORTED:
+        ``score_mod`` / ``score_mod_bprop``, attention sinks (``sink_token`` /
+        ``dSink_token``), ragged lengths."""
         op = name or f"sdpa_backward_{len(self._nodes)}"
+        for what, value in (
+            ("score_mod", score_mod),
+            ("score_mod_bprop", score_mod_bprop),
+            ("sink_token", sink_token),
+            ("dSink_token", dSink_token),
+        ):
+            if value is not None:
+                raise self._attn_error(op, f"{what} is not supported", Status.NOT_SUPPORTED)
         if max_total_seq_len_q is not None or max_total_seq_len_kv is not None:
             raise self._attn_error(
                 op,
