@@ -27,11 +27,11 @@ from ..analysis import analyze
 from .engine import (
     _rows,
     _uniform,
-    column_views,
     columns_key,
     gemm_graph,
     gemm_key,
     pixel_views,
+    with_column_views,
 )
 
 
@@ -131,15 +131,7 @@ class GemmColumnsDgradEngine(GemmDgradEngine):
 @functools.lru_cache(maxsize=256)
 def plan_dgrad_columns(graph) -> DgradGemmPlan | str:
     """``plan_dgrad``'s plan with the column views, or why not."""
-    dp = plan_dgrad(graph)
-    if isinstance(dp, str):
-        return dp
-    if dp.fold:
-        return "the batch folds into the rows (channels-last): conv_dgrad_gemm takes it"
-    views = column_views(graph, dp.views, dp.a.x.uid)
-    if isinstance(views, str):
-        return views
-    return dataclasses.replace(dp, views=views)
+    return with_column_views(graph, plan_dgrad(graph), "x", "conv_dgrad_gemm")
 
 
 def _synthetic_columns(graph, dp: DgradGemmPlan) -> tuple:

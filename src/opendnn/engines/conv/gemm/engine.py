@@ -318,16 +318,21 @@ def column_views(graph, views: dict, out_uid: int) -> dict | str:
 def plan_columns(graph) -> GemmPlan | str:
     """``plan_gemm``'s plan with the column views (``GemmColumnsConvEngine``), or why not."""
     gp = plan_gemm(graph)
-    if isinstance(gp, str):
-        return gp
-    if not gp.direct:
+    if not isinstance(gp, str) and not gp.direct:
         return "the column GEMM takes 1x1, stride-1, unpadded convolutions (x is its B operand)"
-    if gp.fold:
-        return "the batch folds into the rows (channels-last): conv_gemm's row GEMM takes it"
-    views = column_views(graph, gp.views, gp.a.y.uid)
-    if isinstance(views, str):
-        return views
-    return dataclasses.replace(gp, views=views)
+    return with_column_views(graph, gp, "y", "conv_gemm")
+
+
+def with_column_views(graph, plan, out: str, rows_engine: str):
+    """``plan`` (a row-GEMM plan with ``views`` and ``fold``, or a reason) with the column
+    views of its output (attribute ``out`` of its analysis), or why the column GEMM does
+    not take it: a folded batch is ``rows_engine``'s."""
+    if isinstance(plan, str):
+        return plan
+    if plan.fold:
+        return f"the batch folds into the rows (channels-last): {rows_engine} takes it"
+    views = column_views(graph, plan.views, getattr(plan.a, out).uid)
+    return views if isinstance(views, str) else dataclasses.replace(plan, views=views)
 
 
 def _synthetic_columns(graph, gp: GemmPlan) -> tuple:
