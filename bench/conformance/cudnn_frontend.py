@@ -31,7 +31,16 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-SHIM = "from opendnn.frontend import *  # noqa: F401,F403\nfrom opendnn.frontend import __version__  # noqa: F401\n"
+SHIM = (
+    "import sys as _sys\n"
+    "from opendnn.frontend import *  # noqa: F401,F403\n"
+    "from opendnn.frontend import __version__  # noqa: F401\n"
+    "import opendnn.frontend.experimental.ops.sdpa  # noqa: F401\n"
+    "# cudnn.experimental... imports resolve to opendnn's modules (not second copies)\n"
+    "for _m in ('experimental', 'experimental.ops', 'experimental.ops.sdpa'):\n"
+    "    _sys.modules[__name__ + '.' + _m] = _sys.modules['opendnn.frontend.' + _m]\n"
+    "experimental = _sys.modules['opendnn.frontend.experimental']\n"
+)
 # a pytest plugin keeping only the node ids listed in $CONFORMANCE_IDS (the sample)
 SAMPLE_PLUGIN = """
 import os

@@ -79,3 +79,14 @@ def set_stream(handle: Handle, stream) -> None:
 
 def get_stream(handle: Handle):
     return handle.get_stream()
+
+
+def __getattr__(name: str):
+    """``cudnn.experimental`` on first use (its PyTorch operators register when imported)."""
+    if name == "experimental":
+        import importlib
+
+        module = importlib.import_module(".experimental", __name__)
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,3 @@
+"""cudnn-frontend's ``cudnn.experimental``: PyTorch operators built on graphs (``ops``)."""
+
+from . import ops  # noqa: F401
