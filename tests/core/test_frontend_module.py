@@ -3,6 +3,7 @@ the kernel cache, device properties, the pygraph constructor's ahead-of-time arg
 and the ``graph`` / ``jit`` / ``graph_cache`` helpers."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -458,3 +459,63 @@ def test_instancenorm_backward_without_saved_statistics_is_not_supported():
     with pytest.raises(GraphNotSupportedError, match="saved mean and inv_variance") as e:
         g.instancenorm_backward(dy, x, s, name="DIN")
     assert e.value.status == Status.NOT_SUPPORTED and "DIN" in str(e.value)
+
+
+def test_every_pygraph_method_of_cudnn_frontend_exists():
+    """cudnn-frontend's public pygraph methods (its Python bindings, release 1.32): each
+    exists here; those whose operation opendnn lacks raise NOT_SUPPORTED naming it."""
+    from opendnn.graph.graph import NOT_SUPPORTED_METHODS
+
+    names = """add_operation batchnorm batchnorm_backward batchnorm_inference build
+    build_operation_graph build_plan_at_index build_plans check_support concatenate
+    conv_dgrad conv_fprop conv_wgrad create_execution_plan create_execution_plans
+    deselect_behavior_notes deselect_engines deselect_numeric_notes
+    deselect_workspace_greater_than deserialize dropout execute execute_plan_at_index
+    genstats get_behavior_notes get_behavior_notes_for_plan_at_index get_engine_count
+    get_execution_plan_count get_knobs_for_engine get_plan_name_at_index
+    get_workspace_size get_workspace_size_plan_at_index instancenorm
+    instancenorm_backward key layernorm layernorm_backward matmul
+    query_tensor_attributes_of_uid reduction reshape resample rmsnorm rmsnorm_backward
+    sdpa sdpa_backward select_behavior_notes select_numeric_notes serialize slice
+    softmax tensor tensor_like tensor_scalar transpose validate""".split()
+    g = cudnn.pygraph()
+    for n in names + list(NOT_SUPPORTED_METHODS):
+        assert callable(getattr(g, n)), n
+    for n, feature in NOT_SUPPORTED_METHODS.items():
+        with pytest.raises(BadParamError, match=re.escape(f"{feature} is not supported")) as e:
+            getattr(g, n)()
+        assert e.value.status == Status.NOT_SUPPORTED and e.value.op == n
+
+
+def test_tensor_scalar_and_query_by_uid():
+    g = cudnn.pygraph()
+    x = g.tensor([2, 3], [3, 1], cudnn.data_type.FLOAT, name="x")
+    s = g.tensor_scalar(2.5, cudnn.scalar_type.COMPILE_TIME_CONST)
+    y = g.mul(x, s)
+    y.set_output(True)
+    g.build([cudnn.heur_mode.A])
+    assert s.get_is_pass_by_value() and s.get_dim() == [1]
+    xv = torch.arange(6.0).reshape(2, 3)
+    out = torch.full((2, 3), float("nan"))
+    g.execute({x: xv, y: out}, None)  # the scalar's value is known: not in the pack
+    assert torch.equal(out, xv * 2.5)
+    assert g.query_tensor_attributes_of_uid(y.get_uid()) is y
+    with pytest.raises(BadParamError, match="no tensor of this graph has uid 999"):
+        g.query_tensor_attributes_of_uid(999)
+    with pytest.raises(BadParamError, match="scalar_type"):
+        g.tensor_scalar(1.0, "SOMETIMES")
+
+
+def test_keyword_names_of_cudnn_frontend():
+    """tensor_like(input=...), deserialize(handle_=..., pyobj=...) as cudnn-frontend names
+    them."""
+    g = cudnn.pygraph()
+    x = g.tensor_like(input=torch.randn(2, 2), name="x")
+    g.exp(x).set_output(True)
+    g.build([cudnn.heur_mode.A])
+    blob = g.serialize()
+    g2 = cudnn.pygraph()
+    g2.deserialize(handle_=cudnn.create_handle(), pyobj=blob)
+    assert g2.get_execution_plan_count() >= 1
+    with pytest.raises(BadParamError, match="unknown keyword"):
+        cudnn.pygraph().deserialize(blob=blob)

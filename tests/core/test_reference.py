@@ -25,6 +25,7 @@ from _util import (
 
 import opendnn.frontend as cudnn
 from opendnn.enums import DataType, HeurMode, ReductionMode
+from opendnn.errors import BadParamError, Status
 from opendnn.ops.pointwise import MODES
 
 R = ReductionMode
@@ -336,10 +337,24 @@ def test_reshape_vs_torch(src_t, rng):
     x = rng.rand((6, 4)).t() if src_t else rng.rand((4, 6))  # logical (4, 6) either way
     g = cudnn.pygraph()
     X = g.tensor_like(x)
-    y = g.reshape(X)
+    y = g.reshape(X, reshape_mode=cudnn.reshape_mode.LOGICAL)
     y.set_dim([2, 3, 4]).set_output(True)
     out = run_reference(g, {X: x}, [y])[y]
     assert torch.equal(out, x.reshape(2, 3, 4))
+
+
+def test_view_only_reshape_of_a_transposed_input_is_not_supported(rng):
+    """VIEW_ONLY (cudnn-frontend's default) reads memory as laid out; over a transposed
+    input that is not the logical reshape, and it is refused rather than reshaped
+    logically."""
+    from opendnn.errors import GraphNotSupportedError
+
+    g = cudnn.pygraph()
+    X = g.tensor_like(rng.rand((6, 4)).t())
+    g.reshape(X).set_dim([2, 3, 4]).set_output(True)
+    with pytest.raises((BadParamError, GraphNotSupportedError), match="VIEW_ONLY") as e:
+        g.validate()
+    assert e.value.status == Status.NOT_SUPPORTED
 
 
 def test_transpose_vs_torch(rng):

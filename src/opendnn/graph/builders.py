@@ -7,7 +7,7 @@ and returns the output tensor(s).
 
 from __future__ import annotations
 
-from ..enums import DataType, ReductionMode
+from ..enums import DataType, ReductionMode, ReshapeMode
 from ..enums import PointwiseMode as M
 from ..errors import BadParamError, Status
 from ..ops.pointwise import MODES
@@ -368,13 +368,23 @@ class BuilderMixin(NormBuilderMixin, OpsBuilderMixin, AttentionBuilderMixin):
         return c
 
     # ---- layout ----------------------------------------------------------------------------
-    def reshape(self, input, name="", compute_data_type=DataType.NOT_SET):
-        """Y with the same elements; set Y's dims before validate()."""
+    def reshape(
+        self,
+        input,
+        name="",
+        reshape_mode=ReshapeMode.VIEW_ONLY,
+        compute_data_type=DataType.NOT_SET,
+    ):
+        """Y with the same elements; set Y's dims before validate(). ``reshape_mode``
+        (cudnn-frontend's, in its argument order): VIEW_ONLY reads X's memory through Y's
+        layout (row-major packed X and Y only), LOGICAL reshapes in row-major logical order
+        (any layouts)."""
         op = name or f"reshape_{len(self._nodes)}"
         node = N.Reshape(
             name=op,
             compute_data_type=self._ctype(compute_data_type, op),
             inputs={"X": self._check_tensor(input, op, "input")},
+            mode=as_enum(ReshapeMode, reshape_mode, f"reshape '{op}'", "reshape_mode"),
         )
         y = self._new_output(f"{op}::Y")
         self._add(node, {"Y": y})

@@ -17,7 +17,7 @@ import json
 
 import torch
 
-from ..enums import NAMED_ONLY_TYPES, DataType, TensorReordering
+from ..enums import NAMED_ONLY_TYPES, DataType, ScalarType, TensorReordering
 from ..errors import BadParamError, GraphNotSupportedError, InternalError, Status
 from ..handle import Handle, default_handle
 from ..plan import ExecutionPlan
@@ -29,7 +29,7 @@ from .builders import BuilderMixin
 from .lifecycle import LifecycleMixin
 from .nodes import check_compute_type, infer_strides_like
 from .opgraph import OpGraph
-from .tensor import Tensor, as_type
+from .tensor import Tensor, as_enum, as_float, as_int, as_type
 
 # frozen descriptors by their fields: a graph re-created with the same tensors (a
 # framework's every step, benchmark mode's cached find) shares them, and what they derive
@@ -165,10 +165,11 @@ class Graph(BuilderMixin, LifecycleMixin):
         self._invalidate()
         return t
 
-    def tensor_like(self, t, name: str = "") -> Tensor:
+    def tensor_like(self, input, name: str = "") -> Tensor:
         """A tensor with the dims, strides and type of a graph tensor, torch tensor or DLPack
         object. A single-element CPU tensor becomes pass-by-value (a host scalar, as
         cudnn-frontend makes of CPU tensors), whatever device the graph runs on."""
+        t = input
         if isinstance(t, Tensor):
             return self.tensor(
                 t.dim, t.stride, t.data_type, False, t.is_pass_by_value, name=name or t.name
@@ -191,6 +192,29 @@ class Graph(BuilderMixin, LifecycleMixin):
         if by_value:
             out.value = t.item()
         return out
+
+    def tensor_scalar(self, value, scalar_type=ScalarType.RUNTIME_PARAM) -> Tensor:
+        """cudnn-frontend's ``tensor_scalar``: a rank-1 FLOAT pass-by-value tensor holding
+        ``value``. RUNTIME_PARAM: the variant pack may give another value at execute (the
+        one here is used when it does not); COMPILE_TIME_CONST: the value is the plan's."""
+        op = "tensor_scalar"
+        as_enum(ScalarType, scalar_type, op, "scalar_type")  # either kind: a known value
+        t = self.tensor([1], [1], DataType.FLOAT, False, True)
+        t.value = as_float(value, op, "value")
+        return t
+
+    def query_tensor_attributes_of_uid(self, uid) -> Tensor:
+        """The tensor of this graph with ``uid`` (cudnn-frontend's query); BAD_PARAM when
+        none has it (uids are given at validate to tensors without one)."""
+        u = as_int(uid, "query_tensor_attributes_of_uid", "uid")
+        for t in self._tensors:
+            if t.uid == u and u >= 0:
+                return t
+        raise BadParamError(
+            f"no tensor of this graph has uid {u}",
+            op="query_tensor_attributes_of_uid",
+            status=Status.BAD_PARAM,
+        )
 
     def _device(self) -> torch.device:
         return (self.handle or default_handle()).device
@@ -571,3 +595,35 @@ def _check_memory_layouts(used) -> None:
                 tensor=t.label(),
                 status=Status.NOT_SUPPORTED,
             )
+
+
+# cudnn-frontend methods whose operation opendnn does not provide: each exists and raises
+# NOT_SUPPORTED naming the feature (code written for cuDNN fails with cuDNN's status, not
+# with an AttributeError)
+NOT_SUPPORTED_METHODS = {
+    "adalayernorm": "adaptive layer norm",
+    "adalayernorm_backward": "adaptive layer norm backward",
+    "block_scale_quantize": "block-scaled (MX) quantization",
+    "block_scale_dequantize": "block-scaled (MX) dequantization",
+    "moe_grouped_matmul": "the mixture-of-experts grouped matmul",
+    "moe_grouped_matmul_bwd": "the mixture-of-experts grouped matmul backward",
+    "sdpa_fp8": "FP8 attention",
+    "sdpa_fp8_backward": "FP8 attention backward",
+    "sdpa_mxfp8": "MXFP8 attention",
+    "sdpa_mxfp8_backward": "MXFP8 attention backward",
+    "populate_cuda_graph": "populating a caller's CUDA graph with the plan's kernels",
+    "update_cuda_graph": "updating a caller's CUDA graph with new buffers",
+}
+
+
+def _refusal(method: str, feature: str):
+    def call(self, *args, **kwargs):
+        raise BadParamError(f"{feature} is not supported", op=method, status=Status.NOT_SUPPORTED)
+
+    call.__name__ = method
+    call.__doc__ = f"cudnn-frontend's ``{method}``: {feature} is not supported (NOT_SUPPORTED)."
+    return call
+
+
+for _method, _feature in NOT_SUPPORTED_METHODS.items():
+    setattr(Graph, _method, _refusal(_method, _feature))

@@ -631,14 +631,25 @@ class LifecycleMixin:
         }
         return json.dumps(doc).encode()
 
-    def deserialize(self, *args) -> Self:
+    def deserialize(self, *args, **kwargs) -> Self:
         """``deserialize(blob)`` or cudnn-frontend's ``deserialize(handle, blob)`` (the
-        handle the restored graph runs on). Restore a graph serialized by ``serialize``
-        and rebuild its plans. The graph is
+        handle the restored graph runs on; its keywords ``handle_`` and ``pyobj`` too).
+        Restore a graph serialized by ``serialize`` and rebuild its plans. The graph is
         validated as ``build`` validates one (dataflow by uid, no cycle, every node's
         rules against its tensors); each plan's stages must cover the graph in dataflow
         order. A malformed document is SERIALIZATION_VERSION_MISMATCH, a graph that breaks
         a rule the rule's error; either way this graph is left as it was."""
+        unknown = sorted(set(kwargs) - {"handle_", "pyobj"})
+        if unknown:
+            raise BadParamError(
+                f"unknown keyword(s) {', '.join(unknown)}: takes handle_ and pyobj",
+                op="deserialize",
+                status=Status.BAD_PARAM,
+            )
+        if "handle_" in kwargs:
+            args = (kwargs["handle_"],) + args
+        if "pyobj" in kwargs:
+            args = args + (kwargs["pyobj"],)
         if len(args) not in (1, 2):
             raise BadParamError(
                 f"takes (blob) or (handle, blob), got {len(args)} arguments",

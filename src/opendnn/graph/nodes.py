@@ -14,7 +14,7 @@ import enum
 import math
 from typing import ClassVar
 
-from ..enums import DataType, PointwiseMode, ReductionMode
+from ..enums import DataType, PointwiseMode, ReductionMode, ReshapeMode
 from ..errors import BadParamError, Status
 from ..ops.pointwise import DEFAULT_ATTRS, MODES
 from ..tensor import TensorDesc, packed_strides, stride_order
@@ -396,8 +396,14 @@ class Matmul(Node):
 # ======================================================================================
 @dataclasses.dataclass(eq=False)
 class Reshape(Node):
-    """``Y`` holds X's elements in row-major order under new dims (same count)."""
+    """``Y`` holds X's elements in row-major order under new dims (same count).
 
+    ``mode`` is cudnn-frontend's ``reshape_mode``: LOGICAL is that row-major reshape;
+    VIEW_ONLY (cudnn-frontend's default) reads X's memory through Y's strides, which is
+    the same wherever X and Y are both row-major packed; a VIEW_ONLY reshape of any other
+    layout is NOT_SUPPORTED (it would need X's memory order, not its logical one)."""
+
+    mode: ReshapeMode = ReshapeMode.VIEW_ONLY
     kind: ClassVar[str] = "reshape"
 
     def infer_properties(self, ctx) -> None:
@@ -417,6 +423,17 @@ class Reshape(Node):
                 y.label(),
                 Status.BAD_PARAM_SHAPE_MISMATCH,
             )
+        if self.mode == ReshapeMode.VIEW_ONLY:
+            for t in (x, y):
+                if not _row_major(t):
+                    raise self.error(
+                        f"a VIEW_ONLY reshape reads memory as laid out, and {t.label()} "
+                        f"(dims {list(t.dims)}, strides {list(t.strides)}) is not row-major "
+                        "packed: only the row-major case is supported (reshape_mode=LOGICAL "
+                        "reshapes in logical order)",
+                        t.label(),
+                        Status.NOT_SUPPORTED,
+                    )
 
 
 @dataclasses.dataclass(eq=False)
@@ -582,6 +599,12 @@ def register_node_type(cls: type[Node]) -> type[Node]:
         )
     NODE_TYPES[cls.kind] = cls
     return cls
+
+
+def _row_major(t: TensorDesc) -> bool:
+    """``t``'s strides are the packed row-major ones of its dims (size-1 dims aside)."""
+    want = packed_strides(t.dims)
+    return all(a == b for a, b, d in zip(t.strides, want, t.dims) if d != 1)
 
 
 def _distinct(t) -> bool:
