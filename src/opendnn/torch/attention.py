@@ -239,9 +239,7 @@ def sdpa_op(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out [B, Hq, L, Ev], stats [B, Hq, L, 1] float32)."""
     p = _check_op_args("opendnn::sdpa", q, k, v, bias, dropout_p, rng)
-    b, hq, length, _ = q.shape
-    out = q.new_empty((b, hq, length, v.shape[-1]))
-    stats = q.new_empty((b, hq, length, 1), dtype=torch.float32)
+    out, stats = forward_outputs(q, v)
     if out.numel() == 0:
         return out, stats
     if k.shape[2] == 0:  # no keys at all: every row is empty
@@ -262,13 +260,18 @@ def sdpa_op(
     return out, stats
 
 
-@sdpa_op.register_fake
-def _(q, k, v, bias, dropout_p, is_causal, scale, rng):
+def forward_outputs(q: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Empty (out [B, Hq, L, Ev] in q's type, stats [B, Hq, L, 1] float32) for q, v."""
     b, hq, length, _ = q.shape
     return (
         q.new_empty((b, hq, length, v.shape[-1])),
         q.new_empty((b, hq, length, 1), dtype=torch.float32),
     )
+
+
+@sdpa_op.register_fake
+def _(q, k, v, bias, dropout_p, is_causal, scale, rng):
+    return forward_outputs(q, v)
 
 
 @torch.library.custom_op("opendnn::sdpa_backward", mutates_args=())

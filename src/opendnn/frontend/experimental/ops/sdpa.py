@@ -28,6 +28,7 @@ from ....enums import DiagonalAlignment
 from ....errors import BadParamError, Status
 from ....torch import _graphs
 from ....torch.activation import graph_tensor, mark_output
+from ....torch.attention import forward_outputs
 
 OP = "cudnn.experimental.ops.sdpa"
 
@@ -86,9 +87,7 @@ def _sdpa(
     seq_len_kv: Optional[torch.Tensor],
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(o [B, Hq, Sq, Dv], stats [B, Hq, Sq, 1] float32: each row's logsumexp)."""
-    b, hq, sq, _ = q.shape
-    out = q.new_empty((b, hq, sq, v.shape[-1]))
-    stats = q.new_empty((b, hq, sq, 1), dtype=torch.float32)
+    out, stats = forward_outputs(q, v)
     tensors = _inputs(q, k, v, seq_len_q, seq_len_kv)
     masks = (is_causal, diagonal_alignment, left_bound, right_bound)
 
@@ -115,11 +114,7 @@ def _sdpa(
 
 @_sdpa.register_fake
 def _(q, k, v, scale, is_causal, diagonal_alignment, left_bound, right_bound, sq_len, skv_len):
-    b, hq, sq, _ = q.shape
-    return (
-        q.new_empty((b, hq, sq, v.shape[-1])),
-        q.new_empty((b, hq, sq, 1), dtype=torch.float32),
-    )
+    return forward_outputs(q, v)
 
 
 @torch.library.custom_op("opendnn_frontend::sdpa_backward", mutates_args=())
