@@ -8,7 +8,8 @@ machine: passed / failed / skipped / errors per test file, each side.
 DIR is cudnn-frontend's ``test/python`` folder, laid out at run time in an ignored folder
 (``.conformance/``) from the public repository (github.com/NVIDIA/cudnn-frontend) -- the
 test files are never committed. The opendnn side imports ``cudnn`` from a generated
-re-export-only package (``from opendnn.frontend import *``); the cuDNN side imports the
+re-export-only package (``from opendnn.frontend import *``, with ``cudnn.experimental...``
+mapped onto ``opendnn.frontend.experimental...``); the cuDNN side imports the
 real one (the nvidia-cudnn-frontend wheel, when installed). ``--deps`` is prepended to
 both sides' path (the tests' pure-Python needs, e.g. looseversion). The suite's own
 ``-m L0`` selection runs (its pytest.ini). ``--sample FILE=N`` runs a seeded random
