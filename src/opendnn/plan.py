@@ -141,6 +141,11 @@ class ExecutionPlan:
         self.origin = origin
         self._support = support  # known already (a memoized candidate list)
         self.stages = [Stage(g, c) for g, c in pieces]
+        # one stage whose engine reads an element's inputs before writing its outputs
+        # (Engine.single_pass_pointwise): the in-place rule execute checks reads it
+        self.single_pass = (
+            len(self.stages) == 1 and by_id(self.stages[0].config.engine_id).single_pass_pointwise
+        )
         self.boundaries = []  # (uid, offset, nbytes)
         offset = 0
         if len(self.stages) > 1:
@@ -152,14 +157,6 @@ class ExecutionPlan:
         self._workspace = None
         self.built = False
         self.build_seconds = None
-
-    @property
-    def single_pass(self) -> bool:
-        """One stage whose engine reads an element's inputs before writing its outputs
-        (``Engine.single_pass_pointwise``)."""
-        return (
-            len(self.stages) == 1 and by_id(self.stages[0].config.engine_id).single_pass_pointwise
-        )
 
     def _boundary_uids(self) -> list:
         seen = []

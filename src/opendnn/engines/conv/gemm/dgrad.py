@@ -89,15 +89,23 @@ class GemmDgradEngine(MatmulDelegateEngine):
         channels are not unit-stride (``engine.gemm_key``)."""
         return gemm_key(self.name, plan_dgrad(graph), "y")
 
+    # the formulation: its plan (or reason) and its matmul graph, (graph, uid -> original
+    # uid, dY's synthetic uid, the filter's); GemmColumnsDgradEngine swaps both
+    def plan(self, graph):
+        return plan_dgrad(graph)
+
+    def synthetic(self, graph, dp) -> tuple:
+        return _synthetic(graph, dp)
+
     def gemm_graph(self, graph):
-        dp = plan_dgrad(graph)
-        return dp if isinstance(dp, str) else _synthetic(graph, dp)[0]
+        dp = self.plan(graph)
+        return dp if isinstance(dp, str) else self.synthetic(graph, dp)[0]
 
     def build(self, graph, config, target) -> Executable:
-        dp = plan_dgrad(graph)
-        _, mapping, a_uid, b_uid = _synthetic(graph, dp)
+        dp = self.plan(graph)
+        _, mapping, dy_uid, w_uid = self.synthetic(graph, dp)
         return _DgradGemmExecutable(
-            self.build_gemm(graph, config, target), mapping, a_uid, b_uid, dp
+            self.build_gemm(graph, config, target), mapping, dy_uid, w_uid, dp
         )
 
 
@@ -116,16 +124,11 @@ class GemmColumnsDgradEngine(GemmDgradEngine):
     def calibration_key(self, graph, config) -> str:
         return columns_key(self.name, plan_dgrad_columns(graph), "y")
 
-    def gemm_graph(self, graph):
-        dp = plan_dgrad_columns(graph)
-        return dp if isinstance(dp, str) else _synthetic_columns(graph, dp)[0]
+    def plan(self, graph):
+        return plan_dgrad_columns(graph)
 
-    def build(self, graph, config, target) -> Executable:
-        dp = plan_dgrad_columns(graph)
-        _, mapping, w_syn, dy_syn = _synthetic_columns(graph, dp)
-        return _DgradGemmExecutable(
-            self.build_gemm(graph, config, target), mapping, dy_syn, w_syn, dp
-        )
+    def synthetic(self, graph, dp) -> tuple:
+        return _synthetic_columns(graph, dp)
 
 
 @functools.lru_cache(maxsize=256)
@@ -135,15 +138,16 @@ def plan_dgrad_columns(graph) -> DgradGemmPlan | str:
 
 
 def _synthetic_columns(graph, dp: DgradGemmPlan) -> tuple:
-    """The matmul graph W^T @ dY[n] of ``dp``: (graph, mapping, the filter's synthetic uid,
-    dY's synthetic uid)."""
+    """The matmul graph W^T @ dY[n] of ``dp``: (graph, mapping, dY's synthetic uid, the
+    filter's)."""
     a, geo = dp.a, dp.a.geo
     p, kg, cg = math.prod(geo.out_dims), geo.k_per_group, geo.c_per_group
     ds, ws, dt = a.y.strides, a.w.strides, a.y.data_type
     sp = _uniform(geo.out_dims, ds[2:]) if p != 1 else 0
     w_spec = ([1, geo.groups, cg, kg], [0, kg * ws[0], ws[1], ws[0]], a.w.data_type)
     dy_spec = ([geo.n, geo.groups, kg, p], [ds[0], kg * ds[1], ds[1], sp], dt)
-    return gemm_graph(graph, a.ep, a.x.uid, w_spec, dy_spec, dp.views)
+    og, mapping, w_uid, dy_uid = gemm_graph(graph, a.ep, a.x.uid, w_spec, dy_spec, dp.views)
+    return og, mapping, dy_uid, w_uid
 
 
 class _DgradGemmExecutable(Executable):

@@ -236,12 +236,20 @@ class GemmConvEngine(MatmulDelegateEngine):
         matmul model does not charge); else the engine's name."""
         return gemm_key(self.name, plan_gemm(graph), "x")
 
+    # the formulation: its plan (or reason) and its matmul graph, (graph, uid -> original
+    # uid, x's synthetic uid, the filter's); GemmColumnsConvEngine swaps both
+    def plan(self, graph):
+        return plan_gemm(graph)
+
+    def synthetic(self, graph, gp) -> tuple:
+        return _synthetic(graph, gp)
+
     def gemm_graph(self, graph):
-        gp = plan_gemm(graph)
-        return gp if isinstance(gp, str) else _synthetic(graph, gp)[0]
+        gp = self.plan(graph)
+        return gp if isinstance(gp, str) else self.synthetic(graph, gp)[0]
 
     def extra_bytes(self, graph) -> int:
-        gp = plan_gemm(graph)
+        gp = self.plan(graph)
         if gp.direct:
             return 0
         geo = gp.a.geo
@@ -255,8 +263,8 @@ class GemmConvEngine(MatmulDelegateEngine):
         )
 
     def build(self, graph, config, target) -> Executable:
-        gp = plan_gemm(graph)
-        _, mapping, a_uid, b_uid = _synthetic(graph, gp)
+        gp = self.plan(graph)
+        _, mapping, a_uid, b_uid = self.synthetic(graph, gp)
         return _GemmExecutable(
             graph,
             gp,
@@ -287,19 +295,11 @@ class GemmColumnsConvEngine(GemmConvEngine):
     def calibration_key(self, graph, config) -> str:
         return columns_key(self.name, plan_columns(graph), "x")
 
-    def gemm_graph(self, graph):
-        cp = plan_columns(graph)
-        return cp if isinstance(cp, str) else _synthetic_columns(graph, cp)[0]
+    def plan(self, graph):
+        return plan_columns(graph)
 
-    def extra_bytes(self, graph) -> int:
-        return 0
-
-    def build(self, graph, config, target) -> Executable:
-        cp = plan_columns(graph)
-        _, mapping, w_syn, x_syn = _synthetic_columns(graph, cp)
-        return _GemmExecutable(
-            graph, cp, self.build_gemm(graph, config, target), mapping, x_syn, w_syn, 0, target
-        )
+    def synthetic(self, graph, gp) -> tuple:
+        return _synthetic_columns(graph, gp)
 
 
 def column_views(graph, views: dict, out_uid: int) -> dict | str:
@@ -336,15 +336,16 @@ def with_column_views(graph, plan, out: str, rows_engine: str):
 
 
 def _synthetic_columns(graph, gp: GemmPlan) -> tuple:
-    """The matmul graph W @ X[n] of ``gp`` (a ``plan_columns`` plan): (graph, mapping, the
-    filter's synthetic uid, x's synthetic uid)."""
+    """The matmul graph W @ X[n] of ``gp`` (a ``plan_columns`` plan): (graph, mapping, x's
+    synthetic uid, the filter's)."""
     a, geo = gp.a, gp.a.geo
     p, kg, cg = math.prod(geo.out_dims), geo.k_per_group, geo.c_per_group
     xs, ws, dt = a.x.strides, a.w.strides, a.x.data_type
     sp = _uniform(geo.in_dims, xs[2:]) if p != 1 else 0
     w_spec = ([1, geo.groups, kg, cg], [0, kg * ws[0], ws[0], gp.kk_stride], dt)
     x_spec = ([geo.n, geo.groups, cg, p], [xs[0], cg * xs[1], xs[1], sp], dt)
-    return gemm_graph(graph, a.ep, a.y.uid, w_spec, x_spec, gp.views)
+    og, mapping, w_uid, x_uid = gemm_graph(graph, a.ep, a.y.uid, w_spec, x_spec, gp.views)
+    return og, mapping, x_uid, w_uid
 
 
 class _GemmExecutable(Executable, LaunchList):
