@@ -28,7 +28,6 @@ import random
 import subprocess
 import sys
 import tempfile
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,9 +41,13 @@ SHIM = (
     "    _sys.modules[__name__ + '.' + _m] = _sys.modules['opendnn.frontend.' + _m]\n"
     "experimental = _sys.modules['opendnn.frontend.experimental']\n"
 )
-# a pytest plugin keeping only the node ids listed in $CONFORMANCE_IDS (the sample)
+# a pytest plugin keeping only the node ids listed in $CONFORMANCE_IDS (the sample) and
+# appending each test's outcome to $CONFORMANCE_LOG as it finishes (a file cut short by its
+# timeout keeps the outcomes it reached)
 SAMPLE_PLUGIN = """
+import json
 import os
+
 
 def pytest_collection_modifyitems(config, items):
     path = os.environ.get("CONFORMANCE_IDS")
@@ -54,6 +57,32 @@ def pytest_collection_modifyitems(config, items):
     chosen = [i for i in items if i.nodeid in keep]
     config.hook.pytest_deselected(items=[i for i in items if i.nodeid not in keep])
     items[:] = chosen
+
+
+def _log(node, outcome, report):
+    path = os.environ.get("CONFORMANCE_LOG")
+    if not path:
+        return
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is not None:
+        msg = crash.message
+    elif isinstance(report.longrepr, tuple):  # a skip: (file, line, reason)
+        msg = str(report.longrepr[-1])
+    else:
+        msg = str(report.longrepr or "")
+    with open(path, "a") as f:
+        f.write(json.dumps([node, outcome, msg.strip().splitlines()[0][:300] if msg else ""]) + "\\n")
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" or report.outcome != "passed":
+        outcome = "errors" if report.when != "call" and report.failed else report.outcome
+        _log(report.nodeid, outcome, report)
+
+
+def pytest_collectreport(report):
+    if report.failed:
+        _log(report.nodeid, "errors", report)
 """
 
 
@@ -92,42 +121,34 @@ def collect(tests: Path, name: str, env: dict) -> list[str]:
 
 
 def run_file(tests: Path, name: str, env: dict, timeout: int, ids: list | None) -> dict:
-    """One pytest process over FILE: its counts and failures (from its JUnit XML)."""
+    """One pytest process over FILE: its counts and failures, from the outcomes the
+    plugin logged (those reached before the timeout, if it struck)."""
     with tempfile.TemporaryDirectory() as tmp:
-        xml = Path(tmp) / "junit.xml"
+        log = Path(tmp) / "outcomes.jsonl"
+        env = {**env, "CONFORMANCE_LOG": str(log)}
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-        cmd += ["-p", "conformance_sample", f"--junitxml={xml}", name]
+        cmd += ["-p", "conformance_sample", name]
         if ids is not None:
             (Path(tmp) / "ids").write_text("\n".join(ids))
-            env = {**env, "CONFORMANCE_IDS": str(Path(tmp) / "ids")}
+            env["CONFORMANCE_IDS"] = str(Path(tmp) / "ids")
+        result: dict = {}
         try:
             proc = subprocess.run(
                 cmd, cwd=tests, env=env, capture_output=True, text=True, timeout=timeout
             )
-            tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
+            result["tail"] = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
         except subprocess.TimeoutExpired:
-            return {"timeout": timeout}
-        if not xml.exists():
-            return {"no_report": tail}
-        counts = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
-        failures = []
-        for case in ET.parse(xml).getroot().iter("testcase"):
-            node = f"{case.get('classname')}::{case.get('name')}"
-            kinds = {child.tag for child in case}
-            if "failure" in kinds or "error" in kinds:
-                key = "failed" if "failure" in kinds else "errors"
-                counts[key] += 1
-                el = case.find("failure") if key == "failed" else case.find("error")
-                msg = (el.get("message") or "").strip().splitlines()
-                failures.append([node, msg[0][:300] if msg else ""])
-            elif "skipped" in kinds:
-                counts["skipped"] += 1
-            else:
-                counts["passed"] += 1
-        suite = ET.parse(xml).getroot()
-        for s in suite.iter("testsuite"):  # collection errors count as errors of the file
-            counts["errors"] = max(counts["errors"], int(s.get("errors", 0)))
-        return {**counts, "failures": failures, "tail": tail}
+            result["timeout"] = timeout
+        lines = log.read_text().splitlines() if log.exists() else []
+    if not lines and "timeout" not in result:
+        return {"no_report": result["tail"]}
+    counts = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
+    failures = []
+    for node, outcome, msg in map(json.loads, lines):
+        counts[outcome] += 1
+        if outcome in ("failed", "errors"):
+            failures.append([node, msg])
+    return {**counts, "failures": failures, **result}
 
 
 def main(argv=None) -> int:
@@ -171,11 +192,10 @@ def main(argv=None) -> int:
 
 
 def _fmt(r: dict) -> str:
-    if "timeout" in r:
-        return f"timeout after {r['timeout']} s"
     if "no_report" in r:
         return "no report: " + " | ".join(r["no_report"])[:60]
-    return f"{r['passed']} pass {r['failed']} fail {r['skipped']} skip {r['errors']} err"
+    cut = f" (cut at {r['timeout']} s)" if "timeout" in r else ""
+    return f"{r['passed']} pass {r['failed']} fail {r['skipped']} skip {r['errors']} err{cut}"
 
 
 if __name__ == "__main__":

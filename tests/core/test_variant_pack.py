@@ -177,32 +177,49 @@ def test_wrong_dtype(rng):
 
 
 def test_wrong_shape(rng):
+    """A buffer of another shape that is not dense (it skips elements) cannot be read as
+    the descriptor's memory."""
     g, (A, B, S, y, _), (a, b, s), _w = _problem(rng)
+    gapped = torch.empty(3, 8)[:, ::2]  # [3, 4] with a gap after every element
     expect_error(
         BadParamError,
         Status.BAD_PARAM_SHAPE_MISMATCH,
-        lambda: g.execute({A: a, B: b, S: s, y: torch.empty(3, 5)}, None),
+        lambda: g.execute({A: a, B: b, S: s, y: gapped[:, :3]}, None),
         "execute 'vp'",
         "'y'",
-        "[3, 5]",
+        "[3, 3]",
         "[3, 4]",
     )
 
 
-def test_wrong_shape_with_the_same_element_count(rng):
-    """A [4, 3] buffer for a [3, 4] descriptor is a transposition in disguise: binding it
-    silently would misread it ("a torch tensor must either have the descriptor's dims and
-    strides or be a 1-D contiguous buffer")."""
+def test_dense_buffer_too_small_for_the_descriptor(rng):
     g, (A, B, S, y, _), (a, b, s), _w = _problem(rng)
     expect_error(
         BadParamError,
-        Status.BAD_PARAM_SHAPE_MISMATCH,
-        lambda: g.execute({A: a, B: b, S: s, y: torch.empty(4, 3)}, None),
+        Status.BAD_PARAM_SIZE_INSUFFICIENT,
+        lambda: g.execute({A: a, B: b, S: s, y: torch.empty(2, 5)}, None),
         "execute 'vp'",
         "'y'",
-        "[4, 3]",
-        "[3, 4]",
+        "[2, 5]",
+        "10 elements",
+        "12",
     )
+
+
+def test_dense_buffer_of_another_shape_binds_by_pointer(rng):
+    """cuDNN binds pointers: a dense buffer of any shape is the memory from its first
+    element on, read through the descriptor's strides, when it holds the descriptor's
+    span. A larger one (an int8 convolution writing into a reused int32 buffer, in
+    cudnn-frontend's tests) is written over the span only."""
+    g, (A, B, S, y, _), (a, b, s), want = _problem(rng)
+    out = torch.full((4, 3), float("nan"))  # same element count, another shape
+    g.execute({A: a, B: b, S: s, y: out}, None)
+    assert_close(out.reshape(3, 4), want, torch.float32)
+    big = torch.full((2, 5, 2), float("nan")).permute(2, 0, 1)  # dense, not contiguous
+    g.execute({A: a, B: b, S: s, y: big}, None)
+    flat = big.permute(1, 2, 0).reshape(-1)  # memory order
+    assert_close(flat[:12].reshape(3, 4), want, torch.float32)
+    assert flat[12:].isnan().all()  # nothing past the span is written
 
 
 def test_buffer_strides_disagree(rng):

@@ -164,18 +164,25 @@ def _convert(value, desc: TensorDesc, op: str, device: torch.device, output: boo
                 tensor=desc.label(),
                 status=Status.BAD_PARAM_SHAPE_MISMATCH,
             )
-    elif t.dim() == 1 and t.is_contiguous():
-        if t.numel() < desc.span:
-            raise BadParamError(
-                f"buffer holds {t.numel()} elements; the descriptor addresses {desc.span}",
-                op=op,
-                tensor=desc.label(),
-                status=Status.BAD_PARAM_SIZE_INSUFFICIENT,
-            )
     elif _same_but_size_one(t, desc):
         # the same dims and strides but for size-1 dims ([M, N] bound to [1, M, N] or to
         # [M, 1, N] with any stride on the 1): the same memory, read as the descriptor
         t = t.as_strided(desc.dims, desc.strides)
+    elif _dense(t):
+        # cuDNN binds pointers: a dense buffer (a 1-D array, or any shape whose elements
+        # fill one gap-free range) is the memory from its first element on, read through
+        # the descriptor's own strides; it must hold every element the descriptor
+        # addresses, and nothing past that span is read or written
+        if t.numel() < desc.span:
+            raise BadParamError(
+                f"buffer of shape {list(t.shape)} holds {t.numel()} elements; the "
+                f"descriptor (dims {list(desc.dims)} strides {list(desc.strides)}) "
+                f"addresses {desc.span}",
+                op=op,
+                tensor=desc.label(),
+                status=Status.BAD_PARAM_SIZE_INSUFFICIENT,
+            )
+        t = t.as_strided((t.numel(),), (1,))
     else:
         raise BadParamError(
             f"buffer shape {list(t.shape)} strides {list(t.stride())} disagree "
@@ -185,6 +192,17 @@ def _convert(value, desc: TensorDesc, op: str, device: torch.device, output: boo
             status=Status.BAD_PARAM_SHAPE_MISMATCH,
         )
     return t
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """``t``'s elements fill one gap-free range of memory: its dims of size above 1, taken
+    by increasing stride, are packed (any permutation of a contiguous tensor)."""
+    expect = 1
+    for s, d in sorted((s, d) for d, s in zip(t.shape, t.stride()) if d != 1):
+        if s != expect:
+            return False
+        expect *= d
+    return True
 
 
 def _same_but_size_one(t: torch.Tensor, desc: TensorDesc) -> bool:

@@ -1,0 +1,72 @@
+"""The cudnn-frontend conformance runner (bench/conformance/cudnn_frontend.py) on a small
+stand-in suite: per-file counts from the outcomes each test logs, the re-export-only shim,
+the seeded sample and a file cut by its timeout keeping what it reached."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+SUITE = '''
+import time
+
+import pytest
+
+import cudnn
+
+
+def test_shim_is_opendnn():
+    assert cudnn.backend_version() >= 91900
+    assert cudnn.experimental.ops.sdpa.scaled_dot_product_attention
+
+
+def test_fails():
+    assert 1 == 2, "one is not two"
+
+
+@pytest.mark.skip(reason="not here")
+def test_skipped():
+    pass
+
+
+@pytest.mark.parametrize("i", range(3))
+def test_slow(i):
+    time.sleep(30 * (i == 2))
+'''
+
+
+def _runner():
+    spec = importlib.util.spec_from_file_location(
+        "cf_runner", REPO / "bench" / "conformance" / "cudnn_frontend.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _run(tmp_path, *extra):
+    (tmp_path / "suite").mkdir(exist_ok=True)
+    (tmp_path / "suite" / "test_stand_in.py").write_text(SUITE)
+    out = tmp_path / "out"
+    args = ["--tests", str(tmp_path / "suite"), "--side", "opendnn", "--out", str(out)]
+    assert _runner().main(args + list(extra)) == 0
+    return json.loads((out / "conformance.json").read_text())["test_stand_in.py"]["opendnn"]
+
+
+def test_counts_and_a_file_cut_by_its_timeout(tmp_path):
+    r = _run(tmp_path, "--timeout", "15")
+    assert r["timeout"] == 15  # cut in test_slow[2]; the outcomes before it are kept
+    assert (r["passed"], r["failed"], r["skipped"], r["errors"]) == (3, 1, 1, 0)
+    assert r["failures"] == [["test_stand_in.py::test_fails", "AssertionError: one is not two"]]
+
+
+def test_seeded_sample(tmp_path):
+    r = _run(tmp_path, "--sample", "test_stand_in.py=2", "--seed", "1", "--timeout", "60")
+    assert r["passed"] + r["failed"] + r["skipped"] + r["errors"] <= 2
+    again = _run(tmp_path, "--sample", "test_stand_in.py=2", "--seed", "1", "--timeout", "60")
+    assert {k: v for k, v in again.items() if k != "tail"} == {
+        k: v for k, v in r.items() if k != "tail"
+    }
