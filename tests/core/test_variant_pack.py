@@ -690,3 +690,20 @@ def test_none_key_is_skipped(rng):
     out = _out()
     g.execute({A: a, B: b, S: s, y: out, None: torch.zeros(3)}, None)
     assert_close(out, want, torch.float32)
+
+
+def test_buffer_of_another_type_with_the_same_element_size_is_reinterpreted_aloud():
+    """cuDNN binds pointers: a bfloat16 buffer bound to a HALF tensor runs on its bytes
+    (cudnn-frontend's kernel-cache test does so). opendnn binds it too, reading the bytes
+    as the descriptor's type, and warns; a buffer whose elements differ in size is refused
+    (test_wrong_dtype)."""
+    g = cudnn.pygraph(io_data_type=cudnn.data_type.HALF, compute_data_type=cudnn.data_type.FLOAT)
+    X = g.tensor(name="x", dim=[2, 3], stride=[3, 1], data_type=cudnn.data_type.HALF)
+    y = g.neg(X)
+    y.set_output(True).set_data_type(cudnn.data_type.HALF)
+    g.build([HeurMode.A])
+    x = torch.tensor([[1.0, -2.0, 0.5], [3.0, 0.0, -0.25]], dtype=torch.bfloat16)
+    out = torch.full((2, 3), float("nan"), dtype=torch.half)
+    with pytest.warns(RuntimeWarning, match=r"tensor 'x'.*bfloat16.*read as.*HALF"):
+        g.execute({X: x, y: out}, None)
+    assert torch.equal(out, -x.view(torch.half))

@@ -140,6 +140,18 @@ def _convert(value, desc: TensorDesc, op: str, device: torch.device, output: boo
             tensor=desc.label(),
             status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
         )
+    if t.dtype != desc.torch_dtype and t.element_size() == desc.data_type.itemsize:
+        # cuDNN binds pointers, so a buffer of another type with elements of the same size
+        # runs; its bytes are read as the descriptor's type (not converted), said aloud
+        warnings.warn(
+            f"opendnn: {op}: tensor '{desc.label()}': the {t.dtype} buffer's bytes are read as the "
+            f"descriptor's {desc.data_type.name} (the same {t.element_size()}-byte "
+            "elements, bound by pointer as cuDNN does): values are reinterpreted, "
+            "not converted",
+            RuntimeWarning,
+            stacklevel=5,
+        )
+        t = t.view(desc.torch_dtype)
     if t.dtype != desc.torch_dtype:
         raise BadParamError(
             f"buffer data type {t.dtype} differs from the descriptor's {desc.data_type.name}",
