@@ -8,8 +8,9 @@ machine: passed / failed / skipped / errors per test file, each side.
 DIR is cudnn-frontend's ``test/python`` folder, laid out at run time in an ignored folder
 (``.conformance/``) from the public repository (github.com/NVIDIA/cudnn-frontend) -- the
 test files are never committed. The opendnn side imports ``cudnn`` from a generated
-re-export-only package (``from opendnn.frontend import *``, with ``cudnn.experimental...``
-mapped onto ``opendnn.frontend.experimental...``); the cuDNN side imports the
+re-export-only package (``from opendnn.frontend import *``, with its submodules --
+``cudnn.experimental...``, ``cudnn.datatypes``, ``cudnn.api_base`` -- mapped onto
+opendnn.frontend's); the cuDNN side imports the
 real one (the nvidia-cudnn-frontend wheel, when installed). ``--deps`` is prepended to
 both sides' path (the tests' pure-Python needs, e.g. looseversion). The suite's own
 ``-m L0`` selection runs (its pytest.ini). ``--sample FILE=N`` runs a seeded random
@@ -35,9 +36,12 @@ SHIM = (
     "import sys as _sys\n"
     "from opendnn.frontend import *  # noqa: F401,F403\n"
     "from opendnn.frontend import __version__  # noqa: F401\n"
+    "import opendnn.frontend.api_base  # noqa: F401\n"
+    "import opendnn.frontend.datatypes  # noqa: F401\n"
     "import opendnn.frontend.experimental.ops.sdpa  # noqa: F401\n"
-    "# cudnn.experimental... imports resolve to opendnn's modules (not second copies)\n"
-    "for _m in ('experimental', 'experimental.ops', 'experimental.ops.sdpa'):\n"
+    "# cudnn's submodules resolve to opendnn's modules (not second copies)\n"
+    "for _m in ('api_base', 'datatypes', 'experimental', 'experimental.ops',\n"
+    "           'experimental.ops.sdpa'):\n"
     "    _sys.modules[__name__ + '.' + _m] = _sys.modules['opendnn.frontend.' + _m]\n"
     "experimental = _sys.modules['opendnn.frontend.experimental']\n"
 )

@@ -10,7 +10,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
-SUITE = '''
+SUITE = """
 import time
 
 import pytest
@@ -35,7 +35,7 @@ def test_skipped():
 @pytest.mark.parametrize("i", range(3))
 def test_slow(i):
     time.sleep(30 * (i == 2))
-'''
+"""
 
 
 def _runner():

@@ -519,3 +519,49 @@ def test_keyword_names_of_cudnn_frontend():
     assert g2.get_execution_plan_count() >= 1
     with pytest.raises(BadParamError, match="unknown keyword"):
         cudnn.pygraph().deserialize(blob=blob)
+
+
+def test_optional_cute_dsl_kernels_raise_not_supported_as_import_errors():
+    """cudnn-frontend's CuTe-DSL Blackwell kernels: ``from cudnn import X`` fails as an
+    ImportError (as in cudnn-frontend without its optional dependencies) that is a typed
+    NOT_SUPPORTED naming the kernel."""
+    for name in ("GemmSwigluSm100", "grouped_gemm_srelu_wrapper_sm100", "NSA"):
+        with pytest.raises(ImportError) as e:
+            exec(f"from opendnn.frontend import {name}", {})
+        assert isinstance(e.value, GraphNotSupportedError)
+        assert e.value.status == Status.NOT_SUPPORTED and name in str(e.value)
+    with pytest.raises(AttributeError):
+        cudnn.no_such_name  # noqa: B018
+
+
+def test_datatypes_and_api_base_helpers():
+    from opendnn.frontend import api_base, datatypes
+
+    assert datatypes._library_type(torch.bfloat16) == cudnn.data_type.BFLOAT16
+    assert datatypes._library_type(cudnn.data_type.INT8) == cudnn.data_type.INT8
+    assert datatypes._cudnn_to_torch_data_type(cudnn.data_type.HALF) == torch.float16
+    assert datatypes._torch_to_cudnn_data_type(torch.complex64) is None
+    with pytest.raises(TypeError, match="complex64"):
+        datatypes._library_type(torch.complex64)
+    assert datatypes._is_torch_tensor(torch.zeros(1)) and not datatypes._is_torch_tensor(1)
+    if not datatypes.is_cutlass_available():
+        assert datatypes._convert_to_cutlass_data_type(torch.half) is None
+    assert api_base.ceil_div(7, 2) == 4 and api_base.is_power_of_2(64)
+    assert not api_base.is_power_of_2(0)
+
+
+def test_experimental_api_warns_once_per_name(caplog):
+    from opendnn.frontend import api_base
+
+    logger = __import__("logging").getLogger("opendnn.test.experimental")
+    api_base._reset_experimental_api_warning_registry()
+    try:
+        with caplog.at_level("WARNING", logger=logger.name):
+            for name in ("First", "First", "Second"):
+                api_base.warn_experimental_api_once(logger, name)
+        assert [r.getMessage() for r in caplog.records] == [
+            "First is an experimental API",
+            "Second is an experimental API",
+        ]
+    finally:
+        api_base._reset_experimental_api_warning_registry()

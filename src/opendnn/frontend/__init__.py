@@ -35,6 +35,7 @@ from ..enums import TensorReordering as tensor_reordering  # noqa: F401
 from ..errors import (  # noqa: F401
     BadParamError,
     ExecutionFailedError,
+    GraphNotSupportedError,
     get_last_error_string,  # noqa: F401
 )
 from ..errors import GraphNotSupportedError as cudnnGraphNotSupportedError  # noqa: F401
@@ -81,12 +82,80 @@ def get_stream(handle: Handle):
     return handle.get_stream()
 
 
+# cudnn-frontend's CuTe-DSL kernels for Blackwell (sm100), exported lazily by its package
+# and importable only with its optional dependencies; opendnn has none of them
+OPTIONAL_KERNELS = {
+    "NSA": "native sparse attention",
+    "grouped_gemm": "the block-scaled grouped GEMM kernels",
+    "discrete_grouped_gemm": "the block-scaled discrete grouped GEMM kernels",
+    **{
+        name: what
+        for cls, fn, what in (
+            ("GemmSwiglu", "gemm_swiglu", "the block-scaled GEMM + SwiGLU kernel"),
+            ("GemmSrelu", "gemm_srelu", "the block-scaled GEMM + squared ReLU kernel"),
+            ("GemmDsrelu", "gemm_dsrelu", "the block-scaled GEMM + squared ReLU backward kernel"),
+            ("GemmAmax", "gemm_amax", "the block-scaled GEMM + amax kernel"),
+            ("RmsNormRhtAmax", "rmsnorm_rht_amax", "the RMS norm + Hadamard + amax kernel"),
+            ("GroupedGemmSwiglu", "grouped_gemm_swiglu", "the grouped GEMM + SwiGLU kernel"),
+            (
+                "GroupedGemmDswiglu",
+                "grouped_gemm_dswiglu",
+                "the grouped GEMM + SwiGLU backward kernel",
+            ),
+            ("GroupedGemmSrelu", "grouped_gemm_srelu", "the grouped GEMM + squared ReLU kernel"),
+            (
+                "GroupedGemmDsrelu",
+                "grouped_gemm_dsrelu",
+                "the grouped GEMM + squared ReLU backward kernel",
+            ),
+            ("GroupedGemmQuant", "grouped_gemm_quant", "the quantizing grouped GEMM kernel"),
+            ("GroupedGemmGlu", "grouped_gemm_glu", "the grouped GEMM + GLU kernel"),
+            (
+                "GroupedGemmGluHadamard",
+                "grouped_gemm_glu_hadamard",
+                "the grouped GEMM + GLU + Hadamard kernel",
+            ),
+            ("GroupedGemmDglu", "grouped_gemm_dglu", "the grouped GEMM + GLU backward kernel"),
+            ("GroupedGemmWgrad", "grouped_gemm_wgrad", "the grouped GEMM weight-gradient kernel"),
+            (
+                "DiscreteGroupedGemmSwiglu",
+                "discrete_grouped_gemm_swiglu",
+                "the discrete grouped GEMM + SwiGLU kernel",
+            ),
+            (
+                "DiscreteGroupedGemmDswiglu",
+                "discrete_grouped_gemm_dswiglu",
+                "the discrete grouped GEMM + SwiGLU backward kernel",
+            ),
+        )
+        for name in (f"{cls}Sm100", f"{fn}_wrapper_sm100")
+    },
+    "SdpafwdSm100D256": "the head-dim-256 attention forward kernel",
+    "sdpa_fwd_wrapper_sm100_d256": "the head-dim-256 attention forward kernel",
+    "SdpabwdSm100D256": "the head-dim-256 attention backward kernel",
+    "sdpa_bwd_wrapper_sm100_d256": "the head-dim-256 attention backward kernel",
+}
+
+
+class OptionalKernelNotSupportedError(GraphNotSupportedError, ImportError):
+    """A cudnn-frontend CuTe-DSL kernel opendnn does not have (NOT_SUPPORTED). An
+    ImportError too: ``from cudnn import GemmSwigluSm100`` fails as it does in
+    cudnn-frontend without its optional dependencies."""
+
+
 def __getattr__(name: str):
-    """``cudnn.experimental`` on first use (its PyTorch operators register when imported)."""
+    """``cudnn.experimental`` on first use (its PyTorch operators register when imported);
+    the CuTe-DSL kernel names raise NOT_SUPPORTED naming the kernel."""
     if name == "experimental":
         import importlib
 
         module = importlib.import_module(".experimental", __name__)
         globals()[name] = module
         return module
+    if name in OPTIONAL_KERNELS:
+        raise OptionalKernelNotSupportedError(
+            f"{OPTIONAL_KERNELS[name]} (cudnn-frontend's CuTe-DSL kernel for Blackwell, "
+            "sm100) is not supported",
+            op=name,
+        )
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
