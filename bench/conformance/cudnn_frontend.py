@@ -3,7 +3,7 @@ machine: passed / failed / skipped / errors per test file, each side.
 
     python bench/conformance/cudnn_frontend.py --tests DIR [--side opendnn|cudnn|both]
         [--files test_conv_bias.py,...] [--sample test_mhas.py=2000 ...] [--seed 0]
-        [--deps DIR] [--timeout 1800] [--out OUT]
+        [--exclude fp8] [--shard K/N] [--deps DIR] [--timeout 1800] [--out OUT]
 
 DIR is cudnn-frontend's ``test/python`` folder, laid out at run time in an ignored folder
 (``.conformance/``) from the public repository (github.com/NVIDIA/cudnn-frontend) -- the
@@ -15,7 +15,9 @@ real one (the nvidia-cudnn-frontend wheel, when installed). ``--deps`` is prepen
 both sides' path (the tests' pure-Python needs, e.g. looseversion). The suite's own
 ``-m L0`` selection runs (its pytest.ini). ``--sample FILE=N`` runs a seeded random
 sample of N of FILE's collected cases, the same node ids on both sides (the SDPA files
-hold tens of thousands). Each (side, file) runs as its own pytest process with a
+hold tens of thousands), drawn from the ids containing none of the ``--exclude``
+strings; ``--shard K/N`` runs every N-th of them from the K-th (a sample too long for
+one sitting runs in N). Each (side, file) runs as its own pytest process with a
 timeout; the table goes to stdout and the counts, with every failing node id and the
 first line of its message, to OUT/conformance.json (rewritten after each file).
 """
@@ -162,6 +164,12 @@ def main(argv=None) -> int:
     ap.add_argument("--files", default="", help="comma list (default: every test_*.py)")
     ap.add_argument("--sample", action="append", default=[], help="FILE=N, repeatable")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--exclude", action="append", default=[], help="drop sampled ids containing this"
+    )
+    ap.add_argument(
+        "--shard", default="1/1", help="K/N: run the K-th of N equal parts of each sample"
+    )
     ap.add_argument("--deps", default=None, help="a folder prepended to both sides' path")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per (side, file)")
     ap.add_argument("--out", default=str(REPO / ".conformance" / "out"))
@@ -181,8 +189,14 @@ def main(argv=None) -> int:
     for name in files:
         ids = None
         if name in samples:  # the same node ids on both sides: collected on the first
-            every = collect(tests, name, envs[sides[0]])
+            every = [
+                i
+                for i in collect(tests, name, envs[sides[0]])
+                if not any(x in i for x in args.exclude)
+            ]
             ids = sorted(random.Random(args.seed).sample(every, min(samples[name], len(every))))
+            k, n = map(int, args.shard.split("/"))
+            ids = ids[k - 1 :: n]
         for side in sides:
             r = run_file(tests, name, envs[side], args.timeout, ids)
             results.setdefault(name, {})[side] = r
