@@ -45,6 +45,7 @@ class Case:
     layout: str = "bhsd"  # or "bshd": q/k/v stored [B, S, H, D]
     dtype: torch.dtype = torch.float32
     p: float | None = None  # dropout probability
+    alibi: bool = False  # use_alibi_mask
 
     @property
     def hv(self) -> int:
@@ -90,6 +91,9 @@ CASES = [
     Case("zero_scale_causal", scale=0.0, s_q=20, s_kv=37, right=0),
     Case("fp16", dtype=torch.float16, right=0),
     Case("bf16", dtype=torch.bfloat16, s_q=9, s_kv=13, align=BR, right=0, bias="1h"),
+    Case("alibi", h_q=6, h_k=3, right=0, alibi=True),  # 6 heads: 4 slopes + 2 more
+    Case("alibi_padding_br", lens=((17, 9), (12, 17)), align=BR, right=0, alibi=True),
+    Case("alibi_bias_rect", s_q=9, s_kv=13, bias="1h", alibi=True),
 ]
 
 
@@ -138,6 +142,33 @@ def dropout_mask(seed: int, offset: int, p: float, shape) -> torch.Tensor:
     """1.0 / 0.0 [B, Hq, Sq, Skv] from the Philox stream at row-major indices."""
     u = dropout_ref.uniform_at(seed, offset, np.arange(math.prod(shape), dtype=np.int64))
     return torch.from_numpy((u >= np.float32(p)).astype(np.float64)).reshape(shape)
+
+
+def alibi_bias(h_q: int, s_q: int, s_kv: int) -> torch.Tensor:
+    """ALiBi's term [1, h_q, s_q, s_kv] in float64 as cudnn-frontend's test reference
+    writes it: slopes m_0^(1..n) with m_0 = 2^(-8 / n), n the largest power of two <= h_q,
+    then (h_q not a power of two) 2^(-4 / n) to the odd powers 1, 3, ...; times the
+    distance column - row."""
+    n = 2 ** math.floor(math.log2(h_q))
+    m = torch.pow(torch.tensor(2.0 ** (-8.0 / n), dtype=torch.float64), torch.arange(1, 1 + n))
+    if n < h_q:
+        m_hat = torch.pow(
+            torch.tensor(2.0 ** (-4.0 / n), dtype=torch.float64),
+            torch.arange(1, 1 + 2 * (h_q - n), 2),
+        )
+        m = torch.cat([m, m_hat])
+    dist = torch.arange(s_kv, dtype=torch.float64) - torch.arange(s_q, dtype=torch.float64)[:, None]
+    return m.view(1, -1, 1, 1) * dist
+
+
+def total_bias(c: Case, y: dict):
+    """The additive score term of case ``c`` over float64 inputs ``y``: its bias (None
+    without), plus ALiBi's with ``c.alibi``."""
+    bias = y.get("bias")
+    if not c.alibi:
+        return bias
+    a = alibi_bias(c.h_q, c.s_q, c.s_kv)
+    return a if bias is None else bias + a
 
 
 def torch_sdpa(q, k, v, keep, scale, bias=None, drop=None, p=0.0):
@@ -201,6 +232,8 @@ def _kwargs(c: Case, t: dict, seed, offset) -> dict:
         diagonal_band_left_bound=c.left,
         diagonal_band_right_bound=c.right,
     )
+    if c.alibi:
+        kw["use_alibi_mask"] = True
     if c.lens:
         kw.update(use_padding_mask=True, seq_len_q=t["seq_len_q"], seq_len_kv=t["seq_len_kv"])
     if c.p is not None:
@@ -208,12 +241,24 @@ def _kwargs(c: Case, t: dict, seed, offset) -> dict:
     return kw
 
 
-def forward_graph(c: Case, x: dict, generate_stats=True, seed=1234, offset=0):
-    """(graph, feeds, [O, Stats or None]) of an sdpa node over ``x`` (from inputs)."""
+def _dump(g, c: Case, feeds: dict, rng_dump: bool) -> dict:
+    """{"rng_dump": a NaN-filled float32 [B, Hq, Sq, Skv] graph tensor} when asked."""
+    if not rng_dump:
+        return {}
+    buf = torch.full((c.b, c.h_q, c.s_q, c.s_kv), float("nan"))
+    t = g.tensor_like(buf, name="rng_dump")
+    feeds[t] = buf
+    return {"rng_dump": t}
+
+
+def forward_graph(c: Case, x: dict, generate_stats=True, seed=1234, offset=0, rng_dump=False):
+    """(graph, feeds, [O, Stats or None] (+ [RNG_DUMP])) of an sdpa node over ``x`` (from
+    inputs)."""
     g = cudnn.pygraph()
     t = _tensors(g, c, x)
     feeds = {t[n]: x[n] for n in t}
     seed, offset = _rng(g, seed, "seed", feeds), _rng(g, offset, "offset", feeds)
+    dump = _dump(g, c, feeds, rng_dump)
     o, st = g.sdpa(
         t["q"],
         t["k"],
@@ -221,17 +266,27 @@ def forward_graph(c: Case, x: dict, generate_stats=True, seed=1234, offset=0):
         generate_stats=generate_stats,
         name="sdpa",
         **_kwargs(c, t, seed, offset),
+        **dump,
     )
     o.set_output(True)
     if st is not None:
         st.set_output(True)
-    return g, feeds, [o, st]
+    return g, feeds, [o, st] + list(dump.values())
 
 
 def backward_graph(
-    c: Case, x: dict, o, stats, do, with_dbias=False, seed=1234, offset=0, deterministic=False
+    c: Case,
+    x: dict,
+    o,
+    stats,
+    do,
+    with_dbias=False,
+    seed=1234,
+    offset=0,
+    deterministic=False,
+    rng_dump=False,
 ):
-    """(graph, feeds, [dQ, dK, dV] + [dBias]) of an sdpa_backward node."""
+    """(graph, feeds, [dQ, dK, dV] + [dBias] + [RNG_DUMP]) of an sdpa_backward node."""
     g = cudnn.pygraph()
     t = _tensors(g, c, x)
     feeds = {t[n]: x[n] for n in t}
@@ -239,6 +294,7 @@ def backward_graph(
     to, tdo = graph_tensor(g, o).set_name("o"), graph_tensor(g, do).set_name("dO")
     tst = g.tensor(list(stats.shape), list(stats.stride()), cudnn.data_type.FLOAT, name="stats")
     dbias = g.tensor(name="dBias", data_type=TORCH_TO_DT[c.dtype]) if with_dbias else None
+    dump = _dump(g, c, feeds, rng_dump)
     grads = g.sdpa_backward(
         t["q"],
         t["k"],
@@ -250,8 +306,9 @@ def backward_graph(
         name="sdpa_backward",
         use_deterministic_algorithm=deterministic,
         **_kwargs(c, t, seed, offset),
+        **dump,
     )
-    outs = grads + ([dbias] if with_dbias else [])
+    outs = grads + ([dbias] if with_dbias else []) + list(dump.values())
     for o_ in outs:
         o_.set_output(True)
     feeds.update({to: o, tdo: do, tst: stats})

@@ -26,6 +26,7 @@ from _attention_cases import (
     inputs,
     torch_math_sdpa,
     torch_sdpa,
+    total_bias,
 )
 from _util import assert_close, expect_error, repro, run_reference
 
@@ -80,10 +81,11 @@ def test_forward_matches_torch(case, rng):
     msg = repro(
         "sdpa", {n: tuple(t.shape) for n, t in x.items()}, case.dtype, rng.seed, case=case.id
     )
-    want_o = torch_math_sdpa(y["q"], y["k"], y["v"], keep, _scale(case), y.get("bias"))
+    want_o = torch_math_sdpa(y["q"], y["k"], y["v"], keep, _scale(case), total_bias(case, y))
     assert_close(got[o], want_o, case.dtype, _tol_n(case), msg)
     kk = y["k"].repeat_interleave(case.h_q // case.h_k, 1)
-    s = _scale(case) * (y["q"] @ kk.transpose(-1, -2)) + y.get("bias", 0.0)
+    s = _scale(case) * (y["q"] @ kk.transpose(-1, -2))
+    s = s if total_bias(case, y) is None else s + total_bias(case, y)
     want_stats = torch.logsumexp(s.masked_fill(~keep, -math.inf), -1, keepdim=True)
     assert_close(got[st], want_stats, torch.float32, _tol_n(case), msg)
     dead = ~keep.expand(case.b, case.h_q, -1, -1).any(-1)
@@ -155,6 +157,9 @@ BACKWARD = [
     "bshd",
     "no_scale",
     "bf16",
+    "alibi",
+    "alibi_padding_br",
+    "alibi_bias_rect",
 ]
 
 
@@ -163,7 +168,7 @@ def test_backward_matches_autograd(cid, rng):
     c = BY_ID[cid]
     x = inputs(rng, c)
     y = {n: t.detach().clone().requires_grad_(t.is_floating_point()) for n, t in _f64(x).items()}
-    o, stats = torch_sdpa(y["q"], y["k"], y["v"], expected_keep(c), _scale(c), y.get("bias"))
+    o, stats = torch_sdpa(y["q"], y["k"], y["v"], expected_keep(c), _scale(c), total_bias(c, y))
     do = rng.rand(o.shape, c.dtype)
     o.backward(do.to(torch.float64))
     g, feeds, outs = backward_graph(
@@ -277,3 +282,21 @@ def test_serialized_graph_round_trips(rng):
     g2.execute({**pack, **bufs}, None)
     for t in outs:
         assert torch.equal(bufs[t.get_uid()], first[t])
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_rng_dump_receives_the_dropout_mask(rng, backward):
+    """rng_dump (a caller's [B, Hq, Sq, Skv] float tensor, either direction) receives
+    the mask the kernels apply: 1 kept, 0 dropped (cudnn-frontend's tests rebuild their
+    reference from it), every element written."""
+    c = dataclasses.replace(BY_ID["padding_br_causal"], p=0.25)
+    x = inputs(rng, c)
+    want = dropout_mask(77, 5, c.p, (c.b, c.h_q, c.s_q, c.s_kv))
+    g, feeds, outs = forward_graph(c, x, seed=77, offset=5, rng_dump=True)
+    got = run_reference(g, feeds, outs)
+    if backward:
+        o, st = got[outs[0]].to(c.dtype), got[outs[1]]
+        do = rng.rand(tuple(o.shape), c.dtype)
+        g, feeds, outs = backward_graph(c, x, o, st, do, seed=77, offset=5, rng_dump=True)
+        got = run_reference(g, feeds, outs)
+    assert torch.equal(got[outs[-1]].double(), want)

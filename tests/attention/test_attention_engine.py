@@ -510,7 +510,7 @@ def test_gluon_backward_rules():
         ),
         (GLUON_BWD, 96, 256, {}, "head dims 64 or 128"),
         (GLUON_BWD, 128, 200, {}, "a multiple of 128 (200)"),
-        (GLUON_BWD, 128, 256, dict(diagonal_band_right_bound=4), "no bias, dropout"),
+        (GLUON_BWD, 128, 256, dict(diagonal_band_right_bound=4), "no bias, ALiBi, dropout"),
     ]:
         got = _gluon_reason(knobs, None, True, d, s, **kw)
         assert reason in got, (knobs, got)
@@ -596,3 +596,23 @@ def test_gluon_forward_declines_unpacked_and_unlisted():
 
             sup = e.check_config(g.op_graph, EngineConfig.make(e, **GLUON_KNOBS), h100)
             assert not sup.ok and "packed B, H, S, D" in sup.reason
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_rng_dump_against_reference(rng, backward):
+    """The dropout mask written to rng_dump by the engine's own kernel equals the
+    reference's (every element, padded rows and band-masked ones included)."""
+    c = dataclasses.replace(
+        next(x for x in CASES if x.id == "padding_br_causal"), dtype=torch.bfloat16, p=0.3
+    )
+    x = inputs(rng, c)
+    g, feeds, outs = forward_graph(c, x, seed=3, offset=9, rng_dump=True)
+    got = check_engine(g, feeds, outs, ID, n=c.s_kv, msg=repro("sdpa", [c], "dump", rng.seed))
+    if backward:
+        o, st = got[outs[0]], got[outs[1]]
+        do = rng.rand(tuple(o.shape), c.dtype)
+        g, feeds, outs = backward_graph(c, x, o, st, do, seed=3, offset=9, rng_dump=True)
+        got = check_engine(
+            g, feeds, outs, ID, n=c.s_q + c.s_kv, msg=repro("sdpa_bwd", [c], "dump", rng.seed)
+        )
+    assert set(got[outs[-1]].unique().tolist()) == {0.0, 1.0}

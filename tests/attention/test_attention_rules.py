@@ -199,6 +199,17 @@ NODE_RULES = [
         Status.NOT_SUPPORTED_DATA_TYPE,
         ["sdpa::Stats", "STATS must be float32, is HALF"],
     ),
+    (dict(rng_dump=T("dump", (2, 4, 5, 7), FLOAT)), Status.BAD_PARAM, ["RNG_DUMP needs dropout"]),
+    (
+        dict(rng_dump=T("dump", (2, 4, 5, 6), FLOAT), dropout=(0.1, SEED, OFFSET)),
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+        ["dump", "RNG_DUMP dims [2, 4, 5, 6] must be [2, 4, 5, 7]"],
+    ),
+    (
+        dict(rng_dump=T("dump", (2, 4, 5, 7), INT32), dropout=(0.1, SEED, OFFSET)),
+        Status.NOT_SUPPORTED_DATA_TYPE,
+        ["dump", "not a floating type"],
+    ),
 ]
 
 
@@ -222,8 +233,6 @@ BUILDER_RULES = [
         ["dropout must be a tuple (probability, seed, offset)"],
     ),
     (dict(dropout=0.1), Status.BAD_PARAM_ATTRIBUTE_TYPE, ["dropout must be a tuple"]),
-    (dict(use_alibi_mask=True), Status.NOT_SUPPORTED, ["use_alibi_mask is not supported"]),
-    (dict(rng_dump=T("dump", (2, 4, 5, 7), FLOAT)), Status.NOT_SUPPORTED, ["rng_dump"]),
     (dict(paged_attention_max_seq_len_kv=7), Status.NOT_SUPPORTED, ["paged attention"]),
     (dict(score_mod=lambda g, s: s), Status.NOT_SUPPORTED, ["score_mod is not supported"]),
     (dict(block_mask=T("bm", (2, 4, 1, 1))), Status.NOT_SUPPORTED, ["block_mask is not"]),

@@ -7,7 +7,9 @@ SEQ_LEN_Q / SEQ_LEN_KV [B, 1, 1, 1] integers (exactly with ``use_padding_mask``)
 ATTN_SCALE (a one-element pass-by-value float; absent: 1), SEED / OFFSET (one-element
 int32 / int64, host or device; exactly with dropout) -> O [B, Hq, Sq, Dv] (Q's type
 and stride order unless set) and, with ``generate_stats``, STATS [B, Hq, Sq, 1]
-float32 (packed). Backward roles: the forward's inputs plus O, DO [B, Hq, Sq, Dv] and
+float32 (packed). ``use_alibi_mask`` adds ALiBi's per-head linear bias. RNG_DUMP
+(either direction; a tensor the caller made, as cuDNN's rng_dump) receives the
+dropout mask [B, Hq, Sq, Skv]: 1 kept, 0 dropped. Backward roles: the forward's inputs plus O, DO [B, Hq, Sq, Dv] and
 STATS -> DQ, DK, DV (dims, type and stride order of Q, K, V) and optional DBIAS
 (BIAS's dims).
 
@@ -42,6 +44,7 @@ class _SdpaBase(Node):
     diagonal_band_right_bound: int | None = None
     use_padding_mask: bool = False
     dropout_probability: float | None = None
+    use_alibi_mask: bool = False
     kind: ClassVar[str] = "sdpa_base"
 
     def __post_init__(self):  # deserialized graphs give the alignment by name
@@ -226,6 +229,16 @@ class _SdpaBase(Node):
                     Status.BAD_PARAM,
                 )
 
+    def _check_rng_dump(self, desc, q, k) -> None:
+        """RNG_DUMP (an output): the dropout mask [B, Hq, Sq, Skv], exactly with dropout."""
+        if "RNG_DUMP" not in self.outputs:
+            return
+        d = desc(self.outputs["RNG_DUMP"])
+        if self.dropout_probability is None:
+            raise self.error("RNG_DUMP needs dropout", d.label(), Status.BAD_PARAM)
+        self.need_shape(d, (q.dims[0], q.dims[1], q.dims[2], k.dims[2]), "RNG_DUMP")
+        self.need_floating([d])
+
 
 @dataclasses.dataclass(eq=False)
 class Sdpa(_SdpaBase):
@@ -262,6 +275,7 @@ class Sdpa(_SdpaBase):
             )
         if "STATS" in self.outputs:
             _check_stats(self, desc(self.outputs["STATS"]), (b, h_q, s_q, 1))
+        self._check_rng_dump(desc, q, k)
 
 
 @dataclasses.dataclass(eq=False)
@@ -298,6 +312,7 @@ class SdpaBackward(_SdpaBase):
                 raise self.error("DBIAS needs a BIAS", d.label(), Status.BAD_PARAM_NULL_POINTER)
             self.need_shape(d, desc(self.inputs["BIAS"]).dims, "DBIAS")
             self.need_floating([d])
+        self._check_rng_dump(desc, q, k)
 
 
 def _check_stats(node, d, want) -> None:

@@ -78,10 +78,6 @@ class AttentionBuilderMixin:
         rng_dump,
     ) -> dict:
         """Adds the optional inputs to ``ins``; returns the node's attributes."""
-        if use_alibi_mask:
-            raise self._attn_error(op, "use_alibi_mask is not supported", Status.NOT_SUPPORTED)
-        if rng_dump is not None:
-            raise self._attn_error(op, "rng_dump is not supported", Status.NOT_SUPPORTED)
         diagonal_alignment = as_enum(
             DiagonalAlignment, diagonal_alignment, op, "diagonal_alignment"
         )
@@ -148,6 +144,7 @@ class AttentionBuilderMixin:
             diagonal_band_right_bound=right_bound,
             use_padding_mask=bool(use_padding_mask),
             dropout_probability=p,
+            use_alibi_mask=bool(use_alibi_mask),
         )
 
     def sdpa(
@@ -267,6 +264,8 @@ class AttentionBuilderMixin:
         outs = {"O": self._new_output(f"{op}::O")}
         if stats:
             outs["STATS"] = self._new_output(f"{op}::Stats")
+        if rng_dump is not None:
+            outs["RNG_DUMP"] = self._check_tensor(rng_dump, op, "rng_dump")
         self._add(node, outs)
         return [outs["O"], outs.get("STATS")]
 
@@ -364,5 +363,7 @@ class AttentionBuilderMixin:
         }
         if dBias is not None:
             outs["DBIAS"] = self._check_tensor(dBias, op, "dBias")
+        if rng_dump is not None:
+            outs["RNG_DUMP"] = self._check_tensor(rng_dump, op, "rng_dump")
         self._add(node, outs)
         return [outs["DQ"], outs["DK"], outs["DV"]]

@@ -5,11 +5,16 @@ dividing Hq (grouped-query / multi-query attention: q head h reads k head
 h // (Hq / Hk) and v head h // (Hq / Hv), i.e. k and v heads repeated in place);
 bias broadcastable as [B or 1, Hq or 1, Sq, Skv]. Forward, per (b, h):
 
-    S = scale * q k^T + bias                                        [Sq, Skv]
+    S = scale * q k^T + bias (+ alibi)                              [Sq, Skv]
     S[i, j] = -inf where keep(b)[i, j] is False                     (the mask below)
     Stats_i = m_i + log(sum_j exp(S_ij - m_i)),  m_i = max_j S_ij   (natural log)
     P = exp(S - Stats)                                              (softmax of S)
     O = (P * M / (1 - p)) v                                         (dropout on P)
+
+ALiBi (``use_alibi_mask``) adds slope_h (j - i) to S_ij, row i a query and column j a
+key, whatever the alignment: with n = 2^floor(log2 Hq) the slopes of heads h < n are
+2^(-8 (h + 1) / n), those of the remaining heads (Hq not a power of two)
+2^(-4 (2 (h - n) + 1) / n) (Press et al.; cuDNN's and cudnn-frontend's reference's).
 
 Stats is the logsumexp of the scaled, biased, masked scores -- before dropout, which
 the backward needs to rebuild P. A row with no kept key (a padded query row, a band
@@ -105,6 +110,19 @@ def dropout_keep(seed: int, offset: int, p: float, shape) -> np.ndarray:
     """M [B, Hq, Sq, Skv]: 1.0 where the element is kept, 0.0 where dropped (the
     row-major Philox stream of ops.dropout)."""
     return _dropout.mask(seed, offset, tuple(shape), p)
+
+
+def alibi_slopes(h_q: int) -> np.ndarray:
+    """The ALiBi slope of each of ``h_q`` heads [h_q] (float64)."""
+    n = 1 << (int(h_q).bit_length() - 1)  # the largest power of two <= h_q
+    h = np.arange(h_q, dtype=np.float64)
+    return np.where(h < n, 2.0 ** (-8.0 * (h + 1) / n), 2.0 ** (-4.0 * (2 * (h - n) + 1) / n))
+
+
+def alibi_bias(h_q: int, s_q: int, s_kv: int) -> np.ndarray:
+    """The ALiBi term [1, h_q, s_q, s_kv]: slope_h (j - i)."""
+    dist = np.arange(s_kv, dtype=np.float64)[None, :] - np.arange(s_q, dtype=np.float64)[:, None]
+    return alibi_slopes(h_q)[None, :, None, None] * dist[None, None]
 
 
 def _repeat_heads(x: np.ndarray, h_q: int) -> np.ndarray:

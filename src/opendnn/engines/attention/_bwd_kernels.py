@@ -32,6 +32,7 @@ from ._kernels import (
     Problem,
     _off,
     _pow2,
+    alibi_term,
     bias_term,
     dropout_keep,
     dropout_setup,
@@ -199,6 +200,8 @@ def _scores_t(p: Problem, I: str) -> list[str]:
     L = [f"{I}st = tl.dot(k, tl.trans(q)) * c"]
     if p.bias:
         L.append(f"{I}st += {bias_term(p, '[None, :]', '[:, None]')}")
+    if p.alibi:
+        L.append(f"{I}st += {alibi_term(p, '[None, :]', '[:, None]')}")
     return L + [
         f"{I}pt = tl.where({keep_expr(p, '[None, :]', '[:, None]')}, "
         "tl.exp2(st - lse[None, :]), 0.0)"
@@ -211,6 +214,8 @@ def _p_and_dp(p: Problem, I: str) -> list[str]:
     L = [f"{I}s = tl.dot(q, tl.trans(k)) * c"]
     if p.bias:
         L.append(f"{I}s += {bias_term(p, '[:, None]', '[None, :]')}")
+    if p.alibi:
+        L.append(f"{I}s += {alibi_term(p, '[:, None]', '[None, :]')}")
     L += [
         f"{I}pr = tl.where({keep_expr(p, '[:, None]', '[None, :]')}, "
         "tl.exp2(s - lse[:, None]), 0.0)",

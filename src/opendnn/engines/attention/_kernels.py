@@ -5,7 +5,7 @@ One program per (BLOCK_M query rows, batch x head). It holds its Q tile, walks t
 tiles of its key range in BLOCK_N steps and keeps the online softmax in registers, in
 base 2 (c = attn_scale log2 e):
 
-    s_ij = c q_i . k_j (+ log2 e bias_ij), masked to -inf
+    s_ij = c q_i . k_j (+ log2 e bias_ij) (+ log2 e slope_h (j - i): ALiBi), masked to -inf
     m' = max(m, max_j s_ij),  p_ij = 2^(s_ij - m'),  alpha = 2^(m - m')
     l <- alpha l + sum_j p_ij,  acc <- alpha acc + P' V,  m <- m'
     O = acc / l,   Stats = (m + log2 l) / log2 e   (natural-log logsumexp)
@@ -69,6 +69,7 @@ class Problem:
     p_drop: float = 0.0
     seed_host: bool = False  # SEED / OFFSET passed by value (a kernel scalar)
     offset_host: bool = False
+    alibi: bool = False  # ALiBi's slope_h (j - i) added to the scores
 
     @property
     def big(self) -> bool:
@@ -117,6 +118,18 @@ def bias_term(p: Problem, m: str, n: str, key_mask: bool = True) -> str:
         f"tl.load(BIAS + {_off('b', 'h', bs)} + offs_m{m} * {bs[2]} + offs_n{n} * {bs[3]}, "
         f"mask={mask}, other=0.0).to(tl.float32) * {LOG2E}"
     )
+
+
+def alibi_term(p: Problem, m: str, n: str) -> str:
+    """ALiBi's slope_h (j - i) over offs_m / offs_n broadcast by ``m`` / ``n``, in base 2
+    (x log2 e); the slope of head ``h`` (ops/attention.alibi_slopes) computed in place."""
+    top = 1 << (p.H.bit_length() - 1)  # the largest power of two <= H
+    hf = "h.to(tl.float32)"
+    slope = (
+        f"tl.where(h < {top}, tl.exp2({-8.0 / top!r} * ({hf} + 1.0)), "
+        f"tl.exp2({-4.0 / top!r} * (2.0 * ({hf} - {top}.0) + 1.0)))"
+    )
+    return f"{slope} * {LOG2E} * (offs_n{n} - offs_m{m}).to(tl.float32)"
 
 
 def keep_expr(p: Problem, m: str, n: str) -> str:
@@ -180,10 +193,12 @@ def _fwd_step(
         )
     if interpret:
         L.append(f"{I2}kt = kt.to(tl.float32)")
-    fold = not masked and not p.bias  # scale folded into the exponent: one FMA
+    fold = not masked and not p.bias and not p.alibi  # scale folded in the exponent: 1 FMA
     L.append(f"{I2}s = tl.dot(q, kt)" if fold else f"{I2}s = tl.dot(q, kt) * c")
     if p.bias:
         L.append(f"{I2}s += {bias_term(p, '[:, None]', '[None, :]', masked)}")
+    if p.alibi:
+        L.append(f"{I2}s += {alibi_term(p, '[:, None]', '[None, :]')}")
     if masked:
         L.append(f'{I2}s = tl.where({keep_expr(p, "[:, None]", "[None, :]")}, s, float("-inf"))')
     L.append(f"{I2}m_new = tl.maximum(m_i, tl.reduce(s, 1, _max_combine){' * c' if fold else ''})")
@@ -191,7 +206,7 @@ def _fwd_step(
     # mask); where every key is kept and there is no bias it is finite
     L.append(
         f'{I2}m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)'
-        if masked or p.bias
+        if masked or p.bias or p.alibi
         else f"{I2}m_safe = m_new"
     )
     L += [
@@ -335,4 +350,37 @@ def fwd_source(name: str, p: Problem, kn, interpret: bool) -> str:
             f"{I}tl.store(STATS + {_off('b', 'h', st)} + offs_m * {st[2]}, lse, "
             f"mask=offs_m < {p.SQ})",
         ]
+    return "\n".join(L) + "\n"
+
+
+DUMP_BLOCK = 1024
+
+
+def dump_source(name: str, p: Problem, st: tuple, out_dtype) -> str:
+    """The dropout mask written to RNG_DUMP [B, H, S_q, S_kv] (strides ``st``): 1 where
+    the attention kernels keep element (b, h, i, j), 0 where they drop it -- the same
+    Philox stream (``dropout_keep``), one element per lane; grid
+    (ceil(B H S_q S_kv / DUMP_BLOCK),)."""
+    I = "    "
+    total = p.B * p.H * p.SQ * p.SKV
+    L = [
+        PHILOX_HELPER,
+        "@triton.jit",
+        f"def {name}(RNG_DUMP, SEED, OFFSET):",
+        f"{I}idx = tl.program_id(0).to(tl.int64) * {DUMP_BLOCK} + tl.arange(0, {DUMP_BLOCK})",
+        f"{I}live = idx < {total}",
+    ]
+    L += [ln for ln in dropout_setup(p, I) if "seed" in ln or "doff" in ln]
+    L += [
+        f"{I}u0, u1, u2, u3 = _philox4_uniform(seed, doff + (idx >> 2))",
+        f"{I}sel = idx & 3",
+        f"{I}u = tl.where(sel == 0, u0, tl.where(sel == 1, u1, tl.where(sel == 2, u2, u3)))",
+        f"{I}j = idx % {p.SKV}",
+        f"{I}i = idx // {p.SKV} % {p.SQ}",
+        f"{I}h = idx // {p.SKV * p.SQ} % {p.H}",
+        f"{I}b = idx // {p.SKV * p.SQ * p.H}",
+        f"{I}off = b * {st[0]} + h * {st[1]} + i * {st[2]} + j * {st[3]}",
+        f"{I}kept = (u >= {float(p.p_drop)!r}).to(tl.float32)",
+        f"{I}tl.store(RNG_DUMP + off, kept.to({TL_TYPE[out_dtype]}), mask=live)",
+    ]
     return "\n".join(L) + "\n"

@@ -315,9 +315,17 @@ def _check_gluon(graph, p: K.Problem, kn: AttnKnobs, target: Target) -> Support:
         return decline(
             f"GLUON: {', '.join(rows + kv)} (and Stats) packed B, H, S, D (one 2-D TMA view)"
         )
-    if p.bias or p.dropout or p.padding or p.left is not None or p.right not in (None, 0):
+    if (
+        p.bias
+        or p.alibi
+        or p.dropout
+        or p.padding
+        or p.left is not None
+        or p.right not in (None, 0)
+    ):
         return decline(
-            "GLUON: no bias, dropout, padding or band; a causal mask (right bound 0) or none"
+            "GLUON: no bias, ALiBi, dropout, padding or band; a causal mask (right bound 0) "
+            "or none"
         )
     if kn.LPT and p.right is None:
         return decline("LPT orders causal query tiles (longest first); this node has no mask")
@@ -370,6 +378,7 @@ def _problem(graph) -> K.Problem:
         p_drop=p,
         seed_host=bool(seed is not None and seed.is_pass_by_value),
         offset_host=bool(off is not None and off.is_pass_by_value),
+        alibi=bool(n.use_alibi_mask),
     )
 
 
@@ -606,6 +615,14 @@ class _AttnExecutable(Executable, LaunchList):
         extra.append(("buf", uids["ATTN_SCALE"]) if "ATTN_SCALE" in uids else ("int", 1.0))
         buf = {r: ("buf", uids[r]) for r in uids}
         gq = (math.ceil(p.SQ / kn.BLOCK_M), p.B * p.H)
+        if "RNG_DUMP" in uids and p.SKV:  # the dropout mask, for the caller (rng_dump)
+            d = graph.tensors[uids["RNG_DUMP"]]
+            grid = (math.ceil(p.B * p.H * p.SQ * p.SKV / K.DUMP_BLOCK),)
+            src = K.dump_source(f"{tag}_dump", p, tuple(d.strides), d.data_type)
+            dump = [buf["RNG_DUMP"], ("buf", uids["SEED"]), ("buf", uids["OFFSET"])]
+            self.add_launch(
+                kernel_from_source(src, f"{tag}_dump"), grid, {"num_warps": 4}, dump, graph, cuda
+            )
         if n.kind == "sdpa":
             args = (
                 [buf["Q"], buf["K"], buf["V"], buf["O"]]

@@ -293,14 +293,21 @@ def _attention(n, graph, get) -> dict:
     )
     scale = float(get(n.inputs["ATTN_SCALE"]).reshape(-1)[0]) if "ATTN_SCALE" in n.inputs else 1.0
     bias = get(n.inputs["BIAS"]) if "BIAS" in n.inputs else None
+    bias_shape = None if bias is None else bias.shape
+    if n.use_alibi_mask:  # a constant added to S: dS, hence dBias, are unchanged
+        alibi = attention.alibi_bias(h_q, s_q, s_kv)
+        bias = alibi if bias is None else bias + alibi
     p, drop = 0.0, None
+    out = {}
     if n.dropout_probability is not None:
         p = n.dropout_probability
         seed, offset = (int(get(n.inputs[r]).reshape(-1)[0]) for r in ("SEED", "OFFSET"))
         drop = attention.dropout_keep(seed, offset, p, (b, h_q, s_q, s_kv))
+        if "RNG_DUMP" in n.outputs:
+            out[n.outputs["RNG_DUMP"]] = drop
     if n.kind == "sdpa":
         o, stats = attention.forward(q, k, v, keep, scale, bias, drop, p)
-        out = {n.outputs["O"]: o}
+        out[n.outputs["O"]] = o
         if "STATS" in n.outputs:
             out[n.outputs["STATS"]] = stats
         return out
@@ -316,8 +323,9 @@ def _attention(n, graph, get) -> dict:
         bias,
         drop,
         p,
+        bias_shape,
     )
-    out = {n.outputs["DQ"]: dq, n.outputs["DK"]: dk, n.outputs["DV"]: dv}
+    out.update({n.outputs["DQ"]: dq, n.outputs["DK"]: dk, n.outputs["DV"]: dv})
     if "DBIAS" in n.outputs:
         out[n.outputs["DBIAS"]] = dbias
     return out
