@@ -324,8 +324,7 @@ def _check_gluon(graph, p: K.Problem, kn: AttnKnobs, target: Target) -> Support:
         or p.right not in (None, 0)
     ):
         return decline(
-            "GLUON: no bias, ALiBi, dropout, padding or band; a causal mask (right bound 0) "
-            "or none"
+            "GLUON: no bias, ALiBi, dropout, padding or band; a causal mask (right bound 0) or none"
         )
     if kn.LPT and p.right is None:
         return decline("LPT orders causal query tiles (longest first); this node has no mask")
