@@ -16,6 +16,7 @@ from _attention_cases import (
     forward_graph,
     inputs,
     torch_sdpa,
+    total_bias,
 )
 
 import opendnn.frontend as cudnn
@@ -28,6 +29,31 @@ pytestmark = [
 B16 = torch.bfloat16
 CASES = [
     Case("s1000_d128", b=2, h_q=4, h_k=4, s_q=1000, s_kv=1000, d=128, dtype=B16),
+    Case(
+        "alibi_gqa_padding_d128",
+        b=2,
+        h_q=6,
+        h_k=2,
+        s_q=300,
+        s_kv=300,
+        d=128,
+        right=0,
+        lens=((300, 211), (300, 129)),
+        alibi=True,
+        dtype=B16,
+    ),
+    Case(
+        "alibi_bias_d64",
+        b=1,
+        h_q=4,
+        h_k=4,
+        s_q=64,
+        s_kv=200,
+        d=64,
+        bias="1h",
+        alibi=True,
+        dtype=torch.float16,
+    ),
     Case("s1000_causal_gqa_d64", b=1, h_q=8, h_k=2, s_q=1000, s_kv=1000, d=64, right=0, dtype=B16),
     Case("s17_d32", b=3, h_q=2, h_k=1, s_q=17, s_kv=17, d=32, dtype=torch.float16),
     Case(
@@ -116,7 +142,8 @@ def test_forward_and_backward(rng, c):
     drop = dropout_mask(SEED, OFFSET, c.p, shape) if c.p else None
     q, k, v = (x[n].double().requires_grad_(True) for n in ("q", "k", "v"))
     bias = x["bias"].double().requires_grad_(True) if "bias" in x else None
-    ro, rst = torch_sdpa(q, k, v, keep, c.scale, bias, drop, c.p or 0.0)
+    tb = total_bias(c, {} if bias is None else {"bias": bias})
+    ro, rst = torch_sdpa(q, k, v, keep, c.scale, tb, drop, c.p or 0.0)
     g, feeds, outs = forward_graph(c, xc, seed=SEED, offset=OFFSET)
     got = _every_plan(g, feeds, outs, [ro.detach(), rst.detach()], 1e-2)
     o, st = got[outs[0]], got[outs[1]]
@@ -138,6 +165,19 @@ def test_dropout_masks_keep_the_fraction_and_match_between_passes(rng):
     n = m.numel()
     assert abs(m.mean().item() - 0.5) < 6 * (0.25 / n) ** 0.5
     test_forward_and_backward(rng, c)  # the engine's O and grads use exactly this mask
+
+
+def test_rng_dump_is_the_mask_both_passes_use(rng):
+    """rng_dump (forward and backward) holds the stream's mask, every element."""
+    c = Case("dump", b=2, h_q=2, h_k=2, s_q=70, s_kv=150, d=64, p=0.2, right=0, dtype=B16)
+    x = {n: t.cuda() for n, t in inputs(rng, c).items()}
+    want = dropout_mask(SEED, OFFSET, c.p, (c.b, c.h_q, c.s_q, c.s_kv)).float()
+    g, feeds, outs = forward_graph(c, x, seed=SEED, offset=OFFSET, rng_dump=True)
+    feeds = {t: b.cuda() for t, b in feeds.items()}
+    g.build([cudnn.heur_mode.A])
+    ws = torch.empty(g.get_workspace_size(), dtype=torch.uint8, device="cuda")
+    g.execute(feeds, ws)
+    assert torch.equal(feeds[outs[-1]].cpu(), want)
 
 
 ATOMIC_CASES = [
