@@ -46,6 +46,7 @@ class Case:
     dtype: torch.dtype = torch.float32
     p: float | None = None  # dropout probability
     alibi: bool = False  # use_alibi_mask
+    paged: int | None = None  # K / V in paged caches of this block size (forward only)
 
     @property
     def hv(self) -> int:
@@ -94,6 +95,16 @@ CASES = [
     Case("alibi", h_q=6, h_k=3, right=0, alibi=True),  # 6 heads: 4 slopes + 2 more
     Case("alibi_padding_br", lens=((17, 9), (12, 17)), align=BR, right=0, alibi=True),
     Case("alibi_bias_rect", s_q=9, s_kv=13, bias="1h", alibi=True),
+]
+
+# paged K / V caches (forward only): block sizes below, at and above the kernels' tiles
+PAGED = [
+    Case("paged_b4", paged=4, s_q=9, s_kv=23),
+    Case("paged_b16_gqa_causal", paged=16, h_q=6, h_k=2, s_q=40, s_kv=40, right=0),
+    Case(
+        "paged_b32_padding_br", paged=32, s_q=7, s_kv=50, lens=((7, 3), (50, 17)), align=BR, right=0
+    ),
+    Case("paged_b8_bias_alibi", paged=8, s_q=5, s_kv=12, bias="1h", alibi=True),
 ]
 
 
@@ -251,6 +262,25 @@ def _dump(g, c: Case, feeds: dict, rng_dump: bool) -> dict:
     return {"rng_dump": t}
 
 
+def paged_cache(t: torch.Tensor, block: int, gen: torch.Generator):
+    """(container [blocks, H, block, D], table [B, 1, pages, 1] int32) holding ``t`` [B, H,
+    S, D]: its pages in a shuffled order among as many spare blocks, the tail of the last
+    page NaN (no key there is read), the table strided as cudnn-frontend's tests make it
+    (pages outermost)."""
+    b, h, s, d = t.shape
+    pages = -(-s // block)
+    padded = torch.full((b, h, pages * block, d), float("nan"), dtype=t.dtype)
+    padded[:, :, :s] = t
+    blocks = torch.randperm(2 * b * pages, generator=gen)[: b * pages].reshape(b, pages)
+    container = torch.full((2 * b * pages, h, block, d), float("nan"), dtype=t.dtype)
+    for i in range(b):
+        for j in range(pages):
+            container[blocks[i, j]] = padded[i, :, j * block : (j + 1) * block]
+    table = torch.empty((pages, 1, b, 1), dtype=torch.int32).transpose(0, 2)
+    table.copy_(blocks.reshape(b, 1, pages, 1))
+    return container, table
+
+
 def forward_graph(c: Case, x: dict, generate_stats=True, seed=1234, offset=0, rng_dump=False):
     """(graph, feeds, [O, Stats or None] (+ [RNG_DUMP])) of an sdpa node over ``x`` (from
     inputs)."""
@@ -259,6 +289,19 @@ def forward_graph(c: Case, x: dict, generate_stats=True, seed=1234, offset=0, rn
     feeds = {t[n]: x[n] for n in t}
     seed, offset = _rng(g, seed, "seed", feeds), _rng(g, offset, "offset", feeds)
     dump = _dump(g, c, feeds, rng_dump)
+    if c.paged:  # K / V through paged caches holding x["k"] / x["v"]
+        gen = torch.Generator().manual_seed(c.s_kv)
+        for n in ("k", "v"):
+            del feeds[t[n]]
+            cont, table = paged_cache(x[n].cpu(), c.paged, gen)
+            cont, table = cont.to(x[n].device), table.to(x[n].device)
+            t[n], t[f"{n}_table"] = g.tensor_like(cont, name=n), g.tensor_like(table, name=f"{n}_t")
+            feeds.update({t[n]: cont, t[f"{n}_table"]: table})
+        dump.update(
+            paged_attention_k_table=t["k_table"],
+            paged_attention_v_table=t["v_table"],
+            paged_attention_max_seq_len_kv=c.s_kv,
+        )
     o, st = g.sdpa(
         t["q"],
         t["k"],
@@ -271,7 +314,7 @@ def forward_graph(c: Case, x: dict, generate_stats=True, seed=1234, offset=0, rn
     o.set_output(True)
     if st is not None:
         st.set_output(True)
-    return g, feeds, [o, st] + list(dump.values())
+    return g, feeds, [o, st] + ([dump["rng_dump"]] if "rng_dump" in dump else [])
 
 
 def backward_graph(

@@ -17,6 +17,7 @@ import torch
 from _attention_cases import (
     BR,
     CASES,
+    PAGED,
     TL,
     Case,
     backward_graph,
@@ -300,3 +301,16 @@ def test_rng_dump_receives_the_dropout_mask(rng, backward):
         g, feeds, outs = backward_graph(c, x, o, st, do, seed=77, offset=5, rng_dump=True)
         got = run_reference(g, feeds, outs)
     assert torch.equal(got[outs[-1]].double(), want)
+
+
+@pytest.mark.parametrize("c", PAGED, ids=[c.id for c in PAGED])
+def test_paged_kv_forward_matches_torch(rng, c):
+    """K / V read through shuffled page tables (spare blocks and the last page's tail
+    NaN): O and Stats as attention over the logical K / V."""
+    x = inputs(rng, c)
+    g, feeds, (o, st) = forward_graph(c, x)
+    got = run_reference(g, feeds, [o, st])
+    y = _f64(x)
+    want = torch_math_sdpa(y["q"], y["k"], y["v"], expected_keep(c), _scale(c), total_bias(c, y))
+    assert_close(got[o], want, c.dtype, _tol_n(c), repro("sdpa paged", [c], "", rng.seed))
+    assert not got[st].isnan().any()

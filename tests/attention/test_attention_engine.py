@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 import torch
-from _attention_cases import CASES, backward_graph, forward_graph, inputs
+from _attention_cases import CASES, PAGED, backward_graph, forward_graph, inputs
 from _util import check_engine, repro, run_reference
 
 from opendnn.engines.attention.engine import AttentionEngine
@@ -510,7 +510,13 @@ def test_gluon_backward_rules():
         ),
         (GLUON_BWD, 96, 256, {}, "head dims 64 or 128"),
         (GLUON_BWD, 128, 200, {}, "a multiple of 128 (200)"),
-        (GLUON_BWD, 128, 256, dict(diagonal_band_right_bound=4), "no bias, ALiBi, dropout"),
+        (
+            GLUON_BWD,
+            128,
+            256,
+            dict(diagonal_band_right_bound=4),
+            "no bias, ALiBi, paged K / V, dropout",
+        ),
     ]:
         got = _gluon_reason(knobs, None, True, d, s, **kw)
         assert reason in got, (knobs, got)
@@ -616,3 +622,11 @@ def test_rng_dump_against_reference(rng, backward):
             g, feeds, outs, ID, n=c.s_q + c.s_kv, msg=repro("sdpa_bwd", [c], "dump", rng.seed)
         )
     assert set(got[outs[-1]].unique().tolist()) == {0.0, 1.0}
+
+
+@pytest.mark.parametrize("c", PAGED, ids=[c.id for c in PAGED])
+def test_paged_kv_against_reference(rng, c):
+    c = dataclasses.replace(c, dtype=torch.bfloat16)
+    x = inputs(rng, c)
+    g, feeds, outs = forward_graph(c, x)
+    check_engine(g, feeds, outs, ID, n=c.s_kv, msg=repro("sdpa paged", [c], "", rng.seed))

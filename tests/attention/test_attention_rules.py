@@ -201,6 +201,37 @@ NODE_RULES = [
     ),
     (dict(rng_dump=T("dump", (2, 4, 5, 7), FLOAT)), Status.BAD_PARAM, ["RNG_DUMP needs dropout"]),
     (
+        dict(
+            k=(4, 2, 4, 16),
+            v=(4, 2, 4, 16),
+            paged_attention_k_table=T("kt", (2, 1, 2), INT32),
+            paged_attention_v_table=T("vt", (2, 1, 2, 1), INT32),
+        ),
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+        ["kt", "PAGE_TABLE_K dims [2, 1, 2] must be [2, 1, pages, 1]"],
+    ),
+    (
+        dict(
+            k=(4, 2, 4, 16),
+            v=(4, 2, 4, 16),
+            paged_attention_k_table=T("kt", (2, 1, 2, 1), INT64),
+            paged_attention_v_table=T("vt", (2, 1, 2, 1), INT32),
+        ),
+        Status.NOT_SUPPORTED_DATA_TYPE,
+        ["kt", "PAGE_TABLE_K must be int32, is INT64"],
+    ),
+    (
+        dict(
+            k=(4, 2, 4, 16),
+            v=(4, 2, 4, 16),
+            paged_attention_k_table=T("kt", (2, 1, 2, 1), INT32),
+            paged_attention_v_table=T("vt", (2, 1, 2, 1), INT32),
+            paged_attention_max_seq_len_kv=9,
+        ),
+        Status.BAD_PARAM_OUT_OF_BOUND,
+        ["kt", "paged_attention_max_seq_len_kv 9 must be an int in [1, pages x block_size = 8]"],
+    ),
+    (
         dict(rng_dump=T("dump", (2, 4, 5, 6), FLOAT), dropout=(0.1, SEED, OFFSET)),
         Status.BAD_PARAM_SHAPE_MISMATCH,
         ["dump", "RNG_DUMP dims [2, 4, 5, 6] must be [2, 4, 5, 7]"],
@@ -233,7 +264,16 @@ BUILDER_RULES = [
         ["dropout must be a tuple (probability, seed, offset)"],
     ),
     (dict(dropout=0.1), Status.BAD_PARAM_ATTRIBUTE_TYPE, ["dropout must be a tuple"]),
-    (dict(paged_attention_max_seq_len_kv=7), Status.NOT_SUPPORTED, ["paged attention"]),
+    (
+        dict(paged_attention_max_seq_len_kv=7),
+        Status.BAD_PARAM_NULL_POINTER,
+        ["paged attention needs both"],
+    ),
+    (
+        dict(paged_attention_k_table=T("kt", (2, 1, 2, 1), INT32)),
+        Status.BAD_PARAM_NULL_POINTER,
+        ["paged attention needs both"],
+    ),
     (dict(score_mod=lambda g, s: s), Status.NOT_SUPPORTED, ["score_mod is not supported"]),
     (dict(block_mask=T("bm", (2, 4, 1, 1))), Status.NOT_SUPPORTED, ["block_mask is not"]),
     (dict(sink_token=T("sink", (1, 4, 1, 1))), Status.NOT_SUPPORTED, ["sink_token is not"]),

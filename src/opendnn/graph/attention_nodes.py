@@ -71,6 +71,9 @@ class _SdpaBase(Node):
         for d in (q, k, v):
             if len(d.dims) != 4:
                 raise self._rank_error(d.label(), d.dims)
+        if getattr(self, "paged", False):  # the containers' logical [B, H, S_kv, D]
+            self._check_paging(desc, q)
+            k, v = self.logical_kv(desc, q, "K"), self.logical_kv(desc, q, "V")
         for d in (q, k, v):
             if d.data_type not in IO_TYPES:
                 raise self.error(
@@ -242,10 +245,74 @@ class _SdpaBase(Node):
 
 @dataclasses.dataclass(eq=False)
 class Sdpa(_SdpaBase):
-    """[O, STATS] = sdpa(Q, K, V, ...); STATS only with ``generate_stats``."""
+    """[O, STATS] = sdpa(Q, K, V, ...); STATS only with ``generate_stats``.
+
+    Paged K / V (``PAGE_TABLE_K`` / ``PAGE_TABLE_V`` inputs): K and V are containers
+    [num_blocks, Hk, block_size, D] and the tables [B, 1, pages, 1] int32 name the block
+    holding each run of block_size keys of batch b: logical K[b, h, j] =
+    K[table[b, 0, j // block_size, 0], h, j % block_size] for j < ``paged_max_seq_len_kv``
+    (default pages x block_size), the logical sequence length everything else sees.
+    """
 
     generate_stats: bool = True
+    paged_max_seq_len_kv: int | None = None
     kind: ClassVar[str] = "sdpa"
+
+    @property
+    def paged(self) -> bool:
+        return "PAGE_TABLE_K" in self.inputs
+
+    def logical_kv(self, desc, q, role: str):
+        """K or V (``role``) as the [B, H, S_kv, D] the attention sees: its descriptor, or
+        with paged caches the container's logical view (its dims; strides stand in)."""
+        t = desc(self.inputs[role])
+        if not self.paged:
+            return t
+        table = desc(self.inputs[f"PAGE_TABLE_{role}"])
+        s_kv = self.paged_max_seq_len_kv or table.dims[2] * t.dims[2]
+        dims = (q.dims[0], t.dims[1], s_kv, t.dims[3])
+        return dataclasses.replace(t, dims=dims, strides=(0, 0, 0, 1))
+
+    def _check_paging(self, desc, q) -> None:
+        """The page tables against the containers and the logical length."""
+        if not self.paged:
+            return
+        b = q.dims[0]
+        for role, table_role in (("K", "PAGE_TABLE_K"), ("V", "PAGE_TABLE_V")):
+            if table_role not in self.inputs:
+                raise self.error(
+                    "paged attention needs both page tables (K and V)",
+                    None,
+                    Status.BAD_PARAM_NULL_POINTER,
+                )
+            c, table = desc(self.inputs[role]), desc(self.inputs[table_role])
+            if (
+                len(table.dims) != 4
+                or table.dims[0] != b
+                or table.dims[1] != 1
+                or table.dims[3] != 1
+            ):
+                raise self.error(
+                    f"{table_role} dims {list(table.dims)} must be [{b}, 1, pages, 1]",
+                    table.label(),
+                    Status.BAD_PARAM_SHAPE_MISMATCH,
+                )
+            if table.data_type != DataType.INT32:
+                raise self.error(
+                    f"{table_role} must be int32, is {table.data_type.name}",
+                    table.label(),
+                    Status.NOT_SUPPORTED_DATA_TYPE,
+                )
+            s_kv = self.paged_max_seq_len_kv
+            if s_kv is not None and not (
+                isinstance(s_kv, int) and 0 < s_kv <= table.dims[2] * c.dims[2]
+            ):
+                raise self.error(
+                    f"paged_attention_max_seq_len_kv {s_kv!r} must be an int in [1, pages x "
+                    f"block_size = {table.dims[2] * c.dims[2]}]",
+                    table.label(),
+                    Status.BAD_PARAM_OUT_OF_BOUND,
+                )
 
     def infer_properties(self, ctx) -> None:
         q, k, v = self._need_qkv()

@@ -188,7 +188,10 @@ class AttentionBuilderMixin:
         int32 / int64 tensors; seq_len_q / seq_len_kv [B, 1, 1, 1] integers with
         ``use_padding_mask``; bias [B or 1, Hq or 1, Sq, Skv]. ``implementation``: AUTO,
         COMPOSITE and UNIFIED all name the same function, run by the fused attention
-        engine. NOT_SUPPORTED: paged attention, ``score_mod``, ``block_mask``, attention
+        engine. Paged K / V: ``paged_attention_k_table`` / ``_v_table`` [B, 1, pages, 1]
+        int32 over K / V containers [blocks, Hk, block_size, D], the logical length
+        ``paged_attention_max_seq_len_kv`` (nodes: ``Sdpa``). NOT_SUPPORTED: ``score_mod``,
+        ``block_mask``, attention
         sinks (``sink_token``), separate ``score_max`` / ``score_sum_exp`` outputs and
         ``unfuse_fma``."""
         op = name or f"sdpa_{len(self._nodes)}"
@@ -205,15 +208,15 @@ class AttentionBuilderMixin:
             raise self._attn_error(
                 op, "unfuse_fma (unfused multiply-adds) is not supported", Status.NOT_SUPPORTED
             )
-        if any(
-            t is not None
-            for t in (
-                paged_attention_k_table,
-                paged_attention_v_table,
-                paged_attention_max_seq_len_kv,
-            )
+        if (paged_attention_k_table is None) != (paged_attention_v_table is None) or (
+            paged_attention_max_seq_len_kv is not None and paged_attention_k_table is None
         ):
-            raise self._attn_error(op, "paged attention is not supported", Status.NOT_SUPPORTED)
+            raise self._attn_error(
+                op,
+                "paged attention needs both paged_attention_k_table and "
+                "paged_attention_v_table (and paged_attention_max_seq_len_kv only with them)",
+                Status.BAD_PARAM_NULL_POINTER,
+            )
         if score_mod is not None:
             raise self._attn_error(op, "score_mod is not supported", Status.NOT_SUPPORTED)
         if (
@@ -254,11 +257,16 @@ class AttentionBuilderMixin:
             dropout,
             rng_dump,
         )
+        if paged_attention_k_table is not None:
+            ins["PAGE_TABLE_K"] = self._check_tensor(paged_attention_k_table, op, "k_table")
+            ins["PAGE_TABLE_V"] = self._check_tensor(paged_attention_v_table, op, "v_table")
+        max_kv = paged_attention_max_seq_len_kv
         node = AN.Sdpa(
             name=op,
             compute_data_type=self._ctype(compute_data_type, op),
             inputs=ins,
             generate_stats=stats,
+            paged_max_seq_len_kv=None if max_kv is None else int(max_kv),
             **attrs,
         )
         outs = {"O": self._new_output(f"{op}::O")}

@@ -112,6 +112,16 @@ def dropout_keep(seed: int, offset: int, p: float, shape) -> np.ndarray:
     return _dropout.mask(seed, offset, tuple(shape), p)
 
 
+def paged_gather(container: np.ndarray, table: np.ndarray, s_kv: int) -> np.ndarray:
+    """Logical K or V [B, H, s_kv, D] from a paged cache: ``container`` [blocks, H,
+    block_size, D] and ``table`` [B, 1, pages, 1] of block indices; key j of batch b is
+    row j % block_size of block table[b, 0, j // block_size, 0]."""
+    bs = container.shape[2]
+    j = np.arange(s_kv)
+    blocks = np.asarray(table)[:, 0, j // bs, 0].astype(np.int64)  # [B, s_kv]
+    return np.transpose(container[blocks, :, (j % bs)[None, :], :], (0, 2, 1, 3))
+
+
 def alibi_slopes(h_q: int) -> np.ndarray:
     """The ALiBi slope of each of ``h_q`` heads [h_q] (float64)."""
     n = 1 << (int(h_q).bit_length() - 1)  # the largest power of two <= h_q

@@ -23,6 +23,9 @@ else 0; kv_len, q_len the batch's lengths with a padding mask, else S_kv, S_q):
     j < kv_len,   j - (i + shift) <= RIGHT,   (i + shift) - j < LEFT
 (RIGHT = 0: causal.) Key tiles wholly outside the band are not visited.
 
+Paged K / V: key j of batch b is row j % block_size of the container's block
+PT[b, j // block_size] (one gathered block index per key of the tile).
+
 Dropout: element (b, h, i, j) takes the Philox stream of ``ops/dropout.py`` at logical
 index ((b H + h) S_q + i) S_kv + j: word idx mod 4 of Philox(SEED, OFFSET + idx // 4),
 kept when its float32 uniform is >= p (a literal of the source, as 1 / (1 - p)).
@@ -70,6 +73,9 @@ class Problem:
     seed_host: bool = False  # SEED / OFFSET passed by value (a kernel scalar)
     offset_host: bool = False
     alibi: bool = False  # ALiBi's slope_h (j - i) added to the scores
+    # paged K / V: (block_size of K, of V, PT_K strides (b, page), PT_V strides); K / V
+    # strides are then the containers' (block, h, row, d)
+    paged: tuple | None = None
 
     @property
     def big(self) -> bool:
@@ -84,6 +90,7 @@ class Problem:
         out += ["BIAS"] if self.bias else []
         out += ["SEQ_Q", "SEQ_KV"] if self.padding else []
         out += ["SEED", "OFFSET"] if self.dropout else []
+        out += ["PT_K", "PT_V"] if self.paged else []
         return out + ["SCALE"]
 
 
@@ -184,13 +191,23 @@ def _fwd_step(
     L = [f"{I2}offs_n = start + tl.arange(0, {bn})"]
     if masked:
         L.append(f"{I2}nmask = offs_n < kv_len")
+    # the rows of the keys: offs_n itself, or in a paged cache (block, row in block)
+    krow, vrow = (f"offs_n[None, :] * {ks[2]}", f"offs_n[:, None] * {vs[2]}")
+    if p.paged:
+        bsk, bsv, ptk, ptv = p.paged
+        L += [
+            f"{I2}pk = tl.load(PT_K + b * {ptk[0]} + (offs_n // {bsk}) * {ptk[1]}, "
+            f"mask=offs_n < {p.SKV}, other=0).to(tl.int64)",
+            f"{I2}pv = tl.load(PT_V + b * {ptv[0]} + (offs_n // {bsv}) * {ptv[1]}, "
+            f"mask=offs_n < {p.SKV}, other=0).to(tl.int64)",
+        ]
+        krow = f"(pk * {ks[0]} + (offs_n % {bsk}) * {ks[2]})[None, :]"
+        vrow = f"(pv * {vs[0]} + (offs_n % {bsv}) * {vs[2]})[:, None]"
     if tma:
         L.append(f"{I2}kt = tl.trans(k_desc.load([start, 0]))")
     else:
         m = f", mask={kmask}, other=0.0" if kmask else ""
-        L.append(
-            f"{I2}kt = tl.load(k_base + offs_n[None, :] * {ks[2]} + offs_d[:, None] * {ks[3]}{m})"
-        )
+        L.append(f"{I2}kt = tl.load(k_base + {krow} + offs_d[:, None] * {ks[3]}{m})")
     if interpret:
         L.append(f"{I2}kt = kt.to(tl.float32)")
     fold = not masked and not p.bias and not p.alibi  # scale folded in the exponent: 1 FMA
@@ -222,9 +239,7 @@ def _fwd_step(
         L.append(f"{I2}vt = v_desc.load([start, 0])")
     else:
         m = f", mask={vmask}, other=0.0" if vmask else ""
-        L.append(
-            f"{I2}vt = tl.load(v_base + offs_n[:, None] * {vs[2]} + offs_dv[None, :] * {vs[3]}{m})"
-        )
+        L.append(f"{I2}vt = tl.load(v_base + {vrow} + offs_dv[None, :] * {vs[3]}{m})")
     if interpret:
         L.append(f"{I2}acc = acc * alpha[:, None] + tl.dot(pr, vt.to(tl.float32))")
     else:
@@ -311,8 +326,8 @@ def fwd_source(name: str, p: Problem, kn, interpret: bool) -> str:
         f'{I}m_i = tl.full([{bm}], float("-inf"), tl.float32)',
         f"{I}l_i = tl.full([{bm}], 0.0, tl.float32)",
         f"{I}acc = tl.full([{bm}, {bdv}], 0.0, tl.float32)",
-        f"{I}k_base = K + {_off('b', 'hk', ks)}",
-        f"{I}v_base = V + {_off('b', 'hk', vs)}",
+        f"{I}k_base = K + {_off('b', 'hk', ks) if not p.paged else f'hk * {ks[1]}'}",
+        f"{I}v_base = V + {_off('b', 'hk', vs) if not p.paged else f'hk * {vs[1]}'}",
     ]
     if tma:
         L += [

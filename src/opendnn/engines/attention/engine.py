@@ -318,13 +318,15 @@ def _check_gluon(graph, p: K.Problem, kn: AttnKnobs, target: Target) -> Support:
     if (
         p.bias
         or p.alibi
+        or p.paged
         or p.dropout
         or p.padding
         or p.left is not None
         or p.right not in (None, 0)
     ):
         return decline(
-            "GLUON: no bias, ALiBi, dropout, padding or band; a causal mask (right bound 0) or none"
+            "GLUON: no bias, ALiBi, paged K / V, dropout, padding or band; a causal mask "
+            "(right bound 0) or none"
         )
     if kn.LPT and p.right is None:
         return decline("LPT orders causal query tiles (longest first); this node has no mask")
@@ -349,12 +351,22 @@ def _problem(graph) -> K.Problem:
     bias = t.get("BIAS")
     seed, off = t.get("SEED"), t.get("OFFSET")
     p = n.dropout_probability or 0.0
+    s_kv, paged = k.dims[2], None
+    if n.kind == "sdpa" and n.paged:  # K / V are containers [blocks, H, block_size, D]
+        tk, tv = t["PAGE_TABLE_K"], t["PAGE_TABLE_V"]
+        s_kv = n.paged_max_seq_len_kv or tk.dims[2] * k.dims[2]
+        paged = (
+            k.dims[2],
+            v.dims[2],
+            (tk.strides[0], tk.strides[2]),
+            (tv.strides[0], tv.strides[2]),
+        )
     return K.Problem(
         q.dims[0],
         q.dims[1],
         k.dims[1],
         q.dims[2],
-        k.dims[2],
+        s_kv,
         q.dims[3],
         v.dims[3],
         tuple(q.strides),
@@ -378,6 +390,7 @@ def _problem(graph) -> K.Problem:
         seed_host=bool(seed is not None and seed.is_pass_by_value),
         offset_host=bool(off is not None and off.is_pass_by_value),
         alibi=bool(n.use_alibi_mask),
+        paged=paged,
     )
 
 
@@ -514,6 +527,8 @@ class AttentionEngine(Engine):
                 )
         if kn.TMA and not target.is_cuda:
             return decline("TMA: on a GPU only")
+        if kn.TMA and p.paged:
+            return decline("TMA: K / V in one strided view each (not paged caches)")
         if kn.TMA and fwd and any(t[3] != 1 or (t[2] * 2) % 16 for t in (p.q, p.k, p.v)):
             return decline("TMA: Q, K and V need unit head-dim strides and 16-byte rows")
         if kn.TMA and not fwd and not kn.DQ_ATOMIC:
@@ -611,6 +626,7 @@ class _AttnExecutable(Executable, LaunchList):
         extra = [("buf", uids["BIAS"])] if p.bias else []
         extra += [("buf", uids["SEQ_LEN_Q"]), ("buf", uids["SEQ_LEN_KV"])] if p.padding else []
         extra += [("buf", uids["SEED"]), ("buf", uids["OFFSET"])] if p.dropout else []
+        extra += [("buf", uids["PAGE_TABLE_K"]), ("buf", uids["PAGE_TABLE_V"])] if p.paged else []
         extra.append(("buf", uids["ATTN_SCALE"]) if "ATTN_SCALE" in uids else ("int", 1.0))
         buf = {r: ("buf", uids[r]) for r in uids}
         gq = (math.ceil(p.SQ / kn.BLOCK_M), p.B * p.H)

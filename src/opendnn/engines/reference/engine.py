@@ -267,6 +267,23 @@ def _attention(n, graph, get) -> dict:
 
     q, k, v = (get(n.inputs[r]) for r in ("Q", "K", "V"))
     b, h_q, s_q, _ = q.shape
+    if n.kind == "sdpa" and n.paged:  # K / V from their paged caches
+        tables = [get(n.inputs[r]) for r in ("PAGE_TABLE_K", "PAGE_TABLE_V")]
+        s_kv = n.paged_max_seq_len_kv or tables[0].shape[2] * k.shape[2]
+        for name, c, tab in (("K", k, tables[0]), ("V", v, tables[1])):
+            used = tab[:, 0, : -(-s_kv // c.shape[2]), 0]  # the pages s_kv keys reach
+            bad = used[(used < 0) | (used >= c.shape[0])]
+            if bad.size:
+                raise role_error(
+                    f"page table entries {sorted(set(bad.astype(int).tolist()))[:4]} are "
+                    f"outside the {c.shape[0]} blocks",
+                    -1,
+                    f"PAGE_TABLE_{name}",
+                    n.kind,
+                    Status.BAD_PARAM_OUT_OF_BOUND,
+                )
+        k = attention.paged_gather(k, tables[0], s_kv)
+        v = attention.paged_gather(v, tables[1], s_kv)
     s_kv = k.shape[2]
     masking = attention.Masking(
         n.diagonal_alignment,
