@@ -167,6 +167,35 @@ def test_dropout_masks_keep_the_fraction_and_match_between_passes(rng):
     test_forward_and_backward(rng, c)  # the engine's O and grads use exactly this mask
 
 
+PAGED_GPU = [
+    Case("paged32_d128", b=2, h_q=4, h_k=2, s_q=100, s_kv=300, d=128, paged=32, dtype=B16),
+    Case(
+        "paged128_padding_causal_br",
+        b=2,
+        h_q=2,
+        h_k=2,
+        s_q=64,
+        s_kv=500,
+        d=64,
+        paged=128,
+        lens=((64, 20), (500, 333)),
+        align=BR,
+        right=0,
+        dtype=torch.float16,
+    ),
+]
+
+
+@pytest.mark.parametrize("c", PAGED_GPU, ids=[c.id for c in PAGED_GPU])
+def test_paged_kv_forward(rng, c):
+    x = inputs(rng, c)
+    xc = {n: t.cuda() for n, t in x.items()}
+    q, k, v = (x[n].double() for n in ("q", "k", "v"))
+    ro, rst = torch_sdpa(q, k, v, expected_keep(c), c.scale)
+    g, feeds, outs = forward_graph(c, xc, seed=SEED, offset=OFFSET)
+    _every_plan(g, feeds, outs, [ro, rst], 1e-2)
+
+
 def test_rng_dump_is_the_mask_both_passes_use(rng):
     """rng_dump (forward and backward) holds the stream's mask, every element."""
     c = Case("dump", b=2, h_q=2, h_k=2, s_q=70, s_kv=150, d=64, p=0.2, right=0, dtype=B16)
