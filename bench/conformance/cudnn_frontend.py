@@ -149,17 +149,27 @@ def run_file(tests: Path, name: str, env: dict, timeout: int, ids: list | None) 
     if not lines and "timeout" not in result:
         return {"no_report": result["tail"]}
     counts = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
-    failures = []
+    failures, skips, outcomes = [], {}, {}
     for node, outcome, msg in map(json.loads, lines):
         counts[outcome] += 1
+        outcomes[node] = outcome[0]  # p, f, s, e: the sides compared case by case
         if outcome in ("failed", "errors"):
             failures.append([node, msg])
-    return {**counts, "failures": failures, **result}
+        elif outcome == "skipped":
+            skips[msg[:120]] = skips.get(msg[:120], 0) + 1
+    return {**counts, "failures": failures, "skips": skips, "outcomes": outcomes, **result}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tests", required=True, help="cudnn-frontend's test/python folder")
+    ap.add_argument("--tests", help="cudnn-frontend's test/python folder")
+    ap.add_argument(
+        "--compare",
+        nargs="+",
+        metavar="JSON",
+        help="no run: merge conformance.json files of earlier runs (either side, any "
+        "files) and print the table and the case-by-case comparison",
+    )
     ap.add_argument("--side", choices=["opendnn", "cudnn", "both"], default="both")
     ap.add_argument("--files", default="", help="comma list (default: every test_*.py)")
     ap.add_argument("--sample", action="append", default=[], help="FILE=N, repeatable")
@@ -174,6 +184,15 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per (side, file)")
     ap.add_argument("--out", default=str(REPO / ".conformance" / "out"))
     args = ap.parse_args(argv)
+    if args.compare:
+        merged: dict = {}
+        for path in args.compare:
+            for name, by in json.loads(Path(path).read_text()).items():
+                merged.setdefault(name, {}).update(by)
+        report(merged)
+        return 0
+    if not args.tests:
+        ap.error("--tests is required unless --compare is given")
     tests = Path(args.tests).resolve()
     root = REPO / ".conformance"
     lay_out(root)
@@ -203,10 +222,33 @@ def main(argv=None) -> int:
             print(f"{name:44s} {side:8s} {_fmt(r)}", flush=True)
             # rewritten after every file: a run cut short keeps what it finished
             (out / "conformance.json").write_text(json.dumps(results, indent=1))
+    report(results)
+    return 0
+
+
+def report(results: dict) -> None:
+    """The per-file table, each side's counts; where both sides ran a file, how many of
+    the cases cuDNN passed opendnn passes."""
+    sides = [s for s in ("opendnn", "cudnn") if any(s in by for by in results.values())]
     print(f"\n{'file':44s} " + "  ".join(f"{s:>30s}" for s in sides))
     for name, by in results.items():
-        print(f"{name:44s} " + "  ".join(f"{_fmt(by[s]):>30s}" for s in sides))
-    return 0
+        print(f"{name:44s} " + "  ".join(f"{_fmt(by[s]) if s in by else '-':>30s}" for s in sides))
+    both = {n: by for n, by in results.items() if "cudnn" in by and "opendnn" in by}
+    if both:
+        print("\ncases passing on cuDNN that pass on opendnn:")
+        for name, by in both.items():
+            print(f"{name:44s} {compare(by['cudnn'], by['opendnn'])}")
+
+
+def compare(cudnn: dict, ours: dict) -> str:
+    """How many of the cases real cuDNN passed (and opendnn reached) opendnn passes."""
+    theirs = {n for n, o in cudnn.get("outcomes", {}).items() if o == "p"}
+    mine = ours.get("outcomes", {})
+    reached = [n for n in theirs if n in mine]
+    good = sum(mine[n] == "p" for n in reached)
+    if not reached:
+        return "no common cases"
+    return f"{good} / {len(reached)} ({100.0 * good / len(reached):.1f}%)"
 
 
 def _fmt(r: dict) -> str:

@@ -203,6 +203,8 @@ def test_rng_dump_is_the_mask_both_passes_use(rng):
     want = dropout_mask(SEED, OFFSET, c.p, (c.b, c.h_q, c.s_q, c.s_kv)).float()
     g, feeds, outs = forward_graph(c, x, seed=SEED, offset=OFFSET, rng_dump=True)
     feeds = {t: b.cuda() for t, b in feeds.items()}
+    feeds[outs[0]] = torch.empty(c.b, c.h_q, c.s_q, c.dv, dtype=c.dtype, device="cuda")
+    feeds[outs[1]] = torch.empty(c.b, c.h_q, c.s_q, 1, device="cuda")
     g.build([cudnn.heur_mode.A])
     ws = torch.empty(g.get_workspace_size(), dtype=torch.uint8, device="cuda")
     g.execute(feeds, ws)
