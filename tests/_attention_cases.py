@@ -47,6 +47,7 @@ class Case:
     p: float | None = None  # dropout probability
     alibi: bool = False  # use_alibi_mask
     paged: int | None = None  # K / V in paged caches of this block size (forward only)
+    ragged: bool = False  # Q, K, V, O (and the gradients) packed THD by the lengths
 
     @property
     def hv(self) -> int:
@@ -95,6 +96,30 @@ CASES = [
     Case("alibi", h_q=6, h_k=3, right=0, alibi=True),  # 6 heads: 4 slopes + 2 more
     Case("alibi_padding_br", lens=((17, 9), (12, 17)), align=BR, right=0, alibi=True),
     Case("alibi_bias_rect", s_q=9, s_kv=13, bias="1h", alibi=True),
+]
+
+# ragged (packed variable-length, THD) tensors: Q, K, V, O and the gradients
+RAGGED = [
+    Case("ragged", lens=((17, 9), (12, 17)), ragged=True),
+    Case(
+        "ragged_gqa_causal_br",
+        h_q=6,
+        h_k=2,
+        lens=((5, 17), (9, 17)),
+        align=BR,
+        right=0,
+        ragged=True,
+    ),
+    Case(
+        "ragged_rect_band",
+        s_q=9,
+        s_kv=20,
+        lens=((9, 1), (20, 7)),
+        left=3,
+        right=1,
+        ragged=True,
+        bias="1h",
+    ),
 ]
 
 # paged K / V caches (forward only): block sizes below, at and above the kernels' tiles
@@ -262,6 +287,79 @@ def _dump(g, c: Case, feeds: dict, rng_dump: bool) -> dict:
     return {"rng_dump": t}
 
 
+def ragged_pack(t: torch.Tensor, lens) -> tuple:
+    """(view, offsets): ``t`` [B, H, S, D] packed THD -- batch b's first lens[b] rows of
+    (H, D) elements, one batch after another -- in a NaN-filled buffer of the full B S H D
+    elements (rows past a batch's length are not the batch's: the next batch's follow),
+    seen through the BSHD strides cuDNN's THD descriptors use; offsets [B + 1, 1, 1, 1]
+    int64 in elements."""
+    b, h, s, d = t.shape
+    buf = torch.full((b * s * h * d,), float("nan"), dtype=t.dtype)
+    starts = [0]
+    for i, n in enumerate(lens):
+        rows = t[i, :, :n].transpose(0, 1).reshape(-1)  # [n, H, D] row-major
+        buf[starts[-1] : starts[-1] + rows.numel()] = rows
+        starts.append(starts[-1] + rows.numel())
+    view = buf.as_strided((b, h, s, d), (s * h * d, d, h * d, 1))
+    return view, torch.tensor(starts, dtype=torch.int64).reshape(b + 1, 1, 1, 1)
+
+
+def ragged_unpack(view: torch.Tensor, offsets: torch.Tensor, lens) -> torch.Tensor:
+    """The logical [B, H, S, D] of a packed THD buffer; rows past a batch's length 0."""
+    b, h, s, d = view.shape
+    flat = view.as_strided((view.untyped_storage().nbytes() // view.element_size(),), (1,), 0)
+    out = torch.zeros(view.shape, dtype=view.dtype)
+    for i, n in enumerate(lens):
+        o = int(offsets.reshape(-1)[i])
+        out[i, :, :n] = flat[o : o + n * h * d].reshape(n, h, d).transpose(0, 1).cpu()
+    return out
+
+
+def thd_offsets(lens, h: int, d: int, device="cpu") -> torch.Tensor:
+    """[B + 1, 1, 1, 1] int64: where each batch's rows begin in a THD buffer (elements)."""
+    starts = [0]
+    for n in lens:
+        starts.append(starts[-1] + n * h * d)
+    return torch.tensor(starts, dtype=torch.int64, device=device).reshape(-1, 1, 1, 1)
+
+
+def _ragged_side(c: Case, role: str) -> tuple:
+    """(lengths, heads, head dim) of tensor ``role`` of a ragged case."""
+    lq, lkv = c.lens
+    return {
+        "q": (lq, c.h_q, c.d),
+        "o": (lq, c.h_q, c.dv),
+        "do": (lq, c.h_q, c.dv),
+        "dq": (lq, c.h_q, c.d),
+        "k": (lkv, c.h_k, c.d),
+        "dk": (lkv, c.h_k, c.d),
+        "v": (lkv, c.hv, c.dv),
+        "dv": (lkv, c.hv, c.dv),
+    }[role]
+
+
+def ragged_inputs(c: Case, x: dict) -> dict:
+    """``x`` with q, k, v (and o, do when there) packed THD (ragged_pack)."""
+    x = dict(x)
+    for n in ("q", "k", "v", "o", "do"):
+        if n in x:
+            x[n] = ragged_pack(x[n].cpu(), _ragged_side(c, n)[0])[0].to(x[n].device)
+    return x
+
+
+def _set_ragged(g, c: Case, t, role: str, feeds: dict, output: bool = False) -> None:
+    """Gives graph tensor ``t`` (``role``) its THD offsets (fed), and outputs their THD
+    dims and strides."""
+    lens, h, d = _ragged_side(c, role)
+    s = c.s_q if role in ("q", "o", "do", "dq") else c.s_kv
+    if output:
+        t.set_dim([c.b, h, s, d]).set_stride([s * h * d, d, h * d, 1])
+    off = thd_offsets(lens, h, d, device=next(iter(feeds.values())).device)
+    ot = g.tensor_like(off, name=f"{role}_offsets")
+    feeds[ot] = off
+    t.set_ragged_offset(ot)
+
+
 def paged_cache(t: torch.Tensor, block: int, gen: torch.Generator):
     """(container [blocks, H, block, D], table [B, 1, pages, 1] int32) holding ``t`` [B, H,
     S, D]: its pages in a shuffled order among as many spare blocks, the tail of the last
@@ -285,10 +383,14 @@ def forward_graph(c: Case, x: dict, generate_stats=True, seed=1234, offset=0, rn
     """(graph, feeds, [O, Stats or None] (+ [RNG_DUMP])) of an sdpa node over ``x`` (from
     inputs)."""
     g = cudnn.pygraph()
+    if c.ragged:
+        x = ragged_inputs(c, x)
     t = _tensors(g, c, x)
     feeds = {t[n]: x[n] for n in t}
     seed, offset = _rng(g, seed, "seed", feeds), _rng(g, offset, "offset", feeds)
     dump = _dump(g, c, feeds, rng_dump)
+    for n in ("q", "k", "v") if c.ragged else ():
+        _set_ragged(g, c, t[n], n, feeds)
     if c.paged:  # K / V through paged caches holding x["k"] / x["v"]
         gen = torch.Generator().manual_seed(c.s_kv)
         for n in ("k", "v"):
@@ -312,6 +414,8 @@ def forward_graph(c: Case, x: dict, generate_stats=True, seed=1234, offset=0, rn
         **dump,
     )
     o.set_output(True)
+    if c.ragged:
+        _set_ragged(g, c, o, "o", feeds, output=True)
     if st is not None:
         st.set_output(True)
     return g, feeds, [o, st] + ([dump["rng_dump"]] if "rng_dump" in dump else [])
@@ -331,10 +435,16 @@ def backward_graph(
 ):
     """(graph, feeds, [dQ, dK, dV] + [dBias] + [RNG_DUMP]) of an sdpa_backward node."""
     g = cudnn.pygraph()
+    if c.ragged:  # o comes packed from the forward; q, k, v and do are packed here
+        x = ragged_inputs(c, {**x, "do": do})
+        do = x.pop("do")
     t = _tensors(g, c, x)
     feeds = {t[n]: x[n] for n in t}
     seed, offset = _rng(g, seed, "seed", feeds), _rng(g, offset, "offset", feeds)
     to, tdo = graph_tensor(g, o).set_name("o"), graph_tensor(g, do).set_name("dO")
+    for n, tt in (("q", t["q"]), ("k", t["k"]), ("v", t["v"]), ("o", to), ("do", tdo)):
+        if c.ragged:
+            _set_ragged(g, c, tt, n, feeds)
     tst = g.tensor(list(stats.shape), list(stats.stride()), cudnn.data_type.FLOAT, name="stats")
     dbias = g.tensor(name="dBias", data_type=TORCH_TO_DT[c.dtype]) if with_dbias else None
     dump = _dump(g, c, feeds, rng_dump)
@@ -351,6 +461,9 @@ def backward_graph(
         **_kwargs(c, t, seed, offset),
         **dump,
     )
+    for n, tt in zip(("dq", "dk", "dv"), grads):
+        if c.ragged:
+            _set_ragged(g, c, tt, n, feeds, output=True)
     outs = grads + ([dbias] if with_dbias else []) + list(dump.values())
     for o_ in outs:
         o_.set_output(True)

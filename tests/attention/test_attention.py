@@ -18,13 +18,18 @@ from _attention_cases import (
     BR,
     CASES,
     PAGED,
+    RAGGED,
     TL,
     Case,
+    _ragged_side,
     backward_graph,
     dropout_mask,
     expected_keep,
     forward_graph,
     inputs,
+    ragged_pack,
+    ragged_unpack,
+    thd_offsets,
     torch_math_sdpa,
     torch_sdpa,
     total_bias,
@@ -314,3 +319,39 @@ def test_paged_kv_forward_matches_torch(rng, c):
     want = torch_math_sdpa(y["q"], y["k"], y["v"], expected_keep(c), _scale(c), total_bias(c, y))
     assert_close(got[o], want, c.dtype, _tol_n(c), repro("sdpa paged", [c], "", rng.seed))
     assert not got[st].isnan().any()
+
+
+@pytest.mark.parametrize("c", RAGGED, ids=[c.id for c in RAGGED])
+def test_ragged_forward_and_backward_match_torch(rng, c):
+    """Q, K, V, O, dO and the gradients packed THD (each batch's rows back to back, found
+    by ragged offsets): unpacked, the results are attention over the padded tensors; the
+    buffers' rows past the packed ones are never written."""
+    x = inputs(rng, c)
+    y = {n: t.detach().clone().requires_grad_(t.is_floating_point()) for n, t in _f64(x).items()}
+    keep = expected_keep(c)
+    o, stats = torch_sdpa(y["q"], y["k"], y["v"], keep, _scale(c), total_bias(c, y))
+    g, feeds, (to, tst) = forward_graph(c, x)
+    got = run_reference(g, feeds, [to, tst])
+    lq, lkv = c.lens
+    offs = {n: thd_offsets(*_ragged_side(c, n)) for n in ("o", "dq", "dk", "dv")}
+    msg = repro("sdpa ragged", [c], "", rng.seed)
+    assert_close(ragged_unpack(got[to], offs["o"], lq), o, c.dtype, _tol_n(c), msg)
+    assert_close(got[tst], stats, torch.float32, _tol_n(c), msg)
+    total = sum(lq) * c.h_q * c.dv
+    flat = got[to].as_strided((got[to].numel(),), (1,))  # the buffer spans B S H Dv
+    assert flat[total:].isnan().all()  # past the packed rows: untouched (NaN-poisoned)
+    do = rng.rand(tuple(o.shape), c.dtype)
+    o.backward(do.double())
+    o_packed = ragged_pack(o.detach().to(c.dtype), lq)[0]
+    g, feeds, outs = backward_graph(
+        c, x, o_packed, stats.detach().float(), do, with_dbias="bias" in x
+    )
+    got = run_reference(g, feeds, outs)
+    for t, n in zip(outs, ("q", "k", "v", "bias")):
+        want = y[n].grad
+        have = (
+            got[t]
+            if n == "bias"
+            else ragged_unpack(got[t], offs[f"d{n}"], _ragged_side(c, f"d{n}")[0])
+        )
+        assert_close(have, want, c.dtype, _tol_n(c), f"{msg} grad={n}")

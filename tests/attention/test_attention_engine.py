@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 import torch
-from _attention_cases import CASES, PAGED, backward_graph, forward_graph, inputs
+from _attention_cases import CASES, PAGED, RAGGED, backward_graph, forward_graph, inputs
 from _util import check_engine, repro, run_reference
 
 from opendnn.engines.attention.engine import AttentionEngine
@@ -515,7 +515,7 @@ def test_gluon_backward_rules():
             128,
             256,
             dict(diagonal_band_right_bound=4),
-            "no bias, ALiBi, paged K / V, dropout",
+            "no bias, ALiBi, paged K / V, ragged offsets, dropout",
         ),
     ]:
         got = _gluon_reason(knobs, None, True, d, s, **kw)
@@ -630,3 +630,18 @@ def test_paged_kv_against_reference(rng, c):
     x = inputs(rng, c)
     g, feeds, outs = forward_graph(c, x)
     check_engine(g, feeds, outs, ID, n=c.s_kv, msg=repro("sdpa paged", [c], "", rng.seed))
+
+
+@pytest.mark.parametrize("c", RAGGED, ids=[c.id for c in RAGGED])
+def test_ragged_against_reference(rng, c):
+    """THD-packed Q, K, V, O and gradients (ragged offsets), forward and backward; the
+    buffers' tails past the packed rows stay unwritten in both plans (allow_nan)."""
+    c = dataclasses.replace(c, dtype=torch.bfloat16)
+    x = inputs(rng, c)
+    g, feeds, outs = forward_graph(c, x)
+    msg = repro("sdpa ragged", [c], "", rng.seed)
+    got = check_engine(g, feeds, outs, ID, n=c.s_kv, msg=msg, allow_nan=True)
+    o, st = got[outs[0]], got[outs[1]]
+    do = rng.rand((c.b, c.h_q, c.s_q, c.dv), c.dtype)
+    g, feeds, outs = backward_graph(c, x, o, st, do, with_dbias="bias" in x)
+    check_engine(g, feeds, outs, ID, n=c.s_q + c.s_kv, msg=msg, allow_nan=True)

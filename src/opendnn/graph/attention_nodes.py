@@ -51,6 +51,52 @@ class _SdpaBase(Node):
         if isinstance(self.diagonal_alignment, str):
             self.diagonal_alignment = DiagonalAlignment[self.diagonal_alignment]
 
+    RAGGED_ROLES: ClassVar[tuple] = ()  # the roles whose tensors may carry ragged offsets
+
+    def attach_ragged_offsets(self) -> None:
+        """Each ragged offset set on a tensor of RAGGED_ROLES becomes the node's input
+        RAGGED_<role> (bound and passed like any input); one removed is dropped."""
+        for r in self.RAGGED_ROLES:
+            t = self.inputs.get(r, self.outputs.get(r))
+            off = None if t is None else t.ragged_offset
+            if off is None:
+                self.inputs.pop(f"RAGGED_{r}", None)
+            else:
+                self.inputs[f"RAGGED_{r}"] = off
+
+    def ragged_roles(self) -> list:
+        return [r for r in self.RAGGED_ROLES if f"RAGGED_{r}" in self.inputs]
+
+    def _check_ragged(self, desc, q) -> None:
+        """Ragged (packed variable-length, THD) tensors: each offset [B + 1, 1, 1, 1]
+        int32 / int64 gives the element where batch b's rows begin; it needs the padding
+        mask (the per-batch lengths say how many rows there are)."""
+        roles = self.ragged_roles()
+        if not roles:
+            return
+        b = q.dims[0]
+        for r in roles:
+            d = desc(self.inputs[f"RAGGED_{r}"])
+            if d.numel != b + 1 or d.dims[1:] != (1,) * (len(d.dims) - 1):
+                raise self.error(
+                    f"ragged offset of {r} dims {list(d.dims)} must be [{b + 1}, 1, 1, 1]",
+                    d.label(),
+                    Status.BAD_PARAM_SHAPE_MISMATCH,
+                )
+            if d.data_type not in INTEGER:
+                raise self.error(
+                    f"ragged offset of {r} must be int32 or int64, is {d.data_type.name}",
+                    d.label(),
+                    Status.NOT_SUPPORTED_DATA_TYPE,
+                )
+        if not self.use_padding_mask:
+            raise self.error(
+                "ragged offsets need use_padding_mask (seq_len_q / seq_len_kv give each "
+                "batch's rows)",
+                None,
+                Status.BAD_PARAM,
+            )
+
     # ---- shared inference ----------------------------------------------------------------
     def _need_qkv(self):
         q, k, v = (self.inputs[r] for r in ("Q", "K", "V"))
@@ -257,6 +303,7 @@ class Sdpa(_SdpaBase):
     generate_stats: bool = True
     paged_max_seq_len_kv: int | None = None
     kind: ClassVar[str] = "sdpa"
+    RAGGED_ROLES: ClassVar[tuple] = ("Q", "K", "V", "O")
 
     @property
     def paged(self) -> bool:
@@ -343,6 +390,11 @@ class Sdpa(_SdpaBase):
         if "STATS" in self.outputs:
             _check_stats(self, desc(self.outputs["STATS"]), (b, h_q, s_q, 1))
         self._check_rng_dump(desc, q, k)
+        self._check_ragged(desc, q)
+        if self.paged and self.ragged_roles():
+            raise self.error(
+                "ragged offsets with paged K / V are not supported", None, Status.NOT_SUPPORTED
+            )
 
 
 @dataclasses.dataclass(eq=False)
@@ -351,6 +403,7 @@ class SdpaBackward(_SdpaBase):
 
     use_deterministic_algorithm: bool = False
     kind: ClassVar[str] = "sdpa_backward"
+    RAGGED_ROLES: ClassVar[tuple] = ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV")
 
     def infer_properties(self, ctx) -> None:
         q, k, v = self._need_qkv()
@@ -380,6 +433,7 @@ class SdpaBackward(_SdpaBase):
             self.need_shape(d, desc(self.inputs["BIAS"]).dims, "DBIAS")
             self.need_floating([d])
         self._check_rng_dump(desc, q, k)
+        self._check_ragged(desc, q)
 
 
 def _check_stats(node, d, want) -> None:

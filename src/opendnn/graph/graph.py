@@ -234,6 +234,10 @@ class Graph(BuilderMixin, LifecycleMixin):
         -- the inferred properties and the frozen graph -- without redoing it."""
         if self._op_graph is not None:
             return self
+        for n in self._nodes:  # ragged offsets become inputs of the nodes that read them
+            attach = getattr(n, "attach_ragged_offsets", None)
+            if attach is not None:
+                attach()
         fp, tensors = memo.fingerprint(self)
         hit = memo.lookup(fp)
         if hit is not None and not memo.CHECK:
@@ -296,7 +300,7 @@ class Graph(BuilderMixin, LifecycleMixin):
                         status=Status.BAD_PARAM,
                     )
         self._check_pass_by_value(producer, used)
-        _check_memory_layouts(used)
+        _check_memory_layouts(used, nodes)
         order = self._toposort(nodes, producer, op)
         consumed = {t.uid for n in nodes for t in n.input_tensors()}
         # virtual-ness: unconsumed node outputs are graph outputs
@@ -567,11 +571,20 @@ def _check_int32_compute(nodes, descs) -> None:
             )
 
 
-def _check_memory_layouts(used) -> None:
+def _check_memory_layouts(used, nodes) -> None:
     """cudnn-frontend's named-only data types, ragged offsets and reordered layouts:
     tensors here are plain strided memory of the types the engines take, so a graph
-    holding any of these is NOT_SUPPORTED, naming the feature."""
+    holding any of these is NOT_SUPPORTED, naming the feature -- but for ragged offsets
+    on the attention tensors that take them (their nodes' RAGGED_<role> inputs)."""
+    ragged = {
+        id(t)
+        for n in nodes
+        for r, t in {**n.inputs, **n.outputs}.items()
+        if f"RAGGED_{r}" in n.inputs and t is not None
+    }
     for t in used:
+        if id(t) in ragged:
+            continue
         if t.data_type in NAMED_ONLY_TYPES:
             raise GraphNotSupportedError(
                 f"data type {t.data_type.name} is not supported (cuDNN's vectorized, "
@@ -582,7 +595,8 @@ def _check_memory_layouts(used) -> None:
             )
         if t.ragged_offset is not None:
             raise GraphNotSupportedError(
-                "ragged offsets (packed variable-length / THD layouts) are not supported",
+                "ragged offsets (packed variable-length / THD layouts) are supported on "
+                "attention's Q, K, V, O and gradients only",
                 op="validate",
                 tensor=t.label(),
                 status=Status.NOT_SUPPORTED,

@@ -33,12 +33,14 @@ from ._kernels import (
     _off,
     _pow2,
     alibi_term,
+    base,
     bias_term,
     dropout_keep,
     dropout_setup,
     keep_expr,
     lengths,
     query_tile,
+    rows_mask,
 )
 
 
@@ -65,6 +67,7 @@ def _params(p: Problem, names: list) -> list[str]:
     out += ["BIAS"] if p.bias else []
     out += ["SEQ_Q", "SEQ_KV"] if p.padding else []
     out += ["SEED", "OFFSET"] if p.dropout else []
+    out += [f"RAG_{r}" for r in p.ragged]
     return out + ["SCALE"]
 
 
@@ -100,17 +103,22 @@ def delta_source(name: str, p: Problem, g: Grads, kn) -> str:
     L = [
         COMBINE_HELPERS,
         "@triton.jit",
-        f"def {name}(O, DO, WS):",
+        f"def {name}({', '.join(delta_params(p))}):",
         f"{I}bh = tl.program_id(1)",
         f"{I}b = bh // {p.H}",
         f"{I}h = bh % {p.H}",
         f"{I}offs_dv = tl.arange(0, {bdv})",
         f"{I}dvmask = offs_dv < {p.DV}",
         f"{I}offs_m = tl.program_id(0) * {bm} + tl.arange(0, {bm})",
-        f"{I}m2 = (offs_m < {p.SQ})[:, None] & dvmask[None, :]",
-        f"{I}o = tl.load(O + {_off('b', 'h', p.o)} + offs_m[:, None] * {p.o[2]} + "
+    ]
+    # a ragged O / dO: only the batch's rows are read (the next batch's follow them)
+    q_len = "tl.load(SEQ_Q + b * {}).to(tl.int32)".format(p.seq_strides[0])
+    rows = f"(offs_m < {q_len})" if {"O", "DO"} & set(p.ragged) else f"(offs_m < {p.SQ})"
+    L += [
+        f"{I}m2 = {rows}[:, None] & dvmask[None, :]",
+        f"{I}o = tl.load(O + {base(p, 'O', 'b', 'h', p.o)} + offs_m[:, None] * {p.o[2]} + "
         f"offs_dv[None, :] * {p.o[3]}, mask=m2, other=0.0).to(tl.float32)",
-        f"{I}do = tl.load(DO + {_off('b', 'h', g.do)} + offs_m[:, None] * {g.do[2]} + "
+        f"{I}do = tl.load(DO + {base(p, 'DO', 'b', 'h', g.do)} + offs_m[:, None] * {g.do[2]} + "
         f"offs_dv[None, :] * {g.do[3]}, mask=m2, other=0.0).to(tl.float32)",
         f"{I}tl.store(WS + bh * {p.SQ} + offs_m, tl.reduce(o * do, 1, _add_combine), "
         f"mask=offs_m < {p.SQ})",
@@ -124,6 +132,14 @@ def delta_source(name: str, p: Problem, g: Grads, kn) -> str:
             f"mask=(offs_m < {p.SQ})[:, None])",
         ]
     return "\n".join(L) + "\n"
+
+
+def delta_params(p: Problem) -> list:
+    """The delta kernel's parameters: O, dO, the workspace, and for a ragged O / dO the
+    lengths and their offsets."""
+    if not {"O", "DO"} & set(p.ragged):
+        return ["O", "DO", "WS"]
+    return ["O", "DO", "WS", "SEQ_Q"] + [f"RAG_{r}" for r in ("O", "DO") if r in p.ragged]
 
 
 def dq_base(p: Problem) -> int:
@@ -168,9 +184,9 @@ def _loads_q_side(p: Problem, g: Grads, I: str, interpret: bool) -> list[str]:
     """Q, dO tiles of head h at offs_m, their lse (base 2) and delta."""
     L = [
         f"{I}rmask = offs_m < q_len",
-        f"{I}q = tl.load(Q + {_off('b', 'h', p.q)} + offs_m[:, None] * {p.q[2]} + "
+        f"{I}q = tl.load(Q + {base(p, 'Q', 'b', 'h', p.q)} + offs_m[:, None] * {p.q[2]} + "
         f"offs_d[None, :] * {p.q[3]}, mask=rmask[:, None] & dmask[None, :], other=0.0)",
-        f"{I}do = tl.load(DO + {_off('b', 'h', g.do)} + offs_m[:, None] * {g.do[2]} + "
+        f"{I}do = tl.load(DO + {base(p, 'DO', 'b', 'h', g.do)} + offs_m[:, None] * {g.do[2]} + "
         f"offs_dv[None, :] * {g.do[3]}, mask=rmask[:, None] & dvmask[None, :], other=0.0)",
         f"{I}lse = tl.load(STATS + {_off('b', 'h', p.stats)} + offs_m * {p.stats[2]}, "
         f"mask=rmask, other=0.0) * {LOG2E}",
@@ -185,9 +201,9 @@ def _loads_q_side(p: Problem, g: Grads, I: str, interpret: bool) -> list[str]:
 def _loads_kv_side(p: Problem, I: str, interpret: bool) -> list[str]:
     L = [
         f"{I}nmask = offs_n < kv_len",
-        f"{I}k = tl.load(K + {_off('b', 'hk', p.k)} + offs_n[:, None] * {p.k[2]} + "
+        f"{I}k = tl.load(K + {base(p, 'K', 'b', 'hk', p.k)} + offs_n[:, None] * {p.k[2]} + "
         f"offs_d[None, :] * {p.k[3]}, mask=nmask[:, None] & dmask[None, :], other=0.0)",
-        f"{I}v = tl.load(V + {_off('b', 'hk', p.v)} + offs_n[:, None] * {p.v[2]} + "
+        f"{I}v = tl.load(V + {base(p, 'V', 'b', 'hk', p.v)} + offs_n[:, None] * {p.v[2]} + "
         f"offs_dv[None, :] * {p.v[3]}, mask=nmask[:, None] & dvmask[None, :], other=0.0)",
     ]
     if interpret:
@@ -287,12 +303,12 @@ def dkdv_source(name: str, p: Problem, g: Grads, kn, interpret: bool) -> str:
         ]
     L += [
         f"{I}dk = dk * SCALE",
-        f"{I}tl.store(DK + {_off('b', 'hk', g.dk)} + offs_n[:, None] * {g.dk[2]} + "
+        f"{I}tl.store(DK + {base(p, 'DK', 'b', 'hk', g.dk)} + offs_n[:, None] * {g.dk[2]} + "
         f"offs_d[None, :] * {g.dk[3]}, dk.to({TL_TYPE[g.dk_dtype]}), "
-        f"mask=(offs_n < {p.SKV})[:, None] & dmask[None, :])",
-        f"{I}tl.store(DV + {_off('b', 'hk', g.dv)} + offs_n[:, None] * {g.dv[2]} + "
+        f"mask={rows_mask(p, 'DK', 'offs_n', p.SKV, 'kv_len')}[:, None] & dmask[None, :])",
+        f"{I}tl.store(DV + {base(p, 'DV', 'b', 'hk', g.dv)} + offs_n[:, None] * {g.dv[2]} + "
         f"offs_dv[None, :] * {g.dv[3]}, dv.to({TL_TYPE[g.dv_dtype]}), "
-        f"mask=(offs_n < {p.SKV})[:, None] & dvmask[None, :])",
+        f"mask={rows_mask(p, 'DV', 'offs_n', p.SKV, 'kv_len')}[:, None] & dvmask[None, :])",
     ]
     return "\n".join(L) + "\n"
 
@@ -323,9 +339,9 @@ def dq_source(name: str, p: Problem, g: Grads, kn, interpret: bool) -> str:
         f"{I2}ds = pr * (dp - dl[:, None])",
         f"{I2}dq += tl.dot(ds{cast}, k)",
         f"{I}dq = dq * SCALE",
-        f"{I}tl.store(DQ + {_off('b', 'h', g.dq)} + offs_m[:, None] * {g.dq[2]} + "
+        f"{I}tl.store(DQ + {base(p, 'DQ', 'b', 'h', g.dq)} + offs_m[:, None] * {g.dq[2]} + "
         f"offs_d[None, :] * {g.dq[3]}, dq.to({TL_TYPE[g.dq_dtype]}), "
-        f"mask=(offs_m < {p.SQ})[:, None] & dmask[None, :])",
+        f"mask={rows_mask(p, 'DQ', 'offs_m', p.SQ, 'q_len')}[:, None] & dmask[None, :])",
     ]
     return "\n".join(L) + "\n"
 

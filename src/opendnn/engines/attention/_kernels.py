@@ -23,6 +23,9 @@ else 0; kv_len, q_len the batch's lengths with a padding mask, else S_kv, S_q):
     j < kv_len,   j - (i + shift) <= RIGHT,   (i + shift) - j < LEFT
 (RIGHT = 0: causal.) Key tiles wholly outside the band are not visited.
 
+Ragged (packed variable-length) Q / K / V / O: batch b's rows start at element RAG_X[b]
+(the batch stride unused) and only its q_len (kv_len) rows are read or written.
+
 Paged K / V: key j of batch b is row j % block_size of the container's block
 PT[b, j // block_size] (one gathered block index per key of the tile).
 
@@ -76,6 +79,9 @@ class Problem:
     # paged K / V: (block_size of K, of V, PT_K strides (b, page), PT_V strides); K / V
     # strides are then the containers' (block, h, row, d)
     paged: tuple | None = None
+    # ragged (packed variable-length) tensors by role: batch b's rows of X start at
+    # element RAG_X[b] (the batch stride unused); the padding mask gives their count
+    ragged: tuple = ()
 
     @property
     def big(self) -> bool:
@@ -91,6 +97,7 @@ class Problem:
         out += ["SEQ_Q", "SEQ_KV"] if self.padding else []
         out += ["SEED", "OFFSET"] if self.dropout else []
         out += ["PT_K", "PT_V"] if self.paged else []
+        out += [f"RAG_{r}" for r in self.ragged]
         return out + ["SCALE"]
 
 
@@ -100,6 +107,20 @@ def _pow2(n: int) -> int:
 
 def _off(var_b: str, var_h: str, st: tuple) -> str:
     return f"{var_b} * {st[0]} + {var_h} * {st[1]}"
+
+
+def base(p: Problem, role: str, var_b: str, var_h: str, st: tuple) -> str:
+    """Element offset of (batch, head) of tensor ``role``: by its strides, or for a
+    ragged tensor from its offsets (RAG_<role>[b]) plus the head's stride."""
+    if role in p.ragged:
+        return f"tl.load(RAG_{role} + {var_b}).to(tl.int64) + {var_h} * {st[1]}"
+    return _off(var_b, var_h, st)
+
+
+def rows_mask(p: Problem, role: str, offs: str, full: int, length: str) -> str:
+    """Rows of ``role`` a store may write: within the tensor (``offs < full``), and for a
+    ragged one within the batch's length (the next batch's rows follow)."""
+    return f"({offs} < {length})" if role in p.ragged else f"({offs} < {full})"
 
 
 def lengths(p: Problem, I: str) -> list[str]:
@@ -287,13 +308,13 @@ def fwd_source(name: str, p: Problem, kn, interpret: bool) -> str:
     L.append(f"{I}rmask = offs_m < q_len")
     if tma:
         L += [
-            f"{I}q_desc = tl.make_tensor_descriptor(Q + {_off('b', 'h', qs)}, "
+            f"{I}q_desc = tl.make_tensor_descriptor(Q + {base(p, 'Q', 'b', 'h', qs)}, "
             f"shape=[{p.SQ}, {p.D}], strides=[{qs[2]}, 1], block_shape=[{kn.BLOCK_M}, {bd}])",
             f"{I}q = q_desc.load([pid_m * {kn.BLOCK_M}, 0])",
         ]
     else:
         L.append(
-            f"{I}q = tl.load(Q + {_off('b', 'h', qs)} + offs_m[:, None] * {qs[2]} + "
+            f"{I}q = tl.load(Q + {base(p, 'Q', 'b', 'h', qs)} + offs_m[:, None] * {qs[2]} + "
             f"offs_d[None, :] * {qs[3]}, mask=rmask[:, None] & dmask[None, :], other=0.0)"
         )
     if interpret:
@@ -326,8 +347,8 @@ def fwd_source(name: str, p: Problem, kn, interpret: bool) -> str:
         f'{I}m_i = tl.full([{bm}], float("-inf"), tl.float32)',
         f"{I}l_i = tl.full([{bm}], 0.0, tl.float32)",
         f"{I}acc = tl.full([{bm}, {bdv}], 0.0, tl.float32)",
-        f"{I}k_base = K + {_off('b', 'hk', ks) if not p.paged else f'hk * {ks[1]}'}",
-        f"{I}v_base = V + {_off('b', 'hk', vs) if not p.paged else f'hk * {vs[1]}'}",
+        f"{I}k_base = K + {base(p, 'K', 'b', 'hk', ks) if not p.paged else f'hk * {ks[1]}'}",
+        f"{I}v_base = V + {base(p, 'V', 'b', 'hk', vs) if not p.paged else f'hk * {vs[1]}'}",
     ]
     if tma:
         L += [
@@ -354,9 +375,9 @@ def fwd_source(name: str, p: Problem, kn, interpret: bool) -> str:
     L += [
         f"{I}l_safe = tl.where(l_i == 0.0, 1.0, l_i)",
         f"{I}o = acc / l_safe[:, None]",
-        f"{I}tl.store(O + {_off('b', 'h', os_)} + offs_m[:, None] * {os_[2]} + offs_dv[None, :]"
-        f" * {os_[3]}, o.to({TL_TYPE[p.out_dtype]}), "
-        f"mask=(offs_m < {p.SQ})[:, None] & dvmask[None, :])",
+        f"{I}tl.store(O + {base(p, 'O', 'b', 'h', os_)} + offs_m[:, None] * {os_[2]} + "
+        f"offs_dv[None, :] * {os_[3]}, o.to({TL_TYPE[p.out_dtype]}), "
+        f"mask={rows_mask(p, 'O', 'offs_m', p.SQ, 'q_len')}[:, None] & dvmask[None, :])",
     ]
     if p.stats:
         st = p.stats

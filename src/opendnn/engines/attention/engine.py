@@ -319,14 +319,15 @@ def _check_gluon(graph, p: K.Problem, kn: AttnKnobs, target: Target) -> Support:
         p.bias
         or p.alibi
         or p.paged
+        or p.ragged
         or p.dropout
         or p.padding
         or p.left is not None
         or p.right not in (None, 0)
     ):
         return decline(
-            "GLUON: no bias, ALiBi, paged K / V, dropout, padding or band; a causal mask "
-            "(right bound 0) or none"
+            "GLUON: no bias, ALiBi, paged K / V, ragged offsets, dropout, padding or band; a "
+            "causal mask (right bound 0) or none"
         )
     if kn.LPT and p.right is None:
         return decline("LPT orders causal query tiles (longest first); this node has no mask")
@@ -391,6 +392,7 @@ def _problem(graph) -> K.Problem:
         offset_host=bool(off is not None and off.is_pass_by_value),
         alibi=bool(n.use_alibi_mask),
         paged=paged,
+        ragged=tuple(n.ragged_roles()),
     )
 
 
@@ -527,8 +529,12 @@ class AttentionEngine(Engine):
                 )
         if kn.TMA and not target.is_cuda:
             return decline("TMA: on a GPU only")
-        if kn.TMA and p.paged:
-            return decline("TMA: K / V in one strided view each (not paged caches)")
+        if kn.TMA and (p.paged or p.ragged):
+            return decline(
+                "TMA: Q / K / V in one strided view each (not paged caches or ragged offsets)"
+            )
+        if kn.DQ_ATOMIC and p.ragged:
+            return decline("DQ_ATOMIC: a dense dQ accumulator (not ragged offsets)")
         if kn.TMA and fwd and any(t[3] != 1 or (t[2] * 2) % 16 for t in (p.q, p.k, p.v)):
             return decline("TMA: Q, K and V need unit head-dim strides and 16-byte rows")
         if kn.TMA and not fwd and not kn.DQ_ATOMIC:
@@ -627,6 +633,7 @@ class _AttnExecutable(Executable, LaunchList):
         extra += [("buf", uids["SEQ_LEN_Q"]), ("buf", uids["SEQ_LEN_KV"])] if p.padding else []
         extra += [("buf", uids["SEED"]), ("buf", uids["OFFSET"])] if p.dropout else []
         extra += [("buf", uids["PAGE_TABLE_K"]), ("buf", uids["PAGE_TABLE_V"])] if p.paged else []
+        extra += [("buf", uids[f"RAGGED_{r}"]) for r in p.ragged]  # the ragged offsets
         extra.append(("buf", uids["ATTN_SCALE"]) if "ATTN_SCALE" in uids else ("int", 1.0))
         buf = {r: ("buf", uids[r]) for r in uids}
         gq = (math.ceil(p.SQ / kn.BLOCK_M), p.B * p.H)
@@ -650,8 +657,11 @@ class _AttnExecutable(Executable, LaunchList):
             return
         g, ws = _grads(graph), ("ws", torch.float32)
         gk = (math.ceil(p.SKV / kn.BLOCK_N), p.B * p.HKV)
+        delta = [buf["O"], buf["DO"], ws]
+        if len(KB.delta_params(p)) > 3:  # a ragged O / dO: the lengths and their offsets
+            delta += [buf["SEQ_LEN_Q"]] + [buf[f"RAGGED_{r}"] for r in ("O", "DO") if r in p.ragged]
         launches = [
-            ("delta", KB.delta_source(f"{tag}_delta", p, g, kn), gq, [buf["O"], buf["DO"], ws], 4),
+            ("delta", KB.delta_source(f"{tag}_delta", p, g, kn), gq, delta, 4),
             (
                 "dkdv",
                 KB.dkdv_source(f"{tag}_dkdv", p, g, kn, not cuda),

@@ -17,7 +17,7 @@ from ...ops import batchnorm, conv, layout, matmul, pointwise, pool, reduction, 
 from ...ops import dropout as dropout_ref
 from ...ops import lrn as lrn_ref
 from ...plan import role_error
-from ...runtime.buffers import logical_view
+from ...runtime.buffers import as_tensor, logical_view
 from ..base import SUPPORTED, Engine, Executable, Support, Target
 
 
@@ -364,6 +364,70 @@ def _expand(a: np.ndarray, ndim: int) -> np.ndarray:
     return a.reshape((1,) * (ndim - a.ndim) + a.shape) if a.ndim < ndim else a
 
 
+# ---- ragged (packed variable-length) attention tensors ----------------------------------
+Q_SIDE = ("Q", "O", "DO", "DQ")  # rows counted by seq_len_q; the others by seq_len_kv
+
+
+def _ragged_layouts(g, buffers) -> dict:
+    """{uid: (row offsets [B], rows [B])} of the graph's ragged tensors: batch b's rows
+    start at element offsets[b] of the buffer and there are seq_len[b] of them."""
+    out = {}
+    for i, n in enumerate(g.nodes):
+        for r in getattr(n, "ragged_roles", lambda: [])():
+            uid = n.inputs.get(r, n.outputs.get(r))
+            off_uid = n.inputs[f"RAGGED_{r}"]
+            lens_uid = n.inputs["SEQ_LEN_Q" if r in Q_SIDE else "SEQ_LEN_KV"]
+            off = _read(buffers[off_uid], g.tensors[off_uid]).reshape(-1).astype(np.int64)
+            lens = _read(buffers[lens_uid], g.tensors[lens_uid]).reshape(-1).astype(np.int64)
+            d = g.tensors[uid]
+            size = as_tensor(buffers[uid]).numel()
+            h_, s_, d_ = d.dims[1:]
+            for b in range(d.dims[0]):
+                last = off[b] + (h_ - 1) * d.strides[1] + (d_ - 1) * d.strides[3]
+                last += (lens[b] - 1) * d.strides[2]
+                if off[b] < 0 or not 0 <= lens[b] <= s_ or (lens[b] and last >= size):
+                    e = role_error(
+                        f"batch {b}'s {lens[b]} rows at ragged offset {off[b]} fall outside "
+                        f"its {size}-element buffer (or its {s_} rows)",
+                        -1,
+                        r,
+                        n.kind,
+                        Status.BAD_PARAM_OUT_OF_BOUND,
+                    )
+                    e.node_index = i
+                    raise e
+            out[uid] = (off[:-1], lens)
+    return out
+
+
+def _ragged_views(buf, desc, off, lens) -> list:
+    """Batch b's [H, rows, D] view of a ragged buffer, for each b."""
+    t = as_tensor(buf)
+    return [
+        t.as_strided(
+            (desc.dims[1], int(n), desc.dims[3]),
+            desc.strides[1:],
+            storage_offset=t.storage_offset() + int(o),
+        )
+        for o, n in zip(off, lens)
+    ]
+
+
+def _read_ragged(buf, desc, off, lens) -> np.ndarray:
+    """The logical [B, H, S, D] array of a ragged tensor; rows past a batch's length 0."""
+    out = np.zeros(desc.dims, dtype=np.float64)
+    for b, v in enumerate(_ragged_views(buf, desc, off, lens)):
+        out[b, :, : v.shape[1]] = v.detach().to("cpu", torch.float64).numpy()
+    return out
+
+
+def _write_ragged(buf, desc, value: np.ndarray, off, lens) -> None:
+    """Each batch's rows of ``value`` into a ragged buffer (nothing past its length: the
+    next batch's rows live there)."""
+    for b, v in enumerate(_ragged_views(buf, desc, off, lens)):
+        v.copy_(torch.from_numpy(np.array(value[b, :, : v.shape[1]])).to(v.device, v.dtype))
+
+
 class _ReferenceExecutable(Executable):
     def __init__(self, graph):
         self.graph = graph
@@ -371,9 +435,19 @@ class _ReferenceExecutable(Executable):
 
     def run(self, buffers, workspace, stream=None):
         g = self.graph
-        vals = run_graph(g, lambda uid: _read(buffers[uid], g.tensors[uid]))
+        ragged = _ragged_layouts(g, buffers)
+
+        def read(uid):
+            if uid in ragged:
+                return _read_ragged(buffers[uid], g.tensors[uid], *ragged[uid])
+            return _read(buffers[uid], g.tensors[uid])
+
+        vals = run_graph(g, read)
         for uid in g.output_uids:
-            _write(buffers[uid], g.tensors[uid], vals[uid])
+            if uid in ragged:
+                _write_ragged(buffers[uid], g.tensors[uid], vals[uid], *ragged[uid])
+            else:
+                _write(buffers[uid], g.tensors[uid], vals[uid])
 
 
 class ReferenceEngine(Engine):
