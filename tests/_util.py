@@ -170,19 +170,19 @@ def fills_for(dtype: torch.dtype) -> list:
     return [0, 1]
 
 
-def alloc_output(t, fill) -> torch.Tensor:
+def alloc_output(t, fill, device="cpu") -> torch.Tensor:
     """A buffer for validated graph tensor ``t`` with its dims, strides and type."""
     dtype = DT_TO_TORCH[t.get_data_type()]
-    buf = torch.empty_strided(t.get_dim(), t.get_stride(), dtype=dtype)
+    buf = torch.empty_strided(t.get_dim(), t.get_stride(), dtype=dtype, device=device)
     buf.fill_(fill if dtype != torch.bool else bool(fill))
     return buf
 
 
-def workspace(nbytes: int):
+def workspace(nbytes: int, device="cpu"):
     """A workspace of ``nbytes`` poisoned with 0xFF bytes (NaN as float), None when zero."""
     if nbytes == 0:
         return None
-    return torch.full((nbytes,), 255, dtype=torch.uint8)
+    return torch.full((nbytes,), 255, dtype=torch.uint8, device=device)
 
 
 def fresh_plan_caches(monkeypatch) -> None:
@@ -207,9 +207,11 @@ def plan_with_knobs(g, engine_id: int, knobs: dict, device: str = "cuda") -> tor
 
 
 def run_plan(g, feeds: dict, outputs: list, index: int, fill) -> dict:
-    """Execute plan ``index`` of ``g`` with fresh output buffers poisoned with ``fill``."""
-    bufs = {t: alloc_output(t, fill) for t in outputs}
-    ws = workspace(g.get_workspace_size_plan_at_index(index))
+    """Execute plan ``index`` of ``g`` with fresh output buffers poisoned with ``fill``, on
+    the device of the inputs."""
+    dev = next((v.device for v in feeds.values() if isinstance(v, torch.Tensor)), "cpu")
+    bufs = {t: alloc_output(t, fill, dev) for t in outputs}
+    ws = workspace(g.get_workspace_size_plan_at_index(index), dev)
     g.execute_plan_at_index({**feeds, **bufs}, ws, index)
     return bufs
 

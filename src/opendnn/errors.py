@@ -120,6 +120,12 @@ class GraphNotSupportedError(OpenDNNError):
         super().__init__(rule, **kw)
 
 
+class UnsupportedParamError(GraphNotSupportedError, BadParamError):
+    """A node rule the graph meets but opendnn does not cover (a NOT_SUPPORTED* status at
+    validate): cudnn-frontend code catches it as ``cudnnGraphNotSupportedError`` -- what
+    cuDNN raises there -- and opendnn's own callers as the BadParamError of the rule."""
+
+
 class InternalError(OpenDNNError, RuntimeError):
     default_status = Status.INTERNAL_ERROR
 

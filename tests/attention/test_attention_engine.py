@@ -645,3 +645,35 @@ def test_ragged_against_reference(rng, c):
     do = rng.rand((c.b, c.h_q, c.s_q, c.dv), c.dtype)
     g, feeds, outs = backward_graph(c, x, o, st, do, with_dbias="bias" in x)
     check_engine(g, feeds, outs, ID, n=c.s_q + c.s_kv, msg=msg, allow_nan=True)
+
+
+def test_head_dims_above_the_kernels_run_on_the_reference(rng):
+    """Head dims 264 / 520 (cuDNN takes them): the graph validates, the engine declines
+    with the reason, and the reference computes them (against PyTorch's math path)."""
+    c = dataclasses.replace(
+        CASES[0], id="d520", b=1, h_q=2, h_k=2, d=264, d_v=520, s_q=3, s_kv=5, dtype=torch.bfloat16
+    )
+    x = inputs(rng, c)
+    g, feeds, outs = forward_graph(c, x)
+    g.validate()
+    sup = AttentionEngine().check_support(g.op_graph, Target())
+    assert not sup.ok and "head dims above 256" in sup.reason
+    g2, feeds2, outs2 = forward_graph(c, x)
+    got = run_reference(g2, feeds2, outs2)
+    assert got[outs2[0]].shape == (1, 2, 3, 520) and not got[outs2[0]].isnan().any()
+
+
+def test_not_supported_rules_are_graph_not_supported_errors():
+    """A NOT_SUPPORTED* node rule raises what cudnn-frontend code catches at validate
+    (cudnnGraphNotSupportedError), and is still the BadParamError of the rule."""
+    import opendnn.frontend as cudnn
+    from opendnn.errors import BadParamError, Status
+
+    g = cudnn.pygraph()
+    q = g.tensor([1, 2, 3, 1032], None, cudnn.data_type.HALF, name="q")
+    k = g.tensor([1, 2, 3, 1032], None, cudnn.data_type.HALF, name="k")
+    o, _ = g.sdpa(q, k, k)
+    o.set_output(True)
+    with pytest.raises(cudnn.cudnnGraphNotSupportedError) as e:
+        g.validate()
+    assert isinstance(e.value, BadParamError) and e.value.status == Status.NOT_SUPPORTED_SHAPE

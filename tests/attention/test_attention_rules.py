@@ -95,9 +95,9 @@ NODE_RULES = [
     (
         dict(q=(2, 4, 5, 12), k=(2, 2, 7, 12)),
         Status.NOT_SUPPORTED_SHAPE,
-        ["q", "Q head dim 12 must be a multiple of 8 in [8, 256]"],
+        ["q", "Q head dim 12 must be a multiple of 8 in [8, 1024]"],
     ),
-    (dict(q=(2, 4, 5, 264), k=(2, 2, 7, 264)), Status.NOT_SUPPORTED_SHAPE, ["q", "264"]),
+    (dict(q=(2, 4, 5, 1032), k=(2, 2, 7, 1032)), Status.NOT_SUPPORTED_SHAPE, ["q", "1032"]),
     (dict(v=(2, 2, 7, 4)), Status.NOT_SUPPORTED_SHAPE, ["v", "V head dim 4"]),
     # types
     (

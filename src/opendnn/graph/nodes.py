@@ -15,7 +15,7 @@ import math
 from typing import ClassVar
 
 from ..enums import DataType, PointwiseMode, ReductionMode, ReshapeMode
-from ..errors import BadParamError, Status
+from ..errors import BadParamError, Status, UnsupportedParamError
 from ..ops.pointwise import DEFAULT_ATTRS, MODES
 from ..tensor import TensorDesc, packed_strides, stride_order
 
@@ -101,8 +101,11 @@ class Node:
         return f"{self.kind} '{self.name}'" if self.name else self.kind
 
     def error(self, rule, tensor=None, status=Status.BAD_PARAM):
+        """The typed error of a broken rule: BadParamError, or for a NOT_SUPPORTED* status
+        UnsupportedParamError (also the graph-not-supported error cuDNN raises there)."""
         label = tensor.label() if hasattr(tensor, "label") else tensor
-        return BadParamError(rule, op=self.label(), tensor=label, status=status)
+        cls = UnsupportedParamError if status.name.startswith("NOT_SUPPORTED") else BadParamError
+        return cls(rule, op=self.label(), tensor=label, status=status)
 
     def need_dims(self, tensors) -> None:
         """Every given tensor (None skipped) has its dims set, else NOT_FINALIZED."""

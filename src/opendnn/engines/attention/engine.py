@@ -415,6 +415,7 @@ def _grads(graph) -> KB.Grads:
 
 
 SMEM_LIMIT = 227 * 1024  # bytes of shared memory a program may use (H100)
+MAX_KERNEL_HEAD_DIM = 256  # the kernels' largest head dim (tiles of whole rows)
 
 
 def _smem(p: K.Problem, kn: AttnKnobs, fwd: bool, dq_only: bool = False) -> int:
@@ -474,6 +475,12 @@ class AttentionEngine(Engine):
                 )
         if t["K"].dims[1] != t["V"].dims[1]:
             return decline("K and V with different head counts run on the reference")
+        if max(t["Q"].dims[3], t["V"].dims[3]) > MAX_KERNEL_HEAD_DIM:
+            return decline(
+                f"head dims above {MAX_KERNEL_HEAD_DIM} (Q / K {t['Q'].dims[3]}, V "
+                f"{t['V'].dims[3]}) run on the reference: the kernels hold a row of Q, K "
+                "and V per tile"
+            )
         if n.kind == "sdpa_backward" and "ATTN_SCALE" in t and not t["ATTN_SCALE"].is_pass_by_value:
             return decline("ATTN_SCALE must be passed by value")
         return SUPPORTED
