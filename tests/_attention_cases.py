@@ -47,6 +47,7 @@ class Case:
     p: float | None = None  # dropout probability
     alibi: bool = False  # use_alibi_mask
     paged: int | None = None  # K / V in paged caches of this block size (forward only)
+    packed_tables: bool = False  # paged: page tables packed by ragged offsets
     ragged: bool = False  # Q, K, V, O (and the gradients) packed THD by the lengths
 
     @property
@@ -130,6 +131,14 @@ PAGED = [
         "paged_b32_padding_br", paged=32, s_q=7, s_kv=50, lens=((7, 3), (50, 17)), align=BR, right=0
     ),
     Case("paged_b8_bias_alibi", paged=8, s_q=5, s_kv=12, bias="1h", alibi=True),
+    Case(
+        "paged_b8_packed_tables",
+        paged=8,
+        s_q=6,
+        s_kv=30,
+        lens=((6, 2), (9, 30)),
+        packed_tables=True,
+    ),
 ]
 
 
@@ -360,6 +369,22 @@ def _set_ragged(g, c: Case, t, role: str, feeds: dict, output: bool = False) -> 
     t.set_ragged_offset(ot)
 
 
+def pack_tables(table: torch.Tensor, lens, block: int) -> tuple:
+    """(packed, offsets) of page table ``table`` [B, 1, pages, 1]: batch b's first
+    ceil(lens[b] / block) entries back to back (cudnn-frontend's packed page tables), the
+    rest of the [B, 1, pages, 1] buffer an out-of-range block index (never to be read);
+    offsets [B + 1, 1, 1, 1] int64 in entries."""
+    b, _, pages, _ = table.shape
+    flat = torch.full((b * pages,), 2**30, dtype=torch.int32)
+    starts = [0]
+    for i, n in enumerate(lens):
+        used = -(-n // block)
+        flat[starts[-1] : starts[-1] + used] = table[i, 0, :used, 0]
+        starts.append(starts[-1] + used)
+    packed = flat.as_strided((b, 1, pages, 1), (pages, 1, 1, 1))
+    return packed, torch.tensor(starts, dtype=torch.int64).reshape(b + 1, 1, 1, 1)
+
+
 def paged_cache(t: torch.Tensor, block: int, gen: torch.Generator):
     """(container [blocks, H, block, D], table [B, 1, pages, 1] int32) holding ``t`` [B, H,
     S, D]: its pages in a shuffled order among as many spare blocks, the tail of the last
@@ -396,9 +421,15 @@ def forward_graph(c: Case, x: dict, generate_stats=True, seed=1234, offset=0, rn
         for n in ("k", "v"):
             del feeds[t[n]]
             cont, table = paged_cache(x[n].cpu(), c.paged, gen)
+            if c.packed_tables:  # each batch's used pages back to back, by ragged offsets
+                table, toff = pack_tables(table, c.lens[1], c.paged)
             cont, table = cont.to(x[n].device), table.to(x[n].device)
             t[n], t[f"{n}_table"] = g.tensor_like(cont, name=n), g.tensor_like(table, name=f"{n}_t")
             feeds.update({t[n]: cont, t[f"{n}_table"]: table})
+            if c.packed_tables:
+                ot = g.tensor_like(toff, name=f"{n}_table_offsets")
+                feeds[ot] = toff.to(x[n].device)
+                t[f"{n}_table"].set_ragged_offset(ot)
         dump.update(
             paged_attention_k_table=t["k_table"],
             paged_attention_v_table=t["v_table"],

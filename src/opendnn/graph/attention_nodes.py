@@ -303,7 +303,8 @@ class Sdpa(_SdpaBase):
     generate_stats: bool = True
     paged_max_seq_len_kv: int | None = None
     kind: ClassVar[str] = "sdpa"
-    RAGGED_ROLES: ClassVar[tuple] = ("Q", "K", "V", "O")
+    # a page table's ragged offsets pack it: batch b's pages start at element offset[b]
+    RAGGED_ROLES: ClassVar[tuple] = ("Q", "K", "V", "O", "PAGE_TABLE_K", "PAGE_TABLE_V")
 
     @property
     def paged(self) -> bool:
@@ -391,9 +392,11 @@ class Sdpa(_SdpaBase):
             _check_stats(self, desc(self.outputs["STATS"]), (b, h_q, s_q, 1))
         self._check_rng_dump(desc, q, k)
         self._check_ragged(desc, q)
-        if self.paged and self.ragged_roles():
+        if self.paged and {"Q", "K", "V", "O"} & set(self.ragged_roles()):
             raise self.error(
-                "ragged offsets with paged K / V are not supported", None, Status.NOT_SUPPORTED
+                "ragged Q / K / V / O with paged K / V are not supported",
+                None,
+                Status.NOT_SUPPORTED,
             )
 
 

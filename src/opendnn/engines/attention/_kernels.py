@@ -216,10 +216,17 @@ def _fwd_step(
     krow, vrow = (f"offs_n[None, :] * {ks[2]}", f"offs_n[:, None] * {vs[2]}")
     if p.paged:
         bsk, bsv, ptk, ptv = p.paged
+        # a packed table (ragged offsets): batch b's pages start at its offset
+        tk, tv = (
+            f"tl.load(RAG_PAGE_TABLE_{x} + b).to(tl.int64)"
+            if f"PAGE_TABLE_{x}" in p.ragged
+            else f"b * {st[0]}"
+            for x, st in (("K", ptk), ("V", ptv))
+        )
         L += [
-            f"{I2}pk = tl.load(PT_K + b * {ptk[0]} + (offs_n // {bsk}) * {ptk[1]}, "
+            f"{I2}pk = tl.load(PT_K + {tk} + (offs_n // {bsk}) * {ptk[1]}, "
             f"mask=offs_n < {p.SKV}, other=0).to(tl.int64)",
-            f"{I2}pv = tl.load(PT_V + b * {ptv[0]} + (offs_n // {bsv}) * {ptv[1]}, "
+            f"{I2}pv = tl.load(PT_V + {tv} + (offs_n // {bsv}) * {ptv[1]}, "
             f"mask=offs_n < {p.SKV}, other=0).to(tl.int64)",
         ]
         krow = f"(pk * {ks[0]} + (offs_n % {bsk}) * {ks[2]})[None, :]"

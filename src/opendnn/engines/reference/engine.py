@@ -308,6 +308,10 @@ def _attention(n, graph, get) -> dict:
     keep = attention.batch_mask(
         masking, b, s_q, s_kv, lengths.get("SEQ_LEN_Q"), lengths.get("SEQ_LEN_KV")
     )
+    if n.use_padding_mask:  # rows past a batch's lengths are never read (NaN there stays out)
+        q, k, v = q.copy(), k.copy(), v.copy()
+        for i, (lq, lkv) in enumerate(zip(lengths["SEQ_LEN_Q"], lengths["SEQ_LEN_KV"])):
+            q[i, :, lq:], k[i, :, lkv:], v[i, :, lkv:] = 0.0, 0.0, 0.0
     scale = float(get(n.inputs["ATTN_SCALE"]).reshape(-1)[0]) if "ATTN_SCALE" in n.inputs else 1.0
     bias = get(n.inputs["BIAS"]) if "BIAS" in n.inputs else None
     bias_shape = None if bias is None else bias.shape
@@ -366,6 +370,7 @@ def _expand(a: np.ndarray, ndim: int) -> np.ndarray:
 
 # ---- ragged (packed variable-length) attention tensors ----------------------------------
 Q_SIDE = ("Q", "O", "DO", "DQ")  # rows counted by seq_len_q; the others by seq_len_kv
+# (page tables: pages, ceil(seq_len_kv / block_size))
 
 
 def _ragged_layouts(g, buffers) -> dict:
@@ -380,6 +385,9 @@ def _ragged_layouts(g, buffers) -> dict:
             off = _read(buffers[off_uid], g.tensors[off_uid]).reshape(-1).astype(np.int64)
             lens = _read(buffers[lens_uid], g.tensors[lens_uid]).reshape(-1).astype(np.int64)
             d = g.tensors[uid]
+            if r.startswith("PAGE_TABLE_"):  # a packed table: the pages each batch's keys use
+                block = g.tensors[n.inputs[r[-1]]].dims[2]
+                lens = np.minimum(-(-lens // block), d.dims[2])
             size = as_tensor(buffers[uid]).numel()
             h_, s_, d_ = d.dims[1:]
             for b in range(d.dims[0]):
