@@ -144,12 +144,13 @@ class OptionalKernelNotSupportedError(GraphNotSupportedError, ImportError):
 
 
 def __getattr__(name: str):
-    """``cudnn.experimental`` on first use (its PyTorch operators register when imported);
+    """``cudnn.experimental`` and ``cudnn.ops`` on first use (their PyTorch operators
+    register when imported);
     the CuTe-DSL kernel names raise NOT_SUPPORTED naming the kernel."""
-    if name == "experimental":
+    if name in ("experimental", "ops"):
         import importlib
 
-        module = importlib.import_module(".experimental", __name__)
+        module = importlib.import_module(f".{name}", __name__)
         globals()[name] = module
         return module
     if name in OPTIONAL_KERNELS:
