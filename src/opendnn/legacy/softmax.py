@@ -20,7 +20,7 @@ import enum
 import torch
 
 from ..enums import DataType, HeurMode
-from ..errors import GraphNotSupportedError, Status
+from ..errors import BadParamError, GraphNotSupportedError, Status
 from ..graph.graph import Graph
 from ..runtime.lru import LRU, legacy_cache_size
 from .common import SCALAR, as_enum, as_float, buffer, check, prior
@@ -149,13 +149,22 @@ def _run(built, bufs: dict, out, alpha, beta) -> None:
 
     def view(buf, name):
         """INSTANCE mode: a buffer laid out as its descriptor says, viewed as the node's
-        rows; any other buffer is bound as it is (the binding refuses it unless it fits)."""
-        if layouts is None or layouts[name] != (
-            tuple(buf.shape),
-            _significant(buf.stride(), buf.shape),
-        ):
+        rows; one with the descriptor's dims but other strides is refused (a layout
+        mistake); any other buffer is bound as it is (by pointer where it is dense and
+        large enough, as cuDNN reads it; else refused)."""
+        if layouts is None or not isinstance(buf, torch.Tensor):
             return buf
-        return buf.as_strided(dims, strides[name])
+        mine = (tuple(buf.shape), _significant(buf.stride(), buf.shape))
+        if mine == layouts[name]:
+            return buf.as_strided(dims, strides[name])
+        if mine[0] == layouts[name][0]:
+            raise BadParamError(
+                f"buffer strides {list(buf.stride())} differ from the descriptor's",
+                op=g.name,
+                tensor=name,
+                status=Status.BAD_PARAM_SHAPE_MISMATCH,
+            )
+        return buf
 
     pack = {ins[n]: view(b, n) for n, b in bufs.items() if n in ins}
     name = t.get_name()
