@@ -48,7 +48,10 @@ class Case:
     alibi: bool = False  # use_alibi_mask
     paged: int | None = None  # K / V in paged caches of this block size (forward only)
     packed_tables: bool = False  # paged: page tables packed by ragged offsets
+    sink: bool = False  # an attention sink per head (sink_token; dSink_token backward)
+    score_stats: bool = False  # the forward also writes score_max and score_sum_exp
     ragged: bool = False  # Q, K, V, O (and the gradients) packed THD by the lengths
+    ragged_stats: bool = False  # ragged: Stats too (cudnn-frontend's v2 tests pack it)
 
     @property
     def hv(self) -> int:
@@ -121,6 +124,15 @@ RAGGED = [
         ragged=True,
         bias="1h",
     ),
+    Case("ragged_stats", lens=((17, 5), (11, 17)), right=0, ragged=True, ragged_stats=True),
+]
+
+# attention sinks and the score statistics outputs
+SINK = [
+    Case("sink", sink=True, score_stats=True),
+    Case("sink_padding_band", sink=True, lens=((17, 9), (12, 17)), left=4, right=1),
+    Case("sink_gqa_causal_bias", h_q=6, h_k=2, sink=True, right=0, bias="1h", score_stats=True),
+    Case("scores_only_padding_br", lens=((5, 17), (9, 3)), align=BR, right=0, score_stats=True),
 ]
 
 # paged K / V caches (forward only): block sizes below, at and above the kernels' tiles
@@ -163,6 +175,8 @@ def inputs(rng, c: Case) -> dict:
     if c.lens:
         for name, vals in zip(("seq_len_q", "seq_len_kv"), c.lens):
             out[name] = torch.tensor(vals, dtype=torch.int32).reshape(c.b, 1, 1, 1)
+    if c.sink:
+        out["sink"] = rng.rand((1, c.h_q, 1, 1)) - 1.0  # float32, either sign
     return out
 
 
@@ -236,6 +250,33 @@ def torch_sdpa(q, k, v, keep, scale, bias=None, drop=None, p=0.0):
     return prob @ vv, torch.where(live, lse, torch.full_like(lse, -math.inf))
 
 
+def torch_sdpa_sink(q, k, v, keep, scale, sink, bias=None, rows=None):
+    """(O, Stats, score max, score sum-exp) in float64 with autograd (sink included) as
+    cudnn-frontend's reference writes them: the sink [1, H, 1, 1] a logit joining each
+    row's softmax without a value; ``rows`` [B, 1, Sq, 1]: the rows that exist (others:
+    O = 0, Stats = -inf, max -inf, sum 0)."""
+    h_q = q.shape[1]
+    kk = k.repeat_interleave(h_q // k.shape[1], 1)
+    vv = v.repeat_interleave(h_q // v.shape[1], 1)
+    s = scale * (q @ kk.transpose(-1, -2))
+    if bias is not None:
+        s = s + bias
+    s = s.masked_fill(~keep.expand(s.shape), -math.inf)
+    m = torch.maximum(s.amax(-1, keepdim=True), sink.expand(s.shape[:3] + (1,)))
+    m_safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))  # no key, no sink
+    e = torch.exp(s - m_safe)
+    total = e.sum(-1, keepdim=True) + torch.exp(sink - m_safe)
+    prob = torch.where(total > 0, e / torch.where(total > 0, total, 1.0), 0.0)
+    o, lse = prob @ vv, m_safe + torch.log(total)
+    if rows is not None:
+        r = rows.expand(lse.shape)
+        o = torch.where(r, o, torch.zeros_like(o))
+        lse = torch.where(r, lse, torch.full_like(lse, -math.inf))
+        m = torch.where(r, m, torch.full_like(m, -math.inf))
+        total = torch.where(r, total, torch.zeros_like(total))
+    return o, lse, m, total
+
+
 def torch_math_sdpa(q, k, v, keep, scale, bias=None):
     """O from torch.nn.functional.scaled_dot_product_attention (float64 math path, an
     explicit additive mask); rows without a kept key are set to 0 (PyTorch gives NaN)."""
@@ -252,7 +293,7 @@ def torch_math_sdpa(q, k, v, keep, scale, bias=None):
 
 
 def _tensors(g, c: Case, x: dict) -> dict:
-    t = {n: graph_tensor(g, x[n]).set_name(n) for n in ("q", "k", "v", "bias") if n in x}
+    t = {n: graph_tensor(g, x[n]).set_name(n) for n in ("q", "k", "v", "bias", "sink") if n in x}
     for n in ("seq_len_q", "seq_len_kv"):
         if n in x:
             t[n] = g.tensor(list(x[n].shape), list(x[n].stride()), cudnn.data_type.INT32, name=n)
@@ -279,6 +320,8 @@ def _kwargs(c: Case, t: dict, seed, offset) -> dict:
     )
     if c.alibi:
         kw["use_alibi_mask"] = True
+    if c.sink:
+        kw["sink_token"] = t["sink"]
     if c.lens:
         kw.update(use_padding_mask=True, seq_len_q=t["seq_len_q"], seq_len_kv=t["seq_len_kv"])
     if c.p is not None:
@@ -344,13 +387,14 @@ def _ragged_side(c: Case, role: str) -> tuple:
         "dk": (lkv, c.h_k, c.d),
         "v": (lkv, c.hv, c.dv),
         "dv": (lkv, c.hv, c.dv),
+        "stats": (lq, c.h_q, 1),
     }[role]
 
 
 def ragged_inputs(c: Case, x: dict) -> dict:
     """``x`` with q, k, v (and o, do when there) packed THD (ragged_pack)."""
     x = dict(x)
-    for n in ("q", "k", "v", "o", "do"):
+    for n in ("q", "k", "v", "o", "do", "stats"):
         if n in x:
             x[n] = ragged_pack(x[n].cpu(), _ragged_side(c, n)[0])[0].to(x[n].device)
     return x
@@ -360,7 +404,7 @@ def _set_ragged(g, c: Case, t, role: str, feeds: dict, output: bool = False) -> 
     """Gives graph tensor ``t`` (``role``) its THD offsets (fed), and outputs their THD
     dims and strides."""
     lens, h, d = _ragged_side(c, role)
-    s = c.s_q if role in ("q", "o", "do", "dq") else c.s_kv
+    s = c.s_q if role in ("q", "o", "do", "dq", "stats") else c.s_kv
     if output:
         t.set_dim([c.b, h, s, d]).set_stride([s * h * d, d, h * d, 1])
     off = thd_offsets(lens, h, d, device=next(iter(feeds.values())).device)
@@ -435,6 +479,13 @@ def forward_graph(c: Case, x: dict, generate_stats=True, seed=1234, offset=0, rn
             paged_attention_v_table=t["v_table"],
             paged_attention_max_seq_len_kv=c.s_kv,
         )
+    scores = []
+    if c.score_stats:  # tensors the caller makes, as with cuDNN
+        scores = [
+            g.tensor([c.b, c.h_q, c.s_q, 1], None, cudnn.data_type.FLOAT, name=n)
+            for n in ("score_max", "score_sum_exp")
+        ]
+        dump.update(score_max=scores[0], score_sum_exp=scores[1])
     o, st = g.sdpa(
         t["q"],
         t["k"],
@@ -449,7 +500,9 @@ def forward_graph(c: Case, x: dict, generate_stats=True, seed=1234, offset=0, rn
         _set_ragged(g, c, o, "o", feeds, output=True)
     if st is not None:
         st.set_output(True)
-    return g, feeds, [o, st] + ([dump["rng_dump"]] if "rng_dump" in dump else [])
+        if c.ragged_stats:
+            _set_ragged(g, c, st, "stats", feeds, output=True)
+    return g, feeds, [o, st] + scores + ([dump["rng_dump"]] if "rng_dump" in dump else [])
 
 
 def backward_graph(
@@ -466,19 +519,25 @@ def backward_graph(
 ):
     """(graph, feeds, [dQ, dK, dV] + [dBias] + [RNG_DUMP]) of an sdpa_backward node."""
     g = cudnn.pygraph()
-    if c.ragged:  # o comes packed from the forward; q, k, v and do are packed here
+    if c.ragged:  # o (and Stats) come packed from the forward; q, k, v and do here
         x = ragged_inputs(c, {**x, "do": do})
         do = x.pop("do")
     t = _tensors(g, c, x)
     feeds = {t[n]: x[n] for n in t}
     seed, offset = _rng(g, seed, "seed", feeds), _rng(g, offset, "offset", feeds)
     to, tdo = graph_tensor(g, o).set_name("o"), graph_tensor(g, do).set_name("dO")
+    tst = g.tensor(list(stats.shape), list(stats.stride()), cudnn.data_type.FLOAT, name="stats")
     for n, tt in (("q", t["q"]), ("k", t["k"]), ("v", t["v"]), ("o", to), ("do", tdo)):
         if c.ragged:
             _set_ragged(g, c, tt, n, feeds)
-    tst = g.tensor(list(stats.shape), list(stats.stride()), cudnn.data_type.FLOAT, name="stats")
+    if c.ragged_stats:
+        _set_ragged(g, c, tst, "stats", feeds)
     dbias = g.tensor(name="dBias", data_type=TORCH_TO_DT[c.dtype]) if with_dbias else None
     dump = _dump(g, c, feeds, rng_dump)
+    dsink = []
+    if c.sink:
+        dsink = [g.tensor([1, c.h_q, 1, 1], None, cudnn.data_type.FLOAT, name="dSink")]
+        dump["dSink_token"] = dsink[0]
     grads = g.sdpa_backward(
         t["q"],
         t["k"],
@@ -495,7 +554,8 @@ def backward_graph(
     for n, tt in zip(("dq", "dk", "dv"), grads):
         if c.ragged:
             _set_ragged(g, c, tt, n, feeds, output=True)
-    outs = grads + ([dbias] if with_dbias else []) + list(dump.values())
+    outs = grads + ([dbias] if with_dbias else []) + dsink
+    outs += [dump["rng_dump"]] if "rng_dump" in dump else []
     for o_ in outs:
         o_.set_output(True)
     feeds.update({to: o, tdo: do, tst: stats})

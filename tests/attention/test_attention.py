@@ -19,6 +19,7 @@ from _attention_cases import (
     CASES,
     PAGED,
     RAGGED,
+    SINK,
     TL,
     Case,
     _ragged_side,
@@ -32,6 +33,7 @@ from _attention_cases import (
     thd_offsets,
     torch_math_sdpa,
     torch_sdpa,
+    torch_sdpa_sink,
     total_bias,
 )
 from _util import assert_close, expect_error, repro, run_reference
@@ -336,16 +338,23 @@ def test_ragged_forward_and_backward_match_torch(rng, c):
     offs = {n: thd_offsets(*_ragged_side(c, n)) for n in ("o", "dq", "dk", "dv")}
     msg = repro("sdpa ragged", [c], "", rng.seed)
     assert_close(ragged_unpack(got[to], offs["o"], lq), o, c.dtype, _tol_n(c), msg)
-    assert_close(got[tst], stats, torch.float32, _tol_n(c), msg)
+    st_got = got[tst]
+    if c.ragged_stats:  # rows past a batch's length read as 0 here; Stats has -inf there
+        st_got = ragged_unpack(st_got, thd_offsets(*_ragged_side(c, "stats")), lq)
+        stats_want = torch.where(torch.isinf(stats), 0.0, stats)
+    else:
+        stats_want = stats
+    assert_close(st_got, stats_want, torch.float32, _tol_n(c), msg)
     total = sum(lq) * c.h_q * c.dv
     flat = got[to].as_strided((got[to].numel(),), (1,))  # the buffer spans B S H Dv
     assert flat[total:].isnan().all()  # past the packed rows: untouched (NaN-poisoned)
     do = rng.rand(tuple(o.shape), c.dtype)
     o.backward(do.double())
     o_packed = ragged_pack(o.detach().to(c.dtype), lq)[0]
-    g, feeds, outs = backward_graph(
-        c, x, o_packed, stats.detach().float(), do, with_dbias="bias" in x
-    )
+    st = stats.detach().float()
+    if c.ragged_stats:
+        st = ragged_pack(st, lq)[0]
+    g, feeds, outs = backward_graph(c, x, o_packed, st, do, with_dbias="bias" in x)
     got = run_reference(g, feeds, outs)
     for t, n in zip(outs, ("q", "k", "v", "bias")):
         want = y[n].grad
@@ -355,3 +364,41 @@ def test_ragged_forward_and_backward_match_torch(rng, c):
             else ragged_unpack(got[t], offs[f"d{n}"], _ragged_side(c, f"d{n}")[0])
         )
         assert_close(have, want, c.dtype, _tol_n(c), f"{msg} grad={n}")
+
+
+@pytest.mark.parametrize("c", SINK, ids=[c.id for c in SINK])
+def test_sink_and_score_statistics_match_torch(rng, c):
+    """An attention sink (a per-head logit in each row's softmax, without a value) and the
+    score max / sum-exp outputs, forward and backward (dSink included), against float64
+    autograd of cudnn-frontend's reference formulas."""
+    x = inputs(rng, c)
+    y = {n: t.detach().clone().requires_grad_(t.is_floating_point()) for n, t in _f64(x).items()}
+    keep = expected_keep(c)
+    rows = None
+    if c.lens:
+        rows = torch.arange(c.s_q).reshape(1, 1, -1, 1) < torch.tensor(c.lens[0]).reshape(
+            -1, 1, 1, 1
+        )
+    sink = y.get("sink", torch.full((1, c.h_q, 1, 1), -math.inf, dtype=torch.float64))
+    o, lse, m, total = torch_sdpa_sink(
+        y["q"], y["k"], y["v"], keep, _scale(c), sink, total_bias(c, y), rows
+    )
+    g, feeds, outs = forward_graph(c, x)
+    got = run_reference(g, feeds, outs)
+    msg = repro("sdpa sink", [c], "", rng.seed)
+    assert_close(got[outs[0]], o, c.dtype, _tol_n(c), msg)
+    assert_close(got[outs[1]], lse, torch.float32, _tol_n(c), msg)
+    if c.score_stats:
+        assert_close(got[outs[2]], m, torch.float32, _tol_n(c), msg)
+        assert_close(got[outs[3]], total, torch.float32, _tol_n(c), msg)
+    if not c.sink:
+        return
+    do = rng.rand(tuple(o.shape), c.dtype)
+    o.backward(do.double())
+    g, feeds, outs = backward_graph(
+        c, x, o.detach().to(c.dtype), lse.detach().float(), do, with_dbias="bias" in x
+    )
+    got = run_reference(g, feeds, outs)
+    names = ("q", "k", "v") + (("bias",) if "bias" in x else ()) + ("sink",)
+    for t, n in zip(outs, names):
+        assert_close(got[t], y[n].grad, c.dtype, _tol_n(c) * c.s_q, f"{msg} grad={n}")

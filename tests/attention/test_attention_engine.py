@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 import torch
-from _attention_cases import CASES, PAGED, RAGGED, backward_graph, forward_graph, inputs
+from _attention_cases import CASES, PAGED, RAGGED, SINK, backward_graph, forward_graph, inputs
 from _util import check_engine, repro, run_reference
 
 from opendnn.engines.attention.engine import AttentionEngine
@@ -515,7 +515,7 @@ def test_gluon_backward_rules():
             128,
             256,
             dict(diagonal_band_right_bound=4),
-            "no bias, ALiBi, paged K / V, ragged offsets, dropout",
+            "no bias, ALiBi, paged K / V, ragged offsets, sink, score outputs, dropout",
         ),
     ]:
         got = _gluon_reason(knobs, None, True, d, s, **kw)
@@ -632,7 +632,12 @@ def test_paged_kv_against_reference(rng, c):
     check_engine(g, feeds, outs, ID, n=c.s_kv, msg=repro("sdpa paged", [c], "", rng.seed))
 
 
-@pytest.mark.parametrize("c", RAGGED, ids=[c.id for c in RAGGED])
+RAGGED_ENGINE = RAGGED + [
+    dataclasses.replace(RAGGED[-1], id="ragged_stats_sink", sink=True, score_stats=True)
+]
+
+
+@pytest.mark.parametrize("c", RAGGED_ENGINE, ids=[c.id for c in RAGGED_ENGINE])
 def test_ragged_against_reference(rng, c):
     """THD-packed Q, K, V, O and gradients (ragged offsets), forward and backward; the
     buffers' tails past the packed rows stay unwritten in both plans (allow_nan)."""
@@ -677,3 +682,19 @@ def test_not_supported_rules_are_graph_not_supported_errors():
     with pytest.raises(cudnn.cudnnGraphNotSupportedError) as e:
         g.validate()
     assert isinstance(e.value, BadParamError) and e.value.status == Status.NOT_SUPPORTED_SHAPE
+
+
+@pytest.mark.parametrize("c", SINK, ids=[c.id for c in SINK])
+def test_sink_and_score_statistics_against_reference(rng, c):
+    """Attention sinks (forward: Stats and O; backward: dSink by its own kernel) and the
+    score max / sum-exp outputs."""
+    c = dataclasses.replace(c, dtype=torch.bfloat16)
+    x = inputs(rng, c)
+    g, feeds, outs = forward_graph(c, x)
+    msg = repro("sdpa sink", [c], "", rng.seed)
+    got = check_engine(g, feeds, outs, ID, n=c.s_kv, msg=msg)
+    if not c.sink:
+        return
+    do = rng.rand(tuple(got[outs[0]].shape), c.dtype)
+    g, feeds, outs = backward_graph(c, x, got[outs[0]], got[outs[1]], do, with_dbias="bias" in x)
+    check_engine(g, feeds, outs, ID, n=c.s_q + c.s_kv, msg=msg)

@@ -199,6 +199,26 @@ NODE_RULES = [
         Status.NOT_SUPPORTED_DATA_TYPE,
         ["sdpa::Stats", "STATS must be float32, is HALF"],
     ),
+    (
+        dict(sink_token=T("sink", (1, 3, 1, 1), FLOAT)),
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+        ["sink", "SINK_TOKEN dims [1, 3, 1, 1] must be [1, 4, 1, 1]"],
+    ),
+    (
+        dict(sink_token=T("sink", (1, 4, 1, 1), HALF)),
+        Status.NOT_SUPPORTED_DATA_TYPE,
+        ["sink", "SINK_TOKEN must be float32, is HALF"],
+    ),
+    (
+        dict(score_max=T("mx", (2, 4, 5, 1), HALF)),
+        Status.NOT_SUPPORTED_DATA_TYPE,
+        ["mx", "SCORE_MAX must be float32, is HALF"],
+    ),
+    (
+        dict(score_sum_exp=T("se", (2, 4, 5))),
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+        ["se", "SCORE_SUM_EXP dims [2, 4, 5] must be [2, 4, 5, 1]"],
+    ),
     (dict(rng_dump=T("dump", (2, 4, 5, 7), FLOAT)), Status.BAD_PARAM, ["RNG_DUMP needs dropout"]),
     (
         dict(
@@ -276,9 +296,6 @@ BUILDER_RULES = [
     ),
     (dict(score_mod=lambda g, s: s), Status.NOT_SUPPORTED, ["score_mod is not supported"]),
     (dict(block_mask=T("bm", (2, 4, 1, 1))), Status.NOT_SUPPORTED, ["block_mask is not"]),
-    (dict(sink_token=T("sink", (1, 4, 1, 1))), Status.NOT_SUPPORTED, ["sink_token is not"]),
-    (dict(score_max=T("mx", (2, 4, 5, 1))), Status.NOT_SUPPORTED, ["score_max is not"]),
-    (dict(score_sum_exp=T("se", (2, 4, 5, 1))), Status.NOT_SUPPORTED, ["score_sum_exp is"]),
     (dict(unfuse_fma=True), Status.NOT_SUPPORTED, ["unfuse_fma"]),
     (dict(implementation=7), Status.BAD_PARAM, ["implementation 7 is not an attention_impl"]),
     (
@@ -430,13 +447,28 @@ def test_backward_infers_gradient_properties():
     [
         (dict(score_mod=lambda g, s: s), "score_mod"),
         (dict(score_mod_bprop=lambda g, s: s), "score_mod_bprop"),
-        (dict(sink_token=T("sink", (1, 4, 1, 1))), "sink_token"),
-        (dict(dSink_token=T("dsink", (1, 4, 1, 1))), "dSink_token"),
     ],
 )
 def test_backward_features_not_supported(kw, name):
-    """cudnn-frontend's sdpa_backward keywords for score modifiers and attention sinks:
-    taken as keywords, refused with NOT_SUPPORTED naming the feature."""
+    """cudnn-frontend's sdpa_backward keywords for score modifiers: taken as keywords,
+    refused with NOT_SUPPORTED naming the feature."""
     expect_error(
         BadParamError, Status.NOT_SUPPORTED, lambda: _bwd(**kw), "sdpa_bwd", f"{name} is not"
+    )
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(sink_token=T("sink", (1, 4, 1, 1), FLOAT)),
+        dict(dSink_token=T("dsink", (1, 4, 1, 1), FLOAT)),
+    ],
+)
+def test_backward_sink_and_its_gradient_come_together(kw):
+    expect_error(
+        BadParamError,
+        Status.BAD_PARAM_NULL_POINTER,
+        lambda: _bwd(**kw),
+        "sdpa_bwd",
+        "sink_token and dSink_token come together",
     )

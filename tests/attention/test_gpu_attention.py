@@ -522,3 +522,50 @@ def test_ragged_against_reference(rng, c):
     do = rng.rand((c.b, c.h_q, c.s_q, c.dv), c.dtype).cuda()
     g, feeds, outs = backward_graph(c, x, got[outs[0]], got[outs[1]], do)
     check_engine(g, feeds, outs, AttentionEngine.id, n=c.s_q + c.s_kv, allow_nan=True)
+
+
+SINK_GPU = [
+    Case(
+        "sink_scores_d128",
+        b=2,
+        h_q=4,
+        h_k=2,
+        s_q=300,
+        s_kv=300,
+        d=128,
+        right=0,
+        sink=True,
+        score_stats=True,
+        dtype=B16,
+    ),
+    Case(
+        "sink_ragged_stats_d64",
+        b=2,
+        h_q=2,
+        h_k=2,
+        s_q=128,
+        s_kv=128,
+        d=64,
+        lens=((128, 40), (100, 128)),
+        ragged=True,
+        ragged_stats=True,
+        sink=True,
+        dtype=torch.float16,
+    ),
+]
+
+
+@pytest.mark.parametrize("c", SINK_GPU, ids=[c.id for c in SINK_GPU])
+def test_sink_against_reference(rng, c):
+    """Attention sinks (Stats, O, dSink), the score outputs and ragged Stats on the GPU:
+    the engine's plan against the reference on the same buffers."""
+    from _util import check_engine
+
+    from opendnn.engines.attention.engine import AttentionEngine
+
+    x = {n: t.cuda() for n, t in inputs(rng, c).items()}
+    g, feeds, outs = forward_graph(c, x)
+    got = check_engine(g, feeds, outs, AttentionEngine.id, n=c.s_kv, allow_nan=c.ragged)
+    do = rng.rand((c.b, c.h_q, c.s_q, c.dv), c.dtype).cuda()
+    g, feeds, outs = backward_graph(c, x, got[outs[0]], got[outs[1]], do)
+    check_engine(g, feeds, outs, AttentionEngine.id, n=c.s_q + c.s_kv, allow_nan=c.ragged)

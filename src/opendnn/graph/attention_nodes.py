@@ -224,6 +224,15 @@ class _SdpaBase(Node):
                     Status.BAD_PARAM,
                 )
         self._check_dropout(desc, attrs)
+        if "SINK_TOKEN" in self.inputs:
+            d = desc(self.inputs["SINK_TOKEN"])
+            self.need_shape(d, (1, h_q, 1, 1), "SINK_TOKEN")
+            if d.data_type != DataType.FLOAT:
+                raise self.error(
+                    f"SINK_TOKEN must be float32, is {d.data_type.name}",
+                    d.label(),
+                    Status.NOT_SUPPORTED_DATA_TYPE,
+                )
         if not isinstance(self.diagonal_alignment, DiagonalAlignment):
             raise self.error(
                 f"diagonal_alignment {self.diagonal_alignment!r} is not a DiagonalAlignment",
@@ -304,7 +313,17 @@ class Sdpa(_SdpaBase):
     paged_max_seq_len_kv: int | None = None
     kind: ClassVar[str] = "sdpa"
     # a page table's ragged offsets pack it: batch b's pages start at element offset[b]
-    RAGGED_ROLES: ClassVar[tuple] = ("Q", "K", "V", "O", "PAGE_TABLE_K", "PAGE_TABLE_V")
+    RAGGED_ROLES: ClassVar[tuple] = (
+        "Q",
+        "K",
+        "V",
+        "O",
+        "STATS",
+        "SCORE_MAX",
+        "SCORE_SUM_EXP",
+        "PAGE_TABLE_K",
+        "PAGE_TABLE_V",
+    )
 
     @property
     def paged(self) -> bool:
@@ -369,13 +388,9 @@ class Sdpa(_SdpaBase):
             o.dim = [q.dim[0], q.dim[1], q.dim[2], v.dim[3]]
         ctx.fill_type(o, q)
         ctx.fill_strides(o, q)
-        st = self.outputs.get("STATS")
-        if st is not None:
-            if st.dim is None:
-                st.dim = [q.dim[0], q.dim[1], q.dim[2], 1]
-            if st.data_type == DataType.NOT_SET:
-                st.data_type = DataType.FLOAT
-            ctx.fill_strides(st, None)
+        for role in ("STATS", "SCORE_MAX", "SCORE_SUM_EXP"):
+            _fill_float(ctx, self.outputs.get(role), [q.dim[0], q.dim[1], q.dim[2], 1])
+        _fill_float(ctx, self.outputs.get("RNG_DUMP"), [q.dim[0], q.dim[1], q.dim[2], k.dim[2]])
 
     def validate(self, desc) -> None:
         q, k, v = self._check_qkv(desc)
@@ -388,11 +403,12 @@ class Sdpa(_SdpaBase):
             raise self.error(
                 "STATS is an output exactly when generate_stats is True", None, Status.BAD_PARAM
             )
-        if "STATS" in self.outputs:
-            _check_stats(self, desc(self.outputs["STATS"]), (b, h_q, s_q, 1))
+        for role in ("STATS", "SCORE_MAX", "SCORE_SUM_EXP"):
+            if role in self.outputs:
+                _check_stats(self, desc(self.outputs[role]), (b, h_q, s_q, 1), role)
         self._check_rng_dump(desc, q, k)
         self._check_ragged(desc, q)
-        if self.paged and {"Q", "K", "V", "O"} & set(self.ragged_roles()):
+        if self.paged and {"Q", "K", "V", "O", "STATS"} & set(self.ragged_roles()):
             raise self.error(
                 "ragged Q / K / V / O with paged K / V are not supported",
                 None,
@@ -406,7 +422,7 @@ class SdpaBackward(_SdpaBase):
 
     use_deterministic_algorithm: bool = False
     kind: ClassVar[str] = "sdpa_backward"
-    RAGGED_ROLES: ClassVar[tuple] = ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV")
+    RAGGED_ROLES: ClassVar[tuple] = ("Q", "K", "V", "O", "DO", "STATS", "DQ", "DK", "DV")
 
     def infer_properties(self, ctx) -> None:
         q, k, v = self._need_qkv()
@@ -414,6 +430,8 @@ class SdpaBackward(_SdpaBase):
             t = self.outputs.get(out)
             if t is not None and like is not None:
                 ctx.fill_like(t, like)
+        _fill_float(ctx, self.outputs.get("DSINK_TOKEN"), [1, q.dim[1], 1, 1])
+        _fill_float(ctx, self.outputs.get("RNG_DUMP"), [q.dim[0], q.dim[1], q.dim[2], k.dim[2]])
 
     def validate(self, desc) -> None:
         q, k, v = self._check_qkv(desc)
@@ -435,15 +453,33 @@ class SdpaBackward(_SdpaBase):
                 raise self.error("DBIAS needs a BIAS", d.label(), Status.BAD_PARAM_NULL_POINTER)
             self.need_shape(d, desc(self.inputs["BIAS"]).dims, "DBIAS")
             self.need_floating([d])
+        if "DSINK_TOKEN" in self.outputs:
+            d = desc(self.outputs["DSINK_TOKEN"])
+            if "SINK_TOKEN" not in self.inputs:
+                raise self.error(
+                    "DSINK_TOKEN needs a SINK_TOKEN", d.label(), Status.BAD_PARAM_NULL_POINTER
+                )
+            _check_stats(self, d, (1, h_q, 1, 1), "DSINK_TOKEN")
         self._check_rng_dump(desc, q, k)
         self._check_ragged(desc, q)
 
 
-def _check_stats(node, d, want) -> None:
-    node.need_shape(d, want, "STATS")
+def _fill_float(ctx, t, dims) -> None:
+    """An unset float32 output's dims (``dims``), type (FLOAT) and packed strides."""
+    if t is None:
+        return
+    if t.dim is None:
+        t.dim = list(dims)
+    if t.data_type == DataType.NOT_SET:
+        t.data_type = DataType.FLOAT
+    ctx.fill_strides(t, None)
+
+
+def _check_stats(node, d, want, role="STATS") -> None:
+    node.need_shape(d, want, role)
     if d.data_type != DataType.FLOAT:
         raise node.error(
-            f"STATS must be float32, is {d.data_type.name}",
+            f"{role} must be float32, is {d.data_type.name}",
             d.label(),
             Status.NOT_SUPPORTED_DATA_TYPE,
         )

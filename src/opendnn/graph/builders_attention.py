@@ -190,20 +190,14 @@ class AttentionBuilderMixin:
         COMPOSITE and UNIFIED all name the same function, run by the fused attention
         engine. Paged K / V: ``paged_attention_k_table`` / ``_v_table`` [B, 1, pages, 1]
         int32 over K / V containers [blocks, Hk, block_size, D], the logical length
-        ``paged_attention_max_seq_len_kv`` (nodes: ``Sdpa``). NOT_SUPPORTED: ``score_mod``,
-        ``block_mask``, attention
-        sinks (``sink_token``), separate ``score_max`` / ``score_sum_exp`` outputs and
-        ``unfuse_fma``."""
+        ``paged_attention_max_seq_len_kv`` (nodes: ``Sdpa``). ``sink_token`` [1, Hq, 1, 1]
+        float32: an attention sink; ``score_max`` / ``score_sum_exp`` [B, Hq, Sq, 1]
+        float32: tensors receiving each row's score maximum and sum of exponentials
+        (ops/attention). NOT_SUPPORTED: ``score_mod``, ``block_mask``, ``unfuse_fma``."""
         op = name or f"sdpa_{len(self._nodes)}"
         self._attn_implementation(implementation, op)
-        for what, value in (
-            ("block_mask", block_mask),
-            ("score_max", score_max),
-            ("score_sum_exp", score_sum_exp),
-            ("sink_token", sink_token),
-        ):
-            if value is not None:
-                raise self._attn_error(op, f"{what} is not supported", Status.NOT_SUPPORTED)
+        if block_mask is not None:
+            raise self._attn_error(op, "block_mask is not supported", Status.NOT_SUPPORTED)
         if unfuse_fma:
             raise self._attn_error(
                 op, "unfuse_fma (unfused multiply-adds) is not supported", Status.NOT_SUPPORTED
@@ -257,6 +251,8 @@ class AttentionBuilderMixin:
             dropout,
             rng_dump,
         )
+        if sink_token is not None:
+            ins["SINK_TOKEN"] = self._check_tensor(sink_token, op, "sink_token")
         if paged_attention_k_table is not None:
             ins["PAGE_TABLE_K"] = self._check_tensor(paged_attention_k_table, op, "k_table")
             ins["PAGE_TABLE_V"] = self._check_tensor(paged_attention_v_table, op, "v_table")
@@ -274,6 +270,9 @@ class AttentionBuilderMixin:
             outs["STATS"] = self._new_output(f"{op}::Stats")
         if rng_dump is not None:
             outs["RNG_DUMP"] = self._check_tensor(rng_dump, op, "rng_dump")
+        for role, t in (("SCORE_MAX", score_max), ("SCORE_SUM_EXP", score_sum_exp)):
+            if t is not None:  # tensors the caller made, as cuDNN's
+                outs[role] = self._check_tensor(t, op, role.lower())
         self._add(node, outs)
         return [outs["O"], outs.get("STATS")]
 
@@ -313,15 +312,19 @@ class AttentionBuilderMixin:
         """[dQ, dK, dV] from the forward's q, k, v, its output o and Stats and the
         gradient dO [B, Hq, Sq, Dv]; every masking and dropout argument must be the
         forward's. ``dBias`` (a graph tensor, bias's dims unless set) receives the bias
-        gradient summed over the axes the bias broadcasts over. NOT_SUPPORTED:
-        ``score_mod`` / ``score_mod_bprop``, attention sinks (``sink_token`` /
-        ``dSink_token``), ragged lengths."""
+        gradient summed over the axes the bias broadcasts over; ``dSink_token`` the
+        gradient of the forward's ``sink_token``. NOT_SUPPORTED: ``score_mod`` /
+        ``score_mod_bprop``, ``max_total_seq_len_q`` / ``_kv``."""
         op = name or f"sdpa_backward_{len(self._nodes)}"
+        if (sink_token is None) != (dSink_token is None):
+            raise self._attn_error(
+                op,
+                "sink_token and dSink_token come together (the backward of a sink is its gradient)",
+                Status.BAD_PARAM_NULL_POINTER,
+            )
         for what, value in (
             ("score_mod", score_mod),
             ("score_mod_bprop", score_mod_bprop),
-            ("sink_token", sink_token),
-            ("dSink_token", dSink_token),
         ):
             if value is not None:
                 raise self._attn_error(op, f"{what} is not supported", Status.NOT_SUPPORTED)
@@ -373,5 +376,8 @@ class AttentionBuilderMixin:
             outs["DBIAS"] = self._check_tensor(dBias, op, "dBias")
         if rng_dump is not None:
             outs["RNG_DUMP"] = self._check_tensor(rng_dump, op, "rng_dump")
+        if sink_token is not None:
+            ins["SINK_TOKEN"] = self._check_tensor(sink_token, op, "sink_token")
+            outs["DSINK_TOKEN"] = self._check_tensor(dSink_token, op, "dSink_token")
         self._add(node, outs)
         return [outs["DQ"], outs["DK"], outs["DV"]]

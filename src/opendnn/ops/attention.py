@@ -16,6 +16,10 @@ key, whatever the alignment: with n = 2^floor(log2 Hq) the slopes of heads h < n
 2^(-8 (h + 1) / n), those of the remaining heads (Hq not a power of two)
 2^(-4 (2 (h - n) + 1) / n) (Press et al.; cuDNN's and cudnn-frontend's reference's).
 
+An attention sink (``sink_token``, one logit per head) joins each row's softmax without a
+value: Stats_i = log(sum_j exp(S_ij) + exp(sink_h)), P = exp(S - Stats) (its weights sum
+to less than one), and dSink_h = -sum_{b, i} exp(sink_h - Stats_bi) delta_bi.
+
 Stats is the logsumexp of the scaled, biased, masked scores -- before dropout, which
 the backward needs to rebuild P. A row with no kept key (a padded query row, a band
 that excludes every key) has Stats = -inf and O = 0: what cuDNN's kernels write for
@@ -160,18 +164,49 @@ def forward(q, k, v, keep=None, scale: float = 1.0, bias=None, drop=None, p: flo
     """(O [B, Hq, Sq, Dv], Stats [B, Hq, Sq, 1]) in float64. ``keep``: bool,
     broadcastable to [B, Hq, Sq, Skv] (None: everything kept); ``drop``: the dropout
     keep mask M [B, Hq, Sq, Skv] (None: no dropout) with probability ``p``."""
+    return forward_full(q, k, v, keep, scale, bias, drop, p)[:2]
+
+
+def forward_full(
+    q, k, v, keep=None, scale=1.0, bias=None, drop=None, p=0.0, sink=None, rows=None
+) -> tuple:
+    """(O, Stats, score max, score sum-exp) in float64; the last two [B, Hq, Sq, 1]:
+    m_i = max_j S_ij and sum_j exp(S_ij - m_i). ``sink`` [1, Hq, 1, 1]: a per-head logit
+    that joins each row's softmax without a value (an attention sink): m_i is the larger of
+    it and the scores, the sum and Stats include exp(sink - m_i), O's weights do not (a row
+    with no kept key has O = 0 and Stats = sink). ``rows`` [B, 1, Sq, 1] (bool): the rows
+    that exist (the padding mask's i < seq_len_q); the others get O = 0, Stats = -inf,
+    max -inf, sum 0 whatever the sink (None: every row)."""
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         s = _scores(q, k, keep, scale, bias)
         m = s.max(axis=-1, keepdims=True, initial=-np.inf)
-        m = np.where(np.isfinite(m), m, 0.0)  # an all -inf row: exp(-inf) = 0
-        e = np.exp(s - m)
+        if sink is not None:
+            m = np.maximum(m, sink)
+        m_safe = np.where(np.isfinite(m), m, 0.0)  # an all -inf row: exp(-inf) = 0
+        e = np.exp(s - m_safe)
         total = e.sum(axis=-1, keepdims=True)
-        stats = m + np.log(total)  # total = 0: -inf
+        if sink is not None:
+            total = total + np.exp(sink - m_safe)
+        if rows is not None:
+            total = np.where(rows, total, 0.0)
+            m = np.where(rows, m, -np.inf)
+        stats = m_safe + np.log(total)  # total = 0: -inf
         prob = np.divide(e, total, out=np.zeros_like(e), where=total > 0)
         if drop is not None:
             prob = prob * drop * _dropout.scale(p)
         o = np.matmul(prob, _repeat_heads(v, q.shape[1]))
-    return o, stats
+    return o, stats, m, total
+
+
+def sink_grad(stats, o, do, sink) -> np.ndarray:
+    """dSink [1, Hq, 1, 1]: -sum_{b, i} P_sink(b, h, i) delta(b, h, i), with P_sink =
+    exp(sink_h - Stats_bi) the sink's softmax weight and delta = sum_d dO O (rows with
+    Stats = -inf, which do not exist, add nothing)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        live = np.isfinite(stats)
+        w = np.where(live, np.exp(sink - np.where(live, stats, 0.0)), 0.0)
+        delta = (do * o).sum(axis=-1, keepdims=True)
+        return -(w * delta).sum(axis=(0, 2), keepdims=True)
 
 
 def backward(

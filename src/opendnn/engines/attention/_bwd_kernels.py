@@ -188,7 +188,7 @@ def _loads_q_side(p: Problem, g: Grads, I: str, interpret: bool) -> list[str]:
         f"offs_d[None, :] * {p.q[3]}, mask=rmask[:, None] & dmask[None, :], other=0.0)",
         f"{I}do = tl.load(DO + {base(p, 'DO', 'b', 'h', g.do)} + offs_m[:, None] * {g.do[2]} + "
         f"offs_dv[None, :] * {g.do[3]}, mask=rmask[:, None] & dvmask[None, :], other=0.0)",
-        f"{I}lse = tl.load(STATS + {_off('b', 'h', p.stats)} + offs_m * {p.stats[2]}, "
+        f"{I}lse = tl.load(STATS + {base(p, 'STATS', 'b', 'h', p.stats)} + offs_m * {p.stats[2]}, "
         f"mask=rmask, other=0.0) * {LOG2E}",
         f'{I}lse = tl.where(lse == float("-inf"), 0.0, lse)',
         f"{I}dl = tl.load(WS + (b * {p.H} + h) * {p.SQ} + offs_m, mask=rmask, other=0.0)",
@@ -387,5 +387,39 @@ def dbias_source(name: str, p: Problem, g: Grads, kn, interpret: bool) -> str:
         f"{I}tl.store(DBIAS + bb * {db[0]} + hh * {db[1]} + offs_m[:, None] * {db[2]} + "
         f"offs_n[None, :] * {db[3]}, acc.to({TL_TYPE[g.dbias_dtype]}), "
         f"mask=(offs_m < {p.SQ})[:, None] & (offs_n < {p.SKV})[None, :])",
+    ]
+    return "\n".join(L) + "\n"
+
+
+DSINK_BLOCK = 128
+
+
+def dsink_source(name: str, p: Problem, dsink_stride: int) -> str:
+    """dSink[h] = -sum_{b, i} exp(sink_h - lse_bi) delta_bi over the rows that exist
+    (lse = -inf: none), from Stats and the delta kernel's workspace; one program per head
+    walking every batch in order (deterministic); grid (H,)."""
+    I, I2, I3 = "    ", "        ", "            "
+    st = p.stats
+    params = ["STATS", "WS", "SINK", "DSINK"] + (["SEQ_Q"] if p.padding else [])
+    params += ["RAG_STATS"] if "STATS" in p.ragged else []
+    q_len = f"tl.load(SEQ_Q + b * {p.seq_strides[0]}).to(tl.int32)" if p.padding else str(p.SQ)
+    L = [
+        COMBINE_HELPERS,
+        "@triton.jit",
+        f"def {name}({', '.join(params)}):",
+        f"{I}h = tl.program_id(0)",
+        f"{I}sk = tl.load(SINK + h * {p.sink})",
+        f"{I}acc = tl.full([{DSINK_BLOCK}], 0.0, tl.float32)",
+        f"{I}for b in range(0, {p.B}):",
+        f"{I2}q_len = {q_len}",
+        f"{I2}for start in range(0, {p.SQ}, {DSINK_BLOCK}):",
+        f"{I3}offs = start + tl.arange(0, {DSINK_BLOCK})",
+        f"{I3}live = offs < q_len",
+        f"{I3}lse = tl.load(STATS + {base(p, 'STATS', 'b', 'h', st)} + offs * {st[2]}, "
+        'mask=live, other=float("-inf"))',
+        f"{I3}dl = tl.load(WS + (b * {p.H} + h) * {p.SQ} + offs, mask=live, other=0.0)",
+        f'{I3}w = tl.where(lse == float("-inf"), 0.0, tl.exp(sk - lse))',
+        f"{I3}acc += w * dl",
+        f"{I}tl.store(DSINK + h * {dsink_stride}, -tl.reduce(acc, 0, _add_combine))",
     ]
     return "\n".join(L) + "\n"

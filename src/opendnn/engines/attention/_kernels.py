@@ -26,6 +26,10 @@ else 0; kv_len, q_len the batch's lengths with a padding mask, else S_kv, S_q):
 Ragged (packed variable-length) Q / K / V / O: batch b's rows start at element RAG_X[b]
 (the batch stride unused) and only its q_len (kv_len) rows are read or written.
 
+Attention sink (SINK, a logit per head): the online softmax starts from it, m = sink log2 e
+and l = 1 with nothing added to acc, so Stats and l include it and O's weights do not.
+SMAX / SSUM (score_max / score_sum_exp) receive m / log2 e and l.
+
 Paged K / V: key j of batch b is row j % block_size of the container's block
 PT[b, j // block_size] (one gathered block index per key of the tile).
 
@@ -82,6 +86,9 @@ class Problem:
     # ragged (packed variable-length) tensors by role: batch b's rows of X start at
     # element RAG_X[b] (the batch stride unused); the padding mask gives their count
     ragged: tuple = ()
+    sink: int | None = None  # SINK_TOKEN's head stride: an attention sink per head
+    smax: tuple | None = None  # SCORE_MAX / SCORE_SUM_EXP strides (b, h, s): the row
+    ssum: tuple | None = None  # maxima and sums of exponentials, written by the forward
 
     @property
     def big(self) -> bool:
@@ -93,10 +100,12 @@ class Problem:
 
     def params(self) -> list[str]:
         out = ["Q", "K", "V", "O"] + (["STATS"] if self.stats else [])
+        out += (["SMAX"] if self.smax else []) + (["SSUM"] if self.ssum else [])
         out += ["BIAS"] if self.bias else []
         out += ["SEQ_Q", "SEQ_KV"] if self.padding else []
         out += ["SEED", "OFFSET"] if self.dropout else []
         out += ["PT_K", "PT_V"] if self.paged else []
+        out += ["SINK"] if self.sink is not None else []
         out += [f"RAG_{r}" for r in self.ragged]
         return out + ["SCALE"]
 
@@ -351,8 +360,10 @@ def fwd_source(name: str, p: Problem, kn, interpret: bool) -> str:
     L += [
         f"{I}q = tl.where(SCALE < 0, -q, q)",
         f"{I}c = tl.abs(SCALE * {LOG2E})",
-        f'{I}m_i = tl.full([{bm}], float("-inf"), tl.float32)',
-        f"{I}l_i = tl.full([{bm}], 0.0, tl.float32)",
+        f'{I}m_i = tl.full([{bm}], float("-inf"), tl.float32)'
+        if p.sink is None  # an attention sink: a first column of weight 1 and no value
+        else f"{I}m_i = tl.full([{bm}], 0.0, tl.float32) + tl.load(SINK + h * {p.sink}) * {LOG2E}",
+        f"{I}l_i = tl.full([{bm}], {0.0 if p.sink is None else 1.0}, tl.float32)",
         f"{I}acc = tl.full([{bm}, {bdv}], 0.0, tl.float32)",
         f"{I}k_base = K + {base(p, 'K', 'b', 'hk', ks) if not p.paged else f'hk * {ks[1]}'}",
         f"{I}v_base = V + {base(p, 'V', 'b', 'hk', vs) if not p.paged else f'hk * {vs[1]}'}",
@@ -390,9 +401,18 @@ def fwd_source(name: str, p: Problem, kn, interpret: bool) -> str:
         st = p.stats
         L += [
             f'{I}lse = tl.where(l_i == 0.0, float("-inf"), (m_i + tl.log2(l_safe)) / {LOG2E})',
-            f"{I}tl.store(STATS + {_off('b', 'h', st)} + offs_m * {st[2]}, lse, "
-            f"mask=offs_m < {p.SQ})",
+            f"{I}tl.store(STATS + {base(p, 'STATS', 'b', 'h', st)} + offs_m * {st[2]}, lse, "
+            f"mask={rows_mask(p, 'STATS', 'offs_m', p.SQ, 'q_len')})",
         ]
+    for role, name, st, val in (
+        ("SCORE_MAX", "SMAX", p.smax, f'tl.where(rmask, m_i / {LOG2E}, float("-inf"))'),
+        ("SCORE_SUM_EXP", "SSUM", p.ssum, "l_i"),
+    ):
+        if st:  # the row's maximum (natural units) and sum of exponentials
+            L.append(
+                f"{I}tl.store({name} + {base(p, role, 'b', 'h', st)} + offs_m * {st[2]}, {val}, "
+                f"mask={rows_mask(p, role, 'offs_m', p.SQ, 'q_len')})"
+            )
     return "\n".join(L) + "\n"
 
 

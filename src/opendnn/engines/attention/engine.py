@@ -320,14 +320,17 @@ def _check_gluon(graph, p: K.Problem, kn: AttnKnobs, target: Target) -> Support:
         or p.alibi
         or p.paged
         or p.ragged
+        or p.sink is not None
+        or p.smax
+        or p.ssum
         or p.dropout
         or p.padding
         or p.left is not None
         or p.right not in (None, 0)
     ):
         return decline(
-            "GLUON: no bias, ALiBi, paged K / V, ragged offsets, dropout, padding or band; a "
-            "causal mask (right bound 0) or none"
+            "GLUON: no bias, ALiBi, paged K / V, ragged offsets, sink, score outputs, dropout, "
+            "padding or band; a causal mask (right bound 0) or none"
         )
     if kn.LPT and p.right is None:
         return decline("LPT orders causal query tiles (longest first); this node has no mask")
@@ -393,6 +396,9 @@ def _problem(graph) -> K.Problem:
         alibi=bool(n.use_alibi_mask),
         paged=paged,
         ragged=tuple(n.ragged_roles()),
+        sink=t["SINK_TOKEN"].strides[1] if "SINK_TOKEN" in t else None,
+        smax=tuple(t["SCORE_MAX"].strides[:3]) if "SCORE_MAX" in t else None,
+        ssum=tuple(t["SCORE_SUM_EXP"].strides[:3]) if "SCORE_SUM_EXP" in t else None,
     )
 
 
@@ -640,6 +646,8 @@ class _AttnExecutable(Executable, LaunchList):
         extra += [("buf", uids["SEQ_LEN_Q"]), ("buf", uids["SEQ_LEN_KV"])] if p.padding else []
         extra += [("buf", uids["SEED"]), ("buf", uids["OFFSET"])] if p.dropout else []
         extra += [("buf", uids["PAGE_TABLE_K"]), ("buf", uids["PAGE_TABLE_V"])] if p.paged else []
+        if p.sink is not None and n.kind == "sdpa":  # the backward's kernels need no sink
+            extra.append(("buf", uids["SINK_TOKEN"]))
         extra += [("buf", uids[f"RAGGED_{r}"]) for r in p.ragged]  # the ragged offsets
         extra.append(("buf", uids["ATTN_SCALE"]) if "ATTN_SCALE" in uids else ("int", 1.0))
         buf = {r: ("buf", uids[r]) for r in uids}
@@ -656,6 +664,8 @@ class _AttnExecutable(Executable, LaunchList):
             args = (
                 [buf["Q"], buf["K"], buf["V"], buf["O"]]
                 + ([buf["STATS"]] if p.stats else [])
+                + ([buf["SCORE_MAX"]] if p.smax else [])
+                + ([buf["SCORE_SUM_EXP"]] if p.ssum else [])
                 + extra
             )
             # the interpreter's source differs (float32 dots): built for the plan's device
@@ -698,6 +708,12 @@ class _AttnExecutable(Executable, LaunchList):
                     (kq.num_warps, kq.num_stages),
                 )
             )
+        if "DSINK_TOKEN" in uids:  # the sink's gradient, from Stats and delta
+            dsink = [buf["STATS"], ws, buf["SINK_TOKEN"], buf["DSINK_TOKEN"]]
+            dsink += [buf["SEQ_LEN_Q"]] if p.padding else []
+            dsink += [buf["RAGGED_STATS"]] if "STATS" in p.ragged else []
+            st = graph.tensors[uids["DSINK_TOKEN"]].strides[1]
+            launches.append(("dsink", KB.dsink_source(f"{tag}_dsink", p, st), (p.H,), dsink, 4))
         if g.dbias is not None:  # dS summed over the bias's broadcast axes
             launches.append(
                 (

@@ -326,11 +326,17 @@ def _attention(n, graph, get) -> dict:
         drop = attention.dropout_keep(seed, offset, p, (b, h_q, s_q, s_kv))
         if "RNG_DUMP" in n.outputs:
             out[n.outputs["RNG_DUMP"]] = drop
+    sink = get(n.inputs["SINK_TOKEN"]) if "SINK_TOKEN" in n.inputs else None
+    rows = None
+    if n.use_padding_mask:  # the rows that exist: a sink does not make a padded row
+        rows = np.arange(s_q)[None, None, :, None] < lengths["SEQ_LEN_Q"][:, None, None, None]
     if n.kind == "sdpa":
-        o, stats = attention.forward(q, k, v, keep, scale, bias, drop, p)
-        out[n.outputs["O"]] = o
-        if "STATS" in n.outputs:
-            out[n.outputs["STATS"]] = stats
+        o, stats, smax, ssum = attention.forward_full(
+            q, k, v, keep, scale, bias, drop, p, sink, rows
+        )
+        for role, val in (("O", o), ("STATS", stats), ("SCORE_MAX", smax), ("SCORE_SUM_EXP", ssum)):
+            if role in n.outputs:
+                out[n.outputs[role]] = val
         return out
     dq, dk, dv, dbias = attention.backward(
         q,
@@ -347,6 +353,10 @@ def _attention(n, graph, get) -> dict:
         bias_shape,
     )
     out.update({n.outputs["DQ"]: dq, n.outputs["DK"]: dk, n.outputs["DV"]: dv})
+    if "DSINK_TOKEN" in n.outputs:
+        out[n.outputs["DSINK_TOKEN"]] = attention.sink_grad(
+            get(n.inputs["STATS"]), get(n.inputs["O"]), get(n.inputs["DO"]), sink
+        )
     if "DBIAS" in n.outputs:
         out[n.outputs["DBIAS"]] = dbias
     return out
@@ -369,7 +379,15 @@ def _expand(a: np.ndarray, ndim: int) -> np.ndarray:
 
 
 # ---- ragged (packed variable-length) attention tensors ----------------------------------
-Q_SIDE = ("Q", "O", "DO", "DQ")  # rows counted by seq_len_q; the others by seq_len_kv
+Q_SIDE = (
+    "Q",
+    "O",
+    "DO",
+    "DQ",
+    "STATS",
+    "SCORE_MAX",
+    "SCORE_SUM_EXP",
+)  # rows counted by seq_len_q; the others by seq_len_kv
 # (page tables: pages, ceil(seq_len_kv / block_size))
 
 
