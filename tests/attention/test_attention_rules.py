@@ -424,13 +424,14 @@ def test_backward_rule(kw, status, names):
     expect_error(BadParamError, status, _bwd(**kw).validate, "sdpa_bwd", *names)
 
 
-def test_backward_ragged_totals_are_not_supported():
+def test_backward_ragged_totals_are_taken_and_checked():
+    _bwd(max_total_seq_len_q=64, max_total_seq_len_kv=128).validate()
     expect_error(
         BadParamError,
-        Status.NOT_SUPPORTED,
-        lambda: _bwd(max_total_seq_len_q=10),
+        Status.BAD_PARAM,
+        lambda: _bwd(max_total_seq_len_q=-1),
         "sdpa_bwd",
-        "ragged (THD) layouts",
+        "max_total_seq_len_q -1 is not a non-negative int",
     )
 
 

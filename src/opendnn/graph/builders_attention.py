@@ -313,8 +313,9 @@ class AttentionBuilderMixin:
         gradient dO [B, Hq, Sq, Dv]; every masking and dropout argument must be the
         forward's. ``dBias`` (a graph tensor, bias's dims unless set) receives the bias
         gradient summed over the axes the bias broadcasts over; ``dSink_token`` the
-        gradient of the forward's ``sink_token``. NOT_SUPPORTED: ``score_mod`` /
-        ``score_mod_bprop``, ``max_total_seq_len_q`` / ``_kv``."""
+        gradient of the forward's ``sink_token``; ``max_total_seq_len_q`` / ``_kv`` (bounds
+        on ragged tensors' packed rows, which cuDNN sizes its workspace by) are checked
+        and need nothing here. NOT_SUPPORTED: ``score_mod`` / ``score_mod_bprop``."""
         op = name or f"sdpa_backward_{len(self._nodes)}"
         if (sink_token is None) != (dSink_token is None):
             raise self._attn_error(
@@ -328,13 +329,18 @@ class AttentionBuilderMixin:
         ):
             if value is not None:
                 raise self._attn_error(op, f"{what} is not supported", Status.NOT_SUPPORTED)
-        if max_total_seq_len_q is not None or max_total_seq_len_kv is not None:
-            raise self._attn_error(
-                op,
-                "max_total_seq_len_q / max_total_seq_len_kv apply to "
-                "ragged (THD) layouts, which are not supported",
-                Status.NOT_SUPPORTED,
-            )
+        for what, bound in (
+            ("max_total_seq_len_q", max_total_seq_len_q),
+            ("max_total_seq_len_kv", max_total_seq_len_kv),
+        ):
+            # cuDNN sizes its ragged backward's workspace by these bounds on the packed
+            # rows; opendnn's kernels need none, so they are checked and kept nowhere
+            if bound is not None and (
+                not isinstance(bound, int) or isinstance(bound, bool) or bound < 0
+            ):
+                raise self._attn_error(
+                    op, f"{what} {bound!r} is not a non-negative int", Status.BAD_PARAM
+                )
         ins = {
             "Q": self._check_tensor(q, op, "q"),
             "K": self._check_tensor(k, op, "k"),
