@@ -230,16 +230,19 @@ def total_bias(c: Case, y: dict):
     return a if bias is None else bias + a
 
 
+def _torch_scores(q, k, v, scale, bias):
+    """(scale q k^T + bias [B, Hq, Sq, Skv], v with its heads repeated to Hq)."""
+    h_q = q.shape[1]
+    kk = k.repeat_interleave(h_q // k.shape[1], 1)
+    s = scale * (q @ kk.transpose(-1, -2))
+    return (s if bias is None else s + bias), v.repeat_interleave(h_q // v.shape[1], 1)
+
+
 def torch_sdpa(q, k, v, keep, scale, bias=None, drop=None, p=0.0):
     """(O, Stats) in float64 with autograd: softmax(scale q k^T + bias, masked) with
     dropout, k / v heads repeated; rows without a kept key give O = 0, Stats = -inf
     (and zero gradients: they never reach the softmax)."""
-    h_q = q.shape[1]
-    kk = k.repeat_interleave(h_q // k.shape[1], 1)
-    vv = v.repeat_interleave(h_q // v.shape[1], 1)
-    s = scale * (q @ kk.transpose(-1, -2))
-    if bias is not None:
-        s = s + bias
+    s, vv = _torch_scores(q, k, v, scale, bias)
     keep = keep.expand(s.shape)
     live = keep.any(-1, keepdim=True)
     s = torch.where(live, s.masked_fill(~keep, -math.inf), torch.zeros_like(s))
@@ -255,12 +258,7 @@ def torch_sdpa_sink(q, k, v, keep, scale, sink, bias=None, rows=None):
     cudnn-frontend's reference writes them: the sink [1, H, 1, 1] a logit joining each
     row's softmax without a value; ``rows`` [B, 1, Sq, 1]: the rows that exist (others:
     O = 0, Stats = -inf, max -inf, sum 0)."""
-    h_q = q.shape[1]
-    kk = k.repeat_interleave(h_q // k.shape[1], 1)
-    vv = v.repeat_interleave(h_q // v.shape[1], 1)
-    s = scale * (q @ kk.transpose(-1, -2))
-    if bias is not None:
-        s = s + bias
+    s, vv = _torch_scores(q, k, v, scale, bias)
     s = s.masked_fill(~keep.expand(s.shape), -math.inf)
     m = torch.maximum(s.amax(-1, keepdim=True), sink.expand(s.shape[:3] + (1,)))
     m_safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))  # no key, no sink
