@@ -50,6 +50,7 @@ class Case:
     packed_tables: bool = False  # paged: page tables packed by ragged offsets
     sink: bool = False  # an attention sink per head (sink_token; dSink_token backward)
     score_stats: bool = False  # the forward also writes score_max and score_sum_exp
+    block_mask: bool = False  # a random uint8 block mask (a bit per 128 x 128 tile)
     ragged: bool = False  # Q, K, V, O (and the gradients) packed THD by the lengths
     ragged_stats: bool = False  # ragged: Stats too (cudnn-frontend's v2 tests pack it)
 
@@ -135,6 +136,23 @@ SINK = [
     Case("scores_only_padding_br", lens=((5, 17), (9, 3)), align=BR, right=0, score_stats=True),
 ]
 
+# block masks (forward only): tiles of 128 x 128, so sequences past 128
+BLOCK = [
+    Case("block_mask", b=1, h_q=2, h_k=1, s_q=150, s_kv=300, d=16, block_mask=True),
+    Case(
+        "block_mask_padding_causal",
+        b=2,
+        h_q=2,
+        h_k=2,
+        s_q=260,
+        s_kv=260,
+        d=8,
+        lens=((260, 131), (200, 260)),
+        right=0,
+        block_mask=True,
+    ),
+]
+
 # paged K / V caches (forward only): block sizes below, at and above the kernels' tiles
 PAGED = [
     Case("paged_b4", paged=4, s_q=9, s_kv=23),
@@ -177,7 +195,22 @@ def inputs(rng, c: Case) -> dict:
             out[name] = torch.tensor(vals, dtype=torch.int32).reshape(c.b, 1, 1, 1)
     if c.sink:
         out["sink"] = rng.rand((1, c.h_q, 1, 1)) - 1.0  # float32, either sign
+    if c.block_mask:
+        tiles = (-(-c.s_q // 128), -(-(-(-c.s_kv // 128)) // 8))
+        out["block_mask"] = torch.randint(0, 256, (c.b, c.h_q) + tiles, generator=rng.gen).to(
+            torch.uint8
+        )
     return out
+
+
+def block_keep(mask: torch.Tensor, s_q: int, s_kv: int) -> torch.Tensor:
+    """keep [B, H, s_q, s_kv] of a uint8 block mask, expanded as cudnn-frontend's
+    reference does: the bits of each byte, least significant first, one per 128 x 128
+    tile, cut to the lengths."""
+    bits = (mask.long()[..., None] & (1 << torch.arange(8))) != 0
+    tiles = bits.reshape(mask.shape[:3] + (mask.shape[3] * 8,))
+    full = tiles.repeat_interleave(128, 2).repeat_interleave(128, 3)
+    return full[:, :, :s_q, :s_kv]
 
 
 def expected_keep(c: Case) -> torch.Tensor:
@@ -291,7 +324,8 @@ def torch_math_sdpa(q, k, v, keep, scale, bias=None):
 
 
 def _tensors(g, c: Case, x: dict) -> dict:
-    t = {n: graph_tensor(g, x[n]).set_name(n) for n in ("q", "k", "v", "bias", "sink") if n in x}
+    names = ("q", "k", "v", "bias", "sink", "block_mask")
+    t = {n: graph_tensor(g, x[n]).set_name(n) for n in names if n in x}
     for n in ("seq_len_q", "seq_len_kv"):
         if n in x:
             t[n] = g.tensor(list(x[n].shape), list(x[n].stride()), cudnn.data_type.INT32, name=n)
@@ -320,6 +354,8 @@ def _kwargs(c: Case, t: dict, seed, offset) -> dict:
         kw["use_alibi_mask"] = True
     if c.sink:
         kw["sink_token"] = t["sink"]
+    if c.block_mask:
+        kw["block_mask"] = t["block_mask"]
     if c.lens:
         kw.update(use_padding_mask=True, seq_len_q=t["seq_len_q"], seq_len_kv=t["seq_len_kv"])
     if c.p is not None:

@@ -324,6 +324,7 @@ def conv_types():
         torch.float16: cudnn.data_type.HALF,
         torch.bfloat16: cudnn.data_type.BFLOAT16,
         torch.int8: cudnn.data_type.INT8,
+        torch.uint8: cudnn.data_type.UINT8,
     }
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 from _attention_cases import (
+    BLOCK,
     BR,
     CASES,
     PAGED,
@@ -24,6 +25,7 @@ from _attention_cases import (
     Case,
     _ragged_side,
     backward_graph,
+    block_keep,
     dropout_mask,
     expected_keep,
     forward_graph,
@@ -402,3 +404,18 @@ def test_sink_and_score_statistics_match_torch(rng, c):
     names = ("q", "k", "v") + (("bias",) if "bias" in x else ()) + ("sink",)
     for t, n in zip(outs, names):
         assert_close(got[t], y[n].grad, c.dtype, _tol_n(c) * c.s_q, f"{msg} grad={n}")
+
+
+@pytest.mark.parametrize("c", BLOCK, ids=[c.id for c in BLOCK])
+def test_block_mask_matches_torch(rng, c):
+    """A uint8 block mask (a bit per 128 x 128 tile) joins the mask per head."""
+    x = inputs(rng, c)
+    y = _f64(x)
+    keep = expected_keep(c) & block_keep(x["block_mask"], c.s_q, c.s_kv)
+    o, stats = torch_sdpa(y["q"], y["k"], y["v"], keep, _scale(c), total_bias(c, y))
+    g, feeds, (to, tst) = forward_graph(c, x)
+    got = run_reference(g, feeds, [to, tst])
+    msg = repro("sdpa block mask", [c], "", rng.seed)
+    assert_close(got[to], o, c.dtype, _tol_n(c), msg)
+    assert_close(got[tst], stats, torch.float32, _tol_n(c), msg)
+    assert (~keep).any() and keep.any()

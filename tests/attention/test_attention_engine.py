@@ -7,7 +7,16 @@ import dataclasses
 
 import pytest
 import torch
-from _attention_cases import CASES, PAGED, RAGGED, SINK, backward_graph, forward_graph, inputs
+from _attention_cases import (
+    BLOCK,
+    CASES,
+    PAGED,
+    RAGGED,
+    SINK,
+    backward_graph,
+    forward_graph,
+    inputs,
+)
 from _util import check_engine, repro, run_reference
 
 from opendnn.engines.attention.engine import AttentionEngine
@@ -515,7 +524,7 @@ def test_gluon_backward_rules():
             128,
             256,
             dict(diagonal_band_right_bound=4),
-            "no bias, ALiBi, paged K / V, ragged offsets, sink, score outputs, dropout",
+            "no bias, ALiBi, paged K / V, ragged offsets, sink, block mask, score",
         ),
     ]:
         got = _gluon_reason(knobs, None, True, d, s, **kw)
@@ -698,3 +707,11 @@ def test_sink_and_score_statistics_against_reference(rng, c):
     do = rng.rand(tuple(got[outs[0]].shape), c.dtype)
     g, feeds, outs = backward_graph(c, x, got[outs[0]], got[outs[1]], do, with_dbias="bias" in x)
     check_engine(g, feeds, outs, ID, n=c.s_q + c.s_kv, msg=msg)
+
+
+@pytest.mark.parametrize("c", BLOCK, ids=[c.id for c in BLOCK])
+def test_block_mask_against_reference(rng, c):
+    c = dataclasses.replace(c, dtype=torch.bfloat16)
+    x = inputs(rng, c)
+    g, feeds, outs = forward_graph(c, x)
+    check_engine(g, feeds, outs, ID, n=c.s_kv, msg=repro("sdpa block", [c], "", rng.seed))

@@ -200,6 +200,16 @@ NODE_RULES = [
         ["sdpa::Stats", "STATS must be float32, is HALF"],
     ),
     (
+        dict(block_mask=T("bm", (2, 4, 1, 2), DT.UINT8)),
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+        ["bm", "BLOCK_MASK dims [2, 4, 1, 2] must be [2, 4, 1, 1]"],
+    ),
+    (
+        dict(block_mask=T("bm", (2, 4, 1, 1), INT32)),
+        Status.NOT_SUPPORTED_DATA_TYPE,
+        ["bm", "BLOCK_MASK must be uint8"],
+    ),
+    (
         dict(sink_token=T("sink", (1, 3, 1, 1), FLOAT)),
         Status.BAD_PARAM_SHAPE_MISMATCH,
         ["sink", "SINK_TOKEN dims [1, 3, 1, 1] must be [1, 4, 1, 1]"],
@@ -295,7 +305,6 @@ BUILDER_RULES = [
         ["paged attention needs both"],
     ),
     (dict(score_mod=lambda g, s: s), Status.NOT_SUPPORTED, ["score_mod is not supported"]),
-    (dict(block_mask=T("bm", (2, 4, 1, 1))), Status.NOT_SUPPORTED, ["block_mask is not"]),
     (dict(unfuse_fma=True), Status.NOT_SUPPORTED, ["unfuse_fma"]),
     (dict(implementation=7), Status.BAD_PARAM, ["implementation 7 is not an attention_impl"]),
     (

@@ -224,6 +224,16 @@ class _SdpaBase(Node):
                     Status.BAD_PARAM,
                 )
         self._check_dropout(desc, attrs)
+        if "BLOCK_MASK" in self.inputs:
+            d = desc(self.inputs["BLOCK_MASK"])
+            tiles_kv = -(-s_kv // 128)
+            self.need_shape(d, (b, h_q, -(-s_q // 128), -(-tiles_kv // 8)), "BLOCK_MASK")
+            if d.data_type != DataType.UINT8:
+                raise self.error(
+                    f"BLOCK_MASK must be uint8 (a bit per 128 x 128 tile), is {d.data_type.name}",
+                    d.label(),
+                    Status.NOT_SUPPORTED_DATA_TYPE,
+                )
         if "SINK_TOKEN" in self.inputs:
             d = desc(self.inputs["SINK_TOKEN"])
             self.need_shape(d, (1, h_q, 1, 1), "SINK_TOKEN")

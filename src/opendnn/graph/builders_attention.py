@@ -193,11 +193,11 @@ class AttentionBuilderMixin:
         ``paged_attention_max_seq_len_kv`` (nodes: ``Sdpa``). ``sink_token`` [1, Hq, 1, 1]
         float32: an attention sink; ``score_max`` / ``score_sum_exp`` [B, Hq, Sq, 1]
         float32: tensors receiving each row's score maximum and sum of exponentials
-        (ops/attention). NOT_SUPPORTED: ``score_mod``, ``block_mask``, ``unfuse_fma``."""
+        (ops/attention); ``block_mask`` uint8: a bit per 128 x 128 tile (ops/attention).
+        NOT_SUPPORTED: ``score_mod``, ``unfuse_fma``."""
         op = name or f"sdpa_{len(self._nodes)}"
         self._attn_implementation(implementation, op)
-        if block_mask is not None:
-            raise self._attn_error(op, "block_mask is not supported", Status.NOT_SUPPORTED)
+
         if unfuse_fma:
             raise self._attn_error(
                 op, "unfuse_fma (unfused multiply-adds) is not supported", Status.NOT_SUPPORTED
@@ -253,6 +253,8 @@ class AttentionBuilderMixin:
         )
         if sink_token is not None:
             ins["SINK_TOKEN"] = self._check_tensor(sink_token, op, "sink_token")
+        if block_mask is not None:
+            ins["BLOCK_MASK"] = self._check_tensor(block_mask, op, "block_mask")
         if paged_attention_k_table is not None:
             ins["PAGE_TABLE_K"] = self._check_tensor(paged_attention_k_table, op, "k_table")
             ins["PAGE_TABLE_V"] = self._check_tensor(paged_attention_v_table, op, "v_table")

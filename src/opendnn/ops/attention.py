@@ -20,6 +20,10 @@ An attention sink (``sink_token``, one logit per head) joins each row's softmax 
 value: Stats_i = log(sum_j exp(S_ij) + exp(sink_h)), P = exp(S - Stats) (its weights sum
 to less than one), and dSink_h = -sum_{b, i} exp(sink_h - Stats_bi) delta_bi.
 
+A block mask (``block_mask``, uint8 [B, Hq, ceil(Sq / 128), ceil(ceil(Skv / 128) / 8)])
+keeps key tile j of query tile i (128 x 128 tiles) when bit j % 8 of byte [i, j // 8]
+is set; it joins keep(b) per head.
+
 Stats is the logsumexp of the scaled, biased, masked scores -- before dropout, which
 the backward needs to rebuild P. A row with no kept key (a padded query row, a band
 that excludes every key) has Stats = -inf and O = 0: what cuDNN's kernels write for
@@ -124,6 +128,21 @@ def paged_gather(container: np.ndarray, table: np.ndarray, s_kv: int) -> np.ndar
     j = np.arange(s_kv)
     blocks = np.asarray(table)[:, 0, j // bs, 0].astype(np.int64)  # [B, s_kv]
     return np.transpose(container[blocks, :, (j % bs)[None, :], :], (0, 2, 1, 3))
+
+
+BLOCK_MASK_TILE = 128  # a block mask's bit covers 128 queries x 128 keys
+
+
+def block_keep(mask: np.ndarray, s_q: int, s_kv: int) -> np.ndarray:
+    """keep [B, Hq, s_q, s_kv] (bool) of a block mask [B, Hq, ceil(s_q / 128),
+    ceil(ceil(s_kv / 128) / 8)] of bytes: key tile j of query tile i is kept when bit
+    j % 8 (least significant first) of byte [i, j // 8] is set."""
+    m = np.asarray(mask).astype(np.uint8)
+    bits = (m[..., None] >> np.arange(8, dtype=np.uint8)) & 1  # [..., bytes, 8]
+    tiles = bits.reshape(m.shape[:3] + (m.shape[3] * 8,)).astype(bool)
+    rows = np.arange(s_q) // BLOCK_MASK_TILE
+    cols = np.arange(s_kv) // BLOCK_MASK_TILE
+    return tiles[:, :, rows][:, :, :, cols]
 
 
 def alibi_slopes(h_q: int) -> np.ndarray:

@@ -26,6 +26,9 @@ else 0; kv_len, q_len the batch's lengths with a padding mask, else S_kv, S_q):
 Ragged (packed variable-length) Q / K / V / O: batch b's rows start at element RAG_X[b]
 (the batch stride unused) and only its q_len (kv_len) rows are read or written.
 
+Block mask (BLOCK_MASK, uint8): key j of query i is kept only when bit (j // 128) % 8 of
+byte [b, h, i // 128, j // 1024] is set; every tile then takes the masked path.
+
 Attention sink (SINK, a logit per head): the online softmax starts from it, m = sink log2 e
 and l = 1 with nothing added to acc, so Stats and l include it and O's weights do not.
 SMAX / SSUM (score_max / score_sum_exp) receive m / log2 e and l.
@@ -86,6 +89,7 @@ class Problem:
     # ragged (packed variable-length) tensors by role: batch b's rows of X start at
     # element RAG_X[b] (the batch stride unused); the padding mask gives their count
     ragged: tuple = ()
+    block_mask: tuple | None = None  # BLOCK_MASK strides: a keep bit per 128 x 128 tile
     sink: int | None = None  # SINK_TOKEN's head stride: an attention sink per head
     smax: tuple | None = None  # SCORE_MAX / SCORE_SUM_EXP strides (b, h, s): the row
     ssum: tuple | None = None  # maxima and sums of exponentials, written by the forward
@@ -102,6 +106,7 @@ class Problem:
         out = ["Q", "K", "V", "O"] + (["STATS"] if self.stats else [])
         out += (["SMAX"] if self.smax else []) + (["SSUM"] if self.ssum else [])
         out += ["BIAS"] if self.bias else []
+        out += ["BLOCK_MASK"] if self.block_mask else []
         out += ["SEQ_Q", "SEQ_KV"] if self.padding else []
         out += ["SEED", "OFFSET"] if self.dropout else []
         out += ["PT_K", "PT_V"] if self.paged else []
@@ -173,6 +178,13 @@ def keep_expr(p: Problem, m: str, n: str) -> str:
     """The kept-(query, key) predicate over offs_m / offs_n broadcast by ``m`` / ``n``
     (``[:, None]``, ``[None, :]`` or swapped for a transposed tile)."""
     keep = f"nmask{n} & rmask{m}"
+    if p.block_mask:  # bit (j // 128) % 8 of byte [i // 128, j // 1024]
+        st = p.block_mask
+        byte = (
+            f"tl.load(BLOCK_MASK + {_off('b', 'h', st)} + (offs_m{m} // 128) * {st[2]} + "
+            f"(offs_n{n} // 1024) * {st[3]}, mask=rmask{m} & nmask{n}, other=0).to(tl.int32)"
+        )
+        keep += f" & (((({byte}) >> ((offs_n{n} // 128) % 8)) & 1) != 0)"
     if p.right is not None:
         keep += f" & (offs_n{n} - (offs_m{m} + shift) <= {p.right})"
     if p.left is not None:
@@ -343,8 +355,10 @@ def fwd_source(name: str, p: Problem, kn, interpret: bool) -> str:
         )
     if p.left is not None:
         L.append(f"{I}lo = tl.maximum(0, pid_m * {bm} + shift - {p.left} + 1) // {bn} * {bn}")
-    # [mid_lo, mid_hi): tiles every row keeps whole -- no mask arithmetic there
-    L += [f"{I}mid_lo = lo", f"{I}mid_hi = tl.maximum(lo, kv_len // {bn} * {bn})"]
+    # [mid_lo, mid_hi): tiles every row keeps whole -- no mask arithmetic there (none
+    # with a block mask: any tile may hold masked keys)
+    whole = "lo" if p.block_mask else f"tl.maximum(lo, kv_len // {bn} * {bn})"
+    L += [f"{I}mid_lo = lo", f"{I}mid_hi = {whole}"]
     if p.right is not None:
         L.append(
             f"{I}mid_hi = tl.maximum(lo, tl.minimum(mid_hi, (pid_m * {bm} + shift + "

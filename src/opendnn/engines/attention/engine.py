@@ -321,6 +321,7 @@ def _check_gluon(graph, p: K.Problem, kn: AttnKnobs, target: Target) -> Support:
         or p.paged
         or p.ragged
         or p.sink is not None
+        or p.block_mask
         or p.smax
         or p.ssum
         or p.dropout
@@ -329,8 +330,8 @@ def _check_gluon(graph, p: K.Problem, kn: AttnKnobs, target: Target) -> Support:
         or p.right not in (None, 0)
     ):
         return decline(
-            "GLUON: no bias, ALiBi, paged K / V, ragged offsets, sink, score outputs, dropout, "
-            "padding or band; a causal mask (right bound 0) or none"
+            "GLUON: no bias, ALiBi, paged K / V, ragged offsets, sink, block mask, score "
+            "outputs, dropout, padding or band; a causal mask (right bound 0) or none"
         )
     if kn.LPT and p.right is None:
         return decline("LPT orders causal query tiles (longest first); this node has no mask")
@@ -396,6 +397,7 @@ def _problem(graph) -> K.Problem:
         alibi=bool(n.use_alibi_mask),
         paged=paged,
         ragged=tuple(n.ragged_roles()),
+        block_mask=tuple(t["BLOCK_MASK"].strides) if "BLOCK_MASK" in t else None,
         sink=t["SINK_TOKEN"].strides[1] if "SINK_TOKEN" in t else None,
         smax=tuple(t["SCORE_MAX"].strides[:3]) if "SCORE_MAX" in t else None,
         ssum=tuple(t["SCORE_SUM_EXP"].strides[:3]) if "SCORE_SUM_EXP" in t else None,
@@ -643,6 +645,7 @@ class _AttnExecutable(Executable, LaunchList):
 
             ensure_allocator()
         extra = [("buf", uids["BIAS"])] if p.bias else []
+        extra += [("buf", uids["BLOCK_MASK"])] if p.block_mask else []
         extra += [("buf", uids["SEQ_LEN_Q"]), ("buf", uids["SEQ_LEN_KV"])] if p.padding else []
         extra += [("buf", uids["SEED"]), ("buf", uids["OFFSET"])] if p.dropout else []
         extra += [("buf", uids["PAGE_TABLE_K"]), ("buf", uids["PAGE_TABLE_V"])] if p.paged else []

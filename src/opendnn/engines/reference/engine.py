@@ -308,6 +308,8 @@ def _attention(n, graph, get) -> dict:
     keep = attention.batch_mask(
         masking, b, s_q, s_kv, lengths.get("SEQ_LEN_Q"), lengths.get("SEQ_LEN_KV")
     )
+    if "BLOCK_MASK" in n.inputs:  # per head: keep [B, Hq, Sq, Skv]
+        keep = keep & attention.block_keep(get(n.inputs["BLOCK_MASK"]), s_q, s_kv)
     if n.use_padding_mask:  # rows past a batch's lengths are never read (NaN there stays out)
         q, k, v = q.copy(), k.copy(), v.copy()
         for i, (lq, lkv) in enumerate(zip(lengths["SEQ_LEN_Q"], lengths["SEQ_LEN_KV"])):
