@@ -28,6 +28,9 @@ compiles every launch with ``triton.compile`` for sm_90:
                both accumulation modes of 19; an engine that declines counts as a failure
     winograd   Winograd fused forward (15) and dgrad (16, 18), the delegated GEMM too, with
                each fused kernel's registers and spills from ptxas
+    attention  the attention engine (40): ALiBi, dropout + rng_dump, ragged (THD) tensors
+               and Stats, sinks + score outputs + dSink, block masks, paged K / V (plain
+               and packed tables); forward and backward
 
 Exit status 1 when a compile fails. Takes from about ten seconds (softmax) to a few minutes
 (all) on one CPU core per family.
@@ -700,6 +703,115 @@ def winograd_graphs():
 
 
 # family: (graphs, configs per engine (None: all), options of run_checks)
+def attention_graphs():
+    """The attention engine's Triton kernels (40) with every option the node offers: ALiBi,
+    dropout with rng_dump, paged K / V (plain and packed tables), ragged (THD) tensors and
+    Stats, sinks with the score outputs and dSink, block masks; forward and backward where
+    the option has one."""
+    B, H, HK, S, D = 2, 4, 2, 256, 128
+    T = cudnn.data_type
+    bhsd, thd = [H * S * D, S * D, D, 1], [S * H * D, D, H * D, 1]
+
+    def t(g, dims, dt, name=None):
+        strides = [1] * len(dims)
+        for i in range(len(dims) - 2, -1, -1):
+            strides[i] = strides[i + 1] * dims[i + 1]
+        return g.tensor(list(dims), strides, dt, name=name)
+
+    def offsets(g):
+        return t(g, (B + 1, 1, 1, 1), T.INT64)
+
+    def qkv(g, ragged):
+        if not ragged:
+            q = g.tensor([B, H, S, D], bhsd, T.BFLOAT16, name="q")
+            k, v = (t(g, (B, HK, S, D), T.BFLOAT16, n) for n in "kv")
+            return q, k, v
+        q = g.tensor([B, H, S, D], thd, T.BFLOAT16, name="q")
+        kv = [S * HK * D, D, HK * D, 1]
+        k, v = (g.tensor([B, HK, S, D], kv, T.BFLOAT16, name=n) for n in "kv")
+        for x in (q, k, v):
+            x.set_ragged_offset(offsets(g))
+        return q, k, v
+
+    def padding(g):
+        return dict(
+            use_padding_mask=True,
+            seq_len_q=t(g, (B, 1, 1, 1), T.INT32),
+            seq_len_kv=t(g, (B, 1, 1, 1), T.INT32),
+        )
+
+    def fwd(label, make=lambda g: {}, ragged=False):
+        g = cudnn.pygraph()
+        q, k, v = qkv(g, ragged)
+        o, st = g.sdpa(q, k, v, attn_scale=0.125, **make(g))
+        o.set_output(True)
+        st.set_output(True)
+        if ragged:
+            o.set_dim([B, H, S, D]).set_stride(thd).set_ragged_offset(offsets(g))
+            st.set_dim([B, H, S, 1]).set_stride([S * H, 1, H, 1]).set_ragged_offset(offsets(g))
+        return f"sdpa {label}", g, [40]
+
+    def bwd(label, make=lambda g: {}, ragged=False):
+        g = cudnn.pygraph()
+        q, k, v = qkv(g, ragged)
+        o, do = (g.tensor([B, H, S, D], thd if ragged else bhsd, T.BFLOAT16) for _ in "od")
+        st = g.tensor([B, H, S, 1], [S * H, 1, H, 1] if ragged else [H * S, S, 1, 1], T.FLOAT)
+        if ragged:
+            for x in (o, do, st):
+                x.set_ragged_offset(offsets(g))
+        grads = g.sdpa_backward(q, k, v, o, do, st, attn_scale=0.125, **make(g))
+        for x, like in zip(grads, (q, k, v)):
+            x.set_output(True)
+            if ragged:
+                x.set_dim(like.get_dim()).set_stride(like.get_stride())
+                x.set_ragged_offset(offsets(g))
+        return f"sdpa_bwd {label}", g, [40]
+
+    def sink(g):
+        return dict(sink_token=t(g, (1, H, 1, 1), T.FLOAT), dSink_token=t(g, (1, H, 1, 1), T.FLOAT))
+
+    def sink_fwd(g):
+        return dict(
+            padding(g),
+            sink_token=t(g, (1, H, 1, 1), T.FLOAT),
+            score_max=t(g, (B, H, S, 1), T.FLOAT),
+            score_sum_exp=t(g, (B, H, S, 1), T.FLOAT),
+        )
+
+    def dump(g):
+        return dict(dropout=(0.1, 7, 3), rng_dump=t(g, (B, H, S, S), T.FLOAT))
+
+    def block(g):
+        return dict(block_mask=t(g, (B, H, S // 128, 1), T.UINT8), diagonal_band_right_bound=0)
+
+    yield fwd("alibi causal", lambda g: dict(use_alibi_mask=True, diagonal_band_right_bound=0))
+    yield bwd("alibi causal", lambda g: dict(use_alibi_mask=True, diagonal_band_right_bound=0))
+    yield fwd("dropout rng_dump", dump)
+    yield bwd("dropout rng_dump", dump)
+    yield fwd("ragged padding", padding, ragged=True)
+    yield bwd("ragged padding", padding, ragged=True)
+    yield fwd("sink scores padding", sink_fwd)
+    yield bwd("sink padding", lambda g: dict(padding(g), **sink(g)))
+    yield bwd("ragged sink", lambda g: dict(padding(g), **sink(g)), ragged=True)
+    yield fwd("block mask causal", block)
+    for packed in (False, True):
+        g = cudnn.pygraph()
+        q = g.tensor([B, H, S, D], bhsd, T.BFLOAT16, name="q")
+        kc, vc = (t(g, (2 * B * S // 64, HK, 64, D), T.BFLOAT16, n) for n in "kv")
+        tables = {}
+        for n in "kv":
+            table = g.tensor([B, 1, S // 64, 1], [S // 64, 1, 1, 1], T.INT32)
+            if packed:
+                table.set_ragged_offset(offsets(g))
+            tables[f"paged_attention_{n}_table"] = table
+        o, st = g.sdpa(
+            q, kc, vc, attn_scale=0.125, paged_attention_max_seq_len_kv=S, **padding(g), **tables
+        )
+        o.set_output(True)
+        st.set_output(True)
+        yield f"sdpa paged packed={packed}", g, [40]
+
+
 FAMILIES = {
     "conv": (conv_graphs, 3, {}),
     "fusion": (fusion_graphs, 3, {}),
@@ -711,6 +823,7 @@ FAMILIES = {
     "softmax": (softmax_graphs, None, {}),
     "split": (split_graphs, 3, {"decline_fails": True}),
     "winograd": (winograd_graphs, 3, {"winograd": True}),
+    "attention": (attention_graphs, 3, {"decline_fails": True}),
 }
 
 
