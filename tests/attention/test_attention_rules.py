@@ -114,11 +114,6 @@ NODE_RULES = [
         ["use_padding_mask needs both seq_len_q and seq_len_kv"],
     ),
     (
-        dict(seq_len_q=SEQ_Q, seq_len_kv=SEQ_KV),
-        Status.BAD_PARAM,
-        ["seq_len_q", "only with use_padding_mask"],
-    ),
-    (
         dict(use_padding_mask=True, seq_len_q=T("lq", (2, 1, 1), INT32), seq_len_kv=SEQ_KV),
         Status.BAD_PARAM_SHAPE_MISMATCH,
         ["lq", "SEQ_LEN_Q dims [2, 1, 1] must be [2, 1, 1, 1]"],
@@ -482,3 +477,9 @@ def test_backward_sink_and_its_gradient_come_together(kw):
         "sdpa_bwd",
         "sink_token and dSink_token come together",
     )
+
+
+def test_lengths_without_the_padding_mask_mask_nothing():
+    """cudnn-frontend's flexible-attention tests pass seq_len_q / seq_len_kv without
+    use_padding_mask (their score_mod reads them): taken, masking nothing."""
+    _fwd(seq_len_q=SEQ_Q, seq_len_kv=SEQ_KV).validate()

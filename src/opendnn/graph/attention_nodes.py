@@ -198,12 +198,8 @@ class _SdpaBase(Node):
                 attrs,
                 Status.BAD_PARAM_NULL_POINTER,
             )
-        if not self.use_padding_mask and lengths:
-            raise self.error(
-                "seq_len_q / seq_len_kv are given only with use_padding_mask",
-                desc(self.inputs[lengths[0]]).label(),
-                Status.BAD_PARAM,
-            )
+        # without use_padding_mask the lengths mask nothing (cuDNN takes them so; a
+        # score_mod subgraph may read them)
         for r in lengths:
             d = desc(self.inputs[r])
             self.need_shape(d, (b, 1, 1, 1), r)
