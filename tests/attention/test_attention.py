@@ -419,3 +419,52 @@ def test_block_mask_matches_torch(rng, c):
     assert_close(got[to], o, c.dtype, _tol_n(c), msg)
     assert_close(got[tst], stats, torch.float32, _tol_n(c), msg)
     assert (~keep).any() and keep.any()
+
+
+def _softcap_causal(g, s, cap, neg_inf):
+    """cudnn-frontend's flexible-attention pattern: softcap the scores, then mask the
+    upper triangle by a generated index comparison and a select."""
+    t = g.mul(a=g.tanh(input=g.div(a=s, b=cap)), b=cap)
+    row = g.gen_index(input=t, axis=2, compute_data_type=cudnn.data_type.INT32)
+    row.set_data_type(cudnn.data_type.INT32)
+    col = g.gen_index(input=t, axis=3, compute_data_type=cudnn.data_type.INT32)
+    col.set_data_type(cudnn.data_type.INT32)
+    keep = g.cmp_ge(input=row, comparison=col, compute_data_type=cudnn.data_type.BOOLEAN)
+    keep.set_data_type(cudnn.data_type.BOOLEAN)
+    return g.binary_select(input0=t, input1=neg_inf, mask=keep)
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_score_mod_subgraph_matches_torch(rng, with_bias):
+    """score_mod(graph, S) builds graph nodes on S = scale Q K^T (+ bias); the softmax
+    reads their result: a softcap and a causal mask by generated indices."""
+    c = Case("score_mod", b=2, h_q=4, h_k=2, s_q=9, s_kv=13, bias="1h" if with_bias else None)
+    x = inputs(rng, c)
+    y = _f64(x)
+    g = cudnn.pygraph()
+    t = {n: g.tensor_like(x[n], name=n) for n in ("q", "k", "v") + (("bias",) if with_bias else ())}
+    cap = g.tensor([1, 1, 1, 1], [1, 1, 1, 1], cudnn.data_type.FLOAT, is_pass_by_value=True)
+    neg = g.tensor([1, 1, 1, 1], [1, 1, 1, 1], cudnn.data_type.FLOAT, is_pass_by_value=True)
+    o, st = g.sdpa(
+        t["q"],
+        t["k"],
+        t["v"],
+        attn_scale=c.scale,
+        bias=t.get("bias"),
+        score_mod=lambda gr, s: _softcap_causal(gr, s, cap, neg),
+    )
+    o.set_output(True)
+    st.set_output(True)
+    feeds = {t[n]: x[n] for n in t}
+    feeds.update({cap: 0.8, neg: -1e9})
+    got = run_reference(g, feeds, [o, st])
+    kk = y["k"].repeat_interleave(2, 1)
+    s = c.scale * (y["q"] @ kk.transpose(-1, -2)) + (y["bias"] if with_bias else 0.0)
+    s = torch.tanh(s / 0.8) * 0.8
+    s = torch.where(
+        torch.ones(9, 13, dtype=torch.bool).tril(), s, torch.tensor(-1e9, dtype=s.dtype)
+    )
+    want_o = torch.softmax(s, -1) @ y["v"].repeat_interleave(2, 1)
+    msg = repro("sdpa score_mod", [c], "", rng.seed)
+    assert_close(got[o], want_o, c.dtype, _tol_n(c), msg)
+    assert_close(got[st], torch.logsumexp(s, -1, keepdim=True), torch.float32, _tol_n(c), msg)

@@ -299,7 +299,7 @@ BUILDER_RULES = [
         Status.BAD_PARAM_NULL_POINTER,
         ["paged attention needs both"],
     ),
-    (dict(score_mod=lambda g, s: s), Status.NOT_SUPPORTED, ["score_mod is not supported"]),
+    (dict(score_mod="softcap"), Status.BAD_PARAM_ATTRIBUTE_TYPE, ["score_mod must be callable"]),
     (dict(unfuse_fma=True), Status.NOT_SUPPORTED, ["unfuse_fma"]),
     (dict(implementation=7), Status.BAD_PARAM, ["implementation 7 is not an attention_impl"]),
     (

@@ -740,3 +740,26 @@ def test_valid_graph_still_runs(rng):
         torch.float32,
         msg=repro("relu(2x)", [(3, 4)], "float32", rng.seed),
     )
+
+
+def test_boolean_and_integer_compute_where_float32_is_exact():
+    """cudnn-frontend's mask subgraphs: BOOLEAN compute on comparisons, logic and selects,
+    INT32 on generated indices and integer operands, are taken (float32 computes them
+    exactly); BOOLEAN on arithmetic stays refused."""
+    g = cudnn.pygraph()
+    x = g.tensor([2, 3], [3, 1], DataType.FLOAT, name="x")
+    row = g.gen_index(input=x, axis=0, compute_data_type=DataType.INT32)
+    row.set_data_type(DataType.INT32)
+    col = g.gen_index(input=x, axis=1, compute_data_type=DataType.INT32)
+    col.set_data_type(DataType.INT32)
+    diff = g.sub(a=row, b=col, compute_data_type=DataType.INT32)
+    diff.set_data_type(DataType.INT32)
+    keep = g.cmp_ge(input=diff, comparison=row, compute_data_type=DataType.BOOLEAN)
+    keep.set_data_type(DataType.BOOLEAN)
+    g.binary_select(input0=x, input1=x, mask=keep).set_output(True)
+    g.validate()
+    g2 = cudnn.pygraph()
+    y = g2.tensor([2, 3], [3, 1], DataType.FLOAT, name="y")
+    g2.add(a=y, b=y, compute_data_type=DataType.BOOLEAN).set_output(True)
+    with pytest.raises(BadParamError, match="compute_data_type BOOLEAN"):
+        g2.validate()

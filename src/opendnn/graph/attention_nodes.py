@@ -412,6 +412,10 @@ class Sdpa(_SdpaBase):
         for role in ("STATS", "SCORE_MAX", "SCORE_SUM_EXP"):
             if role in self.outputs:
                 _check_stats(self, desc(self.outputs[role]), (b, h_q, s_q, 1), role)
+        if "SCORES" in self.inputs:  # a score_mod subgraph's result replaces scale Q K^T
+            d = desc(self.inputs["SCORES"])
+            self.need_shape(d, (b, h_q, s_q, k.dims[2]), "SCORES")
+            self.need_floating([d])
         self._check_rng_dump(desc, q, k)
         self._check_ragged(desc, q)
         if self.paged and {"Q", "K", "V", "O", "STATS"} & set(self.ragged_roles()):
@@ -491,5 +495,51 @@ def _check_stats(node, d, want, role="STATS") -> None:
         )
 
 
-for _cls in (Sdpa, SdpaBackward):
+@dataclasses.dataclass(eq=False)
+class SdpaScores(Node):
+    """S [B, Hq, Sq, Skv] (float32) = ATTN_SCALE Q K^T (+ BIAS) (+ ALiBi): the scores an
+    ``sdpa`` with a ``score_mod`` hands to the caller's subgraph (graph nodes between this
+    node and the sdpa, whose SCORES input is the subgraph's result). K may be a paged
+    cache (PAGE_TABLE_K), as the sdpa's."""
+
+    use_alibi_mask: bool = False
+    paged_max_seq_len_kv: int | None = None
+    kind: ClassVar[str] = "sdpa_scores"
+
+    def _s_kv(self, k_dims, table_dims) -> int:
+        if table_dims is None:
+            return k_dims[2]
+        return self.paged_max_seq_len_kv or table_dims[2] * k_dims[2]
+
+    def infer_properties(self, ctx) -> None:
+        q, k = self.inputs["Q"], self.inputs["K"]
+        self.need_dims([q, k])
+        table = self.inputs.get("PAGE_TABLE_K")
+        _fill_float(
+            ctx,
+            self.outputs["S"],
+            [q.dim[0], q.dim[1], q.dim[2], self._s_kv(k.dim, None if table is None else table.dim)],
+        )
+
+    def validate(self, desc) -> None:
+        q, k = desc(self.inputs["Q"]), desc(self.inputs["K"])
+        for d in (q, k):
+            if len(d.dims) != 4:
+                raise self.error(
+                    f"needs 4 dims [B, H, S, D], got {list(d.dims)}",
+                    d.label(),
+                    Status.BAD_PARAM_SHAPE_MISMATCH,
+                )
+        if k.dims[3] != q.dims[3] or q.dims[1] % k.dims[1]:
+            raise self.error(
+                f"K {list(k.dims)} must share Q's head dim and divide its heads {list(q.dims)}",
+                k.label(),
+                Status.BAD_PARAM_SHAPE_MISMATCH,
+            )
+        table = self.inputs.get("PAGE_TABLE_K")
+        s_kv = self._s_kv(k.dims, None if table is None else desc(table).dims)
+        self.need_shape(desc(self.outputs["S"]), (q.dims[0], q.dims[1], q.dims[2], s_kv), "S")
+
+
+for _cls in (Sdpa, SdpaBackward, SdpaScores):
     NODE_TYPES[_cls.kind] = _cls

@@ -193,8 +193,9 @@ class AttentionBuilderMixin:
         ``paged_attention_max_seq_len_kv`` (nodes: ``Sdpa``). ``sink_token`` [1, Hq, 1, 1]
         float32: an attention sink; ``score_max`` / ``score_sum_exp`` [B, Hq, Sq, 1]
         float32: tensors receiving each row's score maximum and sum of exponentials
-        (ops/attention); ``block_mask`` uint8: a bit per 128 x 128 tile (ops/attention).
-        NOT_SUPPORTED: ``score_mod``, ``unfuse_fma``."""
+        (ops/attention); ``block_mask`` uint8: a bit per 128 x 128 tile (ops/attention);
+        ``score_mod(graph, scores) -> tensor`` builds graph nodes on the scores before the
+        masks and softmax (``_score_mod``). NOT_SUPPORTED: ``unfuse_fma``."""
         op = name or f"sdpa_{len(self._nodes)}"
         self._attn_implementation(implementation, op)
 
@@ -211,8 +212,6 @@ class AttentionBuilderMixin:
                 "paged_attention_v_table (and paged_attention_max_seq_len_kv only with them)",
                 Status.BAD_PARAM_NULL_POINTER,
             )
-        if score_mod is not None:
-            raise self._attn_error(op, "score_mod is not supported", Status.NOT_SUPPORTED)
         if (
             generate_stats is not None
             and is_inference is not None
@@ -259,6 +258,8 @@ class AttentionBuilderMixin:
             ins["PAGE_TABLE_K"] = self._check_tensor(paged_attention_k_table, op, "k_table")
             ins["PAGE_TABLE_V"] = self._check_tensor(paged_attention_v_table, op, "v_table")
         max_kv = paged_attention_max_seq_len_kv
+        if score_mod is not None:
+            self._score_mod(op, ins, attrs, score_mod, max_kv)
         node = AN.Sdpa(
             name=op,
             compute_data_type=self._ctype(compute_data_type, op),
@@ -277,6 +278,31 @@ class AttentionBuilderMixin:
                 outs[role] = self._check_tensor(t, op, role.lower())
         self._add(node, outs)
         return [outs["O"], outs.get("STATS")]
+
+    def _score_mod(self, op, ins: dict, attrs: dict, score_mod, max_kv) -> None:
+        """cudnn-frontend's ``score_mod``: ``score_mod(graph, S)`` builds graph nodes on the
+        scores S = scale Q K^T (+ bias, + ALiBi), made here by an ``sdpa_scores`` node, and
+        returns the tensor the softmax reads (the sdpa's SCORES input); bias and ALiBi
+        then belong to S, not to the sdpa."""
+        if not callable(score_mod):
+            raise self._attn_error(
+                op,
+                f"score_mod must be callable (graph, scores) -> tensor, got "
+                f"{type(score_mod).__name__}",
+                Status.BAD_PARAM_ATTRIBUTE_TYPE,
+            )
+        roles = ("Q", "K", "PAGE_TABLE_K", "ATTN_SCALE", "BIAS")
+        scores = AN.SdpaScores(
+            name=f"{op}::scores",
+            inputs={r: ins[r] for r in roles if r in ins},
+            use_alibi_mask=attrs.pop("use_alibi_mask"),
+            paged_max_seq_len_kv=None if max_kv is None else int(max_kv),
+        )
+        ins.pop("BIAS", None)
+        s = self._new_output(f"{op}::S")
+        self._add(scores, {"S": s})
+        out = score_mod(self, s)
+        ins["SCORES"] = self._check_tensor(out, op, "score_mod's result")
 
     def sdpa_backward(
         self,

@@ -17,7 +17,7 @@ import json
 
 import torch
 
-from ..enums import NAMED_ONLY_TYPES, DataType, ScalarType, TensorReordering
+from ..enums import NAMED_ONLY_TYPES, DataType, PointwiseMode, ScalarType, TensorReordering
 from ..errors import BadParamError, GraphNotSupportedError, InternalError, Status
 from ..handle import Handle, default_handle
 from ..plan import ExecutionPlan
@@ -354,7 +354,7 @@ class Graph(BuilderMixin, LifecycleMixin):
                     if self.compute_data_type != DataType.NOT_SET
                     else DataType.FLOAT
                 )
-            check_compute_type(n.compute_data_type, n.label(), n.kind)
+            check_compute_type(n.compute_data_type, n.label(), n.kind, getattr(n, "mode", None))
             for t in n.output_tensors():  # what a twin declares, the node's output has
                 for twin in by_uid[t.uid]:
                     _adopt(t, twin)
@@ -535,9 +535,20 @@ def _adopt(t, twin) -> None:
             t.data_type = twin.data_type
 
 
+INTEGER_TYPES = (
+    DataType.INT32,
+    DataType.INT64,
+    DataType.INT8,
+    DataType.UINT8,
+    DataType.BOOLEAN,
+)
+
+
 def _check_int32_compute(nodes, descs) -> None:
-    """INT32 compute belongs to an int8 convolution (its operands int8) and to pointwise
-    nodes downstream of one, only through pointwise nodes (its exact epilogue)."""
+    """INT32 compute belongs to an int8 convolution (its operands int8), to pointwise nodes
+    downstream of one, only through pointwise nodes (its exact epilogue), and to pointwise
+    nodes whose operands are all integers (index arithmetic, exact in float32 below
+    2^24)."""
     producer = {u: n for n in nodes for u in OpGraph.node_uids(n, "outputs")}
 
     def from_int8_conv(n, seen) -> bool:
@@ -562,6 +573,10 @@ def _check_int32_compute(nodes, descs) -> None:
                     op=n.label(),
                     status=Status.NOT_SUPPORTED_DATA_TYPE,
                 )
+        elif getattr(n, "mode", None) == PointwiseMode.GEN_INDEX or all(
+            descs[u].data_type in INTEGER_TYPES for u in OpGraph.node_uids(n, "inputs")
+        ):
+            continue  # indices and integer operands (lengths): exact in float32
         elif not from_int8_conv(n, set()):
             raise GraphNotSupportedError(
                 "compute_data_type INT32 on a pointwise operation is taken in an int8 "

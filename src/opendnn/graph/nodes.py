@@ -58,10 +58,31 @@ COMPUTE_TYPES = (
 INT32_COMPUTE_KINDS = ("conv_fprop", "pointwise")
 
 
-def check_compute_type(ct, op: str, kind: str | None = None) -> None:
-    """Refuse a compute type no engine honours (boolean, fp8; integer outside an int8
-    convolution: ``kind`` is the node's, None for the graph's default)."""
+# BOOLEAN compute on a comparison, a logical operation or a select (cudnn-frontend's
+# masks): float32 computes them exactly, so it is taken and means that
+BOOLEAN_COMPUTE_MODES = frozenset(
+    {
+        PointwiseMode.CMP_EQ,
+        PointwiseMode.CMP_NEQ,
+        PointwiseMode.CMP_GT,
+        PointwiseMode.CMP_GE,
+        PointwiseMode.CMP_LT,
+        PointwiseMode.CMP_LE,
+        PointwiseMode.LOGICAL_AND,
+        PointwiseMode.LOGICAL_OR,
+        PointwiseMode.LOGICAL_NOT,
+        PointwiseMode.BINARY_SELECT,
+    }
+)
+
+
+def check_compute_type(ct, op: str, kind: str | None = None, mode=None) -> None:
+    """Refuse a compute type no engine honours (boolean outside comparisons, logic and
+    selects; fp8; integer outside an int8 convolution or integer operands: ``kind`` is the
+    node's, None for the graph's default; ``mode`` a pointwise node's)."""
     if ct == DataType.INT32 and (kind is None or kind in INT32_COMPUTE_KINDS):
+        return
+    if ct == DataType.BOOLEAN and mode in BOOLEAN_COMPUTE_MODES:
         return
     if ct not in COMPUTE_TYPES:
         raise BadParamError(

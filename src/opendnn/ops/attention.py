@@ -169,6 +169,12 @@ def _sum_groups(x: np.ndarray, h: int) -> np.ndarray:
     return x.reshape(b, h, h_q // h, s, d).sum(axis=2) if h != h_q else x
 
 
+def scores(q, k, scale: float = 1.0, bias=None) -> np.ndarray:
+    """scale q k^T (+ bias) [B, Hq, Sq, Skv], k's heads repeated: what a score_mod
+    subgraph receives."""
+    return _scores(q, k, None, scale, bias)
+
+
 def _scores(q, k, keep, scale, bias) -> np.ndarray:
     """S [B, Hq, Sq, Skv] with masked entries at -inf."""
     s = scale * np.matmul(q, np.swapaxes(_repeat_heads(k, q.shape[1]), -1, -2))
@@ -187,7 +193,7 @@ def forward(q, k, v, keep=None, scale: float = 1.0, bias=None, drop=None, p: flo
 
 
 def forward_full(
-    q, k, v, keep=None, scale=1.0, bias=None, drop=None, p=0.0, sink=None, rows=None
+    q, k, v, keep=None, scale=1.0, bias=None, drop=None, p=0.0, sink=None, rows=None, scores=None
 ) -> tuple:
     """(O, Stats, score max, score sum-exp) in float64; the last two [B, Hq, Sq, 1]:
     m_i = max_j S_ij and sum_j exp(S_ij - m_i). ``sink`` [1, Hq, 1, 1]: a per-head logit
@@ -195,9 +201,17 @@ def forward_full(
     it and the scores, the sum and Stats include exp(sink - m_i), O's weights do not (a row
     with no kept key has O = 0 and Stats = sink). ``rows`` [B, 1, Sq, 1] (bool): the rows
     that exist (the padding mask's i < seq_len_q); the others get O = 0, Stats = -inf,
-    max -inf, sum 0 whatever the sink (None: every row)."""
+    max -inf, sum 0 whatever the sink (None: every row). ``scores``: S given (a score_mod
+    subgraph's result), masked here, instead of scale q k^T + bias."""
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        s = _scores(q, k, keep, scale, bias)
+        if scores is None:
+            s = _scores(q, k, keep, scale, bias)
+        else:
+            s = (
+                np.broadcast_to(scores, scores.shape)
+                if keep is None
+                else np.where(keep, scores, -np.inf)
+            )
         m = s.max(axis=-1, keepdims=True, initial=-np.inf)
         if sink is not None:
             m = np.maximum(m, sink)

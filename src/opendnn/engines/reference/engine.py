@@ -257,7 +257,7 @@ def _norm(graph, n, get, vals) -> None:
 
 
 # ---- attention section (sdpa, sdpa_backward; ops/attention.py) ---------------------------
-ATTENTION_KINDS = ("sdpa", "sdpa_backward")
+ATTENTION_KINDS = ("sdpa", "sdpa_backward", "sdpa_scores")
 
 
 def _attention(n, graph, get) -> dict:
@@ -265,6 +265,8 @@ def _attention(n, graph, get) -> dict:
     scale, the seed and the offset are read like any input (pass-by-value or not)."""
     from ...ops import attention
 
+    if n.kind == "sdpa_scores":
+        return {n.outputs["S"]: _sdpa_scores(n, get)}
     q, k, v = (get(n.inputs[r]) for r in ("Q", "K", "V"))
     b, h_q, s_q, _ = q.shape
     if n.kind == "sdpa" and n.paged:  # K / V from their paged caches
@@ -333,8 +335,9 @@ def _attention(n, graph, get) -> dict:
     if n.use_padding_mask:  # the rows that exist: a sink does not make a padded row
         rows = np.arange(s_q)[None, None, :, None] < lengths["SEQ_LEN_Q"][:, None, None, None]
     if n.kind == "sdpa":
+        given = get(n.inputs["SCORES"]) if "SCORES" in n.inputs else None
         o, stats, smax, ssum = attention.forward_full(
-            q, k, v, keep, scale, bias, drop, p, sink, rows
+            q, k, v, keep, scale, bias, drop, p, sink, rows, given
         )
         for role, val in (("O", o), ("STATS", stats), ("SCORE_MAX", smax), ("SCORE_SUM_EXP", ssum)):
             if role in n.outputs:
@@ -362,6 +365,22 @@ def _attention(n, graph, get) -> dict:
     if "DBIAS" in n.outputs:
         out[n.outputs["DBIAS"]] = dbias
     return out
+
+
+def _sdpa_scores(n, get) -> np.ndarray:
+    """S = scale Q K^T (+ bias) (+ ALiBi) of an sdpa_scores node (K paged or not)."""
+    from ...ops import attention
+
+    q, k = get(n.inputs["Q"]), get(n.inputs["K"])
+    if "PAGE_TABLE_K" in n.inputs:
+        table = get(n.inputs["PAGE_TABLE_K"])
+        k = attention.paged_gather(k, table, n.paged_max_seq_len_kv or table.shape[2] * k.shape[2])
+    scale = float(get(n.inputs["ATTN_SCALE"]).reshape(-1)[0]) if "ATTN_SCALE" in n.inputs else 1.0
+    bias = get(n.inputs["BIAS"]) if "BIAS" in n.inputs else None
+    s = attention.scores(q, k, scale, bias)
+    if n.use_alibi_mask:
+        s = s + attention.alibi_bias(q.shape[1], q.shape[2], k.shape[2])
+    return s
 
 
 def _conv_args(n):
