@@ -468,3 +468,64 @@ def test_score_mod_subgraph_matches_torch(rng, with_bias):
     msg = repro("sdpa score_mod", [c], "", rng.seed)
     assert_close(got[o], want_o, c.dtype, _tol_n(c), msg)
     assert_close(got[st], torch.logsumexp(s, -1, keepdim=True), torch.float32, _tol_n(c), msg)
+
+
+def _causal_zero(g, ds, zero):
+    """score_mod_bprop of a causal select: the gradient is 0 where the mask held -inf."""
+    row = g.gen_index(input=ds, axis=2)
+    row.set_data_type(cudnn.data_type.INT32)
+    col = g.gen_index(input=ds, axis=3)
+    col.set_data_type(cudnn.data_type.INT32)
+    keep = g.cmp_ge(input=row, comparison=col, compute_data_type=cudnn.data_type.BOOLEAN)
+    keep.set_data_type(cudnn.data_type.BOOLEAN)
+    return g.binary_select(input0=ds, input1=zero, mask=keep)
+
+
+def _causal_select(g, s, neg):
+    row = g.gen_index(input=s, axis=2)
+    row.set_data_type(cudnn.data_type.INT32)
+    col = g.gen_index(input=s, axis=3)
+    col.set_data_type(cudnn.data_type.INT32)
+    keep = g.cmp_ge(input=row, comparison=col, compute_data_type=cudnn.data_type.BOOLEAN)
+    keep.set_data_type(cudnn.data_type.BOOLEAN)
+    return g.binary_select(input0=s, input1=neg, mask=keep)
+
+
+def test_score_mod_backward_with_its_bprop_matches_autograd(rng):
+    """The backward with score_mod (S' rebuilt) and score_mod_bprop (dS' -> dS): a causal
+    mask written as a subgraph, against float64 autograd of causal attention."""
+    c = Case("score_mod_bwd", b=2, h_q=4, h_k=2, s_q=9, s_kv=9)
+    x = inputs(rng, c)
+    y = {n: t.detach().clone().requires_grad_(True) for n, t in _f64(x).items()}
+    keep = torch.ones(9, 9, dtype=torch.bool).tril().reshape(1, 1, 9, 9)
+    o, stats = torch_sdpa(y["q"], y["k"], y["v"], keep, c.scale)
+    do = rng.rand(tuple(o.shape), c.dtype)
+    o.backward(do.double())
+    g = cudnn.pygraph()
+    t = {n: g.tensor_like(x[n], name=n) for n in ("q", "k", "v")}
+    to, tdo = g.tensor_like(o.detach().float(), name="o"), g.tensor_like(do, name="dO")
+    tst = g.tensor_like(stats.detach().float(), name="stats")
+    neg, zero = (
+        g.tensor([1, 1, 1, 1], [1, 1, 1, 1], cudnn.data_type.FLOAT, is_pass_by_value=True)
+        for _ in range(2)
+    )
+    grads = g.sdpa_backward(
+        t["q"],
+        t["k"],
+        t["v"],
+        to,
+        tdo,
+        tst,
+        attn_scale=c.scale,
+        score_mod=lambda gr, s: _causal_select(gr, s, neg),
+        score_mod_bprop=lambda gr, ds: _causal_zero(gr, ds, zero),
+    )
+    for x_ in grads:
+        x_.set_output(True)
+    feeds = {t[n]: x[n] for n in t}
+    feeds.update(
+        {to: o.detach().float(), tdo: do, tst: stats.detach().float(), neg: -1e9, zero: 0.0}
+    )
+    got = run_reference(g, feeds, grads)
+    for tt, n in zip(grads, "qkv"):
+        assert_close(got[tt], y[n].grad, c.dtype, _tol_n(c), f"grad={n} seed={rng.seed}")

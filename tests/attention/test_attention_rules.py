@@ -454,11 +454,13 @@ def test_backward_infers_gradient_properties():
         (dict(score_mod_bprop=lambda g, s: s), "score_mod_bprop"),
     ],
 )
-def test_backward_features_not_supported(kw, name):
-    """cudnn-frontend's sdpa_backward keywords for score modifiers: taken as keywords,
-    refused with NOT_SUPPORTED naming the feature."""
+def test_backward_score_mod_and_its_bprop_come_together(kw, name):
     expect_error(
-        BadParamError, Status.NOT_SUPPORTED, lambda: _bwd(**kw), "sdpa_bwd", f"{name} is not"
+        BadParamError,
+        Status.BAD_PARAM_NULL_POINTER,
+        lambda: _bwd(**kw),
+        "sdpa_bwd",
+        "score_mod and score_mod_bprop come together",
     )
 
 

@@ -440,6 +440,8 @@ class SdpaBackward(_SdpaBase):
             t = self.outputs.get(out)
             if t is not None and like is not None:
                 ctx.fill_like(t, like)
+        if "DSCORES" in self.outputs:  # dS' for the caller's score_mod_bprop
+            _fill_float(ctx, self.outputs["DSCORES"], [q.dim[0], q.dim[1], q.dim[2], k.dim[2]])
         _fill_float(ctx, self.outputs.get("DSINK_TOKEN"), [1, q.dim[1], 1, 1])
         _fill_float(ctx, self.outputs.get("RNG_DUMP"), [q.dim[0], q.dim[1], q.dim[2], k.dim[2]])
 
@@ -454,9 +456,16 @@ class SdpaBackward(_SdpaBase):
             self.need_floating([d])
         _check_stats(self, desc(self.inputs["STATS"]), (b, h_q, s_q, 1))
         for role, like in (("DQ", q), ("DK", k), ("DV", v)):
+            if role not in self.outputs and "SCORES" in self.inputs:
+                continue  # with given scores dQ / dK come from an sdpa_scores_backward
             d = desc(self.outputs[role])
             self.need_shape(d, like.dims, role)
             self.need_floating([d])
+        if "SCORES" in self.inputs:
+            for role in ("SCORES", "DSCORES"):
+                d = desc(self.inputs[role] if role == "SCORES" else self.outputs[role])
+                self.need_shape(d, (b, h_q, s_q, k.dims[2]), role)
+                self.need_floating([d])
         if "DBIAS" in self.outputs:
             d = desc(self.outputs["DBIAS"])
             if "BIAS" not in self.inputs:
@@ -541,5 +550,26 @@ class SdpaScores(Node):
         self.need_shape(desc(self.outputs["S"]), (q.dims[0], q.dims[1], q.dims[2], s_kv), "S")
 
 
-for _cls in (Sdpa, SdpaBackward, SdpaScores):
+@dataclasses.dataclass(eq=False)
+class SdpaScoresBackward(Node):
+    """[DQ, DK] = the gradients of S = ATTN_SCALE Q K^T from DS [B, Hq, Sq, Skv] (what a
+    score_mod_bprop subgraph made of the sdpa_backward's DSCORES)."""
+
+    kind: ClassVar[str] = "sdpa_scores_backward"
+
+    def infer_properties(self, ctx) -> None:
+        self.need_dims([self.inputs["Q"], self.inputs["K"], self.inputs["DS"]])
+        for out, like in (("DQ", "Q"), ("DK", "K")):
+            ctx.fill_like(self.outputs[out], self.inputs[like])
+
+    def validate(self, desc) -> None:
+        q, k, ds = (desc(self.inputs[r]) for r in ("Q", "K", "DS"))
+        self.need_shape(ds, (q.dims[0], q.dims[1], q.dims[2], k.dims[2]), "DS")
+        for role, like in (("DQ", q), ("DK", k)):
+            d = desc(self.outputs[role])
+            self.need_shape(d, like.dims, role)
+            self.need_floating([d])
+
+
+for _cls in (Sdpa, SdpaBackward, SdpaScores, SdpaScoresBackward):
     NODE_TYPES[_cls.kind] = _cls

@@ -351,12 +351,17 @@ class AttentionBuilderMixin:
                 "sink_token and dSink_token come together (the backward of a sink is its gradient)",
                 Status.BAD_PARAM_NULL_POINTER,
             )
-        for what, value in (
-            ("score_mod", score_mod),
-            ("score_mod_bprop", score_mod_bprop),
-        ):
-            if value is not None:
-                raise self._attn_error(op, f"{what} is not supported", Status.NOT_SUPPORTED)
+        if (score_mod is None) != (score_mod_bprop is None):
+            raise self._attn_error(
+                op,
+                "score_mod and score_mod_bprop come together in the backward (the second "
+                "maps the gradient of the first's result to that of its input)",
+                Status.BAD_PARAM_NULL_POINTER,
+            )
+        if score_mod is not None and dBias is not None:
+            raise self._attn_error(
+                op, "dBias with a score_mod is not supported", Status.NOT_SUPPORTED
+            )
         for what, bound in (
             ("max_total_seq_len_q", max_total_seq_len_q),
             ("max_total_seq_len_kv", max_total_seq_len_kv),
@@ -395,6 +400,8 @@ class AttentionBuilderMixin:
             dropout,
             rng_dump,
         )
+        if score_mod is not None:  # S' = score_mod(S), as the forward's
+            self._score_mod(op, ins, attrs, score_mod, None)
         node = AN.SdpaBackward(
             name=op,
             compute_data_type=self._ctype(compute_data_type, op),
@@ -402,10 +409,10 @@ class AttentionBuilderMixin:
             use_deterministic_algorithm=bool(use_deterministic_algorithm),
             **attrs,
         )
-        outs = {
-            r: self._new_output(f"{op}::{nm}")
-            for r, nm in (("DQ", "dQ"), ("DK", "dK"), ("DV", "dV"))
-        }
+        roles = (("DV", "dV"),) if score_mod else (("DQ", "dQ"), ("DK", "dK"), ("DV", "dV"))
+        outs = {r: self._new_output(f"{op}::{nm}") for r, nm in roles}
+        if score_mod is not None:
+            outs["DSCORES"] = self._new_output(f"{op}::dS'")
         if dBias is not None:
             outs["DBIAS"] = self._check_tensor(dBias, op, "dBias")
         if rng_dump is not None:
@@ -414,4 +421,16 @@ class AttentionBuilderMixin:
             ins["SINK_TOKEN"] = self._check_tensor(sink_token, op, "sink_token")
             outs["DSINK_TOKEN"] = self._check_tensor(dSink_token, op, "dSink_token")
         self._add(node, outs)
+        if score_mod is not None:  # dS = score_mod_bprop(dS'), then dQ, dK from dS
+            ds = score_mod_bprop(self, outs["DSCORES"])
+            grads = {r: self._new_output(f"{op}::{nm}") for r, nm in (("DQ", "dQ"), ("DK", "dK"))}
+            g_ins = {
+                "DS": self._check_tensor(ds, op, "score_mod_bprop's result"),
+                "Q": ins["Q"],
+                "K": ins["K"],
+            }
+            if "ATTN_SCALE" in ins:
+                g_ins["ATTN_SCALE"] = ins["ATTN_SCALE"]
+            self._add(AN.SdpaScoresBackward(name=f"{op}::scores_backward", inputs=g_ins), grads)
+            return [grads["DQ"], grads["DK"], outs["DV"]]
         return [outs["DQ"], outs["DK"], outs["DV"]]

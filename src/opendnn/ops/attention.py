@@ -231,6 +231,38 @@ def forward_full(
     return o, stats, m, total
 
 
+def backward_from_scores(s, v, o, do, stats, keep=None, drop=None, p=0.0) -> tuple:
+    """(dV, dS') of an attention whose scores S' were given (a score_mod subgraph's
+    result): P = exp(S' - Stats) on kept entries, dS' = P (dP - delta) as ``backward``
+    computes it; the caller's score_mod_bprop maps dS' to dS, and ``scores_backward``
+    turns dS into dQ, dK."""
+    h_kv = v.shape[1]
+    h_q = s.shape[1]
+    with np.errstate(invalid="ignore", over="ignore"):
+        if keep is not None:
+            s = np.where(keep, s, -np.inf)
+        live = np.isfinite(stats) | np.isnan(stats)
+        prob = np.where(live, np.exp(s - np.where(live, stats, 0.0)), 0.0)
+        dp = np.matmul(do, np.swapaxes(_repeat_heads(v, h_q), -1, -2))
+        kept = prob
+        if drop is not None:
+            dp = dp * drop * _dropout.scale(p)
+            kept = prob * drop * _dropout.scale(p)
+        delta = (do * o).sum(axis=-1, keepdims=True)
+        ds = prob * (dp - delta)
+        dv = _sum_groups(np.matmul(np.swapaxes(kept, -1, -2), do), h_kv)
+    return dv, ds
+
+
+def scores_backward(ds, q, k, scale: float = 1.0) -> tuple:
+    """(dQ, dK) of S = scale q k^T from dS: dQ = scale dS k, dK = scale dS^T q (summed over
+    the q heads sharing a k head)."""
+    h_q = q.shape[1]
+    dq = scale * np.matmul(ds, _repeat_heads(k, h_q))
+    dk = _sum_groups(scale * np.matmul(np.swapaxes(ds, -1, -2), q), k.shape[1])
+    return dq, dk
+
+
 def sink_grad(stats, o, do, sink) -> np.ndarray:
     """dSink [1, Hq, 1, 1]: -sum_{b, i} P_sink(b, h, i) delta(b, h, i), with P_sink =
     exp(sink_h - Stats_bi) the sink's softmax weight and delta = sum_d dO O (rows with

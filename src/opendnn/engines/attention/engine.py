@@ -475,16 +475,16 @@ class AttentionEngine(Engine):
             return decline("takes one sdpa or sdpa_backward node alone")
         n = graph.nodes[0]
         t = {r: graph.tensors[u] for r, u in {**n.inputs, **n.outputs}.items()}
+        if "SCORES" in t:
+            return decline(
+                "scores from a score_mod subgraph (given, not computed) run on the reference"
+            )
         for r in ("Q", "K", "V", "O") + (("DO", "DQ", "DK", "DV") if n.kind != "sdpa" else ()):
             if t[r].data_type not in TYPES:
                 return decline(
                     f"tensor {t[r].label()} is {t[r].data_type.name}: half or "
                     "bfloat16 only (float32 runs on the reference)"
                 )
-        if "SCORES" in t:
-            return decline(
-                "scores from a score_mod subgraph (given, not computed) run on the reference"
-            )
         if t["K"].dims[1] != t["V"].dims[1]:
             return decline("K and V with different head counts run on the reference")
         if max(t["Q"].dims[3], t["V"].dims[3]) > MAX_KERNEL_HEAD_DIM:

@@ -257,7 +257,7 @@ def _norm(graph, n, get, vals) -> None:
 
 
 # ---- attention section (sdpa, sdpa_backward; ops/attention.py) ---------------------------
-ATTENTION_KINDS = ("sdpa", "sdpa_backward", "sdpa_scores")
+ATTENTION_KINDS = ("sdpa", "sdpa_backward", "sdpa_scores", "sdpa_scores_backward")
 
 
 def _attention(n, graph, get) -> dict:
@@ -267,6 +267,14 @@ def _attention(n, graph, get) -> dict:
 
     if n.kind == "sdpa_scores":
         return {n.outputs["S"]: _sdpa_scores(n, get)}
+    if n.kind == "sdpa_scores_backward":
+        scale = (
+            float(get(n.inputs["ATTN_SCALE"]).reshape(-1)[0]) if "ATTN_SCALE" in n.inputs else 1.0
+        )
+        dq, dk = attention.scores_backward(
+            get(n.inputs["DS"]), get(n.inputs["Q"]), get(n.inputs["K"]), scale
+        )
+        return {n.outputs["DQ"]: dq, n.outputs["DK"]: dk}
     q, k, v = (get(n.inputs[r]) for r in ("Q", "K", "V"))
     b, h_q, s_q, _ = q.shape
     if n.kind == "sdpa" and n.paged:  # K / V from their paged caches
@@ -342,6 +350,19 @@ def _attention(n, graph, get) -> dict:
         for role, val in (("O", o), ("STATS", stats), ("SCORE_MAX", smax), ("SCORE_SUM_EXP", ssum)):
             if role in n.outputs:
                 out[n.outputs[role]] = val
+        return out
+    if "SCORES" in n.inputs:  # given scores: dV and dS', the rest by the caller's nodes
+        dv, ds = attention.backward_from_scores(
+            get(n.inputs["SCORES"]),
+            v,
+            get(n.inputs["O"]),
+            get(n.inputs["DO"]),
+            get(n.inputs["STATS"]),
+            keep,
+            drop,
+            p,
+        )
+        out.update({n.outputs["DV"]: dv, n.outputs["DSCORES"]: ds})
         return out
     dq, dk, dv, dbias = attention.backward(
         q,
