@@ -529,3 +529,39 @@ def test_score_mod_backward_with_its_bprop_matches_autograd(rng):
     got = run_reference(g, feeds, grads)
     for tt, n in zip(grads, "qkv"):
         assert_close(got[tt], y[n].grad, c.dtype, _tol_n(c), f"grad={n} seed={rng.seed}")
+
+
+def test_dropout_with_the_callers_mask_and_scale(rng):
+    """dropout=(mask, scale): M = [mask != 0], kept elements times ``scale``, forward and
+    backward, against float64 autograd."""
+    c = BY_ID["causal_tl"]
+    x = inputs(rng, c)
+    y = {n: t.detach().clone().requires_grad_(True) for n, t in _f64(x).items()}
+    mask = (torch.rand((c.b, c.h_q, c.s_q, c.s_kv), generator=rng.gen) > 0.3).float()
+    keep = expected_keep(c)
+    o, stats = torch_sdpa(y["q"], y["k"], y["v"], keep, _scale(c), None, mask.double(), 0.2)
+    do = rng.rand(tuple(o.shape), c.dtype)
+    o.backward(do.double())
+    msg = repro("sdpa user dropout", [c], "", rng.seed)
+    for backward in (False, True):
+        g = cudnn.pygraph()
+        t = {n: g.tensor_like(x[n], name=n) for n in ("q", "k", "v")}
+        tm = g.tensor_like(mask, name="mask")
+        kw = dict(attn_scale=c.scale, diagonal_band_right_bound=0, dropout=(tm, 1.25))
+        feeds = {**{t[n]: x[n] for n in t}, tm: mask}
+        if not backward:
+            to, tst = g.sdpa(t["q"], t["k"], t["v"], **kw)
+            to.set_output(True)
+            tst.set_output(True)
+            got = run_reference(g, feeds, [to, tst])
+            assert_close(got[to], o, c.dtype, _tol_n(c), msg)
+            continue
+        to, tdo = g.tensor_like(o.detach().float(), name="o"), g.tensor_like(do, name="dO")
+        tst = g.tensor_like(stats.detach().float(), name="stats")
+        grads = g.sdpa_backward(t["q"], t["k"], t["v"], to, tdo, tst, **kw)
+        for t_ in grads:
+            t_.set_output(True)
+        feeds.update({to: o.detach().float(), tdo: do, tst: stats.detach().float()})
+        got = run_reference(g, feeds, grads)
+        for t_, n in zip(grads, "qkv"):
+            assert_close(got[t_], y[n].grad, c.dtype, _tol_n(c), f"{msg} grad={n}")

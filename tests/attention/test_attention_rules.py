@@ -226,6 +226,16 @@ NODE_RULES = [
     ),
     (dict(rng_dump=T("dump", (2, 4, 5, 7), FLOAT)), Status.BAD_PARAM, ["RNG_DUMP needs dropout"]),
     (
+        dict(dropout=(T("mask", (2, 4, 5, 6)), T("scale", (1, 1, 1, 1), FLOAT, True))),
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+        ["mask", "DROPOUT_MASK dims [2, 4, 5, 6] must be [2, 4, 5, 7]"],
+    ),
+    (
+        dict(dropout=(T("mask", (2, 4, 5, 7)), T("scale", (1, 1, 1, 1), FLOAT))),
+        Status.BAD_PARAM,
+        ["scale", "DROPOUT_SCALE must be a one-element pass-by-value float"],
+    ),
+    (
         dict(
             k=(4, 2, 4, 16),
             v=(4, 2, 4, 16),
@@ -278,11 +288,6 @@ def test_forward_rule(kw, status, names):
 
 BUILDER_RULES = [
     (dict(attn_scale=True), Status.BAD_PARAM_ATTRIBUTE_TYPE, ["attn_scale must be a float"]),
-    (
-        dict(dropout=(T("mask", (2, 4, 5, 7)), T("scale", (1, 1, 1, 1), FLOAT, True))),
-        Status.NOT_SUPPORTED,
-        ["user mask tensor (mask, scale) is not supported"],
-    ),
     (
         dict(dropout=(0.1, SEED)),
         Status.BAD_PARAM_ATTRIBUTE_TYPE,

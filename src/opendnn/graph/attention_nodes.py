@@ -293,8 +293,31 @@ class _SdpaBase(Node):
                     Status.BAD_PARAM,
                 )
 
+    def _check_user_dropout(self, desc, q, k) -> None:
+        """DROPOUT_MASK [B, Hq, Sq, Skv] (nonzero: kept) and DROPOUT_SCALE (a one-element
+        pass-by-value float): the caller's dropout, instead of probability and seed."""
+        if "DROPOUT_MASK" not in self.inputs:
+            return
+        d = desc(self.inputs["DROPOUT_MASK"])
+        self.need_shape(d, (q.dims[0], q.dims[1], q.dims[2], k.dims[2]), "DROPOUT_MASK")
+        sc = desc(self.inputs["DROPOUT_SCALE"])
+        if sc.numel != 1 or not sc.is_pass_by_value or not sc.data_type.is_floating:
+            raise self.error(
+                "DROPOUT_SCALE must be a one-element pass-by-value float",
+                sc.label(),
+                Status.BAD_PARAM,
+            )
+        if self.dropout_probability is not None:
+            raise self.error(
+                "dropout is either (probability, seed, offset) or (mask, scale)",
+                d.label(),
+                Status.BAD_PARAM,
+            )
+
     def _check_rng_dump(self, desc, q, k) -> None:
-        """RNG_DUMP (an output): the dropout mask [B, Hq, Sq, Skv], exactly with dropout."""
+        """RNG_DUMP (an output): the dropout mask [B, Hq, Sq, Skv], exactly with dropout
+        (the caller's mask checked here too)."""
+        self._check_user_dropout(desc, q, k)
         if "RNG_DUMP" not in self.outputs:
             return
         d = desc(self.outputs["RNG_DUMP"])

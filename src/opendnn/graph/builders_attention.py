@@ -33,15 +33,15 @@ class AttentionBuilderMixin:
                 f"({', '.join(m.name for m in AttentionImplementation)})",
             ) from None
 
-    def _attn_scale(self, v, op):
+    def _attn_scale(self, v, op, role="attn_scale"):
         """None (no scaling), a Python number, a CPU one-element torch tensor or a graph
-        tensor -> a pass-by-value tensor (or None)."""
+        tensor -> a pass-by-value tensor (or None); ``role`` names it."""
         import torch
 
         from .tensor import Tensor
 
         if v is None or isinstance(v, Tensor):
-            return None if v is None else self._check_tensor(v, op, "attn_scale")
+            return None if v is None else self._check_tensor(v, op, role)
         if isinstance(v, torch.Tensor) and v.numel() == 1 and v.device.type == "cpu":
             v = float(v.item())
         if isinstance(v, (int, float)) and not isinstance(v, bool):
@@ -50,11 +50,11 @@ class AttentionBuilderMixin:
                 stride=[1, 1, 1, 1],
                 data_type=DataType.FLOAT,
                 is_pass_by_value=True,
-                name=f"{op}::attn_scale",
+                name=f"{op}::{role}",
             )._with_value(float(v))
         raise self._attn_error(
             op,
-            f"attn_scale must be a float or a graph tensor, got {type(v).__name__}",
+            f"{role} must be a float or a graph tensor, got {type(v).__name__}",
             Status.BAD_PARAM_ATTRIBUTE_TYPE,
         )
 
@@ -122,19 +122,22 @@ class AttentionBuilderMixin:
                     "dropout must be a tuple (probability, seed, offset)",
                     Status.BAD_PARAM_ATTRIBUTE_TYPE,
                 )
-            if not isinstance(dropout[0], (int, float)) or isinstance(dropout[0], bool):
-                raise self._attn_error(
-                    op,
-                    "dropout with a user mask tensor (mask, scale) is "
-                    "not supported; give (probability, seed, offset)",
-                    Status.NOT_SUPPORTED,
-                )
-            if len(dropout) != 3:
+            if len(dropout) == 2 and not isinstance(dropout[0], (int, float)):
+                # the caller's mask [B, Hq, Sq, Skv] and the kept elements' factor
+                ins["DROPOUT_MASK"] = self._check_tensor(dropout[0], op, "dropout mask")
+                ins["DROPOUT_SCALE"] = self._attn_scale(dropout[1], op, "dropout_scale")
+                if ins["DROPOUT_SCALE"] is None:
+                    raise self._attn_error(
+                        op, "dropout scale is missing", Status.BAD_PARAM_NULL_POINTER
+                    )
+                dropout = None
+            elif len(dropout) != 3 or isinstance(dropout[0], bool):
                 raise self._attn_error(
                     op,
                     "dropout must be a tuple (probability, seed, offset)",
                     Status.BAD_PARAM_ATTRIBUTE_TYPE,
                 )
+        if dropout is not None:
             p = float(dropout[0])
             ins["SEED"] = self._rng_scalar(dropout[1], op, "SEED")
             ins["OFFSET"] = self._rng_scalar(dropout[2], op, "OFFSET")

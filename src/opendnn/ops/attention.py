@@ -42,6 +42,9 @@ The mask keep(b) [Sq, Skv] (heads share it), with row i (query) and column j (ke
                                                   L keys ending at the diagonal)
     padding:        keep i < Lq and j < Lkv
 
+Dropout with the caller's mask (``dropout=(mask, scale)``): M = [mask != 0] and the kept
+elements' factor is ``scale`` instead of 1 / (1 - p).
+
 Dropout: element (b, h, i, j) has the row-major index n = ((b Hq + h) Sq + i) Skv + j
 over [B, Hq, Sq, Skv] (the maximum lengths, padding or not) and the uniform
 u_n = ops.dropout.uniform_at(seed, offset, n): word n mod 4 of Philox-4x32-10 of
@@ -193,7 +196,18 @@ def forward(q, k, v, keep=None, scale: float = 1.0, bias=None, drop=None, p: flo
 
 
 def forward_full(
-    q, k, v, keep=None, scale=1.0, bias=None, drop=None, p=0.0, sink=None, rows=None, scores=None
+    q,
+    k,
+    v,
+    keep=None,
+    scale=1.0,
+    bias=None,
+    drop=None,
+    p=0.0,
+    sink=None,
+    rows=None,
+    scores=None,
+    drop_scale=None,
 ) -> tuple:
     """(O, Stats, score max, score sum-exp) in float64; the last two [B, Hq, Sq, 1]:
     m_i = max_j S_ij and sum_j exp(S_ij - m_i). ``sink`` [1, Hq, 1, 1]: a per-head logit
@@ -202,7 +216,8 @@ def forward_full(
     with no kept key has O = 0 and Stats = sink). ``rows`` [B, 1, Sq, 1] (bool): the rows
     that exist (the padding mask's i < seq_len_q); the others get O = 0, Stats = -inf,
     max -inf, sum 0 whatever the sink (None: every row). ``scores``: S given (a score_mod
-    subgraph's result), masked here, instead of scale q k^T + bias."""
+    subgraph's result), masked here, instead of scale q k^T + bias. ``drop_scale``: the
+    kept elements' factor (a caller's dropout mask), else 1 / (1 - p)."""
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         if scores is None:
             s = _scores(q, k, keep, scale, bias)
@@ -226,12 +241,12 @@ def forward_full(
         stats = m_safe + np.log(total)  # total = 0: -inf
         prob = np.divide(e, total, out=np.zeros_like(e), where=total > 0)
         if drop is not None:
-            prob = prob * drop * _dropout.scale(p)
+            prob = prob * drop * (_dropout.scale(p) if drop_scale is None else drop_scale)
         o = np.matmul(prob, _repeat_heads(v, q.shape[1]))
     return o, stats, m, total
 
 
-def backward_from_scores(s, v, o, do, stats, keep=None, drop=None, p=0.0) -> tuple:
+def backward_from_scores(s, v, o, do, stats, keep=None, drop=None, p=0.0, drop_scale=None) -> tuple:
     """(dV, dS') of an attention whose scores S' were given (a score_mod subgraph's
     result): P = exp(S' - Stats) on kept entries, dS' = P (dP - delta) as ``backward``
     computes it; the caller's score_mod_bprop maps dS' to dS, and ``scores_backward``
@@ -246,8 +261,8 @@ def backward_from_scores(s, v, o, do, stats, keep=None, drop=None, p=0.0) -> tup
         dp = np.matmul(do, np.swapaxes(_repeat_heads(v, h_q), -1, -2))
         kept = prob
         if drop is not None:
-            dp = dp * drop * _dropout.scale(p)
-            kept = prob * drop * _dropout.scale(p)
+            r = _dropout.scale(p) if drop_scale is None else drop_scale
+            dp, kept = dp * drop * r, prob * drop * r
         delta = (do * o).sum(axis=-1, keepdims=True)
         ds = prob * (dp - delta)
         dv = _sum_groups(np.matmul(np.swapaxes(kept, -1, -2), do), h_kv)
@@ -287,6 +302,7 @@ def backward(
     drop=None,
     p: float = 0.0,
     bias_shape=None,
+    drop_scale=None,
 ) -> tuple:
     """(dQ, dK, dV, dBias) in float64 from the forward's inputs, its O and Stats and
     the gradient dO [B, Hq, Sq, Dv]; dBias (of ``bias_shape``, default the bias's
@@ -300,8 +316,8 @@ def backward(
         dp = np.matmul(do, np.swapaxes(v_rep, -1, -2))
         kept = prob
         if drop is not None:
-            dp = dp * drop * _dropout.scale(p)
-            kept = prob * drop * _dropout.scale(p)
+            r = _dropout.scale(p) if drop_scale is None else drop_scale
+            dp, kept = dp * drop * r, prob * drop * r
         delta = (do * o).sum(axis=-1, keepdims=True)
         ds = prob * (dp - delta)
         dq = scale * np.matmul(ds, _repeat_heads(k, h_q))

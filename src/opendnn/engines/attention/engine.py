@@ -479,6 +479,8 @@ class AttentionEngine(Engine):
             return decline(
                 "scores from a score_mod subgraph (given, not computed) run on the reference"
             )
+        if "DROPOUT_MASK" in t:
+            return decline("a caller's dropout mask (mask, scale) runs on the reference")
         for r in ("Q", "K", "V", "O") + (("DO", "DQ", "DK", "DV") if n.kind != "sdpa" else ()):
             if t[r].data_type not in TYPES:
                 return decline(

@@ -338,6 +338,10 @@ def _attention(n, graph, get) -> dict:
         drop = attention.dropout_keep(seed, offset, p, (b, h_q, s_q, s_kv))
         if "RNG_DUMP" in n.outputs:
             out[n.outputs["RNG_DUMP"]] = drop
+    drop_scale = None
+    if "DROPOUT_MASK" in n.inputs:  # the caller's mask and factor
+        drop = (get(n.inputs["DROPOUT_MASK"]) != 0).astype(np.float64)
+        drop_scale = float(get(n.inputs["DROPOUT_SCALE"]).reshape(-1)[0])
     sink = get(n.inputs["SINK_TOKEN"]) if "SINK_TOKEN" in n.inputs else None
     rows = None
     if n.use_padding_mask:  # the rows that exist: a sink does not make a padded row
@@ -345,7 +349,7 @@ def _attention(n, graph, get) -> dict:
     if n.kind == "sdpa":
         given = get(n.inputs["SCORES"]) if "SCORES" in n.inputs else None
         o, stats, smax, ssum = attention.forward_full(
-            q, k, v, keep, scale, bias, drop, p, sink, rows, given
+            q, k, v, keep, scale, bias, drop, p, sink, rows, given, drop_scale
         )
         for role, val in (("O", o), ("STATS", stats), ("SCORE_MAX", smax), ("SCORE_SUM_EXP", ssum)):
             if role in n.outputs:
@@ -361,6 +365,7 @@ def _attention(n, graph, get) -> dict:
             keep,
             drop,
             p,
+            drop_scale,
         )
         out.update({n.outputs["DV"]: dv, n.outputs["DSCORES"]: ds})
         return out
@@ -377,6 +382,7 @@ def _attention(n, graph, get) -> dict:
         drop,
         p,
         bias_shape,
+        drop_scale,
     )
     out.update({n.outputs["DQ"]: dq, n.outputs["DK"]: dk, n.outputs["DV"]: dv})
     if "DSINK_TOKEN" in n.outputs:
