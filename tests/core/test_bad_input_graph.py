@@ -744,7 +744,7 @@ def test_valid_graph_still_runs(rng):
 
 def test_boolean_and_integer_compute_where_float32_is_exact():
     """cudnn-frontend's mask subgraphs: BOOLEAN compute on comparisons, logic and selects,
-    INT32 on generated indices and integer operands, are taken (float32 computes them
+    INT32 on generated indices and arithmetic on them, are taken (float32 computes them
     exactly); BOOLEAN on arithmetic stays refused."""
     g = cudnn.pygraph()
     x = g.tensor([2, 3], [3, 1], DataType.FLOAT, name="x")

@@ -535,20 +535,11 @@ def _adopt(t, twin) -> None:
             t.data_type = twin.data_type
 
 
-INTEGER_TYPES = (
-    DataType.INT32,
-    DataType.INT64,
-    DataType.INT8,
-    DataType.UINT8,
-    DataType.BOOLEAN,
-)
-
-
 def _check_int32_compute(nodes, descs) -> None:
     """INT32 compute belongs to an int8 convolution (its operands int8), to pointwise nodes
-    downstream of one, only through pointwise nodes (its exact epilogue), and to pointwise
-    nodes whose operands are all integers (index arithmetic, exact in float32 below
-    2^24)."""
+    downstream of one, only through pointwise nodes (its exact epilogue), and to generated
+    indices and pointwise arithmetic on them (cudnn-frontend's mask subgraphs: values
+    bounded by the dims, exact in float32)."""
     producer = {u: n for n in nodes for u in OpGraph.node_uids(n, "outputs")}
 
     def from_int8_conv(n, seen) -> bool:
@@ -563,6 +554,22 @@ def _check_int32_compute(nodes, descs) -> None:
                 return True
         return False
 
+    def from_indices(n, seen) -> bool:
+        """Every operand a generated index (gen_index, or integer arithmetic on such) or a
+        pass-by-value scalar: values bounded by the dims, exact in float32."""
+        for u in OpGraph.node_uids(n, "inputs"):
+            if descs[u].is_pass_by_value:
+                continue
+            p = producer.get(u)
+            if p is None or p.kind != "pointwise" or id(p) in seen:
+                return False
+            seen.add(id(p))
+            if getattr(p, "mode", None) != PointwiseMode.GEN_INDEX and not (
+                p.compute_data_type == DataType.INT32 and from_indices(p, seen)
+            ):
+                return False
+        return True
+
     for n in nodes:
         if n.compute_data_type != DataType.INT32:
             continue
@@ -573,10 +580,8 @@ def _check_int32_compute(nodes, descs) -> None:
                     op=n.label(),
                     status=Status.NOT_SUPPORTED_DATA_TYPE,
                 )
-        elif getattr(n, "mode", None) == PointwiseMode.GEN_INDEX or all(
-            descs[u].data_type in INTEGER_TYPES for u in OpGraph.node_uids(n, "inputs")
-        ):
-            continue  # indices and integer operands (lengths): exact in float32
+        elif getattr(n, "mode", None) == PointwiseMode.GEN_INDEX or from_indices(n, set()):
+            continue  # generated indices and their arithmetic: exact in float32
         elif not from_int8_conv(n, set()):
             raise GraphNotSupportedError(
                 "compute_data_type INT32 on a pointwise operation is taken in an int8 "
