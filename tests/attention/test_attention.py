@@ -470,25 +470,25 @@ def test_score_mod_subgraph_matches_torch(rng, with_bias):
     assert_close(got[st], torch.logsumexp(s, -1, keepdim=True), torch.float32, _tol_n(c), msg)
 
 
-def _causal_zero(g, ds, zero):
-    """score_mod_bprop of a causal select: the gradient is 0 where the mask held -inf."""
-    row = g.gen_index(input=ds, axis=2)
+def _causal_keep(g, t):
+    """row >= column over t's last two axes, as a boolean graph tensor."""
+    row = g.gen_index(input=t, axis=2)
     row.set_data_type(cudnn.data_type.INT32)
-    col = g.gen_index(input=ds, axis=3)
+    col = g.gen_index(input=t, axis=3)
     col.set_data_type(cudnn.data_type.INT32)
     keep = g.cmp_ge(input=row, comparison=col, compute_data_type=cudnn.data_type.BOOLEAN)
     keep.set_data_type(cudnn.data_type.BOOLEAN)
-    return g.binary_select(input0=ds, input1=zero, mask=keep)
+    return keep
 
 
 def _causal_select(g, s, neg):
-    row = g.gen_index(input=s, axis=2)
-    row.set_data_type(cudnn.data_type.INT32)
-    col = g.gen_index(input=s, axis=3)
-    col.set_data_type(cudnn.data_type.INT32)
-    keep = g.cmp_ge(input=row, comparison=col, compute_data_type=cudnn.data_type.BOOLEAN)
-    keep.set_data_type(cudnn.data_type.BOOLEAN)
-    return g.binary_select(input0=s, input1=neg, mask=keep)
+    """score_mod of a causal mask: S where row >= column, ``neg`` elsewhere."""
+    return g.binary_select(input0=s, input1=neg, mask=_causal_keep(g, s))
+
+
+def _causal_zero(g, ds, zero):
+    """score_mod_bprop of a causal select: the gradient is 0 where the mask held -inf."""
+    return g.binary_select(input0=ds, input1=zero, mask=_causal_keep(g, ds))
 
 
 def test_score_mod_backward_with_its_bprop_matches_autograd(rng):
