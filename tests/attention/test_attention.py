@@ -565,3 +565,47 @@ def test_dropout_with_the_callers_mask_and_scale(rng):
         got = run_reference(g, feeds, grads)
         for t_, n in zip(grads, "qkv"):
             assert_close(got[t_], y[n].grad, c.dtype, _tol_n(c), f"{msg} grad={n}")
+
+
+def test_ragged_interleaved_qkv(rng):
+    """T3HD: Q, K and V interleaved in one packed buffer, each a view at its own start
+    with ragged offsets into the shared rows (the buffer reaches past each view's own
+    elements): attention over the unpacked tensors."""
+    b, h, s, d, lens = 2, 2, 7, 8, (5, 7)
+    c = Case("t3hd", b=b, h_q=h, h_k=h, s_q=s, s_kv=s, d=d, lens=(lens, lens), right=0)
+    x = inputs(rng, c)
+    buf = torch.full((b * s * 3 * h * d,), float("nan"))
+    start = 0
+    for i, n in enumerate(lens):
+        rows = torch.stack([x[m][i, :, :n] for m in "qkv"], 1)  # [h, 3, n, d]
+        buf[start : start + n * 3 * h * d] = rows.permute(2, 1, 0, 3).reshape(-1)
+        start += n * 3 * h * d
+    strides = (s * 3 * h * d, d, 3 * h * d, 1)
+    views = {m: buf.as_strided((b, h, s, d), strides, j * h * d) for j, m in enumerate("qkv")}
+    offs = torch.tensor([0, lens[0] * 3 * h * d, sum(lens) * 3 * h * d]).reshape(-1, 1, 1, 1)
+    g = cudnn.pygraph()
+    t = {m: g.tensor([b, h, s, d], list(strides), cudnn.data_type.FLOAT, name=m) for m in "qkv"}
+    feeds = {t[m]: views[m] for m in "qkv"}
+    for m in "qkv":
+        ot = g.tensor_like(offs, name=f"{m}_off")
+        t[m].set_ragged_offset(ot)
+        feeds[ot] = offs
+    lq = g.tensor_like(x["seq_len_q"], name="lq")
+    lkv = g.tensor_like(x["seq_len_kv"], name="lkv")
+    feeds.update({lq: x["seq_len_q"], lkv: x["seq_len_kv"]})
+    o, _ = g.sdpa(
+        t["q"],
+        t["k"],
+        t["v"],
+        attn_scale=c.scale,
+        use_padding_mask=True,
+        seq_len_q=lq,
+        seq_len_kv=lkv,
+        diagonal_band_right_bound=0,
+        generate_stats=False,
+    )
+    o.set_output(True)
+    got = run_reference(g, feeds, [o])
+    y = _f64(x)
+    want = torch_sdpa(y["q"], y["k"], y["v"], expected_keep(c), c.scale)[0]
+    assert_close(got[o], want, torch.float32, _tol_n(c), f"seed={rng.seed}")

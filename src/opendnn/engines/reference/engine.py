@@ -454,7 +454,9 @@ def _ragged_layouts(g, buffers) -> dict:
             if r.startswith("PAGE_TABLE_"):  # a packed table: the pages each batch's keys use
                 block = g.tensors[n.inputs[r[-1]]].dims[2]
                 lens = np.minimum(-(-lens // block), d.dims[2])
-            size = as_tensor(buffers[uid]).numel()
+            buf = as_tensor(buffers[uid])  # the memory from the buffer's start on (a view
+            # into an interleaved Q / K / V buffer reaches past its own elements)
+            size = buf.untyped_storage().nbytes() // buf.element_size() - buf.storage_offset()
             h_, s_, d_ = d.dims[1:]
             for b in range(d.dims[0]):
                 last = off[b] + (h_ - 1) * d.strides[1] + (d_ - 1) * d.strides[3]
