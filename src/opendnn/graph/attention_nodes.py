@@ -31,6 +31,14 @@ from ..errors import Status
 from .nodes import NODE_TYPES, Node
 
 IO_TYPES = (DataType.HALF, DataType.BFLOAT16, DataType.FLOAT)
+
+
+def paged_length(node, pages: int, block: int) -> int:
+    """The logical key count of a paged cache: the node's paged_max_seq_len_kv, else
+    every page of the table full (pages x block_size)."""
+    return node.paged_max_seq_len_kv or pages * block
+
+
 INTEGER = (DataType.INT32, DataType.INT64)
 MAX_HEAD_DIM = 1024  # above 256 the reference engine computes (the kernels' tiles stop there)
 
@@ -365,7 +373,7 @@ class Sdpa(_SdpaBase):
         if not self.paged:
             return t
         table = desc(self.inputs[f"PAGE_TABLE_{role}"])
-        s_kv = self.paged_max_seq_len_kv or table.dims[2] * t.dims[2]
+        s_kv = paged_length(self, table.dims[2], t.dims[2])
         dims = (q.dims[0], t.dims[1], s_kv, t.dims[3])
         return dataclasses.replace(t, dims=dims, strides=(0, 0, 0, 1))
 
@@ -541,7 +549,7 @@ class SdpaScores(Node):
     def _s_kv(self, k_dims, table_dims) -> int:
         if table_dims is None:
             return k_dims[2]
-        return self.paged_max_seq_len_kv or table_dims[2] * k_dims[2]
+        return paged_length(self, table_dims[2], k_dims[2])
 
     def infer_properties(self, ctx) -> None:
         q, k = self.inputs["Q"], self.inputs["K"]

@@ -75,7 +75,6 @@ class AttentionBuilderMixin:
         left_bound,
         right_bound,
         dropout,
-        rng_dump,
     ) -> dict:
         """Adds the optional inputs to ``ins``; returns the node's attributes."""
         diagonal_alignment = as_enum(
@@ -251,7 +250,6 @@ class AttentionBuilderMixin:
             diagonal_band_left_bound,
             diagonal_band_right_bound,
             dropout,
-            rng_dump,
         )
         if sink_token is not None:
             ins["SINK_TOKEN"] = self._check_tensor(sink_token, op, "sink_token")
@@ -401,7 +399,6 @@ class AttentionBuilderMixin:
             diagonal_band_left_bound,
             diagonal_band_right_bound,
             dropout,
-            rng_dump,
         )
         if score_mod is not None:  # S' = score_mod(S), as the forward's
             self._score_mod(op, ins, attrs, score_mod, None)

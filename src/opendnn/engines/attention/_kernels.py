@@ -192,12 +192,15 @@ def keep_expr(p: Problem, m: str, n: str) -> str:
     return keep
 
 
-def dropout_setup(p: Problem, I: str) -> list[str]:
+def rng_setup(p: Problem, I: str) -> list[str]:
+    """Lines setting ``seed`` and ``doff`` (the Philox key and counter base)."""
     seed = "SEED" if p.seed_host else "tl.load(SEED)"
     off = "OFFSET" if p.offset_host else "tl.load(OFFSET)"
-    return [
-        f"{I}seed = {seed}.to(tl.int64)",
-        f"{I}doff = {off}.to(tl.int64)",
+    return [f"{I}seed = {seed}.to(tl.int64)", f"{I}doff = {off}.to(tl.int64)"]
+
+
+def dropout_setup(p: Problem, I: str) -> list[str]:
+    return rng_setup(p, I) + [
         f"{I}keep_scale = {1.0 / (1.0 - p.p_drop)!r}",
         f"{I}bh64 = (b * {p.H} + h).to(tl.int64)",
     ]
@@ -447,7 +450,7 @@ def dump_source(name: str, p: Problem, st: tuple, out_dtype) -> str:
         f"{I}idx = tl.program_id(0).to(tl.int64) * {DUMP_BLOCK} + tl.arange(0, {DUMP_BLOCK})",
         f"{I}live = idx < {total}",
     ]
-    L += [ln for ln in dropout_setup(p, I) if "seed" in ln or "doff" in ln]
+    L += rng_setup(p, I)
     L += [
         f"{I}u0, u1, u2, u3 = _philox4_uniform(seed, doff + (idx >> 2))",
         f"{I}sel = idx & 3",

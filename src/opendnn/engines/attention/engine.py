@@ -45,6 +45,7 @@ import torch
 
 from ...enums import BehaviorNote, DataType, DiagonalAlignment, NumericalNote
 from ...errors import BadParamError, Status
+from ...graph.attention_nodes import paged_length
 from ...runtime.launch import LaunchList, kernel_from_source
 from ..base import SUPPORTED, Engine, EngineConfig, Executable, Knob, Support, Target, decline
 from . import _bwd_kernels as KB
@@ -359,7 +360,7 @@ def _problem(graph) -> K.Problem:
     s_kv, paged = k.dims[2], None
     if n.kind == "sdpa" and n.paged:  # K / V are containers [blocks, H, block_size, D]
         tk, tv = t["PAGE_TABLE_K"], t["PAGE_TABLE_V"]
-        s_kv = n.paged_max_seq_len_kv or tk.dims[2] * k.dims[2]
+        s_kv = paged_length(n, tk.dims[2], k.dims[2])
         paged = (
             k.dims[2],
             v.dims[2],

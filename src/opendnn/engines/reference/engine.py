@@ -13,6 +13,7 @@ import torch
 
 from ...enums import DataType
 from ...errors import BadParamError, InternalError, Status
+from ...graph.attention_nodes import paged_length
 from ...ops import batchnorm, conv, layout, matmul, pointwise, pool, reduction, softmax, stats
 from ...ops import dropout as dropout_ref
 from ...ops import lrn as lrn_ref
@@ -268,18 +269,15 @@ def _attention(n, graph, get) -> dict:
     if n.kind == "sdpa_scores":
         return {n.outputs["S"]: _sdpa_scores(n, get)}
     if n.kind == "sdpa_scores_backward":
-        scale = (
-            float(get(n.inputs["ATTN_SCALE"]).reshape(-1)[0]) if "ATTN_SCALE" in n.inputs else 1.0
-        )
         dq, dk = attention.scores_backward(
-            get(n.inputs["DS"]), get(n.inputs["Q"]), get(n.inputs["K"]), scale
+            get(n.inputs["DS"]), get(n.inputs["Q"]), get(n.inputs["K"]), _attn_scale(n, get)
         )
         return {n.outputs["DQ"]: dq, n.outputs["DK"]: dk}
     q, k, v = (get(n.inputs[r]) for r in ("Q", "K", "V"))
     b, h_q, s_q, _ = q.shape
     if n.kind == "sdpa" and n.paged:  # K / V from their paged caches
         tables = [get(n.inputs[r]) for r in ("PAGE_TABLE_K", "PAGE_TABLE_V")]
-        s_kv = n.paged_max_seq_len_kv or tables[0].shape[2] * k.shape[2]
+        s_kv = paged_length(n, tables[0].shape[2], k.shape[2])
         for name, c, tab in (("K", k, tables[0]), ("V", v, tables[1])):
             used = tab[:, 0, : -(-s_kv // c.shape[2]), 0]  # the pages s_kv keys reach
             bad = used[(used < 0) | (used >= c.shape[0])]
@@ -324,7 +322,7 @@ def _attention(n, graph, get) -> dict:
         q, k, v = q.copy(), k.copy(), v.copy()
         for i, (lq, lkv) in enumerate(zip(lengths["SEQ_LEN_Q"], lengths["SEQ_LEN_KV"])):
             q[i, :, lq:], k[i, :, lkv:], v[i, :, lkv:] = 0.0, 0.0, 0.0
-    scale = float(get(n.inputs["ATTN_SCALE"]).reshape(-1)[0]) if "ATTN_SCALE" in n.inputs else 1.0
+    scale = _attn_scale(n, get)
     bias = get(n.inputs["BIAS"]) if "BIAS" in n.inputs else None
     bias_shape = None if bias is None else bias.shape
     if n.use_alibi_mask:  # a constant added to S: dS, hence dBias, are unchanged
@@ -394,6 +392,11 @@ def _attention(n, graph, get) -> dict:
     return out
 
 
+def _attn_scale(n, get) -> float:
+    """An attention node's ATTN_SCALE (pass-by-value or not); 1 without one."""
+    return float(get(n.inputs["ATTN_SCALE"]).reshape(-1)[0]) if "ATTN_SCALE" in n.inputs else 1.0
+
+
 def _sdpa_scores(n, get) -> np.ndarray:
     """S = scale Q K^T (+ bias) (+ ALiBi) of an sdpa_scores node (K paged or not)."""
     from ...ops import attention
@@ -401,8 +404,8 @@ def _sdpa_scores(n, get) -> np.ndarray:
     q, k = get(n.inputs["Q"]), get(n.inputs["K"])
     if "PAGE_TABLE_K" in n.inputs:
         table = get(n.inputs["PAGE_TABLE_K"])
-        k = attention.paged_gather(k, table, n.paged_max_seq_len_kv or table.shape[2] * k.shape[2])
-    scale = float(get(n.inputs["ATTN_SCALE"]).reshape(-1)[0]) if "ATTN_SCALE" in n.inputs else 1.0
+        k = attention.paged_gather(k, table, paged_length(n, table.shape[2], k.shape[2]))
+    scale = _attn_scale(n, get)
     bias = get(n.inputs["BIAS"]) if "BIAS" in n.inputs else None
     s = attention.scores(q, k, scale, bias)
     if n.use_alibi_mask:
