@@ -3,7 +3,7 @@ machine: passed / failed / skipped / errors per test file, each side.
 
     python bench/conformance/cudnn_frontend.py --tests DIR [--side opendnn|cudnn|both]
         [--files test_conv_bias.py,...] [--sample test_mhas.py=2000 ...] [--seed 0]
-        [--exclude fp8] [--shard K/N] [--deps DIR] [--timeout 1800] [--out OUT]
+        [--exclude fp8] [--shard K/N] [--jobs J] [--deps DIR] [--timeout 1800] [--out OUT]
 
 DIR is cudnn-frontend's ``test/python`` folder, laid out at run time in an ignored folder
 (``.conformance/``) from the public repository (github.com/NVIDIA/cudnn-frontend) -- the
@@ -18,8 +18,10 @@ sample of N of FILE's collected cases, the same node ids on both sides (the SDPA
 hold tens of thousands), drawn from the ids containing none of the ``--exclude``
 strings; ``--shard K/N`` runs every N-th of them from the K-th (a sample too long for
 one sitting runs in N). Each (side, file) runs as its own pytest process with a
-timeout; the table goes to stdout and the counts, with every failing node id and the
-first line of its message, to OUT/conformance.json (rewritten after each file).
+timeout; ``--jobs J`` runs J of those processes at once, a sample split into J parts
+per side (the GPU is shared: the suite's time is mostly host work -- kernel compiles,
+reference math). The table goes to stdout and the counts, with every failing node id and
+the head of its message, to OUT/conformance.json (rewritten after each file).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ import random
 import subprocess
 import sys
 import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,7 +81,8 @@ def _log(node, outcome, report):
     else:
         msg = str(report.longrepr or "")
     with open(path, "a") as f:
-        f.write(json.dumps([node, outcome, msg.strip().splitlines()[0][:300] if msg else ""]) + "\\n")
+        head = " | ".join(ln.strip() for ln in msg.strip().splitlines()[:4]) if msg else ""
+        f.write(json.dumps([node, outcome, head[:400]]) + "\\n")
 
 
 def pytest_runtest_logreport(report):
@@ -160,6 +165,27 @@ def run_file(tests: Path, name: str, env: dict, timeout: int, ids: list | None) 
     return {**counts, "failures": failures, "skips": skips, "outcomes": outcomes, **result}
 
 
+def merge(runs: list[dict]) -> dict:
+    """One (side, file) result from the results of its parts."""
+    if len(runs) == 1:
+        return runs[0]
+    got = [r for r in runs if "no_report" not in r]
+    if not got:
+        return runs[0]
+    out: dict = {k: sum(r[k] for r in got) for k in ("passed", "failed", "skipped", "errors")}
+    out["failures"] = [f for r in got for f in r["failures"]]
+    out["skips"], out["outcomes"] = {}, {}
+    for r in got:
+        out["outcomes"].update(r["outcomes"])
+        for k, v in r["skips"].items():
+            out["skips"][k] = out["skips"].get(k, 0) + v
+    if any("timeout" in r for r in got):
+        out["timeout"] = max(r.get("timeout", 0) for r in got)
+    if len(got) < len(runs):
+        out["parts_without_report"] = len(runs) - len(got)
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tests", help="cudnn-frontend's test/python folder")
@@ -179,6 +205,9 @@ def main(argv=None) -> int:
     )
     ap.add_argument(
         "--shard", default="1/1", help="K/N: run the K-th of N equal parts of each sample"
+    )
+    ap.add_argument(
+        "--jobs", type=int, default=1, help="pytest processes at once (a sample split in J)"
     )
     ap.add_argument("--deps", default=None, help="a folder prepended to both sides' path")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per (side, file)")
@@ -205,30 +234,47 @@ def main(argv=None) -> int:
     results: dict = {}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    for name in files:
+    pool = ThreadPoolExecutor(max(1, args.jobs))
+    lock = threading.Lock()
+
+    def one(name: str) -> None:
         # the sides name some cases differently (pytest ids of their own enum objects),
         # so cases are matched by their place in the collection order, the same on both
-        every = {side: collect(tests, name, envs[side]) for side in sides}
+        every = dict(zip(sides, pool.map(lambda s: collect(tests, name, envs[s]), sides)))
         if len({len(v) for v in every.values()}) > 1:
             print(f"{name}: the sides collect {[len(v) for v in every.values()]} cases")
         first = every[sides[0]]
         places = [i for i, n in enumerate(first) if not any(x in n for x in args.exclude)]
+        sampled = name in samples or bool(args.exclude)
         if name in samples:  # the same cases on both sides
             places = sorted(
                 random.Random(args.seed).sample(places, min(samples[name], len(places)))
             )
             k, n = map(int, args.shard.split("/"))
             places = places[k - 1 :: n]
+        parts = max(1, args.jobs // len(sides)) if sampled else 1
+        tasks = []
         for side in sides:
             ids = [every[side][i] for i in places if i < len(every[side])]
-            sampled = name in samples or args.exclude
-            r = run_file(tests, name, envs[side], args.timeout, ids if sampled else None)
+            for j in range(parts):
+                tasks.append((side, ids[j::parts] if sampled else None))
+        runs = list(
+            pool.map(lambda t: run_file(tests, name, envs[t[0]], args.timeout, t[1]), tasks)
+        )
+        for side in sides:
+            r = merge([run for (s, _), run in zip(tasks, runs) if s == side])
             place = {n: i for i, n in enumerate(every[side])}
             r["outcomes"] = {str(place.get(n, n)): o for n, o in r.get("outcomes", {}).items()}
-            results.setdefault(name, {})[side] = r
-            print(f"{name:44s} {side:8s} {_fmt(r)}", flush=True)
-            # rewritten after every file: a run cut short keeps what it finished
+            r["failures"] = [[str(place.get(n, n)), n, m] for n, m in r.get("failures", [])]
+            with lock:
+                results.setdefault(name, {})[side] = r
+                print(f"{name:44s} {side:8s} {_fmt(r)}", flush=True)
+        with lock:  # rewritten after every file: a run cut short keeps what it finished
             (out / "conformance.json").write_text(json.dumps(results, indent=1))
+
+    # files run side by side; the pool above bounds the pytest processes at J
+    with ThreadPoolExecutor(max(1, args.jobs)) as files_pool:
+        list(files_pool.map(one, files))
     report(results)
     return 0
 

@@ -183,6 +183,19 @@ PAGED_GPU = [
         right=0,
         dtype=torch.float16,
     ),
+    Case(
+        "paged64_packed_tables",
+        b=3,
+        h_q=4,
+        h_k=1,
+        s_q=33,
+        s_kv=400,
+        d=128,
+        paged=64,
+        lens=((33, 7, 20), (400, 65, 130)),
+        packed_tables=True,
+        dtype=B16,
+    ),
 ]
 
 
@@ -569,3 +582,34 @@ def test_sink_against_reference(rng, c):
     do = rng.rand((c.b, c.h_q, c.s_q, c.dv), c.dtype).cuda()
     g, feeds, outs = backward_graph(c, x, got[outs[0]], got[outs[1]], do)
     check_engine(g, feeds, outs, AttentionEngine.id, n=c.s_q + c.s_kv, allow_nan=c.ragged)
+
+
+BLOCK_GPU = [
+    Case("block_mask_gqa_d128", b=2, h_q=4, h_k=2, s_q=300, s_kv=700, d=128, block_mask=True),
+    Case(
+        "block_mask_padding_causal_d64",
+        b=2,
+        h_q=2,
+        h_k=2,
+        s_q=520,
+        s_kv=520,
+        d=64,
+        lens=((520, 131), (200, 520)),
+        right=0,
+        block_mask=True,
+        dtype=torch.float16,
+    ),
+]
+
+
+@pytest.mark.parametrize("c", BLOCK_GPU, ids=[c.id for c in BLOCK_GPU])
+def test_block_mask_against_reference(rng, c):
+    """Block masks (a bit per 128 x 128 tile) on the GPU: the engine's plan against the
+    reference on the same buffers (forward; cuDNN has no block-mask backward)."""
+    from _util import check_engine
+
+    from opendnn.engines.attention.engine import AttentionEngine
+
+    x = {n: t.cuda() for n, t in inputs(rng, c).items()}
+    g, feeds, outs = forward_graph(c, x)
+    check_engine(g, feeds, outs, AttentionEngine.id, n=c.s_kv)

@@ -1,6 +1,7 @@
 """The cudnn-frontend conformance runner (bench/conformance/cudnn_frontend.py) on a small
 stand-in suite: per-file counts from the outcomes each test logs, the re-export-only shim,
-the seeded sample and a file cut by its timeout keeping what it reached."""
+the seeded sample (split over parallel processes or not) and a file cut by its timeout
+keeping what it reached."""
 
 from __future__ import annotations
 
@@ -60,7 +61,9 @@ def test_counts_and_a_file_cut_by_its_timeout(tmp_path):
     r = _run(tmp_path, "--timeout", "15")
     assert r["timeout"] == 15  # cut in test_slow[2]; the outcomes before it are kept
     assert (r["passed"], r["failed"], r["skipped"], r["errors"]) == (3, 1, 1, 0)
-    assert r["failures"] == [["test_stand_in.py::test_fails", "AssertionError: one is not two"]]
+    [(place, node, msg)] = r["failures"]  # its place in the collection order, id, message
+    assert (place, node) == ("1", "test_stand_in.py::test_fails")
+    assert msg.startswith("AssertionError: one is not two | assert 1 == 2")
 
 
 def test_seeded_sample(tmp_path):
@@ -70,3 +73,13 @@ def test_seeded_sample(tmp_path):
     assert {k: v for k, v in again.items() if k != "tail"} == {
         k: v for k, v in r.items() if k != "tail"
     }
+
+
+def test_a_sample_split_over_jobs_merges_to_the_same_result(tmp_path):
+    sample = ["--sample", "test_stand_in.py=4", "--exclude", "slow[2]", "--timeout", "60"]
+    one = _run(tmp_path, *sample)
+    two = _run(tmp_path, *sample, "--jobs", "4")  # two parts on the one side
+    assert (one["passed"], one["failed"], one["skipped"]) == (3, 1, 0)
+    for key in ("passed", "failed", "skipped", "errors", "outcomes", "skips"):
+        assert two[key] == one[key], key
+    assert sorted(two["failures"]) == sorted(one["failures"])
