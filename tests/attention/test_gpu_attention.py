@@ -585,7 +585,17 @@ def test_sink_against_reference(rng, c):
 
 
 BLOCK_GPU = [
-    Case("block_mask_gqa_d128", b=2, h_q=4, h_k=2, s_q=300, s_kv=700, d=128, block_mask=True),
+    Case(
+        "block_mask_gqa_d128",
+        b=2,
+        h_q=4,
+        h_k=2,
+        s_q=300,
+        s_kv=700,
+        d=128,
+        block_mask=True,
+        dtype=B16,
+    ),
     Case(
         "block_mask_padding_causal_d64",
         b=2,
