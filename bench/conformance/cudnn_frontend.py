@@ -51,15 +51,22 @@ SHIM = (
     "    _sys.modules[__name__ + '.' + _m] = _sys.modules['opendnn.frontend.' + _m]\n"
     "experimental = _sys.modules['opendnn.frontend.experimental']\n"
 )
-# a pytest plugin keeping only the node ids listed in $CONFORMANCE_IDS (the sample) and
-# appending each test's outcome to $CONFORMANCE_LOG as it finishes (a file cut short by its
-# timeout keeps the outcomes it reached)
+# a pytest plugin keeping only the node ids listed in $CONFORMANCE_IDS (the sample),
+# seeding Python's, NumPy's and torch's generators before each case from its place in the
+# collection and $CONFORMANCE_SEED, and appending each test's outcome to $CONFORMANCE_LOG
+# as it finishes (a file cut short by its timeout keeps the outcomes it reached)
 SAMPLE_PLUGIN = """
 import json
 import os
+import random
+import sys
+
+
+_PLACE = {}
 
 
 def pytest_collection_modifyitems(config, items):
+    _PLACE.update((item.nodeid, i) for i, item in enumerate(items))
     path = os.environ.get("CONFORMANCE_IDS")
     if not path:
         return
@@ -83,6 +90,22 @@ def _log(node, outcome, report):
     with open(path, "a") as f:
         head = " | ".join(ln.strip() for ln in msg.strip().splitlines()[:4]) if msg else ""
         f.write(json.dumps([node, outcome, head[:400]]) + "\\n")
+
+
+def pytest_runtest_setup(item):
+    # the suite draws shapes from the unseeded global generators: each case is seeded
+    # from its place in the collection, so both sides (and every rerun) draw the same
+    seed = int(os.environ.get("CONFORMANCE_SEED", "0")) * 1_000_003 + _PLACE.get(item.nodeid, 0)
+    random.seed(seed)
+    try:
+        import numpy
+
+        numpy.random.seed(seed % 2**32)
+    except ImportError:
+        pass
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.manual_seed(seed)
 
 
 def pytest_runtest_logreport(report):
@@ -131,12 +154,14 @@ def collect(tests: Path, name: str, env: dict) -> list[str]:
     return [ln for ln in out.stdout.splitlines() if "::" in ln]
 
 
-def run_file(tests: Path, name: str, env: dict, timeout: int, ids: list | None) -> dict:
+def run_file(
+    tests: Path, name: str, env: dict, timeout: int, ids: list | None, seed: int = 0
+) -> dict:
     """One pytest process over FILE: its counts and failures, from the outcomes the
     plugin logged (those reached before the timeout, if it struck)."""
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "outcomes.jsonl"
-        env = {**env, "CONFORMANCE_LOG": str(log)}
+        env = {**env, "CONFORMANCE_LOG": str(log), "CONFORMANCE_SEED": str(seed)}
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
         cmd += ["-p", "conformance_sample", name]
         if ids is not None:
@@ -259,7 +284,9 @@ def main(argv=None) -> int:
             for j in range(parts):
                 tasks.append((side, ids[j::parts] if sampled else None))
         runs = list(
-            pool.map(lambda t: run_file(tests, name, envs[t[0]], args.timeout, t[1]), tasks)
+            pool.map(
+                lambda t: run_file(tests, name, envs[t[0]], args.timeout, t[1], args.seed), tasks
+            )
         )
         for side in sides:
             r = merge([run for (s, _), run in zip(tasks, runs) if s == side])

@@ -1124,3 +1124,49 @@ def test_gemm_columns_every_config(shape, dt, monkeypatch):
             g.execute({**pack, y: out}, ws)
             torch.cuda.synchronize()
             assert _relerr(out, ref) < (3e-3 if dt == torch.float32 else TOL[dt]), cfg.label()
+
+
+# geometries that differ per spatial dimension (filter, stride, padding, dilation), 2-D
+# and 3-D NHWC, from cudnn-frontend's conv fuzzer: (N, C, K, image, filter, pad, stride,
+# dilation, dtype)
+RECT = [
+    (4, 256, 88, (8, 104), (5, 7), (1, 1), (2, 1), (2, 2), torch.float16),
+    (1, 144, 56, (56, 32), (7, 3), (3, 0), (1, 2), (1, 1), torch.bfloat16),
+    (4, 104, 16, (16, 16), (5, 3), (2, 0), (3, 1), (1, 1), torch.float32),
+    (2, 128, 256, (16, 40, 8), (5, 1, 7), (1, 0, 0), (3, 3, 3), (1, 1, 1), torch.float32),
+    (8, 8, 8, (32, 16, 104), (7, 3, 1), (1, 1, 0), (1, 3, 1), (1, 2, 2), torch.bfloat16),
+]
+
+
+@pytest.mark.parametrize("case", RECT, ids=lambda c: "x".join(map(str, c[4])) + f"_s{c[6]}")
+@pytest.mark.parametrize("kind,engine", [("fprop", 3), ("fprop", 6), ("fprop", 11), ("wgrad", 12)])
+def test_rectangular_geometries(case, kind, engine):
+    """Per-dimension filters, strides, paddings and dilations through the implicit and
+    explicit GEMMs (the explicit GEMM's im2col kernel miscompiled on sm_90 with its
+    index split in int64)."""
+    n, c, k, img, flt, pad, st, dil, dt = case
+    cl = torch.channels_last if len(img) == 2 else torch.channels_last_3d
+    conv = F.conv2d if len(img) == 2 else F.conv3d
+    x = torch.randint(-3, 4, (n, c, *img), device="cuda").to(dt).to(memory_format=cl)
+    w = torch.randint(-3, 4, (k, c, *flt), device="cuda").to(dt).to(memory_format=cl)
+    ref = conv(x.double(), w.double(), stride=st, padding=pad, dilation=dil)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tx = g.tensor_like(x)
+    opts = dict(padding=list(pad), stride=list(st), dilation=list(dil))
+    if kind == "fprop":
+        tw = g.tensor_like(w)
+        y = g.conv_fprop(tx, tw, **opts)
+        y.set_output(True)
+        feeds, want = {tx: x, tw: w}, ref
+    else:
+        dy = torch.randint(-3, 4, ref.shape, device="cuda").to(dt).to(memory_format=cl)
+        xd, wd = x.double().requires_grad_(), w.double().requires_grad_()
+        conv(xd, wd, stride=st, padding=pad, dilation=dil).backward(dy.double())
+        tdy = g.tensor_like(dy)
+        y = g.conv_wgrad(tx, tdy, **opts)
+        y.set_output(True).set_dim(list(w.shape)).set_stride(list(w.stride()))
+        feeds, want = {tx: x, tdy: dy}, wd.grad
+    g.validate()
+    out = _empty(y)
+    _run(g, feeds, {y: out}, engine)
+    assert _relerr(out, want) < TOL[dt]

@@ -48,9 +48,9 @@ def _runner():
     return mod
 
 
-def _run(tmp_path, *extra):
+def _run(tmp_path, *extra, suite=SUITE):
     (tmp_path / "suite").mkdir(exist_ok=True)
-    (tmp_path / "suite" / "test_stand_in.py").write_text(SUITE)
+    (tmp_path / "suite" / "test_stand_in.py").write_text(suite)
     out = tmp_path / "out"
     args = ["--tests", str(tmp_path / "suite"), "--side", "opendnn", "--out", str(out)]
     assert _runner().main(args + list(extra)) == 0
@@ -83,3 +83,31 @@ def test_a_sample_split_over_jobs_merges_to_the_same_result(tmp_path):
     for key in ("passed", "failed", "skipped", "errors", "outcomes", "skips"):
         assert two[key] == one[key], key
     assert sorted(two["failures"]) == sorted(one["failures"])
+
+
+DRAWS = """
+import os
+import random
+
+import pytest
+
+
+@pytest.mark.parametrize("i", range(4))
+def test_draw(i):
+    with open(os.environ["DRAWS"], "a") as f:
+        f.write(f"{i} {random.random()}\\n")
+"""
+
+
+def test_every_case_draws_the_same_whatever_ran_before_it(tmp_path, monkeypatch):
+    """The suite's unseeded random draws are seeded per case from its collection place:
+    a case draws the same in the whole file and in a sample without its predecessors."""
+    runs = []
+    for extra in ([], ["--sample", "test_stand_in.py=2"]):
+        log = tmp_path / f"draws{len(runs)}"
+        monkeypatch.setenv("DRAWS", str(log))
+        _run(tmp_path, *extra, "--seed", "0", suite=DRAWS)
+        runs.append(dict(line.split() for line in log.read_text().splitlines()))
+    whole, sample = runs
+    assert len(whole) == 4 and len(set(whole.values())) == 4
+    assert len(sample) == 2 and all(whole[i] == v for i, v in sample.items())

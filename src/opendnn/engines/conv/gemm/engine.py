@@ -86,6 +86,8 @@ def plan_gemm(graph) -> GemmPlan | str:
         and _uniform(geo.in_dims, a.x.strides[2:]) is not None
     )
     p = math.prod(geo.out_dims)
+    if not direct and geo.n * geo.groups * p >= 2**31:
+        return "the im2col matrix's rows (n, g, pixel) are indexed in int32: 2**31 or more"
     if direct:
         xs = a.x.strides
         a_rows = _rows(xs[0] if geo.n > 1 else 0, _uniform(geo.in_dims, xs[2:]), p)
@@ -393,10 +395,15 @@ def _im2col_source(gp: GemmPlan, transposed: bool = False):
     xs = a.x.strides
     name = f"im2col{'_t' if transposed else ''}_{abs(hash((geo, gp.order))) % 10**12}"
     ind = "    "
+    # The row and column indices are split into (n, g, pixel) and (channel, tap) in
+    # int32 (the plan declines 2**31 rows or more) and widened to int64 only where they
+    # address memory: Triton 3.6 compiles this chain of int64 divisions and remainders
+    # by constants wrongly for sm_90 (the interpreter gets it right), e.g. a 5x3 filter
+    # at stride (3, 1) read the wrong taps.
     L = [
         "@triton.jit",
         f"def {name}(X, COL, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):",
-        f"{ind}rr = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)",
+        f"{ind}rr = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)",
         f"{ind}kk = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)",
         f"{ind}mask_r = rr < {rows}",
         f"{ind}mask_k = kk < {kgemm}",
@@ -407,7 +414,7 @@ def _im2col_source(gp: GemmPlan, transposed: bool = False):
     L.append(f"{ind}_q = rr")
     for nm, sz in zip(reversed(names[1:]), reversed(sizes[1:])):
         L += [f"{ind}{nm} = _q % {sz}", f"{ind}_q = _q // {sz}"]
-    L.append(f"{ind}nb = _q")
+    L.append(f"{ind}nb = _q.to(tl.int64)")
     if gp.order == "ct":
         L += [f"{ind}c = kk // {taps}", f"{ind}t = kk % {taps}"]
     else:
@@ -418,7 +425,7 @@ def _im2col_source(gp: GemmPlan, transposed: bool = False):
         L += [f"{ind}{rn[i]} = _qt % {geo.filt[i]}", f"{ind}_qt = _qt // {geo.filt[i]}"]
     L.append(f"{ind}{rn[0]} = _qt")
     valid = ["mask_r[:, None] & mask_k[None, :]"]
-    off = [f"(nb * {xs[0]} + gg * {cg * xs[1]})[:, None]", f"(c * {xs[1]})[None, :]"]
+    off = [f"(nb * {xs[0]} + gg * {cg * xs[1]})[:, None]", f"(c.to(tl.int64) * {xs[1]})[None, :]"]
     for i in range(d):
         fr = f"({geo.filt[i] - 1} - {rn[i]})" if geo.flip else rn[i]
         L.append(
@@ -426,12 +433,12 @@ def _im2col_source(gp: GemmPlan, transposed: bool = False):
             f"({fr} * {geo.dilation[i]})[None, :]"
         )
         valid.append(f"(h{i} >= 0) & (h{i} < {geo.in_dims[i]})")
-        off.append(f"h{i} * {xs[2 + i]}")
+        off.append(f"h{i}.to(tl.int64) * {xs[2 + i]}")
     L.append(f"{ind}v = tl.load(X + {' + '.join(off)}, mask={' & '.join(valid)}, other=0.0)")
     col = (
-        f"kk[None, :] * {rows} + rr[:, None]"
+        f"kk[None, :].to(tl.int64) * {rows} + rr[:, None]"
         if transposed
-        else f"rr[:, None] * {kgemm} + kk[None, :]"
+        else f"rr[:, None].to(tl.int64) * {kgemm} + kk[None, :]"
     )
     L.append(f"{ind}tl.store(COL + {col}, v, mask=mask_r[:, None] & mask_k[None, :])")
     src = "\n".join(L) + "\n"

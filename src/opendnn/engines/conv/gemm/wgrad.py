@@ -51,6 +51,8 @@ def plan_wgrad(graph) -> tuple | str:
     if a.ep.inputs:
         return "the GEMM backward filter's epilogue takes host scalars only"
     taps, cg = math.prod(geo.filt), geo.c_per_group
+    if geo.n * math.prod(geo.out_dims) >= 2**31:
+        return "the im2col matrix's rows (n, pixel) are indexed in int32: 2**31 or more"
     ws = a.w.strides  # dW's strides
     tap_stride = _uniform(geo.filt, ws[2:]) if taps > 1 else 0
     if taps == 1:
@@ -197,13 +199,16 @@ def _dyt_source(wp: WgradPlan, offset: int):
     src = (
         "@triton.jit\n"
         f"def {name}(DY, WS, BLOCK_K: tl.constexpr, BLOCK_Q: tl.constexpr):\n"
-        "    qq = (tl.program_id(0) * BLOCK_Q + tl.arange(0, BLOCK_Q)).to(tl.int64)\n"
+        # (n, pixel) split in int32, widened to address (see engine._im2col_source)
+        "    qq = tl.program_id(0) * BLOCK_Q + tl.arange(0, BLOCK_Q)\n"
         "    kk = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)\n"
         f"    mask = (kk < {kt})[:, None] & (qq < {q})[None, :]\n"
-        f"    src = (qq // {pixels} * {ds[0]} + qq % {pixels} * {wp.pixel_stride})[None, :]"
-        f" + (kk * {ds[1]})[:, None]\n"
+        f"    src = ((qq // {pixels}).to(tl.int64) * {ds[0]}"
+        f" + (qq % {pixels}).to(tl.int64) * {wp.pixel_stride})[None, :]"
+        f" + (kk.to(tl.int64) * {ds[1]})[:, None]\n"
         "    v = tl.load(DY + src, mask=mask)\n"
-        f"    tl.store(WS + {offset} + kk[:, None].to(tl.int64) * {q} + qq[None, :], v, mask=mask)\n"
+        f"    tl.store(WS + {offset} + kk[:, None].to(tl.int64) * {q} + qq[None, :].to(tl.int64),"
+        " v, mask=mask)\n"
     )
     bk, bq = 32, 128
     return src, name, (-(-q // bq), -(-kt // bk)), {"BLOCK_K": bk, "BLOCK_Q": bq, "num_warps": 4}
