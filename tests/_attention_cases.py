@@ -98,6 +98,8 @@ CASES = [
     Case("zero_scale_causal", scale=0.0, s_q=20, s_kv=37, right=0),
     Case("fp16", dtype=torch.float16, right=0),
     Case("bf16", dtype=torch.bfloat16, s_q=9, s_kv=13, align=BR, right=0, bias="1h"),
+    Case("window_only_br", h_q=6, h_k=2, s_q=9, s_kv=140, align=BR, left=33),
+    Case("window_only_tl_rows_past_keys", s_q=30, s_kv=7, left=2),
     Case("alibi", h_q=6, h_k=3, right=0, alibi=True),  # 6 heads: 4 slopes + 2 more
     Case("alibi_padding_br", lens=((17, 9), (12, 17)), align=BR, right=0, alibi=True),
     Case("alibi_bias_rect", s_q=9, s_kv=13, bias="1h", alibi=True),

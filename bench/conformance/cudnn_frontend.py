@@ -87,9 +87,14 @@ def _log(node, outcome, report):
         msg = str(report.longrepr[-1])
     else:
         msg = str(report.longrepr or "")
+    head = " | ".join(ln.strip() for ln in msg.strip().splitlines()[:4]) if msg else ""
+    if outcome in ("failed", "errors"):  # the test's own last printed line (a repro)
+        out = [t for n, t in getattr(report, "sections", []) if "stdout" in n]
+        lines = [ln for ln in "".join(out).splitlines() if ln.strip(" =")]
+        if lines:
+            head = lines[-1].strip()[:300] + " || " + head
     with open(path, "a") as f:
-        head = " | ".join(ln.strip() for ln in msg.strip().splitlines()[:4]) if msg else ""
-        f.write(json.dumps([node, outcome, head[:400]]) + "\\n")
+        f.write(json.dumps([node, outcome, head[:700]]) + "\\n")
 
 
 def pytest_runtest_setup(item):
