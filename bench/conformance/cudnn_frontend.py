@@ -17,7 +17,9 @@ both sides' path (the tests' pure-Python needs, e.g. looseversion). The suite's 
 sample of N of FILE's collected cases, the same node ids on both sides (the SDPA files
 hold tens of thousands), drawn from the ids containing none of the ``--exclude``
 strings; ``--shard K/N`` runs every N-th of them from the K-th (a sample too long for
-one sitting runs in N). Each (side, file) runs as its own pytest process with a
+one sitting runs in N). The suite draws its shapes from unseeded generators; every case
+is seeded (Python's, NumPy's and torch's generators) from ``--seed`` and its place in the
+collection, so both sides, and every rerun or shard, run the same shapes. Each (side, file) runs as its own pytest process with a
 timeout; ``--jobs J`` runs J of those processes at once, a sample split into J parts
 per side (the GPU is shared: the suite's time is mostly host work -- kernel compiles,
 reference math). The table goes to stdout and the counts, with every failing node id and
