@@ -198,11 +198,11 @@ def run_file(
 
 
 def merge(runs: list[dict]) -> dict:
-    """One (side, file) result from the results of its parts."""
+    """One (side, file) result from the results of its parts (none: an empty sample)."""
     if len(runs) == 1:
         return runs[0]
     got = [r for r in runs if "no_report" not in r]
-    if not got:
+    if runs and not got:
         return runs[0]
     out: dict = {k: sum(r[k] for r in got) for k in ("passed", "failed", "skipped", "errors")}
     out["failures"] = [f for r in got for f in r["failures"]]
@@ -288,8 +288,8 @@ def main(argv=None) -> int:
         tasks = []
         for side in sides:
             ids = [every[side][i] for i in places if i < len(every[side])]
-            for j in range(parts):
-                tasks.append((side, ids[j::parts] if sampled else None))
+            chunks = [ids[j::parts] for j in range(parts)] if sampled else [None]
+            tasks += [(side, chunk) for chunk in chunks if chunk != []]
         runs = list(
             pool.map(
                 lambda t: run_file(tests, name, envs[t[0]], args.timeout, t[1], args.seed), tasks
@@ -307,7 +307,7 @@ def main(argv=None) -> int:
             (out / "conformance.json").write_text(json.dumps(results, indent=1))
 
     # files run side by side; the pool above bounds the pytest processes at J
-    with ThreadPoolExecutor(max(1, args.jobs)) as files_pool:
+    with pool, ThreadPoolExecutor(max(1, args.jobs)) as files_pool:
         list(files_pool.map(one, files))
     report(results)
     return 0

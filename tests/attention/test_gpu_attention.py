@@ -525,16 +525,24 @@ RAGGED_GPU = [
 def test_ragged_against_reference(rng, c):
     """THD-packed tensors on the GPU: the engine's every plan against the reference on
     the same buffers, forward and backward (the unwritten tails stay NaN in both)."""
+    _against_reference(rng, c, backward=True)
+
+
+def _against_reference(rng, c, backward: bool) -> None:
+    """The engine's plan against the reference on the same GPU buffers, the forward and
+    (``backward``) the backward from its O and Stats; a ragged case's unwritten tails
+    stay NaN in both."""
     from _util import check_engine
 
     from opendnn.engines.attention.engine import AttentionEngine
 
     x = {n: t.cuda() for n, t in inputs(rng, c).items()}
     g, feeds, outs = forward_graph(c, x)
-    got = check_engine(g, feeds, outs, AttentionEngine.id, n=c.s_kv, allow_nan=True)
-    do = rng.rand((c.b, c.h_q, c.s_q, c.dv), c.dtype).cuda()
-    g, feeds, outs = backward_graph(c, x, got[outs[0]], got[outs[1]], do)
-    check_engine(g, feeds, outs, AttentionEngine.id, n=c.s_q + c.s_kv, allow_nan=True)
+    got = check_engine(g, feeds, outs, AttentionEngine.id, n=c.s_kv, allow_nan=c.ragged)
+    if backward:
+        do = rng.rand((c.b, c.h_q, c.s_q, c.dv), c.dtype).cuda()
+        g, feeds, outs = backward_graph(c, x, got[outs[0]], got[outs[1]], do)
+        check_engine(g, feeds, outs, AttentionEngine.id, n=c.s_q + c.s_kv, allow_nan=c.ragged)
 
 
 SINK_GPU = [
@@ -572,16 +580,7 @@ SINK_GPU = [
 def test_sink_against_reference(rng, c):
     """Attention sinks (Stats, O, dSink), the score outputs and ragged Stats on the GPU:
     the engine's plan against the reference on the same buffers."""
-    from _util import check_engine
-
-    from opendnn.engines.attention.engine import AttentionEngine
-
-    x = {n: t.cuda() for n, t in inputs(rng, c).items()}
-    g, feeds, outs = forward_graph(c, x)
-    got = check_engine(g, feeds, outs, AttentionEngine.id, n=c.s_kv, allow_nan=c.ragged)
-    do = rng.rand((c.b, c.h_q, c.s_q, c.dv), c.dtype).cuda()
-    g, feeds, outs = backward_graph(c, x, got[outs[0]], got[outs[1]], do)
-    check_engine(g, feeds, outs, AttentionEngine.id, n=c.s_q + c.s_kv, allow_nan=c.ragged)
+    _against_reference(rng, c, backward=True)
 
 
 BLOCK_GPU = [
@@ -616,10 +615,4 @@ BLOCK_GPU = [
 def test_block_mask_against_reference(rng, c):
     """Block masks (a bit per 128 x 128 tile) on the GPU: the engine's plan against the
     reference on the same buffers (forward; cuDNN has no block-mask backward)."""
-    from _util import check_engine
-
-    from opendnn.engines.attention.engine import AttentionEngine
-
-    x = {n: t.cuda() for n, t in inputs(rng, c).items()}
-    g, feeds, outs = forward_graph(c, x)
-    check_engine(g, feeds, outs, AttentionEngine.id, n=c.s_kv)
+    _against_reference(rng, c, backward=False)
