@@ -1,13 +1,16 @@
 """cudnn-frontend's own Python tests against opendnn, and against real cuDNN on the same
 machine: passed / failed / skipped / errors per test file, each side.
 
-    python bench/conformance/cudnn_frontend.py --tests DIR [--side opendnn|cudnn|both]
+    python bench/conformance/cudnn_frontend.py --fetch [URL_OR_PATH]   # lays out the tests
+    python bench/conformance/cudnn_frontend.py [--tests DIR] [--side opendnn|cudnn|both]
         [--files test_conv_bias.py,...] [--sample test_mhas.py=2000 ...] [--seed 0]
-        [--exclude fp8] [--shard K/N] [--jobs J] [--deps DIR] [--timeout 1800] [--out OUT]
+        [--exclude fp8] [--shard K/N] [--jobs J] [--where-cudnn-passes] [--deps DIR]
+        [--timeout 1800] [--out OUT]
 
-DIR is cudnn-frontend's ``test/python`` folder, laid out at run time in an ignored folder
-(``.conformance/``) from the public repository (github.com/NVIDIA/cudnn-frontend) -- the
-test files are never committed. The opendnn side imports ``cudnn`` from a generated
+DIR is cudnn-frontend's ``test/python`` folder. ``--fetch`` lays it out at run time in an
+ignored folder (``.conformance/cudnn-frontend``, the default DIR) from the public
+repository (github.com/NVIDIA/cudnn-frontend, or a local clone of it) -- the test files
+are never committed. The tests need ``looseversion`` (``--deps``). The opendnn side imports ``cudnn`` from a generated
 re-export-only package (``from opendnn.frontend import *``, with its submodules --
 ``cudnn.experimental...``, ``cudnn.datatypes``, ``cudnn.api_base`` -- mapped onto
 opendnn.frontend's); the cuDNN side imports the
@@ -22,7 +25,9 @@ is seeded (Python's, NumPy's and torch's generators) from ``--seed`` and its pla
 collection, so both sides, and every rerun or shard, run the same shapes. Each (side, file) runs as its own pytest process with a
 timeout; ``--jobs J`` runs J of those processes at once, a sample split into J parts
 per side (the GPU is shared: the suite's time is mostly host work -- kernel compiles,
-reference math). The table goes to stdout and the counts, with every failing node id and
+reference math). ``--where-cudnn-passes`` runs cuDNN's side first and opendnn's only
+on the cases cuDNN passed (the acceptance measure at a fraction of the time: most SDPA
+cases are ones cuDNN skips). The table goes to stdout and the counts, with every failing node id and
 the head of its message, to OUT/conformance.json (rewritten after each file).
 """
 
@@ -32,6 +37,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -137,6 +143,28 @@ def lay_out(root: Path) -> None:
     (root / "plugin" / "conformance_sample.py").write_text(SAMPLE_PLUGIN)
 
 
+def fetch(source: str, root: Path) -> Path:
+    """cudnn-frontend's ``test/python`` folder, from a shallow clone of SOURCE (a URL or
+    a local clone), laid out as root/cudnn-frontend (replacing an earlier one)."""
+    clone = root / "repo"
+    if clone.exists():
+        shutil.rmtree(clone)
+    subprocess.run(["git", "clone", "-q", "--depth", "1", source, str(clone)], check=True)
+    head = subprocess.run(
+        ["git", "-C", str(clone), "log", "-1", "--format=%H %cs"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    tests = root / "cudnn-frontend"
+    if tests.exists():
+        shutil.rmtree(tests)
+    shutil.copytree(clone / "test" / "python", tests)
+    (tests / "SOURCE").write_text(f"{source} {head}\n")
+    shutil.rmtree(clone)
+    return tests
+
+
 def side_env(side: str, deps: str | None, root: Path) -> dict:
     """PYTHONPATH for a side: the plugin and the deps, and on opendnn's side the shim and
     opendnn's sources ahead of them (the deps may hold the real ``cudnn``)."""
@@ -218,9 +246,29 @@ def merge(runs: list[dict]) -> dict:
     return out
 
 
+def _by_place(r: dict, every: list) -> dict:
+    """A side's result with its outcomes and failures keyed by collection place (the
+    sides name some cases differently: pytest ids of their own enum objects)."""
+    place = {n: i for i, n in enumerate(every)}
+    r["outcomes"] = {str(place.get(n, n)): o for n, o in r.get("outcomes", {}).items()}
+    r["failures"] = [[str(place.get(n, n)), n, m] for n, m in r.get("failures", [])]
+    return r
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tests", help="cudnn-frontend's test/python folder")
+    ap.add_argument(
+        "--tests",
+        default=str(REPO / ".conformance" / "cudnn-frontend"),
+        help="cudnn-frontend's test/python folder (default: where --fetch lays it out)",
+    )
+    ap.add_argument(
+        "--fetch",
+        nargs="?",
+        const="https://github.com/NVIDIA/cudnn-frontend",
+        metavar="URL_OR_PATH",
+        help="no run: lay out cudnn-frontend's tests from its repository (or a clone)",
+    )
     ap.add_argument(
         "--compare",
         nargs="+",
@@ -241,6 +289,11 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--jobs", type=int, default=1, help="pytest processes at once (a sample split in J)"
     )
+    ap.add_argument(
+        "--where-cudnn-passes",
+        action="store_true",
+        help="cuDNN's side first, then opendnn's only on the cases cuDNN passed",
+    )
     ap.add_argument("--deps", default=None, help="a folder prepended to both sides' path")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per (side, file)")
     ap.add_argument("--out", default=str(REPO / ".conformance" / "out"))
@@ -252,10 +305,13 @@ def main(argv=None) -> int:
                 merged.setdefault(name, {}).update(by)
         report(merged)
         return 0
-    if not args.tests:
-        ap.error("--tests is required unless --compare is given")
-    tests = Path(args.tests).resolve()
     root = REPO / ".conformance"
+    if args.fetch:
+        print(f"cudnn-frontend's tests laid out in {fetch(args.fetch, root)}")
+        return 0
+    tests = Path(args.tests).resolve()
+    if not tests.is_dir():
+        ap.error(f"no test folder at {tests}: lay it out with --fetch")
     lay_out(root)
     files = [f for f in args.files.split(",") if f] or sorted(
         p.name for p in tests.glob("test_*.py")
@@ -284,25 +340,34 @@ def main(argv=None) -> int:
             )
             k, n = map(int, args.shard.split("/"))
             places = places[k - 1 :: n]
-        parts = max(1, args.jobs // len(sides)) if sampled else 1
-        tasks = []
-        for side in sides:
-            ids = [every[side][i] for i in places if i < len(every[side])]
-            chunks = [ids[j::parts] for j in range(parts)] if sampled else [None]
-            tasks += [(side, chunk) for chunk in chunks if chunk != []]
-        runs = list(
-            pool.map(
-                lambda t: run_file(tests, name, envs[t[0]], args.timeout, t[1], args.seed), tasks
+        # phases: both sides at once, or (--where-cudnn-passes) cuDNN's, then opendnn's
+        # on the places cuDNN passed
+        phased = args.where_cudnn_passes and len(sides) == 2
+        for phase in [["cudnn"], ["opendnn"]] if phased else [sides]:
+            if phased and phase == ["opendnn"]:
+                passed = results[name]["cudnn"].get("outcomes", {})
+                places = [i for i in places if passed.get(str(i)) == "p"]
+                sampled = True
+            parts = max(1, args.jobs // len(phase)) if sampled else 1
+            tasks = []
+            for side in phase:
+                ids = [every[side][i] for i in places if i < len(every[side])]
+                chunks = [ids[j::parts] for j in range(parts)] if sampled else [None]
+                tasks += [(side, chunk) for chunk in chunks if chunk != []]
+            runs = list(
+                pool.map(
+                    lambda t: run_file(tests, name, envs[t[0]], args.timeout, t[1], args.seed),
+                    tasks,
+                )
             )
-        )
-        for side in sides:
-            r = merge([run for (s, _), run in zip(tasks, runs) if s == side])
-            place = {n: i for i, n in enumerate(every[side])}
-            r["outcomes"] = {str(place.get(n, n)): o for n, o in r.get("outcomes", {}).items()}
-            r["failures"] = [[str(place.get(n, n)), n, m] for n, m in r.get("failures", [])]
-            with lock:
-                results.setdefault(name, {})[side] = r
-                print(f"{name:44s} {side:8s} {_fmt(r)}", flush=True)
+            for side in phase:
+                r = merge([run for (s, _), run in zip(tasks, runs) if s == side])
+                r = _by_place(r, every[side])
+                if phased and phase == ["opendnn"]:
+                    r["only_where_cudnn_passes"] = True
+                with lock:
+                    results.setdefault(name, {})[side] = r
+                    print(f"{name:44s} {side:8s} {_fmt(r)}", flush=True)
         with lock:  # rewritten after every file: a run cut short keeps what it finished
             (out / "conformance.json").write_text(json.dumps(results, indent=1))
 
@@ -343,6 +408,8 @@ def _fmt(r: dict) -> str:
     if "no_report" in r:
         return "no report: " + " | ".join(r["no_report"])[:60]
     cut = f" (cut at {r['timeout']} s)" if "timeout" in r else ""
+    if r.get("only_where_cudnn_passes"):
+        cut += " (cuDNN's passes only)"
     return f"{r['passed']} pass {r['failed']} fail {r['skipped']} skip {r['errors']} err{cut}"
 
 

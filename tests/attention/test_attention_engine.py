@@ -661,6 +661,40 @@ def test_ragged_against_reference(rng, c):
     check_engine(g, feeds, outs, ID, n=c.s_q + c.s_kv, msg=msg, allow_nan=True)
 
 
+@pytest.mark.parametrize("aligned", [True, False])
+def test_ragged_rows_aligned_vectorize_and_unaligned_narrow_the_key_tile(rng, aligned):
+    """Ragged rows of 16-byte multiples: the offsets are taken as 16-byte multiples (the
+    kernels hint it, so tiles move in 16-byte vectors). Rows that are not (here V's row
+    stride made 196 half-precision elements): the H100's key tiles narrow to max(32, head
+    dim V) and a pinned wider one is declined (Triton 3.6 miscompiles P V there, sm_90)."""
+    from opendnn.engines.attention import _kernels as K
+    from opendnn.engines.attention.engine import AttnKnobs, _problem
+    from opendnn.engines.base import EngineConfig
+
+    h100 = Target(device="cuda", name="H100", capability=(9, 0), num_sms=132)
+    c = dataclasses.replace(
+        RAGGED[0], id="r", h_q=6, h_k=6, d=32, s_q=9, s_kv=200, dtype=torch.float16
+    )
+    c = dataclasses.replace(c, lens=((9, 4), (200, 77)))
+    g, _, _ = forward_graph(c, inputs(rng, c))
+    g.validate()
+    og = g.op_graph
+    if not aligned:
+        uid = og.nodes[0].inputs["V"]
+        v = og.tensors[uid]
+        og.tensors[uid] = dataclasses.replace(v, strides=(v.strides[0], 32, 196, 1))
+    p = _problem(og)
+    assert dict(p.ragged_align) == {"Q": 8, "K": 8, "O": 8, **({"V": 8} if aligned else {})}
+    src = K.fwd_source("f", p, AttnKnobs(), interpret=False)
+    assert ("tl.multiple_of(tl.load(RAG_V + b).to(tl.int64), 8)" in src) == aligned
+    e = AttentionEngine()
+    tiles = {cfg.knob_dict["BLOCK_N"] for cfg in e.configs(og, h100)}
+    assert max(tiles) == 64 if aligned else max(tiles) <= 32
+    wide = EngineConfig.make(e, BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=1, TMA=0)
+    sup = e.check_config(og, wide, h100)
+    assert sup.ok == aligned and (aligned or "16-byte aligned" in sup.reason)
+
+
 def test_head_dims_above_the_kernels_run_on_the_reference(rng):
     """Head dims 264 / 520 (cuDNN takes them): the graph validates, the engine declines
     with the reason, and the reference computes them (against PyTorch's math path)."""

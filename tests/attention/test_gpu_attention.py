@@ -518,6 +518,23 @@ RAGGED_GPU = [
         ragged=True,
         dtype=torch.float16,
     ),
+    # head dim V below the key tile (Triton 3.6 miscompiled P V here on sm_90 until the
+    # ragged offsets were hinted 16-byte multiples), with a bias and dropout
+    Case(
+        "ragged_dv32_d192",
+        b=2,
+        h_q=6,
+        h_k=6,
+        s_q=24,
+        s_kv=512,
+        d=192,
+        d_v=32,
+        lens=((17, 23), (341, 305)),
+        ragged=True,
+        p=0.1,
+        bias="1h",
+        dtype=torch.float16,
+    ),
 ]
 
 

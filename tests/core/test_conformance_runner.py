@@ -111,3 +111,53 @@ def test_every_case_draws_the_same_whatever_ran_before_it(tmp_path, monkeypatch)
     whole, sample = runs
     assert len(whole) == 4 and len(set(whole.values())) == 4
     assert len(sample) == 2 and all(whole[i] == v for i, v in sample.items())
+
+
+PASSES_ON_CUDNN = """
+import pytest
+
+import cudnn
+
+
+@pytest.mark.parametrize("i", range(4))
+def test_case(i):
+    assert i % 2 == 0 or getattr(cudnn, "REAL", False)
+"""
+
+
+def test_opendnn_runs_only_where_cudnn_passes(tmp_path):
+    """--where-cudnn-passes: cuDNN's side runs first, opendnn's only on the cases cuDNN
+    passed (here a stand-in ``cudnn`` package in --deps passes cases 0 and 1)."""
+    fake = tmp_path / "deps" / "cudnn"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("REAL = True\n")
+    (tmp_path / "suite").mkdir()
+    (tmp_path / "suite" / "test_stand_in.py").write_text(PASSES_ON_CUDNN)
+    out = tmp_path / "out"
+    args = ["--tests", str(tmp_path / "suite"), "--deps", str(tmp_path / "deps")]
+    args += ["--out", str(out), "--sample", "test_stand_in.py=3", "--seed", "3"]
+    assert _runner().main(args + ["--where-cudnn-passes", "--jobs", "2"]) == 0
+    both = json.loads((out / "conformance.json").read_text())["test_stand_in.py"]
+    assert both["cudnn"]["passed"] == 3 and len(both["cudnn"]["outcomes"]) == 3
+    assert both["opendnn"]["outcomes"].keys() == both["cudnn"]["outcomes"].keys()
+    assert both["opendnn"]["only_where_cudnn_passes"]
+    odd = [p for p in both["opendnn"]["outcomes"] if int(p) % 2]
+    assert sorted(f[0] for f in both["opendnn"]["failures"]) == odd
+
+
+def test_fetch_lays_out_the_test_folder(tmp_path, monkeypatch):
+    """--fetch clones a repository (here a local one) and keeps its test/python folder,
+    with the source and commit it came from."""
+    import subprocess
+
+    src = tmp_path / "src"
+    (src / "test" / "python").mkdir(parents=True)
+    (src / "test" / "python" / "test_x.py").write_text("def test_x():\n    pass\n")
+    git = ["git", "-C", str(src), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(src)], check=True)
+    subprocess.run(git + ["add", "."], check=True)
+    subprocess.run(git + ["commit", "-qm", "x"], check=True)
+    runner = _runner()
+    tests = runner.fetch(str(src), tmp_path / "root")
+    assert (tests / "test_x.py").exists() and not (tmp_path / "root" / "repo").exists()
+    assert (tests / "SOURCE").read_text().startswith(str(src))

@@ -24,7 +24,13 @@ else 0; kv_len, q_len the batch's lengths with a padding mask, else S_kv, S_q):
 (RIGHT = 0: causal.) Key tiles wholly outside the band are not visited.
 
 Ragged (packed variable-length) Q / K / V / O: batch b's rows start at element RAG_X[b]
-(the batch stride unused) and only its q_len (kv_len) rows are read or written.
+(the batch stride unused) and only its q_len (kv_len) rows are read or written. Where a
+ragged tensor's row and head strides are 16-byte multiples with d contiguous, its offsets
+are taken to be 16-byte multiples too (as packed rows of such strides are; an offset that
+is not faults with a misaligned address): its tiles then load and store in 16-byte
+vectors. Without that hint Triton 3.6 miscompiles on sm_90 the
+element-wise V tile of P V when head dim V is below BLOCK_N (wrong O; the interpreter
+is exact), so the engine's tiles keep BLOCK_N <= max(32, head dim V) there.
 
 Block mask (BLOCK_MASK, uint8): key j of query i is kept only when bit (j // 128) % 8 of
 byte [b, h, i // 128, j // 1024] is set; every tile then takes the masked path.
@@ -89,6 +95,9 @@ class Problem:
     # ragged (packed variable-length) tensors by role: batch b's rows of X start at
     # element RAG_X[b] (the batch stride unused); the padding mask gives their count
     ragged: tuple = ()
+    # (role, n) for ragged roles whose offsets are taken as multiples of n elements (16
+    # bytes): a row stride and head stride of 16-byte multiples and a unit d stride
+    ragged_align: tuple = ()
     block_mask: tuple | None = None  # BLOCK_MASK strides: a keep bit per 128 x 128 tile
     sink: int | None = None  # SINK_TOKEN's head stride: an attention sink per head
     smax: tuple | None = None  # SCORE_MAX / SCORE_SUM_EXP strides (b, h, s): the row
@@ -127,7 +136,11 @@ def base(p: Problem, role: str, var_b: str, var_h: str, st: tuple) -> str:
     """Element offset of (batch, head) of tensor ``role``: by its strides, or for a
     ragged tensor from its offsets (RAG_<role>[b]) plus the head's stride."""
     if role in p.ragged:
-        return f"tl.load(RAG_{role} + {var_b}).to(tl.int64) + {var_h} * {st[1]}"
+        off = f"tl.load(RAG_{role} + {var_b}).to(tl.int64)"
+        n = dict(p.ragged_align).get(role)
+        if n:  # rows 16-byte aligned: loads / stores vectorize along d
+            off = f"tl.multiple_of({off}, {n})"
+        return f"{off} + {var_h} * {st[1]}"
     return _off(var_b, var_h, st)
 
 

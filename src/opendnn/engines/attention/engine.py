@@ -348,6 +348,22 @@ def _strides(d, n: int = 4) -> tuple:
     return tuple(0 if size == 1 else st for size, st in zip(d.dims, d.strides))[:n]
 
 
+def _ragged_align(t: dict, roles: list) -> tuple:
+    """(role, n) for the ragged Q / K / V / O (and gradients) whose rows are 16-byte
+    aligned -- d contiguous, row and head strides 16-byte multiples -- so that their
+    offsets are taken as multiples of n = 16 / itemsize elements too (cuDNN's packed
+    rows); the kernels' loads and stores then vectorize along d."""
+    out = []
+    for r in roles:
+        x = t.get(r)
+        if r not in ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV") or x is None:
+            continue
+        n = 16 // x.data_type.itemsize
+        if n and x.strides[3] == 1 and x.strides[2] % n == 0 and x.strides[1] % n == 0:
+            out.append((r, n))
+    return tuple(out)
+
+
 def _problem(graph) -> K.Problem:
     n = graph.nodes[0]
     t = {r: graph.tensors[u] for r, u in {**n.inputs, **n.outputs}.items()}
@@ -398,6 +414,7 @@ def _problem(graph) -> K.Problem:
         alibi=bool(n.use_alibi_mask),
         paged=paged,
         ragged=tuple(n.ragged_roles()),
+        ragged_align=_ragged_align(t, n.ragged_roles()),
         block_mask=tuple(t["BLOCK_MASK"].strides) if "BLOCK_MASK" in t else None,
         sink=t["SINK_TOKEN"].strides[1] if "SINK_TOKEN" in t else None,
         smax=tuple(t["SCORE_MAX"].strides[:3]) if "SCORE_MAX" in t else None,
@@ -555,6 +572,18 @@ class AttentionEngine(Engine):
             return decline(
                 "TMA: Q / K / V in one strided view each (not paged caches or ragged offsets)"
             )
+        if (
+            target.is_cuda
+            and fwd
+            and "V" in p.ragged
+            and "V" not in dict(p.ragged_align)
+            and kn.BLOCK_N > max(32, K._pow2(p.DV))
+        ):
+            return decline(
+                f"a ragged V with rows not 16-byte aligned takes BLOCK_N <= "
+                f"{max(32, K._pow2(p.DV))} at head dim V {p.DV} (Triton 3.6 miscompiles "
+                "wider tiles on sm_90)"
+            )
         if kn.DQ_ATOMIC and p.ragged:
             return decline("DQ_ATOMIC: a dense dQ accumulator (not ragged offsets)")
         if kn.TMA and fwd and any(t[3] != 1 or (t[2] * 2) % 16 for t in (p.q, p.k, p.v)):
@@ -575,6 +604,11 @@ class AttentionEngine(Engine):
         if target.is_cuda:
             out = [_fit(p, kn, fwd) for kn in out]
             out = [kn if kn.dq() == kn else _fit_dq(p, kn) for kn in out]
+        if target.is_cuda and fwd and "V" in p.ragged and "V" not in dict(p.ragged_align):
+            # an unaligned ragged V: Triton 3.6 miscompiles P V on sm_90 with its
+            # element-wise tile when head dim V < BLOCK_N (_kernels' docstring)
+            bn = max(32, K._pow2(p.DV))
+            out = [dataclasses.replace(kn, BLOCK_N=min(kn.BLOCK_N, bn)) for kn in out]
         if fwd and target.is_cuda:
             g = _gluon_first(p)
             if _check_gluon(graph, p, g, target).ok:
