@@ -27,7 +27,8 @@ timeout; ``--jobs J`` runs J of those processes at once, a sample split into J p
 per side (the GPU is shared: the suite's time is mostly host work -- kernel compiles,
 reference math). ``--where-cudnn-passes`` runs cuDNN's side first and opendnn's only
 on the cases cuDNN passed (the acceptance measure at a fraction of the time: most SDPA
-cases are ones cuDNN skips). The table goes to stdout and the counts, with every failing node id and
+cases are ones cuDNN skips); ``--cudnn-from JSON`` takes cuDNN's outcomes from an earlier
+run instead (a rerun of opendnn's side after a fix). The table goes to stdout and the counts, with every failing node id and
 the head of its message, to OUT/conformance.json (rewritten after each file).
 """
 
@@ -294,6 +295,12 @@ def main(argv=None) -> int:
         action="store_true",
         help="cuDNN's side first, then opendnn's only on the cases cuDNN passed",
     )
+    ap.add_argument(
+        "--cudnn-from",
+        metavar="JSON",
+        help="with --where-cudnn-passes: cuDNN's outcomes from an earlier run's "
+        "conformance.json (same files, sample and seed) instead of running its side",
+    )
     ap.add_argument("--deps", default=None, help="a folder prepended to both sides' path")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per (side, file)")
     ap.add_argument("--out", default=str(REPO / ".conformance" / "out"))
@@ -343,7 +350,12 @@ def main(argv=None) -> int:
         # phases: both sides at once, or (--where-cudnn-passes) cuDNN's, then opendnn's
         # on the places cuDNN passed
         phased = args.where_cudnn_passes and len(sides) == 2
+        earlier = json.loads(Path(args.cudnn_from).read_text()) if args.cudnn_from else {}
         for phase in [["cudnn"], ["opendnn"]] if phased else [sides]:
+            if phase == ["cudnn"] and "cudnn" in earlier.get(name, {}):
+                with lock:
+                    results.setdefault(name, {})["cudnn"] = earlier[name]["cudnn"]
+                continue
             if phased and phase == ["opendnn"]:
                 passed = results[name]["cudnn"].get("outcomes", {})
                 places = [i for i in places if passed.get(str(i)) == "p"]

@@ -609,3 +609,57 @@ def test_ragged_interleaved_qkv(rng):
     y = _f64(x)
     want = torch_sdpa(y["q"], y["k"], y["v"], expected_keep(c), c.scale)[0]
     assert_close(got[o], want, torch.float32, _tol_n(c), f"seed={rng.seed}")
+
+
+def test_ragged_buffers_hold_only_the_packed_rows(rng):
+    """cudnn-frontend's packed (THD) tensors: the Q, K, V and O buffers [T, H, D] hold
+    the batches' real rows only -- fewer elements than the [B, H, S, D] descriptors span
+    -- and the ragged offsets place the rows; an entry for a tensor made on the graph
+    that no operation uses is ignored by uid, as cuDNN does, and an unknown uid is not."""
+    b, h, s, d, lq, lkv = 2, 2, 9, 8, (4, 9), (6, 3)
+    c = Case("thd", b=b, h_q=h, h_k=h, s_q=s, s_kv=s, d=d, lens=(lq, lkv), dtype=torch.float16)
+    x = inputs(rng, c)
+
+    def pack(t, lens):  # [B, H, S, D] -> [sum(lens), H, D]
+        return torch.cat([t[i, :, :n].transpose(0, 1) for i, n in enumerate(lens)]).contiguous()
+
+    def offsets(lens):
+        return torch.tensor([0, lens[0] * h * d, sum(lens) * h * d]).reshape(-1, 1, 1, 1)
+
+    g = cudnn.pygraph(
+        intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT
+    )
+    strides = [s * h * d, d, h * d, 1]
+    t = {m: g.tensor([b, h, s, d], strides, cudnn.data_type.HALF, name=m) for m in "qkv"}
+    feeds = {t["q"]: pack(x["q"], lq), t["k"]: pack(x["k"], lkv), t["v"]: pack(x["v"], lkv)}
+    offs = {m: offsets(lq if m in "qo" else lkv) for m in "qkvo"}
+    ot = {m: g.tensor_like(offs[m], name=f"{m}_off") for m in "qkvo"}
+    for m in "qkv":
+        t[m].set_ragged_offset(ot[m])
+    g.tensor(uid=99, dim=[b + 1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=cudnn.data_type.INT64)
+    lqt = g.tensor_like(x["seq_len_q"], name="lq")
+    lkt = g.tensor_like(x["seq_len_kv"], name="lkv")
+    o, _ = g.sdpa(
+        t["q"],
+        t["k"],
+        t["v"],
+        attn_scale=c.scale,
+        use_padding_mask=True,
+        seq_len_q=lqt,
+        seq_len_kv=lkt,
+        generate_stats=False,
+    )
+    o.set_output(True).set_dim([b, h, s, d]).set_stride(strides).set_ragged_offset(ot["o"])
+    g.build([cudnn.heur_mode.A])
+    assert g.get_plan_name_at_index(0).startswith("attention#")  # the kernel, interpreted
+    o_buf = torch.full((sum(lq), h, d), float("nan"), dtype=torch.float16)
+    feeds.update({ot[m]: offs[m] for m in "qkvo"})
+    feeds.update({lqt: x["seq_len_q"], lkt: x["seq_len_kv"], o: o_buf, 99: offs["q"]})
+    ws = torch.empty(g.get_workspace_size(), dtype=torch.uint8)
+    g.execute(feeds, ws)
+    y = _f64(x)
+    want = torch_sdpa(y["q"], y["k"], y["v"], expected_keep(c), c.scale)[0]
+    assert_close(o_buf, pack(want, lq), torch.float16, _tol_n(c), f"seed={rng.seed}")
+    with pytest.raises(BadParamError) as e:
+        g.execute({**feeds, 100: offs["q"]}, ws)
+    assert "uid 100 is not a tensor of this graph" in str(e.value)

@@ -143,6 +143,14 @@ def test_opendnn_runs_only_where_cudnn_passes(tmp_path):
     assert both["opendnn"]["only_where_cudnn_passes"]
     odd = [p for p in both["opendnn"]["outcomes"] if int(p) % 2]
     assert sorted(f[0] for f in both["opendnn"]["failures"]) == odd
+    # a rerun of opendnn's side on the cases of an earlier cuDNN run
+    (fake / "__init__.py").write_text("raise ImportError('cuDNN side must not run')\n")
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text((out / "conformance.json").read_text())
+    assert _runner().main(args + ["--where-cudnn-passes", "--cudnn-from", str(earlier)]) == 0
+    again = json.loads((out / "conformance.json").read_text())["test_stand_in.py"]
+    assert again["cudnn"] == both["cudnn"]
+    assert again["opendnn"]["outcomes"] == both["opendnn"]["outcomes"]
 
 
 def test_fetch_lays_out_the_test_folder(tmp_path, monkeypatch):

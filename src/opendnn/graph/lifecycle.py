@@ -428,6 +428,7 @@ class LifecycleMixin:
             (h.device if h else self._device()),
             self._scalar_defaults_cached(),
             explicit=h is not None,
+            unused=self._unused_uids_cached(),
         )
         check_no_aliasing(g, bound, op, plan.single_pass)
         ws = check_workspace(workspace, plan.workspace_size, device, op, g, bound)
@@ -440,6 +441,20 @@ class LifecycleMixin:
         if cache is None or cache[0] is not self._op_graph:
             cache = (self._op_graph, self._scalar_defaults())
             self._scalars_cache = cache
+        return cache[1]
+
+    def _unused_uids_cached(self) -> frozenset:
+        """uids of tensors made on this graph that no operation uses: a pack naming one
+        by its uid is accepted and the entry ignored, as cuDNN does (cudnn-frontend's
+        tests bind every uid they declared, used or not)."""
+        cache = getattr(self, "_unused_cache", None)
+        if cache is None or cache[0] is not self._op_graph:
+            used = self._op_graph.tensors
+            unused = frozenset(
+                t.uid for t in self._tensors if t.uid >= 0 and t.uid not in used
+            )
+            cache = (self._op_graph, unused)
+            self._unused_cache = cache
         return cache[1]
 
     def _scalar_defaults(self) -> dict:

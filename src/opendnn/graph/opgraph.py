@@ -71,6 +71,18 @@ class OpGraph:
         return frozenset(self.output_uids)
 
     @cached_property
+    def ragged_uid_set(self) -> frozenset:
+        """uids of tensors laid out by ragged offsets (packed variable-length rows): the
+        offsets, not the dims, say which of their elements are addressed."""
+        out = set()
+        for n in self.nodes:
+            for r in getattr(n, "ragged_roles", list)():
+                t = n.inputs.get(r, n.outputs.get(r))
+                if t is not None:
+                    out.add(t)
+        return frozenset(out)
+
+    @cached_property
     def virtual_uids(self) -> list:
         return [u for u, d in self.tensors.items() if d.is_virtual]
 

@@ -94,9 +94,11 @@ def logical_view(buf, desc: TensorDesc) -> torch.Tensor:
     return t.as_strided(desc.dims, desc.strides)
 
 
-def _convert(value, desc: TensorDesc, op: str, device: torch.device, output: bool = False):
+def _convert(
+    value, desc: TensorDesc, op: str, device: torch.device, output: bool = False, ragged=False
+):
     """Turn one variant-pack value into a torch tensor or RawPointer, checking it
-    (``output``: the run writes it)."""
+    (``output``: the run writes it; ``ragged``: its rows are placed by ragged offsets)."""
     if (
         type(value) is torch.Tensor
         and value.dtype == desc.torch_dtype
@@ -184,8 +186,10 @@ def _convert(value, desc: TensorDesc, op: str, device: torch.device, output: boo
         # cuDNN binds pointers: a dense buffer (a 1-D array, or any shape whose elements
         # fill one gap-free range) is the memory from its first element on, read through
         # the descriptor's own strides; it must hold every element the descriptor
-        # addresses, and nothing past that span is read or written
-        if t.numel() < desc.span:
+        # addresses, and nothing past that span is read or written. A ragged tensor's
+        # offsets (device data) place its rows, so its dims bound nothing: cuDNN reads and
+        # writes where they point (a THD buffer holds only the batches' real rows)
+        if t.numel() < desc.span and not ragged:
             raise BadParamError(
                 f"buffer of shape {list(t.shape)} holds {t.numel()} elements; the "
                 f"descriptor (dims {list(desc.dims)} strides {list(desc.strides)}) "
@@ -369,11 +373,13 @@ def bind(
     default_device,
     scalar_defaults: dict | None = None,
     explicit: bool = False,
+    unused: frozenset = frozenset(),
 ) -> tuple[dict, torch.device]:
     """Check ``variant_pack`` against ``graph`` (an OpGraph) and return (uid -> buffer or
     host scalar, device). ``default_device`` is the handle's device; it places raw pointers.
     ``scalar_defaults`` gives pass-by-value tensors' values known at build time.
-    ``explicit``: the caller gave a handle (to the graph or to execute).
+    ``explicit``: the caller gave a handle (to the graph or to execute). ``unused``: uids of
+    tensors the caller made that no operation uses (their entries are ignored).
 
     Every buffer must be on the handle's device. One exception keeps the CPU usable on a GPU
     machine: when no handle was given (the process default's device), a pack that lies
@@ -402,6 +408,8 @@ def bind(
                 status=Status.BAD_PARAM_ATTRIBUTE_TYPE,
             )
         desc = tensors.get(uid)
+        if desc is None and uid in unused:
+            continue  # a tensor made on the graph that no operation uses: as cuDNN
         if desc is None:
             raise BadParamError(
                 f"uid {uid} is not a tensor of this graph",
@@ -431,7 +439,7 @@ def bind(
             raise BadParamError(
                 "bound to None", op=op, tensor=desc.label(), status=Status.BAD_PARAM_NULL_POINTER
             )
-        buf = _convert(value, desc, op, handle_device, uid in outputs)
+        buf = _convert(value, desc, op, handle_device, uid in outputs, uid in graph.ragged_uid_set)
         dev = buf.device
         if dev != handle_device:
             # a handle other than the process default's binds (asked only off the hot path)
