@@ -636,7 +636,9 @@ def test_ragged_buffers_hold_only_the_packed_rows(rng):
     ot = {m: g.tensor_like(offs[m], name=f"{m}_off") for m in "qkvo"}
     for m in "qkv":
         t[m].set_ragged_offset(ot[m])
-    g.tensor(uid=99, dim=[b + 1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=cudnn.data_type.INT64)
+    for m in "qkvo":  # uids as cudnn-frontend's tests give them; 5 is made but unused
+        ot[m].set_uid("qkvo".index(m) + 1)
+    g.tensor(uid=5, dim=[b + 1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=cudnn.data_type.INT64)
     lqt = g.tensor_like(x["seq_len_q"], name="lq")
     lkt = g.tensor_like(x["seq_len_kv"], name="lkv")
     o, _ = g.sdpa(
@@ -651,10 +653,14 @@ def test_ragged_buffers_hold_only_the_packed_rows(rng):
     )
     o.set_output(True).set_dim([b, h, s, d]).set_stride(strides).set_ragged_offset(ot["o"])
     g.build([cudnn.heur_mode.A])
+    assert 5 not in {x.get_uid() for x in (*t.values(), lqt, lkt, o)}  # auto uids skip it
     assert g.get_plan_name_at_index(0).startswith("attention#")  # the kernel, interpreted
-    o_buf = torch.full((sum(lq), h, d), float("nan"), dtype=torch.float16)
+    # O's rows right after Q's in one allocation: the dims would span past Q's rows
+    both = torch.full((2 * sum(lq) * h * d,), float("nan"), dtype=torch.float16)
+    feeds[t["q"]] = both[: sum(lq) * h * d].view(sum(lq), h, d).copy_(feeds[t["q"]])
+    o_buf = both[sum(lq) * h * d :].view(sum(lq), h, d)
     feeds.update({ot[m]: offs[m] for m in "qkvo"})
-    feeds.update({lqt: x["seq_len_q"], lkt: x["seq_len_kv"], o: o_buf, 99: offs["q"]})
+    feeds.update({lqt: x["seq_len_q"], lkt: x["seq_len_kv"], o: o_buf, 5: offs["q"]})
     ws = torch.empty(g.get_workspace_size(), dtype=torch.uint8)
     g.execute(feeds, ws)
     y = _f64(x)

@@ -633,3 +633,32 @@ def test_block_mask_against_reference(rng, c):
     """Block masks (a bit per 128 x 128 tile) on the GPU: the engine's plan against the
     reference on the same buffers (forward; cuDNN has no block-mask backward)."""
     _against_reference(rng, c, backward=False)
+
+
+def test_decode_with_strides_of_size_one_dims_far_apart():
+    """One query row (decode), GQA 21:1, head dim V 8, the layout of cudnn-frontend's
+    random decode test: Q's and O's stride on their size-one S dim is 99,990,001 -- it
+    addresses nothing, but taken at face value the masked rows of a 64-row tile
+    overflowed int32 offsets (80% of O wrong). Every plan against float64."""
+    b, hq, skv, dqk, dv = 18, 21, 313, 56, 8
+    gen = torch.Generator().manual_seed(7)
+
+    def strided(shape, stride):
+        n = 1 + sum((s - 1) * st for s, st in zip(shape, stride))
+        x = torch.randn(n, generator=gen).to(torch.bfloat16).cuda()
+        return x.as_strided(shape, stride)
+
+    q = strided((b, hq, 1, dqk), (72, 1440, 99990001, 1))
+    k = strided((b, 1, skv, dqk), (56, 3331333, b * dqk, 1))
+    v = strided((b, 1, skv, dv), (dv, 3331333, b * dv, 1))
+    g = cudnn.pygraph(
+        io_data_type=cudnn.data_type.BFLOAT16,
+        intermediate_data_type=cudnn.data_type.FLOAT,
+        compute_data_type=cudnn.data_type.FLOAT,
+    )
+    tq, tk, tv = g.tensor_like(q), g.tensor_like(k), g.tensor_like(v)
+    o, _ = g.sdpa(tq, tk, tv, attn_scale=0.125, generate_stats=False)
+    o.set_output(True).set_dim([b, hq, 1, dv]).set_stride([2 * dv, 48 * dv, 99990001, 1])
+    kr, vr = (x.double().expand(b, hq, skv, x.shape[3]) for x in (k, v))
+    ref = torch.softmax(q.double() @ kr.transpose(-1, -2) * 0.125, -1) @ vr
+    _every_plan(g, {tq: q, tk: k, tv: v}, [o], [ref], 1e-2)

@@ -393,7 +393,9 @@ class Graph(BuilderMixin, LifecycleMixin):
                 )
 
     def _assign_uids(self, used):
-        taken = {t.uid for t in used if t._uid_assigned and t.uid >= 0}
+        # every uid the caller set is kept clear, used or not: a pack may name a tensor
+        # made on the graph that no operation uses (cuDNN ignores that entry)
+        taken = {t.uid for t in (*self._tensors, *used) if t._uid_assigned and t.uid >= 0}
         nxt = max(taken, default=0) + 1
         for t in used:
             if not (t._uid_assigned and t.uid >= 0):

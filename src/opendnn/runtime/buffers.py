@@ -520,8 +520,12 @@ def check_no_aliasing(graph, bound: dict, op: str, single_pass: bool = False) ->
     for uid, buf in bound.items():
         if isinstance(buf, (int, float, bool)):
             continue
-        start = buf.data_ptr()
-        spans.append((start, start + graph.tensors[uid].size_in_bytes, uid))
+        start, size = buf.data_ptr(), graph.tensors[uid].size_in_bytes
+        if uid in graph.ragged_uid_set and isinstance(buf, torch.Tensor):
+            # the offsets place a ragged tensor's rows within its buffer, which may be
+            # smaller than the dims span (a THD buffer): the buffer is its memory
+            size = min(size, buf.numel() * buf.element_size())
+        spans.append((start, start + size, uid))
     outs = graph.output_uid_set
     for s0, e0, u0 in spans:
         if u0 not in outs or s0 == e0:

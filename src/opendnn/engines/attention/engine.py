@@ -311,7 +311,10 @@ def _check_gluon(graph, p: K.Problem, kn: AttnKnobs, target: Target) -> Support:
     if (
         any(tuple(t[r].strides) != packed for r in rows)
         or any(tuple(t[r].strides) != packed_kv for r in kv)
-        or (p.stats and p.stats[:3] != (H * S, S, 1))
+        or (
+            p.stats
+            and p.stats[:3] != tuple(st * (n > 1) for st, n in ((H * S, p.B), (S, H), (1, S)))
+        )
     ):
         return decline(
             f"GLUON: {', '.join(rows + kv)} (and Stats) packed B, H, S, D (one 2-D TMA view)"
@@ -391,13 +394,13 @@ def _problem(graph) -> K.Problem:
         s_kv,
         q.dims[3],
         v.dims[3],
-        tuple(q.strides),
-        tuple(k.strides),
-        tuple(v.strides),
-        tuple(o.strides),
+        _strides(q),  # a size-one dim's stride addresses nothing: 0 (cuDNN ignores it,
+        _strides(k),  # and a huge one would overflow the masked rows' int32 offsets)
+        _strides(v),
+        _strides(o),
         q.data_type,
         o.data_type,
-        stats=None if stats is None else tuple(stats.strides),
+        stats=None if stats is None else _strides(stats),
         bias=None if bias is None else _strides(bias),
         bias_dtype=bias and bias.data_type,
         right=n.diagonal_band_right_bound,
@@ -417,8 +420,8 @@ def _problem(graph) -> K.Problem:
         ragged_align=_ragged_align(t, n.ragged_roles()),
         block_mask=tuple(t["BLOCK_MASK"].strides) if "BLOCK_MASK" in t else None,
         sink=t["SINK_TOKEN"].strides[1] if "SINK_TOKEN" in t else None,
-        smax=tuple(t["SCORE_MAX"].strides[:3]) if "SCORE_MAX" in t else None,
-        ssum=tuple(t["SCORE_SUM_EXP"].strides[:3]) if "SCORE_SUM_EXP" in t else None,
+        smax=_strides(t["SCORE_MAX"], 3) if "SCORE_MAX" in t else None,
+        ssum=_strides(t["SCORE_SUM_EXP"], 3) if "SCORE_SUM_EXP" in t else None,
     )
 
 
@@ -434,7 +437,7 @@ def _grads(graph) -> KB.Grads:
         )
     )
     return KB.Grads(
-        *(tuple(t[r].strides) for r in ("DO", "DQ", "DK", "DV")),
+        *(_strides(t[r]) for r in ("DO", "DQ", "DK", "DV")),
         *(t[r].data_type for r in ("DO", "DQ", "DK", "DV")),
         **extra,
     )
@@ -586,7 +589,11 @@ class AttentionEngine(Engine):
             )
         if kn.DQ_ATOMIC and p.ragged:
             return decline("DQ_ATOMIC: a dense dQ accumulator (not ragged offsets)")
-        if kn.TMA and fwd and any(t[3] != 1 or (t[2] * 2) % 16 for t in (p.q, p.k, p.v)):
+        if (
+            kn.TMA
+            and fwd
+            and any(t[3] != 1 or (t[2] * 2) % 16 or not t[2] for t in (p.q, p.k, p.v))
+        ):
             return decline("TMA: Q, K and V need unit head-dim strides and 16-byte rows")
         if kn.TMA and not fwd and not kn.DQ_ATOMIC:
             return decline("TMA in the backward: the atomic dQ's bulk reduction (DQ_ATOMIC=1)")
