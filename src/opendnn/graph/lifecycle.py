@@ -450,9 +450,7 @@ class LifecycleMixin:
         cache = getattr(self, "_unused_cache", None)
         if cache is None or cache[0] is not self._op_graph:
             used = self._op_graph.tensors
-            unused = frozenset(
-                t.uid for t in self._tensors if t.uid >= 0 and t.uid not in used
-            )
+            unused = frozenset(t.uid for t in self._tensors if t.uid >= 0 and t.uid not in used)
             cache = (self._op_graph, unused)
             self._unused_cache = cache
         return cache[1]

@@ -507,6 +507,16 @@ def _device_mismatch(
     raise BadParamError(rule, op=op, tensor=desc.label(), status=Status.BAD_PARAM)
 
 
+def _memory_bytes(graph, uid, buf) -> int:
+    """The bytes a bound tensor's memory spans from its address: its descriptor's span;
+    a ragged tensor's offsets place its rows within its buffer, which may be smaller
+    than the dims span (a THD buffer holds only the batches' real rows)."""
+    size = graph.tensors[uid].size_in_bytes
+    if uid in graph.ragged_uid_set and isinstance(buf, torch.Tensor):
+        size = min(size, buf.numel() * buf.element_size())
+    return size
+
+
 def check_no_aliasing(graph, bound: dict, op: str, single_pass: bool = False) -> None:
     """A graph may not write memory it reads (cuDNN's in-place rule). The one exception:
     a graph of pointwise nodes only, whose one output no node reads, written exactly over one
@@ -520,12 +530,8 @@ def check_no_aliasing(graph, bound: dict, op: str, single_pass: bool = False) ->
     for uid, buf in bound.items():
         if isinstance(buf, (int, float, bool)):
             continue
-        start, size = buf.data_ptr(), graph.tensors[uid].size_in_bytes
-        if uid in graph.ragged_uid_set and isinstance(buf, torch.Tensor):
-            # the offsets place a ragged tensor's rows within its buffer, which may be
-            # smaller than the dims span (a THD buffer): the buffer is its memory
-            size = min(size, buf.numel() * buf.element_size())
-        spans.append((start, start + size, uid))
+        start = buf.data_ptr()
+        spans.append((start, start + _memory_bytes(graph, uid, buf), uid))
     outs = graph.output_uid_set
     for s0, e0, u0 in spans:
         if u0 not in outs or s0 == e0:
@@ -659,7 +665,7 @@ def check_workspace(workspace, needed: int, device, op: str, graph=None, bound: 
                 continue
             desc = graph.tensors[uid]
             b0 = buf.data_ptr()
-            common = min(start + needed, b0 + desc.size_in_bytes) - max(start, b0)
+            common = min(start + needed, b0 + _memory_bytes(graph, uid, buf)) - max(start, b0)
             if common > 0:
                 _overlap(op, "workspace", desc.label(), common)
     return ws
