@@ -44,6 +44,7 @@ import opendnn.frontend as cudnn
 from opendnn.errors import BadParamError, Status
 from opendnn.ops import attention as A
 from opendnn.ops import dropout as dropout_ref
+from opendnn.runtime.buffers import bind, check_workspace
 
 BY_ID = {c.id: c for c in CASES}
 
@@ -656,9 +657,9 @@ def test_ragged_buffers_hold_only_the_packed_rows(rng):
     assert 5 not in {x.get_uid() for x in (*t.values(), lqt, lkt, o)}  # auto uids skip it
     assert g.get_plan_name_at_index(0).startswith("attention#")  # the kernel, interpreted
     # O's rows right after Q's in one allocation: the dims would span past Q's rows
-    both = torch.full((2 * sum(lq) * h * d,), float("nan"), dtype=torch.float16)
+    both = torch.full((2 * sum(lq) * h * d + 32,), float("nan"), dtype=torch.float16)
     feeds[t["q"]] = both[: sum(lq) * h * d].view(sum(lq), h, d).copy_(feeds[t["q"]])
-    o_buf = both[sum(lq) * h * d :].view(sum(lq), h, d)
+    o_buf = both[sum(lq) * h * d : 2 * sum(lq) * h * d].view(sum(lq), h, d)
     feeds.update({ot[m]: offs[m] for m in "qkvo"})
     feeds.update({lqt: x["seq_len_q"], lkt: x["seq_len_kv"], o: o_buf, 5: offs["q"]})
     ws = torch.empty(g.get_workspace_size(), dtype=torch.uint8)
@@ -666,6 +667,12 @@ def test_ragged_buffers_hold_only_the_packed_rows(rng):
     y = _f64(x)
     want = torch_sdpa(y["q"], y["k"], y["v"], expected_keep(c), c.scale)[0]
     assert_close(o_buf, pack(want, lq), torch.float16, _tol_n(c), f"seed={rng.seed}")
+    # a workspace right after O's rows is not O's memory (its dims would span past it)
+    pack_ = {k: v for k, v in feeds.items() if k != 5}  # uid 5: made, unused
+    bound, dev = bind(g.op_graph, pack_, "execute", torch.device("cpu"), g._scalar_defaults())
+    check_workspace(
+        both[2 * sum(lq) * h * d :].view(torch.uint8), 64, dev, "execute", g.op_graph, bound
+    )
     with pytest.raises(BadParamError) as e:
         g.execute({**feeds, 100: offs["q"]}, ws)
     assert "uid 100 is not a tensor of this graph" in str(e.value)
