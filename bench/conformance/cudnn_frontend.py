@@ -107,6 +107,10 @@ def _log(node, outcome, report):
 
 
 def pytest_runtest_setup(item):
+    path = os.environ.get("CONFORMANCE_LOG")
+    if path:  # the case now running: a process that dies is charged with it
+        with open(path + ".current", "w") as f:
+            f.write(item.nodeid)
     # the suite draws shapes from the unseeded global generators: each case is seeded
     # from its place in the collection, so both sides (and every rerun) draw the same
     seed = int(os.environ.get("CONFORMANCE_SEED", "0")) * 1_000_003 + _PLACE.get(item.nodeid, 0)
@@ -209,9 +213,17 @@ def run_file(
                 cmd, cwd=tests, env=env, capture_output=True, text=True, timeout=timeout
             )
             result["tail"] = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
+            if proc.returncode not in (0, 1, 5):  # pytest's own codes; else it died
+                result["exit"] = proc.returncode
         except subprocess.TimeoutExpired:
             result["timeout"] = timeout
         lines = log.read_text().splitlines() if log.exists() else []
+        current = Path(str(log) + ".current")
+        if "exit" in result and current.exists():  # the case the process died in
+            node = current.read_text()
+            if not any(json.loads(ln)[0] == node for ln in lines):
+                msg = f"the pytest process died in this case (exit {result['exit']})"
+                lines.append(json.dumps([node, "errors", msg]))
     if not lines and "timeout" not in result:
         return {"no_report": result["tail"]}
     counts = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
@@ -240,6 +252,8 @@ def merge(runs: list[dict]) -> dict:
         out["outcomes"].update(r["outcomes"])
         for k, v in r["skips"].items():
             out["skips"][k] = out["skips"].get(k, 0) + v
+    if any("exit" in r for r in got):  # parts that died: the cases after are unreached
+        out["exit"] = [r["exit"] for r in got if "exit" in r]
     if any("timeout" in r for r in got):
         out["timeout"] = max(r.get("timeout", 0) for r in got)
     if len(got) < len(runs):
@@ -405,21 +419,27 @@ def report(results: dict) -> None:
 
 
 def compare(cudnn: dict, ours: dict) -> str:
-    """How many of the cases real cuDNN passed (and opendnn reached) opendnn passes; the
-    outcomes are keyed by the cases' places in their file's collection order."""
+    """How many of the cases real cuDNN passed opendnn passes (one it never reached -- a
+    timeout, a process that died -- counts against it); the outcomes are keyed by the
+    cases' places in their file's collection order."""
     theirs = {n for n, o in cudnn.get("outcomes", {}).items() if o == "p"}
     mine = ours.get("outcomes", {})
     reached = [n for n in theirs if n in mine]
     good = sum(mine[n] == "p" for n in reached)
     if not reached:
         return "no common cases"
-    return f"{good} / {len(reached)} ({100.0 * good / len(reached):.1f}%)"
+    out = f"{good} / {len(theirs)} ({100.0 * good / len(theirs):.1f}%)"
+    if len(reached) < len(theirs):  # cut by a timeout, or a process that died
+        out += f", {len(theirs) - len(reached)} not reached"
+    return out
 
 
 def _fmt(r: dict) -> str:
     if "no_report" in r:
         return "no report: " + " | ".join(r["no_report"])[:60]
     cut = f" (cut at {r['timeout']} s)" if "timeout" in r else ""
+    if "exit" in r:
+        cut += f" (a process died: exit {r['exit']})"
     if r.get("only_where_cudnn_passes"):
         cut += " (cuDNN's passes only)"
     return f"{r['passed']} pass {r['failed']} fail {r['skipped']} skip {r['errors']} err{cut}"

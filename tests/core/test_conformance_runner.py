@@ -169,3 +169,26 @@ def test_fetch_lays_out_the_test_folder(tmp_path, monkeypatch):
     tests = runner.fetch(str(src), tmp_path / "root")
     assert (tests / "test_x.py").exists() and not (tmp_path / "root" / "repo").exists()
     assert (tests / "SOURCE").read_text().startswith(str(src))
+
+
+DIES = """
+import os
+
+import pytest
+
+
+@pytest.mark.parametrize("i", range(4))
+def test_case(i):
+    if i == 2:
+        os._exit(139)  # as a segfault would end it: no report, no teardown
+"""
+
+
+def test_a_process_that_dies_is_charged_with_its_case(tmp_path):
+    """A pytest process that dies mid-file (a crash in a kernel, say) keeps the outcomes
+    before it, charges the case it died in as an error and reports its exit code."""
+    r = _run(tmp_path, "--timeout", "60", suite=DIES)
+    assert (r["passed"], r["errors"], r["exit"]) == (2, 1, 139)
+    [(place, node, msg)] = r["failures"]
+    assert (place, node) == ("2", "test_stand_in.py::test_case[2]")
+    assert "died in this case (exit 139)" in msg
