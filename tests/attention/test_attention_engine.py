@@ -695,6 +695,24 @@ def test_ragged_rows_aligned_vectorize_and_unaligned_narrow_the_key_tile(rng, al
     assert sup.ok == aligned and (aligned or "16-byte aligned" in sup.reason)
 
 
+@pytest.mark.parametrize("dv", [8, 16, 24, 32, 64, 96])
+def test_forward_v_tiles_are_64_columns_at_least(rng, dv):
+    """The forward's V tile and O accumulator: head dim V rounded up to a power of two
+    and at least 64 columns (narrower ones miscompiled on sm_90 under Triton 3.6), the
+    padding masked; the smem estimate counts the padded tile."""
+    from opendnn.engines.attention import _kernels as K
+    from opendnn.engines.attention.engine import AttnKnobs, _problem
+
+    c = dataclasses.replace(CASES[0], id="v", d=32, d_v=dv, dtype=torch.bfloat16)
+    g, _, _ = forward_graph(c, inputs(rng, c))
+    g.validate()
+    p = _problem(g.op_graph)
+    cols = max(64, 1 << (dv - 1).bit_length())
+    src = K.fwd_source("f", p, AttnKnobs(), interpret=False)
+    assert K.v_cols(p) == cols and f"offs_dv = tl.arange(0, {cols})" in src
+    assert ("mask=dvmask[None, :]" in src) == (cols != dv)  # whole key tiles: d masked
+
+
 def test_head_dims_above_the_kernels_run_on_the_reference(rng):
     """Head dims 264 / 520 (cuDNN takes them): the graph validates, the engine declines
     with the reason, and the reference computes them (against PyTorch's math path)."""

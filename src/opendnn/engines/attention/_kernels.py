@@ -28,9 +28,10 @@ Ragged (packed variable-length) Q / K / V / O: batch b's rows start at element R
 ragged tensor's row and head strides are 16-byte multiples with d contiguous, its offsets
 are taken to be 16-byte multiples too (as packed rows of such strides are; an offset that
 is not faults with a misaligned address): its tiles then load and store in 16-byte
-vectors. Without that hint Triton 3.6 miscompiles on sm_90 the
-element-wise V tile of P V when head dim V is below BLOCK_N (wrong O; the interpreter
-is exact), so the engine's tiles keep BLOCK_N <= max(32, head dim V) there.
+vectors. Without that hint Triton 3.6 miscompiled on sm_90 the element-wise V tile of
+P V when head dim V (16, 32) was below BLOCK_N (wrong O; the interpreter is exact); the
+engine keeps BLOCK_N <= max(32, head dim V) for such a V, and V tiles are 64 columns at
+least (``v_cols``).
 
 Block mask (BLOCK_MASK, uint8): key j of query i is kept only when bit (j // 128) % 8 of
 byte [b, h, i // 128, j // 1024] is set; every tile then takes the masked path.
@@ -126,6 +127,16 @@ class Problem:
 
 def _pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def v_cols(p: Problem) -> int:
+    """Columns of the forward's V tile and O accumulator: head dim V rounded up to a power
+    of two, and at least 64 (the padding masked). Narrower V tiles -- 16 or 32 columns,
+    32- or 64-byte swizzled wgmma operands -- gave wrong O on sm_90 under Triton 3.6 with
+    64-key tiles: head dim V 8, 16 and 24 at any alignment, 32 loaded element by element
+    (64 x 16 tiles were exact, and 32-column tiles loaded as 16-byte vectors are); the
+    64-column tile is the 128-byte-swizzled operand every head dim from 33 up uses."""
+    return max(64, _pow2(p.DV))
 
 
 def _off(var_b: str, var_h: str, st: tuple) -> str:
@@ -237,7 +248,7 @@ def _fwd_step(
     """One key tile of the forward loop; ``masked``: the tile may hold masked keys."""
     bn = kn.BLOCK_N
     ks, vs = p.k, p.v
-    bd, bdv = max(16, _pow2(p.D)), max(16, _pow2(p.DV))
+    bd, bdv = max(16, _pow2(p.D)), v_cols(p)
     kmask = (
         "nmask[None, :] & dmask[:, None]" if masked else ("dmask[:, None]" if bd != p.D else None)
     )
@@ -327,7 +338,7 @@ def fwd_source(name: str, p: Problem, kn, interpret: bool) -> str:
     tiles through tensor descriptors (compiled only)."""
     tma = bool(getattr(kn, "TMA", 0)) and not interpret
     bm, bn = kn.BLOCK_M, kn.BLOCK_N
-    bd, bdv = max(16, _pow2(p.D)), max(16, _pow2(p.DV))  # tl.dot: K, N >= 16
+    bd, bdv = max(16, _pow2(p.D)), v_cols(p)  # tl.dot: K, N >= 16
     I, I2 = "    ", "        "
     dt = TL_TYPE[p.dtype]
     pid = "tl.program_id(1).to(tl.int64)" if p.big else "tl.program_id(1)"

@@ -452,7 +452,8 @@ def _smem(p: K.Problem, kn: AttnKnobs, fwd: bool, dq_only: bool = False) -> int:
     resident ones. Forward: K / V of BLOCK_N rows streamed, Q resident. Backward, the
     larger of its kernels (``dq_only``: the dQ kernel's): dK / dV streams Q / dO (BLOCK_M
     rows) past resident K / V (BLOCK_N rows); dQ (with DQ_ATOMIC=0) the other way round."""
-    bd, bdv = max(16, K._pow2(p.D)), max(16, K._pow2(p.DV))
+    bd = max(16, K._pow2(p.D))
+    bdv = K.v_cols(p) if fwd else max(16, K._pow2(p.DV))
     row = (bd + bdv) * 2
     if fwd:  # calibrated: D = 256, 64 x 64, 3 stages asked for 262144 bytes (H100)
         return kn.num_stages * kn.BLOCK_N * row + max(kn.BLOCK_M, kn.BLOCK_N) * row
