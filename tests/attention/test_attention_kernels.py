@@ -163,6 +163,33 @@ def test_forward_masks_and_heads(case):
     _check(o, st, *_ref(q, k, v, scale, **kw), 1e-4)
 
 
+def test_forward_of_tensors_past_int32_offsets_splits_heads_in_int32(monkeypatch):
+    """Tensors of 2^31 elements or more (``big``) take int64 offsets; the (batch, head)
+    split of the program id stays in int32 and is widened after (Triton 3.6 miscompiles
+    the int64 split by constant // and % on sm_90). Run here as ``big`` on a small GQA
+    problem: the widened source computes the same."""
+    monkeypatch.setattr(K.Problem, "big", property(lambda self: True))
+    B, H, HKV, SQ, SKV, Dh, DV, kw = CASES[1]
+    q, k, v = _qkv(B, H, HKV, SQ, SKV, Dh, DV)
+    p = _problem(
+        q,
+        k,
+        v,
+        torch.empty(B, H, SQ, DV),
+        torch.empty(B, H, SQ),
+        None,
+        None,
+        None,
+        False,
+        None,
+        None,
+    )
+    src = K.fwd_source("f", p, Kn(), interpret=True)
+    assert "bh = tl.program_id(1)\n" in src and "hk = hk.to(tl.int64)" in src
+    o, st = _run(q, k, v, 0.25, **kw)
+    _check(o, st, *_ref(q, k, v, 0.25, **kw), 1e-4)
+
+
 def test_forward_bfloat16_bshd_strides():
     q, k, v = _qkv(2, 2, 2, 19, 23, 16, 16, torch.bfloat16)
     q, k, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))  # BSHD

@@ -341,17 +341,20 @@ def fwd_source(name: str, p: Problem, kn, interpret: bool) -> str:
     bd, bdv = max(16, _pow2(p.D)), v_cols(p)  # tl.dot: K, N >= 16
     I, I2 = "    ", "        "
     dt = TL_TYPE[p.dtype]
-    pid = "tl.program_id(1).to(tl.int64)" if p.big else "tl.program_id(1)"
+    # (b, h) split in int32 and widened after: Triton 3.6 miscompiles on sm_90 the int64
+    # split of an index by constant // and % (docs/design/conv.md)
+    wide = [f"{I}{v} = {v}.to(tl.int64)" for v in ("b", "h", "hk")] if p.big else []
     L = [
         COMBINE_HELPERS,
         PHILOX_HELPER if p.dropout else "",
         "@triton.jit",
         f"def {name}({', '.join(p.params())}):",
         f"{I}pid_m = {query_tile(p)}",
-        f"{I}bh = {pid}",
+        f"{I}bh = tl.program_id(1)",
         f"{I}b = bh // {p.H}",
         f"{I}h = bh % {p.H}",
         f"{I}hk = h // {p.H // p.HKV}",
+        *wide,
         f"{I}offs_m = pid_m * {bm} + tl.arange(0, {bm})",
         f"{I}offs_d = tl.arange(0, {bd})",
         f"{I}offs_dv = tl.arange(0, {bdv})",
