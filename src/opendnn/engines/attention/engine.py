@@ -354,8 +354,8 @@ def _strides(d, n: int = 4) -> tuple:
 def _ragged_align(t: dict, roles: list) -> tuple:
     """(role, n) for the ragged Q / K / V / O (and gradients) whose rows are 16-byte
     aligned -- d contiguous, row and head strides 16-byte multiples -- so that their
-    offsets are taken as multiples of n = 16 / itemsize elements too (cuDNN's packed
-    rows); the kernels' loads and stores then vectorize along d."""
+    offsets are taken as multiples of n = 16 / itemsize elements too (as packed rows of
+    such strides are); the kernels' loads and stores then vectorize along d."""
     out = []
     for r in roles:
         x = t.get(r)
