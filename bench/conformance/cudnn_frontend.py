@@ -7,29 +7,30 @@ machine: passed / failed / skipped / errors per test file, each side.
         [--exclude fp8] [--shard K/N] [--jobs J] [--where-cudnn-passes] [--deps DIR]
         [--timeout 1800] [--out OUT]
 
-DIR is cudnn-frontend's ``test/python`` folder. ``--fetch`` lays it out at run time in an
-ignored folder (``.conformance/cudnn-frontend``, the default DIR) from the public
+DIR is cudnn-frontend's ``test/python`` folder. ``--fetch`` lays it out at run time in
+an ignored folder (``.conformance/cudnn-frontend``, the default DIR) from the public
 repository (github.com/NVIDIA/cudnn-frontend, or a local clone of it) -- the test files
-are never committed. The tests need ``looseversion`` (``--deps``). The opendnn side imports ``cudnn`` from a generated
-re-export-only package (``from opendnn.frontend import *``, with its submodules --
-``cudnn.experimental...``, ``cudnn.datatypes``, ``cudnn.api_base`` -- mapped onto
-opendnn.frontend's); the cuDNN side imports the
-real one (the nvidia-cudnn-frontend wheel, when installed). ``--deps`` is prepended to
-both sides' path (the tests' pure-Python needs, e.g. looseversion). The suite's own
-``-m L0`` selection runs (its pytest.ini). ``--sample FILE=N`` runs a seeded random
-sample of N of FILE's collected cases, the same node ids on both sides (the SDPA files
-hold tens of thousands), drawn from the ids containing none of the ``--exclude``
-strings; ``--shard K/N`` runs every N-th of them from the K-th (a sample too long for
-one sitting runs in N). The suite draws its shapes from unseeded generators; every case
-is seeded (Python's, NumPy's and torch's generators) from ``--seed`` and its place in the
-collection, so both sides, and every rerun or shard, run the same shapes. Each (side, file) runs as its own pytest process with a
-timeout; ``--jobs J`` runs J of those processes at once, a sample split into J parts
-per side (the GPU is shared: the suite's time is mostly host work -- kernel compiles,
-reference math). ``--where-cudnn-passes`` runs cuDNN's side first and opendnn's only
-on the cases cuDNN passed (the acceptance measure at a fraction of the time: most SDPA
-cases are ones cuDNN skips); ``--cudnn-from JSON`` takes cuDNN's outcomes from an earlier
-run instead (a rerun of opendnn's side after a fix). The table goes to stdout and the counts, with every failing node id and
-the head of its message, to OUT/conformance.json (rewritten after each file).
+are never committed. The tests need ``looseversion`` (``--deps``). The opendnn side
+imports ``cudnn`` from a generated re-export-only package (``from opendnn.frontend
+import *``, with its submodules -- ``cudnn.experimental...``, ``cudnn.datatypes``,
+``cudnn.api_base`` -- mapped onto opendnn.frontend's); the cuDNN side imports the real
+one (the nvidia-cudnn-frontend wheel, when installed). ``--deps`` is prepended to both
+sides' path (the tests' pure-Python needs, e.g. looseversion). The suite's own ``-m L0``
+selection runs (its pytest.ini). ``--sample FILE=N`` runs a seeded random sample of N of
+FILE's collected cases, the same node ids on both sides (the SDPA files hold tens of
+thousands), drawn from the ids containing none of the ``--exclude`` strings; ``--shard
+K/N`` runs every N-th of them from the K-th (a sample too long for one sitting runs in
+N). The suite draws its shapes from unseeded generators; every case is seeded (Python's,
+NumPy's and torch's generators) from ``--seed`` and its place in the collection, so both
+sides, and every rerun or shard, run the same shapes. Each (side, file) runs as its own
+pytest process with a timeout; ``--jobs J`` runs J of those processes at once, a sample
+split into J parts per side (the GPU is shared: the suite's time is mostly host work --
+kernel compiles, reference math). ``--where-cudnn-passes`` runs cuDNN's side first and
+opendnn's only on the cases cuDNN passed (the acceptance measure at a fraction of the
+time: most SDPA cases are ones cuDNN skips); ``--cudnn-from JSON`` takes cuDNN's
+outcomes from an earlier run instead (a rerun of opendnn's side after a fix). The table
+goes to stdout and the counts, with every failing node id and the head of its message,
+to OUT/conformance.json (rewritten after each file).
 """
 
 from __future__ import annotations
@@ -345,6 +346,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     pool = ThreadPoolExecutor(max(1, args.jobs))
     lock = threading.Lock()
+    earlier = json.loads(Path(args.cudnn_from).read_text()) if args.cudnn_from else {}
 
     def one(name: str) -> None:
         # the sides name some cases differently (pytest ids of their own enum objects),
@@ -364,7 +366,6 @@ def main(argv=None) -> int:
         # phases: both sides at once, or (--where-cudnn-passes) cuDNN's, then opendnn's
         # on the places cuDNN passed
         phased = args.where_cudnn_passes and len(sides) == 2
-        earlier = json.loads(Path(args.cudnn_from).read_text()) if args.cudnn_from else {}
         for phase in [["cudnn"], ["opendnn"]] if phased else [sides]:
             if phase == ["cudnn"] and "cudnn" in earlier.get(name, {}):
                 with lock:

@@ -367,6 +367,16 @@ def _ragged_align(t: dict, roles: list) -> tuple:
     return tuple(out)
 
 
+def _ragged_v_cap(p: K.Problem) -> int | None:
+    """The widest key tile (BLOCK_N) the forward takes with a ragged V whose rows are not
+    16-byte aligned (its tile then loads element by element, and Triton 3.6 miscompiled
+    P V on sm_90 with such a tile under wider key tiles; _kernels' docstring); None
+    where any width is taken."""
+    if "V" in p.ragged and "V" not in dict(p.ragged_align):
+        return max(32, K._pow2(p.DV))
+    return None
+
+
 def _problem(graph) -> K.Problem:
     n = graph.nodes[0]
     t = {r: graph.tensors[u] for r, u in {**n.inputs, **n.outputs}.items()}
@@ -377,6 +387,7 @@ def _problem(graph) -> K.Problem:
     seed, off = t.get("SEED"), t.get("OFFSET")
     p = n.dropout_probability or 0.0
     s_kv, paged = k.dims[2], None
+    ragged = n.ragged_roles()
     if n.kind == "sdpa" and n.paged:  # K / V are containers [blocks, H, block_size, D]
         tk, tv = t["PAGE_TABLE_K"], t["PAGE_TABLE_V"]
         s_kv = paged_length(n, tk.dims[2], k.dims[2])
@@ -416,8 +427,8 @@ def _problem(graph) -> K.Problem:
         offset_host=bool(off is not None and off.is_pass_by_value),
         alibi=bool(n.use_alibi_mask),
         paged=paged,
-        ragged=tuple(n.ragged_roles()),
-        ragged_align=_ragged_align(t, n.ragged_roles()),
+        ragged=tuple(ragged),
+        ragged_align=_ragged_align(t, ragged),
         block_mask=tuple(t["BLOCK_MASK"].strides) if "BLOCK_MASK" in t else None,
         sink=t["SINK_TOKEN"].strides[1] if "SINK_TOKEN" in t else None,
         smax=_strides(t["SCORE_MAX"], 3) if "SCORE_MAX" in t else None,
@@ -576,17 +587,11 @@ class AttentionEngine(Engine):
             return decline(
                 "TMA: Q / K / V in one strided view each (not paged caches or ragged offsets)"
             )
-        if (
-            target.is_cuda
-            and fwd
-            and "V" in p.ragged
-            and "V" not in dict(p.ragged_align)
-            and kn.BLOCK_N > max(32, K._pow2(p.DV))
-        ):
+        cap = _ragged_v_cap(p) if target.is_cuda and fwd else None
+        if cap is not None and kn.BLOCK_N > cap:
             return decline(
-                f"a ragged V with rows not 16-byte aligned takes BLOCK_N <= "
-                f"{max(32, K._pow2(p.DV))} at head dim V {p.DV} (Triton 3.6 miscompiles "
-                "wider tiles on sm_90)"
+                f"a ragged V with rows not 16-byte aligned takes BLOCK_N <= {cap} at head "
+                f"dim V {p.DV} (Triton 3.6 miscompiles wider tiles on sm_90)"
             )
         if kn.DQ_ATOMIC and p.ragged:
             return decline("DQ_ATOMIC: a dense dQ accumulator (not ragged offsets)")
@@ -612,11 +617,9 @@ class AttentionEngine(Engine):
         if target.is_cuda:
             out = [_fit(p, kn, fwd) for kn in out]
             out = [kn if kn.dq() == kn else _fit_dq(p, kn) for kn in out]
-        if target.is_cuda and fwd and "V" in p.ragged and "V" not in dict(p.ragged_align):
-            # an unaligned ragged V: Triton 3.6 miscompiles P V on sm_90 with its
-            # element-wise tile when head dim V < BLOCK_N (_kernels' docstring)
-            bn = max(32, K._pow2(p.DV))
-            out = [dataclasses.replace(kn, BLOCK_N=min(kn.BLOCK_N, bn)) for kn in out]
+        cap = _ragged_v_cap(p) if target.is_cuda and fwd else None
+        if cap is not None:
+            out = [dataclasses.replace(kn, BLOCK_N=min(kn.BLOCK_N, cap)) for kn in out]
         if fwd and target.is_cuda:
             g = _gluon_first(p)
             if _check_gluon(graph, p, g, target).ok:
