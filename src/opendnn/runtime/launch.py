@@ -24,6 +24,10 @@ kernel it runs), and importing a module in one mode flips ``TRITON_INTERPRET`` f
 whole process. Both happen under ``interpreter_lock``: interpreted launches run one at a
 time, and no import decorates while another mode's import or an interpreted launch runs.
 
+Triton's interpreter sanitizes int32 arithmetic for overflow and then discards the check
+unless debugging; the library turns that dead work off at import
+(``_skip_interpreted_overflow_checks``), which leaves the results unchanged.
+
 ``Launcher`` is what a plan keeps: at build time it compiles the CUDA kernel for the exact
 argument specialization (``warmup``), so executing a plan is a direct call into the
 compiled kernel's launcher with no argument binding or cache lookup. If a pointer at run
@@ -40,6 +44,7 @@ about the longest compiles rather than their sum.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -93,6 +98,22 @@ _lock = threading.Lock()
 # Held by every interpreted launch and every import of a generated module (see the module
 # docstring); reentrant: module_for holds it around _exec_module, which takes it too.
 interpreter_lock = threading.RLock()
+
+
+def _skip_interpreted_overflow_checks() -> None:
+    """Triton's interpreter checks every int32 add, sub and mul for overflow by redoing it
+    in int64 and comparing, then drops the result unless ``debug`` is on (the assert is
+    a no-op without it, and the interpreter's options never turn it on), as compiled
+    kernels drop it. The wasted work was a third to a half of an interpreted conv or
+    matmul; this turns the checks off for the process."""
+    from triton.runtime import interpreter
+
+    opts = interpreter.interpreter_builder.options
+    if opts.sanitize_overflow and not opts.debug:
+        interpreter.interpreter_builder.options = dataclasses.replace(opts, sanitize_overflow=False)
+
+
+_skip_interpreted_overflow_checks()
 _folders: dict[str, tuple[str, str]] = {}  # configured -> (cache, kernels) used
 _folders_lock = threading.Lock()
 _fallback: list = []  # this process's temporary folder
