@@ -149,8 +149,7 @@ class ExecutionPlan:
         self.boundaries = []  # (uid, offset, nbytes)
         offset = 0
         if len(self.stages) > 1:
-            for u in self._boundary_uids():
-                d = graph.tensors[u]
+            for u, d in self._boundary_descs():
                 self.boundaries.append((u, offset, d.size_in_bytes))
                 offset += _align(d.size_in_bytes)
         self._stage_ws_offset = offset
@@ -158,13 +157,15 @@ class ExecutionPlan:
         self.built = False
         self.build_seconds = None
 
-    def _boundary_uids(self) -> list:
-        seen = []
+    def _boundary_descs(self) -> list:
+        """(uid, descriptor) of each virtual tensor that crosses a cut, as its stages see
+        it (packed by ``OpGraph.subgraph``)."""
+        seen = {}
         for s in self.stages:
-            for u in s.graph.tensors:
+            for u, d in s.graph.tensors.items():
                 if self.graph.tensors[u].is_virtual and u not in seen:
-                    seen.append(u)
-        return seen
+                    seen[u] = d
+        return list(seen.items())
 
     @property
     def workspace_size(self) -> int:

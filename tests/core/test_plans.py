@@ -409,6 +409,35 @@ def test_partition_reduction_then_broadcast_pointwise(rng):
     assert_close(out, xd - xd.mean(2, keepdim=True), torch.float16, n=6)
 
 
+def test_partition_packs_virtual_tensors_that_cross_a_cut(rng):
+    """A cast of an input with a gapped batch stride (cudnn-frontend's matmul fuzzer: int8
+    A, bf16 B with batch stride 55M for 3.5M elements) feeding a matmul: the cast's
+    virtual output inherits the gapped strides, and as a boundary buffer it once sized
+    the workspace by the input's span (25.9 GiB asked on the GPU). It is packed in its
+    stride order; the workspace holds its elements only, and results are unchanged."""
+    b, m, k, n, gap = 3, 5, 6, 7, 1000
+    a = rng.rand((b, m, k)).to(torch.int8)
+    base = rng.rand((b * gap * k * n,), torch.bfloat16)
+    bm = base.as_strided((b, k, n), (gap * k * n, n, 1))
+    g = cudnn.pygraph(intermediate_data_type=DataType.FLOAT, compute_data_type=DataType.FLOAT)
+    A, B = g.tensor_like(a), g.tensor_like(bm)
+    ac = g.identity(input=A, compute_data_type=DataType.FLOAT)
+    ac.set_data_type(DataType.FLOAT)
+    bc = g.identity(input=B, compute_data_type=DataType.FLOAT)
+    bc.set_data_type(DataType.FLOAT)
+    y = g.matmul(ac, bc)
+    y.set_output(True).set_data_type(DataType.FLOAT)
+    g.build([HeurMode.A, HeurMode.FALLBACK])
+    name = g.get_plan_name_at_index(0)
+    assert name.startswith("partition["), name
+    plan = g._selected_plan()
+    boundary = sum(nbytes for _, _, nbytes in plan.boundaries)
+    assert boundary == 4 * (b * m * k + b * k * n) or boundary == 4 * b * k * n, plan.boundaries
+    assert g.get_workspace_size() < 4 * b * gap * k * n
+    out = compare_plans(g, {A: a, B: bm}, [y], 0, g.get_execution_plan_count() - 1, n=k)[y]
+    assert_close(out, a.double() @ bm.double(), torch.float32, n=k)
+
+
 def test_partition_two_reduction_shapes(rng):
     x = rng.rand((6, 7))
     g = cudnn.pygraph()

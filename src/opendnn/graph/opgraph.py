@@ -13,7 +13,7 @@ import hashlib
 import json
 from functools import cached_property
 
-from ..tensor import TensorDesc
+from ..tensor import TensorDesc, packed_strides, stride_order
 from .nodes import NODE_TYPES, Node
 
 
@@ -219,15 +219,21 @@ class OpGraph:
         return self.subgraph(nodes, crossing)
 
     def subgraph(self, nodes: list, materialized: set) -> "OpGraph":
-        """The graph of ``nodes`` alone; tensors in ``materialized`` become non-virtual
-        (they cross a partition boundary and live in the workspace)."""
+        """The graph of ``nodes`` alone; virtual tensors in ``materialized`` become
+        non-virtual (they cross a partition boundary and live in the workspace), packed in
+        their stride order: a virtual tensor's strides are never seen by the caller, and
+        ones inherited from a gapped input (a slice, a strided batch) would size the
+        workspace by the input's span instead of the elements."""
         uids = {u for n in nodes for w in ("inputs", "outputs") for u in self.node_uids(n, w)}
         tensors = {}
         for u in self.tensors:
             if u in uids:
                 d = self.tensors[u]
                 if u in materialized and d.is_virtual:
-                    d = dataclasses.replace(d, is_virtual=False)
+                    strides = d.strides
+                    if not (d.is_packed() or d.has_overlap()):
+                        strides = packed_strides(d.dims, stride_order(d.strides))
+                    d = dataclasses.replace(d, is_virtual=False, strides=strides)
                 tensors[u] = d
         return OpGraph(tensors, tuple(nodes), self.name)
 
