@@ -26,6 +26,8 @@ compiles every launch with ``triton.compile`` for sm_90:
     softmax    softmax and log-softmax (25), forward and backward, a strided axis
     split      split-reduction dgrad (17) and wgrad (19): 1-3-D, groups, strided layouts,
                both accumulation modes of 19; an engine that declines counts as a failure
+    moe        the MoE grouped matmul (56): NONE / GATHER / SCATTER forward and the weight
+               gradient, bf16 and fp32, a column-major weight
     winograd   Winograd fused forward (15) and dgrad (16, 18), the delegated GEMM too, with
                each fused kernel's registers and spills from ptxas
     attention  the attention engine (40): ALiBi, dropout + rng_dump, ragged (THD) tensors
@@ -812,6 +814,30 @@ def attention_graphs():
         yield f"sdpa paged packed={packed}", g, [40]
 
 
+def moe_graphs():
+    from opendnn.enums import MoeGroupedMatmulMode as Mode
+
+    e, m, k, n = 8, 1024, 512, 384
+    for dt in (torch.bfloat16, torch.float32):
+        for mode in (Mode.NONE, Mode.GATHER, Mode.SCATTER):
+            g = cudnn.pygraph(compute_data_type=cudnn.data_type.FLOAT)
+            tok = g.tensor_like(torch.empty(1, m, k, dtype=dt))
+            w = g.tensor_like(torch.empty_strided((e, k, n), (k * n, 1, k), dtype=dt))
+            off = g.tensor_like(torch.empty(e, 1, 1, dtype=torch.int32))
+            idx = g.tensor_like(torch.empty(1, m, 1, dtype=torch.int32))
+            ks = g.tensor_like(torch.empty(1, m, 1, dtype=torch.int32))
+            g.moe_grouped_matmul(
+                tok, w, off, token_index=idx, token_ks=ks, mode=mode, top_k=2
+            ).set_output(True)
+            yield f"moe {mode.name} {dt}", g, [56]
+        g = cudnn.pygraph(compute_data_type=cudnn.data_type.FLOAT)
+        dout = g.tensor_like(torch.empty(1, m, n, dtype=dt))
+        tok = g.tensor_like(torch.empty(1, m, k, dtype=dt))
+        off = g.tensor_like(torch.empty(e, 1, 1, dtype=torch.int32))
+        g.moe_grouped_matmul_bwd(dout, tok, off).set_output(True)
+        yield f"moe_bwd {dt}", g, [56]
+
+
 FAMILIES = {
     "conv": (conv_graphs, 3, {}),
     "fusion": (fusion_graphs, 3, {}),
@@ -824,6 +850,7 @@ FAMILIES = {
     "split": (split_graphs, 3, {"decline_fails": True}),
     "winograd": (winograd_graphs, 3, {"winograd": True}),
     "attention": (attention_graphs, 3, {"decline_fails": True}),
+    "moe": (moe_graphs, 3, {"decline_fails": True}),
 }
 
 

@@ -474,13 +474,14 @@ def test_every_pygraph_method_of_cudnn_frontend_exists():
     genstats get_behavior_notes get_behavior_notes_for_plan_at_index get_engine_count
     get_execution_plan_count get_knobs_for_engine get_plan_name_at_index
     get_workspace_size get_workspace_size_plan_at_index instancenorm
-    instancenorm_backward key layernorm layernorm_backward matmul
-    query_tensor_attributes_of_uid reduction reshape resample rmsnorm rmsnorm_backward
-    sdpa sdpa_backward select_behavior_notes select_numeric_notes serialize slice
+    instancenorm_backward key layernorm layernorm_backward matmul moe_grouped_matmul
+    moe_grouped_matmul_bwd query_tensor_attributes_of_uid reduction reshape resample
+    rmsnorm rmsnorm_backward sdpa sdpa_backward select_behavior_notes select_numeric_notes serialize slice
     softmax tensor tensor_like tensor_scalar transpose validate""".split()
     g = cudnn.pygraph()
     for n in names + list(NOT_SUPPORTED_METHODS):
         assert callable(getattr(g, n)), n
+    assert "moe_grouped_matmul" not in NOT_SUPPORTED_METHODS  # implemented (tests/moe)
     for n, feature in NOT_SUPPORTED_METHODS.items():
         with pytest.raises(BadParamError, match=re.escape(f"{feature} is not supported")) as e:
             getattr(g, n)()

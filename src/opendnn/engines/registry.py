@@ -67,6 +67,7 @@ ENGINE_CLASSES = (
     ("pool.engine", "PoolBackwardEngine"),  # pooling (resample) backward
     ("norm.engine", "NormEngine"),
     ("attention.engine", "AttentionEngine"),
+    ("moe.engine", "MoeEngine"),
     ("fusion.engine", "FusionEngine"),
     ("reference.engine", "ReferenceEngine"),
 )

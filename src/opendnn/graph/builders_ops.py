@@ -1,12 +1,13 @@
-"""The graph's pooling (resample), LRN / divisive normalization and dropout methods;
-mixed into the graph by ``builders``."""
+"""The graph's pooling (resample), LRN / divisive normalization, dropout and
+mixture-of-experts grouped matmul methods; mixed into the graph by ``builders``."""
 
 from __future__ import annotations
 
-from ..enums import DataType
+from ..enums import DataType, MoeGroupedMatmulMode
 from ..errors import BadParamError, Status
 from . import dropout_nodes as DN
 from . import lrn_nodes as LN
+from . import moe_nodes as MN
 from . import pool_nodes as PN
 from .tensor import as_enum, as_float, as_int, as_ints
 
@@ -301,3 +302,73 @@ class OpsBuilderMixin:
         dx = self._new_output(f"{op}::DX")
         self._add(node, {"DX": dx})
         return dx
+
+    # ---- mixture-of-experts grouped matmul ------------------------------------------------
+    def moe_grouped_matmul(
+        self,
+        token,
+        weight,
+        first_token_offset,
+        token_index=None,
+        token_ks=None,
+        mode=MoeGroupedMatmulMode.NONE,
+        compute_data_type=DataType.FLOAT,
+        top_k=0,
+        name="",
+    ):
+        """OUTPUT [1, M_out, N]: cuDNN's MoE grouped matmul (cudnn-frontend's signature).
+        ``token`` [1, M, K] (GATHER: [1, S, K]), ``weight`` [E, K, N] (any strides),
+        ``first_token_offset`` [B * E, 1, 1] int32: group g owns the routed rows from its
+        offset to the next group's (the last to the end) and multiplies them by expert
+        g % E. GATHER reads Token[token_index[r]] for routed row r ([1, R, 1] int32; M_out
+        = R); SCATTER writes row r to token_index[r] * top_k + token_ks[r] (both [1, M, 1]
+        int32, ``top_k`` >= 1). A ``token_index`` / ``token_ks`` the mode does not read is
+        left out of the node (cuDNN sets only the mode's tensors). OUTPUT is row-major
+        unless set; rows no group covers are not written (``ops/moe.py``)."""
+        op = name or f"moe_grouped_matmul_{len(self._nodes)}"
+        label = f"moe_grouped_matmul '{op}'"
+        mode = as_enum(MoeGroupedMatmulMode, mode, label, "mode")
+        ins = {
+            "TOKEN": self._check_tensor(token, op, "token"),
+            "WEIGHT": self._check_tensor(weight, op, "weight"),
+            MN.OFFSET: self._check_tensor(first_token_offset, op, "first_token_offset"),
+        }
+        used = {
+            MoeGroupedMatmulMode.NONE: (),
+            MoeGroupedMatmulMode.GATHER: ("token_index",),
+            MoeGroupedMatmulMode.SCATTER: ("token_index", "token_ks"),
+        }[mode]
+        for arg, t in (("token_index", token_index), ("token_ks", token_ks)):
+            if t is not None and arg in used:
+                ins[arg.upper()] = self._check_tensor(t, op, arg)
+        node = MN.MoeGroupedMatmul(
+            name=op,
+            compute_data_type=self._ctype(compute_data_type, op),
+            inputs=ins,
+            moe_mode=mode,
+            top_k=as_int(top_k, label, "top_k"),
+        )
+        out = self._new_output(f"{op}::OUTPUT")
+        self._add(node, {"OUTPUT": out})
+        return out
+
+    def moe_grouped_matmul_bwd(
+        self, doutput, token, first_token_offset, compute_data_type=DataType.FLOAT, name=""
+    ):
+        """DWEIGHT [G, K, N] (column-major in K x N unless set): for each group g of
+        ``first_token_offset`` ([G, 1, 1] int32), token[rows of g]^T @ doutput[rows of g]
+        with ``doutput`` [1, M, N] and ``token`` [1, M, K]; zeros for a group without
+        rows (cudnn-frontend's signature)."""
+        op = name or f"moe_grouped_matmul_bwd_{len(self._nodes)}"
+        node = MN.MoeGroupedMatmulBwd(
+            name=op,
+            compute_data_type=self._ctype(compute_data_type, op),
+            inputs={
+                "DOUTPUT": self._check_tensor(doutput, op, "doutput"),
+                "TOKEN": self._check_tensor(token, op, "token"),
+                MN.OFFSET: self._check_tensor(first_token_offset, op, "first_token_offset"),
+            },
+        )
+        dw = self._new_output(f"{op}::DWEIGHT")
+        self._add(node, {"DWEIGHT": dw})
+        return dw

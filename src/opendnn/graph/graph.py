@@ -641,8 +641,6 @@ NOT_SUPPORTED_METHODS = {
     "adalayernorm_backward": "adaptive layer norm backward",
     "block_scale_quantize": "block-scaled (MX) quantization",
     "block_scale_dequantize": "block-scaled (MX) dequantization",
-    "moe_grouped_matmul": "the mixture-of-experts grouped matmul",
-    "moe_grouped_matmul_bwd": "the mixture-of-experts grouped matmul backward",
     "sdpa_fp8": "FP8 attention",
     "sdpa_fp8_backward": "FP8 attention backward",
     "sdpa_mxfp8": "MXFP8 attention",

@@ -17,6 +17,7 @@ from ...graph.attention_nodes import paged_length
 from ...ops import batchnorm, conv, layout, matmul, pointwise, pool, reduction, softmax, stats
 from ...ops import dropout as dropout_ref
 from ...ops import lrn as lrn_ref
+from ...ops import moe as moe_ref
 from ...plan import role_error
 from ...runtime.buffers import as_tensor, logical_view
 from ..base import SUPPORTED, Engine, Executable, Support, Target
@@ -120,6 +121,8 @@ def _node(graph, n, get, vals) -> None:
         _norm(graph, n, get, vals)
     elif n.kind in ATTENTION_KINDS:
         vals.update(_attention(n, graph, get))
+    elif n.kind in MOE_KINDS:
+        _moe(graph, n, get, vals)
     else:  # check_support guarantees we never get here
         raise InternalError(f"{n.label()} reached the reference without a definition")
 
@@ -255,6 +258,33 @@ def _norm(graph, n, get, vals) -> None:
     for role, v in (("Y", y), ("MEAN", mean), ("INV_VARIANCE", inv)):
         if role in n.outputs:
             vals[n.outputs[role]] = v
+
+
+# ---- mixture-of-experts grouped matmul (ops/moe.py) --------------------------------------
+MOE_KINDS = ("moe_grouped_matmul", "moe_grouped_matmul_bwd")
+
+
+def _moe(graph, n, get, vals) -> None:
+    """A moe_grouped_matmul node (rows no group writes keep the output buffer's values; a
+    virtual output starts at zeros) or its backward."""
+    off = get(n.inputs["FIRST_TOKEN_OFFSET"])
+    if n.kind == "moe_grouped_matmul_bwd":
+        dw = moe_ref.backward(get(n.inputs["DOUTPUT"]), get(n.inputs["TOKEN"]), off)
+        vals[n.outputs["DWEIGHT"]] = dw
+        return
+    out = graph.tensors[n.outputs["OUTPUT"]]
+    base = np.zeros(out.dims) if out.is_virtual else get(out.uid)
+    opt = {r: get(n.inputs[r]) for r in ("TOKEN_INDEX", "TOKEN_KS") if r in n.inputs}
+    vals[out.uid] = moe_ref.forward(
+        get(n.inputs["TOKEN"]),
+        get(n.inputs["WEIGHT"]),
+        off,
+        n.moe_mode.name,
+        base,
+        opt.get("TOKEN_INDEX"),
+        opt.get("TOKEN_KS"),
+        n.top_k,
+    )
 
 
 # ---- attention section (sdpa, sdpa_backward; ops/attention.py) ---------------------------
@@ -560,6 +590,7 @@ class ReferenceEngine(Engine):
         | set(DROPOUT_KINDS)
         | _NORM_KINDS
         | set(ATTENTION_KINDS)
+        | set(MOE_KINDS)
     )
 
     def check_support(self, graph, target: Target) -> Support:
