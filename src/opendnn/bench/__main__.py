@@ -5,7 +5,9 @@ same run, on the same inputs.
                             [--flush clean|dirty] [--kinds ...] [--layers ...]
 
 Families: pointwise, reduction, matmul, latency (together ``core``), conv, softmax,
-elementwise, lrn, dropout, pool, norm (layer / RMS norm and batch norm), attention, models
+elementwise, lrn, dropout, pool, norm (layer / RMS norm and batch norm), attention, moe
+(the MoE grouped matmul against cuDNN's where the cudnn-frontend wheel has it and
+``torch._grouped_mm``), models
 (whole networks in images/s; ``OPENDNN_BENCH_MODELS=train,infer64,infer1,emonet`` picks
 its cases -- see models.py).
 
@@ -459,6 +461,12 @@ def run_models(r: Runner):
     run(r, bench)
 
 
+def run_moe(r: Runner):
+    from .moe import run_moe as run
+
+    run(r, bench)
+
+
 FAMILIES = {
     "pointwise": run_pointwise,
     "reduction": run_reduction,
@@ -473,6 +481,7 @@ FAMILIES = {
     "norm": run_norm,
     "attention": run_attention,
     "models": run_models,
+    "moe": run_moe,
 }
 
 
