@@ -13,6 +13,7 @@ from _attention_cases import (
     PAGED,
     RAGGED,
     SINK,
+    Case,
     backward_graph,
     forward_graph,
     inputs,
@@ -767,3 +768,54 @@ def test_block_mask_against_reference(rng, c):
     x = inputs(rng, c)
     g, feeds, outs = forward_graph(c, x)
     check_engine(g, feeds, outs, ID, n=c.s_kv, msg=repro("sdpa block", [c], "", rng.seed))
+
+
+BIG = [
+    (Case("big_sink_gqa_bias", b=2, h_q=4, h_k=2, s_q=13, s_kv=11, d=16, sink=True,
+          bias="1h", right=0, dtype=torch.bfloat16), None),
+    (Case("big_atomic_padding", b=2, h_q=2, h_k=1, s_q=11, s_kv=14, d=16,
+          lens=((11, 6), (9, 14)), dtype=torch.bfloat16), ATOMIC),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("c,knobs", BIG, ids=[c.id for c, _ in BIG])
+def test_backward_of_tensors_past_int32_offsets_widens_after_the_split(rng, monkeypatch, c, knobs):
+    """Tensors of 2^31 elements or more: the backward's kernels (delta, dK / dV, dQ, the
+    atomic dQ's conversion, dBias, dSink) widen the batch and head indices to int64 after
+    the program id's split in int32, so every offset built from them is int64. Run here
+    as ``big`` on small problems (a sink, a bias summed over batches, atomic dQ with
+    padding): the widened sources compute the same, and each kernel widened."""
+    from opendnn.engines.attention import _bwd_kernels as BK
+    from opendnn.engines.attention import _kernels as K
+
+    monkeypatch.setattr(K.Problem, "big", property(lambda self: True))
+    seen = []
+    real = BK._wide
+    monkeypatch.setattr(BK, "_wide", lambda names, I, on: seen.append(on) or real(names, I, on))
+    x, o, st, do = _backward_inputs(rng, c)
+    g, feeds, outs = backward_graph(c, x, o, st, do, with_dbias="bias" in x)
+    check_engine(g, feeds, outs, ID, knobs, n=c.s_q + c.s_kv, msg=repro("big", [c], "", rng.seed))
+    assert seen and all(seen), seen
+
+
+def test_rows_strided_past_int32_run_on_the_reference():
+    """A row stride times the sequence length of 2^31 elements or more (a strided view of
+    a huge buffer): the kernels' offsets within a head are int32, so the engine declines
+    with the reason rather than address wrongly; no memory is needed to decide."""
+    import opendnn.frontend as cudnn
+
+    g = cudnn.pygraph(
+        io_data_type=cudnn.data_type.BFLOAT16,
+        intermediate_data_type=cudnn.data_type.FLOAT,
+        compute_data_type=cudnn.data_type.FLOAT,
+    )
+    q = g.tensor(name="Q", dim=[1, 2, 3, 16], stride=[3 * 2**30, 16, 2**30, 1])
+    k = g.tensor(name="K", dim=[1, 2, 5, 16], stride=[160, 80, 16, 1])
+    v = g.tensor(name="V", dim=[1, 2, 5, 16], stride=[160, 80, 16, 1])
+    for x in (q, k, v):
+        x.set_data_type(cudnn.data_type.BFLOAT16)
+    o, _ = g.sdpa(q, k, v, attn_scale=0.25, generate_stats=False)
+    o.set_output(True)
+    g.validate()
+    why = AttentionEngine().check_support(g.op_graph, Target())
+    assert not why.ok and "Q" in why.reason and "2^31" in why.reason, why.reason

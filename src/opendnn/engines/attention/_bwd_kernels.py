@@ -28,6 +28,7 @@ import dataclasses
 from ..dropout._kernels import PHILOX_HELPER
 from ..fusion._codegen import COMBINE_HELPERS, TL_TYPE
 from ._kernels import (
+    INT32_LIMIT,
     LOG2E,
     Problem,
     _off,
@@ -62,6 +63,24 @@ class Grads:
     bias_h: int = 1
 
 
+def big(p: Problem, g: Grads) -> bool:
+    """Whether an offset may pass int32: the forward's ``Problem.big``, a gradient's
+    extent, or the workspace's float32 dQ accumulator [B, H, S_q, pow2(D)]."""
+    dims = (p.B, p.H, max(p.SQ, p.SKV), max(p.D, p.DV))
+    return (
+        p.big
+        or p.B * p.H * max(p.SQ, 1) * max(16, _pow2(p.D)) >= INT32_LIMIT
+        or any(st * n >= INT32_LIMIT for t in (g.do, g.dq, g.dk, g.dv) for st, n in zip(t, dims))
+    )
+
+
+def _wide(names, I: str, on: bool) -> list[str]:
+    """Lines widening ``names`` to int64 when ``on``: done after the program id's split
+    (Triton 3.6 miscompiles the int64 split by constant // and % on sm_90), so every
+    offset built from them is int64."""
+    return [f"{I}{v} = {v}.to(tl.int64)" for v in names] if on else []
+
+
 def _params(p: Problem, names: list) -> list[str]:
     out = list(names)
     out += ["BIAS"] if p.bias else []
@@ -71,7 +90,7 @@ def _params(p: Problem, names: list) -> list[str]:
     return out + ["SCALE"]
 
 
-def _head(name: str, p: Problem, params: list, kv_program: bool) -> list[str]:
+def _head(name: str, p: Problem, g: Grads, params: list, kv_program: bool) -> list[str]:
     I = "    "
     bd, bdv = max(16, _pow2(p.D)), max(16, _pow2(p.DV))
     L = [
@@ -84,8 +103,10 @@ def _head(name: str, p: Problem, params: list, kv_program: bool) -> list[str]:
     ]
     if kv_program:  # bh indexes (b, K / V head)
         L += [f"{I}b = bh // {p.HKV}", f"{I}hk = bh % {p.HKV}"]
+        L += _wide(("bh", "b", "hk"), I, big(p, g))
     else:
         L += [f"{I}b = bh // {p.H}", f"{I}h = bh % {p.H}", f"{I}hk = h // {p.H // p.HKV}"]
+        L += _wide(("bh", "b", "h", "hk"), I, big(p, g))
     L += [
         f"{I}offs_d = tl.arange(0, {bd})",
         f"{I}offs_dv = tl.arange(0, {bdv})",
@@ -107,6 +128,7 @@ def delta_source(name: str, p: Problem, g: Grads, kn) -> str:
         f"{I}bh = tl.program_id(1)",
         f"{I}b = bh // {p.H}",
         f"{I}h = bh % {p.H}",
+        *_wide(("bh", "b", "h"), I, big(p, g)),
         f"{I}offs_dv = tl.arange(0, {bdv})",
         f"{I}dvmask = offs_dv < {p.DV}",
         f"{I}offs_m = tl.program_id(0) * {bm} + tl.arange(0, {bm})",
@@ -167,6 +189,7 @@ def dq_convert_source(name: str, p: Problem, g: Grads, kn) -> str:
                 f"{I}bh = tl.program_id(1)",
                 f"{I}b = bh // {p.H}",
                 f"{I}h = bh % {p.H}",
+                *_wide(("bh", "b", "h"), I, big(p, g)),
                 f"{I}offs_m = tl.program_id(0) * {bm} + tl.arange(0, {bm})",
                 f"{I}offs_d = tl.arange(0, {bd})",
                 f"{I}m2 = (offs_m < {p.SQ})[:, None] & (offs_d < {p.D})[None, :]",
@@ -250,7 +273,7 @@ def dkdv_source(name: str, p: Problem, g: Grads, kn, interpret: bool) -> str:
     bdv = max(16, _pow2(p.DV))
     bd = max(16, _pow2(p.D))
     dt = TL_TYPE[p.dtype]
-    L = _head(name, p, _params(p, ["Q", "K", "V", "DO", "STATS", "DK", "DV", "WS"]), True)
+    L = _head(name, p, g, _params(p, ["Q", "K", "V", "DO", "STATS", "DK", "DV", "WS"]), True)
     L += [f"{I}offs_n = pid * {bn} + tl.arange(0, {bn})"]
     L += _loads_kv_side(p, I, interpret)
     L += [
@@ -319,7 +342,7 @@ def dq_source(name: str, p: Problem, g: Grads, kn, interpret: bool) -> str:
     bm, bn = kn.BLOCK_M, kn.BLOCK_N
     bd = max(16, _pow2(p.D))
     dt = TL_TYPE[p.dtype]
-    L = _head(name, p, _params(p, ["Q", "K", "V", "DO", "STATS", "DQ", "WS"]), False)
+    L = _head(name, p, g, _params(p, ["Q", "K", "V", "DO", "STATS", "DQ", "WS"]), False)
     L += [f"{I}offs_m = pid * {bm} + tl.arange(0, {bm})"]
     L += _loads_q_side(p, g, I, interpret)
     L += [f"{I}dq = tl.full([{bm}, {bd}], 0.0, tl.float32)", f"{I}lo = 0", f"{I}hi = kv_len"]
@@ -365,6 +388,7 @@ def dbias_source(name: str, p: Problem, g: Grads, kn, interpret: bool) -> str:
         f"{I}offs_n = tl.program_id(1) * {bn} + tl.arange(0, {bn})",
         f"{I}bb = tl.program_id(2) // {g.bias_h}",
         f"{I}hh = tl.program_id(2) % {g.bias_h}",
+        *_wide(("bb", "hh"), I, big(p, g)),
         f"{I}offs_d = tl.arange(0, {bd})",
         f"{I}offs_dv = tl.arange(0, {bdv})",
         f"{I}dmask = offs_d < {p.D}",
@@ -373,9 +397,11 @@ def dbias_source(name: str, p: Problem, g: Grads, kn, interpret: bool) -> str:
         f"{I}acc = tl.full([{bm}, {bn}], 0.0, tl.float32)",
         f"{I}for bi in range(0, {nb}):",
         f"{I2}b = {'bi' if g.bias_b == 1 else 'bb'}",
+        *_wide(("b",), I2, big(p, g)),
         f"{I2}for hi_ in range(0, {nh}):",
         f"{I3}h = {'hi_' if g.bias_h == 1 else 'hh'}",
         f"{I3}hk = h // {p.H // p.HKV}",
+        *_wide(("h", "hk"), I3, big(p, g)),
     ]
     L += lengths(p, I3) + _loads_q_side(p, g, I3, interpret) + _loads_kv_side(p, I3, interpret)
     if p.dropout:
@@ -403,14 +429,20 @@ def dsink_source(name: str, p: Problem, dsink_stride: int) -> str:
     params = ["STATS", "WS", "SINK", "DSINK"] + (["SEQ_Q"] if p.padding else [])
     params += ["RAG_STATS"] if "STATS" in p.ragged else []
     q_len = f"tl.load(SEQ_Q + b * {p.seq_strides[0]}).to(tl.int32)" if p.padding else str(p.SQ)
+    # Stats and the workspace's delta hold B H S_q floats: past int32 (within ``big``), or
+    # Stats strided past it, b and h widened
+    wide = p.big or any(s_ * n >= INT32_LIMIT for s_, n in zip(st, (p.B, p.H, p.SQ)))
     L = [
         COMBINE_HELPERS,
         "@triton.jit",
         f"def {name}({', '.join(params)}):",
         f"{I}h = tl.program_id(0)",
+        *_wide(("h",), I, wide),
         f"{I}sk = tl.load(SINK + h * {p.sink})",
         f"{I}acc = tl.full([{DSINK_BLOCK}], 0.0, tl.float32)",
-        f"{I}for b in range(0, {p.B}):",
+        f"{I}for b_ in range(0, {p.B}):",
+        f"{I2}b = b_",
+        *_wide(("b",), I2, wide),
         f"{I2}q_len = {q_len}",
         f"{I2}for start in range(0, {p.SQ}, {DSINK_BLOCK}):",
         f"{I3}offs = start + tl.arange(0, {DSINK_BLOCK})",

@@ -530,6 +530,15 @@ class AttentionEngine(Engine):
             )
         if n.kind == "sdpa_backward" and "ATTN_SCALE" in t and not t["ATTN_SCALE"].is_pass_by_value:
             return decline("ATTN_SCALE must be passed by value")
+        for r in ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV"):
+            d = t.get(r)
+            st = _strides(d) if d is not None else ()
+            if any(s * size >= K.INT32_LIMIT for s, size in zip(st[2:], d.dims[2:] if st else ())):
+                return decline(
+                    f"tensor {d.label()}: a row or head-dim stride times its length reaches "
+                    "2^31 elements (the kernels' offsets within a head are int32; batch and "
+                    "head offsets are widened): runs on the reference"
+                )
         return SUPPORTED
 
     def knob_space(self, graph=None) -> list[Knob]:
