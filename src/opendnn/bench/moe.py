@@ -100,8 +100,8 @@ def _pytorch(token, weight, bounds, out, backward: bool):
 
     def loop():
         for g, (lo, hi) in enumerate(bounds):
-            if backward:
-                torch.mm(t2[lo:hi].t(), y2[lo:hi], out=weight[g])
+            if backward:  # a new [K, N] per group (DWeight's column-major slices)
+                torch.mm(t2[lo:hi].t(), y2[lo:hi])
             else:
                 torch.mm(t2[lo:hi], weight[g], out=y2[lo:hi])
 
