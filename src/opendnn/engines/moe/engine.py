@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from triton import cdiv, next_power_of_2
+
 from ... import backends
 from ...enums import BehaviorNote, DataType, NumericalNote
 from ...runtime.launch import LaunchList, kernel_from_source
@@ -109,10 +111,6 @@ def _precision(p: Problem) -> str:
     return "tf32" if _tf32(p) else "ieee"
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 class MoeEngine(Engine):
     """The MoE grouped matmul, forward (the three routing modes) and weight gradient."""
 
@@ -187,9 +185,9 @@ class MoeEngine(Engine):
         if not sup.ok:
             return sup
         kn, p = MoeKnobs(**config.knob_dict), problem(graph)
-        if not p.backward and _cdiv(p.N, kn.BLOCK_N) > MAX_GRID_Y:
+        if not p.backward and cdiv(p.N, kn.BLOCK_N) > MAX_GRID_Y:
             return decline(
-                f"{_cdiv(p.N, kn.BLOCK_N)} column tiles: the grid's second axis holds at "
+                f"{cdiv(p.N, kn.BLOCK_N)} column tiles: the grid's second axis holds at "
                 f"most {MAX_GRID_Y}"
             )
         if target.is_cuda:
@@ -257,18 +255,18 @@ class MoeEngine(Engine):
         sms = max(target.num_sms, 1)
         if p.backward:
             a, b = kn.BLOCK_K, kn.BLOCK_N
-            programs = _cdiv(p.K, a) * _cdiv(p.N, b) * p.G
+            programs = cdiv(p.K, a) * cdiv(p.N, b) * p.G
             depth = p.L / max(p.G, 1) + kn.BLOCK_M / 2
             moved = p.L * (p.K + p.N) * item + p.G * p.K * p.N * out_item
         else:
             a, b = kn.BLOCK_M, kn.BLOCK_N
-            programs = (_cdiv(p.L, a) + p.G // 2) * _cdiv(p.N, b)
+            programs = (cdiv(p.L, a) + p.G // 2) * cdiv(p.N, b)
             depth = p.K
             moved = p.L * p.K * item + p.E * p.K * p.N * item + p.L * p.N * out_item
         # operand bytes per product: a tile's a b / (a + b), 128 x 256's taken as full rate
         efficiency = min(1.0, (a * b / (a + b)) / (128 * 256 / 384)) ** 0.5
         per_program = 2.0 * a * b * depth / (peak / sms * efficiency)
-        waves = max(1, _cdiv(int(programs), sms))
+        waves = max(1, cdiv(int(programs), sms))
         compute, memory = waves * per_program, moved / target.bandwidth
         # the smaller term is never hidden entirely (and breaks the ties of a memory-bound
         # problem by the tiles' compute)
@@ -276,10 +274,6 @@ class MoeEngine(Engine):
 
     def build(self, graph, config, target) -> Executable:
         return _MoeExecutable(graph, MoeKnobs(**config.knob_dict), target)
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(0, (int(n) - 1).bit_length())
 
 
 class _MoeExecutable(Executable, LaunchList):
@@ -308,7 +302,7 @@ class _MoeExecutable(Executable, LaunchList):
             ints = [p.L, p.N, p.K, p.G, dy.strides[1], dy.strides[2], tok.strides[1]]
             ints += [tok.strides[2], off.strides[0], *dw.strides]
             args = [("buf", u.uid) for u in (dy, tok, off, dw)] + [("int", v) for v in ints]
-            grid = (_cdiv(p.K, kn.BLOCK_K) * _cdiv(p.N, kn.BLOCK_N), p.G)
+            grid = (cdiv(p.K, kn.BLOCK_K) * cdiv(p.N, kn.BLOCK_N), p.G)
             self.add_launch(kernel, grid, const, args, graph, target.is_cuda)
             return
         w, out = r["WEIGHT"], r["OUTPUT"]
@@ -328,8 +322,8 @@ class _MoeExecutable(Executable, LaunchList):
             ints.append(r["TOKEN_KS"].strides[1])
         ints += [out.strides[1], out.strides[2]]
         args = [("buf", d.uid) for d in bufs] + [("int", v) for v in ints]
-        grid = (_cdiv(p.L, kn.BLOCK_M) + p.G, _cdiv(p.N, kn.BLOCK_N))
-        const["BLOCK_G"] = max(2, _pow2(p.G))
+        grid = (cdiv(p.L, kn.BLOCK_M) + p.G, cdiv(p.N, kn.BLOCK_N))
+        const["BLOCK_G"] = max(2, next_power_of_2(p.G))
         self.add_launch(kernel, grid, const, args, graph, target.is_cuda)
 
     def run(self, buffers, workspace, stream=None) -> None:
