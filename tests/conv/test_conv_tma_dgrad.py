@@ -44,8 +44,8 @@ CASES = [  # (N, C, K, H, W, filt, stride, pad, dilation, knobs): dx [N, C, H, W
     (1, 8, 16, 7, 6, 3, (2, 1), 1, 1, SMALL),
     # two persistent programs per SM: on the interpreter's one "SM", two programs that
     # take every other tile (of 3 images x 2 row boxes, or of 4 phases)
-    (3, 16, 24, 5, 7, 3, 1, 1, 1, SMALL),
-    (2, 16, 8, 9, 7, 3, 2, 1, 1, SMALL),
+    (3, 16, 24, 5, 7, 3, 1, 1, 1, dict(SMALL, PPS=2)),
+    (2, 16, 8, 9, 7, 3, 2, 1, 1, dict(SMALL, PPS=2)),
     # stride 1 reductions split 2 and 3 ways (float32 partials, the forward's sum kernel)
     (2, 16, 24, 5, 7, 3, 1, 1, 1, dict(SMALL, SPLIT=2)),
     (1, 24, 40, 6, 6, 3, 1, 2, 2, dict(SMALL, SPLIT=3)),
@@ -259,6 +259,18 @@ def test_phase_taps_partition_the_filter(f, s, p):
         assert sorted(taps) == [0, 0, 0, 1]
 
 
+def test_two_programs_per_sm_only_with_two_stages():
+    """Two programs per SM with three stages raced on sm_90 (wrong dx elements from run to
+    run); the rule declines them and the knob space holds PPS=2 only with two stages."""
+    geo = types.SimpleNamespace(filt=(3, 3), stride=(1, 1))
+    assert "races" in D.knob_rule(geo, D.DgradTmaKnobs(1, 8, 16, 128, 64, 8, 3, PPS=2))
+    assert D.knob_rule(geo, D.DgradTmaKnobs(1, 8, 16, 128, 64, 8, 2, PPS=2)) is None
+    assert D.knob_rule(geo, D.DgradTmaKnobs(1, 8, 16, 128, 64, 8, 4)) is None
+    space = D.KNOB_SPACE + tma_dgrad.TF32_KNOBS
+    assert any(k.PPS == 2 for k in space)
+    assert all(k.num_stages <= 2 for k in space if k.PPS == 2)
+
+
 def test_programs_per_sm_knob_label_grid_and_cost():
     """PPS=1 keeps the labels configs had before the knob; PPS=2 doubles the persistent
     grid (never past the tile count) and the cost model credits it only when there are
@@ -298,7 +310,7 @@ def test_programs_per_sm_knob_label_grid_and_cost():
 CASES_3D = [
     (2, 16, 24, 4, 5, 6, (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), SMALL),
     (1, 16, 16, 7, 6, 8, (3, 3, 3), (2, 2, 2), (1, 1, 1), (1, 1, 1), SMALL),
-    (1, 8, 16, 6, 5, 7, (3, 3, 3), (1, 2, 1), (2, 1, 1), (2, 1, 1), SMALL),
+    (1, 8, 16, 6, 5, 7, (3, 3, 3), (1, 2, 1), (2, 1, 1), (2, 1, 1), dict(SMALL, PPS=2)),
     (2, 12, 8, 5, 4, 4, (2, 3, 3), (3, 1, 1), (1, 1, 1), (1, 2, 1), PTR),  # filter by pointers
     (1, 8, 16, 3, 4, 5, (3, 3, 3), (1, 1, 1), (2, 2, 2), (1, 1, 1), SMALL),  # pad > radius
 ]

@@ -193,8 +193,8 @@ def test_fprop_tma_tf32_every_config(shape, cfg, monkeypatch):
         assert _relerr(out, ref) < 3e-3, (eid, str(kn))
 
 
-@pytest.mark.parametrize("shape", shapes.GPU_DGRAD_TMA[:2])
-@pytest.mark.parametrize("cfg", range(11))
+@pytest.mark.parametrize("shape", shapes.GPU_DGRAD_TMA)
+@pytest.mark.parametrize("cfg", range(21))
 def test_dgrad_tma_tf32_every_config(shape, cfg, monkeypatch):
     """Each float32 (TF32) box config of conv_dgrad_implicit_gemm: NHWC dy with the filter
     K-innermost, and NCHW through the channels-last transform (45, which copies the
@@ -206,7 +206,7 @@ def test_dgrad_tma_tf32_every_config(shape, cfg, monkeypatch):
     from opendnn.engines.conv.tma import engine as tma
 
     monkeypatch.setattr(backends, "allow_tf32", True)
-    assert len(tma_dgrad.TF32_KNOBS) == 11, "parametrize over every TF32 config"
+    assert len(tma_dgrad.TF32_KNOBS) == 21, "parametrize over every TF32 config"
     kn = tma_dgrad.TF32_KNOBS[cfg]
     n, c, h, k, f, s, p = shape
     o = (h + 2 * p - f) // s + 1
@@ -286,7 +286,7 @@ def test_fprop_tma_split_every_config(shape, cfg):
 
 
 @pytest.mark.parametrize("shape", shapes.GPU_DGRAD_TMA)
-@pytest.mark.parametrize("cfg", range(14))
+@pytest.mark.parametrize("cfg", range(21))
 def test_dgrad_tma_path_every_config(shape, cfg):
     """Each TMA knob set of conv_dgrad_implicit_gemm (stride phases, pointer filter; split
     sets on a stride-1 layer)."""
@@ -294,7 +294,7 @@ def test_dgrad_tma_path_every_config(shape, cfg):
 
     from opendnn.engines.conv.tma import _dgrad_kernels as D
 
-    assert len(D.KNOB_SPACE) == 14, "parametrize over every dgrad TMA config"
+    assert len(D.KNOB_SPACE) == 21, "parametrize over every dgrad TMA config"
     kn = D.KNOB_SPACE[cfg]
     n, c, h, k, f, s, p = shape if kn.SPLIT == 1 else (4, 128, 7, 256, 3, 1, 1)
     cl, dt = torch.channels_last, torch.bfloat16
@@ -927,7 +927,7 @@ DGRAD_3D_CASES = [
 ]
 
 
-@pytest.mark.parametrize("cfg", range(26))
+@pytest.mark.parametrize("cfg", range(24))
 def test_dgrad_tma_3d_every_box_config(cfg):
     """Each one-image, unsplit box config of conv_dgrad_implicit_gemm on a 3-D problem
     (NDHWC), alternating stride 1 / 2, NaN-poisoned dx."""
@@ -958,6 +958,59 @@ def test_dgrad_tma_3d_every_box_config(cfg):
     g.execute({tdy: dy, tw: w, dx: out}, ws)
     torch.cuda.synchronize()
     assert _relerr(out, xd.grad) < TOL[dt], str(kn)
+
+
+# (N, C, K, dx spatial, filter, stride, padding): geometries on which two programs per SM
+# with three stages wrote wrong dx elements (from run to run): 3-D strided, 2-D (2, 1)
+PPS_RACE_CASES = [
+    (2, 64, 64, (12, 19, 20), (3, 5, 2), (2, 2, 2), (1, 2, 0)),
+    (2, 128, 64, (20, 17, 18), (5, 1, 3), (2, 3, 3), (1, 0, 2)),
+    (2, 128, 128, (12, 13, 19), (5, 2, 5), (2, 3, 1), (2, 0, 4)),
+    (4, 64, 128, (29, 23), (3, 2), (2, 1), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("case", range(len(PPS_RACE_CASES)))
+def test_dgrad_tma_two_programs_per_sm_exact_run_after_run(case):
+    """Every PPS=2 box config of conv_dgrad_implicit_gemm, twelve runs each, on small
+    integers (exact in float32 and in bfloat16 after rounding): every dx element equals
+    the float64 reference rounded to bfloat16, every run (a race shows as a few wrong
+    elements in some runs; a norm-relative check would hide them)."""
+    import dataclasses
+
+    from opendnn.engines.conv.tma import _dgrad_kernels as D
+    from opendnn.engines.conv.tma import engine as tma
+
+    n, c, k, sp, filt, st, pad = PPS_RACE_CASES[case]
+    three = len(sp) == 3
+    cl, dt = (torch.channels_last_3d if three else torch.channels_last), torch.bfloat16
+    osp = [(i + 2 * p - f) // s + 1 for i, p, f, s in zip(sp, pad, filt, st)]
+    gen = torch.Generator(device="cuda").manual_seed(case)
+    w = torch.randint(-1, 2, (k, c, *filt), device="cuda", generator=gen)
+    keep = torch.rand(n, k, *osp, device="cuda", generator=gen) < 0.3
+    dy = torch.randint(-1, 2, (n, k, *osp), device="cuda", generator=gen) * keep
+    w, dy = (t.to(dt).to(memory_format=cl) for t in (w, dy))
+    grad = torch.nn.grad.conv3d_input if three else torch.nn.grad.conv2d_input
+    ref = grad((n, c, *sp), w.double(), dy.double(), stride=st, padding=pad).to(dt)
+    like = torch.empty(n, c, *sp, device="cuda", dtype=dt).to(memory_format=cl)
+    kns = [kn for kn in D.KNOB_SPACE if kn.PPS == 2 and (kn.TMA_IMGS == 1 or not three)]
+    assert len(kns) >= 3
+    for kn in kns:
+        g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+        tdy, tw = g.tensor_like(dy), g.tensor_like(w)
+        dx = g.conv_dgrad(tdy, tw, padding=list(pad), stride=list(st))
+        dx.set_dim(list(like.shape)).set_stride(list(like.stride())).set_output(True)
+        dx.set_data_type(cudnn.data_type.BFLOAT16)
+        g.validate()
+        g.create_execution_plan(4, tma.drop_defaults(dataclasses.asdict(kn)))
+        ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+        wrong = []
+        for _ in range(12):
+            out = like.fill_(float("nan"))
+            g.execute({tdy: dy, tw: w, dx: out}, ws)
+            torch.cuda.synchronize()
+            wrong.append(int((out != ref).sum()))
+        assert not any(wrong), (str(kn), wrong)
 
 
 # (x dims, K, stride, padding): 3-D boxes of the forward over N * OD output depth slices

@@ -35,9 +35,10 @@ def _tf32(a) -> bool:
     return a.y.data_type == DataType.FLOAT and bool(backends.allow_tf32)
 
 
-# float32 (TF32) boxes: the box configs of 64+ channel blocks with BLOCK_K = 32 (128-byte
-# rows of dy and of the K-innermost filter); for float32 problems only
-TF32_KNOBS = tuple(dataclasses.replace(k, BLOCK_K=32) for k in D.KNOB_SPACE if k.BLOCK_N >= 64)
+# float32 (TF32) boxes: the box configs with BLOCK_K = 32 (128-byte rows of dy and of the
+# K-innermost filter); for float32 problems only. The narrow channel blocks (16, 32) are
+# the stem's (C = 3): its K-innermost filter is always a descriptor
+TF32_KNOBS = tuple(dict.fromkeys(dataclasses.replace(k, BLOCK_K=32) for k in D.KNOB_SPACE))
 _TF32_SET = frozenset(TF32_KNOBS)
 
 
