@@ -106,55 +106,6 @@ def test_image_not_a_multiple_of_the_patch(kind, request):
     assert_close(got[out], ref, torch.float32, n=n)
 
 
-# (x dims, K, filter): NCHW dgrad whose per-image pixels fill whole interpreter tiles
-# (16 pixels) or pad them little: tiled per image, dy's rows one unit-stride run
-PER_IMAGE = [
-    ((2, 3, 16, 16), 5, (2, 2)),
-    ((3, 4, 45), 6, (3,)),
-    ((1, 2, 4, 8, 8), 3, (2, 2, 2)),
-]
-
-
-@pytest.mark.parametrize("case", PER_IMAGE, ids=[f"c{i}" for i in range(len(PER_IMAGE))])
-@pytest.mark.parametrize("mode", ["CROSS_CORRELATION", "CONVOLUTION"])
-def test_dgrad_tiles_per_image_in_nchw(case, mode, request):
-    """NCHW dy with packed pixels: the backward data's tiles stay within an image (the
-    rule says so for these sizes) and match the float64 reference, filter flipped or not."""
-    from opendnn.engines.conv.patchify.engine import per_image
-
-    gen = torch.Generator().manual_seed(seed_for(request.node.name))
-    x, w, dy, xr, wr, y = _case(case, torch.float32, gen)
-    g, feeds, out = _graph("dgrad", x, w, dy, case[2], mode=getattr(cudnn.convolution_mode, mode))
-    g.validate()
-    a = PatchifyDgradEngine()._analyze(g.op_graph)
-    assert per_image(a.geo, tuple(dy.stride()), 16)
-    assert not per_image(a.geo, tuple(dy.stride()), 64 if len(case[2]) != 2 else 256)
-    wr2 = wr.flip(*range(2, w.dim())) if mode == "CONVOLUTION" else wr
-    if mode == "CONVOLUTION":
-        x2 = xr.detach().requires_grad_()
-        y = _conv(x2, wr2, case[2])
-        ref = torch.autograd.grad(y, (x2,), dy.double())[0]
-    else:
-        ref = torch.autograd.grad(y, (xr,), dy.double())[0]
-    got = check_engine(g, feeds, [out], DGRAD, n=case[1])
-    assert_close(got[out], ref, torch.float32, n=case[1])
-
-
-def test_dgrad_per_image_rule():
-    """Per-image tiles need dy's pixels packed per image (not NHWC, not a sliced image)
-    and at most a quarter of padding."""
-    import types
-
-    from opendnn.engines.conv.patchify.engine import per_image
-
-    geo = types.SimpleNamespace(out_dims=(28, 28), k_per_group=192)
-    assert per_image(geo, (192 * 784, 784, 28, 1), 128)  # 784 pixels in 7 tiles of 128
-    assert not per_image(geo, (192 * 784, 1, 28 * 192, 192), 128)  # NHWC
-    assert not per_image(geo, (192 * 1600, 1600, 40, 1), 128)  # rows of a wider image
-    small = types.SimpleNamespace(out_dims=(7, 7), k_per_group=192)
-    assert not per_image(small, (192 * 49, 49, 7, 1), 128)  # 49 pixels in a 128 tile
-
-
 def test_wgrad_split_and_convolution_mode(request):
     """The filter flipped in CONVOLUTION mode; a split pixel reduction sums its slices."""
     gen = torch.Generator().manual_seed(seed_for(request.node.name))

@@ -74,81 +74,23 @@ def patch_size(geo: ConvGeometry) -> int:
     return geo.c_per_group * K._prod(geo.filt)
 
 
-def pixels_packed(geo: ConvGeometry, strides) -> bool:
-    """Whether an output-shaped tensor's pixels of one image are one unit-stride run (NCHW:
-    its spatial strides packed, the channels elsewhere)."""
-    run = 1
-    for size, st in reversed(list(zip(geo.out_dims, strides[2:]))):
-        if size != 1 and st != run:
-            return False
-        run *= size
-    return strides[1] != 1 or geo.k_per_group == 1
-
-
-def image_tiles(geo: ConvGeometry, block_m: int) -> int:
-    """Pixel tiles per image of the per-image tiling (``image_header``)."""
-    return -(-K._prod(geo.out_dims) // block_m)
-
-
-def image_header(name: str, inputs: list, params: list, geo: ConvGeometry, kn, n_cols: int):
-    """``K.pixel_tile_header``'s names (``offs_n``, ``mask_n``, ``mask_m``, nb, o_0..) for
-    tiles that never cross an image: tile (nb, t) holds pixels ``pix`` = t * BLOCK_M + i of
-    image nb. ``pix`` is a unit-stride run the compiler can see, so a pixel-contiguous
-    operand (NCHW dy) loads as vectors where the flat tiling's split indices load element
-    by element. Grid axis 0: N x image_tiles x column tiles."""
-    i64 = ".to(tl.int64)" if geo.int64 else ""
-    ind = "    "
-    sig = inputs + params + [f"{c}: tl.constexpr" for c in ("BLOCK_M", "BLOCK_N", "BLOCK_K")]
-    lines = [
-        COMBINE_HELPERS,
-        "@triton.jit",
-        f"def {name}({', '.join(sig)}):",
-        f"{ind}pid = tl.program_id(0)",
-        f"{ind}num_pid_n = {-(-n_cols // kn.BLOCK_N)}",
-        f"{ind}pid_m = pid // num_pid_n",
-        f"{ind}pid_n = pid % num_pid_n",
-        f"{ind}nb = (pid_m // {image_tiles(geo, kn.BLOCK_M)}){i64}",
-        f"{ind}pix = (pid_m % {image_tiles(geo, kn.BLOCK_M)}) * BLOCK_M + tl.arange(0, BLOCK_M)",
-        f"{ind}mask_m = pix < {K._prod(geo.out_dims)}",
-        f"{ind}offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
-        f"{ind}mask_n = offs_n < {n_cols}",
-    ]
-    d = len(geo.out_dims)
-    names = [f"o{i}" for i in range(d)]
-    if d == 1:
-        return lines + [f"{ind}o0 = pix{i64}"]
-    return lines + K._div_chain(f"pix{i64}", list(geo.out_dims), names, ind, "_qm")
-
-
 def _pixel_tile_gemm(
-    name: str,
-    inputs: list,
-    geo: ConvGeometry,
-    kn: K.ConvKnobs,
-    cols: int,
-    kw: dict,
-    head,
-    loop,
-    per_image: bool = False,
+    name: str, inputs: list, geo: ConvGeometry, kn: K.ConvKnobs, cols: int, kw: dict, head, loop
 ) -> str:
-    """A kernel over (pixel tiles x ``cols`` column tiles): the pixel header (flat, or per
-    image with ``per_image``), the ``head`` lines, the float32 accumulator, the reduction
-    ``loop`` (its ``for`` line and body, which load ``a`` and ``b``), the dot and the
-    epilogue (``kw`` holds the source options)."""
+    """A kernel over (pixel tiles x ``cols`` column tiles): the pixel header, the ``head``
+    lines, the float32 accumulator, the reduction ``loop`` (its ``for`` line and body, which
+    load ``a`` and ``b``), the dot and the epilogue (``kw`` holds the source options)."""
     ind, ind2 = "    ", "        "
-    if per_image:
-        L = image_header(name, inputs, kw["epilogue_params"], geo, kn, cols)
-    else:
-        L = K.pixel_tile_header(
-            name,
-            inputs,
-            kw["epilogue_params"],
-            ["BLOCK_M", "BLOCK_N", "BLOCK_K"],
-            geo,
-            geo.out_dims,
-            cols,
-            kn,
-        )
+    L = K.pixel_tile_header(
+        name,
+        inputs,
+        kw["epilogue_params"],
+        ["BLOCK_M", "BLOCK_N", "BLOCK_K"],
+        geo,
+        geo.out_dims,
+        cols,
+        kn,
+    )
     L += [ind + line for line in head]
     L.append(f"{ind}acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)")
     L += [ind + loop[0]] + [ind2 + line for line in loop[1:]]
@@ -178,24 +120,11 @@ def fprop_source(name: str, geo: ConvGeometry, kn: K.ConvKnobs, **kw) -> str:
     return _pixel_tile_gemm(name, ["X", "W"], geo, kn, geo.k_per_group, kw, head, loop)
 
 
-def dgrad_source(
-    name: str,
-    geo: ConvGeometry,
-    kn: K.ConvKnobs,
-    *,
-    dy_strides: tuple,
-    per_image: bool = False,
-    **kw,
-):
+def dgrad_source(name: str, geo: ConvGeometry, kn: K.ConvKnobs, *, dy_strides: tuple, **kw):
     """dx tile [BLOCK_M dy pixels, BLOCK_N patch elements] = dY[p, k] W[k, q] over
     BLOCK_K filters a step; the epilogue addresses dx by (nb, o_i) and (c, r_i). ``kw`` as
-    ``fprop_source``'s. ``per_image`` (dy's pixels packed per image, ``pixels_packed``):
-    tiles within one image, dy's rows read as one unit-stride run. Grid: (pixel tiles x
-    patch tiles, 1), the pixel tiles N x ``image_tiles`` with ``per_image``."""
-    if per_image:
-        dy_row = f"nb * {dy_strides[0]} + pix"
-    else:
-        _, dy_row = _p_offsets(geo, geo.x_strides, dy_strides)
+    ``fprop_source``'s. Grid: (pixel tiles x patch tiles, 1)."""
+    _, dy_row = _p_offsets(geo, geo.x_strides, dy_strides)
     _, w_q = _q_offsets(geo, geo.w_strides)
     head = [line.strip() for line in _split_q("offs_n", geo, "", "_qn")]
     head += [f"dy_row = {dy_row}", f"w_col = {w_q}"]
@@ -208,9 +137,7 @@ def dgrad_source(
         f"b = tl.load(W + (kk * {geo.w_strides[0]})[:, None] + w_col[None, :], "
         "mask=mask_k[:, None] & mask_n[None, :], other=0.0)",
     ]
-    return _pixel_tile_gemm(
-        name, ["DY", "W"], geo, kn, patch_size(geo), kw, head, loop, per_image=per_image
-    )
+    return _pixel_tile_gemm(name, ["DY", "W"], geo, kn, patch_size(geo), kw, head, loop)
 
 
 def wgrad_sources(

@@ -292,20 +292,6 @@ class PatchifyWgradEngine(PatchifyConvEngine):
         return _PatchifyWgradExecutable(graph, a, self._knobs(kd), kd["SPLIT"], target)
 
 
-# per-image pixel tiles (NCHW dy) when they pad the pixels by at most this fraction
-PER_IMAGE_WASTE = 0.25
-
-
-def per_image(geo, dy_strides, block_m: int) -> bool:
-    """Whether the backward data tiles its pixels per image: dy's pixels are one
-    unit-stride run per image (NCHW; the flat tiling loaded them element by element, 6x
-    the channels-last kernel's time on ConvNeXt's 2x2 downsampling) and tiles of
-    ``block_m`` pad an image's pixels by at most PER_IMAGE_WASTE."""
-    pixels = K._prod(geo.out_dims)
-    padded = P.image_tiles(geo, block_m) * block_m
-    return P.pixels_packed(geo, dy_strides) and padded <= (1 + PER_IMAGE_WASTE) * pixels
-
-
 def _dgrad_epilogue(graph, a) -> tuple[list, str]:
     """The conv epilogue on the dx tile: rows are dy pixels (nb, o_i), columns patch
     elements (c, r_i); dx-shaped tensors are addressed at (nb, c, o_i*f_i + r_i)."""
@@ -358,15 +344,12 @@ class _PatchifyExecutable(Executable, LaunchList):
         else:
             kw["epilogue_params"], kw["epilogue_body"] = _dgrad_epilogue(graph, a)
             kw["dy_strides"] = tuple(a.y.strides)
-            kw["per_image"] = per_image(g, a.y.strides, kn.BLOCK_M)
             gen, ins, cols = P.dgrad_source, [a.y.uid, a.w.uid], P.patch_size(g)
         name = f"{kind}_patchify_{graph.key()[:12]}"
         src_c = gen(name, g, kn, interpret=False, **kw)
         self.source = src_c
         kern = _dual(src_c, gen(name, g, kn, interpret=True, **kw), name)
         pixels = g.n * K._prod(g.out_dims)
-        if kw.get("per_image"):
-            pixels = g.n * P.image_tiles(g, kn.BLOCK_M) * kn.BLOCK_M
         grid = (-(-pixels // kn.BLOCK_M) * -(-cols // kn.BLOCK_N), 1)
         args = [("buf", u) for u in ins] + fuse_epilogue.launch_args(a.ep)
         self.add_launch(kern, grid, _consts(kn), args, graph, target.is_cuda)
