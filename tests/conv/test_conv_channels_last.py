@@ -10,10 +10,11 @@ from _util import graph_tensor as _tensor
 
 import opendnn.frontend as cudnn
 from opendnn import backends
-from opendnn.engines.base import Target
+from opendnn.engines.base import EngineConfig, Target
 from opendnn.engines.conv.layout.engine import (
     ChannelsLastConvEngine,
     ChannelsLastDgradEngine,
+    ChannelsLastWgradEngine,
     channels_last_strides,
     k_innermost_strides,
 )
@@ -84,6 +85,60 @@ def test_against_reference_and_pytorch(case, kind, dtype, request):
     assert_close(got[out], ref, dtype, n=n)
 
 
+@pytest.mark.parametrize("case", CASES, ids=[f"c{i}" for i in range(len(CASES))])
+@pytest.mark.parametrize("kind", ["fprop", "dgrad", "wgrad"])
+def test_outputs_written_in_place_with_direct(case, kind, request):
+    """DIRECT=1: only the inputs move; the inner engine writes the NCHW output itself (no
+    copy back, no workspace for it), NaN-poisoned, against the float64 reference."""
+    xdims, k, filt, stride, pad, dil, groups = case
+    gen = torch.Generator().manual_seed(seed_for(request.node.name))
+    x = torch.randn(xdims, generator=gen)
+    w = torch.randn((k, xdims[1] // groups, *filt), generator=gen) * 0.3
+    xr, wr = x.double().requires_grad_(), w.double().requires_grad_()
+    y = _conv(xr, wr, stride, pad, dil, groups)
+    dy = torch.randn(y.shape, generator=gen)
+    g, feeds, out = _graph(kind, x, w, dy, stride, pad, dil)
+    eid = {"fprop": FPROP, "dgrad": DGRAD, "wgrad": WGRAD}[kind]
+    if kind == "fprop":
+        ref, n = y.detach(), xdims[1] // groups * torch.tensor(filt).prod().item()
+    else:
+        dx, dw = torch.autograd.grad(y, (xr, wr), dy.double())
+        ref = dx if kind == "dgrad" else dw
+        n = y.numel() // y.shape[1] if kind == "wgrad" else k * torch.tensor(filt).prod().item()
+    got = check_engine(g, feeds, [out], eid, knobs={"DIRECT": 1}, n=n)
+    assert_close(got[out], ref, torch.float32, n=n)
+    e = {"fprop": ChannelsLastConvEngine, "dgrad": ChannelsLastDgradEngine}.get(
+        kind, ChannelsLastWgradEngine
+    )()
+    g.validate()
+    cfg = EngineConfig.make(e, **e.complete_knobs(g.op_graph, {"DIRECT": 1}))
+    assert e.family(cfg).startswith(f"{e.name}:direct/")
+    out_uid = next(iter(g.op_graph.output_uid_set))
+    assert out_uid not in e._twin(g.op_graph, cfg).moved
+
+
+def test_direct_configs_offered_beside_the_copying_ones():
+    """On a GPU target both forms are listed, each form's best among them; the direct one
+    is estimated cheaper (it moves fewer bytes) with the same inner config."""
+    x, w = torch.randn(2, 8, 16, 16), torch.randn(16, 8, 3, 3)
+    g, _, _ = _graph("fprop", x, w, torch.empty(2, 16, 14, 14), (1, 1), (0, 0), (1, 1))
+    g.validate()
+    e = ChannelsLastConvEngine()
+    h100 = Target(device="cuda", name="H100", capability=(9, 0), num_sms=132)
+    cfgs = e.configs(g.op_graph, h100)
+    direct = [c for c in cfgs if c.knob_dict.get("DIRECT") == 1]
+    copying = [c for c in cfgs if "DIRECT" not in c.knob_dict]
+    assert direct and copying
+    twin = EngineConfig.make(e, **{**copying[0].knob_dict, "DIRECT": 1})
+    assert e.estimate_seconds(g.op_graph, twin, h100) < e.estimate_seconds(
+        g.op_graph, copying[0], h100
+    )
+    assert e.workspace_size(g.op_graph, twin, h100) < e.workspace_size(g.op_graph, copying[0], h100)
+    with pytest.raises(GraphNotSupportedError) as err:
+        g.create_execution_plan(FPROP, {"DIRECT": 2})
+    assert "DIRECT=2" in err.value.reasons["conv_fprop_channels_last"]
+
+
 def test_config_names_the_inner_engine_and_workspace_holds_the_copies():
     x, w = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3)
     g, _, _ = _graph("fprop", x, w, torch.empty(2, 4, 6, 6), (1, 1), (0, 0), (1, 1))
@@ -93,9 +148,10 @@ def test_config_names_the_inner_engine_and_workspace_holds_the_copies():
     h100 = Target(device="cuda", name="H100", capability=(9, 0), num_sms=132)
     cfgs = e.configs(g.op_graph, h100)
     assert cfgs and all("ENGINE" in c.knob_dict for c in cfgs)
+    copying = next(c for c in cfgs if "DIRECT" not in c.knob_dict)
     moved = (x.numel() + 4 * 36 + w.numel()) * 4  # x, y and w move (3 channels, 9 taps)
-    assert e.workspace_size(g.op_graph, cfgs[0], h100) >= moved
-    assert e.family(cfgs[0]).startswith("conv_fprop_channels_last/")
+    assert e.workspace_size(g.op_graph, copying, h100) >= moved
+    assert e.family(copying).startswith("conv_fprop_channels_last/")
 
 
 def test_a_tensor_that_does_not_move_is_used_in_place():

@@ -670,14 +670,18 @@ CHANNELS_LAST_CASES = [
 
 @pytest.mark.parametrize("case", CHANNELS_LAST_CASES, ids=[f"c{i}" for i in range(4)])
 @pytest.mark.parametrize("kind", ["fprop", "dgrad", "wgrad"])
-@pytest.mark.parametrize("dt", [torch.float16, torch.float32])
+@pytest.mark.parametrize("dt", [torch.float16, torch.float32, "tf32"])
 def test_channels_last_transform_every_config(case, kind, dt):
     """conv_{fprop,dgrad,wgrad}_channels_last (44 / 45 / 46) on NCHW tensors, every config
-    it offers (each an inner engine's config), NaN-poisoned outputs, against float64."""
+    it offers (each an inner engine's config, outputs copied back or, DIRECT=1, written in
+    place by the inner engine), NaN-poisoned outputs, against float64; float32 in IEEE and
+    with TF32 allowed (the TF32 boxes inside)."""
     from opendnn import backends
     from opendnn.engines.registry import by_id
     from opendnn.handle import target_for
 
+    allow = dt == "tf32"
+    dt, tol = (torch.float32, 3e-3) if allow else (dt, TOL[dt] * 4)
     xdims, k, filt, stride, pad = case
     conv = {3: F.conv1d, 4: F.conv2d}[len(xdims)]
     x = torch.randn(xdims, device="cuda", dtype=dt)
@@ -694,12 +698,13 @@ def test_channels_last_transform_every_config(case, kind, dt):
     eid = {"fprop": 44, "dgrad": 45, "wgrad": 46}[kind]
     e = by_id(eid)
     target = target_for(str(torch.device("cuda", torch.cuda.current_device())))
-    assert e.check_support(g.op_graph, target).ok
-    cfgs = e.configs(g.op_graph, target)
-    assert cfgs
-    tf32, backends.allow_tf32 = backends.allow_tf32, False
+    tf32, backends.allow_tf32 = backends.allow_tf32, allow
     try:
-        _every_config(g, eid, cfgs, pack, out, like, ref, TOL[dt] * 4)
+        assert e.check_support(g.op_graph, target).ok
+        cfgs = e.configs(g.op_graph, target)
+        assert cfgs
+        assert any(c.knob_dict.get("DIRECT") == 1 for c in cfgs), [c.label() for c in cfgs]
+        _every_config(g, eid, cfgs, pack, out, like, ref, tol)
     finally:
         backends.allow_tf32 = tf32
 
