@@ -23,6 +23,10 @@ from ... import backends
 from ...enums import ConvolutionMode, DataType
 from ..fusion import epilogue as fuse_epilogue
 
+# a tensor spanning this many elements makes the kernels address in int64 (tests lower it
+# to run the int64 code paths on small problems in the interpreter)
+INT64_SPAN = 2**31
+
 
 @dataclasses.dataclass(frozen=True)
 class ConvGeometry:
@@ -166,7 +170,7 @@ def analyze(graph, kind: str = "conv_fprop") -> ConvAnalysis | str:
     if isinstance(ep, str):
         return ep
     groups = x.dims[1] // w.dims[1]
-    big = any(graph.tensors[u].span >= 2**31 for u in operands + ep.inputs + ep.outputs)
+    big = any(graph.tensors[u].span >= INT64_SPAN for u in operands + ep.inputs + ep.outputs)
     geo = ConvGeometry(
         n=x.dims[0],
         c_per_group=w.dims[1],

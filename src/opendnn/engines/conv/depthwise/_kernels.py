@@ -369,11 +369,20 @@ def _wgrad_pixel_walk(geo: ConvGeometry, dims: list, split: int, i64: str) -> li
     ind2 = "        "
     total = geo.n * K._prod(dims)
     o = [f"o{i}" for i in range(len(dims))]
-    return [
-        f"    for p0 in range(s * BLOCK_M, {total}, {split} * BLOCK_M):",
-        f"{ind2}offs_m = (p0 + tl.arange(0, BLOCK_M)){i64}",
-        f"{ind2}mask_m = offs_m < {total}",
-    ] + K._div_chain("offs_m", [geo.n] + list(dims), ["nb"] + o, ind2, "_qm")
+    return (
+        [f"    for p0 in range(s * BLOCK_M, {total}, {split} * BLOCK_M):"]
+        + K.index_split(
+            "offs_m",
+            "p0 + tl.arange(0, BLOCK_M)",
+            total + 4096,
+            [geo.n] + list(dims),
+            ["nb"] + o,
+            ind2,
+            "_qm",
+            bool(i64),
+        )
+        + [f"{ind2}mask_m = offs_m < {total}"]
+    )
 
 
 def _lead_offset(geo: ConvGeometry, i: int, r: int, rows: int) -> tuple[str, list]:

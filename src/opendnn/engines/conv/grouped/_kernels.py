@@ -178,10 +178,18 @@ def grouped_wgrad_sources(
     L += K._div_chain("t", list(geo.filt), r, ind, "_qt")
     L.append(f"{ind}acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)")
     L.append(f"{ind}for p0 in range(s * BLOCK_K, {pixels}, {split} * BLOCK_K):")
-    L.append(f"{ind2}pp = (p0 + tl.arange(0, BLOCK_K)){i64}")
-    L.append(f"{ind2}mask_p = pp < {pixels}")
     o = [f"o{i}" for i in range(d)]
-    L += K._div_chain("pp", [geo.n] + list(geo.out_dims), ["nb"] + o, ind2, "_qp")
+    L += K.index_split(
+        "pp",
+        "p0 + tl.arange(0, BLOCK_K)",
+        pixels + split * 1024,
+        [geo.n] + list(geo.out_dims),
+        ["nb"] + o,
+        ind2,
+        "_qp",
+        geo.int64,
+    )
+    L.append(f"{ind2}mask_p = pp < {pixels}")
     dy_off = " + ".join(
         [f"nb * {dy_strides[0]}"] + [f"{o[i]} * {dy_strides[2 + i]}" for i in range(d)]
     )

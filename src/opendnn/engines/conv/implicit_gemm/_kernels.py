@@ -66,6 +66,23 @@ def _div_chain(var: str, sizes: list, names: list, ind: str, tmp: str) -> list[s
     return lines
 
 
+def index_split(
+    var: str, expr: str, total: int, sizes: list, names: list, ind: str, tmp: str, wide: bool
+) -> list[str]:
+    """``var = expr`` (an index below ``total``) split row-major over ``sizes`` into
+    ``names``. With ``wide`` (int64 addressing) ``var`` and the names end up int64, but the
+    split itself runs in int32 whenever ``total`` < 2**31: Triton 3.6 on sm_90 miscompiled
+    constant divisions and remainders of int64 indices (wrong taps in the explicit GEMM's
+    im2col, found by cudnn-frontend's conv fuzzer; the interpreter was exact), so only the
+    address terms are widened."""
+    if not wide:
+        return [f"{ind}{var} = {expr}"] + _div_chain(var, sizes, names, ind, tmp)
+    if total >= 2**31:  # an index past int32: the split must be int64
+        return [f"{ind}{var} = ({expr}).to(tl.int64)"] + _div_chain(var, sizes, names, ind, tmp)
+    lines = [f"{ind}{var} = {expr}"] + _div_chain(var, sizes, names, ind, tmp)
+    return lines + [f"{ind}{n} = {n}.to(tl.int64)" for n in [var, *names]]
+
+
 def pixel_tile_header(
     name: str,
     inputs: list,
@@ -93,13 +110,21 @@ def pixel_tile_header(
         f"{ind}num_pid_m = {-(-m_total // kn.BLOCK_M)}",
         f"{ind}pid_m = pid // num_pid_n",
         f"{ind}pid_n = pid % num_pid_n",
-        f"{ind}offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)){i64}",
-        f"{ind}mask_m = offs_m < {m_total}",
         f"{ind}offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
         f"{ind}mask_n = offs_n < {n_cols}",
     ]
     names = ["nb"] + [f"o{i}" for i in range(len(pixel_dims))]
-    return lines + _div_chain("offs_m", [geo.n] + list(pixel_dims), names, ind, "_qm")
+    lines += index_split(
+        "offs_m",
+        "pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
+        m_total + 1024,  # the last tile's lanes run past m_total (masked)
+        [geo.n] + list(pixel_dims),
+        names,
+        ind,
+        "_qm",
+        geo.int64,
+    )
+    return lines + [f"{ind}mask_m = offs_m < {m_total}"]
 
 
 def tap_lines(geo: ConvGeometry, ind: str, valid: list, x_off: list, w_off: list) -> list:
@@ -613,9 +638,17 @@ def wgrad_source(
         L.append(f"{ind}for p0 in range(sp * {chunk}, sp * {chunk} + {chunk}, BLOCK_K):")
     else:
         L.append(f"{ind}for p0 in range(0, {p_total}, BLOCK_K):")
-    L.append(f"{ind2}pp = (p0 + tl.arange(0, BLOCK_K)){i64}")
+    L += index_split(
+        "pp",
+        "p0 + tl.arange(0, BLOCK_K)",
+        p_total + 1024,
+        [geo.n] + list(geo.out_dims),
+        ["nb"] + o,
+        ind2,
+        "_qp",
+        geo.int64,
+    )
     L.append(f"{ind2}mask_p = pp < {p_total}")
-    L += _div_chain("pp", [geo.n] + list(geo.out_dims), ["nb"] + o, ind2, "_qp")
     valid, b_off, a_off = ["mask_p"], [f"nb * {xs[0]}"], [f"nb * {ds[0]}"]
     for i in range(d):
         L.append(

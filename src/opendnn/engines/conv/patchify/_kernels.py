@@ -187,15 +187,21 @@ def wgrad_sources(
         f"{ind}x_col = {x_q}",
         f"{ind}dy_col = offs_m * {dy_strides[1]}",
         f"{ind}acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)",
-        f"{ind}p_start = s * {chunk}",
+        f"{ind}p_start = tl.program_id(1) * {chunk}",
         f"{ind}for p0 in range(0, {chunk}, BLOCK_K):",
-        f"{ind2}pp = (p_start + p0 + tl.arange(0, BLOCK_K)){i64}",
-        f"{ind2}mask_p = pp < {pixels}",
     ]
-    L += K._div_chain(
-        "pp", [geo.n, *geo.out_dims], ["nb"] + [f"o{i}" for i in range(d)], ind2, "_qp"
+    L += K.index_split(
+        "pp",
+        "p_start + p0 + tl.arange(0, BLOCK_K)",
+        split * chunk,
+        [geo.n, *geo.out_dims],
+        ["nb"] + [f"o{i}" for i in range(d)],
+        ind2,
+        "_qp",
+        geo.int64,
     )
     L += [
+        f"{ind2}mask_p = pp < {pixels}",
         f"{ind2}a = tl.load(DY + dy_col[:, None] + ({dy_row})[None, :], "
         "mask=mask_m[:, None] & mask_p[None, :], other=0.0)",
         f"{ind2}b = tl.load(X + ({x_row})[:, None] + x_col[None, :], "
