@@ -224,18 +224,24 @@ def wgrad_tables_source(
     zero_count = k_total * geo.c_per_group * taps
     cover = max(spatial, taps, zero_count)
     ity = lay.index_dtype
-    i64 = ".to(tl.int64)" if geo.int64 or cover >= 2**31 else ""
     ind = "    "
     ds, xs, ws = dy_strides, geo.x_strides, geo.w_strides
     o = [f"o{i}" for i in range(d)]
     r = [f"r{i}" for i in range(d)]
-    L = [
-        "@triton.jit",
-        f"def {name}(TAB, OUT, BLOCK: tl.constexpr):",
-        f"{ind}i = tl.program_id(0){i64} * BLOCK + tl.arange(0, BLOCK)",
-        f"{ind}mask_s = i < {spatial}",
-    ]
-    L += K._div_chain("i", list(geo.out_dims), o, ind, "_qs")
+    L = ["@triton.jit", f"def {name}(TAB, OUT, BLOCK: tl.constexpr):"]
+    if cover + 4096 >= 2**31:  # an index past int32: every split in int64
+        L.append(f"{ind}i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)")
+        iv, widen = "i", lambda names: []
+    else:  # split i32 (int64 constant divisions miscompile on sm_90), widen the parts
+        L.append(f"{ind}i32 = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)")
+        L.append(f"{ind}i = i32" + (".to(tl.int64)" if geo.int64 else ""))
+        iv = "i32"
+
+        def widen(names):
+            return [f"{ind}{v} = {v}.to(tl.int64)" for v in names] if geo.int64 else []
+
+    L.append(f"{ind}mask_s = i < {spatial}")
+    L += K._div_chain(iv, list(geo.out_dims), o, ind, "_qs") + widen(o)
     for j in range(d):
         L.append(f"{ind}base{j} = {o[j]} * {geo.stride[j]} - {geo.pre[j]}")
     pix = [
@@ -247,7 +253,7 @@ def wgrad_tables_source(
             f"{ind}tl.store(TAB + i * {lay.pix_width} + {col}, ({expr}).to({ity}), mask=mask_s)"
         )
     L.append(f"{ind}mask_t = i < {taps}")
-    L += K._div_chain("i", list(geo.filt), r, ind, "_qr")
+    L += K._div_chain(iv, list(geo.filt), r, ind, "_qr") + widen(r)
     fr = [f"({geo.filt[j] - 1} - {r[j]})" if geo.flip else r[j] for j in range(d)]
     tap = [
         " + ".join(f"{r[j]} * {geo.dilation[j] * xs[2 + j]}" for j in range(d)),
@@ -263,8 +269,8 @@ def wgrad_tables_source(
     if direct:  # dw in its own strides: split i into (k, c, r_0, ...)
         zr = [f"zr{j}" for j in range(d)]
         L += K._div_chain(
-            "i", [k_total, geo.c_per_group] + list(geo.filt), ["zk", "zc"] + zr, ind, "_qz"
-        )
+            iv, [k_total, geo.c_per_group] + list(geo.filt), ["zk", "zc"] + zr, ind, "_qz"
+        ) + widen(["zk", "zc"] + zr)
         off = " + ".join(
             [f"zk * {ws[0]}", f"zc * {ws[1]}"] + [f"{zr[j]} * {ws[2 + j]}" for j in range(d)]
         )
@@ -340,10 +346,20 @@ def wgrad_precomp_source(
         f"{ind}p_lo = sp * {chunk}",
         f"{ind}p_hi = tl.minimum(p_lo + {chunk}, {p_total})",
         f"{ind}for p0 in range(p_lo, p_hi, BLOCK_K):",
-        f"{ind2}pp = (p0 + tl.arange(0, BLOCK_K)){i64}",
+    ]
+    L += K.index_split(
+        "pp",
+        "p0 + tl.arange(0, BLOCK_K)",
+        p_total + 1024,
+        [geo.n, spatial],
+        ["nb", "pix"],
+        ind2,
+        "_qp",
+        geo.int64,
+    )
+    L += [
         f"{ind2}mask_p = pp < p_hi",
-        f"{ind2}nb = pp // {spatial}",
-        f"{ind2}row = TAB + (pp % {spatial}) * {lay.pix_width}",
+        f"{ind2}row = TAB + pix * {lay.pix_width}",
         f"{ind2}dy_off = tl.load(row, mask=mask_p, other=0)",
         f"{ind2}x_off = tl.load(row + 1, mask=mask_p, other=0)",
     ]

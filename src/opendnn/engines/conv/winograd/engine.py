@@ -67,6 +67,22 @@ ALIGN = 256
 OUTPUT_BLOCK_N = 32  # output channels per output-transform program
 
 
+def int32_split(var: str, expr: str, total: int, splits: list, ind: str = "    ") -> list:
+    """``var = expr`` (an index below ``total`` + a block) and the ``splits`` (lines
+    ``name = a // b`` / ``a % b`` by constants), all int64 in the end. The divisions run in
+    int32 while the index fits (Triton 3.6 on sm_90 miscompiled constant divisions of
+    int64 indices elsewhere, and int32 divisions are the cheaper ones): the parts are
+    widened after the split."""
+    names = [line.split("=")[0].strip() for line in splits]
+    if total + 2**16 >= 2**31:
+        return [f"{ind}{var} = ({expr}).to(tl.int64)"] + [ind + line for line in splits]
+    return (
+        [f"{ind}{var} = {expr}"]
+        + [ind + line for line in splits]
+        + [f"{ind}{n} = {n}.to(tl.int64)" for n in [var, *names]]
+    )
+
+
 def _al(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
@@ -224,14 +240,20 @@ def _input_source(wp: WinoPlan, name: str) -> str:
     L = [
         "@triton.jit",
         f"def {name}(X, V, BLOCK: tl.constexpr):",
-        "    i = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)",
+        *int32_split(
+            "i",
+            "tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
+            wp.p * wp.c,
+            [
+                f"p = i // {wp.c}",
+                f"c = i % {wp.c}",
+                f"tw_ = p % {tw}",
+                f"q = p // {tw}",
+                f"th_ = q % {th}",
+                f"nb = q // {th}",
+            ],
+        ),
         f"    mask = i < {wp.p * wp.c}",
-        f"    p = i // {wp.c}",
-        f"    c = i % {wp.c}",
-        f"    tw_ = p % {tw}",
-        f"    q = p // {tw}",
-        f"    th_ = q % {th}",
-        f"    nb = q // {th}",
         f"    base = nb * {xs[0]} + c * {xs[1]}",
     ]
     BT, T, m = MATRICES[wp.m]["BT"], wp.t, wp.m
@@ -282,14 +304,15 @@ def _output_source(graph, wp: WinoPlan, name: str, ep_params: list, ep_body: str
         f"{ind}num_pid_n = {-(-wp.k // OUTPUT_BLOCK_N)}",
         f"{ind}pid_m = pid // num_pid_n",
         f"{ind}pid_n = pid % num_pid_n",
-        f"{ind}pp = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)",
+        *int32_split(
+            "pp",
+            "pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
+            wp.p,
+            [f"tw_ = pp % {tw}", f"q = pp // {tw}", f"th_ = q % {th}", f"nb = q // {th}"],
+        ),
         f"{ind}mask_p = pp < {wp.p}",
         f"{ind}offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
         f"{ind}mask_n = offs_n < {wp.k}",
-        f"{ind}tw_ = pp % {tw}",
-        f"{ind}q = pp // {tw}",
-        f"{ind}th_ = q % {th}",
-        f"{ind}nb = q // {th}",
         f"{ind}mm = mask_p[:, None] & mask_n[None, :]",
     ]
     AT, T, m = MATRICES[wp.m]["AT"], wp.t, wp.m

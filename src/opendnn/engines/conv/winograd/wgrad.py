@@ -52,7 +52,7 @@ from ...base import Executable
 from ...fusion import epilogue as fuse_epilogue
 from ...matmul.delegate import MatmulDelegateEngine
 from ..analysis import ConvAnalysis, analyze, epilogue
-from .engine import MATRICES, WinoPlan, _al, _input_source, _lin
+from .engine import MATRICES, WinoPlan, _al, _input_source, _lin, int32_split
 from .fused import FLOAT_TYPES
 
 
@@ -145,14 +145,20 @@ def _dy_source(wp: WgradPlan, name: str) -> str:
     L = [
         "@triton.jit",
         f"def {name}(DY, DYT, BLOCK: tl.constexpr):",
-        "    i = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)",
+        *int32_split(
+            "i",
+            "tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
+            wp.p * wp.k,
+            [
+                f"p = i // {wp.k}",
+                f"k = i % {wp.k}",
+                f"tw_ = p % {tw}",
+                f"q = p // {tw}",
+                f"th_ = q % {th}",
+                f"nb = q // {th}",
+            ],
+        ),
         f"    mask = i < {wp.p * wp.k}",
-        f"    p = i // {wp.k}",
-        f"    k = i % {wp.k}",
-        f"    tw_ = p % {tw}",
-        f"    q = p // {tw}",
-        f"    th_ = q % {th}",
-        f"    nb = q // {th}",
         f"    base = nb * {ds[0]} + k * {ds[1]}",
     ]
     for a in range(TILE):
