@@ -62,10 +62,9 @@ def _graph(kind, x, w, dy, stride, pad, dil):
     return g, feeds, out
 
 
-@pytest.mark.parametrize("case", CASES, ids=[f"c{i}" for i in range(len(CASES))])
-@pytest.mark.parametrize("kind", ["fprop", "dgrad", "wgrad"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_against_reference_and_pytorch(case, kind, dtype, request):
+def _problem(case, kind, dtype, request):
+    """(graph, feeds, output, float64 reference, reduction length, engine id) of ``case``
+    in direction ``kind``."""
     xdims, k, filt, stride, pad, dil, groups = case
     gen = torch.Generator().manual_seed(seed_for(request.node.name))
     x = torch.randn(xdims, generator=gen).to(dtype)
@@ -81,6 +80,14 @@ def test_against_reference_and_pytorch(case, kind, dtype, request):
         dx, dw = torch.autograd.grad(y, (xr, wr), dy.double())
         ref = dx if kind == "dgrad" else dw
         n = y.numel() // y.shape[1] if kind == "wgrad" else k * torch.tensor(filt).prod().item()
+    return g, feeds, out, ref, n, eid
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"c{i}" for i in range(len(CASES))])
+@pytest.mark.parametrize("kind", ["fprop", "dgrad", "wgrad"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_against_reference_and_pytorch(case, kind, dtype, request):
+    g, feeds, out, ref, n, eid = _problem(case, kind, dtype, request)
     got = check_engine(g, feeds, [out], eid, n=n)
     assert_close(got[out], ref, dtype, n=n)
 
@@ -90,21 +97,7 @@ def test_against_reference_and_pytorch(case, kind, dtype, request):
 def test_outputs_written_in_place_with_direct(case, kind, request):
     """DIRECT=1: only the inputs move; the inner engine writes the NCHW output itself (no
     copy back, no workspace for it), NaN-poisoned, against the float64 reference."""
-    xdims, k, filt, stride, pad, dil, groups = case
-    gen = torch.Generator().manual_seed(seed_for(request.node.name))
-    x = torch.randn(xdims, generator=gen)
-    w = torch.randn((k, xdims[1] // groups, *filt), generator=gen) * 0.3
-    xr, wr = x.double().requires_grad_(), w.double().requires_grad_()
-    y = _conv(xr, wr, stride, pad, dil, groups)
-    dy = torch.randn(y.shape, generator=gen)
-    g, feeds, out = _graph(kind, x, w, dy, stride, pad, dil)
-    eid = {"fprop": FPROP, "dgrad": DGRAD, "wgrad": WGRAD}[kind]
-    if kind == "fprop":
-        ref, n = y.detach(), xdims[1] // groups * torch.tensor(filt).prod().item()
-    else:
-        dx, dw = torch.autograd.grad(y, (xr, wr), dy.double())
-        ref = dx if kind == "dgrad" else dw
-        n = y.numel() // y.shape[1] if kind == "wgrad" else k * torch.tensor(filt).prod().item()
+    g, feeds, out, ref, n, eid = _problem(case, kind, torch.float32, request)
     got = check_engine(g, feeds, [out], eid, knobs={"DIRECT": 1}, n=n)
     assert_close(got[out], ref, torch.float32, n=n)
     e = {"fprop": ChannelsLastConvEngine, "dgrad": ChannelsLastDgradEngine}.get(
