@@ -1228,3 +1228,68 @@ def test_rectangular_geometries(case, kind, engine):
     out = _empty(y)
     _run(g, feeds, {y: out}, engine)
     assert _relerr(out, want) < TOL[dt]
+
+
+# engines whose kernels split a pixel index under int64 addressing (the split in int32,
+# the parts widened): the gather forward / backward data, the grouped backward filter
+INT64_ENGINES = [("fprop", 3, 1), ("dgrad", 4, 1), ("wgrad", 49, 2)]
+
+
+@pytest.mark.parametrize(
+    "kind,eid,groups", INT64_ENGINES, ids=[f"{k}-{e}" for k, e, _ in INT64_ENGINES]
+)
+def test_int64_addressing_on_tensors_past_2_31_elements(kind, eid, groups):
+    """x and dy of 2**31 + elements (bfloat16, NHWC, 4 GB each): the plan addresses in
+    int64 and splits its pixel indices in int32. Small integers make every sum exact; the
+    first and last images of the forward and backward data are compared element by
+    element with a float64 reference, the backward filter (a sum over every image) with
+    PyTorch's."""
+    from opendnn.engines.conv import analysis
+
+    n, c, h, k = 65540, 8, 64, 8  # 65540 x 8 x 64 x 64 = 2**31 + 2**17 elements
+    cl, dt = torch.channels_last, torch.bfloat16
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randint(-1, 2, (n, c, h, h), device="cuda", generator=gen, dtype=torch.int8)
+    x = x.to(dt).to(memory_format=cl)
+    w = torch.randint(-1, 2, (k, c // groups, 3, 3), device="cuda", generator=gen)
+    w = w.to(dt).to(memory_format=cl)
+    dy = torch.randint(-1, 2, (n, k, h, h), device="cuda", generator=gen, dtype=torch.int8)
+    dy = dy.to(dt).to(memory_format=cl)
+    like = {"fprop": dy, "dgrad": x, "wgrad": w}[kind]
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    if kind == "fprop":
+        a, b = g.tensor_like(x), g.tensor_like(w)
+        out, pack = g.conv_fprop(a, b, padding=[1, 1]), {a: x, b: w}
+    elif kind == "dgrad":
+        a, b = g.tensor_like(dy), g.tensor_like(w)
+        out, pack = g.conv_dgrad(a, b, padding=[1, 1]), {a: dy, b: w}
+    else:
+        a, b = g.tensor_like(x), g.tensor_like(dy)
+        out, pack = g.conv_wgrad(a, b, padding=[1, 1]), {a: x, b: dy}
+    out.set_dim(list(like.shape)).set_stride(list(like.stride())).set_output(True)
+    out.set_data_type(cudnn.data_type.FLOAT if kind == "wgrad" else cudnn.data_type.BFLOAT16)
+    g.validate()
+    conv_kind = {"fprop": "conv_fprop"}.get(kind, f"conv_{kind}")
+    assert analysis.analyze(g.op_graph, conv_kind).geo.int64
+    from opendnn.engines.registry import by_id
+    from opendnn.handle import target_for
+
+    target = target_for(str(torch.device("cuda", torch.cuda.current_device())))
+    g.create_execution_plan(eid, by_id(eid).configs(g.op_graph, target)[0].knob_dict)
+    ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+    dtype = torch.float32 if kind == "wgrad" else dt
+    res = torch.empty_like(like, dtype=dtype).fill_(float("nan"))
+    g.execute({**pack, out: res}, ws)
+    torch.cuda.synchronize()
+    if kind == "wgrad":
+        ref = torch.nn.grad.conv2d_weight(x.float(), w.shape, dy.float(), padding=1, groups=groups)
+        assert torch.equal(res, ref)  # integer sums below 2**24: exact in float32
+        return
+    for i in (0, n - 1):
+        if kind == "fprop":
+            ref = F.conv2d(x[i : i + 1].double(), w.double(), padding=1)
+        else:
+            ref = torch.nn.grad.conv2d_input(
+                (1, c, h, h), w.double(), dy[i : i + 1].double(), padding=1
+            )
+        assert torch.equal(res[i : i + 1].double(), ref), (kind, i)
