@@ -43,6 +43,26 @@ def test_bench_records_the_given_commit(monkeypatch):
     assert found is None or (found and found != "abc1234")
 
 
+def test_bench_copy_holds_the_merged_file(tmp_path):
+    """A partial run merges its rows into the results folder's file; the copy (``$OUT``)
+    is that merged document, every row, not the run's rows alone."""
+    import json
+
+    from opendnn.bench import __main__ as runner
+
+    main, copy = tmp_path / "results", tmp_path / "out"
+    main.mkdir()
+    old = {"meta": {"date": "d0", "commit": "c0"}, "rows": [{"family": "conv", "case": "a"}]}
+    (main / "conv.json").write_text(json.dumps(old))
+    r = runner.Runner.__new__(runner.Runner)
+    r.meta, r.rows = {"date": "d1", "commit": "c1"}, [{"family": "conv", "case": "b"}]
+    written = r.save([str(main)], ["conv"], restricted={"conv"}, copies=[str(copy)])
+    assert written == [str(main / "conv.json"), str(copy / "conv.json")]
+    merged = json.loads((main / "conv.json").read_text())
+    assert [row["case"] for row in merged["rows"]] == ["b", "a"]
+    assert json.loads((copy / "conv.json").read_text()) == merged
+
+
 # ---- opendnn cache: show, clear, trim; the background trim of a process ----------------
 def _cache_folder(tmp_path, monkeypatch):
     from opendnn.runtime import autotune

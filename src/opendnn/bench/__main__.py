@@ -22,7 +22,8 @@ pointwise / reduction / matmul / latency, ``<file>-<tag>`` with ``--tag``), each
 A run replaces the rows of the families it ran and keeps the file's other rows (the other
 core families; with ``--kinds`` / ``--layers`` or ``OPENDNN_BENCH_MODELS``, the conv or
 models cases it did not run), each kept row marked with the run it came from. ``--out DIR``
-writes into DIR instead (repeatable); ``$OUT``, when set, gets a copy under ``$OUT/<gpu>/``.
+writes into DIR instead (repeatable); ``$OUT``, when set, gets a copy of each file written
+in the first folder (the merged file, every row) under ``$OUT/<gpu>/``.
 ``bench/plot.py`` turns the files into the index table and the summary plot. The commit
 recorded is the checkout's, or ``OPENDNN_BENCH_COMMIT`` when set (a copied tree whose git
 history is not its own).
@@ -125,24 +126,36 @@ class Runner:
             flush=True,
         )
 
-    def save(self, folders, families, tag="", restricted=()) -> list[str]:
+    def save(self, folders, families, tag="", restricted=(), copies=()) -> list[str]:
         """Write the rows of ``families`` (the runner's families that ran) into one file per
-        result file (``FILE_OF``) in each of ``folders``; see the module docstring."""
+        result file (``FILE_OF``) in each of ``folders``, merged with that folder's file,
+        and the document written in the first folder, as it is, into each of ``copies``;
+        see the module docstring."""
         written = []
         for name in dict.fromkeys(FILE_OF.get(f, f) for f in families):
             ran = [f for f in families if FILE_OF.get(f, f) == name]
             kinds = {k for f in ran for k in ROW_FAMILIES.get(f, (f,))}
             fname = f"{name}-{tag}.json" if tag else f"{name}.json"
             rows = [row for row in self.rows if row["family"] in kinds]
+            first = None
             for d in folders:
                 os.makedirs(d, exist_ok=True)
                 path = os.path.join(d, fname)
                 doc = _merge(path, self.meta, rows, ran, kinds, restricted)
-                with open(path, "w") as f:
-                    json.dump(doc, f, indent=1)
-                    f.write("\n")
+                first = doc if first is None else first
+                _write(path, doc)
                 written.append(path)
+            for d in copies:
+                os.makedirs(d, exist_ok=True)
+                _write(os.path.join(d, fname), first)
+                written.append(os.path.join(d, fname))
         return written
+
+
+def _write(path: str, doc: dict) -> None:
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
 
 
 FILE_OF = {"pointwise": "core", "reduction": "core", "matmul": "core", "latency": "core"}
@@ -569,8 +582,7 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     gpu = gpu_slug(r.meta["device"])
     outs = args.out or [os.path.join("bench", "results", gpu)]
-    if os.environ.get("OUT"):
-        outs.append(os.path.join(os.environ["OUT"], gpu))
+    copies = [os.path.join(os.environ["OUT"], gpu)] if os.environ.get("OUT") else []
     # families that measured a subset of their cases (or failed part-way) keep the rest
     # a conv run that leaves out sets, layers, kinds or variants keeps the file's other rows
     restricted = (
@@ -580,7 +592,7 @@ def main(argv=None) -> int:
         restricted.add("models")
     for f in r.meta.get("errors", {}):
         restricted.update(ROW_FAMILIES.get(f, (f,)))
-    written = r.save(outs, fams, args.tag, restricted)
+    written = r.save(outs, fams, args.tag, restricted, copies)
     print("\nwrote " + ", ".join(written) + "\n")
     print(f"{'case':52s} {'ms':>9s} {'rate':>10s} {'ratio':>6s} {'floor':>6s} {'eager':>6s}")
     for row in r.rows:
