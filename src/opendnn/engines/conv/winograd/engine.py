@@ -35,6 +35,7 @@ from ...base import Executable
 from ...fusion import epilogue as fuse_epilogue
 from ...matmul.delegate import MatmulDelegateEngine
 from ..analysis import analyze, epilogue
+from ..implicit_gemm import _kernels as IK
 
 # Transform matrices per output tile size m (filter 3x3, input patch T = m + 2)
 MATRICES = {
@@ -65,22 +66,6 @@ MATRICES = {
 }
 ALIGN = 256
 OUTPUT_BLOCK_N = 32  # output channels per output-transform program
-
-
-def int32_split(var: str, expr: str, total: int, splits: list, ind: str = "    ") -> list:
-    """``var = expr`` (an index below ``total`` + a block) and the ``splits`` (lines
-    ``name = a // b`` / ``a % b`` by constants), all int64 in the end. The divisions run in
-    int32 while the index fits (Triton 3.6 on sm_90 miscompiled constant divisions of
-    int64 indices elsewhere, and int32 divisions are the cheaper ones): the parts are
-    widened after the split."""
-    names = [line.split("=")[0].strip() for line in splits]
-    if total + 2**16 >= 2**31:
-        return [f"{ind}{var} = ({expr}).to(tl.int64)"] + [ind + line for line in splits]
-    return (
-        [f"{ind}{var} = {expr}"]
-        + [ind + line for line in splits]
-        + [f"{ind}{n} = {n}.to(tl.int64)" for n in [var, *names]]
-    )
 
 
 def _al(n: int) -> int:
@@ -234,25 +219,23 @@ def _filter_source(wp: WinoPlan, name: str) -> str:
     return "\n".join(L) + "\n"
 
 
+def _tile_split(var: str, expr: str, wp, inner: int = 1, name: str = "") -> list:
+    """``var = expr`` split row-major into the tile (nb, th_, tw_) and, with ``inner`` > 1,
+    the channel ``name``; all int64 in the end, the divisions in int32 while they fit
+    (``implicit_gemm._kernels.index_split``)."""
+    th, tw = wp.tiles
+    sizes = [wp.p // (th * tw), th, tw] + ([inner] if inner > 1 or name else [])
+    names = ["nb", "th_", "tw_"] + ([name] if inner > 1 or name else [])
+    total = wp.p * inner + 2**16  # the grid's last block runs past (masked)
+    return IK.index_split(var, expr, total, sizes, names, "    ", "_qw", True)
+
+
 def _input_source(wp: WinoPlan, name: str) -> str:
     geo, xs = wp.a.geo, wp.a.x.strides
-    th, tw = wp.tiles
     L = [
         "@triton.jit",
         f"def {name}(X, V, BLOCK: tl.constexpr):",
-        *int32_split(
-            "i",
-            "tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
-            wp.p * wp.c,
-            [
-                f"p = i // {wp.c}",
-                f"c = i % {wp.c}",
-                f"tw_ = p % {tw}",
-                f"q = p // {tw}",
-                f"th_ = q % {th}",
-                f"nb = q // {th}",
-            ],
-        ),
+        *_tile_split("i", "tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)", wp, wp.c, "c"),
         f"    mask = i < {wp.p * wp.c}",
         f"    base = nb * {xs[0]} + c * {xs[1]}",
     ]
@@ -293,7 +276,6 @@ def output_block_m(m: int) -> int:
 
 def _output_source(graph, wp: WinoPlan, name: str, ep_params: list, ep_body: str) -> str:
     geo = wp.a.geo
-    th, tw = wp.tiles
     ind = "    "
     sig = ["M"] + ep_params + ["BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr"]
     L = [
@@ -304,12 +286,7 @@ def _output_source(graph, wp: WinoPlan, name: str, ep_params: list, ep_body: str
         f"{ind}num_pid_n = {-(-wp.k // OUTPUT_BLOCK_N)}",
         f"{ind}pid_m = pid // num_pid_n",
         f"{ind}pid_n = pid % num_pid_n",
-        *int32_split(
-            "pp",
-            "pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
-            wp.p,
-            [f"tw_ = pp % {tw}", f"q = pp // {tw}", f"th_ = q % {th}", f"nb = q // {th}"],
-        ),
+        *_tile_split("pp", "pid_m * BLOCK_M + tl.arange(0, BLOCK_M)", wp),
         f"{ind}mask_p = pp < {wp.p}",
         f"{ind}offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
         f"{ind}mask_n = offs_n < {wp.k}",

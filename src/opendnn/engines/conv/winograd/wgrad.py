@@ -52,7 +52,7 @@ from ...base import Executable
 from ...fusion import epilogue as fuse_epilogue
 from ...matmul.delegate import MatmulDelegateEngine
 from ..analysis import ConvAnalysis, analyze, epilogue
-from .engine import MATRICES, WinoPlan, _al, _input_source, _lin, int32_split
+from .engine import MATRICES, WinoPlan, _al, _input_source, _lin, _tile_split
 from .fused import FLOAT_TYPES
 
 
@@ -140,24 +140,11 @@ def _dy_source(wp: WgradPlan, name: str) -> str:
     """DYt[e, p, k] = (G' g G'^T)[e] for the 2x2 dy tile g of (p, k); one lane per (p, k).
     DY: dy (any strides); DYT: workspace [16, P, K] in the operand type."""
     geo, ds = wp.a.geo, wp.a.y.strides
-    th, tw = wp.tiles
     G = WGRAD_MATRICES["G"]
     L = [
         "@triton.jit",
         f"def {name}(DY, DYT, BLOCK: tl.constexpr):",
-        *int32_split(
-            "i",
-            "tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
-            wp.p * wp.k,
-            [
-                f"p = i // {wp.k}",
-                f"k = i % {wp.k}",
-                f"tw_ = p % {tw}",
-                f"q = p // {tw}",
-                f"th_ = q % {th}",
-                f"nb = q // {th}",
-            ],
-        ),
+        *_tile_split("i", "tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)", wp, wp.k, "k"),
         f"    mask = i < {wp.p * wp.k}",
         f"    base = nb * {ds[0]} + k * {ds[1]}",
     ]
