@@ -134,6 +134,19 @@ def test_tma_dgrad_float32_as_tf32(case, mode, monkeypatch):
     check_engine(g, {tdy: dy, tw: wt}, [dx], DGRAD_ID, knobs, n=k * f * f)
 
 
+@pytest.mark.parametrize("case", CASES[:4] + CASES[5:9], ids=[f"c{i}" for i in range(8)])
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16])
+def test_tma_dgrad_half_filter_k_innermost(case, dt):
+    """A 16-bit filter that comes K-innermost is read as [taps, C, K] boxes (the K-major B
+    operand, as TF32's), not as the KRSC path's [K, taps, C] ones."""
+    n, c, k, h, w, f, s, p, d, knobs = case
+    x, wt, dy = _problem(n, c, k, h, w, f, s, p, d, dt, n * c + k + h + 2)
+    wt = _k_innermost(wt)
+    g, tdy, tw, dx = _dgrad_graph(x, wt, dy, p, s, d, "CROSS_CORRELATION")
+    dx.set_data_type(cudnn.data_type.FLOAT)
+    check_engine(g, {tdy: dy, tw: wt}, [dx], DGRAD_ID, knobs, n=k * f * f)
+
+
 @pytest.mark.parametrize(
     "filt,knobs,reason",
     [
@@ -179,7 +192,7 @@ def test_tma_dgrad_relu_backward_and_scale_into_nchw(stride):
     "change,reason",
     [
         (dict(dy_layout="nchw"), "packed NHWC dy"),
-        (dict(w_layout="nchw"), "packed KRSC"),
+        (dict(w_layout="nchw"), "packed KRSC (NHWC) or a K-innermost filter"),
         (dict(dt=torch.float32), "half or bfloat16"),
         (dict(k=4), "K (dy's channels) * element size"),
         (dict(stride=2, dilation=2), "stride > 1 only without dilation"),

@@ -1232,13 +1232,14 @@ def test_rectangular_geometries(case, kind, engine):
 
 # engines whose kernels split a pixel index under int64 addressing (the split in int32,
 # the parts widened): the gather forward / backward data, the grouped backward filter
-INT64_ENGINES = [("fprop", 3, 1), ("dgrad", 4, 1), ("wgrad", 49, 2)]
+# (the grouped one with 4 groups of 4 channels: its tiles hold 16 or more channels)
+INT64_ENGINES = [("fprop", 3, 1, 8), ("dgrad", 4, 1, 8), ("wgrad", 49, 4, 16)]
 
 
 @pytest.mark.parametrize(
-    "kind,eid,groups", INT64_ENGINES, ids=[f"{k}-{e}" for k, e, _ in INT64_ENGINES]
+    "kind,eid,groups,c", INT64_ENGINES, ids=[f"{k}-{e}" for k, e, _, _ in INT64_ENGINES]
 )
-def test_int64_addressing_on_tensors_past_2_31_elements(kind, eid, groups):
+def test_int64_addressing_on_tensors_past_2_31_elements(kind, eid, groups, c):
     """x and dy of 2**31 + elements (bfloat16, NHWC, 4 GB each): the plan addresses in
     int64 and splits its pixel indices in int32. Small integers make every sum exact; the
     first and last images of the forward and backward data are compared element by
@@ -1246,7 +1247,8 @@ def test_int64_addressing_on_tensors_past_2_31_elements(kind, eid, groups):
     PyTorch's."""
     from opendnn.engines.conv import analysis
 
-    n, c, h, k = 65540, 8, 64, 8  # 65540 x 8 x 64 x 64 = 2**31 + 2**17 elements
+    h, k = 64, c
+    n = 2**31 // (c * h * h) + 4  # 2**31 + 4 images' worth of elements
     cl, dt = torch.channels_last, torch.bfloat16
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randint(-1, 2, (n, c, h, h), device="cuda", generator=gen, dtype=torch.int8)

@@ -54,9 +54,14 @@ import math
 from ...fusion._codegen import COMBINE_HELPERS
 from ._kernels import TmaKnobs, common_unsupported, is_packed_channels_last, strides_match
 
-# L2 feeds the SMs at roughly this multiple of the DRAM rate (an assumption, not yet
-# measured): it bounds tiles whose slab reuse is low (narrow BLOCK_N, e.g. C = 3)
-L2_RATE = 4.0
+# L2 feeds the SMs at roughly this multiple of the DRAM rate: it bounds tiles whose slab
+# reuse is low (narrow BLOCK_N, e.g. C = 3). Fitted, not measured directly: at 2.5 the
+# model orders the H100's box configs on ResNet-50's stride-1 3x3 layers as measured
+# (256 x 128 tiles of three stages ahead of 128 x 128 on l2_3x3_128, 19.0 against
+# 20.3-22.2 us), where 4 ranked the smaller tiles first
+L2_RATE = 2.5
+# the steady rate of a tile's reduction with this many pipeline stages, relative to four
+STAGE_RATE = {1: 0.5, 2: 0.7, 3: 0.93}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +81,7 @@ KNOB_SPACE = (
     DgradTmaKnobs(1, 8, 16, 128, 64, 8, 4),  # C >= 128 on 28x28 and larger
     DgradTmaKnobs(1, 8, 16, 64, 64, 4, 4),  # C = 64 (layer 1)
     DgradTmaKnobs(1, 16, 16, 64, 64, 8, 3),  # C = 64, short reductions: big boxes
+    DgradTmaKnobs(1, 16, 16, 128, 64, 8, 3),  # C = 128 on 28x28 (l2_3x3_128: 19.0 us)
     DgradTmaKnobs(4, 4, 8, 128, 64, 8, 4),  # 14x14 and 7x7 images: several per tile
     DgradTmaKnobs(1, 8, 16, 128, 128, 8, 3),  # long reductions (K x taps) on 14x14
     DgradTmaKnobs(1, 8, 8, 128, 64, 4, 4),  # 7x7 images: more, smaller tiles
@@ -114,6 +120,16 @@ def filter_k_major(w) -> bool:
     return strides_match(w, k_innermost_strides(tuple(w.dims)))
 
 
+def w_k_major(w, dy) -> bool:
+    """Whether the kernel reads filter ``w`` K-innermost ([taps, C, K] boxes, transposed
+    in shared memory into the K-major B operand): always for float32 (TF32 takes K-major
+    operands only), for 16-bit types when ``w`` comes so (a KRSC filter is read as
+    [K, taps, C] boxes, the MN-major B operand)."""
+    return dy.data_type.name == "FLOAT" or (
+        filter_k_major(w) and not is_packed_channels_last(w)
+    )
+
+
 def unsupported(geo, dx, w, dy, tf32: bool = False) -> str | None:
     """Why dgrad's TMA path cannot take this problem (None when it can); ``geo`` is the
     ConvGeometry, dx / w / dy the descriptors. ``tf32``: float32 runs as TF32 when the
@@ -130,8 +146,8 @@ def unsupported(geo, dx, w, dy, tf32: bool = False) -> str | None:
             return "dgrad's TMA path in TF32 needs the filter K-innermost (K-major operand)"
         if (k * 4) % 16:
             return "TMA needs 16-byte aligned rows: K * 4 bytes must be a multiple of 16"
-    elif not is_packed_channels_last(w):
-        return "dgrad's TMA path needs a packed KRSC (NHWC) filter"
+    elif not (is_packed_channels_last(w) or filter_k_major(w)):
+        return "dgrad's TMA path needs a packed KRSC (NHWC) or a K-innermost filter"
     if (k * dy.data_type.itemsize) % 16:
         return (
             "TMA needs 16-byte aligned rows: K (dy's channels) * element size must be a "
@@ -260,7 +276,13 @@ def estimate_seconds(
     fill = jobs / (waves * num_sms)
     per_job = steps / jobs
     sharing = max(1.0, min(kn.PPS, jobs / num_sms))
-    pipe = per_job / (per_job + kn.num_stages / sharing) if per_job else 1.0
+    # each step's boxes are issued num_stages - 1 steps ahead: with fewer stages the copy
+    # latency shows in every step, unless a second program on the SM runs its dots
+    # meanwhile (H100, 3x3 stride 1 at 36-72 steps a tile, one tile per SM: two stages
+    # take 1.42x and three 1.08x the four-stage time; at 1.7 tiles per SM two programs of
+    # two stages match one of four)
+    steady = min(1.0, STAGE_RATE.get(kn.num_stages, 1.0) * sharing)
+    pipe = steady * per_job / (per_job + 2 / sharing) if per_job else 1.0
     slabs = steps * (kn.block_m + kn.BLOCK_N) * kn.BLOCK_K * itemsize
     bytes_ = itemsize * (
         geo.n * math.prod(geo.out_dims) * geo.k_per_group

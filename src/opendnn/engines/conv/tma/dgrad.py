@@ -142,8 +142,8 @@ class _DgradExecutable(tma.TmaExecutable):
     sum kernel (over dx's geometry) adds them in slice order and runs the epilogue."""
 
     def __init__(self, graph, a, kn, target, params: list, body: str):
-        w_desc = D.filter_by_descriptor(a.geo, a.y.data_type.itemsize)
-        w_k_major = a.y.data_type == DataType.FLOAT
+        w_k_major = D.w_k_major(a.w, a.y)
+        w_desc = w_k_major or D.filter_by_descriptor(a.geo, a.y.data_type.itemsize)
         super().__init__("conv_dgrad", (a.y.uid, a.w.uid) if w_desc else (a.y.uid,), target)
         self.workspace_size = D.partials_bytes(a.geo, kn)
         name = f"conv_dgrad_tma_{graph.key()[:12]}"
