@@ -194,7 +194,7 @@ def test_fprop_tma_tf32_every_config(shape, cfg, monkeypatch):
 
 
 @pytest.mark.parametrize("shape", shapes.GPU_DGRAD_TMA)
-@pytest.mark.parametrize("cfg", range(21))
+@pytest.mark.parametrize("cfg", range(22))
 def test_dgrad_tma_tf32_every_config(shape, cfg, monkeypatch):
     """Each float32 (TF32) box config of conv_dgrad_implicit_gemm: NHWC dy with the filter
     K-innermost, and NCHW through the channels-last transform (45, which copies the
@@ -206,7 +206,7 @@ def test_dgrad_tma_tf32_every_config(shape, cfg, monkeypatch):
     from opendnn.engines.conv.tma import engine as tma
 
     monkeypatch.setattr(backends, "allow_tf32", True)
-    assert len(tma_dgrad.TF32_KNOBS) == 21, "parametrize over every TF32 config"
+    assert len(tma_dgrad.TF32_KNOBS) == 22, "parametrize over every TF32 config"
     kn = tma_dgrad.TF32_KNOBS[cfg]
     n, c, h, k, f, s, p = shape
     o = (h + 2 * p - f) // s + 1
@@ -286,7 +286,7 @@ def test_fprop_tma_split_every_config(shape, cfg):
 
 
 @pytest.mark.parametrize("shape", shapes.GPU_DGRAD_TMA)
-@pytest.mark.parametrize("cfg", range(21))
+@pytest.mark.parametrize("cfg", range(22))
 def test_dgrad_tma_path_every_config(shape, cfg):
     """Each TMA knob set of conv_dgrad_implicit_gemm (stride phases, pointer filter; split
     sets on a stride-1 layer)."""
@@ -294,7 +294,7 @@ def test_dgrad_tma_path_every_config(shape, cfg):
 
     from opendnn.engines.conv.tma import _dgrad_kernels as D
 
-    assert len(D.KNOB_SPACE) == 21, "parametrize over every dgrad TMA config"
+    assert len(D.KNOB_SPACE) == 22, "parametrize over every dgrad TMA config"
     kn = D.KNOB_SPACE[cfg]
     n, c, h, k, f, s, p = shape if kn.SPLIT == 1 else (4, 128, 7, 256, 3, 1, 1)
     cl, dt = torch.channels_last, torch.bfloat16
