@@ -1018,55 +1018,6 @@ def test_dgrad_tma_two_programs_per_sm_exact_run_after_run(case):
         assert not any(wrong), (str(kn), wrong)
 
 
-@pytest.mark.parametrize("kind", ["fprop", "dgrad"])
-def test_tma_split_finish_in_kernel_exact_run_after_run(kind):
-    """Split box configs (the last slice of a tile to arrive sums the partials and runs
-    the epilogue): twelve runs on one workspace left dirty by the previous run, small
-    integers, every element equal to the float64 reference rounded to bfloat16."""
-    import dataclasses
-
-    from opendnn.engines.conv.tma import _dgrad_kernels as D
-    from opendnn.engines.conv.tma import engine as tma
-
-    n, c, k, h = 8, 256, 512, 7
-    cl, dt = torch.channels_last, torch.bfloat16
-    gen = torch.Generator(device="cuda").manual_seed(3)
-    x = torch.randint(-1, 2, (n, c, h, h), device="cuda", generator=gen)
-    w = torch.randint(-1, 2, (k, c, 3, 3), device="cuda", generator=gen)
-    dy = torch.randint(-1, 2, (n, k, h, h), device="cuda", generator=gen)
-    x, w, dy = (t.to(dt).to(memory_format=cl) for t in (x, w, dy))
-    if kind == "fprop":
-        ref = F.conv2d(x.double(), w.double(), padding=1).to(dt)
-        kns = list(tma.SPLIT_KNOBS)
-        feeds, like = (x, w), dy
-    else:
-        ref = torch.nn.grad.conv2d_input(x.shape, w.double(), dy.double(), padding=1).to(dt)
-        kns = [kn for kn in D.KNOB_SPACE if kn.SPLIT > 1]
-        feeds, like = (dy, w), x
-    assert len(kns) >= 2
-    for kn in kns:
-        g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
-        ta, tb = g.tensor_like(feeds[0]), g.tensor_like(feeds[1])
-        if kind == "fprop":
-            out_t = g.conv_fprop(ta, tb, padding=[1, 1])
-        else:
-            out_t = g.conv_dgrad(ta, tb, padding=[1, 1])
-        out_t.set_dim(list(like.shape)).set_stride(list(like.stride())).set_output(True)
-        out_t.set_data_type(cudnn.data_type.BFLOAT16)
-        g.validate()
-        g.create_execution_plan(
-            kind == "fprop" and 3 or 4, tma.drop_defaults(dataclasses.asdict(kn))
-        )
-        ws = torch.full((g.get_workspace_size(),), 255, device="cuda", dtype=torch.uint8)
-        wrong = []
-        for _ in range(12):
-            out = torch.empty_like(like).fill_(float("nan"))
-            g.execute({ta: feeds[0], tb: feeds[1], out_t: out}, ws)
-            torch.cuda.synchronize()
-            wrong.append(int((out != ref).sum()))
-        assert not any(wrong), (str(kn), wrong)
-
-
 # (x dims, K, stride, padding): 3-D boxes of the forward over N * OD output depth slices
 FPROP_3D_CASES = [
     ((2, 64, 9, 12, 10), 64, (1, 1, 1), (1, 1, 1)),

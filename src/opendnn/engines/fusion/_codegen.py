@@ -326,19 +326,6 @@ def arrive(counter: str, indent: str) -> list[str]:
     return [f"{indent}tl.debug_barrier()", f'{indent}tl.atomic_add({counter}, 1.0, sem="release")']
 
 
-def last_arrival(counter: str, count: int, indent: str) -> list[str]:
-    """Lines publishing the partials this program stored just before and counting it in
-    at ``counter`` (acquire-release), then opening a block (indent + 4) that only the
-    ``count``-th program to arrive runs: every partial is visible there (read them with
-    cache_modifier=".cg")."""
-    return [
-        f"{indent}tl.debug_barrier()",
-        f'{indent}_arrived = tl.atomic_add({counter}, 1.0, sem="acq_rel")',
-        f"{indent}if _arrived == {count - 1}.0:",
-        f"{indent}    tl.debug_barrier()",
-    ]
-
-
 def wait(counter: str, count: int, indent: str) -> list[str]:
     """Lines spinning until ``count`` programs have arrived at ``counter`` (acquire): the
     partials they published are then visible (read them with cache_modifier=".cg")."""

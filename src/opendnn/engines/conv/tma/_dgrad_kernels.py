@@ -52,7 +52,6 @@ import dataclasses
 import math
 
 from ...fusion._codegen import COMBINE_HELPERS
-from . import _kernels as T
 from ._kernels import TmaKnobs, common_unsupported, is_packed_channels_last, strides_match
 
 # L2 feeds the SMs at roughly this multiple of the DRAM rate: it bounds tiles whose slab
@@ -126,7 +125,9 @@ def w_k_major(w, dy) -> bool:
     in shared memory into the K-major B operand): always for float32 (TF32 takes K-major
     operands only), for 16-bit types when ``w`` comes so (a KRSC filter is read as
     [K, taps, C] boxes, the MN-major B operand)."""
-    return dy.data_type.name == "FLOAT" or (filter_k_major(w) and not is_packed_channels_last(w))
+    return dy.data_type.name == "FLOAT" or (
+        filter_k_major(w) and not is_packed_channels_last(w)
+    )
 
 
 def unsupported(geo, dx, w, dy, tf32: bool = False) -> str | None:
@@ -255,9 +256,7 @@ def output_view(geo):
 
 
 def partials_bytes(geo, kn: DgradTmaKnobs) -> int:
-    """float32 partial tiles [SPLIT, tiles, block_m, BLOCK_N], then a counter per tile."""
-    t = tiles(geo, kn)
-    return 0 if kn.SPLIT == 1 else 4 * (kn.SPLIT * t * kn.block_m * kn.BLOCK_N + t)
+    return 0 if kn.SPLIT == 1 else 4 * kn.SPLIT * tiles(geo, kn) * kn.block_m * kn.BLOCK_N
 
 
 def estimate_seconds(
@@ -346,8 +345,9 @@ def source(
     t_n, t_h, t_w, n_ph, t_c = _tile_counts(geo, kn)
     ind, ind2, ind3 = "    ", "        ", "            "
     split = kn.SPLIT
-    sig = ["DY", "W"] + (["WS"] if split > 1 else []) + list(epilogue_params)
-    sig.append("NUM_PROGS: tl.constexpr")
+    sig = (
+        ["DY", "W"] + (["WS"] if split > 1 else list(epilogue_params)) + ["NUM_PROGS: tl.constexpr"]
+    )
     L = [
         COMBINE_HELPERS,
         "@triton.jit",
@@ -465,26 +465,32 @@ def source(
         L.append(f"{ind3}acc += tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision='ieee')")
     else:
         L.append(f"{ind3}acc = tl.dot(a, b, acc)")
-    if split > 1:  # the last slice of the tile to finish sums the partials
-        L += T.fixup_lines(split, n_tiles, bm, bn, ind2)
+    if split > 1:  # the float32 partial tile; _tma_kernels.sum_source finishes
+        L += [
+            f"{ind2}_i = tl.arange(0, {bm})",
+            f"{ind2}_j = tl.arange(0, {bn})",
+            f"{ind2}tl.store(WS + ((sl * {n_tiles} + tile) * {bm} + _i)[:, None] * {bn} + "
+            f"_j[None, :], acc)",
+        ]
+        return "\n".join(L) + "\n"
     # the epilogue's dx pixel and channel indices, rebuilt from the box and the phase
     o_h = f"ht * {th} + (_i // {tw}) % {th}"
     o_w = f"wt * {tw} + _i % {tw}"
     ha, wa = ("o1", "o2") if three else ("o0", "o1")
-    E = ["_i = tl.arange(0, {})".format(bm)]
+    L += [f"{ind2}_i = tl.arange(0, {bm})"]
     if three:  # one depth slice per tile: nb and o0 are the tile's (n_, id_)
-        E += ["nb = n_ + _i * 0", "o0 = id_ + _i * 0"]
+        L += [f"{ind2}nb = n_ + _i * 0", f"{ind2}o0 = id_ + _i * 0"]
     else:
-        E += [f"nb = nt * {imgs} + _i // {th * tw}"]
-    E += [
-        f"{ha} = " + (f"({o_h}) * {sh} + pa" if sh > 1 else o_h),
-        f"{wa} = " + (f"({o_w}) * {sw} + pb" if sw > 1 else o_w),
-        f"mask_m = (nb < {n}) & ({ha} < {h}) & ({wa} < {wd})",
-        "offs_n = cc",
-        f"mask_n = offs_n < {c}",
+        L += [f"{ind2}nb = nt * {imgs} + _i // {th * tw}"]
+    L += [
+        f"{ind2}{ha} = " + (f"({o_h}) * {sh} + pa" if sh > 1 else o_h),
+        f"{ind2}{wa} = " + (f"({o_w}) * {sw} + pb" if sw > 1 else o_w),
+        f"{ind2}mask_m = (nb < {n}) & ({ha} < {h}) & ({wa} < {wd})",
+        f"{ind2}offs_n = cc",
+        f"{ind2}mask_n = offs_n < {c}",
     ]
     if geo.int64:
-        E += [f"{v} = {v}.to(tl.int64)" for v in ("nb", "o0", "o1", "o2")[: 2 + three]]
-    E += epilogue_body.strip("\n").split("\n")
-    ind_ep = ind3 if split > 1 else ind2
-    return "\n".join(L + [ind_ep + line for line in E]) + "\n"
+        L += [f"{ind2}{v} = {v}.to(tl.int64)" for v in ("nb", "o0", "o1", "o2")[: 2 + three]]
+    for line in epilogue_body.strip("\n").split("\n"):
+        L.append(ind2 + line)
+    return "\n".join(L) + "\n"

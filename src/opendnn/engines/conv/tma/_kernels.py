@@ -168,44 +168,9 @@ def grid(geo, kn: TmaKnobs, num_sms: int) -> tuple:
 
 
 def partials_bytes(geo, kn: TmaKnobs) -> int:
-    """float32 partial tiles of a split reduction, [SPLIT, tiles, block_m, BLOCK_N], then
-    one float32 arrival counter per tile (``fixup_lines``)."""
-    s, t = split_of(kn), tiles(geo, kn)
-    return 0 if s == 1 else 4 * (s * t * kn.block_m * kn.BLOCK_N + t)
-
-
-def counters_offset(split: int, n_tiles: int, bm: int, bn: int) -> int:
-    """Where the tiles' arrival counters start in the workspace, in float32 words."""
-    return split * n_tiles * bm * bn
-
-
-def counters(kn, n_tiles: int) -> tuple | None:
-    """(offset, count) in float32 words of a split plan's tile counters (``n_tiles``
-    tiles of config ``kn``), else None."""
+    """float32 partial tiles of a split reduction: [SPLIT, tiles, block_m, BLOCK_N]."""
     s = split_of(kn)
-    return None if s == 1 else (counters_offset(s, n_tiles, kn.block_m, kn.BLOCK_N), n_tiles)
-
-
-def fixup_lines(split: int, n_tiles: int, bm: int, bn: int, ind: str) -> list:
-    """Lines ending a split job (slice ``sl`` of tile ``tile``, float32 ``acc``): store the
-    partial to WS[sl, tile], count it in at the tile's counter, and in the last slice to
-    arrive sum the SPLIT partials in slice order (the same sum whichever slice comes last:
-    deterministic) into ``acc``. The epilogue follows at indent ``ind`` + 4, in that
-    block. The counters start at zero: the plan zeroes them (``zero_flags_source``)."""
-    from ...fusion._codegen import last_arrival
-
-    sz = n_tiles * bm * bn
-    L = [
-        f"{ind}_i = tl.arange(0, {bm})",
-        f"{ind}_j = tl.arange(0, {bn})",
-        f"{ind}_ws = (tile * {bm} + _i)[:, None] * {bn} + _j[None, :]",
-        f"{ind}tl.store(WS + sl * {sz} + _ws, acc)",
-    ]
-    L += last_arrival(f"WS + {counters_offset(split, n_tiles, bm, bn)} + tile", split, ind)
-    L.append(f"{ind}    acc = tl.full([{bm}, {bn}], 0.0, tl.float32)")
-    for j in range(split):
-        L.append(f'{ind}    acc += tl.load(WS + {j * sz} + _ws, cache_modifier=".cg")')
-    return L
+    return 0 if s == 1 else 4 * s * tiles(geo, kn) * kn.block_m * kn.BLOCK_N
 
 
 def estimate_seconds(
@@ -267,8 +232,9 @@ def source(
     its = q_ * r_ * s_ * cb
     per = -(-its // split)
     n_tiles = t_n * t_h * t_w * t_k
-    sig = ["X", "W"] + (["WS"] if split > 1 else []) + list(epilogue_params)
-    sig.append("NUM_PROGS: tl.constexpr")
+    sig = (
+        ["X", "W"] + (["WS"] if split > 1 else list(epilogue_params)) + ["NUM_PROGS: tl.constexpr"]
+    )
     L = [COMBINE_HELPERS, "@triton.jit", f"def {name}({', '.join(sig)}):"]
     stride1 = geo.stride[-2:] == (1, 1)
     if stride1:
@@ -339,10 +305,15 @@ def source(
         )
     else:
         L.append(f"{ind3}acc = tl.dot(a, tl.trans(b), acc)")
-    if split > 1:  # the last slice of the tile to finish sums the partials
-        L += fixup_lines(split, n_tiles, bm, bn, ind2)
-    ind_ep = ind3 if split > 1 else ind2
-    L += _epilogue_lines(geo, kn, "tl.arange(0, {})".format(bm), ind_ep, epilogue_body)
+    if split > 1:  # the float32 partial tile; sum_source adds the slices, epilogue
+        L += [
+            f"{ind2}_i = tl.arange(0, {bm})",
+            f"{ind2}_j = tl.arange(0, {bn})",
+            f"{ind2}tl.store(WS + ((sl * {n_tiles} + tile) * {bm} + _i)[:, None] * {bn} + "
+            f"_j[None, :], acc)",
+        ]
+        return "\n".join(L) + "\n"
+    L += _epilogue_lines(geo, kn, "tl.arange(0, {})".format(bm), ind2, epilogue_body)
     return "\n".join(L) + "\n"
 
 

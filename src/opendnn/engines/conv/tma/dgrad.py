@@ -147,6 +147,7 @@ class _DgradExecutable(tma.TmaExecutable):
         super().__init__("conv_dgrad", (a.y.uid, a.w.uid) if w_desc else (a.y.uid,), target)
         self.workspace_size = D.partials_bytes(a.geo, kn)
         name = f"conv_dgrad_tma_{graph.key()[:12]}"
+        view = D.output_view(a.geo)
         self.add_persistent(
             graph,
             name,
@@ -164,5 +165,12 @@ class _DgradExecutable(tma.TmaExecutable):
             kn,
             (a.y.uid, a.w.uid),
             fuse_epilogue.launch_args(a.ep),
-            counters=T.counters(kn, D.tiles(a.geo, kn)),
+            (
+                lambda sname: T.sum_source(
+                    sname, view, kn, epilogue_params=params, epilogue_body=body
+                )
+            )
+            if kn.SPLIT > 1
+            else None,
+            T.sum_grid(view, kn) if kn.SPLIT > 1 else None,
         )

@@ -21,7 +21,6 @@ from ....errors import BadParamError, Status
 from ....runtime.launch import DualKernel, LaunchList, kernel_from_source
 from ...base import Executable
 from ...fusion import epilogue as fuse_epilogue
-from ...fusion._codegen import zero_flags_source
 from ..analysis import tf32
 from . import _flat_kernels as F
 from . import _kernels as T
@@ -323,30 +322,14 @@ class TmaExecutable(Executable, LaunchList):
         ep_args: list,
         sum_source=None,
         sum_grid=None,
-        counters: tuple | None = None,
     ):
         """The persistent launch ``name`` of ``make_source(interpret)`` over buffers
         ``operands`` (uids). With ``sum_source`` (name -> source; a split reduction) the
         launch writes float32 partial tiles to the workspace, and a second one, on grid
-        ``sum_grid``, sums them in slice order and runs the epilogue. With ``counters``
-        (offset, count: float32 words of the workspace) the launch finishes its split
-        tiles itself (``_kernels.fixup_lines``): a first launch zeroes those counters."""
+        ``sum_grid``, sums them in slice order and runs the epilogue."""
         const = {"NUM_PROGS": grid[0], "num_warps": kn.num_warps, "num_stages": kn.num_stages}
         partials = [("ws", torch.float32)]
-        if counters:
-            zname, (offset, count) = f"{name}_zero", counters
-            self.add_generated(
-                zname,
-                lambda interp: zero_flags_source(zname, offset, count),
-                (-(-count // 1024),),
-                {"num_warps": 4},
-                partials,
-                graph,
-            )
-        args = [("buf", u) for u in operands]
-        args += (
-            ep_args if not (sum_source or counters) else partials + (ep_args if counters else [])
-        )
+        args = [("buf", u) for u in operands] + (partials if sum_source else ep_args)
         self.add_generated(name, make_source, grid, const, args, graph)
         if sum_source:
             sname = f"{name}_sum"
@@ -400,7 +383,14 @@ class _FpropExecutable(TmaExecutable):
             kn,
             (a.x.uid, a.w.uid),
             fuse_epilogue.launch_args(a.ep),
-            counters=T.counters(kn, T.tiles(a.geo, kn)),
+            (
+                lambda sname: T.sum_source(
+                    sname, a.geo, kn, epilogue_params=params, epilogue_body=body
+                )
+            )
+            if T.split_of(kn) > 1
+            else None,
+            T.sum_grid(a.geo, kn),
         )
 
 
