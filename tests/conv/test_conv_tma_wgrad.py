@@ -101,14 +101,38 @@ def test_tma_wgrad_float32_as_tf32(case, monkeypatch):
     check_engine(g, {tx: x, tdy: dy}, [dw], WGRAD_ID, knobs, n=n * dy.shape[2] * dy.shape[3])
 
 
-def test_tma_wgrad_float32_tiles_of_64_channels(monkeypatch):
+def test_tma_wgrad_float32_x_tiles_of_64_channels(monkeypatch):
     from opendnn import backends
 
     monkeypatch.setattr(backends, "allow_tf32", True)
     x = torch.randn(1, 16, 8, 8).to(memory_format=CL)
     dy = torch.randn(1, 8, 8, 8).to(memory_format=CL)
-    sup = _support(x, dy, dict(SMALL, BLOCK_M=128), padding=[1, 1])
+    sup = _support(x, dy, dict(SMALL, BLOCK_N=128), padding=[1, 1])
     assert not sup.ok and "at most 64 channels" in sup.reason
+    assert _support(x, dy, dict(SMALL, BLOCK_M=128), padding=[1, 1]).ok
+
+
+@pytest.mark.parametrize(
+    "case",
+    [  # (N, C, K, H, W, filt, stride, pad, knobs): K past one half, or inside the first
+        (2, 16, 100, 5, 7, 3, 1, 1, dict(SMALL, BLOCK_M=128)),
+        (1, 24, 128, 6, 6, 3, 1, 1, dict(SMALL, BLOCK_M=128, SPLIT=2)),
+        (1, 16, 40, 8, 6, 3, 2, 1, dict(SMALL, BLOCK_M=128, BLOCK_N=64, SPLIT=3)),
+    ],
+)
+def test_tma_wgrad_float32_dy_in_two_halves(case, monkeypatch):
+    """A float32 tile of 128 dy channels reads dy's box as two loads of 64 channels (one
+    of 512-byte rows went wrong on the H100), two accumulators joined after the loop."""
+    from opendnn import backends
+    from opendnn.engines.conv.tma import _wgrad_kernels as T
+
+    monkeypatch.setattr(backends, "allow_tf32", True)
+    n, c, k, h, w, f, s, p, knobs = case
+    assert T.dy_halves(T.WgradTmaKnobs(**knobs), 4) == 64
+    x, dy = _problem(n, c, k, h, w, f, s, p, 1, torch.float32, n * c + k)
+    g, tx, tdy, dw = _graph(x, dy, k, c, f, s, p, 1)
+    dw.set_output(True).set_data_type(cudnn.data_type.FLOAT)
+    check_engine(g, {tx: x, tdy: dy}, [dw], WGRAD_ID, knobs, n=n * dy.shape[2] * dy.shape[3])
 
 
 @pytest.mark.parametrize(

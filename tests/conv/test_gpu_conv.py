@@ -1018,6 +1018,55 @@ def test_dgrad_tma_two_programs_per_sm_exact_run_after_run(case):
         assert not any(wrong), (str(kn), wrong)
 
 
+@pytest.mark.parametrize("kind", ["fprop", "dgrad"])
+def test_tma_split_exact_run_after_run(kind):
+    """Split box configs (float32 partials, summed in slice order by a second launch):
+    twelve runs on one workspace poisoned first and left dirty by each run, small
+    integers, every element equal to the float64 reference rounded to bfloat16."""
+    import dataclasses
+
+    from opendnn.engines.conv.tma import _dgrad_kernels as D
+    from opendnn.engines.conv.tma import engine as tma
+
+    n, c, k, h = 8, 256, 512, 7
+    cl, dt = torch.channels_last, torch.bfloat16
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randint(-1, 2, (n, c, h, h), device="cuda", generator=gen)
+    w = torch.randint(-1, 2, (k, c, 3, 3), device="cuda", generator=gen)
+    dy = torch.randint(-1, 2, (n, k, h, h), device="cuda", generator=gen)
+    x, w, dy = (t.to(dt).to(memory_format=cl) for t in (x, w, dy))
+    if kind == "fprop":
+        ref = F.conv2d(x.double(), w.double(), padding=1).to(dt)
+        kns = list(tma.SPLIT_KNOBS)
+        feeds, like = (x, w), dy
+    else:
+        ref = torch.nn.grad.conv2d_input(x.shape, w.double(), dy.double(), padding=1).to(dt)
+        kns = [kn for kn in D.KNOB_SPACE if kn.SPLIT > 1]
+        feeds, like = (dy, w), x
+    assert len(kns) >= 2
+    for kn in kns:
+        g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+        ta, tb = g.tensor_like(feeds[0]), g.tensor_like(feeds[1])
+        if kind == "fprop":
+            out_t = g.conv_fprop(ta, tb, padding=[1, 1])
+        else:
+            out_t = g.conv_dgrad(ta, tb, padding=[1, 1])
+        out_t.set_dim(list(like.shape)).set_stride(list(like.stride())).set_output(True)
+        out_t.set_data_type(cudnn.data_type.BFLOAT16)
+        g.validate()
+        g.create_execution_plan(
+            kind == "fprop" and 3 or 4, tma.drop_defaults(dataclasses.asdict(kn))
+        )
+        ws = torch.full((g.get_workspace_size(),), 255, device="cuda", dtype=torch.uint8)
+        wrong = []
+        for _ in range(12):
+            out = torch.empty_like(like).fill_(float("nan"))
+            g.execute({ta: feeds[0], tb: feeds[1], out_t: out}, ws)
+            torch.cuda.synchronize()
+            wrong.append(int((out != ref).sum()))
+        assert not any(wrong), (str(kn), wrong)
+
+
 # (x dims, K, stride, padding): 3-D boxes of the forward over N * OD output depth slices
 FPROP_3D_CASES = [
     ((2, 64, 9, 12, 10), 64, (1, 1, 1), (1, 1, 1)),
@@ -1054,18 +1103,20 @@ def test_fprop_tma_3d_every_box_config(cfg):
     assert _relerr(out, ref) < TOL[dt], str(kn)
 
 
-@pytest.mark.parametrize("cfg", range(20))
+@pytest.mark.parametrize("cfg", range(30))
 def test_wgrad_tma_tf32_every_box_config(cfg, monkeypatch):
-    """Each box config of conv_wgrad_implicit_gemm with tiles of at most 64 channels, in
-    float32 as TF32 (stages cut to what 4-byte boxes fit), stride 1 and 2 in turn, one
-    slice or three; NaN-poisoned dw against float64."""
+    """Each box config of conv_wgrad_implicit_gemm with x tiles of at most 64 channels
+    (dy tiles of 128 come as two halves), in float32 as TF32 (stages cut to what 4-byte
+    boxes fit), stride 1 and 2 in turn, one slice or three; NaN-poisoned dw against
+    float64."""
     import dataclasses
 
     from opendnn import backends
     from opendnn.engines.conv.tma import _wgrad_kernels as T
 
     monkeypatch.setattr(backends, "allow_tf32", True)
-    kns = [k for k in T.KNOB_SPACE if not k.FLAT and max(k.BLOCK_M, k.BLOCK_N) <= 64]
+    kns = [k for k in T.KNOB_SPACE if not k.FLAT and k.BLOCK_N <= 64]
+    assert len(kns) == 30, "parametrize over every float32 box config"
     if cfg >= len(kns):
         pytest.skip(f"{len(kns)} configs")
     kn = kns[cfg]

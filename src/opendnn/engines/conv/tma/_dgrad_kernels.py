@@ -125,9 +125,7 @@ def w_k_major(w, dy) -> bool:
     in shared memory into the K-major B operand): always for float32 (TF32 takes K-major
     operands only), for 16-bit types when ``w`` comes so (a KRSC filter is read as
     [K, taps, C] boxes, the MN-major B operand)."""
-    return dy.data_type.name == "FLOAT" or (
-        filter_k_major(w) and not is_packed_channels_last(w)
-    )
+    return dy.data_type.name == "FLOAT" or (filter_k_major(w) and not is_packed_channels_last(w))
 
 
 def unsupported(geo, dx, w, dy, tf32: bool = False) -> str | None:

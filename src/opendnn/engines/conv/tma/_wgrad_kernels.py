@@ -124,8 +124,8 @@ def unsupported(geo, x, dw, dy, tf32: bool = False) -> str | None:
 
 def knob_unsupported(geo, kn: WgradTmaKnobs, itemsize: int = 2) -> str | None:
     """Why config ``kn`` cannot take the (otherwise supported) problem."""
-    if itemsize == 4 and max(kn.BLOCK_M, kn.BLOCK_N) > 64:
-        return "float32 boxes take at most 64 channels (256-byte rows)"
+    if itemsize == 4 and kn.BLOCK_N > 64:
+        return "float32 x boxes take at most 64 channels (256-byte rows)"
     if len(geo.filt) == 3 and kn.TMA_IMGS != 1:
         return "3-D boxes hold one depth slice of one sample (TMA_IMGS = 1)"
     return None
@@ -250,25 +250,52 @@ def _tile_lines(geo, bm: int, bn: int, ind: str) -> list:
     ]
 
 
-def step_and_finish(interpret: bool, split: bool, ws_index: str, epilogue_body: str) -> list:
-    """The loop's last line, acc += d^T a (d: the dy run or box, a: x's), then after the
-    loop the partial's store (split) or the epilogue."""
+def _dot(interpret: bool, acc: str, d: str) -> str:
     if interpret:  # the 3.6 interpreter's dot is wrong on bfloat16: widen there only
-        dot = (
-            "        acc += tl.dot(tl.trans(d.to(tl.float32)), a.to(tl.float32), "
+        return (
+            f"        {acc} += tl.dot(tl.trans({d}.to(tl.float32)), a.to(tl.float32), "
             "input_precision='ieee')"
         )
+    return f"        {acc} = tl.dot(tl.trans({d}), a, {acc})"
+
+
+def step_and_finish(
+    interpret: bool, split: bool, ws_index: str, epilogue_body: str, halves: int = 0
+) -> list:
+    """The loop's last line, acc += d^T a (d: the dy run or box, a: x's), then after the
+    loop the partial's store (split) or the epilogue. ``halves`` (rows per half): dy came
+    as halves d0, d1 into accumulators acc0, acc1, joined into acc after the loop."""
+    if halves:
+        out = [_dot(interpret, "acc0", "d0"), _dot(interpret, "acc1", "d1")]
+        out.append(
+            f"    acc = tl.join(acc0, acc1).permute(2, 0, 1).reshape({2 * halves}, acc0.shape[1])"
+        )
     else:
-        dot = "        acc = tl.dot(tl.trans(d), a, acc)"
+        out = [_dot(interpret, "acc", "d")]
     if split:
-        return [dot, f"    tl.store(WS + {ws_index}, acc, mask=mask_m[:, None] & mask_n[None, :])"]
-    return [dot] + ["    " + line for line in epilogue_body.strip("\n").split("\n")]
+        return out + [f"    tl.store(WS + {ws_index}, acc, mask=mask_m[:, None] & mask_n[None, :])"]
+    return out + ["    " + line for line in epilogue_body.strip("\n").split("\n")]
+
+
+def dy_halves(kn, itemsize: int) -> int:
+    """Rows of each half when dy's box comes as two loads (0: one load): its rows of
+    BLOCK_M channels would span more than 256 bytes, which TMA boxes through Triton 3.6
+    got wrong on the H100 (float32 tiles of 128 rows: two boxes of 64 channels)."""
+    return kn.BLOCK_M // 2 if kn.BLOCK_M * itemsize > 256 else 0
 
 
 def source(
-    name: str, geo, kn: WgradTmaKnobs, *, epilogue_params: list, epilogue_body: str, interpret: bool
+    name: str,
+    geo,
+    kn: WgradTmaKnobs,
+    *,
+    epilogue_params: list,
+    epilogue_body: str,
+    interpret: bool,
+    halves: int = 0,
 ) -> str:
-    """Kernel ``name(X, DY, <WS or epilogue params>)``; grid (SPLIT * tiles,)."""
+    """Kernel ``name(X, DY, <WS or epilogue params>)``; grid (SPLIT * tiles,). ``halves``
+    (``dy_halves``): dy's box as two loads of that many channels."""
     (h, wd), c, k = geo.in_dims[-2:], geo.c_per_group, geo.k_per_group
     oh, ow = geo.out_dims[-2:]
     n_dy, n_x = images(geo)
@@ -284,7 +311,8 @@ def source(
         "@triton.jit",
         f"def {name}({', '.join(['X', 'DY'] + params)}):",
         f"{ind}dy_desc = tl.make_tensor_descriptor(DY, shape=[{n_dy}, {oh}, {ow}, {k}], "
-        f"strides=[{oh * ow * k}, {ow * k}, {k}, 1], block_shape=[{imgs}, {th}, {tw}, {bm}])",
+        f"strides=[{oh * ow * k}, {ow * k}, {k}, 1], "
+        f"block_shape=[{imgs}, {th}, {tw}, {halves or bm}])",
     ]
     stride1 = geo.stride[-2:] == (1, 1)
     n_tiles = tiles(geo, kn)
@@ -326,16 +354,26 @@ def source(
             f"{2 * c}, 1], block_shape=[{imgs}, {th}, 1, {tw}, {bn}])"
         )
     step = chunk(geo, kn)
+    accs = ("acc0", "acc1") if halves else ("acc",)
+    L += [f"{ind}{acc} = tl.full([{halves or bm}, {bn}], 0.0, tl.float32)" for acc in accs]
     L += [
-        f"{ind}acc = tl.full([{bm}, {bn}], 0.0, tl.float32)",
         f"{ind}for b in range(sp * {step}, tl.minimum(sp * {step} + {step}, {b_n * b_h * b_w})):",
         f"{ind2}wb = b % {b_w}",
         f"{ind2}_b = b // {b_w}",
         f"{ind2}hb = _b % {b_h}",
         f"{ind2}nbx = _b // {b_h}",
-        f"{ind2}d = dy_desc.load([nbx * {imgs}, hb * {th}, wb * {tw}, kt * {bm}])"
-        f".reshape({kn.box}, {bm})",
     ]
+    if halves:
+        L += [
+            f"{ind2}d{i} = dy_desc.load([nbx * {imgs}, hb * {th}, wb * {tw}, kt * {bm} + "
+            f"{i * halves}]).reshape({kn.box}, {halves})"
+            for i in (0, 1)
+        ]
+    else:
+        L.append(
+            f"{ind2}d = dy_desc.load([nbx * {imgs}, hb * {th}, wb * {tw}, kt * {bm}])"
+            f".reshape({kn.box}, {bm})"
+        )
     if len(geo.filt) == 2:
         L.append(f"{ind2}xi = tl.where(live, nbx * {imgs}, -{imgs})")
     else:  # dy image (n, od) -> x image n * D + dz; a depth in the padding reads image -1
@@ -357,7 +395,7 @@ def source(
             f"wb * {tw} + ew // 2 - {pw}, (ew % 2) * {c} + ct * {bn}])",
         ]
     L.append(f"{ind2}a = a.reshape({kn.box}, {bn})")
-    L += step_and_finish(interpret, kn.SPLIT > 1, ws_index(geo), epilogue_body)
+    L += step_and_finish(interpret, kn.SPLIT > 1, ws_index(geo), epilogue_body, halves)
     return "\n".join(L) + "\n"
 
 

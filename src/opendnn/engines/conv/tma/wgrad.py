@@ -191,9 +191,10 @@ class _WgradExecutable(TmaExecutable):
             def make(interp):
                 return F.source(name, a.geo, kn, x_desc, a.x.strides, interpret=interp, **kw)
         else:
+            halves = T.dy_halves(kn, a.x.data_type.itemsize)
 
             def make(interp):
-                return T.source(name, a.geo, kn, interpret=interp, **kw)
+                return T.source(name, a.geo, kn, interpret=interp, halves=halves, **kw)
 
         self.add_generated(
             name,
