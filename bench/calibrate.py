@@ -8,8 +8,8 @@ graph (meta tensors, no GPU needed), evaluates each timed config's cost model
     log(measured) = log(model) + row offset + family factor
 
 by alternating least squares over all rows; a family seen in n timings is shrunk towards
-1 as n / (n + SHRINK); a layout-transform plan (``conv_*_channels_last``) is ranked by its
-inner engine's factor. It prints the factors as the table to paste, then replays mode A on
+1 as n / (n + SHRINK); a layout-transform plan (``conv_*_channels_last``) counts for its
+inner engine's key (``keyed``). It prints the factors as the table to paste, then replays mode A on
 the recorded timings with the old and the new factors: mode A's first timed plan against
 the find's best per row (geomean, worst, rows below 0.8).
 
@@ -60,6 +60,17 @@ def layer_of(case: str):
     return kind, ("nhwc-bf16" if p[1] == "nhwc" else "nchw-tf32"), rs50[p[-1]]
 
 
+def keyed(e, graph, cfg, t: float) -> tuple:
+    """(calibration key, model seconds) of ``cfg``; a layout-transform plan counts for its
+    inner engine's key, its model divided by that key's current factor (which the plan's
+    model already holds)."""
+    key = e.calibration_key(graph, cfg)
+    if "/" in key:
+        key = key.split("/", 1)[1]
+        t /= calibration.measured_scale(key, key.split(":")[0])
+    return key, t
+
+
 def collect(paths, target) -> list:
     """Per row: (case, [(family, log model, log ms, label)], [(family, log model, label)]
     of mode A's candidates)."""
@@ -80,16 +91,17 @@ def collect(paths, target) -> list:
                 eid, knobs = parse(label)
                 e = by_id(eid)
                 cfg = EngineConfig.make(e, **knobs)
-                t = e.estimate_seconds(g.op_graph, cfg, target)
-                key = e.calibration_key(g.op_graph, cfg)
+                key, t = keyed(e, g.op_graph, cfg, e.estimate_seconds(g.op_graph, cfg, target))
                 timed.append((key, math.log(t), math.log(ms), label))
             plans, _ = candidate_plans(g.op_graph, (HeurMode.A,), target, None, False)
             cands = []
             for p in plans:
                 st = p.stages[0]
                 e = by_id(st.config.engine_id)
-                t = e.estimate_seconds(st.graph, st.config, target)
-                cands.append((e.calibration_key(st.graph, st.config), math.log(t), p.name))
+                key, t = keyed(
+                    e, st.graph, st.config, e.estimate_seconds(st.graph, st.config, target)
+                )
+                cands.append((key, math.log(t), p.name))
             out.append((r["case"], timed, cands))
     return out
 
@@ -106,8 +118,7 @@ def fit(rows) -> dict:
         for case, timed, _ in rows:
             for f, le, lm, _ in timed:
                 res[f].append(lm - le - off[case])
-        # a layout-transform plan's model already holds its inner engine's factor
-        c = {f: 0.0 if "/" in f else sum(v) / (len(v) + SHRINK) for f, v in res.items()}
+        c = {f: sum(v) / (len(v) + SHRINK) for f, v in res.items()}
         ref = c.get("conv_implicit_gemm:gather", 0.0)
         c = {f: v - ref for f, v in c.items()}
     return c

@@ -74,12 +74,16 @@ class ImplicitGemmEngine(Engine):
 
     def calibration_key(self, graph, config) -> str:
         """The family, with ``:nchw`` when the image (x; dy for the backward data) has
-        more than one channel and a channel stride other than 1."""
+        more than one channel and a channel stride other than 1, and ``:tf32`` for float32
+        on the TMA path (its boxes reach the TF32 tensor cores through register
+        transposes, which the model leaves out)."""
         key = self.family(config)
         a = self._analyze(graph)
         if isinstance(a, str):
             return key
         image = a.y if self.kind == "conv_dgrad" else a.x
+        if ":tma" in key and image.data_type == DataType.FLOAT:
+            key += ":tf32"
         return key + ":nchw" if image.dims[1] > 1 and image.strides[1] != 1 else key
 
     def family(self, config) -> str:

@@ -294,6 +294,15 @@ class ChannelsLastConvEngine(Engine):
         direct = ":direct" if config.knob_dict.get("DIRECT", 0) == 1 else ""
         return f"{self.name}{direct}/{e.family(cfg)}"
 
+    def calibration_key(self, graph, config) -> str:
+        """``family`` with the inner engine's calibration key (its qualifiers, e.g.
+        ``:tf32``, seen on the transformed problem). The plan's model already holds the
+        inner factor: calibration fits that key from these plans' timings."""
+        e, cfg = self._split(config)
+        direct = ":direct" if config.knob_dict.get("DIRECT", 0) == 1 else ""
+        inner = e.calibration_key(self._twin(graph, config).inner, cfg)
+        return f"{self.name}{direct}/{inner}"
+
     def estimate_seconds(self, graph, config, target) -> float:
         e, cfg = self._split(config)
         p = self._twin(graph, config)
