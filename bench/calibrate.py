@@ -8,8 +8,9 @@ graph (meta tensors, no GPU needed), evaluates each timed config's cost model
     log(measured) = log(model) + row offset + family factor
 
 by alternating least squares over all rows; a family seen in n timings is shrunk towards
-1 as n / (n + SHRINK); a layout-transform plan (``conv_*_channels_last``) counts for its
-inner engine's key (``keyed``). It prints the factors as the table to paste, then replays mode A on
+1 as n / (n + SHRINK). A layout-transform plan (``conv_*_channels_last``) has a key of its
+own, outer/inner (the inner engine's key after the slash): its model already holds the
+inner engine's factor, so its factor is what the copies and the strided epilogue add. It prints the factors as the table to paste, then replays mode A on
 the recorded timings with the old and the new factors: mode A's first timed plan against
 the find's best per row (geomean, worst, rows below 0.8).
 
@@ -60,17 +61,6 @@ def layer_of(case: str):
     return kind, ("nhwc-bf16" if p[1] == "nhwc" else "nchw-tf32"), rs50[p[-1]]
 
 
-def keyed(e, graph, cfg, t: float) -> tuple:
-    """(calibration key, model seconds) of ``cfg``; a layout-transform plan counts for its
-    inner engine's key, its model divided by that key's current factor (which the plan's
-    model already holds)."""
-    key = e.calibration_key(graph, cfg)
-    if "/" in key:
-        key = key.split("/", 1)[1]
-        t /= calibration.measured_scale(key, key.split(":")[0])
-    return key, t
-
-
 def collect(paths, target) -> list:
     """Per row: (case, [(family, log model, log ms, label)], [(family, log model, label)]
     of mode A's candidates)."""
@@ -91,17 +81,16 @@ def collect(paths, target) -> list:
                 eid, knobs = parse(label)
                 e = by_id(eid)
                 cfg = EngineConfig.make(e, **knobs)
-                key, t = keyed(e, g.op_graph, cfg, e.estimate_seconds(g.op_graph, cfg, target))
+                t = e.estimate_seconds(g.op_graph, cfg, target)
+                key = e.calibration_key(g.op_graph, cfg)
                 timed.append((key, math.log(t), math.log(ms), label))
             plans, _ = candidate_plans(g.op_graph, (HeurMode.A,), target, None, False)
             cands = []
             for p in plans:
                 st = p.stages[0]
                 e = by_id(st.config.engine_id)
-                key, t = keyed(
-                    e, st.graph, st.config, e.estimate_seconds(st.graph, st.config, target)
-                )
-                cands.append((key, math.log(t), p.name))
+                t = e.estimate_seconds(st.graph, st.config, target)
+                cands.append((e.calibration_key(st.graph, st.config), math.log(t), p.name))
             out.append((r["case"], timed, cands))
     return out
 
@@ -152,7 +141,7 @@ def main():
     c = fit(rows)
     n = collections.Counter(f for _, timed, _ in rows for f, *_ in timed)
     print("MEASURED_SCALES = {")
-    for f in sorted(f for f in c if "/" not in f):
+    for f in sorted(c):
         print(f'    "{f}": {math.exp(c[f]):.2f},  # {n[f]} timings')
     print("}")
 

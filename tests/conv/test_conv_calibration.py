@@ -26,8 +26,9 @@ def _wgrad_graph(layout=torch.contiguous_format):
 def test_every_factor_names_an_engine_and_is_positive():
     names = {e.name for e in engines()}
     for family, factor in calibration.MEASURED_SCALES.items():
-        assert family.split(":")[0] in names, family
-        assert "/" not in family, family  # layout plans take their inner engine's factor
+        # a layout plan's key is outer/inner: both name engines
+        for part in family.split("/"):
+            assert part.split(":")[0] in names, family
         assert 0.05 < factor < 20, (family, factor)
 
 
@@ -83,3 +84,27 @@ def test_wgrad_main_loop_bounds_a_few_long_programs():
     steps = -(-64 * 25 * 25 // 32)
     assert e.gather_loop(g.op_graph, kn, H100) >= steps * K.STEP_LATENCY * 0.99
     assert e.gather_loop(g.op_graph, kn, H100, split=16) < e.gather_loop(g.op_graph, kn, H100) / 8
+
+
+def test_tf32_tma_and_layout_plans_have_keys_of_their_own(monkeypatch):
+    """float32 on a TMA path is ``...:tma:tf32`` (its boxes reach the TF32 tensor cores
+    through register transposes); an NCHW plan through the layout transform is keyed
+    outer/inner, and its factor multiplies a model that already holds the inner one."""
+    from opendnn import backends
+
+    monkeypatch.setattr(backends, "allow_tf32", True)
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    x = torch.randn(4, 64, 9, 9)
+    dy = torch.randn(4, 128, 9, 9)
+    dw = g.conv_wgrad(_tensor(g, x), _tensor(g, dy), padding=[1, 1])
+    dw.set_dim([128, 64, 3, 3]).set_stride([576, 9, 3, 1]).set_output(True)
+    g.validate()
+    layout = by_id(46)  # conv_wgrad_channels_last
+    cfgs = [c for c in layout.configs(g.op_graph, H100) if "TMA_TH" in c.knob_dict]
+    assert cfgs
+    key = layout.calibration_key(g.op_graph, cfgs[0])
+    outer, inner = key.split("/")
+    assert outer.startswith("conv_wgrad_channels_last") and inner.endswith(":tma:tf32"), key
+    monkeypatch.setattr(calibration, "MEASURED_SCALES", {key: 2.0})
+    est = layout.estimate_seconds(g.op_graph, cfgs[0], H100)
+    assert layout.ranked_seconds(g.op_graph, cfgs[0], H100) == est * 2.0

@@ -297,7 +297,7 @@ class ChannelsLastConvEngine(Engine):
     def calibration_key(self, graph, config) -> str:
         """``family`` with the inner engine's calibration key (its qualifiers, e.g.
         ``:tf32``, seen on the transformed problem). The plan's model already holds the
-        inner factor: calibration fits that key from these plans' timings."""
+        inner factor: this key's factor is what the copies and the strided epilogue add."""
         e, cfg = self._split(config)
         direct = ":direct" if config.knob_dict.get("DIRECT", 0) == 1 else ""
         inner = e.calibration_key(self._twin(graph, config).inner, cfg)
