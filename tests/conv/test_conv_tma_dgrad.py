@@ -318,6 +318,31 @@ def test_programs_per_sm_knob_label_grid_and_cost():
     assert small[0][0] == small[1][0] == 8 and small[1][1] == small[0][1]
 
 
+def test_cost_model_prices_pipeline_stages():
+    """With one tile per SM (ResNet-50's l3_3x3_256 dgrad: 128 tiles of 36 steps on 132
+    SMs) two-stage PPS=2 boxes are estimated behind four and three stages (measured 25.5
+    against 17.9 and 19.4 us on the H100; the model's L2 term bounds those two alike);
+    with 1.7 tiles per SM (l2_3x3_128's 4x4x8 boxes: 224 tiles) two programs of two
+    stages cost about what one of four does (20.9 against 20.3 us)."""
+
+    def est(n, c, h, kn):
+        g = cudnn.pygraph()
+        dy = torch.empty(n, c, h, h, dtype=torch.bfloat16).to(memory_format=CL)
+        wt = torch.empty(c, c, 3, 3, dtype=torch.bfloat16).to(memory_format=CL)
+        tdy, tw = g.tensor_like(dy), g.tensor_like(wt)
+        g.conv_dgrad(tdy, tw, padding=[1, 1]).set_dim([n, c, h, h]).set_output(True)
+        g.validate()
+        e = ImplicitGemmDgradEngine()
+        cfg = EngineConfig.make(e, **tma_dgrad.DGRAD.knob_items(kn))
+        return e.estimate_seconds(g.op_graph, cfg, H100)
+
+    four, three = D.DgradTmaKnobs(4, 4, 8, 128, 64, 8, 4), D.DgradTmaKnobs(4, 4, 8, 128, 64, 8, 3)
+    pps2 = D.DgradTmaKnobs(4, 4, 8, 128, 64, 8, 2, PPS=2)
+    assert est(32, 256, 14, four) <= est(32, 256, 14, three) < est(32, 256, 14, pps2)
+    near = est(32, 128, 28, pps2) / est(32, 128, 28, four)
+    assert 0.9 < near < 1.1, near
+
+
 # 3-D: (N, C, K, dx D, H, W, filt, stride, pad, dilation, knobs); the tiles' images are
 # the N * D dx depth slices, each walking the depth taps that reach it
 CASES_3D = [
