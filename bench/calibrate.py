@@ -10,9 +10,11 @@ graph (meta tensors, no GPU needed), evaluates each timed config's cost model
 by alternating least squares over all rows; a family seen in n timings is shrunk towards
 1 as n / (n + SHRINK). A layout-transform plan (``conv_*_channels_last``) has a key of its
 own, outer/inner (the inner engine's key after the slash): its model already holds the
-inner engine's factor, so its factor is what the copies and the strided epilogue add. It prints the factors as the table to paste, then replays mode A on
-the recorded timings with the old and the new factors: mode A's first timed plan against
-the find's best per row (geomean, worst, rows below 0.8).
+inner engine's factor, so its factor is what the copies and the strided epilogue add.
+The script prints the factors as the table to paste, then replays mode A on the recorded
+timings with the old and the new factors: mode A's first timed plan against the find's
+best per row (geomean, worst, rows below 0.8). The transform plans' models hold the inner
+factors in the library, so paste and rerun until the replay stops moving.
 
 What it decides: ``MEASURED_SCALES``. Run after a cost model or a kernel changes and the
 conv results were measured again:

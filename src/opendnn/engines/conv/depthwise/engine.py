@@ -52,13 +52,13 @@ STRIP_TILES = (
     (2, 32, 64, 4),
     (2, 64, 32, 4),
 )
-# ... and on NCHW images, where a strip runs along W and its loads are strided by STRIP *
-# stride elements (L1 serves the window's reuse): measured on the H100 against the plain
-# NCHW tiles, 2.0-2.3x on MobileNetV3 / EfficientNet-B0 3x3 and 5x5 layers (float32 and
-# half, stride 1 and 2: `dw5_72_56s2` TF32 57.1 -> 26.2 us, cuDNN 32.7) and 2.7x on
-# ConvNeXt's 7x7; STRIP 2 led on every layer, STRIP 4 within 10% on most
-NCHW_STRIP_TILES = ((2, 256, 2, 4), (2, 128, 4, 4), (2, 64, 8, 4), (4, 256, 1, 4), (4, 128, 2, 4))
 STRIP_WGRAD_TILES = 3
+# the forward's register strips on NCHW images, where a strip runs along W and its loads
+# are strided by STRIP * stride elements (L1 serves the window's reuse): measured on the
+# H100 against the plain NCHW tiles, 2.0-2.3x on MobileNetV3 / EfficientNet-B0 3x3 and 5x5
+# layers (float32 and half, stride 1 and 2: `dw5_72_56s2` TF32 57.1 -> 26.2 us, cuDNN
+# 32.7) and 2.7x on ConvNeXt's 7x7; STRIP 2 led on every layer, STRIP 4 within 10% on most
+NCHW_STRIP_TILES = ((2, 256, 2, 4), (2, 128, 4, 4), (2, 64, 8, 4), (4, 256, 1, 4), (4, 128, 2, 4))
 # the backward data unrolls one pass per multiplier value
 MAX_MULTIPLIER = 8
 # the backward filter keeps one float32 sum per tap and channel in registers (unrolled)

@@ -289,19 +289,20 @@ class ChannelsLastConvEngine(Engine):
         e, cfg = self._split(config)
         return e.numerical_notes(self._twin(graph, config).inner, cfg)
 
+    def _outer(self, config) -> str:
+        """The transform's part of a family or key: the name, ``:direct`` for DIRECT=1."""
+        return self.name + (":direct" if config.knob_dict.get("DIRECT", 0) == 1 else "")
+
     def family(self, config) -> str:
         e, cfg = self._split(config)
-        direct = ":direct" if config.knob_dict.get("DIRECT", 0) == 1 else ""
-        return f"{self.name}{direct}/{e.family(cfg)}"
+        return f"{self._outer(config)}/{e.family(cfg)}"
 
     def calibration_key(self, graph, config) -> str:
         """``family`` with the inner engine's calibration key (its qualifiers, e.g.
         ``:tf32``, seen on the transformed problem). The plan's model already holds the
         inner factor: this key's factor is what the copies and the strided epilogue add."""
         e, cfg = self._split(config)
-        direct = ":direct" if config.knob_dict.get("DIRECT", 0) == 1 else ""
-        inner = e.calibration_key(self._twin(graph, config).inner, cfg)
-        return f"{self.name}{direct}/{inner}"
+        return f"{self._outer(config)}/{e.calibration_key(self._twin(graph, config).inner, cfg)}"
 
     def estimate_seconds(self, graph, config, target) -> float:
         e, cfg = self._split(config)
