@@ -100,7 +100,7 @@ def test_fprop_engines(shape, dt, engine):
 
 @pytest.mark.parametrize("shape", shapes.GPU)
 @pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("engine", [4, 5, 10, 12, 16, 17, 18, 19, 20, 21, 22, 23, 24, 53])
+@pytest.mark.parametrize("engine", [4, 5, 10, 12, 16, 17, 18, 19, 20, 21, 22, 23, 24, 53, 57])
 def test_backward_engines(shape, dt, engine):
     n, c, h, k, f, s, p = shape
     cl = torch.channels_last
@@ -111,7 +111,7 @@ def test_backward_engines(shape, dt, engine):
     dy = torch.randn(yd.shape, device="cuda", dtype=dt).to(memory_format=cl)
     yd.backward(dy.double())
     g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
-    if engine in (4, 16, 17, 18, 20, 21, 53):
+    if engine in (4, 16, 17, 18, 20, 21, 53, 57):
         tdy, tw = g.tensor_like(dy), g.tensor_like(w)
         out_t = g.conv_dgrad(tdy, tw, padding=[p, p], stride=[s, s])
         out_t.set_dim(list(x.shape)).set_stride(list(x.stride())).set_output(True)
@@ -125,6 +125,41 @@ def test_backward_engines(shape, dt, engine):
     out = _empty(out_t)
     _run(g, pack, {out_t: out}, engine)
     assert _relerr(out, ref) < TOL[dt] * (4 if engine in (16, 18, 24) else 2)
+
+
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("cfg", range(6))
+def test_col2im_dgrad_first_configs(layout, dt, cfg, monkeypatch):
+    """conv_dgrad_col2im (57) on a ResNet stem (C = 3, 7x7 stride 2) at N = 4: its six
+    first-ranked GEMM configs (TF32 for float32), NaN-poisoned dX against float64."""
+    from opendnn import backends
+    from opendnn.engines.registry import by_id
+    from opendnn.handle import target_for
+
+    monkeypatch.setattr(backends, "allow_tf32", True)
+    cl = torch.channels_last if layout == "nhwc" else torch.contiguous_format
+    x = torch.randn(4, 3, 56, 56, device="cuda", dtype=dt).to(memory_format=cl)
+    w = (torch.randn(64, 3, 7, 7, device="cuda", dtype=dt) * 0.1).to(memory_format=cl)
+    xd, wd = x.double().requires_grad_(True), w.double()
+    yd = F.conv2d(xd, wd, stride=2, padding=3)
+    dy = torch.randn(yd.shape, device="cuda", dtype=dt).to(memory_format=cl)
+    yd.backward(dy.double())
+    g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+    tdy, tw = g.tensor_like(dy), g.tensor_like(w)
+    dx = g.conv_dgrad(tdy, tw, padding=[3, 3], stride=[2, 2])
+    dx.set_dim(list(x.shape)).set_stride(list(x.stride())).set_output(True)
+    g.validate()
+    target = target_for(str(torch.device("cuda", torch.cuda.current_device())))
+    configs = by_id(57).configs(g.op_graph, target)
+    assert len(configs) > cfg, f"only {len(configs)} configs"
+    g.create_execution_plan(57, configs[cfg].knob_dict)
+    out = _empty(dx)
+    ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+    g.execute({tdy: dy, tw: w, dx: out}, ws)
+    torch.cuda.synchronize()
+    tol = 2e-3 if dt == torch.float32 else TOL[dt]  # TF32: 10-bit mantissas
+    assert _relerr(out, xd.grad) < tol, configs[cfg].label()
 
 
 @pytest.mark.parametrize("shape", shapes.GPU_TMA)

@@ -46,6 +46,7 @@ ENGINE_CLASSES = (
     ("conv.patchify.engine", "PatchifyDgradEngine"),
     ("conv.gemm.dgrad", "GemmDgradEngine"),
     ("conv.gemm.dgrad", "GemmColumnsDgradEngine"),
+    ("conv.gemm.col2im", "Col2imDgradEngine"),
     ("conv.layout.engine", "ChannelsLastDgradEngine"),
     ("conv.implicit_gemm.engine", "ImplicitGemmWgradEngine"),
     ("conv.depthwise.engine", "DepthwiseWgradEngine"),
