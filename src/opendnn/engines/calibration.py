@@ -25,64 +25,68 @@ from __future__ import annotations
 # family (or engine name) -> measured / modelled time, H100, fitted by bench/calibrate.py
 MEASURED_SCALES: dict[str, float] = {
     "conv_depthwise": 0.68,  # 33 timings
-    "conv_depthwise:nchw": 0.91,  # 82 timings
+    "conv_depthwise:nchw": 0.96,  # 82 timings
     "conv_depthwise:strip": 0.68,  # 132 timings
-    "conv_depthwise:taps25:nchw": 1.45,  # 91 timings
+    "conv_depthwise:strip:nchw": 0.98,  # 30 timings
+    "conv_depthwise:strip:taps25:nchw": 1.03,  # 27 timings
+    "conv_depthwise:taps25:nchw": 1.48,  # 74 timings
+    "conv_dgrad_channels_last/conv_dgrad_col2im": 0.97,  # 1 timings
     "conv_dgrad_channels_last/conv_dgrad_depthwise": 1.17,  # 67 timings
     "conv_dgrad_channels_last/conv_dgrad_gemm:rows": 0.88,  # 7 timings
     "conv_dgrad_channels_last/conv_dgrad_grouped": 1.03,  # 22 timings
-    "conv_dgrad_channels_last/conv_dgrad_implicit_gemm:gather": 0.89,  # 52 timings
-    "conv_dgrad_channels_last/conv_dgrad_implicit_gemm:gather:phases": 0.92,  # 6 timings
-    "conv_dgrad_channels_last/conv_dgrad_implicit_gemm:tma": 0.77,  # 13 timings
+    "conv_dgrad_channels_last/conv_dgrad_implicit_gemm:gather": 0.88,  # 50 timings
+    "conv_dgrad_channels_last/conv_dgrad_implicit_gemm:gather:phases": 0.89,  # 5 timings
+    "conv_dgrad_channels_last/conv_dgrad_implicit_gemm:tma": 0.78,  # 13 timings
     "conv_dgrad_channels_last/conv_dgrad_implicit_gemm:tma:flat": 0.88,  # 3 timings
-    "conv_dgrad_channels_last/conv_dgrad_implicit_gemm:tma:flat:split": 0.92,  # 1 timings
+    "conv_dgrad_channels_last/conv_dgrad_implicit_gemm:tma:flat:split": 0.93,  # 1 timings
     "conv_dgrad_channels_last/conv_dgrad_implicit_gemm:tma:split": 0.98,  # 2 timings
     "conv_dgrad_channels_last/conv_dgrad_implicit_gemm:tma:split:tf32": 0.99,  # 1 timings
-    "conv_dgrad_channels_last/conv_dgrad_implicit_gemm:tma:tf32": 0.85,  # 11 timings
+    "conv_dgrad_channels_last/conv_dgrad_implicit_gemm:tma:tf32": 0.87,  # 11 timings
     "conv_dgrad_channels_last/conv_dgrad_patchify": 0.86,  # 1 timings
-    "conv_dgrad_channels_last/conv_dgrad_splitk:gather": 0.86,  # 22 timings
+    "conv_dgrad_channels_last/conv_dgrad_splitk:gather": 0.88,  # 22 timings
+    "conv_dgrad_channels_last:direct/conv_dgrad_col2im": 0.95,  # 2 timings
     "conv_dgrad_channels_last:direct/conv_dgrad_depthwise": 1.97,  # 69 timings
-    "conv_dgrad_channels_last:direct/conv_dgrad_gemm": 0.92,  # 7 timings
+    "conv_dgrad_channels_last:direct/conv_dgrad_gemm": 0.93,  # 7 timings
     "conv_dgrad_channels_last:direct/conv_dgrad_gemm_nchw:fp32": 0.99,  # 8 timings
-    "conv_dgrad_channels_last:direct/conv_dgrad_implicit_gemm:gather": 0.91,  # 36 timings
-    "conv_dgrad_channels_last:direct/conv_dgrad_implicit_gemm:gather:phases": 1.03,  # 7 timings
+    "conv_dgrad_channels_last:direct/conv_dgrad_implicit_gemm:gather": 0.92,  # 34 timings
+    "conv_dgrad_channels_last:direct/conv_dgrad_implicit_gemm:gather:phases": 1.03,  # 5 timings
     "conv_dgrad_channels_last:direct/conv_dgrad_implicit_gemm:tma": 0.89,  # 15 timings
-    "conv_dgrad_channels_last:direct/conv_dgrad_implicit_gemm:tma:flat": 0.92,  # 4 timings
-    "conv_dgrad_channels_last:direct/conv_dgrad_implicit_gemm:tma:flat:split": 0.97,  # 1 timings
-    "conv_dgrad_channels_last:direct/conv_dgrad_implicit_gemm:tma:split": 0.99,  # 2 timings
-    "conv_dgrad_channels_last:direct/conv_dgrad_implicit_gemm:tma:split:tf32": 0.97,  # 4 timings
-    "conv_dgrad_channels_last:direct/conv_dgrad_implicit_gemm:tma:tf32": 0.95,  # 18 timings
+    "conv_dgrad_channels_last:direct/conv_dgrad_implicit_gemm:tma:flat": 0.93,  # 4 timings
+    "conv_dgrad_channels_last:direct/conv_dgrad_implicit_gemm:tma:flat:split": 0.98,  # 1 timings
+    "conv_dgrad_channels_last:direct/conv_dgrad_implicit_gemm:tma:split": 1.00,  # 2 timings
+    "conv_dgrad_channels_last:direct/conv_dgrad_implicit_gemm:tma:split:tf32": 0.98,  # 4 timings
+    "conv_dgrad_channels_last:direct/conv_dgrad_implicit_gemm:tma:tf32": 0.97,  # 18 timings
     "conv_dgrad_channels_last:direct/conv_dgrad_patchify": 1.00,  # 6 timings
-    "conv_dgrad_channels_last:direct/conv_dgrad_splitk:gather": 0.82,  # 24 timings
+    "conv_dgrad_channels_last:direct/conv_dgrad_splitk:gather": 0.85,  # 24 timings
     "conv_dgrad_channels_last:direct/conv_dgrad_winograd_nonfused": 0.98,  # 1 timings
+    "conv_dgrad_col2im": 0.76,  # 9 timings
     "conv_dgrad_depthwise": 0.71,  # 143 timings
     "conv_dgrad_depthwise:nchw": 1.35,  # 82 timings
     "conv_dgrad_depthwise:taps25:nchw": 2.18,  # 91 timings
-    "conv_dgrad_gemm:nchw": 1.19,  # 12 timings
+    "conv_dgrad_gemm:nchw": 1.20,  # 12 timings
     "conv_dgrad_gemm:nchw:fp32": 1.05,  # 17 timings
-    "conv_dgrad_gemm:rows": 0.92,  # 15 timings
-    "conv_dgrad_gemm_nchw": 1.19,  # 15 timings
-    "conv_dgrad_gemm_nchw:fp32": 0.83,  # 23 timings
-    "conv_dgrad_grouped": 1.01,  # 21 timings
+    "conv_dgrad_gemm:rows": 0.94,  # 15 timings
+    "conv_dgrad_gemm_nchw": 1.20,  # 15 timings
+    "conv_dgrad_gemm_nchw:fp32": 0.84,  # 23 timings
+    "conv_dgrad_grouped": 1.02,  # 21 timings
     "conv_dgrad_grouped:nchw": 1.72,  # 41 timings
-    "conv_dgrad_implicit_gemm:gather": 1.01,  # 59 timings
-    "conv_dgrad_implicit_gemm:gather:nchw": 0.61,  # 61 timings
-    "conv_dgrad_implicit_gemm:gather:phases": 0.98,  # 3 timings
-    "conv_dgrad_implicit_gemm:tma": 1.04,  # 59 timings
-    "conv_dgrad_implicit_gemm:tma:flat": 1.01,  # 14 timings
-    "conv_dgrad_implicit_gemm:tma:flat:split": 1.04,  # 2 timings
-    "conv_dgrad_implicit_gemm:tma:split": 1.01,  # 7 timings
+    "conv_dgrad_implicit_gemm:gather": 1.02,  # 58 timings
+    "conv_dgrad_implicit_gemm:gather:nchw": 0.62,  # 61 timings
+    "conv_dgrad_implicit_gemm:gather:phases": 1.06,  # 3 timings
+    "conv_dgrad_implicit_gemm:tma": 1.08,  # 58 timings
+    "conv_dgrad_implicit_gemm:tma:flat": 1.03,  # 14 timings
+    "conv_dgrad_implicit_gemm:tma:flat:split": 1.05,  # 2 timings
+    "conv_dgrad_implicit_gemm:tma:split": 1.02,  # 7 timings
     "conv_dgrad_patchify": 0.98,  # 12 timings
-    "conv_dgrad_patchify:nchw": 1.41,  # 17 timings
-    "conv_dgrad_splitk:gather": 1.81,  # 23 timings
+    "conv_dgrad_patchify:nchw": 1.42,  # 17 timings
+    "conv_dgrad_splitk:gather": 1.75,  # 22 timings
     "conv_dgrad_splitk:gather:nchw": 1.31,  # 5 timings
-    "conv_dgrad_winograd_nonfused": 0.94,  # 8 timings
+    "conv_dgrad_winograd_nonfused": 0.95,  # 8 timings
     "conv_direct:gather": 2.40,  # 4 timings
-    "conv_direct:gather:nchw": 2.47,  # 10 timings
-    "conv_fprop_channels_last/conv_depthwise": 0.98,  # 2 timings
-    "conv_fprop_channels_last/conv_depthwise:strip": 0.73,  # 70 timings
+    "conv_direct:gather:nchw": 2.48,  # 10 timings
+    "conv_fprop_channels_last/conv_depthwise:strip": 0.72,  # 70 timings
     "conv_fprop_channels_last/conv_direct:gather": 1.18,  # 5 timings
-    "conv_fprop_channels_last/conv_gemm:rows": 0.85,  # 14 timings
+    "conv_fprop_channels_last/conv_gemm:rows": 0.87,  # 13 timings
     "conv_fprop_channels_last/conv_grouped": 0.77,  # 24 timings
     "conv_fprop_channels_last/conv_implicit_gemm:gather": 0.90,  # 60 timings
     "conv_fprop_channels_last/conv_implicit_gemm:tma": 0.93,  # 17 timings
@@ -90,27 +94,26 @@ MEASURED_SCALES: dict[str, float] = {
     "conv_fprop_channels_last/conv_implicit_gemm:tma:flat:split": 0.96,  # 1 timings
     "conv_fprop_channels_last/conv_implicit_gemm:tma:split": 0.93,  # 3 timings
     "conv_fprop_channels_last/conv_implicit_gemm:tma:split:tf32": 0.92,  # 4 timings
-    "conv_fprop_channels_last/conv_implicit_gemm:tma:tf32": 1.16,  # 17 timings
+    "conv_fprop_channels_last/conv_implicit_gemm:tma:tf32": 1.18,  # 17 timings
     "conv_fprop_channels_last/conv_implicit_precomp_gemm:gather": 0.83,  # 14 timings
-    "conv_fprop_channels_last:direct/conv_depthwise": 0.98,  # 3 timings
-    "conv_fprop_channels_last:direct/conv_depthwise:strip": 1.15,  # 66 timings
+    "conv_fprop_channels_last:direct/conv_depthwise:strip": 0.99,  # 17 timings
     "conv_fprop_channels_last:direct/conv_gemm": 0.97,  # 12 timings
-    "conv_fprop_channels_last:direct/conv_gemm_nchw:fp32": 1.08,  # 12 timings
+    "conv_fprop_channels_last:direct/conv_gemm_nchw:fp32": 1.09,  # 11 timings
     "conv_fprop_channels_last:direct/conv_implicit_gemm:gather": 1.01,  # 26 timings
     "conv_fprop_channels_last:direct/conv_implicit_gemm:tma": 1.03,  # 11 timings
     "conv_fprop_channels_last:direct/conv_implicit_gemm:tma:flat": 0.96,  # 4 timings
     "conv_fprop_channels_last:direct/conv_implicit_gemm:tma:split": 0.95,  # 3 timings
-    "conv_fprop_channels_last:direct/conv_implicit_gemm:tma:split:tf32": 0.97,  # 5 timings
-    "conv_fprop_channels_last:direct/conv_implicit_gemm:tma:tf32": 1.17,  # 14 timings
+    "conv_fprop_channels_last:direct/conv_implicit_gemm:tma:split:tf32": 0.98,  # 5 timings
+    "conv_fprop_channels_last:direct/conv_implicit_gemm:tma:tf32": 1.16,  # 14 timings
     "conv_fprop_channels_last:direct/conv_implicit_precomp_gemm:gather": 1.10,  # 7 timings
     "conv_fprop_channels_last:direct/conv_patchify": 1.07,  # 4 timings
     "conv_fprop_channels_last:direct/conv_winograd4x4_nonfused": 0.96,  # 2 timings
     "conv_fprop_channels_last:direct/conv_winograd_nonfused": 0.93,  # 3 timings
     "conv_gemm:nchw": 1.30,  # 44 timings
-    "conv_gemm:nchw:fp32": 0.87,  # 26 timings
+    "conv_gemm:nchw:fp32": 0.87,  # 28 timings
     "conv_gemm:rows": 0.97,  # 40 timings
     "conv_gemm_nchw": 1.34,  # 24 timings
-    "conv_gemm_nchw:fp32": 0.75,  # 19 timings
+    "conv_gemm_nchw:fp32": 0.73,  # 19 timings
     "conv_grouped": 0.97,  # 20 timings
     "conv_grouped:nchw": 1.82,  # 33 timings
     "conv_implicit_gemm:gather": 1.00,  # 76 timings
@@ -128,14 +131,14 @@ MEASURED_SCALES: dict[str, float] = {
     "conv_wgrad_channels_last/conv_wgrad_gemm": 0.95,  # 37 timings
     "conv_wgrad_channels_last/conv_wgrad_grouped": 0.90,  # 9 timings
     "conv_wgrad_channels_last/conv_wgrad_implicit_gemm:gather": 0.76,  # 12 timings
-    "conv_wgrad_channels_last/conv_wgrad_implicit_gemm:tma": 0.90,  # 25 timings
+    "conv_wgrad_channels_last/conv_wgrad_implicit_gemm:tma": 0.91,  # 25 timings
     "conv_wgrad_channels_last/conv_wgrad_implicit_gemm:tma:flat": 0.97,  # 10 timings
     "conv_wgrad_channels_last/conv_wgrad_implicit_gemm:tma:tf32": 1.31,  # 28 timings
     "conv_wgrad_channels_last/conv_wgrad_patchify": 1.09,  # 2 timings
     "conv_wgrad_channels_last/conv_wgrad_precomp:gather": 1.25,  # 1 timings
-    "conv_wgrad_channels_last/conv_wgrad_winograd_nonfused": 0.96,  # 3 timings
+    "conv_wgrad_channels_last/conv_wgrad_winograd_nonfused": 0.97,  # 3 timings
     "conv_wgrad_channels_last:direct/conv_wgrad_depthwise:strip": 0.88,  # 25 timings
-    "conv_wgrad_channels_last:direct/conv_wgrad_gemm": 1.07,  # 20 timings
+    "conv_wgrad_channels_last:direct/conv_wgrad_gemm": 1.08,  # 20 timings
     "conv_wgrad_channels_last:direct/conv_wgrad_implicit_gemm:tma": 0.96,  # 12 timings
     "conv_wgrad_channels_last:direct/conv_wgrad_implicit_gemm:tma:flat": 1.03,  # 4 timings
     "conv_wgrad_channels_last:direct/conv_wgrad_implicit_gemm:tma:tf32": 1.35,  # 25 timings
@@ -152,11 +155,11 @@ MEASURED_SCALES: dict[str, float] = {
     "conv_wgrad_grouped:nchw": 1.06,  # 59 timings
     "conv_wgrad_implicit_gemm:gather": 1.26,  # 33 timings
     "conv_wgrad_implicit_gemm:gather:nchw": 0.91,  # 4 timings
-    "conv_wgrad_implicit_gemm:tma": 1.05,  # 75 timings
+    "conv_wgrad_implicit_gemm:tma": 1.04,  # 75 timings
     "conv_wgrad_implicit_gemm:tma:flat": 0.97,  # 34 timings
-    "conv_wgrad_patchify": 0.91,  # 6 timings
+    "conv_wgrad_patchify": 0.90,  # 6 timings
     "conv_wgrad_patchify:nchw": 1.06,  # 18 timings
-    "conv_wgrad_precomp:gather": 1.98,  # 3 timings
+    "conv_wgrad_precomp:gather": 1.97,  # 3 timings
     "conv_wgrad_precomp:gather:nchw": 1.28,  # 3 timings
     "conv_wgrad_splitk:gather": 1.50,  # 6 timings
     "conv_wgrad_splitk:gather:nchw": 0.71,  # 24 timings
