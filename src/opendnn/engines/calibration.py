@@ -29,7 +29,7 @@ MEASURED_SCALES: dict[str, float] = {
     "conv_depthwise:strip": 0.68,  # 132 timings
     "conv_depthwise:strip:nchw": 0.98,  # 30 timings
     "conv_depthwise:strip:taps25:nchw": 1.03,  # 27 timings
-    "conv_depthwise:taps25:nchw": 1.48,  # 74 timings
+    "conv_depthwise:taps25:nchw": 1.47,  # 74 timings
     "conv_dgrad_channels_last/conv_dgrad_col2im": 0.97,  # 1 timings
     "conv_dgrad_channels_last/conv_dgrad_depthwise": 1.17,  # 67 timings
     "conv_dgrad_channels_last/conv_dgrad_gemm:rows": 0.88,  # 7 timings
@@ -83,48 +83,48 @@ MEASURED_SCALES: dict[str, float] = {
     "conv_dgrad_splitk:gather:nchw": 1.31,  # 5 timings
     "conv_dgrad_winograd_nonfused": 0.95,  # 8 timings
     "conv_direct:gather": 2.40,  # 4 timings
-    "conv_direct:gather:nchw": 2.48,  # 10 timings
+    "conv_direct:gather:nchw": 2.45,  # 10 timings
     "conv_fprop_channels_last/conv_depthwise:strip": 0.72,  # 70 timings
-    "conv_fprop_channels_last/conv_direct:gather": 1.18,  # 5 timings
-    "conv_fprop_channels_last/conv_gemm:rows": 0.87,  # 13 timings
-    "conv_fprop_channels_last/conv_grouped": 0.77,  # 24 timings
-    "conv_fprop_channels_last/conv_implicit_gemm:gather": 0.90,  # 60 timings
-    "conv_fprop_channels_last/conv_implicit_gemm:tma": 0.93,  # 17 timings
-    "conv_fprop_channels_last/conv_implicit_gemm:tma:flat": 0.93,  # 6 timings
-    "conv_fprop_channels_last/conv_implicit_gemm:tma:flat:split": 0.96,  # 1 timings
-    "conv_fprop_channels_last/conv_implicit_gemm:tma:split": 0.93,  # 3 timings
-    "conv_fprop_channels_last/conv_implicit_gemm:tma:split:tf32": 0.92,  # 4 timings
-    "conv_fprop_channels_last/conv_implicit_gemm:tma:tf32": 1.18,  # 17 timings
-    "conv_fprop_channels_last/conv_implicit_precomp_gemm:gather": 0.83,  # 14 timings
+    "conv_fprop_channels_last/conv_direct:gather": 1.16,  # 5 timings
+    "conv_fprop_channels_last/conv_gemm:rows": 0.83,  # 13 timings
+    "conv_fprop_channels_last/conv_grouped": 0.78,  # 24 timings
+    "conv_fprop_channels_last/conv_implicit_gemm:gather": 0.89,  # 60 timings
+    "conv_fprop_channels_last/conv_implicit_gemm:tma": 0.92,  # 17 timings
+    "conv_fprop_channels_last/conv_implicit_gemm:tma:flat": 0.84,  # 6 timings
+    "conv_fprop_channels_last/conv_implicit_gemm:tma:flat:split": 0.94,  # 1 timings
+    "conv_fprop_channels_last/conv_implicit_gemm:tma:split": 0.94,  # 3 timings
+    "conv_fprop_channels_last/conv_implicit_gemm:tma:split:tf32": 0.93,  # 4 timings
+    "conv_fprop_channels_last/conv_implicit_gemm:tma:tf32": 1.19,  # 17 timings
+    "conv_fprop_channels_last/conv_implicit_precomp_gemm:gather": 0.84,  # 14 timings
     "conv_fprop_channels_last:direct/conv_depthwise:strip": 0.99,  # 17 timings
-    "conv_fprop_channels_last:direct/conv_gemm": 0.97,  # 12 timings
-    "conv_fprop_channels_last:direct/conv_gemm_nchw:fp32": 1.09,  # 11 timings
-    "conv_fprop_channels_last:direct/conv_implicit_gemm:gather": 1.01,  # 26 timings
-    "conv_fprop_channels_last:direct/conv_implicit_gemm:tma": 1.03,  # 11 timings
-    "conv_fprop_channels_last:direct/conv_implicit_gemm:tma:flat": 0.96,  # 4 timings
-    "conv_fprop_channels_last:direct/conv_implicit_gemm:tma:split": 0.95,  # 3 timings
-    "conv_fprop_channels_last:direct/conv_implicit_gemm:tma:split:tf32": 0.98,  # 5 timings
-    "conv_fprop_channels_last:direct/conv_implicit_gemm:tma:tf32": 1.16,  # 14 timings
-    "conv_fprop_channels_last:direct/conv_implicit_precomp_gemm:gather": 1.10,  # 7 timings
+    "conv_fprop_channels_last:direct/conv_gemm": 0.93,  # 12 timings
+    "conv_fprop_channels_last:direct/conv_gemm_nchw:fp32": 1.10,  # 11 timings
+    "conv_fprop_channels_last:direct/conv_implicit_gemm:gather": 1.00,  # 26 timings
+    "conv_fprop_channels_last:direct/conv_implicit_gemm:tma": 0.99,  # 11 timings
+    "conv_fprop_channels_last:direct/conv_implicit_gemm:tma:flat": 0.88,  # 4 timings
+    "conv_fprop_channels_last:direct/conv_implicit_gemm:tma:split": 0.96,  # 3 timings
+    "conv_fprop_channels_last:direct/conv_implicit_gemm:tma:split:tf32": 0.99,  # 5 timings
+    "conv_fprop_channels_last:direct/conv_implicit_gemm:tma:tf32": 1.18,  # 14 timings
+    "conv_fprop_channels_last:direct/conv_implicit_precomp_gemm:gather": 1.12,  # 7 timings
     "conv_fprop_channels_last:direct/conv_patchify": 1.07,  # 4 timings
     "conv_fprop_channels_last:direct/conv_winograd4x4_nonfused": 0.96,  # 2 timings
     "conv_fprop_channels_last:direct/conv_winograd_nonfused": 0.93,  # 3 timings
-    "conv_gemm:nchw": 1.30,  # 44 timings
-    "conv_gemm:nchw:fp32": 0.87,  # 28 timings
+    "conv_gemm:nchw": 1.15,  # 44 timings
+    "conv_gemm:nchw:fp32": 0.89,  # 28 timings
     "conv_gemm:rows": 0.97,  # 40 timings
-    "conv_gemm_nchw": 1.34,  # 24 timings
-    "conv_gemm_nchw:fp32": 0.73,  # 19 timings
+    "conv_gemm_nchw": 1.16,  # 24 timings
+    "conv_gemm_nchw:fp32": 0.76,  # 19 timings
     "conv_grouped": 0.97,  # 20 timings
-    "conv_grouped:nchw": 1.82,  # 33 timings
+    "conv_grouped:nchw": 1.86,  # 33 timings
     "conv_implicit_gemm:gather": 1.00,  # 76 timings
-    "conv_implicit_gemm:gather:nchw": 0.77,  # 35 timings
+    "conv_implicit_gemm:gather:nchw": 0.95,  # 35 timings
     "conv_implicit_gemm:tma": 1.21,  # 47 timings
     "conv_implicit_gemm:tma:flat": 0.98,  # 11 timings
     "conv_implicit_gemm:tma:flat:split": 1.00,  # 2 timings
-    "conv_implicit_gemm:tma:nchw": 1.58,  # 7 timings
+    "conv_implicit_gemm:tma:nchw": 1.48,  # 7 timings
     "conv_implicit_gemm:tma:split": 1.01,  # 5 timings
     "conv_implicit_precomp_gemm:gather": 1.31,  # 7 timings
-    "conv_implicit_precomp_gemm:gather:nchw": 0.47,  # 27 timings
+    "conv_implicit_precomp_gemm:gather:nchw": 0.64,  # 27 timings
     "conv_patchify": 0.93,  # 9 timings
     "conv_patchify:nchw": 1.32,  # 18 timings
     "conv_wgrad_channels_last/conv_wgrad_depthwise:strip": 0.84,  # 77 timings
@@ -164,8 +164,8 @@ MEASURED_SCALES: dict[str, float] = {
     "conv_wgrad_splitk:gather": 1.50,  # 6 timings
     "conv_wgrad_splitk:gather:nchw": 0.71,  # 24 timings
     "conv_wgrad_winograd_nonfused": 1.04,  # 13 timings
-    "conv_winograd4x4_nonfused": 0.98,  # 5 timings
-    "conv_winograd_nonfused": 0.85,  # 6 timings
+    "conv_winograd4x4_nonfused": 0.99,  # 5 timings
+    "conv_winograd_nonfused": 0.86,  # 6 timings
 }
 
 

@@ -378,6 +378,10 @@ NCHW_GATHER = {
 # a 1x1 backward data in half precision walks one tap: its native NCHW timings ran at 0.40
 # of the 3x3-dominated factor's estimate (24 timings over the pointwise layers)
 NCHW_GATHER_POINTWISE_DGRAD = 2.0
+# a 1x1 forward walks one tap too, its pixel runs contiguous: native NCHW timings over the
+# pointwise layers ran at 0.40 (half precision, 15 timings) and 0.75 (TF32, 9) of the
+# factor the 3x3 layers set (0.96 / 0.88 of it)
+NCHW_GATHER_POINTWISE_FPROP = {False: 1.35, True: 1.35}
 
 
 def nchw_gather(a: ConvAnalysis, kind: str, target: Target) -> float:
@@ -392,6 +396,8 @@ def nchw_gather(a: ConvAnalysis, kind: str, target: Target) -> float:
         return 1.0
     if kind == "conv_dgrad" and not tf32(a) and prod(a.geo.filt) == 1:
         return NCHW_GATHER_POINTWISE_DGRAD
+    if kind == "conv_fprop" and prod(a.geo.filt) == 1:
+        return NCHW_GATHER_POINTWISE_FPROP[tf32(a)]
     return NCHW_GATHER[(kind, tf32(a))]
 
 
