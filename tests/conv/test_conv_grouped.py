@@ -279,7 +279,8 @@ def test_tf32_tiles_fit_shared_memory():
             for cfg in cfgs:
                 kn = e._conv_knobs(a, e.complete_knobs(g.op_graph, cfg.knob_dict))
                 assert kn.num_stages * stage_bytes(kn, 4) <= SHARED_BYTES, cfg.label()
-            wide = max(cfgs, key=lambda c: c.knob_dict["GB"])
+            # the widest tiles: most groups per program, then the widest backward-filter step
+            wide = max(cfgs, key=lambda c: (c.knob_dict["GB"], c.knob_dict.get("BLOCK_K", 0)))
             bad = type(wide).make(e, **{**wide.knob_dict, "num_stages": 4})
             s = e.check_config(g.op_graph, bad, H100)
             assert not s.ok and "shared memory" in s.reason, s.reason

@@ -34,6 +34,10 @@ MAX_TILE = 128
 # 1.8-2x slower on 16-row tiles than on 32-row ones with the same steps and bytes (H100),
 # so the main loop counts a shorter tile's step as a 32-row one
 MMA_ROWS = 32
+# the backward filter's pixel step (BLOCK_K): within a layer, the find's timings over this
+# model grew with it -- 0.82 / 0.94 / 1.19 at 32 / 64 / 128 (93 timings over ResNeXt-50's
+# layers, H100): the wide steps' transposed x tile is not the free lunch the roofline says
+WGRAD_STEP_EXPONENT = 0.27
 # the pipelined operand tiles of one program (num_stages x (A + B) tiles) stay under this
 # on a GPU, below the H100's 227 KB with room for the epilogue's layout conversion
 SHARED_BYTES = 200 * 1024
@@ -357,7 +361,8 @@ class GroupedWgradEngine(GroupedConvEngine):
         # half precision on an NCHW image: the gather's uncoalesced loads (ResNeXt-50's
         # 32x32-channel layers ran 2.5-3x slower native than through the transform)
         nchw = nchw_gather(a, self.kind, target) if not tf32(a) else 1.0
-        return K.combine_bounds(compute, memory, loop) * nchw + 4e-6
+        step = (kd["BLOCK_K"] / 64) ** WGRAD_STEP_EXPONENT
+        return K.combine_bounds(compute, memory, loop) * nchw * step + 4e-6
 
     def build(self, graph, config, target) -> Executable:
         a = self._analyze(graph)
