@@ -108,3 +108,26 @@ def test_tf32_tma_and_layout_plans_have_keys_of_their_own(monkeypatch):
     monkeypatch.setattr(calibration, "MEASURED_SCALES", {key: 2.0})
     est = layout.estimate_seconds(g.op_graph, cfgs[0], H100)
     assert layout.ranked_seconds(g.op_graph, cfgs[0], H100) == est * 2.0
+
+
+def test_nchw_depthwise_keys_split_by_filter_taps():
+    """A native NCHW depthwise plan's key names its filter's size class: every tap is a
+    gather of its own, and the 5x5 and 7x7 layers measured apart (``:taps25`` from 25 taps,
+    ``:taps49`` from 49); a channels-last image keeps the plain key."""
+    keys = {}
+    for f, layout in ((3, "nchw"), (5, "nchw"), (7, "nchw"), (7, "nhwc")):
+        g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+        x = torch.randn(2, 16, 12, 12)
+        w = torch.randn(16, 1, f, f)
+        if layout == "nhwc":
+            x, w = (t.contiguous(memory_format=torch.channels_last) for t in (x, w))
+        y = g.conv_fprop(_tensor(g, x), _tensor(g, w), padding=[f // 2, f // 2])
+        y.set_output(True)
+        g.validate()
+        e = by_id(41)  # conv_depthwise
+        cfg = e.configs(g.op_graph, H100)[0]
+        keys[(f, layout)] = e.calibration_key(g.op_graph, cfg)
+    assert keys[(3, "nchw")].endswith(":nchw") and ":taps" not in keys[(3, "nchw")], keys
+    assert keys[(5, "nchw")].endswith(":taps25:nchw"), keys
+    assert keys[(7, "nchw")].endswith(":taps49:nchw"), keys
+    assert not keys[(7, "nhwc")].endswith(":nchw"), keys

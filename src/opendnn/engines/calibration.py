@@ -25,32 +25,33 @@ from __future__ import annotations
 # family (or engine name) -> measured / modelled time, H100, fitted by bench/calibrate.py
 MEASURED_SCALES: dict[str, float] = {
     "conv_depthwise": 0.68,  # 33 timings
-    "conv_depthwise:nchw": 0.96,  # 82 timings
+    "conv_depthwise:nchw": 0.90,  # 82 timings
     "conv_depthwise:strip": 0.68,  # 132 timings
-    "conv_depthwise:strip:nchw": 0.98,  # 30 timings
-    "conv_depthwise:strip:taps25:nchw": 1.03,  # 27 timings
-    "conv_depthwise:taps25:nchw": 1.47,  # 74 timings
+    "conv_depthwise:strip:nchw": 0.93,  # 30 timings
+    "conv_depthwise:strip:taps25:nchw": 0.94,  # 27 timings
+    "conv_depthwise:taps25:nchw": 1.21,  # 46 timings
+    "conv_depthwise:taps49:nchw": 1.59,  # 28 timings
     "conv_dgrad_channels_last/conv_dgrad_col2im": 0.97,  # 1 timings
-    "conv_dgrad_channels_last/conv_dgrad_depthwise": 1.17,  # 67 timings
-    "conv_dgrad_channels_last/conv_dgrad_gemm:rows": 0.88,  # 7 timings
+    "conv_dgrad_channels_last/conv_dgrad_depthwise": 0.93,  # 67 timings
+    "conv_dgrad_channels_last/conv_dgrad_gemm:rows": 0.89,  # 7 timings
     "conv_dgrad_channels_last/conv_dgrad_grouped": 1.03,  # 22 timings
     "conv_dgrad_channels_last/conv_dgrad_implicit_gemm:gather": 0.88,  # 50 timings
     "conv_dgrad_channels_last/conv_dgrad_implicit_gemm:gather:phases": 0.89,  # 5 timings
-    "conv_dgrad_channels_last/conv_dgrad_implicit_gemm:tma": 0.78,  # 13 timings
+    "conv_dgrad_channels_last/conv_dgrad_implicit_gemm:tma": 0.79,  # 13 timings
     "conv_dgrad_channels_last/conv_dgrad_implicit_gemm:tma:flat": 0.88,  # 3 timings
     "conv_dgrad_channels_last/conv_dgrad_implicit_gemm:tma:flat:split": 0.93,  # 1 timings
-    "conv_dgrad_channels_last/conv_dgrad_implicit_gemm:tma:split": 0.98,  # 2 timings
+    "conv_dgrad_channels_last/conv_dgrad_implicit_gemm:tma:split": 0.99,  # 2 timings
     "conv_dgrad_channels_last/conv_dgrad_implicit_gemm:tma:split:tf32": 0.99,  # 1 timings
     "conv_dgrad_channels_last/conv_dgrad_implicit_gemm:tma:tf32": 0.87,  # 11 timings
     "conv_dgrad_channels_last/conv_dgrad_patchify": 0.86,  # 1 timings
     "conv_dgrad_channels_last/conv_dgrad_splitk:gather": 0.88,  # 22 timings
     "conv_dgrad_channels_last:direct/conv_dgrad_col2im": 0.95,  # 2 timings
-    "conv_dgrad_channels_last:direct/conv_dgrad_depthwise": 1.97,  # 69 timings
+    "conv_dgrad_channels_last:direct/conv_dgrad_depthwise": 1.60,  # 69 timings
     "conv_dgrad_channels_last:direct/conv_dgrad_gemm": 0.93,  # 7 timings
     "conv_dgrad_channels_last:direct/conv_dgrad_gemm_nchw:fp32": 0.99,  # 8 timings
     "conv_dgrad_channels_last:direct/conv_dgrad_implicit_gemm:gather": 0.92,  # 34 timings
     "conv_dgrad_channels_last:direct/conv_dgrad_implicit_gemm:gather:phases": 1.03,  # 5 timings
-    "conv_dgrad_channels_last:direct/conv_dgrad_implicit_gemm:tma": 0.89,  # 15 timings
+    "conv_dgrad_channels_last:direct/conv_dgrad_implicit_gemm:tma": 0.90,  # 15 timings
     "conv_dgrad_channels_last:direct/conv_dgrad_implicit_gemm:tma:flat": 0.93,  # 4 timings
     "conv_dgrad_channels_last:direct/conv_dgrad_implicit_gemm:tma:flat:split": 0.98,  # 1 timings
     "conv_dgrad_channels_last:direct/conv_dgrad_implicit_gemm:tma:split": 1.00,  # 2 timings
@@ -61,12 +62,13 @@ MEASURED_SCALES: dict[str, float] = {
     "conv_dgrad_channels_last:direct/conv_dgrad_winograd_nonfused": 0.98,  # 1 timings
     "conv_dgrad_col2im": 0.76,  # 9 timings
     "conv_dgrad_depthwise": 0.71,  # 143 timings
-    "conv_dgrad_depthwise:nchw": 1.35,  # 82 timings
-    "conv_dgrad_depthwise:taps25:nchw": 2.18,  # 91 timings
-    "conv_dgrad_gemm:nchw": 1.20,  # 12 timings
-    "conv_dgrad_gemm:nchw:fp32": 1.05,  # 17 timings
+    "conv_dgrad_depthwise:nchw": 1.10,  # 82 timings
+    "conv_dgrad_depthwise:taps25:nchw": 1.42,  # 63 timings
+    "conv_dgrad_depthwise:taps49:nchw": 2.58,  # 28 timings
+    "conv_dgrad_gemm:nchw": 1.21,  # 12 timings
+    "conv_dgrad_gemm:nchw:fp32": 1.06,  # 17 timings
     "conv_dgrad_gemm:rows": 0.94,  # 15 timings
-    "conv_dgrad_gemm_nchw": 1.20,  # 15 timings
+    "conv_dgrad_gemm_nchw": 1.21,  # 15 timings
     "conv_dgrad_gemm_nchw:fp32": 0.84,  # 23 timings
     "conv_dgrad_grouped": 1.02,  # 21 timings
     "conv_dgrad_grouped:nchw": 1.72,  # 41 timings
@@ -80,15 +82,15 @@ MEASURED_SCALES: dict[str, float] = {
     "conv_dgrad_patchify": 0.98,  # 12 timings
     "conv_dgrad_patchify:nchw": 1.42,  # 17 timings
     "conv_dgrad_splitk:gather": 1.75,  # 22 timings
-    "conv_dgrad_splitk:gather:nchw": 1.31,  # 5 timings
+    "conv_dgrad_splitk:gather:nchw": 1.36,  # 5 timings
     "conv_dgrad_winograd_nonfused": 0.95,  # 8 timings
     "conv_direct:gather": 2.40,  # 4 timings
-    "conv_direct:gather:nchw": 2.45,  # 10 timings
-    "conv_fprop_channels_last/conv_depthwise:strip": 0.72,  # 70 timings
-    "conv_fprop_channels_last/conv_direct:gather": 1.16,  # 5 timings
+    "conv_direct:gather:nchw": 2.50,  # 10 timings
+    "conv_fprop_channels_last/conv_depthwise:strip": 0.66,  # 70 timings
+    "conv_fprop_channels_last/conv_direct:gather": 1.17,  # 5 timings
     "conv_fprop_channels_last/conv_gemm:rows": 0.83,  # 13 timings
     "conv_fprop_channels_last/conv_grouped": 0.78,  # 24 timings
-    "conv_fprop_channels_last/conv_implicit_gemm:gather": 0.89,  # 60 timings
+    "conv_fprop_channels_last/conv_implicit_gemm:gather": 0.90,  # 60 timings
     "conv_fprop_channels_last/conv_implicit_gemm:tma": 0.92,  # 17 timings
     "conv_fprop_channels_last/conv_implicit_gemm:tma:flat": 0.84,  # 6 timings
     "conv_fprop_channels_last/conv_implicit_gemm:tma:flat:split": 0.94,  # 1 timings
@@ -96,7 +98,7 @@ MEASURED_SCALES: dict[str, float] = {
     "conv_fprop_channels_last/conv_implicit_gemm:tma:split:tf32": 0.93,  # 4 timings
     "conv_fprop_channels_last/conv_implicit_gemm:tma:tf32": 1.19,  # 17 timings
     "conv_fprop_channels_last/conv_implicit_precomp_gemm:gather": 0.84,  # 14 timings
-    "conv_fprop_channels_last:direct/conv_depthwise:strip": 0.99,  # 17 timings
+    "conv_fprop_channels_last:direct/conv_depthwise:strip": 0.98,  # 17 timings
     "conv_fprop_channels_last:direct/conv_gemm": 0.93,  # 12 timings
     "conv_fprop_channels_last:direct/conv_gemm_nchw:fp32": 1.10,  # 11 timings
     "conv_fprop_channels_last:direct/conv_implicit_gemm:gather": 1.00,  # 26 timings
@@ -121,13 +123,13 @@ MEASURED_SCALES: dict[str, float] = {
     "conv_implicit_gemm:tma": 1.21,  # 47 timings
     "conv_implicit_gemm:tma:flat": 0.98,  # 11 timings
     "conv_implicit_gemm:tma:flat:split": 1.00,  # 2 timings
-    "conv_implicit_gemm:tma:nchw": 1.48,  # 7 timings
+    "conv_implicit_gemm:tma:nchw": 1.49,  # 7 timings
     "conv_implicit_gemm:tma:split": 1.01,  # 5 timings
     "conv_implicit_precomp_gemm:gather": 1.31,  # 7 timings
     "conv_implicit_precomp_gemm:gather:nchw": 0.64,  # 27 timings
     "conv_patchify": 0.93,  # 9 timings
     "conv_patchify:nchw": 1.32,  # 18 timings
-    "conv_wgrad_channels_last/conv_wgrad_depthwise:strip": 0.85,  # 77 timings
+    "conv_wgrad_channels_last/conv_wgrad_depthwise:strip": 0.75,  # 77 timings
     "conv_wgrad_channels_last/conv_wgrad_gemm": 0.95,  # 37 timings
     "conv_wgrad_channels_last/conv_wgrad_grouped": 0.92,  # 9 timings
     "conv_wgrad_channels_last/conv_wgrad_implicit_gemm:gather": 0.77,  # 12 timings
@@ -137,7 +139,7 @@ MEASURED_SCALES: dict[str, float] = {
     "conv_wgrad_channels_last/conv_wgrad_patchify": 1.09,  # 2 timings
     "conv_wgrad_channels_last/conv_wgrad_precomp:gather": 1.25,  # 1 timings
     "conv_wgrad_channels_last/conv_wgrad_winograd_nonfused": 0.97,  # 3 timings
-    "conv_wgrad_channels_last:direct/conv_wgrad_depthwise:strip": 0.89,  # 25 timings
+    "conv_wgrad_channels_last:direct/conv_wgrad_depthwise:strip": 0.80,  # 25 timings
     "conv_wgrad_channels_last:direct/conv_wgrad_gemm": 1.08,  # 20 timings
     "conv_wgrad_channels_last:direct/conv_wgrad_implicit_gemm:tma": 0.96,  # 12 timings
     "conv_wgrad_channels_last:direct/conv_wgrad_implicit_gemm:tma:flat": 1.03,  # 4 timings
@@ -147,9 +149,10 @@ MEASURED_SCALES: dict[str, float] = {
     "conv_wgrad_channels_last:direct/conv_wgrad_splitk:gather": 1.03,  # 1 timings
     "conv_wgrad_channels_last:direct/conv_wgrad_winograd_nonfused": 1.05,  # 3 timings
     "conv_wgrad_depthwise": 0.62,  # 54 timings
-    "conv_wgrad_depthwise:nchw": 0.98,  # 100 timings
+    "conv_wgrad_depthwise:nchw": 0.88,  # 100 timings
     "conv_wgrad_depthwise:strip": 0.57,  # 75 timings
-    "conv_wgrad_depthwise:taps25:nchw": 1.74,  # 112 timings
+    "conv_wgrad_depthwise:taps25:nchw": 1.40,  # 78 timings
+    "conv_wgrad_depthwise:taps49:nchw": 1.75,  # 34 timings
     "conv_wgrad_gemm": 0.96,  # 148 timings
     "conv_wgrad_grouped": 0.84,  # 36 timings
     "conv_wgrad_grouped:nchw": 1.00,  # 59 timings

@@ -135,14 +135,17 @@ class DepthwiseConvEngine(ImplicitGemmEngine):
 
     def calibration_key(self, graph, config) -> str:
         """The implicit GEMM's key (``:nchw`` for an NCHW image), with ``:taps25`` before it
-        when the filter has 25 taps or more: on an NCHW image every tap is a gather of its
-        own, and the 5x5 / 7x7 layers ran 2-4x further over the roofline than the 3x3
-        ones (ConvNeXt-T's 7x7 forward in fp16: 290 us measured, 44 us modelled)."""
+        when the filter has 25 taps or more and ``:taps49`` from 49: on an NCHW image every
+        tap is a gather of its own, and the 5x5 / 7x7 layers ran 2-4x further over the
+        roofline than the 3x3 ones (ConvNeXt-T's 7x7 forward in fp16: 290 us measured, 44 us
+        modelled); against the transform around the strips, the native 7x7 ran 1.1-2.3x
+        where the native 5x5 ran 0.55-1.16x (every direction, TF32 and fp16)."""
         key = super().calibration_key(graph, config)
         a = self._analyze(graph)
-        if isinstance(a, str) or not key.endswith(":nchw") or K._prod(a.geo.filt) < 25:
+        taps = 0 if isinstance(a, str) else K._prod(a.geo.filt)
+        if not key.endswith(":nchw") or taps < 25:
             return key
-        return key.removesuffix(":nchw") + ":taps25:nchw"
+        return key.removesuffix(":nchw") + (":taps49:nchw" if taps >= 49 else ":taps25:nchw")
 
     def _tiles(self, a, target) -> tuple:
         """(BLOCK_M, BLOCK_N, warps) candidates: the layout of the tensor the tile walks
