@@ -150,3 +150,21 @@ def test_declines_with_reasons():
     g.validate()
     s = Col2imDgradEngine().check_support(g.op_graph, Target())
     assert not s.ok and "one group" in s.reason, s.reason
+
+
+def test_columns_past_int32_address_in_int64(monkeypatch):
+    """COL's offsets widen to int64 once N x kk x P reaches the int64 span (lowered here;
+    the int64 test runs the plan), after the row index is split in int32."""
+    from opendnn.engines.conv import analysis
+    from opendnn.engines.conv.gemm.col2im import plan_col2im
+
+    gen = torch.Generator().manual_seed(0)
+    g, _, _, _, _ = _problem(CASES[0], torch.float32, gen)
+    g.validate()
+    a, order, _ = plan_col2im(g.op_graph)
+    narrow = C.source("k", a.geo, order, epilogue_params=[], epilogue_body="pass")
+    assert "_colrow = nb * " in narrow and ".to(tl.int64)" not in narrow
+    monkeypatch.setattr(analysis, "INT64_SPAN", 16)
+    wide = C.source("k", a.geo, order, epilogue_params=[], epilogue_body="pass")
+    assert "_colrow = nb.to(tl.int64) * " in wide
+    assert wide.index("nb = _q") < wide.index("nb.to(tl.int64)")

@@ -25,6 +25,7 @@ CASES = [
     ("wgrad", 43, None, (2, 6, 7, 5), 6, (3, 3), (1, 1), (1, 1), 6),  # depthwise wgrad
     ("wgrad", 52, {"SPLIT": 3}, (2, 3, 8, 6), 4, (2, 2), (2, 2), (0, 0), 1),  # patchify
     ("wgrad", 19, None, (2, 6, 7, 5), 5, (3, 3), (1, 1), (1, 1), 1),  # tables' wgrad
+    ("dgrad", 57, None, (2, 3, 7, 5), 5, (3, 3), (2, 1), (1, 1), 1),  # col2im dgrad
 ]
 
 

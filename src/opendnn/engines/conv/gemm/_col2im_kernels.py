@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 
 from ...fusion._codegen import COMBINE_HELPERS
+from .. import analysis
 
 ELEMENTS = 1024  # tile elements per program (BLOCK_M x BLOCK_N), four warps
 
@@ -65,9 +66,10 @@ def grid(geo) -> tuple:
 
 
 def col_int64(geo) -> bool:
-    """Whether COL's offsets need int64 (N * kk * P elements, 2**31 or more)."""
+    """Whether COL's offsets need int64: N * kk * P elements reach ``analysis.INT64_SPAN``
+    (2**31; tests lower it to run this path on small problems)."""
     kk = math.prod(geo.filt) * geo.c_per_group
-    return geo.n * kk * math.prod(geo.out_dims) >= 2**31
+    return geo.n * kk * math.prod(geo.out_dims) >= analysis.INT64_SPAN
 
 
 def source(name: str, geo, order: str, *, epilogue_params: list, epilogue_body: str) -> str:
