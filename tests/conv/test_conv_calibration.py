@@ -131,3 +131,34 @@ def test_nchw_depthwise_keys_split_by_filter_taps():
     assert keys[(5, "nchw")].endswith(":taps25:nchw"), keys
     assert keys[(7, "nchw")].endswith(":taps49:nchw"), keys
     assert not keys[(7, "nhwc")].endswith(":nchw"), keys
+
+
+def test_grouped_nchw_keys_split_float32():
+    """A grouped plan on an NCHW image in float32 (TF32) keys ``:nchw:fp32`` apart from
+    half precision's ``:nchw`` (the model charges the NCHW gather in half precision only);
+    channels-last images keep the plain key."""
+    from opendnn import backends
+
+    keys = {}
+    tf32, backends.allow_tf32 = backends.allow_tf32, True
+    try:
+        for dt, layout in (
+            (torch.float32, "nchw"),
+            (torch.float16, "nchw"),
+            (torch.float32, "nhwc"),
+        ):
+            g = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT)
+            x, w = torch.randn(2, 16, 8, 8).to(dt), torch.randn(16, 4, 3, 3).to(dt)
+            if layout == "nhwc":
+                x, w = (t.contiguous(memory_format=torch.channels_last) for t in (x, w))
+            y = g.conv_fprop(_tensor(g, x), _tensor(g, w), padding=[1, 1])
+            y.set_output(True)
+            g.validate()
+            e = by_id(47)  # conv_grouped
+            cfg = e.configs(g.op_graph, H100)[0]
+            keys[(dt, layout)] = e.calibration_key(g.op_graph, cfg)
+    finally:
+        backends.allow_tf32 = tf32
+    assert keys[(torch.float32, "nchw")].endswith(":nchw:fp32"), keys
+    assert keys[(torch.float16, "nchw")].endswith(":nchw"), keys
+    assert ":nchw" not in keys[(torch.float32, "nhwc")], keys

@@ -33,32 +33,32 @@ MEASURED_SCALES: dict[str, float] = {
     "conv_depthwise:taps49:nchw": 1.59,  # 28 timings
     "conv_dgrad_channels_last/conv_dgrad_col2im": 0.97,  # 1 timings
     "conv_dgrad_channels_last/conv_dgrad_depthwise": 0.93,  # 67 timings
-    "conv_dgrad_channels_last/conv_dgrad_gemm:rows": 0.89,  # 7 timings
-    "conv_dgrad_channels_last/conv_dgrad_grouped": 1.03,  # 22 timings
-    "conv_dgrad_channels_last/conv_dgrad_implicit_gemm:gather": 0.88,  # 50 timings
+    "conv_dgrad_channels_last/conv_dgrad_gemm:rows": 0.88,  # 7 timings
+    "conv_dgrad_channels_last/conv_dgrad_grouped": 0.92,  # 22 timings
+    "conv_dgrad_channels_last/conv_dgrad_implicit_gemm:gather": 0.87,  # 50 timings
     "conv_dgrad_channels_last/conv_dgrad_implicit_gemm:gather:phases": 0.89,  # 5 timings
-    "conv_dgrad_channels_last/conv_dgrad_implicit_gemm:tma": 0.79,  # 13 timings
+    "conv_dgrad_channels_last/conv_dgrad_implicit_gemm:tma": 0.78,  # 13 timings
     "conv_dgrad_channels_last/conv_dgrad_implicit_gemm:tma:flat": 0.88,  # 3 timings
     "conv_dgrad_channels_last/conv_dgrad_implicit_gemm:tma:flat:split": 0.93,  # 1 timings
-    "conv_dgrad_channels_last/conv_dgrad_implicit_gemm:tma:split": 0.99,  # 2 timings
+    "conv_dgrad_channels_last/conv_dgrad_implicit_gemm:tma:split": 0.98,  # 2 timings
     "conv_dgrad_channels_last/conv_dgrad_implicit_gemm:tma:split:tf32": 0.99,  # 1 timings
     "conv_dgrad_channels_last/conv_dgrad_implicit_gemm:tma:tf32": 0.87,  # 11 timings
     "conv_dgrad_channels_last/conv_dgrad_patchify": 0.86,  # 1 timings
-    "conv_dgrad_channels_last/conv_dgrad_splitk:gather": 0.88,  # 22 timings
+    "conv_dgrad_channels_last/conv_dgrad_splitk:gather": 0.86,  # 22 timings
     "conv_dgrad_channels_last:direct/conv_dgrad_col2im": 0.95,  # 2 timings
     "conv_dgrad_channels_last:direct/conv_dgrad_depthwise": 1.60,  # 69 timings
     "conv_dgrad_channels_last:direct/conv_dgrad_gemm": 0.93,  # 7 timings
     "conv_dgrad_channels_last:direct/conv_dgrad_gemm_nchw:fp32": 0.99,  # 8 timings
     "conv_dgrad_channels_last:direct/conv_dgrad_implicit_gemm:gather": 0.92,  # 34 timings
-    "conv_dgrad_channels_last:direct/conv_dgrad_implicit_gemm:gather:phases": 1.03,  # 5 timings
-    "conv_dgrad_channels_last:direct/conv_dgrad_implicit_gemm:tma": 0.90,  # 15 timings
+    "conv_dgrad_channels_last:direct/conv_dgrad_implicit_gemm:gather:phases": 1.02,  # 5 timings
+    "conv_dgrad_channels_last:direct/conv_dgrad_implicit_gemm:tma": 0.89,  # 15 timings
     "conv_dgrad_channels_last:direct/conv_dgrad_implicit_gemm:tma:flat": 0.93,  # 4 timings
     "conv_dgrad_channels_last:direct/conv_dgrad_implicit_gemm:tma:flat:split": 0.98,  # 1 timings
     "conv_dgrad_channels_last:direct/conv_dgrad_implicit_gemm:tma:split": 1.00,  # 2 timings
     "conv_dgrad_channels_last:direct/conv_dgrad_implicit_gemm:tma:split:tf32": 0.98,  # 4 timings
     "conv_dgrad_channels_last:direct/conv_dgrad_implicit_gemm:tma:tf32": 0.97,  # 18 timings
     "conv_dgrad_channels_last:direct/conv_dgrad_patchify": 1.00,  # 6 timings
-    "conv_dgrad_channels_last:direct/conv_dgrad_splitk:gather": 0.85,  # 24 timings
+    "conv_dgrad_channels_last:direct/conv_dgrad_splitk:gather": 0.84,  # 24 timings
     "conv_dgrad_channels_last:direct/conv_dgrad_winograd_nonfused": 0.98,  # 1 timings
     "conv_dgrad_col2im": 0.76,  # 9 timings
     "conv_dgrad_depthwise": 0.71,  # 143 timings
@@ -68,10 +68,11 @@ MEASURED_SCALES: dict[str, float] = {
     "conv_dgrad_gemm:nchw": 1.21,  # 12 timings
     "conv_dgrad_gemm:nchw:fp32": 1.06,  # 17 timings
     "conv_dgrad_gemm:rows": 0.94,  # 15 timings
-    "conv_dgrad_gemm_nchw": 1.21,  # 15 timings
+    "conv_dgrad_gemm_nchw": 1.20,  # 15 timings
     "conv_dgrad_gemm_nchw:fp32": 0.84,  # 23 timings
     "conv_dgrad_grouped": 1.02,  # 21 timings
-    "conv_dgrad_grouped:nchw": 1.72,  # 41 timings
+    "conv_dgrad_grouped:nchw": 2.05,  # 32 timings
+    "conv_dgrad_grouped:nchw:fp32": 1.04,  # 9 timings
     "conv_dgrad_implicit_gemm:gather": 1.02,  # 58 timings
     "conv_dgrad_implicit_gemm:gather:nchw": 0.62,  # 61 timings
     "conv_dgrad_implicit_gemm:gather:phases": 1.06,  # 3 timings
@@ -82,14 +83,14 @@ MEASURED_SCALES: dict[str, float] = {
     "conv_dgrad_patchify": 0.98,  # 12 timings
     "conv_dgrad_patchify:nchw": 1.42,  # 17 timings
     "conv_dgrad_splitk:gather": 1.75,  # 22 timings
-    "conv_dgrad_splitk:gather:nchw": 1.36,  # 5 timings
+    "conv_dgrad_splitk:gather:nchw": 1.35,  # 5 timings
     "conv_dgrad_winograd_nonfused": 0.95,  # 8 timings
     "conv_direct:gather": 2.40,  # 4 timings
-    "conv_direct:gather:nchw": 2.50,  # 10 timings
+    "conv_direct:gather:nchw": 2.44,  # 10 timings
     "conv_fprop_channels_last/conv_depthwise:strip": 0.66,  # 70 timings
-    "conv_fprop_channels_last/conv_direct:gather": 1.17,  # 5 timings
+    "conv_fprop_channels_last/conv_direct:gather": 1.13,  # 5 timings
     "conv_fprop_channels_last/conv_gemm:rows": 0.83,  # 13 timings
-    "conv_fprop_channels_last/conv_grouped": 0.78,  # 24 timings
+    "conv_fprop_channels_last/conv_grouped": 0.77,  # 24 timings
     "conv_fprop_channels_last/conv_implicit_gemm:gather": 0.90,  # 60 timings
     "conv_fprop_channels_last/conv_implicit_gemm:tma": 0.92,  # 17 timings
     "conv_fprop_channels_last/conv_implicit_gemm:tma:flat": 0.84,  # 6 timings
@@ -98,10 +99,10 @@ MEASURED_SCALES: dict[str, float] = {
     "conv_fprop_channels_last/conv_implicit_gemm:tma:split:tf32": 0.93,  # 4 timings
     "conv_fprop_channels_last/conv_implicit_gemm:tma:tf32": 1.19,  # 17 timings
     "conv_fprop_channels_last/conv_implicit_precomp_gemm:gather": 0.84,  # 14 timings
-    "conv_fprop_channels_last:direct/conv_depthwise:strip": 0.98,  # 17 timings
+    "conv_fprop_channels_last:direct/conv_depthwise:strip": 0.97,  # 17 timings
     "conv_fprop_channels_last:direct/conv_gemm": 0.93,  # 12 timings
     "conv_fprop_channels_last:direct/conv_gemm_nchw:fp32": 1.10,  # 11 timings
-    "conv_fprop_channels_last:direct/conv_implicit_gemm:gather": 1.00,  # 26 timings
+    "conv_fprop_channels_last:direct/conv_implicit_gemm:gather": 1.01,  # 26 timings
     "conv_fprop_channels_last:direct/conv_implicit_gemm:tma": 0.99,  # 11 timings
     "conv_fprop_channels_last:direct/conv_implicit_gemm:tma:flat": 0.88,  # 4 timings
     "conv_fprop_channels_last:direct/conv_implicit_gemm:tma:split": 0.96,  # 3 timings
@@ -112,12 +113,13 @@ MEASURED_SCALES: dict[str, float] = {
     "conv_fprop_channels_last:direct/conv_winograd4x4_nonfused": 0.96,  # 2 timings
     "conv_fprop_channels_last:direct/conv_winograd_nonfused": 0.93,  # 3 timings
     "conv_gemm:nchw": 1.15,  # 44 timings
-    "conv_gemm:nchw:fp32": 0.89,  # 28 timings
+    "conv_gemm:nchw:fp32": 0.88,  # 28 timings
     "conv_gemm:rows": 0.97,  # 40 timings
     "conv_gemm_nchw": 1.16,  # 24 timings
     "conv_gemm_nchw:fp32": 0.76,  # 19 timings
     "conv_grouped": 0.97,  # 20 timings
-    "conv_grouped:nchw": 1.86,  # 33 timings
+    "conv_grouped:nchw": 2.07,  # 31 timings
+    "conv_grouped:nchw:fp32": 0.95,  # 2 timings
     "conv_implicit_gemm:gather": 1.00,  # 76 timings
     "conv_implicit_gemm:gather:nchw": 0.95,  # 35 timings
     "conv_implicit_gemm:tma": 1.21,  # 47 timings
@@ -131,8 +133,8 @@ MEASURED_SCALES: dict[str, float] = {
     "conv_patchify:nchw": 1.32,  # 18 timings
     "conv_wgrad_channels_last/conv_wgrad_depthwise:strip": 0.75,  # 77 timings
     "conv_wgrad_channels_last/conv_wgrad_gemm": 0.95,  # 37 timings
-    "conv_wgrad_channels_last/conv_wgrad_grouped": 0.92,  # 9 timings
-    "conv_wgrad_channels_last/conv_wgrad_implicit_gemm:gather": 0.77,  # 12 timings
+    "conv_wgrad_channels_last/conv_wgrad_grouped": 0.91,  # 9 timings
+    "conv_wgrad_channels_last/conv_wgrad_implicit_gemm:gather": 0.76,  # 12 timings
     "conv_wgrad_channels_last/conv_wgrad_implicit_gemm:tma": 0.91,  # 25 timings
     "conv_wgrad_channels_last/conv_wgrad_implicit_gemm:tma:flat": 0.97,  # 10 timings
     "conv_wgrad_channels_last/conv_wgrad_implicit_gemm:tma:tf32": 1.31,  # 28 timings
@@ -147,7 +149,7 @@ MEASURED_SCALES: dict[str, float] = {
     "conv_wgrad_channels_last:direct/conv_wgrad_patchify": 1.11,  # 3 timings
     "conv_wgrad_channels_last:direct/conv_wgrad_precomp:gather": 1.26,  # 1 timings
     "conv_wgrad_channels_last:direct/conv_wgrad_splitk:gather": 1.03,  # 1 timings
-    "conv_wgrad_channels_last:direct/conv_wgrad_winograd_nonfused": 1.05,  # 3 timings
+    "conv_wgrad_channels_last:direct/conv_wgrad_winograd_nonfused": 1.04,  # 3 timings
     "conv_wgrad_depthwise": 0.62,  # 54 timings
     "conv_wgrad_depthwise:nchw": 0.88,  # 100 timings
     "conv_wgrad_depthwise:strip": 0.57,  # 75 timings
@@ -155,7 +157,8 @@ MEASURED_SCALES: dict[str, float] = {
     "conv_wgrad_depthwise:taps49:nchw": 1.75,  # 34 timings
     "conv_wgrad_gemm": 0.96,  # 148 timings
     "conv_wgrad_grouped": 0.84,  # 36 timings
-    "conv_wgrad_grouped:nchw": 1.00,  # 59 timings
+    "conv_wgrad_grouped:nchw": 0.99,  # 23 timings
+    "conv_wgrad_grouped:nchw:fp32": 1.03,  # 36 timings
     "conv_wgrad_implicit_gemm:gather": 1.26,  # 33 timings
     "conv_wgrad_implicit_gemm:gather:nchw": 0.91,  # 4 timings
     "conv_wgrad_implicit_gemm:tma": 1.04,  # 75 timings
