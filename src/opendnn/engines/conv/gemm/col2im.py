@@ -14,8 +14,9 @@ K = the output channels, on the matmul engine into a float32 workspace; then the
 (``_col2im_kernels``) sums, for each dX pixel, the COL entries of the taps whose window
 covers it, in a fixed order, and runs the backward data's epilogue on the sum. The
 7x7 stride-2 stem of ResNet-50 at N = 32: a 147 x 401k x 64 GEMM writing 236 MB of
-float32 columns, then the gather reading them once -- memory-bound, about 3x under the
-implicit GEMM's time.
+float32 columns, then the gather reading them once -- memory-bound; measured on the H100
+237 us in NHWC bf16 (the implicit GEMM's boxes: 472 us) and 256 us in NCHW TF32 (805 us),
+about half of cuDNN's time in each. The workspace is the whole COL matrix.
 
 Declines: more than one group; 16 or more channels per group (the implicit GEMM's
 channel tiles are full there, and COL's taps x C rows of float32 would outgrow dY);
