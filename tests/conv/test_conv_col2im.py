@@ -161,7 +161,7 @@ def test_columns_past_int32_address_in_int64(monkeypatch):
     gen = torch.Generator().manual_seed(0)
     g, _, _, _, _ = _problem(CASES[0], torch.float32, gen)
     g.validate()
-    a, order, _ = plan_col2im(g.op_graph)
+    a, order = plan_col2im(g.op_graph)
     narrow = C.source("k", a.geo, order, epilogue_params=[], epilogue_body="pass")
     assert "_colrow = nb * " in narrow and ".to(tl.int64)" not in narrow
     monkeypatch.setattr(analysis, "INT64_SPAN", 16)

@@ -31,6 +31,7 @@ import math
 
 from ...fusion._codegen import COMBINE_HELPERS
 from .. import analysis
+from ..implicit_gemm._kernels import index_split
 
 ELEMENTS = 1024  # tile elements per program (BLOCK_M x BLOCK_N), four warps
 
@@ -90,18 +91,17 @@ def source(name: str, geo, order: str, *, epilogue_params: list, epilogue_body: 
         COMBINE_HELPERS,
         "@triton.jit",
         f"def {name}({', '.join(['COL'] + list(epilogue_params))}):",
-        f"{ind}rr = tl.program_id(0) * {bm} + tl.arange(0, {bm})",
         f"{ind}offs_n = tl.program_id(1) * {bn} + tl.arange(0, {bn})",
         f"{ind}mask_n = offs_n < {cg}",
         f"{ind}g = 0",
         f"{ind}_ph = tl.program_id(2)",
-        f"{ind}mask_m = rr < {rows}",
-        f"{ind}_q = rr",
     ]
-    # rows -> (n, q_0..q_{d-1}), the last axis fastest; the phase id -> phi_i (last fastest)
-    for i in reversed(range(d)):
-        L += [f"{ind}q{i} = _q % {q_ext[i]}", f"{ind}_q = _q // {q_ext[i]}"]
-    L.append(f"{ind}nb = _q")
+    # rows -> (n, q_0..q_{d-1}), the last axis fastest (split in int32: nb is widened for
+    # the epilogue below); the phase id -> phi_i (last fastest)
+    qs = [f"q{i}" for i in range(d)]
+    rr = f"tl.program_id(0) * {bm} + tl.arange(0, {bm})"
+    L += index_split("rr", rr, rows, [geo.n, *q_ext], ["nb", *qs], ind, "_q", False)
+    L.append(f"{ind}mask_m = rr < {rows}")
     for i in reversed(range(d)):
         if _phased(geo, i):
             L += [f"{ind}phi{i} = _ph % {geo.stride[i]}", f"{ind}_ph = _ph // {geo.stride[i]}"]
@@ -112,8 +112,8 @@ def source(name: str, geo, order: str, *, epilogue_params: list, epilogue_body: 
     L.append(f"{ind}acc = tl.full([{bm}, {bn}], 0.0, tl.float32)")
     col_n = f"nb.to(tl.int64) * {kgemm * p_out}" if wide else f"nb * {kgemm * p_out}"
     L.append(f"{ind}_colrow = {col_n}")
-    # one loop per axis over its window offsets r{i}; y{i}: the dY coordinate, v{i}: whether
-    # it exists (a scalar on phased axes apart from the range test)
+    # one loop per axis over its window offsets r{i}; y{i}: the dY coordinate, valid where
+    # every term of _ok holds (on a phased axis r{i} < filt is a scalar test)
     depth = ind
     pos_stride = [math.prod(geo.out_dims[i + 1 :]) for i in range(d)]
     ok = ["mask_m"]

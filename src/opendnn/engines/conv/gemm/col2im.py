@@ -46,7 +46,9 @@ MAX_CHANNELS = 16  # C/G below this: the implicit GEMM's channel tile is mostly 
 
 @functools.lru_cache(maxsize=256)
 def plan_col2im(graph):
-    """(analysis, kk order, kk stride) of a backward data the engine takes, or why not."""
+    """(analysis, kk order) of a backward data the engine takes, or why not: the filter is
+    the GEMM's A matrix in place, kk unit-stride within a filter row (KCRS: kk = c * taps
+    + t, "ct"; KRSC: kk = t * C + c, "tc")."""
     a = analyze(graph, "conv_dgrad")
     if isinstance(a, str):
         return a
@@ -62,17 +64,17 @@ def plan_col2im(graph):
         return "a zero-size problem has no GEMM"
     taps, ws = math.prod(geo.filt), a.w.strides
     tap_stride = _uniform(geo.filt, ws[2:]) if taps > 1 else 1
-    if taps == 1 or (tap_stride == 1 and ws[1] == taps):
-        order, kk_stride = "ct", 1  # KCRS: kk = c * taps + t
-    elif ws[1] == 1 and tap_stride == geo.c_per_group:
-        order, kk_stride = "tc", 1  # KRSC: kk = t * C + c
-    else:
-        return "the filter is neither KCRS- nor KRSC-packed: it is not a GEMM matrix"
     if taps == 1 and ws[1] != 1 and geo.c_per_group > 1:
         return "a 1x1 filter's channels must be unit-stride (it is the GEMM's A matrix)"
+    if taps == 1 or (tap_stride == 1 and ws[1] == taps):
+        order = "ct"
+    elif ws[1] == 1 and tap_stride == geo.c_per_group:
+        order = "tc"
+    else:
+        return "the filter is neither KCRS- nor KRSC-packed: it is not a GEMM matrix"
     if _uniform(geo.out_dims, a.y.strides[2:]) is None:
         return f"'{a.y.label()}' does not walk its pixels with one stride"
-    return a, order, kk_stride
+    return a, order
 
 
 def col_bytes(geo) -> int:
@@ -82,13 +84,13 @@ def col_bytes(geo) -> int:
 
 def _gemm(graph, plan) -> tuple:
     """The matmul graph COL[n] = W^T dY[n]: (op graph, A's uid, B's uid, C's uid)."""
-    a, _, kk_stride = plan
+    a = plan[0]
     geo = a.geo
     kk, k, p = math.prod(geo.filt) * geo.c_per_group, geo.k_per_group, math.prod(geo.out_dims)
     ds, ws = a.y.strides, a.w.strides
     sp = _uniform(geo.out_dims, ds[2:]) if p != 1 else 0
     g = Graph(intermediate_data_type=DataType.FLOAT, compute_data_type=DataType.FLOAT)
-    ta = g.tensor([1, 1, kk, k], [0, 0, kk_stride, ws[0]], a.w.data_type, name="W_T")
+    ta = g.tensor([1, 1, kk, k], [0, 0, 1, ws[0]], a.w.data_type, name="W_T")
     tb = g.tensor([geo.n, 1, k, p], [ds[0], 0, ds[1], sp], a.y.data_type, name="dY")
     c = g.matmul(ta, tb, name="col2im_gemm")
     c.set_output(True).set_dim([geo.n, 1, kk, p]).set_stride([kk * p, kk * p, p, 1])
@@ -114,21 +116,22 @@ class Col2imDgradEngine(MatmulDelegateEngine):
     def build(self, graph, config, target) -> Executable:
         plan = plan_col2im(graph)
         _, a_uid, b_uid, c_uid = _gemm(graph, plan)
-        return _Col2imExecutable(
-            graph, plan, self.build_gemm(graph, config, target), (a_uid, b_uid, c_uid), target
-        )
+        inner = self.build_gemm(graph, config, target)
+        prefix = self.workspace_prefix(graph)
+        return _Col2imExecutable(graph, plan, inner, (a_uid, b_uid, c_uid), prefix, target)
 
 
 class _Col2imExecutable(Executable, LaunchList):
-    """The GEMM into the workspace's first ``col_bytes``, then the gather over them."""
+    """The GEMM into the workspace's first ``col_bytes``, then the gather over them; the
+    GEMM's own workspace starts at ``prefix`` (the engine's aligned ``extra_bytes``)."""
 
-    def __init__(self, graph, plan, inner, uids: tuple, target):
+    def __init__(self, graph, plan, inner, uids: tuple, prefix: int, target):
         LaunchList.__init__(self)
-        a, order, _ = plan
+        a, order = plan
         self.inner, self.uids = inner, uids
         self.dy_uid, self.w_uid = a.y.uid, a.w.uid
         self.col_bytes = col_bytes(a.geo)
-        self.prefix = -(-self.col_bytes // 256) * 256
+        self.prefix = prefix
         self.workspace_size = self.prefix + inner.workspace_size
         params, body = epilogue(graph, a, "conv_dgrad")
         name = f"col2im_{graph.key()[:12]}"

@@ -380,8 +380,8 @@ NCHW_GATHER = {
 NCHW_GATHER_POINTWISE_DGRAD = 2.0
 # a 1x1 forward walks one tap too, its pixel runs contiguous: native NCHW timings over the
 # pointwise layers ran at 0.40 (half precision, 15 timings) and 0.75 (TF32, 9) of the
-# factor the 3x3 layers set (0.96 / 0.88 of it)
-NCHW_GATHER_POINTWISE_FPROP = {False: 1.35, True: 1.35}
+# estimate under the 3x3-dominated terms, one term of about 1.35 for both
+NCHW_GATHER_POINTWISE_FPROP = 1.35
 
 
 def nchw_gather(a: ConvAnalysis, kind: str, target: Target) -> float:
@@ -397,7 +397,7 @@ def nchw_gather(a: ConvAnalysis, kind: str, target: Target) -> float:
     if kind == "conv_dgrad" and not tf32(a) and prod(a.geo.filt) == 1:
         return NCHW_GATHER_POINTWISE_DGRAD
     if kind == "conv_fprop" and prod(a.geo.filt) == 1:
-        return NCHW_GATHER_POINTWISE_FPROP[tf32(a)]
+        return NCHW_GATHER_POINTWISE_FPROP
     return NCHW_GATHER[(kind, tf32(a))]
 
 
